@@ -1,0 +1,388 @@
+//! Kernel definitions: backend, source and launch metadata.
+
+use super::types::{DType, KernelName};
+use crate::sym::SymExpr;
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A kernel the wrapper defines and later calls.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelDef {
+    /// The kernel's name in the wrapper.
+    pub name: KernelName,
+    /// Which compiler produced it, with backend-specific metadata.
+    pub backend: KernelBackend,
+    /// Source text (Triton Python, Halide generator, C++, CUDA C). May be empty
+    /// when only the compiled binary is known.
+    #[serde(default)]
+    pub source: String,
+    /// Comment lines Inductor prints above the definition (kernel path, source
+    /// nodes), without the leading `# `.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<String>,
+}
+
+/// The code generator of a kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum KernelBackend {
+    /// A Triton kernel, launched with a grid.
+    Triton(TritonMeta),
+    /// A Halide kernel: a direct call; grid and stream handled inside Halide.
+    Halide(HalideMeta),
+    /// A C++ kernel (`async_compile.cpp_pybinding`): a direct call.
+    Cpp(CppMeta),
+    /// A CUDA C kernel (`k.k(args, c_void_p(stream))`).
+    CudaC,
+    /// A host function supplied by the embedder.
+    Host,
+}
+
+impl KernelBackend {
+    /// The backend's keyword in the text form.
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            KernelBackend::Triton(_) => "triton",
+            KernelBackend::Halide(_) => "halide",
+            KernelBackend::Cpp(_) => "cpp",
+            KernelBackend::CudaC => "cuda_c",
+            KernelBackend::Host => "host",
+        }
+    }
+}
+
+/// Metadata of a C++ kernel.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CppMeta {
+    /// C types of the arguments (`const float*`, `int64_t`), in call order.
+    #[serde(default)]
+    pub arg_types: Vec<String>,
+}
+
+/// A Triton kernel parameter's type, from `triton_meta["signature"]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum SigType {
+    /// `*fp32`: a pointer to elements of a dtype.
+    Pointer(DType),
+    /// A scalar: `i1`, `i8`, `i16`, `i32`, `i64`, `u8`..`u64`, `fp16`, `bf16`, `fp32`, `fp64`.
+    Scalar(ScalarType),
+    /// `constexpr`: baked into the compiled kernel.
+    Constexpr,
+    /// Anything else (`nvTmaDesc`, `tensordesc<fp16[64, 64]>`), kept verbatim.
+    Other(String),
+}
+
+/// Scalar parameter types of Triton signatures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ScalarType {
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    Fp16,
+    Bf16,
+    Fp32,
+    Fp64,
+}
+
+impl ScalarType {
+    const ALL: [(ScalarType, &'static str); 13] = [
+        (ScalarType::I1, "i1"),
+        (ScalarType::I8, "i8"),
+        (ScalarType::I16, "i16"),
+        (ScalarType::I32, "i32"),
+        (ScalarType::I64, "i64"),
+        (ScalarType::U8, "u8"),
+        (ScalarType::U16, "u16"),
+        (ScalarType::U32, "u32"),
+        (ScalarType::U64, "u64"),
+        (ScalarType::Fp16, "fp16"),
+        (ScalarType::Bf16, "bf16"),
+        (ScalarType::Fp32, "fp32"),
+        (ScalarType::Fp64, "fp64"),
+    ];
+
+    /// The signature token.
+    pub fn as_str(self) -> &'static str {
+        ScalarType::ALL.iter().find(|(t, _)| *t == self).map(|(_, s)| *s).unwrap_or("?")
+    }
+
+    /// `true` for integer types (including `i1`).
+    pub fn is_integer(self) -> bool {
+        !matches!(self, ScalarType::Fp16 | ScalarType::Bf16 | ScalarType::Fp32 | ScalarType::Fp64)
+    }
+
+    /// Inclusive value range of an integer type.
+    pub fn int_range(self) -> Option<(i128, i128)> {
+        Some(match self {
+            ScalarType::I1 => (0, 1),
+            ScalarType::I8 => (i8::MIN as i128, i8::MAX as i128),
+            ScalarType::I16 => (i16::MIN as i128, i16::MAX as i128),
+            ScalarType::I32 => (i32::MIN as i128, i32::MAX as i128),
+            ScalarType::I64 => (i64::MIN as i128, i64::MAX as i128),
+            ScalarType::U8 => (0, u8::MAX as i128),
+            ScalarType::U16 => (0, u16::MAX as i128),
+            ScalarType::U32 => (0, u32::MAX as i128),
+            ScalarType::U64 => (0, u64::MAX as i128),
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for SigType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SigType::Pointer(d) => write!(f, "*{}", d.triton_name()),
+            SigType::Scalar(s) => f.write_str(s.as_str()),
+            SigType::Constexpr => f.write_str("constexpr"),
+            SigType::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl FromStr for SigType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "constexpr" {
+            return Ok(SigType::Constexpr);
+        }
+        if let Some(elem) = s.strip_prefix('*') {
+            return DType::from_triton_name(elem)
+                .map(SigType::Pointer)
+                .ok_or_else(|| format!("unknown pointer element type `{elem}` in signature type `{s}`"));
+        }
+        if let Some((t, _)) = ScalarType::ALL.iter().find(|(_, n)| *n == s) {
+            return Ok(SigType::Scalar(*t));
+        }
+        if s.is_empty() {
+            return Err("empty signature type".into());
+        }
+        Ok(SigType::Other(s.to_string()))
+    }
+}
+
+impl From<SigType> for String {
+    fn from(t: SigType) -> String {
+        t.to_string()
+    }
+}
+
+impl TryFrom<String> for SigType {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+/// A value baked into a Triton kernel (`triton_meta["constants"]`, config kwargs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ConstValue {
+    /// `None`.
+    None,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string (dtype names and similar).
+    Str(String),
+}
+
+impl fmt::Display for ConstValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConstValue::None => f.write_str("None"),
+            ConstValue::Bool(true) => f.write_str("True"),
+            ConstValue::Bool(false) => f.write_str("False"),
+            ConstValue::Int(v) => write!(f, "{v}"),
+            ConstValue::Float(v) => crate::ir::line::write_float(f, *v),
+            ConstValue::Str(s) => write!(f, "{}", crate::ir::line::PyStr(s)),
+        }
+    }
+}
+
+/// How a Triton kernel's launch grid is computed (`inductor_meta["grid_type"]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum GridType {
+    /// x = ceildiv(xnumel, XBLOCK).
+    Grid1D,
+    /// Adds y = ceildiv(ynumel, YBLOCK).
+    Grid2D,
+    /// Adds z = ceildiv(znumel, ZBLOCK).
+    Grid3D,
+    /// y split into (y, z) when it overflows the y limit.
+    Grid2DWithYZOverflow {
+        /// The y-dimension limit (65535 on CUDA).
+        #[serde(default = "default_max_y_grid")]
+        max_y_grid: i64,
+    },
+    /// x = RSPLIT, y = ceildiv(xnumel, XBLOCK).
+    CooperativeReductionGrid,
+    /// x = ceildiv(r0_numel, R0_BLOCK), y = xnumel.
+    SplitScanGrid,
+    /// The grid is passed as extra launcher args `_grid_0`, `_grid_1`, `_grid_2`.
+    FixedGrid,
+    /// Precomputed grids, one per config.
+    PrecomputedGrid {
+        /// Candidates; the first whose config matches the launch config is used.
+        grids: Vec<PrecomputedGridEntry>,
+    },
+}
+
+fn default_max_y_grid() -> i64 {
+    65535
+}
+
+impl GridType {
+    /// The name Inductor uses.
+    pub fn name(&self) -> &'static str {
+        match self {
+            GridType::Grid1D => "Grid1D",
+            GridType::Grid2D => "Grid2D",
+            GridType::Grid3D => "Grid3D",
+            GridType::Grid2DWithYZOverflow { .. } => "Grid2DWithYZOverflow",
+            GridType::CooperativeReductionGrid => "CooperativeReductionGrid",
+            GridType::SplitScanGrid => "SplitScanGrid",
+            GridType::FixedGrid => "FixedGrid",
+            GridType::PrecomputedGrid { .. } => "PrecomputedGrid",
+        }
+    }
+}
+
+/// One precomputed grid candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PrecomputedGridEntry {
+    /// The config kwargs this grid belongs to.
+    pub config: IndexMap<String, i64>,
+    /// Grid x, y, z in terms of kernel parameters.
+    pub grid: [SymExpr; 3],
+}
+
+/// Launch metadata of a Triton kernel (`triton_meta`, `inductor_meta`, chosen config).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TritonMeta {
+    /// Parameter name -> type, in kernel parameter order.
+    pub signature: IndexMap<String, SigType>,
+    /// Parameters fixed at compile time (equal-to-1 sizes, None args, explicit constexprs).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub constants: IndexMap<String, ConstValue>,
+    /// The chosen config's kwargs (`XBLOCK`, `R0_BLOCK`, ...).
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub config: IndexMap<String, i64>,
+    /// How the grid is computed.
+    pub grid_type: GridType,
+    /// Warps per block; blocks have `32 * num_warps` threads.
+    pub num_warps: u32,
+    /// Software pipelining stages (informational).
+    #[serde(default = "default_num_stages")]
+    pub num_stages: u32,
+    /// Dynamic shared memory in bytes.
+    #[serde(default)]
+    pub shared_mem: u32,
+    /// Global scratch bytes per CTA; `None` when the kernel takes no such argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_scratch: Option<u64>,
+    /// Profile scratch bytes per CTA; `None` when the kernel takes no such argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_scratch: Option<u64>,
+    /// Extra launcher arguments appended after the kernel's own (FixedGrid: `_grid_0..2`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_launcher_args: Vec<String>,
+    /// The compiled function's mangled name, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mangled_name: Option<String>,
+    /// Path of the compiled cubin, relative to the program file, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cubin: Option<String>,
+    /// `true` for user-defined (`@triton.jit`) kernels.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub user_defined: bool,
+}
+
+fn default_num_stages() -> u32 {
+    1
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl TritonMeta {
+    /// Parameters the launcher passes at run time: signature entries that are
+    /// neither `constexpr` nor fixed in `constants`, in parameter order.
+    pub fn runtime_params(&self) -> impl Iterator<Item = (&str, &SigType)> {
+        self.signature
+            .iter()
+            .filter(|(n, t)| **t != SigType::Constexpr && !self.constants.contains_key(n.as_str()))
+            .map(|(n, t)| (n.as_str(), t))
+    }
+
+    /// Parameters a call site supplies: every non-constexpr signature entry, then
+    /// the extra launcher args (Inductor's `call_args` shape).
+    pub fn call_params(&self) -> Vec<&str> {
+        self.signature
+            .iter()
+            .filter(|(_, t)| **t != SigType::Constexpr)
+            .map(|(n, _)| n.as_str())
+            .chain(self.extra_launcher_args.iter().map(|s| s.as_str()))
+            .collect()
+    }
+}
+
+/// One argument of a Halide kernel (`HalideInputSpec`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HalideArg {
+    /// C type: `float*`, `long`, ...
+    pub ctype: String,
+    /// Parameter name (`in_ptr0`, `ks0`, `out_ptr0`).
+    pub name: String,
+    /// Sizes as C expressions; `None` for scalars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<String>>,
+    /// Strides as C expressions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stride: Option<Vec<String>>,
+    /// Offset as a C expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<String>,
+    /// Name of the argument this one aliases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<String>,
+}
+
+/// Launch metadata of a Halide kernel (`HalideMeta`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HalideMeta {
+    /// Arguments in call order: inputs, scalars, outputs.
+    pub argtypes: Vec<HalideArg>,
+    /// Halide target string (`host-strict_float-no_runtime-no_asserts`).
+    pub target: String,
+    /// Autoscheduler name (`Adams2019`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler: Option<String>,
+    /// Autoscheduler flags.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub scheduler_flags: IndexMap<String, ConstValue>,
+    /// CUDA device index; `None` for CPU kernels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_device: Option<u32>,
+}
+
+impl HalideMeta {
+    /// `true` when the kernel runs on a GPU (takes a trailing stream argument).
+    pub fn is_cuda(&self) -> bool {
+        self.cuda_device.is_some()
+    }
+}

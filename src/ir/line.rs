@@ -1,0 +1,500 @@
+//! The lines of a wrapper graph: one variant per Wrapper IR line kind.
+
+use super::types::{BufName, DType, Device, GraphName, KernelName};
+use crate::sym::{SymExpr, Symbol};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use std::fmt;
+
+/// One step of the wrapper program.
+///
+/// Buffers named by a line must be declared in the graph's buffer table
+/// ([`crate::ir::Graph::buffers`]); the line says *when* something happens to
+/// them, the table says *what* they are.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Line {
+    /// Allocate an uninitialised buffer with its declared layout.
+    Allocate {
+        /// The new buffer.
+        buffer: BufName,
+    },
+    /// Free an intermediate unless memory planning handed its storage on.
+    FreeIfNotReused {
+        /// The buffer.
+        buffer: BufName,
+        /// `true` when a later `Reuse` took the storage (nothing is freed).
+        #[serde(default, skip_serializing_if = "is_false")]
+        is_reused: bool,
+    },
+    /// Free a graph input or another never-reusable buffer.
+    Free {
+        /// The buffer.
+        buffer: BufName,
+    },
+    /// `new` takes over the storage of `old`.
+    Reuse {
+        /// The buffer whose storage is taken.
+        old: BufName,
+        /// The buffer that now owns it (declared with its own layout).
+        new: BufName,
+        /// Whether `old` stops existing (`; del old`).
+        #[serde(default = "yes")]
+        delete_old: bool,
+    },
+    /// `alias` is a view of `base` (its declared layout gives size, stride, offset).
+    Reinterpret {
+        /// The viewed buffer.
+        base: BufName,
+        /// The view.
+        alias: BufName,
+    },
+    /// Define a kernel (the definition itself is in [`crate::ir::Program::kernels`]).
+    KernelDefinition {
+        /// The kernel.
+        kernel: KernelName,
+    },
+    /// Launch or call a defined kernel.
+    KernelCall(KernelCall),
+    /// Bind a named size expression before a kernel uses it (`ks0 = s0*s1`,
+    /// `triton_poi_fused_add_0_xnumel = 4*s0`).
+    SymbolicCallArg {
+        /// The bound name.
+        symbol: Symbol,
+        /// Its value.
+        expr: SymExpr,
+    },
+    /// Call an extern (ATen or fallback) op that returns a fresh result.
+    ExternKernelAlloc(ExternCall),
+    /// Call an `out=` variant of an op writing into a preallocated buffer.
+    ExternKernelOut {
+        /// The call, without the `out` argument.
+        #[serde(flatten)]
+        call: ExternCall,
+        /// The destination.
+        out: BufName,
+    },
+    /// Extract an element of a multi-output result (`buf3 = buf2[0]`).
+    MultiOutput {
+        /// The extracted value's name.
+        result: BufName,
+        /// The multi-output value.
+        source: BufName,
+        /// Indices from outermost to innermost; empty means the whole value.
+        #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+        indices: SmallVec<[MultiIndex; 2]>,
+    },
+    /// `aten.index_put_(target, indices, values, accumulate)` fallback.
+    IndexPutFallback {
+        /// The tensor written in place.
+        target: BufName,
+        /// One index tensor per leading dimension, `None` for a full slice.
+        indices: Vec<Option<BufName>>,
+        /// The values.
+        values: BufName,
+        /// Add instead of overwrite.
+        accumulate: bool,
+    },
+    /// `scatter_` / `scatter_reduce_` fallback.
+    ScatterFallback(ScatterFallback),
+    /// Bind a symbol from a one-element tensor's value (`u0 = buf0.item()`).
+    DynamicScalar {
+        /// The bound symbol.
+        symbol: Symbol,
+        /// The one-element tensor.
+        source: BufName,
+        /// Post-processing of the value: empty, `[ConvertInt]` or `[DivideBy(d)]`.
+        #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+        keypath: KeyPath,
+        /// The IR node's own name (printed as `<name> = None`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<BufName>,
+    },
+    /// Bind unbacked symbols from the output of an extern/fallback op.
+    UnbackedSymbolDefs {
+        /// The op's result (a tensor or a multi-output value).
+        source: BufName,
+        /// Symbol -> how to reach its value from `source`, in binding order.
+        bindings: IndexMap<Symbol, KeyPath>,
+    },
+    /// `torch.cond`: run one of two subgraphs on a device predicate.
+    Conditional(Conditional),
+    /// `torch.while_loop` over a cond and a body subgraph.
+    WhileLoop(WhileLoop),
+    /// Enter a device guard.
+    EnterDeviceContext {
+        /// The device index.
+        device_index: u32,
+    },
+    /// Leave the innermost device guard.
+    ExitDeviceContext,
+    /// A comment, without its `#`/`//` prefix.
+    Comment {
+        /// The text (may be empty).
+        text: String,
+    },
+    /// Check a tensor's sizes and strides (`assert_size_stride`).
+    AssertSizeStride {
+        /// The checked tensor.
+        buffer: BufName,
+        /// Expected sizes.
+        size: SmallVec<[SymExpr; 4]>,
+        /// Expected strides.
+        stride: SmallVec<[SymExpr; 4]>,
+        /// The op that produced it (for the message), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<String>,
+    },
+    /// Check a tensor's data pointer alignment (`assert_alignment`).
+    AssertAlignment {
+        /// The checked tensor.
+        buffer: BufName,
+        /// Alignment in bytes.
+        alignment: u32,
+        /// The op that produced it (for the message), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<String>,
+    },
+    /// Fail at run time unless `cond` holds.
+    RuntimeAssert {
+        /// The condition (a boolean expression).
+        cond: SymExpr,
+        /// The error message.
+        message: String,
+        /// The IR node's own name (printed as `<name> = None`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<BufName>,
+    },
+    /// Allocate a symmetric-memory communication buffer.
+    CommBufferAllocate {
+        /// The buffer.
+        buffer: BufName,
+        /// Buffer kind (`symm_mem`).
+        comm_kind: String,
+        /// Process group name.
+        group: String,
+    },
+    /// Free a communication buffer.
+    CommBufferFree {
+        /// The buffer.
+        buffer: BufName,
+    },
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Line {
+    /// The line kind's name (its keyword in the text form).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Line::Allocate { .. } => "alloc",
+            Line::FreeIfNotReused { .. } => "free_if_not_reused",
+            Line::Free { .. } => "free",
+            Line::Reuse { .. } => "reuse",
+            Line::Reinterpret { .. } => "reinterpret",
+            Line::KernelDefinition { .. } => "define",
+            Line::KernelCall(_) => "call",
+            Line::SymbolicCallArg { .. } => "let",
+            Line::ExternKernelAlloc(_) => "extern",
+            Line::ExternKernelOut { .. } => "extern_out",
+            Line::MultiOutput { .. } => "get",
+            Line::IndexPutFallback { .. } => "index_put",
+            Line::ScatterFallback(_) => "scatter",
+            Line::DynamicScalar { .. } => "item",
+            Line::UnbackedSymbolDefs { .. } => "bind",
+            Line::Conditional(_) => "cond",
+            Line::WhileLoop(_) => "while",
+            Line::EnterDeviceContext { .. } => "device",
+            Line::ExitDeviceContext => "end_device",
+            Line::Comment { .. } => "comment",
+            Line::AssertSizeStride { .. } => "assert_size_stride",
+            Line::AssertAlignment { .. } => "assert_alignment",
+            Line::RuntimeAssert { .. } => "assert",
+            Line::CommBufferAllocate { .. } => "comm_alloc",
+            Line::CommBufferFree { .. } => "comm_free",
+        }
+    }
+}
+
+/// A kernel launch or call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelCall {
+    /// The called kernel.
+    pub kernel: KernelName,
+    /// Arguments in call order. For Triton kernels these are Inductor's
+    /// `call_args`: the non-constexpr parameters in order (constants included as
+    /// literals), then any extra launcher args. A named argument binds a
+    /// parameter by name instead of position.
+    pub args: Vec<CallArg>,
+    /// The device the call runs on (its stream is `stream<index>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<Device>,
+}
+
+/// One kernel call argument.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallArg {
+    /// The kernel parameter it binds, when the producer knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The value.
+    pub value: ArgValue,
+}
+
+impl CallArg {
+    /// A positional argument.
+    pub fn positional(value: ArgValue) -> Self {
+        CallArg { name: None, value }
+    }
+}
+
+/// A value passed to a kernel or an extern op.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum ArgValue {
+    /// A tensor.
+    Buffer(BufName),
+    /// A symbolic or literal integer.
+    Expr(SymExpr),
+    /// A float literal.
+    Float(f64),
+    /// A boolean literal.
+    Bool(bool),
+    /// `None`.
+    None,
+    /// A string literal.
+    Str(String),
+    /// A dtype (`torch.float32`).
+    DType(DType),
+    /// A device.
+    Device(Device),
+    /// A list (printed `[a, b]`, kept nested: never flattened).
+    List(Vec<ArgValue>),
+}
+
+impl ArgValue {
+    /// Calls `f` on every buffer named inside the value.
+    pub fn for_each_buffer(&self, f: &mut dyn FnMut(&BufName)) {
+        match self {
+            ArgValue::Buffer(b) => f(b),
+            ArgValue::List(items) => items.iter().for_each(|i| i.for_each_buffer(f)),
+            _ => {}
+        }
+    }
+
+    /// Calls `f` on every expression inside the value.
+    pub fn for_each_expr(&self, f: &mut dyn FnMut(&SymExpr)) {
+        match self {
+            ArgValue::Expr(e) => f(e),
+            ArgValue::List(items) => items.iter().for_each(|i| i.for_each_expr(f)),
+            _ => {}
+        }
+    }
+}
+
+/// A call of an extern op (`torch.ops.aten.topk.default`, `extern_kernels.mm`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExternCall {
+    /// The result's name; `None` for ops without a result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<BufName>,
+    /// The op, as Inductor's Python wrapper names it
+    /// (`extern_kernels.addmm`, `torch.ops.aten.nonzero.default`, `aten._jagged_to_padded_dense_forward`).
+    pub op: String,
+    /// Positional arguments.
+    #[serde(default)]
+    pub args: Vec<ArgValue>,
+    /// Keyword arguments, in order.
+    #[serde(default, skip_serializing_if = "IndexMap::is_empty")]
+    pub kwargs: IndexMap<String, ArgValue>,
+}
+
+impl ExternCall {
+    /// The ATen op name without namespace prefix and overload
+    /// (`extern_kernels.addmm` -> `addmm`, `torch.ops.aten.topk.default` -> `topk`).
+    pub fn base_name(&self) -> &str {
+        let s = self.op.as_str();
+        let s = s
+            .strip_prefix("torch.ops.")
+            .or_else(|| s.strip_prefix("extern_kernels."))
+            .unwrap_or(s);
+        let s = s.strip_prefix("aten.").unwrap_or(s);
+        let mut parts = s.split('.');
+        parts.next().unwrap_or(s)
+    }
+}
+
+/// One index level of a multi-output extraction.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "index", rename_all = "snake_case")]
+pub enum MultiIndex {
+    /// `[i]` on a list.
+    List(i64),
+    /// `[i]` on a tuple.
+    Tuple(i64),
+    /// `['k']` on a dict.
+    Dict(String),
+}
+
+/// `scatter_(target, dim, index, src, reduce=...)` / `scatter_reduce_`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScatterFallback {
+    /// The op (`aten.scatter_.src`, `aten.scatter_.value`, `aten.scatter_reduce_.two`).
+    pub op: String,
+    /// The tensor written in place.
+    pub target: BufName,
+    /// The scatter dimension.
+    pub dim: i64,
+    /// The index tensor.
+    pub index: BufName,
+    /// The source: a tensor or a scalar.
+    pub src: ArgValue,
+    /// `reduce=` (`add`, `multiply`, `sum`, `prod`, `mean`, `amax`, `amin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce: Option<String>,
+    /// `include_self=` of scatter_reduce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_self: Option<bool>,
+}
+
+/// The predicate of a conditional.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Predicate {
+    /// A one-element boolean tensor, read back from the device.
+    Tensor(BufName),
+    /// A symbolic boolean.
+    Expr(SymExpr),
+}
+
+/// `torch.cond(pred, true_fn, false_fn, operands)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Conditional {
+    /// The multi-output result (`buf2`; elements extracted by `MultiOutput` lines).
+    pub result: BufName,
+    /// The branch selector.
+    pub predicate: Predicate,
+    /// Subgraph run when the predicate holds.
+    pub true_graph: GraphName,
+    /// Subgraph run otherwise.
+    pub false_graph: GraphName,
+    /// Operands passed to the chosen subgraph, in its input order.
+    pub operands: Vec<BufName>,
+}
+
+/// `torch.while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WhileLoop {
+    /// The multi-output result holding the final carried values.
+    pub result: BufName,
+    /// Subgraph computing the loop condition (one boolean output).
+    pub cond_graph: GraphName,
+    /// Subgraph computing the next carried values.
+    pub body_graph: GraphName,
+    /// Loop-carried inputs (initial values).
+    pub carried: Vec<BufName>,
+    /// Inputs passed unchanged to both subgraphs after the carried ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional: Vec<BufName>,
+}
+
+/// How to reach an unbacked value from an op's output (`compute_unbacked_bindings`).
+pub type KeyPath = SmallVec<[KeyEntry; 4]>;
+
+/// One step of a [`KeyPath`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum KeyEntry {
+    /// `.size()`, `.stride()` or `.storage_offset()`; a following `Index` picks the dimension.
+    CallMethod(TensorMethod),
+    /// `[i]` into a tuple/list (or the dimension after a method).
+    Index(i64),
+    /// The value is `d * u`: divide by `d` (exact; checked at run time).
+    DivideBy(i64),
+    /// The value is a boolean `u == 1`: convert to 0/1.
+    ConvertInt,
+    /// An attribute of a tensor subclass (`values`, `offsets`).
+    InnerTensor(String),
+}
+
+/// Tensor methods in key paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorMethod {
+    /// `size`
+    Size,
+    /// `stride`
+    Stride,
+    /// `storage_offset`
+    StorageOffset,
+}
+
+impl TensorMethod {
+    /// The method name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TensorMethod::Size => "size",
+            TensorMethod::Stride => "stride",
+            TensorMethod::StorageOffset => "storage_offset",
+        }
+    }
+}
+
+/// Writes a key path in the text form: `.size()[0]`, `[1]`, `//2`, `.to_int()`, `.values`.
+pub struct KeyPathText<'a>(pub &'a [KeyEntry]);
+
+impl fmt::Display for KeyPathText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for e in self.0 {
+            match e {
+                KeyEntry::CallMethod(m) => write!(f, ".{}()", m.as_str())?,
+                KeyEntry::Index(i) => write!(f, "[{i}]")?,
+                KeyEntry::DivideBy(d) => write!(f, "//{d}")?,
+                KeyEntry::ConvertInt => f.write_str(".to_int()")?,
+                KeyEntry::InnerTensor(a) => write!(f, ".{a}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes a float so that it reads back as the same float and always looks like
+/// a float (`1.0`, `1.5e-07`, `inf`, `-inf`, `nan`).
+pub fn write_float(f: &mut dyn fmt::Write, v: f64) -> fmt::Result {
+    if v.is_nan() {
+        f.write_str("nan")
+    } else if v.is_infinite() {
+        f.write_str(if v > 0.0 { "inf" } else { "-inf" })
+    } else {
+        let s = format!("{v:?}");
+        f.write_str(&s)
+    }
+}
+
+/// Writes a string as a Python single-quoted literal.
+pub struct PyStr<'a>(pub &'a str);
+
+impl fmt::Display for PyStr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("'")?;
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '\'' => f.write_str("\\'")?,
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                '\r' => f.write_str("\\r")?,
+                c if (c as u32) < 0x20 => write!(f, "\\x{:02x}", c as u32)?,
+                c => write!(f, "{c}")?,
+            }
+        }
+        f.write_str("'")
+    }
+}

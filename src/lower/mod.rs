@@ -1,0 +1,5 @@
+//! Back ends. Each takes a validated [`crate::ir::ProgramInfo`] and has the same
+//! surface: `Options`, an `Error` type, a `Writer` over `fmt::Write`, and a
+//! `write_string` entry point.
+
+pub mod python;
