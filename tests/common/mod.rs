@@ -1,0 +1,50 @@
+//! Shared test helpers: fixture loading and insta settings bound to the
+//! top-level `snapshots/` folder.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use wrapir::ir::Program;
+
+/// The crate root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// insta settings that store snapshots in `<root>/snapshots`, without the
+/// input file path in the metadata (stable across machines).
+pub fn settings() -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    s.set_snapshot_path(root().join("snapshots"));
+    s.set_prepend_module_to_snapshot(false);
+    s.set_omit_expression(true);
+    s
+}
+
+/// Valid fixtures: every `fixtures/*.wir` file, sorted by name.
+pub fn fixtures() -> Vec<PathBuf> {
+    list(&root().join("fixtures"), "wir")
+}
+
+/// Invalid fixtures: every `fixtures/invalid/*.wir` file, sorted by name.
+pub fn invalid_fixtures() -> Vec<PathBuf> {
+    list(&root().join("fixtures/invalid"), "wir")
+}
+
+fn list(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The fixture's name without extension (used as snapshot suffix).
+pub fn name(path: &Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
+pub fn load(path: &Path) -> Program {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    wrapir::text::parse(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+}
