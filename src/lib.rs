@@ -14,5 +14,7 @@
 
 pub mod ir;
 pub mod lower;
+#[cfg(feature = "insta")]
+pub mod snapshot;
 pub mod sym;
 pub mod text;

@@ -1,0 +1,26 @@
+//! Snapshot every fixture through every back end (one snapshot per target),
+//! reviewed with `cargo insta review`.
+
+mod common;
+
+use wrapir::ir::validate;
+
+/// Lowers every fixture with `lower` and snapshots the text as `<target>@<fixture>`.
+fn check_target(target: &str, lower: impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String>) {
+    let fixtures = common::fixtures();
+    assert!(fixtures.len() >= 20, "expected at least 20 fixtures, found {}", fixtures.len());
+    for path in fixtures {
+        let name = common::name(&path);
+        let program = common::load(&path);
+        let info = validate(&program).unwrap_or_else(|e| panic!("{name} is invalid:\n{e}"));
+        let text = lower(&info).unwrap_or_else(|e| panic!("{name} does not lower to {target}: {e}"));
+        common::settings().bind(|| insta::assert_snapshot!(format!("{target}@{name}"), text));
+    }
+}
+
+#[test]
+fn python() {
+    check_target("python", |info| {
+        wrapir::lower::python::write_string(info, &Default::default()).map_err(|e| e.to_string())
+    });
+}
