@@ -13,7 +13,7 @@ use std::fmt;
 /// ([`crate::ir::Graph::buffers`]); the line says *when* something happens to
 /// them, the table says *what* they are.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "line", rename_all = "snake_case")]
 pub enum Line {
     /// Allocate an uninitialised buffer with its declared layout.
     Allocate {

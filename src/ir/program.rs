@@ -197,7 +197,7 @@ pub struct SymbolDecl {
 
 /// Where a symbol's value comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "from", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum SymbolKind {
     /// A size of a graph input (`s0`); bound from the inputs.
     Backed,

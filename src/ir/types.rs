@@ -250,15 +250,27 @@ impl DeviceType {
     }
 }
 
-/// A device: type and optional index. Text form `cuda:0`, `cpu`.
+/// A device: type and optional index. Text (and JSON) form `cuda:0`, `cpu`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub struct Device {
     /// The device type.
-    #[serde(rename = "type")]
     pub kind: DeviceType,
     /// The device index, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
+}
+
+impl From<Device> for String {
+    fn from(d: Device) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for Device {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
 }
 
 impl Device {
