@@ -272,6 +272,7 @@ pub enum ArgValue {
     /// A string literal.
     Str(String),
     /// A dtype (`torch.float32`).
+    #[serde(rename = "dtype")]
     DType(DType),
     /// A device.
     Device(Device),
