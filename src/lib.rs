@@ -12,6 +12,8 @@
 //! * [`lower`]: back ends that turn a validated program into wrapper code.
 #![warn(missing_docs)]
 
+pub mod exec;
+pub mod fx;
 pub mod ir;
 pub mod lower;
 #[cfg(feature = "insta")]

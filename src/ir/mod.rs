@@ -56,4 +56,7 @@ pub use program::{
     FORMAT_VERSION,
 };
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
-pub use validate::{validate, ProgramInfo, ValidationError};
+pub use validate::{
+    validate, BufferInfo, Ending, GraphInfo, Location, NameRole, ProgramInfo, Site, SymbolBinding, ValidationError,
+    ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
+};

@@ -14,11 +14,15 @@
 //! * n-ary `Min`/`Max`, natural powers;
 //! * comparisons and boolean connectives for runtime asserts.
 //!
-//! Text forms: [`parse`] reads what Inductor's Python printer writes; [`SymExpr`]'s
-//! `Display` and [`print::python`] write it back exactly (section 4.1 of the spec);
-//! [`print::cpp`] writes Inductor's C++ form (section 4.2). [`eval`] evaluates
-//! with checked 64-bit arithmetic: overflow and division by zero are errors.
+//! Text forms: [`parse`] reads what Inductor's Python printer writes (and the
+//! canonical form); [`print::python`] writes Inductor's Python form exactly
+//! (section 4.1 of the spec); [`SymExpr`]'s `Display` writes the canonical form
+//! ([`print::canonical`]), the Python form with lossless spellings that
+//! round-trips through [`parse`]; [`print::cpp`] writes Inductor's C++ form
+//! (section 4.2). [`eval`] evaluates with checked 64-bit arithmetic: overflow,
+//! division by zero and inexact `CleanDiv` are errors.
 
+pub mod egraph;
 pub mod eval;
 pub mod parse;
 pub mod print;
@@ -27,6 +31,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::sync::Arc;
 
+pub use egraph::{prove_eq, Facts, Outcome};
 pub use eval::{Bindings, EvalError};
 pub use parse::{parse, ParseError};
 
@@ -209,7 +214,6 @@ impl SymExpr {
     pub fn add(a: SymExpr, b: SymExpr) -> SymExpr {
         let mut terms = Vec::new();
         let mut constant: i64 = 0;
-        let mut overflow = false;
         for e in [a, b] {
             match e {
                 SymExpr::Add(ts) => {
@@ -217,10 +221,7 @@ impl SymExpr {
                         if let SymExpr::Int(v) = t {
                             match constant.checked_add(v) {
                                 Some(c) => constant = c,
-                                None => {
-                                    overflow = true;
-                                    terms.push(SymExpr::Int(v));
-                                }
+                                None => terms.push(SymExpr::Int(v)),
                             }
                         } else {
                             terms.push(t);
@@ -229,15 +230,11 @@ impl SymExpr {
                 }
                 SymExpr::Int(v) => match constant.checked_add(v) {
                     Some(c) => constant = c,
-                    None => {
-                        overflow = true;
-                        terms.push(SymExpr::Int(v));
-                    }
+                    None => terms.push(SymExpr::Int(v)),
                 },
                 other => terms.push(other),
             }
         }
-        let _ = overflow;
         if constant != 0 {
             terms.push(SymExpr::Int(constant));
         }
@@ -378,11 +375,13 @@ impl From<Symbol> for SymExpr {
     }
 }
 
-/// The Python form (Inductor's `pexpr`), which is also the form used in wrapir's
-/// text and JSON formats.
+/// The canonical form ([`print::write_canonical`]): Inductor's Python form
+/// with lossless spellings for `CleanDiv`, `PythonMod`, `ModularIndexing` and
+/// `Pow`, so that [`parse`] reads it back as the same tree. It is the form of
+/// wrapir's text and JSON formats; use [`print::python`] for Inductor-exact text.
 impl fmt::Display for SymExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        print::write_python(f, self)
+        print::write_canonical(f, self)
     }
 }
 
@@ -392,9 +391,9 @@ impl fmt::Debug for SymExpr {
     }
 }
 
-/// In JSON a `SymExpr` is a string in Inductor's Python syntax (what `pexpr`
-/// prints), so an exporter can write `str(expr)`-style text; bare integers are
-/// accepted too.
+/// In JSON a `SymExpr` is a string in the canonical form (Inductor's Python
+/// syntax, see `Display`), so an exporter can write `pexpr`-style text; bare
+/// integers are accepted too.
 impl Serialize for SymExpr {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {

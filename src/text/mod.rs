@@ -1,5 +1,13 @@
 //! The `.wir` text form: [`print`] and [`parse`] round-trip. Grammar: `docs/TEXT_FORMAT.md`.
-use crate::ir::Program;
+//!
+//! `parse(&print(p)) == p` for every program whose names are identifiers and
+//! whose expressions are in canonical form (what [`crate::sym::parse`] returns
+//! for their printed text), and `print(&parse(t)?) == t` for canonical text.
+use crate::ir::{Line, Program};
+
+mod cursor;
+mod parse;
+mod print;
 
 /// A syntax error in a `.wir` file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -7,18 +15,26 @@ use crate::ir::Program;
 pub struct ParseError {
     /// 1-based line.
     pub line: usize,
-    /// 1-based column.
+    /// 1-based column (in characters).
     pub column: usize,
     /// What was expected or found.
     pub message: String,
 }
 
-/// Prints the canonical text form.
-pub fn print(_program: &Program) -> String {
-    String::new()
+/// Prints the canonical text form. Never fails: unbalanced device guards are
+/// written in their bare forms (`enter_device N`, `exit_device`).
+pub fn print(program: &Program) -> String {
+    print::program(program)
+}
+
+/// The one-line text form of a single line, without indentation
+/// (`EnterDeviceContext` is `device 0 {`, `ExitDeviceContext` is `}`).
+/// Bare identifiers are not checked against a buffer table.
+pub fn print_line(line: &Line) -> String {
+    print::line_text(line, None)
 }
 
 /// Parses the text form.
-pub fn parse(_text: &str) -> Result<Program, ParseError> {
-    Err(ParseError { line: 1, column: 1, message: "not implemented (stub)".into() })
+pub fn parse(text: &str) -> Result<Program, ParseError> {
+    parse::program(text)
 }

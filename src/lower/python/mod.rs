@@ -1,16 +1,834 @@
 //! Python lowering: the module Inductor 2.11's Python wrapper prints.
-use crate::ir::ProgramInfo;
+//!
+//! The output has the shape of Inductor's `PythonWrapperCodegen` module:
+//!
+//! 1. the import block and the helper aliases (`empty_strided_cuda = ...`), plus
+//!    `import triton` & co. when the program defines Triton kernels;
+//! 2. constants (`name = None  # ...`), kernel definitions in program order
+//!    (`async_compile.triton(...)`, `async_compile.halide(...)`,
+//!    `async_compile.cpp_pybinding(...)`, `async_compile.cuda(...)`), with the
+//!    functions of subgraphs (`def true_graph_0(args):`) placed where the
+//!    conditional or loop that runs them is reached;
+//! 3. `async_compile.wait(globals())`, then `call` (inside 2.11's `Runner` class
+//!    or as a plain function, see [`CallForm`]);
+//! 4. optionally the benchmark harness (`get_args`, `benchmark_compiled_module`,
+//!    `if __name__ == "__main__":`).
+//!
+//! Where Inductor has known bugs this lowering does not copy them: an unbacked
+//! symbol bound through a divide-by key path is divided with a run-time
+//! divisibility check instead of the unchecked `__floordiv__`.
+//!
+//! Forms Inductor 2.11 does not print and this module defines:
+//!
+//! * **While loops** (`WhileLoop`, result `buf3`, carried `buf0, buf1`, additional `arg2_1`):
+//!   ```text
+//!   buf3 = [None] * 2
+//!   buf3[0] = buf0
+//!   buf3[1] = buf1
+//!   while True:
+//!
+//!       # subgraph: while_loop_cond_graph_0
+//!       while_loop_cond_graph_0_args = [buf3[0], buf3[1], arg2_1]
+//!       buf3_cond_result = while_loop_cond_graph_0(while_loop_cond_graph_0_args)[0]
+//!       if not buf3_cond_result.item():
+//!           break
+//!
+//!       # subgraph: while_loop_body_graph_0
+//!       while_loop_body_graph_0_args = [buf3[0], buf3[1], arg2_1]
+//!       (buf3[0], buf3[1]) = while_loop_body_graph_0(while_loop_body_graph_0_args)
+//!   ```
+//!   (`.item()` is left out when the cond graph returns an expression.)
+//! * **CUDA C kernels**: `name = async_compile.cuda(r'''<source>''', 'so', aot_compile=False)`,
+//!   called as `name.name(c_void_p(buf0.data_ptr()), 16, c_void_p(stream0))` (tensor
+//!   arguments as data pointers, the form of Inductor's CUDA template kernels).
+//! * **Communication buffers**: `buf0 = empty_strided_p2p((size), (stride), dtype,
+//!   torch.device("cuda:0"), group_name="g", alloc_id=N)`, where `N` is a stable
+//!   64-bit hash of the graph and buffer names (Inductor uses a random id).
 
-/// Options.
-#[derive(Clone, Debug, Default)]
-pub struct Options {}
+mod body;
+mod kernels;
 
-/// Errors.
+use crate::ir::{
+    BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line,
+    Program, ProgramInfo,
+};
+use crate::sym::{EvalError, SymExpr, Symbol};
+use indexmap::{IndexMap, IndexSet};
+use std::fmt;
+
+/// How `call` is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CallForm {
+    /// Inductor 2.11: `class Runner:` with `def call(self, args):`, then
+    /// `runner = Runner(partitions=[])` / `call = runner.call`.
+    #[default]
+    Runner,
+    /// A plain module-level `def call(args):` (Inductor before graph partitions).
+    Function,
+}
+
+/// When `streamN = get_raw_stream(N)` is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StreamBinding {
+    /// Before every call that needs the stream (what Inductor 2.11 prints).
+    #[default]
+    EveryCall,
+    /// Once per device and graph, before the first call that needs it.
+    OncePerGraph,
+}
+
+/// Options of the Python lowering. The defaults print what Inductor 2.11 prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The `call` form.
+    pub call_form: CallForm,
+    /// Write `get_args`, `benchmark_compiled_module` and the `__main__` block
+    /// (inputs from `rand_strided` with the input layouts at the symbols' hints).
+    pub benchmark_harness: bool,
+    /// When stream handles are fetched.
+    pub stream_binding: StreamBinding,
+    /// Write `assert_size_stride` after the symbol binds for every tensor input
+    /// of every graph that no `AssertSizeStride` line of that graph checks
+    /// (skipped for inputs with a literal zero dimension, as Inductor does).
+    pub input_size_asserts: bool,
+    /// The AOT graph name for the first line (`# AOT ID: ['0_inference']`); no
+    /// such line when `None`.
+    pub aot_id: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            call_form: CallForm::Runner,
+            benchmark_harness: true,
+            stream_binding: StreamBinding::EveryCall,
+            input_size_asserts: true,
+            aot_id: None,
+        }
+    }
+}
+
+/// Where in the program a problem is: the graph and the line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Location {
+    /// The graph (`None` = main).
+    pub graph: Option<GraphName>,
+    /// Index of the line in its graph.
+    pub line: usize,
+    /// The line's kind (its text-form keyword).
+    pub kind: &'static str,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.graph {
+            Some(g) => write!(f, "graph `{g}`, line {} (`{}`)", self.line, self.kind),
+            None => write!(f, "graph `main`, line {} (`{}`)", self.line, self.kind),
+        }
+    }
+}
+
+/// Why a program could not be lowered to Python.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Error(pub String);
+pub enum Error {
+    /// A line names a buffer its graph does not declare.
+    #[error("{at}: buffer `{buffer}` is not declared in the graph's buffer table")]
+    UnknownBuffer {
+        /// The buffer.
+        buffer: BufName,
+        /// The line.
+        at: Location,
+    },
+    /// A line needs a tensor layout but the buffer is a multi-output value.
+    #[error("{at}: buffer `{buffer}` is a multi-output value, but this line needs a tensor layout")]
+    NotATensor {
+        /// The buffer.
+        buffer: BufName,
+        /// The line.
+        at: Location,
+    },
+    /// A line names a kernel missing from the kernel table.
+    #[error("{at}: kernel `{kernel}` is not in the program's kernel table")]
+    UnknownKernel {
+        /// The kernel.
+        kernel: KernelName,
+        /// The line.
+        at: Location,
+    },
+    /// A kernel is called but no `KernelDefinition` line defines it.
+    #[error("{at}: kernel `{kernel}` is called but no line of the program defines it")]
+    UndefinedKernel {
+        /// The kernel.
+        kernel: KernelName,
+        /// The call.
+        at: Location,
+    },
+    /// A conditional or loop names a subgraph that does not exist.
+    #[error("{at}: subgraph `{graph}` does not exist")]
+    UnknownGraph {
+        /// The subgraph.
+        graph: GraphName,
+        /// The line.
+        at: Location,
+    },
+    /// Host kernels are supplied by an embedder and have no Python form.
+    #[error("{at}: kernel `{kernel}` is a host kernel, which has no Python wrapper form")]
+    HostKernel {
+        /// The kernel.
+        kernel: KernelName,
+        /// The line.
+        at: Location,
+    },
+    /// The kernel source would end the `'''` string literal it is printed in.
+    #[error("kernel `{kernel}`: its source contains `'''`, which would end the Python string literal around it")]
+    SourceContainsTripleQuote {
+        /// The kernel.
+        kernel: KernelName,
+    },
+    /// A GPU kernel call has no device to take a stream from.
+    #[error("{at}: call of kernel `{kernel}` needs a GPU stream, but neither the call nor an enclosing device guard names a GPU device")]
+    NoStreamDevice {
+        /// The kernel.
+        kernel: KernelName,
+        /// The call.
+        at: Location,
+    },
+    /// A kernel call passes a positional argument (or, for Halide on CUDA and
+    /// CUDA C kernels, the trailing stream) after a named one.
+    #[error("{at}: call of kernel `{kernel}` has a positional argument after a named one, which Python rejects")]
+    PositionalAfterNamed {
+        /// The kernel.
+        kernel: KernelName,
+        /// The call.
+        at: Location,
+    },
+    /// A key path that has no Python form.
+    #[error("{at}: key path `{path}` binding `{symbol}` is not supported: {reason}")]
+    UnsupportedKeyPath {
+        /// The bound symbol.
+        symbol: Symbol,
+        /// The key path in text form.
+        path: String,
+        /// Why.
+        reason: &'static str,
+        /// The line.
+        at: Location,
+    },
+    /// `ExitDeviceContext` without an open guard.
+    #[error("{at}: device guard closed while none is open")]
+    UnbalancedDeviceGuard {
+        /// The line.
+        at: Location,
+    },
+    /// A graph ends inside a device guard.
+    #[error("graph `{graph}` ends with {open} device guard(s) still open")]
+    UnclosedDeviceGuard {
+        /// The graph (`main` for the main graph).
+        graph: String,
+        /// How many are open.
+        open: usize,
+    },
+    /// A reuse between buffers of different dtypes.
+    #[error("{at}: `{new}` reuses `{old}` but their dtypes differ ({old_dtype} vs {new_dtype})")]
+    ReuseDTypeMismatch {
+        /// The old buffer.
+        old: BufName,
+        /// The new buffer.
+        new: BufName,
+        /// Old dtype.
+        old_dtype: DType,
+        /// New dtype.
+        new_dtype: DType,
+        /// The line.
+        at: Location,
+    },
+    /// A communication buffer kind other than `symm_mem`.
+    #[error("{at}: communication buffer `{buffer}` has kind `{comm_kind}`; only `symm_mem` has a Python form")]
+    UnsupportedCommBuffer {
+        /// The buffer.
+        buffer: BufName,
+        /// Its kind.
+        comm_kind: String,
+        /// The line.
+        at: Location,
+    },
+    /// The benchmark harness needs a concrete size for an input.
+    #[error("benchmark harness: input `{input}` needs a value for symbol `{symbol}`, which has no hint (declare a hint or set `benchmark_harness: false`)")]
+    MissingHint {
+        /// The symbol.
+        symbol: Symbol,
+        /// The input.
+        input: BufName,
+    },
+    /// The benchmark harness could not evaluate an input's layout at the hints.
+    #[error("benchmark harness: cannot evaluate the layout of input `{input}` at the symbols' hints: {source}")]
+    HarnessEval {
+        /// The input.
+        input: BufName,
+        /// The evaluation error.
+        source: EvalError,
+    },
+    /// The output sink failed.
+    #[error("the output sink failed")]
+    Format,
+}
 
-/// Lowers to a string.
-pub fn write_string(_info: &ProgramInfo<'_>, _options: &Options) -> Result<String, Error> {
-    Err(Error("stub".into()))
+impl From<fmt::Error> for Error {
+    fn from(_: fmt::Error) -> Self {
+        Error::Format
+    }
+}
+
+/// Writes a validated program as Inductor-style Python wrapper code into a
+/// [`fmt::Write`] sink.
+#[derive(Debug)]
+pub struct Writer<W> {
+    out: W,
+    options: Options,
+}
+
+impl<W: fmt::Write> Writer<W> {
+    /// A writer into `out`.
+    pub fn new(out: W, options: Options) -> Self {
+        Writer { out, options }
+    }
+
+    /// Lowers `info`'s program and writes the module. Nothing is written when
+    /// lowering fails.
+    pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
+        let text = Lowering::new(info.program(), &self.options).module()?;
+        self.out.write_str(&text)?;
+        Ok(())
+    }
+
+    /// The sink.
+    pub fn finish(self) -> W {
+        self.out
+    }
+}
+
+/// Lowers a validated program to a Python module.
+pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
+    let mut w = Writer::new(String::new(), options.clone());
+    w.write(info)?;
+    Ok(w.finish())
+}
+
+/// Text with indentation (four spaces per level).
+#[derive(Default)]
+struct Code {
+    text: String,
+    indent: usize,
+}
+
+impl Code {
+    fn line(&mut self, s: &str) {
+        if !s.is_empty() {
+            for _ in 0..self.indent {
+                self.text.push_str("    ");
+            }
+            self.text.push_str(s);
+        }
+        self.text.push('\n');
+    }
+
+    fn blank(&mut self) {
+        self.text.push('\n');
+    }
+}
+
+/// Shared state of one lowering.
+struct Lowering<'a> {
+    program: &'a Program,
+    options: &'a Options,
+    /// The GPU device type guards and stream imports are written for.
+    gpu: DeviceType,
+    /// Kernels some line defines.
+    defined_anywhere: IndexSet<KernelName>,
+    /// Kernels already written in the header.
+    defined: IndexSet<KernelName>,
+    /// Subgraphs already written (or being written).
+    graphs_written: IndexSet<GraphName>,
+    /// Device type of each kernel's first call.
+    kernel_device: IndexMap<KernelName, DeviceType>,
+    halide_import_written: bool,
+}
+
+impl<'a> Lowering<'a> {
+    fn new(program: &'a Program, options: &'a Options) -> Self {
+        let mut defined_anywhere = IndexSet::new();
+        let mut kernel_device = IndexMap::new();
+        let mut gpu = None;
+        for graph in std::iter::once(&program.main).chain(program.subgraphs.values()) {
+            for line in &graph.lines {
+                match line {
+                    Line::KernelDefinition { kernel } => {
+                        defined_anywhere.insert(kernel.clone());
+                    }
+                    Line::KernelCall(call) => {
+                        if let Some(d) = call.device {
+                            kernel_device.entry(call.kernel.clone()).or_insert(d.kind);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for decl in graph.buffers.values() {
+                if let BufferKind::Tensor(l) = &decl.kind {
+                    if gpu.is_none() && is_gpu(l.device) {
+                        gpu = Some(l.device.kind);
+                    }
+                }
+            }
+        }
+        for (_, kind) in &kernel_device {
+            if gpu.is_none() && matches!(kind, DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia) {
+                gpu = Some(*kind);
+            }
+        }
+        Lowering {
+            program,
+            options,
+            gpu: gpu.unwrap_or(DeviceType::Cuda),
+            defined_anywhere,
+            defined: IndexSet::new(),
+            graphs_written: IndexSet::new(),
+            kernel_device,
+            halide_import_written: false,
+        }
+    }
+
+    fn module(mut self) -> Result<String, Error> {
+        let mut code = Code::default();
+        self.imports(&mut code);
+        self.aliases(&mut code);
+        self.constants(&mut code);
+        self.definitions(&mut code, None, &self.program.main)?;
+        // Subgraphs no conditional or loop reaches are still defined, in table order.
+        for (name, graph) in &self.program.subgraphs {
+            if !self.graphs_written.contains(name) {
+                self.subgraph_function(&mut code, name, graph)?;
+            }
+        }
+        code.blank();
+        code.blank();
+        code.line("async_compile.wait(globals())");
+        code.line("del async_compile");
+        code.blank();
+        match self.options.call_form {
+            CallForm::Runner => {
+                for l in [
+                    "class Runner:",
+                    "    def __init__(self, partitions):",
+                    "        self.partitions = partitions",
+                    "",
+                    "    def recursively_apply_fns(self, fns):",
+                    "        new_callables = []",
+                    "        for fn, c in zip(fns, self.partitions):",
+                    "            new_callables.append(fn(c))",
+                    "        self.partitions = new_callables",
+                    "",
+                    "    def call(self, args):",
+                ] {
+                    code.line(l);
+                }
+                code.indent = 2;
+                self.graph_function_body(&mut code, None, &self.program.main)?;
+                code.indent = 0;
+                code.blank();
+                code.line("runner = Runner(partitions=[])");
+                code.line("call = runner.call");
+                code.line("recursively_apply_fns = runner.recursively_apply_fns");
+            }
+            CallForm::Function => {
+                code.line("def call(args):");
+                code.indent = 1;
+                self.graph_function_body(&mut code, None, &self.program.main)?;
+                code.indent = 0;
+            }
+        }
+        if self.options.benchmark_harness {
+            self.harness(&mut code)?;
+        }
+        Ok(code.text)
+    }
+
+    fn imports(&self, code: &mut Code) {
+        if let Some(id) = &self.options.aot_id {
+            code.line(&format!("# AOT ID: [{}]", crate::ir::PyStr(id)));
+        }
+        for l in [
+            "from ctypes import c_void_p, c_long, c_int",
+            "import torch",
+            "import math",
+            "import random",
+            "import os",
+            "import tempfile",
+            "from math import inf, nan",
+            "from cmath import nanj",
+            "from torch._inductor.hooks import run_intermediate_hooks",
+            "from torch._inductor.utils import maybe_profile",
+            "from torch._inductor.codegen.memory_planning import _align as align",
+            "from torch import device, empty_strided",
+            "from torch._inductor.async_compile import AsyncCompile",
+            "from torch._inductor.select_algorithm import extern_kernels",
+        ] {
+            code.line(l);
+        }
+        let any_triton = self.defined_anywhere.iter().any(|k| {
+            matches!(self.program.kernels.get(k).map(|d| &d.backend), Some(KernelBackend::Triton(_)))
+        });
+        if any_triton {
+            code.line("import triton");
+            code.line("import triton.language as tl");
+            code.line("from torch._inductor.runtime.triton_heuristics import start_graph, end_graph");
+        }
+        if any_triton || self.program_uses_stream() {
+            code.line(&self.stream_import());
+        }
+        code.blank();
+    }
+
+    fn stream_import(&self) -> String {
+        format!("from torch._C import _{}_getCurrentRawStream as get_raw_stream", self.gpu.as_str())
+    }
+
+    fn aliases(&self, code: &mut Code) {
+        for l in [
+            "aten = torch.ops.aten",
+            "inductor_ops = torch.ops.inductor",
+            "_quantized = torch.ops._quantized",
+            "assert_size_stride = torch._C._dynamo.guards.assert_size_stride",
+            "assert_alignment = torch._C._dynamo.guards.assert_alignment",
+            "empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu",
+            "empty_strided_cpu_pinned = torch._C._dynamo.guards._empty_strided_cpu_pinned",
+            "empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda",
+            "empty_strided_xpu = torch._C._dynamo.guards._empty_strided_xpu",
+            "empty_strided_mtia = torch._C._dynamo.guards._empty_strided_mtia",
+            "reinterpret_tensor = torch._C._dynamo.guards._reinterpret_tensor",
+            "alloc_from_pool = torch.ops.inductor._alloc_from_pool",
+            "async_compile = AsyncCompile()",
+            "empty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p",
+        ] {
+            code.line(l);
+        }
+    }
+
+    /// `name = None  # device(type='cuda', index=0) torch.float32 (4,) (1,)`: the
+    /// harness (or the caller) assigns the tensor before `call` runs.
+    fn constants(&self, code: &mut Code) {
+        for (name, layout) in &self.program.constants {
+            code.line(&format!(
+                "{name} = None  # {} torch.{} {} {}",
+                device_repr(layout.device),
+                layout.dtype.torch_name(),
+                python_tuple_repr(&layout.size),
+                python_tuple_repr(&layout.stride),
+            ));
+        }
+    }
+
+    /// `true` when some call anywhere fetches a GPU stream.
+    fn program_uses_stream(&self) -> bool {
+        std::iter::once(&self.program.main)
+            .chain(self.program.subgraphs.values())
+            .any(|g| self.graph_uses_stream(g))
+    }
+
+    fn graph_uses_stream(&self, graph: &Graph) -> bool {
+        graph.lines.iter().any(|l| match l {
+            Line::KernelCall(call) => match self.program.kernels.get(&call.kernel).map(|d| &d.backend) {
+                Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => {
+                    call.device.is_none_or(is_gpu)
+                }
+                Some(KernelBackend::Halide(meta)) => meta.is_cuda(),
+                _ => false,
+            },
+            _ => false,
+        })
+    }
+
+    /// Writes the header entries a graph's lines reach, in line order: kernel
+    /// definitions, and the functions of the subgraphs its conditionals and loops run.
+    fn definitions(&mut self, code: &mut Code, graph_name: Option<&GraphName>, graph: &Graph) -> Result<(), Error> {
+        for (index, line) in graph.lines.iter().enumerate() {
+            let at = || Location { graph: graph_name.cloned(), line: index, kind: line.kind() };
+            match line {
+                Line::KernelDefinition { kernel } => {
+                    if self.defined.contains(kernel) {
+                        continue;
+                    }
+                    let def = self
+                        .program
+                        .kernels
+                        .get(kernel)
+                        .ok_or_else(|| Error::UnknownKernel { kernel: kernel.clone(), at: at() })?;
+                    self.defined.insert(kernel.clone());
+                    if matches!(def.backend, KernelBackend::Halide(_)) && !self.halide_import_written {
+                        code.line("from torch._inductor.runtime.hints import HalideMeta, HalideInputSpec");
+                        self.halide_import_written = true;
+                    }
+                    let device = self.kernel_device.get(kernel).copied().unwrap_or(self.gpu);
+                    kernels::definition(code, def, device, at())?;
+                }
+                Line::Conditional(c) => {
+                    for g in [&c.true_graph, &c.false_graph] {
+                        self.reach_subgraph(code, g, at())?;
+                    }
+                }
+                Line::WhileLoop(w) => {
+                    for g in [&w.cond_graph, &w.body_graph] {
+                        self.reach_subgraph(code, g, at())?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn reach_subgraph(&mut self, code: &mut Code, name: &GraphName, at: Location) -> Result<(), Error> {
+        if self.graphs_written.contains(name) {
+            return Ok(());
+        }
+        let graph = self
+            .program
+            .subgraphs
+            .get(name)
+            .ok_or_else(|| Error::UnknownGraph { graph: name.clone(), at })?;
+        self.subgraph_function(code, name, graph)
+    }
+
+    /// A subgraph's kernels, then `def <name>(args):`. Like Inductor 2.11, a
+    /// subgraph that fetches streams repeats the `get_raw_stream` import first.
+    fn subgraph_function(&mut self, code: &mut Code, name: &GraphName, graph: &Graph) -> Result<(), Error> {
+        self.graphs_written.insert(name.clone());
+        if self.graph_uses_stream(graph) {
+            code.line(&self.stream_import());
+            code.blank();
+        }
+        self.definitions(code, Some(name), graph)?;
+        code.blank();
+        code.line(&format!("def {name}(args):"));
+        code.indent = 1;
+        self.graph_function_body(code, Some(name), graph)?;
+        code.indent = 0;
+        Ok(())
+    }
+
+    /// Argument unpacking, symbol binds, input asserts, the lines, the return.
+    fn graph_function_body(&self, code: &mut Code, graph_name: Option<&GraphName>, graph: &Graph) -> Result<(), Error> {
+        let names: Vec<&str> = graph.inputs.iter().map(|i| i.name().as_str()).collect();
+        if !names.is_empty() {
+            let mut lhs = names.join(", ");
+            if names.len() == 1 {
+                lhs.push(',');
+            }
+            code.line(&format!("{lhs} = args"));
+            code.line("args.clear()");
+        }
+        self.input_symbol_binds(code, graph);
+        if self.options.input_size_asserts {
+            let asserted: IndexSet<&BufName> = graph
+                .lines
+                .iter()
+                .filter_map(|l| match l {
+                    Line::AssertSizeStride { buffer, .. } => Some(buffer),
+                    _ => None,
+                })
+                .collect();
+            for input in &graph.inputs {
+                if let GraphInput::Tensor { name } = input {
+                    if asserted.contains(name) {
+                        continue;
+                    }
+                    let Some(layout) = graph.layout(name) else {
+                        return Err(Error::NotATensor {
+                            buffer: name.clone(),
+                            at: Location { graph: graph_name.cloned(), line: 0, kind: "input" },
+                        });
+                    };
+                    if layout.size.iter().any(|s| *s == SymExpr::Int(0)) {
+                        continue;
+                    }
+                    code.line(&format!(
+                        "assert_size_stride({name}, {}, {})",
+                        shape_tuple(&layout.size),
+                        shape_tuple(&layout.stride)
+                    ));
+                }
+            }
+        }
+        body::GraphLowering::new(self, graph_name, graph).lines(code)?;
+        let outputs: Vec<String> = graph
+            .outputs
+            .iter()
+            .map(|o| match o {
+                crate::ir::GraphOutput::Buffer(b) => b.to_string(),
+                crate::ir::GraphOutput::Expr(e) => crate::sym::print::python(e),
+                crate::ir::GraphOutput::None => "None".to_string(),
+            })
+            .collect();
+        if outputs.is_empty() {
+            code.line("return ()");
+        } else {
+            code.line(&format!("return ({}, )", outputs.join(", ")));
+        }
+        Ok(())
+    }
+
+    /// `s0 = arg0_1` for symbol inputs; for tensor inputs whose sizes or strides
+    /// are bare backed symbols not bound yet, `arg0_1_size = arg0_1.size()` then
+    /// `s0 = arg0_1_size[0]` (and the same with `_stride`).
+    fn input_symbol_binds(&self, code: &mut Code, graph: &Graph) {
+        let mut bound: IndexSet<Symbol> = IndexSet::new();
+        for input in &graph.inputs {
+            match input {
+                GraphInput::Symbol { name, symbol } => {
+                    if bound.insert(symbol.clone()) && name.as_str() != symbol.as_str() {
+                        code.line(&format!("{symbol} = {name}"));
+                    }
+                }
+                GraphInput::Tensor { name } => {
+                    let Some(layout) = graph.layout(name) else { continue };
+                    for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
+                        let mut declared = false;
+                        for (dim, e) in dims.iter().enumerate() {
+                            let SymExpr::Sym(s) = e else { continue };
+                            if bound.contains(s) || !self.symbol_known_backed(s) {
+                                continue;
+                            }
+                            if !declared {
+                                code.line(&format!("{name}_{what} = {name}.{what}()"));
+                                declared = true;
+                            }
+                            code.line(&format!("{s} = {name}_{what}[{dim}]"));
+                            bound.insert(s.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Backed symbols are bound from inputs; undeclared symbols with an `s` prefix
+    /// count as backed too.
+    fn symbol_known_backed(&self, s: &Symbol) -> bool {
+        match self.program.symbols.get(s) {
+            Some(d) => d.kind == crate::ir::SymbolKind::Backed,
+            None => s.prefix_kind() == crate::sym::SymbolPrefix::Backed,
+        }
+    }
+
+    fn harness(&self, code: &mut Code) -> Result<(), Error> {
+        let mut hints = crate::sym::Bindings::new();
+        for (s, d) in &self.program.symbols {
+            if let Some(h) = d.hint {
+                hints.insert(s.clone(), h);
+            }
+        }
+        let main = &self.program.main;
+        code.blank();
+        code.blank();
+        code.line("def get_args():");
+        code.indent = 1;
+        code.line("from torch._dynamo.testing import rand_strided");
+        for (name, layout) in &self.program.constants {
+            code.line(&format!("global {name}"));
+            code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
+        }
+        let mut names = Vec::new();
+        for input in &main.inputs {
+            match input {
+                GraphInput::Symbol { name, symbol } => {
+                    let v = hints
+                        .get(symbol)
+                        .ok_or_else(|| Error::MissingHint { symbol: symbol.clone(), input: name.clone() })?;
+                    code.line(&format!("{name} = {v}"));
+                }
+                GraphInput::Tensor { name } => {
+                    let layout = main.layout(name).ok_or_else(|| Error::NotATensor {
+                        buffer: name.clone(),
+                        at: Location { graph: None, line: 0, kind: "input" },
+                    })?;
+                    code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
+                }
+            }
+            names.push(input.name().to_string());
+        }
+        code.line(&format!("return [{}]", names.join(", ")));
+        code.indent = 0;
+        for l in [
+            "",
+            "",
+            "def benchmark_compiled_module(args, times=10, repeat=10):",
+            "    from torch._inductor.utils import print_performance",
+            "    fn = lambda: call(list(args))",
+            "    return print_performance(fn, times=times, repeat=repeat)",
+            "",
+            "",
+            "if __name__ == \"__main__\":",
+            "    from torch._inductor.wrapper_benchmark import compiled_module_main",
+            "    args = get_args()",
+            "    compiled_module_main('None', lambda times, repeat: benchmark_compiled_module(args, times=times, repeat=repeat))",
+        ] {
+            code.line(l);
+        }
+        Ok(())
+    }
+}
+
+fn is_gpu(d: Device) -> bool {
+    matches!(d.kind, DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia)
+}
+
+/// `rand_strided((33, 77), (77, 1), device='cuda:0', dtype=torch.float32)` at the hints.
+fn rand_strided(input: &BufName, layout: &crate::ir::Layout, hints: &crate::sym::Bindings) -> Result<String, Error> {
+    let eval = |e: &SymExpr| -> Result<String, Error> {
+        match crate::sym::eval::eval_int(e, hints) {
+            Ok(v) => Ok(v.to_string()),
+            Err(EvalError::Unbound { symbol }) => Err(Error::MissingHint { symbol, input: input.clone() }),
+            Err(source) => Err(Error::HarnessEval { input: input.clone(), source }),
+        }
+    };
+    let size: Vec<String> = layout.size.iter().map(eval).collect::<Result<_, _>>()?;
+    let stride: Vec<String> = layout.stride.iter().map(eval).collect::<Result<_, _>>()?;
+    Ok(format!(
+        "rand_strided({}, {}, device={}, dtype=torch.{})",
+        tuple_of(&size),
+        tuple_of(&stride),
+        crate::ir::PyStr(&layout.device.to_string()),
+        layout.dtype.torch_name()
+    ))
+}
+
+/// Inductor's `codegen_python_shape_tuple`: `()`, `(x, )`, `(a, b)`.
+pub(crate) fn shape_tuple(dims: &[SymExpr]) -> String {
+    let items: Vec<String> = dims.iter().map(crate::sym::print::python).collect();
+    tuple_of(&items)
+}
+
+fn tuple_of(items: &[String]) -> String {
+    match items.len() {
+        0 => "()".to_string(),
+        1 => format!("({}, )", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}
+
+/// Python's `repr` of a tuple: `()`, `(4,)`, `(4, 1)`.
+fn python_tuple_repr(dims: &[SymExpr]) -> String {
+    let items: Vec<String> = dims.iter().map(crate::sym::print::python).collect();
+    match items.len() {
+        1 => format!("({},)", items[0]),
+        _ => format!("({})", items.join(", ")),
+    }
+}
+
+/// `device(type='cuda', index=0)`, as `repr(torch.device)` prints it.
+pub(crate) fn device_repr(d: Device) -> String {
+    match d.index {
+        Some(i) => format!("device(type='{}', index={i})", d.kind.as_str()),
+        None => format!("device(type='{}')", d.kind.as_str()),
+    }
 }

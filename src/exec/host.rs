@@ -1,0 +1,202 @@
+//! The host backend: real tensors in CPU memory.
+//!
+//! Kernels and extern ops come from a registry keyed by name. Extern ops are
+//! looked up by the op string the program uses, then by its normalised key
+//! (`torch.ops.aten.mm.default` and `extern_kernels.mm` -> `aten.mm`), so a
+//! library user can register a Rust closure under either form. Kernels are
+//! looked up by kernel name. `out=` variants are handled for every op: the
+//! result is copied into `out`.
+
+use super::jagged::Overflow;
+use super::ops::{self, Args, BuiltinOptions};
+use super::tensor::MemCounter;
+use super::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value};
+use indexmap::IndexMap;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A user extern op: positional and keyword arguments in, a value out.
+pub type ExternFn =
+    Arc<dyn Fn(&[Value<Tensor>], &IndexMap<String, Value<Tensor>>) -> Result<Value<Tensor>, ExecError> + Send + Sync>;
+
+/// A user kernel: mutates its tensor arguments in place.
+pub type KernelFn = Arc<dyn Fn(&KernelLaunch<'_, Tensor>) -> Result<(), ExecError> + Send + Sync>;
+
+/// Options of the host backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostOptions {
+    /// `_padded_dense_to_jagged_forward` on rows longer than the padded width
+    /// (or a `total_L` other than `offsets[-1]`): `false` (default) raises like
+    /// ATen's CPU kernel; `true` writes 0 like the CUDA kernel and Inductor's lowering.
+    pub jagged_zero_fill: bool,
+}
+
+/// Runs programs on the CPU.
+pub struct HostBackend {
+    options: HostOptions,
+    ops: BTreeMap<String, ExternFn>,
+    kernels: BTreeMap<String, KernelFn>,
+    memory: Arc<MemCounter>,
+}
+
+impl Default for HostBackend {
+    fn default() -> Self {
+        HostBackend::new(HostOptions::default())
+    }
+}
+
+impl std::fmt::Debug for HostBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBackend")
+            .field("options", &self.options)
+            .field("ops", &self.ops.keys().collect::<Vec<_>>())
+            .field("kernels", &self.kernels.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The registry key of an op: namespace and name without overload
+/// (`torch.ops.aten.nonzero.default` -> `aten.nonzero`, `extern_kernels.mm` -> `aten.mm`).
+pub fn op_key(op: &str) -> String {
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    if let Some(rest) = s.strip_prefix("extern_kernels.") {
+        return format!("aten.{}", rest.split('.').next().unwrap_or(rest));
+    }
+    let mut parts = s.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(ns), Some(name)) => format!("{ns}.{name}"),
+        (Some(name), None) => name.to_string(),
+        _ => s.to_string(),
+    }
+}
+
+impl HostBackend {
+    /// A backend with the built-in ops.
+    pub fn new(options: HostOptions) -> Self {
+        let mut b = HostBackend { options, ops: BTreeMap::new(), kernels: BTreeMap::new(), memory: Arc::default() };
+        let builtin_options = BuiltinOptions {
+            jagged_overflow: if options.jagged_zero_fill { Overflow::ZeroFill } else { Overflow::Error },
+        };
+        for (name, f) in ops::builtins() {
+            let key = name.to_string();
+            let op_name = key.clone();
+            b.ops.insert(
+                key,
+                Arc::new(move |args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>| {
+                    f(&Args { op: &op_name, args, kwargs }, &builtin_options)
+                }),
+            );
+        }
+        b
+    }
+
+    /// Registers (or replaces) an extern op under `name` (an op string or a key like `aten.foo`).
+    pub fn register_op(&mut self, name: &str, f: ExternFn) {
+        self.ops.insert(name.to_string(), f);
+    }
+
+    /// Registers (or replaces) a kernel by kernel name.
+    pub fn register_kernel(&mut self, name: &str, f: KernelFn) {
+        self.kernels.insert(name.to_string(), f);
+    }
+
+    /// Registered op names.
+    pub fn op_names(&self) -> Vec<String> {
+        self.ops.keys().cloned().collect()
+    }
+
+    /// Registered kernel names.
+    pub fn kernel_names(&self) -> Vec<String> {
+        self.kernels.keys().cloned().collect()
+    }
+}
+
+impl Backend for HostBackend {
+    type Tensor = Tensor;
+
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn allocate(&mut self, spec: &TensorSpec) -> Result<Tensor, ExecError> {
+        Tensor::allocate(spec, Some(Arc::clone(&self.memory)))
+    }
+
+    fn spec(&self, tensor: &Tensor) -> TensorSpec {
+        tensor.spec().clone()
+    }
+
+    fn view(&mut self, base: &Tensor, size: &[i64], stride: &[i64], offset: i64) -> Result<Tensor, ExecError> {
+        base.view(size, stride, offset)
+    }
+
+    fn launch(&mut self, launch: KernelLaunch<'_, Tensor>) -> Result<(), ExecError> {
+        let name = launch.kernel.name.as_str();
+        let f = self.kernels.get(name).ok_or_else(|| ExecError::UnknownKernel {
+            backend: "host",
+            name: name.to_string(),
+            supported: self.kernel_names(),
+        })?;
+        f(&launch)
+    }
+
+    fn call_extern(&mut self, call: ExternCall<'_, Tensor>) -> Result<Value<Tensor>, ExecError> {
+        let key = op_key(call.op);
+        let f = self.ops.get(call.op).or_else(|| self.ops.get(&key)).ok_or_else(|| ExecError::UnknownOp {
+            backend: "host",
+            op: call.op.to_string(),
+            supported: self.op_names(),
+        })?;
+        let mut kwargs = call.kwargs;
+        let out = kwargs.shift_remove("out");
+        let result = f(&call.args, &kwargs)?;
+        match out {
+            None | Some(Value::None) => Ok(result),
+            Some(Value::Tensor(out)) => {
+                let Value::Tensor(r) = &result else {
+                    return Err(ExecError::op(call.op, format!("`out=` given but the op returned a {}", result.kind())));
+                };
+                if r.size() != out.size() {
+                    return Err(ExecError::op(
+                        call.op,
+                        format!("result of shape {:?} does not fit `out` of shape {:?}", r.size(), out.size()),
+                    ));
+                }
+                out.copy_from(r)?;
+                Ok(Value::None)
+            }
+            Some(other) => Err(ExecError::op(call.op, format!("`out` must be a tensor, got {}", other.kind()))),
+        }
+    }
+
+    fn read_scalar(&mut self, tensor: &Tensor, _request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+        if tensor.numel() != 1 {
+            return Err(ExecError::Type(format!("item() of a tensor with {} elements", tensor.numel())));
+        }
+        Ok(match tensor.dtype() {
+            crate::ir::DType::Bool => ScalarValue::Bool(tensor.to_i64_vec()?[0] != 0),
+            d if d.is_floating() => ScalarValue::Float(tensor.to_f64_vec()?[0]),
+            _ => ScalarValue::Int(tensor.to_i64_vec()?[0]),
+        })
+    }
+
+    fn copy_in(&mut self, tensor: &Tensor) -> Result<Tensor, ExecError> {
+        Ok(tensor.clone())
+    }
+
+    fn copy_out(&mut self, tensor: &Tensor) -> Result<Tensor, ExecError> {
+        Ok(tensor.clone())
+    }
+
+    fn check_alignment(&self, tensor: &Tensor, alignment: u32) -> Result<(), ExecError> {
+        let addr = tensor.data_address();
+        if alignment > 0 && addr % alignment as usize != 0 {
+            return Err(ExecError::Assert(format!("data is not {alignment}-byte aligned")));
+        }
+        Ok(())
+    }
+
+    fn memory(&self) -> MemoryStats {
+        self.memory.stats()
+    }
+}

@@ -1,0 +1,735 @@
+//! The host backend's built-in extern ops.
+
+use super::jagged::{self, Overflow};
+use super::tensor::Tensor;
+use super::{ExecError, Value};
+use crate::ir::DType;
+use indexmap::IndexMap;
+use rayon::prelude::*;
+
+/// Arguments of one op call, read by position or keyword.
+pub(crate) struct Args<'a> {
+    pub(crate) op: &'a str,
+    pub(crate) args: &'a [Value<Tensor>],
+    pub(crate) kwargs: &'a IndexMap<String, Value<Tensor>>,
+}
+
+impl<'a> Args<'a> {
+    fn get(&self, i: usize, name: &str) -> Option<&'a Value<Tensor>> {
+        self.args.get(i).or_else(|| self.kwargs.get(name)).filter(|v| !matches!(v, Value::None))
+    }
+
+    fn err(&self, message: impl Into<String>) -> ExecError {
+        ExecError::op(self.op, message)
+    }
+
+    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a Tensor, ExecError> {
+        match self.get(i, name) {
+            Some(Value::Tensor(t)) => Ok(t),
+            Some(v) => Err(self.err(format!("argument `{name}` must be a tensor, got {}", v.kind()))),
+            None => Err(self.err(format!("missing tensor argument `{name}`"))),
+        }
+    }
+
+    fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
+        match self.get(i, name) {
+            Some(v) => v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
+            None => default.ok_or_else(|| self.err(format!("missing int argument `{name}`"))),
+        }
+    }
+
+    fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
+        match self.get(i, name) {
+            Some(v) => Ok(Some(v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int")))?)),
+            None => Ok(None),
+        }
+    }
+
+    fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
+        match self.get(i, name) {
+            Some(v) => v.as_float().ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
+            None => Ok(default),
+        }
+    }
+
+    fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
+        match self.get(i, name) {
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => v.as_int().map(|x| x != 0).ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
+            None => Ok(default),
+        }
+    }
+
+    fn string(&self, i: usize, name: &str) -> Result<Option<&'a str>, ExecError> {
+        match self.get(i, name) {
+            Some(Value::Str(s)) => Ok(Some(s.as_str())),
+            Some(v) => Err(self.err(format!("argument `{name}` must be a string, got {}", v.kind()))),
+            None => Ok(None),
+        }
+    }
+
+    fn tensors(&self, i: usize, name: &str) -> Result<Vec<Tensor>, ExecError> {
+        match self.get(i, name) {
+            Some(Value::List(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Tensor(t) => Ok(t.clone()),
+                    other => Err(self.err(format!("`{name}` must be a list of tensors, found {}", other.kind()))),
+                })
+                .collect(),
+            Some(Value::Tensor(t)) => Ok(vec![t.clone()]),
+            _ => Err(self.err(format!("missing tensor-list argument `{name}`"))),
+        }
+    }
+
+    fn ints(&self, i: usize, name: &str) -> Result<Vec<i64>, ExecError> {
+        match self.get(i, name) {
+            Some(Value::List(items)) => items
+                .iter()
+                .map(|v| v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints"))))
+                .collect(),
+            Some(v) => Ok(vec![v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
+            None => Err(self.err(format!("missing int-list argument `{name}`"))),
+        }
+    }
+}
+
+/// A built-in op.
+pub(crate) type Builtin = fn(&Args<'_>, &BuiltinOptions) -> Result<Value<Tensor>, ExecError>;
+
+/// Options the built-ins read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BuiltinOptions {
+    pub(crate) jagged_overflow: Overflow,
+}
+
+/// Every built-in op, by registry key.
+pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
+    vec![
+        ("aten._jagged_to_padded_dense_forward", j2pd),
+        ("aten._padded_dense_to_jagged_forward", pd2j),
+        ("aten._jagged_to_padded_dense_backward", j2pd_backward),
+        ("aten._padded_dense_to_jagged_backward", pd2j_backward),
+        ("wrapir.inverse_offsets", inverse_offsets),
+        ("aten.mm", mm),
+        ("aten.addmm", addmm),
+        ("aten.bmm", bmm),
+        ("aten.nonzero", nonzero),
+        ("aten.item", item),
+        ("aten.cumsum", cumsum),
+        ("aten.index_put_", index_put),
+        ("aten.scatter_", scatter),
+        ("aten.scatter_reduce_", scatter_reduce),
+        ("aten.topk", topk),
+        ("aten.copy_", copy),
+        ("aten.clone", clone),
+        ("aten.add", add),
+        ("aten.sub", sub),
+        ("aten.mul", mul),
+        ("aten.div", div),
+        ("aten.neg", neg),
+        ("aten.relu", relu),
+        ("aten.exp", exp),
+        ("aten.sin", sin),
+        ("aten.where", where_),
+    ]
+}
+
+fn j2pd(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let values = a.tensor(0, "values")?;
+    let offsets = a.tensors(1, "offsets")?;
+    let max_lengths = a.ints(2, "max_lengths")?;
+    let padding = a.float(3, "padding_value", 0.0)?;
+    Ok(Value::Tensor(jagged::jagged_to_padded(a.op, values, &offsets, &max_lengths, padding)?))
+}
+
+fn pd2j(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let dense = a.tensor(0, "dense")?;
+    let offsets = a.tensors(1, "offsets")?;
+    let total = a.opt_int(2, "total_L")?;
+    Ok(Value::Tensor(jagged::padded_to_jagged(a.op, dense, &offsets, total, o.jagged_overflow)?))
+}
+
+/// Gradient of j2pd w.r.t. values: `[total_L, *rest]`, zero where the forward truncated.
+fn j2pd_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let grad = a.tensor(0, "grad_output")?;
+    let offsets = a.tensors(1, "offsets")?;
+    let total = a.int(2, "total_L", None)?;
+    Ok(Value::Tensor(jagged::padded_to_jagged(a.op, grad, &offsets, Some(total), Overflow::ZeroFill)?))
+}
+
+/// Gradient of pd2j w.r.t. dense: j2pd with padding 0.
+fn pd2j_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let grad = a.tensor(0, "grad_output")?;
+    let offsets = a.tensors(1, "offsets")?;
+    let max_lengths = a.ints(2, "max_lengths")?;
+    Ok(Value::Tensor(jagged::jagged_to_padded(a.op, grad, &offsets, &max_lengths, 0.0)?))
+}
+
+fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let offsets = a.tensor(0, "offsets")?;
+    let total = a.opt_int(1, "total_L")?;
+    Ok(Value::Tensor(jagged::inverse_offsets_tensor(a.op, offsets, total)?))
+}
+
+/// `[m, k] @ [k, n]` on row-major `f64` data, parallel over rows.
+fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    let row = |(i, r): (usize, &mut [f64])| {
+        for p in 0..k {
+            let x = a[i * k + p];
+            if x != 0.0 {
+                for j in 0..n {
+                    r[j] += x * b[p * n + j];
+                }
+            }
+        }
+    };
+    if m * n * k >= 1 << 16 && n > 0 {
+        out.par_chunks_mut(n).enumerate().for_each(row);
+    } else if n > 0 {
+        out.chunks_mut(n).enumerate().for_each(row);
+    }
+    out
+}
+
+fn check_float_pair(a: &Args<'_>, x: &Tensor, y: &Tensor) -> Result<DType, ExecError> {
+    if x.dtype() != y.dtype() {
+        return Err(a.err(format!("dtypes differ: {} and {}", x.dtype(), y.dtype())));
+    }
+    Ok(x.dtype())
+}
+
+fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let y = a.tensor(1, "mat2")?;
+    let dtype = check_float_pair(a, x, y)?;
+    let (&[m, k], &[k2, n]) = (x.size(), y.size()) else {
+        return Err(a.err(format!("expected 2-d matrices, got {:?} and {:?}", x.size(), y.size())));
+    };
+    if k != k2 {
+        return Err(a.err(format!("shapes {:?} and {:?} cannot be multiplied", x.size(), y.size())));
+    }
+    let out = matmul(&x.to_f64_vec()?, &y.to_f64_vec()?, m as usize, k as usize, n as usize);
+    Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &[m, n])?))
+}
+
+fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let bias = a.tensor(0, "self")?;
+    let inner = Args { op: a.op, args: a.args.get(1..).unwrap_or(&[]), kwargs: a.kwargs };
+    let Value::Tensor(prod) = mm(&inner, o)? else {
+        return Err(a.err("mm returned no tensor"));
+    };
+    let beta = a.float(3, "beta", 1.0)?;
+    let alpha = a.float(4, "alpha", 1.0)?;
+    let b = bias.expand(prod.size())?.to_f64_vec()?;
+    let p = prod.to_f64_vec()?;
+    let out: Vec<f64> = p.iter().zip(&b).map(|(p, b)| beta * b + alpha * p).collect();
+    Ok(Value::Tensor(Tensor::from_f64(prod.dtype(), &out, prod.size())?))
+}
+
+fn bmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let y = a.tensor(1, "mat2")?;
+    let dtype = check_float_pair(a, x, y)?;
+    let (&[bt, m, k], &[bt2, k2, n]) = (x.size(), y.size()) else {
+        return Err(a.err(format!("expected 3-d batches, got {:?} and {:?}", x.size(), y.size())));
+    };
+    if bt != bt2 || k != k2 {
+        return Err(a.err(format!("shapes {:?} and {:?} cannot be multiplied", x.size(), y.size())));
+    }
+    let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    let mut out = Vec::with_capacity(bt as usize * m * n);
+    for b in 0..bt as usize {
+        out.extend(matmul(&xv[b * m * k..(b + 1) * m * k], &yv[b * k * n..(b + 1) * k * n], m, k, n));
+    }
+    Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &[bt, m as i64, n as i64])?))
+}
+
+/// `[N, ndim]` int64 indices of non-zero elements, laid out like ATen's
+/// (column-major: strides `(1, N)`).
+fn nonzero(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let v = x.to_f64_vec()?;
+    let rank = x.dim();
+    let mut hits: Vec<Vec<i64>> = Vec::new();
+    let mut idx = vec![0i64; rank];
+    for val in &v {
+        if *val != 0.0 {
+            hits.push(idx.clone());
+        }
+        for d in (0..rank).rev() {
+            idx[d] += 1;
+            if idx[d] < x.size()[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let n = hits.len();
+    let mut col_major = vec![0i64; n * rank];
+    for (i, h) in hits.iter().enumerate() {
+        for (d, c) in h.iter().enumerate() {
+            col_major[d * n + i] = *c;
+        }
+    }
+    let storage = Tensor::from_vec(col_major, &[(n * rank) as i64])?;
+    Ok(Value::Tensor(storage.view(&[n as i64, rank as i64], &[1, n as i64], 0)?))
+}
+
+fn item(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    if x.numel() != 1 {
+        return Err(a.err(format!("item() needs one element, the tensor has {}", x.numel())));
+    }
+    Ok(match x.dtype() {
+        DType::Bool => Value::Bool(x.to_i64_vec()?[0] != 0),
+        d if d.is_floating() => Value::Float(x.to_f64_vec()?[0]),
+        _ => Value::Int(x.to_i64_vec()?[0]),
+    })
+}
+
+fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
+    let r = rank.max(1) as i64;
+    let d = if dim < 0 { dim + r } else { dim };
+    if d < 0 || d >= r {
+        return Err(a.err(format!("dimension {dim} out of range for rank {rank}")));
+    }
+    Ok(d as usize)
+}
+
+/// (outer, len, inner) sizes around dimension `d`.
+fn split_at(size: &[i64], d: usize) -> (usize, usize, usize) {
+    let outer: i64 = size[..d].iter().product();
+    let inner: i64 = size[d + 1..].iter().product();
+    (outer as usize, size.get(d).copied().unwrap_or(1) as usize, inner as usize)
+}
+
+fn cumsum(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let d = norm_dim(a, a.int(1, "dim", None)?, x.dim())?;
+    let out_dtype = match a.get(2, "dtype") {
+        Some(Value::DType(t)) => *t,
+        _ if x.dtype().is_floating() => x.dtype(),
+        _ => DType::Int64,
+    };
+    let shape = x.size().to_vec();
+    let (outer, len, inner) = if x.dim() == 0 { (1, 1, 1) } else { split_at(&shape, d) };
+    if out_dtype.is_floating() {
+        let mut v = x.to_f64_vec()?;
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = 0.0;
+                for k in 0..len {
+                    let p = (o * len + k) * inner + i;
+                    acc += v[p];
+                    v[p] = acc;
+                }
+            }
+        }
+        Ok(Value::Tensor(Tensor::from_f64(out_dtype, &v, &shape)?))
+    } else {
+        let mut v = x.to_i64_vec()?;
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = 0i64;
+                for k in 0..len {
+                    let p = (o * len + k) * inner + i;
+                    acc = acc.wrapping_add(v[p]);
+                    v[p] = acc;
+                }
+            }
+        }
+        Ok(Value::Tensor(Tensor::from_i64(out_dtype, &v, &shape)?))
+    }
+}
+
+/// `target[indices] = values` (or `+=` with accumulate) for index tensors on
+/// the leading dimensions (`None` = full slice), broadcast together.
+fn index_put(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let target = a.tensor(0, "self")?;
+    let Some(Value::List(index_values)) = a.get(1, "indices") else {
+        return Err(a.err("`indices` must be a list of tensors or None"));
+    };
+    let values = a.tensor(2, "values")?;
+    let accumulate = a.boolean(3, "accumulate", false)?;
+    let rank = target.dim();
+    if index_values.len() > rank {
+        return Err(a.err(format!("{} indices for a {rank}-d tensor", index_values.len())));
+    }
+    // Index tensors: all given ones must share a shape (after broadcasting to the first).
+    let mut idx: Vec<Option<Vec<i64>>> = Vec::new();
+    let mut idx_shape: Option<Vec<i64>> = None;
+    for v in index_values {
+        match v {
+            Value::None => idx.push(None),
+            Value::Tensor(t) => {
+                if t.dtype() == DType::Bool {
+                    return Err(a.err("boolean mask indices are not supported; use nonzero first"));
+                }
+                let shape = idx_shape.get_or_insert_with(|| t.size().to_vec()).clone();
+                idx.push(Some(t.expand(&shape)?.to_i64_vec()?));
+            }
+            other => return Err(a.err(format!("index must be a tensor or None, got {}", other.kind()))),
+        }
+    }
+    let Some(ishape) = idx_shape else {
+        return Err(a.err("at least one index tensor is required"));
+    };
+    let n_idx: usize = ishape.iter().product::<i64>() as usize;
+    // Each selected position: index tuple for the leading dims, full ranges for the rest.
+    let lead = idx.len();
+    let tail: Vec<i64> = target.size()[lead..].to_vec();
+    let tail_n: usize = tail.iter().product::<i64>() as usize;
+    let slice_dims: Vec<usize> = (0..lead).filter(|d| idx[*d].is_none()).collect();
+    let slice_n: usize = slice_dims.iter().map(|d| target.size()[*d] as usize).product();
+    let mut out_shape = ishape.clone();
+    out_shape.extend(slice_dims.iter().map(|d| target.size()[*d]));
+    out_shape.extend_from_slice(&tail);
+    let vals = values.expand(&out_shape)?;
+    let float = target.dtype().is_floating();
+    let vf = if float { vals.to_f64_vec()? } else { Vec::new() };
+    let vi = if float { Vec::new() } else { vals.to_i64_vec()? };
+    let mut tf = if float { target.to_f64_vec()? } else { Vec::new() };
+    let mut ti = if float { Vec::new() } else { target.to_i64_vec()? };
+    let tstride = super::contiguous_strides(target.size());
+    let mut k = 0usize;
+    for p in 0..n_idx {
+        for s in 0..slice_n {
+            // Decompose s over the sliced dims.
+            let mut rem = s;
+            let mut coords = vec![0i64; lead];
+            for d in slice_dims.iter().rev() {
+                let sz = target.size()[*d] as usize;
+                coords[*d] = (rem % sz) as i64;
+                rem /= sz;
+            }
+            for d in 0..lead {
+                if let Some(iv) = &idx[d] {
+                    let mut c = iv[p];
+                    let sz = target.size()[d];
+                    if c < 0 {
+                        c += sz;
+                    }
+                    if c < 0 || c >= sz {
+                        return Err(a.err(format!("index {} is out of bounds for dimension {d} of size {sz}", iv[p])));
+                    }
+                    coords[d] = c;
+                }
+            }
+            let base: i64 = coords.iter().zip(&tstride).map(|(c, s)| c * s).sum();
+            for t in 0..tail_n {
+                let pos = base as usize + t;
+                if float {
+                    tf[pos] = if accumulate { tf[pos] + vf[k] } else { vf[k] };
+                } else {
+                    ti[pos] = if accumulate { ti[pos].wrapping_add(vi[k]) } else { vi[k] };
+                }
+                k += 1;
+            }
+        }
+    }
+    if float {
+        target.write_f64(&tf)?;
+    } else {
+        target.write_i64(&ti)?;
+    }
+    Ok(Value::Tensor(target.clone()))
+}
+
+/// Visits every element of `index` (shape-compatible with `target` except along `dim`):
+/// calls `f(target_position, index_element_position)`.
+fn scatter_positions(
+    a: &Args<'_>,
+    target: &Tensor,
+    dim: usize,
+    index: &[i64],
+    index_shape: &[i64],
+    f: &mut dyn FnMut(usize, usize),
+) -> Result<(), ExecError> {
+    let rank = target.dim();
+    if index_shape.len() != rank {
+        return Err(a.err(format!("index has rank {} but self has rank {rank}", index_shape.len())));
+    }
+    let tstride = super::contiguous_strides(target.size());
+    let mut coord = vec![0i64; rank];
+    for (k, iv) in index.iter().enumerate() {
+        let sz = target.size()[dim];
+        let c = if *iv < 0 { iv + sz } else { *iv };
+        if c < 0 || c >= sz {
+            return Err(a.err(format!("index {iv} is out of bounds for dimension {dim} of size {sz}")));
+        }
+        let mut pos = 0i64;
+        for d in 0..rank {
+            let cd = if d == dim { c } else { coord[d] };
+            if d != dim && cd >= target.size()[d] {
+                return Err(a.err("index is larger than self outside the scatter dimension"));
+            }
+            pos += cd * tstride[d];
+        }
+        f(pos as usize, k);
+        for d in (0..rank).rev() {
+            coord[d] += 1;
+            if coord[d] < index_shape[d] {
+                break;
+            }
+            coord[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+fn scatter_common(a: &Args<'_>, reduce: Option<&str>, include_self: bool) -> Result<Value<Tensor>, ExecError> {
+    let target = a.tensor(0, "self")?;
+    let dim = norm_dim(a, a.int(1, "dim", None)?, target.dim())?;
+    let index_t = a.tensor(2, "index")?;
+    let index = index_t.to_i64_vec()?;
+    let src: Vec<f64> = match a.get(3, "src").or_else(|| a.get(3, "value")) {
+        Some(Value::Tensor(s)) => {
+            // src is read at the index's positions: the index-shaped corner of src.
+            s.view(index_t.size(), s.stride(), s.spec().offset)?.to_f64_vec()?
+        }
+        Some(v) => vec![v.as_float().ok_or_else(|| a.err("scalar src must be a number"))?; index.len()],
+        None => return Err(a.err("missing `src` / `value`")),
+    };
+    let mut t = target.to_f64_vec()?;
+    let mut count = vec![if include_self { 1usize } else { 0 }; t.len()];
+    let mut touched = vec![false; t.len()];
+    let mut pending: Vec<(usize, f64)> = Vec::new();
+    scatter_positions(a, target, dim, &index, index_t.size(), &mut |pos, k| pending.push((pos, src[k])))?;
+    for (pos, v) in pending {
+        let first = !touched[pos];
+        touched[pos] = true;
+        let cur = if first && !include_self { None } else { Some(t[pos]) };
+        t[pos] = match (reduce, cur) {
+            (None, _) => v,
+            (Some(_), None) => v,
+            (Some("add" | "sum" | "mean"), Some(c)) => c + v,
+            (Some("multiply" | "prod"), Some(c)) => c * v,
+            (Some("amax"), Some(c)) => c.max(v),
+            (Some("amin"), Some(c)) => c.min(v),
+            (Some(r), _) => return Err(a.err(format!("unknown reduction `{r}`"))),
+        };
+        count[pos] += 1;
+    }
+    if reduce == Some("mean") {
+        for (p, c) in count.iter().enumerate() {
+            if touched[p] && *c > 0 {
+                t[p] /= *c as f64;
+                if !target.dtype().is_floating() {
+                    t[p] = t[p].floor();
+                }
+            }
+        }
+    }
+    target.write_f64(&t)?;
+    Ok(Value::Tensor(target.clone()))
+}
+
+fn scatter(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let reduce = a.string(4, "reduce")?;
+    scatter_common(a, reduce, true)
+}
+
+fn scatter_reduce(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let reduce = a.string(4, "reduce")?.ok_or_else(|| a.err("missing `reduce`"))?;
+    let include_self = a.boolean(5, "include_self", true)?;
+    scatter_common(a, Some(reduce), include_self)
+}
+
+fn topk(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let k = a.int(1, "k", None)?;
+    let d = norm_dim(a, a.int(2, "dim", Some(-1))?, x.dim())?;
+    let largest = a.boolean(3, "largest", true)?;
+    let shape = x.size().to_vec();
+    let (outer, len, inner) = if x.dim() == 0 { (1, 1, 1) } else { split_at(&shape, d) };
+    if k < 0 || k as usize > len {
+        return Err(a.err(format!("k = {k} is out of range for dimension of size {len}")));
+    }
+    let k = k as usize;
+    let v = x.to_f64_vec()?;
+    let mut vals = vec![0.0; outer * k * inner];
+    let mut idxs = vec![0i64; outer * k * inner];
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut items: Vec<(f64, usize)> = (0..len).map(|j| (v[(o * len + j) * inner + i], j)).collect();
+            // NaN counts as largest, as in torch; ties keep the lower index first.
+            items.sort_by(|p, q| {
+                let ord = p.0.partial_cmp(&q.0).unwrap_or_else(|| p.0.is_nan().cmp(&q.0.is_nan()));
+                let ord = if largest { ord.reverse() } else { ord };
+                ord.then(p.1.cmp(&q.1))
+            });
+            for (r, (val, j)) in items.into_iter().take(k).enumerate() {
+                vals[(o * k + r) * inner + i] = val;
+                idxs[(o * k + r) * inner + i] = j as i64;
+            }
+        }
+    }
+    let mut out_shape = shape.clone();
+    if !out_shape.is_empty() {
+        out_shape[d] = k as i64;
+    }
+    Ok(Value::List(vec![
+        Value::Tensor(Tensor::from_f64(x.dtype(), &vals, &out_shape)?),
+        Value::Tensor(Tensor::from_vec(idxs, &out_shape)?),
+    ]))
+}
+
+fn copy(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let dst = a.tensor(0, "self")?;
+    let src = a.tensor(1, "src")?;
+    dst.copy_from(&src.expand(dst.size())?)?;
+    Ok(Value::Tensor(dst.clone()))
+}
+
+fn clone(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    Ok(Value::Tensor(a.tensor(0, "self")?.contiguous_copy()?))
+}
+
+/// An operand of a pointwise op.
+enum Operand<'t> {
+    Tensor(&'t Tensor),
+    Scalar(f64, bool),
+}
+
+fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecError> {
+    match a.get(i, name) {
+        Some(Value::Tensor(t)) => Ok(Operand::Tensor(t)),
+        Some(Value::Float(f)) => Ok(Operand::Scalar(*f, true)),
+        Some(v) => v.as_int().map(|x| Operand::Scalar(x as f64, false)).ok_or_else(|| a.err(format!("`{name}` must be a tensor or number"))),
+        None => Err(a.err(format!("missing operand `{name}`"))),
+    }
+}
+
+fn broadcast_shape(a: &Args<'_>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1i64; rank];
+    for s in shapes {
+        for (i, d) in s.iter().enumerate() {
+            let o = &mut out[rank - s.len() + i];
+            if *o == 1 {
+                *o = *d;
+            } else if *d != 1 && *d != *o {
+                return Err(a.err(format!("shapes {shapes:?} do not broadcast")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn result_dtype(ops: &[&Operand<'_>]) -> DType {
+    let tensors: Vec<DType> = ops.iter().filter_map(|o| if let Operand::Tensor(t) = o { Some(t.dtype()) } else { None }).collect();
+    let float_t: Vec<DType> = tensors.iter().copied().filter(|d| d.is_floating()).collect();
+    if let Some(first) = float_t.first() {
+        if float_t.iter().all(|d| d == first) {
+            return *first;
+        }
+        return DType::Float32.max_by_size(&float_t);
+    }
+    if ops.iter().any(|o| matches!(o, Operand::Scalar(_, true))) {
+        return DType::Float32;
+    }
+    match tensors.first() {
+        Some(first) if tensors.iter().all(|d| d == first) => *first,
+        _ => DType::Int64,
+    }
+}
+
+trait WidestFloat {
+    fn max_by_size(self, ds: &[DType]) -> DType;
+}
+
+impl WidestFloat for DType {
+    fn max_by_size(self, ds: &[DType]) -> DType {
+        if ds.contains(&DType::Float64) {
+            DType::Float64
+        } else {
+            self
+        }
+    }
+}
+
+fn values_of(op: &Operand<'_>, shape: &[i64]) -> Result<Vec<f64>, ExecError> {
+    let n: i64 = shape.iter().product();
+    match op {
+        Operand::Tensor(t) => t.expand(shape)?.to_f64_vec(),
+        Operand::Scalar(v, _) => Ok(vec![*v; n as usize]),
+    }
+}
+
+fn pointwise(a: &Args<'_>, names: &[&str], f: &dyn Fn(&[f64]) -> f64, dtype: Option<DType>) -> Result<Value<Tensor>, ExecError> {
+    let ops: Vec<Operand<'_>> = names.iter().enumerate().map(|(i, n)| operand(a, i, n)).collect::<Result<_, _>>()?;
+    let shapes: Vec<&[i64]> = ops.iter().filter_map(|o| if let Operand::Tensor(t) = o { Some(t.size()) } else { None }).collect();
+    let shape = broadcast_shape(a, &shapes)?;
+    let refs: Vec<&Operand<'_>> = ops.iter().collect();
+    let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
+    let cols: Vec<Vec<f64>> = ops.iter().map(|o| values_of(o, &shape)).collect::<Result<_, _>>()?;
+    let n = cols.first().map(|c| c.len()).unwrap_or(0);
+    let out: Vec<f64> = (0..n)
+        .map(|i| {
+            let xs: Vec<f64> = cols.iter().map(|c| c[i]).collect();
+            f(&xs)
+        })
+        .collect();
+    let out = if out_dtype.is_floating() { out } else { out.into_iter().map(|v| v.trunc()).collect() };
+    Ok(Value::Tensor(Tensor::from_f64(out_dtype, &out, &shape)?))
+}
+
+fn add(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let alpha = a.float(2, "alpha", 1.0)?;
+    pointwise(a, &["self", "other"], &|x| x[0] + alpha * x[1], None)
+}
+
+fn sub(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let alpha = a.float(2, "alpha", 1.0)?;
+    pointwise(a, &["self", "other"], &|x| x[0] - alpha * x[1], None)
+}
+
+fn mul(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    pointwise(a, &["self", "other"], &|x| x[0] * x[1], None)
+}
+
+fn div(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    // True division: integer inputs give float32, as in torch.
+    let ops = [operand(a, 0, "self")?, operand(a, 1, "other")?];
+    let d = result_dtype(&[&ops[0], &ops[1]]);
+    let d = if d.is_floating() { d } else { DType::Float32 };
+    pointwise(a, &["self", "other"], &|x| x[0] / x[1], Some(d))
+}
+
+fn neg(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    pointwise(a, &["self"], &|x| -x[0], None)
+}
+
+fn relu(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    pointwise(a, &["self"], &|x| if x[0] > 0.0 || x[0].is_nan() { x[0] } else { 0.0 }, None)
+}
+
+fn float_unary(a: &Args<'_>, f: fn(f64) -> f64) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let d = if x.dtype().is_floating() { x.dtype() } else { DType::Float32 };
+    pointwise(a, &["self"], &|v| f(v[0]), Some(d))
+}
+
+fn exp(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    float_unary(a, f64::exp)
+}
+
+fn sin(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    float_unary(a, f64::sin)
+}
+
+/// `where(cond, a, b)`; with scalar branches the result is int64 for integer
+/// scalars and float32 for float scalars (`aten.where.Scalar`).
+fn where_(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = operand(a, 1, "self")?;
+    let y = operand(a, 2, "other")?;
+    let d = match (&x, &y) {
+        (Operand::Scalar(_, false), Operand::Scalar(_, false)) => DType::Int64,
+        (Operand::Scalar(..), Operand::Scalar(..)) => DType::Float32,
+        _ => result_dtype(&[&x, &y]),
+    };
+    pointwise(a, &["condition", "self", "other"], &|v| if v[0] != 0.0 { v[1] } else { v[2] }, Some(d))
+}

@@ -1,0 +1,468 @@
+//! Host tensors: typed storage shared by strided views.
+
+use super::{ExecError, MemoryStats, TensorSpec};
+use crate::ir::{DType, Device};
+use half::{bf16, f16};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Typed element storage.
+#[derive(Clone, Debug)]
+pub(crate) enum Data {
+    Bool(Vec<bool>),
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// Counts live and peak bytes of storages that report to it.
+#[derive(Debug, Default)]
+pub(crate) struct MemCounter {
+    stats: Mutex<MemoryStats>,
+}
+
+impl MemCounter {
+    pub(crate) fn add(&self, bytes: u64) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.current_bytes += bytes;
+            s.peak_bytes = s.peak_bytes.max(s.current_bytes);
+        }
+    }
+
+    pub(crate) fn sub(&self, bytes: u64) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.current_bytes = s.current_bytes.saturating_sub(bytes);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+}
+
+/// Storage bytes reported to a counter for as long as the storage lives.
+#[derive(Debug)]
+pub(crate) struct Accounted {
+    pub(crate) bytes: u64,
+    pub(crate) counter: Option<Arc<MemCounter>>,
+}
+
+impl Drop for Accounted {
+    fn drop(&mut self) {
+        if let Some(c) = &self.counter {
+            c.sub(self.bytes);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Storage {
+    data: RwLock<Data>,
+    _accounted: Accounted,
+}
+
+/// An element type of host tensors.
+pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
+    /// The dtype.
+    const DTYPE: DType;
+    /// Conversion to `f64`.
+    fn to_f64(self) -> f64;
+    /// Conversion from `f64` (integers saturate; NaN becomes 0).
+    fn from_f64(v: f64) -> Self;
+    /// Conversion to `i64` (floats truncate).
+    fn to_i64(self) -> i64;
+    /// Conversion from `i64` (wrapping for narrow integers, as torch casts).
+    fn from_i64(v: i64) -> Self;
+    #[doc(hidden)]
+    fn slice(d: &Data) -> Option<&[Self]>;
+    #[doc(hidden)]
+    fn slice_mut(d: &mut Data) -> Option<&mut [Self]>;
+    #[doc(hidden)]
+    fn wrap(v: Vec<Self>) -> Data;
+}
+
+macro_rules! element {
+    ($t:ty, $dtype:ident, $variant:ident, $to_f:expr, $from_f:expr, $to_i:expr, $from_i:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$dtype;
+            fn to_f64(self) -> f64 {
+                ($to_f)(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                ($from_f)(v)
+            }
+            fn to_i64(self) -> i64 {
+                ($to_i)(self)
+            }
+            fn from_i64(v: i64) -> Self {
+                ($from_i)(v)
+            }
+            fn slice(d: &Data) -> Option<&[Self]> {
+                match d {
+                    Data::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn slice_mut(d: &mut Data) -> Option<&mut [Self]> {
+                match d {
+                    Data::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn wrap(v: Vec<Self>) -> Data {
+                Data::$variant(v)
+            }
+        }
+    };
+}
+
+element!(bool, Bool, Bool, |x: bool| x as i64 as f64, |v: f64| v != 0.0, |x: bool| x as i64, |v: i64| v != 0);
+element!(u8, Uint8, U8, |x: u8| x as f64, |v: f64| v as u8, |x: u8| x as i64, |v: i64| v as u8);
+element!(i8, Int8, I8, |x: i8| x as f64, |v: f64| v as i8, |x: i8| x as i64, |v: i64| v as i8);
+element!(i16, Int16, I16, |x: i16| x as f64, |v: f64| v as i16, |x: i16| x as i64, |v: i64| v as i16);
+element!(i32, Int32, I32, |x: i32| x as f64, |v: f64| v as i32, |x: i32| x as i64, |v: i64| v as i32);
+element!(i64, Int64, I64, |x: i64| x as f64, |v: f64| v as i64, |x: i64| x, |v: i64| v);
+element!(f16, Float16, F16, |x: f16| x.to_f64(), f16::from_f64, |x: f16| x.to_f64() as i64, |v: i64| f16::from_f64(v as f64));
+element!(bf16, Bfloat16, BF16, |x: bf16| x.to_f64(), bf16::from_f64, |x: bf16| x.to_f64() as i64, |v: i64| bf16::from_f64(v as f64));
+element!(f32, Float32, F32, |x: f32| x as f64, |v: f64| v as f32, |x: f32| x as i64, |v: i64| v as f32);
+element!(f64, Float64, F64, |x: f64| x, |v: f64| v, |x: f64| x as i64, |v: i64| v as f64);
+
+/// Runs `$body` with `$T` bound to the element type of `$dtype`, or evaluates
+/// `$other` for dtypes the host backend does not store (fp8).
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr, $other:expr) => {
+        match $dtype {
+            crate::ir::DType::Bool => {
+                type $T = bool;
+                $body
+            }
+            crate::ir::DType::Uint8 => {
+                type $T = u8;
+                $body
+            }
+            crate::ir::DType::Int8 => {
+                type $T = i8;
+                $body
+            }
+            crate::ir::DType::Int16 => {
+                type $T = i16;
+                $body
+            }
+            crate::ir::DType::Int32 => {
+                type $T = i32;
+                $body
+            }
+            crate::ir::DType::Int64 => {
+                type $T = i64;
+                $body
+            }
+            crate::ir::DType::Float16 => {
+                type $T = half::f16;
+                $body
+            }
+            crate::ir::DType::Bfloat16 => {
+                type $T = half::bf16;
+                $body
+            }
+            crate::ir::DType::Float32 => {
+                type $T = f32;
+                $body
+            }
+            crate::ir::DType::Float64 => {
+                type $T = f64;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use with_dtype;
+
+/// A strided tensor in host memory. Clones share storage (like torch views).
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    spec: TensorSpec,
+}
+
+fn unsupported_dtype(d: DType) -> ExecError {
+    ExecError::Unsupported(format!("host tensors do not store dtype {d}"))
+}
+
+impl Tensor {
+    fn with_storage(data: Data, bytes: u64, counter: Option<Arc<MemCounter>>, spec: TensorSpec) -> Tensor {
+        if let Some(c) = &counter {
+            c.add(bytes);
+        }
+        Tensor { storage: Arc::new(Storage { data: RwLock::new(data), _accounted: Accounted { bytes, counter } }), spec }
+    }
+
+    /// A zero-filled tensor with this layout.
+    pub fn zeros_like_spec(spec: &TensorSpec) -> Result<Tensor, ExecError> {
+        Self::allocate(spec, None)
+    }
+
+    pub(crate) fn allocate(spec: &TensorSpec, counter: Option<Arc<MemCounter>>) -> Result<Tensor, ExecError> {
+        if spec.size.len() != spec.stride.len() {
+            return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+        }
+        let n = spec
+            .storage_numel()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+        let bytes = n as u64 * spec.dtype.size_bytes();
+        let data = with_dtype!(spec.dtype, T => T::wrap(vec![T::from_i64(0); n]), return Err(unsupported_dtype(spec.dtype)));
+        Ok(Self::with_storage(data, bytes, counter, spec.clone()))
+    }
+
+    /// A contiguous tensor on the CPU from row-major data.
+    pub fn from_vec<T: Element>(data: Vec<T>, size: &[i64]) -> Result<Tensor, ExecError> {
+        let numel: i64 = size.iter().product();
+        if size.iter().any(|s| *s < 0) || numel as usize != data.len() {
+            return Err(ExecError::Input(format!("{} elements do not fill shape {size:?}", data.len())));
+        }
+        let spec = TensorSpec::contiguous(T::DTYPE, Device::cpu(), size);
+        let bytes = data.len() as u64 * T::DTYPE.size_bytes();
+        Ok(Self::with_storage(T::wrap(data), bytes, None, spec))
+    }
+
+    /// A 0-d tensor.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        let spec = TensorSpec::contiguous(T::DTYPE, Device::cpu(), &[]);
+        Self::with_storage(T::wrap(vec![v]), T::DTYPE.size_bytes(), None, spec)
+    }
+
+    /// A tensor of `dtype` from `f64` values (converted like `Element::from_f64`).
+    pub fn from_f64(dtype: DType, data: &[f64], size: &[i64]) -> Result<Tensor, ExecError> {
+        with_dtype!(dtype, T => Tensor::from_vec(data.iter().map(|v| T::from_f64(*v)).collect::<Vec<T>>(), size), Err(unsupported_dtype(dtype)))
+    }
+
+    /// A tensor of `dtype` from `i64` values.
+    pub fn from_i64(dtype: DType, data: &[i64], size: &[i64]) -> Result<Tensor, ExecError> {
+        with_dtype!(dtype, T => Tensor::from_vec(data.iter().map(|v| T::from_i64(*v)).collect::<Vec<T>>(), size), Err(unsupported_dtype(dtype)))
+    }
+
+    /// The layout.
+    pub fn spec(&self) -> &TensorSpec {
+        &self.spec
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.spec.dtype
+    }
+
+    /// Sizes.
+    pub fn size(&self) -> &[i64] {
+        &self.spec.size
+    }
+
+    /// Strides.
+    pub fn stride(&self) -> &[i64] {
+        &self.spec.stride
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.spec.numel().max(0) as usize
+    }
+
+    /// Number of dimensions.
+    pub fn dim(&self) -> usize {
+        self.spec.size.len()
+    }
+
+    /// Storage length in elements.
+    fn storage_len(&self) -> usize {
+        let d = self.storage.data.read().map(|d| data_len(&d)).unwrap_or(0);
+        d
+    }
+
+    /// A view of the same storage; checked against the storage bounds.
+    pub fn view(&self, size: &[i64], stride: &[i64], offset: i64) -> Result<Tensor, ExecError> {
+        let spec = TensorSpec { dtype: self.spec.dtype, device: self.spec.device, size: size.to_vec(), stride: stride.to_vec(), offset };
+        check_bounds(&spec, self.storage_len())?;
+        Ok(Tensor { storage: Arc::clone(&self.storage), spec })
+    }
+
+    /// This tensor broadcast to `shape` (stride 0 on expanded dimensions).
+    pub(crate) fn expand(&self, shape: &[i64]) -> Result<Tensor, ExecError> {
+        let extra = shape.len().checked_sub(self.dim()).ok_or_else(|| {
+            ExecError::Type(format!("cannot broadcast shape {:?} to {shape:?}", self.size()))
+        })?;
+        let mut stride = vec![0i64; shape.len()];
+        for (i, (s, st)) in self.size().iter().zip(self.stride()).enumerate() {
+            let target = shape[extra + i];
+            if *s == target {
+                stride[extra + i] = *st;
+            } else if *s != 1 {
+                return Err(ExecError::Type(format!("cannot broadcast shape {:?} to {shape:?}", self.size())));
+            }
+        }
+        Ok(Tensor { storage: Arc::clone(&self.storage), spec: TensorSpec { size: shape.to_vec(), stride, ..self.spec.clone() } })
+    }
+
+    /// Storage index of every element, in row-major logical order.
+    pub(crate) fn element_offsets(&self) -> Vec<usize> {
+        let n = self.numel();
+        let mut out = Vec::with_capacity(n);
+        if n == 0 {
+            return out;
+        }
+        let rank = self.dim();
+        let mut idx = vec![0i64; rank];
+        for _ in 0..n {
+            let mut off = self.spec.offset;
+            for d in 0..rank {
+                off += idx[d] * self.spec.stride[d];
+            }
+            out.push(off as usize);
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                if idx[d] < self.spec.size[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        out
+    }
+
+    /// The elements in row-major order, as `T` (which must be the dtype).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, ExecError> {
+        let data = self.storage.data.read().map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
+        let s = T::slice(&data).ok_or_else(|| {
+            ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE))
+        })?;
+        if self.is_contiguous() {
+            let start = self.spec.offset as usize;
+            return Ok(s[start..start + self.numel()].to_vec());
+        }
+        Ok(self.element_offsets().into_iter().map(|o| s[o]).collect())
+    }
+
+    /// The elements in row-major order, converted to `f64`.
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>, ExecError> {
+        with_dtype!(self.dtype(), T => Ok(self.to_vec::<T>()?.into_iter().map(|x| x.to_f64()).collect()), Err(unsupported_dtype(self.dtype())))
+    }
+
+    /// The elements in row-major order, converted to `i64`.
+    pub fn to_i64_vec(&self) -> Result<Vec<i64>, ExecError> {
+        with_dtype!(self.dtype(), T => Ok(self.to_vec::<T>()?.into_iter().map(|x| x.to_i64()).collect()), Err(unsupported_dtype(self.dtype())))
+    }
+
+    /// Writes row-major `values` into the tensor's elements.
+    pub fn write<T: Element>(&self, values: &[T]) -> Result<(), ExecError> {
+        if values.len() != self.numel() {
+            return Err(ExecError::Type(format!("writing {} values into {} elements", values.len(), self.numel())));
+        }
+        let offsets = self.element_offsets();
+        let mut data = self.storage.data.write().map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
+        let s = T::slice_mut(&mut data).ok_or_else(|| {
+            ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE))
+        })?;
+        for (o, v) in offsets.into_iter().zip(values) {
+            s[o] = *v;
+        }
+        Ok(())
+    }
+
+    /// Writes row-major `f64` values, converting to the tensor's dtype.
+    pub fn write_f64(&self, values: &[f64]) -> Result<(), ExecError> {
+        with_dtype!(self.dtype(), T => self.write::<T>(&values.iter().map(|v| T::from_f64(*v)).collect::<Vec<T>>()), Err(unsupported_dtype(self.dtype())))
+    }
+
+    /// Writes row-major `i64` values, converting to the tensor's dtype.
+    pub fn write_i64(&self, values: &[i64]) -> Result<(), ExecError> {
+        with_dtype!(self.dtype(), T => self.write::<T>(&values.iter().map(|v| T::from_i64(*v)).collect::<Vec<T>>()), Err(unsupported_dtype(self.dtype())))
+    }
+
+    /// Copies `src`'s elements (same shape, any dtype) into this tensor.
+    pub fn copy_from(&self, src: &Tensor) -> Result<(), ExecError> {
+        if src.size() != self.size() {
+            return Err(ExecError::Type(format!("copy of shape {:?} into shape {:?}", src.size(), self.size())));
+        }
+        if self.dtype().is_floating() || src.dtype().is_floating() {
+            self.write_f64(&src.to_f64_vec()?)
+        } else {
+            self.write_i64(&src.to_i64_vec()?)
+        }
+    }
+
+    /// A contiguous copy with its own storage.
+    pub fn contiguous_copy(&self) -> Result<Tensor, ExecError> {
+        with_dtype!(self.dtype(), T => {
+            let mut t = Tensor::from_vec(self.to_vec::<T>()?, self.size())?;
+            t.spec.device = self.spec.device;
+            Ok(t)
+        }, Err(unsupported_dtype(self.dtype())))
+    }
+
+    /// `true` when elements are row-major and dense.
+    pub fn is_contiguous(&self) -> bool {
+        let expect = super::contiguous_strides(&self.spec.size);
+        self.spec.size.iter().zip(self.spec.stride.iter().zip(&expect)).all(|(s, (a, b))| *s <= 1 || a == b)
+    }
+
+    /// Byte address of the first element, for alignment checks.
+    pub(crate) fn data_address(&self) -> usize {
+        let base = self.storage.data.read().map(|d| data_ptr(&d)).unwrap_or(0);
+        base + self.spec.offset.max(0) as usize * self.spec.dtype.size_bytes() as usize
+    }
+}
+
+fn data_len(d: &Data) -> usize {
+    match d {
+        Data::Bool(v) => v.len(),
+        Data::U8(v) => v.len(),
+        Data::I8(v) => v.len(),
+        Data::I16(v) => v.len(),
+        Data::I32(v) => v.len(),
+        Data::I64(v) => v.len(),
+        Data::F16(v) => v.len(),
+        Data::BF16(v) => v.len(),
+        Data::F32(v) => v.len(),
+        Data::F64(v) => v.len(),
+    }
+}
+
+fn data_ptr(d: &Data) -> usize {
+    match d {
+        Data::Bool(v) => v.as_ptr() as usize,
+        Data::U8(v) => v.as_ptr() as usize,
+        Data::I8(v) => v.as_ptr() as usize,
+        Data::I16(v) => v.as_ptr() as usize,
+        Data::I32(v) => v.as_ptr() as usize,
+        Data::I64(v) => v.as_ptr() as usize,
+        Data::F16(v) => v.as_ptr() as usize,
+        Data::BF16(v) => v.as_ptr() as usize,
+        Data::F32(v) => v.as_ptr() as usize,
+        Data::F64(v) => v.as_ptr() as usize,
+    }
+}
+
+/// Checks that every element of `spec` lies inside a storage of `len` elements.
+pub(crate) fn check_bounds(spec: &TensorSpec, len: usize) -> Result<(), ExecError> {
+    if spec.size.len() != spec.stride.len() {
+        return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+    }
+    if spec.size.iter().any(|s| *s < 0) || spec.offset < 0 || spec.stride.iter().any(|s| *s < 0) {
+        return Err(ExecError::Input(format!(
+            "negative size, stride or offset in view {:?} / {:?} + {}",
+            spec.size, spec.stride, spec.offset
+        )));
+    }
+    let need = spec.storage_numel().ok_or_else(|| ExecError::Input("view size overflows".into()))?;
+    if need as u64 > len as u64 {
+        return Err(ExecError::Input(format!(
+            "view {:?} / {:?} + {} needs {need} elements but the storage has {len}",
+            spec.size, spec.stride, spec.offset
+        )));
+    }
+    Ok(())
+}

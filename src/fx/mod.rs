@@ -1,0 +1,648 @@
+//! An FX-style graph: what [`crate::lower::fx`] produces and what
+//! [`interp`] runs.
+//!
+//! A [`Graph`] keeps its nodes in an arena indexed by [`NodeId`] and their
+//! execution order in a separate vector, the way torch.fx keeps a node list
+//! apart from its `Graph` object. Subgraphs of `cond` and `while_loop` are
+//! nested [`Graph`]s referenced by name. Node kinds follow Inductor's FX
+//! converter (`wrapper_fxir.py`): placeholders, `empty_strided`, `as_strided`,
+//! one `triton_kernel_wrapper_mutation` per Triton launch, extern op calls,
+//! `sym_size`/`getitem`/`item` nodes binding unbacked symbols, arithmetic nodes
+//! for symbolic expressions, `cond`/`while_loop`, and one output node.
+//!
+//! The printer ([`Graph::to_code`]) writes torch.fx's readable style
+//! (`def forward(self, arg0_1, s0):` ...), including FX's `x = None` after a
+//! value's last use.
+
+pub mod interp;
+mod print;
+
+use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
+use crate::sym::Symbol;
+use indexmap::IndexMap;
+use std::fmt;
+
+/// Index of a node in its graph's arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(u32);
+
+impl NodeId {
+    /// The arena index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// An argument of a node: another node's value or a literal.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// The value of a node.
+    Node(NodeId),
+    /// An integer literal.
+    Int(i64),
+    /// A float literal.
+    Float(f64),
+    /// A boolean literal.
+    Bool(bool),
+    /// `None`.
+    None,
+    /// A string literal.
+    Str(String),
+    /// A dtype (`torch.float32`).
+    DType(DType),
+    /// A device.
+    Device(Device),
+    /// A list, kept nested.
+    List(Vec<Arg>),
+}
+
+impl Arg {
+    /// Calls `f` on every node the argument refers to.
+    pub fn for_each_node(&self, f: &mut dyn FnMut(NodeId)) {
+        match self {
+            Arg::Node(n) => f(*n),
+            Arg::List(items) => items.iter().for_each(|a| a.for_each_node(f)),
+            _ => {}
+        }
+    }
+}
+
+/// Arithmetic and logic on symbolic integers (the FX targets of Inductor's
+/// `_sympy_interp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SymOp {
+    /// `torch.sym_sum([a, b, ...])`.
+    Sum,
+    /// `a * b`.
+    Mul,
+    /// `a // b` (floor).
+    FloorDiv,
+    /// `a % b` (floor, Python semantics).
+    PyMod,
+    /// Remainder with C (truncating) semantics: Inductor's `Mod`.
+    CMod,
+    /// `torch.sym_min(a, b)`.
+    Min,
+    /// `torch.sym_max(a, b)`.
+    Max,
+    /// `a ** b` with a natural exponent.
+    Pow,
+    /// `a == b`.
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+    /// `a & b` on booleans.
+    And,
+    /// `a | b` on booleans.
+    Or,
+    /// `torch.sym_not(a)`.
+    Not,
+    /// `torch.sym_ite(c, a, b)`.
+    Ite,
+}
+
+/// Symbolic metadata of a node's value (FX's `meta["val"]`): the layout the
+/// program declares for it, in terms of program symbols.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    /// A strided tensor.
+    Tensor(Layout),
+    /// A tuple/list/dict of values whose elements are described by the
+    /// `getitem` nodes that extract them.
+    Multi,
+}
+
+/// What a placeholder receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Placeholder {
+    /// A tensor input with its declared layout.
+    Tensor(Layout),
+    /// A symbolic integer input binding a symbol.
+    Symbol(Symbol),
+}
+
+/// What a node does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A graph input.
+    Placeholder(Placeholder),
+    /// A program constant (`self.<name>`).
+    Constant {
+        /// The constant's name.
+        name: String,
+    },
+    /// A subgraph (`self.<name>`), used by `cond` / `while_loop`.
+    Subgraph {
+        /// The subgraph's name in [`Graph::subgraphs`].
+        name: String,
+    },
+    /// `torch.empty_strided(size, stride, dtype=, device=)`.
+    EmptyStrided {
+        /// Sizes.
+        size: Vec<Arg>,
+        /// Strides.
+        stride: Vec<Arg>,
+        /// Element type.
+        dtype: DType,
+        /// Device type (FX drops the index).
+        device: DeviceType,
+    },
+    /// `torch.as_strided(base, size, stride, offset)`.
+    AsStrided {
+        /// The viewed tensor.
+        base: NodeId,
+        /// Sizes.
+        size: Vec<Arg>,
+        /// Strides.
+        stride: Vec<Arg>,
+        /// Storage offset in elements.
+        offset: Arg,
+    },
+    /// One Triton launch (`triton_kernel_wrapper_mutation`); mutates its tensor kwargs.
+    TritonKernel {
+        /// The kernel.
+        kernel: KernelName,
+        /// Grid x, y, z.
+        grid: [Arg; 3],
+        /// Every kernel parameter by name (runtime args, constants, config constexprs).
+        kwargs: IndexMap<String, Arg>,
+    },
+    /// A direct call of a Halide, C++, CUDA C or host kernel.
+    KernelCall {
+        /// The kernel.
+        kernel: KernelName,
+        /// Positional arguments.
+        args: Vec<Arg>,
+        /// Arguments given by parameter name.
+        kwargs: IndexMap<String, Arg>,
+    },
+    /// An extern (ATen or fallback) op, with list arguments kept nested.
+    Extern {
+        /// The op as the program names it (`torch.ops.aten.nonzero.default`).
+        target: String,
+        /// Positional arguments.
+        args: Vec<Arg>,
+        /// Keyword arguments (`out=` included for out variants).
+        kwargs: IndexMap<String, Arg>,
+    },
+    /// `aten.sym_size.int(t, dim)`.
+    SymSize {
+        /// The tensor.
+        tensor: NodeId,
+        /// The dimension.
+        dim: i64,
+    },
+    /// `aten.sym_stride.int(t, dim)`.
+    SymStride {
+        /// The tensor.
+        tensor: NodeId,
+        /// The dimension.
+        dim: i64,
+    },
+    /// `aten.sym_storage_offset.default(t)`.
+    SymStorageOffset {
+        /// The tensor.
+        tensor: NodeId,
+    },
+    /// `source[index]` on a tuple, list or dict.
+    GetItem {
+        /// The multi-output value.
+        source: NodeId,
+        /// The index: an integer or a dict key.
+        index: Arg,
+    },
+    /// `source.<attr>`: an inner tensor of a tensor subclass.
+    InnerTensor {
+        /// The subclass value.
+        source: NodeId,
+        /// The attribute (`values`, `offsets`).
+        attr: String,
+    },
+    /// `aten.item.default(t)`: read a one-element tensor back to the host.
+    Item {
+        /// The tensor.
+        tensor: NodeId,
+        /// The unbacked symbol this value defines (possibly after a division),
+        /// so a shapes-only backend can substitute its hint.
+        symbol: Option<Symbol>,
+        /// The value is `multiplier * symbol` (1 unless a `DivideBy` follows).
+        multiplier: i64,
+    },
+    /// Arithmetic or logic on symbolic integers.
+    Sym {
+        /// The operation.
+        op: SymOp,
+        /// Operands.
+        args: Vec<Arg>,
+    },
+    /// `aten._assert_scalar.default(cond, message)`.
+    AssertScalar {
+        /// The checked condition.
+        cond: Arg,
+        /// The message on failure.
+        message: String,
+    },
+    /// `assert_size_stride(t, size, stride)`.
+    AssertSizeStride {
+        /// The checked tensor.
+        tensor: NodeId,
+        /// Expected sizes.
+        size: Vec<Arg>,
+        /// Expected strides.
+        stride: Vec<Arg>,
+        /// The op that produced the tensor, for the message.
+        context: Option<String>,
+    },
+    /// `assert_alignment(t, alignment)`.
+    AssertAlignment {
+        /// The checked tensor.
+        tensor: NodeId,
+        /// Alignment in bytes.
+        alignment: u32,
+    },
+    /// `higher_order.cond(pred, true_graph, false_graph, operands)`.
+    Cond {
+        /// A one-element boolean tensor or a symbolic boolean.
+        pred: Arg,
+        /// The `Subgraph` node of the true branch.
+        true_graph: NodeId,
+        /// The `Subgraph` node of the false branch.
+        false_graph: NodeId,
+        /// Operands (tensors, then lifted symbols).
+        operands: Vec<Arg>,
+    },
+    /// `higher_order.while_loop(cond_graph, body_graph, carried, additional)`.
+    WhileLoop {
+        /// The `Subgraph` node computing the condition.
+        cond_graph: NodeId,
+        /// The `Subgraph` node computing the next carried values.
+        body_graph: NodeId,
+        /// Initial carried values.
+        carried: Vec<Arg>,
+        /// Values passed unchanged to both subgraphs (lifted symbols included).
+        additional: Vec<Arg>,
+    },
+    /// The graph's result.
+    Output {
+        /// Returned values.
+        values: Vec<Arg>,
+        /// Return a list even for one value (subgraphs always return lists).
+        as_list: bool,
+    },
+}
+
+/// One node: a name unique in its graph, what it does, and its declared value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The node's name (buffer names for buffers, FX-style auto names otherwise).
+    pub name: String,
+    /// What it does.
+    pub op: Op,
+    /// The declared value, when the program declares one.
+    pub val: Option<Val>,
+    /// Symbols whose value this node is (bound when it runs).
+    pub binds: Vec<Symbol>,
+}
+
+impl Node {
+    /// Calls `f` on every node this node reads.
+    pub fn for_each_input(&self, f: &mut dyn FnMut(NodeId)) {
+        let each = |args: &[Arg], f: &mut dyn FnMut(NodeId)| args.iter().for_each(|a| a.for_each_node(f));
+        match &self.op {
+            Op::Placeholder(_) | Op::Constant { .. } | Op::Subgraph { .. } => {}
+            Op::EmptyStrided { size, stride, .. } => {
+                each(size, f);
+                each(stride, f);
+            }
+            Op::AsStrided { base, size, stride, offset } => {
+                f(*base);
+                each(size, f);
+                each(stride, f);
+                offset.for_each_node(f);
+            }
+            Op::TritonKernel { grid, kwargs, .. } => {
+                each(grid, f);
+                kwargs.values().for_each(|a| a.for_each_node(f));
+            }
+            Op::KernelCall { args, kwargs, .. } | Op::Extern { args, kwargs, .. } => {
+                each(args, f);
+                kwargs.values().for_each(|a| a.for_each_node(f));
+            }
+            Op::SymSize { tensor, .. } | Op::SymStride { tensor, .. } | Op::SymStorageOffset { tensor } => f(*tensor),
+            Op::GetItem { source, index } => {
+                f(*source);
+                index.for_each_node(f);
+            }
+            Op::InnerTensor { source, .. } => f(*source),
+            Op::Item { tensor, .. } => f(*tensor),
+            Op::Sym { args, .. } => each(args, f),
+            Op::AssertScalar { cond, .. } => cond.for_each_node(f),
+            Op::AssertSizeStride { tensor, size, stride, .. } => {
+                f(*tensor);
+                each(size, f);
+                each(stride, f);
+            }
+            Op::AssertAlignment { tensor, .. } => f(*tensor),
+            Op::Cond { pred, true_graph, false_graph, operands } => {
+                pred.for_each_node(f);
+                f(*true_graph);
+                f(*false_graph);
+                each(operands, f);
+            }
+            Op::WhileLoop { cond_graph, body_graph, carried, additional } => {
+                f(*cond_graph);
+                f(*body_graph);
+                each(carried, f);
+                each(additional, f);
+            }
+            Op::Output { values, .. } => each(values, f),
+        }
+    }
+}
+
+/// An FX graph: nodes in an arena, their order, and named subgraphs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    order: Vec<NodeId>,
+    /// Subgraphs referenced by `Subgraph` nodes, by name.
+    pub subgraphs: IndexMap<String, Graph>,
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Self {
+        Graph::default()
+    }
+
+    /// The node with this id.
+    ///
+    /// Ids come from this graph's [`Graph::push`]/[`Graph::insert`], so they are
+    /// always in range; a foreign id is a caller bug and panics.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// The nodes in execution order.
+    pub fn order(&self) -> &[NodeId] {
+        &self.order
+    }
+
+    /// Every node with its id, in execution order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, &Node)> + '_ {
+        self.order.iter().map(move |id| (*id, self.node(*id)))
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// `true` when the graph has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// `true` when a node already has this name.
+    pub fn has_name(&self, name: &str) -> bool {
+        self.nodes.iter().any(|n| n.name == name)
+    }
+
+    /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace rule).
+    pub fn fresh_name(&self, base: &str) -> String {
+        if !self.has_name(base) {
+            return base.to_string();
+        }
+        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.has_name(n)).unwrap_or_default()
+    }
+
+    /// Appends a node at the end of the order. The name is made unique.
+    pub fn push(&mut self, name: &str, op: Op, val: Option<Val>) -> NodeId {
+        let pos = self.order.len();
+        self.insert(pos, name, op, val)
+    }
+
+    /// Inserts a node at position `pos` of the order (clamped to the end).
+    pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
+        let name = self.fresh_name(name);
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node { name, op, val, binds: Vec::new() });
+        let pos = pos.min(self.order.len());
+        self.order.insert(pos, id);
+        id
+    }
+
+    /// Records that node `id` is the value of `symbol`.
+    pub fn bind_symbol(&mut self, id: NodeId, symbol: crate::sym::Symbol) {
+        let binds = &mut self.nodes[id.index()].binds;
+        if !binds.contains(&symbol) {
+            binds.push(symbol);
+        }
+    }
+
+    /// Renames a node when the new name is free; returns whether it did.
+    pub fn try_rename(&mut self, id: NodeId, name: &str) -> bool {
+        if self.has_name(name) {
+            return false;
+        }
+        self.nodes[id.index()].name = name.to_string();
+        true
+    }
+
+    /// The placeholders, in input order.
+    pub fn placeholders(&self) -> impl Iterator<Item = (NodeId, &Node)> + '_ {
+        self.iter().filter(|(_, n)| matches!(n.op, Op::Placeholder(_)))
+    }
+
+    /// The output node, if the graph has one.
+    pub fn output(&self) -> Option<(NodeId, &Node)> {
+        self.iter().find(|(_, n)| matches!(n.op, Op::Output { .. }))
+    }
+
+    /// The graph in torch.fx's readable style.
+    pub fn to_code(&self) -> String {
+        print::graph_code(self)
+    }
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_code())
+    }
+}
+
+impl Graph {
+    /// Mutable access to a node (same id contract as [`Graph::node`]).
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()]
+    }
+
+    /// Replaces the execution order. Returns `false` (and changes nothing)
+    /// unless `order` is a permutation of the current order.
+    pub fn set_order(&mut self, order: Vec<NodeId>) -> bool {
+        let mut a = order.clone();
+        let mut b = self.order.clone();
+        a.sort();
+        b.sort();
+        if a != b {
+            return false;
+        }
+        self.order = order;
+        true
+    }
+}
+
+/// A symbolic scalar: what [`SymOp`]s compute on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scalar {
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+/// Why a [`SymOp`] could not be applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SymEvalError {
+    /// 64-bit overflow.
+    #[error("integer overflow in `{0}`")]
+    Overflow(String),
+    /// Division or modulo by zero.
+    #[error("division by zero in `{0}`")]
+    DivisionByZero(String),
+    /// Wrong operand count or kind.
+    #[error("bad operands for `{0}`")]
+    BadOperands(String),
+}
+
+impl SymOp {
+    /// FX's auto name for nodes of this op.
+    pub fn node_name(self) -> &'static str {
+        match self {
+            SymOp::Sum => "sym_sum",
+            SymOp::Mul => "mul",
+            SymOp::FloorDiv => "floordiv",
+            SymOp::PyMod => "mod",
+            SymOp::CMod => "c_mod",
+            SymOp::Min => "sym_min",
+            SymOp::Max => "sym_max",
+            SymOp::Pow => "pow_1",
+            SymOp::Eq => "eq",
+            SymOp::Ne => "ne",
+            SymOp::Lt => "lt",
+            SymOp::Le => "le",
+            SymOp::Gt => "gt",
+            SymOp::Ge => "ge",
+            SymOp::And => "and_",
+            SymOp::Or => "or_",
+            SymOp::Not => "sym_not",
+            SymOp::Ite => "sym_ite",
+        }
+    }
+
+    /// Applies the op with checked 64-bit arithmetic. Booleans count as 0/1
+    /// where an integer is needed (as in Python).
+    pub fn eval(self, args: &[Scalar]) -> Result<Scalar, SymEvalError> {
+        let name = self.node_name();
+        let bad = || SymEvalError::BadOperands(name.to_string());
+        let int = |s: &Scalar| match s {
+            Scalar::Int(v) => *v,
+            Scalar::Bool(b) => *b as i64,
+        };
+        let boolean = |s: &Scalar| match s {
+            Scalar::Int(v) => *v != 0,
+            Scalar::Bool(b) => *b,
+        };
+        let ovf = || SymEvalError::Overflow(name.to_string());
+        let two = || -> Result<(i64, i64), SymEvalError> {
+            match args {
+                [a, b] => Ok((int(a), int(b))),
+                _ => Err(bad()),
+            }
+        };
+        Ok(match self {
+            SymOp::Sum => {
+                let mut acc: i64 = 0;
+                for a in args {
+                    acc = acc.checked_add(int(a)).ok_or_else(ovf)?;
+                }
+                Scalar::Int(acc)
+            }
+            SymOp::Mul => {
+                let (a, b) = two()?;
+                Scalar::Int(a.checked_mul(b).ok_or_else(ovf)?)
+            }
+            SymOp::FloorDiv => {
+                let (a, b) = two()?;
+                if b == 0 {
+                    return Err(SymEvalError::DivisionByZero(name.into()));
+                }
+                let q = a.checked_div(b).ok_or_else(ovf)?;
+                Scalar::Int(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+            }
+            SymOp::PyMod => {
+                let (a, b) = two()?;
+                if b == 0 {
+                    return Err(SymEvalError::DivisionByZero(name.into()));
+                }
+                let r = a.checked_rem(b).ok_or_else(ovf)?;
+                Scalar::Int(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
+            }
+            SymOp::CMod => {
+                let (a, b) = two()?;
+                if b == 0 {
+                    return Err(SymEvalError::DivisionByZero(name.into()));
+                }
+                Scalar::Int(a.checked_rem(b).ok_or_else(ovf)?)
+            }
+            SymOp::Min => {
+                let (a, b) = two()?;
+                Scalar::Int(a.min(b))
+            }
+            SymOp::Max => {
+                let (a, b) = two()?;
+                Scalar::Int(a.max(b))
+            }
+            SymOp::Pow => {
+                let (a, b) = two()?;
+                let e = u32::try_from(b).map_err(|_| bad())?;
+                Scalar::Int(a.checked_pow(e).ok_or_else(ovf)?)
+            }
+            SymOp::Eq | SymOp::Ne | SymOp::Lt | SymOp::Le | SymOp::Gt | SymOp::Ge => {
+                let (a, b) = two()?;
+                Scalar::Bool(match self {
+                    SymOp::Eq => a == b,
+                    SymOp::Ne => a != b,
+                    SymOp::Lt => a < b,
+                    SymOp::Le => a <= b,
+                    SymOp::Gt => a > b,
+                    _ => a >= b,
+                })
+            }
+            SymOp::And => Scalar::Bool(args.iter().all(boolean)),
+            SymOp::Or => Scalar::Bool(args.iter().any(boolean)),
+            SymOp::Not => match args {
+                [a] => Scalar::Bool(!boolean(a)),
+                _ => return Err(bad()),
+            },
+            SymOp::Ite => match args {
+                [c, a, b] => {
+                    if boolean(c) {
+                        *a
+                    } else {
+                        *b
+                    }
+                }
+                _ => return Err(bad()),
+            },
+        })
+    }
+}

@@ -1,0 +1,411 @@
+//! Triton launch wrappers (`call_<kernel>`): parameters, grids, argument
+//! marshalling and the driver launch (spec 6.3).
+
+use super::lower::{c_string, Lowering};
+use super::Error;
+use crate::ir::{
+    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta,
+};
+use crate::sym::SymExpr;
+use std::fmt::Write as _;
+
+/// What a launch wrapper parameter holds.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum ParamKind {
+    /// A tensor whose data pointer is passed.
+    Pointer(DType),
+    /// A scalar of a Triton signature type.
+    Scalar(ScalarType),
+    /// An extra launcher argument (FixedGrid `_grid_0..2`), an `int64_t`.
+    Extra,
+}
+
+/// One parameter of a `call_<kernel>` wrapper.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Param {
+    pub(super) name: String,
+    pub(super) kind: ParamKind,
+}
+
+impl Param {
+    pub(super) fn is_pointer(&self) -> bool {
+        matches!(self.kind, ParamKind::Pointer(_))
+    }
+
+    pub(super) fn kind_text(&self) -> String {
+        match &self.kind {
+            ParamKind::Pointer(d) => format!("*{}", d.triton_name()),
+            ParamKind::Scalar(s) => s.as_str().to_string(),
+            ParamKind::Extra => "launcher argument".to_string(),
+        }
+    }
+}
+
+fn kernel_context(kernel: &KernelName) -> String {
+    format!("kernel `{kernel}`")
+}
+
+/// The wrapper's parameters: every runtime signature entry (neither
+/// `constexpr` nor fixed in `constants`), then the extra launcher arguments.
+pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<Vec<Param>, Error> {
+    let mut params = Vec::new();
+    for (name, ty) in meta.runtime_params() {
+        let kind = match ty {
+            SigType::Pointer(d) => ParamKind::Pointer(*d),
+            SigType::Scalar(s) => ParamKind::Scalar(*s),
+            SigType::Constexpr => continue,
+            SigType::Other(t) => {
+                return Err(Error::Unsupported {
+                    context: kernel_context(kernel),
+                    dialect: "both dialects",
+                    what: format!("parameter `{name}` of signature type `{t}`"),
+                })
+            }
+        };
+        params.push(Param { name: name.to_string(), kind });
+    }
+    for extra in &meta.extra_launcher_args {
+        params.push(Param { name: extra.clone(), kind: ParamKind::Extra });
+    }
+    Ok(params)
+}
+
+/// Matches a call's arguments (positional, then named) to the kernel's call
+/// parameters and returns the ones the wrapper takes, in parameter order.
+pub(super) fn bind_call_args<'c>(
+    kernel: &KernelName,
+    meta: &TritonMeta,
+    call: &'c KernelCall,
+    cx: &str,
+) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
+    let names = meta.call_params();
+    let mut slots: Vec<Option<&ArgValue>> = vec![None; names.len()];
+    let mut next = 0usize;
+    let invalid = |message: String| Error::Invalid { context: cx.to_string(), message };
+    for arg in &call.args {
+        let slot = match &arg.name {
+            None => {
+                let s = next;
+                next += 1;
+                if s >= names.len() {
+                    return Err(invalid(format!(
+                        "kernel `{kernel}` takes {} call arguments but gets more",
+                        names.len()
+                    )));
+                }
+                s
+            }
+            Some(n) => names
+                .iter()
+                .position(|p| p == n)
+                .ok_or_else(|| invalid(format!("kernel `{kernel}` has no call parameter `{n}`")))?,
+        };
+        // `slot` is below `names.len()` by construction, and `slots` has that length.
+        if slots[slot].replace(&arg.value).is_some() {
+            return Err(invalid(format!("kernel `{kernel}` parameter `{}` is given twice", names[slot])));
+        }
+    }
+    let params = wrapper_params(kernel, meta)?;
+    let mut out = Vec::with_capacity(params.len());
+    for p in params {
+        let value = names
+            .iter()
+            .position(|n| *n == p.name)
+            .and_then(|i| slots.get(i).copied().flatten())
+            .ok_or_else(|| invalid(format!("kernel `{kernel}` call is missing parameter `{}`", p.name)))?;
+        out.push((p, value));
+    }
+    Ok(out)
+}
+
+/// The generated launch wrappers.
+pub(super) struct KernelWrappers {
+    pub(super) text: String,
+}
+
+/// A grid operand: a folded integer or C++ text.
+#[derive(Clone, Debug)]
+enum GridVal {
+    Int(i64),
+    Text(String),
+}
+
+impl GridVal {
+    fn text(&self) -> String {
+        match self {
+            GridVal::Int(v) => v.to_string(),
+            GridVal::Text(t) => t.clone(),
+        }
+    }
+}
+
+struct GridBuilder<'m> {
+    kernel: &'m KernelName,
+    meta: &'m TritonMeta,
+    params: &'m [Param],
+}
+
+impl GridBuilder<'_> {
+    fn err(&self, message: String) -> Error {
+        Error::Invalid { context: kernel_context(self.kernel), message }
+    }
+
+    fn operand(&self, name: &str) -> Result<GridVal, Error> {
+        if let Some(v) = self.meta.config.get(name) {
+            return Ok(GridVal::Int(*v));
+        }
+        match self.meta.constants.get(name) {
+            Some(ConstValue::Int(v)) => return Ok(GridVal::Int(*v)),
+            Some(other) => return Err(self.err(format!("grid operand `{name}` is the non-integer constant {other}"))),
+            None => {}
+        }
+        if self.params.iter().any(|p| p.name == name) {
+            return Ok(GridVal::Text(name.to_string()));
+        }
+        Err(self.err(format!(
+            "the {} grid needs `{name}`, which is neither a runtime parameter, an integer constant nor a config value",
+            self.meta.grid_type.name()
+        )))
+    }
+
+    fn ceildiv(&self, a: GridVal, b: GridVal) -> Result<GridVal, Error> {
+        match (a, b) {
+            (_, GridVal::Int(b)) if b <= 0 => Err(self.err(format!("grid block size {b} is not positive"))),
+            (a, GridVal::Int(1)) => Ok(a),
+            (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0))),
+            (a, b) => Ok(GridVal::Text(format!("(({} + ({} - 1)) / ({}))", a.text(), b.text(), b.text()))),
+        }
+    }
+
+    fn numel_over_block(&self, numel: &str, block: &str) -> Result<GridVal, Error> {
+        let n = self.operand(numel)?;
+        let b = self.operand(block)?;
+        self.ceildiv(n, b)
+    }
+
+    /// Prefix temporaries and the three grid expressions.
+    fn build(&self, l: &Lowering<'_>) -> Result<(Vec<(String, String)>, [String; 3]), Error> {
+        let one = || GridVal::Int(1);
+        let mut prefix = Vec::new();
+        let (x, y, z) = match &self.meta.grid_type {
+            GridType::Grid1D => (self.numel_over_block("xnumel", "XBLOCK")?, one(), one()),
+            GridType::Grid2D => (
+                self.numel_over_block("xnumel", "XBLOCK")?,
+                self.numel_over_block("ynumel", "YBLOCK")?,
+                one(),
+            ),
+            GridType::Grid3D => (
+                self.numel_over_block("xnumel", "XBLOCK")?,
+                self.numel_over_block("ynumel", "YBLOCK")?,
+                self.numel_over_block("znumel", "ZBLOCK")?,
+            ),
+            GridType::Grid2DWithYZOverflow { max_y_grid } => {
+                let raw = self.numel_over_block("ynumel", "YBLOCK")?;
+                let div = self.ceildiv(GridVal::Text("y_grid_raw_".into()), GridVal::Int(*max_y_grid))?;
+                prefix.push(("y_grid_raw_".to_string(), raw.text()));
+                prefix.push(("y_grid_div_".to_string(), div.text()));
+                let y = self.ceildiv(GridVal::Text("y_grid_raw_".into()), GridVal::Text("y_grid_div_".into()))?;
+                (self.numel_over_block("xnumel", "XBLOCK")?, y, GridVal::Text("y_grid_div_".into()))
+            }
+            GridType::CooperativeReductionGrid => {
+                (self.operand("RSPLIT")?, self.numel_over_block("xnumel", "XBLOCK")?, one())
+            }
+            GridType::SplitScanGrid => (self.numel_over_block("r0_numel", "R0_BLOCK")?, self.operand("xnumel")?, one()),
+            GridType::FixedGrid => (self.operand("_grid_0")?, self.operand("_grid_1")?, self.operand("_grid_2")?),
+            GridType::PrecomputedGrid { grids } => {
+                let entry = grids
+                    .iter()
+                    .find(|g| g.config.iter().all(|(k, v)| self.meta.config.get(k) == Some(v)))
+                    .ok_or_else(|| self.err("no precomputed grid matches the kernel's config".to_string()))?;
+                let mut dims = Vec::with_capacity(3);
+                for e in &entry.grid {
+                    let folded = e.substitute(&|s| match self.operand(s.as_str()) {
+                        Ok(GridVal::Int(v)) => Some(SymExpr::Int(v)),
+                        _ => None,
+                    });
+                    // Every symbol left must be a runtime parameter of the wrapper.
+                    for s in folded.free_symbols() {
+                        self.operand(s.as_str())?;
+                    }
+                    dims.push(match folded {
+                        SymExpr::Int(v) => GridVal::Int(v),
+                        other => GridVal::Text(l.cexpr(&other)),
+                    });
+                }
+                let mut it = dims.into_iter();
+                match (it.next(), it.next(), it.next()) {
+                    (Some(a), Some(b), Some(c)) => (a, b, c),
+                    _ => return Err(self.err("a precomputed grid needs three dimensions".into())),
+                }
+            }
+        };
+        Ok((prefix, [x.text(), y.text(), z.text()]))
+    }
+}
+
+/// The C type of a scalar kernel argument as the compiled kernel reads it.
+fn scalar_ctype(s: ScalarType) -> &'static str {
+    match s {
+        ScalarType::I1 | ScalarType::I32 => "int32_t",
+        ScalarType::I8 => "int8_t",
+        ScalarType::I16 => "int16_t",
+        ScalarType::I64 => "int64_t",
+        ScalarType::U8 => "uint8_t",
+        ScalarType::U16 => "uint16_t",
+        ScalarType::U32 => "uint32_t",
+        ScalarType::U64 => "uint64_t",
+        ScalarType::Fp16 | ScalarType::Bf16 | ScalarType::Fp32 => "float",
+        ScalarType::Fp64 => "double",
+    }
+}
+
+/// The C type of a scalar wrapper parameter.
+fn param_ctype(s: ScalarType) -> &'static str {
+    match s {
+        ScalarType::Fp16 | ScalarType::Bf16 | ScalarType::Fp32 => "float",
+        ScalarType::Fp64 => "double",
+        ScalarType::U64 => "uint64_t",
+        _ => "int64_t",
+    }
+}
+
+/// Writes one `call_<kernel>` wrapper per called Triton kernel, in definition order.
+pub(super) fn kernel_wrappers(l: &mut Lowering<'_>, called: &[KernelName]) -> Result<KernelWrappers, Error> {
+    let mut text = String::new();
+    let mut var = 0usize;
+    let program = l.program;
+    for (name, def) in &program.kernels {
+        if !called.contains(name) {
+            continue;
+        }
+        let crate::ir::KernelBackend::Triton(meta) = &def.backend else { continue };
+        write_wrapper(l, &mut text, name, meta, &mut var)?;
+    }
+    Ok(KernelWrappers { text })
+}
+
+fn write_wrapper(
+    l: &mut Lowering<'_>,
+    out: &mut String,
+    kernel: &KernelName,
+    meta: &TritonMeta,
+    var: &mut usize,
+) -> Result<(), Error> {
+    let standalone = l.standalone();
+    let params = wrapper_params(kernel, meta)?;
+    writeln!(out, "static CUfunction {kernel} = nullptr;")?;
+    let pointers: Vec<&Param> = params.iter().filter(|p| p.is_pointer()).collect();
+    if !standalone && !pointers.is_empty() {
+        let t: Vec<String> = pointers.iter().map(|p| format!("typename {}_type_", p.name)).collect();
+        writeln!(out, "template <{}>", t.join(", "))?;
+    }
+    writeln!(out, "static inline void call_{kernel}(")?;
+    let mut decls: Vec<String> = params
+        .iter()
+        .map(|p| match &p.kind {
+            ParamKind::Pointer(_) if standalone => format!("const wrapir::Tensor& {}", p.name),
+            ParamKind::Pointer(_) => format!("const {n}_type_& {n}", n = p.name),
+            ParamKind::Scalar(s) => format!("{} {}", param_ctype(*s), p.name),
+            ParamKind::Extra => format!("int64_t {}", p.name),
+        })
+        .collect();
+    if standalone {
+        decls.push("CUstream stream_".into());
+    } else {
+        decls.push("int32_t device_idx_".into());
+        decls.push("cudaStream_t stream_".into());
+        decls.push("const std::optional<std::string>& cubin_dir_ = std::nullopt".into());
+    }
+    writeln!(out, "    {}", decls.join(",\n    "))?;
+    writeln!(out, "){{")?;
+    let grid = GridBuilder { kernel, meta, params: &params };
+    let (prefix, [g0, g1, g2]) = grid.build(l)?;
+    for (name, value) in prefix {
+        writeln!(out, "    uint32_t {name} = {value};")?;
+    }
+    writeln!(out, "    uint32_t grid_0 = {g0};")?;
+    writeln!(out, "    uint32_t grid_1 = {g1};")?;
+    writeln!(out, "    uint32_t grid_2 = {g2};")?;
+    writeln!(out, "    if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;")?;
+    let mangled = meta.mangled_name.clone().unwrap_or_else(|| kernel.to_string());
+    let cubin = meta.cubin.clone().unwrap_or_else(|| format!("{kernel}.cubin"));
+    writeln!(out, "    if ({kernel} == nullptr) {{")?;
+    if standalone {
+        writeln!(
+            out,
+            "        {kernel} = wrapir::load_kernel(WRAPIR_CUBIN_DIR, {}, {}, {});",
+            c_string(&cubin),
+            c_string(&mangled),
+            meta.shared_mem
+        )?;
+    } else {
+        let path = match &l.options.cubin_dir {
+            Some(dir) => format!("{}/{}", dir.trim_end_matches('/'), cubin),
+            None => cubin,
+        };
+        writeln!(
+            out,
+            "        {kernel} = loadKernel({}, {}, {}, cubin_dir_);",
+            c_string(&path),
+            c_string(&mangled),
+            meta.shared_mem
+        )?;
+    }
+    writeln!(out, "    }}")?;
+    let mut arg_vars = Vec::new();
+    for p in &params {
+        let v = format!("var_{var}");
+        match &p.kind {
+            ParamKind::Pointer(_) if standalone => writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?,
+            ParamKind::Pointer(_) => {
+                writeln!(out, "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());", p.name)?
+            }
+            ParamKind::Scalar(s) => writeln!(out, "    {} {v} = {};", scalar_ctype(*s), p.name)?,
+            // Launcher-only arguments are not kernel parameters.
+            ParamKind::Extra => continue,
+        }
+        *var += 1;
+        arg_vars.push(v);
+    }
+    for (prefix, size) in [("global_scratch", meta.global_scratch), ("profile_scratch", meta.profile_scratch)] {
+        let Some(size) = size else { continue };
+        let v = format!("{prefix}_scratch_{var}");
+        *var += 1;
+        if size == 0 {
+            writeln!(out, "    CUdeviceptr {v} = 0;")?;
+        } else if standalone {
+            writeln!(
+                out,
+                "    wrapir::Tensor {v}_tensor = wrapir::empty_bytes(static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2, stream_);"
+            )?;
+            writeln!(out, "    CUdeviceptr {v} = {v}_tensor.data_ptr();")?;
+        } else {
+            let dtype = l.use_dtype(DType::Uint8);
+            l.use_device(DeviceType::Cuda);
+            writeln!(out, "    const int64_t {v}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};")?;
+            writeln!(out, "    static constexpr int64_t {v}_stride[] = {{1}};")?;
+            writeln!(out, "    AtenTensorHandle {v}_handle;")?;
+            writeln!(
+                out,
+                "    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {v}_size, {v}_stride, {dtype}, cached_torch_device_type_cuda, device_idx_, &{v}_handle));"
+            )?;
+            writeln!(out, "    RAIIAtenTensorHandle {v}_tensor({v}_handle);")?;
+            writeln!(out, "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({v}_tensor.data_ptr());")?;
+        }
+        arg_vars.push(v);
+    }
+    if arg_vars.is_empty() {
+        writeln!(out, "    void** kernel_args_ = nullptr;")?;
+    } else {
+        let refs: Vec<String> = arg_vars.iter().map(|v| format!("&{v}")).collect();
+        writeln!(out, "    void* kernel_args_[] = {{{}}};", refs.join(", "))?;
+    }
+    let launch = if standalone { "wrapir::launch_kernel" } else { "launchKernel" };
+    writeln!(
+        out,
+        "    {launch}({kernel}, grid_0, grid_1, grid_2, {}, {}, kernel_args_, stream_);",
+        meta.num_warps, meta.shared_mem
+    )?;
+    writeln!(out, "}}\n")?;
+    Ok(())
+}

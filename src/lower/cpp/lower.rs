@@ -1,0 +1,1593 @@
+//! Graph lines to C++ statements, and the whole-file frame.
+
+use super::launch::{self, KernelWrappers};
+use super::{Dialect, Error, IntSuffix, Options};
+use crate::ir::{
+    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
+    GraphOutput, KeyEntry, KeyPathText, KernelBackend, KernelCall, KernelName, Layout, Line, MultiIndex, Predicate,
+    Program, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
+};
+use crate::sym::{SymExpr, Symbol};
+use indexmap::{IndexMap, IndexSet};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+/// Lowers a whole program.
+pub(super) fn lower(program: &Program, options: &Options) -> Result<String, Error> {
+    let mut l = Lowering::new(program, options);
+    l.indent = 1;
+    l.entry_prologue()?;
+    let main = GraphCtx::new(&program.main, None, program, "main")?;
+    l.graph_lines(&main)?;
+    l.entry_outputs(&main)?;
+    let body = std::mem::take(&mut l.body);
+    let called: Vec<KernelName> = l.called_kernels.iter().cloned().collect();
+    let wrappers = launch::kernel_wrappers(&mut l, &called)?;
+    l.assemble(&body, &wrappers)
+}
+
+/// Per-scope declarations (C++ blocks).
+#[derive(Default)]
+struct Scope {
+    names: HashSet<String>,
+    streams: HashSet<u32>,
+    device_guard: bool,
+}
+
+/// Shared lowering state.
+pub(super) struct Lowering<'a> {
+    pub(super) program: &'a Program,
+    pub(super) options: &'a Options,
+    body: String,
+    indent: usize,
+    dtypes: IndexSet<DType>,
+    devices: IndexSet<DeviceType>,
+    next_array: usize,
+    next_tmp: usize,
+    /// Kernels called anywhere, in first-call order.
+    called_kernels: IndexSet<KernelName>,
+    /// Standalone extern hooks to declare.
+    hooks: IndexSet<String>,
+    scopes: Vec<Scope>,
+}
+
+/// One graph being lowered: its table, local-name prefix and multi-output map.
+struct GraphCtx<'a> {
+    graph: &'a Graph,
+    /// `None` for main.
+    name: Option<&'a GraphName>,
+    prefix: String,
+    /// Multi-output source -> element index -> extracted buffer.
+    elements: HashMap<BufName, IndexMap<usize, BufName>>,
+    /// Buffers defined by a `MultiOutput` line -> (source, index).
+    extracted: HashMap<BufName, (BufName, usize)>,
+}
+
+impl<'a> GraphCtx<'a> {
+    fn new(graph: &'a Graph, name: Option<&'a GraphName>, _program: &Program, label: &str) -> Result<Self, Error> {
+        let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
+        let mut elements: HashMap<BufName, IndexMap<usize, BufName>> = HashMap::new();
+        let mut extracted = HashMap::new();
+        for (i, line) in graph.lines.iter().enumerate() {
+            if let Line::MultiOutput { result, source, indices } = line {
+                let ctx = || format!("graph `{label}`, line {i} (`get`)");
+                let index = match indices.as_slice() {
+                    [MultiIndex::List(k)] | [MultiIndex::Tuple(k)] => usize::try_from(*k).map_err(|_| Error::Invalid {
+                        context: ctx(),
+                        message: format!("negative multi-output index {k} extracting `{result}` from `{source}`"),
+                    })?,
+                    _ => {
+                        return Err(Error::Unsupported {
+                            context: ctx(),
+                            dialect: "both dialects",
+                            what: format!(
+                                "extracting `{result}` from `{source}` needs exactly one list/tuple index (C++ receives multi-outputs as separate handles)"
+                            ),
+                        })
+                    }
+                };
+                if elements.entry(source.clone()).or_default().insert(index, result.clone()).is_some() {
+                    return Err(Error::Invalid {
+                        context: ctx(),
+                        message: format!("element {index} of `{source}` is extracted twice"),
+                    });
+                }
+                extracted.insert(result.clone(), (source.clone(), index));
+            }
+        }
+        Ok(GraphCtx { graph, name, prefix, elements, extracted })
+    }
+
+    fn label(&self) -> String {
+        match self.name {
+            Some(n) => n.to_string(),
+            None => "main".to_string(),
+        }
+    }
+
+    /// The C++ variable of a buffer: subgraph buffers get the graph's name in front.
+    fn local(&self, b: &BufName) -> String {
+        if self.prefix.is_empty() || b.as_str().starts_with(&self.prefix) {
+            b.to_string()
+        } else {
+            format!("{}{}", self.prefix, b)
+        }
+    }
+
+    fn layout(&self, b: &BufName, context: &str) -> Result<&'a Layout, Error> {
+        self.graph.layout(b).ok_or_else(|| Error::Invalid {
+            context: context.to_string(),
+            message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
+        })
+    }
+
+    fn is_multi(&self, b: &BufName) -> bool {
+        matches!(self.graph.buffers.get(b).map(|d| &d.kind), Some(BufferKind::Multi))
+    }
+
+    /// Variables receiving the elements of a multi-output value; missing elements
+    /// get `<source>_<i>` names so the handles are still released.
+    fn element_vars(&self, source: &BufName, count: usize) -> Vec<String> {
+        let known = self.elements.get(source);
+        (0..count.max(known.and_then(|m| m.keys().max()).map_or(0, |m| m + 1)))
+            .map(|i| match known.and_then(|m| m.get(&i)) {
+                Some(b) => self.local(b),
+                None => format!("{}_{}", self.local(source), i),
+            })
+            .collect()
+    }
+}
+
+impl<'a> Lowering<'a> {
+    fn new(program: &'a Program, options: &'a Options) -> Self {
+        Lowering {
+            program,
+            options,
+            body: String::new(),
+            indent: 0,
+            dtypes: IndexSet::new(),
+            devices: IndexSet::new(),
+            next_array: 0,
+            next_tmp: 0,
+            called_kernels: IndexSet::new(),
+            hooks: IndexSet::new(),
+            scopes: vec![Scope::default()],
+        }
+    }
+
+    pub(super) fn standalone(&self) -> bool {
+        self.options.dialect == Dialect::Standalone
+    }
+
+    pub(super) fn dialect_name(&self) -> &'static str {
+        match self.options.dialect {
+            Dialect::Aoti => "aoti dialect",
+            Dialect::Standalone => "standalone dialect",
+        }
+    }
+
+    fn line(&mut self, text: impl AsRef<str>) {
+        for _ in 0..self.indent {
+            self.body.push_str("    ");
+        }
+        self.body.push_str(text.as_ref());
+        self.body.push('\n');
+    }
+
+    fn blank(&mut self) {
+        self.body.push('\n');
+    }
+
+    fn open(&mut self, text: impl AsRef<str>) {
+        self.line(text);
+        self.indent += 1;
+        self.scopes.push(Scope::default());
+    }
+
+    fn close(&mut self, text: impl AsRef<str>) {
+        self.indent = self.indent.saturating_sub(1);
+        self.scopes.pop();
+        self.line(text);
+    }
+
+    fn declared(&self, name: &str) -> bool {
+        self.scopes.iter().any(|s| s.names.contains(name))
+    }
+
+    fn declare(&mut self, name: &str) {
+        if let Some(s) = self.scopes.last_mut() {
+            s.names.insert(name.to_string());
+        }
+    }
+
+    fn tmp(&mut self, stem: &str) -> String {
+        let n = self.next_tmp;
+        self.next_tmp += 1;
+        format!("{stem}_{n}")
+    }
+
+    /// An expression in C++ form with the configured literal suffix.
+    pub(super) fn cexpr(&self, e: &SymExpr) -> String {
+        let text = crate::sym::print::cpp(e);
+        match self.options.int_suffix {
+            IntSuffix::L => text,
+            IntSuffix::LL => widen_suffix(&text),
+        }
+    }
+
+    pub(super) fn use_dtype(&mut self, d: DType) -> String {
+        self.dtypes.insert(d);
+        if self.standalone() {
+            format!("wrapir::DType::{}", runtime_dtype(d))
+        } else {
+            format!("cached_torch_dtype_{}", d.torch_name())
+        }
+    }
+
+    pub(super) fn use_device(&mut self, d: DeviceType) {
+        self.devices.insert(d);
+    }
+
+    fn unsupported(&self, context: &str, what: impl Into<String>) -> Error {
+        Error::Unsupported { context: context.to_string(), dialect: self.dialect_name(), what: what.into() }
+    }
+
+    // ---- frame -------------------------------------------------------------
+
+    fn entry_prologue(&mut self) -> Result<(), Error> {
+        let program = self.program;
+        let main = &program.main;
+        let tensor_inputs: Vec<&BufName> = main
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                GraphInput::Tensor { name } => Some(name),
+                GraphInput::Symbol { .. } => None,
+            })
+            .chain(program.constants.keys())
+            .collect();
+        let total = main.inputs.len() + program.constants.len();
+        if !self.standalone() {
+            self.line("py::gil_scoped_release_simple release;");
+            self.blank();
+            self.line(format!("auto inputs = steal_from_raw_handles_to_raii_handles(input_handles, {total});"));
+        }
+        let mut symbol_binds = Vec::new();
+        let mut tensor_index = 0usize;
+        let mut scalar_index = 0usize;
+        let mut handle_index = 0usize;
+        let inputs = main.inputs.iter().map(Some).chain(program.constants.keys().map(|_| None));
+        let constant_names: Vec<&BufName> = program.constants.keys().collect();
+        let mut constant_iter = constant_names.into_iter();
+        for input in inputs {
+            match input {
+                Some(GraphInput::Symbol { name, symbol }) => {
+                    if self.standalone() {
+                        self.line(format!("int64_t {name} = scalar_inputs[{scalar_index}];"));
+                    } else {
+                        self.line(format!("int64_t {name};"));
+                        self.line(format!(
+                            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_int64(inputs[{handle_index}], &{name}));"
+                        ));
+                    }
+                    self.declare(name.as_str());
+                    scalar_index += 1;
+                    if name.as_str() != symbol.as_str() {
+                        symbol_binds.push((symbol.clone(), name.to_string()));
+                    } else {
+                        self.declare(symbol.as_str());
+                    }
+                }
+                other => {
+                    let name = match other {
+                        Some(GraphInput::Tensor { name }) => name,
+                        _ => match constant_iter.next() {
+                            Some(c) => c,
+                            None => break,
+                        },
+                    };
+                    if self.standalone() {
+                        self.line(format!("wrapir::Tensor {name} = inputs[{tensor_index}];"));
+                    } else {
+                        self.line(format!("auto {name} = std::move(inputs[{handle_index}]);"));
+                    }
+                    tensor_index += 1;
+                }
+            }
+            handle_index += 1;
+        }
+        for (symbol, name) in symbol_binds {
+            self.line(format!("int64_t {symbol} = {name};"));
+            self.declare(symbol.as_str());
+        }
+        // Backed symbols that are plain sizes or strides of a tensor input.
+        for input in &tensor_inputs {
+            let layout = if let Some(l) = main.layout(input) {
+                l
+            } else if let Some(l) = program.constants.get(*input) {
+                l
+            } else {
+                return Err(Error::Invalid {
+                    context: "graph `main`, inputs".into(),
+                    message: format!("tensor input `{input}` has no tensor layout in the buffer table"),
+                });
+            };
+            for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
+                let mut header = false;
+                for (d, e) in dims.iter().enumerate() {
+                    let SymExpr::Sym(s) = e else { continue };
+                    if self.declared(s.as_str()) {
+                        continue;
+                    }
+                    if !header {
+                        if self.standalone() {
+                            header = true;
+                        } else {
+                            self.line(format!("auto {input}_{what} = {input}.{what}s();"));
+                            header = true;
+                        }
+                    }
+                    if self.standalone() {
+                        self.line(format!("int64_t {s} = {input}.{what}({d});"));
+                    } else {
+                        self.line(format!("int64_t {s} = {input}_{what}[{d}];"));
+                    }
+                    self.declare(s.as_str());
+                }
+            }
+        }
+        for (s, decl) in &program.symbols {
+            if decl.kind == SymbolKind::Backed && !self.declared(s.as_str()) {
+                return Err(Error::Invalid {
+                    context: "graph `main`, inputs".into(),
+                    message: format!(
+                        "cannot bind backed symbol `{s}`: it is neither a symbol input nor a plain size or stride of a tensor input"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn entry_outputs(&mut self, main: &GraphCtx<'_>) -> Result<(), Error> {
+        let mut released: HashMap<String, usize> = HashMap::new();
+        let target = if self.standalone() { "outputs" } else { "output_handles" };
+        for (i, out) in main.graph.outputs.iter().enumerate() {
+            match out {
+                GraphOutput::Buffer(b) => {
+                    let name = main.local(b);
+                    if let Some(first) = released.get(&name) {
+                        if self.standalone() {
+                            self.line(format!("outputs[{i}] = outputs[{first}];"));
+                        } else {
+                            self.line(format!(
+                                "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle(output_handles[{first}], &output_handles[{i}]));"
+                            ));
+                        }
+                    } else {
+                        if self.standalone() {
+                            self.line(format!("outputs[{i}] = std::move({name});"));
+                        } else {
+                            self.line(format!("output_handles[{i}] = {name}.release();"));
+                        }
+                        released.insert(name, i);
+                    }
+                }
+                GraphOutput::Expr(e) => {
+                    let v = self.cexpr(e);
+                    if self.standalone() {
+                        self.line(format!("outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"));
+                    } else {
+                        self.line(format!("{target}[{i}] = scalar_to_tensor_handle({v});"));
+                    }
+                }
+                GraphOutput::None => {
+                    if self.standalone() {
+                        self.line(format!("outputs[{i}] = wrapir::Tensor();"));
+                    } else {
+                        self.line(format!("output_handles[{i}] = nullptr;"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn assemble(&mut self, body: &str, wrappers: &KernelWrappers) -> Result<String, Error> {
+        let mut out = String::new();
+        if self.standalone() {
+            let entry = self.options.entry().to_string();
+            out.push_str("// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n");
+            if self.options.inline_runtime {
+                // `#pragma once` is only meaningful in a header file.
+                out.push_str(&super::RUNTIME_HEADER.replacen("#pragma once\n", "", 1));
+                out.push('\n');
+            } else {
+                out.push_str("#include \"wrapir_runtime.h\"\n");
+            }
+            out.push('\n');
+            let dir = self.options.cubin_dir.as_deref().unwrap_or(".");
+            writeln!(out, "#ifndef WRAPIR_CUBIN_DIR\n#define WRAPIR_CUBIN_DIR {}\n#endif", c_string(dir))?;
+            if !self.hooks.is_empty() {
+                out.push_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n");
+                for h in &self.hooks {
+                    writeln!(
+                        out,
+                        "extern \"C\" int {h}(const wrapir::ExternArg* args, int64_t num_args, wrapir::Tensor* const* results, int64_t num_results, CUstream stream);"
+                    )?;
+                }
+            }
+            out.push('\n');
+            out.push_str(&wrappers.text);
+            writeln!(
+                out,
+                "\nstatic void {entry}_impl(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) {{"
+            )?;
+            writeln!(out, "    (void)inputs;\n    (void)scalar_inputs;\n    (void)outputs;\n    (void)stream;")?;
+            out.push_str(body);
+            writeln!(out, "}}\n")?;
+            writeln!(
+                out,
+                "extern \"C\" int {entry}(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {{"
+            )?;
+            out.push_str("    try {\n");
+            writeln!(out, "        {entry}_impl(inputs, scalar_inputs, outputs, stream);")?;
+            out.push_str("        return 0;\n    } catch (const std::exception& e) {\n");
+            out.push_str("        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n");
+            writeln!(out, "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}")?;
+        } else {
+            out.push_str(AOTI_PRELUDE);
+            for d in &self.dtypes {
+                writeln!(out, "CACHE_TORCH_DTYPE({});", d.torch_name())?;
+            }
+            for d in &self.devices {
+                writeln!(out, "CACHE_TORCH_DEVICE({});", d.as_str())?;
+            }
+            out.push('\n');
+            out.push_str(&wrappers.text);
+            out.push_str("\nvoid inductor_entry_impl(\n");
+            out.push_str("    AtenTensorHandle* input_handles,  // handles are stolen; the array is borrowed\n");
+            out.push_str("    AtenTensorHandle* output_handles  // handles are stolen by the caller; the array is borrowed\n");
+            out.push_str(") {\n");
+            out.push_str(body);
+            out.push_str("} // inductor_entry_impl\n");
+        }
+        Ok(out)
+    }
+
+    // ---- lines -------------------------------------------------------------
+
+    fn graph_lines(&mut self, g: &GraphCtx<'a>) -> Result<(), Error> {
+        for (i, line) in g.graph.lines.iter().enumerate() {
+            let context = format!("graph `{}`, line {i} (`{}`)", g.label(), line.kind());
+            self.line_(g, line, &context)?;
+        }
+        Ok(())
+    }
+
+    fn line_(&mut self, g: &GraphCtx<'a>, line: &'a Line, cx: &str) -> Result<(), Error> {
+        match line {
+            Line::Allocate { buffer } => self.allocate(g, buffer, cx),
+            Line::FreeIfNotReused { buffer, is_reused } => {
+                if !*is_reused && !g.is_multi(buffer) {
+                    self.line(format!("{}.reset();", g.local(buffer)));
+                }
+                Ok(())
+            }
+            Line::Free { buffer } => {
+                if !g.is_multi(buffer) {
+                    self.line(format!("{}.reset();", g.local(buffer)));
+                }
+                Ok(())
+            }
+            Line::Reuse { old, new, delete_old } => self.reuse(g, old, new, *delete_old, cx),
+            Line::Reinterpret { base, alias } => self.reinterpret(g, base, alias, cx),
+            Line::KernelDefinition { kernel } => {
+                if !self.program.kernels.contains_key(kernel) {
+                    return Err(Error::Invalid { context: cx.into(), message: format!("kernel `{kernel}` is not defined") });
+                }
+                Ok(())
+            }
+            Line::KernelCall(call) => self.kernel_call(g, call, cx),
+            Line::SymbolicCallArg { symbol, expr } => {
+                let v = self.cexpr(expr);
+                if self.declared(symbol.as_str()) {
+                    self.line(format!("{symbol} = {v};"));
+                } else {
+                    self.line(format!("int64_t {symbol} = {v};"));
+                    self.declare(symbol.as_str());
+                }
+                Ok(())
+            }
+            Line::ExternKernelAlloc(call) => self.extern_call(g, call, None, cx),
+            Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
+            // Elements were declared by the line that produced the multi-output value.
+            Line::MultiOutput { .. } => Ok(()),
+            Line::IndexPutFallback { target, indices, values, accumulate } => {
+                let op = ExternCall {
+                    result: None,
+                    op: "aten.index_put_".into(),
+                    args: vec![
+                        ArgValue::Buffer(target.clone()),
+                        ArgValue::List(
+                            indices.iter().map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer)).collect(),
+                        ),
+                        ArgValue::Buffer(values.clone()),
+                        ArgValue::Bool(*accumulate),
+                    ],
+                    kwargs: IndexMap::new(),
+                };
+                if self.standalone() {
+                    self.extern_call(g, &op, None, cx)
+                } else {
+                    let dev = self.device_of(g, target, cx)?;
+                    let idx = self.list_arg(g, &op.args[1], cx)?;
+                    self.line(format!(
+                        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_{}_index_put_out({t}, {t}, {idx}, {}, {}));",
+                        dev.kind.as_str(),
+                        g.local(values),
+                        accumulate,
+                        t = g.local(target),
+                    ));
+                    Ok(())
+                }
+            }
+            Line::ScatterFallback(s) => self.scatter(g, s, cx),
+            Line::DynamicScalar { symbol, source, keypath, .. } => {
+                let layout = g.layout(source, cx)?;
+                let raw = format!("{symbol}_raw");
+                let src = g.local(source);
+                if self.standalone() {
+                    if layout.dtype.is_floating() {
+                        return Err(self.unsupported(cx, format!("item() of floating tensor `{source}` binding `{symbol}`")));
+                    }
+                    self.decl_line(&raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
+                } else {
+                    let (ctype, shim) = match layout.dtype {
+                        DType::Bool => ("bool", "bool"),
+                        DType::Int8 => ("int8_t", "int8"),
+                        DType::Int16 => ("int16_t", "int16"),
+                        DType::Int32 => ("int32_t", "int32"),
+                        DType::Int64 => ("int64_t", "int64"),
+                        DType::Uint8 => ("uint8_t", "uint8"),
+                        other => {
+                            return Err(self.unsupported(
+                                cx,
+                                format!("item() of `{source}` ({other}) cannot bind the integer symbol `{symbol}`"),
+                            ))
+                        }
+                    };
+                    if !self.declared(&raw) {
+                        self.line(format!("{ctype} {raw};"));
+                        self.declare(&raw);
+                    }
+                    self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({src}, &{raw}));"));
+                }
+                let described = format!("{source}.item()");
+                self.bind_symbol(symbol, &raw, keypath, &described, cx)
+            }
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                for (symbol, path) in bindings {
+                    self.unbacked(g, source, symbol, path, cx)?;
+                }
+                Ok(())
+            }
+            Line::Conditional(c) => self.conditional(g, c, cx),
+            Line::WhileLoop(w) => self.while_loop(g, w, cx),
+            Line::EnterDeviceContext { device_index } => {
+                self.blank();
+                let guarded = self.scopes.iter().any(|s| s.device_guard);
+                if self.standalone() {
+                    self.line(format!("wrapir::set_device({device_index});"));
+                } else if guarded {
+                    self.line(format!("device_guard.set_index({device_index});"));
+                } else {
+                    self.line(format!("AOTICudaGuard device_guard({device_index});"));
+                }
+                if let Some(s) = self.scopes.last_mut() {
+                    s.device_guard = true;
+                }
+                Ok(())
+            }
+            Line::ExitDeviceContext => Ok(()),
+            Line::Comment { text } => {
+                if text.is_empty() {
+                    self.line("//");
+                }
+                for t in text.lines() {
+                    self.line(format!("// {t}").trim_end());
+                }
+                Ok(())
+            }
+            Line::AssertSizeStride { buffer, size, stride, context } => {
+                let b = g.local(buffer);
+                let mut conds = Vec::new();
+                if self.standalone() {
+                    conds.push(format!("{b}.dim() == {}", size.len()));
+                }
+                for (d, e) in size.iter().enumerate() {
+                    conds.push(format!("{b}.size({d}) == {}", self.cexpr(e)));
+                }
+                for (d, e) in stride.iter().enumerate() {
+                    conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
+                }
+                let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+                let mut msg = format!(
+                    "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
+                    list(size),
+                    list(stride)
+                );
+                if let Some(c) = context {
+                    let _ = write!(msg, " ({c})");
+                }
+                let cond = if conds.is_empty() { "true".to_string() } else { conds.join(" && ") };
+                self.line(format!("if (!({cond})) {{ throw std::runtime_error({}); }}", c_string(&msg)));
+                Ok(())
+            }
+            Line::AssertAlignment { buffer, alignment, context } => {
+                let b = g.local(buffer);
+                let ptr = if self.standalone() {
+                    format!("{b}.data_ptr()")
+                } else {
+                    format!("reinterpret_cast<uintptr_t>({b}.data_ptr())")
+                };
+                let mut msg = format!("{buffer} is not aligned to {alignment} bytes");
+                if let Some(c) = context {
+                    let _ = write!(msg, " ({c})");
+                }
+                self.line(format!("if ({ptr} % {alignment} != 0) {{ throw std::runtime_error({}); }}", c_string(&msg)));
+                Ok(())
+            }
+            Line::RuntimeAssert { cond, message, .. } => {
+                let c = self.cexpr(cond);
+                self.line(format!("if (!({c})) {{ throw std::runtime_error({}); }}", c_string(message)));
+                Ok(())
+            }
+            Line::CommBufferAllocate { buffer, .. } | Line::CommBufferFree { buffer } => {
+                Err(self.unsupported(cx, format!("communication buffer `{buffer}`")))
+            }
+        }
+    }
+
+    /// `type name = value;` on first declaration in scope, `name = value;` after.
+    fn decl_line(&mut self, name: &str, ctype: &str, value: &str) {
+        if self.declared(name) {
+            self.line(format!("{name} = {value};"));
+        } else {
+            self.line(format!("{ctype} {name} = {value};"));
+            self.declare(name);
+        }
+    }
+
+    /// Writes an `int64_t` array of expressions and returns its name.
+    fn int_array(&mut self, items: &[SymExpr]) -> String {
+        let name = format!("int_array_{}", self.next_array);
+        self.next_array += 1;
+        if items.is_empty() {
+            self.line(format!("const int64_t* {name} = nullptr;"));
+            return name;
+        }
+        let all_int = items.iter().all(|e| e.as_int().is_some());
+        let list = brace_list(&items.iter().map(|e| self.cexpr(e)).collect::<Vec<_>>());
+        if all_int {
+            self.line(format!("static constexpr int64_t {name}[] = {list};"));
+        } else {
+            self.line(format!("const int64_t {name}[] = {list};"));
+        }
+        name
+    }
+
+    fn device_index(d: &Device) -> u32 {
+        d.index.unwrap_or(0)
+    }
+
+    fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &str) -> Result<(), Error> {
+        let layout = g.layout(buffer, cx)?;
+        if layout.offset != SymExpr::Int(0) {
+            return Err(self.unsupported(cx, format!("allocating `{buffer}` with a storage offset")));
+        }
+        let name = g.local(buffer);
+        let rank = layout.rank();
+        let sizes = self.int_array(&layout.size);
+        let strides = self.int_array(&layout.stride);
+        let dtype = self.use_dtype(layout.dtype);
+        if self.standalone() {
+            if layout.device.kind != DeviceType::Cuda {
+                return Err(self.unsupported(cx, format!("allocating `{buffer}` on {}", layout.device)));
+            }
+            let numel = layout.alloc_numel.as_ref().map_or("-1".to_string(), |n| self.cexpr(n));
+            self.line(format!(
+                "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
+            ));
+            self.declare(&name);
+            return Ok(());
+        }
+        self.devices.insert(layout.device.kind);
+        let device = format!("cached_torch_device_type_{},  {}", layout.device.kind.as_str(), Self::device_index(&layout.device));
+        match &layout.alloc_numel {
+            None => {
+                self.line(format!("AtenTensorHandle {name}_handle;"));
+                self.line(format!(
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided({rank}, {sizes}, {strides}, {dtype}, {device}, &{name}_handle));"
+                ));
+                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle);"));
+            }
+            Some(n) => {
+                let alloc_size = self.int_array(std::slice::from_ref(n));
+                let alloc_stride = self.int_array(&[SymExpr::Int(1)]);
+                self.line(format!("AtenTensorHandle {name}_handle;"));
+                self.line(format!(
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {alloc_size}, {alloc_stride}, {dtype}, {device}, &{name}_handle));"
+                ));
+                self.line(format!("AtenTensorHandle {name}_handle_restrided;"));
+                self.line(format!(
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_as_strided({name}_handle, {sizes}, {strides}, &{name}_handle_restrided));"
+                ));
+                self.line(format!("wrap_with_raii_handle_if_needed({name}_handle);"));
+                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle_restrided);"));
+            }
+        }
+        self.declare(&name);
+        Ok(())
+    }
+
+    /// A view expression of `base` with `layout` (AOTI: an RAII handle expression).
+    fn view_expr(&mut self, base: &str, base_layout: &Layout, layout: &Layout, cx: &str) -> Result<String, Error> {
+        if base_layout.dtype.size_bytes() != layout.dtype.size_bytes() {
+            return Err(self.unsupported(
+                cx,
+                format!(
+                    "a view of `{base}` changing the element size ({} to {})",
+                    base_layout.dtype, layout.dtype
+                ),
+            ));
+        }
+        let sizes = self.int_array(&layout.size);
+        let strides = self.int_array(&layout.stride);
+        let offset = self.cexpr(&layout.offset);
+        let rank = layout.rank();
+        if self.standalone() {
+            let dtype = self.use_dtype(layout.dtype);
+            return Ok(format!("{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})"));
+        }
+        let view = format!("wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))");
+        if base_layout.dtype == layout.dtype {
+            return Ok(view);
+        }
+        let tmp = self.tmp(&format!("{base}_view"));
+        self.line(format!("auto {tmp} = {view};"));
+        let dtype = self.use_dtype(layout.dtype);
+        self.line(format!("AtenTensorHandle {tmp}_handle;"));
+        self.line(format!(
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_{}_view_dtype({tmp}, {dtype}, &{tmp}_handle));",
+            layout.device.kind.as_str()
+        ));
+        Ok(format!("RAIIAtenTensorHandle({tmp}_handle)"))
+    }
+
+    /// A new reference to the same tensor (AOTI: a new handle).
+    fn share(&mut self, src: &str, dst: &str) {
+        if self.standalone() {
+            self.line(format!("wrapir::Tensor {dst} = {src};"));
+        } else {
+            self.line(format!("AtenTensorHandle {dst}_handle;"));
+            self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({src}, &{dst}_handle));"));
+            self.line(format!("RAIIAtenTensorHandle {dst}({dst}_handle);"));
+        }
+        self.declare(dst);
+    }
+
+    fn same_layout(a: &Layout, b: &Layout) -> bool {
+        a.size == b.size && a.stride == b.stride && a.offset == b.offset && a.dtype == b.dtype
+    }
+
+    fn reuse(&mut self, g: &GraphCtx<'_>, old: &BufName, new: &BufName, delete_old: bool, cx: &str) -> Result<(), Error> {
+        let old_layout = g.layout(old, cx)?;
+        let new_layout = g.layout(new, cx)?;
+        let (o, n) = (g.local(old), g.local(new));
+        if Self::same_layout(old_layout, new_layout) {
+            if delete_old {
+                self.line(format!("auto {n} = std::move({o});  // reuse"));
+                self.declare(&n);
+            } else {
+                self.share(&o, &n);
+            }
+            return Ok(());
+        }
+        let view = self.view_expr(&o, old_layout, new_layout, cx)?;
+        if delete_old {
+            self.line(format!("auto {n} = {view}; {o}.reset();  // reuse"));
+        } else {
+            self.line(format!("auto {n} = {view};  // reuse"));
+        }
+        self.declare(&n);
+        Ok(())
+    }
+
+    fn reinterpret(&mut self, g: &GraphCtx<'_>, base: &BufName, alias: &BufName, cx: &str) -> Result<(), Error> {
+        let base_layout = g.layout(base, cx)?;
+        let alias_layout = g.layout(alias, cx)?;
+        let (b, a) = (g.local(base), g.local(alias));
+        if Self::same_layout(base_layout, alias_layout) {
+            self.share(&b, &a);
+            return Ok(());
+        }
+        let view = self.view_expr(&b, base_layout, alias_layout, cx)?;
+        self.line(format!("auto {a} = {view};  // alias"));
+        self.declare(&a);
+        Ok(())
+    }
+
+    fn kernel_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cx: &str) -> Result<(), Error> {
+        let kernel = self.program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
+            context: cx.into(),
+            message: format!("kernel `{}` is not defined", call.kernel),
+        })?;
+        let meta = match &kernel.backend {
+            KernelBackend::Triton(m) => m,
+            other => {
+                return Err(self.unsupported(
+                    cx,
+                    format!("calling {} kernel `{}` (only Triton kernels are lowered)", other.keyword(), call.kernel),
+                ))
+            }
+        };
+        let args = launch::bind_call_args(&call.kernel, meta, call, cx)?;
+        let mut printed = Vec::new();
+        for (param, value) in &args {
+            printed.push(self.kernel_arg(g, &call.kernel, param, value, cx)?);
+        }
+        let device = call.device.map_or(0, |d| Self::device_index(&d));
+        self.called_kernels.insert(call.kernel.clone());
+        if self.standalone() {
+            printed.push("stream".to_string());
+        } else {
+            let has_stream = self.scopes.iter().any(|s| s.streams.contains(&device));
+            if !has_stream {
+                self.line(format!("cudaStream_t stream{device};"));
+                self.line(format!(
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream({device}, (void**)&stream{device}));"
+                ));
+                if let Some(s) = self.scopes.last_mut() {
+                    s.streams.insert(device);
+                }
+            }
+            printed.push(device.to_string());
+            printed.push(format!("stream{device}"));
+        }
+        self.line(format!("call_{}({});", call.kernel, printed.join(", ")));
+        Ok(())
+    }
+
+    fn kernel_arg(
+        &mut self,
+        g: &GraphCtx<'_>,
+        kernel: &KernelName,
+        param: &launch::Param,
+        value: &ArgValue,
+        cx: &str,
+    ) -> Result<String, Error> {
+        let bad = |what: &str| Error::Invalid {
+            context: cx.into(),
+            message: format!("kernel `{kernel}` parameter `{}` ({}) gets {what}", param.name, param.kind_text()),
+        };
+        match (param.is_pointer(), value) {
+            (true, ArgValue::Buffer(b)) => Ok(g.local(b)),
+            (false, ArgValue::Expr(e)) => Ok(self.cexpr(e)),
+            (false, ArgValue::Float(v)) => Ok(c_float(*v)),
+            (false, ArgValue::Bool(b)) => Ok(b.to_string()),
+            (true, _) => Err(bad("a non-tensor value")),
+            (false, ArgValue::Buffer(b)) => Err(bad(&format!("tensor `{b}`"))),
+            (false, _) => Err(bad("a value that is not a number")),
+        }
+    }
+
+    // ---- extern ops --------------------------------------------------------
+
+    fn device_of(&self, g: &GraphCtx<'_>, b: &BufName, cx: &str) -> Result<Device, Error> {
+        Ok(g.layout(b, cx)?.device)
+    }
+
+    /// The device an extern call runs on: its result's, its output's or its first tensor's.
+    fn extern_device(&self, g: &GraphCtx<'_>, call: &ExternCall, out: Option<&BufName>) -> Device {
+        let mut candidates: Vec<BufName> = Vec::new();
+        candidates.extend(out.cloned());
+        candidates.extend(call.result.clone());
+        for a in call.args.iter().chain(call.kwargs.values()) {
+            a.for_each_buffer(&mut |b| candidates.push(b.clone()));
+        }
+        candidates.iter().find_map(|b| g.graph.layout(b).map(|l| l.device)).unwrap_or(Device::cuda(0))
+    }
+
+    fn extern_call(&mut self, g: &GraphCtx<'_>, call: &ExternCall, out: Option<&BufName>, cx: &str) -> Result<(), Error> {
+        let (name, overload) = split_op(&call.op);
+        let suffix = op_suffix(name, overload, out.is_some());
+        // Result variables: one tensor, or one per element of a multi-output value.
+        let results: Vec<String> = match &call.result {
+            None => vec![],
+            Some(r) if g.is_multi(r) => g.element_vars(r, 0),
+            Some(r) => {
+                g.layout(r, cx)?;
+                vec![g.local(r)]
+            }
+        };
+        if self.standalone() {
+            let hook = format!("wrapir_extern_{}", sanitize(&suffix));
+            self.hooks.insert(hook.clone());
+            let mut items = Vec::new();
+            if let Some(o) = out {
+                items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
+            }
+            for a in &call.args {
+                items.push(self.hook_arg(g, a, None, cx)?);
+            }
+            for (k, a) in &call.kwargs {
+                items.push(self.hook_arg(g, a, Some(k), cx)?);
+            }
+            for r in &results {
+                self.line(format!("wrapir::Tensor {r};"));
+                self.declare(r);
+            }
+            self.open("{");
+            let args = if items.is_empty() {
+                self.line("const wrapir::ExternArg* args_ = nullptr;");
+                "args_".to_string()
+            } else {
+                self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
+                "args_".to_string()
+            };
+            let res = if results.is_empty() {
+                self.line("wrapir::Tensor* const* results_ = nullptr;");
+                "results_"
+            } else {
+                let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
+                self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
+                "results_"
+            };
+            self.line(format!(
+                "wrapir::check_extern({hook}({args}, {}, {res}, {}, stream), {});",
+                items.len(),
+                results.len(),
+                c_string(&hook)
+            ));
+            self.close("}");
+            return Ok(());
+        }
+        let shim = if name.starts_with("aoti_torch_") {
+            name.to_string()
+        } else if name == "_mm_plus_mm" {
+            format!("aoti_torch_{suffix}")
+        } else {
+            format!("aoti_torch_{}_{suffix}", self.extern_device(g, call, out).kind.as_str())
+        };
+        let mut args = Vec::new();
+        if let Some(o) = out {
+            args.push(g.local(o));
+        }
+        for a in call.args.iter().chain(call.kwargs.values()) {
+            args.push(self.shim_arg(g, a, cx)?);
+        }
+        for r in &results {
+            self.line(format!("AtenTensorHandle {r}_handle;"));
+            args.push(format!("&{r}_handle"));
+        }
+        self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));", args.join(", ")));
+        for r in &results {
+            self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
+            self.declare(r);
+        }
+        Ok(())
+    }
+
+    fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &str) -> Result<String, Error> {
+        Ok(match a {
+            ArgValue::Buffer(b) => {
+                if g.is_multi(b) {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("multi-output value `{b}` passed as an extern argument"),
+                    });
+                }
+                g.local(b)
+            }
+            ArgValue::Expr(e) => self.cexpr(e),
+            ArgValue::Float(v) => c_float(*v),
+            ArgValue::Bool(b) => b.to_string(),
+            ArgValue::None => "nullptr".into(),
+            ArgValue::Str(s) => c_string(s),
+            ArgValue::DType(d) => self.use_dtype(*d),
+            ArgValue::Device(d) => {
+                self.devices.insert(d.kind);
+                format!("cached_torch_device_type_{}, {}", d.kind.as_str(), Self::device_index(d))
+            }
+            ArgValue::List(_) => self.list_arg(g, a, cx)?,
+        })
+    }
+
+    /// A list argument of an AOTI shim: a pointer and a length.
+    fn list_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &str) -> Result<String, Error> {
+        let ArgValue::List(items) = a else { return self.shim_arg(g, a, cx) };
+        let n = items.len();
+        let all_tensors = items.iter().all(|i| matches!(i, ArgValue::Buffer(_)));
+        let tensors_or_none = items.iter().all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
+        if n > 0 && all_tensors {
+            let v: Vec<String> = items
+                .iter()
+                .filter_map(|i| if let ArgValue::Buffer(b) = i { Some(format!("{}.get()", g.local(b))) } else { None })
+                .collect();
+            return Ok(format!("std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}", v.join(", ")));
+        }
+        if n > 0 && tensors_or_none {
+            let v: Vec<String> = items
+                .iter()
+                .map(|i| match i {
+                    ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.local(b)),
+                    _ => "nullptr".to_string(),
+                })
+                .collect();
+            return Ok(format!("std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}", v.join(", ")));
+        }
+        let mut v = Vec::new();
+        for i in items {
+            match i {
+                ArgValue::Expr(e) => v.push(self.cexpr(e)),
+                ArgValue::Bool(b) => v.push(if *b { "1L".into() } else { "0L".into() }),
+                ArgValue::Float(_) => {
+                    let f: Vec<String> = items
+                        .iter()
+                        .map(|i| match i {
+                            ArgValue::Float(x) => Ok(c_float(*x)),
+                            ArgValue::Expr(SymExpr::Int(x)) => Ok(format!("{x}.0")),
+                            _ => Err(self.unsupported(cx, "a list mixing floats with other values")),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    return Ok(format!("std::array<double, {n}>{{{}}}.cbegin(), {n}", f.join(", ")));
+                }
+                _ => return Err(self.unsupported(cx, "a list argument that is not all tensors, integers or floats")),
+            }
+        }
+        if n == 0 {
+            return Ok("nullptr, 0".into());
+        }
+        Ok(format!("std::array<int64_t, {n}>{{{}}}.cbegin(), {n}", v.join(", ")))
+    }
+
+    /// One `wrapir::ExternArg` (lists get their items in a named array first).
+    fn hook_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, name: Option<&String>, cx: &str) -> Result<String, Error> {
+        let n = name.map_or(String::new(), |k| format!(", {}", c_string(k)));
+        Ok(match a {
+            ArgValue::Buffer(b) => {
+                if g.is_multi(b) {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("multi-output value `{b}` passed as an extern argument"),
+                    });
+                }
+                format!("wrapir::ExternArg::of_tensor({}{n})", g.local(b))
+            }
+            ArgValue::Expr(e) => format!("wrapir::ExternArg::of_int({}{n})", self.cexpr(e)),
+            ArgValue::Float(v) => format!("wrapir::ExternArg::of_float({}{n})", c_float(*v)),
+            ArgValue::Bool(b) => format!("wrapir::ExternArg::of_bool({b}{n})"),
+            ArgValue::None => format!("wrapir::ExternArg::none({})", name.map_or("nullptr".into(), |k| c_string(k))),
+            ArgValue::Str(s) => format!("wrapir::ExternArg::of_string({}{n})", c_string(s)),
+            ArgValue::DType(d) => format!("wrapir::ExternArg::of_dtype({}{n})", self.use_dtype(*d)),
+            ArgValue::Device(d) => {
+                let index = match d.kind {
+                    DeviceType::Cpu => -1,
+                    DeviceType::Cuda => i64::from(Self::device_index(d)),
+                    _ => return Err(self.unsupported(cx, format!("device argument `{d}`"))),
+                };
+                format!("wrapir::ExternArg::of_device({index}{n})")
+            }
+            ArgValue::List(items) => {
+                let mut parts = Vec::new();
+                for i in items {
+                    parts.push(self.hook_arg(g, i, None, cx)?);
+                }
+                let arr = self.tmp("list");
+                if parts.is_empty() {
+                    return Ok(format!("wrapir::ExternArg::of_list(nullptr, 0{n})"));
+                }
+                self.line(format!("const wrapir::ExternArg {arr}[] = {{{}}};", parts.join(", ")));
+                format!("wrapir::ExternArg::of_list({arr}, {}{n})", items.len())
+            }
+        })
+    }
+
+    fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &str) -> Result<(), Error> {
+        let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
+        args.push(ArgValue::Buffer(s.index.clone()));
+        args.push(s.src.clone());
+        let mut kwargs = IndexMap::new();
+        if let Some(r) = &s.reduce {
+            kwargs.insert("reduce".to_string(), ArgValue::Str(r.clone()));
+        }
+        if let Some(i) = s.include_self {
+            kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
+        }
+        let (name, overload) = split_op(&s.op);
+        let base = name.trim_end_matches('_');
+        let op = match overload {
+            Some(o) if o != "default" => format!("{base}.{o}"),
+            _ => base.to_string(),
+        };
+        // The `_out` form writes into the target, passed first.
+        let call = ExternCall { result: None, op, args: args.split_off(1), kwargs };
+        self.extern_call(g, &call, Some(&s.target), cx)
+    }
+
+    // ---- unbacked symbols --------------------------------------------------
+
+    /// Binds `symbol` from the C++ value `raw` post-processed by `tail`
+    /// (`[]`, `[DivideBy(d)]` or `[ConvertInt]`).
+    fn bind_symbol(&mut self, symbol: &Symbol, raw: &str, tail: &[KeyEntry], described: &str, cx: &str) -> Result<(), Error> {
+        let s = symbol.as_str();
+        match tail {
+            [] => {
+                if self.declared(s) {
+                    self.line(format!("{s} = {raw};"));
+                } else {
+                    self.line(format!("auto {s} = {raw};"));
+                    self.declare(s);
+                }
+            }
+            [KeyEntry::ConvertInt] => self.decl_line(s, "int64_t", &format!("{raw} ? 1 : 0")),
+            [KeyEntry::DivideBy(d)] => {
+                if *d == 0 {
+                    return Err(Error::Invalid { context: cx.into(), message: format!("`{s}` is bound through a division by 0") });
+                }
+                let msg = format!("{s}: {described} = ");
+                let tail_msg = format!(" is not divisible by {d}");
+                self.line(format!(
+                    "if ({raw} % {d} != 0) {{ throw std::runtime_error({} + std::to_string({raw}) + {}); }}",
+                    c_string(&msg),
+                    c_string(&tail_msg)
+                ));
+                self.decl_line(s, "int64_t", &format!("{raw} / {d}"));
+            }
+            other => {
+                return Err(self.unsupported(
+                    cx,
+                    format!("binding `{s}` through the key path suffix `{}`", KeyPathText(other)),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn unbacked(&mut self, g: &GraphCtx<'_>, source: &BufName, symbol: &Symbol, path: &[KeyEntry], cx: &str) -> Result<(), Error> {
+        // Resolve the top level: C++ holds multi-output elements as separate variables.
+        let (base, rest): (String, &[KeyEntry]) = if g.is_multi(source) {
+            match path.split_first() {
+                Some((KeyEntry::Index(i), rest)) => {
+                    let idx = usize::try_from(*i).map_err(|_| Error::Invalid {
+                        context: cx.into(),
+                        message: format!("negative index {i} in the key path of `{symbol}`"),
+                    })?;
+                    let vars = g.element_vars(source, idx + 1);
+                    let var = vars.get(idx).cloned().ok_or_else(|| Error::Invalid {
+                        context: cx.into(),
+                        message: format!("`{source}` has no element {idx} for `{symbol}`"),
+                    })?;
+                    (var, rest)
+                }
+                _ => {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!(
+                            "the key path `{}` of `{symbol}` must start with an index into multi-output `{source}`",
+                            KeyPathText(path)
+                        ),
+                    })
+                }
+            }
+        } else {
+            match (path.first(), g.extracted.get(source)) {
+                // Bindings computed on the op's tuple output, attached to its one extracted element.
+                (Some(KeyEntry::Index(i)), Some((_, idx))) if usize::try_from(*i).ok() == Some(*idx) => {
+                    (g.local(source), &path[1..])
+                }
+                _ => (g.local(source), path),
+            }
+        };
+        let (value, tail) = match rest {
+            [KeyEntry::CallMethod(m @ (TensorMethod::Size | TensorMethod::Stride)), KeyEntry::Index(d), tail @ ..] => {
+                (format!("{base}.{}({d})", m.as_str()), tail)
+            }
+            [KeyEntry::CallMethod(TensorMethod::StorageOffset), tail @ ..] => (format!("{base}.storage_offset()"), tail),
+            _ => {
+                return Err(self.unsupported(
+                    cx,
+                    format!(
+                        "binding `{symbol}` from `{source}` through the key path `{}` (needs .size()[i], .stride()[i] or .storage_offset())",
+                        KeyPathText(path)
+                    ),
+                ))
+            }
+        };
+        let described = format!("{source}{}", KeyPathText(&path[..path.len() - tail.len()]));
+        if tail.is_empty() {
+            return self.bind_symbol(symbol, &value, tail, &described, cx);
+        }
+        let raw = format!("{symbol}_undivided");
+        if matches!(tail, [KeyEntry::ConvertInt]) {
+            return self.bind_symbol(symbol, &value, tail, &described, cx);
+        }
+        self.decl_line(&raw, "int64_t", &value);
+        self.bind_symbol(symbol, &raw, tail, &described, cx)
+    }
+
+    // ---- control flow ------------------------------------------------------
+
+    fn subgraph(&self, name: &GraphName, cx: &str) -> Result<&'a Graph, Error> {
+        self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
+            context: cx.into(),
+            message: format!("subgraph `{name}` does not exist"),
+        })
+    }
+
+    /// Symbols a graph's own lines bind.
+    fn bound_symbols(graph: &Graph) -> Vec<Symbol> {
+        let mut out = Vec::new();
+        for l in &graph.lines {
+            match l {
+                Line::UnbackedSymbolDefs { bindings, .. } => out.extend(bindings.keys().cloned()),
+                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => out.push(symbol.clone()),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Runs a subgraph inline: copies operand handles into its inputs, writes
+    /// its lines, and moves its outputs into `targets` (`None` = dropped).
+    fn inline_subgraph(
+        &mut self,
+        name: &'a GraphName,
+        operands: &[String],
+        targets: &[Option<String>],
+        cx: &str,
+    ) -> Result<(), Error> {
+        let graph = self.subgraph(name, cx)?;
+        let ctx = GraphCtx::new(graph, Some(name), self.program, name.as_str())?;
+        self.line(format!("// subgraph: {name}"));
+        if graph.inputs.len() != operands.len() {
+            return Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("subgraph `{name}` takes {} inputs but gets {}", graph.inputs.len(), operands.len()),
+            });
+        }
+        for (input, operand) in graph.inputs.iter().zip(operands) {
+            match input {
+                GraphInput::Tensor { name: n } => {
+                    let local = ctx.local(n);
+                    if self.standalone() {
+                        self.line(format!("wrapir::Tensor {local} = {operand};"));
+                    } else {
+                        self.line(format!("AtenTensorHandle {local}_handle;"));
+                        self.line(format!(
+                            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out({operand}, &{local}_handle));"
+                        ));
+                        self.line(format!("RAIIAtenTensorHandle {local}({local}_handle);"));
+                    }
+                    self.declare(&local);
+                }
+                GraphInput::Symbol { name: n, .. } => {
+                    return Err(self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`")))
+                }
+            }
+        }
+        self.graph_lines(&ctx)?;
+        if graph.outputs.len() < targets.len() {
+            return Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("subgraph `{name}` returns {} values, {} are needed", graph.outputs.len(), targets.len()),
+            });
+        }
+        let mut moved: HashMap<String, String> = HashMap::new();
+        for (out, target) in graph.outputs.iter().zip(targets) {
+            let Some(target) = target else { continue };
+            let GraphOutput::Buffer(b) = out else {
+                return Err(self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`")));
+            };
+            let local = ctx.local(b);
+            self.line(format!("{target}.reset();"));
+            match moved.get(&local) {
+                None => {
+                    self.line(format!("{target} = std::move({local});"));
+                    moved.insert(local, target.clone());
+                }
+                Some(first) => {
+                    if self.standalone() {
+                        self.line(format!("{target} = {first};"));
+                    } else {
+                        let h = self.tmp(&format!("{target}_handle"));
+                        self.line(format!("AtenTensorHandle {h};"));
+                        self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({first}, &{h}));"));
+                        self.line(format!("{target} = RAIIAtenTensorHandle({h});"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tensor_type(&self) -> &'static str {
+        if self.standalone() {
+            "wrapir::Tensor"
+        } else {
+            "RAIIAtenTensorHandle"
+        }
+    }
+
+    /// A C++ boolean from a one-element tensor.
+    fn scalarize(&mut self, tensor: &str) -> String {
+        let scalar = format!("{tensor}_scalar");
+        if self.standalone() {
+            self.decl_line(&scalar, "bool", &format!("wrapir::item_bool({tensor}, stream)"));
+        } else {
+            if !self.declared(&scalar) {
+                self.line(format!("bool {scalar};"));
+                self.declare(&scalar);
+            }
+            self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool({tensor}, &{scalar}));"));
+        }
+        scalar
+    }
+
+    fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &str) -> Result<(), Error> {
+        let t = self.subgraph(&c.true_graph, cx)?;
+        let f = self.subgraph(&c.false_graph, cx)?;
+        if t.outputs.len() != f.outputs.len() {
+            return Err(Error::Invalid {
+                context: cx.into(),
+                message: format!(
+                    "branches `{}` and `{}` return {} and {} values",
+                    c.true_graph,
+                    c.false_graph,
+                    t.outputs.len(),
+                    f.outputs.len()
+                ),
+            });
+        }
+        let results = g.element_vars(&c.result, 0);
+        let ty = self.tensor_type();
+        for r in &results {
+            self.line(format!("{ty} {r};"));
+            self.declare(r);
+        }
+        // Symbols both branches bind stay visible after the conditional.
+        let tb = Self::bound_symbols(t);
+        let fb: HashSet<Symbol> = Self::bound_symbols(f).into_iter().collect();
+        for s in tb.iter().filter(|s| fb.contains(*s)) {
+            if !self.declared(s.as_str()) {
+                self.line(format!("int64_t {s} = 0;"));
+                self.declare(s.as_str());
+            }
+        }
+        let pred = match &c.predicate {
+            Predicate::Tensor(b) => {
+                let name = g.local(b);
+                self.scalarize(&name)
+            }
+            Predicate::Expr(e) => self.cexpr(e),
+        };
+        let operands: Vec<String> = c.operands.iter().map(|o| g.local(o)).collect();
+        let mut targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
+        targets.resize(t.outputs.len(), None);
+        self.open(format!("if ({pred}) {{"));
+        self.inline_subgraph(&c.true_graph, &operands, &targets, cx)?;
+        self.close("} else {");
+        // `close` popped the true branch's scope; open the false branch's.
+        self.indent += 1;
+        self.scopes.push(Scope::default());
+        self.inline_subgraph(&c.false_graph, &operands, &targets, cx)?;
+        self.close("}");
+        Ok(())
+    }
+
+    fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &str) -> Result<(), Error> {
+        let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
+        let additional: Vec<String> = w.additional.iter().map(|b| g.local(b)).collect();
+        let results = g.element_vars(&w.result, carried.len());
+        if results.len() != carried.len() {
+            return Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("`{}` has {} carried values but {} are extracted", w.result, carried.len(), results.len()),
+            });
+        }
+        // The results hold the carried values from the start.
+        for (r, c) in results.iter().zip(&carried) {
+            if self.standalone() {
+                self.line(format!("wrapir::Tensor {r} = {c};"));
+            } else {
+                self.line(format!("AtenTensorHandle {r}_handle;"));
+                self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out({c}, &{r}_handle));"));
+                self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
+            }
+            self.declare(r);
+        }
+        let cond_result = format!("{}_cond_result", g.local(&w.result));
+        let ty = self.tensor_type();
+        self.line(format!("{ty} {cond_result};"));
+        self.declare(&cond_result);
+        let inputs: Vec<String> = results.iter().chain(&additional).cloned().collect();
+        self.open("while (1) {");
+        self.inline_subgraph(&w.cond_graph, &inputs, &[Some(cond_result.clone())], cx)?;
+        let scalar = self.scalarize(&cond_result);
+        self.line(format!("if (!{scalar}) break;"));
+        let targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
+        self.inline_subgraph(&w.body_graph, &inputs, &targets, cx)?;
+        self.close("}");
+        Ok(())
+    }
+}
+
+const AOTI_PRELUDE: &str = r#"#include <torch/csrc/inductor/cpp_wrapper/cuda.h>
+
+#define CUDA_DRIVER_CHECK(EXPR)                                                    \
+    do {                                                                           \
+        CUresult code = EXPR;                                                      \
+        if (code != CUDA_SUCCESS) {                                                \
+            const char* msg = nullptr;                                             \
+            if (cuGetErrorString(code, &msg) != CUDA_SUCCESS) msg = "unknown error"; \
+            throw std::runtime_error(std::string("CUDA driver error: ") + msg + " in " #EXPR); \
+        }                                                                          \
+    } while (0)
+
+static inline CUfunction loadKernel(
+        std::string filePath,
+        const std::string& funcName,
+        uint32_t sharedMemBytes,
+        const std::optional<std::string>& cubinDir = std::nullopt) {
+    if (cubinDir) {
+        filePath = (std::filesystem::path(*cubinDir) / std::filesystem::path(filePath).filename()).string();
+    }
+    CUmodule mod;
+    CUfunction func;
+    CUDA_DRIVER_CHECK(cuModuleLoad(&mod, filePath.c_str()));
+    CUDA_DRIVER_CHECK(cuModuleGetFunction(&func, mod, funcName.c_str()));
+    if (sharedMemBytes > 0) {
+        CUDA_DRIVER_CHECK(cuFuncSetAttribute(func, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sharedMemBytes));
+    }
+    return func;
+}
+
+static inline void launchKernel(
+        CUfunction func,
+        uint32_t gridX,
+        uint32_t gridY,
+        uint32_t gridZ,
+        uint32_t numWarps,
+        uint32_t sharedMemBytes,
+        void* args[],
+        cudaStream_t stream) {
+    CUDA_DRIVER_CHECK(cuLaunchKernel(func, gridX, gridY, gridZ, 32 * numWarps, 1, 1, sharedMemBytes, stream, args, nullptr));
+}
+"#;
+
+/// `(name, overload)` of an op as the Python wrapper names it.
+pub(super) fn split_op(op: &str) -> (&str, Option<&str>) {
+    let s = op.strip_prefix("torch.ops.").or_else(|| op.strip_prefix("extern_kernels.")).unwrap_or(op);
+    let s = s.strip_prefix("aten.").unwrap_or(s);
+    match s.split_once('.') {
+        Some((n, o)) => (n, Some(o)),
+        None => (s, None),
+    }
+}
+
+/// The shim/hook suffix: `nonzero`, `index_Tensor`, `mm_out`, `randint_low_out`.
+fn op_suffix(name: &str, overload: Option<&str>, out_variant: bool) -> String {
+    let overload = overload.filter(|o| *o != "default");
+    match (overload, out_variant) {
+        (Some(o), true) if o == "out" || o.ends_with("_out") => format!("{name}_{o}"),
+        (Some(o), true) => format!("{name}_{o}_out"),
+        (None, true) => format!("{name}_out"),
+        (Some(o), false) => format!("{name}_{o}"),
+        (None, false) => name.to_string(),
+    }
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// `{a, }` for one element, `{a, b}` otherwise (Inductor's C++ shape lists).
+fn brace_list(items: &[String]) -> String {
+    match items {
+        [one] => format!("{{{one}, }}"),
+        _ => format!("{{{}}}", items.join(", ")),
+    }
+}
+
+/// The runtime header's `wrapir::DType` enumerator.
+pub(super) fn runtime_dtype(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "Bool",
+        DType::Int8 => "Int8",
+        DType::Int16 => "Int16",
+        DType::Int32 => "Int32",
+        DType::Int64 => "Int64",
+        DType::Uint8 => "Uint8",
+        DType::Float16 => "Float16",
+        DType::Bfloat16 => "Bfloat16",
+        DType::Float32 => "Float32",
+        DType::Float64 => "Float64",
+        DType::Float8E4m3fn => "Float8E4m3fn",
+        DType::Float8E5m2 => "Float8E5m2",
+        DType::Float8E4m3fnuz => "Float8E4m3fnuz",
+        DType::Float8E5m2fnuz => "Float8E5m2fnuz",
+    }
+}
+
+/// A C++ string literal.
+pub(super) fn c_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            // Octal escapes are at most three digits, so a following digit cannot extend them.
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\{:03o}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A C++ double literal.
+pub(super) fn c_float(v: f64) -> String {
+    if v.is_nan() {
+        "std::numeric_limits<double>::quiet_NaN()".into()
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            "std::numeric_limits<double>::infinity()".into()
+        } else {
+            "-std::numeric_limits<double>::infinity()".into()
+        }
+    } else {
+        let mut s = String::new();
+        let _ = crate::ir::write_float(&mut s, v);
+        s
+    }
+}
+
+/// Rewrites integer literals `123L` to `123LL`.
+pub(super) fn widen_suffix(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let starts_literal = c.is_ascii_digit() && (i == 0 || !is_ident_byte(bytes[i - 1]));
+        if starts_literal {
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            out.push_str(&text[start..i]);
+            let suffix_l = i < bytes.len() && bytes[i] == b'L';
+            let ends = i + 1 >= bytes.len() || !is_ident_byte(bytes[i + 1]);
+            if suffix_l && ends {
+                out.push_str("LL");
+                i += 1;
+            }
+            continue;
+        }
+        // Copy one whole UTF-8 character.
+        let ch_len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + ch_len]);
+        i += ch_len;
+    }
+    out
+}
+
+fn is_ident_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}

@@ -1,0 +1,203 @@
+//! C++ lowering, in two dialects.
+//!
+//! * [`Dialect::Aoti`] prints what Inductor's `cpp_wrapper=True` prints for CUDA
+//!   (spec sections 3.x, 6.3, 7.3): helper functions (`loadKernel`,
+//!   `launchKernel`), `CACHE_TORCH_DTYPE`/`CACHE_TORCH_DEVICE` declarations,
+//!   one `call_<kernel>` launch wrapper per called Triton kernel, and
+//!   `void inductor_entry_impl(AtenTensorHandle* input_handles, AtenTensorHandle* output_handles)`
+//!   working on `RAIIAtenTensorHandle`s and the `aoti_torch_*` C shim. It
+//!   compiles against libtorch's `torch/csrc/inductor/cpp_wrapper/cuda.h`.
+//!   Deliberate differences from upstream: an unbacked size bound through a
+//!   `DivideBy` key is checked for divisibility, and a reuse with a new
+//!   layout keeps the new buffer's storage offset.
+//! * [`Dialect::Standalone`] prints a wrapper that needs no libtorch, only the
+//!   CUDA driver API (`cuda.h`, `-lcuda`) and [`runtime_header`]
+//!   (`wrapir_runtime.h`). The generated file defines
+//!
+//!   ```text
+//!   extern "C" int wrapir_entry(const wrapir::Tensor* inputs, const int64_t* scalar_inputs,
+//!                               wrapir::Tensor* outputs, CUstream stream) noexcept;
+//!   extern "C" const char* wrapir_entry_last_error();
+//!   ```
+//!
+//!   (the name is [`Options::entry_name`]). `inputs` holds the tensor graph
+//!   inputs in order, then the program's constants in declaration order;
+//!   `scalar_inputs` holds the symbol inputs in order; `outputs` receives one
+//!   tensor per graph output (`None` outputs stay undefined, size outputs
+//!   become one-element `int64` tensors). Everything runs on `stream`, whose
+//!   context must be current (device guard lines make device N's primary
+//!   context current). It returns 0 on success and 1 on failure, with the
+//!   message in `<entry>_last_error()`. Tensors share reference-counted
+//!   storage, so outputs stay valid after the call; input storage is never
+//!   freed by the wrapper unless the caller handed over an owning tensor.
+//!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>`; the macro
+//!   defaults to [`Options::cubin_dir`] and can be overridden with `-D`.
+//!
+//!   Extern (ATen) ops do not exist without libtorch: each op becomes a call of
+//!   an `extern "C"` hook the embedder must define, named
+//!   `wrapir_extern_<op>[_<overload>][_out]` (`wrapir_extern_nonzero`,
+//!   `wrapir_extern_mm_out`, `wrapir_extern_index_Tensor`), all with the
+//!   signature of `wrapir::ExternHook`:
+//!
+//!   ```text
+//!   int hook(const wrapir::ExternArg* args, int64_t num_args,
+//!            wrapir::Tensor* const* results, int64_t num_results, CUstream stream);
+//!   ```
+//!
+//!   `args` are the op's arguments in order, keyword arguments last with their
+//!   names; `out=` variants get the destination as their first argument and
+//!   no results; ops with a fresh result fill `results`. A non-zero return
+//!   fails the wrapper with a message naming the hook.
+//!
+//! Both dialects lower Triton kernel launches, allocations, frees, reuses,
+//! views, extern calls, unbacked-symbol bindings, `item()` reads, runtime
+//! asserts, size/stride and alignment asserts, device guards, comments,
+//! conditionals (inline `if`/`else` blocks) and while loops (`while (1)`).
+//! Not lowered (an [`Error::Unsupported`] names the line): Halide, C++, CUDA C
+//! and host kernels; communication buffers; nested or dict multi-output
+//! indices; symbol inputs of subgraphs.
+//!
+//! Symbolic expressions are printed by [`crate::sym::print::cpp`]; with
+//! [`IntSuffix::LL`] every integer literal's `L` suffix becomes `LL`.
+//!
+//! Extern-op arguments are passed in the order the IR lists them (keyword
+//! arguments after positional ones); the IR carries no op schemas, so an
+//! AOTI shim whose parameter order differs needs the producer to list the
+//! arguments in shim order.
+
+mod launch;
+mod lower;
+
+use crate::ir::ProgramInfo;
+use std::fmt;
+
+/// The runtime header of the standalone dialect (`wrapir_runtime.h`).
+pub const RUNTIME_HEADER: &str = include_str!("wrapir_runtime.h");
+
+/// The runtime header the standalone dialect includes; write it next to the
+/// generated file as `wrapir_runtime.h` (or set [`Options::inline_runtime`]).
+pub fn runtime_header() -> &'static str {
+    RUNTIME_HEADER
+}
+
+/// Which C++ to write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// Inductor's JIT `cpp_wrapper` form over libtorch's AOTI C shim.
+    #[default]
+    Aoti,
+    /// A libtorch-free wrapper over the CUDA driver API and `wrapir_runtime.h`.
+    Standalone,
+}
+
+/// The suffix of 64-bit integer literals: `L` on LP64 platforms (Linux),
+/// `LL` where `long` is 32 bits (Windows) or to match macOS Inductor output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IntSuffix {
+    /// `4L`
+    #[default]
+    L,
+    /// `4LL`
+    LL,
+}
+
+/// Lowering options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The dialect.
+    pub dialect: Dialect,
+    /// Integer literal suffix.
+    pub int_suffix: IntSuffix,
+    /// Directory of the compiled cubins. AOTI: joined in front of each
+    /// kernel's cubin path when set. Standalone: the default of the
+    /// `WRAPIR_CUBIN_DIR` macro (`"."` when unset).
+    pub cubin_dir: Option<String>,
+    /// Standalone: the entry point's name (default `wrapir_entry`).
+    pub entry_name: Option<String>,
+    /// Standalone: paste the runtime header into the output instead of
+    /// `#include "wrapir_runtime.h"`.
+    pub inline_runtime: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            dialect: Dialect::Aoti,
+            int_suffix: IntSuffix::L,
+            cubin_dir: None,
+            entry_name: None,
+            inline_runtime: false,
+        }
+    }
+}
+
+impl Options {
+    /// Default options for a dialect.
+    pub fn for_dialect(dialect: Dialect) -> Self {
+        Options { dialect, ..Options::default() }
+    }
+
+    /// The standalone entry point's name.
+    pub fn entry(&self) -> &str {
+        self.entry_name.as_deref().unwrap_or("wrapir_entry")
+    }
+}
+
+/// Why a program could not be lowered to C++.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Writing to the output failed.
+    #[error("formatting error while writing C++")]
+    Fmt(#[from] fmt::Error),
+    /// The program uses something this lowering does not support.
+    #[error("{context}: not supported by the C++ lowering ({dialect}): {what}")]
+    Unsupported {
+        /// Where (graph, line index and kind, or kernel).
+        context: String,
+        /// The dialect.
+        dialect: &'static str,
+        /// What is not supported.
+        what: String,
+    },
+    /// The program is inconsistent in a way the lowering cannot write.
+    #[error("{context}: {message}")]
+    Invalid {
+        /// Where (graph, line index and kind, or kernel).
+        context: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Writes a validated program as C++ into `W`.
+#[derive(Debug)]
+pub struct Writer<W: fmt::Write> {
+    out: W,
+    options: Options,
+}
+
+impl<W: fmt::Write> Writer<W> {
+    /// A writer over `out`.
+    pub fn new(out: W, options: Options) -> Self {
+        Writer { out, options }
+    }
+
+    /// Lowers the program and appends the C++ text to the output.
+    pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
+        let text = lower::lower(info.program(), &self.options)?;
+        self.out.write_str(&text)?;
+        Ok(())
+    }
+
+    /// The output.
+    pub fn finish(self) -> W {
+        self.out
+    }
+}
+
+/// Lowers a validated program to C++ text.
+pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
+    let mut w = Writer::new(String::new(), options.clone());
+    w.write(info)?;
+    Ok(w.finish())
+}

@@ -1,0 +1,417 @@
+// wrapir_runtime.h: the runtime of wrapir's standalone C++ wrappers.
+//
+// Needs only the CUDA driver API (<cuda.h>, link with -lcuda) and the C++17
+// standard library; no libtorch.
+//
+// * wrapir::Tensor: a strided view of device memory. Storage is reference
+//   counted (views and copies share it) and released with cuMemFreeAsync on the
+//   stream it was allocated on when the last reference goes away. Tensors made
+//   by wrapir::Tensor::borrow() do not own their memory and never free it.
+// * Allocation is stream ordered (cuMemAllocAsync).
+// * Kernels are loaded from cubin files (cuModuleLoad + cuModuleGetFunction)
+//   and launched with 32 * num_warps threads per block.
+// * Every driver call is checked; a failure throws wrapir::Error naming the call.
+// * Extern (ATen) ops are not available: the generated wrapper calls an
+//   `extern "C"` hook per op that the embedder supplies (see ExternArg).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wrapir {
+
+/// A failed driver call, failed check or failed extern hook.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+inline void check_driver(CUresult result, const char* call, const char* file, int line) {
+  if (result == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "unknown CUresult";
+  if (cuGetErrorString(result, &text) != CUDA_SUCCESS) text = "no description";
+  throw Error(std::string("CUDA driver error ") + name + " (" + text + ") in `" + call + "` at " + file + ":" +
+              std::to_string(line));
+}
+
+}  // namespace wrapir
+
+/// Checks a CUDA driver call; throws wrapir::Error with the call's text on failure.
+#define CU_CHECK(EXPR) ::wrapir::check_driver((EXPR), #EXPR, __FILE__, __LINE__)
+
+namespace wrapir {
+
+/// Element types (the same set as wrapir's DType).
+enum class DType : int32_t {
+  Bool,
+  Int8,
+  Int16,
+  Int32,
+  Int64,
+  Uint8,
+  Float16,
+  Bfloat16,
+  Float32,
+  Float64,
+  Float8E4m3fn,
+  Float8E5m2,
+  Float8E4m3fnuz,
+  Float8E5m2fnuz,
+};
+
+/// Bytes per element.
+inline int64_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::Int16:
+    case DType::Float16:
+    case DType::Bfloat16:
+      return 2;
+    case DType::Int32:
+    case DType::Float32:
+      return 4;
+    case DType::Int64:
+    case DType::Float64:
+      return 8;
+    default:
+      return 1;
+  }
+}
+
+/// Device memory, freed with cuMemFreeAsync on `stream` when `owned`.
+struct Storage {
+  CUdeviceptr ptr = 0;
+  CUstream stream = nullptr;
+  bool owned = false;
+  Storage() = default;
+  Storage(CUdeviceptr p, CUstream s, bool o) : ptr(p), stream(s), owned(o) {}
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    // A destructor must not throw: a failed free is ignored here.
+    if (owned && ptr != 0) (void)cuMemFreeAsync(ptr, stream);
+  }
+};
+
+/// A strided tensor over (possibly shared) device storage.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  /// A tensor over memory the caller owns; wrapir never frees it.
+  static Tensor borrow(CUdeviceptr ptr, DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                       int64_t storage_offset = 0) {
+    Tensor t;
+    t.storage_ = std::make_shared<Storage>(ptr, nullptr, false);
+    t.dtype_ = dtype;
+    t.sizes_ = std::move(sizes);
+    t.strides_ = std::move(strides);
+    t.offset_ = storage_offset;
+    if (t.sizes_.size() != t.strides_.size()) throw Error("wrapir::Tensor::borrow: sizes and strides differ in rank");
+    return t;
+  }
+
+  /// Adopts memory allocated with cuMemAllocAsync on `stream`; freed with the last reference.
+  static Tensor adopt(CUdeviceptr ptr, CUstream stream, DType dtype, std::vector<int64_t> sizes,
+                      std::vector<int64_t> strides, int64_t storage_offset = 0) {
+    Tensor t = borrow(ptr, dtype, std::move(sizes), std::move(strides), storage_offset);
+    t.storage_->stream = stream;
+    t.storage_->owned = true;
+    return t;
+  }
+
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  const std::vector<int64_t>& sizes() const { return sizes_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int64_t storage_offset() const { return offset_; }
+
+  int64_t size(int64_t d) const { return sizes_.at(static_cast<size_t>(check_dim(d))); }
+  int64_t stride(int64_t d) const { return strides_.at(static_cast<size_t>(check_dim(d))); }
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : sizes_) n *= s;
+    return n;
+  }
+
+  /// Address of the first element (storage base + offset * element size).
+  CUdeviceptr data_ptr() const {
+    if (!storage_) return 0;
+    return storage_->ptr + static_cast<CUdeviceptr>(offset_ * element_size(dtype_));
+  }
+
+  /// Drops this reference (frees the storage when it was the last owner).
+  void reset() {
+    storage_.reset();
+    sizes_.clear();
+    strides_.clear();
+    offset_ = 0;
+  }
+
+  /// A view of the same storage with another layout (offset in elements of `dtype`).
+  Tensor reinterpret(int64_t ndim, const int64_t* sizes, const int64_t* strides, int64_t storage_offset,
+                     DType dtype) const {
+    if (!storage_) throw Error("wrapir::Tensor::reinterpret on an undefined tensor");
+    if (element_size(dtype) != element_size(dtype_))
+      throw Error("wrapir::Tensor::reinterpret: element sizes of the two dtypes differ");
+    Tensor t;
+    t.storage_ = storage_;
+    t.dtype_ = dtype;
+    t.sizes_.assign(sizes, sizes + ndim);
+    t.strides_.assign(strides, strides + ndim);
+    t.offset_ = storage_offset;
+    return t;
+  }
+
+  /// A view of the same storage with another layout and the same dtype.
+  Tensor reinterpret(int64_t ndim, const int64_t* sizes, const int64_t* strides, int64_t storage_offset) const {
+    return reinterpret(ndim, sizes, strides, storage_offset, dtype_);
+  }
+
+ private:
+  int64_t check_dim(int64_t d) const {
+    if (d < 0 || d >= dim())
+      throw Error("wrapir::Tensor: dimension " + std::to_string(d) + " out of range for a tensor of rank " +
+                  std::to_string(dim()));
+    return d;
+  }
+
+  std::shared_ptr<Storage> storage_;
+  DType dtype_ = DType::Float32;
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_;
+  int64_t offset_ = 0;
+};
+
+/// Elements a strided layout needs (0 when a size is 0).
+inline int64_t storage_numel(int64_t ndim, const int64_t* sizes, const int64_t* strides) {
+  int64_t extent = 1;
+  for (int64_t i = 0; i < ndim; ++i) {
+    if (sizes[i] == 0) return 0;
+    extent += (sizes[i] - 1) * strides[i];
+  }
+  return extent;
+}
+
+/// Allocates an uninitialised tensor on `stream`. `alloc_numel` < 0 means
+/// "what the sizes and strides need"; otherwise that many elements (padding).
+inline Tensor empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides, DType dtype,
+                            int64_t alloc_numel, CUstream stream) {
+  int64_t numel = alloc_numel < 0 ? storage_numel(ndim, sizes, strides) : alloc_numel;
+  if (numel < 0) throw Error("wrapir::empty_strided: negative storage size");
+  CUdeviceptr ptr = 0;
+  size_t bytes = static_cast<size_t>(numel * element_size(dtype));
+  // Zero-byte allocations are not allowed by the driver; keep a null pointer.
+  if (bytes > 0) CU_CHECK(cuMemAllocAsync(&ptr, bytes, stream));
+  return Tensor::adopt(ptr, stream, dtype, std::vector<int64_t>(sizes, sizes + ndim),
+                       std::vector<int64_t>(strides, strides + ndim));
+}
+
+/// A byte buffer (kernel scratch space).
+inline Tensor empty_bytes(int64_t bytes, CUstream stream) {
+  int64_t size[1] = {bytes};
+  int64_t stride[1] = {1};
+  return empty_strided(1, size, stride, DType::Uint8, -1, stream);
+}
+
+/// A one-element int64 tensor holding `value` (written on `stream`, no host memory involved).
+inline Tensor scalar_to_tensor(int64_t value, CUstream stream) {
+  Tensor t = empty_strided(0, nullptr, nullptr, DType::Int64, 1, stream);
+  uint64_t bits = static_cast<uint64_t>(value);
+  CU_CHECK(cuMemsetD32Async(t.data_ptr(), static_cast<unsigned int>(bits & 0xffffffffu), 1, stream));
+  CU_CHECK(cuMemsetD32Async(t.data_ptr() + 4, static_cast<unsigned int>(bits >> 32), 1, stream));
+  return t;
+}
+
+/// Reads a tensor's first element to the host (waits for `stream`) as an int64.
+inline int64_t item_int64(const Tensor& t, CUstream stream) {
+  if (!t.defined()) throw Error("wrapir::item_int64 on an undefined tensor");
+  unsigned char bytes[8] = {0};
+  int64_t size = element_size(t.dtype());
+  CU_CHECK(cuMemcpyDtoHAsync(bytes, t.data_ptr(), static_cast<size_t>(size), stream));
+  CU_CHECK(cuStreamSynchronize(stream));
+  switch (t.dtype()) {
+    case DType::Bool:
+      return bytes[0] != 0 ? 1 : 0;
+    case DType::Int8: {
+      int8_t v;
+      std::memcpy(&v, bytes, 1);
+      return v;
+    }
+    case DType::Uint8:
+      return bytes[0];
+    case DType::Int16: {
+      int16_t v;
+      std::memcpy(&v, bytes, 2);
+      return v;
+    }
+    case DType::Int32: {
+      int32_t v;
+      std::memcpy(&v, bytes, 4);
+      return v;
+    }
+    case DType::Int64: {
+      int64_t v;
+      std::memcpy(&v, bytes, 8);
+      return v;
+    }
+    default:
+      throw Error("wrapir::item_int64: the tensor's dtype is not an integer or boolean type");
+  }
+}
+
+/// Reads a tensor's first element to the host (waits for `stream`) as a truth value.
+inline bool item_bool(const Tensor& t, CUstream stream) { return item_int64(t, stream) != 0; }
+
+/// Makes the primary context of `device` current on this thread.
+inline void set_device(int device) {
+  static std::map<int, CUcontext> contexts;
+  auto found = contexts.find(device);
+  CUcontext ctx = nullptr;
+  if (found == contexts.end()) {
+    CUdevice dev = 0;
+    CU_CHECK(cuDeviceGet(&dev, device));
+    CU_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    contexts.emplace(device, ctx);
+  } else {
+    ctx = found->second;
+  }
+  CU_CHECK(cuCtxSetCurrent(ctx));
+}
+
+/// Loads `mangled_name` from `<cubin_dir>/<cubin_file>` and allows `shared_bytes`
+/// of dynamic shared memory (the attribute is needed above 48 KiB).
+inline CUfunction load_kernel(const std::string& cubin_dir, const std::string& cubin_file,
+                              const std::string& mangled_name, uint32_t shared_bytes) {
+  std::string path = cubin_dir.empty() ? cubin_file : cubin_dir + "/" + cubin_file;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  CUresult loaded = cuModuleLoad(&module, path.c_str());
+  if (loaded != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    if (cuGetErrorName(loaded, &name) != CUDA_SUCCESS) name = "unknown CUresult";
+    throw Error(std::string("CUDA driver error ") + name + " loading cubin `" + path + "`");
+  }
+  CU_CHECK(cuModuleGetFunction(&function, module, mangled_name.c_str()));
+  if (shared_bytes > 48 * 1024) {
+    CU_CHECK(cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                static_cast<int>(shared_bytes)));
+  }
+  return function;
+}
+
+/// Launches `function` on a (grid_x, grid_y, grid_z) grid of 32 * num_warps threads.
+inline void launch_kernel(CUfunction function, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z, uint32_t num_warps,
+                          uint32_t shared_bytes, void** args, CUstream stream) {
+  CU_CHECK(cuLaunchKernel(function, grid_x, grid_y, grid_z, 32 * num_warps, 1, 1, shared_bytes, stream, args,
+                          nullptr));
+}
+
+/// One argument of an extern-op hook: a tagged value, with its keyword name
+/// (`nullptr` for positional arguments).
+struct ExternArg {
+  enum class Kind : int32_t { None, Tensor, Int, Float, Bool, String, DType, Device, List };
+  Kind kind = Kind::None;
+  const char* name = nullptr;
+  const wrapir::Tensor* tensor = nullptr;
+  int64_t int_value = 0;
+  double float_value = 0.0;
+  const char* string_value = nullptr;
+  wrapir::DType dtype_value = wrapir::DType::Float32;
+  const ExternArg* items = nullptr;
+  int64_t num_items = 0;
+
+  static ExternArg none(const char* name = nullptr) {
+    ExternArg a;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_tensor(const wrapir::Tensor& t, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::Tensor;
+    a.tensor = &t;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_int(int64_t v, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::Int;
+    a.int_value = v;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_float(double v, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::Float;
+    a.float_value = v;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_bool(bool v, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::Bool;
+    a.int_value = v ? 1 : 0;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_string(const char* v, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::String;
+    a.string_value = v;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_dtype(wrapir::DType v, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::DType;
+    a.dtype_value = v;
+    a.name = name;
+    return a;
+  }
+  /// A device: `index` -1 is the CPU, otherwise a CUDA device index.
+  static ExternArg of_device(int64_t index, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::Device;
+    a.int_value = index;
+    a.name = name;
+    return a;
+  }
+  static ExternArg of_list(const ExternArg* items, int64_t n, const char* name = nullptr) {
+    ExternArg a;
+    a.kind = Kind::List;
+    a.items = items;
+    a.num_items = n;
+    a.name = name;
+    return a;
+  }
+};
+
+/// Signature of every extern-op hook: `args` in call order (keyword arguments
+/// last, named), `results` to fill with fresh tensors (none for `out=` ops,
+/// whose destination is the first argument). Returns 0 on success.
+using ExternHook = int (*)(const ExternArg* args, int64_t num_args, Tensor* const* results, int64_t num_results,
+                           CUstream stream);
+
+inline void check_extern(int status, const char* op) {
+  if (status != 0)
+    throw Error(std::string("extern op hook `") + op + "` failed with status " + std::to_string(status));
+}
+
+/// The message of the last failed wrapir_entry call on this thread.
+inline std::string& last_error() {
+  thread_local std::string message;
+  return message;
+}
+
+}  // namespace wrapir

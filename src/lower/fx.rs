@@ -1,0 +1,1208 @@
+//! FX lowering: a validated program as an [`fx::Graph`], following Inductor's
+//! `FxConverter` (`wrapper_fxir.py`) with its known bugs fixed:
+//!
+//! * unbacked-symbol key paths consume exactly the entries they use
+//!   (`.size()[0]//2` emits the `floordiv`); `ConvertInt`, `InnerTensor` and
+//!   `DivideBy` (also on `item()`) are supported;
+//! * nested multi-output indices are followed to the end;
+//! * float and `None` kernel arguments are accepted;
+//! * Triton arguments are matched to parameters by name (named call args) or
+//!   by position over [`TritonMeta::call_params`], never by a zip that can
+//!   misalign; constexprs come from `constants` or the config by name;
+//! * `while_loop` is lowered (upstream cannot) and symbols a subgraph needs
+//!   from its parent are lifted into extra operands.
+
+use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
+use crate::ir::{
+    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, GridType, KernelBackend,
+    KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
+};
+use crate::sym::{SymExpr, Symbol};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+
+/// Options of the FX lowering.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Emit an `assert_size_stride` node per tensor input after its sizes are
+    /// bound (what the Python wrapper checks at entry). Default `true`.
+    pub assert_inputs: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { assert_inputs: true }
+    }
+}
+
+/// Why a program could not be lowered to FX. Names the graph and line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("graph `{graph}`{}: {kind}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+pub struct Error {
+    /// The graph (`main` or a subgraph name).
+    pub graph: String,
+    /// Index of the line in its graph, when a line is at fault.
+    pub line: Option<usize>,
+    /// What went wrong.
+    pub kind: ErrorKind,
+}
+
+/// The kinds of FX lowering errors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    /// A buffer name with no live value at this point.
+    #[error("buffer `{0}` has no value here (never defined, or already freed)")]
+    UnknownBuffer(BufName),
+    /// A symbol used before any line binds it.
+    #[error("symbol `{0}` is used before it is bound")]
+    UnboundSymbol(Symbol),
+    /// A kernel or subgraph missing from the program tables.
+    #[error("{what} `{name}` is not defined in the program")]
+    Undefined {
+        /// `kernel`, `subgraph` or `buffer declaration`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// Arguments of a kernel call that do not match its parameters.
+    #[error("call of kernel `{kernel}`: {message}")]
+    KernelArgs {
+        /// The kernel.
+        kernel: String,
+        /// What does not match.
+        message: String,
+    },
+    /// A key path that cannot be followed.
+    #[error("key path of symbol `{symbol}`: {message}")]
+    KeyPath {
+        /// The symbol being bound.
+        symbol: Symbol,
+        /// What is wrong.
+        message: String,
+    },
+    /// A graph input whose size expression cannot be solved for its symbol.
+    #[error("input `{input}`: {message}")]
+    Input {
+        /// The input.
+        input: BufName,
+        /// What is wrong.
+        message: String,
+    },
+    /// A line kind FX cannot express.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Constant folding failed (overflow, division by zero).
+    #[error("evaluating `{expr}`: {message}")]
+    Fold {
+        /// The expression.
+        expr: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Lowers the main graph (and, nested, every subgraph it runs).
+pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Error> {
+    let program = info.program();
+    let (graph, lifted) = GraphLowering::run(program, None, options)?;
+    if let Some(s) = lifted.first() {
+        return Err(Error { graph: "main".into(), line: None, kind: ErrorKind::UnboundSymbol(s.clone()) });
+    }
+    Ok(graph)
+}
+
+/// Lowers and prints in torch.fx's readable style.
+pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
+    Ok(lower(info, options)?.to_code())
+}
+
+struct GraphLowering<'p> {
+    program: &'p Program,
+    ir: &'p crate::ir::Graph,
+    name: String,
+    is_subgraph: bool,
+    options: &'p Options,
+    out: fx::Graph,
+    buffers: HashMap<BufName, NodeId>,
+    symbols: HashMap<Symbol, Arg>,
+    exprs: HashMap<SymExpr, Arg>,
+    getitems: HashMap<(NodeId, IndexKey), NodeId>,
+    lifted: Vec<Symbol>,
+    line: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum IndexKey {
+    Int(i64),
+    Str(String),
+}
+
+type Res<T> = Result<T, ErrorKind>;
+
+impl<'p> GraphLowering<'p> {
+    fn run(program: &'p Program, name: Option<&GraphName>, options: &'p Options) -> Result<(fx::Graph, Vec<Symbol>), Error> {
+        let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
+        let ir = program.graph(name).ok_or_else(|| Error {
+            graph: gname.clone(),
+            line: None,
+            kind: ErrorKind::Undefined { what: "subgraph", name: gname.clone() },
+        })?;
+        let mut l = GraphLowering {
+            program,
+            ir,
+            name: gname,
+            is_subgraph: name.is_some(),
+            options,
+            out: fx::Graph::new(),
+            buffers: HashMap::new(),
+            symbols: HashMap::new(),
+            exprs: HashMap::new(),
+            getitems: HashMap::new(),
+            lifted: Vec::new(),
+            line: None,
+        };
+        l.lower_all().map_err(|kind| Error { graph: l.name.clone(), line: l.line, kind })?;
+        Ok((l.out, l.lifted))
+    }
+
+    fn lower_all(&mut self) -> Res<()> {
+        self.inputs()?;
+        for (i, line) in self.ir.lines.iter().enumerate() {
+            self.line = Some(i);
+            self.lower_line(line)?;
+        }
+        self.line = None;
+        let mut values = Vec::new();
+        for o in &self.ir.outputs {
+            values.push(match o {
+                GraphOutput::Buffer(b) => Arg::Node(self.buffer(b)?),
+                GraphOutput::Expr(e) => self.expr(e)?,
+                GraphOutput::None => Arg::None,
+            });
+        }
+        let as_list = self.is_subgraph || values.len() != 1;
+        self.out.push("output", Op::Output { values, as_list }, None);
+        Ok(())
+    }
+
+    // ---- inputs -------------------------------------------------------------
+
+    fn inputs(&mut self) -> Res<()> {
+        let mut tensor_inputs = Vec::new();
+        for input in &self.ir.inputs {
+            match input {
+                GraphInput::Tensor { name } => {
+                    let layout = self.layout_of(name)?.clone();
+                    let id = self.out.push(
+                        name.as_str(),
+                        Op::Placeholder(Placeholder::Tensor(layout.clone())),
+                        Some(Val::Tensor(layout.clone())),
+                    );
+                    self.buffers.insert(name.clone(), id);
+                    tensor_inputs.push((name.clone(), id, layout));
+                }
+                GraphInput::Symbol { symbol, .. } => {
+                    let id = self.out.push(symbol.as_str(), Op::Placeholder(Placeholder::Symbol(symbol.clone())), None);
+                    self.out.bind_symbol(id, symbol.clone());
+                    self.symbols.insert(symbol.clone(), Arg::Node(id));
+                }
+            }
+        }
+        // Constants are `self.<name>` attributes, created up front like FX's get_attr.
+        if !self.is_subgraph {
+            for name in self.program.constants.keys() {
+                let layout = self.program.constants.get(name).cloned();
+                let id = self.out.push(name.as_str(), Op::Constant { name: name.to_string() }, layout.map(Val::Tensor));
+                self.buffers.insert(name.clone(), id);
+            }
+        }
+        // Bind symbols from input sizes, strides and offsets.
+        for (name, id, layout) in &tensor_inputs {
+            let entries = layout
+                .size
+                .iter()
+                .enumerate()
+                .map(|(d, e)| (TensorMethod::Size, d as i64, e))
+                .chain(layout.stride.iter().enumerate().map(|(d, e)| (TensorMethod::Stride, d as i64, e)))
+                .chain(std::iter::once((TensorMethod::StorageOffset, 0, &layout.offset)));
+            for (method, dim, e) in entries {
+                let unknown: Vec<Symbol> =
+                    e.free_symbols().into_iter().filter(|s| !self.symbols.contains_key(s)).collect();
+                match unknown.as_slice() {
+                    [] => {}
+                    [s] => {
+                        let read = self.read_dim(*id, method, dim);
+                        let value = self.solve(e, s, read).map_err(|message| ErrorKind::Input {
+                            input: name.clone(),
+                            message,
+                        })?;
+                        if let Arg::Node(n) = value {
+                            self.out.bind_symbol(n, s.clone());
+                        }
+                        self.symbols.insert(s.clone(), value);
+                    }
+                    many => {
+                        return Err(ErrorKind::Input {
+                            input: name.clone(),
+                            message: format!(
+                                "underdetermined input expression `{e}`: symbols {} are all unbound",
+                                many.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                            ),
+                        })
+                    }
+                }
+            }
+        }
+        if self.options.assert_inputs {
+            for (name, id, layout) in &tensor_inputs {
+                let size = self.exprs_of(&layout.size)?;
+                let stride = self.exprs_of(&layout.stride)?;
+                let n = format!("assert_size_stride_{name}");
+                self.out.push(&n, Op::AssertSizeStride { tensor: *id, size, stride, context: None }, None);
+            }
+        }
+        Ok(())
+    }
+
+    fn read_dim(&mut self, tensor: NodeId, method: TensorMethod, dim: i64) -> NodeId {
+        match method {
+            TensorMethod::Size => self.out.push("sym_size_int", Op::SymSize { tensor, dim }, None),
+            TensorMethod::Stride => self.out.push("sym_stride_int", Op::SymStride { tensor, dim }, None),
+            TensorMethod::StorageOffset => {
+                self.out.push("sym_storage_offset", Op::SymStorageOffset { tensor }, None)
+            }
+        }
+    }
+
+    /// Solves `e == value` for `s`, the one unbound symbol of `e`, when `e` is
+    /// `a*s + rest` with a non-zero integer `a` (the affine case Inductor's
+    /// `try_solve` handles for sizes). Emits a divisibility check when `a != 1`.
+    fn solve(&mut self, e: &SymExpr, s: &Symbol, value: NodeId) -> Result<Arg, String> {
+        let (a, rest) = affine_in(e, s).ok_or_else(|| format!("cannot solve input expression `{e}` for `{s}`"))?;
+        if a == 0 {
+            return Err(format!("cannot solve input expression `{e}` for `{s}`"));
+        }
+        if a == 1 && rest == SymExpr::Int(0) {
+            return Ok(Arg::Node(value));
+        }
+        let rest = self.expr(&rest).map_err(|k| k.to_string())?;
+        let neg = self.sym(SymOp::Mul, vec![Arg::Int(-1), rest]).map_err(|k| k.to_string())?;
+        let diff = self.sym(SymOp::Sum, vec![Arg::Node(value), neg]).map_err(|k| k.to_string())?;
+        if a != 1 {
+            let m = self.sym(SymOp::PyMod, vec![diff.clone(), Arg::Int(a)]).map_err(|k| k.to_string())?;
+            let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)]).map_err(|k| k.to_string())?;
+            self.out.push(
+                "_assert_scalar",
+                Op::AssertScalar { cond: ok, message: format!("`{e}` is not divisible by {a} when solving for `{s}`") },
+                None,
+            );
+        }
+        self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)]).map_err(|k| k.to_string())
+    }
+
+    // ---- lines --------------------------------------------------------------
+
+    fn lower_line(&mut self, line: &Line) -> Res<()> {
+        match line {
+            Line::Allocate { buffer } => {
+                let layout = self.layout_of(buffer)?.clone();
+                let id = self.allocate(buffer.as_str(), &layout)?;
+                self.buffers.insert(buffer.clone(), id);
+            }
+            Line::FreeIfNotReused { buffer, .. } | Line::Free { buffer } => {
+                // FX frees are liveness, not ops: forget the name.
+                if !self.is_output(buffer) {
+                    self.buffers.remove(buffer);
+                }
+            }
+            Line::Reuse { old, new, delete_old } => {
+                let old_id = self.buffer(old)?;
+                let new_layout = self.layout_of(new)?.clone();
+                let same = match self.out.node(old_id).val.as_ref() {
+                    Some(Val::Tensor(l)) => {
+                        l.size == new_layout.size && l.stride == new_layout.stride && l.offset == new_layout.offset && l.dtype == new_layout.dtype
+                    }
+                    _ => false,
+                };
+                let id = if same { old_id } else { self.as_strided(new.as_str(), old_id, &new_layout)? };
+                self.buffers.insert(new.clone(), id);
+                if *delete_old && !same && !self.is_output(old) {
+                    self.buffers.remove(old);
+                }
+            }
+            Line::Reinterpret { base, alias } => {
+                let base_id = self.buffer(base)?;
+                let layout = self.layout_of(alias)?.clone();
+                let base_dtype = match self.out.node(base_id).val.as_ref() {
+                    Some(Val::Tensor(l)) => Some(l.dtype),
+                    _ => None,
+                };
+                let id = match base_dtype {
+                    Some(d) if d != layout.dtype => {
+                        let view_name = format!("{alias}_view");
+                        let mut view_layout = layout.clone();
+                        view_layout.dtype = d;
+                        let view = self.as_strided(&view_name, base_id, &view_layout)?;
+                        self.out.push(
+                            alias.as_str(),
+                            Op::Extern {
+                                target: "torch.ops.aten.view.dtype".into(),
+                                args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
+                                kwargs: IndexMap::new(),
+                            },
+                            Some(Val::Tensor(layout)),
+                        )
+                    }
+                    _ => self.as_strided(alias.as_str(), base_id, &layout)?,
+                };
+                self.buffers.insert(alias.clone(), id);
+            }
+            Line::KernelDefinition { kernel } => {
+                if !self.program.kernels.contains_key(kernel) {
+                    return Err(ErrorKind::Undefined { what: "kernel", name: kernel.to_string() });
+                }
+            }
+            Line::KernelCall(call) => self.kernel_call(call)?,
+            Line::SymbolicCallArg { symbol, expr } => {
+                let v = self.expr(expr)?;
+                if let Arg::Node(n) = v {
+                    self.out.bind_symbol(n, symbol.clone());
+                }
+                self.symbols.insert(symbol.clone(), v);
+            }
+            Line::ExternKernelAlloc(call) => {
+                let (args, kwargs) = self.call_args(&call.args, &call.kwargs)?;
+                let (name, val) = match &call.result {
+                    Some(r) => (r.to_string(), self.val_of(r)?),
+                    None => (extern_node_name(&call.op), None),
+                };
+                let id = self.out.push(&name, Op::Extern { target: call.op.clone(), args, kwargs }, val);
+                if let Some(r) = &call.result {
+                    self.buffers.insert(r.clone(), id);
+                }
+            }
+            Line::ExternKernelOut { call, out } => {
+                let (args, mut kwargs) = self.call_args(&call.args, &call.kwargs)?;
+                kwargs.insert("out".into(), Arg::Node(self.buffer(out)?));
+                self.out.push(&extern_node_name(&call.op), Op::Extern { target: call.op.clone(), args, kwargs }, None);
+            }
+            Line::MultiOutput { result, source, indices } => {
+                let src = self.buffer(source)?;
+                let val = self.val_of(result)?;
+                if indices.is_empty() {
+                    // An alias; a multi-output op that really returns one tensor gets its layout.
+                    if matches!(self.out.node(src).val, Some(Val::Multi) | None) {
+                        self.out.node_mut(src).val = val;
+                    }
+                    self.buffers.insert(result.clone(), src);
+                } else {
+                    let mut cur = src;
+                    for (i, index) in indices.iter().enumerate() {
+                        let last = i + 1 == indices.len();
+                        let key = match index {
+                            MultiIndex::List(k) | MultiIndex::Tuple(k) => IndexKey::Int(*k),
+                            MultiIndex::Dict(k) => IndexKey::Str(k.clone()),
+                        };
+                        cur = self.getitem(cur, key, if last { Some(result.as_str()) } else { None });
+                        let node = self.out.node_mut(cur);
+                        if last {
+                            node.val = val.clone();
+                        } else if node.val.is_none() {
+                            node.val = Some(Val::Multi);
+                        }
+                    }
+                    self.buffers.insert(result.clone(), cur);
+                }
+            }
+            Line::IndexPutFallback { target, indices, values, accumulate } => {
+                let t = self.buffer(target)?;
+                let mut idx = Vec::new();
+                for i in indices {
+                    idx.push(match i {
+                        Some(b) => Arg::Node(self.buffer(b)?),
+                        None => Arg::None,
+                    });
+                }
+                let v = self.buffer(values)?;
+                self.out.push(
+                    "index_put_",
+                    Op::Extern {
+                        target: "torch.ops.aten.index_put_.default".into(),
+                        args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(*accumulate)],
+                        kwargs: IndexMap::new(),
+                    },
+                    None,
+                );
+            }
+            Line::ScatterFallback(s) => {
+                let t = self.buffer(&s.target)?;
+                let index = self.buffer(&s.index)?;
+                let src = self.arg(&s.src)?;
+                let mut kwargs = IndexMap::new();
+                if let Some(r) = &s.reduce {
+                    kwargs.insert("reduce".to_string(), Arg::Str(r.clone()));
+                }
+                if let Some(b) = s.include_self {
+                    kwargs.insert("include_self".to_string(), Arg::Bool(b));
+                }
+                self.out.push(
+                    &extern_node_name(&s.op),
+                    Op::Extern {
+                        target: s.op.clone(),
+                        args: vec![Arg::Node(t), Arg::Int(s.dim), Arg::Node(index), src],
+                        kwargs,
+                    },
+                    None,
+                );
+            }
+            Line::DynamicScalar { symbol, source, keypath, .. } => self.dynamic_scalar(symbol, source, keypath)?,
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                if bindings.is_empty() {
+                    return Ok(());
+                }
+                let root = self.buffer(source)?;
+                for (symbol, path) in bindings {
+                    if self.symbols.contains_key(symbol) {
+                        continue;
+                    }
+                    let value = self.follow_path(root, path, symbol)?;
+                    if let Arg::Node(n) = value {
+                        self.out.try_rename(n, symbol.as_str());
+                        self.out.bind_symbol(n, symbol.clone());
+                    }
+                    self.symbols.insert(symbol.clone(), value);
+                }
+            }
+            Line::Conditional(c) => {
+                let pred = match &c.predicate {
+                    Predicate::Tensor(b) => Arg::Node(self.buffer(b)?),
+                    Predicate::Expr(e) => self.expr(e)?,
+                };
+                let mut operands = Vec::new();
+                for b in &c.operands {
+                    operands.push(Arg::Node(self.buffer(b)?));
+                }
+                let (graphs, lifted) = self.subgraphs(&[&c.true_graph, &c.false_graph])?;
+                for s in &lifted {
+                    operands.push(self.symbol(s)?);
+                }
+                let [t, f] = self.subgraph_nodes(graphs)?;
+                let val = self.val_of(&c.result)?;
+                let id = self.out.push(
+                    c.result.as_str(),
+                    Op::Cond { pred, true_graph: t, false_graph: f, operands },
+                    val,
+                );
+                self.buffers.insert(c.result.clone(), id);
+            }
+            Line::WhileLoop(w) => {
+                let mut carried = Vec::new();
+                for b in &w.carried {
+                    carried.push(Arg::Node(self.buffer(b)?));
+                }
+                let mut additional = Vec::new();
+                for b in &w.additional {
+                    additional.push(Arg::Node(self.buffer(b)?));
+                }
+                let (graphs, lifted) = self.subgraphs(&[&w.cond_graph, &w.body_graph])?;
+                for s in &lifted {
+                    additional.push(self.symbol(s)?);
+                }
+                let [c, b] = self.subgraph_nodes(graphs)?;
+                let val = self.val_of(&w.result)?;
+                let id = self.out.push(
+                    w.result.as_str(),
+                    Op::WhileLoop { cond_graph: c, body_graph: b, carried, additional },
+                    val,
+                );
+                self.buffers.insert(w.result.clone(), id);
+            }
+            Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
+            Line::AssertSizeStride { buffer, size, stride, context } => {
+                let t = self.buffer(buffer)?;
+                let size = self.exprs_of(size)?;
+                let stride = self.exprs_of(stride)?;
+                self.out.push(
+                    "assert_size_stride",
+                    Op::AssertSizeStride { tensor: t, size, stride, context: context.clone() },
+                    None,
+                );
+            }
+            Line::AssertAlignment { buffer, alignment, .. } => {
+                let t = self.buffer(buffer)?;
+                self.out.push("assert_alignment", Op::AssertAlignment { tensor: t, alignment: *alignment }, None);
+            }
+            Line::RuntimeAssert { cond, message, .. } => {
+                let c = self.expr(cond)?;
+                self.out.push("_assert_scalar", Op::AssertScalar { cond: c, message: message.clone() }, None);
+            }
+            Line::CommBufferAllocate { buffer, .. } | Line::CommBufferFree { buffer } => {
+                return Err(ErrorKind::Unsupported(format!(
+                    "communication buffer `{buffer}`: symmetric-memory buffers have no FX form"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn allocate(&mut self, name: &str, layout: &Layout) -> Res<NodeId> {
+        let needs_view = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
+        if !needs_view {
+            let size = self.exprs_of(&layout.size)?;
+            let stride = self.exprs_of(&layout.stride)?;
+            return Ok(self.out.push(
+                name,
+                Op::EmptyStrided { size, stride, dtype: layout.dtype, device: layout.device.kind },
+                Some(Val::Tensor(layout.clone())),
+            ));
+        }
+        // Padded or offset allocation: a flat storage, then the strided view.
+        let numel = self.expr(&layout.storage_numel_expr())?;
+        let flat = self.out.push(
+            "empty_strided",
+            Op::EmptyStrided { size: vec![numel], stride: vec![Arg::Int(1)], dtype: layout.dtype, device: layout.device.kind },
+            None,
+        );
+        self.as_strided(name, flat, layout)
+    }
+
+    fn as_strided(&mut self, name: &str, base: NodeId, layout: &Layout) -> Res<NodeId> {
+        let size = self.exprs_of(&layout.size)?;
+        let stride = self.exprs_of(&layout.stride)?;
+        let offset = self.expr(&layout.offset)?;
+        Ok(self.out.push(name, Op::AsStrided { base, size, stride, offset }, Some(Val::Tensor(layout.clone()))))
+    }
+
+    fn getitem(&mut self, source: NodeId, key: IndexKey, name: Option<&str>) -> NodeId {
+        if let Some(id) = self.getitems.get(&(source, key.clone())) {
+            if let Some(n) = name {
+                self.out.try_rename(*id, n);
+            }
+            return *id;
+        }
+        let index = match &key {
+            IndexKey::Int(i) => Arg::Int(*i),
+            IndexKey::Str(s) => Arg::Str(s.clone()),
+        };
+        let id = self.out.push(name.unwrap_or("getitem"), Op::GetItem { source, index }, None);
+        self.getitems.insert((source, key), id);
+        id
+    }
+
+    fn dynamic_scalar(&mut self, symbol: &Symbol, source: &BufName, keypath: &[KeyEntry]) -> Res<()> {
+        let t = self.buffer(source)?;
+        let value = match keypath {
+            [] => {
+                let id = self.out.push(
+                    symbol.as_str(),
+                    Op::Item { tensor: t, symbol: Some(symbol.clone()), multiplier: 1 },
+                    None,
+                );
+                Arg::Node(id)
+            }
+            [KeyEntry::ConvertInt] => {
+                let as_int = self.out.push(
+                    "where",
+                    Op::Extern {
+                        target: "torch.ops.aten.where.Scalar".into(),
+                        args: vec![Arg::Node(t), Arg::Int(1), Arg::Int(0)],
+                        kwargs: IndexMap::new(),
+                    },
+                    self.int64_like(t),
+                );
+                Arg::Node(self.out.push(
+                    symbol.as_str(),
+                    Op::Item { tensor: as_int, symbol: Some(symbol.clone()), multiplier: 1 },
+                    None,
+                ))
+            }
+            [KeyEntry::DivideBy(d)] => {
+                let raw = self.out.push(
+                    &format!("{symbol}_undivided"),
+                    Op::Item { tensor: t, symbol: Some(symbol.clone()), multiplier: *d },
+                    None,
+                );
+                let q = self.exact_div(Arg::Node(raw), *d, symbol)?;
+                if let Arg::Node(n) = q {
+                    self.out.try_rename(n, symbol.as_str());
+                }
+                q
+            }
+            other => {
+                return Err(ErrorKind::KeyPath {
+                    symbol: symbol.clone(),
+                    message: format!(
+                        "`item()` takes an empty key path, `.to_int()` or `//d`, not `{}`",
+                        crate::ir::KeyPathText(other)
+                    ),
+                })
+            }
+        };
+        if let Arg::Node(n) = value {
+            self.out.bind_symbol(n, symbol.clone());
+        }
+        self.symbols.insert(symbol.clone(), value);
+        Ok(())
+    }
+
+    /// `value // d` after checking at run time that `d` divides `value`.
+    fn exact_div(&mut self, value: Arg, d: i64, symbol: &Symbol) -> Res<Arg> {
+        if d == 0 {
+            return Err(ErrorKind::KeyPath { symbol: symbol.clone(), message: "division by 0".into() });
+        }
+        let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
+        let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
+        self.out.push(
+            "_assert_scalar",
+            Op::AssertScalar { cond: ok, message: format!("{symbol}: value is not a multiple of {d}") },
+            None,
+        );
+        self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
+    }
+
+    fn int64_like(&self, t: NodeId) -> Option<Val> {
+        match &self.out.node(t).val {
+            Some(Val::Tensor(l)) => {
+                let mut l = l.clone();
+                l.dtype = crate::ir::DType::Int64;
+                Some(Val::Tensor(Layout::contiguous(l.dtype, l.device, l.size.iter().cloned())))
+            }
+            _ => None,
+        }
+    }
+
+    /// Follows a key path from an op's output. Each step consumes exactly the
+    /// entries it uses: a `.size()`/`.stride()` with its index (two), a lone
+    /// `.storage_offset()` (one), an index, a division, a conversion or an
+    /// inner-tensor attribute (one each).
+    fn follow_path(&mut self, root: NodeId, path: &[KeyEntry], symbol: &Symbol) -> Res<Arg> {
+        let err = |message: String| ErrorKind::KeyPath { symbol: symbol.clone(), message };
+        let mut cur = Arg::Node(root);
+        let mut i = 0;
+        while i < path.len() {
+            let node = |cur: &Arg| match cur {
+                Arg::Node(n) => Ok(*n),
+                _ => Err(err(format!("step {} `{}` applies to an integer", i, crate::ir::KeyPathText(&path[i..=i])))),
+            };
+            match &path[i] {
+                KeyEntry::CallMethod(m @ (TensorMethod::Size | TensorMethod::Stride)) => {
+                    let dim = match path.get(i + 1) {
+                        Some(KeyEntry::Index(d)) => *d,
+                        _ => return Err(err(format!("`.{}()` must be followed by a dimension index", m.as_str()))),
+                    };
+                    let t = node(&cur)?;
+                    cur = Arg::Node(self.read_dim(t, *m, dim));
+                    i += 2;
+                }
+                KeyEntry::CallMethod(TensorMethod::StorageOffset) => {
+                    let t = node(&cur)?;
+                    cur = Arg::Node(self.read_dim(t, TensorMethod::StorageOffset, 0));
+                    i += 1;
+                }
+                KeyEntry::Index(k) => {
+                    let s = node(&cur)?;
+                    cur = Arg::Node(self.getitem(s, IndexKey::Int(*k), None));
+                    i += 1;
+                }
+                KeyEntry::DivideBy(d) => {
+                    cur = self.exact_div(cur, *d, symbol)?;
+                    i += 1;
+                }
+                KeyEntry::ConvertInt => {
+                    cur = self.sym(SymOp::Ite, vec![cur, Arg::Int(1), Arg::Int(0)])?;
+                    i += 1;
+                }
+                KeyEntry::InnerTensor(attr) => {
+                    let s = node(&cur)?;
+                    cur = Arg::Node(self.out.push(attr, Op::InnerTensor { source: s, attr: attr.clone() }, None));
+                    i += 1;
+                }
+            }
+        }
+        Ok(cur)
+    }
+
+    // ---- kernels ------------------------------------------------------------
+
+    fn kernel_call(&mut self, call: &KernelCall) -> Res<()> {
+        let def = self
+            .program
+            .kernels
+            .get(&call.kernel)
+            .ok_or_else(|| ErrorKind::Undefined { what: "kernel", name: call.kernel.to_string() })?;
+        match &def.backend {
+            KernelBackend::Triton(meta) => self.triton_call(call, meta),
+            _ => {
+                let mut args = Vec::new();
+                let mut kwargs = IndexMap::new();
+                for a in &call.args {
+                    let v = self.arg(&a.value)?;
+                    match &a.name {
+                        Some(n) => {
+                            if kwargs.insert(n.clone(), v).is_some() {
+                                return Err(ErrorKind::KernelArgs {
+                                    kernel: call.kernel.to_string(),
+                                    message: format!("parameter `{n}` is given twice"),
+                                });
+                            }
+                        }
+                        None if !kwargs.is_empty() => {
+                            return Err(ErrorKind::KernelArgs {
+                                kernel: call.kernel.to_string(),
+                                message: "positional argument after a named one".into(),
+                            })
+                        }
+                        None => args.push(v),
+                    }
+                }
+                self.out.push("call_kernel", Op::KernelCall { kernel: call.kernel.clone(), args, kwargs }, None);
+                Ok(())
+            }
+        }
+    }
+
+    fn triton_call(&mut self, call: &KernelCall, meta: &TritonMeta) -> Res<()> {
+        let kernel = call.kernel.to_string();
+        let err = |message: String| ErrorKind::KernelArgs { kernel: kernel.clone(), message };
+        let params = meta.call_params();
+        let mut bound: IndexMap<&str, &CallArg> = IndexMap::new();
+        let mut next = 0usize;
+        for a in &call.args {
+            match &a.name {
+                Some(n) => {
+                    let Some(p) = params.iter().find(|p| **p == n.as_str()) else {
+                        let why = if meta.signature.contains_key(n.as_str()) {
+                            "is a constexpr (set it in `constants` or the config)"
+                        } else {
+                            "is not a parameter"
+                        };
+                        return Err(err(format!("named argument `{n}` {why}")));
+                    };
+                    if bound.insert(p, a).is_some() {
+                        return Err(err(format!("parameter `{n}` is given twice")));
+                    }
+                }
+                None => {
+                    while next < params.len() && bound.contains_key(params[next]) {
+                        next += 1;
+                    }
+                    let Some(p) = params.get(next) else {
+                        return Err(err(format!(
+                            "{} arguments given but the kernel takes {} ({})",
+                            call.args.len(),
+                            params.len(),
+                            params.join(", ")
+                        )));
+                    };
+                    bound.insert(p, a);
+                    next += 1;
+                }
+            }
+        }
+        // The expression each parameter stands for (for the grid).
+        let mut param_exprs: HashMap<String, SymExpr> = HashMap::new();
+        let mut kwargs: IndexMap<String, Arg> = IndexMap::new();
+        for (name, ty) in &meta.signature {
+            let value = if let Some(c) = meta.constants.get(name) {
+                if let (Some(given), ConstValue::Int(cv)) = (bound.get(name.as_str()), c) {
+                    if let ArgValue::Expr(SymExpr::Int(v)) = &given.value {
+                        if v != cv {
+                            return Err(err(format!("argument `{name}` = {v} conflicts with its constant value {cv}")));
+                        }
+                    }
+                }
+                if let ConstValue::Int(v) = c {
+                    param_exprs.insert(name.clone(), SymExpr::Int(*v));
+                }
+                const_arg(c)
+            } else if *ty == crate::ir::SigType::Constexpr {
+                if let Some(v) = meta.config.get(name) {
+                    param_exprs.insert(name.clone(), SymExpr::Int(*v));
+                    Arg::Int(*v)
+                } else {
+                    return Err(err(format!("constexpr parameter `{name}` has no value in `constants` or the config")));
+                }
+            } else {
+                let Some(given) = bound.get(name.as_str()) else {
+                    return Err(err(format!("missing argument for parameter `{name}`")));
+                };
+                if let ArgValue::Expr(e) = &given.value {
+                    param_exprs.insert(name.clone(), e.clone());
+                }
+                self.arg(&given.value)?
+            };
+            kwargs.insert(name.clone(), value);
+        }
+        for (k, v) in &meta.config {
+            if meta.signature.get(k).is_some_and(|t| *t != crate::ir::SigType::Constexpr) {
+                return Err(err(format!("config key `{k}` names a runtime parameter")));
+            }
+            param_exprs.entry(k.clone()).or_insert(SymExpr::Int(*v));
+            kwargs.entry(k.clone()).or_insert(Arg::Int(*v));
+        }
+        for extra in &meta.extra_launcher_args {
+            let Some(given) = bound.get(extra.as_str()) else {
+                return Err(err(format!("missing launcher argument `{extra}`")));
+            };
+            match &given.value {
+                ArgValue::Expr(e) => {
+                    param_exprs.insert(extra.clone(), e.clone());
+                }
+                other => return Err(err(format!("launcher argument `{extra}` must be an integer, got {other:?}"))),
+            }
+        }
+        let grid = grid_exprs(meta, &param_exprs).map_err(err)?;
+        let grid = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
+        self.out.push(
+            "triton_kernel_wrapper_mutation",
+            Op::TritonKernel { kernel: call.kernel.clone(), grid, kwargs },
+            None,
+        );
+        Ok(())
+    }
+
+    // ---- subgraphs ----------------------------------------------------------
+
+    /// Lowers subgraphs run by one line; lifted symbols become trailing
+    /// placeholders, the same list in every one of them.
+    fn subgraphs(&mut self, names: &[&GraphName]) -> Res<(Vec<(String, fx::Graph)>, Vec<Symbol>)> {
+        let mut lowered = Vec::new();
+        let mut union: Vec<Symbol> = Vec::new();
+        for n in names {
+            if !self.program.subgraphs.contains_key(*n) {
+                return Err(ErrorKind::Undefined { what: "subgraph", name: n.to_string() });
+            }
+            let (g, lifted) = GraphLowering::run(self.program, Some(n), self.options)
+                .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
+            for s in lifted {
+                if !union.contains(&s) {
+                    union.push(s);
+                }
+            }
+            lowered.push((n.to_string(), g));
+        }
+        for (_, g) in &mut lowered {
+            normalize_lifted(g, &union);
+        }
+        Ok((lowered, union))
+    }
+
+    fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Res<[NodeId; 2]> {
+        let mut ids = Vec::new();
+        for (name, g) in graphs {
+            let id = self.out.push(&name, Op::Subgraph { name: name.clone() }, None);
+            self.out.subgraphs.insert(name, g);
+            ids.push(id);
+        }
+        match ids.as_slice() {
+            [a, b] => Ok([*a, *b]),
+            _ => Err(ErrorKind::Unsupported("conditionals and loops take exactly two subgraphs".into())),
+        }
+    }
+
+    // ---- values -------------------------------------------------------------
+
+    fn is_output(&self, b: &BufName) -> bool {
+        self.ir.outputs.iter().any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
+    }
+
+    fn buffer(&self, b: &BufName) -> Res<NodeId> {
+        self.buffers.get(b).copied().ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
+    }
+
+    fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
+        match self.ir.buffers.get(b).map(|d| &d.kind) {
+            Some(BufferKind::Tensor(l)) => Ok(l),
+            _ => match self.program.constants.get(b) {
+                Some(l) => Ok(l),
+                None => Err(ErrorKind::Undefined { what: "tensor buffer declaration", name: b.to_string() }),
+            },
+        }
+    }
+
+    fn val_of(&self, b: &BufName) -> Res<Option<Val>> {
+        Ok(match self.ir.buffers.get(b).map(|d| &d.kind) {
+            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
+            Some(BufferKind::Multi) => Some(Val::Multi),
+            None => return Err(ErrorKind::Undefined { what: "buffer declaration", name: b.to_string() }),
+        })
+    }
+
+    fn symbol(&mut self, s: &Symbol) -> Res<Arg> {
+        if let Some(a) = self.symbols.get(s) {
+            return Ok(a.clone());
+        }
+        if !self.is_subgraph {
+            return Err(ErrorKind::UnboundSymbol(s.clone()));
+        }
+        // A subgraph reads a parent symbol: lift it into a trailing placeholder.
+        let id = self.out.push(s.as_str(), Op::Placeholder(Placeholder::Symbol(s.clone())), None);
+        self.out.bind_symbol(id, s.clone());
+        self.lifted.push(s.clone());
+        self.symbols.insert(s.clone(), Arg::Node(id));
+        Ok(Arg::Node(id))
+    }
+
+    fn exprs_of(&mut self, es: &[SymExpr]) -> Res<Vec<Arg>> {
+        es.iter().map(|e| self.expr(e)).collect()
+    }
+
+    /// A symbolic expression as an argument: literals stay literals, symbols
+    /// give their node, anything else becomes arithmetic nodes, hash-consed
+    /// (the same expression gives the same node).
+    fn expr(&mut self, e: &SymExpr) -> Res<Arg> {
+        match e {
+            SymExpr::Int(v) => return Ok(Arg::Int(*v)),
+            SymExpr::Bool(b) => return Ok(Arg::Bool(*b)),
+            SymExpr::Sym(s) => return self.symbol(s),
+            _ => {}
+        }
+        if let Some(a) = self.exprs.get(e) {
+            return Ok(a.clone());
+        }
+        let a = match e {
+            SymExpr::Add(ts) => {
+                let args = self.exprs_of(ts)?;
+                self.sym(SymOp::Sum, args)?
+            }
+            SymExpr::Mul(fs) => self.chain(SymOp::Mul, fs)?,
+            SymExpr::Min(xs) => self.chain(SymOp::Min, xs)?,
+            SymExpr::Max(xs) => self.chain(SymOp::Max, xs)?,
+            SymExpr::And(xs) => self.chain(SymOp::And, xs)?,
+            SymExpr::Or(xs) => self.chain(SymOp::Or, xs)?,
+            SymExpr::FloorDiv(a, b) | SymExpr::CleanDiv(a, b) => self.binary(SymOp::FloorDiv, a, b)?,
+            SymExpr::Mod(a, b) => self.binary(SymOp::CMod, a, b)?,
+            SymExpr::PythonMod(a, b) => self.binary(SymOp::PyMod, a, b)?,
+            SymExpr::ModularIndexing(x, d, m) => {
+                let q = if **d == SymExpr::Int(1) { self.expr(x)? } else { self.binary(SymOp::FloorDiv, x, d)? };
+                let m = self.expr(m)?;
+                self.sym(SymOp::PyMod, vec![q, m])?
+            }
+            SymExpr::Pow(b, n) => {
+                let b = self.expr(b)?;
+                self.sym(SymOp::Pow, vec![b, Arg::Int(*n as i64)])?
+            }
+            SymExpr::Cmp(op, a, b) => {
+                use crate::sym::CmpOp;
+                let op = match op {
+                    CmpOp::Eq => SymOp::Eq,
+                    CmpOp::Ne => SymOp::Ne,
+                    CmpOp::Lt => SymOp::Lt,
+                    CmpOp::Le => SymOp::Le,
+                    CmpOp::Gt => SymOp::Gt,
+                    CmpOp::Ge => SymOp::Ge,
+                };
+                self.binary(op, a, b)?
+            }
+            SymExpr::Not(a) => {
+                let a = self.expr(a)?;
+                self.sym(SymOp::Not, vec![a])?
+            }
+            SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => return Err(ErrorKind::Unsupported("atom".into())),
+        };
+        self.exprs.insert(e.clone(), a.clone());
+        Ok(a)
+    }
+
+    fn binary(&mut self, op: SymOp, a: &SymExpr, b: &SymExpr) -> Res<Arg> {
+        let a = self.expr(a)?;
+        let b = self.expr(b)?;
+        self.sym(op, vec![a, b])
+    }
+
+    fn chain(&mut self, op: SymOp, xs: &[SymExpr]) -> Res<Arg> {
+        let mut it = xs.iter();
+        let Some(first) = it.next() else {
+            return Err(ErrorKind::Unsupported(format!("empty `{}`", op.node_name())));
+        };
+        let mut acc = self.expr(first)?;
+        for x in it {
+            let v = self.expr(x)?;
+            acc = self.sym(op, vec![acc, v])?;
+        }
+        Ok(acc)
+    }
+
+    /// An arithmetic node, or its value when every operand is a literal.
+    fn sym(&mut self, op: SymOp, args: Vec<Arg>) -> Res<Arg> {
+        let literals: Option<Vec<fx::Scalar>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Int(v) => Some(fx::Scalar::Int(*v)),
+                Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
+                _ => None,
+            })
+            .collect();
+        if let Some(l) = literals {
+            return match op.eval(&l) {
+                Ok(fx::Scalar::Int(v)) => Ok(Arg::Int(v)),
+                Ok(fx::Scalar::Bool(b)) => Ok(Arg::Bool(b)),
+                Err(e) => Err(ErrorKind::Fold { expr: op.node_name().into(), message: e.to_string() }),
+            };
+        }
+        Ok(Arg::Node(self.out.push(op.node_name(), Op::Sym { op, args }, None)))
+    }
+
+    fn arg(&mut self, v: &ArgValue) -> Res<Arg> {
+        Ok(match v {
+            ArgValue::Buffer(b) => Arg::Node(self.buffer(b)?),
+            ArgValue::Expr(e) => self.expr(e)?,
+            ArgValue::Float(f) => Arg::Float(*f),
+            ArgValue::Bool(b) => Arg::Bool(*b),
+            ArgValue::None => Arg::None,
+            ArgValue::Str(s) => Arg::Str(s.clone()),
+            ArgValue::DType(d) => Arg::DType(*d),
+            ArgValue::Device(d) => Arg::Device(*d),
+            ArgValue::List(items) => Arg::List(items.iter().map(|i| self.arg(i)).collect::<Res<_>>()?),
+        })
+    }
+
+    fn call_args(
+        &mut self,
+        args: &[ArgValue],
+        kwargs: &IndexMap<String, ArgValue>,
+    ) -> Res<(Vec<Arg>, IndexMap<String, Arg>)> {
+        let a = args.iter().map(|x| self.arg(x)).collect::<Res<Vec<_>>>()?;
+        let mut k = IndexMap::new();
+        for (n, v) in kwargs {
+            k.insert(n.clone(), self.arg(v)?);
+        }
+        Ok((a, k))
+    }
+}
+
+/// Puts a subgraph's lifted-symbol placeholders after its own inputs, in
+/// `union` order, adding those it did not need.
+fn normalize_lifted(g: &mut fx::Graph, union: &[Symbol]) {
+    let mut lifted_ids: Vec<NodeId> = Vec::new();
+    for s in union {
+        let existing = g.placeholders().find(|(_, n)| n.name == s.as_str() && n.binds.contains(s)).map(|(id, _)| id);
+        let id = match existing {
+            Some(id) => id,
+            None => {
+                let id = g.push(s.as_str(), Op::Placeholder(Placeholder::Symbol(s.clone())), None);
+                g.bind_symbol(id, s.clone());
+                id
+            }
+        };
+        lifted_ids.push(id);
+    }
+    let own: Vec<NodeId> = g
+        .order()
+        .iter()
+        .copied()
+        .filter(|id| matches!(g.node(*id).op, Op::Placeholder(_)) && !lifted_ids.contains(id))
+        .collect();
+    let rest: Vec<NodeId> = g
+        .order()
+        .iter()
+        .copied()
+        .filter(|id| !matches!(g.node(*id).op, Op::Placeholder(_)))
+        .collect();
+    let order: Vec<NodeId> = own.into_iter().chain(lifted_ids).chain(rest).collect();
+    // A permutation of the existing order by construction.
+    let _ = g.set_order(order);
+}
+
+fn const_arg(c: &ConstValue) -> Arg {
+    match c {
+        ConstValue::None => Arg::None,
+        ConstValue::Bool(b) => Arg::Bool(*b),
+        ConstValue::Int(v) => Arg::Int(*v),
+        ConstValue::Float(f) => Arg::Float(*f),
+        ConstValue::Str(s) => Arg::Str(s.clone()),
+    }
+}
+
+fn extern_node_name(op: &str) -> String {
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    let s = s.strip_prefix("extern_kernels.").unwrap_or(s);
+    let s = s.strip_prefix("aten.").unwrap_or(s);
+    s.split('.').next().filter(|s| !s.is_empty()).unwrap_or("extern").to_string()
+}
+
+/// `a` and `rest` with `e == a*s + rest` and `s` not in `rest`.
+fn affine_in(e: &SymExpr, s: &Symbol) -> Option<(i64, SymExpr)> {
+    match e {
+        SymExpr::Sym(x) if x == s => Some((1, SymExpr::Int(0))),
+        SymExpr::Mul(fs) => {
+            let mut coeff: i64 = 1;
+            let mut seen = false;
+            for f in fs {
+                match f {
+                    SymExpr::Int(v) => coeff = coeff.checked_mul(*v)?,
+                    SymExpr::Sym(x) if x == s && !seen => seen = true,
+                    other if !other.free_symbols().contains(s) => return None,
+                    _ => return None,
+                }
+            }
+            seen.then_some((coeff, SymExpr::Int(0)))
+        }
+        SymExpr::Add(ts) => {
+            let mut a = 0i64;
+            let mut rest = SymExpr::Int(0);
+            for t in ts {
+                if t.free_symbols().contains(s) {
+                    let (c, r) = affine_in(t, s)?;
+                    a = a.checked_add(c)?;
+                    rest = SymExpr::add(rest, r);
+                } else {
+                    rest = SymExpr::add(rest, t.clone());
+                }
+            }
+            Some((a, rest))
+        }
+        other if !other.free_symbols().contains(s) => Some((0, other.clone())),
+        _ => None,
+    }
+}
+
+fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
+    if b == 1 {
+        return a;
+    }
+    SymExpr::floor_div(SymExpr::add(a, SymExpr::Int(b - 1)), SymExpr::Int(b))
+}
+
+fn ceil_div_expr(a: SymExpr, b: SymExpr) -> SymExpr {
+    SymExpr::floor_div(SymExpr::add(a, SymExpr::sub(b.clone(), SymExpr::Int(1))), b)
+}
+
+/// The launch grid of a Triton kernel from its grid type and chosen config,
+/// in terms of the expressions bound to its parameters.
+fn grid_exprs(meta: &TritonMeta, params: &HashMap<String, SymExpr>) -> Result<[SymExpr; 3], String> {
+    let p = |n: &str| params.get(n).cloned().ok_or_else(|| format!("grid {} needs parameter `{n}`", meta.grid_type.name()));
+    let block = |n: &str| -> Result<i64, String> {
+        match params.get(n) {
+            Some(SymExpr::Int(v)) if *v > 0 => Ok(*v),
+            Some(other) => Err(format!("block size `{n}` must be a positive integer, got `{other}`")),
+            None => Err(format!("grid {} needs block size `{n}` in the config or constants", meta.grid_type.name())),
+        }
+    };
+    let one = SymExpr::Int(1);
+    Ok(match &meta.grid_type {
+        GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
+        GridType::Grid2D => [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div(p("ynumel")?, block("YBLOCK")?), one],
+        GridType::Grid3D => [
+            ceil_div(p("xnumel")?, block("XBLOCK")?),
+            ceil_div(p("ynumel")?, block("YBLOCK")?),
+            ceil_div(p("znumel")?, block("ZBLOCK")?),
+        ],
+        GridType::Grid2DWithYZOverflow { max_y_grid } => {
+            let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
+            let y_div = ceil_div(y_raw.clone(), *max_y_grid);
+            [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div_expr(y_raw, y_div.clone()), y_div]
+        }
+        GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
+        GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
+        GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
+        GridType::PrecomputedGrid { grids } => {
+            let entry = grids
+                .iter()
+                .find(|g| g.config.iter().all(|(k, v)| meta.config.get(k) == Some(v)))
+                .ok_or_else(|| "no precomputed grid matches the chosen config".to_string())?;
+            let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| params.get(s.as_str()).cloned());
+            [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
+        }
+    })
+}

@@ -1,0 +1,625 @@
+//! The lines of one graph's function body.
+
+use super::kernels::comment;
+use super::{device_repr, shape_tuple, Code, Error, Location, Lowering, StreamBinding};
+use crate::ir::{
+    write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
+    KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr, ScatterFallback,
+    TensorMethod, WhileLoop,
+};
+use crate::sym::print::python as pexpr;
+use crate::sym::{SymExpr, Symbol};
+use indexmap::IndexSet;
+
+/// Lowers the lines of one graph.
+pub(super) struct GraphLowering<'l, 'a> {
+    low: &'l Lowering<'a>,
+    graph_name: Option<&'l GraphName>,
+    graph: &'l Graph,
+    /// Open device guards (device indices), innermost last.
+    guards: Vec<u32>,
+    /// Devices whose stream this graph has fetched (for [`StreamBinding::OncePerGraph`]).
+    streams: IndexSet<u32>,
+    /// The graph's returned buffers (never deleted by a reuse).
+    outputs: IndexSet<&'l BufName>,
+}
+
+impl<'l, 'a> GraphLowering<'l, 'a> {
+    pub(super) fn new(low: &'l Lowering<'a>, graph_name: Option<&'l GraphName>, graph: &'l Graph) -> Self {
+        let outputs = graph
+            .outputs
+            .iter()
+            .filter_map(|o| match o {
+                GraphOutput::Buffer(b) => Some(b),
+                _ => None,
+            })
+            .collect();
+        GraphLowering { low, graph_name, graph, guards: Vec::new(), streams: IndexSet::new(), outputs }
+    }
+
+    pub(super) fn lines(mut self, code: &mut Code) -> Result<(), Error> {
+        let base_indent = code.indent;
+        for (index, line) in self.graph.lines.iter().enumerate() {
+            let at = Location { graph: self.graph_name.cloned(), line: index, kind: line.kind() };
+            self.line(code, line, at)?;
+        }
+        if !self.guards.is_empty() {
+            return Err(Error::UnclosedDeviceGuard {
+                graph: self.graph_name.map_or_else(|| "main".to_string(), |g| g.to_string()),
+                open: self.guards.len(),
+            });
+        }
+        code.indent = base_indent;
+        Ok(())
+    }
+
+    fn layout(&self, buffer: &BufName, at: &Location) -> Result<&'l Layout, Error> {
+        match self.graph.buffers.get(buffer).map(|d| &d.kind) {
+            Some(crate::ir::BufferKind::Tensor(l)) => Ok(l),
+            Some(crate::ir::BufferKind::Multi) => Err(Error::NotATensor { buffer: buffer.clone(), at: at.clone() }),
+            None => match self.low.program.constants.get(buffer) {
+                Some(l) => Ok(l),
+                None => Err(Error::UnknownBuffer { buffer: buffer.clone(), at: at.clone() }),
+            },
+        }
+    }
+
+    fn line(&mut self, code: &mut Code, line: &Line, at: Location) -> Result<(), Error> {
+        match line {
+            Line::Allocate { buffer } => {
+                let layout = self.layout(buffer, &at)?;
+                code.line(&format!("{buffer} = {}", allocation(layout)));
+            }
+            Line::FreeIfNotReused { buffer, is_reused } => {
+                if !is_reused {
+                    code.line(&format!("del {buffer}"));
+                }
+            }
+            Line::Free { buffer } => code.line(&format!("del {buffer}")),
+            Line::Reuse { old, new, delete_old } => {
+                let old_layout = self.layout(old, &at)?;
+                let new_layout = self.layout(new, &at)?;
+                if old_layout.dtype != new_layout.dtype {
+                    return Err(Error::ReuseDTypeMismatch {
+                        old: old.clone(),
+                        new: new.clone(),
+                        old_dtype: old_layout.dtype,
+                        new_dtype: new_layout.dtype,
+                        at,
+                    });
+                }
+                let del = if *delete_old && !self.outputs.contains(old) { format!("; del {old}") } else { ";".into() };
+                let value = if old_layout.size == new_layout.size && old_layout.stride == new_layout.stride {
+                    old.to_string()
+                } else {
+                    format!(
+                        "reinterpret_tensor({old}, {}, {}, 0)",
+                        shape_tuple(&new_layout.size),
+                        shape_tuple(&new_layout.stride)
+                    )
+                };
+                code.line(&format!("{new} = {value}{del}  # reuse"));
+            }
+            Line::Reinterpret { base, alias } => {
+                let base_layout = self.layout(base, &at)?;
+                let layout = self.layout(alias, &at)?;
+                let same = base_layout.size == layout.size
+                    && base_layout.stride == layout.stride
+                    && base_layout.offset == layout.offset;
+                let mut view = if same {
+                    base.to_string()
+                } else {
+                    format!(
+                        "reinterpret_tensor({base}, {}, {}, {})",
+                        shape_tuple(&layout.size),
+                        shape_tuple(&layout.stride),
+                        pexpr(&layout.offset)
+                    )
+                };
+                if base_layout.dtype != layout.dtype {
+                    view = format!("aten.view.dtype({view}, torch.{})", layout.dtype.torch_name());
+                }
+                code.line(&format!("{alias} = {view}  # alias"));
+            }
+            // Definitions live in the module header.
+            Line::KernelDefinition { .. } => {}
+            Line::KernelCall(call) => self.kernel_call(code, call, at)?,
+            Line::SymbolicCallArg { symbol, expr } => code.line(&format!("{symbol} = {}", pexpr(expr))),
+            Line::ExternKernelAlloc(call) => {
+                let text = extern_call(call, None);
+                match &call.result {
+                    Some(r) => code.line(&format!("{r} = {text}")),
+                    None => code.line(&text),
+                }
+            }
+            Line::ExternKernelOut { call, out } => code.line(&extern_call(call, Some(out))),
+            Line::MultiOutput { result, source, indices } => {
+                let mut text = format!("{result} = {source}");
+                for i in indices {
+                    match i {
+                        MultiIndex::List(i) | MultiIndex::Tuple(i) => text.push_str(&format!("[{i}]")),
+                        MultiIndex::Dict(k) => text.push_str(&format!("[{}]", PyStr(k))),
+                    }
+                }
+                code.line(&text);
+            }
+            Line::IndexPutFallback { target, indices, values, accumulate } => {
+                let idx: Vec<String> =
+                    indices.iter().map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string())).collect();
+                code.line(&format!(
+                    "aten.index_put_({target}, [{}], {values}, {})",
+                    idx.join(", "),
+                    py_bool(*accumulate)
+                ));
+            }
+            Line::ScatterFallback(s) => code.line(&scatter(s)),
+            Line::DynamicScalar { symbol, source, keypath, node } => {
+                match keypath.as_slice() {
+                    [] => code.line(&format!("{symbol} = {source}.item()")),
+                    [KeyEntry::ConvertInt] => code.line(&format!("{symbol} = 1 if {source}.item() else 0")),
+                    [KeyEntry::DivideBy(d)] => {
+                        check_divisor(symbol, keypath, *d, &at)?;
+                        code.line(&format!("{symbol}_undivided = {source}.item()"));
+                        code.line(&format!(
+                            "assert {symbol}_undivided % {d} == 0, f'{{{symbol}_undivided}} not divisible by {d}'"
+                        ));
+                        code.line(&format!("{symbol} = {symbol}_undivided // {d}"));
+                    }
+                    _ => {
+                        return Err(Error::UnsupportedKeyPath {
+                            symbol: symbol.clone(),
+                            path: KeyPathText(keypath).to_string(),
+                            reason: "an item() value takes no key, `.to_int()` or `//d` only",
+                            at,
+                        })
+                    }
+                }
+                if let Some(n) = node {
+                    code.line(&format!("{n} = None"));
+                }
+            }
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                for (symbol, path) in bindings {
+                    unbacked_binding(code, symbol, source, path, &at)?;
+                }
+            }
+            Line::Conditional(c) => self.conditional(code, c, &at)?,
+            Line::WhileLoop(w) => self.while_loop(code, w, &at)?,
+            Line::EnterDeviceContext { device_index } => {
+                let kind = self.low.gpu.as_str();
+                code.line(&format!("with torch.{kind}._DeviceGuard({device_index}):"));
+                code.indent += 1;
+                code.line(&format!("torch.{kind}.set_device({device_index})"));
+                self.guards.push(*device_index);
+            }
+            Line::ExitDeviceContext => {
+                if self.guards.pop().is_none() {
+                    return Err(Error::UnbalancedDeviceGuard { at });
+                }
+                code.indent -= 1;
+            }
+            Line::Comment { text } => code.line(&comment(text)),
+            Line::AssertSizeStride { buffer, size, stride, context } => {
+                let mut text = format!("assert_size_stride({buffer}, {}, {}", shape_tuple(size), shape_tuple(stride));
+                if let Some(c) = context {
+                    text.push_str(&format!(", {}", PyStr(c)));
+                }
+                text.push(')');
+                code.line(&text);
+            }
+            Line::AssertAlignment { buffer, alignment, context } => {
+                let mut text = format!("assert_alignment({buffer}, {alignment}");
+                if let Some(c) = context {
+                    text.push_str(&format!(", {}", PyStr(c)));
+                }
+                text.push(')');
+                code.line(&text);
+            }
+            Line::RuntimeAssert { cond, message, node } => {
+                code.line(&format!("if not ({}):", pexpr(cond)));
+                code.indent += 1;
+                code.line(&format!("raise RuntimeError({})", PyStr(message)));
+                code.indent -= 1;
+                if let Some(n) = node {
+                    code.line(&format!("{n} = None"));
+                }
+            }
+            Line::CommBufferAllocate { buffer, comm_kind, group } => {
+                if comm_kind != "symm_mem" {
+                    return Err(Error::UnsupportedCommBuffer {
+                        buffer: buffer.clone(),
+                        comm_kind: comm_kind.clone(),
+                        at,
+                    });
+                }
+                let layout = self.layout(buffer, &at)?;
+                let device_index = layout.device.index.unwrap_or(0);
+                code.line(&format!(
+                    "{buffer} = empty_strided_p2p({}, {}, torch.{}, torch.device(\"{}:{device_index}\"), group_name={}, alloc_id={})",
+                    shape_tuple(&layout.size),
+                    shape_tuple(&layout.stride),
+                    layout.dtype.torch_name(),
+                    layout.device.kind.as_str(),
+                    py_double_quoted(group),
+                    alloc_id(self.graph_name, buffer),
+                ));
+            }
+            Line::CommBufferFree { buffer } => code.line(&format!("del {buffer} # symm_mem buffer free")),
+        }
+        Ok(())
+    }
+
+    /// `streamN = get_raw_stream(N)` when the stream binding says so; returns `streamN`.
+    fn stream(&mut self, code: &mut Code, device_index: u32) -> String {
+        let name = format!("stream{device_index}");
+        let write = match self.low.options.stream_binding {
+            StreamBinding::EveryCall => true,
+            StreamBinding::OncePerGraph => self.streams.insert(device_index),
+        };
+        if write {
+            code.line(&format!("{name} = get_raw_stream({device_index})"));
+        }
+        name
+    }
+
+    /// The GPU device index of a call: its own device, else the innermost guard.
+    fn call_device(&self, call: &KernelCall, at: &Location) -> Result<u32, Error> {
+        match call.device {
+            Some(d) if matches!(d.kind, DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia) => {
+                match d.index.or_else(|| self.guards.last().copied()) {
+                    Some(i) => Ok(i),
+                    None => Ok(0),
+                }
+            }
+            Some(_) => Err(Error::NoStreamDevice { kernel: call.kernel.clone(), at: at.clone() }),
+            None => self
+                .guards
+                .last()
+                .copied()
+                .ok_or_else(|| Error::NoStreamDevice { kernel: call.kernel.clone(), at: at.clone() }),
+        }
+    }
+
+    fn kernel_call(&mut self, code: &mut Code, call: &KernelCall, at: Location) -> Result<(), Error> {
+        let kernel = &call.kernel;
+        let def = self
+            .low
+            .program
+            .kernels
+            .get(kernel)
+            .ok_or_else(|| Error::UnknownKernel { kernel: kernel.clone(), at: at.clone() })?;
+        if !self.low.defined_anywhere.contains(kernel) {
+            return Err(Error::UndefinedKernel { kernel: kernel.clone(), at });
+        }
+        // Python rejects a positional argument after a keyword argument.
+        let trailing_positional = match &def.backend {
+            KernelBackend::Halide(meta) => meta.is_cuda(),
+            KernelBackend::CudaC => true,
+            _ => false,
+        };
+        let mut named_seen = false;
+        for a in &call.args {
+            if a.name.is_some() {
+                named_seen = true;
+            } else if named_seen {
+                return Err(Error::PositionalAfterNamed { kernel: kernel.clone(), at });
+            }
+        }
+        if named_seen && trailing_positional {
+            return Err(Error::PositionalAfterNamed { kernel: kernel.clone(), at });
+        }
+        let args = |wrap_pointers: bool| -> Vec<String> {
+            call.args
+                .iter()
+                .map(|a| {
+                    let value = match (&a.value, wrap_pointers) {
+                        (ArgValue::Buffer(b), true) => format!("c_void_p({b}.data_ptr())"),
+                        (v, _) => arg(v),
+                    };
+                    call_arg(a, value)
+                })
+                .collect()
+        };
+        match &def.backend {
+            KernelBackend::Triton(_) => {
+                let device = self.call_device(call, &at)?;
+                let stream = self.stream(code, device);
+                let mut items = args(false);
+                items.push(format!("stream={stream}"));
+                code.line(&format!("{kernel}.run({})", items.join(", ")));
+            }
+            KernelBackend::Halide(meta) => {
+                let mut items = args(false);
+                if meta.is_cuda() {
+                    let device = match meta.cuda_device {
+                        Some(i) => i,
+                        None => self.call_device(call, &at)?,
+                    };
+                    items.push(self.stream(code, device));
+                }
+                code.line(&format!("{kernel}({})", items.join(", ")));
+            }
+            KernelBackend::Cpp(_) => code.line(&format!("{kernel}({})", args(false).join(", "))),
+            KernelBackend::CudaC => {
+                let device = self.call_device(call, &at)?;
+                let stream = self.stream(code, device);
+                let mut items = args(true);
+                items.push(format!("c_void_p({stream})"));
+                code.line(&format!("{kernel}.{kernel}({})", items.join(", ")));
+            }
+            KernelBackend::Host => return Err(Error::HostKernel { kernel: kernel.clone(), at }),
+        }
+        Ok(())
+    }
+
+    fn subgraph(&self, name: &GraphName, at: &Location) -> Result<&'l Graph, Error> {
+        self.low
+            .program
+            .subgraphs
+            .get(name)
+            .ok_or_else(|| Error::UnknownGraph { graph: name.clone(), at: at.clone() })
+    }
+
+    /// Inductor 2.11's `cond` form.
+    fn conditional(&mut self, code: &mut Code, c: &Conditional, at: &Location) -> Result<(), Error> {
+        let true_graph = self.subgraph(&c.true_graph, at)?;
+        self.subgraph(&c.false_graph, at)?;
+        let result = &c.result;
+        code.line(&format!("{result} = [None] * {}", true_graph.outputs.len()));
+        match &c.predicate {
+            Predicate::Tensor(b) => code.line(&format!("if {b}.item():")),
+            Predicate::Expr(e) => code.line(&format!("if {}:", pexpr(e))),
+        }
+        let operands: Vec<String> = c.operands.iter().map(|o| o.to_string()).collect();
+        for (i, g) in [&c.true_graph, &c.false_graph].into_iter().enumerate() {
+            if i == 1 {
+                code.line("else:");
+            }
+            code.indent += 1;
+            code.blank();
+            code.line(&format!("# subgraph: {g}"));
+            code.line(&format!("{g}_args = {}", args_list(&operands)));
+            code.line(&format!("{result} = {g}({g}_args)"));
+            code.indent -= 1;
+        }
+        Ok(())
+    }
+
+    /// wrapir's loop form (see the module documentation).
+    fn while_loop(&mut self, code: &mut Code, w: &WhileLoop, at: &Location) -> Result<(), Error> {
+        let cond_graph = self.subgraph(&w.cond_graph, at)?;
+        self.subgraph(&w.body_graph, at)?;
+        let result = &w.result;
+        let n = w.carried.len();
+        code.line(&format!("{result} = [None] * {n}"));
+        for (i, c) in w.carried.iter().enumerate() {
+            code.line(&format!("{result}[{i}] = {c}"));
+        }
+        let slots: Vec<String> = (0..n).map(|i| format!("{result}[{i}]")).collect();
+        let mut inputs = slots.clone();
+        inputs.extend(w.additional.iter().map(|a| a.to_string()));
+        let inputs = args_list(&inputs);
+        let cond = &w.cond_graph;
+        let body = &w.body_graph;
+        code.line("while True:");
+        code.indent += 1;
+        code.blank();
+        code.line(&format!("# subgraph: {cond}"));
+        code.line(&format!("{cond}_args = {inputs}"));
+        code.line(&format!("{result}_cond_result = {cond}({cond}_args)[0]"));
+        let item = match cond_graph.outputs.first() {
+            Some(GraphOutput::Expr(_)) => "",
+            _ => ".item()",
+        };
+        code.line(&format!("if not {result}_cond_result{item}:"));
+        code.indent += 1;
+        code.line("break");
+        code.indent -= 1;
+        code.blank();
+        code.line(&format!("# subgraph: {body}"));
+        code.line(&format!("{body}_args = {inputs}"));
+        let targets = if n == 1 { format!("({},)", slots.join(", ")) } else { format!("({})", slots.join(", ")) };
+        code.line(&format!("{targets} = {body}({body}_args)"));
+        code.indent -= 1;
+        Ok(())
+    }
+}
+
+/// `[a,]` for one element (Inductor's form), `[a, b]` otherwise.
+fn args_list(items: &[String]) -> String {
+    if items.len() == 1 {
+        format!("[{},]", items[0])
+    } else {
+        format!("[{}]", items.join(", "))
+    }
+}
+
+/// `empty_strided_cuda((s0, 4), (4, 1), torch.float32)`; padded or offset layouts
+/// allocate their storage flat and `as_strided` it.
+fn allocation(layout: &Layout) -> String {
+    let dtype = format!("torch.{}", layout.dtype.torch_name());
+    let alloc = |size: &str, stride: &str| match layout.device.kind {
+        DeviceType::Cpu | DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia => {
+            format!("empty_strided_{}({size}, {stride}, {dtype})", layout.device.kind.as_str())
+        }
+        DeviceType::Meta => format!("empty_strided({size}, {stride}, device='meta', dtype={dtype})"),
+    };
+    let padded = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
+    if !padded {
+        return alloc(&shape_tuple(&layout.size), &shape_tuple(&layout.stride));
+    }
+    let numel = shape_tuple(&[layout.storage_numel_expr()]);
+    let mut text = format!(
+        "{}.as_strided({}, {}",
+        alloc(&numel, "(1, )"),
+        shape_tuple(&layout.size),
+        shape_tuple(&layout.stride)
+    );
+    if layout.offset != SymExpr::Int(0) {
+        text.push_str(&format!(", {}", pexpr(&layout.offset)));
+    }
+    text.push(')');
+    text
+}
+
+fn call_arg(a: &CallArg, value: String) -> String {
+    match &a.name {
+        Some(n) => format!("{n}={value}"),
+        None => value,
+    }
+}
+
+/// A value as Python source.
+fn arg(v: &ArgValue) -> String {
+    match v {
+        ArgValue::Buffer(b) => b.to_string(),
+        ArgValue::Expr(e) => pexpr(e),
+        ArgValue::Float(f) => {
+            let mut s = String::new();
+            // Writing into a String cannot fail.
+            let _ = write_float(&mut s, *f);
+            s
+        }
+        ArgValue::Bool(b) => py_bool(*b).to_string(),
+        ArgValue::None => "None".to_string(),
+        ArgValue::Str(s) => PyStr(s).to_string(),
+        ArgValue::DType(d) => format!("torch.{}", d.torch_name()),
+        ArgValue::Device(d) => device_repr(*d),
+        ArgValue::List(items) => format!("[{}]", items.iter().map(arg).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// `op(args, k=v, out=buf0)`.
+fn extern_call(call: &ExternCall, out: Option<&BufName>) -> String {
+    let mut items: Vec<String> = call.args.iter().map(arg).collect();
+    items.extend(call.kwargs.iter().map(|(k, v)| format!("{k}={}", arg(v))));
+    if let Some(o) = out {
+        items.push(format!("out={o}"));
+    }
+    format!("{}({})", call.op, items.join(", "))
+}
+
+/// Inductor's scatter line: inputs joined by `,` without spaces, then `reduce=`
+/// (and for `scatter_reduce` every keyword).
+fn scatter(s: &ScatterFallback) -> String {
+    let inputs = [s.target.to_string(), s.dim.to_string(), s.index.to_string(), arg(&s.src)];
+    let mut line = format!("{}({}", s.op, inputs.join(","));
+    if s.op.starts_with("aten.scatter_reduce") {
+        if let Some(r) = &s.reduce {
+            line.push_str(&format!(", reduce={}", PyStr(r)));
+        }
+        if let Some(i) = s.include_self {
+            line.push_str(&format!(", include_self={}", py_bool(i)));
+        }
+    } else if let Some(r) = &s.reduce {
+        line.push_str(&format!(", reduce={}", PyStr(r)));
+    }
+    line.push(')');
+    line
+}
+
+fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &Location) -> Result<(), Error> {
+    if d <= 0 {
+        return Err(Error::UnsupportedKeyPath {
+            symbol: symbol.clone(),
+            path: KeyPathText(path).to_string(),
+            reason: "the divisor must be positive",
+            at: at.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// One unbacked binding: `u0 = buf1.size(0)`, `u1 = buf1[1].stride(0)`,
+/// `u2 = buf1.storage_offset()`, `u3 = buf1.values.size(0)`,
+/// `u4 = 1 if buf1[0] else 0`; a trailing divide-by is checked at run time.
+fn unbacked_binding(code: &mut Code, symbol: &Symbol, source: &BufName, path: &[KeyEntry], at: &Location) -> Result<(), Error> {
+    let unsupported = |reason: &'static str| Error::UnsupportedKeyPath {
+        symbol: symbol.clone(),
+        path: KeyPathText(path).to_string(),
+        reason,
+        at: at.clone(),
+    };
+    let mut expr = source.to_string();
+    let mut i = 0;
+    let mut last: Option<&KeyEntry> = None;
+    while i < path.len() {
+        let entry = &path[i];
+        if i + 1 < path.len() && matches!(entry, KeyEntry::ConvertInt | KeyEntry::DivideBy(_)) {
+            return Err(unsupported("`.to_int()` and `//d` may only end a key path"));
+        }
+        match entry {
+            KeyEntry::CallMethod(TensorMethod::StorageOffset) => {
+                if let Some(KeyEntry::Index(_)) = path.get(i + 1) {
+                    return Err(unsupported("storage_offset() takes no dimension"));
+                }
+                expr.push_str(".storage_offset()");
+            }
+            KeyEntry::CallMethod(m) => {
+                if let Some(KeyEntry::Index(d)) = path.get(i + 1) {
+                    expr.push_str(&format!(".{}({d})", m.as_str()));
+                    i += 1;
+                } else {
+                    expr.push_str(&format!(".{}()", m.as_str()));
+                }
+            }
+            KeyEntry::Index(k) => expr.push_str(&format!("[{k}]")),
+            KeyEntry::InnerTensor(attr) => expr.push_str(&format!(".{attr}")),
+            KeyEntry::ConvertInt | KeyEntry::DivideBy(_) => {}
+        }
+        last = Some(entry);
+        i += 1;
+    }
+    match last {
+        Some(KeyEntry::ConvertInt) => code.line(&format!("{symbol} = 1 if {expr} else 0")),
+        Some(KeyEntry::DivideBy(d)) => {
+            check_divisor(symbol, path, *d, at)?;
+            let undivided = format!("{symbol}_undivided");
+            code.line(&format!("{undivided} = {expr}"));
+            code.line(&format!("if {undivided} % {d} != 0:"));
+            code.indent += 1;
+            code.line(&format!(
+                "raise RuntimeError(f'{symbol}: {{{undivided}}} ({}) is not divisible by {d}')",
+                expr.replace('\'', "\\'").replace('{', "{{").replace('}', "}}")
+            ));
+            code.indent -= 1;
+            code.line(&format!("{symbol} = {undivided} // {d}"));
+        }
+        _ => code.line(&format!("{symbol} = {expr}")),
+    }
+    Ok(())
+}
+
+fn py_double_quoted(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A stable 64-bit id (FNV-1a of the graph and buffer names).
+fn alloc_id(graph: Option<&GraphName>, buffer: &BufName) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let g = graph.map_or("main", |g| g.as_str());
+    for b in g.bytes().chain([b'/']).chain(buffer.as_str().bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

@@ -1,0 +1,334 @@
+//! Equality of symbolic sizes by equality saturation (egg).
+//!
+//! [`prove_eq`] answers whether two [`SymExpr`]s are equal for every assignment
+//! that satisfies some [`Facts`] (symbol ranges, definitions such as
+//! `ks0 == s0*s1`):
+//!
+//! * [`Outcome::Proven`]: the two sides met in an e-graph built with the
+//!   [`rules`] (each valid over all integers under its side condition, conditions
+//!   checked by an e-class analysis of constants, ranges, definedness and known
+//!   divisors). The [`Explanation`] is egg's step-by-step proof; it can be
+//!   replayed through egg's proof checker ([`Explanation::check_with_egg`]).
+//! * [`Outcome::Disproved`]: a concrete assignment, within the facts, under which
+//!   both sides evaluate ([`crate::sym::eval`]) to different values. Nothing
+//!   else ever produces it.
+//! * [`Outcome::Unknown`]: neither, with the reason (limits reached, saturation
+//!   without a proof, contradictory facts).
+//!
+//! Counterexamples are searched by deterministic sampling (boundary values,
+//! small and power-of-two values, random values within the ranges) before
+//! saturation and again after it fails. Runner limits come from [`Limits`];
+//! [`Limits::from_env`] reads `WRAPIR_PROVE_NODE_LIMIT`,
+//! `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS`.
+
+mod analysis;
+mod facts;
+mod lang;
+mod rules;
+mod sample;
+
+pub use analysis::{Bound, ClassData, Interval, SymAnalysis, SymEGraph};
+pub use facts::{FactError, Facts};
+pub use lang::{from_rec_expr, to_rec_expr, ConvertError, SymLang};
+pub use rules::rules;
+pub use sample::{eval_value, holds, Counterexample, Value};
+
+use super::{parse, ParseError, SymExpr};
+use egg::{FlatTerm, Id, RecExpr, Runner, StopReason};
+use std::fmt::{self, Write as _};
+use std::time::Duration;
+
+/// Seed of the counterexample search (fixed: results are reproducible).
+const SEED: u64 = 0x5EED_0F_5123;
+
+/// Limits of one proof attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Maximum e-nodes.
+    pub node_limit: usize,
+    /// Maximum saturation iterations.
+    pub iter_limit: usize,
+    /// Maximum saturation time.
+    pub time_limit: Duration,
+    /// Assignments tried before saturation.
+    pub samples_before: usize,
+    /// Assignments tried after saturation fails to prove.
+    pub samples_after: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            node_limit: 20_000,
+            iter_limit: 30,
+            time_limit: Duration::from_secs(2),
+            samples_before: 48,
+            samples_after: 600,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, overridden by `WRAPIR_PROVE_NODE_LIMIT`,
+    /// `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS` when set to a
+    /// number (other values are ignored).
+    pub fn from_env() -> Self {
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let mut l = Limits::default();
+        if let Some(v) = num("WRAPIR_PROVE_NODE_LIMIT") {
+            l.node_limit = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("WRAPIR_PROVE_ITER_LIMIT") {
+            l.iter_limit = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = num("WRAPIR_PROVE_TIME_LIMIT_MS") {
+            l.time_limit = Duration::from_millis(v);
+        }
+        l
+    }
+}
+
+/// A proof: egg's flattened explanation, one term per rewrite step.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    steps: Vec<FlatTerm<SymLang>>,
+    text: String,
+}
+
+impl Explanation {
+    /// An explanation from egg flat terms (as [`Explanation::steps`] returns them).
+    pub fn from_steps(steps: Vec<FlatTerm<SymLang>>) -> Self {
+        let text = steps.iter().map(|t| t.to_string()).collect::<Vec<_>>().join("\n");
+        Explanation { steps, text }
+    }
+
+    /// The flat explanation: one s-expression per line, each after the first
+    /// marking the rewritten sub-term with `(Rewrite=> rule ...)` or
+    /// `(Rewrite<= rule ...)`.
+    pub fn flat_string(&self) -> &str {
+        &self.text
+    }
+
+    /// The steps as egg flat terms.
+    pub fn steps(&self) -> &[FlatTerm<SymLang>] {
+        &self.steps
+    }
+
+    /// Each step's term as a [`SymExpr`] (binary sums and products, unfolded).
+    pub fn terms(&self) -> Result<Vec<SymExpr>, ConvertError> {
+        self.steps.iter().map(|t| from_rec_expr(&t.remove_rewrites().get_recexpr())).collect()
+    }
+
+    /// The rule (or `constant-fold`, `definition`, `assumption`) justifying each
+    /// step after the first.
+    pub fn rules_used(&self) -> Vec<String> {
+        fn find(t: &FlatTerm<SymLang>) -> Option<String> {
+            if let Some(r) = t.forward_rule.or(t.backward_rule) {
+                return Some(r.to_string());
+            }
+            t.children.iter().find_map(find)
+        }
+        self.steps.iter().skip(1).filter_map(find).collect()
+    }
+
+    /// Rebuilds egg's explanation object (e.g. to call its `check_proof`).
+    pub fn to_egg(&self) -> egg::Explanation<SymLang> {
+        fn tree(t: &FlatTerm<SymLang>) -> std::rc::Rc<egg::TreeTerm<SymLang>> {
+            let mut node = egg::TreeTerm::new(t.node.clone(), t.children.iter().map(|c| vec![tree(c)]).collect());
+            node.forward_rule = t.forward_rule;
+            node.backward_rule = t.backward_rule;
+            std::rc::Rc::new(node)
+        }
+        egg::Explanation::new(self.steps.iter().map(tree).collect())
+    }
+
+    /// Replays the proof through egg's proof checker with [`rules`]: every step
+    /// naming a rule must be exactly that rule's rewrite. (Steps named
+    /// `constant-fold`, `definition` or `assumption` are not rule applications;
+    /// egg's checker accepts them as given.)
+    pub fn check_with_egg(&self) -> Result<(), String> {
+        if self.steps.is_empty() {
+            return Err("empty explanation".into());
+        }
+        let mut expl = self.to_egg();
+        let rules = rules();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || expl.check_proof(&rules)))
+            .map_err(|_| format!("egg's proof checker rejected the explanation:\n{}", self.text))
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// The answer of [`prove_eq`].
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Equal wherever the facts hold (and the sides are defined).
+    Proven(Explanation),
+    /// Different at a concrete assignment within the facts.
+    Disproved(Counterexample),
+    /// Neither could be established; the reason.
+    Unknown(String),
+}
+
+impl Outcome {
+    /// The CLI's first line: `proven`, `disproved: s0=3, u0=0` or `unknown: <reason>`.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Proven(_) => "proven".to_string(),
+            Outcome::Disproved(c) => format!("disproved: {c}"),
+            Outcome::Unknown(r) => format!("unknown: {r}"),
+        }
+    }
+
+    /// `true` for [`Outcome::Proven`].
+    pub fn is_proven(&self) -> bool {
+        matches!(self, Outcome::Proven(_))
+    }
+
+    /// `true` for [`Outcome::Disproved`].
+    pub fn is_disproved(&self) -> bool {
+        matches!(self, Outcome::Disproved(_))
+    }
+}
+
+/// Why [`prove_text`] could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A side is not a valid expression.
+    #[error("cannot parse `{text}`: {source}")]
+    Expr {
+        /// The text.
+        text: String,
+        /// The parser's error.
+        source: ParseError,
+    },
+    /// An assumption is not usable.
+    #[error(transparent)]
+    Fact(#[from] FactError),
+}
+
+/// Proves or disproves `a == b` under `facts` with [`Limits::from_env`].
+pub fn prove_eq(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Outcome {
+    prove_eq_with(a, b, facts, &Limits::from_env())
+}
+
+/// [`prove_eq`] with explicit limits.
+pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -> Outcome {
+    if let Some(s) = facts.empty_range() {
+        return Outcome::Unknown(format!("the facts are contradictory: the range of `{s}` is empty"));
+    }
+    let (ra, rb) = match (to_rec_expr(a), to_rec_expr(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return Outcome::Unknown(format!("cannot translate into the e-graph: {e}")),
+    };
+    if let Some(c) = sample::search(a, b, facts, limits.samples_before, SEED) {
+        return Outcome::Disproved(c);
+    }
+    let reason = match saturate(&ra, &rb, facts, limits) {
+        Ok(expl) => return Outcome::Proven(expl),
+        Err(reason) => reason,
+    };
+    match sample::search(a, b, facts, limits.samples_after, SEED ^ 0xA5A5_A5A5) {
+        Some(c) => Outcome::Disproved(c),
+        None => Outcome::Unknown(reason),
+    }
+}
+
+/// Builds the e-graph (sides plus facts), saturates, and explains the equality
+/// if the sides meet. `Err` carries the reason there is no proof.
+fn saturate(ra: &RecExpr<SymLang>, rb: &RecExpr<SymLang>, facts: &Facts, limits: &Limits) -> Result<Explanation, String> {
+    let mut analysis = SymAnalysis::default();
+    for (s, (lo, hi)) in facts.ranges() {
+        analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+    }
+    let mut egraph = SymEGraph::new(analysis).with_explanations_enabled();
+    let ida = egraph.add_expr(ra);
+    let idb = egraph.add_expr(rb);
+    let add_fact = |egraph: &mut SymEGraph, x: &SymExpr, y: &SymExpr, why: &str| -> Result<(), String> {
+        let rx = to_rec_expr(x).map_err(|e| format!("cannot translate fact `{x} == {y}`: {e}"))?;
+        let ry = to_rec_expr(y).map_err(|e| format!("cannot translate fact `{x} == {y}`: {e}"))?;
+        let (ix, iy) = (egraph.add_expr(&rx), egraph.add_expr(&ry));
+        egraph.union_trusted(ix, iy, why);
+        Ok(())
+    };
+    for (s, e) in facts.definitions() {
+        add_fact(&mut egraph, &SymExpr::Sym(s.clone()), e, "definition")?;
+    }
+    for (x, y) in facts.equalities() {
+        add_fact(&mut egraph, x, y, "assumption")?;
+    }
+    egraph.rebuild();
+    let runner: Runner<SymLang, SymAnalysis> = Runner::new(SymAnalysis::default())
+        .with_egraph(egraph)
+        .with_node_limit(limits.node_limit)
+        .with_iter_limit(limits.iter_limit)
+        .with_time_limit(limits.time_limit)
+        .with_hook(move |r| {
+            if r.egraph.find(ida) == r.egraph.find(idb) {
+                Err("sides are equal".to_string())
+            } else {
+                Ok(())
+            }
+        })
+        .run(&rules());
+    let mut egraph = runner.egraph;
+    if let Some(class) = egraph.classes().find(|c| c.data.conflict) {
+        return Err(format!(
+            "the facts are contradictory (e-class {} holds `{}` with no consistent value)",
+            class.id,
+            first_term(&egraph, class.id)
+        ));
+    }
+    if egraph.find(ida) != egraph.find(idb) {
+        let nodes = egraph.total_number_of_nodes();
+        return Err(match runner.stop_reason {
+            Some(StopReason::Saturated) => "saturated without proving equality".to_string(),
+            Some(StopReason::IterationLimit(n)) => format!("iteration limit ({n}) reached without proof"),
+            Some(StopReason::NodeLimit(n)) => format!("node limit ({n}) reached without proof ({nodes} e-nodes)"),
+            Some(StopReason::TimeLimit(t)) => format!("time limit ({t:.3}s) reached without proof"),
+            Some(StopReason::Other(o)) => format!("stopped without proof: {o}"),
+            None => "stopped without proof".to_string(),
+        });
+    }
+    let mut expl = egraph.explain_equivalence(ra, rb);
+    let steps = expl.make_flat_explanation().clone();
+    let text = expl.get_flat_string();
+    Ok(Explanation { steps, text })
+}
+
+fn first_term(egraph: &SymEGraph, id: Id) -> String {
+    match from_rec_expr(&egraph.id_to_expr(id)) {
+        Ok(e) => e.to_string(),
+        Err(_) => format!("{}", egraph.id_to_expr(id)),
+    }
+}
+
+/// What `wrapir sym prove A B --assume FACT [--explain]` prints: the first line
+/// is `proven`, `disproved: s0=3, u0=0` or `unknown: <reason>`; with `explain`,
+/// the proof (one step per line) or the two sides' values follow.
+pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Result<(Outcome, String), Error> {
+    let pa = parse(a).map_err(|source| Error::Expr { text: a.to_string(), source })?;
+    let pb = parse(b).map_err(|source| Error::Expr { text: b.to_string(), source })?;
+    let facts = Facts::parse(assumptions)?;
+    let outcome = prove_eq(&pa, &pb, &facts);
+    let mut out = outcome.summary();
+    out.push('\n');
+    if explain {
+        match &outcome {
+            Outcome::Proven(e) => {
+                out.push_str(e.flat_string());
+                out.push('\n');
+            }
+            Outcome::Disproved(c) => {
+                let _ = writeln!(out, "{a} = {}", c.lhs);
+                let _ = writeln!(out, "{b} = {}", c.rhs);
+            }
+            Outcome::Unknown(_) => {}
+        }
+    }
+    Ok((outcome, out))
+}

@@ -1,0 +1,272 @@
+//! Counterexample search: concrete assignments within the facts' ranges.
+
+use super::super::eval::{eval_bool, eval_int, Bindings};
+use super::super::{SymExpr, Symbol};
+use super::facts::Facts;
+use std::fmt;
+
+/// A concrete value of one side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Int(v) => write!(f, "{v}"),
+            Value::Bool(true) => f.write_str("True"),
+            Value::Bool(false) => f.write_str("False"),
+        }
+    }
+}
+
+/// An assignment that satisfies every fact about the symbols involved and under
+/// which the two sides evaluate to different values.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counterexample {
+    /// The symbol values (defined symbols computed from their definitions).
+    pub assignment: Bindings,
+    /// The left side's value.
+    pub lhs: Value,
+    /// The right side's value.
+    pub rhs: Value,
+}
+
+impl fmt::Display for Counterexample {
+    /// `s0=3, u0=0`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.assignment.is_empty() {
+            return write!(f, "no symbols, {} != {}", self.lhs, self.rhs);
+        }
+        for (i, (s, v)) in self.assignment.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{s}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Evaluates an integer or boolean expression; `None` when it is undefined
+/// (unbound symbol, overflow, division by zero) or ill-typed.
+pub fn eval_value(e: &SymExpr, b: &Bindings) -> Option<Value> {
+    if e.is_boolean() {
+        holds(e, b).map(Value::Bool)
+    } else {
+        eval_int(e, b).ok().map(Value::Int)
+    }
+}
+
+/// Evaluates a condition with [`eval_bool`]; `None` where it is undefined.
+pub fn holds(e: &SymExpr, b: &Bindings) -> Option<bool> {
+    eval_bool(e, b).ok()
+}
+
+/// A deterministic generator (splitmix64).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi]` (`lo <= hi`).
+    pub(crate) fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        let span = (i128::from(hi) - i128::from(lo) + 1) as u128;
+        let r = u128::from(self.next_u64()) % span;
+        (i128::from(lo) + r as i128) as i64
+    }
+}
+
+const WINDOW: i64 = 1 << 20;
+const SPECIAL: [i64; 40] = [
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 255, 256, 1000, 1023, 1024,
+    1025, 4096, 65535, 65536, -1, -2, -3, -4, -7, -8, -128, -1000,
+];
+
+/// How to pick values for one sampled symbol.
+struct Domain {
+    lo: i64,
+    hi: i64,
+    special: Vec<i64>,
+}
+
+impl Domain {
+    fn new(range: (Option<i64>, Option<i64>)) -> Option<Self> {
+        let (lo, hi) = match range {
+            (Some(l), Some(h)) => (l, h),
+            (Some(l), None) => (l, l.max(0).saturating_add(WINDOW)),
+            (None, Some(h)) => (h.min(0).saturating_sub(WINDOW), h),
+            (None, None) => (-WINDOW, WINDOW),
+        };
+        if lo > hi {
+            return None;
+        }
+        let mut special: Vec<i64> = Vec::new();
+        // Small values first (readable counterexamples), range ends last.
+        let ends = [hi.saturating_sub(2), hi.saturating_sub(1), hi];
+        for v in [lo, lo.saturating_add(1), lo.saturating_add(2)].into_iter().chain(SPECIAL).chain(ends) {
+            if v >= lo && v <= hi && !special.contains(&v) {
+                special.push(v);
+            }
+        }
+        Some(Domain { lo, hi, special })
+    }
+
+    fn pick(&self, rng: &mut Rng) -> i64 {
+        match rng.next_u64() % 10 {
+            0..=4 => self.special[rng.range(0, self.special.len() as i64 - 1) as usize],
+            5..=7 => rng.range(self.lo, self.hi.min(self.lo.saturating_add(64))),
+            _ => rng.range(self.lo, self.hi),
+        }
+    }
+}
+
+/// The symbols a search must assign: those of the two sides plus, transitively,
+/// those of every fact mentioning one of them.
+fn involved_symbols(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Vec<Symbol> {
+    let mut syms = a.free_symbols();
+    for s in b.free_symbols() {
+        if !syms.contains(&s) {
+            syms.push(s);
+        }
+    }
+    let mut fact_syms: Vec<Vec<Symbol>> = Vec::new();
+    for (s, e) in facts.definitions() {
+        let mut v = e.free_symbols();
+        v.push(s.clone());
+        fact_syms.push(v);
+    }
+    for (x, y) in facts.equalities() {
+        let mut v = x.free_symbols();
+        v.extend(y.free_symbols());
+        fact_syms.push(v);
+    }
+    for c in facts.conditions() {
+        fact_syms.push(c.free_symbols());
+    }
+    loop {
+        let mut grew = false;
+        for group in &fact_syms {
+            if group.iter().any(|s| syms.contains(s)) {
+                for s in group {
+                    if !syms.contains(s) {
+                        syms.push(s.clone());
+                        grew = true;
+                    }
+                }
+            }
+        }
+        if !grew {
+            return syms;
+        }
+    }
+}
+
+/// `true` when every fact about the bound symbols holds under `b`.
+fn satisfies(facts: &Facts, b: &Bindings) -> bool {
+    for (s, v) in b {
+        let (lo, hi) = facts.range(s);
+        if lo.is_some_and(|l| *v < l) || hi.is_some_and(|h| *v > h) {
+            return false;
+        }
+    }
+    let bound = |e: &SymExpr| e.free_symbols().iter().all(|s| b.contains_key(s));
+    for (s, e) in facts.definitions() {
+        if let Some(v) = b.get(s) {
+            if bound(e) && eval_int(e, b).ok() != Some(*v) {
+                return false;
+            }
+        }
+    }
+    for (x, y) in facts.equalities() {
+        if bound(x) && bound(y) && (eval_value(x, b).is_none() || eval_value(x, b) != eval_value(y, b)) {
+            return false;
+        }
+    }
+    for c in facts.conditions() {
+        if bound(c) && holds(c, b) != Some(true) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Tries `count` assignments (deterministic); returns the first under which
+/// both sides evaluate and differ.
+pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) -> Option<Counterexample> {
+    if count == 0 || facts.empty_range().is_some() {
+        return None;
+    }
+    let involved = involved_symbols(a, b, facts);
+    let defined: Vec<&Symbol> = involved.iter().filter(|s| facts.definitions().contains_key(*s)).collect();
+    let mut free: Vec<(Symbol, Domain)> = Vec::new();
+    for s in involved.iter().filter(|s| !facts.definitions().contains_key(*s)) {
+        free.push((s.clone(), Domain::new(facts.range(s))?));
+    }
+    let structured = free.iter().map(|(_, d)| d.special.len()).max().unwrap_or(1);
+    let mut rng = Rng::new(seed);
+    for i in 0..count {
+        let mut bindings = Bindings::new();
+        for (j, (s, dom)) in free.iter().enumerate() {
+            let v = if i < structured {
+                // Structured phase: the same interesting value everywhere (or a
+                // boundary of the symbol's range), shifted per symbol on odd rounds.
+                let k = if i % 2 == 0 { i } else { i + j };
+                dom.special[k % dom.special.len()]
+            } else {
+                dom.pick(&mut rng)
+            };
+            bindings.insert(s.clone(), v);
+        }
+        // Compute defined symbols in dependency order (cycles stay unbound).
+        loop {
+            let mut progressed = false;
+            for s in &defined {
+                if bindings.contains_key(*s) {
+                    continue;
+                }
+                let Some(e) = facts.definitions().get(*s) else { continue };
+                if e.free_symbols().iter().all(|x| bindings.contains_key(x)) {
+                    match eval_int(e, &bindings) {
+                        Ok(v) => {
+                            bindings.insert((*s).clone(), v);
+                            progressed = true;
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        if involved.iter().any(|s| !bindings.contains_key(s)) || !satisfies(facts, &bindings) {
+            continue;
+        }
+        let (Some(x), Some(y)) = (eval_value(a, &bindings), eval_value(b, &bindings)) else { continue };
+        if x != y {
+            let mut assignment = Bindings::new();
+            for s in &involved {
+                if let Some(v) = bindings.get(s) {
+                    assignment.insert(s.clone(), *v);
+                }
+            }
+            return Some(Counterexample { assignment, lhs: x, rhs: y });
+        }
+    }
+    None
+}
