@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, ConstValue, DType, Device, GridType, HalideMeta, KernelBackend,
-    KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType, TensorMethod,
-    TritonMeta, WhileLoop,
+    KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType,
+    TensorMethod, TritonMeta, WhileLoop,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -80,7 +80,8 @@ fn lower(program: &Program, options: &Options) -> Result<String, cpp::Error> {
 }
 
 fn lower_ok(program: &Program, dialect: Dialect) -> String {
-    lower(program, &Options::for_dialect(dialect)).unwrap_or_else(|e| panic!("lowering failed: {e}"))
+    lower(program, &Options::for_dialect(dialect))
+        .unwrap_or_else(|e| panic!("lowering failed: {e}"))
 }
 
 /// Every expected line occurs, trimmed, as a whole line of the output.
@@ -93,7 +94,10 @@ fn check(text: &str, expected: &[&str]) {
 
 /// No line of the output contains `fragment`.
 fn check_absent(text: &str, fragment: &str) {
-    assert!(!text.contains(fragment), "unexpected `{fragment}` in:\n{text}");
+    assert!(
+        !text.contains(fragment),
+        "unexpected `{fragment}` in:\n{text}"
+    );
 }
 
 struct Case {
@@ -107,16 +111,28 @@ fn nonzero_program() -> Program {
     let mut p = ProgramBuilder::new();
     p.unbacked_symbol("u0", Some(0), Some(100));
     let mut g = p.main();
-    let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
+    let x = g.tensor_input(
+        "arg0_1",
+        Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]),
+    );
     let nz = g.extern_alloc(
         "buf2",
         Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
         "torch.ops.aten.nonzero.default",
         vec![buf("arg0_1")],
     );
-    g.bind_unbacked(&nz, &"u0".into(), [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+    g.bind_unbacked(
+        &nz,
+        &"u0".into(),
+        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+            .into_iter()
+            .collect(),
+    );
     g.free(&x);
-    g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
+    g.runtime_assert(
+        SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)),
+        "Expected u0 <= 100",
+    );
     let view = g.reinterpret(
         &nz,
         "buf3",
@@ -129,7 +145,11 @@ fn nonzero_program() -> Program {
             alloc_numel: None,
         },
     );
-    let same = g.reinterpret(&nz, "buf4", Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]));
+    let same = g.reinterpret(
+        &nz,
+        "buf4",
+        Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
+    );
     g.free_if_not_reused(&same);
     g.output(&view);
     g.finish();
@@ -141,7 +161,10 @@ fn item_program() -> Program {
     p.unbacked_symbol("u0", Some(0), None);
     p.unbacked_symbol("u1", Some(0), None);
     let mut g = p.main();
-    g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
+    g.tensor_input(
+        "arg0_1",
+        Layout::contiguous(DType::Int64, Device::cuda(0), []),
+    );
     g.line(Line::DynamicScalar {
         symbol: "u0".into(),
         source: "arg0_1".into(),
@@ -165,13 +188,22 @@ fn topk_program() -> Program {
     p.unbacked_symbol("u3", Some(0), None);
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(8)]));
-    let r = g.extern_alloc_multi("buf1", "torch.ops.aten.topk.default", vec![buf("arg0_1"), ArgValue::Expr(int(2))]);
+    let r = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten.topk.default",
+        vec![buf("arg0_1"), ArgValue::Expr(int(2))],
+    );
     g.bind_unbacked(
         &r,
         &"u2".into(),
-        [KeyEntry::Index(1), KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0), KeyEntry::DivideBy(2)]
-            .into_iter()
-            .collect(),
+        [
+            KeyEntry::Index(1),
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+            KeyEntry::DivideBy(2),
+        ]
+        .into_iter()
+        .collect(),
     );
     let v = g.multi_output("buf2", f32(&[int(2)]), &r, &[MultiIndex::Tuple(0)]);
     let i = g.multi_output(
@@ -184,14 +216,31 @@ fn topk_program() -> Program {
     g.bind_unbacked(
         &i,
         &"u3".into(),
-        [KeyEntry::Index(1), KeyEntry::CallMethod(TensorMethod::Stride), KeyEntry::Index(0)].into_iter().collect(),
+        [
+            KeyEntry::Index(1),
+            KeyEntry::CallMethod(TensorMethod::Stride),
+            KeyEntry::Index(0),
+        ]
+        .into_iter()
+        .collect(),
     );
     let out = g.allocate("buf4", f32(&[int(2)]));
     let mut kwargs = IndexMap::new();
     kwargs.insert("alpha".to_string(), ArgValue::Expr(int(1)));
-    g.extern_out(&out, "extern_kernels.add", vec![buf("buf2"), ArgValue::Float(0.5)], kwargs);
-    g.line(Line::Comment { text: "Topologically Sorted Source Nodes: [topk]".into() });
-    g.line(Line::AssertAlignment { buffer: "buf4".into(), alignment: 16, context: None });
+    g.extern_out(
+        &out,
+        "extern_kernels.add",
+        vec![buf("buf2"), ArgValue::Float(0.5)],
+        kwargs,
+    );
+    g.line(Line::Comment {
+        text: "Topologically Sorted Source Nodes: [topk]".into(),
+    });
+    g.line(Line::AssertAlignment {
+        buffer: "buf4".into(),
+        alignment: 16,
+        context: None,
+    });
     g.line(Line::AssertSizeStride {
         buffer: "buf4".into(),
         size: [int(2)].into_iter().collect(),
@@ -207,7 +256,11 @@ fn topk_program() -> Program {
 
 fn cond_program() -> Program {
     let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
+    let k = p.triton_kernel(
+        "triton_poi_fused_add_0",
+        "",
+        pointwise_meta(GridType::Grid1D),
+    );
     for name in ["true_graph_0", "false_graph_0"] {
         let mut g = p.subgraph(name);
         g.tensor_input("arg0_1", f32(&[int(40)]));
@@ -217,7 +270,10 @@ fn cond_program() -> Program {
         g.finish();
     }
     let mut g = p.main();
-    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+    g.tensor_input(
+        "arg0_1",
+        Layout::contiguous(DType::Bool, Device::cuda(0), []),
+    );
     g.tensor_input("arg1_1", f32(&[int(40)]));
     g.define_kernel(&k);
     g.line(Line::EnterDeviceContext { device_index: 0 });
@@ -229,7 +285,12 @@ fn cond_program() -> Program {
         false_graph: "false_graph_0".into(),
         operands: vec!["arg1_1".into()],
     }));
-    let r = g.multi_output("buf1", f32(&[int(40)]), &"buf0".into(), &[MultiIndex::List(0)]);
+    let r = g.multi_output(
+        "buf1",
+        f32(&[int(40)]),
+        &"buf0".into(),
+        &[MultiIndex::List(0)],
+    );
     g.line(Line::ExitDeviceContext);
     g.output(&r);
     g.finish();
@@ -275,7 +336,12 @@ fn while_program() -> Program {
         carried: vec!["arg0_1".into()],
         additional: vec!["arg1_1".into()],
     }));
-    let r = g.multi_output("buf3", f32(&[int(4)]), &"buf2".into(), &[MultiIndex::List(0)]);
+    let r = g.multi_output(
+        "buf3",
+        f32(&[int(4)]),
+        &"buf2".into(),
+        &[MultiIndex::List(0)],
+    );
     g.output(&r);
     g.finish();
     p.finish()
@@ -286,13 +352,24 @@ fn dynamic_program() -> Program {
     let mut p = ProgramBuilder::new();
     p.backed_symbol("s0", Some(8));
     let xn = p.precomputed_symbol("triton_poi_fused_add_0_xnumel");
-    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
+    let k = p.triton_kernel(
+        "triton_poi_fused_add_0",
+        "",
+        pointwise_meta(GridType::Grid1D),
+    );
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[sym("s0"), int(4)]));
     g.define_kernel(&k);
     let b = g.allocate("buf0", f32(&[sym("s0"), int(4)]));
     g.let_symbol(&xn, SymExpr::mul(int(4), sym("s0")));
-    g.call_kernel(&k, [buf("arg0_1"), buf("buf0"), ArgValue::Expr(SymExpr::Sym(xn.clone()))]);
+    g.call_kernel(
+        &k,
+        [
+            buf("arg0_1"),
+            buf("buf0"),
+            ArgValue::Expr(SymExpr::Sym(xn.clone())),
+        ],
+    );
     let r = g.reuse(&b, "buf1", f32(&[SymExpr::mul(int(4), sym("s0"))]));
     g.output(&r);
     g.finish();
@@ -538,8 +615,17 @@ fn line_kinds_in_both_dialects() {
         let standalone = lower_ok(&program, Dialect::Standalone);
         check(&standalone, case.standalone);
         // The standalone dialect never mentions libtorch.
-        for fragment in ["aoti_torch", "AtenTensorHandle", "RAIIAtenTensorHandle", "torch/csrc"] {
-            assert!(!standalone.contains(fragment), "case {}: `{fragment}` in standalone output", case.name);
+        for fragment in [
+            "aoti_torch",
+            "AtenTensorHandle",
+            "RAIIAtenTensorHandle",
+            "torch/csrc",
+        ] {
+            assert!(
+                !standalone.contains(fragment),
+                "case {}: `{fragment}` in standalone output",
+                case.name
+            );
         }
     }
 }
@@ -549,13 +635,21 @@ fn exact_reuse_moves_the_handle() {
     let mut p = ProgramBuilder::new();
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
-    let b = g.extern_alloc("buf0", f32(&[int(4)]), "extern_kernels.relu", vec![buf("arg0_1")]);
+    let b = g.extern_alloc(
+        "buf0",
+        f32(&[int(4)]),
+        "extern_kernels.relu",
+        vec![buf("arg0_1")],
+    );
     let r = g.reuse(&b, "buf1", f32(&[int(4)]));
     g.output(&r);
     g.finish();
     let program = p.finish();
     for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(&lower_ok(&program, dialect), &["auto buf1 = std::move(buf0);  // reuse"]);
+        check(
+            &lower_ok(&program, dialect),
+            &["auto buf1 = std::move(buf0);  // reuse"],
+        );
     }
 }
 
@@ -583,11 +677,22 @@ fn grids_per_grid_type() {
         m.config.insert("YBLOCK".into(), 16);
         m
     };
-    let args2 = || vec![buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(1000)), ArgValue::Expr(int(64))];
+    let args2 = || {
+        vec![
+            buf("arg0_1"),
+            buf("arg0_1"),
+            ArgValue::Expr(int(1000)),
+            ArgValue::Expr(int(64)),
+        ]
+    };
     check_grid(
         two_d(GridType::Grid2D),
         args2(),
-        &["uint32_t grid_0 = ((xnumel + (256 - 1)) / (256));", "uint32_t grid_1 = ((ynumel + (16 - 1)) / (16));", "uint32_t grid_2 = 1;"],
+        &[
+            "uint32_t grid_0 = ((xnumel + (256 - 1)) / (256));",
+            "uint32_t grid_1 = ((ynumel + (16 - 1)) / (16));",
+            "uint32_t grid_2 = 1;",
+        ],
     );
     check_grid(
         two_d(GridType::Grid2DWithYZOverflow { max_y_grid: 65535 }),
@@ -604,16 +709,28 @@ fn grids_per_grid_type() {
     check_grid(
         coop,
         vec![buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(64))],
-        &["uint32_t grid_0 = 8;", "uint32_t grid_1 = ((xnumel + (256 - 1)) / (256));"],
+        &[
+            "uint32_t grid_0 = 8;",
+            "uint32_t grid_1 = ((xnumel + (256 - 1)) / (256));",
+        ],
     );
     let mut scan = pointwise_meta(GridType::SplitScanGrid);
-    scan.signature.insert("r0_numel".into(), "i32".parse().unwrap());
+    scan.signature
+        .insert("r0_numel".into(), "i32".parse().unwrap());
     scan.signature.move_index(4, 3);
     scan.config.insert("R0_BLOCK".into(), 1024);
     check_grid(
         scan,
-        vec![buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(64)), ArgValue::Expr(int(4096))],
-        &["uint32_t grid_0 = ((r0_numel + (1024 - 1)) / (1024));", "uint32_t grid_1 = xnumel;"],
+        vec![
+            buf("arg0_1"),
+            buf("arg0_1"),
+            ArgValue::Expr(int(64)),
+            ArgValue::Expr(int(4096)),
+        ],
+        &[
+            "uint32_t grid_0 = ((r0_numel + (1024 - 1)) / (1024));",
+            "uint32_t grid_1 = xnumel;",
+        ],
     );
     let mut fixed = pointwise_meta(GridType::FixedGrid);
     fixed.extra_launcher_args = vec!["_grid_0".into(), "_grid_1".into(), "_grid_2".into()];
@@ -653,10 +770,22 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
     g.line(Line::KernelCall(KernelCall {
         kernel: k.clone(),
         args: vec![
-            CallArg { name: Some("out_ptr0".into()), value: buf("arg0_1") },
-            CallArg { name: Some("in_ptr0".into()), value: buf("arg0_1") },
-            CallArg { name: Some("ks0".into()), value: ArgValue::Expr(int(1)) },
-            CallArg { name: Some("xnumel".into()), value: ArgValue::Expr(int(64)) },
+            CallArg {
+                name: Some("out_ptr0".into()),
+                value: buf("arg0_1"),
+            },
+            CallArg {
+                name: Some("in_ptr0".into()),
+                value: buf("arg0_1"),
+            },
+            CallArg {
+                name: Some("ks0".into()),
+                value: ArgValue::Expr(int(1)),
+            },
+            CallArg {
+                name: Some("xnumel".into()),
+                value: ArgValue::Expr(int(64)),
+            },
         ],
         device: Some(Device::cuda(0)),
     }));
@@ -687,7 +816,11 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
 
 #[test]
 fn options_suffix_cubin_dir_entry_name() {
-    let program = pointwise_program(pointwise_meta(GridType::Grid1D), int(8192), &[int(64), int(128)]);
+    let program = pointwise_program(
+        pointwise_meta(GridType::Grid1D),
+        int(8192),
+        &[int(64), int(128)],
+    );
     let options = Options {
         dialect: Dialect::Aoti,
         int_suffix: IntSuffix::LL,
@@ -719,7 +852,10 @@ fn options_suffix_cubin_dir_entry_name() {
 fn check_error(program: Program, dialect: Dialect, expect: &str) {
     match lower(&program, &Options::for_dialect(dialect)) {
         Ok(text) => panic!("expected an error mentioning `{expect}`, got:\n{text}"),
-        Err(e) => assert!(e.to_string().contains(expect), "error `{e}` does not mention `{expect}`"),
+        Err(e) => assert!(
+            e.to_string().contains(expect),
+            "error `{e}` does not mention `{expect}`"
+        ),
     }
 }
 
@@ -751,16 +887,29 @@ fn errors_name_the_problem() {
     p.unbacked_symbol("u0", Some(0), None);
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
-    let b = g.extern_alloc("buf0", f32(&[sym("u0")]), "aten.nonzero", vec![buf("arg0_1")]);
+    let b = g.extern_alloc(
+        "buf0",
+        f32(&[sym("u0")]),
+        "aten.nonzero",
+        vec![buf("arg0_1")],
+    );
     g.bind_unbacked(
         &b,
         &"u0".into(),
-        [KeyEntry::InnerTensor("values".into()), KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
+        [
+            KeyEntry::InnerTensor("values".into()),
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+        ]
+        .into_iter()
+        .collect(),
     );
     g.finish();
-    check_error(p.finish(), Dialect::Standalone, "binding `u0` from `buf0` through the key path `.values.size()[0]`");
+    check_error(
+        p.finish(),
+        Dialect::Standalone,
+        "binding `u0` from `buf0` through the key path `.values.size()[0]`",
+    );
     // Grid operand missing from config, constants and parameters.
     let mut meta = pointwise_meta(GridType::Grid1D);
     meta.config.clear();
@@ -777,22 +926,35 @@ fn errors_name_the_problem() {
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
     let r = g.extern_alloc_multi("buf0", "aten.split", vec![buf("arg0_1")]);
-    g.multi_output("buf1", f32(&[int(2)]), &r, &[MultiIndex::List(0), MultiIndex::List(1)]);
+    g.multi_output(
+        "buf1",
+        f32(&[int(2)]),
+        &r,
+        &[MultiIndex::List(0), MultiIndex::List(1)],
+    );
     g.finish();
-    check_error(p.finish(), Dialect::Aoti, "needs exactly one list/tuple index");
+    check_error(
+        p.finish(),
+        Dialect::Aoti,
+        "needs exactly one list/tuple index",
+    );
 }
 
 /// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
 /// `nvidia-cuda-runtime-cu12` wheel's include directory.
 fn cuda_include() -> Result<PathBuf, String> {
-    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
+    const HOW: &str =
+        "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
                        or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
     if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
         let dir = PathBuf::from(dir);
         return if dir.join("cuda.h").is_file() {
             Ok(dir)
         } else {
-            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
+            Err(format!(
+                "WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}",
+                dir.display()
+            ))
         };
     }
     let probe = Command::new("python3")
@@ -824,13 +986,25 @@ fn standalone_output_compiles_against_cuda_h() {
         std::fs::write(&path, text).unwrap();
         sources.push(path);
     }
-    let inline = Options { inline_runtime: true, ..Options::for_dialect(Dialect::Standalone) };
+    let inline = Options {
+        inline_runtime: true,
+        ..Options::for_dialect(Dialect::Standalone)
+    };
     let path = dir.join("inline_runtime.cpp");
     std::fs::write(&path, lower(&(CASES[0].program)(), &inline).unwrap()).unwrap();
     sources.push(path);
     for src in &sources {
         let out = Command::new("g++")
-            .args(["-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-Wno-unused-variable", "-Wno-unused-but-set-variable"])
+            .args([
+                "-std=c++17",
+                "-fsyntax-only",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unused-parameter",
+                "-Wno-unused-variable",
+                "-Wno-unused-but-set-variable",
+            ])
             .arg("-I")
             .arg(&include)
             .arg("-I")

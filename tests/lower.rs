@@ -24,3 +24,20 @@ fn python() {
         wrapir::lower::python::write_string(info, &Default::default()).map_err(|e| e.to_string())
     });
 }
+
+fn cpp(dialect: wrapir::lower::cpp::Dialect) -> impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String> {
+    move |info| {
+        let options = wrapir::lower::cpp::Options { dialect, ..Default::default() };
+        wrapir::lower::cpp::write_string(info, &options).map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn cpp_aoti() {
+    check_target("cpp", cpp(wrapir::lower::cpp::Dialect::Aoti));
+}
+
+#[test]
+fn cpp_standalone() {
+    check_target("cpp-standalone", cpp(wrapir::lower::cpp::Dialect::Standalone));
+}

@@ -258,6 +258,16 @@ fn text_interface() {
     assert!(matches!(o, Outcome::Unknown(_)));
     assert!(out.starts_with("unknown: the facts are contradictory"), "{out}");
     assert!(prove_text("s0", "s0", &["s0 +".into()], false).is_err());
+    // Inductor's Python syntax, with a definition as an assumption.
+    let facts: Vec<String> = ["s0 >= 1", "s1 >= 1", "ks0 == s0*s1"].map(String::from).to_vec();
+    let (o, out) = prove_text("-((ks0) // (-128))", "((s1*s0) + 127) // 128", &facts, true).expect("runs");
+    assert!(o.is_proven(), "{out}");
+    assert!(out.lines().count() > 2, "{out}");
+    let (o, out) = prove_text("ModularIndexing(s0, 1, 64)", "s0 % 64", &facts, false).expect("runs");
+    assert!(o.is_proven(), "{out}");
+    let (o, out) = prove_text("(s0 + 63) // 64", "s0 // 64", &facts, true).expect("runs");
+    assert!(o.is_disproved(), "{out}");
+    assert_eq!(out.lines().nth(1), Some("(s0 + 63) // 64 = 1"), "{out}");
 }
 
 #[test]

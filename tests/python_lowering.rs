@@ -187,17 +187,20 @@ fn memory_lines() {
             ],
         ),
         (
-            "reuse_of_output_keeps_old",
+            "reuse_keep_old",
             program(|g| {
-                let b0 = g.allocate("buf0", f32(&[4]));
-                g.reuse(&b0, "buf1", f32(&[4]));
-                g.output(&"buf0".into());
+                // A reuse that keeps the old name prints no `del` (its storage was
+                // handed on by `free_if_not_reused ... reused`).
+                g.allocate("buf0", f32(&[4]));
+                g.line(Line::FreeIfNotReused { buffer: "buf0".into(), is_reused: true });
+                g.line(Line::Reuse { old: "buf0".into(), new: "buf1".into(), delete_old: false });
+                g.declare_tensor("buf1", f32(&[4]));
                 g.output(&"buf1".into());
             }),
             vec![
                 "buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)",
                 "buf1 = buf0;  # reuse",
-                "return (buf0, buf1, )",
+                "return (buf1, )",
             ],
         ),
         (
@@ -256,13 +259,17 @@ fn call_lines() {
         KernelBackend::Halide(HalideMeta {
             argtypes: ["in_ptr0", "out_ptr0", "ks0"]
                 .into_iter()
-                .map(|n| HalideArg {
-                    ctype: "float*".into(),
-                    name: n.into(),
-                    shape: Some(vec!["4L".into()]),
-                    stride: Some(vec!["1L".into()]),
-                    offset: Some("0".into()),
-                    alias_of: None,
+                .map(|n| {
+                    // Buffers are pointers with a shape; `ks0` is a scalar size argument.
+                    let scalar = n == "ks0";
+                    HalideArg {
+                        ctype: if scalar { "long" } else { "float*" }.into(),
+                        name: n.into(),
+                        shape: (!scalar).then(|| vec!["4L".into()]),
+                        stride: (!scalar).then(|| vec!["1L".into()]),
+                        offset: (!scalar).then(|| "0".into()),
+                        alias_of: None,
+                    }
                 })
                 .collect(),
             target: "host-strict_float-no_runtime-no_asserts".into(),
@@ -542,6 +549,7 @@ fn symbol_binding_lines() {
         (
             "runtime_assert_let_comment",
             program(|g| {
+                g.line(Line::DynamicScalar { symbol: "u0".into(), source: "arg0_1".into(), keypath: path(&[]), node: None });
                 g.line(Line::RuntimeAssert {
                     cond: SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)),
                     message: "u0 >= 0".into(),
@@ -552,6 +560,7 @@ fn symbol_binding_lines() {
                 g.comment("");
             }),
             vec![
+                "u0 = arg0_1.item()",
                 "if not (u0 >= 0):",
                 "    raise RuntimeError('u0 >= 0')",
                 "buf3 = None",
@@ -564,25 +573,31 @@ fn symbol_binding_lines() {
         (
             "asserts",
             program(|g| {
+                // Inductor's nonzero: the result's size is bound, then checked.
+                let mut nonzero = Layout::contiguous(DType::Int64, cuda(), [sym("u0"), SymExpr::Int(1)]);
+                nonzero.stride = smallvec![SymExpr::Int(1), sym("u0")];
+                let b1 = g.extern_alloc("buf1", nonzero, "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
+                g.bind_unbacked(&b1, &"u0".into(), path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]));
                 g.line(Line::AssertSizeStride {
-                    buffer: "arg0_1".into(),
+                    buffer: b1.clone(),
                     size: smallvec![sym("u0"), SymExpr::Int(1)],
                     stride: smallvec![SymExpr::Int(1), sym("u0")],
                     context: Some("torch.ops.aten.nonzero.default".into()),
                 });
-                g.line(Line::AssertSizeStride {
-                    buffer: "arg0_1".into(),
-                    size: smallvec![],
-                    stride: smallvec![],
-                    context: None,
-                });
+                let b2 = g.allocate("buf2", Layout::contiguous(DType::Float32, cuda(), []));
+                g.line(Line::AssertSizeStride { buffer: b2.clone(), size: smallvec![], stride: smallvec![], context: None });
                 g.line(Line::AssertAlignment { buffer: "arg0_1".into(), alignment: 16, context: None });
+                g.output(&b1);
+                g.output(&b2);
             }),
             vec![
-                "assert_size_stride(arg0_1, (u0, 1), (1, u0), 'torch.ops.aten.nonzero.default')",
-                "assert_size_stride(arg0_1, (), ())",
+                "buf1 = torch.ops.aten.nonzero.default(arg0_1)",
+                "u0 = buf1.size(0)",
+                "assert_size_stride(buf1, (u0, 1), (1, u0), 'torch.ops.aten.nonzero.default')",
+                "buf2 = empty_strided_cuda((), (), torch.float32)",
+                "assert_size_stride(buf2, (), ())",
                 "assert_alignment(arg0_1, 16)",
-                "return ()",
+                "return (buf1, buf2, )",
             ],
         ),
         (
@@ -623,9 +638,18 @@ fn cond_program(predicate: Predicate) -> Program {
         g.output(&b);
         g.finish();
     }
+    // A symbolic predicate reads backed symbols, bound here by symbol inputs.
+    let predicate_symbols: Vec<_> = match &predicate {
+        Predicate::Expr(e) => e.free_symbols().into_iter().collect(),
+        Predicate::Tensor(_) => Vec::new(),
+    };
+    let predicate_symbols: Vec<_> = predicate_symbols.iter().map(|s| p.backed_symbol(s.as_str(), Some(8))).collect();
     let mut g = p.main();
     g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, cuda(), []));
     g.tensor_input("arg1_1", f32(&[4]));
+    for (i, s) in predicate_symbols.iter().enumerate() {
+        g.symbol_input(&format!("arg{}_1", i + 2), s);
+    }
     g.declare_multi("buf0");
     g.line(Line::Conditional(Conditional {
         result: "buf0".into(),
@@ -815,7 +839,7 @@ fn stream_binding_once_per_graph() {
 #[test]
 fn errors_name_the_culprit() {
     let bad_path = program(|g| {
-        g.declare_multi("buf1");
+        g.extern_alloc_multi("buf1", "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
         g.bind_unbacked(&"buf1".into(), &"u0".into(), path(&[KeyEntry::DivideBy(2), KeyEntry::Index(0)]));
     });
     let err = lower(&bad_path, &Options::default()).unwrap_err();

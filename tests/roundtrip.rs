@@ -733,3 +733,32 @@ fn malformed_inputs() {
         .collect();
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n\n"));
 }
+
+/// The generator's expressions must include compound ones, or the property
+/// test would only exercise integers and symbols.
+#[test]
+fn generated_expressions_include_compound_ones() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = expr();
+    let samples = 400;
+    let compound = (0..samples)
+        .filter(|_| {
+            let e = strategy.new_tree(&mut runner).expect("expression tree").current();
+            !matches!(e, SymExpr::Int(_) | SymExpr::Sym(_))
+        })
+        .count();
+    assert!(compound * 4 >= samples, "only {compound} of {samples} generated expressions are compound");
+}
+
+/// Non-finite floats survive JSON (as the strings `inf`, `-inf`, `nan`).
+#[test]
+fn json_keeps_non_finite_floats() {
+    let text = "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cuda:0, arg1_1: i64[3][1]@cuda:0) -> (buf0) {\n  buffer buf0: f32[2, 2][2, 1]@cuda:0\n  extern buf0 = torch.ops.aten._jagged_to_padded_dense_forward.default(arg0_1, [arg1_1], [2], -inf)\n}\n";
+    let program = wrapir::text::parse(text).expect("parses");
+    let json = program.to_json();
+    assert!(json.contains("\"-inf\""), "{json}");
+    let back = wrapir::ir::Program::from_json(&json).expect("reads back");
+    assert_eq!(back, program);
+    assert_eq!(wrapir::text::print(&back), text);
+}

@@ -70,6 +70,10 @@ enum SymCommand {
 enum Target {
     /// Inductor's Python wrapper module.
     Python,
+    /// Inductor's C++ wrapper (`cpp_wrapper=True`, AOTI shim style).
+    Cpp,
+    /// A C++17 wrapper that needs only the CUDA driver API and wrapir's runtime header.
+    CppStandalone,
 }
 
 fn main() -> ExitCode {
@@ -93,6 +97,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let text = match target {
                 Target::Python => wrapir::lower::python::write_string(&info, &Default::default())?,
+                Target::Cpp => cpp(&info, wrapir::lower::cpp::Dialect::Aoti)?,
+                Target::CppStandalone => cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?,
             };
             write_output(output.as_deref(), &text)?;
             Ok(ExitCode::SUCCESS)
@@ -118,6 +124,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Sym { command: SymCommand::Prove { a, b, assume, explain } } => sym_prove(&a, &b, &assume, explain),
     }
+}
+
+fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Result<String> {
+    let options = wrapir::lower::cpp::Options { dialect, ..Default::default() };
+    Ok(wrapir::lower::cpp::write_string(info, &options)?)
 }
 
 fn sym_prove(a: &str, b: &str, assume: &[String], _explain: bool) -> Result<ExitCode> {

@@ -5,9 +5,10 @@ use crate::ir::{DType, Device};
 use half::{bf16, f16};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Typed element storage.
+/// Typed element storage (not re-exported: reachable only through [`Element`]'s sealed supertrait).
 #[derive(Clone, Debug)]
-pub(crate) enum Data {
+#[allow(missing_docs)]
+pub enum Data {
     Bool(Vec<bool>),
     U8(Vec<u8>),
     I8(Vec<i8>),
@@ -66,8 +67,18 @@ struct Storage {
     _accounted: Accounted,
 }
 
-/// An element type of host tensors.
-pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
+mod sealed {
+    /// Access to the typed storage (implemented only in this module).
+    pub trait Storable: Sized {
+        fn slice(d: &super::Data) -> Option<&[Self]>;
+        fn slice_mut(d: &mut super::Data) -> Option<&mut [Self]>;
+        fn wrap(v: Vec<Self>) -> super::Data;
+    }
+}
+use sealed::Storable;
+
+/// An element type of host tensors (sealed: the dtypes wrapir stores).
+pub trait Element: Storable + Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     /// The dtype.
     const DTYPE: DType;
     /// Conversion to `f64`.
@@ -78,12 +89,6 @@ pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     fn to_i64(self) -> i64;
     /// Conversion from `i64` (wrapping for narrow integers, as torch casts).
     fn from_i64(v: i64) -> Self;
-    #[doc(hidden)]
-    fn slice(d: &Data) -> Option<&[Self]>;
-    #[doc(hidden)]
-    fn slice_mut(d: &mut Data) -> Option<&mut [Self]>;
-    #[doc(hidden)]
-    fn wrap(v: Vec<Self>) -> Data;
 }
 
 macro_rules! element {
@@ -102,6 +107,8 @@ macro_rules! element {
             fn from_i64(v: i64) -> Self {
                 ($from_i)(v)
             }
+        }
+        impl Storable for $t {
             fn slice(d: &Data) -> Option<&[Self]> {
                 match d {
                     Data::$variant(v) => Some(v),

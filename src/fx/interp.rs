@@ -1,1 +1,850 @@
-//! placeholder
+//! The FX interpreter: compiles an [`fx::Graph`](super::Graph) into a flat
+//! [`Plan`] (values in numbered slots, not name lookups; every slot freed
+//! right after its last use) and runs the plan on a [`Backend`].
+
+use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymEvalError, SymOp, Val};
+use crate::exec::{
+    Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, ScalarRequest, ScalarValue, TensorSpec, Value,
+};
+use crate::ir::{DType, Device, DeviceType, KernelDef, KernelName, Layout, Program, SymbolDecl};
+use crate::sym::{Bindings, SymExpr, Symbol};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A literal operand.
+#[derive(Clone, Debug, PartialEq)]
+enum Lit {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    None,
+    Str(String),
+    DType(DType),
+    Device(Device),
+}
+
+/// Where a step reads a value.
+#[derive(Clone, Debug, PartialEq)]
+enum Operand {
+    Slot(usize),
+    Lit(Lit),
+    List(Vec<Operand>),
+}
+
+#[derive(Clone, Debug)]
+enum StepKind {
+    Input(usize),
+    Constant(String),
+    EmptyStrided { size: Vec<Operand>, stride: Vec<Operand>, dtype: DType, device: DeviceType },
+    AsStrided { base: usize, size: Vec<Operand>, stride: Vec<Operand>, offset: Operand },
+    Triton { kernel: KernelName, grid: [Operand; 3], kwargs: IndexMap<String, Operand> },
+    KernelCall { kernel: KernelName, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
+    Extern { target: String, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
+    SymSize { tensor: usize, dim: i64 },
+    SymStride { tensor: usize, dim: i64 },
+    SymStorageOffset { tensor: usize },
+    GetItem { source: usize, index: Operand },
+    InnerTensor { source: usize, attr: String },
+    Item { tensor: usize, symbol: Option<Symbol>, multiplier: i64 },
+    Sym { op: SymOp, args: Vec<Operand> },
+    AssertScalar { cond: Operand, message: String },
+    AssertSizeStride { tensor: usize, size: Vec<Operand>, stride: Vec<Operand>, context: Option<String> },
+    AssertAlignment { tensor: usize, alignment: u32 },
+    Cond { pred: Operand, true_graph: String, false_graph: String, operands: Vec<Operand> },
+    While { cond_graph: String, body_graph: String, carried: Vec<Operand>, additional: Vec<Operand> },
+}
+
+#[derive(Clone, Debug)]
+struct Step {
+    node: String,
+    kind: StepKind,
+    val: Option<Val>,
+    out: Option<usize>,
+    binds: Vec<Symbol>,
+    frees: Vec<usize>,
+}
+
+/// A compiled graph, ready to run any number of times.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    graph: String,
+    steps: Vec<Step>,
+    slots: usize,
+    inputs: Vec<(String, Placeholder)>,
+    outputs: Vec<Operand>,
+    subplans: HashMap<String, Plan>,
+    symbols: Arc<IndexMap<Symbol, SymbolDecl>>,
+    kernels: Arc<IndexMap<KernelName, KernelDef>>,
+}
+
+/// What a run returns.
+#[derive(Clone, Debug)]
+pub struct RunOutput<T> {
+    /// The graph's outputs.
+    pub outputs: Vec<Value<T>>,
+    /// Every symbol bound during the run (main graph), with its value.
+    pub symbols: Bindings,
+}
+
+/// Compiles `graph` (lowered from `program`) into a plan.
+pub fn compile(graph: &Graph, program: &Program) -> Result<Plan, ExecError> {
+    let symbols = Arc::new(program.symbols.clone());
+    let kernels = Arc::new(program.kernels.clone());
+    compile_graph(graph, "main", &symbols, &kernels)
+}
+
+fn compile_graph(
+    graph: &Graph,
+    name: &str,
+    symbols: &Arc<IndexMap<Symbol, SymbolDecl>>,
+    kernels: &Arc<IndexMap<KernelName, KernelDef>>,
+) -> Result<Plan, ExecError> {
+    let mut slot_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut subgraph_of: HashMap<NodeId, String> = HashMap::new();
+    for (id, node) in graph.iter() {
+        match &node.op {
+            Op::Subgraph { name } => {
+                subgraph_of.insert(id, name.clone());
+            }
+            Op::Output { .. } => {}
+            _ => {
+                let n = slot_of.len();
+                slot_of.insert(id, n);
+            }
+        }
+    }
+    let err = |node: &str, msg: String| ExecError::AtNode {
+        graph: name.to_string(),
+        node: node.to_string(),
+        source: Box::new(ExecError::Input(msg)),
+    };
+    let mut steps = Vec::new();
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for (id, node) in graph.iter() {
+        let slot = |n: NodeId| {
+            slot_of.get(&n).copied().ok_or_else(|| err(&node.name, format!("operand `{}` has no value", graph.node(n).name)))
+        };
+        let operand = |a: &Arg| to_operand(a, &slot_of).ok_or_else(|| err(&node.name, "operand has no value".into()));
+        let operands = |xs: &[Arg]| xs.iter().map(operand).collect::<Result<Vec<_>, _>>();
+        let kwmap = |kw: &IndexMap<String, Arg>| -> Result<IndexMap<String, Operand>, ExecError> {
+            kw.iter().map(|(k, v)| Ok((k.clone(), operand(v)?))).collect()
+        };
+        let sub = |n: NodeId| subgraph_of.get(&n).cloned().ok_or_else(|| err(&node.name, "operand is not a subgraph".into()));
+        let kind = match &node.op {
+            Op::Subgraph { .. } => continue,
+            Op::Output { values, .. } => {
+                outputs = operands(values)?;
+                continue;
+            }
+            Op::Placeholder(p) => {
+                inputs.push((node.name.clone(), p.clone()));
+                StepKind::Input(inputs.len() - 1)
+            }
+            Op::Constant { name } => StepKind::Constant(name.clone()),
+            Op::EmptyStrided { size, stride, dtype, device } => {
+                StepKind::EmptyStrided { size: operands(size)?, stride: operands(stride)?, dtype: *dtype, device: *device }
+            }
+            Op::AsStrided { base, size, stride, offset } => StepKind::AsStrided {
+                base: slot(*base)?,
+                size: operands(size)?,
+                stride: operands(stride)?,
+                offset: operand(offset)?,
+            },
+            Op::TritonKernel { kernel, grid, kwargs } => StepKind::Triton {
+                kernel: kernel.clone(),
+                grid: [operand(&grid[0])?, operand(&grid[1])?, operand(&grid[2])?],
+                kwargs: kwmap(kwargs)?,
+            },
+            Op::KernelCall { kernel, args, kwargs } => {
+                StepKind::KernelCall { kernel: kernel.clone(), args: operands(args)?, kwargs: kwmap(kwargs)? }
+            }
+            Op::Extern { target, args, kwargs } => {
+                StepKind::Extern { target: target.clone(), args: operands(args)?, kwargs: kwmap(kwargs)? }
+            }
+            Op::SymSize { tensor, dim } => StepKind::SymSize { tensor: slot(*tensor)?, dim: *dim },
+            Op::SymStride { tensor, dim } => StepKind::SymStride { tensor: slot(*tensor)?, dim: *dim },
+            Op::SymStorageOffset { tensor } => StepKind::SymStorageOffset { tensor: slot(*tensor)? },
+            Op::GetItem { source, index } => StepKind::GetItem { source: slot(*source)?, index: operand(index)? },
+            Op::InnerTensor { source, attr } => StepKind::InnerTensor { source: slot(*source)?, attr: attr.clone() },
+            Op::Item { tensor, symbol, multiplier } => {
+                StepKind::Item { tensor: slot(*tensor)?, symbol: symbol.clone(), multiplier: *multiplier }
+            }
+            Op::Sym { op, args } => StepKind::Sym { op: *op, args: operands(args)? },
+            Op::AssertScalar { cond, message } => StepKind::AssertScalar { cond: operand(cond)?, message: message.clone() },
+            Op::AssertSizeStride { tensor, size, stride, context } => StepKind::AssertSizeStride {
+                tensor: slot(*tensor)?,
+                size: operands(size)?,
+                stride: operands(stride)?,
+                context: context.clone(),
+            },
+            Op::AssertAlignment { tensor, alignment } => {
+                StepKind::AssertAlignment { tensor: slot(*tensor)?, alignment: *alignment }
+            }
+            Op::Cond { pred, true_graph, false_graph, operands: ops } => StepKind::Cond {
+                pred: operand(pred)?,
+                true_graph: sub(*true_graph)?,
+                false_graph: sub(*false_graph)?,
+                operands: operands(ops)?,
+            },
+            Op::WhileLoop { cond_graph, body_graph, carried, additional } => StepKind::While {
+                cond_graph: sub(*cond_graph)?,
+                body_graph: sub(*body_graph)?,
+                carried: operands(carried)?,
+                additional: operands(additional)?,
+            },
+        };
+        steps.push(Step {
+            node: node.name.clone(),
+            kind,
+            val: node.val.clone(),
+            out: slot_of.get(&id).copied(),
+            binds: node.binds.clone(),
+            frees: Vec::new(),
+        });
+    }
+    let slots = slot_of.len();
+    plan_frees(&mut steps, &outputs, slots);
+    let mut subplans = HashMap::new();
+    for (sub_name, sub) in &graph.subgraphs {
+        subplans.insert(sub_name.clone(), compile_graph(sub, sub_name, symbols, kernels)?);
+    }
+    Ok(Plan {
+        graph: name.to_string(),
+        steps,
+        slots,
+        inputs,
+        outputs,
+        subplans,
+        symbols: Arc::clone(symbols),
+        kernels: Arc::clone(kernels),
+    })
+}
+
+fn to_operand(a: &Arg, slots: &HashMap<NodeId, usize>) -> Option<Operand> {
+    Some(match a {
+        Arg::Node(n) => Operand::Slot(*slots.get(n)?),
+        Arg::Int(v) => Operand::Lit(Lit::Int(*v)),
+        Arg::Float(v) => Operand::Lit(Lit::Float(*v)),
+        Arg::Bool(v) => Operand::Lit(Lit::Bool(*v)),
+        Arg::None => Operand::Lit(Lit::None),
+        Arg::Str(s) => Operand::Lit(Lit::Str(s.clone())),
+        Arg::DType(d) => Operand::Lit(Lit::DType(*d)),
+        Arg::Device(d) => Operand::Lit(Lit::Device(*d)),
+        Arg::List(items) => Operand::List(items.iter().map(|i| to_operand(i, slots)).collect::<Option<_>>()?),
+    })
+}
+
+fn for_each_slot(o: &Operand, f: &mut dyn FnMut(usize)) {
+    match o {
+        Operand::Slot(s) => f(*s),
+        Operand::List(items) => items.iter().for_each(|i| for_each_slot(i, f)),
+        Operand::Lit(_) => {}
+    }
+}
+
+fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
+    let many = |xs: &[Operand], f: &mut dyn FnMut(usize)| xs.iter().for_each(|x| for_each_slot(x, f));
+    match kind {
+        StepKind::Input(_) | StepKind::Constant(_) => {}
+        StepKind::EmptyStrided { size, stride, .. } => {
+            many(size, f);
+            many(stride, f);
+        }
+        StepKind::AsStrided { base, size, stride, offset } => {
+            f(*base);
+            many(size, f);
+            many(stride, f);
+            for_each_slot(offset, f);
+        }
+        StepKind::Triton { grid, kwargs, .. } => {
+            many(grid, f);
+            kwargs.values().for_each(|v| for_each_slot(v, f));
+        }
+        StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
+            many(args, f);
+            kwargs.values().for_each(|v| for_each_slot(v, f));
+        }
+        StepKind::SymSize { tensor, .. }
+        | StepKind::SymStride { tensor, .. }
+        | StepKind::SymStorageOffset { tensor }
+        | StepKind::Item { tensor, .. }
+        | StepKind::AssertAlignment { tensor, .. } => f(*tensor),
+        StepKind::GetItem { source, index } => {
+            f(*source);
+            for_each_slot(index, f);
+        }
+        StepKind::InnerTensor { source, .. } => f(*source),
+        StepKind::Sym { args, .. } => many(args, f),
+        StepKind::AssertScalar { cond, .. } => for_each_slot(cond, f),
+        StepKind::AssertSizeStride { tensor, size, stride, .. } => {
+            f(*tensor);
+            many(size, f);
+            many(stride, f);
+        }
+        StepKind::Cond { pred, operands, .. } => {
+            for_each_slot(pred, f);
+            many(operands, f);
+        }
+        StepKind::While { carried, additional, .. } => {
+            many(carried, f);
+            many(additional, f);
+        }
+    }
+}
+
+/// Liveness: each slot is freed after the step that reads it last (or right
+/// after it is produced when nothing reads it); outputs are never freed.
+fn plan_frees(steps: &mut [Step], outputs: &[Operand], slots: usize) {
+    let mut last: Vec<Option<usize>> = vec![None; slots];
+    for (i, s) in steps.iter().enumerate() {
+        if let Some(o) = s.out {
+            if let Some(l) = last.get_mut(o) {
+                *l = Some(i);
+            }
+        }
+        step_reads(&s.kind, &mut |slot| {
+            if let Some(l) = last.get_mut(slot) {
+                *l = Some(i);
+            }
+        });
+    }
+    let mut keep = vec![false; slots];
+    for o in outputs {
+        for_each_slot(o, &mut |s| {
+            if let Some(k) = keep.get_mut(s) {
+                *k = true;
+            }
+        });
+    }
+    for (slot, l) in last.iter().enumerate() {
+        if let (Some(i), false) = (l, keep.get(slot).copied().unwrap_or(true)) {
+            if let Some(step) = steps.get_mut(*i) {
+                step.frees.push(slot);
+            }
+        }
+    }
+}
+
+impl Plan {
+    /// Number of steps.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// `true` when the plan has no steps.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Input names, in order.
+    pub fn input_names(&self) -> Vec<&str> {
+        self.inputs.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Runs the plan. `inputs` are in placeholder order (tensors for tensor
+    /// inputs, `Value::Int` for symbol inputs); `constants` by name.
+    pub fn run<B: Backend>(
+        &self,
+        backend: &mut B,
+        inputs: Vec<Value<B::Tensor>>,
+        constants: &IndexMap<String, B::Tensor>,
+    ) -> Result<RunOutput<B::Tensor>, ExecError> {
+        let mut env = Bindings::new();
+        let outputs = self.exec(backend, inputs, constants, &mut env)?;
+        Ok(RunOutput { outputs, symbols: env })
+    }
+
+    fn exec<B: Backend>(
+        &self,
+        backend: &mut B,
+        inputs: Vec<Value<B::Tensor>>,
+        constants: &IndexMap<String, B::Tensor>,
+        env: &mut Bindings,
+    ) -> Result<Vec<Value<B::Tensor>>, ExecError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(ExecError::Input(format!(
+                "graph `{}` takes {} inputs ({}), got {}",
+                self.graph,
+                self.inputs.len(),
+                self.input_names().join(", "),
+                inputs.len()
+            )));
+        }
+        let mut inputs: Vec<Option<Value<B::Tensor>>> = inputs.into_iter().map(Some).collect();
+        let mut slots: Vec<Option<Value<B::Tensor>>> = vec![None; self.slots];
+        for step in &self.steps {
+            let value = self
+                .step(step, backend, &mut inputs, constants, &slots, env)
+                .map_err(|e| ExecError::AtNode { graph: self.graph.clone(), node: step.node.clone(), source: Box::new(e) })?;
+            if let Some(v) = &value {
+                for s in &step.binds {
+                    let Some(x) = v.as_int() else {
+                        return Err(ExecError::AtNode {
+                            graph: self.graph.clone(),
+                            node: step.node.clone(),
+                            source: Box::new(ExecError::Type(format!("symbol `{s}` bound to a {}", v.kind()))),
+                        });
+                    };
+                    if let Some(decl) = self.symbols.get(s) {
+                        if !decl.range.contains(x) {
+                            return Err(ExecError::AtNode {
+                                graph: self.graph.clone(),
+                                node: step.node.clone(),
+                                source: Box::new(ExecError::OutOfRange { symbol: s.clone(), value: x, range: decl.range }),
+                            });
+                        }
+                    }
+                    env.insert(s.clone(), x);
+                }
+            }
+            if let (Some(o), Some(v)) = (step.out, value) {
+                if let Some(slot) = slots.get_mut(o) {
+                    *slot = Some(v);
+                }
+            }
+            for f in &step.frees {
+                if let Some(v) = slots.get_mut(*f).and_then(Option::take) {
+                    release(backend, v);
+                }
+            }
+        }
+        self.outputs.iter().map(|o| read(o, &slots)).collect()
+    }
+
+    fn step<B: Backend>(
+        &self,
+        step: &Step,
+        backend: &mut B,
+        inputs: &mut [Option<Value<B::Tensor>>],
+        constants: &IndexMap<String, B::Tensor>,
+        slots: &[Option<Value<B::Tensor>>],
+        env: &mut Bindings,
+    ) -> Result<Option<Value<B::Tensor>>, ExecError> {
+        let rd = |o: &Operand| read(o, slots);
+        let int = |o: &Operand| -> Result<i64, ExecError> {
+            let v = read(o, slots)?;
+            v.as_int().ok_or_else(|| ExecError::Type(format!("expected an integer, got {}", v.kind())))
+        };
+        let ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Vec<_>, _>>();
+        let tensor = |s: usize| -> Result<B::Tensor, ExecError> {
+            match slot(s, slots)? {
+                Value::Tensor(t) => Ok(t.clone()),
+                other => Err(ExecError::Type(format!("expected a tensor, got {}", other.kind()))),
+            }
+        };
+        Ok(Some(match &step.kind {
+            StepKind::Input(i) => {
+                let v = inputs.get_mut(*i).and_then(Option::take).ok_or_else(|| ExecError::Input("input used twice".into()))?;
+                if let (Some(Val::Tensor(layout)), Value::Tensor(t)) = (&step.val, &v) {
+                    let spec = backend.spec(t);
+                    if spec.dtype != layout.dtype || spec.size.len() != layout.size.len() {
+                        return Err(ExecError::Input(format!(
+                            "input `{}` is {}{:?}, the graph declares {layout}",
+                            step.node, spec.dtype, spec.size
+                        )));
+                    }
+                }
+                v
+            }
+            StepKind::Constant(name) => Value::Tensor(
+                constants.get(name).cloned().ok_or_else(|| ExecError::Input(format!("constant `{name}` was not supplied")))?,
+            ),
+            StepKind::EmptyStrided { size, stride, dtype, device } => {
+                let spec = TensorSpec {
+                    dtype: *dtype,
+                    device: Device { kind: *device, index: None },
+                    size: ints(size)?,
+                    stride: ints(stride)?,
+                    offset: 0,
+                };
+                Value::Tensor(backend.allocate(&spec)?)
+            }
+            StepKind::AsStrided { base, size, stride, offset } => {
+                let b = tensor(*base)?;
+                Value::Tensor(backend.view(&b, &ints(size)?, &ints(stride)?, int(offset)?)?)
+            }
+            StepKind::Triton { kernel, grid, kwargs } => {
+                let def = self.kernel(kernel)?;
+                let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
+                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
+                backend.launch(KernelLaunch { kernel: def, grid: Some(g), args: Vec::new(), kwargs: kw })?;
+                Value::None
+            }
+            StepKind::KernelCall { kernel, args, kwargs } => {
+                let def = self.kernel(kernel)?;
+                let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
+                backend.launch(KernelLaunch { kernel: def, grid: None, args: a, kwargs: kw })?;
+                Value::None
+            }
+            StepKind::Extern { target, args, kwargs } => {
+                let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
+                let expected = self.expected(step.val.as_ref(), backend, env)?;
+                let result = backend.call_extern(ExternCall { op: target, args: a, kwargs: kw, expected: expected.clone() })?;
+                if let (Some(exp), Value::Tensor(t)) = (&expected, &result) {
+                    check_layout(&backend.spec(t), exp)?;
+                }
+                result
+            }
+            StepKind::SymSize { tensor: t, dim } => Value::Int(dim_of(&backend.spec(&tensor(*t)?).size, *dim, "size")?),
+            StepKind::SymStride { tensor: t, dim } => {
+                Value::Int(dim_of(&backend.spec(&tensor(*t)?).stride, *dim, "stride")?)
+            }
+            StepKind::SymStorageOffset { tensor: t } => Value::Int(backend.spec(&tensor(*t)?).offset),
+            StepKind::GetItem { source, index } => {
+                let src = slot(*source, slots)?;
+                let idx = rd(index)?;
+                match (src, &idx) {
+                    (Value::List(items), Value::Int(i)) => {
+                        let n = items.len() as i64;
+                        let k = if *i < 0 { i + n } else { *i };
+                        items
+                            .get(usize::try_from(k).unwrap_or(usize::MAX))
+                            .cloned()
+                            .ok_or_else(|| ExecError::Type(format!("index {i} is out of range for {n} outputs")))?
+                    }
+                    (Value::Dict(items), Value::Str(k)) => {
+                        items.get(k).cloned().ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?
+                    }
+                    (Value::Opaque, _) => match &step.val {
+                        Some(Val::Multi) => Value::Opaque,
+                        other => {
+                            let exp = self.expected(other.as_ref(), backend, env)?.ok_or_else(|| {
+                                ExecError::NoValue("element of a multi-output value without a declared layout".into())
+                            })?;
+                            let spec = exp.concrete().ok_or_else(|| {
+                                ExecError::NoValue("element layout depends on a symbol with no hint".into())
+                            })?;
+                            Value::Tensor(backend.allocate(&spec)?)
+                        }
+                    },
+                    (s, i) => return Err(ExecError::Type(format!("cannot index a {} with a {}", s.kind(), i.kind()))),
+                }
+            }
+            StepKind::InnerTensor { source, attr } => match slot(*source, slots)? {
+                Value::Dict(items) => items
+                    .get(attr)
+                    .cloned()
+                    .ok_or_else(|| ExecError::Type(format!("value has no inner tensor `{attr}`")))?,
+                other => {
+                    return Err(ExecError::Unsupported(format!(
+                        "inner tensor `.{attr}` of a {}: the {} backend has no tensor subclasses",
+                        other.kind(),
+                        backend.name()
+                    )))
+                }
+            },
+            StepKind::Item { tensor: t, symbol, multiplier } => {
+                let t = tensor(*t)?;
+                let decl = symbol.as_ref().and_then(|s| self.symbols.get(s));
+                let req = ScalarRequest { symbol: symbol.as_ref(), decl, multiplier: *multiplier };
+                match backend.read_scalar(&t, &req)? {
+                    ScalarValue::Int(v) => Value::Int(v),
+                    ScalarValue::Bool(b) => Value::Bool(b),
+                    ScalarValue::Float(f) => Value::Float(f),
+                }
+            }
+            StepKind::Sym { op, args } => {
+                let vals = args
+                    .iter()
+                    .map(|a| match rd(a)? {
+                        Value::Int(v) => Ok(Scalar::Int(v)),
+                        Value::Bool(b) => Ok(Scalar::Bool(b)),
+                        other => Err(ExecError::Type(format!("`{}` of a {}", op.node_name(), other.kind()))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                match op.eval(&vals).map_err(|e| ExecError::Type(e.to_string()))? {
+                    Scalar::Int(v) => Value::Int(v),
+                    Scalar::Bool(b) => Value::Bool(b),
+                }
+            }
+            StepKind::AssertScalar { cond, message } => {
+                if !truthy(&rd(cond)?)? {
+                    return Err(ExecError::Assert(message.clone()));
+                }
+                Value::None
+            }
+            StepKind::AssertSizeStride { tensor: t, size, stride, context } => {
+                let spec = backend.spec(&tensor(*t)?);
+                let exp = ExpectedLayout {
+                    dtype: spec.dtype,
+                    device: spec.device,
+                    size: ints(size)?.into_iter().map(Some).collect(),
+                    stride: ints(stride)?.into_iter().map(Some).collect(),
+                    offset: None,
+                };
+                check_layout(&spec, &exp).map_err(|e| match context {
+                    Some(c) => ExecError::Assert(format!("{e} ({c})")),
+                    None => e,
+                })?;
+                Value::None
+            }
+            StepKind::AssertAlignment { tensor: t, alignment } => {
+                backend.check_alignment(&tensor(*t)?, *alignment)?;
+                Value::None
+            }
+            StepKind::Cond { pred, true_graph, false_graph, operands } => {
+                let p = match rd(pred)? {
+                    Value::Tensor(t) => scalar_truthy(backend.read_scalar(&t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?),
+                    other => truthy(&other)?,
+                };
+                let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let sub = self.subplan(if p { true_graph } else { false_graph })?;
+                let mut sub_env = env.clone();
+                Value::List(sub.exec(backend, args, constants, &mut sub_env)?)
+            }
+            StepKind::While { cond_graph, body_graph, carried, additional } => {
+                let mut state = carried.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let extra = additional.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let cond = self.subplan(cond_graph)?;
+                let body = self.subplan(body_graph)?;
+                loop {
+                    let args: Vec<_> = state.iter().cloned().chain(extra.iter().cloned()).collect();
+                    let mut sub_env = env.clone();
+                    let c = cond.exec(backend, args.clone(), constants, &mut sub_env)?;
+                    let go = match c.first() {
+                        Some(Value::Tensor(t)) => {
+                            scalar_truthy(backend.read_scalar(t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?)
+                        }
+                        Some(other) => truthy(other)?,
+                        None => return Err(ExecError::Type(format!("loop condition `{cond_graph}` returned nothing"))),
+                    };
+                    if !go {
+                        break;
+                    }
+                    let mut body_env = env.clone();
+                    let next = body.exec(backend, args, constants, &mut body_env)?;
+                    if next.len() != state.len() {
+                        return Err(ExecError::Type(format!(
+                            "loop body `{body_graph}` returned {} values for {} carried",
+                            next.len(),
+                            state.len()
+                        )));
+                    }
+                    state = next;
+                }
+                Value::List(state)
+            }
+        }))
+    }
+
+    fn kernel(&self, name: &KernelName) -> Result<&KernelDef, ExecError> {
+        self.kernels.get(name).ok_or_else(|| ExecError::Input(format!("kernel `{name}` is not defined")))
+    }
+
+    fn subplan(&self, name: &str) -> Result<&Plan, ExecError> {
+        self.subplans.get(name).ok_or_else(|| ExecError::Input(format!("subgraph `{name}` is not defined")))
+    }
+
+    /// The declared layout of a result, evaluated with the bound symbols (and
+    /// backend hints for unbound ones; still-unknown entries are `None`).
+    fn expected<B: Backend>(
+        &self,
+        val: Option<&Val>,
+        backend: &mut B,
+        env: &Bindings,
+    ) -> Result<Option<ExpectedLayout>, ExecError> {
+        let Some(Val::Tensor(layout)) = val else {
+            return Ok(None);
+        };
+        let symbols = &self.symbols;
+        let mut lookup = |s: &Symbol| env.get(s).copied().or_else(|| backend.hint(s, symbols.get(s)));
+        Ok(Some(eval_layout(layout, &mut lookup)?))
+    }
+}
+
+fn eval_layout(layout: &Layout, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<ExpectedLayout, ExecError> {
+    let mut one = |e: &SymExpr| -> Result<Option<i64>, ExecError> {
+        match eval_expr(e, lookup).map_err(|err| ExecError::Type(format!("evaluating `{e}`: {err}")))? {
+            Some(Scalar::Int(v)) => Ok(Some(v)),
+            Some(Scalar::Bool(_)) => Err(ExecError::Type(format!("`{e}` is boolean, not a size"))),
+            None => Ok(None),
+        }
+    };
+    let size = layout.size.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
+    let stride = layout.stride.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
+    let offset = one(&layout.offset)?;
+    Ok(ExpectedLayout { dtype: layout.dtype, device: layout.device, size, stride, offset })
+}
+
+/// Evaluates a symbolic expression with checked arithmetic; `None` when a
+/// symbol has no value.
+pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<Option<Scalar>, SymEvalError> {
+    let all = |xs: &[SymExpr], lookup: &mut dyn FnMut(&Symbol) -> Option<i64>| -> Result<Option<Vec<Scalar>>, SymEvalError> {
+        let mut out = Vec::with_capacity(xs.len());
+        for x in xs {
+            match eval_expr(x, lookup)? {
+                Some(v) => out.push(v),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    };
+    let fold = |op: SymOp, vals: Vec<Scalar>| -> Result<Scalar, SymEvalError> {
+        let mut it = vals.into_iter();
+        let mut acc = it.next().ok_or_else(|| SymEvalError::BadOperands(op.node_name().into()))?;
+        for v in it {
+            acc = op.eval(&[acc, v])?;
+        }
+        Ok(acc)
+    };
+    Ok(Some(match e {
+        SymExpr::Int(v) => Scalar::Int(*v),
+        SymExpr::Bool(b) => Scalar::Bool(*b),
+        SymExpr::Sym(s) => match lookup(s) {
+            Some(v) => Scalar::Int(v),
+            None => return Ok(None),
+        },
+        SymExpr::Add(xs) => match all(xs, lookup)? {
+            Some(v) => SymOp::Sum.eval(&v)?,
+            None => return Ok(None),
+        },
+        SymExpr::Mul(xs) | SymExpr::Min(xs) | SymExpr::Max(xs) | SymExpr::And(xs) | SymExpr::Or(xs) => {
+            let op = match e {
+                SymExpr::Mul(_) => SymOp::Mul,
+                SymExpr::Min(_) => SymOp::Min,
+                SymExpr::Max(_) => SymOp::Max,
+                SymExpr::And(_) => SymOp::And,
+                _ => SymOp::Or,
+            };
+            match all(xs, lookup)? {
+                Some(v) => fold(op, v)?,
+                None => return Ok(None),
+            }
+        }
+        SymExpr::FloorDiv(a, b) | SymExpr::CleanDiv(a, b) | SymExpr::Mod(a, b) | SymExpr::PythonMod(a, b) => {
+            let op = match e {
+                SymExpr::Mod(..) => SymOp::CMod,
+                SymExpr::PythonMod(..) => SymOp::PyMod,
+                _ => SymOp::FloorDiv,
+            };
+            match all(&[(**a).clone(), (**b).clone()], lookup)? {
+                Some(v) => op.eval(&v)?,
+                None => return Ok(None),
+            }
+        }
+        SymExpr::ModularIndexing(x, d, m) => match all(&[(**x).clone(), (**d).clone(), (**m).clone()], lookup)? {
+            Some(v) => {
+                let q = SymOp::FloorDiv.eval(&v[..2])?;
+                SymOp::PyMod.eval(&[q, v[2]])?
+            }
+            None => return Ok(None),
+        },
+        SymExpr::Pow(b, n) => match eval_expr(b, lookup)? {
+            Some(v) => SymOp::Pow.eval(&[v, Scalar::Int(*n as i64)])?,
+            None => return Ok(None),
+        },
+        SymExpr::Cmp(op, a, b) => {
+            use crate::sym::CmpOp;
+            let op = match op {
+                CmpOp::Eq => SymOp::Eq,
+                CmpOp::Ne => SymOp::Ne,
+                CmpOp::Lt => SymOp::Lt,
+                CmpOp::Le => SymOp::Le,
+                CmpOp::Gt => SymOp::Gt,
+                CmpOp::Ge => SymOp::Ge,
+            };
+            match all(&[(**a).clone(), (**b).clone()], lookup)? {
+                Some(v) => op.eval(&v)?,
+                None => return Ok(None),
+            }
+        }
+        SymExpr::Not(a) => match eval_expr(a, lookup)? {
+            Some(v) => SymOp::Not.eval(&[v])?,
+            None => return Ok(None),
+        },
+    }))
+}
+
+fn slot<T>(s: usize, slots: &[Option<Value<T>>]) -> Result<&Value<T>, ExecError> {
+    slots.get(s).and_then(Option::as_ref).ok_or_else(|| ExecError::Input(format!("slot {s} is empty (freed too early)")))
+}
+
+fn read<T: Clone>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<Value<T>, ExecError> {
+    Ok(match o {
+        Operand::Slot(s) => slot(*s, slots)?.clone(),
+        Operand::Lit(l) => match l {
+            Lit::Int(v) => Value::Int(*v),
+            Lit::Float(v) => Value::Float(*v),
+            Lit::Bool(v) => Value::Bool(*v),
+            Lit::None => Value::None,
+            Lit::Str(s) => Value::Str(s.clone()),
+            Lit::DType(d) => Value::DType(*d),
+            Lit::Device(d) => Value::Device(*d),
+        },
+        Operand::List(items) => Value::List(items.iter().map(|i| read(i, slots)).collect::<Result<_, _>>()?),
+    })
+}
+
+fn release<B: Backend>(backend: &mut B, v: Value<B::Tensor>) {
+    match v {
+        Value::Tensor(t) => backend.free(t),
+        Value::List(items) => items.into_iter().for_each(|i| release(backend, i)),
+        Value::Dict(items) => items.into_iter().for_each(|(_, i)| release(backend, i)),
+        _ => {}
+    }
+}
+
+fn truthy<T>(v: &Value<T>) -> Result<bool, ExecError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::Int(i) => Ok(*i != 0),
+        Value::Float(f) => Ok(*f != 0.0),
+        other => Err(ExecError::Type(format!("a {} is not a condition", other.kind()))),
+    }
+}
+
+fn scalar_truthy(v: ScalarValue) -> bool {
+    match v {
+        ScalarValue::Bool(b) => b,
+        ScalarValue::Int(i) => i != 0,
+        ScalarValue::Float(f) => f != 0.0,
+    }
+}
+
+fn dim_of(xs: &[i64], dim: i64, what: &str) -> Result<i64, ExecError> {
+    let n = xs.len() as i64;
+    let d = if dim < 0 { dim + n } else { dim };
+    usize::try_from(d)
+        .ok()
+        .and_then(|d| xs.get(d).copied())
+        .ok_or_else(|| ExecError::Type(format!("{what} dimension {dim} out of range for rank {n}")))
+}
+
+/// Checks a tensor against a (partly known) declared layout: dtype, rank,
+/// known sizes, and known strides of dimensions with more than one element.
+fn check_layout(spec: &TensorSpec, exp: &ExpectedLayout) -> Result<(), ExecError> {
+    if spec.dtype != exp.dtype {
+        return Err(ExecError::Assert(format!("dtype is {}, expected {}", spec.dtype, exp.dtype)));
+    }
+    if spec.size.len() != exp.size.len() {
+        return Err(ExecError::Assert(format!(
+            "rank is {} (sizes {:?}), expected {}",
+            spec.size.len(),
+            spec.size,
+            exp.size.len()
+        )));
+    }
+    for d in 0..spec.size.len() {
+        if let Some(Some(s)) = exp.size.get(d) {
+            if spec.size[d] != *s {
+                return Err(ExecError::Assert(format!(
+                    "size of dim {d} is {}, expected {s} (sizes {:?})",
+                    spec.size[d], spec.size
+                )));
+            }
+        }
+        if let Some(Some(st)) = exp.stride.get(d) {
+            if spec.size[d] > 1 && spec.stride[d] != *st {
+                return Err(ExecError::Assert(format!(
+                    "stride of dim {d} is {}, expected {st} (strides {:?})",
+                    spec.stride[d], spec.stride
+                )));
+            }
+        }
+    }
+    Ok(())
+}

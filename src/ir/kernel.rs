@@ -193,8 +193,8 @@ pub enum ConstValue {
     Bool(bool),
     /// An integer.
     Int(i64),
-    /// A float.
-    Float(f64),
+    /// A float (`inf`, `-inf`, `nan` are strings in JSON).
+    Float(#[serde(with = "crate::ir::line::json_float")] f64),
     /// A string (dtype names and similar).
     Str(String),
 }

@@ -264,7 +264,7 @@ pub enum ArgValue {
     /// A symbolic or literal integer.
     Expr(SymExpr),
     /// A float literal.
-    Float(f64),
+    Float(#[serde(with = "json_float")] f64),
     /// A boolean literal.
     Bool(bool),
     /// `None`.
@@ -497,5 +497,42 @@ impl fmt::Display for PyStr<'_> {
             }
         }
         f.write_str("'")
+    }
+}
+
+/// Serde for floats that JSON cannot hold as numbers: finite values are
+/// numbers; infinities and NaN are the strings `"inf"`, `"-inf"`, `"nan"`
+/// (which is also how Python's `json` module spells them without `allow_nan`).
+pub(crate) mod json_float {
+    use serde::{de, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else if v.is_nan() {
+            s.serialize_str("nan")
+        } else if *v > 0.0 {
+            s.serialize_str("inf")
+        } else {
+            s.serialize_str("-inf")
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Num(f64),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Num(v) => Ok(v),
+            Repr::Text(t) => match t.as_str() {
+                "inf" | "Infinity" => Ok(f64::INFINITY),
+                "-inf" | "-Infinity" => Ok(f64::NEG_INFINITY),
+                "nan" | "NaN" => Ok(f64::NAN),
+                other => Err(de::Error::custom(format!("expected a float, `inf`, `-inf` or `nan`, found `{other}`"))),
+            },
+        }
     }
 }

@@ -237,6 +237,7 @@ impl<'p> GraphLowering<'p> {
                             message,
                         })?;
                         if let Arg::Node(n) = value {
+                            self.out.try_rename(n, s.as_str());
                             self.out.bind_symbol(n, s.clone());
                         }
                         self.symbols.insert(s.clone(), value);

@@ -424,7 +424,7 @@ impl<'a> Parser<'a> {
                     c.skip_ws();
                     let gpos = c.pos();
                     let name = c.expect_ident(|| "expected a graph name after `graph`".into())?.to_string();
-                    let g = self.graph(&mut c, &name)?;
+                    let g = self.graph(&mut c, &name, &program.constants)?;
                     if main.is_none() {
                         if name != "main" {
                             return Err(c.error_at(gpos, format!("the first graph must be `main`, found `{name}`")));
@@ -758,8 +758,18 @@ impl<'a> Parser<'a> {
         Ok(KernelDef { name: KernelName::new(&name), backend, source, comments })
     }
 
-    fn graph(&mut self, c: &mut Cursor<'a>, name: &str) -> Result<Graph, ParseError> {
+    fn graph(
+        &mut self,
+        c: &mut Cursor<'a>,
+        name: &str,
+        constants: &IndexMap<BufName, Layout>,
+    ) -> Result<Graph, ParseError> {
         let mut g = Graph::default();
+        // Names that read as buffers: program constants and this graph's buffer table.
+        let mut known: Buffers = constants
+            .iter()
+            .map(|(n, l)| (n.clone(), BufferDecl { kind: BufferKind::Tensor(l.clone()) }))
+            .collect();
         c.expect("(", || format!("expected `(` after graph name `{name}`"))?;
         if !c.eat(")") {
             loop {
@@ -782,6 +792,7 @@ impl<'a> Parser<'a> {
                                 return Err(c.error_at(ipos, format!("input `{input}` is declared twice differently")))
                             }
                             _ => {
+                                known.insert(input.clone(), decl.clone());
                                 g.buffers.insert(input.clone(), decl);
                             }
                         }
@@ -861,11 +872,12 @@ impl<'a> Parser<'a> {
                 if g.buffers.contains_key(&b) {
                     return Err(c.error_at(kpos, format!("buffer `{b}` is declared twice in graph `{name}`")));
                 }
+                known.insert(b.clone(), BufferDecl { kind: kind.clone() });
                 g.buffers.insert(b, BufferDecl { kind });
                 continue;
             }
             in_lines = true;
-            let line = line(&mut c, kw, &g.buffers)?;
+            let line = line(&mut c, kw, &known)?;
             if matches!(line, Line::EnterDeviceContext { .. }) && kw == "device" {
                 open_devices.push(c.pos());
             }
@@ -875,7 +887,7 @@ impl<'a> Parser<'a> {
             .into_iter()
             .map(|o| match o {
                 RawOutput::None => GraphOutput::None,
-                RawOutput::Ident(n) if g.buffers.contains_key(n.as_str()) => GraphOutput::Buffer(BufName::new(n)),
+                RawOutput::Ident(n) if known.contains_key(n.as_str()) => GraphOutput::Buffer(BufName::new(n)),
                 RawOutput::Ident(n) => GraphOutput::Expr(SymExpr::sym(n)),
                 RawOutput::Expr(e) => GraphOutput::Expr(e),
             })

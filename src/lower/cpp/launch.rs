@@ -4,7 +4,8 @@
 use super::lower::{c_string, Lowering};
 use super::Error;
 use crate::ir::{
-    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta,
+    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType,
+    TritonMeta,
 };
 use crate::sym::SymExpr;
 use std::fmt::Write as _;
@@ -62,10 +63,16 @@ pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<V
                 })
             }
         };
-        params.push(Param { name: name.to_string(), kind });
+        params.push(Param {
+            name: name.to_string(),
+            kind,
+        });
     }
     for extra in &meta.extra_launcher_args {
-        params.push(Param { name: extra.clone(), kind: ParamKind::Extra });
+        params.push(Param {
+            name: extra.clone(),
+            kind: ParamKind::Extra,
+        });
     }
     Ok(params)
 }
@@ -81,7 +88,10 @@ pub(super) fn bind_call_args<'c>(
     let names = meta.call_params();
     let mut slots: Vec<Option<&ArgValue>> = vec![None; names.len()];
     let mut next = 0usize;
-    let invalid = |message: String| Error::Invalid { context: cx.to_string(), message };
+    let invalid = |message: String| Error::Invalid {
+        context: cx.to_string(),
+        message,
+    };
     for arg in &call.args {
         let slot = match &arg.name {
             None => {
@@ -102,7 +112,10 @@ pub(super) fn bind_call_args<'c>(
         };
         // `slot` is below `names.len()` by construction, and `slots` has that length.
         if slots[slot].replace(&arg.value).is_some() {
-            return Err(invalid(format!("kernel `{kernel}` parameter `{}` is given twice", names[slot])));
+            return Err(invalid(format!(
+                "kernel `{kernel}` parameter `{}` is given twice",
+                names[slot]
+            )));
         }
     }
     let params = wrapper_params(kernel, meta)?;
@@ -112,7 +125,12 @@ pub(super) fn bind_call_args<'c>(
             .iter()
             .position(|n| *n == p.name)
             .and_then(|i| slots.get(i).copied().flatten())
-            .ok_or_else(|| invalid(format!("kernel `{kernel}` call is missing parameter `{}`", p.name)))?;
+            .ok_or_else(|| {
+                invalid(format!(
+                    "kernel `{kernel}` call is missing parameter `{}`",
+                    p.name
+                ))
+            })?;
         out.push((p, value));
     }
     Ok(out)
@@ -147,7 +165,10 @@ struct GridBuilder<'m> {
 
 impl GridBuilder<'_> {
     fn err(&self, message: String) -> Error {
-        Error::Invalid { context: kernel_context(self.kernel), message }
+        Error::Invalid {
+            context: kernel_context(self.kernel),
+            message,
+        }
     }
 
     fn operand(&self, name: &str) -> Result<GridVal, Error> {
@@ -156,7 +177,11 @@ impl GridBuilder<'_> {
         }
         match self.meta.constants.get(name) {
             Some(ConstValue::Int(v)) => return Ok(GridVal::Int(*v)),
-            Some(other) => return Err(self.err(format!("grid operand `{name}` is the non-integer constant {other}"))),
+            Some(other) => {
+                return Err(self.err(format!(
+                    "grid operand `{name}` is the non-integer constant {other}"
+                )))
+            }
             None => {}
         }
         if self.params.iter().any(|p| p.name == name) {
@@ -170,10 +195,19 @@ impl GridBuilder<'_> {
 
     fn ceildiv(&self, a: GridVal, b: GridVal) -> Result<GridVal, Error> {
         match (a, b) {
-            (_, GridVal::Int(b)) if b <= 0 => Err(self.err(format!("grid block size {b} is not positive"))),
+            (_, GridVal::Int(b)) if b <= 0 => {
+                Err(self.err(format!("grid block size {b} is not positive")))
+            }
             (a, GridVal::Int(1)) => Ok(a),
-            (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0))),
-            (a, b) => Ok(GridVal::Text(format!("(({} + ({} - 1)) / ({}))", a.text(), b.text(), b.text()))),
+            (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(
+                a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0),
+            )),
+            (a, b) => Ok(GridVal::Text(format!(
+                "(({} + ({} - 1)) / ({}))",
+                a.text(),
+                b.text(),
+                b.text()
+            ))),
         }
     }
 
@@ -201,22 +235,48 @@ impl GridBuilder<'_> {
             ),
             GridType::Grid2DWithYZOverflow { max_y_grid } => {
                 let raw = self.numel_over_block("ynumel", "YBLOCK")?;
-                let div = self.ceildiv(GridVal::Text("y_grid_raw_".into()), GridVal::Int(*max_y_grid))?;
+                let div = self.ceildiv(
+                    GridVal::Text("y_grid_raw_".into()),
+                    GridVal::Int(*max_y_grid),
+                )?;
                 prefix.push(("y_grid_raw_".to_string(), raw.text()));
                 prefix.push(("y_grid_div_".to_string(), div.text()));
-                let y = self.ceildiv(GridVal::Text("y_grid_raw_".into()), GridVal::Text("y_grid_div_".into()))?;
-                (self.numel_over_block("xnumel", "XBLOCK")?, y, GridVal::Text("y_grid_div_".into()))
+                let y = self.ceildiv(
+                    GridVal::Text("y_grid_raw_".into()),
+                    GridVal::Text("y_grid_div_".into()),
+                )?;
+                (
+                    self.numel_over_block("xnumel", "XBLOCK")?,
+                    y,
+                    GridVal::Text("y_grid_div_".into()),
+                )
             }
-            GridType::CooperativeReductionGrid => {
-                (self.operand("RSPLIT")?, self.numel_over_block("xnumel", "XBLOCK")?, one())
-            }
-            GridType::SplitScanGrid => (self.numel_over_block("r0_numel", "R0_BLOCK")?, self.operand("xnumel")?, one()),
-            GridType::FixedGrid => (self.operand("_grid_0")?, self.operand("_grid_1")?, self.operand("_grid_2")?),
+            GridType::CooperativeReductionGrid => (
+                self.operand("RSPLIT")?,
+                self.numel_over_block("xnumel", "XBLOCK")?,
+                one(),
+            ),
+            GridType::SplitScanGrid => (
+                self.numel_over_block("r0_numel", "R0_BLOCK")?,
+                self.operand("xnumel")?,
+                one(),
+            ),
+            GridType::FixedGrid => (
+                self.operand("_grid_0")?,
+                self.operand("_grid_1")?,
+                self.operand("_grid_2")?,
+            ),
             GridType::PrecomputedGrid { grids } => {
                 let entry = grids
                     .iter()
-                    .find(|g| g.config.iter().all(|(k, v)| self.meta.config.get(k) == Some(v)))
-                    .ok_or_else(|| self.err("no precomputed grid matches the kernel's config".to_string()))?;
+                    .find(|g| {
+                        g.config
+                            .iter()
+                            .all(|(k, v)| self.meta.config.get(k) == Some(v))
+                    })
+                    .ok_or_else(|| {
+                        self.err("no precomputed grid matches the kernel's config".to_string())
+                    })?;
                 let mut dims = Vec::with_capacity(3);
                 for e in &entry.grid {
                     let folded = e.substitute(&|s| match self.operand(s.as_str()) {
@@ -270,7 +330,10 @@ fn param_ctype(s: ScalarType) -> &'static str {
 }
 
 /// Writes one `call_<kernel>` wrapper per called Triton kernel, in definition order.
-pub(super) fn kernel_wrappers(l: &mut Lowering<'_>, called: &[KernelName]) -> Result<KernelWrappers, Error> {
+pub(super) fn kernel_wrappers(
+    l: &mut Lowering<'_>,
+    called: &[KernelName],
+) -> Result<KernelWrappers, Error> {
     let mut text = String::new();
     let mut var = 0usize;
     let program = l.program;
@@ -278,7 +341,9 @@ pub(super) fn kernel_wrappers(l: &mut Lowering<'_>, called: &[KernelName]) -> Re
         if !called.contains(name) {
             continue;
         }
-        let crate::ir::KernelBackend::Triton(meta) = &def.backend else { continue };
+        let crate::ir::KernelBackend::Triton(meta) = &def.backend else {
+            continue;
+        };
         write_wrapper(l, &mut text, name, meta, &mut var)?;
     }
     Ok(KernelWrappers { text })
@@ -296,7 +361,10 @@ fn write_wrapper(
     writeln!(out, "static CUfunction {kernel} = nullptr;")?;
     let pointers: Vec<&Param> = params.iter().filter(|p| p.is_pointer()).collect();
     if !standalone && !pointers.is_empty() {
-        let t: Vec<String> = pointers.iter().map(|p| format!("typename {}_type_", p.name)).collect();
+        let t: Vec<String> = pointers
+            .iter()
+            .map(|p| format!("typename {}_type_", p.name))
+            .collect();
         writeln!(out, "template <{}>", t.join(", "))?;
     }
     writeln!(out, "static inline void call_{kernel}(")?;
@@ -318,7 +386,11 @@ fn write_wrapper(
     }
     writeln!(out, "    {}", decls.join(",\n    "))?;
     writeln!(out, "){{")?;
-    let grid = GridBuilder { kernel, meta, params: &params };
+    let grid = GridBuilder {
+        kernel,
+        meta,
+        params: &params,
+    };
     let (prefix, [g0, g1, g2]) = grid.build(l)?;
     for (name, value) in prefix {
         writeln!(out, "    uint32_t {name} = {value};")?;
@@ -326,9 +398,18 @@ fn write_wrapper(
     writeln!(out, "    uint32_t grid_0 = {g0};")?;
     writeln!(out, "    uint32_t grid_1 = {g1};")?;
     writeln!(out, "    uint32_t grid_2 = {g2};")?;
-    writeln!(out, "    if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;")?;
-    let mangled = meta.mangled_name.clone().unwrap_or_else(|| kernel.to_string());
-    let cubin = meta.cubin.clone().unwrap_or_else(|| format!("{kernel}.cubin"));
+    writeln!(
+        out,
+        "    if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;"
+    )?;
+    let mangled = meta
+        .mangled_name
+        .clone()
+        .unwrap_or_else(|| kernel.to_string());
+    let cubin = meta
+        .cubin
+        .clone()
+        .unwrap_or_else(|| format!("{kernel}.cubin"));
     writeln!(out, "    if ({kernel} == nullptr) {{")?;
     if standalone {
         writeln!(
@@ -356,10 +437,14 @@ fn write_wrapper(
     for p in &params {
         let v = format!("var_{var}");
         match &p.kind {
-            ParamKind::Pointer(_) if standalone => writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?,
-            ParamKind::Pointer(_) => {
-                writeln!(out, "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());", p.name)?
+            ParamKind::Pointer(_) if standalone => {
+                writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?
             }
+            ParamKind::Pointer(_) => writeln!(
+                out,
+                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());",
+                p.name
+            )?,
             ParamKind::Scalar(s) => writeln!(out, "    {} {v} = {};", scalar_ctype(*s), p.name)?,
             // Launcher-only arguments are not kernel parameters.
             ParamKind::Extra => continue,
@@ -367,7 +452,10 @@ fn write_wrapper(
         *var += 1;
         arg_vars.push(v);
     }
-    for (prefix, size) in [("global_scratch", meta.global_scratch), ("profile_scratch", meta.profile_scratch)] {
+    for (prefix, size) in [
+        ("global_scratch", meta.global_scratch),
+        ("profile_scratch", meta.profile_scratch),
+    ] {
         let Some(size) = size else { continue };
         let v = format!("{prefix}_scratch_{var}");
         *var += 1;
@@ -390,7 +478,10 @@ fn write_wrapper(
                 "    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {v}_size, {v}_stride, {dtype}, cached_torch_device_type_cuda, device_idx_, &{v}_handle));"
             )?;
             writeln!(out, "    RAIIAtenTensorHandle {v}_tensor({v}_handle);")?;
-            writeln!(out, "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({v}_tensor.data_ptr());")?;
+            writeln!(
+                out,
+                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({v}_tensor.data_ptr());"
+            )?;
         }
         arg_vars.push(v);
     }
@@ -400,7 +491,11 @@ fn write_wrapper(
         let refs: Vec<String> = arg_vars.iter().map(|v| format!("&{v}")).collect();
         writeln!(out, "    void* kernel_args_[] = {{{}}};", refs.join(", "))?;
     }
-    let launch = if standalone { "wrapir::launch_kernel" } else { "launchKernel" };
+    let launch = if standalone {
+        "wrapir::launch_kernel"
+    } else {
+        "launchKernel"
+    };
     writeln!(
         out,
         "    {launch}({kernel}, grid_0, grid_1, grid_2, {}, {}, kernel_args_, stream_);",

@@ -3,9 +3,10 @@
 use super::launch::{self, KernelWrappers};
 use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
-    GraphOutput, KeyEntry, KeyPathText, KernelBackend, KernelCall, KernelName, Layout, Line, MultiIndex, Predicate,
-    Program, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
+    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph,
+    GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall, KernelName, KeyEntry,
+    KeyPathText, Layout, Line, MultiIndex, Predicate, Program, ScatterFallback, SymbolKind,
+    TensorMethod, WhileLoop,
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
@@ -64,12 +65,22 @@ struct GraphCtx<'a> {
 }
 
 impl<'a> GraphCtx<'a> {
-    fn new(graph: &'a Graph, name: Option<&'a GraphName>, _program: &Program, label: &str) -> Result<Self, Error> {
+    fn new(
+        graph: &'a Graph,
+        name: Option<&'a GraphName>,
+        _program: &Program,
+        label: &str,
+    ) -> Result<Self, Error> {
         let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
         let mut elements: HashMap<BufName, IndexMap<usize, BufName>> = HashMap::new();
         let mut extracted = HashMap::new();
         for (i, line) in graph.lines.iter().enumerate() {
-            if let Line::MultiOutput { result, source, indices } = line {
+            if let Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } = line
+            {
                 let ctx = || format!("graph `{label}`, line {i} (`get`)");
                 let index = match indices.as_slice() {
                     [MultiIndex::List(k)] | [MultiIndex::Tuple(k)] => usize::try_from(*k).map_err(|_| Error::Invalid {
@@ -86,7 +97,12 @@ impl<'a> GraphCtx<'a> {
                         })
                     }
                 };
-                if elements.entry(source.clone()).or_default().insert(index, result.clone()).is_some() {
+                if elements
+                    .entry(source.clone())
+                    .or_default()
+                    .insert(index, result.clone())
+                    .is_some()
+                {
                     return Err(Error::Invalid {
                         context: ctx(),
                         message: format!("element {index} of `{source}` is extracted twice"),
@@ -95,7 +111,13 @@ impl<'a> GraphCtx<'a> {
                 extracted.insert(result.clone(), (source.clone(), index));
             }
         }
-        Ok(GraphCtx { graph, name, prefix, elements, extracted })
+        Ok(GraphCtx {
+            graph,
+            name,
+            prefix,
+            elements,
+            extracted,
+        })
     }
 
     fn label(&self) -> String {
@@ -117,12 +139,18 @@ impl<'a> GraphCtx<'a> {
     fn layout(&self, b: &BufName, context: &str) -> Result<&'a Layout, Error> {
         self.graph.layout(b).ok_or_else(|| Error::Invalid {
             context: context.to_string(),
-            message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
+            message: format!(
+                "`{b}` is not declared as a tensor in graph `{}`",
+                self.label()
+            ),
         })
     }
 
     fn is_multi(&self, b: &BufName) -> bool {
-        matches!(self.graph.buffers.get(b).map(|d| &d.kind), Some(BufferKind::Multi))
+        matches!(
+            self.graph.buffers.get(b).map(|d| &d.kind),
+            Some(BufferKind::Multi)
+        )
     }
 
     /// Variables receiving the elements of a multi-output value; missing elements
@@ -229,7 +257,11 @@ impl<'a> Lowering<'a> {
     }
 
     fn unsupported(&self, context: &str, what: impl Into<String>) -> Error {
-        Error::Unsupported { context: context.to_string(), dialect: self.dialect_name(), what: what.into() }
+        Error::Unsupported {
+            context: context.to_string(),
+            dialect: self.dialect_name(),
+            what: what.into(),
+        }
     }
 
     // ---- frame -------------------------------------------------------------
@@ -250,13 +282,19 @@ impl<'a> Lowering<'a> {
         if !self.standalone() {
             self.line("py::gil_scoped_release_simple release;");
             self.blank();
-            self.line(format!("auto inputs = steal_from_raw_handles_to_raii_handles(input_handles, {total});"));
+            self.line(format!(
+                "auto inputs = steal_from_raw_handles_to_raii_handles(input_handles, {total});"
+            ));
         }
         let mut symbol_binds = Vec::new();
         let mut tensor_index = 0usize;
         let mut scalar_index = 0usize;
         let mut handle_index = 0usize;
-        let inputs = main.inputs.iter().map(Some).chain(program.constants.keys().map(|_| None));
+        let inputs = main
+            .inputs
+            .iter()
+            .map(Some)
+            .chain(program.constants.keys().map(|_| None));
         let constant_names: Vec<&BufName> = program.constants.keys().collect();
         let mut constant_iter = constant_names.into_iter();
         for input in inputs {
@@ -309,7 +347,9 @@ impl<'a> Lowering<'a> {
             } else {
                 return Err(Error::Invalid {
                     context: "graph `main`, inputs".into(),
-                    message: format!("tensor input `{input}` has no tensor layout in the buffer table"),
+                    message: format!(
+                        "tensor input `{input}` has no tensor layout in the buffer table"
+                    ),
                 });
             };
             for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
@@ -351,7 +391,11 @@ impl<'a> Lowering<'a> {
 
     fn entry_outputs(&mut self, main: &GraphCtx<'_>) -> Result<(), Error> {
         let mut released: HashMap<String, usize> = HashMap::new();
-        let target = if self.standalone() { "outputs" } else { "output_handles" };
+        let target = if self.standalone() {
+            "outputs"
+        } else {
+            "output_handles"
+        };
         for (i, out) in main.graph.outputs.iter().enumerate() {
             match out {
                 GraphOutput::Buffer(b) => {
@@ -376,7 +420,9 @@ impl<'a> Lowering<'a> {
                 GraphOutput::Expr(e) => {
                     let v = self.cexpr(e);
                     if self.standalone() {
-                        self.line(format!("outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"));
+                        self.line(format!(
+                            "outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"
+                        ));
                     } else {
                         self.line(format!("{target}[{i}] = scalar_to_tensor_handle({v});"));
                     }
@@ -397,7 +443,9 @@ impl<'a> Lowering<'a> {
         let mut out = String::new();
         if self.standalone() {
             let entry = self.options.entry().to_string();
-            out.push_str("// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n");
+            out.push_str(
+                "// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n",
+            );
             if self.options.inline_runtime {
                 // `#pragma once` is only meaningful in a header file.
                 out.push_str(&super::RUNTIME_HEADER.replacen("#pragma once\n", "", 1));
@@ -407,9 +455,15 @@ impl<'a> Lowering<'a> {
             }
             out.push('\n');
             let dir = self.options.cubin_dir.as_deref().unwrap_or(".");
-            writeln!(out, "#ifndef WRAPIR_CUBIN_DIR\n#define WRAPIR_CUBIN_DIR {}\n#endif", c_string(dir))?;
+            writeln!(
+                out,
+                "#ifndef WRAPIR_CUBIN_DIR\n#define WRAPIR_CUBIN_DIR {}\n#endif",
+                c_string(dir)
+            )?;
             if !self.hooks.is_empty() {
-                out.push_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n");
+                out.push_str(
+                    "\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n",
+                );
                 for h in &self.hooks {
                     writeln!(
                         out,
@@ -431,9 +485,14 @@ impl<'a> Lowering<'a> {
                 "extern \"C\" int {entry}(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {{"
             )?;
             out.push_str("    try {\n");
-            writeln!(out, "        {entry}_impl(inputs, scalar_inputs, outputs, stream);")?;
+            writeln!(
+                out,
+                "        {entry}_impl(inputs, scalar_inputs, outputs, stream);"
+            )?;
             out.push_str("        return 0;\n    } catch (const std::exception& e) {\n");
-            out.push_str("        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n");
+            out.push_str(
+                "        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n",
+            );
             writeln!(out, "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}")?;
         } else {
             out.push_str(AOTI_PRELUDE);
@@ -480,11 +539,18 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::Reuse { old, new, delete_old } => self.reuse(g, old, new, *delete_old, cx),
+            Line::Reuse {
+                old,
+                new,
+                delete_old,
+            } => self.reuse(g, old, new, *delete_old, cx),
             Line::Reinterpret { base, alias } => self.reinterpret(g, base, alias, cx),
             Line::KernelDefinition { kernel } => {
                 if !self.program.kernels.contains_key(kernel) {
-                    return Err(Error::Invalid { context: cx.into(), message: format!("kernel `{kernel}` is not defined") });
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("kernel `{kernel}` is not defined"),
+                    });
                 }
                 Ok(())
             }
@@ -503,14 +569,22 @@ impl<'a> Lowering<'a> {
             Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
             // Elements were declared by the line that produced the multi-output value.
             Line::MultiOutput { .. } => Ok(()),
-            Line::IndexPutFallback { target, indices, values, accumulate } => {
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate,
+            } => {
                 let op = ExternCall {
                     result: None,
                     op: "aten.index_put_".into(),
                     args: vec![
                         ArgValue::Buffer(target.clone()),
                         ArgValue::List(
-                            indices.iter().map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer)).collect(),
+                            indices
+                                .iter()
+                                .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer))
+                                .collect(),
                         ),
                         ArgValue::Buffer(values.clone()),
                         ArgValue::Bool(*accumulate),
@@ -533,15 +607,27 @@ impl<'a> Lowering<'a> {
                 }
             }
             Line::ScatterFallback(s) => self.scatter(g, s, cx),
-            Line::DynamicScalar { symbol, source, keypath, .. } => {
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => {
                 let layout = g.layout(source, cx)?;
                 let raw = format!("{symbol}_raw");
                 let src = g.local(source);
                 if self.standalone() {
                     if layout.dtype.is_floating() {
-                        return Err(self.unsupported(cx, format!("item() of floating tensor `{source}` binding `{symbol}`")));
+                        return Err(self.unsupported(
+                            cx,
+                            format!("item() of floating tensor `{source}` binding `{symbol}`"),
+                        ));
                     }
-                    self.decl_line(&raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
+                    self.decl_line(
+                        &raw,
+                        "int64_t",
+                        &format!("wrapir::item_int64({src}, stream)"),
+                    );
                 } else {
                     let (ctype, shim) = match layout.dtype {
                         DType::Bool => ("bool", "bool"),
@@ -561,7 +647,9 @@ impl<'a> Lowering<'a> {
                         self.line(format!("{ctype} {raw};"));
                         self.declare(&raw);
                     }
-                    self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({src}, &{raw}));"));
+                    self.line(format!(
+                        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({src}, &{raw}));"
+                    ));
                 }
                 let described = format!("{source}.item()");
                 self.bind_symbol(symbol, &raw, keypath, &described, cx)
@@ -599,7 +687,12 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::AssertSizeStride { buffer, size, stride, context } => {
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            } => {
                 let b = g.local(buffer);
                 let mut conds = Vec::new();
                 if self.standalone() {
@@ -611,7 +704,12 @@ impl<'a> Lowering<'a> {
                 for (d, e) in stride.iter().enumerate() {
                     conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
                 }
-                let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+                let list = |v: &[SymExpr]| {
+                    v.iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 let mut msg = format!(
                     "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
                     list(size),
@@ -620,11 +718,22 @@ impl<'a> Lowering<'a> {
                 if let Some(c) = context {
                     let _ = write!(msg, " ({c})");
                 }
-                let cond = if conds.is_empty() { "true".to_string() } else { conds.join(" && ") };
-                self.line(format!("if (!({cond})) {{ throw std::runtime_error({}); }}", c_string(&msg)));
+                let cond = if conds.is_empty() {
+                    "true".to_string()
+                } else {
+                    conds.join(" && ")
+                };
+                self.line(format!(
+                    "if (!({cond})) {{ throw std::runtime_error({}); }}",
+                    c_string(&msg)
+                ));
                 Ok(())
             }
-            Line::AssertAlignment { buffer, alignment, context } => {
+            Line::AssertAlignment {
+                buffer,
+                alignment,
+                context,
+            } => {
                 let b = g.local(buffer);
                 let ptr = if self.standalone() {
                     format!("{b}.data_ptr()")
@@ -635,12 +744,18 @@ impl<'a> Lowering<'a> {
                 if let Some(c) = context {
                     let _ = write!(msg, " ({c})");
                 }
-                self.line(format!("if ({ptr} % {alignment} != 0) {{ throw std::runtime_error({}); }}", c_string(&msg)));
+                self.line(format!(
+                    "if ({ptr} % {alignment} != 0) {{ throw std::runtime_error({}); }}",
+                    c_string(&msg)
+                ));
                 Ok(())
             }
             Line::RuntimeAssert { cond, message, .. } => {
                 let c = self.cexpr(cond);
-                self.line(format!("if (!({c})) {{ throw std::runtime_error({}); }}", c_string(message)));
+                self.line(format!(
+                    "if (!({c})) {{ throw std::runtime_error({}); }}",
+                    c_string(message)
+                ));
                 Ok(())
             }
             Line::CommBufferAllocate { buffer, .. } | Line::CommBufferFree { buffer } => {
@@ -684,7 +799,9 @@ impl<'a> Lowering<'a> {
     fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &str) -> Result<(), Error> {
         let layout = g.layout(buffer, cx)?;
         if layout.offset != SymExpr::Int(0) {
-            return Err(self.unsupported(cx, format!("allocating `{buffer}` with a storage offset")));
+            return Err(
+                self.unsupported(cx, format!("allocating `{buffer}` with a storage offset"))
+            );
         }
         let name = g.local(buffer);
         let rank = layout.rank();
@@ -693,9 +810,14 @@ impl<'a> Lowering<'a> {
         let dtype = self.use_dtype(layout.dtype);
         if self.standalone() {
             if layout.device.kind != DeviceType::Cuda {
-                return Err(self.unsupported(cx, format!("allocating `{buffer}` on {}", layout.device)));
+                return Err(
+                    self.unsupported(cx, format!("allocating `{buffer}` on {}", layout.device))
+                );
             }
-            let numel = layout.alloc_numel.as_ref().map_or("-1".to_string(), |n| self.cexpr(n));
+            let numel = layout
+                .alloc_numel
+                .as_ref()
+                .map_or("-1".to_string(), |n| self.cexpr(n));
             self.line(format!(
                 "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
             ));
@@ -703,7 +825,11 @@ impl<'a> Lowering<'a> {
             return Ok(());
         }
         self.devices.insert(layout.device.kind);
-        let device = format!("cached_torch_device_type_{},  {}", layout.device.kind.as_str(), Self::device_index(&layout.device));
+        let device = format!(
+            "cached_torch_device_type_{},  {}",
+            layout.device.kind.as_str(),
+            Self::device_index(&layout.device)
+        );
         match &layout.alloc_numel {
             None => {
                 self.line(format!("AtenTensorHandle {name}_handle;"));
@@ -724,7 +850,9 @@ impl<'a> Lowering<'a> {
                     "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_as_strided({name}_handle, {sizes}, {strides}, &{name}_handle_restrided));"
                 ));
                 self.line(format!("wrap_with_raii_handle_if_needed({name}_handle);"));
-                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle_restrided);"));
+                self.line(format!(
+                    "RAIIAtenTensorHandle {name}({name}_handle_restrided);"
+                ));
             }
         }
         self.declare(&name);
@@ -732,7 +860,13 @@ impl<'a> Lowering<'a> {
     }
 
     /// A view expression of `base` with `layout` (AOTI: an RAII handle expression).
-    fn view_expr(&mut self, base: &str, base_layout: &Layout, layout: &Layout, cx: &str) -> Result<String, Error> {
+    fn view_expr(
+        &mut self,
+        base: &str,
+        base_layout: &Layout,
+        layout: &Layout,
+        cx: &str,
+    ) -> Result<String, Error> {
         if base_layout.dtype.size_bytes() != layout.dtype.size_bytes() {
             return Err(self.unsupported(
                 cx,
@@ -748,7 +882,9 @@ impl<'a> Lowering<'a> {
         let rank = layout.rank();
         if self.standalone() {
             let dtype = self.use_dtype(layout.dtype);
-            return Ok(format!("{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})"));
+            return Ok(format!(
+                "{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})"
+            ));
         }
         let view = format!("wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))");
         if base_layout.dtype == layout.dtype {
@@ -771,7 +907,9 @@ impl<'a> Lowering<'a> {
             self.line(format!("wrapir::Tensor {dst} = {src};"));
         } else {
             self.line(format!("AtenTensorHandle {dst}_handle;"));
-            self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({src}, &{dst}_handle));"));
+            self.line(format!(
+                "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({src}, &{dst}_handle));"
+            ));
             self.line(format!("RAIIAtenTensorHandle {dst}({dst}_handle);"));
         }
         self.declare(dst);
@@ -781,7 +919,14 @@ impl<'a> Lowering<'a> {
         a.size == b.size && a.stride == b.stride && a.offset == b.offset && a.dtype == b.dtype
     }
 
-    fn reuse(&mut self, g: &GraphCtx<'_>, old: &BufName, new: &BufName, delete_old: bool, cx: &str) -> Result<(), Error> {
+    fn reuse(
+        &mut self,
+        g: &GraphCtx<'_>,
+        old: &BufName,
+        new: &BufName,
+        delete_old: bool,
+        cx: &str,
+    ) -> Result<(), Error> {
         let old_layout = g.layout(old, cx)?;
         let new_layout = g.layout(new, cx)?;
         let (o, n) = (g.local(old), g.local(new));
@@ -804,7 +949,13 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn reinterpret(&mut self, g: &GraphCtx<'_>, base: &BufName, alias: &BufName, cx: &str) -> Result<(), Error> {
+    fn reinterpret(
+        &mut self,
+        g: &GraphCtx<'_>,
+        base: &BufName,
+        alias: &BufName,
+        cx: &str,
+    ) -> Result<(), Error> {
         let base_layout = g.layout(base, cx)?;
         let alias_layout = g.layout(alias, cx)?;
         let (b, a) = (g.local(base), g.local(alias));
@@ -819,16 +970,24 @@ impl<'a> Lowering<'a> {
     }
 
     fn kernel_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cx: &str) -> Result<(), Error> {
-        let kernel = self.program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
-            context: cx.into(),
-            message: format!("kernel `{}` is not defined", call.kernel),
-        })?;
+        let kernel = self
+            .program
+            .kernels
+            .get(&call.kernel)
+            .ok_or_else(|| Error::Invalid {
+                context: cx.into(),
+                message: format!("kernel `{}` is not defined", call.kernel),
+            })?;
         let meta = match &kernel.backend {
             KernelBackend::Triton(m) => m,
             other => {
                 return Err(self.unsupported(
                     cx,
-                    format!("calling {} kernel `{}` (only Triton kernels are lowered)", other.keyword(), call.kernel),
+                    format!(
+                        "calling {} kernel `{}` (only Triton kernels are lowered)",
+                        other.keyword(),
+                        call.kernel
+                    ),
                 ))
             }
         };
@@ -869,7 +1028,11 @@ impl<'a> Lowering<'a> {
     ) -> Result<String, Error> {
         let bad = |what: &str| Error::Invalid {
             context: cx.into(),
-            message: format!("kernel `{kernel}` parameter `{}` ({}) gets {what}", param.name, param.kind_text()),
+            message: format!(
+                "kernel `{kernel}` parameter `{}` ({}) gets {what}",
+                param.name,
+                param.kind_text()
+            ),
         };
         match (param.is_pointer(), value) {
             (true, ArgValue::Buffer(b)) => Ok(g.local(b)),
@@ -896,10 +1059,19 @@ impl<'a> Lowering<'a> {
         for a in call.args.iter().chain(call.kwargs.values()) {
             a.for_each_buffer(&mut |b| candidates.push(b.clone()));
         }
-        candidates.iter().find_map(|b| g.graph.layout(b).map(|l| l.device)).unwrap_or(Device::cuda(0))
+        candidates
+            .iter()
+            .find_map(|b| g.graph.layout(b).map(|l| l.device))
+            .unwrap_or(Device::cuda(0))
     }
 
-    fn extern_call(&mut self, g: &GraphCtx<'_>, call: &ExternCall, out: Option<&BufName>, cx: &str) -> Result<(), Error> {
+    fn extern_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &ExternCall,
+        out: Option<&BufName>,
+        cx: &str,
+    ) -> Result<(), Error> {
         let (name, overload) = split_op(&call.op);
         let suffix = op_suffix(name, overload, out.is_some());
         // Result variables: one tensor, or one per element of a multi-output value.
@@ -916,7 +1088,10 @@ impl<'a> Lowering<'a> {
             self.hooks.insert(hook.clone());
             let mut items = Vec::new();
             if let Some(o) = out {
-                items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
+                items.push(format!(
+                    "wrapir::ExternArg::of_tensor({}, \"out\")",
+                    g.local(o)
+                ));
             }
             for a in &call.args {
                 items.push(self.hook_arg(g, a, None, cx)?);
@@ -933,7 +1108,10 @@ impl<'a> Lowering<'a> {
                 self.line("const wrapir::ExternArg* args_ = nullptr;");
                 "args_".to_string()
             } else {
-                self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
+                self.line(format!(
+                    "const wrapir::ExternArg args_[] = {{{}}};",
+                    items.join(", ")
+                ));
                 "args_".to_string()
             };
             let res = if results.is_empty() {
@@ -941,7 +1119,10 @@ impl<'a> Lowering<'a> {
                 "results_"
             } else {
                 let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
-                self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
+                self.line(format!(
+                    "wrapir::Tensor* const results_[] = {{{}}};",
+                    ptrs.join(", ")
+                ));
                 "results_"
             };
             self.line(format!(
@@ -958,7 +1139,10 @@ impl<'a> Lowering<'a> {
         } else if name == "_mm_plus_mm" {
             format!("aoti_torch_{suffix}")
         } else {
-            format!("aoti_torch_{}_{suffix}", self.extern_device(g, call, out).kind.as_str())
+            format!(
+                "aoti_torch_{}_{suffix}",
+                self.extern_device(g, call, out).kind.as_str()
+            )
         };
         let mut args = Vec::new();
         if let Some(o) = out {
@@ -971,7 +1155,10 @@ impl<'a> Lowering<'a> {
             self.line(format!("AtenTensorHandle {r}_handle;"));
             args.push(format!("&{r}_handle"));
         }
-        self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));", args.join(", ")));
+        self.line(format!(
+            "AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));",
+            args.join(", ")
+        ));
         for r in &results {
             self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
             self.declare(r);
@@ -998,7 +1185,11 @@ impl<'a> Lowering<'a> {
             ArgValue::DType(d) => self.use_dtype(*d),
             ArgValue::Device(d) => {
                 self.devices.insert(d.kind);
-                format!("cached_torch_device_type_{}, {}", d.kind.as_str(), Self::device_index(d))
+                format!(
+                    "cached_torch_device_type_{}, {}",
+                    d.kind.as_str(),
+                    Self::device_index(d)
+                )
             }
             ArgValue::List(_) => self.list_arg(g, a, cx)?,
         })
@@ -1006,16 +1197,29 @@ impl<'a> Lowering<'a> {
 
     /// A list argument of an AOTI shim: a pointer and a length.
     fn list_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &str) -> Result<String, Error> {
-        let ArgValue::List(items) = a else { return self.shim_arg(g, a, cx) };
+        let ArgValue::List(items) = a else {
+            return self.shim_arg(g, a, cx);
+        };
         let n = items.len();
         let all_tensors = items.iter().all(|i| matches!(i, ArgValue::Buffer(_)));
-        let tensors_or_none = items.iter().all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
+        let tensors_or_none = items
+            .iter()
+            .all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
         if n > 0 && all_tensors {
             let v: Vec<String> = items
                 .iter()
-                .filter_map(|i| if let ArgValue::Buffer(b) = i { Some(format!("{}.get()", g.local(b))) } else { None })
+                .filter_map(|i| {
+                    if let ArgValue::Buffer(b) = i {
+                        Some(format!("{}.get()", g.local(b)))
+                    } else {
+                        None
+                    }
+                })
                 .collect();
-            return Ok(format!("std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}", v.join(", ")));
+            return Ok(format!(
+                "std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}",
+                v.join(", ")
+            ));
         }
         if n > 0 && tensors_or_none {
             let v: Vec<String> = items
@@ -1025,7 +1229,10 @@ impl<'a> Lowering<'a> {
                     _ => "nullptr".to_string(),
                 })
                 .collect();
-            return Ok(format!("std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}", v.join(", ")));
+            return Ok(format!(
+                "std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}",
+                v.join(", ")
+            ));
         }
         let mut v = Vec::new();
         for i in items {
@@ -1038,22 +1245,41 @@ impl<'a> Lowering<'a> {
                         .map(|i| match i {
                             ArgValue::Float(x) => Ok(c_float(*x)),
                             ArgValue::Expr(SymExpr::Int(x)) => Ok(format!("{x}.0")),
-                            _ => Err(self.unsupported(cx, "a list mixing floats with other values")),
+                            _ => {
+                                Err(self.unsupported(cx, "a list mixing floats with other values"))
+                            }
                         })
                         .collect::<Result<_, _>>()?;
-                    return Ok(format!("std::array<double, {n}>{{{}}}.cbegin(), {n}", f.join(", ")));
+                    return Ok(format!(
+                        "std::array<double, {n}>{{{}}}.cbegin(), {n}",
+                        f.join(", ")
+                    ));
                 }
-                _ => return Err(self.unsupported(cx, "a list argument that is not all tensors, integers or floats")),
+                _ => {
+                    return Err(self.unsupported(
+                        cx,
+                        "a list argument that is not all tensors, integers or floats",
+                    ))
+                }
             }
         }
         if n == 0 {
             return Ok("nullptr, 0".into());
         }
-        Ok(format!("std::array<int64_t, {n}>{{{}}}.cbegin(), {n}", v.join(", ")))
+        Ok(format!(
+            "std::array<int64_t, {n}>{{{}}}.cbegin(), {n}",
+            v.join(", ")
+        ))
     }
 
     /// One `wrapir::ExternArg` (lists get their items in a named array first).
-    fn hook_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, name: Option<&String>, cx: &str) -> Result<String, Error> {
+    fn hook_arg(
+        &mut self,
+        g: &GraphCtx<'_>,
+        a: &ArgValue,
+        name: Option<&String>,
+        cx: &str,
+    ) -> Result<String, Error> {
         let n = name.map_or(String::new(), |k| format!(", {}", c_string(k)));
         Ok(match a {
             ArgValue::Buffer(b) => {
@@ -1068,7 +1294,10 @@ impl<'a> Lowering<'a> {
             ArgValue::Expr(e) => format!("wrapir::ExternArg::of_int({}{n})", self.cexpr(e)),
             ArgValue::Float(v) => format!("wrapir::ExternArg::of_float({}{n})", c_float(*v)),
             ArgValue::Bool(b) => format!("wrapir::ExternArg::of_bool({b}{n})"),
-            ArgValue::None => format!("wrapir::ExternArg::none({})", name.map_or("nullptr".into(), |k| c_string(k))),
+            ArgValue::None => format!(
+                "wrapir::ExternArg::none({})",
+                name.map_or("nullptr".into(), |k| c_string(k))
+            ),
             ArgValue::Str(s) => format!("wrapir::ExternArg::of_string({}{n})", c_string(s)),
             ArgValue::DType(d) => format!("wrapir::ExternArg::of_dtype({}{n})", self.use_dtype(*d)),
             ArgValue::Device(d) => {
@@ -1088,14 +1317,20 @@ impl<'a> Lowering<'a> {
                 if parts.is_empty() {
                     return Ok(format!("wrapir::ExternArg::of_list(nullptr, 0{n})"));
                 }
-                self.line(format!("const wrapir::ExternArg {arr}[] = {{{}}};", parts.join(", ")));
+                self.line(format!(
+                    "const wrapir::ExternArg {arr}[] = {{{}}};",
+                    parts.join(", ")
+                ));
                 format!("wrapir::ExternArg::of_list({arr}, {}{n})", items.len())
             }
         })
     }
 
     fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &str) -> Result<(), Error> {
-        let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
+        let mut args = vec![
+            ArgValue::Buffer(s.target.clone()),
+            ArgValue::Expr(SymExpr::Int(s.dim)),
+        ];
         args.push(ArgValue::Buffer(s.index.clone()));
         args.push(s.src.clone());
         let mut kwargs = IndexMap::new();
@@ -1112,7 +1347,12 @@ impl<'a> Lowering<'a> {
             _ => base.to_string(),
         };
         // The `_out` form writes into the target, passed first.
-        let call = ExternCall { result: None, op, args: args.split_off(1), kwargs };
+        let call = ExternCall {
+            result: None,
+            op,
+            args: args.split_off(1),
+            kwargs,
+        };
         self.extern_call(g, &call, Some(&s.target), cx)
     }
 
@@ -1120,7 +1360,14 @@ impl<'a> Lowering<'a> {
 
     /// Binds `symbol` from the C++ value `raw` post-processed by `tail`
     /// (`[]`, `[DivideBy(d)]` or `[ConvertInt]`).
-    fn bind_symbol(&mut self, symbol: &Symbol, raw: &str, tail: &[KeyEntry], described: &str, cx: &str) -> Result<(), Error> {
+    fn bind_symbol(
+        &mut self,
+        symbol: &Symbol,
+        raw: &str,
+        tail: &[KeyEntry],
+        described: &str,
+        cx: &str,
+    ) -> Result<(), Error> {
         let s = symbol.as_str();
         match tail {
             [] => {
@@ -1134,7 +1381,10 @@ impl<'a> Lowering<'a> {
             [KeyEntry::ConvertInt] => self.decl_line(s, "int64_t", &format!("{raw} ? 1 : 0")),
             [KeyEntry::DivideBy(d)] => {
                 if *d == 0 {
-                    return Err(Error::Invalid { context: cx.into(), message: format!("`{s}` is bound through a division by 0") });
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("`{s}` is bound through a division by 0"),
+                    });
                 }
                 let msg = format!("{s}: {described} = ");
                 let tail_msg = format!(" is not divisible by {d}");
@@ -1148,14 +1398,24 @@ impl<'a> Lowering<'a> {
             other => {
                 return Err(self.unsupported(
                     cx,
-                    format!("binding `{s}` through the key path suffix `{}`", KeyPathText(other)),
+                    format!(
+                        "binding `{s}` through the key path suffix `{}`",
+                        KeyPathText(other)
+                    ),
                 ))
             }
         }
         Ok(())
     }
 
-    fn unbacked(&mut self, g: &GraphCtx<'_>, source: &BufName, symbol: &Symbol, path: &[KeyEntry], cx: &str) -> Result<(), Error> {
+    fn unbacked(
+        &mut self,
+        g: &GraphCtx<'_>,
+        source: &BufName,
+        symbol: &Symbol,
+        path: &[KeyEntry],
+        cx: &str,
+    ) -> Result<(), Error> {
         // Resolve the top level: C++ holds multi-output elements as separate variables.
         let (base, rest): (String, &[KeyEntry]) = if g.is_multi(source) {
             match path.split_first() {
@@ -1184,7 +1444,9 @@ impl<'a> Lowering<'a> {
         } else {
             match (path.first(), g.extracted.get(source)) {
                 // Bindings computed on the op's tuple output, attached to its one extracted element.
-                (Some(KeyEntry::Index(i)), Some((_, idx))) if usize::try_from(*i).ok() == Some(*idx) => {
+                (Some(KeyEntry::Index(i)), Some((_, idx)))
+                    if usize::try_from(*i).ok() == Some(*idx) =>
+                {
                     (g.local(source), &path[1..])
                 }
                 _ => (g.local(source), path),
@@ -1220,10 +1482,13 @@ impl<'a> Lowering<'a> {
     // ---- control flow ------------------------------------------------------
 
     fn subgraph(&self, name: &GraphName, cx: &str) -> Result<&'a Graph, Error> {
-        self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
-            context: cx.into(),
-            message: format!("subgraph `{name}` does not exist"),
-        })
+        self.program
+            .subgraphs
+            .get(name)
+            .ok_or_else(|| Error::Invalid {
+                context: cx.into(),
+                message: format!("subgraph `{name}` does not exist"),
+            })
     }
 
     /// Symbols a graph's own lines bind.
@@ -1232,7 +1497,9 @@ impl<'a> Lowering<'a> {
         for l in &graph.lines {
             match l {
                 Line::UnbackedSymbolDefs { bindings, .. } => out.extend(bindings.keys().cloned()),
-                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => out.push(symbol.clone()),
+                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => {
+                    out.push(symbol.clone())
+                }
                 _ => {}
             }
         }
@@ -1254,7 +1521,11 @@ impl<'a> Lowering<'a> {
         if graph.inputs.len() != operands.len() {
             return Err(Error::Invalid {
                 context: cx.into(),
-                message: format!("subgraph `{name}` takes {} inputs but gets {}", graph.inputs.len(), operands.len()),
+                message: format!(
+                    "subgraph `{name}` takes {} inputs but gets {}",
+                    graph.inputs.len(),
+                    operands.len()
+                ),
             });
         }
         for (input, operand) in graph.inputs.iter().zip(operands) {
@@ -1273,7 +1544,9 @@ impl<'a> Lowering<'a> {
                     self.declare(&local);
                 }
                 GraphInput::Symbol { name: n, .. } => {
-                    return Err(self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`")))
+                    return Err(
+                        self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`"))
+                    )
                 }
             }
         }
@@ -1281,14 +1554,20 @@ impl<'a> Lowering<'a> {
         if graph.outputs.len() < targets.len() {
             return Err(Error::Invalid {
                 context: cx.into(),
-                message: format!("subgraph `{name}` returns {} values, {} are needed", graph.outputs.len(), targets.len()),
+                message: format!(
+                    "subgraph `{name}` returns {} values, {} are needed",
+                    graph.outputs.len(),
+                    targets.len()
+                ),
             });
         }
         let mut moved: HashMap<String, String> = HashMap::new();
         for (out, target) in graph.outputs.iter().zip(targets) {
             let Some(target) = target else { continue };
             let GraphOutput::Buffer(b) = out else {
-                return Err(self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`")));
+                return Err(
+                    self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`"))
+                );
             };
             let local = ctx.local(b);
             self.line(format!("{target}.reset();"));
@@ -1324,13 +1603,19 @@ impl<'a> Lowering<'a> {
     fn scalarize(&mut self, tensor: &str) -> String {
         let scalar = format!("{tensor}_scalar");
         if self.standalone() {
-            self.decl_line(&scalar, "bool", &format!("wrapir::item_bool({tensor}, stream)"));
+            self.decl_line(
+                &scalar,
+                "bool",
+                &format!("wrapir::item_bool({tensor}, stream)"),
+            );
         } else {
             if !self.declared(&scalar) {
                 self.line(format!("bool {scalar};"));
                 self.declare(&scalar);
             }
-            self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool({tensor}, &{scalar}));"));
+            self.line(format!(
+                "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool({tensor}, &{scalar}));"
+            ));
         }
         scalar
     }
@@ -1393,7 +1678,12 @@ impl<'a> Lowering<'a> {
         if results.len() != carried.len() {
             return Err(Error::Invalid {
                 context: cx.into(),
-                message: format!("`{}` has {} carried values but {} are extracted", w.result, carried.len(), results.len()),
+                message: format!(
+                    "`{}` has {} carried values but {} are extracted",
+                    w.result,
+                    carried.len(),
+                    results.len()
+                ),
             });
         }
         // The results hold the carried values from the start.
@@ -1402,7 +1692,9 @@ impl<'a> Lowering<'a> {
                 self.line(format!("wrapir::Tensor {r} = {c};"));
             } else {
                 self.line(format!("AtenTensorHandle {r}_handle;"));
-                self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out({c}, &{r}_handle));"));
+                self.line(format!(
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out({c}, &{r}_handle));"
+                ));
                 self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
             }
             self.declare(r);
@@ -1468,7 +1760,10 @@ static inline void launchKernel(
 
 /// `(name, overload)` of an op as the Python wrapper names it.
 pub(super) fn split_op(op: &str) -> (&str, Option<&str>) {
-    let s = op.strip_prefix("torch.ops.").or_else(|| op.strip_prefix("extern_kernels.")).unwrap_or(op);
+    let s = op
+        .strip_prefix("torch.ops.")
+        .or_else(|| op.strip_prefix("extern_kernels."))
+        .unwrap_or(op);
     let s = s.strip_prefix("aten.").unwrap_or(s);
     match s.split_once('.') {
         Some((n, o)) => (n, Some(o)),
@@ -1489,7 +1784,15 @@ fn op_suffix(name: &str, overload: Option<&str>, out_variant: bool) -> String {
 }
 
 fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// `{a, }` for one element, `{a, b}` otherwise (Inductor's C++ shape lists).

@@ -134,7 +134,10 @@ impl Default for Options {
 impl Options {
     /// Default options for a dialect.
     pub fn for_dialect(dialect: Dialect) -> Self {
-        Options { dialect, ..Options::default() }
+        Options {
+            dialect,
+            ..Options::default()
+        }
     }
 
     /// The standalone entry point's name.

@@ -1,0 +1,58 @@
+//! Reconciliation of Triton kernel calls with their kernels, and translation
+//! validation of what a lowering emits for them.
+//!
+//! A Triton call site says *what* it passes (named arguments bind a parameter by
+//! name; positional ones fill [`crate::ir::TritonMeta::call_params`] in order);
+//! the kernel's metadata says *how* it is launched (which parameters are baked
+//! in through `constants` and the chosen `config`, the grid type, scratch
+//! arguments). [`reconcile_call`] joins the two into one canonical
+//! [`LaunchRecord`]: runtime arguments in kernel parameter order, the baked-in
+//! values, trailing scratch pointers and the three grid expressions. It never
+//! matches arguments to parameters by a positional zip over the whole
+//! signature (the upstream misalignment of spec section 8, item 4).
+//!
+//! Wherever the call passes a value for a parameter that is baked in, the value
+//! must equal the constant: [`crate::sym::prove_eq`] decides. A disproof is an
+//! error naming the kernel, the parameter and the counterexample; an unknown
+//! answer becomes a [`Guard`] that back ends and the interpreter check at run
+//! time. Integer scalars are range-checked against their signature type the
+//! same way (interval bounds from the symbols' ranges; a guard when they do not
+//! settle it).
+//!
+//! [`check_program`] reconciles every Triton launch of a validated program in
+//! parallel (proofs of identical pairs are shared through a cache) and returns a
+//! [`CheckReport`] with one [`LaunchEntry`] per launch. [`check_program_against`]
+//! additionally validates the launches a lowering emits ([`EmittedLaunch`],
+//! reported through [`LaunchEmitter`]; [`FxLaunches`] extracts them from the FX
+//! lowering) with [`validate_emitted`].
+
+mod check;
+mod emitted;
+mod record;
+
+pub use check::{check_program, check_program_against, CheckReport, LaunchEntry, Totals, Verdict};
+pub use emitted::{
+    validate_emitted, EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, Mismatch, Validated,
+};
+pub use record::{
+    reconcile_call, Baked, BakedSource, Error, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, RuntimeArg,
+    Scratch, ScratchKind,
+};
+
+use crate::sym::egraph::Limits;
+
+/// Options of [`check_program`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Limits of each proof attempt (default: [`Limits::from_env`]).
+    pub limits: Limits,
+    /// Reconcile launches on rayon's thread pool (default `true`); `false`
+    /// runs them one after another (same results, same order).
+    pub parallel: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { limits: Limits::from_env(), parallel: true }
+    }
+}
