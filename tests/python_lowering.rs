@@ -10,7 +10,7 @@ use wrapir::ir::{
     KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder,
     ScatterFallback, SigType, TensorMethod, TritonMeta, WhileLoop,
 };
-use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
+use wrapir::lower::python::{write_string, CallForm, Error, Location, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
 
 fn cuda() -> Device {
@@ -836,6 +836,11 @@ fn stream_binding_once_per_graph() {
     py_compile(&once);
 }
 
+/// Where a lowering error in the main graph points.
+fn err_location(line: usize, kind: &'static str) -> Location {
+    Location { graph: None, line, kind }
+}
+
 #[test]
 fn errors_name_the_culprit() {
     let bad_path = program(|g| {
@@ -846,10 +851,13 @@ fn errors_name_the_culprit() {
     assert!(matches!(err, Error::UnsupportedKeyPath { .. }), "{err}");
     assert!(err.to_string().contains("`u0`"), "{err}");
 
-    let unclosed = program(|g| {
+    // An unmatched guard exit never reaches the lowering: validation rejects it
+    // and names the line.
+    let unmatched = program(|g| {
         g.line(Line::ExitDeviceContext);
     });
-    assert!(matches!(lower(&unclosed, &Options::default()).unwrap_err(), Error::UnbalancedDeviceGuard { .. }));
+    let errors = wrapir::ir::validate(&unmatched).unwrap_err();
+    assert!(errors.to_string().contains("device guard exit without a matching enter"), "{errors}");
 
     let mut p = ProgramBuilder::new();
     let s0 = p.backed_symbol("s0", None);
@@ -859,18 +867,21 @@ fn errors_name_the_culprit() {
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
     assert_eq!(err, Error::MissingHint { symbol: s0, input: "arg0_1".into() });
 
+    // CUDA C kernels take the stream as a trailing positional argument, which
+    // may not follow a named one.
     let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("k", TRITON_SRC, triton_meta());
+    let k = p.kernel("k", KernelBackend::CudaC, "extern \"C\" void k(float* x, int n) {}");
     let mut g = p.main();
+    let x = g.tensor_input("arg0_1", f32(&[4]));
     g.define_kernel(&k);
     g.line(Line::KernelCall(KernelCall {
         kernel: k.clone(),
-        args: vec![CallArg { name: Some("in_ptr0".into()), value: ArgValue::None }, CallArg::positional(ArgValue::None)],
+        args: vec![CallArg::positional(ArgValue::Buffer(x)), CallArg { name: Some("n".into()), value: ArgValue::Expr(SymExpr::Int(4)) }],
         device: Some(cuda()),
     }));
     g.finish();
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
-    assert!(matches!(err, Error::PositionalAfterNamed { .. }), "{err}");
+    assert_eq!(err, Error::PositionalAfterNamed { kernel: k, at: err_location(2, "call") });
 
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k", "x = '''", triton_meta());

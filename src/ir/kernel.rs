@@ -329,15 +329,31 @@ impl TritonMeta {
             .map(|(n, t)| (n.as_str(), t))
     }
 
-    /// Parameters a call site supplies: every non-constexpr signature entry, then
-    /// the extra launcher args (Inductor's `call_args` shape).
+    /// Parameters a call site supplies positionally (Inductor's `call_args`
+    /// shape): every signature entry except *declared* constexprs, then the extra
+    /// launcher args.
+    ///
+    /// Triton >= 3.3 types three kinds of parameters `constexpr`: declared block
+    /// sizes and user `tl.constexpr`s (never passed), and sizes equal to 1 and
+    /// `None` args, which Triton specialises but Inductor still passes (as `1` and
+    /// as a placeholder). The latter are recognised by their `constants` entry
+    /// being `1` or `None` while not being a config kwarg. A user constexpr
+    /// explicitly set to 1 is indistinguishable from an equal-to-1 size here;
+    /// producers bind such calls by name.
     pub fn call_params(&self) -> Vec<&str> {
         self.signature
             .iter()
-            .filter(|(_, t)| **t != SigType::Constexpr)
+            .filter(|(n, t)| **t != SigType::Constexpr || self.is_specialized_runtime_arg(n))
             .map(|(n, _)| n.as_str())
             .chain(self.extra_launcher_args.iter().map(|s| s.as_str()))
             .collect()
+    }
+
+    /// `true` for a `constexpr`-typed parameter that Triton specialised (an
+    /// equal-to-1 size or a `None` arg) rather than one declared `tl.constexpr`.
+    pub fn is_specialized_runtime_arg(&self, name: &str) -> bool {
+        !self.config.contains_key(name)
+            && matches!(self.constants.get(name), Some(ConstValue::Int(1)) | Some(ConstValue::None))
     }
 }
 
