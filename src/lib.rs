@@ -16,6 +16,7 @@ pub mod exec;
 pub mod fx;
 pub mod ir;
 pub mod lower;
+pub mod reconcile;
 #[cfg(feature = "insta")]
 pub mod snapshot;
 pub mod sym;

@@ -881,7 +881,7 @@ fn errors_name_the_culprit() {
     }));
     g.finish();
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
-    assert_eq!(err, Error::PositionalAfterNamed { kernel: k, at: err_location(2, "call") });
+    assert_eq!(err, Error::PositionalAfterNamed { kernel: k, at: err_location(1, "call") });
 
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k", "x = '''", triton_meta());

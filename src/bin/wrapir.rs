@@ -74,6 +74,8 @@ enum Target {
     Cpp,
     /// A C++17 wrapper that needs only the CUDA driver API and wrapir's runtime header.
     CppStandalone,
+    /// The FX graph, printed in torch.fx's readable style.
+    Fx,
 }
 
 fn main() -> ExitCode {
@@ -99,6 +101,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Target::Python => wrapir::lower::python::write_string(&info, &Default::default())?,
                 Target::Cpp => cpp(&info, wrapir::lower::cpp::Dialect::Aoti)?,
                 Target::CppStandalone => cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?,
+                Target::Fx => wrapir::lower::fx::write_string(&info, &Default::default())?,
             };
             write_output(output.as_deref(), &text)?;
             Ok(ExitCode::SUCCESS)

@@ -255,7 +255,20 @@ impl<'p> GraphLowering<'p> {
             }
         }
         if self.options.assert_inputs {
+            // Inputs the program already checks with its own `assert_size_stride` line are not checked twice.
+            let checked: Vec<&BufName> = self
+                .ir
+                .lines
+                .iter()
+                .filter_map(|l| match l {
+                    Line::AssertSizeStride { buffer, .. } => Some(buffer),
+                    _ => None,
+                })
+                .collect();
             for (name, id, layout) in &tensor_inputs {
+                if checked.iter().any(|b| b.as_str() == name.as_str()) {
+                    continue;
+                }
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
                 let n = format!("assert_size_stride_{name}");
@@ -310,6 +323,8 @@ impl<'p> GraphLowering<'p> {
                 let id = self.allocate(buffer.as_str(), &layout)?;
                 self.buffers.insert(buffer.clone(), id);
             }
+            // A free whose storage a later `reuse` takes over keeps the name alive until then.
+            Line::FreeIfNotReused { is_reused: true, .. } => {}
             Line::FreeIfNotReused { buffer, .. } | Line::Free { buffer } => {
                 // FX frees are liveness, not ops: forget the name.
                 if !self.is_output(buffer) {
@@ -772,8 +787,30 @@ impl<'p> GraphLowering<'p> {
             match &a.name {
                 Some(n) => {
                     let Some(p) = params.iter().find(|p| **p == n.as_str()) else {
+                        // A declared constexpr passed by name is baked into the kernel:
+                        // accept it only when it repeats the baked value.
+                        let baked = meta
+                            .constants
+                            .get(n.as_str())
+                            .cloned()
+                            .or_else(|| meta.config.get(n.as_str()).map(|v| ConstValue::Int(*v)));
+                        match (baked, &a.value) {
+                            (Some(ConstValue::Int(c)), ArgValue::Expr(SymExpr::Int(v))) if c == *v => continue,
+                            (Some(ConstValue::Bool(c)), ArgValue::Bool(v)) if c == *v => continue,
+                            (Some(ConstValue::None), ArgValue::None) => continue,
+                            (Some(c), _) => {
+                                return Err(err(format!(
+                                    "named argument `{n}` passes {} but the kernel is compiled with {n} = {c}",
+                                    match &a.value {
+                                        ArgValue::Expr(e) => e.to_string(),
+                                        other => format!("{other:?}"),
+                                    }
+                                )))
+                            }
+                            (None, _) => {}
+                        }
                         let why = if meta.signature.contains_key(n.as_str()) {
-                            "is a constexpr (set it in `constants` or the config)"
+                            "is a constexpr without a value in `constants` or the config"
                         } else {
                             "is not a parameter"
                         };

@@ -30,12 +30,12 @@ mod check;
 mod emitted;
 mod record;
 
-pub use check::{check_program, check_program_against, CheckReport, LaunchEntry, Totals, Verdict};
+pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
     validate_emitted, EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, Mismatch, Validated,
 };
 pub use record::{
-    reconcile_call, Baked, BakedSource, Error, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, RuntimeArg,
+    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, RuntimeArg,
     Scratch, ScratchKind,
 };
 

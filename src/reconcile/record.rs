@@ -826,6 +826,13 @@ pub(super) fn interval_text(i: Interval) -> String {
     format!("[{}, {}]", b(i.lo), b(i.hi))
 }
 
+/// Python floor division; `None` on division by zero or overflow.
+fn floor_div(a: i64, b: i64) -> Option<i64> {
+    let q = a.checked_div(b)?;
+    let r = a.checked_rem(b)?;
+    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
+}
+
 /// `ceil(a / b)` for a positive constant `b`, as `(a + b - 1) // b`; folded
 /// when `a` is a literal; `a` itself when `b` is 1.
 fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
@@ -833,7 +840,7 @@ fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
         return a;
     }
     if let SymExpr::Int(x) = a {
-        if let Some(v) = x.checked_add(b - 1).and_then(|n| crate::sym::egraph::floor_div_i64(n, b)) {
+        if let Some(v) = x.checked_add(b - 1).and_then(|n| floor_div(n, b)) {
             return SymExpr::Int(v);
         }
     }

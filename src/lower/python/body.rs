@@ -11,6 +11,14 @@ use crate::sym::print::python as pexpr;
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexSet;
 
+/// An `assert_size_stride` the lowering adds for a tensor input no line checks.
+pub(super) struct InputAssert {
+    /// The input.
+    pub(super) input: BufName,
+    /// The line.
+    pub(super) text: String,
+}
+
 /// Lowers the lines of one graph.
 pub(super) struct GraphLowering<'l, 'a> {
     low: &'l Lowering<'a>,
@@ -37,11 +45,38 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         GraphLowering { low, graph_name, graph, guards: Vec::new(), streams: IndexSet::new(), outputs }
     }
 
-    pub(super) fn lines(mut self, code: &mut Code) -> Result<(), Error> {
+    /// Writes the graph's lines. `input_asserts` (in input order) are merged into
+    /// the graph's leading run of `AssertSizeStride` lines on inputs so that, as
+    /// in Inductor's preamble, the input checks come out in input order.
+    pub(super) fn lines(mut self, code: &mut Code, input_asserts: &[InputAssert]) -> Result<(), Error> {
         let base_indent = code.indent;
+        let input_position = |b: &BufName| self.graph.inputs.iter().position(|i| i.name() == b);
+        let mut pending = input_asserts.iter().map(|a| (input_position(&a.input), a)).peekable();
+        let mut in_preamble = true;
         for (index, line) in self.graph.lines.iter().enumerate() {
+            let preamble_input = match line {
+                Line::AssertSizeStride { buffer, .. } if in_preamble => input_position(buffer),
+                _ => None,
+            };
+            match preamble_input {
+                Some(position) => {
+                    while let Some((_, a)) = pending.next_if(|(p, _)| p.is_some_and(|p| p < position)) {
+                        code.line(&a.text);
+                    }
+                }
+                None if in_preamble => {
+                    in_preamble = false;
+                    for (_, a) in pending.by_ref() {
+                        code.line(&a.text);
+                    }
+                }
+                None => {}
+            }
             let at = Location { graph: self.graph_name.cloned(), line: index, kind: line.kind() };
             self.line(code, line, at)?;
+        }
+        for (_, a) in pending {
+            code.line(&a.text);
         }
         if !self.guards.is_empty() {
             return Err(Error::UnclosedDeviceGuard {

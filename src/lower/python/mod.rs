@@ -628,6 +628,7 @@ impl<'a> Lowering<'a> {
             code.line("args.clear()");
         }
         self.input_symbol_binds(code, graph);
+        let mut input_asserts = Vec::new();
         if self.options.input_size_asserts {
             let asserted: IndexSet<&BufName> = graph
                 .lines
@@ -651,15 +652,18 @@ impl<'a> Lowering<'a> {
                     if layout.size.iter().any(|s| *s == SymExpr::Int(0)) {
                         continue;
                     }
-                    code.line(&format!(
-                        "assert_size_stride({name}, {}, {})",
-                        shape_tuple(&layout.size),
-                        shape_tuple(&layout.stride)
-                    ));
+                    input_asserts.push(body::InputAssert {
+                        input: name.clone(),
+                        text: format!(
+                            "assert_size_stride({name}, {}, {})",
+                            shape_tuple(&layout.size),
+                            shape_tuple(&layout.stride)
+                        ),
+                    });
                 }
             }
         }
-        body::GraphLowering::new(self, graph_name, graph).lines(code)?;
+        body::GraphLowering::new(self, graph_name, graph).lines(code, &input_asserts)?;
         let outputs: Vec<String> = graph
             .outputs
             .iter()
