@@ -52,7 +52,7 @@ fn sample_points(syms: &[Symbol], f: &Facts, n: usize) -> Vec<Bindings> {
         }
         // Defined symbols take their definitions' values.
         for (s, d) in f.definitions() {
-            if let Some(Ok(v)) = Some(wrapir::sym::eval::eval_int(d, &b)) {
+            if let Ok(v) = wrapir::sym::eval::eval_int(d, &b) {
                 b.insert(s.clone(), v);
             }
         }
@@ -204,6 +204,7 @@ const TABLE: &[(&str, &str, &[&str], Expect)] = &[
     ("(// (* s0 0) 0)", "s0", &[], Unknown),
     ("(Mod s0 s1)", "(PythonMod s0 s1)", &["s0 >= 5", "s0 <= 3", "s1 >= 1"], Unknown),
     ("(CleanDiv s0 2)", "(// s0 2)", S, Unknown),
+    ("(< s0 1)", "0", S, Unknown),
     ("(And (!= s0 0) (> (// 10 s0) 1))", "(And (> (// 10 s0) 1) (!= s0 0))", &[], Unknown),
 ];
 
@@ -347,7 +348,7 @@ fn transform(e: &SymExpr, seed: u64) -> SymExpr {
         SymExpr::Min(v) if v.len() == 2 => SymExpr::Min(vec![t(&v[1], next), t(&v[0], next >> 7)]),
         SymExpr::Max(v) if v.len() == 2 => SymExpr::Max(vec![t(&v[1], next), t(&v[0], next >> 7)]),
         SymExpr::FloorDiv(a, d) => match d.as_int() {
-            // a // d == -(a // -d) negated twice is trivial; use ceil: -(( -a) // d)?  No: keep a sound form.
+            // (a*k) // (d*k) == a // d for k, d > 0.
             Some(dv) if dv > 0 && seed % 3 == 0 => SymExpr::FloorDiv(
                 Box::new(SymExpr::Mul(vec![t(a, next), SymExpr::Int(k)])),
                 Box::new(SymExpr::Int(dv * k)),

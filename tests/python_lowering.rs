@@ -796,6 +796,45 @@ fn dynamic_inputs_frame_and_harness() {
     assert!(!text.contains("import triton"));
 }
 
+/// Input checks come out in input order (as in Inductor's preamble): the checks
+/// the lowering adds are merged into the graph's leading `assert_size_stride`
+/// lines on inputs, which kernel definitions do not interrupt.
+#[test]
+fn input_asserts_follow_input_order() {
+    let mut p = ProgramBuilder::new();
+    let k = p.triton_kernel("k", TRITON_SRC, triton_meta());
+    let mut g = p.main();
+    for name in ["arg0_1", "arg1_1", "arg2_1", "arg3_1"] {
+        g.tensor_input(name, f32(&[4]));
+    }
+    g.define_kernel(&k);
+    for name in ["arg1_1", "arg3_1"] {
+        g.line(Line::AssertSizeStride {
+            buffer: name.into(),
+            size: smallvec![SymExpr::Int(4)],
+            stride: smallvec![SymExpr::Int(1)],
+            context: Some("explicit".into()),
+        });
+    }
+    g.comment("body");
+    g.finish();
+    let text = lower_ok(&p.finish());
+    py_compile(&text);
+    assert_eq!(
+        call_body(&text),
+        [
+            "arg0_1, arg1_1, arg2_1, arg3_1 = args",
+            "args.clear()",
+            "assert_size_stride(arg0_1, (4, ), (1, ))",
+            "assert_size_stride(arg1_1, (4, ), (1, ), 'explicit')",
+            "assert_size_stride(arg2_1, (4, ), (1, ))",
+            "assert_size_stride(arg3_1, (4, ), (1, ), 'explicit')",
+            "# body",
+            "return ()",
+        ]
+    );
+}
+
 #[test]
 fn options_change_the_frame() {
     let p = program(|g| {

@@ -36,10 +36,65 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a program; exits non-zero with diagnostics when it is invalid.
+    /// Validate a program, reconcile every Triton launch with its kernel, and
+    /// prove the FX lowering's launches equal to the reconciled ones.
+    ///
+    /// Prints one line per launch (`proven`, `guarded` with the run-time checks
+    /// it needs, or `failed`) and totals; exits 1 when the program is invalid or
+    /// any launch failed.
     Check {
         /// A `.json` or `.wir` program, or `-` for stdin.
         program: PathBuf,
+        /// Print the proof of each equality and the counterexample of each disproof.
+        #[arg(long)]
+        explain: bool,
+        /// Do not check the FX lowering's launches (validation and reconciliation only).
+        #[arg(long)]
+        no_translation: bool,
+    },
+    /// Run a program on the meta (shapes only) or cpu (host) backend.
+    ///
+    /// Prints each output's layout (and values with `--print`), the symbols
+    /// bound during the run, and the peak memory (meta). With `--expect`
+    /// (cpu), compares the tensor outputs in order with the tensors of a
+    /// safetensors file, in file order (the `graph_out<k>` tensors when the file
+    /// has any, as bundles store them); exits 1 on a mismatch, 2 on errors.
+    /// Default tolerances are those of `torch.testing.assert_close`:
+    /// |got - expected| <= atol + rtol * |expected| with (rtol, atol) f64
+    /// (1e-7, 1e-7), f32 (1.3e-6, 1e-5), f16 (1e-3, 1e-5), bf16 (1.6e-2, 1e-5);
+    /// NaN matches NaN; integers and booleans must be equal; a bundle's
+    /// `bundle.json` tolerance replaces the defaults for all floating dtypes.
+    Run {
+        /// A `.json` or `.wir` program, `-` for stdin, or a bundle directory
+        /// (its `program.json`; inputs and expected outputs default to its
+        /// `inputs.safetensors` and, on cpu, `expected.safetensors`).
+        program: PathBuf,
+        /// The backend.
+        #[arg(long, value_enum, default_value_t = RunDevice::Meta)]
+        device: RunDevice,
+        /// Inputs by graph input name (symbol inputs as 0-d integer tensors).
+        /// On meta, only their sizes are used, as hints.
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// Expected outputs (cpu only).
+        #[arg(long)]
+        expect: Option<PathBuf>,
+        /// A symbol value such as `u0=7` (repeatable): backed symbols of the
+        /// meta inputs, and unbacked symbols on meta.
+        #[arg(long = "hint", value_name = "SYMBOL=VALUE")]
+        hints: Vec<String>,
+        /// Meta: the value of data-dependent `cond`/`while_loop` predicates.
+        #[arg(long)]
+        predicate: Option<bool>,
+        /// Print output values (cpu).
+        #[arg(long)]
+        print: bool,
+        /// Relative tolerance for floating outputs (overrides the defaults).
+        #[arg(long)]
+        rtol: Option<f64>,
+        /// Absolute tolerance for floating outputs (overrides the defaults).
+        #[arg(long)]
+        atol: Option<f64>,
     },
     /// Symbolic size expressions.
     Sym {
@@ -53,9 +108,11 @@ enum SymCommand {
     /// Prove `A == B`. Prints `proven`, `disproved` (with an assignment) or `unknown`
     /// on the first line; exits 0, 1 or 2 respectively.
     Prove {
-        /// Left side, in Inductor's Python syntax.
+        /// Left side, in Inductor's Python syntax (may start with `-`).
+        #[arg(allow_hyphen_values = true)]
         a: String,
         /// Right side.
+        #[arg(allow_hyphen_values = true)]
         b: String,
         /// A fact such as `s0 >= 1`, `u0 <= 100`, `ks0 == s0*s1` (repeatable).
         #[arg(long = "assume")]
@@ -64,6 +121,16 @@ enum SymCommand {
         #[arg(long)]
         explain: bool,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum RunDevice {
+    /// Shapes, strides and dtypes only.
+    Meta,
+    /// Real tensors in host memory.
+    Cpu,
+    /// A CUDA GPU (needs the CUDA backend, not built yet).
+    Cuda,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -112,20 +179,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
             write_output(None, &text)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { program } => {
+        Command::Check { program, explain, no_translation } => {
             let (program, name) = load(&program)?;
-            match ir::validate(&program) {
-                Ok(_) => {
-                    println!("{name}: valid");
-                    Ok(ExitCode::SUCCESS)
-                }
+            let info = match ir::validate(&program) {
+                Ok(info) => info,
                 Err(e) => {
                     eprintln!("{name}: invalid\n{e}");
-                    Ok(ExitCode::from(1))
+                    return Ok(ExitCode::from(1));
                 }
-            }
+            };
+            let options = wrapir::reconcile::Options::default();
+            let report = if no_translation {
+                wrapir::reconcile::check_program(&info, &options)
+            } else {
+                let fx = wrapir::reconcile::FxLaunches { options: Default::default() };
+                wrapir::reconcile::check_program_against(&info, &options, &fx)
+            };
+            println!("{name}: valid");
+            print!("{}", report.render(explain));
+            Ok(if report.totals.failed > 0 || report.emit_error.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Command::Sym { command: SymCommand::Prove { a, b, assume, explain } } => sym_prove(&a, &b, &assume, explain),
+        Command::Run { program, device, inputs, expect, hints, predicate, print, rtol, atol } => {
+            let args = RunArgs { program, device, inputs, expect, hints, predicate, print, rtol, atol };
+            run_command(&args)
+        }
     }
 }
 
@@ -134,33 +212,15 @@ fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Resu
     Ok(wrapir::lower::cpp::write_string(info, &options)?)
 }
 
-fn sym_prove(a: &str, b: &str, assume: &[String], _explain: bool) -> Result<ExitCode> {
-    use wrapir::sym::{eval, parse};
-    let a = parse(a)?;
-    let b = parse(b)?;
-    if !assume.is_empty() {
-        bail!("--assume needs the e-graph prover, which this build does not have yet");
-    }
-    // Without the prover, only closed expressions can be decided (by evaluation).
-    let empty = eval::Bindings::new();
-    match (eval::eval_int(&a, &empty), eval::eval_int(&b, &empty)) {
-        (Ok(x), Ok(y)) if x == y => {
-            println!("proven");
-            Ok(ExitCode::SUCCESS)
-        }
-        (Ok(x), Ok(y)) => {
-            println!("disproved: {a} = {x}, {b} = {y}");
-            Ok(ExitCode::from(1))
-        }
-        _ if a == b => {
-            println!("proven");
-            Ok(ExitCode::SUCCESS)
-        }
-        _ => {
-            println!("unknown: expressions with symbols need the e-graph prover");
-            Ok(ExitCode::from(2))
-        }
-    }
+fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {
+    use wrapir::sym::Outcome;
+    let (outcome, text) = wrapir::sym::egraph::prove_text(a, b, assume, explain)?;
+    print!("{text}");
+    Ok(match outcome {
+        Outcome::Proven(_) => ExitCode::SUCCESS,
+        Outcome::Disproved(_) => ExitCode::from(1),
+        Outcome::Unknown(_) => ExitCode::from(2),
+    })
 }
 
 /// Reads a program from a `.json`/`.wir` file or stdin (`-`); JSON is detected
@@ -210,4 +270,258 @@ fn write_output(path: Option<&Path>, text: &str) -> Result<()> {
             out.write_all(text.as_bytes()).context("writing stdout")
         }
     }
+}
+
+// ---- `wrapir run` ---------------------------------------------------------------
+
+/// The arguments of `wrapir run`.
+struct RunArgs {
+    program: PathBuf,
+    device: RunDevice,
+    inputs: Option<PathBuf>,
+    expect: Option<PathBuf>,
+    hints: Vec<String>,
+    predicate: Option<bool>,
+    print: bool,
+    rtol: Option<f64>,
+    atol: Option<f64>,
+}
+
+use wrapir::exec::compare::Tolerance;
+
+fn run_command(args: &RunArgs) -> Result<ExitCode> {
+    if args.device == RunDevice::Cuda {
+        bail!(
+            "`--device cuda` needs wrapir's CUDA execution backend (the `cuda` feature), which is not built yet; \
+             use `--device meta` or `--device cpu`"
+        );
+    }
+    let bundle = args.program.is_dir().then(|| args.program.clone());
+    let (program, name) = match &bundle {
+        Some(dir) => load(&dir.join("program.json"))?,
+        None => load(&args.program)?,
+    };
+    let from_bundle = |file: &str| bundle.as_ref().map(|d| d.join(file)).filter(|p| p.is_file());
+    let inputs_path = args.inputs.clone().or_else(|| from_bundle("inputs.safetensors"));
+    let inputs = match &inputs_path {
+        Some(p) => Some(read_safetensors(p)?),
+        None => None,
+    };
+    let mut tolerance = None;
+    if let Some(dir) = &bundle {
+        tolerance = bundle_tolerance(&dir.join("bundle.json"))?;
+    }
+    if args.rtol.is_some() || args.atol.is_some() {
+        let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
+        tolerance = Some(Tolerance { rtol: args.rtol.unwrap_or(base.rtol), atol: args.atol.unwrap_or(base.atol) });
+    }
+    let mut hints = wrapir::sym::Bindings::new();
+    for h in &args.hints {
+        let (s, v) = parse_hint(h)?;
+        hints.insert(s, v);
+    }
+    match args.device {
+        RunDevice::Meta => {
+            if args.expect.is_some() {
+                bail!("`--expect` needs `--device cpu`: meta tensors hold no values");
+            }
+            if let Some(inputs) = &inputs {
+                for (s, v) in hints_from_inputs(&program, inputs)? {
+                    hints.entry(s).or_insert(v);
+                }
+            }
+            let mut backend = wrapir::exec::meta::MetaBackend::new();
+            for (s, v) in &hints {
+                backend = backend.with_hint(s.clone(), *v);
+            }
+            if let Some(p) = args.predicate {
+                backend = backend.with_predicate(p);
+            }
+            let report =
+                wrapir::exec::meta::run_program_on(&program, &mut backend).map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+            let mut out = String::new();
+            for (k, v) in report.outputs.iter().enumerate() {
+                out += &format!("output {k}: {}\n", describe_value(v, &|t| describe_spec(t)));
+            }
+            out += &describe_symbols(&program, &report.symbols);
+            out += &format!("peak memory: {} bytes\n", report.memory.peak_bytes);
+            write_output(None, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        RunDevice::Cpu => {
+            if args.predicate.is_some() {
+                bail!("`--predicate` is for `--device meta`; cpu runs read predicates from the data");
+            }
+            if !hints.is_empty() {
+                bail!("`--hint` is for `--device meta`; cpu runs bind symbols from the inputs");
+            }
+            let inputs = inputs.unwrap_or_default();
+            let result =
+                wrapir::exec::host::run_program(&program, &inputs).map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
+            let mut out = String::new();
+            for (k, v) in result.outputs.iter().enumerate() {
+                let text = describe_value(v, &|t| {
+                    let mut s = describe_spec(t.spec());
+                    if args.print {
+                        s += &format!("\n  values: {}", format_values(t));
+                    }
+                    s
+                });
+                out += &format!("output {k}: {text}\n");
+            }
+            out += &describe_symbols(&program, &result.symbols);
+            write_output(None, &out)?;
+            let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
+            let Some(expect_path) = expect_path else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            let expected = read_safetensors(&expect_path)?;
+            let mut got = Vec::new();
+            for v in &result.outputs {
+                collect_tensors(v, &mut got);
+            }
+            match compare_outputs(&got, &expected, tolerance) {
+                Ok(()) => {
+                    println!("{} outputs match {}", got.len(), expect_path.display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(message) => {
+                    eprintln!("mismatch against {}: {message}", expect_path.display());
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        RunDevice::Cuda => unreachable!("rejected above"),
+    }
+}
+
+fn read_safetensors(path: &Path) -> Result<indexmap::IndexMap<String, wrapir::exec::Tensor>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    wrapir::exec::safetensors::parse(&bytes).with_context(|| format!("in {}", path.display()))
+}
+
+/// The `tolerance` of a bundle's `bundle.json`, if the file has one.
+fn bundle_tolerance(path: &Path) -> Result<Option<Tolerance>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("in {}", path.display()))?;
+    let tol = &json["tolerance"];
+    Ok(match (tol["rtol"].as_f64(), tol["atol"].as_f64()) {
+        (Some(rtol), Some(atol)) => Some(Tolerance { rtol, atol }),
+        _ => None,
+    })
+}
+
+fn parse_hint(text: &str) -> Result<(wrapir::sym::Symbol, i64)> {
+    let Some((s, v)) = text.split_once('=') else {
+        bail!("hint `{text}` is not SYMBOL=VALUE");
+    };
+    let v: i64 = v.trim().parse().with_context(|| format!("hint `{text}`: `{v}` is not an integer"))?;
+    let s = s.trim();
+    if s.is_empty() {
+        bail!("hint `{text}` has no symbol name");
+    }
+    Ok((wrapir::sym::Symbol::new(s), v))
+}
+
+/// Symbol values the inputs imply: symbol inputs, and input sizes declared as a plain symbol.
+fn hints_from_inputs(
+    program: &Program,
+    inputs: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
+) -> Result<wrapir::sym::Bindings> {
+    let mut hints = wrapir::sym::Bindings::new();
+    for input in &program.main.inputs {
+        let Some(t) = inputs.get(input.name().as_str()) else {
+            bail!("the inputs have no tensor `{}`", input.name());
+        };
+        match input {
+            ir::GraphInput::Symbol { symbol, .. } => {
+                if let [v] = t.to_i64_vec()?.as_slice() {
+                    hints.insert(symbol.clone(), *v);
+                }
+            }
+            ir::GraphInput::Tensor { name } => {
+                if let Some(layout) = program.main.layout(name) {
+                    for (e, v) in layout.size.iter().zip(t.size()) {
+                        if let wrapir::sym::SymExpr::Sym(s) = e {
+                            hints.insert(s.clone(), *v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(hints)
+}
+
+fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
+    format!("tensor {}{:?} stride {:?} offset {} on {}", t.dtype, t.size, t.stride, t.offset, t.device)
+}
+
+fn describe_value<T>(v: &wrapir::exec::Value<T>, tensor: &dyn Fn(&T) -> String) -> String {
+    use wrapir::exec::Value;
+    match v {
+        Value::Tensor(t) => tensor(t),
+        Value::Int(i) => format!("int {i}"),
+        Value::Float(f) => format!("float {f}"),
+        Value::Bool(b) => format!("bool {b}"),
+        Value::List(items) => {
+            let parts: Vec<String> = items.iter().map(|i| describe_value(i, tensor)).collect();
+            format!("({})", parts.join(", "))
+        }
+        other => other.kind().to_string(),
+    }
+}
+
+/// The values of symbols bound during the run other than backed ones (unbacked and precomputed).
+fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> String {
+    let bound: Vec<String> = symbols
+        .iter()
+        .filter(|(s, _)| !matches!(program.symbols.get(*s), Some(d) if d.kind == ir::SymbolKind::Backed))
+        .map(|(s, v)| format!("{s} = {v}"))
+        .collect();
+    if bound.is_empty() {
+        "bound symbols: none\n".to_string()
+    } else {
+        format!("bound symbols: {}\n", bound.join(", "))
+    }
+}
+
+fn format_values(t: &wrapir::exec::Tensor) -> String {
+    let parts: Vec<String> = if t.dtype().is_floating() {
+        t.to_f64_vec().map(|v| v.iter().map(|x| format!("{x}")).collect()).unwrap_or_default()
+    } else {
+        t.to_i64_vec().map(|v| v.iter().map(|x| format!("{x}")).collect()).unwrap_or_default()
+    };
+    format!("[{}]", parts.join(", "))
+}
+
+fn collect_tensors<'a>(v: &'a wrapir::exec::Value<wrapir::exec::Tensor>, out: &mut Vec<&'a wrapir::exec::Tensor>) {
+    match v {
+        wrapir::exec::Value::Tensor(t) => out.push(t),
+        wrapir::exec::Value::List(items) => items.iter().for_each(|i| collect_tensors(i, out)),
+        _ => {}
+    }
+}
+
+/// Compares tensor outputs with expected tensors in order; the error names
+/// the output, the first differing element, and the values.
+fn compare_outputs(
+    got: &[&wrapir::exec::Tensor],
+    expected: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
+    tolerance: Option<Tolerance>,
+) -> std::result::Result<(), String> {
+    let graph_outs: Vec<(&String, &wrapir::exec::Tensor)> =
+        expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
+    let expected: Vec<(&String, &wrapir::exec::Tensor)> =
+        if graph_outs.is_empty() { expected.iter().collect() } else { graph_outs };
+    if got.len() != expected.len() {
+        return Err(format!("the program returned {} tensors, {} are expected", got.len(), expected.len()));
+    }
+    for (k, (g, (name, e))) in got.iter().zip(&expected).enumerate() {
+        wrapir::exec::compare::compare(g, e, tolerance).map_err(|m| format!("output {k} (expected `{name}`): {m}"))?;
+    }
+    Ok(())
 }

@@ -200,3 +200,138 @@ impl Backend for HostBackend {
         self.memory.stats()
     }
 }
+
+/// Runs `program` on a default [`HostBackend`] with `inputs` by graph input
+/// name (see [`run_program_on`]).
+pub fn run_program(
+    program: &crate::ir::Program,
+    inputs: &IndexMap<String, Tensor>,
+) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
+    run_program_on(program, &mut HostBackend::default(), inputs)
+}
+
+/// Runs `program` on `backend`: validates it, lowers it to FX, compiles it and
+/// runs it with `inputs`, keyed by graph input name (a symbol input is a
+/// one-element integer tensor) or constant name.
+///
+/// Backed symbols are bound from the sizes of the tensors given; each tensor
+/// is then laid out with its input's declared strides, storage offset and
+/// device (row-major data such as a safetensors file holds becomes the
+/// strided tensor the program expects). A missing input, an unknown name, or
+/// sizes that contradict the declaration are errors naming the input.
+pub fn run_program_on(
+    program: &crate::ir::Program,
+    backend: &mut HostBackend,
+    inputs: &IndexMap<String, Tensor>,
+) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
+    use crate::ir::GraphInput;
+    use crate::sym::{Bindings, SymExpr};
+    let plan = super::run::compile_program(program)?;
+    for name in inputs.keys() {
+        let known = program.main.inputs.iter().any(|i| i.name().as_str() == name)
+            || program.constants.keys().any(|c| c.as_str() == name);
+        if !known {
+            return Err(ExecError::Input(format!("`{name}` is neither a graph input nor a constant")).into());
+        }
+    }
+    let get = |name: &str| {
+        inputs.get(name).ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
+    };
+    // Bind symbol inputs, then sizes that are plain symbols.
+    let mut env = Bindings::new();
+    let bind = |env: &mut Bindings, s: &crate::sym::Symbol, v: i64, what: String| -> Result<(), ExecError> {
+        match env.get(s) {
+            Some(old) if *old != v => {
+                Err(ExecError::Input(format!("{what} is {v}, but `{s}` = {old} from an earlier input")))
+            }
+            _ => {
+                env.insert(s.clone(), v);
+                Ok(())
+            }
+        }
+    };
+    let mut layouts = Vec::new();
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Symbol { name, symbol } => {
+                let t = get(name.as_str())?;
+                let v = match t.to_i64_vec()?.as_slice() {
+                    [v] if !t.dtype().is_floating() => *v,
+                    _ => {
+                        return Err(ExecError::Input(format!(
+                            "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
+                            t.dtype(),
+                            t.size()
+                        ))
+                        .into())
+                    }
+                };
+                bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
+            }
+            GraphInput::Tensor { name } => {
+                let layout = program
+                    .main
+                    .layout(name)
+                    .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
+                layouts.push((name.as_str(), layout));
+            }
+        }
+    }
+    let mut named: Vec<(&str, &crate::ir::Layout)> = layouts.clone();
+    named.extend(program.constants.iter().filter(|(c, _)| inputs.contains_key(c.as_str())).map(|(c, l)| (c.as_str(), l)));
+    for (name, layout) in &named {
+        let t = get(name)?;
+        if t.dim() != layout.size.len() || t.dtype() != layout.dtype {
+            return Err(ExecError::Input(format!(
+                "`{name}` is {}{:?}, the program declares {layout}",
+                t.dtype(),
+                t.size()
+            ))
+            .into());
+        }
+        for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
+            if let SymExpr::Sym(s) = e {
+                bind(&mut env, s, *v, format!("size {d} of `{name}`"))?;
+            }
+        }
+    }
+    let unbound = |s: &crate::sym::Symbol| format!("symbol `{s}` is not bound by any input size");
+    let mut place = |name: &str, layout: &crate::ir::Layout| -> Result<Tensor, ExecError> {
+        let t = get(name)?;
+        let spec = super::run::concrete_layout(layout, &env, &format!("`{name}`"), &unbound)?;
+        if spec.size != t.size() {
+            return Err(ExecError::Input(format!(
+                "`{name}` has sizes {:?}, the program declares {layout} = {:?}",
+                t.size(),
+                spec.size
+            )));
+        }
+        if t.spec() == &spec {
+            return Ok(t.clone());
+        }
+        let placed = backend.allocate(&spec)?;
+        placed.copy_from(t)?;
+        Ok(placed)
+    };
+    let mut args = Vec::new();
+    let mut tensors = layouts.into_iter();
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Symbol { symbol, .. } => {
+                // Bound above from this very input.
+                args.push(Value::Int(env.get(symbol).copied().unwrap_or_default()));
+            }
+            GraphInput::Tensor { .. } => {
+                let Some((name, layout)) = tensors.next() else {
+                    return Err(ExecError::Input("graph inputs changed while binding".into()).into());
+                };
+                args.push(Value::Tensor(place(name, layout)?));
+            }
+        }
+    }
+    let mut constants = IndexMap::new();
+    for (name, layout) in &program.constants {
+        constants.insert(name.to_string(), place(name.as_str(), layout)?);
+    }
+    Ok(plan.run(backend, args, &constants)?)
+}

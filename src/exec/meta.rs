@@ -160,3 +160,104 @@ impl Backend for MetaBackend {
         self.memory.stats()
     }
 }
+
+impl MetaBackend {
+    /// The caller's hint for `symbol` (from [`MetaBackend::with_hint`]), if any.
+    pub fn caller_hint(&self, symbol: &Symbol) -> Option<i64> {
+        self.hints.get(symbol).copied()
+    }
+}
+
+/// What a whole-program meta run reports.
+#[derive(Clone, Debug)]
+pub struct MetaReport {
+    /// The main graph's outputs, tensors as their concrete layouts.
+    pub outputs: Vec<Value<TensorSpec>>,
+    /// Every symbol bound during the run (symbol inputs, sizes of inputs,
+    /// unbacked symbols), with its value.
+    pub symbols: crate::sym::Bindings,
+    /// Bytes allocated through the backend, inputs included.
+    pub memory: MemoryStats,
+}
+
+/// Runs `program` on shapes only: validates it, lowers it to FX, compiles it,
+/// builds meta inputs and constants from their declared layouts, and runs.
+///
+/// Symbols in input layouts and symbol inputs take the value in `hints`, else
+/// the program's declared hint; a symbol with neither is an error naming it.
+/// Unbacked symbols bound during the run use `hints`, then the rules of
+/// [`MetaBackend`].
+pub fn run_program(program: &crate::ir::Program, hints: &crate::sym::Bindings) -> Result<MetaReport, super::RunError> {
+    let mut backend = MetaBackend::new();
+    for (s, v) in hints {
+        backend = backend.with_hint(s.clone(), *v);
+    }
+    run_program_on(program, &mut backend)
+}
+
+/// [`run_program`] on a configured backend (hints, predicate value).
+pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -> Result<MetaReport, super::RunError> {
+    use crate::ir::GraphInput;
+    let plan = super::run::compile_program(program)?;
+    let mut env = crate::sym::Bindings::new();
+    for (s, decl) in &program.symbols {
+        if let Some(v) = backend.caller_hint(s).or(decl.hint) {
+            env.insert(s.clone(), v);
+        }
+    }
+    let unbound = |s: &Symbol| {
+        if program.symbols.contains_key(s) {
+            format!("symbol `{s}` has no value: give a hint (`{s}=N`); the program declares none")
+        } else {
+            format!("symbol `{s}` is not declared")
+        }
+    };
+    let mut inputs = Vec::new();
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Tensor { name } => {
+                let layout = program
+                    .main
+                    .layout(name)
+                    .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
+                let spec = super::run::concrete_layout(layout, &env, &format!("input `{name}`"), &unbound)?;
+                inputs.push(Value::Tensor(backend.tensor(&spec)?));
+            }
+            GraphInput::Symbol { name, symbol } => {
+                let v = env
+                    .get(symbol)
+                    .copied()
+                    .ok_or_else(|| ExecError::Input(format!("input `{name}`: {}", unbound(symbol))))?;
+                inputs.push(Value::Int(v));
+            }
+        }
+    }
+    let mut constants = indexmap::IndexMap::new();
+    for (name, layout) in &program.constants {
+        let spec = super::run::concrete_layout(layout, &env, &format!("constant `{name}`"), &unbound)?;
+        constants.insert(name.to_string(), backend.tensor(&spec)?);
+    }
+    let out = plan.run(backend, inputs, &constants)?;
+    drop(constants);
+    Ok(MetaReport {
+        outputs: out.outputs.into_iter().map(spec_value).collect(),
+        symbols: out.symbols,
+        memory: backend.memory(),
+    })
+}
+
+fn spec_value(v: Value<MetaTensor>) -> Value<TensorSpec> {
+    match v {
+        Value::Tensor(t) => Value::Tensor(t.spec),
+        Value::Int(i) => Value::Int(i),
+        Value::Float(f) => Value::Float(f),
+        Value::Bool(b) => Value::Bool(b),
+        Value::None => Value::None,
+        Value::Str(s) => Value::Str(s),
+        Value::DType(d) => Value::DType(d),
+        Value::Device(d) => Value::Device(d),
+        Value::List(items) => Value::List(items.into_iter().map(spec_value).collect()),
+        Value::Dict(items) => Value::Dict(items.into_iter().map(|(k, v)| (k, spec_value(v))).collect()),
+        Value::Opaque => Value::Opaque,
+    }
+}

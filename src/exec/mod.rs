@@ -10,12 +10,16 @@
 //!   registry of kernels and extern ops keyed by name (built-ins include the
 //!   jagged <-> padded dense conversions).
 
+pub mod compare;
 pub mod host;
 mod jagged;
 pub mod meta;
 mod ops;
+mod run;
+pub mod safetensors;
 mod tensor;
 
+pub use run::RunError;
 pub use tensor::{Element, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};

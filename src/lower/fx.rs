@@ -21,6 +21,9 @@ use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 
+/// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
+pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
+
 /// Options of the FX lowering.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -552,10 +555,29 @@ impl<'p> GraphLowering<'p> {
                 let c = self.expr(cond)?;
                 self.out.push("_assert_scalar", Op::AssertScalar { cond: c, message: message.clone() }, None);
             }
-            Line::CommBufferAllocate { buffer, .. } | Line::CommBufferFree { buffer } => {
-                return Err(ErrorKind::Unsupported(format!(
-                    "communication buffer `{buffer}`: symmetric-memory buffers have no FX form"
-                )))
+            // Upstream's FX converter rejects symmetric-memory buffers; here they are an
+            // explicit allocator call (the same one Inductor's Python wrapper uses), so
+            // the graph stays complete and a backend without the allocator says so.
+            Line::CommBufferAllocate { buffer, comm_kind, group } => {
+                let layout = self.layout_of(buffer)?.clone();
+                let size = self.exprs_of(&layout.size)?;
+                let stride = self.exprs_of(&layout.stride)?;
+                let mut kwargs = IndexMap::new();
+                kwargs.insert("dtype".to_string(), Arg::DType(layout.dtype));
+                kwargs.insert("device".to_string(), Arg::Device(layout.device));
+                kwargs.insert("group_name".to_string(), Arg::Str(group.clone()));
+                kwargs.insert("comm_kind".to_string(), Arg::Str(comm_kind.clone()));
+                let id = self.out.push(
+                    buffer.as_str(),
+                    Op::Extern { target: COMM_ALLOCATOR.to_string(), args: vec![Arg::List(size), Arg::List(stride)], kwargs },
+                    Some(Val::Tensor(layout)),
+                );
+                self.buffers.insert(buffer.clone(), id);
+            }
+            Line::CommBufferFree { buffer } => {
+                if !self.is_output(buffer) {
+                    self.buffers.remove(buffer);
+                }
             }
         }
         Ok(())

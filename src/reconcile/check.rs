@@ -200,10 +200,14 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
     }
     if let Verdict::Failed(f) = &entry.verdict {
         let cx = match f {
-            Failure::Reconcile(Error { kind: ErrorKind::ConstantMismatch { counterexample: Some(c), passed, constant, .. }, .. }) => {
+            Failure::Reconcile(Error { kind: ErrorKind::ConstantMismatch { counterexample: Some(c), passed, constant, .. }, .. })
+                if !c.assignment.is_empty() =>
+            {
                 Some(format!("where {c}: the call passes {} = {}, the constant is {constant}", passed, c.lhs))
             }
-            Failure::Emitted { mismatch: Mismatch::Value { counterexample: Some(c), expected, found, .. }, .. } => {
+            Failure::Emitted { mismatch: Mismatch::Value { counterexample: Some(c), expected, found, .. }, .. }
+                if !c.assignment.is_empty() =>
+            {
                 Some(format!("where {c}: emitted {found} = {}, canonical {expected} = {}", c.rhs, c.lhs))
             }
             _ => None,

@@ -202,20 +202,41 @@ fn const_matches(canonical: &ArgValue, k: &ConstValue) -> bool {
     }
 }
 
+/// `true` when two names denote the same tensor: equal names, or names a
+/// lowering may merge: `get b = a` without indices, and `reuse a -> b` where
+/// both have the same layout (the new name is the old tensor).
 fn same_buffer(info: &ProgramInfo<'_>, graph: &GraphName, a: &BufName, b: &BufName) -> bool {
     if a == b {
         return true;
     }
     let program = info.program();
     let g = if graph.as_str() == MAIN_GRAPH { Some(&program.main) } else { program.subgraphs.get(graph) };
-    let gi = info.graph(if graph.as_str() == MAIN_GRAPH { None } else { Some(graph) });
-    let (Some(g), Some(gi)) = (g, gi) else { return false };
-    let root = |x: &BufName| gi.buffer(x).and_then(|i| i.storage_root.clone());
-    let layouts_equal = match (g.layout(a), g.layout(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => false,
+    let Some(g) = g else { return false };
+    let mut parent: std::collections::HashMap<&BufName, &BufName> = std::collections::HashMap::new();
+    for line in &g.lines {
+        match line {
+            Line::MultiOutput { result, source, indices } if indices.is_empty() => {
+                parent.insert(result, source);
+            }
+            Line::Reuse { old, new, .. } if g.layout(old).is_some() && g.layout(old) == g.layout(new) => {
+                parent.insert(new, old);
+            }
+            _ => {}
+        }
+    }
+    let root = |start: &BufName| {
+        let mut x = start.clone();
+        // Each name is defined once, so the chain has no cycle; the bound
+        // guards against malformed input anyway.
+        for _ in 0..=parent.len() {
+            match parent.get(&x) {
+                Some(p) => x = (*p).clone(),
+                None => break,
+            }
+        }
+        x
     };
-    layouts_equal && root(a).is_some() && root(a) == root(b)
+    root(a) == root(b)
 }
 
 fn describe_emitted(v: &EmittedValue) -> String {

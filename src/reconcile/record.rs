@@ -273,7 +273,7 @@ pub enum ErrorKind {
     /// The call passes a value for a baked-in parameter that differs from it.
     #[error(
         "{} {param} = {constant} but the call passes {passed}{}",
-        source_word(*source),
+        source_word(*origin),
         counterexample.as_ref().filter(|c| !c.assignment.is_empty()).map(|c| format!(" (counterexample: {c}, where it is {})", c.lhs)).unwrap_or_default()
     )]
     ConstantMismatch {
@@ -282,7 +282,7 @@ pub enum ErrorKind {
         /// The baked-in value.
         constant: ConstValue,
         /// Where the baked-in value comes from.
-        source: BakedSource,
+        origin: BakedSource,
         /// What the call passes.
         passed: String,
         /// An assignment under which they differ, when the prover found one.
@@ -627,8 +627,13 @@ impl<'a> Reconciler<'a> {
     fn range_check(&mut self, param: &str, ty: &SigType, e: &SymExpr) -> Result<(), ErrorKind> {
         let SigType::Scalar(st) = ty else { return Ok(()) };
         let Some((lo, hi)) = st.int_range() else { return Ok(()) };
-        let range = self.cache.bounds(e);
-        let range_text = interval_text(range);
+        // Every defined value is an `i64` (evaluation is checked 64-bit).
+        let raw = self.cache.bounds(e);
+        let range = Interval {
+            lo: raw.lo.max(Bound::Fin(i64::MIN.into())),
+            hi: raw.hi.min(Bound::Fin(i64::MAX.into())),
+        };
+        let range_text = interval_text(raw);
         let claim = format!("{param}: {e} fits {ty}");
         let lo_ok = range.lo >= Bound::Fin(lo);
         let hi_ok = range.hi <= Bound::Fin(hi);
@@ -724,7 +729,7 @@ impl<'a> Reconciler<'a> {
         let mismatch = |counterexample: Option<Counterexample>| ErrorKind::ConstantMismatch {
             param: param.to_string(),
             constant: constant.clone(),
-            source,
+            origin: source,
             passed: describe(passed),
             counterexample,
         };

@@ -105,10 +105,13 @@ pub(super) fn bind_call_args<'c>(
                 }
                 s
             }
-            Some(n) => names
-                .iter()
-                .position(|p| p == n)
-                .ok_or_else(|| invalid(format!("kernel `{kernel}` has no call parameter `{n}`")))?,
+            Some(n) => match names.iter().position(|p| p == n) {
+                Some(slot) => slot,
+                None => {
+                    check_baked_arg(kernel, meta, n, &arg.value).map_err(invalid)?;
+                    continue;
+                }
+            },
         };
         // `slot` is below `names.len()` by construction, and `slots` has that length.
         if slots[slot].replace(&arg.value).is_some() {
@@ -134,6 +137,41 @@ pub(super) fn bind_call_args<'c>(
         out.push((p, value));
     }
     Ok(out)
+}
+
+/// A named call argument for a parameter baked into the compiled kernel (a
+/// `constexpr` or an entry of `constants`): it is not passed at launch, but a
+/// literal must agree with the value the kernel was compiled with (its
+/// `constants` entry, else its `config` entry, when one is known).
+fn check_baked_arg(kernel: &KernelName, meta: &TritonMeta, name: &str, value: &ArgValue) -> Result<(), String> {
+    let constexpr = meta.signature.get(name) == Some(&SigType::Constexpr);
+    let baked = match meta.constants.get(name) {
+        Some(c) => Some(c.clone()),
+        None => meta.config.get(name).map(|v| ConstValue::Int(*v)),
+    };
+    if !constexpr && !meta.constants.contains_key(name) {
+        return Err(format!("kernel `{kernel}` has no call parameter `{name}`"));
+    }
+    let given = match value {
+        ArgValue::Expr(SymExpr::Int(v)) => Some(ConstValue::Int(*v)),
+        ArgValue::Bool(b) => Some(ConstValue::Bool(*b)),
+        ArgValue::Float(f) => Some(ConstValue::Float(*f)),
+        ArgValue::None => Some(ConstValue::None),
+        ArgValue::Str(s) => Some(ConstValue::Str(s.clone())),
+        // A symbolic value cannot be compared here; the compiled value wins.
+        _ => None,
+    };
+    let agree = |a: &ConstValue, b: &ConstValue| match (a, b) {
+        (ConstValue::Int(x), ConstValue::Bool(y)) | (ConstValue::Bool(y), ConstValue::Int(x)) => *x == i64::from(*y),
+        (ConstValue::Int(x), ConstValue::Float(y)) | (ConstValue::Float(y), ConstValue::Int(x)) => (*x as f64) == *y,
+        _ => a == b,
+    };
+    match (given, baked) {
+        (Some(g), Some(b)) if !agree(&g, &b) => Err(format!(
+            "kernel `{kernel}` was compiled with `{name}` = {b}, but the call passes {g}"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The generated launch wrappers.

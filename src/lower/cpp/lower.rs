@@ -1,6 +1,8 @@
 //! Graph lines to C++ statements, and the whole-file frame.
 
 use super::launch::{self, KernelWrappers};
+
+mod direct;
 use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph,
@@ -10,7 +12,7 @@ use crate::ir::{
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 /// Lowers a whole program.
@@ -49,19 +51,51 @@ pub(super) struct Lowering<'a> {
     called_kernels: IndexSet<KernelName>,
     /// Standalone extern hooks to declare.
     hooks: IndexSet<String>,
+    /// File-level text of directly called kernels (sources or declarations), by kernel.
+    direct_decls: IndexMap<KernelName, String>,
+    /// Halide kernels are called (the buffer helper is needed); on CUDA too.
+    halide: Option<direct::HalideUse>,
     scopes: Vec<Scope>,
 }
 
 /// One graph being lowered: its table, local-name prefix and multi-output map.
+///
+/// C++ receives the tensors of a multi-output value as separate variables
+/// (upstream passes one out-handle per `MultiOutput`), so every extracted
+/// element is declared by the line that produces the value, and a `get` line
+/// prints nothing. Elements are addressed by *paths* of list/tuple indices
+/// from the produced value (the *root*): `get buf3 = buf1[0][1]` is path
+/// `[0, 1]`, a chain `get buf2 = buf1[0]; get buf3 = buf2[1]` (with `buf2`
+/// declared `multi`) is the same path, and `get buf2 = buf1` (empty indices,
+/// the whole value of a single-output op such as `nonzero`) is path `[]`: the
+/// op's one output is written straight into `buf2`, as Inductor prints it.
 struct GraphCtx<'a> {
     graph: &'a Graph,
     /// `None` for main.
     name: Option<&'a GraphName>,
     prefix: String,
-    /// Multi-output source -> element index -> extracted buffer.
-    elements: HashMap<BufName, IndexMap<usize, BufName>>,
-    /// Buffers defined by a `MultiOutput` line -> (source, index).
-    extracted: HashMap<BufName, (BufName, usize)>,
+    /// Root -> element path -> extracted buffer (`None`: not extracted, but
+    /// reached by an unbacked binding; it gets a placeholder variable).
+    elements: HashMap<BufName, BTreeMap<Vec<usize>, Option<BufName>>>,
+    /// Tensors defined by a `MultiOutput` line -> (root, path).
+    extracted: HashMap<BufName, (BufName, Vec<usize>)>,
+    /// Multi-valued `MultiOutput` results -> (root, path) of the part they name.
+    parts: HashMap<BufName, (BufName, Vec<usize>)>,
+}
+
+/// `[0][1]` for a path (`` for the whole value).
+fn path_text(path: &[usize]) -> String {
+    path.iter().map(|i| format!("[{i}]")).collect()
+}
+
+/// Leading `Index` keys of a key path as element indices (stops at a negative one).
+fn index_prefix(path: &[KeyEntry]) -> Vec<usize> {
+    path.iter()
+        .map_while(|k| match k {
+            KeyEntry::Index(i) => usize::try_from(*i).ok(),
+            _ => None,
+        })
+        .collect()
 }
 
 impl<'a> GraphCtx<'a> {
@@ -72,52 +106,127 @@ impl<'a> GraphCtx<'a> {
         label: &str,
     ) -> Result<Self, Error> {
         let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
-        let mut elements: HashMap<BufName, IndexMap<usize, BufName>> = HashMap::new();
-        let mut extracted = HashMap::new();
+        let mut ctx = GraphCtx {
+            graph,
+            name,
+            prefix,
+            elements: HashMap::new(),
+            extracted: HashMap::new(),
+            parts: HashMap::new(),
+        };
         for (i, line) in graph.lines.iter().enumerate() {
-            if let Line::MultiOutput {
+            let Line::MultiOutput {
                 result,
                 source,
                 indices,
             } = line
-            {
-                let ctx = || format!("graph `{label}`, line {i} (`get`)");
-                let index = match indices.as_slice() {
-                    [MultiIndex::List(k)] | [MultiIndex::Tuple(k)] => usize::try_from(*k).map_err(|_| Error::Invalid {
-                        context: ctx(),
-                        message: format!("negative multi-output index {k} extracting `{result}` from `{source}`"),
-                    })?,
-                    _ => {
+            else {
+                continue;
+            };
+            let cx = format!("graph `{label}`, line {i} (`get`)");
+            let mut steps = Vec::with_capacity(indices.len());
+            for index in indices {
+                match index {
+                    MultiIndex::List(k) | MultiIndex::Tuple(k) => {
+                        steps.push(usize::try_from(*k).map_err(|_| Error::Invalid {
+                            context: cx.clone(),
+                            message: format!(
+                                "negative multi-output index {k} extracting `{result}` from `{source}`"
+                            ),
+                        })?)
+                    }
+                    MultiIndex::Dict(key) => {
                         return Err(Error::Unsupported {
-                            context: ctx(),
+                            context: cx,
                             dialect: "both dialects",
                             what: format!(
-                                "extracting `{result}` from `{source}` needs exactly one list/tuple index (C++ receives multi-outputs as separate handles)"
+                                "extracting `{result}` from `{source}` by the dict key {}: C++ receives multi-outputs as a flat list of handles",
+                                c_string(key)
                             ),
                         })
                     }
-                };
-                if elements
-                    .entry(source.clone())
-                    .or_default()
-                    .insert(index, result.clone())
-                    .is_some()
-                {
-                    return Err(Error::Invalid {
-                        context: ctx(),
-                        message: format!("element {index} of `{source}` is extracted twice"),
-                    });
                 }
-                extracted.insert(result.clone(), (source.clone(), index));
+            }
+            let (root, mut path) = match ctx.parts.get(source) {
+                Some((r, p)) => (r.clone(), p.clone()),
+                None if ctx.is_multi(source) => (source.clone(), Vec::new()),
+                // A whole tensor under a new name: an alias, printed at the line.
+                None if steps.is_empty() => continue,
+                None => {
+                    return Err(Error::Invalid {
+                        context: cx,
+                        message: format!("indexing into `{source}`, which is not a multi-output value"),
+                    })
+                }
+            };
+            path.extend(steps);
+            if ctx.is_multi(result) {
+                ctx.parts.insert(result.clone(), (root, path));
+                continue;
+            }
+            ctx.add_element(&root, path.clone(), Some(result.clone()), &cx)?;
+            ctx.extracted.insert(result.clone(), (root, path));
+        }
+        // Elements reached only by unbacked bindings still need a variable; a
+        // path conflicting with the extracted ones is reported when lowered.
+        for line in &graph.lines {
+            let Line::UnbackedSymbolDefs { source, bindings } = line else {
+                continue;
+            };
+            let Some((root, base)) = ctx.multi_origin(source) else {
+                continue;
+            };
+            for path in bindings.values() {
+                let mut full = base.clone();
+                full.extend(index_prefix(path));
+                let tree = ctx.elements.entry(root.clone()).or_default();
+                if !tree.keys().any(|k| k.starts_with(&full) || full.starts_with(k)) {
+                    tree.insert(full, None);
+                }
             }
         }
-        Ok(GraphCtx {
-            graph,
-            name,
-            prefix,
-            elements,
-            extracted,
-        })
+        Ok(ctx)
+    }
+
+    /// Records element `path` of `root`; a path may not be extracted twice nor
+    /// be both a tensor and a list.
+    fn add_element(
+        &mut self,
+        root: &BufName,
+        path: Vec<usize>,
+        buffer: Option<BufName>,
+        cx: &str,
+    ) -> Result<(), Error> {
+        let tree = self.elements.entry(root.clone()).or_default();
+        let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
+        if let Some(existing) = tree.get(&path) {
+            return Err(Error::Invalid {
+                context: cx.to_string(),
+                message: format!(
+                    "element `{root}{}` is extracted twice ({} and {})",
+                    path_text(&path),
+                    describe(existing),
+                    describe(&buffer)
+                ),
+            });
+        }
+        if let Some((other, b)) = tree
+            .iter()
+            .find(|(k, _)| k.starts_with(&path) || path.starts_with(k))
+        {
+            return Err(Error::Invalid {
+                context: cx.to_string(),
+                message: format!(
+                    "`{root}{}` ({}) and `{root}{}` ({}) cannot both be tensors: one is inside the other",
+                    path_text(&path),
+                    describe(&buffer),
+                    path_text(other),
+                    describe(b)
+                ),
+            });
+        }
+        tree.insert(path, buffer);
+        Ok(())
     }
 
     fn label(&self) -> String {
@@ -153,16 +262,88 @@ impl<'a> GraphCtx<'a> {
         )
     }
 
-    /// Variables receiving the elements of a multi-output value; missing elements
-    /// get `<source>_<i>` names so the handles are still released.
-    fn element_vars(&self, source: &BufName, count: usize) -> Vec<String> {
-        let known = self.elements.get(source);
-        (0..count.max(known.and_then(|m| m.keys().max()).map_or(0, |m| m + 1)))
-            .map(|i| match known.and_then(|m| m.get(&i)) {
-                Some(b) => self.local(b),
-                None => format!("{}_{}", self.local(source), i),
-            })
-            .collect()
+    /// The variable of element `path` of `root`: the extracted buffer, or a
+    /// placeholder `<root>_<i>_<j>` (released with the scope).
+    fn element_var(&self, root: &BufName, path: &[usize]) -> String {
+        match self.elements.get(root).and_then(|t| t.get(path)) {
+            Some(Some(b)) => self.local(b),
+            _ => {
+                let mut name = self.local(root);
+                for i in path {
+                    let _ = write!(name, "_{i}");
+                }
+                name
+            }
+        }
+    }
+
+    /// Every tensor of a multi-output value, flattened in path order, with
+    /// placeholders for the unextracted siblings of extracted elements (each
+    /// assumed to be one tensor, as upstream passes one handle per output).
+    fn leaf_vars(&self, root: &BufName) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(tree) = self.elements.get(root) {
+            self.collect_leaves(root, tree, &mut Vec::new(), &mut out);
+        }
+        out
+    }
+
+    fn collect_leaves(
+        &self,
+        root: &BufName,
+        tree: &BTreeMap<Vec<usize>, Option<BufName>>,
+        prefix: &mut Vec<usize>,
+        out: &mut Vec<String>,
+    ) {
+        if tree.contains_key(prefix.as_slice()) {
+            out.push(self.element_var(root, prefix));
+            return;
+        }
+        let children = tree
+            .keys()
+            .filter(|k| k.len() > prefix.len() && k.starts_with(prefix))
+            .filter_map(|k| k.get(prefix.len()).copied())
+            .max();
+        let Some(last) = children else {
+            out.push(self.element_var(root, prefix));
+            return;
+        };
+        for i in 0..=last {
+            prefix.push(i);
+            self.collect_leaves(root, tree, prefix, out);
+            prefix.pop();
+        }
+    }
+
+    /// Variables receiving the outputs of a conditional or while loop: one per
+    /// subgraph output (at least `count`); missing ones get `<root>_<i>` names.
+    fn flat_vars(&self, root: &BufName, count: usize, cx: &str) -> Result<Vec<String>, Error> {
+        let tree = self.elements.get(root);
+        let mut len = count;
+        for path in tree.into_iter().flat_map(|t| t.keys()) {
+            match path.as_slice() {
+                [i] => len = len.max(i + 1),
+                _ => {
+                    return Err(Error::Invalid {
+                        context: cx.to_string(),
+                        message: format!(
+                            "`{root}{}` is not one output of the subgraph: `{root}` is a flat list of tensors",
+                            path_text(path)
+                        ),
+                    })
+                }
+            }
+        }
+        Ok((0..len).map(|i| self.element_var(root, &[i])).collect())
+    }
+
+    /// Root and path of a multi-output value or a part of one.
+    fn multi_origin(&self, b: &BufName) -> Option<(BufName, Vec<usize>)> {
+        match self.parts.get(b) {
+            Some(origin) => Some(origin.clone()),
+            None if self.is_multi(b) => Some((b.clone(), Vec::new())),
+            None => None,
+        }
     }
 }
 
@@ -179,6 +360,8 @@ impl<'a> Lowering<'a> {
             next_tmp: 0,
             called_kernels: IndexSet::new(),
             hooks: IndexSet::new(),
+            direct_decls: IndexMap::new(),
+            halide: None,
             scopes: vec![Scope::default()],
         }
     }
@@ -236,7 +419,13 @@ impl<'a> Lowering<'a> {
 
     /// An expression in C++ form with the configured literal suffix.
     pub(super) fn cexpr(&self, e: &SymExpr) -> String {
-        let text = crate::sym::print::cpp(e);
+        let mut text = crate::sym::print::cpp(e);
+        if self.standalone() {
+            // The runtime header provides c10's integer helpers without libtorch.
+            text = text
+                .replace("c10::div_floor_integer(", "wrapir::div_floor_integer(")
+                .replace("c10::div_mod(", "wrapir::div_mod(");
+        }
         match self.options.int_suffix {
             IntSuffix::L => text,
             IntSuffix::LL => widen_suffix(&text),
@@ -460,6 +649,7 @@ impl<'a> Lowering<'a> {
                 "#ifndef WRAPIR_CUBIN_DIR\n#define WRAPIR_CUBIN_DIR {}\n#endif",
                 c_string(dir)
             )?;
+            self.direct_text(&mut out)?;
             if !self.hooks.is_empty() {
                 out.push_str(
                     "\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n",
@@ -502,6 +692,13 @@ impl<'a> Lowering<'a> {
             for d in &self.devices {
                 writeln!(out, "CACHE_TORCH_DEVICE({});", d.as_str())?;
             }
+            if let Some(h) = self.halide {
+                out.push_str("\n#include \"HalideRuntime.h\"\n");
+                if h.cuda {
+                    out.push_str("#include \"HalideRuntimeCuda.h\"\n");
+                }
+            }
+            self.direct_text(&mut out)?;
             out.push('\n');
             out.push_str(&wrappers.text);
             out.push_str("\nvoid inductor_entry_impl(\n");
@@ -512,6 +709,19 @@ impl<'a> Lowering<'a> {
             out.push_str("} // inductor_entry_impl\n");
         }
         Ok(out)
+    }
+
+    /// The Halide helper and the sources/declarations of directly called kernels.
+    fn direct_text(&self, out: &mut String) -> Result<(), Error> {
+        if self.halide.is_some() {
+            out.push('\n');
+            out.push_str(direct::HALIDE_HELPER);
+        }
+        for text in self.direct_decls.values() {
+            out.push('\n');
+            out.push_str(text);
+        }
+        Ok(())
     }
 
     // ---- lines -------------------------------------------------------------
@@ -567,8 +777,15 @@ impl<'a> Lowering<'a> {
             }
             Line::ExternKernelAlloc(call) => self.extern_call(g, call, None, cx),
             Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
-            // Elements were declared by the line that produced the multi-output value.
-            Line::MultiOutput { .. } => Ok(()),
+            // Elements were declared by the line that produced the multi-output
+            // value; the whole of a tensor under a new name is a new reference.
+            Line::MultiOutput { result, source, .. } => {
+                if g.multi_origin(source).is_none() && !g.is_multi(result) {
+                    let (src, dst) = (g.local(source), g.local(result));
+                    self.share(&src, &dst);
+                }
+                Ok(())
+            }
             Line::IndexPutFallback {
                 target,
                 indices,
@@ -758,8 +975,24 @@ impl<'a> Lowering<'a> {
                 ));
                 Ok(())
             }
-            Line::CommBufferAllocate { buffer, .. } | Line::CommBufferFree { buffer } => {
-                Err(self.unsupported(cx, format!("communication buffer `{buffer}`")))
+            // Neither AOTI's C shim nor the standalone runtime can allocate
+            // symmetric memory: a communication buffer becomes an ordinary
+            // allocation, which collectives accept (without the symmetric-memory
+            // fast path).
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            } => {
+                self.line(format!(
+                    "// {comm_kind} communication buffer {buffer} of group {}: allocated as an ordinary buffer",
+                    c_string(group)
+                ));
+                self.allocate(g, buffer, cx)
+            }
+            Line::CommBufferFree { buffer } => {
+                self.line(format!("{}.reset();  // communication buffer", g.local(buffer)));
+                Ok(())
             }
         }
     }
@@ -809,18 +1042,24 @@ impl<'a> Lowering<'a> {
         let strides = self.int_array(&layout.stride);
         let dtype = self.use_dtype(layout.dtype);
         if self.standalone() {
-            if layout.device.kind != DeviceType::Cuda {
-                return Err(
-                    self.unsupported(cx, format!("allocating `{buffer}` on {}", layout.device))
-                );
-            }
             let numel = layout
                 .alloc_numel
                 .as_ref()
                 .map_or("-1".to_string(), |n| self.cexpr(n));
-            self.line(format!(
-                "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
-            ));
+            match layout.device.kind {
+                DeviceType::Cuda => self.line(format!(
+                    "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
+                )),
+                DeviceType::Cpu => self.line(format!(
+                    "wrapir::Tensor {name} = wrapir::empty_strided_host({rank}, {sizes}, {strides}, {dtype}, {numel});"
+                )),
+                _ => {
+                    return Err(self.unsupported(
+                        cx,
+                        format!("allocating `{buffer}` on {}", layout.device),
+                    ))
+                }
+            }
             self.declare(&name);
             return Ok(());
         }
@@ -980,16 +1219,7 @@ impl<'a> Lowering<'a> {
             })?;
         let meta = match &kernel.backend {
             KernelBackend::Triton(m) => m,
-            other => {
-                return Err(self.unsupported(
-                    cx,
-                    format!(
-                        "calling {} kernel `{}` (only Triton kernels are lowered)",
-                        other.keyword(),
-                        call.kernel
-                    ),
-                ))
-            }
+            _ => return self.direct_call(g, call, kernel, cx),
         };
         let args = launch::bind_call_args(&call.kernel, meta, call, cx)?;
         let mut printed = Vec::new();
@@ -1001,21 +1231,28 @@ impl<'a> Lowering<'a> {
         if self.standalone() {
             printed.push("stream".to_string());
         } else {
-            let has_stream = self.scopes.iter().any(|s| s.streams.contains(&device));
-            if !has_stream {
-                self.line(format!("cudaStream_t stream{device};"));
-                self.line(format!(
-                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream({device}, (void**)&stream{device}));"
-                ));
-                if let Some(s) = self.scopes.last_mut() {
-                    s.streams.insert(device);
-                }
-            }
+            let stream = self.aoti_stream(device);
             printed.push(device.to_string());
-            printed.push(format!("stream{device}"));
+            printed.push(stream);
         }
         self.line(format!("call_{}({});", call.kernel, printed.join(", ")));
         Ok(())
+    }
+
+    /// AOTI: the variable holding device `device`'s current stream, declared
+    /// on first use in the scope.
+    fn aoti_stream(&mut self, device: u32) -> String {
+        let has_stream = self.scopes.iter().any(|s| s.streams.contains(&device));
+        if !has_stream {
+            self.line(format!("cudaStream_t stream{device};"));
+            self.line(format!(
+                "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream({device}, (void**)&stream{device}));"
+            ));
+            if let Some(s) = self.scopes.last_mut() {
+                s.streams.insert(device);
+            }
+        }
+        format!("stream{device}")
     }
 
     fn kernel_arg(
@@ -1073,11 +1310,11 @@ impl<'a> Lowering<'a> {
         cx: &str,
     ) -> Result<(), Error> {
         let (name, overload) = split_op(&call.op);
-        let suffix = op_suffix(name, overload, out.is_some());
+        let suffix = op_suffix(&name, overload, out.is_some());
         // Result variables: one tensor, or one per element of a multi-output value.
         let results: Vec<String> = match &call.result {
             None => vec![],
-            Some(r) if g.is_multi(r) => g.element_vars(r, 0),
+            Some(r) if g.is_multi(r) => g.leaf_vars(r),
             Some(r) => {
                 g.layout(r, cx)?;
                 vec![g.local(r)]
@@ -1416,38 +1653,47 @@ impl<'a> Lowering<'a> {
         path: &[KeyEntry],
         cx: &str,
     ) -> Result<(), Error> {
-        // Resolve the top level: C++ holds multi-output elements as separate variables.
-        let (base, rest): (String, &[KeyEntry]) = if g.is_multi(source) {
-            match path.split_first() {
-                Some((KeyEntry::Index(i), rest)) => {
-                    let idx = usize::try_from(*i).map_err(|_| Error::Invalid {
-                        context: cx.into(),
-                        message: format!("negative index {i} in the key path of `{symbol}`"),
-                    })?;
-                    let vars = g.element_vars(source, idx + 1);
-                    let var = vars.get(idx).cloned().ok_or_else(|| Error::Invalid {
-                        context: cx.into(),
-                        message: format!("`{source}` has no element {idx} for `{symbol}`"),
-                    })?;
-                    (var, rest)
+        // Resolve the top level: C++ holds multi-output elements as separate
+        // variables, so leading indices are walked key by key to one of them.
+        let (base, rest): (String, &[KeyEntry]) = if let Some((root, mut at)) = g.multi_origin(source) {
+            let tree = g.elements.get(&root);
+            let is_leaf = |p: &[usize]| tree.is_some_and(|t| t.contains_key(p));
+            let is_list = |p: &[usize]| tree.is_some_and(|t| t.keys().any(|k| k.len() > p.len() && k.starts_with(p)));
+            let mut rest = path;
+            loop {
+                if is_leaf(&at) {
+                    break;
                 }
-                _ => {
-                    return Err(Error::Invalid {
-                        context: cx.into(),
-                        message: format!(
-                            "the key path `{}` of `{symbol}` must start with an index into multi-output `{source}`",
-                            KeyPathText(path)
-                        ),
-                    })
+                match rest.split_first() {
+                    Some((KeyEntry::Index(i), tail)) if is_list(&at) => {
+                        let i = usize::try_from(*i).map_err(|_| Error::Invalid {
+                            context: cx.into(),
+                            message: format!("negative index {i} in the key path of `{symbol}`"),
+                        })?;
+                        at.push(i);
+                        rest = tail;
+                    }
+                    _ => {
+                        return Err(Error::Invalid {
+                            context: cx.into(),
+                            message: format!(
+                                "the key path `{}` of `{symbol}` does not lead to a tensor of multi-output `{root}` (stops at `{root}{}`)",
+                                KeyPathText(path),
+                                path_text(&at)
+                            ),
+                        })
+                    }
                 }
             }
+            (g.element_var(&root, &at), rest)
         } else {
-            match (path.first(), g.extracted.get(source)) {
-                // Bindings computed on the op's tuple output, attached to its one extracted element.
-                (Some(KeyEntry::Index(i)), Some((_, idx)))
-                    if usize::try_from(*i).ok() == Some(*idx) =>
+            match g.extracted.get(source) {
+                // Bindings computed on the op's output, attached to one extracted
+                // element: drop the element's own indices.
+                Some((_, at))
+                    if !at.is_empty() && index_prefix(path).starts_with(at) =>
                 {
-                    (g.local(source), &path[1..])
+                    (g.local(source), &path[at.len()..])
                 }
                 _ => (g.local(source), path),
             }
@@ -1635,7 +1881,7 @@ impl<'a> Lowering<'a> {
                 ),
             });
         }
-        let results = g.element_vars(&c.result, 0);
+        let results = g.flat_vars(&c.result, 0, cx)?;
         let ty = self.tensor_type();
         for r in &results {
             self.line(format!("{ty} {r};"));
@@ -1674,7 +1920,7 @@ impl<'a> Lowering<'a> {
     fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &str) -> Result<(), Error> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
         let additional: Vec<String> = w.additional.iter().map(|b| g.local(b)).collect();
-        let results = g.element_vars(&w.result, carried.len());
+        let results = g.flat_vars(&w.result, carried.len(), cx)?;
         if results.len() != carried.len() {
             return Err(Error::Invalid {
                 context: cx.into(),
@@ -1758,16 +2004,30 @@ static inline void launchKernel(
 }
 "#;
 
-/// `(name, overload)` of an op as the Python wrapper names it.
-pub(super) fn split_op(op: &str) -> (&str, Option<&str>) {
-    let s = op
-        .strip_prefix("torch.ops.")
-        .or_else(|| op.strip_prefix("extern_kernels."))
-        .unwrap_or(op);
-    let s = s.strip_prefix("aten.").unwrap_or(s);
+/// `(name, overload)` of an op as the Python wrapper names it: `aten` ops by
+/// their own name (`torch.ops.aten.topk.default` -> `topk`), ops of other
+/// namespaces with the namespace in front (`torch.ops.mylib.pairs.default` ->
+/// `mylib_pairs`), so the name is a C++ identifier stem.
+pub(super) fn split_op(op: &str) -> (String, Option<&str>) {
+    fn name_and_overload(s: &str) -> (String, Option<&str>) {
+        match s.split_once('.') {
+            Some((n, o)) => (n.to_string(), Some(o)),
+            None => (s.to_string(), None),
+        }
+    }
+    if let Some(rest) = op.strip_prefix("extern_kernels.") {
+        return name_and_overload(rest);
+    }
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    if let Some(rest) = s.strip_prefix("aten.") {
+        return name_and_overload(rest);
+    }
     match s.split_once('.') {
-        Some((n, o)) => (n, Some(o)),
-        None => (s, None),
+        Some((namespace, rest)) if op.starts_with("torch.ops.") => {
+            let (name, overload) = name_and_overload(rest);
+            (format!("{namespace}_{name}"), overload)
+        }
+        _ => name_and_overload(s),
     }
 }
 

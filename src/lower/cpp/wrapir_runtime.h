@@ -3,11 +3,19 @@
 // Needs only the CUDA driver API (<cuda.h>, link with -lcuda) and the C++17
 // standard library; no libtorch.
 //
-// * wrapir::Tensor: a strided view of device memory. Storage is reference
-//   counted (views and copies share it) and released with cuMemFreeAsync on the
-//   stream it was allocated on when the last reference goes away. Tensors made
-//   by wrapir::Tensor::borrow() do not own their memory and never free it.
-// * Allocation is stream ordered (cuMemAllocAsync).
+// * wrapir::Tensor: a strided view of device or host memory. Storage is
+//   reference counted (views and copies share it) and released when the last
+//   reference goes away: device memory with cuMemFreeAsync on the stream it was
+//   allocated on, host memory with std::free. Tensors made by
+//   wrapir::Tensor::borrow() / borrow_host() never free their memory.
+// * Device allocation is stream ordered (cuMemAllocAsync); host allocation
+//   (wrapir::empty_strided_host, for CPU buffers and C++/Halide CPU kernels)
+//   is 64-byte aligned std::aligned_alloc. data_ptr() is the address as an
+//   integer for both.
+// * Halide kernels take halide_buffer_t arguments. This header declares
+//   ABI-compatible halide_type_t / halide_dimension_t / halide_buffer_t and
+//   halide_cuda_device_interface(); define WRAPIR_USE_HALIDE_RUNTIME_H to use
+//   Halide's own HalideRuntime.h and HalideRuntimeCuda.h instead.
 // * Kernels are loaded from cubin files (cuModuleLoad + cuModuleGetFunction)
 //   and launched with 32 * num_warps threads per block.
 // * Every driver call is checked; a failure throws wrapir::Error naming the call.
@@ -17,7 +25,9 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -46,10 +56,28 @@ inline void check_driver(CUresult result, const char* call, const char* file, in
 
 }  // namespace wrapir
 
+
 /// Checks a CUDA driver call; throws wrapir::Error with the call's text on failure.
 #define CU_CHECK(EXPR) ::wrapir::check_driver((EXPR), #EXPR, __FILE__, __LINE__)
 
 namespace wrapir {
+
+/// Python's floor division `a // b` (what c10::div_floor_integer computes);
+/// size expressions of the standalone dialect call it.
+inline int64_t div_floor_integer(int64_t a, int64_t b) {
+  if (b == 0) throw Error("wrapir::div_floor_integer: division by zero in a size expression");
+  int64_t q = a / b;
+  if (a % b != 0 && ((a % b < 0) != (b < 0))) --q;
+  return q;
+}
+
+/// Python's modulo `a % b`, with the sign of `b` (what c10::div_mod computes).
+inline int64_t div_mod(int64_t a, int64_t b) {
+  if (b == 0) throw Error("wrapir::div_mod: modulo by zero in a size expression");
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
 
 /// Element types (the same set as wrapir's DType).
 enum class DType : int32_t {
@@ -87,18 +115,25 @@ inline int64_t element_size(DType dtype) {
   }
 }
 
-/// Device memory, freed with cuMemFreeAsync on `stream` when `owned`.
+/// Device memory, freed with cuMemFreeAsync on `stream` when `owned`, or host
+/// memory (`host`), freed with std::free when `owned`.
 struct Storage {
   CUdeviceptr ptr = 0;
   CUstream stream = nullptr;
   bool owned = false;
+  bool host = false;
   Storage() = default;
   Storage(CUdeviceptr p, CUstream s, bool o) : ptr(p), stream(s), owned(o) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
-    // A destructor must not throw: a failed free is ignored here.
-    if (owned && ptr != 0) (void)cuMemFreeAsync(ptr, stream);
+    if (!owned || ptr == 0) return;
+    if (host) {
+      std::free(reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)));
+    } else {
+      // A destructor must not throw: a failed free is ignored here.
+      (void)cuMemFreeAsync(ptr, stream);
+    }
   }
 };
 
@@ -120,6 +155,23 @@ class Tensor {
     return t;
   }
 
+  /// A tensor over host memory the caller owns; wrapir never frees it.
+  static Tensor borrow_host(void* ptr, DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                            int64_t storage_offset = 0) {
+    Tensor t = borrow(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr)), dtype, std::move(sizes),
+                      std::move(strides), storage_offset);
+    t.storage_->host = true;
+    return t;
+  }
+
+  /// Adopts host memory from std::malloc / std::aligned_alloc; freed with the last reference.
+  static Tensor adopt_host(void* ptr, DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                           int64_t storage_offset = 0) {
+    Tensor t = borrow_host(ptr, dtype, std::move(sizes), std::move(strides), storage_offset);
+    t.storage_->owned = true;
+    return t;
+  }
+
   /// Adopts memory allocated with cuMemAllocAsync on `stream`; freed with the last reference.
   static Tensor adopt(CUdeviceptr ptr, CUstream stream, DType dtype, std::vector<int64_t> sizes,
                       std::vector<int64_t> strides, int64_t storage_offset = 0) {
@@ -130,6 +182,8 @@ class Tensor {
   }
 
   bool defined() const { return storage_ != nullptr; }
+  /// True for host memory, false for device memory (and undefined tensors).
+  bool is_host() const { return storage_ != nullptr && storage_->host; }
   DType dtype() const { return dtype_; }
   int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
   const std::vector<int64_t>& sizes() const { return sizes_; }
@@ -218,6 +272,23 @@ inline Tensor empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* s
                        std::vector<int64_t>(strides, strides + ndim));
 }
 
+/// Allocates an uninitialised tensor in host memory (64-byte aligned).
+/// `alloc_numel` as for empty_strided.
+inline Tensor empty_strided_host(int64_t ndim, const int64_t* sizes, const int64_t* strides, DType dtype,
+                                 int64_t alloc_numel) {
+  int64_t numel = alloc_numel < 0 ? storage_numel(ndim, sizes, strides) : alloc_numel;
+  if (numel < 0) throw Error("wrapir::empty_strided_host: negative storage size");
+  size_t bytes = static_cast<size_t>(numel * element_size(dtype));
+  void* ptr = nullptr;
+  if (bytes > 0) {
+    // std::aligned_alloc needs a size that is a multiple of the alignment.
+    ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (ptr == nullptr) throw Error("wrapir::empty_strided_host: out of host memory");
+  }
+  return Tensor::adopt_host(ptr, dtype, std::vector<int64_t>(sizes, sizes + ndim),
+                            std::vector<int64_t>(strides, strides + ndim));
+}
+
 /// A byte buffer (kernel scratch space).
 inline Tensor empty_bytes(int64_t bytes, CUstream stream) {
   int64_t size[1] = {bytes};
@@ -239,8 +310,12 @@ inline int64_t item_int64(const Tensor& t, CUstream stream) {
   if (!t.defined()) throw Error("wrapir::item_int64 on an undefined tensor");
   unsigned char bytes[8] = {0};
   int64_t size = element_size(t.dtype());
-  CU_CHECK(cuMemcpyDtoHAsync(bytes, t.data_ptr(), static_cast<size_t>(size), stream));
-  CU_CHECK(cuStreamSynchronize(stream));
+  if (t.is_host()) {
+    std::memcpy(bytes, reinterpret_cast<const void*>(static_cast<uintptr_t>(t.data_ptr())), static_cast<size_t>(size));
+  } else {
+    CU_CHECK(cuMemcpyDtoHAsync(bytes, t.data_ptr(), static_cast<size_t>(size), stream));
+    CU_CHECK(cuStreamSynchronize(stream));
+  }
   switch (t.dtype()) {
     case DType::Bool:
       return bytes[0] != 0 ? 1 : 0;
@@ -415,3 +490,35 @@ inline std::string& last_error() {
 }
 
 }  // namespace wrapir
+
+#if defined(WRAPIR_USE_HALIDE_RUNTIME_H)
+#include "HalideRuntime.h"
+#include "HalideRuntimeCuda.h"
+#elif !defined(HALIDE_HALIDERUNTIME_H)
+// The parts of Halide's runtime ABI that calls of Halide kernels use, laid out
+// as in HalideRuntime.h.
+extern "C" {
+struct halide_device_interface_t;
+struct halide_type_t {
+  uint8_t code;  // halide_type_code_t: 0 int, 1 uint, 2 float, 3 handle, 4 bfloat
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct halide_dimension_t {
+  int32_t min, extent, stride;
+  uint32_t flags;
+};
+struct halide_buffer_t {
+  uint64_t device;
+  const struct halide_device_interface_t* device_interface;
+  uint8_t* host;
+  uint64_t flags;
+  struct halide_type_t type;
+  int32_t dimensions;
+  struct halide_dimension_t* dim;
+  void* padding;
+};
+/// Halide's CUDA device interface (from the Halide runtime the embedder links).
+const struct halide_device_interface_t* halide_cuda_device_interface();
+}
+#endif

@@ -58,7 +58,10 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 Line::AssertSizeStride { buffer, .. } if in_preamble => input_position(buffer),
                 _ => None,
             };
+            // Definitions print nothing here, so they do not end the preamble.
+            let transparent = matches!(line, Line::KernelDefinition { .. });
             match preamble_input {
+                None if transparent => {}
                 Some(position) => {
                     while let Some((_, a)) = pending.next_if(|(p, _)| p.is_some_and(|p| p < position)) {
                         code.line(&a.text);

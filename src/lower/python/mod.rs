@@ -89,7 +89,9 @@ pub struct Options {
     pub stream_binding: StreamBinding,
     /// Write `assert_size_stride` after the symbol binds for every tensor input
     /// of every graph that no `AssertSizeStride` line of that graph checks
-    /// (skipped for inputs with a literal zero dimension, as Inductor does).
+    /// (skipped for inputs with a literal zero dimension, as Inductor does). They
+    /// are merged into the graph's leading `AssertSizeStride` lines on inputs, so
+    /// all input checks come out in input order.
     pub input_size_asserts: bool,
     /// The AOT graph name for the first line (`# AOT ID: ['0_inference']`); no
     /// such line when `None`.
@@ -539,7 +541,7 @@ impl<'a> Lowering<'a> {
         graph.lines.iter().any(|l| match l {
             Line::KernelCall(call) => match self.program.kernels.get(&call.kernel).map(|d| &d.backend) {
                 Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => {
-                    call.device.is_none_or(is_gpu)
+                    call.device.map_or(true, is_gpu)
                 }
                 Some(KernelBackend::Halide(meta)) => meta.is_cuda(),
                 _ => false,
@@ -649,7 +651,7 @@ impl<'a> Lowering<'a> {
                             at: Location { graph: graph_name.cloned(), line: 0, kind: "input" },
                         });
                     };
-                    if layout.size.iter().any(|s| *s == SymExpr::Int(0)) {
+                    if layout.size.contains(&SymExpr::Int(0)) {
                         continue;
                     }
                     input_asserts.push(body::InputAssert {

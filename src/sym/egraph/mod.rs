@@ -221,6 +221,9 @@ pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -
     if let Some(s) = facts.empty_range() {
         return Outcome::Unknown(format!("the facts are contradictory: the range of `{s}` is empty"));
     }
+    if a.is_boolean() != b.is_boolean() {
+        return Outcome::Unknown("one side is a condition and the other an integer".to_string());
+    }
     let (ra, rb) = match (to_rec_expr(a), to_rec_expr(b)) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => return Outcome::Unknown(format!("cannot translate into the e-graph: {e}")),

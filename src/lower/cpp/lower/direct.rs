@@ -1,0 +1,426 @@
+//! Direct calls of kernels that are not Triton launches: C++ kernels (spec
+//! 3.6), Halide kernels (seed A.4), CUDA C kernels and embedder host
+//! functions. The forms are described in the module documentation of
+//! [`crate::lower::cpp`].
+
+use super::{c_float, c_string, GraphCtx, Lowering};
+use crate::ir::{
+    ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
+    KernelName,
+};
+use crate::lower::cpp::Error;
+use std::fmt::Write as _;
+
+/// Which Halide support the file needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct HalideUse {
+    /// A CUDA Halide kernel is called (`halide_cuda_device_interface()`).
+    pub(super) cuda: bool,
+}
+
+/// The buffer helper written into files that call Halide kernels. It works
+/// with Halide's own `HalideRuntime.h` and with the minimal ABI-compatible
+/// declarations of `wrapir_runtime.h`.
+pub(super) const HALIDE_HELPER: &str = r#"// Describes a strided tensor to a Halide kernel: on the device when
+// `device_interface` is set, else in host memory (Inductor's Halide glue).
+static inline halide_buffer_t wrapir_halide_buffer(uint64_t address, int64_t offset, int64_t element_size,
+                                                   const struct halide_device_interface_t* device_interface,
+                                                   int type_code, int type_bits, int32_t dimensions,
+                                                   halide_dimension_t* dim) {
+    halide_buffer_t b = {};
+    uint64_t start = address + static_cast<uint64_t>(offset * element_size);
+    if (device_interface != nullptr) {
+        b.device = start;
+        b.device_interface = device_interface;
+        b.flags = 2;  // halide_buffer_flag_device_dirty
+    } else {
+        b.host = reinterpret_cast<uint8_t*>(start);
+        b.flags = 1;  // halide_buffer_flag_host_dirty
+    }
+    b.type.code = static_cast<decltype(b.type.code)>(type_code);
+    b.type.bits = static_cast<uint8_t>(type_bits);
+    b.type.lanes = 1;
+    b.dimensions = dimensions;
+    b.dim = dim;
+    return b;
+}
+"#;
+
+/// Halide's `halide_type_code_t` and bit width of an element type.
+fn halide_type(d: DType) -> Option<(u8, u8)> {
+    const INT: u8 = 0;
+    const UINT: u8 = 1;
+    const FLOAT: u8 = 2;
+    const BFLOAT: u8 = 4;
+    Some(match d {
+        DType::Bool => (UINT, 1),
+        DType::Int8 => (INT, 8),
+        DType::Int16 => (INT, 16),
+        DType::Int32 => (INT, 32),
+        DType::Int64 => (INT, 64),
+        DType::Uint8 => (UINT, 8),
+        DType::Float16 => (FLOAT, 16),
+        DType::Bfloat16 => (BFLOAT, 16),
+        DType::Float32 => (FLOAT, 32),
+        DType::Float64 => (FLOAT, 64),
+        DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => return None,
+    })
+}
+
+/// Renames the function a C++ kernel's source defines to `name`. Inductor's
+/// `cpp_pybinding` sources call it `kernel`; sources already naming `name`
+/// are kept.
+fn rename_cpp_source(source: &str, name: &str) -> Option<String> {
+    if find_call_token(source, name).is_some() {
+        return Some(source.to_string());
+    }
+    let at = find_call_token(source, "kernel")?;
+    let mut out = String::with_capacity(source.len() + name.len());
+    out.push_str(&source[..at]);
+    out.push_str(name);
+    out.push_str(&source[at + "kernel".len()..]);
+    Some(out)
+}
+
+/// Byte offset of the first whole-word `token` followed by `(` (spaces allowed).
+fn find_call_token(source: &str, token: &str) -> Option<usize> {
+    let bytes = source.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    source.match_indices(token).map(|(i, _)| i).find(|&i| {
+        let before_ok = i == 0 || !ident(bytes[i - 1]);
+        let after = source[i + token.len()..].trim_start();
+        before_ok && after.starts_with('(')
+    })
+}
+
+impl<'a> Lowering<'a> {
+    /// A call of a non-Triton kernel.
+    pub(super) fn direct_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        def: &'a KernelDef,
+        cx: &str,
+    ) -> Result<(), Error> {
+        match &def.backend {
+            KernelBackend::Cpp(meta) => self.cpp_kernel_call(g, call, def, meta, cx),
+            KernelBackend::Halide(meta) => self.halide_call(g, call, meta, cx),
+            KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
+            KernelBackend::Host => self.extern_function_call(g, call, false, cx),
+            KernelBackend::Triton(_) => Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("Triton kernel `{}` is launched, not called directly", call.kernel),
+            }),
+        }
+    }
+
+    fn positional_only<'c>(&self, call: &'c KernelCall, backend: &str, cx: &str) -> Result<Vec<&'c ArgValue>, Error> {
+        call.args
+            .iter()
+            .map(|a| match &a.name {
+                None => Ok(&a.value),
+                Some(n) => Err(Error::Invalid {
+                    context: cx.into(),
+                    message: format!(
+                        "{backend} kernel `{}` takes positional arguments only, but gets `{n}=`",
+                        call.kernel
+                    ),
+                }),
+            })
+            .collect()
+    }
+
+    /// A scalar argument in C++ form.
+    fn scalar_arg(&self, kernel: &KernelName, index: usize, value: &ArgValue, cx: &str) -> Result<String, Error> {
+        match value {
+            ArgValue::Expr(e) => Ok(self.cexpr(e)),
+            ArgValue::Float(v) => Ok(c_float(*v)),
+            ArgValue::Bool(b) => Ok(b.to_string()),
+            _ => Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("argument {index} of kernel `{kernel}` is not a number"),
+            }),
+        }
+    }
+
+    /// Records a kernel's file-level text; a second, different text is an error.
+    fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &str) -> Result<(), Error> {
+        match self.direct_decls.get(kernel) {
+            Some(existing) if *existing != text => Err(Error::Invalid {
+                context: cx.into(),
+                message: format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                self.direct_decls.insert(kernel.clone(), text);
+                Ok(())
+            }
+        }
+    }
+
+    /// `cpp_fused_add_0((const float*)(arg0_1.data_ptr()), (float*)(buf0.data_ptr()), 16L);`
+    fn cpp_kernel_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        def: &KernelDef,
+        meta: &CppMeta,
+        cx: &str,
+    ) -> Result<(), Error> {
+        let kernel = &call.kernel;
+        let args = self.positional_only(call, "C++", cx)?;
+        if args.len() != meta.arg_types.len() {
+            return Err(Error::Invalid {
+                context: cx.into(),
+                message: format!(
+                    "C++ kernel `{kernel}` takes {} arguments (`arg_types`) but gets {}",
+                    meta.arg_types.len(),
+                    args.len()
+                ),
+            });
+        }
+        let mut printed = Vec::with_capacity(args.len());
+        for (i, (ty, value)) in meta.arg_types.iter().zip(&args).enumerate() {
+            let ty = ty.trim();
+            if ty.ends_with('*') {
+                let ArgValue::Buffer(b) = value else {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"),
+                    });
+                };
+                let device = g.layout(b, cx)?.device;
+                if device.kind != DeviceType::Cpu {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"),
+                    });
+                }
+                printed.push(format!("({ty})({}.data_ptr())", g.local(b)));
+            } else {
+                if matches!(value, ArgValue::Buffer(_)) {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"),
+                    });
+                }
+                printed.push(self.scalar_arg(kernel, i, value, cx)?);
+            }
+        }
+        let decl = if self.standalone() && !def.source.trim().is_empty() {
+            let source = rename_cpp_source(&def.source, kernel.as_str()).ok_or_else(|| {
+                self.unsupported(
+                    cx,
+                    format!("the source of C++ kernel `{kernel}` defines neither `{kernel}(` nor `kernel(`"),
+                )
+            })?;
+            format!("// C++ kernel `{kernel}`.\n{}\n", source.trim_end())
+        } else {
+            let who = if self.standalone() { "the embedder" } else { "the kernel library" };
+            format!(
+                "// C++ kernel `{kernel}`, defined by {who}.\nextern \"C\" void {kernel}({});\n",
+                meta.arg_types.iter().map(|t| t.trim()).collect::<Vec<_>>().join(", ")
+            )
+        };
+        self.declare_direct(kernel, decl, cx)?;
+        self.line(format!("{kernel}({});", printed.join(", ")));
+        Ok(())
+    }
+
+    /// A Halide kernel: one `halide_buffer_t` per buffer argument, built from
+    /// the argument's shape/stride/offset, then a direct call.
+    fn halide_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, meta: &HalideMeta, cx: &str) -> Result<(), Error> {
+        let kernel = &call.kernel;
+        let invalid = |message: String| Error::Invalid { context: cx.to_string(), message };
+        // Call arguments bind the arguments that are not aliases, in order or by name.
+        let outer: Vec<&HalideArg> = meta.argtypes.iter().filter(|a| a.alias_of.is_none()).collect();
+        let mut bound: Vec<Option<&ArgValue>> = vec![None; outer.len()];
+        let mut next = 0usize;
+        for CallArg { name, value } in &call.args {
+            let slot = match name {
+                None => {
+                    next += 1;
+                    next - 1
+                }
+                Some(n) => outer
+                    .iter()
+                    .position(|a| a.name == *n)
+                    .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` has no argument `{n}`")))?,
+            };
+            let entry = bound
+                .get_mut(slot)
+                .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` takes {} arguments but gets more", outer.len())))?;
+            if entry.replace(value).is_some() {
+                return Err(invalid(format!("Halide kernel `{kernel}` argument `{}` is given twice", outer[slot].name)));
+            }
+        }
+        let value_of = |name: &str| -> Result<&ArgValue, Error> {
+            outer
+                .iter()
+                .position(|a| a.name == name)
+                .and_then(|i| bound[i])
+                .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` call is missing argument `{name}`")))
+        };
+        let device_index = meta.cuda_device;
+        let cuda = meta.is_cuda();
+        let user_context = meta.target.split('-').any(|f| f == "user_context");
+        self.open("{");
+        // Values first: the parameter-named declarations below may shadow wrapper names.
+        let mut params = Vec::new();
+        let mut named_scalars = Vec::new();
+        let mut lines_after = Vec::new();
+        for arg in &meta.argtypes {
+            let value = value_of(arg.alias_of.as_deref().unwrap_or(&arg.name))?;
+            let Some(shape) = &arg.shape else {
+                if matches!(value, ArgValue::Buffer(_)) {
+                    return Err(invalid(format!("Halide scalar argument `{}` of `{kernel}` gets a tensor", arg.name)));
+                }
+                let v = self.scalar_arg(kernel, params.len(), value, cx)?;
+                self.line(format!("const {} {}_value_ = {v};", arg.ctype, arg.name));
+                named_scalars.push(format!("const {} {} = {}_value_;", arg.ctype, arg.name, arg.name));
+                params.push((format!("{} {}", arg.ctype, arg.name), arg.name.clone()));
+                continue;
+            };
+            let ArgValue::Buffer(b) = value else {
+                return Err(invalid(format!("Halide buffer argument `{}` of `{kernel}` gets a value that is not a tensor", arg.name)));
+            };
+            let layout = g.layout(b, cx)?;
+            match (cuda, layout.device.kind) {
+                (true, DeviceType::Cuda) | (false, DeviceType::Cpu) => {}
+                _ => {
+                    return Err(invalid(format!(
+                        "Halide kernel `{kernel}` runs on {}, but its argument `{b}` is on {}",
+                        if cuda { "CUDA" } else { "the host" },
+                        layout.device
+                    )))
+                }
+            }
+            let (code, bits) = halide_type(layout.dtype)
+                .ok_or_else(|| self.unsupported(cx, format!("Halide buffer `{b}` of dtype {}", layout.dtype)))?;
+            let stride = arg.stride.clone().unwrap_or_default();
+            if stride.len() != shape.len() {
+                return Err(invalid(format!(
+                    "Halide argument `{}` of `{kernel}` has {} sizes but {} strides",
+                    arg.name,
+                    shape.len(),
+                    stride.len()
+                )));
+            }
+            let n = &arg.name;
+            self.line(format!("const uint64_t {n}_address_ = (uint64_t)({}.data_ptr());", g.local(b)));
+            let dims: Vec<String> = shape
+                .iter()
+                .zip(&stride)
+                .map(|(e, s)| format!("{{0, static_cast<int32_t>({e}), static_cast<int32_t>({s}), 0}}"))
+                .collect();
+            let offset = arg.offset.as_deref().unwrap_or("0");
+            let iface = if cuda { "halide_cuda_device_interface()" } else { "nullptr" };
+            if dims.is_empty() {
+                lines_after.push(format!("halide_dimension_t* {n}_dim_ = nullptr;"));
+            } else {
+                lines_after.push(format!("halide_dimension_t {n}_dim_[] = {{{}}};", dims.join(", ")));
+            }
+            lines_after.push(format!(
+                "halide_buffer_t {n}_buffer_ = wrapir_halide_buffer({n}_address_, static_cast<int64_t>({offset}), {}, {iface}, {code}, {bits}, {}, {n}_dim_);",
+                layout.dtype.size_bytes(),
+                shape.len()
+            ));
+            params.push((format!("halide_buffer_t* {n}"), format!("&{n}_buffer_")));
+        }
+        let mut call_args: Vec<String> = Vec::new();
+        let mut decl_params: Vec<String> = Vec::new();
+        if user_context {
+            let stream = if self.standalone() {
+                "stream".to_string()
+            } else if cuda {
+                self.aoti_stream(device_index.unwrap_or(0))
+            } else {
+                "nullptr".to_string()
+            };
+            call_args.push(stream);
+            decl_params.push("const void* user_context".to_string());
+        }
+        for l in named_scalars.into_iter().chain(lines_after) {
+            self.line(l);
+        }
+        for (decl, arg) in params {
+            decl_params.push(decl);
+            call_args.push(arg);
+        }
+        let msg = format!("Halide kernel `{kernel}` failed with status ");
+        self.line(format!(
+            "if (int status_ = {kernel}({})) {{ throw std::runtime_error({} + std::to_string(status_)); }}",
+            call_args.join(", "),
+            c_string(&msg)
+        ));
+        self.close("}");
+        let decl = format!(
+            "// Halide kernel `{kernel}` (target {}), built with `-f {kernel}`.\nextern \"C\" int {kernel}({});\n",
+            meta.target,
+            decl_params.join(", ")
+        );
+        self.declare_direct(kernel, decl, cx)?;
+        let used = self.halide.get_or_insert_with(HalideUse::default);
+        used.cuda |= cuda;
+        Ok(())
+    }
+
+    /// A CUDA C kernel or host function the embedder links: pointers as
+    /// `void*`, integers as `int64_t`, floats as `double`, booleans as `bool`,
+    /// then (CUDA C) the stream; a non-zero return fails the wrapper.
+    fn extern_function_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cuda: bool, cx: &str) -> Result<(), Error> {
+        let kernel = &call.kernel;
+        let what = if cuda { "CUDA C" } else { "host" };
+        let args = self.positional_only(call, what, cx)?;
+        let mut types = Vec::with_capacity(args.len() + 1);
+        let mut printed = Vec::with_capacity(args.len() + 1);
+        for (i, value) in args.iter().enumerate() {
+            match value {
+                ArgValue::Buffer(b) => {
+                    g.layout(b, cx)?;
+                    types.push("void*");
+                    printed.push(format!("(void*)({}.data_ptr())", g.local(b)));
+                }
+                ArgValue::Expr(_) => {
+                    types.push("int64_t");
+                    printed.push(self.scalar_arg(kernel, i, value, cx)?);
+                }
+                ArgValue::Float(_) => {
+                    types.push("double");
+                    printed.push(self.scalar_arg(kernel, i, value, cx)?);
+                }
+                ArgValue::Bool(_) => {
+                    types.push("bool");
+                    printed.push(self.scalar_arg(kernel, i, value, cx)?);
+                }
+                _ => {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
+                    })
+                }
+            }
+        }
+        if cuda {
+            types.push("void* stream");
+            let stream = if self.standalone() {
+                "stream".to_string()
+            } else {
+                let device = call.device.map_or(0, |d| d.index.unwrap_or(0));
+                self.aoti_stream(device)
+            };
+            printed.push(stream);
+        }
+        let mut decl = String::new();
+        let _ = writeln!(decl, "// {what} kernel `{kernel}`, linked by the embedder.");
+        let _ = writeln!(decl, "extern \"C\" int {kernel}({});", types.join(", "));
+        self.declare_direct(kernel, decl, cx)?;
+        let msg = format!("{what} kernel `{kernel}` failed with status ");
+        self.line(format!(
+            "if (int status_ = {kernel}({})) {{ throw std::runtime_error({} + std::to_string(status_)); }}",
+            printed.join(", "),
+            c_string(&msg)
+        ));
+        Ok(())
+    }
+}

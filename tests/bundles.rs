@@ -1,0 +1,215 @@
+//! Real Inductor bundles (`fixtures/inductor/bundles/<case>/`): every program
+//! validates, lowers to every target, runs on meta, and (where the host
+//! backend implements all its ops) runs on cpu and matches eager PyTorch.
+
+mod common;
+
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use wrapir::exec::compare::{compare, Tolerance};
+use wrapir::exec::host::{op_key, HostBackend};
+use wrapir::exec::meta::{run_program_on, MetaBackend};
+use wrapir::exec::{safetensors, Tensor, Value};
+use wrapir::fx::Op;
+use wrapir::ir::Program;
+use wrapir::lower::cpp::{Dialect, Options as CppOptions};
+
+/// (bundle, target) pairs known to fail, with a substring of the error. The
+/// test fails when one of them starts to pass, so the list cannot rot.
+const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
+
+/// Predicate values for bundles whose `cond` reads device data (meta cannot).
+const PREDICATES: &[(&str, &[bool])] = &[("cond_branches", &[true, false]), ("cond_same_shape", &[true, false])];
+
+fn bundles() -> Vec<PathBuf> {
+    let dir = common::root().join("fixtures/inductor/bundles");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("program.json").is_file())
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no bundles in {}", dir.display());
+    v
+}
+
+fn name(dir: &Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn load(dir: &Path) -> Program {
+    let text = std::fs::read_to_string(dir.join("program.json")).unwrap();
+    Program::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", name(dir)))
+}
+
+fn tensors(path: &Path) -> IndexMap<String, Tensor> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn bundle_json(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).unwrap()).unwrap()
+}
+
+/// The outcome of lowering to one target.
+fn lower(program: &Program, target: &str) -> Result<String, String> {
+    let info = wrapir::ir::validate(program).map_err(|e| e.to_string())?;
+    let cpp = |dialect| wrapir::lower::cpp::write_string(&info, &CppOptions { dialect, ..Default::default() });
+    match target {
+        "python" => wrapir::lower::python::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
+        "cpp" => cpp(Dialect::Aoti).map_err(|e| e.to_string()),
+        "cpp-standalone" => cpp(Dialect::Standalone).map_err(|e| e.to_string()),
+        "fx" => wrapir::lower::fx::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
+        other => Err(format!("unknown target {other}")),
+    }
+}
+
+#[test]
+fn every_bundle_validates_and_lowers_to_every_target() {
+    let mut failures = Vec::new();
+    let mut known_seen = Vec::new();
+    for dir in bundles() {
+        let case = name(&dir);
+        let program = load(&dir);
+        if let Err(e) = wrapir::ir::validate(&program) {
+            failures.push(format!("{case}: invalid:\n{e}"));
+            continue;
+        }
+        for target in ["python", "cpp", "cpp-standalone", "fx"] {
+            let known = KNOWN_FAILURES.iter().find(|(b, t, _)| *b == case && *t == target);
+            match (lower(&program, target), known) {
+                (Ok(text), None) if !text.trim().is_empty() => {}
+                (Ok(_), None) => failures.push(format!("{case} -> {target}: empty output")),
+                (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target)),
+                (Err(e), _) => failures.push(format!("{case} -> {target}: {e}")),
+                (Ok(_), Some(_)) => failures.push(format!("{case} -> {target}: listed as failing but lowers; remove it")),
+            }
+        }
+    }
+    for (b, t, _) in KNOWN_FAILURES {
+        if !known_seen.iter().any(|(kb, kt)| kb == b && kt == t) && !failures.iter().any(|f| f.starts_with(&format!("{b} -> {t}"))) {
+            failures.push(format!("KNOWN_FAILURES names ({b}, {t}), which is not a bundle/target"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The expected tensors that correspond to the graph outputs: the
+/// `graph_out<k>` tensors when the exporter wrote any, else all in file order.
+fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tensor)> {
+    let graph: Vec<_> = expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
+    if graph.is_empty() {
+        expected.iter().collect()
+    } else {
+        graph
+    }
+}
+
+#[test]
+fn every_bundle_runs_on_meta_with_the_eager_shapes() {
+    let mut failures = Vec::new();
+    for dir in bundles() {
+        let case = name(&dir);
+        let program = load(&dir);
+        // Unbacked values the exporter recorded, if any; else the meta backend's range defaults.
+        let recorded: Vec<(String, i64)> = bundle_json(&dir)["unbacked"]
+            .as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_i64()?))).collect())
+            .unwrap_or_default();
+        let has_unbacked = program.symbols.values().any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
+        let expected = tensors(&dir.join("expected.safetensors"));
+        let expected = expected_outputs(&expected);
+        let predicates: Vec<Option<bool>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
+            Some((_, ps)) => ps.iter().map(|p| Some(*p)).collect(),
+            None => vec![None],
+        };
+        for predicate in predicates {
+            let mut backend = MetaBackend::new();
+            for (s, v) in &recorded {
+                backend = backend.with_hint(s.as_str(), *v);
+            }
+            if let Some(p) = predicate {
+                backend = backend.with_predicate(p);
+            }
+            let report = match run_program_on(&program, &mut backend) {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!("{case} (predicate {predicate:?}): {e}"));
+                    continue;
+                }
+            };
+            let got: Vec<_> = report.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+            if got.len() != expected.len() {
+                failures.push(format!("{case}: {} tensor outputs, {} expected", got.len(), expected.len()));
+                continue;
+            }
+            // Shapes depending on unbacked values are only as good as the hints.
+            if has_unbacked && recorded.is_empty() {
+                continue;
+            }
+            for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
+                if g.dtype != e.dtype() || g.size != e.size() {
+                    failures.push(format!("{case}: output {k} is {}{:?}, eager `{key}` is {}{:?}", g.dtype, g.size, e.dtype(), e.size()));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `true` when the host backend can run every kernel and extern op of the
+/// program's FX graph (its default registry has extern ops only).
+fn host_can_run(graph: &wrapir::fx::Graph, host: &HostBackend) -> bool {
+    let ops = host.op_names();
+    let kernels = host.kernel_names();
+    graph.iter().all(|(_, node)| match &node.op {
+        Op::Extern { target, .. } => ops.contains(target) || ops.contains(&op_key(target)),
+        Op::TritonKernel { kernel, .. } | Op::KernelCall { kernel, .. } => kernels.iter().any(|k| k == kernel.as_str()),
+        _ => true,
+    }) && graph.subgraphs.values().all(|g| host_can_run(g, host))
+}
+
+#[test]
+fn bundles_of_host_ops_match_eager_on_cpu() {
+    let mut ran = Vec::new();
+    let mut failures = Vec::new();
+    for dir in bundles() {
+        let case = name(&dir);
+        let program = load(&dir);
+        let info = wrapir::ir::validate(&program).unwrap();
+        let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap();
+        if !host_can_run(&graph, &HostBackend::default()) {
+            continue;
+        }
+        ran.push(case.clone());
+        let json = bundle_json(&dir);
+        let tolerance = Tolerance {
+            rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
+            atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
+        };
+        let inputs = tensors(&dir.join("inputs.safetensors"));
+        let expected = tensors(&dir.join("expected.safetensors"));
+        let out = match wrapir::exec::host::run_program(&program, &inputs) {
+            Ok(o) => o,
+            Err(e) => {
+                failures.push(format!("{case}: {e}"));
+                continue;
+            }
+        };
+        let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+        let expected = expected_outputs(&expected);
+        if got.len() != expected.len() {
+            failures.push(format!("{case}: {} tensor outputs, {} expected", got.len(), expected.len()));
+            continue;
+        }
+        for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
+            if let Err(m) = compare(g, e, Some(tolerance)) {
+                failures.push(format!("{case}: output {k} vs `{key}`: {m}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Guard against the filter silently excluding everything: `cat_mm` is
+    // `mm` on a `cat` view, all host ops.
+    assert!(ran.iter().any(|c| c == "cat_mm"), "ran on cpu: {ran:?}");
+}

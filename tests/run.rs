@@ -1,0 +1,370 @@
+//! Whole-program runs: every fixture on the meta backend, the safetensors
+//! reader and writer, and the `wrapir run` command end to end.
+
+mod common;
+
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wrapir::exec::meta::{run_program_on, MetaBackend, MetaReport};
+use wrapir::exec::safetensors::{self, SafetensorsError};
+use wrapir::exec::{Tensor, Value};
+use wrapir::ir::{DType, GraphOutput, Program};
+use wrapir::sym::{eval::eval_int, Bindings, Symbol};
+
+// ---- every fixture on meta ------------------------------------------------------
+
+/// How a fixture runs on meta when symbol hints and range defaults are not enough.
+struct MetaSetup {
+    fixture: &'static str,
+    /// Caller hints.
+    hints: &'static [(&'static str, i64)],
+    /// Values of data-dependent predicates to run with (one run each).
+    predicates: &'static [bool],
+    /// `Some(text)`: the run must fail with an error containing `text`.
+    fails_with: Option<&'static str>,
+}
+
+const SETUPS: &[MetaSetup] = &[
+    // The FX lowering has no form for symmetric-memory (communication) buffers.
+    MetaSetup { fixture: "comm_buffer", hints: &[], predicates: &[], fails_with: Some("symmetric-memory buffers have no FX form") },
+    // `cond` on a tensor predicate: run both branches.
+    MetaSetup { fixture: "cond_dynamic_branches", hints: &[], predicates: &[true, false], fails_with: None },
+    // A data-dependent loop: `true` would never stop, so run zero iterations.
+    MetaSetup { fixture: "while_loop", hints: &[], predicates: &[false], fails_with: None },
+    // The range defaults (64, 64) violate `u0 + u1 == 64`.
+    MetaSetup { fixture: "tuple_output_unbacked", hints: &[("u0", 40), ("u1", 24)], predicates: &[], fails_with: None },
+];
+
+fn meta_run(program: &Program, hints: &[(&str, i64)], predicate: Option<bool>) -> Result<MetaReport, String> {
+    let mut backend = MetaBackend::new();
+    for (s, v) in hints {
+        backend = backend.with_hint(*s, *v);
+    }
+    if let Some(p) = predicate {
+        backend = backend.with_predicate(p);
+    }
+    run_program_on(program, &mut backend).map_err(|e| e.to_string())
+}
+
+/// Checks the outputs of a meta run against the program's declared outputs,
+/// evaluated with the symbols the run bound (and the hints for the rest).
+fn check_outputs(program: &Program, hints: &[(&str, i64)], report: &MetaReport) -> Result<(), String> {
+    let mut env: Bindings = program.symbols.iter().filter_map(|(s, d)| d.hint.map(|h| (s.clone(), h))).collect();
+    env.extend(hints.iter().map(|(s, v)| (Symbol::new(s), *v)));
+    env.extend(report.symbols.iter().map(|(s, v)| (s.clone(), *v)));
+    let declared = &program.main.outputs;
+    if declared.len() != report.outputs.len() {
+        return Err(format!("{} outputs, {} declared", report.outputs.len(), declared.len()));
+    }
+    let eval = |e: &wrapir::sym::SymExpr| eval_int(e, &env).map_err(|err| err.to_string());
+    for (k, (decl, got)) in declared.iter().zip(&report.outputs).enumerate() {
+        match (decl, got) {
+            (GraphOutput::Buffer(name), Value::Tensor(spec)) => {
+                let layout = program.main.layout(name).ok_or_else(|| format!("output {k}: `{name}` has no layout"))?;
+                let size = layout.size.iter().map(eval).collect::<Result<Vec<_>, _>>()?;
+                let stride = layout.stride.iter().map(eval).collect::<Result<Vec<_>, _>>()?;
+                let strides_agree = spec.size.iter().zip(spec.stride.iter().zip(&stride)).all(|(n, (a, b))| *n <= 1 || a == b);
+                if spec.dtype != layout.dtype || spec.size != size || !strides_agree {
+                    return Err(format!("output {k} `{name}`: got {:?}, declared {layout} = {size:?} / {stride:?}", spec));
+                }
+            }
+            (GraphOutput::Expr(e), Value::Int(v)) => {
+                if eval(e)? != *v {
+                    return Err(format!("output {k}: got {v}, declared `{e}` = {}", eval(e)?));
+                }
+            }
+            (GraphOutput::None, Value::None) => {}
+            (d, g) => return Err(format!("output {k}: got a {}, declared {d:?}", g.kind())),
+        }
+    }
+    if report.memory.peak_bytes < report.memory.current_bytes {
+        return Err(format!("peak {} below live {}", report.memory.peak_bytes, report.memory.current_bytes));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_fixture_runs_on_meta() {
+    let fixtures = common::fixtures();
+    assert!(!fixtures.is_empty(), "no fixtures found");
+    let mut failures = Vec::new();
+    for path in &fixtures {
+        let name = common::name(path);
+        let program = common::load(path);
+        let setup = SETUPS.iter().find(|s| s.fixture == name);
+        let hints = setup.map_or(&[][..], |s| s.hints);
+        let predicates: Vec<Option<bool>> = match setup {
+            Some(s) if !s.predicates.is_empty() => s.predicates.iter().map(|p| Some(*p)).collect(),
+            _ => vec![None],
+        };
+        for predicate in predicates {
+            let label = format!("{name} (predicate {predicate:?})");
+            match (meta_run(&program, hints, predicate), setup.and_then(|s| s.fails_with)) {
+                (Ok(report), None) => {
+                    if let Err(e) = check_outputs(&program, hints, &report) {
+                        failures.push(format!("{label}: {e}"));
+                    }
+                }
+                (Err(e), Some(want)) if e.contains(want) => {}
+                (Err(e), _) => failures.push(format!("{label}: {e}")),
+                (Ok(_), Some(want)) => failures.push(format!("{label}: expected to fail with `{want}`, but it ran; update SETUPS")),
+            }
+        }
+    }
+    for s in SETUPS {
+        if !fixtures.iter().any(|p| common::name(p) == s.fixture) {
+            failures.push(format!("SETUPS names `{}`, which is not a fixture", s.fixture));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn meta_reports_peak_memory_and_unbacked_values() {
+    // nonzero.wir: input f32[100] (400 B) and mask b8[100] (100 B) live together;
+    // the input dies, then the mask, then nonzero's i64[u0, 1] (8 u0 B) and the
+    // f32[u0, 1] result (4 u0 B) live together: peak = max(500, 12 u0).
+    // Without a hint, u0 takes its range's upper bound (100).
+    let program = common::load(&common::root().join("fixtures/nonzero.wir"));
+    for (hint, u0, peak) in [(Some(10), 10, 500), (None, 100, 1200)] {
+        let hints: Vec<(&str, i64)> = hint.map(|h| ("u0", h)).into_iter().collect();
+        let report = meta_run(&program, &hints, None).unwrap();
+        assert_eq!(report.symbols.get(&Symbol::new("u0")).copied(), Some(u0));
+        assert_eq!(report.memory.peak_bytes, peak, "u0 = {u0}");
+    }
+}
+
+#[test]
+fn meta_names_symbols_without_a_value() {
+    let mut p = wrapir::ir::ProgramBuilder::new();
+    let _s0 = p.backed_symbol("s0", None);
+    let mut g = p.main();
+    let x = g.tensor_input(
+        "arg0_1",
+        wrapir::ir::Layout::contiguous(DType::Float32, wrapir::ir::Device::cpu(), [wrapir::sym::SymExpr::sym("s0")]),
+    );
+    g.output(&x);
+    g.finish();
+    let program = p.finish();
+    let err = meta_run(&program, &[], None).unwrap_err();
+    assert!(err.contains("input `arg0_1`") && err.contains("symbol `s0` has no value"), "{err}");
+    let report = meta_run(&program, &[("s0", 5)], None).unwrap();
+    assert!(matches!(report.outputs.first(), Some(Value::Tensor(t)) if t.size == vec![5]));
+}
+
+// ---- safetensors ------------------------------------------------------------------
+
+fn f32s(v: &[f32], size: &[i64]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), size).unwrap()
+}
+
+#[test]
+fn safetensors_round_trip_keeps_order_dtypes_and_values() {
+    let mut m = IndexMap::new();
+    m.insert("z_first".to_string(), f32s(&[1.5, -2.0, f32::INFINITY, 0.0, 3.25, 7.0], &[2, 3]));
+    m.insert("a_second".to_string(), Tensor::from_vec(vec![i64::MIN, 0, i64::MAX], &[3]).unwrap());
+    m.insert("flag".to_string(), Tensor::from_vec(vec![true, false], &[2]).unwrap());
+    m.insert("scalar".to_string(), Tensor::scalar(42i64));
+    m.insert("empty".to_string(), f32s(&[], &[0, 4]));
+    for (name, dtype) in [("h", DType::Float16), ("b", DType::Bfloat16), ("d", DType::Float64)] {
+        m.insert(name.to_string(), Tensor::from_f64(dtype, &[0.5, -1.0, 65504.0], &[3]).unwrap());
+    }
+    for (name, dtype) in [("i8", DType::Int8), ("u8", DType::Uint8), ("i16", DType::Int16), ("i32", DType::Int32)] {
+        m.insert(name.to_string(), Tensor::from_i64(dtype, &[-1, 2, 127], &[3]).unwrap());
+    }
+    // A transposed view is written row-major.
+    let base = f32s(&[1., 2., 3., 4., 5., 6.], &[2, 3]);
+    m.insert("view".to_string(), base.view(&[3, 2], &[1, 3], 0).unwrap());
+    let mut meta = IndexMap::new();
+    meta.insert("format".to_string(), "pt".to_string());
+    let bytes = safetensors::write_with_metadata(&m, &meta).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    assert_eq!(header_len % 8, 0, "header is padded to 8 bytes");
+    let back = safetensors::parse_with_metadata(&bytes).unwrap();
+    assert_eq!(back.metadata, meta);
+    assert_eq!(back.tensors.keys().collect::<Vec<_>>(), m.keys().collect::<Vec<_>>());
+    for (name, t) in &m {
+        let r = &back.tensors[name];
+        assert_eq!((r.dtype(), r.size()), (t.dtype(), t.size()), "{name}");
+        assert_eq!(r.to_f64_vec().unwrap(), t.to_f64_vec().unwrap(), "{name}");
+    }
+    assert_eq!(back.tensors["view"].to_f64_vec().unwrap(), vec![1., 4., 2., 5., 3., 6.]);
+}
+
+/// A file from a JSON header and a data section (header padded like writers do).
+fn file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn malformed_safetensors_are_clear_errors() {
+    let f32_entry = |shape: &str, begin: u64, end: u64| {
+        format!(r#"{{"x":{{"dtype":"F32","shape":{shape},"data_offsets":[{begin},{end}]}}}}"#)
+    };
+    let mut huge = 1_000_000u64.to_le_bytes().to_vec();
+    huge.extend_from_slice(b"{}");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("too short", vec![1, 2, 3], "too short for the 8-byte header length"),
+        ("header past end", huge, "header length 1000000 exceeds the 2 bytes"),
+        ("not json", file("{nope", &[]), "invalid header"),
+        ("not an object", file("[1,2]", &[]), "invalid header"),
+        ("unknown dtype", file(r#"{"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#, &[0; 8]), "unknown dtype `C64`"),
+        ("missing shape", file(r#"{"x":{"dtype":"F32","data_offsets":[0,4]}}"#, &[0; 4]), "tensor `x`: missing `shape`"),
+        ("negative dim", file(&f32_entry("[-1]", 0, 4), &[0; 4]), "is not a non-negative integer"),
+        ("offsets past end", file(&f32_entry("[2]", 0, 8), &[0; 4]), "data offsets [0, 8] are outside the 4-byte data section"),
+        ("reversed offsets", file(&f32_entry("[0]", 4, 0), &[0; 4]), "data offsets [4, 0]"),
+        ("byte count", file(&f32_entry("[3]", 0, 8), &[0; 8]), "f32 of shape [3] needs 12 bytes, but its data offsets span 8"),
+        ("overflowing shape", file(&f32_entry("[4294967296, 4294967296]", 0, 4), &[0; 4]), "needs 18446744073709551615 bytes"),
+        ("bad bool", file(r#"{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]), "byte 7 at element 1 is not a boolean"),
+        ("fp8", file(r#"{"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}"#, &[0; 2]), "dtype f8e4m3fn is not supported by host tensors"),
+        ("bad metadata", file(r#"{"__metadata__":{"k":1}}"#, &[]), "`__metadata__` must be an object of strings"),
+    ];
+    let mut failures = Vec::new();
+    for (name, bytes, want) in cases {
+        match safetensors::parse(&bytes) {
+            Err(e) if e.to_string().contains(want) => {}
+            other => failures.push(format!("{name}: got {other:?}, want an error containing `{want}`")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let mut reserved = IndexMap::new();
+    reserved.insert("__metadata__".to_string(), Tensor::scalar(1i64));
+    assert!(matches!(safetensors::write(&reserved), Err(SafetensorsError::Write { .. })));
+}
+
+#[test]
+fn bundle_safetensors_parse_and_round_trip() {
+    let dir = common::root().join("fixtures/inductor/bundles/topk");
+    for file in ["inputs.safetensors", "expected.safetensors"] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let tensors = safetensors::parse(&bytes).unwrap();
+        assert!(!tensors.is_empty(), "{file}");
+        let again = safetensors::parse(&safetensors::write(&tensors).unwrap()).unwrap();
+        for (name, t) in &tensors {
+            assert_eq!(again[name].to_f64_vec().unwrap(), t.to_f64_vec().unwrap(), "{file}: {name}");
+        }
+    }
+    let expected = safetensors::parse(&std::fs::read(dir.join("expected.safetensors")).unwrap()).unwrap();
+    assert_eq!(expected.keys().collect::<Vec<_>>(), ["out0", "out1"], "keys in file order");
+}
+
+// ---- `wrapir run` -----------------------------------------------------------------
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn wrapir(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_wrapir")).args(args).current_dir(common::root()).output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wrapir-run-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn cli_runs_fixtures_on_meta() {
+    // (arguments, exit code, texts stdout must contain, text stderr must contain)
+    let cases: &[(&[&str], i32, &[&str], &str)] = &[
+        (
+            &["run", "fixtures/nonzero.wir", "--hint", "u0=10"],
+            0,
+            &["output 0: tensor f32[10, 1]", "bound symbols: u0 = 10", "peak memory: 500 bytes"],
+            "",
+        ),
+        (&["run", "fixtures/nonzero.wir"], 0, &["bound symbols: u0 = 100", "peak memory: 1200 bytes"], ""),
+        (
+            &["run", "fixtures/pointwise.wir", "--device", "meta"],
+            0,
+            &["output 0: tensor f32[64, 128] stride [128, 1] offset 0 on cuda", "bound symbols: none", "peak memory: "],
+            "",
+        ),
+        (
+            &["run", "fixtures/cond_dynamic_branches.wir"],
+            2,
+            &[],
+            "the meta backend cannot read tensor data",
+        ),
+        (&["run", "fixtures/while_loop.wir", "--predicate", "false"], 0, &["output 0: "], ""),
+        (&["run", "fixtures/nonzero.wir", "--hint", "u0"], 2, &[], "hint `u0` is not SYMBOL=VALUE"),
+        (&["run", "fixtures/nonzero.wir", "--device", "cuda"], 2, &[], "needs wrapir's CUDA execution backend"),
+        (&["run", "fixtures/nonzero.wir", "--expect", "x.safetensors"], 2, &[], "`--expect` needs `--device cpu`"),
+        (&["run", "fixtures/pointwise.wir", "--device", "cpu"], 2, &[], "was not supplied"),
+    ];
+    let mut failures = Vec::new();
+    for (args, code, stdout, stderr) in cases {
+        let r = wrapir(args);
+        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
+            failures.push(format!("{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}", r.code, r.stdout, r.stderr));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn cli_compares_cpu_outputs_with_expected() {
+    let bundle = common::root().join("fixtures/inductor/bundles/cat_mm");
+    // The bundle's own inputs and expected outputs.
+    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--print"]);
+    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("output 0: tensor f32[16, 32]") && r.stdout.contains("values: [") && r.stdout.contains("1 outputs match"), "{}", r.stdout);
+
+    // One element off: exit 1, naming the output, index and values.
+    let expected = safetensors::parse(&std::fs::read(bundle.join("expected.safetensors")).unwrap()).unwrap();
+    let out0 = &expected["out0"];
+    let mut values = out0.to_f64_vec().unwrap();
+    let (row, col) = (3usize, 5usize);
+    let k = row * 32 + col;
+    values[k] += 1000.0;
+    let mut wrong = IndexMap::new();
+    wrong.insert("out0".to_string(), Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap());
+    let dir = scratch("mismatch");
+    let wrong_path = dir.join("wrong.safetensors");
+    std::fs::write(&wrong_path, safetensors::write(&wrong).unwrap()).unwrap();
+    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&wrong_path)]);
+    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    let want = format!("output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]");
+    assert!(r.stderr.contains(&want), "{}", r.stderr);
+
+    // A shape mismatch and a count mismatch.
+    let mut short = IndexMap::new();
+    short.insert("out0".to_string(), Tensor::from_f64(DType::Float32, &values[..32], &[1, 32]).unwrap());
+    short.insert("out1".to_string(), Tensor::scalar(1.0f32));
+    let short_path = dir.join("short.safetensors");
+    std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
+    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&short_path)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("the program returned 1 tensors, 2 are expected"), "{}", r.stderr);
+    short.shift_remove("out1");
+    std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
+    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&short_path)]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("got f32[16, 32], expected f32[1, 32]"), "{}", r.stderr);
+
+    // A malformed inputs file is an error (exit 2).
+    let bad = dir.join("bad.safetensors");
+    std::fs::write(&bad, [1u8, 0, 0]).unwrap();
+    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--inputs", path_str(&bad)]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("too short for the 8-byte header length"), "{}", r.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
