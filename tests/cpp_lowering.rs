@@ -3,11 +3,13 @@
 //! `cuda.h` (set `WRAPIR_CUDA_INCLUDE`, or install the header with
 //! `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12`).
 
+mod common;
+
 use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, Conditional, ConstValue, DType, Device, GridType, HalideMeta, KernelBackend,
+    ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend,
     KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType,
     TensorMethod, TritonMeta, WhileLoop,
 };
@@ -861,26 +863,27 @@ fn check_error(program: Program, dialect: Dialect, expect: &str) {
 
 #[test]
 fn errors_name_the_problem() {
-    // A Halide kernel call.
+    // A C++ (host) kernel given a device buffer.
     let mut p = ProgramBuilder::new();
     let k = p.kernel(
-        "halide_kernel_0",
-        KernelBackend::Halide(HalideMeta {
-            argtypes: vec![],
-            target: "host-cuda".into(),
-            scheduler: None,
-            scheduler_flags: IndexMap::new(),
-            cuda_device: Some(0),
+        "cpp_fused_0",
+        KernelBackend::Cpp(CppMeta {
+            arg_types: vec!["float*".into()],
         }),
         "",
     );
     let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[int(4)]));
     g.define_kernel(&k);
-    g.call_kernel(&k, []);
+    g.call_kernel(&k, [buf("arg0_1")]);
     g.finish();
-    let halide = p.finish();
+    let host_kernel = p.finish();
     for d in [Dialect::Aoti, Dialect::Standalone] {
-        check_error(halide.clone(), d, "calling halide kernel `halide_kernel_0`");
+        check_error(
+            host_kernel.clone(),
+            d,
+            "C++ kernel `cpp_fused_0` runs on the host, but its argument `arg0_1` is on cuda:0",
+        );
     }
     // A key path that does not reach an integer.
     let mut p = ProgramBuilder::new();
@@ -921,22 +924,40 @@ fn errors_name_the_problem() {
     g.call_kernel(&k, [buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(4))]);
     g.finish();
     check_error(p.finish(), Dialect::Aoti, "the Grid1D grid needs `XBLOCK`");
-    // Nested multi-output indices.
+    // Dict multi-output indices.
     let mut p = ProgramBuilder::new();
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
     let r = g.extern_alloc_multi("buf0", "aten.split", vec![buf("arg0_1")]);
-    g.multi_output(
-        "buf1",
-        f32(&[int(2)]),
-        &r,
-        &[MultiIndex::List(0), MultiIndex::List(1)],
-    );
+    g.multi_output("buf1", f32(&[int(2)]), &r, &[MultiIndex::Dict("values".into())]);
+    g.finish();
+    check_error(p.finish(), Dialect::Aoti, "by the dict key \"values\"");
+    // A named constexpr argument that disagrees with the compiled constant.
+    let mut meta = pointwise_meta(GridType::Grid1D);
+    meta.constants.insert("XBLOCK".into(), ConstValue::Int(256));
+    let mut p = ProgramBuilder::new();
+    let k = p.triton_kernel("k0", "", meta);
+    let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[int(4)]));
+    g.define_kernel(&k);
+    g.line(Line::KernelCall(KernelCall {
+        kernel: k.clone(),
+        args: vec![
+            CallArg::positional(buf("arg0_1")),
+            CallArg::positional(buf("arg0_1")),
+            CallArg::positional(ArgValue::Expr(int(4))),
+            CallArg {
+                name: Some("XBLOCK".into()),
+                value: ArgValue::Expr(int(128)),
+            },
+        ],
+        device: None,
+    }));
     g.finish();
     check_error(
         p.finish(),
-        Dialect::Aoti,
-        "needs exactly one list/tuple index",
+        Dialect::Standalone,
+        "kernel `k0` was compiled with `XBLOCK` = 256, but the call passes 128",
     );
 }
 
@@ -986,6 +1007,13 @@ fn standalone_output_compiles_against_cuda_h() {
         std::fs::write(&path, text).unwrap();
         sources.push(path);
     }
+    // Every valid fixture, as the standalone dialect prints it.
+    for fixture in common::fixtures() {
+        let text = lower_ok(&common::load(&fixture), Dialect::Standalone);
+        let path = dir.join(format!("fixture_{}.cpp", common::name(&fixture)));
+        std::fs::write(&path, text).unwrap();
+        sources.push(path);
+    }
     let inline = Options {
         inline_runtime: true,
         ..Options::for_dialect(Dialect::Standalone)
@@ -1004,6 +1032,8 @@ fn standalone_output_compiles_against_cuda_h() {
                 "-Wno-unused-parameter",
                 "-Wno-unused-variable",
                 "-Wno-unused-but-set-variable",
+                // C++ kernel sources carry `#pragma omp`; they are built with -fopenmp.
+                "-Wno-unknown-pragmas",
             ])
             .arg("-I")
             .arg(&include)

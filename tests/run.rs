@@ -26,8 +26,6 @@ struct MetaSetup {
 }
 
 const SETUPS: &[MetaSetup] = &[
-    // The FX lowering has no form for symmetric-memory (communication) buffers.
-    MetaSetup { fixture: "comm_buffer", hints: &[], predicates: &[], fails_with: Some("symmetric-memory buffers have no FX form") },
     // `cond` on a tensor predicate: run both branches.
     MetaSetup { fixture: "cond_dynamic_branches", hints: &[], predicates: &[true, false], fails_with: None },
     // A data-dependent loop: `true` would never stop, so run zero iterations.
