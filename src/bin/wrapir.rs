@@ -27,6 +27,10 @@ enum Command {
         /// Write here instead of stdout.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// With `--target cpp-standalone`: also write the runtime header the
+        /// generated file includes (`wrapir_runtime.h`) to this file.
+        #[arg(long, value_name = "FILE")]
+        runtime_header: Option<PathBuf>,
     },
     /// Print a program in the canonical text form (or JSON).
     Print {
@@ -158,7 +162,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Lower { program, target, output } => {
+        Command::Lower { program, target, output, runtime_header } => {
+            if runtime_header.is_some() && !matches!(target, Target::CppStandalone) {
+                bail!("--runtime-header needs --target cpp-standalone (only that dialect includes the runtime header)");
+            }
             let (program, _) = load(&program)?;
             let info = match ir::validate(&program) {
                 Ok(info) => info,
@@ -171,6 +178,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Target::Fx => wrapir::lower::fx::write_string(&info, &Default::default())?,
             };
             write_output(output.as_deref(), &text)?;
+            if let Some(path) = runtime_header {
+                write_output(Some(&path), wrapir::lower::cpp::runtime_header())?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Print { program, json } => {

@@ -4,7 +4,7 @@
 //! (`{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?:
 //! {string: string}}`), then the raw little-endian element data; offsets are
 //! relative to the end of the header. [`parse`] keeps the header's key order
-//! (the order the writer used); [`write`] writes tensors in map order,
+//! (the order the writer used); [`write()`] writes tensors in map order,
 //! contiguously, with the header padded by spaces to a multiple of 8 bytes.
 //!
 //! `F8_E4M3` and `F8_E5M2` are recognised but host [`Tensor`]s cannot hold

@@ -4,7 +4,7 @@ use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, GridType, KernelBackend, KernelCall, KernelName,
     Program, SigType, TritonMeta, MAIN_GRAPH,
 };
-use crate::sym::egraph::{prove_eq_with, to_rec_expr, Bound, Counterexample, Interval, Limits, SymAnalysis, SymEGraph};
+use crate::sym::egraph::{prove_eq_with, Bound, Counterexample, Interval, Limits};
 use crate::sym::{CmpOp, Facts, Outcome, SymExpr, Symbol};
 use indexmap::IndexMap;
 use std::collections::HashMap;
@@ -423,15 +423,7 @@ impl ProofCache {
             }
             e = e.substitute(&|s: &Symbol| defs.get(s).cloned());
         }
-        let Ok(rec) = to_rec_expr(&e) else { return Interval::TOP };
-        let mut analysis = SymAnalysis::default();
-        for (s, (lo, hi)) in self.facts.ranges() {
-            analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
-        }
-        let mut egraph = SymEGraph::new(analysis);
-        let id = egraph.add_expr(&rec);
-        egraph.rebuild();
-        egraph[id].data.range
+        crate::sym::egraph::bounds(&e, &self.facts)
     }
 }
 

@@ -211,6 +211,7 @@ impl SymExpr {
     }
 
     /// Sum with constant folding and flattening (`a + 0` is `a`).
+    #[allow(clippy::should_implement_trait)] // also `Add` below; this form reads better in constructors
     pub fn add(a: SymExpr, b: SymExpr) -> SymExpr {
         let mut terms = Vec::new();
         let mut constant: i64 = 0;
@@ -246,6 +247,7 @@ impl SymExpr {
     }
 
     /// Product with constant folding and flattening (`1*a` is `a`, `0*a` is `0`).
+    #[allow(clippy::should_implement_trait)] // also `Mul` below; this form reads better in constructors
     pub fn mul(a: SymExpr, b: SymExpr) -> SymExpr {
         let mut factors = Vec::new();
         let mut constant: i64 = 1;
@@ -278,6 +280,7 @@ impl SymExpr {
     }
 
     /// `-a`, as `-1*a` (sympy's form); folds literals.
+    #[allow(clippy::should_implement_trait)] // also `Neg` below; this form reads better in constructors
     pub fn neg(a: SymExpr) -> SymExpr {
         match a {
             SymExpr::Int(v) if v != i64::MIN => SymExpr::Int(-v),
@@ -286,6 +289,7 @@ impl SymExpr {
     }
 
     /// `a - b`.
+    #[allow(clippy::should_implement_trait)] // also `Sub` below; this form reads better in constructors
     pub fn sub(a: SymExpr, b: SymExpr) -> SymExpr {
         SymExpr::add(a, SymExpr::neg(b))
     }
@@ -417,5 +421,33 @@ impl<'de> Deserialize<'de> for SymExpr {
             Repr::Bool(b) => Ok(SymExpr::Bool(b)),
             Repr::Text(t) => parse(&t).map_err(serde::de::Error::custom),
         }
+    }
+}
+
+impl std::ops::Add for SymExpr {
+    type Output = SymExpr;
+    fn add(self, rhs: SymExpr) -> SymExpr {
+        SymExpr::add(self, rhs)
+    }
+}
+
+impl std::ops::Sub for SymExpr {
+    type Output = SymExpr;
+    fn sub(self, rhs: SymExpr) -> SymExpr {
+        SymExpr::sub(self, rhs)
+    }
+}
+
+impl std::ops::Mul for SymExpr {
+    type Output = SymExpr;
+    fn mul(self, rhs: SymExpr) -> SymExpr {
+        SymExpr::mul(self, rhs)
+    }
+}
+
+impl std::ops::Neg for SymExpr {
+    type Output = SymExpr;
+    fn neg(self) -> SymExpr {
+        SymExpr::neg(self)
     }
 }

@@ -143,7 +143,12 @@ pub(super) fn bind_call_args<'c>(
 /// `constexpr` or an entry of `constants`): it is not passed at launch, but a
 /// literal must agree with the value the kernel was compiled with (its
 /// `constants` entry, else its `config` entry, when one is known).
-fn check_baked_arg(kernel: &KernelName, meta: &TritonMeta, name: &str, value: &ArgValue) -> Result<(), String> {
+fn check_baked_arg(
+    kernel: &KernelName,
+    meta: &TritonMeta,
+    name: &str,
+    value: &ArgValue,
+) -> Result<(), String> {
     let constexpr = meta.signature.get(name) == Some(&SigType::Constexpr);
     let baked = match meta.constants.get(name) {
         Some(c) => Some(c.clone()),
@@ -161,11 +166,14 @@ fn check_baked_arg(kernel: &KernelName, meta: &TritonMeta, name: &str, value: &A
         // A symbolic value cannot be compared here; the compiled value wins.
         _ => None,
     };
-    let agree = |a: &ConstValue, b: &ConstValue| match (a, b) {
-        (ConstValue::Int(x), ConstValue::Bool(y)) | (ConstValue::Bool(y), ConstValue::Int(x)) => *x == i64::from(*y),
-        (ConstValue::Int(x), ConstValue::Float(y)) | (ConstValue::Float(y), ConstValue::Int(x)) => (*x as f64) == *y,
-        _ => a == b,
-    };
+    let agree =
+        |a: &ConstValue, b: &ConstValue| match (a, b) {
+            (ConstValue::Int(x), ConstValue::Bool(y))
+            | (ConstValue::Bool(y), ConstValue::Int(x)) => *x == i64::from(*y),
+            (ConstValue::Int(x), ConstValue::Float(y))
+            | (ConstValue::Float(y), ConstValue::Int(x)) => (*x as f64) == *y,
+            _ => a == b,
+        };
     match (given, baked) {
         (Some(g), Some(b)) if !agree(&g, &b) => Err(format!(
             "kernel `{kernel}` was compiled with `{name}` = {b}, but the call passes {g}"

@@ -155,7 +155,9 @@ impl<'a> GraphCtx<'a> {
                 None => {
                     return Err(Error::Invalid {
                         context: cx,
-                        message: format!("indexing into `{source}`, which is not a multi-output value"),
+                        message: format!(
+                            "indexing into `{source}`, which is not a multi-output value"
+                        ),
                     })
                 }
             };
@@ -180,7 +182,10 @@ impl<'a> GraphCtx<'a> {
                 let mut full = base.clone();
                 full.extend(index_prefix(path));
                 let tree = ctx.elements.entry(root.clone()).or_default();
-                if !tree.keys().any(|k| k.starts_with(&full) || full.starts_with(k)) {
+                if !tree
+                    .keys()
+                    .any(|k| k.starts_with(&full) || full.starts_with(k))
+                {
                     tree.insert(full, None);
                 }
             }
@@ -198,7 +203,10 @@ impl<'a> GraphCtx<'a> {
         cx: &str,
     ) -> Result<(), Error> {
         let tree = self.elements.entry(root.clone()).or_default();
-        let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
+        let describe = |b: &Option<BufName>| {
+            b.as_ref()
+                .map_or("a binding".to_string(), |b| format!("`{b}`"))
+        };
         if let Some(existing) = tree.get(&path) {
             return Err(Error::Invalid {
                 context: cx.to_string(),
@@ -991,7 +999,10 @@ impl<'a> Lowering<'a> {
                 self.allocate(g, buffer, cx)
             }
             Line::CommBufferFree { buffer } => {
-                self.line(format!("{}.reset();  // communication buffer", g.local(buffer)));
+                self.line(format!(
+                    "{}.reset();  // communication buffer",
+                    g.local(buffer)
+                ));
                 Ok(())
             }
         }
@@ -1655,10 +1666,14 @@ impl<'a> Lowering<'a> {
     ) -> Result<(), Error> {
         // Resolve the top level: C++ holds multi-output elements as separate
         // variables, so leading indices are walked key by key to one of them.
-        let (base, rest): (String, &[KeyEntry]) = if let Some((root, mut at)) = g.multi_origin(source) {
+        let (base, rest): (String, &[KeyEntry]) = if let Some((root, mut at)) =
+            g.multi_origin(source)
+        {
             let tree = g.elements.get(&root);
             let is_leaf = |p: &[usize]| tree.is_some_and(|t| t.contains_key(p));
-            let is_list = |p: &[usize]| tree.is_some_and(|t| t.keys().any(|k| k.len() > p.len() && k.starts_with(p)));
+            let is_list = |p: &[usize]| {
+                tree.is_some_and(|t| t.keys().any(|k| k.len() > p.len() && k.starts_with(p)))
+            };
             let mut rest = path;
             loop {
                 if is_leaf(&at) {
@@ -1690,9 +1705,7 @@ impl<'a> Lowering<'a> {
             match g.extracted.get(source) {
                 // Bindings computed on the op's output, attached to one extracted
                 // element: drop the element's own indices.
-                Some((_, at))
-                    if !at.is_empty() && index_prefix(path).starts_with(at) =>
-                {
+                Some((_, at)) if !at.is_empty() && index_prefix(path).starts_with(at) => {
                     (g.local(source), &path[at.len()..])
                 }
                 _ => (g.local(source), path),

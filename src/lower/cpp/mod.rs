@@ -53,9 +53,60 @@
 //! views, extern calls, unbacked-symbol bindings, `item()` reads, runtime
 //! asserts, size/stride and alignment asserts, device guards, comments,
 //! conditionals (inline `if`/`else` blocks) and while loops (`while (1)`).
-//! Not lowered (an [`Error::Unsupported`] names the line): Halide, C++, CUDA C
-//! and host kernels; communication buffers; nested or dict multi-output
-//! indices; symbol inputs of subgraphs.
+//!
+//! * **Multi-outputs.** C++ receives the tensors of a multi-output value as
+//!   separate variables, so the line producing the value declares every
+//!   extracted element and `get` lines print nothing. Nested indices (and
+//!   chains of `get`s through `multi` parts) address elements by index path;
+//!   the elements are passed to the op flattened in path order, unextracted
+//!   siblings as placeholder variables `<value>_<i>[_<j>]`. Empty indices on a
+//!   multi value (`get buf2 = buf1`, the one output of `nonzero`/`index`) make
+//!   `buf2` the op's output, as Inductor prints it; empty indices on a tensor
+//!   make a new reference. Dict keys are not supported (no C++ form).
+//! * **C++ kernels** (spec 3.6): `k((const float*)(arg0_1.data_ptr()), 16L);`
+//!   with pointer casts from `CppMeta::arg_types`; they run on the host and
+//!   their pointer arguments must be CPU buffers. Standalone: the kernel
+//!   source is pasted into the file (its `kernel(` function renamed to the
+//!   kernel's name); AOTI: `extern "C" void k(<arg_types>);` is declared and
+//!   the kernel is linked from its library.
+//! * **Halide kernels** (seed A.4): each buffer argument becomes a
+//!   `halide_buffer_t` built from its `HalideArg` shape/stride/offset (C
+//!   expressions, evaluated with the scalar arguments bound under their
+//!   parameter names) by the file's `wrapir_halide_buffer` helper; then
+//!   `if (int status_ = halide_kernel_0(...)) throw ...`. Targets with
+//!   `user_context` get the stream (CUDA) or `nullptr` (CPU) first. The
+//!   function is declared `extern "C" int <kernel>(...)`: build each generator
+//!   with `-f <kernel name>`. AOTI includes `HalideRuntime.h`
+//!   (+`HalideRuntimeCuda.h`); the standalone runtime header declares the
+//!   ABI-compatible structs itself unless `WRAPIR_USE_HALIDE_RUNTIME_H` is
+//!   defined.
+//! * **CUDA C kernels and host functions**: a call of an `extern "C" int`
+//!   function the embedder links, declared from the arguments (tensors as
+//!   `void*` data pointers, integers `int64_t`, floats `double`, booleans
+//!   `bool`; CUDA C kernels get the stream as a trailing `void*`). A non-zero
+//!   return fails the wrapper.
+//! * **CPU buffers**: AOTI allocates them with `aoti_torch_empty_strided` on
+//!   the CPU device; the standalone dialect with `wrapir::empty_strided_host`
+//!   (host memory, 64-byte aligned). Host tensors passed to the standalone
+//!   entry are made with `wrapir::Tensor::borrow_host`.
+//! * **Communication buffers** (`comm_alloc`/`comm_free`): neither AOTI's C
+//!   shim nor the runtime can allocate symmetric memory, so they are ordinary
+//!   allocations with a comment naming the kind and group (collectives accept
+//!   them, without the symmetric-memory fast path).
+//! * **Triton calls** may name `constexpr`/`constants` parameters: they are
+//!   baked into the cubin and dropped, after checking a literal against the
+//!   compiled value (`constants`, else `config`). FixedGrid's
+//!   `extra_launcher_args` (`_grid_0..2`) give the grid.
+//!
+//! Not lowered (an [`Error::Unsupported`] names the line): dict multi-output
+//! indices, symbol inputs of subgraphs, buffers on devices other than CPU and
+//! CUDA in the standalone dialect. Ops outside the `aten` namespace map to
+//! `aoti_torch_<device>_<namespace>_<op>` in AOTI, which libtorch does not
+//! provide; the standalone hook (`wrapir_extern_<namespace>_<op>`) works.
+//!
+//! In the standalone dialect `c10::div_floor_integer`/`c10::div_mod` of
+//! printed size expressions become the runtime header's
+//! `wrapir::div_floor_integer`/`wrapir::div_mod`.
 //!
 //! Symbolic expressions are printed by [`crate::sym::print::cpp`]; with
 //! [`IntSuffix::LL`] every integer literal's `L` suffix becomes `LL`.

@@ -335,3 +335,18 @@ pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Re
     }
     Ok((outcome, out))
 }
+
+/// The range of an integer expression under the facts' symbol ranges, by the
+/// e-graph's interval analysis (no rewriting); [`Interval::TOP`] when the
+/// expression has no e-graph form.
+pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
+    let Ok(rec) = to_rec_expr(e) else { return Interval::TOP };
+    let mut analysis = SymAnalysis::default();
+    for (s, (lo, hi)) in facts.ranges() {
+        analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+    }
+    let mut egraph = SymEGraph::new(analysis);
+    let id = egraph.add_expr(&rec);
+    egraph.rebuild();
+    egraph[id].data.range
+}

@@ -1,0 +1,2 @@
+//! Placeholder while being written.
+fn main() {}
