@@ -77,7 +77,7 @@ fn main() {
     println!("|---|---:|---:|---:|---:|");
     let sizes: std::collections::HashMap<&str, usize> =
         outputs.iter().filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, *s))).collect();
-    let mut row = |name: &str, time: std::time::Duration| {
+    let row = |name: &str, time: std::time::Duration| {
         let rate = lines as f64 / time.as_secs_f64();
         let bytes = sizes.get(name).map(|b| thousands(*b as f64)).unwrap_or_else(|| "-".into());
         println!(

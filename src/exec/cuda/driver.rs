@@ -1,0 +1,350 @@
+//! Thin wrappers over the CUDA driver and cuBLAS calls the backend makes.
+//!
+//! Every call returns a [`CudaError`] naming the call on failure; nothing else
+//! in the backend touches raw handles.
+
+use cudarc::cublas::{result as blas, sys as blas_sys};
+use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A failed CUDA driver or cuBLAS call.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CudaError {
+    /// A driver API call failed.
+    #[error("CUDA driver call `{call}` failed: {message}")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// The driver's error name and description.
+        message: String,
+    },
+    /// A cuBLAS call failed.
+    #[error("cuBLAS call `{call}` failed: {status}")]
+    Blas {
+        /// The cuBLAS function.
+        call: &'static str,
+        /// The status code.
+        status: String,
+    },
+    /// A size that does not fit the driver's integer types.
+    #[error("{0}")]
+    Range(String),
+}
+
+impl CudaError {
+    fn driver(call: &'static str, e: drv::DriverError) -> Self {
+        CudaError::Driver { call, message: e.to_string() }
+    }
+
+    fn blas(call: &'static str, e: blas::CublasError) -> Self {
+        CudaError::Blas { call, status: format!("{:?}", e.0) }
+    }
+}
+
+impl From<CudaError> for super::super::ExecError {
+    fn from(e: CudaError) -> Self {
+        super::super::ExecError::Op { op: "cuda".into(), message: e.to_string() }
+    }
+}
+
+/// The device, its context and the one stream every operation is ordered on.
+#[derive(Debug)]
+pub(super) struct Device {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    /// The first error of a call made where no error can be returned (frees
+    /// in `Drop`), reported at the next synchronisation.
+    deferred: std::sync::Mutex<Option<CudaError>>,
+}
+
+impl Device {
+    /// Opens device `ordinal` (its primary context) and creates a stream.
+    pub(super) fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
+        let stream = ctx.new_stream().map_err(|e| CudaError::driver("cuStreamCreate", e))?;
+        Ok(Arc::new(Device { ctx, stream, deferred: std::sync::Mutex::new(None) }))
+    }
+
+    fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
+    }
+
+    fn raw_stream(&self) -> sys::CUstream {
+        self.stream.cu_stream()
+    }
+
+    /// An attribute of the device.
+    pub(super) fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
+        self.ctx.attribute(attr).map_err(|e| CudaError::driver("cuDeviceGetAttribute", e))
+    }
+
+    /// Stream-ordered allocation of `bytes` (> 0).
+    pub(super) fn alloc(&self, bytes: usize) -> Result<sys::CUdeviceptr, CudaError> {
+        self.bind()?;
+        // SAFETY: the stream belongs to the bound context and outlives the call;
+        // the memory is only used on this stream (every operation of the backend
+        // is ordered on it) and is uninitialised, which raw bytes tolerate.
+        unsafe { drv::malloc_async(self.raw_stream(), bytes) }.map_err(|e| CudaError::driver("cuMemAllocAsync", e))
+    }
+
+    /// Stream-ordered free of a pointer from [`Device::alloc`].
+    pub(super) fn free(&self, ptr: sys::CUdeviceptr) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: `ptr` came from `cuMemAllocAsync` on this stream and is freed
+        // once (its owning `Storage` is dropped once); later uses are ordered
+        // before the free on the same stream.
+        unsafe { drv::free_async(ptr, self.raw_stream()) }.map_err(|e| CudaError::driver("cuMemFreeAsync", e))
+    }
+
+    /// Copies `src` to device memory at `dst` and waits for the copy.
+    pub(super) fn upload(&self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<(), CudaError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees `dst` points at >= `src.len()` bytes of
+        // live device memory; the host slice stays borrowed until the stream
+        // is synchronised below, so the asynchronous copy never outlives it.
+        unsafe { drv::memcpy_htod_async(dst, src, self.raw_stream()) }
+            .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Copies `dst.len()` bytes from device memory at `src`, waiting for the
+    /// work queued before it.
+    pub(super) fn download(&self, dst: &mut [u8], src: sys::CUdeviceptr) -> Result<(), CudaError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees `src` points at >= `dst.len()` bytes of
+        // live device memory; `dst` stays mutably borrowed until the stream is
+        // synchronised below.
+        unsafe { drv::memcpy_dtoh_async(dst, src, self.raw_stream()) }
+            .map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Sets `count` 32-bit words at `dst` to `value` (stream-ordered).
+    pub(super) fn fill_u32(&self, dst: sys::CUdeviceptr, value: u32, count: usize) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the caller guarantees `dst` points at >= 4 * `count` bytes of
+        // live device memory allocated on this stream.
+        unsafe { sys::cuMemsetD32Async(dst, value, count, self.raw_stream()) }
+            .result()
+            .map_err(|e| CudaError::driver("cuMemsetD32Async", e))
+    }
+
+    /// Sets `count` 16-bit words at `dst` to `value` (stream-ordered).
+    pub(super) fn fill_u16(&self, dst: sys::CUdeviceptr, value: u16, count: usize) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the caller guarantees `dst` points at >= 2 * `count` bytes of
+        // live device memory allocated on this stream.
+        unsafe { sys::cuMemsetD16Async(dst, value, count, self.raw_stream()) }
+            .result()
+            .map_err(|e| CudaError::driver("cuMemsetD16Async", e))
+    }
+
+    /// Waits for all work queued on the stream, then reports a deferred error.
+    pub(super) fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream.synchronize().map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
+        self.take_deferred()
+    }
+
+    /// Remembers `result`'s error (the first one) for the next synchronisation.
+    pub(super) fn defer(&self, result: Result<(), CudaError>) {
+        if let (Err(e), Ok(mut slot)) = (result, self.deferred.lock()) {
+            slot.get_or_insert(e);
+        }
+    }
+
+    /// The deferred error, if any (cleared).
+    pub(super) fn take_deferred(&self) -> Result<(), CudaError> {
+        match self.deferred.lock().ok().and_then(|mut slot| slot.take()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Loads a module from a cubin image.
+    pub(super) fn load_module(&self, image: &[u8]) -> Result<Module, CudaError> {
+        self.bind()?;
+        // cuModuleLoadData reads a cubin up to its own length field; give it an
+        // 8-byte-aligned copy, as ELF images expect.
+        let mut words = vec![0u64; image.len().div_ceil(8) + 1];
+        // SAFETY: `words` holds at least `image.len()` bytes; u8 has no
+        // alignment requirement and the regions do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), words.as_mut_ptr().cast::<u8>(), image.len()) };
+        // SAFETY: `words` is a complete cubin image kept alive for the call; the
+        // driver copies what it needs before returning.
+        let raw = unsafe { drv::module::load_data(words.as_ptr().cast::<c_void>()) }
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+        Ok(Module { raw, ctx: Arc::clone(&self.ctx) })
+    }
+
+    /// Launches `f`. `params` point at each argument's value, in parameter order.
+    pub(super) fn launch(
+        &self,
+        f: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared_mem: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: `f` is a function of a module this backend keeps loaded;
+        // `params` holds one pointer per kernel parameter (the caller built it
+        // from the kernel's signature), each pointing at a value of the
+        // parameter's width that lives until this call returns (the driver
+        // copies argument values at launch). Device pointers among them are
+        // live allocations ordered on this stream.
+        unsafe { drv::launch_kernel(f, grid, block, shared_mem, self.raw_stream(), params) }
+            .map_err(|e| CudaError::driver("cuLaunchKernel", e))
+    }
+
+    /// Creates a cuBLAS handle bound to the stream.
+    pub(super) fn blas_handle(self: &Arc<Self>) -> Result<BlasHandle, CudaError> {
+        self.bind()?;
+        let raw = blas::create_handle().map_err(|e| CudaError::blas("cublasCreate", e))?;
+        let handle = BlasHandle { raw, device: Arc::clone(self) };
+        // SAFETY: `raw` was just created; the stream outlives the handle (the
+        // handle holds the device, which holds the stream).
+        unsafe { blas::set_stream(raw, self.raw_stream().cast()) }.map_err(|e| CudaError::blas("cublasSetStream", e))?;
+        // SAFETY: `raw` is a live handle. CUBLAS_DEFAULT_MATH with a 32-bit
+        // compute type never rounds fp32 inputs to TF32 (PyTorch's default
+        // `allow_tf32=False`).
+        unsafe { blas_sys::cublasSetMathMode(raw, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH) }
+            .result()
+            .map_err(|e| CudaError::blas("cublasSetMathMode", e))?;
+        Ok(handle)
+    }
+}
+
+/// A loaded module; unloaded on drop.
+#[derive(Debug)]
+pub(super) struct Module {
+    raw: sys::CUmodule,
+    ctx: Arc<CudaContext>,
+}
+
+impl Module {
+    /// The function named `name`.
+    pub(super) fn function(&self, name: &str) -> Result<sys::CUfunction, CudaError> {
+        let c = std::ffi::CString::new(name)
+            .map_err(|_| CudaError::Range(format!("kernel name `{name}` contains a NUL byte")))?;
+        // SAFETY: the module is loaded (it is unloaded only on drop).
+        unsafe { drv::module::get_function(self.raw, c) }.map_err(|e| CudaError::driver("cuModuleGetFunction", e))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: the module was loaded once and is unloaded once, here; no
+        // launch of its functions is pending past the backend's lifetime
+        // because the backend synchronises before dropping its modules.
+        let r = unsafe { drv::module::unload(self.raw) };
+        self.ctx.record_err(r);
+    }
+}
+
+/// Sets a function's dynamic shared memory limit (for > 48 KiB).
+pub(super) fn set_max_dynamic_shared(f: sys::CUfunction, bytes: u32) -> Result<(), CudaError> {
+    let value = i32::try_from(bytes).map_err(|_| CudaError::Range(format!("{bytes} bytes of shared memory")))?;
+    // SAFETY: `f` is a function of a loaded module.
+    unsafe {
+        drv::function::set_function_attribute(
+            f,
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            value,
+        )
+    }
+    .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))
+}
+
+/// A cuBLAS handle; destroyed on drop.
+#[derive(Debug)]
+pub(super) struct BlasHandle {
+    raw: blas_sys::cublasHandle_t,
+    device: Arc<Device>,
+}
+
+/// One operand of a column-major GEMM.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GemmOperand {
+    pub(super) ptr: sys::CUdeviceptr,
+    pub(super) transpose: bool,
+    pub(super) ld: i64,
+    pub(super) batch_stride: i64,
+}
+
+/// A column-major `C = alpha * op(A) op(B) + beta * C`, batched.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Gemm {
+    pub(super) m: i64,
+    pub(super) n: i64,
+    pub(super) k: i64,
+    pub(super) batch: i64,
+    pub(super) a: GemmOperand,
+    pub(super) b: GemmOperand,
+    pub(super) c: GemmOperand,
+    pub(super) alpha: f32,
+    pub(super) beta: f32,
+    pub(super) dtype: blas_sys::cudaDataType,
+}
+
+impl BlasHandle {
+    /// Runs `g` with fp32 accumulation (`CUBLAS_COMPUTE_32F`, no TF32).
+    pub(super) fn gemm(&self, g: &Gemm) -> Result<(), CudaError> {
+        let int = |v: i64, what: &str| {
+            i32::try_from(v).map_err(|_| CudaError::Range(format!("GEMM {what} {v} does not fit cuBLAS's int")))
+        };
+        let op = |t: bool| if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N };
+        let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
+        let (lda, ldb, ldc) = (int(g.a.ld, "lda")?, int(g.b.ld, "ldb")?, int(g.c.ld, "ldc")?);
+        let (alpha, beta) = (g.alpha, g.beta);
+        self.device.bind()?;
+        // SAFETY: the handle is live; A, B and C are live device allocations
+        // ordered on the handle's stream whose extents the caller checked
+        // against m, n, k, the leading dimensions and batch strides; alpha and
+        // beta are host f32 values, as CUBLAS_COMPUTE_32F expects, living
+        // until the call returns (cuBLAS reads host scalars before returning).
+        unsafe {
+            blas::gemm_strided_batched_ex(
+                self.raw,
+                op(g.a.transpose),
+                op(g.b.transpose),
+                m,
+                n,
+                k,
+                (&alpha as *const f32).cast(),
+                g.a.ptr as *const c_void,
+                g.dtype,
+                lda,
+                g.a.batch_stride,
+                g.b.ptr as *const c_void,
+                g.dtype,
+                ldb,
+                g.b.batch_stride,
+                (&beta as *const f32).cast(),
+                g.c.ptr as *mut c_void,
+                g.dtype,
+                ldc,
+                g.c.batch_stride,
+                batch,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| CudaError::blas("cublasGemmStridedBatchedEx", e))
+    }
+}
+
+impl Drop for BlasHandle {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        // SAFETY: the handle was created once and is destroyed once, here.
+        let _ = unsafe { blas::destroy_handle(self.raw) };
+    }
+}
