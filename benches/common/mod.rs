@@ -32,7 +32,7 @@ pub struct Size {
     pub lines: usize,
     /// ...or after at least this many kernel launches, whichever comes first.
     pub launches: usize,
-    /// Kernels of each family (there are 9 families).
+    /// Kernels of each family (there are 10 families).
     pub kernels_per_family: usize,
 }
 
@@ -64,9 +64,11 @@ enum Family {
     Template,
     /// (in_ptr0, mask_ptr=None, out_ptr, n_elements, BLOCK_SIZE) FixedGrid user kernel.
     UserFixed,
+    /// (in_ptr0: *i64, out_ptr0, xnumel) Grid1D conversion.
+    Convert,
 }
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 10] = [
     Family::Pointwise,
     Family::InPlace,
     Family::Binary,
@@ -76,6 +78,7 @@ const FAMILIES: [Family; 9] = [
     Family::Reduction,
     Family::Template,
     Family::UserFixed,
+    Family::Convert,
 ];
 
 fn sig(entries: &[(&str, &str)]) -> IndexMap<String, SigType> {
@@ -231,6 +234,14 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
             m.shared_mem = 65536;
             (format!("triton_tem_fused_mm_{i}"), m)
         }
+        Family::Convert => (
+            format!("triton_poi_fused__to_copy_{i}"),
+            meta(
+                sig(&[("in_ptr0", "*i64"), ("out_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")]),
+                cfg(&[("XBLOCK", xblock)]),
+                GridType::Grid1D,
+            ),
+        ),
         Family::UserFixed => {
             let mut m = meta(
                 sig(&[
@@ -447,7 +458,7 @@ impl Writer<'_, '_> {
                     message: format!("{u} <= 16777216"),
                     node: None,
                 });
-                let k = self.kernel(Family::Pointwise);
+                let k = self.kernel(Family::Convert);
                 let h = self.alloc(Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(u.clone()), SymExpr::Int(2)]));
                 self.call_pos(k, vec![buf(&gb), buf(&h), expr(SymExpr::mul(SymExpr::Int(2), SymExpr::Sym(u)))]);
                 self.g.free_if_not_reused(&gb);

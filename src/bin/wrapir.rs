@@ -56,11 +56,11 @@ enum Command {
         #[arg(long)]
         no_translation: bool,
     },
-    /// Run a program on the meta (shapes only) or cpu (host) backend.
+    /// Run a program on the meta (shapes only), cpu (host) or cuda (GPU) backend.
     ///
     /// Prints each output's layout (and values with `--print`), the symbols
     /// bound during the run, and the peak memory (meta). With `--expect`
-    /// (cpu), compares the tensor outputs in order with the tensors of a
+    /// (cpu, cuda), compares the tensor outputs in order with the tensors of a
     /// safetensors file, in file order (the `graph_out<k>` tensors when the file
     /// has any, as bundles store them); exits 1 on a mismatch, 2 on errors.
     /// Default tolerances are those of `torch.testing.assert_close`:
@@ -71,7 +71,7 @@ enum Command {
     Run {
         /// A `.json` or `.wir` program, `-` for stdin, or a bundle directory
         /// (its `program.json`; inputs and expected outputs default to its
-        /// `inputs.safetensors` and, on cpu, `expected.safetensors`).
+        /// `inputs.safetensors` and, on cpu and cuda, `expected.safetensors`).
         program: PathBuf,
         /// The backend.
         #[arg(long, value_enum, default_value_t = RunDevice::Meta)]
@@ -80,7 +80,7 @@ enum Command {
         /// On meta, only their sizes are used, as hints.
         #[arg(long)]
         inputs: Option<PathBuf>,
-        /// Expected outputs (cpu only).
+        /// Expected outputs (cpu, cuda).
         #[arg(long)]
         expect: Option<PathBuf>,
         /// A symbol value such as `u0=7` (repeatable): backed symbols of the
@@ -90,7 +90,7 @@ enum Command {
         /// Meta: the value of data-dependent `cond`/`while_loop` predicates.
         #[arg(long)]
         predicate: Option<bool>,
-        /// Print output values (cpu).
+        /// Print output values (cpu, cuda).
         #[arg(long)]
         print: bool,
         /// Relative tolerance for floating outputs (overrides the defaults).
@@ -133,7 +133,7 @@ enum RunDevice {
     Meta,
     /// Real tensors in host memory.
     Cpu,
-    /// A CUDA GPU (needs the CUDA backend, not built yet).
+    /// A CUDA GPU (needs wrapir built with the `cuda` feature).
     Cuda,
 }
 
@@ -300,12 +300,6 @@ struct RunArgs {
 use wrapir::exec::compare::Tolerance;
 
 fn run_command(args: &RunArgs) -> Result<ExitCode> {
-    if args.device == RunDevice::Cuda {
-        bail!(
-            "`--device cuda` needs wrapir's CUDA execution backend (the `cuda` feature), which is not built yet; \
-             use `--device meta` or `--device cpu`"
-        );
-    }
     let bundle = args.program.is_dir().then(|| args.program.clone());
     let (program, name) = match &bundle {
         Some(dir) => load(&dir.join("program.json"))?,
@@ -401,8 +395,83 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 }
             }
         }
-        RunDevice::Cuda => unreachable!("rejected above"),
+        RunDevice::Cuda => {
+            if args.predicate.is_some() {
+                bail!("`--predicate` is for `--device meta`; cuda runs read predicates from the data");
+            }
+            if !hints.is_empty() {
+                bail!("`--hint` is for `--device meta`; cuda runs bind symbols from the inputs");
+            }
+            let kernel_dir = match &bundle {
+                Some(dir) => dir.clone(),
+                None => args.program.parent().map(Path::to_path_buf).unwrap_or_default(),
+            };
+            let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
+            run_cuda(args, &program, &name, kernel_dir, inputs.unwrap_or_default(), expect_path, tolerance)
+        }
     }
+}
+
+/// `run --device cuda`: runs on the GPU, prints the outputs, and compares them
+/// with the expected tensors when there are any (exit 1 on a mismatch).
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    args: &RunArgs,
+    program: &Program,
+    name: &str,
+    kernel_dir: PathBuf,
+    inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
+    expect_path: Option<PathBuf>,
+    tolerance: Option<Tolerance>,
+) -> Result<ExitCode> {
+    let options = wrapir::exec::cuda::CudaOptions { kernel_dir, ..Default::default() };
+    let result = wrapir::exec::cuda::run_program(program, options, &inputs)
+        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+    let mut out = String::new();
+    for (k, v) in result.outputs.iter().enumerate() {
+        let text = describe_value(v, &|t| {
+            let mut s = describe_spec(t.spec());
+            if args.print {
+                s += &format!("\n  values: {}", format_values(t));
+            }
+            s
+        });
+        out += &format!("output {k}: {text}\n");
+    }
+    out += &describe_symbols(program, &result.symbols);
+    write_output(None, &out)?;
+    let Some(expect_path) = expect_path else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let expected = read_safetensors(&expect_path)?;
+    let mut got = Vec::new();
+    for v in &result.outputs {
+        collect_tensors(v, &mut got);
+    }
+    match compare_outputs(&got, &expected, tolerance) {
+        Ok(()) => {
+            println!("{} outputs match {}", got.len(), expect_path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(message) => {
+            eprintln!("mismatch against {}: {message}", expect_path.display());
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// `run --device cuda` in a build without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _args: &RunArgs,
+    _program: &Program,
+    _name: &str,
+    _kernel_dir: PathBuf,
+    _inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
+    _expect_path: Option<PathBuf>,
+    _tolerance: Option<Tolerance>,
+) -> Result<ExitCode> {
+    bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }
 
 fn read_safetensors(path: &Path) -> Result<indexmap::IndexMap<String, wrapir::exec::Tensor>> {

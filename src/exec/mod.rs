@@ -11,6 +11,8 @@
 //!   jagged <-> padded dense conversions).
 
 pub mod compare;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod host;
 mod jagged;
 pub mod meta;

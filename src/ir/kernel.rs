@@ -402,3 +402,103 @@ impl HalideMeta {
         self.cuda_device.is_some()
     }
 }
+
+/// Why a Triton launch grid cannot be computed from a call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GridError {
+    /// The grid formula needs a parameter the call does not bind.
+    #[error("grid {grid} needs parameter `{param}`")]
+    MissingParam {
+        /// The grid type.
+        grid: &'static str,
+        /// The parameter.
+        param: String,
+    },
+    /// A block size (or `max_y_grid`) is not a positive integer.
+    #[error("grid {grid} needs `{param}` to be a positive integer, found {found}")]
+    BlockSize {
+        /// The grid type.
+        grid: &'static str,
+        /// The block-size parameter.
+        param: String,
+        /// What was found instead.
+        found: String,
+    },
+    /// No precomputed grid candidate matches the chosen config.
+    #[error("no precomputed grid matches the chosen config ({config})")]
+    NoPrecomputedGrid {
+        /// The chosen config, as `K: V` pairs.
+        config: String,
+    },
+}
+
+/// `ceil(a / b)` for a positive literal `b`, as `(a + b - 1) // b`; folded
+/// when `a` is a literal, and `a` itself when `b` is 1.
+pub fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
+    if b == 1 {
+        return a;
+    }
+    if let SymExpr::Int(x) = a {
+        if let Some(v) = x.checked_add(b - 1).and_then(|n| n.checked_div_euclid(b)) {
+            return SymExpr::Int(v);
+        }
+    }
+    SymExpr::floor_div(SymExpr::add(a, SymExpr::Int(b - 1)), SymExpr::Int(b))
+}
+
+/// `ceil(a / b)` for a symbolic (positive) divisor.
+pub fn ceil_div_expr(a: SymExpr, b: SymExpr) -> SymExpr {
+    match b {
+        SymExpr::Int(v) if v > 0 => ceil_div(a, v),
+        b => SymExpr::floor_div(SymExpr::add(a, SymExpr::sub(b.clone(), SymExpr::Int(1))), b),
+    }
+}
+
+impl TritonMeta {
+    /// The launch grid (x, y, z) of this kernel per its grid type (the formulas
+    /// of Inductor's launcher, spec section 6.1), where `value(name)` gives the
+    /// expression bound to a kernel parameter, constant, config kwarg or extra
+    /// launcher arg. The one place the grid formulas live.
+    pub fn grid(&self, value: &dyn Fn(&str) -> Option<SymExpr>) -> Result<[SymExpr; 3], GridError> {
+        let grid = self.grid_type.name();
+        let p = |n: &str| value(n).ok_or_else(|| GridError::MissingParam { grid, param: n.to_string() });
+        let block = |n: &str| -> Result<i64, GridError> {
+            match value(n) {
+                Some(SymExpr::Int(v)) if v > 0 => Ok(v),
+                Some(other) => Err(GridError::BlockSize { grid, param: n.to_string(), found: format!("`{other}`") }),
+                None => Err(GridError::BlockSize { grid, param: n.to_string(), found: "nothing".into() }),
+            }
+        };
+        let one = SymExpr::Int(1);
+        Ok(match &self.grid_type {
+            GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
+            GridType::Grid2D => [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div(p("ynumel")?, block("YBLOCK")?), one],
+            GridType::Grid3D => [
+                ceil_div(p("xnumel")?, block("XBLOCK")?),
+                ceil_div(p("ynumel")?, block("YBLOCK")?),
+                ceil_div(p("znumel")?, block("ZBLOCK")?),
+            ],
+            GridType::Grid2DWithYZOverflow { max_y_grid } => {
+                if *max_y_grid <= 0 {
+                    return Err(GridError::BlockSize { grid, param: "max_y_grid".into(), found: max_y_grid.to_string() });
+                }
+                let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
+                let y_div = ceil_div(y_raw.clone(), *max_y_grid);
+                [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div_expr(y_raw, y_div.clone()), y_div]
+            }
+            GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
+            GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
+            GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
+            GridType::PrecomputedGrid { grids } => {
+                let entry = grids
+                    .iter()
+                    .find(|g| g.config.iter().all(|(k, v)| self.config.get(k) == Some(v)))
+                    .ok_or_else(|| GridError::NoPrecomputedGrid {
+                        config: self.config.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", "),
+                    })?;
+                let subst = |e: &SymExpr| e.substitute(&|s: &crate::sym::Symbol| value(s.as_str()));
+                [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
+            }
+        })
+    }
+}

@@ -14,7 +14,7 @@
 
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, GridType, KernelBackend,
+    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend,
     KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
@@ -1217,52 +1217,8 @@ fn affine_in(e: &SymExpr, s: &Symbol) -> Option<(i64, SymExpr)> {
     }
 }
 
-fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
-    if b == 1 {
-        return a;
-    }
-    SymExpr::floor_div(SymExpr::add(a, SymExpr::Int(b - 1)), SymExpr::Int(b))
-}
-
-fn ceil_div_expr(a: SymExpr, b: SymExpr) -> SymExpr {
-    SymExpr::floor_div(SymExpr::add(a, SymExpr::sub(b.clone(), SymExpr::Int(1))), b)
-}
-
 /// The launch grid of a Triton kernel from its grid type and chosen config,
 /// in terms of the expressions bound to its parameters.
 fn grid_exprs(meta: &TritonMeta, params: &HashMap<String, SymExpr>) -> Result<[SymExpr; 3], String> {
-    let p = |n: &str| params.get(n).cloned().ok_or_else(|| format!("grid {} needs parameter `{n}`", meta.grid_type.name()));
-    let block = |n: &str| -> Result<i64, String> {
-        match params.get(n) {
-            Some(SymExpr::Int(v)) if *v > 0 => Ok(*v),
-            Some(other) => Err(format!("block size `{n}` must be a positive integer, got `{other}`")),
-            None => Err(format!("grid {} needs block size `{n}` in the config or constants", meta.grid_type.name())),
-        }
-    };
-    let one = SymExpr::Int(1);
-    Ok(match &meta.grid_type {
-        GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
-        GridType::Grid2D => [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div(p("ynumel")?, block("YBLOCK")?), one],
-        GridType::Grid3D => [
-            ceil_div(p("xnumel")?, block("XBLOCK")?),
-            ceil_div(p("ynumel")?, block("YBLOCK")?),
-            ceil_div(p("znumel")?, block("ZBLOCK")?),
-        ],
-        GridType::Grid2DWithYZOverflow { max_y_grid } => {
-            let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
-            let y_div = ceil_div(y_raw.clone(), *max_y_grid);
-            [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div_expr(y_raw, y_div.clone()), y_div]
-        }
-        GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
-        GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
-        GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
-        GridType::PrecomputedGrid { grids } => {
-            let entry = grids
-                .iter()
-                .find(|g| g.config.iter().all(|(k, v)| meta.config.get(k) == Some(v)))
-                .ok_or_else(|| "no precomputed grid matches the chosen config".to_string())?;
-            let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| params.get(s.as_str()).cloned());
-            [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
-        }
-    })
+    meta.grid(&|n| params.get(n).cloned()).map_err(|e| e.to_string())
 }

@@ -1,7 +1,7 @@
 //! The canonical launch record of one Triton call, and how it is derived.
 
 use crate::ir::{
-    ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, GridType, KernelBackend, KernelCall, KernelName,
+    ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName,
     Program, SigType, TritonMeta, MAIN_GRAPH,
 };
 use crate::sym::egraph::{prove_eq_with, Bound, Counterexample, Interval, Limits};
@@ -823,76 +823,11 @@ pub(super) fn interval_text(i: Interval) -> String {
     format!("[{}, {}]", b(i.lo), b(i.hi))
 }
 
-/// Python floor division; `None` on division by zero or overflow.
-fn floor_div(a: i64, b: i64) -> Option<i64> {
-    let q = a.checked_div(b)?;
-    let r = a.checked_rem(b)?;
-    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
-}
-
-/// `ceil(a / b)` for a positive constant `b`, as `(a + b - 1) // b`; folded
-/// when `a` is a literal; `a` itself when `b` is 1.
-fn ceil_div(a: SymExpr, b: i64) -> SymExpr {
-    if b == 1 {
-        return a;
-    }
-    if let SymExpr::Int(x) = a {
-        if let Some(v) = x.checked_add(b - 1).and_then(|n| floor_div(n, b)) {
-            return SymExpr::Int(v);
-        }
-    }
-    SymExpr::floor_div(SymExpr::add(a, SymExpr::Int(b - 1)), SymExpr::Int(b))
-}
-
-/// `ceil(a / b)` for a symbolic divisor (Grid2DWithYZOverflow's `y`), folded
-/// when both are literals.
-fn ceil_div_expr(a: SymExpr, b: SymExpr) -> SymExpr {
-    match b {
-        SymExpr::Int(v) if v > 0 => ceil_div(a, v),
-        b => SymExpr::floor_div(SymExpr::add(a, SymExpr::sub(b.clone(), SymExpr::Int(1))), b),
-    }
-}
-
 /// The launch grid from the grid type, the chosen config and the parameter values.
 fn grid_exprs(meta: &TritonMeta, values: &HashMap<&str, SymExpr>) -> Result<[SymExpr; 3], ErrorKind> {
-    let grid = meta.grid_type.name();
-    let p = |n: &str| values.get(n).cloned().ok_or_else(|| ErrorKind::GridParam { grid, param: n.to_string() });
-    let block = |n: &str| -> Result<i64, ErrorKind> {
-        match values.get(n) {
-            Some(SymExpr::Int(v)) if *v > 0 => Ok(*v),
-            Some(other) => Err(ErrorKind::BlockSize { grid, param: n.to_string(), found: format!("`{other}`") }),
-            None => Err(ErrorKind::BlockSize { grid, param: n.to_string(), found: "nothing".into() }),
-        }
-    };
-    let one = SymExpr::Int(1);
-    Ok(match &meta.grid_type {
-        GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
-        GridType::Grid2D => [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div(p("ynumel")?, block("YBLOCK")?), one],
-        GridType::Grid3D => [
-            ceil_div(p("xnumel")?, block("XBLOCK")?),
-            ceil_div(p("ynumel")?, block("YBLOCK")?),
-            ceil_div(p("znumel")?, block("ZBLOCK")?),
-        ],
-        GridType::Grid2DWithYZOverflow { max_y_grid } => {
-            if *max_y_grid <= 0 {
-                return Err(ErrorKind::BlockSize { grid, param: "max_y_grid".into(), found: max_y_grid.to_string() });
-            }
-            let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
-            let y_div = ceil_div(y_raw.clone(), *max_y_grid);
-            [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div_expr(y_raw, y_div.clone()), y_div]
-        }
-        GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
-        GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
-        GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
-        GridType::PrecomputedGrid { grids } => {
-            let entry = grids
-                .iter()
-                .find(|g| g.config.iter().all(|(k, v)| meta.config.get(k) == Some(v)))
-                .ok_or_else(|| ErrorKind::NoPrecomputedGrid {
-                    config: meta.config.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", "),
-                })?;
-            let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| values.get(s.as_str()).cloned());
-            [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
-        }
+    meta.grid(&|n| values.get(n).cloned()).map_err(|e| match e {
+        crate::ir::GridError::MissingParam { grid, param } => ErrorKind::GridParam { grid, param },
+        crate::ir::GridError::BlockSize { grid, param, found } => ErrorKind::BlockSize { grid, param, found },
+        crate::ir::GridError::NoPrecomputedGrid { config } => ErrorKind::NoPrecomputedGrid { config },
     })
 }

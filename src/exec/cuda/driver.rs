@@ -126,26 +126,6 @@ impl Device {
         self.synchronize()
     }
 
-    /// Sets `count` 32-bit words at `dst` to `value` (stream-ordered).
-    pub(super) fn fill_u32(&self, dst: sys::CUdeviceptr, value: u32, count: usize) -> Result<(), CudaError> {
-        self.bind()?;
-        // SAFETY: the caller guarantees `dst` points at >= 4 * `count` bytes of
-        // live device memory allocated on this stream.
-        unsafe { sys::cuMemsetD32Async(dst, value, count, self.raw_stream()) }
-            .result()
-            .map_err(|e| CudaError::driver("cuMemsetD32Async", e))
-    }
-
-    /// Sets `count` 16-bit words at `dst` to `value` (stream-ordered).
-    pub(super) fn fill_u16(&self, dst: sys::CUdeviceptr, value: u16, count: usize) -> Result<(), CudaError> {
-        self.bind()?;
-        // SAFETY: the caller guarantees `dst` points at >= 2 * `count` bytes of
-        // live device memory allocated on this stream.
-        unsafe { sys::cuMemsetD16Async(dst, value, count, self.raw_stream()) }
-            .result()
-            .map_err(|e| CudaError::driver("cuMemsetD16Async", e))
-    }
-
     /// Waits for all work queued on the stream, then reports a deferred error.
     pub(super) fn synchronize(&self) -> Result<(), CudaError> {
         self.stream.synchronize().map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;

@@ -1,0 +1,629 @@
+//! The CUDA backend: runs programs on an NVIDIA GPU through the driver API.
+//!
+//! * Memory: stream-ordered (`cuMemAllocAsync` / `cuMemFreeAsync`) on one
+//!   stream that orders every operation of the backend; a tensor is a view
+//!   (sizes, strides, storage offset) of a reference-counted allocation, freed
+//!   when its last view goes.
+//! * Triton kernels: each kernel's cubin (its path in the kernel metadata,
+//!   relative to [`CudaOptions::kernel_dir`]) is loaded once per file and the
+//!   function looked up once per kernel. A launch passes the runtime
+//!   parameters ([`crate::ir::TritonMeta::runtime_params`]) marshalled by their
+//!   signature types (pointers as device addresses including the view's
+//!   offset; integer and floating scalars at their width), then the global and
+//!   profile scratch pointers the kernel takes (null when it needs 0 bytes per
+//!   CTA, else a stream-ordered allocation of `bytes * blocks`), with
+//!   `32 * num_warps` threads per block and the kernel's dynamic shared memory
+//!   (raising the function's limit above 48 KiB). Empty grids launch nothing,
+//!   like Triton's launcher. Other kernel kinds are an error.
+//! * Extern ops: `mm` and `bmm` run on cuBLAS (fp32, fp16, bf16 with fp32
+//!   accumulation and no TF32, as PyTorch's default
+//!   `torch.backends.cuda.matmul.allow_tf32 = False`) when the operands are
+//!   row- or column-major; every other op, and matmuls cuBLAS cannot express,
+//!   run on the [`HostBackend`]'s ops when [`CudaOptions::host_fallback`] is on
+//!   (arguments are copied to the host, results and modified arguments copied
+//!   back), and are an error listing what is supported when it is off.
+
+mod driver;
+mod matmul;
+mod run;
+
+pub use driver::CudaError;
+pub use run::{run_program, run_program_on, to_host};
+
+use super::host::{op_key, HostBackend, HostOptions};
+use super::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
+use super::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value};
+use crate::ir::{ConstValue, DType, Device as IrDevice, KernelBackend, ScalarType, SigType, TritonMeta};
+use cudarc::driver::sys;
+use driver::{Device, Module};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Dynamic shared memory a kernel may use without opting in.
+const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// Options of the CUDA backend.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// The device ordinal.
+    pub ordinal: usize,
+    /// The directory kernel `cubin` paths are relative to (a bundle's directory).
+    pub kernel_dir: PathBuf,
+    /// Run extern ops the GPU path does not implement on the host backend's
+    /// ops, copying data through host memory (default `true`).
+    pub host_fallback: bool,
+    /// Options of the host ops used by the fallback.
+    pub host: HostOptions,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { ordinal: 0, kernel_dir: PathBuf::from("."), host_fallback: true, host: HostOptions::default() }
+    }
+}
+
+/// One device allocation; freed (stream-ordered) when dropped.
+#[derive(Debug)]
+struct Storage {
+    /// Device address; 0 for an empty allocation.
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    device: Arc<Device>,
+    _accounted: Accounted,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            self.device.defer(self.device.free(self.ptr));
+        }
+    }
+}
+
+/// A strided tensor in device memory. Clones share the allocation.
+#[derive(Clone, Debug)]
+pub struct CudaTensor {
+    storage: Arc<Storage>,
+    spec: TensorSpec,
+}
+
+impl CudaTensor {
+    /// The layout.
+    pub fn spec(&self) -> &TensorSpec {
+        &self.spec
+    }
+
+    /// Elements the allocation holds.
+    fn storage_numel(&self) -> usize {
+        let elem = self.spec.dtype.size_bytes().max(1) as usize;
+        self.storage.bytes / elem
+    }
+
+    /// Device address of element 0 of the view.
+    fn data_ptr(&self) -> sys::CUdeviceptr {
+        // Views are bounds-checked at creation, so the offset lies inside the
+        // allocation and the sum cannot overflow.
+        self.storage.ptr + self.spec.offset.max(0) as u64 * self.spec.dtype.size_bytes()
+    }
+}
+
+struct LoadedKernel {
+    function: sys::CUfunction,
+    _module: Arc<Module>,
+}
+
+/// Runs programs on a CUDA GPU.
+pub struct CudaBackend {
+    device: Arc<Device>,
+    options: CudaOptions,
+    modules: HashMap<PathBuf, Arc<Module>>,
+    kernels: HashMap<String, LoadedKernel>,
+    blas: Option<driver::BlasHandle>,
+    host: HostBackend,
+    memory: Arc<MemCounter>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("options", &self.options)
+            .field("modules", &self.modules.keys().collect::<Vec<_>>())
+            .field("kernels", &self.kernels.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // Modules are unloaded after this; no launch may still be running.
+        let _ = self.device.synchronize();
+    }
+}
+
+/// Extern ops the GPU path implements itself.
+const GPU_OPS: [&str; 2] = ["aten.bmm", "aten.mm"];
+
+impl CudaBackend {
+    /// Opens the device and creates the backend's stream.
+    pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
+        let device = Device::open(options.ordinal)?;
+        Ok(CudaBackend {
+            device,
+            host: HostBackend::new(options.host),
+            options,
+            modules: HashMap::new(),
+            kernels: HashMap::new(),
+            blas: None,
+            memory: Arc::default(),
+        })
+    }
+
+    /// Waits for all queued work and reports any error it raised.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.device.synchronize()
+    }
+
+    /// The extern ops this backend runs: on the GPU, then through the host fallback when it is on.
+    pub fn supported_ops(&self) -> Vec<String> {
+        let mut ops: Vec<String> = GPU_OPS.iter().map(|s| s.to_string()).collect();
+        if self.options.host_fallback {
+            ops.extend(self.host.op_names().into_iter().filter(|o| !GPU_OPS.contains(&o.as_str())).map(|o| format!("{o} (host)")));
+        }
+        ops
+    }
+
+    fn device_of(&self) -> IrDevice {
+        IrDevice::cuda(u32::try_from(self.options.ordinal).unwrap_or(u32::MAX))
+    }
+
+    fn alloc_storage(&mut self, bytes: usize) -> Result<Arc<Storage>, ExecError> {
+        let ptr = if bytes == 0 { 0 } else { self.device.alloc(bytes)? };
+        self.memory.add(bytes as u64);
+        Ok(Arc::new(Storage {
+            ptr,
+            bytes,
+            device: Arc::clone(&self.device),
+            _accounted: Accounted { bytes: bytes as u64, counter: Some(Arc::clone(&self.memory)) },
+        }))
+    }
+
+    fn storage_bytes(spec: &TensorSpec) -> Result<usize, ExecError> {
+        if spec.size.len() != spec.stride.len() {
+            return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+        }
+        spec.storage_numel()
+            .and_then(|n| u64::try_from(n).ok())
+            .and_then(|n| n.checked_mul(spec.dtype.size_bytes()))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))
+    }
+
+    fn function(&mut self, name: &str, meta: &TritonMeta) -> Result<sys::CUfunction, ExecError> {
+        if let Some(k) = self.kernels.get(name) {
+            return Ok(k.function);
+        }
+        let cubin = meta.cubin.as_ref().ok_or_else(|| {
+            ExecError::Unsupported(format!("kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"))
+        })?;
+        let path = self.options.kernel_dir.join(cubin);
+        let module = match self.modules.get(&path) {
+            Some(m) => Arc::clone(m),
+            None => {
+                let image = std::fs::read(&path)
+                    .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
+                let m = Arc::new(self.device.load_module(&image).map_err(|e| ExecError::op(name, e.to_string()))?);
+                self.modules.insert(path, Arc::clone(&m));
+                m
+            }
+        };
+        let symbol = meta.mangled_name.as_deref().unwrap_or(name);
+        let function = module.function(symbol).map_err(|e| ExecError::op(name, e.to_string()))?;
+        if meta.shared_mem > DEFAULT_SHARED_LIMIT {
+            let optin = self
+                .device
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .map_err(|e| ExecError::op(name, e.to_string()))?;
+            if i64::from(meta.shared_mem) > i64::from(optin) {
+                return Err(ExecError::op(
+                    name,
+                    format!("needs {} bytes of shared memory; the device allows {optin} per block", meta.shared_mem),
+                ));
+            }
+            driver::set_max_dynamic_shared(function, meta.shared_mem).map_err(|e| ExecError::op(name, e.to_string()))?;
+        }
+        self.kernels.insert(name.to_string(), LoadedKernel { function, _module: module });
+        Ok(function)
+    }
+
+    /// One kernel argument as the bytes of a u64 slot (little-endian, so the
+    /// driver reads the parameter's width from the start of the slot).
+    fn marshal(&mut self, kernel: &str, param: &str, ty: &SigType, value: &Value<CudaTensor>) -> Result<u64, ExecError> {
+        let err = |msg: String| ExecError::op(kernel, format!("parameter `{param}` ({ty}): {msg}"));
+        match ty {
+            SigType::Pointer(dtype) => match value {
+                Value::Tensor(t) => {
+                    if t.spec.dtype.size_bytes() != dtype.size_bytes() {
+                        return Err(err(format!("given a {} tensor", t.spec.dtype)));
+                    }
+                    Ok(t.data_ptr())
+                }
+                Value::None => Ok(0),
+                other => Err(err(format!("given a {}", other.kind()))),
+            },
+            SigType::Scalar(s) => {
+                let scalar = match value {
+                    Value::Int(v) => ScalarValue::Int(*v),
+                    Value::Bool(b) => ScalarValue::Bool(*b),
+                    Value::Float(f) => ScalarValue::Float(*f),
+                    Value::Tensor(t) => {
+                        self.read_scalar(t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?
+                    }
+                    other => return Err(err(format!("given a {}", other.kind()))),
+                };
+                encode_scalar(*s, scalar).map_err(err)
+            }
+            SigType::Constexpr | SigType::Other(_) => Err(err("cannot be passed at launch".into())),
+        }
+    }
+
+    fn launch_triton(&mut self, launch: &KernelLaunch<'_, CudaTensor>, meta: &TritonMeta) -> Result<(), ExecError> {
+        let name = launch.kernel.name.as_str();
+        let grid = launch.grid.ok_or_else(|| ExecError::op(name, "a Triton launch without a grid"))?;
+        for (param, c) in &meta.constants {
+            if let (ConstValue::Int(baked), Some(Value::Int(passed))) = (c, launch.kwargs.get(param.as_str())) {
+                if baked != passed {
+                    return Err(ExecError::op(name, format!("`{param}` = {passed}, but the kernel was compiled for {baked}")));
+                }
+            }
+        }
+        let dim = |g: i64, axis: &str| {
+            u32::try_from(g).map_err(|_| ExecError::op(name, format!("grid {axis} = {g} is outside 0..=2^32-1")))
+        };
+        let grid = (dim(grid[0], "x")?, dim(grid[1], "y")?, dim(grid[2], "z")?);
+        let threads = meta
+            .num_warps
+            .checked_mul(32)
+            .ok_or_else(|| ExecError::op(name, format!("num_warps {} is too large", meta.num_warps)))?;
+        let function = self.function(name, meta)?;
+        let mut slots: Vec<u64> = Vec::new();
+        for (param, ty) in meta.runtime_params() {
+            let value = launch
+                .kwargs
+                .get(param)
+                .ok_or_else(|| ExecError::op(name, format!("no value for parameter `{param}`")))?;
+            slots.push(self.marshal(name, param, ty, value)?);
+        }
+        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
+            return Ok(());
+        }
+        let blocks = u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2);
+        // Scratch buffers live until the launch is queued; their frees are
+        // ordered after it on the same stream.
+        let mut scratch = Vec::new();
+        for per_cta in [meta.global_scratch, meta.profile_scratch].into_iter().flatten() {
+            if per_cta == 0 {
+                slots.push(0);
+                continue;
+            }
+            let bytes = per_cta
+                .checked_mul(blocks)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or_else(|| ExecError::op(name, "scratch size overflows"))?;
+            let s = self.alloc_storage(bytes)?;
+            slots.push(s.ptr);
+            scratch.push(s);
+        }
+        let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()).collect();
+        self.device
+            .launch(function, grid, (threads, 1, 1), meta.shared_mem, &mut params)
+            .map_err(|e| ExecError::op(name, e.to_string()))?;
+        drop(scratch);
+        Ok(())
+    }
+
+    /// Runs an extern op on the host: tensors go to host memory (one host
+    /// copy per device allocation, so aliasing views stay aliased), the op
+    /// runs, allocations it modified are copied back, and results come back
+    /// as new device tensors (in-place ops return their first argument).
+    fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        let mut staged: Vec<Staged> = Vec::new();
+        let args = call.args.iter().map(|v| self.to_host(v, &mut staged)).collect::<Result<Vec<_>, _>>()?;
+        let kwargs = call
+            .kwargs
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), self.to_host(v, &mut staged)?)))
+            .collect::<Result<IndexMap<_, _>, ExecError>>()?;
+        let result = self.host.call_extern(ExternCall { op: call.op, args, kwargs, expected: call.expected.clone() })?;
+        for s in &staged {
+            let now = host_storage_bytes(&s.host)?;
+            if now != s.original {
+                self.device.upload(s.storage.ptr, &now)?;
+            }
+        }
+        if op_key(call.op).ends_with('_') {
+            if let (Value::Tensor(_), Some(Value::Tensor(first))) = (&result, call.args.first()) {
+                return Ok(Value::Tensor(first.clone()));
+            }
+        }
+        self.from_host(&result)
+    }
+
+    fn to_host(&mut self, v: &Value<CudaTensor>, staged: &mut Vec<Staged>) -> Result<Value<Tensor>, ExecError> {
+        Ok(match v {
+            Value::Tensor(t) => {
+                let i = match staged.iter().position(|s| Arc::ptr_eq(&s.storage, &t.storage)) {
+                    Some(i) => i,
+                    None => {
+                        let mut bytes = vec![0u8; t.storage.bytes];
+                        self.device.download(&mut bytes, t.storage.ptr)?;
+                        let n = i64::try_from(t.storage_numel()).map_err(|_| ExecError::Input("storage too large".into()))?;
+                        let host = host_from_bytes(t.spec.dtype, &bytes, n)?;
+                        staged.push(Staged { storage: Arc::clone(&t.storage), host, original: bytes });
+                        staged.len() - 1
+                    }
+                };
+                Value::Tensor(staged[i].host.view(&t.spec.size, &t.spec.stride, t.spec.offset)?)
+            }
+            Value::Int(i) => Value::Int(*i),
+            Value::Float(f) => Value::Float(*f),
+            Value::Bool(b) => Value::Bool(*b),
+            Value::None => Value::None,
+            Value::Str(s) => Value::Str(s.clone()),
+            Value::DType(d) => Value::DType(*d),
+            Value::Device(d) => Value::Device(*d),
+            Value::List(items) => Value::List(items.iter().map(|i| self.to_host(i, staged)).collect::<Result<_, _>>()?),
+            Value::Dict(items) => Value::Dict(
+                items.iter().map(|(k, i)| Ok((k.clone(), self.to_host(i, staged)?))).collect::<Result<_, ExecError>>()?,
+            ),
+            Value::Opaque => Value::Opaque,
+        })
+    }
+
+    fn from_host(&mut self, v: &Value<Tensor>) -> Result<Value<CudaTensor>, ExecError> {
+        Ok(match v {
+            Value::Tensor(t) => Value::Tensor(self.copy_in(t)?),
+            Value::Int(i) => Value::Int(*i),
+            Value::Float(f) => Value::Float(*f),
+            Value::Bool(b) => Value::Bool(*b),
+            Value::None => Value::None,
+            Value::Str(s) => Value::Str(s.clone()),
+            Value::DType(d) => Value::DType(*d),
+            Value::Device(d) => Value::Device(*d),
+            Value::List(items) => Value::List(items.iter().map(|i| self.from_host(i)).collect::<Result<_, _>>()?),
+            Value::Dict(items) => Value::Dict(
+                items.iter().map(|(k, i)| Ok((k.clone(), self.from_host(i)?))).collect::<Result<_, ExecError>>()?,
+            ),
+            Value::Opaque => Value::Opaque,
+        })
+    }
+}
+
+/// A device allocation copied to the host for a fallback op.
+struct Staged {
+    storage: Arc<Storage>,
+    /// The whole allocation as a 1-D host tensor.
+    host: Tensor,
+    original: Vec<u8>,
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn allocate(&mut self, spec: &TensorSpec) -> Result<CudaTensor, ExecError> {
+        let bytes = Self::storage_bytes(spec)?;
+        let storage = self.alloc_storage(bytes)?;
+        let mut spec = spec.clone();
+        spec.device = self.device_of();
+        Ok(CudaTensor { storage, spec })
+    }
+
+    fn spec(&self, tensor: &CudaTensor) -> TensorSpec {
+        tensor.spec.clone()
+    }
+
+    fn view(&mut self, base: &CudaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<CudaTensor, ExecError> {
+        let spec = TensorSpec { size: size.to_vec(), stride: stride.to_vec(), offset, ..base.spec.clone() };
+        check_bounds(&spec, base.storage_numel())?;
+        Ok(CudaTensor { storage: Arc::clone(&base.storage), spec })
+    }
+
+    fn launch(&mut self, launch: KernelLaunch<'_, CudaTensor>) -> Result<(), ExecError> {
+        match &launch.kernel.backend {
+            KernelBackend::Triton(meta) => self.launch_triton(&launch, meta),
+            other => Err(ExecError::Unsupported(format!(
+                "kernel `{}` is a {} kernel; the cuda backend launches Triton kernels only",
+                launch.kernel.name,
+                other.keyword()
+            ))),
+        }
+    }
+
+    fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        let key = op_key(call.op);
+        if GPU_OPS.contains(&key.as_str()) {
+            match matmul::plan(self, &call)? {
+                Some(plan) => return matmul::run(self, plan),
+                None if self.options.host_fallback => return self.host_fallback(call),
+                None => {
+                    return Err(ExecError::op(
+                        call.op,
+                        "operands whose layout or dtype cuBLAS cannot take (need fp32/fp16/bf16, row- or column-major)",
+                    ))
+                }
+            }
+        }
+        if self.options.host_fallback && (self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op)) {
+            return self.host_fallback(call);
+        }
+        Err(ExecError::UnknownOp { backend: "cuda", op: call.op.to_string(), supported: self.supported_ops() })
+    }
+
+    fn read_scalar(&mut self, tensor: &CudaTensor, _request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+        let numel = tensor.spec.numel();
+        if numel != 1 {
+            return Err(ExecError::Type(format!("item() of a tensor with {numel} elements")));
+        }
+        let elem = tensor.spec.dtype.size_bytes() as usize;
+        let mut bytes = vec![0u8; elem];
+        self.device.download(&mut bytes, tensor.data_ptr())?;
+        let t = host_from_bytes(tensor.spec.dtype, &bytes, 1)?;
+        Ok(match tensor.spec.dtype {
+            DType::Bool => ScalarValue::Bool(t.to_i64_vec()?.first().is_some_and(|v| *v != 0)),
+            d if d.is_floating() => ScalarValue::Float(t.to_f64_vec()?.first().copied().unwrap_or(f64::NAN)),
+            _ => ScalarValue::Int(t.to_i64_vec()?.first().copied().unwrap_or_default()),
+        })
+    }
+
+    fn copy_in(&mut self, tensor: &Tensor) -> Result<CudaTensor, ExecError> {
+        let spec = TensorSpec { device: self.device_of(), ..tensor.spec().clone() };
+        let numel = spec
+            .storage_numel()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+        let bytes = with_dtype!(
+            spec.dtype,
+            T => {
+                let mut storage = vec![<T as super::Element>::from_i64(0); numel];
+                for (o, v) in tensor.element_offsets().into_iter().zip(tensor.to_vec::<T>()?) {
+                    if let Some(slot) = storage.get_mut(o) {
+                        *slot = v;
+                    }
+                }
+                encode::<T>(&storage)
+            },
+            return Err(ExecError::Unsupported(format!("copying {} tensors to the device", spec.dtype)))
+        );
+        let out = self.allocate(&spec)?;
+        self.device.upload(out.storage.ptr, &bytes)?;
+        Ok(out)
+    }
+
+    fn copy_out(&mut self, tensor: &CudaTensor) -> Result<Tensor, ExecError> {
+        let need = Self::storage_bytes(&tensor.spec)?;
+        let mut bytes = vec![0u8; need];
+        self.device.download(&mut bytes, tensor.storage.ptr)?;
+        let elem = tensor.spec.dtype.size_bytes().max(1) as usize;
+        let n = i64::try_from(need / elem).map_err(|_| ExecError::Input("tensor too large".into()))?;
+        let host = host_from_bytes(tensor.spec.dtype, &bytes, n)?;
+        host.view(&tensor.spec.size, &tensor.spec.stride, tensor.spec.offset)
+    }
+
+    fn check_alignment(&self, tensor: &CudaTensor, alignment: u32) -> Result<(), ExecError> {
+        if alignment > 0 && tensor.data_ptr() % u64::from(alignment) != 0 {
+            return Err(ExecError::Assert(format!("data is not {alignment}-byte aligned")));
+        }
+        Ok(())
+    }
+
+    fn memory(&self) -> MemoryStats {
+        self.memory.stats()
+    }
+}
+
+/// A scalar kernel argument at its signature width, in the low bytes of a u64.
+fn encode_scalar(ty: ScalarType, v: ScalarValue) -> Result<u64, String> {
+    let as_int = |v: ScalarValue| match v {
+        ScalarValue::Int(i) => Ok(i),
+        ScalarValue::Bool(b) => Ok(i64::from(b)),
+        ScalarValue::Float(f) => Err(format!("given the float {f}")),
+    };
+    let as_float = |v: ScalarValue| match v {
+        ScalarValue::Int(i) => i as f64,
+        ScalarValue::Bool(b) => f64::from(u8::from(b)),
+        ScalarValue::Float(f) => f,
+    };
+    let fit = |i: i64, lo: i64, hi: i64| {
+        if (lo..=hi).contains(&i) {
+            Ok(i as u64)
+        } else {
+            Err(format!("{i} does not fit {ty:?}"))
+        }
+    };
+    Ok(match ty {
+        ScalarType::I1 => fit(as_int(v)?, 0, 1)?,
+        ScalarType::I8 => fit(as_int(v)?, i8::MIN.into(), i8::MAX.into())? & 0xff,
+        ScalarType::I16 => fit(as_int(v)?, i16::MIN.into(), i16::MAX.into())? & 0xffff,
+        ScalarType::I32 => fit(as_int(v)?, i32::MIN.into(), i32::MAX.into())? & 0xffff_ffff,
+        ScalarType::I64 => as_int(v)? as u64,
+        ScalarType::U8 => fit(as_int(v)?, 0, u8::MAX.into())?,
+        ScalarType::U16 => fit(as_int(v)?, 0, u16::MAX.into())?,
+        ScalarType::U32 => fit(as_int(v)?, 0, u32::MAX.into())?,
+        ScalarType::U64 => {
+            let i = as_int(v)?;
+            u64::try_from(i).map_err(|_| format!("{i} does not fit u64"))?
+        }
+        ScalarType::Fp16 => u64::from(half::f16::from_f64(as_float(v)).to_bits()),
+        ScalarType::Bf16 => u64::from(half::bf16::from_f64(as_float(v)).to_bits()),
+        ScalarType::Fp32 => u64::from((as_float(v) as f32).to_bits()),
+        ScalarType::Fp64 => as_float(v).to_bits(),
+    })
+}
+
+/// Little-endian encoding of host element types.
+trait LeBytes: Sized {
+    fn put(&self, out: &mut Vec<u8>);
+    fn get(bytes: &[u8]) -> Self;
+}
+
+macro_rules! le_bytes {
+    ($($t:ty),*) => {$(
+        impl LeBytes for $t {
+            fn put(&self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(bytes: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(&bytes[..std::mem::size_of::<$t>()]);
+                <$t>::from_le_bytes(a)
+            }
+        }
+    )*};
+}
+le_bytes!(u8, i8, i16, i32, i64, f32, f64, half::f16, half::bf16);
+
+impl LeBytes for bool {
+    fn put(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(*self));
+    }
+    fn get(bytes: &[u8]) -> Self {
+        bytes.first().is_some_and(|b| *b != 0)
+    }
+}
+
+fn encode<T: LeBytes>(values: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(values.len() * std::mem::size_of::<T>());
+    for v in values {
+        v.put(&mut out);
+    }
+    out
+}
+
+/// A 1-D host tensor of `n` elements of `dtype` decoded from `bytes`.
+fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecError> {
+    with_dtype!(
+        dtype,
+        T => {
+            let width = std::mem::size_of::<T>();
+            // chunks_exact yields only whole elements, so `get` never reads past a chunk.
+            let values: Vec<T> = bytes.chunks_exact(width).map(<T as LeBytes>::get).collect();
+            Tensor::from_vec(values, &[n])
+        },
+        Err(ExecError::Unsupported(format!("host tensors do not store dtype {dtype}")))
+    )
+}
+
+/// The whole storage of a 1-D host tensor made by [`host_from_bytes`], as bytes.
+fn host_storage_bytes(host: &Tensor) -> Result<Vec<u8>, ExecError> {
+    with_dtype!(
+        host.dtype(),
+        T => Ok(encode::<T>(&host.to_vec::<T>()?)),
+        Err(ExecError::Unsupported(format!("host tensors do not store dtype {}", host.dtype())))
+    )
+}
