@@ -13,8 +13,10 @@ use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::{safetensors, Backend, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device, Program};
 
+/// The crate root: `CARGO_MANIFEST_DIR` at run time (cargo sets it; set it
+/// when running the test binary elsewhere), else where it was built.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn bundles() -> Vec<PathBuf> {

@@ -3,9 +3,12 @@
 mod common;
 
 use wrapir::ir::{validate, ArgValue, ConstValue, GraphName, KernelName, Program};
+use wrapir::ir::ProgramInfo;
+use wrapir::lower::cpp::Dialect;
 use wrapir::reconcile::{
-    check_program, check_program_against, validate_emitted, BakedSource, CheckReport, EmittedLaunch, EmittedValue,
-    FxLaunches, LaunchRecord, Mismatch, Options, ProofCache, ScratchKind, Verdict,
+    check_lowerings, check_program, check_program_against, validate_emitted, BakedSource, CheckReport, CppLaunches,
+    EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, LaunchRecord, LoweringVerdict, Mismatch, Options,
+    ProofCache, PythonLaunches, ScratchKind, Verdict,
 };
 use wrapir::sym::{parse as expr, Facts, SymExpr};
 
@@ -247,6 +250,8 @@ fn emitted_mismatches() {
             ("BLOCK_SIZE".into(), EmittedValue::Expr(SymExpr::Int(16))),
         ],
         grid: Some([expr("(s0 + (16 - 1)) // 16").expect("expr"), SymExpr::Int(1), SymExpr::Int(1)]),
+        scratch: None,
+        ranges: Vec::new(),
     };
     let ok = validate_emitted(&info, &rec, &base, &cache).expect("the Python-style grid is the same grid");
     assert_eq!(ok.grid_proven, Some(true));
@@ -310,5 +315,161 @@ fn every_fixture_reconciles() {
             let p = common::load(&path);
             assert_eq!(report(&p).totals.failed, 1, "{}", path.display());
         }
+    }
+}
+
+/// The four lowerings whose emitted launches `wrapir check` validates.
+fn all_lowerings() -> Vec<Box<dyn LaunchEmitter>> {
+    vec![
+        Box::new(PythonLaunches::default()),
+        Box::new(CppLaunches { dialect: Dialect::Aoti }),
+        Box::new(CppLaunches { dialect: Dialect::Standalone }),
+        Box::new(FxLaunches::default()),
+    ]
+}
+
+#[test]
+fn every_fixture_launch_is_proven_or_guarded_for_every_lowering() {
+    let emitters = all_lowerings();
+    let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
+    let mut failures = Vec::new();
+    let mut launches = 0;
+    for path in common::fixtures() {
+        let p = common::load(&path);
+        let info = validate(&p).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let r = check_lowerings(&info, &Options::default(), &refs);
+        let names: Vec<_> = r.lowerings.iter().map(|l| l.lowering.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["python", "cpp", "cpp-standalone", "fx"]);
+        for (i, entry) in r.base.entries.iter().enumerate() {
+            launches += 1;
+            for (l, name) in names.iter().enumerate() {
+                match r.verdict(l, i) {
+                    LoweringVerdict::Proven | LoweringVerdict::Guarded(_) => {}
+                    other => failures.push(format!(
+                        "{} {}:{} {name}: {other:?}\n{}",
+                        common::name(&path),
+                        entry.graph,
+                        entry.line,
+                        r.render(true)
+                    )),
+                }
+            }
+        }
+        assert_eq!(r.is_ok(), failures.is_empty(), "{}", r.render(true));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(launches > 10, "the fixtures have only {launches} Triton launches");
+}
+
+#[test]
+fn recording_launches_leaves_the_text_unchanged() {
+    for path in common::fixtures() {
+        let p = common::load(&path);
+        let info = validate(&p).expect("valid");
+        let triton_calls = check_program(&info, &Options::default()).entries.len();
+        let python = wrapir::lower::python::Options::default();
+        if let Ok(text) = wrapir::lower::python::write_string(&info, &python) {
+            let (recorded, launches) = wrapir::lower::python::write_string_with_launches(&info, &python).expect("lowers");
+            assert_eq!(text, recorded, "{}", path.display());
+            assert_eq!(launches.len(), triton_calls, "{}", path.display());
+        }
+        for dialect in [Dialect::Aoti, Dialect::Standalone] {
+            let options = wrapir::lower::cpp::Options::for_dialect(dialect);
+            if let Ok(text) = wrapir::lower::cpp::write_string(&info, &options) {
+                let (recorded, launches) = wrapir::lower::cpp::write_string_with_launches(&info, &options).expect("lowers");
+                assert_eq!(text, recorded, "{} {dialect:?}", path.display());
+                assert!(launches.len() >= triton_calls, "{} {dialect:?}", path.display());
+            }
+        }
+    }
+}
+
+/// An emitter that reports another's launches, changed by `corrupt`.
+struct Corrupted<'e> {
+    inner: &'e dyn LaunchEmitter,
+    corrupt: fn(&mut EmittedLaunch),
+}
+
+impl LaunchEmitter for Corrupted<'_> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
+        let mut launches = self.inner.emitted_launches(info)?;
+        if let Some(first) = launches.first_mut() {
+            (self.corrupt)(first);
+        }
+        Ok(launches)
+    }
+}
+
+fn swap_first_two_args(l: &mut EmittedLaunch) {
+    let (a, b) = (l.args[0].1.clone(), l.args[1].1.clone());
+    l.args[0].1 = b;
+    l.args[1].1 = a;
+}
+
+fn bump_grid_x(l: &mut EmittedLaunch) {
+    if let Some(g) = l.grid.as_mut() {
+        g[0] = SymExpr::add(g[0].clone(), SymExpr::Int(1));
+    }
+}
+
+#[test]
+fn corrupted_emitted_launches_are_mismatches_of_their_lowering() {
+    let p = program(&fixture("pointwise.wir"));
+    let info = validate(&p).expect("valid");
+    let emitters = all_lowerings();
+    type Case = (fn(&mut EmittedLaunch), &'static str);
+    let cases: [Case; 2] = [
+        (swap_first_two_args, "passes in_ptr0 = buffer `arg1_1` but the launch needs buffer `arg0_1`"),
+        (bump_grid_x, "passes grid[0] = "),
+    ];
+    for (corrupt, expect) in cases {
+        for (i, inner) in emitters.iter().enumerate() {
+            let bad = Corrupted { inner: inner.as_ref(), corrupt };
+            // The corrupted lowering among the honest ones: only it fails.
+            let refs: Vec<&dyn LaunchEmitter> =
+                emitters.iter().enumerate().map(|(j, e)| if i == j { &bad as &dyn LaunchEmitter } else { e.as_ref() }).collect();
+            let r = check_lowerings(&info, &Options::default(), &refs);
+            assert!(!r.is_ok(), "{}: {expect}", inner.name());
+            for j in 0..refs.len() {
+                match (r.verdict(j, 0), i == j) {
+                    (LoweringVerdict::Failed(m), true) => assert!(m.starts_with(expect), "{}: {m}", inner.name()),
+                    (LoweringVerdict::Proven, false) => {}
+                    (other, _) => panic!("{} (corrupted {}): {other:?}", refs[j].name(), inner.name()),
+                }
+            }
+            let text = r.render(false);
+            assert!(text.contains(&format!("    {:<15} failed: {expect}", inner.name())), "{text}");
+            assert!(text.ends_with("1 launch: 0 proven, 0 guarded, 1 failed (python, cpp, cpp-standalone, fx)\n"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn cpp_grid_narrowing_is_checked() {
+    // grid_0 = xnumel (XBLOCK 1): Python passes a 2^40 grid to its launcher,
+    // C++ would truncate it to `uint32_t`.
+    let kernel = "  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i64, XBLOCK: constexpr\n  config XBLOCK: 1\n  grid Grid1D\n  num_warps 1";
+    let cases = [
+        ("call k(arg1_1, buf0, 1099511627776) @cuda:0", "symbol s0: backed [2, 8] hint 8", [
+            "proven",
+            "failed: uint32_t grid_0 = 1099511627776 lies in [1099511627776, 1099511627776], outside [0, 4294967295]",
+        ]),
+        ("call k(arg1_1, buf0, s0) @cuda:0", "symbol s0: backed [2, inf] hint 8", [
+            "proven",
+            "guarded: uint32_t grid_0: cannot prove s0 in [0, 4294967295] (range [2, inf])",
+        ]),
+        ("call k(arg1_1, buf0, s0) @cuda:0", "symbol s0: backed [2, 4096] hint 8", ["proven", "proven"]),
+    ];
+    for (call, symbols, [python, cpp]) in cases {
+        let p = program(&one_kernel(symbols, kernel, call));
+        let info = validate(&p).expect("valid");
+        let emitters: [&dyn LaunchEmitter; 2] = [&PythonLaunches::default(), &CppLaunches { dialect: Dialect::Standalone }];
+        let text = check_lowerings(&info, &Options::default(), &emitters).render(false);
+        assert!(text.contains(&format!("    python          {python}")), "{call}:\n{text}");
+        assert!(text.contains(&format!("    cpp-standalone  {cpp}")), "{call}:\n{text}");
     }
 }

@@ -304,7 +304,7 @@ fn cli_runs_fixtures_on_meta() {
         ),
         (&["run", "fixtures/while_loop.wir", "--predicate", "false"], 0, &["output 0: "], ""),
         (&["run", "fixtures/nonzero.wir", "--hint", "u0"], 2, &[], "hint `u0` is not SYMBOL=VALUE"),
-        (&["run", "fixtures/nonzero.wir", "--device", "cuda"], 2, &[], "needs wrapir's CUDA execution backend"),
+        (&["run", "fixtures/nonzero.wir", "--device", "cuda"], 2, &[], "needs wrapir built with the `cuda` feature"),
         (&["run", "fixtures/nonzero.wir", "--expect", "x.safetensors"], 2, &[], "`--expect` needs `--device cpu`"),
         (&["run", "fixtures/pointwise.wir", "--device", "cpu"], 2, &[], "was not supplied"),
     ];

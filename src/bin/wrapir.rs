@@ -41,20 +41,25 @@ enum Command {
         json: bool,
     },
     /// Validate a program, reconcile every Triton launch with its kernel, and
-    /// prove the FX lowering's launches equal to the reconciled ones.
+    /// prove the launches each lowering emits (Python, C++ in both dialects,
+    /// FX) equal to the reconciled ones.
     ///
     /// Prints one line per launch (`proven`, `guarded` with the run-time checks
-    /// it needs, or `failed`) and totals; exits 1 when the program is invalid or
-    /// any launch failed.
+    /// it needs, or `failed`), then per lowering whether its emitted launch was
+    /// proven, and totals; exits 1 when the program is invalid, any launch
+    /// failed, or a lowering could not report its launches.
     Check {
         /// A `.json` or `.wir` program, or `-` for stdin.
         program: PathBuf,
         /// Print the proof of each equality and the counterexample of each disproof.
         #[arg(long)]
         explain: bool,
-        /// Do not check the FX lowering's launches (validation and reconciliation only).
+        /// Do not check any lowering's launches (validation and reconciliation only).
         #[arg(long)]
         no_translation: bool,
+        /// The lowerings whose launches are checked (comma-separated; default all).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        lowering: Vec<Target>,
     },
     /// Run a program on the meta (shapes only), cpu (host) or cuda (GPU) backend.
     ///
@@ -189,7 +194,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             write_output(None, &text)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { program, explain, no_translation } => {
+        Command::Check { program, explain, no_translation, lowering } => {
             let (program, name) = load(&program)?;
             let info = match ir::validate(&program) {
                 Ok(info) => info,
@@ -198,16 +203,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             };
+            use wrapir::reconcile::{CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
             let options = wrapir::reconcile::Options::default();
-            let report = if no_translation {
-                wrapir::reconcile::check_program(&info, &options)
-            } else {
-                let fx = wrapir::reconcile::FxLaunches { options: Default::default() };
-                wrapir::reconcile::check_program_against(&info, &options, &fx)
-            };
             println!("{name}: valid");
+            if no_translation {
+                let report = wrapir::reconcile::check_program(&info, &options);
+                print!("{}", report.render(explain));
+                return Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            }
+            let selected =
+                if lowering.is_empty() { vec![Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx] } else { lowering };
+            let mut emitters: Vec<Box<dyn LaunchEmitter>> = Vec::new();
+            for t in selected {
+                let e: Box<dyn LaunchEmitter> = match t {
+                    Target::Python => Box::new(PythonLaunches::default()),
+                    Target::Cpp => Box::new(CppLaunches { dialect: wrapir::lower::cpp::Dialect::Aoti }),
+                    Target::CppStandalone => Box::new(CppLaunches { dialect: wrapir::lower::cpp::Dialect::Standalone }),
+                    Target::Fx => Box::new(FxLaunches::default()),
+                };
+                if !emitters.iter().any(|x| x.name() == e.name()) {
+                    emitters.push(e);
+                }
+            }
+            let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
+            let report = wrapir::reconcile::check_lowerings(&info, &options, &refs);
             print!("{}", report.render(explain));
-            Ok(if report.totals.failed > 0 || report.emit_error.is_some() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            if explain {
+                // The canonical records, their proofs and counterexamples.
+                print!("{}", report.base.render(true));
+            }
+            Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Sym { command: SymCommand::Prove { a, b, assume, explain } } => sym_prove(&a, &b, &assume, explain),
         Command::Run { program, device, inputs, expect, hints, predicate, print, rtol, atol } => {
@@ -448,16 +473,41 @@ fn run_cuda(
     for v in &result.outputs {
         collect_tensors(v, &mut got);
     }
+    let max_error = max_abs_error(&got, &expected);
     match compare_outputs(&got, &expected, tolerance) {
         Ok(()) => {
-            println!("{} outputs match {}", got.len(), expect_path.display());
+            println!("{} outputs match {} (max abs error {max_error:e})", got.len(), expect_path.display());
             Ok(ExitCode::SUCCESS)
         }
         Err(message) => {
-            eprintln!("mismatch against {}: {message}", expect_path.display());
+            eprintln!("mismatch against {} (max abs error {max_error:e}): {message}", expect_path.display());
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// The largest `|got - expected|` over the outputs that pair up with an
+/// expected tensor of the same shape (as [`compare_outputs`] pairs them).
+#[cfg(feature = "cuda")]
+fn max_abs_error(got: &[&wrapir::exec::Tensor], expected: &indexmap::IndexMap<String, wrapir::exec::Tensor>) -> f64 {
+    let graph_outs: Vec<&wrapir::exec::Tensor> =
+        expected.iter().filter(|(k, _)| k.starts_with("graph_out")).map(|(_, t)| t).collect();
+    let expected: Vec<&wrapir::exec::Tensor> = if graph_outs.is_empty() { expected.values().collect() } else { graph_outs };
+    let mut worst = 0.0f64;
+    for (g, e) in got.iter().zip(expected) {
+        if g.size() != e.size() {
+            continue;
+        }
+        if let (Ok(g), Ok(e)) = (g.to_f64_vec(), e.to_f64_vec()) {
+            for (a, b) in g.iter().zip(&e) {
+                let d = (a - b).abs();
+                if d > worst || d.is_nan() && !(a.is_nan() && b.is_nan()) {
+                    worst = if d.is_nan() { f64::NAN } else { d };
+                }
+            }
+        }
+    }
+    worst
 }
 
 /// `run --device cuda` in a build without the `cuda` feature.

@@ -502,3 +502,88 @@ impl TritonMeta {
         })
     }
 }
+
+/// Why a Triton call's arguments do not match its kernel's parameters.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArgBindError {
+    /// A positional argument follows a named one.
+    #[error("positional argument {position} follows a named argument")]
+    PositionalAfterNamed {
+        /// Its index in the call.
+        position: usize,
+    },
+    /// More positional arguments than call parameters.
+    #[error("{given} positional arguments given, but the kernel takes {} ({})", params.len(), params.join(", "))]
+    TooManyArguments {
+        /// Positional arguments given.
+        given: usize,
+        /// The call parameters.
+        params: Vec<String>,
+    },
+    /// A named argument that is not a parameter, constant or extra launcher arg.
+    #[error("`{param}` is not a parameter of the kernel")]
+    UnknownParameter {
+        /// The name.
+        param: String,
+    },
+    /// A parameter bound twice.
+    #[error("parameter `{param}` is given twice")]
+    BoundTwice {
+        /// The parameter.
+        param: String,
+    },
+}
+
+impl TritonMeta {
+    /// Matches a call's arguments to parameters: positional arguments fill
+    /// [`TritonMeta::call_params`] in order, then named arguments bind the
+    /// parameter (or constexpr, or extra launcher arg) they name. Returns
+    /// parameter -> value in call order. Whether every required parameter is
+    /// bound, and whether a value given for a baked-in parameter agrees with
+    /// it, is the caller's business. The one place call arguments are matched.
+    pub fn bind_args<'c>(&self, args: &'c [super::line::CallArg]) -> Result<IndexMap<String, &'c super::line::ArgValue>, ArgBindError> {
+        let params = self.call_params();
+        let mut bound: IndexMap<String, &super::line::ArgValue> = IndexMap::new();
+        let mut positional = 0usize;
+        let mut seen_named = false;
+        for (i, a) in args.iter().enumerate() {
+            let name = match &a.name {
+                None if seen_named => return Err(ArgBindError::PositionalAfterNamed { position: i }),
+                None => {
+                    let Some(p) = params.get(positional) else {
+                        return Err(ArgBindError::TooManyArguments {
+                            given: args.iter().filter(|a| a.name.is_none()).count(),
+                            params: params.iter().map(|p| p.to_string()).collect(),
+                        });
+                    };
+                    positional += 1;
+                    p.to_string()
+                }
+                Some(n) => {
+                    seen_named = true;
+                    let known = self.signature.contains_key(n.as_str()) || self.extra_launcher_args.iter().any(|x| x == n);
+                    if !known {
+                        return Err(ArgBindError::UnknownParameter { param: n.clone() });
+                    }
+                    n.clone()
+                }
+            };
+            if bound.insert(name.clone(), &a.value).is_some() {
+                return Err(ArgBindError::BoundTwice { param: name });
+            }
+        }
+        Ok(bound)
+    }
+
+    /// The value compiled into the kernel for `name`: its `constants` entry,
+    /// else its config kwarg.
+    pub fn baked_value(&self, name: &str) -> Option<ConstValue> {
+        self.constants.get(name).cloned().or_else(|| self.config.get(name).map(|v| ConstValue::Int(*v)))
+    }
+
+    /// `true` when `name` is baked into the kernel rather than passed at launch
+    /// (a declared constexpr, or a `constants` entry that is not a call parameter).
+    pub fn is_baked(&self, name: &str) -> bool {
+        matches!(self.signature.get(name), Some(SigType::Constexpr)) || self.constants.contains_key(name)
+    }
+}

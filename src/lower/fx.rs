@@ -14,7 +14,7 @@
 
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend,
+    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend,
     KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
@@ -802,61 +802,24 @@ impl<'p> GraphLowering<'p> {
     fn triton_call(&mut self, call: &KernelCall, meta: &TritonMeta) -> Res<()> {
         let kernel = call.kernel.to_string();
         let err = |message: String| ErrorKind::KernelArgs { kernel: kernel.clone(), message };
-        let params = meta.call_params();
-        let mut bound: IndexMap<&str, &CallArg> = IndexMap::new();
-        let mut next = 0usize;
-        for a in &call.args {
-            match &a.name {
-                Some(n) => {
-                    let Some(p) = params.iter().find(|p| **p == n.as_str()) else {
-                        // A declared constexpr passed by name is baked into the kernel:
-                        // accept it only when it repeats the baked value.
-                        let baked = meta
-                            .constants
-                            .get(n.as_str())
-                            .cloned()
-                            .or_else(|| meta.config.get(n.as_str()).map(|v| ConstValue::Int(*v)));
-                        match (baked, &a.value) {
-                            (Some(ConstValue::Int(c)), ArgValue::Expr(SymExpr::Int(v))) if c == *v => continue,
-                            (Some(ConstValue::Bool(c)), ArgValue::Bool(v)) if c == *v => continue,
-                            (Some(ConstValue::None), ArgValue::None) => continue,
-                            (Some(c), _) => {
-                                return Err(err(format!(
-                                    "named argument `{n}` passes {} but the kernel is compiled with {n} = {c}",
-                                    match &a.value {
-                                        ArgValue::Expr(e) => e.to_string(),
-                                        other => format!("{other:?}"),
-                                    }
-                                )))
-                            }
-                            (None, _) => {}
-                        }
-                        let why = if meta.signature.contains_key(n.as_str()) {
-                            "is a constexpr without a value in `constants` or the config"
-                        } else {
-                            "is not a parameter"
-                        };
-                        return Err(err(format!("named argument `{n}` {why}")));
-                    };
-                    if bound.insert(p, a).is_some() {
-                        return Err(err(format!("parameter `{n}` is given twice")));
-                    }
+        let bound = meta.bind_args(&call.args).map_err(|e| err(e.to_string()))?;
+        // A named argument for a baked-in parameter must repeat the baked value
+        // when both are literals (anything symbolic is reconciliation's to prove).
+        for (name, value) in &bound {
+            if meta.call_params().contains(&name.as_str()) || !meta.is_baked(name) {
+                continue;
+            }
+            match (meta.baked_value(name), value) {
+                (Some(ConstValue::Int(c)), ArgValue::Expr(SymExpr::Int(v))) if c != *v => {
+                    return Err(err(format!("named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}")))
                 }
-                None => {
-                    while next < params.len() && bound.contains_key(params[next]) {
-                        next += 1;
-                    }
-                    let Some(p) = params.get(next) else {
-                        return Err(err(format!(
-                            "{} arguments given but the kernel takes {} ({})",
-                            call.args.len(),
-                            params.len(),
-                            params.join(", ")
-                        )));
-                    };
-                    bound.insert(p, a);
-                    next += 1;
+                (Some(ConstValue::Bool(c)), ArgValue::Bool(v)) if c != *v => {
+                    return Err(err(format!("named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}")))
                 }
+                (None, _) => {
+                    return Err(err(format!("named argument `{name}` is a constexpr without a value in `constants` or the config")))
+                }
+                _ => {}
             }
         }
         // The expression each parameter stands for (for the grid).
@@ -865,7 +828,7 @@ impl<'p> GraphLowering<'p> {
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
                 if let (Some(given), ConstValue::Int(cv)) = (bound.get(name.as_str()), c) {
-                    if let ArgValue::Expr(SymExpr::Int(v)) = &given.value {
+                    if let ArgValue::Expr(SymExpr::Int(v)) = given {
                         if v != cv {
                             return Err(err(format!("argument `{name}` = {v} conflicts with its constant value {cv}")));
                         }
@@ -886,10 +849,10 @@ impl<'p> GraphLowering<'p> {
                 let Some(given) = bound.get(name.as_str()) else {
                     return Err(err(format!("missing argument for parameter `{name}`")));
                 };
-                if let ArgValue::Expr(e) = &given.value {
+                if let ArgValue::Expr(e) = given {
                     param_exprs.insert(name.clone(), e.clone());
                 }
-                self.arg(&given.value)?
+                self.arg(given)?
             };
             kwargs.insert(name.clone(), value);
         }
@@ -904,7 +867,7 @@ impl<'p> GraphLowering<'p> {
             let Some(given) = bound.get(extra.as_str()) else {
                 return Err(err(format!("missing launcher argument `{extra}`")));
             };
-            match &given.value {
+            match given {
                 ArgValue::Expr(e) => {
                     param_exprs.insert(extra.clone(), e.clone());
                 }

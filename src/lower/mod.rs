@@ -5,3 +5,4 @@
 pub mod fx;
 pub mod python;
 pub mod cpp;
+pub mod launches;

@@ -1,7 +1,10 @@
 //! Translation validation: what a lowering emits for each launch, proven equal
 //! to the canonical [`LaunchRecord`].
 
-use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache};
+use super::check::{CheckReport, Failure, Verdict};
+use super::record::{describe, interval_text, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
+use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
+use crate::sym::egraph::{Bound, Interval};
 use crate::fx::{self, Arg, Op, Placeholder, SymOp, Val};
 use crate::ir::{ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, ProgramInfo, MAIN_GRAPH};
 use crate::sym::egraph::Counterexample;
@@ -31,6 +34,34 @@ pub struct EmittedLaunch {
     pub args: Vec<(String, EmittedValue)>,
     /// Grid x, y, z, when the lowering computes the grid itself.
     pub grid: Option<[SymExpr; 3]>,
+    /// The trailing scratch pointers, when the lowering passes them itself
+    /// (`None`: left to the launcher).
+    pub scratch: Option<Vec<EmittedScratch>>,
+    /// Ranges emitted values must lie in for the emitted code to compute what
+    /// `grid` and `scratch` say (C's truncating `/`, `uint32_t` grid variables).
+    pub ranges: Vec<EmittedRange>,
+}
+
+/// A scratch pointer a lowering passes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmittedScratch {
+    /// Global or profile scratch.
+    pub kind: ScratchKind,
+    /// Bytes allocated; `None` for a null pointer.
+    pub bytes: Option<SymExpr>,
+}
+
+/// An emitted integer value that must lie in `[lo, hi]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmittedRange {
+    /// What the value is (`uint32_t grid_0`).
+    pub what: String,
+    /// The value.
+    pub value: SymExpr,
+    /// Smallest allowed value.
+    pub lo: i64,
+    /// Largest allowed value.
+    pub hi: i64,
 }
 
 /// A lowering that can report the launches it emits.
@@ -81,6 +112,28 @@ pub enum Mismatch {
         found: String,
         /// Where they differ, when the prover found an assignment.
         counterexample: Option<Counterexample>,
+    },
+    /// The emitted scratch pointers differ from the kernel's.
+    #[error("passes scratch pointers {found} but the kernel takes {expected}")]
+    Scratch {
+        /// The kernel's scratch pointers.
+        expected: String,
+        /// The emitted ones.
+        found: String,
+    },
+    /// An emitted value always lies outside the range its emitted code needs.
+    #[error("{what} = {value} lies in {range}, outside [{lo}, {hi}]")]
+    OutOfRange {
+        /// What the value is.
+        what: String,
+        /// The value.
+        value: SymExpr,
+        /// Its range under the program's facts.
+        range: String,
+        /// Smallest allowed value.
+        lo: i64,
+        /// Largest allowed value.
+        hi: i64,
     },
     /// The emitted launch names another kernel than the call.
     #[error("launches `{found}` for a call of `{expected}`")]
@@ -161,7 +214,73 @@ pub fn validate_emitted(
         }
         out.grid_proven = Some(all);
     }
+    if let Some(scratch) = &emitted.scratch {
+        let kinds = |k: &mut dyn Iterator<Item = ScratchKind>| k.map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+        let want = kinds(&mut record.scratch.iter().map(|s| s.kind));
+        let got = kinds(&mut scratch.iter().map(|s| s.kind));
+        let text = |s: String| if s.is_empty() { "none".to_string() } else { format!("[{s}]") };
+        if want != got {
+            return Err(Mismatch::Scratch { expected: text(want), found: text(got) });
+        }
+        for (canonical, e) in record.scratch.iter().zip(scratch) {
+            let param = format!("{} scratch bytes", e.kind.as_str());
+            match (&canonical.total_bytes, &e.bytes) {
+                (None, None) => out.values_proven += 1,
+                (Some(a), Some(b)) => {
+                    if prove(cache, &param, a, b, &mut out)? {
+                        out.values_proven += 1;
+                    }
+                }
+                (a, b) => {
+                    let show = |x: &Option<SymExpr>| x.as_ref().map_or_else(|| "a null pointer".to_string(), |x| x.to_string());
+                    return Err(Mismatch::Value { param, expected: show(a), found: show(b), counterexample: None });
+                }
+            }
+        }
+    }
+    for r in &emitted.ranges {
+        check_range(cache, r, &mut out)?;
+    }
     Ok(out)
+}
+
+/// Settles `lo <= value <= hi` by the value's range under the facts: proven,
+/// refuted (a mismatch), or a guard.
+fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Result<(), Mismatch> {
+    let raw = cache.bounds(&r.value);
+    let range_text = interval_text(raw);
+    // Every defined value is an `i64` (evaluation is checked 64-bit).
+    let range = Interval { lo: raw.lo.max(Bound::Fin(i64::MIN.into())), hi: raw.hi.min(Bound::Fin(i64::MAX.into())) };
+    let (lo, hi) = (Bound::Fin(i128::from(r.lo)), Bound::Fin(i128::from(r.hi)));
+    let claim = format!("emitted {}: {} in [{}, {}]", r.what, r.value, r.lo, r.hi);
+    let lo_ok = range.lo >= lo;
+    let hi_ok = range.hi <= hi;
+    if lo_ok && hi_ok {
+        out.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Proven, detail: format!("{} in {range_text}", r.value) });
+        return Ok(());
+    }
+    if range.hi < lo || range.lo > hi {
+        return Err(Mismatch::OutOfRange { what: r.what.clone(), value: r.value.clone(), range: range_text, lo: r.lo, hi: r.hi });
+    }
+    let mut conds = Vec::new();
+    if !lo_ok {
+        conds.push(SymExpr::cmp(CmpOp::Ge, r.value.clone(), SymExpr::Int(r.lo)));
+    }
+    if !hi_ok {
+        conds.push(SymExpr::cmp(CmpOp::Le, r.value.clone(), SymExpr::Int(r.hi)));
+    }
+    let cond = if conds.len() == 1 { conds.remove(0) } else { SymExpr::And(conds) };
+    out.evidence.push(Evidence {
+        claim,
+        verdict: EvidenceVerdict::Guarded,
+        detail: format!("{} in {range_text}; guard `{cond}`", r.value),
+    });
+    out.guards.push(Guard {
+        param: r.what.clone(),
+        message: format!("{}: cannot prove {} in [{}, {}] (range {range_text})", r.what, r.value, r.lo, r.hi),
+        cond,
+    });
+    Ok(())
 }
 
 /// Proves `canonical == emitted`; `Ok(false)` when only guarded.
@@ -315,7 +434,7 @@ fn collect_fx(info: &ProgramInfo<'_>, g: &fx::Graph, name: &GraphName, out: &mut
         ));
     }
     for ((line, _), (kernel, args, grid)) in calls.into_iter().zip(launches) {
-        out.push(EmittedLaunch { kernel, graph: name.clone(), line, args, grid: Some(grid) });
+        out.push(EmittedLaunch { kernel, graph: name.clone(), line, args, grid: Some(grid), scratch: None, ranges: Vec::new() });
     }
     for (sub, sg) in &g.subgraphs {
         collect_fx(info, sg, &GraphName::new(sub), out)?;
@@ -420,5 +539,369 @@ fn fx_expr(g: &fx::Graph, a: &Arg) -> Result<SymExpr, String> {
             }
         }
         _ => Err(format!("node `{}` is not a symbolic integer", node.name)),
+    }
+}
+
+/// The launches of the Python lowering ([`crate::lower::python`]): each
+/// `kernel.run(...)`'s arguments as printed, bound to parameters the way
+/// Inductor's launcher binds them, and the grid the launcher computes from them.
+///
+/// `kernel.run(*args, **kwargs, stream=...)` calls a generated
+/// `def launcher(<def_args>, stream)` whose parameters are the kernel's call
+/// parameters ([`crate::ir::TritonMeta::call_params`]): positional arguments
+/// bind to them in order, named ones by name. The launcher then evaluates the
+/// grid type's Python grid expressions over those values and the chosen
+/// config's kwargs, with `-((numel) // -(BLOCK))` for each ceiling division
+/// and `numel` itself when the config has no such block size or it is 1
+/// (spec 4.3, 6.1). The kernel source's heuristics are taken to carry the
+/// config and grid type of the kernel's metadata; the launcher allocates
+/// scratch itself, so none is reported.
+#[derive(Clone, Debug, Default)]
+pub struct PythonLaunches {
+    /// Options of the Python lowering.
+    pub options: crate::lower::python::Options,
+}
+
+impl LaunchEmitter for PythonLaunches {
+    fn name(&self) -> &str {
+        "python"
+    }
+
+    fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
+        let err = |message: String| EmitError { lowering: "python".into(), message };
+        let (_, printed) =
+            crate::lower::python::write_string_with_launches(info, &self.options).map_err(|e| err(e.to_string()))?;
+        printed.into_iter().map(|p| python_launch(info, p).map_err(err)).collect()
+    }
+}
+
+/// A printed `kernel.run(...)` as the launcher runs it.
+fn python_launch(info: &ProgramInfo<'_>, p: PrintedLaunch) -> Result<EmittedLaunch, String> {
+    let at = format!("graph `{}`, line {}, kernel `{}`", p.graph, p.line, p.kernel);
+    let meta = match info.program().kernels.get(&p.kernel).map(|d| &d.backend) {
+        Some(KernelBackend::Triton(m)) => m,
+        _ => return Err(format!("{at}: not a Triton kernel of the program")),
+    };
+    let def_args = meta.call_params();
+    let mut args: Vec<(String, EmittedValue)> = Vec::with_capacity(p.args.len());
+    let mut positional = 0usize;
+    for PrintedArg { param, value } in p.args {
+        let param = match param {
+            Some(n) => n,
+            None => {
+                let n = def_args.get(positional).ok_or_else(|| {
+                    format!("{at}: {} positional arguments but the launcher takes {}", positional + 1, def_args.len())
+                })?;
+                positional += 1;
+                (*n).to_string()
+            }
+        };
+        if args.iter().any(|(n, _)| *n == param) {
+            return Err(format!("{at}: the launcher gets `{param}` twice"));
+        }
+        let value = emitted_value(value).map_err(|m| format!("{at}, `{param}`: {m}"))?;
+        args.push((param, value));
+    }
+    let mut scope: std::collections::HashMap<&str, SymExpr> = std::collections::HashMap::new();
+    for (n, v) in &args {
+        match v {
+            EmittedValue::Expr(e) => {
+                scope.insert(n.as_str(), e.clone());
+            }
+            EmittedValue::Const(ConstValue::Bool(b)) => {
+                scope.insert(n.as_str(), SymExpr::Int(i64::from(*b)));
+            }
+            _ => {}
+        }
+    }
+    let grid = launcher_grid(meta, &scope).map_err(|m| format!("{at}: {m}"))?;
+    Ok(EmittedLaunch { kernel: p.kernel, graph: p.graph, line: p.line, args, grid: Some(grid), scratch: None, ranges: Vec::new() })
+}
+
+/// The grid Inductor's Python launcher computes from its arguments (`scope`)
+/// and the config's kwargs.
+fn launcher_grid(meta: &crate::ir::TritonMeta, scope: &std::collections::HashMap<&str, SymExpr>) -> Result<[SymExpr; 3], String> {
+    use crate::ir::GridType;
+    let arg = |n: &str| scope.get(n).cloned().ok_or_else(|| format!("the launcher's grid needs `{n}`, which it is not passed"));
+    let config = |n: &str| meta.config.get(n).copied();
+    // `ceildiv(numel, block)`: `-((numel) // -(block))`; the numel itself when
+    // the config has no such block size or it is 1; folded for literals.
+    let ceildiv = |numel: SymExpr, block: Option<SymExpr>| -> Result<SymExpr, String> {
+        match block {
+            None | Some(SymExpr::Int(1)) => Ok(numel),
+            Some(SymExpr::Int(0)) => Err("a block size of 0 divides by zero".into()),
+            Some(b) => {
+                if let (SymExpr::Int(n), SymExpr::Int(k)) = (&numel, &b) {
+                    if let Some(v) = k.checked_neg().and_then(|nk| py_floor_div(*n, nk)).and_then(i64::checked_neg) {
+                        return Ok(SymExpr::Int(v));
+                    }
+                }
+                Ok(SymExpr::neg(SymExpr::floor_div(numel, SymExpr::neg(b))))
+            }
+        }
+    };
+    let over = |numel: &str, block: &str| -> Result<SymExpr, String> { ceildiv(arg(numel)?, config(block).map(SymExpr::Int)) };
+    let one = SymExpr::Int(1);
+    Ok(match &meta.grid_type {
+        GridType::Grid1D => [over("xnumel", "XBLOCK")?, one.clone(), one],
+        GridType::Grid2D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, one],
+        GridType::Grid3D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, over("znumel", "ZBLOCK")?],
+        GridType::Grid2DWithYZOverflow { max_y_grid } => {
+            let raw = over("ynumel", "YBLOCK")?;
+            let div = ceildiv(raw.clone(), Some(SymExpr::Int(*max_y_grid)))?;
+            [over("xnumel", "XBLOCK")?, ceildiv(raw, Some(div.clone()))?, div]
+        }
+        GridType::CooperativeReductionGrid => {
+            let rsplit = config("RSPLIT").ok_or("the config has no `RSPLIT`")?;
+            [SymExpr::Int(rsplit), over("xnumel", "XBLOCK")?, one]
+        }
+        GridType::SplitScanGrid => [over("r0_numel", "R0_BLOCK")?, arg("xnumel")?, one],
+        GridType::FixedGrid => [arg("_grid_0")?, arg("_grid_1")?, arg("_grid_2")?],
+        GridType::PrecomputedGrid { grids } => {
+            let entry = grids
+                .iter()
+                .find(|g| g.config.iter().all(|(k, v)| meta.config.get(k) == Some(v)))
+                .ok_or("no precomputed grid matches the config")?;
+            let subst = |e: &SymExpr| -> Result<SymExpr, String> {
+                for s in e.free_symbols() {
+                    if !scope.contains_key(s.as_str()) && config(s.as_str()).is_none() {
+                        return Err(format!("the precomputed grid `{e}` needs `{s}`, which the launcher is not passed"));
+                    }
+                }
+                Ok(e.substitute(&|s| scope.get(s.as_str()).cloned().or_else(|| config(s.as_str()).map(SymExpr::Int))))
+            };
+            [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
+        }
+    })
+}
+
+/// Python floor division; `None` on division by zero or overflow.
+fn py_floor_div(a: i64, b: i64) -> Option<i64> {
+    let q = a.checked_div(b)?;
+    let r = a.checked_rem(b)?;
+    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
+}
+
+/// The launches of the C++ lowering ([`crate::lower::cpp`]) in one dialect:
+/// for each call site, the values it passes into its `call_<kernel>`
+/// wrapper's `kernel_args_` (constants stripped), the wrapper's `grid_0..2`
+/// and scratch sizes with its parameters bound to those values, and the
+/// ranges under which the printed C++ (`/` truncating, `uint32_t` grid
+/// variables) computes them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CppLaunches {
+    /// The dialect.
+    pub dialect: crate::lower::cpp::Dialect,
+}
+
+impl LaunchEmitter for CppLaunches {
+    fn name(&self) -> &str {
+        match self.dialect {
+            crate::lower::cpp::Dialect::Aoti => "cpp",
+            crate::lower::cpp::Dialect::Standalone => "cpp-standalone",
+        }
+    }
+
+    fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
+        let err = |message: String| EmitError { lowering: self.name().into(), message };
+        let options = crate::lower::cpp::Options::for_dialect(self.dialect);
+        let (_, printed) = crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| err(e.to_string()))?;
+        printed.into_iter().map(|p| cpp_launch(p).map_err(err)).collect()
+    }
+}
+
+fn cpp_launch(p: PrintedLaunch) -> Result<EmittedLaunch, String> {
+    let at = format!("graph `{}`, line {}, kernel `{}`", p.graph, p.line, p.kernel);
+    let mut args = Vec::with_capacity(p.args.len());
+    for a in p.args {
+        let param = a.param.ok_or_else(|| format!("{at}: an argument without its parameter"))?;
+        let value = emitted_value(a.value).map_err(|m| format!("{at}, `{param}`: {m}"))?;
+        args.push((param, value));
+    }
+    let scratch = p.scratch.map(|list| {
+        list.into_iter()
+            .map(|s| EmittedScratch {
+                kind: match s.pointer {
+                    ScratchPointer::Global => ScratchKind::Global,
+                    ScratchPointer::Profile => ScratchKind::Profile,
+                },
+                bytes: s.bytes,
+            })
+            .collect()
+    });
+    let ranges = p.ranges.into_iter().map(|r| EmittedRange { what: r.what, value: r.value, lo: r.lo, hi: r.hi }).collect();
+    Ok(EmittedLaunch { kernel: p.kernel, graph: p.graph, line: p.line, args, grid: p.grid, scratch, ranges })
+}
+
+/// A printed value as an emitted kernel argument.
+fn emitted_value(v: ArgValue) -> Result<EmittedValue, String> {
+    Ok(match v {
+        ArgValue::Buffer(b) => EmittedValue::Buffer(b),
+        ArgValue::Expr(e) => EmittedValue::Expr(e),
+        ArgValue::Float(f) => EmittedValue::Const(ConstValue::Float(f)),
+        ArgValue::Bool(b) => EmittedValue::Const(ConstValue::Bool(b)),
+        ArgValue::None => EmittedValue::Const(ConstValue::None),
+        ArgValue::Str(s) => EmittedValue::Const(ConstValue::Str(s)),
+        other @ (ArgValue::DType(_) | ArgValue::Device(_) | ArgValue::List(_)) => {
+            return Err(format!("{} is not a kernel argument value", describe(&other)))
+        }
+    })
+}
+
+/// Every Triton launch checked against several lowerings: the canonical
+/// reconciliation, then one [`CheckReport`] per lowering.
+#[derive(Clone, Debug)]
+pub struct LoweringsReport {
+    /// Reconciliation alone ([`super::check_program`]).
+    pub base: CheckReport,
+    /// One report per lowering, in the order the emitters were given.
+    pub lowerings: Vec<CheckReport>,
+}
+
+/// How one lowering fared on one launch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoweringVerdict {
+    /// Every emitted value proven.
+    Proven,
+    /// Valid if these run-time guards hold.
+    Guarded(Vec<String>),
+    /// The lowering emits something else, or nothing, for the call.
+    Failed(String),
+    /// Not checked: the call itself does not reconcile, or the lowering
+    /// could not report its launches.
+    Unchecked,
+}
+
+/// Reconciles every Triton launch and validates the launches of each emitter.
+pub fn check_lowerings(info: &ProgramInfo<'_>, options: &super::Options, emitters: &[&dyn LaunchEmitter]) -> LoweringsReport {
+    LoweringsReport {
+        base: super::check_program(info, options),
+        lowerings: emitters.iter().map(|e| super::check_program_against(info, options, *e)).collect(),
+    }
+}
+
+impl LoweringsReport {
+    /// `true` when every launch reconciles and every lowering reported its
+    /// launches and none differs from the canonical one.
+    pub fn is_ok(&self) -> bool {
+        self.base.is_ok() && self.lowerings.iter().all(|r| r.is_ok() && r.entries.iter().all(|e| !e.validations.is_empty()))
+    }
+
+    /// How lowering `lowering` (an index into [`LoweringsReport::lowerings`])
+    /// fared on launch `entry` (an index into the base report's entries).
+    pub fn verdict(&self, lowering: usize, entry: usize) -> LoweringVerdict {
+        let Some(report) = self.lowerings.get(lowering) else { return LoweringVerdict::Unchecked };
+        let Some(e) = report.entries.get(entry) else { return LoweringVerdict::Unchecked };
+        if report.emit_error.is_some() {
+            return LoweringVerdict::Unchecked;
+        }
+        match &e.verdict {
+            Verdict::Failed(Failure::Emitted { mismatch, .. }) => return LoweringVerdict::Failed(mismatch.to_string()),
+            Verdict::Failed(Failure::Reconcile(_)) => return LoweringVerdict::Unchecked,
+            _ => {}
+        }
+        if e.validations.is_empty() {
+            return LoweringVerdict::Failed("emits no launch for this call".into());
+        }
+        let guards: Vec<String> = e.validations.iter().flat_map(|v| v.guards.iter().map(|g| g.message.clone())).collect();
+        if guards.is_empty() {
+            LoweringVerdict::Proven
+        } else {
+            LoweringVerdict::Guarded(guards)
+        }
+    }
+
+    /// One line per launch with its reconciliation verdict, then one line per
+    /// lowering (`proven`, `guarded: <guards>`, `failed: <mismatch>`), then
+    /// the totals; lowerings that could not report their launches come first:
+    ///
+    /// ```text
+    /// proven   main:5 triton_poi_fused_add_0 (3 args)
+    ///     python          proven (3 values, grid)
+    ///     cpp             guarded: uint32_t grid_0: cannot prove (s0 + 127) // 128 in [0, 4294967295] (range [1, inf])
+    ///     fx              proven (4 values, grid)
+    /// 1 launch: 0 proven, 1 guarded, 0 failed (python, cpp, fx)
+    /// ```
+    ///
+    /// A launch counts as proven when it reconciles without guards and every
+    /// lowering is proven. With `explain`, each lowering's evidence follows it.
+    pub fn render(&self, explain: bool) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        for r in &self.lowerings {
+            if let Some(e) = &r.emit_error {
+                let _ = writeln!(out, "error    {e}");
+            }
+        }
+        let (mut proven, mut guarded, mut failed) = (0usize, 0usize, 0usize);
+        for (i, entry) in self.base.entries.iter().enumerate() {
+            let at = format!("{}:{} {}", entry.graph, entry.line, entry.kernel);
+            let mut worst = match &entry.verdict {
+                Verdict::Proven => 0,
+                Verdict::Guarded(_) => 1,
+                Verdict::Failed(_) => 2,
+            };
+            match &entry.verdict {
+                Verdict::Proven => {
+                    let n = entry.record.as_ref().map_or(0, |r| r.args.len());
+                    let _ = writeln!(out, "proven   {at} ({n} arg{})", if n == 1 { "" } else { "s" });
+                }
+                Verdict::Guarded(reasons) => {
+                    let _ = writeln!(out, "guarded  {at}: {}", reasons.join("; "));
+                }
+                Verdict::Failed(f) => {
+                    let _ = writeln!(out, "failed   {at}: {f}");
+                }
+            }
+            for (l, report) in self.lowerings.iter().enumerate() {
+                let name = report.lowering.as_deref().unwrap_or("?");
+                let verdict = self.verdict(l, i);
+                let text = match &verdict {
+                    LoweringVerdict::Proven => {
+                        let vs = report.entries.get(i).map(|e| e.validations.as_slice()).unwrap_or_default();
+                        let values: usize = vs.iter().map(|v| v.values_proven).sum();
+                        let grid = if vs.iter().all(|v| v.grid_proven == Some(true)) { ", grid" } else { "" };
+                        format!("proven ({values} value{}{grid})", if values == 1 { "" } else { "s" })
+                    }
+                    LoweringVerdict::Guarded(g) => format!("guarded: {}", g.join("; ")),
+                    LoweringVerdict::Failed(m) => format!("failed: {m}"),
+                    LoweringVerdict::Unchecked => "not checked".to_string(),
+                };
+                worst = worst.max(match verdict {
+                    LoweringVerdict::Proven | LoweringVerdict::Unchecked => 0,
+                    LoweringVerdict::Guarded(_) => 1,
+                    LoweringVerdict::Failed(_) => 2,
+                });
+                let _ = writeln!(out, "    {name:<15} {text}");
+                if explain {
+                    if let Some(e) = report.entries.get(i) {
+                        for ev in e.validations.iter().flat_map(|v| v.evidence.iter()) {
+                            let word = match ev.verdict {
+                                EvidenceVerdict::Proven => "proven",
+                                EvidenceVerdict::Guarded => "unknown",
+                            };
+                            let _ = writeln!(out, "        {word} {}", ev.claim);
+                            for line in ev.detail.lines() {
+                                let _ = writeln!(out, "          {line}");
+                            }
+                        }
+                    }
+                }
+            }
+            match worst {
+                0 => proven += 1,
+                1 => guarded += 1,
+                _ => failed += 1,
+            }
+        }
+        let n = self.base.entries.len();
+        let names: Vec<&str> = self.lowerings.iter().map(|r| r.lowering.as_deref().unwrap_or("?")).collect();
+        let _ = writeln!(
+            out,
+            "{n} launch{}: {proven} proven, {guarded} guarded, {failed} failed ({})",
+            if n == 1 { "" } else { "es" },
+            if names.is_empty() { "no lowerings".to_string() } else { names.join(", ") }
+        );
+        out
     }
 }

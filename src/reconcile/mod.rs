@@ -23,8 +23,8 @@
 //! parallel (proofs of identical pairs are shared through a cache) and returns a
 //! [`CheckReport`] with one [`LaunchEntry`] per launch. [`check_program_against`]
 //! additionally validates the launches a lowering emits ([`EmittedLaunch`],
-//! reported through [`LaunchEmitter`]; [`FxLaunches`] extracts them from the FX
-//! lowering) with [`validate_emitted`].
+//! reported through [`LaunchEmitter`]: [`PythonLaunches`], [`CppLaunches`]
+//! (both dialects) and [`FxLaunches`]) with [`validate_emitted`].
 
 mod check;
 mod emitted;
@@ -32,7 +32,8 @@ mod record;
 
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
-    validate_emitted, EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, Mismatch, Validated,
+    check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch, EmittedValue,
+    FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
 pub use record::{
     reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, RuntimeArg,

@@ -514,38 +514,12 @@ impl<'a> Reconciler<'a> {
     /// Parameter name -> value: named arguments by name, positional ones over
     /// [`TritonMeta::call_params`] in order.
     fn bind<'c>(&self, call: &'c KernelCall) -> Result<IndexMap<String, &'c ArgValue>, ErrorKind> {
-        let params = self.meta.call_params();
-        let mut bound: IndexMap<String, &ArgValue> = IndexMap::new();
-        let mut positional = 0usize;
-        let mut seen_named = false;
-        for (i, a) in call.args.iter().enumerate() {
-            match &a.name {
-                None if seen_named => return Err(ErrorKind::PositionalAfterNamed { position: i }),
-                None => {
-                    let Some(p) = params.get(positional) else {
-                        let given = call.args.iter().filter(|a| a.name.is_none()).count();
-                        return Err(ErrorKind::TooManyArguments {
-                            given,
-                            params: params.iter().map(|p| p.to_string()).collect(),
-                        });
-                    };
-                    positional += 1;
-                    bound.insert(p.to_string(), &a.value);
-                }
-                Some(n) => {
-                    seen_named = true;
-                    let known = self.meta.signature.contains_key(n.as_str())
-                        || self.meta.extra_launcher_args.iter().any(|x| x == n);
-                    if !known {
-                        return Err(ErrorKind::UnknownParameter { param: n.clone() });
-                    }
-                    if bound.insert(n.clone(), &a.value).is_some() {
-                        return Err(ErrorKind::BoundTwice { param: n.clone() });
-                    }
-                }
-            }
-        }
-        Ok(bound)
+        self.meta.bind_args(&call.args).map_err(|e| match e {
+            crate::ir::ArgBindError::PositionalAfterNamed { position } => ErrorKind::PositionalAfterNamed { position },
+            crate::ir::ArgBindError::TooManyArguments { given, params } => ErrorKind::TooManyArguments { given, params },
+            crate::ir::ArgBindError::UnknownParameter { param } => ErrorKind::UnknownParameter { param },
+            crate::ir::ArgBindError::BoundTwice { param } => ErrorKind::BoundTwice { param },
+        })
     }
 
     fn dtype_of(&self, buffer: &BufName) -> Option<Option<DType>> {

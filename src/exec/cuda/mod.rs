@@ -55,13 +55,20 @@ pub struct CudaOptions {
     /// Run extern ops the GPU path does not implement on the host backend's
     /// ops, copying data through host memory (default `true`).
     pub host_fallback: bool,
-    /// Options of the host ops used by the fallback.
+    /// Options of the host ops used by the fallback. The default follows
+    /// ATen's CUDA kernels: `jagged_zero_fill` is on (rows longer than the
+    /// padded width are written as 0 rather than raising, as on the CPU).
     pub host: HostOptions,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { ordinal: 0, kernel_dir: PathBuf::from("."), host_fallback: true, host: HostOptions::default() }
+        CudaOptions {
+            ordinal: 0,
+            kernel_dir: PathBuf::from("."),
+            host_fallback: true,
+            host: HostOptions { jagged_zero_fill: true },
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use crate::ir::{
     ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType,
     TritonMeta,
 };
+use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
 use std::fmt::Write as _;
 
@@ -187,27 +188,53 @@ pub(super) struct KernelWrappers {
     pub(super) text: String,
 }
 
-/// A grid operand: a folded integer or C++ text.
+/// A grid operand: a folded integer, or C++ text with the value it computes
+/// (an expression over the wrapper's parameters, each a symbol named after it).
 #[derive(Clone, Debug)]
 enum GridVal {
     Int(i64),
-    Text(String),
+    /// An `int64_t` parameter or expression.
+    Text(String, SymExpr),
+    /// A `uint32_t` prefix temporary (`y_grid_raw_`): arithmetic on it is unsigned 32-bit.
+    Temp(String, SymExpr),
 }
 
 impl GridVal {
     fn text(&self) -> String {
         match self {
             GridVal::Int(v) => v.to_string(),
-            GridVal::Text(t) => t.clone(),
+            GridVal::Text(t, _) | GridVal::Temp(t, _) => t.clone(),
         }
     }
+
+    fn expr(&self) -> SymExpr {
+        match self {
+            GridVal::Int(v) => SymExpr::Int(*v),
+            GridVal::Text(_, e) | GridVal::Temp(_, e) => e.clone(),
+        }
+    }
+}
+
+/// The wrapper's grid, prefix temporaries first, with what each printed value computes.
+struct BuiltGrid {
+    /// `(name, C++ text)` of each `uint32_t` prefix temporary.
+    prefix: Vec<(String, String)>,
+    /// The `grid_0..2` C++ texts.
+    text: [String; 3],
+    /// The `grid_0..2` values over the wrapper's parameters.
+    exprs: [SymExpr; 3],
+    /// Ranges the values must lie in for the text to compute `exprs`.
+    ranges: Vec<PrintedRange>,
 }
 
 struct GridBuilder<'m> {
     kernel: &'m KernelName,
     meta: &'m TritonMeta,
     params: &'m [Param],
+    ranges: Vec<PrintedRange>,
 }
+
+const U32_MAX: i64 = u32::MAX as i64;
 
 impl GridBuilder<'_> {
     fn err(&self, message: String) -> Error {
@@ -231,7 +258,7 @@ impl GridBuilder<'_> {
             None => {}
         }
         if self.params.iter().any(|p| p.name == name) {
-            return Ok(GridVal::Text(name.to_string()));
+            return Ok(GridVal::Text(name.to_string(), SymExpr::sym(name)));
         }
         Err(self.err(format!(
             "the {} grid needs `{name}`, which is neither a runtime parameter, an integer constant nor a config value",
@@ -239,7 +266,9 @@ impl GridBuilder<'_> {
         )))
     }
 
-    fn ceildiv(&self, a: GridVal, b: GridVal) -> Result<GridVal, Error> {
+    /// `((a + (b - 1)) / (b))`. C's `/` truncates, so it equals `//` only for
+    /// a non-negative numerator and a positive divisor: both are recorded as ranges.
+    fn ceildiv(&mut self, a: GridVal, b: GridVal) -> Result<GridVal, Error> {
         match (a, b) {
             (_, GridVal::Int(b)) if b <= 0 => {
                 Err(self.err(format!("grid block size {b} is not positive")))
@@ -248,23 +277,48 @@ impl GridBuilder<'_> {
             (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(
                 a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0),
             )),
-            (a, b) => Ok(GridVal::Text(format!(
-                "(({} + ({} - 1)) / ({}))",
-                a.text(),
-                b.text(),
-                b.text()
-            ))),
+            (a, b) => {
+                let unsigned = matches!(a, GridVal::Temp(..)) || matches!(b, GridVal::Temp(..));
+                let numerator = SymExpr::add(a.expr(), SymExpr::sub(b.expr(), SymExpr::Int(1)));
+                let text = format!("(({} + ({} - 1)) / ({}))", a.text(), b.text(), b.text());
+                self.ranges.push(PrintedRange {
+                    what: format!("numerator of `{text}`"),
+                    value: numerator.clone(),
+                    lo: 0,
+                    hi: if unsigned { U32_MAX } else { i64::MAX },
+                });
+                if !matches!(b, GridVal::Int(_)) {
+                    self.ranges.push(PrintedRange {
+                        what: format!("divisor of `{text}`"),
+                        value: b.expr(),
+                        lo: 1,
+                        hi: i64::MAX,
+                    });
+                }
+                Ok(GridVal::Text(text, SymExpr::floor_div(numerator, b.expr())))
+            }
         }
     }
 
-    fn numel_over_block(&self, numel: &str, block: &str) -> Result<GridVal, Error> {
+    fn numel_over_block(&mut self, numel: &str, block: &str) -> Result<GridVal, Error> {
         let n = self.operand(numel)?;
         let b = self.operand(block)?;
         self.ceildiv(n, b)
     }
 
+    /// A `uint32_t` temporary holding `value`.
+    fn temp(&mut self, name: &str, value: &GridVal) -> GridVal {
+        self.ranges.push(PrintedRange {
+            what: format!("uint32_t {name}"),
+            value: value.expr(),
+            lo: 0,
+            hi: U32_MAX,
+        });
+        GridVal::Temp(name.to_string(), value.expr())
+    }
+
     /// Prefix temporaries and the three grid expressions.
-    fn build(&self, l: &Lowering<'_>) -> Result<(Vec<(String, String)>, [String; 3]), Error> {
+    fn build(mut self, l: &Lowering<'_>) -> Result<BuiltGrid, Error> {
         let one = || GridVal::Int(1);
         let mut prefix = Vec::new();
         let (x, y, z) = match &self.meta.grid_type {
@@ -281,21 +335,13 @@ impl GridBuilder<'_> {
             ),
             GridType::Grid2DWithYZOverflow { max_y_grid } => {
                 let raw = self.numel_over_block("ynumel", "YBLOCK")?;
-                let div = self.ceildiv(
-                    GridVal::Text("y_grid_raw_".into()),
-                    GridVal::Int(*max_y_grid),
-                )?;
+                let raw_var = self.temp("y_grid_raw_", &raw);
+                let div = self.ceildiv(raw_var.clone(), GridVal::Int(*max_y_grid))?;
+                let div_var = self.temp("y_grid_div_", &div);
                 prefix.push(("y_grid_raw_".to_string(), raw.text()));
                 prefix.push(("y_grid_div_".to_string(), div.text()));
-                let y = self.ceildiv(
-                    GridVal::Text("y_grid_raw_".into()),
-                    GridVal::Text("y_grid_div_".into()),
-                )?;
-                (
-                    self.numel_over_block("xnumel", "XBLOCK")?,
-                    y,
-                    GridVal::Text("y_grid_div_".into()),
-                )
+                let y = self.ceildiv(raw_var, div_var.clone())?;
+                (self.numel_over_block("xnumel", "XBLOCK")?, y, div_var)
             }
             GridType::CooperativeReductionGrid => (
                 self.operand("RSPLIT")?,
@@ -335,7 +381,7 @@ impl GridBuilder<'_> {
                     }
                     dims.push(match folded {
                         SymExpr::Int(v) => GridVal::Int(v),
-                        other => GridVal::Text(l.cexpr(&other)),
+                        other => GridVal::Text(l.cexpr(&other), other),
                     });
                 }
                 let mut it = dims.into_iter();
@@ -345,7 +391,20 @@ impl GridBuilder<'_> {
                 }
             }
         };
-        Ok((prefix, [x.text(), y.text(), z.text()]))
+        for (i, g) in [&x, &y, &z].into_iter().enumerate() {
+            self.ranges.push(PrintedRange {
+                what: format!("uint32_t grid_{i}"),
+                value: g.expr(),
+                lo: 0,
+                hi: U32_MAX,
+            });
+        }
+        Ok(BuiltGrid {
+            prefix,
+            text: [x.text(), y.text(), z.text()],
+            exprs: [x.expr(), y.expr(), z.expr()],
+            ranges: self.ranges,
+        })
     }
 }
 
@@ -436,11 +495,13 @@ fn write_wrapper(
         kernel,
         meta,
         params: &params,
-    };
-    let (prefix, [g0, g1, g2]) = grid.build(l)?;
-    for (name, value) in prefix {
+        ranges: Vec::new(),
+    }
+    .build(l)?;
+    for (name, value) in &grid.prefix {
         writeln!(out, "    uint32_t {name} = {value};")?;
     }
+    let [g0, g1, g2] = &grid.text;
     writeln!(out, "    uint32_t grid_0 = {g0};")?;
     writeln!(out, "    uint32_t grid_1 = {g1};")?;
     writeln!(out, "    uint32_t grid_2 = {g2};")?;
@@ -480,6 +541,9 @@ fn write_wrapper(
     }
     writeln!(out, "    }}")?;
     let mut arg_vars = Vec::new();
+    // Parameters behind `arg_vars`, in order (for recording).
+    let mut kernel_args = Vec::new();
+    let mut scratch = Vec::new();
     for p in &params {
         let v = format!("var_{var}");
         match &p.kind {
@@ -497,6 +561,7 @@ fn write_wrapper(
         }
         *var += 1;
         arg_vars.push(v);
+        kernel_args.push(p.name.clone());
     }
     for (prefix, size) in [
         ("global_scratch", meta.global_scratch),
@@ -505,6 +570,14 @@ fn write_wrapper(
         let Some(size) = size else { continue };
         let v = format!("{prefix}_scratch_{var}");
         *var += 1;
+        scratch.push(PrintedScratch {
+            pointer: if prefix == "global_scratch" { ScratchPointer::Global } else { ScratchPointer::Profile },
+            // `static_cast<int64_t>(size) * grid_0 * grid_1 * grid_2` bytes.
+            bytes: (size > 0).then(|| {
+                let per_cta = i64::try_from(size).map_or(SymExpr::Int(i64::MAX), SymExpr::Int);
+                grid.exprs.iter().cloned().fold(per_cta, SymExpr::mul)
+            }),
+        });
         if size == 0 {
             writeln!(out, "    CUdeviceptr {v} = 0;")?;
         } else if standalone {
@@ -548,5 +621,26 @@ fn write_wrapper(
         meta.num_warps, meta.shared_mem
     )?;
     writeln!(out, "}}\n")?;
+    if let Some(r) = l.recorded.as_mut() {
+        r.wrappers.insert(
+            kernel.clone(),
+            WrapperLaunch { kernel_args, grid: grid.exprs, scratch, ranges: grid.ranges },
+        );
+    }
     Ok(())
 }
+
+/// What one `call_<kernel>` wrapper launches, over its parameters (each a
+/// symbol named after it), recorded from the values it prints.
+#[derive(Debug)]
+pub(super) struct WrapperLaunch {
+    /// The parameters behind `kernel_args_`, in order (scratch pointers follow).
+    pub(super) kernel_args: Vec<String>,
+    /// `grid_0..2`.
+    pub(super) grid: [SymExpr; 3],
+    /// The scratch pointers at the end of `kernel_args_`.
+    pub(super) scratch: Vec<PrintedScratch>,
+    /// Ranges the printed values must lie in.
+    pub(super) ranges: Vec<PrintedRange>,
+}
+

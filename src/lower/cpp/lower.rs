@@ -10,6 +10,8 @@ use crate::ir::{
     KeyPathText, Layout, Line, MultiIndex, Predicate, Program, ScatterFallback, SymbolKind,
     TensorMethod, WhileLoop,
 };
+use crate::ir::MAIN_GRAPH;
+use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -17,7 +19,34 @@ use std::fmt::Write as _;
 
 /// Lowers a whole program.
 pub(super) fn lower(program: &Program, options: &Options) -> Result<String, Error> {
+    lower_program(Lowering::new(program, options)).map(|(text, _)| text)
+}
+
+/// Lowers a whole program and returns every Triton launch as printed: the
+/// values each call site passes to the `kernel_args_` of its `call_<kernel>`
+/// wrapper, and the wrapper's grid and scratch sizes with the wrapper's
+/// parameters replaced by those values.
+pub(super) fn lower_recording_launches(
+    program: &Program,
+    options: &Options,
+) -> Result<(String, Vec<PrintedLaunch>), Error> {
     let mut l = Lowering::new(program, options);
+    l.recorded = Some(Recorded::default());
+    let (text, recorded) = lower_program(l)?;
+    let recorded = recorded.unwrap_or_default();
+    let mut launches = Vec::with_capacity(recorded.calls.len());
+    for call in recorded.calls {
+        let wrapper = recorded.wrappers.get(&call.kernel).ok_or_else(|| Error::Invalid {
+            context: format!("graph `{}`, line {}", call.graph, call.line),
+            message: format!("no launch wrapper was written for kernel `{}`", call.kernel),
+        })?;
+        launches.push(call.compose(wrapper)?);
+    }
+    Ok((text, launches))
+}
+
+fn lower_program(mut l: Lowering<'_>) -> Result<(String, Option<Recorded>), Error> {
+    let program = l.program;
     l.indent = 1;
     l.entry_prologue()?;
     let main = GraphCtx::new(&program.main, None, program, "main")?;
@@ -26,7 +55,72 @@ pub(super) fn lower(program: &Program, options: &Options) -> Result<String, Erro
     let body = std::mem::take(&mut l.body);
     let called: Vec<KernelName> = l.called_kernels.iter().cloned().collect();
     let wrappers = launch::kernel_wrappers(&mut l, &called)?;
-    l.assemble(&body, &wrappers)
+    let text = l.assemble(&body, &wrappers)?;
+    Ok((text, l.recorded))
+}
+
+/// Launches recorded while lowering (see [`lower_recording_launches`]).
+#[derive(Debug, Default)]
+pub(super) struct Recorded {
+    /// Each Triton call site, in lowering order.
+    calls: Vec<RecordedCall>,
+    /// What each kernel's launch wrapper launches.
+    pub(super) wrappers: HashMap<KernelName, launch::WrapperLaunch>,
+}
+
+/// One `call_<kernel>(...)` as printed.
+#[derive(Debug)]
+struct RecordedCall {
+    kernel: KernelName,
+    graph: GraphName,
+    line: usize,
+    /// Wrapper parameter -> the value printed for it.
+    args: Vec<(String, ArgValue)>,
+}
+
+impl RecordedCall {
+    /// The launch: the wrapper's `kernel_args_`, grid and scratch with its
+    /// parameters bound to the values this call passes.
+    fn compose(self, w: &launch::WrapperLaunch) -> Result<PrintedLaunch, Error> {
+        let value = |name: &str| self.args.iter().find(|(p, _)| p == name).map(|(_, v)| v);
+        let bound: HashMap<&str, SymExpr> = self
+            .args
+            .iter()
+            .filter_map(|(p, v)| match v {
+                ArgValue::Expr(e) => Some((p.as_str(), e.clone())),
+                ArgValue::Bool(b) => Some((p.as_str(), SymExpr::Int(i64::from(*b)))),
+                _ => None,
+            })
+            .collect();
+        let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| bound.get(s.as_str()).cloned());
+        let mut args = Vec::with_capacity(w.kernel_args.len());
+        for p in &w.kernel_args {
+            let v = value(p).ok_or_else(|| Error::Invalid {
+                context: format!("graph `{}`, line {}", self.graph, self.line),
+                message: format!("call of `{}` passes nothing for wrapper parameter `{p}`", self.kernel),
+            })?;
+            args.push(PrintedArg { param: Some(p.clone()), value: v.clone() });
+        }
+        let [g0, g1, g2] = &w.grid;
+        Ok(PrintedLaunch {
+            kernel: self.kernel.clone(),
+            graph: self.graph.clone(),
+            line: self.line,
+            args,
+            grid: Some([subst(g0), subst(g1), subst(g2)]),
+            scratch: Some(
+                w.scratch
+                    .iter()
+                    .map(|s| PrintedScratch { pointer: s.pointer, bytes: s.bytes.as_ref().map(subst) })
+                    .collect(),
+            ),
+            ranges: w
+                .ranges
+                .iter()
+                .map(|r| PrintedRange { what: r.what.clone(), value: subst(&r.value), lo: r.lo, hi: r.hi })
+                .collect(),
+        })
+    }
 }
 
 /// Per-scope declarations (C++ blocks).
@@ -56,6 +150,10 @@ pub(super) struct Lowering<'a> {
     /// Halide kernels are called (the buffer helper is needed); on CUDA too.
     halide: Option<direct::HalideUse>,
     scopes: Vec<Scope>,
+    /// Index of the line being lowered in its graph.
+    line_index: usize,
+    /// Triton launches as printed, when recording.
+    pub(super) recorded: Option<Recorded>,
 }
 
 /// One graph being lowered: its table, local-name prefix and multi-output map.
@@ -371,6 +469,8 @@ impl<'a> Lowering<'a> {
             direct_decls: IndexMap::new(),
             halide: None,
             scopes: vec![Scope::default()],
+            line_index: 0,
+            recorded: None,
         }
     }
 
@@ -737,6 +837,9 @@ impl<'a> Lowering<'a> {
     fn graph_lines(&mut self, g: &GraphCtx<'a>) -> Result<(), Error> {
         for (i, line) in g.graph.lines.iter().enumerate() {
             let context = format!("graph `{}`, line {i} (`{}`)", g.label(), line.kind());
+            // Nested graphs (conditionals, loops) set their own indices; each
+            // line sets its index again before it is lowered.
+            self.line_index = i;
             self.line_(g, line, &context)?;
         }
         Ok(())
@@ -1234,8 +1337,20 @@ impl<'a> Lowering<'a> {
         };
         let args = launch::bind_call_args(&call.kernel, meta, call, cx)?;
         let mut printed = Vec::new();
+        let mut recorded = self.recorded.as_ref().map(|_| Vec::with_capacity(args.len()));
         for (param, value) in &args {
             printed.push(self.kernel_arg(g, &call.kernel, param, value, cx)?);
+            if let Some(r) = recorded.as_mut() {
+                r.push((param.name.clone(), (*value).clone()));
+            }
+        }
+        if let (Some(r), Some(args)) = (self.recorded.as_mut(), recorded) {
+            r.calls.push(RecordedCall {
+                kernel: call.kernel.clone(),
+                graph: GraphName::new(g.name.map_or(MAIN_GRAPH, |n| n.as_str())),
+                line: self.line_index,
+                args,
+            });
         }
         let device = call.device.map_or(0, |d| Self::device_index(&d));
         self.called_kernels.insert(call.kernel.clone());

@@ -120,6 +120,7 @@ mod launch;
 mod lower;
 
 use crate::ir::ProgramInfo;
+use crate::lower::launches::PrintedLaunch;
 use std::fmt;
 
 /// The runtime header of the standalone dialect (`wrapir_runtime.h`).
@@ -243,6 +244,17 @@ impl<W: fmt::Write> Writer<W> {
         Ok(())
     }
 
+    /// [`Writer::write`], and returns every Triton launch as printed: for each
+    /// call site, the values it passes to the `kernel_args_` of its
+    /// `call_<kernel>` wrapper (constants stripped), and the wrapper's
+    /// `grid_0..2` and scratch sizes with its parameters bound to the call's
+    /// values. Each is recorded from the value the text is printed from.
+    pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
+        let (text, launches) = lower::lower_recording_launches(info.program(), &self.options)?;
+        self.out.write_str(&text)?;
+        Ok(launches)
+    }
+
     /// The output.
     pub fn finish(self) -> W {
         self.out
@@ -254,4 +266,12 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
     let mut w = Writer::new(String::new(), options.clone());
     w.write(info)?;
     Ok(w.finish())
+}
+
+/// [`write_string`], and every Triton launch as printed
+/// ([`Writer::write_recording_launches`]).
+pub fn write_string_with_launches(info: &ProgramInfo<'_>, options: &Options) -> Result<(String, Vec<PrintedLaunch>), Error> {
+    let mut w = Writer::new(String::new(), options.clone());
+    let launches = w.write_recording_launches(info)?;
+    Ok((w.finish(), launches))
 }

@@ -5,8 +5,9 @@ use super::{device_repr, shape_tuple, Code, Error, Location, Lowering, StreamBin
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
     KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr, ScatterFallback,
-    TensorMethod, WhileLoop,
+    TensorMethod, WhileLoop, MAIN_GRAPH,
 };
+use crate::lower::launches::{PrintedArg, PrintedLaunch};
 use crate::sym::print::python as pexpr;
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexSet;
@@ -362,9 +363,27 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             KernelBackend::Triton(_) => {
                 let device = self.call_device(call, &at)?;
                 let stream = self.stream(code, device);
-                let mut items = args(false);
+                let mut items = Vec::with_capacity(call.args.len() + 1);
+                let mut printed = self.low.launches.as_ref().map(|_| Vec::with_capacity(call.args.len()));
+                for a in &call.args {
+                    items.push(call_arg(a, arg(&a.value)));
+                    if let Some(p) = printed.as_mut() {
+                        p.push(PrintedArg { param: a.name.clone(), value: a.value.clone() });
+                    }
+                }
                 items.push(format!("stream={stream}"));
                 code.line(&format!("{kernel}.run({})", items.join(", ")));
+                if let (Some(cell), Some(args)) = (&self.low.launches, printed) {
+                    cell.borrow_mut().push(PrintedLaunch {
+                        kernel: kernel.clone(),
+                        graph: GraphName::new(self.graph_name.map_or(MAIN_GRAPH, |g| g.as_str())),
+                        line: at.line,
+                        args,
+                        grid: None,
+                        scratch: None,
+                        ranges: Vec::new(),
+                    });
+                }
             }
             KernelBackend::Halide(meta) => {
                 let mut items = args(false);

@@ -18,9 +18,9 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
     let name = &def.name;
     let source = source_block(&def.source);
     let text = match &def.backend {
-        KernelBackend::Triton(_) => format!(
+        KernelBackend::Triton(meta) => format!(
             "{name} = async_compile.triton({}, '''{source}''', device_str={})",
-            PyStr(name.as_str()),
+            PyStr(triton_function_name(def, meta.mangled_name.as_deref())),
             PyStr(device.as_str())
         ),
         KernelBackend::Halide(meta) => {
@@ -37,6 +37,31 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
     code.text.push_str(&text);
     code.text.push('\n');
     Ok(())
+}
+
+/// The name `async_compile.triton` looks up in the loaded source: the function
+/// the source defines. Inductor names its own kernels after the wrapper variable
+/// (`triton_poi_fused_add_0`), but a user-defined kernel keeps its function's
+/// name (`add_scale_kernel`) while the variable gets a suffix
+/// (`add_scale_kernel_0`); Triton's mangled name is that function name. Falls
+/// back to the kernel's name when the source defines neither.
+fn triton_function_name<'a>(def: &'a KernelDef, mangled_name: Option<&'a str>) -> &'a str {
+    if defines_function(&def.source, def.name.as_str()) {
+        return def.name.as_str();
+    }
+    match mangled_name {
+        Some(mangled) if defines_function(&def.source, mangled) => mangled,
+        _ => def.name.as_str(),
+    }
+}
+
+/// Whether `source` has a top-level `def <name>(`.
+fn defines_function(source: &str, name: &str) -> bool {
+    source.lines().any(|line| {
+        line.strip_prefix("def ")
+            .and_then(|rest| rest.strip_prefix(name))
+            .is_some_and(|rest| rest.trim_start().starts_with('('))
+    })
 }
 
 /// `# text`, or `#` alone for empty text.
@@ -121,4 +146,25 @@ fn opt_list(s: &mut String, v: Option<&[String]>) {
 
 fn const_repr(v: &ConstValue) -> String {
     v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::defines_function;
+
+    #[test]
+    fn finds_top_level_function_definitions() {
+        let source = "@triton.jit\ndef add_scale_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    def inner(a):\n        pass\n";
+        let table = [
+            ("add_scale_kernel", true),
+            ("add_scale_kernel_0", false),
+            ("add_scale", false),
+            ("inner", false),
+            ("x_ptr", false),
+        ];
+        for (name, expect) in table {
+            assert_eq!(defines_function(source, name), expect, "{name}");
+        }
+        assert!(defines_function("def k (a):\n", "k"), "a space before the parenthesis");
+    }
 }

@@ -53,7 +53,9 @@ use crate::ir::{
     Program, ProgramInfo,
 };
 use crate::sym::{EvalError, SymExpr, Symbol};
+use crate::lower::launches::PrintedLaunch;
 use indexmap::{IndexMap, IndexSet};
+use std::cell::RefCell;
 use std::fmt;
 
 /// How `call` is written.
@@ -303,6 +305,17 @@ impl<W: fmt::Write> Writer<W> {
         Ok(())
     }
 
+    /// [`Writer::write`], and returns every Triton launch as printed: the
+    /// `kernel.run(...)` arguments, recorded from the values the call is
+    /// printed from (the launcher computes the grid, so none is recorded).
+    pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
+        let mut lowering = Lowering::new(info.program(), &self.options);
+        lowering.launches = Some(RefCell::new(Vec::new()));
+        let (text, launches) = lowering.module_and_launches()?;
+        self.out.write_str(&text)?;
+        Ok(launches)
+    }
+
     /// The sink.
     pub fn finish(self) -> W {
         self.out
@@ -314,6 +327,14 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
     let mut w = Writer::new(String::new(), options.clone());
     w.write(info)?;
     Ok(w.finish())
+}
+
+/// [`write_string`], and every Triton launch as printed
+/// ([`Writer::write_recording_launches`]).
+pub fn write_string_with_launches(info: &ProgramInfo<'_>, options: &Options) -> Result<(String, Vec<PrintedLaunch>), Error> {
+    let mut w = Writer::new(String::new(), options.clone());
+    let launches = w.write_recording_launches(info)?;
+    Ok((w.finish(), launches))
 }
 
 /// Text with indentation (four spaces per level).
@@ -354,6 +375,9 @@ struct Lowering<'a> {
     /// Device type of each kernel's first call.
     kernel_device: IndexMap<KernelName, DeviceType>,
     halide_import_written: bool,
+    /// Triton launches as printed, when recording (graph bodies hold a shared
+    /// reference to the lowering, hence the cell).
+    launches: Option<RefCell<Vec<PrintedLaunch>>>,
 }
 
 impl<'a> Lowering<'a> {
@@ -397,10 +421,21 @@ impl<'a> Lowering<'a> {
             graphs_written: IndexSet::new(),
             kernel_device,
             halide_import_written: false,
+            launches: None,
         }
     }
 
-    fn module(mut self) -> Result<String, Error> {
+    /// [`Lowering::module`], and the launches recorded while writing it.
+    fn module_and_launches(self) -> Result<(String, Vec<PrintedLaunch>), Error> {
+        let (text, launches) = self.module_inner()?;
+        Ok((text, launches.unwrap_or_default()))
+    }
+
+    fn module(self) -> Result<String, Error> {
+        self.module_inner().map(|(text, _)| text)
+    }
+
+    fn module_inner(mut self) -> Result<(String, Option<Vec<PrintedLaunch>>), Error> {
         let mut code = Code::default();
         self.imports(&mut code);
         self.aliases(&mut code);
@@ -452,7 +487,7 @@ impl<'a> Lowering<'a> {
         if self.options.benchmark_harness {
             self.harness(&mut code)?;
         }
-        Ok(code.text)
+        Ok((code.text, self.launches.map(RefCell::into_inner)))
     }
 
     fn imports(&self, code: &mut Code) {
