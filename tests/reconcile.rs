@@ -473,3 +473,38 @@ fn cpp_grid_narrowing_is_checked() {
         assert!(text.contains(&format!("    cpp-standalone  {cpp}")), "{call}:\n{text}");
     }
 }
+
+/// What reconciliation cannot prove becomes a `RuntimeAssert` in front of the
+/// launch: the guarded program validates, lowers with the check in it, and a
+/// run whose values break the guard fails with the guard's message.
+#[test]
+fn guards_become_runtime_asserts() {
+    let program = common::load(&common::root().join("fixtures/user_triton_constexpr.wir"));
+    let info = validate(&program).expect("valid fixture");
+    let report = wrapir::reconcile::check_program(&info, &Default::default());
+    assert_eq!(report.totals.guarded, 1, "{}", report.render(false));
+    let guarded = wrapir::reconcile::insert_guards(&program, &report);
+    let asserts: Vec<String> = guarded
+        .main
+        .lines
+        .iter()
+        .filter(|l| matches!(l, wrapir::ir::Line::RuntimeAssert { .. }))
+        .map(wrapir::text::print_line)
+        .collect();
+    assert_eq!(
+        asserts,
+        ["assert (s0 <= 2147483647) 'add_kernel_0: n_elements: cannot prove s0 fits i32 (range [2, inf])'"]
+    );
+    let info = validate(&guarded).expect("the guarded program stays valid");
+    let python = wrapir::lower::python::write_string(&info, &Default::default()).expect("lowers");
+    assert!(python.contains("if not (s0 <= 2147483647):"), "{python}");
+
+    let mut hints = wrapir::sym::Bindings::new();
+    hints.insert("s0".into(), 1000);
+    wrapir::exec::meta::run_program(&guarded, &hints).expect("a value that fits i32 runs");
+    hints.insert("s0".into(), 1 << 33);
+    let err = wrapir::exec::meta::run_program(&guarded, &hints).expect_err("a value that does not fit i32 fails");
+    assert!(err.to_string().contains("add_kernel_0: n_elements"), "{err}");
+    // Exactly the one guard line was added.
+    assert_eq!(guarded.main.lines.len(), program.main.lines.len() + 1);
+}

@@ -31,6 +31,12 @@ enum Command {
         /// generated file includes (`wrapir_runtime.h`) to this file.
         #[arg(long, value_name = "FILE")]
         runtime_header: Option<PathBuf>,
+        /// Lower the program exactly as given, without the run-time guards
+        /// (`RuntimeAssert`s) that launch reconciliation adds for facts it
+        /// could not prove (see `wrapir check`). A launch whose reconciliation
+        /// fails is an error unless this is given.
+        #[arg(long)]
+        no_guards: bool,
     },
     /// Print a program in the canonical text form (or JSON).
     Print {
@@ -167,11 +173,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Lower { program, target, output, runtime_header } => {
+        Command::Lower { program, target, output, runtime_header, no_guards } => {
             if runtime_header.is_some() && !matches!(target, Target::CppStandalone) {
                 bail!("--runtime-header needs --target cpp-standalone (only that dialect includes the runtime header)");
             }
             let (program, _) = load(&program)?;
+            let program = if no_guards { program } else { with_guards(program)? };
             let info = match ir::validate(&program) {
                 Ok(info) => info,
                 Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
@@ -240,6 +247,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             run_command(&args)
         }
     }
+}
+
+/// Reconciles every Triton launch and inserts the run-time guards it needs;
+/// a launch that cannot be reconciled is an error.
+fn with_guards(program: Program) -> Result<Program> {
+    let info = match ir::validate(&program) {
+        Ok(info) => info,
+        Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
+    };
+    let report = wrapir::reconcile::check_program(&info, &Default::default());
+    if report.totals.failed > 0 {
+        bail!("launch reconciliation failed; run `wrapir check` for details:\n{}", report.render(false));
+    }
+    Ok(wrapir::reconcile::insert_guards(&program, &report))
 }
 
 fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Result<String> {

@@ -19,6 +19,10 @@
 //! same way (interval bounds from the symbols' ranges; a guard when they do not
 //! settle it).
 //!
+//! [`insert_guards`] turns the guards of a [`CheckReport`] into `RuntimeAssert`
+//! lines in front of their launches, which is how `wrapir lower` makes every
+//! back end check them.
+//!
 //! [`check_program`] reconciles every Triton launch of a validated program in
 //! parallel (proofs of identical pairs are shared through a cache) and returns a
 //! [`CheckReport`] with one [`LaunchEntry`] per launch. [`check_program_against`]
@@ -28,8 +32,10 @@
 
 mod check;
 mod emitted;
+mod guards;
 mod record;
 
+pub use guards::insert_guards;
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
     check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch, EmittedValue,

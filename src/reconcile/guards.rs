@@ -1,0 +1,49 @@
+//! Run-time guards: what reconciliation could not prove becomes a
+//! `RuntimeAssert` line in front of the launch, so every back end (Python,
+//! C++, FX) and the interpreter check it when the program runs.
+
+use super::check::CheckReport;
+use crate::ir::{GraphName, Line, Program, MAIN_GRAPH};
+use std::collections::BTreeMap;
+
+/// Returns `program` with one `RuntimeAssert` inserted right before each
+/// Triton launch for every [`super::Guard`] its reconciliation produced (in
+/// `report`, which must come from this program). Identical guards of one
+/// launch are inserted once. The result is a new program; validate it again
+/// before lowering (the inserted asserts only use values the launch itself uses,
+/// so a valid program stays valid).
+pub fn insert_guards(program: &Program, report: &CheckReport) -> Program {
+    // graph -> line index -> asserts to insert before that line
+    let mut inserts: BTreeMap<GraphName, BTreeMap<usize, Vec<Line>>> = BTreeMap::new();
+    for entry in &report.entries {
+        let Some(record) = &entry.record else { continue };
+        let at = inserts.entry(entry.graph.clone()).or_default().entry(entry.line).or_default();
+        for guard in &record.guards {
+            let line = Line::RuntimeAssert {
+                cond: guard.cond.clone(),
+                message: format!("{}: {}", entry.kernel, guard.message),
+                node: None,
+            };
+            if !at.contains(&line) {
+                at.push(line);
+            }
+        }
+    }
+    let mut out = program.clone();
+    for (graph, by_line) in inserts {
+        let target = if graph.as_str() == MAIN_GRAPH && !out.subgraphs.contains_key(&graph) {
+            &mut out.main
+        } else {
+            match out.subgraphs.get_mut(&graph) {
+                Some(g) => g,
+                None => continue,
+            }
+        };
+        // From the last line back, so earlier indices stay valid.
+        for (index, asserts) in by_line.into_iter().rev() {
+            let index = index.min(target.lines.len());
+            target.lines.splice(index..index, asserts);
+        }
+    }
+    out
+}
