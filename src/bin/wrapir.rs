@@ -351,6 +351,8 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
         Some(dir) => load(&dir.join("program.json"))?,
         None => load(&args.program)?,
     };
+    // Run-time guards from launch reconciliation are checked like any other assert.
+    let program = with_guards(program)?;
     let from_bundle = |file: &str| bundle.as_ref().map(|d| d.join(file)).filter(|p| p.is_file());
     let inputs_path = args.inputs.clone().or_else(|| from_bundle("inputs.safetensors"));
     let inputs = match &inputs_path {
