@@ -87,48 +87,24 @@ pub(super) fn bind_call_args<'c>(
     cx: &str,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
-    let mut slots: Vec<Option<&ArgValue>> = vec![None; names.len()];
-    let mut next = 0usize;
     let invalid = |message: String| Error::Invalid {
         context: cx.to_string(),
         message,
     };
-    for arg in &call.args {
-        let slot = match &arg.name {
-            None => {
-                let s = next;
-                next += 1;
-                if s >= names.len() {
-                    return Err(invalid(format!(
-                        "kernel `{kernel}` takes {} call arguments but gets more",
-                        names.len()
-                    )));
-                }
-                s
-            }
-            Some(n) => match names.iter().position(|p| p == n) {
-                Some(slot) => slot,
-                None => {
-                    check_baked_arg(kernel, meta, n, &arg.value).map_err(invalid)?;
-                    continue;
-                }
-            },
-        };
-        // `slot` is below `names.len()` by construction, and `slots` has that length.
-        if slots[slot].replace(&arg.value).is_some() {
-            return Err(invalid(format!(
-                "kernel `{kernel}` parameter `{}` is given twice",
-                names[slot]
-            )));
+    let bound = meta
+        .bind_args(&call.args)
+        .map_err(|e| invalid(format!("kernel `{kernel}`: {e}")))?;
+    for (name, value) in &bound {
+        if !names.contains(&name.as_str()) {
+            check_baked_arg(kernel, meta, name, value).map_err(invalid)?;
         }
     }
     let params = wrapper_params(kernel, meta)?;
     let mut out = Vec::with_capacity(params.len());
     for p in params {
-        let value = names
-            .iter()
-            .position(|n| *n == p.name)
-            .and_then(|i| slots.get(i).copied().flatten())
+        let value = bound
+            .get(p.name.as_str())
+            .copied()
             .ok_or_else(|| {
                 invalid(format!(
                     "kernel `{kernel}` call is missing parameter `{}`",
