@@ -20,6 +20,7 @@ mod print;
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
 use crate::sym::Symbol;
 use indexmap::IndexMap;
+use std::collections::HashMap;
 use std::fmt;
 
 /// Index of a node in its graph's arena.
@@ -369,12 +370,45 @@ impl Node {
 }
 
 /// An FX graph: nodes in an arena, their order, and named subgraphs.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Default)]
 pub struct Graph {
     nodes: Vec<Node>,
     order: Vec<NodeId>,
     /// Subgraphs referenced by `Subgraph` nodes, by name.
     pub subgraphs: IndexMap<String, Graph>,
+    /// Lookup structures that make naming O(1); not part of the graph's value.
+    names: NameIndex,
+}
+
+/// Name lookup for [`Graph`]: which node holds a name, and for each base
+/// name the first suffix that may still be free, so that [`Graph::fresh_name`]
+/// does not rescan the graph (a 100,000-node lowering would be quadratic).
+#[derive(Clone, Debug, Default)]
+struct NameIndex {
+    /// Name -> the node that had it when indexed. Verified against the node
+    /// on lookup, so an entry left behind by a rename is ignored.
+    by_name: HashMap<String, NodeId>,
+    /// Base -> `i` such that `base_1` .. `base_{i-1}` are all taken.
+    next_suffix: HashMap<String, u64>,
+    /// Nodes handed out by [`Graph::node_mut`] (which may rename them), with
+    /// their names at that time; reindexed by the next mutating call.
+    touched: Vec<(NodeId, String)>,
+}
+
+impl PartialEq for Graph {
+    fn eq(&self, other: &Self) -> bool {
+        self.nodes == other.nodes && self.order == other.order && self.subgraphs == other.subgraphs
+    }
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph")
+            .field("nodes", &self.nodes)
+            .field("order", &self.order)
+            .field("subgraphs", &self.subgraphs)
+            .finish()
+    }
 }
 
 impl Graph {
@@ -413,15 +447,62 @@ impl Graph {
 
     /// `true` when a node already has this name.
     pub fn has_name(&self, name: &str) -> bool {
-        self.nodes.iter().any(|n| n.name == name)
+        let indexed = self
+            .names
+            .by_name
+            .get(name)
+            .is_some_and(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name));
+        indexed || self.names.touched.iter().any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
     }
 
     /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace rule).
     pub fn fresh_name(&self, base: &str) -> String {
+        self.fresh_name_suffix(base).0
+    }
+
+    /// [`Graph::fresh_name`] and the suffix it chose (`None` for `base` itself).
+    fn fresh_name_suffix(&self, base: &str) -> (String, Option<u64>) {
         if !self.has_name(base) {
-            return base.to_string();
+            return (base.to_string(), None);
         }
-        (1..).map(|i| format!("{base}_{i}")).find(|n| !self.has_name(n)).unwrap_or_default()
+        // Suffixes below the hint are known to be taken, unless a node handed
+        // out by `node_mut` was renamed since (then start from 1).
+        let start = if self.names.touched.is_empty() { self.names.next_suffix.get(base).copied().unwrap_or(1) } else { 1 };
+        (start..)
+            .map(|i| (format!("{base}_{i}"), Some(i)))
+            .find(|(n, _)| !self.has_name(n))
+            .unwrap_or_default()
+    }
+
+    /// Records that `name` was taken by `id`.
+    fn index_name(&mut self, id: NodeId, name: &str) {
+        self.names.by_name.insert(name.to_string(), id);
+    }
+
+    /// Records that `name` is no longer used by `id`: lowers the suffix hint
+    /// of the base it may have been generated from (`base_i`).
+    fn unindex_name(&mut self, id: NodeId, name: &str) {
+        if self.names.by_name.get(name) == Some(&id) {
+            self.names.by_name.remove(name);
+        }
+        if let Some((base, digits)) = name.rsplit_once('_') {
+            if let Ok(i) = digits.parse::<u64>() {
+                if let Some(hint) = self.names.next_suffix.get_mut(base) {
+                    *hint = (*hint).min(i);
+                }
+            }
+        }
+    }
+
+    /// Reindexes the nodes handed out by [`Graph::node_mut`].
+    fn reindex_touched(&mut self) {
+        for (id, old) in std::mem::take(&mut self.names.touched) {
+            let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else { continue };
+            if new != old {
+                self.unindex_name(id, &old);
+            }
+            self.index_name(id, &new);
+        }
     }
 
     /// Appends a node at the end of the order. The name is made unique.
@@ -432,9 +513,14 @@ impl Graph {
 
     /// Inserts a node at position `pos` of the order (clamped to the end).
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
-        let name = self.fresh_name(name);
+        self.reindex_touched();
+        let (fresh, suffix) = self.fresh_name_suffix(name);
+        if let Some(i) = suffix {
+            self.names.next_suffix.insert(name.to_string(), i + 1);
+        }
         let id = NodeId(self.nodes.len() as u32);
-        self.nodes.push(Node { name, op, val, binds: Vec::new() });
+        self.index_name(id, &fresh);
+        self.nodes.push(Node { name: fresh, op, val, binds: Vec::new() });
         let pos = pos.min(self.order.len());
         self.order.insert(pos, id);
         id
@@ -450,10 +536,13 @@ impl Graph {
 
     /// Renames a node when the new name is free; returns whether it did.
     pub fn try_rename(&mut self, id: NodeId, name: &str) -> bool {
+        self.reindex_touched();
         if self.has_name(name) {
             return false;
         }
-        self.nodes[id.index()].name = name.to_string();
+        let old = std::mem::replace(&mut self.nodes[id.index()].name, name.to_string());
+        self.unindex_name(id, &old);
+        self.index_name(id, name);
         true
     }
 
@@ -482,6 +571,9 @@ impl fmt::Display for Graph {
 impl Graph {
     /// Mutable access to a node (same id contract as [`Graph::node`]).
     pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        // The caller may rename the node: remember its name for reindexing.
+        let name = self.nodes[id.index()].name.clone();
+        self.names.touched.push((id, name));
         &mut self.nodes[id.index()]
     }
 

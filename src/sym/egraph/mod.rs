@@ -342,7 +342,10 @@ pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Re
 pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
     let Ok(rec) = to_rec_expr(e) else { return Interval::TOP };
     let mut analysis = SymAnalysis::default();
-    for (s, (lo, hi)) in facts.ranges() {
+    // Only the expression's own symbols matter (no rewrites run here); copying
+    // every fact's range made each call cost O(symbols in the program).
+    for s in e.free_symbols() {
+        let (lo, hi) = facts.range(&s);
         analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
     }
     let mut egraph = SymEGraph::new(analysis);
