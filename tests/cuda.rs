@@ -72,12 +72,27 @@ fn check_bundle(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Bundles known not to run on cuda, with a substring of the error: extern
+/// ops neither the GPU path nor the host fallback implements. The test fails
+/// when one of them starts to pass, so the list cannot rot.
+const KNOWN_FAILURES: &[(&str, &str)] = &[
+    ("cond_branches", "does not implement op `torch.ops.aten.index.Tensor`"),
+    ("masked_select", "does not implement op `torch.ops.aten.masked_select.default`"),
+];
+
 #[test]
 fn every_bundle_matches_eager_on_cuda() {
-    let failures: Vec<String> = bundles()
-        .iter()
-        .filter_map(|dir| check_bundle(dir).err().map(|e| format!("{}: {e}", dir.display())))
-        .collect();
+    let mut failures = Vec::new();
+    for dir in bundles() {
+        let case = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let known = KNOWN_FAILURES.iter().find(|(c, _)| *c == case).map(|(_, e)| *e);
+        match (check_bundle(&dir), known) {
+            (Ok(()), None) => {}
+            (Ok(()), Some(_)) => failures.push(format!("{case}: passes now; remove it from KNOWN_FAILURES")),
+            (Err(e), Some(expected)) if e.contains(expected) => {}
+            (Err(e), _) => failures.push(format!("{case}: {e}")),
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

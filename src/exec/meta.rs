@@ -14,10 +14,12 @@ use crate::sym::Symbol;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A tensor without data.
+/// A tensor without data. The layout sits behind an `Arc`, so handing a
+/// tensor to a kernel launch or an extern call (which take values by value)
+/// copies no sizes or strides.
 #[derive(Clone, Debug)]
 pub struct MetaTensor {
-    spec: TensorSpec,
+    spec: Arc<TensorSpec>,
     storage: Arc<Accounted>,
     storage_numel: usize,
 }
@@ -61,6 +63,21 @@ impl MetaBackend {
         self.allocate(spec)
     }
 
+    /// [`Backend::allocate`] for a layout the caller no longer needs.
+    fn allocate_owned(&mut self, spec: TensorSpec) -> Result<MetaTensor, ExecError> {
+        let n = spec
+            .storage_numel()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+        let bytes = n as u64 * spec.dtype.size_bytes();
+        self.memory.add(bytes);
+        Ok(MetaTensor {
+            spec: Arc::new(spec),
+            storage: Arc::new(Accounted { bytes, counter: Some(Arc::clone(&self.memory)) }),
+            storage_numel: n,
+        })
+    }
+
     fn resolve(&self, symbol: &Symbol, decl: Option<&SymbolDecl>) -> Option<i64> {
         self.hints
             .get(symbol)
@@ -79,27 +96,23 @@ impl Backend for MetaBackend {
     }
 
     fn allocate(&mut self, spec: &TensorSpec) -> Result<MetaTensor, ExecError> {
-        let n = spec
-            .storage_numel()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
-        let bytes = n as u64 * spec.dtype.size_bytes();
-        self.memory.add(bytes);
-        Ok(MetaTensor {
-            spec: spec.clone(),
-            storage: Arc::new(Accounted { bytes, counter: Some(Arc::clone(&self.memory)) }),
-            storage_numel: n,
-        })
+        self.allocate_owned(spec.clone())
     }
 
     fn spec(&self, tensor: &MetaTensor) -> TensorSpec {
-        tensor.spec.clone()
+        TensorSpec::clone(&tensor.spec)
     }
 
     fn view(&mut self, base: &MetaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<MetaTensor, ExecError> {
-        let spec = TensorSpec { size: size.to_vec(), stride: stride.to_vec(), offset, ..base.spec.clone() };
+        let spec = TensorSpec {
+            dtype: base.spec.dtype,
+            device: base.spec.device,
+            size: size.to_vec(),
+            stride: stride.to_vec(),
+            offset,
+        };
         check_bounds(&spec, base.storage_numel)?;
-        Ok(MetaTensor { spec, storage: Arc::clone(&base.storage), storage_numel: base.storage_numel })
+        Ok(MetaTensor { spec: Arc::new(spec), storage: Arc::clone(&base.storage), storage_numel: base.storage_numel })
     }
 
     fn launch(&mut self, _launch: KernelLaunch<'_, MetaTensor>) -> Result<(), ExecError> {
@@ -115,7 +128,7 @@ impl Backend for MetaBackend {
                 let spec = layout.concrete().ok_or_else(|| {
                     ExecError::NoValue(format!("op `{}`: its result layout depends on a symbol with no hint", call.op))
                 })?;
-                Ok(Value::Tensor(self.allocate(&spec)?))
+                Ok(Value::Tensor(self.allocate_owned(spec)?))
             }
             None if super::host::op_key(call.op).ends_with('_') => {
                 // In-place ops return their first argument.
@@ -248,7 +261,7 @@ pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -
 
 fn spec_value(v: Value<MetaTensor>) -> Value<TensorSpec> {
     match v {
-        Value::Tensor(t) => Value::Tensor(t.spec),
+        Value::Tensor(t) => Value::Tensor(Arc::try_unwrap(t.spec).unwrap_or_else(|shared| TensorSpec::clone(&shared))),
         Value::Int(i) => Value::Int(i),
         Value::Float(f) => Value::Float(f),
         Value::Bool(b) => Value::Bool(b),

@@ -30,6 +30,9 @@ pub enum CudaError {
     /// A size that does not fit the driver's integer types.
     #[error("{0}")]
     Range(String),
+    /// A CUDA shared library could not be loaded (no driver or toolkit).
+    #[error("cannot load the {0} library: is an NVIDIA driver (and, for matmuls, cuBLAS) installed and on the library path?")]
+    Library(&'static str),
 }
 
 impl CudaError {
@@ -61,6 +64,11 @@ pub(super) struct Device {
 impl Device {
     /// Opens device `ordinal` (its primary context) and creates a stream.
     pub(super) fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+        // SAFETY: only tries to open the library (dlopen); loading it runs no
+        // CUDA code. Checked first because cudarc panics on a missing library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(CudaError::Library("CUDA driver (libcuda)"));
+        }
         let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
         let stream = ctx.new_stream().map_err(|e| CudaError::driver("cuStreamCreate", e))?;
         Ok(Arc::new(Device { ctx, stream, deferred: std::sync::Mutex::new(None) }))
@@ -185,6 +193,10 @@ impl Device {
 
     /// Creates a cuBLAS handle bound to the stream.
     pub(super) fn blas_handle(self: &Arc<Self>) -> Result<BlasHandle, CudaError> {
+        // SAFETY: as in `open`: a dlopen probe, checked before cudarc would panic.
+        if !unsafe { blas_sys::is_culib_present() } {
+            return Err(CudaError::Library("cuBLAS (libcublas)"));
+        }
         self.bind()?;
         let raw = blas::create_handle().map_err(|e| CudaError::blas("cublasCreate", e))?;
         let handle = BlasHandle { raw, device: Arc::clone(self) };

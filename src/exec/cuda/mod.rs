@@ -40,6 +40,7 @@ use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Dynamic shared memory a kernel may use without opting in.
@@ -119,14 +120,14 @@ impl CudaTensor {
 
 struct LoadedKernel {
     function: sys::CUfunction,
-    _module: Arc<Module>,
+    _module: Rc<Module>,
 }
 
 /// Runs programs on a CUDA GPU.
 pub struct CudaBackend {
     device: Arc<Device>,
     options: CudaOptions,
-    modules: HashMap<PathBuf, Arc<Module>>,
+    modules: HashMap<PathBuf, Rc<Module>>,
     kernels: HashMap<String, LoadedKernel>,
     blas: Option<driver::BlasHandle>,
     host: HostBackend,
@@ -217,12 +218,12 @@ impl CudaBackend {
         })?;
         let path = self.options.kernel_dir.join(cubin);
         let module = match self.modules.get(&path) {
-            Some(m) => Arc::clone(m),
+            Some(m) => Rc::clone(m),
             None => {
                 let image = std::fs::read(&path)
                     .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
-                let m = Arc::new(self.device.load_module(&image).map_err(|e| ExecError::op(name, e.to_string()))?);
-                self.modules.insert(path, Arc::clone(&m));
+                let m = Rc::new(self.device.load_module(&image).map_err(|e| ExecError::op(name, e.to_string()))?);
+                self.modules.insert(path, Rc::clone(&m));
                 m
             }
         };
@@ -337,11 +338,11 @@ impl CudaBackend {
     /// as new device tensors (in-place ops return their first argument).
     fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         let mut staged: Vec<Staged> = Vec::new();
-        let args = call.args.iter().map(|v| self.to_host(v, &mut staged)).collect::<Result<Vec<_>, _>>()?;
+        let args = call.args.iter().map(|v| self.stage_to_host(v, &mut staged)).collect::<Result<Vec<_>, _>>()?;
         let kwargs = call
             .kwargs
             .iter()
-            .map(|(k, v)| Ok((k.clone(), self.to_host(v, &mut staged)?)))
+            .map(|(k, v)| Ok((k.clone(), self.stage_to_host(v, &mut staged)?)))
             .collect::<Result<IndexMap<_, _>, ExecError>>()?;
         let result = self.host.call_extern(ExternCall { op: call.op, args, kwargs, expected: call.expected.clone() })?;
         for s in &staged {
@@ -355,10 +356,10 @@ impl CudaBackend {
                 return Ok(Value::Tensor(first.clone()));
             }
         }
-        self.from_host(&result)
+        self.copy_value_in(&result)
     }
 
-    fn to_host(&mut self, v: &Value<CudaTensor>, staged: &mut Vec<Staged>) -> Result<Value<Tensor>, ExecError> {
+    fn stage_to_host(&mut self, v: &Value<CudaTensor>, staged: &mut Vec<Staged>) -> Result<Value<Tensor>, ExecError> {
         Ok(match v {
             Value::Tensor(t) => {
                 let i = match staged.iter().position(|s| Arc::ptr_eq(&s.storage, &t.storage)) {
@@ -381,15 +382,15 @@ impl CudaBackend {
             Value::Str(s) => Value::Str(s.clone()),
             Value::DType(d) => Value::DType(*d),
             Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(items.iter().map(|i| self.to_host(i, staged)).collect::<Result<_, _>>()?),
+            Value::List(items) => Value::List(items.iter().map(|i| self.stage_to_host(i, staged)).collect::<Result<_, _>>()?),
             Value::Dict(items) => Value::Dict(
-                items.iter().map(|(k, i)| Ok((k.clone(), self.to_host(i, staged)?))).collect::<Result<_, ExecError>>()?,
+                items.iter().map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?))).collect::<Result<_, ExecError>>()?,
             ),
             Value::Opaque => Value::Opaque,
         })
     }
 
-    fn from_host(&mut self, v: &Value<Tensor>) -> Result<Value<CudaTensor>, ExecError> {
+    fn copy_value_in(&mut self, v: &Value<Tensor>) -> Result<Value<CudaTensor>, ExecError> {
         Ok(match v {
             Value::Tensor(t) => Value::Tensor(self.copy_in(t)?),
             Value::Int(i) => Value::Int(*i),
@@ -399,9 +400,9 @@ impl CudaBackend {
             Value::Str(s) => Value::Str(s.clone()),
             Value::DType(d) => Value::DType(*d),
             Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(items.iter().map(|i| self.from_host(i)).collect::<Result<_, _>>()?),
+            Value::List(items) => Value::List(items.iter().map(|i| self.copy_value_in(i)).collect::<Result<_, _>>()?),
             Value::Dict(items) => Value::Dict(
-                items.iter().map(|(k, i)| Ok((k.clone(), self.from_host(i)?))).collect::<Result<_, ExecError>>()?,
+                items.iter().map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?))).collect::<Result<_, ExecError>>()?,
             ),
             Value::Opaque => Value::Opaque,
         })
@@ -605,7 +606,7 @@ impl LeBytes for bool {
 }
 
 fn encode<T: LeBytes>(values: &[T]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(values.len() * std::mem::size_of::<T>());
+    let mut out = Vec::with_capacity(std::mem::size_of_val(values));
     for v in values {
         v.put(&mut out);
     }
