@@ -199,12 +199,12 @@ impl Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A side is not a valid expression.
-    #[error("cannot parse `{text}`: {source}")]
+    #[error("{error}")]
     Expr {
         /// The text.
         text: String,
-        /// The parser's error.
-        source: ParseError,
+        /// The parser's error (which quotes the text).
+        error: ParseError,
     },
     /// An assumption is not usable.
     #[error(transparent)]
@@ -314,8 +314,8 @@ fn first_term(egraph: &SymEGraph, id: Id) -> String {
 /// is `proven`, `disproved: s0=3, u0=0` or `unknown: <reason>`; with `explain`,
 /// the proof (one step per line) or the two sides' values follow.
 pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Result<(Outcome, String), Error> {
-    let pa = parse(a).map_err(|source| Error::Expr { text: a.to_string(), source })?;
-    let pb = parse(b).map_err(|source| Error::Expr { text: b.to_string(), source })?;
+    let pa = parse(a).map_err(|error| Error::Expr { text: a.to_string(), error })?;
+    let pb = parse(b).map_err(|error| Error::Expr { text: b.to_string(), error })?;
     let facts = Facts::parse(assumptions)?;
     let outcome = prove_eq(&pa, &pb, &facts);
     let mut out = outcome.summary();
