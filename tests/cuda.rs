@@ -10,7 +10,8 @@ use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::compare::{compare, Tolerance};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
-use wrapir::exec::{safetensors, Backend, Tensor, TensorSpec, Value};
+use wrapir::exec::host::{HostBackend, HostOptions};
+use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device, Program};
 
 /// The crate root: `CARGO_MANIFEST_DIR` at run time (cargo sets it; set it
@@ -47,8 +48,9 @@ fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tenso
     }
 }
 
-/// Runs one bundle on the GPU and compares with eager; `Err` says why not.
-fn check_bundle(dir: &Path) -> Result<(), String> {
+/// Runs one bundle on the GPU and compares with eager; `Ok` holds the extern
+/// ops that ran through the host fallback, `Err` says why it did not match.
+fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     let text = std::fs::read_to_string(dir.join("program.json")).map_err(|e| e.to_string())?;
     let program = Program::from_json(&text).map_err(|e| e.to_string())?;
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).map_err(|e| e.to_string())?)
@@ -60,6 +62,7 @@ fn check_bundle(dir: &Path) -> Result<(), String> {
     let inputs = tensors(&dir.join("inputs.safetensors"));
     let expected = tensors(&dir.join("expected.safetensors"));
     let options = CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() };
+    let log = options.extern_ops.clone();
     let out = run_program(&program, options, &inputs).map_err(|e| e.to_string())?;
     let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
     let expected = expected_outputs(&expected);
@@ -69,16 +72,13 @@ fn check_bundle(dir: &Path) -> Result<(), String> {
     for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
         compare(g, e, Some(tolerance)).map_err(|m| format!("output {k} vs `{key}`: {m}"))?;
     }
-    Ok(())
+    Ok(log.host_ops())
 }
 
-/// Bundles known not to run on cuda, with a substring of the error: extern
-/// ops neither the GPU path nor the host fallback implements. The test fails
-/// when one of them starts to pass, so the list cannot rot.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    ("cond_branches", "does not implement op `torch.ops.aten.index.Tensor`"),
-    ("masked_select", "does not implement op `torch.ops.aten.masked_select.default`"),
-];
+/// Bundles known not to run on cuda, with a substring of the error. The
+/// test fails when one of them starts to pass, so the list cannot rot.
+/// (Empty: `cond_branches` and `masked_select` run on the built-in kernels.)
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 #[test]
 fn every_bundle_matches_eager_on_cuda() {
@@ -87,8 +87,9 @@ fn every_bundle_matches_eager_on_cuda() {
         let case = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let known = KNOWN_FAILURES.iter().find(|(c, _)| *c == case).map(|(_, e)| *e);
         match (check_bundle(&dir), known) {
-            (Ok(()), None) => {}
-            (Ok(()), Some(_)) => failures.push(format!("{case}: passes now; remove it from KNOWN_FAILURES")),
+            (Ok(host_ops), None) if host_ops.is_empty() => {}
+            (Ok(host_ops), None) => failures.push(format!("{case}: extern ops ran on the host: {host_ops:?}")),
+            (Ok(_), Some(_)) => failures.push(format!("{case}: passes now; remove it from KNOWN_FAILURES")),
             (Err(e), Some(expected)) if e.contains(expected) => {}
             (Err(e), _) => failures.push(format!("{case}: {e}")),
         }
@@ -126,4 +127,303 @@ fn views_are_bounds_checked() {
     let t = backend.allocate(&spec).unwrap();
     let err = backend.view(&t, &[4], &[1], 1).unwrap_err();
     assert!(err.to_string().contains("needs 5 elements"), "{err}");
+}
+
+/// An extern-op argument of the kernel table (host tensors go to the device).
+#[derive(Clone)]
+enum Arg {
+    T(Tensor),
+    Ts(Vec<Tensor>),
+    I(i64),
+    Is(Vec<i64>),
+    F(f64),
+    B(bool),
+    S(&'static str),
+}
+
+fn t(dtype: DType, values: &[f64], size: &[i64]) -> Arg {
+    Arg::T(Tensor::from_f64(dtype, values, size).unwrap())
+}
+
+fn host_value(a: &Arg) -> Value<Tensor> {
+    match a {
+        Arg::T(t) => Value::Tensor(t.contiguous_copy().unwrap()),
+        Arg::Ts(ts) => Value::List(ts.iter().map(|t| Value::Tensor(t.contiguous_copy().unwrap())).collect()),
+        Arg::I(i) => Value::Int(*i),
+        Arg::Is(is) => Value::List(is.iter().map(|i| Value::Int(*i)).collect()),
+        Arg::F(f) => Value::Float(*f),
+        Arg::B(b) => Value::Bool(*b),
+        Arg::S(s) => Value::Str(s.to_string()),
+    }
+}
+
+fn device_value(backend: &mut CudaBackend, v: &Value<Tensor>) -> Value<wrapir::exec::cuda::CudaTensor> {
+    match v {
+        Value::Tensor(t) => Value::Tensor(backend.copy_in(t).unwrap()),
+        Value::List(items) => Value::List(items.iter().map(|i| device_value(backend, i)).collect()),
+        Value::Int(i) => Value::Int(*i),
+        Value::Float(f) => Value::Float(*f),
+        Value::Bool(b) => Value::Bool(*b),
+        Value::Str(s) => Value::Str(s.clone()),
+        _ => Value::None,
+    }
+}
+
+/// The tensors an op produced: its result's, then (in-place ops) its first argument.
+fn result_tensors<T: Clone>(result: Value<T>, first: Option<&Value<T>>, in_place: bool) -> Vec<T> {
+    let mut out = Vec::new();
+    match result {
+        Value::Tensor(t) if !in_place => out.push(t),
+        Value::List(items) => out.extend(items.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })),
+        _ => {}
+    }
+    if let (true, Some(Value::Tensor(t))) = (in_place, first) {
+        out.push(t.clone());
+    }
+    out
+}
+
+/// What an op must give: the host backend's answer, or explicit `(size, values)`.
+enum Expect {
+    Host,
+    Values(Vec<(Vec<i64>, Vec<f64>)>),
+    Error(&'static str),
+}
+
+/// Runs `op` on the CUDA backend (which must run it on a built-in kernel,
+/// not the host fallback) and compares with `expect`, values bit-exact
+/// (NaN equal to NaN) and sizes and strides equal to the host's.
+fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> Result<(), String> {
+    let in_place = op.trim_end_matches(".default").trim_end_matches(".two").ends_with('_');
+    let options = CudaOptions::default();
+    let log = options.extern_ops.clone();
+    let mut backend = CudaBackend::new(options).unwrap();
+    let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
+    let host_kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
+    let dev_args: Vec<_> = host_args.iter().map(|v| device_value(&mut backend, v)).collect();
+    let dev_kwargs: IndexMap<_, _> = host_kwargs.iter().map(|(k, v)| (k.clone(), device_value(&mut backend, v))).collect();
+    let first = dev_args.first().cloned();
+    let got = backend.call_extern(ExternCall { op, args: dev_args, kwargs: dev_kwargs, expected: None });
+    if !log.host_ops().is_empty() {
+        return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
+    }
+    let got = match (got, &expect) {
+        (Err(e), Expect::Error(want)) if e.to_string().contains(want) => return Ok(()),
+        (Err(e), _) => return Err(e.to_string()),
+        (Ok(_), Expect::Error(want)) => return Err(format!("succeeded; expected an error containing `{want}`")),
+        (Ok(v), _) => v,
+    };
+    let got: Vec<Tensor> = result_tensors(got, first.as_ref(), in_place).iter().map(|t| backend.copy_out(t).unwrap()).collect();
+    let want: Vec<(Vec<i64>, Option<Vec<i64>>, Vec<f64>)> = match expect {
+        Expect::Host => {
+            let mut host = HostBackend::new(HostOptions { jagged_zero_fill: true });
+            let first = host_args.first().cloned();
+            let r = host
+                .call_extern(ExternCall { op, args: host_args, kwargs: host_kwargs, expected: None })
+                .map_err(|e| format!("host: {e}"))?;
+            result_tensors(r, first.as_ref(), in_place)
+                .iter()
+                .map(|t| (t.size().to_vec(), Some(t.stride().to_vec()), t.to_f64_vec().unwrap()))
+                .collect()
+        }
+        Expect::Values(v) => v.into_iter().map(|(s, v)| (s, None, v)).collect(),
+        Expect::Error(_) => unreachable!("handled above"),
+    };
+    if got.len() != want.len() {
+        return Err(format!("{} result tensors, {} expected", got.len(), want.len()));
+    }
+    for (k, (g, (size, stride, values))) in got.iter().zip(&want).enumerate() {
+        let gv = g.to_f64_vec().unwrap();
+        let same = gv.len() == values.len() && gv.iter().zip(values).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        if g.size() != size.as_slice() || stride.as_ref().is_some_and(|s| s.as_slice() != g.stride()) || !same {
+            return Err(format!(
+                "result {k}: got {:?} strides {:?} = {gv:?}; expected {size:?} strides {stride:?} = {values:?}",
+                g.size(),
+                g.stride()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The built-in kernels against the host ops (or hand-written results for
+/// ops the host does not implement), including edge cases the bundles miss.
+#[test]
+fn builtin_kernels_match_the_host_ops() {
+    use DType::*;
+    let nan = f64::NAN;
+    let inf = f64::INFINITY;
+    let long_mask: Vec<f64> = (0..3000).map(|i| f64::from(u8::from(i % 7 == 0 || i % 13 == 0))).collect();
+    let ramp = |n: usize| (0..n).map(|i| i as f64).collect::<Vec<f64>>();
+    let cases: Vec<(&str, &str, Vec<Arg>, Vec<(&str, Arg)>, Expect)> = vec![
+        ("nonzero 2-d bool", "torch.ops.aten.nonzero.default", vec![t(Bool, &[1., 0., 1., 0., 1., 0.], &[2, 3])], vec![], Expect::Host),
+        ("nonzero f32 with -0 and NaN", "aten.nonzero", vec![t(Float32, &[0., -0., nan, 2., 0.], &[5])], vec![], Expect::Host),
+        ("nonzero across tiles", "aten.nonzero", vec![t(Bool, &long_mask, &[3, 1000])], vec![], Expect::Host),
+        ("nonzero all zero", "aten.nonzero", vec![t(Int64, &[0., 0.], &[2])], vec![], Expect::Host),
+        (
+            "masked_select broadcast mask",
+            "torch.ops.aten.masked_select.default",
+            vec![t(Float32, &[1., 2., 3., 4., 5., 6.], &[2, 3]), t(Bool, &[1., 0., 1.], &[3])],
+            vec![],
+            Expect::Values(vec![(vec![4], vec![1., 3., 4., 6.])]),
+        ),
+        (
+            "masked_select bf16 across tiles",
+            "aten.masked_select",
+            vec![t(Bfloat16, &ramp(3000), &[3000]), t(Bool, &long_mask, &[3000])],
+            vec![],
+            Expect::Values(vec![(
+                vec![long_mask.iter().filter(|m| **m != 0.0).count() as i64],
+                long_mask
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| **m != 0.0)
+                    .map(|(i, _)| f64::from(half::bf16::from_f64(i as f64)))
+                    .collect(),
+            )]),
+        ),
+        (
+            "index with a mask on the leading dim",
+            "torch.ops.aten.index.Tensor",
+            vec![t(Float32, &[1., 2., 3., 4., 5., 6.], &[3, 2]), Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0., 1.], &[3]).unwrap()])],
+            vec![],
+            Expect::Values(vec![(vec![2, 2], vec![1., 2., 5., 6.])]),
+        ),
+        (
+            "index with an empty selection",
+            "aten.index",
+            vec![t(Int64, &[1., 2., 3.], &[3]), Arg::Ts(vec![Tensor::from_f64(Bool, &[0., 0., 0.], &[3]).unwrap()])],
+            vec![],
+            Expect::Values(vec![(vec![0], vec![])]),
+        ),
+        (
+            "index with a mask of the wrong shape",
+            "aten.index",
+            vec![t(Float32, &[1., 2., 3.], &[3]), Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0.], &[2]).unwrap()])],
+            vec![],
+            Expect::Error("does not match the shape"),
+        ),
+        (
+            "j2pd: truncation, empty row, -inf padding, int32 offsets",
+            "torch.ops.aten._jagged_to_padded_dense_forward.default",
+            vec![t(Float32, &ramp(12), &[6, 2]), Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 3., 3., 6.], &[4]).unwrap()]), Arg::Is(vec![2]), Arg::F(-inf)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "j2pd: 1-d int64 values, -inf saturates",
+            "aten._jagged_to_padded_dense_forward",
+            vec![t(Int64, &[5., 6., 7.], &[3]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 3.], &[3]).unwrap()]), Arg::Is(vec![3]), Arg::F(-inf)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "j2pd: f16, wide padding",
+            "aten._jagged_to_padded_dense_forward",
+            vec![t(Float16, &ramp(8), &[4, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4.], &[3]).unwrap()]), Arg::Is(vec![4]), Arg::F(0.5)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "pd2j without total_L: rows longer than N are zero-filled",
+            "torch.ops.aten._padded_dense_to_jagged_forward.default",
+            vec![t(Float32, &ramp(12), &[3, 2, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4., 4.], &[4]).unwrap()])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "pd2j with total_L past the offsets, int32 offsets",
+            "aten._padded_dense_to_jagged_forward",
+            vec![t(Bfloat16, &ramp(8), &[2, 4]), Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 2., 3.], &[3]).unwrap()]), Arg::I(5)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "j2pd backward",
+            "aten._jagged_to_padded_dense_backward",
+            vec![t(Float32, &ramp(8), &[2, 2, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]), Arg::I(4)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "pd2j backward",
+            "aten._padded_dense_to_jagged_backward",
+            vec![t(Float32, &ramp(8), &[4, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]), Arg::Is(vec![2])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "scatter_reduce_ amax without self",
+            "aten.scatter_reduce_.two",
+            vec![t(Float32, &[9., 9., 9., 9., 9., 9.], &[3, 2]), Arg::I(0), t(Int64, &[0., 2., 0., 0.], &[2, 2]), t(Float32, &[1., 2., 3., -4.], &[2, 2])],
+            vec![("reduce", Arg::S("amax")), ("include_self", Arg::B(false))],
+            Expect::Host,
+        ),
+        (
+            "scatter_reduce_ sum bf16 with self",
+            "aten.scatter_reduce_.two",
+            vec![t(Bfloat16, &[1., 2., 3.], &[3]), Arg::I(0), t(Int64, &[2., 2., 0., -1.], &[4]), t(Bfloat16, &[0.5, 0.25, 4., 1.], &[4])],
+            vec![("reduce", Arg::S("sum"))],
+            Expect::Host,
+        ),
+        (
+            "scatter_reduce_ amin int64 on dim 1",
+            "aten.scatter_reduce_.two",
+            vec![t(Int64, &[5., 5., 5., 5.], &[2, 2]), Arg::I(1), t(Int64, &[1., 1., 0., 0.], &[2, 2]), t(Int64, &[7., 3., -2., 8.], &[2, 2])],
+            vec![("reduce", Arg::S("amin"))],
+            Expect::Host,
+        ),
+        (
+            "scatter_ with a scalar value",
+            "aten.scatter_.value",
+            vec![t(Float32, &[0., 0., 0., 0.], &[4]), Arg::I(0), t(Int64, &[3., 1.], &[2]), Arg::F(2.5)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "scatter_ index out of bounds",
+            "aten.scatter_.src",
+            vec![t(Float32, &[0., 0.], &[2]), Arg::I(0), t(Int64, &[2.], &[1]), t(Float32, &[1.], &[1])],
+            vec![],
+            Expect::Error("out of bounds"),
+        ),
+        (
+            "index_put_ accumulate with duplicates",
+            "torch.ops.aten.index_put_.default",
+            vec![t(Float32, &[0.; 6], &[3, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 2., 0., -3.], &[4]).unwrap()]), t(Float32, &[1., 2.], &[2]), Arg::B(true)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "index_put_ with two broadcast index tensors",
+            "aten.index_put_",
+            vec![
+                t(Int64, &[0.; 6], &[2, 3]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[1.], &[1]).unwrap(), Tensor::from_f64(Int64, &[0., 2.], &[2]).unwrap()]),
+                t(Int64, &[7., 8.], &[2]),
+                Arg::B(false),
+            ],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "topk largest with ties and NaN",
+            "torch.ops.aten.topk.default",
+            vec![t(Float32, &[1., nan, 3., 3., 0., 5., 2., 2.], &[2, 4]), Arg::I(3)],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "topk smallest along dim 0",
+            "aten.topk",
+            vec![t(Float64, &[4., 1., 2., 3., 0., 9.], &[3, 2]), Arg::I(2), Arg::I(0), Arg::B(false)],
+            vec![],
+            Expect::Host,
+        ),
+    ];
+    let failures: Vec<String> = cases
+        .into_iter()
+        .filter_map(|(name, op, args, kwargs, expect)| check_op(op, &args, &kwargs, expect).err().map(|e| format!("{name}: {e}")))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -116,6 +116,30 @@ enum Command {
         #[command(subcommand)]
         command: SymCommand,
     },
+    /// Time a bundle on the GPU: the interpreter, the prepared direct launch
+    /// path and (with `--graphs`) CUDA graph replay, next to the raw launch
+    /// floor measured in the same process (an empty kernel launched as many
+    /// times as the bundle launches kernels, and one graph of those launches).
+    ///
+    /// Prints host µs per call and per kernel (median of repeats after
+    /// warm-up), whether graph outputs equal direct outputs bit for bit, the
+    /// device memory of each path, and a last `bench-json` line.
+    Bench {
+        /// A bundle directory (`program.json`, `inputs.safetensors`, `kernels/`).
+        bundle: PathBuf,
+        /// The device (only `cuda`).
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        /// Also time CUDA graph replay.
+        #[arg(long)]
+        graphs: bool,
+        /// Calls per repeat.
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        /// Timed repeats (the median is reported).
+        #[arg(long, default_value_t = 11)]
+        repeats: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -245,6 +269,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run { program, device, inputs, expect, hints, predicate, print, rtol, atol } => {
             let args = RunArgs { program, device, inputs, expect, hints, predicate, print, rtol, atol };
             run_command(&args)
+        }
+        Command::Bench { bundle, device, graphs, iters, repeats } => {
+            if device != "cuda" {
+                bail!("`bench` times the cuda device only, not `{device}`");
+            }
+            bench_cuda(&bundle, graphs, iters.max(1), repeats.max(1))
         }
     }
 }
@@ -473,6 +503,7 @@ fn run_cuda(
     tolerance: Option<Tolerance>,
 ) -> Result<ExitCode> {
     let options = wrapir::exec::cuda::CudaOptions { kernel_dir, ..Default::default() };
+    let extern_ops = options.extern_ops.clone();
     let result = wrapir::exec::cuda::run_program(program, options, &inputs)
         .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
     let mut out = String::new();
@@ -487,6 +518,12 @@ fn run_cuda(
         out += &format!("output {k}: {text}\n");
     }
     out += &describe_symbols(program, &result.symbols);
+    for (op, n) in extern_ops.device_ops() {
+        out += &format!("cuda op: {op} x{n}\n");
+    }
+    for (op, n) in extern_ops.host_ops() {
+        out += &format!("host fallback: {op} x{n}\n");
+    }
     write_output(None, &out)?;
     let Some(expect_path) = expect_path else {
         return Ok(ExitCode::SUCCESS);
@@ -676,4 +713,155 @@ fn compare_outputs(
         wrapir::exec::compare::compare(g, e, tolerance).map_err(|m| format!("output {k} (expected `{name}`): {m}"))?;
     }
     Ok(())
+}
+
+/// `bench --device cuda` (see `Command::Bench`).
+#[cfg(feature = "cuda")]
+fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Result<ExitCode> {
+    use std::time::Instant;
+    use wrapir::exec::cuda::{launch_floor, place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
+    use wrapir::exec::{Backend, Value};
+    let started = Instant::now();
+    let (program, name) = load(&bundle.join("program.json"))?;
+    let program = with_guards(program)?;
+    let inputs = read_safetensors(&bundle.join("inputs.safetensors"))?;
+    let options = CudaOptions { kernel_dir: bundle.to_path_buf(), ..Default::default() };
+    let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
+    let (plan, args, constants) =
+        place_inputs(&program, &mut backend, &inputs).map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
+    let input_bytes = backend.memory().current_bytes;
+    let first = plan.run(&mut backend, args.clone(), &constants).map_err(|e| anyhow::anyhow!("running {name}: {e}"))?;
+    let first_host = first.outputs.iter().map(|v| wrapir::exec::cuda::to_host(&mut backend, v)).collect::<Result<Vec<_>, _>>()?;
+    let first_output_ms = started.elapsed().as_secs_f64() * 1e3;
+    let interp_peak = backend.memory().peak_bytes.saturating_sub(input_bytes);
+    drop(first);
+    let sync = |b: &CudaBackend| b.synchronize().map_err(|e| anyhow::anyhow!("{e}"));
+    // Median over repeats of host µs per call, taken when the last call of a
+    // repeat is queued; the stream is drained between repeats.
+    let time = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<f64> {
+        for _ in 0..iters.min(50) {
+            f(backend)?;
+        }
+        sync(backend)?;
+        let mut per_call = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                f(backend)?;
+            }
+            per_call.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            sync(backend)?;
+        }
+        per_call.sort_by(f64::total_cmp);
+        Ok(per_call[per_call.len() / 2])
+    };
+    let interp_us = time(&mut backend, &mut |b| {
+        plan.run(b, args.clone(), &constants).map(drop).map_err(|e| anyhow::anyhow!("running {name}: {e}"))
+    })?;
+    let fingerprint = |backend: &mut CudaBackend, outs: &[Value<wrapir::exec::cuda::CudaTensor>]| -> Result<Vec<u64>> {
+        let mut bits = Vec::new();
+        for v in outs {
+            if let Value::Tensor(t) = v {
+                let host = backend.copy_out(t)?;
+                if host.dtype().is_floating() {
+                    bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
+                } else {
+                    bits.extend(host.to_i64_vec()?.into_iter().map(|i| i as u64));
+                }
+            }
+        }
+        Ok(bits)
+    };
+    let host_bits = |outs: &[Value<wrapir::exec::Tensor>]| -> Result<Vec<u64>> {
+        let mut bits = Vec::new();
+        for v in outs {
+            if let Value::Tensor(host) = v {
+                if host.dtype().is_floating() {
+                    bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
+                } else {
+                    bits.extend(host.to_i64_vec()?.into_iter().map(|i| i as u64));
+                }
+            }
+        }
+        Ok(bits)
+    };
+    let interp_bits = host_bits(&first_host)?;
+    let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after start\n");
+    let mut json = serde_json::json!({
+        "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
+        "interp_peak_bytes": interp_peak, "input_bytes": input_bytes,
+    });
+    let mut kernels = 0usize;
+    match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
+        Err(e) => {
+            out += &format!("direct: not prepared ({e})\n");
+            json["direct_error"] = serde_json::json!(e.to_string());
+        }
+        Ok((mut prepared, _)) => {
+            kernels = prepared.launches();
+            let mut diverged = false;
+            let direct_us = time(&mut backend, &mut |b| {
+                diverged |= prepared.replay(b)? != Replay::Done;
+                Ok(())
+            })?;
+            let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
+            let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
+            out += &format!(
+                "direct: {direct_us:.2} us/call, {:.3} us/kernel ({kernels} launches, {} device reads, arena {} bytes){}; equal to the interpreter bit for bit: {}\n",
+                per(direct_us),
+                prepared.reads(),
+                prepared.arena_bytes(),
+                if diverged { ", DIVERGED" } else { "" },
+                direct_bits == interp_bits
+            );
+            json["direct_us"] = serde_json::json!(direct_us);
+            json["kernels"] = serde_json::json!(kernels);
+            json["reads"] = serde_json::json!(prepared.reads());
+            json["arena_bytes"] = serde_json::json!(prepared.arena_bytes());
+            json["direct_equals_interp"] = serde_json::json!(direct_bits == interp_bits);
+            if graphs {
+                let mut diverged = false;
+                let graph_result = time(&mut backend, &mut |b| {
+                    diverged |= prepared.replay_graphs(b)? != Replay::Done;
+                    Ok(())
+                });
+                match graph_result {
+                    Ok(graph_us) => {
+                        let graph_bits = fingerprint(&mut backend, prepared.outputs())?;
+                        out += &format!(
+                            "graphs: {graph_us:.2} us/call, {:.3} us/kernel ({} graphs){}; equal to direct bit for bit: {}\n",
+                            per(graph_us),
+                            prepared.captured_graphs(),
+                            if diverged { ", DIVERGED" } else { "" },
+                            graph_bits == direct_bits
+                        );
+                        json["graph_us"] = serde_json::json!(graph_us);
+                        json["graphs"] = serde_json::json!(prepared.captured_graphs());
+                        json["graph_equals_direct"] = serde_json::json!(graph_bits == direct_bits);
+                    }
+                    Err(e) => {
+                        out += &format!("graphs: failed ({e})\n");
+                        json["graph_error"] = serde_json::json!(e.to_string());
+                    }
+                }
+            }
+        }
+    }
+    let floor = launch_floor(&mut backend, kernels.max(1), repeats).map_err(|e| anyhow::anyhow!("launch floor: {e}"))?;
+    out += &format!(
+        "floor ({}, {} launches): {:.3} us/launch, graph {:.3} us/kernel\n",
+        floor.compiler, floor.kernels, floor.launch_us, floor.graph_us
+    );
+    json["floor_launch_us"] = serde_json::json!(floor.launch_us);
+    json["floor_graph_us"] = serde_json::json!(floor.graph_us);
+    json["floor_compiler"] = serde_json::json!(floor.compiler);
+    out += &format!("bench-json {json}\n");
+    write_output(None, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `bench` in a build without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+fn bench_cuda(_bundle: &Path, _graphs: bool, _iters: usize, _repeats: usize) -> Result<ExitCode> {
+    bail!("`bench --device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }

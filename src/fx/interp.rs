@@ -6,11 +6,17 @@ use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymEvalError, SymOp, Va
 use crate::exec::{
     Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, ScalarRequest, ScalarValue, TensorSpec, Value,
 };
-use crate::ir::{DType, Device, DeviceType, KernelDef, KernelName, Layout, Program, SymbolDecl};
+use crate::ir::{DType, Device, DeviceType, KernelDef, KernelName, Layout, Program, SymbolDecl, ValueRange};
 use crate::sym::{Bindings, SymExpr, Symbol};
 use indexmap::IndexMap;
+use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// Integers read for one step (sizes, strides, a grid): inline up to the
+/// ranks that occur in practice, so reading them does not allocate.
+type Ints = SmallVec<[i64; 8]>;
 
 /// A literal operand.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,8 +44,8 @@ enum StepKind {
     Constant(String),
     EmptyStrided { size: Vec<Operand>, stride: Vec<Operand>, dtype: DType, device: DeviceType },
     AsStrided { base: usize, size: Vec<Operand>, stride: Vec<Operand>, offset: Operand },
-    Triton { kernel: KernelName, grid: [Operand; 3], kwargs: IndexMap<String, Operand> },
-    KernelCall { kernel: KernelName, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
+    Triton { kernel: KernelRef, grid: [Operand; 3], kwargs: IndexMap<String, Operand> },
+    KernelCall { kernel: KernelRef, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
     Extern { target: String, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
     SymSize { tensor: usize, dim: i64 },
     SymStride { tensor: usize, dim: i64 },
@@ -55,14 +61,41 @@ enum StepKind {
     While { cond_graph: String, body_graph: String, carried: Vec<Operand>, additional: Vec<Operand> },
 }
 
+/// A kernel as resolved at compile time: its index in the program's kernel
+/// table, or `None` when the program does not define it (reported when the
+/// step runs, as before compilation resolved names).
+#[derive(Clone, Debug)]
+struct KernelRef {
+    name: KernelName,
+    index: Option<usize>,
+}
+
+/// A symbol a step binds, with its declared value range (looked up once, at
+/// compile time).
+#[derive(Clone, Debug)]
+struct Bind {
+    symbol: Symbol,
+    range: Option<ValueRange>,
+}
+
+/// What the run loop reads for every step. Kept small and free of
+/// per-step heap data on the common path: the slots a step frees are a range
+/// of [`Plan::frees`] (one vector in step order, read sequentially), and
+/// what only some steps or errors need is in [`StepInfo`].
 #[derive(Clone, Debug)]
 struct Step {
-    node: String,
     kind: StepKind,
-    val: Option<Val>,
     out: Option<usize>,
-    binds: Vec<Symbol>,
-    frees: Vec<usize>,
+    binds: Vec<Bind>,
+    frees: std::ops::Range<usize>,
+}
+
+/// The parts of a step the run loop rarely reads: the node's name (for
+/// messages) and its declared value.
+#[derive(Clone, Debug)]
+struct StepInfo {
+    node: String,
+    val: Option<Val>,
 }
 
 /// A compiled graph, ready to run any number of times.
@@ -70,12 +103,18 @@ struct Step {
 pub struct Plan {
     graph: String,
     steps: Vec<Step>,
+    /// `infos[i]` belongs to `steps[i]`.
+    infos: Vec<StepInfo>,
+    /// The slots each step frees after it runs (`Step::frees` indexes this).
+    frees: Vec<usize>,
     slots: usize,
     inputs: Vec<(String, Placeholder)>,
     outputs: Vec<Operand>,
     subplans: HashMap<String, Plan>,
     symbols: Arc<IndexMap<Symbol, SymbolDecl>>,
     kernels: Arc<IndexMap<KernelName, KernelDef>>,
+    /// Symbols bound by this plan's steps (capacity for the run's bindings).
+    bind_count: usize,
 }
 
 /// What a run returns.
@@ -120,6 +159,7 @@ fn compile_graph(
         source: Box::new(ExecError::Input(msg)),
     };
     let mut steps = Vec::new();
+    let mut infos = Vec::new();
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for (id, node) in graph.iter() {
@@ -153,12 +193,16 @@ fn compile_graph(
                 offset: operand(offset)?,
             },
             Op::TritonKernel { kernel, grid, kwargs } => StepKind::Triton {
-                kernel: kernel.clone(),
+                kernel: KernelRef { name: kernel.clone(), index: kernels.get_index_of(kernel) },
                 grid: [operand(&grid[0])?, operand(&grid[1])?, operand(&grid[2])?],
                 kwargs: kwmap(kwargs)?,
             },
             Op::KernelCall { kernel, args, kwargs } => {
-                StepKind::KernelCall { kernel: kernel.clone(), args: operands(args)?, kwargs: kwmap(kwargs)? }
+                StepKind::KernelCall {
+                    kernel: KernelRef { name: kernel.clone(), index: kernels.get_index_of(kernel) },
+                    args: operands(args)?,
+                    kwargs: kwmap(kwargs)?,
+                }
             }
             Op::Extern { target, args, kwargs } => {
                 StepKind::Extern { target: target.clone(), args: operands(args)?, kwargs: kwmap(kwargs)? }
@@ -195,17 +239,27 @@ fn compile_graph(
                 additional: operands(additional)?,
             },
         };
+        infos.push(StepInfo { node: node.name.clone(), val: node.val.clone() });
         steps.push(Step {
-            node: node.name.clone(),
             kind,
-            val: node.val.clone(),
             out: slot_of.get(&id).copied(),
-            binds: node.binds.clone(),
-            frees: Vec::new(),
+            binds: node
+                .binds
+                .iter()
+                .map(|s| Bind { symbol: s.clone(), range: symbols.get(s).map(|d| d.range) })
+                .collect(),
+            frees: 0..0,
         });
     }
-    let slots = slot_of.len();
-    plan_frees(&mut steps, &outputs, slots);
+    let mut step_frees = plan_frees(&steps, &outputs, slot_of.len());
+    let slots = reuse_slots(&mut steps, &mut step_frees, &mut outputs, slot_of.len());
+    let mut frees = Vec::with_capacity(step_frees.iter().map(Vec::len).sum());
+    for (step, list) in steps.iter_mut().zip(&step_frees) {
+        let start = frees.len();
+        frees.extend_from_slice(list);
+        step.frees = start..frees.len();
+    }
+    let bind_count = steps.iter().map(|s| s.binds.len()).sum();
     let mut subplans = HashMap::new();
     for (sub_name, sub) in &graph.subgraphs {
         subplans.insert(sub_name.clone(), compile_graph(sub, sub_name, symbols, kernels)?);
@@ -213,12 +267,15 @@ fn compile_graph(
     Ok(Plan {
         graph: name.to_string(),
         steps,
+        infos,
+        frees,
         slots,
         inputs,
         outputs,
         subplans,
         symbols: Arc::clone(symbols),
         kernels: Arc::clone(kernels),
+        bind_count,
     })
 }
 
@@ -296,7 +353,8 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
 
 /// Liveness: each slot is freed after the step that reads it last (or right
 /// after it is produced when nothing reads it); outputs are never freed.
-fn plan_frees(steps: &mut [Step], outputs: &[Operand], slots: usize) {
+/// Returns, for each step, the slots it frees.
+fn plan_frees(steps: &[Step], outputs: &[Operand], slots: usize) -> Vec<Vec<usize>> {
     let mut last: Vec<Option<usize>> = vec![None; slots];
     for (i, s) in steps.iter().enumerate() {
         if let Some(o) = s.out {
@@ -310,6 +368,7 @@ fn plan_frees(steps: &mut [Step], outputs: &[Operand], slots: usize) {
             }
         });
     }
+    let mut frees = vec![Vec::new(); steps.len()];
     let mut keep = vec![false; slots];
     for o in outputs {
         for_each_slot(o, &mut |s| {
@@ -320,11 +379,114 @@ fn plan_frees(steps: &mut [Step], outputs: &[Operand], slots: usize) {
     }
     for (slot, l) in last.iter().enumerate() {
         if let (Some(i), false) = (l, keep.get(slot).copied().unwrap_or(true)) {
-            if let Some(step) = steps.get_mut(*i) {
-                step.frees.push(slot);
+            if let Some(list) = frees.get_mut(*i) {
+                list.push(slot);
             }
         }
     }
+    frees
+}
+
+fn for_each_slot_mut(o: &mut Operand, f: &mut dyn FnMut(&mut usize)) {
+    match o {
+        Operand::Slot(s) => f(s),
+        Operand::List(items) => items.iter_mut().for_each(|i| for_each_slot_mut(i, f)),
+        Operand::Lit(_) => {}
+    }
+}
+
+/// Calls `f` on every slot a step reads, mutably (for renumbering).
+fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
+    fn many(xs: &mut [Operand], f: &mut dyn FnMut(&mut usize)) {
+        xs.iter_mut().for_each(|x| for_each_slot_mut(x, f))
+    }
+    match kind {
+        StepKind::Input(_) | StepKind::Constant(_) => {}
+        StepKind::EmptyStrided { size, stride, .. } => {
+            many(size, f);
+            many(stride, f);
+        }
+        StepKind::AsStrided { base, size, stride, offset } => {
+            f(base);
+            many(size, f);
+            many(stride, f);
+            for_each_slot_mut(offset, f);
+        }
+        StepKind::Triton { grid, kwargs, .. } => {
+            many(grid, f);
+            kwargs.values_mut().for_each(|v| for_each_slot_mut(v, f));
+        }
+        StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
+            many(args, f);
+            kwargs.values_mut().for_each(|v| for_each_slot_mut(v, f));
+        }
+        StepKind::SymSize { tensor, .. }
+        | StepKind::SymStride { tensor, .. }
+        | StepKind::SymStorageOffset { tensor }
+        | StepKind::Item { tensor, .. }
+        | StepKind::AssertAlignment { tensor, .. } => f(tensor),
+        StepKind::GetItem { source, index } => {
+            f(source);
+            for_each_slot_mut(index, f);
+        }
+        StepKind::InnerTensor { source, .. } => f(source),
+        StepKind::Sym { args, .. } => many(args, f),
+        StepKind::AssertScalar { cond, .. } => for_each_slot_mut(cond, f),
+        StepKind::AssertSizeStride { tensor, size, stride, .. } => {
+            f(tensor);
+            many(size, f);
+            many(stride, f);
+        }
+        StepKind::Cond { pred, operands, .. } => {
+            for_each_slot_mut(pred, f);
+            many(operands, f);
+        }
+        StepKind::While { carried, additional, .. } => {
+            many(carried, f);
+            many(additional, f);
+        }
+    }
+}
+
+/// Renumbers slots so that a slot freed by one step is reused by a later
+/// step's result: a run then needs as many slots as values are live at once,
+/// not one per node. Runs after [`plan_frees`] (which numbers one slot per
+/// node); returns the number of slots. A step's result never takes a slot
+/// freed by that same step, since its frees run after its result is stored.
+fn reuse_slots(steps: &mut [Step], frees: &mut [Vec<usize>], outputs: &mut [Operand], node_slots: usize) -> usize {
+    const UNASSIGNED: usize = usize::MAX;
+    let mut physical = vec![UNASSIGNED; node_slots];
+    let mut free: Vec<usize> = Vec::new();
+    let mut count = 0usize;
+    // A slot read before any step produced it (impossible in a topologically
+    // ordered graph) keeps an out-of-range number, so the run reports it as
+    // empty instead of reading another value.
+    let map = |s: &mut usize, physical: &[usize]| {
+        *s = physical.get(*s).copied().filter(|p| *p != UNASSIGNED).unwrap_or(UNASSIGNED);
+    };
+    for (step, step_frees) in steps.iter_mut().zip(frees.iter_mut()) {
+        step_reads_mut(&mut step.kind, &mut |s| map(s, &physical));
+        if let Some(o) = step.out.as_mut() {
+            let p = free.pop().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+            if let Some(slot) = physical.get_mut(*o) {
+                *slot = p;
+            }
+            *o = p;
+        }
+        for f in step_frees.iter_mut() {
+            map(f, &physical);
+            if *f != UNASSIGNED {
+                free.push(*f);
+            }
+        }
+    }
+    for o in outputs.iter_mut() {
+        for_each_slot_mut(o, &mut |s| map(s, &physical));
+    }
+    count
 }
 
 impl Plan {
@@ -351,7 +513,7 @@ impl Plan {
         inputs: Vec<Value<B::Tensor>>,
         constants: &IndexMap<String, B::Tensor>,
     ) -> Result<RunOutput<B::Tensor>, ExecError> {
-        let mut env = Bindings::new();
+        let mut env = Bindings::with_capacity(self.bind_count);
         let outputs = self.exec(backend, inputs, constants, &mut env)?;
         Ok(RunOutput { outputs, symbols: env })
     }
@@ -374,25 +536,25 @@ impl Plan {
         }
         let mut inputs: Vec<Option<Value<B::Tensor>>> = inputs.into_iter().map(Some).collect();
         let mut slots: Vec<Option<Value<B::Tensor>>> = vec![None; self.slots];
-        for step in &self.steps {
+        for (step, info) in self.steps.iter().zip(&self.infos) {
             let value = self
-                .step(step, backend, &mut inputs, constants, &slots, env)
-                .map_err(|e| ExecError::AtNode { graph: self.graph.clone(), node: step.node.clone(), source: Box::new(e) })?;
+                .step(step, info, backend, &mut inputs, constants, &slots, env)
+                .map_err(|e| ExecError::AtNode { graph: self.graph.clone(), node: info.node.clone(), source: Box::new(e) })?;
             if let Some(v) = &value {
-                for s in &step.binds {
+                for Bind { symbol: s, range } in &step.binds {
                     let Some(x) = v.as_int() else {
                         return Err(ExecError::AtNode {
                             graph: self.graph.clone(),
-                            node: step.node.clone(),
+                            node: info.node.clone(),
                             source: Box::new(ExecError::Type(format!("symbol `{s}` bound to a {}", v.kind()))),
                         });
                     };
-                    if let Some(decl) = self.symbols.get(s) {
-                        if !decl.range.contains(x) {
+                    if let Some(range) = range {
+                        if !range.contains(x) {
                             return Err(ExecError::AtNode {
                                 graph: self.graph.clone(),
-                                node: step.node.clone(),
-                                source: Box::new(ExecError::OutOfRange { symbol: s.clone(), value: x, range: decl.range }),
+                                node: info.node.clone(),
+                                source: Box::new(ExecError::OutOfRange { symbol: s.clone(), value: x, range: *range }),
                             });
                         }
                     }
@@ -404,7 +566,7 @@ impl Plan {
                     *slot = Some(v);
                 }
             }
-            for f in &step.frees {
+            for f in self.frees.get(step.frees.clone()).unwrap_or_default() {
                 if let Some(v) = slots.get_mut(*f).and_then(Option::take) {
                     release(backend, v);
                 }
@@ -416,6 +578,7 @@ impl Plan {
     fn step<B: Backend>(
         &self,
         step: &Step,
+        info: &StepInfo,
         backend: &mut B,
         inputs: &mut [Option<Value<B::Tensor>>],
         constants: &IndexMap<String, B::Tensor>,
@@ -423,26 +586,24 @@ impl Plan {
         env: &mut Bindings,
     ) -> Result<Option<Value<B::Tensor>>, ExecError> {
         let rd = |o: &Operand| read(o, slots);
-        let int = |o: &Operand| -> Result<i64, ExecError> {
-            let v = read(o, slots)?;
-            v.as_int().ok_or_else(|| ExecError::Type(format!("expected an integer, got {}", v.kind())))
-        };
+        let int = |o: &Operand| read_int(o, slots);
         let ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Vec<_>, _>>();
-        let tensor = |s: usize| -> Result<B::Tensor, ExecError> {
+        let small_ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Ints, _>>();
+        let tensor = |s: usize| -> Result<&B::Tensor, ExecError> {
             match slot(s, slots)? {
-                Value::Tensor(t) => Ok(t.clone()),
+                Value::Tensor(t) => Ok(t),
                 other => Err(ExecError::Type(format!("expected a tensor, got {}", other.kind()))),
             }
         };
         Ok(Some(match &step.kind {
             StepKind::Input(i) => {
                 let v = inputs.get_mut(*i).and_then(Option::take).ok_or_else(|| ExecError::Input("input used twice".into()))?;
-                if let (Some(Val::Tensor(layout)), Value::Tensor(t)) = (&step.val, &v) {
+                if let (Some(Val::Tensor(layout)), Value::Tensor(t)) = (&info.val, &v) {
                     let spec = backend.spec(t);
                     if spec.dtype != layout.dtype || spec.size.len() != layout.size.len() {
                         return Err(ExecError::Input(format!(
                             "input `{}` is {}{:?}, the graph declares {layout}",
-                            step.node, spec.dtype, spec.size
+                            info.node, spec.dtype, spec.size
                         )));
                     }
                 }
@@ -463,41 +624,41 @@ impl Plan {
             }
             StepKind::AsStrided { base, size, stride, offset } => {
                 let b = tensor(*base)?;
-                Value::Tensor(backend.view(&b, &ints(size)?, &ints(stride)?, int(offset)?)?)
+                Value::Tensor(backend.view(b, &small_ints(size)?, &small_ints(stride)?, int(offset)?)?)
             }
             StepKind::Triton { kernel, grid, kwargs } => {
                 let def = self.kernel(kernel)?;
                 let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
-                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
+                let kw = read_kwargs(kwargs, slots)?;
                 backend.launch(KernelLaunch { kernel: def, grid: Some(g), args: Vec::new(), kwargs: kw })?;
                 Value::None
             }
             StepKind::KernelCall { kernel, args, kwargs } => {
                 let def = self.kernel(kernel)?;
                 let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
-                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
+                let kw = read_kwargs(kwargs, slots)?;
                 backend.launch(KernelLaunch { kernel: def, grid: None, args: a, kwargs: kw })?;
                 Value::None
             }
             StepKind::Extern { target, args, kwargs } => {
                 let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
-                let kw = kwargs.iter().map(|(k, v)| Ok((k.clone(), rd(v)?))).collect::<Result<IndexMap<_, _>, ExecError>>()?;
-                let expected = self.expected(step.val.as_ref(), backend, env)?;
+                let kw = read_kwargs(kwargs, slots)?;
+                let expected = self.expected(info.val.as_ref(), backend, env)?;
                 let result = backend.call_extern(ExternCall { op: target, args: a, kwargs: kw, expected: expected.clone() })?;
                 if let (Some(exp), Value::Tensor(t)) = (&expected, &result) {
                     check_layout(&backend.spec(t), exp)?;
                 }
                 result
             }
-            StepKind::SymSize { tensor: t, dim } => Value::Int(dim_of(&backend.spec(&tensor(*t)?).size, *dim, "size")?),
+            StepKind::SymSize { tensor: t, dim } => Value::Int(dim_of(&backend.spec(tensor(*t)?).size, *dim, "size")?),
             StepKind::SymStride { tensor: t, dim } => {
-                Value::Int(dim_of(&backend.spec(&tensor(*t)?).stride, *dim, "stride")?)
+                Value::Int(dim_of(&backend.spec(tensor(*t)?).stride, *dim, "stride")?)
             }
-            StepKind::SymStorageOffset { tensor: t } => Value::Int(backend.spec(&tensor(*t)?).offset),
+            StepKind::SymStorageOffset { tensor: t } => Value::Int(backend.spec(tensor(*t)?).offset),
             StepKind::GetItem { source, index } => {
                 let src = slot(*source, slots)?;
-                let idx = rd(index)?;
-                match (src, &idx) {
+                let idx = read_ref(index, slots)?;
+                match (src, idx.as_ref()) {
                     (Value::List(items), Value::Int(i)) => {
                         let n = items.len() as i64;
                         let k = if *i < 0 { i + n } else { *i };
@@ -509,7 +670,7 @@ impl Plan {
                     (Value::Dict(items), Value::Str(k)) => {
                         items.get(k).cloned().ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?
                     }
-                    (Value::Opaque, _) => match &step.val {
+                    (Value::Opaque, _) => match &info.val {
                         Some(Val::Multi) => Value::Opaque,
                         other => {
                             let exp = self.expected(other.as_ref(), backend, env)?.ok_or_else(|| {
@@ -541,49 +702,40 @@ impl Plan {
                 let t = tensor(*t)?;
                 let decl = symbol.as_ref().and_then(|s| self.symbols.get(s));
                 let req = ScalarRequest { symbol: symbol.as_ref(), decl, multiplier: *multiplier };
-                match backend.read_scalar(&t, &req)? {
+                match backend.read_scalar(t, &req)? {
                     ScalarValue::Int(v) => Value::Int(v),
                     ScalarValue::Bool(b) => Value::Bool(b),
                     ScalarValue::Float(f) => Value::Float(f),
                 }
             }
             StepKind::Sym { op, args } => {
-                let vals = args
-                    .iter()
-                    .map(|a| match rd(a)? {
-                        Value::Int(v) => Ok(Scalar::Int(v)),
-                        Value::Bool(b) => Ok(Scalar::Bool(b)),
-                        other => Err(ExecError::Type(format!("`{}` of a {}", op.node_name(), other.kind()))),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut vals: SmallVec<[Scalar; 4]> = SmallVec::new();
+                for a in args {
+                    vals.push(read_scalar(a, slots, *op)?);
+                }
                 match op.eval(&vals).map_err(|e| ExecError::Type(e.to_string()))? {
                     Scalar::Int(v) => Value::Int(v),
                     Scalar::Bool(b) => Value::Bool(b),
                 }
             }
             StepKind::AssertScalar { cond, message } => {
-                if !truthy(&rd(cond)?)? {
+                if !truthy(read_ref(cond, slots)?.as_ref())? {
                     return Err(ExecError::Assert(message.clone()));
                 }
                 Value::None
             }
             StepKind::AssertSizeStride { tensor: t, size, stride, context } => {
-                let spec = backend.spec(&tensor(*t)?);
-                let exp = ExpectedLayout {
-                    dtype: spec.dtype,
-                    device: spec.device,
-                    size: ints(size)?.into_iter().map(Some).collect(),
-                    stride: ints(stride)?.into_iter().map(Some).collect(),
-                    offset: None,
-                };
-                check_layout(&spec, &exp).map_err(|e| match context {
+                let spec = backend.spec(tensor(*t)?);
+                let (size, stride) = (small_ints(size)?, small_ints(stride)?);
+                check_sizes_strides(&spec, spec.dtype, size.iter().copied().map(Some), stride.iter().copied().map(Some))
+                    .map_err(|e| match context {
                     Some(c) => ExecError::Assert(format!("{e} ({c})")),
                     None => e,
                 })?;
                 Value::None
             }
             StepKind::AssertAlignment { tensor: t, alignment } => {
-                backend.check_alignment(&tensor(*t)?, *alignment)?;
+                backend.check_alignment(tensor(*t)?, *alignment)?;
                 Value::None
             }
             StepKind::Cond { pred, true_graph, false_graph, operands } => {
@@ -631,8 +783,12 @@ impl Plan {
         }))
     }
 
-    fn kernel(&self, name: &KernelName) -> Result<&KernelDef, ExecError> {
-        self.kernels.get(name).ok_or_else(|| ExecError::Input(format!("kernel `{name}` is not defined")))
+    fn kernel(&self, kernel: &KernelRef) -> Result<&KernelDef, ExecError> {
+        kernel
+            .index
+            .and_then(|i| self.kernels.get_index(i))
+            .map(|(_, def)| def)
+            .ok_or_else(|| ExecError::Input(format!("kernel `{}` is not defined", kernel.name)))
     }
 
     fn subplan(&self, name: &str) -> Result<&Plan, ExecError> {
@@ -673,8 +829,13 @@ fn eval_layout(layout: &Layout, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) 
 /// Evaluates a symbolic expression with checked arithmetic; `None` when a
 /// symbol has no value.
 pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<Option<Scalar>, SymEvalError> {
-    let all = |xs: &[SymExpr], lookup: &mut dyn FnMut(&Symbol) -> Option<i64>| -> Result<Option<Vec<Scalar>>, SymEvalError> {
-        let mut out = Vec::with_capacity(xs.len());
+    // Operands are evaluated left to right; the first unknown one makes the
+    // whole expression unknown (later operands are not evaluated).
+    fn all<'e>(
+        xs: impl IntoIterator<Item = &'e SymExpr>,
+        lookup: &mut dyn FnMut(&Symbol) -> Option<i64>,
+    ) -> Result<Option<SmallVec<[Scalar; 4]>>, SymEvalError> {
+        let mut out = SmallVec::new();
         for x in xs {
             match eval_expr(x, lookup)? {
                 Some(v) => out.push(v),
@@ -682,8 +843,8 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
             }
         }
         Ok(Some(out))
-    };
-    let fold = |op: SymOp, vals: Vec<Scalar>| -> Result<Scalar, SymEvalError> {
+    }
+    let fold = |op: SymOp, vals: SmallVec<[Scalar; 4]>| -> Result<Scalar, SymEvalError> {
         let mut it = vals.into_iter();
         let mut acc = it.next().ok_or_else(|| SymEvalError::BadOperands(op.node_name().into()))?;
         for v in it {
@@ -721,12 +882,12 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
                 SymExpr::PythonMod(..) => SymOp::PyMod,
                 _ => SymOp::FloorDiv,
             };
-            match all(&[(**a).clone(), (**b).clone()], lookup)? {
+            match all([&**a, &**b], lookup)? {
                 Some(v) => op.eval(&v)?,
                 None => return Ok(None),
             }
         }
-        SymExpr::ModularIndexing(x, d, m) => match all(&[(**x).clone(), (**d).clone(), (**m).clone()], lookup)? {
+        SymExpr::ModularIndexing(x, d, m) => match all([&**x, &**d, &**m], lookup)? {
             Some(v) => {
                 let q = SymOp::FloorDiv.eval(&v[..2])?;
                 SymOp::PyMod.eval(&[q, v[2]])?
@@ -747,7 +908,7 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
                 CmpOp::Gt => SymOp::Gt,
                 CmpOp::Ge => SymOp::Ge,
             };
-            match all(&[(**a).clone(), (**b).clone()], lookup)? {
+            match all([&**a, &**b], lookup)? {
                 Some(v) => op.eval(&v)?,
                 None => return Ok(None),
             }
@@ -761,6 +922,80 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
 
 fn slot<T>(s: usize, slots: &[Option<Value<T>>]) -> Result<&Value<T>, ExecError> {
     slots.get(s).and_then(Option::as_ref).ok_or_else(|| ExecError::Input(format!("slot {s} is empty (freed too early)")))
+}
+
+/// The kind of a literal, as [`Value::kind`] names it.
+fn lit_kind(l: &Lit) -> &'static str {
+    match l {
+        Lit::Int(_) => "int",
+        Lit::Float(_) => "float",
+        Lit::Bool(_) => "bool",
+        Lit::None => "None",
+        Lit::Str(_) => "str",
+        Lit::DType(_) => "dtype",
+        Lit::Device(_) => "device",
+    }
+}
+
+/// The kind of value an operand reads, for messages.
+fn operand_kind<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<&'static str, ExecError> {
+    Ok(match o {
+        Operand::Slot(s) => slot(*s, slots)?.kind(),
+        Operand::Lit(l) => lit_kind(l),
+        Operand::List(_) => "list",
+    })
+}
+
+/// Reads an integer operand (booleans count as 0/1) without copying a value.
+fn read_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<i64, ExecError> {
+    let v = match o {
+        Operand::Slot(s) => slot(*s, slots)?.as_int(),
+        Operand::Lit(Lit::Int(v)) => Some(*v),
+        Operand::Lit(Lit::Bool(b)) => Some(*b as i64),
+        Operand::Lit(_) | Operand::List(_) => None,
+    };
+    match v {
+        Some(v) => Ok(v),
+        None => Err(ExecError::Type(format!("expected an integer, got {}", operand_kind(o, slots)?))),
+    }
+}
+
+/// Reads an operand of a [`SymOp`].
+fn read_scalar<T>(o: &Operand, slots: &[Option<Value<T>>], op: SymOp) -> Result<Scalar, ExecError> {
+    let v = match o {
+        Operand::Slot(s) => match slot(*s, slots)? {
+            Value::Int(v) => Some(Scalar::Int(*v)),
+            Value::Bool(b) => Some(Scalar::Bool(*b)),
+            _ => None,
+        },
+        Operand::Lit(Lit::Int(v)) => Some(Scalar::Int(*v)),
+        Operand::Lit(Lit::Bool(b)) => Some(Scalar::Bool(*b)),
+        Operand::Lit(_) | Operand::List(_) => None,
+    };
+    match v {
+        Some(v) => Ok(v),
+        None => Err(ExecError::Type(format!("`{}` of a {}", op.node_name(), operand_kind(o, slots)?))),
+    }
+}
+
+/// Reads an operand, borrowing it when it is a slot's value.
+fn read_ref<'a, T: Clone>(o: &Operand, slots: &'a [Option<Value<T>>]) -> Result<Cow<'a, Value<T>>, ExecError> {
+    match o {
+        Operand::Slot(s) => slot(*s, slots).map(Cow::Borrowed),
+        _ => read(o, slots).map(Cow::Owned),
+    }
+}
+
+/// Reads keyword arguments into the map a launch or call takes.
+fn read_kwargs<T: Clone>(
+    kwargs: &IndexMap<String, Operand>,
+    slots: &[Option<Value<T>>],
+) -> Result<IndexMap<String, Value<T>>, ExecError> {
+    let mut out = IndexMap::with_capacity(kwargs.len());
+    for (k, v) in kwargs {
+        out.insert(k.clone(), read(v, slots)?);
+    }
+    Ok(out)
 }
 
 fn read<T: Clone>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<Value<T>, ExecError> {
@@ -817,31 +1052,44 @@ fn dim_of(xs: &[i64], dim: i64, what: &str) -> Result<i64, ExecError> {
 /// Checks a tensor against a (partly known) declared layout: dtype, rank,
 /// known sizes, and known strides of dimensions with more than one element.
 fn check_layout(spec: &TensorSpec, exp: &ExpectedLayout) -> Result<(), ExecError> {
-    if spec.dtype != exp.dtype {
-        return Err(ExecError::Assert(format!("dtype is {}, expected {}", spec.dtype, exp.dtype)));
+    check_sizes_strides(spec, exp.dtype, exp.size.iter().copied(), exp.stride.iter().copied())
+}
+
+/// [`check_layout`] on the parts of an expected layout, so callers with plain
+/// integers need not build an [`ExpectedLayout`].
+fn check_sizes_strides(
+    spec: &TensorSpec,
+    dtype: DType,
+    size: impl ExactSizeIterator<Item = Option<i64>>,
+    mut stride: impl Iterator<Item = Option<i64>>,
+) -> Result<(), ExecError> {
+    if spec.dtype != dtype {
+        return Err(ExecError::Assert(format!("dtype is {}, expected {}", spec.dtype, dtype)));
     }
-    if spec.size.len() != exp.size.len() {
+    if spec.size.len() != size.len() {
         return Err(ExecError::Assert(format!(
             "rank is {} (sizes {:?}), expected {}",
             spec.size.len(),
             spec.size,
-            exp.size.len()
+            size.len()
         )));
     }
-    for d in 0..spec.size.len() {
-        if let Some(Some(s)) = exp.size.get(d) {
-            if spec.size[d] != *s {
+    for (d, expected_size) in size.enumerate() {
+        // `d` is below the rank, which was just checked equal to both lengths.
+        let (actual_size, actual_stride) = (spec.size[d], spec.stride[d]);
+        if let Some(s) = expected_size {
+            if actual_size != s {
                 return Err(ExecError::Assert(format!(
-                    "size of dim {d} is {}, expected {s} (sizes {:?})",
-                    spec.size[d], spec.size
+                    "size of dim {d} is {actual_size}, expected {s} (sizes {:?})",
+                    spec.size
                 )));
             }
         }
-        if let Some(Some(st)) = exp.stride.get(d) {
-            if spec.size[d] > 1 && spec.stride[d] != *st {
+        if let Some(st) = stride.next().flatten() {
+            if actual_size > 1 && actual_stride != st {
                 return Err(ExecError::Assert(format!(
-                    "stride of dim {d} is {}, expected {st} (strides {:?})",
-                    spec.stride[d], spec.stride
+                    "stride of dim {d} is {actual_stride}, expected {st} (strides {:?})",
+                    spec.stride
                 )));
             }
         }

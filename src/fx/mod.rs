@@ -20,7 +20,7 @@ mod print;
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
 use crate::sym::Symbol;
 use indexmap::IndexMap;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::fmt;
 
 /// Index of a node in its graph's arena.

@@ -2,7 +2,6 @@
 
 use super::{Arg, Graph, NodeId, Op, SymOp};
 use crate::ir::{write_float, PyStr};
-use std::collections::HashMap;
 use std::fmt::Write;
 
 /// The whole graph: `def forward(...)` for the top graph, then one
@@ -35,46 +34,51 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
     let _ = writeln!(out, "{pad}def forward({header}):");
 
     // Last use of every node (FX prints `x = None` after it); the output node
-    // keeps its operands alive.
-    let position: HashMap<NodeId, usize> = g.order().iter().enumerate().map(|(i, id)| (*id, i)).collect();
-    let mut last_use: HashMap<NodeId, usize> = HashMap::new();
-    let mut has_users: HashMap<NodeId, bool> = HashMap::new();
+    // keeps its operands alive. Indexed by node id: ids are dense arena
+    // indices of this graph.
+    const KEPT: usize = usize::MAX;
+    let slots = g.nodes.len();
+    let mut last_use: Vec<Option<usize>> = vec![None; slots];
     for (i, id) in g.order().iter().enumerate() {
         let node = g.node(*id);
         let is_output = matches!(node.op, Op::Output { .. });
         node.for_each_input(&mut |used| {
-            has_users.insert(used, true);
-            if is_output {
-                last_use.insert(used, usize::MAX);
-            } else if last_use.get(&used).is_none_or(|&l| l != usize::MAX) {
-                last_use.insert(used, i);
+            if let Some(l) = last_use.get_mut(used.index()) {
+                if is_output {
+                    *l = Some(KEPT);
+                } else if *l != Some(KEPT) {
+                    *l = Some(i);
+                }
             }
         });
     }
-    let mut dies_at: HashMap<usize, Vec<NodeId>> = HashMap::new();
-    for id in g.order() {
-        let pos = position.get(id).copied().unwrap_or(0);
-        match last_use.get(id) {
-            Some(&usize::MAX) => {}
-            Some(&l) => dies_at.entry(l).or_default().push(*id),
-            None if !has_users.contains_key(id) && !matches!(g.node(*id).op, Op::Output { .. }) => {
-                dies_at.entry(pos).or_default().push(*id)
-            }
-            None => {}
+    // For each position, the nodes whose value dies there (in order).
+    let mut dies_at: Vec<Vec<NodeId>> = vec![Vec::new(); g.order().len()];
+    for (pos, id) in g.order().iter().enumerate() {
+        let at = match last_use.get(id.index()).copied().flatten() {
+            Some(KEPT) => None,
+            Some(l) => Some(l),
+            None if !matches!(g.node(*id).op, Op::Output { .. }) => Some(pos),
+            None => None,
+        };
+        if let Some(list) = at.and_then(|l| dies_at.get_mut(l)) {
+            list.push(*id);
         }
     }
 
     let mut body_lines = 0usize;
+    let mut names: Vec<&str> = Vec::new();
     for (i, id) in g.order().iter().enumerate() {
         let node = g.node(*id);
         if matches!(node.op, Op::Placeholder(_)) {
             continue;
         }
-        let mut line = String::new();
-        let _ = write_node(&mut line, g, *id);
-        if let Some(dead) = dies_at.get(&i) {
+        out.push_str(&pad);
+        out.push_str("    ");
+        let _ = write_node(out, g, *id);
+        if let Some(dead) = dies_at.get(i).filter(|d| !d.is_empty()) {
             // FX lists the node's inputs in argument order, then the node itself.
-            let mut names: Vec<&str> = Vec::new();
+            names.clear();
             node.for_each_input(&mut |u| {
                 if dead.contains(&u) {
                     let n = g.node(u).name.as_str();
@@ -86,11 +90,15 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
             if dead.contains(id) {
                 names.push(node.name.as_str());
             }
+            for (k, n) in names.iter().enumerate() {
+                out.push_str(if k == 0 { ";  " } else { " = " });
+                out.push_str(n);
+            }
             if !names.is_empty() {
-                let _ = write!(line, ";  {} = None", names.join(" = "));
+                out.push_str(" = None");
             }
         }
-        let _ = writeln!(out, "{pad}    {line}");
+        out.push('\n');
         body_lines += 1;
     }
     if body_lines == 0 {
@@ -98,12 +106,12 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
     }
 }
 
-fn write_node(out: &mut String, g: &Graph, id: NodeId) -> std::fmt::Result {
+fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Result {
     let node = g.node(id);
     let name = node.name.as_str();
-    let a = |arg: &Arg| arg_text(g, arg);
-    let list = |args: &[Arg]| format!("[{}]", args.iter().map(|x| arg_text(g, x)).collect::<Vec<_>>().join(", "));
-    let n = |id: NodeId| g.node(id).name.clone();
+    let a = |arg: &'g Arg| ArgText(g, arg);
+    let list = |args: &'g [Arg]| ListText(g, args);
+    let n = |id: NodeId| g.node(id).name.as_str();
     match &node.op {
         Op::Placeholder(_) => Ok(()),
         Op::Constant { name: c } | Op::Subgraph { name: c } => write!(out, "{name} = self.{c}"),
@@ -125,19 +133,30 @@ fn write_node(out: &mut String, g: &Graph, id: NodeId) -> std::fmt::Result {
             a(&grid[0]),
             a(&grid[1]),
             a(&grid[2]),
-            dict_text(g, kwargs)
+            DictText(g, kwargs)
         ),
         Op::KernelCall { kernel, args, kwargs } => {
             write!(out, "{name} = wrapir.call_kernel({}, {}", PyStr(kernel.as_str()), list(args))?;
             if !kwargs.is_empty() {
-                write!(out, ", {}", dict_text(g, kwargs))?;
+                write!(out, ", {}", DictText(g, kwargs))?;
             }
             write!(out, ")")
         }
         Op::Extern { target, args, kwargs } => {
-            let mut parts: Vec<String> = args.iter().map(a).collect();
-            parts.extend(kwargs.iter().map(|(k, v)| format!("{k} = {}", a(v))));
-            write!(out, "{name} = {}({})", target_text(target), parts.join(", "))
+            write!(out, "{name} = ")?;
+            write_target(out, target)?;
+            out.push('(');
+            let mut sep = "";
+            for x in args {
+                write!(out, "{sep}{}", a(x))?;
+                sep = ", ";
+            }
+            for (k, v) in kwargs {
+                write!(out, "{sep}{k} = {}", a(v))?;
+                sep = ", ";
+            }
+            out.push(')');
+            Ok(())
         }
         Op::SymSize { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_size.int({}, {dim})", n(*tensor)),
         Op::SymStride { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_stride.int({}, {dim})", n(*tensor)),
@@ -148,7 +167,7 @@ fn write_node(out: &mut String, g: &Graph, id: NodeId) -> std::fmt::Result {
         Op::InnerTensor { source, attr } => write!(out, "{name} = {}.{attr}", n(*source)),
         Op::Item { tensor, .. } => write!(out, "{name} = torch.ops.aten.item.default({})", n(*tensor)),
         Op::Sym { op, args } => {
-            let arg = |i: usize| args.get(i).map(a).unwrap_or_default();
+            let arg = |i: usize| OptArgText(g, args.get(i));
             match op {
                 SymOp::Sum => write!(out, "{name} = torch.sym_sum({})", list(args)),
                 SymOp::Min => write!(out, "{name} = torch.sym_min({}, {})", arg(0), arg(1)),
@@ -178,15 +197,15 @@ fn write_node(out: &mut String, g: &Graph, id: NodeId) -> std::fmt::Result {
             a(pred),
             n(*true_graph),
             n(*false_graph),
-            tuple_text(g, operands)
+            TupleText(g, operands)
         ),
         Op::WhileLoop { cond_graph, body_graph, carried, additional } => write!(
             out,
             "{name} = torch.ops.higher_order.while_loop({}, {}, {}, {})",
             n(*cond_graph),
             n(*body_graph),
-            tuple_text(g, carried),
-            tuple_text(g, additional)
+            TupleText(g, carried),
+            TupleText(g, additional)
         ),
         Op::Output { values, as_list } => match values.as_slice() {
             [single] if !as_list => write!(out, "return {}", a(single)),
@@ -213,46 +232,114 @@ fn binary_token(op: SymOp) -> &'static str {
     }
 }
 
-fn target_text(target: &str) -> String {
+fn write_target(out: &mut String, target: &str) -> std::fmt::Result {
     if target.starts_with("torch.") || target.starts_with("extern_kernels.") || !target.contains('.') {
-        target.to_string()
+        out.push_str(target);
+        Ok(())
     } else {
-        format!("torch.ops.{target}")
+        write!(out, "torch.ops.{target}")
     }
 }
 
-fn tuple_text(g: &Graph, args: &[Arg]) -> String {
-    match args.len() {
-        0 => "()".to_string(),
-        1 => format!("({},)", arg_text(g, &args[0])),
-        _ => format!("({})", args.iter().map(|x| arg_text(g, x)).collect::<Vec<_>>().join(", ")),
-    }
-}
-
-fn dict_text(g: &Graph, kwargs: &indexmap::IndexMap<String, Arg>) -> String {
-    let items: Vec<String> = kwargs.iter().map(|(k, v)| format!("{}: {}", PyStr(k), arg_text(g, v))).collect();
-    format!("{{{}}}", items.join(", "))
-}
-
-/// One argument in Python syntax.
-pub(super) fn arg_text(g: &Graph, arg: &Arg) -> String {
-    match arg {
-        Arg::Node(id) => g.node(*id).name.clone(),
-        Arg::Int(v) => v.to_string(),
-        Arg::Float(v) => {
-            let mut s = String::new();
-            let _ = write_float(&mut s, *v);
-            s
+/// Writes `items` separated by `, `.
+fn write_joined(f: &mut std::fmt::Formatter<'_>, g: &Graph, items: &[Arg]) -> std::fmt::Result {
+    for (i, x) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
         }
-        Arg::Bool(true) => "True".into(),
-        Arg::Bool(false) => "False".into(),
-        Arg::None => "None".into(),
-        Arg::Str(s) => PyStr(s).to_string(),
-        Arg::DType(d) => format!("torch.{}", d.torch_name()),
+        write_arg(f, g, x)?;
+    }
+    Ok(())
+}
+
+/// An argument in Python syntax, written in place.
+struct ArgText<'g>(&'g Graph, &'g Arg);
+
+impl std::fmt::Display for ArgText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write_arg(f, self.0, self.1)
+    }
+}
+
+/// An argument that may be missing (written as nothing).
+struct OptArgText<'g>(&'g Graph, Option<&'g Arg>);
+
+impl std::fmt::Display for OptArgText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(arg) => write_arg(f, self.0, arg),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `[a, b, ...]`.
+struct ListText<'g>(&'g Graph, &'g [Arg]);
+
+impl std::fmt::Display for ListText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        write_joined(f, self.0, self.1)?;
+        f.write_str("]")
+    }
+}
+
+/// A Python tuple: `()`, `(a,)`, `(a, b)`.
+struct TupleText<'g>(&'g Graph, &'g [Arg]);
+
+impl std::fmt::Display for TupleText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            [] => f.write_str("()"),
+            [one] => {
+                f.write_str("(")?;
+                write_arg(f, self.0, one)?;
+                f.write_str(",)")
+            }
+            many => {
+                f.write_str("(")?;
+                write_joined(f, self.0, many)?;
+                f.write_str(")")
+            }
+        }
+    }
+}
+
+/// A Python dict of keyword arguments: `{'k': v, ...}`.
+struct DictText<'g>(&'g Graph, &'g indexmap::IndexMap<String, Arg>);
+
+impl std::fmt::Display for DictText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("{")?;
+        for (i, (k, v)) in self.1.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}: ", PyStr(k))?;
+            write_arg(f, self.0, v)?;
+        }
+        f.write_str("}")
+    }
+}
+
+fn write_arg(f: &mut std::fmt::Formatter<'_>, g: &Graph, arg: &Arg) -> std::fmt::Result {
+    match arg {
+        Arg::Node(id) => f.write_str(&g.node(*id).name),
+        Arg::Int(v) => write!(f, "{v}"),
+        Arg::Float(v) => write_float(f, *v),
+        Arg::Bool(true) => f.write_str("True"),
+        Arg::Bool(false) => f.write_str("False"),
+        Arg::None => f.write_str("None"),
+        Arg::Str(s) => write!(f, "{}", PyStr(s)),
+        Arg::DType(d) => write!(f, "torch.{}", d.torch_name()),
         Arg::Device(d) => match d.index {
-            Some(i) => format!("device(type='{}', index={i})", d.kind.as_str()),
-            None => format!("device(type='{}')", d.kind.as_str()),
+            Some(i) => write!(f, "device(type='{}', index={i})", d.kind.as_str()),
+            None => write!(f, "device(type='{}')", d.kind.as_str()),
         },
-        Arg::List(items) => format!("[{}]", items.iter().map(|x| arg_text(g, x)).collect::<Vec<_>>().join(", ")),
+        Arg::List(items) => {
+            f.write_str("[")?;
+            write_joined(f, g, items)?;
+            f.write_str("]")
+        }
     }
 }

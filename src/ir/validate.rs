@@ -971,13 +971,13 @@ pub fn validate(program: &Program) -> Result<ProgramInfo<'_>, ValidationErrors> 
 struct Summary {
     /// Symbols used but not bound inside, with the first using line (`None`:
     /// its input layouts).
-    external_symbols: IndexMap<Symbol, Option<usize>>,
+    external_symbols: FxIndexMap<Symbol, Option<usize>>,
     /// Kernels called but not defined inside, with the first calling line.
-    external_kernels: IndexMap<KernelName, usize>,
+    external_kernels: FxIndexMap<KernelName, usize>,
     /// Symbols its lines bind (visible at its end).
-    binds: IndexSet<Symbol>,
+    binds: FxIndexSet<Symbol>,
     /// Kernels its lines define.
-    defines: IndexSet<KernelName>,
+    defines: FxIndexSet<KernelName>,
     info: GraphInfo,
 }
 
@@ -1029,24 +1029,30 @@ enum Need {
     Any,
 }
 
+/// Insertion-ordered maps with a fast hasher, for the checker's per-line
+/// lookups (iteration order is insertion order, as with `IndexMap`).
+type FxIndexMap<K, V> = IndexMap<K, V, rustc_hash::FxBuildHasher>;
+/// The set counterpart of [`FxIndexMap`].
+type FxIndexSet<K> = IndexSet<K, rustc_hash::FxBuildHasher>;
+
 struct GraphState<'a> {
     name: GraphName,
     graph: &'a Graph,
     is_main: bool,
-    states: IndexMap<BufName, BufState>,
+    states: FxIndexMap<BufName, BufState>,
     storages: Vec<Storage<'a>>,
-    bound: IndexMap<Symbol, Site>,
-    line_bound: IndexSet<Symbol>,
-    later_bindings: IndexMap<Symbol, usize>,
-    later_definitions: IndexMap<BufName, usize>,
-    later_kernels: IndexMap<KernelName, usize>,
-    external_symbols: IndexMap<Symbol, Option<usize>>,
-    external_kernels: IndexMap<KernelName, usize>,
-    defined_kernels: IndexMap<KernelName, (GraphName, usize)>,
-    own_definitions: IndexSet<KernelName>,
-    precomputed: IndexMap<Symbol, &'a SymExpr>,
+    bound: FxIndexMap<Symbol, Site>,
+    line_bound: FxIndexSet<Symbol>,
+    later_bindings: FxIndexMap<Symbol, usize>,
+    later_definitions: FxIndexMap<BufName, usize>,
+    later_kernels: FxIndexMap<KernelName, usize>,
+    external_symbols: FxIndexMap<Symbol, Option<usize>>,
+    external_kernels: FxIndexMap<KernelName, usize>,
+    defined_kernels: FxIndexMap<KernelName, (GraphName, usize)>,
+    own_definitions: FxIndexSet<KernelName>,
+    precomputed: FxIndexMap<Symbol, &'a SymExpr>,
     device_stack: Vec<usize>,
-    reported: IndexSet<String>,
+    reported: FxIndexSet<String>,
     info: GraphInfo,
 }
 
@@ -1239,20 +1245,20 @@ impl<'a> Validator<'a> {
             name: name.clone(),
             graph,
             is_main,
-            states: IndexMap::new(),
+            states: FxIndexMap::default(),
             storages: Vec::new(),
-            bound: IndexMap::new(),
-            line_bound: IndexSet::new(),
-            later_bindings: IndexMap::new(),
-            later_definitions: IndexMap::new(),
-            later_kernels: IndexMap::new(),
-            external_symbols: IndexMap::new(),
-            external_kernels: IndexMap::new(),
-            defined_kernels: IndexMap::new(),
-            own_definitions: IndexSet::new(),
-            precomputed: IndexMap::new(),
+            bound: FxIndexMap::default(),
+            line_bound: FxIndexSet::default(),
+            later_bindings: FxIndexMap::default(),
+            later_definitions: FxIndexMap::default(),
+            later_kernels: FxIndexMap::default(),
+            external_symbols: FxIndexMap::default(),
+            external_kernels: FxIndexMap::default(),
+            defined_kernels: FxIndexMap::default(),
+            own_definitions: FxIndexSet::default(),
+            precomputed: FxIndexMap::default(),
             device_stack: Vec::new(),
-            reported: IndexSet::new(),
+            reported: FxIndexSet::default(),
             info: GraphInfo {
                 name: name.clone(),
                 buffers: IndexMap::new(),

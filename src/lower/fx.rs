@@ -19,7 +19,7 @@ use crate::ir::{
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
 pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
@@ -157,10 +157,10 @@ impl<'p> GraphLowering<'p> {
             is_subgraph: name.is_some(),
             options,
             out: fx::Graph::new(),
-            buffers: HashMap::new(),
-            symbols: HashMap::new(),
-            exprs: HashMap::new(),
-            getitems: HashMap::new(),
+            buffers: HashMap::default(),
+            symbols: HashMap::default(),
+            exprs: HashMap::default(),
+            getitems: HashMap::default(),
             lifted: Vec::new(),
             line: None,
         };
@@ -823,7 +823,7 @@ impl<'p> GraphLowering<'p> {
             }
         }
         // The expression each parameter stands for (for the grid).
-        let mut param_exprs: HashMap<String, SymExpr> = HashMap::new();
+        let mut param_exprs: HashMap<String, SymExpr> = HashMap::default();
         let mut kwargs: IndexMap<String, Arg> = IndexMap::new();
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {

@@ -109,7 +109,7 @@ fn matrix(t: &CudaTensor, batched: bool) -> Option<(Order, i64)> {
 }
 
 /// The GEMM for a plan, or `None` when a layout does not fit cuBLAS.
-fn operands(p: &Plan) -> Option<Gemm> {
+pub(super) fn operands(p: &Plan) -> Option<Gemm> {
     let (a, sa) = matrix(&p.a, p.batched)?;
     let (b, sb) = matrix(&p.b, p.batched)?;
     let (c, sc) = matrix(&p.c, p.batched)?;

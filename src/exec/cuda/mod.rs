@@ -24,11 +24,17 @@
 //!   back), and are an error listing what is supported when it is off.
 
 mod driver;
+mod graph;
+mod kernels;
 mod matmul;
+mod prepared;
 mod run;
 
 pub use driver::CudaError;
-pub use run::{run_program, run_program_on, to_host};
+pub use graph::{launch_floor, LaunchFloor};
+pub use kernels::ExternOpLog;
+pub use prepared::{Prepared, PreparedCache, Replay};
+pub use run::{place_inputs, run_program, run_program_on, to_host};
 
 use super::host::{op_key, HostBackend, HostOptions};
 use super::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
@@ -60,6 +66,8 @@ pub struct CudaOptions {
     /// ATen's CUDA kernels: `jagged_zero_fill` is on (rows longer than the
     /// padded width are written as 0 rather than raising, as on the CPU).
     pub host: HostOptions,
+    /// Counts of the extern ops run on the device and through the host fallback.
+    pub extern_ops: ExternOpLog,
 }
 
 impl Default for CudaOptions {
@@ -69,6 +77,7 @@ impl Default for CudaOptions {
             kernel_dir: PathBuf::from("."),
             host_fallback: true,
             host: HostOptions { jagged_zero_fill: true },
+            extern_ops: ExternOpLog::default(),
         }
     }
 }
@@ -132,6 +141,7 @@ pub struct CudaBackend {
     blas: Option<driver::BlasHandle>,
     host: HostBackend,
     memory: Arc<MemCounter>,
+    builtins: kernels::Builtins,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -166,6 +176,7 @@ impl CudaBackend {
             kernels: HashMap::new(),
             blas: None,
             memory: Arc::default(),
+            builtins: kernels::Builtins::default(),
         })
     }
 
@@ -337,6 +348,7 @@ impl CudaBackend {
     /// runs, allocations it modified are copied back, and results come back
     /// as new device tensors (in-place ops return their first argument).
     fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        self.options.extern_ops.record_host(call.op);
         let mut staged: Vec<Staged> = Vec::new();
         let args = call.args.iter().map(|v| self.stage_to_host(v, &mut staged)).collect::<Result<Vec<_>, _>>()?;
         let kwargs = call
@@ -455,9 +467,13 @@ impl Backend for CudaBackend {
 
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         let key = op_key(call.op);
+        if let Some(v) = kernels::run(self, &call)? {
+            self.options.extern_ops.record_device(call.op);
+            return Ok(v);
+        }
         if GPU_OPS.contains(&key.as_str()) {
             match matmul::plan(self, &call)? {
-                Some(plan) => return matmul::run(self, plan),
+                Some(plan) => return matmul::run(self, plan).inspect(|_| self.options.extern_ops.record_device(call.op)),
                 None if self.options.host_fallback => return self.host_fallback(call),
                 None => {
                     return Err(ExecError::op(

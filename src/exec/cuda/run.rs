@@ -32,6 +32,20 @@ pub fn run_program_on(
     backend: &mut CudaBackend,
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<RunOutput<CudaTensor>, RunError> {
+    let (plan, args, constants) = place_inputs(program, backend, inputs)?;
+    Ok(plan.run(backend, args, &constants)?)
+}
+
+/// Compiles `program` and places `inputs` on the device as
+/// [`run_program_on`] does, without running it: returns the plan, the graph
+/// inputs in placeholder order and the constants, ready for
+/// [`Plan::run`](crate::fx::interp::Plan::run) or a prepared plan.
+#[allow(clippy::type_complexity)]
+pub fn place_inputs(
+    program: &Program,
+    backend: &mut CudaBackend,
+    inputs: &IndexMap<String, Tensor>,
+) -> Result<(crate::fx::interp::Plan, Vec<Value<CudaTensor>>, IndexMap<String, CudaTensor>), RunError> {
     let plan = compile_program(program)?;
     for name in inputs.keys() {
         let known = program.main.inputs.iter().any(|i| i.name().as_str() == name)
@@ -132,7 +146,7 @@ pub fn run_program_on(
     for (name, layout) in &program.constants {
         constants.insert(name.to_string(), place(backend, name.as_str(), layout)?);
     }
-    Ok(plan.run(backend, args, &constants)?)
+    Ok((plan, args, constants))
 }
 
 /// Copies every tensor of `v` to the host.

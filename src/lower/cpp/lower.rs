@@ -14,7 +14,8 @@ use crate::ir::MAIN_GRAPH;
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Lowers a whole program.
@@ -208,9 +209,9 @@ impl<'a> GraphCtx<'a> {
             graph,
             name,
             prefix,
-            elements: HashMap::new(),
-            extracted: HashMap::new(),
-            parts: HashMap::new(),
+            elements: HashMap::default(),
+            extracted: HashMap::default(),
+            parts: HashMap::default(),
         };
         for (i, line) in graph.lines.iter().enumerate() {
             let Line::MultiOutput {
@@ -687,7 +688,7 @@ impl<'a> Lowering<'a> {
     }
 
     fn entry_outputs(&mut self, main: &GraphCtx<'_>) -> Result<(), Error> {
-        let mut released: HashMap<String, usize> = HashMap::new();
+        let mut released: HashMap<String, usize> = HashMap::default();
         let target = if self.standalone() {
             "outputs"
         } else {
@@ -1935,7 +1936,7 @@ impl<'a> Lowering<'a> {
                 ),
             });
         }
-        let mut moved: HashMap<String, String> = HashMap::new();
+        let mut moved: HashMap<String, String> = HashMap::default();
         for (out, target) in graph.outputs.iter().zip(targets) {
             let Some(target) = target else { continue };
             let GraphOutput::Buffer(b) = out else {

@@ -1,0 +1,261 @@
+//! CUDA graph replay of prepared plans, and the raw launch floor.
+//!
+//! A [`Prepared`] recording is cut into segments at its device reads (the
+//! points where the host must see a device value before it can go on:
+//! unbacked symbols, `cond` predicates, `item()`). Each segment's launches and
+//! GEMMs are captured once into a CUDA graph on the backend's stream; a replay
+//! launches the graphs in order and performs the reads between them, stopping
+//! with [`Replay::Diverged`] when a read differs from the recording (the
+//! graphs after it were captured for other values; the caller records again).
+//! The graphs use the recording's buffers (its arena and held inputs), so
+//! their results are those of the direct replay, bit for bit.
+
+use super::prepared::{launch, read_matches, run_gemm, Op, Prepared, Replay};
+use super::{CudaBackend, Storage};
+use crate::exec::ExecError;
+use cudarc::driver::sys;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A checked driver call.
+fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(ExecError::op("cuda", format!("{call} failed: {r:?}")))
+    }
+}
+
+/// One instantiated graph; destroyed on drop.
+#[derive(Debug)]
+struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: both handles were created once by `capture` and are
+        // destroyed once, here; the owner synchronises before dropping.
+        unsafe {
+            let _ = sys::cuGraphExecDestroy(self.exec);
+            let _ = sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+/// What a segment is on replay.
+#[derive(Debug)]
+enum Part {
+    Graph(Graph),
+    Read { ptr: sys::CUdeviceptr, bytes: usize, value: [u8; 8] },
+}
+
+/// The captured segments of one recording.
+#[derive(Debug)]
+pub(super) struct SegmentGraphs {
+    parts: Vec<Part>,
+}
+
+impl SegmentGraphs {
+    /// Graphs captured (segments with at least one launch).
+    pub(super) fn graphs(&self) -> usize {
+        self.parts.iter().filter(|p| matches!(p, Part::Graph(_))).count()
+    }
+}
+
+/// Captures `ops` (launches and GEMMs only) into one graph.
+fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
+    let stream = backend.device.stream.cu_stream();
+    // SAFETY: the stream belongs to the backend's bound context; the capture
+    // is ended below on every path.
+    check(
+        unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
+        "cuStreamBeginCapture",
+    )?;
+    let mut queued = Ok(());
+    for op in ops.iter_mut() {
+        queued = match op {
+            Op::Launch(l) => launch(l, stream),
+            Op::Gemm { op, gemm } => run_gemm(backend, op, gemm),
+            Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
+        };
+        if queued.is_err() {
+            break;
+        }
+    }
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above on the same stream.
+    let ended = check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture");
+    queued?;
+    ended?;
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: `graph` is the complete graph just captured.
+    let inst = check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate");
+    if let Err(e) = inst {
+        // SAFETY: the graph was created above and is not used again.
+        unsafe {
+            let _ = sys::cuGraphDestroy(graph);
+        }
+        return Err(e);
+    }
+    Ok(Graph { graph, exec })
+}
+
+/// Captures the segments of `prepared` (once) and replays them.
+pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Replay, ExecError> {
+    backend.device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    if prepared.graphs.is_none() {
+        let mut parts = Vec::new();
+        let mut start = 0usize;
+        let n = prepared.ops.len();
+        for i in 0..=n {
+            let boundary = i == n || matches!(prepared.ops.get(i), Some(Op::Read { .. }));
+            if !boundary {
+                continue;
+            }
+            if i > start {
+                parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..i])?));
+            }
+            if let Some(Op::Read { ptr, bytes, value }) = prepared.ops.get(i) {
+                parts.push(Part::Read { ptr: *ptr, bytes: *bytes, value: *value });
+            }
+            start = i + 1;
+        }
+        prepared.graphs = Some(SegmentGraphs { parts });
+    }
+    let stream = backend.device.stream.cu_stream();
+    let mut read = 0usize;
+    if let Some(g) = &prepared.graphs {
+        for part in &g.parts {
+            match part {
+                // SAFETY: the graph was instantiated on this context and its
+                // buffers (arena, held inputs) live as long as `prepared`.
+                Part::Graph(graph) => check(unsafe { sys::cuGraphLaunch(graph.exec, stream) }, "cuGraphLaunch")?,
+                Part::Read { ptr, bytes, value } => {
+                    if !read_matches(backend, *ptr, *bytes, value)? {
+                        return Ok(Replay::Diverged { read });
+                    }
+                    read += 1;
+                }
+            }
+        }
+    }
+    Ok(Replay::Done)
+}
+
+impl Prepared {
+    /// Replays the recording through CUDA graphs, one per segment between
+    /// device reads, capturing them on the first call.
+    pub fn replay_graphs(&mut self, backend: &CudaBackend) -> Result<Replay, ExecError> {
+        replay(self, backend)
+    }
+
+    /// Graphs captured so far (0 before the first graph replay).
+    pub fn captured_graphs(&self) -> usize {
+        self.graphs.as_ref().map_or(0, SegmentGraphs::graphs)
+    }
+}
+
+/// The raw launch floor measured in this process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LaunchFloor {
+    /// Host µs per `cuLaunchKernel` of an empty kernel (median of repeats).
+    pub launch_us: f64,
+    /// µs per kernel of replaying one captured graph of `kernels` empty
+    /// launches (median of repeats, until the stream is idle).
+    pub graph_us: f64,
+    /// Launches per loop and per graph.
+    pub kernels: usize,
+    /// How the empty kernel was compiled (`nvrtc`, or `ptx` when NVRTC is missing).
+    pub compiler: &'static str,
+}
+
+const EMPTY_KERNEL: &str = r#"extern "C" __global__ void empty_k(float* p, int n) { if (threadIdx.x == 0 && blockIdx.x == (1u << 30)) p[0] = n; }"#;
+
+/// The same kernel, written as PTX (used when NVRTC cannot be loaded).
+const EMPTY_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry empty_k(.param .u64 p, .param .u32 n)\n{\n ret;\n}\n";
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Measures the launch floor: `repeats` loops of `kernels` launches of an
+/// empty kernel (grid 1, 128 threads, two arguments) and `repeats` replays of
+/// one graph of `kernels` such launches, after warm-up, on the backend's
+/// stream. Host time per launch of a loop is taken until its last launch is
+/// queued (the loop is synchronised before the next).
+pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -> Result<LaunchFloor, ExecError> {
+    let kernels = kernels.max(1);
+    // SAFETY: a dlopen probe of the NVRTC library.
+    let (image, compiler) = if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        match cudarc::nvrtc::compile_ptx(EMPTY_KERNEL) {
+            Ok(ptx) => (ptx.to_src(), "nvrtc"),
+            Err(_) => (EMPTY_PTX.to_string(), "ptx"),
+        }
+    } else {
+        (EMPTY_PTX.to_string(), "ptx")
+    };
+    let module = backend.device.load_module(image.as_bytes()).map_err(ExecError::from)?;
+    let function = module.function("empty_k").map_err(ExecError::from)?;
+    let scratch: Arc<Storage> = backend.alloc_storage(4096)?;
+    let mut ptr = scratch.ptr;
+    let mut n: u32 = 0;
+    let mut params = [(&mut ptr as *mut u64).cast::<std::ffi::c_void>(), (&mut n as *mut u32).cast()];
+    let stream = backend.device.stream.cu_stream();
+    backend.device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    let mut launch_loop = |count: usize| -> Result<(), ExecError> {
+        for _ in 0..count {
+            // SAFETY: `function` is in `module`, alive for this function;
+            // the two parameters point at a u64 and a u32 that outlive the
+            // call (the driver copies them at launch).
+            unsafe { cudarc::driver::result::launch_kernel(function, (1, 1, 1), (128, 1, 1), 0, stream, &mut params) }
+                .map_err(|e| ExecError::op("empty_k", format!("cuLaunchKernel: {e}")))?;
+        }
+        Ok(())
+    };
+    launch_loop(1000)?;
+    backend.synchronize()?;
+    let mut per_launch = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let t0 = Instant::now();
+        launch_loop(kernels)?;
+        per_launch.push(t0.elapsed().as_secs_f64() * 1e6 / kernels as f64);
+        backend.synchronize()?;
+    }
+    // One graph of the same launches.
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: capture on the backend's stream, ended right after the launches.
+    check(
+        unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
+        "cuStreamBeginCapture",
+    )?;
+    let queued = launch_loop(kernels);
+    // SAFETY: ends the capture begun above.
+    let ended = check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture");
+    queued?;
+    ended?;
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: `graph` is the complete captured graph.
+    check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
+    let g = Graph { graph, exec };
+    // SAFETY: `g` was instantiated on this context; its launches use `scratch`, alive until the end.
+    let replay_once = || check(unsafe { sys::cuGraphLaunch(g.exec, stream) }, "cuGraphLaunch");
+    for _ in 0..20 {
+        replay_once()?;
+    }
+    backend.synchronize()?;
+    let mut per_graph_kernel = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            replay_once()?;
+        }
+        backend.synchronize()?;
+        per_graph_kernel.push(t0.elapsed().as_secs_f64() * 1e6 / (10 * kernels) as f64);
+    }
+    drop(g);
+    drop(module);
+    Ok(LaunchFloor { launch_us: median(per_launch), graph_us: median(per_graph_kernel), kernels, compiler })
+}

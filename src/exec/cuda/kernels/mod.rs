@@ -1,0 +1,253 @@
+//! Built-in CUDA kernels for the extern ops that Inductor leaves to ATen and
+//! that cuBLAS does not cover: boolean-mask compaction (`nonzero`,
+//! `masked_select`, `index.Tensor` with a mask), the jagged <-> padded dense
+//! conversions and their backward ops, `scatter_` / `scatter_reduce_` /
+//! `scatter_add_`, `index_put_` and `topk`.
+//!
+//! The CUDA source (`builtin.cu`, templates instantiated per dtype or per
+//! element width) is compiled to PTX with NVRTC once per process and compute
+//! capability; each backend loads the PTX once and looks each function up
+//! once. [`run`] answers `Ok(None)` for calls these kernels do not cover
+//! (another dtype, a layout they do not take, an `out=` variant), which the
+//! backend then sends to its host fallback.
+//!
+//! Semantics follow ATen's CUDA kernels:
+//! * compaction keeps row-major order; the result size is read back (one
+//!   synchronisation), as ATen does for these unbacked sizes;
+//! * jagged conversions never read outside their inputs: positions past a
+//!   row's end, past the padded width, or in rows outside the batch are
+//!   padding (dense) or 0 (jagged), as in the CUDA kernels; offsets are not
+//!   otherwise checked, as on the GPU in PyTorch;
+//! * reductions into duplicate indices (`index_put_` with `accumulate`,
+//!   `scatter_reduce_`) use atomic read-modify-write, so floating sums are
+//!   not deterministic in their rounding order (as in PyTorch's default mode);
+//!   out-of-range indices are an error after the kernel.
+
+mod ops;
+
+use super::driver::Module;
+use super::{CudaBackend, CudaTensor, Storage};
+use crate::exec::{ExecError, ExternCall, Value};
+use crate::ir::DType;
+use cudarc::driver::sys;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The CUDA source of the built-in kernels.
+const SOURCE: &str = include_str!("builtin.cu");
+
+/// Most dimensions a tensor passed to a built-in kernel may have.
+const MAX_RANK: usize = 8;
+/// Threads per block of every built-in kernel (`THREADS` in the source).
+const THREADS: u32 = 256;
+/// Mask elements one compaction block covers (`TILE` in the source).
+const TILE: i64 = 1024;
+/// Most blocks of a grid-stride launch.
+const MAX_BLOCKS: i64 = 1 << 16;
+
+/// Counts of the extern ops a backend ran, by op name: on the GPU (cuBLAS
+/// or a built-in kernel) and through the host fallback. Clones share the
+/// counts, so a caller can keep one and read it after a run.
+#[derive(Clone, Debug, Default)]
+pub struct ExternOpLog {
+    counts: Arc<Mutex<OpCounts>>,
+}
+
+#[derive(Debug, Default)]
+struct OpCounts {
+    device: BTreeMap<String, usize>,
+    host: BTreeMap<String, usize>,
+}
+
+impl ExternOpLog {
+    /// Records one call of `op` that ran on the device.
+    pub fn record_device(&self, op: &str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.device.entry(op.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Records one call of `op` that ran through the host fallback.
+    pub fn record_host(&self, op: &str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.host.entry(op.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Ops that ran on the device, with their call counts, by name.
+    pub fn device_ops(&self) -> Vec<(String, usize)> {
+        self.counts.lock().map(|c| c.device.iter().map(|(k, v)| (k.clone(), *v)).collect()).unwrap_or_default()
+    }
+
+    /// Ops that ran through the host fallback, with their call counts, by name.
+    pub fn host_ops(&self) -> Vec<(String, usize)> {
+        self.counts.lock().map(|c| c.host.iter().map(|(k, v)| (k.clone(), *v)).collect()).unwrap_or_default()
+    }
+}
+
+/// The loaded built-in module of one backend and the functions looked up in it.
+#[derive(Default)]
+pub(super) struct Builtins {
+    module: Option<Rc<Module>>,
+    functions: HashMap<String, sys::CUfunction>,
+}
+
+/// Runs `call` on a built-in kernel; `Ok(None)` when no kernel covers it.
+pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    ops::run(backend, call)
+}
+
+/// PTX of [`SOURCE`] for compute capability `major.minor`, compiled once per process.
+fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
+    static CACHE: OnceLock<Mutex<HashMap<(i32, i32), Arc<str>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = cache.lock().map_err(|_| ExecError::op("cuda built-in kernels", "PTX cache poisoned by a panic"))?;
+    if let Some(p) = cache.get(&(major, minor)) {
+        return Ok(Arc::clone(p));
+    }
+    // SAFETY: only probes for the library (dlopen); checked first because
+    // cudarc panics when it is missing.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(ExecError::op(
+            "cuda built-in kernels",
+            "cannot load the NVRTC library (libnvrtc): is the CUDA toolkit on the library path?",
+        ));
+    }
+    let options = cudarc::nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture=compute_{major}{minor}"), "--std=c++14".into()],
+        ..Default::default()
+    };
+    let compiled = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, options)
+        .map_err(|e| ExecError::op("cuda built-in kernels", format!("NVRTC compilation failed: {e:?}")))?;
+    let text: Arc<str> = Arc::from(compiled.to_src());
+    cache.insert((major, minor), Arc::clone(&text));
+    Ok(text)
+}
+
+impl Builtins {
+    /// The function `name` of the built-in module, loading the module first.
+    fn function(&mut self, device: &super::driver::Device, name: &str) -> Result<sys::CUfunction, ExecError> {
+        if let Some(f) = self.functions.get(name) {
+            return Ok(*f);
+        }
+        let module = match &self.module {
+            Some(m) => Rc::clone(m),
+            None => {
+                let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
+                let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+                let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+                let text = ptx(major, minor)?;
+                let m = Rc::new(device.load_module(text.as_bytes()).map_err(|e| ExecError::op(name, e.to_string()))?);
+                self.module = Some(Rc::clone(&m));
+                m
+            }
+        };
+        let f = module.function(name).map_err(|e| ExecError::op(name, e.to_string()))?;
+        self.functions.insert(name.to_string(), f);
+        Ok(f)
+    }
+}
+
+/// A tensor's sizes and strides as the kernels' `Nd` struct.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Nd {
+    size: [i64; MAX_RANK],
+    stride: [i64; MAX_RANK],
+    rank: i64,
+}
+
+impl Nd {
+    /// `None` when there are more than [`MAX_RANK`] dimensions.
+    fn new(size: &[i64], stride: &[i64]) -> Option<Nd> {
+        if size.len() > MAX_RANK || size.len() != stride.len() {
+            return None;
+        }
+        let mut nd = Nd { size: [1; MAX_RANK], stride: [0; MAX_RANK], rank: size.len() as i64 };
+        nd.size[..size.len()].copy_from_slice(size);
+        nd.stride[..stride.len()].copy_from_slice(stride);
+        Some(nd)
+    }
+}
+
+/// The kernels' `Indices` struct: up to four int64 index tensors.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Indices {
+    ptr: [u64; 4],
+    stride: [[i64; MAX_RANK]; 4],
+    count: i64,
+}
+
+/// One kernel argument, kept alive until the launch is queued.
+enum Arg {
+    U64(u64),
+    I64(i64),
+    I32(i32),
+    F64(f64),
+    Nd(Nd),
+    Indices(Box<Indices>),
+}
+
+impl Arg {
+    fn ptr(&mut self) -> *mut c_void {
+        match self {
+            Arg::U64(v) => (v as *mut u64).cast(),
+            Arg::I64(v) => (v as *mut i64).cast(),
+            Arg::I32(v) => (v as *mut i32).cast(),
+            Arg::F64(v) => (v as *mut f64).cast(),
+            Arg::Nd(v) => (v as *mut Nd).cast(),
+            Arg::Indices(v) => (&mut **v as *mut Indices).cast(),
+        }
+    }
+}
+
+/// The kernel-name suffix of a dtype.
+fn dtype_suffix(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::Float32 => "f32",
+        DType::Float64 => "f64",
+        DType::Float16 => "f16",
+        DType::Bfloat16 => "bf16",
+        DType::Int64 => "i64",
+        DType::Int32 => "i32",
+        DType::Int16 => "i16",
+        DType::Int8 => "i8",
+        DType::Uint8 => "u8",
+        DType::Bool => "bool",
+        _ => return None,
+    })
+}
+
+/// Dtypes the scatter, index_put and topk kernels are instantiated for.
+fn reducible(dtype: DType) -> bool {
+    matches!(dtype, DType::Float32 | DType::Float64 | DType::Float16 | DType::Bfloat16 | DType::Int64 | DType::Int32)
+}
+
+/// Launches built-in `name` with `blocks` blocks of [`THREADS`] threads.
+fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, mut args: Vec<Arg>) -> Result<(), ExecError> {
+    let f = backend.builtins.function(&backend.device, name)?;
+    let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::ptr).collect();
+    backend.device.launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params).map_err(|e| ExecError::op(name, e.to_string()))
+}
+
+/// Blocks of a grid-stride launch over `n` items.
+fn blocks_for(n: i64) -> u32 {
+    // Clamped to 1..=MAX_BLOCKS, which fits u32.
+    (n.max(1) + i64::from(THREADS) - 1).div_euclid(i64::from(THREADS)).clamp(1, MAX_BLOCKS) as u32
+}
+
+/// A scratch allocation of `bytes` bytes.
+fn scratch(backend: &mut CudaBackend, bytes: i64) -> Result<Arc<Storage>, ExecError> {
+    let bytes = usize::try_from(bytes).map_err(|_| ExecError::Input(format!("scratch size {bytes} is out of range")))?;
+    backend.alloc_storage(bytes)
+}
+
+/// Reads the `i64` at element `index` of the allocation at `ptr`.
+fn read_i64(backend: &CudaBackend, ptr: sys::CUdeviceptr, index: i64) -> Result<i64, ExecError> {
+    let mut bytes = [0u8; 8];
+    backend.device.download(&mut bytes, ptr + (index as u64) * 8)?;
+    Ok(i64::from_le_bytes(bytes))
+}

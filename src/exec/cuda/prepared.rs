@@ -1,0 +1,697 @@
+//! Prepared plans: the direct launch path.
+//!
+//! A [`Prepared`] is made by running a compiled [`Plan`] once through the
+//! interpreter on a recording wrapper of the [`CudaBackend`]. The recording
+//! keeps, in order, every device operation of the run:
+//!
+//! * each Triton launch with its function, grid, block, shared memory and its
+//!   argument slots, already marshalled (scalars as bytes, tensors as a place
+//!   in memory);
+//! * each cuBLAS GEMM with its operands;
+//! * each read of a device value by the host (`item()`, unbacked symbols,
+//!   `cond` predicates) with the bytes it read.
+//!
+//! Every buffer the run allocated (and each launch's scratch) is then given an
+//! offset in one arena, packed so that buffers whose lifetimes do not overlap
+//! share memory; the arena holds as many bytes as the run needed at its peak,
+//! rounded to the placement alignment. The buffers the run did not allocate
+//! (inputs, constants) are held and used in place. Every argument buffer is
+//! then final: replaying the recording ([`Prepared::replay`]) is a loop of
+//! `cuLaunchKernel` calls over prepared parameter arrays, with no hashing,
+//! allocation or string work, every launch's result checked.
+//!
+//! The recording is valid for the input layouts it was made with and the
+//! device values it read: a replay reads the same values again and, when one
+//! differs, stops and reports [`Replay::Diverged`], so that the caller records
+//! again ([`PreparedCache`] does). Programs whose run needs the host between
+//! launches for more than reading a value (extern ops run by the host
+//! fallback) cannot be prepared; [`Prepared::record`] says which op.
+
+use super::driver::{Gemm, GemmOperand};
+use super::{matmul, op_key, CudaBackend, CudaTensor, Storage, GPU_OPS};
+use crate::exec::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value};
+use crate::fx::interp::Plan;
+use crate::ir::{KernelBackend, SigType};
+use crate::sym::Symbol;
+use cudarc::driver::{result as drv, sys};
+use indexmap::IndexMap;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Weak};
+
+/// Placement alignment of arena buffers, as `cudaMalloc` aligns allocations
+/// (Triton kernels are specialised on 16-byte-aligned pointers).
+const ARENA_ALIGN: u64 = 256;
+
+/// Where a device address points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// A buffer the run did not allocate (an input or constant), by index in
+    /// [`Prepared::external`].
+    External { index: usize, byte: u64 },
+    /// A buffer the run allocated, by index in the recording's buffer table.
+    Buffer { index: usize, byte: u64 },
+}
+
+/// One kernel argument slot.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    /// Marshalled bytes (scalars, null pointers).
+    Bytes(u64),
+    /// A device address.
+    Address(Place),
+}
+
+#[derive(Debug)]
+struct LaunchRecord {
+    kernel: String,
+    function: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    shared_mem: u32,
+    slots: Vec<Slot>,
+}
+
+#[derive(Debug)]
+struct GemmRecord {
+    op: String,
+    gemm: Gemm,
+    places: [Place; 3],
+}
+
+#[derive(Debug)]
+struct ReadRecord {
+    at: Place,
+    bytes: usize,
+    value: [u8; 8],
+}
+
+#[derive(Debug)]
+enum Event {
+    Launch(LaunchRecord),
+    Gemm(GemmRecord),
+    Read(ReadRecord),
+}
+
+/// A buffer allocated during the recording.
+#[derive(Debug)]
+struct Buffer {
+    /// The storage (held weakly: the run frees it as usual, and the weak
+    /// handle keeps its address unique among the run's storages).
+    _storage: Option<Weak<Storage>>,
+    bytes: u64,
+    /// Event index at allocation.
+    first: usize,
+    /// Last event index that uses it (`usize::MAX`: an output).
+    last: usize,
+}
+
+/// The backend wrapper that records a run.
+struct Recorder<'b> {
+    inner: &'b mut CudaBackend,
+    buffers: Vec<Buffer>,
+    by_storage: HashMap<*const Storage, Place>,
+    external: Vec<Arc<Storage>>,
+    events: Vec<Event>,
+    /// Why the run cannot be replayed, if it cannot.
+    unreplayable: Option<String>,
+}
+
+impl Recorder<'_> {
+    fn now(&self) -> usize {
+        self.events.len()
+    }
+
+    fn new_buffer(&mut self, storage: &Arc<Storage>) -> Place {
+        let place = Place::Buffer { index: self.buffers.len(), byte: 0 };
+        self.buffers.push(Buffer {
+            _storage: Some(Arc::downgrade(storage)),
+            bytes: storage.bytes as u64,
+            first: self.now(),
+            last: self.now(),
+        });
+        self.by_storage.insert(Arc::as_ptr(storage), place);
+        place
+    }
+
+    /// The place of a tensor's first element; a storage never seen before is
+    /// an external buffer when `allocated_by_run` is false.
+    fn place(&mut self, t: &CudaTensor, allocated_by_run: bool) -> Place {
+        let base = match self.by_storage.get(&Arc::as_ptr(&t.storage)) {
+            Some(p) => *p,
+            None if allocated_by_run => self.new_buffer(&t.storage),
+            None => {
+                let p = Place::External { index: self.external.len(), byte: 0 };
+                self.external.push(Arc::clone(&t.storage));
+                self.by_storage.insert(Arc::as_ptr(&t.storage), p);
+                p
+            }
+        };
+        let byte = t.data_ptr() - t.storage.ptr;
+        let now = self.now();
+        match base {
+            Place::Buffer { index, .. } => {
+                if let Some(b) = self.buffers.get_mut(index) {
+                    b.last = b.last.max(now);
+                }
+                Place::Buffer { index, byte }
+            }
+            Place::External { index, .. } => Place::External { index, byte },
+        }
+    }
+
+    /// The place of a device address inside a tensor of `candidates`.
+    fn place_of_address(&mut self, ptr: sys::CUdeviceptr, candidates: &[CudaTensor]) -> Option<Place> {
+        let t = candidates.iter().find(|t| ptr >= t.storage.ptr && ptr < t.storage.ptr + t.storage.bytes.max(1) as u64)?;
+        let base = self.place(t, false);
+        let delta = ptr - t.data_ptr();
+        Some(match base {
+            Place::Buffer { index, byte } => Place::Buffer { index, byte: byte + delta },
+            Place::External { index, byte } => Place::External { index, byte: byte + delta },
+        })
+    }
+
+    fn mark_unreplayable(&mut self, why: String) {
+        self.unreplayable.get_or_insert(why);
+    }
+
+    fn record_triton(&mut self, launch: &KernelLaunch<'_, CudaTensor>) -> Result<(), ExecError> {
+        let KernelBackend::Triton(meta) = &launch.kernel.backend else {
+            return Ok(()); // the inner backend reports the error
+        };
+        let name = launch.kernel.name.as_str();
+        let Some(grid) = launch.grid else { return Ok(()) };
+        let dim = |g: i64| u32::try_from(g).ok();
+        let (Some(gx), Some(gy), Some(gz)) = (dim(grid[0]), dim(grid[1]), dim(grid[2])) else { return Ok(()) };
+        let Some(block) = meta.num_warps.checked_mul(32) else { return Ok(()) };
+        let function = self.inner.function(name, meta)?;
+        let mut slots = Vec::new();
+        for (param, ty) in meta.runtime_params() {
+            let Some(value) = launch.kwargs.get(param) else { return Ok(()) };
+            slots.push(match (ty, value) {
+                (SigType::Pointer(_), Value::Tensor(t)) => Slot::Address(self.place(t, false)),
+                (SigType::Scalar(_), Value::Tensor(_)) => {
+                    self.mark_unreplayable(format!("kernel `{name}` takes parameter `{param}` from a device value"));
+                    return Ok(());
+                }
+                _ => Slot::Bytes(self.inner.marshal(name, param, ty, value)?),
+            });
+        }
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(());
+        }
+        let blocks = u64::from(gx) * u64::from(gy) * u64::from(gz);
+        for per_cta in [meta.global_scratch, meta.profile_scratch].into_iter().flatten() {
+            if per_cta == 0 {
+                slots.push(Slot::Bytes(0));
+                continue;
+            }
+            let bytes = per_cta.checked_mul(blocks).ok_or_else(|| ExecError::op(name, "scratch size overflows"))?;
+            let index = self.buffers.len();
+            self.buffers.push(Buffer { _storage: None, bytes, first: self.now(), last: self.now() });
+            slots.push(Slot::Address(Place::Buffer { index, byte: 0 }));
+        }
+        self.events.push(Event::Launch(LaunchRecord {
+            kernel: name.to_string(),
+            function,
+            grid: (gx, gy, gz),
+            block,
+            shared_mem: meta.shared_mem,
+            slots,
+        }));
+        Ok(())
+    }
+}
+
+fn tensors_of(v: &Value<CudaTensor>, out: &mut Vec<CudaTensor>) {
+    match v {
+        Value::Tensor(t) => out.push(t.clone()),
+        Value::List(items) => items.iter().for_each(|i| tensors_of(i, out)),
+        Value::Dict(items) => items.values().for_each(|i| tensors_of(i, out)),
+        _ => {}
+    }
+}
+
+impl Backend for Recorder<'_> {
+    type Tensor = CudaTensor;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn allocate(&mut self, spec: &TensorSpec) -> Result<CudaTensor, ExecError> {
+        let t = self.inner.allocate(spec)?;
+        self.new_buffer(&t.storage);
+        Ok(t)
+    }
+
+    fn spec(&self, tensor: &CudaTensor) -> TensorSpec {
+        self.inner.spec(tensor)
+    }
+
+    fn view(&mut self, base: &CudaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<CudaTensor, ExecError> {
+        self.inner.view(base, size, stride, offset)
+    }
+
+    fn launch(&mut self, launch: KernelLaunch<'_, CudaTensor>) -> Result<(), ExecError> {
+        self.record_triton(&launch)?;
+        self.inner.launch(launch)
+    }
+
+    fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        let key = op_key(call.op);
+        if !GPU_OPS.contains(&key.as_str()) {
+            self.mark_unreplayable(format!("extern op `{}` runs on the host", call.op));
+            return self.inner.call_extern(call);
+        }
+        let mut operands = Vec::new();
+        call.args.iter().chain(call.kwargs.values()).for_each(|v| tensors_of(v, &mut operands));
+        for t in &operands {
+            self.place(t, false);
+        }
+        let Some(plan) = matmul::plan(self.inner, &call)? else {
+            self.mark_unreplayable(format!("extern op `{}` runs on the host (layout or dtype)", call.op));
+            return self.inner.call_extern(call);
+        };
+        let gemm = matmul::operands(&plan);
+        let result = matmul::run(self.inner, plan)?;
+        tensors_of(&result, &mut operands);
+        if let Value::Tensor(c) = &result {
+            self.place(c, true);
+        }
+        if let Some(gemm) = gemm.filter(|g| g.m > 0 && g.n > 0 && g.batch > 0) {
+            let places = [gemm.a.ptr, gemm.b.ptr, gemm.c.ptr].map(|p| self.place_of_address(p, &operands));
+            match places {
+                [Some(a), Some(b), Some(c)] => {
+                    self.events.push(Event::Gemm(GemmRecord { op: call.op.to_string(), gemm, places: [a, b, c] }))
+                }
+                _ => self.mark_unreplayable(format!("extern op `{}`: an operand lies outside its tensors", call.op)),
+            }
+        }
+        Ok(result)
+    }
+
+    fn read_scalar(&mut self, tensor: &CudaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+        let at = self.place(tensor, false);
+        let bytes = tensor.spec.dtype.size_bytes() as usize;
+        let value = self.inner.read_scalar(tensor, request)?;
+        let mut raw = [0u8; 8];
+        if bytes > raw.len() || tensor.spec.numel() != 1 {
+            self.mark_unreplayable("a read of a value wider than 8 bytes".into());
+        } else {
+            self.inner.device.download(&mut raw[..bytes], tensor.data_ptr())?;
+            self.events.push(Event::Read(ReadRecord { at, bytes, value: raw }));
+        }
+        Ok(value)
+    }
+
+    fn copy_in(&mut self, tensor: &crate::exec::Tensor) -> Result<CudaTensor, ExecError> {
+        self.mark_unreplayable("a copy from the host during the run".into());
+        self.inner.copy_in(tensor)
+    }
+
+    fn copy_out(&mut self, tensor: &CudaTensor) -> Result<crate::exec::Tensor, ExecError> {
+        self.mark_unreplayable("a copy to the host during the run".into());
+        self.inner.copy_out(tensor)
+    }
+
+    fn hint(&mut self, symbol: &Symbol, decl: Option<&crate::ir::SymbolDecl>) -> Option<i64> {
+        self.inner.hint(symbol, decl)
+    }
+
+    fn check_alignment(&self, tensor: &CudaTensor, alignment: u32) -> Result<(), ExecError> {
+        self.inner.check_alignment(tensor, alignment)
+    }
+
+    fn memory(&self) -> MemoryStats {
+        self.inner.memory()
+    }
+}
+
+/// A prepared launch: the parameter array points into `args`, both boxed so
+/// that their addresses stay fixed.
+#[derive(Debug)]
+pub(super) struct PreparedLaunch {
+    pub(super) kernel: String,
+    pub(super) function: sys::CUfunction,
+    pub(super) grid: (u32, u32, u32),
+    pub(super) block: u32,
+    pub(super) shared_mem: u32,
+    _args: Box<[u64]>,
+    pub(super) params: Box<[*mut c_void]>,
+}
+
+/// One step of a replay.
+#[derive(Debug)]
+pub(super) enum Op {
+    Launch(PreparedLaunch),
+    Gemm { op: String, gemm: Gemm },
+    Read { ptr: sys::CUdeviceptr, bytes: usize, value: [u8; 8] },
+}
+
+/// How a replay ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replay {
+    /// Every operation ran; the outputs hold this call's results.
+    Done,
+    /// The `read`-th device read returned another value than when recorded:
+    /// the rest of the recording does not apply and the outputs are not valid.
+    Diverged {
+        /// Index of the read among the recording's reads.
+        read: usize,
+    },
+}
+
+/// A recorded run, ready to replay (see the module documentation).
+pub struct Prepared {
+    pub(super) ops: Vec<Op>,
+    external: Vec<Arc<Storage>>,
+    _arena: Option<Arc<Storage>>,
+    arena_bytes: u64,
+    outputs: Vec<Value<CudaTensor>>,
+    pub(super) graphs: Option<super::graph::SegmentGraphs>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("launches", &self.launches())
+            .field("reads", &self.reads())
+            .field("arena_bytes", &self.arena_bytes)
+            .finish()
+    }
+}
+
+/// Offsets for `buffers` in one arena: buffers whose event intervals overlap
+/// get disjoint byte ranges (largest first, each at the lowest offset that
+/// fits). Returns the offsets and the arena size.
+fn pack(buffers: &[Buffer]) -> (Vec<u64>, u64) {
+    let round = |b: u64| b.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+    let mut order: Vec<usize> = (0..buffers.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(buffers[i].bytes), i));
+    let mut offsets = vec![0u64; buffers.len()];
+    let mut placed: Vec<usize> = Vec::new();
+    let mut total = 0u64;
+    for i in order {
+        let b = &buffers[i];
+        let size = round(b.bytes.max(1));
+        let mut clashes: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|&&j| buffers[j].first <= b.last && b.first <= buffers[j].last)
+            .map(|&j| (offsets[j], offsets[j] + round(buffers[j].bytes.max(1))))
+            .collect();
+        clashes.sort_unstable();
+        let mut at = 0u64;
+        for (lo, hi) in clashes {
+            if at + size <= lo {
+                break;
+            }
+            at = at.max(hi);
+        }
+        offsets[i] = at;
+        total = total.max(at + size);
+        placed.push(i);
+    }
+    (offsets, total)
+}
+
+impl Prepared {
+    /// Runs `plan` once on `backend` with `inputs` (placeholder order) and
+    /// `constants`, recording it; returns the recording, ready to replay, and
+    /// the outputs of the recorded run itself. Errors when the run fails or
+    /// cannot be replayed (the message names the op that needs the host).
+    pub fn record(
+        backend: &mut CudaBackend,
+        plan: &Plan,
+        inputs: Vec<Value<CudaTensor>>,
+        constants: &IndexMap<String, CudaTensor>,
+    ) -> Result<(Prepared, Vec<Value<CudaTensor>>), ExecError> {
+        let mut rec = Recorder {
+            inner: backend,
+            buffers: Vec::new(),
+            by_storage: HashMap::new(),
+            external: Vec::new(),
+            events: Vec::new(),
+            unreplayable: None,
+        };
+        let out = plan.run(&mut rec, inputs, constants)?;
+        if let Some(why) = rec.unreplayable.take() {
+            return Err(ExecError::Unsupported(format!("the run cannot be prepared: {why}")));
+        }
+        let mut out_tensors = Vec::new();
+        out.outputs.iter().for_each(|v| tensors_of(v, &mut out_tensors));
+        for t in &out_tensors {
+            if let Place::Buffer { index, .. } = rec.place(t, false) {
+                if let Some(b) = rec.buffers.get_mut(index) {
+                    b.last = usize::MAX;
+                }
+            }
+        }
+        let (offsets, arena_bytes) = pack(&rec.buffers);
+        let arena = if arena_bytes > 0 { Some(rec.inner.alloc_storage(arena_bytes as usize)?) } else { None };
+        let arena_ptr = arena.as_ref().map_or(0, |a| a.ptr);
+        let external = std::mem::take(&mut rec.external);
+        let resolve = |p: Place| -> sys::CUdeviceptr {
+            match p {
+                // Indices come from the recorder's own tables, so they are in range.
+                Place::Buffer { index, byte } => arena_ptr + offsets.get(index).copied().unwrap_or(0) + byte,
+                Place::External { index, byte } => external.get(index).map_or(0, |s| s.ptr) + byte,
+            }
+        };
+        let mut ops = Vec::with_capacity(rec.events.len());
+        for ev in std::mem::take(&mut rec.events) {
+            ops.push(match ev {
+                Event::Launch(l) => {
+                    let mut args: Box<[u64]> = l
+                        .slots
+                        .iter()
+                        .map(|s| match s {
+                            Slot::Bytes(b) => *b,
+                            Slot::Address(p) => resolve(*p),
+                        })
+                        .collect();
+                    let params: Box<[*mut c_void]> = args.iter_mut().map(|a| (a as *mut u64).cast::<c_void>()).collect();
+                    Op::Launch(PreparedLaunch {
+                        kernel: l.kernel,
+                        function: l.function,
+                        grid: l.grid,
+                        block: l.block,
+                        shared_mem: l.shared_mem,
+                        _args: args,
+                        params,
+                    })
+                }
+                Event::Gemm(g) => {
+                    let [a, b, c] = g.places.map(resolve);
+                    let with = |o: GemmOperand, ptr| GemmOperand { ptr, ..o };
+                    Op::Gemm { op: g.op, gemm: Gemm { a: with(g.gemm.a, a), b: with(g.gemm.b, b), c: with(g.gemm.c, c), ..g.gemm } }
+                }
+                Event::Read(r) => Op::Read { ptr: resolve(r.at), bytes: r.bytes, value: r.value },
+            });
+        }
+        // Outputs as views of the arena (or of the external buffers).
+        let mut outputs = Vec::with_capacity(out.outputs.len());
+        for v in &out.outputs {
+            outputs.push(rebase(&mut rec, v, arena.as_ref(), &offsets, &external)?);
+        }
+        let prepared = Prepared { ops, external, _arena: arena, arena_bytes, outputs, graphs: None };
+        Ok((prepared, out.outputs))
+    }
+
+    /// Kernel launches (Triton and GEMM) per replay.
+    pub fn launches(&self) -> usize {
+        self.ops.iter().filter(|o| !matches!(o, Op::Read { .. })).count()
+    }
+
+    /// Device reads per replay (segment boundaries).
+    pub fn reads(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o, Op::Read { .. })).count()
+    }
+
+    /// Bytes of the arena holding every buffer the run allocates.
+    pub fn arena_bytes(&self) -> u64 {
+        self.arena_bytes
+    }
+
+    /// The outputs of the latest replay: views of the arena (or inputs), valid
+    /// until the next replay overwrites them.
+    pub fn outputs(&self) -> &[Value<CudaTensor>] {
+        &self.outputs
+    }
+
+    /// Number of external buffers (inputs and constants) the recording uses in place.
+    pub fn external_buffers(&self) -> usize {
+        self.external.len()
+    }
+
+    /// Replays the recording with direct launches. Nothing is allocated,
+    /// hashed or formatted unless a call fails.
+    pub fn replay(&mut self, backend: &CudaBackend) -> Result<Replay, ExecError> {
+        let device = &backend.device;
+        device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+        let stream = device.stream.cu_stream();
+        let mut read = 0usize;
+        for op in &mut self.ops {
+            match op {
+                Op::Launch(l) => launch(l, stream)?,
+                Op::Gemm { op, gemm } => run_gemm(backend, op, gemm)?,
+                Op::Read { ptr, bytes, value } => {
+                    if !read_matches(backend, *ptr, *bytes, value)? {
+                        return Ok(Replay::Diverged { read });
+                    }
+                    read += 1;
+                }
+            }
+        }
+        Ok(Replay::Done)
+    }
+}
+
+/// One prepared `cuLaunchKernel`, checked.
+pub(super) fn launch(l: &mut PreparedLaunch, stream: sys::CUstream) -> Result<(), ExecError> {
+    // SAFETY: the function belongs to a module the backend keeps loaded for
+    // its lifetime (the prepared plan borrows the backend to replay); every
+    // parameter points into `_args`, which lives as long as `l`, one slot per
+    // kernel parameter in signature order, as the recorded launch passed them;
+    // device addresses point into the arena or the held external buffers.
+    unsafe { drv::launch_kernel(l.function, l.grid, (l.block, 1, 1), l.shared_mem, stream, &mut l.params) }
+        .map_err(|e| ExecError::op(&l.kernel, format!("cuLaunchKernel: {e}")))
+}
+
+pub(super) fn run_gemm(backend: &CudaBackend, op: &str, gemm: &Gemm) -> Result<(), ExecError> {
+    match &backend.blas {
+        Some(h) => h.gemm(gemm).map_err(|e| ExecError::op(op, e.to_string())),
+        None => Err(ExecError::op(op, "no cuBLAS handle (the recorded run created one)")),
+    }
+}
+
+pub(super) fn read_matches(backend: &CudaBackend, ptr: sys::CUdeviceptr, bytes: usize, value: &[u8; 8]) -> Result<bool, ExecError> {
+    let mut now = [0u8; 8];
+    let n = bytes.min(now.len());
+    backend.device.download(&mut now[..n], ptr)?;
+    Ok(now[..n] == value[..n])
+}
+
+/// A recorded output re-pointed at its place in the arena.
+fn rebase(
+    rec: &mut Recorder<'_>,
+    v: &Value<CudaTensor>,
+    arena: Option<&Arc<Storage>>,
+    offsets: &[u64],
+    external: &[Arc<Storage>],
+) -> Result<Value<CudaTensor>, ExecError> {
+    Ok(match v {
+        Value::Tensor(t) => {
+            let elem = t.spec.dtype.size_bytes().max(1);
+            let (storage, base_byte) = match rec.by_storage.get(&Arc::as_ptr(&t.storage)).copied() {
+                Some(Place::Buffer { index, .. }) => match arena {
+                    Some(a) => (Arc::clone(a), offsets.get(index).copied().unwrap_or(0)),
+                    None => return Err(ExecError::Input("an output buffer outside the arena".into())),
+                },
+                Some(Place::External { index, .. }) => match external.get(index) {
+                    Some(s) => (Arc::clone(s), 0),
+                    None => return Err(ExecError::Input("an output of an unknown buffer".into())),
+                },
+                None => return Err(ExecError::Input("an output of an unknown buffer".into())),
+            };
+            // Arena offsets are multiples of ARENA_ALIGN, hence of the element size.
+            let offset = t.spec.offset + i64::try_from(base_byte / elem).map_err(|_| ExecError::Input("arena too large".into()))?;
+            Value::Tensor(CudaTensor { storage, spec: TensorSpec { offset, ..t.spec.clone() } })
+        }
+        Value::List(items) => Value::List(items.iter().map(|i| rebase(rec, i, arena, offsets, external)).collect::<Result<_, _>>()?),
+        Value::Dict(items) => Value::Dict(
+            items.iter().map(|(k, i)| Ok((k.clone(), rebase(rec, i, arena, offsets, external)?))).collect::<Result<_, ExecError>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+/// Prepared recordings of one plan, keyed by the layouts and symbol values of
+/// the inputs and by the device values each recording read (a small cache:
+/// the oldest entry goes beyond [`PreparedCache::CAPACITY`]).
+#[derive(Debug, Default)]
+pub struct PreparedCache {
+    entries: Vec<(Vec<InputKey>, Prepared)>,
+    /// Recordings made (first calls, new shapes, diverged reads).
+    pub recordings: usize,
+}
+
+/// What of one input a recording depends on.
+#[derive(Clone, Debug, PartialEq)]
+enum InputKey {
+    Tensor { storage: *const Storage, spec: TensorSpec },
+    Int(i64),
+    Other,
+}
+
+fn input_key(v: &Value<CudaTensor>) -> InputKey {
+    match v {
+        Value::Tensor(t) => InputKey::Tensor { storage: Arc::as_ptr(&t.storage), spec: t.spec.clone() },
+        Value::Int(i) => InputKey::Int(*i),
+        _ => InputKey::Other,
+    }
+}
+
+fn key_matches(key: &[InputKey], inputs: &[Value<CudaTensor>]) -> bool {
+    key.len() == inputs.len()
+        && key.iter().zip(inputs).all(|(k, v)| match (k, v) {
+            (InputKey::Tensor { storage, spec }, Value::Tensor(t)) => *storage == Arc::as_ptr(&t.storage) && *spec == t.spec,
+            (InputKey::Int(a), Value::Int(b)) => a == b,
+            (InputKey::Other, v) => !matches!(v, Value::Tensor(_) | Value::Int(_)),
+            _ => false,
+        })
+}
+
+impl PreparedCache {
+    /// Most recordings kept.
+    pub const CAPACITY: usize = 8;
+
+    /// Runs `plan` on `inputs`: replays a matching recording (directly, or
+    /// through CUDA graphs when `graphs`), recording a new one when none
+    /// matches or every match diverged. Returns the recording whose outputs
+    /// hold the results. Inputs are used in place: a recording matches only
+    /// the same device tensors with the same layouts.
+    pub fn run(
+        &mut self,
+        backend: &mut CudaBackend,
+        plan: &Plan,
+        inputs: &[Value<CudaTensor>],
+        constants: &IndexMap<String, CudaTensor>,
+        graphs: bool,
+    ) -> Result<&Prepared, ExecError> {
+        let mut hit = None;
+        for (i, (key, prepared)) in self.entries.iter_mut().enumerate() {
+            if !key_matches(key, inputs) {
+                continue;
+            }
+            let r = if graphs { super::graph::replay(prepared, backend)? } else { prepared.replay(backend)? };
+            if r == Replay::Done {
+                hit = Some(i);
+                break;
+            }
+        }
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                let (mut prepared, _) = Prepared::record(backend, plan, inputs.to_vec(), constants)?;
+                self.recordings += 1;
+                if graphs {
+                    // The recorded run computed the results; capturing now
+                    // makes the graphs ready (their first replay also recomputes them).
+                    if super::graph::replay(&mut prepared, backend)? != Replay::Done {
+                        return Err(ExecError::op("cuda", "a fresh recording diverged on replay (the program reads values it writes nondeterministically)"));
+                    }
+                } else if prepared.replay(backend)? != Replay::Done {
+                    return Err(ExecError::op("cuda", "a fresh recording diverged on replay (the program reads values it writes nondeterministically)"));
+                }
+                if self.entries.len() >= Self::CAPACITY {
+                    self.entries.remove(0);
+                }
+                self.entries.push((inputs.iter().map(input_key).collect(), prepared));
+                self.entries.len() - 1
+            }
+        };
+        // `i` indexes an entry that exists: found above or just pushed.
+        self.entries.get(i).map(|(_, p)| p).ok_or_else(|| ExecError::op("cuda", "prepared cache entry vanished"))
+    }
+}

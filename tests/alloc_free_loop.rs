@@ -1,0 +1,222 @@
+//! The FX interpreter's hot loop does not allocate: running an
+//! already-compiled plan on the meta backend allocates a fixed number of
+//! times per run, however many steps the plan has.
+//!
+//! A counting global allocator counts every allocation made by this test
+//! binary while one run is in progress. Each plan is run once to warm up, then
+//! counted on a second run with the same inputs. Plans of several lengths are
+//! measured; the count must not grow with the number of steps and must stay
+//! within `PER_RUN_BOUND`.
+//!
+//! The remaining per-run allocations (12 here, none depending on length):
+//! the run's symbol bindings (one table and one entry vector, sized once from
+//! the plan), the slots vector, the outputs vector, and four copies of tensor
+//! layouts (two vectors each): the generic [`Backend::spec`] returns layouts
+//! by value, and the plans check both tensor inputs against their declared
+//! layouts and `assert_size_stride` them. (The inputs vector is converted in
+//! place.)
+//!
+//! Steps that create tensors or call kernels still allocate per step: the
+//! [`Backend`] interface takes owned layouts and owned argument maps
+//! (`KernelLaunch::kwargs` is an `IndexMap<String, Value>`), so those plans
+//! are not covered here; see `benches/RESULTS.md`.
+//!
+//! [`Backend`]: wrapir::exec::Backend
+//! [`Backend::spec`]: wrapir::exec::Backend::spec
+
+use indexmap::IndexMap;
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use wrapir::exec::meta::MetaBackend;
+use wrapir::exec::{TensorSpec, Value};
+use wrapir::fx::interp::{compile, Plan};
+use wrapir::ir::{DType, Device, Layout, Program, ProgramBuilder};
+use wrapir::sym::{CmpOp, SymExpr};
+
+/// Counts allocations (including reallocations) made by a thread while its
+/// `COUNTING` flag is set; other test threads' allocations are not counted.
+struct CountingAllocator;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+/// Serialises measurements: the counter is shared by the test threads.
+static MEASURE: Mutex<()> = Mutex::new(());
+
+fn count_one() {
+    // `try_with`: the flag may be gone while the thread is being torn down.
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every method forwards to `System` unchanged; counting has no effect
+// on the memory handed out.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: AllocLayout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Allocations made by the measured run, measured on the meta backend.
+/// Everything in it is listed in the module documentation; none of it depends
+/// on the plan's length.
+const PER_RUN_BOUND: usize = 12;
+
+/// Plan lengths (program lines) each family is measured at.
+const LENGTHS: [usize; 3] = [10, 200, 2_000];
+
+fn tensor_layout(size: [SymExpr; 2]) -> Layout {
+    Layout::contiguous(DType::Float32, Device::cuda(0), size)
+}
+
+/// `count` runtime asserts on `s0*s1 + i >= i`: integer arithmetic,
+/// comparisons and `_assert_scalar` steps.
+fn asserts(count: usize) -> Program {
+    let mut p = ProgramBuilder::new();
+    let s0 = p.backed_symbol("s0", Some(64));
+    let s1 = p.backed_symbol("s1", Some(32));
+    let mut g = p.main();
+    g.symbol_input("arg0_1", &s0);
+    g.symbol_input("arg1_1", &s1);
+    let x = g.tensor_input("arg2_1", tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]));
+    let w = g.tensor_input("arg3_1", tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]));
+    for i in 0..count as i64 {
+        let lhs = SymExpr::add(SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())), SymExpr::Int(i));
+        g.runtime_assert(SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)), &format!("s0*s1 + {i} >= {i}"));
+    }
+    g.output(&x);
+    g.output(&w);
+    g.finish();
+    p.finish()
+}
+
+/// `count` precomputed symbols `ks_i = (s0 + i) * s1 // 2` (arithmetic steps
+/// whose results bind symbols) and an assert on each.
+fn precomputed(count: usize) -> Program {
+    let mut p = ProgramBuilder::new();
+    let s0 = p.backed_symbol("s0", Some(64));
+    let s1 = p.backed_symbol("s1", Some(32));
+    let ks: Vec<_> = (0..count).map(|i| p.precomputed_symbol(&format!("ks{i}"))).collect();
+    let mut g = p.main();
+    g.symbol_input("arg0_1", &s0);
+    g.symbol_input("arg1_1", &s1);
+    let x = g.tensor_input("arg2_1", tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]));
+    let w = g.tensor_input("arg3_1", tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]));
+    for (i, k) in ks.iter().enumerate() {
+        let expr = SymExpr::floor_div(
+            SymExpr::mul(SymExpr::add(SymExpr::Sym(s0.clone()), SymExpr::Int(i as i64)), SymExpr::Sym(s1.clone())),
+            SymExpr::Int(2),
+        );
+        g.let_symbol(k, expr);
+        g.runtime_assert(SymExpr::cmp(CmpOp::Ge, SymExpr::Sym(k.clone()), SymExpr::Int(0)), &format!("ks{i} >= 0"));
+    }
+    g.output(&x);
+    g.output(&w);
+    g.finish();
+    p.finish()
+}
+
+fn plan_of(program: &Program) -> Plan {
+    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid test program:\n{e}"));
+    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
+    compile(&graph, program).unwrap_or_else(|e| panic!("compile: {e}"))
+}
+
+fn inputs(plan: &Plan, backend: &mut MetaBackend) -> Vec<Value<wrapir::exec::meta::MetaTensor>> {
+    let tensor = |backend: &mut MetaBackend, size: &[i64]| {
+        let spec = TensorSpec::contiguous(DType::Float32, Device::cuda(0), size);
+        Value::Tensor(backend.tensor(&spec).unwrap_or_else(|e| panic!("meta tensor: {e}")))
+    };
+    plan.input_names()
+        .into_iter()
+        .map(|name| match name {
+            // Symbol inputs are named after their symbols in the FX graph.
+            "arg0_1" | "s0" => Value::Int(64),
+            "arg1_1" | "s1" => Value::Int(32),
+            "arg2_1" => tensor(backend, &[64, 32]),
+            "arg3_1" => tensor(backend, &[32, 32]),
+            other => panic!("unexpected plan input `{other}`"),
+        })
+        .collect()
+}
+
+/// Runs `plan` once to warm up, then again with the same inputs, counting the
+/// second run's allocations.
+fn allocations_of_second_run(plan: &Plan) -> usize {
+    let _guard = MEASURE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut backend = MetaBackend::new();
+    let constants = IndexMap::new();
+    let first = inputs(plan, &mut backend);
+    let second = first.clone();
+    plan.run(&mut backend, first, &constants).unwrap_or_else(|e| panic!("first run: {e}"));
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.with(|c| c.set(true));
+    let out = plan.run(&mut backend, second, &constants);
+    COUNTING.with(|c| c.set(false));
+    let count = ALLOCATIONS.load(Ordering::SeqCst);
+    let out = out.unwrap_or_else(|e| panic!("second run: {e}"));
+    assert_eq!(out.outputs.len(), 2, "the plan returns both tensor inputs");
+    count
+}
+
+/// Measures `family` at every length in [`LENGTHS`]: the count must be the
+/// same at each length and within [`PER_RUN_BOUND`].
+fn check(family: &str, build: fn(usize) -> Program) {
+    let mut counts = Vec::new();
+    for lines in LENGTHS {
+        let plan = plan_of(&build(lines));
+        counts.push((lines, plan.len(), allocations_of_second_run(&plan)));
+    }
+    let (_, _, first) = counts[0];
+    for &(lines, steps, count) in &counts {
+        assert_eq!(
+            count, first,
+            "{family}: {count} allocations for {lines} lines ({steps} steps), {first} for {} lines: \
+             the per-step loop allocates (all counts: {counts:?})",
+            LENGTHS[0]
+        );
+        assert!(
+            count <= PER_RUN_BOUND,
+            "{family}: {count} allocations for {lines} lines ({steps} steps), bound {PER_RUN_BOUND}"
+        );
+    }
+    let (_, longest_steps, _) = counts[counts.len() - 1];
+    assert!(longest_steps > 10 * LENGTHS[1], "{family}: the longest plan has only {longest_steps} steps");
+}
+
+#[test]
+fn runtime_asserts_allocate_a_constant_number_of_times() {
+    check("asserts", asserts);
+}
+
+#[test]
+fn symbol_arithmetic_and_binds_allocate_a_constant_number_of_times() {
+    check("precomputed", precomputed);
+}
+
