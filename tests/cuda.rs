@@ -399,7 +399,7 @@ fn builtin_kernels_match_the_host_ops() {
             "aten.index_put_",
             vec![
                 t(Int64, &[0.; 6], &[2, 3]),
-                Arg::Ts(vec![Tensor::from_f64(Int64, &[1.], &[1]).unwrap(), Tensor::from_f64(Int64, &[0., 2.], &[2]).unwrap()]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[1., 0.], &[2]).unwrap(), Tensor::from_f64(Int64, &[2.], &[1]).unwrap()]),
                 t(Int64, &[7., 8.], &[2]),
                 Arg::B(false),
             ],

@@ -53,7 +53,8 @@ enum StepKind {
     GetItem { source: usize, index: Operand },
     InnerTensor { source: usize, attr: String },
     Item { tensor: usize, symbol: Option<Symbol>, multiplier: i64 },
-    Sym { op: SymOp, args: Vec<Operand> },
+    /// Operands inline (most ops are binary): no heap read per step.
+    Sym { op: SymOp, args: SmallVec<[Operand; 2]> },
     AssertScalar { cond: Operand, message: String },
     AssertSizeStride { tensor: usize, size: Vec<Operand>, stride: Vec<Operand>, context: Option<String> },
     AssertAlignment { tensor: usize, alignment: u32 },
@@ -215,7 +216,7 @@ fn compile_graph(
             Op::Item { tensor, symbol, multiplier } => {
                 StepKind::Item { tensor: slot(*tensor)?, symbol: symbol.clone(), multiplier: *multiplier }
             }
-            Op::Sym { op, args } => StepKind::Sym { op: *op, args: operands(args)? },
+            Op::Sym { op, args } => StepKind::Sym { op: *op, args: operands(args)?.into_iter().collect() },
             Op::AssertScalar { cond, message } => StepKind::AssertScalar { cond: operand(cond)?, message: message.clone() },
             Op::AssertSizeStride { tensor, size, stride, context } => StepKind::AssertSizeStride {
                 tensor: slot(*tensor)?,
