@@ -427,3 +427,124 @@ fn builtin_kernels_match_the_host_ops() {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// ---------------------------------------------------------------------------
+// Prepared plans (direct launches and CUDA graphs) against the interpreter.
+
+use wrapir::exec::cuda::{place_inputs, CudaTensor, PreparedCache};
+
+/// The bits of a host tensor's elements, with its sizes (floating elements
+/// widened to f64 exactly, integers to i64), for bit-for-bit comparison.
+fn bits(t: &Tensor) -> (Vec<i64>, Vec<u64>) {
+    let v = if t.dtype().is_floating() {
+        t.to_f64_vec().expect("floating tensor").into_iter().map(f64::to_bits).collect()
+    } else {
+        t.to_i64_vec().expect("integer tensor").into_iter().map(|i| i as u64).collect()
+    };
+    (t.size().to_vec(), v)
+}
+
+fn device_bits(backend: &mut CudaBackend, values: &[Value<CudaTensor>]) -> Vec<(Vec<i64>, Vec<u64>)> {
+    let mut out = Vec::new();
+    for v in values {
+        if let Value::Tensor(t) = v {
+            out.push(bits(&backend.copy_out(t).expect("copy out")));
+        }
+    }
+    out
+}
+
+fn load_bundle(dir: &Path) -> (Program, IndexMap<String, Tensor>) {
+    let text = std::fs::read_to_string(dir.join("program.json")).expect("program.json");
+    (Program::from_json(&text).expect("program"), tensors(&dir.join("inputs.safetensors")))
+}
+
+/// Runs `calls` calls of `bundle` through the interpreter on one copy of
+/// the inputs and through a [`PreparedCache`] (direct or graphs) on another,
+/// calling `between(call, backend, interp_inputs, prepared_inputs)` before
+/// each call. Compares, per call, the outputs and then the inputs (which a
+/// program may write) bit for bit. `Ok(recordings)`, or `Err` when the
+/// bundle cannot be prepared (the reason).
+fn check_prepared(
+    dir: &Path,
+    graphs: bool,
+    calls: usize,
+    between: &mut dyn FnMut(usize, &mut CudaBackend, &[Value<CudaTensor>], &[Value<CudaTensor>]),
+) -> Result<usize, String> {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let (program, inputs) = load_bundle(dir);
+    let mut backend = CudaBackend::new(CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() }).expect("GPU");
+    let (plan, interp_args, interp_consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
+    let (_, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
+    let mut cache = PreparedCache::default();
+    for call in 0..calls {
+        between(call, &mut backend, &interp_args, &args);
+        let want = plan.run(&mut backend, interp_args.clone(), &interp_consts).expect("interpreter run");
+        let want = device_bits(&mut backend, &want.outputs);
+        let got = match cache.run(&mut backend, &plan, &args, &consts, graphs) {
+            Ok(p) => p.outputs().to_vec(),
+            Err(e) if call == 0 && e.to_string().contains("cannot be prepared") => return Err(e.to_string()),
+            Err(e) => panic!("{name}: call {call}: {e}"),
+        };
+        let got = device_bits(&mut backend, &got);
+        assert!(got == want, "{name} ({}): call {call}: outputs differ from the interpreter's", if graphs { "graphs" } else { "direct" });
+        let (wi, gi) = (device_bits(&mut backend, &interp_args), device_bits(&mut backend, &args));
+        assert!(gi == wi, "{name}: call {call}: inputs after the call differ from the interpreter's");
+    }
+    backend.synchronize().expect("sync");
+    Ok(cache.recordings)
+}
+
+#[test]
+fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
+    let mut prepared = Vec::new();
+    let mut refused = Vec::new();
+    for dir in bundles() {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let direct = check_prepared(&dir, false, 3, &mut |_, _, _, _| {});
+        let graphs = check_prepared(&dir, true, 3, &mut |_, _, _, _| {});
+        match (direct, graphs) {
+            (Ok(a), Ok(b)) => {
+                // Same inputs every call: one recording serves all three.
+                assert_eq!((a, b), (1, 1), "{name}: recordings (direct, graphs)");
+                prepared.push(name);
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a, b, "{name}: direct and graph modes refuse for different reasons");
+                refused.push(format!("{name}: {a}"));
+            }
+            (a, b) => panic!("{name}: direct {a:?}, graphs {b:?}"),
+        }
+    }
+    eprintln!("prepared ({}): {}\nrefused ({}):\n  {}", prepared.len(), prepared.join(", "), refused.len(), refused.join("\n  "));
+    // Every bundle whose extern ops are cuBLAS matmuls (or none) prepares.
+    for must in ["pointwise", "softmax", "layer_norm", "mm_gelu", "mm_dynamic", "item_slice", "cond_same_shape"] {
+        assert!(prepared.iter().any(|p| p == must), "{must} was not prepared");
+    }
+}
+
+/// `item_slice` reads `u0 = arg0_1.item()`: writing another value into the
+/// same input tensor makes the replay diverge at that read and record again
+/// (a new shape); writing the first value back replays the first recording.
+#[test]
+fn a_changed_device_read_records_again() {
+    let dir = root().join("fixtures/inductor/bundles/item_slice");
+    let (_, inputs) = load_bundle(&dir);
+    let first = inputs.get("arg0_1").expect("arg0_1");
+    let original = first.to_i64_vec().expect("an integer scalar")[0];
+    assert_eq!(first.dtype(), DType::Int64);
+    let other = if original > 1 { original - 1 } else { original + 1 };
+    let value = |v: i64| Tensor::from_vec(vec![v], first.size()).expect("scalar");
+    for graphs in [false, true] {
+        let plan_values = [original, other, original, other];
+        let recordings = check_prepared(&dir, graphs, plan_values.len(), &mut |call, backend, interp, prepared| {
+            let v = value(plan_values[call]);
+            for args in [interp, prepared] {
+                let Some(Value::Tensor(t)) = args.first() else { panic!("arg0_1 is not a tensor") };
+                backend.overwrite(t, &v).expect("overwrite");
+            }
+        })
+        .expect("item_slice prepares");
+        assert_eq!(recordings, 2, "graphs {graphs}: one recording per value of u0");
+    }
+}

@@ -722,17 +722,36 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     use wrapir::exec::cuda::{launch_floor, place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
     use wrapir::exec::{Backend, Value};
     let started = Instant::now();
+    let before_main_ms = process_age_ms();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let (program, name) = load(&bundle.join("program.json"))?;
     let program = with_guards(program)?;
+    let load_ms = ms(started);
+    let t = Instant::now();
     let inputs = read_safetensors(&bundle.join("inputs.safetensors"))?;
+    let read_inputs_ms = ms(t);
     let options = CudaOptions { kernel_dir: bundle.to_path_buf(), ..Default::default() };
     let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
+    let t = Instant::now();
     let (plan, args, constants) =
         place_inputs(&program, &mut backend, &inputs).map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
+    let place_ms = ms(t);
     let input_bytes = backend.memory().current_bytes;
+    let t = Instant::now();
     let first = plan.run(&mut backend, args.clone(), &constants).map_err(|e| anyhow::anyhow!("running {name}: {e}"))?;
+    let first_run_ms = ms(t);
+    let t = Instant::now();
     let first_host = first.outputs.iter().map(|v| wrapir::exec::cuda::to_host(&mut backend, v)).collect::<Result<Vec<_>, _>>()?;
-    let first_output_ms = started.elapsed().as_secs_f64() * 1e3;
+    let copy_out_ms = ms(t);
+    let first_output_ms = ms(started);
+    let lt = backend.load_timings();
+    let d = |x: std::time::Duration| x.as_secs_f64() * 1e3;
+    let startup = serde_json::json!({
+        "before_main_ms": before_main_ms, "load_program_ms": load_ms, "read_inputs_ms": read_inputs_ms,
+        "device_open_ms": d(lt.device_open), "place_inputs_ms": place_ms, "first_run_ms": first_run_ms,
+        "module_load_ms": d(lt.module_load), "modules": lt.modules, "builtin_nvrtc_ms": d(lt.builtin_load),
+        "cublas_first_call_ms": d(lt.blas_first_call), "copy_out_ms": copy_out_ms,
+    });
     let interp_peak = backend.memory().peak_bytes.saturating_sub(input_bytes);
     drop(first);
     let sync = |b: &CudaBackend| b.synchronize().map_err(|e| anyhow::anyhow!("{e}"));
@@ -786,10 +805,19 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         Ok(bits)
     };
     let interp_bits = host_bits(&first_host)?;
-    let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after start\n");
+    let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after `bench` began\n");
+    out += &format!(
+        "start-up (ms): before main {}, load program {load_ms:.1}, read inputs {read_inputs_ms:.1}, cuInit+context+stream {:.1}, place inputs {place_ms:.1}, first run {first_run_ms:.1} (of which {} kernel images {:.1}, built-in kernels NVRTC {:.1}, cuBLAS first call {:.1}), copy out {copy_out_ms:.1}\n",
+        before_main_ms.map_or("unknown".to_string(), |v| format!("{v:.0}")),
+        d(lt.device_open),
+        lt.modules,
+        d(lt.module_load),
+        d(lt.builtin_load),
+        d(lt.blas_first_call),
+    );
     let mut json = serde_json::json!({
         "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
-        "interp_peak_bytes": interp_peak, "input_bytes": input_bytes,
+        "interp_peak_bytes": interp_peak, "input_bytes": input_bytes, "startup": startup,
     });
     let mut kernels = 0usize;
     match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
@@ -799,6 +827,10 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         }
         Ok((mut prepared, _)) => {
             kernels = prepared.launches();
+            if let Some(why) = prepared.writes_inputs() {
+                out += &format!("note: the program writes its inputs ({why}); each timed call applies that write again, so outputs after the timed loops need not equal the first run's\n");
+                json["writes_inputs"] = serde_json::json!(why);
+            }
             let mut diverged = false;
             let direct_us = time(&mut backend, &mut |b| {
                 diverged |= prepared.replay(b)? != Replay::Done;
@@ -858,6 +890,21 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     out += &format!("bench-json {json}\n");
     write_output(None, &out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Milliseconds from this process's start (its `starttime` in
+/// `/proc/self/stat`) to now (`/proc/uptime`): both count from boot, at the
+/// kernel's clock-tick resolution (10 ms at the usual 100 Hz `USER_HZ`).
+/// `None` where `/proc` is not there.
+#[cfg(feature = "cuda")]
+fn process_age_ms() -> Option<f64> {
+    const USER_HZ: f64 = 100.0;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    Some((uptime - start_ticks / USER_HZ) * 1e3)
 }
 
 /// `bench` in a build without the `cuda` feature.

@@ -576,6 +576,9 @@ impl Plan {
         self.outputs.iter().map(|o| read(o, &slots)).collect()
     }
 
+    // The run loop's state is passed piecewise (not bundled in a struct) so the
+    // borrow of `slots` stays shared while `inputs` is taken from.
+    #[allow(clippy::too_many_arguments)]
     fn step<B: Backend>(
         &self,
         step: &Step,

@@ -516,7 +516,13 @@ impl Graph {
         self.reindex_touched();
         let (fresh, suffix) = self.fresh_name_suffix(name);
         if let Some(i) = suffix {
-            self.names.next_suffix.insert(name.to_string(), i + 1);
+            // Update in place when the base is known: no key `String` per node.
+            match self.names.next_suffix.get_mut(name) {
+                Some(hint) => *hint = i + 1,
+                None => {
+                    self.names.next_suffix.insert(name.to_string(), i + 1);
+                }
+            }
         }
         let id = NodeId(self.nodes.len() as u32);
         self.index_name(id, &fresh);

@@ -104,6 +104,7 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
 
 /// Captures the segments of `prepared` (once) and replays them.
 pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Replay, ExecError> {
+    prepared.recorded_outputs = None;
     backend.device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
     if prepared.graphs.is_none() {
         let mut parts = Vec::new();

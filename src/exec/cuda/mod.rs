@@ -34,6 +34,7 @@ pub use driver::CudaError;
 pub use graph::{launch_floor, LaunchFloor};
 pub use kernels::ExternOpLog;
 pub use prepared::{Prepared, PreparedCache, Replay};
+
 pub use run::{place_inputs, run_program, run_program_on, to_host};
 
 use super::host::{op_key, HostBackend, HostOptions};
@@ -142,6 +143,26 @@ pub struct CudaBackend {
     host: HostBackend,
     memory: Arc<MemCounter>,
     builtins: kernels::Builtins,
+    timings: LoadTimings,
+}
+
+/// Where a backend's one-time start-up work went (wall time): opening the
+/// device, loading kernel images, compiling the built-in kernels, creating
+/// the cuBLAS handle. Each happens at first use, so a program that launches
+/// no built-in kernel pays no NVRTC compilation and one with no matmul
+/// creates no cuBLAS handle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoadTimings {
+    /// `cuInit`, the primary context and the stream ([`CudaBackend::new`]).
+    pub device_open: std::time::Duration,
+    /// Reading cubin files and `cuModuleLoadData` (and function look-ups).
+    pub module_load: std::time::Duration,
+    /// Kernel image files loaded.
+    pub modules: usize,
+    /// NVRTC compilation and loading of the built-in kernels (0 when none ran).
+    pub builtin_load: std::time::Duration,
+    /// The first cuBLAS call: handle creation (library load) and its first GEMM (0 when none ran).
+    pub blas_first_call: std::time::Duration,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -167,7 +188,9 @@ const GPU_OPS: [&str; 2] = ["aten.bmm", "aten.mm"];
 impl CudaBackend {
     /// Opens the device and creates the backend's stream.
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
+        let opened = std::time::Instant::now();
         let device = Device::open(options.ordinal)?;
+        let timings = LoadTimings { device_open: opened.elapsed(), ..LoadTimings::default() };
         Ok(CudaBackend {
             device,
             host: HostBackend::new(options.host),
@@ -177,7 +200,39 @@ impl CudaBackend {
             blas: None,
             memory: Arc::default(),
             builtins: kernels::Builtins::default(),
+            timings,
         })
+    }
+
+    /// Where this backend's start-up work went so far (see [`LoadTimings`]).
+    pub fn load_timings(&self) -> LoadTimings {
+        LoadTimings { builtin_load: self.builtins.load_time, ..self.timings }
+    }
+
+    /// Writes the host tensor `src` into the device tensor `dst` in place
+    /// (same dtype and sizes; `dst` contiguous), so that recordings holding
+    /// `dst` ([`Prepared`]) see the new values on their next replay.
+    pub fn overwrite(&mut self, dst: &CudaTensor, src: &Tensor) -> Result<(), ExecError> {
+        if dst.spec.dtype != src.dtype() || dst.spec.size != src.spec().size {
+            return Err(ExecError::Input(format!(
+                "overwrite: a {}{:?} tensor into a {}{:?} one",
+                src.dtype(),
+                src.spec().size,
+                dst.spec.dtype,
+                dst.spec.size
+            )));
+        }
+        let dense = super::contiguous_strides(&dst.spec.size);
+        if dst.spec.size.iter().zip(dst.spec.stride.iter().zip(&dense)).any(|(s, (a, b))| *s > 1 && a != b) {
+            return Err(ExecError::Input("overwrite: the device tensor is not contiguous".into()));
+        }
+        let bytes = with_dtype!(
+            src.dtype(),
+            T => encode::<T>(&src.to_vec::<T>()?),
+            return Err(ExecError::Unsupported(format!("overwrite: dtype {}", src.dtype())))
+        );
+        self.device.upload(dst.data_ptr(), &bytes)?;
+        Ok(())
     }
 
     /// Waits for all queued work and reports any error it raised.
@@ -228,6 +283,7 @@ impl CudaBackend {
             ExecError::Unsupported(format!("kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"))
         })?;
         let path = self.options.kernel_dir.join(cubin);
+        let loading = std::time::Instant::now();
         let module = match self.modules.get(&path) {
             Some(m) => Rc::clone(m),
             None => {
@@ -235,6 +291,7 @@ impl CudaBackend {
                     .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
                 let m = Rc::new(self.device.load_module(&image).map_err(|e| ExecError::op(name, e.to_string()))?);
                 self.modules.insert(path, Rc::clone(&m));
+                self.timings.modules += 1;
                 m
             }
         };
@@ -254,6 +311,7 @@ impl CudaBackend {
             driver::set_max_dynamic_shared(function, meta.shared_mem).map_err(|e| ExecError::op(name, e.to_string()))?;
         }
         self.kernels.insert(name.to_string(), LoadedKernel { function, _module: module });
+        self.timings.module_load += loading.elapsed();
         Ok(function)
     }
 
@@ -473,7 +531,14 @@ impl Backend for CudaBackend {
         }
         if GPU_OPS.contains(&key.as_str()) {
             match matmul::plan(self, &call)? {
-                Some(plan) => return matmul::run(self, plan).inspect(|_| self.options.extern_ops.record_device(call.op)),
+                Some(plan) => {
+                    let first = self.blas.is_none().then(std::time::Instant::now);
+                    let result = matmul::run(self, plan).inspect(|_| self.options.extern_ops.record_device(call.op));
+                    if let Some(t0) = first {
+                        self.timings.blas_first_call += t0.elapsed();
+                    }
+                    return result;
+                }
                 None if self.options.host_fallback => return self.host_fallback(call),
                 None => {
                     return Err(ExecError::op(

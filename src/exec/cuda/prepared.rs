@@ -25,7 +25,33 @@
 //! differs, stops and reports [`Replay::Diverged`], so that the caller records
 //! again ([`PreparedCache`] does). Programs whose run needs the host between
 //! launches for more than reading a value (extern ops run by the host
-//! fallback) cannot be prepared; [`Prepared::record`] says which op.
+//! fallback or by the built-in kernels) cannot be prepared;
+//! [`Prepared::record`] says which op.
+//!
+//! # Programs that write their inputs
+//!
+//! Recording again after a diverged replay runs the program from its start,
+//! so the launches before the diverging read run twice in that call. That is
+//! harmless while they write only buffers the run allocated (the arena), and
+//! wrong once one of them may have written an input or constant in place
+//! (`index_put_`-style mutation, an Inductor `in_out_ptr`/`out_ptr` parameter
+//! bound to a graph input, a user-defined Triton kernel given an input, a GEMM
+//! into an input): the write would be applied twice. [`Prepared::record`]
+//! therefore refuses a run that reads a device value after such a write (the
+//! error says which kernel and parameter), and a recording never replays the
+//! call it was made in (its outputs are that run's; see [`Prepared::outputs`]).
+//! Every prepared call thus applies its writes to the inputs exactly once, as
+//! the interpreter does. [`Prepared::writes_inputs`] says whether a recording
+//! may write its inputs.
+//!
+//! # Inputs are used in place
+//!
+//! A recording holds the device buffers of its inputs and constants and bakes
+//! their addresses into every launch: a replay reads (and may write) exactly
+//! those tensors. To run on new input values, write them into the same device
+//! tensors (e.g. [`super::CudaBackend::overwrite`]) and replay; passing other
+//! tensors to [`PreparedCache::run`] makes a new recording (keyed by the
+//! tensors' storages, which the cache keeps alive while the entry lives).
 
 use super::driver::{Gemm, GemmOperand};
 use super::{matmul, op_key, CudaBackend, CudaTensor, Storage, GPU_OPS};
@@ -115,6 +141,8 @@ struct Recorder<'b> {
     events: Vec<Event>,
     /// Why the run cannot be replayed, if it cannot.
     unreplayable: Option<String>,
+    /// The first operation that may have written an input or constant in place.
+    external_write: Option<String>,
 }
 
 impl Recorder<'_> {
@@ -175,6 +203,13 @@ impl Recorder<'_> {
         self.unreplayable.get_or_insert(why);
     }
 
+    /// Notes that an operation may have written an input or constant.
+    fn note_external_write(&mut self, what: impl FnOnce() -> String) {
+        if self.external_write.is_none() {
+            self.external_write = Some(what());
+        }
+    }
+
     fn record_triton(&mut self, launch: &KernelLaunch<'_, CudaTensor>) -> Result<(), ExecError> {
         let KernelBackend::Triton(meta) = &launch.kernel.backend else {
             return Ok(()); // the inner backend reports the error
@@ -189,7 +224,15 @@ impl Recorder<'_> {
         for (param, ty) in meta.runtime_params() {
             let Some(value) = launch.kwargs.get(param) else { return Ok(()) };
             slots.push(match (ty, value) {
-                (SigType::Pointer(_), Value::Tensor(t)) => Slot::Address(self.place(t, false)),
+                (SigType::Pointer(_), Value::Tensor(t)) => {
+                    let place = self.place(t, false);
+                    // Inductor names the parameters its kernels only read
+                    // `in_ptr<k>`; a user-defined kernel may write any pointer.
+                    if matches!(place, Place::External { .. }) && (meta.user_defined || !param.starts_with("in_ptr")) {
+                        self.note_external_write(|| format!("kernel `{name}` may write an input or constant through `{param}`"));
+                    }
+                    Slot::Address(place)
+                }
                 (SigType::Scalar(_), Value::Tensor(_)) => {
                     self.mark_unreplayable(format!("kernel `{name}` takes parameter `{param}` from a device value"));
                     return Ok(());
@@ -283,6 +326,9 @@ impl Backend for Recorder<'_> {
             let places = [gemm.a.ptr, gemm.b.ptr, gemm.c.ptr].map(|p| self.place_of_address(p, &operands));
             match places {
                 [Some(a), Some(b), Some(c)] => {
+                    if matches!(c, Place::External { .. }) {
+                        self.note_external_write(|| format!("extern op `{}` writes an input or constant", call.op));
+                    }
                     self.events.push(Event::Gemm(GemmRecord { op: call.op.to_string(), gemm, places: [a, b, c] }))
                 }
                 _ => self.mark_unreplayable(format!("extern op `{}`: an operand lies outside its tensors", call.op)),
@@ -292,6 +338,11 @@ impl Backend for Recorder<'_> {
     }
 
     fn read_scalar(&mut self, tensor: &CudaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+        if let Some(write) = &self.external_write {
+            // A replay diverging here would re-run the start, applying that write twice.
+            let why = format!("it reads a device value after {write} (a replay that read another value could not re-run the start without writing the input twice)");
+            self.mark_unreplayable(why);
+        }
         let at = self.place(tensor, false);
         let bytes = tensor.spec.dtype.size_bytes() as usize;
         let value = self.inner.read_scalar(tensor, request)?;
@@ -369,6 +420,10 @@ pub struct Prepared {
     _arena: Option<Arc<Storage>>,
     arena_bytes: u64,
     outputs: Vec<Value<CudaTensor>>,
+    /// The recorded run's own outputs, until the first replay.
+    pub(super) recorded_outputs: Option<Vec<Value<CudaTensor>>>,
+    /// Why the recording may write its inputs or constants, if it may.
+    writes_inputs: Option<String>,
     pub(super) graphs: Option<super::graph::SegmentGraphs>,
 }
 
@@ -418,8 +473,14 @@ fn pack(buffers: &[Buffer]) -> (Vec<u64>, u64) {
 impl Prepared {
     /// Runs `plan` once on `backend` with `inputs` (placeholder order) and
     /// `constants`, recording it; returns the recording, ready to replay, and
-    /// the outputs of the recorded run itself. Errors when the run fails or
-    /// cannot be replayed (the message names the op that needs the host).
+    /// the outputs of the recorded run itself (also [`Prepared::outputs`]
+    /// until the first replay: the call that records is not replayed, so
+    /// writes to the inputs happen once). Errors when the run fails or cannot
+    /// be replayed (the message names the op that needs the host, or the
+    /// input write a diverging replay would repeat).
+    ///
+    /// The recording uses `inputs` and `constants` in place (see the module
+    /// documentation): replays read and write those device tensors.
     pub fn record(
         backend: &mut CudaBackend,
         plan: &Plan,
@@ -433,6 +494,7 @@ impl Prepared {
             external: Vec::new(),
             events: Vec::new(),
             unreplayable: None,
+            external_write: None,
         };
         let out = plan.run(&mut rec, inputs, constants)?;
         if let Some(why) = rec.unreplayable.take() {
@@ -494,7 +556,17 @@ impl Prepared {
         for v in &out.outputs {
             outputs.push(rebase(&mut rec, v, arena.as_ref(), &offsets, &external)?);
         }
-        let prepared = Prepared { ops, external, _arena: arena, arena_bytes, outputs, graphs: None };
+        let writes_inputs = rec.external_write.take();
+        let prepared = Prepared {
+            ops,
+            external,
+            _arena: arena,
+            arena_bytes,
+            outputs,
+            recorded_outputs: Some(out.outputs.clone()),
+            writes_inputs,
+            graphs: None,
+        };
         Ok((prepared, out.outputs))
     }
 
@@ -513,10 +585,18 @@ impl Prepared {
         self.arena_bytes
     }
 
-    /// The outputs of the latest replay: views of the arena (or inputs), valid
+    /// The outputs of the latest call: before the first replay, the recorded
+    /// run's own outputs; after it, views of the arena (or inputs), valid
     /// until the next replay overwrites them.
     pub fn outputs(&self) -> &[Value<CudaTensor>] {
-        &self.outputs
+        self.recorded_outputs.as_deref().unwrap_or(&self.outputs)
+    }
+
+    /// Why replays may write the recording's inputs or constants in place
+    /// (each replay applies the write once, as each interpreter run does);
+    /// `None` when every launch writes only buffers the run allocated.
+    pub fn writes_inputs(&self) -> Option<&str> {
+        self.writes_inputs.as_deref()
     }
 
     /// Number of external buffers (inputs and constants) the recording uses in place.
@@ -524,9 +604,15 @@ impl Prepared {
         self.external.len()
     }
 
-    /// Replays the recording with direct launches. Nothing is allocated,
-    /// hashed or formatted unless a call fails.
+    /// Replays the recording with direct launches, on the input tensors it was
+    /// recorded with. Nothing is allocated, hashed or formatted unless a call
+    /// fails (the first replay frees the recorded run's outputs).
+    ///
+    /// [`Replay::Diverged`] is safe to follow by recording again: every
+    /// operation before a device read writes only the arena (see the module
+    /// documentation).
     pub fn replay(&mut self, backend: &CudaBackend) -> Result<Replay, ExecError> {
+        self.recorded_outputs = None;
         let device = &backend.device;
         device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
         let stream = device.stream.cu_stream();
@@ -649,8 +735,14 @@ impl PreparedCache {
     /// Runs `plan` on `inputs`: replays a matching recording (directly, or
     /// through CUDA graphs when `graphs`), recording a new one when none
     /// matches or every match diverged. Returns the recording whose outputs
-    /// hold the results. Inputs are used in place: a recording matches only
-    /// the same device tensors with the same layouts.
+    /// hold the results. Each call runs the program's operations once, so
+    /// writes to inputs happen once per call (a diverged replay stops before
+    /// any such write; see the module documentation).
+    ///
+    /// Inputs are used in place: a recording matches only the same device
+    /// tensors (by storage) with the same layouts and integer values. For new
+    /// values, write them into the same tensors
+    /// ([`super::CudaBackend::overwrite`]); other tensors make a new recording.
     pub fn run(
         &mut self,
         backend: &mut CudaBackend,
@@ -673,17 +765,11 @@ impl PreparedCache {
         let i = match hit {
             Some(i) => i,
             None => {
-                let (mut prepared, _) = Prepared::record(backend, plan, inputs.to_vec(), constants)?;
+                // The recorded run computed this call's results; it is not
+                // replayed now (that would apply writes to the inputs twice).
+                // Graphs are captured on the next graph replay.
+                let (prepared, _) = Prepared::record(backend, plan, inputs.to_vec(), constants)?;
                 self.recordings += 1;
-                if graphs {
-                    // The recorded run computed the results; capturing now
-                    // makes the graphs ready (their first replay also recomputes them).
-                    if super::graph::replay(&mut prepared, backend)? != Replay::Done {
-                        return Err(ExecError::op("cuda", "a fresh recording diverged on replay (the program reads values it writes nondeterministically)"));
-                    }
-                } else if prepared.replay(backend)? != Replay::Done {
-                    return Err(ExecError::op("cuda", "a fresh recording diverged on replay (the program reads values it writes nondeterministically)"));
-                }
                 if self.entries.len() >= Self::CAPACITY {
                     self.entries.remove(0);
                 }

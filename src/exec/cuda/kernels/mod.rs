@@ -92,6 +92,8 @@ impl ExternOpLog {
 pub(super) struct Builtins {
     module: Option<Rc<Module>>,
     functions: HashMap<String, sys::CUfunction>,
+    /// Wall time spent compiling (NVRTC) and loading the module.
+    pub(super) load_time: std::time::Duration,
 }
 
 /// Runs `call` on a built-in kernel; `Ok(None)` when no kernel covers it.
@@ -135,12 +137,14 @@ impl Builtins {
         let module = match &self.module {
             Some(m) => Rc::clone(m),
             None => {
+                let loading = std::time::Instant::now();
                 let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
                 let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
                 let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
                 let text = ptx(major, minor)?;
                 let m = Rc::new(device.load_module(text.as_bytes()).map_err(|e| ExecError::op(name, e.to_string()))?);
                 self.module = Some(Rc::clone(&m));
+                self.load_time += loading.elapsed();
                 m
             }
         };
