@@ -24,7 +24,14 @@ const WARMUP: usize = 1;
 const REPEATS: usize = 5;
 
 fn main() {
-    let gen = generate(Size { lines: usize::MAX, launches: LAUNCHES, kernels_per_family: 4 }, 23);
+    let gen = generate(
+        Size {
+            lines: usize::MAX,
+            launches: LAUNCHES,
+            kernels_per_family: 4,
+        },
+        23,
+    );
     let program = &gen.program;
     let info = match wrapir::ir::validate(program) {
         Ok(info) => info,
@@ -34,12 +41,20 @@ fn main() {
         }
     };
     let parallel = Options::default();
-    let serial = Options { parallel: false, ..Options::default() };
+    let serial = Options {
+        parallel: false,
+        ..Options::default()
+    };
 
     let report = check_program(&info, &parallel);
     let t = report.totals;
     if t.failed > 0 {
-        for e in report.entries.iter().filter(|e| matches!(e.verdict, Verdict::Failed(_))).take(5) {
+        for e in report
+            .entries
+            .iter()
+            .filter(|e| matches!(e.verdict, Verdict::Failed(_)))
+            .take(5)
+        {
             eprintln!("failed: {}:{} {}: {:?}", e.graph, e.line, e.kernel, e.verdict);
         }
         std::process::exit(1);
@@ -55,7 +70,13 @@ fn main() {
         .lines
         .iter()
         .enumerate()
-        .filter_map(|(i, l)| if let Line::KernelCall(c) = l { Some((i, c)) } else { None })
+        .filter_map(|(i, l)| {
+            if let Line::KernelCall(c) = l {
+                Some((i, c))
+            } else {
+                None
+            }
+        })
         .collect();
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
@@ -97,7 +118,10 @@ fn main() {
         "verdicts: {} proven, {} guarded, {} failed; {} proofs computed, {} from cache",
         t.proven, t.guarded, t.failed, t.proofs, t.cached
     );
-    println!("threads: {}; median of {REPEATS} runs after {WARMUP} warm-up", rayon::current_num_threads());
+    println!(
+        "threads: {}; median of {REPEATS} runs after {WARMUP} warm-up",
+        rayon::current_num_threads()
+    );
     println!();
     println!("| measure | median | target | ratio (target / measured) |");
     println!("|---|---:|---:|---:|");
@@ -115,5 +139,9 @@ fn main() {
     row("per launch p99 (cold cache)", p99, Duration::from_millis(5));
     row("per launch max (cold cache)", max, Duration::from_millis(5));
     println!();
-    println!("slowest single launch seen: {} ({:.3} ms)", slowest.1, slowest.0.as_secs_f64() * 1e3);
+    println!(
+        "slowest single launch seen: {} ({:.3} ms)",
+        slowest.1,
+        slowest.0.as_secs_f64() * 1e3
+    );
 }

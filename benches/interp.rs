@@ -33,14 +33,25 @@ fn asserts_program(count: usize) -> Program {
     g.symbol_input("arg1_1", &s1);
     let x = g.tensor_input(
         "arg2_1",
-        Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
+        Layout::contiguous(
+            DType::Float32,
+            Device::cuda(0),
+            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
+        ),
     );
     let w = g.tensor_input(
         "arg3_1",
-        Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
+        Layout::contiguous(
+            DType::Float32,
+            Device::cuda(0),
+            [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
+        ),
     );
     for i in 0..count as i64 {
-        let lhs = SymExpr::add(SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())), SymExpr::Int(i));
+        let lhs = SymExpr::add(
+            SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
+            SymExpr::Int(i),
+        );
         g.line(Line::RuntimeAssert {
             cond: SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)),
             message: format!("s0*s1 + {i} >= {i}"),
@@ -67,16 +78,22 @@ fn run(plan: &Plan) -> usize {
             "arg0_1" | "s0" => Value::Int(64),
             "arg1_1" | "s1" => Value::Int(32),
             "arg2_1" => Value::Tensor(
-                backend.tensor(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[64, 32])).expect("meta tensor"),
+                backend
+                    .tensor(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[64, 32]))
+                    .expect("meta tensor"),
             ),
             "arg3_1" => Value::Tensor(
-                backend.tensor(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[32, 32])).expect("meta tensor"),
+                backend
+                    .tensor(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[32, 32]))
+                    .expect("meta tensor"),
             ),
             other => panic!("unexpected plan input `{other}`"),
         };
         inputs.push(v);
     }
-    let out = plan.run(&mut backend, inputs, &IndexMap::new()).unwrap_or_else(|e| panic!("run: {e}"));
+    let out = plan
+        .run(&mut backend, inputs, &IndexMap::new())
+        .unwrap_or_else(|e| panic!("run: {e}"));
     out.outputs.len()
 }
 
@@ -86,7 +103,15 @@ fn main() {
     println!();
     println!("| plan | program lines | plan steps | median run | ns/step | ratio (target / measured) |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let mixed = generate(Size { lines: 100_000, launches: usize::MAX, kernels_per_family: 4 }, 11).program;
+    let mixed = generate(
+        Size {
+            lines: 100_000,
+            launches: usize::MAX,
+            kernels_per_family: 4,
+        },
+        11,
+    )
+    .program;
     for (name, program) in [("asserts", asserts_program(50_000)), ("mixed", mixed)] {
         let plan = plan_of(&program);
         let time = median_time(WARMUP, REPEATS, || run(&plan));

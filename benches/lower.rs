@@ -16,7 +16,14 @@ const REPEATS: usize = 9;
 const TARGET_LINES_PER_S: f64 = 1e6;
 
 fn main() {
-    let gen = generate(Size { lines: LINES, launches: usize::MAX, kernels_per_family: 4 }, 11);
+    let gen = generate(
+        Size {
+            lines: LINES,
+            launches: usize::MAX,
+            kernels_per_family: 4,
+        },
+        11,
+    );
     let program = &gen.program;
     let lines = program.main.lines.len();
     let info = match wrapir::ir::validate(program) {
@@ -27,17 +34,43 @@ fn main() {
         }
     };
     let text = wrapir::text::print(program);
-    let aoti = CppOptions { dialect: Dialect::Aoti, ..Default::default() };
-    let standalone = CppOptions { dialect: Dialect::Standalone, ..Default::default() };
+    let aoti = CppOptions {
+        dialect: Dialect::Aoti,
+        ..Default::default()
+    };
+    let standalone = CppOptions {
+        dialect: Dialect::Standalone,
+        ..Default::default()
+    };
     let python_opts = wrapir::lower::python::Options::default();
     let fx_opts = wrapir::lower::fx::Options::default();
 
     // Check every target once and report output sizes.
     let outputs: Vec<(&str, Result<usize, String>)> = vec![
-        ("python", wrapir::lower::python::write_string(&info, &python_opts).map(|s| s.len()).map_err(|e| e.to_string())),
-        ("cpp (aoti)", wrapir::lower::cpp::write_string(&info, &aoti).map(|s| s.len()).map_err(|e| e.to_string())),
-        ("cpp (standalone)", wrapir::lower::cpp::write_string(&info, &standalone).map(|s| s.len()).map_err(|e| e.to_string())),
-        ("fx write_string", wrapir::lower::fx::write_string(&info, &fx_opts).map(|s| s.len()).map_err(|e| e.to_string())),
+        (
+            "python",
+            wrapir::lower::python::write_string(&info, &python_opts)
+                .map(|s| s.len())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "cpp (aoti)",
+            wrapir::lower::cpp::write_string(&info, &aoti)
+                .map(|s| s.len())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "cpp (standalone)",
+            wrapir::lower::cpp::write_string(&info, &standalone)
+                .map(|s| s.len())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "fx write_string",
+            wrapir::lower::fx::write_string(&info, &fx_opts)
+                .map(|s| s.len())
+                .map_err(|e| e.to_string()),
+        ),
         ("text print", Ok(text.len())),
     ];
     let mut failed = false;
@@ -71,15 +104,23 @@ fn main() {
         program.symbols.len(),
         thousands(program.main.buffers.len() as f64)
     );
-    println!("median of {REPEATS} runs after {WARMUP} warm-up runs; target {} lines/s", thousands(TARGET_LINES_PER_S));
+    println!(
+        "median of {REPEATS} runs after {WARMUP} warm-up runs; target {} lines/s",
+        thousands(TARGET_LINES_PER_S)
+    );
     println!();
     println!("| target | output bytes | median | lines/s | ratio to target |");
     println!("|---|---:|---:|---:|---:|");
-    let sizes: std::collections::HashMap<&str, usize> =
-        outputs.iter().filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, *s))).collect();
+    let sizes: std::collections::HashMap<&str, usize> = outputs
+        .iter()
+        .filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, *s)))
+        .collect();
     let row = |name: &str, time: std::time::Duration| {
         let rate = lines as f64 / time.as_secs_f64();
-        let bytes = sizes.get(name).map(|b| thousands(*b as f64)).unwrap_or_else(|| "-".into());
+        let bytes = sizes
+            .get(name)
+            .map(|b| thousands(*b as f64))
+            .unwrap_or_else(|| "-".into());
         println!(
             "| {name} | {bytes} | {:.1} ms | {} | {:.2}x |",
             time.as_secs_f64() * 1e3,
@@ -87,12 +128,40 @@ fn main() {
             rate / TARGET_LINES_PER_S
         );
     };
-    row("validate", median_time(WARMUP, REPEATS, || wrapir::ir::validate(program).map(|i| i.graphs().count())));
-    row("python", median_time(WARMUP, REPEATS, || wrapir::lower::python::write_string(&info, &python_opts)));
-    row("cpp (aoti)", median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &aoti)));
-    row("cpp (standalone)", median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &standalone)));
-    row("fx lower", median_time(WARMUP, REPEATS, || wrapir::lower::fx::lower(&info, &fx_opts)));
-    row("fx write_string", median_time(WARMUP, REPEATS, || wrapir::lower::fx::write_string(&info, &fx_opts)));
-    row("text print", median_time(WARMUP, REPEATS, || wrapir::text::print(program)));
-    row("text parse", median_time(WARMUP, REPEATS, || wrapir::text::parse(&text)));
+    row(
+        "validate",
+        median_time(WARMUP, REPEATS, || {
+            wrapir::ir::validate(program).map(|i| i.graphs().count())
+        }),
+    );
+    row(
+        "python",
+        median_time(WARMUP, REPEATS, || {
+            wrapir::lower::python::write_string(&info, &python_opts)
+        }),
+    );
+    row(
+        "cpp (aoti)",
+        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &aoti)),
+    );
+    row(
+        "cpp (standalone)",
+        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &standalone)),
+    );
+    row(
+        "fx lower",
+        median_time(WARMUP, REPEATS, || wrapir::lower::fx::lower(&info, &fx_opts)),
+    );
+    row(
+        "fx write_string",
+        median_time(WARMUP, REPEATS, || wrapir::lower::fx::write_string(&info, &fx_opts)),
+    );
+    row(
+        "text print",
+        median_time(WARMUP, REPEATS, || wrapir::text::print(program)),
+    );
+    row(
+        "text parse",
+        median_time(WARMUP, REPEATS, || wrapir::text::parse(&text)),
+    );
 }

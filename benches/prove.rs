@@ -33,7 +33,10 @@ fn neg(a: SymExpr) -> SymExpr {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
@@ -55,11 +58,20 @@ fn workload(count: usize) -> Vec<(SymExpr, SymExpr)> {
         };
         let pair = match rng.next(8) {
             // Triton grid: ceil-div as Inductor prints it vs the (n + B - 1) // B form.
-            0 => (neg(fdiv(numel.clone(), int(-bsz))), fdiv(add(numel, int(bsz - 1)), int(bsz))),
+            0 => (
+                neg(fdiv(numel.clone(), int(-bsz))),
+                fdiv(add(numel, int(bsz - 1)), int(bsz)),
+            ),
             // Precomputed size used in the grid.
-            1 => (fdiv(add(sym("ks0"), int(bsz - 1)), int(bsz)), neg(fdiv(mul(sym("s1"), sym("s0")), int(-bsz)))),
+            1 => (
+                fdiv(add(sym("ks0"), int(bsz - 1)), int(bsz)),
+                neg(fdiv(mul(sym("s1"), sym("s0")), int(-bsz))),
+            ),
             // xnumel with factors in another order.
-            2 => (mul(mul(int(4), x.clone()), y.clone()), mul(y.clone(), mul(x.clone(), int(4)))),
+            2 => (
+                mul(mul(int(4), x.clone()), y.clone()),
+                mul(y.clone(), mul(x.clone(), int(4))),
+            ),
             // ModularIndexing vs Python modulo.
             3 => (
                 SymExpr::ModularIndexing(Box::new(numel.clone()), Box::new(int(1)), Box::new(y.clone())),
@@ -147,6 +159,12 @@ fn main() {
     println!("threads:           {}", rayon::current_num_threads());
     println!("total time:        {:.3} s", total.as_secs_f64());
     println!("p99 per check:     {:.3} ms", p99(&per_check).as_secs_f64() * 1e3);
-    println!("p99 per proof:     {:.3} ms (uncached)", p99(&proof_times).as_secs_f64() * 1e3);
-    println!("max per proof:     {:.3} ms", proof_times.last().copied().unwrap_or_default().as_secs_f64() * 1e3);
+    println!(
+        "p99 per proof:     {:.3} ms (uncached)",
+        p99(&proof_times).as_secs_f64() * 1e3
+    );
+    println!(
+        "max per proof:     {:.3} ms",
+        proof_times.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
 }

@@ -51,8 +51,12 @@ pub enum SnapshotError {
 pub fn render(program: &Program, target: Target) -> Result<String, SnapshotError> {
     let info = validate(program).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     let text = match target {
-        Target::Python => crate::lower::python::write_string(&info, &Default::default())
-            .map_err(|e| SnapshotError::Lower { target: target.name(), message: e.to_string() })?,
+        Target::Python => {
+            crate::lower::python::write_string(&info, &Default::default()).map_err(|e| SnapshotError::Lower {
+                target: target.name(),
+                message: e.to_string(),
+            })?
+        }
     };
     Ok(redact(&text))
 }
@@ -114,7 +118,11 @@ fn redact_token(token: &str) -> String {
     if token.contains('/') && token.contains("torchinductor") {
         return "[cache path]".to_string();
     }
-    if token.contains('/') && [".cubin", ".ptx", ".so", ".hsaco"].iter().any(|ext| token.ends_with(ext)) {
+    if token.contains('/')
+        && [".cubin", ".ptx", ".so", ".hsaco"]
+            .iter()
+            .any(|ext| token.ends_with(ext))
+    {
         return "[binary path]".to_string();
     }
     // Hashes inside identifiers: split on `_`/`.` and redact long hash-like parts.
@@ -141,7 +149,9 @@ fn redact_token(token: &str) -> String {
 }
 
 fn is_hash(s: &str) -> bool {
-    let lower_alnum = s.len() >= 40 && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) && s.chars().any(|c| c.is_ascii_digit());
+    let lower_alnum = s.len() >= 40
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars().any(|c| c.is_ascii_digit());
     let upper_hex = s.len() >= 32 && s.chars().all(|c| c.is_ascii_digit() || ('A'..='F').contains(&c));
     lower_alnum || upper_hex
 }
@@ -157,12 +167,18 @@ mod tests {
                 "# kernel path: /tmp/torchinductor_root/nj/cnjjd56wlqkkyxg5jitusvyufhtvte2wxv6l3dilyuroh2ui2i4q.py",
                 "# kernel path: [cache path]",
             ),
-            ("loadKernel(\"/data/k/triton_poi_fused_add_0.cubin\", ...)", "loadKernel(\"[binary path]\", ...)"),
+            (
+                "loadKernel(\"/data/k/triton_poi_fused_add_0.cubin\", ...)",
+                "loadKernel(\"[binary path]\", ...)",
+            ),
             (
                 "'backend_hash': '91D1D1166449D9E2EB66EB9770C9E2C3B0FEB787341F27FEB4D3F0338DA50336'",
                 "'backend_hash': '[hash]'",
             ),
-            ("triton_poi_fused_add_0.run(arg0_1, buf0, 8, stream=stream0)", "triton_poi_fused_add_0.run(arg0_1, buf0, 8, stream=stream0)"),
+            (
+                "triton_poi_fused_add_0.run(arg0_1, buf0, 8, stream=stream0)",
+                "triton_poi_fused_add_0.run(arg0_1, buf0, 8, stream=stream0)",
+            ),
             ("x = 0.7071067811865476", "x = 0.7071067811865476"),
         ];
         for (input, expected) in cases {

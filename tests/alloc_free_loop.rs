@@ -104,11 +104,23 @@ fn asserts(count: usize) -> Program {
     let mut g = p.main();
     g.symbol_input("arg0_1", &s0);
     g.symbol_input("arg1_1", &s1);
-    let x = g.tensor_input("arg2_1", tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]));
-    let w = g.tensor_input("arg3_1", tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]));
+    let x = g.tensor_input(
+        "arg2_1",
+        tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
+    );
+    let w = g.tensor_input(
+        "arg3_1",
+        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
+    );
     for i in 0..count as i64 {
-        let lhs = SymExpr::add(SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())), SymExpr::Int(i));
-        g.runtime_assert(SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)), &format!("s0*s1 + {i} >= {i}"));
+        let lhs = SymExpr::add(
+            SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
+            SymExpr::Int(i),
+        );
+        g.runtime_assert(
+            SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)),
+            &format!("s0*s1 + {i} >= {i}"),
+        );
     }
     g.output(&x);
     g.output(&w);
@@ -126,15 +138,27 @@ fn precomputed(count: usize) -> Program {
     let mut g = p.main();
     g.symbol_input("arg0_1", &s0);
     g.symbol_input("arg1_1", &s1);
-    let x = g.tensor_input("arg2_1", tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]));
-    let w = g.tensor_input("arg3_1", tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]));
+    let x = g.tensor_input(
+        "arg2_1",
+        tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
+    );
+    let w = g.tensor_input(
+        "arg3_1",
+        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
+    );
     for (i, k) in ks.iter().enumerate() {
         let expr = SymExpr::floor_div(
-            SymExpr::mul(SymExpr::add(SymExpr::Sym(s0.clone()), SymExpr::Int(i as i64)), SymExpr::Sym(s1.clone())),
+            SymExpr::mul(
+                SymExpr::add(SymExpr::Sym(s0.clone()), SymExpr::Int(i as i64)),
+                SymExpr::Sym(s1.clone()),
+            ),
             SymExpr::Int(2),
         );
         g.let_symbol(k, expr);
-        g.runtime_assert(SymExpr::cmp(CmpOp::Ge, SymExpr::Sym(k.clone()), SymExpr::Int(0)), &format!("ks{i} >= 0"));
+        g.runtime_assert(
+            SymExpr::cmp(CmpOp::Ge, SymExpr::Sym(k.clone()), SymExpr::Int(0)),
+            &format!("ks{i} >= 0"),
+        );
     }
     g.output(&x);
     g.output(&w);
@@ -174,7 +198,8 @@ fn allocations_of_second_run(plan: &Plan) -> usize {
     let constants = IndexMap::new();
     let first = inputs(plan, &mut backend);
     let second = first.clone();
-    plan.run(&mut backend, first, &constants).unwrap_or_else(|e| panic!("first run: {e}"));
+    plan.run(&mut backend, first, &constants)
+        .unwrap_or_else(|e| panic!("first run: {e}"));
     ALLOCATIONS.store(0, Ordering::SeqCst);
     COUNTING.with(|c| c.set(true));
     let out = plan.run(&mut backend, second, &constants);
@@ -207,7 +232,10 @@ fn check(family: &str, build: fn(usize) -> Program) {
         );
     }
     let (_, longest_steps, _) = counts[counts.len() - 1];
-    assert!(longest_steps > 10 * LENGTHS[1], "{family}: the longest plan has only {longest_steps} steps");
+    assert!(
+        longest_steps > 10 * LENGTHS[1],
+        "{family}: the longest plan has only {longest_steps} steps"
+    );
 }
 
 #[test]
@@ -219,4 +247,3 @@ fn runtime_asserts_allocate_a_constant_number_of_times() {
 fn symbol_arithmetic_and_binds_allocate_a_constant_number_of_times() {
     check("precomputed", precomputed);
 }
-

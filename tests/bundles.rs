@@ -34,7 +34,9 @@ fn bundles() -> Vec<PathBuf> {
 }
 
 fn name(dir: &Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn load(dir: &Path) -> Program {
@@ -54,7 +56,15 @@ fn bundle_json(dir: &Path) -> serde_json::Value {
 /// The outcome of lowering to one target.
 fn lower(program: &Program, target: &str) -> Result<String, String> {
     let info = wrapir::ir::validate(program).map_err(|e| e.to_string())?;
-    let cpp = |dialect| wrapir::lower::cpp::write_string(&info, &CppOptions { dialect, ..Default::default() });
+    let cpp = |dialect| {
+        wrapir::lower::cpp::write_string(
+            &info,
+            &CppOptions {
+                dialect,
+                ..Default::default()
+            },
+        )
+    };
     match target {
         "python" => wrapir::lower::python::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
         "cpp" => cpp(Dialect::Aoti).map_err(|e| e.to_string()),
@@ -82,12 +92,16 @@ fn every_bundle_validates_and_lowers_to_every_target() {
                 (Ok(_), None) => failures.push(format!("{case} -> {target}: empty output")),
                 (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target)),
                 (Err(e), _) => failures.push(format!("{case} -> {target}: {e}")),
-                (Ok(_), Some(_)) => failures.push(format!("{case} -> {target}: listed as failing but lowers; remove it")),
+                (Ok(_), Some(_)) => {
+                    failures.push(format!("{case} -> {target}: listed as failing but lowers; remove it"))
+                }
             }
         }
     }
     for (b, t, _) in KNOWN_FAILURES {
-        if !known_seen.iter().any(|(kb, kt)| kb == b && kt == t) && !failures.iter().any(|f| f.starts_with(&format!("{b} -> {t}"))) {
+        if !known_seen.iter().any(|(kb, kt)| kb == b && kt == t)
+            && !failures.iter().any(|f| f.starts_with(&format!("{b} -> {t}")))
+        {
             failures.push(format!("KNOWN_FAILURES names ({b}, {t}), which is not a bundle/target"));
         }
     }
@@ -116,7 +130,10 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             .as_object()
             .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_i64()?))).collect())
             .unwrap_or_default();
-        let has_unbacked = program.symbols.values().any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
+        let has_unbacked = program
+            .symbols
+            .values()
+            .any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
         let expected = tensors(&dir.join("expected.safetensors"));
         let expected = expected_outputs(&expected);
         let predicates: Vec<Option<bool>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
@@ -138,9 +155,17 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
                     continue;
                 }
             };
-            let got: Vec<_> = report.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+            let got: Vec<_> = report
+                .outputs
+                .iter()
+                .filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })
+                .collect();
             if got.len() != expected.len() {
-                failures.push(format!("{case}: {} tensor outputs, {} expected", got.len(), expected.len()));
+                failures.push(format!(
+                    "{case}: {} tensor outputs, {} expected",
+                    got.len(),
+                    expected.len()
+                ));
                 continue;
             }
             // Shapes depending on unbacked values are only as good as the hints.
@@ -149,7 +174,13 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             }
             for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
                 if g.dtype != e.dtype() || g.size != e.size() {
-                    failures.push(format!("{case}: output {k} is {}{:?}, eager `{key}` is {}{:?}", g.dtype, g.size, e.dtype(), e.size()));
+                    failures.push(format!(
+                        "{case}: output {k} is {}{:?}, eager `{key}` is {}{:?}",
+                        g.dtype,
+                        g.size,
+                        e.dtype(),
+                        e.size()
+                    ));
                 }
             }
         }
@@ -196,10 +227,18 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
                 continue;
             }
         };
-        let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+        let got: Vec<_> = out
+            .outputs
+            .iter()
+            .filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })
+            .collect();
         let expected = expected_outputs(&expected);
         if got.len() != expected.len() {
-            failures.push(format!("{case}: {} tensor outputs, {} expected", got.len(), expected.len()));
+            failures.push(format!(
+                "{case}: {} tensor outputs, {} expected",
+                got.len(),
+                expected.len()
+            ));
             continue;
         }
         for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {

@@ -9,9 +9,8 @@ use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend,
-    KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType,
-    TensorMethod, TritonMeta, WhileLoop,
+    ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
+    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta, WhileLoop,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -82,8 +81,7 @@ fn lower(program: &Program, options: &Options) -> Result<String, cpp::Error> {
 }
 
 fn lower_ok(program: &Program, dialect: Dialect) -> String {
-    lower(program, &Options::for_dialect(dialect))
-        .unwrap_or_else(|e| panic!("lowering failed: {e}"))
+    lower(program, &Options::for_dialect(dialect)).unwrap_or_else(|e| panic!("lowering failed: {e}"))
 }
 
 /// Every expected line occurs, trimmed, as a whole line of the output.
@@ -96,10 +94,7 @@ fn check(text: &str, expected: &[&str]) {
 
 /// No line of the output contains `fragment`.
 fn check_absent(text: &str, fragment: &str) {
-    assert!(
-        !text.contains(fragment),
-        "unexpected `{fragment}` in:\n{text}"
-    );
+    assert!(!text.contains(fragment), "unexpected `{fragment}` in:\n{text}");
 }
 
 struct Case {
@@ -113,10 +108,7 @@ fn nonzero_program() -> Program {
     let mut p = ProgramBuilder::new();
     p.unbacked_symbol("u0", Some(0), Some(100));
     let mut g = p.main();
-    let x = g.tensor_input(
-        "arg0_1",
-        Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]),
-    );
+    let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
     let nz = g.extern_alloc(
         "buf2",
         Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
@@ -131,10 +123,7 @@ fn nonzero_program() -> Program {
             .collect(),
     );
     g.free(&x);
-    g.runtime_assert(
-        SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)),
-        "Expected u0 <= 100",
-    );
+    g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
     let view = g.reinterpret(
         &nz,
         "buf3",
@@ -163,10 +152,7 @@ fn item_program() -> Program {
     p.unbacked_symbol("u0", Some(0), None);
     p.unbacked_symbol("u1", Some(0), None);
     let mut g = p.main();
-    g.tensor_input(
-        "arg0_1",
-        Layout::contiguous(DType::Int64, Device::cuda(0), []),
-    );
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
     g.line(Line::DynamicScalar {
         symbol: "u0".into(),
         source: "arg0_1".into(),
@@ -258,11 +244,7 @@ fn topk_program() -> Program {
 
 fn cond_program() -> Program {
     let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel(
-        "triton_poi_fused_add_0",
-        "",
-        pointwise_meta(GridType::Grid1D),
-    );
+    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
     for name in ["true_graph_0", "false_graph_0"] {
         let mut g = p.subgraph(name);
         g.tensor_input("arg0_1", f32(&[int(40)]));
@@ -272,10 +254,7 @@ fn cond_program() -> Program {
         g.finish();
     }
     let mut g = p.main();
-    g.tensor_input(
-        "arg0_1",
-        Layout::contiguous(DType::Bool, Device::cuda(0), []),
-    );
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
     g.tensor_input("arg1_1", f32(&[int(40)]));
     g.define_kernel(&k);
     g.line(Line::EnterDeviceContext { device_index: 0 });
@@ -287,12 +266,7 @@ fn cond_program() -> Program {
         false_graph: "false_graph_0".into(),
         operands: vec!["arg1_1".into()],
     }));
-    let r = g.multi_output(
-        "buf1",
-        f32(&[int(40)]),
-        &"buf0".into(),
-        &[MultiIndex::List(0)],
-    );
+    let r = g.multi_output("buf1", f32(&[int(40)]), &"buf0".into(), &[MultiIndex::List(0)]);
     g.line(Line::ExitDeviceContext);
     g.output(&r);
     g.finish();
@@ -338,12 +312,7 @@ fn while_program() -> Program {
         carried: vec!["arg0_1".into()],
         additional: vec!["arg1_1".into()],
     }));
-    let r = g.multi_output(
-        "buf3",
-        f32(&[int(4)]),
-        &"buf2".into(),
-        &[MultiIndex::List(0)],
-    );
+    let r = g.multi_output("buf3", f32(&[int(4)]), &"buf2".into(), &[MultiIndex::List(0)]);
     g.output(&r);
     g.finish();
     p.finish()
@@ -354,11 +323,7 @@ fn dynamic_program() -> Program {
     let mut p = ProgramBuilder::new();
     p.backed_symbol("s0", Some(8));
     let xn = p.precomputed_symbol("triton_poi_fused_add_0_xnumel");
-    let k = p.triton_kernel(
-        "triton_poi_fused_add_0",
-        "",
-        pointwise_meta(GridType::Grid1D),
-    );
+    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[sym("s0"), int(4)]));
     g.define_kernel(&k);
@@ -366,11 +331,7 @@ fn dynamic_program() -> Program {
     g.let_symbol(&xn, SymExpr::mul(int(4), sym("s0")));
     g.call_kernel(
         &k,
-        [
-            buf("arg0_1"),
-            buf("buf0"),
-            ArgValue::Expr(SymExpr::Sym(xn.clone())),
-        ],
+        [buf("arg0_1"), buf("buf0"), ArgValue::Expr(SymExpr::Sym(xn.clone()))],
     );
     let r = g.reuse(&b, "buf1", f32(&[SymExpr::mul(int(4), sym("s0"))]));
     g.output(&r);
@@ -617,12 +578,7 @@ fn line_kinds_in_both_dialects() {
         let standalone = lower_ok(&program, Dialect::Standalone);
         check(&standalone, case.standalone);
         // The standalone dialect never mentions libtorch.
-        for fragment in [
-            "aoti_torch",
-            "AtenTensorHandle",
-            "RAIIAtenTensorHandle",
-            "torch/csrc",
-        ] {
+        for fragment in ["aoti_torch", "AtenTensorHandle", "RAIIAtenTensorHandle", "torch/csrc"] {
             assert!(
                 !standalone.contains(fragment),
                 "case {}: `{fragment}` in standalone output",
@@ -637,12 +593,7 @@ fn exact_reuse_moves_the_handle() {
     let mut p = ProgramBuilder::new();
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
-    let b = g.extern_alloc(
-        "buf0",
-        f32(&[int(4)]),
-        "extern_kernels.relu",
-        vec![buf("arg0_1")],
-    );
+    let b = g.extern_alloc("buf0", f32(&[int(4)]), "extern_kernels.relu", vec![buf("arg0_1")]);
     let r = g.reuse(&b, "buf1", f32(&[int(4)]));
     g.output(&r);
     g.finish();
@@ -717,8 +668,7 @@ fn grids_per_grid_type() {
         ],
     );
     let mut scan = pointwise_meta(GridType::SplitScanGrid);
-    scan.signature
-        .insert("r0_numel".into(), "i32".parse().unwrap());
+    scan.signature.insert("r0_numel".into(), "i32".parse().unwrap());
     scan.signature.move_index(4, 3);
     scan.config.insert("R0_BLOCK".into(), 1024);
     check_grid(
@@ -818,11 +768,7 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
 
 #[test]
 fn options_suffix_cubin_dir_entry_name() {
-    let program = pointwise_program(
-        pointwise_meta(GridType::Grid1D),
-        int(8192),
-        &[int(64), int(128)],
-    );
+    let program = pointwise_program(pointwise_meta(GridType::Grid1D), int(8192), &[int(64), int(128)]);
     let options = Options {
         dialect: Dialect::Aoti,
         int_suffix: IntSuffix::LL,
@@ -846,7 +792,14 @@ fn options_suffix_cubin_dir_entry_name() {
         ..Options::default()
     };
     let text = lower(&program, &options).unwrap();
-    check(&text, &["#define WRAPIR_CUBIN_DIR \"cubins\"", "class Tensor {", "extern \"C\" const char* model_run_last_error() { return wrapir::last_error().c_str(); }"]);
+    check(
+        &text,
+        &[
+            "#define WRAPIR_CUBIN_DIR \"cubins\"",
+            "class Tensor {",
+            "extern \"C\" const char* model_run_last_error() { return wrapir::last_error().c_str(); }",
+        ],
+    );
     check_absent(&text, "#include \"wrapir_runtime.h\"");
 }
 
@@ -890,12 +843,7 @@ fn errors_name_the_problem() {
     p.unbacked_symbol("u0", Some(0), None);
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
-    let b = g.extern_alloc(
-        "buf0",
-        f32(&[sym("u0")]),
-        "aten.nonzero",
-        vec![buf("arg0_1")],
-    );
+    let b = g.extern_alloc("buf0", f32(&[sym("u0")]), "aten.nonzero", vec![buf("arg0_1")]);
     g.bind_unbacked(
         &b,
         &"u0".into(),
@@ -964,18 +912,14 @@ fn errors_name_the_problem() {
 /// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
 /// `nvidia-cuda-runtime-cu12` wheel's include directory.
 fn cuda_include() -> Result<PathBuf, String> {
-    const HOW: &str =
-        "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
+    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
                        or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
     if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
         let dir = PathBuf::from(dir);
         return if dir.join("cuda.h").is_file() {
             Ok(dir)
         } else {
-            Err(format!(
-                "WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}",
-                dir.display()
-            ))
+            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
         };
     }
     let probe = Command::new("python3")
@@ -1192,9 +1136,14 @@ fn nested_and_whole_multi_outputs() {
     g.bind_unbacked(
         &r,
         &"u0".into(),
-        [KeyEntry::Index(1), KeyEntry::Index(0), KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
+        [
+            KeyEntry::Index(1),
+            KeyEntry::Index(0),
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+        ]
+        .into_iter()
+        .collect(),
     );
     // The whole of a tensor under a new name is a new reference.
     let whole = g.multi_output("buf4", f32(&[int(4)]), &"arg0_1".into(), &[]);

@@ -17,7 +17,9 @@ use wrapir::ir::{DType, Device, Program};
 /// The crate root: `CARGO_MANIFEST_DIR` at run time (cargo sets it; set it
 /// when running the test binary elsewhere), else where it was built.
 fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn bundles() -> Vec<PathBuf> {
@@ -53,18 +55,26 @@ fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tenso
 fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     let text = std::fs::read_to_string(dir.join("program.json")).map_err(|e| e.to_string())?;
     let program = Program::from_json(&text).map_err(|e| e.to_string())?;
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     let tolerance = Tolerance {
         rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
         atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
     };
     let inputs = tensors(&dir.join("inputs.safetensors"));
     let expected = tensors(&dir.join("expected.safetensors"));
-    let options = CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() };
+    let options = CudaOptions {
+        kernel_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
     let log = options.extern_ops.clone();
     let out = run_program(&program, options, &inputs).map_err(|e| e.to_string())?;
-    let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+    let got: Vec<_> = out
+        .outputs
+        .iter()
+        .filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })
+        .collect();
     let expected = expected_outputs(&expected);
     if got.len() != expected.len() {
         return Err(format!("{} tensor outputs, {} expected", got.len(), expected.len()));
@@ -84,7 +94,10 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[];
 fn every_bundle_matches_eager_on_cuda() {
     let mut failures = Vec::new();
     for dir in bundles() {
-        let case = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let case = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let known = KNOWN_FAILURES.iter().find(|(c, _)| *c == case).map(|(_, e)| *e);
         match (check_bundle(&dir), known) {
             (Ok(host_ops), None) if host_ops.is_empty() => {}
@@ -115,7 +128,11 @@ fn copies_round_trip_strided_views() {
         let back = backend.copy_out(&device).unwrap();
         assert_eq!(back.to_f64_vec().unwrap(), transposed.to_f64_vec().unwrap(), "{dtype}");
         let offset = backend.view(&device, &[2], &[3], 1).unwrap();
-        assert_eq!(backend.copy_out(&offset).unwrap().to_f64_vec().unwrap(), vec![values[1], values[4]], "{dtype}");
+        assert_eq!(
+            backend.copy_out(&offset).unwrap().to_f64_vec().unwrap(),
+            vec![values[1], values[4]],
+            "{dtype}"
+        );
     }
 }
 
@@ -174,7 +191,13 @@ fn result_tensors<T: Clone>(result: Value<T>, first: Option<&Value<T>>, in_place
     let mut out = Vec::new();
     match result {
         Value::Tensor(t) if !in_place => out.push(t),
-        Value::List(items) => out.extend(items.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })),
+        Value::List(items) => {
+            out.extend(
+                items
+                    .into_iter()
+                    .filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }),
+            )
+        }
         _ => {}
     }
     if let (true, Some(Value::Tensor(t))) = (in_place, first) {
@@ -199,11 +222,20 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).unwrap();
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
-    let host_kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
+    let host_kwargs: IndexMap<String, Value<Tensor>> =
+        kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
     let dev_args: Vec<_> = host_args.iter().map(|v| device_value(&mut backend, v)).collect();
-    let dev_kwargs: IndexMap<_, _> = host_kwargs.iter().map(|(k, v)| (k.clone(), device_value(&mut backend, v))).collect();
+    let dev_kwargs: IndexMap<_, _> = host_kwargs
+        .iter()
+        .map(|(k, v)| (k.clone(), device_value(&mut backend, v)))
+        .collect();
     let first = dev_args.first().cloned();
-    let got = backend.call_extern(ExternCall { op, args: dev_args, kwargs: dev_kwargs, expected: None });
+    let got = backend.call_extern(ExternCall {
+        op,
+        args: dev_args,
+        kwargs: dev_kwargs,
+        expected: None,
+    });
     if !log.host_ops().is_empty() {
         return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
     }
@@ -213,13 +245,21 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
         (Ok(_), Expect::Error(want)) => return Err(format!("succeeded; expected an error containing `{want}`")),
         (Ok(v), _) => v,
     };
-    let got: Vec<Tensor> = result_tensors(got, first.as_ref(), in_place).iter().map(|t| backend.copy_out(t).unwrap()).collect();
+    let got: Vec<Tensor> = result_tensors(got, first.as_ref(), in_place)
+        .iter()
+        .map(|t| backend.copy_out(t).unwrap())
+        .collect();
     let want: Vec<(Vec<i64>, Option<Vec<i64>>, Vec<f64>)> = match expect {
         Expect::Host => {
             let mut host = HostBackend::new(HostOptions { jagged_zero_fill: true });
             let first = host_args.first().cloned();
             let r = host
-                .call_extern(ExternCall { op, args: host_args, kwargs: host_kwargs, expected: None })
+                .call_extern(ExternCall {
+                    op,
+                    args: host_args,
+                    kwargs: host_kwargs,
+                    expected: None,
+                })
                 .map_err(|e| format!("host: {e}"))?;
             result_tensors(r, first.as_ref(), in_place)
                 .iter()
@@ -234,7 +274,11 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     }
     for (k, (g, (size, stride, values))) in got.iter().zip(&want).enumerate() {
         let gv = g.to_f64_vec().unwrap();
-        let same = gv.len() == values.len() && gv.iter().zip(values).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        let same = gv.len() == values.len()
+            && gv
+                .iter()
+                .zip(values)
+                .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
         if g.size() != size.as_slice() || stride.as_ref().is_some_and(|s| s.as_slice() != g.stride()) || !same {
             return Err(format!(
                 "result {k}: got {:?} strides {:?} = {gv:?}; expected {size:?} strides {stride:?} = {values:?}",
@@ -253,17 +297,46 @@ fn builtin_kernels_match_the_host_ops() {
     use DType::*;
     let nan = f64::NAN;
     let inf = f64::INFINITY;
-    let long_mask: Vec<f64> = (0..3000).map(|i| f64::from(u8::from(i % 7 == 0 || i % 13 == 0))).collect();
+    let long_mask: Vec<f64> = (0..3000)
+        .map(|i| f64::from(u8::from(i % 7 == 0 || i % 13 == 0)))
+        .collect();
     let ramp = |n: usize| (0..n).map(|i| i as f64).collect::<Vec<f64>>();
     let cases: Vec<(&str, &str, Vec<Arg>, Vec<(&str, Arg)>, Expect)> = vec![
-        ("nonzero 2-d bool", "torch.ops.aten.nonzero.default", vec![t(Bool, &[1., 0., 1., 0., 1., 0.], &[2, 3])], vec![], Expect::Host),
-        ("nonzero f32 with -0 and NaN", "aten.nonzero", vec![t(Float32, &[0., -0., nan, 2., 0.], &[5])], vec![], Expect::Host),
-        ("nonzero across tiles", "aten.nonzero", vec![t(Bool, &long_mask, &[3, 1000])], vec![], Expect::Host),
-        ("nonzero all zero", "aten.nonzero", vec![t(Int64, &[0., 0.], &[2])], vec![], Expect::Host),
+        (
+            "nonzero 2-d bool",
+            "torch.ops.aten.nonzero.default",
+            vec![t(Bool, &[1., 0., 1., 0., 1., 0.], &[2, 3])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "nonzero f32 with -0 and NaN",
+            "aten.nonzero",
+            vec![t(Float32, &[0., -0., nan, 2., 0.], &[5])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "nonzero across tiles",
+            "aten.nonzero",
+            vec![t(Bool, &long_mask, &[3, 1000])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "nonzero all zero",
+            "aten.nonzero",
+            vec![t(Int64, &[0., 0.], &[2])],
+            vec![],
+            Expect::Host,
+        ),
         (
             "masked_select broadcast mask",
             "torch.ops.aten.masked_select.default",
-            vec![t(Float32, &[1., 2., 3., 4., 5., 6.], &[2, 3]), t(Bool, &[1., 0., 1.], &[3])],
+            vec![
+                t(Float32, &[1., 2., 3., 4., 5., 6.], &[2, 3]),
+                t(Bool, &[1., 0., 1.], &[3]),
+            ],
             vec![],
             Expect::Values(vec![(vec![4], vec![1., 3., 4., 6.])]),
         ),
@@ -285,112 +358,181 @@ fn builtin_kernels_match_the_host_ops() {
         (
             "index with a mask on the leading dim",
             "torch.ops.aten.index.Tensor",
-            vec![t(Float32, &[1., 2., 3., 4., 5., 6.], &[3, 2]), Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0., 1.], &[3]).unwrap()])],
+            vec![
+                t(Float32, &[1., 2., 3., 4., 5., 6.], &[3, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0., 1.], &[3]).unwrap()]),
+            ],
             vec![],
             Expect::Values(vec![(vec![2, 2], vec![1., 2., 5., 6.])]),
         ),
         (
             "index with an empty selection",
             "aten.index",
-            vec![t(Int64, &[1., 2., 3.], &[3]), Arg::Ts(vec![Tensor::from_f64(Bool, &[0., 0., 0.], &[3]).unwrap()])],
+            vec![
+                t(Int64, &[1., 2., 3.], &[3]),
+                Arg::Ts(vec![Tensor::from_f64(Bool, &[0., 0., 0.], &[3]).unwrap()]),
+            ],
             vec![],
             Expect::Values(vec![(vec![0], vec![])]),
         ),
         (
             "index with a mask of the wrong shape",
             "aten.index",
-            vec![t(Float32, &[1., 2., 3.], &[3]), Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0.], &[2]).unwrap()])],
+            vec![
+                t(Float32, &[1., 2., 3.], &[3]),
+                Arg::Ts(vec![Tensor::from_f64(Bool, &[1., 0.], &[2]).unwrap()]),
+            ],
             vec![],
             Expect::Error("does not match the shape"),
         ),
         (
             "j2pd: truncation, empty row, -inf padding, int32 offsets",
             "torch.ops.aten._jagged_to_padded_dense_forward.default",
-            vec![t(Float32, &ramp(12), &[6, 2]), Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 3., 3., 6.], &[4]).unwrap()]), Arg::Is(vec![2]), Arg::F(-inf)],
+            vec![
+                t(Float32, &ramp(12), &[6, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 3., 3., 6.], &[4]).unwrap()]),
+                Arg::Is(vec![2]),
+                Arg::F(-inf),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "j2pd: 1-d int64 values, -inf saturates",
             "aten._jagged_to_padded_dense_forward",
-            vec![t(Int64, &[5., 6., 7.], &[3]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 3.], &[3]).unwrap()]), Arg::Is(vec![3]), Arg::F(-inf)],
+            vec![
+                t(Int64, &[5., 6., 7.], &[3]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 3.], &[3]).unwrap()]),
+                Arg::Is(vec![3]),
+                Arg::F(-inf),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "j2pd: f16, wide padding",
             "aten._jagged_to_padded_dense_forward",
-            vec![t(Float16, &ramp(8), &[4, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4.], &[3]).unwrap()]), Arg::Is(vec![4]), Arg::F(0.5)],
+            vec![
+                t(Float16, &ramp(8), &[4, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4.], &[3]).unwrap()]),
+                Arg::Is(vec![4]),
+                Arg::F(0.5),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "pd2j without total_L: rows longer than N are zero-filled",
             "torch.ops.aten._padded_dense_to_jagged_forward.default",
-            vec![t(Float32, &ramp(12), &[3, 2, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4., 4.], &[4]).unwrap()])],
+            vec![
+                t(Float32, &ramp(12), &[3, 2, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 1., 4., 4.], &[4]).unwrap()]),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "pd2j with total_L past the offsets, int32 offsets",
             "aten._padded_dense_to_jagged_forward",
-            vec![t(Bfloat16, &ramp(8), &[2, 4]), Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 2., 3.], &[3]).unwrap()]), Arg::I(5)],
+            vec![
+                t(Bfloat16, &ramp(8), &[2, 4]),
+                Arg::Ts(vec![Tensor::from_f64(Int32, &[0., 2., 3.], &[3]).unwrap()]),
+                Arg::I(5),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "j2pd backward",
             "aten._jagged_to_padded_dense_backward",
-            vec![t(Float32, &ramp(8), &[2, 2, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]), Arg::I(4)],
+            vec![
+                t(Float32, &ramp(8), &[2, 2, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]),
+                Arg::I(4),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "pd2j backward",
             "aten._padded_dense_to_jagged_backward",
-            vec![t(Float32, &ramp(8), &[4, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]), Arg::Is(vec![2])],
+            vec![
+                t(Float32, &ramp(8), &[4, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 3., 4.], &[3]).unwrap()]),
+                Arg::Is(vec![2]),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "scatter_reduce_ amax without self",
             "aten.scatter_reduce_.two",
-            vec![t(Float32, &[9., 9., 9., 9., 9., 9.], &[3, 2]), Arg::I(0), t(Int64, &[0., 2., 0., 0.], &[2, 2]), t(Float32, &[1., 2., 3., -4.], &[2, 2])],
+            vec![
+                t(Float32, &[9., 9., 9., 9., 9., 9.], &[3, 2]),
+                Arg::I(0),
+                t(Int64, &[0., 2., 0., 0.], &[2, 2]),
+                t(Float32, &[1., 2., 3., -4.], &[2, 2]),
+            ],
             vec![("reduce", Arg::S("amax")), ("include_self", Arg::B(false))],
             Expect::Host,
         ),
         (
             "scatter_reduce_ sum bf16 with self",
             "aten.scatter_reduce_.two",
-            vec![t(Bfloat16, &[1., 2., 3.], &[3]), Arg::I(0), t(Int64, &[2., 2., 0., -1.], &[4]), t(Bfloat16, &[0.5, 0.25, 4., 1.], &[4])],
+            vec![
+                t(Bfloat16, &[1., 2., 3.], &[3]),
+                Arg::I(0),
+                t(Int64, &[2., 2., 0., -1.], &[4]),
+                t(Bfloat16, &[0.5, 0.25, 4., 1.], &[4]),
+            ],
             vec![("reduce", Arg::S("sum"))],
             Expect::Host,
         ),
         (
             "scatter_reduce_ amin int64 on dim 1",
             "aten.scatter_reduce_.two",
-            vec![t(Int64, &[5., 5., 5., 5.], &[2, 2]), Arg::I(1), t(Int64, &[1., 1., 0., 0.], &[2, 2]), t(Int64, &[7., 3., -2., 8.], &[2, 2])],
+            vec![
+                t(Int64, &[5., 5., 5., 5.], &[2, 2]),
+                Arg::I(1),
+                t(Int64, &[1., 1., 0., 0.], &[2, 2]),
+                t(Int64, &[7., 3., -2., 8.], &[2, 2]),
+            ],
             vec![("reduce", Arg::S("amin"))],
             Expect::Host,
         ),
         (
             "scatter_ with a scalar value",
             "aten.scatter_.value",
-            vec![t(Float32, &[0., 0., 0., 0.], &[4]), Arg::I(0), t(Int64, &[3., 1.], &[2]), Arg::F(2.5)],
+            vec![
+                t(Float32, &[0., 0., 0., 0.], &[4]),
+                Arg::I(0),
+                t(Int64, &[3., 1.], &[2]),
+                Arg::F(2.5),
+            ],
             vec![],
             Expect::Host,
         ),
         (
             "scatter_ index out of bounds",
             "aten.scatter_.src",
-            vec![t(Float32, &[0., 0.], &[2]), Arg::I(0), t(Int64, &[2.], &[1]), t(Float32, &[1.], &[1])],
+            vec![
+                t(Float32, &[0., 0.], &[2]),
+                Arg::I(0),
+                t(Int64, &[2.], &[1]),
+                t(Float32, &[1.], &[1]),
+            ],
             vec![],
             Expect::Error("out of bounds"),
         ),
         (
             "index_put_ accumulate with duplicates",
             "torch.ops.aten.index_put_.default",
-            vec![t(Float32, &[0.; 6], &[3, 2]), Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 2., 0., -3.], &[4]).unwrap()]), t(Float32, &[1., 2.], &[2]), Arg::B(true)],
+            vec![
+                t(Float32, &[0.; 6], &[3, 2]),
+                Arg::Ts(vec![Tensor::from_f64(Int64, &[0., 2., 0., -3.], &[4]).unwrap()]),
+                t(Float32, &[1., 2.], &[2]),
+                Arg::B(true),
+            ],
             vec![],
             Expect::Host,
         ),
@@ -399,7 +541,10 @@ fn builtin_kernels_match_the_host_ops() {
             "aten.index_put_",
             vec![
                 t(Int64, &[0.; 6], &[2, 3]),
-                Arg::Ts(vec![Tensor::from_f64(Int64, &[1., 0.], &[2]).unwrap(), Tensor::from_f64(Int64, &[2.], &[1]).unwrap()]),
+                Arg::Ts(vec![
+                    Tensor::from_f64(Int64, &[1., 0.], &[2]).unwrap(),
+                    Tensor::from_f64(Int64, &[2.], &[1]).unwrap(),
+                ]),
                 t(Int64, &[7., 8.], &[2]),
                 Arg::B(false),
             ],
@@ -416,14 +561,23 @@ fn builtin_kernels_match_the_host_ops() {
         (
             "topk smallest along dim 0",
             "aten.topk",
-            vec![t(Float64, &[4., 1., 2., 3., 0., 9.], &[3, 2]), Arg::I(2), Arg::I(0), Arg::B(false)],
+            vec![
+                t(Float64, &[4., 1., 2., 3., 0., 9.], &[3, 2]),
+                Arg::I(2),
+                Arg::I(0),
+                Arg::B(false),
+            ],
             vec![],
             Expect::Host,
         ),
     ];
     let failures: Vec<String> = cases
         .into_iter()
-        .filter_map(|(name, op, args, kwargs, expect)| check_op(op, &args, &kwargs, expect).err().map(|e| format!("{name}: {e}")))
+        .filter_map(|(name, op, args, kwargs, expect)| {
+            check_op(op, &args, &kwargs, expect)
+                .err()
+                .map(|e| format!("{name}: {e}"))
+        })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -437,9 +591,17 @@ use wrapir::exec::cuda::{place_inputs, CudaTensor, PreparedCache};
 /// widened to f64 exactly, integers to i64), for bit-for-bit comparison.
 fn bits(t: &Tensor) -> (Vec<i64>, Vec<u64>) {
     let v = if t.dtype().is_floating() {
-        t.to_f64_vec().expect("floating tensor").into_iter().map(f64::to_bits).collect()
+        t.to_f64_vec()
+            .expect("floating tensor")
+            .into_iter()
+            .map(f64::to_bits)
+            .collect()
     } else {
-        t.to_i64_vec().expect("integer tensor").into_iter().map(|i| i as u64).collect()
+        t.to_i64_vec()
+            .expect("integer tensor")
+            .into_iter()
+            .map(|i| i as u64)
+            .collect()
     };
     (t.size().to_vec(), v)
 }
@@ -456,7 +618,10 @@ fn device_bits(backend: &mut CudaBackend, values: &[Value<CudaTensor>]) -> Vec<(
 
 fn load_bundle(dir: &Path) -> (Program, IndexMap<String, Tensor>) {
     let text = std::fs::read_to_string(dir.join("program.json")).expect("program.json");
-    (Program::from_json(&text).expect("program"), tensors(&dir.join("inputs.safetensors")))
+    (
+        Program::from_json(&text).expect("program"),
+        tensors(&dir.join("inputs.safetensors")),
+    )
 }
 
 /// Runs `calls` calls of `bundle` through the interpreter on one copy of
@@ -471,15 +636,24 @@ fn check_prepared(
     calls: usize,
     between: &mut dyn FnMut(usize, &mut CudaBackend, &[Value<CudaTensor>], &[Value<CudaTensor>]),
 ) -> Result<usize, String> {
-    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let (program, inputs) = load_bundle(dir);
-    let mut backend = CudaBackend::new(CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() }).expect("GPU");
+    let mut backend = CudaBackend::new(CudaOptions {
+        kernel_dir: dir.to_path_buf(),
+        ..Default::default()
+    })
+    .expect("GPU");
     let (plan, interp_args, interp_consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let (_, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let mut cache = PreparedCache::default();
     for call in 0..calls {
         between(call, &mut backend, &interp_args, &args);
-        let want = plan.run(&mut backend, interp_args.clone(), &interp_consts).expect("interpreter run");
+        let want = plan
+            .run(&mut backend, interp_args.clone(), &interp_consts)
+            .expect("interpreter run");
         let want = device_bits(&mut backend, &want.outputs);
         let got = match cache.run(&mut backend, &plan, &args, &consts, graphs) {
             Ok(p) => p.outputs().to_vec(),
@@ -487,9 +661,19 @@ fn check_prepared(
             Err(e) => panic!("{name}: call {call}: {e}"),
         };
         let got = device_bits(&mut backend, &got);
-        assert!(got == want, "{name} ({}): call {call}: outputs differ from the interpreter's", if graphs { "graphs" } else { "direct" });
-        let (wi, gi) = (device_bits(&mut backend, &interp_args), device_bits(&mut backend, &args));
-        assert!(gi == wi, "{name}: call {call}: inputs after the call differ from the interpreter's");
+        assert!(
+            got == want,
+            "{name} ({}): call {call}: outputs differ from the interpreter's",
+            if graphs { "graphs" } else { "direct" }
+        );
+        let (wi, gi) = (
+            device_bits(&mut backend, &interp_args),
+            device_bits(&mut backend, &args),
+        );
+        assert!(
+            gi == wi,
+            "{name}: call {call}: inputs after the call differ from the interpreter's"
+        );
     }
     backend.synchronize().expect("sync");
     Ok(cache.recordings)
@@ -500,7 +684,10 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
     let mut prepared = Vec::new();
     let mut refused = Vec::new();
     for dir in bundles() {
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let direct = check_prepared(&dir, false, 3, &mut |_, _, _, _| {});
         let graphs = check_prepared(&dir, true, 3, &mut |_, _, _, _| {});
         match (direct, graphs) {
@@ -516,9 +703,23 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
             (a, b) => panic!("{name}: direct {a:?}, graphs {b:?}"),
         }
     }
-    eprintln!("prepared ({}): {}\nrefused ({}):\n  {}", prepared.len(), prepared.join(", "), refused.len(), refused.join("\n  "));
+    eprintln!(
+        "prepared ({}): {}\nrefused ({}):\n  {}",
+        prepared.len(),
+        prepared.join(", "),
+        refused.len(),
+        refused.join("\n  ")
+    );
     // Every bundle whose extern ops are cuBLAS matmuls (or none) prepares.
-    for must in ["pointwise", "softmax", "layer_norm", "mm_gelu", "mm_dynamic", "item_slice", "cond_same_shape"] {
+    for must in [
+        "pointwise",
+        "softmax",
+        "layer_norm",
+        "mm_gelu",
+        "mm_dynamic",
+        "item_slice",
+        "cond_same_shape",
+    ] {
         assert!(prepared.iter().any(|p| p == must), "{must} was not prepared");
     }
 }
@@ -537,13 +738,20 @@ fn a_changed_device_read_records_again() {
     let value = |v: i64| Tensor::from_vec(vec![v], first.size()).expect("scalar");
     for graphs in [false, true] {
         let plan_values = [original, other, original, other];
-        let recordings = check_prepared(&dir, graphs, plan_values.len(), &mut |call, backend, interp, prepared| {
-            let v = value(plan_values[call]);
-            for args in [interp, prepared] {
-                let Some(Value::Tensor(t)) = args.first() else { panic!("arg0_1 is not a tensor") };
-                backend.overwrite(t, &v).expect("overwrite");
-            }
-        })
+        let recordings = check_prepared(
+            &dir,
+            graphs,
+            plan_values.len(),
+            &mut |call, backend, interp, prepared| {
+                let v = value(plan_values[call]);
+                for args in [interp, prepared] {
+                    let Some(Value::Tensor(t)) = args.first() else {
+                        panic!("arg0_1 is not a tensor")
+                    };
+                    backend.overwrite(t, &v).expect("overwrite");
+                }
+            },
+        )
         .expect("item_slice prepares");
         assert_eq!(recordings, 2, "graphs {graphs}: one recording per value of u0");
     }

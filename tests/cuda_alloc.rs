@@ -42,11 +42,18 @@ const REPLAYS: usize = 1000;
 
 /// Allocations during `REPLAYS` replays after warm-up, direct and graphs.
 fn allocations(bundle: &str) -> (usize, usize, usize) {
-    let root = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     let dir = root.join("fixtures/inductor/bundles").join(bundle);
-    let program = Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program")).expect("program");
+    let program =
+        Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program")).expect("program");
     let inputs = safetensors::parse(&std::fs::read(dir.join("inputs.safetensors")).expect("inputs")).expect("inputs");
-    let mut backend = CudaBackend::new(CudaOptions { kernel_dir: dir.clone(), ..Default::default() }).expect("GPU");
+    let mut backend = CudaBackend::new(CudaOptions {
+        kernel_dir: dir.clone(),
+        ..Default::default()
+    })
+    .expect("GPU");
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let (mut prepared, _) = Prepared::record(&mut backend, &plan, args, &constants).expect("prepares");
     let mut count = |backend: &mut CudaBackend, graphs: bool| {
@@ -77,6 +84,10 @@ fn steady_state_replays_allocate_nothing() {
     for bundle in ["softmax", "mm_gelu", "item_slice", "cond_same_shape"] {
         let (ops, direct, graphs) = allocations(bundle);
         eprintln!("{bundle}: {ops} ops per replay; {direct} allocations in {REPLAYS} direct replays, {graphs} in {REPLAYS} graph replays");
-        assert_eq!((direct, graphs), (0, 0), "{bundle}: host allocations in the replay loops (direct, graphs)");
+        assert_eq!(
+            (direct, graphs),
+            (0, 0),
+            "{bundle}: host allocations in the replay loops (direct, graphs)"
+        );
     }
 }

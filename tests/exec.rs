@@ -5,9 +5,7 @@ use indexmap::IndexMap;
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{Backend, Tensor, TensorSpec, Value};
-use wrapir::ir::{
-    ArgValue, DType, Device, KernelBackend, KeyEntry, Layout, Program, ProgramBuilder, TensorMethod,
-};
+use wrapir::ir::{ArgValue, DType, Device, KernelBackend, KeyEntry, Layout, Program, ProgramBuilder, TensorMethod};
 use wrapir::sym::SymExpr;
 
 fn s(name: &str) -> SymExpr {
@@ -53,8 +51,18 @@ fn nonzero_program() -> Program {
     let u0 = p.unbacked_symbol("u0", Some(0), Some(100));
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(100)]));
-    let b1 = g.extern_alloc_multi("buf1", "torch.ops.aten.nonzero.default", vec![ArgValue::Buffer(x.clone())]);
-    g.bind_unbacked(&b1, &u0, [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+    let b1 = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten.nonzero.default",
+        vec![ArgValue::Buffer(x.clone())],
+    );
+    g.bind_unbacked(
+        &b1,
+        &u0,
+        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+            .into_iter()
+            .collect(),
+    );
     g.free(&x);
     let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
     l.stride = [i(1), s("u0")].into_iter().collect();
@@ -77,11 +85,32 @@ fn meta_runs_report_peak_memory() {
     }
     let cases = vec![
         // arg0_1 32 B + buf0 32 B; arg0_1 dies after the first call; + buf1 64 B => 96.
-        Case { name: "two_buffers", program: two_buffers(), input: vec![8], hint: None, peak: 96, u0: None },
+        Case {
+            name: "two_buffers",
+            program: two_buffers(),
+            input: vec![8],
+            hint: None,
+            peak: 96,
+            u0: None,
+        },
         // 400 B input + nonzero result 10 x 1 int64 = 80 B.
-        Case { name: "nonzero_hint", program: nonzero_program(), input: vec![100], hint: Some(10), peak: 480, u0: Some(10) },
+        Case {
+            name: "nonzero_hint",
+            program: nonzero_program(),
+            input: vec![100],
+            hint: Some(10),
+            peak: 480,
+            u0: Some(10),
+        },
         // Without a hint the range's upper bound (100) is the worst case: 400 + 800.
-        Case { name: "nonzero_range", program: nonzero_program(), input: vec![100], hint: None, peak: 1200, u0: Some(100) },
+        Case {
+            name: "nonzero_range",
+            program: nonzero_program(),
+            input: vec![100],
+            hint: None,
+            peak: 1200,
+            u0: Some(100),
+        },
     ];
     for c in cases {
         let plan = lower(&c.program);
@@ -89,10 +118,19 @@ fn meta_runs_report_peak_memory() {
         if let Some(h) = c.hint {
             meta = meta.with_hint("u0", h);
         }
-        let x = meta.tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &c.input)).unwrap();
-        let out = plan.run(&mut meta, vec![Value::Tensor(x)], &IndexMap::new()).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        let x = meta
+            .tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &c.input))
+            .unwrap();
+        let out = plan
+            .run(&mut meta, vec![Value::Tensor(x)], &IndexMap::new())
+            .unwrap_or_else(|e| panic!("{}: {e}", c.name));
         assert_eq!(meta.memory().peak_bytes, c.peak, "{}", c.name);
-        assert_eq!(out.symbols.get(&wrapir::sym::Symbol::new("u0")).copied(), c.u0, "{}", c.name);
+        assert_eq!(
+            out.symbols.get(&wrapir::sym::Symbol::new("u0")).copied(),
+            c.u0,
+            "{}",
+            c.name
+        );
     }
 }
 
@@ -107,17 +145,31 @@ fn meta_checks_runtime_asserts() {
     g.finish();
     let plan = lower(&p.finish());
     let mut meta = MetaBackend::new();
-    let small = meta.tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &[2])).unwrap();
-    let err = plan.run(&mut meta, vec![Value::Tensor(small)], &IndexMap::new()).unwrap_err().to_string();
+    let small = meta
+        .tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &[2]))
+        .unwrap();
+    let err = plan
+        .run(&mut meta, vec![Value::Tensor(small)], &IndexMap::new())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("assertion failed: s0 >= 4"), "{err}");
-    let big = meta.tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &[6])).unwrap();
+    let big = meta
+        .tensor(&TensorSpec::contiguous(DType::Float32, Device::cpu(), &[6]))
+        .unwrap();
     assert!(plan.run(&mut meta, vec![Value::Tensor(big)], &IndexMap::new()).is_ok());
 }
 
 // ---- host: jagged kernels ------------------------------------------------------
 
 /// One extern op on host tensors, through a program; returns the result or the error text.
-fn run_op(op: &str, inputs: Vec<Tensor>, args: Vec<ArgValue>, result: &[i64], dtype: DType, zero_fill: bool) -> Result<Tensor, String> {
+fn run_op(
+    op: &str,
+    inputs: Vec<Tensor>,
+    args: Vec<ArgValue>,
+    result: &[i64],
+    dtype: DType,
+    zero_fill: bool,
+) -> Result<Tensor, String> {
     let mut p = ProgramBuilder::new();
     let mut g = p.main();
     for (k, t) in inputs.iter().enumerate() {
@@ -129,9 +181,15 @@ fn run_op(op: &str, inputs: Vec<Tensor>, args: Vec<ArgValue>, result: &[i64], dt
     g.output(&b);
     g.finish();
     let plan = lower(&p.finish());
-    let mut host = HostBackend::new(HostOptions { jagged_zero_fill: zero_fill });
+    let mut host = HostBackend::new(HostOptions {
+        jagged_zero_fill: zero_fill,
+    });
     let out = plan
-        .run(&mut host, inputs.into_iter().map(Value::Tensor).collect(), &IndexMap::new())
+        .run(
+            &mut host,
+            inputs.into_iter().map(Value::Tensor).collect(),
+            &IndexMap::new(),
+        )
         .map_err(|e| e.to_string())?;
     match out.outputs.into_iter().next() {
         Some(Value::Tensor(t)) => Ok(t),
@@ -183,70 +241,201 @@ fn jagged_cases() {
     // Item 1: values[j][d] = 10*j + d; row map per (b, s): Some(j) = values row j, None = padding 1.3.
     let v1: Vec<f64> = (0..10).flat_map(|j| (0..5).map(move |d| (10 * j + d) as f64)).collect();
     let rows: [Option<i64>; 20] = [
-        Some(0), None, None, None, None,
-        Some(1), Some(2), None, None, None,
-        Some(3), Some(4), Some(5), Some(6), Some(7),
-        Some(8), Some(9), None, None, None,
+        Some(0),
+        None,
+        None,
+        None,
+        None,
+        Some(1),
+        Some(2),
+        None,
+        None,
+        None,
+        Some(3),
+        Some(4),
+        Some(5),
+        Some(6),
+        Some(7),
+        Some(8),
+        Some(9),
+        None,
+        None,
+        None,
     ];
     let e1: Vec<f64> = rows
         .iter()
         .flat_map(|r| (0..5).map(move |d| r.map_or(1.3, |j| (10 * j + d) as f64)))
         .collect();
     let cases = vec![
-        JaggedCase { name: "1 basic", op: J2PD, inputs: vec![f32s(&v1, &[10, 5]), offs(&[0, 1, 3, 8, 10])],
-            args: vec![arg(0), offsets_list(1), ints(&[5]), ArgValue::Float(1.3)], shape: vec![4, 5, 5], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(e1) },
-        JaggedCase { name: "2 D-folded", op: J2PD, inputs: vec![f32s(&[5., 3., 7., 1.], &[4]), offs(&[0, 1, 4])],
-            args: vec![arg(0), offsets_list(1), ints(&[3]), ArgValue::Float(0.0)], shape: vec![2, 3], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![5., 0., 0., 3., 7., 1.]) },
-        JaggedCase { name: "3 truncation", op: J2PD, inputs: vec![f32s(&[1., 2., 3., 4., 5.], &[5]), offs(&[0, 3, 5])],
-            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(-1.0)], shape: vec![2, 2], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![1., 2., 4., 5.]) },
-        JaggedCase { name: "4 empty rows", op: J2PD, inputs: vec![f32s(&[1., 2., 3., 4., 5.], &[5]), offs(&[0, 0, 2, 5])],
-            args: vec![arg(0), offsets_list(1), ints(&[4]), ArgValue::Float(-1.0)], shape: vec![3, 4], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![-1., -1., -1., -1., 1., 2., -1., -1., 3., 4., 5., -1.]) },
-        JaggedCase { name: "5 zero rows j2pd", op: J2PD, inputs: vec![f32s(&[], &[0, 3]), offs(&[0])],
-            args: vec![arg(0), offsets_list(1), ints(&[4]), ArgValue::Float(0.0)], shape: vec![0, 4, 3], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![]) },
-        JaggedCase { name: "5 zero rows pd2j", op: PD2J, inputs: vec![f32s(&[], &[0, 4, 3]), offs(&[0])],
-            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(0))], shape: vec![0, 3], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![]) },
-        JaggedCase { name: "7 long row raises (CPU)", op: PD2J, inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)], shape: vec![4], dtype: DType::Float32, zero_fill: false,
-            expect: Err("found batch item of length 3 (row 0) when max length is 2") },
-        JaggedCase { name: "7 long row zero-fills (CUDA)", op: PD2J, inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)], shape: vec![4], dtype: DType::Float32, zero_fill: true,
-            expect: Ok(vec![1., 2., 0., 3.]) },
-        JaggedCase { name: "7 total_L mismatch raises", op: PD2J, inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 1, 2])],
-            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(3))], shape: vec![3], dtype: DType::Float32, zero_fill: false,
-            expect: Err("final offset 2 should match total_L value 3") },
-        JaggedCase { name: "8 inverse offsets", op: "wrapir.inverse_offsets", inputs: vec![offs(&[0, 3, 4, 9, 10])],
-            args: vec![arg(0)], shape: vec![10], dtype: DType::Int64, zero_fill: false,
-            expect: Ok(vec![0., 0., 0., 1., 2., 2., 2., 2., 2., 3.]) },
-        JaggedCase { name: "11 grad values (truncated rows get 0)", op: "aten._jagged_to_padded_dense_backward",
+        JaggedCase {
+            name: "1 basic",
+            op: J2PD,
+            inputs: vec![f32s(&v1, &[10, 5]), offs(&[0, 1, 3, 8, 10])],
+            args: vec![arg(0), offsets_list(1), ints(&[5]), ArgValue::Float(1.3)],
+            shape: vec![4, 5, 5],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(e1),
+        },
+        JaggedCase {
+            name: "2 D-folded",
+            op: J2PD,
+            inputs: vec![f32s(&[5., 3., 7., 1.], &[4]), offs(&[0, 1, 4])],
+            args: vec![arg(0), offsets_list(1), ints(&[3]), ArgValue::Float(0.0)],
+            shape: vec![2, 3],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![5., 0., 0., 3., 7., 1.]),
+        },
+        JaggedCase {
+            name: "3 truncation",
+            op: J2PD,
+            inputs: vec![f32s(&[1., 2., 3., 4., 5.], &[5]), offs(&[0, 3, 5])],
+            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(-1.0)],
+            shape: vec![2, 2],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![1., 2., 4., 5.]),
+        },
+        JaggedCase {
+            name: "4 empty rows",
+            op: J2PD,
+            inputs: vec![f32s(&[1., 2., 3., 4., 5.], &[5]), offs(&[0, 0, 2, 5])],
+            args: vec![arg(0), offsets_list(1), ints(&[4]), ArgValue::Float(-1.0)],
+            shape: vec![3, 4],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![-1., -1., -1., -1., 1., 2., -1., -1., 3., 4., 5., -1.]),
+        },
+        JaggedCase {
+            name: "5 zero rows j2pd",
+            op: J2PD,
+            inputs: vec![f32s(&[], &[0, 3]), offs(&[0])],
+            args: vec![arg(0), offsets_list(1), ints(&[4]), ArgValue::Float(0.0)],
+            shape: vec![0, 4, 3],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![]),
+        },
+        JaggedCase {
+            name: "5 zero rows pd2j",
+            op: PD2J,
+            inputs: vec![f32s(&[], &[0, 4, 3]), offs(&[0])],
+            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(0))],
+            shape: vec![0, 3],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![]),
+        },
+        JaggedCase {
+            name: "7 long row raises (CPU)",
+            op: PD2J,
+            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
+            args: vec![arg(0), offsets_list(1)],
+            shape: vec![4],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Err("found batch item of length 3 (row 0) when max length is 2"),
+        },
+        JaggedCase {
+            name: "7 long row zero-fills (CUDA)",
+            op: PD2J,
+            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
+            args: vec![arg(0), offsets_list(1)],
+            shape: vec![4],
+            dtype: DType::Float32,
+            zero_fill: true,
+            expect: Ok(vec![1., 2., 0., 3.]),
+        },
+        JaggedCase {
+            name: "7 total_L mismatch raises",
+            op: PD2J,
+            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 1, 2])],
+            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(3))],
+            shape: vec![3],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Err("final offset 2 should match total_L value 3"),
+        },
+        JaggedCase {
+            name: "8 inverse offsets",
+            op: "wrapir.inverse_offsets",
+            inputs: vec![offs(&[0, 3, 4, 9, 10])],
+            args: vec![arg(0)],
+            shape: vec![10],
+            dtype: DType::Int64,
+            zero_fill: false,
+            expect: Ok(vec![0., 0., 0., 1., 2., 2., 2., 2., 2., 3.]),
+        },
+        JaggedCase {
+            name: "11 grad values (truncated rows get 0)",
+            op: "aten._jagged_to_padded_dense_backward",
             inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 5])],
-            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(5))], shape: vec![5], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![1., 2., 0., 3., 4.]) },
-        JaggedCase { name: "11 grad dense (padding 0)", op: "aten._padded_dense_to_jagged_backward",
+            args: vec![arg(0), offsets_list(1), ArgValue::Expr(i(5))],
+            shape: vec![5],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![1., 2., 0., 3., 4.]),
+        },
+        JaggedCase {
+            name: "11 grad dense (padding 0)",
+            op: "aten._padded_dense_to_jagged_backward",
             inputs: vec![f32s(&[1., 2., 3.], &[3]), offs(&[0, 1, 3])],
-            args: vec![arg(0), offsets_list(1), ints(&[2])], shape: vec![2, 2], dtype: DType::Float32, zero_fill: false,
-            expect: Ok(vec![1., 0., 2., 3.]) },
-        JaggedCase { name: "12 f16, int32 offsets, -inf", op: J2PD,
-            inputs: vec![Tensor::from_f64(DType::Float16, &[1., 2., 3.], &[3]).unwrap(), Tensor::from_vec(vec![0i32, 1, 3], &[3]).unwrap()],
-            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(f64::NEG_INFINITY)], shape: vec![2, 2], dtype: DType::Float16, zero_fill: false,
-            expect: Ok(vec![1., f64::NEG_INFINITY, 2., 3.]) },
-        JaggedCase { name: "12 bf16, nan", op: J2PD,
-            inputs: vec![Tensor::from_f64(DType::Bfloat16, &[1.5, 2.5], &[2]).unwrap(), offs(&[0, 0, 2])],
-            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(f64::NAN)], shape: vec![2, 2], dtype: DType::Bfloat16, zero_fill: false,
-            expect: Ok(vec![f64::NAN, f64::NAN, 1.5, 2.5]) },
-        JaggedCase { name: "12 f64, 1.5", op: J2PD,
-            inputs: vec![Tensor::from_f64(DType::Float64, &[7., 8.], &[2, 1]).unwrap(), offs(&[0, 1, 2])],
-            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(1.5)], shape: vec![2, 2, 1], dtype: DType::Float64, zero_fill: false,
-            expect: Ok(vec![7., 1.5, 8., 1.5]) },
-        JaggedCase { name: "12 int64 values, -inf saturates", op: J2PD,
+            args: vec![arg(0), offsets_list(1), ints(&[2])],
+            shape: vec![2, 2],
+            dtype: DType::Float32,
+            zero_fill: false,
+            expect: Ok(vec![1., 0., 2., 3.]),
+        },
+        JaggedCase {
+            name: "12 f16, int32 offsets, -inf",
+            op: J2PD,
+            inputs: vec![
+                Tensor::from_f64(DType::Float16, &[1., 2., 3.], &[3]).unwrap(),
+                Tensor::from_vec(vec![0i32, 1, 3], &[3]).unwrap(),
+            ],
+            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(f64::NEG_INFINITY)],
+            shape: vec![2, 2],
+            dtype: DType::Float16,
+            zero_fill: false,
+            expect: Ok(vec![1., f64::NEG_INFINITY, 2., 3.]),
+        },
+        JaggedCase {
+            name: "12 bf16, nan",
+            op: J2PD,
+            inputs: vec![
+                Tensor::from_f64(DType::Bfloat16, &[1.5, 2.5], &[2]).unwrap(),
+                offs(&[0, 0, 2]),
+            ],
+            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(f64::NAN)],
+            shape: vec![2, 2],
+            dtype: DType::Bfloat16,
+            zero_fill: false,
+            expect: Ok(vec![f64::NAN, f64::NAN, 1.5, 2.5]),
+        },
+        JaggedCase {
+            name: "12 f64, 1.5",
+            op: J2PD,
+            inputs: vec![
+                Tensor::from_f64(DType::Float64, &[7., 8.], &[2, 1]).unwrap(),
+                offs(&[0, 1, 2]),
+            ],
+            args: vec![arg(0), offsets_list(1), ints(&[2]), ArgValue::Float(1.5)],
+            shape: vec![2, 2, 1],
+            dtype: DType::Float64,
+            zero_fill: false,
+            expect: Ok(vec![7., 1.5, 8., 1.5]),
+        },
+        JaggedCase {
+            name: "12 int64 values, -inf saturates",
+            op: J2PD,
             inputs: vec![offs(&[4, 5]), offs(&[0, 2])],
-            args: vec![arg(0), offsets_list(1), ints(&[3]), ArgValue::Float(f64::NEG_INFINITY)], shape: vec![1, 3], dtype: DType::Int64, zero_fill: false,
-            expect: Ok(vec![4., 5., i64::MIN as f64]) },
+            args: vec![arg(0), offsets_list(1), ints(&[3]), ArgValue::Float(f64::NEG_INFINITY)],
+            shape: vec![1, 3],
+            dtype: DType::Int64,
+            zero_fill: false,
+            expect: Ok(vec![4., 5., i64::MIN as f64]),
+        },
     ];
     let mut failures = Vec::new();
     for c in cases {
@@ -254,8 +443,18 @@ fn jagged_cases() {
         match (&got, &c.expect) {
             (Ok(t), Ok(want)) => {
                 let vals = t.to_f64_vec().unwrap();
-                if t.size() != c.shape.as_slice() || t.dtype() != c.dtype || vals.len() != want.len() || !vals.iter().zip(want).all(|(a, b)| same(*a, *b)) {
-                    failures.push(format!("{}: got {:?} {:?} {vals:?}, want {:?} {want:?}", c.name, t.dtype(), t.size(), c.shape));
+                if t.size() != c.shape.as_slice()
+                    || t.dtype() != c.dtype
+                    || vals.len() != want.len()
+                    || !vals.iter().zip(want).all(|(a, b)| same(*a, *b))
+                {
+                    failures.push(format!(
+                        "{}: got {:?} {:?} {vals:?}, want {:?} {want:?}",
+                        c.name,
+                        t.dtype(),
+                        t.size(),
+                        c.shape
+                    ));
                 }
             }
             (Err(e), Err(want)) if e.contains(want) => {}
@@ -273,17 +472,36 @@ fn jagged_round_trip() {
     let v = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(5), i(2)]));
     let o = g.tensor_input("arg1_1", cpu(DType::Int64, &[i(4)]));
     let off = ArgValue::List(vec![ArgValue::Buffer(o.clone())]);
-    let d = g.extern_alloc("buf0", cpu(DType::Float32, &[i(3), i(3), i(2)]), J2PD, vec![ArgValue::Buffer(v), off.clone(), ints(&[3]), ArgValue::Float(9.0)]);
-    let j = g.extern_alloc("buf1", cpu(DType::Float32, &[i(5), i(2)]), PD2J, vec![ArgValue::Buffer(d), off, ArgValue::Expr(i(5))]);
+    let d = g.extern_alloc(
+        "buf0",
+        cpu(DType::Float32, &[i(3), i(3), i(2)]),
+        J2PD,
+        vec![ArgValue::Buffer(v), off.clone(), ints(&[3]), ArgValue::Float(9.0)],
+    );
+    let j = g.extern_alloc(
+        "buf1",
+        cpu(DType::Float32, &[i(5), i(2)]),
+        PD2J,
+        vec![ArgValue::Buffer(d), off, ArgValue::Expr(i(5))],
+    );
     g.output(&j);
     g.finish();
     let plan = lower(&p.finish());
     let values: Vec<f64> = (1..=10).map(|x| x as f64).collect();
     let mut host = HostBackend::default();
     let out = plan
-        .run(&mut host, vec![Value::Tensor(f32s(&values, &[5, 2])), Value::Tensor(offs(&[0, 2, 2, 5]))], &IndexMap::new())
+        .run(
+            &mut host,
+            vec![
+                Value::Tensor(f32s(&values, &[5, 2])),
+                Value::Tensor(offs(&[0, 2, 2, 5])),
+            ],
+            &IndexMap::new(),
+        )
         .unwrap();
-    let Some(Value::Tensor(t)) = out.outputs.first() else { panic!("no tensor output") };
+    let Some(Value::Tensor(t)) = out.outputs.first() else {
+        panic!("no tensor output")
+    };
     assert_eq!(t.to_f64_vec().unwrap(), values);
     // The intermediate [B, N, D] buffer was freed after its last use.
     assert_eq!(host.memory().current_bytes, 0);
@@ -296,8 +514,19 @@ fn padded_to_jagged_without_total_binds_u0() {
     let mut g = p.main();
     let dense = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(2), i(3)]));
     let o = g.tensor_input("arg1_1", cpu(DType::Int64, &[i(3)]));
-    let b0 = g.extern_alloc("buf0", cpu(DType::Float32, &[s("u0")]), PD2J, vec![ArgValue::Buffer(dense), ArgValue::List(vec![ArgValue::Buffer(o)])]);
-    g.bind_unbacked(&b0, &u0, [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+    let b0 = g.extern_alloc(
+        "buf0",
+        cpu(DType::Float32, &[s("u0")]),
+        PD2J,
+        vec![ArgValue::Buffer(dense), ArgValue::List(vec![ArgValue::Buffer(o)])],
+    );
+    g.bind_unbacked(
+        &b0,
+        &u0,
+        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+            .into_iter()
+            .collect(),
+    );
     let b1 = g.allocate("buf1", cpu(DType::Float32, &[s("u0")]));
     let mut kw = IndexMap::new();
     kw.insert("dim".to_string(), ArgValue::Expr(i(0)));
@@ -309,10 +538,19 @@ fn padded_to_jagged_without_total_binds_u0() {
     let plan = lower(&p.finish());
     let mut host = HostBackend::default();
     let out = plan
-        .run(&mut host, vec![Value::Tensor(f32s(&[1., 2., 3., 4., 5., 6.], &[2, 3])), Value::Tensor(offs(&[0, 2, 3]))], &IndexMap::new())
+        .run(
+            &mut host,
+            vec![
+                Value::Tensor(f32s(&[1., 2., 3., 4., 5., 6.], &[2, 3])),
+                Value::Tensor(offs(&[0, 2, 3])),
+            ],
+            &IndexMap::new(),
+        )
         .unwrap();
     assert_eq!(out.symbols.get(&wrapir::sym::Symbol::new("u0")).copied(), Some(3));
-    let Some(Value::Tensor(t)) = out.outputs.first() else { panic!("no tensor output") };
+    let Some(Value::Tensor(t)) = out.outputs.first() else {
+        panic!("no tensor output")
+    };
     // jagged = [1, 2, 4]; cumsum = [1, 3, 7]
     assert_eq!(t.to_f64_vec().unwrap(), vec![1., 3., 7.]);
     assert!(matches!(out.outputs.get(1), Some(Value::Int(6))));
@@ -320,11 +558,26 @@ fn padded_to_jagged_without_total_binds_u0() {
 
 #[test]
 fn unknown_ops_and_kernels_are_named() {
-    let err = run_op("torch.ops.aten.frobnicate.default", vec![f32s(&[1.], &[1])], vec![arg(0)], &[1], DType::Float32, false).unwrap_err();
-    assert!(err.contains("does not implement op `torch.ops.aten.frobnicate.default`") && err.contains("aten._jagged_to_padded_dense_forward"), "{err}");
+    let err = run_op(
+        "torch.ops.aten.frobnicate.default",
+        vec![f32s(&[1.], &[1])],
+        vec![arg(0)],
+        &[1],
+        DType::Float32,
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("does not implement op `torch.ops.aten.frobnicate.default`")
+            && err.contains("aten._jagged_to_padded_dense_forward"),
+        "{err}"
+    );
     let plan = lower(&two_buffers());
     let mut host = HostBackend::default();
-    let err = plan.run(&mut host, vec![Value::Tensor(f32s(&[0.; 8], &[8]))], &IndexMap::new()).unwrap_err().to_string();
+    let err = plan
+        .run(&mut host, vec![Value::Tensor(f32s(&[0.; 8], &[8]))], &IndexMap::new())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("has no kernel `cpp_fused_copy_0`"), "{err}");
     // A registered closure runs.
     host.register_kernel(
@@ -338,7 +591,18 @@ fn unknown_ops_and_kernels_are_named() {
             dst.write_f64(&(0..n).map(|k| v[k % v.len()] + 1.0).collect::<Vec<_>>())
         }),
     );
-    let out = plan.run(&mut host, vec![Value::Tensor(f32s(&[1., 2., 3., 4., 5., 6., 7., 8.], &[8]))], &IndexMap::new()).unwrap();
-    let Some(Value::Tensor(t)) = out.outputs.first() else { panic!("no tensor output") };
-    assert_eq!(t.to_f64_vec().unwrap(), vec![3., 4., 5., 6., 7., 8., 9., 10., 3., 4., 5., 6., 7., 8., 9., 10.]);
+    let out = plan
+        .run(
+            &mut host,
+            vec![Value::Tensor(f32s(&[1., 2., 3., 4., 5., 6., 7., 8.], &[8]))],
+            &IndexMap::new(),
+        )
+        .unwrap();
+    let Some(Value::Tensor(t)) = out.outputs.first() else {
+        panic!("no tensor output")
+    };
+    assert_eq!(
+        t.to_f64_vec().unwrap(),
+        vec![3., 4., 5., 6., 7., 8., 9., 10., 3., 4., 5., 6., 7., 8., 9., 10.]
+    );
 }

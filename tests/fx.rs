@@ -39,8 +39,16 @@ fn nonzero_u0() -> Program {
     let u0 = p.unbacked_symbol("u0", Some(0), Some(100));
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![i(100)]));
-    let b1 = g.extern_alloc_multi("buf1", "torch.ops.aten.nonzero.default", vec![ArgValue::Buffer(x.clone())]);
-    g.bind_unbacked(&b1, &u0, path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]));
+    let b1 = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten.nonzero.default",
+        vec![ArgValue::Buffer(x.clone())],
+    );
+    g.bind_unbacked(
+        &b1,
+        &u0,
+        path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]),
+    );
     g.free(&x);
     let mut l = cuda(DType::Int64, vec![s("u0"), i(1)]);
     l.stride = [i(1), s("u0")].into_iter().collect();
@@ -58,9 +66,26 @@ fn tuple_u1() -> Program {
     let u1 = p.unbacked_symbol("u1", Some(0), None);
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-    let b1 = g.extern_alloc_multi("buf1", "torch.ops.aten._unique2.default", vec![ArgValue::Buffer(x.clone())]);
-    g.bind_unbacked(&b1, &u1, path(&[KeyEntry::Index(1), KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]));
-    let b2 = g.multi_output("buf2", cuda(DType::Float32, vec![s("u1")]), &b1, &[MultiIndex::Tuple(0)]);
+    let b1 = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten._unique2.default",
+        vec![ArgValue::Buffer(x.clone())],
+    );
+    g.bind_unbacked(
+        &b1,
+        &u1,
+        path(&[
+            KeyEntry::Index(1),
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+        ]),
+    );
+    let b2 = g.multi_output(
+        "buf2",
+        cuda(DType::Float32, vec![s("u1")]),
+        &b1,
+        &[MultiIndex::Tuple(0)],
+    );
     let b3 = g.multi_output("buf3", cuda(DType::Int64, vec![s("u1")]), &b1, &[MultiIndex::Tuple(1)]);
     g.output(&b2);
     g.output(&b3);
@@ -73,11 +98,20 @@ fn divide_by_two() -> Program {
     let u0 = p.unbacked_symbol("u0", Some(0), None);
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-    let b1 = g.extern_alloc("buf1", cuda(DType::Float32, vec![SymExpr::mul(i(2), s("u0"))]), "torch.ops.aten.repeat_interleave.Tensor", vec![ArgValue::Buffer(x)]);
+    let b1 = g.extern_alloc(
+        "buf1",
+        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("u0"))]),
+        "torch.ops.aten.repeat_interleave.Tensor",
+        vec![ArgValue::Buffer(x)],
+    );
     g.bind_unbacked(
         &b1,
         &u0,
-        path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0), KeyEntry::DivideBy(2)]),
+        path(&[
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+            KeyEntry::DivideBy(2),
+        ]),
     );
     let b2 = g.allocate("buf2", cuda(DType::Float32, vec![s("u0")]));
     g.output(&b1);
@@ -91,7 +125,12 @@ fn item_to_int() -> Program {
     let u0 = p.unbacked_symbol("u0", Some(0), Some(1));
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
-    g.line(Line::DynamicScalar { symbol: u0.clone(), source: x, keypath: path(&[KeyEntry::ConvertInt]), node: None });
+    g.line(Line::DynamicScalar {
+        symbol: u0.clone(),
+        source: x,
+        keypath: path(&[KeyEntry::ConvertInt]),
+        node: None,
+    });
     let b0 = g.allocate("buf0", cuda(DType::Float32, vec![SymExpr::add(s("u0"), i(3))]));
     g.output(&b0);
     g.finish();
@@ -104,13 +143,21 @@ fn cond_program() -> Program {
     let _ = s0;
     let mut t = p.subgraph("true_graph_0");
     let a = t.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
-    let tb = t.allocate("true_graph_0_buf0", cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]));
+    let tb = t.allocate(
+        "true_graph_0_buf0",
+        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]),
+    );
     t.free(&a);
     t.output(&tb);
     t.finish();
     let mut f = p.subgraph("false_graph_0");
     let a = f.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
-    let fb = f.extern_alloc("false_graph_0_buf0", cuda(DType::Float32, vec![i(4)]), "torch.ops.aten.clone.default", vec![ArgValue::Buffer(a)]);
+    let fb = f.extern_alloc(
+        "false_graph_0_buf0",
+        cuda(DType::Float32, vec![i(4)]),
+        "torch.ops.aten.clone.default",
+        vec![ArgValue::Buffer(a)],
+    );
     f.output(&fb);
     f.finish();
     let mut g = p.main();
@@ -125,7 +172,12 @@ fn cond_program() -> Program {
         false_graph: "false_graph_0".into(),
         operands: vec![x],
     }));
-    let b1 = g.multi_output("buf1", cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]), &"buf0".into(), &[MultiIndex::List(0)]);
+    let b1 = g.multi_output(
+        "buf1",
+        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]),
+        &"buf0".into(),
+        &[MultiIndex::List(0)],
+    );
     g.output(&b1);
     g.finish();
     p.finish()
@@ -145,7 +197,9 @@ fn triton_named() -> Program {
         "",
         TritonMeta {
             signature: sig,
-            constants: [("BLOCK_SIZE".to_string(), wrapir::ir::ConstValue::Int(16))].into_iter().collect(),
+            constants: [("BLOCK_SIZE".to_string(), wrapir::ir::ConstValue::Int(16))]
+                .into_iter()
+                .collect(),
             config: IndexMap::new(),
             grid_type: GridType::FixedGrid,
             num_warps: 4,
@@ -163,7 +217,10 @@ fn triton_named() -> Program {
     let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![s("s0")]));
     g.define_kernel(&k);
     let b0 = g.allocate("buf0", cuda(DType::Float32, vec![s("s0")]));
-    let named = |n: &str, v: ArgValue| CallArg { name: Some(n.into()), value: v };
+    let named = |n: &str, v: ArgValue| CallArg {
+        name: Some(n.into()),
+        value: v,
+    };
     let grid0 = SymExpr::floor_div(SymExpr::add(s("s0"), i(15)), i(16));
     g.line(Line::KernelCall(KernelCall {
         kernel: k.clone(),
@@ -187,7 +244,10 @@ fn triton_named() -> Program {
 #[test]
 fn printed_graphs() {
     let cases: Vec<(&str, Program, &str)> = vec![
-        ("nonzero_u0", nonzero_u0(), r#"
+        (
+            "nonzero_u0",
+            nonzero_u0(),
+            r#"
 def forward(self, arg0_1):
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [100], [1]);  assert_size_stride_arg0_1 = None
     buf1 = torch.ops.aten.nonzero.default(arg0_1);  arg0_1 = None
@@ -196,8 +256,12 @@ def forward(self, arg0_1):
     _assert_scalar = torch.ops.aten._assert_scalar.default(ge, 'u0 >= 0');  ge = _assert_scalar = None
     buf3 = torch.empty_strided([u0, 1], [1, 1], dtype=torch.float32, device='cuda');  u0 = None
     return [buf1, buf3]
-"#),
-        ("tuple_u1", tuple_u1(), r#"
+"#,
+        ),
+        (
+            "tuple_u1",
+            tuple_u1(),
+            r#"
 def forward(self, arg0_1):
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_arg0_1 = None
     buf1 = torch.ops.aten._unique2.default(arg0_1);  arg0_1 = None
@@ -205,8 +269,12 @@ def forward(self, arg0_1):
     u1 = torch.ops.aten.sym_size.int(buf3, 0);  u1 = None
     buf2 = buf1[0];  buf1 = None
     return [buf2, buf3]
-"#),
-        ("divide_by_two", divide_by_two(), r#"
+"#,
+        ),
+        (
+            "divide_by_two",
+            divide_by_two(),
+            r#"
 def forward(self, arg0_1):
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_arg0_1 = None
     buf1 = torch.ops.aten.repeat_interleave.Tensor(arg0_1);  arg0_1 = None
@@ -217,8 +285,12 @@ def forward(self, arg0_1):
     u0 = sym_size_int // 2;  sym_size_int = None
     buf2 = torch.empty_strided([u0], [1], dtype=torch.float32, device='cuda');  u0 = None
     return [buf1, buf2]
-"#),
-        ("item_to_int", item_to_int(), r#"
+"#,
+        ),
+        (
+            "item_to_int",
+            item_to_int(),
+            r#"
 def forward(self, arg0_1):
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_arg0_1 = None
     where = torch.ops.aten.where.Scalar(arg0_1, 1, 0);  arg0_1 = None
@@ -226,8 +298,12 @@ def forward(self, arg0_1):
     sym_sum = torch.sym_sum([u0, 3]);  u0 = None
     buf0 = torch.empty_strided([sym_sum], [1], dtype=torch.float32, device='cuda');  sym_sum = None
     return buf0
-"#),
-        ("cond", cond_program(), r#"
+"#,
+        ),
+        (
+            "cond",
+            cond_program(),
+            r#"
 def forward(self, arg0_1, arg1_1, arg2_1):
     s0 = torch.ops.aten.sym_size.int(arg2_1, 0)
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_arg0_1 = None
@@ -251,8 +327,12 @@ class false_graph_0(torch.nn.Module):
         assert_size_stride_arg1_1 = assert_size_stride(arg1_1, [4], [1]);  assert_size_stride_arg1_1 = None
         false_graph_0_buf0 = torch.ops.aten.clone.default(arg1_1);  arg1_1 = None
         return [false_graph_0_buf0]
-"#),
-        ("triton_named", triton_named(), r#"
+"#,
+        ),
+        (
+            "triton_named",
+            triton_named(),
+            r#"
 def forward(self, arg0_1):
     s0 = torch.ops.aten.sym_size.int(arg0_1, 0)
     assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [s0], [1]);  assert_size_stride_arg0_1 = None
@@ -261,7 +341,8 @@ def forward(self, arg0_1):
     floordiv = sym_sum // 16;  sym_sum = None
     triton_kernel_wrapper_mutation = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel='add_kernel_0', grid=[(floordiv, 1, 1)], kwargs={'in_ptr': arg0_1, 'BLOCK_SIZE': 16, 'out_ptr': buf0, 'n_elements': s0, 'scale': 0.5});  floordiv = arg0_1 = s0 = triton_kernel_wrapper_mutation = None
     return buf0
-"#),
+"#,
+        ),
     ];
     let failures: Vec<String> = cases.into_iter().filter_map(|(n, p, e)| check(n, p, e)).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));

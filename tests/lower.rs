@@ -9,7 +9,11 @@ use wrapir::ir::validate;
 /// Lowers every fixture with `lower` and snapshots the text as `<target>@<fixture>`.
 fn check_target(target: &str, lower: impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String>) {
     let fixtures = common::fixtures();
-    assert!(fixtures.len() >= 20, "expected at least 20 fixtures, found {}", fixtures.len());
+    assert!(
+        fixtures.len() >= 20,
+        "expected at least 20 fixtures, found {}",
+        fixtures.len()
+    );
     for path in fixtures {
         let name = common::name(&path);
         let program = common::load(&path);
@@ -30,7 +34,10 @@ fn python() {
 
 fn cpp(dialect: wrapir::lower::cpp::Dialect) -> impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String> {
     move |info| {
-        let options = wrapir::lower::cpp::Options { dialect, ..Default::default() };
+        let options = wrapir::lower::cpp::Options {
+            dialect,
+            ..Default::default()
+        };
         wrapir::lower::cpp::write_string(info, &options).map_err(|e| e.to_string())
     }
 }
@@ -47,5 +54,7 @@ fn cpp_standalone() {
 
 #[test]
 fn fx() {
-    check_target("fx", |info| wrapir::lower::fx::write_string(info, &Default::default()).map_err(|e| e.to_string()));
+    check_target("fx", |info| {
+        wrapir::lower::fx::write_string(info, &Default::default()).map_err(|e| e.to_string())
+    });
 }

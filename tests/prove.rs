@@ -20,7 +20,10 @@ fn facts(items: &[&str]) -> Facts {
     let mut f = Facts::new();
     for item in items {
         if let Some((name, def)) = item.split_once(":=") {
-            assert!(f.define(Symbol::new(name.trim()), e(def.trim())), "bad definition {item}");
+            assert!(
+                f.define(Symbol::new(name.trim()), e(def.trim())),
+                "bad definition {item}"
+            );
         } else {
             f.assume(item).unwrap_or_else(|err| panic!("bad fact {item}: {err}"));
         }
@@ -43,7 +46,9 @@ fn sample_points(syms: &[Symbol], f: &Facts, n: usize) -> Vec<Bindings> {
     for _ in 0..n {
         let mut b = Bindings::new();
         for s in syms {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let (lo, hi) = f.range(s);
             let lo = lo.unwrap_or(-300);
             let hi = hi.unwrap_or(lo.max(0) + 300);
@@ -69,10 +74,16 @@ fn check(lhs: &str, rhs: &str, fact_items: &[&str], expect: Expect) {
         Outcome::Disproved(_) => Disproved,
         Outcome::Unknown(_) => Unknown,
     };
-    assert_eq!(got, expect, "{lhs} == {rhs} under {fact_items:?}: {}", outcome.summary());
+    assert_eq!(
+        got,
+        expect,
+        "{lhs} == {rhs} under {fact_items:?}: {}",
+        outcome.summary()
+    );
     match &outcome {
         Outcome::Proven(expl) => {
-            expl.check_with_egg().unwrap_or_else(|err| panic!("{lhs} == {rhs}: {err}"));
+            expl.check_with_egg()
+                .unwrap_or_else(|err| panic!("{lhs} == {rhs}: {err}"));
             // Every step of the proof must also agree with evaluation.
             let terms = expl.terms().expect("explanation terms convert back");
             assert!(terms.len() >= 1, "{lhs} == {rhs}: empty proof");
@@ -97,7 +108,10 @@ fn check(lhs: &str, rhs: &str, fact_items: &[&str], expect: Expect) {
         Outcome::Disproved(c) => {
             for (s, v) in &c.assignment {
                 let (lo, hi) = f.range(s);
-                assert!(lo.is_none_or(|l| *v >= l) && hi.is_none_or(|h| *v <= h), "{s}={v} outside its range");
+                assert!(
+                    lo.is_none_or(|l| *v >= l) && hi.is_none_or(|h| *v <= h),
+                    "{s}={v} outside its range"
+                );
             }
             assert_eq!(eval_value(&a, &c.assignment), Some(c.lhs));
             assert_eq!(eval_value(&b, &c.assignment), Some(c.rhs));
@@ -225,7 +239,10 @@ fn facts_from_program_ranges_and_definitions() {
     p.unbacked_symbol("u0", Some(0), Some(100));
     p.precomputed_symbol("ks0");
     let mut program = p.finish();
-    program.main.lines.push(Line::SymbolicCallArg { symbol: Symbol::new("ks0"), expr: e("(* s0 s1)") });
+    program.main.lines.push(Line::SymbolicCallArg {
+        symbol: Symbol::new("ks0"),
+        expr: e("(* s0 s1)"),
+    });
     let f = Facts::from_program(&program);
     assert_eq!(f.range(&Symbol::new("s0")), (Some(0), None));
     assert_eq!(f.range(&Symbol::new("u0")), (Some(0), Some(100)));
@@ -277,7 +294,11 @@ fn explanation_names_rules() {
     let Outcome::Proven(expl) = prove_eq(&e("(* -1 (// s0 -128))"), &e("(// (+ s0 127) 128)"), &f) else {
         panic!("not proven")
     };
-    assert!(expl.rules_used().iter().any(|r| r == "ceildiv-neg-const"), "{:?}", expl.rules_used());
+    assert!(
+        expl.rules_used().iter().any(|r| r == "ceildiv-neg-const"),
+        "{:?}",
+        expl.rules_used()
+    );
     assert!(expl.flat_string().lines().count() == expl.steps().len());
     let terms = expl.terms().expect("terms");
     assert_eq!(terms.first(), Some(&e("(* -1 (// s0 -128))")));
@@ -371,11 +392,18 @@ fn transform(e: &SymExpr, seed: u64) -> SymExpr {
 }
 
 fn small_limits() -> Limits {
-    Limits { node_limit: 4_000, iter_limit: 12, time_limit: std::time::Duration::from_millis(300), ..Limits::default() }
+    Limits {
+        node_limit: 4_000,
+        iter_limit: 12,
+        time_limit: std::time::Duration::from_millis(300),
+        ..Limits::default()
+    }
 }
 
 fn sym_facts() -> Facts {
-    facts(&["s0 >= 1", "s0 <= 64", "s1 >= 1", "s1 <= 64", "s2 >= 0", "s2 <= 64", "s3 >= -8", "s3 <= 8"])
+    facts(&[
+        "s0 >= 1", "s0 <= 64", "s1 >= 1", "s1 <= 64", "s2 >= 0", "s2 <= 64", "s3 >= -8", "s3 <= 8",
+    ])
 }
 
 proptest! {

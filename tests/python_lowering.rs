@@ -94,7 +94,14 @@ fn lines_after_preamble(p: &Program) -> Vec<String> {
     let text = lower_ok(p);
     py_compile(&text);
     let body = call_body(&text);
-    assert_eq!(body[..3], ["arg0_1, = args", "args.clear()", "assert_size_stride(arg0_1, (4, ), (1, ))"]);
+    assert_eq!(
+        body[..3],
+        [
+            "arg0_1, = args",
+            "args.clear()",
+            "assert_size_stride(arg0_1, (4, ), (1, ))"
+        ]
+    );
     body[3..].to_vec()
 }
 
@@ -131,7 +138,10 @@ fn memory_lines() {
                 g.allocate("buf0", f32(&[4, 8]));
                 g.output(&"buf0".into());
             }),
-            vec!["buf0 = empty_strided_cuda((4, 8), (8, 1), torch.float32)", "return (buf0, )"],
+            vec![
+                "buf0 = empty_strided_cuda((4, 8), (8, 1), torch.float32)",
+                "return (buf0, )",
+            ],
         ),
         (
             "alloc_scalar_and_cpu",
@@ -149,16 +159,26 @@ fn memory_lines() {
                 g.allocate("buf0", l);
                 g.output(&"buf0".into());
             }),
-            vec!["buf0 = empty_strided_cuda((8, ), (1, ), torch.float32).as_strided((5, ), (1, ))", "return (buf0, )"],
+            vec![
+                "buf0 = empty_strided_cuda((8, ), (1, ), torch.float32).as_strided((5, ), (1, ))",
+                "return (buf0, )",
+            ],
         ),
         (
             "free_and_reused",
             program(|g| {
                 g.allocate("buf0", f32(&[4]));
-                g.line(Line::FreeIfNotReused { buffer: "buf0".into(), is_reused: true });
+                g.line(Line::FreeIfNotReused {
+                    buffer: "buf0".into(),
+                    is_reused: true,
+                });
                 g.free(&"arg0_1".into());
             }),
-            vec!["buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)", "del arg0_1", "return ()"],
+            vec![
+                "buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)",
+                "del arg0_1",
+                "return ()",
+            ],
         ),
         (
             "reuse_same_layout",
@@ -192,8 +212,15 @@ fn memory_lines() {
                 // A reuse that keeps the old name prints no `del` (its storage was
                 // handed on by `free_if_not_reused ... reused`).
                 g.allocate("buf0", f32(&[4]));
-                g.line(Line::FreeIfNotReused { buffer: "buf0".into(), is_reused: true });
-                g.line(Line::Reuse { old: "buf0".into(), new: "buf1".into(), delete_old: false });
+                g.line(Line::FreeIfNotReused {
+                    buffer: "buf0".into(),
+                    is_reused: true,
+                });
+                g.line(Line::Reuse {
+                    old: "buf0".into(),
+                    new: "buf1".into(),
+                    delete_old: false,
+                });
                 g.declare_tensor("buf1", f32(&[4]));
                 g.output(&"buf1".into());
             }),
@@ -244,7 +271,10 @@ fn call_lines() {
             args: vec![
                 CallArg::positional(buf("arg0_1")),
                 CallArg::positional(buf("buf0")),
-                CallArg { name: named.then(|| "xnumel".to_string()), value: ArgValue::Expr(SymExpr::Int(4)) },
+                CallArg {
+                    name: named.then(|| "xnumel".to_string()),
+                    value: ArgValue::Expr(SymExpr::Int(4)),
+                },
             ],
             device,
         }));
@@ -274,7 +304,9 @@ fn call_lines() {
                 .collect(),
             target: "host-strict_float-no_runtime-no_asserts".into(),
             scheduler: Some("Adams2019".into()),
-            scheduler_flags: [("parallelism".to_string(), wrapir::ir::ConstValue::Int(8))].into_iter().collect(),
+            scheduler_flags: [("parallelism".to_string(), wrapir::ir::ConstValue::Int(8))]
+                .into_iter()
+                .collect(),
             cuda_device,
         })
     };
@@ -300,11 +332,22 @@ fn call_lines() {
         (
             "halide_cuda",
             with_kernel(halide(Some(0)), None, false),
-            vec![alloc, "stream0 = get_raw_stream(0)", "k0(arg0_1, buf0, 4, stream0)", "return (buf0, )"],
+            vec![
+                alloc,
+                "stream0 = get_raw_stream(0)",
+                "k0(arg0_1, buf0, 4, stream0)",
+                "return (buf0, )",
+            ],
         ),
         (
             "cpp",
-            with_kernel(KernelBackend::Cpp(CppMeta { arg_types: vec!["const float*".into(), "float*".into(), "int64_t".into()] }), None, false),
+            with_kernel(
+                KernelBackend::Cpp(CppMeta {
+                    arg_types: vec!["const float*".into(), "float*".into(), "int64_t".into()],
+                }),
+                None,
+                false,
+            ),
             vec![alloc, "k0(arg0_1, buf0, 4)", "return (buf0, )"],
         ),
         (
@@ -346,7 +389,13 @@ fn kernel_definitions() {
             }),
             "import halide as hl",
         );
-        let c = p.kernel("cpp_fused_0", KernelBackend::Cpp(CppMeta { arg_types: vec!["float*".into()] }), "extern \"C\" void kernel() {}");
+        let c = p.kernel(
+            "cpp_fused_0",
+            KernelBackend::Cpp(CppMeta {
+                arg_types: vec!["float*".into()],
+            }),
+            "extern \"C\" void kernel() {}",
+        );
         let mut g = p.main();
         g.define_kernel(&t);
         g.define_kernel(&h);
@@ -504,8 +553,16 @@ fn symbol_binding_lines() {
     };
     let nz = "buf1 = torch.ops.aten.nonzero.default(arg0_1)";
     let cases: Vec<(&str, Program, Vec<&str>)> = vec![
-        ("item", item(path(&[]), Some("buf0")), vec!["u0 = arg0_1.item()", "buf0 = None", "return ()"]),
-        ("item_convert_int", item(path(&[ConvertInt]), None), vec!["u0 = 1 if arg0_1.item() else 0", "return ()"]),
+        (
+            "item",
+            item(path(&[]), Some("buf0")),
+            vec!["u0 = arg0_1.item()", "buf0 = None", "return ()"],
+        ),
+        (
+            "item_convert_int",
+            item(path(&[ConvertInt]), None),
+            vec!["u0 = 1 if arg0_1.item() else 0", "return ()"],
+        ),
         (
             "item_divide_by",
             item(path(&[DivideBy(2)]), Some("buf3")),
@@ -517,7 +574,11 @@ fn symbol_binding_lines() {
                 "return ()",
             ],
         ),
-        ("bind_size", bind(&[CallMethod(TensorMethod::Size), Index(0)]), vec![nz, "u0 = buf1.size(0)", "return ()"]),
+        (
+            "bind_size",
+            bind(&[CallMethod(TensorMethod::Size), Index(0)]),
+            vec![nz, "u0 = buf1.size(0)", "return ()"],
+        ),
         (
             "bind_tuple_stride",
             bind(&[Index(1), CallMethod(TensorMethod::Stride), Index(0)]),
@@ -533,7 +594,11 @@ fn symbol_binding_lines() {
             bind(&[InnerTensor("values".into()), CallMethod(TensorMethod::Size), Index(0)]),
             vec![nz, "u0 = buf1.values.size(0)", "return ()"],
         ),
-        ("bind_convert_int", bind(&[Index(0), ConvertInt]), vec![nz, "u0 = 1 if buf1[0] else 0", "return ()"]),
+        (
+            "bind_convert_int",
+            bind(&[Index(0), ConvertInt]),
+            vec![nz, "u0 = 1 if buf1[0] else 0", "return ()"],
+        ),
         (
             "bind_divide_by_checked",
             bind(&[CallMethod(TensorMethod::Size), Index(0), DivideBy(4)]),
@@ -549,7 +614,12 @@ fn symbol_binding_lines() {
         (
             "runtime_assert_let_comment",
             program(|g| {
-                g.line(Line::DynamicScalar { symbol: "u0".into(), source: "arg0_1".into(), keypath: path(&[]), node: None });
+                g.line(Line::DynamicScalar {
+                    symbol: "u0".into(),
+                    source: "arg0_1".into(),
+                    keypath: path(&[]),
+                    node: None,
+                });
                 g.line(Line::RuntimeAssert {
                     cond: SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)),
                     message: "u0 >= 0".into(),
@@ -577,7 +647,11 @@ fn symbol_binding_lines() {
                 let mut nonzero = Layout::contiguous(DType::Int64, cuda(), [sym("u0"), SymExpr::Int(1)]);
                 nonzero.stride = smallvec![SymExpr::Int(1), sym("u0")];
                 let b1 = g.extern_alloc("buf1", nonzero, "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
-                g.bind_unbacked(&b1, &"u0".into(), path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]));
+                g.bind_unbacked(
+                    &b1,
+                    &"u0".into(),
+                    path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]),
+                );
                 g.line(Line::AssertSizeStride {
                     buffer: b1.clone(),
                     size: smallvec![sym("u0"), SymExpr::Int(1)],
@@ -585,8 +659,17 @@ fn symbol_binding_lines() {
                     context: Some("torch.ops.aten.nonzero.default".into()),
                 });
                 let b2 = g.allocate("buf2", Layout::contiguous(DType::Float32, cuda(), []));
-                g.line(Line::AssertSizeStride { buffer: b2.clone(), size: smallvec![], stride: smallvec![], context: None });
-                g.line(Line::AssertAlignment { buffer: "arg0_1".into(), alignment: 16, context: None });
+                g.line(Line::AssertSizeStride {
+                    buffer: b2.clone(),
+                    size: smallvec![],
+                    stride: smallvec![],
+                    context: None,
+                });
+                g.line(Line::AssertAlignment {
+                    buffer: "arg0_1".into(),
+                    alignment: 16,
+                    context: None,
+                });
                 g.output(&b1);
                 g.output(&b2);
             }),
@@ -604,7 +687,11 @@ fn symbol_binding_lines() {
             "comm_buffer",
             program(|g| {
                 g.declare_tensor("buf0", f32(&[4]));
-                g.line(Line::CommBufferAllocate { buffer: "buf0".into(), comm_kind: "symm_mem".into(), group: "0".into() });
+                g.line(Line::CommBufferAllocate {
+                    buffer: "buf0".into(),
+                    comm_kind: "symm_mem".into(),
+                    group: "0".into(),
+                });
                 g.line(Line::CommBufferFree { buffer: "buf0".into() });
             }),
             vec![],
@@ -634,7 +721,14 @@ fn cond_program(predicate: Predicate) -> Program {
             g.define_kernel(&k);
         }
         let b = g.allocate(&format!("{name}_buf0"), f32(&[4]));
-        g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(b.clone()), ArgValue::Expr(SymExpr::Int(4))]);
+        g.call_kernel(
+            &k,
+            [
+                ArgValue::Buffer(x),
+                ArgValue::Buffer(b.clone()),
+                ArgValue::Expr(SymExpr::Int(4)),
+            ],
+        );
         g.output(&b);
         g.finish();
     }
@@ -643,7 +737,10 @@ fn cond_program(predicate: Predicate) -> Program {
         Predicate::Expr(e) => e.free_symbols().into_iter().collect(),
         Predicate::Tensor(_) => Vec::new(),
     };
-    let predicate_symbols: Vec<_> = predicate_symbols.iter().map(|s| p.backed_symbol(s.as_str(), Some(8))).collect();
+    let predicate_symbols: Vec<_> = predicate_symbols
+        .iter()
+        .map(|s| p.backed_symbol(s.as_str(), Some(8)))
+        .collect();
     let mut g = p.main();
     g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, cuda(), []));
     g.tensor_input("arg1_1", f32(&[4]));
@@ -697,7 +794,11 @@ fn conditional_form() {
     ), "{text}");
     assert_eq!(text.matches("async_compile.triton(").count(), 1);
 
-    let symbolic = lower_ok(&cond_program(Predicate::Expr(SymExpr::cmp(CmpOp::Gt, sym("s0"), SymExpr::Int(4)))));
+    let symbolic = lower_ok(&cond_program(Predicate::Expr(SymExpr::cmp(
+        CmpOp::Gt,
+        sym("s0"),
+        SymExpr::Int(4),
+    ))));
     py_compile(&symbolic);
     assert!(call_body(&symbolic).contains(&"if s0 > 4:".to_string()));
 }
@@ -767,9 +868,16 @@ fn dynamic_inputs_frame_and_harness() {
     g.symbol_input("arg0_1", &s0);
     g.tensor_input(
         "arg1_1",
-        Layout::contiguous(DType::Float32, cuda(), [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
+        Layout::contiguous(
+            DType::Float32,
+            cuda(),
+            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
+        ),
     );
-    g.tensor_input("arg2_1", Layout::contiguous(DType::Int64, cuda(), [SymExpr::Sym(s2.clone()), SymExpr::Int(0)]));
+    g.tensor_input(
+        "arg2_1",
+        Layout::contiguous(DType::Int64, cuda(), [SymExpr::Sym(s2.clone()), SymExpr::Int(0)]),
+    );
     g.output_expr(SymExpr::Sym(s1));
     g.finish();
     let p = p.finish();
@@ -864,27 +972,49 @@ fn stream_binding_once_per_graph() {
     let x = g.tensor_input("arg0_1", f32(&[4]));
     g.define_kernel(&k);
     for _ in 0..2 {
-        g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(x.clone()), ArgValue::Expr(SymExpr::Int(4))]);
+        g.call_kernel(
+            &k,
+            [
+                ArgValue::Buffer(x.clone()),
+                ArgValue::Buffer(x.clone()),
+                ArgValue::Expr(SymExpr::Int(4)),
+            ],
+        );
     }
     g.finish();
     let p = p.finish();
     let every = lower_ok(&p);
     assert_eq!(every.matches("stream0 = get_raw_stream(0)").count(), 2);
-    let once = lower(&p, &Options { stream_binding: StreamBinding::OncePerGraph, ..Options::default() }).unwrap();
+    let once = lower(
+        &p,
+        &Options {
+            stream_binding: StreamBinding::OncePerGraph,
+            ..Options::default()
+        },
+    )
+    .unwrap();
     assert_eq!(once.matches("stream0 = get_raw_stream(0)").count(), 1);
     py_compile(&once);
 }
 
 /// Where a lowering error in the main graph points.
 fn err_location(line: usize, kind: &'static str) -> Location {
-    Location { graph: None, line, kind }
+    Location {
+        graph: None,
+        line,
+        kind,
+    }
 }
 
 #[test]
 fn errors_name_the_culprit() {
     let bad_path = program(|g| {
         g.extern_alloc_multi("buf1", "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
-        g.bind_unbacked(&"buf1".into(), &"u0".into(), path(&[KeyEntry::DivideBy(2), KeyEntry::Index(0)]));
+        g.bind_unbacked(
+            &"buf1".into(),
+            &"u0".into(),
+            path(&[KeyEntry::DivideBy(2), KeyEntry::Index(0)]),
+        );
     });
     let err = lower(&bad_path, &Options::default()).unwrap_err();
     assert!(matches!(err, Error::UnsupportedKeyPath { .. }), "{err}");
@@ -896,7 +1026,12 @@ fn errors_name_the_culprit() {
         g.line(Line::ExitDeviceContext);
     });
     let errors = wrapir::ir::validate(&unmatched).unwrap_err();
-    assert!(errors.to_string().contains("device guard exit without a matching enter"), "{errors}");
+    assert!(
+        errors
+            .to_string()
+            .contains("device guard exit without a matching enter"),
+        "{errors}"
+    );
 
     let mut p = ProgramBuilder::new();
     let s0 = p.backed_symbol("s0", None);
@@ -904,7 +1039,13 @@ fn errors_name_the_culprit() {
     g.symbol_input("arg0_1", &s0);
     g.finish();
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
-    assert_eq!(err, Error::MissingHint { symbol: s0, input: "arg0_1".into() });
+    assert_eq!(
+        err,
+        Error::MissingHint {
+            symbol: s0,
+            input: "arg0_1".into()
+        }
+    );
 
     // CUDA C kernels take the stream as a trailing positional argument, which
     // may not follow a named one.
@@ -915,12 +1056,24 @@ fn errors_name_the_culprit() {
     g.define_kernel(&k);
     g.line(Line::KernelCall(KernelCall {
         kernel: k.clone(),
-        args: vec![CallArg::positional(ArgValue::Buffer(x)), CallArg { name: Some("n".into()), value: ArgValue::Expr(SymExpr::Int(4)) }],
+        args: vec![
+            CallArg::positional(ArgValue::Buffer(x)),
+            CallArg {
+                name: Some("n".into()),
+                value: ArgValue::Expr(SymExpr::Int(4)),
+            },
+        ],
         device: Some(cuda()),
     }));
     g.finish();
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
-    assert_eq!(err, Error::PositionalAfterNamed { kernel: k, at: err_location(1, "call") });
+    assert_eq!(
+        err,
+        Error::PositionalAfterNamed {
+            kernel: k,
+            at: err_location(1, "call")
+        }
+    );
 
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k", "x = '''", triton_meta());

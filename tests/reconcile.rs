@@ -2,13 +2,13 @@
 
 mod common;
 
-use wrapir::ir::{validate, ArgValue, ConstValue, GraphName, KernelName, Program};
 use wrapir::ir::ProgramInfo;
+use wrapir::ir::{validate, ArgValue, ConstValue, GraphName, KernelName, Program};
 use wrapir::lower::cpp::Dialect;
 use wrapir::reconcile::{
     check_lowerings, check_program, check_program_against, validate_emitted, BakedSource, CheckReport, CppLaunches,
-    EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, LaunchRecord, LoweringVerdict, Mismatch, Options,
-    ProofCache, PythonLaunches, ScratchKind, Verdict,
+    EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, LaunchRecord, LoweringVerdict, Mismatch,
+    Options, ProofCache, PythonLaunches, ScratchKind, Verdict,
 };
 use wrapir::sym::{parse as expr, Facts, SymExpr};
 
@@ -18,7 +18,13 @@ fn program(src: &str) -> Program {
 
 fn report(p: &Program) -> CheckReport {
     let info = validate(p).unwrap_or_else(|e| panic!("invalid program: {e}"));
-    check_program(&info, &Options { parallel: false, ..Options::default() })
+    check_program(
+        &info,
+        &Options {
+            parallel: false,
+            ..Options::default()
+        },
+    )
 }
 
 /// Checks the rendered report (without `--explain`) of a program in `.wir` text.
@@ -30,7 +36,10 @@ fn check(name: &str, src: &str, expect: &str) {
 /// The record of the only (or first) launch.
 fn record(src: &str) -> LaunchRecord {
     let r = report(&program(src));
-    r.entries[0].record.clone().unwrap_or_else(|| panic!("no record: {}", r.render(true)))
+    r.entries[0]
+        .record
+        .clone()
+        .unwrap_or_else(|| panic!("no record: {}", r.render(true)))
 }
 
 fn grid(r: &LaunchRecord) -> String {
@@ -127,13 +136,19 @@ fn user_kernel_with_explicit_constexpr_and_fixed_grid() {
     assert_eq!(args, ["in_ptr0", "in_ptr1", "out_ptr", "n_elements"]);
     assert_eq!(r.args[2].value, ArgValue::Buffer("buf0".into()));
     assert_eq!(r.baked.len(), 1);
-    assert_eq!((r.baked[0].param.as_str(), &r.baked[0].value), ("BLOCK_SIZE", &ConstValue::Int(16)));
+    assert_eq!(
+        (r.baked[0].param.as_str(), &r.baked[0].value),
+        ("BLOCK_SIZE", &ConstValue::Int(16))
+    );
     assert_eq!(r.baked[0].passed, Some(ArgValue::Expr(SymExpr::Int(16))));
     let launcher: Vec<String> = r.launcher_args.iter().map(|(n, e)| format!("{n}={e}")).collect();
     assert_eq!(launcher, ["_grid_0=(s0 + 15) // 16", "_grid_1=1", "_grid_2=1"]);
     // s0 in [2, inf] may not fit the i32 `n_elements`: one guard.
     let guards: Vec<String> = r.guards.iter().map(|g| format!("{} | {}", g.cond, g.message)).collect();
-    assert_eq!(guards, ["s0 <= 2147483647 | n_elements: cannot prove s0 fits i32 (range [2, inf])"]);
+    assert_eq!(
+        guards,
+        ["s0 <= 2147483647 | n_elements: cannot prove s0 fits i32 (range [2, inf])"]
+    );
 }
 
 #[test]
@@ -145,13 +160,24 @@ fn specialization_none_args_and_scratch() {
     // ynumel is baked in (equal to 1), so it is not a runtime argument.
     let args: Vec<&str> = first.args.iter().map(|a| a.param.as_str()).collect();
     assert_eq!(args, ["in_ptr0", "out_ptr0", "xnumel"]);
-    let baked: Vec<String> = first.baked.iter().map(|b| format!("{}={}:{:?}", b.param, b.value, b.source)).collect();
+    let baked: Vec<String> = first
+        .baked
+        .iter()
+        .map(|b| format!("{}={}:{:?}", b.param, b.value, b.source))
+        .collect();
     assert_eq!(baked, ["ynumel=1:Constants", "YBLOCK=1:Config", "XBLOCK=128:Config"]);
     assert_eq!(grid(first), "((s0 + 127) // 128, 1, 1)");
     let scratch: Vec<String> = first
         .scratch
         .iter()
-        .map(|s| format!("{} {} {}", s.kind.as_str(), s.bytes_per_cta, s.total_bytes.as_ref().map_or("null".into(), |t| t.to_string())))
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s.kind.as_str(),
+                s.bytes_per_cta,
+                s.total_bytes.as_ref().map_or("null".into(), |t| t.to_string())
+            )
+        })
         .collect();
     assert_eq!(scratch, ["global 0 null", "profile 64 64*((s0 + 127) // 128)"]);
     assert_eq!(first.scratch[1].kind, ScratchKind::Profile);
@@ -160,7 +186,11 @@ fn specialization_none_args_and_scratch() {
     let args: Vec<&str> = second.args.iter().map(|a| a.param.as_str()).collect();
     assert_eq!(args, ["in_ptr0", "out_ptr", "n_elements"]);
     assert_eq!(second.args[1].value, ArgValue::Buffer("buf1".into()));
-    let baked: Vec<String> = second.baked.iter().map(|b| format!("{}={}", b.param, b.value)).collect();
+    let baked: Vec<String> = second
+        .baked
+        .iter()
+        .map(|b| format!("{}={}", b.param, b.value))
+        .collect();
     assert_eq!(baked, ["mask_ptr=None", "BLOCK_SIZE=64"]);
     assert_eq!(second.baked[0].source, BakedSource::Constants);
     assert_eq!(grid(second), "((s0 + 63) // 64, 1, 1)");
@@ -203,7 +233,10 @@ fn every_grid_type() {
 fn binding_errors() {
     let kernel = "  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr\n  config XBLOCK: 8\n  grid Grid1D\n  num_warps 1";
     let cases = [
-        ("call k(arg1_1, out_ptr0=buf0, xnumel=s0, XBLOCK=16) @cuda:0", "config value XBLOCK = 8 but the call passes 16"),
+        (
+            "call k(arg1_1, out_ptr0=buf0, xnumel=s0, XBLOCK=16) @cuda:0",
+            "config value XBLOCK = 8 but the call passes 16",
+        ),
         ("call k(arg1_1, buf0, XBLOCK=8, xnumel=s0) @cuda:0", ""),
     ];
     for (call, expect) in cases {
@@ -218,15 +251,29 @@ fn binding_errors() {
 
 #[test]
 fn fx_launches_validate() {
-    for name in ["pointwise.wir", "while_loop.wir", "cond_dynamic_branches.wir", "user_triton_constexpr.wir"] {
+    for name in [
+        "pointwise.wir",
+        "while_loop.wir",
+        "cond_dynamic_branches.wir",
+        "user_triton_constexpr.wir",
+    ] {
         let p = program(&fixture(name));
         let info = validate(&p).expect("valid");
         let r = check_program_against(&info, &Options::default(), &FxLaunches::default());
         assert!(r.is_ok(), "{name}:\n{}", r.render(true));
         assert_eq!(r.lowering.as_deref(), Some("fx"));
         for e in &r.entries {
-            assert!(!e.validations.is_empty(), "{name}: launch at {}:{} not validated", e.graph, e.line);
-            assert!(e.validations.iter().all(|v| v.grid_proven == Some(true)), "{name}:\n{}", r.render(true));
+            assert!(
+                !e.validations.is_empty(),
+                "{name}: launch at {}:{} not validated",
+                e.graph,
+                e.line
+            );
+            assert!(
+                e.validations.iter().all(|v| v.grid_proven == Some(true)),
+                "{name}:\n{}",
+                r.render(true)
+            );
         }
     }
 }
@@ -249,7 +296,11 @@ fn emitted_mismatches() {
             ("n_elements".into(), EmittedValue::Expr(expr("s0").expect("expr"))),
             ("BLOCK_SIZE".into(), EmittedValue::Expr(SymExpr::Int(16))),
         ],
-        grid: Some([expr("(s0 + (16 - 1)) // 16").expect("expr"), SymExpr::Int(1), SymExpr::Int(1)]),
+        grid: Some([
+            expr("(s0 + (16 - 1)) // 16").expect("expr"),
+            SymExpr::Int(1),
+            SymExpr::Int(1),
+        ]),
         scratch: None,
         ranges: Vec::new(),
     };
@@ -261,12 +312,18 @@ fn emitted_mismatches() {
     // What upstream's misaligned zip launches: grid x = BLOCK_SIZE.
     upstream.grid = Some([SymExpr::Int(16), SymExpr::Int(1), SymExpr::Int(1)]);
     let err = validate_emitted(&info, &rec, &upstream, &cache).expect_err("grid differs");
-    assert!(matches!(&err, Mismatch::Value { param, counterexample: Some(_), .. } if param == "grid[0]"), "{err}");
+    assert!(
+        matches!(&err, Mismatch::Value { param, counterexample: Some(_), .. } if param == "grid[0]"),
+        "{err}"
+    );
 
     let mut swapped = base.clone();
     swapped.args[0].1 = EmittedValue::Buffer("arg2_1".into());
     let err = validate_emitted(&info, &rec, &swapped, &cache).expect_err("swapped buffers");
-    assert_eq!(err.to_string(), "passes in_ptr0 = buffer `arg2_1` but the launch needs buffer `arg1_1`");
+    assert_eq!(
+        err.to_string(),
+        "passes in_ptr0 = buffer `arg2_1` but the launch needs buffer `arg1_1`"
+    );
 
     let mut missing = base.clone();
     missing.args.remove(3);
@@ -277,11 +334,17 @@ fn emitted_mismatches() {
 #[test]
 fn explain_shows_proofs_and_counterexamples() {
     let bad = report(&program(&fixture("invalid/reconcile_constant_mismatch.wir"))).render(true);
-    assert!(bad.contains("failed   main:4 add_kernel_0: constant BLOCK_SIZE = 16 but the call passes 32"), "{bad}");
+    assert!(
+        bad.contains("failed   main:4 add_kernel_0: constant BLOCK_SIZE = 16 but the call passes 32"),
+        "{bad}"
+    );
     let good = report(&program(&fixture("reconcile_specialized.wir"))).render(true);
     assert!(good.contains("    proven ynumel: 1 == 1\n"), "{good}");
     assert!(good.contains("    baked: mask_ptr = None, BLOCK_SIZE = 64\n"), "{good}");
-    assert!(good.contains("    profile scratch: 64 bytes per CTA, 64*((s0 + 127) // 128) bytes\n"), "{good}");
+    assert!(
+        good.contains("    profile scratch: 64 bytes per CTA, 64*((s0 + 127) // 128) bytes\n"),
+        "{good}"
+    );
 }
 
 #[test]
@@ -302,8 +365,17 @@ fn every_fixture_reconciles() {
         let p = common::load(&path);
         let info = validate(&p).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let parallel = check_program(&info, &Options::default());
-        let serial = check_program(&info, &Options { parallel: false, ..Options::default() });
-        assert_eq!(parallel.render(false).lines().count(), serial.render(false).lines().count());
+        let serial = check_program(
+            &info,
+            &Options {
+                parallel: false,
+                ..Options::default()
+            },
+        );
+        assert_eq!(
+            parallel.render(false).lines().count(),
+            serial.render(false).lines().count()
+        );
         if !parallel.is_ok() {
             failures.push(format!("{}:\n{}", common::name(&path), parallel.render(true)));
         }
@@ -323,7 +395,9 @@ fn all_lowerings() -> Vec<Box<dyn LaunchEmitter>> {
     vec![
         Box::new(PythonLaunches::default()),
         Box::new(CppLaunches { dialect: Dialect::Aoti }),
-        Box::new(CppLaunches { dialect: Dialect::Standalone }),
+        Box::new(CppLaunches {
+            dialect: Dialect::Standalone,
+        }),
         Box::new(FxLaunches::default()),
     ]
 }
@@ -338,7 +412,11 @@ fn every_fixture_launch_is_proven_or_guarded_for_every_lowering() {
         let p = common::load(&path);
         let info = validate(&p).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let r = check_lowerings(&info, &Options::default(), &refs);
-        let names: Vec<_> = r.lowerings.iter().map(|l| l.lowering.clone().unwrap_or_default()).collect();
+        let names: Vec<_> = r
+            .lowerings
+            .iter()
+            .map(|l| l.lowering.clone().unwrap_or_default())
+            .collect();
         assert_eq!(names, ["python", "cpp", "cpp-standalone", "fx"]);
         for (i, entry) in r.base.entries.iter().enumerate() {
             launches += 1;
@@ -369,14 +447,16 @@ fn recording_launches_leaves_the_text_unchanged() {
         let triton_calls = check_program(&info, &Options::default()).entries.len();
         let python = wrapir::lower::python::Options::default();
         if let Ok(text) = wrapir::lower::python::write_string(&info, &python) {
-            let (recorded, launches) = wrapir::lower::python::write_string_with_launches(&info, &python).expect("lowers");
+            let (recorded, launches) =
+                wrapir::lower::python::write_string_with_launches(&info, &python).expect("lowers");
             assert_eq!(text, recorded, "{}", path.display());
             assert_eq!(launches.len(), triton_calls, "{}", path.display());
         }
         for dialect in [Dialect::Aoti, Dialect::Standalone] {
             let options = wrapir::lower::cpp::Options::for_dialect(dialect);
             if let Ok(text) = wrapir::lower::cpp::write_string(&info, &options) {
-                let (recorded, launches) = wrapir::lower::cpp::write_string_with_launches(&info, &options).expect("lowers");
+                let (recorded, launches) =
+                    wrapir::lower::cpp::write_string_with_launches(&info, &options).expect("lowers");
                 assert_eq!(text, recorded, "{} {dialect:?}", path.display());
                 assert!(launches.len() >= triton_calls, "{} {dialect:?}", path.display());
             }
@@ -423,15 +503,24 @@ fn corrupted_emitted_launches_are_mismatches_of_their_lowering() {
     let emitters = all_lowerings();
     type Case = (fn(&mut EmittedLaunch), &'static str);
     let cases: [Case; 2] = [
-        (swap_first_two_args, "passes in_ptr0 = buffer `arg1_1` but the launch needs buffer `arg0_1`"),
+        (
+            swap_first_two_args,
+            "passes in_ptr0 = buffer `arg1_1` but the launch needs buffer `arg0_1`",
+        ),
         (bump_grid_x, "passes grid[0] = "),
     ];
     for (corrupt, expect) in cases {
         for (i, inner) in emitters.iter().enumerate() {
-            let bad = Corrupted { inner: inner.as_ref(), corrupt };
+            let bad = Corrupted {
+                inner: inner.as_ref(),
+                corrupt,
+            };
             // The corrupted lowering among the honest ones: only it fails.
-            let refs: Vec<&dyn LaunchEmitter> =
-                emitters.iter().enumerate().map(|(j, e)| if i == j { &bad as &dyn LaunchEmitter } else { e.as_ref() }).collect();
+            let refs: Vec<&dyn LaunchEmitter> = emitters
+                .iter()
+                .enumerate()
+                .map(|(j, e)| if i == j { &bad as &dyn LaunchEmitter } else { e.as_ref() })
+                .collect();
             let r = check_lowerings(&info, &Options::default(), &refs);
             assert!(!r.is_ok(), "{}: {expect}", inner.name());
             for j in 0..refs.len() {
@@ -442,8 +531,14 @@ fn corrupted_emitted_launches_are_mismatches_of_their_lowering() {
                 }
             }
             let text = r.render(false);
-            assert!(text.contains(&format!("    {:<15} failed: {expect}", inner.name())), "{text}");
-            assert!(text.ends_with("1 launch: 0 proven, 0 guarded, 1 failed (python, cpp, cpp-standalone, fx)\n"), "{text}");
+            assert!(
+                text.contains(&format!("    {:<15} failed: {expect}", inner.name())),
+                "{text}"
+            );
+            assert!(
+                text.ends_with("1 launch: 0 proven, 0 guarded, 1 failed (python, cpp, cpp-standalone, fx)\n"),
+                "{text}"
+            );
         }
     }
 }
@@ -467,9 +562,17 @@ fn cpp_grid_narrowing_is_checked() {
     for (call, symbols, [python, cpp]) in cases {
         let p = program(&one_kernel(symbols, kernel, call));
         let info = validate(&p).expect("valid");
-        let emitters: [&dyn LaunchEmitter; 2] = [&PythonLaunches::default(), &CppLaunches { dialect: Dialect::Standalone }];
+        let emitters: [&dyn LaunchEmitter; 2] = [
+            &PythonLaunches::default(),
+            &CppLaunches {
+                dialect: Dialect::Standalone,
+            },
+        ];
         let text = check_lowerings(&info, &Options::default(), &emitters).render(false);
-        assert!(text.contains(&format!("    python          {python}")), "{call}:\n{text}");
+        assert!(
+            text.contains(&format!("    python          {python}")),
+            "{call}:\n{text}"
+        );
         assert!(text.contains(&format!("    cpp-standalone  {cpp}")), "{call}:\n{text}");
     }
 }

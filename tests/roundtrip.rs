@@ -51,13 +51,26 @@ fn device() -> impl Strategy<Value = Device> {
     prop_oneof![
         (0u32..4).prop_map(Device::cuda),
         Just(Device::cpu()),
-        Just(Device { kind: DeviceType::Meta, index: None }),
-        (0u32..2).prop_map(|i| Device { kind: DeviceType::Xpu, index: Some(i) }),
+        Just(Device {
+            kind: DeviceType::Meta,
+            index: None
+        }),
+        (0u32..2).prop_map(|i| Device {
+            kind: DeviceType::Xpu,
+            index: Some(i)
+        }),
     ]
 }
 
 fn layout() -> impl Strategy<Value = Layout> {
-    (prop::sample::select(DType::ALL.to_vec()), device(), dims(), dims(), prop::option::of(expr()), prop::option::of(expr()))
+    (
+        prop::sample::select(DType::ALL.to_vec()),
+        device(),
+        dims(),
+        dims(),
+        prop::option::of(expr()),
+        prop::option::of(expr()),
+    )
         .prop_map(|(dtype, device, size, stride, offset, alloc_numel)| Layout {
             dtype,
             device,
@@ -100,14 +113,33 @@ fn const_value() -> impl Strategy<Value = ConstValue> {
 }
 
 fn sig_type() -> impl Strategy<Value = SigType> {
-    prop::sample::select(vec!["*fp32", "*i1", "*bf16", "*fp8e4nv", "i32", "i64", "fp32", "u64", "constexpr", "nvTmaDesc", "tensordesc<fp16[64, 64]>"])
-        .prop_map(|s| s.parse().expect("valid signature type"))
+    prop::sample::select(vec![
+        "*fp32",
+        "*i1",
+        "*bf16",
+        "*fp8e4nv",
+        "i32",
+        "i64",
+        "fp32",
+        "u64",
+        "constexpr",
+        "nvTmaDesc",
+        "tensordesc<fp16[64, 64]>",
+    ])
+    .prop_map(|s| s.parse().expect("valid signature type"))
 }
 
 fn grid_type() -> impl Strategy<Value = GridType> {
-    let entry = (prop::collection::vec(("[A-Z]{1,6}", any::<i64>()), 0..3), expr(), expr(), expr()).prop_map(|(cfg, x, y, z)| {
-        PrecomputedGridEntry { config: cfg.into_iter().collect(), grid: [x, y, z] }
-    });
+    let entry = (
+        prop::collection::vec(("[A-Z]{1,6}", any::<i64>()), 0..3),
+        expr(),
+        expr(),
+        expr(),
+    )
+        .prop_map(|(cfg, x, y, z)| PrecomputedGridEntry {
+            config: cfg.into_iter().collect(),
+            grid: [x, y, z],
+        });
     prop_oneof![
         Just(GridType::Grid1D),
         Just(GridType::Grid2D),
@@ -126,32 +158,53 @@ fn triton_meta() -> impl Strategy<Value = TritonMeta> {
         prop::collection::vec((loose_name(), const_value()), 0..3),
         prop::collection::vec((loose_name(), any::<i64>()), 0..3),
         grid_type(),
-        (any::<u32>(), any::<u32>(), any::<u32>(), prop::option::of(any::<u64>()), prop::option::of(any::<u64>())),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<u64>()),
+        ),
         prop::collection::vec(loose_name(), 0..3),
         (prop::option::of(text()), prop::option::of(text()), any::<bool>()),
     )
-        .prop_map(|(sig, consts, config, grid_type, nums, extra, (mangled_name, cubin, user_defined))| TritonMeta {
-            signature: sig.into_iter().collect(),
-            constants: consts.into_iter().collect(),
-            config: config.into_iter().collect(),
-            grid_type,
-            num_warps: nums.0,
-            num_stages: nums.1,
-            shared_mem: nums.2,
-            global_scratch: nums.3,
-            profile_scratch: nums.4,
-            extra_launcher_args: extra,
-            mangled_name,
-            cubin,
-            user_defined,
-        })
+        .prop_map(
+            |(sig, consts, config, grid_type, nums, extra, (mangled_name, cubin, user_defined))| TritonMeta {
+                signature: sig.into_iter().collect(),
+                constants: consts.into_iter().collect(),
+                config: config.into_iter().collect(),
+                grid_type,
+                num_warps: nums.0,
+                num_stages: nums.1,
+                shared_mem: nums.2,
+                global_scratch: nums.3,
+                profile_scratch: nums.4,
+                extra_launcher_args: extra,
+                mangled_name,
+                cubin,
+                user_defined,
+            },
+        )
 }
 
 fn halide_meta() -> impl Strategy<Value = HalideMeta> {
     let strs = || prop::option::of(prop::collection::vec(text(), 0..3));
-    let arg = (loose_name(), text(), strs(), strs(), prop::option::of(text()), prop::option::of(text())).prop_map(
-        |(name, ctype, shape, stride, offset, alias_of)| HalideArg { ctype, name, shape, stride, offset, alias_of },
-    );
+    let arg = (
+        loose_name(),
+        text(),
+        strs(),
+        strs(),
+        prop::option::of(text()),
+        prop::option::of(text()),
+    )
+        .prop_map(|(name, ctype, shape, stride, offset, alias_of)| HalideArg {
+            ctype,
+            name,
+            shape,
+            stride,
+            offset,
+            alias_of,
+        });
     (
         prop::collection::vec(arg, 0..3),
         text(),
@@ -223,13 +276,19 @@ fn arg_value() -> impl Strategy<Value = ArgValue> {
         prop::sample::select(DType::ALL.to_vec()).prop_map(ArgValue::DType),
         device().prop_map(ArgValue::Device),
     ];
-    leaf.prop_recursive(2, 8, 3, |inner| prop::collection::vec(inner, 0..3).prop_map(ArgValue::List))
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop::collection::vec(inner, 0..3).prop_map(ArgValue::List)
+    })
 }
 
 fn key_path() -> impl Strategy<Value = KeyPath> {
     let entry = prop_oneof![
-        prop::sample::select(vec![TensorMethod::Size, TensorMethod::Stride, TensorMethod::StorageOffset])
-            .prop_map(KeyEntry::CallMethod),
+        prop::sample::select(vec![
+            TensorMethod::Size,
+            TensorMethod::Stride,
+            TensorMethod::StorageOffset
+        ])
+        .prop_map(KeyEntry::CallMethod),
         any::<i64>().prop_map(KeyEntry::Index),
         any::<i64>().prop_map(KeyEntry::DivideBy),
         Just(KeyEntry::ConvertInt),
@@ -241,7 +300,11 @@ fn key_path() -> impl Strategy<Value = KeyPath> {
 fn extern_call() -> impl Strategy<Value = ExternCall> {
     (
         prop::option::of(buf()),
-        prop::sample::select(vec!["torch.ops.aten.topk.default", "extern_kernels.addmm", "aten._foo_.bar"]),
+        prop::sample::select(vec![
+            "torch.ops.aten.topk.default",
+            "extern_kernels.addmm",
+            "aten._foo_.bar",
+        ]),
         prop::collection::vec(arg_value(), 0..4),
         prop::collection::vec(("[a-z_][a-z0-9_]{0,5}", arg_value()), 0..3),
     )
@@ -265,7 +328,9 @@ fn line() -> impl Strategy<Value = Line> {
         buf().prop_map(|buffer| Line::Free { buffer }),
         (buf(), buf(), any::<bool>()).prop_map(|(old, new, delete_old)| Line::Reuse { old, new, delete_old }),
         (buf(), buf()).prop_map(|(base, alias)| Line::Reinterpret { base, alias }),
-        prop::sample::select(KERNELS.to_vec()).prop_map(|k| Line::KernelDefinition { kernel: KernelName::new(k) }),
+        prop::sample::select(KERNELS.to_vec()).prop_map(|k| Line::KernelDefinition {
+            kernel: KernelName::new(k)
+        }),
         (
             prop::sample::select(KERNELS.to_vec()),
             prop::collection::vec((prop::option::of(loose_name()), arg_value()), 0..4),
@@ -291,47 +356,109 @@ fn line() -> impl Strategy<Value = Line> {
                 0..3
             )
         )
-            .prop_map(|(result, source, idx)| Line::MultiOutput { result, source, indices: idx.into_iter().collect() }),
-        (buf(), prop::collection::vec(prop::option::of(buf()), 0..3), buf(), any::<bool>()).prop_map(
-            |(target, indices, values, accumulate)| Line::IndexPutFallback { target, indices, values, accumulate }
-        ),
-        (buf(), any::<i64>(), buf(), arg_value(), prop::option::of(text()), prop::option::of(any::<bool>())).prop_map(
-            |(target, dim, index, src, reduce, include_self)| Line::ScatterFallback(ScatterFallback {
-                op: "aten.scatter_.src".into(),
+            .prop_map(|(result, source, idx)| Line::MultiOutput {
+                result,
+                source,
+                indices: idx.into_iter().collect()
+            }),
+        (
+            buf(),
+            prop::collection::vec(prop::option::of(buf()), 0..3),
+            buf(),
+            any::<bool>()
+        )
+            .prop_map(|(target, indices, values, accumulate)| Line::IndexPutFallback {
                 target,
-                dim,
-                index,
-                src,
-                reduce,
-                include_self
-            })
-        ),
-        (symbol(), buf(), key_path(), prop::option::of(buf()))
-            .prop_map(|(symbol, source, keypath, node)| Line::DynamicScalar { symbol, source, keypath, node }),
+                indices,
+                values,
+                accumulate
+            }),
+        (
+            buf(),
+            any::<i64>(),
+            buf(),
+            arg_value(),
+            prop::option::of(text()),
+            prop::option::of(any::<bool>())
+        )
+            .prop_map(|(target, dim, index, src, reduce, include_self)| Line::ScatterFallback(
+                ScatterFallback {
+                    op: "aten.scatter_.src".into(),
+                    target,
+                    dim,
+                    index,
+                    src,
+                    reduce,
+                    include_self
+                }
+            )),
+        (symbol(), buf(), key_path(), prop::option::of(buf())).prop_map(|(symbol, source, keypath, node)| {
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                node,
+            }
+        }),
         (buf(), prop::collection::vec((symbol(), key_path()), 0..3)).prop_map(|(source, b)| Line::UnbackedSymbolDefs {
             source,
             bindings: b.into_iter().collect()
         }),
-        (buf(), prop_oneof![buf().prop_map(Predicate::Tensor), expr().prop_map(Predicate::Expr)], graph_name(), graph_name(), names())
-            .prop_map(|(result, predicate, true_graph, false_graph, operands)| Line::Conditional(Conditional {
-                result,
-                predicate,
-                true_graph,
-                false_graph,
-                operands
-            })),
-        (buf(), graph_name(), graph_name(), names(), names()).prop_map(|(result, cond_graph, body_graph, carried, additional)| {
-            Line::WhileLoop(WhileLoop { result, cond_graph, body_graph, carried, additional })
-        }),
+        (
+            buf(),
+            prop_oneof![buf().prop_map(Predicate::Tensor), expr().prop_map(Predicate::Expr)],
+            graph_name(),
+            graph_name(),
+            names()
+        )
+            .prop_map(
+                |(result, predicate, true_graph, false_graph, operands)| Line::Conditional(Conditional {
+                    result,
+                    predicate,
+                    true_graph,
+                    false_graph,
+                    operands
+                })
+            ),
+        (buf(), graph_name(), graph_name(), names(), names()).prop_map(
+            |(result, cond_graph, body_graph, carried, additional)| {
+                Line::WhileLoop(WhileLoop {
+                    result,
+                    cond_graph,
+                    body_graph,
+                    carried,
+                    additional,
+                })
+            }
+        ),
         any::<u32>().prop_map(|device_index| Line::EnterDeviceContext { device_index }),
         Just(Line::ExitDeviceContext),
         text().prop_map(|text| Line::Comment { text }),
-        (buf(), dims(), dims(), prop::option::of(text()))
-            .prop_map(|(buffer, size, stride, context)| Line::AssertSizeStride { buffer, size, stride, context }),
-        (buf(), any::<u32>(), prop::option::of(text()))
-            .prop_map(|(buffer, alignment, context)| Line::AssertAlignment { buffer, alignment, context }),
-        (expr(), text(), prop::option::of(buf())).prop_map(|(cond, message, node)| Line::RuntimeAssert { cond, message, node }),
-        (buf(), text(), text()).prop_map(|(buffer, comm_kind, group)| Line::CommBufferAllocate { buffer, comm_kind, group }),
+        (buf(), dims(), dims(), prop::option::of(text())).prop_map(|(buffer, size, stride, context)| {
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            }
+        }),
+        (buf(), any::<u32>(), prop::option::of(text())).prop_map(|(buffer, alignment, context)| {
+            Line::AssertAlignment {
+                buffer,
+                alignment,
+                context,
+            }
+        }),
+        (expr(), text(), prop::option::of(buf())).prop_map(|(cond, message, node)| Line::RuntimeAssert {
+            cond,
+            message,
+            node
+        }),
+        (buf(), text(), text()).prop_map(|(buffer, comm_kind, group)| Line::CommBufferAllocate {
+            buffer,
+            comm_kind,
+            group
+        }),
         buf().prop_map(|buffer| Line::CommBufferFree { buffer }),
     ]
 }
@@ -356,11 +483,16 @@ fn graph() -> impl Strategy<Value = Graph> {
         .prop_map(|(input_kinds, sym_input, buffer_kinds, lines, outputs)| {
             let mut g = Graph::default();
             for (name, kind) in INPUTS.iter().zip(input_kinds) {
-                g.inputs.push(GraphInput::Tensor { name: BufName::new(name) });
+                g.inputs.push(GraphInput::Tensor {
+                    name: BufName::new(name),
+                });
                 g.buffers.insert(BufName::new(name), BufferDecl { kind });
             }
             if let Some(symbol) = sym_input {
-                g.inputs.push(GraphInput::Symbol { name: BufName::new(symbol.as_str()), symbol });
+                g.inputs.push(GraphInput::Symbol {
+                    name: BufName::new(symbol.as_str()),
+                    symbol,
+                });
             }
             for (name, kind) in BUFFERS.iter().zip(buffer_kinds) {
                 g.buffers.insert(BufName::new(name), BufferDecl { kind });
@@ -378,7 +510,11 @@ fn program() -> impl Strategy<Value = Program> {
         prop::option::of(any::<i64>()),
         prop::option::of(any::<i64>()),
     )
-        .prop_map(|(kind, lo, hi, hint)| SymbolDecl { kind, range: ValueRange::new(lo, hi), hint });
+        .prop_map(|(kind, lo, hi, hint)| SymbolDecl {
+            kind,
+            range: ValueRange::new(lo, hi),
+            hint,
+        });
     (
         prop::collection::vec((symbol(), symbol_decl), 0..5),
         prop::collection::vec(("_tensor_constant[0-9]", layout()), 0..3),
@@ -437,7 +573,10 @@ fn fixtures_round_trip_through_text_and_json() {
                 .enumerate()
                 .find(|(_, (a, b))| a != b)
                 .unwrap_or((text.lines().count().min(printed.lines().count()), ("<end>", "<end>")));
-            problems.push(format!("{name}: not canonical at line {}:\n  file:    {want}\n  printed: {got}", line_no + 1));
+            problems.push(format!(
+                "{name}: not canonical at line {}:\n  file:    {want}\n  printed: {got}",
+                line_no + 1
+            ));
             continue;
         }
         match Program::from_json(&program.to_json()) {
@@ -587,18 +726,28 @@ fn every_kind_is_canonical() {
     let lines = &program.main.lines;
     assert!(matches!(&lines[2], Line::EnterDeviceContext { device_index: 0 }));
     assert!(matches!(&lines[4], Line::ExitDeviceContext));
-    let Line::KernelCall(call) = &lines[3] else { panic!("expected a call, got {:?}", lines[3]) };
+    let Line::KernelCall(call) = &lines[3] else {
+        panic!("expected a call, got {:?}", lines[3])
+    };
     assert_eq!(call.args[0].value, ArgValue::Buffer(BufName::new("arg0_1")));
     assert_eq!(call.args[2].value, ArgValue::Expr(SymExpr::sym("s0")));
     assert_eq!(call.args[3].value, ArgValue::Expr(SymExpr::Int(-1)));
     assert_eq!(call.args[12].name.as_deref(), Some("xnumel"));
-    let KernelBackend::Triton(meta) = &program.kernels[0].backend else { panic!("triton") };
-    assert_eq!(meta.signature["desc"], SigType::Other("tensordesc<fp16[64, 64]>".into()));
+    let KernelBackend::Triton(meta) = &program.kernels[0].backend else {
+        panic!("triton")
+    };
+    assert_eq!(
+        meta.signature["desc"],
+        SigType::Other("tensordesc<fp16[64, 64]>".into())
+    );
     assert_eq!(
         program.kernels[0].source,
         "@triton.jit\ndef triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    \"\"\"docstring\"\"\"\n\"\"\"\n\n    xoffset = tl.program_id(0) * XBLOCK  ; not a comment"
     );
-    assert_eq!(program.kernels[0].comments, vec!["kernel path: /x/y.py; it's \\ here".to_string()]);
+    assert_eq!(
+        program.kernels[0].comments,
+        vec!["kernel path: /x/y.py; it's \\ here".to_string()]
+    );
     assert_eq!(
         program.main.outputs,
         vec![
@@ -627,7 +776,11 @@ fn print_line_forms() {
         (Line::ExitDeviceContext, "}"),
         (Line::Allocate { buffer: "buf0".into() }, "alloc buf0"),
         (
-            Line::RuntimeAssert { cond: SymExpr::sym("u0"), message: "it's\n".into(), node: None },
+            Line::RuntimeAssert {
+                cond: SymExpr::sym("u0"),
+                message: "it's\n".into(),
+                node: None,
+            },
             r"assert u0 'it\'s\n'",
         ),
         (
@@ -727,7 +880,9 @@ fn malformed_inputs() {
         .iter()
         .filter_map(|(input, expect)| match parse(input) {
             Ok(_) => Some(format!("no error for:\n{input}\n  expected: {expect}")),
-            Err(e) if e.to_string() != *expect => Some(format!("input:\n{input}\n  expected: {expect}\n  actual:   {e}")),
+            Err(e) if e.to_string() != *expect => {
+                Some(format!("input:\n{input}\n  expected: {expect}\n  actual:   {e}"))
+            }
             Err(_) => None,
         })
         .collect();
@@ -748,7 +903,10 @@ fn generated_expressions_include_compound_ones() {
             !matches!(e, SymExpr::Int(_) | SymExpr::Sym(_))
         })
         .count();
-    assert!(compound * 4 >= samples, "only {compound} of {samples} generated expressions are compound");
+    assert!(
+        compound * 4 >= samples,
+        "only {compound} of {samples} generated expressions are compound"
+    );
 }
 
 /// Non-finite floats survive JSON (as the strings `inf`, `-inf`, `nan`).

@@ -27,11 +27,26 @@ struct MetaSetup {
 
 const SETUPS: &[MetaSetup] = &[
     // `cond` on a tensor predicate: run both branches.
-    MetaSetup { fixture: "cond_dynamic_branches", hints: &[], predicates: &[true, false], fails_with: None },
+    MetaSetup {
+        fixture: "cond_dynamic_branches",
+        hints: &[],
+        predicates: &[true, false],
+        fails_with: None,
+    },
     // A data-dependent loop: `true` would never stop, so run zero iterations.
-    MetaSetup { fixture: "while_loop", hints: &[], predicates: &[false], fails_with: None },
+    MetaSetup {
+        fixture: "while_loop",
+        hints: &[],
+        predicates: &[false],
+        fails_with: None,
+    },
     // The range defaults (64, 64) violate `u0 + u1 == 64`.
-    MetaSetup { fixture: "tuple_output_unbacked", hints: &[("u0", 40), ("u1", 24)], predicates: &[], fails_with: None },
+    MetaSetup {
+        fixture: "tuple_output_unbacked",
+        hints: &[("u0", 40), ("u1", 24)],
+        predicates: &[],
+        fails_with: None,
+    },
 ];
 
 fn meta_run(program: &Program, hints: &[(&str, i64)], predicate: Option<bool>) -> Result<MetaReport, String> {
@@ -48,7 +63,11 @@ fn meta_run(program: &Program, hints: &[(&str, i64)], predicate: Option<bool>) -
 /// Checks the outputs of a meta run against the program's declared outputs,
 /// evaluated with the symbols the run bound (and the hints for the rest).
 fn check_outputs(program: &Program, hints: &[(&str, i64)], report: &MetaReport) -> Result<(), String> {
-    let mut env: Bindings = program.symbols.iter().filter_map(|(s, d)| d.hint.map(|h| (s.clone(), h))).collect();
+    let mut env: Bindings = program
+        .symbols
+        .iter()
+        .filter_map(|(s, d)| d.hint.map(|h| (s.clone(), h)))
+        .collect();
     env.extend(hints.iter().map(|(s, v)| (Symbol::new(s), *v)));
     env.extend(report.symbols.iter().map(|(s, v)| (s.clone(), *v)));
     let declared = &program.main.outputs;
@@ -59,12 +78,22 @@ fn check_outputs(program: &Program, hints: &[(&str, i64)], report: &MetaReport) 
     for (k, (decl, got)) in declared.iter().zip(&report.outputs).enumerate() {
         match (decl, got) {
             (GraphOutput::Buffer(name), Value::Tensor(spec)) => {
-                let layout = program.main.layout(name).ok_or_else(|| format!("output {k}: `{name}` has no layout"))?;
+                let layout = program
+                    .main
+                    .layout(name)
+                    .ok_or_else(|| format!("output {k}: `{name}` has no layout"))?;
                 let size = layout.size.iter().map(eval).collect::<Result<Vec<_>, _>>()?;
                 let stride = layout.stride.iter().map(eval).collect::<Result<Vec<_>, _>>()?;
-                let strides_agree = spec.size.iter().zip(spec.stride.iter().zip(&stride)).all(|(n, (a, b))| *n <= 1 || a == b);
+                let strides_agree = spec
+                    .size
+                    .iter()
+                    .zip(spec.stride.iter().zip(&stride))
+                    .all(|(n, (a, b))| *n <= 1 || a == b);
                 if spec.dtype != layout.dtype || spec.size != size || !strides_agree {
-                    return Err(format!("output {k} `{name}`: got {:?}, declared {layout} = {size:?} / {stride:?}", spec));
+                    return Err(format!(
+                        "output {k} `{name}`: got {:?}, declared {layout} = {size:?} / {stride:?}",
+                        spec
+                    ));
                 }
             }
             (GraphOutput::Expr(e), Value::Int(v)) => {
@@ -77,7 +106,10 @@ fn check_outputs(program: &Program, hints: &[(&str, i64)], report: &MetaReport) 
         }
     }
     if report.memory.peak_bytes < report.memory.current_bytes {
-        return Err(format!("peak {} below live {}", report.memory.peak_bytes, report.memory.current_bytes));
+        return Err(format!(
+            "peak {} below live {}",
+            report.memory.peak_bytes, report.memory.current_bytes
+        ));
     }
     Ok(())
 }
@@ -106,7 +138,9 @@ fn every_fixture_runs_on_meta() {
                 }
                 (Err(e), Some(want)) if e.contains(want) => {}
                 (Err(e), _) => failures.push(format!("{label}: {e}")),
-                (Ok(_), Some(want)) => failures.push(format!("{label}: expected to fail with `{want}`, but it ran; update SETUPS")),
+                (Ok(_), Some(want)) => failures.push(format!(
+                    "{label}: expected to fail with `{want}`, but it ran; update SETUPS"
+                )),
             }
         }
     }
@@ -140,13 +174,20 @@ fn meta_names_symbols_without_a_value() {
     let mut g = p.main();
     let x = g.tensor_input(
         "arg0_1",
-        wrapir::ir::Layout::contiguous(DType::Float32, wrapir::ir::Device::cpu(), [wrapir::sym::SymExpr::sym("s0")]),
+        wrapir::ir::Layout::contiguous(
+            DType::Float32,
+            wrapir::ir::Device::cpu(),
+            [wrapir::sym::SymExpr::sym("s0")],
+        ),
     );
     g.output(&x);
     g.finish();
     let program = p.finish();
     let err = meta_run(&program, &[], None).unwrap_err();
-    assert!(err.contains("input `arg0_1`") && err.contains("symbol `s0` has no value"), "{err}");
+    assert!(
+        err.contains("input `arg0_1`") && err.contains("symbol `s0` has no value"),
+        "{err}"
+    );
     let report = meta_run(&program, &[("s0", 5)], None).unwrap();
     assert!(matches!(report.outputs.first(), Some(Value::Tensor(t)) if t.size == vec![5]));
 }
@@ -160,15 +201,29 @@ fn f32s(v: &[f32], size: &[i64]) -> Tensor {
 #[test]
 fn safetensors_round_trip_keeps_order_dtypes_and_values() {
     let mut m = IndexMap::new();
-    m.insert("z_first".to_string(), f32s(&[1.5, -2.0, f32::INFINITY, 0.0, 3.25, 7.0], &[2, 3]));
-    m.insert("a_second".to_string(), Tensor::from_vec(vec![i64::MIN, 0, i64::MAX], &[3]).unwrap());
+    m.insert(
+        "z_first".to_string(),
+        f32s(&[1.5, -2.0, f32::INFINITY, 0.0, 3.25, 7.0], &[2, 3]),
+    );
+    m.insert(
+        "a_second".to_string(),
+        Tensor::from_vec(vec![i64::MIN, 0, i64::MAX], &[3]).unwrap(),
+    );
     m.insert("flag".to_string(), Tensor::from_vec(vec![true, false], &[2]).unwrap());
     m.insert("scalar".to_string(), Tensor::scalar(42i64));
     m.insert("empty".to_string(), f32s(&[], &[0, 4]));
     for (name, dtype) in [("h", DType::Float16), ("b", DType::Bfloat16), ("d", DType::Float64)] {
-        m.insert(name.to_string(), Tensor::from_f64(dtype, &[0.5, -1.0, 65504.0], &[3]).unwrap());
+        m.insert(
+            name.to_string(),
+            Tensor::from_f64(dtype, &[0.5, -1.0, 65504.0], &[3]).unwrap(),
+        );
     }
-    for (name, dtype) in [("i8", DType::Int8), ("u8", DType::Uint8), ("i16", DType::Int16), ("i32", DType::Int32)] {
+    for (name, dtype) in [
+        ("i8", DType::Int8),
+        ("u8", DType::Uint8),
+        ("i16", DType::Int16),
+        ("i32", DType::Int32),
+    ] {
         m.insert(name.to_string(), Tensor::from_i64(dtype, &[-1, 2, 127], &[3]).unwrap());
     }
     // A transposed view is written row-major.
@@ -210,16 +265,56 @@ fn malformed_safetensors_are_clear_errors() {
         ("header past end", huge, "header length 1000000 exceeds the 2 bytes"),
         ("not json", file("{nope", &[]), "invalid header"),
         ("not an object", file("[1,2]", &[]), "invalid header"),
-        ("unknown dtype", file(r#"{"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#, &[0; 8]), "unknown dtype `C64`"),
-        ("missing shape", file(r#"{"x":{"dtype":"F32","data_offsets":[0,4]}}"#, &[0; 4]), "tensor `x`: missing `shape`"),
-        ("negative dim", file(&f32_entry("[-1]", 0, 4), &[0; 4]), "is not a non-negative integer"),
-        ("offsets past end", file(&f32_entry("[2]", 0, 8), &[0; 4]), "data offsets [0, 8] are outside the 4-byte data section"),
-        ("reversed offsets", file(&f32_entry("[0]", 4, 0), &[0; 4]), "data offsets [4, 0]"),
-        ("byte count", file(&f32_entry("[3]", 0, 8), &[0; 8]), "f32 of shape [3] needs 12 bytes, but its data offsets span 8"),
-        ("overflowing shape", file(&f32_entry("[4294967296, 4294967296]", 0, 4), &[0; 4]), "needs 18446744073709551615 bytes"),
-        ("bad bool", file(r#"{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]), "byte 7 at element 1 is not a boolean"),
-        ("fp8", file(r#"{"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}"#, &[0; 2]), "dtype f8e4m3fn is not supported by host tensors"),
-        ("bad metadata", file(r#"{"__metadata__":{"k":1}}"#, &[]), "`__metadata__` must be an object of strings"),
+        (
+            "unknown dtype",
+            file(r#"{"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#, &[0; 8]),
+            "unknown dtype `C64`",
+        ),
+        (
+            "missing shape",
+            file(r#"{"x":{"dtype":"F32","data_offsets":[0,4]}}"#, &[0; 4]),
+            "tensor `x`: missing `shape`",
+        ),
+        (
+            "negative dim",
+            file(&f32_entry("[-1]", 0, 4), &[0; 4]),
+            "is not a non-negative integer",
+        ),
+        (
+            "offsets past end",
+            file(&f32_entry("[2]", 0, 8), &[0; 4]),
+            "data offsets [0, 8] are outside the 4-byte data section",
+        ),
+        (
+            "reversed offsets",
+            file(&f32_entry("[0]", 4, 0), &[0; 4]),
+            "data offsets [4, 0]",
+        ),
+        (
+            "byte count",
+            file(&f32_entry("[3]", 0, 8), &[0; 8]),
+            "f32 of shape [3] needs 12 bytes, but its data offsets span 8",
+        ),
+        (
+            "overflowing shape",
+            file(&f32_entry("[4294967296, 4294967296]", 0, 4), &[0; 4]),
+            "needs 18446744073709551615 bytes",
+        ),
+        (
+            "bad bool",
+            file(r#"{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]),
+            "byte 7 at element 1 is not a boolean",
+        ),
+        (
+            "fp8",
+            file(r#"{"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}"#, &[0; 2]),
+            "dtype f8e4m3fn is not supported by host tensors",
+        ),
+        (
+            "bad metadata",
+            file(r#"{"__metadata__":{"k":1}}"#, &[]),
+            "`__metadata__` must be an object of strings",
+        ),
     ];
     let mut failures = Vec::new();
     for (name, bytes, want) in cases {
@@ -231,7 +326,10 @@ fn malformed_safetensors_are_clear_errors() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let mut reserved = IndexMap::new();
     reserved.insert("__metadata__".to_string(), Tensor::scalar(1i64));
-    assert!(matches!(safetensors::write(&reserved), Err(SafetensorsError::Write { .. })));
+    assert!(matches!(
+        safetensors::write(&reserved),
+        Err(SafetensorsError::Write { .. })
+    ));
 }
 
 #[test]
@@ -243,11 +341,19 @@ fn bundle_safetensors_parse_and_round_trip() {
         assert!(!tensors.is_empty(), "{file}");
         let again = safetensors::parse(&safetensors::write(&tensors).unwrap()).unwrap();
         for (name, t) in &tensors {
-            assert_eq!(again[name].to_f64_vec().unwrap(), t.to_f64_vec().unwrap(), "{file}: {name}");
+            assert_eq!(
+                again[name].to_f64_vec().unwrap(),
+                t.to_f64_vec().unwrap(),
+                "{file}: {name}"
+            );
         }
     }
     let expected = safetensors::parse(&std::fs::read(dir.join("expected.safetensors")).unwrap()).unwrap();
-    assert_eq!(expected.keys().collect::<Vec<_>>(), ["out0", "out1"], "keys in file order");
+    assert_eq!(
+        expected.keys().collect::<Vec<_>>(),
+        ["out0", "out1"],
+        "keys in file order"
+    );
 }
 
 // ---- `wrapir run` -----------------------------------------------------------------
@@ -259,7 +365,11 @@ struct Run {
 }
 
 fn wrapir(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_wrapir")).args(args).current_dir(common::root()).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wrapir"))
+        .args(args)
+        .current_dir(common::root())
+        .output()
+        .unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -286,14 +396,27 @@ fn cli_runs_fixtures_on_meta() {
         (
             &["run", "fixtures/nonzero.wir", "--hint", "u0=10"],
             0,
-            &["output 0: tensor f32[10, 1]", "bound symbols: u0 = 10", "peak memory: 500 bytes"],
+            &[
+                "output 0: tensor f32[10, 1]",
+                "bound symbols: u0 = 10",
+                "peak memory: 500 bytes",
+            ],
             "",
         ),
-        (&["run", "fixtures/nonzero.wir"], 0, &["bound symbols: u0 = 100", "peak memory: 1200 bytes"], ""),
+        (
+            &["run", "fixtures/nonzero.wir"],
+            0,
+            &["bound symbols: u0 = 100", "peak memory: 1200 bytes"],
+            "",
+        ),
         (
             &["run", "fixtures/pointwise.wir", "--device", "meta"],
             0,
-            &["output 0: tensor f32[64, 128] stride [128, 1] offset 0 on cuda", "bound symbols: none", "peak memory: "],
+            &[
+                "output 0: tensor f32[64, 128] stride [128, 1] offset 0 on cuda",
+                "bound symbols: none",
+                "peak memory: ",
+            ],
             "",
         ),
         (
@@ -302,17 +425,45 @@ fn cli_runs_fixtures_on_meta() {
             &[],
             "the meta backend cannot read tensor data",
         ),
-        (&["run", "fixtures/while_loop.wir", "--predicate", "false"], 0, &["output 0: "], ""),
-        (&["run", "fixtures/nonzero.wir", "--hint", "u0"], 2, &[], "hint `u0` is not SYMBOL=VALUE"),
-        (&["run", "fixtures/nonzero.wir", "--device", "cuda"], 2, &[], "needs wrapir built with the `cuda` feature"),
-        (&["run", "fixtures/nonzero.wir", "--expect", "x.safetensors"], 2, &[], "`--expect` needs `--device cpu`"),
-        (&["run", "fixtures/pointwise.wir", "--device", "cpu"], 2, &[], "was not supplied"),
+        (
+            &["run", "fixtures/while_loop.wir", "--predicate", "false"],
+            0,
+            &["output 0: "],
+            "",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--hint", "u0"],
+            2,
+            &[],
+            "hint `u0` is not SYMBOL=VALUE",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--device", "cuda"],
+            2,
+            &[],
+            "needs wrapir built with the `cuda` feature",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--expect", "x.safetensors"],
+            2,
+            &[],
+            "`--expect` needs `--device cpu`",
+        ),
+        (
+            &["run", "fixtures/pointwise.wir", "--device", "cpu"],
+            2,
+            &[],
+            "was not supplied",
+        ),
     ];
     let mut failures = Vec::new();
     for (args, code, stdout, stderr) in cases {
         let r = wrapir(args);
         if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
-            failures.push(format!("{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}", r.code, r.stdout, r.stderr));
+            failures.push(format!(
+                "{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
+                r.code, r.stdout, r.stderr
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -324,7 +475,13 @@ fn cli_compares_cpu_outputs_with_expected() {
     // The bundle's own inputs and expected outputs.
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--print"]);
     assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("output 0: tensor f32[16, 32]") && r.stdout.contains("values: [") && r.stdout.contains("1 outputs match"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("output 0: tensor f32[16, 32]")
+            && r.stdout.contains("values: [")
+            && r.stdout.contains("1 outputs match"),
+        "{}",
+        r.stdout
+    );
 
     // One element off: exit 1, naming the output, index and values.
     let expected = safetensors::parse(&std::fs::read(bundle.join("expected.safetensors")).unwrap()).unwrap();
@@ -334,35 +491,76 @@ fn cli_compares_cpu_outputs_with_expected() {
     let k = row * 32 + col;
     values[k] += 1000.0;
     let mut wrong = IndexMap::new();
-    wrong.insert("out0".to_string(), Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap());
+    wrong.insert(
+        "out0".to_string(),
+        Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap(),
+    );
     let dir = scratch("mismatch");
     let wrong_path = dir.join("wrong.safetensors");
     std::fs::write(&wrong_path, safetensors::write(&wrong).unwrap()).unwrap();
-    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&wrong_path)]);
+    let r = wrapir(&[
+        "run",
+        path_str(&bundle),
+        "--device",
+        "cpu",
+        "--expect",
+        path_str(&wrong_path),
+    ]);
     assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    let want = format!("output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]");
+    let want = format!(
+        "output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]"
+    );
     assert!(r.stderr.contains(&want), "{}", r.stderr);
 
     // A shape mismatch and a count mismatch.
     let mut short = IndexMap::new();
-    short.insert("out0".to_string(), Tensor::from_f64(DType::Float32, &values[..32], &[1, 32]).unwrap());
+    short.insert(
+        "out0".to_string(),
+        Tensor::from_f64(DType::Float32, &values[..32], &[1, 32]).unwrap(),
+    );
     short.insert("out1".to_string(), Tensor::scalar(1.0f32));
     let short_path = dir.join("short.safetensors");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&short_path)]);
+    let r = wrapir(&[
+        "run",
+        path_str(&bundle),
+        "--device",
+        "cpu",
+        "--expect",
+        path_str(&short_path),
+    ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stderr.contains("the program returned 1 tensors, 2 are expected"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("the program returned 1 tensors, 2 are expected"),
+        "{}",
+        r.stderr
+    );
     short.shift_remove("out1");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--expect", path_str(&short_path)]);
+    let r = wrapir(&[
+        "run",
+        path_str(&bundle),
+        "--device",
+        "cpu",
+        "--expect",
+        path_str(&short_path),
+    ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stderr.contains("got f32[16, 32], expected f32[1, 32]"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("got f32[16, 32], expected f32[1, 32]"),
+        "{}",
+        r.stderr
+    );
 
     // A malformed inputs file is an error (exit 2).
     let bad = dir.join("bad.safetensors");
     std::fs::write(&bad, [1u8, 0, 0]).unwrap();
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--inputs", path_str(&bad)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("too short for the 8-byte header length"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("too short for the 8-byte header length"),
+        "{}",
+        r.stderr
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,7 +25,11 @@ fn check_python(input: &str, expect: &str) {
     let e = parsed(input);
     assert_eq!(print::python(&e), expect, "python form of `{input}` (parsed as {e:?})");
     // The canonical form always reads back as the same tree.
-    assert_eq!(parse(&print::canonical(&e)), Ok(e.clone()), "canonical round trip of `{input}`");
+    assert_eq!(
+        parse(&print::canonical(&e)),
+        Ok(e.clone()),
+        "canonical round trip of `{input}`"
+    );
 }
 
 #[test]
@@ -245,10 +249,17 @@ enum Expect {
 }
 
 fn bindings() -> Bindings {
-    [("s0", 10), ("s1", -7), ("u0", 3), ("z", 0), ("big", i64::MAX), ("small", i64::MIN)]
-        .into_iter()
-        .map(|(k, v)| (Symbol::new(k), v))
-        .collect()
+    [
+        ("s0", 10),
+        ("s1", -7),
+        ("u0", 3),
+        ("z", 0),
+        ("big", i64::MAX),
+        ("small", i64::MIN),
+    ]
+    .into_iter()
+    .map(|(k, v)| (Symbol::new(k), v))
+    .collect()
 }
 
 fn check_eval(text: &str, expect: Expect) {
@@ -260,16 +271,34 @@ fn check_eval(text: &str, expect: Expect) {
         Expect::Bool(v) => assert_eq!(eval_bool(&e, &b), Ok(v), "`{text}`"),
         Expect::BoolExpected => {
             let r = eval_bool(&e, &b);
-            assert!(matches!(r, Err(EvalError::TypeMismatch { expected: "boolean", .. })), "`{text}`: {r:?}");
+            assert!(
+                matches!(
+                    r,
+                    Err(EvalError::TypeMismatch {
+                        expected: "boolean",
+                        ..
+                    })
+                ),
+                "`{text}`: {r:?}"
+            );
         }
         other => {
-            let r = if e.is_boolean() { eval_bool(&e, &b).map(i64::from) } else { eval_int(&e, &b) };
+            let r = if e.is_boolean() {
+                eval_bool(&e, &b).map(i64::from)
+            } else {
+                eval_int(&e, &b)
+            };
             let matched = match (&other, &r) {
                 (Expect::Overflow, Err(EvalError::Overflow { .. })) => true,
                 (Expect::DivisionByZero, Err(EvalError::DivisionByZero { .. })) => true,
                 (Expect::Inexact, Err(EvalError::InexactDivision { .. })) => true,
                 (Expect::Unbound(name), Err(EvalError::Unbound { symbol })) => symbol.as_str() == *name,
-                (Expect::IntExpected, Err(EvalError::TypeMismatch { expected: "integer", .. })) => true,
+                (
+                    Expect::IntExpected,
+                    Err(EvalError::TypeMismatch {
+                        expected: "integer", ..
+                    }),
+                ) => true,
                 _ => false,
             };
             assert!(matched, "`{text}`: expected {other:?}, got {r:?}");
@@ -345,7 +374,16 @@ fn evaluation() {
     }
     // `eval_int` on a boolean expression.
     let r = eval_int(&parsed("u0 >= 0"), &bindings());
-    assert!(matches!(r, Err(EvalError::TypeMismatch { expected: "integer", .. })), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            Err(EvalError::TypeMismatch {
+                expected: "integer",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
 }
 
 // ---------------------------------------------------------------- parse errors
@@ -355,7 +393,11 @@ fn check_parse_error(text: &str, offset: usize, message_part: &str) {
         Ok(e) => panic!("`{text}` parsed as {e:?}, expected an error"),
         Err(err) => {
             assert_eq!(err.offset, offset, "offset for `{text}`: {err}");
-            assert!(err.message.contains(message_part), "message for `{text}`: {}", err.message);
+            assert!(
+                err.message.contains(message_part),
+                "message for `{text}`: {}",
+                err.message
+            );
             assert_eq!(err.text, text);
         }
     }
@@ -369,7 +411,11 @@ fn parse_errors() {
         ("s0 +", 4, "expected an expression, found the end"),
         ("(s0", 3, "expected `)`"),
         ("s0)", 2, "expected an operator or the end"),
-        ("s0 s1", 3, "expected an operator or the end of the expression, found identifier `s1`"),
+        (
+            "s0 s1",
+            3,
+            "expected an operator or the end of the expression, found identifier `s1`",
+        ),
         ("s0 / 2", 3, "true division"),
         ("x = 1", 2, "expected `==`"),
         ("s0 $ 1", 3, "unexpected character `$`"),
@@ -382,7 +428,11 @@ fn parse_errors() {
         ("min(s0)", 0, "`min` takes at least 2 arguments, found 1"),
         ("max()", 0, "`max` takes at least 2 arguments, found 0"),
         ("FloorDiv(a, b, c)", 0, "`FloorDiv` takes 2 arguments, found 3"),
-        ("1 + ModularIndexing(x, 4)", 4, "`ModularIndexing` takes 3 arguments, found 2"),
+        (
+            "1 + ModularIndexing(x, 4)",
+            4,
+            "`ModularIndexing` takes 3 arguments, found 2",
+        ),
         ("Not(a, b)", 0, "`Not` takes 1 argument, found 2"),
         ("foo(1)", 0, "unknown function `foo`"),
         ("min(s0, 4", 9, "expected `,` or `)`"),
@@ -402,7 +452,11 @@ fn parse_errors() {
 
 #[test]
 fn deep_nesting_is_rejected() {
-    for text in ["(".repeat(5000) + "1" + &")".repeat(5000), "-".repeat(5000) + "s0", "min(".repeat(5000) + "1"] {
+    for text in [
+        "(".repeat(5000) + "1" + &")".repeat(5000),
+        "-".repeat(5000) + "s0",
+        "min(".repeat(5000) + "1",
+    ] {
         let err = parse(&text).expect_err("too deep");
         assert!(err.message.contains("nested more than"), "{}", err.message);
     }
@@ -449,18 +503,36 @@ fn expr(python_lossless: bool) -> impl Strategy<Value = SymExpr> {
             pair.clone().prop_map(|(a, b)| SymExpr::sub(a, b)).boxed(),
             inner.clone().prop_map(SymExpr::neg).boxed(),
             pair.clone().prop_map(|(a, b)| SymExpr::floor_div(a, b)).boxed(),
-            pair.clone().prop_map(move |(a, b)| SymExpr::CleanDiv(bx(a), bx(b))).boxed(),
+            pair.clone()
+                .prop_map(move |(a, b)| SymExpr::CleanDiv(bx(a), bx(b)))
+                .boxed(),
             pair.clone().prop_map(move |(a, b)| SymExpr::Mod(bx(a), bx(b))).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4).prop_map(SymExpr::Min).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4).prop_map(SymExpr::Max).boxed(),
-            (inner.clone(), 0u32..4).prop_map(move |(a, n)| SymExpr::Pow(bx(a), n)).boxed(),
-            (cmp_op(), inner.clone(), inner.clone()).prop_map(|(op, a, b)| SymExpr::cmp(op, a, b)).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4).prop_map(SymExpr::And).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4).prop_map(SymExpr::Or).boxed(),
+            proptest::collection::vec(inner.clone(), 2..4)
+                .prop_map(SymExpr::Min)
+                .boxed(),
+            proptest::collection::vec(inner.clone(), 2..4)
+                .prop_map(SymExpr::Max)
+                .boxed(),
+            (inner.clone(), 0u32..4)
+                .prop_map(move |(a, n)| SymExpr::Pow(bx(a), n))
+                .boxed(),
+            (cmp_op(), inner.clone(), inner.clone())
+                .prop_map(|(op, a, b)| SymExpr::cmp(op, a, b))
+                .boxed(),
+            proptest::collection::vec(inner.clone(), 2..4)
+                .prop_map(SymExpr::And)
+                .boxed(),
+            proptest::collection::vec(inner.clone(), 2..4)
+                .prop_map(SymExpr::Or)
+                .boxed(),
             inner.clone().prop_map(move |a| SymExpr::Not(bx(a))).boxed(),
         ];
         if !python_lossless {
-            options.push(pair.clone().prop_map(move |(a, b)| SymExpr::PythonMod(bx(a), bx(b))).boxed());
+            options.push(
+                pair.clone()
+                    .prop_map(move |(a, b)| SymExpr::PythonMod(bx(a), bx(b)))
+                    .boxed(),
+            );
             options.push(
                 (inner.clone(), inner.clone(), inner.clone())
                     .prop_map(move |(x, d, m)| SymExpr::ModularIndexing(bx(x), bx(d), bx(m)))

@@ -7,9 +7,9 @@ mod common;
 
 use indexmap::IndexMap;
 use wrapir::ir::{
-    validate, ArgValue, CallArg, Conditional, DType, Device, GraphBuilder, GridType, KernelCall, KeyEntry, Layout,
-    Line, Predicate, ProgramBuilder, SigType, Site, SymbolKind, TensorMethod, TritonMeta, ValidationErrors, ValueRange,
-    WhileLoop, BufName, GraphName, KernelName, MAIN_GRAPH,
+    validate, ArgValue, BufName, CallArg, Conditional, DType, Device, GraphBuilder, GraphName, GridType, KernelCall,
+    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, SigType, Site, SymbolKind, TensorMethod, TritonMeta,
+    ValidationErrors, ValueRange, WhileLoop, MAIN_GRAPH,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -28,7 +28,6 @@ fn f32n(n: i64) -> Layout {
 fn sym(name: &str) -> SymExpr {
     SymExpr::sym(name)
 }
-
 
 /// `in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr`.
 fn pointwise_meta() -> TritonMeta {
@@ -64,11 +63,18 @@ fn input8(g: &mut GraphBuilder<'_>) -> BufName {
 }
 
 fn named(name: &str, value: ArgValue) -> CallArg {
-    CallArg { name: Some(name.to_string()), value }
+    CallArg {
+        name: Some(name.to_string()),
+        value,
+    }
 }
 
 fn raw_call(kernel: &KernelName, args: Vec<CallArg>) -> Line {
-    Line::KernelCall(KernelCall { kernel: kernel.clone(), args, device: Some(Device::cuda(0)) })
+    Line::KernelCall(KernelCall {
+        kernel: kernel.clone(),
+        args,
+        device: Some(Device::cuda(0)),
+    })
 }
 
 /// One error per string: `graph:line: message` (`-` for the line of header
@@ -102,75 +108,130 @@ type Case = (&'static str, fn(&mut ProgramBuilder), &'static [&'static str]);
 // ---------------------------------------------------------------------------
 
 const BUFFER_CASES: &[Case] = &[
-    ("undeclared buffer", |p| {
-        let mut g = p.main();
-        g.line(Line::Allocate { buffer: BufName::new("buf9") });
-        g.finish();
-    }, &["main:0: buffer buf9 is not declared in the buffer table of this graph"]),
-    ("used before definition", |p| {
-        let mut g = p.main();
-        g.declare_tensor("buf0", f32n(8));
-        g.line(Line::Free { buffer: BufName::new("buf0") });
-        g.line(Line::Allocate { buffer: BufName::new("buf0") });
-        g.finish();
-    }, &["main:0: buffer buf0 is used before it is defined (defined at line 1)"]),
-    ("use after free", |p| {
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.free(&x);
-        g.extern_alloc("buf0", f32n(8), "torch.ops.aten.clone.default", vec![ArgValue::Buffer(x)]);
-        g.finish();
-    }, &["main:1: buffer arg0_1 is used after it was freed at line 0"]),
-    ("double free", |p| {
-        let mut g = p.main();
-        let b = g.allocate("buf0", f32n(8));
-        g.free_if_not_reused(&b);
-        g.free_if_not_reused(&b);
-        g.finish();
-    }, &["main:2: buffer buf0 is freed twice (first freed at line 1)"]),
-    ("defined twice", |p| {
-        let mut g = p.main();
-        let b = g.allocate("buf0", f32n(8));
-        g.line(Line::Allocate { buffer: b });
-        g.finish();
-    }, &["main:1: buffer buf0 is defined twice (first defined at line 0)"]),
-    ("input defined again", |p| {
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.line(Line::Allocate { buffer: x });
-        g.finish();
-    }, &["main:0: buffer arg0_1 is defined twice (first defined at input 0)"]),
-    ("multi-output value allocated", |p| {
-        let mut g = p.main();
-        let m = g.declare_multi("buf0");
-        g.line(Line::Allocate { buffer: m });
-        g.finish();
-    }, &["main:0: buffer buf0 is a multi-output value where a tensor is needed"]),
-    ("indexing a tensor as a multi-output value", |p| {
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.multi_output("buf1", f32n(8), &x, &[wrapir::ir::MultiIndex::Tuple(0)]);
-        g.finish();
-    }, &["main:0: buffer arg0_1 is a tensor where a multi-output value is needed"]),
-    ("graph output freed", |p| {
-        let mut g = p.main();
-        let b = g.allocate("buf0", f32n(8));
-        g.free_if_not_reused(&b);
-        g.output(&b);
-        g.finish();
-    }, &["main:-: output buf0 is not live at the end of the graph (it ends at line 1)"]),
-    ("constant freed", |p| {
-        p.constant("_tensor_constant0", f32n(4));
-        let mut g = p.main();
-        g.free(&BufName::new("_tensor_constant0"));
-        g.finish();
-    }, &["main:0: constant _tensor_constant0 cannot be freed or reused"]),
-    ("buffer named like a symbol", |p| {
-        p.backed_symbol("s0", None);
-        let mut g = p.main();
-        g.tensor_input("s0", f32s(&[sym("s0")]));
-        g.finish();
-    }, &["main:-: s0 is both a buffer and a symbol"]),
+    (
+        "undeclared buffer",
+        |p| {
+            let mut g = p.main();
+            g.line(Line::Allocate {
+                buffer: BufName::new("buf9"),
+            });
+            g.finish();
+        },
+        &["main:0: buffer buf9 is not declared in the buffer table of this graph"],
+    ),
+    (
+        "used before definition",
+        |p| {
+            let mut g = p.main();
+            g.declare_tensor("buf0", f32n(8));
+            g.line(Line::Free {
+                buffer: BufName::new("buf0"),
+            });
+            g.line(Line::Allocate {
+                buffer: BufName::new("buf0"),
+            });
+            g.finish();
+        },
+        &["main:0: buffer buf0 is used before it is defined (defined at line 1)"],
+    ),
+    (
+        "use after free",
+        |p| {
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.free(&x);
+            g.extern_alloc(
+                "buf0",
+                f32n(8),
+                "torch.ops.aten.clone.default",
+                vec![ArgValue::Buffer(x)],
+            );
+            g.finish();
+        },
+        &["main:1: buffer arg0_1 is used after it was freed at line 0"],
+    ),
+    (
+        "double free",
+        |p| {
+            let mut g = p.main();
+            let b = g.allocate("buf0", f32n(8));
+            g.free_if_not_reused(&b);
+            g.free_if_not_reused(&b);
+            g.finish();
+        },
+        &["main:2: buffer buf0 is freed twice (first freed at line 1)"],
+    ),
+    (
+        "defined twice",
+        |p| {
+            let mut g = p.main();
+            let b = g.allocate("buf0", f32n(8));
+            g.line(Line::Allocate { buffer: b });
+            g.finish();
+        },
+        &["main:1: buffer buf0 is defined twice (first defined at line 0)"],
+    ),
+    (
+        "input defined again",
+        |p| {
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.line(Line::Allocate { buffer: x });
+            g.finish();
+        },
+        &["main:0: buffer arg0_1 is defined twice (first defined at input 0)"],
+    ),
+    (
+        "multi-output value allocated",
+        |p| {
+            let mut g = p.main();
+            let m = g.declare_multi("buf0");
+            g.line(Line::Allocate { buffer: m });
+            g.finish();
+        },
+        &["main:0: buffer buf0 is a multi-output value where a tensor is needed"],
+    ),
+    (
+        "indexing a tensor as a multi-output value",
+        |p| {
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.multi_output("buf1", f32n(8), &x, &[wrapir::ir::MultiIndex::Tuple(0)]);
+            g.finish();
+        },
+        &["main:0: buffer arg0_1 is a tensor where a multi-output value is needed"],
+    ),
+    (
+        "graph output freed",
+        |p| {
+            let mut g = p.main();
+            let b = g.allocate("buf0", f32n(8));
+            g.free_if_not_reused(&b);
+            g.output(&b);
+            g.finish();
+        },
+        &["main:-: output buf0 is not live at the end of the graph (it ends at line 1)"],
+    ),
+    (
+        "constant freed",
+        |p| {
+            p.constant("_tensor_constant0", f32n(4));
+            let mut g = p.main();
+            g.free(&BufName::new("_tensor_constant0"));
+            g.finish();
+        },
+        &["main:0: constant _tensor_constant0 cannot be freed or reused"],
+    ),
+    (
+        "buffer named like a symbol",
+        |p| {
+            p.backed_symbol("s0", None);
+            let mut g = p.main();
+            g.tensor_input("s0", f32s(&[sym("s0")]));
+            g.finish();
+        },
+        &["main:-: s0 is both a buffer and a symbol"],
+    ),
 ];
 
 const STORAGE_CASES: &[Case] = &[
@@ -443,101 +504,160 @@ const KERNEL_CASES: &[Case] = &[
 ];
 
 const STRUCTURE_CASES: &[Case] = &[
-    ("device exit without enter", |p| {
-        let mut g = p.main();
-        g.line(Line::ExitDeviceContext);
-        g.finish();
-    }, &["main:0: device guard exit without a matching enter"]),
-    ("device guard never exited", |p| {
-        let mut g = p.main();
-        g.line(Line::EnterDeviceContext { device_index: 0 });
-        g.finish();
-    }, &["main:0: device guard entered here is never exited"]),
-    ("assert_size_stride of the wrong rank", |p| {
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.line(Line::AssertSizeStride { buffer: x, size: [SymExpr::Int(8), SymExpr::Int(1)].into_iter().collect(), stride: [SymExpr::Int(1)].into_iter().collect(), context: None });
-        g.finish();
-    }, &["main:0: assert_size_stride on arg0_1 gives 2 sizes and 1 strides but the buffer has rank 1"]),
-    ("alignment not a power of two", |p| {
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.line(Line::AssertAlignment { buffer: x, alignment: 12, context: None });
-        g.finish();
-    }, &["main:0: alignment 12 is not a power of two"]),
-    ("cond on a missing subgraph", |p| {
-        let mut g = p.main();
-        g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        g.declare_multi("buf0");
-        g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
-        g.finish();
-        branch(p, "true_graph_0", 0, 0);
-    }, &["main:0: subgraph false_graph_0 does not exist"]),
-    ("cond with the wrong operand count and unequal branches", |p| {
-        let mut g = p.main();
-        g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        g.declare_multi("buf0");
-        g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
-        g.finish();
-        branch(p, "true_graph_0", 1, 1);
-        branch(p, "false_graph_0", 0, 0);
-    }, &[
-        "main:0: subgraph true_graph_0 takes 1 inputs but is passed 0",
-        "main:0: branches return different numbers of values: true_graph_0 returns 1, false_graph_0 returns 0",
-    ]),
-    ("subgraph naming its caller's buffer", |p| {
-        let mut g = p.main();
-        g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        g.declare_multi("buf0");
-        g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
-        g.finish();
-        let mut t = p.subgraph("true_graph_0");
-        t.free(&BufName::new("arg0_1"));
-        t.finish();
-    }, &["true_graph_0:0: buffer arg0_1 belongs to graph main; a subgraph sees only its own inputs and buffers"]),
-    ("subgraph running itself", |p| {
-        let mut g = p.main();
-        g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        g.declare_multi("buf0");
-        g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &["arg0_1"]));
-        g.finish();
-        let mut t = p.subgraph("true_graph_0");
-        t.tensor_input("t_arg0", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        t.declare_multi("t_buf0");
-        t.line(cond_into("t_buf0", "t_arg0", "true_graph_0", "true_graph_0", &["t_arg0"]));
-        t.finish();
-    }, &["true_graph_0:0: subgraph true_graph_0 runs itself (through true_graph_0 -> true_graph_0)"]),
-    ("subgraph using a symbol its caller has not bound", |p| {
-        p.unbacked_symbol("u0", Some(0), None);
-        let mut g = p.main();
-        g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-        g.declare_multi("buf0");
-        g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
-        g.finish();
-        let mut t = p.subgraph("true_graph_0");
-        t.runtime_assert(SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)), "u0 >= 0");
-        t.finish();
-    }, &["main:0: subgraph true_graph_0 uses symbol u0 (at its line 0), which is not bound here"]),
-    ("loop body returning too few values", |p| {
-        let mut g = p.main();
-        let x = g.tensor_input("arg0_1", f32n(8));
-        g.declare_multi("buf0");
-        g.line(Line::WhileLoop(WhileLoop {
-            result: BufName::new("buf0"),
-            cond_graph: GraphName::new("cond_graph_0"),
-            body_graph: GraphName::new("body_graph_0"),
-            carried: vec![x],
-            additional: vec![],
-        }));
-        g.finish();
-        branch(p, "cond_graph_0", 1, 1);
-        branch(p, "body_graph_0", 1, 0);
-    }, &["main:0: body graph body_graph_0 returns 0 values but the loop needs 1"]),
-    ("subgraph called main", |p| {
-        let mut g = p.subgraph(MAIN_GRAPH);
-        g.comment("nothing");
-        g.finish();
-    }, &["main:-: a subgraph may not be called `main`"]),
+    (
+        "device exit without enter",
+        |p| {
+            let mut g = p.main();
+            g.line(Line::ExitDeviceContext);
+            g.finish();
+        },
+        &["main:0: device guard exit without a matching enter"],
+    ),
+    (
+        "device guard never exited",
+        |p| {
+            let mut g = p.main();
+            g.line(Line::EnterDeviceContext { device_index: 0 });
+            g.finish();
+        },
+        &["main:0: device guard entered here is never exited"],
+    ),
+    (
+        "assert_size_stride of the wrong rank",
+        |p| {
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.line(Line::AssertSizeStride {
+                buffer: x,
+                size: [SymExpr::Int(8), SymExpr::Int(1)].into_iter().collect(),
+                stride: [SymExpr::Int(1)].into_iter().collect(),
+                context: None,
+            });
+            g.finish();
+        },
+        &["main:0: assert_size_stride on arg0_1 gives 2 sizes and 1 strides but the buffer has rank 1"],
+    ),
+    (
+        "alignment not a power of two",
+        |p| {
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.line(Line::AssertAlignment {
+                buffer: x,
+                alignment: 12,
+                context: None,
+            });
+            g.finish();
+        },
+        &["main:0: alignment 12 is not a power of two"],
+    ),
+    (
+        "cond on a missing subgraph",
+        |p| {
+            let mut g = p.main();
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            g.declare_multi("buf0");
+            g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
+            g.finish();
+            branch(p, "true_graph_0", 0, 0);
+        },
+        &["main:0: subgraph false_graph_0 does not exist"],
+    ),
+    (
+        "cond with the wrong operand count and unequal branches",
+        |p| {
+            let mut g = p.main();
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            g.declare_multi("buf0");
+            g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
+            g.finish();
+            branch(p, "true_graph_0", 1, 1);
+            branch(p, "false_graph_0", 0, 0);
+        },
+        &[
+            "main:0: subgraph true_graph_0 takes 1 inputs but is passed 0",
+            "main:0: branches return different numbers of values: true_graph_0 returns 1, false_graph_0 returns 0",
+        ],
+    ),
+    (
+        "subgraph naming its caller's buffer",
+        |p| {
+            let mut g = p.main();
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            g.declare_multi("buf0");
+            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
+            g.finish();
+            let mut t = p.subgraph("true_graph_0");
+            t.free(&BufName::new("arg0_1"));
+            t.finish();
+        },
+        &["true_graph_0:0: buffer arg0_1 belongs to graph main; a subgraph sees only its own inputs and buffers"],
+    ),
+    (
+        "subgraph running itself",
+        |p| {
+            let mut g = p.main();
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            g.declare_multi("buf0");
+            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &["arg0_1"]));
+            g.finish();
+            let mut t = p.subgraph("true_graph_0");
+            t.tensor_input("t_arg0", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            t.declare_multi("t_buf0");
+            t.line(cond_into(
+                "t_buf0",
+                "t_arg0",
+                "true_graph_0",
+                "true_graph_0",
+                &["t_arg0"],
+            ));
+            t.finish();
+        },
+        &["true_graph_0:0: subgraph true_graph_0 runs itself (through true_graph_0 -> true_graph_0)"],
+    ),
+    (
+        "subgraph using a symbol its caller has not bound",
+        |p| {
+            p.unbacked_symbol("u0", Some(0), None);
+            let mut g = p.main();
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+            g.declare_multi("buf0");
+            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
+            g.finish();
+            let mut t = p.subgraph("true_graph_0");
+            t.runtime_assert(SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)), "u0 >= 0");
+            t.finish();
+        },
+        &["main:0: subgraph true_graph_0 uses symbol u0 (at its line 0), which is not bound here"],
+    ),
+    (
+        "loop body returning too few values",
+        |p| {
+            let mut g = p.main();
+            let x = g.tensor_input("arg0_1", f32n(8));
+            g.declare_multi("buf0");
+            g.line(Line::WhileLoop(WhileLoop {
+                result: BufName::new("buf0"),
+                cond_graph: GraphName::new("cond_graph_0"),
+                body_graph: GraphName::new("body_graph_0"),
+                carried: vec![x],
+                additional: vec![],
+            }));
+            g.finish();
+            branch(p, "cond_graph_0", 1, 1);
+            branch(p, "body_graph_0", 1, 0);
+        },
+        &["main:0: body graph body_graph_0 returns 0 values but the loop needs 1"],
+    ),
+    (
+        "subgraph called main",
+        |p| {
+            let mut g = p.subgraph(MAIN_GRAPH);
+            g.comment("nothing");
+            g.finish();
+        },
+        &["main:-: a subgraph may not be called `main`"],
+    ),
 ];
 
 fn cond(pred: &str, t: &str, f: &str, operands: &[&str]) -> Line {
@@ -557,7 +677,9 @@ fn cond_into(result: &str, pred: &str, t: &str, f: &str, operands: &[&str]) -> L
 /// A subgraph with `inputs` f32[8] inputs returning the first `outputs` of them.
 fn branch(p: &mut ProgramBuilder, name: &str, inputs: usize, outputs: usize) {
     let mut g = p.subgraph(name);
-    let ins: Vec<BufName> = (0..inputs).map(|i| g.tensor_input(&format!("{name}_arg{i}"), f32n(8))).collect();
+    let ins: Vec<BufName> = (0..inputs)
+        .map(|i| g.tensor_input(&format!("{name}_arg{i}"), f32n(8)))
+        .collect();
     for b in ins.iter().take(outputs) {
         g.output(b);
     }
@@ -604,61 +726,94 @@ fn structure_rules() {
 // ---------------------------------------------------------------------------
 
 const VALID_CASES: &[Case] = &[
-    ("pointwise kernel", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
-        g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(b.clone()), ArgValue::Expr(SymExpr::Int(8))]);
-        g.free(&x);
-        g.output(&b);
-        g.finish();
-    }, &[]),
-    ("released storage reused by a smaller buffer", |p| {
-        let mut g = p.main();
-        let b = g.allocate("buf0", f32n(8));
-        g.line(Line::FreeIfNotReused { buffer: b.clone(), is_reused: true });
-        let n = g.reuse(&b, "buf1", f32s(&[SymExpr::Int(2), SymExpr::Int(3)]));
-        g.output(&n);
-        g.finish();
-    }, &[]),
-    ("symbolic reuse of equal storage, view within storage", |p| {
-        p.backed_symbol("s0", Some(4));
-        let mut g = p.main();
-        g.tensor_input("arg0_1", f32s(&[sym("s0")]));
-        let b = g.allocate("buf0", f32s(&[sym("s0")]));
-        let n = g.reuse(&b, "buf1", f32s(&[sym("s0")]));
-        let v = g.reinterpret(&n, "buf2", f32n(1));
-        g.output(&v);
-        g.output(&n);
-        g.finish();
-    }, &[]),
-    ("named Triton arguments", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
-        g.line(raw_call(&k, vec![
-            named("in_ptr0", ArgValue::Buffer(x)),
-            named("out_ptr0", ArgValue::Buffer(b.clone())),
-            named("xnumel", ArgValue::Expr(SymExpr::Int(8))),
-            named("XBLOCK", ArgValue::Expr(SymExpr::Int(16))),
-        ]));
-        g.output(&b);
-        g.finish();
-    }, &[]),
-    ("same precomputed assignment twice", |p| {
-        p.backed_symbol("s0", None);
-        let ks0 = p.precomputed_symbol("ks0");
-        let mut g = p.main();
-        g.tensor_input("arg0_1", f32s(&[sym("s0")]));
-        g.let_symbol(&ks0, SymExpr::mul(SymExpr::Int(2), sym("s0")));
-        g.let_symbol(&ks0, SymExpr::mul(SymExpr::Int(2), sym("s0")));
-        g.output_expr(sym("ks0"));
-        g.finish();
-    }, &[]),
+    (
+        "pointwise kernel",
+        |p| {
+            let k = add_kernel(p);
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.define_kernel(&k);
+            let b = g.allocate("buf0", f32n(8));
+            g.call_kernel(
+                &k,
+                [
+                    ArgValue::Buffer(x.clone()),
+                    ArgValue::Buffer(b.clone()),
+                    ArgValue::Expr(SymExpr::Int(8)),
+                ],
+            );
+            g.free(&x);
+            g.output(&b);
+            g.finish();
+        },
+        &[],
+    ),
+    (
+        "released storage reused by a smaller buffer",
+        |p| {
+            let mut g = p.main();
+            let b = g.allocate("buf0", f32n(8));
+            g.line(Line::FreeIfNotReused {
+                buffer: b.clone(),
+                is_reused: true,
+            });
+            let n = g.reuse(&b, "buf1", f32s(&[SymExpr::Int(2), SymExpr::Int(3)]));
+            g.output(&n);
+            g.finish();
+        },
+        &[],
+    ),
+    (
+        "symbolic reuse of equal storage, view within storage",
+        |p| {
+            p.backed_symbol("s0", Some(4));
+            let mut g = p.main();
+            g.tensor_input("arg0_1", f32s(&[sym("s0")]));
+            let b = g.allocate("buf0", f32s(&[sym("s0")]));
+            let n = g.reuse(&b, "buf1", f32s(&[sym("s0")]));
+            let v = g.reinterpret(&n, "buf2", f32n(1));
+            g.output(&v);
+            g.output(&n);
+            g.finish();
+        },
+        &[],
+    ),
+    (
+        "named Triton arguments",
+        |p| {
+            let k = add_kernel(p);
+            let mut g = p.main();
+            let x = input8(&mut g);
+            g.define_kernel(&k);
+            let b = g.allocate("buf0", f32n(8));
+            g.line(raw_call(
+                &k,
+                vec![
+                    named("in_ptr0", ArgValue::Buffer(x)),
+                    named("out_ptr0", ArgValue::Buffer(b.clone())),
+                    named("xnumel", ArgValue::Expr(SymExpr::Int(8))),
+                    named("XBLOCK", ArgValue::Expr(SymExpr::Int(16))),
+                ],
+            ));
+            g.output(&b);
+            g.finish();
+        },
+        &[],
+    ),
+    (
+        "same precomputed assignment twice",
+        |p| {
+            p.backed_symbol("s0", None);
+            let ks0 = p.precomputed_symbol("ks0");
+            let mut g = p.main();
+            g.tensor_input("arg0_1", f32s(&[sym("s0")]));
+            g.let_symbol(&ks0, SymExpr::mul(SymExpr::Int(2), sym("s0")));
+            g.let_symbol(&ks0, SymExpr::mul(SymExpr::Int(2), sym("s0")));
+            g.output_expr(sym("ks0"));
+            g.finish();
+        },
+        &[],
+    ),
 ];
 
 #[test]
@@ -683,11 +838,28 @@ fn unbacked_program() -> wrapir::ir::Program {
     let x = input8(&mut g);
     let pred = g.tensor_input("arg1_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
     g.define_kernel(&k); // 0
-    let m = g.extern_alloc_multi("buf0", "torch.ops.aten.nonzero.default", vec![ArgValue::Buffer(x.clone())]); // 1
-    g.bind_unbacked(&m, &u0, [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect()); // 2
+    let m = g.extern_alloc_multi(
+        "buf0",
+        "torch.ops.aten.nonzero.default",
+        vec![ArgValue::Buffer(x.clone())],
+    ); // 1
+    g.bind_unbacked(
+        &m,
+        &u0,
+        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+            .into_iter()
+            .collect(),
+    ); // 2
     let r = g.multi_output("buf1", f32s(&[sym("u0")]), &m, &[]); // 3
     let out = g.allocate("buf2", f32s(&[sym("u0")])); // 4
-    g.call_kernel(&k, [ArgValue::Buffer(r.clone()), ArgValue::Buffer(out.clone()), ArgValue::Expr(sym("u0"))]); // 5
+    g.call_kernel(
+        &k,
+        [
+            ArgValue::Buffer(r.clone()),
+            ArgValue::Buffer(out.clone()),
+            ArgValue::Expr(sym("u0")),
+        ],
+    ); // 5
     g.free_if_not_reused(&r); // 6
     g.declare_multi("buf3");
     g.line(Line::Conditional(Conditional {
@@ -703,10 +875,23 @@ fn unbacked_program() -> wrapir::ir::Program {
     for name in ["true_graph_0", "false_graph_0"] {
         let mut s = p.subgraph(name);
         let a = s.tensor_input(&format!("{name}_arg0_1"), f32n(8));
-        s.bind_unbacked(&a, &u1, [KeyEntry::CallMethod(TensorMethod::Stride), KeyEntry::Index(0)].into_iter().collect());
+        s.bind_unbacked(
+            &a,
+            &u1,
+            [KeyEntry::CallMethod(TensorMethod::Stride), KeyEntry::Index(0)]
+                .into_iter()
+                .collect(),
+        );
         // The kernel was defined by main before the cond runs this graph.
         let o = s.allocate(&format!("{name}_buf0"), f32n(8));
-        s.call_kernel(&k, [ArgValue::Buffer(a), ArgValue::Buffer(o.clone()), ArgValue::Expr(SymExpr::Int(8))]);
+        s.call_kernel(
+            &k,
+            [
+                ArgValue::Buffer(a),
+                ArgValue::Buffer(o.clone()),
+                ArgValue::Expr(SymExpr::Int(8)),
+            ],
+        );
         s.output(&o);
         s.finish();
     }
@@ -725,14 +910,27 @@ fn program_info_reports_definitions_uses_and_bindings() {
     let b = |n: &str| main.buffer(&BufName::new(n)).cloned();
 
     let buf1 = b("buf1").expect("buf1 is defined");
-    assert_eq!((buf1.defined, buf1.last_use, buf1.ended), (Site::Line(3), Some(5), Some(6)));
+    assert_eq!(
+        (buf1.defined, buf1.last_use, buf1.ended),
+        (Site::Line(3), Some(5), Some(6))
+    );
     assert_eq!(buf1.storage_root, Some(BufName::new("buf1")));
     let arg0 = b("arg0_1").expect("arg0_1 is an input");
-    assert_eq!((arg0.defined, arg0.last_use, arg0.ended, arg0.is_output), (Site::Input(0), Some(7), None, false));
+    assert_eq!(
+        (arg0.defined, arg0.last_use, arg0.ended, arg0.is_output),
+        (Site::Input(0), Some(7), None, false)
+    );
     let buf2 = b("buf2").expect("buf2 is defined");
     assert!(buf2.is_output && main.is_output(&BufName::new("buf2")));
-    assert_eq!(main.output_buffers().cloned().collect::<Vec<_>>(), vec![BufName::new("buf2")]);
-    assert_eq!(b("buf0").and_then(|i| i.storage_root), None, "multi-output values own no storage");
+    assert_eq!(
+        main.output_buffers().cloned().collect::<Vec<_>>(),
+        vec![BufName::new("buf2")]
+    );
+    assert_eq!(
+        b("buf0").and_then(|i| i.storage_root),
+        None,
+        "multi-output values own no storage"
+    );
 
     assert_eq!(main.binds(2), &[Symbol::new("u0")]);
     assert_eq!(main.binds(7), &[Symbol::new("u1")], "both branches bind u1");
@@ -740,15 +938,24 @@ fn program_info_reports_definitions_uses_and_bindings() {
 
     let u0 = info.symbol_binding(&Symbol::new("u0")).expect("u0 is bound");
     assert_eq!((u0.graph.as_str(), u0.site), (MAIN_GRAPH, Site::Line(2)));
-    let u1: Vec<String> = info.symbol_bindings(&Symbol::new("u1")).iter().map(|b| b.to_string()).collect();
+    let u1: Vec<String> = info
+        .symbol_bindings(&Symbol::new("u1"))
+        .iter()
+        .map(|b| b.to_string())
+        .collect();
     assert_eq!(u1, ["line 0 of graph true_graph_0", "line 0 of graph false_graph_0"]);
 
     let k = KernelName::new("triton_poi_fused_add_0");
-    assert_eq!(info.kernel_definition_site(&k).map(|(g, i)| (g.as_str(), i)), Some((MAIN_GRAPH, 0)));
+    assert_eq!(
+        info.kernel_definition_site(&k).map(|(g, i)| (g.as_str(), i)),
+        Some((MAIN_GRAPH, 0))
+    );
     assert!(info.kernel(&k).is_some());
     assert_eq!(info.defined_kernels().count(), 1);
 
-    let t = info.graph(Some(&GraphName::new("true_graph_0"))).expect("subgraph info");
+    let t = info
+        .graph(Some(&GraphName::new("true_graph_0")))
+        .expect("subgraph info");
     assert_eq!(t.callers(), &[(GraphName::new(MAIN_GRAPH), 7)]);
     assert_eq!(t.binds(0), &[Symbol::new("u1")]);
     assert_eq!(info.graphs().count(), 3);
@@ -813,7 +1020,11 @@ fn valid_fixtures_validate() {
             failures.push(format!("{}:\n{e}", common::name(&path)));
         }
     }
-    assert!(failures.is_empty(), "valid fixtures rejected:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "valid fixtures rejected:\n{}",
+        failures.join("\n\n")
+    );
 }
 
 #[test]
@@ -828,7 +1039,10 @@ fn invalid_fixture_diagnostics() {
         let text = match validate(&program) {
             Ok(info) => {
                 let report = wrapir::reconcile::check_program(&info, &Default::default());
-                assert!(report.totals.failed > 0, "invalid fixture {name} validates and reconciles");
+                assert!(
+                    report.totals.failed > 0,
+                    "invalid fixture {name} validates and reconciles"
+                );
                 report.render(false)
             }
             Err(e) => e.to_string(),

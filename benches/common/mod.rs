@@ -20,7 +20,10 @@ pub struct Lcg(pub u64);
 impl Lcg {
     /// A number in `0..n`.
     pub fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
@@ -116,7 +119,12 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         Family::Pointwise => (
             format!("triton_poi_fused_relu_{i}"),
             meta(
-                sig(&[("in_ptr0", "*fp32"), ("out_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")]),
+                sig(&[
+                    ("in_ptr0", "*fp32"),
+                    ("out_ptr0", "*fp32"),
+                    ("xnumel", "i32"),
+                    ("XBLOCK", "constexpr"),
+                ]),
                 cfg(&[("XBLOCK", xblock)]),
                 GridType::Grid1D,
             ),
@@ -124,7 +132,12 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         Family::InPlace => (
             format!("triton_poi_fused_add_mul_{i}"),
             meta(
-                sig(&[("in_out_ptr0", "*fp32"), ("in_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")]),
+                sig(&[
+                    ("in_out_ptr0", "*fp32"),
+                    ("in_ptr0", "*fp32"),
+                    ("xnumel", "i32"),
+                    ("XBLOCK", "constexpr"),
+                ]),
                 cfg(&[("XBLOCK", xblock)]),
                 GridType::Grid1D,
             ),
@@ -212,7 +225,10 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
             let cand = |bm: i64| PrecomputedGridEntry {
                 config: cfg(&[("BLOCK_M", bm), ("BLOCK_N", 64)]),
                 grid: [
-                    SymExpr::floor_div(SymExpr::add(SymExpr::sym("ks0"), SymExpr::Int(bm - 1)), SymExpr::Int(bm)),
+                    SymExpr::floor_div(
+                        SymExpr::add(SymExpr::sym("ks0"), SymExpr::Int(bm - 1)),
+                        SymExpr::Int(bm),
+                    ),
                     SymExpr::Int(1),
                     SymExpr::Int(1),
                 ],
@@ -228,7 +244,9 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
                     ("BLOCK_N", "constexpr"),
                 ]),
                 cfg(&[("BLOCK_M", bm), ("BLOCK_N", 64)]),
-                GridType::PrecomputedGrid { grids: vec![cand(64), cand(128)] },
+                GridType::PrecomputedGrid {
+                    grids: vec![cand(64), cand(128)],
+                },
             );
             m.num_stages = 3;
             m.shared_mem = 65536;
@@ -237,7 +255,12 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         Family::Convert => (
             format!("triton_poi_fused__to_copy_{i}"),
             meta(
-                sig(&[("in_ptr0", "*i64"), ("out_ptr0", "*fp32"), ("xnumel", "i32"), ("XBLOCK", "constexpr")]),
+                sig(&[
+                    ("in_ptr0", "*i64"),
+                    ("out_ptr0", "*fp32"),
+                    ("xnumel", "i32"),
+                    ("XBLOCK", "constexpr"),
+                ]),
                 cfg(&[("XBLOCK", xblock)]),
                 GridType::Grid1D,
             ),
@@ -305,7 +328,12 @@ impl Writer<'_, '_> {
     }
 
     fn kernel(&mut self, family: Family) -> KernelName {
-        let of: Vec<&KernelName> = self.kernels.iter().filter(|(f, _)| *f == family).map(|(_, k)| k).collect();
+        let of: Vec<&KernelName> = self
+            .kernels
+            .iter()
+            .filter(|(f, _)| *f == family)
+            .map(|(_, k)| k)
+            .collect();
         of[self.rng.next(of.len() as u64) as usize].clone()
     }
 
@@ -323,7 +351,11 @@ impl Writer<'_, '_> {
     }
 
     fn call(&mut self, kernel: KernelName, args: Vec<CallArg>) {
-        self.line(Line::KernelCall(KernelCall { kernel, args, device: Some(Device::cuda(0)) }));
+        self.line(Line::KernelCall(KernelCall {
+            kernel,
+            args,
+            device: Some(Device::cuda(0)),
+        }));
         self.launches += 1;
     }
 
@@ -403,7 +435,10 @@ impl Writer<'_, '_> {
             10 => {
                 let k = self.kernel(Family::Tile3D);
                 let b = self.alloc(x);
-                self.call_pos(k, vec![buf(&cur), buf(&b), expr(SymExpr::Int(1)), expr(s("s0")), expr(s("s1"))]);
+                self.call_pos(
+                    k,
+                    vec![buf(&cur), buf(&b), expr(SymExpr::Int(1)), expr(s("s0")), expr(s("s1"))],
+                );
                 self.release_cur();
                 self.set_cur(b);
             }
@@ -424,7 +459,8 @@ impl Writer<'_, '_> {
                 let b = self.alloc(x.clone());
                 self.maybe_comment("mm");
                 let w = self.weight.clone();
-                self.g.extern_out(&b, "extern_kernels.mm", vec![buf(&cur), buf(&w)], IndexMap::new());
+                self.g
+                    .extern_out(&b, "extern_kernels.mm", vec![buf(&cur), buf(&w)], IndexMap::new());
                 self.lines += 1;
                 self.line(Line::AssertSizeStride {
                     buffer: b.clone(),
@@ -440,12 +476,24 @@ impl Writer<'_, '_> {
                 let u = Symbol::new(format!("u{}", self.unbacked.len()));
                 self.unbacked.push(u.clone());
                 let m = self.name();
-                let m = self.g.extern_alloc_multi(&m, "torch.ops.aten.nonzero.default", vec![buf(&cur)]);
+                let m = self
+                    .g
+                    .extern_alloc_multi(&m, "torch.ops.aten.nonzero.default", vec![buf(&cur)]);
                 self.lines += 1;
-                self.g.bind_unbacked(&m, &u, [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+                self.g.bind_unbacked(
+                    &m,
+                    &u,
+                    [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+                        .into_iter()
+                        .collect(),
+                );
                 self.lines += 1;
                 let gname = self.name();
-                let idx_layout = Layout::contiguous(DType::Int64, Device::cuda(0), [SymExpr::Sym(u.clone()), SymExpr::Int(2)]);
+                let idx_layout = Layout::contiguous(
+                    DType::Int64,
+                    Device::cuda(0),
+                    [SymExpr::Sym(u.clone()), SymExpr::Int(2)],
+                );
                 let gb = self.g.multi_output(&gname, idx_layout, &m, &[]);
                 self.lines += 1;
                 self.line(Line::RuntimeAssert {
@@ -459,8 +507,15 @@ impl Writer<'_, '_> {
                     node: None,
                 });
                 let k = self.kernel(Family::Convert);
-                let h = self.alloc(Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(u.clone()), SymExpr::Int(2)]));
-                self.call_pos(k, vec![buf(&gb), buf(&h), expr(SymExpr::mul(SymExpr::Int(2), SymExpr::Sym(u)))]);
+                let h = self.alloc(Layout::contiguous(
+                    DType::Float32,
+                    Device::cuda(0),
+                    [SymExpr::Sym(u.clone()), SymExpr::Int(2)],
+                ));
+                self.call_pos(
+                    k,
+                    vec![buf(&gb), buf(&h), expr(SymExpr::mul(SymExpr::Int(2), SymExpr::Sym(u)))],
+                );
                 self.g.free_if_not_reused(&gb);
                 self.g.free_if_not_reused(&h);
                 self.lines += 2;
@@ -482,7 +537,10 @@ impl Writer<'_, '_> {
                 let k = self.kernel(Family::UserFixed);
                 let b = self.alloc(x);
                 let n = self.numel();
-                let named = |name: &str, value: ArgValue| CallArg { name: Some(name.to_string()), value };
+                let named = |name: &str, value: ArgValue| CallArg {
+                    name: Some(name.to_string()),
+                    value,
+                };
                 let grid0 = SymExpr::floor_div(SymExpr::add(n.clone(), SymExpr::Int(63)), SymExpr::Int(64));
                 self.call(
                     k,
@@ -507,8 +565,18 @@ impl Writer<'_, '_> {
 /// Generates a program (deterministic for a given `size` and `seed`).
 pub fn generate(size: Size, seed: u64) -> Generated {
     let mut p = ProgramBuilder::new();
-    let s0 = p.symbol("s0", wrapir::ir::SymbolKind::Backed, wrapir::ir::ValueRange::new(Some(2), Some(4096)), Some(64));
-    let s1 = p.symbol("s1", wrapir::ir::SymbolKind::Backed, wrapir::ir::ValueRange::new(Some(2), Some(4096)), Some(32));
+    let s0 = p.symbol(
+        "s0",
+        wrapir::ir::SymbolKind::Backed,
+        wrapir::ir::ValueRange::new(Some(2), Some(4096)),
+        Some(64),
+    );
+    let s1 = p.symbol(
+        "s1",
+        wrapir::ir::SymbolKind::Backed,
+        wrapir::ir::ValueRange::new(Some(2), Some(4096)),
+        Some(32),
+    );
     let mut kernels = Vec::new();
     for (fi, family) in FAMILIES.iter().enumerate() {
         for j in 0..size.kernels_per_family {
@@ -523,11 +591,19 @@ pub fn generate(size: Size, seed: u64) -> Generated {
         let mut g = p.main();
         g.symbol_input("arg0_1", &s0);
         g.symbol_input("arg1_1", &s1);
-        let x = Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]);
+        let x = Layout::contiguous(
+            DType::Float32,
+            Device::cuda(0),
+            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
+        );
         let input = g.tensor_input("arg2_1", x.clone());
         let weight = g.tensor_input(
             "arg3_1",
-            Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
+            Layout::contiguous(
+                DType::Float32,
+                Device::cuda(0),
+                [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
+            ),
         );
         let mut lines = 0;
         for (_, k) in &kernels {
@@ -567,7 +643,10 @@ pub fn generate(size: Size, seed: u64) -> Generated {
     for k in &precomputed {
         p.precomputed_symbol(k.as_str());
     }
-    Generated { program: p.finish(), launches }
+    Generated {
+        program: p.finish(),
+        launches,
+    }
 }
 
 /// The median of `repeats` timed runs of `f`, after `warmup` untimed ones.

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use wrapir::ir::{self, Program};
 
 #[derive(Parser)]
-#[command(name = "wrapir", version, about = "PyTorch Inductor wrapper code as typed data: validate, lower, prove")]
+#[command(
+    name = "wrapir",
+    version,
+    about = "PyTorch Inductor wrapper code as typed data: validate, lower, prove"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -197,7 +201,13 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Lower { program, target, output, runtime_header, no_guards } => {
+        Command::Lower {
+            program,
+            target,
+            output,
+            runtime_header,
+            no_guards,
+        } => {
             if runtime_header.is_some() && !matches!(target, Target::CppStandalone) {
                 bail!("--runtime-header needs --target cpp-standalone (only that dialect includes the runtime header)");
             }
@@ -221,11 +231,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Print { program, json } => {
             let (program, _) = load(&program)?;
-            let text = if json { program.to_json() + "\n" } else { wrapir::text::print(&program) };
+            let text = if json {
+                program.to_json() + "\n"
+            } else {
+                wrapir::text::print(&program)
+            };
             write_output(None, &text)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { program, explain, no_translation, lowering } => {
+        Command::Check {
+            program,
+            explain,
+            no_translation,
+            lowering,
+        } => {
             let (program, name) = load(&program)?;
             let info = match ir::validate(&program) {
                 Ok(info) => info,
@@ -240,16 +259,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if no_translation {
                 let report = wrapir::reconcile::check_program(&info, &options);
                 print!("{}", report.render(explain));
-                return Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                return Ok(if report.is_ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                });
             }
-            let selected =
-                if lowering.is_empty() { vec![Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx] } else { lowering };
+            let selected = if lowering.is_empty() {
+                vec![Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx]
+            } else {
+                lowering
+            };
             let mut emitters: Vec<Box<dyn LaunchEmitter>> = Vec::new();
             for t in selected {
                 let e: Box<dyn LaunchEmitter> = match t {
                     Target::Python => Box::new(PythonLaunches::default()),
-                    Target::Cpp => Box::new(CppLaunches { dialect: wrapir::lower::cpp::Dialect::Aoti }),
-                    Target::CppStandalone => Box::new(CppLaunches { dialect: wrapir::lower::cpp::Dialect::Standalone }),
+                    Target::Cpp => Box::new(CppLaunches {
+                        dialect: wrapir::lower::cpp::Dialect::Aoti,
+                    }),
+                    Target::CppStandalone => Box::new(CppLaunches {
+                        dialect: wrapir::lower::cpp::Dialect::Standalone,
+                    }),
                     Target::Fx => Box::new(FxLaunches::default()),
                 };
                 if !emitters.iter().any(|x| x.name() == e.name()) {
@@ -263,14 +293,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 // The canonical records, their proofs and counterexamples.
                 print!("{}", report.base.render(true));
             }
-            Ok(if report.is_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if report.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
-        Command::Sym { command: SymCommand::Prove { a, b, assume, explain } } => sym_prove(&a, &b, &assume, explain),
-        Command::Run { program, device, inputs, expect, hints, predicate, print, rtol, atol } => {
-            let args = RunArgs { program, device, inputs, expect, hints, predicate, print, rtol, atol };
+        Command::Sym {
+            command: SymCommand::Prove { a, b, assume, explain },
+        } => sym_prove(&a, &b, &assume, explain),
+        Command::Run {
+            program,
+            device,
+            inputs,
+            expect,
+            hints,
+            predicate,
+            print,
+            rtol,
+            atol,
+        } => {
+            let args = RunArgs {
+                program,
+                device,
+                inputs,
+                expect,
+                hints,
+                predicate,
+                print,
+                rtol,
+                atol,
+            };
             run_command(&args)
         }
-        Command::Bench { bundle, device, graphs, iters, repeats } => {
+        Command::Bench {
+            bundle,
+            device,
+            graphs,
+            iters,
+            repeats,
+        } => {
             if device != "cuda" {
                 bail!("`bench` times the cuda device only, not `{device}`");
             }
@@ -288,13 +350,19 @@ fn with_guards(program: Program) -> Result<Program> {
     };
     let report = wrapir::reconcile::check_program(&info, &Default::default());
     if report.totals.failed > 0 {
-        bail!("launch reconciliation failed; run `wrapir check` for details:\n{}", report.render(false));
+        bail!(
+            "launch reconciliation failed; run `wrapir check` for details:\n{}",
+            report.render(false)
+        );
     }
     Ok(wrapir::reconcile::insert_guards(&program, &report))
 }
 
 fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Result<String> {
-    let options = wrapir::lower::cpp::Options { dialect, ..Default::default() };
+    let options = wrapir::lower::cpp::Options {
+        dialect,
+        ..Default::default()
+    };
     Ok(wrapir::lower::cpp::write_string(info, &options)?)
 }
 
@@ -329,7 +397,11 @@ fn load(path: &Path) -> Result<(Program, String)> {
                 let offset = byte_offset(&text, e.line, e.column);
                 let report = miette!(labels = vec![LabeledSpan::at_offset(offset, "here")], "{}", e.message)
                     .with_source_code(NamedSource::new(name.clone(), text.clone()));
-                bail!("cannot parse {name} (line {}, column {}):\n{report:?}", e.line, e.column);
+                bail!(
+                    "cannot parse {name} (line {}, column {}):\n{report:?}",
+                    e.line,
+                    e.column
+                );
             }
         }
     };
@@ -395,7 +467,10 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
     }
     if args.rtol.is_some() || args.atol.is_some() {
         let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
-        tolerance = Some(Tolerance { rtol: args.rtol.unwrap_or(base.rtol), atol: args.atol.unwrap_or(base.atol) });
+        tolerance = Some(Tolerance {
+            rtol: args.rtol.unwrap_or(base.rtol),
+            atol: args.atol.unwrap_or(base.atol),
+        });
     }
     let mut hints = wrapir::sym::Bindings::new();
     for h in &args.hints {
@@ -419,8 +494,8 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             if let Some(p) = args.predicate {
                 backend = backend.with_predicate(p);
             }
-            let report =
-                wrapir::exec::meta::run_program_on(&program, &mut backend).map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+            let report = wrapir::exec::meta::run_program_on(&program, &mut backend)
+                .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
             let mut out = String::new();
             for (k, v) in report.outputs.iter().enumerate() {
                 out += &format!("output {k}: {}\n", describe_value(v, &|t| describe_spec(t)));
@@ -438,8 +513,8 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 bail!("`--hint` is for `--device meta`; cpu runs bind symbols from the inputs");
             }
             let inputs = inputs.unwrap_or_default();
-            let result =
-                wrapir::exec::host::run_program(&program, &inputs).map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
+            let result = wrapir::exec::host::run_program(&program, &inputs)
+                .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let mut out = String::new();
             for (k, v) in result.outputs.iter().enumerate() {
                 let text = describe_value(v, &|t| {
@@ -485,7 +560,15 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 None => args.program.parent().map(Path::to_path_buf).unwrap_or_default(),
             };
             let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
-            run_cuda(args, &program, &name, kernel_dir, inputs.unwrap_or_default(), expect_path, tolerance)
+            run_cuda(
+                args,
+                &program,
+                &name,
+                kernel_dir,
+                inputs.unwrap_or_default(),
+                expect_path,
+                tolerance,
+            )
         }
     }
 }
@@ -502,7 +585,10 @@ fn run_cuda(
     expect_path: Option<PathBuf>,
     tolerance: Option<Tolerance>,
 ) -> Result<ExitCode> {
-    let options = wrapir::exec::cuda::CudaOptions { kernel_dir, ..Default::default() };
+    let options = wrapir::exec::cuda::CudaOptions {
+        kernel_dir,
+        ..Default::default()
+    };
     let extern_ops = options.extern_ops.clone();
     let result = wrapir::exec::cuda::run_program(program, options, &inputs)
         .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
@@ -536,11 +622,18 @@ fn run_cuda(
     let max_error = max_abs_error(&got, &expected);
     match compare_outputs(&got, &expected, tolerance) {
         Ok(()) => {
-            println!("{} outputs match {} (max abs error {max_error:e})", got.len(), expect_path.display());
+            println!(
+                "{} outputs match {} (max abs error {max_error:e})",
+                got.len(),
+                expect_path.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(message) => {
-            eprintln!("mismatch against {} (max abs error {max_error:e}): {message}", expect_path.display());
+            eprintln!(
+                "mismatch against {} (max abs error {max_error:e}): {message}",
+                expect_path.display()
+            );
             Ok(ExitCode::from(1))
         }
     }
@@ -550,9 +643,16 @@ fn run_cuda(
 /// expected tensor of the same shape (as [`compare_outputs`] pairs them).
 #[cfg(feature = "cuda")]
 fn max_abs_error(got: &[&wrapir::exec::Tensor], expected: &indexmap::IndexMap<String, wrapir::exec::Tensor>) -> f64 {
-    let graph_outs: Vec<&wrapir::exec::Tensor> =
-        expected.iter().filter(|(k, _)| k.starts_with("graph_out")).map(|(_, t)| t).collect();
-    let expected: Vec<&wrapir::exec::Tensor> = if graph_outs.is_empty() { expected.values().collect() } else { graph_outs };
+    let graph_outs: Vec<&wrapir::exec::Tensor> = expected
+        .iter()
+        .filter(|(k, _)| k.starts_with("graph_out"))
+        .map(|(_, t)| t)
+        .collect();
+    let expected: Vec<&wrapir::exec::Tensor> = if graph_outs.is_empty() {
+        expected.values().collect()
+    } else {
+        graph_outs
+    };
     let mut worst = 0.0f64;
     for (g, e) in got.iter().zip(expected) {
         if g.size() != e.size() {
@@ -607,7 +707,10 @@ fn parse_hint(text: &str) -> Result<(wrapir::sym::Symbol, i64)> {
     let Some((s, v)) = text.split_once('=') else {
         bail!("hint `{text}` is not SYMBOL=VALUE");
     };
-    let v: i64 = v.trim().parse().with_context(|| format!("hint `{text}`: `{v}` is not an integer"))?;
+    let v: i64 = v
+        .trim()
+        .parse()
+        .with_context(|| format!("hint `{text}`: `{v}` is not an integer"))?;
     let s = s.trim();
     if s.is_empty() {
         bail!("hint `{text}` has no symbol name");
@@ -646,7 +749,10 @@ fn hints_from_inputs(
 }
 
 fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
-    format!("tensor {}{:?} stride {:?} offset {} on {}", t.dtype, t.size, t.stride, t.offset, t.device)
+    format!(
+        "tensor {}{:?} stride {:?} offset {} on {}",
+        t.dtype, t.size, t.stride, t.offset, t.device
+    )
 }
 
 fn describe_value<T>(v: &wrapir::exec::Value<T>, tensor: &dyn Fn(&T) -> String) -> String {
@@ -680,9 +786,13 @@ fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> Strin
 
 fn format_values(t: &wrapir::exec::Tensor) -> String {
     let parts: Vec<String> = if t.dtype().is_floating() {
-        t.to_f64_vec().map(|v| v.iter().map(|x| format!("{x}")).collect()).unwrap_or_default()
+        t.to_f64_vec()
+            .map(|v| v.iter().map(|x| format!("{x}")).collect())
+            .unwrap_or_default()
     } else {
-        t.to_i64_vec().map(|v| v.iter().map(|x| format!("{x}")).collect()).unwrap_or_default()
+        t.to_i64_vec()
+            .map(|v| v.iter().map(|x| format!("{x}")).collect())
+            .unwrap_or_default()
     };
     format!("[{}]", parts.join(", "))
 }
@@ -704,10 +814,17 @@ fn compare_outputs(
 ) -> std::result::Result<(), String> {
     let graph_outs: Vec<(&String, &wrapir::exec::Tensor)> =
         expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
-    let expected: Vec<(&String, &wrapir::exec::Tensor)> =
-        if graph_outs.is_empty() { expected.iter().collect() } else { graph_outs };
+    let expected: Vec<(&String, &wrapir::exec::Tensor)> = if graph_outs.is_empty() {
+        expected.iter().collect()
+    } else {
+        graph_outs
+    };
     if got.len() != expected.len() {
-        return Err(format!("the program returned {} tensors, {} are expected", got.len(), expected.len()));
+        return Err(format!(
+            "the program returned {} tensors, {} are expected",
+            got.len(),
+            expected.len()
+        ));
     }
     for (k, (g, (name, e))) in got.iter().zip(&expected).enumerate() {
         wrapir::exec::compare::compare(g, e, tolerance).map_err(|m| format!("output {k} (expected `{name}`): {m}"))?;
@@ -730,18 +847,27 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let t = Instant::now();
     let inputs = read_safetensors(&bundle.join("inputs.safetensors"))?;
     let read_inputs_ms = ms(t);
-    let options = CudaOptions { kernel_dir: bundle.to_path_buf(), ..Default::default() };
+    let options = CudaOptions {
+        kernel_dir: bundle.to_path_buf(),
+        ..Default::default()
+    };
     let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
     let t = Instant::now();
-    let (plan, args, constants) =
-        place_inputs(&program, &mut backend, &inputs).map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
+    let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs)
+        .map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
     let place_ms = ms(t);
     let input_bytes = backend.memory().current_bytes;
     let t = Instant::now();
-    let first = plan.run(&mut backend, args.clone(), &constants).map_err(|e| anyhow::anyhow!("running {name}: {e}"))?;
+    let first = plan
+        .run(&mut backend, args.clone(), &constants)
+        .map_err(|e| anyhow::anyhow!("running {name}: {e}"))?;
     let first_run_ms = ms(t);
     let t = Instant::now();
-    let first_host = first.outputs.iter().map(|v| wrapir::exec::cuda::to_host(&mut backend, v)).collect::<Result<Vec<_>, _>>()?;
+    let first_host = first
+        .outputs
+        .iter()
+        .map(|v| wrapir::exec::cuda::to_host(&mut backend, v))
+        .collect::<Result<Vec<_>, _>>()?;
     let copy_out_ms = ms(t);
     let first_output_ms = ms(started);
     let lt = backend.load_timings();
@@ -775,7 +901,9 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         Ok(per_call[per_call.len() / 2])
     };
     let interp_us = time(&mut backend, &mut |b| {
-        plan.run(b, args.clone(), &constants).map(drop).map_err(|e| anyhow::anyhow!("running {name}: {e}"))
+        plan.run(b, args.clone(), &constants)
+            .map(drop)
+            .map_err(|e| anyhow::anyhow!("running {name}: {e}"))
     })?;
     let fingerprint = |backend: &mut CudaBackend, outs: &[Value<wrapir::exec::cuda::CudaTensor>]| -> Result<Vec<u64>> {
         let mut bits = Vec::new();
@@ -879,7 +1007,8 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
             }
         }
     }
-    let floor = launch_floor(&mut backend, kernels.max(1), repeats).map_err(|e| anyhow::anyhow!("launch floor: {e}"))?;
+    let floor =
+        launch_floor(&mut backend, kernels.max(1), repeats).map_err(|e| anyhow::anyhow!("launch floor: {e}"))?;
     out += &format!(
         "floor ({}, {} launches): {:.3} us/launch, graph {:.3} us/kernel\n",
         floor.compiler, floor.kernels, floor.launch_us, floor.graph_us
@@ -903,7 +1032,12 @@ fn process_age_ms() -> Option<f64> {
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')')?.1;
     let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     Some((uptime - start_ticks / USER_HZ) * 1e3)
 }
 

@@ -84,25 +84,45 @@ pub fn compare(got: &Tensor, expected: &Tensor, tolerance: Option<Tolerance>) ->
         });
     }
     let unreadable = |e: super::ExecError| Mismatch::Unreadable(e.to_string());
-    let tolerance = if got.dtype().is_floating() { tolerance.or_else(|| Tolerance::default_for(got.dtype())) } else { None };
+    let tolerance = if got.dtype().is_floating() {
+        tolerance.or_else(|| Tolerance::default_for(got.dtype()))
+    } else {
+        None
+    };
     let (count, first, numel) = match tolerance {
         Some(tol) => {
-            let (g, e) = (got.to_f64_vec().map_err(unreadable)?, expected.to_f64_vec().map_err(unreadable)?);
-            let close = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol.atol + tol.rtol * b.abs();
+            let (g, e) = (
+                got.to_f64_vec().map_err(unreadable)?,
+                expected.to_f64_vec().map_err(unreadable)?,
+            );
+            let close =
+                |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol.atol + tol.rtol * b.abs();
             let bad: Vec<usize> = (0..g.len().min(e.len())).filter(|i| !close(g[*i], e[*i])).collect();
             (bad.len(), bad.first().map(|i| (*i, g[*i], e[*i])), g.len())
         }
         None => {
-            let (g, e) = (got.to_i64_vec().map_err(unreadable)?, expected.to_i64_vec().map_err(unreadable)?);
+            let (g, e) = (
+                got.to_i64_vec().map_err(unreadable)?,
+                expected.to_i64_vec().map_err(unreadable)?,
+            );
             let bad: Vec<usize> = (0..g.len().min(e.len())).filter(|i| g[*i] != e[*i]).collect();
-            (bad.len(), bad.first().map(|i| (*i, g[*i] as f64, e[*i] as f64)), g.len())
+            (
+                bad.len(),
+                bad.first().map(|i| (*i, g[*i] as f64, e[*i] as f64)),
+                g.len(),
+            )
         }
     };
     match first {
         None => Ok(()),
-        Some((flat, g, e)) => {
-            Err(Mismatch::Values { count, numel, index: unravel(flat, got.size()), got: g, expected: e, tolerance })
-        }
+        Some((flat, g, e)) => Err(Mismatch::Values {
+            count,
+            numel,
+            index: unravel(flat, got.size()),
+            got: g,
+            expected: e,
+            tolerance,
+        }),
     }
 }
 

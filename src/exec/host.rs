@@ -10,7 +10,9 @@
 use super::jagged::Overflow;
 use super::ops::{self, Args, BuiltinOptions};
 use super::tensor::MemCounter;
-use super::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value};
+use super::{
+    Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
+};
 use indexmap::IndexMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,18 +75,36 @@ pub fn op_key(op: &str) -> String {
 impl HostBackend {
     /// A backend with the built-in ops.
     pub fn new(options: HostOptions) -> Self {
-        let mut b = HostBackend { options, ops: BTreeMap::new(), kernels: BTreeMap::new(), memory: Arc::default() };
+        let mut b = HostBackend {
+            options,
+            ops: BTreeMap::new(),
+            kernels: BTreeMap::new(),
+            memory: Arc::default(),
+        };
         let builtin_options = BuiltinOptions {
-            jagged_overflow: if options.jagged_zero_fill { Overflow::ZeroFill } else { Overflow::Error },
+            jagged_overflow: if options.jagged_zero_fill {
+                Overflow::ZeroFill
+            } else {
+                Overflow::Error
+            },
         };
         for (name, f) in ops::builtins() {
             let key = name.to_string();
             let op_name = key.clone();
             b.ops.insert(
                 key,
-                Arc::new(move |args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>| {
-                    f(&Args { op: &op_name, args, kwargs }, &builtin_options)
-                }),
+                Arc::new(
+                    move |args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>| {
+                        f(
+                            &Args {
+                                op: &op_name,
+                                args,
+                                kwargs,
+                            },
+                            &builtin_options,
+                        )
+                    },
+                ),
             );
         }
         b
@@ -142,11 +162,15 @@ impl Backend for HostBackend {
 
     fn call_extern(&mut self, call: ExternCall<'_, Tensor>) -> Result<Value<Tensor>, ExecError> {
         let key = op_key(call.op);
-        let f = self.ops.get(call.op).or_else(|| self.ops.get(&key)).ok_or_else(|| ExecError::UnknownOp {
-            backend: "host",
-            op: call.op.to_string(),
-            supported: self.op_names(),
-        })?;
+        let f = self
+            .ops
+            .get(call.op)
+            .or_else(|| self.ops.get(&key))
+            .ok_or_else(|| ExecError::UnknownOp {
+                backend: "host",
+                op: call.op.to_string(),
+                supported: self.op_names(),
+            })?;
         let mut kwargs = call.kwargs;
         let out = kwargs.shift_remove("out");
         let result = f(&call.args, &kwargs)?;
@@ -154,24 +178,37 @@ impl Backend for HostBackend {
             None | Some(Value::None) => Ok(result),
             Some(Value::Tensor(out)) => {
                 let Value::Tensor(r) = &result else {
-                    return Err(ExecError::op(call.op, format!("`out=` given but the op returned a {}", result.kind())));
+                    return Err(ExecError::op(
+                        call.op,
+                        format!("`out=` given but the op returned a {}", result.kind()),
+                    ));
                 };
                 if r.size() != out.size() {
                     return Err(ExecError::op(
                         call.op,
-                        format!("result of shape {:?} does not fit `out` of shape {:?}", r.size(), out.size()),
+                        format!(
+                            "result of shape {:?} does not fit `out` of shape {:?}",
+                            r.size(),
+                            out.size()
+                        ),
                     ));
                 }
                 out.copy_from(r)?;
                 Ok(Value::None)
             }
-            Some(other) => Err(ExecError::op(call.op, format!("`out` must be a tensor, got {}", other.kind()))),
+            Some(other) => Err(ExecError::op(
+                call.op,
+                format!("`out` must be a tensor, got {}", other.kind()),
+            )),
         }
     }
 
     fn read_scalar(&mut self, tensor: &Tensor, _request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
         if tensor.numel() != 1 {
-            return Err(ExecError::Type(format!("item() of a tensor with {} elements", tensor.numel())));
+            return Err(ExecError::Type(format!(
+                "item() of a tensor with {} elements",
+                tensor.numel()
+            )));
         }
         Ok(match tensor.dtype() {
             crate::ir::DType::Bool => ScalarValue::Bool(tensor.to_i64_vec()?[0] != 0),
@@ -235,15 +272,17 @@ pub fn run_program_on(
         }
     }
     let get = |name: &str| {
-        inputs.get(name).ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
+        inputs
+            .get(name)
+            .ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
     };
     // Bind symbol inputs, then sizes that are plain symbols.
     let mut env = Bindings::new();
     let bind = |env: &mut Bindings, s: &crate::sym::Symbol, v: i64, what: String| -> Result<(), ExecError> {
         match env.get(s) {
-            Some(old) if *old != v => {
-                Err(ExecError::Input(format!("{what} is {v}, but `{s}` = {old} from an earlier input")))
-            }
+            Some(old) if *old != v => Err(ExecError::Input(format!(
+                "{what} is {v}, but `{s}` = {old} from an earlier input"
+            ))),
             _ => {
                 env.insert(s.clone(), v);
                 Ok(())
@@ -278,7 +317,13 @@ pub fn run_program_on(
         }
     }
     let mut named: Vec<(&str, &crate::ir::Layout)> = layouts.clone();
-    named.extend(program.constants.iter().filter(|(c, _)| inputs.contains_key(c.as_str())).map(|(c, l)| (c.as_str(), l)));
+    named.extend(
+        program
+            .constants
+            .iter()
+            .filter(|(c, _)| inputs.contains_key(c.as_str()))
+            .map(|(c, l)| (c.as_str(), l)),
+    );
     for (name, layout) in &named {
         let t = get(name)?;
         if t.dim() != layout.size.len() || t.dtype() != layout.dtype {

@@ -19,30 +19,46 @@ fn read_offsets(op: &str, offsets: &[Tensor], values_len: Option<i64>) -> Result
     let [offsets] = offsets else {
         return Err(ExecError::op(
             op,
-            format!("exactly one offsets tensor is supported (one jagged dimension), got {}", offsets.len()),
+            format!(
+                "exactly one offsets tensor is supported (one jagged dimension), got {}",
+                offsets.len()
+            ),
         ));
     };
     if !matches!(offsets.dtype(), DType::Int32 | DType::Int64) || offsets.dim() != 1 {
         return Err(ExecError::op(
             op,
-            format!("offsets must be a 1-d int32 or int64 tensor, got {} of shape {:?}", offsets.dtype(), offsets.size()),
+            format!(
+                "offsets must be a 1-d int32 or int64 tensor, got {} of shape {:?}",
+                offsets.dtype(),
+                offsets.size()
+            ),
         ));
     }
     let o = offsets.to_i64_vec()?;
     if o.is_empty() {
-        return Err(ExecError::op(op, "offsets must have at least one element (B + 1 entries)"));
+        return Err(ExecError::op(
+            op,
+            "offsets must have at least one element (B + 1 entries)",
+        ));
     }
     if o[0] < 0 {
         return Err(ExecError::op(op, format!("offsets[0] = {} is negative", o[0])));
     }
     for (b, w) in o.windows(2).enumerate() {
         if w[1] < w[0] {
-            return Err(ExecError::op(op, format!("offsets decrease at row {b}: {} > {}", w[0], w[1])));
+            return Err(ExecError::op(
+                op,
+                format!("offsets decrease at row {b}: {} > {}", w[0], w[1]),
+            ));
         }
     }
     if let (Some(l), Some(last)) = (values_len, o.last()) {
         if *last > l {
-            return Err(ExecError::op(op, format!("offsets end at {last} but values have {l} rows")));
+            return Err(ExecError::op(
+                op,
+                format!("offsets end at {last} but values have {l} rows"),
+            ));
         }
     }
     Ok(o)
@@ -84,7 +100,10 @@ pub(crate) fn jagged_to_padded(
     let l = values.size()[0];
     let o = read_offsets(op, offsets, Some(l))?;
     let [n] = max_lengths else {
-        return Err(ExecError::op(op, format!("expected one max length, got {}", max_lengths.len())));
+        return Err(ExecError::op(
+            op,
+            format!("expected one max length, got {}", max_lengths.len()),
+        ));
     };
     if *n < 0 {
         return Err(ExecError::op(op, format!("max length {n} is negative")));
@@ -137,7 +156,10 @@ pub(crate) fn padded_to_jagged(
     overflow: Overflow,
 ) -> Result<Tensor, ExecError> {
     if dense.dim() < 2 {
-        return Err(ExecError::op(op, format!("dense must have at least 2 dimensions, got shape {:?}", dense.size())));
+        return Err(ExecError::op(
+            op,
+            format!("dense must have at least 2 dimensions, got shape {:?}", dense.size()),
+        ));
     }
     let o = read_offsets(op, offsets, None)?;
     let batch = o.len() - 1;
@@ -150,16 +172,25 @@ pub(crate) fn padded_to_jagged(
     }
     if overflow == Overflow::Error {
         if total != last {
-            return Err(ExecError::op(op, format!("final offset {last} should match total_L value {total}")));
+            return Err(ExecError::op(
+                op,
+                format!("final offset {last} should match total_L value {total}"),
+            ));
         }
         if batch > dense_batch {
-            return Err(ExecError::op(op, format!("offsets describe {batch} rows but dense has {dense_batch}")));
+            return Err(ExecError::op(
+                op,
+                format!("offsets describe {batch} rows but dense has {dense_batch}"),
+            ));
         }
         for (b, w) in o.windows(2).enumerate() {
             if (w[1] - w[0]) as usize > n {
                 return Err(ExecError::op(
                     op,
-                    format!("found batch item of length {} (row {b}) when max length is {n}", w[1] - w[0]),
+                    format!(
+                        "found batch item of length {} (row {b}) when max length is {n}",
+                        w[1] - w[0]
+                    ),
                 ));
             }
         }
@@ -216,7 +247,10 @@ mod tests {
 
     #[test]
     fn inverse_offsets_matches_the_lowering_example() {
-        assert_eq!(inverse_offsets(&[0, 3, 4, 9, 10], 10), vec![0, 0, 0, 1, 2, 2, 2, 2, 2, 3]);
+        assert_eq!(
+            inverse_offsets(&[0, 3, 4, 9, 10], 10),
+            vec![0, 0, 0, 1, 2, 2, 2, 2, 2, 3]
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! towards [`Backend::memory`], so a run reports the plan's peak bytes.
 
 use super::tensor::{check_bounds, Accounted, MemCounter};
-use super::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value};
+use super::{
+    Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
+};
 use crate::ir::SymbolDecl;
 use crate::sym::Symbol;
 use std::collections::HashMap;
@@ -68,12 +70,20 @@ impl MetaBackend {
         let n = spec
             .storage_numel()
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "invalid layout: sizes {:?}, strides {:?}",
+                    spec.size, spec.stride
+                ))
+            })?;
         let bytes = n as u64 * spec.dtype.size_bytes();
         self.memory.add(bytes);
         Ok(MetaTensor {
             spec: Arc::new(spec),
-            storage: Arc::new(Accounted { bytes, counter: Some(Arc::clone(&self.memory)) }),
+            storage: Arc::new(Accounted {
+                bytes,
+                counter: Some(Arc::clone(&self.memory)),
+            }),
             storage_numel: n,
         })
     }
@@ -112,7 +122,11 @@ impl Backend for MetaBackend {
             offset,
         };
         check_bounds(&spec, base.storage_numel)?;
-        Ok(MetaTensor { spec: Arc::new(spec), storage: Arc::clone(&base.storage), storage_numel: base.storage_numel })
+        Ok(MetaTensor {
+            spec: Arc::new(spec),
+            storage: Arc::clone(&base.storage),
+            storage_numel: base.storage_numel,
+        })
     }
 
     fn launch(&mut self, _launch: KernelLaunch<'_, MetaTensor>) -> Result<(), ExecError> {
@@ -126,7 +140,10 @@ impl Backend for MetaBackend {
         match &call.expected {
             Some(layout) => {
                 let spec = layout.concrete().ok_or_else(|| {
-                    ExecError::NoValue(format!("op `{}`: its result layout depends on a symbol with no hint", call.op))
+                    ExecError::NoValue(format!(
+                        "op `{}`: its result layout depends on a symbol with no hint",
+                        call.op
+                    ))
                 })?;
                 Ok(Value::Tensor(self.allocate_owned(spec)?))
             }

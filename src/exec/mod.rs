@@ -46,7 +46,13 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A contiguous layout.
     pub fn contiguous(dtype: DType, device: Device, size: &[i64]) -> Self {
-        TensorSpec { dtype, device, size: size.to_vec(), stride: contiguous_strides(size), offset: 0 }
+        TensorSpec {
+            dtype,
+            device,
+            size: size.to_vec(),
+            stride: contiguous_strides(size),
+            offset: 0,
+        }
     }
 
     /// Number of elements.
@@ -322,7 +328,10 @@ fn list_or_none(v: &[String]) -> String {
 
 impl ExecError {
     pub(crate) fn op(op: &str, message: impl Into<String>) -> Self {
-        ExecError::Op { op: op.to_string(), message: message.into() }
+        ExecError::Op {
+            op: op.to_string(),
+            message: message.into(),
+        }
     }
 }
 
@@ -346,7 +355,13 @@ pub trait Backend {
     fn spec(&self, tensor: &Self::Tensor) -> TensorSpec;
 
     /// A view of `base`'s storage (`as_strided`, absolute offset).
-    fn view(&mut self, base: &Self::Tensor, size: &[i64], stride: &[i64], offset: i64) -> Result<Self::Tensor, ExecError>;
+    fn view(
+        &mut self,
+        base: &Self::Tensor,
+        size: &[i64],
+        stride: &[i64],
+        offset: i64,
+    ) -> Result<Self::Tensor, ExecError>;
 
     /// Launches or calls a kernel.
     fn launch(&mut self, launch: KernelLaunch<'_, Self::Tensor>) -> Result<(), ExecError>;

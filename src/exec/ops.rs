@@ -16,7 +16,10 @@ pub(crate) struct Args<'a> {
 
 impl<'a> Args<'a> {
     fn get(&self, i: usize, name: &str) -> Option<&'a Value<Tensor>> {
-        self.args.get(i).or_else(|| self.kwargs.get(name)).filter(|v| !matches!(v, Value::None))
+        self.args
+            .get(i)
+            .or_else(|| self.kwargs.get(name))
+            .filter(|v| !matches!(v, Value::None))
     }
 
     fn err(&self, message: impl Into<String>) -> ExecError {
@@ -33,21 +36,29 @@ impl<'a> Args<'a> {
 
     fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
         match self.get(i, name) {
-            Some(v) => v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
+            Some(v) => v
+                .as_int()
+                .ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
             None => default.ok_or_else(|| self.err(format!("missing int argument `{name}`"))),
         }
     }
 
     fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
         match self.get(i, name) {
-            Some(v) => Ok(Some(v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int")))?)),
+            Some(v) => {
+                Ok(Some(v.as_int().ok_or_else(|| {
+                    self.err(format!("argument `{name}` must be an int"))
+                })?))
+            }
             None => Ok(None),
         }
     }
 
     fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
         match self.get(i, name) {
-            Some(v) => v.as_float().ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
+            Some(v) => v
+                .as_float()
+                .ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
             None => Ok(default),
         }
     }
@@ -55,7 +66,10 @@ impl<'a> Args<'a> {
     fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
         match self.get(i, name) {
             Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => v.as_int().map(|x| x != 0).ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
+            Some(v) => v
+                .as_int()
+                .map(|x| x != 0)
+                .ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
             None => Ok(default),
         }
     }
@@ -86,9 +100,14 @@ impl<'a> Args<'a> {
         match self.get(i, name) {
             Some(Value::List(items)) => items
                 .iter()
-                .map(|v| v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints"))))
+                .map(|v| {
+                    v.as_int()
+                        .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))
+                })
                 .collect(),
-            Some(v) => Ok(vec![v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
+            Some(v) => Ok(vec![v
+                .as_int()
+                .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
             None => Err(self.err(format!("missing int-list argument `{name}`"))),
         }
     }
@@ -140,14 +159,26 @@ fn j2pd(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let offsets = a.tensors(1, "offsets")?;
     let max_lengths = a.ints(2, "max_lengths")?;
     let padding = a.float(3, "padding_value", 0.0)?;
-    Ok(Value::Tensor(jagged::jagged_to_padded(a.op, values, &offsets, &max_lengths, padding)?))
+    Ok(Value::Tensor(jagged::jagged_to_padded(
+        a.op,
+        values,
+        &offsets,
+        &max_lengths,
+        padding,
+    )?))
 }
 
 fn pd2j(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let dense = a.tensor(0, "dense")?;
     let offsets = a.tensors(1, "offsets")?;
     let total = a.opt_int(2, "total_L")?;
-    Ok(Value::Tensor(jagged::padded_to_jagged(a.op, dense, &offsets, total, o.jagged_overflow)?))
+    Ok(Value::Tensor(jagged::padded_to_jagged(
+        a.op,
+        dense,
+        &offsets,
+        total,
+        o.jagged_overflow,
+    )?))
 }
 
 /// Gradient of j2pd w.r.t. values: `[total_L, *rest]`, zero where the forward truncated.
@@ -155,7 +186,13 @@ fn j2pd_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Exec
     let grad = a.tensor(0, "grad_output")?;
     let offsets = a.tensors(1, "offsets")?;
     let total = a.int(2, "total_L", None)?;
-    Ok(Value::Tensor(jagged::padded_to_jagged(a.op, grad, &offsets, Some(total), Overflow::ZeroFill)?))
+    Ok(Value::Tensor(jagged::padded_to_jagged(
+        a.op,
+        grad,
+        &offsets,
+        Some(total),
+        Overflow::ZeroFill,
+    )?))
 }
 
 /// Gradient of pd2j w.r.t. dense: j2pd with padding 0.
@@ -163,7 +200,13 @@ fn pd2j_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Exec
     let grad = a.tensor(0, "grad_output")?;
     let offsets = a.tensors(1, "offsets")?;
     let max_lengths = a.ints(2, "max_lengths")?;
-    Ok(Value::Tensor(jagged::jagged_to_padded(a.op, grad, &offsets, &max_lengths, 0.0)?))
+    Ok(Value::Tensor(jagged::jagged_to_padded(
+        a.op,
+        grad,
+        &offsets,
+        &max_lengths,
+        0.0,
+    )?))
 }
 
 fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -216,7 +259,11 @@ fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
 
 fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let bias = a.tensor(0, "self")?;
-    let inner = Args { op: a.op, args: a.args.get(1..).unwrap_or(&[]), kwargs: a.kwargs };
+    let inner = Args {
+        op: a.op,
+        args: a.args.get(1..).unwrap_or(&[]),
+        kwargs: a.kwargs,
+    };
     let Value::Tensor(prod) = mm(&inner, o)? else {
         return Err(a.err("mm returned no tensor"));
     };
@@ -242,7 +289,13 @@ fn bmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let (m, k, n) = (m as usize, k as usize, n as usize);
     let mut out = Vec::with_capacity(bt as usize * m * n);
     for b in 0..bt as usize {
-        out.extend(matmul(&xv[b * m * k..(b + 1) * m * k], &yv[b * k * n..(b + 1) * k * n], m, k, n));
+        out.extend(matmul(
+            &xv[b * m * k..(b + 1) * m * k],
+            &yv[b * k * n..(b + 1) * k * n],
+            m,
+            k,
+            n,
+        ));
     }
     Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &[bt, m as i64, n as i64])?))
 }
@@ -275,7 +328,11 @@ fn nonzero(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError>
         }
     }
     let storage = Tensor::from_vec(col_major, &[(n * rank) as i64])?;
-    Ok(Value::Tensor(storage.view(&[n as i64, rank as i64], &[1, n as i64], 0)?))
+    Ok(Value::Tensor(storage.view(
+        &[n as i64, rank as i64],
+        &[1, n as i64],
+        0,
+    )?))
 }
 
 fn item(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -303,7 +360,11 @@ fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
 fn split_at(size: &[i64], d: usize) -> (usize, usize, usize) {
     let outer: i64 = size[..d].iter().product();
     let inner: i64 = size[d + 1..].iter().product();
-    (outer as usize, size.get(d).copied().unwrap_or(1) as usize, inner as usize)
+    (
+        outer as usize,
+        size.get(d).copied().unwrap_or(1) as usize,
+        inner as usize,
+    )
 }
 
 fn cumsum(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -413,7 +474,10 @@ fn index_put(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecErro
                         c += sz;
                     }
                     if c < 0 || c >= sz {
-                        return Err(a.err(format!("index {} is out of bounds for dimension {d} of size {sz}", iv[p])));
+                        return Err(a.err(format!(
+                            "index {} is out of bounds for dimension {d} of size {sz}",
+                            iv[p]
+                        )));
                     }
                     coords[d] = c;
                 }
@@ -497,7 +561,9 @@ fn scatter_common(a: &Args<'_>, reduce: Option<&str>, include_self: bool) -> Res
     let mut count = vec![if include_self { 1usize } else { 0 }; t.len()];
     let mut touched = vec![false; t.len()];
     let mut pending: Vec<(usize, f64)> = Vec::new();
-    scatter_positions(a, target, dim, &index, index_t.size(), &mut |pos, k| pending.push((pos, src[k])))?;
+    scatter_positions(a, target, dim, &index, index_t.size(), &mut |pos, k| {
+        pending.push((pos, src[k]))
+    })?;
     for (pos, v) in pending {
         let first = !touched[pos];
         touched[pos] = true;
@@ -598,7 +664,10 @@ fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecEr
     match a.get(i, name) {
         Some(Value::Tensor(t)) => Ok(Operand::Tensor(t)),
         Some(Value::Float(f)) => Ok(Operand::Scalar(*f, true)),
-        Some(v) => v.as_int().map(|x| Operand::Scalar(x as f64, false)).ok_or_else(|| a.err(format!("`{name}` must be a tensor or number"))),
+        Some(v) => v
+            .as_int()
+            .map(|x| Operand::Scalar(x as f64, false))
+            .ok_or_else(|| a.err(format!("`{name}` must be a tensor or number"))),
         None => Err(a.err(format!("missing operand `{name}`"))),
     }
 }
@@ -620,7 +689,16 @@ fn broadcast_shape(a: &Args<'_>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecErro
 }
 
 fn result_dtype(ops: &[&Operand<'_>]) -> DType {
-    let tensors: Vec<DType> = ops.iter().filter_map(|o| if let Operand::Tensor(t) = o { Some(t.dtype()) } else { None }).collect();
+    let tensors: Vec<DType> = ops
+        .iter()
+        .filter_map(|o| {
+            if let Operand::Tensor(t) = o {
+                Some(t.dtype())
+            } else {
+                None
+            }
+        })
+        .collect();
     let float_t: Vec<DType> = tensors.iter().copied().filter(|d| d.is_floating()).collect();
     if let Some(first) = float_t.first() {
         if float_t.iter().all(|d| d == first) {
@@ -659,9 +737,27 @@ fn values_of(op: &Operand<'_>, shape: &[i64]) -> Result<Vec<f64>, ExecError> {
     }
 }
 
-fn pointwise(a: &Args<'_>, names: &[&str], f: &dyn Fn(&[f64]) -> f64, dtype: Option<DType>) -> Result<Value<Tensor>, ExecError> {
-    let ops: Vec<Operand<'_>> = names.iter().enumerate().map(|(i, n)| operand(a, i, n)).collect::<Result<_, _>>()?;
-    let shapes: Vec<&[i64]> = ops.iter().filter_map(|o| if let Operand::Tensor(t) = o { Some(t.size()) } else { None }).collect();
+fn pointwise(
+    a: &Args<'_>,
+    names: &[&str],
+    f: &dyn Fn(&[f64]) -> f64,
+    dtype: Option<DType>,
+) -> Result<Value<Tensor>, ExecError> {
+    let ops: Vec<Operand<'_>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| operand(a, i, n))
+        .collect::<Result<_, _>>()?;
+    let shapes: Vec<&[i64]> = ops
+        .iter()
+        .filter_map(|o| {
+            if let Operand::Tensor(t) = o {
+                Some(t.size())
+            } else {
+                None
+            }
+        })
+        .collect();
     let shape = broadcast_shape(a, &shapes)?;
     let refs: Vec<&Operand<'_>> = ops.iter().collect();
     let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
@@ -673,7 +769,11 @@ fn pointwise(a: &Args<'_>, names: &[&str], f: &dyn Fn(&[f64]) -> f64, dtype: Opt
             f(&xs)
         })
         .collect();
-    let out = if out_dtype.is_floating() { out } else { out.into_iter().map(|v| v.trunc()).collect() };
+    let out = if out_dtype.is_floating() {
+        out
+    } else {
+        out.into_iter().map(|v| v.trunc()).collect()
+    };
     Ok(Value::Tensor(Tensor::from_f64(out_dtype, &out, &shape)?))
 }
 
@@ -704,12 +804,21 @@ fn neg(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
 }
 
 fn relu(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    pointwise(a, &["self"], &|x| if x[0] > 0.0 || x[0].is_nan() { x[0] } else { 0.0 }, None)
+    pointwise(
+        a,
+        &["self"],
+        &|x| if x[0] > 0.0 || x[0].is_nan() { x[0] } else { 0.0 },
+        None,
+    )
 }
 
 fn float_unary(a: &Args<'_>, f: fn(f64) -> f64) -> Result<Value<Tensor>, ExecError> {
     let x = a.tensor(0, "self")?;
-    let d = if x.dtype().is_floating() { x.dtype() } else { DType::Float32 };
+    let d = if x.dtype().is_floating() {
+        x.dtype()
+    } else {
+        DType::Float32
+    };
     pointwise(a, &["self"], &|v| f(v[0]), Some(d))
 }
 
@@ -731,5 +840,10 @@ fn where_(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> 
         (Operand::Scalar(..), Operand::Scalar(..)) => DType::Float32,
         _ => result_dtype(&[&x, &y]),
     };
-    pointwise(a, &["condition", "self", "other"], &|v| if v[0] != 0.0 { v[1] } else { v[2] }, Some(d))
+    pointwise(
+        a,
+        &["condition", "self", "other"],
+        &|v| if v[0] != 0.0 { v[1] } else { v[2] },
+        Some(d),
+    )
 }

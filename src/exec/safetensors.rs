@@ -163,12 +163,18 @@ pub fn parse(bytes: &[u8]) -> Result<IndexMap<String, Tensor>, SafetensorsError>
 
 /// Parses a file into its tensors and metadata.
 pub fn parse_with_metadata(bytes: &[u8]) -> Result<Safetensors, SafetensorsError> {
-    let (len_field, rest) = bytes.split_first_chunk::<8>().ok_or(SafetensorsError::TooShort { len: bytes.len() })?;
+    let (len_field, rest) = bytes
+        .split_first_chunk::<8>()
+        .ok_or(SafetensorsError::TooShort { len: bytes.len() })?;
     let header_len = u64::from_le_bytes(*len_field);
-    let header_end = usize::try_from(header_len)
-        .ok()
-        .filter(|n| *n <= rest.len())
-        .ok_or(SafetensorsError::HeaderLength { header_len, available: rest.len() })?;
+    let header_end =
+        usize::try_from(header_len)
+            .ok()
+            .filter(|n| *n <= rest.len())
+            .ok_or(SafetensorsError::HeaderLength {
+                header_len,
+                available: rest.len(),
+            })?;
     let (header, data) = rest.split_at(header_end);
     let header = std::str::from_utf8(header).map_err(|e| SafetensorsError::Header(format!("not UTF-8: {e}")))?;
     // IndexMap keeps the keys in file order.
@@ -189,26 +195,36 @@ pub fn parse_with_metadata(bytes: &[u8]) -> Result<Safetensors, SafetensorsError
 fn parse_metadata(v: &serde_json::Value) -> Result<IndexMap<String, String>, SafetensorsError> {
     let bad = || SafetensorsError::Header(format!("`{METADATA_KEY}` must be an object of strings"));
     let obj = v.as_object().ok_or_else(bad)?;
-    obj.iter().map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(bad)?.to_string()))).collect()
+    obj.iter()
+        .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(bad)?.to_string())))
+        .collect()
 }
 
 fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Tensor, SafetensorsError> {
-    let err = |message: String| SafetensorsError::Entry { name: name.to_string(), message };
+    let err = |message: String| SafetensorsError::Entry {
+        name: name.to_string(),
+        message,
+    };
     let obj = entry.as_object().ok_or_else(|| err("entry is not an object".into()))?;
     let dtype_str = obj
         .get("dtype")
         .ok_or_else(|| err("missing `dtype`".into()))?
         .as_str()
         .ok_or_else(|| err("`dtype` is not a string".into()))?;
-    let dtype = dtype_from_name(dtype_str)
-        .ok_or_else(|| SafetensorsError::UnknownDType { name: name.to_string(), dtype: dtype_str.to_string() })?;
+    let dtype = dtype_from_name(dtype_str).ok_or_else(|| SafetensorsError::UnknownDType {
+        name: name.to_string(),
+        dtype: dtype_str.to_string(),
+    })?;
     let shape = obj
         .get("shape")
         .ok_or_else(|| err("missing `shape`".into()))?
         .as_array()
         .ok_or_else(|| err("`shape` is not an array".into()))?
         .iter()
-        .map(|d| d.as_u64().ok_or_else(|| err(format!("shape entry {d} is not a non-negative integer"))))
+        .map(|d| {
+            d.as_u64()
+                .ok_or_else(|| err(format!("shape entry {d} is not a non-negative integer")))
+        })
         .collect::<Result<Vec<u64>, _>>()?;
     let offsets = obj
         .get("data_offsets")
@@ -222,8 +238,12 @@ fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Ten
         (Some(b), Some(e)) => (b, e),
         _ => return Err(err("`data_offsets` entries must be non-negative integers".into())),
     };
-    let out_of_range =
-        || SafetensorsError::OffsetsOutOfRange { name: name.to_string(), begin, end, data_len: data.len() };
+    let out_of_range = || SafetensorsError::OffsetsOutOfRange {
+        name: name.to_string(),
+        begin,
+        end,
+        data_len: data.len(),
+    };
     if begin > end || end > data.len() as u64 {
         return Err(out_of_range());
     }
@@ -246,7 +266,11 @@ fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Ten
         .collect::<Result<Vec<i64>, _>>()?;
     if dtype == DType::Bool {
         if let Some((index, value)) = raw.iter().enumerate().find(|(_, b)| **b > 1) {
-            return Err(SafetensorsError::InvalidBool { name: name.to_string(), index, value: *value });
+            return Err(SafetensorsError::InvalidBool {
+                name: name.to_string(),
+                index,
+                value: *value,
+            });
         }
     }
     let tensor = with_dtype!(dtype, T => decode::<T>(raw, &size), {
@@ -273,18 +297,23 @@ pub fn write_with_metadata(
 ) -> Result<Vec<u8>, SafetensorsError> {
     let mut header_order: Vec<(String, serde_json::Value)> = Vec::new();
     if !metadata.is_empty() {
-        let m: serde_json::Map<String, serde_json::Value> =
-            metadata.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+        let m: serde_json::Map<String, serde_json::Value> = metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
         header_order.push((METADATA_KEY.to_string(), serde_json::Value::Object(m)));
     }
     let mut data = Vec::new();
     for (name, t) in tensors {
-        let werr = |message: String| SafetensorsError::Write { name: name.clone(), message };
+        let werr = |message: String| SafetensorsError::Write {
+            name: name.clone(),
+            message,
+        };
         if name == METADATA_KEY {
             return Err(werr(format!("`{METADATA_KEY}` is reserved for metadata")));
         }
-        let dtype_str = dtype_name(t.dtype())
-            .ok_or_else(|| werr(format!("dtype {} has no safetensors name", t.dtype())))?;
+        let dtype_str =
+            dtype_name(t.dtype()).ok_or_else(|| werr(format!("dtype {} has no safetensors name", t.dtype())))?;
         let begin = data.len();
         with_dtype!(t.dtype(), T => encode::<T>(t, &mut data).map_err(|e| werr(e.to_string()))?, {
             return Err(werr(format!("dtype {} is not supported by host tensors", t.dtype())))

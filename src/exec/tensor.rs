@@ -128,16 +128,96 @@ macro_rules! element {
     };
 }
 
-element!(bool, Bool, Bool, |x: bool| x as i64 as f64, |v: f64| v != 0.0, |x: bool| x as i64, |v: i64| v != 0);
-element!(u8, Uint8, U8, |x: u8| x as f64, |v: f64| v as u8, |x: u8| x as i64, |v: i64| v as u8);
-element!(i8, Int8, I8, |x: i8| x as f64, |v: f64| v as i8, |x: i8| x as i64, |v: i64| v as i8);
-element!(i16, Int16, I16, |x: i16| x as f64, |v: f64| v as i16, |x: i16| x as i64, |v: i64| v as i16);
-element!(i32, Int32, I32, |x: i32| x as f64, |v: f64| v as i32, |x: i32| x as i64, |v: i64| v as i32);
-element!(i64, Int64, I64, |x: i64| x as f64, |v: f64| v as i64, |x: i64| x, |v: i64| v);
-element!(f16, Float16, F16, |x: f16| x.to_f64(), f16::from_f64, |x: f16| x.to_f64() as i64, |v: i64| f16::from_f64(v as f64));
-element!(bf16, Bfloat16, BF16, |x: bf16| x.to_f64(), bf16::from_f64, |x: bf16| x.to_f64() as i64, |v: i64| bf16::from_f64(v as f64));
-element!(f32, Float32, F32, |x: f32| x as f64, |v: f64| v as f32, |x: f32| x as i64, |v: i64| v as f32);
-element!(f64, Float64, F64, |x: f64| x, |v: f64| v, |x: f64| x as i64, |v: i64| v as f64);
+element!(
+    bool,
+    Bool,
+    Bool,
+    |x: bool| x as i64 as f64,
+    |v: f64| v != 0.0,
+    |x: bool| x as i64,
+    |v: i64| v != 0
+);
+element!(
+    u8,
+    Uint8,
+    U8,
+    |x: u8| x as f64,
+    |v: f64| v as u8,
+    |x: u8| x as i64,
+    |v: i64| v as u8
+);
+element!(
+    i8,
+    Int8,
+    I8,
+    |x: i8| x as f64,
+    |v: f64| v as i8,
+    |x: i8| x as i64,
+    |v: i64| v as i8
+);
+element!(
+    i16,
+    Int16,
+    I16,
+    |x: i16| x as f64,
+    |v: f64| v as i16,
+    |x: i16| x as i64,
+    |v: i64| v as i16
+);
+element!(
+    i32,
+    Int32,
+    I32,
+    |x: i32| x as f64,
+    |v: f64| v as i32,
+    |x: i32| x as i64,
+    |v: i64| v as i32
+);
+element!(
+    i64,
+    Int64,
+    I64,
+    |x: i64| x as f64,
+    |v: f64| v as i64,
+    |x: i64| x,
+    |v: i64| v
+);
+element!(
+    f16,
+    Float16,
+    F16,
+    |x: f16| x.to_f64(),
+    f16::from_f64,
+    |x: f16| x.to_f64() as i64,
+    |v: i64| f16::from_f64(v as f64)
+);
+element!(
+    bf16,
+    Bfloat16,
+    BF16,
+    |x: bf16| x.to_f64(),
+    bf16::from_f64,
+    |x: bf16| x.to_f64() as i64,
+    |v: i64| bf16::from_f64(v as f64)
+);
+element!(
+    f32,
+    Float32,
+    F32,
+    |x: f32| x as f64,
+    |v: f64| v as f32,
+    |x: f32| x as i64,
+    |v: i64| v as f32
+);
+element!(
+    f64,
+    Float64,
+    F64,
+    |x: f64| x,
+    |v: f64| v,
+    |x: f64| x as i64,
+    |v: i64| v as f64
+);
 
 /// Runs `$body` with `$T` bound to the element type of `$dtype`, or evaluates
 /// `$other` for dtypes the host backend does not store (fp8).
@@ -206,7 +286,13 @@ impl Tensor {
         if let Some(c) = &counter {
             c.add(bytes);
         }
-        Tensor { storage: Arc::new(Storage { data: RwLock::new(data), _accounted: Accounted { bytes, counter } }), spec }
+        Tensor {
+            storage: Arc::new(Storage {
+                data: RwLock::new(data),
+                _accounted: Accounted { bytes, counter },
+            }),
+            spec,
+        }
     }
 
     /// A zero-filled tensor with this layout.
@@ -216,14 +302,24 @@ impl Tensor {
 
     pub(crate) fn allocate(spec: &TensorSpec, counter: Option<Arc<MemCounter>>) -> Result<Tensor, ExecError> {
         if spec.size.len() != spec.stride.len() {
-            return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+            return Err(ExecError::Input(format!(
+                "{} sizes but {} strides",
+                spec.size.len(),
+                spec.stride.len()
+            )));
         }
         let n = spec
             .storage_numel()
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "invalid layout: sizes {:?}, strides {:?}",
+                    spec.size, spec.stride
+                ))
+            })?;
         let bytes = n as u64 * spec.dtype.size_bytes();
-        let data = with_dtype!(spec.dtype, T => T::wrap(vec![T::from_i64(0); n]), return Err(unsupported_dtype(spec.dtype)));
+        let data =
+            with_dtype!(spec.dtype, T => T::wrap(vec![T::from_i64(0); n]), return Err(unsupported_dtype(spec.dtype)));
         Ok(Self::with_storage(data, bytes, counter, spec.clone()))
     }
 
@@ -231,7 +327,10 @@ impl Tensor {
     pub fn from_vec<T: Element>(data: Vec<T>, size: &[i64]) -> Result<Tensor, ExecError> {
         let numel: i64 = size.iter().product();
         if size.iter().any(|s| *s < 0) || numel as usize != data.len() {
-            return Err(ExecError::Input(format!("{} elements do not fill shape {size:?}", data.len())));
+            return Err(ExecError::Input(format!(
+                "{} elements do not fill shape {size:?}",
+                data.len()
+            )));
         }
         let spec = TensorSpec::contiguous(T::DTYPE, Device::cpu(), size);
         let bytes = data.len() as u64 * T::DTYPE.size_bytes();
@@ -292,26 +391,46 @@ impl Tensor {
 
     /// A view of the same storage; checked against the storage bounds.
     pub fn view(&self, size: &[i64], stride: &[i64], offset: i64) -> Result<Tensor, ExecError> {
-        let spec = TensorSpec { dtype: self.spec.dtype, device: self.spec.device, size: size.to_vec(), stride: stride.to_vec(), offset };
+        let spec = TensorSpec {
+            dtype: self.spec.dtype,
+            device: self.spec.device,
+            size: size.to_vec(),
+            stride: stride.to_vec(),
+            offset,
+        };
         check_bounds(&spec, self.storage_len())?;
-        Ok(Tensor { storage: Arc::clone(&self.storage), spec })
+        Ok(Tensor {
+            storage: Arc::clone(&self.storage),
+            spec,
+        })
     }
 
     /// This tensor broadcast to `shape` (stride 0 on expanded dimensions).
     pub(crate) fn expand(&self, shape: &[i64]) -> Result<Tensor, ExecError> {
-        let extra = shape.len().checked_sub(self.dim()).ok_or_else(|| {
-            ExecError::Type(format!("cannot broadcast shape {:?} to {shape:?}", self.size()))
-        })?;
+        let extra = shape
+            .len()
+            .checked_sub(self.dim())
+            .ok_or_else(|| ExecError::Type(format!("cannot broadcast shape {:?} to {shape:?}", self.size())))?;
         let mut stride = vec![0i64; shape.len()];
         for (i, (s, st)) in self.size().iter().zip(self.stride()).enumerate() {
             let target = shape[extra + i];
             if *s == target {
                 stride[extra + i] = *st;
             } else if *s != 1 {
-                return Err(ExecError::Type(format!("cannot broadcast shape {:?} to {shape:?}", self.size())));
+                return Err(ExecError::Type(format!(
+                    "cannot broadcast shape {:?} to {shape:?}",
+                    self.size()
+                )));
             }
         }
-        Ok(Tensor { storage: Arc::clone(&self.storage), spec: TensorSpec { size: shape.to_vec(), stride, ..self.spec.clone() } })
+        Ok(Tensor {
+            storage: Arc::clone(&self.storage),
+            spec: TensorSpec {
+                size: shape.to_vec(),
+                stride,
+                ..self.spec.clone()
+            },
+        })
     }
 
     /// Storage index of every element, in row-major logical order.
@@ -342,10 +461,13 @@ impl Tensor {
 
     /// The elements in row-major order, as `T` (which must be the dtype).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, ExecError> {
-        let data = self.storage.data.read().map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
-        let s = T::slice(&data).ok_or_else(|| {
-            ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE))
-        })?;
+        let data = self
+            .storage
+            .data
+            .read()
+            .map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
+        let s = T::slice(&data)
+            .ok_or_else(|| ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE)))?;
         if self.is_contiguous() {
             let start = self.spec.offset as usize;
             return Ok(s[start..start + self.numel()].to_vec());
@@ -366,13 +488,20 @@ impl Tensor {
     /// Writes row-major `values` into the tensor's elements.
     pub fn write<T: Element>(&self, values: &[T]) -> Result<(), ExecError> {
         if values.len() != self.numel() {
-            return Err(ExecError::Type(format!("writing {} values into {} elements", values.len(), self.numel())));
+            return Err(ExecError::Type(format!(
+                "writing {} values into {} elements",
+                values.len(),
+                self.numel()
+            )));
         }
         let offsets = self.element_offsets();
-        let mut data = self.storage.data.write().map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
-        let s = T::slice_mut(&mut data).ok_or_else(|| {
-            ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE))
-        })?;
+        let mut data = self
+            .storage
+            .data
+            .write()
+            .map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
+        let s = T::slice_mut(&mut data)
+            .ok_or_else(|| ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE)))?;
         for (o, v) in offsets.into_iter().zip(values) {
             s[o] = *v;
         }
@@ -392,7 +521,11 @@ impl Tensor {
     /// Copies `src`'s elements (same shape, any dtype) into this tensor.
     pub fn copy_from(&self, src: &Tensor) -> Result<(), ExecError> {
         if src.size() != self.size() {
-            return Err(ExecError::Type(format!("copy of shape {:?} into shape {:?}", src.size(), self.size())));
+            return Err(ExecError::Type(format!(
+                "copy of shape {:?} into shape {:?}",
+                src.size(),
+                self.size()
+            )));
         }
         if self.dtype().is_floating() || src.dtype().is_floating() {
             self.write_f64(&src.to_f64_vec()?)
@@ -413,7 +546,11 @@ impl Tensor {
     /// `true` when elements are row-major and dense.
     pub fn is_contiguous(&self) -> bool {
         let expect = super::contiguous_strides(&self.spec.size);
-        self.spec.size.iter().zip(self.spec.stride.iter().zip(&expect)).all(|(s, (a, b))| *s <= 1 || a == b)
+        self.spec
+            .size
+            .iter()
+            .zip(self.spec.stride.iter().zip(&expect))
+            .all(|(s, (a, b))| *s <= 1 || a == b)
     }
 
     /// Byte address of the first element, for alignment checks.
@@ -456,7 +593,11 @@ fn data_ptr(d: &Data) -> usize {
 /// Checks that every element of `spec` lies inside a storage of `len` elements.
 pub(crate) fn check_bounds(spec: &TensorSpec, len: usize) -> Result<(), ExecError> {
     if spec.size.len() != spec.stride.len() {
-        return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+        return Err(ExecError::Input(format!(
+            "{} sizes but {} strides",
+            spec.size.len(),
+            spec.stride.len()
+        )));
     }
     if spec.size.iter().any(|s| *s < 0) || spec.offset < 0 || spec.stride.iter().any(|s| *s < 0) {
         return Err(ExecError::Input(format!(
@@ -464,7 +605,9 @@ pub(crate) fn check_bounds(spec: &TensorSpec, len: usize) -> Result<(), ExecErro
             spec.size, spec.stride, spec.offset
         )));
     }
-    let need = spec.storage_numel().ok_or_else(|| ExecError::Input("view size overflows".into()))?;
+    let need = spec
+        .storage_numel()
+        .ok_or_else(|| ExecError::Input("view size overflows".into()))?;
     if need as u64 > len as u64 {
         return Err(ExecError::Input(format!(
             "view {:?} / {:?} + {} needs {need} elements but the storage has {len}",

@@ -42,24 +42,88 @@ enum Operand {
 enum StepKind {
     Input(usize),
     Constant(String),
-    EmptyStrided { size: Vec<Operand>, stride: Vec<Operand>, dtype: DType, device: DeviceType },
-    AsStrided { base: usize, size: Vec<Operand>, stride: Vec<Operand>, offset: Operand },
-    Triton { kernel: KernelRef, grid: [Operand; 3], kwargs: IndexMap<String, Operand> },
-    KernelCall { kernel: KernelRef, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
-    Extern { target: String, args: Vec<Operand>, kwargs: IndexMap<String, Operand> },
-    SymSize { tensor: usize, dim: i64 },
-    SymStride { tensor: usize, dim: i64 },
-    SymStorageOffset { tensor: usize },
-    GetItem { source: usize, index: Operand },
-    InnerTensor { source: usize, attr: String },
-    Item { tensor: usize, symbol: Option<Symbol>, multiplier: i64 },
+    EmptyStrided {
+        size: Vec<Operand>,
+        stride: Vec<Operand>,
+        dtype: DType,
+        device: DeviceType,
+    },
+    AsStrided {
+        base: usize,
+        size: Vec<Operand>,
+        stride: Vec<Operand>,
+        offset: Operand,
+    },
+    Triton {
+        kernel: KernelRef,
+        grid: [Operand; 3],
+        kwargs: IndexMap<String, Operand>,
+    },
+    KernelCall {
+        kernel: KernelRef,
+        args: Vec<Operand>,
+        kwargs: IndexMap<String, Operand>,
+    },
+    Extern {
+        target: String,
+        args: Vec<Operand>,
+        kwargs: IndexMap<String, Operand>,
+    },
+    SymSize {
+        tensor: usize,
+        dim: i64,
+    },
+    SymStride {
+        tensor: usize,
+        dim: i64,
+    },
+    SymStorageOffset {
+        tensor: usize,
+    },
+    GetItem {
+        source: usize,
+        index: Operand,
+    },
+    InnerTensor {
+        source: usize,
+        attr: String,
+    },
+    Item {
+        tensor: usize,
+        symbol: Option<Symbol>,
+        multiplier: i64,
+    },
     /// Operands inline (most ops are binary): no heap read per step.
-    Sym { op: SymOp, args: SmallVec<[Operand; 2]> },
-    AssertScalar { cond: Operand, message: String },
-    AssertSizeStride { tensor: usize, size: Vec<Operand>, stride: Vec<Operand>, context: Option<String> },
-    AssertAlignment { tensor: usize, alignment: u32 },
-    Cond { pred: Operand, true_graph: String, false_graph: String, operands: Vec<Operand> },
-    While { cond_graph: String, body_graph: String, carried: Vec<Operand>, additional: Vec<Operand> },
+    Sym {
+        op: SymOp,
+        args: SmallVec<[Operand; 2]>,
+    },
+    AssertScalar {
+        cond: Operand,
+        message: String,
+    },
+    AssertSizeStride {
+        tensor: usize,
+        size: Vec<Operand>,
+        stride: Vec<Operand>,
+        context: Option<String>,
+    },
+    AssertAlignment {
+        tensor: usize,
+        alignment: u32,
+    },
+    Cond {
+        pred: Operand,
+        true_graph: String,
+        false_graph: String,
+        operands: Vec<Operand>,
+    },
+    While {
+        cond_graph: String,
+        body_graph: String,
+        carried: Vec<Operand>,
+        additional: Vec<Operand>,
+    },
 }
 
 /// A kernel as resolved at compile time: its index in the program's kernel
@@ -165,14 +229,22 @@ fn compile_graph(
     let mut outputs = Vec::new();
     for (id, node) in graph.iter() {
         let slot = |n: NodeId| {
-            slot_of.get(&n).copied().ok_or_else(|| err(&node.name, format!("operand `{}` has no value", graph.node(n).name)))
+            slot_of
+                .get(&n)
+                .copied()
+                .ok_or_else(|| err(&node.name, format!("operand `{}` has no value", graph.node(n).name)))
         };
         let operand = |a: &Arg| to_operand(a, &slot_of).ok_or_else(|| err(&node.name, "operand has no value".into()));
         let operands = |xs: &[Arg]| xs.iter().map(operand).collect::<Result<Vec<_>, _>>();
         let kwmap = |kw: &IndexMap<String, Arg>| -> Result<IndexMap<String, Operand>, ExecError> {
             kw.iter().map(|(k, v)| Ok((k.clone(), operand(v)?))).collect()
         };
-        let sub = |n: NodeId| subgraph_of.get(&n).cloned().ok_or_else(|| err(&node.name, "operand is not a subgraph".into()));
+        let sub = |n: NodeId| {
+            subgraph_of
+                .get(&n)
+                .cloned()
+                .ok_or_else(|| err(&node.name, "operand is not a subgraph".into()))
+        };
         let kind = match &node.op {
             Op::Subgraph { .. } => continue,
             Op::Output { values, .. } => {
@@ -184,70 +256,135 @@ fn compile_graph(
                 StepKind::Input(inputs.len() - 1)
             }
             Op::Constant { name } => StepKind::Constant(name.clone()),
-            Op::EmptyStrided { size, stride, dtype, device } => {
-                StepKind::EmptyStrided { size: operands(size)?, stride: operands(stride)?, dtype: *dtype, device: *device }
-            }
-            Op::AsStrided { base, size, stride, offset } => StepKind::AsStrided {
+            Op::EmptyStrided {
+                size,
+                stride,
+                dtype,
+                device,
+            } => StepKind::EmptyStrided {
+                size: operands(size)?,
+                stride: operands(stride)?,
+                dtype: *dtype,
+                device: *device,
+            },
+            Op::AsStrided {
+                base,
+                size,
+                stride,
+                offset,
+            } => StepKind::AsStrided {
                 base: slot(*base)?,
                 size: operands(size)?,
                 stride: operands(stride)?,
                 offset: operand(offset)?,
             },
             Op::TritonKernel { kernel, grid, kwargs } => StepKind::Triton {
-                kernel: KernelRef { name: kernel.clone(), index: kernels.get_index_of(kernel) },
+                kernel: KernelRef {
+                    name: kernel.clone(),
+                    index: kernels.get_index_of(kernel),
+                },
                 grid: [operand(&grid[0])?, operand(&grid[1])?, operand(&grid[2])?],
                 kwargs: kwmap(kwargs)?,
             },
-            Op::KernelCall { kernel, args, kwargs } => {
-                StepKind::KernelCall {
-                    kernel: KernelRef { name: kernel.clone(), index: kernels.get_index_of(kernel) },
-                    args: operands(args)?,
-                    kwargs: kwmap(kwargs)?,
-                }
-            }
-            Op::Extern { target, args, kwargs } => {
-                StepKind::Extern { target: target.clone(), args: operands(args)?, kwargs: kwmap(kwargs)? }
-            }
-            Op::SymSize { tensor, dim } => StepKind::SymSize { tensor: slot(*tensor)?, dim: *dim },
-            Op::SymStride { tensor, dim } => StepKind::SymStride { tensor: slot(*tensor)?, dim: *dim },
+            Op::KernelCall { kernel, args, kwargs } => StepKind::KernelCall {
+                kernel: KernelRef {
+                    name: kernel.clone(),
+                    index: kernels.get_index_of(kernel),
+                },
+                args: operands(args)?,
+                kwargs: kwmap(kwargs)?,
+            },
+            Op::Extern { target, args, kwargs } => StepKind::Extern {
+                target: target.clone(),
+                args: operands(args)?,
+                kwargs: kwmap(kwargs)?,
+            },
+            Op::SymSize { tensor, dim } => StepKind::SymSize {
+                tensor: slot(*tensor)?,
+                dim: *dim,
+            },
+            Op::SymStride { tensor, dim } => StepKind::SymStride {
+                tensor: slot(*tensor)?,
+                dim: *dim,
+            },
             Op::SymStorageOffset { tensor } => StepKind::SymStorageOffset { tensor: slot(*tensor)? },
-            Op::GetItem { source, index } => StepKind::GetItem { source: slot(*source)?, index: operand(index)? },
-            Op::InnerTensor { source, attr } => StepKind::InnerTensor { source: slot(*source)?, attr: attr.clone() },
-            Op::Item { tensor, symbol, multiplier } => {
-                StepKind::Item { tensor: slot(*tensor)?, symbol: symbol.clone(), multiplier: *multiplier }
-            }
-            Op::Sym { op, args } => StepKind::Sym { op: *op, args: operands(args)?.into_iter().collect() },
-            Op::AssertScalar { cond, message } => StepKind::AssertScalar { cond: operand(cond)?, message: message.clone() },
-            Op::AssertSizeStride { tensor, size, stride, context } => StepKind::AssertSizeStride {
+            Op::GetItem { source, index } => StepKind::GetItem {
+                source: slot(*source)?,
+                index: operand(index)?,
+            },
+            Op::InnerTensor { source, attr } => StepKind::InnerTensor {
+                source: slot(*source)?,
+                attr: attr.clone(),
+            },
+            Op::Item {
+                tensor,
+                symbol,
+                multiplier,
+            } => StepKind::Item {
+                tensor: slot(*tensor)?,
+                symbol: symbol.clone(),
+                multiplier: *multiplier,
+            },
+            Op::Sym { op, args } => StepKind::Sym {
+                op: *op,
+                args: operands(args)?.into_iter().collect(),
+            },
+            Op::AssertScalar { cond, message } => StepKind::AssertScalar {
+                cond: operand(cond)?,
+                message: message.clone(),
+            },
+            Op::AssertSizeStride {
+                tensor,
+                size,
+                stride,
+                context,
+            } => StepKind::AssertSizeStride {
                 tensor: slot(*tensor)?,
                 size: operands(size)?,
                 stride: operands(stride)?,
                 context: context.clone(),
             },
-            Op::AssertAlignment { tensor, alignment } => {
-                StepKind::AssertAlignment { tensor: slot(*tensor)?, alignment: *alignment }
-            }
-            Op::Cond { pred, true_graph, false_graph, operands: ops } => StepKind::Cond {
+            Op::AssertAlignment { tensor, alignment } => StepKind::AssertAlignment {
+                tensor: slot(*tensor)?,
+                alignment: *alignment,
+            },
+            Op::Cond {
+                pred,
+                true_graph,
+                false_graph,
+                operands: ops,
+            } => StepKind::Cond {
                 pred: operand(pred)?,
                 true_graph: sub(*true_graph)?,
                 false_graph: sub(*false_graph)?,
                 operands: operands(ops)?,
             },
-            Op::WhileLoop { cond_graph, body_graph, carried, additional } => StepKind::While {
+            Op::WhileLoop {
+                cond_graph,
+                body_graph,
+                carried,
+                additional,
+            } => StepKind::While {
                 cond_graph: sub(*cond_graph)?,
                 body_graph: sub(*body_graph)?,
                 carried: operands(carried)?,
                 additional: operands(additional)?,
             },
         };
-        infos.push(StepInfo { node: node.name.clone(), val: node.val.clone() });
+        infos.push(StepInfo {
+            node: node.name.clone(),
+            val: node.val.clone(),
+        });
         steps.push(Step {
             kind,
             out: slot_of.get(&id).copied(),
             binds: node
                 .binds
                 .iter()
-                .map(|s| Bind { symbol: s.clone(), range: symbols.get(s).map(|d| d.range) })
+                .map(|s| Bind {
+                    symbol: s.clone(),
+                    range: symbols.get(s).map(|d| d.range),
+                })
                 .collect(),
             frees: 0..0,
         });
@@ -310,7 +447,12 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
             many(size, f);
             many(stride, f);
         }
-        StepKind::AsStrided { base, size, stride, offset } => {
+        StepKind::AsStrided {
+            base,
+            size,
+            stride,
+            offset,
+        } => {
             f(*base);
             many(size, f);
             many(stride, f);
@@ -336,7 +478,9 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
         StepKind::InnerTensor { source, .. } => f(*source),
         StepKind::Sym { args, .. } => many(args, f),
         StepKind::AssertScalar { cond, .. } => for_each_slot(cond, f),
-        StepKind::AssertSizeStride { tensor, size, stride, .. } => {
+        StepKind::AssertSizeStride {
+            tensor, size, stride, ..
+        } => {
             f(*tensor);
             many(size, f);
             many(stride, f);
@@ -345,7 +489,9 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
             for_each_slot(pred, f);
             many(operands, f);
         }
-        StepKind::While { carried, additional, .. } => {
+        StepKind::While {
+            carried, additional, ..
+        } => {
             many(carried, f);
             many(additional, f);
         }
@@ -407,7 +553,12 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
             many(size, f);
             many(stride, f);
         }
-        StepKind::AsStrided { base, size, stride, offset } => {
+        StepKind::AsStrided {
+            base,
+            size,
+            stride,
+            offset,
+        } => {
             f(base);
             many(size, f);
             many(stride, f);
@@ -433,7 +584,9 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
         StepKind::InnerTensor { source, .. } => f(source),
         StepKind::Sym { args, .. } => many(args, f),
         StepKind::AssertScalar { cond, .. } => for_each_slot_mut(cond, f),
-        StepKind::AssertSizeStride { tensor, size, stride, .. } => {
+        StepKind::AssertSizeStride {
+            tensor, size, stride, ..
+        } => {
             f(tensor);
             many(size, f);
             many(stride, f);
@@ -442,7 +595,9 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
             for_each_slot_mut(pred, f);
             many(operands, f);
         }
-        StepKind::While { carried, additional, .. } => {
+        StepKind::While {
+            carried, additional, ..
+        } => {
             many(carried, f);
             many(additional, f);
         }
@@ -463,7 +618,11 @@ fn reuse_slots(steps: &mut [Step], frees: &mut [Vec<usize>], outputs: &mut [Oper
     // ordered graph) keeps an out-of-range number, so the run reports it as
     // empty instead of reading another value.
     let map = |s: &mut usize, physical: &[usize]| {
-        *s = physical.get(*s).copied().filter(|p| *p != UNASSIGNED).unwrap_or(UNASSIGNED);
+        *s = physical
+            .get(*s)
+            .copied()
+            .filter(|p| *p != UNASSIGNED)
+            .unwrap_or(UNASSIGNED);
     };
     for (step, step_frees) in steps.iter_mut().zip(frees.iter_mut()) {
         step_reads_mut(&mut step.kind, &mut |s| map(s, &physical));
@@ -540,7 +699,11 @@ impl Plan {
         for (step, info) in self.steps.iter().zip(&self.infos) {
             let value = self
                 .step(step, info, backend, &mut inputs, constants, &slots, env)
-                .map_err(|e| ExecError::AtNode { graph: self.graph.clone(), node: info.node.clone(), source: Box::new(e) })?;
+                .map_err(|e| ExecError::AtNode {
+                    graph: self.graph.clone(),
+                    node: info.node.clone(),
+                    source: Box::new(e),
+                })?;
             if let Some(v) = &value {
                 for Bind { symbol: s, range } in &step.binds {
                     let Some(x) = v.as_int() else {
@@ -555,7 +718,11 @@ impl Plan {
                             return Err(ExecError::AtNode {
                                 graph: self.graph.clone(),
                                 node: info.node.clone(),
-                                source: Box::new(ExecError::OutOfRange { symbol: s.clone(), value: x, range: *range }),
+                                source: Box::new(ExecError::OutOfRange {
+                                    symbol: s.clone(),
+                                    value: x,
+                                    range: *range,
+                                }),
                             });
                         }
                     }
@@ -601,7 +768,10 @@ impl Plan {
         };
         Ok(Some(match &step.kind {
             StepKind::Input(i) => {
-                let v = inputs.get_mut(*i).and_then(Option::take).ok_or_else(|| ExecError::Input("input used twice".into()))?;
+                let v = inputs
+                    .get_mut(*i)
+                    .and_then(Option::take)
+                    .ok_or_else(|| ExecError::Input("input used twice".into()))?;
                 if let (Some(Val::Tensor(layout)), Value::Tensor(t)) = (&info.val, &v) {
                     let spec = backend.spec(t);
                     if spec.dtype != layout.dtype || spec.size.len() != layout.size.len() {
@@ -614,19 +784,35 @@ impl Plan {
                 v
             }
             StepKind::Constant(name) => Value::Tensor(
-                constants.get(name).cloned().ok_or_else(|| ExecError::Input(format!("constant `{name}` was not supplied")))?,
+                constants
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| ExecError::Input(format!("constant `{name}` was not supplied")))?,
             ),
-            StepKind::EmptyStrided { size, stride, dtype, device } => {
+            StepKind::EmptyStrided {
+                size,
+                stride,
+                dtype,
+                device,
+            } => {
                 let spec = TensorSpec {
                     dtype: *dtype,
-                    device: Device { kind: *device, index: None },
+                    device: Device {
+                        kind: *device,
+                        index: None,
+                    },
                     size: ints(size)?,
                     stride: ints(stride)?,
                     offset: 0,
                 };
                 Value::Tensor(backend.allocate(&spec)?)
             }
-            StepKind::AsStrided { base, size, stride, offset } => {
+            StepKind::AsStrided {
+                base,
+                size,
+                stride,
+                offset,
+            } => {
                 let b = tensor(*base)?;
                 Value::Tensor(backend.view(b, &small_ints(size)?, &small_ints(stride)?, int(offset)?)?)
             }
@@ -634,21 +820,36 @@ impl Plan {
                 let def = self.kernel(kernel)?;
                 let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
                 let kw = read_kwargs(kwargs, slots)?;
-                backend.launch(KernelLaunch { kernel: def, grid: Some(g), args: Vec::new(), kwargs: kw })?;
+                backend.launch(KernelLaunch {
+                    kernel: def,
+                    grid: Some(g),
+                    args: Vec::new(),
+                    kwargs: kw,
+                })?;
                 Value::None
             }
             StepKind::KernelCall { kernel, args, kwargs } => {
                 let def = self.kernel(kernel)?;
                 let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let kw = read_kwargs(kwargs, slots)?;
-                backend.launch(KernelLaunch { kernel: def, grid: None, args: a, kwargs: kw })?;
+                backend.launch(KernelLaunch {
+                    kernel: def,
+                    grid: None,
+                    args: a,
+                    kwargs: kw,
+                })?;
                 Value::None
             }
             StepKind::Extern { target, args, kwargs } => {
                 let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let kw = read_kwargs(kwargs, slots)?;
                 let expected = self.expected(info.val.as_ref(), backend, env)?;
-                let result = backend.call_extern(ExternCall { op: target, args: a, kwargs: kw, expected: expected.clone() })?;
+                let result = backend.call_extern(ExternCall {
+                    op: target,
+                    args: a,
+                    kwargs: kw,
+                    expected: expected.clone(),
+                })?;
                 if let (Some(exp), Value::Tensor(t)) = (&expected, &result) {
                     check_layout(&backend.spec(t), exp)?;
                 }
@@ -671,9 +872,10 @@ impl Plan {
                             .cloned()
                             .ok_or_else(|| ExecError::Type(format!("index {i} is out of range for {n} outputs")))?
                     }
-                    (Value::Dict(items), Value::Str(k)) => {
-                        items.get(k).cloned().ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?
-                    }
+                    (Value::Dict(items), Value::Str(k)) => items
+                        .get(k)
+                        .cloned()
+                        .ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?,
                     (Value::Opaque, _) => match &info.val {
                         Some(Val::Multi) => Value::Opaque,
                         other => {
@@ -686,7 +888,13 @@ impl Plan {
                             Value::Tensor(backend.allocate(&spec)?)
                         }
                     },
-                    (s, i) => return Err(ExecError::Type(format!("cannot index a {} with a {}", s.kind(), i.kind()))),
+                    (s, i) => {
+                        return Err(ExecError::Type(format!(
+                            "cannot index a {} with a {}",
+                            s.kind(),
+                            i.kind()
+                        )))
+                    }
                 }
             }
             StepKind::InnerTensor { source, attr } => match slot(*source, slots)? {
@@ -702,10 +910,18 @@ impl Plan {
                     )))
                 }
             },
-            StepKind::Item { tensor: t, symbol, multiplier } => {
+            StepKind::Item {
+                tensor: t,
+                symbol,
+                multiplier,
+            } => {
                 let t = tensor(*t)?;
                 let decl = symbol.as_ref().and_then(|s| self.symbols.get(s));
-                let req = ScalarRequest { symbol: symbol.as_ref(), decl, multiplier: *multiplier };
+                let req = ScalarRequest {
+                    symbol: symbol.as_ref(),
+                    decl,
+                    multiplier: *multiplier,
+                };
                 match backend.read_scalar(t, &req)? {
                     ScalarValue::Int(v) => Value::Int(v),
                     ScalarValue::Bool(b) => Value::Bool(b),
@@ -728,11 +944,21 @@ impl Plan {
                 }
                 Value::None
             }
-            StepKind::AssertSizeStride { tensor: t, size, stride, context } => {
+            StepKind::AssertSizeStride {
+                tensor: t,
+                size,
+                stride,
+                context,
+            } => {
                 let spec = backend.spec(tensor(*t)?);
                 let (size, stride) = (small_ints(size)?, small_ints(stride)?);
-                check_sizes_strides(&spec, spec.dtype, size.iter().copied().map(Some), stride.iter().copied().map(Some))
-                    .map_err(|e| match context {
+                check_sizes_strides(
+                    &spec,
+                    spec.dtype,
+                    size.iter().copied().map(Some),
+                    stride.iter().copied().map(Some),
+                )
+                .map_err(|e| match context {
                     Some(c) => ExecError::Assert(format!("{e} ({c})")),
                     None => e,
                 })?;
@@ -742,9 +968,21 @@ impl Plan {
                 backend.check_alignment(tensor(*t)?, *alignment)?;
                 Value::None
             }
-            StepKind::Cond { pred, true_graph, false_graph, operands } => {
+            StepKind::Cond {
+                pred,
+                true_graph,
+                false_graph,
+                operands,
+            } => {
                 let p = match rd(pred)? {
-                    Value::Tensor(t) => scalar_truthy(backend.read_scalar(&t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?),
+                    Value::Tensor(t) => scalar_truthy(backend.read_scalar(
+                        &t,
+                        &ScalarRequest {
+                            symbol: None,
+                            decl: None,
+                            multiplier: 1,
+                        },
+                    )?),
                     other => truthy(&other)?,
                 };
                 let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
@@ -752,7 +990,12 @@ impl Plan {
                 let mut sub_env = env.clone();
                 Value::List(sub.exec(backend, args, constants, &mut sub_env)?)
             }
-            StepKind::While { cond_graph, body_graph, carried, additional } => {
+            StepKind::While {
+                cond_graph,
+                body_graph,
+                carried,
+                additional,
+            } => {
                 let mut state = carried.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let extra = additional.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let cond = self.subplan(cond_graph)?;
@@ -762,11 +1005,20 @@ impl Plan {
                     let mut sub_env = env.clone();
                     let c = cond.exec(backend, args.clone(), constants, &mut sub_env)?;
                     let go = match c.first() {
-                        Some(Value::Tensor(t)) => {
-                            scalar_truthy(backend.read_scalar(t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?)
-                        }
+                        Some(Value::Tensor(t)) => scalar_truthy(backend.read_scalar(
+                            t,
+                            &ScalarRequest {
+                                symbol: None,
+                                decl: None,
+                                multiplier: 1,
+                            },
+                        )?),
                         Some(other) => truthy(other)?,
-                        None => return Err(ExecError::Type(format!("loop condition `{cond_graph}` returned nothing"))),
+                        None => {
+                            return Err(ExecError::Type(format!(
+                                "loop condition `{cond_graph}` returned nothing"
+                            )))
+                        }
                     };
                     if !go {
                         break;
@@ -796,7 +1048,9 @@ impl Plan {
     }
 
     fn subplan(&self, name: &str) -> Result<&Plan, ExecError> {
-        self.subplans.get(name).ok_or_else(|| ExecError::Input(format!("subgraph `{name}` is not defined")))
+        self.subplans
+            .get(name)
+            .ok_or_else(|| ExecError::Input(format!("subgraph `{name}` is not defined")))
     }
 
     /// The declared layout of a result, evaluated with the bound symbols (and
@@ -827,7 +1081,13 @@ fn eval_layout(layout: &Layout, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) 
     let size = layout.size.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
     let stride = layout.stride.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
     let offset = one(&layout.offset)?;
-    Ok(ExpectedLayout { dtype: layout.dtype, device: layout.device, size, stride, offset })
+    Ok(ExpectedLayout {
+        dtype: layout.dtype,
+        device: layout.device,
+        size,
+        stride,
+        offset,
+    })
 }
 
 /// Evaluates a symbolic expression with checked arithmetic; `None` when a
@@ -850,7 +1110,9 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
     }
     let fold = |op: SymOp, vals: SmallVec<[Scalar; 4]>| -> Result<Scalar, SymEvalError> {
         let mut it = vals.into_iter();
-        let mut acc = it.next().ok_or_else(|| SymEvalError::BadOperands(op.node_name().into()))?;
+        let mut acc = it
+            .next()
+            .ok_or_else(|| SymEvalError::BadOperands(op.node_name().into()))?;
         for v in it {
             acc = op.eval(&[acc, v])?;
         }
@@ -925,7 +1187,10 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
 }
 
 fn slot<T>(s: usize, slots: &[Option<Value<T>>]) -> Result<&Value<T>, ExecError> {
-    slots.get(s).and_then(Option::as_ref).ok_or_else(|| ExecError::Input(format!("slot {s} is empty (freed too early)")))
+    slots
+        .get(s)
+        .and_then(Option::as_ref)
+        .ok_or_else(|| ExecError::Input(format!("slot {s} is empty (freed too early)")))
 }
 
 /// The kind of a literal, as [`Value::kind`] names it.
@@ -960,7 +1225,10 @@ fn read_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<i64, ExecError
     };
     match v {
         Some(v) => Ok(v),
-        None => Err(ExecError::Type(format!("expected an integer, got {}", operand_kind(o, slots)?))),
+        None => Err(ExecError::Type(format!(
+            "expected an integer, got {}",
+            operand_kind(o, slots)?
+        ))),
     }
 }
 
@@ -978,7 +1246,11 @@ fn read_scalar<T>(o: &Operand, slots: &[Option<Value<T>>], op: SymOp) -> Result<
     };
     match v {
         Some(v) => Ok(v),
-        None => Err(ExecError::Type(format!("`{}` of a {}", op.node_name(), operand_kind(o, slots)?))),
+        None => Err(ExecError::Type(format!(
+            "`{}` of a {}",
+            op.node_name(),
+            operand_kind(o, slots)?
+        ))),
     }
 }
 
@@ -1068,7 +1340,10 @@ fn check_sizes_strides(
     mut stride: impl Iterator<Item = Option<i64>>,
 ) -> Result<(), ExecError> {
     if spec.dtype != dtype {
-        return Err(ExecError::Assert(format!("dtype is {}, expected {}", spec.dtype, dtype)));
+        return Err(ExecError::Assert(format!(
+            "dtype is {}, expected {}",
+            spec.dtype, dtype
+        )));
     }
     if spec.size.len() != size.len() {
         return Err(ExecError::Assert(format!(

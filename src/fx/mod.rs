@@ -323,7 +323,12 @@ impl Node {
                 each(size, f);
                 each(stride, f);
             }
-            Op::AsStrided { base, size, stride, offset } => {
+            Op::AsStrided {
+                base,
+                size,
+                stride,
+                offset,
+            } => {
                 f(*base);
                 each(size, f);
                 each(stride, f);
@@ -346,19 +351,31 @@ impl Node {
             Op::Item { tensor, .. } => f(*tensor),
             Op::Sym { args, .. } => each(args, f),
             Op::AssertScalar { cond, .. } => cond.for_each_node(f),
-            Op::AssertSizeStride { tensor, size, stride, .. } => {
+            Op::AssertSizeStride {
+                tensor, size, stride, ..
+            } => {
                 f(*tensor);
                 each(size, f);
                 each(stride, f);
             }
             Op::AssertAlignment { tensor, .. } => f(*tensor),
-            Op::Cond { pred, true_graph, false_graph, operands } => {
+            Op::Cond {
+                pred,
+                true_graph,
+                false_graph,
+                operands,
+            } => {
                 pred.for_each_node(f);
                 f(*true_graph);
                 f(*false_graph);
                 each(operands, f);
             }
-            Op::WhileLoop { cond_graph, body_graph, carried, additional } => {
+            Op::WhileLoop {
+                cond_graph,
+                body_graph,
+                carried,
+                additional,
+            } => {
                 f(*cond_graph);
                 f(*body_graph);
                 each(carried, f);
@@ -452,7 +469,12 @@ impl Graph {
             .by_name
             .get(name)
             .is_some_and(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name));
-        indexed || self.names.touched.iter().any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
+        indexed
+            || self
+                .names
+                .touched
+                .iter()
+                .any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
     }
 
     /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace rule).
@@ -467,7 +489,11 @@ impl Graph {
         }
         // Suffixes below the hint are known to be taken, unless a node handed
         // out by `node_mut` was renamed since (then start from 1).
-        let start = if self.names.touched.is_empty() { self.names.next_suffix.get(base).copied().unwrap_or(1) } else { 1 };
+        let start = if self.names.touched.is_empty() {
+            self.names.next_suffix.get(base).copied().unwrap_or(1)
+        } else {
+            1
+        };
         (start..)
             .map(|i| (format!("{base}_{i}"), Some(i)))
             .find(|(n, _)| !self.has_name(n))
@@ -497,7 +523,9 @@ impl Graph {
     /// Reindexes the nodes handed out by [`Graph::node_mut`].
     fn reindex_touched(&mut self) {
         for (id, old) in std::mem::take(&mut self.names.touched) {
-            let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else { continue };
+            let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {
+                continue;
+            };
             if new != old {
                 self.unindex_name(id, &old);
             }
@@ -526,7 +554,12 @@ impl Graph {
         }
         let id = NodeId(self.nodes.len() as u32);
         self.index_name(id, &fresh);
-        self.nodes.push(Node { name: fresh, op, val, binds: Vec::new() });
+        self.nodes.push(Node {
+            name: fresh,
+            op,
+            val,
+            binds: Vec::new(),
+        });
         let pos = pos.min(self.order.len());
         self.order.insert(pos, id);
         id

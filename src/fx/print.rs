@@ -115,7 +115,12 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
     match &node.op {
         Op::Placeholder(_) => Ok(()),
         Op::Constant { name: c } | Op::Subgraph { name: c } => write!(out, "{name} = self.{c}"),
-        Op::EmptyStrided { size, stride, dtype, device } => write!(
+        Op::EmptyStrided {
+            size,
+            stride,
+            dtype,
+            device,
+        } => write!(
             out,
             "{name} = torch.empty_strided({}, {}, dtype=torch.{}, device='{}')",
             list(size),
@@ -123,8 +128,20 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
             dtype.torch_name(),
             device.as_str()
         ),
-        Op::AsStrided { base, size, stride, offset } => {
-            write!(out, "{name} = torch.as_strided({}, {}, {}, {})", n(*base), list(size), list(stride), a(offset))
+        Op::AsStrided {
+            base,
+            size,
+            stride,
+            offset,
+        } => {
+            write!(
+                out,
+                "{name} = torch.as_strided({}, {}, {}, {})",
+                n(*base),
+                list(size),
+                list(stride),
+                a(offset)
+            )
         }
         Op::TritonKernel { kernel, grid, kwargs } => write!(
             out,
@@ -136,7 +153,12 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
             DictText(g, kwargs)
         ),
         Op::KernelCall { kernel, args, kwargs } => {
-            write!(out, "{name} = wrapir.call_kernel({}, {}", PyStr(kernel.as_str()), list(args))?;
+            write!(
+                out,
+                "{name} = wrapir.call_kernel({}, {}",
+                PyStr(kernel.as_str()),
+                list(args)
+            )?;
             if !kwargs.is_empty() {
                 write!(out, ", {}", DictText(g, kwargs))?;
             }
@@ -161,7 +183,11 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
         Op::SymSize { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_size.int({}, {dim})", n(*tensor)),
         Op::SymStride { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_stride.int({}, {dim})", n(*tensor)),
         Op::SymStorageOffset { tensor } => {
-            write!(out, "{name} = torch.ops.aten.sym_storage_offset.default({})", n(*tensor))
+            write!(
+                out,
+                "{name} = torch.ops.aten.sym_storage_offset.default({})",
+                n(*tensor)
+            )
         }
         Op::GetItem { source, index } => write!(out, "{name} = {}[{}]", n(*source), a(index)),
         Op::InnerTensor { source, attr } => write!(out, "{name} = {}.{attr}", n(*source)),
@@ -179,10 +205,26 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
             }
         }
         Op::AssertScalar { cond, message } => {
-            write!(out, "{name} = torch.ops.aten._assert_scalar.default({}, {})", a(cond), PyStr(message))
+            write!(
+                out,
+                "{name} = torch.ops.aten._assert_scalar.default({}, {})",
+                a(cond),
+                PyStr(message)
+            )
         }
-        Op::AssertSizeStride { tensor, size, stride, context } => {
-            write!(out, "{name} = assert_size_stride({}, {}, {}", n(*tensor), list(size), list(stride))?;
+        Op::AssertSizeStride {
+            tensor,
+            size,
+            stride,
+            context,
+        } => {
+            write!(
+                out,
+                "{name} = assert_size_stride({}, {}, {}",
+                n(*tensor),
+                list(size),
+                list(stride)
+            )?;
             if let Some(c) = context {
                 write!(out, ", {}", PyStr(c))?;
             }
@@ -191,7 +233,12 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
         Op::AssertAlignment { tensor, alignment } => {
             write!(out, "{name} = assert_alignment({}, {alignment})", n(*tensor))
         }
-        Op::Cond { pred, true_graph, false_graph, operands } => write!(
+        Op::Cond {
+            pred,
+            true_graph,
+            false_graph,
+            operands,
+        } => write!(
             out,
             "{name} = torch.ops.higher_order.cond({}, {}, {}, {})",
             a(pred),
@@ -199,7 +246,12 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
             n(*false_graph),
             TupleText(g, operands)
         ),
-        Op::WhileLoop { cond_graph, body_graph, carried, additional } => write!(
+        Op::WhileLoop {
+            cond_graph,
+            body_graph,
+            carried,
+            additional,
+        } => write!(
             out,
             "{name} = torch.ops.higher_order.while_loop({}, {}, {}, {})",
             n(*cond_graph),

@@ -62,13 +62,17 @@ pub struct ProgramBuilder {
 impl ProgramBuilder {
     /// An empty program.
     pub fn new() -> Self {
-        ProgramBuilder { program: Program::new() }
+        ProgramBuilder {
+            program: Program::new(),
+        }
     }
 
     /// Declares a symbol.
     pub fn symbol(&mut self, name: &str, kind: SymbolKind, range: ValueRange, hint: Option<i64>) -> Symbol {
         let sym = Symbol::new(name);
-        self.program.symbols.insert(sym.clone(), SymbolDecl { kind, range, hint });
+        self.program
+            .symbols
+            .insert(sym.clone(), SymbolDecl { kind, range, hint });
         sym
     }
 
@@ -99,7 +103,12 @@ impl ProgramBuilder {
         let k = KernelName::new(name);
         self.program.kernels.insert(
             k.clone(),
-            KernelDef { name: k.clone(), backend, source: source.to_string(), comments: vec![] },
+            KernelDef {
+                name: k.clone(),
+                backend,
+                source: source.to_string(),
+                comments: vec![],
+            },
         );
         k
     }
@@ -111,14 +120,24 @@ impl ProgramBuilder {
 
     /// Starts writing the main graph.
     pub fn main(&mut self) -> GraphBuilder<'_> {
-        GraphBuilder { program: &mut self.program, graph: None, lines: Vec::new(), pending: Default::default() }
+        GraphBuilder {
+            program: &mut self.program,
+            graph: None,
+            lines: Vec::new(),
+            pending: Default::default(),
+        }
     }
 
     /// Starts writing a subgraph.
     pub fn subgraph(&mut self, name: &str) -> GraphBuilder<'_> {
         let g = GraphName::new(name);
         self.program.subgraphs.entry(g.clone()).or_default();
-        GraphBuilder { program: &mut self.program, graph: Some(g), lines: Vec::new(), pending: Default::default() }
+        GraphBuilder {
+            program: &mut self.program,
+            graph: Some(g),
+            lines: Vec::new(),
+            pending: Default::default(),
+        }
     }
 
     /// The program built so far.
@@ -169,7 +188,10 @@ impl GraphBuilder<'_> {
 
     /// Adds a symbolic integer input.
     pub fn symbol_input(&mut self, name: &str, symbol: &Symbol) {
-        self.pending.inputs.push(GraphInput::Symbol { name: BufName::new(name), symbol: symbol.clone() });
+        self.pending.inputs.push(GraphInput::Symbol {
+            name: BufName::new(name),
+            symbol: symbol.clone(),
+        });
     }
 
     /// Appends any line.
@@ -197,20 +219,30 @@ impl GraphBuilder<'_> {
 
     /// `FreeIfNotReused` (intermediates).
     pub fn free_if_not_reused(&mut self, buffer: &BufName) {
-        self.lines.push(Line::FreeIfNotReused { buffer: buffer.clone(), is_reused: false });
+        self.lines.push(Line::FreeIfNotReused {
+            buffer: buffer.clone(),
+            is_reused: false,
+        });
     }
 
     /// Declares `new` and makes it take over `old`'s storage.
     pub fn reuse(&mut self, old: &BufName, new: &str, layout: Layout) -> BufName {
         let n = self.declare_tensor(new, layout);
-        self.lines.push(Line::Reuse { old: old.clone(), new: n.clone(), delete_old: true });
+        self.lines.push(Line::Reuse {
+            old: old.clone(),
+            new: n.clone(),
+            delete_old: true,
+        });
         n
     }
 
     /// Declares `alias` as a view of `base`.
     pub fn reinterpret(&mut self, base: &BufName, alias: &str, layout: Layout) -> BufName {
         let n = self.declare_tensor(alias, layout);
-        self.lines.push(Line::Reinterpret { base: base.clone(), alias: n.clone() });
+        self.lines.push(Line::Reinterpret {
+            base: base.clone(),
+            alias: n.clone(),
+        });
         n
     }
 
@@ -225,7 +257,10 @@ impl GraphBuilder<'_> {
 
     /// `SymbolicCallArg`.
     pub fn let_symbol(&mut self, symbol: &Symbol, expr: SymExpr) {
-        self.lines.push(Line::SymbolicCallArg { symbol: symbol.clone(), expr });
+        self.lines.push(Line::SymbolicCallArg {
+            symbol: symbol.clone(),
+            expr,
+        });
     }
 
     /// An extern op producing a tensor result with a declared layout.
@@ -255,7 +290,12 @@ impl GraphBuilder<'_> {
     /// An `out=` extern op.
     pub fn extern_out(&mut self, out: &BufName, op: &str, args: Vec<ArgValue>, kwargs: IndexMap<String, ArgValue>) {
         self.lines.push(Line::ExternKernelOut {
-            call: ExternCall { result: None, op: op.to_string(), args, kwargs },
+            call: ExternCall {
+                result: None,
+                op: op.to_string(),
+                args,
+                kwargs,
+            },
             out: out.clone(),
         });
     }
@@ -275,12 +315,19 @@ impl GraphBuilder<'_> {
     pub fn bind_unbacked(&mut self, source: &BufName, symbol: &Symbol, path: KeyPath) {
         let mut bindings = IndexMap::new();
         bindings.insert(symbol.clone(), path);
-        self.lines.push(Line::UnbackedSymbolDefs { source: source.clone(), bindings });
+        self.lines.push(Line::UnbackedSymbolDefs {
+            source: source.clone(),
+            bindings,
+        });
     }
 
     /// `RuntimeAssert`.
     pub fn runtime_assert(&mut self, cond: SymExpr, message: &str) {
-        self.lines.push(Line::RuntimeAssert { cond, message: message.to_string(), node: None });
+        self.lines.push(Line::RuntimeAssert {
+            cond,
+            message: message.to_string(),
+            node: None,
+        });
     }
 
     /// `Comment`.
@@ -300,7 +347,12 @@ impl GraphBuilder<'_> {
 
     /// Stores the graph in the program.
     pub fn finish(self) {
-        let GraphBuilder { program, graph, lines, pending } = self;
+        let GraphBuilder {
+            program,
+            graph,
+            lines,
+            pending,
+        } = self;
         let target = match graph {
             None => &mut program.main,
             Some(g) => program.subgraphs.entry(g).or_default(),

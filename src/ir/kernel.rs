@@ -113,12 +113,19 @@ impl ScalarType {
 
     /// The signature token.
     pub fn as_str(self) -> &'static str {
-        ScalarType::ALL.iter().find(|(t, _)| *t == self).map(|(_, s)| *s).unwrap_or("?")
+        ScalarType::ALL
+            .iter()
+            .find(|(t, _)| *t == self)
+            .map(|(_, s)| *s)
+            .unwrap_or("?")
     }
 
     /// `true` for integer types (including `i1`).
     pub fn is_integer(self) -> bool {
-        !matches!(self, ScalarType::Fp16 | ScalarType::Bf16 | ScalarType::Fp32 | ScalarType::Fp64)
+        !matches!(
+            self,
+            ScalarType::Fp16 | ScalarType::Bf16 | ScalarType::Fp32 | ScalarType::Fp64
+        )
     }
 
     /// Inclusive value range of an integer type.
@@ -353,7 +360,10 @@ impl TritonMeta {
     /// equal-to-1 size or a `None` arg) rather than one declared `tl.constexpr`.
     pub fn is_specialized_runtime_arg(&self, name: &str) -> bool {
         !self.config.contains_key(name)
-            && matches!(self.constants.get(name), Some(ConstValue::Int(1)) | Some(ConstValue::None))
+            && matches!(
+                self.constants.get(name),
+                Some(ConstValue::Int(1)) | Some(ConstValue::None)
+            )
     }
 }
 
@@ -461,18 +471,35 @@ impl TritonMeta {
     /// launcher arg. The one place the grid formulas live.
     pub fn grid(&self, value: &dyn Fn(&str) -> Option<SymExpr>) -> Result<[SymExpr; 3], GridError> {
         let grid = self.grid_type.name();
-        let p = |n: &str| value(n).ok_or_else(|| GridError::MissingParam { grid, param: n.to_string() });
+        let p = |n: &str| {
+            value(n).ok_or_else(|| GridError::MissingParam {
+                grid,
+                param: n.to_string(),
+            })
+        };
         let block = |n: &str| -> Result<i64, GridError> {
             match value(n) {
                 Some(SymExpr::Int(v)) if v > 0 => Ok(v),
-                Some(other) => Err(GridError::BlockSize { grid, param: n.to_string(), found: format!("`{other}`") }),
-                None => Err(GridError::BlockSize { grid, param: n.to_string(), found: "nothing".into() }),
+                Some(other) => Err(GridError::BlockSize {
+                    grid,
+                    param: n.to_string(),
+                    found: format!("`{other}`"),
+                }),
+                None => Err(GridError::BlockSize {
+                    grid,
+                    param: n.to_string(),
+                    found: "nothing".into(),
+                }),
             }
         };
         let one = SymExpr::Int(1);
         Ok(match &self.grid_type {
             GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
-            GridType::Grid2D => [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div(p("ynumel")?, block("YBLOCK")?), one],
+            GridType::Grid2D => [
+                ceil_div(p("xnumel")?, block("XBLOCK")?),
+                ceil_div(p("ynumel")?, block("YBLOCK")?),
+                one,
+            ],
             GridType::Grid3D => [
                 ceil_div(p("xnumel")?, block("XBLOCK")?),
                 ceil_div(p("ynumel")?, block("YBLOCK")?),
@@ -480,11 +507,19 @@ impl TritonMeta {
             ],
             GridType::Grid2DWithYZOverflow { max_y_grid } => {
                 if *max_y_grid <= 0 {
-                    return Err(GridError::BlockSize { grid, param: "max_y_grid".into(), found: max_y_grid.to_string() });
+                    return Err(GridError::BlockSize {
+                        grid,
+                        param: "max_y_grid".into(),
+                        found: max_y_grid.to_string(),
+                    });
                 }
                 let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
                 let y_div = ceil_div(y_raw.clone(), *max_y_grid);
-                [ceil_div(p("xnumel")?, block("XBLOCK")?), ceil_div_expr(y_raw, y_div.clone()), y_div]
+                [
+                    ceil_div(p("xnumel")?, block("XBLOCK")?),
+                    ceil_div_expr(y_raw, y_div.clone()),
+                    y_div,
+                ]
             }
             GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
             GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
@@ -494,7 +529,12 @@ impl TritonMeta {
                     .iter()
                     .find(|g| g.config.iter().all(|(k, v)| self.config.get(k) == Some(v)))
                     .ok_or_else(|| GridError::NoPrecomputedGrid {
-                        config: self.config.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", "),
+                        config: self
+                            .config
+                            .iter()
+                            .map(|(k, v)| format!("{k}: {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
                     })?;
                 let subst = |e: &SymExpr| e.substitute(&|s: &crate::sym::Symbol| value(s.as_str()));
                 [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
@@ -541,7 +581,10 @@ impl TritonMeta {
     /// parameter -> value in call order. Whether every required parameter is
     /// bound, and whether a value given for a baked-in parameter agrees with
     /// it, is the caller's business. The one place call arguments are matched.
-    pub fn bind_args<'c>(&self, args: &'c [super::line::CallArg]) -> Result<IndexMap<String, &'c super::line::ArgValue>, ArgBindError> {
+    pub fn bind_args<'c>(
+        &self,
+        args: &'c [super::line::CallArg],
+    ) -> Result<IndexMap<String, &'c super::line::ArgValue>, ArgBindError> {
         let params = self.call_params();
         let mut bound: IndexMap<String, &super::line::ArgValue> = IndexMap::new();
         let mut positional = 0usize;
@@ -561,7 +604,8 @@ impl TritonMeta {
                 }
                 Some(n) => {
                     seen_named = true;
-                    let known = self.signature.contains_key(n.as_str()) || self.extra_launcher_args.iter().any(|x| x == n);
+                    let known =
+                        self.signature.contains_key(n.as_str()) || self.extra_launcher_args.iter().any(|x| x == n);
                     if !known {
                         return Err(ArgBindError::UnknownParameter { param: n.clone() });
                     }
@@ -578,7 +622,10 @@ impl TritonMeta {
     /// The value compiled into the kernel for `name`: its `constants` entry,
     /// else its config kwarg.
     pub fn baked_value(&self, name: &str) -> Option<ConstValue> {
-        self.constants.get(name).cloned().or_else(|| self.config.get(name).map(|v| ConstValue::Int(*v)))
+        self.constants
+            .get(name)
+            .cloned()
+            .or_else(|| self.config.get(name).map(|v| ConstValue::Int(*v)))
     }
 
     /// `true` when `name` is baked into the kernel rather than passed at launch

@@ -531,7 +531,9 @@ pub(crate) mod json_float {
                 "inf" | "Infinity" => Ok(f64::INFINITY),
                 "-inf" | "-Infinity" => Ok(f64::NEG_INFINITY),
                 "nan" | "NaN" => Ok(f64::NAN),
-                other => Err(de::Error::custom(format!("expected a float, `inf`, `-inf` or `nan`, found `{other}`"))),
+                other => Err(de::Error::custom(format!(
+                    "expected a float, `inf`, `-inf` or `nan`, found `{other}`"
+                ))),
             },
         }
     }

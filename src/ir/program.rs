@@ -54,7 +54,12 @@ impl Program {
         let probe: Probe = serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))?;
         match probe.format_version {
             Some(FORMAT_VERSION) => {}
-            Some(v) => return Err(FormatError::Version { found: v, supported: FORMAT_VERSION }),
+            Some(v) => {
+                return Err(FormatError::Version {
+                    found: v,
+                    supported: FORMAT_VERSION,
+                })
+            }
             None => return Err(FormatError::Json("missing field `format_version`".into())),
         }
         serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))

@@ -276,12 +276,18 @@ impl TryFrom<String> for Device {
 impl Device {
     /// `cuda:<index>`.
     pub fn cuda(index: u32) -> Self {
-        Device { kind: DeviceType::Cuda, index: Some(index) }
+        Device {
+            kind: DeviceType::Cuda,
+            index: Some(index),
+        }
     }
 
     /// `cpu`.
     pub fn cpu() -> Self {
-        Device { kind: DeviceType::Cpu, index: None }
+        Device {
+            kind: DeviceType::Cpu,
+            index: None,
+        }
     }
 }
 
@@ -298,7 +304,10 @@ impl FromStr for Device {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let (kind, index) = match s.split_once(':') {
-            Some((k, i)) => (k, Some(i.parse::<u32>().map_err(|_| format!("bad device index in `{s}`"))?)),
+            Some((k, i)) => (
+                k,
+                Some(i.parse::<u32>().map_err(|_| format!("bad device index in `{s}`"))?),
+            ),
             None => (s, None),
         };
         let kind = match kind {
@@ -355,7 +364,14 @@ impl Layout {
             running = SymExpr::mul(running, s.clone());
         }
         stride.reverse();
-        Layout { dtype, device, size, stride, offset: SymExpr::Int(0), alloc_numel: None }
+        Layout {
+            dtype,
+            device,
+            size,
+            stride,
+            offset: SymExpr::Int(0),
+            alloc_numel: None,
+        }
     }
 
     /// Number of dimensions.
@@ -372,7 +388,10 @@ impl Layout {
         }
         let mut total = SymExpr::add(self.offset.clone(), SymExpr::Int(1));
         for (s, st) in self.size.iter().zip(&self.stride) {
-            total = SymExpr::add(total, SymExpr::mul(SymExpr::sub(s.clone(), SymExpr::Int(1)), st.clone()));
+            total = SymExpr::add(
+                total,
+                SymExpr::mul(SymExpr::sub(s.clone(), SymExpr::Int(1)), st.clone()),
+            );
         }
         total
     }
@@ -389,14 +408,19 @@ impl Layout {
             if s == 0 {
                 return Ok(0);
             }
-            let extent = (s - 1)
-                .checked_mul(st)
-                .and_then(|v| total.checked_add(v))
-                .ok_or(crate::sym::EvalError::Overflow { expr: format!("storage of layout {self}") })?;
+            let extent =
+                (s - 1)
+                    .checked_mul(st)
+                    .and_then(|v| total.checked_add(v))
+                    .ok_or(crate::sym::EvalError::Overflow {
+                        expr: format!("storage of layout {self}"),
+                    })?;
             total = extent;
         }
         let off = crate::sym::eval::eval_int(&self.offset, b)?;
-        total.checked_add(off).ok_or(crate::sym::EvalError::Overflow { expr: format!("storage of layout {self}") })
+        total.checked_add(off).ok_or(crate::sym::EvalError::Overflow {
+            expr: format!("storage of layout {self}"),
+        })
     }
 
     /// Number of elements: the product of the sizes.

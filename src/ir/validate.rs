@@ -260,7 +260,9 @@ impl<'a> ProgramInfo<'a> {
     /// The kernels some line defines, in program order.
     pub fn defined_kernels(&self) -> impl Iterator<Item = &'a KernelDef> + '_ {
         let program = self.program;
-        self.kernel_definitions.keys().filter_map(move |k| program.kernels.get(k))
+        self.kernel_definitions
+            .keys()
+            .filter_map(move |k| program.kernels.get(k))
     }
 }
 
@@ -1004,10 +1006,18 @@ struct Validator<'a> {
 
 #[derive(Clone, Debug)]
 enum BufState {
-    Live { storage: Option<usize> },
+    Live {
+        storage: Option<usize>,
+    },
     /// `FreeIfNotReused ... reused`: only a `Reuse` may take it now.
-    Released { at: usize, storage: Option<usize> },
-    Ended { at: usize, how: Ending },
+    Released {
+        at: usize,
+        storage: Option<usize>,
+    },
+    Ended {
+        at: usize,
+        how: Ending,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -1082,7 +1092,12 @@ fn is_identifier(s: &str) -> bool {
 
 fn layout_symbols(l: &Layout) -> Vec<Symbol> {
     let mut out: Vec<Symbol> = Vec::new();
-    let exprs = l.size.iter().chain(l.stride.iter()).chain(std::iter::once(&l.offset)).chain(l.alloc_numel.iter());
+    let exprs = l
+        .size
+        .iter()
+        .chain(l.stride.iter())
+        .chain(std::iter::once(&l.offset))
+        .chain(l.alloc_numel.iter());
     for e in exprs {
         for s in e.free_symbols() {
             if !out.contains(&s) {
@@ -1127,7 +1142,9 @@ impl<'a> Validator<'a> {
     fn new(program: &'a Program) -> Self {
         let mut buffer_owner = IndexMap::new();
         for name in program.main.buffers.keys() {
-            buffer_owner.entry(name.clone()).or_insert_with(|| GraphName::new(MAIN_GRAPH));
+            buffer_owner
+                .entry(name.clone())
+                .or_insert_with(|| GraphName::new(MAIN_GRAPH));
         }
         for (g, graph) in &program.subgraphs {
             for name in graph.buffers.keys() {
@@ -1154,7 +1171,11 @@ impl<'a> Validator<'a> {
 
     fn at(g: &GraphState<'_>, index: usize) -> Location {
         let text = g.graph.lines.get(index).map(line_text).unwrap_or_default();
-        Location::Line { graph: g.name.clone(), index, text }
+        Location::Line {
+            graph: g.name.clone(),
+            index,
+            text,
+        }
     }
 
     fn loc(g: &GraphState<'_>, index: Option<usize>) -> Location {
@@ -1170,33 +1191,64 @@ impl<'a> Validator<'a> {
         let p = self.program;
         for (sym, decl) in &p.symbols {
             if !is_identifier(sym.as_str()) {
-                self.err(Location::Program, ValidationErrorKind::InvalidName { what: "symbol", name: sym.to_string() });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::InvalidName {
+                        what: "symbol",
+                        name: sym.to_string(),
+                    },
+                );
             }
             if decl.range.is_empty() {
-                self.err(Location::Program, ValidationErrorKind::EmptyValueRange { symbol: sym.clone(), range: decl.range });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::EmptyValueRange {
+                        symbol: sym.clone(),
+                        range: decl.range,
+                    },
+                );
             } else if let Some(h) = decl.hint {
                 if !decl.range.contains(h) {
                     self.err(
                         Location::Program,
-                        ValidationErrorKind::HintOutsideRange { symbol: sym.clone(), hint: h, range: decl.range },
+                        ValidationErrorKind::HintOutsideRange {
+                            symbol: sym.clone(),
+                            hint: h,
+                            range: decl.range,
+                        },
                     );
                 }
             }
         }
         for (key, def) in &p.kernels {
             if !is_identifier(key.as_str()) {
-                self.err(Location::Program, ValidationErrorKind::InvalidName { what: "kernel", name: key.to_string() });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::InvalidName {
+                        what: "kernel",
+                        name: key.to_string(),
+                    },
+                );
             }
             if *key != def.name {
                 self.err(
                     Location::Program,
-                    ValidationErrorKind::KernelNameMismatch { key: key.clone(), name: def.name.clone() },
+                    ValidationErrorKind::KernelNameMismatch {
+                        key: key.clone(),
+                        name: def.name.clone(),
+                    },
                 );
             }
         }
         for name in p.constants.keys() {
             if !is_identifier(name.as_str()) {
-                self.err(Location::Program, ValidationErrorKind::InvalidName { what: "buffer", name: name.to_string() });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::InvalidName {
+                        what: "buffer",
+                        name: name.to_string(),
+                    },
+                );
             }
             if p.symbols.contains_key(&Symbol::new(name.as_str())) {
                 self.err(
@@ -1211,9 +1263,18 @@ impl<'a> Validator<'a> {
         }
         for name in p.subgraphs.keys() {
             if name.as_str() == MAIN_GRAPH {
-                self.err(Location::Graph { graph: name.clone() }, ValidationErrorKind::ReservedGraphName);
+                self.err(
+                    Location::Graph { graph: name.clone() },
+                    ValidationErrorKind::ReservedGraphName,
+                );
             } else if !is_identifier(name.as_str()) {
-                self.err(Location::Program, ValidationErrorKind::InvalidName { what: "graph", name: name.to_string() });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::InvalidName {
+                        what: "graph",
+                        name: name.to_string(),
+                    },
+                );
             }
         }
         // Backed symbols are bound at main's entry by what its inputs mention.
@@ -1232,7 +1293,10 @@ impl<'a> Validator<'a> {
         }
         for (sym, decl) in &p.symbols {
             if decl.kind == SymbolKind::Backed && !entry.contains(sym) {
-                self.err(Location::Program, ValidationErrorKind::BackedSymbolNeverBound { symbol: sym.clone() });
+                self.err(
+                    Location::Program,
+                    ValidationErrorKind::BackedSymbolNeverBound { symbol: sym.clone() },
+                );
                 self.unbound_backed.insert(sym.clone());
             }
         }
@@ -1325,7 +1389,13 @@ impl<'a> Validator<'a> {
         let loc = Location::Graph { graph: g.name.clone() };
         for (name, decl) in &g.graph.buffers {
             if !is_identifier(name.as_str()) {
-                self.err(loc.clone(), ValidationErrorKind::InvalidName { what: "buffer", name: name.to_string() });
+                self.err(
+                    loc.clone(),
+                    ValidationErrorKind::InvalidName {
+                        what: "buffer",
+                        name: name.to_string(),
+                    },
+                );
             }
             if self.program.symbols.contains_key(&Symbol::new(name.as_str())) {
                 self.err(
@@ -1374,7 +1444,10 @@ impl<'a> Validator<'a> {
                 GraphInput::Symbol { symbol, .. } => {
                     let Some(decl) = self.program.symbols.get(symbol) else {
                         if g.reported.insert(format!("undeclared-symbol {symbol}")) {
-                            self.err(loc.clone(), ValidationErrorKind::UndeclaredSymbol { symbol: symbol.clone() });
+                            self.err(
+                                loc.clone(),
+                                ValidationErrorKind::UndeclaredSymbol { symbol: symbol.clone() },
+                            );
                         }
                         continue;
                     };
@@ -1389,21 +1462,33 @@ impl<'a> Validator<'a> {
                         );
                     }
                     if let Some(first) = g.bound.get(symbol) {
-                        let first = SymbolBinding { graph: g.name.clone(), site: *first };
-                        self.err(loc.clone(), ValidationErrorKind::SymbolBoundTwice { symbol: symbol.clone(), first });
+                        let first = SymbolBinding {
+                            graph: g.name.clone(),
+                            site: *first,
+                        };
+                        self.err(
+                            loc.clone(),
+                            ValidationErrorKind::SymbolBoundTwice {
+                                symbol: symbol.clone(),
+                                first,
+                            },
+                        );
                     } else {
                         g.bound.insert(symbol.clone(), Site::Input(i));
-                        self.bindings
-                            .entry(symbol.clone())
-                            .or_default()
-                            .push(SymbolBinding { graph: g.name.clone(), site: Site::Input(i) });
+                        self.bindings.entry(symbol.clone()).or_default().push(SymbolBinding {
+                            graph: g.name.clone(),
+                            site: Site::Input(i),
+                        });
                     }
                 }
                 GraphInput::Tensor { name } => {
                     let kind = g.graph.buffers.get(name).map(|d| d.kind.clone());
                     match kind {
                         None => {
-                            self.err(loc.clone(), ValidationErrorKind::UndeclaredBuffer { buffer: name.clone() });
+                            self.err(
+                                loc.clone(),
+                                ValidationErrorKind::UndeclaredBuffer { buffer: name.clone() },
+                            );
                             continue;
                         }
                         Some(BufferKind::Multi) => {
@@ -1414,7 +1499,13 @@ impl<'a> Validator<'a> {
                     }
                     if let Some(BufferInfo { defined, .. }) = g.info.buffers.get(name) {
                         let first = *defined;
-                        self.err(loc.clone(), ValidationErrorKind::DefinedTwice { buffer: name.clone(), first });
+                        self.err(
+                            loc.clone(),
+                            ValidationErrorKind::DefinedTwice {
+                                buffer: name.clone(),
+                                first,
+                            },
+                        );
                         continue;
                     }
                     self.define(g, name, Site::Input(i), Some(None));
@@ -1427,21 +1518,27 @@ impl<'a> Validator<'a> {
             let GraphInput::Tensor { name } = input else { continue };
             let Some(l) = g.graph.layout(name) else { continue };
             for s in layout_symbols(l) {
-                let Some(decl) = self.program.symbols.get(&s) else { continue };
+                let Some(decl) = self.program.symbols.get(&s) else {
+                    continue;
+                };
                 if g.bound.contains_key(&s) {
                     continue;
                 }
                 if g.is_main {
                     if decl.kind == SymbolKind::Backed {
                         g.bound.insert(s.clone(), Site::Input(i));
-                        self.bindings
-                            .entry(s.clone())
-                            .or_default()
-                            .push(SymbolBinding { graph: g.name.clone(), site: Site::Input(i) });
+                        self.bindings.entry(s.clone()).or_default().push(SymbolBinding {
+                            graph: g.name.clone(),
+                            site: Site::Input(i),
+                        });
                     } else if g.reported.insert(format!("unbound {s}")) {
                         self.err(
                             loc.clone(),
-                            ValidationErrorKind::LayoutSymbolNotBound { buffer: name.clone(), symbol: s, bound_at: None },
+                            ValidationErrorKind::LayoutSymbolNotBound {
+                                buffer: name.clone(),
+                                symbol: s,
+                                bound_at: None,
+                            },
                         );
                     }
                 } else {
@@ -1468,14 +1565,28 @@ impl<'a> Validator<'a> {
                         continue;
                     }
                     match g.states.get(b).cloned() {
-                        None => self.err(loc.clone(), ValidationErrorKind::OutputNotLive { buffer: b.clone(), ended_at: None }),
-                        Some(BufState::Ended { at, .. }) => {
-                            self.err(loc.clone(), ValidationErrorKind::OutputNotLive { buffer: b.clone(), ended_at: Some(at) })
-                        }
-                        Some(BufState::Released { at, .. }) => {
-                        self.err(loc.clone(), ValidationErrorKind::OutputNotLive { buffer: b.clone(), ended_at: Some(at) })
-                    }
-                    Some(BufState::Live { storage }) => self.check_storage_alive(g, b, storage, None),
+                        None => self.err(
+                            loc.clone(),
+                            ValidationErrorKind::OutputNotLive {
+                                buffer: b.clone(),
+                                ended_at: None,
+                            },
+                        ),
+                        Some(BufState::Ended { at, .. }) => self.err(
+                            loc.clone(),
+                            ValidationErrorKind::OutputNotLive {
+                                buffer: b.clone(),
+                                ended_at: Some(at),
+                            },
+                        ),
+                        Some(BufState::Released { at, .. }) => self.err(
+                            loc.clone(),
+                            ValidationErrorKind::OutputNotLive {
+                                buffer: b.clone(),
+                                ended_at: Some(at),
+                            },
+                        ),
+                        Some(BufState::Live { storage }) => self.check_storage_alive(g, b, storage, None),
                     }
                 }
                 GraphOutput::Expr(e) => self.use_expr(g, None, e, end),
@@ -1504,7 +1615,10 @@ impl<'a> Validator<'a> {
     ) {
         if !self.program.symbols.contains_key(s) {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
-                self.err(Self::loc(g, line), ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() });
+                self.err(
+                    Self::loc(g, line),
+                    ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() },
+                );
             }
             return;
         }
@@ -1522,28 +1636,58 @@ impl<'a> Validator<'a> {
             return;
         }
         let kind = match via_buffer {
-            Some(b) => ValidationErrorKind::LayoutSymbolNotBound { buffer: b.clone(), symbol: s.clone(), bound_at: bound_later },
-            None => ValidationErrorKind::SymbolNotBound { symbol: s.clone(), bound_at: bound_later },
+            Some(b) => ValidationErrorKind::LayoutSymbolNotBound {
+                buffer: b.clone(),
+                symbol: s.clone(),
+                bound_at: bound_later,
+            },
+            None => ValidationErrorKind::SymbolNotBound {
+                symbol: s.clone(),
+                bound_at: bound_later,
+            },
         };
         self.err(Self::loc(g, line), kind);
     }
 
-    fn bind_symbol(&mut self, g: &mut GraphState<'a>, at: usize, s: &Symbol, expected: SymbolKind, binder: &'static str) {
+    fn bind_symbol(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        s: &Symbol,
+        expected: SymbolKind,
+        binder: &'static str,
+    ) {
         let Some(decl) = self.program.symbols.get(s) else {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
-                self.err(Self::at(g, at), ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() },
+                );
             }
             return;
         };
         if decl.kind != expected {
             self.err(
                 Self::at(g, at),
-                ValidationErrorKind::WrongSymbolKind { symbol: s.clone(), kind: decl.kind.clone(), binder },
+                ValidationErrorKind::WrongSymbolKind {
+                    symbol: s.clone(),
+                    kind: decl.kind.clone(),
+                    binder,
+                },
             );
         }
         if let Some(first) = g.bound.get(s) {
-            let first = SymbolBinding { graph: g.name.clone(), site: *first };
-            self.err(Self::at(g, at), ValidationErrorKind::SymbolBoundTwice { symbol: s.clone(), first });
+            let first = SymbolBinding {
+                graph: g.name.clone(),
+                site: *first,
+            };
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::SymbolBoundTwice {
+                    symbol: s.clone(),
+                    first,
+                },
+            );
             return;
         }
         g.bound.insert(s.clone(), Site::Line(at));
@@ -1551,10 +1695,20 @@ impl<'a> Validator<'a> {
         if let Some(v) = g.info.line_binds.get_mut(at) {
             v.push(s.clone());
         }
-        self.bindings.entry(s.clone()).or_default().push(SymbolBinding { graph: g.name.clone(), site: Site::Line(at) });
+        self.bindings.entry(s.clone()).or_default().push(SymbolBinding {
+            graph: g.name.clone(),
+            site: Site::Line(at),
+        });
     }
 
-    fn check_key_path(&mut self, g: &GraphState<'a>, at: usize, symbol: &Symbol, path: &[KeyEntry], source_rank: Option<usize>) {
+    fn check_key_path(
+        &mut self,
+        g: &GraphState<'a>,
+        at: usize,
+        symbol: &Symbol,
+        path: &[KeyEntry],
+        source_rank: Option<usize>,
+    ) {
         let mut reason: Option<String> = None;
         let mut i = 0;
         let mut at_source = true;
@@ -1603,7 +1757,11 @@ impl<'a> Validator<'a> {
             let loc = Self::at(g, at);
             self.err(
                 loc,
-                ValidationErrorKind::BadKeyPath { symbol: symbol.clone(), path: KeyPathText(path).to_string(), reason },
+                ValidationErrorKind::BadKeyPath {
+                    symbol: symbol.clone(),
+                    path: KeyPathText(path).to_string(),
+                    reason,
+                },
             );
         }
     }
@@ -1618,7 +1776,12 @@ impl<'a> Validator<'a> {
             Some(Some(id)) => Some(id),
             Some(None) => {
                 let capacity = g.layout(self.program, name);
-                g.storages.push(Storage { owner: name.clone(), root: name.clone(), capacity, freed_at: None });
+                g.storages.push(Storage {
+                    owner: name.clone(),
+                    root: name.clone(),
+                    capacity,
+                    freed_at: None,
+                });
                 Some(g.storages.len() - 1)
             }
         };
@@ -1626,7 +1789,13 @@ impl<'a> Validator<'a> {
         g.states.insert(name.clone(), BufState::Live { storage });
         g.info.buffers.insert(
             name.clone(),
-            BufferInfo { defined: site, last_use: None, ended: None, is_output: false, storage_root },
+            BufferInfo {
+                defined: site,
+                last_use: None,
+                ended: None,
+                is_output: false,
+                storage_root,
+            },
         );
     }
 
@@ -1641,7 +1810,13 @@ impl<'a> Validator<'a> {
         }
         if let Some(info) = g.info.buffers.get(name) {
             let first = info.defined;
-            self.err(Self::at(g, at), ValidationErrorKind::DefinedTwice { buffer: name.clone(), first });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::DefinedTwice {
+                    buffer: name.clone(),
+                    first,
+                },
+            );
             return false;
         }
         true
@@ -1658,9 +1833,10 @@ impl<'a> Validator<'a> {
         }
         if g.reported.insert(format!("undeclared-buffer {name}")) {
             let kind = match self.buffer_owner.get(name) {
-                Some(owner) if *owner != g.name => {
-                    ValidationErrorKind::ForeignBuffer { buffer: name.clone(), owner: owner.clone() }
-                }
+                Some(owner) if *owner != g.name => ValidationErrorKind::ForeignBuffer {
+                    buffer: name.clone(),
+                    owner: owner.clone(),
+                },
                 _ => ValidationErrorKind::UndeclaredBuffer { buffer: name.clone() },
             };
             self.err(Self::at(g, at), kind);
@@ -1675,7 +1851,10 @@ impl<'a> Validator<'a> {
         };
         match (need, is_tensor) {
             (Need::Tensor, false) => {
-                self.err(Self::at(g, at), ValidationErrorKind::NotATensor { buffer: name.clone() });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::NotATensor { buffer: name.clone() },
+                );
                 false
             }
             (Need::Multi, true) => {
@@ -1693,7 +1872,14 @@ impl<'a> Validator<'a> {
     /// A read or write of a live buffer. `layout_syms`: also require the
     /// symbols of its layout to be bound. Returns the buffer's storage id when
     /// the use is valid.
-    fn use_buffer(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, need: Need, layout_syms: bool) -> Option<Option<usize>> {
+    fn use_buffer(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        name: &BufName,
+        need: Need,
+        layout_syms: bool,
+    ) -> Option<Option<usize>> {
         if !self.declared(g, at, name) || !self.kind_ok(g, at, name, need) {
             return None;
         }
@@ -1703,16 +1889,36 @@ impl<'a> Validator<'a> {
         let result = match g.states.get(name).cloned() {
             None => {
                 let defined_at = g.later_definitions.get(name).copied();
-                self.err(Self::at(g, at), ValidationErrorKind::UsedBeforeDefinition { buffer: name.clone(), defined_at });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: name.clone(),
+                        defined_at,
+                    },
+                );
                 return None;
             }
             Some(BufState::Released { at: ended_at, .. }) => {
                 let how = Ending::MarkedReused;
-                self.err(Self::at(g, at), ValidationErrorKind::UseAfterEnd { buffer: name.clone(), ended_at, how });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
                 return None;
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(Self::at(g, at), ValidationErrorKind::UseAfterEnd { buffer: name.clone(), ended_at, how });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
                 return None;
             }
             Some(BufState::Live { storage }) => {
@@ -1731,14 +1937,26 @@ impl<'a> Validator<'a> {
         result
     }
 
-    fn check_storage_alive(&mut self, g: &mut GraphState<'a>, name: &BufName, storage: Option<usize>, at: Option<usize>) {
-        let Some(st) = storage.and_then(|id| g.storages.get(id)) else { return };
+    fn check_storage_alive(
+        &mut self,
+        g: &mut GraphState<'a>,
+        name: &BufName,
+        storage: Option<usize>,
+        at: Option<usize>,
+    ) {
+        let Some(st) = storage.and_then(|id| g.storages.get(id)) else {
+            return;
+        };
         if let Some(freed_at) = st.freed_at {
             if st.owner != *name {
                 let owner = st.owner.clone();
                 self.err(
                     Self::loc(g, at),
-                    ValidationErrorKind::ViewOutlivesStorage { buffer: name.clone(), owner, freed_at },
+                    ValidationErrorKind::ViewOutlivesStorage {
+                        buffer: name.clone(),
+                        owner,
+                        freed_at,
+                    },
                 );
             }
         }
@@ -1750,26 +1968,59 @@ impl<'a> Validator<'a> {
             return;
         }
         if self.is_constant(g, name) {
-            self.err(Self::at(g, at), ValidationErrorKind::ConstantEnded { buffer: name.clone() });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ConstantEnded { buffer: name.clone() },
+            );
             return;
         }
         match g.states.get(name).cloned() {
             None => {
                 let defined_at = g.later_definitions.get(name).copied();
-                self.err(Self::at(g, at), ValidationErrorKind::UsedBeforeDefinition { buffer: name.clone(), defined_at });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: name.clone(),
+                        defined_at,
+                    },
+                );
             }
-            Some(BufState::Ended { at: first, how: Ending::Freed | Ending::MarkedReused })
+            Some(BufState::Ended {
+                at: first,
+                how: Ending::Freed | Ending::MarkedReused,
+            })
             | Some(BufState::Released { at: first, .. }) => {
-                self.err(Self::at(g, at), ValidationErrorKind::DoubleFree { buffer: name.clone(), first_freed_at: first });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::DoubleFree {
+                        buffer: name.clone(),
+                        first_freed_at: first,
+                    },
+                );
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(Self::at(g, at), ValidationErrorKind::UseAfterEnd { buffer: name.clone(), ended_at, how });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
             }
             Some(BufState::Live { storage }) => {
-                let owned = storage.and_then(|id| g.storages.get(id)).map(|s| (s.owner == *name, s.owner.clone()));
+                let owned = storage
+                    .and_then(|id| g.storages.get(id))
+                    .map(|s| (s.owner == *name, s.owner.clone()));
                 if mark_reused {
                     if let Some((false, owner)) = owned {
-                        self.err(Self::at(g, at), ValidationErrorKind::ReuseOfView { buffer: name.clone(), owner });
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::ReuseOfView {
+                                buffer: name.clone(),
+                                owner,
+                            },
+                        );
                     }
                     // The storage stays allocated; the name may only be `old` of a Reuse now.
                     g.states.insert(name.clone(), BufState::Released { at, storage });
@@ -1779,7 +2030,8 @@ impl<'a> Validator<'a> {
                             st.freed_at = Some(at);
                         }
                     }
-                    g.states.insert(name.clone(), BufState::Ended { at, how: Ending::Freed });
+                    g.states
+                        .insert(name.clone(), BufState::Ended { at, how: Ending::Freed });
                 }
                 if let Some(info) = g.info.buffers.get_mut(name) {
                     info.ended = Some(at);
@@ -1794,23 +2046,45 @@ impl<'a> Validator<'a> {
             return;
         }
         if self.is_constant(g, old) {
-            self.err(Self::at(g, at), ValidationErrorKind::ConstantEnded { buffer: old.clone() });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ConstantEnded { buffer: old.clone() },
+            );
             return;
         }
         let storage = match g.states.get(old).cloned() {
             None => {
                 let defined_at = g.later_definitions.get(old).copied();
-                self.err(Self::at(g, at), ValidationErrorKind::UsedBeforeDefinition { buffer: old.clone(), defined_at });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: old.clone(),
+                        defined_at,
+                    },
+                );
                 return;
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(Self::at(g, at), ValidationErrorKind::UseAfterEnd { buffer: old.clone(), ended_at, how });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: old.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
                 return;
             }
             Some(BufState::Released { storage, .. }) => storage,
             Some(BufState::Live { storage }) => {
                 if !delete_old {
-                    self.err(Self::at(g, at), ValidationErrorKind::ReuseOfLiveBuffer { old: old.clone(), new: new.clone() });
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::ReuseOfLiveBuffer {
+                            old: old.clone(),
+                            new: new.clone(),
+                        },
+                    );
                 }
                 if let Some(info) = g.info.buffers.get_mut(old) {
                     info.ended = Some(at);
@@ -1821,11 +2095,23 @@ impl<'a> Validator<'a> {
         if let Some(st) = storage.and_then(|id| g.storages.get(id)) {
             if st.owner != *old {
                 let owner = st.owner.clone();
-                self.err(Self::at(g, at), ValidationErrorKind::ReuseOfView { buffer: old.clone(), owner });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ReuseOfView {
+                        buffer: old.clone(),
+                        owner,
+                    },
+                );
             }
         }
         g.touch(old, at);
-        g.states.insert(old.clone(), BufState::Ended { at, how: Ending::ReusedBy(new.clone()) });
+        g.states.insert(
+            old.clone(),
+            BufState::Ended {
+                at,
+                how: Ending::ReusedBy(new.clone()),
+            },
+        );
         if let (Some(lo), Some(ln)) = (g.layout(self.program, old), g.layout(self.program, new)) {
             if lo.dtype != ln.dtype {
                 self.err(
@@ -1856,7 +2142,12 @@ impl<'a> Validator<'a> {
                     if n > o {
                         self.err(
                             Self::at(g, at),
-                            ValidationErrorKind::ReuseTooSmall { old: old.clone(), new: new.clone(), old_numel: o, new_numel: n },
+                            ValidationErrorKind::ReuseTooSmall {
+                                old: old.clone(),
+                                new: new.clone(),
+                                old_numel: o,
+                                new_numel: n,
+                            },
                         );
                     }
                 }
@@ -1914,7 +2205,12 @@ impl<'a> Validator<'a> {
                     if needed > available {
                         self.err(
                             Self::at(g, at),
-                            ValidationErrorKind::ViewOutOfBounds { alias: alias.clone(), owner, needed, available },
+                            ValidationErrorKind::ViewOutOfBounds {
+                                alias: alias.clone(),
+                                owner,
+                                needed,
+                                available,
+                            },
                         );
                     }
                 }
@@ -1933,7 +2229,11 @@ impl<'a> Validator<'a> {
         if !self.may_define(g, at, name, need) {
             return;
         }
-        let storage = if g.layout(self.program, name).is_some() { Some(None) } else { None };
+        let storage = if g.layout(self.program, name).is_some() {
+            Some(None)
+        } else {
+            None
+        };
         self.define(g, name, Site::Line(at), storage);
     }
 
@@ -1970,16 +2270,28 @@ impl<'a> Validator<'a> {
             Line::Reinterpret { base, alias } => self.reinterpret(g, at, base, alias),
             Line::KernelDefinition { kernel } => {
                 if !self.program.kernels.contains_key(kernel) {
-                    self.err(Self::at(g, at), ValidationErrorKind::UnknownKernel { kernel: kernel.clone() });
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::UnknownKernel { kernel: kernel.clone() },
+                    );
                     return;
                 }
                 if let Some((graph, first)) = g.defined_kernels.get(kernel).cloned() {
-                    self.err(Self::at(g, at), ValidationErrorKind::KernelDefinedTwice { kernel: kernel.clone(), graph, first });
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::KernelDefinedTwice {
+                            kernel: kernel.clone(),
+                            graph,
+                            first,
+                        },
+                    );
                     return;
                 }
                 g.defined_kernels.insert(kernel.clone(), (g.name.clone(), at));
                 g.own_definitions.insert(kernel.clone());
-                self.kernel_definitions.entry(kernel.clone()).or_insert((g.name.clone(), at));
+                self.kernel_definitions
+                    .entry(kernel.clone())
+                    .or_insert((g.name.clone(), at));
             }
             Line::KernelCall(call) => self.kernel_call(g, at, call),
             Line::SymbolicCallArg { symbol, expr } => {
@@ -2019,19 +2331,34 @@ impl<'a> Validator<'a> {
                     self.define_result(g, at, r, Need::Any);
                 }
             }
-            Line::MultiOutput { result, source, indices } => {
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } => {
                 let need = if indices.is_empty() { Need::Any } else { Need::Multi };
                 self.use_buffer(g, at, source, need, false);
                 for ix in indices {
                     if let MultiIndex::List(i) | MultiIndex::Tuple(i) = ix {
                         if *i < 0 {
-                            self.err(Self::at(g, at), ValidationErrorKind::NegativeIndex { value: source.clone(), index: *i });
+                            self.err(
+                                Self::at(g, at),
+                                ValidationErrorKind::NegativeIndex {
+                                    value: source.clone(),
+                                    index: *i,
+                                },
+                            );
                         }
                     }
                 }
                 self.define_result(g, at, result, Need::Any);
             }
-            Line::IndexPutFallback { target, indices, values, .. } => {
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                ..
+            } => {
                 self.use_buffer(g, at, target, Need::Tensor, true);
                 for b in indices.iter().flatten() {
                     self.use_buffer(g, at, b, Need::Tensor, true);
@@ -2043,9 +2370,17 @@ impl<'a> Validator<'a> {
                 self.use_buffer(g, at, &s.index, Need::Tensor, true);
                 self.use_arg(g, at, &s.src);
             }
-            Line::DynamicScalar { symbol, source, keypath, .. } => {
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => {
                 self.use_buffer(g, at, source, Need::Tensor, false);
-                let ok = matches!(keypath.as_slice(), [] | [KeyEntry::ConvertInt] | [KeyEntry::DivideBy(_)]);
+                let ok = matches!(
+                    keypath.as_slice(),
+                    [] | [KeyEntry::ConvertInt] | [KeyEntry::DivideBy(_)]
+                );
                 if !ok {
                     self.err(
                         Self::at(g, at),
@@ -2077,7 +2412,9 @@ impl<'a> Validator<'a> {
                 }
             }
             Line::Comment { .. } => {}
-            Line::AssertSizeStride { buffer, size, stride, .. } => {
+            Line::AssertSizeStride {
+                buffer, size, stride, ..
+            } => {
                 self.use_buffer(g, at, buffer, Need::Tensor, true);
                 for e in size.iter().chain(stride.iter()) {
                     self.use_expr(g, Some(at), e, at);
@@ -2099,12 +2436,18 @@ impl<'a> Validator<'a> {
             Line::AssertAlignment { buffer, alignment, .. } => {
                 self.use_buffer(g, at, buffer, Need::Tensor, true);
                 if !alignment.is_power_of_two() {
-                    self.err(Self::at(g, at), ValidationErrorKind::BadAlignment { alignment: *alignment });
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::BadAlignment { alignment: *alignment },
+                    );
                 }
             }
             Line::RuntimeAssert { cond, .. } => {
                 if !cond.is_boolean() {
-                    self.err(Self::at(g, at), ValidationErrorKind::NotBoolean { expr: cond.to_string() });
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::NotBoolean { expr: cond.to_string() },
+                    );
                 }
                 self.use_expr(g, Some(at), cond, at);
             }
@@ -2118,7 +2461,12 @@ impl<'a> Validator<'a> {
             self.use_arg(g, at, &a.value);
         }
         let Some(def) = self.program.kernels.get(&call.kernel) else {
-            self.err(Self::at(g, at), ValidationErrorKind::UnknownKernel { kernel: call.kernel.clone() });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::UnknownKernel {
+                    kernel: call.kernel.clone(),
+                },
+            );
             return;
         };
         if !g.defined_kernels.contains_key(&call.kernel) {
@@ -2127,7 +2475,10 @@ impl<'a> Validator<'a> {
                 if g.reported.insert(format!("undefined-kernel {}", call.kernel)) {
                     self.err(
                         Self::at(g, at),
-                        ValidationErrorKind::KernelNotDefined { kernel: call.kernel.clone(), defined_at: later },
+                        ValidationErrorKind::KernelNotDefined {
+                            kernel: call.kernel.clone(),
+                            defined_at: later,
+                        },
                     );
                 }
             } else {
@@ -2139,7 +2490,10 @@ impl<'a> Validator<'a> {
         let positional = call.args.iter().take_while(|a| a.name.is_none()).count();
         let any_named = positional < call.args.len();
         if call.args[positional..].iter().any(|a| a.name.is_none()) {
-            self.err(Self::at(g, at), ValidationErrorKind::PositionalAfterNamed { kernel: kernel.clone() });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
+            );
         }
         let call_params: Vec<&Param> = params.iter().filter(|p| !p.name.is_empty()).collect();
         if (!any_named && positional != call_params.len()) || positional > call_params.len() {
@@ -2148,7 +2502,11 @@ impl<'a> Validator<'a> {
                 ValidationErrorKind::ArityMismatch {
                     kernel: kernel.clone(),
                     expected: call_params.len(),
-                    params: call_params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+                    params: call_params
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     found: positional,
                 },
             );
@@ -2160,9 +2518,21 @@ impl<'a> Validator<'a> {
         for a in &call.args[positional..] {
             let Some(n) = &a.name else { continue };
             if !self.named_param_exists(def, n) {
-                self.err(Self::at(g, at), ValidationErrorKind::UnknownParameter { kernel: kernel.clone(), param: n.clone() });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UnknownParameter {
+                        kernel: kernel.clone(),
+                        param: n.clone(),
+                    },
+                );
             } else if bound.insert(n.as_str(), &a.value).is_some() {
-                self.err(Self::at(g, at), ValidationErrorKind::ParameterBoundTwice { kernel: kernel.clone(), param: n.clone() });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ParameterBoundTwice {
+                        kernel: kernel.clone(),
+                        param: n.clone(),
+                    },
+                );
             }
         }
         if any_named {
@@ -2170,13 +2540,18 @@ impl<'a> Validator<'a> {
                 if !p.optional && !bound.contains_key(p.name.as_str()) {
                     self.err(
                         Self::at(g, at),
-                        ValidationErrorKind::MissingArgument { kernel: kernel.clone(), param: p.name.clone() },
+                        ValidationErrorKind::MissingArgument {
+                            kernel: kernel.clone(),
+                            param: p.name.clone(),
+                        },
                     );
                 }
             }
         }
         for p in &call_params {
-            let Some(value) = bound.get(p.name.as_str()) else { continue };
+            let Some(value) = bound.get(p.name.as_str()) else {
+                continue;
+            };
             if p.optional {
                 continue;
             }
@@ -2291,7 +2666,10 @@ impl<'a> Validator<'a> {
     /// exist or is part of a cycle (both reported here).
     fn subgraph(&mut self, g: &GraphState<'a>, at: usize, name: &GraphName) -> Option<Summary> {
         let Some(graph) = self.program.subgraphs.get(name).filter(|_| name.as_str() != MAIN_GRAPH) else {
-            self.err(Self::at(g, at), ValidationErrorKind::UnknownSubgraph { graph: name.clone() });
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::UnknownSubgraph { graph: name.clone() },
+            );
             return None;
         };
         self.callers.entry(name.clone()).or_default().push((g.name.clone(), at));
@@ -2301,7 +2679,13 @@ impl<'a> Validator<'a> {
                 let start = self.stack.iter().position(|n| n == name).unwrap_or(0);
                 let mut cycle: Vec<GraphName> = self.stack[start..].to_vec();
                 cycle.push(name.clone());
-                self.err(Self::at(g, at), ValidationErrorKind::Recursion { graph: name.clone(), cycle });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::Recursion {
+                        graph: name.clone(),
+                        cycle,
+                    },
+                );
                 return None;
             }
             None => {}
@@ -2317,11 +2701,17 @@ impl<'a> Validator<'a> {
 
     /// Passes operands to a subgraph's inputs.
     fn pass_operands(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, operands: &[&BufName]) {
-        let Some(graph) = self.program.subgraphs.get(sub) else { return };
+        let Some(graph) = self.program.subgraphs.get(sub) else {
+            return;
+        };
         if graph.inputs.len() != operands.len() {
             self.err(
                 Self::at(g, at),
-                ValidationErrorKind::OperandCountMismatch { graph: sub.clone(), expected: graph.inputs.len(), found: operands.len() },
+                ValidationErrorKind::OperandCountMismatch {
+                    graph: sub.clone(),
+                    expected: graph.inputs.len(),
+                    found: operands.len(),
+                },
             );
         }
         for (i, (input, op)) in graph.inputs.iter().zip(operands).enumerate() {
@@ -2332,7 +2722,11 @@ impl<'a> Validator<'a> {
                 } else {
                     self.err(
                         Self::at(g, at),
-                        ValidationErrorKind::OperandNotSymbol { graph: sub.clone(), index: i, operand: (*op).clone() },
+                        ValidationErrorKind::OperandNotSymbol {
+                            graph: sub.clone(),
+                            index: i,
+                            operand: (*op).clone(),
+                        },
                     );
                 }
             }
@@ -2358,7 +2752,11 @@ impl<'a> Validator<'a> {
             if g.is_main || g.later_bindings.get(sym).is_some_and(|&i| i > at) {
                 self.err(
                     Self::at(g, at),
-                    ValidationErrorKind::SubgraphSymbolNotBound { graph: sub.clone(), symbol: sym.clone(), used_at: *used_at },
+                    ValidationErrorKind::SubgraphSymbolNotBound {
+                        graph: sub.clone(),
+                        symbol: sym.clone(),
+                        used_at: *used_at,
+                    },
                 );
             } else {
                 g.external_symbols.entry(sym.clone()).or_insert(Some(at));
@@ -2371,7 +2769,11 @@ impl<'a> Validator<'a> {
             if g.is_main || g.later_kernels.get(k).is_some_and(|&i| i > at) {
                 self.err(
                     Self::at(g, at),
-                    ValidationErrorKind::SubgraphKernelNotDefined { graph: sub.clone(), kernel: k.clone(), called_at: *called_at },
+                    ValidationErrorKind::SubgraphKernelNotDefined {
+                        graph: sub.clone(),
+                        kernel: k.clone(),
+                        called_at: *called_at,
+                    },
                 );
             } else {
                 g.external_kernels.entry(k.clone()).or_insert(at);
@@ -2379,13 +2781,29 @@ impl<'a> Validator<'a> {
         }
         for sym in &s.binds {
             if let Some(first) = g.bound.get(sym) {
-                let first = SymbolBinding { graph: g.name.clone(), site: *first };
-                self.err(Self::at(g, at), ValidationErrorKind::SymbolBoundTwice { symbol: sym.clone(), first });
+                let first = SymbolBinding {
+                    graph: g.name.clone(),
+                    site: *first,
+                };
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::SymbolBoundTwice {
+                        symbol: sym.clone(),
+                        first,
+                    },
+                );
             }
         }
         for k in &s.defines {
             if let Some((graph, first)) = g.defined_kernels.get(k).cloned() {
-                self.err(Self::at(g, at), ValidationErrorKind::KernelDefinedTwice { kernel: k.clone(), graph, first });
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::KernelDefinedTwice {
+                        kernel: k.clone(),
+                        graph,
+                        first,
+                    },
+                );
             } else {
                 g.defined_kernels.insert(k.clone(), (sub.clone(), at));
             }
@@ -2421,14 +2839,21 @@ impl<'a> Validator<'a> {
         let operands: Vec<&BufName> = c.operands.iter().collect();
         self.use_operands(g, at, Some(&c.true_graph), &operands);
         let t = self.subgraph(g, at, &c.true_graph);
-        let f = if c.false_graph == c.true_graph { t.clone() } else { self.subgraph(g, at, &c.false_graph) };
+        let f = if c.false_graph == c.true_graph {
+            t.clone()
+        } else {
+            self.subgraph(g, at, &c.false_graph)
+        };
         if t.is_some() {
             self.pass_operands(g, at, &c.true_graph, &operands);
         }
         if f.is_some() {
             self.pass_operands(g, at, &c.false_graph, &operands);
         }
-        if let (Some(tg), Some(fg)) = (self.program.subgraphs.get(&c.true_graph), self.program.subgraphs.get(&c.false_graph)) {
+        if let (Some(tg), Some(fg)) = (
+            self.program.subgraphs.get(&c.true_graph),
+            self.program.subgraphs.get(&c.false_graph),
+        ) {
             if t.is_some() && f.is_some() && tg.outputs.len() != fg.outputs.len() {
                 self.err(
                     Self::at(g, at),
@@ -2460,14 +2885,23 @@ impl<'a> Validator<'a> {
         let operands: Vec<&BufName> = w.carried.iter().chain(w.additional.iter()).collect();
         self.use_operands(g, at, Some(&w.body_graph), &operands);
         let c = self.subgraph(g, at, &w.cond_graph);
-        let b = if w.body_graph == w.cond_graph { c.clone() } else { self.subgraph(g, at, &w.body_graph) };
+        let b = if w.body_graph == w.cond_graph {
+            c.clone()
+        } else {
+            self.subgraph(g, at, &w.body_graph)
+        };
         if c.is_some() {
             self.pass_operands(g, at, &w.cond_graph, &operands);
             if let Some(cg) = self.program.subgraphs.get(&w.cond_graph) {
                 if cg.outputs.len() != 1 {
                     self.err(
                         Self::at(g, at),
-                        ValidationErrorKind::LoopOutputMismatch { role: "cond", graph: w.cond_graph.clone(), expected: 1, found: cg.outputs.len() },
+                        ValidationErrorKind::LoopOutputMismatch {
+                            role: "cond",
+                            graph: w.cond_graph.clone(),
+                            expected: 1,
+                            found: cg.outputs.len(),
+                        },
                     );
                 }
             }

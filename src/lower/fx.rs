@@ -14,8 +14,8 @@
 
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend,
-    KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
+    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall, KeyEntry,
+    Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -109,7 +109,11 @@ pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Err
     let program = info.program();
     let (graph, lifted) = GraphLowering::run(program, None, options)?;
     if let Some(s) = lifted.first() {
-        return Err(Error { graph: "main".into(), line: None, kind: ErrorKind::UnboundSymbol(s.clone()) });
+        return Err(Error {
+            graph: "main".into(),
+            line: None,
+            kind: ErrorKind::UnboundSymbol(s.clone()),
+        });
     }
     Ok(graph)
 }
@@ -143,12 +147,19 @@ enum IndexKey {
 type Res<T> = Result<T, ErrorKind>;
 
 impl<'p> GraphLowering<'p> {
-    fn run(program: &'p Program, name: Option<&GraphName>, options: &'p Options) -> Result<(fx::Graph, Vec<Symbol>), Error> {
+    fn run(
+        program: &'p Program,
+        name: Option<&GraphName>,
+        options: &'p Options,
+    ) -> Result<(fx::Graph, Vec<Symbol>), Error> {
         let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
         let ir = program.graph(name).ok_or_else(|| Error {
             graph: gname.clone(),
             line: None,
-            kind: ErrorKind::Undefined { what: "subgraph", name: gname.clone() },
+            kind: ErrorKind::Undefined {
+                what: "subgraph",
+                name: gname.clone(),
+            },
         })?;
         let mut l = GraphLowering {
             program,
@@ -164,7 +175,11 @@ impl<'p> GraphLowering<'p> {
             lifted: Vec::new(),
             line: None,
         };
-        l.lower_all().map_err(|kind| Error { graph: l.name.clone(), line: l.line, kind })?;
+        l.lower_all().map_err(|kind| Error {
+            graph: l.name.clone(),
+            line: l.line,
+            kind,
+        })?;
         Ok((l.out, l.lifted))
     }
 
@@ -205,7 +220,11 @@ impl<'p> GraphLowering<'p> {
                     tensor_inputs.push((name.clone(), id, layout));
                 }
                 GraphInput::Symbol { symbol, .. } => {
-                    let id = self.out.push(symbol.as_str(), Op::Placeholder(Placeholder::Symbol(symbol.clone())), None);
+                    let id = self.out.push(
+                        symbol.as_str(),
+                        Op::Placeholder(Placeholder::Symbol(symbol.clone())),
+                        None,
+                    );
                     self.out.bind_symbol(id, symbol.clone());
                     self.symbols.insert(symbol.clone(), Arg::Node(id));
                 }
@@ -215,7 +234,11 @@ impl<'p> GraphLowering<'p> {
         if !self.is_subgraph {
             for name in self.program.constants.keys() {
                 let layout = self.program.constants.get(name).cloned();
-                let id = self.out.push(name.as_str(), Op::Constant { name: name.to_string() }, layout.map(Val::Tensor));
+                let id = self.out.push(
+                    name.as_str(),
+                    Op::Constant { name: name.to_string() },
+                    layout.map(Val::Tensor),
+                );
                 self.buffers.insert(name.clone(), id);
             }
         }
@@ -226,11 +249,20 @@ impl<'p> GraphLowering<'p> {
                 .iter()
                 .enumerate()
                 .map(|(d, e)| (TensorMethod::Size, d as i64, e))
-                .chain(layout.stride.iter().enumerate().map(|(d, e)| (TensorMethod::Stride, d as i64, e)))
+                .chain(
+                    layout
+                        .stride
+                        .iter()
+                        .enumerate()
+                        .map(|(d, e)| (TensorMethod::Stride, d as i64, e)),
+                )
                 .chain(std::iter::once((TensorMethod::StorageOffset, 0, &layout.offset)));
             for (method, dim, e) in entries {
-                let unknown: Vec<Symbol> =
-                    e.free_symbols().into_iter().filter(|s| !self.symbols.contains_key(s)).collect();
+                let unknown: Vec<Symbol> = e
+                    .free_symbols()
+                    .into_iter()
+                    .filter(|s| !self.symbols.contains_key(s))
+                    .collect();
                 match unknown.as_slice() {
                     [] => {}
                     [s] => {
@@ -275,7 +307,16 @@ impl<'p> GraphLowering<'p> {
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
                 let n = format!("assert_size_stride_{name}");
-                self.out.push(&n, Op::AssertSizeStride { tensor: *id, size, stride, context: None }, None);
+                self.out.push(
+                    &n,
+                    Op::AssertSizeStride {
+                        tensor: *id,
+                        size,
+                        stride,
+                        context: None,
+                    },
+                    None,
+                );
             }
         }
         Ok(())
@@ -285,9 +326,9 @@ impl<'p> GraphLowering<'p> {
         match method {
             TensorMethod::Size => self.out.push("sym_size_int", Op::SymSize { tensor, dim }, None),
             TensorMethod::Stride => self.out.push("sym_stride_int", Op::SymStride { tensor, dim }, None),
-            TensorMethod::StorageOffset => {
-                self.out.push("sym_storage_offset", Op::SymStorageOffset { tensor }, None)
-            }
+            TensorMethod::StorageOffset => self
+                .out
+                .push("sym_storage_offset", Op::SymStorageOffset { tensor }, None),
         }
     }
 
@@ -303,18 +344,28 @@ impl<'p> GraphLowering<'p> {
             return Ok(Arg::Node(value));
         }
         let rest = self.expr(&rest).map_err(|k| k.to_string())?;
-        let neg = self.sym(SymOp::Mul, vec![Arg::Int(-1), rest]).map_err(|k| k.to_string())?;
-        let diff = self.sym(SymOp::Sum, vec![Arg::Node(value), neg]).map_err(|k| k.to_string())?;
+        let neg = self
+            .sym(SymOp::Mul, vec![Arg::Int(-1), rest])
+            .map_err(|k| k.to_string())?;
+        let diff = self
+            .sym(SymOp::Sum, vec![Arg::Node(value), neg])
+            .map_err(|k| k.to_string())?;
         if a != 1 {
-            let m = self.sym(SymOp::PyMod, vec![diff.clone(), Arg::Int(a)]).map_err(|k| k.to_string())?;
+            let m = self
+                .sym(SymOp::PyMod, vec![diff.clone(), Arg::Int(a)])
+                .map_err(|k| k.to_string())?;
             let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)]).map_err(|k| k.to_string())?;
             self.out.push(
                 "_assert_scalar",
-                Op::AssertScalar { cond: ok, message: format!("`{e}` is not divisible by {a} when solving for `{s}`") },
+                Op::AssertScalar {
+                    cond: ok,
+                    message: format!("`{e}` is not divisible by {a} when solving for `{s}`"),
+                },
                 None,
             );
         }
-        self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)]).map_err(|k| k.to_string())
+        self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)])
+            .map_err(|k| k.to_string())
     }
 
     // ---- lines --------------------------------------------------------------
@@ -339,11 +390,18 @@ impl<'p> GraphLowering<'p> {
                 let new_layout = self.layout_of(new)?.clone();
                 let same = match self.out.node(old_id).val.as_ref() {
                     Some(Val::Tensor(l)) => {
-                        l.size == new_layout.size && l.stride == new_layout.stride && l.offset == new_layout.offset && l.dtype == new_layout.dtype
+                        l.size == new_layout.size
+                            && l.stride == new_layout.stride
+                            && l.offset == new_layout.offset
+                            && l.dtype == new_layout.dtype
                     }
                     _ => false,
                 };
-                let id = if same { old_id } else { self.as_strided(new.as_str(), old_id, &new_layout)? };
+                let id = if same {
+                    old_id
+                } else {
+                    self.as_strided(new.as_str(), old_id, &new_layout)?
+                };
                 self.buffers.insert(new.clone(), id);
                 if *delete_old && !same && !self.is_output(old) {
                     self.buffers.remove(old);
@@ -378,7 +436,10 @@ impl<'p> GraphLowering<'p> {
             }
             Line::KernelDefinition { kernel } => {
                 if !self.program.kernels.contains_key(kernel) {
-                    return Err(ErrorKind::Undefined { what: "kernel", name: kernel.to_string() });
+                    return Err(ErrorKind::Undefined {
+                        what: "kernel",
+                        name: kernel.to_string(),
+                    });
                 }
             }
             Line::KernelCall(call) => self.kernel_call(call)?,
@@ -395,7 +456,15 @@ impl<'p> GraphLowering<'p> {
                     Some(r) => (r.to_string(), self.val_of(r)?),
                     None => (extern_node_name(&call.op), None),
                 };
-                let id = self.out.push(&name, Op::Extern { target: call.op.clone(), args, kwargs }, val);
+                let id = self.out.push(
+                    &name,
+                    Op::Extern {
+                        target: call.op.clone(),
+                        args,
+                        kwargs,
+                    },
+                    val,
+                );
                 if let Some(r) = &call.result {
                     self.buffers.insert(r.clone(), id);
                 }
@@ -403,9 +472,21 @@ impl<'p> GraphLowering<'p> {
             Line::ExternKernelOut { call, out } => {
                 let (args, mut kwargs) = self.call_args(&call.args, &call.kwargs)?;
                 kwargs.insert("out".into(), Arg::Node(self.buffer(out)?));
-                self.out.push(&extern_node_name(&call.op), Op::Extern { target: call.op.clone(), args, kwargs }, None);
+                self.out.push(
+                    &extern_node_name(&call.op),
+                    Op::Extern {
+                        target: call.op.clone(),
+                        args,
+                        kwargs,
+                    },
+                    None,
+                );
             }
-            Line::MultiOutput { result, source, indices } => {
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } => {
                 let src = self.buffer(source)?;
                 let val = self.val_of(result)?;
                 if indices.is_empty() {
@@ -433,7 +514,12 @@ impl<'p> GraphLowering<'p> {
                     self.buffers.insert(result.clone(), cur);
                 }
             }
-            Line::IndexPutFallback { target, indices, values, accumulate } => {
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate,
+            } => {
                 let t = self.buffer(target)?;
                 let mut idx = Vec::new();
                 for i in indices {
@@ -474,7 +560,12 @@ impl<'p> GraphLowering<'p> {
                     None,
                 );
             }
-            Line::DynamicScalar { symbol, source, keypath, .. } => self.dynamic_scalar(symbol, source, keypath)?,
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => self.dynamic_scalar(symbol, source, keypath)?,
             Line::UnbackedSymbolDefs { source, bindings } => {
                 if bindings.is_empty() {
                     return Ok(());
@@ -509,7 +600,12 @@ impl<'p> GraphLowering<'p> {
                 let val = self.val_of(&c.result)?;
                 let id = self.out.push(
                     c.result.as_str(),
-                    Op::Cond { pred, true_graph: t, false_graph: f, operands },
+                    Op::Cond {
+                        pred,
+                        true_graph: t,
+                        false_graph: f,
+                        operands,
+                    },
                     val,
                 );
                 self.buffers.insert(c.result.clone(), id);
@@ -531,34 +627,67 @@ impl<'p> GraphLowering<'p> {
                 let val = self.val_of(&w.result)?;
                 let id = self.out.push(
                     w.result.as_str(),
-                    Op::WhileLoop { cond_graph: c, body_graph: b, carried, additional },
+                    Op::WhileLoop {
+                        cond_graph: c,
+                        body_graph: b,
+                        carried,
+                        additional,
+                    },
                     val,
                 );
                 self.buffers.insert(w.result.clone(), id);
             }
             Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
-            Line::AssertSizeStride { buffer, size, stride, context } => {
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            } => {
                 let t = self.buffer(buffer)?;
                 let size = self.exprs_of(size)?;
                 let stride = self.exprs_of(stride)?;
                 self.out.push(
                     "assert_size_stride",
-                    Op::AssertSizeStride { tensor: t, size, stride, context: context.clone() },
+                    Op::AssertSizeStride {
+                        tensor: t,
+                        size,
+                        stride,
+                        context: context.clone(),
+                    },
                     None,
                 );
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
                 let t = self.buffer(buffer)?;
-                self.out.push("assert_alignment", Op::AssertAlignment { tensor: t, alignment: *alignment }, None);
+                self.out.push(
+                    "assert_alignment",
+                    Op::AssertAlignment {
+                        tensor: t,
+                        alignment: *alignment,
+                    },
+                    None,
+                );
             }
             Line::RuntimeAssert { cond, message, .. } => {
                 let c = self.expr(cond)?;
-                self.out.push("_assert_scalar", Op::AssertScalar { cond: c, message: message.clone() }, None);
+                self.out.push(
+                    "_assert_scalar",
+                    Op::AssertScalar {
+                        cond: c,
+                        message: message.clone(),
+                    },
+                    None,
+                );
             }
             // Upstream's FX converter rejects symmetric-memory buffers; here they are an
             // explicit allocator call (the same one Inductor's Python wrapper uses), so
             // the graph stays complete and a backend without the allocator says so.
-            Line::CommBufferAllocate { buffer, comm_kind, group } => {
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            } => {
                 let layout = self.layout_of(buffer)?.clone();
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
@@ -569,7 +698,11 @@ impl<'p> GraphLowering<'p> {
                 kwargs.insert("comm_kind".to_string(), Arg::Str(comm_kind.clone()));
                 let id = self.out.push(
                     buffer.as_str(),
-                    Op::Extern { target: COMM_ALLOCATOR.to_string(), args: vec![Arg::List(size), Arg::List(stride)], kwargs },
+                    Op::Extern {
+                        target: COMM_ALLOCATOR.to_string(),
+                        args: vec![Arg::List(size), Arg::List(stride)],
+                        kwargs,
+                    },
                     Some(Val::Tensor(layout)),
                 );
                 self.buffers.insert(buffer.clone(), id);
@@ -590,7 +723,12 @@ impl<'p> GraphLowering<'p> {
             let stride = self.exprs_of(&layout.stride)?;
             return Ok(self.out.push(
                 name,
-                Op::EmptyStrided { size, stride, dtype: layout.dtype, device: layout.device.kind },
+                Op::EmptyStrided {
+                    size,
+                    stride,
+                    dtype: layout.dtype,
+                    device: layout.device.kind,
+                },
                 Some(Val::Tensor(layout.clone())),
             ));
         }
@@ -598,7 +736,12 @@ impl<'p> GraphLowering<'p> {
         let numel = self.expr(&layout.storage_numel_expr())?;
         let flat = self.out.push(
             "empty_strided",
-            Op::EmptyStrided { size: vec![numel], stride: vec![Arg::Int(1)], dtype: layout.dtype, device: layout.device.kind },
+            Op::EmptyStrided {
+                size: vec![numel],
+                stride: vec![Arg::Int(1)],
+                dtype: layout.dtype,
+                device: layout.device.kind,
+            },
             None,
         );
         self.as_strided(name, flat, layout)
@@ -608,7 +751,16 @@ impl<'p> GraphLowering<'p> {
         let size = self.exprs_of(&layout.size)?;
         let stride = self.exprs_of(&layout.stride)?;
         let offset = self.expr(&layout.offset)?;
-        Ok(self.out.push(name, Op::AsStrided { base, size, stride, offset }, Some(Val::Tensor(layout.clone()))))
+        Ok(self.out.push(
+            name,
+            Op::AsStrided {
+                base,
+                size,
+                stride,
+                offset,
+            },
+            Some(Val::Tensor(layout.clone())),
+        ))
     }
 
     fn getitem(&mut self, source: NodeId, key: IndexKey, name: Option<&str>) -> NodeId {
@@ -622,7 +774,9 @@ impl<'p> GraphLowering<'p> {
             IndexKey::Int(i) => Arg::Int(*i),
             IndexKey::Str(s) => Arg::Str(s.clone()),
         };
-        let id = self.out.push(name.unwrap_or("getitem"), Op::GetItem { source, index }, None);
+        let id = self
+            .out
+            .push(name.unwrap_or("getitem"), Op::GetItem { source, index }, None);
         self.getitems.insert((source, key), id);
         id
     }
@@ -633,7 +787,11 @@ impl<'p> GraphLowering<'p> {
             [] => {
                 let id = self.out.push(
                     symbol.as_str(),
-                    Op::Item { tensor: t, symbol: Some(symbol.clone()), multiplier: 1 },
+                    Op::Item {
+                        tensor: t,
+                        symbol: Some(symbol.clone()),
+                        multiplier: 1,
+                    },
                     None,
                 );
                 Arg::Node(id)
@@ -650,14 +808,22 @@ impl<'p> GraphLowering<'p> {
                 );
                 Arg::Node(self.out.push(
                     symbol.as_str(),
-                    Op::Item { tensor: as_int, symbol: Some(symbol.clone()), multiplier: 1 },
+                    Op::Item {
+                        tensor: as_int,
+                        symbol: Some(symbol.clone()),
+                        multiplier: 1,
+                    },
                     None,
                 ))
             }
             [KeyEntry::DivideBy(d)] => {
                 let raw = self.out.push(
                     &format!("{symbol}_undivided"),
-                    Op::Item { tensor: t, symbol: Some(symbol.clone()), multiplier: *d },
+                    Op::Item {
+                        tensor: t,
+                        symbol: Some(symbol.clone()),
+                        multiplier: *d,
+                    },
                     None,
                 );
                 let q = self.exact_div(Arg::Node(raw), *d, symbol)?;
@@ -686,13 +852,19 @@ impl<'p> GraphLowering<'p> {
     /// `value // d` after checking at run time that `d` divides `value`.
     fn exact_div(&mut self, value: Arg, d: i64, symbol: &Symbol) -> Res<Arg> {
         if d == 0 {
-            return Err(ErrorKind::KeyPath { symbol: symbol.clone(), message: "division by 0".into() });
+            return Err(ErrorKind::KeyPath {
+                symbol: symbol.clone(),
+                message: "division by 0".into(),
+            });
         }
         let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
         let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
         self.out.push(
             "_assert_scalar",
-            Op::AssertScalar { cond: ok, message: format!("{symbol}: value is not a multiple of {d}") },
+            Op::AssertScalar {
+                cond: ok,
+                message: format!("{symbol}: value is not a multiple of {d}"),
+            },
             None,
         );
         self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
@@ -703,7 +875,11 @@ impl<'p> GraphLowering<'p> {
             Some(Val::Tensor(l)) => {
                 let mut l = l.clone();
                 l.dtype = crate::ir::DType::Int64;
-                Some(Val::Tensor(Layout::contiguous(l.dtype, l.device, l.size.iter().cloned())))
+                Some(Val::Tensor(Layout::contiguous(
+                    l.dtype,
+                    l.device,
+                    l.size.iter().cloned(),
+                )))
             }
             _ => None,
         }
@@ -714,19 +890,31 @@ impl<'p> GraphLowering<'p> {
     /// `.storage_offset()` (one), an index, a division, a conversion or an
     /// inner-tensor attribute (one each).
     fn follow_path(&mut self, root: NodeId, path: &[KeyEntry], symbol: &Symbol) -> Res<Arg> {
-        let err = |message: String| ErrorKind::KeyPath { symbol: symbol.clone(), message };
+        let err = |message: String| ErrorKind::KeyPath {
+            symbol: symbol.clone(),
+            message,
+        };
         let mut cur = Arg::Node(root);
         let mut i = 0;
         while i < path.len() {
             let node = |cur: &Arg| match cur {
                 Arg::Node(n) => Ok(*n),
-                _ => Err(err(format!("step {} `{}` applies to an integer", i, crate::ir::KeyPathText(&path[i..=i])))),
+                _ => Err(err(format!(
+                    "step {} `{}` applies to an integer",
+                    i,
+                    crate::ir::KeyPathText(&path[i..=i])
+                ))),
             };
             match &path[i] {
                 KeyEntry::CallMethod(m @ (TensorMethod::Size | TensorMethod::Stride)) => {
                     let dim = match path.get(i + 1) {
                         Some(KeyEntry::Index(d)) => *d,
-                        _ => return Err(err(format!("`.{}()` must be followed by a dimension index", m.as_str()))),
+                        _ => {
+                            return Err(err(format!(
+                                "`.{}()` must be followed by a dimension index",
+                                m.as_str()
+                            )))
+                        }
                     };
                     let t = node(&cur)?;
                     cur = Arg::Node(self.read_dim(t, *m, dim));
@@ -752,7 +940,14 @@ impl<'p> GraphLowering<'p> {
                 }
                 KeyEntry::InnerTensor(attr) => {
                     let s = node(&cur)?;
-                    cur = Arg::Node(self.out.push(attr, Op::InnerTensor { source: s, attr: attr.clone() }, None));
+                    cur = Arg::Node(self.out.push(
+                        attr,
+                        Op::InnerTensor {
+                            source: s,
+                            attr: attr.clone(),
+                        },
+                        None,
+                    ));
                     i += 1;
                 }
             }
@@ -767,7 +962,10 @@ impl<'p> GraphLowering<'p> {
             .program
             .kernels
             .get(&call.kernel)
-            .ok_or_else(|| ErrorKind::Undefined { what: "kernel", name: call.kernel.to_string() })?;
+            .ok_or_else(|| ErrorKind::Undefined {
+                what: "kernel",
+                name: call.kernel.to_string(),
+            })?;
         match &def.backend {
             KernelBackend::Triton(meta) => self.triton_call(call, meta),
             _ => {
@@ -793,7 +991,15 @@ impl<'p> GraphLowering<'p> {
                         None => args.push(v),
                     }
                 }
-                self.out.push("call_kernel", Op::KernelCall { kernel: call.kernel.clone(), args, kwargs }, None);
+                self.out.push(
+                    "call_kernel",
+                    Op::KernelCall {
+                        kernel: call.kernel.clone(),
+                        args,
+                        kwargs,
+                    },
+                    None,
+                );
                 Ok(())
             }
         }
@@ -801,7 +1007,10 @@ impl<'p> GraphLowering<'p> {
 
     fn triton_call(&mut self, call: &KernelCall, meta: &TritonMeta) -> Res<()> {
         let kernel = call.kernel.to_string();
-        let err = |message: String| ErrorKind::KernelArgs { kernel: kernel.clone(), message };
+        let err = |message: String| ErrorKind::KernelArgs {
+            kernel: kernel.clone(),
+            message,
+        };
         let bound = meta.bind_args(&call.args).map_err(|e| err(e.to_string()))?;
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
@@ -811,13 +1020,19 @@ impl<'p> GraphLowering<'p> {
             }
             match (meta.baked_value(name), value) {
                 (Some(ConstValue::Int(c)), ArgValue::Expr(SymExpr::Int(v))) if c != *v => {
-                    return Err(err(format!("named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}")))
+                    return Err(err(format!(
+                        "named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}"
+                    )))
                 }
                 (Some(ConstValue::Bool(c)), ArgValue::Bool(v)) if c != *v => {
-                    return Err(err(format!("named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}")))
+                    return Err(err(format!(
+                        "named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}"
+                    )))
                 }
                 (None, _) => {
-                    return Err(err(format!("named argument `{name}` is a constexpr without a value in `constants` or the config")))
+                    return Err(err(format!(
+                        "named argument `{name}` is a constexpr without a value in `constants` or the config"
+                    )))
                 }
                 _ => {}
             }
@@ -830,7 +1045,9 @@ impl<'p> GraphLowering<'p> {
                 if let (Some(given), ConstValue::Int(cv)) = (bound.get(name.as_str()), c) {
                     if let ArgValue::Expr(SymExpr::Int(v)) = given {
                         if v != cv {
-                            return Err(err(format!("argument `{name}` = {v} conflicts with its constant value {cv}")));
+                            return Err(err(format!(
+                                "argument `{name}` = {v} conflicts with its constant value {cv}"
+                            )));
                         }
                     }
                 }
@@ -843,7 +1060,9 @@ impl<'p> GraphLowering<'p> {
                     param_exprs.insert(name.clone(), SymExpr::Int(*v));
                     Arg::Int(*v)
                 } else {
-                    return Err(err(format!("constexpr parameter `{name}` has no value in `constants` or the config")));
+                    return Err(err(format!(
+                        "constexpr parameter `{name}` has no value in `constants` or the config"
+                    )));
                 }
             } else {
                 let Some(given) = bound.get(name.as_str()) else {
@@ -857,7 +1076,11 @@ impl<'p> GraphLowering<'p> {
             kwargs.insert(name.clone(), value);
         }
         for (k, v) in &meta.config {
-            if meta.signature.get(k).is_some_and(|t| *t != crate::ir::SigType::Constexpr) {
+            if meta
+                .signature
+                .get(k)
+                .is_some_and(|t| *t != crate::ir::SigType::Constexpr)
+            {
                 return Err(err(format!("config key `{k}` names a runtime parameter")));
             }
             param_exprs.entry(k.clone()).or_insert(SymExpr::Int(*v));
@@ -871,14 +1094,22 @@ impl<'p> GraphLowering<'p> {
                 ArgValue::Expr(e) => {
                     param_exprs.insert(extra.clone(), e.clone());
                 }
-                other => return Err(err(format!("launcher argument `{extra}` must be an integer, got {other:?}"))),
+                other => {
+                    return Err(err(format!(
+                        "launcher argument `{extra}` must be an integer, got {other:?}"
+                    )))
+                }
             }
         }
         let grid = grid_exprs(meta, &param_exprs).map_err(err)?;
         let grid = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
         self.out.push(
             "triton_kernel_wrapper_mutation",
-            Op::TritonKernel { kernel: call.kernel.clone(), grid, kwargs },
+            Op::TritonKernel {
+                kernel: call.kernel.clone(),
+                grid,
+                kwargs,
+            },
             None,
         );
         Ok(())
@@ -893,7 +1124,10 @@ impl<'p> GraphLowering<'p> {
         let mut union: Vec<Symbol> = Vec::new();
         for n in names {
             if !self.program.subgraphs.contains_key(*n) {
-                return Err(ErrorKind::Undefined { what: "subgraph", name: n.to_string() });
+                return Err(ErrorKind::Undefined {
+                    what: "subgraph",
+                    name: n.to_string(),
+                });
             }
             let (g, lifted) = GraphLowering::run(self.program, Some(n), self.options)
                 .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
@@ -919,18 +1153,26 @@ impl<'p> GraphLowering<'p> {
         }
         match ids.as_slice() {
             [a, b] => Ok([*a, *b]),
-            _ => Err(ErrorKind::Unsupported("conditionals and loops take exactly two subgraphs".into())),
+            _ => Err(ErrorKind::Unsupported(
+                "conditionals and loops take exactly two subgraphs".into(),
+            )),
         }
     }
 
     // ---- values -------------------------------------------------------------
 
     fn is_output(&self, b: &BufName) -> bool {
-        self.ir.outputs.iter().any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
+        self.ir
+            .outputs
+            .iter()
+            .any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
     }
 
     fn buffer(&self, b: &BufName) -> Res<NodeId> {
-        self.buffers.get(b).copied().ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
+        self.buffers
+            .get(b)
+            .copied()
+            .ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
     }
 
     fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
@@ -938,7 +1180,10 @@ impl<'p> GraphLowering<'p> {
             Some(BufferKind::Tensor(l)) => Ok(l),
             _ => match self.program.constants.get(b) {
                 Some(l) => Ok(l),
-                None => Err(ErrorKind::Undefined { what: "tensor buffer declaration", name: b.to_string() }),
+                None => Err(ErrorKind::Undefined {
+                    what: "tensor buffer declaration",
+                    name: b.to_string(),
+                }),
             },
         }
     }
@@ -947,7 +1192,12 @@ impl<'p> GraphLowering<'p> {
         Ok(match self.ir.buffers.get(b).map(|d| &d.kind) {
             Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
             Some(BufferKind::Multi) => Some(Val::Multi),
-            None => return Err(ErrorKind::Undefined { what: "buffer declaration", name: b.to_string() }),
+            None => {
+                return Err(ErrorKind::Undefined {
+                    what: "buffer declaration",
+                    name: b.to_string(),
+                })
+            }
         })
     }
 
@@ -959,7 +1209,9 @@ impl<'p> GraphLowering<'p> {
             return Err(ErrorKind::UnboundSymbol(s.clone()));
         }
         // A subgraph reads a parent symbol: lift it into a trailing placeholder.
-        let id = self.out.push(s.as_str(), Op::Placeholder(Placeholder::Symbol(s.clone())), None);
+        let id = self
+            .out
+            .push(s.as_str(), Op::Placeholder(Placeholder::Symbol(s.clone())), None);
         self.out.bind_symbol(id, s.clone());
         self.lifted.push(s.clone());
         self.symbols.insert(s.clone(), Arg::Node(id));
@@ -997,7 +1249,11 @@ impl<'p> GraphLowering<'p> {
             SymExpr::Mod(a, b) => self.binary(SymOp::CMod, a, b)?,
             SymExpr::PythonMod(a, b) => self.binary(SymOp::PyMod, a, b)?,
             SymExpr::ModularIndexing(x, d, m) => {
-                let q = if **d == SymExpr::Int(1) { self.expr(x)? } else { self.binary(SymOp::FloorDiv, x, d)? };
+                let q = if **d == SymExpr::Int(1) {
+                    self.expr(x)?
+                } else {
+                    self.binary(SymOp::FloorDiv, x, d)?
+                };
                 let m = self.expr(m)?;
                 self.sym(SymOp::PyMod, vec![q, m])?
             }
@@ -1060,7 +1316,10 @@ impl<'p> GraphLowering<'p> {
             return match op.eval(&l) {
                 Ok(fx::Scalar::Int(v)) => Ok(Arg::Int(v)),
                 Ok(fx::Scalar::Bool(b)) => Ok(Arg::Bool(b)),
-                Err(e) => Err(ErrorKind::Fold { expr: op.node_name().into(), message: e.to_string() }),
+                Err(e) => Err(ErrorKind::Fold {
+                    expr: op.node_name().into(),
+                    message: e.to_string(),
+                }),
             };
         }
         Ok(Arg::Node(self.out.push(op.node_name(), Op::Sym { op, args }, None)))
@@ -1099,7 +1358,10 @@ impl<'p> GraphLowering<'p> {
 fn normalize_lifted(g: &mut fx::Graph, union: &[Symbol]) {
     let mut lifted_ids: Vec<NodeId> = Vec::new();
     for s in union {
-        let existing = g.placeholders().find(|(_, n)| n.name == s.as_str() && n.binds.contains(s)).map(|(id, _)| id);
+        let existing = g
+            .placeholders()
+            .find(|(_, n)| n.name == s.as_str() && n.binds.contains(s))
+            .map(|(id, _)| id);
         let id = match existing {
             Some(id) => id,
             None => {
@@ -1141,7 +1403,11 @@ fn extern_node_name(op: &str) -> String {
     let s = op.strip_prefix("torch.ops.").unwrap_or(op);
     let s = s.strip_prefix("extern_kernels.").unwrap_or(s);
     let s = s.strip_prefix("aten.").unwrap_or(s);
-    s.split('.').next().filter(|s| !s.is_empty()).unwrap_or("extern").to_string()
+    s.split('.')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("extern")
+        .to_string()
 }
 
 /// `a` and `rest` with `e == a*s + rest` and `s` not in `rest`.

@@ -2,7 +2,7 @@
 //! surface: `Options`, an `Error` type, a `Writer` over `fmt::Write`, and a
 //! `write_string` entry point.
 
-pub mod fx;
-pub mod python;
 pub mod cpp;
+pub mod fx;
 pub mod launches;
+pub mod python;

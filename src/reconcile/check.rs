@@ -146,7 +146,11 @@ fn summary(entry: &LaunchEntry) -> String {
     let mut s = format!("{n} arg{}", if n == 1 { "" } else { "s" });
     if !entry.validations.is_empty() {
         let values: usize = entry.validations.iter().map(|v| v.values_proven).sum();
-        let _ = write!(s, ", {values} emitted value{} proven", if values == 1 { "" } else { "s" });
+        let _ = write!(
+            s,
+            ", {values} emitted value{} proven",
+            if values == 1 { "" } else { "s" }
+        );
         if entry.validations.iter().all(|v| v.grid_proven == Some(true)) {
             s.push_str(", grid proven");
         }
@@ -163,8 +167,20 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
         }
     };
     if let Some(r) = &entry.record {
-        let args: Vec<String> = r.args.iter().map(|a| format!("{}: {} = {}", a.param, a.ty, describe(&a.value))).collect();
-        let _ = writeln!(out, "    args: {}", if args.is_empty() { "none".to_string() } else { args.join(", ") });
+        let args: Vec<String> = r
+            .args
+            .iter()
+            .map(|a| format!("{}: {} = {}", a.param, a.ty, describe(&a.value)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "    args: {}",
+            if args.is_empty() {
+                "none".to_string()
+            } else {
+                args.join(", ")
+            }
+        );
         if !r.baked.is_empty() {
             let baked: Vec<String> = r.baked.iter().map(|b| format!("{} = {}", b.param, b.value)).collect();
             let _ = writeln!(out, "    baked: {}", baked.join(", "));
@@ -172,7 +188,12 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
         for s in &r.scratch {
             match &s.total_bytes {
                 Some(t) => {
-                    let _ = writeln!(out, "    {} scratch: {} bytes per CTA, {t} bytes", s.kind.as_str(), s.bytes_per_cta);
+                    let _ = writeln!(
+                        out,
+                        "    {} scratch: {} bytes per CTA, {t} bytes",
+                        s.kind.as_str(),
+                        s.bytes_per_cta
+                    );
                 }
                 None => {
                     let _ = writeln!(out, "    {} scratch: null pointer", s.kind.as_str());
@@ -183,7 +204,10 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
         for g in &r.guards {
             let _ = writeln!(out, "    guard: {} ({})", g.cond, g.message);
         }
-        let evidence = r.evidence.iter().chain(entry.validations.iter().flat_map(|v| v.evidence.iter()));
+        let evidence = r
+            .evidence
+            .iter()
+            .chain(entry.validations.iter().flat_map(|v| v.evidence.iter()));
         for e in evidence {
             let word = match e.verdict {
                 EvidenceVerdict::Proven => "proven",
@@ -200,16 +224,32 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
     }
     if let Verdict::Failed(f) = &entry.verdict {
         let cx = match f {
-            Failure::Reconcile(Error { kind: ErrorKind::ConstantMismatch { counterexample: Some(c), passed, constant, .. }, .. })
-                if !c.assignment.is_empty() =>
-            {
-                Some(format!("where {c}: the call passes {} = {}, the constant is {constant}", passed, c.lhs))
-            }
-            Failure::Emitted { mismatch: Mismatch::Value { counterexample: Some(c), expected, found, .. }, .. }
-                if !c.assignment.is_empty() =>
-            {
-                Some(format!("where {c}: emitted {found} = {}, canonical {expected} = {}", c.rhs, c.lhs))
-            }
+            Failure::Reconcile(Error {
+                kind:
+                    ErrorKind::ConstantMismatch {
+                        counterexample: Some(c),
+                        passed,
+                        constant,
+                        ..
+                    },
+                ..
+            }) if !c.assignment.is_empty() => Some(format!(
+                "where {c}: the call passes {} = {}, the constant is {constant}",
+                passed, c.lhs
+            )),
+            Failure::Emitted {
+                mismatch:
+                    Mismatch::Value {
+                        counterexample: Some(c),
+                        expected,
+                        found,
+                        ..
+                    },
+                ..
+            } if !c.assignment.is_empty() => Some(format!(
+                "where {c}: emitted {found} = {}, canonical {expected} = {}",
+                c.rhs, c.lhs
+            )),
             _ => None,
         };
         if let Some(cx) = cx {
@@ -234,11 +274,18 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
     let mut calls: Vec<(GraphName, usize, &KernelCall)> = Vec::new();
     for gi in info.graphs() {
         let name = gi.name();
-        let graph = if name.as_str() == crate::ir::MAIN_GRAPH { Some(&program.main) } else { program.subgraphs.get(name) };
+        let graph = if name.as_str() == crate::ir::MAIN_GRAPH {
+            Some(&program.main)
+        } else {
+            program.subgraphs.get(name)
+        };
         let Some(graph) = graph else { continue };
         for (i, line) in graph.lines.iter().enumerate() {
             if let Line::KernelCall(c) = line {
-                if matches!(program.kernels.get(&c.kernel).map(|d| &d.backend), Some(KernelBackend::Triton(_))) {
+                if matches!(
+                    program.kernels.get(&c.kernel).map(|d| &d.backend),
+                    Some(KernelBackend::Triton(_))
+                ) {
                     calls.push((name.clone(), i, c));
                 }
             }
@@ -253,12 +300,23 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
     };
     let cache = ProofCache::new(Facts::from_program(program), options.limits.clone());
     let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
-        let mine: Vec<&EmittedLaunch> = emitted.iter().filter(|e| e.graph == *graph && e.line == *line).collect();
+        let mine: Vec<&EmittedLaunch> = emitted
+            .iter()
+            .filter(|e| e.graph == *graph && e.line == *line)
+            .collect();
         check_one(info, graph, *line, call, &cache, lowering.as_deref(), &mine)
     };
-    let entries: Vec<LaunchEntry> =
-        if options.parallel { calls.par_iter().map(one).collect() } else { calls.iter().map(one).collect() };
-    let mut totals = Totals { launches: entries.len(), proofs: cache.misses(), cached: cache.hits(), ..Totals::default() };
+    let entries: Vec<LaunchEntry> = if options.parallel {
+        calls.par_iter().map(one).collect()
+    } else {
+        calls.iter().map(one).collect()
+    };
+    let mut totals = Totals {
+        launches: entries.len(),
+        proofs: cache.misses(),
+        cached: cache.hits(),
+        ..Totals::default()
+    };
     for e in &entries {
         match e.verdict {
             Verdict::Proven => totals.proven += 1,
@@ -266,7 +324,12 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
             Verdict::Failed(_) => totals.failed += 1,
         }
     }
-    CheckReport { entries, totals, lowering, emit_error }
+    CheckReport {
+        entries,
+        totals,
+        lowering,
+        emit_error,
+    }
 }
 
 fn check_one(
@@ -302,7 +365,10 @@ fn check_one(
                     entry.validations.push(v);
                 }
                 Err(mismatch) => {
-                    entry.verdict = Verdict::Failed(Failure::Emitted { lowering: lowering.to_string(), mismatch });
+                    entry.verdict = Verdict::Failed(Failure::Emitted {
+                        lowering: lowering.to_string(),
+                        mismatch,
+                    });
                     entry.record = Some(record);
                     return entry;
                 }

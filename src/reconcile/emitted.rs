@@ -3,11 +3,11 @@
 
 use super::check::{CheckReport, Failure, Verdict};
 use super::record::{describe, interval_text, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
-use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
-use crate::sym::egraph::{Bound, Interval};
 use crate::fx::{self, Arg, Op, Placeholder, SymOp, Val};
 use crate::ir::{ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, ProgramInfo, MAIN_GRAPH};
+use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
+use crate::sym::egraph::{Bound, Interval};
 use crate::sym::{CmpOp, Outcome, SymExpr};
 
 /// A value a lowering passes for one kernel parameter.
@@ -171,7 +171,10 @@ pub fn validate_emitted(
     cache: &ProofCache,
 ) -> Result<Validated, Mismatch> {
     if emitted.kernel != record.kernel {
-        return Err(Mismatch::Kernel { expected: record.kernel.clone(), found: emitted.kernel.clone() });
+        return Err(Mismatch::Kernel {
+            expected: record.kernel.clone(),
+            found: emitted.kernel.clone(),
+        });
     }
     let mut out = Validated::default();
     for (param, value) in &emitted.args {
@@ -218,9 +221,18 @@ pub fn validate_emitted(
         let kinds = |k: &mut dyn Iterator<Item = ScratchKind>| k.map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
         let want = kinds(&mut record.scratch.iter().map(|s| s.kind));
         let got = kinds(&mut scratch.iter().map(|s| s.kind));
-        let text = |s: String| if s.is_empty() { "none".to_string() } else { format!("[{s}]") };
+        let text = |s: String| {
+            if s.is_empty() {
+                "none".to_string()
+            } else {
+                format!("[{s}]")
+            }
+        };
         if want != got {
-            return Err(Mismatch::Scratch { expected: text(want), found: text(got) });
+            return Err(Mismatch::Scratch {
+                expected: text(want),
+                found: text(got),
+            });
         }
         for (canonical, e) in record.scratch.iter().zip(scratch) {
             let param = format!("{} scratch bytes", e.kind.as_str());
@@ -232,8 +244,16 @@ pub fn validate_emitted(
                     }
                 }
                 (a, b) => {
-                    let show = |x: &Option<SymExpr>| x.as_ref().map_or_else(|| "a null pointer".to_string(), |x| x.to_string());
-                    return Err(Mismatch::Value { param, expected: show(a), found: show(b), counterexample: None });
+                    let show = |x: &Option<SymExpr>| {
+                        x.as_ref()
+                            .map_or_else(|| "a null pointer".to_string(), |x| x.to_string())
+                    };
+                    return Err(Mismatch::Value {
+                        param,
+                        expected: show(a),
+                        found: show(b),
+                        counterexample: None,
+                    });
                 }
             }
         }
@@ -250,17 +270,30 @@ fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Res
     let raw = cache.bounds(&r.value);
     let range_text = interval_text(raw);
     // Every defined value is an `i64` (evaluation is checked 64-bit).
-    let range = Interval { lo: raw.lo.max(Bound::Fin(i64::MIN.into())), hi: raw.hi.min(Bound::Fin(i64::MAX.into())) };
+    let range = Interval {
+        lo: raw.lo.max(Bound::Fin(i64::MIN.into())),
+        hi: raw.hi.min(Bound::Fin(i64::MAX.into())),
+    };
     let (lo, hi) = (Bound::Fin(i128::from(r.lo)), Bound::Fin(i128::from(r.hi)));
     let claim = format!("emitted {}: {} in [{}, {}]", r.what, r.value, r.lo, r.hi);
     let lo_ok = range.lo >= lo;
     let hi_ok = range.hi <= hi;
     if lo_ok && hi_ok {
-        out.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Proven, detail: format!("{} in {range_text}", r.value) });
+        out.evidence.push(Evidence {
+            claim,
+            verdict: EvidenceVerdict::Proven,
+            detail: format!("{} in {range_text}", r.value),
+        });
         return Ok(());
     }
     if range.hi < lo || range.lo > hi {
-        return Err(Mismatch::OutOfRange { what: r.what.clone(), value: r.value.clone(), range: range_text, lo: r.lo, hi: r.hi });
+        return Err(Mismatch::OutOfRange {
+            what: r.what.clone(),
+            value: r.value.clone(),
+            range: range_text,
+            lo: r.lo,
+            hi: r.hi,
+        });
     }
     let mut conds = Vec::new();
     if !lo_ok {
@@ -269,7 +302,11 @@ fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Res
     if !hi_ok {
         conds.push(SymExpr::cmp(CmpOp::Le, r.value.clone(), SymExpr::Int(r.hi)));
     }
-    let cond = if conds.len() == 1 { conds.remove(0) } else { SymExpr::And(conds) };
+    let cond = if conds.len() == 1 {
+        conds.remove(0)
+    } else {
+        SymExpr::And(conds)
+    };
     out.evidence.push(Evidence {
         claim,
         verdict: EvidenceVerdict::Guarded,
@@ -277,18 +314,31 @@ fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Res
     });
     out.guards.push(Guard {
         param: r.what.clone(),
-        message: format!("{}: cannot prove {} in [{}, {}] (range {range_text})", r.what, r.value, r.lo, r.hi),
+        message: format!(
+            "{}: cannot prove {} in [{}, {}] (range {range_text})",
+            r.what, r.value, r.lo, r.hi
+        ),
         cond,
     });
     Ok(())
 }
 
 /// Proves `canonical == emitted`; `Ok(false)` when only guarded.
-fn prove(cache: &ProofCache, param: &str, canonical: &SymExpr, emitted: &SymExpr, out: &mut Validated) -> Result<bool, Mismatch> {
+fn prove(
+    cache: &ProofCache,
+    param: &str,
+    canonical: &SymExpr,
+    emitted: &SymExpr,
+    out: &mut Validated,
+) -> Result<bool, Mismatch> {
     let claim = format!("emitted {param}: {emitted} == {canonical}");
     match cache.prove(canonical, emitted) {
         Outcome::Proven(e) => {
-            out.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Proven, detail: e.flat_string().to_string() });
+            out.evidence.push(Evidence {
+                claim,
+                verdict: EvidenceVerdict::Proven,
+                detail: e.flat_string().to_string(),
+            });
             Ok(true)
         }
         Outcome::Disproved(c) => Err(Mismatch::Value {
@@ -303,7 +353,11 @@ fn prove(cache: &ProofCache, param: &str, canonical: &SymExpr, emitted: &SymExpr
                 cond: SymExpr::cmp(CmpOp::Eq, emitted.clone(), canonical.clone()),
                 message: format!("{param}: cannot prove emitted {emitted} == {canonical}"),
             });
-            out.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Guarded, detail: reason });
+            out.evidence.push(Evidence {
+                claim,
+                verdict: EvidenceVerdict::Guarded,
+                detail: reason,
+            });
             Ok(false)
         }
     }
@@ -329,12 +383,20 @@ fn same_buffer(info: &ProgramInfo<'_>, graph: &GraphName, a: &BufName, b: &BufNa
         return true;
     }
     let program = info.program();
-    let g = if graph.as_str() == MAIN_GRAPH { Some(&program.main) } else { program.subgraphs.get(graph) };
+    let g = if graph.as_str() == MAIN_GRAPH {
+        Some(&program.main)
+    } else {
+        program.subgraphs.get(graph)
+    };
     let Some(g) = g else { return false };
     let mut parent: std::collections::HashMap<&BufName, &BufName> = std::collections::HashMap::new();
     for line in &g.lines {
         match line {
-            Line::MultiOutput { result, source, indices } if indices.is_empty() => {
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } if indices.is_empty() => {
                 parent.insert(result, source);
             }
             Line::Reuse { old, new, .. } if g.layout(old).is_some() && g.layout(old) == g.layout(new) => {
@@ -381,7 +443,10 @@ impl LaunchEmitter for FxLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError { lowering: "fx".into(), message };
+        let err = |message: String| EmitError {
+            lowering: "fx".into(),
+            message,
+        };
         let graph = crate::lower::fx::lower(info, &self.options).map_err(|e| err(e.to_string()))?;
         let mut out = Vec::new();
         collect_fx(info, &graph, &GraphName::new(MAIN_GRAPH), &mut out).map_err(err)?;
@@ -391,9 +456,18 @@ impl LaunchEmitter for FxLaunches {
 
 /// Collects the Triton launches of one FX graph (and its subgraphs), pairing
 /// the n-th launch node with the n-th Triton call line of the IR graph.
-fn collect_fx(info: &ProgramInfo<'_>, g: &fx::Graph, name: &GraphName, out: &mut Vec<EmittedLaunch>) -> Result<(), String> {
+fn collect_fx(
+    info: &ProgramInfo<'_>,
+    g: &fx::Graph,
+    name: &GraphName,
+    out: &mut Vec<EmittedLaunch>,
+) -> Result<(), String> {
     let program = info.program();
-    let ir = if name.as_str() == MAIN_GRAPH { Some(&program.main) } else { program.subgraphs.get(name) };
+    let ir = if name.as_str() == MAIN_GRAPH {
+        Some(&program.main)
+    } else {
+        program.subgraphs.get(name)
+    };
     let ir = ir.ok_or_else(|| format!("FX subgraph `{name}` has no IR graph"))?;
     let calls: Vec<(usize, &KernelName)> = ir
         .lines
@@ -401,7 +475,10 @@ fn collect_fx(info: &ProgramInfo<'_>, g: &fx::Graph, name: &GraphName, out: &mut
         .enumerate()
         .filter_map(|(i, l)| match l {
             Line::KernelCall(c)
-                if matches!(program.kernels.get(&c.kernel).map(|d| &d.backend), Some(KernelBackend::Triton(_))) =>
+                if matches!(
+                    program.kernels.get(&c.kernel).map(|d| &d.backend),
+                    Some(KernelBackend::Triton(_))
+                ) =>
             {
                 Some((i, &c.kernel))
             }
@@ -413,7 +490,10 @@ fn collect_fx(info: &ProgramInfo<'_>, g: &fx::Graph, name: &GraphName, out: &mut
         if let Op::TritonKernel { kernel, grid, kwargs } = &node.op {
             let mut args = Vec::new();
             for (p, a) in kwargs {
-                args.push((p.clone(), fx_value(g, a).map_err(|m| format!("kernel `{kernel}`, `{p}`: {m}"))?));
+                args.push((
+                    p.clone(),
+                    fx_value(g, a).map_err(|m| format!("kernel `{kernel}`, `{p}`: {m}"))?,
+                ));
             }
             let mut dims = Vec::new();
             for a in grid {
@@ -434,7 +514,15 @@ fn collect_fx(info: &ProgramInfo<'_>, g: &fx::Graph, name: &GraphName, out: &mut
         ));
     }
     for ((line, _), (kernel, args, grid)) in calls.into_iter().zip(launches) {
-        out.push(EmittedLaunch { kernel, graph: name.clone(), line, args, grid: Some(grid), scratch: None, ranges: Vec::new() });
+        out.push(EmittedLaunch {
+            kernel,
+            graph: name.clone(),
+            line,
+            args,
+            grid: Some(grid),
+            scratch: None,
+            ranges: Vec::new(),
+        });
     }
     for (sub, sg) in &g.subgraphs {
         collect_fx(info, sg, &GraphName::new(sub), out)?;
@@ -446,7 +534,10 @@ fn is_tensor(node: &fx::Node) -> bool {
     matches!(node.val, Some(Val::Tensor(_)))
         || matches!(
             node.op,
-            Op::Placeholder(Placeholder::Tensor(_)) | Op::Constant { .. } | Op::EmptyStrided { .. } | Op::AsStrided { .. }
+            Op::Placeholder(Placeholder::Tensor(_))
+                | Op::Constant { .. }
+                | Op::EmptyStrided { .. }
+                | Op::AsStrided { .. }
         )
 }
 
@@ -491,7 +582,11 @@ fn fx_expr(g: &fx::Graph, a: &Arg) -> Result<SymExpr, String> {
         Op::SymSize { tensor, dim: d } => dim(&layout_of(*tensor)?.size, *d, *tensor),
         Op::SymStride { tensor, dim: d } => dim(&layout_of(*tensor)?.stride, *d, *tensor),
         Op::SymStorageOffset { tensor } => Ok(layout_of(*tensor)?.offset.clone()),
-        Op::Item { symbol: Some(s), multiplier, .. } => Ok(SymExpr::mul(SymExpr::Int(*multiplier), SymExpr::Sym(s.clone()))),
+        Op::Item {
+            symbol: Some(s),
+            multiplier,
+            ..
+        } => Ok(SymExpr::mul(SymExpr::Int(*multiplier), SymExpr::Sym(s.clone()))),
         Op::Sym { op, args } => {
             let xs = args.iter().map(|x| fx_expr(g, x)).collect::<Result<Vec<_>, _>>()?;
             let two = |xs: Vec<SymExpr>| -> Result<(Box<SymExpr>, Box<SymExpr>), String> {
@@ -568,10 +663,16 @@ impl LaunchEmitter for PythonLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError { lowering: "python".into(), message };
+        let err = |message: String| EmitError {
+            lowering: "python".into(),
+            message,
+        };
         let (_, printed) =
             crate::lower::python::write_string_with_launches(info, &self.options).map_err(|e| err(e.to_string()))?;
-        printed.into_iter().map(|p| python_launch(info, p).map_err(err)).collect()
+        printed
+            .into_iter()
+            .map(|p| python_launch(info, p).map_err(err))
+            .collect()
     }
 }
 
@@ -590,7 +691,11 @@ fn python_launch(info: &ProgramInfo<'_>, p: PrintedLaunch) -> Result<EmittedLaun
             Some(n) => n,
             None => {
                 let n = def_args.get(positional).ok_or_else(|| {
-                    format!("{at}: {} positional arguments but the launcher takes {}", positional + 1, def_args.len())
+                    format!(
+                        "{at}: {} positional arguments but the launcher takes {}",
+                        positional + 1,
+                        def_args.len()
+                    )
                 })?;
                 positional += 1;
                 (*n).to_string()
@@ -615,14 +720,30 @@ fn python_launch(info: &ProgramInfo<'_>, p: PrintedLaunch) -> Result<EmittedLaun
         }
     }
     let grid = launcher_grid(meta, &scope).map_err(|m| format!("{at}: {m}"))?;
-    Ok(EmittedLaunch { kernel: p.kernel, graph: p.graph, line: p.line, args, grid: Some(grid), scratch: None, ranges: Vec::new() })
+    Ok(EmittedLaunch {
+        kernel: p.kernel,
+        graph: p.graph,
+        line: p.line,
+        args,
+        grid: Some(grid),
+        scratch: None,
+        ranges: Vec::new(),
+    })
 }
 
 /// The grid Inductor's Python launcher computes from its arguments (`scope`)
 /// and the config's kwargs.
-fn launcher_grid(meta: &crate::ir::TritonMeta, scope: &std::collections::HashMap<&str, SymExpr>) -> Result<[SymExpr; 3], String> {
+fn launcher_grid(
+    meta: &crate::ir::TritonMeta,
+    scope: &std::collections::HashMap<&str, SymExpr>,
+) -> Result<[SymExpr; 3], String> {
     use crate::ir::GridType;
-    let arg = |n: &str| scope.get(n).cloned().ok_or_else(|| format!("the launcher's grid needs `{n}`, which it is not passed"));
+    let arg = |n: &str| {
+        scope
+            .get(n)
+            .cloned()
+            .ok_or_else(|| format!("the launcher's grid needs `{n}`, which it is not passed"))
+    };
     let config = |n: &str| meta.config.get(n).copied();
     // `ceildiv(numel, block)`: `-((numel) // -(block))`; the numel itself when
     // the config has no such block size or it is 1; folded for literals.
@@ -632,7 +753,11 @@ fn launcher_grid(meta: &crate::ir::TritonMeta, scope: &std::collections::HashMap
             Some(SymExpr::Int(0)) => Err("a block size of 0 divides by zero".into()),
             Some(b) => {
                 if let (SymExpr::Int(n), SymExpr::Int(k)) = (&numel, &b) {
-                    if let Some(v) = k.checked_neg().and_then(|nk| py_floor_div(*n, nk)).and_then(i64::checked_neg) {
+                    if let Some(v) = k
+                        .checked_neg()
+                        .and_then(|nk| py_floor_div(*n, nk))
+                        .and_then(i64::checked_neg)
+                    {
                         return Ok(SymExpr::Int(v));
                     }
                 }
@@ -640,12 +765,17 @@ fn launcher_grid(meta: &crate::ir::TritonMeta, scope: &std::collections::HashMap
             }
         }
     };
-    let over = |numel: &str, block: &str| -> Result<SymExpr, String> { ceildiv(arg(numel)?, config(block).map(SymExpr::Int)) };
+    let over =
+        |numel: &str, block: &str| -> Result<SymExpr, String> { ceildiv(arg(numel)?, config(block).map(SymExpr::Int)) };
     let one = SymExpr::Int(1);
     Ok(match &meta.grid_type {
         GridType::Grid1D => [over("xnumel", "XBLOCK")?, one.clone(), one],
         GridType::Grid2D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, one],
-        GridType::Grid3D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, over("znumel", "ZBLOCK")?],
+        GridType::Grid3D => [
+            over("xnumel", "XBLOCK")?,
+            over("ynumel", "YBLOCK")?,
+            over("znumel", "ZBLOCK")?,
+        ],
         GridType::Grid2DWithYZOverflow { max_y_grid } => {
             let raw = over("ynumel", "YBLOCK")?;
             let div = ceildiv(raw.clone(), Some(SymExpr::Int(*max_y_grid)))?;
@@ -665,10 +795,17 @@ fn launcher_grid(meta: &crate::ir::TritonMeta, scope: &std::collections::HashMap
             let subst = |e: &SymExpr| -> Result<SymExpr, String> {
                 for s in e.free_symbols() {
                     if !scope.contains_key(s.as_str()) && config(s.as_str()).is_none() {
-                        return Err(format!("the precomputed grid `{e}` needs `{s}`, which the launcher is not passed"));
+                        return Err(format!(
+                            "the precomputed grid `{e}` needs `{s}`, which the launcher is not passed"
+                        ));
                     }
                 }
-                Ok(e.substitute(&|s| scope.get(s.as_str()).cloned().or_else(|| config(s.as_str()).map(SymExpr::Int))))
+                Ok(e.substitute(&|s| {
+                    scope
+                        .get(s.as_str())
+                        .cloned()
+                        .or_else(|| config(s.as_str()).map(SymExpr::Int))
+                }))
             };
             [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
         }
@@ -703,9 +840,13 @@ impl LaunchEmitter for CppLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError { lowering: self.name().into(), message };
+        let err = |message: String| EmitError {
+            lowering: self.name().into(),
+            message,
+        };
         let options = crate::lower::cpp::Options::for_dialect(self.dialect);
-        let (_, printed) = crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| err(e.to_string()))?;
+        let (_, printed) =
+            crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| err(e.to_string()))?;
         printed.into_iter().map(|p| cpp_launch(p).map_err(err)).collect()
     }
 }
@@ -714,7 +855,9 @@ fn cpp_launch(p: PrintedLaunch) -> Result<EmittedLaunch, String> {
     let at = format!("graph `{}`, line {}, kernel `{}`", p.graph, p.line, p.kernel);
     let mut args = Vec::with_capacity(p.args.len());
     for a in p.args {
-        let param = a.param.ok_or_else(|| format!("{at}: an argument without its parameter"))?;
+        let param = a
+            .param
+            .ok_or_else(|| format!("{at}: an argument without its parameter"))?;
         let value = emitted_value(a.value).map_err(|m| format!("{at}, `{param}`: {m}"))?;
         args.push((param, value));
     }
@@ -729,8 +872,25 @@ fn cpp_launch(p: PrintedLaunch) -> Result<EmittedLaunch, String> {
             })
             .collect()
     });
-    let ranges = p.ranges.into_iter().map(|r| EmittedRange { what: r.what, value: r.value, lo: r.lo, hi: r.hi }).collect();
-    Ok(EmittedLaunch { kernel: p.kernel, graph: p.graph, line: p.line, args, grid: p.grid, scratch, ranges })
+    let ranges = p
+        .ranges
+        .into_iter()
+        .map(|r| EmittedRange {
+            what: r.what,
+            value: r.value,
+            lo: r.lo,
+            hi: r.hi,
+        })
+        .collect();
+    Ok(EmittedLaunch {
+        kernel: p.kernel,
+        graph: p.graph,
+        line: p.line,
+        args,
+        grid: p.grid,
+        scratch,
+        ranges,
+    })
 }
 
 /// A printed value as an emitted kernel argument.
@@ -773,10 +933,17 @@ pub enum LoweringVerdict {
 }
 
 /// Reconciles every Triton launch and validates the launches of each emitter.
-pub fn check_lowerings(info: &ProgramInfo<'_>, options: &super::Options, emitters: &[&dyn LaunchEmitter]) -> LoweringsReport {
+pub fn check_lowerings(
+    info: &ProgramInfo<'_>,
+    options: &super::Options,
+    emitters: &[&dyn LaunchEmitter],
+) -> LoweringsReport {
     LoweringsReport {
         base: super::check_program(info, options),
-        lowerings: emitters.iter().map(|e| super::check_program_against(info, options, *e)).collect(),
+        lowerings: emitters
+            .iter()
+            .map(|e| super::check_program_against(info, options, *e))
+            .collect(),
     }
 }
 
@@ -784,14 +951,22 @@ impl LoweringsReport {
     /// `true` when every launch reconciles and every lowering reported its
     /// launches and none differs from the canonical one.
     pub fn is_ok(&self) -> bool {
-        self.base.is_ok() && self.lowerings.iter().all(|r| r.is_ok() && r.entries.iter().all(|e| !e.validations.is_empty()))
+        self.base.is_ok()
+            && self
+                .lowerings
+                .iter()
+                .all(|r| r.is_ok() && r.entries.iter().all(|e| !e.validations.is_empty()))
     }
 
     /// How lowering `lowering` (an index into [`LoweringsReport::lowerings`])
     /// fared on launch `entry` (an index into the base report's entries).
     pub fn verdict(&self, lowering: usize, entry: usize) -> LoweringVerdict {
-        let Some(report) = self.lowerings.get(lowering) else { return LoweringVerdict::Unchecked };
-        let Some(e) = report.entries.get(entry) else { return LoweringVerdict::Unchecked };
+        let Some(report) = self.lowerings.get(lowering) else {
+            return LoweringVerdict::Unchecked;
+        };
+        let Some(e) = report.entries.get(entry) else {
+            return LoweringVerdict::Unchecked;
+        };
         if report.emit_error.is_some() {
             return LoweringVerdict::Unchecked;
         }
@@ -803,7 +978,11 @@ impl LoweringsReport {
         if e.validations.is_empty() {
             return LoweringVerdict::Failed("emits no launch for this call".into());
         }
-        let guards: Vec<String> = e.validations.iter().flat_map(|v| v.guards.iter().map(|g| g.message.clone())).collect();
+        let guards: Vec<String> = e
+            .validations
+            .iter()
+            .flat_map(|v| v.guards.iter().map(|g| g.message.clone()))
+            .collect();
         if guards.is_empty() {
             LoweringVerdict::Proven
         } else {
@@ -858,9 +1037,17 @@ impl LoweringsReport {
                 let verdict = self.verdict(l, i);
                 let text = match &verdict {
                     LoweringVerdict::Proven => {
-                        let vs = report.entries.get(i).map(|e| e.validations.as_slice()).unwrap_or_default();
+                        let vs = report
+                            .entries
+                            .get(i)
+                            .map(|e| e.validations.as_slice())
+                            .unwrap_or_default();
                         let values: usize = vs.iter().map(|v| v.values_proven).sum();
-                        let grid = if vs.iter().all(|v| v.grid_proven == Some(true)) { ", grid" } else { "" };
+                        let grid = if vs.iter().all(|v| v.grid_proven == Some(true)) {
+                            ", grid"
+                        } else {
+                            ""
+                        };
                         format!("proven ({values} value{}{grid})", if values == 1 { "" } else { "s" })
                     }
                     LoweringVerdict::Guarded(g) => format!("guarded: {}", g.join("; ")),
@@ -895,12 +1082,20 @@ impl LoweringsReport {
             }
         }
         let n = self.base.entries.len();
-        let names: Vec<&str> = self.lowerings.iter().map(|r| r.lowering.as_deref().unwrap_or("?")).collect();
+        let names: Vec<&str> = self
+            .lowerings
+            .iter()
+            .map(|r| r.lowering.as_deref().unwrap_or("?"))
+            .collect();
         let _ = writeln!(
             out,
             "{n} launch{}: {proven} proven, {guarded} guarded, {failed} failed ({})",
             if n == 1 { "" } else { "es" },
-            if names.is_empty() { "no lowerings".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "no lowerings".to_string()
+            } else {
+                names.join(", ")
+            }
         );
         out
     }

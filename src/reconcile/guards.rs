@@ -17,7 +17,11 @@ pub fn insert_guards(program: &Program, report: &CheckReport) -> Program {
     let mut inserts: BTreeMap<GraphName, BTreeMap<usize, Vec<Line>>> = BTreeMap::new();
     for entry in &report.entries {
         let Some(record) = &entry.record else { continue };
-        let at = inserts.entry(entry.graph.clone()).or_default().entry(entry.line).or_default();
+        let at = inserts
+            .entry(entry.graph.clone())
+            .or_default()
+            .entry(entry.line)
+            .or_default();
         for guard in &record.guards {
             let line = Line::RuntimeAssert {
                 cond: guard.cond.clone(),

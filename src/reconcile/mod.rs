@@ -35,15 +35,15 @@ mod emitted;
 mod guards;
 mod record;
 
-pub use guards::insert_guards;
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
-    check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch, EmittedValue,
-    FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
+    check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
+    EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
+pub use guards::insert_guards;
 pub use record::{
-    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, RuntimeArg,
-    Scratch, ScratchKind,
+    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache,
+    RuntimeArg, Scratch, ScratchKind,
 };
 
 use crate::sym::egraph::Limits;
@@ -60,6 +60,9 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { limits: Limits::from_env(), parallel: true }
+        Options {
+            limits: Limits::from_env(),
+            parallel: true,
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! The canonical launch record of one Triton call, and how it is derived.
 
 use crate::ir::{
-    ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName,
-    Program, SigType, TritonMeta, MAIN_GRAPH,
+    ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName, Program,
+    SigType, TritonMeta, MAIN_GRAPH,
 };
 use crate::sym::egraph::{prove_eq_with, Bound, Counterexample, Interval, Limits};
 use crate::sym::{CmpOp, Facts, Outcome, SymExpr, Symbol};
@@ -152,7 +152,10 @@ impl LaunchRecord {
         if let Some(b) = self.baked.iter().find(|b| b.param == param) {
             return Some(const_to_arg(&b.value));
         }
-        self.launcher_args.iter().find(|(n, _)| n == param).map(|(_, e)| ArgValue::Expr(e.clone()))
+        self.launcher_args
+            .iter()
+            .find(|(n, _)| n == param)
+            .map(|(_, e)| ArgValue::Expr(e.clone()))
     }
 }
 
@@ -375,7 +378,13 @@ pub struct ProofCache {
 impl ProofCache {
     /// An empty cache for proofs under `facts`.
     pub fn new(facts: Facts, limits: Limits) -> Self {
-        ProofCache { facts, limits, proofs: Mutex::new(HashMap::new()), hits: AtomicUsize::new(0), misses: AtomicUsize::new(0) }
+        ProofCache {
+            facts,
+            limits,
+            proofs: Mutex::new(HashMap::new()),
+            hits: AtomicUsize::new(0),
+            misses: AtomicUsize::new(0),
+        }
     }
 
     /// The facts every proof assumes.
@@ -395,7 +404,10 @@ impl ProofCache {
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
         let outcome = prove_eq_with(a, b, &self.facts, &self.limits);
-        self.proofs.lock().unwrap_or_else(|p| p.into_inner()).insert(key, outcome.clone());
+        self.proofs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, outcome.clone());
         outcome
     }
 
@@ -436,12 +448,29 @@ pub fn reconcile_call(
     call: &KernelCall,
     cache: &ProofCache,
 ) -> Result<LaunchRecord, Error> {
-    let fail = |kind: ErrorKind| Error { kernel: call.kernel.clone(), graph: graph.clone(), line, kind };
-    let def = program.kernels.get(&call.kernel).ok_or_else(|| fail(ErrorKind::UnknownKernel))?;
-    let KernelBackend::Triton(meta) = &def.backend else {
-        return Err(fail(ErrorKind::NotTriton { backend: def.backend.keyword() }));
+    let fail = |kind: ErrorKind| Error {
+        kernel: call.kernel.clone(),
+        graph: graph.clone(),
+        line,
+        kind,
     };
-    let mut r = Reconciler { program, graph, meta, cache, guards: Vec::new(), evidence: Vec::new() };
+    let def = program
+        .kernels
+        .get(&call.kernel)
+        .ok_or_else(|| fail(ErrorKind::UnknownKernel))?;
+    let KernelBackend::Triton(meta) = &def.backend else {
+        return Err(fail(ErrorKind::NotTriton {
+            backend: def.backend.keyword(),
+        }));
+    };
+    let mut r = Reconciler {
+        program,
+        graph,
+        meta,
+        cache,
+        guards: Vec::new(),
+        evidence: Vec::new(),
+    };
     let bound = r.bind(call).map_err(fail)?;
     let args = r.runtime_args(&bound).map_err(fail)?;
     let baked = r.baked(&bound).map_err(fail)?;
@@ -450,7 +479,10 @@ pub fn reconcile_call(
         match bound.get(name.as_str()) {
             Some(ArgValue::Expr(e)) => launcher_args.push((name.clone(), e.clone())),
             Some(other) => {
-                return Err(fail(ErrorKind::LauncherArgNotInteger { param: name.clone(), found: describe(other) }))
+                return Err(fail(ErrorKind::LauncherArgNotInteger {
+                    param: name.clone(),
+                    found: describe(other),
+                }))
             }
             None => return Err(fail(ErrorKind::MissingArgument { param: name.clone() })),
         }
@@ -477,13 +509,22 @@ pub fn reconcile_call(
     }
     let grid = grid_exprs(meta, &values).map_err(fail)?;
     let mut scratch = Vec::new();
-    for (kind, bytes) in [(ScratchKind::Global, meta.global_scratch), (ScratchKind::Profile, meta.profile_scratch)] {
+    for (kind, bytes) in [
+        (ScratchKind::Global, meta.global_scratch),
+        (ScratchKind::Profile, meta.profile_scratch),
+    ] {
         let Some(bytes) = bytes else { continue };
         let total_bytes = (bytes > 0).then(|| {
-            let per_cta = i64::try_from(bytes).map(SymExpr::Int).unwrap_or_else(|_| SymExpr::Int(i64::MAX));
+            let per_cta = i64::try_from(bytes)
+                .map(SymExpr::Int)
+                .unwrap_or_else(|_| SymExpr::Int(i64::MAX));
             grid.iter().cloned().fold(per_cta, SymExpr::mul)
         });
-        scratch.push(Scratch { kind, bytes_per_cta: bytes, total_bytes });
+        scratch.push(Scratch {
+            kind,
+            bytes_per_cta: bytes,
+            total_bytes,
+        });
     }
     Ok(LaunchRecord {
         kernel: call.kernel.clone(),
@@ -516,7 +557,9 @@ impl<'a> Reconciler<'a> {
     fn bind<'c>(&self, call: &'c KernelCall) -> Result<IndexMap<String, &'c ArgValue>, ErrorKind> {
         self.meta.bind_args(&call.args).map_err(|e| match e {
             crate::ir::ArgBindError::PositionalAfterNamed { position } => ErrorKind::PositionalAfterNamed { position },
-            crate::ir::ArgBindError::TooManyArguments { given, params } => ErrorKind::TooManyArguments { given, params },
+            crate::ir::ArgBindError::TooManyArguments { given, params } => {
+                ErrorKind::TooManyArguments { given, params }
+            }
             crate::ir::ArgBindError::UnknownParameter { param } => ErrorKind::UnknownParameter { param },
             crate::ir::ArgBindError::BoundTwice { param } => ErrorKind::BoundTwice { param },
         })
@@ -536,20 +579,34 @@ impl<'a> Reconciler<'a> {
     }
 
     fn is_scalar_tensor(&self, buffer: &BufName) -> bool {
-        let graph = if self.graph.as_str() == MAIN_GRAPH { Some(&self.program.main) } else { self.program.subgraphs.get(self.graph) };
-        graph.and_then(|g| g.layout(buffer)).or_else(|| self.program.constants.get(buffer)).is_some_and(|l| l.rank() == 0)
+        let graph = if self.graph.as_str() == MAIN_GRAPH {
+            Some(&self.program.main)
+        } else {
+            self.program.subgraphs.get(self.graph)
+        };
+        graph
+            .and_then(|g| g.layout(buffer))
+            .or_else(|| self.program.constants.get(buffer))
+            .is_some_and(|l| l.rank() == 0)
     }
 
     fn runtime_args(&mut self, bound: &IndexMap<String, &ArgValue>) -> Result<Vec<RuntimeArg>, ErrorKind> {
         let mut out = Vec::new();
         for (name, ty) in self.meta.runtime_params() {
             let Some(value) = bound.get(name) else {
-                return Err(ErrorKind::MissingArgument { param: name.to_string() });
+                return Err(ErrorKind::MissingArgument {
+                    param: name.to_string(),
+                });
             };
             let param = name.to_string();
             match (ty, value) {
                 (SigType::Pointer(dt), ArgValue::Buffer(b)) => match self.dtype_of(b) {
-                    None => return Err(ErrorKind::UnknownBuffer { param, buffer: b.clone() }),
+                    None => {
+                        return Err(ErrorKind::UnknownBuffer {
+                            param,
+                            buffer: b.clone(),
+                        })
+                    }
                     Some(None) => {
                         return Err(ErrorKind::PointerNotBuffer {
                             param,
@@ -558,12 +615,21 @@ impl<'a> Reconciler<'a> {
                         })
                     }
                     Some(Some(found)) if found != *dt => {
-                        return Err(ErrorKind::PointerDtype { param, expected: ty.clone(), buffer: b.clone(), found })
+                        return Err(ErrorKind::PointerDtype {
+                            param,
+                            expected: ty.clone(),
+                            buffer: b.clone(),
+                            found,
+                        })
                     }
                     Some(Some(_)) => {}
                 },
                 (SigType::Pointer(_), other) => {
-                    return Err(ErrorKind::PointerNotBuffer { param, expected: ty.clone(), found: describe(other) })
+                    return Err(ErrorKind::PointerNotBuffer {
+                        param,
+                        expected: ty.clone(),
+                        found: describe(other),
+                    })
                 }
                 (SigType::Scalar(st), v) => {
                     let ok = match v {
@@ -577,13 +643,21 @@ impl<'a> Reconciler<'a> {
                         _ => false,
                     };
                     if !ok {
-                        return Err(ErrorKind::ScalarKind { param, expected: ty.clone(), found: describe(v) });
+                        return Err(ErrorKind::ScalarKind {
+                            param,
+                            expected: ty.clone(),
+                            found: describe(v),
+                        });
                     }
                 }
                 // TMA descriptors and other opaque types are passed through.
                 _ => {}
             }
-            out.push(RuntimeArg { param: name.to_string(), ty: ty.clone(), value: (*value).clone() });
+            out.push(RuntimeArg {
+                param: name.to_string(),
+                ty: ty.clone(),
+                value: (*value).clone(),
+            });
         }
         Ok(out)
     }
@@ -604,11 +678,22 @@ impl<'a> Reconciler<'a> {
         let lo_ok = range.lo >= Bound::Fin(lo);
         let hi_ok = range.hi <= Bound::Fin(hi);
         if lo_ok && hi_ok {
-            self.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Proven, detail: format!("{e} in {range_text}") });
+            self.evidence.push(Evidence {
+                claim,
+                verdict: EvidenceVerdict::Proven,
+                detail: format!("{e} in {range_text}"),
+            });
             return Ok(());
         }
         if range.hi < Bound::Fin(lo) || range.lo > Bound::Fin(hi) {
-            return Err(ErrorKind::OutOfRange { param: param.to_string(), ty: ty.clone(), value: e.clone(), range: range_text, lo, hi });
+            return Err(ErrorKind::OutOfRange {
+                param: param.to_string(),
+                ty: ty.clone(),
+                value: e.clone(),
+                range: range_text,
+                lo,
+                hi,
+            });
         }
         let mut conds = Vec::new();
         // Type bounds fit in i64 for every integer type but u64's maximum,
@@ -634,7 +719,11 @@ impl<'a> Reconciler<'a> {
             verdict: EvidenceVerdict::Guarded,
             detail: format!("{e} in {range_text}; guard `{cond}`"),
         });
-        self.guards.push(Guard { param: param.to_string(), cond, message });
+        self.guards.push(Guard {
+            param: param.to_string(),
+            cond,
+            message,
+        });
         Ok(())
     }
 
@@ -646,23 +735,45 @@ impl<'a> Reconciler<'a> {
             if let Some(c) = meta.constants.get(name) {
                 if let Some(cfg) = meta.config.get(name) {
                     if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict { param: name.clone(), constant: c.clone(), config: *cfg });
+                        return Err(ErrorKind::ConstantConfigConflict {
+                            param: name.clone(),
+                            constant: c.clone(),
+                            config: *cfg,
+                        });
                     }
                 }
                 if let Some(v) = passed {
                     self.check_constant(name, c, BakedSource::Constants, v)?;
                 }
-                out.push(Baked { param: name.clone(), value: c.clone(), source: BakedSource::Constants, passed: passed.cloned() });
+                out.push(Baked {
+                    param: name.clone(),
+                    value: c.clone(),
+                    source: BakedSource::Constants,
+                    passed: passed.cloned(),
+                });
             } else if *ty == SigType::Constexpr {
                 if let Some(cfg) = meta.config.get(name) {
                     let c = ConstValue::Int(*cfg);
                     if let Some(v) = passed {
                         self.check_constant(name, &c, BakedSource::Config, v)?;
                     }
-                    out.push(Baked { param: name.clone(), value: c, source: BakedSource::Config, passed: passed.cloned() });
+                    out.push(Baked {
+                        param: name.clone(),
+                        value: c,
+                        source: BakedSource::Config,
+                        passed: passed.cloned(),
+                    });
                 } else if let Some(v) = passed {
-                    let value = literal(v).ok_or_else(|| ErrorKind::ConstexprNotConstant { param: name.clone(), passed: describe(v) })?;
-                    out.push(Baked { param: name.clone(), value, source: BakedSource::Call, passed: Some(v.clone()) });
+                    let value = literal(v).ok_or_else(|| ErrorKind::ConstexprNotConstant {
+                        param: name.clone(),
+                        passed: describe(v),
+                    })?;
+                    out.push(Baked {
+                        param: name.clone(),
+                        value,
+                        source: BakedSource::Call,
+                        passed: Some(v.clone()),
+                    });
                 } else {
                     return Err(ErrorKind::MissingConstexpr { param: name.clone() });
                 }
@@ -674,24 +785,44 @@ impl<'a> Reconciler<'a> {
         // signature does not list are still compiled in.
         for (name, v) in &meta.config {
             if !meta.signature.contains_key(name) && !meta.constants.contains_key(name) {
-                out.push(Baked { param: name.clone(), value: ConstValue::Int(*v), source: BakedSource::Config, passed: None });
+                out.push(Baked {
+                    param: name.clone(),
+                    value: ConstValue::Int(*v),
+                    source: BakedSource::Config,
+                    passed: None,
+                });
             }
         }
         for (name, c) in &meta.constants {
             if !meta.signature.contains_key(name) {
                 if let Some(cfg) = meta.config.get(name) {
                     if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict { param: name.clone(), constant: c.clone(), config: *cfg });
+                        return Err(ErrorKind::ConstantConfigConflict {
+                            param: name.clone(),
+                            constant: c.clone(),
+                            config: *cfg,
+                        });
                     }
                 }
-                out.push(Baked { param: name.clone(), value: c.clone(), source: BakedSource::Constants, passed: None });
+                out.push(Baked {
+                    param: name.clone(),
+                    value: c.clone(),
+                    source: BakedSource::Constants,
+                    passed: None,
+                });
             }
         }
         Ok(out)
     }
 
     /// Checks that the value a call passes for a baked-in parameter equals it.
-    fn check_constant(&mut self, param: &str, constant: &ConstValue, source: BakedSource, passed: &ArgValue) -> Result<(), ErrorKind> {
+    fn check_constant(
+        &mut self,
+        param: &str,
+        constant: &ConstValue,
+        source: BakedSource,
+        passed: &ArgValue,
+    ) -> Result<(), ErrorKind> {
         let mismatch = |counterexample: Option<Counterexample>| ErrorKind::ConstantMismatch {
             param: param.to_string(),
             constant: constant.clone(),
@@ -706,7 +837,11 @@ impl<'a> Reconciler<'a> {
             // Inductor passes user kernels' None args as `-1` placeholders.
             (ConstValue::None, ArgValue::None) | (ConstValue::None, ArgValue::Expr(SymExpr::Int(-1))) => return Ok(()),
             (ConstValue::Float(f), ArgValue::Float(x)) => {
-                return if f == x || (f.is_nan() && x.is_nan()) { Ok(()) } else { Err(mismatch(None)) }
+                return if f == x || (f.is_nan() && x.is_nan()) {
+                    Ok(())
+                } else {
+                    Err(mismatch(None))
+                }
             }
             (ConstValue::Float(f), ArgValue::Expr(SymExpr::Int(i))) => {
                 return if *i as f64 == *f { Ok(()) } else { Err(mismatch(None)) }
@@ -714,18 +849,32 @@ impl<'a> Reconciler<'a> {
             (ConstValue::Str(s), ArgValue::Str(x)) => return if s == x { Ok(()) } else { Err(mismatch(None)) },
             _ => None,
         };
-        let Some((e, k)) = target else { return Err(mismatch(None)) };
+        let Some((e, k)) = target else {
+            return Err(mismatch(None));
+        };
         let claim = format!("{param}: {e} == {k}");
         match self.cache.prove(e, &k) {
             Outcome::Proven(expl) => {
-                self.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Proven, detail: expl.flat_string().to_string() });
+                self.evidence.push(Evidence {
+                    claim,
+                    verdict: EvidenceVerdict::Proven,
+                    detail: expl.flat_string().to_string(),
+                });
                 Ok(())
             }
             Outcome::Disproved(c) => Err(mismatch(Some(c))),
             Outcome::Unknown(reason) => {
                 let cond = SymExpr::cmp(CmpOp::Eq, e.clone(), k.clone());
-                self.guards.push(Guard { param: param.to_string(), cond, message: format!("{param}: cannot prove {e} == {k}") });
-                self.evidence.push(Evidence { claim, verdict: EvidenceVerdict::Guarded, detail: reason });
+                self.guards.push(Guard {
+                    param: param.to_string(),
+                    cond,
+                    message: format!("{param}: cannot prove {e} == {k}"),
+                });
+                self.evidence.push(Evidence {
+                    claim,
+                    verdict: EvidenceVerdict::Guarded,
+                    detail: reason,
+                });
                 Ok(())
             }
         }

@@ -91,7 +91,10 @@ fn div_zero(e: &SymExpr) -> EvalError {
 }
 
 fn mismatch(e: &SymExpr, expected: &'static str) -> EvalError {
-    EvalError::TypeMismatch { expr: e.to_string(), expected }
+    EvalError::TypeMismatch {
+        expr: e.to_string(),
+        expected,
+    }
 }
 
 /// Floor division; `None` on division by zero is handled by the caller.
@@ -119,7 +122,10 @@ fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
     use SymExpr as E;
     match e {
         E::Int(v) => Ok(*v),
-        E::Sym(s) => b.get(s).copied().ok_or_else(|| EvalError::Unbound { symbol: s.clone() }),
+        E::Sym(s) => b
+            .get(s)
+            .copied()
+            .ok_or_else(|| EvalError::Unbound { symbol: s.clone() }),
         E::Add(terms) => {
             let mut sum: i128 = 0;
             for t in terms {
@@ -162,7 +168,11 @@ fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
                 return Err(div_zero(e));
             }
             if x.wrapping_rem(y) != 0 {
-                return Err(EvalError::InexactDivision { expr: e.to_string(), dividend: x, divisor: y });
+                return Err(EvalError::InexactDivision {
+                    expr: e.to_string(),
+                    dividend: x,
+                    divisor: y,
+                });
             }
             x.checked_div(y).ok_or_else(|| overflow(e))
         }
@@ -254,7 +264,14 @@ mod tests {
     #[test]
     fn floor_and_python_mod_match_python() {
         // (a, b, a // b, a % b) as Python computes them.
-        let table = [(7, 2, 3, 1), (-7, 2, -4, 1), (7, -2, -4, -1), (-7, -2, 3, -1), (i64::MIN, -2, 1 << 62, 0), (i64::MIN, 3, -3074457345618258603, 1)];
+        let table = [
+            (7, 2, 3, 1),
+            (-7, 2, -4, 1),
+            (7, -2, -4, -1),
+            (-7, -2, 3, -1),
+            (i64::MIN, -2, 1 << 62, 0),
+            (i64::MIN, 3, -3074457345618258603, 1),
+        ];
         for (a, b, q, r) in table {
             assert_eq!(floor_div(a, b), Some(q), "{a} // {b}");
             assert_eq!(python_mod(a, b), r, "{a} % {b}");

@@ -329,9 +329,12 @@ impl SymExpr {
     pub fn children(&self) -> Vec<&SymExpr> {
         match self {
             SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => vec![],
-            SymExpr::Add(v) | SymExpr::Mul(v) | SymExpr::Min(v) | SymExpr::Max(v) | SymExpr::And(v) | SymExpr::Or(v) => {
-                v.iter().collect()
-            }
+            SymExpr::Add(v)
+            | SymExpr::Mul(v)
+            | SymExpr::Min(v)
+            | SymExpr::Max(v)
+            | SymExpr::And(v)
+            | SymExpr::Or(v) => v.iter().collect(),
             SymExpr::FloorDiv(a, b)
             | SymExpr::CleanDiv(a, b)
             | SymExpr::Mod(a, b)

@@ -65,11 +65,19 @@ pub struct ParseError {
 /// it builds).
 pub fn parse(text: &str) -> Result<SymExpr, ParseError> {
     let tokens = lex(text)?;
-    let mut p = Parser { text, tokens, pos: 0, depth: 0 };
+    let mut p = Parser {
+        text,
+        tokens,
+        pos: 0,
+        depth: 0,
+    };
     let e = p.expr()?;
     match p.peek() {
         Tok::End => Ok(e),
-        _ => Err(p.error_here(format!("expected an operator or the end of the expression, found {}", p.describe()))),
+        _ => Err(p.error_here(format!(
+            "expected an operator or the end of the expression, found {}",
+            p.describe()
+        ))),
     }
 }
 
@@ -99,7 +107,11 @@ struct Token {
 }
 
 fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
-    let err = |offset: usize, message: String| ParseError { text: text.to_string(), offset, message };
+    let err = |offset: usize, message: String| ParseError {
+        text: text.to_string(),
+        offset,
+        message,
+    };
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -122,15 +134,26 @@ fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
                 .filter(|v| *v <= 1u64 << 63)
                 .ok_or_else(|| err(start, format!("integer literal `{digits}` does not fit in 64 bits")))?;
             if i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_' || bytes[i] == b'.') {
-                return Err(err(i, format!("unexpected `{}` after integer literal `{digits}`", bytes[i] as char)));
+                return Err(err(
+                    i,
+                    format!("unexpected `{}` after integer literal `{digits}`", bytes[i] as char),
+                ));
             }
-            out.push(Token { tok: Tok::Int(v), start, end: i });
+            out.push(Token {
+                tok: Tok::Int(v),
+                start,
+                end: i,
+            });
             continue;
         } else if c.is_ascii_alphabetic() || c == b'_' {
             while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
                 i += 1;
             }
-            out.push(Token { tok: Tok::Ident(text[start..i].to_string()), start, end: i });
+            out.push(Token {
+                tok: Tok::Ident(text[start..i].to_string()),
+                start,
+                end: i,
+            });
             continue;
         } else {
             let (tok, len) = match (c, two) {
@@ -161,7 +184,11 @@ fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
         };
         out.push(Token { tok, start, end: i });
     }
-    out.push(Token { tok: Tok::End, start: text.len(), end: text.len() });
+    out.push(Token {
+        tok: Tok::End,
+        start: text.len(),
+        end: text.len(),
+    });
     Ok(out)
 }
 
@@ -219,7 +246,11 @@ impl<'a> Parser<'a> {
     }
 
     fn error_at(&self, offset: usize, message: String) -> ParseError {
-        ParseError { text: self.text.to_string(), offset, message }
+        ParseError {
+            text: self.text.to_string(),
+            offset,
+            message,
+        }
     }
 
     fn error_here(&self, message: String) -> ParseError {
@@ -259,7 +290,11 @@ impl<'a> Parser<'a> {
             self.bump();
             items.push(self.and_expr()?);
         }
-        Ok(if items.len() == 1 { items.remove(0) } else { SymExpr::Or(items) })
+        Ok(if items.len() == 1 {
+            items.remove(0)
+        } else {
+            SymExpr::Or(items)
+        })
     }
 
     fn and_expr(&mut self) -> Result<SymExpr, ParseError> {
@@ -268,7 +303,11 @@ impl<'a> Parser<'a> {
             self.bump();
             items.push(self.not_expr()?);
         }
-        Ok(if items.len() == 1 { items.remove(0) } else { SymExpr::And(items) })
+        Ok(if items.len() == 1 {
+            items.remove(0)
+        } else {
+            SymExpr::And(items)
+        })
     }
 
     fn not_expr(&mut self) -> Result<SymExpr, ParseError> {
@@ -312,7 +351,11 @@ impl<'a> Parser<'a> {
                 _ => break,
             }
         }
-        Ok(if terms.len() == 1 { terms.remove(0) } else { SymExpr::Add(terms) })
+        Ok(if terms.len() == 1 {
+            terms.remove(0)
+        } else {
+            SymExpr::Add(terms)
+        })
     }
 
     fn term(&mut self) -> Result<SymExpr, ParseError> {
@@ -352,9 +395,15 @@ impl<'a> Parser<'a> {
         match x {
             SymExpr::Int(v) => v
                 .checked_neg()
-                .map(|n| Unary { expr: SymExpr::Int(n), open_product: false })
+                .map(|n| Unary {
+                    expr: SymExpr::Int(n),
+                    open_product: false,
+                })
                 .ok_or_else(|| self.error_at(at, format!("negating {v} overflows 64 bits"))),
-            other => Ok(Unary { expr: SymExpr::Mul(vec![SymExpr::Int(-1), other]), open_product: true }),
+            other => Ok(Unary {
+                expr: SymExpr::Mul(vec![SymExpr::Int(-1), other]),
+                open_product: true,
+            }),
         }
     }
 
@@ -366,10 +415,13 @@ impl<'a> Parser<'a> {
                 if let (Tok::Int(m), next) = (self.peek().clone(), self.peek_second()) {
                     if *next != Tok::StarStar {
                         self.bump();
-                        let v = 0i64
-                            .checked_sub_unsigned(m)
-                            .ok_or_else(|| self.error_at(at, format!("integer literal -{m} does not fit in 64 bits")))?;
-                        return Ok(Unary { expr: SymExpr::Int(v), open_product: false });
+                        let v = 0i64.checked_sub_unsigned(m).ok_or_else(|| {
+                            self.error_at(at, format!("integer literal -{m} does not fit in 64 bits"))
+                        })?;
+                        return Ok(Unary {
+                            expr: SymExpr::Int(v),
+                            open_product: false,
+                        });
                     }
                 }
                 self.enter()?;
@@ -384,7 +436,10 @@ impl<'a> Parser<'a> {
                 self.leave();
                 inner
             }
-            _ => Ok(Unary { expr: self.power()?, open_product: false }),
+            _ => Ok(Unary {
+                expr: self.power()?,
+                open_product: false,
+            }),
         }
     }
 
@@ -399,7 +454,10 @@ impl<'a> Parser<'a> {
         let exp = self.unary();
         self.leave();
         let n = natural_exponent(&exp?.expr).ok_or_else(|| {
-            self.error_at(at, "expected a non-negative integer literal (at most 4294967295) as exponent".into())
+            self.error_at(
+                at,
+                "expected a non-negative integer literal (at most 4294967295) as exponent".into(),
+            )
         })?;
         Ok(SymExpr::Pow(Box::new(base), n))
     }
@@ -409,9 +467,9 @@ impl<'a> Parser<'a> {
         match &t.tok {
             Tok::Int(m) => {
                 self.bump();
-                i64::try_from(*m).map(SymExpr::Int).map_err(|_| {
-                    self.error_at(t.start, format!("integer literal {m} does not fit in 64 bits"))
-                })
+                i64::try_from(*m)
+                    .map(SymExpr::Int)
+                    .map_err(|_| self.error_at(t.start, format!("integer literal {m} does not fit in 64 bits")))
             }
             Tok::Ident(name) => match name.as_str() {
                 "True" => {
@@ -422,7 +480,9 @@ impl<'a> Parser<'a> {
                     self.bump();
                     Ok(SymExpr::Bool(false))
                 }
-                "and" | "or" | "not" => Err(self.error_here(format!("expected an expression, found {}", self.describe()))),
+                "and" | "or" | "not" => {
+                    Err(self.error_here(format!("expected an expression, found {}", self.describe())))
+                }
                 _ => {
                     self.bump();
                     if *self.peek() == Tok::LParen {
@@ -537,7 +597,12 @@ impl<'a> Parser<'a> {
                     self.bump();
                     return Ok(args);
                 }
-                _ => return Err(self.error_here(format!("expected `,` or `)` in an argument list, found {}", self.describe()))),
+                _ => {
+                    return Err(self.error_here(format!(
+                        "expected `,` or `)` in an argument list, found {}",
+                        self.describe()
+                    )))
+                }
             }
         }
     }
@@ -556,7 +621,11 @@ mod tests {
 
     #[test]
     fn deep_nesting_is_an_error_not_a_crash() {
-        for text in ["(".repeat(100_000) + "1" + &")".repeat(100_000), "-".repeat(100_000) + "x", "not ".repeat(100_000) + "x"] {
+        for text in [
+            "(".repeat(100_000) + "1" + &")".repeat(100_000),
+            "-".repeat(100_000) + "x",
+            "not ".repeat(100_000) + "x",
+        ] {
             let err = parse(&text).unwrap_err();
             assert!(err.message.contains("nested more than"), "{}", err.message);
         }

@@ -67,7 +67,11 @@ impl<'a> Cursor<'a> {
     /// An error at byte offset `pos` of this line.
     pub(crate) fn error_at(&self, pos: usize, message: impl Into<String>) -> ParseError {
         let prefix = self.text.get(..pos).unwrap_or(self.text);
-        ParseError { line: self.line, column: prefix.chars().count() + 1, message: message.into() }
+        ParseError {
+            line: self.line,
+            column: prefix.chars().count() + 1,
+            message: message.into(),
+        }
     }
 
     /// An error at the next non-blank character.
@@ -160,7 +164,10 @@ impl<'a> Cursor<'a> {
             Some((_, c)) if is_ident_start(c) => {}
             _ => return None,
         }
-        let end = chars.find(|(_, c)| !is_ident_char(*c)).map(|(i, _)| i).unwrap_or(rest.len());
+        let end = chars
+            .find(|(_, c)| !is_ident_char(*c))
+            .map(|(i, _)| i)
+            .unwrap_or(rest.len());
         self.pos += end;
         rest.get(..end)
     }
@@ -197,7 +204,11 @@ impl<'a> Cursor<'a> {
     /// Reads a run of characters satisfying `f` (after blanks); may be empty.
     pub(crate) fn take_while(&mut self, f: impl Fn(char) -> bool) -> &'a str {
         let rest = self.rest();
-        let end = rest.char_indices().find(|(_, c)| !f(*c)).map(|(i, _)| i).unwrap_or(rest.len());
+        let end = rest
+            .char_indices()
+            .find(|(_, c)| !f(*c))
+            .map(|(i, _)| i)
+            .unwrap_or(rest.len());
         self.pos += end;
         rest.get(..end).unwrap_or("")
     }

@@ -5,9 +5,8 @@ use super::ParseError;
 use crate::ir::{
     ArgValue, BufName, BufferDecl, BufferKind, CallArg, Conditional, ConstValue, CppMeta, DType, Device, ExternCall,
     Graph, GraphInput, GraphName, GraphOutput, GridType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
-    KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex, PrecomputedGridEntry, Predicate, Program,
-    ScatterFallback, SigType, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange, WhileLoop,
-    FORMAT_VERSION,
+    KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex, PrecomputedGridEntry, Predicate, Program, ScatterFallback,
+    SigType, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
 };
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -16,7 +15,11 @@ use smallvec::SmallVec;
 type Buffers = IndexMap<BufName, BufferDecl>;
 
 pub(super) fn program(text: &str) -> Result<Program, ParseError> {
-    Parser { lines: text.split('\n').collect(), next: 0 }.program()
+    Parser {
+        lines: text.split('\n').collect(),
+        next: 0,
+    }
+    .program()
 }
 
 struct Parser<'a> {
@@ -52,12 +55,16 @@ fn is_float_literal(s: &str) -> bool {
     if matches!(s, "inf" | "-inf" | "nan") {
         return true;
     }
-    let first_ok = s.chars().next().is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '.');
+    let first_ok = s
+        .chars()
+        .next()
+        .is_some_and(|ch| ch.is_ascii_digit() || ch == '-' || ch == '.');
     first_ok && s.parse::<f64>().is_ok()
 }
 
 fn parse_float(c: &Cursor<'_>, pos: usize, s: &str) -> Result<f64, ParseError> {
-    s.parse::<f64>().map_err(|_| c.error_at(pos, format!("invalid float `{s}`")))
+    s.parse::<f64>()
+        .map_err(|_| c.error_at(pos, format!("invalid float `{s}`")))
 }
 
 /// An integer, a symbol, or a parenthesised expression (the `ParenIfCompound` form).
@@ -120,21 +127,43 @@ fn layout(c: &mut Cursor<'_>, what: &str) -> Result<Layout, ParseError> {
     c.skip_ws();
     let dtype_pos = c.pos();
     let dtype_name = c.expect_ident(|| format!("expected a dtype in the layout of {what}"))?;
-    let dtype: DType = dtype_name
-        .parse()
-        .map_err(|_| c.error_at(dtype_pos, format!("unknown dtype `{dtype_name}` in the layout of {what}")))?;
-    c.expect("[", || format!("expected `[` after dtype `{dtype_name}` in the layout of {what}"))?;
+    let dtype: DType = dtype_name.parse().map_err(|_| {
+        c.error_at(
+            dtype_pos,
+            format!("unknown dtype `{dtype_name}` in the layout of {what}"),
+        )
+    })?;
+    c.expect("[", || {
+        format!("expected `[` after dtype `{dtype_name}` in the layout of {what}")
+    })?;
     let size = expr_list(c, ']', &format!("the sizes of {what}"))?;
     c.expect("[", || format!("expected `[` (strides) after the sizes of {what}"))?;
     let stride = expr_list(c, ']', &format!("the strides of {what}"))?;
-    let offset = if c.eat("+") { expr_atom(c, &format!("the offset of {what}"))? } else { SymExpr::Int(0) };
+    let offset = if c.eat("+") {
+        expr_atom(c, &format!("the offset of {what}"))?
+    } else {
+        SymExpr::Int(0)
+    };
     c.expect("@", || format!("expected `@DEVICE` in the layout of {what}"))?;
     c.skip_ws();
     let dev_pos = c.pos();
     let dev_text = c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':');
-    let device: Device = dev_text.parse().map_err(|e: String| c.error_at(dev_pos, format!("{e} in the layout of {what}")))?;
-    let alloc_numel = if c.eat_keyword("alloc") { Some(expr_atom(c, &format!("`alloc` of {what}"))?) } else { None };
-    Ok(Layout { dtype, device, size, stride, offset, alloc_numel })
+    let device: Device = dev_text
+        .parse()
+        .map_err(|e: String| c.error_at(dev_pos, format!("{e} in the layout of {what}")))?;
+    let alloc_numel = if c.eat_keyword("alloc") {
+        Some(expr_atom(c, &format!("`alloc` of {what}"))?)
+    } else {
+        None
+    };
+    Ok(Layout {
+        dtype,
+        device,
+        size,
+        stride,
+        offset,
+        alloc_numel,
+    })
 }
 
 fn const_value(c: &mut Cursor<'_>, what: &str) -> Result<ConstValue, ParseError> {
@@ -150,7 +179,8 @@ fn const_value(c: &mut Cursor<'_>, what: &str) -> Result<ConstValue, ParseError>
         "False" => ConstValue::Bool(false),
         "" => return Err(c.error_at(pos, format!("expected a value for {what}"))),
         t if is_int_literal(t) => ConstValue::Int(
-            t.parse().map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range for {what}")))?,
+            t.parse()
+                .map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range for {what}")))?,
         ),
         t if is_float_literal(t) => ConstValue::Float(parse_float(c, pos, t)?),
         t => {
@@ -271,9 +301,11 @@ fn arg_value(c: &mut Cursor<'_>, declared: &Buffers, what: &str) -> Result<ArgVa
         "None" => ArgValue::None,
         "True" => ArgValue::Bool(true),
         "False" => ArgValue::Bool(false),
-        t if is_int_literal(t) => ArgValue::Expr(SymExpr::Int(
-            t.parse().map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range in {what}")))?,
-        )),
+        t if is_int_literal(t) => {
+            ArgValue::Expr(SymExpr::Int(t.parse().map_err(|_| {
+                c.error_at(pos, format!("integer `{t}` is out of range in {what}"))
+            })?))
+        }
         t if is_float_literal(t) => ArgValue::Float(parse_float(c, pos, t)?),
         t if is_ident(t) => {
             if declared.contains_key(t) {
@@ -329,9 +361,15 @@ fn key_path(c: &mut Cursor<'_>, what: &str) -> Result<KeyPath, ParseError> {
     loop {
         let pos = c.pos();
         if c.eat_raw(".") {
-            let name = c.peek_raw().filter(|ch| ch.is_ascii_alphabetic() || *ch == '_').and(c.ident());
+            let name = c
+                .peek_raw()
+                .filter(|ch| ch.is_ascii_alphabetic() || *ch == '_')
+                .and(c.ident());
             let Some(name) = name else {
-                return Err(c.error_at(pos, format!("expected a method or attribute after `.` in the key path of {what}")));
+                return Err(c.error_at(
+                    pos,
+                    format!("expected a method or attribute after `.` in the key path of {what}"),
+                ));
             };
             if c.eat_raw("()") {
                 path.push(match name {
@@ -353,10 +391,16 @@ fn key_path(c: &mut Cursor<'_>, what: &str) -> Result<KeyPath, ParseError> {
                 path.push(KeyEntry::InnerTensor(name.to_string()));
             }
         } else if c.eat_raw("[") {
-            path.push(KeyEntry::Index(c.integer(&format!("an index in the key path of {what}"))?));
-            c.expect("]", || format!("expected `]` after the index in the key path of {what}"))?;
+            path.push(KeyEntry::Index(
+                c.integer(&format!("an index in the key path of {what}"))?,
+            ));
+            c.expect("]", || {
+                format!("expected `]` after the index in the key path of {what}")
+            })?;
         } else if c.eat_raw("//") {
-            path.push(KeyEntry::DivideBy(c.integer(&format!("a divisor in the key path of {what}"))?));
+            path.push(KeyEntry::DivideBy(
+                c.integer(&format!("a divisor in the key path of {what}"))?,
+            ));
         } else {
             return Ok(path);
         }
@@ -383,9 +427,11 @@ impl<'a> Parser<'a> {
     }
 
     fn program(mut self) -> Result<Program, ParseError> {
-        let mut c = self
-            .next_code_line()
-            .ok_or_else(|| ParseError { line: 1, column: 1, message: "empty input: expected `wrapir <version>` header".into() })?;
+        let mut c = self.next_code_line().ok_or_else(|| ParseError {
+            line: 1,
+            column: 1,
+            message: "empty input: expected `wrapir <version>` header".into(),
+        })?;
         c.expect_keyword("wrapir", || "expected `wrapir <version>` header".into())?;
         c.skip_ws();
         let vpos = c.pos();
@@ -423,7 +469,9 @@ impl<'a> Parser<'a> {
                 Some("graph") => {
                     c.skip_ws();
                     let gpos = c.pos();
-                    let name = c.expect_ident(|| "expected a graph name after `graph`".into())?.to_string();
+                    let name = c
+                        .expect_ident(|| "expected a graph name after `graph`".into())?
+                        .to_string();
                     let g = self.graph(&mut c, &name, &program.constants)?;
                     if main.is_none() {
                         if name != "main" {
@@ -477,14 +525,30 @@ impl<'a> Parser<'a> {
         let mut range = ValueRange::default();
         if c.eat("[") {
             let what = format!("the range of symbol `{name}`");
-            range.lo = if c.eat("-inf") { None } else { Some(c.integer(&format!("a lower bound in {what}"))?) };
+            range.lo = if c.eat("-inf") {
+                None
+            } else {
+                Some(c.integer(&format!("a lower bound in {what}"))?)
+            };
             c.expect(",", || format!("expected `,` between the bounds of {what}"))?;
-            range.hi = if c.eat_keyword("inf") { None } else { Some(c.integer(&format!("an upper bound in {what}"))?) };
+            range.hi = if c.eat_keyword("inf") {
+                None
+            } else {
+                Some(c.integer(&format!("an upper bound in {what}"))?)
+            };
             c.expect("]", || format!("expected `]` to close {what}"))?;
         }
-        let hint = if c.eat_keyword("hint") { Some(c.integer(&format!("a hint for symbol `{name}`"))?) } else { None };
+        let hint = if c.eat_keyword("hint") {
+            Some(c.integer(&format!("a hint for symbol `{name}`"))?)
+        } else {
+            None
+        };
         c.finish(&format!("symbol `{name}`"))?;
-        if program.symbols.insert(Symbol::new(name), SymbolDecl { kind, range, hint }).is_some() {
+        if program
+            .symbols
+            .insert(Symbol::new(name), SymbolDecl { kind, range, hint })
+            .is_some()
+        {
             return Err(c.error_at(pos, format!("symbol `{name}` is declared twice")));
         }
         Ok(())
@@ -524,7 +588,9 @@ impl<'a> Parser<'a> {
     }
 
     fn kernel(&mut self, c: &mut Cursor<'a>) -> Result<KernelDef, ParseError> {
-        let name = c.expect_ident(|| "expected a kernel name after `kernel`".into())?.to_string();
+        let name = c
+            .expect_ident(|| "expected a kernel name after `kernel`".into())?
+            .to_string();
         c.expect(":", || format!("expected `:` after kernel name `{name}`"))?;
         c.skip_ws();
         let bpos = c.pos();
@@ -534,7 +600,11 @@ impl<'a> Parser<'a> {
                 bpos,
                 format!(
                     "unknown backend `{}` for kernel `{name}` (expected `triton`, `halide`, `cpp`, `cuda_c` or `host`)",
-                    if backend_kw.is_empty() { first_token(c.rest_str()) } else { backend_kw }
+                    if backend_kw.is_empty() {
+                        first_token(c.rest_str())
+                    } else {
+                        backend_kw
+                    }
                 ),
             ));
         }
@@ -607,7 +677,8 @@ impl<'a> Parser<'a> {
                             } else {
                                 c.take_while(|ch| !ch.is_whitespace() && ch != ',').to_string()
                             };
-                            text.parse::<SigType>().map_err(|e| c.error_at(pos, format!("{e} ({w})")))
+                            text.parse::<SigType>()
+                                .map_err(|e| c.error_at(pos, format!("{e} ({w})")))
                         },
                         None,
                     )?;
@@ -615,7 +686,9 @@ impl<'a> Parser<'a> {
                     signature = Some(sig);
                 }
                 ("triton", "constants") => constants = keyed_list(&mut c, &what, const_value, None)?,
-                ("triton", "config") => config = keyed_list(&mut c, &what, |c, w| c.integer(&format!("an integer for {w}")), None)?,
+                ("triton", "config") => {
+                    config = keyed_list(&mut c, &what, |c, w| c.integer(&format!("an integer for {w}")), None)?
+                }
                 ("triton", "grid") => {
                     c.skip_ws();
                     let gpos = c.pos();
@@ -628,7 +701,9 @@ impl<'a> Parser<'a> {
                             c.expect_keyword("max_y_grid", || {
                                 format!("expected `max_y_grid N` after `Grid2DWithYZOverflow` in kernel `{name}`")
                             })?;
-                            GridType::Grid2DWithYZOverflow { max_y_grid: c.integer("an integer after `max_y_grid`")? }
+                            GridType::Grid2DWithYZOverflow {
+                                max_y_grid: c.integer("an integer after `max_y_grid`")?,
+                            }
                         }
                         "CooperativeReductionGrid" => GridType::CooperativeReductionGrid,
                         "SplitScanGrid" => GridType::SplitScanGrid,
@@ -637,7 +712,10 @@ impl<'a> Parser<'a> {
                         _ => {
                             return Err(c.error_at(
                                 gpos,
-                                format!("unknown grid type `{}` in kernel `{name}`", first_token(c.rest_str_from(gpos))),
+                                format!(
+                                    "unknown grid type `{}` in kernel `{name}`",
+                                    first_token(c.rest_str_from(gpos))
+                                ),
                             ))
                         }
                     });
@@ -649,15 +727,23 @@ impl<'a> Parser<'a> {
                             format!("`candidate` line without a preceding `grid PrecomputedGrid` in kernel `{name}`"),
                         ));
                     };
-                    let cfg = keyed_list(&mut c, &what, |c, w| c.integer(&format!("an integer for {w}")), Some("=>"))?;
-                    c.expect("=>", || format!("expected `=>` before the grid of a candidate in kernel `{name}`"))?;
-                    c.expect("(", || format!("expected `(` to start the grid of a candidate in kernel `{name}`"))?;
+                    let cfg = keyed_list(
+                        &mut c,
+                        &what,
+                        |c, w| c.integer(&format!("an integer for {w}")),
+                        Some("=>"),
+                    )?;
+                    c.expect("=>", || {
+                        format!("expected `=>` before the grid of a candidate in kernel `{name}`")
+                    })?;
+                    c.expect("(", || {
+                        format!("expected `(` to start the grid of a candidate in kernel `{name}`")
+                    })?;
                     let gw = format!("a grid candidate of kernel `{name}`");
                     let exprs = expr_list(&mut c, ')', &gw)?;
-                    let grid: [SymExpr; 3] = exprs
-                        .into_vec()
-                        .try_into()
-                        .map_err(|v: Vec<SymExpr>| c.error_at(fpos, format!("{gw} has {} expressions, expected 3", v.len())))?;
+                    let grid: [SymExpr; 3] = exprs.into_vec().try_into().map_err(|v: Vec<SymExpr>| {
+                        c.error_at(fpos, format!("{gw} has {} expressions, expected 3", v.len()))
+                    })?;
                     grids.push(PrecomputedGridEntry { config: cfg, grid });
                 }
                 ("triton", "num_warps") => num_warps = Some(c.integer(&format!("an integer for {what}"))?),
@@ -680,10 +766,19 @@ impl<'a> Parser<'a> {
                 ("halide", "cuda_device") => cuda_device = Some(c.integer(&format!("an integer for {what}"))?),
                 ("halide", "arg") => {
                     let arg_name = name_token(&mut c, &format!("an argument name in {what}"))?;
-                    c.expect(":", || format!("expected `:` after Halide argument `{arg_name}` in kernel `{name}`"))?;
+                    c.expect(":", || {
+                        format!("expected `:` after Halide argument `{arg_name}` in kernel `{name}`")
+                    })?;
                     let aw = format!("Halide argument `{arg_name}` of kernel `{name}`");
                     let ctype = c.string(&format!("the C type of {aw}"))?;
-                    let mut arg = HalideArg { ctype, name: arg_name, shape: None, stride: None, offset: None, alias_of: None };
+                    let mut arg = HalideArg {
+                        ctype,
+                        name: arg_name,
+                        shape: None,
+                        stride: None,
+                        offset: None,
+                        alias_of: None,
+                    };
                     let mut arg_seen: Vec<&str> = Vec::new();
                     while !c.at_end() {
                         c.skip_ws();
@@ -755,7 +850,12 @@ impl<'a> Parser<'a> {
             "cuda_c" => KernelBackend::CudaC,
             _ => KernelBackend::Host,
         };
-        Ok(KernelDef { name: KernelName::new(&name), backend, source, comments })
+        Ok(KernelDef {
+            name: KernelName::new(&name),
+            backend,
+            source,
+            comments,
+        })
     }
 
     fn graph(
@@ -768,7 +868,14 @@ impl<'a> Parser<'a> {
         // Names that read as buffers: program constants and this graph's buffer table.
         let mut known: Buffers = constants
             .iter()
-            .map(|(n, l)| (n.clone(), BufferDecl { kind: BufferKind::Tensor(l.clone()) }))
+            .map(|(n, l)| {
+                (
+                    n.clone(),
+                    BufferDecl {
+                        kind: BufferKind::Tensor(l.clone()),
+                    },
+                )
+            })
             .collect();
         c.expect("(", || format!("expected `(` after graph name `{name}`"))?;
         if !c.eat(")") {
@@ -779,7 +886,10 @@ impl<'a> Parser<'a> {
                 let input_kind = if c.eat(":") {
                     if c.eat_keyword("sym") {
                         let s = c.expect_ident(|| format!("expected a symbol after `sym` for input `{input}`"))?;
-                        GraphInput::Symbol { name: input.clone(), symbol: Symbol::new(s) }
+                        GraphInput::Symbol {
+                            name: input.clone(),
+                            symbol: Symbol::new(s),
+                        }
                     } else {
                         let kind = if c.eat_keyword("multi") {
                             BufferKind::Multi
@@ -805,7 +915,9 @@ impl<'a> Parser<'a> {
                 if c.eat(",") {
                     continue;
                 }
-                c.expect(")", || format!("expected `,` or `)` after input `{input}` of graph `{name}`"))?;
+                c.expect(")", || {
+                    format!("expected `,` or `)` after input `{input}` of graph `{name}`")
+                })?;
                 break;
             }
         }
@@ -820,7 +932,8 @@ impl<'a> Parser<'a> {
                     "None" => RawOutput::None,
                     t if is_ident(t) => RawOutput::Ident(t.to_string()),
                     t if is_int_literal(t) => RawOutput::Expr(SymExpr::Int(
-                        t.parse().map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range in {what}")))?,
+                        t.parse()
+                            .map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range in {what}")))?,
                     )),
                     t => RawOutput::Expr(parse_expr(c, pos, t, &what)?),
                 });
@@ -838,7 +951,9 @@ impl<'a> Parser<'a> {
         let mut in_lines = false;
         loop {
             let Some(mut c) = self.next_code_line() else {
-                return Err(self.eof_error(format!("unexpected end of input: graph `{name}` is not closed (missing `}}`)")));
+                return Err(self.eof_error(format!(
+                    "unexpected end of input: graph `{name}` is not closed (missing `}}`)"
+                )));
             };
             if c.eat("}") {
                 c.finish("`}`")?;
@@ -900,22 +1015,36 @@ impl<'a> Parser<'a> {
 fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseError> {
     let buf_after = |c: &mut Cursor<'_>, after: &str| buf_name(c, || format!("expected a buffer name after `{after}`"));
     let line = match kw {
-        "alloc" => Line::Allocate { buffer: buf_after(c, kw)? },
+        "alloc" => Line::Allocate {
+            buffer: buf_after(c, kw)?,
+        },
         "free_if_not_reused" => {
             let buffer = buf_after(c, kw)?;
-            Line::FreeIfNotReused { buffer, is_reused: c.eat_keyword("reused") }
+            Line::FreeIfNotReused {
+                buffer,
+                is_reused: c.eat_keyword("reused"),
+            }
         }
-        "free" => Line::Free { buffer: buf_after(c, kw)? },
+        "free" => Line::Free {
+            buffer: buf_after(c, kw)?,
+        },
         "reuse" => {
             let old = buf_after(c, kw)?;
             c.expect("->", || format!("expected `->` after buffer name `{old}`"))?;
             let new = buf_after(c, "->")?;
-            Line::Reuse { old, new, delete_old: !c.eat_keyword("keep_old") }
+            Line::Reuse {
+                old,
+                new,
+                delete_old: !c.eat_keyword("keep_old"),
+            }
         }
         "reinterpret" => {
             let base = buf_after(c, kw)?;
             c.expect("->", || format!("expected `->` after buffer name `{base}`"))?;
-            Line::Reinterpret { base, alias: buf_after(c, "->")? }
+            Line::Reinterpret {
+                base,
+                alias: buf_after(c, "->")?,
+            }
         }
         "define" => Line::KernelDefinition {
             kernel: KernelName::new(c.expect_ident(|| "expected a kernel name after `define`".into())?),
@@ -932,7 +1061,10 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 c.skip_ws();
                 let pos = c.pos();
                 let text = c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':');
-                Some(text.parse::<Device>().map_err(|e| c.error_at(pos, format!("{e} in {what}")))?)
+                Some(
+                    text.parse::<Device>()
+                        .map_err(|e| c.error_at(pos, format!("{e} in {what}")))?,
+                )
             } else {
                 None
             };
@@ -943,7 +1075,10 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             c.expect("=", || format!("expected `=` after symbol `{symbol}`"))?;
             let what = format!("`let {symbol}`");
             let (pos, text) = c.balanced_until(&[], &what)?;
-            Line::SymbolicCallArg { symbol: Symbol::new(symbol), expr: parse_expr(c, pos, text, &what)? }
+            Line::SymbolicCallArg {
+                symbol: Symbol::new(symbol),
+                expr: parse_expr(c, pos, text, &what)?,
+            }
         }
         "extern" | "extern_out" => {
             c.skip_ws();
@@ -952,10 +1087,16 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             let (result, op) = if c.rest().starts_with('=') && !c.rest().starts_with("==") {
                 c.eat("=");
                 if !is_ident(first) {
-                    return Err(c.error_at(pos, format!("expected a buffer name before `=` in `{kw}`, found `{first}`")));
+                    return Err(c.error_at(
+                        pos,
+                        format!("expected a buffer name before `=` in `{kw}`, found `{first}`"),
+                    ));
                 }
                 c.skip_ws();
-                (Some(BufName::new(first)), c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'))
+                (
+                    Some(BufName::new(first)),
+                    c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'),
+                )
             } else {
                 (None, first)
             };
@@ -979,7 +1120,12 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 }
             }
             if kw == "extern" {
-                Line::ExternKernelAlloc(ExternCall { result, op: op.to_string(), args, kwargs })
+                Line::ExternKernelAlloc(ExternCall {
+                    result,
+                    op: op.to_string(),
+                    args,
+                    kwargs,
+                })
             } else {
                 let Some(out) = result else {
                     return Err(c.error_at(pos, format!("expected `OUT = ` before op `{op}` in `extern_out`")));
@@ -989,7 +1135,15 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 } else {
                     None
                 };
-                Line::ExternKernelOut { call: ExternCall { result, op: op.to_string(), args, kwargs }, out }
+                Line::ExternKernelOut {
+                    call: ExternCall {
+                        result,
+                        op: op.to_string(),
+                        args,
+                        kwargs,
+                    },
+                    out,
+                }
             }
         }
         "get" => {
@@ -1011,7 +1165,11 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 });
                 c.expect("]", || format!("expected `]` to close {what}"))?;
             }
-            Line::MultiOutput { result, source, indices }
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            }
         }
         "index_put" => {
             let target = buf_after(c, kw)?;
@@ -1019,7 +1177,8 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             let mut indices = Vec::new();
             if !c.eat("]") {
                 loop {
-                    let i = c.expect_ident(|| format!("expected a buffer name or `None` in the indices of `{target}`"))?;
+                    let i =
+                        c.expect_ident(|| format!("expected a buffer name or `None` in the indices of `{target}`"))?;
                     indices.push(if i == "None" { None } else { Some(BufName::new(i)) });
                     if c.eat(",") {
                         continue;
@@ -1030,11 +1189,18 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             }
             c.expect("=", || format!("expected `=` after the indices of `{target}`"))?;
             let values = buf_after(c, "=")?;
-            Line::IndexPutFallback { target, indices, values, accumulate: c.eat_keyword("accumulate") }
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate: c.eat_keyword("accumulate"),
+            }
         }
         "scatter" => {
             c.skip_ws();
-            let op = c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.').to_string();
+            let op = c
+                .take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')
+                .to_string();
             if op.is_empty() {
                 return Err(c.error("expected an op name after `scatter`"));
             }
@@ -1048,7 +1214,11 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             c.expect(",", || format!("expected `,` after the index in {what}"))?;
             let src = arg_value(c, declared, &what)?;
             c.expect(")", || format!("expected `)` after the source in {what}"))?;
-            let reduce = if c.eat_keyword("reduce") { Some(c.string(&format!("`reduce` of {what}"))?) } else { None };
+            let reduce = if c.eat_keyword("reduce") {
+                Some(c.string(&format!("`reduce` of {what}"))?)
+            } else {
+                None
+            };
             let include_self = if c.eat_keyword("include_self") {
                 if c.eat_keyword("True") {
                     Some(true)
@@ -1060,15 +1230,32 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             } else {
                 None
             };
-            Line::ScatterFallback(ScatterFallback { op, target, dim, index, src, reduce, include_self })
+            Line::ScatterFallback(ScatterFallback {
+                op,
+                target,
+                dim,
+                index,
+                src,
+                reduce,
+                include_self,
+            })
         }
         "item" => {
             let symbol = c.expect_ident(|| "expected a symbol name after `item`".into())?;
             c.expect("=", || format!("expected `=` after symbol `{symbol}`"))?;
             let source = buf_after(c, "=")?;
             let keypath = key_path(c, &format!("`item {symbol}`"))?;
-            let node = if c.eat_keyword("node") { Some(buf_after(c, "node")?) } else { None };
-            Line::DynamicScalar { symbol: Symbol::new(symbol), source, keypath, node }
+            let node = if c.eat_keyword("node") {
+                Some(buf_after(c, "node")?)
+            } else {
+                None
+            };
+            Line::DynamicScalar {
+                symbol: Symbol::new(symbol),
+                source,
+                keypath,
+                node,
+            }
         }
         "bind" => {
             let source = buf_after(c, kw)?;
@@ -1081,7 +1268,10 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                     let s = c.expect_ident(|| format!("expected a symbol in `bind {source}`"))?;
                     let path = if c.eat("=") {
                         c.skip_ws();
-                        key_path(c, &format!("`{s}` in `bind {source}`"))? } else { KeyPath::new() };
+                        key_path(c, &format!("`{s}` in `bind {source}`"))?
+                    } else {
+                        KeyPath::new()
+                    };
                     if bindings.insert(Symbol::new(s), path).is_some() {
                         return Err(c.error_at(pos, format!("symbol `{s}` is bound twice in `bind {source}`")));
                     }
@@ -1106,63 +1296,119 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 e => Predicate::Expr(e),
             };
             c.expect_keyword("then", || format!("expected `then` after {what}"))?;
-            let true_graph = GraphName::new(c.expect_ident(|| format!("expected a graph name after `then` in `cond {result}`"))?);
+            let true_graph =
+                GraphName::new(c.expect_ident(|| format!("expected a graph name after `then` in `cond {result}`"))?);
             c.expect_keyword("else", || format!("expected `else` after `then {true_graph}`"))?;
-            let false_graph = GraphName::new(c.expect_ident(|| format!("expected a graph name after `else` in `cond {result}`"))?);
+            let false_graph =
+                GraphName::new(c.expect_ident(|| format!("expected a graph name after `else` in `cond {result}`"))?);
             let operands = name_list(c, &format!("the operands of `cond {result}`"))?;
-            Line::Conditional(Conditional { result, predicate, true_graph, false_graph, operands })
+            Line::Conditional(Conditional {
+                result,
+                predicate,
+                true_graph,
+                false_graph,
+                operands,
+            })
         }
         "while" => {
             let result = buf_after(c, kw)?;
             c.expect("=", || format!("expected `=` after buffer name `{result}`"))?;
-            let cond_graph = GraphName::new(c.expect_ident(|| format!("expected a condition graph in `while {result}`"))?);
+            let cond_graph =
+                GraphName::new(c.expect_ident(|| format!("expected a condition graph in `while {result}`"))?);
             c.expect_keyword("do", || format!("expected `do` after `{cond_graph}`"))?;
-            let body_graph = GraphName::new(c.expect_ident(|| format!("expected a body graph after `do` in `while {result}`"))?);
+            let body_graph =
+                GraphName::new(c.expect_ident(|| format!("expected a body graph after `do` in `while {result}`"))?);
             let carried = name_list(c, &format!("the carried inputs of `while {result}`"))?;
             let additional = if c.eat_keyword("additional") {
                 name_list(c, &format!("the additional inputs of `while {result}`"))?
             } else {
                 Vec::new()
             };
-            Line::WhileLoop(WhileLoop { result, cond_graph, body_graph, carried, additional })
+            Line::WhileLoop(WhileLoop {
+                result,
+                cond_graph,
+                body_graph,
+                carried,
+                additional,
+            })
         }
         "device" => {
             let device_index = c.integer("a device index after `device`")?;
-            c.expect("{", || "expected `{` after `device N` (use `enter_device N` for an unmatched guard)".into())?;
+            c.expect("{", || {
+                "expected `{` after `device N` (use `enter_device N` for an unmatched guard)".into()
+            })?;
             Line::EnterDeviceContext { device_index }
         }
-        "enter_device" => Line::EnterDeviceContext { device_index: c.integer("a device index after `enter_device`")? },
+        "enter_device" => Line::EnterDeviceContext {
+            device_index: c.integer("a device index after `enter_device`")?,
+        },
         "exit_device" => Line::ExitDeviceContext,
-        "comment" => Line::Comment { text: c.string("the text of `comment`")? },
+        "comment" => Line::Comment {
+            text: c.string("the text of `comment`")?,
+        },
         "assert_size_stride" => {
             let buffer = buf_after(c, kw)?;
             c.expect("[", || format!("expected `[` (sizes) after buffer name `{buffer}`"))?;
             let size = expr_list(c, ']', &format!("the sizes of `assert_size_stride {buffer}`"))?;
-            c.expect("[", || format!("expected `[` (strides) after the sizes of `assert_size_stride {buffer}`"))?;
+            c.expect("[", || {
+                format!("expected `[` (strides) after the sizes of `assert_size_stride {buffer}`")
+            })?;
             let stride = expr_list(c, ']', &format!("the strides of `assert_size_stride {buffer}`"))?;
-            let context = if c.peek() == Some('\'') { Some(c.string("the context string")?) } else { None };
-            Line::AssertSizeStride { buffer, size, stride, context }
+            let context = if c.peek() == Some('\'') {
+                Some(c.string("the context string")?)
+            } else {
+                None
+            };
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            }
         }
         "assert_alignment" => {
             let buffer = buf_after(c, kw)?;
             let alignment = c.integer(&format!("an alignment after buffer name `{buffer}`"))?;
-            let context = if c.peek() == Some('\'') { Some(c.string("the context string")?) } else { None };
-            Line::AssertAlignment { buffer, alignment, context }
+            let context = if c.peek() == Some('\'') {
+                Some(c.string("the context string")?)
+            } else {
+                None
+            };
+            Line::AssertAlignment {
+                buffer,
+                alignment,
+                context,
+            }
         }
         "assert" => {
             let cond = expr_atom(c, "`assert`")?;
             let message = c.string("the message of `assert`")?;
-            let node = if c.eat_keyword("node") { Some(buf_after(c, "node")?) } else { None };
+            let node = if c.eat_keyword("node") {
+                Some(buf_after(c, "node")?)
+            } else {
+                None
+            };
             Line::RuntimeAssert { cond, message, node }
         }
         "comm_alloc" => {
             let buffer = buf_after(c, kw)?;
             let comm_kind = c.string(&format!("the kind of `comm_alloc {buffer}`"))?;
             let group = c.string(&format!("the group of `comm_alloc {buffer}`"))?;
-            Line::CommBufferAllocate { buffer, comm_kind, group }
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            }
         }
-        "comm_free" => Line::CommBufferFree { buffer: buf_after(c, kw)? },
-        other => return Err(c.error_at(c.pos().saturating_sub(other.len()), format!("unknown line kind `{other}`"))),
+        "comm_free" => Line::CommBufferFree {
+            buffer: buf_after(c, kw)?,
+        },
+        other => {
+            return Err(c.error_at(
+                c.pos().saturating_sub(other.len()),
+                format!("unknown line kind `{other}`"),
+            ))
+        }
     };
     c.finish(&format!("`{kw}` line"))?;
     Ok(line)

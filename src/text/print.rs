@@ -2,7 +2,7 @@
 
 use super::cursor::is_ident;
 use crate::ir::{
-    write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, GraphInput, GraphOutput, GridType, Graph,
+    write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, Graph, GraphInput, GraphOutput, GridType,
     KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound, Predicate, Program, PyStr,
     SymbolKind,
 };
@@ -73,11 +73,17 @@ fn name_token(s: &str) -> String {
 }
 
 fn const_map(map: &IndexMap<String, ConstValue>) -> String {
-    map.iter().map(|(k, v)| format!("{}: {v}", name_token(k))).collect::<Vec<_>>().join(", ")
+    map.iter()
+        .map(|(k, v)| format!("{}: {v}", name_token(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn int_map(map: &IndexMap<String, i64>) -> String {
-    map.iter().map(|(k, v)| format!("{}: {v}", name_token(k))).collect::<Vec<_>>().join(", ")
+    map.iter()
+        .map(|(k, v)| format!("{}: {v}", name_token(k)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn str_list(items: &[String]) -> String {
@@ -87,7 +93,9 @@ fn str_list(items: &[String]) -> String {
 
 /// A signature type bare when it is a plain token, quoted otherwise.
 fn sig_token(s: &str) -> String {
-    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '*' | '.' | '<' | '>'));
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '*' | '.' | '<' | '>'));
     if plain {
         s.to_string()
     } else {
@@ -99,8 +107,11 @@ fn write_kernel(out: &mut String, name: &KernelName, k: &KernelDef) -> std::fmt:
     writeln!(out, "kernel {name}: {} {{", k.backend.keyword())?;
     match &k.backend {
         KernelBackend::Triton(m) => {
-            let sig: Vec<String> =
-                m.signature.iter().map(|(n, t)| format!("{}: {}", name_token(n), sig_token(&t.to_string()))).collect();
+            let sig: Vec<String> = m
+                .signature
+                .iter()
+                .map(|(n, t)| format!("{}: {}", name_token(n), sig_token(&t.to_string())))
+                .collect();
             if sig.is_empty() {
                 out.push_str("  signature\n");
             } else {
@@ -240,7 +251,12 @@ fn write_graph(out: &mut String, name: &str, g: &Graph) -> std::fmt::Result {
             GraphOutput::None => "None".to_string(),
         })
         .collect();
-    writeln!(out, "graph {name}({}) -> ({}) {{", inputs.join(", "), outputs.join(", "))?;
+    writeln!(
+        out,
+        "graph {name}({}) -> ({}) {{",
+        inputs.join(", "),
+        outputs.join(", ")
+    )?;
     let tensor_inputs: Vec<&BufName> = g
         .inputs
         .iter()
@@ -363,7 +379,11 @@ fn expr_list(items: &[SymExpr]) -> String {
 
 fn extern_args(args: &[ArgValue], kwargs: &IndexMap<String, ArgValue>, declared: Declared<'_>) -> String {
     let mut parts: Vec<String> = args.iter().map(|a| arg_value(a, declared)).collect();
-    parts.extend(kwargs.iter().map(|(k, v)| format!("{}={}", name_token(k), arg_value(v, declared))));
+    parts.extend(
+        kwargs
+            .iter()
+            .map(|(k, v)| format!("{}={}", name_token(k), arg_value(v, declared))),
+    );
     parts.join(", ")
 }
 
@@ -402,14 +422,22 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             None => format!("extern {}({})", c.op, extern_args(&c.args, &c.kwargs, declared)),
         },
         Line::ExternKernelOut { call, out } => {
-            let mut s = format!("extern_out {out} = {}({})", call.op, extern_args(&call.args, &call.kwargs, declared));
+            let mut s = format!(
+                "extern_out {out} = {}({})",
+                call.op,
+                extern_args(&call.args, &call.kwargs, declared)
+            );
             // An out= call normally has no result of its own; keep one if present.
             if let Some(r) = &call.result {
                 let _ = write!(s, " result {r}");
             }
             s
         }
-        Line::MultiOutput { result, source, indices } => {
+        Line::MultiOutput {
+            result,
+            source,
+            indices,
+        } => {
             let mut s = format!("get {result} = {source}");
             for i in indices {
                 match i {
@@ -426,9 +454,16 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
-        Line::IndexPutFallback { target, indices, values, accumulate } => {
-            let idx: Vec<String> =
-                indices.iter().map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string())).collect();
+        Line::IndexPutFallback {
+            target,
+            indices,
+            values,
+            accumulate,
+        } => {
+            let idx: Vec<String> = indices
+                .iter()
+                .map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string()))
+                .collect();
             format!(
                 "index_put {target}[{}] = {values}{}",
                 idx.join(", "),
@@ -452,7 +487,12 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             t
         }
-        Line::DynamicScalar { symbol, source, keypath, node } => {
+        Line::DynamicScalar {
+            symbol,
+            source,
+            keypath,
+            node,
+        } => {
             let mut s = format!("item {symbol} = {source}{}", KeyPathText(keypath));
             if let Some(n) = node {
                 let _ = write!(s, " node {n}");
@@ -505,14 +545,23 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
         Line::EnterDeviceContext { device_index } => format!("device {device_index} {{"),
         Line::ExitDeviceContext => "}".to_string(),
         Line::Comment { text } => format!("comment {}", PyStr(text)),
-        Line::AssertSizeStride { buffer, size, stride, context } => {
+        Line::AssertSizeStride {
+            buffer,
+            size,
+            stride,
+            context,
+        } => {
             let mut s = format!("assert_size_stride {buffer} {} {}", expr_list(size), expr_list(stride));
             if let Some(c) = context {
                 let _ = write!(s, " {}", PyStr(c));
             }
             s
         }
-        Line::AssertAlignment { buffer, alignment, context } => {
+        Line::AssertAlignment {
+            buffer,
+            alignment,
+            context,
+        } => {
             let mut s = format!("assert_alignment {buffer} {alignment}");
             if let Some(c) = context {
                 let _ = write!(s, " {}", PyStr(c));
@@ -526,7 +575,11 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
-        Line::CommBufferAllocate { buffer, comm_kind, group } => {
+        Line::CommBufferAllocate {
+            buffer,
+            comm_kind,
+            group,
+        } => {
             format!("comm_alloc {buffer} {} {}", PyStr(comm_kind), PyStr(group))
         }
         Line::CommBufferFree { buffer } => format!("comm_free {buffer}"),

@@ -32,7 +32,12 @@ pub fn invalid_fixtures() -> Vec<PathBuf> {
 
 fn list(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == ext)).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == ext))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -40,7 +45,9 @@ fn list(dir: &Path, ext: &str) -> Vec<PathBuf> {
 
 /// The fixture's name without extension (used as snapshot suffix).
 pub fn name(path: &Path) -> String {
-    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).

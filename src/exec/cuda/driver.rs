@@ -37,17 +37,26 @@ pub enum CudaError {
 
 impl CudaError {
     fn driver(call: &'static str, e: drv::DriverError) -> Self {
-        CudaError::Driver { call, message: e.to_string() }
+        CudaError::Driver {
+            call,
+            message: e.to_string(),
+        }
     }
 
     fn blas(call: &'static str, e: blas::CublasError) -> Self {
-        CudaError::Blas { call, status: format!("{:?}", e.0) }
+        CudaError::Blas {
+            call,
+            status: format!("{:?}", e.0),
+        }
     }
 }
 
 impl From<CudaError> for super::super::ExecError {
     fn from(e: CudaError) -> Self {
-        super::super::ExecError::Op { op: "cuda".into(), message: e.to_string() }
+        super::super::ExecError::Op {
+            op: "cuda".into(),
+            message: e.to_string(),
+        }
     }
 }
 
@@ -71,11 +80,17 @@ impl Device {
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
         let stream = ctx.new_stream().map_err(|e| CudaError::driver("cuStreamCreate", e))?;
-        Ok(Arc::new(Device { ctx, stream, deferred: std::sync::Mutex::new(None) }))
+        Ok(Arc::new(Device {
+            ctx,
+            stream,
+            deferred: std::sync::Mutex::new(None),
+        }))
     }
 
     fn bind(&self) -> Result<(), CudaError> {
-        self.ctx.bind_to_thread().map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
     }
 
     fn raw_stream(&self) -> sys::CUstream {
@@ -84,7 +99,9 @@ impl Device {
 
     /// An attribute of the device.
     pub(super) fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
-        self.ctx.attribute(attr).map_err(|e| CudaError::driver("cuDeviceGetAttribute", e))
+        self.ctx
+            .attribute(attr)
+            .map_err(|e| CudaError::driver("cuDeviceGetAttribute", e))
     }
 
     /// Stream-ordered allocation of `bytes` (> 0).
@@ -136,7 +153,9 @@ impl Device {
 
     /// Waits for all work queued on the stream, then reports a deferred error.
     pub(super) fn synchronize(&self) -> Result<(), CudaError> {
-        self.stream.synchronize().map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| CudaError::driver("cuStreamSynchronize", e))?;
         self.take_deferred()
     }
 
@@ -168,7 +187,10 @@ impl Device {
         // driver copies what it needs before returning.
         let raw = unsafe { drv::module::load_data(words.as_ptr().cast::<c_void>()) }
             .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
-        Ok(Module { raw, ctx: Arc::clone(&self.ctx) })
+        Ok(Module {
+            raw,
+            ctx: Arc::clone(&self.ctx),
+        })
     }
 
     /// Launches `f`. `params` point at each argument's value, in parameter order.
@@ -199,10 +221,14 @@ impl Device {
         }
         self.bind()?;
         let raw = blas::create_handle().map_err(|e| CudaError::blas("cublasCreate", e))?;
-        let handle = BlasHandle { raw, device: Arc::clone(self) };
+        let handle = BlasHandle {
+            raw,
+            device: Arc::clone(self),
+        };
         // SAFETY: `raw` was just created; the stream outlives the handle (the
         // handle holds the device, which holds the stream).
-        unsafe { blas::set_stream(raw, self.raw_stream().cast()) }.map_err(|e| CudaError::blas("cublasSetStream", e))?;
+        unsafe { blas::set_stream(raw, self.raw_stream().cast()) }
+            .map_err(|e| CudaError::blas("cublasSetStream", e))?;
         // SAFETY: `raw` is a live handle. CUBLAS_DEFAULT_MATH with a 32-bit
         // compute type never rounds fp32 inputs to TF32 (PyTorch's default
         // `allow_tf32=False`).
@@ -292,7 +318,13 @@ impl BlasHandle {
         let int = |v: i64, what: &str| {
             i32::try_from(v).map_err(|_| CudaError::Range(format!("GEMM {what} {v} does not fit cuBLAS's int")))
         };
-        let op = |t: bool| if t { blas_sys::cublasOperation_t::CUBLAS_OP_T } else { blas_sys::cublasOperation_t::CUBLAS_OP_N };
+        let op = |t: bool| {
+            if t {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
         let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
         let (lda, ldb, ldc) = (int(g.a.ld, "lda")?, int(g.b.ld, "ldb")?, int(g.c.ld, "ldc")?);
         let (alpha, beta) = (g.alpha, g.beta);

@@ -48,7 +48,11 @@ impl Drop for Graph {
 #[derive(Debug)]
 enum Part {
     Graph(Graph),
-    Read { ptr: sys::CUdeviceptr, bytes: usize, value: [u8; 8] },
+    Read {
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        value: [u8; 8],
+    },
 }
 
 /// The captured segments of one recording.
@@ -86,12 +90,18 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     }
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     // SAFETY: ends the capture begun above on the same stream.
-    let ended = check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture");
+    let ended = check(
+        unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
+        "cuStreamEndCapture",
+    );
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
     // SAFETY: `graph` is the complete graph just captured.
-    let inst = check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate");
+    let inst = check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
+        "cuGraphInstantiate",
+    );
     if let Err(e) = inst {
         // SAFETY: the graph was created above and is not used again.
         unsafe {
@@ -105,7 +115,11 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
 /// Captures the segments of `prepared` (once) and replays them.
 pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Replay, ExecError> {
     prepared.recorded_outputs = None;
-    backend.device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    backend
+        .device
+        .ctx
+        .bind_to_thread()
+        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
     if prepared.graphs.is_none() {
         let mut parts = Vec::new();
         let mut start = 0usize;
@@ -119,7 +133,11 @@ pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<R
                 parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..i])?));
             }
             if let Some(Op::Read { ptr, bytes, value }) = prepared.ops.get(i) {
-                parts.push(Part::Read { ptr: *ptr, bytes: *bytes, value: *value });
+                parts.push(Part::Read {
+                    ptr: *ptr,
+                    bytes: *bytes,
+                    value: *value,
+                });
             }
             start = i + 1;
         }
@@ -203,9 +221,16 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     let scratch: Arc<Storage> = backend.alloc_storage(4096)?;
     let mut ptr = scratch.ptr;
     let mut n: u32 = 0;
-    let mut params = [(&mut ptr as *mut u64).cast::<std::ffi::c_void>(), (&mut n as *mut u32).cast()];
+    let mut params = [
+        (&mut ptr as *mut u64).cast::<std::ffi::c_void>(),
+        (&mut n as *mut u32).cast(),
+    ];
     let stream = backend.device.stream.cu_stream();
-    backend.device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    backend
+        .device
+        .ctx
+        .bind_to_thread()
+        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
     let mut launch_loop = |count: usize| -> Result<(), ExecError> {
         for _ in 0..count {
             // SAFETY: `function` is in `module`, alive for this function;
@@ -234,12 +259,18 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     )?;
     let queued = launch_loop(kernels);
     // SAFETY: ends the capture begun above.
-    let ended = check(unsafe { sys::cuStreamEndCapture(stream, &mut graph) }, "cuStreamEndCapture");
+    let ended = check(
+        unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
+        "cuStreamEndCapture",
+    );
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
     // SAFETY: `graph` is the complete captured graph.
-    check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
+    check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
+        "cuGraphInstantiate",
+    )?;
     let g = Graph { graph, exec };
     // SAFETY: `g` was instantiated on this context; its launches use `scratch`, alive until the end.
     let replay_once = || check(unsafe { sys::cuGraphLaunch(g.exec, stream) }, "cuGraphLaunch");
@@ -258,5 +289,10 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     }
     drop(g);
     drop(module);
-    Ok(LaunchFloor { launch_us: median(per_launch), graph_us: median(per_graph_kernel), kernels, compiler })
+    Ok(LaunchFloor {
+        launch_us: median(per_launch),
+        graph_us: median(per_graph_kernel),
+        kernels,
+        compiler,
+    })
 }

@@ -60,20 +60,33 @@ pub(super) fn plan(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
     let tensor = |i: usize, name: &str| -> Result<CudaTensor, ExecError> {
         match call.args.get(i).or_else(|| call.kwargs.get(name)) {
             Some(Value::Tensor(t)) if t.spec.size.len() == rank => Ok(t.clone()),
-            Some(Value::Tensor(t)) => Err(ExecError::op(op, format!("`{name}` has rank {}, expected {rank}", t.spec.size.len()))),
-            Some(other) => Err(ExecError::op(op, format!("`{name}` must be a tensor, got {}", other.kind()))),
+            Some(Value::Tensor(t)) => Err(ExecError::op(
+                op,
+                format!("`{name}` has rank {}, expected {rank}", t.spec.size.len()),
+            )),
+            Some(other) => Err(ExecError::op(
+                op,
+                format!("`{name}` must be a tensor, got {}", other.kind()),
+            )),
             None => Err(ExecError::op(op, format!("missing argument `{name}`"))),
         }
     };
     let (a, b) = (tensor(0, "self")?, tensor(1, "mat2")?);
     let (sa, sb) = (&a.spec.size, &b.spec.size);
-    let (batch, m, k, n) = if batched { (sa[0], sa[1], sa[2], sb[2]) } else { (1, sa[0], sa[1], sb[1]) };
+    let (batch, m, k, n) = if batched {
+        (sa[0], sa[1], sa[2], sb[2])
+    } else {
+        (1, sa[0], sa[1], sb[1])
+    };
     let (kb, batch_b) = if batched { (sb[1], sb[0]) } else { (sb[0], 1) };
     if k != kb || batch != batch_b {
         return Err(ExecError::op(op, format!("cannot multiply shapes {sa:?} and {sb:?}")));
     }
     if a.spec.dtype != b.spec.dtype {
-        return Err(ExecError::op(op, format!("operand dtypes differ: {} and {}", a.spec.dtype, b.spec.dtype)));
+        return Err(ExecError::op(
+            op,
+            format!("operand dtypes differ: {} and {}", a.spec.dtype, b.spec.dtype),
+        ));
     }
     if data_type(a.spec.dtype).is_none() {
         return Ok(None);
@@ -84,19 +97,38 @@ pub(super) fn plan(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
             if out.spec.size != shape || out.spec.dtype != a.spec.dtype {
                 return Err(ExecError::op(
                     op,
-                    format!("`out` is {}{:?}, the product is {}{shape:?}", out.spec.dtype, out.spec.size, a.spec.dtype),
+                    format!(
+                        "`out` is {}{:?}, the product is {}{shape:?}",
+                        out.spec.dtype, out.spec.size, a.spec.dtype
+                    ),
                 ));
             }
             (out.clone(), true)
         }
         None | Some(Value::None) => {
-            let declared = call.expected.as_ref().and_then(|e| e.concrete()).filter(|s| s.size == shape && s.dtype == a.spec.dtype);
+            let declared = call
+                .expected
+                .as_ref()
+                .and_then(|e| e.concrete())
+                .filter(|s| s.size == shape && s.dtype == a.spec.dtype);
             let spec = declared.unwrap_or_else(|| TensorSpec::contiguous(a.spec.dtype, a.spec.device, &shape));
             (backend.allocate(&spec)?, false)
         }
-        Some(other) => return Err(ExecError::op(op, format!("`out` must be a tensor, got {}", other.kind()))),
+        Some(other) => {
+            return Err(ExecError::op(
+                op,
+                format!("`out` must be a tensor, got {}", other.kind()),
+            ))
+        }
     };
-    let p = Plan { op: op.to_string(), a, b, c, returns_out, batched };
+    let p = Plan {
+        op: op.to_string(),
+        a,
+        b,
+        c,
+        returns_out,
+        batched,
+    };
     Ok(operands(&p).map(|_| p))
 }
 

@@ -39,7 +39,9 @@ pub use run::{place_inputs, run_program, run_program_on, to_host};
 
 use super::host::{op_key, HostBackend, HostOptions};
 use super::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
-use super::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value};
+use super::{
+    Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
+};
 use crate::ir::{ConstValue, DType, Device as IrDevice, KernelBackend, ScalarType, SigType, TritonMeta};
 use cudarc::driver::sys;
 use driver::{Device, Module};
@@ -190,7 +192,10 @@ impl CudaBackend {
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
         let opened = std::time::Instant::now();
         let device = Device::open(options.ordinal)?;
-        let timings = LoadTimings { device_open: opened.elapsed(), ..LoadTimings::default() };
+        let timings = LoadTimings {
+            device_open: opened.elapsed(),
+            ..LoadTimings::default()
+        };
         Ok(CudaBackend {
             device,
             host: HostBackend::new(options.host),
@@ -206,7 +211,10 @@ impl CudaBackend {
 
     /// Where this backend's start-up work went so far (see [`LoadTimings`]).
     pub fn load_timings(&self) -> LoadTimings {
-        LoadTimings { builtin_load: self.builtins.load_time, ..self.timings }
+        LoadTimings {
+            builtin_load: self.builtins.load_time,
+            ..self.timings
+        }
     }
 
     /// Writes the host tensor `src` into the device tensor `dst` in place
@@ -223,8 +231,16 @@ impl CudaBackend {
             )));
         }
         let dense = super::contiguous_strides(&dst.spec.size);
-        if dst.spec.size.iter().zip(dst.spec.stride.iter().zip(&dense)).any(|(s, (a, b))| *s > 1 && a != b) {
-            return Err(ExecError::Input("overwrite: the device tensor is not contiguous".into()));
+        if dst
+            .spec
+            .size
+            .iter()
+            .zip(dst.spec.stride.iter().zip(&dense))
+            .any(|(s, (a, b))| *s > 1 && a != b)
+        {
+            return Err(ExecError::Input(
+                "overwrite: the device tensor is not contiguous".into(),
+            ));
         }
         let bytes = with_dtype!(
             src.dtype(),
@@ -244,7 +260,13 @@ impl CudaBackend {
     pub fn supported_ops(&self) -> Vec<String> {
         let mut ops: Vec<String> = GPU_OPS.iter().map(|s| s.to_string()).collect();
         if self.options.host_fallback {
-            ops.extend(self.host.op_names().into_iter().filter(|o| !GPU_OPS.contains(&o.as_str())).map(|o| format!("{o} (host)")));
+            ops.extend(
+                self.host
+                    .op_names()
+                    .into_iter()
+                    .filter(|o| !GPU_OPS.contains(&o.as_str()))
+                    .map(|o| format!("{o} (host)")),
+            );
         }
         ops
     }
@@ -260,19 +282,31 @@ impl CudaBackend {
             ptr,
             bytes,
             device: Arc::clone(&self.device),
-            _accounted: Accounted { bytes: bytes as u64, counter: Some(Arc::clone(&self.memory)) },
+            _accounted: Accounted {
+                bytes: bytes as u64,
+                counter: Some(Arc::clone(&self.memory)),
+            },
         }))
     }
 
     fn storage_bytes(spec: &TensorSpec) -> Result<usize, ExecError> {
         if spec.size.len() != spec.stride.len() {
-            return Err(ExecError::Input(format!("{} sizes but {} strides", spec.size.len(), spec.stride.len())));
+            return Err(ExecError::Input(format!(
+                "{} sizes but {} strides",
+                spec.size.len(),
+                spec.stride.len()
+            )));
         }
         spec.storage_numel()
             .and_then(|n| u64::try_from(n).ok())
             .and_then(|n| n.checked_mul(spec.dtype.size_bytes()))
             .and_then(|b| usize::try_from(b).ok())
-            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "invalid layout: sizes {:?}, strides {:?}",
+                    spec.size, spec.stride
+                ))
+            })
     }
 
     fn function(&mut self, name: &str, meta: &TritonMeta) -> Result<sys::CUfunction, ExecError> {
@@ -280,7 +314,9 @@ impl CudaBackend {
             return Ok(k.function);
         }
         let cubin = meta.cubin.as_ref().ok_or_else(|| {
-            ExecError::Unsupported(format!("kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"))
+            ExecError::Unsupported(format!(
+                "kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"
+            ))
         })?;
         let path = self.options.kernel_dir.join(cubin);
         let loading = std::time::Instant::now();
@@ -289,14 +325,20 @@ impl CudaBackend {
             None => {
                 let image = std::fs::read(&path)
                     .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
-                let m = Rc::new(self.device.load_module(&image).map_err(|e| ExecError::op(name, e.to_string()))?);
+                let m = Rc::new(
+                    self.device
+                        .load_module(&image)
+                        .map_err(|e| ExecError::op(name, e.to_string()))?,
+                );
                 self.modules.insert(path, Rc::clone(&m));
                 self.timings.modules += 1;
                 m
             }
         };
         let symbol = meta.mangled_name.as_deref().unwrap_or(name);
-        let function = module.function(symbol).map_err(|e| ExecError::op(name, e.to_string()))?;
+        let function = module
+            .function(symbol)
+            .map_err(|e| ExecError::op(name, e.to_string()))?;
         if meta.shared_mem > DEFAULT_SHARED_LIMIT {
             let optin = self
                 .device
@@ -305,19 +347,35 @@ impl CudaBackend {
             if i64::from(meta.shared_mem) > i64::from(optin) {
                 return Err(ExecError::op(
                     name,
-                    format!("needs {} bytes of shared memory; the device allows {optin} per block", meta.shared_mem),
+                    format!(
+                        "needs {} bytes of shared memory; the device allows {optin} per block",
+                        meta.shared_mem
+                    ),
                 ));
             }
-            driver::set_max_dynamic_shared(function, meta.shared_mem).map_err(|e| ExecError::op(name, e.to_string()))?;
+            driver::set_max_dynamic_shared(function, meta.shared_mem)
+                .map_err(|e| ExecError::op(name, e.to_string()))?;
         }
-        self.kernels.insert(name.to_string(), LoadedKernel { function, _module: module });
+        self.kernels.insert(
+            name.to_string(),
+            LoadedKernel {
+                function,
+                _module: module,
+            },
+        );
         self.timings.module_load += loading.elapsed();
         Ok(function)
     }
 
     /// One kernel argument as the bytes of a u64 slot (little-endian, so the
     /// driver reads the parameter's width from the start of the slot).
-    fn marshal(&mut self, kernel: &str, param: &str, ty: &SigType, value: &Value<CudaTensor>) -> Result<u64, ExecError> {
+    fn marshal(
+        &mut self,
+        kernel: &str,
+        param: &str,
+        ty: &SigType,
+        value: &Value<CudaTensor>,
+    ) -> Result<u64, ExecError> {
         let err = |msg: String| ExecError::op(kernel, format!("parameter `{param}` ({ty}): {msg}"));
         match ty {
             SigType::Pointer(dtype) => match value {
@@ -335,9 +393,14 @@ impl CudaBackend {
                     Value::Int(v) => ScalarValue::Int(*v),
                     Value::Bool(b) => ScalarValue::Bool(*b),
                     Value::Float(f) => ScalarValue::Float(*f),
-                    Value::Tensor(t) => {
-                        self.read_scalar(t, &ScalarRequest { symbol: None, decl: None, multiplier: 1 })?
-                    }
+                    Value::Tensor(t) => self.read_scalar(
+                        t,
+                        &ScalarRequest {
+                            symbol: None,
+                            decl: None,
+                            multiplier: 1,
+                        },
+                    )?,
                     other => return Err(err(format!("given a {}", other.kind()))),
                 };
                 encode_scalar(*s, scalar).map_err(err)
@@ -348,11 +411,16 @@ impl CudaBackend {
 
     fn launch_triton(&mut self, launch: &KernelLaunch<'_, CudaTensor>, meta: &TritonMeta) -> Result<(), ExecError> {
         let name = launch.kernel.name.as_str();
-        let grid = launch.grid.ok_or_else(|| ExecError::op(name, "a Triton launch without a grid"))?;
+        let grid = launch
+            .grid
+            .ok_or_else(|| ExecError::op(name, "a Triton launch without a grid"))?;
         for (param, c) in &meta.constants {
             if let (ConstValue::Int(baked), Some(Value::Int(passed))) = (c, launch.kwargs.get(param.as_str())) {
                 if baked != passed {
-                    return Err(ExecError::op(name, format!("`{param}` = {passed}, but the kernel was compiled for {baked}")));
+                    return Err(ExecError::op(
+                        name,
+                        format!("`{param}` = {passed}, but the kernel was compiled for {baked}"),
+                    ));
                 }
             }
         }
@@ -408,13 +476,22 @@ impl CudaBackend {
     fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         self.options.extern_ops.record_host(call.op);
         let mut staged: Vec<Staged> = Vec::new();
-        let args = call.args.iter().map(|v| self.stage_to_host(v, &mut staged)).collect::<Result<Vec<_>, _>>()?;
+        let args = call
+            .args
+            .iter()
+            .map(|v| self.stage_to_host(v, &mut staged))
+            .collect::<Result<Vec<_>, _>>()?;
         let kwargs = call
             .kwargs
             .iter()
             .map(|(k, v)| Ok((k.clone(), self.stage_to_host(v, &mut staged)?)))
             .collect::<Result<IndexMap<_, _>, ExecError>>()?;
-        let result = self.host.call_extern(ExternCall { op: call.op, args, kwargs, expected: call.expected.clone() })?;
+        let result = self.host.call_extern(ExternCall {
+            op: call.op,
+            args,
+            kwargs,
+            expected: call.expected.clone(),
+        })?;
         for s in &staged {
             let now = host_storage_bytes(&s.host)?;
             if now != s.original {
@@ -437,9 +514,14 @@ impl CudaBackend {
                     None => {
                         let mut bytes = vec![0u8; t.storage.bytes];
                         self.device.download(&mut bytes, t.storage.ptr)?;
-                        let n = i64::try_from(t.storage_numel()).map_err(|_| ExecError::Input("storage too large".into()))?;
+                        let n = i64::try_from(t.storage_numel())
+                            .map_err(|_| ExecError::Input("storage too large".into()))?;
                         let host = host_from_bytes(t.spec.dtype, &bytes, n)?;
-                        staged.push(Staged { storage: Arc::clone(&t.storage), host, original: bytes });
+                        staged.push(Staged {
+                            storage: Arc::clone(&t.storage),
+                            host,
+                            original: bytes,
+                        });
                         staged.len() - 1
                     }
                 };
@@ -452,9 +534,17 @@ impl CudaBackend {
             Value::Str(s) => Value::Str(s.clone()),
             Value::DType(d) => Value::DType(*d),
             Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(items.iter().map(|i| self.stage_to_host(i, staged)).collect::<Result<_, _>>()?),
+            Value::List(items) => Value::List(
+                items
+                    .iter()
+                    .map(|i| self.stage_to_host(i, staged))
+                    .collect::<Result<_, _>>()?,
+            ),
             Value::Dict(items) => Value::Dict(
-                items.iter().map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?))).collect::<Result<_, ExecError>>()?,
+                items
+                    .iter()
+                    .map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?)))
+                    .collect::<Result<_, ExecError>>()?,
             ),
             Value::Opaque => Value::Opaque,
         })
@@ -472,7 +562,10 @@ impl CudaBackend {
             Value::Device(d) => Value::Device(*d),
             Value::List(items) => Value::List(items.iter().map(|i| self.copy_value_in(i)).collect::<Result<_, _>>()?),
             Value::Dict(items) => Value::Dict(
-                items.iter().map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?))).collect::<Result<_, ExecError>>()?,
+                items
+                    .iter()
+                    .map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?)))
+                    .collect::<Result<_, ExecError>>()?,
             ),
             Value::Opaque => Value::Opaque,
         })
@@ -507,9 +600,17 @@ impl Backend for CudaBackend {
     }
 
     fn view(&mut self, base: &CudaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<CudaTensor, ExecError> {
-        let spec = TensorSpec { size: size.to_vec(), stride: stride.to_vec(), offset, ..base.spec.clone() };
+        let spec = TensorSpec {
+            size: size.to_vec(),
+            stride: stride.to_vec(),
+            offset,
+            ..base.spec.clone()
+        };
         check_bounds(&spec, base.storage_numel())?;
-        Ok(CudaTensor { storage: Arc::clone(&base.storage), spec })
+        Ok(CudaTensor {
+            storage: Arc::clone(&base.storage),
+            spec,
+        })
     }
 
     fn launch(&mut self, launch: KernelLaunch<'_, CudaTensor>) -> Result<(), ExecError> {
@@ -548,10 +649,16 @@ impl Backend for CudaBackend {
                 }
             }
         }
-        if self.options.host_fallback && (self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op)) {
+        if self.options.host_fallback
+            && (self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op))
+        {
             return self.host_fallback(call);
         }
-        Err(ExecError::UnknownOp { backend: "cuda", op: call.op.to_string(), supported: self.supported_ops() })
+        Err(ExecError::UnknownOp {
+            backend: "cuda",
+            op: call.op.to_string(),
+            supported: self.supported_ops(),
+        })
     }
 
     fn read_scalar(&mut self, tensor: &CudaTensor, _request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
@@ -571,11 +678,19 @@ impl Backend for CudaBackend {
     }
 
     fn copy_in(&mut self, tensor: &Tensor) -> Result<CudaTensor, ExecError> {
-        let spec = TensorSpec { device: self.device_of(), ..tensor.spec().clone() };
+        let spec = TensorSpec {
+            device: self.device_of(),
+            ..tensor.spec().clone()
+        };
         let numel = spec
             .storage_numel()
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| ExecError::Input(format!("invalid layout: sizes {:?}, strides {:?}", spec.size, spec.stride)))?;
+            .ok_or_else(|| {
+                ExecError::Input(format!(
+                    "invalid layout: sizes {:?}, strides {:?}",
+                    spec.size, spec.stride
+                ))
+            })?;
         let bytes = with_dtype!(
             spec.dtype,
             T => {

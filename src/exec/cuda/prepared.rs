@@ -55,7 +55,9 @@
 
 use super::driver::{Gemm, GemmOperand};
 use super::{matmul, op_key, CudaBackend, CudaTensor, Storage, GPU_OPS};
-use crate::exec::{Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value};
+use crate::exec::{
+    Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value,
+};
 use crate::fx::interp::Plan;
 use crate::ir::{KernelBackend, SigType};
 use crate::sym::Symbol;
@@ -151,7 +153,10 @@ impl Recorder<'_> {
     }
 
     fn new_buffer(&mut self, storage: &Arc<Storage>) -> Place {
-        let place = Place::Buffer { index: self.buffers.len(), byte: 0 };
+        let place = Place::Buffer {
+            index: self.buffers.len(),
+            byte: 0,
+        };
         self.buffers.push(Buffer {
             _storage: Some(Arc::downgrade(storage)),
             bytes: storage.bytes as u64,
@@ -169,7 +174,10 @@ impl Recorder<'_> {
             Some(p) => *p,
             None if allocated_by_run => self.new_buffer(&t.storage),
             None => {
-                let p = Place::External { index: self.external.len(), byte: 0 };
+                let p = Place::External {
+                    index: self.external.len(),
+                    byte: 0,
+                };
                 self.external.push(Arc::clone(&t.storage));
                 self.by_storage.insert(Arc::as_ptr(&t.storage), p);
                 p
@@ -190,12 +198,20 @@ impl Recorder<'_> {
 
     /// The place of a device address inside a tensor of `candidates`.
     fn place_of_address(&mut self, ptr: sys::CUdeviceptr, candidates: &[CudaTensor]) -> Option<Place> {
-        let t = candidates.iter().find(|t| ptr >= t.storage.ptr && ptr < t.storage.ptr + t.storage.bytes.max(1) as u64)?;
+        let t = candidates
+            .iter()
+            .find(|t| ptr >= t.storage.ptr && ptr < t.storage.ptr + t.storage.bytes.max(1) as u64)?;
         let base = self.place(t, false);
         let delta = ptr - t.data_ptr();
         Some(match base {
-            Place::Buffer { index, byte } => Place::Buffer { index, byte: byte + delta },
-            Place::External { index, byte } => Place::External { index, byte: byte + delta },
+            Place::Buffer { index, byte } => Place::Buffer {
+                index,
+                byte: byte + delta,
+            },
+            Place::External { index, byte } => Place::External {
+                index,
+                byte: byte + delta,
+            },
         })
     }
 
@@ -217,19 +233,27 @@ impl Recorder<'_> {
         let name = launch.kernel.name.as_str();
         let Some(grid) = launch.grid else { return Ok(()) };
         let dim = |g: i64| u32::try_from(g).ok();
-        let (Some(gx), Some(gy), Some(gz)) = (dim(grid[0]), dim(grid[1]), dim(grid[2])) else { return Ok(()) };
-        let Some(block) = meta.num_warps.checked_mul(32) else { return Ok(()) };
+        let (Some(gx), Some(gy), Some(gz)) = (dim(grid[0]), dim(grid[1]), dim(grid[2])) else {
+            return Ok(());
+        };
+        let Some(block) = meta.num_warps.checked_mul(32) else {
+            return Ok(());
+        };
         let function = self.inner.function(name, meta)?;
         let mut slots = Vec::new();
         for (param, ty) in meta.runtime_params() {
-            let Some(value) = launch.kwargs.get(param) else { return Ok(()) };
+            let Some(value) = launch.kwargs.get(param) else {
+                return Ok(());
+            };
             slots.push(match (ty, value) {
                 (SigType::Pointer(_), Value::Tensor(t)) => {
                     let place = self.place(t, false);
                     // Inductor names the parameters its kernels only read
                     // `in_ptr<k>`; a user-defined kernel may write any pointer.
                     if matches!(place, Place::External { .. }) && (meta.user_defined || !param.starts_with("in_ptr")) {
-                        self.note_external_write(|| format!("kernel `{name}` may write an input or constant through `{param}`"));
+                        self.note_external_write(|| {
+                            format!("kernel `{name}` may write an input or constant through `{param}`")
+                        });
                     }
                     Slot::Address(place)
                 }
@@ -249,9 +273,16 @@ impl Recorder<'_> {
                 slots.push(Slot::Bytes(0));
                 continue;
             }
-            let bytes = per_cta.checked_mul(blocks).ok_or_else(|| ExecError::op(name, "scratch size overflows"))?;
+            let bytes = per_cta
+                .checked_mul(blocks)
+                .ok_or_else(|| ExecError::op(name, "scratch size overflows"))?;
             let index = self.buffers.len();
-            self.buffers.push(Buffer { _storage: None, bytes, first: self.now(), last: self.now() });
+            self.buffers.push(Buffer {
+                _storage: None,
+                bytes,
+                first: self.now(),
+                last: self.now(),
+            });
             slots.push(Slot::Address(Place::Buffer { index, byte: 0 }));
         }
         self.events.push(Event::Launch(LaunchRecord {
@@ -308,7 +339,10 @@ impl Backend for Recorder<'_> {
             return self.inner.call_extern(call);
         }
         let mut operands = Vec::new();
-        call.args.iter().chain(call.kwargs.values()).for_each(|v| tensors_of(v, &mut operands));
+        call.args
+            .iter()
+            .chain(call.kwargs.values())
+            .for_each(|v| tensors_of(v, &mut operands));
         for t in &operands {
             self.place(t, false);
         }
@@ -329,7 +363,11 @@ impl Backend for Recorder<'_> {
                     if matches!(c, Place::External { .. }) {
                         self.note_external_write(|| format!("extern op `{}` writes an input or constant", call.op));
                     }
-                    self.events.push(Event::Gemm(GemmRecord { op: call.op.to_string(), gemm, places: [a, b, c] }))
+                    self.events.push(Event::Gemm(GemmRecord {
+                        op: call.op.to_string(),
+                        gemm,
+                        places: [a, b, c],
+                    }))
                 }
                 _ => self.mark_unreplayable(format!("extern op `{}`: an operand lies outside its tensors", call.op)),
             }
@@ -396,8 +434,15 @@ pub(super) struct PreparedLaunch {
 #[derive(Debug)]
 pub(super) enum Op {
     Launch(PreparedLaunch),
-    Gemm { op: String, gemm: Gemm },
-    Read { ptr: sys::CUdeviceptr, bytes: usize, value: [u8; 8] },
+    Gemm {
+        op: String,
+        gemm: Gemm,
+    },
+    Read {
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        value: [u8; 8],
+    },
 }
 
 /// How a replay ended.
@@ -510,7 +555,11 @@ impl Prepared {
             }
         }
         let (offsets, arena_bytes) = pack(&rec.buffers);
-        let arena = if arena_bytes > 0 { Some(rec.inner.alloc_storage(arena_bytes as usize)?) } else { None };
+        let arena = if arena_bytes > 0 {
+            Some(rec.inner.alloc_storage(arena_bytes as usize)?)
+        } else {
+            None
+        };
         let arena_ptr = arena.as_ref().map_or(0, |a| a.ptr);
         let external = std::mem::take(&mut rec.external);
         let resolve = |p: Place| -> sys::CUdeviceptr {
@@ -532,7 +581,8 @@ impl Prepared {
                             Slot::Address(p) => resolve(*p),
                         })
                         .collect();
-                    let params: Box<[*mut c_void]> = args.iter_mut().map(|a| (a as *mut u64).cast::<c_void>()).collect();
+                    let params: Box<[*mut c_void]> =
+                        args.iter_mut().map(|a| (a as *mut u64).cast::<c_void>()).collect();
                     Op::Launch(PreparedLaunch {
                         kernel: l.kernel,
                         function: l.function,
@@ -546,9 +596,21 @@ impl Prepared {
                 Event::Gemm(g) => {
                     let [a, b, c] = g.places.map(resolve);
                     let with = |o: GemmOperand, ptr| GemmOperand { ptr, ..o };
-                    Op::Gemm { op: g.op, gemm: Gemm { a: with(g.gemm.a, a), b: with(g.gemm.b, b), c: with(g.gemm.c, c), ..g.gemm } }
+                    Op::Gemm {
+                        op: g.op,
+                        gemm: Gemm {
+                            a: with(g.gemm.a, a),
+                            b: with(g.gemm.b, b),
+                            c: with(g.gemm.c, c),
+                            ..g.gemm
+                        },
+                    }
                 }
-                Event::Read(r) => Op::Read { ptr: resolve(r.at), bytes: r.bytes, value: r.value },
+                Event::Read(r) => Op::Read {
+                    ptr: resolve(r.at),
+                    bytes: r.bytes,
+                    value: r.value,
+                },
             });
         }
         // Outputs as views of the arena (or of the external buffers).
@@ -614,7 +676,10 @@ impl Prepared {
     pub fn replay(&mut self, backend: &CudaBackend) -> Result<Replay, ExecError> {
         self.recorded_outputs = None;
         let device = &backend.device;
-        device.ctx.bind_to_thread().map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+        device
+            .ctx
+            .bind_to_thread()
+            .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
         let stream = device.stream.cu_stream();
         let mut read = 0usize;
         for op in &mut self.ops {
@@ -651,7 +716,12 @@ pub(super) fn run_gemm(backend: &CudaBackend, op: &str, gemm: &Gemm) -> Result<(
     }
 }
 
-pub(super) fn read_matches(backend: &CudaBackend, ptr: sys::CUdeviceptr, bytes: usize, value: &[u8; 8]) -> Result<bool, ExecError> {
+pub(super) fn read_matches(
+    backend: &CudaBackend,
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    value: &[u8; 8],
+) -> Result<bool, ExecError> {
     let mut now = [0u8; 8];
     let n = bytes.min(now.len());
     backend.device.download(&mut now[..n], ptr)?;
@@ -681,12 +751,27 @@ fn rebase(
                 None => return Err(ExecError::Input("an output of an unknown buffer".into())),
             };
             // Arena offsets are multiples of ARENA_ALIGN, hence of the element size.
-            let offset = t.spec.offset + i64::try_from(base_byte / elem).map_err(|_| ExecError::Input("arena too large".into()))?;
-            Value::Tensor(CudaTensor { storage, spec: TensorSpec { offset, ..t.spec.clone() } })
+            let offset = t.spec.offset
+                + i64::try_from(base_byte / elem).map_err(|_| ExecError::Input("arena too large".into()))?;
+            Value::Tensor(CudaTensor {
+                storage,
+                spec: TensorSpec {
+                    offset,
+                    ..t.spec.clone()
+                },
+            })
         }
-        Value::List(items) => Value::List(items.iter().map(|i| rebase(rec, i, arena, offsets, external)).collect::<Result<_, _>>()?),
+        Value::List(items) => Value::List(
+            items
+                .iter()
+                .map(|i| rebase(rec, i, arena, offsets, external))
+                .collect::<Result<_, _>>()?,
+        ),
         Value::Dict(items) => Value::Dict(
-            items.iter().map(|(k, i)| Ok((k.clone(), rebase(rec, i, arena, offsets, external)?))).collect::<Result<_, ExecError>>()?,
+            items
+                .iter()
+                .map(|(k, i)| Ok((k.clone(), rebase(rec, i, arena, offsets, external)?)))
+                .collect::<Result<_, ExecError>>()?,
         ),
         other => other.clone(),
     })
@@ -712,7 +797,10 @@ enum InputKey {
 
 fn input_key(v: &Value<CudaTensor>) -> InputKey {
     match v {
-        Value::Tensor(t) => InputKey::Tensor { storage: Arc::as_ptr(&t.storage), spec: t.spec.clone() },
+        Value::Tensor(t) => InputKey::Tensor {
+            storage: Arc::as_ptr(&t.storage),
+            spec: t.spec.clone(),
+        },
         Value::Int(i) => InputKey::Int(*i),
         _ => InputKey::Other,
     }
@@ -721,7 +809,9 @@ fn input_key(v: &Value<CudaTensor>) -> InputKey {
 fn key_matches(key: &[InputKey], inputs: &[Value<CudaTensor>]) -> bool {
     key.len() == inputs.len()
         && key.iter().zip(inputs).all(|(k, v)| match (k, v) {
-            (InputKey::Tensor { storage, spec }, Value::Tensor(t)) => *storage == Arc::as_ptr(&t.storage) && *spec == t.spec,
+            (InputKey::Tensor { storage, spec }, Value::Tensor(t)) => {
+                *storage == Arc::as_ptr(&t.storage) && *spec == t.spec
+            }
             (InputKey::Int(a), Value::Int(b)) => a == b,
             (InputKey::Other, v) => !matches!(v, Value::Tensor(_) | Value::Int(_)),
             _ => false,
@@ -756,7 +846,11 @@ impl PreparedCache {
             if !key_matches(key, inputs) {
                 continue;
             }
-            let r = if graphs { super::graph::replay(prepared, backend)? } else { prepared.replay(backend)? };
+            let r = if graphs {
+                super::graph::replay(prepared, backend)?
+            } else {
+                prepared.replay(backend)?
+            };
             if r == Replay::Done {
                 hit = Some(i);
                 break;
@@ -778,6 +872,9 @@ impl PreparedCache {
             }
         };
         // `i` indexes an entry that exists: found above or just pushed.
-        self.entries.get(i).map(|(_, p)| p).ok_or_else(|| ExecError::op("cuda", "prepared cache entry vanished"))
+        self.entries
+            .get(i)
+            .map(|(_, p)| p)
+            .ok_or_else(|| ExecError::op("cuda", "prepared cache entry vanished"))
     }
 }

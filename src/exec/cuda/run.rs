@@ -17,9 +17,16 @@ pub fn run_program(
 ) -> Result<RunOutput<Tensor>, RunError> {
     let mut backend = CudaBackend::new(options).map_err(ExecError::from)?;
     let out = run_program_on(program, &mut backend, inputs)?;
-    let outputs = out.outputs.iter().map(|v| to_host(&mut backend, v)).collect::<Result<Vec<_>, _>>()?;
+    let outputs = out
+        .outputs
+        .iter()
+        .map(|v| to_host(&mut backend, v))
+        .collect::<Result<Vec<_>, _>>()?;
     backend.synchronize().map_err(ExecError::from)?;
-    Ok(RunOutput { outputs, symbols: out.symbols })
+    Ok(RunOutput {
+        outputs,
+        symbols: out.symbols,
+    })
 }
 
 /// Runs `program` on `backend` with host `inputs` keyed by graph input name
@@ -45,7 +52,14 @@ pub fn place_inputs(
     program: &Program,
     backend: &mut CudaBackend,
     inputs: &IndexMap<String, Tensor>,
-) -> Result<(crate::fx::interp::Plan, Vec<Value<CudaTensor>>, IndexMap<String, CudaTensor>), RunError> {
+) -> Result<
+    (
+        crate::fx::interp::Plan,
+        Vec<Value<CudaTensor>>,
+        IndexMap<String, CudaTensor>,
+    ),
+    RunError,
+> {
     let plan = compile_program(program)?;
     for name in inputs.keys() {
         let known = program.main.inputs.iter().any(|i| i.name().as_str() == name)
@@ -55,12 +69,16 @@ pub fn place_inputs(
         }
     }
     let get = |name: &str| {
-        inputs.get(name).ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
+        inputs
+            .get(name)
+            .ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
     };
     let mut env = Bindings::new();
     let bind = |env: &mut Bindings, s: &Symbol, v: i64, what: String| -> Result<(), ExecError> {
         match env.get(s) {
-            Some(old) if *old != v => Err(ExecError::Input(format!("{what} is {v}, but `{s}` = {old} from an earlier input"))),
+            Some(old) if *old != v => Err(ExecError::Input(format!(
+                "{what} is {v}, but `{s}` = {old} from an earlier input"
+            ))),
             _ => {
                 env.insert(s.clone(), v);
                 Ok(())
@@ -95,11 +113,22 @@ pub fn place_inputs(
         }
     }
     let graph_inputs = named.len();
-    named.extend(program.constants.iter().filter(|(c, _)| inputs.contains_key(c.as_str())).map(|(c, l)| (c.as_str(), l)));
+    named.extend(
+        program
+            .constants
+            .iter()
+            .filter(|(c, _)| inputs.contains_key(c.as_str()))
+            .map(|(c, l)| (c.as_str(), l)),
+    );
     for (name, layout) in &named {
         let t = get(name)?;
         if t.dim() != layout.size.len() || t.dtype() != layout.dtype {
-            return Err(ExecError::Input(format!("`{name}` is {}{:?}, the program declares {layout}", t.dtype(), t.size())).into());
+            return Err(ExecError::Input(format!(
+                "`{name}` is {}{:?}, the program declares {layout}",
+                t.dtype(),
+                t.size()
+            ))
+            .into());
         }
         for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
             if let SymExpr::Sym(s) = e {
@@ -118,7 +147,10 @@ pub fn place_inputs(
                 spec.size
             )));
         }
-        let (same_layout, host) = (t.stride() == spec.stride.as_slice() && t.spec().offset == spec.offset, t);
+        let (same_layout, host) = (
+            t.stride() == spec.stride.as_slice() && t.spec().offset == spec.offset,
+            t,
+        );
         if same_layout {
             return backend.copy_in(host);
         }
@@ -161,9 +193,12 @@ pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value
         Value::DType(d) => Value::DType(*d),
         Value::Device(d) => Value::Device(*d),
         Value::List(items) => Value::List(items.iter().map(|i| to_host(backend, i)).collect::<Result<_, _>>()?),
-        Value::Dict(items) => {
-            Value::Dict(items.iter().map(|(k, i)| Ok((k.clone(), to_host(backend, i)?))).collect::<Result<_, ExecError>>()?)
-        }
+        Value::Dict(items) => Value::Dict(
+            items
+                .iter()
+                .map(|(k, i)| Ok((k.clone(), to_host(backend, i)?)))
+                .collect::<Result<_, ExecError>>()?,
+        ),
         Value::Opaque => Value::Opaque,
     })
 }

@@ -4,8 +4,7 @@
 use super::lower::{c_string, Lowering};
 use super::Error;
 use crate::ir::{
-    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType,
-    TritonMeta,
+    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta,
 };
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
@@ -105,12 +104,7 @@ pub(super) fn bind_call_args<'c>(
         let value = bound
             .get(p.name.as_str())
             .copied()
-            .ok_or_else(|| {
-                invalid(format!(
-                    "kernel `{kernel}` call is missing parameter `{}`",
-                    p.name
-                ))
-            })?;
+            .ok_or_else(|| invalid(format!("kernel `{kernel}` call is missing parameter `{}`", p.name)))?;
         out.push((p, value));
     }
     Ok(out)
@@ -120,12 +114,7 @@ pub(super) fn bind_call_args<'c>(
 /// `constexpr` or an entry of `constants`): it is not passed at launch, but a
 /// literal must agree with the value the kernel was compiled with (its
 /// `constants` entry, else its `config` entry, when one is known).
-fn check_baked_arg(
-    kernel: &KernelName,
-    meta: &TritonMeta,
-    name: &str,
-    value: &ArgValue,
-) -> Result<(), String> {
+fn check_baked_arg(kernel: &KernelName, meta: &TritonMeta, name: &str, value: &ArgValue) -> Result<(), String> {
     let constexpr = meta.signature.get(name) == Some(&SigType::Constexpr);
     let baked = match meta.constants.get(name) {
         Some(c) => Some(c.clone()),
@@ -143,14 +132,11 @@ fn check_baked_arg(
         // A symbolic value cannot be compared here; the compiled value wins.
         _ => None,
     };
-    let agree =
-        |a: &ConstValue, b: &ConstValue| match (a, b) {
-            (ConstValue::Int(x), ConstValue::Bool(y))
-            | (ConstValue::Bool(y), ConstValue::Int(x)) => *x == i64::from(*y),
-            (ConstValue::Int(x), ConstValue::Float(y))
-            | (ConstValue::Float(y), ConstValue::Int(x)) => (*x as f64) == *y,
-            _ => a == b,
-        };
+    let agree = |a: &ConstValue, b: &ConstValue| match (a, b) {
+        (ConstValue::Int(x), ConstValue::Bool(y)) | (ConstValue::Bool(y), ConstValue::Int(x)) => *x == i64::from(*y),
+        (ConstValue::Int(x), ConstValue::Float(y)) | (ConstValue::Float(y), ConstValue::Int(x)) => (*x as f64) == *y,
+        _ => a == b,
+    };
     match (given, baked) {
         (Some(g), Some(b)) if !agree(&g, &b) => Err(format!(
             "kernel `{kernel}` was compiled with `{name}` = {b}, but the call passes {g}"
@@ -226,11 +212,7 @@ impl GridBuilder<'_> {
         }
         match self.meta.constants.get(name) {
             Some(ConstValue::Int(v)) => return Ok(GridVal::Int(*v)),
-            Some(other) => {
-                return Err(self.err(format!(
-                    "grid operand `{name}` is the non-integer constant {other}"
-                )))
-            }
+            Some(other) => return Err(self.err(format!("grid operand `{name}` is the non-integer constant {other}"))),
             None => {}
         }
         if self.params.iter().any(|p| p.name == name) {
@@ -246,13 +228,9 @@ impl GridBuilder<'_> {
     /// a non-negative numerator and a positive divisor: both are recorded as ranges.
     fn ceildiv(&mut self, a: GridVal, b: GridVal) -> Result<GridVal, Error> {
         match (a, b) {
-            (_, GridVal::Int(b)) if b <= 0 => {
-                Err(self.err(format!("grid block size {b} is not positive")))
-            }
+            (_, GridVal::Int(b)) if b <= 0 => Err(self.err(format!("grid block size {b} is not positive"))),
             (a, GridVal::Int(1)) => Ok(a),
-            (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(
-                a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0),
-            )),
+            (GridVal::Int(a), GridVal::Int(b)) => Ok(GridVal::Int(a.div_euclid(b) + i64::from(a.rem_euclid(b) != 0))),
             (a, b) => {
                 let unsigned = matches!(a, GridVal::Temp(..)) || matches!(b, GridVal::Temp(..));
                 let numerator = SymExpr::add(a.expr(), SymExpr::sub(b.expr(), SymExpr::Int(1)));
@@ -337,14 +315,8 @@ impl GridBuilder<'_> {
             GridType::PrecomputedGrid { grids } => {
                 let entry = grids
                     .iter()
-                    .find(|g| {
-                        g.config
-                            .iter()
-                            .all(|(k, v)| self.meta.config.get(k) == Some(v))
-                    })
-                    .ok_or_else(|| {
-                        self.err("no precomputed grid matches the kernel's config".to_string())
-                    })?;
+                    .find(|g| g.config.iter().all(|(k, v)| self.meta.config.get(k) == Some(v)))
+                    .ok_or_else(|| self.err("no precomputed grid matches the kernel's config".to_string()))?;
                 let mut dims = Vec::with_capacity(3);
                 for e in &entry.grid {
                     let folded = e.substitute(&|s| match self.operand(s.as_str()) {
@@ -411,10 +383,7 @@ fn param_ctype(s: ScalarType) -> &'static str {
 }
 
 /// Writes one `call_<kernel>` wrapper per called Triton kernel, in definition order.
-pub(super) fn kernel_wrappers(
-    l: &mut Lowering<'_>,
-    called: &[KernelName],
-) -> Result<KernelWrappers, Error> {
+pub(super) fn kernel_wrappers(l: &mut Lowering<'_>, called: &[KernelName]) -> Result<KernelWrappers, Error> {
     let mut text = String::new();
     let mut var = 0usize;
     let program = l.program;
@@ -442,10 +411,7 @@ fn write_wrapper(
     writeln!(out, "static CUfunction {kernel} = nullptr;")?;
     let pointers: Vec<&Param> = params.iter().filter(|p| p.is_pointer()).collect();
     if !standalone && !pointers.is_empty() {
-        let t: Vec<String> = pointers
-            .iter()
-            .map(|p| format!("typename {}_type_", p.name))
-            .collect();
+        let t: Vec<String> = pointers.iter().map(|p| format!("typename {}_type_", p.name)).collect();
         writeln!(out, "template <{}>", t.join(", "))?;
     }
     writeln!(out, "static inline void call_{kernel}(")?;
@@ -481,18 +447,9 @@ fn write_wrapper(
     writeln!(out, "    uint32_t grid_0 = {g0};")?;
     writeln!(out, "    uint32_t grid_1 = {g1};")?;
     writeln!(out, "    uint32_t grid_2 = {g2};")?;
-    writeln!(
-        out,
-        "    if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;"
-    )?;
-    let mangled = meta
-        .mangled_name
-        .clone()
-        .unwrap_or_else(|| kernel.to_string());
-    let cubin = meta
-        .cubin
-        .clone()
-        .unwrap_or_else(|| format!("{kernel}.cubin"));
+    writeln!(out, "    if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;")?;
+    let mangled = meta.mangled_name.clone().unwrap_or_else(|| kernel.to_string());
+    let cubin = meta.cubin.clone().unwrap_or_else(|| format!("{kernel}.cubin"));
     writeln!(out, "    if ({kernel} == nullptr) {{")?;
     if standalone {
         writeln!(
@@ -523,9 +480,7 @@ fn write_wrapper(
     for p in &params {
         let v = format!("var_{var}");
         match &p.kind {
-            ParamKind::Pointer(_) if standalone => {
-                writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?
-            }
+            ParamKind::Pointer(_) if standalone => writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?,
             ParamKind::Pointer(_) => writeln!(
                 out,
                 "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());",
@@ -547,7 +502,11 @@ fn write_wrapper(
         let v = format!("{prefix}_scratch_{var}");
         *var += 1;
         scratch.push(PrintedScratch {
-            pointer: if prefix == "global_scratch" { ScratchPointer::Global } else { ScratchPointer::Profile },
+            pointer: if prefix == "global_scratch" {
+                ScratchPointer::Global
+            } else {
+                ScratchPointer::Profile
+            },
             // `static_cast<int64_t>(size) * grid_0 * grid_1 * grid_2` bytes.
             bytes: (size > 0).then(|| {
                 let per_cta = i64::try_from(size).map_or(SymExpr::Int(i64::MAX), SymExpr::Int);
@@ -565,7 +524,10 @@ fn write_wrapper(
         } else {
             let dtype = l.use_dtype(DType::Uint8);
             l.use_device(DeviceType::Cuda);
-            writeln!(out, "    const int64_t {v}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};")?;
+            writeln!(
+                out,
+                "    const int64_t {v}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};"
+            )?;
             writeln!(out, "    static constexpr int64_t {v}_stride[] = {{1}};")?;
             writeln!(out, "    AtenTensorHandle {v}_handle;")?;
             writeln!(
@@ -600,7 +562,12 @@ fn write_wrapper(
     if let Some(r) = l.recorded.as_mut() {
         r.wrappers.insert(
             kernel.clone(),
-            WrapperLaunch { kernel_args, grid: grid.exprs, scratch, ranges: grid.ranges },
+            WrapperLaunch {
+                kernel_args,
+                grid: grid.exprs,
+                scratch,
+                ranges: grid.ranges,
+            },
         );
     }
     Ok(())
@@ -619,4 +586,3 @@ pub(super) struct WrapperLaunch {
     /// Ranges the printed values must lie in.
     pub(super) ranges: Vec<PrintedRange>,
 }
-

@@ -4,13 +4,12 @@ use super::launch::{self, KernelWrappers};
 
 mod direct;
 use super::{Dialect, Error, IntSuffix, Options};
-use crate::ir::{
-    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph,
-    GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall, KernelName, KeyEntry,
-    KeyPathText, Layout, Line, MultiIndex, Predicate, Program, ScatterFallback, SymbolKind,
-    TensorMethod, WhileLoop,
-};
 use crate::ir::MAIN_GRAPH;
+use crate::ir::{
+    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
+    GraphOutput, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate,
+    Program, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
+};
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
@@ -100,7 +99,10 @@ impl RecordedCall {
                 context: format!("graph `{}`, line {}", self.graph, self.line),
                 message: format!("call of `{}` passes nothing for wrapper parameter `{p}`", self.kernel),
             })?;
-            args.push(PrintedArg { param: Some(p.clone()), value: v.clone() });
+            args.push(PrintedArg {
+                param: Some(p.clone()),
+                value: v.clone(),
+            });
         }
         let [g0, g1, g2] = &w.grid;
         Ok(PrintedLaunch {
@@ -112,13 +114,21 @@ impl RecordedCall {
             scratch: Some(
                 w.scratch
                     .iter()
-                    .map(|s| PrintedScratch { pointer: s.pointer, bytes: s.bytes.as_ref().map(subst) })
+                    .map(|s| PrintedScratch {
+                        pointer: s.pointer,
+                        bytes: s.bytes.as_ref().map(subst),
+                    })
                     .collect(),
             ),
             ranges: w
                 .ranges
                 .iter()
-                .map(|r| PrintedRange { what: r.what.clone(), value: subst(&r.value), lo: r.lo, hi: r.hi })
+                .map(|r| PrintedRange {
+                    what: r.what.clone(),
+                    value: subst(&r.value),
+                    lo: r.lo,
+                    hi: r.hi,
+                })
                 .collect(),
         })
     }
@@ -198,12 +208,7 @@ fn index_prefix(path: &[KeyEntry]) -> Vec<usize> {
 }
 
 impl<'a> GraphCtx<'a> {
-    fn new(
-        graph: &'a Graph,
-        name: Option<&'a GraphName>,
-        _program: &Program,
-        label: &str,
-    ) -> Result<Self, Error> {
+    fn new(graph: &'a Graph, name: Option<&'a GraphName>, _program: &Program, label: &str) -> Result<Self, Error> {
         let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
         let mut ctx = GraphCtx {
             graph,
@@ -254,9 +259,7 @@ impl<'a> GraphCtx<'a> {
                 None => {
                     return Err(Error::Invalid {
                         context: cx,
-                        message: format!(
-                            "indexing into `{source}`, which is not a multi-output value"
-                        ),
+                        message: format!("indexing into `{source}`, which is not a multi-output value"),
                     })
                 }
             };
@@ -281,10 +284,7 @@ impl<'a> GraphCtx<'a> {
                 let mut full = base.clone();
                 full.extend(index_prefix(path));
                 let tree = ctx.elements.entry(root.clone()).or_default();
-                if !tree
-                    .keys()
-                    .any(|k| k.starts_with(&full) || full.starts_with(k))
-                {
+                if !tree.keys().any(|k| k.starts_with(&full) || full.starts_with(k)) {
                     tree.insert(full, None);
                 }
             }
@@ -302,10 +302,7 @@ impl<'a> GraphCtx<'a> {
         cx: &str,
     ) -> Result<(), Error> {
         let tree = self.elements.entry(root.clone()).or_default();
-        let describe = |b: &Option<BufName>| {
-            b.as_ref()
-                .map_or("a binding".to_string(), |b| format!("`{b}`"))
-        };
+        let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
         if let Some(existing) = tree.get(&path) {
             return Err(Error::Invalid {
                 context: cx.to_string(),
@@ -317,10 +314,7 @@ impl<'a> GraphCtx<'a> {
                 ),
             });
         }
-        if let Some((other, b)) = tree
-            .iter()
-            .find(|(k, _)| k.starts_with(&path) || path.starts_with(k))
-        {
+        if let Some((other, b)) = tree.iter().find(|(k, _)| k.starts_with(&path) || path.starts_with(k)) {
             return Err(Error::Invalid {
                 context: cx.to_string(),
                 message: format!(
@@ -355,18 +349,12 @@ impl<'a> GraphCtx<'a> {
     fn layout(&self, b: &BufName, context: &str) -> Result<&'a Layout, Error> {
         self.graph.layout(b).ok_or_else(|| Error::Invalid {
             context: context.to_string(),
-            message: format!(
-                "`{b}` is not declared as a tensor in graph `{}`",
-                self.label()
-            ),
+            message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
         })
     }
 
     fn is_multi(&self, b: &BufName) -> bool {
-        matches!(
-            self.graph.buffers.get(b).map(|d| &d.kind),
-            Some(BufferKind::Multi)
-        )
+        matches!(self.graph.buffers.get(b).map(|d| &d.kind), Some(BufferKind::Multi))
     }
 
     /// The variable of element `path` of `root`: the extracted buffer, or a
@@ -645,9 +633,7 @@ impl<'a> Lowering<'a> {
             } else {
                 return Err(Error::Invalid {
                     context: "graph `main`, inputs".into(),
-                    message: format!(
-                        "tensor input `{input}` has no tensor layout in the buffer table"
-                    ),
+                    message: format!("tensor input `{input}` has no tensor layout in the buffer table"),
                 });
             };
             for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
@@ -689,11 +675,7 @@ impl<'a> Lowering<'a> {
 
     fn entry_outputs(&mut self, main: &GraphCtx<'_>) -> Result<(), Error> {
         let mut released: HashMap<String, usize> = HashMap::default();
-        let target = if self.standalone() {
-            "outputs"
-        } else {
-            "output_handles"
-        };
+        let target = if self.standalone() { "outputs" } else { "output_handles" };
         for (i, out) in main.graph.outputs.iter().enumerate() {
             match out {
                 GraphOutput::Buffer(b) => {
@@ -718,9 +700,7 @@ impl<'a> Lowering<'a> {
                 GraphOutput::Expr(e) => {
                     let v = self.cexpr(e);
                     if self.standalone() {
-                        self.line(format!(
-                            "outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"
-                        ));
+                        self.line(format!("outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"));
                     } else {
                         self.line(format!("{target}[{i}] = scalar_to_tensor_handle({v});"));
                     }
@@ -741,9 +721,7 @@ impl<'a> Lowering<'a> {
         let mut out = String::new();
         if self.standalone() {
             let entry = self.options.entry().to_string();
-            out.push_str(
-                "// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n",
-            );
+            out.push_str("// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n");
             if self.options.inline_runtime {
                 // `#pragma once` is only meaningful in a header file.
                 out.push_str(&super::RUNTIME_HEADER.replacen("#pragma once\n", "", 1));
@@ -760,9 +738,7 @@ impl<'a> Lowering<'a> {
             )?;
             self.direct_text(&mut out)?;
             if !self.hooks.is_empty() {
-                out.push_str(
-                    "\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n",
-                );
+                out.push_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n");
                 for h in &self.hooks {
                     writeln!(
                         out,
@@ -776,7 +752,10 @@ impl<'a> Lowering<'a> {
                 out,
                 "\nstatic void {entry}_impl(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) {{"
             )?;
-            writeln!(out, "    (void)inputs;\n    (void)scalar_inputs;\n    (void)outputs;\n    (void)stream;")?;
+            writeln!(
+                out,
+                "    (void)inputs;\n    (void)scalar_inputs;\n    (void)outputs;\n    (void)stream;"
+            )?;
             out.push_str(body);
             writeln!(out, "}}\n")?;
             writeln!(
@@ -784,15 +763,13 @@ impl<'a> Lowering<'a> {
                 "extern \"C\" int {entry}(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {{"
             )?;
             out.push_str("    try {\n");
+            writeln!(out, "        {entry}_impl(inputs, scalar_inputs, outputs, stream);")?;
+            out.push_str("        return 0;\n    } catch (const std::exception& e) {\n");
+            out.push_str("        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n");
             writeln!(
                 out,
-                "        {entry}_impl(inputs, scalar_inputs, outputs, stream);"
+                "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}"
             )?;
-            out.push_str("        return 0;\n    } catch (const std::exception& e) {\n");
-            out.push_str(
-                "        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n",
-            );
-            writeln!(out, "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}")?;
         } else {
             out.push_str(AOTI_PRELUDE);
             for d in &self.dtypes {
@@ -812,7 +789,9 @@ impl<'a> Lowering<'a> {
             out.push_str(&wrappers.text);
             out.push_str("\nvoid inductor_entry_impl(\n");
             out.push_str("    AtenTensorHandle* input_handles,  // handles are stolen; the array is borrowed\n");
-            out.push_str("    AtenTensorHandle* output_handles  // handles are stolen by the caller; the array is borrowed\n");
+            out.push_str(
+                "    AtenTensorHandle* output_handles  // handles are stolen by the caller; the array is borrowed\n",
+            );
             out.push_str(") {\n");
             out.push_str(body);
             out.push_str("} // inductor_entry_impl\n");
@@ -861,11 +840,7 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::Reuse {
-                old,
-                new,
-                delete_old,
-            } => self.reuse(g, old, new, *delete_old, cx),
+            Line::Reuse { old, new, delete_old } => self.reuse(g, old, new, *delete_old, cx),
             Line::Reinterpret { base, alias } => self.reinterpret(g, base, alias, cx),
             Line::KernelDefinition { kernel } => {
                 if !self.program.kernels.contains_key(kernel) {
@@ -947,16 +922,11 @@ impl<'a> Lowering<'a> {
                 let src = g.local(source);
                 if self.standalone() {
                     if layout.dtype.is_floating() {
-                        return Err(self.unsupported(
-                            cx,
-                            format!("item() of floating tensor `{source}` binding `{symbol}`"),
-                        ));
+                        return Err(
+                            self.unsupported(cx, format!("item() of floating tensor `{source}` binding `{symbol}`"))
+                        );
                     }
-                    self.decl_line(
-                        &raw,
-                        "int64_t",
-                        &format!("wrapir::item_int64({src}, stream)"),
-                    );
+                    self.decl_line(&raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
                 } else {
                     let (ctype, shim) = match layout.dtype {
                         DType::Bool => ("bool", "bool"),
@@ -1033,12 +1003,7 @@ impl<'a> Lowering<'a> {
                 for (d, e) in stride.iter().enumerate() {
                     conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
                 }
-                let list = |v: &[SymExpr]| {
-                    v.iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
+                let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
                 let mut msg = format!(
                     "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
                     list(size),
@@ -1103,10 +1068,7 @@ impl<'a> Lowering<'a> {
                 self.allocate(g, buffer, cx)
             }
             Line::CommBufferFree { buffer } => {
-                self.line(format!(
-                    "{}.reset();  // communication buffer",
-                    g.local(buffer)
-                ));
+                self.line(format!("{}.reset();  // communication buffer", g.local(buffer)));
                 Ok(())
             }
         }
@@ -1147,9 +1109,7 @@ impl<'a> Lowering<'a> {
     fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &str) -> Result<(), Error> {
         let layout = g.layout(buffer, cx)?;
         if layout.offset != SymExpr::Int(0) {
-            return Err(
-                self.unsupported(cx, format!("allocating `{buffer}` with a storage offset"))
-            );
+            return Err(self.unsupported(cx, format!("allocating `{buffer}` with a storage offset")));
         }
         let name = g.local(buffer);
         let rank = layout.rank();
@@ -1157,10 +1117,7 @@ impl<'a> Lowering<'a> {
         let strides = self.int_array(&layout.stride);
         let dtype = self.use_dtype(layout.dtype);
         if self.standalone() {
-            let numel = layout
-                .alloc_numel
-                .as_ref()
-                .map_or("-1".to_string(), |n| self.cexpr(n));
+            let numel = layout.alloc_numel.as_ref().map_or("-1".to_string(), |n| self.cexpr(n));
             match layout.device.kind {
                 DeviceType::Cuda => self.line(format!(
                     "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
@@ -1204,9 +1161,7 @@ impl<'a> Lowering<'a> {
                     "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_as_strided({name}_handle, {sizes}, {strides}, &{name}_handle_restrided));"
                 ));
                 self.line(format!("wrap_with_raii_handle_if_needed({name}_handle);"));
-                self.line(format!(
-                    "RAIIAtenTensorHandle {name}({name}_handle_restrided);"
-                ));
+                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle_restrided);"));
             }
         }
         self.declare(&name);
@@ -1214,13 +1169,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// A view expression of `base` with `layout` (AOTI: an RAII handle expression).
-    fn view_expr(
-        &mut self,
-        base: &str,
-        base_layout: &Layout,
-        layout: &Layout,
-        cx: &str,
-    ) -> Result<String, Error> {
+    fn view_expr(&mut self, base: &str, base_layout: &Layout, layout: &Layout, cx: &str) -> Result<String, Error> {
         if base_layout.dtype.size_bytes() != layout.dtype.size_bytes() {
             return Err(self.unsupported(
                 cx,
@@ -1240,7 +1189,9 @@ impl<'a> Lowering<'a> {
                 "{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})"
             ));
         }
-        let view = format!("wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))");
+        let view = format!(
+            "wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))"
+        );
         if base_layout.dtype == layout.dtype {
             return Ok(view);
         }
@@ -1303,13 +1254,7 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn reinterpret(
-        &mut self,
-        g: &GraphCtx<'_>,
-        base: &BufName,
-        alias: &BufName,
-        cx: &str,
-    ) -> Result<(), Error> {
+    fn reinterpret(&mut self, g: &GraphCtx<'_>, base: &BufName, alias: &BufName, cx: &str) -> Result<(), Error> {
         let base_layout = g.layout(base, cx)?;
         let alias_layout = g.layout(alias, cx)?;
         let (b, a) = (g.local(base), g.local(alias));
@@ -1324,14 +1269,10 @@ impl<'a> Lowering<'a> {
     }
 
     fn kernel_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cx: &str) -> Result<(), Error> {
-        let kernel = self
-            .program
-            .kernels
-            .get(&call.kernel)
-            .ok_or_else(|| Error::Invalid {
-                context: cx.into(),
-                message: format!("kernel `{}` is not defined", call.kernel),
-            })?;
+        let kernel = self.program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
+            context: cx.into(),
+            message: format!("kernel `{}` is not defined", call.kernel),
+        })?;
         let meta = match &kernel.backend {
             KernelBackend::Triton(m) => m,
             _ => return self.direct_call(g, call, kernel, cx),
@@ -1452,10 +1393,7 @@ impl<'a> Lowering<'a> {
             self.hooks.insert(hook.clone());
             let mut items = Vec::new();
             if let Some(o) = out {
-                items.push(format!(
-                    "wrapir::ExternArg::of_tensor({}, \"out\")",
-                    g.local(o)
-                ));
+                items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
             }
             for a in &call.args {
                 items.push(self.hook_arg(g, a, None, cx)?);
@@ -1472,10 +1410,7 @@ impl<'a> Lowering<'a> {
                 self.line("const wrapir::ExternArg* args_ = nullptr;");
                 "args_".to_string()
             } else {
-                self.line(format!(
-                    "const wrapir::ExternArg args_[] = {{{}}};",
-                    items.join(", ")
-                ));
+                self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
                 "args_".to_string()
             };
             let res = if results.is_empty() {
@@ -1483,10 +1418,7 @@ impl<'a> Lowering<'a> {
                 "results_"
             } else {
                 let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
-                self.line(format!(
-                    "wrapir::Tensor* const results_[] = {{{}}};",
-                    ptrs.join(", ")
-                ));
+                self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
                 "results_"
             };
             self.line(format!(
@@ -1503,10 +1435,7 @@ impl<'a> Lowering<'a> {
         } else if name == "_mm_plus_mm" {
             format!("aoti_torch_{suffix}")
         } else {
-            format!(
-                "aoti_torch_{}_{suffix}",
-                self.extern_device(g, call, out).kind.as_str()
-            )
+            format!("aoti_torch_{}_{suffix}", self.extern_device(g, call, out).kind.as_str())
         };
         let mut args = Vec::new();
         if let Some(o) = out {
@@ -1519,10 +1448,7 @@ impl<'a> Lowering<'a> {
             self.line(format!("AtenTensorHandle {r}_handle;"));
             args.push(format!("&{r}_handle"));
         }
-        self.line(format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));",
-            args.join(", ")
-        ));
+        self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));", args.join(", ")));
         for r in &results {
             self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
             self.declare(r);
@@ -1566,9 +1492,7 @@ impl<'a> Lowering<'a> {
         };
         let n = items.len();
         let all_tensors = items.iter().all(|i| matches!(i, ArgValue::Buffer(_)));
-        let tensors_or_none = items
-            .iter()
-            .all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
+        let tensors_or_none = items.iter().all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
         if n > 0 && all_tensors {
             let v: Vec<String> = items
                 .iter()
@@ -1609,41 +1533,22 @@ impl<'a> Lowering<'a> {
                         .map(|i| match i {
                             ArgValue::Float(x) => Ok(c_float(*x)),
                             ArgValue::Expr(SymExpr::Int(x)) => Ok(format!("{x}.0")),
-                            _ => {
-                                Err(self.unsupported(cx, "a list mixing floats with other values"))
-                            }
+                            _ => Err(self.unsupported(cx, "a list mixing floats with other values")),
                         })
                         .collect::<Result<_, _>>()?;
-                    return Ok(format!(
-                        "std::array<double, {n}>{{{}}}.cbegin(), {n}",
-                        f.join(", ")
-                    ));
+                    return Ok(format!("std::array<double, {n}>{{{}}}.cbegin(), {n}", f.join(", ")));
                 }
-                _ => {
-                    return Err(self.unsupported(
-                        cx,
-                        "a list argument that is not all tensors, integers or floats",
-                    ))
-                }
+                _ => return Err(self.unsupported(cx, "a list argument that is not all tensors, integers or floats")),
             }
         }
         if n == 0 {
             return Ok("nullptr, 0".into());
         }
-        Ok(format!(
-            "std::array<int64_t, {n}>{{{}}}.cbegin(), {n}",
-            v.join(", ")
-        ))
+        Ok(format!("std::array<int64_t, {n}>{{{}}}.cbegin(), {n}", v.join(", ")))
     }
 
     /// One `wrapir::ExternArg` (lists get their items in a named array first).
-    fn hook_arg(
-        &mut self,
-        g: &GraphCtx<'_>,
-        a: &ArgValue,
-        name: Option<&String>,
-        cx: &str,
-    ) -> Result<String, Error> {
+    fn hook_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, name: Option<&String>, cx: &str) -> Result<String, Error> {
         let n = name.map_or(String::new(), |k| format!(", {}", c_string(k)));
         Ok(match a {
             ArgValue::Buffer(b) => {
@@ -1681,20 +1586,14 @@ impl<'a> Lowering<'a> {
                 if parts.is_empty() {
                     return Ok(format!("wrapir::ExternArg::of_list(nullptr, 0{n})"));
                 }
-                self.line(format!(
-                    "const wrapir::ExternArg {arr}[] = {{{}}};",
-                    parts.join(", ")
-                ));
+                self.line(format!("const wrapir::ExternArg {arr}[] = {{{}}};", parts.join(", ")));
                 format!("wrapir::ExternArg::of_list({arr}, {}{n})", items.len())
             }
         })
     }
 
     fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &str) -> Result<(), Error> {
-        let mut args = vec![
-            ArgValue::Buffer(s.target.clone()),
-            ArgValue::Expr(SymExpr::Int(s.dim)),
-        ];
+        let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
         args.push(ArgValue::Buffer(s.index.clone()));
         args.push(s.src.clone());
         let mut kwargs = IndexMap::new();
@@ -1762,10 +1661,7 @@ impl<'a> Lowering<'a> {
             other => {
                 return Err(self.unsupported(
                     cx,
-                    format!(
-                        "binding `{s}` through the key path suffix `{}`",
-                        KeyPathText(other)
-                    ),
+                    format!("binding `{s}` through the key path suffix `{}`", KeyPathText(other)),
                 ))
             }
         }
@@ -1782,14 +1678,10 @@ impl<'a> Lowering<'a> {
     ) -> Result<(), Error> {
         // Resolve the top level: C++ holds multi-output elements as separate
         // variables, so leading indices are walked key by key to one of them.
-        let (base, rest): (String, &[KeyEntry]) = if let Some((root, mut at)) =
-            g.multi_origin(source)
-        {
+        let (base, rest): (String, &[KeyEntry]) = if let Some((root, mut at)) = g.multi_origin(source) {
             let tree = g.elements.get(&root);
             let is_leaf = |p: &[usize]| tree.is_some_and(|t| t.contains_key(p));
-            let is_list = |p: &[usize]| {
-                tree.is_some_and(|t| t.keys().any(|k| k.len() > p.len() && k.starts_with(p)))
-            };
+            let is_list = |p: &[usize]| tree.is_some_and(|t| t.keys().any(|k| k.len() > p.len() && k.starts_with(p)));
             let mut rest = path;
             loop {
                 if is_leaf(&at) {
@@ -1857,13 +1749,10 @@ impl<'a> Lowering<'a> {
     // ---- control flow ------------------------------------------------------
 
     fn subgraph(&self, name: &GraphName, cx: &str) -> Result<&'a Graph, Error> {
-        self.program
-            .subgraphs
-            .get(name)
-            .ok_or_else(|| Error::Invalid {
-                context: cx.into(),
-                message: format!("subgraph `{name}` does not exist"),
-            })
+        self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
+            context: cx.into(),
+            message: format!("subgraph `{name}` does not exist"),
+        })
     }
 
     /// Symbols a graph's own lines bind.
@@ -1872,9 +1761,7 @@ impl<'a> Lowering<'a> {
         for l in &graph.lines {
             match l {
                 Line::UnbackedSymbolDefs { bindings, .. } => out.extend(bindings.keys().cloned()),
-                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => {
-                    out.push(symbol.clone())
-                }
+                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => out.push(symbol.clone()),
                 _ => {}
             }
         }
@@ -1919,9 +1806,7 @@ impl<'a> Lowering<'a> {
                     self.declare(&local);
                 }
                 GraphInput::Symbol { name: n, .. } => {
-                    return Err(
-                        self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`"))
-                    )
+                    return Err(self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`")))
                 }
             }
         }
@@ -1940,9 +1825,7 @@ impl<'a> Lowering<'a> {
         for (out, target) in graph.outputs.iter().zip(targets) {
             let Some(target) = target else { continue };
             let GraphOutput::Buffer(b) = out else {
-                return Err(
-                    self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`"))
-                );
+                return Err(self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`")));
             };
             let local = ctx.local(b);
             self.line(format!("{target}.reset();"));
@@ -1957,7 +1840,9 @@ impl<'a> Lowering<'a> {
                     } else {
                         let h = self.tmp(&format!("{target}_handle"));
                         self.line(format!("AtenTensorHandle {h};"));
-                        self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({first}, &{h}));"));
+                        self.line(format!(
+                            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle({first}, &{h}));"
+                        ));
                         self.line(format!("{target} = RAIIAtenTensorHandle({h});"));
                     }
                 }
@@ -1978,11 +1863,7 @@ impl<'a> Lowering<'a> {
     fn scalarize(&mut self, tensor: &str) -> String {
         let scalar = format!("{tensor}_scalar");
         if self.standalone() {
-            self.decl_line(
-                &scalar,
-                "bool",
-                &format!("wrapir::item_bool({tensor}, stream)"),
-            );
+            self.decl_line(&scalar, "bool", &format!("wrapir::item_bool({tensor}, stream)"));
         } else {
             if !self.declared(&scalar) {
                 self.line(format!("bool {scalar};"));
@@ -2174,13 +2055,7 @@ fn op_suffix(name: &str, overload: Option<&str>, out_variant: bool) -> String {
 
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
         .collect()
 }
 

@@ -270,7 +270,10 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
 
 /// [`write_string`], and every Triton launch as printed
 /// ([`Writer::write_recording_launches`]).
-pub fn write_string_with_launches(info: &ProgramInfo<'_>, options: &Options) -> Result<(String, Vec<PrintedLaunch>), Error> {
+pub fn write_string_with_launches(
+    info: &ProgramInfo<'_>,
+    options: &Options,
+) -> Result<(String, Vec<PrintedLaunch>), Error> {
     let mut w = Writer::new(String::new(), options.clone());
     let launches = w.write_recording_launches(info)?;
     Ok((w.finish(), launches))

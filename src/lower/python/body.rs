@@ -43,7 +43,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 _ => None,
             })
             .collect();
-        GraphLowering { low, graph_name, graph, guards: Vec::new(), streams: IndexSet::new(), outputs }
+        GraphLowering {
+            low,
+            graph_name,
+            graph,
+            guards: Vec::new(),
+            streams: IndexSet::new(),
+            outputs,
+        }
     }
 
     /// Writes the graph's lines. `input_asserts` (in input order) are merged into
@@ -76,7 +83,11 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
                 None => {}
             }
-            let at = Location { graph: self.graph_name.cloned(), line: index, kind: line.kind() };
+            let at = Location {
+                graph: self.graph_name.cloned(),
+                line: index,
+                kind: line.kind(),
+            };
             self.line(code, line, at)?;
         }
         for (_, a) in pending {
@@ -95,10 +106,16 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
     fn layout(&self, buffer: &BufName, at: &Location) -> Result<&'l Layout, Error> {
         match self.graph.buffers.get(buffer).map(|d| &d.kind) {
             Some(crate::ir::BufferKind::Tensor(l)) => Ok(l),
-            Some(crate::ir::BufferKind::Multi) => Err(Error::NotATensor { buffer: buffer.clone(), at: at.clone() }),
+            Some(crate::ir::BufferKind::Multi) => Err(Error::NotATensor {
+                buffer: buffer.clone(),
+                at: at.clone(),
+            }),
             None => match self.low.program.constants.get(buffer) {
                 Some(l) => Ok(l),
-                None => Err(Error::UnknownBuffer { buffer: buffer.clone(), at: at.clone() }),
+                None => Err(Error::UnknownBuffer {
+                    buffer: buffer.clone(),
+                    at: at.clone(),
+                }),
             },
         }
     }
@@ -127,7 +144,11 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         at,
                     });
                 }
-                let del = if *delete_old && !self.outputs.contains(old) { format!("; del {old}") } else { ";".into() };
+                let del = if *delete_old && !self.outputs.contains(old) {
+                    format!("; del {old}")
+                } else {
+                    ";".into()
+                };
                 let value = if old_layout.size == new_layout.size && old_layout.stride == new_layout.stride {
                     old.to_string()
                 } else {
@@ -172,7 +193,11 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
             }
             Line::ExternKernelOut { call, out } => code.line(&extern_call(call, Some(out))),
-            Line::MultiOutput { result, source, indices } => {
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } => {
                 let mut text = format!("{result} = {source}");
                 for i in indices {
                     match i {
@@ -182,9 +207,16 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
                 code.line(&text);
             }
-            Line::IndexPutFallback { target, indices, values, accumulate } => {
-                let idx: Vec<String> =
-                    indices.iter().map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string())).collect();
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate,
+            } => {
+                let idx: Vec<String> = indices
+                    .iter()
+                    .map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string()))
+                    .collect();
                 code.line(&format!(
                     "aten.index_put_({target}, [{}], {values}, {})",
                     idx.join(", "),
@@ -192,7 +224,12 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 ));
             }
             Line::ScatterFallback(s) => code.line(&scatter(s)),
-            Line::DynamicScalar { symbol, source, keypath, node } => {
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                node,
+            } => {
                 match keypath.as_slice() {
                     [] => code.line(&format!("{symbol} = {source}.item()")),
                     [KeyEntry::ConvertInt] => code.line(&format!("{symbol} = 1 if {source}.item() else 0")),
@@ -238,15 +275,28 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.indent -= 1;
             }
             Line::Comment { text } => code.line(&comment(text)),
-            Line::AssertSizeStride { buffer, size, stride, context } => {
-                let mut text = format!("assert_size_stride({buffer}, {}, {}", shape_tuple(size), shape_tuple(stride));
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            } => {
+                let mut text = format!(
+                    "assert_size_stride({buffer}, {}, {}",
+                    shape_tuple(size),
+                    shape_tuple(stride)
+                );
                 if let Some(c) = context {
                     text.push_str(&format!(", {}", PyStr(c)));
                 }
                 text.push(')');
                 code.line(&text);
             }
-            Line::AssertAlignment { buffer, alignment, context } => {
+            Line::AssertAlignment {
+                buffer,
+                alignment,
+                context,
+            } => {
                 let mut text = format!("assert_alignment({buffer}, {alignment}");
                 if let Some(c) = context {
                     text.push_str(&format!(", {}", PyStr(c)));
@@ -263,7 +313,11 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     code.line(&format!("{n} = None"));
                 }
             }
-            Line::CommBufferAllocate { buffer, comm_kind, group } => {
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            } => {
                 if comm_kind != "symm_mem" {
                     return Err(Error::UnsupportedCommBuffer {
                         buffer: buffer.clone(),
@@ -310,12 +364,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     None => Ok(0),
                 }
             }
-            Some(_) => Err(Error::NoStreamDevice { kernel: call.kernel.clone(), at: at.clone() }),
-            None => self
-                .guards
-                .last()
-                .copied()
-                .ok_or_else(|| Error::NoStreamDevice { kernel: call.kernel.clone(), at: at.clone() }),
+            Some(_) => Err(Error::NoStreamDevice {
+                kernel: call.kernel.clone(),
+                at: at.clone(),
+            }),
+            None => self.guards.last().copied().ok_or_else(|| Error::NoStreamDevice {
+                kernel: call.kernel.clone(),
+                at: at.clone(),
+            }),
         }
     }
 
@@ -326,9 +382,15 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             .program
             .kernels
             .get(kernel)
-            .ok_or_else(|| Error::UnknownKernel { kernel: kernel.clone(), at: at.clone() })?;
+            .ok_or_else(|| Error::UnknownKernel {
+                kernel: kernel.clone(),
+                at: at.clone(),
+            })?;
         if !self.low.defined_anywhere.contains(kernel) {
-            return Err(Error::UndefinedKernel { kernel: kernel.clone(), at });
+            return Err(Error::UndefinedKernel {
+                kernel: kernel.clone(),
+                at,
+            });
         }
         // Python rejects a positional argument after a keyword argument.
         let trailing_positional = match &def.backend {
@@ -341,11 +403,17 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             if a.name.is_some() {
                 named_seen = true;
             } else if named_seen {
-                return Err(Error::PositionalAfterNamed { kernel: kernel.clone(), at });
+                return Err(Error::PositionalAfterNamed {
+                    kernel: kernel.clone(),
+                    at,
+                });
             }
         }
         if named_seen && trailing_positional {
-            return Err(Error::PositionalAfterNamed { kernel: kernel.clone(), at });
+            return Err(Error::PositionalAfterNamed {
+                kernel: kernel.clone(),
+                at,
+            });
         }
         let args = |wrap_pointers: bool| -> Vec<String> {
             call.args
@@ -368,7 +436,10 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 for a in &call.args {
                     items.push(call_arg(a, arg(&a.value)));
                     if let Some(p) = printed.as_mut() {
-                        p.push(PrintedArg { param: a.name.clone(), value: a.value.clone() });
+                        p.push(PrintedArg {
+                            param: a.name.clone(),
+                            value: a.value.clone(),
+                        });
                     }
                 }
                 items.push(format!("stream={stream}"));
@@ -404,17 +475,21 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 items.push(format!("c_void_p({stream})"));
                 code.line(&format!("{kernel}.{kernel}({})", items.join(", ")));
             }
-            KernelBackend::Host => return Err(Error::HostKernel { kernel: kernel.clone(), at }),
+            KernelBackend::Host => {
+                return Err(Error::HostKernel {
+                    kernel: kernel.clone(),
+                    at,
+                })
+            }
         }
         Ok(())
     }
 
     fn subgraph(&self, name: &GraphName, at: &Location) -> Result<&'l Graph, Error> {
-        self.low
-            .program
-            .subgraphs
-            .get(name)
-            .ok_or_else(|| Error::UnknownGraph { graph: name.clone(), at: at.clone() })
+        self.low.program.subgraphs.get(name).ok_or_else(|| Error::UnknownGraph {
+            graph: name.clone(),
+            at: at.clone(),
+        })
     }
 
     /// Inductor 2.11's `cond` form.
@@ -475,7 +550,11 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         code.blank();
         code.line(&format!("# subgraph: {body}"));
         code.line(&format!("{body}_args = {inputs}"));
-        let targets = if n == 1 { format!("({},)", slots.join(", ")) } else { format!("({})", slots.join(", ")) };
+        let targets = if n == 1 {
+            format!("({},)", slots.join(", "))
+        } else {
+            format!("({})", slots.join(", "))
+        };
         code.line(&format!("{targets} = {body}({body}_args)"));
         code.indent -= 1;
         Ok(())
@@ -497,7 +576,10 @@ fn allocation(layout: &Layout) -> String {
     let dtype = format!("torch.{}", layout.dtype.torch_name());
     let alloc = |size: &str, stride: &str| match layout.device.kind {
         DeviceType::Cpu | DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia => {
-            format!("empty_strided_{}({size}, {stride}, {dtype})", layout.device.kind.as_str())
+            format!(
+                "empty_strided_{}({size}, {stride}, {dtype})",
+                layout.device.kind.as_str()
+            )
         }
         DeviceType::Meta => format!("empty_strided({size}, {stride}, device='meta', dtype={dtype})"),
     };
@@ -567,7 +649,12 @@ fn extern_call(call: &ExternCall, out: Option<&BufName>) -> String {
 /// Inductor's scatter line: inputs joined by `,` without spaces, then `reduce=`
 /// (and for `scatter_reduce` every keyword).
 fn scatter(s: &ScatterFallback) -> String {
-    let inputs = [s.target.to_string(), s.dim.to_string(), s.index.to_string(), arg(&s.src)];
+    let inputs = [
+        s.target.to_string(),
+        s.dim.to_string(),
+        s.index.to_string(),
+        arg(&s.src),
+    ];
     let mut line = format!("{}({}", s.op, inputs.join(","));
     if s.op.starts_with("aten.scatter_reduce") {
         if let Some(r) = &s.reduce {
@@ -598,7 +685,13 @@ fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &Location) -> R
 /// One unbacked binding: `u0 = buf1.size(0)`, `u1 = buf1[1].stride(0)`,
 /// `u2 = buf1.storage_offset()`, `u3 = buf1.values.size(0)`,
 /// `u4 = 1 if buf1[0] else 0`; a trailing divide-by is checked at run time.
-fn unbacked_binding(code: &mut Code, symbol: &Symbol, source: &BufName, path: &[KeyEntry], at: &Location) -> Result<(), Error> {
+fn unbacked_binding(
+    code: &mut Code,
+    symbol: &Symbol,
+    source: &BufName,
+    path: &[KeyEntry],
+    at: &Location,
+) -> Result<(), Error> {
     let unsupported = |reason: &'static str| Error::UnsupportedKeyPath {
         symbol: symbol.clone(),
         path: KeyPathText(path).to_string(),

@@ -8,7 +8,9 @@ use std::fmt::Write;
 /// `name = async_compile.<backend>(...)`.
 pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, at: Location) -> Result<(), Error> {
     if def.source.contains("'''") {
-        return Err(Error::SourceContainsTripleQuote { kernel: def.name.clone() });
+        return Err(Error::SourceContainsTripleQuote {
+            kernel: def.name.clone(),
+        });
     }
     code.blank();
     code.blank();
@@ -28,10 +30,18 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
         }
         KernelBackend::Cpp(meta) => {
             let types: Vec<String> = meta.arg_types.iter().map(|t| PyStr(t).to_string()).collect();
-            format!("{name} = async_compile.cpp_pybinding([{}], '''{source}''')", types.join(", "))
+            format!(
+                "{name} = async_compile.cpp_pybinding([{}], '''{source}''')",
+                types.join(", ")
+            )
         }
         KernelBackend::CudaC => format!("{name} = async_compile.cuda(r'''{source}''', 'so', aot_compile=False)"),
-        KernelBackend::Host => return Err(Error::HostKernel { kernel: name.clone(), at }),
+        KernelBackend::Host => {
+            return Err(Error::HostKernel {
+                kernel: name.clone(),
+                at,
+            })
+        }
     };
     // Multi-line text: written as-is (the source must not be indented).
     code.text.push_str(&text);
@@ -87,7 +97,11 @@ fn source_block(source: &str) -> String {
 /// `repr(HalideMeta(...))`.
 fn halide_meta(meta: &HalideMeta) -> String {
     let args: Vec<String> = meta.argtypes.iter().map(halide_arg).collect();
-    let mut s = format!("HalideMeta(argtypes=[{}], target={}, scheduler=", args.join(", "), PyStr(&meta.target));
+    let mut s = format!(
+        "HalideMeta(argtypes=[{}], target={}, scheduler=",
+        args.join(", "),
+        PyStr(&meta.target)
+    );
     opt_str(&mut s, meta.scheduler.as_deref());
     s.push_str(", scheduler_flags=");
     if meta.scheduler_flags.is_empty() {
@@ -113,7 +127,11 @@ fn halide_meta(meta: &HalideMeta) -> String {
 
 /// `repr(HalideInputSpec(...))`: every field, `None` when absent.
 fn halide_arg(a: &HalideArg) -> String {
-    let mut s = format!("HalideInputSpec(ctype={}, name={}, shape=", PyStr(&a.ctype), PyStr(&a.name));
+    let mut s = format!(
+        "HalideInputSpec(ctype={}, name={}, shape=",
+        PyStr(&a.ctype),
+        PyStr(&a.name)
+    );
     opt_list(&mut s, a.shape.as_deref());
     s.push_str(", stride=");
     opt_list(&mut s, a.stride.as_deref());
@@ -154,7 +172,8 @@ mod tests {
 
     #[test]
     fn finds_top_level_function_definitions() {
-        let source = "@triton.jit\ndef add_scale_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    def inner(a):\n        pass\n";
+        let source =
+            "@triton.jit\ndef add_scale_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    def inner(a):\n        pass\n";
         let table = [
             ("add_scale_kernel", true),
             ("add_scale_kernel_0", false),

@@ -52,8 +52,8 @@ use crate::ir::{
     BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line,
     Program, ProgramInfo,
 };
-use crate::sym::{EvalError, SymExpr, Symbol};
 use crate::lower::launches::PrintedLaunch;
+use crate::sym::{EvalError, SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
 use std::cell::RefCell;
 use std::fmt;
@@ -331,7 +331,10 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
 
 /// [`write_string`], and every Triton launch as printed
 /// ([`Writer::write_recording_launches`]).
-pub fn write_string_with_launches(info: &ProgramInfo<'_>, options: &Options) -> Result<(String, Vec<PrintedLaunch>), Error> {
+pub fn write_string_with_launches(
+    info: &ProgramInfo<'_>,
+    options: &Options,
+) -> Result<(String, Vec<PrintedLaunch>), Error> {
     let mut w = Writer::new(String::new(), options.clone());
     let launches = w.write_recording_launches(info)?;
     Ok((w.finish(), launches))
@@ -513,7 +516,10 @@ impl<'a> Lowering<'a> {
             code.line(l);
         }
         let any_triton = self.defined_anywhere.iter().any(|k| {
-            matches!(self.program.kernels.get(k).map(|d| &d.backend), Some(KernelBackend::Triton(_)))
+            matches!(
+                self.program.kernels.get(k).map(|d| &d.backend),
+                Some(KernelBackend::Triton(_))
+            )
         });
         if any_triton {
             code.line("import triton");
@@ -527,7 +533,10 @@ impl<'a> Lowering<'a> {
     }
 
     fn stream_import(&self) -> String {
-        format!("from torch._C import _{}_getCurrentRawStream as get_raw_stream", self.gpu.as_str())
+        format!(
+            "from torch._C import _{}_getCurrentRawStream as get_raw_stream",
+            self.gpu.as_str()
+        )
     }
 
     fn aliases(&self, code: &mut Code) {
@@ -575,9 +584,7 @@ impl<'a> Lowering<'a> {
     fn graph_uses_stream(&self, graph: &Graph) -> bool {
         graph.lines.iter().any(|l| match l {
             Line::KernelCall(call) => match self.program.kernels.get(&call.kernel).map(|d| &d.backend) {
-                Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => {
-                    call.device.map_or(true, is_gpu)
-                }
+                Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => call.device.map_or(true, is_gpu),
                 Some(KernelBackend::Halide(meta)) => meta.is_cuda(),
                 _ => false,
             },
@@ -589,17 +596,20 @@ impl<'a> Lowering<'a> {
     /// definitions, and the functions of the subgraphs its conditionals and loops run.
     fn definitions(&mut self, code: &mut Code, graph_name: Option<&GraphName>, graph: &Graph) -> Result<(), Error> {
         for (index, line) in graph.lines.iter().enumerate() {
-            let at = || Location { graph: graph_name.cloned(), line: index, kind: line.kind() };
+            let at = || Location {
+                graph: graph_name.cloned(),
+                line: index,
+                kind: line.kind(),
+            };
             match line {
                 Line::KernelDefinition { kernel } => {
                     if self.defined.contains(kernel) {
                         continue;
                     }
-                    let def = self
-                        .program
-                        .kernels
-                        .get(kernel)
-                        .ok_or_else(|| Error::UnknownKernel { kernel: kernel.clone(), at: at() })?;
+                    let def = self.program.kernels.get(kernel).ok_or_else(|| Error::UnknownKernel {
+                        kernel: kernel.clone(),
+                        at: at(),
+                    })?;
                     self.defined.insert(kernel.clone());
                     if matches!(def.backend, KernelBackend::Halide(_)) && !self.halide_import_written {
                         code.line("from torch._inductor.runtime.hints import HalideMeta, HalideInputSpec");
@@ -628,11 +638,10 @@ impl<'a> Lowering<'a> {
         if self.graphs_written.contains(name) {
             return Ok(());
         }
-        let graph = self
-            .program
-            .subgraphs
-            .get(name)
-            .ok_or_else(|| Error::UnknownGraph { graph: name.clone(), at })?;
+        let graph = self.program.subgraphs.get(name).ok_or_else(|| Error::UnknownGraph {
+            graph: name.clone(),
+            at,
+        })?;
         self.subgraph_function(code, name, graph)
     }
 
@@ -683,7 +692,11 @@ impl<'a> Lowering<'a> {
                     let Some(layout) = graph.layout(name) else {
                         return Err(Error::NotATensor {
                             buffer: name.clone(),
-                            at: Location { graph: graph_name.cloned(), line: 0, kind: "input" },
+                            at: Location {
+                                graph: graph_name.cloned(),
+                                line: 0,
+                                kind: "input",
+                            },
                         });
                     };
                     if layout.size.contains(&SymExpr::Int(0)) {
@@ -782,15 +795,20 @@ impl<'a> Lowering<'a> {
         for input in &main.inputs {
             match input {
                 GraphInput::Symbol { name, symbol } => {
-                    let v = hints
-                        .get(symbol)
-                        .ok_or_else(|| Error::MissingHint { symbol: symbol.clone(), input: name.clone() })?;
+                    let v = hints.get(symbol).ok_or_else(|| Error::MissingHint {
+                        symbol: symbol.clone(),
+                        input: name.clone(),
+                    })?;
                     code.line(&format!("{name} = {v}"));
                 }
                 GraphInput::Tensor { name } => {
                     let layout = main.layout(name).ok_or_else(|| Error::NotATensor {
                         buffer: name.clone(),
-                        at: Location { graph: None, line: 0, kind: "input" },
+                        at: Location {
+                            graph: None,
+                            line: 0,
+                            kind: "input",
+                        },
                     })?;
                     code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
                 }
@@ -828,8 +846,14 @@ fn rand_strided(input: &BufName, layout: &crate::ir::Layout, hints: &crate::sym:
     let eval = |e: &SymExpr| -> Result<String, Error> {
         match crate::sym::eval::eval_int(e, hints) {
             Ok(v) => Ok(v.to_string()),
-            Err(EvalError::Unbound { symbol }) => Err(Error::MissingHint { symbol, input: input.clone() }),
-            Err(source) => Err(Error::HarnessEval { input: input.clone(), source }),
+            Err(EvalError::Unbound { symbol }) => Err(Error::MissingHint {
+                symbol,
+                input: input.clone(),
+            }),
+            Err(source) => Err(Error::HarnessEval {
+                input: input.clone(),
+                source,
+            }),
         }
     };
     let size: Vec<String> = layout.size.iter().map(eval).collect::<Result<_, _>>()?;

@@ -41,11 +41,17 @@ pub struct Interval {
 
 impl Interval {
     /// All integers.
-    pub const TOP: Interval = Interval { lo: Bound::NegInf, hi: Bound::PosInf };
+    pub const TOP: Interval = Interval {
+        lo: Bound::NegInf,
+        hi: Bound::PosInf,
+    };
 
     /// `[v, v]`.
     pub fn point(v: i64) -> Self {
-        Interval { lo: Bound::Fin(v.into()), hi: Bound::Fin(v.into()) }
+        Interval {
+            lo: Bound::Fin(v.into()),
+            hi: Bound::Fin(v.into()),
+        }
     }
 
     /// From optional `i64` bounds.
@@ -57,7 +63,10 @@ impl Interval {
     }
 
     fn intersect(self, other: Interval) -> Interval {
-        Interval { lo: self.lo.max(other.lo), hi: self.hi.min(other.hi) }
+        Interval {
+            lo: self.lo.max(other.lo),
+            hi: self.hi.min(other.hi),
+        }
     }
 
     /// `true` when no value fits.
@@ -119,7 +128,9 @@ impl Interval {
 
     /// Floor division by a divisor whose values are all >= 1.
     fn floor_div(self, d: Interval) -> Interval {
-        let (Some(dlo), dhi) = (d.lo.fin(), d.hi) else { return Interval::TOP };
+        let (Some(dlo), dhi) = (d.lo.fin(), d.hi) else {
+            return Interval::TOP;
+        };
         if dlo < 1 {
             return Interval::TOP;
         }
@@ -171,20 +182,35 @@ impl Interval {
             _ => (Bound::NegInf, Bound::PosInf),
         };
         if self.lo_at_least(0) {
-            Interval { lo: Bound::Fin(0), hi: pos_lim.min(self.hi) }
+            Interval {
+                lo: Bound::Fin(0),
+                hi: pos_lim.min(self.hi),
+            }
         } else if self.hi <= Bound::Fin(0) {
-            Interval { lo: neg_lim.max(self.lo), hi: Bound::Fin(0) }
+            Interval {
+                lo: neg_lim.max(self.lo),
+                hi: Bound::Fin(0),
+            }
         } else {
-            Interval { lo: neg_lim.max(self.lo), hi: pos_lim.min(self.hi) }
+            Interval {
+                lo: neg_lim.max(self.lo),
+                hi: pos_lim.min(self.hi),
+            }
         }
     }
 
     fn min(self, o: Interval) -> Interval {
-        Interval { lo: self.lo.min(o.lo), hi: self.hi.min(o.hi) }
+        Interval {
+            lo: self.lo.min(o.lo),
+            hi: self.hi.min(o.hi),
+        }
     }
 
     fn max(self, o: Interval) -> Interval {
-        Interval { lo: self.lo.max(o.lo), hi: self.hi.max(o.hi) }
+        Interval {
+            lo: self.lo.max(o.lo),
+            hi: self.hi.max(o.hi),
+        }
     }
 
     fn pow(self, n: u32) -> Interval {
@@ -197,10 +223,16 @@ impl Interval {
                 Bound::Fin(v) => v.checked_pow(n).map_or(Bound::PosInf, Bound::Fin),
                 other => other,
             };
-            return Interval { lo: lo.map_or(Bound::Fin(0), Bound::Fin), hi };
+            return Interval {
+                lo: lo.map_or(Bound::Fin(0), Bound::Fin),
+                hi,
+            };
         }
         if n % 2 == 0 {
-            return Interval { lo: Bound::Fin(0), hi: Bound::PosInf };
+            return Interval {
+                lo: Bound::Fin(0),
+                hi: Bound::PosInf,
+            };
         }
         Interval::TOP
     }
@@ -367,10 +399,18 @@ impl Analysis<SymLang> for SymAnalysis {
             SymLang::Num(v) => (Interval::point(*v), true, v.unsigned_abs()),
             SymLang::Bool(_) => (Interval::TOP, true, 1),
             SymLang::Var(s) => (egraph.analysis.ranges.get(s).copied().unwrap_or(Interval::TOP), true, 1),
-            SymLang::Add([a, b]) => (d(a).range.add(d(b).range), all_total, gcd(d(a).multiple_of, d(b).multiple_of)),
+            SymLang::Add([a, b]) => (
+                d(a).range.add(d(b).range),
+                all_total,
+                gcd(d(a).multiple_of, d(b).multiple_of),
+            ),
             SymLang::Mul([a, b]) => {
                 let (ma, mb) = (d(a).multiple_of, d(b).multiple_of);
-                (d(a).range.mul(d(b).range), all_total, ma.checked_mul(mb).unwrap_or(ma.max(mb)))
+                (
+                    d(a).range.mul(d(b).range),
+                    all_total,
+                    ma.checked_mul(mb).unwrap_or(ma.max(mb)),
+                )
             }
             SymLang::FloorDiv([a, b]) => (d(a).range.floor_div(d(b).range), all_total && nonzero(b), 1),
             SymLang::CleanDiv([a, b]) => {
@@ -385,8 +425,16 @@ impl Analysis<SymLang> for SymAnalysis {
                 all_total && nonzero(dd) && nonzero(m),
                 1,
             ),
-            SymLang::Min([a, b]) => (d(a).range.min(d(b).range), all_total, gcd(d(a).multiple_of, d(b).multiple_of)),
-            SymLang::Max([a, b]) => (d(a).range.max(d(b).range), all_total, gcd(d(a).multiple_of, d(b).multiple_of)),
+            SymLang::Min([a, b]) => (
+                d(a).range.min(d(b).range),
+                all_total,
+                gcd(d(a).multiple_of, d(b).multiple_of),
+            ),
+            SymLang::Max([a, b]) => (
+                d(a).range.max(d(b).range),
+                all_total,
+                gcd(d(a).multiple_of, d(b).multiple_of),
+            ),
             SymLang::Pow([a, n]) => {
                 let range = match d(n).int().and_then(|v| u32::try_from(v).ok()) {
                     Some(k) => d(a).range.pow(k),
@@ -413,7 +461,13 @@ impl Analysis<SymLang> for SymAnalysis {
             _ => multiple_of,
         };
         let total = total || folded.is_some();
-        ClassData { constant, range, total, multiple_of, conflict: range.is_empty() }
+        ClassData {
+            constant,
+            range,
+            total,
+            multiple_of,
+            conflict: range.is_empty(),
+        }
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
@@ -450,7 +504,9 @@ impl Analysis<SymLang> for SymAnalysis {
     }
 
     fn modify(egraph: &mut SymEGraph, id: Id) {
-        let Some((c, pat)) = egraph[id].data.constant.clone() else { return };
+        let Some((c, pat)) = egraph[id].data.constant.clone() else {
+            return;
+        };
         if pat.as_ref().len() <= 1 {
             return;
         }

@@ -135,7 +135,9 @@ impl Facts {
                     self.equalities.push((SymExpr::Sym(s), SymExpr::Int(c)));
                 }
             }
-            CmpOp::Ne => self.conditions.push(SymExpr::cmp(CmpOp::Ne, SymExpr::Sym(s), SymExpr::Int(c))),
+            CmpOp::Ne => self
+                .conditions
+                .push(SymExpr::cmp(CmpOp::Ne, SymExpr::Sym(s), SymExpr::Int(c))),
         }
     }
 
@@ -216,10 +218,18 @@ fn parse_condition(text: &str) -> Result<SymExpr, FactError> {
     }
     let Some((pos, op, len)) = find_comparison(text) else {
         return parse(text)
-            .map_err(|source| FactError::Parse { text: text.to_string(), source })
+            .map_err(|source| FactError::Parse {
+                text: text.to_string(),
+                source,
+            })
             .and_then(|_| Err(FactError::NotACondition { text: text.to_string() }));
     };
-    let side = |s: &str| parse(s).map_err(|source| FactError::Parse { text: text.to_string(), source });
+    let side = |s: &str| {
+        parse(s).map_err(|source| FactError::Parse {
+            text: text.to_string(),
+            source,
+        })
+    };
     let lhs = side(&text[..pos])?;
     let rhs = side(&text[pos + len..])?;
     Ok(SymExpr::cmp(op, lhs, rhs))

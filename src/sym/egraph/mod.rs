@@ -116,7 +116,10 @@ impl Explanation {
 
     /// Each step's term as a [`SymExpr`] (binary sums and products, unfolded).
     pub fn terms(&self) -> Result<Vec<SymExpr>, ConvertError> {
-        self.steps.iter().map(|t| from_rec_expr(&t.remove_rewrites().get_recexpr())).collect()
+        self.steps
+            .iter()
+            .map(|t| from_rec_expr(&t.remove_rewrites().get_recexpr()))
+            .collect()
     }
 
     /// The rule (or `constant-fold`, `definition`, `assumption`) justifying each
@@ -243,10 +246,17 @@ pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -
 
 /// Builds the e-graph (sides plus facts), saturates, and explains the equality
 /// if the sides meet. `Err` carries the reason there is no proof.
-fn saturate(ra: &RecExpr<SymLang>, rb: &RecExpr<SymLang>, facts: &Facts, limits: &Limits) -> Result<Explanation, String> {
+fn saturate(
+    ra: &RecExpr<SymLang>,
+    rb: &RecExpr<SymLang>,
+    facts: &Facts,
+    limits: &Limits,
+) -> Result<Explanation, String> {
     let mut analysis = SymAnalysis::default();
     for (s, (lo, hi)) in facts.ranges() {
-        analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+        analysis
+            .ranges
+            .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
     }
     let mut egraph = SymEGraph::new(analysis).with_explanations_enabled();
     let ida = egraph.add_expr(ra);
@@ -314,8 +324,14 @@ fn first_term(egraph: &SymEGraph, id: Id) -> String {
 /// is `proven`, `disproved: s0=3, u0=0` or `unknown: <reason>`; with `explain`,
 /// the proof (one step per line) or the two sides' values follow.
 pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Result<(Outcome, String), Error> {
-    let pa = parse(a).map_err(|error| Error::Expr { text: a.to_string(), error })?;
-    let pb = parse(b).map_err(|error| Error::Expr { text: b.to_string(), error })?;
+    let pa = parse(a).map_err(|error| Error::Expr {
+        text: a.to_string(),
+        error,
+    })?;
+    let pb = parse(b).map_err(|error| Error::Expr {
+        text: b.to_string(),
+        error,
+    })?;
     let facts = Facts::parse(assumptions)?;
     let outcome = prove_eq(&pa, &pb, &facts);
     let mut out = outcome.summary();
@@ -346,7 +362,9 @@ pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
     // every fact's range made each call cost O(symbols in the program).
     for s in e.free_symbols() {
         let (lo, hi) = facts.range(&s);
-        analysis.ranges.insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+        analysis
+            .ranges
+            .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
     }
     let mut egraph = SymEGraph::new(analysis);
     let id = egraph.add_expr(&rec);

@@ -13,7 +13,8 @@ use egg::{rewrite as rw, Id, Rewrite, Subst, Var};
 
 fn var(name: &str) -> Var {
     // Rule variables are literals of this file; they always parse.
-    name.parse().unwrap_or_else(|_| unreachable!("bad pattern variable {name}"))
+    name.parse()
+        .unwrap_or_else(|_| unreachable!("bad pattern variable {name}"))
 }
 
 /// `?v` is defined wherever the facts hold.
@@ -111,10 +112,10 @@ pub fn rules() -> Vec<Rewrite<SymLang, SymAnalysis>> {
         rw!("mul-comm"; "(* ?a ?b)" => "(* ?b ?a)"), // * is commutative
         rw!("mul-assoc-l"; "(* ?a (* ?b ?c))" => "(* (* ?a ?b) ?c)"), // * is associative
         rw!("mul-assoc-r"; "(* (* ?a ?b) ?c)" => "(* ?a (* ?b ?c))"), // * is associative
-        rw!("add-zero"; "(+ ?a 0)" => "?a"), // 0 is the additive identity; ?a is kept
-        rw!("mul-one"; "(* ?a 1)" => "?a"), // 1 is the multiplicative identity; ?a is kept
+        rw!("add-zero"; "(+ ?a 0)" => "?a"),         // 0 is the additive identity; ?a is kept
+        rw!("mul-one"; "(* ?a 1)" => "?a"),          // 1 is the multiplicative identity; ?a is kept
         rw!("mul-zero"; "(* ?a 0)" => "0" if total("?a")), // a*0 = 0 when a is defined (a is dropped)
-        rw!("add-self"; "(+ ?a ?a)" => "(* 2 ?a)"), // a + a = 2a
+        rw!("add-self"; "(+ ?a ?a)" => "(* 2 ?a)"),  // a + a = 2a
         rw!("add-cancel"; "(+ ?a (* -1 ?a))" => "0" if total("?a")), // a - a = 0 when a is defined
         rw!("distribute"; "(* ?a (+ ?b ?c))" => "(+ (* ?a ?b) (* ?a ?c))"), // distributivity; same operands
         rw!("factor"; "(+ (* ?a ?b) (* ?a ?c))" => "(* ?a (+ ?b ?c))"), // distributivity read backwards
@@ -147,25 +148,25 @@ pub fn rules() -> Vec<Rewrite<SymLang, SymAnalysis>> {
         // ---- min / max ----
         rw!("min-comm"; "(Min ?a ?b)" => "(Min ?b ?a)"), // min is commutative
         rw!("max-comm"; "(Max ?a ?b)" => "(Max ?b ?a)"), // max is commutative
-        rw!("min-self"; "(Min ?a ?a)" => "?a"), // min(a, a) = a
-        rw!("max-self"; "(Max ?a ?a)" => "?a"), // max(a, a) = a
+        rw!("min-self"; "(Min ?a ?a)" => "?a"),          // min(a, a) = a
+        rw!("max-self"; "(Max ?a ?a)" => "?a"),          // max(a, a) = a
         rw!("min-known"; "(Min ?a ?b)" => "?a" if below("?a", "?b", false)), // a <= b everywhere (both defined) gives min = a
         rw!("max-known"; "(Max ?a ?b)" => "?a" if below("?b", "?a", false)), // b <= a everywhere (both defined) gives max = a
         // ---- powers ----
         rw!("pow-zero"; "(Pow ?a 0)" => "1" if total("?a")), // a**0 = 1 (also 0**0 in Python)
-        rw!("pow-one"; "(Pow ?a 1)" => "?a"), // a**1 = a
-        rw!("pow-two"; "(Pow ?a 2)" => "(* ?a ?a)"), // a**2 = a*a
+        rw!("pow-one"; "(Pow ?a 1)" => "?a"),                // a**1 = a
+        rw!("pow-two"; "(Pow ?a 2)" => "(* ?a ?a)"),         // a**2 = a*a
         rw!("pow-three"; "(Pow ?a 3)" => "(* ?a (* ?a ?a))"), // a**3 = a*a*a
         // ---- comparisons and connectives ----
-        rw!("gt-flip"; "(> ?a ?b)" => "(< ?b ?a)"), // a > b iff b < a
-        rw!("ge-flip"; "(>= ?a ?b)" => "(<= ?b ?a)"), // a >= b iff b <= a
-        rw!("eq-comm"; "(== ?a ?b)" => "(== ?b ?a)"), // equality is symmetric
-        rw!("ne-comm"; "(!= ?a ?b)" => "(!= ?b ?a)"), // disequality is symmetric
+        rw!("gt-flip"; "(> ?a ?b)" => "(< ?b ?a)"),         // a > b iff b < a
+        rw!("ge-flip"; "(>= ?a ?b)" => "(<= ?b ?a)"),       // a >= b iff b <= a
+        rw!("eq-comm"; "(== ?a ?b)" => "(== ?b ?a)"),       // equality is symmetric
+        rw!("ne-comm"; "(!= ?a ?b)" => "(!= ?b ?a)"),       // disequality is symmetric
         rw!("lt-to-le"; "(< ?a ?b)" => "(<= (+ ?a 1) ?b)"), // on integers a < b iff a + 1 <= b
-        rw!("not-lt"; "(Not (< ?a ?b))" => "(<= ?b ?a)"), // trichotomy
-        rw!("not-le"; "(Not (<= ?a ?b))" => "(< ?b ?a)"), // trichotomy
-        rw!("not-eq"; "(Not (== ?a ?b))" => "(!= ?a ?b)"), // definition of !=
-        rw!("not-not"; "(Not (Not ?a))" => "?a"), // double negation
+        rw!("not-lt"; "(Not (< ?a ?b))" => "(<= ?b ?a)"),   // trichotomy
+        rw!("not-le"; "(Not (<= ?a ?b))" => "(< ?b ?a)"),   // trichotomy
+        rw!("not-eq"; "(Not (== ?a ?b))" => "(!= ?a ?b)"),  // definition of !=
+        rw!("not-not"; "(Not (Not ?a))" => "?a"),           // double negation
         rw!("and-comm"; "(And ?a ?b)" => "(And ?b ?a)" if both(total("?a"), total("?b"))), // `and` short-circuits: commutes only when both sides are defined
         rw!("or-comm"; "(Or ?a ?b)" => "(Or ?b ?a)" if both(total("?a"), total("?b"))), // `or` short-circuits: commutes only when both sides are defined
         rw!("and-true"; "(And ?a true)" => "?a"), // `a and True` is a (undefined where a is)

@@ -118,7 +118,11 @@ impl Domain {
         let mut special: Vec<i64> = Vec::new();
         // Small values first (readable counterexamples), range ends last.
         let ends = [hi.saturating_sub(2), hi.saturating_sub(1), hi];
-        for v in [lo, lo.saturating_add(1), lo.saturating_add(2)].into_iter().chain(SPECIAL).chain(ends) {
+        for v in [lo, lo.saturating_add(1), lo.saturating_add(2)]
+            .into_iter()
+            .chain(SPECIAL)
+            .chain(ends)
+        {
             if v >= lo && v <= hi && !special.contains(&v) {
                 special.push(v);
             }
@@ -212,7 +216,10 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
         return None;
     }
     let involved = involved_symbols(a, b, facts);
-    let defined: Vec<&Symbol> = involved.iter().filter(|s| facts.definitions().contains_key(*s)).collect();
+    let defined: Vec<&Symbol> = involved
+        .iter()
+        .filter(|s| facts.definitions().contains_key(*s))
+        .collect();
     let mut free: Vec<(Symbol, Domain)> = Vec::new();
     for s in involved.iter().filter(|s| !facts.definitions().contains_key(*s)) {
         free.push((s.clone(), Domain::new(facts.range(s))?));
@@ -257,7 +264,9 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
         if involved.iter().any(|s| !bindings.contains_key(s)) || !satisfies(facts, &bindings) {
             continue;
         }
-        let (Some(x), Some(y)) = (eval_value(a, &bindings), eval_value(b, &bindings)) else { continue };
+        let (Some(x), Some(y)) = (eval_value(a, &bindings), eval_value(b, &bindings)) else {
+            continue;
+        };
         if x != y {
             let mut assignment = Bindings::new();
             for s in &involved {
@@ -265,7 +274,11 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
                     assignment.insert(s.clone(), *v);
                 }
             }
-            return Some(Counterexample { assignment, lhs: x, rhs: y });
+            return Some(Counterexample {
+                assignment,
+                lhs: x,
+                rhs: y,
+            });
         }
     }
     None

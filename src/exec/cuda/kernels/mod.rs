@@ -78,12 +78,18 @@ impl ExternOpLog {
 
     /// Ops that ran on the device, with their call counts, by name.
     pub fn device_ops(&self) -> Vec<(String, usize)> {
-        self.counts.lock().map(|c| c.device.iter().map(|(k, v)| (k.clone(), *v)).collect()).unwrap_or_default()
+        self.counts
+            .lock()
+            .map(|c| c.device.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
     }
 
     /// Ops that ran through the host fallback, with their call counts, by name.
     pub fn host_ops(&self) -> Vec<(String, usize)> {
-        self.counts.lock().map(|c| c.host.iter().map(|(k, v)| (k.clone(), *v)).collect()).unwrap_or_default()
+        self.counts
+            .lock()
+            .map(|c| c.host.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -97,7 +103,10 @@ pub(super) struct Builtins {
 }
 
 /// Runs `call` on a built-in kernel; `Ok(None)` when no kernel covers it.
-pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
     ops::run(backend, call)
 }
 
@@ -105,7 +114,9 @@ pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) 
 fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
     static CACHE: OnceLock<Mutex<HashMap<(i32, i32), Arc<str>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    let mut cache = cache.lock().map_err(|_| ExecError::op("cuda built-in kernels", "PTX cache poisoned by a panic"))?;
+    let mut cache = cache
+        .lock()
+        .map_err(|_| ExecError::op("cuda built-in kernels", "PTX cache poisoned by a panic"))?;
     if let Some(p) = cache.get(&(major, minor)) {
         return Ok(Arc::clone(p));
     }
@@ -118,7 +129,10 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
         ));
     }
     let options = cudarc::nvrtc::CompileOptions {
-        options: vec![format!("--gpu-architecture=compute_{major}{minor}"), "--std=c++14".into()],
+        options: vec![
+            format!("--gpu-architecture=compute_{major}{minor}"),
+            "--std=c++14".into(),
+        ],
         ..Default::default()
     };
     let compiled = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, options)
@@ -142,7 +156,11 @@ impl Builtins {
                 let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
                 let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
                 let text = ptx(major, minor)?;
-                let m = Rc::new(device.load_module(text.as_bytes()).map_err(|e| ExecError::op(name, e.to_string()))?);
+                let m = Rc::new(
+                    device
+                        .load_module(text.as_bytes())
+                        .map_err(|e| ExecError::op(name, e.to_string()))?,
+                );
                 self.module = Some(Rc::clone(&m));
                 self.load_time += loading.elapsed();
                 m
@@ -169,7 +187,11 @@ impl Nd {
         if size.len() > MAX_RANK || size.len() != stride.len() {
             return None;
         }
-        let mut nd = Nd { size: [1; MAX_RANK], stride: [0; MAX_RANK], rank: size.len() as i64 };
+        let mut nd = Nd {
+            size: [1; MAX_RANK],
+            stride: [0; MAX_RANK],
+            rank: size.len() as i64,
+        };
         nd.size[..size.len()].copy_from_slice(size);
         nd.stride[..stride.len()].copy_from_slice(stride);
         Some(nd)
@@ -227,25 +249,34 @@ fn dtype_suffix(dtype: DType) -> Option<&'static str> {
 
 /// Dtypes the scatter, index_put and topk kernels are instantiated for.
 fn reducible(dtype: DType) -> bool {
-    matches!(dtype, DType::Float32 | DType::Float64 | DType::Float16 | DType::Bfloat16 | DType::Int64 | DType::Int32)
+    matches!(
+        dtype,
+        DType::Float32 | DType::Float64 | DType::Float16 | DType::Bfloat16 | DType::Int64 | DType::Int32
+    )
 }
 
 /// Launches built-in `name` with `blocks` blocks of [`THREADS`] threads.
 fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, mut args: Vec<Arg>) -> Result<(), ExecError> {
     let f = backend.builtins.function(&backend.device, name)?;
     let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::ptr).collect();
-    backend.device.launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params).map_err(|e| ExecError::op(name, e.to_string()))
+    backend
+        .device
+        .launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params)
+        .map_err(|e| ExecError::op(name, e.to_string()))
 }
 
 /// Blocks of a grid-stride launch over `n` items.
 fn blocks_for(n: i64) -> u32 {
     // Clamped to 1..=MAX_BLOCKS, which fits u32.
-    (n.max(1) + i64::from(THREADS) - 1).div_euclid(i64::from(THREADS)).clamp(1, MAX_BLOCKS) as u32
+    (n.max(1) + i64::from(THREADS) - 1)
+        .div_euclid(i64::from(THREADS))
+        .clamp(1, MAX_BLOCKS) as u32
 }
 
 /// A scratch allocation of `bytes` bytes.
 fn scratch(backend: &mut CudaBackend, bytes: i64) -> Result<Arc<Storage>, ExecError> {
-    let bytes = usize::try_from(bytes).map_err(|_| ExecError::Input(format!("scratch size {bytes} is out of range")))?;
+    let bytes =
+        usize::try_from(bytes).map_err(|_| ExecError::Input(format!("scratch size {bytes} is out of range")))?;
     backend.alloc_storage(bytes)
 }
 

@@ -22,7 +22,11 @@ struct Args<'c, 'a> {
 
 impl<'c, 'a> Args<'c, 'a> {
     fn get(&self, i: usize, name: &str) -> Option<&'c Value<CudaTensor>> {
-        self.call.args.get(i).or_else(|| self.call.kwargs.get(name)).filter(|v| !matches!(v, Value::None))
+        self.call
+            .args
+            .get(i)
+            .or_else(|| self.call.kwargs.get(name))
+            .filter(|v| !matches!(v, Value::None))
     }
 
     fn err(&self, message: impl Into<String>) -> ExecError {
@@ -39,18 +43,27 @@ impl<'c, 'a> Args<'c, 'a> {
 
     fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
         match self.get(i, name) {
-            Some(v) => v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
+            Some(v) => v
+                .as_int()
+                .ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
             None => default.ok_or_else(|| self.err(format!("missing int argument `{name}`"))),
         }
     }
 
     fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
-        self.get(i, name).map(|v| v.as_int().ok_or_else(|| self.err(format!("argument `{name}` must be an int")))).transpose()
+        self.get(i, name)
+            .map(|v| {
+                v.as_int()
+                    .ok_or_else(|| self.err(format!("argument `{name}` must be an int")))
+            })
+            .transpose()
     }
 
     fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
         match self.get(i, name) {
-            Some(v) => v.as_float().ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
+            Some(v) => v
+                .as_float()
+                .ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
             None => Ok(default),
         }
     }
@@ -58,7 +71,10 @@ impl<'c, 'a> Args<'c, 'a> {
     fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
         match self.get(i, name) {
             Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => v.as_int().map(|x| x != 0).ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
+            Some(v) => v
+                .as_int()
+                .map(|x| x != 0)
+                .ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
             None => Ok(default),
         }
     }
@@ -84,16 +100,24 @@ impl<'c, 'a> Args<'c, 'a> {
         match self.get(i, name) {
             Some(Value::List(items)) => items
                 .iter()
-                .map(|v| v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints"))))
+                .map(|v| {
+                    v.as_int()
+                        .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))
+                })
                 .collect(),
-            Some(v) => Ok(vec![v.as_int().ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
+            Some(v) => Ok(vec![v
+                .as_int()
+                .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
             None => Err(self.err(format!("missing int-list argument `{name}`"))),
         }
     }
 }
 
 /// Dispatches `call` by op key; `Ok(None)` when no kernel covers it.
-pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
     if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
         return Ok(None);
     }
@@ -161,7 +185,9 @@ fn compact(
     md: Nd,
     n: i64,
 ) -> Result<Option<(std::sync::Arc<crate::exec::cuda::Storage>, i64)>, ExecError> {
-    let Some(suffix) = dtype_suffix(dtype) else { return Ok(None) };
+    let Some(suffix) = dtype_suffix(dtype) else {
+        return Ok(None);
+    };
     let tiles = (n.max(0) + TILE - 1) / TILE;
     let blocks = u32::try_from(tiles).map_err(|_| ExecError::Input(format!("{n} elements are too many to compact")))?;
     let counts = scratch(backend, (tiles + 1) * 8)?;
@@ -169,7 +195,12 @@ fn compact(
         let hits = scratch(backend, 0)?;
         return Ok(Some((hits, 0)));
     }
-    launch(backend, &format!("compact_count_{suffix}"), blocks, vec![Arg::U64(ptr), Arg::Nd(md), Arg::I64(n), Arg::U64(counts.ptr)])?;
+    launch(
+        backend,
+        &format!("compact_count_{suffix}"),
+        blocks,
+        vec![Arg::U64(ptr), Arg::Nd(md), Arg::I64(n), Arg::U64(counts.ptr)],
+    )?;
     launch(backend, "compact_scan", 1, vec![Arg::U64(counts.ptr), Arg::I64(tiles)])?;
     let total = read_i64(backend, counts.ptr, tiles)?;
     let hits = scratch(backend, total * 8)?;
@@ -178,7 +209,13 @@ fn compact(
             backend,
             &format!("compact_write_{suffix}"),
             blocks,
-            vec![Arg::U64(ptr), Arg::Nd(md), Arg::I64(n), Arg::U64(counts.ptr), Arg::U64(hits.ptr)],
+            vec![
+                Arg::U64(ptr),
+                Arg::Nd(md),
+                Arg::I64(n),
+                Arg::U64(counts.ptr),
+                Arg::U64(hits.ptr),
+            ],
         )?;
     }
     Ok(Some((hits, total)))
@@ -191,11 +228,23 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<C
     if rank == 0 {
         return Ok(None);
     }
-    let Some((hits, n)) = compact(backend, x.spec.dtype, x.data_ptr(), md, x.spec.numel())? else { return Ok(None) };
+    let Some((hits, n)) = compact(backend, x.spec.dtype, x.data_ptr(), md, x.spec.numel())? else {
+        return Ok(None);
+    };
     let storage = new_tensor(backend, DType::Int64, &[n * rank])?;
     if n > 0 {
         let shape = Nd::new(&x.spec.size, &crate::exec::contiguous_strides(&x.spec.size)).unwrap_or(md);
-        launch(backend, "nonzero_coords", blocks_for(n), vec![Arg::U64(hits.ptr), Arg::I64(n), Arg::Nd(shape), Arg::U64(storage.data_ptr())])?;
+        launch(
+            backend,
+            "nonzero_coords",
+            blocks_for(n),
+            vec![
+                Arg::U64(hits.ptr),
+                Arg::I64(n),
+                Arg::Nd(shape),
+                Arg::U64(storage.data_ptr()),
+            ],
+        )?;
     }
     // ATen's layout: [n, rank] with strides (1, n).
     let out = backend.view(&storage, &[n, rank], &[1, n], 0)?;
@@ -205,7 +254,10 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<C
 /// The strides of `spec` broadcast to `shape` (0 on broadcast dimensions).
 fn broadcast_strides(a: &Args<'_, '_>, what: &str, spec: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
     let lead = shape.len().checked_sub(spec.size.len()).ok_or_else(|| {
-        a.err(format!("`{what}` of shape {:?} cannot broadcast to {shape:?}", spec.size))
+        a.err(format!(
+            "`{what}` of shape {:?} cannot broadcast to {shape:?}",
+            spec.size
+        ))
     })?;
     let mut strides = vec![0i64; shape.len()];
     for (d, (s, st)) in spec.size.iter().zip(&spec.stride).enumerate() {
@@ -213,7 +265,10 @@ fn broadcast_strides(a: &Args<'_, '_>, what: &str, spec: &TensorSpec, shape: &[i
         if *s == target {
             strides[lead + d] = if *s == 1 { 0 } else { *st };
         } else if *s != 1 {
-            return Err(a.err(format!("`{what}` of shape {:?} cannot broadcast to {shape:?}", spec.size)));
+            return Err(a.err(format!(
+                "`{what}` of shape {:?} cannot broadcast to {shape:?}",
+                spec.size
+            )));
         }
     }
     Ok(strides)
@@ -227,7 +282,9 @@ fn broadcast_shape(a: &Args<'_, '_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, E
         .map(|d| match (at(x, d), at(y, d)) {
             (p, q) if p == q || q == 1 => Ok(p),
             (1, q) => Ok(q),
-            (p, q) => Err(a.err(format!("shapes {x:?} and {y:?} do not broadcast (dimension {d}: {p} vs {q})"))),
+            (p, q) => Err(a.err(format!(
+                "shapes {x:?} and {y:?} do not broadcast (dimension {d}: {p} vs {q})"
+            ))),
         })
         .collect()
 }
@@ -242,7 +299,9 @@ fn gather(
     hits: u64,
     n: i64,
 ) -> Result<Option<CudaTensor>, ExecError> {
-    let Some(rest) = Nd::new(rest_size, rest_stride) else { return Ok(None) };
+    let Some(rest) = Nd::new(rest_size, rest_stride) else {
+        return Ok(None);
+    };
     let inner: i64 = rest_size.iter().product();
     let mut shape = vec![n];
     shape.extend_from_slice(rest_size);
@@ -253,7 +312,15 @@ fn gather(
             backend,
             &format!("gather_hits_w{width}"),
             blocks_for(n * inner),
-            vec![Arg::U64(src.data_ptr()), Arg::Nd(lead), Arg::Nd(rest), Arg::U64(hits), Arg::I64(n), Arg::I64(inner), Arg::U64(out.data_ptr())],
+            vec![
+                Arg::U64(src.data_ptr()),
+                Arg::Nd(lead),
+                Arg::Nd(rest),
+                Arg::U64(hits),
+                Arg::I64(n),
+                Arg::I64(inner),
+                Arg::U64(out.data_ptr()),
+            ],
         )?;
     }
     Ok(Some(out))
@@ -275,14 +342,18 @@ fn masked_select(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<V
     ) else {
         return Ok(None);
     };
-    let Some((hits, n)) = compact(backend, mask.spec.dtype, mask.data_ptr(), md, shape.iter().product())? else { return Ok(None) };
+    let Some((hits, n)) = compact(backend, mask.spec.dtype, mask.data_ptr(), md, shape.iter().product())? else {
+        return Ok(None);
+    };
     Ok(gather(backend, x, xd, &[], &[], hits.ptr, n)?.map(Value::Tensor))
 }
 
 /// `self[mask]` for one boolean mask over the leading dimensions.
 fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
-    let [Value::Tensor(mask)] = a.list(1, "indices")? else { return Ok(None) };
+    let [Value::Tensor(mask)] = a.list(1, "indices")? else {
+        return Ok(None);
+    };
     if !matches!(mask.spec.dtype, DType::Bool | DType::Uint8) || !matches!(x.spec.dtype.size_bytes(), 1 | 2 | 4 | 8) {
         return Ok(None);
     }
@@ -293,8 +364,12 @@ fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option
             mask.spec.size, x.spec.size
         )));
     }
-    let (Some(md), Some(lead)) = (nd_of(&mask.spec), Nd::new(&x.spec.size[..k], &x.spec.stride[..k])) else { return Ok(None) };
-    let Some((hits, n)) = compact(backend, mask.spec.dtype, mask.data_ptr(), md, mask.spec.numel())? else { return Ok(None) };
+    let (Some(md), Some(lead)) = (nd_of(&mask.spec), Nd::new(&x.spec.size[..k], &x.spec.stride[..k])) else {
+        return Ok(None);
+    };
+    let Some((hits, n)) = compact(backend, mask.spec.dtype, mask.data_ptr(), md, mask.spec.numel())? else {
+        return Ok(None);
+    };
     let (rest_size, rest_stride) = (x.spec.size[k..].to_vec(), x.spec.stride[k..].to_vec());
     Ok(gather(backend, x, lead, &rest_size, &rest_stride, hits.ptr, n)?.map(Value::Tensor))
 }
@@ -303,7 +378,10 @@ fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option
 fn offsets_of(a: &Args<'_, '_>) -> Result<Option<(u64, &'static str, i64)>, ExecError> {
     let items = a.list(1, "offsets")?;
     let [Value::Tensor(o)] = items else {
-        return Err(a.err(format!("exactly one offsets tensor is supported (one jagged dimension), got {}", items.len())));
+        return Err(a.err(format!(
+            "exactly one offsets tensor is supported (one jagged dimension), got {}",
+            items.len()
+        )));
     };
     let suffix = match o.spec.dtype {
         DType::Int32 => "o32",
@@ -311,7 +389,10 @@ fn offsets_of(a: &Args<'_, '_>) -> Result<Option<(u64, &'static str, i64)>, Exec
         other => return Err(a.err(format!("offsets must be int32 or int64, got {other}"))),
     };
     if o.spec.size.len() != 1 || o.spec.size[0] < 1 {
-        return Err(a.err(format!("offsets must be 1-d with at least one element, got shape {:?}", o.spec.size)));
+        return Err(a.err(format!(
+            "offsets must be 1-d with at least one element, got shape {:?}",
+            o.spec.size
+        )));
     }
     if o.spec.size[0] > 1 && o.spec.stride[0] != 1 {
         return Ok(None);
@@ -326,7 +407,9 @@ fn jagged_to_padded(
     padding: f64,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let values = a.tensor(0, values_name)?;
-    let Some((offsets, osuffix, b)) = offsets_of(a)? else { return Ok(None) };
+    let Some((offsets, osuffix, b)) = offsets_of(a)? else {
+        return Ok(None);
+    };
     let max_lengths = a.ints(2, "max_lengths")?;
     let [n] = max_lengths[..] else {
         return Err(a.err(format!("expected one max length, got {}", max_lengths.len())));
@@ -339,7 +422,9 @@ fn jagged_to_padded(
         return Err(a.err("values must have at least one dimension"));
     }
     let width = spec.dtype.size_bytes();
-    let Some(rest) = Nd::new(&spec.size[1..], &spec.stride[1..]) else { return Ok(None) };
+    let Some(rest) = Nd::new(&spec.size[1..], &spec.stride[1..]) else {
+        return Ok(None);
+    };
     if !matches!(width, 1 | 2 | 4 | 8) {
         return Ok(None);
     }
@@ -380,13 +465,20 @@ fn padded_to_jagged(
     total: Option<i64>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let dense = a.tensor(0, dense_name)?;
-    let Some((offsets, osuffix, b)) = offsets_of(a)? else { return Ok(None) };
+    let Some((offsets, osuffix, b)) = offsets_of(a)? else {
+        return Ok(None);
+    };
     let spec = &dense.spec;
     if spec.size.len() < 2 {
-        return Err(a.err(format!("dense must have at least 2 dimensions, got shape {:?}", spec.size)));
+        return Err(a.err(format!(
+            "dense must have at least 2 dimensions, got shape {:?}",
+            spec.size
+        )));
     }
     let width = spec.dtype.size_bytes();
-    let Some(rest) = Nd::new(&spec.size[2..], &spec.stride[2..]) else { return Ok(None) };
+    let Some(rest) = Nd::new(&spec.size[2..], &spec.stride[2..]) else {
+        return Ok(None);
+    };
     if !matches!(width, 1 | 2 | 4 | 8) {
         return Ok(None);
     }
@@ -396,7 +488,9 @@ fn padded_to_jagged(
         None => {
             let elem = if osuffix == "o32" { 4 } else { 8 };
             let mut bytes = [0u8; 8];
-            backend.device.download(&mut bytes[..elem], offsets + (b as u64) * elem as u64)?;
+            backend
+                .device
+                .download(&mut bytes[..elem], offsets + (b as u64) * elem as u64)?;
             if elem == 4 {
                 i64::from(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
             } else {
@@ -441,7 +535,12 @@ fn error_flag(backend: &mut CudaBackend) -> Result<std::sync::Arc<crate::exec::c
     Ok(flag)
 }
 
-fn scatter(backend: &mut CudaBackend, a: &Args<'_, '_>, mode: i32, include_self: bool) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn scatter(
+    backend: &mut CudaBackend,
+    a: &Args<'_, '_>,
+    mode: i32,
+    include_self: bool,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let target = a.tensor(0, "self")?;
     let rank = target.spec.size.len();
     let dim = a.int(1, "dim", None)?;
@@ -450,12 +549,17 @@ fn scatter(backend: &mut CudaBackend, a: &Args<'_, '_>, mode: i32, include_self:
         return Err(a.err(format!("dimension {dim} out of range for rank {rank}")));
     }
     let index = a.tensor(2, "index")?;
-    let Some(suffix) = dtype_suffix(target.spec.dtype).filter(|_| reducible(target.spec.dtype)) else { return Ok(None) };
+    let Some(suffix) = dtype_suffix(target.spec.dtype).filter(|_| reducible(target.spec.dtype)) else {
+        return Ok(None);
+    };
     if index.spec.dtype != DType::Int64 || rank == 0 {
         return Ok(None);
     }
     if index.spec.size.len() != rank {
-        return Err(a.err(format!("index has rank {} but self has rank {rank}", index.spec.size.len())));
+        return Err(a.err(format!(
+            "index has rank {} but self has rank {rank}",
+            index.spec.size.len()
+        )));
     }
     for (k, (i, s)) in index.spec.size.iter().zip(&target.spec.size).enumerate() {
         if k as i64 != d && i > s {
@@ -468,9 +572,14 @@ fn scatter(backend: &mut CudaBackend, a: &Args<'_, '_>, mode: i32, include_self:
                 return Ok(None);
             }
             if s.spec.size.len() != rank || index.spec.size.iter().zip(&s.spec.size).any(|(i, s)| i > s) {
-                return Err(a.err(format!("index of shape {:?} is larger than src of shape {:?}", index.spec.size, s.spec.size)));
+                return Err(a.err(format!(
+                    "index of shape {:?} is larger than src of shape {:?}",
+                    index.spec.size, s.spec.size
+                )));
             }
-            let Some(nd) = Nd::new(&index.spec.size, &s.spec.stride) else { return Ok(None) };
+            let Some(nd) = Nd::new(&index.spec.size, &s.spec.stride) else {
+                return Ok(None);
+            };
             (s.data_ptr(), nd, 1, 0.0)
         }
         Some(v) => {
@@ -479,14 +588,20 @@ fn scatter(backend: &mut CudaBackend, a: &Args<'_, '_>, mode: i32, include_self:
         }
         None => return Err(a.err("missing `src` / `value`")),
     };
-    let (Some(sd), Some(ind)) = (nd_of(&target.spec), nd_of(&index.spec)) else { return Ok(None) };
+    let (Some(sd), Some(ind)) = (nd_of(&target.spec), nd_of(&index.spec)) else {
+        return Ok(None);
+    };
     let n = index.spec.numel();
     if n == 0 {
         return Ok(Some(Value::Tensor(target.clone())));
     }
     let flag = error_flag(backend)?;
     let name = format!("scatter_{suffix}");
-    let passes: &[i32] = if include_self || mode == MODE_ASSIGN { &[mode] } else { &[MODE_IDENTITY + mode, mode] };
+    let passes: &[i32] = if include_self || mode == MODE_ASSIGN {
+        &[mode]
+    } else {
+        &[MODE_IDENTITY + mode, mode]
+    };
     for m in passes {
         let args = vec![
             Arg::U64(target.data_ptr()),
@@ -517,7 +632,11 @@ fn scatter(backend: &mut CudaBackend, a: &Args<'_, '_>, mode: i32, include_self:
 
 /// An `Nd` of rank 0 (the unused source layout of a scalar scatter).
 fn rank0_nd() -> Nd {
-    Nd { size: [1; MAX_RANK], stride: [0; MAX_RANK], rank: 0 }
+    Nd {
+        size: [1; MAX_RANK],
+        stride: [0; MAX_RANK],
+        rank: 0,
+    }
 }
 
 fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
@@ -525,8 +644,14 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value
     let items = a.list(1, "indices")?;
     let values = a.tensor(2, "values")?;
     let accumulate = a.boolean(3, "accumulate", false)?;
-    let Some(suffix) = dtype_suffix(target.spec.dtype).filter(|_| reducible(target.spec.dtype)) else { return Ok(None) };
-    if values.spec.dtype != target.spec.dtype || items.is_empty() || items.len() > 4 || items.len() > target.spec.size.len() {
+    let Some(suffix) = dtype_suffix(target.spec.dtype).filter(|_| reducible(target.spec.dtype)) else {
+        return Ok(None);
+    };
+    if values.spec.dtype != target.spec.dtype
+        || items.is_empty()
+        || items.len() > 4
+        || items.len() > target.spec.size.len()
+    {
         return Ok(None);
     }
     let mut index: Vec<&CudaTensor> = Vec::new();
@@ -543,7 +668,11 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value
     }
     let k = index.len();
     let tail_size = target.spec.size[k..].to_vec();
-    let mut ix = Indices { ptr: [0; 4], stride: [[0; MAX_RANK]; 4], count: k as i64 };
+    let mut ix = Indices {
+        ptr: [0; 4],
+        stride: [[0; MAX_RANK]; 4],
+        count: k as i64,
+    };
     for (q, t) in index.iter().enumerate() {
         let strides = broadcast_strides(a, "indices", &t.spec, &ishape)?;
         if strides.len() > MAX_RANK {
@@ -588,7 +717,11 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value
     )?;
     let bad = read_i64(backend, flag.ptr, 0)?;
     if bad != 0 {
-        return Err(a.err(format!("index tuple {} is out of bounds for self of shape {:?}", bad - 1, target.spec.size)));
+        return Err(a.err(format!(
+            "index tuple {} is out of bounds for self of shape {:?}",
+            bad - 1,
+            target.spec.size
+        )));
     }
     Ok(Some(Value::Tensor(target.clone())))
 }
@@ -599,7 +732,9 @@ fn topk(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<Cuda
     let rank = x.spec.size.len();
     let dim = a.int(2, "dim", Some(-1))?;
     let largest = a.boolean(3, "largest", true)?;
-    let Some(suffix) = dtype_suffix(x.spec.dtype).filter(|_| reducible(x.spec.dtype)) else { return Ok(None) };
+    let Some(suffix) = dtype_suffix(x.spec.dtype).filter(|_| reducible(x.spec.dtype)) else {
+        return Ok(None);
+    };
     if rank == 0 || x.spec.stride != crate::exec::contiguous_strides(&x.spec.size) {
         return Ok(None);
     }

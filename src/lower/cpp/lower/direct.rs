@@ -5,8 +5,8 @@
 
 use super::{c_float, c_string, GraphCtx, Lowering};
 use crate::ir::{
-    ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend,
-    KernelCall, KernelDef, KernelName,
+    ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
+    KernelName,
 };
 use crate::lower::cpp::Error;
 use std::fmt::Write as _;
@@ -63,9 +63,7 @@ fn halide_type(d: DType) -> Option<(u8, u8)> {
         DType::Bfloat16 => (BFLOAT, 16),
         DType::Float32 => (FLOAT, 32),
         DType::Float64 => (FLOAT, 64),
-        DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => {
-            return None
-        }
+        DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => return None,
     })
 }
 
@@ -111,20 +109,12 @@ impl<'a> Lowering<'a> {
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
             KernelBackend::Triton(_) => Err(Error::Invalid {
                 context: cx.into(),
-                message: format!(
-                    "Triton kernel `{}` is launched, not called directly",
-                    call.kernel
-                ),
+                message: format!("Triton kernel `{}` is launched, not called directly", call.kernel),
             }),
         }
     }
 
-    fn positional_only<'c>(
-        &self,
-        call: &'c KernelCall,
-        backend: &str,
-        cx: &str,
-    ) -> Result<Vec<&'c ArgValue>, Error> {
+    fn positional_only<'c>(&self, call: &'c KernelCall, backend: &str, cx: &str) -> Result<Vec<&'c ArgValue>, Error> {
         call.args
             .iter()
             .map(|a| match &a.name {
@@ -141,13 +131,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// A scalar argument in C++ form.
-    fn scalar_arg(
-        &self,
-        kernel: &KernelName,
-        index: usize,
-        value: &ArgValue,
-        cx: &str,
-    ) -> Result<String, Error> {
+    fn scalar_arg(&self, kernel: &KernelName, index: usize, value: &ArgValue, cx: &str) -> Result<String, Error> {
         match value {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
@@ -202,14 +186,18 @@ impl<'a> Lowering<'a> {
                 let ArgValue::Buffer(b) = value else {
                     return Err(Error::Invalid {
                         context: cx.into(),
-                        message: format!("argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"),
+                        message: format!(
+                            "argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"
+                        ),
                     });
                 };
                 let device = g.layout(b, cx)?.device;
                 if device.kind != DeviceType::Cpu {
                     return Err(Error::Invalid {
                         context: cx.into(),
-                        message: format!("C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"),
+                        message: format!(
+                            "C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"
+                        ),
                     });
                 }
                 printed.push(format!("({ty})({}.data_ptr())", g.local(b)));
@@ -217,7 +205,9 @@ impl<'a> Lowering<'a> {
                 if matches!(value, ArgValue::Buffer(_)) {
                     return Err(Error::Invalid {
                         context: cx.into(),
-                        message: format!("argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"),
+                        message: format!(
+                            "argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"
+                        ),
                     });
                 }
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
@@ -239,11 +229,7 @@ impl<'a> Lowering<'a> {
             };
             format!(
                 "// C++ kernel `{kernel}`, defined by {who}.\nextern \"C\" void {kernel}({});\n",
-                meta.arg_types
-                    .iter()
-                    .map(|t| t.trim())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                meta.arg_types.iter().map(|t| t.trim()).collect::<Vec<_>>().join(", ")
             )
         };
         self.declare_direct(kernel, decl, cx)?;
@@ -253,24 +239,14 @@ impl<'a> Lowering<'a> {
 
     /// A Halide kernel: one `halide_buffer_t` per buffer argument, built from
     /// the argument's shape/stride/offset, then a direct call.
-    fn halide_call(
-        &mut self,
-        g: &GraphCtx<'_>,
-        call: &KernelCall,
-        meta: &HalideMeta,
-        cx: &str,
-    ) -> Result<(), Error> {
+    fn halide_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, meta: &HalideMeta, cx: &str) -> Result<(), Error> {
         let kernel = &call.kernel;
         let invalid = |message: String| Error::Invalid {
             context: cx.to_string(),
             message,
         };
         // Call arguments bind the arguments that are not aliases, in order or by name.
-        let outer: Vec<&HalideArg> = meta
-            .argtypes
-            .iter()
-            .filter(|a| a.alias_of.is_none())
-            .collect();
+        let outer: Vec<&HalideArg> = meta.argtypes.iter().filter(|a| a.alias_of.is_none()).collect();
         let mut bound: Vec<Option<&ArgValue>> = vec![None; outer.len()];
         let mut next = 0usize;
         for CallArg { name, value } in &call.args {
@@ -279,9 +255,10 @@ impl<'a> Lowering<'a> {
                     next += 1;
                     next - 1
                 }
-                Some(n) => outer.iter().position(|a| a.name == *n).ok_or_else(|| {
-                    invalid(format!("Halide kernel `{kernel}` has no argument `{n}`"))
-                })?,
+                Some(n) => outer
+                    .iter()
+                    .position(|a| a.name == *n)
+                    .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` has no argument `{n}`")))?,
             };
             let entry = bound.get_mut(slot).ok_or_else(|| {
                 invalid(format!(
@@ -301,11 +278,7 @@ impl<'a> Lowering<'a> {
                 .iter()
                 .position(|a| a.name == name)
                 .and_then(|i| bound[i])
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "Halide kernel `{kernel}` call is missing argument `{name}`"
-                    ))
-                })
+                .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` call is missing argument `{name}`")))
         };
         let device_index = meta.cuda_device;
         let cuda = meta.is_cuda();
@@ -326,10 +299,7 @@ impl<'a> Lowering<'a> {
                 }
                 let v = self.scalar_arg(kernel, params.len(), value, cx)?;
                 self.line(format!("const {} {}_value_ = {v};", arg.ctype, arg.name));
-                named_scalars.push(format!(
-                    "const {} {} = {}_value_;",
-                    arg.ctype, arg.name, arg.name
-                ));
+                named_scalars.push(format!("const {} {} = {}_value_;", arg.ctype, arg.name, arg.name));
                 params.push((format!("{} {}", arg.ctype, arg.name), arg.name.clone()));
                 continue;
             };
@@ -350,9 +320,8 @@ impl<'a> Lowering<'a> {
                     )))
                 }
             }
-            let (code, bits) = halide_type(layout.dtype).ok_or_else(|| {
-                self.unsupported(cx, format!("Halide buffer `{b}` of dtype {}", layout.dtype))
-            })?;
+            let (code, bits) = halide_type(layout.dtype)
+                .ok_or_else(|| self.unsupported(cx, format!("Halide buffer `{b}` of dtype {}", layout.dtype)))?;
             let stride = arg.stride.clone().unwrap_or_default();
             if stride.len() != shape.len() {
                 return Err(invalid(format!(
@@ -370,9 +339,7 @@ impl<'a> Lowering<'a> {
             let dims: Vec<String> = shape
                 .iter()
                 .zip(&stride)
-                .map(|(e, s)| {
-                    format!("{{0, static_cast<int32_t>({e}), static_cast<int32_t>({s}), 0}}")
-                })
+                .map(|(e, s)| format!("{{0, static_cast<int32_t>({e}), static_cast<int32_t>({s}), 0}}"))
                 .collect();
             let offset = arg.offset.as_deref().unwrap_or("0");
             let iface = if cuda {
@@ -383,10 +350,7 @@ impl<'a> Lowering<'a> {
             if dims.is_empty() {
                 lines_after.push(format!("halide_dimension_t* {n}_dim_ = nullptr;"));
             } else {
-                lines_after.push(format!(
-                    "halide_dimension_t {n}_dim_[] = {{{}}};",
-                    dims.join(", ")
-                ));
+                lines_after.push(format!("halide_dimension_t {n}_dim_[] = {{{}}};", dims.join(", ")));
             }
             lines_after.push(format!(
                 "halide_buffer_t {n}_buffer_ = wrapir_halide_buffer({n}_address_, static_cast<int64_t>({offset}), {}, {iface}, {code}, {bits}, {}, {n}_dim_);",
@@ -435,13 +399,7 @@ impl<'a> Lowering<'a> {
     /// A CUDA C kernel or host function the embedder links: pointers as
     /// `void*`, integers as `int64_t`, floats as `double`, booleans as `bool`,
     /// then (CUDA C) the stream; a non-zero return fails the wrapper.
-    fn extern_function_call(
-        &mut self,
-        g: &GraphCtx<'_>,
-        call: &KernelCall,
-        cuda: bool,
-        cx: &str,
-    ) -> Result<(), Error> {
+    fn extern_function_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cuda: bool, cx: &str) -> Result<(), Error> {
         let kernel = &call.kernel;
         let what = if cuda { "CUDA C" } else { "host" };
         let args = self.positional_only(call, what, cx)?;
@@ -466,12 +424,12 @@ impl<'a> Lowering<'a> {
                     types.push("bool");
                     printed.push(self.scalar_arg(kernel, i, value, cx)?);
                 }
-                _ => return Err(Error::Invalid {
-                    context: cx.into(),
-                    message: format!(
-                        "argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"
-                    ),
-                }),
+                _ => {
+                    return Err(Error::Invalid {
+                        context: cx.into(),
+                        message: format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
+                    })
+                }
             }
         }
         if cuda {
