@@ -261,122 +261,14 @@ pub fn run_program_on(
     backend: &mut HostBackend,
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
-    use crate::ir::GraphInput;
-    use crate::sym::{Bindings, SymExpr};
     let plan = super::run::compile_program(program)?;
-    for name in inputs.keys() {
-        let known = program.main.inputs.iter().any(|i| i.name().as_str() == name)
-            || program.constants.keys().any(|c| c.as_str() == name);
-        if !known {
-            return Err(ExecError::Input(format!("`{name}` is neither a graph input nor a constant")).into());
-        }
-    }
-    let get = |name: &str| {
-        inputs
-            .get(name)
-            .ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
-    };
-    // Bind symbol inputs, then sizes that are plain symbols.
-    let mut env = Bindings::new();
-    let bind = |env: &mut Bindings, s: &crate::sym::Symbol, v: i64, what: String| -> Result<(), ExecError> {
-        match env.get(s) {
-            Some(old) if *old != v => Err(ExecError::Input(format!(
-                "{what} is {v}, but `{s}` = {old} from an earlier input"
-            ))),
-            _ => {
-                env.insert(s.clone(), v);
-                Ok(())
-            }
-        }
-    };
-    let mut layouts = Vec::new();
-    for input in &program.main.inputs {
-        match input {
-            GraphInput::Symbol { name, symbol } => {
-                let t = get(name.as_str())?;
-                let v = match t.to_i64_vec()?.as_slice() {
-                    [v] if !t.dtype().is_floating() => *v,
-                    _ => {
-                        return Err(ExecError::Input(format!(
-                            "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
-                            t.dtype(),
-                            t.size()
-                        ))
-                        .into())
-                    }
-                };
-                bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
-            }
-            GraphInput::Tensor { name } => {
-                let layout = program
-                    .main
-                    .layout(name)
-                    .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
-                layouts.push((name.as_str(), layout));
-            }
-        }
-    }
-    let mut named: Vec<(&str, &crate::ir::Layout)> = layouts.clone();
-    named.extend(
-        program
-            .constants
-            .iter()
-            .filter(|(c, _)| inputs.contains_key(c.as_str()))
-            .map(|(c, l)| (c.as_str(), l)),
-    );
-    for (name, layout) in &named {
-        let t = get(name)?;
-        if t.dim() != layout.size.len() || t.dtype() != layout.dtype {
-            return Err(ExecError::Input(format!(
-                "`{name}` is {}{:?}, the program declares {layout}",
-                t.dtype(),
-                t.size()
-            ))
-            .into());
-        }
-        for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
-            if let SymExpr::Sym(s) = e {
-                bind(&mut env, s, *v, format!("size {d} of `{name}`"))?;
-            }
-        }
-    }
-    let unbound = |s: &crate::sym::Symbol| format!("symbol `{s}` is not bound by any input size");
-    let mut place = |name: &str, layout: &crate::ir::Layout| -> Result<Tensor, ExecError> {
-        let t = get(name)?;
-        let spec = super::run::concrete_layout(layout, &env, &format!("`{name}`"), &unbound)?;
-        if spec.size != t.size() {
-            return Err(ExecError::Input(format!(
-                "`{name}` has sizes {:?}, the program declares {layout} = {:?}",
-                t.size(),
-                spec.size
-            )));
-        }
-        if t.spec() == &spec {
+    let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
+        if t.spec() == spec {
             return Ok(t.clone());
         }
-        let placed = backend.allocate(&spec)?;
+        let placed = backend.allocate(spec)?;
         placed.copy_from(t)?;
         Ok(placed)
-    };
-    let mut args = Vec::new();
-    let mut tensors = layouts.into_iter();
-    for input in &program.main.inputs {
-        match input {
-            GraphInput::Symbol { symbol, .. } => {
-                // Bound above from this very input.
-                args.push(Value::Int(env.get(symbol).copied().unwrap_or_default()));
-            }
-            GraphInput::Tensor { .. } => {
-                let Some((name, layout)) = tensors.next() else {
-                    return Err(ExecError::Input("graph inputs changed while binding".into()).into());
-                };
-                args.push(Value::Tensor(place(name, layout)?));
-            }
-        }
-    }
-    let mut constants = IndexMap::new();
-    for (name, layout) in &program.constants {
-        constants.insert(name.to_string(), place(name.as_str(), layout)?);
-    }
+    })?;
     Ok(plan.run(backend, args, &constants)?)
 }

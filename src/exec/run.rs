@@ -50,3 +50,130 @@ pub(crate) fn concrete_layout(
         offset: one(&layout.offset)?,
     })
 }
+
+/// Matches host `inputs` (keyed by graph input or constant name; a symbol input
+/// is a one-element integer tensor) to `program`'s main graph: checks names,
+/// dtypes and ranks, binds symbol inputs and the backed symbols that input
+/// sizes name, computes each tensor's concrete declared layout, and calls
+/// `place(name, host_tensor, layout)` to put it where a backend wants it.
+/// Returns the graph inputs in placeholder order and the constants by name.
+/// The one place inputs are matched, for every backend.
+#[allow(clippy::type_complexity)]
+pub(crate) fn place_inputs<T>(
+    program: &Program,
+    inputs: &indexmap::IndexMap<String, super::Tensor>,
+    place: &mut dyn FnMut(&str, &super::Tensor, &TensorSpec) -> Result<T, ExecError>,
+) -> Result<(Vec<super::Value<T>>, indexmap::IndexMap<String, T>), RunError> {
+    use crate::ir::GraphInput;
+    use crate::sym::Symbol;
+    for name in inputs.keys() {
+        let known = program.main.inputs.iter().any(|i| i.name().as_str() == name)
+            || program.constants.keys().any(|c| c.as_str() == name);
+        if !known {
+            return Err(ExecError::Input(format!("`{name}` is neither a graph input nor a constant")).into());
+        }
+    }
+    let get = |name: &str| {
+        inputs
+            .get(name)
+            .ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
+    };
+    // Bind symbol inputs, then sizes that are plain symbols.
+    let mut env = Bindings::new();
+    let bind = |env: &mut Bindings, s: &Symbol, v: i64, what: String| -> Result<(), ExecError> {
+        match env.get(s) {
+            Some(old) if *old != v => Err(ExecError::Input(format!(
+                "{what} is {v}, but `{s}` = {old} from an earlier input"
+            ))),
+            _ => {
+                env.insert(s.clone(), v);
+                Ok(())
+            }
+        }
+    };
+    let mut tensor_inputs: Vec<(&str, &Layout)> = Vec::new();
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Symbol { name, symbol } => {
+                let t = get(name.as_str())?;
+                let v = match t.to_i64_vec()?.as_slice() {
+                    [v] if !t.dtype().is_floating() => *v,
+                    _ => {
+                        return Err(ExecError::Input(format!(
+                            "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
+                            t.dtype(),
+                            t.size()
+                        ))
+                        .into())
+                    }
+                };
+                bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
+            }
+            GraphInput::Tensor { name } => {
+                let layout = program
+                    .main
+                    .layout(name)
+                    .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
+                tensor_inputs.push((name.as_str(), layout));
+            }
+        }
+    }
+    let supplied_constants = program
+        .constants
+        .iter()
+        .filter(|(c, _)| inputs.contains_key(c.as_str()));
+    for (name, layout) in tensor_inputs
+        .iter()
+        .copied()
+        .chain(supplied_constants.map(|(c, l)| (c.as_str(), l)))
+    {
+        let t = get(name)?;
+        if t.dim() != layout.size.len() || t.dtype() != layout.dtype {
+            return Err(ExecError::Input(format!(
+                "`{name}` is {}{:?}, the program declares {layout}",
+                t.dtype(),
+                t.size()
+            ))
+            .into());
+        }
+        for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
+            if let SymExpr::Sym(s) = e {
+                bind(&mut env, s, *v, format!("size {d} of `{name}`"))?;
+            }
+        }
+    }
+    let unbound = |s: &Symbol| format!("symbol `{s}` is not bound by any input size");
+    let mut placed = |name: &str, layout: &Layout| -> Result<T, ExecError> {
+        let t = get(name)?;
+        let spec = concrete_layout(layout, &env, &format!("`{name}`"), &unbound)?;
+        if spec.size != t.size() {
+            return Err(ExecError::Input(format!(
+                "`{name}` has sizes {:?}, the program declares {layout} = {:?}",
+                t.size(),
+                spec.size
+            )));
+        }
+        place(name, t, &spec)
+    };
+    let mut args = Vec::new();
+    let mut tensors = tensor_inputs.into_iter();
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Symbol { symbol, .. } => {
+                // Bound above from this very input.
+                args.push(super::Value::Int(env.get(symbol).copied().unwrap_or_default()));
+            }
+            GraphInput::Tensor { .. } => {
+                let Some((name, layout)) = tensors.next() else {
+                    return Err(ExecError::Input("graph inputs changed while binding".into()).into());
+                };
+                args.push(super::Value::Tensor(placed(name, layout)?));
+            }
+        }
+    }
+    let mut constants = indexmap::IndexMap::new();
+    for (name, layout) in &program.constants {
+        constants.insert(name.to_string(), placed(name.as_str(), layout)?);
+    }
+    Ok((args, constants))
+}
