@@ -3,13 +3,52 @@
 //! PyTorch Inductor's *wrapper code* as typed Rust data.
 //!
 //! ```text
-//!   .json / .wir ──parse──▶ ir::Program ──validate──▶ ir::ProgramInfo ──lower──▶ Python text
+//!   .json / .wir ─parse─▶ ir::Program ─validate─▶ ir::ProgramInfo ─┬─▶ lower::{python, cpp, fx}
+//!                                                                  ├─▶ reconcile (launch proofs)
+//!                                                                  └─▶ fx::interp over exec::{meta, host, cuda}
 //! ```
 //!
 //! * [`ir`]: the typed Wrapper IR, its builder and validator.
-//! * [`sym`]: symbolic size expressions: parser, Python and C++ printers, checked evaluation.
+//! * [`sym`]: symbolic size expressions: parser, Python and C++ printers, checked
+//!   evaluation, and the equality-saturation prover ([`sym::egraph`]).
 //! * [`text`]: the `.wir` text form (printer and parser that round-trip).
 //! * [`lower`]: back ends that turn a validated program into wrapper code.
+//! * [`reconcile`]: Triton launches matched to their kernels by name, proved, and
+//!   the lowerings' emitted launches validated against them.
+//! * [`fx`] and [`exec`]: the FX graph, its interpreter and the execution backends.
+//!
+//! ## Lowering a program
+//!
+//! ```
+//! let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/nonzero.wir")).unwrap();
+//! let program = wrapir::text::parse(&text).unwrap();
+//! let info = wrapir::ir::validate(&program).unwrap();
+//! let python = wrapir::lower::python::write_string(&info, &Default::default()).unwrap();
+//! assert!(python.contains("u0 = buf1.size(0)"));
+//! let report = wrapir::reconcile::check_program(&info, &Default::default());
+//! assert_eq!(report.totals.failed, 0);
+//! ```
+//!
+//! ## Running an exported Inductor bundle on a GPU (feature `cuda`)
+//!
+//! A bundle (`fixtures/inductor/README.md`) holds `program.json`, the kernels'
+//! cubins, `inputs.safetensors` and eager PyTorch's `expected.safetensors`:
+//!
+//! ```ignore
+//! use wrapir::exec::{compare, cuda, safetensors, Value};
+//!
+//! let dir = std::path::Path::new("fixtures/inductor/bundles/softmax");
+//! let program = wrapir::ir::Program::from_json(&std::fs::read_to_string(dir.join("program.json"))?)?;
+//! let inputs = safetensors::parse(&std::fs::read(dir.join("inputs.safetensors"))?)?;
+//! let expected = safetensors::parse(&std::fs::read(dir.join("expected.safetensors"))?)?;
+//! let options = cuda::CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() };
+//! let out = cuda::run_program(&program, options, &inputs)?;   // validates, lowers to FX, runs
+//! for (got, want) in out.outputs.iter().zip(expected.values()) {
+//!     if let Value::Tensor(got) = got {
+//!         compare::compare(got, want, compare::Tolerance::default_for(want.dtype()))?;
+//!     }
+//! }
+//! ```
 #![warn(missing_docs)]
 
 pub mod exec;
