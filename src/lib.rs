@@ -34,7 +34,9 @@
 //! A bundle (`fixtures/inductor/README.md`) holds `program.json`, the kernels'
 //! cubins, `inputs.safetensors` and eager PyTorch's `expected.safetensors`:
 //!
-//! ```ignore
+//! ```no_run
+//! # #[cfg(feature = "cuda")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use wrapir::exec::{compare, cuda, safetensors, Value};
 //!
 //! let dir = std::path::Path::new("fixtures/inductor/bundles/softmax");
@@ -48,6 +50,10 @@
 //!         compare::compare(got, want, compare::Tolerance::default_for(want.dtype()))?;
 //!     }
 //! }
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "cuda"))]
+//! # fn main() {}
 //! ```
 #![warn(missing_docs)]
 
