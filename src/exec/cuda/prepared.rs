@@ -335,7 +335,11 @@ impl Backend for Recorder<'_> {
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         let key = op_key(call.op);
         if !GPU_OPS.contains(&key.as_str()) {
-            self.mark_unreplayable(format!("extern op `{}` runs on the host", call.op));
+            // Only cuBLAS matmuls are recorded; NVRTC built-ins and host-fallback ops are not.
+            self.mark_unreplayable(format!(
+                "extern op `{}` is not recorded by the prepared path (only mm/bmm through cuBLAS are)",
+                call.op
+            ));
             return self.inner.call_extern(call);
         }
         let mut operands = Vec::new();
@@ -347,7 +351,10 @@ impl Backend for Recorder<'_> {
             self.place(t, false);
         }
         let Some(plan) = matmul::plan(self.inner, &call)? else {
-            self.mark_unreplayable(format!("extern op `{}` runs on the host (layout or dtype)", call.op));
+            self.mark_unreplayable(format!(
+                "extern op `{}` has a layout or dtype cuBLAS cannot take, so it is not recorded",
+                call.op
+            ));
             return self.inner.call_extern(call);
         };
         let gemm = matmul::operands(&plan);
