@@ -7,26 +7,27 @@ use crate::ir::DType;
 use indexmap::IndexMap;
 use rayon::prelude::*;
 
-/// Arguments of one op call, read by position or keyword.
-pub(crate) struct Args<'a> {
+/// Arguments of one op call, read by position or keyword; shared by every
+/// backend's built-in ops (`T` is the backend's tensor type).
+pub(crate) struct Args<'a, T = Tensor> {
     pub(crate) op: &'a str,
-    pub(crate) args: &'a [Value<Tensor>],
-    pub(crate) kwargs: &'a IndexMap<String, Value<Tensor>>,
+    pub(crate) args: &'a [Value<T>],
+    pub(crate) kwargs: &'a IndexMap<String, Value<T>>,
 }
 
-impl<'a> Args<'a> {
-    fn get(&self, i: usize, name: &str) -> Option<&'a Value<Tensor>> {
+impl<'a, T> Args<'a, T> {
+    pub(crate) fn get(&self, i: usize, name: &str) -> Option<&'a Value<T>> {
         self.args
             .get(i)
             .or_else(|| self.kwargs.get(name))
             .filter(|v| !matches!(v, Value::None))
     }
 
-    fn err(&self, message: impl Into<String>) -> ExecError {
+    pub(crate) fn err(&self, message: impl Into<String>) -> ExecError {
         ExecError::op(self.op, message)
     }
 
-    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a Tensor, ExecError> {
+    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a T, ExecError> {
         match self.get(i, name) {
             Some(Value::Tensor(t)) => Ok(t),
             Some(v) => Err(self.err(format!("argument `{name}` must be a tensor, got {}", v.kind()))),
@@ -34,7 +35,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
+    pub(crate) fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
         match self.get(i, name) {
             Some(v) => v
                 .as_int()
@@ -43,7 +44,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
+    pub(crate) fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
         match self.get(i, name) {
             Some(v) => {
                 Ok(Some(v.as_int().ok_or_else(|| {
@@ -54,7 +55,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
+    pub(crate) fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
         match self.get(i, name) {
             Some(v) => v
                 .as_float()
@@ -63,7 +64,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
+    pub(crate) fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
         match self.get(i, name) {
             Some(Value::Bool(b)) => Ok(*b),
             Some(v) => v
@@ -74,7 +75,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn string(&self, i: usize, name: &str) -> Result<Option<&'a str>, ExecError> {
+    pub(crate) fn string(&self, i: usize, name: &str) -> Result<Option<&'a str>, ExecError> {
         match self.get(i, name) {
             Some(Value::Str(s)) => Ok(Some(s.as_str())),
             Some(v) => Err(self.err(format!("argument `{name}` must be a string, got {}", v.kind()))),
@@ -82,21 +83,7 @@ impl<'a> Args<'a> {
         }
     }
 
-    fn tensors(&self, i: usize, name: &str) -> Result<Vec<Tensor>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::List(items)) => items
-                .iter()
-                .map(|v| match v {
-                    Value::Tensor(t) => Ok(t.clone()),
-                    other => Err(self.err(format!("`{name}` must be a list of tensors, found {}", other.kind()))),
-                })
-                .collect(),
-            Some(Value::Tensor(t)) => Ok(vec![t.clone()]),
-            _ => Err(self.err(format!("missing tensor-list argument `{name}`"))),
-        }
-    }
-
-    fn ints(&self, i: usize, name: &str) -> Result<Vec<i64>, ExecError> {
+    pub(crate) fn ints(&self, i: usize, name: &str) -> Result<Vec<i64>, ExecError> {
         match self.get(i, name) {
             Some(Value::List(items)) => items
                 .iter()
@@ -109,6 +96,32 @@ impl<'a> Args<'a> {
                 .as_int()
                 .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
             None => Err(self.err(format!("missing int-list argument `{name}`"))),
+        }
+    }
+
+    /// A list argument's items (`None` items kept as `Value::None`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA built-ins
+    pub(crate) fn list(&self, i: usize, name: &str) -> Result<&'a [Value<T>], ExecError> {
+        match self.args.get(i).or_else(|| self.kwargs.get(name)) {
+            Some(Value::List(items)) => Ok(items),
+            Some(v) => Err(self.err(format!("argument `{name}` must be a list, got {}", v.kind()))),
+            None => Err(self.err(format!("missing list argument `{name}`"))),
+        }
+    }
+}
+
+impl<'a> Args<'a, Tensor> {
+    fn tensors(&self, i: usize, name: &str) -> Result<Vec<Tensor>, ExecError> {
+        match self.get(i, name) {
+            Some(Value::List(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Tensor(t) => Ok(t.clone()),
+                    other => Err(self.err(format!("`{name}` must be a list of tensors, found {}", other.kind()))),
+                })
+                .collect(),
+            Some(Value::Tensor(t)) => Ok(vec![t.clone()]),
+            _ => Err(self.err(format!("missing tensor-list argument `{name}`"))),
         }
     }
 }

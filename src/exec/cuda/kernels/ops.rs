@@ -15,103 +15,8 @@ const MODE_AMAX: i32 = 3;
 const MODE_AMIN: i32 = 4;
 const MODE_IDENTITY: i32 = 8;
 
-/// Positional-or-keyword access to a call's arguments.
-struct Args<'c, 'a> {
-    call: &'c ExternCall<'a, CudaTensor>,
-}
-
-impl<'c, 'a> Args<'c, 'a> {
-    fn get(&self, i: usize, name: &str) -> Option<&'c Value<CudaTensor>> {
-        self.call
-            .args
-            .get(i)
-            .or_else(|| self.call.kwargs.get(name))
-            .filter(|v| !matches!(v, Value::None))
-    }
-
-    fn err(&self, message: impl Into<String>) -> ExecError {
-        ExecError::op(self.call.op, message)
-    }
-
-    fn tensor(&self, i: usize, name: &str) -> Result<&'c CudaTensor, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Tensor(t)) => Ok(t),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a tensor, got {}", v.kind()))),
-            None => Err(self.err(format!("missing tensor argument `{name}`"))),
-        }
-    }
-
-    fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
-        match self.get(i, name) {
-            Some(v) => v
-                .as_int()
-                .ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
-            None => default.ok_or_else(|| self.err(format!("missing int argument `{name}`"))),
-        }
-    }
-
-    fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
-        self.get(i, name)
-            .map(|v| {
-                v.as_int()
-                    .ok_or_else(|| self.err(format!("argument `{name}` must be an int")))
-            })
-            .transpose()
-    }
-
-    fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
-        match self.get(i, name) {
-            Some(v) => v
-                .as_float()
-                .ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
-            None => Ok(default),
-        }
-    }
-
-    fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => v
-                .as_int()
-                .map(|x| x != 0)
-                .ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
-            None => Ok(default),
-        }
-    }
-
-    fn string(&self, i: usize, name: &str) -> Result<Option<&'c str>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Str(s)) => Ok(Some(s.as_str())),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a string, got {}", v.kind()))),
-            None => Ok(None),
-        }
-    }
-
-    /// A list argument's items (`None` items kept as `Value::None`).
-    fn list(&self, i: usize, name: &str) -> Result<&'c [Value<CudaTensor>], ExecError> {
-        match self.call.args.get(i).or_else(|| self.call.kwargs.get(name)) {
-            Some(Value::List(items)) => Ok(items),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a list, got {}", v.kind()))),
-            None => Err(self.err(format!("missing list argument `{name}`"))),
-        }
-    }
-
-    fn ints(&self, i: usize, name: &str) -> Result<Vec<i64>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::List(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_int()
-                        .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))
-                })
-                .collect(),
-            Some(v) => Ok(vec![v
-                .as_int()
-                .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
-            None => Err(self.err(format!("missing int-list argument `{name}`"))),
-        }
-    }
-}
+/// Positional-or-keyword access to a call's arguments (the host ops' reader).
+type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
 
 /// Dispatches `call` by op key; `Ok(None)` when no kernel covers it.
 pub(super) fn run(
@@ -121,7 +26,11 @@ pub(super) fn run(
     if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
         return Ok(None);
     }
-    let a = Args { call };
+    let a = Args {
+        op: call.op,
+        args: &call.args,
+        kwargs: &call.kwargs,
+    };
     match op_key(call.op).as_str() {
         "aten.nonzero" => nonzero(backend, &a),
         "aten.masked_select" => masked_select(backend, &a),
@@ -221,7 +130,7 @@ fn compact(
     Ok(Some((hits, total)))
 }
 
-fn nonzero(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
     let Some(md) = nd_of(&x.spec) else { return Ok(None) };
     let rank = x.spec.size.len() as i64;
@@ -252,7 +161,7 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<C
 }
 
 /// The strides of `spec` broadcast to `shape` (0 on broadcast dimensions).
-fn broadcast_strides(a: &Args<'_, '_>, what: &str, spec: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
+fn broadcast_strides(a: &Args<'_>, what: &str, spec: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
     let lead = shape.len().checked_sub(spec.size.len()).ok_or_else(|| {
         a.err(format!(
             "`{what}` of shape {:?} cannot broadcast to {shape:?}",
@@ -275,7 +184,7 @@ fn broadcast_strides(a: &Args<'_, '_>, what: &str, spec: &TensorSpec, shape: &[i
 }
 
 /// The broadcast of two shapes, numpy rules.
-fn broadcast_shape(a: &Args<'_, '_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
+fn broadcast_shape(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
     let rank = x.len().max(y.len());
     let at = |s: &[i64], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
     (0..rank)
@@ -326,7 +235,7 @@ fn gather(
     Ok(Some(out))
 }
 
-fn masked_select(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn masked_select(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
     let mask = a.tensor(1, "mask")?;
     if !matches!(mask.spec.dtype, DType::Bool | DType::Uint8) {
@@ -349,7 +258,7 @@ fn masked_select(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<V
 }
 
 /// `self[mask]` for one boolean mask over the leading dimensions.
-fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
     let [Value::Tensor(mask)] = a.list(1, "indices")? else {
         return Ok(None);
@@ -375,7 +284,7 @@ fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option
 }
 
 /// The one offsets tensor of a jagged op: its device address, suffix and row count `B`.
-fn offsets_of(a: &Args<'_, '_>) -> Result<Option<(u64, &'static str, i64)>, ExecError> {
+fn offsets_of(a: &Args<'_>) -> Result<Option<(u64, &'static str, i64)>, ExecError> {
     let items = a.list(1, "offsets")?;
     let [Value::Tensor(o)] = items else {
         return Err(a.err(format!(
@@ -402,7 +311,7 @@ fn offsets_of(a: &Args<'_, '_>) -> Result<Option<(u64, &'static str, i64)>, Exec
 
 fn jagged_to_padded(
     backend: &mut CudaBackend,
-    a: &Args<'_, '_>,
+    a: &Args<'_>,
     values_name: &str,
     padding: f64,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
@@ -460,7 +369,7 @@ fn jagged_to_padded(
 
 fn padded_to_jagged(
     backend: &mut CudaBackend,
-    a: &Args<'_, '_>,
+    a: &Args<'_>,
     dense_name: &str,
     total: Option<i64>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
@@ -537,7 +446,7 @@ fn error_flag(backend: &mut CudaBackend) -> Result<std::sync::Arc<crate::exec::c
 
 fn scatter(
     backend: &mut CudaBackend,
-    a: &Args<'_, '_>,
+    a: &Args<'_>,
     mode: i32,
     include_self: bool,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
@@ -639,7 +548,7 @@ fn rank0_nd() -> Nd {
     }
 }
 
-fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn index_put(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let target = a.tensor(0, "self")?;
     let items = a.list(1, "indices")?;
     let values = a.tensor(2, "values")?;
@@ -726,7 +635,7 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value
     Ok(Some(Value::Tensor(target.clone())))
 }
 
-fn topk(backend: &mut CudaBackend, a: &Args<'_, '_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn topk(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
     let k = a.int(1, "k", None)?;
     let rank = x.spec.size.len();
