@@ -588,7 +588,8 @@ fn run_cuda(
     let options = wrapir::exec::cuda::CudaOptions {
         kernel_dir,
         ..Default::default()
-    };
+    }
+    .preload_for(program);
     let extern_ops = options.extern_ops.clone();
     let result = wrapir::exec::cuda::run_program(program, options, &inputs)
         .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
@@ -850,7 +851,8 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let options = CudaOptions {
         kernel_dir: bundle.to_path_buf(),
         ..Default::default()
-    };
+    }
+    .preload_for(&program);
     let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
     let t = Instant::now();
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs)
@@ -947,7 +949,28 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
         "interp_peak_bytes": interp_peak, "input_bytes": input_bytes, "startup": startup,
     });
+    // Host µs of one call alone (the stream drained before each), median of
+    // `samples`: what the floors below measure, free of queue back-pressure.
+    let samples = (repeats * 20).max(200);
+    let time_one = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<f64> {
+        for _ in 0..iters.min(50) {
+            f(backend)?;
+        }
+        sync(backend)?;
+        let mut per_call = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let t0 = Instant::now();
+            f(backend)?;
+            per_call.push(t0.elapsed().as_secs_f64() * 1e6);
+            sync(backend)?;
+        }
+        per_call.sort_by(f64::total_cmp);
+        Ok(per_call[per_call.len() / 2])
+    };
     let mut kernels = 0usize;
+    let mut launches = 0usize;
+    let mut direct_one_us = None;
+    let mut gemm_floor_us = 0.0;
     match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
         Err(e) => {
             out += &format!("direct: not prepared ({e})\n");
@@ -964,6 +987,13 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
                 diverged |= prepared.replay(b)? != Replay::Done;
                 Ok(())
             })?;
+            let one_us = time_one(&mut backend, &mut |b| {
+                diverged |= prepared.replay(b)? != Replay::Done;
+                Ok(())
+            })?;
+            direct_one_us = Some(one_us);
+            launches = kernels - prepared.gemms();
+            gemm_floor_us = prepared.gemm_floor_us(&backend, iters.clamp(1, 50), repeats)?;
             let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
             let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
             out += &format!(
@@ -974,7 +1004,15 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
                 if diverged { ", DIVERGED" } else { "" },
                 direct_bits == interp_bits
             );
+            out += &format!(
+                "direct, one call at a time: {one_us:.2} us/call ({launches} kernel launches, {} cuBLAS calls taking {gemm_floor_us:.2} us on their own)\n",
+                prepared.gemms()
+            );
             json["direct_us"] = serde_json::json!(direct_us);
+            json["direct_one_us"] = serde_json::json!(one_us);
+            json["launches"] = serde_json::json!(launches);
+            json["gemms"] = serde_json::json!(prepared.gemms());
+            json["gemm_floor_us"] = serde_json::json!(gemm_floor_us);
             json["kernels"] = serde_json::json!(kernels);
             json["reads"] = serde_json::json!(prepared.reads());
             json["arena_bytes"] = serde_json::json!(prepared.arena_bytes());
@@ -1013,6 +1051,18 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         "floor ({}, {} launches): {:.3} us/launch, graph {:.3} us/kernel\n",
         floor.compiler, floor.kernels, floor.launch_us, floor.graph_us
     );
+    if let Some(one) = direct_one_us {
+        // Everything of one direct call but its launches: the call minus
+        // the raw floor of its kernel launches and cuBLAS's own time.
+        let floor_us = launches as f64 * floor.launch_us + gemm_floor_us;
+        let fixed = one - floor_us;
+        out += &format!(
+            "direct vs floor, one call: {one:.2} us against {floor_us:.2} us of launches at the floor ({:.3}x); fixed cost {fixed:.2} us/call\n",
+            one / floor_us
+        );
+        json["direct_floor_us"] = serde_json::json!(floor_us);
+        json["direct_fixed_us"] = serde_json::json!(fixed);
+    }
     json["floor_launch_us"] = serde_json::json!(floor.launch_us);
     json["floor_graph_us"] = serde_json::json!(floor.graph_us);
     json["floor_compiler"] = serde_json::json!(floor.compiler);

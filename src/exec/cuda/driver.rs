@@ -60,6 +60,37 @@ impl From<CudaError> for super::super::ExecError {
     }
 }
 
+/// Libraries opened by [`keep_loaded`] (by cudarc's name), never closed.
+static KEPT_LOADED: std::sync::Mutex<Vec<(&'static str, libloading::Library)>> = std::sync::Mutex::new(Vec::new());
+
+/// Opens the CUDA library `name` (as cudarc names it: `cuda`, `cublas`,
+/// `nvrtc`) once and keeps it loaded for the rest of the process; true when
+/// it was found.
+///
+/// cudarc probes a library by opening and closing it, then opens it again
+/// at first use; when nothing else holds it, the close unmaps it and the
+/// second open pays the whole load (relocations, static initialisers) again.
+/// Holding it here makes both later opens reference-count increments, and
+/// lets a caller pay the load on another thread, overlapped with `cuInit`
+/// ([`super::CudaOptions::preload_blas`]).
+pub(super) fn keep_loaded(name: &'static str) -> bool {
+    let Ok(mut kept) = KEPT_LOADED.lock() else {
+        return false;
+    };
+    if kept.iter().any(|(n, _)| *n == name) {
+        return true;
+    }
+    for candidate in cudarc::get_lib_name_candidates(name) {
+        // SAFETY: loading a CUDA library runs its initialisers, which cudarc
+        // runs anyway when it opens the same library.
+        if let Ok(lib) = unsafe { libloading::Library::new(&candidate) } {
+            kept.push((name, lib));
+            return true;
+        }
+    }
+    false
+}
+
 /// The device, its context and the one stream every operation is ordered on.
 #[derive(Debug)]
 pub(super) struct Device {
@@ -75,7 +106,7 @@ impl Device {
     pub(super) fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
         // SAFETY: only tries to open the library (dlopen); loading it runs no
         // CUDA code. Checked first because cudarc panics on a missing library.
-        if !unsafe { sys::is_culib_present() } {
+        if !keep_loaded("cuda") || !unsafe { sys::is_culib_present() } {
             return Err(CudaError::Library("CUDA driver (libcuda)"));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
@@ -134,6 +165,18 @@ impl Device {
         unsafe { drv::memcpy_htod_async(dst, src, self.raw_stream()) }
             .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))?;
         self.synchronize()
+    }
+
+    /// Queues setting `bytes` bytes at `dst` to zero.
+    pub(super) fn zero(&self, dst: sys::CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees `dst` points at >= `bytes` bytes of
+        // live device memory, ordered on this stream.
+        unsafe { drv::memset_d8_async(dst, 0, bytes, self.raw_stream()) }
+            .map_err(|e| CudaError::driver("cuMemsetD8Async", e))
     }
 
     /// Copies `dst.len()` bytes from device memory at `src`, waiting for the
@@ -216,7 +259,7 @@ impl Device {
     /// Creates a cuBLAS handle bound to the stream.
     pub(super) fn blas_handle(self: &Arc<Self>) -> Result<BlasHandle, CudaError> {
         // SAFETY: as in `open`: a dlopen probe, checked before cudarc would panic.
-        if !unsafe { blas_sys::is_culib_present() } {
+        if !keep_loaded("cublas") || !unsafe { blas_sys::is_culib_present() } {
             return Err(CudaError::Library("cuBLAS (libcublas)"));
         }
         self.bind()?;

@@ -82,6 +82,7 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
         queued = match op {
             Op::Launch(l) => launch(l, stream),
             Op::Gemm { op, gemm } => run_gemm(backend, op, gemm),
+            Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
             Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
         };
         if queued.is_err() {
@@ -208,7 +209,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -> Result<LaunchFloor, ExecError> {
     let kernels = kernels.max(1);
     // SAFETY: a dlopen probe of the NVRTC library.
-    let (image, compiler) = if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    let (image, compiler) = if super::driver::keep_loaded("nvrtc") && unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         match cudarc::nvrtc::compile_ptx(EMPTY_KERNEL) {
             Ok(ptx) => (ptx.to_src(), "nvrtc"),
             Err(_) => (EMPTY_PTX.to_string(), "ptx"),

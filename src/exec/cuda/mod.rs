@@ -71,6 +71,31 @@ pub struct CudaOptions {
     pub host: HostOptions,
     /// Counts of the extern ops run on the device and through the host fallback.
     pub extern_ops: ExternOpLog,
+    /// Load the cuBLAS library on a background thread while [`CudaBackend::new`]
+    /// opens the device, so that the first matmul does not pay the library
+    /// load after `cuInit` (default `false`; [`CudaOptions::preload_for`] sets
+    /// it for programs with matmuls).
+    pub preload_blas: bool,
+}
+
+impl CudaOptions {
+    /// These options with [`CudaOptions::preload_blas`] set when `program`
+    /// calls a matmul extern op (`mm`, `bmm`, `addmm`, `baddbmm`, `matmul`).
+    pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
+        let matmul = |call: &crate::ir::ExternCall| {
+            matches!(call.base_name(), "mm" | "bmm" | "addmm" | "baddbmm" | "matmul")
+        };
+        self.preload_blas = std::iter::once(&program.main)
+            .chain(program.subgraphs.values())
+            .flat_map(|g| &g.lines)
+            .any(|line| match line {
+                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => {
+                    matmul(call)
+                }
+                _ => false,
+            });
+        self
+    }
 }
 
 impl Default for CudaOptions {
@@ -81,6 +106,7 @@ impl Default for CudaOptions {
             host_fallback: true,
             host: HostOptions { jagged_zero_fill: true },
             extern_ops: ExternOpLog::default(),
+            preload_blas: false,
         }
     }
 }
@@ -146,6 +172,8 @@ pub struct CudaBackend {
     memory: Arc<MemCounter>,
     builtins: kernels::Builtins,
     timings: LoadTimings,
+    /// While the prepared path records a built-in op: its device operations.
+    trace: Option<Vec<kernels::Traced>>,
 }
 
 /// Where a backend's one-time start-up work went (wall time): opening the
@@ -191,6 +219,11 @@ impl CudaBackend {
     /// Opens the device and creates the backend's stream.
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
         let opened = std::time::Instant::now();
+        if options.preload_blas {
+            // Detached: `keep_loaded` is idempotent and serialised, so the
+            // first matmul waits for this load if it is still running.
+            std::thread::spawn(|| driver::keep_loaded("cublas"));
+        }
         let device = Device::open(options.ordinal)?;
         let timings = LoadTimings {
             device_open: opened.elapsed(),
@@ -206,6 +239,7 @@ impl CudaBackend {
             memory: Arc::default(),
             builtins: kernels::Builtins::default(),
             timings,
+            trace: None,
         })
     }
 
@@ -278,7 +312,7 @@ impl CudaBackend {
     fn alloc_storage(&mut self, bytes: usize) -> Result<Arc<Storage>, ExecError> {
         let ptr = if bytes == 0 { 0 } else { self.device.alloc(bytes)? };
         self.memory.add(bytes as u64);
-        Ok(Arc::new(Storage {
+        let storage = Arc::new(Storage {
             ptr,
             bytes,
             device: Arc::clone(&self.device),
@@ -286,7 +320,33 @@ impl CudaBackend {
                 bytes: bytes as u64,
                 counter: Some(Arc::clone(&self.memory)),
             },
-        }))
+        });
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(kernels::Traced::Alloc(Arc::clone(&storage)));
+        }
+        Ok(storage)
+    }
+
+    /// Reads `bytes` (at most 8) bytes of device memory at `ptr`, after the
+    /// work queued before it; traced for the prepared path.
+    fn read_device(&mut self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<[u8; 8], ExecError> {
+        let mut value = [0u8; 8];
+        let n = bytes.min(value.len());
+        self.device.download(&mut value[..n], ptr)?;
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(kernels::Traced::Read { ptr, bytes: n, value });
+        }
+        Ok(value)
+    }
+
+    /// Zeroes `bytes` bytes of device memory at `ptr` (queued on the stream);
+    /// traced for the prepared path.
+    fn zero(&mut self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<(), ExecError> {
+        self.device.zero(ptr, bytes)?;
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(kernels::Traced::Zero { ptr, bytes });
+        }
+        Ok(())
     }
 
     fn storage_bytes(spec: &TensorSpec) -> Result<usize, ExecError> {
@@ -475,6 +535,9 @@ impl CudaBackend {
     /// as new device tensors (in-place ops return their first argument).
     fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         self.options.extern_ops.record_host(call.op);
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(kernels::Traced::Host(call.op.to_string()));
+        }
         let mut staged: Vec<Staged> = Vec::new();
         let args = call
             .args

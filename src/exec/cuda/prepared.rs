@@ -54,6 +54,7 @@
 //! tensors' storages, which the cache keeps alive while the entry lives).
 
 use super::driver::{Gemm, GemmOperand};
+use super::kernels::{self, Traced};
 use super::{matmul, op_key, CudaBackend, CudaTensor, Storage, GPU_OPS};
 use crate::exec::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value,
@@ -97,7 +98,11 @@ struct LaunchRecord {
     grid: (u32, u32, u32),
     block: u32,
     shared_mem: u32,
+    /// The parameters' 8-byte words, in order.
     slots: Vec<Slot>,
+    /// Where each parameter starts in `slots` (Triton parameters are one word
+    /// each; a built-in kernel's struct parameters span several).
+    starts: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -119,6 +124,7 @@ enum Event {
     Launch(LaunchRecord),
     Gemm(GemmRecord),
     Read(ReadRecord),
+    Zero { at: Place, bytes: usize },
 }
 
 /// A buffer allocated during the recording.
@@ -170,20 +176,24 @@ impl Recorder<'_> {
     /// The place of a tensor's first element; a storage never seen before is
     /// an external buffer when `allocated_by_run` is false.
     fn place(&mut self, t: &CudaTensor, allocated_by_run: bool) -> Place {
-        let base = match self.by_storage.get(&Arc::as_ptr(&t.storage)) {
+        self.place_in(&t.storage, t.data_ptr() - t.storage.ptr, allocated_by_run)
+    }
+
+    /// The place `byte` bytes into `storage`, noting the use now.
+    fn place_in(&mut self, storage: &Arc<Storage>, byte: u64, allocated_by_run: bool) -> Place {
+        let base = match self.by_storage.get(&Arc::as_ptr(storage)) {
             Some(p) => *p,
-            None if allocated_by_run => self.new_buffer(&t.storage),
+            None if allocated_by_run => self.new_buffer(storage),
             None => {
                 let p = Place::External {
                     index: self.external.len(),
                     byte: 0,
                 };
-                self.external.push(Arc::clone(&t.storage));
-                self.by_storage.insert(Arc::as_ptr(&t.storage), p);
+                self.external.push(Arc::clone(storage));
+                self.by_storage.insert(Arc::as_ptr(storage), p);
                 p
             }
         };
-        let byte = t.data_ptr() - t.storage.ptr;
         let now = self.now();
         match base {
             Place::Buffer { index, .. } => {
@@ -196,23 +206,12 @@ impl Recorder<'_> {
         }
     }
 
-    /// The place of a device address inside a tensor of `candidates`.
-    fn place_of_address(&mut self, ptr: sys::CUdeviceptr, candidates: &[CudaTensor]) -> Option<Place> {
-        let t = candidates
+    /// The place of a device address inside one of the `candidates` storages.
+    fn place_of_address(&mut self, ptr: sys::CUdeviceptr, candidates: &[Arc<Storage>]) -> Option<Place> {
+        let s = candidates
             .iter()
-            .find(|t| ptr >= t.storage.ptr && ptr < t.storage.ptr + t.storage.bytes.max(1) as u64)?;
-        let base = self.place(t, false);
-        let delta = ptr - t.data_ptr();
-        Some(match base {
-            Place::Buffer { index, byte } => Place::Buffer {
-                index,
-                byte: byte + delta,
-            },
-            Place::External { index, byte } => Place::External {
-                index,
-                byte: byte + delta,
-            },
-        })
+            .find(|s| ptr >= s.ptr && ptr < s.ptr + s.bytes.max(1) as u64)?;
+        Some(self.place_in(s, ptr - s.ptr, false))
     }
 
     fn mark_unreplayable(&mut self, why: String) {
@@ -241,7 +240,9 @@ impl Recorder<'_> {
         };
         let function = self.inner.function(name, meta)?;
         let mut slots = Vec::new();
+        let mut starts = Vec::new();
         for (param, ty) in meta.runtime_params() {
+            starts.push(slots.len());
             let Some(value) = launch.kwargs.get(param) else {
                 return Ok(());
             };
@@ -269,6 +270,7 @@ impl Recorder<'_> {
         }
         let blocks = u64::from(gx) * u64::from(gy) * u64::from(gz);
         for per_cta in [meta.global_scratch, meta.profile_scratch].into_iter().flatten() {
+            starts.push(slots.len());
             if per_cta == 0 {
                 slots.push(Slot::Bytes(0));
                 continue;
@@ -292,8 +294,120 @@ impl Recorder<'_> {
             block,
             shared_mem: meta.shared_mem,
             slots,
+            starts,
         }));
         Ok(())
+    }
+
+    /// Runs an extern op on the inner backend's built-in kernels with its
+    /// device operations traced, and records them: allocations become arena
+    /// buffers, launches prepared launches, host reads reads (segment
+    /// boundaries that a replay checks), zeroing a memset. An op that goes to
+    /// the host fallback, or passes an address outside its operands and
+    /// allocations, makes the run unreplayable.
+    fn record_builtin(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        let op = call.op.to_string();
+        let mut operands = Vec::new();
+        call.args
+            .iter()
+            .chain(call.kwargs.values())
+            .for_each(|v| tensors_of(v, &mut operands));
+        // In-place ops write their first argument, `out=` variants `out`.
+        let mut written = Vec::new();
+        if op_key(call.op).ends_with('_') {
+            if let Some(v) = call.args.first() {
+                tensors_of(v, &mut written);
+            }
+        }
+        if let Some(v) = call.kwargs.get("out") {
+            tensors_of(v, &mut written);
+        }
+        self.inner.trace = Some(Vec::new());
+        let result = self.inner.call_extern(call);
+        let trace = self.inner.trace.take().unwrap_or_default();
+        let result = result?;
+        let mut storages: Vec<Arc<Storage>> = operands.iter().map(|t| Arc::clone(&t.storage)).collect();
+        for t in &operands {
+            self.place(t, false);
+        }
+        for event in trace {
+            match event {
+                Traced::Alloc(s) => {
+                    self.new_buffer(&s);
+                    storages.push(s);
+                }
+                Traced::Launch {
+                    name,
+                    function,
+                    blocks,
+                    params,
+                } => {
+                    let mut slots = Vec::new();
+                    let mut starts = Vec::with_capacity(params.len());
+                    for p in &params {
+                        starts.push(slots.len());
+                        for (i, &word) in p.words.iter().enumerate() {
+                            if word == 0 || !p.pointers.contains(&i) {
+                                slots.push(Slot::Bytes(word));
+                                continue;
+                            }
+                            match self.place_of_address(word, &storages) {
+                                Some(place) => slots.push(Slot::Address(place)),
+                                None => {
+                                    self.mark_unreplayable(format!(
+                                        "built-in kernel `{name}` of `{op}` takes an address outside its operands"
+                                    ));
+                                    slots.push(Slot::Bytes(word));
+                                }
+                            }
+                        }
+                    }
+                    self.events.push(Event::Launch(LaunchRecord {
+                        kernel: name,
+                        function,
+                        grid: (blocks, 1, 1),
+                        block: kernels::THREADS,
+                        shared_mem: 0,
+                        slots,
+                        starts,
+                    }));
+                }
+                Traced::Zero { ptr, bytes } => match self.place_of_address(ptr, &storages) {
+                    Some(at) => self.events.push(Event::Zero { at, bytes }),
+                    None => self.mark_unreplayable(format!("`{op}` zeroes memory outside its operands")),
+                },
+                Traced::Read { ptr, bytes, value } => {
+                    self.check_read_after_write();
+                    match self.place_of_address(ptr, &storages) {
+                        Some(at) => self.events.push(Event::Read(ReadRecord { at, bytes, value })),
+                        None => self.mark_unreplayable(format!("`{op}` reads memory outside its operands")),
+                    }
+                }
+                Traced::Host(host_op) => {
+                    self.mark_unreplayable(format!("extern op `{host_op}` runs through the host fallback"))
+                }
+            }
+        }
+        for t in &written {
+            if matches!(self.place(t, false), Place::External { .. }) {
+                self.note_external_write(|| format!("extern op `{op}` writes an input or constant"));
+            }
+        }
+        let mut results = Vec::new();
+        tensors_of(&result, &mut results);
+        for t in &results {
+            self.place(t, true);
+        }
+        Ok(result)
+    }
+
+    /// A read after a possible write to an input cannot be replayed: a
+    /// replay diverging there would re-run the start and repeat the write.
+    fn check_read_after_write(&mut self) {
+        if let Some(write) = &self.external_write {
+            let why = format!("it reads a device value after {write} (a replay that read another value could not re-run the start without writing the input twice)");
+            self.mark_unreplayable(why);
+        }
     }
 }
 
@@ -335,12 +449,7 @@ impl Backend for Recorder<'_> {
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         let key = op_key(call.op);
         if !GPU_OPS.contains(&key.as_str()) {
-            // Only cuBLAS matmuls are recorded; NVRTC built-ins and host-fallback ops are not.
-            self.mark_unreplayable(format!(
-                "extern op `{}` is not recorded by the prepared path (only mm/bmm through cuBLAS are)",
-                call.op
-            ));
-            return self.inner.call_extern(call);
+            return self.record_builtin(call);
         }
         let mut operands = Vec::new();
         call.args
@@ -364,6 +473,7 @@ impl Backend for Recorder<'_> {
             self.place(c, true);
         }
         if let Some(gemm) = gemm.filter(|g| g.m > 0 && g.n > 0 && g.batch > 0) {
+            let operands: Vec<Arc<Storage>> = operands.iter().map(|t| Arc::clone(&t.storage)).collect();
             let places = [gemm.a.ptr, gemm.b.ptr, gemm.c.ptr].map(|p| self.place_of_address(p, &operands));
             match places {
                 [Some(a), Some(b), Some(c)] => {
@@ -383,11 +493,7 @@ impl Backend for Recorder<'_> {
     }
 
     fn read_scalar(&mut self, tensor: &CudaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
-        if let Some(write) = &self.external_write {
-            // A replay diverging here would re-run the start, applying that write twice.
-            let why = format!("it reads a device value after {write} (a replay that read another value could not re-run the start without writing the input twice)");
-            self.mark_unreplayable(why);
-        }
+        self.check_read_after_write();
         let at = self.place(tensor, false);
         let bytes = tensor.spec.dtype.size_bytes() as usize;
         let value = self.inner.read_scalar(tensor, request)?;
@@ -449,6 +555,10 @@ pub(super) enum Op {
         ptr: sys::CUdeviceptr,
         bytes: usize,
         value: [u8; 8],
+    },
+    Zero {
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
     },
 }
 
@@ -588,8 +698,17 @@ impl Prepared {
                             Slot::Address(p) => resolve(*p),
                         })
                         .collect();
-                    let params: Box<[*mut c_void]> =
-                        args.iter_mut().map(|a| (a as *mut u64).cast::<c_void>()).collect();
+                    let base = args.as_mut_ptr();
+                    let params: Box<[*mut c_void]> = l
+                        .starts
+                        .iter()
+                        .map(|&i| {
+                            debug_assert!(i < args.len());
+                            // SAFETY: every start indexes a word of `args` (it was the
+                            // length of `slots` before that parameter's words were pushed).
+                            unsafe { base.add(i) }.cast::<c_void>()
+                        })
+                        .collect();
                     Op::Launch(PreparedLaunch {
                         kernel: l.kernel,
                         function: l.function,
@@ -618,6 +737,10 @@ impl Prepared {
                     bytes: r.bytes,
                     value: r.value,
                 },
+                Event::Zero { at, bytes } => Op::Zero {
+                    ptr: resolve(at),
+                    bytes,
+                },
             });
         }
         // Outputs as views of the arena (or of the external buffers).
@@ -639,9 +762,44 @@ impl Prepared {
         Ok((prepared, out.outputs))
     }
 
-    /// Kernel launches (Triton and GEMM) per replay.
+    /// Kernel launches (Triton, built-in and GEMM) per replay.
     pub fn launches(&self) -> usize {
-        self.ops.iter().filter(|o| !matches!(o, Op::Read { .. })).count()
+        self.ops.iter().filter(|o| matches!(o, Op::Launch(_) | Op::Gemm { .. })).count()
+    }
+
+    /// cuBLAS GEMM calls per replay.
+    pub fn gemms(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o, Op::Gemm { .. })).count()
+    }
+
+    /// Host µs per replay spent in cuBLAS alone: each of the recording's GEMMs
+    /// is called on its own in loops of `calls` calls after warm-up (the
+    /// stream drained between loops), and the medians per call are summed.
+    /// This is cuBLAS's own launch cost, the floor for a replay's GEMMs as
+    /// [`super::launch_floor`] is for its kernel launches. The GEMMs write
+    /// the same results into the arena again.
+    pub fn gemm_floor_us(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<f64, ExecError> {
+        let calls = calls.max(1);
+        let mut total = 0.0;
+        for op in &self.ops {
+            let Op::Gemm { op, gemm } = op else { continue };
+            for _ in 0..calls {
+                run_gemm(backend, op, gemm)?;
+            }
+            backend.synchronize()?;
+            let mut per_call = Vec::with_capacity(repeats.max(1));
+            for _ in 0..repeats.max(1) {
+                let t0 = std::time::Instant::now();
+                for _ in 0..calls {
+                    run_gemm(backend, op, gemm)?;
+                }
+                per_call.push(t0.elapsed().as_secs_f64() * 1e6 / calls as f64);
+                backend.synchronize()?;
+            }
+            per_call.sort_by(f64::total_cmp);
+            total += per_call[per_call.len() / 2];
+        }
+        Ok(total)
     }
 
     /// Device reads per replay (segment boundaries).
@@ -693,6 +851,7 @@ impl Prepared {
             match op {
                 Op::Launch(l) => launch(l, stream)?,
                 Op::Gemm { op, gemm } => run_gemm(backend, op, gemm)?,
+                Op::Zero { ptr, bytes } => device.zero(*ptr, *bytes)?,
                 Op::Read { ptr, bytes, value } => {
                     if !read_matches(backend, *ptr, *bytes, value)? {
                         return Ok(Replay::Diverged { read });

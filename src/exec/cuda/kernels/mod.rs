@@ -41,7 +41,7 @@ const SOURCE: &str = include_str!("builtin.cu");
 /// Most dimensions a tensor passed to a built-in kernel may have.
 const MAX_RANK: usize = 8;
 /// Threads per block of every built-in kernel (`THREADS` in the source).
-const THREADS: u32 = 256;
+pub(super) const THREADS: u32 = 256;
 /// Mask elements one compaction block covers (`TILE` in the source).
 const TILE: i64 = 1024;
 /// Most blocks of a grid-stride launch.
@@ -122,7 +122,7 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
     }
     // SAFETY: only probes for the library (dlopen); checked first because
     // cudarc panics when it is missing.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !super::driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(ExecError::op(
             "cuda built-in kernels",
             "cannot load the NVRTC library (libnvrtc): is the CUDA toolkit on the library path?",
@@ -209,7 +209,10 @@ struct Indices {
 
 /// One kernel argument, kept alive until the launch is queued.
 enum Arg {
-    U64(u64),
+    /// A device address (recorded by the prepared path as a place in memory).
+    Ptr(u64),
+    /// 64 raw bits (e.g. a padding value's bit pattern).
+    Bits(u64),
     I64(i64),
     I32(i32),
     F64(f64),
@@ -220,7 +223,7 @@ enum Arg {
 impl Arg {
     fn ptr(&mut self) -> *mut c_void {
         match self {
-            Arg::U64(v) => (v as *mut u64).cast(),
+            Arg::Ptr(v) | Arg::Bits(v) => (v as *mut u64).cast(),
             Arg::I64(v) => (v as *mut i64).cast(),
             Arg::I32(v) => (v as *mut i32).cast(),
             Arg::F64(v) => (v as *mut f64).cast(),
@@ -228,6 +231,75 @@ impl Arg {
             Arg::Indices(v) => (&mut **v as *mut Indices).cast(),
         }
     }
+}
+
+impl Arg {
+    /// The argument as the 8-byte words the kernel reads, with the indices
+    /// of the words that hold device addresses.
+    fn traced(&self) -> TracedParam {
+        let (words, pointers): (Vec<u64>, Vec<usize>) = match self {
+            Arg::Ptr(v) => (vec![*v], vec![0]),
+            Arg::Bits(v) => (vec![*v], vec![]),
+            Arg::I64(v) => (vec![*v as u64], vec![]),
+            // The kernel reads the low 4 bytes (little endian).
+            Arg::I32(v) => (vec![u64::from(*v as u32)], vec![]),
+            Arg::F64(v) => (vec![v.to_bits()], vec![]),
+            Arg::Nd(nd) => (nd_words(nd), vec![]),
+            Arg::Indices(ix) => {
+                let mut words: Vec<u64> = ix.ptr.to_vec();
+                ix.stride.iter().for_each(|s| words.extend(nd_i64_words(s)));
+                words.push(ix.count as u64);
+                (words, (0..ix.ptr.len()).collect())
+            }
+        };
+        TracedParam { words, pointers }
+    }
+}
+
+fn nd_i64_words(v: &[i64]) -> impl Iterator<Item = u64> + '_ {
+    v.iter().map(|x| *x as u64)
+}
+
+/// `Nd`'s fields in `repr(C)` order.
+fn nd_words(nd: &Nd) -> Vec<u64> {
+    nd_i64_words(&nd.size)
+        .chain(nd_i64_words(&nd.stride))
+        .chain([nd.rank as u64])
+        .collect()
+}
+
+/// One parameter of a traced launch: its words (each parameter of the
+/// built-in kernels is a whole number of 8-byte words) and which of them are
+/// device addresses.
+#[derive(Clone, Debug)]
+pub(super) struct TracedParam {
+    pub(super) words: Vec<u64>,
+    pub(super) pointers: Vec<usize>,
+}
+
+/// A device operation of a built-in op, kept while the backend traces (see
+/// [`CudaBackend::trace`]) so that the prepared path can replay the op.
+#[derive(Debug)]
+pub(super) enum Traced {
+    /// A device allocation (result or scratch).
+    Alloc(Arc<Storage>),
+    /// A kernel launch of [`THREADS`] threads per block.
+    Launch {
+        name: String,
+        function: sys::CUfunction,
+        blocks: u32,
+        params: Vec<TracedParam>,
+    },
+    /// `bytes` bytes at `ptr` set to zero.
+    Zero { ptr: sys::CUdeviceptr, bytes: usize },
+    /// A read of `bytes` bytes at `ptr` by the host, and what it read.
+    Read {
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        value: [u8; 8],
+    },
+    /// The op went to the host fallback.
+    Host(String),
 }
 
 /// The kernel-name suffix of a dtype.
@@ -258,6 +330,14 @@ fn reducible(dtype: DType) -> bool {
 /// Launches built-in `name` with `blocks` blocks of [`THREADS`] threads.
 fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, mut args: Vec<Arg>) -> Result<(), ExecError> {
     let f = backend.builtins.function(&backend.device, name)?;
+    if let Some(trace) = backend.trace.as_mut() {
+        trace.push(Traced::Launch {
+            name: name.to_string(),
+            function: f,
+            blocks,
+            params: args.iter().map(Arg::traced).collect(),
+        });
+    }
     let mut params: Vec<*mut c_void> = args.iter_mut().map(Arg::ptr).collect();
     backend
         .device
@@ -281,8 +361,7 @@ fn scratch(backend: &mut CudaBackend, bytes: i64) -> Result<Arc<Storage>, ExecEr
 }
 
 /// Reads the `i64` at element `index` of the allocation at `ptr`.
-fn read_i64(backend: &CudaBackend, ptr: sys::CUdeviceptr, index: i64) -> Result<i64, ExecError> {
-    let mut bytes = [0u8; 8];
-    backend.device.download(&mut bytes, ptr + (index as u64) * 8)?;
+fn read_i64(backend: &mut CudaBackend, ptr: sys::CUdeviceptr, index: i64) -> Result<i64, ExecError> {
+    let bytes = backend.read_device(ptr + (index as u64) * 8, 8)?;
     Ok(i64::from_le_bytes(bytes))
 }

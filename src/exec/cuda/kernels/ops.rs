@@ -108,9 +108,9 @@ fn compact(
         backend,
         &format!("compact_count_{suffix}"),
         blocks,
-        vec![Arg::U64(ptr), Arg::Nd(md), Arg::I64(n), Arg::U64(counts.ptr)],
+        vec![Arg::Ptr(ptr), Arg::Nd(md), Arg::I64(n), Arg::Ptr(counts.ptr)],
     )?;
-    launch(backend, "compact_scan", 1, vec![Arg::U64(counts.ptr), Arg::I64(tiles)])?;
+    launch(backend, "compact_scan", 1, vec![Arg::Ptr(counts.ptr), Arg::I64(tiles)])?;
     let total = read_i64(backend, counts.ptr, tiles)?;
     let hits = scratch(backend, total * 8)?;
     if total > 0 {
@@ -119,11 +119,11 @@ fn compact(
             &format!("compact_write_{suffix}"),
             blocks,
             vec![
-                Arg::U64(ptr),
+                Arg::Ptr(ptr),
                 Arg::Nd(md),
                 Arg::I64(n),
-                Arg::U64(counts.ptr),
-                Arg::U64(hits.ptr),
+                Arg::Ptr(counts.ptr),
+                Arg::Ptr(hits.ptr),
             ],
         )?;
     }
@@ -148,10 +148,10 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
             "nonzero_coords",
             blocks_for(n),
             vec![
-                Arg::U64(hits.ptr),
+                Arg::Ptr(hits.ptr),
                 Arg::I64(n),
                 Arg::Nd(shape),
-                Arg::U64(storage.data_ptr()),
+                Arg::Ptr(storage.data_ptr()),
             ],
         )?;
     }
@@ -222,13 +222,13 @@ fn gather(
             &format!("gather_hits_w{width}"),
             blocks_for(n * inner),
             vec![
-                Arg::U64(src.data_ptr()),
+                Arg::Ptr(src.data_ptr()),
                 Arg::Nd(lead),
                 Arg::Nd(rest),
-                Arg::U64(hits),
+                Arg::Ptr(hits),
                 Arg::I64(n),
                 Arg::I64(inner),
-                Arg::U64(out.data_ptr()),
+                Arg::Ptr(out.data_ptr()),
             ],
         )?;
     }
@@ -351,16 +351,16 @@ fn jagged_to_padded(
             &format!("jagged_to_padded_w{width}_{osuffix}"),
             blocks_for(total),
             vec![
-                Arg::U64(values.data_ptr()),
+                Arg::Ptr(values.data_ptr()),
                 Arg::I64(spec.size[0]),
                 Arg::I64(spec.stride[0]),
                 Arg::Nd(rest),
-                Arg::U64(offsets),
+                Arg::Ptr(offsets),
                 Arg::I64(b),
                 Arg::I64(n),
                 Arg::I64(d),
-                Arg::U64(u64::from_le_bytes(pad_bits)),
-                Arg::U64(out.data_ptr()),
+                Arg::Bits(u64::from_le_bytes(pad_bits)),
+                Arg::Ptr(out.data_ptr()),
             ],
         )?;
     }
@@ -396,10 +396,7 @@ fn padded_to_jagged(
         // offsets[B], read back: the result size depends on it.
         None => {
             let elem = if osuffix == "o32" { 4 } else { 8 };
-            let mut bytes = [0u8; 8];
-            backend
-                .device
-                .download(&mut bytes[..elem], offsets + (b as u64) * elem as u64)?;
+            let bytes = backend.read_device(offsets + (b as u64) * elem as u64, elem)?;
             if elem == 4 {
                 i64::from(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
             } else {
@@ -420,17 +417,17 @@ fn padded_to_jagged(
             &format!("padded_to_jagged_w{width}_{osuffix}"),
             blocks_for(total * d),
             vec![
-                Arg::U64(dense.data_ptr()),
+                Arg::Ptr(dense.data_ptr()),
                 Arg::I64(spec.size[0]),
                 Arg::I64(spec.size[1]),
                 Arg::I64(spec.stride[0]),
                 Arg::I64(spec.stride[1]),
                 Arg::Nd(rest),
-                Arg::U64(offsets),
+                Arg::Ptr(offsets),
                 Arg::I64(b),
                 Arg::I64(total),
                 Arg::I64(d),
-                Arg::U64(out.data_ptr()),
+                Arg::Ptr(out.data_ptr()),
             ],
         )?;
     }
@@ -440,7 +437,7 @@ fn padded_to_jagged(
 /// A zeroed device `i64` that kernels set to 1 + the position of the first bad index.
 fn error_flag(backend: &mut CudaBackend) -> Result<std::sync::Arc<crate::exec::cuda::Storage>, ExecError> {
     let flag = scratch(backend, 8)?;
-    backend.device.upload(flag.ptr, &[0u8; 8])?;
+    backend.zero(flag.ptr, 8)?;
     Ok(flag)
 }
 
@@ -513,18 +510,18 @@ fn scatter(
     };
     for m in passes {
         let args = vec![
-            Arg::U64(target.data_ptr()),
+            Arg::Ptr(target.data_ptr()),
             Arg::Nd(sd),
             Arg::I32(d as i32),
-            Arg::U64(index.data_ptr()),
+            Arg::Ptr(index.data_ptr()),
             Arg::Nd(ind),
-            Arg::U64(src_ptr),
+            Arg::Ptr(src_ptr),
             Arg::Nd(src_nd),
             Arg::I32(has_src),
             Arg::F64(value),
             Arg::I32(*m),
             Arg::I64(n),
-            Arg::U64(flag.ptr),
+            Arg::Ptr(flag.ptr),
         ];
         launch(backend, &name, blocks_for(n), args)?;
     }
@@ -612,16 +609,16 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<Cud
         &format!("index_put_{suffix}"),
         blocks_for(n),
         vec![
-            Arg::U64(target.data_ptr()),
+            Arg::Ptr(target.data_ptr()),
             Arg::Nd(sd),
             Arg::Nd(tail),
             Arg::Indices(Box::new(ix)),
             Arg::Nd(ind),
-            Arg::U64(values.data_ptr()),
+            Arg::Ptr(values.data_ptr()),
             Arg::Nd(vd),
             Arg::I32(mode),
             Arg::I64(n),
-            Arg::U64(flag.ptr),
+            Arg::Ptr(flag.ptr),
         ],
     )?;
     let bad = read_i64(backend, flag.ptr, 0)?;
@@ -668,14 +665,14 @@ fn topk(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTens
             &format!("topk_{suffix}"),
             blocks_for(outer * inner),
             vec![
-                Arg::U64(x.data_ptr()),
+                Arg::Ptr(x.data_ptr()),
                 Arg::I64(outer),
                 Arg::I64(len),
                 Arg::I64(inner),
                 Arg::I64(k),
                 Arg::I32(i32::from(largest)),
-                Arg::U64(values.data_ptr()),
-                Arg::U64(indices.data_ptr()),
+                Arg::Ptr(values.data_ptr()),
+                Arg::Ptr(indices.data_ptr()),
             ],
         )?;
     }
