@@ -971,6 +971,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let mut launches = 0usize;
     let mut direct_one_us = None;
     let mut gemm_floor_us = 0.0;
+    let mut reads = 0usize;
     match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
         Err(e) => {
             out += &format!("direct: not prepared ({e})\n");
@@ -993,7 +994,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
             })?;
             direct_one_us = Some(one_us);
             launches = kernels - prepared.gemms();
-            gemm_floor_us = prepared.gemm_floor_us(&backend, iters.clamp(1, 50), repeats)?;
+            reads = prepared.reads();
             let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
             let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
             out += &format!(
@@ -1004,15 +1005,11 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
                 if diverged { ", DIVERGED" } else { "" },
                 direct_bits == interp_bits
             );
-            out += &format!(
-                "direct, one call at a time: {one_us:.2} us/call ({launches} kernel launches, {} cuBLAS calls taking {gemm_floor_us:.2} us on their own)\n",
-                prepared.gemms()
-            );
             json["direct_us"] = serde_json::json!(direct_us);
             json["direct_one_us"] = serde_json::json!(one_us);
             json["launches"] = serde_json::json!(launches);
             json["gemms"] = serde_json::json!(prepared.gemms());
-            json["gemm_floor_us"] = serde_json::json!(gemm_floor_us);
+
             json["kernels"] = serde_json::json!(kernels);
             json["reads"] = serde_json::json!(prepared.reads());
             json["arena_bytes"] = serde_json::json!(prepared.arena_bytes());
@@ -1043,6 +1040,9 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
                     }
                 }
             }
+            // Last: it runs the GEMMs alone, leaving the arena as no full call would.
+            gemm_floor_us = prepared.gemm_floor_us(&backend, iters.clamp(1, 50), repeats)?;
+            json["gemm_floor_us"] = serde_json::json!(gemm_floor_us);
         }
     }
     let floor =
@@ -1053,17 +1053,21 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     );
     if let Some(one) = direct_one_us {
         // Everything of one direct call but its launches: the call minus
-        // the raw floor of its kernel launches and cuBLAS's own time.
-        let floor_us = launches as f64 * floor.launch_us + gemm_floor_us;
+        // the raw floor of its kernel launches, its device reads and cuBLAS's
+        // own time.
+        let floor_us = launches as f64 * floor.launch_us + reads as f64 * floor.read_us + gemm_floor_us;
         let fixed = one - floor_us;
         out += &format!(
-            "direct vs floor, one call: {one:.2} us against {floor_us:.2} us of launches at the floor ({:.3}x); fixed cost {fixed:.2} us/call\n",
+            "direct, one call at a time: {one:.2} us/call; at the floor: {floor_us:.2} us ({launches} launches x {:.3} us, {reads} device reads x {:.3} us, cuBLAS alone {gemm_floor_us:.2} us): {:.3}x the floor, fixed cost {fixed:.2} us/call\n",
+            floor.launch_us,
+            floor.read_us,
             one / floor_us
         );
         json["direct_floor_us"] = serde_json::json!(floor_us);
         json["direct_fixed_us"] = serde_json::json!(fixed);
     }
     json["floor_launch_us"] = serde_json::json!(floor.launch_us);
+    json["floor_read_us"] = serde_json::json!(floor.read_us);
     json["floor_graph_us"] = serde_json::json!(floor.graph_us);
     json["floor_compiler"] = serde_json::json!(floor.compiler);
     out += &format!("bench-json {json}\n");

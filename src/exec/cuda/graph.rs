@@ -185,6 +185,10 @@ pub struct LaunchFloor {
     /// µs per kernel of replaying one captured graph of `kernels` empty
     /// launches (median of repeats, until the stream is idle).
     pub graph_us: f64,
+    /// Host µs of one 8-byte device-to-host read on an idle stream (median):
+    /// the least a replay's device read (an unbacked size, a `cond`
+    /// predicate) costs.
+    pub read_us: f64,
     /// Launches per loop and per graph.
     pub kernels: usize,
     /// How the empty kernel was compiled (`nvrtc`, or `ptx` when NVRTC is missing).
@@ -290,9 +294,17 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     }
     drop(g);
     drop(module);
+    let mut per_read = Vec::with_capacity(repeats);
+    let mut word = [0u8; 8];
+    for _ in 0..repeats.max(1) * 10 {
+        let t0 = Instant::now();
+        backend.device.download(&mut word, scratch.ptr)?;
+        per_read.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
     Ok(LaunchFloor {
         launch_us: median(per_launch),
         graph_us: median(per_graph_kernel),
+        read_us: median(per_read),
         kernels,
         compiler,
     })

@@ -76,24 +76,34 @@ pub struct CudaOptions {
     /// load after `cuInit` (default `false`; [`CudaOptions::preload_for`] sets
     /// it for programs with matmuls).
     pub preload_blas: bool,
+    /// Compile the built-in kernels (NVRTC) on a background thread while
+    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
+    pub preload_builtins: bool,
 }
 
 impl CudaOptions {
     /// These options with [`CudaOptions::preload_blas`] set when `program`
-    /// calls a matmul extern op (`mm`, `bmm`, `addmm`, `baddbmm`, `matmul`).
+    /// calls a matmul extern op (`mm`, `bmm`, `addmm`, `baddbmm`, `matmul`)
+    /// and [`CudaOptions::preload_builtins`] when it calls any other.
     pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
         let matmul = |call: &crate::ir::ExternCall| {
             matches!(call.base_name(), "mm" | "bmm" | "addmm" | "baddbmm" | "matmul")
         };
-        self.preload_blas = std::iter::once(&program.main)
+        let calls = std::iter::once(&program.main)
             .chain(program.subgraphs.values())
             .flat_map(|g| &g.lines)
-            .any(|line| match line {
-                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => {
-                    matmul(call)
-                }
-                _ => false,
+            .filter_map(|line| match line {
+                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => Some(call),
+                _ => None,
             });
+        for call in calls {
+            if matmul(call) {
+                self.preload_blas = true;
+            } else {
+                self.preload_builtins = true;
+            }
+        }
         self
     }
 }
@@ -107,6 +117,7 @@ impl Default for CudaOptions {
             host: HostOptions { jagged_zero_fill: true },
             extern_ops: ExternOpLog::default(),
             preload_blas: false,
+            preload_builtins: false,
         }
     }
 }
@@ -223,6 +234,9 @@ impl CudaBackend {
             // Detached: `keep_loaded` is idempotent and serialised, so the
             // first matmul waits for this load if it is still running.
             std::thread::spawn(|| driver::keep_loaded("cublas"));
+        }
+        if options.preload_builtins {
+            kernels::precompile_in_background(options.ordinal);
         }
         let device = Device::open(options.ordinal)?;
         let timings = LoadTimings {

@@ -142,6 +142,34 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
     Ok(text)
 }
 
+/// Compiles the built-in kernels for device `ordinal` on a new thread, so
+/// that the NVRTC compilation overlaps with the caller's context creation
+/// (the first built-in op then finds the PTX compiled, or waits for it). A
+/// failure here is left for that first op to report.
+pub(super) fn precompile_in_background(ordinal: usize) {
+    std::thread::spawn(move || {
+        if !super::driver::keep_loaded("cuda") {
+            return;
+        }
+        // cuInit is thread-safe and idempotent; reading the compute capability needs no context.
+        let Ok(ordinal) = i32::try_from(ordinal) else { return };
+        let Ok(device) = cudarc::driver::result::init().and_then(|()| cudarc::driver::result::device::get(ordinal))
+        else {
+            return;
+        };
+        let cc = |a| {
+            // SAFETY: `device` was returned by `device::get` above.
+            unsafe { cudarc::driver::result::device::get_attribute(device, a) }
+        };
+        if let (Ok(major), Ok(minor)) = (
+            cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        ) {
+            let _ = ptx(major, minor);
+        }
+    });
+}
+
 impl Builtins {
     /// The function `name` of the built-in module, loading the module first.
     fn function(&mut self, device: &super::driver::Device, name: &str) -> Result<sys::CUfunction, ExecError> {
