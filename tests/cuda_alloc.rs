@@ -1,7 +1,8 @@
 #![cfg(feature = "cuda")]
 //! The steady-state replay loops of prepared plans allocate no host memory:
 //! a counting global allocator around many replays, direct and through CUDA
-//! graphs, of bundles with Triton launches, cuBLAS GEMMs and device reads.
+//! graphs, of bundles with Triton launches, cuBLAS GEMMs, built-in kernels
+//! and device reads.
 //!
 //! On a machine with a GPU: `cargo test --features cuda --test cuda_alloc`.
 
@@ -77,11 +78,21 @@ fn allocations(bundle: &str) -> (usize, usize, usize) {
     (prepared.launches() + prepared.reads(), direct, graphs)
 }
 
-/// One test (the counter is process-wide): Triton-only, cuBLAS + Triton, and
-/// a device read between launches.
+/// One test (the counter is process-wide): Triton-only, cuBLAS + Triton, a
+/// device read between launches, and built-in kernels (compaction with its
+/// size read back; scatter with its zeroed error flag read after it).
 #[test]
 fn steady_state_replays_allocate_nothing() {
-    for bundle in ["softmax", "mm_gelu", "item_slice", "cond_same_shape"] {
+    for bundle in [
+        "softmax",
+        "mm_gelu",
+        "item_slice",
+        "cond_same_shape",
+        "nonzero",
+        "scatter_reduce_amax",
+        "topk",
+        "chain_100",
+    ] {
         let (ops, direct, graphs) = allocations(bundle);
         eprintln!("{bundle}: {ops} ops per replay; {direct} allocations in {REPLAYS} direct replays, {graphs} in {REPLAYS} graph replays");
         assert_eq!(

@@ -143,6 +143,10 @@ enum Command {
         /// Timed repeats (the median is reported).
         #[arg(long, default_value_t = 11)]
         repeats: usize,
+        /// Load cuBLAS and compile the built-in kernels at their first use
+        /// instead of in the background during start-up.
+        #[arg(long)]
+        no_preload: bool,
     },
 }
 
@@ -332,11 +336,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             graphs,
             iters,
             repeats,
+            no_preload,
         } => {
             if device != "cuda" {
                 bail!("`bench` times the cuda device only, not `{device}`");
             }
-            bench_cuda(&bundle, graphs, iters.max(1), repeats.max(1))
+            bench_cuda(&bundle, graphs, iters.max(1), repeats.max(1), !no_preload)
         }
     }
 }
@@ -835,7 +840,7 @@ fn compare_outputs(
 
 /// `bench --device cuda` (see `Command::Bench`).
 #[cfg(feature = "cuda")]
-fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Result<ExitCode> {
+fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload: bool) -> Result<ExitCode> {
     use std::time::Instant;
     use wrapir::exec::cuda::{launch_floor, place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
     use wrapir::exec::{Backend, Value};
@@ -851,8 +856,8 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let options = CudaOptions {
         kernel_dir: bundle.to_path_buf(),
         ..Default::default()
-    }
-    .preload_for(&program);
+    };
+    let options = if preload { options.preload_for(&program) } else { options };
     let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
     let t = Instant::now();
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs)
@@ -881,6 +886,11 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
         "cublas_first_call_ms": d(lt.blas_first_call), "copy_out_ms": copy_out_ms,
     });
     let interp_peak = backend.memory().peak_bytes.saturating_sub(input_bytes);
+    // The meta backend's plan peak for the same symbol values (unbacked
+    // sizes as this run read them), inputs excluded as above.
+    let meta_peak = wrapir::exec::meta::run_program(&program, &first.symbols)
+        .map(|r| r.memory.peak_bytes.saturating_sub(input_bytes))
+        .ok();
     drop(first);
     let sync = |b: &CudaBackend| b.synchronize().map_err(|e| anyhow::anyhow!("{e}"));
     // Median over repeats of host µs per call, taken when the last call of a
@@ -937,6 +947,10 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let interp_bits = host_bits(&first_host)?;
     let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after `bench` began\n");
     out += &format!(
+        "memory (bytes, inputs excluded): interpreter peak {interp_peak}, meta plan peak with the same symbol values {}\n",
+        meta_peak.map_or("unknown".to_string(), |m| m.to_string())
+    );
+    out += &format!(
         "start-up (ms): before main {}, load program {load_ms:.1}, read inputs {read_inputs_ms:.1}, cuInit+context+stream {:.1}, place inputs {place_ms:.1}, first run {first_run_ms:.1} (of which {} kernel images {:.1}, built-in kernels NVRTC {:.1}, cuBLAS first call {:.1}), copy out {copy_out_ms:.1}\n",
         before_main_ms.map_or("unknown".to_string(), |v| format!("{v:.0}")),
         d(lt.device_open),
@@ -948,6 +962,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
     let mut json = serde_json::json!({
         "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
         "interp_peak_bytes": interp_peak, "input_bytes": input_bytes, "startup": startup,
+        "meta_peak_same_symbols_bytes": meta_peak,
     });
     // Host µs of one call alone (the stream drained before each), median of
     // `samples`: what the floors below measure, free of queue back-pressure.
@@ -1043,6 +1058,12 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize) -> Resu
             // Last: it runs the GEMMs alone, leaving the arena as no full call would.
             gemm_floor_us = prepared.gemm_floor_us(&backend, iters.clamp(1, 50), repeats)?;
             json["gemm_floor_us"] = serde_json::json!(gemm_floor_us);
+            let bare = prepared.bare_launch_floor_us(&backend, samples)?;
+            out += &format!(
+                "the same {launches} launches in a bare cuLaunchKernel loop: {bare:.2} us ({:.3} us/launch)\n",
+                bare / launches.max(1) as f64
+            );
+            json["bare_launches_us"] = serde_json::json!(bare);
         }
     }
     let floor =
@@ -1097,6 +1118,6 @@ fn process_age_ms() -> Option<f64> {
 
 /// `bench` in a build without the `cuda` feature.
 #[cfg(not(feature = "cuda"))]
-fn bench_cuda(_bundle: &Path, _graphs: bool, _iters: usize, _repeats: usize) -> Result<ExitCode> {
+fn bench_cuda(_bundle: &Path, _graphs: bool, _iters: usize, _repeats: usize, _preload: bool) -> Result<ExitCode> {
     bail!("`bench --device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }

@@ -231,6 +231,13 @@ impl CudaBackend {
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
         let opened = std::time::Instant::now();
         if options.preload_blas {
+            // After cuInit, during context creation: loading cuBLAS while
+            // cuInit runs slows cuInit down by about as much as it saves
+            // (both load shared objects). An error here is `Device::open`'s
+            // to report.
+            if driver::keep_loaded("cuda") {
+                let _ = cudarc::driver::result::init();
+            }
             // Detached: `keep_loaded` is idempotent and serialised, so the
             // first matmul waits for this load if it is still running.
             std::thread::spawn(|| driver::keep_loaded("cublas"));

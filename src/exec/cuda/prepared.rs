@@ -8,6 +8,11 @@
 //!   argument slots, already marshalled (scalars as bytes, tensors as a place
 //!   in memory);
 //! * each cuBLAS GEMM with its operands;
+//! * each extern op run on the built-in kernels, as the device operations the
+//!   backend traced while it ran: its allocations (results and scratch), its
+//!   launches (parameters as words, device addresses among them as places),
+//!   the memory it zeroed and the values it read back (a compaction's count,
+//!   an index check's error flag);
 //! * each read of a device value by the host (`item()`, unbacked symbols,
 //!   `cond` predicates) with the bytes it read.
 //!
@@ -23,9 +28,11 @@
 //! The recording is valid for the input layouts it was made with and the
 //! device values it read: a replay reads the same values again and, when one
 //! differs, stops and reports [`Replay::Diverged`], so that the caller records
-//! again ([`PreparedCache`] does). Programs whose run needs the host between
-//! launches for more than reading a value (extern ops run by the host
-//! fallback or by the built-in kernels) cannot be prepared;
+//! again ([`PreparedCache`] does). A built-in op whose read-back differs
+//! (another nonzero count, an out-of-range index) diverges the same way: the
+//! new recording then has the new sizes, or fails with the op's own error.
+//! Programs whose run needs the host between launches for more than reading
+//! a value (extern ops run by the host fallback) cannot be prepared;
 //! [`Prepared::record`] says which op.
 //!
 //! # Programs that write their inputs
@@ -800,6 +807,55 @@ impl Prepared {
             total += per_call[per_call.len() / 2];
         }
         Ok(total)
+    }
+
+    /// Host µs of this recording's kernel launches alone: the same
+    /// `cuLaunchKernel` calls (functions, grids, parameter arrays) in a bare
+    /// loop, without the replay's per-operation dispatch and error mapping,
+    /// timed until the last is queued; median of `repeats` loops after
+    /// warm-up, the stream drained between loops. GEMMs, memsets and reads are
+    /// left out, so the kernels leave the arena (and any input the recording
+    /// writes) as no whole call would: run it after the outputs were read.
+    pub fn bare_launch_floor_us(&mut self, backend: &CudaBackend, repeats: usize) -> Result<f64, ExecError> {
+        let stream = backend.device.stream.cu_stream();
+        let bare = |ops: &mut [Op]| -> Result<(), ExecError> {
+            for op in ops.iter_mut() {
+                if let Op::Launch(l) = op {
+                    // SAFETY: as in `launch`: a recorded function and its
+                    // parameter array, which point into `_args`.
+                    let r = unsafe {
+                        sys::cuLaunchKernel(
+                            l.function,
+                            l.grid.0,
+                            l.grid.1,
+                            l.grid.2,
+                            l.block,
+                            1,
+                            1,
+                            l.shared_mem,
+                            stream,
+                            l.params.as_mut_ptr(),
+                            std::ptr::null_mut(),
+                        )
+                    };
+                    if r != sys::CUresult::CUDA_SUCCESS {
+                        return Err(ExecError::op(&l.kernel, format!("cuLaunchKernel: {r:?}")));
+                    }
+                }
+            }
+            Ok(())
+        };
+        bare(&mut self.ops)?;
+        backend.synchronize()?;
+        let mut per_loop = Vec::with_capacity(repeats.max(1));
+        for _ in 0..repeats.max(1) {
+            let t0 = std::time::Instant::now();
+            bare(&mut self.ops)?;
+            per_loop.push(t0.elapsed().as_secs_f64() * 1e6);
+            backend.synchronize()?;
+        }
+        per_loop.sort_by(f64::total_cmp);
+        Ok(per_loop[per_loop.len() / 2])
     }
 
     /// Device reads per replay (segment boundaries).
