@@ -230,14 +230,14 @@ impl CudaBackend {
     /// Opens the device and creates the backend's stream.
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
         let opened = std::time::Instant::now();
+        // Background work starts after cuInit, during context creation:
+        // loading cuBLAS while cuInit runs slowed cuInit down by about as much
+        // as it saved (both load shared objects). An error here is
+        // `Device::open`'s to report.
+        if (options.preload_blas || options.preload_builtins) && driver::keep_loaded("cuda") {
+            let _ = cudarc::driver::result::init();
+        }
         if options.preload_blas {
-            // After cuInit, during context creation: loading cuBLAS while
-            // cuInit runs slows cuInit down by about as much as it saves
-            // (both load shared objects). An error here is `Device::open`'s
-            // to report.
-            if driver::keep_loaded("cuda") {
-                let _ = cudarc::driver::result::init();
-            }
             // Detached: `keep_loaded` is idempotent and serialised, so the
             // first matmul waits for this load if it is still running.
             std::thread::spawn(|| driver::keep_loaded("cublas"));
