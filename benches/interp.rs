@@ -8,7 +8,7 @@
 //! Triton launches, extern calls, unbacked binds, frees). Target: under 100 ns
 //! per step.
 //!
-//! Run with `cargo bench --bench interp`.
+//! Run with `cargo bench --bench interp` (`INTERP_PLAN=mixed` runs one plan).
 
 mod common;
 
@@ -112,7 +112,12 @@ fn main() {
         11,
     )
     .program;
+    // `INTERP_PLAN=mixed` (or `asserts`) runs one plan only, for profiling.
+    let only = std::env::var("INTERP_PLAN").ok();
     for (name, program) in [("asserts", asserts_program(50_000)), ("mixed", mixed)] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         let plan = plan_of(&program);
         let time = median_time(WARMUP, REPEATS, || run(&plan));
         let ns = time.as_secs_f64() * 1e9 / plan.len() as f64;

@@ -232,8 +232,8 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     let first = dev_args.first().cloned();
     let got = backend.call_extern(ExternCall {
         op,
-        args: dev_args,
-        kwargs: dev_kwargs,
+        args: (&dev_args).into(),
+        kwargs: (&dev_kwargs).into(),
         expected: None,
     });
     if !log.host_ops().is_empty() {
@@ -256,8 +256,8 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
             let r = host
                 .call_extern(ExternCall {
                     op,
-                    args: host_args,
-                    kwargs: host_kwargs,
+                    args: (&host_args).into(),
+                    kwargs: (&host_kwargs).into(),
                     expected: None,
                 })
                 .map_err(|e| format!("host: {e}"))?;
@@ -713,7 +713,11 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
     // Every bundle prepares: Triton kernels, cuBLAS matmuls and the built-in
     // kernels (compaction, jagged conversions, scatter, index_put_, topk) are
     // all recorded.
-    assert!(refused.is_empty(), "bundles that did not prepare:\n  {}", refused.join("\n  "));
+    assert!(
+        refused.is_empty(),
+        "bundles that did not prepare:\n  {}",
+        refused.join("\n  ")
+    );
 }
 
 /// `item_slice` reads `u0 = arg0_1.item()`: writing another value into the

@@ -857,7 +857,11 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
         kernel_dir: bundle.to_path_buf(),
         ..Default::default()
     };
-    let options = if preload { options.preload_for(&program) } else { options };
+    let options = if preload {
+        options.preload_for(&program)
+    } else {
+        options
+    };
     let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
     let t = Instant::now();
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs)

@@ -98,8 +98,8 @@ impl HostBackend {
                         f(
                             &Args {
                                 op: &op_name,
-                                args,
-                                kwargs,
+                                args: &args.into(),
+                                kwargs: &kwargs.into(),
                             },
                             &builtin_options,
                         )
@@ -142,8 +142,8 @@ impl Backend for HostBackend {
         Tensor::allocate(spec, Some(Arc::clone(&self.memory)))
     }
 
-    fn spec(&self, tensor: &Tensor) -> TensorSpec {
-        tensor.spec().clone()
+    fn spec<'a>(&'a self, tensor: &'a Tensor) -> &'a TensorSpec {
+        tensor.spec()
     }
 
     fn view(&mut self, base: &Tensor, size: &[i64], stride: &[i64], offset: i64) -> Result<Tensor, ExecError> {
@@ -171,9 +171,16 @@ impl Backend for HostBackend {
                 op: call.op.to_string(),
                 supported: self.op_names(),
             })?;
-        let mut kwargs = call.kwargs;
-        let out = kwargs.shift_remove("out");
-        let result = f(&call.args, &kwargs)?;
+        // Registered ops take an owned map without `out` (the result is
+        // copied into it below).
+        let kwargs: IndexMap<String, Value<Tensor>> = call
+            .kwargs
+            .iter()
+            .filter(|(k, _)| *k != "out")
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let out = call.kwargs.get("out").cloned();
+        let result = f(&call.args.to_vec(), &kwargs)?;
         match out {
             None | Some(Value::None) => Ok(result),
             Some(Value::Tensor(out)) => {

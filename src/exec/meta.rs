@@ -16,9 +16,8 @@ use crate::sym::Symbol;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A tensor without data. The layout sits behind an `Arc`, so handing a
-/// tensor to a kernel launch or an extern call (which take values by value)
-/// copies no sizes or strides.
+/// A tensor without data. The layout sits behind an `Arc`, so cloning a
+/// handle copies no sizes or strides.
 #[derive(Clone, Debug)]
 pub struct MetaTensor {
     spec: Arc<TensorSpec>,
@@ -39,7 +38,17 @@ pub struct MetaBackend {
     hints: HashMap<Symbol, i64>,
     predicate: Option<bool>,
     memory: Arc<MemCounter>,
+    /// Layouts of freed tensors (sole handles), reused for new tensors and
+    /// views with their vectors' capacity: a run in steady state allocates
+    /// no layouts.
+    spec_pool: Vec<Arc<TensorSpec>>,
+    /// Storage records of freed tensors (sole handles, bytes already
+    /// returned to `memory`), reused likewise.
+    storage_pool: Vec<Arc<Accounted>>,
 }
+
+/// Most layouts and storage records [`MetaBackend`] keeps for reuse.
+const POOL_LIMIT: usize = 64;
 
 impl MetaBackend {
     /// A backend without caller hints.
@@ -67,24 +76,50 @@ impl MetaBackend {
 
     /// [`Backend::allocate`] for a layout the caller no longer needs.
     fn allocate_owned(&mut self, spec: TensorSpec) -> Result<MetaTensor, ExecError> {
-        let n = spec
-            .storage_numel()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                ExecError::Input(format!(
-                    "invalid layout: sizes {:?}, strides {:?}",
-                    spec.size, spec.stride
-                ))
-            })?;
-        let bytes = n as u64 * spec.dtype.size_bytes();
-        self.memory.add(bytes);
+        let (n, bytes) = storage_of(&spec)?;
         Ok(MetaTensor {
             spec: Arc::new(spec),
-            storage: Arc::new(Accounted {
-                bytes,
-                counter: Some(Arc::clone(&self.memory)),
-            }),
+            storage: self.storage(bytes),
             storage_numel: n,
+        })
+    }
+
+    /// A storage record of `bytes`, counted in `memory` (a pooled one when
+    /// there is one).
+    fn storage(&mut self, bytes: u64) -> Arc<Accounted> {
+        self.memory.add(bytes);
+        if let Some(mut storage) = self.storage_pool.pop() {
+            if let Some(acc) = Arc::get_mut(&mut storage) {
+                acc.bytes = bytes;
+                return storage;
+            }
+        }
+        Arc::new(Accounted {
+            bytes,
+            counter: Some(Arc::clone(&self.memory)),
+        })
+    }
+
+    /// A layout handle holding these entries (a pooled one when there is one).
+    fn layout(&mut self, base: &TensorSpec, size: &[i64], stride: &[i64], offset: i64) -> Arc<TensorSpec> {
+        if let Some(mut spec) = self.spec_pool.pop() {
+            if let Some(s) = Arc::get_mut(&mut spec) {
+                s.dtype = base.dtype;
+                s.device = base.device;
+                s.size.clear();
+                s.size.extend_from_slice(size);
+                s.stride.clear();
+                s.stride.extend_from_slice(stride);
+                s.offset = offset;
+                return spec;
+            }
+        }
+        Arc::new(TensorSpec {
+            dtype: base.dtype,
+            device: base.device,
+            size: size.to_vec(),
+            stride: stride.to_vec(),
+            offset,
         })
     }
 
@@ -106,24 +141,43 @@ impl Backend for MetaBackend {
     }
 
     fn allocate(&mut self, spec: &TensorSpec) -> Result<MetaTensor, ExecError> {
-        self.allocate_owned(spec.clone())
+        let (n, bytes) = storage_of(spec)?;
+        Ok(MetaTensor {
+            spec: self.layout(spec, &spec.size, &spec.stride, spec.offset),
+            storage: self.storage(bytes),
+            storage_numel: n,
+        })
     }
 
-    fn spec(&self, tensor: &MetaTensor) -> TensorSpec {
-        TensorSpec::clone(&tensor.spec)
+    fn free(&mut self, tensor: MetaTensor) {
+        let MetaTensor {
+            mut spec, mut storage, ..
+        } = tensor;
+        if self.spec_pool.len() < POOL_LIMIT && Arc::get_mut(&mut spec).is_some() {
+            self.spec_pool.push(spec);
+        }
+        if self.storage_pool.len() < POOL_LIMIT {
+            if let Some(acc) = Arc::get_mut(&mut storage) {
+                // Only records counted here are pooled; the bytes go back
+                // now, as dropping the last handle would do.
+                if acc.counter.as_ref().is_some_and(|c| Arc::ptr_eq(c, &self.memory)) {
+                    self.memory.sub(acc.bytes);
+                    acc.bytes = 0;
+                    self.storage_pool.push(storage);
+                }
+            }
+        }
+    }
+
+    fn spec<'a>(&'a self, tensor: &'a MetaTensor) -> &'a TensorSpec {
+        &tensor.spec
     }
 
     fn view(&mut self, base: &MetaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<MetaTensor, ExecError> {
-        let spec = TensorSpec {
-            dtype: base.spec.dtype,
-            device: base.spec.device,
-            size: size.to_vec(),
-            stride: stride.to_vec(),
-            offset,
-        };
+        let spec = self.layout(&base.spec, size, stride, offset);
         check_bounds(&spec, base.storage_numel)?;
         Ok(MetaTensor {
-            spec: Arc::new(spec),
+            spec,
             storage: Arc::clone(&base.storage),
             storage_numel: base.storage_numel,
         })
@@ -137,7 +191,7 @@ impl Backend for MetaBackend {
         if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
             return Ok(Value::None);
         }
-        match &call.expected {
+        match call.expected {
             Some(layout) => {
                 let spec = layout.concrete().ok_or_else(|| {
                     ExecError::NoValue(format!(
@@ -149,7 +203,7 @@ impl Backend for MetaBackend {
             }
             None if super::host::op_key(call.op).ends_with('_') => {
                 // In-place ops return their first argument.
-                Ok(call.args.into_iter().next().unwrap_or(Value::None))
+                Ok(call.args.first().cloned().unwrap_or(Value::None))
             }
             None => Ok(Value::Opaque),
         }
@@ -189,6 +243,20 @@ impl Backend for MetaBackend {
     fn memory(&self) -> MemoryStats {
         self.memory.stats()
     }
+}
+
+/// Storage elements and bytes of a layout.
+fn storage_of(spec: &TensorSpec) -> Result<(usize, u64), ExecError> {
+    let n = spec
+        .storage_numel()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            ExecError::Input(format!(
+                "invalid layout: sizes {:?}, strides {:?}",
+                spec.size, spec.stride
+            ))
+        })?;
+    Ok((n, n as u64 * spec.dtype.size_bytes()))
 }
 
 impl MetaBackend {
@@ -287,7 +355,9 @@ fn spec_value(v: Value<MetaTensor>) -> Value<TensorSpec> {
         Value::DType(d) => Value::DType(d),
         Value::Device(d) => Value::Device(d),
         Value::List(items) => Value::List(items.into_iter().map(spec_value).collect()),
-        Value::Dict(items) => Value::Dict(items.into_iter().map(|(k, v)| (k, spec_value(v))).collect()),
+        Value::Dict(items) => Value::Dict(Box::new(
+            (*items).into_iter().map(|(k, v)| (k, spec_value(v))).collect(),
+        )),
         Value::Opaque => Value::Opaque,
     }
 }

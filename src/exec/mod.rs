@@ -63,17 +63,23 @@ impl TensorSpec {
     /// Storage elements the layout reaches (0 when any size is 0), or `None`
     /// on overflow or a negative size.
     pub fn storage_numel(&self) -> Option<i64> {
-        if self.size.iter().any(|s| *s < 0) {
-            return None;
+        // One pass: a negative size wins, then a zero size, then overflow.
+        let mut end = self.offset.checked_add(1);
+        let mut empty = false;
+        for (d, &s) in self.size.iter().enumerate() {
+            if s < 0 {
+                return None;
+            }
+            empty |= s == 0;
+            if let (Some(e), Some(st)) = (end, self.stride.get(d)) {
+                end = (s - 1).checked_mul(*st).and_then(|x| e.checked_add(x));
+            }
         }
-        if self.size.contains(&0) {
-            return Some(0);
+        if empty {
+            Some(0)
+        } else {
+            end
         }
-        let mut end = self.offset.checked_add(1)?;
-        for (s, st) in self.size.iter().zip(&self.stride) {
-            end = end.checked_add((s - 1).checked_mul(*st)?)?;
-        }
-        Some(end)
     }
 }
 
@@ -109,8 +115,9 @@ pub enum Value<T> {
     Device(Device),
     /// A tuple or list.
     List(Vec<Value<T>>),
-    /// A dict (dict-valued multi-outputs, tensor-subclass attributes).
-    Dict(IndexMap<String, Value<T>>),
+    /// A dict (dict-valued multi-outputs, tensor-subclass attributes); boxed,
+    /// which keeps every value small to move.
+    Dict(Box<IndexMap<String, Value<T>>>),
     /// A multi-output value whose elements the backend does not hold
     /// (the meta backend's results of multi-output ops).
     Opaque,
@@ -185,7 +192,412 @@ pub struct ScalarRequest<'a> {
     pub multiplier: i64,
 }
 
-/// A kernel launch or call.
+/// Positional arguments of a kernel launch or an extern call. Borrowed: the
+/// interpreter passes references to the values it holds (no value is
+/// cloned for a call); a caller with its own values passes a slice of them
+/// (`ArgList::from(&values[..])`).
+pub struct ArgList<'a, T> {
+    repr: ArgRepr<'a, T>,
+}
+
+enum ArgRepr<'a, T> {
+    Values(&'a [Value<T>]),
+    Refs(&'a [&'a Value<T>]),
+    /// `table[index[i]]` (the interpreter's slots; every one of them filled).
+    Slots {
+        index: &'a [usize],
+        table: &'a [Option<Value<T>>],
+    },
+}
+
+/// `table[s]`, if filled.
+fn table_get<T>(table: &[Option<Value<T>>], s: usize) -> Option<&Value<T>> {
+    table.get(s).and_then(Option::as_ref)
+}
+
+impl<T> Clone for ArgRepr<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for ArgRepr<'_, T> {}
+
+impl<T> Clone for ArgList<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for ArgList<'_, T> {}
+
+impl<'a, T> ArgList<'a, T> {
+    /// Arguments given as references.
+    pub fn refs(values: &'a [&'a Value<T>]) -> Self {
+        ArgList {
+            repr: ArgRepr::Refs(values),
+        }
+    }
+
+    /// No arguments.
+    pub fn empty() -> Self {
+        ArgList::refs(&[])
+    }
+
+    /// The values `table[index[i]]`; every one of those entries must be
+    /// filled (an empty one reads as a missing argument).
+    pub(crate) fn slots(index: &'a [usize], table: &'a [Option<Value<T>>]) -> Self {
+        ArgList {
+            repr: ArgRepr::Slots { index, table },
+        }
+    }
+
+    /// The `i`-th argument.
+    pub fn get(&self, i: usize) -> Option<&'a Value<T>> {
+        match self.repr {
+            ArgRepr::Values(v) => v.get(i),
+            ArgRepr::Refs(v) => v.get(i).copied(),
+            ArgRepr::Slots { index, table } => index.get(i).and_then(|s| table_get(table, *s)),
+        }
+    }
+
+    /// The first argument.
+    pub fn first(&self) -> Option<&'a Value<T>> {
+        self.get(0)
+    }
+
+    /// Number of arguments.
+    pub fn len(&self) -> usize {
+        match self.repr {
+            ArgRepr::Values(v) => v.len(),
+            ArgRepr::Refs(v) => v.len(),
+            ArgRepr::Slots { index, .. } => index.len(),
+        }
+    }
+
+    /// `true` when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The arguments from the `start`-th on (empty past the end).
+    pub fn skip(&self, start: usize) -> Self {
+        ArgList {
+            repr: match self.repr {
+                ArgRepr::Values(v) => ArgRepr::Values(v.get(start..).unwrap_or_default()),
+                ArgRepr::Refs(v) => ArgRepr::Refs(v.get(start..).unwrap_or_default()),
+                ArgRepr::Slots { index, table } => ArgRepr::Slots {
+                    index: index.get(start..).unwrap_or_default(),
+                    table,
+                },
+            },
+        }
+    }
+
+    /// The arguments, in order.
+    pub fn iter(&self) -> ArgIter<'a, T> {
+        ArgIter {
+            inner: match self.repr {
+                ArgRepr::Values(v) => ArgIterRepr::Values(v.iter()),
+                ArgRepr::Refs(v) => ArgIterRepr::Refs(v.iter()),
+                ArgRepr::Slots { index, table } => ArgIterRepr::Slots(index.iter(), table),
+            },
+        }
+    }
+
+    /// Owned copies of the arguments.
+    pub fn to_vec(&self) -> Vec<Value<T>>
+    where
+        T: Clone,
+    {
+        self.iter().cloned().collect()
+    }
+}
+
+impl<'a, T> From<&'a [Value<T>]> for ArgList<'a, T> {
+    fn from(values: &'a [Value<T>]) -> Self {
+        ArgList {
+            repr: ArgRepr::Values(values),
+        }
+    }
+}
+
+impl<'a, T> From<&'a Vec<Value<T>>> for ArgList<'a, T> {
+    fn from(values: &'a Vec<Value<T>>) -> Self {
+        ArgList::from(values.as_slice())
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ArgList<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a, T> IntoIterator for ArgList<'a, T> {
+    type Item = &'a Value<T>;
+    type IntoIter = ArgIter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &ArgList<'a, T> {
+    type Item = &'a Value<T>;
+    type IntoIter = ArgIter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// The iterator of [`ArgList::iter`].
+pub struct ArgIter<'a, T> {
+    inner: ArgIterRepr<'a, T>,
+}
+
+enum ArgIterRepr<'a, T> {
+    Values(std::slice::Iter<'a, Value<T>>),
+    Refs(std::slice::Iter<'a, &'a Value<T>>),
+    Slots(std::slice::Iter<'a, usize>, &'a [Option<Value<T>>]),
+}
+
+impl<'a, T> Iterator for ArgIter<'a, T> {
+    type Item = &'a Value<T>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            ArgIterRepr::Values(it) => it.next(),
+            ArgIterRepr::Refs(it) => it.next().copied(),
+            ArgIterRepr::Slots(it, table) => it.find_map(|s| table_get(table, *s)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.inner {
+            ArgIterRepr::Values(it) => it.size_hint(),
+            ArgIterRepr::Refs(it) => it.size_hint(),
+            ArgIterRepr::Slots(it, _) => it.size_hint(),
+        }
+    }
+}
+
+impl<T> ExactSizeIterator for ArgIter<'_, T> {}
+
+/// Keyword arguments of a kernel launch or an extern call, by parameter name
+/// in the program's order. Borrowed like [`ArgList`]: the interpreter passes
+/// its pre-resolved names and references to its values, so a call builds no
+/// map and hashes no names (a lookup by name is a short linear scan); a
+/// caller with a map passes `Kwargs::from(&map)`.
+pub struct Kwargs<'a, T> {
+    repr: KwargsRepr<'a, T>,
+}
+
+enum KwargsRepr<'a, T> {
+    /// Names and values in parallel (same length).
+    Refs {
+        names: &'a [String],
+        values: &'a [&'a Value<T>],
+    },
+    /// Names and `table[index[i]]` in parallel (the interpreter's slots).
+    Slots {
+        names: &'a [String],
+        index: &'a [usize],
+        table: &'a [Option<Value<T>>],
+    },
+    /// A caller's map.
+    Map(&'a IndexMap<String, Value<T>>),
+}
+
+impl<T> Clone for KwargsRepr<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for KwargsRepr<'_, T> {}
+
+impl<T> Clone for Kwargs<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Kwargs<'_, T> {}
+
+impl<'a, T> Kwargs<'a, T> {
+    /// Keyword arguments `names[i] = values[i]`; entries past the shorter
+    /// slice are ignored.
+    pub fn new(names: &'a [String], values: &'a [&'a Value<T>]) -> Self {
+        let n = names.len().min(values.len());
+        Kwargs {
+            repr: KwargsRepr::Refs {
+                names: names.get(..n).unwrap_or_default(),
+                values: values.get(..n).unwrap_or_default(),
+            },
+        }
+    }
+
+    /// No keyword arguments.
+    pub fn empty() -> Self {
+        Kwargs::new(&[], &[])
+    }
+
+    /// `names[i] = table[index[i]]`, like [`ArgList::slots`].
+    pub(crate) fn slots(names: &'a [String], index: &'a [usize], table: &'a [Option<Value<T>>]) -> Self {
+        let n = names.len().min(index.len());
+        Kwargs {
+            repr: KwargsRepr::Slots {
+                names: names.get(..n).unwrap_or_default(),
+                index: index.get(..n).unwrap_or_default(),
+                table,
+            },
+        }
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &str) -> Option<&'a Value<T>> {
+        match self.repr {
+            KwargsRepr::Refs { names, values } => names
+                .iter()
+                .position(|n| n == name)
+                .and_then(|i| values.get(i).copied()),
+            KwargsRepr::Slots { names, index, table } => names
+                .iter()
+                .position(|n| n == name)
+                .and_then(|i| index.get(i))
+                .and_then(|s| table_get(table, *s)),
+            KwargsRepr::Map(map) => map.get(name),
+        }
+    }
+
+    /// `true` when `name` is given.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Number of keyword arguments.
+    pub fn len(&self) -> usize {
+        match self.repr {
+            KwargsRepr::Refs { names, .. } | KwargsRepr::Slots { names, .. } => names.len(),
+            KwargsRepr::Map(map) => map.len(),
+        }
+    }
+
+    /// `true` when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Names and values, in order.
+    pub fn iter(&self) -> KwargsIter<'a, T> {
+        KwargsIter {
+            inner: match self.repr {
+                KwargsRepr::Refs { names, values } => KwargsIterRepr::Refs(names.iter().zip(values.iter())),
+                KwargsRepr::Slots { names, index, table } => {
+                    KwargsIterRepr::Slots(names.iter().zip(index.iter()), table)
+                }
+                KwargsRepr::Map(map) => KwargsIterRepr::Map(map.iter()),
+            },
+        }
+    }
+
+    /// Names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &'a str> + 'a
+    where
+        T: 'a,
+    {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// Values, in order.
+    pub fn values(&self) -> impl Iterator<Item = &'a Value<T>> + 'a
+    where
+        T: 'a,
+    {
+        self.iter().map(|(_, v)| v)
+    }
+
+    /// An owned map of the same arguments.
+    pub fn to_map(&self) -> IndexMap<String, Value<T>>
+    where
+        T: Clone,
+    {
+        self.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+}
+
+impl<'a, T> From<&'a IndexMap<String, Value<T>>> for Kwargs<'a, T> {
+    fn from(map: &'a IndexMap<String, Value<T>>) -> Self {
+        Kwargs {
+            repr: KwargsRepr::Map(map),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Kwargs<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<'a, T> IntoIterator for Kwargs<'a, T> {
+    type Item = (&'a str, &'a Value<T>);
+    type IntoIter = KwargsIter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &Kwargs<'a, T> {
+    type Item = (&'a str, &'a Value<T>);
+    type IntoIter = KwargsIter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// The iterator of [`Kwargs::iter`].
+pub struct KwargsIter<'a, T> {
+    inner: KwargsIterRepr<'a, T>,
+}
+
+enum KwargsIterRepr<'a, T> {
+    Refs(std::iter::Zip<std::slice::Iter<'a, String>, std::slice::Iter<'a, &'a Value<T>>>),
+    Slots(
+        std::iter::Zip<std::slice::Iter<'a, String>, std::slice::Iter<'a, usize>>,
+        &'a [Option<Value<T>>],
+    ),
+    Map(indexmap::map::Iter<'a, String, Value<T>>),
+}
+
+impl<'a, T> Iterator for KwargsIter<'a, T> {
+    type Item = (&'a str, &'a Value<T>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.inner {
+            KwargsIterRepr::Refs(it) => it.next().map(|(k, v)| (k.as_str(), *v)),
+            KwargsIterRepr::Slots(it, table) => it.find_map(|(k, s)| Some((k.as_str(), table_get(table, *s)?))),
+            KwargsIterRepr::Map(it) => it.next().map(|(k, v)| (k.as_str(), v)),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match &self.inner {
+            KwargsIterRepr::Refs(it) => it.size_hint(),
+            KwargsIterRepr::Slots(it, _) => it.size_hint(),
+            KwargsIterRepr::Map(it) => it.size_hint(),
+        }
+    }
+}
+
+impl<T> ExactSizeIterator for KwargsIter<'_, T> {}
+
+/// A kernel launch or call. Borrows its arguments: backends read them in
+/// place (clone a value to keep it).
 #[derive(Debug)]
 pub struct KernelLaunch<'a, T> {
     /// The kernel's definition.
@@ -193,25 +605,41 @@ pub struct KernelLaunch<'a, T> {
     /// The grid (Triton launches only).
     pub grid: Option<[i64; 3]>,
     /// Positional arguments (direct calls).
-    pub args: Vec<Value<T>>,
+    pub args: ArgList<'a, T>,
     /// Arguments by parameter name (every parameter for Triton launches).
-    pub kwargs: IndexMap<String, Value<T>>,
+    pub kwargs: Kwargs<'a, T>,
 }
 
-/// An extern op call.
+/// An extern op call. Borrows its arguments, like [`KernelLaunch`].
 #[derive(Debug)]
 pub struct ExternCall<'a, T> {
     /// The op as the program names it.
     pub op: &'a str,
     /// Positional arguments.
-    pub args: Vec<Value<T>>,
+    pub args: ArgList<'a, T>,
     /// Keyword arguments (`out` included for out variants).
-    pub kwargs: IndexMap<String, Value<T>>,
+    pub kwargs: Kwargs<'a, T>,
     /// The declared result layout as far as it is known before the call
     /// (entries with unbound symbols are `None`); `None` for multi-output or
     /// undeclared results.
-    pub expected: Option<ExpectedLayout>,
+    pub expected: Option<&'a ExpectedLayout>,
 }
+
+impl<T> Clone for KernelLaunch<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for KernelLaunch<'_, T> {}
+
+impl<T> Clone for ExternCall<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for ExternCall<'_, T> {}
 
 /// A declared result layout, partly evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -352,7 +780,7 @@ pub trait Backend {
     }
 
     /// The concrete layout of a tensor.
-    fn spec(&self, tensor: &Self::Tensor) -> TensorSpec;
+    fn spec<'a>(&'a self, tensor: &'a Self::Tensor) -> &'a TensorSpec;
 
     /// A view of `base`'s storage (`as_strided`, absolute offset).
     fn view(

@@ -2,17 +2,16 @@
 
 use super::jagged::{self, Overflow};
 use super::tensor::Tensor;
-use super::{ExecError, Value};
+use super::{ArgList, ExecError, Kwargs, Value};
 use crate::ir::DType;
-use indexmap::IndexMap;
 use rayon::prelude::*;
 
 /// Arguments of one op call, read by position or keyword; shared by every
 /// backend's built-in ops (`T` is the backend's tensor type).
 pub(crate) struct Args<'a, T = Tensor> {
     pub(crate) op: &'a str,
-    pub(crate) args: &'a [Value<T>],
-    pub(crate) kwargs: &'a IndexMap<String, Value<T>>,
+    pub(crate) args: &'a ArgList<'a, T>,
+    pub(crate) kwargs: &'a Kwargs<'a, T>,
 }
 
 impl<'a, T> Args<'a, T> {
@@ -272,9 +271,10 @@ fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
 
 fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let bias = a.tensor(0, "self")?;
+    let rest = a.args.skip(1);
     let inner = Args {
         op: a.op,
-        args: a.args.get(1..).unwrap_or(&[]),
+        args: &rest,
         kwargs: a.kwargs,
     };
     let Value::Tensor(prod) = mm(&inner, o)? else {

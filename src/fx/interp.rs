@@ -4,7 +4,8 @@
 
 use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymEvalError, SymOp, Val};
 use crate::exec::{
-    Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, ScalarRequest, ScalarValue, TensorSpec, Value,
+    ArgList, Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, Kwargs, ScalarRequest, ScalarValue,
+    TensorSpec, Value,
 };
 use crate::ir::{DType, Device, DeviceType, KernelDef, KernelName, Layout, Program, SymbolDecl, ValueRange};
 use crate::sym::{Bindings, SymExpr, Symbol};
@@ -57,17 +58,17 @@ enum StepKind {
     Triton {
         kernel: KernelRef,
         grid: [Operand; 3],
-        kwargs: IndexMap<String, Operand>,
+        kwargs: KwOperands,
     },
     KernelCall {
         kernel: KernelRef,
         args: Vec<Operand>,
-        kwargs: IndexMap<String, Operand>,
+        kwargs: KwOperands,
     },
     Extern {
         target: String,
         args: Vec<Operand>,
-        kwargs: IndexMap<String, Operand>,
+        kwargs: KwOperands,
     },
     SymSize {
         tensor: usize,
@@ -126,6 +127,17 @@ enum StepKind {
     },
 }
 
+/// Keyword operands of a call: names and operands in parallel, in the
+/// program's order (the names are handed to the backend as they are).
+#[derive(Clone, Debug)]
+struct KwOperands {
+    names: Box<[String]>,
+    values: Box<[Operand]>,
+    /// When every operand of the call (positional, then these) reads a slot:
+    /// the slots, so the call borrows its arguments straight from them.
+    slots: Option<Box<[usize]>>,
+}
+
 /// A kernel as resolved at compile time: its index in the program's kernel
 /// table, or `None` when the program does not define it (reported when the
 /// step runs, as before compilation resolved names).
@@ -180,6 +192,9 @@ pub struct Plan {
     kernels: Arc<IndexMap<KernelName, KernelDef>>,
     /// Symbols bound by this plan's steps (capacity for the run's bindings).
     bind_count: usize,
+    /// Literal call arguments: `lits[i]` is in slot `slots + i` for the
+    /// whole run (see [`intern_call_literals`]).
+    lits: Vec<Lit>,
 }
 
 /// What a run returns.
@@ -236,8 +251,12 @@ fn compile_graph(
         };
         let operand = |a: &Arg| to_operand(a, &slot_of).ok_or_else(|| err(&node.name, "operand has no value".into()));
         let operands = |xs: &[Arg]| xs.iter().map(operand).collect::<Result<Vec<_>, _>>();
-        let kwmap = |kw: &IndexMap<String, Arg>| -> Result<IndexMap<String, Operand>, ExecError> {
-            kw.iter().map(|(k, v)| Ok((k.clone(), operand(v)?))).collect()
+        let kwmap = |kw: &IndexMap<String, Arg>| -> Result<KwOperands, ExecError> {
+            Ok(KwOperands {
+                names: kw.keys().cloned().collect(),
+                values: kw.values().map(operand).collect::<Result<_, _>>()?,
+                slots: None,
+            })
         };
         let sub = |n: NodeId| {
             subgraph_of
@@ -391,6 +410,7 @@ fn compile_graph(
     }
     let mut step_frees = plan_frees(&steps, &outputs, slot_of.len());
     let slots = reuse_slots(&mut steps, &mut step_frees, &mut outputs, slot_of.len());
+    let lits = intern_call_literals(&mut steps, slots);
     let mut frees = Vec::with_capacity(step_frees.iter().map(Vec::len).sum());
     for (step, list) in steps.iter_mut().zip(&step_frees) {
         let start = frees.len();
@@ -398,6 +418,7 @@ fn compile_graph(
         step.frees = start..frees.len();
     }
     let bind_count = steps.iter().map(|s| s.binds.len()).sum();
+
     let mut subplans = HashMap::new();
     for (sub_name, sub) in &graph.subgraphs {
         subplans.insert(sub_name.clone(), compile_graph(sub, sub_name, symbols, kernels)?);
@@ -414,6 +435,7 @@ fn compile_graph(
         symbols: Arc::clone(symbols),
         kernels: Arc::clone(kernels),
         bind_count,
+        lits,
     })
 }
 
@@ -460,11 +482,11 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
         }
         StepKind::Triton { grid, kwargs, .. } => {
             many(grid, f);
-            kwargs.values().for_each(|v| for_each_slot(v, f));
+            many(&kwargs.values, f);
         }
         StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
             many(args, f);
-            kwargs.values().for_each(|v| for_each_slot(v, f));
+            many(&kwargs.values, f);
         }
         StepKind::SymSize { tensor, .. }
         | StepKind::SymStride { tensor, .. }
@@ -566,11 +588,11 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
         }
         StepKind::Triton { grid, kwargs, .. } => {
             many(grid, f);
-            kwargs.values_mut().for_each(|v| for_each_slot_mut(v, f));
+            many(&mut kwargs.values, f);
         }
         StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
             many(args, f);
-            kwargs.values_mut().for_each(|v| for_each_slot_mut(v, f));
+            many(&mut kwargs.values, f);
         }
         StepKind::SymSize { tensor, .. }
         | StepKind::SymStride { tensor, .. }
@@ -695,10 +717,16 @@ impl Plan {
             )));
         }
         let mut inputs: Vec<Option<Value<B::Tensor>>> = inputs.into_iter().map(Some).collect();
-        let mut slots: Vec<Option<Value<B::Tensor>>> = vec![None; self.slots];
+        let mut slots: Vec<Option<Value<B::Tensor>>> = vec![None; self.slots + self.lits.len()];
+        for (slot, lit) in slots.iter_mut().skip(self.slots).zip(&self.lits) {
+            *slot = Some(lit_value(lit));
+        }
+        // The layout `empty_strided` steps fill in (its vectors are reused:
+        // no allocation per step).
+        let mut layout = TensorSpec::contiguous(DType::Float32, Device::cpu(), &[]);
         for (step, info) in self.steps.iter().zip(&self.infos) {
             let value = self
-                .step(step, info, backend, &mut inputs, constants, &slots, env)
+                .step(step, info, backend, &mut inputs, constants, &slots, &mut layout, env)
                 .map_err(|e| ExecError::AtNode {
                     graph: self.graph.clone(),
                     node: info.node.clone(),
@@ -735,8 +763,10 @@ impl Plan {
                 }
             }
             for f in self.frees.get(step.frees.clone()).unwrap_or_default() {
-                if let Some(v) = slots.get_mut(*f).and_then(Option::take) {
-                    release(backend, v);
+                match slots.get_mut(*f).and_then(Option::take) {
+                    Some(Value::Tensor(t)) => backend.free(t),
+                    Some(v @ (Value::List(_) | Value::Dict(_))) => release(backend, v),
+                    _ => {}
                 }
             }
         }
@@ -754,11 +784,11 @@ impl Plan {
         inputs: &mut [Option<Value<B::Tensor>>],
         constants: &IndexMap<String, B::Tensor>,
         slots: &[Option<Value<B::Tensor>>],
+        layout: &mut TensorSpec,
         env: &mut Bindings,
     ) -> Result<Option<Value<B::Tensor>>, ExecError> {
         let rd = |o: &Operand| read(o, slots);
         let int = |o: &Operand| read_int(o, slots);
-        let ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Vec<_>, _>>();
         let small_ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Ints, _>>();
         let tensor = |s: usize| -> Result<&B::Tensor, ExecError> {
             match slot(s, slots)? {
@@ -795,17 +825,21 @@ impl Plan {
                 dtype,
                 device,
             } => {
-                let spec = TensorSpec {
-                    dtype: *dtype,
-                    device: Device {
-                        kind: *device,
-                        index: None,
-                    },
-                    size: ints(size)?,
-                    stride: ints(stride)?,
-                    offset: 0,
+                layout.dtype = *dtype;
+                layout.device = Device {
+                    kind: *device,
+                    index: None,
                 };
-                Value::Tensor(backend.allocate(&spec)?)
+                layout.offset = 0;
+                layout.size.clear();
+                for o in size {
+                    layout.size.push(int(o)?);
+                }
+                layout.stride.clear();
+                for o in stride {
+                    layout.stride.push(int(o)?);
+                }
+                Value::Tensor(backend.allocate(layout)?)
             }
             StepKind::AsStrided {
                 base,
@@ -819,42 +853,41 @@ impl Plan {
             StepKind::Triton { kernel, grid, kwargs } => {
                 let def = self.kernel(kernel)?;
                 let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
-                let kw = read_kwargs(kwargs, slots)?;
-                backend.launch(KernelLaunch {
-                    kernel: def,
-                    grid: Some(g),
-                    args: Vec::new(),
-                    kwargs: kw,
+                with_call(&[], kwargs, slots, |args, kwargs| {
+                    backend.launch(KernelLaunch {
+                        kernel: def,
+                        grid: Some(g),
+                        args,
+                        kwargs,
+                    })
                 })?;
                 Value::None
             }
             StepKind::KernelCall { kernel, args, kwargs } => {
                 let def = self.kernel(kernel)?;
-                let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
-                let kw = read_kwargs(kwargs, slots)?;
-                backend.launch(KernelLaunch {
-                    kernel: def,
-                    grid: None,
-                    args: a,
-                    kwargs: kw,
+                with_call(args, kwargs, slots, |args, kwargs| {
+                    backend.launch(KernelLaunch {
+                        kernel: def,
+                        grid: None,
+                        args,
+                        kwargs,
+                    })
                 })?;
                 Value::None
             }
-            StepKind::Extern { target, args, kwargs } => {
-                let a = args.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
-                let kw = read_kwargs(kwargs, slots)?;
+            StepKind::Extern { target, args, kwargs } => with_call(args, kwargs, slots, |args, kwargs| {
                 let expected = self.expected(info.val.as_ref(), backend, env)?;
                 let result = backend.call_extern(ExternCall {
                     op: target,
-                    args: a,
-                    kwargs: kw,
-                    expected: expected.clone(),
+                    args,
+                    kwargs,
+                    expected: expected.as_ref(),
                 })?;
                 if let (Some(exp), Value::Tensor(t)) = (&expected, &result) {
-                    check_layout(&backend.spec(t), exp)?;
+                    check_layout(backend.spec(t), exp)?;
                 }
-                result
-            }
+                Ok(result)
+            })?,
             StepKind::SymSize { tensor: t, dim } => Value::Int(dim_of(&backend.spec(tensor(*t)?).size, *dim, "size")?),
             StepKind::SymStride { tensor: t, dim } => {
                 Value::Int(dim_of(&backend.spec(tensor(*t)?).stride, *dim, "stride")?)
@@ -953,7 +986,7 @@ impl Plan {
                 let spec = backend.spec(tensor(*t)?);
                 let (size, stride) = (small_ints(size)?, small_ints(stride)?);
                 check_sizes_strides(
-                    &spec,
+                    spec,
                     spec.dtype,
                     size.iter().copied().map(Some),
                     stride.iter().copied().map(Some),
@@ -1186,11 +1219,18 @@ pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) ->
     }))
 }
 
+#[inline(always)]
 fn slot<T>(s: usize, slots: &[Option<Value<T>>]) -> Result<&Value<T>, ExecError> {
-    slots
-        .get(s)
-        .and_then(Option::as_ref)
-        .ok_or_else(|| ExecError::Input(format!("slot {s} is empty (freed too early)")))
+    match slots.get(s) {
+        Some(Some(v)) => Ok(v),
+        _ => Err(empty_slot(s)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn empty_slot(s: usize) -> ExecError {
+    ExecError::Input(format!("slot {s} is empty (freed too early)"))
 }
 
 /// The kind of a literal, as [`Value::kind`] names it.
@@ -1216,19 +1256,27 @@ fn operand_kind<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<&'static s
 }
 
 /// Reads an integer operand (booleans count as 0/1) without copying a value.
+#[inline(always)]
 fn read_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<i64, ExecError> {
     let v = match o {
-        Operand::Slot(s) => slot(*s, slots)?.as_int(),
+        Operand::Slot(s) => slots.get(*s).and_then(Option::as_ref).and_then(Value::as_int),
         Operand::Lit(Lit::Int(v)) => Some(*v),
         Operand::Lit(Lit::Bool(b)) => Some(*b as i64),
         Operand::Lit(_) | Operand::List(_) => None,
     };
     match v {
         Some(v) => Ok(v),
-        None => Err(ExecError::Type(format!(
-            "expected an integer, got {}",
-            operand_kind(o, slots)?
-        ))),
+        None => Err(not_an_int(o, slots)),
+    }
+}
+
+/// The error of [`read_int`] (an empty slot, or a value of another kind).
+#[cold]
+#[inline(never)]
+fn not_an_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> ExecError {
+    match operand_kind(o, slots) {
+        Ok(kind) => ExecError::Type(format!("expected an integer, got {kind}")),
+        Err(e) => e,
     }
 }
 
@@ -1262,39 +1310,146 @@ fn read_ref<'a, T: Clone>(o: &Operand, slots: &'a [Option<Value<T>>]) -> Result<
     }
 }
 
-/// Reads keyword arguments into the map a launch or call takes.
-fn read_kwargs<T: Clone>(
-    kwargs: &IndexMap<String, Operand>,
+/// Calls `f` with a call's positional and keyword arguments, borrowed:
+/// values in slots by reference (no clone), literal and list operands
+/// materialised for the call (and dropped after it). Operands are read in
+/// order, so the first one that cannot be read is the one reported.
+#[inline(always)]
+fn with_call<T: Clone, R>(
+    args: &[Operand],
+    kwargs: &KwOperands,
     slots: &[Option<Value<T>>],
-) -> Result<IndexMap<String, Value<T>>, ExecError> {
-    let mut out = IndexMap::with_capacity(kwargs.len());
-    for (k, v) in kwargs {
-        out.insert(k.clone(), read(v, slots)?);
+    f: impl FnOnce(ArgList<'_, T>, Kwargs<'_, T>) -> Result<R, ExecError>,
+) -> Result<R, ExecError> {
+    // Literals were interned into slots at compile time, so unless an
+    // operand is a list the call reads slots only.
+    let Some(index) = &kwargs.slots else {
+        return with_call_owned(args, kwargs, slots, f);
+    };
+    for s in index.iter() {
+        slot(*s, slots)?;
     }
-    Ok(out)
+    let (a, kw) = index.split_at(args.len().min(index.len()));
+    f(ArgList::slots(a, slots), Kwargs::slots(&kwargs.names, kw, slots))
+}
+
+/// [`with_call`] for calls with list operands.
+#[inline(never)]
+fn with_call_owned<T: Clone, R>(
+    args: &[Operand],
+    kwargs: &KwOperands,
+    slots: &[Option<Value<T>>],
+    f: impl FnOnce(ArgList<'_, T>, Kwargs<'_, T>) -> Result<R, ExecError>,
+) -> Result<R, ExecError> {
+    let operands = || args.iter().chain(kwargs.values.iter());
+    let mut owned: SmallVec<[Value<T>; 4]> = SmallVec::new();
+    for o in operands() {
+        match o {
+            Operand::Slot(s) => {
+                slot(*s, slots)?;
+            }
+            _ => owned.push(read(o, slots)?),
+        }
+    }
+    let mut refs: SmallVec<[&Value<T>; 32]> = SmallVec::new();
+    let mut next_owned = owned.iter();
+    for o in operands() {
+        refs.push(match o {
+            Operand::Slot(s) => slot(*s, slots)?,
+            _ => next_owned
+                .next()
+                .ok_or_else(|| ExecError::Input("call operand was not read".into()))?,
+        });
+    }
+    let (a, kw) = refs.split_at(args.len().min(refs.len()));
+    f(ArgList::refs(a), Kwargs::new(&kwargs.names, kw))
 }
 
 fn read<T: Clone>(o: &Operand, slots: &[Option<Value<T>>]) -> Result<Value<T>, ExecError> {
     Ok(match o {
         Operand::Slot(s) => slot(*s, slots)?.clone(),
-        Operand::Lit(l) => match l {
-            Lit::Int(v) => Value::Int(*v),
-            Lit::Float(v) => Value::Float(*v),
-            Lit::Bool(v) => Value::Bool(*v),
-            Lit::None => Value::None,
-            Lit::Str(s) => Value::Str(s.clone()),
-            Lit::DType(d) => Value::DType(*d),
-            Lit::Device(d) => Value::Device(*d),
-        },
+        Operand::Lit(l) => lit_value(l),
         Operand::List(items) => Value::List(items.iter().map(|i| read(i, slots)).collect::<Result<_, _>>()?),
     })
+}
+
+fn lit_value<T>(l: &Lit) -> Value<T> {
+    match l {
+        Lit::Int(v) => Value::Int(*v),
+        Lit::Float(v) => Value::Float(*v),
+        Lit::Bool(v) => Value::Bool(*v),
+        Lit::None => Value::None,
+        Lit::Str(s) => Value::Str(s.clone()),
+        Lit::DType(d) => Value::DType(*d),
+        Lit::Device(d) => Value::Device(*d),
+    }
+}
+
+/// A literal as a hashable key (floats by their bits), for interning.
+#[derive(PartialEq, Eq, Hash)]
+enum LitKey {
+    Int(i64),
+    Float(u64),
+    Bool(bool),
+    None,
+    Str(String),
+    DType(DType),
+    Device(Device),
+}
+
+impl LitKey {
+    fn of(l: &Lit) -> Self {
+        match l {
+            Lit::Int(v) => LitKey::Int(*v),
+            Lit::Float(v) => LitKey::Float(v.to_bits()),
+            Lit::Bool(v) => LitKey::Bool(*v),
+            Lit::None => LitKey::None,
+            Lit::Str(s) => LitKey::Str(s.clone()),
+            Lit::DType(d) => LitKey::DType(*d),
+            Lit::Device(d) => LitKey::Device(*d),
+        }
+    }
+}
+
+/// Turns the literal arguments of calls and launches into reads of slots
+/// numbered from `first` on, one per distinct literal, which a run fills
+/// once before its first step and never frees: a call then borrows every
+/// argument from a slot. Returns the literals, in slot order.
+fn intern_call_literals(steps: &mut [Step], first: usize) -> Vec<Lit> {
+    let mut lits = Vec::new();
+    let mut index: HashMap<LitKey, usize> = HashMap::new();
+    for step in steps {
+        let (args, kwargs): (&mut [Operand], &mut KwOperands) = match &mut step.kind {
+            StepKind::Triton { kwargs, .. } => (&mut [], kwargs),
+            StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => (args, kwargs),
+            _ => continue,
+        };
+        for o in args.iter_mut().chain(kwargs.values.iter_mut()) {
+            if let Operand::Lit(l) = o {
+                let i = *index.entry(LitKey::of(l)).or_insert_with(|| {
+                    lits.push(l.clone());
+                    lits.len() - 1
+                });
+                *o = Operand::Slot(first + i);
+            }
+        }
+        kwargs.slots = args
+            .iter()
+            .chain(kwargs.values.iter())
+            .map(|o| match o {
+                Operand::Slot(s) => Some(*s),
+                _ => None,
+            })
+            .collect();
+    }
+    lits
 }
 
 fn release<B: Backend>(backend: &mut B, v: Value<B::Tensor>) {
     match v {
         Value::Tensor(t) => backend.free(t),
         Value::List(items) => items.into_iter().for_each(|i| release(backend, i)),
-        Value::Dict(items) => items.into_iter().for_each(|(_, i)| release(backend, i)),
+        Value::Dict(items) => (*items).into_iter().for_each(|(_, i)| release(backend, i)),
         _ => {}
     }
 }

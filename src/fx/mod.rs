@@ -21,6 +21,7 @@ use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
 use crate::sym::Symbol;
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::fmt;
 
 /// Index of a node in its graph's arena.
@@ -389,7 +390,7 @@ impl Node {
 /// An FX graph: nodes in an arena, their order, and named subgraphs.
 #[derive(Clone, Default)]
 pub struct Graph {
-    nodes: Vec<Node>,
+    nodes: Arena,
     order: Vec<NodeId>,
     /// Subgraphs referenced by `Subgraph` nodes, by name.
     pub subgraphs: IndexMap<String, Graph>,
@@ -397,19 +398,107 @@ pub struct Graph {
     names: NameIndex,
 }
 
-/// Name lookup for [`Graph`]: which node holds a name, and for each base
+/// Nodes per arena chunk (a power of two).
+const CHUNK: usize = 1 << 10;
+
+/// The node arena: fixed-size chunks, so that a growing graph never moves
+/// the (large) nodes it already holds. Every chunk but the last is full.
+#[derive(Clone, Default, PartialEq)]
+struct Arena {
+    chunks: Vec<Vec<Node>>,
+    len: usize,
+}
+
+impl Arena {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> Option<&Node> {
+        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
+    }
+
+    fn push(&mut self, node: Node) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < CHUNK => last.push(node),
+            // The first chunk grows like a vector (small graphs stay small);
+            // later ones are allocated whole.
+            None => self.chunks.push(vec![node]),
+            Some(_) => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(node);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+}
+
+impl std::ops::Index<usize> for Arena {
+    type Output = Node;
+    fn index(&self, i: usize) -> &Node {
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Arena {
+    fn index_mut(&mut self, i: usize) -> &mut Node {
+        &mut self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.chunks.iter().flatten()).finish()
+    }
+}
+
+/// Name lookup for [`Graph`]: which nodes hold a name, and for each base
 /// name the first suffix that may still be free, so that [`Graph::fresh_name`]
 /// does not rescan the graph (a 100,000-node lowering would be quadratic).
 #[derive(Clone, Debug, Default)]
 struct NameIndex {
-    /// Name -> the node that had it when indexed. Verified against the node
-    /// on lookup, so an entry left behind by a rename is ignored.
-    by_name: HashMap<String, NodeId>,
+    /// Hash of a name -> the nodes that had a name with this hash when
+    /// indexed (no key `String` per node). Verified against the nodes on
+    /// lookup, so an entry left behind by a rename is ignored.
+    by_hash: HashMap<u64, SmallVec<[NodeId; 1]>>,
     /// Base -> `i` such that `base_1` .. `base_{i-1}` are all taken.
     next_suffix: HashMap<String, u64>,
     /// Nodes handed out by [`Graph::node_mut`] (which may rename them), with
     /// their names at that time; reindexed by the next mutating call.
     touched: Vec<(NodeId, String)>,
+    /// The symbols of [`Node::binds`] as sets, for nodes that bind many
+    /// (every precomputed size equal to one expression binds the same node),
+    /// so that [`Graph::bind_symbol`] does not rescan the list. Dropped for
+    /// nodes handed out by [`Graph::node_mut`].
+    bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
+}
+
+/// Below this many symbols, [`Graph::bind_symbol`] scans [`Node::binds`].
+const BIND_SET_MIN: usize = 8;
+
+/// Appends `n` in decimal (what `format!("{n}")` writes).
+fn push_decimal(s: &mut String, n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &b in &buf[i..] {
+        s.push(b as char);
+    }
+}
+
+/// The key of a name in [`NameIndex::by_hash`].
+fn name_hash(name: &str) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(name)
 }
 
 impl PartialEq for Graph {
@@ -464,11 +553,15 @@ impl Graph {
 
     /// `true` when a node already has this name.
     pub fn has_name(&self, name: &str) -> bool {
-        let indexed = self
-            .names
-            .by_name
-            .get(name)
-            .is_some_and(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name));
+        self.has_name_hashed(name, name_hash(name))
+    }
+
+    /// [`Graph::has_name`] with the name's [`name_hash`].
+    fn has_name_hashed(&self, name: &str, hash: u64) -> bool {
+        let indexed = self.names.by_hash.get(&hash).is_some_and(|ids| {
+            ids.iter()
+                .any(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
+        });
         indexed
             || self
                 .names
@@ -482,10 +575,12 @@ impl Graph {
         self.fresh_name_suffix(base).0
     }
 
-    /// [`Graph::fresh_name`] and the suffix it chose (`None` for `base` itself).
-    fn fresh_name_suffix(&self, base: &str) -> (String, Option<u64>) {
-        if !self.has_name(base) {
-            return (base.to_string(), None);
+    /// [`Graph::fresh_name`], the suffix it chose (`None` for `base` itself)
+    /// and the name's [`name_hash`].
+    fn fresh_name_suffix(&self, base: &str) -> (String, Option<u64>, u64) {
+        let hash = name_hash(base);
+        if !self.has_name_hashed(base, hash) {
+            return (base.to_string(), None, hash);
         }
         // Suffixes below the hint are known to be taken, unless a node handed
         // out by `node_mut` was renamed since (then start from 1).
@@ -494,22 +589,43 @@ impl Graph {
         } else {
             1
         };
-        (start..)
-            .map(|i| (format!("{base}_{i}"), Some(i)))
-            .find(|(n, _)| !self.has_name(n))
-            .unwrap_or_default()
+        let mut name = String::with_capacity(base.len() + 8);
+        name.push_str(base);
+        name.push('_');
+        for i in start.. {
+            name.truncate(base.len() + 1);
+            push_decimal(&mut name, i);
+            let hash = name_hash(&name);
+            if !self.has_name_hashed(&name, hash) {
+                return (name, Some(i), hash);
+            }
+        }
+        // Unreachable: a graph has far fewer than `u64::MAX` nodes.
+        (name, None, 0)
+    }
+
+    /// Records that `name` (with this [`name_hash`]) was taken by `id`.
+    fn index_name_hashed(&mut self, id: NodeId, hash: u64) {
+        let ids = self.names.by_hash.entry(hash).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 
     /// Records that `name` was taken by `id`.
     fn index_name(&mut self, id: NodeId, name: &str) {
-        self.names.by_name.insert(name.to_string(), id);
+        self.index_name_hashed(id, name_hash(name));
     }
 
     /// Records that `name` is no longer used by `id`: lowers the suffix hint
     /// of the base it may have been generated from (`base_i`).
     fn unindex_name(&mut self, id: NodeId, name: &str) {
-        if self.names.by_name.get(name) == Some(&id) {
-            self.names.by_name.remove(name);
+        let h = name_hash(name);
+        if let Some(ids) = self.names.by_hash.get_mut(&h) {
+            ids.retain(|x| *x != id);
+            if ids.is_empty() {
+                self.names.by_hash.remove(&h);
+            }
         }
         if let Some((base, digits)) = name.rsplit_once('_') {
             if let Ok(i) = digits.parse::<u64>() {
@@ -523,6 +639,7 @@ impl Graph {
     /// Reindexes the nodes handed out by [`Graph::node_mut`].
     fn reindex_touched(&mut self) {
         for (id, old) in std::mem::take(&mut self.names.touched) {
+            self.names.bind_sets.remove(&id);
             let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {
                 continue;
             };
@@ -542,7 +659,7 @@ impl Graph {
     /// Inserts a node at position `pos` of the order (clamped to the end).
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
-        let (fresh, suffix) = self.fresh_name_suffix(name);
+        let (fresh, suffix, hash) = self.fresh_name_suffix(name);
         if let Some(i) = suffix {
             // Update in place when the base is known: no key `String` per node.
             match self.names.next_suffix.get_mut(name) {
@@ -553,7 +670,7 @@ impl Graph {
             }
         }
         let id = NodeId(self.nodes.len() as u32);
-        self.index_name(id, &fresh);
+        self.index_name_hashed(id, hash);
         self.nodes.push(Node {
             name: fresh,
             op,
@@ -565,10 +682,29 @@ impl Graph {
         id
     }
 
+    /// Sets a node's declared value (unlike [`Graph::node_mut`], without
+    /// marking the node for a possible rename).
+    pub fn set_val(&mut self, id: NodeId, val: Option<Val>) {
+        self.nodes[id.index()].val = val;
+    }
+
     /// Records that node `id` is the value of `symbol`.
     pub fn bind_symbol(&mut self, id: NodeId, symbol: crate::sym::Symbol) {
+        // Sets of nodes handed out by `node_mut` may be stale: drop them.
+        self.reindex_touched();
         let binds = &mut self.nodes[id.index()].binds;
-        if !binds.contains(&symbol) {
+        if binds.len() < BIND_SET_MIN {
+            if !binds.contains(&symbol) {
+                binds.push(symbol);
+            }
+            return;
+        }
+        let set = self
+            .names
+            .bind_sets
+            .entry(id)
+            .or_insert_with(|| binds.iter().cloned().collect());
+        if set.insert(symbol.clone()) {
             binds.push(symbol);
         }
     }

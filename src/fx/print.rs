@@ -52,17 +52,33 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
             }
         });
     }
-    // For each position, the nodes whose value dies there (in order).
-    let mut dies_at: Vec<Vec<NodeId>> = vec![Vec::new(); g.order().len()];
-    for (pos, id) in g.order().iter().enumerate() {
-        let at = match last_use.get(id.index()).copied().flatten() {
+    // For each position, the nodes whose value dies there (in order), as
+    // one flat list sliced by `dies_start` (a counting sort by position).
+    let len = g.order().len();
+    let mut dies_start: Vec<u32> = vec![0; len + 1];
+    let death = |pos: usize, id: NodeId| -> Option<usize> {
+        match last_use.get(id.index()).copied().flatten() {
             Some(KEPT) => None,
             Some(l) => Some(l),
-            None if !matches!(g.node(*id).op, Op::Output { .. }) => Some(pos),
+            None if !matches!(g.node(id).op, Op::Output { .. }) => Some(pos),
             None => None,
-        };
-        if let Some(list) = at.and_then(|l| dies_at.get_mut(l)) {
-            list.push(*id);
+        }
+        .filter(|l| *l < len)
+    };
+    for (pos, id) in g.order().iter().enumerate() {
+        if let Some(l) = death(pos, *id) {
+            dies_start[l + 1] += 1;
+        }
+    }
+    for i in 0..len {
+        dies_start[i + 1] += dies_start[i];
+    }
+    let mut fill: Vec<u32> = dies_start[..len].to_vec();
+    let mut dies: Vec<NodeId> = vec![NodeId(0); dies_start[len] as usize];
+    for (pos, id) in g.order().iter().enumerate() {
+        if let Some(l) = death(pos, *id) {
+            dies[fill[l] as usize] = *id;
+            fill[l] += 1;
         }
     }
 
@@ -75,8 +91,9 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
         }
         out.push_str(&pad);
         out.push_str("    ");
-        let _ = write_node(out, g, *id);
-        if let Some(dead) = dies_at.get(i).filter(|d| !d.is_empty()) {
+        write_node(out, g, *id);
+        let dead = &dies[dies_start[i] as usize..dies_start[i + 1] as usize];
+        if !dead.is_empty() {
             // FX lists the node's inputs in argument order, then the node itself.
             names.clear();
             node.for_each_input(&mut |u| {
@@ -106,111 +123,174 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
     }
 }
 
-fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Result {
+/// Writes one node's line (without indentation and newline) straight into
+/// the output: no `core::fmt` on the common paths.
+fn write_node(out: &mut String, g: &Graph, id: NodeId) {
     let node = g.node(id);
     let name = node.name.as_str();
-    let a = |arg: &'g Arg| ArgText(g, arg);
-    let list = |args: &'g [Arg]| ListText(g, args);
     let n = |id: NodeId| g.node(id).name.as_str();
+    if !matches!(node.op, Op::Placeholder(_) | Op::Output { .. }) {
+        out.push_str(name);
+        out.push_str(" = ");
+    }
     match &node.op {
-        Op::Placeholder(_) => Ok(()),
-        Op::Constant { name: c } | Op::Subgraph { name: c } => write!(out, "{name} = self.{c}"),
+        Op::Placeholder(_) => {}
+        Op::Constant { name: c } | Op::Subgraph { name: c } => {
+            out.push_str("self.");
+            out.push_str(c);
+        }
         Op::EmptyStrided {
             size,
             stride,
             dtype,
             device,
-        } => write!(
-            out,
-            "{name} = torch.empty_strided({}, {}, dtype=torch.{}, device='{}')",
-            list(size),
-            list(stride),
-            dtype.torch_name(),
-            device.as_str()
-        ),
+        } => {
+            out.push_str("torch.empty_strided(");
+            push_list(out, g, size);
+            out.push_str(", ");
+            push_list(out, g, stride);
+            out.push_str(", dtype=torch.");
+            out.push_str(dtype.torch_name());
+            out.push_str(", device='");
+            out.push_str(device.as_str());
+            out.push_str("')");
+        }
         Op::AsStrided {
             base,
             size,
             stride,
             offset,
         } => {
-            write!(
-                out,
-                "{name} = torch.as_strided({}, {}, {}, {})",
-                n(*base),
-                list(size),
-                list(stride),
-                a(offset)
-            )
+            out.push_str("torch.as_strided(");
+            out.push_str(n(*base));
+            out.push_str(", ");
+            push_list(out, g, size);
+            out.push_str(", ");
+            push_list(out, g, stride);
+            out.push_str(", ");
+            push_arg(out, g, offset);
+            out.push(')');
         }
-        Op::TritonKernel { kernel, grid, kwargs } => write!(
-            out,
-            "{name} = torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel={}, grid=[({}, {}, {})], kwargs={})",
-            PyStr(kernel.as_str()),
-            a(&grid[0]),
-            a(&grid[1]),
-            a(&grid[2]),
-            DictText(g, kwargs)
-        ),
+        Op::TritonKernel { kernel, grid, kwargs } => {
+            out.push_str("torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel=");
+            push_py_str(out, kernel.as_str());
+            out.push_str(", grid=[(");
+            push_arg(out, g, &grid[0]);
+            out.push_str(", ");
+            push_arg(out, g, &grid[1]);
+            out.push_str(", ");
+            push_arg(out, g, &grid[2]);
+            out.push_str(")], kwargs=");
+            push_dict(out, g, kwargs);
+            out.push(')');
+        }
         Op::KernelCall { kernel, args, kwargs } => {
-            write!(
-                out,
-                "{name} = wrapir.call_kernel({}, {}",
-                PyStr(kernel.as_str()),
-                list(args)
-            )?;
+            out.push_str("wrapir.call_kernel(");
+            push_py_str(out, kernel.as_str());
+            out.push_str(", ");
+            push_list(out, g, args);
             if !kwargs.is_empty() {
-                write!(out, ", {}", DictText(g, kwargs))?;
+                out.push_str(", ");
+                push_dict(out, g, kwargs);
             }
-            write!(out, ")")
+            out.push(')');
         }
         Op::Extern { target, args, kwargs } => {
-            write!(out, "{name} = ")?;
-            write_target(out, target)?;
+            write_target(out, target);
             out.push('(');
             let mut sep = "";
             for x in args {
-                write!(out, "{sep}{}", a(x))?;
+                out.push_str(sep);
+                push_arg(out, g, x);
                 sep = ", ";
             }
             for (k, v) in kwargs {
-                write!(out, "{sep}{k} = {}", a(v))?;
+                out.push_str(sep);
+                out.push_str(k);
+                out.push_str(" = ");
+                push_arg(out, g, v);
                 sep = ", ";
             }
             out.push(')');
-            Ok(())
         }
-        Op::SymSize { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_size.int({}, {dim})", n(*tensor)),
-        Op::SymStride { tensor, dim } => write!(out, "{name} = torch.ops.aten.sym_stride.int({}, {dim})", n(*tensor)),
+        Op::SymSize { tensor, dim } => {
+            out.push_str("torch.ops.aten.sym_size.int(");
+            out.push_str(n(*tensor));
+            out.push_str(", ");
+            push_int(out, *dim);
+            out.push(')');
+        }
+        Op::SymStride { tensor, dim } => {
+            out.push_str("torch.ops.aten.sym_stride.int(");
+            out.push_str(n(*tensor));
+            out.push_str(", ");
+            push_int(out, *dim);
+            out.push(')');
+        }
         Op::SymStorageOffset { tensor } => {
-            write!(
-                out,
-                "{name} = torch.ops.aten.sym_storage_offset.default({})",
-                n(*tensor)
-            )
+            out.push_str("torch.ops.aten.sym_storage_offset.default(");
+            out.push_str(n(*tensor));
+            out.push(')');
         }
-        Op::GetItem { source, index } => write!(out, "{name} = {}[{}]", n(*source), a(index)),
-        Op::InnerTensor { source, attr } => write!(out, "{name} = {}.{attr}", n(*source)),
-        Op::Item { tensor, .. } => write!(out, "{name} = torch.ops.aten.item.default({})", n(*tensor)),
+        Op::GetItem { source, index } => {
+            out.push_str(n(*source));
+            out.push('[');
+            push_arg(out, g, index);
+            out.push(']');
+        }
+        Op::InnerTensor { source, attr } => {
+            out.push_str(n(*source));
+            out.push('.');
+            out.push_str(attr);
+        }
+        Op::Item { tensor, .. } => {
+            out.push_str("torch.ops.aten.item.default(");
+            out.push_str(n(*tensor));
+            out.push(')');
+        }
         Op::Sym { op, args } => {
-            let arg = |i: usize| OptArgText(g, args.get(i));
+            let arg = |out: &mut String, i: usize| {
+                if let Some(a) = args.get(i) {
+                    push_arg(out, g, a);
+                }
+            };
+            let call = |out: &mut String, f: &str, k: usize| {
+                out.push_str(f);
+                out.push('(');
+                for i in 0..k {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    arg(out, i);
+                }
+                out.push(')');
+            };
             match op {
-                SymOp::Sum => write!(out, "{name} = torch.sym_sum({})", list(args)),
-                SymOp::Min => write!(out, "{name} = torch.sym_min({}, {})", arg(0), arg(1)),
-                SymOp::Max => write!(out, "{name} = torch.sym_max({}, {})", arg(0), arg(1)),
-                SymOp::Not => write!(out, "{name} = torch.sym_not({})", arg(0)),
-                SymOp::Ite => write!(out, "{name} = torch.sym_ite({}, {}, {})", arg(0), arg(1), arg(2)),
-                SymOp::CMod => write!(out, "{name} = wrapir.c_mod({}, {})", arg(0), arg(1)),
-                _ => write!(out, "{name} = {} {} {}", arg(0), binary_token(*op), arg(1)),
+                SymOp::Sum => {
+                    out.push_str("torch.sym_sum(");
+                    push_list(out, g, args);
+                    out.push(')');
+                }
+                SymOp::Min => call(out, "torch.sym_min", 2),
+                SymOp::Max => call(out, "torch.sym_max", 2),
+                SymOp::Not => call(out, "torch.sym_not", 1),
+                SymOp::Ite => call(out, "torch.sym_ite", 3),
+                SymOp::CMod => call(out, "wrapir.c_mod", 2),
+                _ => {
+                    arg(out, 0);
+                    out.push(' ');
+                    out.push_str(binary_token(*op));
+                    out.push(' ');
+                    arg(out, 1);
+                }
             }
         }
         Op::AssertScalar { cond, message } => {
-            write!(
-                out,
-                "{name} = torch.ops.aten._assert_scalar.default({}, {})",
-                a(cond),
-                PyStr(message)
-            )
+            out.push_str("torch.ops.aten._assert_scalar.default(");
+            push_arg(out, g, cond);
+            out.push_str(", ");
+            push_py_str(out, message);
+            out.push(')');
         }
         Op::AssertSizeStride {
             tensor,
@@ -218,51 +298,64 @@ fn write_node<'g>(out: &mut String, g: &'g Graph, id: NodeId) -> std::fmt::Resul
             stride,
             context,
         } => {
-            write!(
-                out,
-                "{name} = assert_size_stride({}, {}, {}",
-                n(*tensor),
-                list(size),
-                list(stride)
-            )?;
+            out.push_str("assert_size_stride(");
+            out.push_str(n(*tensor));
+            out.push_str(", ");
+            push_list(out, g, size);
+            out.push_str(", ");
+            push_list(out, g, stride);
             if let Some(c) = context {
-                write!(out, ", {}", PyStr(c))?;
+                out.push_str(", ");
+                push_py_str(out, c);
             }
-            write!(out, ")")
+            out.push(')');
         }
         Op::AssertAlignment { tensor, alignment } => {
-            write!(out, "{name} = assert_alignment({}, {alignment})", n(*tensor))
+            out.push_str("assert_alignment(");
+            out.push_str(n(*tensor));
+            out.push_str(", ");
+            push_int(out, i64::from(*alignment));
+            out.push(')');
         }
         Op::Cond {
             pred,
             true_graph,
             false_graph,
             operands,
-        } => write!(
-            out,
-            "{name} = torch.ops.higher_order.cond({}, {}, {}, {})",
-            a(pred),
-            n(*true_graph),
-            n(*false_graph),
-            TupleText(g, operands)
-        ),
+        } => {
+            out.push_str("torch.ops.higher_order.cond(");
+            push_arg(out, g, pred);
+            out.push_str(", ");
+            out.push_str(n(*true_graph));
+            out.push_str(", ");
+            out.push_str(n(*false_graph));
+            out.push_str(", ");
+            push_tuple(out, g, operands);
+            out.push(')');
+        }
         Op::WhileLoop {
             cond_graph,
             body_graph,
             carried,
             additional,
-        } => write!(
-            out,
-            "{name} = torch.ops.higher_order.while_loop({}, {}, {}, {})",
-            n(*cond_graph),
-            n(*body_graph),
-            TupleText(g, carried),
-            TupleText(g, additional)
-        ),
-        Op::Output { values, as_list } => match values.as_slice() {
-            [single] if !as_list => write!(out, "return {}", a(single)),
-            _ => write!(out, "return {}", list(values)),
-        },
+        } => {
+            out.push_str("torch.ops.higher_order.while_loop(");
+            out.push_str(n(*cond_graph));
+            out.push_str(", ");
+            out.push_str(n(*body_graph));
+            out.push_str(", ");
+            push_tuple(out, g, carried);
+            out.push_str(", ");
+            push_tuple(out, g, additional);
+            out.push(')');
+        }
+        Op::Output { values, as_list } => {
+            out.push_str("return ");
+            match values.as_slice() {
+                [single] if !as_list => push_arg(out, g, single),
+                _ => push_list(out, g, values),
+            }
+        }
     }
 }
 
@@ -284,114 +377,122 @@ fn binary_token(op: SymOp) -> &'static str {
     }
 }
 
-fn write_target(out: &mut String, target: &str) -> std::fmt::Result {
-    if target.starts_with("torch.") || target.starts_with("extern_kernels.") || !target.contains('.') {
-        out.push_str(target);
-        Ok(())
+fn write_target(out: &mut String, target: &str) {
+    if !(target.starts_with("torch.") || target.starts_with("extern_kernels.") || !target.contains('.')) {
+        out.push_str("torch.ops.");
+    }
+    out.push_str(target);
+}
+
+/// Appends `v` in decimal (what `format!("{v}")` writes).
+fn push_int(out: &mut String, v: i64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = v.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        out.push('-');
+    }
+    for &b in &buf[i..] {
+        out.push(b as char);
+    }
+}
+
+/// A Python string literal ([`PyStr`]); strings with nothing to escape are
+/// copied as they are.
+fn push_py_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'\\' && b != b'\'') {
+        out.push('\'');
+        out.push_str(s);
+        out.push('\'');
     } else {
-        write!(out, "torch.ops.{target}")
+        let _ = write!(out, "{}", PyStr(s));
     }
 }
 
 /// Writes `items` separated by `, `.
-fn write_joined(f: &mut std::fmt::Formatter<'_>, g: &Graph, items: &[Arg]) -> std::fmt::Result {
+fn push_joined(out: &mut String, g: &Graph, items: &[Arg]) {
     for (i, x) in items.iter().enumerate() {
         if i > 0 {
-            f.write_str(", ")?;
+            out.push_str(", ");
         }
-        write_arg(f, g, x)?;
-    }
-    Ok(())
-}
-
-/// An argument in Python syntax, written in place.
-struct ArgText<'g>(&'g Graph, &'g Arg);
-
-impl std::fmt::Display for ArgText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write_arg(f, self.0, self.1)
-    }
-}
-
-/// An argument that may be missing (written as nothing).
-struct OptArgText<'g>(&'g Graph, Option<&'g Arg>);
-
-impl std::fmt::Display for OptArgText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.1 {
-            Some(arg) => write_arg(f, self.0, arg),
-            None => Ok(()),
-        }
+        push_arg(out, g, x);
     }
 }
 
 /// `[a, b, ...]`.
-struct ListText<'g>(&'g Graph, &'g [Arg]);
-
-impl std::fmt::Display for ListText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[")?;
-        write_joined(f, self.0, self.1)?;
-        f.write_str("]")
-    }
+fn push_list(out: &mut String, g: &Graph, items: &[Arg]) {
+    out.push('[');
+    push_joined(out, g, items);
+    out.push(']');
 }
 
 /// A Python tuple: `()`, `(a,)`, `(a, b)`.
-struct TupleText<'g>(&'g Graph, &'g [Arg]);
-
-impl std::fmt::Display for TupleText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.1 {
-            [] => f.write_str("()"),
-            [one] => {
-                f.write_str("(")?;
-                write_arg(f, self.0, one)?;
-                f.write_str(",)")
-            }
-            many => {
-                f.write_str("(")?;
-                write_joined(f, self.0, many)?;
-                f.write_str(")")
-            }
+fn push_tuple(out: &mut String, g: &Graph, items: &[Arg]) {
+    match items {
+        [] => out.push_str("()"),
+        [one] => {
+            out.push('(');
+            push_arg(out, g, one);
+            out.push_str(",)");
+        }
+        many => {
+            out.push('(');
+            push_joined(out, g, many);
+            out.push(')');
         }
     }
 }
 
 /// A Python dict of keyword arguments: `{'k': v, ...}`.
-struct DictText<'g>(&'g Graph, &'g indexmap::IndexMap<String, Arg>);
-
-impl std::fmt::Display for DictText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("{")?;
-        for (i, (k, v)) in self.1.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{}: ", PyStr(k))?;
-            write_arg(f, self.0, v)?;
+fn push_dict(out: &mut String, g: &Graph, kwargs: &indexmap::IndexMap<String, Arg>) {
+    out.push('{');
+    for (i, (k, v)) in kwargs.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
         }
-        f.write_str("}")
+        push_py_str(out, k);
+        out.push_str(": ");
+        push_arg(out, g, v);
     }
+    out.push('}');
 }
 
-fn write_arg(f: &mut std::fmt::Formatter<'_>, g: &Graph, arg: &Arg) -> std::fmt::Result {
+/// An argument in Python syntax.
+fn push_arg(out: &mut String, g: &Graph, arg: &Arg) {
     match arg {
-        Arg::Node(id) => f.write_str(&g.node(*id).name),
-        Arg::Int(v) => write!(f, "{v}"),
-        Arg::Float(v) => write_float(f, *v),
-        Arg::Bool(true) => f.write_str("True"),
-        Arg::Bool(false) => f.write_str("False"),
-        Arg::None => f.write_str("None"),
-        Arg::Str(s) => write!(f, "{}", PyStr(s)),
-        Arg::DType(d) => write!(f, "torch.{}", d.torch_name()),
-        Arg::Device(d) => match d.index {
-            Some(i) => write!(f, "device(type='{}', index={i})", d.kind.as_str()),
-            None => write!(f, "device(type='{}')", d.kind.as_str()),
-        },
-        Arg::List(items) => {
-            f.write_str("[")?;
-            write_joined(f, g, items)?;
-            f.write_str("]")
+        Arg::Node(id) => out.push_str(&g.node(*id).name),
+        Arg::Int(v) => push_int(out, *v),
+        Arg::Float(v) => {
+            let _ = write_float(out, *v);
         }
+        Arg::Bool(true) => out.push_str("True"),
+        Arg::Bool(false) => out.push_str("False"),
+        Arg::None => out.push_str("None"),
+        Arg::Str(s) => push_py_str(out, s),
+        Arg::DType(d) => {
+            out.push_str("torch.");
+            out.push_str(d.torch_name());
+        }
+        Arg::Device(d) => {
+            out.push_str("device(type='");
+            out.push_str(d.kind.as_str());
+            match d.index {
+                Some(i) => {
+                    out.push_str("', index=");
+                    push_int(out, i64::from(i));
+                    out.push(')');
+                }
+                None => out.push_str("')"),
+            }
+        }
+        Arg::List(items) => push_list(out, g, items),
     }
 }

@@ -75,7 +75,10 @@ use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, Symbol
 use super::types::{BufName, DType, Device, GraphName, KernelName, Layout};
 use crate::sym::{Bindings, SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::fmt;
+use std::rc::Rc;
 
 /// The name diagnostics and [`ProgramInfo`] use for the main graph. No subgraph
 /// may have this name.
@@ -1000,8 +1003,24 @@ struct Validator<'a> {
     kernel_definitions: IndexMap<KernelName, (GraphName, usize)>,
     /// Backed symbols already reported as never bound (their uses are not reported again).
     unbound_backed: IndexSet<Symbol>,
-    /// Buffer name -> the graph declaring it, for foreign-buffer diagnostics.
-    buffer_owner: IndexMap<BufName, GraphName>,
+    /// Symbol name -> its index in the program's symbol table.
+    symbol_index: FxHashMap<&'a str, usize>,
+    /// Kernel name -> its index in the program's kernel table.
+    kernel_index: FxHashMap<&'a str, usize>,
+    /// The call parameters of each kernel (by kernel table index), computed
+    /// on first call: `Some(None)` when the backend's parameters are unknown.
+    call_params: Vec<Option<Option<Rc<[Param<'a>]>>>>,
+}
+
+/// What a buffer name refers to in a graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BufRef {
+    /// The graph buffer at this index of the graph's buffer table.
+    Graph(usize),
+    /// A program constant (not declared by the graph).
+    Constant,
+    /// Neither.
+    Undeclared,
 }
 
 #[derive(Clone, Debug)]
@@ -1049,10 +1068,25 @@ struct GraphState<'a> {
     name: GraphName,
     graph: &'a Graph,
     is_main: bool,
-    states: FxIndexMap<BufName, BufState>,
+    /// Buffer name -> index in the graph's buffer table.
+    buffer_index: FxHashMap<&'a str, usize>,
+    /// The last name [`GraphState::resolve`] looked up, and the answer.
+    last_resolved: std::cell::RefCell<Option<(BufName, BufRef)>>,
+    /// The state of each defined graph buffer (by buffer table index).
+    states: Vec<Option<BufState>>,
+    /// Each graph buffer's index in `info.buffers` once defined.
+    info_index: Vec<Option<usize>>,
+    /// Each graph buffer's layout symbols ([`layout_symbols`]).
+    layout_syms: Vec<Vec<Symbol>>,
+    /// Graph buffers whose layout symbols are all known to be bound (symbols
+    /// stay bound, so their layouts need no further checks).
+    layout_bound: Vec<bool>,
     storages: Vec<Storage<'a>>,
-    bound: FxIndexMap<Symbol, Site>,
+    /// Where each declared symbol (by symbol table index) is bound.
+    bound: Vec<Option<Site>>,
     line_bound: FxIndexSet<Symbol>,
+    /// `later_*` are filled (by [`Validator::prescan`]) only when first needed.
+    prescanned: bool,
     later_bindings: FxIndexMap<Symbol, usize>,
     later_definitions: FxIndexMap<BufName, usize>,
     later_kernels: FxIndexMap<KernelName, usize>,
@@ -1067,27 +1101,127 @@ struct GraphState<'a> {
 }
 
 impl<'a> GraphState<'a> {
-    fn layout(&self, program: &'a Program, name: &BufName) -> Option<&'a Layout> {
-        match self.graph.buffers.get(name) {
-            Some(d) => match &d.kind {
-                BufferKind::Tensor(l) => Some(l),
-                BufferKind::Multi => None,
+    fn resolve(&self, program: &'a Program, name: &BufName) -> BufRef {
+        // A line names the same buffer several times over: the last answer is
+        // kept with the name, recognised by the address of its text (the kept
+        // clone holds that text alive, so the address names it alone).
+        if let Some((last, r)) = &*self.last_resolved.borrow() {
+            if std::ptr::eq(last.as_str(), name.as_str()) {
+                return *r;
+            }
+        }
+        let r = match self.buffer_index.get(name.as_str()) {
+            Some(&i) => BufRef::Graph(i),
+            None if program.constants.contains_key(name) => BufRef::Constant,
+            None => BufRef::Undeclared,
+        };
+        *self.last_resolved.borrow_mut() = Some((name.clone(), r));
+        r
+    }
+
+    fn layout_of(&self, program: &'a Program, name: &BufName, r: BufRef) -> Option<&'a Layout> {
+        match r {
+            BufRef::Graph(i) => match self.graph.buffers.get_index(i).map(|(_, d)| &d.kind) {
+                Some(BufferKind::Tensor(l)) => Some(l),
+                _ => None,
             },
-            None => program.constants.get(name),
+            BufRef::Constant => program.constants.get(name),
+            BufRef::Undeclared => None,
         }
     }
 
-    fn touch(&mut self, name: &BufName, at: usize) {
-        if let Some(b) = self.info.buffers.get_mut(name) {
+    fn layout(&self, program: &'a Program, name: &BufName) -> Option<&'a Layout> {
+        self.layout_of(program, name, self.resolve(program, name))
+    }
+
+    /// The buffer's entry in `info.buffers`, once defined.
+    fn info_mut(&mut self, name: &BufName, r: BufRef) -> Option<&mut BufferInfo> {
+        match r {
+            BufRef::Graph(i) => {
+                let at = self.info_index[i]?;
+                self.info.buffers.get_index_mut(at).map(|(_, b)| b)
+            }
+            _ => self.info.buffers.get_mut(name),
+        }
+    }
+
+    /// Where the buffer is defined, when it is.
+    fn defined_site(&self, name: &BufName, r: BufRef) -> Option<Site> {
+        match r {
+            BufRef::Graph(i) => {
+                let at = self.info_index[i]?;
+                self.info.buffers.get_index(at).map(|(_, b)| b.defined)
+            }
+            _ => self.info.buffers.get(name).map(|b| b.defined),
+        }
+    }
+
+    /// The state of a graph buffer (`None`: not defined yet, or not a graph buffer).
+    fn state(&self, r: BufRef) -> Option<&BufState> {
+        match r {
+            BufRef::Graph(i) => self.states[i].as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Sets the state of a graph buffer (constants have none: nothing reads it).
+    fn set_state(&mut self, r: BufRef, state: BufState) {
+        if let BufRef::Graph(i) = r {
+            self.states[i] = Some(state);
+        }
+    }
+
+    fn touch(&mut self, name: &BufName, r: BufRef, at: usize) {
+        if let Some(b) = self.info_mut(name, r) {
             b.last_use = Some(at);
         }
     }
 }
 
 fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    // Byte-wise: a non-ASCII character fails either test, as it would char-wise.
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && bytes.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Calls `f` on every symbol occurrence of `e`, parents first and children in
+/// order (the order of [`SymExpr::free_symbols`]), without allocating.
+fn for_each_symbol<'e>(e: &'e SymExpr, f: &mut impl FnMut(&'e Symbol)) {
+    match e {
+        SymExpr::Int(_) | SymExpr::Bool(_) => {}
+        SymExpr::Sym(s) => f(s),
+        SymExpr::Add(v) | SymExpr::Mul(v) | SymExpr::Min(v) | SymExpr::Max(v) | SymExpr::And(v) | SymExpr::Or(v) => {
+            for c in v {
+                for_each_symbol(c, f);
+            }
+        }
+        SymExpr::FloorDiv(a, b)
+        | SymExpr::CleanDiv(a, b)
+        | SymExpr::Mod(a, b)
+        | SymExpr::PythonMod(a, b)
+        | SymExpr::Cmp(_, a, b) => {
+            for_each_symbol(a, f);
+            for_each_symbol(b, f);
+        }
+        SymExpr::ModularIndexing(a, b, c) => {
+            for_each_symbol(a, f);
+            for_each_symbol(b, f);
+            for_each_symbol(c, f);
+        }
+        SymExpr::Pow(a, _) | SymExpr::Not(a) => for_each_symbol(a, f),
+    }
+}
+
+/// The distinct symbols of `e` in first-occurrence order ([`SymExpr::free_symbols`]).
+fn expr_symbols(e: &SymExpr) -> SmallVec<[&Symbol; 4]> {
+    let mut out: SmallVec<[&Symbol; 4]> = SmallVec::new();
+    for_each_symbol(e, &mut |s| {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    });
+    out
 }
 
 fn layout_symbols(l: &Layout) -> Vec<Symbol> {
@@ -1099,11 +1233,11 @@ fn layout_symbols(l: &Layout) -> Vec<Symbol> {
         .chain(std::iter::once(&l.offset))
         .chain(l.alloc_numel.iter());
     for e in exprs {
-        for s in e.free_symbols() {
-            if !out.contains(&s) {
-                out.push(s);
+        for_each_symbol(e, &mut |s| {
+            if !out.contains(s) {
+                out.push(s.clone());
             }
-        }
+        });
     }
     out
 }
@@ -1128,29 +1262,69 @@ fn describe_arg(v: &ArgValue) -> String {
 }
 
 /// A kernel parameter as the checker sees it.
-struct Param {
+struct Param<'a> {
     name: String,
     /// `Some(dtype)` for typed pointers, checked against the buffer.
     pointer: Option<Option<DType>>,
-    /// Printed type.
-    ty: String,
+    /// The type, printed only for diagnostics.
+    ty: ParamType<'a>,
     /// The parameter may be left out (fixed by `constants`).
     optional: bool,
 }
 
+/// Parameter -> value of one call; a handful of entries, searched linearly.
+type Bound<'x> = SmallVec<[(&'x str, &'x ArgValue); 16]>;
+
+/// Binds `name` (replacing an earlier value); `true` when it was bound already.
+fn bound_insert<'x>(bound: &mut Bound<'x>, name: &'x str, value: &'x ArgValue) -> bool {
+    match bound.iter_mut().find(|(n, _)| *n == name) {
+        Some(slot) => {
+            slot.1 = value;
+            true
+        }
+        None => {
+            bound.push((name, value));
+            false
+        }
+    }
+}
+
+fn bound_get<'x>(bound: &Bound<'x>, name: &str) -> Option<&'x ArgValue> {
+    bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+/// A parameter's type as diagnostics print it.
+enum ParamType<'a> {
+    /// A Triton signature type; `None` for launcher arguments.
+    Triton(Option<&'a SigType>),
+    /// A C type.
+    C(&'a str),
+}
+
+impl ParamType<'_> {
+    fn text(&self) -> String {
+        match self {
+            ParamType::Triton(Some(t)) => t.to_string(),
+            ParamType::Triton(None) => "launcher argument".into(),
+            ParamType::C(t) => (*t).to_string(),
+        }
+    }
+}
+
 impl<'a> Validator<'a> {
     fn new(program: &'a Program) -> Self {
-        let mut buffer_owner = IndexMap::new();
-        for name in program.main.buffers.keys() {
-            buffer_owner
-                .entry(name.clone())
-                .or_insert_with(|| GraphName::new(MAIN_GRAPH));
-        }
-        for (g, graph) in &program.subgraphs {
-            for name in graph.buffers.keys() {
-                buffer_owner.entry(name.clone()).or_insert_with(|| g.clone());
-            }
-        }
+        let symbol_index = program
+            .symbols
+            .keys()
+            .enumerate()
+            .map(|(i, s)| (s.as_str(), i))
+            .collect();
+        let kernel_index = program
+            .kernels
+            .keys()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i))
+            .collect();
         Validator {
             program,
             errors: Vec::new(),
@@ -1161,8 +1335,32 @@ impl<'a> Validator<'a> {
             bindings: IndexMap::new(),
             kernel_definitions: IndexMap::new(),
             unbound_backed: IndexSet::new(),
-            buffer_owner,
+            symbol_index,
+            kernel_index,
+            call_params: (0..program.kernels.len()).map(|_| None).collect(),
         }
+    }
+
+    /// The symbol's index in the program's symbol table; `None` when undeclared.
+    fn symbol_index(&self, s: &Symbol) -> Option<usize> {
+        self.symbol_index.get(s.as_str()).copied()
+    }
+
+    /// Where `s` is bound in `g`, if it is.
+    fn bound_site(&self, g: &GraphState<'a>, s: &Symbol) -> Option<Site> {
+        self.symbol_index(s).and_then(|i| g.bound[i])
+    }
+
+    /// The graph that declares a buffer: main first, then subgraphs in table order.
+    fn buffer_owner(&self, name: &BufName) -> Option<GraphName> {
+        if self.program.main.buffers.contains_key(name) {
+            return Some(GraphName::new(MAIN_GRAPH));
+        }
+        self.program
+            .subgraphs
+            .iter()
+            .find(|(_, graph)| graph.buffers.contains_key(name))
+            .map(|(g, _)| g.clone())
     }
 
     fn err(&mut self, location: Location, kind: ValidationErrorKind) {
@@ -1250,7 +1448,7 @@ impl<'a> Validator<'a> {
                     },
                 );
             }
-            if p.symbols.contains_key(&Symbol::new(name.as_str())) {
+            if self.symbol_index.contains_key(name.as_str()) {
                 self.err(
                     Location::Program,
                     ValidationErrorKind::NameClash {
@@ -1278,7 +1476,7 @@ impl<'a> Validator<'a> {
             }
         }
         // Backed symbols are bound at main's entry by what its inputs mention.
-        let mut entry: IndexSet<Symbol> = IndexSet::new();
+        let mut entry: FxIndexSet<Symbol> = FxIndexSet::default();
         for input in &p.main.inputs {
             match input {
                 GraphInput::Symbol { symbol, .. } => {
@@ -1305,14 +1503,28 @@ impl<'a> Validator<'a> {
     // -- one graph ----------------------------------------------------------
 
     fn check_graph(&mut self, name: &GraphName, graph: &'a Graph, is_main: bool) -> Summary {
+        let n = graph.buffers.len();
         let mut g = GraphState {
             name: name.clone(),
             graph,
             is_main,
-            states: FxIndexMap::default(),
-            storages: Vec::new(),
-            bound: FxIndexMap::default(),
+            buffer_index: {
+                let mut m = FxHashMap::with_capacity_and_hasher(n, Default::default());
+                for (i, b) in graph.buffers.keys().enumerate() {
+                    // The table's keys are distinct: the first index is the only one.
+                    m.entry(b.as_str()).or_insert(i);
+                }
+                m
+            },
+            last_resolved: std::cell::RefCell::new(None),
+            states: vec![None; n],
+            info_index: vec![None; n],
+            layout_syms: vec![Vec::new(); n],
+            layout_bound: vec![false; n],
+            storages: Vec::with_capacity(n),
+            bound: vec![None; self.program.symbols.len()],
             line_bound: FxIndexSet::default(),
+            prescanned: false,
             later_bindings: FxIndexMap::default(),
             later_definitions: FxIndexMap::default(),
             later_kernels: FxIndexMap::default(),
@@ -1325,13 +1537,12 @@ impl<'a> Validator<'a> {
             reported: FxIndexSet::default(),
             info: GraphInfo {
                 name: name.clone(),
-                buffers: IndexMap::new(),
+                buffers: IndexMap::with_capacity(n),
                 line_binds: vec![Vec::new(); graph.lines.len()],
                 outputs: IndexSet::new(),
                 callers: Vec::new(),
             },
         };
-        self.prescan(&mut g);
         self.check_buffer_table(&mut g);
         self.check_inputs(&mut g);
         for (i, line) in graph.lines.iter().enumerate() {
@@ -1351,8 +1562,13 @@ impl<'a> Validator<'a> {
     }
 
     /// Records where each symbol, buffer and kernel is first bound/defined in
-    /// this graph, so that "used before" errors can say where.
-    fn prescan(&mut self, g: &mut GraphState<'a>) {
+    /// this graph, so that "used before" errors can say where. Runs once, when
+    /// one of the `later_*` tables is first needed.
+    fn prescan(g: &mut GraphState<'a>) {
+        if g.prescanned {
+            return;
+        }
+        g.prescanned = true;
         for (i, line) in g.graph.lines.iter().enumerate() {
             let mut def = |b: &BufName| {
                 g.later_definitions.entry(b.clone()).or_insert(i);
@@ -1387,7 +1603,7 @@ impl<'a> Validator<'a> {
 
     fn check_buffer_table(&mut self, g: &mut GraphState<'a>) {
         let loc = Location::Graph { graph: g.name.clone() };
-        for (name, decl) in &g.graph.buffers {
+        for (index, (name, decl)) in g.graph.buffers.iter().enumerate() {
             if !is_identifier(name.as_str()) {
                 self.err(
                     loc.clone(),
@@ -1397,7 +1613,7 @@ impl<'a> Validator<'a> {
                     },
                 );
             }
-            if self.program.symbols.contains_key(&Symbol::new(name.as_str())) {
+            if self.symbol_index.contains_key(name.as_str()) {
                 self.err(
                     loc.clone(),
                     ValidationErrorKind::NameClash {
@@ -1428,11 +1644,13 @@ impl<'a> Validator<'a> {
                         },
                     );
                 }
-                for s in layout_symbols(l) {
-                    if !self.program.symbols.contains_key(&s) && g.reported.insert(format!("undeclared-symbol {s}")) {
-                        self.err(loc.clone(), ValidationErrorKind::UndeclaredSymbol { symbol: s });
+                let syms = layout_symbols(l);
+                for s in &syms {
+                    if self.symbol_index(s).is_none() && g.reported.insert(format!("undeclared-symbol {s}")) {
+                        self.err(loc.clone(), ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() });
                     }
                 }
+                g.layout_syms[index] = syms;
             }
         }
     }
@@ -1442,7 +1660,7 @@ impl<'a> Validator<'a> {
         for (i, input) in g.graph.inputs.iter().enumerate() {
             match input {
                 GraphInput::Symbol { symbol, .. } => {
-                    let Some(decl) = self.program.symbols.get(symbol) else {
+                    let Some((sym_index, _, decl)) = self.program.symbols.get_full(symbol) else {
                         if g.reported.insert(format!("undeclared-symbol {symbol}")) {
                             self.err(
                                 loc.clone(),
@@ -1461,10 +1679,10 @@ impl<'a> Validator<'a> {
                             },
                         );
                     }
-                    if let Some(first) = g.bound.get(symbol) {
+                    if let Some(first) = g.bound[sym_index] {
                         let first = SymbolBinding {
                             graph: g.name.clone(),
-                            site: *first,
+                            site: first,
                         };
                         self.err(
                             loc.clone(),
@@ -1474,7 +1692,7 @@ impl<'a> Validator<'a> {
                             },
                         );
                     } else {
-                        g.bound.insert(symbol.clone(), Site::Input(i));
+                        g.bound[sym_index] = Some(Site::Input(i));
                         self.bindings.entry(symbol.clone()).or_default().push(SymbolBinding {
                             graph: g.name.clone(),
                             site: Site::Input(i),
@@ -1518,15 +1736,15 @@ impl<'a> Validator<'a> {
             let GraphInput::Tensor { name } = input else { continue };
             let Some(l) = g.graph.layout(name) else { continue };
             for s in layout_symbols(l) {
-                let Some(decl) = self.program.symbols.get(&s) else {
+                let Some((sym_index, _, decl)) = self.program.symbols.get_full(&s) else {
                     continue;
                 };
-                if g.bound.contains_key(&s) {
+                if g.bound[sym_index].is_some() {
                     continue;
                 }
                 if g.is_main {
                     if decl.kind == SymbolKind::Backed {
-                        g.bound.insert(s.clone(), Site::Input(i));
+                        g.bound[sym_index] = Some(Site::Input(i));
                         self.bindings.entry(s.clone()).or_default().push(SymbolBinding {
                             graph: g.name.clone(),
                             site: Site::Input(i),
@@ -1564,7 +1782,8 @@ impl<'a> Validator<'a> {
                         }
                         continue;
                     }
-                    match g.states.get(b).cloned() {
+                    let r = g.resolve(self.program, b);
+                    match g.state(r).cloned() {
                         None => self.err(
                             loc.clone(),
                             ValidationErrorKind::OutputNotLive {
@@ -1600,8 +1819,34 @@ impl<'a> Validator<'a> {
     /// Requires every symbol of `e` to be declared and bound here. `line` is
     /// `None` for graph headers; `order` orders header uses after all lines.
     fn use_expr(&mut self, g: &mut GraphState<'a>, line: Option<usize>, e: &SymExpr, order: usize) {
-        for s in e.free_symbols() {
-            self.require_symbol(g, line, &s, None, order);
+        for s in expr_symbols(e) {
+            self.require_symbol(g, line, s, None, order);
+        }
+    }
+
+    /// Requires the symbols of a graph buffer's layout to be bound at line `at`
+    /// ([`Validator::require_symbol`] for each, with the buffer named).
+    fn require_layout_symbols(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, r: BufRef) {
+        match r {
+            BufRef::Graph(i) => {
+                if g.layout_bound[i] {
+                    return;
+                }
+                let syms = std::mem::take(&mut g.layout_syms[i]);
+                for s in &syms {
+                    self.require_symbol(g, Some(at), s, Some(name), at);
+                }
+                g.layout_bound[i] = syms.iter().all(|s| self.bound_site(g, s).is_some());
+                g.layout_syms[i] = syms;
+            }
+            BufRef::Constant => {
+                if let Some(l) = g.layout_of(self.program, name, r) {
+                    for s in layout_symbols(l) {
+                        self.require_symbol(g, Some(at), &s, Some(name), at);
+                    }
+                }
+            }
+            BufRef::Undeclared => {}
         }
     }
 
@@ -1613,7 +1858,7 @@ impl<'a> Validator<'a> {
         via_buffer: Option<&BufName>,
         order: usize,
     ) {
-        if !self.program.symbols.contains_key(s) {
+        let Some(index) = self.symbol_index(s) else {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
                 self.err(
                     Self::loc(g, line),
@@ -1621,10 +1866,11 @@ impl<'a> Validator<'a> {
                 );
             }
             return;
-        }
-        if g.bound.contains_key(s) || self.unbound_backed.contains(s) {
+        };
+        if g.bound[index].is_some() || self.unbound_backed.contains(s) {
             return;
         }
+        Self::prescan(g);
         let bound_later = g.later_bindings.get(s).copied().filter(|&i| i >= order);
         if !g.is_main && bound_later.is_none() {
             // Bound by whoever runs this subgraph; checked at the call.
@@ -1657,7 +1903,7 @@ impl<'a> Validator<'a> {
         expected: SymbolKind,
         binder: &'static str,
     ) {
-        let Some(decl) = self.program.symbols.get(s) else {
+        let Some((index, _, decl)) = self.program.symbols.get_full(s) else {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
                 self.err(
                     Self::at(g, at),
@@ -1676,10 +1922,10 @@ impl<'a> Validator<'a> {
                 },
             );
         }
-        if let Some(first) = g.bound.get(s) {
+        if let Some(first) = g.bound[index] {
             let first = SymbolBinding {
                 graph: g.name.clone(),
-                site: *first,
+                site: first,
             };
             self.err(
                 Self::at(g, at),
@@ -1690,7 +1936,7 @@ impl<'a> Validator<'a> {
             );
             return;
         }
-        g.bound.insert(s.clone(), Site::Line(at));
+        g.bound[index] = Some(Site::Line(at));
         g.line_bound.insert(s.clone());
         if let Some(v) = g.info.line_binds.get_mut(at) {
             v.push(s.clone());
@@ -1771,11 +2017,12 @@ impl<'a> Validator<'a> {
     /// Defines `name`. `storage`: `None` for multi-output values, `Some(None)`
     /// for a fresh storage, `Some(Some(id))` to use an existing one.
     fn define(&mut self, g: &mut GraphState<'a>, name: &BufName, site: Site, storage: Option<Option<usize>>) {
+        let r = g.resolve(self.program, name);
         let storage = match storage {
             None => None,
             Some(Some(id)) => Some(id),
             Some(None) => {
-                let capacity = g.layout(self.program, name);
+                let capacity = g.layout_of(self.program, name, r);
                 g.storages.push(Storage {
                     owner: name.clone(),
                     root: name.clone(),
@@ -1786,8 +2033,8 @@ impl<'a> Validator<'a> {
             }
         };
         let storage_root = storage.and_then(|id| g.storages.get(id)).map(|s| s.root.clone());
-        g.states.insert(name.clone(), BufState::Live { storage });
-        g.info.buffers.insert(
+        g.set_state(r, BufState::Live { storage });
+        let (index, _) = g.info.buffers.insert_full(
             name.clone(),
             BufferInfo {
                 defined: site,
@@ -1797,19 +2044,22 @@ impl<'a> Validator<'a> {
                 storage_root,
             },
         );
+        if let BufRef::Graph(i) = r {
+            g.info_index[i] = Some(index);
+        }
     }
 
     /// Checks that a line may define `name` with the given kind; returns
     /// `false` (after reporting) when it may not.
     fn may_define(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, need: Need) -> bool {
-        if !self.declared(g, at, name) {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) {
             return false;
         }
-        if !self.kind_ok(g, at, name, need) {
+        if !self.kind_ok(g, at, name, r, need) {
             return false;
         }
-        if let Some(info) = g.info.buffers.get(name) {
-            let first = info.defined;
+        if let Some(first) = g.defined_site(name, r) {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::DefinedTwice {
@@ -1824,18 +2074,15 @@ impl<'a> Validator<'a> {
 
     /// Reports (once per name) a buffer missing from the table; constants count
     /// as declared.
-    fn declared(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName) -> bool {
-        if g.graph.buffers.contains_key(name) {
-            return true;
-        }
-        if self.program.constants.contains_key(name) {
+    fn declared(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, r: BufRef) -> bool {
+        if r != BufRef::Undeclared {
             return true;
         }
         if g.reported.insert(format!("undeclared-buffer {name}")) {
-            let kind = match self.buffer_owner.get(name) {
-                Some(owner) if *owner != g.name => ValidationErrorKind::ForeignBuffer {
+            let kind = match self.buffer_owner(name) {
+                Some(owner) if owner != g.name => ValidationErrorKind::ForeignBuffer {
                     buffer: name.clone(),
-                    owner: owner.clone(),
+                    owner,
                 },
                 _ => ValidationErrorKind::UndeclaredBuffer { buffer: name.clone() },
             };
@@ -1844,10 +2091,13 @@ impl<'a> Validator<'a> {
         false
     }
 
-    fn kind_ok(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, need: Need) -> bool {
-        let is_tensor = match g.graph.buffers.get(name) {
-            Some(d) => matches!(d.kind, BufferKind::Tensor(_)),
-            None => true, // a constant
+    fn kind_ok(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, r: BufRef, need: Need) -> bool {
+        let is_tensor = match r {
+            BufRef::Graph(i) => matches!(
+                g.graph.buffers.get_index(i).map(|(_, d)| &d.kind),
+                Some(BufferKind::Tensor(_))
+            ),
+            _ => true, // a constant
         };
         match (need, is_tensor) {
             (Need::Tensor, false) => {
@@ -1865,10 +2115,6 @@ impl<'a> Validator<'a> {
         }
     }
 
-    fn is_constant(&self, g: &GraphState<'a>, name: &BufName) -> bool {
-        !g.graph.buffers.contains_key(name) && self.program.constants.contains_key(name)
-    }
-
     /// A read or write of a live buffer. `layout_syms`: also require the
     /// symbols of its layout to be bound. Returns the buffer's storage id when
     /// the use is valid.
@@ -1880,14 +2126,16 @@ impl<'a> Validator<'a> {
         need: Need,
         layout_syms: bool,
     ) -> Option<Option<usize>> {
-        if !self.declared(g, at, name) || !self.kind_ok(g, at, name, need) {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) || !self.kind_ok(g, at, name, r, need) {
             return None;
         }
-        if self.is_constant(g, name) {
+        if r == BufRef::Constant {
             return Some(None);
         }
-        let result = match g.states.get(name).cloned() {
+        let result = match g.state(r).cloned() {
             None => {
+                Self::prescan(g);
                 let defined_at = g.later_definitions.get(name).copied();
                 self.err(
                     Self::at(g, at),
@@ -1926,13 +2174,9 @@ impl<'a> Validator<'a> {
                 Some(storage)
             }
         };
-        g.touch(name, at);
+        g.touch(name, r, at);
         if layout_syms {
-            if let Some(l) = g.layout(self.program, name) {
-                for s in layout_symbols(l) {
-                    self.require_symbol(g, Some(at), &s, Some(name), at);
-                }
-            }
+            self.require_layout_symbols(g, at, name, r);
         }
         result
     }
@@ -1964,18 +2208,20 @@ impl<'a> Validator<'a> {
 
     /// Ends `name` (free-like lines). `mark_reused`: `FreeIfNotReused ... reused`.
     fn end_buffer(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, mark_reused: bool) {
-        if !self.declared(g, at, name) {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) {
             return;
         }
-        if self.is_constant(g, name) {
+        if r == BufRef::Constant {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::ConstantEnded { buffer: name.clone() },
             );
             return;
         }
-        match g.states.get(name).cloned() {
+        match g.state(r).cloned() {
             None => {
+                Self::prescan(g);
                 let defined_at = g.later_definitions.get(name).copied();
                 self.err(
                     Self::at(g, at),
@@ -2023,17 +2269,16 @@ impl<'a> Validator<'a> {
                         );
                     }
                     // The storage stays allocated; the name may only be `old` of a Reuse now.
-                    g.states.insert(name.clone(), BufState::Released { at, storage });
+                    g.set_state(r, BufState::Released { at, storage });
                 } else {
                     if let (Some(id), Some((true, _))) = (storage, owned) {
                         if let Some(st) = g.storages.get_mut(id) {
                             st.freed_at = Some(at);
                         }
                     }
-                    g.states
-                        .insert(name.clone(), BufState::Ended { at, how: Ending::Freed });
+                    g.set_state(r, BufState::Ended { at, how: Ending::Freed });
                 }
-                if let Some(info) = g.info.buffers.get_mut(name) {
+                if let Some(info) = g.info_mut(name, r) {
                     info.ended = Some(at);
                 }
             }
@@ -2042,18 +2287,20 @@ impl<'a> Validator<'a> {
 
     fn reuse(&mut self, g: &mut GraphState<'a>, at: usize, old: &BufName, new: &BufName, delete_old: bool) {
         let may_define = self.may_define(g, at, new, Need::Tensor);
-        if !self.declared(g, at, old) || !self.kind_ok(g, at, old, Need::Tensor) {
+        let r = g.resolve(self.program, old);
+        if !self.declared(g, at, old, r) || !self.kind_ok(g, at, old, r, Need::Tensor) {
             return;
         }
-        if self.is_constant(g, old) {
+        if r == BufRef::Constant {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::ConstantEnded { buffer: old.clone() },
             );
             return;
         }
-        let storage = match g.states.get(old).cloned() {
+        let storage = match g.state(r).cloned() {
             None => {
+                Self::prescan(g);
                 let defined_at = g.later_definitions.get(old).copied();
                 self.err(
                     Self::at(g, at),
@@ -2086,7 +2333,7 @@ impl<'a> Validator<'a> {
                         },
                     );
                 }
-                if let Some(info) = g.info.buffers.get_mut(old) {
+                if let Some(info) = g.info_mut(old, r) {
                     info.ended = Some(at);
                 }
                 storage
@@ -2104,15 +2351,16 @@ impl<'a> Validator<'a> {
                 );
             }
         }
-        g.touch(old, at);
-        g.states.insert(
-            old.clone(),
+        g.touch(old, r, at);
+        g.set_state(
+            r,
             BufState::Ended {
                 at,
                 how: Ending::ReusedBy(new.clone()),
             },
         );
-        if let (Some(lo), Some(ln)) = (g.layout(self.program, old), g.layout(self.program, new)) {
+        let r_new = g.resolve(self.program, new);
+        if let (Some(lo), Some(ln)) = (g.layout_of(self.program, old, r), g.layout_of(self.program, new, r_new)) {
             if lo.dtype != ln.dtype {
                 self.err(
                     Self::at(g, at),
@@ -2153,9 +2401,7 @@ impl<'a> Validator<'a> {
                 }
             }
             if may_define {
-                for s in layout_symbols(ln) {
-                    self.require_symbol(g, Some(at), &s, Some(new), at);
-                }
+                self.require_layout_symbols(g, at, new, r_new);
             }
         }
         if !may_define {
@@ -2178,10 +2424,9 @@ impl<'a> Validator<'a> {
             return;
         }
         let storage = storage.flatten();
-        if let Some(la) = g.layout(self.program, alias) {
-            for s in layout_symbols(la) {
-                self.require_symbol(g, Some(at), &s, Some(alias), at);
-            }
+        let r_alias = g.resolve(self.program, alias);
+        if let Some(la) = g.layout_of(self.program, alias, r_alias) {
+            self.require_layout_symbols(g, at, alias, r_alias);
             let st = storage.and_then(|id| g.storages.get(id)).cloned();
             let capacity = match &st {
                 Some(s) => s.capacity,
@@ -2238,6 +2483,19 @@ impl<'a> Validator<'a> {
     }
 
     fn use_arg(&mut self, g: &mut GraphState<'a>, at: usize, v: &ArgValue) {
+        match v {
+            ArgValue::Buffer(b) => {
+                self.use_buffer(g, at, b, Need::Any, true);
+                return;
+            }
+            ArgValue::Expr(e) => {
+                self.use_expr(g, Some(at), e, at);
+                return;
+            }
+            ArgValue::List(_) => {}
+            _ => return,
+        }
+        // Lists: every buffer, then every expression.
         let mut bufs = Vec::new();
         v.for_each_buffer(&mut |b| bufs.push(b.clone()));
         for b in bufs {
@@ -2256,11 +2514,8 @@ impl<'a> Validator<'a> {
         match line {
             Line::Allocate { buffer } | Line::CommBufferAllocate { buffer, .. } => {
                 if self.may_define(g, at, buffer, Need::Tensor) {
-                    if let Some(l) = g.layout(self.program, buffer) {
-                        for s in layout_symbols(l) {
-                            self.require_symbol(g, Some(at), &s, Some(buffer), at);
-                        }
-                    }
+                    let r = g.resolve(self.program, buffer);
+                    self.require_layout_symbols(g, at, buffer, r);
                     self.define(g, buffer, Site::Line(at), Some(None));
                 }
             }
@@ -2460,7 +2715,12 @@ impl<'a> Validator<'a> {
         for a in &call.args {
             self.use_arg(g, at, &a.value);
         }
-        let Some(def) = self.program.kernels.get(&call.kernel) else {
+        let program = self.program;
+        let Some((kernel_index, def)) = self
+            .kernel_index
+            .get(call.kernel.as_str())
+            .and_then(|&i| program.kernels.get_index(i).map(|(_, d)| (i, d)))
+        else {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::UnknownKernel {
@@ -2470,6 +2730,7 @@ impl<'a> Validator<'a> {
             return;
         };
         if !g.defined_kernels.contains_key(&call.kernel) {
+            Self::prescan(g);
             let later = g.later_kernels.get(&call.kernel).copied().filter(|&i| i > at);
             if g.is_main || later.is_some() {
                 if g.reported.insert(format!("undefined-kernel {}", call.kernel)) {
@@ -2485,7 +2746,17 @@ impl<'a> Validator<'a> {
                 g.external_kernels.entry(call.kernel.clone()).or_insert(at);
             }
         }
-        let Some(params) = self.kernel_params(def) else { return };
+        let cached = match &self.call_params[kernel_index] {
+            Some(p) => p.clone(),
+            None => {
+                let p = self
+                    .kernel_params(def)
+                    .map(|params| -> Rc<[Param<'a>]> { params.into_iter().filter(|p| !p.name.is_empty()).collect() });
+                self.call_params[kernel_index] = Some(p.clone());
+                p
+            }
+        };
+        let Some(call_params) = cached else { return };
         let kernel = &call.kernel;
         let positional = call.args.iter().take_while(|a| a.name.is_none()).count();
         let any_named = positional < call.args.len();
@@ -2495,7 +2766,6 @@ impl<'a> Validator<'a> {
                 ValidationErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
             );
         }
-        let call_params: Vec<&Param> = params.iter().filter(|p| !p.name.is_empty()).collect();
         if (!any_named && positional != call_params.len()) || positional > call_params.len() {
             self.err(
                 Self::at(g, at),
@@ -2511,9 +2781,10 @@ impl<'a> Validator<'a> {
                 },
             );
         }
-        let mut bound: IndexMap<&str, &ArgValue> = IndexMap::new();
+        // Parameter -> value; a handful of entries, searched linearly.
+        let mut bound: Bound<'_> = SmallVec::new();
         for (p, a) in call_params.iter().zip(call.args.iter().take(positional)) {
-            bound.insert(p.name.as_str(), &a.value);
+            bound_insert(&mut bound, p.name.as_str(), &a.value);
         }
         for a in &call.args[positional..] {
             let Some(n) = &a.name else { continue };
@@ -2525,7 +2796,7 @@ impl<'a> Validator<'a> {
                         param: n.clone(),
                     },
                 );
-            } else if bound.insert(n.as_str(), &a.value).is_some() {
+            } else if bound_insert(&mut bound, n.as_str(), &a.value) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::ParameterBoundTwice {
@@ -2536,8 +2807,8 @@ impl<'a> Validator<'a> {
             }
         }
         if any_named {
-            for p in &call_params {
-                if !p.optional && !bound.contains_key(p.name.as_str()) {
+            for p in call_params.iter() {
+                if !p.optional && bound_get(&bound, p.name.as_str()).is_none() {
                     self.err(
                         Self::at(g, at),
                         ValidationErrorKind::MissingArgument {
@@ -2548,8 +2819,8 @@ impl<'a> Validator<'a> {
                 }
             }
         }
-        for p in &call_params {
-            let Some(value) = bound.get(p.name.as_str()) else {
+        for p in call_params.iter() {
+            let Some(value) = bound_get(&bound, p.name.as_str()) else {
                 continue;
             };
             if p.optional {
@@ -2577,7 +2848,7 @@ impl<'a> Validator<'a> {
                     ValidationErrorKind::PointerArgNotBuffer {
                         kernel: kernel.clone(),
                         param: p.name.clone(),
-                        expected: p.ty.clone(),
+                        expected: p.ty.text(),
                         found: describe_arg(other),
                     },
                 ),
@@ -2590,7 +2861,7 @@ impl<'a> Validator<'a> {
                             ValidationErrorKind::BufferArgNotPointer {
                                 kernel: kernel.clone(),
                                 param: p.name.clone(),
-                                expected: p.ty.clone(),
+                                expected: p.ty.text(),
                                 buffer: b.clone(),
                             },
                         );
@@ -2603,7 +2874,7 @@ impl<'a> Validator<'a> {
 
     /// The parameters a call site binds, or `None` when the backend's
     /// parameters are unknown (CUDA C, host, C++ without `arg_types`).
-    fn kernel_params(&self, def: &KernelDef) -> Option<Vec<Param>> {
+    fn kernel_params(&self, def: &'a KernelDef) -> Option<Vec<Param<'a>>> {
         match &def.backend {
             KernelBackend::Triton(meta) => Some(
                 meta.call_params()
@@ -2616,7 +2887,7 @@ impl<'a> Validator<'a> {
                                 Some(SigType::Pointer(d)) => Some(Some(*d)),
                                 _ => None,
                             },
-                            ty: ty.map(|t| t.to_string()).unwrap_or_else(|| "launcher argument".into()),
+                            ty: ParamType::Triton(ty),
                             optional: meta.constants.contains_key(name),
                         }
                     })
@@ -2628,7 +2899,7 @@ impl<'a> Validator<'a> {
                     .map(|a| Param {
                         name: a.name.clone(),
                         pointer: a.ctype.trim_end().ends_with('*').then_some(None),
-                        ty: a.ctype.clone(),
+                        ty: ParamType::C(&a.ctype),
                         optional: false,
                     })
                     .collect(),
@@ -2640,7 +2911,7 @@ impl<'a> Validator<'a> {
                     .map(|(i, t)| Param {
                         name: format!("arg{i}"),
                         pointer: t.trim_end().ends_with('*').then_some(None),
-                        ty: t.clone(),
+                        ty: ParamType::C(t),
                         optional: false,
                     })
                     .collect(),
@@ -2746,9 +3017,10 @@ impl<'a> Validator<'a> {
     /// Applies what a subgraph needs and provides at the line that runs it.
     fn apply_summary(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, s: &Summary) {
         for (sym, used_at) in &s.external_symbols {
-            if g.bound.contains_key(sym) || self.unbound_backed.contains(sym) {
+            if self.bound_site(g, sym).is_some() || self.unbound_backed.contains(sym) {
                 continue;
             }
+            Self::prescan(g);
             if g.is_main || g.later_bindings.get(sym).is_some_and(|&i| i > at) {
                 self.err(
                     Self::at(g, at),
@@ -2766,6 +3038,7 @@ impl<'a> Validator<'a> {
             if g.defined_kernels.contains_key(k) {
                 continue;
             }
+            Self::prescan(g);
             if g.is_main || g.later_kernels.get(k).is_some_and(|&i| i > at) {
                 self.err(
                     Self::at(g, at),
@@ -2780,10 +3053,10 @@ impl<'a> Validator<'a> {
             }
         }
         for sym in &s.binds {
-            if let Some(first) = g.bound.get(sym) {
+            if let Some(first) = self.bound_site(g, sym) {
                 let first = SymbolBinding {
                     graph: g.name.clone(),
-                    site: *first,
+                    site: first,
                 };
                 self.err(
                     Self::at(g, at),
@@ -2813,10 +3086,12 @@ impl<'a> Validator<'a> {
     /// Makes `syms` (bound inside subgraphs) visible after line `at`.
     fn bind_after(&mut self, g: &mut GraphState<'a>, at: usize, syms: impl IntoIterator<Item = Symbol>) {
         for s in syms {
-            if g.bound.contains_key(&s) {
+            // Subgraphs bind only declared symbols.
+            let Some(index) = self.symbol_index(&s) else { continue };
+            if g.bound[index].is_some() {
                 continue;
             }
-            g.bound.insert(s.clone(), Site::Line(at));
+            g.bound[index] = Some(Site::Line(at));
             g.line_bound.insert(s.clone());
             if let Some(v) = g.info.line_binds.get_mut(at) {
                 v.push(s);

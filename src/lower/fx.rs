@@ -14,12 +14,13 @@
 
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall, KeyEntry,
-    Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
+    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
+    KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
+use std::rc::Rc;
 
 /// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
 pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
@@ -136,6 +137,8 @@ struct GraphLowering<'p> {
     getitems: HashMap<(NodeId, IndexKey), NodeId>,
     lifted: Vec<Symbol>,
     line: Option<usize>,
+    /// [`TritonMeta::call_params`] by kernel (keyed by the metadata's address).
+    call_params: HashMap<usize, Rc<[&'p str]>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -174,6 +177,7 @@ impl<'p> GraphLowering<'p> {
             getitems: HashMap::default(),
             lifted: Vec::new(),
             line: None,
+            call_params: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             graph: l.name.clone(),
@@ -373,8 +377,8 @@ impl<'p> GraphLowering<'p> {
     fn lower_line(&mut self, line: &Line) -> Res<()> {
         match line {
             Line::Allocate { buffer } => {
-                let layout = self.layout_of(buffer)?.clone();
-                let id = self.allocate(buffer.as_str(), &layout)?;
+                let layout = self.layout_of(buffer)?;
+                let id = self.allocate(buffer.as_str(), layout)?;
                 self.buffers.insert(buffer.clone(), id);
             }
             // A free whose storage a later `reuse` takes over keeps the name alive until then.
@@ -387,7 +391,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::Reuse { old, new, delete_old } => {
                 let old_id = self.buffer(old)?;
-                let new_layout = self.layout_of(new)?.clone();
+                let new_layout = self.layout_of(new)?;
                 let same = match self.out.node(old_id).val.as_ref() {
                     Some(Val::Tensor(l)) => {
                         l.size == new_layout.size
@@ -400,7 +404,7 @@ impl<'p> GraphLowering<'p> {
                 let id = if same {
                     old_id
                 } else {
-                    self.as_strided(new.as_str(), old_id, &new_layout)?
+                    self.as_strided(new.as_str(), old_id, new_layout)?
                 };
                 self.buffers.insert(new.clone(), id);
                 if *delete_old && !same && !self.is_output(old) {
@@ -409,7 +413,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::Reinterpret { base, alias } => {
                 let base_id = self.buffer(base)?;
-                let layout = self.layout_of(alias)?.clone();
+                let layout = self.layout_of(alias)?;
                 let base_dtype = match self.out.node(base_id).val.as_ref() {
                     Some(Val::Tensor(l)) => Some(l.dtype),
                     _ => None,
@@ -427,10 +431,10 @@ impl<'p> GraphLowering<'p> {
                                 args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
                                 kwargs: IndexMap::new(),
                             },
-                            Some(Val::Tensor(layout)),
+                            Some(Val::Tensor(layout.clone())),
                         )
                     }
-                    _ => self.as_strided(alias.as_str(), base_id, &layout)?,
+                    _ => self.as_strided(alias.as_str(), base_id, layout)?,
                 };
                 self.buffers.insert(alias.clone(), id);
             }
@@ -492,7 +496,7 @@ impl<'p> GraphLowering<'p> {
                 if indices.is_empty() {
                     // An alias; a multi-output op that really returns one tensor gets its layout.
                     if matches!(self.out.node(src).val, Some(Val::Multi) | None) {
-                        self.out.node_mut(src).val = val;
+                        self.out.set_val(src, val);
                     }
                     self.buffers.insert(result.clone(), src);
                 } else {
@@ -504,11 +508,10 @@ impl<'p> GraphLowering<'p> {
                             MultiIndex::Dict(k) => IndexKey::Str(k.clone()),
                         };
                         cur = self.getitem(cur, key, if last { Some(result.as_str()) } else { None });
-                        let node = self.out.node_mut(cur);
                         if last {
-                            node.val = val.clone();
-                        } else if node.val.is_none() {
-                            node.val = Some(Val::Multi);
+                            self.out.set_val(cur, val.clone());
+                        } else if self.out.node(cur).val.is_none() {
+                            self.out.set_val(cur, Some(Val::Multi));
                         }
                     }
                     self.buffers.insert(result.clone(), cur);
@@ -1005,17 +1008,25 @@ impl<'p> GraphLowering<'p> {
         }
     }
 
-    fn triton_call(&mut self, call: &KernelCall, meta: &TritonMeta) -> Res<()> {
-        let kernel = call.kernel.to_string();
+    fn triton_call(&mut self, call: &KernelCall, meta: &'p TritonMeta) -> Res<()> {
         let err = |message: String| ErrorKind::KernelArgs {
-            kernel: kernel.clone(),
+            kernel: call.kernel.to_string(),
             message,
         };
-        let bound = meta.bind_args(&call.args).map_err(|e| err(e.to_string()))?;
+        let params = self.call_params(meta);
+        let Some(bound) = bind_args(meta, &params, &call.args) else {
+            // The fast binder only says that binding fails; the kernel
+            // metadata's binder says why.
+            return Err(match meta.bind_args(&call.args) {
+                Err(e) => err(e.to_string()),
+                Ok(_) => err("arguments do not bind to the kernel's parameters".into()),
+            });
+        };
+        let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
         for (name, value) in &bound {
-            if meta.call_params().contains(&name.as_str()) || !meta.is_baked(name) {
+            if params.contains(name) || !meta.is_baked(name) {
                 continue;
             }
             match (meta.baked_value(name), value) {
@@ -1037,12 +1048,10 @@ impl<'p> GraphLowering<'p> {
                 _ => {}
             }
         }
-        // The expression each parameter stands for (for the grid).
-        let mut param_exprs: HashMap<String, SymExpr> = HashMap::default();
-        let mut kwargs: IndexMap<String, Arg> = IndexMap::new();
+        let mut kwargs: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
-                if let (Some(given), ConstValue::Int(cv)) = (bound.get(name.as_str()), c) {
+                if let (Some(given), ConstValue::Int(cv)) = (get(name), c) {
                     if let ArgValue::Expr(SymExpr::Int(v)) = given {
                         if v != cv {
                             return Err(err(format!(
@@ -1051,13 +1060,9 @@ impl<'p> GraphLowering<'p> {
                         }
                     }
                 }
-                if let ConstValue::Int(v) = c {
-                    param_exprs.insert(name.clone(), SymExpr::Int(*v));
-                }
                 const_arg(c)
             } else if *ty == crate::ir::SigType::Constexpr {
                 if let Some(v) = meta.config.get(name) {
-                    param_exprs.insert(name.clone(), SymExpr::Int(*v));
                     Arg::Int(*v)
                 } else {
                     return Err(err(format!(
@@ -1065,12 +1070,9 @@ impl<'p> GraphLowering<'p> {
                     )));
                 }
             } else {
-                let Some(given) = bound.get(name.as_str()) else {
+                let Some(given) = get(name) else {
                     return Err(err(format!("missing argument for parameter `{name}`")));
                 };
-                if let ArgValue::Expr(e) = given {
-                    param_exprs.insert(name.clone(), e.clone());
-                }
                 self.arg(given)?
             };
             kwargs.insert(name.clone(), value);
@@ -1083,25 +1085,44 @@ impl<'p> GraphLowering<'p> {
             {
                 return Err(err(format!("config key `{k}` names a runtime parameter")));
             }
-            param_exprs.entry(k.clone()).or_insert(SymExpr::Int(*v));
-            kwargs.entry(k.clone()).or_insert(Arg::Int(*v));
-        }
-        for extra in &meta.extra_launcher_args {
-            let Some(given) = bound.get(extra.as_str()) else {
-                return Err(err(format!("missing launcher argument `{extra}`")));
-            };
-            match given {
-                ArgValue::Expr(e) => {
-                    param_exprs.insert(extra.clone(), e.clone());
-                }
-                other => {
-                    return Err(err(format!(
-                        "launcher argument `{extra}` must be an integer, got {other:?}"
-                    )))
-                }
+            if !kwargs.contains_key(k) {
+                kwargs.insert(k.clone(), Arg::Int(*v));
             }
         }
-        let grid = grid_exprs(meta, &param_exprs).map_err(err)?;
+        for extra in &meta.extra_launcher_args {
+            let Some(given) = get(extra) else {
+                return Err(err(format!("missing launcher argument `{extra}`")));
+            };
+            if !matches!(given, ArgValue::Expr(_)) {
+                return Err(err(format!(
+                    "launcher argument `{extra}` must be an integer, got {given:?}"
+                )));
+            }
+        }
+        // The expression each parameter stands for (for the grid): an extra
+        // launcher argument, else a signature entry (an integer constant, a
+        // config constexpr, or the expression passed), else a config kwarg.
+        let param_expr = |n: &str| -> Option<SymExpr> {
+            if meta.extra_launcher_args.iter().any(|x| x == n) {
+                if let Some(ArgValue::Expr(e)) = get(n) {
+                    return Some(e.clone());
+                }
+            }
+            let from_signature = match meta.signature.get(n) {
+                Some(ty) => match meta.constants.get(n) {
+                    Some(ConstValue::Int(v)) => Some(SymExpr::Int(*v)),
+                    Some(_) => None,
+                    None if *ty == crate::ir::SigType::Constexpr => meta.config.get(n).map(|v| SymExpr::Int(*v)),
+                    None => match get(n) {
+                        Some(ArgValue::Expr(e)) => Some(e.clone()),
+                        _ => None,
+                    },
+                },
+                None => None,
+            };
+            from_signature.or_else(|| meta.config.get(n).map(|v| SymExpr::Int(*v)))
+        };
+        let grid = meta.grid(&param_expr).map_err(|e| err(e.to_string()))?;
         let grid = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
         self.out.push(
             "triton_kernel_wrapper_mutation",
@@ -1113,6 +1134,15 @@ impl<'p> GraphLowering<'p> {
             None,
         );
         Ok(())
+    }
+
+    /// [`TritonMeta::call_params`] of a kernel, computed once per lowering.
+    fn call_params(&mut self, meta: &'p TritonMeta) -> Rc<[&'p str]> {
+        let key = meta as *const TritonMeta as usize;
+        self.call_params
+            .entry(key)
+            .or_insert_with(|| meta.call_params().into())
+            .clone()
     }
 
     // ---- subgraphs ----------------------------------------------------------
@@ -1446,8 +1476,37 @@ fn affine_in(e: &SymExpr, s: &Symbol) -> Option<(i64, SymExpr)> {
     }
 }
 
-/// The launch grid of a Triton kernel from its grid type and chosen config,
-/// in terms of the expressions bound to its parameters.
-fn grid_exprs(meta: &TritonMeta, params: &HashMap<String, SymExpr>) -> Result<[SymExpr; 3], String> {
-    meta.grid(&|n| params.get(n).cloned()).map_err(|e| e.to_string())
+/// Binds a Triton launch's arguments to parameter names like
+/// [`TritonMeta::bind_args`] (`params` is its [`TritonMeta::call_params`]),
+/// without allocating a name per argument. `None` when binding fails; the
+/// caller asks [`TritonMeta::bind_args`] for the error.
+fn bind_args<'a>(meta: &TritonMeta, params: &[&'a str], args: &'a [CallArg]) -> Option<Bound<'a>> {
+    let mut bound = Bound::with_capacity(args.len());
+    let mut positional = 0usize;
+    let mut seen_named = false;
+    for a in args {
+        let name: &str = match &a.name {
+            None if seen_named => return None,
+            None => {
+                let p = params.get(positional)?;
+                positional += 1;
+                p
+            }
+            Some(n) => {
+                seen_named = true;
+                if !(meta.signature.contains_key(n.as_str()) || meta.extra_launcher_args.iter().any(|x| x == n)) {
+                    return None;
+                }
+                n
+            }
+        };
+        if bound.iter().any(|(n, _)| *n == name) {
+            return None;
+        }
+        bound.push((name, &a.value));
+    }
+    Some(bound)
 }
+
+/// Arguments of one launch by parameter name, in argument order.
+type Bound<'a> = Vec<(&'a str, &'a ArgValue)>;

@@ -81,11 +81,12 @@ pub fn parse(text: &str) -> Result<SymExpr, ParseError> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Tok {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tok<'a> {
     /// Magnitude of an integer literal (at most 2^63, so `-9223372036854775808` parses).
     Int(u64),
-    Ident(String),
+    /// Borrowed from the input (no allocation per token).
+    Ident(&'a str),
     LParen,
     RParen,
     Comma,
@@ -99,21 +100,22 @@ enum Tok {
     End,
 }
 
-#[derive(Clone, Debug)]
-struct Token {
-    tok: Tok,
+#[derive(Clone, Copy, Debug)]
+struct Token<'a> {
+    tok: Tok<'a>,
     start: usize,
     end: usize,
 }
 
-fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
+fn lex(text: &str) -> Result<Vec<Token<'_>>, ParseError> {
     let err = |offset: usize, message: String| ParseError {
         text: text.to_string(),
         offset,
         message,
     };
     let bytes = text.as_bytes();
-    let mut out = Vec::new();
+    // At most one token per byte, plus `End`; expressions are short.
+    let mut out = Vec::with_capacity(text.len() / 2 + 2);
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
@@ -150,7 +152,7 @@ fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
                 i += 1;
             }
             out.push(Token {
-                tok: Tok::Ident(text[start..i].to_string()),
+                tok: Tok::Ident(&text[start..i]),
                 start,
                 end: i,
             });
@@ -194,7 +196,7 @@ fn lex(text: &str) -> Result<Vec<Token>, ParseError> {
 
 struct Parser<'a> {
     text: &'a str,
-    tokens: Vec<Token>,
+    tokens: Vec<Token<'a>>,
     pos: usize,
     depth: usize,
 }
@@ -209,21 +211,21 @@ struct Unary {
 const KEYWORDS: [&str; 5] = ["and", "or", "not", "True", "False"];
 
 impl<'a> Parser<'a> {
-    fn token(&self) -> &Token {
+    fn token(&self) -> &Token<'a> {
         // `lex` always ends the list with `End` and `bump` never moves past it.
         &self.tokens[self.pos.min(self.tokens.len() - 1)]
     }
 
-    fn peek(&self) -> &Tok {
+    fn peek(&self) -> &Tok<'a> {
         &self.token().tok
     }
 
-    fn peek_second(&self) -> &Tok {
+    fn peek_second(&self) -> &Tok<'a> {
         self.tokens.get(self.pos + 1).map_or(&Tok::End, |t| &t.tok)
     }
 
-    fn bump(&mut self) -> Token {
-        let t = self.token().clone();
+    fn bump(&mut self) -> Token<'a> {
+        let t = *self.token();
         if self.pos + 1 < self.tokens.len() {
             self.pos += 1;
         }
@@ -231,7 +233,7 @@ impl<'a> Parser<'a> {
     }
 
     fn is_keyword(&self, kw: &str) -> bool {
-        matches!(self.peek(), Tok::Ident(s) if s == kw)
+        matches!(self.peek(), Tok::Ident(s) if *s == kw)
     }
 
     fn describe(&self) -> String {
@@ -239,7 +241,7 @@ impl<'a> Parser<'a> {
         match &t.tok {
             Tok::End => "the end of the expression".into(),
             Tok::Int(_) => format!("integer `{}`", &self.text[t.start..t.end]),
-            Tok::Ident(s) if KEYWORDS.contains(&s.as_str()) => format!("keyword `{s}`"),
+            Tok::Ident(s) if KEYWORDS.contains(s) => format!("keyword `{s}`"),
             Tok::Ident(s) => format!("identifier `{s}`"),
             _ => format!("`{}`", &self.text[t.start..t.end]),
         }
@@ -269,7 +271,7 @@ impl<'a> Parser<'a> {
         self.depth = self.depth.saturating_sub(1);
     }
 
-    fn expect(&mut self, tok: Tok, what: &str) -> Result<Token, ParseError> {
+    fn expect(&mut self, tok: Tok<'a>, what: &str) -> Result<Token<'a>, ParseError> {
         if *self.peek() == tok {
             Ok(self.bump())
         } else {
@@ -285,7 +287,11 @@ impl<'a> Parser<'a> {
     }
 
     fn or_expr(&mut self) -> Result<SymExpr, ParseError> {
-        let mut items = vec![self.and_expr()?];
+        let first = self.and_expr()?;
+        if !self.is_keyword("or") {
+            return Ok(first);
+        }
+        let mut items = vec![first];
         while self.is_keyword("or") {
             self.bump();
             items.push(self.and_expr()?);
@@ -298,7 +304,11 @@ impl<'a> Parser<'a> {
     }
 
     fn and_expr(&mut self) -> Result<SymExpr, ParseError> {
-        let mut items = vec![self.not_expr()?];
+        let first = self.not_expr()?;
+        if !self.is_keyword("and") {
+            return Ok(first);
+        }
+        let mut items = vec![first];
         while self.is_keyword("and") {
             self.bump();
             items.push(self.not_expr()?);
@@ -336,7 +346,11 @@ impl<'a> Parser<'a> {
     }
 
     fn sum(&mut self) -> Result<SymExpr, ParseError> {
-        let mut terms = vec![self.term()?];
+        let first = self.term()?;
+        if !matches!(self.peek(), Tok::Plus | Tok::Minus) {
+            return Ok(first);
+        }
+        let mut terms = vec![first];
         loop {
             match self.peek() {
                 Tok::Plus => {
@@ -412,7 +426,7 @@ impl<'a> Parser<'a> {
             Tok::Minus => {
                 let at = self.bump().start;
                 // `-9223372036854775808`: the magnitude alone does not fit in i64.
-                if let (Tok::Int(m), next) = (self.peek().clone(), self.peek_second()) {
+                if let (Tok::Int(m), next) = (*self.peek(), self.peek_second()) {
                     if *next != Tok::StarStar {
                         self.bump();
                         let v = 0i64.checked_sub_unsigned(m).ok_or_else(|| {
@@ -463,7 +477,7 @@ impl<'a> Parser<'a> {
     }
 
     fn primary(&mut self) -> Result<SymExpr, ParseError> {
-        let t = self.token().clone();
+        let t = *self.token();
         match &t.tok {
             Tok::Int(m) => {
                 self.bump();
@@ -471,7 +485,7 @@ impl<'a> Parser<'a> {
                     .map(SymExpr::Int)
                     .map_err(|_| self.error_at(t.start, format!("integer literal {m} does not fit in 64 bits")))
             }
-            Tok::Ident(name) => match name.as_str() {
+            Tok::Ident(name) => match *name {
                 "True" => {
                     self.bump();
                     Ok(SymExpr::Bool(true))

@@ -2,6 +2,7 @@
 //! string literals and bracket-balanced spans, with 1-based error positions.
 
 use super::ParseError;
+use std::fmt;
 
 /// Position-tracking reader over the code part of one text line (the comment
 /// already cut off).
@@ -214,7 +215,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a decimal integer with optional leading `-`.
-    pub(crate) fn integer<T: std::str::FromStr>(&mut self, what: &str) -> Result<T, ParseError> {
+    pub(crate) fn integer<T: std::str::FromStr>(&mut self, what: &dyn fmt::Display) -> Result<T, ParseError> {
         self.skip_ws();
         let start = self.pos;
         let rest = self.rest_raw();
@@ -240,7 +241,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a Python single-quoted string literal (`'a\'b'`).
-    pub(crate) fn string(&mut self, what: &str) -> Result<String, ParseError> {
+    pub(crate) fn string(&mut self, what: &dyn fmt::Display) -> Result<String, ParseError> {
         self.skip_ws();
         let start = self.pos;
         if self.peek_raw() != Some('\'') {
@@ -285,15 +286,38 @@ impl<'a> Cursor<'a> {
     /// skipping over `(...)`, `[...]` and strings. Returns the start offset and
     /// the trimmed text. Fails on an unbalanced closing bracket or when the line
     /// ends inside a bracket.
-    pub(crate) fn balanced_until(&mut self, stops: &[char], what: &str) -> Result<(usize, &'a str), ParseError> {
+    pub(crate) fn balanced_until(
+        &mut self,
+        stops: &[char],
+        what: &dyn fmt::Display,
+    ) -> Result<(usize, &'a str), ParseError> {
         self.skip_ws();
         let start = self.pos;
         let text = self.rest_raw();
-        let mut stack: Vec<(char, usize)> = Vec::new();
+        let mut stack: smallvec::SmallVec<[(char, usize); 8]> = smallvec::SmallVec::new();
         let mut in_string = false;
         let mut escaped = false;
         let mut end = text.len();
-        for (i, c) in text.char_indices() {
+        // Every character this scan acts on is ASCII (when the stops are), so
+        // it can walk bytes: a multi-byte character is its lead byte (read as
+        // U+FFFD, which only ends an escape) and continuation bytes (skipped).
+        let ascii_stops = stops.iter().all(char::is_ascii);
+        let mut chars = text.char_indices();
+        let mut bytes = text.bytes().enumerate();
+        loop {
+            let (i, c) = if ascii_stops {
+                match bytes.next() {
+                    Some((i, b)) if b.is_ascii() => (i, char::from(b)),
+                    Some((i, b)) if b >= 0xC0 => (i, char::REPLACEMENT_CHARACTER),
+                    Some(_) => continue,
+                    None => break,
+                }
+            } else {
+                match chars.next() {
+                    Some(ic) => ic,
+                    None => break,
+                }
+            };
             if in_string {
                 if escaped {
                     escaped = false;
@@ -332,7 +356,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Fails unless the line is fully consumed.
-    pub(crate) fn finish(&mut self, context: &str) -> Result<(), ParseError> {
+    pub(crate) fn finish(&mut self, context: &dyn fmt::Display) -> Result<(), ParseError> {
         if self.at_end() {
             Ok(())
         } else {

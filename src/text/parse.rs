@@ -11,12 +11,39 @@ use crate::ir::{
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
 use smallvec::SmallVec;
+use std::fmt;
 
 type Buffers = IndexMap<BufName, BufferDecl>;
 
+/// Names that read as buffers in a graph: the program's constants and the
+/// graph's buffer table (looked up in both rather than copied into one map).
+struct Declared<'x> {
+    constants: &'x IndexMap<BufName, Layout>,
+    buffers: &'x Buffers,
+}
+
+impl Declared<'_> {
+    fn contains_key(&self, name: &str) -> bool {
+        self.get_key(name).is_some()
+    }
+
+    /// The declared name equal to `name`.
+    fn get_key(&self, name: &str) -> Option<&BufName> {
+        match self.buffers.get_key_value(name) {
+            Some((k, _)) => Some(k),
+            None => self.constants.get_key_value(name).map(|(k, _)| k),
+        }
+    }
+}
+
 pub(super) fn program(text: &str) -> Result<Program, ParseError> {
     Parser {
-        lines: text.split('\n').collect(),
+        lines: {
+            // Sized up front: a large program has hundreds of thousands of lines.
+            let mut lines = Vec::with_capacity(text.bytes().filter(|b| *b == b'\n').count() + 1);
+            lines.extend(text.split('\n'));
+            lines
+        },
         next: 0,
     }
     .program()
@@ -36,7 +63,7 @@ enum RawOutput {
     Expr(SymExpr),
 }
 
-fn parse_expr(c: &Cursor<'_>, pos: usize, text: &str, what: &str) -> Result<SymExpr, ParseError> {
+fn parse_expr(c: &Cursor<'_>, pos: usize, text: &str, what: &dyn fmt::Display) -> Result<SymExpr, ParseError> {
     if text.is_empty() {
         return Err(c.error_at(pos, format!("expected an expression in {what}")));
     }
@@ -68,7 +95,7 @@ fn parse_float(c: &Cursor<'_>, pos: usize, s: &str) -> Result<f64, ParseError> {
 }
 
 /// An integer, a symbol, or a parenthesised expression (the `ParenIfCompound` form).
-fn expr_atom(c: &mut Cursor<'_>, what: &str) -> Result<SymExpr, ParseError> {
+fn expr_atom(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<SymExpr, ParseError> {
     match c.peek() {
         Some('(') => {
             c.eat("(");
@@ -76,7 +103,9 @@ fn expr_atom(c: &mut Cursor<'_>, what: &str) -> Result<SymExpr, ParseError> {
             c.expect(")", || format!("expected `)` to close the expression in {what}"))?;
             parse_expr(c, pos, inner, what)
         }
-        Some(ch) if ch == '-' || ch.is_ascii_digit() => Ok(SymExpr::Int(c.integer(&format!("an integer in {what}"))?)),
+        Some(ch) if ch == '-' || ch.is_ascii_digit() => {
+            Ok(SymExpr::Int(c.integer(&format_args!("an integer in {what}"))?))
+        }
         Some(ch) if ch.is_ascii_alphabetic() || ch == '_' => {
             let name = c.ident().unwrap_or_default();
             Ok(SymExpr::sym(name))
@@ -93,7 +122,7 @@ fn expr_atom(c: &mut Cursor<'_>, what: &str) -> Result<SymExpr, ParseError> {
 }
 
 /// Comma-separated expressions up to `close` (the opening bracket already read).
-fn expr_list(c: &mut Cursor<'_>, close: char, what: &str) -> Result<SmallVec<[SymExpr; 4]>, ParseError> {
+fn expr_list(c: &mut Cursor<'_>, close: char, what: &dyn fmt::Display) -> Result<SmallVec<[SymExpr; 4]>, ParseError> {
     let mut out = SmallVec::new();
     let close_s = close.to_string();
     if c.eat(&close_s) {
@@ -111,7 +140,7 @@ fn expr_list(c: &mut Cursor<'_>, close: char, what: &str) -> Result<SmallVec<[Sy
 }
 
 /// A name that is an identifier or a string literal.
-fn name_token(c: &mut Cursor<'_>, what: &str) -> Result<String, ParseError> {
+fn name_token(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<String, ParseError> {
     if c.peek() == Some('\'') {
         c.string(what)
     } else {
@@ -123,7 +152,7 @@ fn buf_name(c: &mut Cursor<'_>, what: impl FnOnce() -> String) -> Result<BufName
     c.expect_ident(what).map(BufName::new)
 }
 
-fn layout(c: &mut Cursor<'_>, what: &str) -> Result<Layout, ParseError> {
+fn layout(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Layout, ParseError> {
     c.skip_ws();
     let dtype_pos = c.pos();
     let dtype_name = c.expect_ident(|| format!("expected a dtype in the layout of {what}"))?;
@@ -136,11 +165,11 @@ fn layout(c: &mut Cursor<'_>, what: &str) -> Result<Layout, ParseError> {
     c.expect("[", || {
         format!("expected `[` after dtype `{dtype_name}` in the layout of {what}")
     })?;
-    let size = expr_list(c, ']', &format!("the sizes of {what}"))?;
+    let size = expr_list(c, ']', &format_args!("the sizes of {what}"))?;
     c.expect("[", || format!("expected `[` (strides) after the sizes of {what}"))?;
-    let stride = expr_list(c, ']', &format!("the strides of {what}"))?;
+    let stride = expr_list(c, ']', &format_args!("the strides of {what}"))?;
     let offset = if c.eat("+") {
-        expr_atom(c, &format!("the offset of {what}"))?
+        expr_atom(c, &format_args!("the offset of {what}"))?
     } else {
         SymExpr::Int(0)
     };
@@ -152,7 +181,7 @@ fn layout(c: &mut Cursor<'_>, what: &str) -> Result<Layout, ParseError> {
         .parse()
         .map_err(|e: String| c.error_at(dev_pos, format!("{e} in the layout of {what}")))?;
     let alloc_numel = if c.eat_keyword("alloc") {
-        Some(expr_atom(c, &format!("`alloc` of {what}"))?)
+        Some(expr_atom(c, &format_args!("`alloc` of {what}"))?)
     } else {
         None
     };
@@ -166,7 +195,7 @@ fn layout(c: &mut Cursor<'_>, what: &str) -> Result<Layout, ParseError> {
     })
 }
 
-fn const_value(c: &mut Cursor<'_>, what: &str) -> Result<ConstValue, ParseError> {
+fn const_value(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<ConstValue, ParseError> {
     if c.peek() == Some('\'') {
         return Ok(ConstValue::Str(c.string(what)?));
     }
@@ -195,8 +224,8 @@ fn const_value(c: &mut Cursor<'_>, what: &str) -> Result<ConstValue, ParseError>
 /// `name: VALUE, ...` to the end of the line.
 fn keyed_list<T>(
     c: &mut Cursor<'_>,
-    what: &str,
-    mut value: impl FnMut(&mut Cursor<'_>, &str) -> Result<T, ParseError>,
+    what: &dyn fmt::Display,
+    mut value: impl FnMut(&mut Cursor<'_>, &dyn fmt::Display) -> Result<T, ParseError>,
     stop_at: Option<&str>,
 ) -> Result<IndexMap<String, T>, ParseError> {
     let mut map = IndexMap::new();
@@ -207,9 +236,9 @@ fn keyed_list<T>(
     loop {
         c.skip_ws();
         let pos = c.pos();
-        let key = name_token(c, &format!("a name in {what}"))?;
+        let key = name_token(c, &format_args!("a name in {what}"))?;
         c.expect(":", || format!("expected `:` after `{key}` in {what}"))?;
-        let v = value(c, &format!("`{key}` in {what}"))?;
+        let v = value(c, &format_args!("`{key}` in {what}"))?;
         if map.insert(key.clone(), v).is_some() {
             return Err(c.error_at(pos, format!("`{key}` appears twice in {what}")));
         }
@@ -219,14 +248,14 @@ fn keyed_list<T>(
     }
 }
 
-fn string_list(c: &mut Cursor<'_>, what: &str) -> Result<Vec<String>, ParseError> {
+fn string_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<String>, ParseError> {
     c.expect("[", || format!("expected `[` to start {what}"))?;
     let mut out = Vec::new();
     if c.eat("]") {
         return Ok(out);
     }
     loop {
-        out.push(c.string(&format!("an element of {what}"))?);
+        out.push(c.string(&format_args!("an element of {what}"))?);
         if c.eat(",") {
             continue;
         }
@@ -236,7 +265,7 @@ fn string_list(c: &mut Cursor<'_>, what: &str) -> Result<Vec<String>, ParseError
 }
 
 /// `(a, b, ...)` of buffer names.
-fn name_list(c: &mut Cursor<'_>, what: &str) -> Result<Vec<BufName>, ParseError> {
+fn name_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<BufName>, ParseError> {
     c.expect("(", || format!("expected `(` to start {what}"))?;
     let mut out = Vec::new();
     if c.eat(")") {
@@ -252,9 +281,9 @@ fn name_list(c: &mut Cursor<'_>, what: &str) -> Result<Vec<BufName>, ParseError>
     }
 }
 
-fn arg_value(c: &mut Cursor<'_>, declared: &Buffers, what: &str) -> Result<ArgValue, ParseError> {
+fn arg_value(c: &mut Cursor<'_>, declared: &Declared<'_>, what: &dyn fmt::Display) -> Result<ArgValue, ParseError> {
     match c.peek() {
-        Some('\'') => return Ok(ArgValue::Str(c.string(&format!("a string argument of {what}"))?)),
+        Some('\'') => return Ok(ArgValue::Str(c.string(&format_args!("a string argument of {what}"))?)),
         Some('[') => {
             c.eat("[");
             let mut items = Vec::new();
@@ -281,7 +310,7 @@ fn arg_value(c: &mut Cursor<'_>, declared: &Buffers, what: &str) -> Result<ArgVa
     if c.eat("device(") {
         c.skip_ws();
         let pos = c.pos();
-        let text = c.string(&format!("the device argument of {what}"))?;
+        let text = c.string(&format_args!("the device argument of {what}"))?;
         let device: Device = text.parse().map_err(|e: String| c.error_at(pos, e))?;
         c.expect(")", || format!("expected `)` after the device in {what}"))?;
         return Ok(ArgValue::Device(device));
@@ -308,8 +337,9 @@ fn arg_value(c: &mut Cursor<'_>, declared: &Buffers, what: &str) -> Result<ArgVa
         }
         t if is_float_literal(t) => ArgValue::Float(parse_float(c, pos, t)?),
         t if is_ident(t) => {
-            if declared.contains_key(t) {
-                ArgValue::Buffer(BufName::new(t))
+            if let Some(b) = declared.get_key(t) {
+                // The declaration's name, shared rather than allocated again.
+                ArgValue::Buffer(b.clone())
             } else {
                 ArgValue::Expr(SymExpr::sym(t))
             }
@@ -319,7 +349,7 @@ fn arg_value(c: &mut Cursor<'_>, declared: &Buffers, what: &str) -> Result<ArgVa
 }
 
 /// `name=` if it comes next (not `==`).
-fn kwarg_name(c: &mut Cursor<'_>, what: &str) -> Result<Option<String>, ParseError> {
+fn kwarg_name(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Option<String>, ParseError> {
     c.skip_ws();
     let save = c.pos();
     let is_name_start = c.peek() == Some('\'') || c.peek().is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_');
@@ -337,8 +367,8 @@ fn kwarg_name(c: &mut Cursor<'_>, what: &str) -> Result<Option<String>, ParseErr
 /// Arguments up to `)` (the `(` already read), as (keyword, value) pairs.
 fn call_args(
     c: &mut Cursor<'_>,
-    declared: &Buffers,
-    what: &str,
+    declared: &Declared<'_>,
+    what: &dyn fmt::Display,
 ) -> Result<Vec<(Option<String>, ArgValue)>, ParseError> {
     let mut out = Vec::new();
     if c.eat(")") {
@@ -356,7 +386,7 @@ fn call_args(
     }
 }
 
-fn key_path(c: &mut Cursor<'_>, what: &str) -> Result<KeyPath, ParseError> {
+fn key_path(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<KeyPath, ParseError> {
     let mut path = KeyPath::new();
     loop {
         let pos = c.pos();
@@ -392,14 +422,14 @@ fn key_path(c: &mut Cursor<'_>, what: &str) -> Result<KeyPath, ParseError> {
             }
         } else if c.eat_raw("[") {
             path.push(KeyEntry::Index(
-                c.integer(&format!("an index in the key path of {what}"))?,
+                c.integer(&format_args!("an index in the key path of {what}"))?,
             ));
             c.expect("]", || {
                 format!("expected `]` after the index in the key path of {what}")
             })?;
         } else if c.eat_raw("//") {
             path.push(KeyEntry::DivideBy(
-                c.integer(&format!("a divisor in the key path of {what}"))?,
+                c.integer(&format_args!("a divisor in the key path of {what}"))?,
             ));
         } else {
             return Ok(path);
@@ -420,6 +450,18 @@ impl<'a> Parser<'a> {
         None
     }
 
+    /// How many `buffer` declarations come next (skipping blank and comment lines).
+    fn buffer_decls_ahead(&self) -> usize {
+        self.lines
+            .get(self.next..)
+            .unwrap_or_default()
+            .iter()
+            .map(|raw| strip_comment(raw).trim_start())
+            .filter(|code| !code.is_empty())
+            .take_while(|code| code.strip_prefix("buffer").is_some_and(|r| r.starts_with([' ', '\t'])))
+            .count()
+    }
+
     fn eof_error(&self, message: String) -> ParseError {
         let line = self.lines.len().max(1);
         let column = self.lines.last().map_or(0, |l| l.chars().count()) + 1;
@@ -435,14 +477,14 @@ impl<'a> Parser<'a> {
         c.expect_keyword("wrapir", || "expected `wrapir <version>` header".into())?;
         c.skip_ws();
         let vpos = c.pos();
-        let version: u32 = c.integer("a format version after `wrapir`")?;
+        let version: u32 = c.integer(&"a format version after `wrapir`")?;
         if version != FORMAT_VERSION {
             return Err(c.error_at(
                 vpos,
                 format!("unsupported format version {version} (this wrapir reads version {FORMAT_VERSION})"),
             ));
         }
-        c.finish("the header")?;
+        c.finish(&"the header")?;
         let mut program = Program::new();
         let mut main: Option<Graph> = None;
         while let Some(mut c) = self.next_code_line() {
@@ -453,8 +495,8 @@ impl<'a> Parser<'a> {
                 Some("constant") => {
                     let name = buf_name(&mut c, || "expected a constant name after `constant`".into())?;
                     c.expect(":", || format!("expected `:` after constant name `{name}`"))?;
-                    let l = layout(&mut c, &format!("constant `{name}`"))?;
-                    c.finish(&format!("the layout of constant `{name}`"))?;
+                    let l = layout(&mut c, &format_args!("constant `{name}`"))?;
+                    c.finish(&format_args!("the layout of constant `{name}`"))?;
                     if program.constants.insert(name.clone(), l).is_some() {
                         return Err(c.error_at(pos, format!("constant `{name}` is declared twice")));
                     }
@@ -524,26 +566,26 @@ impl<'a> Parser<'a> {
         };
         let mut range = ValueRange::default();
         if c.eat("[") {
-            let what = format!("the range of symbol `{name}`");
+            let what = format_args!("the range of symbol `{name}`");
             range.lo = if c.eat("-inf") {
                 None
             } else {
-                Some(c.integer(&format!("a lower bound in {what}"))?)
+                Some(c.integer(&format_args!("a lower bound in {what}"))?)
             };
             c.expect(",", || format!("expected `,` between the bounds of {what}"))?;
             range.hi = if c.eat_keyword("inf") {
                 None
             } else {
-                Some(c.integer(&format!("an upper bound in {what}"))?)
+                Some(c.integer(&format_args!("an upper bound in {what}"))?)
             };
             c.expect("]", || format!("expected `]` to close {what}"))?;
         }
         let hint = if c.eat_keyword("hint") {
-            Some(c.integer(&format!("a hint for symbol `{name}`"))?)
+            Some(c.integer(&format_args!("a hint for symbol `{name}`"))?)
         } else {
             None
         };
-        c.finish(&format!("symbol `{name}`"))?;
+        c.finish(&format_args!("symbol `{name}`"))?;
         if program
             .symbols
             .insert(Symbol::new(name), SymbolDecl { kind, range, hint })
@@ -609,7 +651,7 @@ impl<'a> Parser<'a> {
             ));
         }
         c.expect("{", || format!("expected `{{` after `kernel {name}: {backend_kw}`"))?;
-        c.finish(&format!("`{{` of kernel `{name}`"))?;
+        c.finish(&format_args!("`{{` of kernel `{name}`"))?;
         let header_line = self.next;
 
         let mut seen: Vec<String> = Vec::new();
@@ -643,7 +685,7 @@ impl<'a> Parser<'a> {
                 return Err(self.eof_error(format!("unexpected end of input in kernel `{name}` (missing `}}`)")));
             };
             if c.eat("}") {
-                c.finish(&format!("the `}}` closing kernel `{name}`"))?;
+                c.finish(&format_args!("the `}}` closing kernel `{name}`"))?;
                 break;
             }
             c.skip_ws();
@@ -656,7 +698,7 @@ impl<'a> Parser<'a> {
                 }
                 seen.push(field.to_string());
             }
-            let what = format!("`{field}` of kernel `{name}`");
+            let what = format_args!("`{field}` of kernel `{name}`");
             match (backend_kw, field) {
                 (_, "comment") => comments.push(c.string(&what)?),
                 (_, "source") => {
@@ -687,7 +729,12 @@ impl<'a> Parser<'a> {
                 }
                 ("triton", "constants") => constants = keyed_list(&mut c, &what, const_value, None)?,
                 ("triton", "config") => {
-                    config = keyed_list(&mut c, &what, |c, w| c.integer(&format!("an integer for {w}")), None)?
+                    config = keyed_list(
+                        &mut c,
+                        &what,
+                        |c, w| c.integer(&format_args!("an integer for {w}")),
+                        None,
+                    )?
                 }
                 ("triton", "grid") => {
                     c.skip_ws();
@@ -702,7 +749,7 @@ impl<'a> Parser<'a> {
                                 format!("expected `max_y_grid N` after `Grid2DWithYZOverflow` in kernel `{name}`")
                             })?;
                             GridType::Grid2DWithYZOverflow {
-                                max_y_grid: c.integer("an integer after `max_y_grid`")?,
+                                max_y_grid: c.integer(&"an integer after `max_y_grid`")?,
                             }
                         }
                         "CooperativeReductionGrid" => GridType::CooperativeReductionGrid,
@@ -730,7 +777,7 @@ impl<'a> Parser<'a> {
                     let cfg = keyed_list(
                         &mut c,
                         &what,
-                        |c, w| c.integer(&format!("an integer for {w}")),
+                        |c, w| c.integer(&format_args!("an integer for {w}")),
                         Some("=>"),
                     )?;
                     c.expect("=>", || {
@@ -746,13 +793,17 @@ impl<'a> Parser<'a> {
                     })?;
                     grids.push(PrecomputedGridEntry { config: cfg, grid });
                 }
-                ("triton", "num_warps") => num_warps = Some(c.integer(&format!("an integer for {what}"))?),
-                ("triton", "num_stages") => num_stages = c.integer(&format!("an integer for {what}"))?,
-                ("triton", "shared_mem") => shared_mem = c.integer(&format!("an integer for {what}"))?,
-                ("triton", "global_scratch") => global_scratch = Some(c.integer(&format!("an integer for {what}"))?),
-                ("triton", "profile_scratch") => profile_scratch = Some(c.integer(&format!("an integer for {what}"))?),
+                ("triton", "num_warps") => num_warps = Some(c.integer(&format_args!("an integer for {what}"))?),
+                ("triton", "num_stages") => num_stages = c.integer(&format_args!("an integer for {what}"))?,
+                ("triton", "shared_mem") => shared_mem = c.integer(&format_args!("an integer for {what}"))?,
+                ("triton", "global_scratch") => {
+                    global_scratch = Some(c.integer(&format_args!("an integer for {what}"))?)
+                }
+                ("triton", "profile_scratch") => {
+                    profile_scratch = Some(c.integer(&format_args!("an integer for {what}"))?)
+                }
                 ("triton", "extra_launcher_args") => loop {
-                    extra_launcher_args.push(name_token(&mut c, &format!("a name in {what}"))?);
+                    extra_launcher_args.push(name_token(&mut c, &format_args!("a name in {what}"))?);
                     if !c.eat(",") {
                         break;
                     }
@@ -763,14 +814,14 @@ impl<'a> Parser<'a> {
                 ("halide", "target") => target = Some(c.string(&what)?),
                 ("halide", "scheduler") => scheduler = Some(c.string(&what)?),
                 ("halide", "scheduler_flags") => scheduler_flags = keyed_list(&mut c, &what, const_value, None)?,
-                ("halide", "cuda_device") => cuda_device = Some(c.integer(&format!("an integer for {what}"))?),
+                ("halide", "cuda_device") => cuda_device = Some(c.integer(&format_args!("an integer for {what}"))?),
                 ("halide", "arg") => {
-                    let arg_name = name_token(&mut c, &format!("an argument name in {what}"))?;
+                    let arg_name = name_token(&mut c, &format_args!("an argument name in {what}"))?;
                     c.expect(":", || {
                         format!("expected `:` after Halide argument `{arg_name}` in kernel `{name}`")
                     })?;
                     let aw = format!("Halide argument `{arg_name}` of kernel `{name}`");
-                    let ctype = c.string(&format!("the C type of {aw}"))?;
+                    let ctype = c.string(&format_args!("the C type of {aw}"))?;
                     let mut arg = HalideArg {
                         ctype,
                         name: arg_name,
@@ -788,10 +839,10 @@ impl<'a> Parser<'a> {
                             return Err(c.error_at(kpos, format!("duplicate `{key}` in {aw}")));
                         }
                         match key {
-                            "shape" => arg.shape = Some(string_list(&mut c, &format!("the shape of {aw}"))?),
-                            "stride" => arg.stride = Some(string_list(&mut c, &format!("the stride of {aw}"))?),
-                            "offset" => arg.offset = Some(c.string(&format!("the offset of {aw}"))?),
-                            "alias_of" => arg.alias_of = Some(c.string(&format!("`alias_of` of {aw}"))?),
+                            "shape" => arg.shape = Some(string_list(&mut c, &format_args!("the shape of {aw}"))?),
+                            "stride" => arg.stride = Some(string_list(&mut c, &format_args!("the stride of {aw}"))?),
+                            "offset" => arg.offset = Some(c.string(&format_args!("the offset of {aw}"))?),
+                            "alias_of" => arg.alias_of = Some(c.string(&format_args!("`alias_of` of {aw}"))?),
                             _ => {
                                 return Err(c.error_at(
                                     kpos,
@@ -807,7 +858,7 @@ impl<'a> Parser<'a> {
                     argtypes.push(arg);
                 }
                 ("cpp", "arg_types") => loop {
-                    arg_types.push(c.string(&format!("a type in {what}"))?);
+                    arg_types.push(c.string(&format_args!("a type in {what}"))?);
                     if !c.eat(",") {
                         break;
                     }
@@ -866,17 +917,6 @@ impl<'a> Parser<'a> {
     ) -> Result<Graph, ParseError> {
         let mut g = Graph::default();
         // Names that read as buffers: program constants and this graph's buffer table.
-        let mut known: Buffers = constants
-            .iter()
-            .map(|(n, l)| {
-                (
-                    n.clone(),
-                    BufferDecl {
-                        kind: BufferKind::Tensor(l.clone()),
-                    },
-                )
-            })
-            .collect();
         c.expect("(", || format!("expected `(` after graph name `{name}`"))?;
         if !c.eat(")") {
             loop {
@@ -894,7 +934,7 @@ impl<'a> Parser<'a> {
                         let kind = if c.eat_keyword("multi") {
                             BufferKind::Multi
                         } else {
-                            BufferKind::Tensor(layout(c, &format!("input `{input}`"))?)
+                            BufferKind::Tensor(layout(c, &format_args!("input `{input}`"))?)
                         };
                         let decl = BufferDecl { kind };
                         match g.buffers.get(&input) {
@@ -902,7 +942,6 @@ impl<'a> Parser<'a> {
                                 return Err(c.error_at(ipos, format!("input `{input}` is declared twice differently")))
                             }
                             _ => {
-                                known.insert(input.clone(), decl.clone());
                                 g.buffers.insert(input.clone(), decl);
                             }
                         }
@@ -923,7 +962,7 @@ impl<'a> Parser<'a> {
         }
         c.expect("->", || format!("expected `->` after the inputs of graph `{name}`"))?;
         c.expect("(", || format!("expected `(` to start the outputs of graph `{name}`"))?;
-        let what = format!("the outputs of graph `{name}`");
+        let what = format_args!("the outputs of graph `{name}`");
         let mut raw_outputs = Vec::new();
         if !c.eat(")") {
             loop {
@@ -945,8 +984,12 @@ impl<'a> Parser<'a> {
             }
         }
         c.expect("{", || format!("expected `{{` after the outputs of graph `{name}`"))?;
-        c.finish(&format!("the `{{` of graph `{name}`"))?;
+        c.finish(&format_args!("the `{{` of graph `{name}`"))?;
 
+        // Sized up front (the tables of a large graph are large): the buffer
+        // declarations that follow, and at most one line per raw line left.
+        g.buffers.reserve(self.buffer_decls_ahead());
+        g.lines.reserve(self.lines.len().saturating_sub(self.next));
         let mut open_devices: Vec<usize> = Vec::new();
         let mut in_lines = false;
         loop {
@@ -956,7 +999,7 @@ impl<'a> Parser<'a> {
                 )));
             };
             if c.eat("}") {
-                c.finish("`}`")?;
+                c.finish(&"`}`")?;
                 if open_devices.pop().is_some() {
                     g.lines.push(Line::ExitDeviceContext);
                     continue;
@@ -981,38 +1024,48 @@ impl<'a> Parser<'a> {
                 let kind = if c.eat_keyword("multi") {
                     BufferKind::Multi
                 } else {
-                    BufferKind::Tensor(layout(&mut c, &format!("buffer `{b}`"))?)
+                    BufferKind::Tensor(layout(&mut c, &format_args!("buffer `{b}`"))?)
                 };
-                c.finish(&format!("the declaration of buffer `{b}`"))?;
+                c.finish(&format_args!("the declaration of buffer `{b}`"))?;
                 if g.buffers.contains_key(&b) {
                     return Err(c.error_at(kpos, format!("buffer `{b}` is declared twice in graph `{name}`")));
                 }
-                known.insert(b.clone(), BufferDecl { kind: kind.clone() });
                 g.buffers.insert(b, BufferDecl { kind });
                 continue;
             }
             in_lines = true;
-            let line = line(&mut c, kw, &known)?;
+            // Names that read as buffers: program constants and this graph's buffer table.
+            let declared = Declared {
+                constants,
+                buffers: &g.buffers,
+            };
+            let line = line(&mut c, kw, &declared)?;
             if matches!(line, Line::EnterDeviceContext { .. }) && kw == "device" {
                 open_devices.push(c.pos());
             }
             g.lines.push(line);
         }
-        g.outputs = raw_outputs
+        let declared = Declared {
+            constants,
+            buffers: &g.buffers,
+        };
+        let outputs = raw_outputs
             .into_iter()
             .map(|o| match o {
                 RawOutput::None => GraphOutput::None,
-                RawOutput::Ident(n) if known.contains_key(n.as_str()) => GraphOutput::Buffer(BufName::new(n)),
+                RawOutput::Ident(n) if declared.contains_key(n.as_str()) => GraphOutput::Buffer(BufName::new(n)),
                 RawOutput::Ident(n) => GraphOutput::Expr(SymExpr::sym(n)),
                 RawOutput::Expr(e) => GraphOutput::Expr(e),
             })
             .collect();
+        g.outputs = outputs;
+        g.lines.shrink_to_fit();
         Ok(g)
     }
 }
 
 /// Parses one graph line whose keyword `kw` has been read.
-fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseError> {
+fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, ParseError> {
     let buf_after = |c: &mut Cursor<'_>, after: &str| buf_name(c, || format!("expected a buffer name after `{after}`"));
     let line = match kw {
         "alloc" => Line::Allocate {
@@ -1052,7 +1105,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
         "call" => {
             let kernel = KernelName::new(c.expect_ident(|| "expected a kernel name after `call`".into())?);
             c.expect("(", || format!("expected `(` after kernel name `{kernel}`"))?;
-            let what = format!("the call of `{kernel}`");
+            let what = format_args!("the call of `{kernel}`");
             let args = call_args(c, declared, &what)?
                 .into_iter()
                 .map(|(name, value)| CallArg { name, value })
@@ -1073,7 +1126,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
         "let" => {
             let symbol = c.expect_ident(|| "expected a symbol name after `let`".into())?;
             c.expect("=", || format!("expected `=` after symbol `{symbol}`"))?;
-            let what = format!("`let {symbol}`");
+            let what = format_args!("`let {symbol}`");
             let (pos, text) = c.balanced_until(&[], &what)?;
             Line::SymbolicCallArg {
                 symbol: Symbol::new(symbol),
@@ -1104,7 +1157,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                 return Err(c.error(format!("expected an op name in `{kw}`")));
             }
             c.expect("(", || format!("expected `(` after op `{op}`"))?;
-            let what = format!("`{op}`");
+            let what = format_args!("`{op}`");
             let mut args = Vec::new();
             let mut kwargs = IndexMap::new();
             for (name, value) in call_args(c, declared, &what)? {
@@ -1154,7 +1207,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             while c.eat("[") {
                 c.skip_ws();
                 let pos = c.pos();
-                let what = format!("an index of `get {result}`");
+                let what = format_args!("an index of `get {result}`");
                 indices.push(match c.ident() {
                     Some("tuple") => MultiIndex::Tuple(c.integer(&what)?),
                     Some("list") => MultiIndex::List(c.integer(&what)?),
@@ -1204,18 +1257,18 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             if op.is_empty() {
                 return Err(c.error("expected an op name after `scatter`"));
             }
-            let what = format!("`scatter {op}`");
+            let what = format_args!("`scatter {op}`");
             c.expect("(", || format!("expected `(` after op `{op}`"))?;
             let target = buf_name(c, || format!("expected the target buffer in {what}"))?;
             c.expect(",", || format!("expected `,` after the target in {what}"))?;
-            let dim = c.integer(&format!("the dimension in {what}"))?;
+            let dim = c.integer(&format_args!("the dimension in {what}"))?;
             c.expect(",", || format!("expected `,` after the dimension in {what}"))?;
             let index = buf_name(c, || format!("expected the index buffer in {what}"))?;
             c.expect(",", || format!("expected `,` after the index in {what}"))?;
             let src = arg_value(c, declared, &what)?;
             c.expect(")", || format!("expected `)` after the source in {what}"))?;
             let reduce = if c.eat_keyword("reduce") {
-                Some(c.string(&format!("`reduce` of {what}"))?)
+                Some(c.string(&format_args!("`reduce` of {what}"))?)
             } else {
                 None
             };
@@ -1244,7 +1297,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             let symbol = c.expect_ident(|| "expected a symbol name after `item`".into())?;
             c.expect("=", || format!("expected `=` after symbol `{symbol}`"))?;
             let source = buf_after(c, "=")?;
-            let keypath = key_path(c, &format!("`item {symbol}`"))?;
+            let keypath = key_path(c, &format_args!("`item {symbol}`"))?;
             let node = if c.eat_keyword("node") {
                 Some(buf_after(c, "node")?)
             } else {
@@ -1268,7 +1321,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
                     let s = c.expect_ident(|| format!("expected a symbol in `bind {source}`"))?;
                     let path = if c.eat("=") {
                         c.skip_ws();
-                        key_path(c, &format!("`{s}` in `bind {source}`"))?
+                        key_path(c, &format_args!("`{s}` in `bind {source}`"))?
                     } else {
                         KeyPath::new()
                     };
@@ -1286,7 +1339,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             let result = buf_after(c, kw)?;
             c.expect("=", || format!("expected `=` after buffer name `{result}`"))?;
             c.expect_keyword("if", || format!("expected `if` in `cond {result}`"))?;
-            let what = format!("the predicate of `cond {result}`");
+            let what = format_args!("the predicate of `cond {result}`");
             c.skip_ws();
             let ppos = c.pos();
             let predicate = match expr_atom(c, &what)? {
@@ -1301,7 +1354,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             c.expect_keyword("else", || format!("expected `else` after `then {true_graph}`"))?;
             let false_graph =
                 GraphName::new(c.expect_ident(|| format!("expected a graph name after `else` in `cond {result}`"))?);
-            let operands = name_list(c, &format!("the operands of `cond {result}`"))?;
+            let operands = name_list(c, &format_args!("the operands of `cond {result}`"))?;
             Line::Conditional(Conditional {
                 result,
                 predicate,
@@ -1318,9 +1371,9 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             c.expect_keyword("do", || format!("expected `do` after `{cond_graph}`"))?;
             let body_graph =
                 GraphName::new(c.expect_ident(|| format!("expected a body graph after `do` in `while {result}`"))?);
-            let carried = name_list(c, &format!("the carried inputs of `while {result}`"))?;
+            let carried = name_list(c, &format_args!("the carried inputs of `while {result}`"))?;
             let additional = if c.eat_keyword("additional") {
-                name_list(c, &format!("the additional inputs of `while {result}`"))?
+                name_list(c, &format_args!("the additional inputs of `while {result}`"))?
             } else {
                 Vec::new()
             };
@@ -1333,29 +1386,29 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             })
         }
         "device" => {
-            let device_index = c.integer("a device index after `device`")?;
+            let device_index = c.integer(&"a device index after `device`")?;
             c.expect("{", || {
                 "expected `{` after `device N` (use `enter_device N` for an unmatched guard)".into()
             })?;
             Line::EnterDeviceContext { device_index }
         }
         "enter_device" => Line::EnterDeviceContext {
-            device_index: c.integer("a device index after `enter_device`")?,
+            device_index: c.integer(&"a device index after `enter_device`")?,
         },
         "exit_device" => Line::ExitDeviceContext,
         "comment" => Line::Comment {
-            text: c.string("the text of `comment`")?,
+            text: c.string(&"the text of `comment`")?,
         },
         "assert_size_stride" => {
             let buffer = buf_after(c, kw)?;
             c.expect("[", || format!("expected `[` (sizes) after buffer name `{buffer}`"))?;
-            let size = expr_list(c, ']', &format!("the sizes of `assert_size_stride {buffer}`"))?;
+            let size = expr_list(c, ']', &format_args!("the sizes of `assert_size_stride {buffer}`"))?;
             c.expect("[", || {
                 format!("expected `[` (strides) after the sizes of `assert_size_stride {buffer}`")
             })?;
-            let stride = expr_list(c, ']', &format!("the strides of `assert_size_stride {buffer}`"))?;
+            let stride = expr_list(c, ']', &format_args!("the strides of `assert_size_stride {buffer}`"))?;
             let context = if c.peek() == Some('\'') {
-                Some(c.string("the context string")?)
+                Some(c.string(&"the context string")?)
             } else {
                 None
             };
@@ -1368,9 +1421,9 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
         }
         "assert_alignment" => {
             let buffer = buf_after(c, kw)?;
-            let alignment = c.integer(&format!("an alignment after buffer name `{buffer}`"))?;
+            let alignment = c.integer(&format_args!("an alignment after buffer name `{buffer}`"))?;
             let context = if c.peek() == Some('\'') {
-                Some(c.string("the context string")?)
+                Some(c.string(&"the context string")?)
             } else {
                 None
             };
@@ -1381,8 +1434,8 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             }
         }
         "assert" => {
-            let cond = expr_atom(c, "`assert`")?;
-            let message = c.string("the message of `assert`")?;
+            let cond = expr_atom(c, &"`assert`")?;
+            let message = c.string(&"the message of `assert`")?;
             let node = if c.eat_keyword("node") {
                 Some(buf_after(c, "node")?)
             } else {
@@ -1392,8 +1445,8 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
         }
         "comm_alloc" => {
             let buffer = buf_after(c, kw)?;
-            let comm_kind = c.string(&format!("the kind of `comm_alloc {buffer}`"))?;
-            let group = c.string(&format!("the group of `comm_alloc {buffer}`"))?;
+            let comm_kind = c.string(&format_args!("the kind of `comm_alloc {buffer}`"))?;
+            let group = c.string(&format_args!("the group of `comm_alloc {buffer}`"))?;
             Line::CommBufferAllocate {
                 buffer,
                 comm_kind,
@@ -1410,6 +1463,6 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Buffers) -> Result<Line, ParseE
             ))
         }
     };
-    c.finish(&format!("`{kw}` line"))?;
+    c.finish(&format_args!("`{kw}` line"))?;
     Ok(line)
 }

@@ -87,9 +87,8 @@ impl CudaOptions {
     /// calls a matmul extern op (`mm`, `bmm`, `addmm`, `baddbmm`, `matmul`)
     /// and [`CudaOptions::preload_builtins`] when it calls any other.
     pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
-        let matmul = |call: &crate::ir::ExternCall| {
-            matches!(call.base_name(), "mm" | "bmm" | "addmm" | "baddbmm" | "matmul")
-        };
+        let matmul =
+            |call: &crate::ir::ExternCall| matches!(call.base_name(), "mm" | "bmm" | "addmm" | "baddbmm" | "matmul");
         let calls = std::iter::once(&program.main)
             .chain(program.subgraphs.values())
             .flat_map(|g| &g.lines)
@@ -568,13 +567,13 @@ impl CudaBackend {
         let kwargs = call
             .kwargs
             .iter()
-            .map(|(k, v)| Ok((k.clone(), self.stage_to_host(v, &mut staged)?)))
+            .map(|(k, v)| Ok((k.to_string(), self.stage_to_host(v, &mut staged)?)))
             .collect::<Result<IndexMap<_, _>, ExecError>>()?;
         let result = self.host.call_extern(ExternCall {
             op: call.op,
-            args,
-            kwargs,
-            expected: call.expected.clone(),
+            args: (&args).into(),
+            kwargs: (&kwargs).into(),
+            expected: call.expected,
         })?;
         for s in &staged {
             let now = host_storage_bytes(&s.host)?;
@@ -628,7 +627,8 @@ impl CudaBackend {
                 items
                     .iter()
                     .map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?)))
-                    .collect::<Result<_, ExecError>>()?,
+                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
+                    .into(),
             ),
             Value::Opaque => Value::Opaque,
         })
@@ -649,7 +649,8 @@ impl CudaBackend {
                 items
                     .iter()
                     .map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?)))
-                    .collect::<Result<_, ExecError>>()?,
+                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
+                    .into(),
             ),
             Value::Opaque => Value::Opaque,
         })
@@ -679,8 +680,8 @@ impl Backend for CudaBackend {
         Ok(CudaTensor { storage, spec })
     }
 
-    fn spec(&self, tensor: &CudaTensor) -> TensorSpec {
-        tensor.spec.clone()
+    fn spec<'a>(&'a self, tensor: &'a CudaTensor) -> &'a TensorSpec {
+        &tensor.spec
     }
 
     fn view(&mut self, base: &CudaTensor, size: &[i64], stride: &[i64], offset: i64) -> Result<CudaTensor, ExecError> {

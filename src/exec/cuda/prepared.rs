@@ -440,7 +440,7 @@ impl Backend for Recorder<'_> {
         Ok(t)
     }
 
-    fn spec(&self, tensor: &CudaTensor) -> TensorSpec {
+    fn spec<'a>(&'a self, tensor: &'a CudaTensor) -> &'a TensorSpec {
         self.inner.spec(tensor)
     }
 
@@ -771,7 +771,10 @@ impl Prepared {
 
     /// Kernel launches (Triton, built-in and GEMM) per replay.
     pub fn launches(&self) -> usize {
-        self.ops.iter().filter(|o| matches!(o, Op::Launch(_) | Op::Gemm { .. })).count()
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Launch(_) | Op::Gemm { .. }))
+            .count()
     }
 
     /// cuBLAS GEMM calls per replay.
@@ -993,7 +996,8 @@ fn rebase(
             items
                 .iter()
                 .map(|(k, i)| Ok((k.clone(), rebase(rec, i, arena, offsets, external)?)))
-                .collect::<Result<_, ExecError>>()?,
+                .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
+                .into(),
         ),
         other => other.clone(),
     })

@@ -87,7 +87,8 @@ pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value
             items
                 .iter()
                 .map(|(k, i)| Ok((k.clone(), to_host(backend, i)?)))
-                .collect::<Result<_, ExecError>>()?,
+                .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
+                .into(),
         ),
         Value::Opaque => Value::Opaque,
     })

@@ -8,6 +8,7 @@ use crate::ir::{
 };
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
+use smallvec::SmallVec;
 use std::fmt::Write as _;
 
 /// What a launch wrapper parameter holds.
@@ -83,7 +84,7 @@ pub(super) fn bind_call_args<'c>(
     kernel: &KernelName,
     meta: &TritonMeta,
     call: &'c KernelCall,
-    cx: &str,
+    cx: &super::lower::Cx<'_>,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
     let invalid = |message: String| Error::Invalid {
@@ -108,6 +109,67 @@ pub(super) fn bind_call_args<'c>(
         out.push((p, value));
     }
     Ok(out)
+}
+
+/// A kernel's wrapper parameters and how an all-positional call binds them,
+/// computed once per kernel.
+#[derive(Debug)]
+pub(super) struct CallPlan {
+    /// [`wrapper_params`].
+    pub(super) params: Vec<Param>,
+    /// How many call parameters a positional call passes.
+    call_params: usize,
+    /// For each wrapper parameter, its position among the call parameters;
+    /// `None` when a call of all positional arguments does not bind every
+    /// wrapper parameter (or call parameters repeat): such calls take the
+    /// general path.
+    positions: Option<Vec<usize>>,
+}
+
+impl CallPlan {
+    pub(super) fn new(kernel: &KernelName, meta: &TritonMeta) -> Result<Self, Error> {
+        let params = wrapper_params(kernel, meta)?;
+        let names = meta.call_params();
+        let distinct = names.iter().enumerate().all(|(i, n)| !names[..i].contains(n));
+        let positions = if distinct {
+            params
+                .iter()
+                .map(|p| names.iter().position(|n| *n == p.name))
+                .collect::<Option<Vec<usize>>>()
+        } else {
+            None
+        };
+        Ok(CallPlan {
+            params,
+            call_params: names.len(),
+            positions,
+        })
+    }
+
+    /// [`bind_call_args`] with the parameters borrowed from the plan: the
+    /// index of each wrapper parameter in [`CallPlan::params`] and its value.
+    pub(super) fn bind<'c>(
+        &self,
+        kernel: &KernelName,
+        meta: &TritonMeta,
+        call: &'c KernelCall,
+        cx: &super::lower::Cx<'_>,
+    ) -> Result<SmallVec<[(usize, &'c ArgValue); 8]>, Error> {
+        if let Some(positions) = &self.positions {
+            // Every argument positional and one per call parameter: each binds
+            // the call parameter at its position, and none is baked in.
+            if call.args.len() == self.call_params && call.args.iter().all(|a| a.name.is_none()) {
+                return Ok(positions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &at)| (i, &call.args[at].value))
+                    .collect());
+            }
+        }
+        let bound = bind_call_args(kernel, meta, call, cx)?;
+        // `bind_call_args` returns the wrapper parameters in order.
+        Ok(bound.into_iter().enumerate().map(|(i, (_, v))| (i, v)).collect())
+    }
 }
 
 /// A named call argument for a parameter baked into the compiled kernel (a

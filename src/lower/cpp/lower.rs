@@ -15,11 +15,146 @@ use crate::sym::{SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
+use std::rc::Rc;
 
-/// Lowers a whole program.
-pub(super) fn lower(program: &Program, options: &Options) -> Result<String, Error> {
-    lower_program(Lowering::new(program, options)).map(|(text, _)| text)
+/// Writes one line of the body (indented) straight from format arguments.
+macro_rules! emit {
+    ($l:ident, $($arg:tt)*) => {{
+        $l.indent_body();
+        // Writing into a String cannot fail.
+        let _ = write!($l.body, $($arg)*);
+        $l.body.push('\n');
+    }};
+}
+
+/// A buffer's C++ variable ([`GraphCtx::local`]) without building the string.
+#[derive(Clone, Copy)]
+struct Var<'x> {
+    prefix: &'x str,
+    name: &'x str,
+}
+
+impl fmt::Display for Var<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.prefix.is_empty() && !self.name.starts_with(self.prefix) {
+            f.write_str(self.prefix)?;
+        }
+        f.write_str(self.name)
+    }
+}
+
+/// How [`Lowering::cexpr`] prints.
+#[derive(Clone, Copy)]
+pub(super) struct CStyle {
+    standalone: bool,
+    int_suffix: IntSuffix,
+}
+
+/// An expression printed as [`Lowering::cexpr`] prints it, without building
+/// the string when no rewriting is needed.
+#[derive(Clone, Copy)]
+pub(super) struct CExpr<'e> {
+    e: &'e SymExpr,
+    style: CStyle,
+}
+
+impl fmt::Display for CExpr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.style.int_suffix == IntSuffix::L && !(self.style.standalone && has_c10_helper(self.e)) {
+            return crate::sym::print::write_cpp(f, self.e);
+        }
+        f.write_str(&cexpr_text(self.e, self.style))
+    }
+}
+
+/// `true` when the C++ form of `e` calls `c10::div_floor_integer` or `c10::div_mod`.
+fn has_c10_helper(e: &SymExpr) -> bool {
+    match e {
+        SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => false,
+        SymExpr::FloorDiv(..) | SymExpr::CleanDiv(..) | SymExpr::PythonMod(..) => true,
+        SymExpr::Add(v) | SymExpr::Mul(v) | SymExpr::Min(v) | SymExpr::Max(v) | SymExpr::And(v) | SymExpr::Or(v) => {
+            v.iter().any(has_c10_helper)
+        }
+        SymExpr::Mod(a, b) | SymExpr::Cmp(_, a, b) => has_c10_helper(a) || has_c10_helper(b),
+        SymExpr::ModularIndexing(a, b, c) => has_c10_helper(a) || has_c10_helper(b) || has_c10_helper(c),
+        SymExpr::Pow(a, _) | SymExpr::Not(a) => has_c10_helper(a),
+    }
+}
+
+/// An expression in C++ form with the configured literal suffix.
+fn cexpr_text(e: &SymExpr, style: CStyle) -> String {
+    let mut text = crate::sym::print::cpp(e);
+    if style.standalone {
+        // The runtime header provides c10's integer helpers without libtorch.
+        text = text
+            .replace("c10::div_floor_integer(", "wrapir::div_floor_integer(")
+            .replace("c10::div_mod(", "wrapir::div_mod(");
+    }
+    match style.int_suffix {
+        IntSuffix::L => text,
+        IntSuffix::LL => widen_suffix(&text),
+    }
+}
+
+/// The name of the `n`th `int_array_<n>`.
+#[derive(Clone, Copy)]
+struct ArrayName(usize);
+
+impl fmt::Display for ArrayName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "int_array_{}", self.0)
+    }
+}
+
+/// A dtype as the dialect names it ([`Lowering::use_dtype`]).
+#[derive(Clone, Copy)]
+struct DTypeName {
+    dtype: DType,
+    standalone: bool,
+}
+
+impl fmt::Display for DTypeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.standalone {
+            write!(f, "wrapir::DType::{}", runtime_dtype(self.dtype))
+        } else {
+            write!(f, "cached_torch_dtype_{}", self.dtype.torch_name())
+        }
+    }
+}
+
+/// Where an error is: a line of a graph. Printed only when an error is made.
+#[derive(Clone, Copy)]
+pub(super) enum Cx<'c> {
+    /// `graph `<graph>`, line <index> (`<kind>`)`.
+    Line {
+        graph: &'c str,
+        index: usize,
+        line: &'c Line,
+    },
+    /// `graph `<graph>`, line <index> (`get`)`: a multi-output line read ahead.
+    Get { graph: &'c str, index: usize },
+}
+
+impl fmt::Display for Cx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cx::Line { graph, index, line } => write!(f, "graph `{graph}`, line {index} (`{}`)", line.kind()),
+            Cx::Get { graph, index } => write!(f, "graph `{graph}`, line {index} (`get`)"),
+        }
+    }
+}
+
+impl From<&Cx<'_>> for String {
+    fn from(cx: &Cx<'_>) -> String {
+        cx.to_string()
+    }
+}
+
+/// Lowers a whole program and appends the text to `out`.
+pub(super) fn lower(program: &Program, options: &Options, out: &mut dyn fmt::Write) -> Result<(), Error> {
+    lower_program(Lowering::new(program, options), out).map(|_| ())
 }
 
 /// Lowers a whole program and returns every Triton launch as printed: the
@@ -29,10 +164,11 @@ pub(super) fn lower(program: &Program, options: &Options) -> Result<String, Erro
 pub(super) fn lower_recording_launches(
     program: &Program,
     options: &Options,
-) -> Result<(String, Vec<PrintedLaunch>), Error> {
+    out: &mut dyn fmt::Write,
+) -> Result<Vec<PrintedLaunch>, Error> {
     let mut l = Lowering::new(program, options);
     l.recorded = Some(Recorded::default());
-    let (text, recorded) = lower_program(l)?;
+    let recorded = lower_program(l, out)?;
     let recorded = recorded.unwrap_or_default();
     let mut launches = Vec::with_capacity(recorded.calls.len());
     for call in recorded.calls {
@@ -42,10 +178,31 @@ pub(super) fn lower_recording_launches(
         })?;
         launches.push(call.compose(wrapper)?);
     }
-    Ok((text, launches))
+    Ok(launches)
 }
 
-fn lower_program(mut l: Lowering<'_>) -> Result<(String, Option<Recorded>), Error> {
+/// Lowers the program and appends the whole file to `out` (nothing is written
+/// when the lowering fails before the file is assembled).
+fn lower_program(mut l: Lowering<'_>, out: &mut dyn fmt::Write) -> Result<Option<Recorded>, Error> {
+    let (body, wrappers) = lower_body(&mut l)?;
+    l.assemble(out, &body, &wrappers)?;
+    Ok(l.recorded)
+}
+
+/// Lowers a whole program to a new string: [`lower`], with the file built
+/// around the body in place (the body is the bulk of the text).
+pub(super) fn lower_to_string(program: &Program, options: &Options) -> Result<String, Error> {
+    let mut l = Lowering::new(program, options);
+    let (mut body, wrappers) = lower_body(&mut l)?;
+    let mut head = String::new();
+    l.write_head(&mut head, &wrappers)?;
+    l.write_tail(&mut body)?;
+    body.insert_str(0, &head);
+    Ok(body)
+}
+
+/// The entry's body and the launch wrappers.
+fn lower_body(l: &mut Lowering<'_>) -> Result<(String, KernelWrappers), Error> {
     let program = l.program;
     l.indent = 1;
     l.entry_prologue()?;
@@ -54,9 +211,8 @@ fn lower_program(mut l: Lowering<'_>) -> Result<(String, Option<Recorded>), Erro
     l.entry_outputs(&main)?;
     let body = std::mem::take(&mut l.body);
     let called: Vec<KernelName> = l.called_kernels.iter().cloned().collect();
-    let wrappers = launch::kernel_wrappers(&mut l, &called)?;
-    let text = l.assemble(&body, &wrappers)?;
-    Ok((text, l.recorded))
+    let wrappers = launch::kernel_wrappers(l, &called)?;
+    Ok((body, wrappers))
 }
 
 /// Launches recorded while lowering (see [`lower_recording_launches`]).
@@ -165,6 +321,8 @@ pub(super) struct Lowering<'a> {
     line_index: usize,
     /// Triton launches as printed, when recording.
     pub(super) recorded: Option<Recorded>,
+    /// Each called Triton kernel's metadata and launch plan.
+    call_plans: HashMap<KernelName, (&'a crate::ir::TritonMeta, Rc<launch::CallPlan>)>,
 }
 
 /// One graph being lowered: its table, local-name prefix and multi-output map.
@@ -190,6 +348,8 @@ struct GraphCtx<'a> {
     extracted: HashMap<BufName, (BufName, Vec<usize>)>,
     /// Multi-valued `MultiOutput` results -> (root, path) of the part they name.
     parts: HashMap<BufName, (BufName, Vec<usize>)>,
+    /// The graph's multi-output buffers (usually few or none).
+    multi: HashSet<&'a str>,
 }
 
 /// `[0][1]` for a path (`` for the whole value).
@@ -217,6 +377,12 @@ impl<'a> GraphCtx<'a> {
             elements: HashMap::default(),
             extracted: HashMap::default(),
             parts: HashMap::default(),
+            multi: graph
+                .buffers
+                .iter()
+                .filter(|(_, d)| matches!(d.kind, BufferKind::Multi))
+                .map(|(b, _)| b.as_str())
+                .collect(),
         };
         for (i, line) in graph.lines.iter().enumerate() {
             let Line::MultiOutput {
@@ -227,13 +393,13 @@ impl<'a> GraphCtx<'a> {
             else {
                 continue;
             };
-            let cx = format!("graph `{label}`, line {i} (`get`)");
+            let cx = Cx::Get { graph: label, index: i };
             let mut steps = Vec::with_capacity(indices.len());
             for index in indices {
                 match index {
                     MultiIndex::List(k) | MultiIndex::Tuple(k) => {
                         steps.push(usize::try_from(*k).map_err(|_| Error::Invalid {
-                            context: cx.clone(),
+                            context: cx.to_string(),
                             message: format!(
                                 "negative multi-output index {k} extracting `{result}` from `{source}`"
                             ),
@@ -241,7 +407,7 @@ impl<'a> GraphCtx<'a> {
                     }
                     MultiIndex::Dict(key) => {
                         return Err(Error::Unsupported {
-                            context: cx,
+                            context: cx.to_string(),
                             dialect: "both dialects",
                             what: format!(
                                 "extracting `{result}` from `{source}` by the dict key {}: C++ receives multi-outputs as a flat list of handles",
@@ -258,7 +424,7 @@ impl<'a> GraphCtx<'a> {
                 None if steps.is_empty() => continue,
                 None => {
                     return Err(Error::Invalid {
-                        context: cx,
+                        context: cx.to_string(),
                         message: format!("indexing into `{source}`, which is not a multi-output value"),
                     })
                 }
@@ -299,7 +465,7 @@ impl<'a> GraphCtx<'a> {
         root: &BufName,
         path: Vec<usize>,
         buffer: Option<BufName>,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let tree = self.elements.entry(root.clone()).or_default();
         let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
@@ -346,7 +512,15 @@ impl<'a> GraphCtx<'a> {
         }
     }
 
-    fn layout(&self, b: &BufName, context: &str) -> Result<&'a Layout, Error> {
+    /// [`GraphCtx::local`] as a value that prints it.
+    fn var<'x>(&'x self, b: &'x BufName) -> Var<'x> {
+        Var {
+            prefix: &self.prefix,
+            name: b.as_str(),
+        }
+    }
+
+    fn layout(&self, b: &BufName, context: &(impl fmt::Display + ?Sized)) -> Result<&'a Layout, Error> {
         self.graph.layout(b).ok_or_else(|| Error::Invalid {
             context: context.to_string(),
             message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
@@ -354,7 +528,7 @@ impl<'a> GraphCtx<'a> {
     }
 
     fn is_multi(&self, b: &BufName) -> bool {
-        matches!(self.graph.buffers.get(b).map(|d| &d.kind), Some(BufferKind::Multi))
+        !self.multi.is_empty() && self.multi.contains(b.as_str())
     }
 
     /// The variable of element `path` of `root`: the extracted buffer, or a
@@ -412,7 +586,7 @@ impl<'a> GraphCtx<'a> {
 
     /// Variables receiving the outputs of a conditional or while loop: one per
     /// subgraph output (at least `count`); missing ones get `<root>_<i>` names.
-    fn flat_vars(&self, root: &BufName, count: usize, cx: &str) -> Result<Vec<String>, Error> {
+    fn flat_vars(&self, root: &BufName, count: usize, cx: &Cx<'_>) -> Result<Vec<String>, Error> {
         let tree = self.elements.get(root);
         let mut len = count;
         for path in tree.into_iter().flat_map(|t| t.keys()) {
@@ -447,7 +621,9 @@ impl<'a> Lowering<'a> {
         Lowering {
             program,
             options,
-            body: String::new(),
+            // Large enough for the usual ~100-130 bytes per line; pages never
+            // written cost nothing.
+            body: String::with_capacity(program.main.lines.len().saturating_mul(160)),
             indent: 0,
             dtypes: IndexSet::new(),
             devices: IndexSet::new(),
@@ -457,9 +633,14 @@ impl<'a> Lowering<'a> {
             hooks: IndexSet::new(),
             direct_decls: IndexMap::new(),
             halide: None,
-            scopes: vec![Scope::default()],
+            // The entry's scope declares about one variable per main-graph buffer.
+            scopes: vec![Scope {
+                names: HashSet::with_capacity_and_hasher(program.main.buffers.len(), Default::default()),
+                ..Scope::default()
+            }],
             line_index: 0,
             recorded: None,
+            call_plans: HashMap::default(),
         }
     }
 
@@ -475,11 +656,40 @@ impl<'a> Lowering<'a> {
     }
 
     fn line(&mut self, text: impl AsRef<str>) {
+        self.indent_body();
+        self.body.push_str(text.as_ref());
+        self.body.push('\n');
+    }
+
+    /// Starts a body line: its indentation.
+    fn indent_body(&mut self) {
         for _ in 0..self.indent {
             self.body.push_str("    ");
         }
-        self.body.push_str(text.as_ref());
-        self.body.push('\n');
+    }
+
+    pub(super) fn cstyle(&self) -> CStyle {
+        CStyle {
+            standalone: self.standalone(),
+            int_suffix: self.options.int_suffix,
+        }
+    }
+
+    /// [`Lowering::cexpr`] as a value that prints it.
+    pub(super) fn cx_expr<'e>(&self, e: &'e SymExpr) -> CExpr<'e> {
+        CExpr {
+            e,
+            style: self.cstyle(),
+        }
+    }
+
+    /// [`Lowering::use_dtype`] as a value that prints it.
+    fn dtype_name(&mut self, d: DType) -> DTypeName {
+        self.dtypes.insert(d);
+        DTypeName {
+            dtype: d,
+            standalone: self.standalone(),
+        }
     }
 
     fn blank(&mut self) {
@@ -508,6 +718,13 @@ impl<'a> Lowering<'a> {
         }
     }
 
+    /// [`Lowering::declare`] of a buffer's variable.
+    fn declare_var(&mut self, name: Var<'_>) {
+        if let Some(s) = self.scopes.last_mut() {
+            s.names.insert(name.to_string());
+        }
+    }
+
     fn tmp(&mut self, stem: &str) -> String {
         let n = self.next_tmp;
         self.next_tmp += 1;
@@ -516,17 +733,7 @@ impl<'a> Lowering<'a> {
 
     /// An expression in C++ form with the configured literal suffix.
     pub(super) fn cexpr(&self, e: &SymExpr) -> String {
-        let mut text = crate::sym::print::cpp(e);
-        if self.standalone() {
-            // The runtime header provides c10's integer helpers without libtorch.
-            text = text
-                .replace("c10::div_floor_integer(", "wrapir::div_floor_integer(")
-                .replace("c10::div_mod(", "wrapir::div_mod(");
-        }
-        match self.options.int_suffix {
-            IntSuffix::L => text,
-            IntSuffix::LL => widen_suffix(&text),
-        }
+        cexpr_text(e, self.cstyle())
     }
 
     pub(super) fn use_dtype(&mut self, d: DType) -> String {
@@ -542,7 +749,7 @@ impl<'a> Lowering<'a> {
         self.devices.insert(d);
     }
 
-    fn unsupported(&self, context: &str, what: impl Into<String>) -> Error {
+    fn unsupported(&self, context: &(impl fmt::Display + ?Sized), what: impl Into<String>) -> Error {
         Error::Unsupported {
             context: context.to_string(),
             dialect: self.dialect_name(),
@@ -717,28 +924,35 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn assemble(&mut self, body: &str, wrappers: &KernelWrappers) -> Result<String, Error> {
-        let mut out = String::new();
+    /// Writes the whole file around `body`.
+    fn assemble(&mut self, out: &mut dyn fmt::Write, body: &str, wrappers: &KernelWrappers) -> Result<(), Error> {
+        self.write_head(out, wrappers)?;
+        out.write_str(body)?;
+        self.write_tail(out)
+    }
+
+    /// The file up to the entry function's body.
+    fn write_head(&mut self, out: &mut dyn fmt::Write, wrappers: &KernelWrappers) -> Result<(), Error> {
         if self.standalone() {
             let entry = self.options.entry().to_string();
-            out.push_str("// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n");
+            out.write_str("// Generated by wrapir: a standalone wrapper over the CUDA driver API.\n")?;
             if self.options.inline_runtime {
                 // `#pragma once` is only meaningful in a header file.
-                out.push_str(&super::RUNTIME_HEADER.replacen("#pragma once\n", "", 1));
-                out.push('\n');
+                out.write_str(&super::RUNTIME_HEADER.replacen("#pragma once\n", "", 1))?;
+                out.write_char('\n')?;
             } else {
-                out.push_str("#include \"wrapir_runtime.h\"\n");
+                out.write_str("#include \"wrapir_runtime.h\"\n")?;
             }
-            out.push('\n');
+            out.write_char('\n')?;
             let dir = self.options.cubin_dir.as_deref().unwrap_or(".");
             writeln!(
                 out,
                 "#ifndef WRAPIR_CUBIN_DIR\n#define WRAPIR_CUBIN_DIR {}\n#endif",
                 c_string(dir)
             )?;
-            self.direct_text(&mut out)?;
+            self.direct_text(out)?;
             if !self.hooks.is_empty() {
-                out.push_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n");
+                out.write_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n")?;
                 for h in &self.hooks {
                     writeln!(
                         out,
@@ -746,8 +960,8 @@ impl<'a> Lowering<'a> {
                     )?;
                 }
             }
-            out.push('\n');
-            out.push_str(&wrappers.text);
+            out.write_char('\n')?;
+            out.write_str(&wrappers.text)?;
             writeln!(
                 out,
                 "\nstatic void {entry}_impl(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) {{"
@@ -756,22 +970,8 @@ impl<'a> Lowering<'a> {
                 out,
                 "    (void)inputs;\n    (void)scalar_inputs;\n    (void)outputs;\n    (void)stream;"
             )?;
-            out.push_str(body);
-            writeln!(out, "}}\n")?;
-            writeln!(
-                out,
-                "extern \"C\" int {entry}(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {{"
-            )?;
-            out.push_str("    try {\n");
-            writeln!(out, "        {entry}_impl(inputs, scalar_inputs, outputs, stream);")?;
-            out.push_str("        return 0;\n    } catch (const std::exception& e) {\n");
-            out.push_str("        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n");
-            writeln!(
-                out,
-                "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}"
-            )?;
         } else {
-            out.push_str(AOTI_PRELUDE);
+            out.write_str(AOTI_PRELUDE)?;
             for d in &self.dtypes {
                 writeln!(out, "CACHE_TORCH_DTYPE({});", d.torch_name())?;
             }
@@ -779,35 +979,56 @@ impl<'a> Lowering<'a> {
                 writeln!(out, "CACHE_TORCH_DEVICE({});", d.as_str())?;
             }
             if let Some(h) = self.halide {
-                out.push_str("\n#include \"HalideRuntime.h\"\n");
+                out.write_str("\n#include \"HalideRuntime.h\"\n")?;
                 if h.cuda {
-                    out.push_str("#include \"HalideRuntimeCuda.h\"\n");
+                    out.write_str("#include \"HalideRuntimeCuda.h\"\n")?;
                 }
             }
-            self.direct_text(&mut out)?;
-            out.push('\n');
-            out.push_str(&wrappers.text);
-            out.push_str("\nvoid inductor_entry_impl(\n");
-            out.push_str("    AtenTensorHandle* input_handles,  // handles are stolen; the array is borrowed\n");
-            out.push_str(
+            self.direct_text(out)?;
+            out.write_char('\n')?;
+            out.write_str(&wrappers.text)?;
+            out.write_str("\nvoid inductor_entry_impl(\n")?;
+            out.write_str("    AtenTensorHandle* input_handles,  // handles are stolen; the array is borrowed\n")?;
+            out.write_str(
                 "    AtenTensorHandle* output_handles  // handles are stolen by the caller; the array is borrowed\n",
-            );
-            out.push_str(") {\n");
-            out.push_str(body);
-            out.push_str("} // inductor_entry_impl\n");
+            )?;
+            out.write_str(") {\n")?;
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The file after the entry function's body.
+    fn write_tail(&self, out: &mut dyn fmt::Write) -> Result<(), Error> {
+        if self.standalone() {
+            let entry = self.options.entry().to_string();
+            writeln!(out, "}}\n")?;
+            writeln!(
+                out,
+                "extern \"C\" int {entry}(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {{"
+            )?;
+            out.write_str("    try {\n")?;
+            writeln!(out, "        {entry}_impl(inputs, scalar_inputs, outputs, stream);")?;
+            out.write_str("        return 0;\n    } catch (const std::exception& e) {\n")?;
+            out.write_str("        wrapir::last_error() = e.what();\n        return 1;\n    }\n}\n\n")?;
+            writeln!(
+                out,
+                "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}"
+            )?;
+        } else {
+            out.write_str("} // inductor_entry_impl\n")?;
+        }
+        Ok(())
     }
 
     /// The Halide helper and the sources/declarations of directly called kernels.
-    fn direct_text(&self, out: &mut String) -> Result<(), Error> {
+    fn direct_text(&self, out: &mut dyn fmt::Write) -> Result<(), Error> {
         if self.halide.is_some() {
-            out.push('\n');
-            out.push_str(direct::HALIDE_HELPER);
+            out.write_char('\n')?;
+            out.write_str(direct::HALIDE_HELPER)?;
         }
         for text in self.direct_decls.values() {
-            out.push('\n');
-            out.push_str(text);
+            out.write_char('\n')?;
+            out.write_str(text)?;
         }
         Ok(())
     }
@@ -815,8 +1036,13 @@ impl<'a> Lowering<'a> {
     // ---- lines -------------------------------------------------------------
 
     fn graph_lines(&mut self, g: &GraphCtx<'a>) -> Result<(), Error> {
+        let label = g.name.map_or("main", |n| n.as_str());
         for (i, line) in g.graph.lines.iter().enumerate() {
-            let context = format!("graph `{}`, line {i} (`{}`)", g.label(), line.kind());
+            let context = Cx::Line {
+                graph: label,
+                index: i,
+                line,
+            };
             // Nested graphs (conditionals, loops) set their own indices; each
             // line sets its index again before it is lowered.
             self.line_index = i;
@@ -825,18 +1051,20 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn line_(&mut self, g: &GraphCtx<'a>, line: &'a Line, cx: &str) -> Result<(), Error> {
+    fn line_(&mut self, g: &GraphCtx<'a>, line: &'a Line, cx: &Cx<'_>) -> Result<(), Error> {
         match line {
             Line::Allocate { buffer } => self.allocate(g, buffer, cx),
             Line::FreeIfNotReused { buffer, is_reused } => {
                 if !*is_reused && !g.is_multi(buffer) {
-                    self.line(format!("{}.reset();", g.local(buffer)));
+                    let v = g.var(buffer);
+                    emit!(self, "{v}.reset();");
                 }
                 Ok(())
             }
             Line::Free { buffer } => {
                 if !g.is_multi(buffer) {
-                    self.line(format!("{}.reset();", g.local(buffer)));
+                    let v = g.var(buffer);
+                    emit!(self, "{v}.reset();");
                 }
                 Ok(())
             }
@@ -853,11 +1081,11 @@ impl<'a> Lowering<'a> {
             }
             Line::KernelCall(call) => self.kernel_call(g, call, cx),
             Line::SymbolicCallArg { symbol, expr } => {
-                let v = self.cexpr(expr);
+                let v = self.cx_expr(expr);
                 if self.declared(symbol.as_str()) {
-                    self.line(format!("{symbol} = {v};"));
+                    emit!(self, "{symbol} = {v};");
                 } else {
-                    self.line(format!("int64_t {symbol} = {v};"));
+                    emit!(self, "int64_t {symbol} = {v};");
                     self.declare(symbol.as_str());
                 }
                 Ok(())
@@ -982,7 +1210,13 @@ impl<'a> Lowering<'a> {
                     self.line("//");
                 }
                 for t in text.lines() {
-                    self.line(format!("// {t}").trim_end());
+                    // `// {t}` without trailing whitespace.
+                    let t = t.trim_end();
+                    if t.is_empty() {
+                        self.line("//");
+                    } else {
+                        emit!(self, "// {t}");
+                    }
                 }
                 Ok(())
             }
@@ -1045,11 +1279,9 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::RuntimeAssert { cond, message, .. } => {
-                let c = self.cexpr(cond);
-                self.line(format!(
-                    "if (!({c})) {{ throw std::runtime_error({}); }}",
-                    c_string(message)
-                ));
+                let c = self.cx_expr(cond);
+                let m = CString(message);
+                emit!(self, "if (!({c})) {{ throw std::runtime_error({m}); }}");
                 Ok(())
             }
             // Neither AOTI's C shim nor the standalone runtime can allocate
@@ -1086,19 +1318,35 @@ impl<'a> Lowering<'a> {
 
     /// Writes an `int64_t` array of expressions and returns its name.
     fn int_array(&mut self, items: &[SymExpr]) -> String {
-        let name = format!("int_array_{}", self.next_array);
+        self.int_array_name(items).to_string()
+    }
+
+    /// [`Lowering::int_array`], returning a value that prints the name.
+    fn int_array_name(&mut self, items: &[SymExpr]) -> ArrayName {
+        let name = ArrayName(self.next_array);
         self.next_array += 1;
         if items.is_empty() {
-            self.line(format!("const int64_t* {name} = nullptr;"));
+            emit!(self, "const int64_t* {name} = nullptr;");
             return name;
         }
         let all_int = items.iter().all(|e| e.as_int().is_some());
-        let list = brace_list(&items.iter().map(|e| self.cexpr(e)).collect::<Vec<_>>());
-        if all_int {
-            self.line(format!("static constexpr int64_t {name}[] = {list};"));
+        let style = self.cstyle();
+        self.indent_body();
+        let out = &mut self.body;
+        // Writing into a String cannot fail.
+        let _ = if all_int {
+            write!(out, "static constexpr int64_t {name}[] = {{")
         } else {
-            self.line(format!("const int64_t {name}[] = {list};"));
+            write!(out, "const int64_t {name}[] = {{")
+        };
+        // `{a, }` for one element, `{a, b}` otherwise ([`brace_list`]).
+        for (i, e) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(out, "{}", CExpr { e, style });
         }
+        out.push_str(if items.len() == 1 { ", };\n" } else { "};\n" });
         name
     }
 
@@ -1106,70 +1354,76 @@ impl<'a> Lowering<'a> {
         d.index.unwrap_or(0)
     }
 
-    fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &str) -> Result<(), Error> {
+    fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &Cx<'_>) -> Result<(), Error> {
         let layout = g.layout(buffer, cx)?;
         if layout.offset != SymExpr::Int(0) {
             return Err(self.unsupported(cx, format!("allocating `{buffer}` with a storage offset")));
         }
-        let name = g.local(buffer);
+        let name = g.var(buffer);
         let rank = layout.rank();
-        let sizes = self.int_array(&layout.size);
-        let strides = self.int_array(&layout.stride);
-        let dtype = self.use_dtype(layout.dtype);
+        if self.standalone() && !matches!(layout.device.kind, DeviceType::Cuda | DeviceType::Cpu) {
+            // Checked before anything is written for the line (as when the
+            // arrays were written first, the lowering fails).
+            return Err(self.unsupported(cx, format!("allocating `{buffer}` on {}", layout.device)));
+        }
+        let sizes = self.int_array_name(&layout.size);
+        let strides = self.int_array_name(&layout.stride);
+        let dtype = self.dtype_name(layout.dtype);
         if self.standalone() {
-            let numel = layout.alloc_numel.as_ref().map_or("-1".to_string(), |n| self.cexpr(n));
-            match layout.device.kind {
-                DeviceType::Cuda => self.line(format!(
+            let numel = layout.alloc_numel.as_ref().map(|n| self.cx_expr(n));
+            let numel: &dyn fmt::Display = match &numel {
+                Some(n) => n,
+                None => &"-1",
+            };
+            if layout.device.kind == DeviceType::Cuda {
+                emit!(
+                    self,
                     "wrapir::Tensor {name} = wrapir::empty_strided({rank}, {sizes}, {strides}, {dtype}, {numel}, stream);"
-                )),
-                DeviceType::Cpu => self.line(format!(
+                );
+            } else {
+                emit!(
+                    self,
                     "wrapir::Tensor {name} = wrapir::empty_strided_host({rank}, {sizes}, {strides}, {dtype}, {numel});"
-                )),
-                _ => {
-                    return Err(self.unsupported(
-                        cx,
-                        format!("allocating `{buffer}` on {}", layout.device),
-                    ))
-                }
+                );
             }
-            self.declare(&name);
+            self.declare_var(name);
             return Ok(());
         }
         self.devices.insert(layout.device.kind);
-        let device = format!(
-            "cached_torch_device_type_{},  {}",
-            layout.device.kind.as_str(),
-            Self::device_index(&layout.device)
-        );
+        let device_kind = layout.device.kind.as_str();
+        let device_index = Self::device_index(&layout.device);
         match &layout.alloc_numel {
             None => {
-                self.line(format!("AtenTensorHandle {name}_handle;"));
-                self.line(format!(
-                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided({rank}, {sizes}, {strides}, {dtype}, {device}, &{name}_handle));"
-                ));
-                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle);"));
+                emit!(self, "AtenTensorHandle {name}_handle;");
+                emit!(
+                    self,
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided({rank}, {sizes}, {strides}, {dtype}, cached_torch_device_type_{device_kind},  {device_index}, &{name}_handle));"
+                );
+                emit!(self, "RAIIAtenTensorHandle {name}({name}_handle);");
             }
             Some(n) => {
-                let alloc_size = self.int_array(std::slice::from_ref(n));
-                let alloc_stride = self.int_array(&[SymExpr::Int(1)]);
-                self.line(format!("AtenTensorHandle {name}_handle;"));
-                self.line(format!(
-                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {alloc_size}, {alloc_stride}, {dtype}, {device}, &{name}_handle));"
-                ));
-                self.line(format!("AtenTensorHandle {name}_handle_restrided;"));
-                self.line(format!(
+                let alloc_size = self.int_array_name(std::slice::from_ref(n));
+                let alloc_stride = self.int_array_name(&[SymExpr::Int(1)]);
+                emit!(self, "AtenTensorHandle {name}_handle;");
+                emit!(
+                    self,
+                    "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {alloc_size}, {alloc_stride}, {dtype}, cached_torch_device_type_{device_kind},  {device_index}, &{name}_handle));"
+                );
+                emit!(self, "AtenTensorHandle {name}_handle_restrided;");
+                emit!(
+                    self,
                     "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_as_strided({name}_handle, {sizes}, {strides}, &{name}_handle_restrided));"
-                ));
-                self.line(format!("wrap_with_raii_handle_if_needed({name}_handle);"));
-                self.line(format!("RAIIAtenTensorHandle {name}({name}_handle_restrided);"));
+                );
+                emit!(self, "wrap_with_raii_handle_if_needed({name}_handle);");
+                emit!(self, "RAIIAtenTensorHandle {name}({name}_handle_restrided);");
             }
         }
-        self.declare(&name);
+        self.declare_var(name);
         Ok(())
     }
 
     /// A view expression of `base` with `layout` (AOTI: an RAII handle expression).
-    fn view_expr(&mut self, base: &str, base_layout: &Layout, layout: &Layout, cx: &str) -> Result<String, Error> {
+    fn view_expr(&mut self, base: &str, base_layout: &Layout, layout: &Layout, cx: &Cx<'_>) -> Result<String, Error> {
         if base_layout.dtype.size_bytes() != layout.dtype.size_bytes() {
             return Err(self.unsupported(
                 cx,
@@ -1230,7 +1484,7 @@ impl<'a> Lowering<'a> {
         old: &BufName,
         new: &BufName,
         delete_old: bool,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let old_layout = g.layout(old, cx)?;
         let new_layout = g.layout(new, cx)?;
@@ -1254,7 +1508,7 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn reinterpret(&mut self, g: &GraphCtx<'_>, base: &BufName, alias: &BufName, cx: &str) -> Result<(), Error> {
+    fn reinterpret(&mut self, g: &GraphCtx<'_>, base: &BufName, alias: &BufName, cx: &Cx<'_>) -> Result<(), Error> {
         let base_layout = g.layout(base, cx)?;
         let alias_layout = g.layout(alias, cx)?;
         let (b, a) = (g.local(base), g.local(alias));
@@ -1268,25 +1522,31 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn kernel_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cx: &str) -> Result<(), Error> {
-        let kernel = self.program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
-            context: cx.into(),
-            message: format!("kernel `{}` is not defined", call.kernel),
-        })?;
-        let meta = match &kernel.backend {
-            KernelBackend::Triton(m) => m,
-            _ => return self.direct_call(g, call, kernel, cx),
-        };
-        let args = launch::bind_call_args(&call.kernel, meta, call, cx)?;
-        let mut printed = Vec::new();
-        let mut recorded = self.recorded.as_ref().map(|_| Vec::with_capacity(args.len()));
-        for (param, value) in &args {
-            printed.push(self.kernel_arg(g, &call.kernel, param, value, cx)?);
-            if let Some(r) = recorded.as_mut() {
-                r.push((param.name.clone(), (*value).clone()));
+    fn kernel_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cx: &Cx<'_>) -> Result<(), Error> {
+        let (meta, plan) = match self.call_plans.get(&call.kernel) {
+            Some((meta, plan)) => (*meta, plan.clone()),
+            None => {
+                let program = self.program;
+                let kernel = program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
+                    context: cx.into(),
+                    message: format!("kernel `{}` is not defined", call.kernel),
+                })?;
+                let meta = match &kernel.backend {
+                    KernelBackend::Triton(m) => m,
+                    _ => return self.direct_call(g, call, kernel, &cx.to_string()),
+                };
+                let plan = Rc::new(launch::CallPlan::new(&call.kernel, meta)?);
+                self.call_plans.insert(call.kernel.clone(), (meta, plan.clone()));
+                self.called_kernels.insert(call.kernel.clone());
+                (meta, plan)
             }
-        }
-        if let (Some(r), Some(args)) = (self.recorded.as_mut(), recorded) {
+        };
+        let args = plan.bind(&call.kernel, meta, call, cx)?;
+        if let Some(r) = self.recorded.as_mut() {
+            let args = args
+                .iter()
+                .map(|&(i, value)| (plan.params[i].name.clone(), value.clone()))
+                .collect();
             r.calls.push(RecordedCall {
                 kernel: call.kernel.clone(),
                 graph: GraphName::new(g.name.map_or(MAIN_GRAPH, |n| n.as_str())),
@@ -1295,21 +1555,36 @@ impl<'a> Lowering<'a> {
             });
         }
         let device = call.device.map_or(0, |d| Self::device_index(&d));
-        self.called_kernels.insert(call.kernel.clone());
-        if self.standalone() {
-            printed.push("stream".to_string());
-        } else {
-            let stream = self.aoti_stream(device);
-            printed.push(device.to_string());
-            printed.push(stream);
+        // AOTI: the stream variable is declared (if needed) before the call line.
+        let standalone = self.standalone();
+        if !standalone {
+            self.aoti_stream_declared(device);
         }
-        self.line(format!("call_{}({});", call.kernel, printed.join(", ")));
+        let style = self.cstyle();
+        self.indent_body();
+        let _ = write!(self.body, "call_{}(", call.kernel);
+        for &(i, value) in &args {
+            self.kernel_arg(g, &call.kernel, &plan.params[i], value, style, cx)?;
+            self.body.push_str(", ");
+        }
+        if standalone {
+            self.body.push_str("stream);\n");
+        } else {
+            let _ = writeln!(self.body, "{device}, stream{device});");
+        }
         Ok(())
     }
 
     /// AOTI: the variable holding device `device`'s current stream, declared
     /// on first use in the scope.
     fn aoti_stream(&mut self, device: u32) -> String {
+        self.aoti_stream_declared(device);
+        format!("stream{device}")
+    }
+
+    /// [`Lowering::aoti_stream`] without the name: declares `stream<device>`
+    /// unless a scope has it.
+    fn aoti_stream_declared(&mut self, device: u32) {
         let has_stream = self.scopes.iter().any(|s| s.streams.contains(&device));
         if !has_stream {
             self.line(format!("cudaStream_t stream{device};"));
@@ -1320,7 +1595,6 @@ impl<'a> Lowering<'a> {
                 s.streams.insert(device);
             }
         }
-        format!("stream{device}")
     }
 
     fn kernel_arg(
@@ -1329,8 +1603,9 @@ impl<'a> Lowering<'a> {
         kernel: &KernelName,
         param: &launch::Param,
         value: &ArgValue,
-        cx: &str,
-    ) -> Result<String, Error> {
+        style: CStyle,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
         let bad = |what: &str| Error::Invalid {
             context: cx.into(),
             message: format!(
@@ -1339,11 +1614,16 @@ impl<'a> Lowering<'a> {
                 param.kind_text()
             ),
         };
+        // Writes the argument at the end of the body.
+        let out = &mut self.body;
         match (param.is_pointer(), value) {
-            (true, ArgValue::Buffer(b)) => Ok(g.local(b)),
-            (false, ArgValue::Expr(e)) => Ok(self.cexpr(e)),
-            (false, ArgValue::Float(v)) => Ok(c_float(*v)),
-            (false, ArgValue::Bool(b)) => Ok(b.to_string()),
+            (true, ArgValue::Buffer(b)) => Ok(write!(out, "{}", g.var(b))?),
+            (false, ArgValue::Expr(e)) => Ok(write!(out, "{}", CExpr { e, style })?),
+            (false, ArgValue::Float(v)) => {
+                out.push_str(&c_float(*v));
+                Ok(())
+            }
+            (false, ArgValue::Bool(b)) => Ok(write!(out, "{b}")?),
             (true, _) => Err(bad("a non-tensor value")),
             (false, ArgValue::Buffer(b)) => Err(bad(&format!("tensor `{b}`"))),
             (false, _) => Err(bad("a value that is not a number")),
@@ -1352,7 +1632,7 @@ impl<'a> Lowering<'a> {
 
     // ---- extern ops --------------------------------------------------------
 
-    fn device_of(&self, g: &GraphCtx<'_>, b: &BufName, cx: &str) -> Result<Device, Error> {
+    fn device_of(&self, g: &GraphCtx<'_>, b: &BufName, cx: &Cx<'_>) -> Result<Device, Error> {
         Ok(g.layout(b, cx)?.device)
     }
 
@@ -1375,7 +1655,7 @@ impl<'a> Lowering<'a> {
         g: &GraphCtx<'_>,
         call: &ExternCall,
         out: Option<&BufName>,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let (name, overload) = split_op(&call.op);
         let suffix = op_suffix(&name, overload, out.is_some());
@@ -1456,7 +1736,7 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &str) -> Result<String, Error> {
+    fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
         Ok(match a {
             ArgValue::Buffer(b) => {
                 if g.is_multi(b) {
@@ -1486,7 +1766,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// A list argument of an AOTI shim: a pointer and a length.
-    fn list_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &str) -> Result<String, Error> {
+    fn list_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
         let ArgValue::List(items) = a else {
             return self.shim_arg(g, a, cx);
         };
@@ -1548,7 +1828,13 @@ impl<'a> Lowering<'a> {
     }
 
     /// One `wrapir::ExternArg` (lists get their items in a named array first).
-    fn hook_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, name: Option<&String>, cx: &str) -> Result<String, Error> {
+    fn hook_arg(
+        &mut self,
+        g: &GraphCtx<'_>,
+        a: &ArgValue,
+        name: Option<&String>,
+        cx: &Cx<'_>,
+    ) -> Result<String, Error> {
         let n = name.map_or(String::new(), |k| format!(", {}", c_string(k)));
         Ok(match a {
             ArgValue::Buffer(b) => {
@@ -1592,7 +1878,7 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &str) -> Result<(), Error> {
+    fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &Cx<'_>) -> Result<(), Error> {
         let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
         args.push(ArgValue::Buffer(s.index.clone()));
         args.push(s.src.clone());
@@ -1629,7 +1915,7 @@ impl<'a> Lowering<'a> {
         raw: &str,
         tail: &[KeyEntry],
         described: &str,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let s = symbol.as_str();
         match tail {
@@ -1674,7 +1960,7 @@ impl<'a> Lowering<'a> {
         source: &BufName,
         symbol: &Symbol,
         path: &[KeyEntry],
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         // Resolve the top level: C++ holds multi-output elements as separate
         // variables, so leading indices are walked key by key to one of them.
@@ -1748,7 +2034,7 @@ impl<'a> Lowering<'a> {
 
     // ---- control flow ------------------------------------------------------
 
-    fn subgraph(&self, name: &GraphName, cx: &str) -> Result<&'a Graph, Error> {
+    fn subgraph(&self, name: &GraphName, cx: &Cx<'_>) -> Result<&'a Graph, Error> {
         self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
             context: cx.into(),
             message: format!("subgraph `{name}` does not exist"),
@@ -1775,7 +2061,7 @@ impl<'a> Lowering<'a> {
         name: &'a GraphName,
         operands: &[String],
         targets: &[Option<String>],
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let graph = self.subgraph(name, cx)?;
         let ctx = GraphCtx::new(graph, Some(name), self.program, name.as_str())?;
@@ -1876,7 +2162,7 @@ impl<'a> Lowering<'a> {
         scalar
     }
 
-    fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &str) -> Result<(), Error> {
+    fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
         let t = self.subgraph(&c.true_graph, cx)?;
         let f = self.subgraph(&c.false_graph, cx)?;
         if t.outputs.len() != f.outputs.len() {
@@ -1927,7 +2213,7 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &str) -> Result<(), Error> {
+    fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &Cx<'_>) -> Result<(), Error> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
         let additional: Vec<String> = w.additional.iter().map(|b| g.local(b)).collect();
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
@@ -2059,14 +2345,6 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// `{a, }` for one element, `{a, b}` otherwise (Inductor's C++ shape lists).
-fn brace_list(items: &[String]) -> String {
-    match items {
-        [one] => format!("{{{one}, }}"),
-        _ => format!("{{{}}}", items.join(", ")),
-    }
-}
-
 /// The runtime header's `wrapir::DType` enumerator.
 pub(super) fn runtime_dtype(d: DType) -> &'static str {
     match d {
@@ -2089,23 +2367,39 @@ pub(super) fn runtime_dtype(d: DType) -> &'static str {
 
 /// A C++ string literal.
 pub(super) fn c_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            // Octal escapes are at most three digits, so a following digit cannot extend them.
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                let _ = write!(out, "\\{:03o}", c as u32);
+    CString(s).to_string()
+}
+
+/// A C++ string literal ([`c_string`]) as a value that prints it.
+#[derive(Clone, Copy)]
+pub(super) struct CString<'s>(pub(super) &'s str);
+
+impl fmt::Display for CString<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        f.write_char('"')?;
+        // Runs of characters that need no escape are written whole.
+        let mut start = 0;
+        for (i, c) in s.char_indices() {
+            let escape = matches!(c, '"' | '\\' | '\n' | '\t' | '\r') || (c as u32) < 0x20 || c as u32 == 0x7f;
+            if !escape {
+                continue;
             }
-            c => out.push(c),
+            f.write_str(&s[start..i])?;
+            start = i + c.len_utf8();
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\t' => f.write_str("\\t")?,
+                '\r' => f.write_str("\\r")?,
+                // Octal escapes are at most three digits, so a following digit cannot extend them.
+                c => write!(f, "\\{:03o}", c as u32)?,
+            }
         }
+        f.write_str(&s[start..])?;
+        f.write_char('"')
     }
-    out.push('"');
-    out
 }
 
 /// A C++ double literal.

@@ -239,9 +239,7 @@ impl<W: fmt::Write> Writer<W> {
 
     /// Lowers the program and appends the C++ text to the output.
     pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
-        let text = lower::lower(info.program(), &self.options)?;
-        self.out.write_str(&text)?;
-        Ok(())
+        lower::lower(info.program(), &self.options, &mut self.out)
     }
 
     /// [`Writer::write`], and returns every Triton launch as printed: for each
@@ -250,9 +248,7 @@ impl<W: fmt::Write> Writer<W> {
     /// `grid_0..2` and scratch sizes with its parameters bound to the call's
     /// values. Each is recorded from the value the text is printed from.
     pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
-        let (text, launches) = lower::lower_recording_launches(info.program(), &self.options)?;
-        self.out.write_str(&text)?;
-        Ok(launches)
+        lower::lower_recording_launches(info.program(), &self.options, &mut self.out)
     }
 
     /// The output.
@@ -263,9 +259,8 @@ impl<W: fmt::Write> Writer<W> {
 
 /// Lowers a validated program to C++ text.
 pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
-    let mut w = Writer::new(String::new(), options.clone());
-    w.write(info)?;
-    Ok(w.finish())
+    // What `Writer::write` into an empty string gives, built in place.
+    lower::lower_to_string(info.program(), options)
 }
 
 /// [`write_string`], and every Triton launch as printed
