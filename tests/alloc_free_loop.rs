@@ -18,8 +18,10 @@
 //! the interpreter's slots, and the meta backend reuses the layouts and
 //! storage records of freed tensors, so neither allocates per step.
 //!
-//! Extern calls still allocate per step (the declared result layout is
-//! evaluated into an owned [`ExpectedLayout`]); they are not covered here.
+//! Plans with extern calls and multi-output elements take 2 more: the two
+//! vectors of the declared result layout each one evaluates into (an
+//! [`ExpectedLayout`], reused likewise); the meta backend builds their
+//! results in pooled layouts.
 //!
 //! [`Backend::spec`]: wrapir::exec::Backend::spec
 //! [`ExpectedLayout`]: wrapir::exec::ExpectedLayout
@@ -33,7 +35,8 @@ use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
 use wrapir::fx::interp::{compile, Plan};
 use wrapir::ir::{
-    ArgValue, CallArg, DType, Device, GridType, KernelCall, Layout, Program, ProgramBuilder, SigType, TritonMeta,
+    ArgValue, CallArg, DType, Device, GridType, KernelCall, Layout, MultiIndex, Program, ProgramBuilder, SigType,
+    TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr};
 
@@ -93,6 +96,10 @@ const PER_RUN_BOUND: usize = 4;
 /// [`PER_RUN_BOUND`] for plans that allocate tensors (plus the reused layout
 /// `empty_strided` steps fill in).
 const PER_RUN_BOUND_TENSORS: usize = PER_RUN_BOUND + 2;
+
+/// [`PER_RUN_BOUND_TENSORS`] for plans with extern calls and multi-output
+/// elements (plus the reused declared layout they evaluate).
+const PER_RUN_BOUND_EXTERNS: usize = PER_RUN_BOUND_TENSORS + 2;
 
 /// Plan lengths (program lines) each family is measured at.
 const LENGTHS: [usize; 3] = [10, 200, 2_000];
@@ -249,6 +256,51 @@ fn buffers(count: usize) -> Program {
     p.finish()
 }
 
+/// `count` rounds of: an extern op with a declared result layout
+/// `f32[s0, s1]` on the previous buffer, a multi-output extern op on its
+/// result and an element of it with a declared layout, then frees.
+fn externs(count: usize) -> Program {
+    let mut p = ProgramBuilder::new();
+    let s0 = p.backed_symbol("s0", Some(64));
+    let s1 = p.backed_symbol("s1", Some(32));
+    let mut g = p.main();
+    g.symbol_input("arg0_1", &s0);
+    g.symbol_input("arg1_1", &s1);
+    let size = || [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())];
+    let x = g.tensor_input("arg2_1", tensor_layout(size()));
+    let w = g.tensor_input(
+        "arg3_1",
+        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
+    );
+    let mut prev: Option<wrapir::ir::BufName> = None;
+    for i in 0..count {
+        let src = prev.clone().unwrap_or_else(|| x.clone());
+        let b = g.extern_alloc(
+            &format!("buf{i}"),
+            tensor_layout(size()),
+            "torch.ops.aten.relu.default",
+            vec![ArgValue::Buffer(src)],
+        );
+        let m = g.extern_alloc_multi(
+            &format!("multi{i}"),
+            "torch.ops.aten.split.default",
+            vec![ArgValue::Buffer(b.clone())],
+        );
+        let part = g.multi_output(&format!("part{i}"), tensor_layout(size()), &m, &[MultiIndex::Tuple(0)]);
+        g.free(&part);
+        if let Some(old) = prev.replace(b) {
+            g.free(&old);
+        }
+    }
+    if let Some(last) = prev {
+        g.free(&last);
+    }
+    g.output(&x);
+    g.output(&w);
+    g.finish();
+    p.finish()
+}
+
 fn plan_of(program: &Program) -> Plan {
     let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid test program:\n{e}"));
     let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
@@ -334,4 +386,9 @@ fn symbol_arithmetic_and_binds_allocate_a_constant_number_of_times() {
 #[test]
 fn allocations_launches_and_frees_allocate_a_constant_number_of_times() {
     check("buffers", buffers, PER_RUN_BOUND_TENSORS);
+}
+
+#[test]
+fn extern_calls_and_multi_outputs_allocate_a_constant_number_of_times() {
+    check("externs", externs, PER_RUN_BOUND_EXTERNS);
 }

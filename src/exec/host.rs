@@ -57,6 +57,21 @@ impl std::fmt::Debug for HostBackend {
     }
 }
 
+/// The name part of [`op_key`] (`relu_` for `torch.ops.aten.relu_.default`),
+/// without allocating.
+pub fn op_name(op: &str) -> &str {
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    if let Some(rest) = s.strip_prefix("extern_kernels.") {
+        return rest.split('.').next().unwrap_or(rest);
+    }
+    let mut parts = s.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(_), Some(name)) => name,
+        (Some(name), None) => name,
+        _ => s,
+    }
+}
+
 /// The registry key of an op: namespace and name without overload
 /// (`torch.ops.aten.nonzero.default` -> `aten.nonzero`, `extern_kernels.mm` -> `aten.mm`).
 pub fn op_key(op: &str) -> String {

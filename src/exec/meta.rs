@@ -9,7 +9,8 @@
 
 use super::tensor::{check_bounds, Accounted, MemCounter};
 use super::{
-    Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
+    Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor,
+    TensorSpec, Value,
 };
 use crate::ir::SymbolDecl;
 use crate::sym::Symbol;
@@ -74,14 +75,34 @@ impl MetaBackend {
         self.allocate(spec)
     }
 
-    /// [`Backend::allocate`] for a layout the caller no longer needs.
-    fn allocate_owned(&mut self, spec: TensorSpec) -> Result<MetaTensor, ExecError> {
-        let (n, bytes) = storage_of(&spec)?;
-        Ok(MetaTensor {
-            spec: Arc::new(spec),
+    /// [`Backend::allocate`] for a declared layout; `None` when an entry is
+    /// unknown. The layout handle is a pooled one when there is one.
+    fn allocate_expected(&mut self, exp: &ExpectedLayout) -> Option<Result<MetaTensor, ExecError>> {
+        let offset = exp.offset?;
+        if exp.size.iter().chain(&exp.stride).any(Option::is_none) {
+            return None;
+        }
+        let mut spec = self
+            .spec_pool
+            .pop()
+            .unwrap_or_else(|| Arc::new(TensorSpec::contiguous(exp.dtype, exp.device, &[])));
+        if Arc::get_mut(&mut spec).is_none() {
+            spec = Arc::new(TensorSpec::contiguous(exp.dtype, exp.device, &[]));
+        }
+        // A sole handle: checked just above, or fresh.
+        let s = Arc::get_mut(&mut spec)?;
+        s.dtype = exp.dtype;
+        s.device = exp.device;
+        s.size.clear();
+        s.size.extend(exp.size.iter().flatten());
+        s.stride.clear();
+        s.stride.extend(exp.stride.iter().flatten());
+        s.offset = offset;
+        Some(storage_of(&spec).map(|(n, bytes)| MetaTensor {
+            spec,
             storage: self.storage(bytes),
             storage_numel: n,
-        })
+        }))
     }
 
     /// A storage record of `bytes`, counted in `memory` (a pooled one when
@@ -193,15 +214,15 @@ impl Backend for MetaBackend {
         }
         match call.expected {
             Some(layout) => {
-                let spec = layout.concrete().ok_or_else(|| {
+                let tensor = self.allocate_expected(layout).ok_or_else(|| {
                     ExecError::NoValue(format!(
                         "op `{}`: its result layout depends on a symbol with no hint",
                         call.op
                     ))
-                })?;
-                Ok(Value::Tensor(self.allocate_owned(spec)?))
+                })??;
+                Ok(Value::Tensor(tensor))
             }
-            None if super::host::op_key(call.op).ends_with('_') => {
+            None if super::host::op_name(call.op).ends_with('_') => {
                 // In-place ops return their first argument.
                 Ok(call.args.first().cloned().unwrap_or(Value::None))
             }
@@ -247,15 +268,7 @@ impl Backend for MetaBackend {
 
 /// Storage elements and bytes of a layout.
 fn storage_of(spec: &TensorSpec) -> Result<(usize, u64), ExecError> {
-    let n = spec
-        .storage_numel()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| {
-            ExecError::Input(format!(
-                "invalid layout: sizes {:?}, strides {:?}",
-                spec.size, spec.stride
-            ))
-        })?;
+    let n = super::tensor::storage_elements(spec)?;
     Ok((n, n as u64 * spec.dtype.size_bytes()))
 }
 

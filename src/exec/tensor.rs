@@ -277,6 +277,19 @@ pub struct Tensor {
     spec: TensorSpec,
 }
 
+/// Elements of the storage `spec` needs; an error naming the layout when it
+/// has no valid storage (a negative size or stride, or an overflow).
+pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {
+    spec.storage_numel()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            ExecError::Input(format!(
+                "invalid layout: sizes {:?}, strides {:?}",
+                spec.size, spec.stride
+            ))
+        })
+}
+
 fn unsupported_dtype(d: DType) -> ExecError {
     ExecError::Unsupported(format!("host tensors do not store dtype {d}"))
 }
@@ -308,15 +321,7 @@ impl Tensor {
                 spec.stride.len()
             )));
         }
-        let n = spec
-            .storage_numel()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                ExecError::Input(format!(
-                    "invalid layout: sizes {:?}, strides {:?}",
-                    spec.size, spec.stride
-                ))
-            })?;
+        let n = storage_elements(spec)?;
         let bytes = n as u64 * spec.dtype.size_bytes();
         let data =
             with_dtype!(spec.dtype, T => T::wrap(vec![T::from_i64(0); n]), return Err(unsupported_dtype(spec.dtype)));

@@ -26,7 +26,7 @@ enum Lit {
     Float(f64),
     Bool(bool),
     None,
-    Str(String),
+    Str(Box<str>),
     DType(DType),
     Device(Device),
 }
@@ -36,7 +36,7 @@ enum Lit {
 enum Operand {
     Slot(usize),
     Lit(Lit),
-    List(Vec<Operand>),
+    List(Box<[Operand]>),
 }
 
 #[derive(Clone, Debug)]
@@ -44,32 +44,26 @@ enum StepKind {
     Input(usize),
     Constant(String),
     EmptyStrided {
-        size: Vec<Operand>,
-        stride: Vec<Operand>,
+        size: OperandList,
+        stride: OperandList,
         dtype: DType,
         device: DeviceType,
     },
-    AsStrided {
-        base: usize,
-        size: Vec<Operand>,
-        stride: Vec<Operand>,
-        offset: Operand,
-    },
+    // Variants with large operands are boxed, so a step stays small.
+    AsStrided(Box<AsStridedStep>),
     Triton {
-        kernel: KernelRef,
-        grid: [Operand; 3],
-        kwargs: KwOperands,
+        t: Box<TritonStep>,
+        /// What a launch reads, packed into plan tables (set by the last
+        /// compile pass; `None` when an operand is a list): a launch then
+        /// reads no heap block of its own.
+        packed: Option<PackedLaunch>,
     },
     KernelCall {
-        kernel: KernelRef,
-        args: Vec<Operand>,
-        kwargs: KwOperands,
+        c: Box<CallStep>,
+        /// As for `Triton` (no grid).
+        packed: Option<PackedLaunch>,
     },
-    Extern {
-        target: String,
-        args: Vec<Operand>,
-        kwargs: KwOperands,
-    },
+    Extern(Box<ExternStep>),
     SymSize {
         tensor: usize,
         dim: i64,
@@ -101,30 +95,120 @@ enum StepKind {
     },
     AssertScalar {
         cond: Operand,
-        message: String,
+        message: Box<str>,
     },
     AssertSizeStride {
         tensor: usize,
-        size: Vec<Operand>,
-        stride: Vec<Operand>,
-        context: Option<String>,
+        size: OperandList,
+        stride: OperandList,
+        context: Option<Box<str>>,
     },
     AssertAlignment {
         tensor: usize,
         alignment: u32,
     },
-    Cond {
-        pred: Operand,
-        true_graph: String,
-        false_graph: String,
-        operands: Vec<Operand>,
-    },
-    While {
-        cond_graph: String,
-        body_graph: String,
-        carried: Vec<Operand>,
-        additional: Vec<Operand>,
-    },
+    Cond(Box<CondStep>),
+    While(Box<WhileStep>),
+}
+
+/// Operands of a step: owned while the plan is compiled (the slot passes
+/// renumber them), then packed into [`Plan::operands`], which a run reads in
+/// step order instead of one heap block per step.
+#[derive(Clone, Debug)]
+enum OperandList {
+    Owned(Box<[Operand]>),
+    Packed(std::ops::Range<u32>),
+}
+
+impl OperandList {
+    /// The operands while compiling (none once packed: packing is the last
+    /// pass).
+    fn owned(&self) -> &[Operand] {
+        match self {
+            OperandList::Owned(xs) => xs,
+            OperandList::Packed(_) => &[],
+        }
+    }
+
+    fn owned_mut(&mut self) -> &mut [Operand] {
+        match self {
+            OperandList::Owned(xs) => xs,
+            OperandList::Packed(_) => &mut [],
+        }
+    }
+
+    /// Moves owned operands to the end of `pool`; `None` when the pool
+    /// outgrows `u32` indices.
+    fn pack(&mut self, pool: &mut Vec<Operand>) -> Option<()> {
+        if let OperandList::Owned(xs) = self {
+            let start = u32::try_from(pool.len()).ok()?;
+            pool.extend(std::mem::take(xs).into_vec());
+            *self = OperandList::Packed(start..u32::try_from(pool.len()).ok()?);
+        }
+        Some(())
+    }
+}
+
+#[derive(Clone, Debug)]
+struct AsStridedStep {
+    base: usize,
+    size: Vec<Operand>,
+    stride: Vec<Operand>,
+    offset: Operand,
+}
+
+/// A launch packed into plan tables: `grid` is the first of three entries
+/// of [`Plan::operands`] (Triton launches), `args..args_end` a range of
+/// [`Plan::call_slots`] and [`Plan::call_names`]: `positional` arguments,
+/// then keyword ones.
+#[derive(Clone, Copy, Debug)]
+struct PackedLaunch {
+    /// Index in the program's kernel table (`u32::MAX`: not defined).
+    kernel: u32,
+    grid: u32,
+    args: u32,
+    positional: u32,
+    args_end: u32,
+}
+
+#[derive(Clone, Debug)]
+struct TritonStep {
+    kernel: KernelRef,
+    grid: [Operand; 3],
+    kwargs: KwOperands,
+}
+
+#[derive(Clone, Debug)]
+struct CallStep {
+    kernel: KernelRef,
+    args: Vec<Operand>,
+    kwargs: KwOperands,
+}
+
+#[derive(Clone, Debug)]
+struct ExternStep {
+    target: String,
+    args: Vec<Operand>,
+    kwargs: KwOperands,
+    /// The declared layout of a tensor result (here, not only in the
+    /// step's [`StepInfo`], so a call does not read that cold table).
+    layout: Option<Layout>,
+}
+
+#[derive(Clone, Debug)]
+struct CondStep {
+    pred: Operand,
+    true_graph: String,
+    false_graph: String,
+    operands: Vec<Operand>,
+}
+
+#[derive(Clone, Debug)]
+struct WhileStep {
+    cond_graph: String,
+    body_graph: String,
+    carried: Vec<Operand>,
+    additional: Vec<Operand>,
 }
 
 /// Keyword operands of a call: names and operands in parallel, in the
@@ -163,8 +247,10 @@ struct Bind {
 struct Step {
     kind: StepKind,
     out: Option<usize>,
-    binds: Vec<Bind>,
-    frees: std::ops::Range<usize>,
+    /// The symbols the step binds: a range of [`Plan::binds`].
+    binds: std::ops::Range<u32>,
+    /// The slots the step frees after it runs: a range of [`Plan::frees`].
+    frees: std::ops::Range<u32>,
 }
 
 /// The parts of a step the run loop rarely reads: the node's name (for
@@ -184,6 +270,16 @@ pub struct Plan {
     infos: Vec<StepInfo>,
     /// The slots each step frees after it runs (`Step::frees` indexes this).
     frees: Vec<usize>,
+    /// The symbols each step binds, in step order (`Step::binds` indexes
+    /// this).
+    binds: Vec<Bind>,
+    /// Packed operand lists ([`OperandList::Packed`] indexes this) and
+    /// launch grids ([`PackedLaunch::grid`]).
+    operands: Vec<Operand>,
+    /// The slots packed launches read their arguments from, in order.
+    call_slots: Vec<usize>,
+    /// The parameter names of those arguments (parallel to `call_slots`).
+    call_names: Vec<String>,
     slots: usize,
     inputs: Vec<(String, Placeholder)>,
     outputs: Vec<Operand>,
@@ -240,6 +336,9 @@ fn compile_graph(
     };
     let mut steps = Vec::new();
     let mut infos = Vec::new();
+    let mut binds: Vec<Bind> = Vec::new();
+    // Plan tables are indexed with `u32` ranges (keeps steps small).
+    let too_large = || ExecError::Input(format!("graph `{name}` is too large to compile"));
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for (id, node) in graph.iter() {
@@ -281,8 +380,8 @@ fn compile_graph(
                 dtype,
                 device,
             } => StepKind::EmptyStrided {
-                size: operands(size)?,
-                stride: operands(stride)?,
+                size: OperandList::Owned(operands(size)?.into()),
+                stride: OperandList::Owned(operands(stride)?.into()),
                 dtype: *dtype,
                 device: *device,
             },
@@ -291,33 +390,43 @@ fn compile_graph(
                 size,
                 stride,
                 offset,
-            } => StepKind::AsStrided {
+            } => StepKind::AsStrided(Box::new(AsStridedStep {
                 base: slot(*base)?,
                 size: operands(size)?,
                 stride: operands(stride)?,
                 offset: operand(offset)?,
-            },
+            })),
             Op::TritonKernel { kernel, grid, kwargs } => StepKind::Triton {
-                kernel: KernelRef {
-                    name: kernel.clone(),
-                    index: kernels.get_index_of(kernel),
-                },
-                grid: [operand(&grid[0])?, operand(&grid[1])?, operand(&grid[2])?],
-                kwargs: kwmap(kwargs)?,
+                t: Box::new(TritonStep {
+                    kernel: KernelRef {
+                        name: kernel.clone(),
+                        index: kernels.get_index_of(kernel),
+                    },
+                    grid: [operand(&grid[0])?, operand(&grid[1])?, operand(&grid[2])?],
+                    kwargs: kwmap(kwargs)?,
+                }),
+                packed: None,
             },
             Op::KernelCall { kernel, args, kwargs } => StepKind::KernelCall {
-                kernel: KernelRef {
-                    name: kernel.clone(),
-                    index: kernels.get_index_of(kernel),
-                },
-                args: operands(args)?,
-                kwargs: kwmap(kwargs)?,
+                c: Box::new(CallStep {
+                    kernel: KernelRef {
+                        name: kernel.clone(),
+                        index: kernels.get_index_of(kernel),
+                    },
+                    args: operands(args)?,
+                    kwargs: kwmap(kwargs)?,
+                }),
+                packed: None,
             },
-            Op::Extern { target, args, kwargs } => StepKind::Extern {
+            Op::Extern { target, args, kwargs } => StepKind::Extern(Box::new(ExternStep {
                 target: target.clone(),
                 args: operands(args)?,
                 kwargs: kwmap(kwargs)?,
-            },
+                layout: match &node.val {
+                    Some(Val::Tensor(layout)) => Some(layout.clone()),
+                    _ => None,
+                },
+            })),
             Op::SymSize { tensor, dim } => StepKind::SymSize {
                 tensor: slot(*tensor)?,
                 dim: *dim,
@@ -350,7 +459,7 @@ fn compile_graph(
             },
             Op::AssertScalar { cond, message } => StepKind::AssertScalar {
                 cond: operand(cond)?,
-                message: message.clone(),
+                message: message.as_str().into(),
             },
             Op::AssertSizeStride {
                 tensor,
@@ -359,9 +468,9 @@ fn compile_graph(
                 context,
             } => StepKind::AssertSizeStride {
                 tensor: slot(*tensor)?,
-                size: operands(size)?,
-                stride: operands(stride)?,
-                context: context.clone(),
+                size: OperandList::Owned(operands(size)?.into()),
+                stride: OperandList::Owned(operands(stride)?.into()),
+                context: context.as_deref().map(Box::from),
             },
             Op::AssertAlignment { tensor, alignment } => StepKind::AssertAlignment {
                 tensor: slot(*tensor)?,
@@ -372,52 +481,103 @@ fn compile_graph(
                 true_graph,
                 false_graph,
                 operands: ops,
-            } => StepKind::Cond {
+            } => StepKind::Cond(Box::new(CondStep {
                 pred: operand(pred)?,
                 true_graph: sub(*true_graph)?,
                 false_graph: sub(*false_graph)?,
                 operands: operands(ops)?,
-            },
+            })),
             Op::WhileLoop {
                 cond_graph,
                 body_graph,
                 carried,
                 additional,
-            } => StepKind::While {
+            } => StepKind::While(Box::new(WhileStep {
                 cond_graph: sub(*cond_graph)?,
                 body_graph: sub(*body_graph)?,
                 carried: operands(carried)?,
                 additional: operands(additional)?,
-            },
+            })),
         };
         infos.push(StepInfo {
             node: node.name.clone(),
             val: node.val.clone(),
         });
+        let first_bind = u32::try_from(binds.len()).map_err(|_| too_large())?;
+        binds.extend(node.binds.iter().map(|s| Bind {
+            symbol: s.clone(),
+            range: symbols.get(s).map(|d| d.range),
+        }));
         steps.push(Step {
             kind,
             out: slot_of.get(&id).copied(),
-            binds: node
-                .binds
-                .iter()
-                .map(|s| Bind {
-                    symbol: s.clone(),
-                    range: symbols.get(s).map(|d| d.range),
-                })
-                .collect(),
+            binds: first_bind..u32::try_from(binds.len()).map_err(|_| too_large())?,
             frees: 0..0,
         });
     }
     let mut step_frees = plan_frees(&steps, &outputs, slot_of.len());
     let slots = reuse_slots(&mut steps, &mut step_frees, &mut outputs, slot_of.len());
     let lits = intern_call_literals(&mut steps, slots);
+    let mut operands = Vec::new();
+    let (mut call_slots, mut call_names) = (Vec::new(), Vec::new());
+    for step in &mut steps {
+        match &mut step.kind {
+            StepKind::EmptyStrided { size, stride, .. } | StepKind::AssertSizeStride { size, stride, .. } => {
+                size.pack(&mut operands).ok_or_else(too_large)?;
+                stride.pack(&mut operands).ok_or_else(too_large)?;
+            }
+            StepKind::Triton { t, packed } => {
+                let Some(index) = t.kwargs.slots.take() else {
+                    continue;
+                };
+                let len = |n: usize| u32::try_from(n).map_err(|_| too_large());
+                let grid = len(operands.len())?;
+                operands.extend(t.grid.iter().cloned());
+                let args = len(call_slots.len())?;
+                call_slots.extend_from_slice(&index);
+                call_names.extend(std::mem::take(&mut t.kwargs.names).into_vec());
+                *packed = Some(PackedLaunch {
+                    kernel: t.kernel.index.map_or(Ok(u32::MAX), len)?,
+                    grid,
+                    args,
+                    positional: 0,
+                    args_end: len(call_slots.len())?,
+                });
+                len(operands.len())?;
+            }
+            StepKind::KernelCall { c, packed } => {
+                let Some(index) = c.kwargs.slots.take() else {
+                    continue;
+                };
+                let len = |n: usize| u32::try_from(n).map_err(|_| too_large());
+                let args = len(call_slots.len())?;
+                call_slots.extend_from_slice(&index);
+                // Names parallel to the slots: none for positional arguments.
+                call_names.extend(std::iter::repeat_with(String::new).take(c.args.len()));
+                call_names.extend(std::mem::take(&mut c.kwargs.names).into_vec());
+                *packed = Some(PackedLaunch {
+                    kernel: c.kernel.index.map_or(Ok(u32::MAX), len)?,
+                    grid: u32::MAX,
+                    args,
+                    positional: len(c.args.len())?,
+                    args_end: len(call_slots.len())?,
+                });
+                if call_names.len() != call_slots.len() {
+                    return Err(ExecError::Input(format!(
+                        "graph `{name}`: kernel call operands do not match their names"
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
     let mut frees = Vec::with_capacity(step_frees.iter().map(Vec::len).sum());
     for (step, list) in steps.iter_mut().zip(&step_frees) {
-        let start = frees.len();
+        let start = u32::try_from(frees.len()).map_err(|_| too_large())?;
         frees.extend_from_slice(list);
-        step.frees = start..frees.len();
+        step.frees = start..u32::try_from(frees.len()).map_err(|_| too_large())?;
     }
-    let bind_count = steps.iter().map(|s| s.binds.len()).sum();
+    let bind_count = binds.len();
 
     let mut subplans = HashMap::new();
     for (sub_name, sub) in &graph.subgraphs {
@@ -428,6 +588,10 @@ fn compile_graph(
         steps,
         infos,
         frees,
+        binds,
+        operands,
+        call_slots,
+        call_names,
         slots,
         inputs,
         outputs,
@@ -446,7 +610,7 @@ fn to_operand(a: &Arg, slots: &HashMap<NodeId, usize>) -> Option<Operand> {
         Arg::Float(v) => Operand::Lit(Lit::Float(*v)),
         Arg::Bool(v) => Operand::Lit(Lit::Bool(*v)),
         Arg::None => Operand::Lit(Lit::None),
-        Arg::Str(s) => Operand::Lit(Lit::Str(s.clone())),
+        Arg::Str(s) => Operand::Lit(Lit::Str(s.as_str().into())),
         Arg::DType(d) => Operand::Lit(Lit::DType(*d)),
         Arg::Device(d) => Operand::Lit(Lit::Device(*d)),
         Arg::List(items) => Operand::List(items.iter().map(|i| to_operand(i, slots)).collect::<Option<_>>()?),
@@ -466,27 +630,32 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
     match kind {
         StepKind::Input(_) | StepKind::Constant(_) => {}
         StepKind::EmptyStrided { size, stride, .. } => {
-            many(size, f);
-            many(stride, f);
+            many(size.owned(), f);
+            many(stride.owned(), f);
         }
-        StepKind::AsStrided {
-            base,
-            size,
-            stride,
-            offset,
-        } => {
+        StepKind::AsStrided(a) => {
+            let AsStridedStep {
+                base,
+                size,
+                stride,
+                offset,
+            } = &**a;
             f(*base);
             many(size, f);
             many(stride, f);
             for_each_slot(offset, f);
         }
-        StepKind::Triton { grid, kwargs, .. } => {
-            many(grid, f);
-            many(&kwargs.values, f);
+        StepKind::Triton { t, .. } => {
+            many(&t.grid, f);
+            many(&t.kwargs.values, f);
         }
-        StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
-            many(args, f);
-            many(&kwargs.values, f);
+        StepKind::KernelCall { c, .. } => {
+            many(&c.args, f);
+            many(&c.kwargs.values, f);
+        }
+        StepKind::Extern(c) => {
+            many(&c.args, f);
+            many(&c.kwargs.values, f);
         }
         StepKind::SymSize { tensor, .. }
         | StepKind::SymStride { tensor, .. }
@@ -504,18 +673,16 @@ fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
             tensor, size, stride, ..
         } => {
             f(*tensor);
-            many(size, f);
-            many(stride, f);
+            many(size.owned(), f);
+            many(stride.owned(), f);
         }
-        StepKind::Cond { pred, operands, .. } => {
-            for_each_slot(pred, f);
-            many(operands, f);
+        StepKind::Cond(c) => {
+            for_each_slot(&c.pred, f);
+            many(&c.operands, f);
         }
-        StepKind::While {
-            carried, additional, ..
-        } => {
-            many(carried, f);
-            many(additional, f);
+        StepKind::While(w) => {
+            many(&w.carried, f);
+            many(&w.additional, f);
         }
     }
 }
@@ -572,27 +739,32 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
     match kind {
         StepKind::Input(_) | StepKind::Constant(_) => {}
         StepKind::EmptyStrided { size, stride, .. } => {
-            many(size, f);
-            many(stride, f);
+            many(size.owned_mut(), f);
+            many(stride.owned_mut(), f);
         }
-        StepKind::AsStrided {
-            base,
-            size,
-            stride,
-            offset,
-        } => {
+        StepKind::AsStrided(a) => {
+            let AsStridedStep {
+                base,
+                size,
+                stride,
+                offset,
+            } = &mut **a;
             f(base);
             many(size, f);
             many(stride, f);
             for_each_slot_mut(offset, f);
         }
-        StepKind::Triton { grid, kwargs, .. } => {
-            many(grid, f);
-            many(&mut kwargs.values, f);
+        StepKind::Triton { t, .. } => {
+            many(&mut t.grid, f);
+            many(&mut t.kwargs.values, f);
         }
-        StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => {
-            many(args, f);
-            many(&mut kwargs.values, f);
+        StepKind::KernelCall { c, .. } => {
+            many(&mut c.args, f);
+            many(&mut c.kwargs.values, f);
+        }
+        StepKind::Extern(c) => {
+            many(&mut c.args, f);
+            many(&mut c.kwargs.values, f);
         }
         StepKind::SymSize { tensor, .. }
         | StepKind::SymStride { tensor, .. }
@@ -610,18 +782,16 @@ fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
             tensor, size, stride, ..
         } => {
             f(tensor);
-            many(size, f);
-            many(stride, f);
+            many(size.owned_mut(), f);
+            many(stride.owned_mut(), f);
         }
-        StepKind::Cond { pred, operands, .. } => {
-            for_each_slot_mut(pred, f);
-            many(operands, f);
+        StepKind::Cond(c) => {
+            for_each_slot_mut(&mut c.pred, f);
+            many(&mut c.operands, f);
         }
-        StepKind::While {
-            carried, additional, ..
-        } => {
-            many(carried, f);
-            many(additional, f);
+        StepKind::While(w) => {
+            many(&mut w.carried, f);
+            many(&mut w.additional, f);
         }
     }
 }
@@ -724,45 +894,57 @@ impl Plan {
         // The layout `empty_strided` steps fill in (its vectors are reused:
         // no allocation per step).
         let mut layout = TensorSpec::contiguous(DType::Float32, Device::cpu(), &[]);
+        // The declared layout of an extern call's result, evaluated (reused
+        // likewise).
+        let mut exp_buf = ExpectedLayout {
+            dtype: DType::Float32,
+            device: Device::cpu(),
+            size: Vec::new(),
+            stride: Vec::new(),
+            offset: None,
+        };
         for (step, info) in self.steps.iter().zip(&self.infos) {
             let value = self
-                .step(step, info, backend, &mut inputs, constants, &slots, &mut layout, env)
+                .step(
+                    step,
+                    info,
+                    backend,
+                    &mut inputs,
+                    constants,
+                    &slots,
+                    &mut layout,
+                    &mut exp_buf,
+                    env,
+                )
                 .map_err(|e| ExecError::AtNode {
                     graph: self.graph.clone(),
                     node: info.node.clone(),
                     source: Box::new(e),
                 })?;
-            if let Some(v) = &value {
-                for Bind { symbol: s, range } in &step.binds {
-                    let Some(x) = v.as_int() else {
-                        return Err(ExecError::AtNode {
-                            graph: self.graph.clone(),
-                            node: info.node.clone(),
-                            source: Box::new(ExecError::Type(format!("symbol `{s}` bound to a {}", v.kind()))),
-                        });
+            if let (Some(v), false) = (&value, step.binds.is_empty()) {
+                let binds = self.binds.get(step.binds.start as usize..step.binds.end as usize);
+                for bind in binds.unwrap_or_default() {
+                    let x = match v.as_int() {
+                        Some(x) if bind.range.is_none_or(|r| r.contains(x)) => x,
+                        _ => return Err(self.bind_error(info, bind, v)),
                     };
-                    if let Some(range) = range {
-                        if !range.contains(x) {
-                            return Err(ExecError::AtNode {
-                                graph: self.graph.clone(),
-                                node: info.node.clone(),
-                                source: Box::new(ExecError::OutOfRange {
-                                    symbol: s.clone(),
-                                    value: x,
-                                    range: *range,
-                                }),
-                            });
-                        }
-                    }
-                    env.insert(s.clone(), x);
+                    env.insert(bind.symbol.clone(), x);
                 }
             }
             if let (Some(o), Some(v)) = (step.out, value) {
                 if let Some(slot) = slots.get_mut(o) {
-                    *slot = Some(v);
+                    // The slot is empty in a well-formed plan (its previous
+                    // value was freed): test inline, drop only when it is not.
+                    if let Some(old) = slot.replace(v) {
+                        drop(old);
+                    }
                 }
             }
-            for f in self.frees.get(step.frees.clone()).unwrap_or_default() {
+            for f in self
+                .frees
+                .get(step.frees.start as usize..step.frees.end as usize)
+                .unwrap_or_default()
+            {
                 match slots.get_mut(*f).and_then(Option::take) {
                     Some(Value::Tensor(t)) => backend.free(t),
                     Some(v @ (Value::List(_) | Value::Dict(_))) => release(backend, v),
@@ -785,6 +967,7 @@ impl Plan {
         constants: &IndexMap<String, B::Tensor>,
         slots: &[Option<Value<B::Tensor>>],
         layout: &mut TensorSpec,
+        exp_buf: &mut ExpectedLayout,
         env: &mut Bindings,
     ) -> Result<Option<Value<B::Tensor>>, ExecError> {
         let rd = |o: &Operand| read(o, slots);
@@ -832,25 +1015,41 @@ impl Plan {
                 };
                 layout.offset = 0;
                 layout.size.clear();
-                for o in size {
+                for o in self.list(size) {
                     layout.size.push(int(o)?);
                 }
                 layout.stride.clear();
-                for o in stride {
+                for o in self.list(stride) {
                     layout.stride.push(int(o)?);
                 }
                 Value::Tensor(backend.allocate(layout)?)
             }
-            StepKind::AsStrided {
-                base,
-                size,
-                stride,
-                offset,
-            } => {
+            StepKind::AsStrided(a) => {
+                let AsStridedStep {
+                    base,
+                    size,
+                    stride,
+                    offset,
+                } = &**a;
                 let b = tensor(*base)?;
                 Value::Tensor(backend.view(b, &small_ints(size)?, &small_ints(stride)?, int(offset)?)?)
             }
-            StepKind::Triton { kernel, grid, kwargs } => {
+            StepKind::Triton { packed: Some(p), t } => {
+                let def = self.kernel_at(p, &t.kernel)?;
+                let g = match self.operands.get(p.grid as usize..p.grid as usize + 3) {
+                    Some([a, b, c]) => [int(a)?, int(b)?, int(c)?],
+                    _ => return Err(unpacked()),
+                };
+                self.launch_packed(p, def, Some(g), backend, slots)?;
+                Value::None
+            }
+            StepKind::KernelCall { packed: Some(p), c } => {
+                let def = self.kernel_at(p, &c.kernel)?;
+                self.launch_packed(p, def, None, backend, slots)?;
+                Value::None
+            }
+            StepKind::Triton { t, packed: None } => {
+                let TritonStep { kernel, grid, kwargs } = &**t;
                 let def = self.kernel(kernel)?;
                 let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
                 with_call(&[], kwargs, slots, |args, kwargs| {
@@ -863,7 +1062,8 @@ impl Plan {
                 })?;
                 Value::None
             }
-            StepKind::KernelCall { kernel, args, kwargs } => {
+            StepKind::KernelCall { c, packed: None } => {
+                let CallStep { kernel, args, kwargs } = &**c;
                 let def = self.kernel(kernel)?;
                 with_call(args, kwargs, slots, |args, kwargs| {
                     backend.launch(KernelLaunch {
@@ -875,15 +1075,21 @@ impl Plan {
                 })?;
                 Value::None
             }
-            StepKind::Extern { target, args, kwargs } => with_call(args, kwargs, slots, |args, kwargs| {
-                let expected = self.expected(info.val.as_ref(), backend, env)?;
+            StepKind::Extern(c) => with_call(&c.args, &c.kwargs, slots, |args, kwargs| {
+                let expected = match &c.layout {
+                    Some(layout) => {
+                        self.eval_layout_into(layout, backend, env, exp_buf)?;
+                        Some(&*exp_buf)
+                    }
+                    _ => None,
+                };
                 let result = backend.call_extern(ExternCall {
-                    op: target,
+                    op: &c.target,
                     args,
                     kwargs,
-                    expected: expected.as_ref(),
+                    expected,
                 })?;
-                if let (Some(exp), Value::Tensor(t)) = (&expected, &result) {
+                if let (Some(exp), Value::Tensor(t)) = (expected, &result) {
                     check_layout(backend.spec(t), exp)?;
                 }
                 Ok(result)
@@ -911,14 +1117,29 @@ impl Plan {
                         .ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?,
                     (Value::Opaque, _) => match &info.val {
                         Some(Val::Multi) => Value::Opaque,
-                        other => {
-                            let exp = self.expected(other.as_ref(), backend, env)?.ok_or_else(|| {
-                                ExecError::NoValue("element of a multi-output value without a declared layout".into())
-                            })?;
-                            let spec = exp.concrete().ok_or_else(|| {
-                                ExecError::NoValue("element layout depends on a symbol with no hint".into())
-                            })?;
-                            Value::Tensor(backend.allocate(&spec)?)
+                        Some(Val::Tensor(declared)) => {
+                            // Evaluated into the reused buffers: no allocation
+                            // here.
+                            self.eval_layout_into(declared, backend, env, exp_buf)?;
+                            let unknown =
+                                || ExecError::NoValue("element layout depends on a symbol with no hint".into());
+                            layout.dtype = exp_buf.dtype;
+                            layout.device = exp_buf.device;
+                            layout.size.clear();
+                            for d in &exp_buf.size {
+                                layout.size.push(d.ok_or_else(unknown)?);
+                            }
+                            layout.stride.clear();
+                            for d in &exp_buf.stride {
+                                layout.stride.push(d.ok_or_else(unknown)?);
+                            }
+                            layout.offset = exp_buf.offset.ok_or_else(unknown)?;
+                            Value::Tensor(backend.allocate(layout)?)
+                        }
+                        _ => {
+                            return Err(ExecError::NoValue(
+                                "element of a multi-output value without a declared layout".into(),
+                            ))
                         }
                     },
                     (s, i) => {
@@ -973,7 +1194,7 @@ impl Plan {
             }
             StepKind::AssertScalar { cond, message } => {
                 if !truthy(read_ref(cond, slots)?.as_ref())? {
-                    return Err(ExecError::Assert(message.clone()));
+                    return Err(ExecError::Assert(message.to_string()));
                 }
                 Value::None
             }
@@ -984,7 +1205,7 @@ impl Plan {
                 context,
             } => {
                 let spec = backend.spec(tensor(*t)?);
-                let (size, stride) = (small_ints(size)?, small_ints(stride)?);
+                let (size, stride) = (small_ints(self.list(size))?, small_ints(self.list(stride))?);
                 check_sizes_strides(
                     spec,
                     spec.dtype,
@@ -1001,12 +1222,13 @@ impl Plan {
                 backend.check_alignment(tensor(*t)?, *alignment)?;
                 Value::None
             }
-            StepKind::Cond {
-                pred,
-                true_graph,
-                false_graph,
-                operands,
-            } => {
+            StepKind::Cond(c) => {
+                let CondStep {
+                    pred,
+                    true_graph,
+                    false_graph,
+                    operands,
+                } = &**c;
                 let p = match rd(pred)? {
                     Value::Tensor(t) => scalar_truthy(backend.read_scalar(
                         &t,
@@ -1023,12 +1245,13 @@ impl Plan {
                 let mut sub_env = env.clone();
                 Value::List(sub.exec(backend, args, constants, &mut sub_env)?)
             }
-            StepKind::While {
-                cond_graph,
-                body_graph,
-                carried,
-                additional,
-            } => {
+            StepKind::While(w) => {
+                let WhileStep {
+                    cond_graph,
+                    body_graph,
+                    carried,
+                    additional,
+                } = &**w;
                 let mut state = carried.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let extra = additional.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let cond = self.subplan(cond_graph)?;
@@ -1072,6 +1295,72 @@ impl Plan {
         }))
     }
 
+    /// The kernel of a packed launch.
+    #[inline(always)]
+    fn kernel_at(&self, p: &PackedLaunch, kernel: &KernelRef) -> Result<&KernelDef, ExecError> {
+        match self.kernels.get_index(p.kernel as usize) {
+            Some((_, def)) => Ok(def),
+            None => self.kernel(kernel),
+        }
+    }
+
+    /// Launches a packed launch, its arguments borrowed from the slots.
+    #[inline(always)]
+    fn launch_packed<B: Backend>(
+        &self,
+        p: &PackedLaunch,
+        kernel: &KernelDef,
+        grid: Option<[i64; 3]>,
+        backend: &mut B,
+        slots: &[Option<Value<B::Tensor>>],
+    ) -> Result<(), ExecError> {
+        let range = p.args as usize..p.args_end as usize;
+        let (Some(index), Some(names)) = (self.call_slots.get(range.clone()), self.call_names.get(range)) else {
+            return Err(unpacked());
+        };
+        for s in index {
+            slot(*s, slots)?;
+        }
+        let split = (p.positional as usize).min(index.len());
+        let (pos, kw) = index.split_at(split);
+        backend.launch(KernelLaunch {
+            kernel,
+            grid,
+            args: ArgList::slots(pos, slots),
+            kwargs: Kwargs::slots(names.get(split..).unwrap_or_default(), kw, slots),
+        })
+    }
+
+    /// The operands of a list (packed ones from [`Plan::operands`]).
+    #[inline(always)]
+    fn list<'a>(&'a self, list: &'a OperandList) -> &'a [Operand] {
+        match list {
+            OperandList::Packed(r) => self.operands.get(r.start as usize..r.end as usize).unwrap_or_default(),
+            OperandList::Owned(xs) => xs,
+        }
+    }
+
+    /// Why `value` cannot bind `bind` (not an integer, or out of the
+    /// symbol's range).
+    #[cold]
+    #[inline(never)]
+    fn bind_error<T>(&self, info: &StepInfo, bind: &Bind, value: &Value<T>) -> ExecError {
+        let source = match (value.as_int(), bind.range) {
+            (None, _) => ExecError::Type(format!("symbol `{}` bound to a {}", bind.symbol, value.kind())),
+            (Some(x), Some(range)) => ExecError::OutOfRange {
+                symbol: bind.symbol.clone(),
+                value: x,
+                range,
+            },
+            (Some(x), None) => ExecError::Input(format!("symbol `{}` cannot be bound to {x}", bind.symbol)),
+        };
+        ExecError::AtNode {
+            graph: self.graph.clone(),
+            node: info.node.clone(),
+            source: Box::new(source),
+        }
+    }
+
     fn kernel(&self, kernel: &KernelRef) -> Result<&KernelDef, ExecError> {
         kernel
             .index
@@ -1086,41 +1375,45 @@ impl Plan {
             .ok_or_else(|| ExecError::Input(format!("subgraph `{name}` is not defined")))
     }
 
-    /// The declared layout of a result, evaluated with the bound symbols (and
-    /// backend hints for unbound ones; still-unknown entries are `None`).
-    fn expected<B: Backend>(
+    /// The declared layout of a result, evaluated into `out` (its vectors
+    /// reused) with the bound symbols, and backend hints for unbound ones;
+    /// still-unknown entries are `None`.
+    fn eval_layout_into<B: Backend>(
         &self,
-        val: Option<&Val>,
+        layout: &Layout,
         backend: &mut B,
         env: &Bindings,
-    ) -> Result<Option<ExpectedLayout>, ExecError> {
-        let Some(Val::Tensor(layout)) = val else {
-            return Ok(None);
-        };
+        out: &mut ExpectedLayout,
+    ) -> Result<(), ExecError> {
         let symbols = &self.symbols;
         let mut lookup = |s: &Symbol| env.get(s).copied().or_else(|| backend.hint(s, symbols.get(s)));
-        Ok(Some(eval_layout(layout, &mut lookup)?))
+        out.dtype = layout.dtype;
+        out.device = layout.device;
+        out.size.clear();
+        for e in &layout.size {
+            out.size.push(eval_dim(e, &mut lookup)?);
+        }
+        out.stride.clear();
+        for e in &layout.stride {
+            out.stride.push(eval_dim(e, &mut lookup)?);
+        }
+        out.offset = eval_dim(&layout.offset, &mut lookup)?;
+        Ok(())
     }
 }
 
-fn eval_layout(layout: &Layout, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<ExpectedLayout, ExecError> {
-    let mut one = |e: &SymExpr| -> Result<Option<i64>, ExecError> {
-        match eval_expr(e, lookup).map_err(|err| ExecError::Type(format!("evaluating `{e}`: {err}")))? {
-            Some(Scalar::Int(v)) => Ok(Some(v)),
-            Some(Scalar::Bool(_)) => Err(ExecError::Type(format!("`{e}` is boolean, not a size"))),
-            None => Ok(None),
-        }
-    };
-    let size = layout.size.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
-    let stride = layout.stride.iter().map(&mut one).collect::<Result<Vec<_>, _>>()?;
-    let offset = one(&layout.offset)?;
-    Ok(ExpectedLayout {
-        dtype: layout.dtype,
-        device: layout.device,
-        size,
-        stride,
-        offset,
-    })
+/// One entry of a layout: a literal integer directly, anything else through
+/// [`eval_expr`] (`None` when a symbol has no value).
+#[inline]
+fn eval_dim(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<Option<i64>, ExecError> {
+    if let SymExpr::Int(v) = e {
+        return Ok(Some(*v));
+    }
+    match eval_expr(e, lookup).map_err(|err| ExecError::Type(format!("evaluating `{e}`: {err}")))? {
+        Some(Scalar::Int(v)) => Ok(Some(v)),
+        Some(Scalar::Bool(_)) => Err(ExecError::Type(format!("`{e}` is boolean, not a size"))),
+        None => Ok(None),
+    }
 }
 
 /// Evaluates a symbolic expression with checked arithmetic; `None` when a
@@ -1379,7 +1672,7 @@ fn lit_value<T>(l: &Lit) -> Value<T> {
         Lit::Float(v) => Value::Float(*v),
         Lit::Bool(v) => Value::Bool(*v),
         Lit::None => Value::None,
-        Lit::Str(s) => Value::Str(s.clone()),
+        Lit::Str(s) => Value::Str(s.to_string()),
         Lit::DType(d) => Value::DType(*d),
         Lit::Device(d) => Value::Device(*d),
     }
@@ -1404,7 +1697,7 @@ impl LitKey {
             Lit::Float(v) => LitKey::Float(v.to_bits()),
             Lit::Bool(v) => LitKey::Bool(*v),
             Lit::None => LitKey::None,
-            Lit::Str(s) => LitKey::Str(s.clone()),
+            Lit::Str(s) => LitKey::Str(s.to_string()),
             Lit::DType(d) => LitKey::DType(*d),
             Lit::Device(d) => LitKey::Device(*d),
         }
@@ -1420,8 +1713,9 @@ fn intern_call_literals(steps: &mut [Step], first: usize) -> Vec<Lit> {
     let mut index: HashMap<LitKey, usize> = HashMap::new();
     for step in steps {
         let (args, kwargs): (&mut [Operand], &mut KwOperands) = match &mut step.kind {
-            StepKind::Triton { kwargs, .. } => (&mut [], kwargs),
-            StepKind::KernelCall { args, kwargs, .. } | StepKind::Extern { args, kwargs, .. } => (args, kwargs),
+            StepKind::Triton { t, .. } => (&mut [], &mut t.kwargs),
+            StepKind::KernelCall { c, .. } => (&mut c.args, &mut c.kwargs),
+            StepKind::Extern(c) => (&mut c.args, &mut c.kwargs),
             _ => continue,
         };
         for o in args.iter_mut().chain(kwargs.values.iter_mut()) {
@@ -1443,6 +1737,14 @@ fn intern_call_literals(steps: &mut [Step], first: usize) -> Vec<Lit> {
             .collect();
     }
     lits
+}
+
+/// A packed launch whose ranges are out of the plan's tables (a compile
+/// bug).
+#[cold]
+#[inline(never)]
+fn unpacked() -> ExecError {
+    ExecError::Input("launch operands were not packed".into())
 }
 
 fn release<B: Backend>(backend: &mut B, v: Value<B::Tensor>) {

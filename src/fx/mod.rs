@@ -478,7 +478,7 @@ struct NameIndex {
 const BIND_SET_MIN: usize = 8;
 
 /// Appends `n` in decimal (what `format!("{n}")` writes).
-fn push_decimal(s: &mut String, n: u64) {
+pub(crate) fn push_decimal(s: &mut String, n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut n = n;

@@ -386,23 +386,10 @@ fn write_target(out: &mut String, target: &str) {
 
 /// Appends `v` in decimal (what `format!("{v}")` writes).
 fn push_int(out: &mut String, v: i64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let mut n = v.unsigned_abs();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
     if v < 0 {
         out.push('-');
     }
-    for &b in &buf[i..] {
-        out.push(b as char);
-    }
+    super::push_decimal(out, v.unsigned_abs());
 }
 
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are

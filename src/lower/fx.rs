@@ -15,11 +15,14 @@
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
     ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
-    KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod, TritonMeta,
+    KernelDef, KernelName, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
+    TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 /// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
@@ -137,9 +140,48 @@ struct GraphLowering<'p> {
     getitems: HashMap<(NodeId, IndexKey), NodeId>,
     lifted: Vec<Symbol>,
     line: Option<usize>,
-    /// [`TritonMeta::call_params`] by kernel (keyed by the metadata's address).
-    call_params: HashMap<usize, Rc<[&'p str]>>,
+    /// What is fixed about a Triton kernel's launches, by kernel (keyed by
+    /// the metadata's address).
+    triton_plans: HashMap<usize, Rc<TritonPlan<'p>>>,
+    /// Lowered grids by kernel and the values of the parameters the grid
+    /// reads (see [`GridMemo`]).
+    grids: GridMemo,
+    /// The graph's buffer declarations by name (a faster hash than the
+    /// program's maps, looked up for every allocation and view).
+    decls: HashMap<&'p str, &'p BufferKind>,
+    /// Kernel definitions looked up so far, by name.
+    kernels: HashMap<KernelName, &'p KernelDef>,
 }
+
+/// What every launch of one Triton kernel shares.
+struct TritonPlan<'p> {
+    /// [`TritonMeta::call_params`].
+    params: Rc<[&'p str]>,
+    /// The kwargs every launch starts from; `None` when the kernel's
+    /// metadata is inconsistent (the general path reports why).
+    kwargs: Option<KwargsPlan<'p>>,
+    /// The parameters the grid reads, in the order it reads them; set by the
+    /// first launch whose grid lowers.
+    grid_params: std::cell::RefCell<Option<Rc<[String]>>>,
+}
+
+/// The kwargs of a Triton launch as a template: constants and config
+/// constexprs filled in, each runtime parameter a slot.
+struct KwargsPlan<'p> {
+    template: IndexMap<String, Arg>,
+    /// Per-launch work in signature order: (kwargs index, what to do).
+    slots: Vec<(usize, Slot<'p>)>,
+}
+
+enum Slot<'p> {
+    /// A runtime parameter: the argument bound to this name.
+    Runtime(&'p str),
+    /// An integer constant: an integer literal bound to this name must equal it.
+    CheckInt(&'p str, i64),
+}
+
+/// Lowered grids: hash of (kernel key, parameter values) -> entries.
+type GridMemo = HashMap<u64, Vec<(usize, Vec<Option<SymExpr>>, [Arg; 3])>>;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum IndexKey {
@@ -177,7 +219,10 @@ impl<'p> GraphLowering<'p> {
             getitems: HashMap::default(),
             lifted: Vec::new(),
             line: None,
-            call_params: HashMap::default(),
+            triton_plans: HashMap::default(),
+            grids: HashMap::default(),
+            decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
+            kernels: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             graph: l.name.clone(),
@@ -961,14 +1006,21 @@ impl<'p> GraphLowering<'p> {
     // ---- kernels ------------------------------------------------------------
 
     fn kernel_call(&mut self, call: &KernelCall) -> Res<()> {
-        let def = self
-            .program
-            .kernels
-            .get(&call.kernel)
-            .ok_or_else(|| ErrorKind::Undefined {
-                what: "kernel",
-                name: call.kernel.to_string(),
-            })?;
+        let def = match self.kernels.get(&call.kernel) {
+            Some(def) => *def,
+            None => {
+                let def = self
+                    .program
+                    .kernels
+                    .get(&call.kernel)
+                    .ok_or_else(|| ErrorKind::Undefined {
+                        what: "kernel",
+                        name: call.kernel.to_string(),
+                    })?;
+                self.kernels.insert(call.kernel.clone(), def);
+                def
+            }
+        };
         match &def.backend {
             KernelBackend::Triton(meta) => self.triton_call(call, meta),
             _ => {
@@ -1013,8 +1065,9 @@ impl<'p> GraphLowering<'p> {
             kernel: call.kernel.to_string(),
             message,
         };
-        let params = self.call_params(meta);
-        let Some(bound) = bind_args(meta, &params, &call.args) else {
+        let plan = self.triton_plan(meta);
+        let params = &plan.params;
+        let Some(bound) = bind_args(meta, params, &call.args) else {
             // The fast binder only says that binding fails; the kernel
             // metadata's binder says why.
             return Err(match meta.bind_args(&call.args) {
@@ -1048,6 +1101,163 @@ impl<'p> GraphLowering<'p> {
                 _ => {}
             }
         }
+        let kwargs = match &plan.kwargs {
+            Some(kp) => match self.planned_kwargs(kp, &get)? {
+                Some(kwargs) => kwargs,
+                None => self.triton_kwargs(meta, &get, &err)?,
+            },
+            None => self.triton_kwargs(meta, &get, &err)?,
+        };
+        for extra in &meta.extra_launcher_args {
+            let Some(given) = get(extra) else {
+                return Err(err(format!("missing launcher argument `{extra}`")));
+            };
+            if !matches!(given, ArgValue::Expr(_)) {
+                return Err(err(format!(
+                    "launcher argument `{extra}` must be an integer, got {given:?}"
+                )));
+            }
+        }
+        // The expression each parameter stands for (for the grid): an extra
+        // launcher argument, else a signature entry (an integer constant, a
+        // config constexpr, or the expression passed), else a config kwarg.
+        let param_expr = |n: &str| -> Option<Cow<'_, SymExpr>> {
+            if meta.extra_launcher_args.iter().any(|x| x == n) {
+                if let Some(ArgValue::Expr(e)) = get(n) {
+                    return Some(Cow::Borrowed(e));
+                }
+            }
+            let from_signature = match meta.signature.get(n) {
+                Some(ty) => match meta.constants.get(n) {
+                    Some(ConstValue::Int(v)) => Some(Cow::Owned(SymExpr::Int(*v))),
+                    Some(_) => None,
+                    None if *ty == crate::ir::SigType::Constexpr => {
+                        meta.config.get(n).map(|v| Cow::Owned(SymExpr::Int(*v)))
+                    }
+                    None => match get(n) {
+                        Some(ArgValue::Expr(e)) => Some(Cow::Borrowed(e)),
+                        _ => None,
+                    },
+                },
+                None => None,
+            };
+            from_signature.or_else(|| meta.config.get(n).map(|v| Cow::Owned(SymExpr::Int(*v))))
+        };
+        let key = meta as *const TritonMeta as usize;
+        // A grid is a function of the parameter values it reads (in order):
+        // the same values give the same lowered grid.
+        let known = plan.grid_params.borrow().clone();
+        let memo = known.as_ref().map(|names| {
+            let values: Vec<Option<Cow<'_, SymExpr>>> = names.iter().map(|n| param_expr(n)).collect();
+            let mut h = rustc_hash::FxHasher::default();
+            key.hash(&mut h);
+            values.hash(&mut h);
+            (h.finish(), values)
+        });
+        if let Some((h, values)) = &memo {
+            let hit = self.grids.get(h).and_then(|entries| {
+                entries.iter().find(|(k, vs, _)| {
+                    *k == key
+                        && vs.len() == values.len()
+                        && vs.iter().zip(values).all(|(a, b)| a.as_ref() == b.as_deref())
+                })
+            });
+            if let Some((_, _, grid)) = hit {
+                let grid = grid.clone();
+                return self.push_triton(call, grid, kwargs);
+            }
+        }
+        let read = std::cell::RefCell::new(Vec::new());
+        let grid = meta
+            .grid(&|n: &str| {
+                read.borrow_mut().push(n.to_string());
+                param_expr(n).map(Cow::into_owned)
+            })
+            .map_err(|e| err(e.to_string()))?;
+        let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
+        // A lone symbol is looked up afresh each time (not hash-consed): not memoized.
+        if !grid.iter().any(|e| matches!(e, SymExpr::Sym(_))) {
+            let read = read.into_inner();
+            match (&memo, &known) {
+                (Some((h, values)), Some(names)) if **names == *read => {
+                    let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
+                    self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
+                }
+                (_, None) => *plan.grid_params.borrow_mut() = Some(read.into()),
+                _ => {}
+            }
+        }
+        self.push_triton(call, lowered, kwargs)
+    }
+
+    fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: IndexMap<String, Arg>) -> Res<()> {
+        self.out.push(
+            "triton_kernel_wrapper_mutation",
+            Op::TritonKernel {
+                kernel: call.kernel.clone(),
+                grid,
+                kwargs,
+            },
+            None,
+        );
+        Ok(())
+    }
+
+    /// The [`TritonPlan`] of a kernel, computed once per lowering.
+    fn triton_plan(&mut self, meta: &'p TritonMeta) -> Rc<TritonPlan<'p>> {
+        let key = meta as *const TritonMeta as usize;
+        self.triton_plans
+            .entry(key)
+            .or_insert_with(|| {
+                Rc::new(TritonPlan {
+                    params: meta.call_params().into(),
+                    kwargs: kwargs_plan(meta),
+                    grid_params: std::cell::RefCell::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// A launch's kwargs from the kernel's template; `None` when an argument
+    /// is missing or conflicts (the general path reports it).
+    fn planned_kwargs<'a>(
+        &mut self,
+        plan: &KwargsPlan<'p>,
+        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
+    ) -> Res<Option<IndexMap<String, Arg>>> {
+        let mut kwargs = plan.template.clone();
+        for (i, slot) in &plan.slots {
+            match slot {
+                Slot::CheckInt(name, c) => {
+                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name) {
+                        if v != c {
+                            return Ok(None);
+                        }
+                    }
+                }
+                Slot::Runtime(name) => {
+                    let Some(given) = get(name) else {
+                        return Ok(None);
+                    };
+                    let value = self.arg(given)?;
+                    // The template has an entry for every slot.
+                    if let Some((_, v)) = kwargs.get_index_mut(*i) {
+                        *v = value;
+                    }
+                }
+            }
+        }
+        Ok(Some(kwargs))
+    }
+
+    /// A launch's kwargs, checked entry by entry: every signature parameter
+    /// (constants, config constexprs, arguments), then the other config keys.
+    fn triton_kwargs<'a>(
+        &mut self,
+        meta: &'p TritonMeta,
+        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
+        err: &dyn Fn(String) -> ErrorKind,
+    ) -> Res<IndexMap<String, Arg>> {
         let mut kwargs: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
@@ -1089,60 +1299,7 @@ impl<'p> GraphLowering<'p> {
                 kwargs.insert(k.clone(), Arg::Int(*v));
             }
         }
-        for extra in &meta.extra_launcher_args {
-            let Some(given) = get(extra) else {
-                return Err(err(format!("missing launcher argument `{extra}`")));
-            };
-            if !matches!(given, ArgValue::Expr(_)) {
-                return Err(err(format!(
-                    "launcher argument `{extra}` must be an integer, got {given:?}"
-                )));
-            }
-        }
-        // The expression each parameter stands for (for the grid): an extra
-        // launcher argument, else a signature entry (an integer constant, a
-        // config constexpr, or the expression passed), else a config kwarg.
-        let param_expr = |n: &str| -> Option<SymExpr> {
-            if meta.extra_launcher_args.iter().any(|x| x == n) {
-                if let Some(ArgValue::Expr(e)) = get(n) {
-                    return Some(e.clone());
-                }
-            }
-            let from_signature = match meta.signature.get(n) {
-                Some(ty) => match meta.constants.get(n) {
-                    Some(ConstValue::Int(v)) => Some(SymExpr::Int(*v)),
-                    Some(_) => None,
-                    None if *ty == crate::ir::SigType::Constexpr => meta.config.get(n).map(|v| SymExpr::Int(*v)),
-                    None => match get(n) {
-                        Some(ArgValue::Expr(e)) => Some(e.clone()),
-                        _ => None,
-                    },
-                },
-                None => None,
-            };
-            from_signature.or_else(|| meta.config.get(n).map(|v| SymExpr::Int(*v)))
-        };
-        let grid = meta.grid(&param_expr).map_err(|e| err(e.to_string()))?;
-        let grid = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
-        self.out.push(
-            "triton_kernel_wrapper_mutation",
-            Op::TritonKernel {
-                kernel: call.kernel.clone(),
-                grid,
-                kwargs,
-            },
-            None,
-        );
-        Ok(())
-    }
-
-    /// [`TritonMeta::call_params`] of a kernel, computed once per lowering.
-    fn call_params(&mut self, meta: &'p TritonMeta) -> Rc<[&'p str]> {
-        let key = meta as *const TritonMeta as usize;
-        self.call_params
-            .entry(key)
-            .or_insert_with(|| meta.call_params().into())
-            .clone()
+        Ok(kwargs)
     }
 
     // ---- subgraphs ----------------------------------------------------------
@@ -1206,7 +1363,7 @@ impl<'p> GraphLowering<'p> {
     }
 
     fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
-        match self.ir.buffers.get(b).map(|d| &d.kind) {
+        match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Ok(l),
             _ => match self.program.constants.get(b) {
                 Some(l) => Ok(l),
@@ -1219,7 +1376,7 @@ impl<'p> GraphLowering<'p> {
     }
 
     fn val_of(&self, b: &BufName) -> Res<Option<Val>> {
-        Ok(match self.ir.buffers.get(b).map(|d| &d.kind) {
+        Ok(match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
             Some(BufferKind::Multi) => Some(Val::Multi),
             None => {
@@ -1417,6 +1574,42 @@ fn normalize_lifted(g: &mut fx::Graph, union: &[Symbol]) {
     let order: Vec<NodeId> = own.into_iter().chain(lifted_ids).chain(rest).collect();
     // A permutation of the existing order by construction.
     let _ = g.set_order(order);
+}
+
+/// The kwargs template of a Triton kernel: the same entries, in the same
+/// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
+/// fail whatever the arguments.
+fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
+    let mut template: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+    let mut slots = Vec::new();
+    for (name, ty) in &meta.signature {
+        let i = template.len();
+        let value = if let Some(c) = meta.constants.get(name) {
+            if let ConstValue::Int(cv) = c {
+                slots.push((i, Slot::CheckInt(name.as_str(), *cv)));
+            }
+            const_arg(c)
+        } else if *ty == crate::ir::SigType::Constexpr {
+            Arg::Int(*meta.config.get(name)?)
+        } else {
+            slots.push((i, Slot::Runtime(name.as_str())));
+            Arg::None
+        };
+        template.insert(name.clone(), value);
+    }
+    for (k, v) in &meta.config {
+        if meta
+            .signature
+            .get(k)
+            .is_some_and(|t| *t != crate::ir::SigType::Constexpr)
+        {
+            return None;
+        }
+        if !template.contains_key(k) {
+            template.insert(k.clone(), Arg::Int(*v));
+        }
+    }
+    Some(KwargsPlan { template, slots })
 }
 
 fn const_arg(c: &ConstValue) -> Arg {

@@ -34,24 +34,36 @@ pub(crate) fn is_ident(s: &str) -> bool {
 /// The code part of a raw line: everything before the first `;` that is not
 /// inside a single-quoted string, with trailing whitespace removed.
 pub(crate) fn strip_comment(raw: &str) -> &str {
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, c) in raw.char_indices() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '\'' {
-                in_string = false;
+    // `;`, `'` and `\\` are ASCII, and no byte of a multi-byte UTF-8
+    // character is, so scanning bytes finds the same cut as scanning chars.
+    let bytes = raw.as_bytes();
+    let mut i = 0;
+    loop {
+        // Outside a string: up to the next quote or semicolon.
+        let Some(k) = bytes
+            .get(i..)
+            .and_then(|t| t.iter().position(|&b| b == b'\'' || b == b';'))
+        else {
+            return raw.trim_end();
+        };
+        i += k;
+        if bytes.get(i) == Some(&b';') {
+            return raw.get(..i).unwrap_or(raw).trim_end();
+        }
+        // Inside a string: up to its closing quote (a backslash escapes the next character).
+        i += 1;
+        loop {
+            match bytes.get(i) {
+                None => return raw.trim_end(),
+                Some(b'\\') => i += 2,
+                Some(b'\'') => {
+                    i += 1;
+                    break;
+                }
+                Some(_) => i += 1,
             }
-        } else if c == '\'' {
-            in_string = true;
-        } else if c == ';' {
-            return raw[..i].trim_end();
         }
     }
-    raw.trim_end()
 }
 
 impl<'a> Cursor<'a> {
@@ -98,9 +110,12 @@ impl<'a> Cursor<'a> {
 
     /// Skips spaces and tabs.
     pub(crate) fn skip_ws(&mut self) {
-        let rest = self.rest_raw();
-        let trimmed = rest.trim_start_matches([' ', '\t']);
-        self.pos += rest.len() - trimmed.len();
+        let bytes = self.text.as_bytes();
+        let mut pos = self.pos;
+        while matches!(bytes.get(pos), Some(b' ' | b'\t')) {
+            pos += 1;
+        }
+        self.pos = pos;
     }
 
     fn rest_raw(&self) -> &'a str {
@@ -160,15 +175,17 @@ impl<'a> Cursor<'a> {
     /// Reads an identifier (after blanks), if one comes next.
     pub(crate) fn ident(&mut self) -> Option<&'a str> {
         let rest = self.rest();
-        let mut chars = rest.char_indices();
-        match chars.next() {
-            Some((_, c)) if is_ident_start(c) => {}
+        // Identifiers are ASCII: the first other byte (a multi-byte
+        // character's lead byte included) ends one, on a char boundary.
+        let bytes = rest.as_bytes();
+        match bytes.first() {
+            Some(&b) if b.is_ascii_alphabetic() || b == b'_' => {}
             _ => return None,
         }
-        let end = chars
-            .find(|(_, c)| !is_ident_char(*c))
-            .map(|(i, _)| i)
-            .unwrap_or(rest.len());
+        let end = bytes
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))
+            .unwrap_or(bytes.len());
         self.pos += end;
         rest.get(..end)
     }
@@ -247,6 +264,14 @@ impl<'a> Cursor<'a> {
         if self.peek_raw() != Some('\'') {
             return Err(self.error_at(start, format!("expected {what} (a '...' string)")));
         }
+        // Fast path: no escape before the closing quote.
+        let body = self.rest_raw().get(1..).unwrap_or("");
+        if let Some(k) = body.bytes().position(|b| b == b'\'' || b == b'\\') {
+            if body.as_bytes().get(k) == Some(&b'\'') {
+                self.pos += k + 2;
+                return Ok(body.get(..k).unwrap_or("").to_string());
+            }
+        }
         let mut out = String::new();
         let mut chars = self.rest_raw().char_indices().skip(1);
         while let Some((i, c)) = chars.next() {
@@ -302,6 +327,70 @@ impl<'a> Cursor<'a> {
         // it can walk bytes: a multi-byte character is its lead byte (read as
         // U+FFFD, which only ends an escape) and continuation bytes (skipped).
         let ascii_stops = stops.iter().all(char::is_ascii);
+        if ascii_stops {
+            // Fast path: runs of bytes that mean nothing here (outside strings:
+            // not a stop, bracket or quote) are skipped without decoding.
+            let mut special = [false; 128];
+            for b in [b'\'', b'(', b'[', b')', b']', b'\\'] {
+                special[usize::from(b)] = true;
+            }
+            for c in stops {
+                special[*c as usize] = true;
+            }
+            let bytes = text.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() {
+                let b = bytes[i];
+                if !in_string && b.is_ascii() && !special[usize::from(b)] && !escaped {
+                    i += 1;
+                    continue;
+                }
+                let c = match b {
+                    _ if b.is_ascii() => char::from(b),
+                    _ if b >= 0xC0 => char::REPLACEMENT_CHARACTER,
+                    _ => {
+                        i += 1;
+                        continue;
+                    }
+                };
+                if in_string {
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' {
+                        escaped = true;
+                    } else if c == '\'' {
+                        in_string = false;
+                    }
+                    i += 1;
+                    continue;
+                }
+                if stack.is_empty() && stops.contains(&c) {
+                    end = i;
+                    break;
+                }
+                match c {
+                    '\'' => in_string = true,
+                    '(' | '[' => stack.push((c, i)),
+                    ')' | ']' => {
+                        let open = if c == ')' { '(' } else { '[' };
+                        match stack.pop() {
+                            Some((o, _)) if o == open => {}
+                            _ => return Err(self.error_at(start + i, format!("unbalanced `{c}` in {what}"))),
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            if let Some((o, i)) = stack.last() {
+                return Err(self.error_at(start + i, format!("unclosed `{o}` in {what}")));
+            }
+            if in_string {
+                return Err(self.error_at(start, format!("unterminated string in {what}")));
+            }
+            self.pos = start + end;
+            return Ok((start, text.get(..end).unwrap_or("").trim_end()));
+        }
         let mut chars = text.char_indices();
         let mut bytes = text.bytes().enumerate();
         loop {

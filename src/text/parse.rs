@@ -442,8 +442,9 @@ impl<'a> Parser<'a> {
     fn next_code_line(&mut self) -> Option<Cursor<'a>> {
         while let Some(raw) = self.lines.get(self.next) {
             self.next += 1;
+            // Trailing blanks are already cut: only a blank line is empty.
             let code = strip_comment(raw);
-            if !code.trim().is_empty() {
+            if !code.is_empty() {
                 return Some(Cursor::new(code, self.next));
             }
         }

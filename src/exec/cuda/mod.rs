@@ -767,15 +767,7 @@ impl Backend for CudaBackend {
             device: self.device_of(),
             ..tensor.spec().clone()
         };
-        let numel = spec
-            .storage_numel()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                ExecError::Input(format!(
-                    "invalid layout: sizes {:?}, strides {:?}",
-                    spec.size, spec.stride
-                ))
-            })?;
+        let numel = crate::exec::tensor::storage_elements(&spec)?;
         let bytes = with_dtype!(
             spec.dtype,
             T => {
