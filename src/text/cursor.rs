@@ -391,22 +391,8 @@ impl<'a> Cursor<'a> {
             self.pos = start + end;
             return Ok((start, text.get(..end).unwrap_or("").trim_end()));
         }
-        let mut chars = text.char_indices();
-        let mut bytes = text.bytes().enumerate();
-        loop {
-            let (i, c) = if ascii_stops {
-                match bytes.next() {
-                    Some((i, b)) if b.is_ascii() => (i, char::from(b)),
-                    Some((i, b)) if b >= 0xC0 => (i, char::REPLACEMENT_CHARACTER),
-                    Some(_) => continue,
-                    None => break,
-                }
-            } else {
-                match chars.next() {
-                    Some(ic) => ic,
-                    None => break,
-                }
-            };
+        // A stop outside ASCII: walk characters.
+        for (i, c) in text.char_indices() {
             if in_string {
                 if escaped {
                     escaped = false;
