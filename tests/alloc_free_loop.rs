@@ -35,10 +35,10 @@ use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
 use wrapir::fx::interp::{compile, Plan};
 use wrapir::ir::{
-    ArgValue, CallArg, DType, Device, GridType, KernelCall, Layout, MultiIndex, Program, ProgramBuilder, SigType,
-    TritonMeta,
+    ArgValue, BufName, CallArg, DType, Device, GraphBuilder, GridType, KernelCall, Layout, MultiIndex, Program,
+    ProgramBuilder, SigType, TritonMeta,
 };
-use wrapir::sym::{CmpOp, SymExpr};
+use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
 /// Counts allocations (including reallocations) made by a thread while its
 /// `COUNTING` flag is set; other test threads' allocations are not counted.
@@ -108,15 +108,11 @@ fn tensor_layout(size: [SymExpr; 2]) -> Layout {
     Layout::contiguous(DType::Float32, Device::cuda(0), size)
 }
 
-/// `count` runtime asserts on `s0*s1 + i >= i`: integer arithmetic,
-/// comparisons and `_assert_scalar` steps.
-fn asserts(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
+/// The inputs every family shares: symbols `s0`, `s1` (as graph inputs too)
+/// and tensors `arg2_1: f32[s0, s1]`, `arg3_1: f32[s1, s1]`.
+fn shared_inputs(g: &mut GraphBuilder<'_>, s0: &Symbol, s1: &Symbol) -> (BufName, BufName) {
+    g.symbol_input("arg0_1", s0);
+    g.symbol_input("arg1_1", s1);
     let x = g.tensor_input(
         "arg2_1",
         tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
@@ -125,6 +121,17 @@ fn asserts(count: usize) -> Program {
         "arg3_1",
         tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
     );
+    (x, w)
+}
+
+/// `count` runtime asserts on `s0*s1 + i >= i`: integer arithmetic,
+/// comparisons and `_assert_scalar` steps.
+fn asserts(count: usize) -> Program {
+    let mut p = ProgramBuilder::new();
+    let s0 = p.backed_symbol("s0", Some(64));
+    let s1 = p.backed_symbol("s1", Some(32));
+    let mut g = p.main();
+    let (x, w) = shared_inputs(&mut g, &s0, &s1);
     for i in 0..count as i64 {
         let lhs = SymExpr::add(
             SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
@@ -149,16 +156,7 @@ fn precomputed(count: usize) -> Program {
     let s1 = p.backed_symbol("s1", Some(32));
     let ks: Vec<_> = (0..count).map(|i| p.precomputed_symbol(&format!("ks{i}"))).collect();
     let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
-    let x = g.tensor_input(
-        "arg2_1",
-        tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
-    );
-    let w = g.tensor_input(
-        "arg3_1",
-        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
-    );
+    let (x, w) = shared_inputs(&mut g, &s0, &s1);
     for (i, k) in ks.iter().enumerate() {
         let expr = SymExpr::floor_div(
             SymExpr::mul(
@@ -218,16 +216,10 @@ fn buffers(count: usize) -> Program {
     );
     let kernel = p.triton_kernel(name, &source, meta);
     let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
+    let (x, w) = shared_inputs(&mut g, &s0, &s1);
     let size = || [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())];
-    let x = g.tensor_input("arg2_1", tensor_layout(size()));
-    let w = g.tensor_input(
-        "arg3_1",
-        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
-    );
     g.define_kernel(&kernel);
-    let mut prev: Option<wrapir::ir::BufName> = None;
+    let mut prev: Option<BufName> = None;
     for i in 0..count {
         let b = g.allocate(&format!("buf{i}"), tensor_layout(size()));
         let src = prev.clone().unwrap_or_else(|| x.clone());
@@ -264,15 +256,9 @@ fn externs(count: usize) -> Program {
     let s0 = p.backed_symbol("s0", Some(64));
     let s1 = p.backed_symbol("s1", Some(32));
     let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
+    let (x, w) = shared_inputs(&mut g, &s0, &s1);
     let size = || [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())];
-    let x = g.tensor_input("arg2_1", tensor_layout(size()));
-    let w = g.tensor_input(
-        "arg3_1",
-        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
-    );
-    let mut prev: Option<wrapir::ir::BufName> = None;
+    let mut prev: Option<BufName> = None;
     for i in 0..count {
         let src = prev.clone().unwrap_or_else(|| x.clone());
         let b = g.extern_alloc(
