@@ -520,17 +520,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             let inputs = inputs.unwrap_or_default();
             let result = wrapir::exec::host::run_program(&program, &inputs)
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
-            let mut out = String::new();
-            for (k, v) in result.outputs.iter().enumerate() {
-                let text = describe_value(v, &|t| {
-                    let mut s = describe_spec(t.spec());
-                    if args.print {
-                        s += &format!("\n  values: {}", format_values(t));
-                    }
-                    s
-                });
-                out += &format!("output {k}: {text}\n");
-            }
+            let mut out = describe_host_outputs(&result.outputs, args.print);
             out += &describe_symbols(&program, &result.symbols);
             write_output(None, &out)?;
             let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
@@ -598,17 +588,7 @@ fn run_cuda(
     let extern_ops = options.extern_ops.clone();
     let result = wrapir::exec::cuda::run_program(program, options, &inputs)
         .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
-    let mut out = String::new();
-    for (k, v) in result.outputs.iter().enumerate() {
-        let text = describe_value(v, &|t| {
-            let mut s = describe_spec(t.spec());
-            if args.print {
-                s += &format!("\n  values: {}", format_values(t));
-            }
-            s
-        });
-        out += &format!("output {k}: {text}\n");
-    }
+    let mut out = describe_host_outputs(&result.outputs, args.print);
     out += &describe_symbols(program, &result.symbols);
     for (op, n) in extern_ops.device_ops() {
         out += &format!("cuda op: {op} x{n}\n");
@@ -1104,6 +1084,22 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
 /// `/proc/self/stat`) to now (`/proc/uptime`): both count from boot, at the
 /// kernel's clock-tick resolution (10 ms at the usual 100 Hz `USER_HZ`).
 /// `None` where `/proc` is not there.
+/// `output K: LAYOUT` lines for host outputs, with their values when `print`.
+fn describe_host_outputs(outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>], print: bool) -> String {
+    let mut out = String::new();
+    for (k, v) in outputs.iter().enumerate() {
+        let text = describe_value(v, &|t| {
+            let mut s = describe_spec(t.spec());
+            if print {
+                s += &format!("\n  values: {}", format_values(t));
+            }
+            s
+        });
+        out += &format!("output {k}: {text}\n");
+    }
+    out
+}
+
 #[cfg(feature = "cuda")]
 fn process_age_ms() -> Option<f64> {
     const USER_HZ: f64 = 100.0;
