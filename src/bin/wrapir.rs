@@ -969,7 +969,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
     let mut kernels = 0usize;
     let mut launches = 0usize;
     let mut direct_one_us = None;
-    let mut gemm_floor_us = 0.0;
+    let mut library_floor_us = 0.0;
     let mut reads = 0usize;
     match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
         Err(e) => {
@@ -992,7 +992,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
                 Ok(())
             })?;
             direct_one_us = Some(one_us);
-            launches = kernels - prepared.gemms();
+            launches = kernels - prepared.library_calls();
             reads = prepared.reads();
             let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
             let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
@@ -1007,7 +1007,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
             json["direct_us"] = serde_json::json!(direct_us);
             json["direct_one_us"] = serde_json::json!(one_us);
             json["launches"] = serde_json::json!(launches);
-            json["gemms"] = serde_json::json!(prepared.gemms());
+            json["library_calls"] = serde_json::json!(prepared.library_calls());
 
             json["kernels"] = serde_json::json!(kernels);
             json["reads"] = serde_json::json!(prepared.reads());
@@ -1040,8 +1040,8 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
                 }
             }
             // Last: it runs the GEMMs alone, leaving the arena as no full call would.
-            gemm_floor_us = prepared.gemm_floor_us(&backend, iters.clamp(1, 50), repeats)?;
-            json["gemm_floor_us"] = serde_json::json!(gemm_floor_us);
+            library_floor_us = prepared.library_floor_us(&backend, iters.clamp(1, 50), repeats)?;
+            json["library_floor_us"] = serde_json::json!(library_floor_us);
             let bare = prepared.bare_launch_floor_us(&backend, samples)?;
             out += &format!(
                 "the same {launches} launches in a bare cuLaunchKernel loop: {bare:.2} us ({:.3} us/launch)\n",
@@ -1060,10 +1060,10 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
         // Everything of one direct call but its launches: the call minus
         // the raw floor of its kernel launches, its device reads and cuBLAS's
         // own time.
-        let floor_us = launches as f64 * floor.launch_us + reads as f64 * floor.read_us + gemm_floor_us;
+        let floor_us = launches as f64 * floor.launch_us + reads as f64 * floor.read_us + library_floor_us;
         let fixed = one - floor_us;
         out += &format!(
-            "direct, one call at a time: {one:.2} us/call; at the floor: {floor_us:.2} us ({launches} launches x {:.3} us, {reads} device reads x {:.3} us, cuBLAS alone {gemm_floor_us:.2} us): {:.3}x the floor, fixed cost {fixed:.2} us/call\n",
+            "direct, one call at a time: {one:.2} us/call; at the floor: {floor_us:.2} us ({launches} launches x {:.3} us, {reads} device reads x {:.3} us, libraries alone {library_floor_us:.2} us): {:.3}x the floor, fixed cost {fixed:.2} us/call\n",
             floor.launch_us,
             floor.read_us,
             one / floor_us

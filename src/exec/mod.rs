@@ -13,6 +13,7 @@
 pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod device_ops;
 pub mod host;
 mod jagged;
 pub mod meta;

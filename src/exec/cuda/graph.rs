@@ -10,7 +10,7 @@
 //! The graphs use the recording's buffers (its arena and held inputs), so
 //! their results are those of the direct replay, bit for bit.
 
-use super::prepared::{launch, read_matches, run_gemm, Op, Prepared, Replay};
+use super::prepared::{launch, read_matches, Op, Prepared, Replay};
 use super::{CudaBackend, Storage};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
@@ -68,7 +68,7 @@ impl SegmentGraphs {
     }
 }
 
-/// Captures `ops` (launches and GEMMs only) into one graph.
+/// Captures `ops` (launches, library calls and memsets) into one graph.
 fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
     // SAFETY: the stream belongs to the backend's bound context; the capture
@@ -81,7 +81,7 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     for op in ops.iter_mut() {
         queued = match op {
             Op::Launch(l) => launch(l, stream),
-            Op::Gemm { op, gemm } => run_gemm(backend, op, gemm),
+            Op::Library(call) => call.run(backend),
             Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
             Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
         };

@@ -7,6 +7,7 @@
 //! is computed directly as `C = A B`.
 
 use super::driver::{Gemm, GemmOperand};
+use super::library::{self, Address, LibraryCall};
 use super::{CudaBackend, CudaTensor};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
@@ -49,6 +50,25 @@ fn data_type(d: DType) -> Option<cudaDataType> {
         DType::Bfloat16 => Some(cudaDataType::CUDA_R_16BF),
         _ => None,
     }
+}
+
+/// Runs `call` when it is a GEMM-family op cuBLAS can take; `Ok(None)` otherwise.
+pub(super) fn call(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    if !matches!(super::op_key(call.op).as_str(), "aten.mm" | "aten.bmm") {
+        return Ok(None);
+    }
+    let Some(p) = plan(backend, call)? else {
+        return Ok(None);
+    };
+    let first = backend.blas.is_none().then(std::time::Instant::now);
+    let result = run(backend, p)?;
+    if let Some(t0) = first {
+        backend.timings.blas_first_call += t0.elapsed();
+    }
+    Ok(Some(result))
 }
 
 /// Checks the arguments of `call` (an `mm` or `bmm`) and allocates the result;
@@ -210,10 +230,50 @@ pub(super) fn run(backend: &mut CudaBackend, p: Plan) -> Result<Value<CudaTensor
         if backend.blas.is_none() {
             backend.blas = Some(backend.device.blas_handle()?);
         }
-        match &backend.blas {
-            Some(h) => h.gemm(&gemm).map_err(|e| ExecError::op(&p.op, e.to_string()))?,
-            None => return Err(ExecError::op(&p.op, "no cuBLAS handle")),
-        }
+        library::submit(backend, Box::new(GemmCall { op: p.op.clone(), gemm }))?;
     }
     Ok(if p.returns_out { Value::None } else { Value::Tensor(p.c) })
+}
+
+/// A cuBLAS GEMM as a replayable library call.
+#[derive(Debug)]
+struct GemmCall {
+    op: String,
+    gemm: Gemm,
+}
+
+impl LibraryCall for GemmCall {
+    fn op(&self) -> &str {
+        &self.op
+    }
+
+    fn library(&self) -> &'static str {
+        "cuBLAS"
+    }
+
+    fn addresses(&self) -> Vec<Address> {
+        let g = &self.gemm;
+        [(g.a.ptr, false), (g.b.ptr, false), (g.c.ptr, true)]
+            .into_iter()
+            .map(|(ptr, writes)| Address { ptr, writes })
+            .collect()
+    }
+
+    fn rebased(&self, addresses: &[cudarc::driver::sys::CUdeviceptr]) -> Box<dyn LibraryCall> {
+        let mut gemm = self.gemm;
+        if let [a, b, c] = *addresses {
+            (gemm.a.ptr, gemm.b.ptr, gemm.c.ptr) = (a, b, c);
+        }
+        Box::new(GemmCall {
+            op: self.op.clone(),
+            gemm,
+        })
+    }
+
+    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
+        match &backend.blas {
+            Some(h) => h.gemm(&self.gemm).map_err(|e| ExecError::op(&self.op, e.to_string())),
+            None => Err(ExecError::op(&self.op, "no cuBLAS handle (the recorded run created one)")),
+        }
+    }
 }

@@ -23,9 +23,12 @@
 //!   (arguments are copied to the host, results and modified arguments copied
 //!   back), and are an error listing what is supported when it is off.
 
+mod attention;
+mod conv;
 mod driver;
 mod graph;
 mod kernels;
+mod library;
 mod matmul;
 mod prepared;
 mod run;
@@ -222,9 +225,6 @@ impl Drop for CudaBackend {
     }
 }
 
-/// Extern ops the GPU path implements itself.
-const GPU_OPS: [&str; 2] = ["aten.bmm", "aten.mm"];
-
 impl CudaBackend {
     /// Opens the device and creates the backend's stream.
     pub fn new(options: CudaOptions) -> Result<Self, CudaError> {
@@ -312,17 +312,34 @@ impl CudaBackend {
 
     /// The extern ops this backend runs: on the GPU, then through the host fallback when it is on.
     pub fn supported_ops(&self) -> Vec<String> {
-        let mut ops: Vec<String> = GPU_OPS.iter().map(|s| s.to_string()).collect();
+        let device = crate::exec::device_ops::CUDA_OPS;
+        let mut ops: Vec<String> = device.iter().map(|row| row.op.to_string()).collect();
         if self.options.host_fallback {
             ops.extend(
                 self.host
                     .op_names()
                     .into_iter()
-                    .filter(|o| !GPU_OPS.contains(&o.as_str()))
+                    .filter(|o| !device.iter().any(|row| row.op == o.as_str()))
                     .map(|o| format!("{o} (host)")),
             );
         }
         ops
+    }
+
+    /// Runs `call` on the device: the GEMM family on cuBLAS / cuBLASLt,
+    /// convolution on cuDNN, attention and the other ops on built-in
+    /// kernels; `Ok(None)` when none of them takes these operands.
+    fn run_on_device(&mut self, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+        if let Some(v) = matmul::call(self, call)? {
+            return Ok(Some(v));
+        }
+        if let Some(v) = conv::call(self, call)? {
+            return Ok(Some(v));
+        }
+        if let Some(v) = attention::call(self, call)? {
+            return Ok(Some(v));
+        }
+        kernels::run(self, call)
     }
 
     fn device_of(&self) -> IrDevice {
@@ -710,34 +727,27 @@ impl Backend for CudaBackend {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
-        let key = op_key(call.op);
-        if let Some(v) = kernels::run(self, &call)? {
-            self.options.extern_ops.record_device(call.op);
-            return Ok(v);
-        }
-        if GPU_OPS.contains(&key.as_str()) {
-            match matmul::plan(self, &call)? {
-                Some(plan) => {
-                    let first = self.blas.is_none().then(std::time::Instant::now);
-                    let result = matmul::run(self, plan).inspect(|_| self.options.extern_ops.record_device(call.op));
-                    if let Some(t0) = first {
-                        self.timings.blas_first_call += t0.elapsed();
-                    }
-                    return result;
-                }
-                None if self.options.host_fallback => return self.host_fallback(call),
-                None => {
-                    return Err(ExecError::op(
-                        call.op,
-                        "operands whose layout or dtype cuBLAS cannot take (need fp32/fp16/bf16, row- or column-major)",
-                    ))
-                }
+        let on_device = crate::exec::device_ops::cuda_op(call.op).is_some();
+        if on_device {
+            if let Some(v) = self.run_on_device(&call)? {
+                self.options.extern_ops.record_device(call.op);
+                return Ok(v);
             }
         }
-        if self.options.host_fallback
-            && (self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op))
-        {
+        let key = op_key(call.op);
+        let on_host = self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op);
+        if self.options.host_fallback && on_host {
             return self.host_fallback(call);
+        }
+        if on_device {
+            return Err(ExecError::op(
+                call.op,
+                format!(
+                    "the cuda backend cannot run these operands on the device ({}){}",
+                    describe_operands(&call),
+                    if on_host { "; --allow-host-fallback runs it on the host" } else { "" }
+                ),
+            ));
         }
         Err(ExecError::UnknownOp {
             backend: "cuda",
@@ -907,4 +917,20 @@ fn host_storage_bytes(host: &Tensor) -> Result<Vec<u8>, ExecError> {
         T => Ok(encode::<T>(&host.to_vec::<T>()?)),
         Err(ExecError::Unsupported(format!("host tensors do not store dtype {}", host.dtype())))
     )
+}
+
+/// The dtypes and sizes of a call's tensor arguments, for errors.
+fn describe_operands(call: &ExternCall<'_, CudaTensor>) -> String {
+    let mut parts = Vec::new();
+    for (i, v) in call.args.iter().enumerate() {
+        if let Value::Tensor(t) = v {
+            parts.push(format!("arg {i}: {}{:?} strides {:?}", t.spec.dtype, t.spec.size, t.spec.stride));
+        }
+    }
+    for (k, v) in call.kwargs.iter() {
+        if let Value::Tensor(t) = v {
+            parts.push(format!("{k}: {}{:?} strides {:?}", t.spec.dtype, t.spec.size, t.spec.stride));
+        }
+    }
+    parts.join(", ")
 }

@@ -60,9 +60,9 @@
 //! tensors to [`PreparedCache::run`] makes a new recording (keyed by the
 //! tensors' storages, which the cache keeps alive while the entry lives).
 
-use super::driver::{Gemm, GemmOperand};
-use super::kernels::{self, Traced};
-use super::{matmul, op_key, CudaBackend, CudaTensor, Storage, GPU_OPS};
+use super::kernels::Traced;
+use super::library::LibraryCall;
+use super::{op_key, CudaBackend, CudaTensor, Storage};
 use crate::exec::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value,
 };
@@ -113,10 +113,10 @@ struct LaunchRecord {
 }
 
 #[derive(Debug)]
-struct GemmRecord {
-    op: String,
-    gemm: Gemm,
-    places: [Place; 3],
+struct LibraryRecord {
+    call: Box<dyn LibraryCall>,
+    /// One place per address of the call, in its order.
+    places: Vec<Place>,
 }
 
 #[derive(Debug)]
@@ -129,7 +129,7 @@ struct ReadRecord {
 #[derive(Debug)]
 enum Event {
     Launch(LaunchRecord),
-    Gemm(GemmRecord),
+    Library(LibraryRecord),
     Read(ReadRecord),
     Zero { at: Place, bytes: usize },
 }
@@ -306,13 +306,13 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// Runs an extern op on the inner backend's built-in kernels with its
-    /// device operations traced, and records them: allocations become arena
-    /// buffers, launches prepared launches, host reads reads (segment
-    /// boundaries that a replay checks), zeroing a memset. An op that goes to
-    /// the host fallback, or passes an address outside its operands and
-    /// allocations, makes the run unreplayable.
-    fn record_builtin(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+    /// Runs an extern op on the inner backend with its device operations
+    /// traced, and records them: allocations become arena buffers, launches
+    /// prepared launches, library calls re-pointed library calls, host reads
+    /// reads (segment boundaries that a replay checks), zeroing a memset. An
+    /// op that goes to the host fallback, or passes an address outside its
+    /// operands and allocations, makes the run unreplayable.
+    fn record_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         let op = call.op.to_string();
         let mut operands = Vec::new();
         call.args
@@ -346,7 +346,9 @@ impl Recorder<'_> {
                 Traced::Launch {
                     name,
                     function,
-                    blocks,
+                    grid,
+                    block,
+                    shared_mem,
                     params,
                 } => {
                     let mut slots = Vec::new();
@@ -372,9 +374,9 @@ impl Recorder<'_> {
                     self.events.push(Event::Launch(LaunchRecord {
                         kernel: name,
                         function,
-                        grid: (blocks, 1, 1),
-                        block: kernels::THREADS,
-                        shared_mem: 0,
+                        grid,
+                        block,
+                        shared_mem,
                         slots,
                         starts,
                     }));
@@ -389,6 +391,28 @@ impl Recorder<'_> {
                         Some(at) => self.events.push(Event::Read(ReadRecord { at, bytes, value })),
                         None => self.mark_unreplayable(format!("`{op}` reads memory outside its operands")),
                     }
+                }
+                Traced::Library(call) => {
+                    let mut places = Vec::new();
+                    for a in call.addresses() {
+                        match self.place_of_address(a.ptr, &storages) {
+                            Some(place) => {
+                                if a.writes && matches!(place, Place::External { .. }) {
+                                    self.note_external_write(|| format!("extern op `{op}` writes an input or constant"));
+                                }
+                                places.push(place);
+                            }
+                            None => {
+                                self.mark_unreplayable(format!(
+                                    "{} call of `{}` takes an address outside its operands",
+                                    call.library(),
+                                    call.op()
+                                ));
+                                break;
+                            }
+                        }
+                    }
+                    self.events.push(Event::Library(LibraryRecord { call, places }));
                 }
                 Traced::Host(host_op) => {
                     self.mark_unreplayable(format!("extern op `{host_op}` runs through the host fallback"))
@@ -454,49 +478,7 @@ impl Backend for Recorder<'_> {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
-        let key = op_key(call.op);
-        if !GPU_OPS.contains(&key.as_str()) {
-            return self.record_builtin(call);
-        }
-        let mut operands = Vec::new();
-        call.args
-            .iter()
-            .chain(call.kwargs.values())
-            .for_each(|v| tensors_of(v, &mut operands));
-        for t in &operands {
-            self.place(t, false);
-        }
-        let Some(plan) = matmul::plan(self.inner, &call)? else {
-            self.mark_unreplayable(format!(
-                "extern op `{}` has a layout or dtype cuBLAS cannot take, so it is not recorded",
-                call.op
-            ));
-            return self.inner.call_extern(call);
-        };
-        let gemm = matmul::operands(&plan);
-        let result = matmul::run(self.inner, plan)?;
-        tensors_of(&result, &mut operands);
-        if let Value::Tensor(c) = &result {
-            self.place(c, true);
-        }
-        if let Some(gemm) = gemm.filter(|g| g.m > 0 && g.n > 0 && g.batch > 0) {
-            let operands: Vec<Arc<Storage>> = operands.iter().map(|t| Arc::clone(&t.storage)).collect();
-            let places = [gemm.a.ptr, gemm.b.ptr, gemm.c.ptr].map(|p| self.place_of_address(p, &operands));
-            match places {
-                [Some(a), Some(b), Some(c)] => {
-                    if matches!(c, Place::External { .. }) {
-                        self.note_external_write(|| format!("extern op `{}` writes an input or constant", call.op));
-                    }
-                    self.events.push(Event::Gemm(GemmRecord {
-                        op: call.op.to_string(),
-                        gemm,
-                        places: [a, b, c],
-                    }))
-                }
-                _ => self.mark_unreplayable(format!("extern op `{}`: an operand lies outside its tensors", call.op)),
-            }
-        }
-        Ok(result)
+        self.record_extern(call)
     }
 
     fn read_scalar(&mut self, tensor: &CudaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
@@ -554,10 +536,7 @@ pub(super) struct PreparedLaunch {
 #[derive(Debug)]
 pub(super) enum Op {
     Launch(PreparedLaunch),
-    Gemm {
-        op: String,
-        gemm: Gemm,
-    },
+    Library(Box<dyn LibraryCall>),
     Read {
         ptr: sys::CUdeviceptr,
         bytes: usize,
@@ -726,18 +705,9 @@ impl Prepared {
                         params,
                     })
                 }
-                Event::Gemm(g) => {
-                    let [a, b, c] = g.places.map(resolve);
-                    let with = |o: GemmOperand, ptr| GemmOperand { ptr, ..o };
-                    Op::Gemm {
-                        op: g.op,
-                        gemm: Gemm {
-                            a: with(g.gemm.a, a),
-                            b: with(g.gemm.b, b),
-                            c: with(g.gemm.c, c),
-                            ..g.gemm
-                        },
-                    }
+                Event::Library(l) => {
+                    let addresses: Vec<sys::CUdeviceptr> = l.places.iter().map(|p| resolve(*p)).collect();
+                    Op::Library(l.call.rebased(&addresses))
                 }
                 Event::Read(r) => Op::Read {
                     ptr: resolve(r.at),
@@ -769,39 +739,39 @@ impl Prepared {
         Ok((prepared, out.outputs))
     }
 
-    /// Kernel launches (Triton, built-in and GEMM) per replay.
+    /// Kernel launches and library calls (cuBLAS, cuBLASLt, cuDNN) per replay.
     pub fn launches(&self) -> usize {
         self.ops
             .iter()
-            .filter(|o| matches!(o, Op::Launch(_) | Op::Gemm { .. }))
+            .filter(|o| matches!(o, Op::Launch(_) | Op::Library(_)))
             .count()
     }
 
-    /// cuBLAS GEMM calls per replay.
-    pub fn gemms(&self) -> usize {
-        self.ops.iter().filter(|o| matches!(o, Op::Gemm { .. })).count()
+    /// Library calls (cuBLAS, cuBLASLt, cuDNN) per replay.
+    pub fn library_calls(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o, Op::Library(_))).count()
     }
 
-    /// Host µs per replay spent in cuBLAS alone: each of the recording's GEMMs
-    /// is called on its own in loops of `calls` calls after warm-up (the
-    /// stream drained between loops), and the medians per call are summed.
-    /// This is cuBLAS's own launch cost, the floor for a replay's GEMMs as
-    /// [`super::launch_floor`] is for its kernel launches. The GEMMs write
-    /// the same results into the arena again.
-    pub fn gemm_floor_us(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<f64, ExecError> {
+    /// Host µs per replay spent in the libraries alone: each of the
+    /// recording's library calls is made on its own in loops of `calls` calls
+    /// after warm-up (the stream drained between loops), and the medians per
+    /// call are summed. This is the libraries' own launch cost, the floor for
+    /// a replay's library calls as [`super::launch_floor`] is for its kernel
+    /// launches. The calls write the same results into the arena again.
+    pub fn library_floor_us(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<f64, ExecError> {
         let calls = calls.max(1);
         let mut total = 0.0;
         for op in &self.ops {
-            let Op::Gemm { op, gemm } = op else { continue };
+            let Op::Library(call) = op else { continue };
             for _ in 0..calls {
-                run_gemm(backend, op, gemm)?;
+                call.run(backend)?;
             }
             backend.synchronize()?;
             let mut per_call = Vec::with_capacity(repeats.max(1));
             for _ in 0..repeats.max(1) {
                 let t0 = std::time::Instant::now();
                 for _ in 0..calls {
-                    run_gemm(backend, op, gemm)?;
+                    call.run(backend)?;
                 }
                 per_call.push(t0.elapsed().as_secs_f64() * 1e6 / calls as f64);
                 backend.synchronize()?;
@@ -909,7 +879,7 @@ impl Prepared {
         for op in &mut self.ops {
             match op {
                 Op::Launch(l) => launch(l, stream)?,
-                Op::Gemm { op, gemm } => run_gemm(backend, op, gemm)?,
+                Op::Library(call) => call.run(backend)?,
                 Op::Zero { ptr, bytes } => device.zero(*ptr, *bytes)?,
                 Op::Read { ptr, bytes, value } => {
                     if !read_matches(backend, *ptr, *bytes, value)? {
@@ -932,13 +902,6 @@ pub(super) fn launch(l: &mut PreparedLaunch, stream: sys::CUstream) -> Result<()
     // device addresses point into the arena or the held external buffers.
     unsafe { drv::launch_kernel(l.function, l.grid, (l.block, 1, 1), l.shared_mem, stream, &mut l.params) }
         .map_err(|e| ExecError::op(&l.kernel, format!("cuLaunchKernel: {e}")))
-}
-
-pub(super) fn run_gemm(backend: &CudaBackend, op: &str, gemm: &Gemm) -> Result<(), ExecError> {
-    match &backend.blas {
-        Some(h) => h.gemm(gemm).map_err(|e| ExecError::op(op, e.to_string())),
-        None => Err(ExecError::op(op, "no cuBLAS handle (the recorded run created one)")),
-    }
 }
 
 pub(super) fn read_matches(

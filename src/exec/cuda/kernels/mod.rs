@@ -311,11 +311,13 @@ pub(super) struct TracedParam {
 pub(super) enum Traced {
     /// A device allocation (result or scratch).
     Alloc(Arc<Storage>),
-    /// A kernel launch of [`THREADS`] threads per block.
+    /// A kernel launch.
     Launch {
         name: String,
         function: sys::CUfunction,
-        blocks: u32,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_mem: u32,
         params: Vec<TracedParam>,
     },
     /// `bytes` bytes at `ptr` set to zero.
@@ -326,6 +328,8 @@ pub(super) enum Traced {
         bytes: usize,
         value: [u8; 8],
     },
+    /// A library call (cuBLAS, cuBLASLt, cuDNN).
+    Library(Box<dyn super::library::LibraryCall>),
     /// The op went to the host fallback.
     Host(String),
 }
@@ -362,7 +366,9 @@ fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, mut args: Vec<Arg>
         trace.push(Traced::Launch {
             name: name.to_string(),
             function: f,
-            blocks,
+            grid: (blocks, 1, 1),
+            block: THREADS,
+            shared_mem: 0,
             params: args.iter().map(Arg::traced).collect(),
         });
     }

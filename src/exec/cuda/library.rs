@@ -1,0 +1,49 @@
+//! Library calls (cuBLAS, cuBLASLt, cuDNN) as steps the prepared path and
+//! CUDA graphs repeat.
+//!
+//! An extern op that calls a library describes the call as a
+//! [`LibraryCall`]: everything the library needs (descriptors, the chosen
+//! algorithm, scalars) plus the device addresses it passes. The op runs the
+//! call through [`submit`], which also hands it to the backend's trace while
+//! the prepared path records; the recorder re-points the addresses at the
+//! arena ([`LibraryCall::rebased`]) and a replay (or a graph capture) calls
+//! [`LibraryCall::run`] again with no planning, hashing or allocation.
+
+use super::CudaBackend;
+use crate::exec::ExecError;
+use cudarc::driver::sys;
+
+/// A device address a library call passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Address {
+    /// The address.
+    pub(super) ptr: sys::CUdeviceptr,
+    /// Whether the call may write through it.
+    pub(super) writes: bool,
+}
+
+/// One library call, ready to run again (see the module documentation).
+pub(super) trait LibraryCall: std::fmt::Debug {
+    /// The extern op that made the call (`aten.addmm`, ...), for errors and reports.
+    fn op(&self) -> &str;
+    /// The library it calls (`cuBLAS`, `cuBLASLt`, `cuDNN`).
+    fn library(&self) -> &'static str;
+    /// The device addresses it passes, in a fixed order; null addresses
+    /// (absent operands) are left out.
+    fn addresses(&self) -> Vec<Address>;
+    /// The same call with `addresses` (one per entry of
+    /// [`LibraryCall::addresses`], same order) in their place.
+    fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall>;
+    /// Queues the call on the backend's stream (handles the backend keeps).
+    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError>;
+}
+
+/// Runs `call` on `backend` and, while the prepared path records, keeps it
+/// in the trace.
+pub(super) fn submit(backend: &mut CudaBackend, call: Box<dyn LibraryCall>) -> Result<(), ExecError> {
+    call.run(backend)?;
+    if let Some(trace) = backend.trace.as_mut() {
+        trace.push(super::kernels::Traced::Library(call));
+    }
+    Ok(())
+}
