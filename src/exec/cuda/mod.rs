@@ -83,6 +83,35 @@ pub struct CudaOptions {
     /// [`CudaBackend::new`] creates the context (default `false`;
     /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
     pub preload_builtins: bool,
+    /// The math modes the program was compiled under (PyTorch's defaults
+    /// unless the bundle records others).
+    pub math: MathModes,
+}
+
+/// PyTorch's math-mode switches that change library numerics; each library
+/// call follows them as PyTorch's own call does. Defaults are PyTorch's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct MathModes {
+    /// `torch.backends.cuda.matmul.allow_tf32` (default `false`): fp32 GEMMs may round inputs to TF32.
+    pub matmul_allow_tf32: bool,
+    /// `torch.backends.cudnn.allow_tf32` (default `true`): fp32 convolutions may use TF32.
+    pub cudnn_allow_tf32: bool,
+    /// `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` (default `true`).
+    pub fp16_reduced_precision_reduction: bool,
+    /// `torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction` (default `true`).
+    pub bf16_reduced_precision_reduction: bool,
+}
+
+impl Default for MathModes {
+    fn default() -> Self {
+        MathModes {
+            matmul_allow_tf32: false,
+            cudnn_allow_tf32: true,
+            fp16_reduced_precision_reduction: true,
+            bf16_reduced_precision_reduction: true,
+        }
+    }
 }
 
 impl CudaOptions {
@@ -120,6 +149,7 @@ impl Default for CudaOptions {
             extern_ops: ExternOpLog::default(),
             preload_blas: false,
             preload_builtins: false,
+            math: MathModes::default(),
         }
     }
 }
