@@ -32,24 +32,29 @@
 //! ## Running an exported Inductor bundle on a GPU (feature `cuda`)
 //!
 //! A bundle (`fixtures/inductor/README.md`) holds `program.json`, the kernels'
-//! cubins, `inputs.safetensors` and eager PyTorch's `expected.safetensors`:
+//! cubins, `inputs.safetensors`, eager PyTorch's `expected.safetensors` and
+//! `bundle.json` (tolerances, the math modes of the compile). Extern ops the
+//! device does not implement are errors unless `host_fallback` is on:
 //!
 //! ```no_run
 //! # #[cfg(feature = "cuda")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use wrapir::exec::{compare, cuda, safetensors, Value};
+//! use wrapir::exec::compare::{compare_outputs, BundleMeta};
+//! use wrapir::exec::{cuda, safetensors, Value};
 //!
 //! let dir = std::path::Path::new("fixtures/inductor/bundles/softmax");
 //! let program = wrapir::ir::Program::from_json(&std::fs::read_to_string(dir.join("program.json"))?)?;
 //! let inputs = safetensors::parse(&std::fs::read(dir.join("inputs.safetensors"))?)?;
-//! let expected = safetensors::parse(&std::fs::read(dir.join("expected.safetensors"))?)?;
-//! let options = cuda::CudaOptions { kernel_dir: dir.to_path_buf(), ..Default::default() };
+//! let expected = safetensors::parse(&std::fs::read(dir.join(BundleMeta::EXPECTED))?)?;
+//! let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(BundleMeta::FILE))?)?;
+//! let options = cuda::CudaOptions {
+//!     host_fallback: false, // the default: an op with no device implementation is an error naming it
+//!     ..cuda::CudaOptions::for_bundle(dir, &meta) // kernels from `dir`, math modes from bundle.json
+//! };
 //! let out = cuda::run_program(&program, options, &inputs)?;   // validates, lowers to FX, runs
-//! for (got, want) in out.outputs.iter().zip(expected.values()) {
-//!     if let Value::Tensor(got) = got {
-//!         compare::compare(got, want, compare::Tolerance::default_for(want.dtype()))?;
-//!     }
-//! }
+//! let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+//! let comparison = compare_outputs(&got, &expected, meta.tolerance);
+//! assert!(comparison.is_ok(), "{:?}", comparison.first_error());
 //! # Ok(())
 //! # }
 //! # #[cfg(not(feature = "cuda"))]

@@ -1,14 +1,16 @@
 #![cfg(feature = "cuda")]
 //! Real Inductor bundles on the CUDA backend: every bundle runs on the GPU
-//! (its cubins, cuBLAS for matmuls, the host fallback for other extern ops)
-//! and matches eager PyTorch within the bundle's tolerance.
+//! (its cubins, the device op table for extern ops, no host fallback) under
+//! the math modes its `bundle.json` records, and matches eager PyTorch within
+//! the bundle's tolerance (and Inductor's compiled outputs within
+//! `compiled_tolerance`, where the bundle has them).
 //!
 //! Compiled only with the `cuda` feature, so builds without a GPU skip it;
 //! on a machine with one: `cargo test --features cuda --test cuda`.
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare, Tolerance};
+use wrapir::exec::compare::{compare, compare_outputs, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, TensorSpec, Value};
@@ -50,23 +52,22 @@ fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tenso
     }
 }
 
-/// Runs one bundle on the GPU and compares with eager; `Ok` holds the extern
-/// ops that ran through the host fallback, `Err` says why it did not match.
+/// Runs one bundle on the GPU (host fallback on, so that an op without a
+/// device implementation is reported rather than aborting the run) and
+/// compares with eager and, when the bundle has them, Inductor's compiled
+/// outputs; `Ok` holds the extern ops that ran through the host fallback,
+/// `Err` says why it did not match.
 fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     let text = std::fs::read_to_string(dir.join("program.json")).map_err(|e| e.to_string())?;
     let program = Program::from_json(&text).map_err(|e| e.to_string())?;
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    let tolerance = Tolerance {
-        rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
-        atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
-    };
+    let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(BundleMeta::FILE)).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let tolerance = meta.tolerance.unwrap_or(Tolerance { rtol: 2e-2, atol: 2e-2 });
     let inputs = tensors(&dir.join("inputs.safetensors"));
-    let expected = tensors(&dir.join("expected.safetensors"));
+    let expected = tensors(&dir.join(BundleMeta::EXPECTED));
     let options = CudaOptions {
-        kernel_dir: dir.to_path_buf(),
-        ..Default::default()
+        host_fallback: true,
+        ..CudaOptions::for_bundle(dir, &meta)
     };
     let log = options.extern_ops.clone();
     let out = run_program(&program, options, &inputs).map_err(|e| e.to_string())?;
@@ -81,6 +82,13 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     }
     for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
         compare(g, e, Some(tolerance)).map_err(|m| format!("output {k} vs `{key}`: {m}"))?;
+    }
+    let compiled = dir.join(BundleMeta::COMPILED);
+    if compiled.is_file() {
+        let comparison = compare_outputs(&got, &tensors(&compiled), meta.compiled_tolerance);
+        if let Some(e) = comparison.first_error() {
+            return Err(format!("against Inductor's compiled outputs: {e}"));
+        }
     }
     Ok(log.host_ops())
 }
@@ -113,7 +121,11 @@ fn every_bundle_matches_eager_on_cuda() {
 /// Round trips through device memory keep values, strides and offsets.
 #[test]
 fn copies_round_trip_strided_views() {
-    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let mut backend = CudaBackend::new(CudaOptions {
+        host_fallback: false,
+        ..CudaOptions::default()
+    })
+    .unwrap();
     let cases: [(DType, &[f64]); 4] = [
         (DType::Float32, &[1.5, -2.0, 3.25, 0.0, 7.0, 8.0]),
         (DType::Bfloat16, &[1.0, 2.0, -3.0, 4.0, 0.5, 6.0]),
@@ -139,7 +151,11 @@ fn copies_round_trip_strided_views() {
 /// A view outside its allocation is an error, not an out-of-bounds pointer.
 #[test]
 fn views_are_bounds_checked() {
-    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let mut backend = CudaBackend::new(CudaOptions {
+        host_fallback: false,
+        ..CudaOptions::default()
+    })
+    .unwrap();
     let spec = TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[4]);
     let t = backend.allocate(&spec).unwrap();
     let err = backend.view(&t, &[4], &[1], 1).unwrap_err();
@@ -218,7 +234,11 @@ enum Expect {
 /// (NaN equal to NaN) and sizes and strides equal to the host's.
 fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> Result<(), String> {
     let in_place = op.trim_end_matches(".default").trim_end_matches(".two").ends_with('_');
-    let options = CudaOptions::default();
+    // No host fallback: an op the device does not run is an error here.
+    let options = CudaOptions {
+        host_fallback: false,
+        ..CudaOptions::default()
+    };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).unwrap();
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
@@ -616,6 +636,17 @@ fn device_bits(backend: &mut CudaBackend, values: &[Value<CudaTensor>]) -> Vec<(
     out
 }
 
+/// The options a bundle runs with: its kernels and the math modes of its
+/// `bundle.json` (PyTorch's defaults where it records none).
+fn bundle_options(dir: &Path) -> CudaOptions {
+    let path = dir.join(BundleMeta::FILE);
+    let meta = match std::fs::read_to_string(&path) {
+        Ok(text) => BundleMeta::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        Err(_) => BundleMeta::default(),
+    };
+    CudaOptions::for_bundle(dir, &meta)
+}
+
 fn load_bundle(dir: &Path) -> (Program, IndexMap<String, Tensor>) {
     let text = std::fs::read_to_string(dir.join("program.json")).expect("program.json");
     (
@@ -642,8 +673,8 @@ fn check_prepared(
         .unwrap_or_default();
     let (program, inputs) = load_bundle(dir);
     let mut backend = CudaBackend::new(CudaOptions {
-        kernel_dir: dir.to_path_buf(),
-        ..Default::default()
+        host_fallback: false,
+        ..bundle_options(dir)
     })
     .expect("GPU");
     let (plan, interp_args, interp_consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
@@ -751,4 +782,48 @@ fn a_changed_device_read_records_again() {
         .expect("item_slice prepares");
         assert_eq!(recordings, 2, "graphs {graphs}: one recording per value of u0");
     }
+}
+
+/// Without the host fallback (the default) an op the device table lacks is
+/// an error naming it; with it, the op runs on the host and is counted.
+#[test]
+fn host_fallback_is_off_by_default_and_names_the_op() {
+    assert!(!CudaOptions::default().host_fallback);
+    let host_ops = HostBackend::new(HostOptions::default()).op_names();
+    let Some(op) = host_ops
+        .iter()
+        .find(|o| o.as_str() == "aten.relu" && !wrapir::exec::device_ops::runs_on_cuda(o))
+    else {
+        return; // the device runs it now
+    };
+    let spec = TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[4]);
+    let call = |backend: &mut CudaBackend| {
+        let x = backend.copy_in(&Tensor::from_f64(DType::Float32, &[-1.0, 2.0, -3.0, 4.0], &[4]).unwrap());
+        let args = vec![Value::Tensor(x.unwrap())];
+        let kwargs = IndexMap::new();
+        backend.call_extern(ExternCall {
+            op: "torch.ops.aten.relu.default",
+            args: (&args).into(),
+            kwargs: (&kwargs).into(),
+            expected: None,
+        })
+    };
+    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let err = call(&mut backend).unwrap_err().to_string();
+    assert!(err.contains("torch.ops.aten.relu.default"), "{err}");
+    let options = CudaOptions {
+        host_fallback: true,
+        ..CudaOptions::default()
+    };
+    let log = options.extern_ops.clone();
+    let mut backend = CudaBackend::new(options).unwrap();
+    let Value::Tensor(out) = call(&mut backend).unwrap() else {
+        panic!("not a tensor")
+    };
+    assert_eq!(backend.spec(&out).size, spec.size);
+    assert_eq!(
+        backend.copy_out(&out).unwrap().to_f64_vec().unwrap(),
+        vec![0.0, 2.0, 0.0, 4.0]
+    );
+    assert_eq!(log.host_ops(), vec![(format!("torch.ops.{op}.default"), 1)]);
 }

@@ -9,6 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use wrapir::exec::compare::BundleMeta;
 use wrapir::exec::cuda::{place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
 use wrapir::exec::safetensors;
 use wrapir::ir::Program;
@@ -50,9 +51,14 @@ fn allocations(bundle: &str) -> (usize, usize, usize) {
     let program =
         Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program")).expect("program");
     let inputs = safetensors::parse(&std::fs::read(dir.join("inputs.safetensors")).expect("inputs")).expect("inputs");
+    let meta = match std::fs::read_to_string(dir.join(BundleMeta::FILE)) {
+        Ok(text) => BundleMeta::from_json(&text).expect("bundle.json"),
+        Err(_) => BundleMeta::default(),
+    };
+    // No host fallback: every op of these bundles runs on the device.
     let mut backend = CudaBackend::new(CudaOptions {
-        kernel_dir: dir.clone(),
-        ..Default::default()
+        host_fallback: false,
+        ..CudaOptions::for_bundle(&dir, &meta)
     })
     .expect("GPU");
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs).expect("inputs");

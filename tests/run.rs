@@ -564,3 +564,216 @@ fn cli_compares_cpu_outputs_with_expected() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---- two references: eager and Inductor's compiled outputs -------------------
+
+/// Copies a committed bundle into a scratch directory.
+fn copy_bundle(name: &str, to: &Path) {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.path().is_dir() {
+                copy_dir(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    copy_dir(&common::root().join("fixtures/inductor/bundles").join(name), to);
+}
+
+#[test]
+fn cli_compares_with_eager_and_with_inductor() {
+    let dir = scratch("two-references");
+    let bundle = dir.join("cat_mm");
+    copy_bundle("cat_mm", &bundle);
+    let b = path_str(&bundle);
+    let compiled = bundle.join("compiled.safetensors");
+    let _ = std::fs::remove_file(&compiled);
+
+    // No compiled.safetensors: reported as absent, not an error.
+    let r = wrapir(&["run", b, "--device", "cpu"]);
+    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("against eager: 1 outputs match ")
+            && r.stdout.contains("(rtol 0.02, atol 0.02)")
+            && r.stdout.contains("  output 0 (`out0`): max abs error ")
+            && r.stdout
+                .contains(&format!("against inductor: absent (no {})", compiled.display())),
+        "{}",
+        r.stdout
+    );
+
+    // Inductor's outputs as the host computes them, and a tight tolerance.
+    let program = Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap();
+    let inputs = safetensors::parse(&std::fs::read(bundle.join("inputs.safetensors")).unwrap()).unwrap();
+    let out = wrapir::exec::host::run_program(&program, &inputs).unwrap();
+    let Value::Tensor(out0) = &out.outputs[0] else {
+        panic!("not a tensor")
+    };
+    let mut reference = IndexMap::new();
+    reference.insert("out0".to_string(), out0.clone());
+    std::fs::write(&compiled, safetensors::write(&reference).unwrap()).unwrap();
+    let meta_path = bundle.join("bundle.json");
+    let mut meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
+    meta["compiled_tolerance"] = serde_json::json!({"atol": 1e-5, "rtol": 1e-5});
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let r = wrapir(&["run", b, "--device", "cpu"]);
+    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("against eager: 1 outputs match ")
+            && r.stdout.contains(&format!(
+                "against inductor: 1 outputs match {} (rtol 0.00001, atol 0.00001)",
+                compiled.display()
+            ))
+            && r.stdout
+                .contains("  output 0 (`out0`): max abs error 0, max rel error 0; match"),
+        "{}",
+        r.stdout
+    );
+
+    // One element off by 1e-3: within eager's 2e-2, beyond Inductor's 1e-5.
+    let mut values = out0.to_f64_vec().unwrap();
+    values[37] += 1e-3;
+    reference.insert(
+        "out0".to_string(),
+        Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap(),
+    );
+    std::fs::write(&compiled, safetensors::write(&reference).unwrap()).unwrap();
+    let r = wrapir(&["run", b, "--device", "cpu"]);
+    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("against eager: 1 outputs match ")
+            && r.stdout.contains("against inductor: 1 of 1 outputs differ from ")
+            && r.stdout
+                .contains("MISMATCH: 1 of 512 elements differ (rtol 0.00001, atol 0.00001); first at index [1, 5]"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains(&format!(
+            "mismatch against {} (inductor): output 0 (expected `out0`): 1 of 512 elements differ",
+            compiled.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    // The largest error is the perturbation (f32 rounding aside).
+    let line = r.stdout.lines().filter(|l| l.contains("max abs error")).nth(1).unwrap();
+    let abs: f64 = line
+        .split("max abs error ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((abs - 1e-3).abs() < 1e-6, "{line}");
+    // --atol / --rtol widen both comparisons.
+    let r = wrapir(&["run", b, "--device", "cpu", "--atol", "0.01"]);
+    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+
+    // A malformed compiled_tolerance is an error naming it.
+    meta["compiled_tolerance"] = serde_json::json!({"atol": "tight"});
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let r = wrapir(&["run", b, "--device", "cpu"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`compiled_tolerance` must be an object"),
+        "{}",
+        r.stderr
+    );
+
+    // The host fallback flag is for cuda only.
+    let r = wrapir(&[
+        "run",
+        "fixtures/pointwise.wir",
+        "--device",
+        "cpu",
+        "--allow-host-fallback",
+    ]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("--allow-host-fallback is for `--device cuda`"),
+        "{}",
+        r.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bundle_meta_reads_tolerances_and_math() {
+    use wrapir::exec::compare::{BundleMeta, Tolerance};
+    let meta = BundleMeta::from_json(r#"{"case": "x"}"#).unwrap();
+    assert_eq!(meta, BundleMeta::default());
+    let meta = BundleMeta::from_json(
+        r#"{"tolerance": {"atol": 0.02, "rtol": 0.02}, "compiled_tolerance": {"atol": 1e-6, "rtol": 1e-5},
+            "math": {"matmul_allow_tf32": true}}"#,
+    )
+    .unwrap();
+    assert_eq!(meta.tolerance, Some(Tolerance { rtol: 0.02, atol: 0.02 }));
+    assert_eq!(meta.compiled_tolerance, Some(Tolerance { rtol: 1e-5, atol: 1e-6 }));
+    #[cfg(feature = "cuda")]
+    {
+        use wrapir::exec::cuda::MathModes;
+        // Absent keys keep PyTorch's defaults.
+        assert_eq!(
+            meta.math,
+            MathModes {
+                matmul_allow_tf32: true,
+                ..MathModes::default()
+            }
+        );
+        let err = BundleMeta::from_json(r#"{"math": {"cudnn_allow_tf32": 1}}"#).unwrap_err();
+        assert!(err.to_string().contains("`math`"), "{err}");
+        let options = wrapir::exec::cuda::CudaOptions::for_bundle("b", &meta);
+        assert!(options.math.matmul_allow_tf32 && !options.host_fallback);
+    }
+    for (text, field) in [
+        (r#"{"tolerance": {"atol": 1}}"#, "`tolerance`"),
+        (r#"{"compiled_tolerance": 3}"#, "`compiled_tolerance`"),
+        ("[1]", "not a JSON object"),
+        ("{", "not JSON"),
+    ] {
+        let err = BundleMeta::from_json(text).unwrap_err().to_string();
+        assert!(err.starts_with("bundle.json: ") && err.contains(field), "{text}: {err}");
+    }
+}
+
+#[test]
+fn comparisons_report_the_largest_errors() {
+    use wrapir::exec::compare::{compare_outputs, max_errors, Tolerance};
+    let t = |v: &[f64]| Tensor::from_f64(DType::Float32, v, &[v.len() as i64]).unwrap();
+    let got = t(&[1.0, 2.0, 0.0, f64::NAN]);
+    let want = t(&[1.0, 2.5, 0.0, f64::NAN]);
+    assert_eq!(max_errors(&got, &want), Some((0.5, 0.2)));
+    assert_eq!(max_errors(&t(&[0.5]), &t(&[0.0])), Some((0.5, f64::INFINITY)));
+    assert_eq!(max_errors(&t(&[1.0]), &t(&[1.0, 2.0])), None);
+    let mut reference = IndexMap::new();
+    reference.insert("out0".to_string(), want.clone());
+    let c = compare_outputs(&[&got], &reference, Some(Tolerance { rtol: 0.0, atol: 0.6 }));
+    assert!(c.is_ok() && c.first_error().is_none());
+    assert_eq!(c.max_errors(), Some((0.5, 0.2)));
+    let c = compare_outputs(&[&got], &reference, Some(Tolerance { rtol: 0.0, atol: 0.1 }));
+    assert!(!c.is_ok());
+    assert!(
+        c.first_error()
+            .unwrap()
+            .starts_with("output 0 (expected `out0`): 1 of 4 elements differ"),
+        "{:?}",
+        c.first_error()
+    );
+    let c = compare_outputs(&[&got, &got], &reference, None);
+    assert_eq!(c.count_mismatch, Some((2, 1)));
+    assert_eq!(
+        c.first_error().unwrap(),
+        "the program returned 2 tensors, 1 are expected"
+    );
+    // graph_out<k> tensors are the references when a file has them.
+    reference.insert("graph_out0".to_string(), got.clone());
+    let c = compare_outputs(&[&got], &reference, Some(Tolerance { rtol: 0.0, atol: 0.0 }));
+    assert!(c.is_ok() && c.outputs[0].name == "graph_out0", "{c:?}");
+}

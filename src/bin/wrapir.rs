@@ -23,7 +23,7 @@ struct Cli {
 enum Command {
     /// Lower a program to wrapper code.
     Lower {
-        /// A `.json` or `.wir` program, or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
         program: PathBuf,
         /// The back end.
         #[arg(long, value_enum, default_value_t = Target::Python)]
@@ -44,7 +44,7 @@ enum Command {
     },
     /// Print a program in the canonical text form (or JSON).
     Print {
-        /// A `.json` or `.wir` program, or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
         program: PathBuf,
         /// Print JSON instead of the text form.
         #[arg(long)]
@@ -59,7 +59,7 @@ enum Command {
     /// proven, and totals; exits 1 when the program is invalid, any launch
     /// failed, or a lowering could not report its launches.
     Check {
-        /// A `.json` or `.wir` program, or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
         program: PathBuf,
         /// Print the proof of each equality and the counterexample of each disproof.
         #[arg(long)]
@@ -70,6 +70,27 @@ enum Command {
         /// The lowerings whose launches are checked (comma-separated; default all).
         #[arg(long, value_enum, value_delimiter = ',')]
         lowering: Vec<Target>,
+        /// Also list every extern op call (main graph and subgraphs) that this
+        /// backend cannot run, by graph and line; exits 1 when there is one.
+        /// Kernels are not checked.
+        #[arg(long, value_enum)]
+        device: Option<CheckDevice>,
+        /// With `--device cuda`: accept the ops the host fallback runs (as
+        /// `run --device cuda --allow-host-fallback` would), listing them.
+        #[arg(long)]
+        allow_host_fallback: bool,
+    },
+    /// List the extern ops each backend runs, one per line: for cuda the op
+    /// key, what runs it (cuBLAS, cuBLASLt, cuDNN or a built-in kernel) and
+    /// its dtypes; for cpu the host op registry; meta runs every op on
+    /// shapes only. Without `--device`, every backend, grouped.
+    Ops {
+        /// Only this backend.
+        #[arg(long, value_enum)]
+        device: Option<RunDevice>,
+        /// Print the cuda table as the README's Markdown table.
+        #[arg(long)]
+        markdown: bool,
     },
     /// Run a program on the meta (shapes only), cpu (host) or cuda (GPU) backend.
     ///
@@ -83,6 +104,13 @@ enum Command {
     /// (1e-7, 1e-7), f32 (1.3e-6, 1e-5), f16 (1e-3, 1e-5), bf16 (1.6e-2, 1e-5);
     /// NaN matches NaN; integers and booleans must be equal; a bundle's
     /// `bundle.json` tolerance replaces the defaults for all floating dtypes.
+    ///
+    /// A bundle run is compared with two references, each reported with the
+    /// largest absolute and relative error of every output: eager PyTorch's
+    /// outputs (`expected.safetensors`, within `bundle.json`'s `tolerance`)
+    /// and Inductor's compiled outputs (`compiled.safetensors`, within
+    /// `compiled_tolerance`; reported as absent when the bundle has none).
+    /// The run fails (exit 1) when either comparison fails.
     Run {
         /// A `.json` or `.wir` program, `-` for stdin, or a bundle directory
         /// (its `program.json`; inputs and expected outputs default to its
@@ -114,6 +142,11 @@ enum Command {
         /// Absolute tolerance for floating outputs (overrides the defaults).
         #[arg(long)]
         atol: Option<f64>,
+        /// cuda: run the extern ops the device does not implement on the
+        /// host (copying through host memory), reporting each one. Without
+        /// it such an op is an error naming it.
+        #[arg(long)]
+        allow_host_fallback: bool,
     },
     /// Symbolic size expressions.
     Sym {
@@ -147,6 +180,11 @@ enum Command {
         /// instead of in the background during start-up.
         #[arg(long)]
         no_preload: bool,
+        /// Run the extern ops the device does not implement on the host
+        /// (reported; such a bundle's timings include the copies). Without
+        /// it such an op is an error naming it.
+        #[arg(long)]
+        allow_host_fallback: bool,
     },
 }
 
@@ -177,6 +215,15 @@ enum RunDevice {
     /// Real tensors in host memory.
     Cpu,
     /// A CUDA GPU (needs wrapir built with the `cuda` feature).
+    Cuda,
+}
+
+/// The backends `check --device` knows the extern ops of.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CheckDevice {
+    /// The host backend's op registry.
+    Cpu,
+    /// The CUDA backend's device op table.
     Cuda,
 }
 
@@ -248,7 +295,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             explain,
             no_translation,
             lowering,
+            device,
+            allow_host_fallback,
         } => {
+            if allow_host_fallback && device != Some(CheckDevice::Cuda) {
+                bail!("--allow-host-fallback is for `--device cuda`");
+            }
             let (program, name) = load(&program)?;
             let info = match ir::validate(&program) {
                 Ok(info) => info,
@@ -260,10 +312,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             use wrapir::reconcile::{CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
             let options = wrapir::reconcile::Options::default();
             println!("{name}: valid");
+            // After the launch report: the extern ops the chosen backend cannot run.
+            let device_ok = || match device {
+                Some(d) => check_device_ops(&program, d, allow_host_fallback),
+                None => true,
+            };
             if no_translation {
                 let report = wrapir::reconcile::check_program(&info, &options);
                 print!("{}", report.render(explain));
-                return Ok(if report.is_ok() {
+                let device_ok = device_ok();
+                return Ok(if report.is_ok() && device_ok {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::from(1)
@@ -297,11 +355,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 // The canonical records, their proofs and counterexamples.
                 print!("{}", report.base.render(true));
             }
-            Ok(if report.is_ok() {
+            let device_ok = device_ok();
+            Ok(if report.is_ok() && device_ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Ops { device, markdown } => {
+            if markdown {
+                if !matches!(device, None | Some(RunDevice::Cuda)) {
+                    bail!("--markdown prints the cuda table; leave out --device or give `--device cuda`");
+                }
+                write_output(None, &wrapir::exec::device_ops::markdown_table())?;
+            } else {
+                write_output(None, &ops_listing(device))?;
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Sym {
             command: SymCommand::Prove { a, b, assume, explain },
@@ -316,6 +386,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print,
             rtol,
             atol,
+            allow_host_fallback,
         } => {
             let args = RunArgs {
                 program,
@@ -327,6 +398,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print,
                 rtol,
                 atol,
+                allow_host_fallback,
             };
             run_command(&args)
         }
@@ -337,12 +409,126 @@ fn run(cli: Cli) -> Result<ExitCode> {
             iters,
             repeats,
             no_preload,
+            allow_host_fallback,
         } => {
             if device != "cuda" {
                 bail!("`bench` times the cuda device only, not `{device}`");
             }
-            bench_cuda(&bundle, graphs, iters.max(1), repeats.max(1), !no_preload)
+            let options = BenchOptions {
+                graphs,
+                iters: iters.max(1),
+                repeats: repeats.max(1),
+                preload: !no_preload,
+                allow_host_fallback,
+            };
+            bench_cuda(&bundle, &options)
         }
+    }
+}
+
+// ---- `wrapir ops` and `wrapir check --device` ----------------------------------
+
+/// Whether the host backend's registry has `op`, as its `call_extern` looks
+/// ops up: by the op string, then by its key.
+fn host_runs(host_ops: &[String], op: &str) -> bool {
+    let key = wrapir::exec::host::op_key(op);
+    host_ops.iter().any(|o| o == op || *o == key)
+}
+
+/// `check --device`: prints one `error in ...` line per extern op call the
+/// backend cannot run (and, with the host fallback allowed, a `note` per op
+/// it would run on the host), then a summary; `false` when any cannot run.
+fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback: bool) -> bool {
+    use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
+    let host_ops = wrapir::exec::host::HostBackend::default().op_names();
+    let uses = extern_uses(program);
+    let (backend, list) = match device {
+        CheckDevice::Cuda => ("cuda", "wrapir ops --device cuda"),
+        CheckDevice::Cpu => ("cpu", "wrapir ops --device cpu"),
+    };
+    let mut out = String::new();
+    let mut missing = 0usize;
+    let mut on_host = 0usize;
+    for u in &uses {
+        let key = wrapir::exec::host::op_key(&u.op);
+        let keyed = ["torch.ops.", "extern_kernels."].iter().any(|p| u.op.starts_with(p));
+        let op = if keyed && key != u.op {
+            format!("`{key}` (`{}`)", u.op)
+        } else {
+            format!("`{}`", u.op)
+        };
+        let at = format!("graph {}, line {} `{}`", u.graph, u.line, u.text);
+        match device {
+            CheckDevice::Cuda if runs_on_cuda(&u.op) => {}
+            CheckDevice::Cuda if allow_host_fallback && host_runs(&host_ops, &u.op) => {
+                on_host += 1;
+                out += &format!("note in {at}: op {op} runs on the host (--allow-host-fallback)\n");
+            }
+            CheckDevice::Cuda => {
+                missing += 1;
+                let hint = if host_runs(&host_ops, &u.op) {
+                    "; --allow-host-fallback runs it on the host"
+                } else {
+                    ""
+                };
+                out += &format!(
+                    "error in {at}: the cuda backend cannot run op {op}: it has no device implementation (see `{list}`){hint}\n"
+                );
+            }
+            CheckDevice::Cpu if host_runs(&host_ops, &u.op) => {}
+            CheckDevice::Cpu => {
+                missing += 1;
+                out += &format!("error in {at}: the cpu backend cannot run op {op}: it is not in the host op registry (see `{list}`)\n");
+            }
+        }
+    }
+    let calls = match uses.len() {
+        1 => "1 call".to_string(),
+        n => format!("{n} calls"),
+    };
+    out += &if missing > 0 {
+        format!("{backend}: {missing} of {calls} to extern ops cannot run\n")
+    } else if on_host > 0 {
+        format!("{backend}: every extern op call runs ({calls}, {on_host} on the host)\n")
+    } else {
+        format!("{backend}: every extern op call runs ({calls})\n")
+    };
+    print!("{out}");
+    missing == 0
+}
+
+/// `wrapir ops`: the extern ops of one backend (`Some`), one per line, or of
+/// every backend, grouped under a header each (`None`).
+fn ops_listing(device: Option<RunDevice>) -> String {
+    let cuda = || {
+        let rows = wrapir::exec::device_ops::CUDA_OPS;
+        let w_op = rows.iter().map(|r| r.op.len()).max().unwrap_or(0);
+        let w_via = rows.iter().map(|r| r.via.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|r| format!("{:<w_op$}  {:<w_via$}  {}", r.op, r.via, r.dtypes))
+            .collect::<Vec<_>>()
+    };
+    let cpu = || wrapir::exec::host::HostBackend::default().op_names();
+    let meta = || {
+        vec![
+            "every extern op, shapes only: a result takes its declared layout, an `out=` or in-place op writes \
+nothing, an op with no declared result gives an opaque value"
+                .to_string(),
+        ]
+    };
+    let lines = |v: Vec<String>, indent: &str| v.iter().map(|l| format!("{indent}{l}\n")).collect::<String>();
+    match device {
+        Some(RunDevice::Cuda) => lines(cuda(), ""),
+        Some(RunDevice::Cpu) => lines(cpu(), ""),
+        Some(RunDevice::Meta) => lines(meta(), ""),
+        None => format!(
+            "cuda (on the device; any other op is an error unless --allow-host-fallback runs it on the host):\n{}\
+             cpu (the host op registry):\n{}\
+             meta:\n{}",
+            lines(cuda(), "  "),
+            lines(cpu(), "  "),
+            lines(meta(), "  ")
+        ),
     }
 }
 
@@ -382,9 +568,13 @@ fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitC
     })
 }
 
-/// Reads a program from a `.json`/`.wir` file or stdin (`-`); JSON is detected
-/// by a leading `{`. Parse errors are rendered with the offending source line.
+/// Reads a program from a `.json`/`.wir` file, a bundle directory (its
+/// `program.json`) or stdin (`-`); JSON is detected by a leading `{`. Parse
+/// errors are rendered with the offending source line.
 fn load(path: &Path) -> Result<(Program, String)> {
+    if path.is_dir() {
+        return load(&path.join("program.json"));
+    }
     let (text, name) = if path.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
@@ -448,9 +638,30 @@ struct RunArgs {
     print: bool,
     rtol: Option<f64>,
     atol: Option<f64>,
+    allow_host_fallback: bool,
 }
 
-use wrapir::exec::compare::Tolerance;
+use wrapir::exec::compare::{BundleMeta, Tolerance};
+
+/// The references a run's outputs are compared with.
+struct References {
+    /// Eager PyTorch's outputs (`--expect`, or a bundle's `expected.safetensors`) and their tolerance.
+    eager: Option<(PathBuf, Option<Tolerance>)>,
+    /// For a bundle: Inductor's compiled outputs (`compiled.safetensors`,
+    /// which may be absent) and their tolerance.
+    compiled: Option<(PathBuf, Option<Tolerance>)>,
+}
+
+/// Reads a bundle directory's `bundle.json` (the defaults when it has none):
+/// the one place the CLI reads it.
+fn read_bundle_meta(dir: &Path) -> Result<BundleMeta> {
+    let path = dir.join(BundleMeta::FILE);
+    if !path.is_file() {
+        return Ok(BundleMeta::default());
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    BundleMeta::from_json(&text).with_context(|| format!("in {}", path.display()))
+}
 
 fn run_command(args: &RunArgs) -> Result<ExitCode> {
     let bundle = args.program.is_dir().then(|| args.program.clone());
@@ -458,6 +669,9 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
         Some(dir) => load(&dir.join("program.json"))?,
         None => load(&args.program)?,
     };
+    if args.allow_host_fallback && args.device != RunDevice::Cuda {
+        bail!("--allow-host-fallback is for `--device cuda` (the other devices have no fallback)");
+    }
     // Run-time guards from launch reconciliation are checked like any other assert.
     let program = with_guards(program)?;
     let from_bundle = |file: &str| bundle.as_ref().map(|d| d.join(file)).filter(|p| p.is_file());
@@ -466,17 +680,31 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
         Some(p) => Some(read_safetensors(p)?),
         None => None,
     };
-    let mut tolerance = None;
-    if let Some(dir) = &bundle {
-        tolerance = bundle_tolerance(&dir.join("bundle.json"))?;
-    }
-    if args.rtol.is_some() || args.atol.is_some() {
+    let meta = match &bundle {
+        Some(dir) => read_bundle_meta(dir)?,
+        None => BundleMeta::default(),
+    };
+    // `--rtol` / `--atol` override the tolerance of both references.
+    let overridden = |tolerance: Option<Tolerance>| {
+        if args.rtol.is_none() && args.atol.is_none() {
+            return tolerance;
+        }
         let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
-        tolerance = Some(Tolerance {
+        Some(Tolerance {
             rtol: args.rtol.unwrap_or(base.rtol),
             atol: args.atol.unwrap_or(base.atol),
-        });
-    }
+        })
+    };
+    let references = References {
+        eager: args
+            .expect
+            .clone()
+            .or_else(|| from_bundle(BundleMeta::EXPECTED))
+            .map(|p| (p, overridden(meta.tolerance))),
+        compiled: bundle
+            .as_ref()
+            .map(|dir| (dir.join(BundleMeta::COMPILED), overridden(meta.compiled_tolerance))),
+    };
     let mut hints = wrapir::sym::Bindings::new();
     for h in &args.hints {
         let (s, v) = parse_hint(h)?;
@@ -523,25 +751,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             let mut out = describe_host_outputs(&result.outputs, args.print);
             out += &describe_symbols(&program, &result.symbols);
             write_output(None, &out)?;
-            let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
-            let Some(expect_path) = expect_path else {
-                return Ok(ExitCode::SUCCESS);
-            };
-            let expected = read_safetensors(&expect_path)?;
-            let mut got = Vec::new();
-            for v in &result.outputs {
-                collect_tensors(v, &mut got);
-            }
-            match compare_outputs(&got, &expected, tolerance) {
-                Ok(()) => {
-                    println!("{} outputs match {}", got.len(), expect_path.display());
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(message) => {
-                    eprintln!("mismatch against {}: {message}", expect_path.display());
-                    Ok(ExitCode::from(1))
-                }
-            }
+            compare_with_references(&result.outputs, &references)
         }
         RunDevice::Cuda => {
             if args.predicate.is_some() {
@@ -554,40 +764,136 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 Some(dir) => dir.clone(),
                 None => args.program.parent().map(Path::to_path_buf).unwrap_or_default(),
             };
-            let expect_path = args.expect.clone().or_else(|| from_bundle("expected.safetensors"));
-            run_cuda(
-                args,
-                &program,
-                &name,
-                kernel_dir,
-                inputs.unwrap_or_default(),
-                expect_path,
-                tolerance,
-            )
+            let outputs = run_cuda(args, &program, &name, kernel_dir, &meta, inputs.unwrap_or_default())?;
+            compare_with_references(&outputs, &references)
         }
     }
 }
 
-/// `run --device cuda`: runs on the GPU, prints the outputs, and compares them
-/// with the expected tensors when there are any (exit 1 on a mismatch).
+/// Compares `outputs` with each reference, printing per reference a summary
+/// line and the largest errors of every output (a mismatch also goes to
+/// stderr); exit 1 when any comparison fails.
+fn compare_with_references(
+    outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>],
+    references: &References,
+) -> Result<ExitCode> {
+    let mut got = Vec::new();
+    for v in outputs {
+        collect_tensors(v, &mut got);
+    }
+    let mut ok = true;
+    let mut out = String::new();
+    let mut err = String::new();
+    let refs = [("eager", &references.eager), ("inductor", &references.compiled)];
+    for (what, reference) in refs {
+        let Some((path, tolerance)) = reference else { continue };
+        if !path.is_file() {
+            out += &format!("against {what}: absent (no {})\n", path.display());
+            continue;
+        }
+        let expected = read_safetensors(path)?;
+        let comparison = wrapir::exec::compare::compare_outputs(&got, &expected, *tolerance);
+        let tol = match tolerance {
+            Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
+            None => "dtype default tolerances".to_string(),
+        };
+        let failed = comparison.outputs.iter().filter(|o| o.mismatch.is_some()).count();
+        out += &match comparison.count_mismatch {
+            Some((n, m)) => format!(
+                "against {what}: the program returned {n} tensors, {m} are expected in {}\n",
+                path.display()
+            ),
+            None if failed == 0 => format!(
+                "against {what}: {} outputs match {} ({tol})\n",
+                got.len(),
+                path.display()
+            ),
+            None => format!(
+                "against {what}: {failed} of {} outputs differ from {} ({tol})\n",
+                got.len(),
+                path.display()
+            ),
+        };
+        for o in &comparison.outputs {
+            let errors = match (o.max_abs, o.max_rel) {
+                (Some(a), Some(r)) => format!("max abs error {}, max rel error {}", error_text(a), error_text(r)),
+                _ => "errors not measured".to_string(),
+            };
+            let verdict = match &o.mismatch {
+                None => "match".to_string(),
+                Some(m) => format!("MISMATCH: {m}"),
+            };
+            out += &format!("  output {} (`{}`): {errors}; {verdict}\n", o.index, o.name);
+        }
+        if let Some(message) = comparison.first_error() {
+            ok = false;
+            err += &format!("mismatch against {} ({what}): {message}\n", path.display());
+        }
+    }
+    write_output(None, &out)?;
+    eprint!("{err}");
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// An error magnitude for reports: `0`, or three significant digits.
+fn error_text(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_string()
+    } else if x.is_finite() {
+        format!("{x:.3e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// Explains a cuda run's error when an op had no device implementation and
+/// the host fallback was off: names the op and `--allow-host-fallback`.
+#[cfg(feature = "cuda")]
+fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
+    match e {
+        wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
+        _ => String::new(),
+    }
+}
+
+/// [`host_fallback_hint`] for an execution error.
+#[cfg(feature = "cuda")]
+fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
+    use wrapir::exec::ExecError;
+    while let ExecError::AtNode { source, .. } = e {
+        e = source;
+    }
+    match e {
+        ExecError::UnknownOp { op, .. } => {
+            let host_ops = wrapir::exec::host::HostBackend::default().op_names();
+            if host_runs(&host_ops, op.as_str()) {
+                format!("\n`{op}` has no device implementation; --allow-host-fallback runs it on the host")
+            } else {
+                format!("\n`{op}` has no device implementation, and the host fallback has none either")
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// `run --device cuda`: runs on the GPU with the bundle's math modes and
+/// prints the outputs, the symbols bound and the extern ops that ran on the
+/// device and (with `--allow-host-fallback`) on the host; returns the outputs.
 #[cfg(feature = "cuda")]
 fn run_cuda(
     args: &RunArgs,
     program: &Program,
     name: &str,
     kernel_dir: PathBuf,
+    meta: &BundleMeta,
     inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
-    expect_path: Option<PathBuf>,
-    tolerance: Option<Tolerance>,
-) -> Result<ExitCode> {
-    let options = wrapir::exec::cuda::CudaOptions {
-        kernel_dir,
-        ..Default::default()
-    }
-    .preload_for(program);
+) -> Result<Vec<wrapir::exec::Value<wrapir::exec::Tensor>>> {
+    let mut options = wrapir::exec::cuda::CudaOptions::for_bundle(kernel_dir, meta);
+    options.host_fallback = args.allow_host_fallback;
+    let options = options.preload_for(program);
     let extern_ops = options.extern_ops.clone();
     let result = wrapir::exec::cuda::run_program(program, options, &inputs)
-        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e)))?;
     let mut out = describe_host_outputs(&result.outputs, args.print);
     out += &describe_symbols(program, &result.symbols);
     for (op, n) in extern_ops.device_ops() {
@@ -597,63 +903,7 @@ fn run_cuda(
         out += &format!("host fallback: {op} x{n}\n");
     }
     write_output(None, &out)?;
-    let Some(expect_path) = expect_path else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    let expected = read_safetensors(&expect_path)?;
-    let mut got = Vec::new();
-    for v in &result.outputs {
-        collect_tensors(v, &mut got);
-    }
-    let max_error = max_abs_error(&got, &expected);
-    match compare_outputs(&got, &expected, tolerance) {
-        Ok(()) => {
-            println!(
-                "{} outputs match {} (max abs error {max_error:e})",
-                got.len(),
-                expect_path.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(message) => {
-            eprintln!(
-                "mismatch against {} (max abs error {max_error:e}): {message}",
-                expect_path.display()
-            );
-            Ok(ExitCode::from(1))
-        }
-    }
-}
-
-/// The largest `|got - expected|` over the outputs that pair up with an
-/// expected tensor of the same shape (as [`compare_outputs`] pairs them).
-#[cfg(feature = "cuda")]
-fn max_abs_error(got: &[&wrapir::exec::Tensor], expected: &indexmap::IndexMap<String, wrapir::exec::Tensor>) -> f64 {
-    let graph_outs: Vec<&wrapir::exec::Tensor> = expected
-        .iter()
-        .filter(|(k, _)| k.starts_with("graph_out"))
-        .map(|(_, t)| t)
-        .collect();
-    let expected: Vec<&wrapir::exec::Tensor> = if graph_outs.is_empty() {
-        expected.values().collect()
-    } else {
-        graph_outs
-    };
-    let mut worst = 0.0f64;
-    for (g, e) in got.iter().zip(expected) {
-        if g.size() != e.size() {
-            continue;
-        }
-        if let (Ok(g), Ok(e)) = (g.to_f64_vec(), e.to_f64_vec()) {
-            for (a, b) in g.iter().zip(&e) {
-                let d = (a - b).abs();
-                if d > worst || d.is_nan() && !(a.is_nan() && b.is_nan()) {
-                    worst = if d.is_nan() { f64::NAN } else { d };
-                }
-            }
-        }
-    }
-    worst
+    Ok(result.outputs)
 }
 
 /// `run --device cuda` in a build without the `cuda` feature.
@@ -663,30 +913,15 @@ fn run_cuda(
     _program: &Program,
     _name: &str,
     _kernel_dir: PathBuf,
+    _meta: &BundleMeta,
     _inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
-    _expect_path: Option<PathBuf>,
-    _tolerance: Option<Tolerance>,
-) -> Result<ExitCode> {
+) -> Result<Vec<wrapir::exec::Value<wrapir::exec::Tensor>>> {
     bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }
 
 fn read_safetensors(path: &Path) -> Result<indexmap::IndexMap<String, wrapir::exec::Tensor>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     wrapir::exec::safetensors::parse(&bytes).with_context(|| format!("in {}", path.display()))
-}
-
-/// The `tolerance` of a bundle's `bundle.json`, if the file has one.
-fn bundle_tolerance(path: &Path) -> Result<Option<Tolerance>> {
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("in {}", path.display()))?;
-    let tol = &json["tolerance"];
-    Ok(match (tol["rtol"].as_f64(), tol["atol"].as_f64()) {
-        (Some(rtol), Some(atol)) => Some(Tolerance { rtol, atol }),
-        _ => None,
-    })
 }
 
 fn parse_hint(text: &str) -> Result<(wrapir::sym::Symbol, i64)> {
@@ -791,36 +1026,26 @@ fn collect_tensors<'a>(v: &'a wrapir::exec::Value<wrapir::exec::Tensor>, out: &m
     }
 }
 
-/// Compares tensor outputs with expected tensors in order; the error names
-/// the output, the first differing element, and the values.
-fn compare_outputs(
-    got: &[&wrapir::exec::Tensor],
-    expected: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
-    tolerance: Option<Tolerance>,
-) -> std::result::Result<(), String> {
-    let graph_outs: Vec<(&String, &wrapir::exec::Tensor)> =
-        expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
-    let expected: Vec<(&String, &wrapir::exec::Tensor)> = if graph_outs.is_empty() {
-        expected.iter().collect()
-    } else {
-        graph_outs
-    };
-    if got.len() != expected.len() {
-        return Err(format!(
-            "the program returned {} tensors, {} are expected",
-            got.len(),
-            expected.len()
-        ));
-    }
-    for (k, (g, (name, e))) in got.iter().zip(&expected).enumerate() {
-        wrapir::exec::compare::compare(g, e, tolerance).map_err(|m| format!("output {k} (expected `{name}`): {m}"))?;
-    }
-    Ok(())
+/// The options of `wrapir bench`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct BenchOptions {
+    graphs: bool,
+    iters: usize,
+    repeats: usize,
+    preload: bool,
+    allow_host_fallback: bool,
 }
 
 /// `bench --device cuda` (see `Command::Bench`).
 #[cfg(feature = "cuda")]
-fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload: bool) -> Result<ExitCode> {
+fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
+    let BenchOptions {
+        graphs,
+        iters,
+        repeats,
+        preload,
+        allow_host_fallback,
+    } = *bench;
     use std::time::Instant;
     use wrapir::exec::cuda::{launch_floor, place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
     use wrapir::exec::{Backend, Value};
@@ -833,10 +1058,9 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
     let t = Instant::now();
     let inputs = read_safetensors(&bundle.join("inputs.safetensors"))?;
     let read_inputs_ms = ms(t);
-    let options = CudaOptions {
-        kernel_dir: bundle.to_path_buf(),
-        ..Default::default()
-    };
+    let mut options = CudaOptions::for_bundle(bundle, &read_bundle_meta(bundle)?);
+    options.host_fallback = allow_host_fallback;
+    let extern_ops = options.extern_ops.clone();
     let options = if preload {
         options.preload_for(&program)
     } else {
@@ -851,8 +1075,9 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
     let t = Instant::now();
     let first = plan
         .run(&mut backend, args.clone(), &constants)
-        .map_err(|e| anyhow::anyhow!("running {name}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("running {name}: {e}{}", exec_host_fallback_hint(&e)))?;
     let first_run_ms = ms(t);
+    let first_host_ops = extern_ops.host_ops();
     let t = Instant::now();
     let first_host = first
         .outputs
@@ -930,6 +1155,13 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
     };
     let interp_bits = host_bits(&first_host)?;
     let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after `bench` began\n");
+    let host_ops: Vec<serde_json::Value> = first_host_ops
+        .into_iter()
+        .map(|(op, n)| {
+            out += &format!("host fallback: {op} x{n} (first run)\n");
+            serde_json::json!({"op": op, "calls": n})
+        })
+        .collect();
     out += &format!(
         "memory (bytes, inputs excluded): interpreter peak {interp_peak}, meta plan peak with the same symbol values {}\n",
         meta_peak.map_or("unknown".to_string(), |m| m.to_string())
@@ -946,7 +1178,7 @@ fn bench_cuda(bundle: &Path, graphs: bool, iters: usize, repeats: usize, preload
     let mut json = serde_json::json!({
         "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
         "interp_peak_bytes": interp_peak, "input_bytes": input_bytes, "startup": startup,
-        "meta_peak_same_symbols_bytes": meta_peak,
+        "meta_peak_same_symbols_bytes": meta_peak, "host_fallback_ops": host_ops,
     });
     // Host µs of one call alone (the stream drained before each), median of
     // `samples`: what the floors below measure, free of queue back-pressure.
@@ -1118,6 +1350,6 @@ fn process_age_ms() -> Option<f64> {
 
 /// `bench` in a build without the `cuda` feature.
 #[cfg(not(feature = "cuda"))]
-fn bench_cuda(_bundle: &Path, _graphs: bool, _iters: usize, _repeats: usize, _preload: bool) -> Result<ExitCode> {
+fn bench_cuda(_bundle: &Path, _bench: &BenchOptions) -> Result<ExitCode> {
     bail!("`bench --device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }

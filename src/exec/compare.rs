@@ -1,8 +1,16 @@
 //! Comparing host tensors with expected values, like
-//! `torch.testing.assert_close`.
+//! `torch.testing.assert_close`, and what a bundle's `bundle.json` says
+//! about the references a run is compared with ([`BundleMeta`]).
+//!
+//! A bundle carries two references for the same inputs: eager PyTorch's
+//! outputs ([`BundleMeta::EXPECTED`], compared within `tolerance`) and
+//! Inductor's own compiled outputs ([`BundleMeta::COMPILED`], compared within
+//! `compiled_tolerance`, usually much tighter). [`compare_outputs`] compares
+//! a run's outputs with either and reports the largest errors per output.
 
 use super::Tensor;
 use crate::ir::DType;
+use indexmap::IndexMap;
 
 /// Floating tolerance: `|got - expected| <= atol + rtol * |expected|`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -136,4 +144,213 @@ fn unravel(flat: usize, size: &[i64]) -> Vec<i64> {
         rest /= n;
     }
     index
+}
+
+/// What a bundle's `bundle.json` says about running and checking it
+/// (`fixtures/inductor/README.md`). Every field is optional in the file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BundleMeta {
+    /// `"tolerance": {"atol", "rtol"}`: for the comparison with eager
+    /// PyTorch's outputs ([`BundleMeta::EXPECTED`]); `None`: the dtype defaults.
+    pub tolerance: Option<Tolerance>,
+    /// `"compiled_tolerance": {"atol", "rtol"}`: for the comparison with
+    /// Inductor's compiled outputs ([`BundleMeta::COMPILED`]); `None`: the dtype defaults.
+    pub compiled_tolerance: Option<Tolerance>,
+    /// `"math"`: the math modes the bundle was compiled under (absent keys,
+    /// or no `math` at all: PyTorch's defaults). Read into
+    /// `CudaOptions::math` by `CudaOptions::for_bundle`.
+    #[cfg(feature = "cuda")]
+    pub math: crate::exec::cuda::MathModes,
+}
+
+/// A `bundle.json` that cannot be read, naming the field.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("bundle.json: {0}")]
+pub struct BundleMetaError(pub String);
+
+impl BundleMeta {
+    /// The file name of a bundle's metadata.
+    pub const FILE: &'static str = "bundle.json";
+    /// The file name of eager PyTorch's outputs.
+    pub const EXPECTED: &'static str = "expected.safetensors";
+    /// The file name of Inductor's compiled outputs (same tensor names as [`BundleMeta::EXPECTED`]).
+    pub const COMPILED: &'static str = "compiled.safetensors";
+
+    /// Parses the text of a `bundle.json`. Absent fields take their
+    /// defaults; a field that is present but malformed (a tolerance without
+    /// numeric `atol` and `rtol`, a `math` entry that is not a boolean) is an
+    /// error naming it.
+    pub fn from_json(text: &str) -> Result<BundleMeta, BundleMetaError> {
+        let json: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| BundleMetaError(format!("not JSON: {e}")))?;
+        if !json.is_object() {
+            return Err(BundleMetaError("not a JSON object".into()));
+        }
+        let tolerance = |field: &str| -> Result<Option<Tolerance>, BundleMetaError> {
+            match json.get(field) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(t) => match (
+                    t.get("rtol").and_then(|v| v.as_f64()),
+                    t.get("atol").and_then(|v| v.as_f64()),
+                ) {
+                    (Some(rtol), Some(atol)) => Ok(Some(Tolerance { rtol, atol })),
+                    _ => Err(BundleMetaError(format!(
+                        "`{field}` must be an object with numbers `atol` and `rtol`, got {t}"
+                    ))),
+                },
+            }
+        };
+        #[cfg(feature = "cuda")]
+        let math = match json.get("math") {
+            None | Some(serde_json::Value::Null) => crate::exec::cuda::MathModes::default(),
+            Some(m) => serde_json::from_value(m.clone()).map_err(|e| BundleMetaError(format!("`math`: {e}")))?,
+        };
+        Ok(BundleMeta {
+            tolerance: tolerance("tolerance")?,
+            compiled_tolerance: tolerance("compiled_tolerance")?,
+            #[cfg(feature = "cuda")]
+            math,
+        })
+    }
+}
+
+/// One output compared with its reference tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputCheck {
+    /// The output's position among the program's tensor outputs.
+    pub index: usize,
+    /// The reference tensor's name (`out0`, `graph_out1`).
+    pub name: String,
+    /// The largest `|got - expected|` (NaN where a NaN meets a number);
+    /// `None` when dtype or shape differ.
+    pub max_abs: Option<f64>,
+    /// The largest `|got - expected| / |expected|` (infinite where the
+    /// expected value is 0 and the result is not); `None` as for `max_abs`.
+    pub max_rel: Option<f64>,
+    /// Why it does not match (`None`: within the tolerance).
+    pub mismatch: Option<Mismatch>,
+}
+
+/// A run's tensor outputs compared with a reference file's tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Comparison {
+    /// One entry per output, in order (empty when the counts differ).
+    pub outputs: Vec<OutputCheck>,
+    /// `Some((outputs, references))` when the counts differ.
+    pub count_mismatch: Option<(usize, usize)>,
+}
+
+impl Comparison {
+    /// Whether every output matches.
+    pub fn is_ok(&self) -> bool {
+        self.count_mismatch.is_none() && self.outputs.iter().all(|o| o.mismatch.is_none())
+    }
+
+    /// The first failure, as a sentence naming the output and reference
+    /// tensor (`output 0 (expected `out0`): 1 of 512 elements differ ...`).
+    pub fn first_error(&self) -> Option<String> {
+        if let Some((got, want)) = self.count_mismatch {
+            return Some(format!("the program returned {got} tensors, {want} are expected"));
+        }
+        self.outputs.iter().find_map(|o| {
+            o.mismatch
+                .as_ref()
+                .map(|m| format!("output {} (expected `{}`): {m}", o.index, o.name))
+        })
+    }
+
+    /// The largest `max_abs` and `max_rel` over all outputs (`None` when no
+    /// output could be measured).
+    pub fn max_errors(&self) -> Option<(f64, f64)> {
+        let worst = |a: f64, b: f64| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) };
+        self.outputs
+            .iter()
+            .fold(None, |acc, o| match (acc, o.max_abs.zip(o.max_rel)) {
+                (None, e) => e,
+                (Some(a), None) => Some(a),
+                (Some((a, r)), Some((a2, r2))) => Some((worst(a, a2), worst(r, r2))),
+            })
+    }
+}
+
+/// The tensors of a reference file that a program's outputs pair with, in
+/// file order: the `graph_out<k>` tensors when there are any (bundles add
+/// them when the compiled graph returns other tensors than eager), else all.
+pub fn reference_outputs(reference: &IndexMap<String, Tensor>) -> Vec<(&str, &Tensor)> {
+    let graph: Vec<(&str, &Tensor)> = reference
+        .iter()
+        .filter(|(k, _)| k.starts_with("graph_out"))
+        .map(|(k, t)| (k.as_str(), t))
+        .collect();
+    if graph.is_empty() {
+        reference.iter().map(|(k, t)| (k.as_str(), t)).collect()
+    } else {
+        graph
+    }
+}
+
+/// Compares `got` (a run's tensor outputs, in order) with the tensors of
+/// `reference` ([`reference_outputs`]) under `tolerance` (as [`compare`]),
+/// measuring the largest errors of each output.
+pub fn compare_outputs(
+    got: &[&Tensor],
+    reference: &IndexMap<String, Tensor>,
+    tolerance: Option<Tolerance>,
+) -> Comparison {
+    let expected = reference_outputs(reference);
+    if got.len() != expected.len() {
+        return Comparison {
+            outputs: Vec::new(),
+            count_mismatch: Some((got.len(), expected.len())),
+        };
+    }
+    let outputs = got
+        .iter()
+        .zip(&expected)
+        .enumerate()
+        .map(|(index, (g, (name, e)))| {
+            let errors = max_errors(g, e);
+            OutputCheck {
+                index,
+                name: name.to_string(),
+                max_abs: errors.map(|(a, _)| a),
+                max_rel: errors.map(|(_, r)| r),
+                mismatch: compare(g, e, tolerance).err(),
+            }
+        })
+        .collect();
+    Comparison {
+        outputs,
+        count_mismatch: None,
+    }
+}
+
+/// The largest absolute and relative differences between `got` and
+/// `expected` (as [`OutputCheck::max_abs`] and [`OutputCheck::max_rel`]);
+/// NaN equals NaN and equal infinities differ by 0. `None` when dtype or
+/// shape differ or the data cannot be read.
+pub fn max_errors(got: &Tensor, expected: &Tensor) -> Option<(f64, f64)> {
+    if got.dtype() != expected.dtype() || got.size() != expected.size() {
+        return None;
+    }
+    let (g, e) = (got.to_f64_vec().ok()?, expected.to_f64_vec().ok()?);
+    let (mut abs, mut rel) = (0.0f64, 0.0f64);
+    for (a, b) in g.iter().zip(&e) {
+        if a == b || (a.is_nan() && b.is_nan()) {
+            continue;
+        }
+        let d = (a - b).abs();
+        let r = if *b == 0.0 { f64::INFINITY } else { d / b.abs() };
+        abs = if d.is_nan() || abs.is_nan() {
+            f64::NAN
+        } else {
+            abs.max(d)
+        };
+        rel = if r.is_nan() || rel.is_nan() {
+            f64::NAN
+        } else {
+            rel.max(r)
+        };
+    }
+    Some((abs, rel))
 }

@@ -7,6 +7,10 @@
 //! backend's dispatch covers exactly these keys (a GPU test checks it); a
 //! row may still refuse a call it cannot take (a dtype or layout the
 //! library does not support), which is an error naming the op and the reason.
+//!
+//! [`extern_uses`] lists every extern op a program calls, with its graph and
+//! line, so a caller can tell before running which of them a backend lacks;
+//! [`markdown_table`] renders the table as the README shows it.
 
 /// One row of the table: an op and what runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +29,11 @@ const FLOAT: &str = "f32, f16, bf16";
 pub const CUDA_OPS: &[DeviceOp] = &[
     DeviceOp { op: "aten.mm", via: "cuBLAS", dtypes: FLOAT },
     DeviceOp { op: "aten.bmm", via: "cuBLAS", dtypes: FLOAT },
+    DeviceOp { op: "aten.addmm", via: "cuBLASLt", dtypes: FLOAT },
+    DeviceOp { op: "aten._addmm_activation", via: "cuBLASLt", dtypes: FLOAT },
+    DeviceOp { op: "aten.baddbmm", via: "cuBLAS", dtypes: FLOAT },
+    DeviceOp { op: "aten.addbmm", via: "cuBLAS", dtypes: FLOAT },
+    DeviceOp { op: "aten.convolution", via: "cuDNN", dtypes: FLOAT },
     DeviceOp { op: "aten.nonzero", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.masked_select", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.index", via: "built-in kernel", dtypes: "all (boolean mask index)" },
@@ -37,10 +46,97 @@ pub const CUDA_OPS: &[DeviceOp] = &[
     DeviceOp { op: "aten.scatter_reduce_", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.index_put_", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.topk", via: "built-in kernel", dtypes: "all" },
+    DeviceOp { op: "aten._scaled_dot_product_efficient_attention", via: "built-in kernel", dtypes: FLOAT },
+    DeviceOp { op: "aten._scaled_dot_product_flash_attention", via: "built-in kernel", dtypes: FLOAT },
+    DeviceOp { op: "aten._scaled_dot_product_cudnn_attention", via: "built-in kernel", dtypes: FLOAT },
 ];
 
 /// The row of `op` (any spelling [`super::host::op_key`] accepts).
 pub fn cuda_op(op: &str) -> Option<&'static DeviceOp> {
     let key = super::host::op_key(op);
     CUDA_OPS.iter().find(|row| row.op == key)
+}
+
+/// Whether the CUDA backend runs `op` on the device (any spelling
+/// [`super::host::op_key`] accepts). Without host fallback
+/// (`CudaOptions::host_fallback` off, the default) every other extern op is
+/// an error naming it.
+pub fn runs_on_cuda(op: &str) -> bool {
+    cuda_op(op).is_some()
+}
+
+/// The Markdown table of [`CUDA_OPS`] the README shows (`| op | runs on |
+/// dtypes |`, one row per op in table order), so that the README can be
+/// checked against the table.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| op | runs on | dtypes |\n|---|---|---|\n");
+    for row in CUDA_OPS {
+        out += &format!("| `{}` | {} | {} |\n", row.op, row.via, row.dtypes);
+    }
+    out
+}
+
+/// One extern-op call of a program: where it is and what it calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternUse {
+    /// The graph (`main` for the main graph, as the validator's errors name it).
+    pub graph: String,
+    /// The line's index in [`crate::ir::Graph::lines`], from 0.
+    pub line: usize,
+    /// The line's text form, as diagnostics quote it.
+    pub text: String,
+    /// The op as the run calls it (`extern_kernels.mm`, `torch.ops.aten.index_put_.default`).
+    pub op: String,
+}
+
+impl std::fmt::Display for ExternUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "graph {}, line {} `{}`: op `{}`",
+            self.graph, self.line, self.text, self.op
+        )
+    }
+}
+
+/// Every extern op a run of `program` calls, main graph first, then the
+/// subgraphs in program order, each in line order: the lines that name an
+/// op (`ExternKernelAlloc`, `ExternKernelOut`, `ScatterFallback`), and those
+/// the FX lowering turns into an op call: `IndexPutFallback`
+/// (`aten.index_put_`), a `Reinterpret` that changes the dtype
+/// (`aten.view.dtype`), a `DynamicScalar` with `ConvertInt` (`aten.where`) and
+/// `CommBufferAllocate` (the symmetric-memory allocator).
+pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
+    use crate::ir::{KeyEntry, Line};
+    let graphs = std::iter::once((crate::ir::MAIN_GRAPH.to_string(), &program.main))
+        .chain(program.subgraphs.iter().map(|(name, g)| (name.to_string(), g)));
+    let mut uses = Vec::new();
+    for (name, graph) in graphs {
+        for (index, line) in graph.lines.iter().enumerate() {
+            let op = match line {
+                Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.op.clone(),
+                Line::IndexPutFallback { .. } => "torch.ops.aten.index_put_.default".to_string(),
+                Line::ScatterFallback(s) => s.op.clone(),
+                Line::Reinterpret { base, alias } => {
+                    let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
+                    match (dtype(base), dtype(alias)) {
+                        (Some(a), Some(b)) if a != b => "torch.ops.aten.view.dtype".to_string(),
+                        _ => continue,
+                    }
+                }
+                Line::DynamicScalar { keypath, .. } if keypath.as_slice() == [KeyEntry::ConvertInt] => {
+                    "torch.ops.aten.where.Scalar".to_string()
+                }
+                Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),
+                _ => continue,
+            };
+            uses.push(ExternUse {
+                graph: name.clone(),
+                line: index,
+                text: crate::text::print_line(line),
+                op,
+            });
+        }
+    }
+    uses
 }

@@ -10,7 +10,9 @@
 //!   registry of kernels and extern ops keyed by name (built-ins include the
 //!   jagged <-> padded dense conversions).
 
+mod attention;
 pub mod compare;
+mod conv;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device_ops;

@@ -136,7 +136,7 @@ pub(crate) struct BuiltinOptions {
 
 /// Every built-in op, by registry key.
 pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
-    vec![
+    let mut ops: Vec<(&'static str, Builtin)> = vec![
         ("aten._jagged_to_padded_dense_forward", j2pd),
         ("aten._padded_dense_to_jagged_forward", pd2j),
         ("aten._jagged_to_padded_dense_backward", j2pd_backward),
@@ -144,6 +144,10 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("wrapir.inverse_offsets", inverse_offsets),
         ("aten.mm", mm),
         ("aten.addmm", addmm),
+        ("aten._addmm_activation", addmm_activation),
+        ("aten.baddbmm", baddbmm),
+        ("aten.addbmm", addbmm),
+        ("aten.convolution", super::conv::convolution),
         ("aten.bmm", bmm),
         ("aten.nonzero", nonzero),
         ("aten.item", item),
@@ -163,7 +167,9 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.exp", exp),
         ("aten.sin", sin),
         ("aten.where", where_),
-    ]
+    ];
+    ops.extend(super::attention::builtins());
+    ops
 }
 
 fn j2pd(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -227,16 +233,56 @@ fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
     Ok(Value::Tensor(jagged::inverse_offsets_tensor(a.op, offsets, total)?))
 }
 
-/// `[m, k] @ [k, n]` on row-major `f64` data, parallel over rows.
-fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-    let mut out = vec![0.0; m * n];
-    let row = |(i, r): (usize, &mut [f64])| {
+/// Accumulation types of the host GEMMs: `f32` for f16 / bf16 operands (as
+/// cuBLAS accumulates them), `f64` for the others.
+trait Acc: Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+    const ZERO: Self;
+    fn of(v: f64) -> Self;
+    fn get(self) -> f64;
+    fn tanh(self) -> Self;
+    fn is_nan(self) -> bool;
+}
+
+impl Acc for f32 {
+    const ZERO: Self = 0.0;
+    fn of(v: f64) -> Self {
+        v as f32
+    }
+    fn get(self) -> f64 {
+        f64::from(self)
+    }
+    fn tanh(self) -> Self {
+        f32::tanh(self)
+    }
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+impl Acc for f64 {
+    const ZERO: Self = 0.0;
+    fn of(v: f64) -> Self {
+        v
+    }
+    fn get(self) -> f64 {
+        self
+    }
+    fn tanh(self) -> Self {
+        f64::tanh(self)
+    }
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+/// `[m, k] @ [k, n]` on row-major data, accumulated in `F`, parallel over rows.
+fn matmul<F: Acc>(a: &[F], b: &[F], m: usize, k: usize, n: usize) -> Vec<F> {
+    let mut out = vec![F::ZERO; m * n];
+    let row = |(i, r): (usize, &mut [F])| {
         for p in 0..k {
             let x = a[i * k + p];
-            if x != 0.0 {
-                for j in 0..n {
-                    r[j] += x * b[p * n + j];
-                }
+            for j in 0..n {
+                r[j] = r[j] + x * b[p * n + j];
             }
         }
     };
@@ -248,6 +294,77 @@ fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
     out
 }
 
+/// The epilogue activation of `_addmm_activation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Activation {
+    None,
+    Relu,
+    /// GELU, tanh approximation.
+    Gelu,
+}
+
+/// One host GEMM-family problem: `batch` products `[m, k] @ [k, n]`, summed
+/// over the batches when `sum_batches` (`addbmm`).
+struct GemmShape {
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    sum_batches: bool,
+}
+
+/// `act(alpha * x @ y + beta * bias)` accumulated in `F` and returned
+/// unrounded (the caller rounds once to the result dtype); `bias` is laid
+/// out like the result, and ignored when `beta == 0` (as ATen does).
+fn gemm_in<F: Acc>(
+    x: &[f64],
+    y: &[f64],
+    bias: Option<&[f64]>,
+    s: &GemmShape,
+    alpha: f64,
+    beta: f64,
+    act: Activation,
+) -> Vec<f64> {
+    let xv: Vec<F> = x.iter().map(|v| F::of(*v)).collect();
+    let yv: Vec<F> = y.iter().map(|v| F::of(*v)).collect();
+    let (mk, kn, mn) = (s.m * s.k, s.k * s.n, s.m * s.n);
+    let mut acc: Vec<F> = if s.sum_batches {
+        vec![F::ZERO; mn]
+    } else {
+        Vec::with_capacity(s.batch * mn)
+    };
+    for b in 0..s.batch {
+        let p = matmul(&xv[b * mk..(b + 1) * mk], &yv[b * kn..(b + 1) * kn], s.m, s.k, s.n);
+        if s.sum_batches {
+            acc.iter_mut().zip(p).for_each(|(a, v)| *a = *a + v);
+        } else {
+            acc.extend(p);
+        }
+    }
+    let (fa, fb) = (F::of(alpha), F::of(beta));
+    let beta_kappa = F::of(std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5);
+    let kappa = F::of(0.044715);
+    acc.iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut v = fa * *p;
+            if let (Some(b), true) = (bias, beta != 0.0) {
+                v = v + fb * F::of(b.get(i).copied().unwrap_or(0.0));
+            }
+            let v = match act {
+                Activation::None => v,
+                Activation::Relu if v.is_nan() || v > F::ZERO => v,
+                Activation::Relu => F::ZERO,
+                Activation::Gelu => {
+                    let inner = beta_kappa * (v + kappa * (v * v * v));
+                    F::of(0.5) * v * (F::of(1.0) + inner.tanh())
+                }
+            };
+            v.get()
+        })
+        .collect()
+}
+
 fn check_float_pair(a: &Args<'_>, x: &Tensor, y: &Tensor) -> Result<DType, ExecError> {
     if x.dtype() != y.dtype() {
         return Err(a.err(format!("dtypes differ: {} and {}", x.dtype(), y.dtype())));
@@ -255,62 +372,111 @@ fn check_float_pair(a: &Args<'_>, x: &Tensor, y: &Tensor) -> Result<DType, ExecE
     Ok(x.dtype())
 }
 
-fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let x = a.tensor(0, "self")?;
-    let y = a.tensor(1, "mat2")?;
+fn dim(a: &Args<'_>, v: i64) -> Result<usize, ExecError> {
+    usize::try_from(v).map_err(|_| a.err(format!("size {v} is negative")))
+}
+
+/// The GEMM-family ops on the host: `x @ y` (2-D, or batches of 3-D when
+/// `batched`), plus `beta * bias` broadcast to the result, then `act`;
+/// f16 / bf16 accumulate in f32 and every result element is rounded once.
+#[allow(clippy::too_many_arguments)]
+fn gemm_op(
+    a: &Args<'_>,
+    x: &Tensor,
+    y: &Tensor,
+    bias: Option<&Tensor>,
+    beta: f64,
+    alpha: f64,
+    act: Activation,
+    batched: bool,
+    sum_batches: bool,
+) -> Result<Value<Tensor>, ExecError> {
     let dtype = check_float_pair(a, x, y)?;
-    let (&[m, k], &[k2, n]) = (x.size(), y.size()) else {
-        return Err(a.err(format!("expected 2-d matrices, got {:?} and {:?}", x.size(), y.size())));
+    let (batch, m, k, k2, n) = match (batched, x.size(), y.size()) {
+        (false, &[m, k], &[k2, n]) => (1, m, k, k2, n),
+        (true, &[b, m, k], &[b2, k2, n]) if b == b2 => (b, m, k, k2, n),
+        (false, _, _) => {
+            return Err(a.err(format!("expected 2-d matrices, got {:?} and {:?}", x.size(), y.size())));
+        }
+        (true, _, _) => {
+            return Err(a.err(format!(
+                "expected 3-d batches of one count, got {:?} and {:?}",
+                x.size(),
+                y.size()
+            )));
+        }
     };
     if k != k2 {
         return Err(a.err(format!("shapes {:?} and {:?} cannot be multiplied", x.size(), y.size())));
     }
-    let out = matmul(&x.to_f64_vec()?, &y.to_f64_vec()?, m as usize, k as usize, n as usize);
-    Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &[m, n])?))
+    let out: Vec<i64> = if batched && !sum_batches {
+        vec![batch, m, n]
+    } else {
+        vec![m, n]
+    };
+    let bias = bias
+        .map(|b| b.expand(&out).and_then(|e| e.to_f64_vec()))
+        .transpose()
+        .map_err(|e| a.err(format!("`self`: {e}")))?;
+    let s = GemmShape {
+        batch: dim(a, batch)?,
+        m: dim(a, m)?,
+        k: dim(a, k)?,
+        n: dim(a, n)?,
+        sum_batches,
+    };
+    let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
+    let values = match dtype {
+        DType::Float16 | DType::Bfloat16 => gemm_in::<f32>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act),
+        _ => gemm_in::<f64>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act),
+    };
+    Ok(Value::Tensor(Tensor::from_f64(dtype, &values, &out)?))
 }
 
-fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let bias = a.tensor(0, "self")?;
-    let rest = a.args.skip(1);
-    let inner = Args {
-        op: a.op,
-        args: &rest,
-        kwargs: a.kwargs,
-    };
-    let Value::Tensor(prod) = mm(&inner, o)? else {
-        return Err(a.err("mm returned no tensor"));
-    };
-    let beta = a.float(3, "beta", 1.0)?;
-    let alpha = a.float(4, "alpha", 1.0)?;
-    let b = bias.expand(prod.size())?.to_f64_vec()?;
-    let p = prod.to_f64_vec()?;
-    let out: Vec<f64> = p.iter().zip(&b).map(|(p, b)| beta * b + alpha * p).collect();
-    Ok(Value::Tensor(Tensor::from_f64(prod.dtype(), &out, prod.size())?))
+fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let (x, y) = (a.tensor(0, "self")?, a.tensor(1, "mat2")?);
+    gemm_op(a, x, y, None, 0.0, 1.0, Activation::None, false, false)
 }
 
 fn bmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let x = a.tensor(0, "self")?;
-    let y = a.tensor(1, "mat2")?;
-    let dtype = check_float_pair(a, x, y)?;
-    let (&[bt, m, k], &[bt2, k2, n]) = (x.size(), y.size()) else {
-        return Err(a.err(format!("expected 3-d batches, got {:?} and {:?}", x.size(), y.size())));
+    let (x, y) = (a.tensor(0, "self")?, a.tensor(1, "mat2")?);
+    gemm_op(a, x, y, None, 0.0, 1.0, Activation::None, true, false)
+}
+
+/// `addmm`, `_addmm_activation`, `baddbmm` and `addbmm`: `(self, mat1 |
+/// batch1, mat2 | batch2, beta, alpha)`, positional or by keyword.
+fn gemm_with_bias(a: &Args<'_>, act: Activation, batched: bool, sum_batches: bool) -> Result<Value<Tensor>, ExecError> {
+    let bias = a.tensor(0, "self")?;
+    let names = if batched {
+        ["batch1", "batch2"]
+    } else {
+        ["mat1", "mat2"]
     };
-    if bt != bt2 || k != k2 {
-        return Err(a.err(format!("shapes {:?} and {:?} cannot be multiplied", x.size(), y.size())));
-    }
-    let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
-    let (m, k, n) = (m as usize, k as usize, n as usize);
-    let mut out = Vec::with_capacity(bt as usize * m * n);
-    for b in 0..bt as usize {
-        out.extend(matmul(
-            &xv[b * m * k..(b + 1) * m * k],
-            &yv[b * k * n..(b + 1) * k * n],
-            m,
-            k,
-            n,
-        ));
-    }
-    Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &[bt, m as i64, n as i64])?))
+    let (x, y) = (a.tensor(1, names[0])?, a.tensor(2, names[1])?);
+    let beta = a.float(3, "beta", 1.0)?;
+    let alpha = a.float(4, "alpha", 1.0)?;
+    gemm_op(a, x, y, Some(bias), beta, alpha, act, batched, sum_batches)
+}
+
+fn addmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, Activation::None, false, false)
+}
+
+fn addmm_activation(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let act = if a.boolean(5, "use_gelu", false)? {
+        Activation::Gelu
+    } else {
+        Activation::Relu
+    };
+    gemm_with_bias(a, act, false, false)
+}
+
+fn baddbmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, Activation::None, true, false)
+}
+
+fn addbmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, Activation::None, true, true)
 }
 
 /// `[N, ndim]` int64 indices of non-zero elements, laid out like ATen's

@@ -1,11 +1,323 @@
-//! placeholder
+//! Fused scaled-dot-product attention on the device: the memory-efficient,
+//! flash and cuDNN attention ops (see [`crate::exec::attention`] for their
+//! semantics and result layouts) on our own flash-attention kernels
+//! (`kernels/attention.cu`, compiled with NVRTC once per process, compute
+//! capability and head dim, separately from the other built-in kernels).
+//!
+//! f16 and bf16 run on tensor cores (`mma.sync` m16n8k16, compute
+//! capability 8.0 and later), f32 on FMA; head dims 16, 32, 64, 80, 96 and 128
+//! with value head dim equal to the query's. Other head dims or dtypes (and
+//! f16/bf16 before compute capability 8.0) go to the host fallback when it
+//! is on and are an error naming what the kernels take when it is off.
 
-use super::{CudaBackend, CudaTensor};
-use crate::exec::{ExecError, ExternCall, Value};
+use super::driver;
+use super::kernels::{Traced, TracedParam};
+use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
+use crate::exec::attention::{self as sdpa, Item, Kind};
+use crate::exec::host::op_key;
+use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
+use crate::ir::DType;
+use cudarc::driver::sys;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
 
+/// The CUDA source of the attention kernels.
+const SOURCE: &str = include_str!("kernels/attention.cu");
+/// The module's name among the backend's separately compiled modules.
+const MODULE: &str = "attention";
+/// Threads per block (`NT` in the source).
+const THREADS: u32 = 128;
+/// Query rows per block of the tensor-core kernels (`MMA_BM`).
+const MMA_BM: i64 = 64;
+/// Keys per tile of the tensor-core kernels (`MMA_BN`).
+const MMA_BN: u32 = 64;
+/// Query rows per block of the f32 kernels (`F32_BM`).
+const F32_BM: i64 = 32;
+/// Keys per tile of the f32 kernels (`F32_BN`).
+const F32_BN: u32 = 32;
+/// Head dims the kernels are instantiated for.
+const HEAD_DIMS: [i64; 6] = [16, 32, 64, 80, 96, 128];
+
+/// The kernels' `AttnParams`: every field 8 bytes, in source order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct AttnParams {
+    q: u64,
+    k: u64,
+    v: u64,
+    bias: u64,
+    out: u64,
+    lse: u64,
+    qs: [i64; 4],
+    ks: [i64; 4],
+    vs: [i64; 4],
+    bs: [i64; 4],
+    os: [i64; 4],
+    ls: [i64; 3],
+    heads: i64,
+    group: i64,
+    lq: i64,
+    lk: i64,
+    lse_len: i64,
+    scale: f64,
+    causal: i64,
+    empty_mode: i64,
+}
+
+/// Words of [`AttnParams`] holding device addresses (the first six).
+const POINTER_WORDS: usize = 6;
+
+impl AttnParams {
+    /// The struct as the 8-byte words the kernel reads.
+    fn words(&self) -> Vec<u64> {
+        let mut w = vec![self.q, self.k, self.v, self.bias, self.out, self.lse];
+        for s in [&self.qs, &self.ks, &self.vs, &self.bs, &self.os] {
+            w.extend(s.iter().map(|x| *x as u64));
+        }
+        w.extend(self.ls.iter().map(|x| *x as u64));
+        w.extend([self.heads, self.group, self.lq, self.lk, self.lse_len].map(|x| x as u64));
+        w.push(self.scale.to_bits());
+        w.extend([self.causal, self.empty_mode].map(|x| x as u64));
+        w
+    }
+}
+
+/// Compiled PTX by compute capability and head dim.
+type PtxCache = HashMap<(i32, i32, i64), Arc<str>>;
+
+/// PTX of [`SOURCE`]'s kernels for head dim `e` and compute capability
+/// `major.minor`, compiled once per process.
+fn ptx(major: i32, minor: i32, e: i64) -> Result<Arc<str>, ExecError> {
+    static CACHE: OnceLock<Mutex<PtxCache>> = OnceLock::new();
+    let what = "cuda attention kernels";
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| ExecError::op(what, "PTX cache poisoned by a panic"))?;
+    if let Some(p) = cache.get(&(major, minor, e)) {
+        return Ok(Arc::clone(p));
+    }
+    // SAFETY: only probes for the library (dlopen); checked first because
+    // cudarc panics when it is missing.
+    if !driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(ExecError::op(
+            what,
+            "cannot load the NVRTC library (libnvrtc): is the CUDA toolkit on the library path?",
+        ));
+    }
+    let options = cudarc::nvrtc::CompileOptions {
+        options: vec![
+            format!("--gpu-architecture=compute_{major}{minor}"),
+            "--std=c++14".into(),
+        ],
+        ..Default::default()
+    };
+    let source = format!("#define ATTN_E {e}\n{SOURCE}");
+    let compiled = cudarc::nvrtc::compile_ptx_with_opts(source, options)
+        .map_err(|e| ExecError::op(what, format!("NVRTC compilation failed: {e:?}")))?;
+    let text: Arc<str> = Arc::from(compiled.to_src());
+    cache.insert((major, minor, e), Arc::clone(&text));
+    Ok(text)
+}
+
+/// Runs the attention ops on the device; `Ok(None)` for other ops and for
+/// operands the kernels do not take while the host fallback is on.
 pub(super) fn call(
-    _backend: &mut CudaBackend,
-    _call: &ExternCall<'_, CudaTensor>,
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    Ok(None)
+    let Some(kind) = sdpa::kind_of(&op_key(call.op)) else {
+        return Ok(None);
+    };
+    if kind == Kind::FlashCpu {
+        return Ok(None);
+    }
+    let a = crate::exec::ops::Args {
+        op: call.op,
+        args: &call.args,
+        kwargs: &call.kwargs,
+    };
+    let parsed = sdpa::parse(&a, kind, |t: &CudaTensor| &t.spec)?;
+    let dims = parsed.dims;
+    let dtype = parsed.q.spec.dtype;
+    let refuse = |backend: &CudaBackend, why: String| {
+        if backend.options.host_fallback {
+            Ok(None)
+        } else {
+            Err(a.err(why))
+        }
+    };
+    let suffix = match dtype {
+        DType::Float32 => "f32",
+        DType::Float16 => "f16",
+        DType::Bfloat16 => "bf16",
+        other => {
+            return refuse(
+                backend,
+                format!("the attention kernels take f32, f16 and bf16, not {other}"),
+            )
+        }
+    };
+    if !HEAD_DIMS.contains(&dims.e) || dims.ev != dims.e {
+        return refuse(
+            backend,
+            format!(
+                "the attention kernels take head dims {HEAD_DIMS:?} with equal query and value head dims, \
+                 got {} and {}",
+                dims.e, dims.ev
+            ),
+        );
+    }
+    let tensor_cores = dtype != DType::Float32;
+    if tensor_cores {
+        let major = backend
+            .device
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(|e| a.err(e.to_string()))?;
+        if major < 8 {
+            return refuse(
+                backend,
+                format!("the {dtype} attention kernels need compute capability 8.0 or later"),
+            );
+        }
+    }
+    let (bm, shared) = shared_layout(tensor_cores, dims.e);
+    let grid_x = u32::try_from((dims.l + bm - 1) / bm)
+        .ok()
+        .filter(|x| *x < (1 << 31))
+        .ok_or_else(|| a.err(format!("query length {} is too long", dims.l)))?;
+    let grid_yz = |n: i64, what: &str| {
+        u32::try_from(n)
+            .ok()
+            .filter(|x| *x <= 65535)
+            .ok_or_else(|| a.err(format!("{what} {n} is above the kernels' 65535")))
+    };
+    let grid = (grid_x, grid_yz(dims.h, "heads")?, grid_yz(dims.b, "batch")?);
+
+    let device = backend.device_of();
+    let (osize, ostride) = sdpa::out_layout(&parsed, &parsed.q.spec);
+    let out = backend.allocate(&TensorSpec {
+        dtype,
+        device,
+        size: osize,
+        stride: ostride,
+        offset: 0,
+    })?;
+    let layout = sdpa::lse_layout(&parsed, dtype);
+    let lse = backend.allocate(&TensorSpec {
+        dtype: layout.dtype,
+        device,
+        size: layout.size.clone(),
+        stride: layout.stride.clone(),
+        offset: 0,
+    })?;
+    let (q, k, v) = (&parsed.q.spec, &parsed.k.spec, &parsed.v.spec);
+    let four = |s: &[i64]| [s[0], s[1], s[2], s[3]];
+    let mut params = AttnParams {
+        q: parsed.q.data_ptr(),
+        k: parsed.k.data_ptr(),
+        v: parsed.v.data_ptr(),
+        bias: parsed.bias.map_or(0, |(t, _)| t.data_ptr()),
+        out: out.data_ptr(),
+        lse: if layout.len > 0 { lse.data_ptr() } else { 0 },
+        qs: four(&q.stride),
+        ks: four(&k.stride),
+        vs: four(&v.stride),
+        bs: parsed.bias.map_or([0; 4], |(_, s)| s),
+        os: four(&out.spec.stride),
+        ls: layout.rows,
+        heads: dims.h,
+        group: if dims.hk > 0 { dims.h / dims.hk } else { 1 },
+        lq: dims.l,
+        lk: dims.s,
+        lse_len: layout.len,
+        scale: parsed.scale,
+        causal: i64::from(parsed.causal),
+        empty_mode: i64::from(parsed.empty_rows_zero()),
+    };
+    if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
+        let name = format!("attn_{suffix}_e{}", dims.e);
+        launch(backend, &name, dims.e, grid, shared, &mut params)?;
+    }
+    let mut items = Vec::new();
+    for item in sdpa::result_items(&parsed, dtype) {
+        items.push(match item {
+            Item::Out => Value::Tensor(out.clone()),
+            Item::Lse => Value::Tensor(lse.clone()),
+            Item::Zeros(dtype, size) => {
+                let t = backend.allocate(&TensorSpec::contiguous(dtype, device, &size))?;
+                let bytes = CudaBackend::storage_bytes(&t.spec)?;
+                if bytes > 0 {
+                    backend.zero(t.data_ptr(), bytes)?;
+                }
+                Value::Tensor(t)
+            }
+            Item::Int(i) => Value::Int(i),
+            Item::None => Value::None,
+        });
+    }
+    Ok(Some(Value::List(items)))
+}
+
+/// Query rows per block and dynamic shared memory (bytes) of a kernel:
+/// tensor cores: the K tile `[64][E + 8]` (which first holds the Q tile)
+/// and the transposed V tile `[E][64 + 2]`, 2-byte elements; f32: the K
+/// and V tiles `[32][E]`, 4-byte elements.
+fn shared_layout(tensor_cores: bool, e: i64) -> (i64, u32) {
+    // `e` is one of HEAD_DIMS, so the products are small.
+    let e = e as u32;
+    if tensor_cores {
+        (MMA_BM, (MMA_BN * (e + 8) + e * (MMA_BN + 2)) * 2)
+    } else {
+        (F32_BM, 2 * F32_BN * e * 4)
+    }
+}
+
+/// Launches attention kernel `name` with [`THREADS`] threads a block and
+/// `shared` bytes of dynamic shared memory (raising the function's limit
+/// above 48 KiB); traced for the prepared path like the built-in launches.
+fn launch(
+    backend: &mut CudaBackend,
+    name: &str,
+    e: i64,
+    grid: (u32, u32, u32),
+    shared: u32,
+    params: &mut AttnParams,
+) -> Result<(), ExecError> {
+    let module = format!("{MODULE}_e{e}");
+    let f = backend
+        .builtins
+        .extra_function(&backend.device, &module, &|major, minor| ptx(major, minor, e), name)?;
+    if shared > DEFAULT_SHARED_LIMIT {
+        let optin = backend
+            .device
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(|e| ExecError::op(name, e.to_string()))?;
+        if i64::from(shared) > i64::from(optin) {
+            return Err(ExecError::op(
+                name,
+                format!("needs {shared} bytes of shared memory; the device allows {optin} per block"),
+            ));
+        }
+        driver::set_max_dynamic_shared(f, shared).map_err(|e| ExecError::op(name, e.to_string()))?;
+    }
+    if let Some(trace) = backend.trace.as_mut() {
+        trace.push(Traced::Launch {
+            name: name.to_string(),
+            function: f,
+            grid,
+            block: THREADS,
+            shared_mem: shared,
+            params: vec![TracedParam {
+                words: params.words(),
+                pointers: (0..POINTER_WORDS).collect(),
+            }],
+        });
+    }
+    let mut ptrs: [*mut c_void; 1] = [(params as *mut AttnParams).cast::<c_void>()];
+    backend
+        .device
+        .launch(f, grid, (THREADS, 1, 1), shared, &mut ptrs)
+        .map_err(|e| ExecError::op(name, e.to_string()))
 }

@@ -30,6 +30,17 @@ pub enum CudaError {
     /// A size that does not fit the driver's integer types.
     #[error("{0}")]
     Range(String),
+    /// A cuDNN call failed.
+    #[error("cuDNN call `{call}` failed: {status}")]
+    Dnn {
+        /// The cuDNN function.
+        call: &'static str,
+        /// The status and cuDNN's description of it.
+        status: String,
+    },
+    /// A CUDA library was found nowhere; the message says where it was looked for.
+    #[error("{0}")]
+    NotFound(String),
     /// A CUDA shared library could not be loaded (no driver or toolkit).
     #[error("cannot load the {0} library: is an NVIDIA driver (and, for matmuls, cuBLAS) installed and on the library path?")]
     Library(&'static str),
@@ -60,36 +71,7 @@ impl From<CudaError> for super::super::ExecError {
     }
 }
 
-/// Libraries opened by [`keep_loaded`] (by cudarc's name), never closed.
-static KEPT_LOADED: std::sync::Mutex<Vec<(&'static str, libloading::Library)>> = std::sync::Mutex::new(Vec::new());
-
-/// Opens the CUDA library `name` (as cudarc names it: `cuda`, `cublas`,
-/// `nvrtc`) once and keeps it loaded for the rest of the process; true when
-/// it was found.
-///
-/// cudarc probes a library by opening and closing it, then opens it again
-/// at first use; when nothing else holds it, the close unmaps it and the
-/// second open pays the whole load (relocations, static initialisers) again.
-/// Holding it here makes both later opens reference-count increments, and
-/// lets a caller pay the load on another thread, overlapped with `cuInit`
-/// ([`super::CudaOptions::preload_blas`]).
-pub(super) fn keep_loaded(name: &'static str) -> bool {
-    let Ok(mut kept) = KEPT_LOADED.lock() else {
-        return false;
-    };
-    if kept.iter().any(|(n, _)| *n == name) {
-        return true;
-    }
-    for candidate in cudarc::get_lib_name_candidates(name) {
-        // SAFETY: loading a CUDA library runs its initialisers, which cudarc
-        // runs anyway when it opens the same library.
-        if let Ok(lib) = unsafe { libloading::Library::new(&candidate) } {
-            kept.push((name, lib));
-            return true;
-        }
-    }
-    false
-}
+pub(super) use super::libraries::keep_loaded;
 
 /// The device, its context and the one stream every operation is ordered on.
 #[derive(Debug)]
@@ -118,7 +100,7 @@ impl Device {
         }))
     }
 
-    fn bind(&self) -> Result<(), CudaError> {
+    pub(super) fn bind(&self) -> Result<(), CudaError> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))
@@ -353,10 +335,16 @@ pub(super) struct Gemm {
     pub(super) alpha: f32,
     pub(super) beta: f32,
     pub(super) dtype: blas_sys::cudaDataType,
+    /// The handle's math mode for this call (TF32, reduced-precision reductions).
+    pub(super) math: blas_sys::cublasMath_t,
 }
 
 impl BlasHandle {
-    /// Runs `g` with fp32 accumulation (`CUBLAS_COMPUTE_32F`, no TF32).
+    /// Runs `g` as PyTorch's `at::cuda::blas::gemm` / `bgemm` do: leading
+    /// dimensions adjusted for degenerate sizes (`cublasAdjustLdLevel3`), the
+    /// math mode set, then `cublasSgemm` / `cublasGemmEx` for one matrix and
+    /// `cublasSgemmStridedBatched` / `cublasGemmStridedBatchedEx` for batches
+    /// (fp32 accumulation, `CUBLAS_GEMM_DEFAULT_TENSOR_OP`).
     pub(super) fn gemm(&self, g: &Gemm) -> Result<(), CudaError> {
         let int = |v: i64, what: &str| {
             i32::try_from(v).map_err(|_| CudaError::Range(format!("GEMM {what} {v} does not fit cuBLAS's int")))
@@ -368,43 +356,139 @@ impl BlasHandle {
                 blas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
-        let (lda, ldb, ldc) = (int(g.a.ld, "lda")?, int(g.b.ld, "ldb")?, int(g.c.ld, "ldc")?);
-        let (alpha, beta) = (g.alpha, g.beta);
-        self.device.bind()?;
-        // SAFETY: the handle is live; A, B and C are live device allocations
-        // ordered on the handle's stream whose extents the caller checked
-        // against m, n, k, the leading dimensions and batch strides; alpha and
-        // beta are host f32 values, as CUBLAS_COMPUTE_32F expects, living
-        // until the call returns (cuBLAS reads host scalars before returning).
-        unsafe {
-            blas::gemm_strided_batched_ex(
-                self.raw,
-                op(g.a.transpose),
-                op(g.b.transpose),
-                m,
-                n,
-                k,
-                (&alpha as *const f32).cast(),
-                g.a.ptr as *const c_void,
-                g.dtype,
-                lda,
-                g.a.batch_stride,
-                g.b.ptr as *const c_void,
-                g.dtype,
-                ldb,
-                g.b.batch_stride,
-                (&beta as *const f32).cast(),
-                g.c.ptr as *mut c_void,
-                g.dtype,
-                ldc,
-                g.c.batch_stride,
-                batch,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
+        let (mut lda, mut ldb, mut ldc) = (g.a.ld, g.b.ld, g.c.ld);
+        if g.n <= 1 {
+            ldc = g.m.max(1);
         }
-        .map_err(|e| CudaError::blas("cublasGemmStridedBatchedEx", e))
+        if g.a.transpose {
+            if g.m <= 1 {
+                lda = g.k.max(1);
+            }
+        } else if g.k <= 1 {
+            lda = g.m.max(1);
+        }
+        if g.b.transpose {
+            if g.k <= 1 {
+                ldb = g.n.max(1);
+            }
+        } else if g.n <= 1 {
+            ldb = g.k.max(1);
+        }
+        let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
+        let (lda, ldb, ldc) = (int(lda, "lda")?, int(ldb, "ldb")?, int(ldc, "ldc")?);
+        let (alpha, beta) = (g.alpha, g.beta);
+        let (ta, tb) = (op(g.a.transpose), op(g.b.transpose));
+        self.device.bind()?;
+        // SAFETY: `raw` is a live handle; the mode is one of cuBLAS's values.
+        unsafe { blas_sys::cublasSetMathMode(self.raw, g.math) }
+            .result()
+            .map_err(|e| CudaError::blas("cublasSetMathMode", e))?;
+        let f32_data = g.dtype == blas_sys::cudaDataType::CUDA_R_32F;
+        let compute = blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+        let algo = blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP;
+        let (pa, pb, pc) = (g.a.ptr, g.b.ptr, g.c.ptr);
+        // SAFETY (all four calls): the handle is live; A, B and C are live
+        // device allocations ordered on the handle's stream whose extents the
+        // caller checked against m, n, k, the leading dimensions and batch
+        // strides; alpha and beta are host f32 values, as fp32 accumulation
+        // expects, living until the call returns (cuBLAS reads host scalars
+        // before returning).
+        match (batch == 1, f32_data) {
+            (true, true) => unsafe {
+                blas::sgemm(
+                    self.raw,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    &alpha,
+                    pa as *const f32,
+                    lda,
+                    pb as *const f32,
+                    ldb,
+                    &beta,
+                    pc as *mut f32,
+                    ldc,
+                )
+            }
+            .map_err(|e| CudaError::blas("cublasSgemm", e)),
+            (true, false) => unsafe {
+                blas::gemm_ex(
+                    self.raw,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    pa as *const c_void,
+                    g.dtype,
+                    lda,
+                    pb as *const c_void,
+                    g.dtype,
+                    ldb,
+                    (&beta as *const f32).cast(),
+                    pc as *mut c_void,
+                    g.dtype,
+                    ldc,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(|e| CudaError::blas("cublasGemmEx", e)),
+            (false, true) => unsafe {
+                blas::sgemm_strided_batched(
+                    self.raw,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    &alpha,
+                    pa as *const f32,
+                    lda,
+                    g.a.batch_stride,
+                    pb as *const f32,
+                    ldb,
+                    g.b.batch_stride,
+                    &beta,
+                    pc as *mut f32,
+                    ldc,
+                    g.c.batch_stride,
+                    batch,
+                )
+            }
+            .map_err(|e| CudaError::blas("cublasSgemmStridedBatched", e)),
+            (false, false) => unsafe {
+                blas::gemm_strided_batched_ex(
+                    self.raw,
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    pa as *const c_void,
+                    g.dtype,
+                    lda,
+                    g.a.batch_stride,
+                    pb as *const c_void,
+                    g.dtype,
+                    ldb,
+                    g.b.batch_stride,
+                    (&beta as *const f32).cast(),
+                    pc as *mut c_void,
+                    g.dtype,
+                    ldc,
+                    g.c.batch_stride,
+                    batch,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(|e| CudaError::blas("cublasGemmStridedBatchedEx", e)),
+        }
     }
 }
 

@@ -1,48 +1,81 @@
-//! `mm` and `bmm` on cuBLAS.
+//! The GEMM family (`mm`, `bmm`, `addmm`, `_addmm_activation`, `baddbmm`,
+//! `addbmm`) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
+//! them (`aten/src/ATen/native/cuda/Blas.cpp`), so that results are equal:
 //!
-//! A row-major product `C = A B` with row-major `C` is the column-major
-//! product `C^T = B^T A^T`; an operand stored row-major is, read column-major,
-//! its own transpose, so it needs no transpose flag, and one stored
-//! column-major (a transposed view) takes `CUBLAS_OP_T`. A column-major `C`
-//! is computed directly as `C = A B`.
+//! * Layouts follow `cublasCommonArgs` / `prepare_matrix_for_cublas` (2-D)
+//!   and `baddbmm_out_cuda_impl` / `prepare_batch_matrix_for_cublas`
+//!   (batches): a row-major result is computed as the column-major
+//!   `C^T = B^T A^T`; operands PyTorch would copy first (neither row- nor
+//!   column-major) are left to the host fallback.
+//! * `addmm` and `_addmm_activation` take cuBLASLt (`gemm_and_bias`: bias
+//!   and activation in the epilogue, `beta = 0`) when
+//!   `isInputCompliesAddmmCudaLt` holds: `beta == 1`, a contiguous 2-D
+//!   result, a contiguous bias that squeezes to `[n]` (or, with an
+//!   activation, any 2-D bias, copied into the result first and read with
+//!   `beta = 1`), f32/f16/bf16, and every dimension of both operands > 1. If
+//!   the heuristic returns no algorithm, the call falls back as PyTorch's does.
+//! * Otherwise the bias is broadcast-copied into the result (when
+//!   `beta != 0`) and one cuBLAS GEMM applies `alpha` and `beta`; then
+//!   `relu_` or `gelu_(approximate="tanh")` runs in place. `addbmm` is a
+//!   loop of such GEMMs into the result (`beta` first, then 1), as ATen's
+//!   `addbmm_impl_` runs `addmm_` per batch.
+//! * Math modes follow [`MathModes`]: TF32 for f32 only when
+//!   `matmul_allow_tf32`, and the fp16 / bf16 reduced-precision-reduction
+//!   switches as `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`
+//!   (single GEMMs) and the Lt reduction-scheme mask.
 
+use super::blaslt::{self, Activation, LtKey, LtPlan, LtPointers};
 use super::driver::{Gemm, GemmOperand};
 use super::library::{self, Address, LibraryCall};
-use super::{CudaBackend, CudaTensor};
+use super::{kernels, CudaBackend, CudaTensor, MathModes};
+use crate::exec::host::op_key;
+use crate::exec::ops::Args;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
-use cudarc::cublas::sys::cudaDataType;
+use cudarc::cublas::sys::{cublasMath_t, cudaDataType};
+use cudarc::cublaslt::sys as lt_sys;
+use cudarc::driver::sys::CUdeviceptr;
+use std::rc::Rc;
 
-/// A matmul ready to run.
-pub(super) struct Plan {
-    op: String,
-    a: CudaTensor,
-    b: CudaTensor,
-    /// The result, allocated (or `out=`).
-    c: CudaTensor,
-    returns_out: bool,
-    batched: bool,
-}
+type CallArgs<'c> = Args<'c, CudaTensor>;
 
-/// How a matrix (the last two dims) lies in memory.
-#[derive(Clone, Copy, Debug)]
-enum Order {
-    /// Rows contiguous; leading dimension = row stride.
-    Row(i64),
-    /// Columns contiguous; leading dimension = column stride.
-    Col(i64),
-}
-
-fn order(rows: i64, cols: i64, s_row: i64, s_col: i64) -> Option<Order> {
-    if (s_col == 1 || cols <= 1) && (rows <= 1 || s_row >= cols.max(1)) {
-        return Some(Order::Row(if rows <= 1 { cols.max(1) } else { s_row }));
+/// Runs `call` when it is a GEMM-family op the libraries can take; `Ok(None)` otherwise.
+pub(super) fn call(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let key = op_key(call.op);
+    let a = Args {
+        op: call.op,
+        args: &call.args,
+        kwargs: &call.kwargs,
+    };
+    let first = (backend.blas.is_none() && backend.lt.is_none()).then(std::time::Instant::now);
+    let result = match key.as_str() {
+        "aten.mm" => mm(backend, call, &a)?,
+        "aten.addmm" => addmm(backend, call, &a, Activation::None)?,
+        "aten._addmm_activation" => {
+            let act = if a.boolean(5, "use_gelu", false)? {
+                Activation::Gelu
+            } else {
+                Activation::Relu
+            };
+            addmm(backend, call, &a, act)?
+        }
+        "aten.bmm" => baddbmm(backend, call, &a, false)?,
+        "aten.baddbmm" => baddbmm(backend, call, &a, true)?,
+        "aten.addbmm" => addbmm(backend, call, &a)?,
+        _ => return Ok(None),
+    };
+    if let Some(t0) = first {
+        if backend.blas.is_some() || backend.lt.is_some() {
+            backend.timings.blas_first_call += t0.elapsed();
+        }
     }
-    if (s_row == 1 || rows <= 1) && (cols <= 1 || s_col >= rows.max(1)) {
-        return Some(Order::Col(if cols <= 1 { rows.max(1) } else { s_col }));
-    }
-    None
+    Ok(result)
 }
 
+/// The cuBLAS element type of `d`, for the dtypes the GEMMs take.
 fn data_type(d: DType) -> Option<cudaDataType> {
     match d {
         DType::Float32 => Some(cudaDataType::CUDA_R_32F),
@@ -52,187 +85,612 @@ fn data_type(d: DType) -> Option<cudaDataType> {
     }
 }
 
-/// Runs `call` when it is a GEMM-family op cuBLAS can take; `Ok(None)` otherwise.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if !matches!(super::op_key(call.op).as_str(), "aten.mm" | "aten.bmm") {
-        return Ok(None);
+fn lt_data_type(d: DType) -> Option<lt_sys::cudaDataType> {
+    match d {
+        DType::Float32 => Some(lt_sys::cudaDataType::CUDA_R_32F),
+        DType::Float16 => Some(lt_sys::cudaDataType::CUDA_R_16F),
+        DType::Bfloat16 => Some(lt_sys::cudaDataType::CUDA_R_16BF),
+        _ => None,
     }
-    let Some(p) = plan(backend, call)? else {
-        return Ok(None);
-    };
-    let first = backend.blas.is_none().then(std::time::Instant::now);
-    let result = run(backend, p)?;
-    if let Some(t0) = first {
-        backend.timings.blas_first_call += t0.elapsed();
-    }
-    Ok(Some(result))
 }
 
-/// Checks the arguments of `call` (an `mm` or `bmm`) and allocates the result;
-/// `None` when cuBLAS cannot take them (dtype, layout), so the caller may fall back.
-pub(super) fn plan(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Plan>, ExecError> {
-    let op = call.op;
-    let batched = super::op_key(op) == "aten.bmm";
-    let rank = if batched { 3 } else { 2 };
-    let tensor = |i: usize, name: &str| -> Result<CudaTensor, ExecError> {
-        match call.args.get(i).or_else(|| call.kwargs.get(name)) {
-            Some(Value::Tensor(t)) if t.spec.size.len() == rank => Ok(t.clone()),
-            Some(Value::Tensor(t)) => Err(ExecError::op(
-                op,
-                format!("`{name}` has rank {}, expected {rank}", t.spec.size.len()),
-            )),
-            Some(other) => Err(ExecError::op(
-                op,
-                format!("`{name}` must be a tensor, got {}", other.kind()),
-            )),
-            None => Err(ExecError::op(op, format!("missing argument `{name}`"))),
+/// The handle math mode PyTorch sets for a cuBLAS GEMM: TF32 for f32 when
+/// allowed; for one f16 / bf16 matrix, reduced-precision reductions
+/// disallowed when the switch is off (its batched GEMMs leave the default).
+fn math_mode(math: &MathModes, dtype: DType, batched: bool) -> cublasMath_t {
+    match dtype {
+        DType::Float32 if math.matmul_allow_tf32 => cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+        DType::Float16 if !batched && !math.fp16_reduced_precision_reduction => {
+            cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
         }
-    };
-    let (a, b) = (tensor(0, "self")?, tensor(1, "mat2")?);
-    let (sa, sb) = (&a.spec.size, &b.spec.size);
-    let (batch, m, k, n) = if batched {
-        (sa[0], sa[1], sa[2], sb[2])
-    } else {
-        (1, sa[0], sa[1], sb[1])
-    };
-    let (kb, batch_b) = if batched { (sb[1], sb[0]) } else { (sb[0], 1) };
-    if k != kb || batch != batch_b {
-        return Err(ExecError::op(op, format!("cannot multiply shapes {sa:?} and {sb:?}")));
+        DType::Bfloat16 if !batched && !math.bf16_reduced_precision_reduction => {
+            cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+        }
+        _ => cublasMath_t::CUBLAS_DEFAULT_MATH,
     }
-    if a.spec.dtype != b.spec.dtype {
-        return Err(ExecError::op(
-            op,
-            format!("operand dtypes differ: {} and {}", a.spec.dtype, b.spec.dtype),
-        ));
+}
+
+/// A matrix: the last two dimensions of a tensor, at `ptr`.
+#[derive(Clone, Copy, Debug)]
+struct Mat {
+    ptr: CUdeviceptr,
+    rows: i64,
+    cols: i64,
+    rs: i64,
+    cs: i64,
+}
+
+impl Mat {
+    fn of(t: &CudaTensor) -> Mat {
+        let (s, st) = (&t.spec.size, &t.spec.stride);
+        let r = s.len();
+        Mat {
+            ptr: t.data_ptr(),
+            rows: s[r - 2],
+            cols: s[r - 1],
+            rs: st[r - 2],
+            cs: st[r - 1],
+        }
     }
-    if data_type(a.spec.dtype).is_none() {
-        return Ok(None);
+
+    fn stride(&self, d: usize) -> i64 {
+        if d == 0 {
+            self.rs
+        } else {
+            self.cs
+        }
     }
-    let shape: Vec<i64> = if batched { vec![batch, m, n] } else { vec![m, n] };
-    let (c, returns_out) = match call.kwargs.get("out") {
-        Some(Value::Tensor(out)) => {
-            if out.spec.size != shape || out.spec.dtype != a.spec.dtype {
-                return Err(ExecError::op(
-                    op,
-                    format!(
-                        "`out` is {}{:?}, the product is {}{shape:?}",
-                        out.spec.dtype, out.spec.size, a.spec.dtype
-                    ),
-                ));
+}
+
+/// PyTorch's `is_contiguous` (dimensions of size 1 ignored; empty tensors are contiguous).
+fn is_contiguous(size: &[i64], stride: &[i64]) -> bool {
+    if size.contains(&0) {
+        return true;
+    }
+    let mut expected = 1i64;
+    for (s, st) in size.iter().zip(stride).rev() {
+        if *s != 1 {
+            if *st != expected {
+                return false;
             }
-            (out.clone(), true)
+            expected = expected.saturating_mul(*s);
+        }
+    }
+    true
+}
+
+/// PyTorch's `is_non_overlapping_and_dense`.
+fn non_overlapping_and_dense(size: &[i64], stride: &[i64]) -> bool {
+    let mut dims: Vec<usize> = (0..size.len()).filter(|&d| size[d] >= 2).collect();
+    dims.sort_by_key(|&d| stride[d]);
+    let mut expected = 1i64;
+    for d in dims {
+        if stride[d] != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(size[d]);
+    }
+    true
+}
+
+/// `prepare_matrix_for_cublas`: `Some(true)` when cuBLAS reads the matrix
+/// transposed (row-major), `Some(false)` column-major, `None` when PyTorch
+/// would copy it first.
+fn cublas_layout(m: &Mat) -> Option<bool> {
+    let (size, stride) = ([m.rows, m.cols], [m.rs, m.cs]);
+    if non_overlapping_and_dense(&size, &stride) {
+        return Some(is_contiguous(&size, &stride));
+    }
+    if m.rs == 1 && m.cs >= m.rows.max(1) {
+        return Some(false);
+    }
+    if m.cs == 1 && m.rs >= m.cols.max(1) {
+        return Some(true);
+    }
+    None
+}
+
+/// `cublasCommonArgs`: the column-major problem for `c = mat1 @ mat2`.
+#[derive(Clone, Copy, Debug)]
+struct Common {
+    /// The result is row-major (computed as `C^T = B^T A^T`).
+    transpose_result: bool,
+    m: i64,
+    n: i64,
+    k: i64,
+    a: GemmOperand,
+    b: GemmOperand,
+    c: GemmOperand,
+}
+
+fn common(mat1: &Mat, mat2: &Mat, c: &Mat) -> Option<Common> {
+    let tr = cublas_layout(c)?;
+    let (ma, mb) = if tr { (mat2, mat1) } else { (mat1, mat2) };
+    let (mut ta, mut tb) = (cublas_layout(ma)?, cublas_layout(mb)?);
+    if tr {
+        ta = !ta;
+        tb = !tb;
+    }
+    let (sa, sb) = ([ma.rows, ma.cols], [mb.rows, mb.cols]);
+    let (m, k, n) = if tr {
+        (sa[1], sa[0], sb[0])
+    } else {
+        (sa[0], sa[1], sb[1])
+    };
+    let operand = |x: &Mat, transpose: bool, ld: i64| GemmOperand {
+        ptr: x.ptr,
+        transpose,
+        ld,
+        batch_stride: 0,
+    };
+    Some(Common {
+        transpose_result: tr,
+        m,
+        n,
+        k,
+        a: operand(ma, ta, ma.stride(if ta == tr { 1 } else { 0 })),
+        b: operand(mb, tb, mb.stride(if tb == tr { 1 } else { 0 })),
+        c: operand(c, false, c.stride(if tr { 0 } else { 1 })),
+    })
+}
+
+/// `prepare_batch_matrix_for_cublas`: (transposed, leading dimension).
+fn batch_layout(t: &CudaTensor, tr: bool, m: i64, n: i64) -> Option<(bool, i64)> {
+    let st = &t.spec.stride;
+    let (fast, lead) = if tr { (2, 1) } else { (1, 2) };
+    if st[fast] == 1 && st[lead] >= m.max(1) {
+        return Some((false, st[lead]));
+    }
+    if st[lead] == 1 && st[fast] >= n.max(1) {
+        return Some((true, st[fast]));
+    }
+    if is_contiguous(&t.spec.size, st) && st[1] != 0 && st[2] != 0 {
+        return Some((!tr, st[1]));
+    }
+    None
+}
+
+/// `baddbmm_out_cuda_impl`'s problem for `c = b1 @ b2` (3-D each), or `None`
+/// when PyTorch would copy an operand or the result.
+fn batched(b1: &CudaTensor, b2: &CudaTensor, c: &CudaTensor) -> Option<Common> {
+    let (rs, rz) = (&c.spec.stride, &c.spec.size);
+    let tr = if rs[1] == 1 && (rz[2] == 1 || rs[2] >= rz[1].max(1)) {
+        false
+    } else if rs[2] == 1 && (rz[1] == 1 || rs[1] >= rz[2].max(1)) {
+        true
+    } else {
+        return None;
+    };
+    let lead = if tr { 1 } else { 2 };
+    let (m, n) = (rz[if tr { 2 } else { 1 }], rz[lead]);
+    let (x1, x2) = if tr { (b2, b1) } else { (b1, b2) };
+    let k = x1.spec.size[lead];
+    let (ta, lda) = batch_layout(x1, tr, m, k)?;
+    let (tb, ldb) = batch_layout(x2, tr, k, n)?;
+    // cuBLAS writes one C per batch: overlapping batches would race.
+    if rz[0] > 1 && rs[0] == 0 {
+        return None;
+    }
+    let operand = |t: &CudaTensor, transpose: bool, ld: i64| GemmOperand {
+        ptr: t.data_ptr(),
+        transpose,
+        ld,
+        batch_stride: t.spec.stride[0],
+    };
+    Some(Common {
+        transpose_result: tr,
+        m,
+        n,
+        k,
+        a: operand(x1, ta, lda),
+        b: operand(x2, tb, ldb),
+        c: operand(c, false, rs[lead]),
+    })
+}
+
+/// The strides of `bias` broadcast to `shape` (0 on broadcast dimensions).
+fn expand_strides(a: &CallArgs<'_>, bias: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
+    let err = || {
+        a.err(format!(
+            "`self` of shape {:?} does not broadcast to {shape:?}",
+            bias.size
+        ))
+    };
+    let lead = shape.len().checked_sub(bias.size.len()).ok_or_else(err)?;
+    let mut strides = vec![0i64; shape.len()];
+    for (d, (s, st)) in bias.size.iter().zip(&bias.stride).enumerate() {
+        if *s == shape[lead + d] {
+            strides[lead + d] = if *s == 1 { 0 } else { *st };
+        } else if *s != 1 {
+            return Err(err());
+        }
+    }
+    Ok(strides)
+}
+
+fn matrix_arg(a: &CallArgs<'_>, i: usize, name: &str, rank: usize) -> Result<CudaTensor, ExecError> {
+    let t = a.tensor(i, name)?;
+    if t.spec.size.len() != rank {
+        return Err(a.err(format!("`{name}` has rank {}, expected {rank}", t.spec.size.len())));
+    }
+    Ok(t.clone())
+}
+
+fn same_dtype(a: &CallArgs<'_>, x: &CudaTensor, y: &CudaTensor, what: &str) -> Result<(), ExecError> {
+    if x.spec.dtype != y.spec.dtype {
+        return Err(a.err(format!("{what} dtypes differ: {} and {}", x.spec.dtype, y.spec.dtype)));
+    }
+    Ok(())
+}
+
+/// The result: `out=` (checked against `shape` and `dtype`) or a new tensor
+/// (the declared layout when it matches, else contiguous); true for `out=`.
+fn result_tensor(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+    dtype: DType,
+    shape: &[i64],
+) -> Result<(CudaTensor, bool), ExecError> {
+    match call.kwargs.get("out") {
+        Some(Value::Tensor(out)) => {
+            if out.spec.size != shape || out.spec.dtype != dtype {
+                return Err(a.err(format!(
+                    "`out` is {}{:?}, the product is {dtype}{shape:?}",
+                    out.spec.dtype, out.spec.size
+                )));
+            }
+            Ok((out.clone(), true))
         }
         None | Some(Value::None) => {
             let declared = call
                 .expected
                 .as_ref()
                 .and_then(|e| e.concrete())
-                .filter(|s| s.size == shape && s.dtype == a.spec.dtype);
-            let spec = declared.unwrap_or_else(|| TensorSpec::contiguous(a.spec.dtype, a.spec.device, &shape));
-            (backend.allocate(&spec)?, false)
+                .filter(|s| s.size == shape && s.dtype == dtype);
+            let spec = declared.unwrap_or_else(|| TensorSpec::contiguous(dtype, backend.device_of(), shape));
+            Ok((backend.allocate(&spec)?, false))
         }
-        Some(other) => {
-            return Err(ExecError::op(
-                op,
-                format!("`out` must be a tensor, got {}", other.kind()),
-            ))
-        }
+        Some(other) => Err(a.err(format!("`out` must be a tensor, got {}", other.kind()))),
+    }
+}
+
+fn done(c: CudaTensor, returns_out: bool) -> Option<Value<CudaTensor>> {
+    Some(if returns_out { Value::None } else { Value::Tensor(c) })
+}
+
+fn mm(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let (x, y) = (matrix_arg(a, 0, "self", 2)?, matrix_arg(a, 1, "mat2", 2)?);
+    addmm_common(backend, call, a, None, x, y, 0.0, 1.0, Activation::None)
+}
+
+fn addmm(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+    act: Activation,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let bias = a.tensor(0, "self")?.clone();
+    let (x, y) = (matrix_arg(a, 1, "mat1", 2)?, matrix_arg(a, 2, "mat2", 2)?);
+    let beta = a.float(3, "beta", 1.0)?;
+    let alpha = a.float(4, "alpha", 1.0)?;
+    same_dtype(a, &bias, &x, "`self` and `mat1`")?;
+    addmm_common(backend, call, a, Some(bias), x, y, beta, alpha, act)
+}
+
+/// `addmm_out_cuda_impl`: `out = act(beta * bias + alpha * x @ y)`.
+#[allow(clippy::too_many_arguments)]
+fn addmm_common(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+    bias: Option<CudaTensor>,
+    x: CudaTensor,
+    y: CudaTensor,
+    beta: f64,
+    alpha: f64,
+    act: Activation,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    same_dtype(a, &x, &y, "operand")?;
+    let dtype = x.spec.dtype;
+    let (m, k, n) = (x.spec.size[0], x.spec.size[1], y.spec.size[1]);
+    if y.spec.size[0] != k {
+        return Err(a.err(format!(
+            "cannot multiply shapes {:?} and {:?}",
+            x.spec.size, y.spec.size
+        )));
+    }
+    let shape = [m, n];
+    let bias_strides = bias.as_ref().map(|b| expand_strides(a, &b.spec, &shape)).transpose()?;
+    if data_type(dtype).is_none() {
+        return Ok(None);
+    }
+    let (c, returns_out) = result_tensor(backend, call, a, dtype, &shape)?;
+    if m == 0 || n == 0 {
+        return Ok(done(c, returns_out));
+    }
+    let Some(cm) = common(&Mat::of(&x), &Mat::of(&y), &Mat::of(&c)) else {
+        return Ok(None);
     };
-    let p = Plan {
+    let op = call.op;
+    if let Some(b) = bias.as_ref().filter(|b| lt_complies(&c, b, &x, &y, beta, act)) {
+        if addmm_lt(
+            backend,
+            op,
+            b,
+            bias_strides.as_deref().unwrap_or_default(),
+            &cm,
+            &c,
+            alpha,
+            act,
+        )? {
+            return Ok(done(c, returns_out));
+        }
+    }
+    if let (Some(b), Some(st)) = (&bias, &bias_strides) {
+        if beta != 0.0 {
+            kernels::copy_strided(backend, b, st, &c)?;
+        }
+    }
+    let beta = if bias.is_some() { beta } else { 0.0 };
+    submit_gemm(backend, op, &cm, 1, alpha, beta, dtype)?;
+    // ATen returns early for an empty reduction, before the activation.
+    if act != Activation::None && k > 0 {
+        kernels::gemm_activation(backend, &c, act == Activation::Gelu)?;
+    }
+    Ok(done(c, returns_out))
+}
+
+/// `isInputCompliesAddmmCudaLt` (CUDA >= 12.1).
+fn lt_complies(c: &CudaTensor, bias: &CudaTensor, x: &CudaTensor, y: &CudaTensor, beta: f64, act: Activation) -> bool {
+    let n = y.spec.size[1];
+    let squeezed = bias.spec.size.iter().filter(|s| **s != 1).count();
+    let vector = is_contiguous(&bias.spec.size, &bias.spec.stride)
+        && (bias.spec.size.len() == 1 || squeezed == 1)
+        && bias.spec.size.last() == Some(&n);
+    let matrix = act != Activation::None && bias.spec.size.len() == 2;
+    beta == 1.0
+        && c.spec.size.len() == 2
+        && is_contiguous(&c.spec.size, &c.spec.stride)
+        && (vector || matrix)
+        && x.spec.size.iter().chain(&y.spec.size).all(|s| *s > 1)
+}
+
+/// The Lt path (`launchGemmAndBiasCublasLt`); false when the heuristic
+/// found no algorithm (the caller then takes the cuBLAS path).
+#[allow(clippy::too_many_arguments)]
+fn addmm_lt(
+    backend: &mut CudaBackend,
+    op: &str,
+    bias: &CudaTensor,
+    bias_strides: &[i64],
+    cm: &Common,
+    c: &CudaTensor,
+    alpha: f64,
+    act: Activation,
+) -> Result<bool, ExecError> {
+    let dtype = c.spec.dtype;
+    let Some(lt_type) = lt_data_type(dtype) else {
+        return Ok(false);
+    };
+    // A contiguous bias that squeezes to [n] is the epilogue's vector (the
+    // Lt problem's m = n, since the contiguous result is computed
+    // transposed); any other (2-D) bias is copied into the result and read
+    // with beta = 1, with the activation alone in the epilogue.
+    let n = c.spec.size[1];
+    let squeezed = bias.spec.size.iter().filter(|s| **s != 1).count();
+    let vector = cm.transpose_result
+        && is_contiguous(&bias.spec.size, &bias.spec.stride)
+        && (bias.spec.size.len() == 1 || squeezed == 1)
+        && bias.spec.size.last() == Some(&n);
+    let math = backend.options.math;
+    let compute = match dtype {
+        DType::Float32 if math.matmul_allow_tf32 => lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        _ => lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+    };
+    let no_reduced = lt_sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32
+        | lt_sys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_NONE as u32;
+    let reduction_mask = match dtype {
+        DType::Float16 if !math.fp16_reduced_precision_reduction => Some(no_reduced),
+        DType::Bfloat16 if !math.bf16_reduced_precision_reduction => Some(no_reduced),
+        _ => None,
+    };
+    let dim = |v: i64, what: &str| {
+        u64::try_from(v).map_err(|_| ExecError::op(op, format!("cuBLASLt {what} = {v} is negative")))
+    };
+    let bias_ptr = if vector { bias.data_ptr() } else { 0 };
+    let key = LtKey {
+        dtype: lt_type,
+        compute,
+        reduction_mask,
+        trans_a: cm.a.transpose,
+        trans_b: cm.b.transpose,
+        m: dim(cm.m, "m")?,
+        n: dim(cm.n, "n")?,
+        k: dim(cm.k, "k")?,
+        lda: cm.a.ld,
+        ldb: cm.b.ld,
+        ldc: cm.c.ld,
+        activation: act,
+        bias: vector,
+        align_a: blaslt::alignment(cm.a.ptr),
+        align_b: blaslt::alignment(cm.b.ptr),
+        align_c: blaslt::alignment(cm.c.ptr),
+        align_d: blaslt::alignment(bias_ptr),
+    };
+    if backend.lt.is_none() {
+        backend.lt = Some(blaslt::Lt::new(&backend.device)?);
+    }
+    let Some(lt) = backend.lt.as_mut() else {
+        return Ok(false);
+    };
+    let Some(plan) = lt.plan(&key).map_err(|e| ExecError::op(op, e.to_string()))? else {
+        return Ok(false);
+    };
+    if !vector {
+        kernels::copy_strided(backend, bias, bias_strides, c)?;
+    }
+    let call = LtCall {
         op: op.to_string(),
-        a,
-        b,
-        c,
-        returns_out,
-        batched,
+        plan,
+        ptrs: LtPointers {
+            a: cm.a.ptr,
+            b: cm.b.ptr,
+            c: cm.c.ptr,
+            bias: bias_ptr,
+        },
+        alpha: alpha as f32,
+        beta: if vector { 0.0 } else { 1.0 },
     };
-    Ok(operands(&p).map(|_| p))
+    library::submit(backend, Box::new(call))?;
+    Ok(true)
 }
 
-fn matrix(t: &CudaTensor, batched: bool) -> Option<(Order, i64)> {
-    let (s, st) = (&t.spec.size, &t.spec.stride);
-    let r = s.len();
-    let o = order(s[r - 2], s[r - 1], st[r - 2], st[r - 1])?;
-    let batch_stride = if batched { st[0] } else { 0 };
-    Some((o, batch_stride))
-}
-
-/// The GEMM for a plan, or `None` when a layout does not fit cuBLAS.
-pub(super) fn operands(p: &Plan) -> Option<Gemm> {
-    let (a, sa) = matrix(&p.a, p.batched)?;
-    let (b, sb) = matrix(&p.b, p.batched)?;
-    let (c, sc) = matrix(&p.c, p.batched)?;
-    let size = &p.a.spec.size;
-    let r = size.len();
-    let (m, k, n) = (size[r - 2], size[r - 1], p.b.spec.size[r - 1]);
-    let batch = if p.batched { size[0] } else { 1 };
-    // cuBLAS writes C with one stride per batch; overlapping batches (stride
-    // 0 with more than one) would race.
-    if p.batched && batch > 1 && sc == 0 {
-        return None;
+/// Queues one cuBLAS GEMM of `batch` matrices for `cm`.
+fn submit_gemm(
+    backend: &mut CudaBackend,
+    op: &str,
+    cm: &Common,
+    batch: i64,
+    alpha: f64,
+    beta: f64,
+    dtype: DType,
+) -> Result<(), ExecError> {
+    let data = data_type(dtype).ok_or_else(|| ExecError::op(op, format!("cuBLAS does not take {dtype}")))?;
+    if cm.m <= 0 || cm.n <= 0 || batch <= 0 {
+        return Ok(());
     }
-    let operand = |t: &CudaTensor, transpose: bool, ld: i64, batch_stride: i64| GemmOperand {
-        ptr: t.data_ptr(),
-        transpose,
-        ld,
-        batch_stride,
+    if backend.blas.is_none() {
+        backend.blas = Some(backend.device.blas_handle()?);
+    }
+    let gemm = Gemm {
+        m: cm.m,
+        n: cm.n,
+        k: cm.k,
+        batch,
+        a: cm.a,
+        b: cm.b,
+        c: cm.c,
+        alpha: alpha as f32,
+        beta: beta as f32,
+        dtype: data,
+        math: math_mode(&backend.options.math, dtype, batch > 1),
     };
-    let dtype = data_type(p.a.spec.dtype)?;
-    Some(match c {
-        // C^T (n x m) = B^T A^T: row-major operands read column-major are already transposed.
-        Order::Row(ldc) => Gemm {
-            m: n,
-            n: m,
-            k,
-            batch,
-            a: match b {
-                Order::Row(ld) => operand(&p.b, false, ld, sb),
-                Order::Col(ld) => operand(&p.b, true, ld, sb),
-            },
-            b: match a {
-                Order::Row(ld) => operand(&p.a, false, ld, sa),
-                Order::Col(ld) => operand(&p.a, true, ld, sa),
-            },
-            c: operand(&p.c, false, ldc, sc),
-            alpha: 1.0,
-            beta: 0.0,
-            dtype,
-        },
-        // C (m x n) = A B, column-major.
-        Order::Col(ldc) => Gemm {
-            m,
-            n,
-            k,
-            batch,
-            a: match a {
-                Order::Col(ld) => operand(&p.a, false, ld, sa),
-                Order::Row(ld) => operand(&p.a, true, ld, sa),
-            },
-            b: match b {
-                Order::Col(ld) => operand(&p.b, false, ld, sb),
-                Order::Row(ld) => operand(&p.b, true, ld, sb),
-            },
-            c: operand(&p.c, false, ldc, sc),
-            alpha: 1.0,
-            beta: 0.0,
-            dtype,
-        },
-    })
+    library::submit(
+        backend,
+        Box::new(GemmCall {
+            op: op.to_string(),
+            gemm,
+        }),
+    )
 }
 
-/// Runs a planned matmul; returns `None` for `out=` calls, else the result.
-pub(super) fn run(backend: &mut CudaBackend, p: Plan) -> Result<Value<CudaTensor>, ExecError> {
-    let gemm = operands(&p).ok_or_else(|| ExecError::op(&p.op, "operand layouts changed after planning"))?;
-    if gemm.m > 0 && gemm.n > 0 && gemm.batch > 0 {
-        if backend.blas.is_none() {
-            backend.blas = Some(backend.device.blas_handle()?);
+/// `bmm` (`with_bias` false) and `baddbmm`: one strided-batched GEMM (a
+/// plain GEMM for one batch, as ATen calls it).
+fn baddbmm(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+    with_bias: bool,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let (bias, i0, names) = if with_bias {
+        (Some(a.tensor(0, "self")?.clone()), 1, ["batch1", "batch2"])
+    } else {
+        (None, 0, ["self", "mat2"])
+    };
+    let (x, y) = (matrix_arg(a, i0, names[0], 3)?, matrix_arg(a, i0 + 1, names[1], 3)?);
+    let (beta, alpha) = if with_bias {
+        (a.float(3, "beta", 1.0)?, a.float(4, "alpha", 1.0)?)
+    } else {
+        (0.0, 1.0)
+    };
+    same_dtype(a, &x, &y, "operand")?;
+    if let Some(b) = &bias {
+        same_dtype(a, b, &x, "`self` and `batch1`")?;
+    }
+    let (sx, sy) = (&x.spec.size, &y.spec.size);
+    if sx[0] != sy[0] || sx[2] != sy[1] {
+        return Err(a.err(format!("cannot multiply shapes {sx:?} and {sy:?}")));
+    }
+    let shape = [sx[0], sx[1], sy[2]];
+    let bias_strides = bias.as_ref().map(|b| expand_strides(a, &b.spec, &shape)).transpose()?;
+    let dtype = x.spec.dtype;
+    if data_type(dtype).is_none() {
+        return Ok(None);
+    }
+    let (c, returns_out) = result_tensor(backend, call, a, dtype, &shape)?;
+    if c.spec.numel() == 0 {
+        return Ok(done(c, returns_out));
+    }
+    let Some(cm) = batched(&x, &y, &c) else {
+        return Ok(None);
+    };
+    if let (Some(b), Some(st)) = (&bias, &bias_strides) {
+        if beta != 0.0 {
+            kernels::copy_strided(backend, b, st, &c)?;
         }
-        library::submit(backend, Box::new(GemmCall { op: p.op.clone(), gemm }))?;
     }
-    Ok(if p.returns_out { Value::None } else { Value::Tensor(p.c) })
+    submit_gemm(backend, call.op, &cm, shape[0], alpha, beta, dtype)?;
+    Ok(done(c, returns_out))
+}
+
+/// `addbmm`: the bias copied into the result, then one GEMM per batch
+/// accumulating into it (`beta` for the first, 1 after), as `addbmm_impl_`.
+fn addbmm(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let bias = a.tensor(0, "self")?.clone();
+    let (x, y) = (matrix_arg(a, 1, "batch1", 3)?, matrix_arg(a, 2, "batch2", 3)?);
+    let beta = a.float(3, "beta", 1.0)?;
+    let alpha = a.float(4, "alpha", 1.0)?;
+    same_dtype(a, &x, &y, "operand")?;
+    same_dtype(a, &bias, &x, "`self` and `batch1`")?;
+    let (sx, sy) = (&x.spec.size, &y.spec.size);
+    if sx[0] != sy[0] || sx[2] != sy[1] {
+        return Err(a.err(format!("cannot multiply shapes {sx:?} and {sy:?}")));
+    }
+    let shape = [sx[1], sy[2]];
+    let bias_strides = expand_strides(a, &bias.spec, &shape)?;
+    let dtype = x.spec.dtype;
+    // No batches: ATen scales the bias (left to the host).
+    if data_type(dtype).is_none() || sx[0] == 0 {
+        return Ok(None);
+    }
+    let (c, returns_out) = result_tensor(backend, call, a, dtype, &shape)?;
+    let elem = dtype.size_bytes();
+    let step = |t: &CudaTensor, i: i64| -> Result<Mat, ExecError> {
+        let off = i
+            .checked_mul(t.spec.stride[0])
+            .and_then(|e| u64::try_from(e).ok())
+            .and_then(|e| e.checked_mul(elem))
+            .ok_or_else(|| a.err(format!("batch {i} offset overflows")))?;
+        let mut m = Mat::of(t);
+        m.ptr += off;
+        Ok(m)
+    };
+    if c.spec.numel() == 0 {
+        return Ok(done(c, returns_out));
+    }
+    let mut plans = Vec::new();
+    for i in 0..sx[0] {
+        match common(&step(&x, i)?, &step(&y, i)?, &Mat::of(&c)) {
+            Some(cm) => plans.push(cm),
+            None => return Ok(None),
+        }
+    }
+    if beta != 0.0 {
+        kernels::copy_strided(backend, &bias, &bias_strides, &c)?;
+    }
+    for (i, cm) in plans.iter().enumerate() {
+        submit_gemm(backend, call.op, cm, 1, alpha, if i == 0 { beta } else { 1.0 }, dtype)?;
+    }
+    Ok(done(c, returns_out))
 }
 
 /// A cuBLAS GEMM as a replayable library call.
@@ -259,7 +717,7 @@ impl LibraryCall for GemmCall {
             .collect()
     }
 
-    fn rebased(&self, addresses: &[cudarc::driver::sys::CUdeviceptr]) -> Box<dyn LibraryCall> {
+    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
         let mut gemm = self.gemm;
         if let [a, b, c] = *addresses {
             (gemm.a.ptr, gemm.b.ptr, gemm.c.ptr) = (a, b, c);
@@ -273,7 +731,81 @@ impl LibraryCall for GemmCall {
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
         match &backend.blas {
             Some(h) => h.gemm(&self.gemm).map_err(|e| ExecError::op(&self.op, e.to_string())),
-            None => Err(ExecError::op(&self.op, "no cuBLAS handle (the recorded run created one)")),
+            None => Err(ExecError::op(
+                &self.op,
+                "no cuBLAS handle (the recorded run created one)",
+            )),
+        }
+    }
+}
+
+/// A planned cuBLASLt matmul as a replayable library call (the workspace is
+/// the backend's persistent one, so it is not among the addresses).
+#[derive(Debug)]
+struct LtCall {
+    op: String,
+    plan: Rc<LtPlan>,
+    ptrs: LtPointers,
+    alpha: f32,
+    beta: f32,
+}
+
+impl LibraryCall for LtCall {
+    fn op(&self) -> &str {
+        &self.op
+    }
+
+    fn library(&self) -> &'static str {
+        "cuBLASLt"
+    }
+
+    fn addresses(&self) -> Vec<Address> {
+        let p = &self.ptrs;
+        let mut v = vec![
+            Address {
+                ptr: p.a,
+                writes: false,
+            },
+            Address {
+                ptr: p.b,
+                writes: false,
+            },
+            Address { ptr: p.c, writes: true },
+        ];
+        if p.bias != 0 {
+            v.push(Address {
+                ptr: p.bias,
+                writes: false,
+            });
+        }
+        v
+    }
+
+    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
+        let mut ptrs = self.ptrs;
+        match *addresses {
+            [a, b, c] => (ptrs.a, ptrs.b, ptrs.c) = (a, b, c),
+            [a, b, c, bias] => (ptrs.a, ptrs.b, ptrs.c, ptrs.bias) = (a, b, c, bias),
+            _ => {}
+        }
+        Box::new(LtCall {
+            op: self.op.clone(),
+            plan: Rc::clone(&self.plan),
+            ptrs,
+            alpha: self.alpha,
+            beta: self.beta,
+        })
+    }
+
+    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
+        match &backend.lt {
+            Some(lt) => lt
+                .matmul(&self.plan, &self.ptrs, self.alpha, self.beta)
+                .map_err(|e| ExecError::op(&self.op, e.to_string())),
+            None => Err(ExecError::op(
+                &self.op,
+                "no cuBLASLt handle (the recorded run created one)",
+            )),
         }
     }
 }

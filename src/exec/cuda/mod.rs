@@ -19,15 +19,18 @@
 //!   accumulation and no TF32, as PyTorch's default
 //!   `torch.backends.cuda.matmul.allow_tf32 = False`) when the operands are
 //!   row- or column-major; every other op, and matmuls cuBLAS cannot express,
-//!   run on the [`HostBackend`]'s ops when [`CudaOptions::host_fallback`] is on
+//!   run on the [`HostBackend`]'s ops when [`CudaOptions::host_fallback`] is on (it is off by default)
 //!   (arguments are copied to the host, results and modified arguments copied
 //!   back), and are an error listing what is supported when it is off.
 
 mod attention;
+mod blaslt;
 mod conv;
+mod dnn;
 mod driver;
 mod graph;
 mod kernels;
+mod libraries;
 mod library;
 mod matmul;
 mod prepared;
@@ -65,8 +68,12 @@ pub struct CudaOptions {
     pub ordinal: usize,
     /// The directory kernel `cubin` paths are relative to (a bundle's directory).
     pub kernel_dir: PathBuf,
-    /// Run extern ops the GPU path does not implement on the host backend's
-    /// ops, copying data through host memory (default `true`).
+    /// Run extern ops the GPU path does not implement (no row of
+    /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
+    /// the host backend's ops, copying data through host memory, and count
+    /// them in [`CudaOptions::extern_ops`]. Default `false`: such an op is an
+    /// error naming it, so a run never leaves the device silently (the CLI's
+    /// `--allow-host-fallback` turns this on).
     pub host_fallback: bool,
     /// Options of the host ops used by the fallback. The default follows
     /// ATen's CUDA kernels: `jagged_zero_fill` is on (rows longer than the
@@ -83,6 +90,10 @@ pub struct CudaOptions {
     /// [`CudaBackend::new`] creates the context (default `false`;
     /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
     pub preload_builtins: bool,
+    /// Load cuDNN (and its sub-libraries) on a background thread while
+    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaOptions::preload_for`] sets it for programs with convolutions).
+    pub preload_dnn: bool,
     /// The math modes the program was compiled under (PyTorch's defaults
     /// unless the bundle records others).
     pub math: MathModes,
@@ -115,12 +126,12 @@ impl Default for MathModes {
 }
 
 impl CudaOptions {
-    /// These options with [`CudaOptions::preload_blas`] set when `program`
-    /// calls a matmul extern op (`mm`, `bmm`, `addmm`, `baddbmm`, `matmul`)
-    /// and [`CudaOptions::preload_builtins`] when it calls any other.
+    /// These options with the start-up work `program` needs started early,
+    /// by what runs its extern ops ([`crate::exec::device_ops::CUDA_OPS`]):
+    /// [`CudaOptions::preload_blas`] for cuBLAS / cuBLASLt ops,
+    /// [`CudaOptions::preload_dnn`] for cuDNN ops and
+    /// [`CudaOptions::preload_builtins`] for ops on the built-in kernels.
     pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
-        let matmul =
-            |call: &crate::ir::ExternCall| matches!(call.base_name(), "mm" | "bmm" | "addmm" | "baddbmm" | "matmul");
         let calls = std::iter::once(&program.main)
             .chain(program.subgraphs.values())
             .flat_map(|g| &g.lines)
@@ -129,10 +140,11 @@ impl CudaOptions {
                 _ => None,
             });
         for call in calls {
-            if matmul(call) {
-                self.preload_blas = true;
-            } else {
-                self.preload_builtins = true;
+            match crate::exec::device_ops::cuda_op(&call.op).map(|row| row.via) {
+                Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,
+                Some("cuDNN") => self.preload_dnn = true,
+                Some(_) => self.preload_builtins = true,
+                None => {}
             }
         }
         self
@@ -144,11 +156,12 @@ impl Default for CudaOptions {
         CudaOptions {
             ordinal: 0,
             kernel_dir: PathBuf::from("."),
-            host_fallback: true,
+            host_fallback: false,
             host: HostOptions { jagged_zero_fill: true },
             extern_ops: ExternOpLog::default(),
             preload_blas: false,
             preload_builtins: false,
+            preload_dnn: false,
             math: MathModes::default(),
         }
     }
@@ -211,12 +224,18 @@ pub struct CudaBackend {
     modules: HashMap<PathBuf, Rc<Module>>,
     kernels: HashMap<String, LoadedKernel>,
     blas: Option<driver::BlasHandle>,
+    /// cuBLASLt: handle, persistent workspace and planned matmuls (first `addmm`-style call).
+    lt: Option<blaslt::Lt>,
     host: HostBackend,
     memory: Arc<MemCounter>,
     builtins: kernels::Builtins,
     timings: LoadTimings,
     /// While the prepared path records a built-in op: its device operations.
     trace: Option<Vec<kernels::Traced>>,
+    /// The cuDNN handle, created at the first convolution.
+    dnn: Option<dnn::DnnHandle>,
+    /// Convolution plans (descriptors, chosen algorithm) by shape.
+    conv: conv::ConvCache,
 }
 
 /// Where a backend's one-time start-up work went (wall time): opening the
@@ -250,6 +269,7 @@ impl std::fmt::Debug for CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        libraries::join_background();
         // Modules are unloaded after this; no launch may still be running.
         let _ = self.device.synchronize();
     }
@@ -263,13 +283,21 @@ impl CudaBackend {
         // loading cuBLAS while cuInit runs slowed cuInit down by about as much
         // as it saved (both load shared objects). An error here is
         // `Device::open`'s to report.
-        if (options.preload_blas || options.preload_builtins) && driver::keep_loaded("cuda") {
+        if (options.preload_blas || options.preload_builtins || options.preload_dnn) && driver::keep_loaded("cuda") {
             let _ = cudarc::driver::result::init();
         }
         if options.preload_blas {
             // Detached: `keep_loaded` is idempotent and serialised, so the
             // first matmul waits for this load if it is still running.
-            std::thread::spawn(|| driver::keep_loaded("cublas"));
+            libraries::spawn_background(|| {
+                driver::keep_loaded("cublas");
+                driver::keep_loaded("cublasLt");
+            });
+        }
+        if options.preload_dnn {
+            libraries::spawn_background(|| {
+                libraries::keep_loaded("cudnn");
+            });
         }
         if options.preload_builtins {
             kernels::precompile_in_background(options.ordinal);
@@ -286,10 +314,13 @@ impl CudaBackend {
             modules: HashMap::new(),
             kernels: HashMap::new(),
             blas: None,
+            lt: None,
             memory: Arc::default(),
             builtins: kernels::Builtins::default(),
             timings,
             trace: None,
+            dnn: None,
+            conv: conv::ConvCache::default(),
         })
     }
 

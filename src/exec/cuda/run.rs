@@ -1,6 +1,7 @@
 //! Whole-program runs on the CUDA backend.
 
 use super::{CudaBackend, CudaOptions, CudaTensor};
+use crate::exec::compare::BundleMeta;
 use crate::exec::run::{compile_program, place_inputs as place_host_inputs};
 use crate::exec::{Backend, ExecError, RunError, Tensor, Value};
 use crate::fx::interp::RunOutput;
@@ -92,4 +93,19 @@ pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value
         ),
         Value::Opaque => Value::Opaque,
     })
+}
+
+impl CudaOptions {
+    /// Options for running the bundle in `dir` whose `bundle.json` says
+    /// `meta`: kernel images from `dir`, and the math modes the bundle was
+    /// compiled under ([`BundleMeta::math`], PyTorch's defaults when it
+    /// records none). Everything else is [`CudaOptions::default`], so the
+    /// host fallback is off unless the caller turns it on.
+    pub fn for_bundle(dir: impl Into<std::path::PathBuf>, meta: &BundleMeta) -> CudaOptions {
+        CudaOptions {
+            kernel_dir: dir.into(),
+            math: meta.math,
+            ..CudaOptions::default()
+        }
+    }
 }

@@ -514,3 +514,44 @@ FOR_EACH_WIDTH(INST_WIDTH)
         topk<T>(x, outer, len, inner, k, largest, values, indices);                                              \
     }
 FOR_EACH_REDUCIBLE(INST_REDUCE)
+
+// ------------------------------------------------------ GEMM helpers
+// dst[i] = src[i] over a shape: the bias of addmm / baddbmm broadcast into
+// the result (stride 0 on broadcast dimensions), byte-width generic.
+template <typename W>
+__device__ void strided_copy(const W* src, Nd sd, W* dst, Nd dd, i64 n) {
+    for (i64 i = grid_index(); i < n; i += grid_step()) dst[nd_offset(dd, i)] = src[nd_offset(sd, i)];
+}
+#define INST_STRIDED_COPY(W, T)                                                                  \
+    extern "C" __global__ void strided_copy_w##W(const T* src, Nd sd, T* dst, Nd dd, i64 n) { \
+        strided_copy<T>(src, sd, dst, dd, n);                                                    \
+    }
+FOR_EACH_WIDTH(INST_STRIDED_COPY)
+
+// relu_ (clamp_min(0), NaN kept) or gelu_(approximate="tanh") in place, in
+// float as ATen's CUDA kernels compute them for f32, f16 and bf16.
+template <typename T>
+__device__ void gemm_activation(T* x, Nd d, int gelu, i64 n) {
+    const float kBeta = (float)(1.4142135623730951 * 1.1283791670955126 * 0.5);
+    const float kKappa = 0.044715f;
+    for (i64 i = grid_index(); i < n; i += grid_step()) {
+        T* p = x + nd_offset(d, i);
+        float v = (float)Num<T>::to_double(*p);
+        float r;
+        if (gelu) {
+            float cube = v * v * v;
+            float inner = kBeta * (v + kKappa * cube);
+            r = 0.5f * v * (1.0f + tanhf(inner));
+        } else {
+            r = (v != v) ? v : (v > 0.0f ? v : 0.0f);
+        }
+        *p = Num<T>::from_double((double)r);
+    }
+}
+#define INST_GEMM_ACTIVATION(NAME, T)                                                       \
+    extern "C" __global__ void gemm_activation_##NAME(T* x, Nd d, int gelu, i64 n) {        \
+        gemm_activation<T>(x, d, gelu, n);                                                  \
+    }
+INST_GEMM_ACTIVATION(f32, float)
+INST_GEMM_ACTIVATION(f16, f16)
+INST_GEMM_ACTIVATION(bf16, bf16)

@@ -25,6 +25,9 @@
 
 mod ops;
 
+/// Helper kernels of the GEMM ops (bias broadcast, activations).
+pub(super) use ops::{copy_strided, gemm_activation};
+
 use super::driver::Module;
 use super::{CudaBackend, CudaTensor, Storage};
 use crate::exec::{ExecError, ExternCall, Value};
@@ -98,6 +101,9 @@ impl ExternOpLog {
 pub(super) struct Builtins {
     module: Option<Rc<Module>>,
     functions: HashMap<String, sys::CUfunction>,
+    /// Separately compiled modules (their own CUDA source, e.g. attention)
+    /// by module name, with the functions looked up in each.
+    extra: HashMap<String, (Rc<Module>, HashMap<String, sys::CUfunction>)>,
     /// Wall time spent compiling (NVRTC) and loading the module.
     pub(super) load_time: std::time::Duration,
 }
@@ -147,7 +153,7 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
 /// (the first built-in op then finds the PTX compiled, or waits for it). A
 /// failure here is left for that first op to report.
 pub(super) fn precompile_in_background(ordinal: usize) {
-    std::thread::spawn(move || {
+    super::libraries::spawn_background(move || {
         if !super::driver::keep_loaded("cuda") {
             return;
         }
@@ -196,6 +202,40 @@ impl Builtins {
         };
         let f = module.function(name).map_err(|e| ExecError::op(name, e.to_string()))?;
         self.functions.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    /// The function `name` of the separately compiled module `module`, loading
+    /// it first from the PTX `ptx` gives for the device's compute capability
+    /// (compiled once per process by its owner).
+    pub(super) fn extra_function(
+        &mut self,
+        device: &super::driver::Device,
+        module: &str,
+        ptx: &dyn Fn(i32, i32) -> Result<Arc<str>, ExecError>,
+        name: &str,
+    ) -> Result<sys::CUfunction, ExecError> {
+        if let Some(f) = self.extra.get(module).and_then(|(_, fs)| fs.get(name)) {
+            return Ok(*f);
+        }
+        if !self.extra.contains_key(module) {
+            let loading = std::time::Instant::now();
+            let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
+            let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let text = ptx(major, minor)?;
+            let m = device
+                .load_module(text.as_bytes())
+                .map_err(|e| ExecError::op(name, e.to_string()))?;
+            self.extra.insert(module.to_string(), (Rc::new(m), HashMap::new()));
+            self.load_time += loading.elapsed();
+        }
+        let (m, functions) = self
+            .extra
+            .get_mut(module)
+            .ok_or_else(|| ExecError::op(name, format!("module `{module}` is not loaded")))?;
+        let f = m.function(name).map_err(|e| ExecError::op(name, e.to_string()))?;
+        functions.insert(name.to_string(), f);
         Ok(f)
     }
 }

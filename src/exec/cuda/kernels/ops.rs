@@ -678,3 +678,78 @@ fn topk(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTens
     }
     Ok(Some(Value::List(vec![Value::Tensor(values), Value::Tensor(indices)])))
 }
+
+/// Copies `src` (`size` elements laid out by `src_stride`, stride 0 on
+/// broadcast dimensions) into `dst` (same sizes, any strides) on the device:
+/// the bias of the GEMM ops expanded into their result.
+pub(in crate::exec::cuda) fn copy_strided(
+    backend: &mut CudaBackend,
+    src: &CudaTensor,
+    src_stride: &[i64],
+    dst: &CudaTensor,
+) -> Result<(), ExecError> {
+    let n = dst.spec.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let width = dst.spec.dtype.size_bytes();
+    let (Some(sd), Some(dd)) = (Nd::new(&dst.spec.size, src_stride), nd_of(&dst.spec)) else {
+        return Err(ExecError::op(
+            "strided_copy",
+            format!("more than {MAX_RANK} dimensions"),
+        ));
+    };
+    if !matches!(width, 1 | 2 | 4 | 8) || src.spec.dtype.size_bytes() != width {
+        return Err(ExecError::op(
+            "strided_copy",
+            format!("cannot copy {} into {}", src.spec.dtype, dst.spec.dtype),
+        ));
+    }
+    launch(
+        backend,
+        &format!("strided_copy_w{width}"),
+        blocks_for(n),
+        vec![
+            Arg::Ptr(src.data_ptr()),
+            Arg::Nd(sd),
+            Arg::Ptr(dst.data_ptr()),
+            Arg::Nd(dd),
+            Arg::I64(n),
+        ],
+    )
+}
+
+/// Applies `relu_` or `gelu_(approximate="tanh")` to `t` in place (f32, f16, bf16).
+pub(in crate::exec::cuda) fn gemm_activation(
+    backend: &mut CudaBackend,
+    t: &CudaTensor,
+    gelu: bool,
+) -> Result<(), ExecError> {
+    let n = t.spec.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let suffix = match t.spec.dtype {
+        DType::Float32 => "f32",
+        DType::Float16 => "f16",
+        DType::Bfloat16 => "bf16",
+        d => return Err(ExecError::op("gemm_activation", format!("dtype {d}"))),
+    };
+    let Some(d) = nd_of(&t.spec) else {
+        return Err(ExecError::op(
+            "gemm_activation",
+            format!("more than {MAX_RANK} dimensions"),
+        ));
+    };
+    launch(
+        backend,
+        &format!("gemm_activation_{suffix}"),
+        blocks_for(n),
+        vec![
+            Arg::Ptr(t.data_ptr()),
+            Arg::Nd(d),
+            Arg::I32(i32::from(gelu)),
+            Arg::I64(n),
+        ],
+    )
+}

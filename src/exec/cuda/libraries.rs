@@ -1,0 +1,209 @@
+//! Finding the CUDA libraries where a user has them, and keeping them loaded.
+//!
+//! cudarc opens each library by its bare file name (`libcudnn.so.9`, ...),
+//! which finds what `LD_LIBRARY_PATH` and the system's loader paths hold.
+//! Users of PyTorch usually have cuDNN, cuBLAS(Lt) and NVRTC only inside
+//! NVIDIA's pip wheels next to their Python install (`site-packages/nvidia/
+//! <package>/lib`), which no loader path names. [`keep_loaded`] therefore
+//! tries the bare names first, then the same names in [`search_dirs`]; a
+//! library opened by its full path is found again by its name when cudarc
+//! opens it, because the loader matches already-loaded libraries by soname.
+//!
+//! Libraries are kept loaded for the rest of the process: cudarc probes a
+//! library by opening and closing it, then opens it again at first use; when
+//! nothing else holds it, the close unmaps it and the second open pays the
+//! whole load (relocations, static initialisers) again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Environment variable with extra directories (`:`-separated) searched
+/// before the built-in list.
+pub const LIBRARY_PATH_VAR: &str = "WRAPIR_CUDA_LIBRARY_PATH";
+
+/// Libraries opened by [`keep_loaded`] (by cudarc's name), never closed.
+static KEPT_LOADED: Mutex<Vec<(&'static str, Vec<libloading::Library>)>> = Mutex::new(Vec::new());
+
+/// The pip wheel packages (`site-packages/nvidia/<package>/lib`) that may
+/// hold the library cudarc names `name`.
+fn wheel_packages(name: &str) -> &'static [&'static str] {
+    match name {
+        "cudnn" => &["cudnn"],
+        "cublas" | "cublasLt" => &["cublas", "cu13", "cu12"],
+        "nvrtc" => &["cuda_nvrtc", "cu13", "cu12"],
+        "nccl" => &["nccl"],
+        _ => &["cu13", "cu12"],
+    }
+}
+
+/// Directories searched for `name` after the loader's own paths: the
+/// directories in [`LIBRARY_PATH_VAR`], the CUDA toolkit's, then NVIDIA's
+/// pip wheels under every Python prefix in sight (an active virtual or
+/// conda environment, the user's and the system's site directories).
+pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(extra) = std::env::var_os(LIBRARY_PATH_VAR) {
+        dirs.extend(std::env::split_paths(&extra));
+    }
+    if let Some(cuda) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
+        dirs.push(Path::new(&cuda).join("lib64"));
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
+    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
+        .collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        prefixes.push(Path::new(&home).join(".local"));
+    }
+    prefixes.extend(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from));
+    for prefix in prefixes {
+        let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else {
+            continue;
+        };
+        let mut pythons: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3")))
+            .collect();
+        pythons.sort();
+        for python in pythons.iter().rev() {
+            for site in ["site-packages", "dist-packages"] {
+                for package in wheel_packages(name) {
+                    let dir = python.join(site).join("nvidia").join(package).join("lib");
+                    if dir.is_dir() {
+                        dirs.push(dir);
+                    }
+                }
+            }
+        }
+    }
+    dirs
+}
+
+/// Opens the CUDA library `name` (as cudarc names it: `cuda`, `cublas`,
+/// `cublasLt`, `cudnn`, `nvrtc`) once and keeps it loaded for the rest of
+/// the process; true when it was found (see the module documentation).
+pub(super) fn keep_loaded(name: &'static str) -> bool {
+    let Ok(mut kept) = KEPT_LOADED.lock() else {
+        return false;
+    };
+    if kept.iter().any(|(n, _)| *n == name) {
+        return true;
+    }
+    let candidates = cudarc::get_lib_name_candidates(name);
+    for candidate in &candidates {
+        // SAFETY: loading a CUDA library runs its initialisers, which cudarc
+        // runs anyway when it opens the same library.
+        if let Ok(lib) = unsafe { libloading::Library::new(candidate) } {
+            kept.push((name, vec![lib]));
+            return true;
+        }
+    }
+    if name == "cuda" {
+        // The driver comes with the system's loader paths or not at all.
+        return false;
+    }
+    for dir in search_dirs(name) {
+        for candidate in &candidates {
+            let path = dir.join(candidate);
+            if !path.is_file() {
+                continue;
+            }
+            let mut libs = siblings_first(name, &dir);
+            // SAFETY: as above.
+            if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+                libs.push(lib);
+                kept.push((name, libs));
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// cuDNN 9 is a small front library that opens its sub-libraries
+/// (`libcudnn_graph`, `libcudnn_cnn`, ...) by name at run time; from a
+/// directory the loader does not search, they are opened here by path
+/// first (global, so that they resolve each other), in rounds until no
+/// more open.
+fn siblings_first(name: &str, dir: &Path) -> Vec<libloading::Library> {
+    let mut libs = Vec::new();
+    if name != "cudnn" {
+        return libs;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return libs;
+    };
+    let mut pending: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libcudnn_") && n.contains(".so"))
+        })
+        .collect();
+    pending.sort();
+    loop {
+        let before = pending.len();
+        pending.retain(|path| {
+            // SAFETY: as in `keep_loaded`: cuDNN's own libraries, which it
+            // would open itself at first use.
+            match unsafe { open_global(path) } {
+                Some(lib) => {
+                    libs.push(lib);
+                    false
+                }
+                None => true,
+            }
+        });
+        if pending.is_empty() || pending.len() == before {
+            return libs;
+        }
+    }
+}
+
+/// Opens `path` with its symbols global and bound lazily.
+///
+/// # Safety
+/// Runs the library's initialisers.
+unsafe fn open_global(path: &Path) -> Option<libloading::Library> {
+    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_LAZY};
+    // SAFETY: forwarded to the caller.
+    unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_GLOBAL) }.ok().map(Into::into)
+}
+
+/// The message for a library that [`keep_loaded`] could not find.
+pub(super) fn missing(library: &'static str, name: &str) -> String {
+    let dirs: Vec<String> = search_dirs(name).iter().map(|d| d.display().to_string()).collect();
+    format!(
+        "cannot load {library}: not on the loader's paths (LD_LIBRARY_PATH, the system's) nor in {}; \
+         install it or name its directory in {LIBRARY_PATH_VAR}",
+        if dirs.is_empty() { "any CUDA or Python directory".to_string() } else { dirs.join(", ") }
+    )
+}
+
+/// Start-up work running on other threads (library loads, NVRTC
+/// compilation), joined before a backend goes away.
+static BACKGROUND: Mutex<Vec<std::thread::JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Runs `work` on a new thread whose end [`join_background`] waits for.
+pub(super) fn spawn_background(work: impl FnOnce() + Send + 'static) {
+    let handle = std::thread::spawn(work);
+    if let Ok(mut threads) = BACKGROUND.lock() {
+        threads.push(handle);
+    }
+}
+
+/// Waits for every thread [`spawn_background`] started. A process that
+/// exits while one of them is inside the CUDA driver, NVRTC or a library's
+/// initialisers races the libraries' own teardown (a crash after the run
+/// has already failed cleanly), so every backend joins them when dropped.
+pub(super) fn join_background() {
+    let threads = match BACKGROUND.lock() {
+        Ok(mut threads) => std::mem::take(&mut *threads),
+        Err(_) => return,
+    };
+    for t in threads {
+        let _ = t.join();
+    }
+}

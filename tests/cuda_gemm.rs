@@ -1,0 +1,469 @@
+#![cfg(feature = "cuda")]
+//! The GEMM family on the CUDA backend (cuBLAS / cuBLASLt) against the host
+//! ops: `mm`, `bmm`, `addmm` (every bias shape, alpha / beta, `out=`),
+//! `_addmm_activation` (relu, gelu), `baddbmm`, `addbmm`, with transposed
+//! and strided operands, in f32, f16 and bf16; and prepared / CUDA-graph
+//! replays bit-equal to the direct run.
+//!
+//! Needs a GPU: `cargo test --features cuda --test cuda_gemm`.
+
+use indexmap::IndexMap;
+use wrapir::exec::cuda::{place_inputs, CudaBackend, CudaOptions, CudaTensor, Prepared, Replay};
+use wrapir::exec::host::{HostBackend, HostOptions};
+use wrapir::exec::{Backend, ExternCall, Tensor, Value};
+use wrapir::ir::{ArgValue, DType, Device, Layout, ProgramBuilder};
+use wrapir::sym::SymExpr;
+
+/// Deterministic values in [-1, 1] (multiples of 1/64, exact in every dtype).
+fn values(n: i64, seed: u64) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            (((i as u64)
+                .wrapping_mul(2654435761)
+                .wrapping_add(seed.wrapping_mul(40503))
+                % 129) as f64
+                - 64.0)
+                / 64.0
+        })
+        .collect()
+}
+
+/// A host tensor of `size` laid out by `stride` (a view of a larger storage when strided).
+fn host_tensor(dtype: DType, size: &[i64], stride: Option<&[i64]>, seed: u64) -> Tensor {
+    let Some(stride) = stride else {
+        let n = size.iter().product();
+        return Tensor::from_f64(dtype, &values(n, seed), size).unwrap();
+    };
+    let extent: i64 = 1 + size.iter().zip(stride).map(|(s, st)| (s - 1).max(0) * st).sum::<i64>();
+    let base = Tensor::from_f64(dtype, &values(extent, seed), &[extent]).unwrap();
+    base.view(size, stride, 0).unwrap()
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::Float32 => 1e-4,
+        DType::Float16 => 4e-3,
+        _ => 3e-2,
+    }
+}
+
+#[derive(Clone, Debug)]
+enum A {
+    T(Tensor),
+    F(f64),
+    B(bool),
+}
+
+fn host_value(a: &A) -> Value<Tensor> {
+    match a {
+        A::T(t) => Value::Tensor(t.clone()),
+        A::F(f) => Value::Float(*f),
+        A::B(b) => Value::Bool(*b),
+    }
+}
+
+fn describe(args: &[A], kwargs: &[(&str, A)]) -> String {
+    let one = |a: &A| match a {
+        A::T(t) => format!("{}{:?}/{:?}", t.dtype(), t.size(), t.stride()),
+        A::F(f) => f.to_string(),
+        A::B(b) => b.to_string(),
+    };
+    let mut parts: Vec<String> = args.iter().map(one).collect();
+    parts.extend(kwargs.iter().map(|(k, v)| format!("{k}={}", one(v))));
+    parts.join(", ")
+}
+
+/// Runs `op` on the device (no host fallback) and on the host, optionally
+/// with `out=` laid out by `out_stride`; compares within the dtype's tolerance.
+fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64])>) -> Result<(), String> {
+    let what = format!("{op}({})", describe(args, kwargs));
+    let options = CudaOptions {
+        host_fallback: false,
+        ..Default::default()
+    };
+    let log = options.extern_ops.clone();
+    let mut backend = CudaBackend::new(options).map_err(|e| format!("{what}: no GPU: {e}"))?;
+    let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
+    let mut host_kwargs: IndexMap<String, Value<Tensor>> =
+        kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
+    let to_dev = |b: &mut CudaBackend, v: &Value<Tensor>| match v {
+        Value::Tensor(t) => Value::Tensor(b.copy_in(t).expect("copy in")),
+        Value::Float(f) => Value::Float(*f),
+        Value::Bool(x) => Value::Bool(*x),
+        _ => Value::None,
+    };
+    let dev_args: Vec<Value<CudaTensor>> = host_args.iter().map(|v| to_dev(&mut backend, v)).collect();
+    let mut dev_kwargs: IndexMap<String, Value<CudaTensor>> = host_kwargs
+        .iter()
+        .map(|(k, v)| (k.clone(), to_dev(&mut backend, v)))
+        .collect();
+    let want = HostBackend::new(HostOptions { jagged_zero_fill: true })
+        .call_extern(ExternCall {
+            op,
+            args: (&host_args).into(),
+            kwargs: (&host_kwargs).into(),
+            expected: None,
+        })
+        .map_err(|e| format!("{what}: host: {e}"))?;
+    let Value::Tensor(want) = want else {
+        return Err(format!("{what}: host returned {want:?}"));
+    };
+    let dev_out = match out {
+        Some((size, stride)) => {
+            let dtype = want.dtype();
+            let zeros = host_tensor(dtype, size, Some(stride), 0);
+            zeros.write_f64(&vec![f64::NAN; zeros.numel()]).unwrap();
+            let t = backend.copy_in(&zeros).expect("copy in out");
+            dev_kwargs.insert("out".into(), Value::Tensor(t.clone()));
+            host_kwargs.insert("out".into(), Value::None);
+            Some(t)
+        }
+        None => None,
+    };
+    let got = backend
+        .call_extern(ExternCall {
+            op,
+            args: (&dev_args).into(),
+            kwargs: (&dev_kwargs).into(),
+            expected: None,
+        })
+        .map_err(|e| format!("{what}: device: {e}"))?;
+    if !log.host_ops().is_empty() {
+        return Err(format!("{what}: ran on the host: {:?}", log.host_ops()));
+    }
+    let got = match (got, dev_out) {
+        (Value::None, Some(o)) => o,
+        (Value::Tensor(t), None) => t,
+        (other, o) => return Err(format!("{what}: returned {other:?} (out= given: {})", o.is_some())),
+    };
+    let got = backend.copy_out(&got).map_err(|e| format!("{what}: copy out: {e}"))?;
+    if got.size() != want.size() || got.dtype() != want.dtype() {
+        return Err(format!(
+            "{what}: got {}{:?}, expected {}{:?}",
+            got.dtype(),
+            got.size(),
+            want.dtype(),
+            want.size()
+        ));
+    }
+    let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+    let tol = tolerance(want.dtype());
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        if !((a - b).abs() <= tol * scale) {
+            return Err(format!(
+                "{what}: element {i} (row-major): device {a}, host {b}, |diff| {} > {tol} * {scale}",
+                (a - b).abs()
+            ));
+        }
+    }
+    Ok(())
+}
+
+const DTYPES: [DType; 3] = [DType::Float32, DType::Float16, DType::Bfloat16];
+
+#[test]
+fn addmm_bias_shapes_alpha_beta_layouts_and_out() {
+    let (m, k, n) = (33, 40, 24);
+    let mut failures = Vec::new();
+    for dtype in DTYPES {
+        let x = host_tensor(dtype, &[m, k], None, 1);
+        // The linear weight [n, k] seen transposed as [k, n] (strides (1, k)), and a row-major [k, n].
+        let weights = [
+            host_tensor(dtype, &[k, n], Some(&[1, k]), 2),
+            host_tensor(dtype, &[k, n], None, 3),
+            host_tensor(dtype, &[k, n], Some(&[n + 8, 1]), 4),
+        ];
+        let biases = [
+            host_tensor(dtype, &[n], None, 5),
+            host_tensor(dtype, &[1, n], None, 6),
+            host_tensor(dtype, &[m, 1], None, 7),
+            host_tensor(dtype, &[m, n], None, 8),
+            host_tensor(dtype, &[m, n], Some(&[0, 1]), 9),
+        ];
+        for w in &weights {
+            for b in &biases {
+                for (beta, alpha) in [(1.0, 1.0), (0.5, 2.0), (0.0, 1.0)] {
+                    let args = [A::T(b.clone()), A::T(x.clone()), A::T(w.clone())];
+                    let kw = [("beta", A::F(beta)), ("alpha", A::F(alpha))];
+                    for out in [None, Some((&[m, n][..], &[n, 1][..])), Some((&[m, n][..], &[1, m][..]))] {
+                        if let Err(e) = check("extern_kernels.addmm", &args, &kw, out) {
+                            failures.push(e);
+                        }
+                    }
+                }
+            }
+        }
+        // Positional beta / alpha.
+        let args = [
+            A::T(biases[0].clone()),
+            A::T(x.clone()),
+            A::T(weights[0].clone()),
+            A::F(0.25),
+            A::F(3.0),
+        ];
+        if let Err(e) = check("torch.ops.aten.addmm.default", &args, &[], None) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn addmm_activation_relu_and_gelu() {
+    let (m, k, n) = (20, 64, 48);
+    let mut failures = Vec::new();
+    for dtype in DTYPES {
+        let x = host_tensor(dtype, &[m, k], None, 11);
+        let w = host_tensor(dtype, &[k, n], Some(&[1, k]), 12);
+        for bias in [
+            host_tensor(dtype, &[n], None, 13),
+            host_tensor(dtype, &[m, n], None, 14),
+        ] {
+            for gelu in [false, true] {
+                let args = [A::T(bias.clone()), A::T(x.clone()), A::T(w.clone())];
+                let kw = [("beta", A::F(1.0)), ("alpha", A::F(1.0)), ("use_gelu", A::B(gelu))];
+                if let Err(e) = check("torch.ops.aten._addmm_activation.default", &args, &kw, None) {
+                    failures.push(e);
+                }
+            }
+        }
+        // beta != 1 takes the cuBLAS path and the in-place activation kernels.
+        let args = [
+            A::T(host_tensor(dtype, &[n], None, 15)),
+            A::T(x.clone()),
+            A::T(w.clone()),
+            A::F(0.5),
+            A::F(1.0),
+            A::B(true),
+        ];
+        if let Err(e) = check("torch.ops.aten._addmm_activation.default", &args, &[], None) {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn mm_bmm_baddbmm_addbmm_strided() {
+    let (b, m, k, n) = (3, 17, 24, 9);
+    let mut failures = Vec::new();
+    let mut run = |op: &str, args: Vec<A>, out: Option<(&[i64], &[i64])>| {
+        if let Err(e) = check(op, &args, &[], out) {
+            failures.push(e);
+        }
+    };
+    for dtype in DTYPES {
+        let x2 = host_tensor(dtype, &[m, k], None, 21);
+        let x2t = host_tensor(dtype, &[m, k], Some(&[1, m]), 22);
+        let y2 = host_tensor(dtype, &[k, n], Some(&[1, k]), 23);
+        run("extern_kernels.mm", vec![A::T(x2.clone()), A::T(y2.clone())], None);
+        run(
+            "extern_kernels.mm",
+            vec![A::T(x2t.clone()), A::T(y2.clone())],
+            Some((&[m, n], &[n, 1])),
+        );
+        let x3 = host_tensor(dtype, &[b, m, k], None, 24);
+        let y3t = host_tensor(dtype, &[b, k, n], Some(&[k * n, 1, k]), 25);
+        let y3b = host_tensor(dtype, &[b, k, n], Some(&[0, n, 1]), 26);
+        for y3 in [&y3t, &y3b] {
+            run("extern_kernels.bmm", vec![A::T(x3.clone()), A::T(y3.clone())], None);
+            for bias in [
+                host_tensor(dtype, &[n], None, 27),
+                host_tensor(dtype, &[b, 1, n], None, 28),
+                host_tensor(dtype, &[b, m, n], None, 29),
+            ] {
+                let args = vec![A::T(bias), A::T(x3.clone()), A::T(y3.clone()), A::F(0.5), A::F(2.0)];
+                run("extern_kernels.baddbmm", args.clone(), None);
+                run("extern_kernels.baddbmm", args, Some((&[b, m, n], &[m * n, 1, m])));
+            }
+        }
+        let args = vec![
+            A::T(host_tensor(dtype, &[m, n], None, 30)),
+            A::T(x3.clone()),
+            A::T(y3t.clone()),
+            A::F(0.5),
+            A::F(1.5),
+        ];
+        run("torch.ops.aten.addbmm.default", args, None);
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn i(v: i64) -> SymExpr {
+    SymExpr::Int(v)
+}
+
+fn layout(dtype: DType, size: &[i64], stride: Option<&[i64]>) -> Layout {
+    let mut l = Layout::contiguous(dtype, Device::cuda(0), size.iter().map(|v| i(*v)));
+    if let Some(st) = stride {
+        l.stride = st.iter().map(|v| i(*v)).collect();
+    }
+    l
+}
+
+fn bits(backend: &mut CudaBackend, values: &[Value<CudaTensor>]) -> Vec<(Vec<i64>, Vec<u64>)> {
+    values
+        .iter()
+        .filter_map(|v| match v {
+            Value::Tensor(t) => Some(backend.copy_out(t).expect("copy out")),
+            _ => None,
+        })
+        .map(|t| {
+            let v = t
+                .to_f64_vec()
+                .expect("floating")
+                .into_iter()
+                .map(f64::to_bits)
+                .collect();
+            (t.size().to_vec(), v)
+        })
+        .collect()
+}
+
+/// A program of the shapes Inductor emits for `linear` + `gelu` + `bmm`:
+/// `addmm(bias, x, reinterpret(w, transposed), out=buf0)`,
+/// `_addmm_activation(bias, buf0, w2_t, use_gelu=True)`, `baddbmm` and `mm`.
+fn program(dtype: DType) -> (wrapir::ir::Program, IndexMap<String, Tensor>) {
+    let (m, k, n, b) = (32, 64, 48, 2);
+    let mut p = ProgramBuilder::new();
+    let mut g = p.main();
+    let x = g.tensor_input("arg0_1", layout(dtype, &[m, k], None));
+    let w = g.tensor_input("arg1_1", layout(dtype, &[n, k], None));
+    let bias = g.tensor_input("arg2_1", layout(dtype, &[n], None));
+    let w2 = g.tensor_input("arg3_1", layout(dtype, &[n, n], None));
+    let bb = g.tensor_input("arg4_1", layout(dtype, &[b, m, k], None));
+    let wt = g.reinterpret(&w, "reinterpret_tensor_0", layout(dtype, &[k, n], Some(&[1, k])));
+    let w2t = g.reinterpret(&w2, "reinterpret_tensor_1", layout(dtype, &[n, n], Some(&[1, n])));
+    let buf0 = g.allocate("buf0", layout(dtype, &[m, n], None));
+    let arg = |b: &wrapir::ir::BufName| ArgValue::Buffer(b.clone());
+    let kwargs: IndexMap<String, ArgValue> = [
+        ("alpha".to_string(), ArgValue::Expr(i(1))),
+        ("beta".to_string(), ArgValue::Expr(i(1))),
+    ]
+    .into();
+    g.extern_out(
+        &buf0,
+        "extern_kernels.addmm",
+        vec![arg(&bias), arg(&x), arg(&wt)],
+        kwargs,
+    );
+    let buf1 = g.extern_alloc(
+        "buf1",
+        layout(dtype, &[m, n], None),
+        "torch.ops.aten._addmm_activation.default",
+        vec![
+            arg(&bias),
+            arg(&buf0),
+            arg(&w2t),
+            ArgValue::Float(1.0),
+            ArgValue::Float(1.0),
+            ArgValue::Bool(true),
+        ],
+    );
+    let buf2 = g.extern_alloc(
+        "buf2",
+        layout(dtype, &[m, n], None),
+        "extern_kernels.mm",
+        vec![arg(&buf1), arg(&w2t)],
+    );
+    let bwt = g.reinterpret(&w, "reinterpret_tensor_2", layout(dtype, &[b, k, n], Some(&[0, 1, k])));
+    let buf3 = g.extern_alloc(
+        "buf3",
+        layout(dtype, &[b, m, n], None),
+        "extern_kernels.baddbmm",
+        vec![
+            arg(&bias),
+            arg(&bb),
+            arg(&bwt),
+            ArgValue::Float(0.5),
+            ArgValue::Float(2.0),
+        ],
+    );
+    g.output(&buf0);
+    g.output(&buf1);
+    g.output(&buf2);
+    g.output(&buf3);
+    g.finish();
+    let inputs: IndexMap<String, Tensor> = [
+        ("arg0_1", vec![m, k]),
+        ("arg1_1", vec![n, k]),
+        ("arg2_1", vec![n]),
+        ("arg3_1", vec![n, n]),
+        ("arg4_1", vec![b, m, k]),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(s, (name, size))| (name.to_string(), host_tensor(dtype, &size, None, 100 + s as u64)))
+    .collect();
+    (p.finish(), inputs)
+}
+
+#[test]
+fn prepared_and_graph_replays_equal_the_direct_run() {
+    for dtype in DTYPES {
+        let (program, inputs) = program(dtype);
+        let options = CudaOptions {
+            host_fallback: false,
+            ..Default::default()
+        };
+        let log = options.extern_ops.clone();
+        let mut backend = CudaBackend::new(options).expect("GPU");
+        let (plan, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
+        let direct = plan.run(&mut backend, args.clone(), &consts).expect("direct run");
+        let want = bits(&mut backend, &direct.outputs);
+        assert!(
+            log.host_ops().is_empty(),
+            "{dtype}: ran on the host: {:?}",
+            log.host_ops()
+        );
+        let devices: Vec<String> = log.device_ops().into_iter().map(|(op, _)| op).collect();
+        for op in [
+            "extern_kernels.addmm",
+            "torch.ops.aten._addmm_activation.default",
+            "extern_kernels.baddbmm",
+        ] {
+            assert!(
+                devices.iter().any(|d| d == op),
+                "{dtype}: `{op}` did not run on the device: {devices:?}"
+            );
+        }
+        let (mut prepared, recorded) = Prepared::record(&mut backend, &plan, args, &consts).expect("record");
+        assert_eq!(
+            bits(&mut backend, &recorded),
+            want,
+            "{dtype}: the recording run differs from the direct run"
+        );
+        assert!(
+            prepared.library_calls() >= 4,
+            "{dtype}: {} library calls recorded",
+            prepared.library_calls()
+        );
+        for round in 0..2 {
+            assert!(matches!(prepared.replay(&backend).expect("replay"), Replay::Done));
+            let got = bits(&mut backend, prepared.outputs());
+            assert_eq!(got, want, "{dtype}: direct replay {round} differs from the direct run");
+            assert!(matches!(
+                prepared.replay_graphs(&backend).expect("graph replay"),
+                Replay::Done
+            ));
+            let got = bits(&mut backend, prepared.outputs());
+            assert_eq!(got, want, "{dtype}: graph replay {round} differs from the direct run");
+        }
+    }
+}
