@@ -1198,6 +1198,35 @@ fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
         per_call.sort_by(f64::total_cmp);
         Ok(per_call[per_call.len() / 2])
     };
+    // Wall µs per call with the device's work included: `latency` times one
+    // call and the wait for its results (median of `samples`); `drained`
+    // times `iters` calls queued back to back and the wait for the last
+    // (median of repeats, per call): the device-bound throughput.
+    let latency = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<(f64, f64)> {
+        for _ in 0..iters.min(50) {
+            f(backend)?;
+        }
+        sync(backend)?;
+        let mut one = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let t0 = Instant::now();
+            f(backend)?;
+            sync(backend)?;
+            one.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let mut drained = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                f(backend)?;
+            }
+            sync(backend)?;
+            drained.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+        }
+        one.sort_by(f64::total_cmp);
+        drained.sort_by(f64::total_cmp);
+        Ok((one[one.len() / 2], drained[drained.len() / 2]))
+    };
     let mut kernels = 0usize;
     let mut launches = 0usize;
     let mut direct_one_us = None;
@@ -1224,6 +1253,13 @@ fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
                 Ok(())
             })?;
             direct_one_us = Some(one_us);
+            let (lat, drained) = latency(&mut backend, &mut |b| {
+                diverged |= prepared.replay(b)? != Replay::Done;
+                Ok(())
+            })?;
+            out += &format!("direct with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
+            json["direct_latency_us"] = serde_json::json!(lat);
+            json["direct_drained_us"] = serde_json::json!(drained);
             launches = kernels - prepared.library_calls();
             reads = prepared.reads();
             let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
@@ -1262,6 +1298,13 @@ fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
                             graph_bits == direct_bits
                         );
                         json["graph_us"] = serde_json::json!(graph_us);
+                        let (lat, drained) = latency(&mut backend, &mut |b| {
+                            diverged |= prepared.replay_graphs(b)? != Replay::Done;
+                            Ok(())
+                        })?;
+                        out += &format!("graphs with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
+                        json["graph_latency_us"] = serde_json::json!(lat);
+                        json["graph_drained_us"] = serde_json::json!(drained);
                         json["graphs"] = serde_json::json!(prepared.captured_graphs());
                         json["graph_equals_direct"] = serde_json::json!(graph_bits == direct_bits);
                     }

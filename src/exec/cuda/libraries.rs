@@ -39,7 +39,8 @@ fn wheel_packages(name: &str) -> &'static [&'static str] {
 /// Directories searched for `name` after the loader's own paths: the
 /// directories in [`LIBRARY_PATH_VAR`], the CUDA toolkit's, then NVIDIA's
 /// pip wheels under every Python prefix in sight (an active virtual or
-/// conda environment, the user's and the system's site directories).
+/// conda environment, every Python on `PATH`, the user's and the system's
+/// site directories).
 pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(extra) = std::env::var_os(LIBRARY_PATH_VAR) {
@@ -53,6 +54,16 @@ pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
         .iter()
         .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
         .collect();
+    // The prefix of every Python on `PATH` (`<prefix>/bin/python3`).
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if dir.join("python3").is_file() {
+                if let Some(prefix) = dir.parent() {
+                    prefixes.push(prefix.to_path_buf());
+                }
+            }
+        }
+    }
     if let Some(home) = std::env::var_os("HOME") {
         prefixes.push(Path::new(&home).join(".local"));
     }
@@ -77,6 +88,8 @@ pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
             }
         }
     }
+    let mut seen = std::collections::HashSet::new();
+    dirs.retain(|d| seen.insert(d.clone()));
     dirs
 }
 

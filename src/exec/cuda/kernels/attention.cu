@@ -401,4 +401,5 @@ __device__ void attn_f32(const AttnParams& p) {
     extern "C" __global__ void __launch_bounds__(NT) attn_bf16_e##E(AttnParams p) { attn_mma<true, E>(p); }
 
 // One head dim per compilation: the host prepends `#define ATTN_E <E>`.
-ATTN_INSTANCES(ATTN_E)
+#define ATTN_INSTANCES_FOR(E) ATTN_INSTANCES(E)
+ATTN_INSTANCES_FOR(ATTN_E)

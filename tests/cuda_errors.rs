@@ -1,0 +1,135 @@
+#![cfg(feature = "cuda")]
+//! Error paths of the CUDA backend end in errors that name the problem,
+//! never in a signal: an op with no device implementation, a missing kernel
+//! image, a device allocation larger than the device, a bundle whose inputs
+//! do not fit its program, and the `wrapir` process itself exiting with
+//! status 1 or 2 (not a signal) after each of them.
+//!
+//! Compiled only with the `cuda` feature; on a machine with a GPU:
+//! `cargo test --features cuda --test cuda_errors`.
+
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use wrapir::exec::cuda::{CudaBackend, CudaOptions};
+use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
+use wrapir::ir::{DType, Device};
+
+fn root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The `wrapir` binary next to this test binary (cargo puts both in `target/<profile>`),
+/// or `WRAPIR_BIN`.
+fn wrapir_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WRAPIR_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().join("wrapir")
+}
+
+/// Copies bundle `name` into a fresh temporary directory.
+fn copy_bundle(name: &str, tag: &str) -> PathBuf {
+    let src = root().join("fixtures/inductor/bundles").join(name);
+    let dst = std::env::temp_dir().join(format!("wrapir-cuda-errors-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dst);
+    copy_dir(&src, &dst);
+    dst
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Runs `wrapir run BUNDLE --device cuda`: exit code (None for a signal) and stderr.
+fn run_cli(bundle: &Path) -> (Option<i32>, String) {
+    let out = Command::new(wrapir_bin())
+        .args(["run", bundle.to_str().unwrap(), "--device", "cuda"])
+        .output()
+        .expect("the wrapir binary (build it with --features cuda, or set WRAPIR_BIN)");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn an_op_without_a_device_implementation_is_an_error_naming_it() {
+    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let x = backend.copy_in(&Tensor::from_f64(DType::Float32, &[1.0, 2.0], &[2]).unwrap()).unwrap();
+    let args = vec![Value::Tensor(x)];
+    let kwargs: IndexMap<String, Value<_>> = IndexMap::new();
+    let e = backend
+        .call_extern(ExternCall {
+            op: "torch.ops.aten.no_such_op.default",
+            args: (&args).into(),
+            kwargs: (&kwargs).into(),
+            expected: None,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no_such_op"), "{e}");
+}
+
+#[test]
+fn an_allocation_larger_than_the_device_is_an_error() {
+    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    // 2^40 f32 elements: 4 TiB.
+    let e = backend
+        .allocate(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[1 << 40]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cuMemAllocAsync") || e.to_lowercase().contains("memory"), "{e}");
+    // The backend still works afterwards.
+    let t = backend.copy_in(&Tensor::from_f64(DType::Float32, &[3.0], &[1]).unwrap()).unwrap();
+    assert_eq!(backend.copy_out(&t).unwrap().to_f64_vec().unwrap(), vec![3.0]);
+}
+
+#[test]
+fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
+    // Missing kernel image.
+    let b = copy_bundle("softmax", "missing-cubin");
+    for e in std::fs::read_dir(b.join("kernels")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "cubin") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let (code, err) = run_cli(&b);
+    assert_eq!(code, Some(2), "missing cubin: {err}");
+    assert!(err.contains("cubin"), "missing cubin: {err}");
+    // A corrupt kernel image.
+    let b = copy_bundle("softmax", "corrupt-cubin");
+    for e in std::fs::read_dir(b.join("kernels")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "cubin") {
+            std::fs::write(p, b"not an ELF image").unwrap();
+        }
+    }
+    let (code, err) = run_cli(&b);
+    assert_eq!(code, Some(2), "corrupt cubin: {err}");
+    assert!(err.contains("cuModuleLoadData"), "corrupt cubin: {err}");
+    // Inputs that do not fit the program (another bundle's inputs).
+    let b = copy_bundle("softmax", "wrong-inputs");
+    std::fs::copy(
+        root().join("fixtures/inductor/bundles/cat_mm/inputs.safetensors"),
+        b.join("inputs.safetensors"),
+    )
+    .unwrap();
+    let (code, err) = run_cli(&b);
+    assert!(matches!(code, Some(1 | 2)), "wrong inputs: {code:?} {err}");
+    // A convolution model and an attention model run to the end (status 0).
+    for name in ["resnet", "gpt2"] {
+        let (code, err) = run_cli(&root().join("fixtures/inductor/bundles").join(name));
+        assert_eq!(code, Some(0), "{name}: {err}");
+    }
+}
