@@ -765,9 +765,45 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 None => args.program.parent().map(Path::to_path_buf).unwrap_or_default(),
             };
             let outputs = run_cuda(args, &program, &name, kernel_dir, &meta, inputs.unwrap_or_default())?;
+            let references = inductor_reference_for(references, &program, &meta);
             compare_with_references(&outputs, &references)
         }
     }
+}
+
+/// The references of a cuda run, with the comparison against Inductor's
+/// outputs at the eager tolerance (when looser) where the run cannot compute
+/// what Inductor computed: when an extern op runs on wrapir's own kernels
+/// rather than PyTorch's library (attention). Says why on stdout.
+fn inductor_reference_for(mut references: References, program: &Program, meta: &BundleMeta) -> References {
+    let Some((_, Some(tight))) = references.compiled.as_ref() else {
+        return references;
+    };
+    let tight = *tight;
+    let uses = wrapir::exec::device_ops::extern_uses(program);
+    let differing: std::collections::BTreeSet<String> = uses
+        .iter()
+        .filter(|u| wrapir::exec::device_ops::cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
+        .map(|u| wrapir::exec::host::op_key(&u.op))
+        .collect();
+    let eager = references.eager.as_ref().and_then(|(_, t)| *t).or(meta.tolerance);
+    if differing.is_empty() {
+        return references;
+    }
+    if let (Some(e), Some((_, tolerance))) = (eager, references.compiled.as_mut()) {
+        let wide = Tolerance {
+            rtol: tight.rtol.max(e.rtol),
+            atol: tight.atol.max(e.atol),
+        };
+        *tolerance = Some(wide);
+        let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
+        println!(
+            "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
+            ops.join(", "),
+            if ops.len() == 1 { "runs" } else { "run" },
+        );
+    }
+    references
 }
 
 /// Compares `outputs` with each reference, printing per reference a summary

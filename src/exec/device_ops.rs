@@ -17,13 +17,31 @@
 pub struct DeviceOp {
     /// The op key (`aten.mm`).
     pub op: &'static str,
-    /// What runs it: `cuBLAS`, `cuBLASLt`, `cuDNN`, or `built-in kernel` (NVRTC).
+    /// What runs it: `cuBLAS`, `cuBLASLt`, `cuDNN` (the library call PyTorch
+    /// makes), `built-in kernel` (wrapir's NVRTC kernels for index, scatter,
+    /// jagged and top-k ops, which compute what ATen's kernels compute), or
+    /// [`OWN_ATTENTION`] (wrapir's flash-attention kernels, whose summation
+    /// order differs from the library PyTorch calls).
     pub via: &'static str,
     /// The dtypes it takes, as the README lists them.
     pub dtypes: &'static str,
 }
 
 const FLOAT: &str = "f32, f16, bf16";
+
+/// The `via` of the attention ops: wrapir's own kernels, not PyTorch's
+/// (cuDNN, FlashAttention or the memory-efficient CUTLASS kernels).
+pub const OWN_ATTENTION: &str = "flash-attention kernel";
+
+impl DeviceOp {
+    /// Whether the device runs this op as PyTorch does (the same library
+    /// call, or a kernel computing the same values), so that a program's
+    /// results can be compared with Inductor's own at a tight tolerance;
+    /// false for ops on wrapir's own kernels whose rounding differs.
+    pub fn same_numerics_as_pytorch(&self) -> bool {
+        self.via != OWN_ATTENTION
+    }
+}
 
 /// Every extern op the CUDA backend runs on the device, by op key.
 pub const CUDA_OPS: &[DeviceOp] = &[
@@ -46,9 +64,9 @@ pub const CUDA_OPS: &[DeviceOp] = &[
     DeviceOp { op: "aten.scatter_reduce_", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.index_put_", via: "built-in kernel", dtypes: "all" },
     DeviceOp { op: "aten.topk", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten._scaled_dot_product_efficient_attention", via: "built-in kernel", dtypes: FLOAT },
-    DeviceOp { op: "aten._scaled_dot_product_flash_attention", via: "built-in kernel", dtypes: FLOAT },
-    DeviceOp { op: "aten._scaled_dot_product_cudnn_attention", via: "built-in kernel", dtypes: FLOAT },
+    DeviceOp { op: "aten._scaled_dot_product_efficient_attention", via: OWN_ATTENTION, dtypes: FLOAT },
+    DeviceOp { op: "aten._scaled_dot_product_flash_attention", via: OWN_ATTENTION, dtypes: FLOAT },
+    DeviceOp { op: "aten._scaled_dot_product_cudnn_attention", via: OWN_ATTENTION, dtypes: FLOAT },
 ];
 
 /// The row of `op` (any spelling [`super::host::op_key`] accepts).

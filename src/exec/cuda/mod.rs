@@ -143,6 +143,8 @@ impl CudaOptions {
             match crate::exec::device_ops::cuda_op(&call.op).map(|row| row.via) {
                 Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,
                 Some("cuDNN") => self.preload_dnn = true,
+                // The attention kernels are their own module, compiled per head dim.
+                Some(crate::exec::device_ops::OWN_ATTENTION) => {}
                 Some(_) => self.preload_builtins = true,
                 None => {}
             }
