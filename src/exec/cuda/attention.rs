@@ -26,12 +26,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 const SOURCE: &str = include_str!("kernels/attention.cu");
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "attention";
-/// Threads per block (`NT` in the source).
+/// Threads per block of the f32 kernels (`NT` in the source).
 const THREADS: u32 = 128;
-/// Query rows per block of the tensor-core kernels (`MMA_BM`).
-const MMA_BM: i64 = 64;
 /// Keys per tile of the tensor-core kernels (`MMA_BN`).
 const MMA_BN: u32 = 64;
+/// Whether the tensor-core kernels' fast path (16-byte `cp.async` copies of
+/// contiguous, aligned rows) may be used; off, every layout takes the
+/// general-stride kernels.
+const MMA_FAST_PATH: bool = true;
 /// Query rows per block of the f32 kernels (`F32_BM`).
 const F32_BM: i64 = 32;
 /// Keys per tile of the f32 kernels (`F32_BN`).
@@ -182,7 +184,7 @@ pub(super) fn call(
             );
         }
     }
-    let (bm, shared) = shared_layout(tensor_cores, dims.e);
+    let (bm, threads, shared) = shared_layout(tensor_cores, dims.e);
     let grid_x = u32::try_from((dims.l + bm - 1) / bm)
         .ok()
         .filter(|x| *x < (1 << 31))
@@ -237,8 +239,19 @@ pub(super) fn call(
         empty_mode: i64::from(parsed.empty_rows_zero()),
     };
     if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
-        let name = format!("attn_{suffix}_e{}", dims.e);
-        launch(backend, &name, dims.e, grid, shared, &mut params)?;
+        let fast = tensor_cores
+            && MMA_FAST_PATH
+            && [q, k, v]
+                .iter()
+                .zip([params.q, params.k, params.v])
+                .all(|(spec, ptr)| rows_aligned(spec, ptr, 8, 16))
+            && rows_aligned(&out.spec, params.out, 2, 4);
+        let name = if fast {
+            format!("attn_{suffix}_fast_e{}", dims.e)
+        } else {
+            format!("attn_{suffix}_e{}", dims.e)
+        };
+        launch(backend, &name, dims.e, grid, threads, shared, &mut params)?;
     }
     let mut items = Vec::new();
     for item in sdpa::result_items(&parsed, dtype) {
@@ -260,21 +273,36 @@ pub(super) fn call(
     Ok(Some(Value::List(items)))
 }
 
-/// Query rows per block and dynamic shared memory (bytes) of a kernel:
-/// tensor cores: the K tile `[64][E + 8]` (which first holds the Q tile)
-/// and the transposed V tile `[E][64 + 2]`, 2-byte elements; f32: the K
-/// and V tiles `[32][E]`, 4-byte elements.
-fn shared_layout(tensor_cores: bool, e: i64) -> (i64, u32) {
+/// Whether a 4-d tensor at `ptr` has a contiguous last dimension, a
+/// `align`-byte aligned start and other strides that are multiples of
+/// `stride_mult` elements (strides of dimensions of size 1 never matter):
+/// every row then starts on an `align`-byte boundary.
+fn rows_aligned(spec: &TensorSpec, ptr: u64, stride_mult: i64, align: u64) -> bool {
+    spec.size.len() == 4
+        && spec.stride.len() == 4
+        && ptr % align == 0
+        && (spec.size[3] <= 1 || spec.stride[3] == 1)
+        && (0..3).all(|d| spec.size[d] <= 1 || spec.stride[d] % stride_mult == 0)
+}
+
+/// Query rows per block, threads per block and dynamic shared memory
+/// (bytes) of a kernel: tensor cores (`MMA_WARPS` warps of 16 query rows:
+/// 8 for E <= 64, 4 above): the Q tile `[rows][E + 8]` and double-buffered
+/// K and V tiles `[2][64][E + 8]`, 2-byte elements; f32: the K and V tiles
+/// `[32][E]`, 4-byte elements.
+fn shared_layout(tensor_cores: bool, e: i64) -> (i64, u32, u32) {
     // `e` is one of HEAD_DIMS, so the products are small.
     let e = e as u32;
     if tensor_cores {
-        (MMA_BM, (MMA_BN * (e + 8) + e * (MMA_BN + 2)) * 2)
+        let warps: u32 = if e <= 64 { 8 } else { 4 };
+        let bm = warps * 16;
+        (i64::from(bm), warps * 32, (bm + 4 * MMA_BN) * (e + 8) * 2)
     } else {
-        (F32_BM, 2 * F32_BN * e * 4)
+        (F32_BM, THREADS, 2 * F32_BN * e * 4)
     }
 }
 
-/// Launches attention kernel `name` with [`THREADS`] threads a block and
+/// Launches attention kernel `name` with `threads` threads a block and
 /// `shared` bytes of dynamic shared memory (raising the function's limit
 /// above 48 KiB); traced for the prepared path like the built-in launches.
 fn launch(
@@ -282,6 +310,7 @@ fn launch(
     name: &str,
     e: i64,
     grid: (u32, u32, u32),
+    threads: u32,
     shared: u32,
     params: &mut AttnParams,
 ) -> Result<(), ExecError> {
@@ -307,7 +336,7 @@ fn launch(
             name: name.to_string(),
             function: f,
             grid,
-            block: THREADS,
+            block: threads,
             shared_mem: shared,
             params: vec![TracedParam {
                 words: params.words(),
@@ -318,6 +347,6 @@ fn launch(
     let mut ptrs: [*mut c_void; 1] = [(params as *mut AttnParams).cast::<c_void>()];
     backend
         .device
-        .launch(f, grid, (THREADS, 1, 1), shared, &mut ptrs)
+        .launch(f, grid, (threads, 1, 1), shared, &mut ptrs)
         .map_err(|e| ExecError::op(name, e.to_string()))
 }

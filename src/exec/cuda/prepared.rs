@@ -265,9 +265,25 @@ impl Recorder<'_> {
                     }
                     Slot::Address(place)
                 }
-                (SigType::Scalar(_), Value::Tensor(_)) => {
-                    self.mark_unreplayable(format!("kernel `{name}` takes parameter `{param}` from a device value"));
-                    return Ok(());
+                (SigType::Scalar(_), Value::Tensor(t)) => {
+                    // A scalar read from a one-element tensor (a 0-d input
+                    // Inductor passes as `t.item()`): recorded as a device
+                    // read, so a replay reads it again and diverges when it
+                    // changed, and the launch keeps the value it read.
+                    let bytes = t.spec.dtype.size_bytes() as usize;
+                    if bytes > 8 || t.spec.numel() != 1 {
+                        self.mark_unreplayable(format!(
+                            "kernel `{name}` takes parameter `{param}` from a tensor of {} elements",
+                            t.spec.numel()
+                        ));
+                        return Ok(());
+                    }
+                    self.check_read_after_write();
+                    let at = self.place(t, false);
+                    let mut raw = [0u8; 8];
+                    self.inner.device.download(&mut raw[..bytes], t.data_ptr())?;
+                    self.events.push(Event::Read(ReadRecord { at, bytes, value: raw }));
+                    Slot::Bytes(self.inner.marshal(name, param, ty, value)?)
                 }
                 _ => Slot::Bytes(self.inner.marshal(name, param, ty, value)?),
             });

@@ -1625,7 +1625,32 @@ impl<'a> Lowering<'a> {
             }
             (false, ArgValue::Bool(b)) => Ok(write!(out, "{b}")?),
             (true, _) => Err(bad("a non-tensor value")),
-            (false, ArgValue::Buffer(b)) => Err(bad(&format!("tensor `{b}`"))),
+            // A one-element tensor for a scalar parameter: its value, read
+            // at the call (Inductor's `t.item()` / `aoti_torch_item_*`).
+            (false, ArgValue::Buffer(b)) => {
+                let layout = g.layout(b, cx)?;
+                if layout.size.iter().any(|s| s.as_int() != Some(1)) {
+                    return Err(bad(&format!("tensor `{b}` with more than one element")));
+                }
+                let var = g.var(b);
+                if self.standalone() {
+                    Ok(write!(self.body, "wrapir::item_double({var}, stream)")?)
+                } else {
+                    let shim = match layout.dtype {
+                        DType::Float64 => ("double", "float64"),
+                        DType::Float32 => ("float", "float32"),
+                        DType::Int64 => ("int64_t", "int64"),
+                        DType::Int32 => ("int32_t", "int32"),
+                        DType::Bool => ("bool", "bool"),
+                        other => return Err(bad(&format!("tensor `{b}` of dtype {other}"))),
+                    };
+                    Ok(write!(
+                        self.body,
+                        "[&] {{ {} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{}({var}, &v_)); return v_; }}()",
+                        shim.0, shim.1
+                    )?)
+                }
+            }
             (false, _) => Err(bad("a value that is not a number")),
         }
     }

@@ -349,6 +349,57 @@ inline int64_t item_int64(const Tensor& t, CUstream stream) {
 /// Reads a tensor's first element to the host (waits for `stream`) as a truth value.
 inline bool item_bool(const Tensor& t, CUstream stream) { return item_int64(t, stream) != 0; }
 
+/// Reads a tensor's first element to the host (waits for `stream`) as a
+/// double: a floating tensor's value (f16 and bf16 widened exactly), an
+/// integer or boolean tensor's as `item_int64` reads it.
+inline double item_double(const Tensor& t, CUstream stream) {
+  if (!t.defined()) throw Error("wrapir::item_double on an undefined tensor");
+  DType d = t.dtype();
+  if (d != DType::Float16 && d != DType::Bfloat16 && d != DType::Float32 && d != DType::Float64) {
+    return static_cast<double>(item_int64(t, stream));
+  }
+  unsigned char bytes[8] = {0};
+  int64_t size = element_size(d);
+  if (t.is_host()) {
+    std::memcpy(bytes, reinterpret_cast<const void*>(static_cast<uintptr_t>(t.data_ptr())), static_cast<size_t>(size));
+  } else {
+    CU_CHECK(cuMemcpyDtoHAsync(bytes, t.data_ptr(), static_cast<size_t>(size), stream));
+    CU_CHECK(cuStreamSynchronize(stream));
+  }
+  if (d == DType::Float64) {
+    double v;
+    std::memcpy(&v, bytes, 8);
+    return v;
+  }
+  uint32_t bits = 0;
+  if (d == DType::Float32) {
+    std::memcpy(&bits, bytes, 4);
+  } else if (d == DType::Bfloat16) {
+    bits = static_cast<uint32_t>(bytes[0] | (bytes[1] << 8)) << 16;
+  } else {
+    // f16 -> f32: sign, exponent rebiased (15 -> 127), subnormals normalised.
+    uint32_t h = static_cast<uint32_t>(bytes[0] | (bytes[1] << 8));
+    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) {
+      bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+      bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man != 0) {
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    } else {
+      bits = sign;
+    }
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 /// Makes the primary context of `device` current on this thread.
 inline void set_device(int device) {
   static std::map<int, CUcontext> contexts;

@@ -81,40 +81,72 @@ template <> struct Half<true> {
 // ---------------------------------------------------------------------------
 // f16 / bf16: tensor cores.
 //
-// 4 warps, 16 query rows each (64 rows a block), key tiles of 64. A block
-// loads its Q tile through shared memory into registers (A fragments), then
-// per key tile: K tile to shared memory row-major ([key][e], rows padded by 8
-// elements so fragment loads hit distinct banks), V tile transposed
-// ([e][key], rows padded by 2); S = Q K^T on mma.sync (fp32 accumulators),
-// scale / bias / masks and the online softmax on the accumulators, P
-// rounded to the input type and reused in registers as the A operand of
-// O += P V. Shared memory: (64 * (E + 8) + E * 66) * 2 bytes (the Q tile
-// reuses the K tile's space): 34 KiB at E = 128.
+// MMA_WARPS warps (8 for E <= 64, 4 above), 16 query rows each (MMA_BM =
+// 16 * MMA_WARPS rows a block), key tiles of MMA_BN = 64. Shared memory
+// holds three row-major tiles of 16-bit elements, every row padded to a
+// pitch of E + 8 elements (16-byte aligned rows; the 8 rows an ldmatrix
+// phase reads fall on distinct 16-byte bank groups for every E used here):
+//   Qs [MMA_BM][E + 8], Ks [2][MMA_BN][E + 8], Vs [2][MMA_BN][E + 8]
+// ((MMA_BM + 4 * MMA_BN) * (E + 8) * 2 bytes; `attn_shared_bytes` in
+// attention.rs). The K / V tiles are double-buffered: while a tile is
+// consumed the next one is being loaded, with 16-byte cp.async copies
+// (zero-filled past the end) on the fast path (`FAST`: the host checked
+// that the last dimension of q, k, v is contiguous and that base and row
+// strides are multiples of 16 bytes, and that out's last dimension is
+// contiguous with even strides), element by element through the strides
+// otherwise. Q fragments stay in registers; S = Q K^T on mma.sync with fp32
+// accumulators, scale / bias / masks and the online softmax (exp2f) on the
+// accumulators, P rounded to the input type and reused in registers as the
+// A operand of O += P V.
+//
+// Lane mappings relied on (lane = 4 g + t4, g = lane >> 2, t4 = lane & 3):
+//  mma.m16n8k16 A (16x16 row-major): a0 = A[g][2t4..2t4+1], a1 = A[g+8][2t4..],
+//    a2 = A[g][8+2t4..], a3 = A[g+8][8+2t4..] (low half = lower column).
+//  B (16x8, "col", B[k][n]): b0 = B[2t4..2t4+1][g], b1 = B[8+2t4..8+2t4+1][g].
+//  C (16x8): c0, c1 = C[g][2t4, 2t4+1]; c2, c3 = C[g+8][2t4, 2t4+1].
+//  ldmatrix.m8n8.x4: lanes 8i..8i+7 give the addresses of rows 0..7 of
+//    matrix i (16 bytes each); register i of lane l gets M_i[l>>2][2(l&3)..+1],
+//    with .trans M_i[2(l&3)][l>>2] and M_i[2(l&3)+1][l>>2].
+//  Q (A of S): matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15),
+//    (8-15, 8-15) of the 16x16 block -> lane l addresses row l & 15, col
+//    8 (l >> 4); registers = a0..a3.
+//  K (B of S, B[k=e][n=key] = K[key][e], so K rows non-transposed): for key
+//    tiles 2jp, 2jp+1 of k-step kk, matrices (keys 16jp+0-7, e 16kk+0-7),
+//    (16jp+0-7, 16kk+8-15), (16jp+8-15, 16kk+0-7), (16jp+8-15, 16kk+8-15)
+//    -> lane l addresses key 16jp + 8 (l >> 4) + (l & 7), e 16kk + 8 ((l >> 3) & 1);
+//    registers = b0, b1 of tile 2jp, b0, b1 of tile 2jp+1.
+//  V (B of O, B[k=key][n=e] = V[key][e], transposed load): for e tiles 2dp,
+//    2dp+1 of k-step kk, matrices (keys 16kk+0-7, e 16dp+0-7), (16kk+8-15,
+//    16dp+0-7), (16kk+0-7, 16dp+8-15), (16kk+8-15, 16dp+8-15) -> lane l
+//    addresses key 16kk + (l & 15), e 16dp + 8 (l >> 4); registers = b0, b1
+//    of tile 2dp, b0, b1 of tile 2dp+1.
 // ---------------------------------------------------------------------------
 
-#define MMA_BM 64
 #define MMA_BN 64
+#define MMA_WARPS (ATTN_E <= 64 ? 8 : 4)
+#define MMA_NT (MMA_WARPS * 32)
+#define MMA_BM (MMA_WARPS * 16)
 
 #if __CUDA_ARCH__ >= 800
 template <bool BF16>
-__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], const unsigned b[2]);
+__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1);
 
 template <>
-__device__ __forceinline__ void mma16816<false>(float c[4], const unsigned a[4], const unsigned b[2]) {
+__device__ __forceinline__ void mma16816<false>(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <>
-__device__ __forceinline__ void mma16816<true>(float c[4], const unsigned a[4], const unsigned b[2]) {
+__device__ __forceinline__ void mma16816<true>(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Two floats as a packed pair of the 16-bit type: `lo` in the low half.
@@ -129,21 +161,73 @@ template <> __device__ __forceinline__ unsigned pack2<true>(float lo, float hi) 
     asm("{ cvt.rn.bf16x2.f32 %0, %1, %2; }" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+
+// Shared-window address of a generic pointer into shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    u64 a;
+    asm("{ cvta.to.shared.u64 %0, %1; }" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned r[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(unsigned r[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+// 16-byte global -> shared copy; bytes past `src_bytes` (0 or 16) are zero.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Rows [r0, r0 + NROWS) of a [rows][E] matrix (row stride rs, element
+// stride cs) into a shared tile of pitch E + 8; rows at or past `rend` are
+// zero. FAST: cs == 1 and 16-byte aligned rows (cp.async, asynchronous
+// until the next cp_async_wait_all).
+template <int E, int NROWS, int NTH, bool FAST>
+__device__ __forceinline__ void load_tile(u16* dst, const u16* src, i64 r0, i64 rend, i64 rs, i64 cs, int tid) {
+    constexpr int P = E + 8;
+    if (FAST) {
+        constexpr int CPR = E / 8;  // 16-byte chunks a row
+        for (int i = tid; i < NROWS * CPR; i += NTH) {
+            const int r = i / CPR, c = (i % CPR) * 8;
+            const i64 row = r0 + r;
+            const bool ok = row < rend;
+            cp_async16(smem_addr(dst + r * P + c), ok ? (const void*)(src + row * rs + c) : (const void*)src,
+                       ok ? 16 : 0);
+        }
+    } else {
+        for (int i = tid; i < NROWS * E; i += NTH) {
+            const int r = i / E, c = i % E;
+            const i64 row = r0 + r;
+            dst[r * P + c] = row < rend ? src[row * rs + c * cs] : (u16)0;
+        }
+    }
+}
 #endif
 
-__device__ __forceinline__ unsigned ld32(const u16* p) { return *reinterpret_cast<const unsigned*>(p); }
-
-template <bool BF16, int E>
+template <bool BF16, int E, bool FAST>
 __device__ void attn_mma(const AttnParams& p) {
 #if __CUDA_ARCH__ >= 800
-    constexpr int KP = E + 8;       // row pitch of the Q / K tiles (elements)
-    constexpr int VP = MMA_BN + 2;  // row pitch of the transposed V tile
-    constexpr int KT = E / 16;      // k-steps of Q K^T
-    constexpr int NS = MMA_BN / 8;  // n-tiles of S
-    constexpr int NO = E / 8;       // n-tiles of O
+    constexpr int P = E + 8;          // row pitch of the shared tiles (elements)
+    constexpr int KT = E / 16;        // k-steps of Q K^T
+    constexpr int NS = MMA_BN / 8;    // n-tiles of S
+    constexpr int NO = E / 8;         // n-tiles of O (even for every E used)
+    constexpr int TILE = MMA_BN * P;  // elements of one K or V buffer
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    u16* Ks = reinterpret_cast<u16*>(smem_raw);
-    u16* Vt = Ks + MMA_BN * KP;
+    u16* Qs = reinterpret_cast<u16*>(smem_raw);
+    u16* Ks = Qs + MMA_BM * P;
+    u16* Vs = Ks + 2 * TILE;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const i64 b = blockIdx.z, h = blockIdx.y, q0 = (i64)blockIdx.x * MMA_BM;
@@ -153,22 +237,22 @@ __device__ void attn_mma(const AttnParams& p) {
     const u16* V = reinterpret_cast<const u16*>(p.v) + b * p.vs[0] + hk * p.vs[1];
     const u16* Bias = p.bias ? reinterpret_cast<const u16*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
 
-    for (int i = tid; i < MMA_BM * E; i += NT) {
-        const int r = i / E, c = i % E;
-        const i64 row = q0 + r;
-        Ks[r * KP + c] = row < p.lq ? Q[row * p.qs[2] + c * p.qs[3]] : (u16)0;
+    i64 kv_end = p.lk;
+    if (p.causal && q0 + MMA_BM < kv_end) kv_end = q0 + MMA_BM;
+
+    load_tile<E, MMA_BM, MMA_NT, FAST>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], tid);
+    if (kv_end > 0) {
+        load_tile<E, MMA_BN, MMA_NT, FAST>(Ks, K, 0, p.lk, p.ks[2], p.ks[3], tid);
+        load_tile<E, MMA_BN, MMA_NT, FAST>(Vs, V, 0, p.lk, p.vs[2], p.vs[3], tid);
     }
+    cp_async_commit();
+    cp_async_wait_all();
     __syncthreads();
+
     const int wr = warp * 16;
     unsigned qf[KT][4];
 #pragma unroll
-    for (int kk = 0; kk < KT; ++kk) {
-        qf[kk][0] = ld32(&Ks[(wr + g) * KP + kk * 16 + t4 * 2]);
-        qf[kk][1] = ld32(&Ks[(wr + g + 8) * KP + kk * 16 + t4 * 2]);
-        qf[kk][2] = ld32(&Ks[(wr + g) * KP + kk * 16 + t4 * 2 + 8]);
-        qf[kk][3] = ld32(&Ks[(wr + g + 8) * KP + kk * 16 + t4 * 2 + 8]);
-    }
-    __syncthreads();
+    for (int kk = 0; kk < KT; ++kk) ldsm_x4(qf[kk], smem_addr(Qs + (wr + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8));
 
     float o[NO][4];
 #pragma unroll
@@ -177,88 +261,107 @@ __device__ void attn_mma(const AttnParams& p) {
     float l[2] = {0.f, 0.f};
     const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
     const float sl2 = (float)p.scale * LOG2E;
-    i64 kv_end = p.lk;
-    if (p.causal && q0 + MMA_BM < kv_end) kv_end = q0 + MMA_BM;
+    // Per-lane shared offsets (elements) of the ldmatrix rows, tile-relative.
+    const int k_off = ((lane >> 4) * 8 + (lane & 7)) * P + ((lane >> 3) & 1) * 8;
+    const int v_off = (lane & 15) * P + (lane >> 4) * 8;
 
-    for (i64 kv0 = 0; kv0 < kv_end; kv0 += MMA_BN) {
-        for (int i = tid; i < MMA_BN * E; i += NT) {
-            const int n = i / E, c = i % E;
-            const i64 key = kv0 + n;
-            const bool ok = key < p.lk;
-            Ks[n * KP + c] = ok ? K[key * p.ks[2] + c * p.ks[3]] : (u16)0;
-            Vt[c * VP + n] = ok ? V[key * p.vs[2] + c * p.vs[3]] : (u16)0;
+    int buf = 0;
+    for (i64 kv0 = 0; kv0 < kv_end; kv0 += MMA_BN, buf ^= 1) {
+        const i64 next = kv0 + MMA_BN;
+        if (next < kv_end) {
+            load_tile<E, MMA_BN, MMA_NT, FAST>(Ks + (buf ^ 1) * TILE, K, next, p.lk, p.ks[2], p.ks[3], tid);
+            load_tile<E, MMA_BN, MMA_NT, FAST>(Vs + (buf ^ 1) * TILE, V, next, p.lk, p.vs[2], p.vs[3], tid);
         }
-        __syncthreads();
+        cp_async_commit();
+        // With `causal`, a tile whose first key lies past the warp's last
+        // row is masked for all of its rows: nothing to do.
+        const bool active = !(p.causal && kv0 > q0 + wr + 15);
+        if (active) {
+            const unsigned kb = smem_addr(Ks + buf * TILE + k_off);
+            const unsigned vb = smem_addr(Vs + buf * TILE + v_off);
+            float s[NS][4];
+#pragma unroll
+            for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+                for (int jp = 0; jp < NS / 2; ++jp) {
+                    unsigned r[4];
+                    ldsm_x4(r, kb + (unsigned)((jp * 16 * P + kk * 16) * 2));
+                    mma16816<BF16>(s[2 * jp], qf[kk], r[0], r[1]);
+                    mma16816<BF16>(s[2 * jp + 1], qf[kk], r[2], r[3]);
+                }
+            }
 
-        float s[NS][4];
+            float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
+            const bool need_mask = kv0 + MMA_BN > p.lk || (p.causal && kv0 + MMA_BN - 1 > q0 + wr);
+            if (need_mask || Bias) {
 #pragma unroll
-        for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+                for (int j = 0; j < NS; ++j) {
 #pragma unroll
-        for (int kk = 0; kk < KT; ++kk) {
+                    for (int c = 0; c < 4; ++c) {
+                        const i64 row = rows[c >> 1];
+                        const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
+                        const bool ok = col < p.lk && (!p.causal || col <= row);
+                        float x = s[j][c] * sl2;
+                        if (ok && Bias && row < p.lq)
+                            x += Half<BF16>::to_float(Bias[row * p.bs[2] + col * p.bs[3]]) * LOG2E;
+                        s[j][c] = ok ? x : (-ATTN_INF);
+                        mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        s[j][c] *= sl2;
+                        mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
+                    }
+                }
+            }
+            float mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float mnew = fmaxf(m[r], mx[r]);
+                mu[r] = mnew == (-ATTN_INF) ? 0.f : mnew;  // no exp(-inf - -inf)
+                const float alpha = exp2f(m[r] - mu[r]);
+                m[r] = mnew;
+                l[r] *= alpha;
+#pragma unroll
+                for (int d = 0; d < NO; ++d) {
+                    o[d][2 * r] *= alpha;
+                    o[d][2 * r + 1] *= alpha;
+                }
+            }
 #pragma unroll
             for (int j = 0; j < NS; ++j) {
-                unsigned bf[2];
-                bf[0] = ld32(&Ks[(j * 8 + g) * KP + kk * 16 + t4 * 2]);
-                bf[1] = ld32(&Ks[(j * 8 + g) * KP + kk * 16 + t4 * 2 + 8]);
-                mma16816<BF16>(s[j], qf[kk], bf);
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float e = exp2f(s[j][c] - mu[c >> 1]);
+                    s[j][c] = e;
+                    l[c >> 1] += e;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < MMA_BN / 16; ++kk) {
+                unsigned a[4];
+                a[0] = pack2<BF16>(s[2 * kk][0], s[2 * kk][1]);
+                a[1] = pack2<BF16>(s[2 * kk][2], s[2 * kk][3]);
+                a[2] = pack2<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                a[3] = pack2<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < NO / 2; ++dp) {
+                    unsigned r[4];
+                    ldsm_x4_trans(r, vb + (unsigned)((kk * 16 * P + dp * 16) * 2));
+                    mma16816<BF16>(o[2 * dp], a, r[0], r[1]);
+                    mma16816<BF16>(o[2 * dp + 1], a, r[2], r[3]);
+                }
             }
         }
-
-        float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
-#pragma unroll
-        for (int j = 0; j < NS; ++j) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const i64 row = rows[c >> 1];
-                const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
-                const bool ok = col < p.lk && (!p.causal || col <= row);
-                float x = s[j][c] * sl2;
-                if (ok && Bias && row < p.lq)
-                    x += Half<BF16>::to_float(Bias[row * p.bs[2] + col * p.bs[3]]) * LOG2E;
-                s[j][c] = ok ? x : (-ATTN_INF);
-                mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
-            }
-        }
-        float mu[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float mnew = fmaxf(m[r], mx[r]);
-            mu[r] = mnew == (-ATTN_INF) ? 0.f : mnew;  // no exp(-inf - -inf)
-            const float alpha = exp2f(m[r] - mu[r]);
-            m[r] = mnew;
-            l[r] *= alpha;
-#pragma unroll
-            for (int d = 0; d < NO; ++d) {
-                o[d][2 * r] *= alpha;
-                o[d][2 * r + 1] *= alpha;
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < NS; ++j) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const float e = exp2f(s[j][c] - mu[c >> 1]);
-                s[j][c] = e;
-                l[c >> 1] += e;
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < MMA_BN / 16; ++kk) {
-            unsigned a[4];
-            a[0] = pack2<BF16>(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack2<BF16>(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack2<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack2<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int d = 0; d < NO; ++d) {
-                unsigned bf[2];
-                bf[0] = ld32(&Vt[(d * 8 + g) * VP + kk * 16 + t4 * 2]);
-                bf[1] = ld32(&Vt[(d * 8 + g) * VP + kk * 16 + t4 * 2 + 8]);
-                mma16816<BF16>(o[d], a, bf);
-            }
-        }
+        cp_async_wait_all();
         __syncthreads();
     }
 
@@ -273,13 +376,18 @@ __device__ void attn_mma(const AttnParams& p) {
         const bool empty = m[r] == (-ATTN_INF);
         const float fill = (empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
         const float inv = empty ? 0.f : 1.f / l[r];
+        u16* orow = Out + row * p.os[2];
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int e = d * 8 + t4 * 2 + c;
-                const float val = empty ? fill : o[d][2 * r + c] * inv;
-                Out[row * p.os[2] + e * p.os[3]] = Half<BF16>::from_float(val);
+            const int e = d * 8 + t4 * 2;
+            const float v0 = empty ? fill : o[d][2 * r] * inv;
+            const float v1 = empty ? fill : o[d][2 * r + 1] * inv;
+            if (FAST) {
+                // out's last dimension is contiguous and its strides even.
+                *reinterpret_cast<unsigned*>(orow + e) = pack2<BF16>(v0, v1);
+            } else {
+                orow[e * p.os[3]] = Half<BF16>::from_float(v0);
+                orow[(e + 1) * p.os[3]] = Half<BF16>::from_float(v1);
             }
         }
         if (Lse && t4 == 0) {
@@ -287,7 +395,7 @@ __device__ void attn_mma(const AttnParams& p) {
         }
     }
     if (Lse) {
-        for (int r = tid; r < MMA_BM; r += NT) {
+        for (int r = tid; r < MMA_BM; r += MMA_NT) {
             const i64 row = q0 + r;
             if (row >= p.lq && row < p.lse_len) Lse[row * p.ls[2]] = ATTN_INF;
         }
@@ -395,10 +503,20 @@ __device__ void attn_f32(const AttnParams& p) {
     }
 }
 
-#define ATTN_INSTANCES(E)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(NT) attn_f32_e##E(AttnParams p) { attn_f32<E>(p); }           \
-    extern "C" __global__ void __launch_bounds__(NT) attn_f16_e##E(AttnParams p) { attn_mma<false, E>(p); }    \
-    extern "C" __global__ void __launch_bounds__(NT) attn_bf16_e##E(AttnParams p) { attn_mma<true, E>(p); }
+#define ATTN_INSTANCES(E)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(NT) attn_f32_e##E(AttnParams p) { attn_f32<E>(p); }         \
+    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_f16_e##E(AttnParams p) {                        \
+        attn_mma<false, E, false>(p);                                                                         \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_bf16_e##E(AttnParams p) {                       \
+        attn_mma<true, E, false>(p);                                                                          \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_f16_fast_e##E(AttnParams p) {                   \
+        attn_mma<false, E, true>(p);                                                                          \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_bf16_fast_e##E(AttnParams p) {                  \
+        attn_mma<true, E, true>(p);                                                                           \
+    }
 
 // One head dim per compilation: the host prepends `#define ATTN_E <E>`.
 #define ATTN_INSTANCES_FOR(E) ATTN_INSTANCES(E)
