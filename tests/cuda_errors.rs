@@ -133,3 +133,25 @@ fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
         assert_eq!(code, Some(0), "{name}: {err}");
     }
 }
+
+#[test]
+fn a_missing_library_is_an_error_naming_it() {
+    // Hide every Python prefix (where NVIDIA's wheels put cuDNN) but keep the
+    // loader's paths (the driver); a machine with cuDNN installed system-wide
+    // still finds it, and then the run must simply succeed.
+    let out = Command::new(wrapir_bin())
+        .args(["run", root().join("fixtures/inductor/bundles/resnet").to_str().unwrap(), "--device", "cuda"])
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX")
+        .env_remove("WRAPIR_CUDA_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => eprintln!("cuDNN is installed outside Python's directories here; nothing to check"),
+        Some(2) => assert!(err.contains("cannot load cuDNN") && err.contains("WRAPIR_CUDA_LIBRARY_PATH"), "{err}"),
+        other => panic!("exit {other:?} (a signal is None): {err}"),
+    }
+}

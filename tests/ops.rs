@@ -7,36 +7,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use wrapir::exec::device_ops::{extern_uses, markdown_table, runs_on_cuda, CUDA_OPS};
 use wrapir::exec::host::{op_key, HostBackend};
 use wrapir::ir::Program;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn wrapir(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_wrapir"))
-        .args(args)
-        .current_dir(common::root())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use common::wrapir;
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wrapir-ops-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("ops", test)
 }
 
 /// Every committed program: the `.wir` fixtures and the bundles' `program.json`.

@@ -5,7 +5,6 @@ mod common;
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use wrapir::exec::meta::{run_program_on, MetaBackend, MetaReport};
 use wrapir::exec::safetensors::{self, SafetensorsError};
 use wrapir::exec::{Tensor, Value};
@@ -358,31 +357,11 @@ fn bundle_safetensors_parse_and_round_trip() {
 
 // ---- `wrapir run` -----------------------------------------------------------------
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn wrapir(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_wrapir"))
-        .args(args)
-        .current_dir(common::root())
-        .output()
-        .unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
+use common::wrapir;
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wrapir-run-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("run", test)
 }
 
 fn path_str(p: &Path) -> &str {

@@ -55,3 +55,32 @@ pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     wrapir::text::parse(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
+
+/// What a run of the `wrapir` binary gave: exit code (-1 for a signal), stdout, stderr.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `wrapir` binary with `args` in the crate root.
+pub fn wrapir(args: &[&str]) -> Run {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wrapir"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fresh scratch directory `wrapir-<suite>-<test>-<pid>` for one test.
+pub fn scratch(suite: &str, test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wrapir-{suite}-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
