@@ -121,7 +121,9 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
             expected: None,
         })
         .map_err(|e| format!("host: {e}"))?;
-    let Value::Tensor(want) = want else { return Err("host gave no tensor".into()) };
+    let Value::Tensor(want) = want else {
+        return Err("host gave no tensor".into());
+    };
     let options = CudaOptions {
         host_fallback: false,
         math: MathModes {
@@ -133,10 +135,17 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).map_err(|e| e.to_string())?;
     let dargs: Vec<_> = args.iter().map(|v| device(&mut backend, v)).collect();
-    let mut dkwargs: IndexMap<String, _> = kwargs.iter().map(|(k, v)| (k.clone(), device(&mut backend, v))).collect();
+    let mut dkwargs: IndexMap<String, _> = kwargs
+        .iter()
+        .map(|(k, v)| (k.clone(), device(&mut backend, v)))
+        .collect();
     let out = if use_out {
         let o = backend
-            .allocate(&wrapir::exec::TensorSpec::contiguous(dtype, wrapir::ir::Device::cuda(0), want.size()))
+            .allocate(&wrapir::exec::TensorSpec::contiguous(
+                dtype,
+                wrapir::ir::Device::cuda(0),
+                want.size(),
+            ))
             .map_err(|e| e.to_string())?;
         dkwargs.insert("out".into(), Value::Tensor(o.clone()));
         Some(o)
@@ -183,16 +192,31 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
 fn convolution_matches_the_host_on_cudnn() {
     let cases = vec![
         case("2-d 3x3", &[2, 3, 9, 9], &[4, 3, 3, 3]),
-        Case { padding: vec![1, 1], stride: vec![2, 2], ..case("2-d stride 2 pad 1", &[2, 8, 16, 16], &[16, 8, 3, 3]) },
-        Case { dilation: vec![2, 2], padding: vec![2, 2], ..case("2-d dilated", &[1, 4, 12, 12], &[4, 4, 3, 3]) },
-        Case { groups: 2, ..case("2-d groups 2", &[2, 8, 10, 10], &[6, 4, 3, 3]) },
+        Case {
+            padding: vec![1, 1],
+            stride: vec![2, 2],
+            ..case("2-d stride 2 pad 1", &[2, 8, 16, 16], &[16, 8, 3, 3])
+        },
+        Case {
+            dilation: vec![2, 2],
+            padding: vec![2, 2],
+            ..case("2-d dilated", &[1, 4, 12, 12], &[4, 4, 3, 3])
+        },
+        Case {
+            groups: 2,
+            ..case("2-d groups 2", &[2, 8, 10, 10], &[6, 4, 3, 3])
+        },
         Case {
             groups: 16,
             padding: vec![3, 3],
             bias: true,
             ..case("depthwise 7x7", &[2, 16, 14, 14], &[16, 1, 7, 7])
         },
-        Case { channels_last: true, padding: vec![1, 1], ..case("channels-last 3x3", &[2, 8, 10, 10], &[8, 8, 3, 3]) },
+        Case {
+            channels_last: true,
+            padding: vec![1, 1],
+            ..case("channels-last 3x3", &[2, 8, 10, 10], &[8, 8, 3, 3])
+        },
         Case {
             channels_last: true,
             groups: 8,
@@ -200,10 +224,24 @@ fn convolution_matches_the_host_on_cudnn() {
             ..case("channels-last depthwise", &[2, 8, 10, 10], &[8, 1, 3, 3])
         },
         case("1x1", &[4, 16, 7, 7], &[32, 16, 1, 1]),
-        Case { bias: false, ..case("no bias", &[1, 3, 8, 8], &[2, 3, 3, 3]) },
-        Case { padding: vec![2], stride: vec![2], ..case("1-d", &[2, 4, 33], &[6, 4, 5]) },
-        Case { groups: 4, padding: vec![1], ..case("1-d depthwise", &[2, 4, 20], &[4, 1, 3]) },
-        Case { padding: vec![1, 1, 1], ..case("3-d", &[1, 2, 6, 7, 8], &[3, 2, 3, 3, 3]) },
+        Case {
+            bias: false,
+            ..case("no bias", &[1, 3, 8, 8], &[2, 3, 3, 3])
+        },
+        Case {
+            padding: vec![2],
+            stride: vec![2],
+            ..case("1-d", &[2, 4, 33], &[6, 4, 5])
+        },
+        Case {
+            groups: 4,
+            padding: vec![1],
+            ..case("1-d depthwise", &[2, 4, 20], &[4, 1, 3])
+        },
+        Case {
+            padding: vec![1, 1, 1],
+            ..case("3-d", &[1, 2, 6, 7, 8], &[3, 2, 3, 3, 3])
+        },
         Case {
             transposed: true,
             stride: vec![2, 2],
@@ -217,7 +255,10 @@ fn convolution_matches_the_host_on_cudnn() {
             groups: 2,
             ..case("transposed 1-d groups", &[1, 4, 9], &[4, 3, 4])
         },
-        Case { stride: vec![16, 16], ..case("patch embedding", &[2, 3, 32, 32], &[8, 3, 16, 16]) },
+        Case {
+            stride: vec![16, 16],
+            ..case("patch embedding", &[2, 3, 32, 32], &[8, 3, 16, 16])
+        },
     ];
     let mut failures = Vec::new();
     for c in &cases {
@@ -230,18 +271,29 @@ fn convolution_matches_the_host_on_cudnn() {
             for use_out in [false, true] {
                 match run_case(c, dtype, tf32, use_out) {
                     Ok(e) if e <= tol => {}
-                    Ok(e) => failures.push(format!("{} {dtype} tf32={tf32} out={use_out}: error {e:.3e} > {tol:.0e}", c.name)),
+                    Ok(e) => failures.push(format!(
+                        "{} {dtype} tf32={tf32} out={use_out}: error {e:.3e} > {tol:.0e}",
+                        c.name
+                    )),
                     Err(e) => failures.push(format!("{} {dtype} tf32={tf32} out={use_out}: {e}", c.name)),
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn convolution_errors_name_the_problem() {
-    let c = Case { groups: 3, ..case("bad groups", &[1, 4, 8, 8], &[4, 2, 3, 3]) };
+    let c = Case {
+        groups: 3,
+        ..case("bad groups", &[1, 4, 8, 8], &[4, 2, 3, 3])
+    };
     let e = run_case(&c, DType::Float32, false, false).unwrap_err();
     assert!(e.contains("groups"), "{e}");
 }

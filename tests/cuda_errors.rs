@@ -65,7 +65,9 @@ fn run_cli(bundle: &Path) -> (Option<i32>, String) {
 #[test]
 fn an_op_without_a_device_implementation_is_an_error_naming_it() {
     let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
-    let x = backend.copy_in(&Tensor::from_f64(DType::Float32, &[1.0, 2.0], &[2]).unwrap()).unwrap();
+    let x = backend
+        .copy_in(&Tensor::from_f64(DType::Float32, &[1.0, 2.0], &[2]).unwrap())
+        .unwrap();
     let args = vec![Value::Tensor(x)];
     let kwargs: IndexMap<String, Value<_>> = IndexMap::new();
     let e = backend
@@ -88,9 +90,14 @@ fn an_allocation_larger_than_the_device_is_an_error() {
         .allocate(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[1 << 40]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("cuMemAllocAsync") || e.to_lowercase().contains("memory"), "{e}");
+    assert!(
+        e.contains("cuMemAllocAsync") || e.to_lowercase().contains("memory"),
+        "{e}"
+    );
     // The backend still works afterwards.
-    let t = backend.copy_in(&Tensor::from_f64(DType::Float32, &[3.0], &[1]).unwrap()).unwrap();
+    let t = backend
+        .copy_in(&Tensor::from_f64(DType::Float32, &[3.0], &[1]).unwrap())
+        .unwrap();
     assert_eq!(backend.copy_out(&t).unwrap().to_f64_vec().unwrap(), vec![3.0]);
 }
 
@@ -140,7 +147,12 @@ fn a_missing_library_is_an_error_naming_it() {
     // loader's paths (the driver); a machine with cuDNN installed system-wide
     // still finds it, and then the run must simply succeed.
     let out = Command::new(wrapir_bin())
-        .args(["run", root().join("fixtures/inductor/bundles/resnet").to_str().unwrap(), "--device", "cuda"])
+        .args([
+            "run",
+            root().join("fixtures/inductor/bundles/resnet").to_str().unwrap(),
+            "--device",
+            "cuda",
+        ])
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", "/nonexistent")
         .env_remove("VIRTUAL_ENV")
@@ -151,7 +163,10 @@ fn a_missing_library_is_an_error_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => eprintln!("cuDNN is installed outside Python's directories here; nothing to check"),
-        Some(2) => assert!(err.contains("cannot load cuDNN") && err.contains("WRAPIR_CUDA_LIBRARY_PATH"), "{err}"),
+        Some(2) => assert!(
+            err.contains("cannot load cuDNN") && err.contains("WRAPIR_CUDA_LIBRARY_PATH"),
+            "{err}"
+        ),
         other => panic!("exit {other:?} (a signal is None): {err}"),
     }
 }

@@ -26,7 +26,9 @@ fn spatial_list<T>(a: &Args<'_, T>, i: usize, name: &str, spatial: usize, defaul
     match v.len() {
         1 => Ok(vec![v[0]; spatial]),
         n if n == spatial => Ok(v),
-        n => Err(a.err(format!("`{name}` has {n} entries, the convolution has {spatial} spatial dimensions"))),
+        n => Err(a.err(format!(
+            "`{name}` has {n} entries, the convolution has {spatial} spatial dimensions"
+        ))),
     }
 }
 
@@ -77,7 +79,11 @@ impl ConvParams {
         }
         let overflow = || err("a size overflows".into());
         let grouped = w[1].checked_mul(self.groups).ok_or_else(overflow)?;
-        let (in_channels, out_channels) = if self.transposed { (w[0], grouped) } else { (grouped, w[0]) };
+        let (in_channels, out_channels) = if self.transposed {
+            (w[0], grouped)
+        } else {
+            (grouped, w[0])
+        };
         if x[1] != in_channels || w[0] % self.groups != 0 {
             return Err(err(format!(
                 "input {x:?} and weight {w:?} with groups {} do not match ({in_channels} input channels expected)",
@@ -135,7 +141,10 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
     };
     let dtype = x.dtype();
     if w.dtype() != dtype || bias.is_some_and(|b| b.dtype() != dtype) || !dtype.is_floating() {
-        return Err(a.err(format!("expected floating operands of one dtype, got input {dtype}, weight {}", w.dtype())));
+        return Err(a.err(format!(
+            "expected floating operands of one dtype, got input {dtype}, weight {}",
+            w.dtype()
+        )));
     }
     let spatial = x.size().len().saturating_sub(2);
     let p = ConvParams::parse(a, spatial)?;

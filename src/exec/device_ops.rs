@@ -45,28 +45,116 @@ impl DeviceOp {
 
 /// Every extern op the CUDA backend runs on the device, by op key.
 pub const CUDA_OPS: &[DeviceOp] = &[
-    DeviceOp { op: "aten.mm", via: "cuBLAS", dtypes: FLOAT },
-    DeviceOp { op: "aten.bmm", via: "cuBLAS", dtypes: FLOAT },
-    DeviceOp { op: "aten.addmm", via: "cuBLASLt", dtypes: FLOAT },
-    DeviceOp { op: "aten._addmm_activation", via: "cuBLASLt", dtypes: FLOAT },
-    DeviceOp { op: "aten.baddbmm", via: "cuBLAS", dtypes: FLOAT },
-    DeviceOp { op: "aten.addbmm", via: "cuBLAS", dtypes: FLOAT },
-    DeviceOp { op: "aten.convolution", via: "cuDNN", dtypes: FLOAT },
-    DeviceOp { op: "aten.nonzero", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.masked_select", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.index", via: "built-in kernel", dtypes: "all (boolean mask index)" },
-    DeviceOp { op: "aten._jagged_to_padded_dense_forward", via: "built-in kernel", dtypes: "f32, f64, f16, bf16" },
-    DeviceOp { op: "aten._jagged_to_padded_dense_backward", via: "built-in kernel", dtypes: "f32, f64, f16, bf16" },
-    DeviceOp { op: "aten._padded_dense_to_jagged_forward", via: "built-in kernel", dtypes: "f32, f64, f16, bf16" },
-    DeviceOp { op: "aten._padded_dense_to_jagged_backward", via: "built-in kernel", dtypes: "f32, f64, f16, bf16" },
-    DeviceOp { op: "aten.scatter_", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.scatter_add_", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.scatter_reduce_", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.index_put_", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten.topk", via: "built-in kernel", dtypes: "all" },
-    DeviceOp { op: "aten._scaled_dot_product_efficient_attention", via: OWN_ATTENTION, dtypes: FLOAT },
-    DeviceOp { op: "aten._scaled_dot_product_flash_attention", via: OWN_ATTENTION, dtypes: FLOAT },
-    DeviceOp { op: "aten._scaled_dot_product_cudnn_attention", via: OWN_ATTENTION, dtypes: FLOAT },
+    DeviceOp {
+        op: "aten.mm",
+        via: "cuBLAS",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.bmm",
+        via: "cuBLAS",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.addmm",
+        via: "cuBLASLt",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten._addmm_activation",
+        via: "cuBLASLt",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.baddbmm",
+        via: "cuBLAS",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.addbmm",
+        via: "cuBLAS",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.convolution",
+        via: "cuDNN",
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten.nonzero",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.masked_select",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.index",
+        via: "built-in kernel",
+        dtypes: "all (boolean mask index)",
+    },
+    DeviceOp {
+        op: "aten._jagged_to_padded_dense_forward",
+        via: "built-in kernel",
+        dtypes: "f32, f64, f16, bf16",
+    },
+    DeviceOp {
+        op: "aten._jagged_to_padded_dense_backward",
+        via: "built-in kernel",
+        dtypes: "f32, f64, f16, bf16",
+    },
+    DeviceOp {
+        op: "aten._padded_dense_to_jagged_forward",
+        via: "built-in kernel",
+        dtypes: "f32, f64, f16, bf16",
+    },
+    DeviceOp {
+        op: "aten._padded_dense_to_jagged_backward",
+        via: "built-in kernel",
+        dtypes: "f32, f64, f16, bf16",
+    },
+    DeviceOp {
+        op: "aten.scatter_",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.scatter_add_",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.scatter_reduce_",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.index_put_",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.topk",
+        via: "built-in kernel",
+        dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten._scaled_dot_product_efficient_attention",
+        via: OWN_ATTENTION,
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten._scaled_dot_product_flash_attention",
+        via: OWN_ATTENTION,
+        dtypes: FLOAT,
+    },
+    DeviceOp {
+        op: "aten._scaled_dot_product_cudnn_attention",
+        via: OWN_ATTENTION,
+        dtypes: FLOAT,
+    },
 ];
 
 /// The row of `op` (any spelling [`super::host::op_key`] accepts).

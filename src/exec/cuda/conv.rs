@@ -103,7 +103,9 @@ fn channels_last_strides(size: &[i64]) -> Vec<i64> {
 /// Whether `stride` lays out `size` densely as `dense` does (dimensions of
 /// size 1 may have any stride).
 fn packed_as(size: &[i64], stride: &[i64], dense: &[i64]) -> bool {
-    size.iter().zip(stride.iter().zip(dense)).all(|(&n, (s, d))| n <= 1 || s == d)
+    size.iter()
+        .zip(stride.iter().zip(dense))
+        .all(|(&n, (s, d))| n <= 1 || s == d)
 }
 
 fn is_channels_last(size: &[i64], stride: &[i64]) -> bool {
@@ -176,13 +178,17 @@ pub(super) fn call(
         return Err(a.err(format!(
             "operand dtypes differ: input {dtype}, weight {}{}",
             conv.weight.spec.dtype,
-            conv.bias.map(|b| format!(", bias {}", b.spec.dtype)).unwrap_or_default()
+            conv.bias
+                .map(|b| format!(", bias {}", b.spec.dtype))
+                .unwrap_or_default()
         )));
     }
     let Some(dt) = data_type(dtype) else {
         return Ok(None);
     };
-    let out_size = conv.params.output_size(call.op, &conv.input.spec.size, &conv.weight.spec.size)?;
+    let out_size = conv
+        .params
+        .output_size(call.op, &conv.input.spec.size, &conv.weight.spec.size)?;
     if let Some(b) = conv.bias {
         if b.spec.size != [out_size[1]] {
             return Err(a.err(format!("bias {:?} for {} output channels", b.spec.size, out_size[1])));
@@ -223,7 +229,11 @@ pub(super) fn call(
         }
     };
     if out_size.contains(&0) || conv.input.spec.numel() == 0 {
-        return Ok(Some(if declared.is_some() { Value::None } else { Value::Tensor(result) }));
+        return Ok(Some(if declared.is_some() {
+            Value::None
+        } else {
+            Value::Tensor(result)
+        }));
     }
     if backend.dnn.is_none() {
         backend.dnn = Some(DnnHandle::new(&backend.device)?);
@@ -256,7 +266,11 @@ pub(super) fn call(
         }
         v
     };
-    let (pad, stride, dil) = (lift_param(&conv.params.padding, 0), lift_param(&conv.params.stride, 1), lift_param(&conv.params.dilation, 1));
+    let (pad, stride, dil) = (
+        lift_param(&conv.params.padding, 0),
+        lift_param(&conv.params.stride, 1),
+        lift_param(&conv.params.dilation, 1),
+    );
     let tf32 = dtype == DType::Float32 && backend.options.math.cudnn_allow_tf32;
     let key = PlanKey {
         transposed: conv.params.transposed,
@@ -265,13 +279,28 @@ pub(super) fn call(
         x: xs.iter().chain(&xst).copied().collect(),
         w: ws.clone(),
         y: ys.iter().chain(&yst).copied().collect(),
-        params: pad.iter().chain(&stride).chain(&dil).copied().chain([conv.params.groups]).collect(),
+        params: pad
+            .iter()
+            .chain(&stride)
+            .chain(&dil)
+            .copied()
+            .chain([conv.params.groups])
+            .collect(),
         tf32,
     };
     let plan = match backend.conv.plans.get(&key) {
         Some(p) => Rc::clone(p),
         None => {
-            let p = Rc::new(make_plan(backend, &key, dt, (&xs, &xst), &ws, (&ys, &yst), (&pad, &stride, &dil), conv.params.groups)?);
+            let p = Rc::new(make_plan(
+                backend,
+                &key,
+                dt,
+                (&xs, &xst),
+                &ws,
+                (&ys, &yst),
+                (&pad, &stride, &dil),
+                conv.params.groups,
+            )?);
             backend.conv.plans.insert(key, Rc::clone(&p));
             p
         }
@@ -315,7 +344,11 @@ pub(super) fn call(
         transform(backend, &y, &result, dt)?;
     }
     drop(workspace);
-    Ok(Some(if declared.is_some() { Value::None } else { Value::Tensor(result) }))
+    Ok(Some(if declared.is_some() {
+        Value::None
+    } else {
+        Value::Tensor(result)
+    }))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -329,8 +362,15 @@ fn make_plan(
     (pad, stride, dil): (&[i64], &[i64], &[i64]),
     groups: i64,
 ) -> Result<Plan, ExecError> {
-    let handle = backend.dnn.as_ref().ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
-    let format = if key.channels_last { Format::CUDNN_TENSOR_NHWC } else { Format::CUDNN_TENSOR_NCHW };
+    let handle = backend
+        .dnn
+        .as_ref()
+        .ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
+    let format = if key.channels_last {
+        Format::CUDNN_TENSOR_NHWC
+    } else {
+        Format::CUDNN_TENSOR_NCHW
+    };
     let (xd, yd) = (TensorDesc::new(dt, x.0, x.1)?, TensorDesc::new(dt, y.0, y.1)?);
     let wd = FilterDesc::new(dt, format, w)?;
     // PyTorch's math types: fp32 FMA only unless TF32 is allowed; half
@@ -384,7 +424,13 @@ fn transform(backend: &mut CudaBackend, src: &CudaTensor, dst: &CudaTensor, dt: 
         let (mut s, mut st) = (t.spec.size.clone(), t.spec.stride.clone());
         while s.len() < 4 {
             s.insert(0, 1);
-            st.insert(0, st.first().copied().unwrap_or(1).saturating_mul(s.get(1).copied().unwrap_or(1).max(1)));
+            st.insert(
+                0,
+                st.first()
+                    .copied()
+                    .unwrap_or(1)
+                    .saturating_mul(s.get(1).copied().unwrap_or(1).max(1)),
+            );
         }
         (s, st)
     };
@@ -421,9 +467,18 @@ impl LibraryCall for ConvCall {
 
     fn addresses(&self) -> Vec<Address> {
         let mut v = vec![
-            Address { ptr: self.x, writes: false },
-            Address { ptr: self.w, writes: false },
-            Address { ptr: self.y, writes: true },
+            Address {
+                ptr: self.x,
+                writes: false,
+            },
+            Address {
+                ptr: self.w,
+                writes: false,
+            },
+            Address {
+                ptr: self.y,
+                writes: true,
+            },
         ];
         if self.workspace != 0 {
             v.push(Address {
@@ -446,7 +501,10 @@ impl LibraryCall for ConvCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let h = backend.dnn.as_ref().ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
+        let h = backend
+            .dnn
+            .as_ref()
+            .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
         let p = &*self.plan;
         let ws = (self.workspace, p.workspace);
         match p.algo {
@@ -490,7 +548,13 @@ impl LibraryCall for DnnCall {
             DnnCall::Transform { x_ptr, y_ptr, .. } => (*x_ptr, *y_ptr),
             DnnCall::Add { a_ptr, c_ptr, .. } => (*a_ptr, *c_ptr),
         };
-        vec![Address { ptr: from, writes: false }, Address { ptr: to, writes: true }]
+        vec![
+            Address {
+                ptr: from,
+                writes: false,
+            },
+            Address { ptr: to, writes: true },
+        ]
     }
 
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall> {
@@ -512,7 +576,10 @@ impl LibraryCall for DnnCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let h = backend.dnn.as_ref().ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
+        let h = backend
+            .dnn
+            .as_ref()
+            .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
         match self {
             DnnCall::Transform { x, x_ptr, y, y_ptr } => h.transform((x, *x_ptr), (y, *y_ptr)),
             DnnCall::Add { a, a_ptr, c, c_ptr } => h.add((a, *a_ptr), (c, *c_ptr)),

@@ -43,7 +43,10 @@ impl DnnHandle {
     pub(super) fn new(device: &Arc<Device>) -> Result<DnnHandle, CudaError> {
         // SAFETY: a dlopen probe, checked before cudarc would panic on a missing library.
         if !libraries::keep_loaded("cudnn") || !unsafe { dnn::is_culib_present() } {
-            return Err(CudaError::NotFound(libraries::missing("cuDNN (libcudnn.so.9)", "cudnn")));
+            return Err(CudaError::NotFound(libraries::missing(
+                "cuDNN (libcudnn.so.9)",
+                "cudnn",
+            )));
         }
         device.bind()?;
         let mut raw: dnn::cudnnHandle_t = std::ptr::null_mut();
@@ -79,11 +82,19 @@ impl TensorDesc {
         let (dims, strides) = (ints(size, "tensor size")?, ints(stride, "tensor stride")?);
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateTensorDescriptor", unsafe { dnn::cudnnCreateTensorDescriptor(&mut raw) })?;
+        check("cudnnCreateTensorDescriptor", unsafe {
+            dnn::cudnnCreateTensorDescriptor(&mut raw)
+        })?;
         let desc = TensorDesc(raw);
         // SAFETY: the descriptor is live; both arrays hold `dims.len()` entries.
         check("cudnnSetTensorNdDescriptor", unsafe {
-            dnn::cudnnSetTensorNdDescriptor(raw, dtype, int(dims.len() as i64, "rank")?, dims.as_ptr(), strides.as_ptr())
+            dnn::cudnnSetTensorNdDescriptor(
+                raw,
+                dtype,
+                int(dims.len() as i64, "rank")?,
+                dims.as_ptr(),
+                strides.as_ptr(),
+            )
         })?;
         Ok(desc)
     }
@@ -105,7 +116,9 @@ impl FilterDesc {
         let dims = ints(size, "filter size")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateFilterDescriptor", unsafe { dnn::cudnnCreateFilterDescriptor(&mut raw) })?;
+        check("cudnnCreateFilterDescriptor", unsafe {
+            dnn::cudnnCreateFilterDescriptor(&mut raw)
+        })?;
         let desc = FilterDesc(raw);
         // SAFETY: the descriptor is live; `dims` holds the given count.
         check("cudnnSetFilterNdDescriptor", unsafe {
@@ -135,7 +148,11 @@ impl ConvDesc {
         compute: DataType,
         math: MathType,
     ) -> Result<ConvDesc, CudaError> {
-        let (pad, st, dil) = (ints(padding, "padding")?, ints(stride, "stride")?, ints(dilation, "dilation")?);
+        let (pad, st, dil) = (
+            ints(padding, "padding")?,
+            ints(stride, "stride")?,
+            ints(dilation, "dilation")?,
+        );
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("cudnnCreateConvolutionDescriptor", unsafe {
@@ -372,7 +389,11 @@ impl DnnHandle {
     }
 
     /// `c = a + c` with `a` broadcast over `c` (the bias add).
-    pub(super) fn add(&self, a: (&TensorDesc, sys::CUdeviceptr), c: (&TensorDesc, sys::CUdeviceptr)) -> Result<(), CudaError> {
+    pub(super) fn add(
+        &self,
+        a: (&TensorDesc, sys::CUdeviceptr),
+        c: (&TensorDesc, sys::CUdeviceptr),
+    ) -> Result<(), CudaError> {
         let (alpha, beta) = (1.0f32, 1.0f32);
         self.device.bind()?;
         // SAFETY: descriptors are live and describe the live buffers passed with them.
@@ -390,7 +411,11 @@ impl DnnHandle {
     }
 
     /// `y = x` between two layouts of the same sizes.
-    pub(super) fn transform(&self, x: (&TensorDesc, sys::CUdeviceptr), y: (&TensorDesc, sys::CUdeviceptr)) -> Result<(), CudaError> {
+    pub(super) fn transform(
+        &self,
+        x: (&TensorDesc, sys::CUdeviceptr),
+        y: (&TensorDesc, sys::CUdeviceptr),
+    ) -> Result<(), CudaError> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         self.device.bind()?;
         // SAFETY: descriptors are live and describe the live buffers passed with them.

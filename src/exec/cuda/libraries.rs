@@ -74,7 +74,11 @@ pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
         };
         let mut pythons: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("python3")))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("python3"))
+            })
             .collect();
         pythons.sort();
         for python in pythons.iter().rev() {
@@ -182,7 +186,9 @@ fn siblings_first(name: &str, dir: &Path) -> Vec<libloading::Library> {
 unsafe fn open_global(path: &Path) -> Option<libloading::Library> {
     use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_LAZY};
     // SAFETY: forwarded to the caller.
-    unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_GLOBAL) }.ok().map(Into::into)
+    unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_GLOBAL) }
+        .ok()
+        .map(Into::into)
 }
 
 /// The message for a library that [`keep_loaded`] could not find.
@@ -191,7 +197,11 @@ pub(super) fn missing(library: &'static str, name: &str) -> String {
     format!(
         "cannot load {library}: not on the loader's paths (LD_LIBRARY_PATH, the system's) nor in {}; \
          install it or name its directory in {LIBRARY_PATH_VAR}",
-        if dirs.is_empty() { "any CUDA or Python directory".to_string() } else { dirs.join(", ") }
+        if dirs.is_empty() {
+            "any CUDA or Python directory".to_string()
+        } else {
+            dirs.join(", ")
+        }
     )
 }
 

@@ -808,7 +808,11 @@ impl Backend for CudaBackend {
                 format!(
                     "the cuda backend cannot run these operands on the device ({}){}",
                     describe_operands(&call),
-                    if on_host { "; --allow-host-fallback runs it on the host" } else { "" }
+                    if on_host {
+                        "; --allow-host-fallback runs it on the host"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
@@ -987,12 +991,18 @@ fn describe_operands(call: &ExternCall<'_, CudaTensor>) -> String {
     let mut parts = Vec::new();
     for (i, v) in call.args.iter().enumerate() {
         if let Value::Tensor(t) = v {
-            parts.push(format!("arg {i}: {}{:?} strides {:?}", t.spec.dtype, t.spec.size, t.spec.stride));
+            parts.push(format!(
+                "arg {i}: {}{:?} strides {:?}",
+                t.spec.dtype, t.spec.size, t.spec.stride
+            ));
         }
     }
     for (k, v) in call.kwargs.iter() {
         if let Value::Tensor(t) = v {
-            parts.push(format!("{k}: {}{:?} strides {:?}", t.spec.dtype, t.spec.size, t.spec.stride));
+            parts.push(format!(
+                "{k}: {}{:?} strides {:?}",
+                t.spec.dtype, t.spec.size, t.spec.stride
+            ));
         }
     }
     parts.join(", ")

@@ -414,7 +414,9 @@ impl Recorder<'_> {
                         match self.place_of_address(a.ptr, &storages) {
                             Some(place) => {
                                 if a.writes && matches!(place, Place::External { .. }) {
-                                    self.note_external_write(|| format!("extern op `{op}` writes an input or constant"));
+                                    self.note_external_write(|| {
+                                        format!("extern op `{op}` writes an input or constant")
+                                    });
                                 }
                                 places.push(place);
                             }
