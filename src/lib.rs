@@ -65,9 +65,12 @@
 pub mod exec;
 pub mod fx;
 pub mod ir;
+pub mod limits;
 pub mod lower;
 pub mod reconcile;
 #[cfg(feature = "insta")]
 pub mod snapshot;
 pub mod sym;
 pub mod text;
+
+pub use limits::{Limit, LimitExceeded, Limits};

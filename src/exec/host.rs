@@ -38,6 +38,7 @@ pub struct HostBackend {
     options: HostOptions,
     ops: BTreeMap<String, ExternFn>,
     kernels: BTreeMap<String, KernelFn>,
+    limits: crate::Limits,
     memory: Arc<MemCounter>,
 }
 
@@ -94,6 +95,7 @@ impl HostBackend {
             options,
             ops: BTreeMap::new(),
             kernels: BTreeMap::new(),
+            limits: crate::Limits::default(),
             memory: Arc::default(),
         };
         let builtin_options = BuiltinOptions {
@@ -123,6 +125,18 @@ impl HostBackend {
             );
         }
         b
+    }
+
+    /// Runs within `limits` (memory, `while_loop` fuel) instead of [`crate::Limits::default`].
+    pub fn with_limits(mut self, limits: crate::Limits) -> Self {
+        self.limits = limits;
+        self.memory = Arc::new(MemCounter::with_limits(&limits));
+        self
+    }
+
+    /// The limits this backend runs within.
+    pub fn limits(&self) -> crate::Limits {
+        self.limits
     }
 
     /// Registers (or replaces) an extern op under `name` (an op string or a key like `aten.foo`).
@@ -257,6 +271,10 @@ impl Backend for HostBackend {
 
     fn memory(&self) -> MemoryStats {
         self.memory.stats()
+    }
+
+    fn limits(&self) -> crate::Limits {
+        self.limits
     }
 }
 

@@ -111,13 +111,23 @@ pub(crate) fn jagged_to_padded(
     let b = o.len() - 1;
     let rest = &values.size()[1..];
     let d = inner_size(op, rest)?;
-    let n = *n as usize;
+    let n = usize::try_from(*n).map_err(|_| ExecError::op(op, format!("max length {n} does not fit")))?;
     let mut shape = vec![b as i64, n as i64];
     shape.extend_from_slice(rest);
+    let total = b
+        .checked_mul(n)
+        .and_then(|x| x.checked_mul(d))
+        .filter(|t| i64::try_from(*t).is_ok())
+        .ok_or_else(|| {
+            ExecError::op(
+                op,
+                format!("the padded result {shape:?} has more elements than fit in 64 bits"),
+            )
+        })?;
     with_dtype!(values.dtype(), T => {
         let vals = values.to_vec::<T>()?;
         let pad = T::from_f64(padding);
-        let mut out = vec![pad; b * n * d];
+        let mut out = super::tensor::filled(total, pad, &|| format!("op `{op}`: the padded result {shape:?}"))?;
         let fill = |(row, chunk): (usize, &mut [T])| {
             let begin = o[row] as usize;
             let len = (o[row + 1] - o[row]) as usize;

@@ -38,6 +38,7 @@ impl MetaTensor {
 pub struct MetaBackend {
     hints: HashMap<Symbol, i64>,
     predicate: Option<bool>,
+    limits: crate::Limits,
     memory: Arc<MemCounter>,
     /// Layouts of freed tensors (sole handles), reused for new tensors and
     /// views with their vectors' capacity: a run in steady state allocates
@@ -70,6 +71,13 @@ impl MetaBackend {
         self
     }
 
+    /// Runs within `limits` (memory, `while_loop` fuel) instead of [`crate::Limits::default`].
+    pub fn with_limits(mut self, limits: crate::Limits) -> Self {
+        self.limits = limits;
+        self.memory = Arc::new(MemCounter::with_limits(&limits));
+        self
+    }
+
     /// A meta tensor for `spec` (what a caller passes as an input).
     pub fn tensor(&mut self, spec: &TensorSpec) -> Result<MetaTensor, ExecError> {
         self.allocate(spec)
@@ -98,27 +106,32 @@ impl MetaBackend {
         s.stride.clear();
         s.stride.extend(exp.stride.iter().flatten());
         s.offset = offset;
-        Some(storage_of(&spec).map(|(n, bytes)| MetaTensor {
-            spec,
-            storage: self.storage(bytes),
-            storage_numel: n,
+        Some(storage_of(&spec).and_then(|(n, bytes)| {
+            let storage = self.storage(bytes, &spec)?;
+            Ok(MetaTensor {
+                spec,
+                storage,
+                storage_numel: n,
+            })
         }))
     }
 
-    /// A storage record of `bytes`, counted in `memory` (a pooled one when
-    /// there is one).
-    fn storage(&mut self, bytes: u64) -> Arc<Accounted> {
-        self.memory.add(bytes);
+    /// A storage record of `bytes` for `spec`, counted in `memory` within the
+    /// memory limits (a pooled one when there is one).
+    fn storage(&mut self, bytes: u64, spec: &TensorSpec) -> Result<Arc<Accounted>, ExecError> {
+        self.memory.reserve(bytes, &|| {
+            format!("allocating {} {:?} strides {:?}", spec.dtype, spec.size, spec.stride)
+        })?;
         if let Some(mut storage) = self.storage_pool.pop() {
             if let Some(acc) = Arc::get_mut(&mut storage) {
                 acc.bytes = bytes;
-                return storage;
+                return Ok(storage);
             }
         }
-        Arc::new(Accounted {
+        Ok(Arc::new(Accounted {
             bytes,
             counter: Some(Arc::clone(&self.memory)),
-        })
+        }))
     }
 
     /// A layout handle holding these entries (a pooled one when there is one).
@@ -163,9 +176,10 @@ impl Backend for MetaBackend {
 
     fn allocate(&mut self, spec: &TensorSpec) -> Result<MetaTensor, ExecError> {
         let (n, bytes) = storage_of(spec)?;
+        let storage = self.storage(bytes, spec)?;
         Ok(MetaTensor {
             spec: self.layout(spec, &spec.size, &spec.stride, spec.offset),
-            storage: self.storage(bytes),
+            storage,
             storage_numel: n,
         })
     }
@@ -264,12 +278,16 @@ impl Backend for MetaBackend {
     fn memory(&self) -> MemoryStats {
         self.memory.stats()
     }
+
+    fn limits(&self) -> crate::Limits {
+        self.limits
+    }
 }
 
 /// Storage elements and bytes of a layout.
 fn storage_of(spec: &TensorSpec) -> Result<(usize, u64), ExecError> {
     let n = super::tensor::storage_elements(spec)?;
-    Ok((n, n as u64 * spec.dtype.size_bytes()))
+    Ok((n, (n as u64).checked_mul(spec.dtype.size_bytes()).unwrap_or(u64::MAX)))
 }
 
 impl MetaBackend {

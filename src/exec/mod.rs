@@ -58,14 +58,27 @@ impl TensorSpec {
         }
     }
 
-    /// Number of elements.
+    /// Number of elements (saturated at `i64::MAX` on overflow; 0 when a
+    /// size is negative). [`TensorSpec::checked_numel`] tells these apart.
     pub fn numel(&self) -> i64 {
-        self.size.iter().product()
+        match self.checked_numel() {
+            Some(n) => n,
+            None if self.size.iter().any(|s| *s < 0) => 0,
+            None => i64::MAX,
+        }
+    }
+
+    /// Number of elements, or `None` on a negative size or overflow.
+    pub fn checked_numel(&self) -> Option<i64> {
+        tensor::checked_numel(&self.size)
     }
 
     /// Storage elements the layout reaches (0 when any size is 0), or `None`
-    /// on overflow or a negative size.
+    /// on overflow, a negative size, or a negative stride or offset.
     pub fn storage_numel(&self) -> Option<i64> {
+        if self.offset < 0 || self.stride.iter().any(|s| *s < 0) {
+            return None;
+        }
         // One pass: a negative size wins, then a zero size, then overflow.
         let mut end = self.offset.checked_add(1);
         let mut empty = false;
@@ -737,6 +750,9 @@ pub enum ExecError {
     /// Something the backend cannot do.
     #[error("{0}")]
     Unsupported(String),
+    /// A limit of [`crate::Limits`] was exceeded.
+    #[error(transparent)]
+    Limit(#[from] crate::LimitExceeded),
     /// An error at a node, with where it happened.
     #[error("graph `{graph}`, node `{node}`: {source}")]
     AtNode {
@@ -823,5 +839,11 @@ pub trait Backend {
     /// Bytes allocated through this backend.
     fn memory(&self) -> MemoryStats {
         MemoryStats::default()
+    }
+
+    /// The limits a run on this backend stays within (`while_loop` fuel,
+    /// nesting); [`crate::Limits::default`] unless the backend is given others.
+    fn limits(&self) -> crate::Limits {
+        crate::Limits::default()
     }
 }

@@ -277,6 +277,7 @@ impl Acc for f64 {
 
 /// `[m, k] @ [k, n]` on row-major data, accumulated in `F`, parallel over rows.
 fn matmul<F: Acc>(a: &[F], b: &[F], m: usize, k: usize, n: usize) -> Vec<F> {
+    // `gemm_op` checked that `m * n` (and the batch's result) fits and was allocatable.
     let mut out = vec![F::ZERO; m * n];
     let row = |(i, r): (usize, &mut [F])| {
         for p in 0..k {
@@ -425,6 +426,19 @@ fn gemm_op(
         n: dim(a, n)?,
         sum_batches,
     };
+    let elements = s
+        .batch
+        .checked_mul(s.m)
+        .and_then(|x| x.checked_mul(s.n))
+        .filter(|t| i64::try_from(*t).is_ok())
+        .ok_or_else(|| a.err(format!("the result {out:?} has more elements than fit in 64 bits")))?;
+    // The result and its accumulator, in f64, within the one-allocation limit.
+    crate::Limits::check(
+        crate::Limit::AllocBytes,
+        (elements as u64).saturating_mul(16),
+        crate::Limits::default().max_alloc_bytes,
+        format!("op `{}`: the result {out:?}", a.op),
+    )?;
     let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
     let values = match dtype {
         DType::Float16 | DType::Bfloat16 => gemm_in::<f32>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act),

@@ -153,7 +153,14 @@ pub(crate) fn place_inputs<T>(
                 spec.size
             )));
         }
-        place(name, t, &spec)
+        place(name, t, &spec).map_err(|e| match e {
+            ExecError::Input(m) => ExecError::Input(format!("input `{name}`: {m}")),
+            ExecError::Limit(mut l) => {
+                l.what = format!("input `{name}`: {}", l.what);
+                ExecError::Limit(l)
+            }
+            e => e,
+        })
     };
     let mut args = Vec::new();
     let mut tensors = tensor_inputs.into_iter();

@@ -21,16 +21,53 @@ pub enum Data {
     F64(Vec<f64>),
 }
 
-/// Counts live and peak bytes of storages that report to it.
-#[derive(Debug, Default)]
+/// Counts live and peak bytes of storages that report to it, and holds the
+/// memory limits a backend's allocations must stay within.
+#[derive(Debug)]
 pub(crate) struct MemCounter {
     stats: Mutex<MemoryStats>,
+    max_alloc: u64,
+    max_run: u64,
+}
+
+impl Default for MemCounter {
+    fn default() -> Self {
+        MemCounter::with_limits(&crate::Limits::default())
+    }
 }
 
 impl MemCounter {
+    /// A counter enforcing `limits`' memory limits.
+    pub(crate) fn with_limits(limits: &crate::Limits) -> Self {
+        MemCounter {
+            stats: Mutex::default(),
+            max_alloc: limits.max_alloc_bytes,
+            max_run: limits.max_run_bytes,
+        }
+    }
+
+    /// Counts `bytes` when one allocation of that size and the run's new total
+    /// stay within the limits; else an error naming the limit and `what`.
+    pub(crate) fn reserve(&self, bytes: u64, what: &dyn Fn() -> String) -> Result<(), ExecError> {
+        crate::Limits::check(crate::Limit::AllocBytes, bytes, self.max_alloc, what())?;
+        if let Ok(mut s) = self.stats.lock() {
+            let total = s.current_bytes.saturating_add(bytes);
+            crate::Limits::check(
+                crate::Limit::RunBytes,
+                total,
+                self.max_run,
+                format!("{} (live bytes of the run)", what()),
+            )?;
+            s.current_bytes = total;
+            s.peak_bytes = s.peak_bytes.max(s.current_bytes);
+        }
+        Ok(())
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn add(&self, bytes: u64) {
         if let Ok(mut s) = self.stats.lock() {
-            s.current_bytes += bytes;
+            s.current_bytes = s.current_bytes.saturating_add(bytes);
             s.peak_bytes = s.peak_bytes.max(s.current_bytes);
         }
     }
@@ -284,10 +321,38 @@ pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| {
             ExecError::Input(format!(
-                "invalid layout: sizes {:?}, strides {:?}",
-                spec.size, spec.stride
+                "invalid layout: sizes {:?}, strides {:?}, offset {} (a negative size, stride or offset, or more elements than fit in 64 bits)",
+                spec.size, spec.stride, spec.offset
             ))
         })
+}
+
+/// The product of `size`, or `None` on a negative size or overflow.
+pub(crate) fn checked_numel(size: &[i64]) -> Option<i64> {
+    size.iter()
+        .try_fold(1i64, |acc, &s| if s < 0 { None } else { acc.checked_mul(s) })
+}
+
+/// `n` copies of `v` for an op's result, or an error naming `what` when the
+/// bytes exceed the default one-allocation limit or cannot be had (never an abort).
+pub(crate) fn filled<T: Clone>(n: usize, v: T, what: &dyn Fn() -> String) -> Result<Vec<T>, ExecError> {
+    let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+    let max = crate::Limits::default().max_alloc_bytes;
+    crate::Limits::check(crate::Limit::AllocBytes, bytes, max, what())?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| ExecError::Unsupported(format!("{}: {bytes} bytes could not be allocated", what())))?;
+    out.resize(n, v);
+    Ok(out)
+}
+
+/// `n` zeroed elements, or an error when the memory cannot be had (never an abort).
+fn zeroed<T: Element>(n: usize) -> Result<Vec<T>, ExecError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| ExecError::Unsupported(String::new()))?;
+    v.resize(n, T::from_i64(0));
+    Ok(v)
 }
 
 fn unsupported_dtype(d: DType) -> ExecError {
@@ -295,10 +360,8 @@ fn unsupported_dtype(d: DType) -> ExecError {
 }
 
 impl Tensor {
+    /// A tensor over `data`, whose `bytes` are already counted in `counter`.
     fn with_storage(data: Data, bytes: u64, counter: Option<Arc<MemCounter>>, spec: TensorSpec) -> Tensor {
-        if let Some(c) = &counter {
-            c.add(bytes);
-        }
         Tensor {
             storage: Arc::new(Storage {
                 data: RwLock::new(data),
@@ -308,9 +371,9 @@ impl Tensor {
         }
     }
 
-    /// A zero-filled tensor with this layout.
+    /// A zero-filled tensor with this layout (within the default memory limits).
     pub fn zeros_like_spec(spec: &TensorSpec) -> Result<Tensor, ExecError> {
-        Self::allocate(spec, None)
+        Self::allocate(spec, Some(Arc::new(MemCounter::default())))
     }
 
     pub(crate) fn allocate(spec: &TensorSpec, counter: Option<Arc<MemCounter>>) -> Result<Tensor, ExecError> {
@@ -322,16 +385,33 @@ impl Tensor {
             )));
         }
         let n = storage_elements(spec)?;
-        let bytes = n as u64 * spec.dtype.size_bytes();
-        let data =
-            with_dtype!(spec.dtype, T => T::wrap(vec![T::from_i64(0); n]), return Err(unsupported_dtype(spec.dtype)));
+        let what = || format!("allocating {} {:?} strides {:?}", spec.dtype, spec.size, spec.stride);
+        let bytes = (n as u64).checked_mul(spec.dtype.size_bytes()).unwrap_or(u64::MAX);
+        if let Some(c) = &counter {
+            c.reserve(bytes, &what)?;
+        }
+        let data = with_dtype!(spec.dtype, T => zeroed::<T>(n).map(T::wrap), Err(unsupported_dtype(spec.dtype)));
+        let data = match data {
+            Ok(d) => d,
+            Err(e) => {
+                if let Some(c) = &counter {
+                    c.sub(bytes);
+                }
+                return Err(match e {
+                    ExecError::Unsupported(m) if m.is_empty() => {
+                        ExecError::Unsupported(format!("{}: {bytes} bytes could not be allocated", what()))
+                    }
+                    e => e,
+                });
+            }
+        };
         Ok(Self::with_storage(data, bytes, counter, spec.clone()))
     }
 
     /// A contiguous tensor on the CPU from row-major data.
     pub fn from_vec<T: Element>(data: Vec<T>, size: &[i64]) -> Result<Tensor, ExecError> {
-        let numel: i64 = size.iter().product();
-        if size.iter().any(|s| *s < 0) || numel as usize != data.len() {
+        let numel = checked_numel(size);
+        if numel.and_then(|n| usize::try_from(n).ok()) != Some(data.len()) {
             return Err(ExecError::Input(format!(
                 "{} elements do not fill shape {size:?}",
                 data.len()
@@ -380,7 +460,10 @@ impl Tensor {
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.spec.numel().max(0) as usize
+        // Construction checks the layout against its storage, so the product fits.
+        checked_numel(&self.spec.size)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0)
     }
 
     /// Number of dimensions.
@@ -438,21 +521,35 @@ impl Tensor {
         })
     }
 
-    /// Storage index of every element, in row-major logical order.
-    pub(crate) fn element_offsets(&self) -> Vec<usize> {
+    /// Storage index of every element, in row-major logical order; an error
+    /// when one falls outside the storage (a negative stride or offset).
+    pub(crate) fn element_offsets(&self) -> Result<Vec<usize>, ExecError> {
         let n = self.numel();
-        let mut out = Vec::with_capacity(n);
+        let len = self.storage_len();
+        let mut out = Vec::new();
+        out.try_reserve_exact(n)
+            .map_err(|_| ExecError::Unsupported(format!("{n} element offsets could not be allocated")))?;
         if n == 0 {
-            return out;
+            return Ok(out);
         }
         let rank = self.dim();
         let mut idx = vec![0i64; rank];
+        let bad = || {
+            ExecError::Input(format!(
+                "layout {:?} / {:?} + {} reaches outside its storage of {len} elements",
+                self.spec.size, self.spec.stride, self.spec.offset
+            ))
+        };
         for _ in 0..n {
-            let mut off = self.spec.offset;
+            let mut off = Some(self.spec.offset);
             for d in 0..rank {
-                off += idx[d] * self.spec.stride[d];
+                off = off.and_then(|o| idx[d].checked_mul(self.spec.stride[d]).and_then(|x| o.checked_add(x)));
             }
-            out.push(off as usize);
+            let off = off
+                .and_then(|o| usize::try_from(o).ok())
+                .filter(|o| *o < len)
+                .ok_or_else(bad)?;
+            out.push(off);
             for d in (0..rank).rev() {
                 idx[d] += 1;
                 if idx[d] < self.spec.size[d] {
@@ -461,11 +558,16 @@ impl Tensor {
                 idx[d] = 0;
             }
         }
-        out
+        Ok(out)
     }
 
     /// The elements in row-major order, as `T` (which must be the dtype).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, ExecError> {
+        let offsets = if self.is_contiguous() {
+            None
+        } else {
+            Some(self.element_offsets()?)
+        };
         let data = self
             .storage
             .data
@@ -473,11 +575,22 @@ impl Tensor {
             .map_err(|_| ExecError::Unsupported("poisoned storage".into()))?;
         let s = T::slice(&data)
             .ok_or_else(|| ExecError::Type(format!("tensor has dtype {}, not {}", self.spec.dtype, T::DTYPE)))?;
-        if self.is_contiguous() {
-            let start = self.spec.offset as usize;
-            return Ok(s[start..start + self.numel()].to_vec());
+        match offsets {
+            None => {
+                let start = usize::try_from(self.spec.offset).ok();
+                let range = start.and_then(|a| Some(a..a.checked_add(self.numel())?));
+                range.and_then(|r| s.get(r)).map(|v| v.to_vec()).ok_or_else(|| {
+                    ExecError::Input(format!(
+                        "layout {:?} / {:?} + {} reaches outside its storage of {} elements",
+                        self.spec.size,
+                        self.spec.stride,
+                        self.spec.offset,
+                        s.len()
+                    ))
+                })
+            }
+            Some(offsets) => Ok(offsets.into_iter().map(|o| s[o]).collect()),
         }
-        Ok(self.element_offsets().into_iter().map(|o| s[o]).collect())
     }
 
     /// The elements in row-major order, converted to `f64`.
@@ -499,7 +612,7 @@ impl Tensor {
                 self.numel()
             )));
         }
-        let offsets = self.element_offsets();
+        let offsets = self.element_offsets()?;
         let mut data = self
             .storage
             .data

@@ -849,7 +849,7 @@ impl Backend for CudaBackend {
             spec.dtype,
             T => {
                 let mut storage = vec![<T as super::Element>::from_i64(0); numel];
-                for (o, v) in tensor.element_offsets().into_iter().zip(tensor.to_vec::<T>()?) {
+                for (o, v) in tensor.element_offsets()?.into_iter().zip(tensor.to_vec::<T>()?) {
                     if let Some(slot) = storage.get_mut(o) {
                         *slot = v;
                     }

@@ -42,7 +42,7 @@ use std::time::Duration;
 const SEED: u64 = 0x5EED_0F_5123;
 
 /// Limits of one proof attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Maximum e-nodes.
     pub node_limit: usize,
