@@ -18,9 +18,8 @@ use crate::exec::host::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 /// The CUDA source of the attention kernels.
 const SOURCE: &str = include_str!("kernels/attention.cu");
@@ -85,42 +84,17 @@ impl AttnParams {
     }
 }
 
-/// Compiled PTX by compute capability and head dim.
-type PtxCache = HashMap<(i32, i32, i64), Arc<str>>;
-
 /// PTX of [`SOURCE`]'s kernels for head dim `e` and compute capability
 /// `major.minor`, compiled once per process.
 fn ptx(major: i32, minor: i32, e: i64) -> Result<Arc<str>, ExecError> {
-    static CACHE: OnceLock<Mutex<PtxCache>> = OnceLock::new();
-    let what = "cuda attention kernels";
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| ExecError::op(what, "PTX cache poisoned by a panic"))?;
-    if let Some(p) = cache.get(&(major, minor, e)) {
-        return Ok(Arc::clone(p));
-    }
-    // SAFETY: only probes for the library (dlopen); checked first because
-    // cudarc panics when it is missing.
-    if !driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(ExecError::op(
-            what,
-            "cannot load the NVRTC library (libnvrtc): is the CUDA toolkit on the library path?",
-        ));
-    }
-    let options = cudarc::nvrtc::CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{major}{minor}"),
-            "--std=c++14".into(),
-        ],
-        ..Default::default()
-    };
-    let source = format!("#define ATTN_E {e}\n{SOURCE}");
-    let compiled = cudarc::nvrtc::compile_ptx_with_opts(source, options)
-        .map_err(|e| ExecError::op(what, format!("NVRTC compilation failed: {e:?}")))?;
-    let text: Arc<str> = Arc::from(compiled.to_src());
-    cache.insert((major, minor, e), Arc::clone(&text));
-    Ok(text)
+    let source = || format!("#define ATTN_E {e}\n{SOURCE}");
+    super::kernels::compile_ptx(
+        "cuda attention kernels",
+        &format!("attention_e{e}"),
+        &source,
+        major,
+        minor,
+    )
 }
 
 /// Runs the attention ops on the device; `Ok(None)` for other ops and for

@@ -118,20 +118,34 @@ pub(super) fn run(
 
 /// PTX of [`SOURCE`] for compute capability `major.minor`, compiled once per process.
 fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
-    static CACHE: OnceLock<Mutex<HashMap<(i32, i32), Arc<str>>>> = OnceLock::new();
+    compile_ptx("cuda built-in kernels", "builtin", &|| SOURCE.to_string(), major, minor)
+}
+
+/// PTX of the CUDA source `source()` for compute capability `major.minor`,
+/// compiled with NVRTC once per process and cached under `id` (one id per
+/// distinct source); `what` names the kernels in errors.
+pub(super) fn compile_ptx(
+    what: &str,
+    id: &str,
+    source: &dyn Fn() -> String,
+    major: i32,
+    minor: i32,
+) -> Result<Arc<str>, ExecError> {
+    static CACHE: OnceLock<Mutex<HashMap<(String, i32, i32), Arc<str>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache
         .lock()
-        .map_err(|_| ExecError::op("cuda built-in kernels", "PTX cache poisoned by a panic"))?;
-    if let Some(p) = cache.get(&(major, minor)) {
+        .map_err(|_| ExecError::op(what, "PTX cache poisoned by a panic"))?;
+    let key = (id.to_string(), major, minor);
+    if let Some(p) = cache.get(&key) {
         return Ok(Arc::clone(p));
     }
     // SAFETY: only probes for the library (dlopen); checked first because
     // cudarc panics when it is missing.
     if !super::driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(ExecError::op(
-            "cuda built-in kernels",
-            "cannot load the NVRTC library (libnvrtc): is the CUDA toolkit on the library path?",
+            what,
+            super::libraries::missing("the NVRTC library (libnvrtc)", "nvrtc"),
         ));
     }
     let options = cudarc::nvrtc::CompileOptions {
@@ -141,10 +155,10 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
         ],
         ..Default::default()
     };
-    let compiled = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, options)
-        .map_err(|e| ExecError::op("cuda built-in kernels", format!("NVRTC compilation failed: {e:?}")))?;
+    let compiled = cudarc::nvrtc::compile_ptx_with_opts(source(), options)
+        .map_err(|e| ExecError::op(what, format!("NVRTC compilation failed: {e:?}")))?;
     let text: Arc<str> = Arc::from(compiled.to_src());
-    cache.insert((major, minor), Arc::clone(&text));
+    cache.insert(key, Arc::clone(&text));
     Ok(text)
 }
 
