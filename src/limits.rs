@@ -27,7 +27,7 @@ pub struct Limits {
     /// branches and bodies). Default 64.
     pub max_subgraph_depth: usize,
     /// Most iterations one `while_loop` may run before the run stops with an
-    /// error. Default 1,000,000.
+    /// error. Default 100,000.
     pub loop_fuel: u64,
     /// Most diagnostics one validation reports; the rest are counted in one
     /// final diagnostic. Default 1,000.
@@ -36,6 +36,10 @@ pub struct Limits {
     /// it is an error (the C++ lowerings declare one handle per output).
     /// Default 65,536.
     pub max_outputs: usize,
+    /// Most subgraph bodies the C++ lowerings may inline: they write a
+    /// subgraph's code at every line that runs it, so nested conditionals
+    /// sharing a branch grow exponentially. Default 4,096.
+    pub max_inlined_subgraphs: usize,
     /// The prover's limits (e-nodes, iterations, time), which also bound the
     /// preprocessing of its facts.
     pub prover: crate::sym::egraph::Limits,
@@ -85,9 +89,10 @@ impl Default for Limits {
             max_run_bytes: Self::DEFAULT_MEMORY_BYTES,
             max_text_depth: 256,
             max_subgraph_depth: 64,
-            loop_fuel: 1_000_000,
+            loop_fuel: 100_000,
             max_diagnostics: 1_000,
             max_outputs: 65_536,
+            max_inlined_subgraphs: 4_096,
             prover: crate::sym::egraph::Limits::default(),
         }
     }
@@ -110,6 +115,8 @@ pub enum Limit {
     Diagnostics,
     /// [`Limits::max_outputs`].
     Outputs,
+    /// [`Limits::max_inlined_subgraphs`].
+    InlinedSubgraphs,
 }
 
 impl Limit {
@@ -123,6 +130,7 @@ impl Limit {
             Limit::LoopFuel => "loop_fuel",
             Limit::Diagnostics => "max_diagnostics",
             Limit::Outputs => "max_outputs",
+            Limit::InlinedSubgraphs => "max_inlined_subgraphs",
         }
     }
 
@@ -136,6 +144,7 @@ impl Limit {
             Limit::LoopFuel => "--loop-fuel",
             Limit::Diagnostics => "--max-diagnostics",
             Limit::Outputs => "--max-outputs",
+            Limit::InlinedSubgraphs => "--max-inlined-subgraphs",
         }
     }
 }

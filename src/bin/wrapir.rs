@@ -17,6 +17,74 @@ use wrapir::ir::{self, Program};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// Resource limits (every command): exceeding one is an error naming it and
+/// the flag that raises it.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Most bytes one tensor allocation may take on the cpu and meta backends
+    /// [default: the host's physical memory].
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_alloc_bytes: Option<u64>,
+    /// Most bytes a whole cpu or meta run may hold at once [default: the
+    /// host's physical memory].
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_run_bytes: Option<u64>,
+    /// Deepest nesting of the text form: list arguments, `device` blocks.
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_text_depth)]
+    max_depth: usize,
+    /// Longest chain of subgraphs calling subgraphs (`cond`, `while_loop`).
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_subgraph_depth)]
+    max_subgraph_depth: usize,
+    /// Most iterations one `while_loop` may run.
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().loop_fuel)]
+    loop_fuel: u64,
+    /// Most diagnostics one validation reports (the rest are counted).
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_diagnostics)]
+    max_diagnostics: usize,
+    /// Most outputs of one multi-output value (`get` indices below it).
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_outputs)]
+    max_outputs: usize,
+    /// Most subgraph bodies the C++ lowerings may inline (one per line that runs a subgraph, nested).
+    #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_inlined_subgraphs)]
+    max_inlined_subgraphs: usize,
+}
+
+impl LimitArgs {
+    /// The limits: memory defaults to the host's physical memory (never more),
+    /// the prover's limits come from `WRAPIR_PROVE_*`.
+    fn limits(&self) -> wrapir::Limits {
+        let physical = physical_memory().unwrap_or(wrapir::Limits::DEFAULT_MEMORY_BYTES);
+        wrapir::Limits {
+            max_alloc_bytes: self.max_alloc_bytes.unwrap_or(physical),
+            max_run_bytes: self.max_run_bytes.unwrap_or(physical),
+            max_text_depth: self.max_depth,
+            max_subgraph_depth: self.max_subgraph_depth,
+            loop_fuel: self.loop_fuel,
+            max_diagnostics: self.max_diagnostics,
+            max_outputs: self.max_outputs,
+            max_inlined_subgraphs: self.max_inlined_subgraphs,
+            ..wrapir::Limits::from_env()
+        }
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The limits of this invocation (set once in `main`).
+static LIMITS: std::sync::OnceLock<wrapir::Limits> = std::sync::OnceLock::new();
+
+fn limits() -> wrapir::Limits {
+    LIMITS.get().copied().unwrap_or_default()
 }
 
 #[derive(Subcommand)]
@@ -241,6 +309,7 @@ enum Target {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = LIMITS.set(cli.limits.limits());
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -264,7 +333,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let (program, _) = load(&program)?;
             let program = if no_guards { program } else { with_guards(program)? };
-            let info = match ir::validate(&program) {
+            let info = match ir::validate_with_limits(&program, &limits()) {
                 Ok(info) => info,
                 Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
             };
@@ -302,7 +371,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("--allow-host-fallback is for `--device cuda`");
             }
             let (program, name) = load(&program)?;
-            let info = match ir::validate(&program) {
+            let info = match ir::validate_with_limits(&program, &limits()) {
                 Ok(info) => info,
                 Err(e) => {
                     eprintln!("{name}: invalid\n{e}");
@@ -535,7 +604,7 @@ nothing, an op with no declared result gives an opaque value"
 /// Reconciles every Triton launch and inserts the run-time guards it needs;
 /// a launch that cannot be reconciled is an error.
 fn with_guards(program: Program) -> Result<Program> {
-    let info = match ir::validate(&program) {
+    let info = match ir::validate_with_limits(&program, &limits()) {
         Ok(info) => info,
         Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
     };
@@ -586,9 +655,20 @@ fn load(path: &Path) -> Result<(Program, String)> {
     let program = if text.trim_start().starts_with('{') {
         Program::from_json(&text).with_context(|| format!("in {name}"))?
     } else {
-        match wrapir::text::parse(&text) {
+        match wrapir::text::parse_with_limits(&text, &limits()) {
             Ok(p) => p,
             Err(e) => {
+                // The graphical renderer cannot show a line this long (nor
+                // should it): name the place without the snippet.
+                let line_len = text.split('\n').nth(e.line.saturating_sub(1)).map_or(0, str::len);
+                if e.column > MAX_SNIPPET_COLUMNS || line_len > MAX_SNIPPET_COLUMNS {
+                    bail!(
+                        "cannot parse {name} (line {}, column {}): {}",
+                        e.line,
+                        e.column,
+                        e.message
+                    );
+                }
                 let offset = byte_offset(&text, e.line, e.column);
                 let report = miette!(labels = vec![LabeledSpan::at_offset(offset, "here")], "{}", e.message)
                     .with_source_code(NamedSource::new(name.clone(), text.clone()));
@@ -602,6 +682,10 @@ fn load(path: &Path) -> Result<(Program, String)> {
     };
     Ok((program, name))
 }
+
+/// Longest source line a parse error is shown with (miette's renderer handles
+/// at most 65,535 columns).
+const MAX_SNIPPET_COLUMNS: usize = 4096;
 
 fn byte_offset(text: &str, line: usize, column: usize) -> usize {
     let mut offset = 0;
@@ -720,7 +804,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                     hints.entry(s).or_insert(v);
                 }
             }
-            let mut backend = wrapir::exec::meta::MetaBackend::new();
+            let mut backend = wrapir::exec::meta::MetaBackend::new().with_limits(limits());
             for (s, v) in &hints {
                 backend = backend.with_hint(s.clone(), *v);
             }
@@ -746,7 +830,8 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 bail!("`--hint` is for `--device meta`; cpu runs bind symbols from the inputs");
             }
             let inputs = inputs.unwrap_or_default();
-            let result = wrapir::exec::host::run_program(&program, &inputs)
+            let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+            let result = wrapir::exec::host::run_program_on(&program, &mut backend, &inputs)
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let mut out = describe_host_outputs(&result.outputs, args.print);
             out += &describe_symbols(&program, &result.symbols);
@@ -1238,31 +1323,32 @@ fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
     // call and the wait for its results (median of `samples`); `drained`
     // times `iters` calls queued back to back and the wait for the last
     // (median of repeats, per call): the device-bound throughput.
-    let latency = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<(f64, f64)> {
-        for _ in 0..iters.min(50) {
-            f(backend)?;
-        }
-        sync(backend)?;
-        let mut one = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            let t0 = Instant::now();
-            f(backend)?;
-            sync(backend)?;
-            one.push(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        let mut drained = Vec::with_capacity(repeats);
-        for _ in 0..repeats {
-            let t0 = Instant::now();
-            for _ in 0..iters {
+    let latency =
+        |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<(f64, f64)> {
+            for _ in 0..iters.min(50) {
                 f(backend)?;
             }
             sync(backend)?;
-            drained.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-        }
-        one.sort_by(f64::total_cmp);
-        drained.sort_by(f64::total_cmp);
-        Ok((one[one.len() / 2], drained[drained.len() / 2]))
-    };
+            let mut one = Vec::with_capacity(samples);
+            for _ in 0..samples {
+                let t0 = Instant::now();
+                f(backend)?;
+                sync(backend)?;
+                one.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            let mut drained = Vec::with_capacity(repeats);
+            for _ in 0..repeats {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    f(backend)?;
+                }
+                sync(backend)?;
+                drained.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
+            }
+            one.sort_by(f64::total_cmp);
+            drained.sort_by(f64::total_cmp);
+            Ok((one[one.len() / 2], drained[drained.len() / 2]))
+        };
     let mut kernels = 0usize;
     let mut launches = 0usize;
     let mut direct_one_us = None;

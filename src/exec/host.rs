@@ -301,7 +301,7 @@ pub fn run_program_on(
     backend: &mut HostBackend,
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
-    let plan = super::run::compile_program(program)?;
+    let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
     let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
         if t.spec() == spec {
             return Ok(t.clone());

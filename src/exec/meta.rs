@@ -34,7 +34,11 @@ impl MetaTensor {
 }
 
 /// Runs programs on shapes only.
-#[derive(Debug, Default)]
+///
+/// Meta tensors hold no data, so by default the memory limits are off (a
+/// run reports the plan's peak however large); [`MetaBackend::with_limits`]
+/// turns them on (the CLI passes the host's physical memory).
+#[derive(Debug)]
 pub struct MetaBackend {
     hints: HashMap<Symbol, i64>,
     predicate: Option<bool>,
@@ -51,6 +55,20 @@ pub struct MetaBackend {
 
 /// Most layouts and storage records [`MetaBackend`] keeps for reuse.
 const POOL_LIMIT: usize = 64;
+
+impl Default for MetaBackend {
+    fn default() -> Self {
+        let limits = crate::Limits::default().with_memory(u64::MAX);
+        MetaBackend {
+            hints: HashMap::default(),
+            predicate: None,
+            limits,
+            memory: Arc::new(MemCounter::with_limits(&limits)),
+            spec_pool: Vec::new(),
+            storage_pool: Vec::new(),
+        }
+    }
+}
 
 impl MetaBackend {
     /// A backend without caller hints.
@@ -327,7 +345,7 @@ pub fn run_program(program: &crate::ir::Program, hints: &crate::sym::Bindings) -
 /// [`run_program`] on a configured backend (hints, predicate value).
 pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -> Result<MetaReport, super::RunError> {
     use crate::ir::GraphInput;
-    let plan = super::run::compile_program(program)?;
+    let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
     let mut env = crate::sym::Bindings::new();
     for (s, decl) in &program.symbols {
         if let Some(v) = backend.caller_hint(s).or(decl.hint) {

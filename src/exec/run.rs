@@ -22,8 +22,14 @@ pub enum RunError {
 }
 
 /// Validates `program`, lowers it to FX and compiles the graph.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn compile_program(program: &Program) -> Result<Plan, RunError> {
-    let info = crate::ir::validate(program).map_err(RunError::Invalid)?;
+    compile_program_with_limits(program, &crate::Limits::default())
+}
+
+/// [`compile_program`] validating within `limits`.
+pub(crate) fn compile_program_with_limits(program: &Program, limits: &crate::Limits) -> Result<Plan, RunError> {
+    let info = crate::ir::validate_with_limits(program, limits).map_err(RunError::Invalid)?;
     let graph = crate::lower::fx::lower(&info, &Default::default()).map_err(RunError::Lower)?;
     Ok(compile(&graph, program)?)
 }

@@ -49,15 +49,20 @@ impl MemCounter {
     /// Counts `bytes` when one allocation of that size and the run's new total
     /// stay within the limits; else an error naming the limit and `what`.
     pub(crate) fn reserve(&self, bytes: u64, what: &dyn Fn() -> String) -> Result<(), ExecError> {
-        crate::Limits::check(crate::Limit::AllocBytes, bytes, self.max_alloc, what())?;
+        // The message is built only on failure: the meta backend's hot path allocates nothing.
+        if bytes > self.max_alloc {
+            crate::Limits::check(crate::Limit::AllocBytes, bytes, self.max_alloc, what())?;
+        }
         if let Ok(mut s) = self.stats.lock() {
             let total = s.current_bytes.saturating_add(bytes);
-            crate::Limits::check(
-                crate::Limit::RunBytes,
-                total,
-                self.max_run,
-                format!("{} (live bytes of the run)", what()),
-            )?;
+            if total > self.max_run {
+                crate::Limits::check(
+                    crate::Limit::RunBytes,
+                    total,
+                    self.max_run,
+                    format!("{} (live bytes of the run)", what()),
+                )?;
+            }
             s.current_bytes = total;
             s.peak_bytes = s.peak_bytes.max(s.current_bytes);
         }

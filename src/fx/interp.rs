@@ -1256,7 +1256,18 @@ impl Plan {
                 let extra = additional.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let cond = self.subplan(cond_graph)?;
                 let body = self.subplan(body_graph)?;
+                let fuel = backend.limits().loop_fuel;
+                let mut iterations: u64 = 0;
                 loop {
+                    if iterations >= fuel {
+                        crate::Limits::check(
+                            crate::Limit::LoopFuel,
+                            iterations + 1,
+                            fuel,
+                            format!("while_loop `{cond_graph}`/`{body_graph}` iterations"),
+                        )?;
+                    }
+                    iterations += 1;
                     let args: Vec<_> = state.iter().cloned().chain(extra.iter().cloned()).collect();
                     let mut sub_env = env.clone();
                     let c = cond.exec(backend, args.clone(), constants, &mut sub_env)?;

@@ -283,19 +283,39 @@ pub enum ArgValue {
 impl ArgValue {
     /// Calls `f` on every buffer named inside the value.
     pub fn for_each_buffer(&self, f: &mut dyn FnMut(&BufName)) {
-        match self {
-            ArgValue::Buffer(b) => f(b),
-            ArgValue::List(items) => items.iter().for_each(|i| i.for_each_buffer(f)),
-            _ => {}
+        // An explicit stack: nesting depth costs no call stack.
+        let mut stack = vec![self];
+        while let Some(v) = stack.pop() {
+            match v {
+                ArgValue::Buffer(b) => f(b),
+                ArgValue::List(items) => stack.extend(items.iter().rev()),
+                _ => {}
+            }
         }
+    }
+
+    /// How deeply lists nest in the value (0 for a scalar, 1 for a flat list).
+    pub fn depth(&self) -> usize {
+        let mut deepest = 0;
+        let mut stack = vec![(self, 0usize)];
+        while let Some((v, d)) = stack.pop() {
+            if let ArgValue::List(items) = v {
+                deepest = deepest.max(d + 1);
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+        }
+        deepest
     }
 
     /// Calls `f` on every expression inside the value.
     pub fn for_each_expr(&self, f: &mut dyn FnMut(&SymExpr)) {
-        match self {
-            ArgValue::Expr(e) => f(e),
-            ArgValue::List(items) => items.iter().for_each(|i| i.for_each_expr(f)),
-            _ => {}
+        let mut stack = vec![self];
+        while let Some(v) = stack.pop() {
+            match v {
+                ArgValue::Expr(e) => f(e),
+                ArgValue::List(items) => stack.extend(items.iter().rev()),
+                _ => {}
+            }
         }
     }
 }

@@ -57,6 +57,6 @@ pub use program::{
 };
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
-    validate, BufferInfo, Ending, GraphInfo, Location, NameRole, ProgramInfo, Site, SymbolBinding, ValidationError,
-    ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
+    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, Location, NameRole, ProgramInfo, Site,
+    SymbolBinding, ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
 };

@@ -85,8 +85,19 @@ use std::rc::Rc;
 pub const MAIN_GRAPH: &str = "main";
 
 /// The text form of a line, as diagnostics quote it.
+/// Longer lines are cut (with `…`) so that diagnostics stay bounded.
 fn line_text(line: &Line) -> String {
-    crate::text::print_line(line)
+    const MAX: usize = 240;
+    let mut text = crate::text::print_line(line);
+    if text.len() > MAX {
+        let mut cut = MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
 }
 
 // ---------------------------------------------------------------------------
@@ -203,6 +214,7 @@ impl GraphInfo {
 /// validator held for [`ProgramInfo::program`].
 #[derive(Debug)]
 pub struct ProgramInfo<'a> {
+    limits: crate::Limits,
     program: &'a Program,
     main: GraphInfo,
     subgraphs: IndexMap<GraphName, GraphInfo>,
@@ -211,6 +223,11 @@ pub struct ProgramInfo<'a> {
 }
 
 impl<'a> ProgramInfo<'a> {
+    /// The limits the program was validated within (and the lowerings keep).
+    pub fn limits(&self) -> &crate::Limits {
+        &self.limits
+    }
+
     /// The validated program.
     pub fn program(&self) -> &'a Program {
         self.program
@@ -359,6 +376,17 @@ fn ending_text(buffer: &BufName, at: usize, how: &Ending) -> String {
 /// What rule an error breaks, with the names involved.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ValidationErrorKind {
+    /// A limit of [`crate::Limits`] was exceeded.
+    #[error("{0}")]
+    Limit(crate::LimitExceeded),
+    /// More errors than [`crate::Limits::max_diagnostics`]: the rest are counted here.
+    #[error("{more} more errors not shown (max_diagnostics = {limit}; raise it with --max-diagnostics)")]
+    TooManyErrors {
+        /// Errors not shown.
+        more: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A name is not an identifier.
     #[error("{what} name `{name}` is not an identifier")]
     InvalidName {
@@ -936,9 +964,23 @@ impl IntoIterator for ValidationErrors {
 // The walk
 // ---------------------------------------------------------------------------
 
-/// Checks `program` and returns what the lowerings need, or every broken rule.
+/// Checks `program` and returns what the lowerings need, or every broken rule
+/// (within [`crate::Limits::default`]).
 pub fn validate(program: &Program) -> Result<ProgramInfo<'_>, ValidationErrors> {
+    validate_with_limits(program, &crate::Limits::default())
+}
+
+/// [`validate`] within `limits`: list arguments nested deeper than
+/// `max_text_depth`, `device` blocks nested deeper than `max_text_depth`,
+/// subgraph chains longer than `max_subgraph_depth` and `get` indices at or
+/// past `max_outputs` are errors naming the limit; at most `max_diagnostics`
+/// errors are reported, then one that counts the rest.
+pub fn validate_with_limits<'p>(
+    program: &'p Program,
+    limits: &crate::Limits,
+) -> Result<ProgramInfo<'p>, ValidationErrors> {
     let mut v = Validator::new(program);
+    v.limits = *limits;
     v.check_tables();
     let main_name = GraphName::new(MAIN_GRAPH);
     let main = v.check_graph(&main_name, &program.main, true).info;
@@ -952,6 +994,15 @@ pub fn validate(program: &Program) -> Result<ProgramInfo<'_>, ValidationErrors> 
             v.summaries.insert(name.clone(), SummaryState::Done(summary));
         }
     }
+    if v.suppressed > 0 {
+        v.errors.push(ValidationError {
+            location: Location::Program,
+            kind: ValidationErrorKind::TooManyErrors {
+                more: v.suppressed,
+                limit: v.limits.max_diagnostics,
+            },
+        });
+    }
     if !v.errors.is_empty() {
         return Err(ValidationErrors { errors: v.errors });
     }
@@ -964,6 +1015,7 @@ pub fn validate(program: &Program) -> Result<ProgramInfo<'_>, ValidationErrors> 
     }
     Ok(ProgramInfo {
         program,
+        limits: *limits,
         main,
         subgraphs,
         symbol_bindings: v.bindings,
@@ -1010,6 +1062,9 @@ struct Validator<'a> {
     /// The call parameters of each kernel (by kernel table index), computed
     /// on first call: `Some(None)` when the backend's parameters are unknown.
     call_params: Vec<Option<Option<Rc<[Param<'a>]>>>>,
+    limits: crate::Limits,
+    /// Errors past `limits.max_diagnostics`, counted but not kept.
+    suppressed: usize,
 }
 
 /// What a buffer name refers to in a graph.
@@ -1072,6 +1127,8 @@ struct GraphState<'a> {
     buffer_index: FxHashMap<&'a str, usize>,
     /// The last name [`GraphState::resolve`] looked up, and the answer.
     last_resolved: std::cell::RefCell<Option<(BufName, BufRef)>>,
+    /// The last line [`Validator::at`] quoted, and its text.
+    last_text: std::cell::RefCell<Option<(usize, String)>>,
     /// The state of each defined graph buffer (by buffer table index).
     states: Vec<Option<BufState>>,
     /// Each graph buffer's index in `info.buffers` once defined.
@@ -1338,6 +1395,8 @@ impl<'a> Validator<'a> {
             symbol_index,
             kernel_index,
             call_params: (0..program.kernels.len()).map(|_| None).collect(),
+            limits: crate::Limits::default(),
+            suppressed: 0,
         }
     }
 
@@ -1364,11 +1423,31 @@ impl<'a> Validator<'a> {
     }
 
     fn err(&mut self, location: Location, kind: ValidationErrorKind) {
+        if self.errors.len() >= self.limits.max_diagnostics {
+            self.suppressed += 1;
+            return;
+        }
         self.errors.push(ValidationError { location, kind });
     }
 
+    /// An error for a limit exceeded at `location`.
+    fn limit(&mut self, location: Location, limit: crate::Limit, value: usize, max: usize, what: String) {
+        if let Err(error) = crate::Limits::check(limit, value as u64, max as u64, what) {
+            self.err(location, ValidationErrorKind::Limit(error));
+        }
+    }
+
     fn at(g: &GraphState<'_>, index: usize) -> Location {
-        let text = g.graph.lines.get(index).map(line_text).unwrap_or_default();
+        // Several errors on one line quote it once (a long line is printed once).
+        let mut cache = g.last_text.borrow_mut();
+        let text = match &*cache {
+            Some((i, t)) if *i == index => t.clone(),
+            _ => {
+                let t = g.graph.lines.get(index).map(line_text).unwrap_or_default();
+                *cache = Some((index, t.clone()));
+                t
+            }
+        };
         Location::Line {
             graph: g.name.clone(),
             index,
@@ -1517,6 +1596,7 @@ impl<'a> Validator<'a> {
                 m
             },
             last_resolved: std::cell::RefCell::new(None),
+            last_text: std::cell::RefCell::new(None),
             states: vec![None; n],
             info_index: vec![None; n],
             layout_syms: vec![Vec::new(); n],
@@ -2495,6 +2575,18 @@ impl<'a> Validator<'a> {
             ArgValue::List(_) => {}
             _ => return,
         }
+        let depth = v.depth();
+        if depth > self.limits.max_text_depth {
+            let max = self.limits.max_text_depth;
+            self.limit(
+                Self::at(g, at),
+                crate::Limit::TextDepth,
+                depth,
+                max,
+                "list argument nested too deep".to_string(),
+            );
+            return;
+        }
         // Lists: every buffer, then every expression.
         let mut bufs = Vec::new();
         v.for_each_buffer(&mut |b| bufs.push(b.clone()));
@@ -2595,6 +2687,16 @@ impl<'a> Validator<'a> {
                 self.use_buffer(g, at, source, need, false);
                 for ix in indices {
                     if let MultiIndex::List(i) | MultiIndex::Tuple(i) = ix {
+                        if *i >= 0 && *i as u64 >= self.limits.max_outputs as u64 {
+                            let max = self.limits.max_outputs;
+                            self.limit(
+                                Self::at(g, at),
+                                crate::Limit::Outputs,
+                                usize::try_from(*i).unwrap_or(usize::MAX).saturating_add(1),
+                                max,
+                                format!("`{source}` indexed at {i}: outputs of one value"),
+                            );
+                        }
                         if *i < 0 {
                             self.err(
                                 Self::at(g, at),
@@ -2660,7 +2762,19 @@ impl<'a> Validator<'a> {
             }
             Line::Conditional(c) => self.conditional(g, at, c),
             Line::WhileLoop(w) => self.while_loop(g, at, w),
-            Line::EnterDeviceContext { .. } => g.device_stack.push(at),
+            Line::EnterDeviceContext { .. } => {
+                if g.device_stack.len() >= self.limits.max_text_depth {
+                    let max = self.limits.max_text_depth;
+                    self.limit(
+                        Self::at(g, at),
+                        crate::Limit::TextDepth,
+                        g.device_stack.len() + 1,
+                        max,
+                        "device guards nested too deep".to_string(),
+                    );
+                }
+                g.device_stack.push(at)
+            }
             Line::ExitDeviceContext => {
                 if g.device_stack.pop().is_none() {
                     self.err(Self::at(g, at), ValidationErrorKind::UnmatchedDeviceExit);
@@ -2786,9 +2900,14 @@ impl<'a> Validator<'a> {
         for (p, a) in call_params.iter().zip(call.args.iter().take(positional)) {
             bound_insert(&mut bound, p.name.as_str(), &a.value);
         }
+        // Each unknown or twice-bound name is reported once, however often it repeats.
+        let mut reported: rustc_hash::FxHashSet<&str> = Default::default();
         for a in &call.args[positional..] {
             let Some(n) = &a.name else { continue };
             if !self.named_param_exists(def, n) {
+                if !reported.insert(n.as_str()) {
+                    continue;
+                }
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::UnknownParameter {
@@ -2796,7 +2915,7 @@ impl<'a> Validator<'a> {
                         param: n.clone(),
                     },
                 );
-            } else if bound_insert(&mut bound, n.as_str(), &a.value) {
+            } else if bound_insert(&mut bound, n.as_str(), &a.value) && reported.insert(n.as_str()) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::ParameterBoundTwice {
@@ -2960,6 +3079,17 @@ impl<'a> Validator<'a> {
                 return None;
             }
             None => {}
+        }
+        if self.stack.len() >= self.limits.max_subgraph_depth {
+            let max = self.limits.max_subgraph_depth;
+            self.limit(
+                Self::at(g, at),
+                crate::Limit::SubgraphDepth,
+                self.stack.len() + 1,
+                max,
+                format!("subgraph `{name}` is called through a chain of subgraphs too long"),
+            );
+            return None;
         }
         self.summaries.insert(name.clone(), SummaryState::InProgress);
         self.stack.push(name.clone());

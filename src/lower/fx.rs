@@ -22,6 +22,7 @@ use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
@@ -111,7 +112,8 @@ pub enum ErrorKind {
 /// Lowers the main graph (and, nested, every subgraph it runs).
 pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Error> {
     let program = info.program();
-    let (graph, lifted) = GraphLowering::run(program, None, options)?;
+    let memo = SubgraphMemo::default();
+    let (graph, lifted) = GraphLowering::run(program, None, options, &memo)?;
     if let Some(s) = lifted.first() {
         return Err(Error {
             graph: "main".into(),
@@ -127,8 +129,14 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
     Ok(lower(info, options)?.to_code())
 }
 
+/// Each subgraph lowered once, by name, however many lines run it (lowering
+/// a subgraph depends only on the program and the options): nested
+/// conditionals sharing a branch cost linear, not exponential, time.
+type SubgraphMemo = RefCell<HashMap<GraphName, (fx::Graph, Vec<Symbol>)>>;
+
 struct GraphLowering<'p> {
     program: &'p Program,
+    memo: &'p SubgraphMemo,
     ir: &'p crate::ir::Graph,
     name: String,
     is_subgraph: bool,
@@ -196,6 +204,7 @@ impl<'p> GraphLowering<'p> {
         program: &'p Program,
         name: Option<&GraphName>,
         options: &'p Options,
+        memo: &'p SubgraphMemo,
     ) -> Result<(fx::Graph, Vec<Symbol>), Error> {
         let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
         let ir = program.graph(name).ok_or_else(|| Error {
@@ -208,6 +217,7 @@ impl<'p> GraphLowering<'p> {
         })?;
         let mut l = GraphLowering {
             program,
+            memo,
             ir,
             name: gname,
             is_subgraph: name.is_some(),
@@ -1316,8 +1326,16 @@ impl<'p> GraphLowering<'p> {
                     name: n.to_string(),
                 });
             }
-            let (g, lifted) = GraphLowering::run(self.program, Some(n), self.options)
-                .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
+            let cached = self.memo.borrow().get(*n).cloned();
+            let (g, lifted) = match cached {
+                Some(hit) => hit,
+                None => {
+                    let lowered = GraphLowering::run(self.program, Some(n), self.options, self.memo)
+                        .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
+                    self.memo.borrow_mut().insert((*n).clone(), lowered.clone());
+                    lowered
+                }
+            };
             for s in lifted {
                 if !union.contains(&s) {
                     union.push(s);

@@ -34,7 +34,13 @@ pub fn print_line(line: &Line) -> String {
     print::line_text(line, None)
 }
 
-/// Parses the text form.
+/// Parses the text form (within [`crate::Limits::default`]).
 pub fn parse(text: &str) -> Result<Program, ParseError> {
-    parse::program(text)
+    parse::program(text, &crate::Limits::default())
+}
+
+/// Parses the text form; nesting deeper than [`crate::Limits::max_text_depth`]
+/// (list arguments, `device` blocks) is an error naming the limit.
+pub fn parse_with_limits(text: &str, limits: &crate::Limits) -> Result<Program, ParseError> {
+    parse::program(text, limits)
 }

@@ -20,6 +20,8 @@ type Buffers = IndexMap<BufName, BufferDecl>;
 struct Declared<'x> {
     constants: &'x IndexMap<BufName, Layout>,
     buffers: &'x Buffers,
+    /// [`crate::Limits::max_text_depth`]: the deepest nesting of list arguments.
+    max_depth: usize,
 }
 
 impl Declared<'_> {
@@ -36,8 +38,9 @@ impl Declared<'_> {
     }
 }
 
-pub(super) fn program(text: &str) -> Result<Program, ParseError> {
+pub(super) fn program(text: &str, limits: &crate::Limits) -> Result<Program, ParseError> {
     Parser {
+        max_depth: limits.max_text_depth,
         lines: {
             // Sized up front: a large program has hundreds of thousands of lines.
             let mut lines = Vec::with_capacity(text.bytes().filter(|b| *b == b'\n').count() + 1);
@@ -54,6 +57,8 @@ struct Parser<'a> {
     lines: Vec<&'a str>,
     /// Index of the next unread raw line.
     next: usize,
+    /// [`crate::Limits::max_text_depth`]: the deepest nesting of `device` blocks and list arguments.
+    max_depth: usize,
 }
 
 /// A graph output before the buffer table is complete.
@@ -282,16 +287,35 @@ fn name_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<BufName>
 }
 
 fn arg_value(c: &mut Cursor<'_>, declared: &Declared<'_>, what: &dyn fmt::Display) -> Result<ArgValue, ParseError> {
+    arg_value_at(c, declared, what, 0)
+}
+
+/// [`arg_value`] inside `depth` enclosing lists (at most [`Declared::max_depth`]).
+fn arg_value_at(
+    c: &mut Cursor<'_>,
+    declared: &Declared<'_>,
+    what: &dyn fmt::Display,
+    depth: usize,
+) -> Result<ArgValue, ParseError> {
     match c.peek() {
         Some('\'') => return Ok(ArgValue::Str(c.string(&format_args!("a string argument of {what}"))?)),
         Some('[') => {
+            if depth >= declared.max_depth {
+                let e = crate::Limits::check(
+                    crate::Limit::TextDepth,
+                    depth as u64 + 1,
+                    declared.max_depth as u64,
+                    format!("list arguments of {what} nested too deep"),
+                );
+                return Err(c.error(e.err().map(|e| e.to_string()).unwrap_or_default()));
+            }
             c.eat("[");
             let mut items = Vec::new();
             if c.eat("]") {
                 return Ok(ArgValue::List(items));
             }
             loop {
-                items.push(arg_value(c, declared, what)?);
+                items.push(arg_value_at(c, declared, what, depth + 1)?);
                 if c.eat(",") {
                     continue;
                 }
@@ -1039,9 +1063,19 @@ impl<'a> Parser<'a> {
             let declared = Declared {
                 constants,
                 buffers: &g.buffers,
+                max_depth: self.max_depth,
             };
             let line = line(&mut c, kw, &declared)?;
             if matches!(line, Line::EnterDeviceContext { .. }) && kw == "device" {
+                if open_devices.len() >= self.max_depth {
+                    let e = crate::Limits::check(
+                        crate::Limit::TextDepth,
+                        open_devices.len() as u64 + 1,
+                        self.max_depth as u64,
+                        format!("`device` blocks in graph `{name}` nested too deep"),
+                    );
+                    return Err(c.error_at(kpos, e.err().map(|e| e.to_string()).unwrap_or_default()));
+                }
                 open_devices.push(c.pos());
             }
             g.lines.push(line);
@@ -1049,6 +1083,7 @@ impl<'a> Parser<'a> {
         let declared = Declared {
             constants,
             buffers: &g.buffers,
+            max_depth: self.max_depth,
         };
         let outputs = raw_outputs
             .into_iter()

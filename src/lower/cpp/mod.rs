@@ -239,6 +239,7 @@ impl<W: fmt::Write> Writer<W> {
 
     /// Lowers the program and appends the C++ text to the output.
     pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
+        check_inlining(info)?;
         lower::lower(info.program(), &self.options, &mut self.out)
     }
 
@@ -248,6 +249,7 @@ impl<W: fmt::Write> Writer<W> {
     /// `grid_0..2` and scratch sizes with its parameters bound to the call's
     /// values. Each is recorded from the value the text is printed from.
     pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
+        check_inlining(info)?;
         lower::lower_recording_launches(info.program(), &self.options, &mut self.out)
     }
 
@@ -257,9 +259,72 @@ impl<W: fmt::Write> Writer<W> {
     }
 }
 
+/// The C++ wrappers inline a subgraph's code at every line that runs it:
+/// the number of inlined bodies (counted once per subgraph, memoised) must
+/// stay within [`crate::Limits::max_inlined_subgraphs`].
+fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
+    use crate::ir::{GraphName, Line};
+    let program = info.program();
+    let max = info.limits().max_inlined_subgraphs;
+    // Bodies inlined into each graph, computed callee-first with an explicit
+    // stack (validation guarantees there is no cycle).
+    let mut inlined: std::collections::HashMap<&GraphName, u64> = std::collections::HashMap::new();
+    fn callees(g: &crate::ir::Graph) -> Vec<&GraphName> {
+        let mut out: Vec<&GraphName> = Vec::new();
+        for line in &g.lines {
+            match line {
+                Line::Conditional(c) => out.extend([&c.true_graph, &c.false_graph]),
+                Line::WhileLoop(w) => out.extend([&w.cond_graph, &w.body_graph]),
+                _ => {}
+            }
+        }
+        out
+    }
+    let count = |calls: &[&GraphName], inlined: &std::collections::HashMap<&GraphName, u64>| -> u64 {
+        calls
+            .iter()
+            .map(|c| inlined.get(c).copied().unwrap_or(0).saturating_add(1))
+            .fold(0u64, u64::saturating_add)
+    };
+    let mut stack: Vec<(&GraphName, bool)> = callees(&program.main).into_iter().map(|c| (c, false)).collect();
+    while let Some((name, expanded)) = stack.pop() {
+        if inlined.contains_key(name) {
+            continue;
+        }
+        let Some(graph) = program.subgraphs.get(name) else {
+            continue;
+        };
+        let calls = callees(graph);
+        if expanded {
+            let n = count(&calls, &inlined);
+            inlined.insert(name, n);
+        } else {
+            stack.push((name, true));
+            stack.extend(
+                calls
+                    .into_iter()
+                    .filter(|c| !inlined.contains_key(c))
+                    .map(|c| (c, false)),
+            );
+        }
+    }
+    let total = count(&callees(&program.main), &inlined);
+    crate::Limits::check(
+        crate::Limit::InlinedSubgraphs,
+        total,
+        max as u64,
+        "the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies",
+    )
+    .map_err(|e| Error::Invalid {
+        context: "graph main".to_string(),
+        message: e.to_string(),
+    })
+}
+
 /// Lowers a validated program to C++ text.
 pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
     // What `Writer::write` into an empty string gives, built in place.
+    check_inlining(info)?;
     lower::lower_to_string(info.program(), options)
 }
 

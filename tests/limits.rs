@@ -1,0 +1,410 @@
+//! Bad input never crashes, hangs or eats the machine: each reproducer of a
+//! fuzz pass (issue 13) is a clear error naming the limit, line, buffer or
+//! symbol, and the test returning at all shows it is bounded. The programs are
+//! generated here (some are megabytes of text).
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use wrapir::ir::{ArgValue, ExternCall, Line, ValidationErrorKind};
+use wrapir::{Limit, Limits};
+
+/// A 2x2 f32 safetensors file holding `name`.
+fn safetensors_2x2(name: &str) -> Vec<u8> {
+    let header = format!(r#"{{"{name}":{{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}}}"#);
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    for v in [1f32, 2.0, 3.0, 4.0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// A safetensors file of empty f32 tensors with these shapes.
+fn safetensors_empty(tensors: &[(&str, &[u64])]) -> Vec<u8> {
+    let entries: Vec<String> = tensors
+        .iter()
+        .map(|(n, shape)| format!(r#""{n}":{{"dtype":"F32","shape":{shape:?},"data_offsets":[0,0]}}"#))
+        .collect();
+    let header = format!("{{{}}}", entries.join(","));
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out
+}
+
+fn one_buffer(layout: &str) -> String {
+    format!("wrapir 1\n\ngraph main() -> (buf0) {{\n  buffer buf0: {layout}\n  alloc buf0\n}}\n")
+}
+
+fn nested_list(depth: usize) -> String {
+    format!(
+        "wrapir 1\n\ngraph main() -> (buf0) {{\n  buffer buf0: f32[2][1]@cpu\n  extern buf0 = torch.ops.aten.foo.default({}{})\n}}\n",
+        "[".repeat(depth),
+        "]".repeat(depth)
+    )
+}
+
+/// `main` runs `g0` in both branches of a `cond`, `g<i>` runs `g<i+1>`: a chain
+/// `n` subgraphs long in which every subgraph is shared by two branches.
+fn cond_chain(n: usize) -> String {
+    let mut s = String::from(
+        "wrapir 1\n\ngraph main(arg0_1: b8[][]@cpu, arg1_1: f32[2][1]@cpu) -> (buf1) {\n  buffer buf0: multi\n  buffer buf1: f32[2][1]@cpu\n  cond buf0 = if arg0_1 then g0 else g0 (arg0_1, arg1_1)\n  get buf1 = buf0[list 0]\n}\n",
+    );
+    for i in 0..n {
+        let (body, result) = if i + 1 < n {
+            (
+                format!(
+                    "  buffer g{i}_buf0: multi\n  buffer g{i}_buf1: f32[2][1]@cpu\n  cond g{i}_buf0 = if g{i}_arg0_1 then g{j} else g{j} (g{i}_arg0_1, g{i}_arg1_1)\n  get g{i}_buf1 = g{i}_buf0[list 0]\n",
+                    j = i + 1
+                ),
+                format!("g{i}_buf1"),
+            )
+        } else {
+            (String::new(), format!("g{i}_arg1_1"))
+        };
+        let _ = write!(
+            s,
+            "\ngraph g{i}(g{i}_arg0_1: b8[][]@cpu, g{i}_arg1_1: f32[2][1]@cpu) -> ({result}) {{\n{body}}}\n"
+        );
+    }
+    s
+}
+
+const KERNEL: &str = r#"kernel triton_poi_fused_add_0: triton {
+  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr
+  config XBLOCK: 16
+  grid Grid1D
+  num_warps 1
+  source
+"""
+@triton.jit
+def triton_poi_fused_add_0(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):
+    pass
+"""
+}
+"#;
+
+fn kernel_call(extra_args: &str) -> String {
+    format!(
+        "wrapir 1\n\n{KERNEL}\ngraph main(arg0_1: f32[8][1]@cuda:0) -> (buf0) {{\n  buffer buf0: f32[8][1]@cuda:0\n  define triton_poi_fused_add_0\n  alloc buf0\n  call triton_poi_fused_add_0(in_ptr0=arg0_1, out_ptr0=buf0, {extra_args}) @cuda:0\n}}\n"
+    )
+}
+
+/// One reproducer: files to write, the command (`{dir}` is the scratch
+/// directory), the exit code and what its output must contain.
+struct Case {
+    name: &'static str,
+    files: Vec<(&'static str, Vec<u8>)>,
+    args: &'static [&'static str],
+    code: i32,
+    contains: &'static [&'static str],
+    /// Most bytes of stdout plus stderr.
+    max_output: usize,
+}
+
+fn cases() -> Vec<Case> {
+    let jagged = "wrapir 1\n\ngraph main(arg0_1: f32[2, 2][2, 1]@cpu, arg1_1: i64[2][1]@cpu) -> (buf0) {\n  buffer buf0: f32[1, 3689348814741910324, 2][7378697629483820648, 2, 1]@cpu\n  extern buf0 = torch.ops.aten._jagged_to_padded_dense_forward.default(arg0_1, [arg1_1], [3689348814741910324], 0.0)\n}\n";
+    let jagged_inputs = {
+        let header = r#"{"arg0_1":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"arg1_1":{"dtype":"I64","shape":[2],"data_offsets":[16,32]}}"#;
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        for v in [1f32, 2.0, 3.0, 4.0] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [0i64, 2] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    };
+    let mm = "wrapir 1\n\ngraph main(arg0_1: f32[4294967296, 0][0, 1]@cpu, arg1_1: f32[0, 4294967296][4294967296, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4294967296, 4294967296][4294967296, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
+    let mm_inputs = safetensors_empty(&[("arg0_1", &[4294967296, 0]), ("arg1_1", &[0, 4294967296])]);
+    let duplicated = vec!["xnumel=8"; 7000].join(", ");
+    let unknown = (0..7000).map(|i| format!("y{i}=8")).collect::<Vec<_>>().join(", ");
+    let devices = format!(
+        "wrapir 1\n\ngraph main() -> () {{\n{}{}}}\n",
+        "device 0 {\n".repeat(20_000),
+        "}\n".repeat(20_001)
+    );
+    vec![
+        Case {
+            name: "negative_strides",
+            files: vec![
+                ("p.wir", b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][-1, 2]@cpu) -> (arg0_1) {\n}\n".to_vec()),
+                ("x.safetensors", safetensors_2x2("arg0_1")),
+            ],
+            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
+            code: 2,
+            contains: &["input `arg0_1`: invalid layout: sizes [2, 2], strides [-1, 2], offset 0"],
+            max_output: 1000,
+        },
+        Case {
+            name: "capacity_overflow",
+            files: vec![("p.wir", one_buffer("f32[2305843009213693952][1]@cpu").into_bytes())],
+            args: &["run", "{dir}/p.wir", "--device", "cpu"],
+            code: 2,
+            contains: &[
+                "node `buf0`: allocating f32 [2305843009213693952] strides [1]: 9223372036854775808 exceeds the limit max_alloc_bytes = ",
+                "(raise it with --max-alloc-bytes)",
+            ],
+            max_output: 1000,
+        },
+        Case {
+            name: "allocation_over_memory_cpu",
+            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
+            args: &["run", "{dir}/p.wir", "--device", "cpu"],
+            code: 2,
+            contains: &["allocating f32 [1099511627776] strides [1]: 4398046511104 exceeds the limit max_alloc_bytes = "],
+            max_output: 1000,
+        },
+        Case {
+            name: "allocation_over_memory_meta",
+            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
+            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-alloc-bytes", "1000000"],
+            code: 2,
+            contains: &["4398046511104 exceeds the limit max_alloc_bytes = 1000000 (raise it with --max-alloc-bytes)"],
+            max_output: 1000,
+        },
+        Case {
+            name: "run_total_over_limit",
+            files: vec![("p.wir", one_buffer("f32[1000][1]@cpu").into_bytes())],
+            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-run-bytes", "3999"],
+            code: 2,
+            contains: &["(live bytes of the run): 4000 exceeds the limit max_run_bytes = 3999 (raise it with --max-run-bytes)"],
+            max_output: 1000,
+        },
+        Case {
+            name: "mm_numel_overflow",
+            files: vec![("p.wir", mm.as_bytes().to_vec()), ("x.safetensors", mm_inputs)],
+            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
+            code: 2,
+            contains: &["the result [4294967296, 4294967296] has more elements than fit in 64 bits"],
+            max_output: 1000,
+        },
+        Case {
+            name: "parse_error_past_column_65536",
+            files: vec![("p.wir", format!("wrapir 1\n{}x\n", " ".repeat(65_536)).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 2,
+            contains: &["(line 2, column 65537): unknown item `x`"],
+            max_output: 1000,
+        },
+        Case {
+            name: "list_nested_30000_deep",
+            files: vec![("p.wir", nested_list(30_000).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 2,
+            contains: &[
+                "(line 5, column 300): list arguments of `torch.ops.aten.foo.default` nested too deep: 257 exceeds the limit max_text_depth = 256 (raise it with --max-depth)",
+            ],
+            max_output: 1000,
+        },
+        Case {
+            name: "list_nested_10000_deep_lower_fx",
+            files: vec![("p.wir", nested_list(10_000).into_bytes())],
+            args: &["lower", "{dir}/p.wir", "--target", "fx"],
+            code: 2,
+            contains: &["exceeds the limit max_text_depth = 256"],
+            max_output: 1000,
+        },
+        Case {
+            name: "subgraph_chain_5000",
+            files: vec![("p.wir", cond_chain(5000).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[
+                "error in graph g63, line 0 `cond g63_buf0 = if g63_arg0_1 then g64 else g64 (g63_arg0_1, g63_arg1_1)`: subgraph `g64` is called through a chain of subgraphs too long: 65 exceeds the limit max_subgraph_depth = 64 (raise it with --max-subgraph-depth)",
+            ],
+            max_output: 100_000,
+        },
+        Case {
+            name: "jagged_product_overflow",
+            files: vec![("p.wir", jagged.as_bytes().to_vec()), ("x.safetensors", jagged_inputs)],
+            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
+            code: 2,
+            contains: &["_jagged_to_padded_dense_forward"],
+            max_output: 2000,
+        },
+        Case {
+            name: "while_loop_meta_predicate_true",
+            files: vec![],
+            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true", "--loop-fuel", "1000"],
+            code: 2,
+            contains: &[
+                "node `buf0`: while_loop `while_loop_cond_graph_0`/`while_loop_body_graph_0` iterations: 1001 exceeds the limit loop_fuel = 1000 (raise it with --loop-fuel)",
+            ],
+            max_output: 1000,
+        },
+        Case {
+            name: "tuple_index_100000000",
+            files: vec![(
+                "p.wir",
+                b"wrapir 1\n\ngraph main(arg0_1: f32[2][1]@cpu) -> (buf2) {\n  buffer buf1: multi\n  buffer buf2: f32[2][1]@cpu\n  extern buf1 = torch.ops.aten.foo.default(arg0_1)\n  get buf2 = buf1[tuple 100000000]\n}\n".to_vec(),
+            )],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[
+                "error in graph main, line 1 `get buf2 = buf1[tuple 100000000]`: `buf1` indexed at 100000000: outputs of one value: 100000001 exceeds the limit max_outputs = 65536 (raise it with --max-outputs)",
+            ],
+            max_output: 1000,
+        },
+        Case {
+            name: "duplicated_named_arguments",
+            files: vec![("p.wir", kernel_call(&duplicated).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &["x…`: parameter xnumel of kernel triton_poi_fused_add_0 is bound twice\n"],
+            max_output: 1000,
+        },
+        Case {
+            name: "unknown_named_arguments",
+            files: vec![("p.wir", kernel_call(&unknown).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[
+                "kernel triton_poi_fused_add_0 has no parameter y999\n",
+                "error in program: 6001 more errors not shown (max_diagnostics = 1000; raise it with --max-diagnostics)",
+            ],
+            max_output: 400_000,
+        },
+        Case {
+            name: "shared_branches_depth_20_check",
+            files: vec![("p.wir", cond_chain(20).into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[
+                "error    cpp: graph main: the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies: 2097150 exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)",
+            ],
+            max_output: 2000,
+        },
+        Case {
+            name: "shared_branches_depth_20_lower_fx",
+            files: vec![("p.wir", cond_chain(20).into_bytes())],
+            args: &["lower", "{dir}/p.wir", "--target", "fx"],
+            code: 0,
+            contains: &["class g19(torch.nn.Module):"],
+            max_output: 100_000,
+        },
+        Case {
+            name: "device_blocks_20000_deep",
+            files: vec![("p.wir", devices.into_bytes())],
+            args: &["lower", "{dir}/p.wir", "--target", "python"],
+            code: 2,
+            contains: &[
+                "(line 260, column 1)",
+                "`device` blocks in graph `main` nested too deep: 257 exceeds the limit",
+            ],
+            max_output: 2000,
+        },
+    ]
+}
+
+#[test]
+fn reproducers_are_bounded_errors() {
+    let dir = common::scratch("limits", "reproducers");
+    let mut failures = Vec::new();
+    for case in cases() {
+        let case_dir = dir.join(case.name);
+        std::fs::create_dir_all(&case_dir).unwrap();
+        for (file, bytes) in &case.files {
+            std::fs::write(case_dir.join(file), bytes).unwrap();
+        }
+        let args: Vec<String> = case.args.iter().map(|a| a.replace("{dir}", &path(&case_dir))).collect();
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = common::wrapir(&refs);
+        let output = format!("{}{}", run.stdout, run.stderr);
+        let mut problems = Vec::new();
+        if run.code != case.code {
+            problems.push(format!("exit {} (want {})", run.code, case.code));
+        }
+        for want in case.contains {
+            if !output.contains(want) {
+                problems.push(format!("missing `{want}`"));
+            }
+        }
+        if output.len() > case.max_output {
+            problems.push(format!(
+                "{} bytes of output (at most {})",
+                output.len(),
+                case.max_output
+            ));
+        }
+        if output.contains("panicked") || output.contains("overflow, aborting") {
+            problems.push("crashed".into());
+        }
+        if !problems.is_empty() {
+            let head: String = output.chars().take(800).collect();
+            failures.push(format!("{}: {}\n{head}", case.name, problems.join("; ")));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn path(p: &Path) -> String {
+    PathBuf::from(p).display().to_string()
+}
+
+/// Limits are named in one place, with the flag that raises each.
+#[test]
+fn limits_name_their_flags() {
+    let e = Limits::check(Limit::LoopFuel, 11, 10, "loop").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "loop: 11 exceeds the limit loop_fuel = 10 (raise it with --loop-fuel)"
+    );
+    let d = Limits::default();
+    assert_eq!(
+        (
+            d.max_text_depth,
+            d.max_subgraph_depth,
+            d.loop_fuel,
+            d.max_diagnostics,
+            d.max_outputs
+        ),
+        (256, 64, 100_000, 1_000, 65_536)
+    );
+    assert_eq!(d.max_alloc_bytes, Limits::DEFAULT_MEMORY_BYTES);
+    assert_eq!(d.prover, wrapir::sym::egraph::Limits::default());
+}
+
+/// Values nested deeper than the limit that no parser made (built in Rust)
+/// are refused by validation, so no lowering walks them.
+#[test]
+fn validation_bounds_nesting_built_in_rust() {
+    let text = "wrapir 1\n\ngraph main() -> (buf0) {\n  buffer buf0: f32[2][1]@cpu\n  extern buf0 = torch.ops.aten.foo.default([])\n}\n";
+    let mut program = wrapir::text::parse(text).unwrap();
+    let mut value = ArgValue::List(vec![]);
+    for _ in 0..1000 {
+        value = ArgValue::List(vec![value]);
+    }
+    let Line::ExternKernelAlloc(ExternCall { args, .. }) = &mut program.main.lines[0] else {
+        panic!("not an extern line")
+    };
+    args[0] = value;
+    let errors = wrapir::ir::validate(&program).unwrap_err();
+    let limit = errors.iter().find_map(|e| match &e.kind {
+        ValidationErrorKind::Limit(l) => Some(l.clone()),
+        _ => None,
+    });
+    let limit = limit.expect("a limit error");
+    assert_eq!((limit.limit, limit.value, limit.max), (Limit::TextDepth, 1001, 256));
+
+    // Device guards: 300 deep (as JSON or a builder could give) is an error at the 257th.
+    let mut program = wrapir::text::parse("wrapir 1\n\ngraph main() -> () {\n}\n").unwrap();
+    for _ in 0..300 {
+        program.main.lines.push(Line::EnterDeviceContext { device_index: 0 });
+    }
+    for _ in 0..300 {
+        program.main.lines.push(Line::ExitDeviceContext);
+    }
+    let errors = wrapir::ir::validate(&program).unwrap_err();
+    assert_eq!(errors.len(), 44, "{errors}");
+    assert!(errors.errors[0].to_string().starts_with(
+        "error in graph main, line 256 `device 0 {`: device guards nested too deep: 257 exceeds the limit max_text_depth = 256"
+    ), "{errors}");
+    let relaxed = Limits {
+        max_text_depth: 300,
+        ..Limits::default()
+    };
+    assert!(wrapir::ir::validate_with_limits(&program, &relaxed).is_ok());
+}
