@@ -408,3 +408,30 @@ fn validation_bounds_nesting_built_in_rust() {
     };
     assert!(wrapir::ir::validate_with_limits(&program, &relaxed).is_ok());
 }
+
+/// The prover's limits bound its fact preprocessing too: a chain of 2,000
+/// assumptions is linear work, and sides and facts over the node limit stop
+/// before an e-graph that large is built (an `unknown`, never a wrong answer).
+#[test]
+fn prover_limits_bound_preprocessing() {
+    let mut args: Vec<String> = vec!["sym".into(), "prove".into(), "s0".into(), "s2000".into()];
+    for i in 0..2000 {
+        args.push("--assume".into());
+        args.push(format!("s{i} == s{}", i + 1));
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = common::wrapir(&refs);
+    assert_eq!((run.code, run.stdout.as_str()), (0, "proven\n"), "{}", run.stderr);
+
+    let sum = (0..12_000).map(|i| format!("s{i}")).collect::<Vec<_>>().join(" + ");
+    let run = common::wrapir(&["sym", "prove", &sum, &sum]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (
+            2,
+            "unknown: node limit (20000) reached without proof: the sides and facts have 47998 nodes\n"
+        ),
+        "{}",
+        run.stderr
+    );
+}

@@ -61,13 +61,26 @@ pub enum ConvertError {
 
 /// Converts a [`SymExpr`] into an e-graph term.
 pub fn to_rec_expr(e: &SymExpr) -> Result<RecExpr<SymLang>, ConvertError> {
-    let mut out = RecExpr::default();
+    // Built as a plain list: `RecExpr::add` checks its children against the
+    // root in time linear in the term, which made large terms quadratic.
+    let mut out = Nodes::default();
     add_expr(&mut out, e)?;
-    Ok(out)
+    Ok(RecExpr::from(out.0))
+}
+
+/// Nodes in order, each child before its parent.
+#[derive(Default)]
+struct Nodes(Vec<SymLang>);
+
+impl Nodes {
+    fn add(&mut self, node: SymLang) -> Id {
+        self.0.push(node);
+        Id::from(self.0.len() - 1)
+    }
 }
 
 fn fold_binary(
-    out: &mut RecExpr<SymLang>,
+    out: &mut Nodes,
     items: &[SymExpr],
     empty: Option<SymLang>,
     op_name: &'static str,
@@ -88,8 +101,8 @@ fn fold_binary(
     Ok(acc)
 }
 
-fn add_expr(out: &mut RecExpr<SymLang>, e: &SymExpr) -> Result<Id, ConvertError> {
-    let pair = |out: &mut RecExpr<SymLang>, a: &SymExpr, b: &SymExpr| -> Result<[Id; 2], ConvertError> {
+fn add_expr(out: &mut Nodes, e: &SymExpr) -> Result<Id, ConvertError> {
+    let pair = |out: &mut Nodes, a: &SymExpr, b: &SymExpr| -> Result<[Id; 2], ConvertError> {
         let a = add_expr(out, a)?;
         let b = add_expr(out, b)?;
         Ok([a, b])

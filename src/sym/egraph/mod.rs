@@ -231,14 +231,17 @@ pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => return Outcome::Unknown(format!("cannot translate into the e-graph: {e}")),
     };
-    if let Some(c) = sample::search(a, b, facts, limits.samples_before, SEED) {
+    // The time limit bounds the whole attempt: sampling, building the
+    // e-graph from the facts, saturation and sampling again.
+    let deadline = std::time::Instant::now() + limits.time_limit;
+    if let Some(c) = sample::search_until(a, b, facts, limits.samples_before, SEED, Some(deadline)) {
         return Outcome::Disproved(c);
     }
-    let reason = match saturate(&ra, &rb, facts, limits) {
+    let reason = match saturate(&ra, &rb, facts, limits, deadline) {
         Ok(expl) => return Outcome::Proven(expl),
         Err(reason) => reason,
     };
-    match sample::search(a, b, facts, limits.samples_after, SEED ^ 0xA5A5_A5A5) {
+    match sample::search_until(a, b, facts, limits.samples_after, SEED ^ 0xA5A5_A5A5, Some(deadline)) {
         Some(c) => Outcome::Disproved(c),
         None => Outcome::Unknown(reason),
     }
@@ -251,7 +254,24 @@ fn saturate(
     rb: &RecExpr<SymLang>,
     facts: &Facts,
     limits: &Limits,
+    deadline: std::time::Instant,
 ) -> Result<Explanation, String> {
+    // The sides and facts alone may exceed the node limit: then saturation
+    // could only stop at it, after building an e-graph that large.
+    let mut nodes = ra.as_ref().len() + rb.as_ref().len();
+    let size = |e: &SymExpr| to_rec_expr(e).map_or(0, |r| r.as_ref().len());
+    for (_, e) in facts.definitions() {
+        nodes += 1 + size(e);
+    }
+    for (x, y) in facts.equalities() {
+        nodes += size(x) + size(y);
+    }
+    if nodes > limits.node_limit {
+        return Err(format!(
+            "node limit ({}) reached without proof: the sides and facts have {nodes} nodes",
+            limits.node_limit
+        ));
+    }
     let mut analysis = SymAnalysis::default();
     for (s, (lo, hi)) in facts.ranges() {
         analysis
@@ -279,7 +299,7 @@ fn saturate(
         .with_egraph(egraph)
         .with_node_limit(limits.node_limit)
         .with_iter_limit(limits.iter_limit)
-        .with_time_limit(limits.time_limit)
+        .with_time_limit(deadline.saturating_duration_since(std::time::Instant::now()))
         .with_hook(move |r| {
             if r.egraph.find(ida) == r.egraph.find(idb) {
                 Err("sides are equal".to_string())

@@ -142,12 +142,10 @@ impl Domain {
 /// The symbols a search must assign: those of the two sides plus, transitively,
 /// those of every fact mentioning one of them.
 fn involved_symbols(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Vec<Symbol> {
-    let mut syms = a.free_symbols();
-    for s in b.free_symbols() {
-        if !syms.contains(&s) {
-            syms.push(s);
-        }
-    }
+    use std::collections::{HashMap, HashSet};
+    // Symbols connected to the sides through facts, by a worklist over the
+    // facts' symbol groups: linear in the facts' size (a chain of thousands
+    // of assumptions costs no quadratic passes).
     let mut fact_syms: Vec<Vec<Symbol>> = Vec::new();
     for (s, e) in facts.definitions() {
         let mut v = e.free_symbols();
@@ -162,22 +160,87 @@ fn involved_symbols(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Vec<Symbol> {
     for c in facts.conditions() {
         fact_syms.push(c.free_symbols());
     }
-    loop {
-        let mut grew = false;
-        for group in &fact_syms {
-            if group.iter().any(|s| syms.contains(s)) {
-                for s in group {
-                    if !syms.contains(s) {
-                        syms.push(s.clone());
-                        grew = true;
+    let mut groups_of: HashMap<&Symbol, Vec<usize>> = HashMap::new();
+    for (g, group) in fact_syms.iter().enumerate() {
+        for s in group {
+            groups_of.entry(s).or_default().push(g);
+        }
+    }
+    let mut syms: Vec<Symbol> = Vec::new();
+    let mut seen: HashSet<Symbol> = HashSet::new();
+    let mut used = vec![false; fact_syms.len()];
+    let mut queue: Vec<Symbol> = Vec::new();
+    for s in a.free_symbols().into_iter().chain(b.free_symbols()) {
+        if seen.insert(s.clone()) {
+            syms.push(s.clone());
+            queue.push(s);
+        }
+    }
+    let mut next = 0;
+    while next < queue.len() {
+        let s = queue[next].clone();
+        next += 1;
+        for &g in groups_of.get(&s).map(Vec::as_slice).unwrap_or(&[]) {
+            if std::mem::replace(&mut used[g], true) {
+                continue;
+            }
+            for t in &fact_syms[g] {
+                if seen.insert(t.clone()) {
+                    syms.push(t.clone());
+                    queue.push(t.clone());
+                }
+            }
+        }
+    }
+    syms
+}
+
+/// The defined symbols in an order where each definition's symbols come
+/// first (symbols on a cycle of definitions are left out: they stay unbound).
+fn definition_order<'f>(defined: &[&'f Symbol], facts: &'f Facts) -> Vec<&'f Symbol> {
+    use std::collections::HashMap;
+    let index: HashMap<&Symbol, usize> = defined.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    // 0 unvisited, 1 on the stack, 2 done (ordered), 3 on or behind a cycle.
+    let mut state = vec![0u8; defined.len()];
+    let mut order = Vec::new();
+    for start in 0..defined.len() {
+        if state[start] != 0 {
+            continue;
+        }
+        let deps = |i: usize| -> Vec<usize> {
+            facts
+                .definitions()
+                .get(defined[i])
+                .map(|e| e.free_symbols().iter().filter_map(|x| index.get(x).copied()).collect())
+                .unwrap_or_default()
+        };
+        let mut stack: Vec<(usize, Vec<usize>)> = vec![(start, deps(start))];
+        state[start] = 1;
+        while let Some((node, pending)) = stack.last_mut() {
+            let node = *node;
+            match pending.pop() {
+                Some(d) if state[d] == 0 => {
+                    state[d] = 1;
+                    let dd = deps(d);
+                    stack.push((d, dd));
+                }
+                Some(d) if state[d] == 1 || state[d] == 3 => state[node] = 3,
+                Some(_) => {}
+                None => {
+                    stack.pop();
+                    if state[node] == 3 {
+                        if let Some((parent, _)) = stack.last() {
+                            state[*parent] = 3;
+                        }
+                    } else {
+                        state[node] = 2;
+                        order.push(defined[node]);
                     }
                 }
             }
         }
-        if !grew {
-            return syms;
-        }
     }
+    order
 }
 
 /// `true` when every fact about the bound symbols holds under `b`.
@@ -211,7 +274,15 @@ fn satisfies(facts: &Facts, b: &Bindings) -> bool {
 
 /// Tries `count` assignments (deterministic); returns the first under which
 /// both sides evaluate and differ.
-pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) -> Option<Counterexample> {
+/// Stops trying at `deadline`.
+pub(crate) fn search_until(
+    a: &SymExpr,
+    b: &SymExpr,
+    facts: &Facts,
+    count: usize,
+    seed: u64,
+    deadline: Option<std::time::Instant>,
+) -> Option<Counterexample> {
     if count == 0 || facts.empty_range().is_some() {
         return None;
     }
@@ -220,6 +291,7 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
         .iter()
         .filter(|s| facts.definitions().contains_key(*s))
         .collect();
+    let defined = definition_order(&defined, facts);
     let mut free: Vec<(Symbol, Domain)> = Vec::new();
     for s in involved.iter().filter(|s| !facts.definitions().contains_key(*s)) {
         free.push((s.clone(), Domain::new(facts.range(s))?));
@@ -227,6 +299,9 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
     let structured = free.iter().map(|(_, d)| d.special.len()).max().unwrap_or(1);
     let mut rng = Rng::new(seed);
     for i in 0..count {
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return None;
+        }
         let mut bindings = Bindings::new();
         for (j, (s, dom)) in free.iter().enumerate() {
             let v = if i < structured {
@@ -239,26 +314,18 @@ pub fn search(a: &SymExpr, b: &SymExpr, facts: &Facts, count: usize, seed: u64) 
             };
             bindings.insert(s.clone(), v);
         }
-        // Compute defined symbols in dependency order (cycles stay unbound).
-        loop {
-            let mut progressed = false;
-            for s in &defined {
-                if bindings.contains_key(*s) {
-                    continue;
-                }
-                let Some(e) = facts.definitions().get(*s) else { continue };
-                if e.free_symbols().iter().all(|x| bindings.contains_key(x)) {
-                    match eval_int(e, &bindings) {
-                        Ok(v) => {
-                            bindings.insert((*s).clone(), v);
-                            progressed = true;
-                        }
-                        Err(_) => break,
-                    }
-                }
+        // Compute defined symbols in dependency order (cycles stay unbound;
+        // a definition that fails to evaluate leaves the rest unbound).
+        for s in &defined {
+            let Some(e) = facts.definitions().get(*s) else { continue };
+            if !e.free_symbols().iter().all(|x| bindings.contains_key(x)) {
+                continue;
             }
-            if !progressed {
-                break;
+            match eval_int(e, &bindings) {
+                Ok(v) => {
+                    bindings.insert((*s).clone(), v);
+                }
+                Err(_) => break,
             }
         }
         if involved.iter().any(|s| !bindings.contains_key(s)) || !satisfies(facts, &bindings) {
