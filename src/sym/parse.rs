@@ -470,7 +470,7 @@ impl<'a> Parser<'a> {
         let n = natural_exponent(&exp?.expr).ok_or_else(|| {
             self.error_at(
                 at,
-                "expected a non-negative integer literal (at most 4294967295) as exponent".into(),
+                format!("expected a non-negative integer literal (at most {MAX_EXPONENT}) as exponent"),
             )
         })?;
         Ok(SymExpr::Pow(Box::new(base), n))
@@ -572,7 +572,7 @@ impl<'a> Parser<'a> {
                     "PythonMod" => SymExpr::PythonMod(bx(a), bx(b)),
                     _ => {
                         let n = natural_exponent(&b).ok_or_else(|| {
-                            self.error_at(at, "`Pow` needs a non-negative integer literal exponent".into())
+                            self.error_at(at, format!("`Pow` needs a non-negative integer literal exponent (at most {MAX_EXPONENT})"))
                         })?;
                         SymExpr::Pow(bx(a), n)
                     }
@@ -622,9 +622,15 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The largest exponent of `x**n` / `Pow(x, n)`: any base other than -1, 0
+/// and 1 overflows 64 bits before it, and the Python and C++ printers write
+/// `x**n` as `n` factors (Inductor's `_print_Pow`), so a larger one would only
+/// make printing cost O(n).
+pub const MAX_EXPONENT: u32 = 64;
+
 fn natural_exponent(e: &SymExpr) -> Option<u32> {
     match e {
-        SymExpr::Int(v) => u32::try_from(*v).ok(),
+        SymExpr::Int(v) => u32::try_from(*v).ok().filter(|n| *n <= MAX_EXPONENT),
         _ => None,
     }
 }

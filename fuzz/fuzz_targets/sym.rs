@@ -1,0 +1,26 @@
+//! The sym parser and the prover: line 1 and line 2 are the two sides, the
+//! other lines assumptions. Printed forms of a parsed expression parse again;
+//! `prove_eq_with` runs under small limits.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use wrapir::sym::{egraph, parse, print, Facts};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let mut lines = text.lines();
+    let Some(a) = lines.next() else { return };
+    let b = lines.next().unwrap_or("0");
+    let assumptions: Vec<&str> = lines.take(16).collect();
+    let Ok(ea) = parse(a) else { return };
+    for printed in [print::python(&ea), print::canonical(&ea)] {
+        if let Err(e) = parse(&printed) {
+            panic!("printed form {printed:?} of {a:?} does not parse: {e:?}");
+        }
+    }
+    let _ = print::cpp(&ea);
+    let _ = wrapir::sym::eval::eval_int(&ea, &Default::default());
+    let Ok(eb) = parse(b) else { return };
+    let Ok(facts) = Facts::parse(&assumptions) else { return };
+    let _ = egraph::bounds(&ea, &facts);
+    let _ = egraph::prove_eq_with(&ea, &eb, &facts, &wrapir_fuzz::prover_limits());
+});

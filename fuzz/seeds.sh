@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the seed corpora of the fuzz targets under fuzz/corpus/<target>/ from
+# the committed fixtures (fixtures/*.wir, fixtures/invalid/*.wir, the bundles'
+# program.json and inputs.safetensors). Idempotent; run from anywhere.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+corpus="$root/fuzz/corpus"
+max_bytes=262144 # seeds over 256 KiB slow every execution down; leave them out
+mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,validate_lower,interp_meta,interp_host,gen_program}
+
+copy() { # copy SRC TARGET NAME, if small enough
+  local size
+  size=$(stat -c %s "$1")
+  if [ "$size" -le "$max_bytes" ]; then cp "$1" "$corpus/$2/$3"; fi
+}
+
+for f in "$root"/fixtures/*.wir "$root"/fixtures/invalid/*.wir; do
+  name="$(basename "$(dirname "$f")")_$(basename "$f")"
+  for t in wir_parse validate_lower interp_meta interp_host; do copy "$f" "$t" "$name"; done
+done
+for d in "$root"/fixtures/inductor/bundles/*/; do
+  b="$(basename "$d")"
+  if [ -f "$d/program.json" ]; then
+    for t in json validate_lower interp_meta interp_host; do copy "$d/program.json" "$t" "$b.json"; done
+  fi
+  if [ -f "$d/inputs.safetensors" ]; then copy "$d/inputs.safetensors" safetensors "$b.safetensors"; fi
+done
+
+# sym: line 1 and 2 are the sides, further lines assumptions.
+i=0
+while IFS= read -r seed; do
+  printf '%b' "$seed" > "$corpus/sym/seed_$i"
+  i=$((i + 1))
+done <<'SEEDS'
+s0*s1\ns1*s0
+(s0 + 1)//2\nceil_div(s0, 2)\ns0 >= 0
+ModularIndexing(s0, 4, 8)\n(s0//4) % 8\ns0 >= 0
+Max(s0, s1) + Min(s0, s1)\ns0 + s1
+u0*s0\ns0*u0\nu0 >= 2\nu0 <= 64\ns0 == 2*u0
+CleanDiv(4*s0, 2)\n2*s0
+PythonMod(s0 - 7, 3)\ns0 % 3\ns0 >= 7
+s0**3\ns0*s0*s0
+Eq(s0, 3)\ns0 == 3
+(s0 < 4) & (s1 > 2)\nTrue\ns0 == 1\ns1 == 5
+SEEDS
+
+# gen_program: a few byte strings (any bytes are a program).
+for n in 16 64 256 1024; do head -c "$n" /dev/urandom > "$corpus/gen_program/random_$n"; done
+echo "seeds in $corpus:"
+for t in "$corpus"/*/; do echo "  $(basename "$t"): $(ls "$t" | wc -l) files, $(du -sh "$t" | cut -f1)"; done

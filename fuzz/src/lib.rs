@@ -1,0 +1,142 @@
+//! Shared helpers of the fuzz targets: small limits, inputs generated from a
+//! program's declared layouts, "run every consumer of a valid program", and the
+//! structured program generator ([`gen`]).
+
+use indexmap::IndexMap;
+use std::time::Duration;
+use wrapir::exec::Tensor;
+use wrapir::ir::{DType, GraphInput, Program, ProgramInfo};
+use wrapir::sym::{Bindings, Symbol};
+use wrapir::Limits;
+
+pub mod gen;
+
+/// Prover limits small enough for a 1 s libFuzzer timeout.
+pub fn prover_limits() -> wrapir::sym::egraph::Limits {
+    wrapir::sym::egraph::Limits {
+        node_limit: 500,
+        iter_limit: 4,
+        time_limit: Duration::from_millis(20),
+        samples_before: 8,
+        samples_after: 16,
+    }
+}
+
+/// The limits every target runs under: 1 MiB per allocation, 8 MiB per run,
+/// shallow nesting, little `while_loop` fuel, a small prover.
+pub fn limits() -> Limits {
+    Limits {
+        max_alloc_bytes: 1 << 20,
+        max_run_bytes: 8 << 20,
+        max_text_depth: 64,
+        max_subgraph_depth: 16,
+        loop_fuel: 64,
+        max_diagnostics: 32,
+        max_outputs: 256,
+        max_inlined_subgraphs: 64,
+        prover: prover_limits(),
+    }
+}
+
+/// Input bytes as a program: JSON when it starts with `{`, else the `.wir` text form.
+pub fn parse_program(data: &[u8]) -> Option<Program> {
+    let text = std::str::from_utf8(data).ok()?;
+    if text.trim_start().starts_with('{') {
+        Program::from_json(text).ok()
+    } else {
+        wrapir::text::parse_with_limits(text, &limits()).ok()
+    }
+}
+
+/// Every lowering and the launch reconciliation of a valid program; none may panic.
+pub fn lower_all(info: &ProgramInfo<'_>) {
+    use wrapir::lower::{cpp, fx, python};
+    let _ = python::write_string(info, &python::Options::default());
+    for dialect in [cpp::Dialect::Aoti, cpp::Dialect::Standalone] {
+        let _ = cpp::write_string(info, &cpp::Options::for_dialect(dialect));
+    }
+    let _ = fx::write_string(info, &fx::Options::default());
+    let options = wrapir::reconcile::Options {
+        limits: prover_limits(),
+        parallel: false,
+    };
+    let _ = wrapir::reconcile::check_program(info, &options);
+}
+
+/// The value each symbol takes in a generated run: the declared hint clamped
+/// to `0..=max`, else 2.
+pub fn hints(program: &Program, max: i64) -> Bindings {
+    let mut b = Bindings::new();
+    for (s, decl) in &program.symbols {
+        b.insert(s.clone(), decl.hint.map_or(2, |h| h.clamp(0, max)));
+    }
+    b
+}
+
+/// Most elements one generated input may have.
+pub const MAX_INPUT_NUMEL: i64 = 4096;
+
+/// Host inputs for `program`'s main graph and constants from their declared
+/// layouts, sizes evaluated under `hints` (symbols without a value get 2);
+/// `None` when a size cannot be evaluated or an input would exceed
+/// [`MAX_INPUT_NUMEL`] elements.
+pub fn host_inputs(program: &Program, hints: &Bindings) -> Option<IndexMap<String, Tensor>> {
+    let mut env = hints.clone();
+    for e in program
+        .main
+        .buffers
+        .keys()
+        .filter_map(|b| program.main.layout(b))
+        .flat_map(|l| l.size.iter())
+        .chain(program.constants.values().flat_map(|l| l.size.iter()))
+    {
+        for s in e.free_symbols() {
+            env.entry(s).or_insert(2);
+        }
+    }
+    let mut out = IndexMap::new();
+    let mut tensor = |name: &str, layout: &wrapir::ir::Layout| -> Option<()> {
+        let size = layout
+            .size
+            .iter()
+            .map(|e| wrapir::sym::eval::eval_int(e, &env).ok())
+            .collect::<Option<Vec<i64>>>()?;
+        let mut numel: i64 = 1;
+        for &d in &size {
+            if d < 0 {
+                return None;
+            }
+            numel = numel.checked_mul(d)?;
+        }
+        if numel > MAX_INPUT_NUMEL {
+            return None;
+        }
+        let data: Vec<f64> = (0..numel).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
+        out.insert(name.to_string(), Tensor::from_f64(layout.dtype, &data, &size).ok()?);
+        Some(())
+    };
+    for input in &program.main.inputs {
+        match input {
+            GraphInput::Tensor { name } => {
+                let layout = program.main.layout(name)?;
+                tensor(name.as_str(), layout)?;
+            }
+            GraphInput::Symbol { .. } => {}
+        }
+    }
+    for (name, layout) in &program.constants {
+        tensor(name.as_str(), layout)?;
+    }
+    for input in &program.main.inputs {
+        if let GraphInput::Symbol { name, symbol } = input {
+            let v = *env.get(symbol).unwrap_or(&2);
+            out.insert(name.as_str().to_string(), Tensor::from_i64(DType::Int64, &[v], &[]).ok()?);
+        }
+    }
+    Some(out)
+}
+
+/// A symbol by name.
+pub fn sym(name: &str) -> Symbol {
+    Symbol::new(name)
+}
