@@ -119,6 +119,8 @@ fn cases() -> Vec<Case> {
     };
     let mm = "wrapir 1\n\ngraph main(arg0_1: f32[4294967296, 0][0, 1]@cpu, arg1_1: f32[0, 4294967296][4294967296, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4294967296, 4294967296][4294967296, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
     let mm_inputs = safetensors_empty(&[("arg0_1", &[4294967296, 0]), ("arg1_1", &[0, 4294967296])]);
+    let mm_small = "wrapir 1\n\ngraph main(arg0_1: f32[4096, 0][0, 1]@cpu, arg1_1: f32[0, 4096][4096, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4096, 4096][4096, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
+    let mm_small_inputs = safetensors_empty(&[("arg0_1", &[4096, 0]), ("arg1_1", &[0, 4096])]);
     let duplicated = vec!["xnumel=8"; 7000].join(", ");
     let unknown = (0..7000).map(|i| format!("y{i}=8")).collect::<Vec<_>>().join(", ");
     let devices = format!(
@@ -179,6 +181,24 @@ fn cases() -> Vec<Case> {
             args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
             code: 2,
             contains: &["the result [4294967296, 4294967296] has more elements than fit in 64 bits"],
+            max_output: 1000,
+        },
+        Case {
+            // An op's result follows `--max-alloc-bytes` too, not only the buffers.
+            name: "op_result_over_max_alloc_bytes",
+            files: vec![("p.wir", mm_small.as_bytes().to_vec()), ("x.safetensors", mm_small_inputs)],
+            args: &[
+                "run",
+                "{dir}/p.wir",
+                "--device",
+                "cpu",
+                "--inputs",
+                "{dir}/x.safetensors",
+                "--max-alloc-bytes",
+                "100000000",
+            ],
+            code: 2,
+            contains: &["the result [4096, 4096]", "exceeds the limit max_alloc_bytes = 100000000", "--max-alloc-bytes"],
             max_output: 1000,
         },
         Case {

@@ -39,6 +39,8 @@ pub struct HostBackend {
     ops: BTreeMap<String, ExternFn>,
     kernels: BTreeMap<String, KernelFn>,
     limits: crate::Limits,
+    /// `limits.max_alloc_bytes`, shared with the built-in ops (their results).
+    op_alloc_limit: Arc<std::sync::atomic::AtomicU64>,
     memory: Arc<MemCounter>,
 }
 
@@ -96,6 +98,9 @@ impl HostBackend {
             ops: BTreeMap::new(),
             kernels: BTreeMap::new(),
             limits: crate::Limits::default(),
+            op_alloc_limit: Arc::new(std::sync::atomic::AtomicU64::new(
+                crate::Limits::default().max_alloc_bytes,
+            )),
             memory: Arc::default(),
         };
         let builtin_options = BuiltinOptions {
@@ -104,10 +109,12 @@ impl HostBackend {
             } else {
                 Overflow::Error
             },
+            max_alloc_bytes: Arc::clone(&b.op_alloc_limit),
         };
         for (name, f) in ops::builtins() {
             let key = name.to_string();
             let op_name = key.clone();
+            let options = builtin_options.clone();
             b.ops.insert(
                 key,
                 Arc::new(
@@ -118,7 +125,7 @@ impl HostBackend {
                                 args: &args.into(),
                                 kwargs: &kwargs.into(),
                             },
-                            &builtin_options,
+                            &options,
                         )
                     },
                 ),
@@ -130,6 +137,8 @@ impl HostBackend {
     /// Runs within `limits` (memory, `while_loop` fuel) instead of [`crate::Limits::default`].
     pub fn with_limits(mut self, limits: crate::Limits) -> Self {
         self.limits = limits;
+        self.op_alloc_limit
+            .store(limits.max_alloc_bytes, std::sync::atomic::Ordering::Relaxed);
         self.memory = Arc::new(MemCounter::with_limits(&limits));
         self
     }

@@ -86,13 +86,15 @@ fn inner_size(op: &str, shape: &[i64]) -> Result<usize, ExecError> {
 
 /// `values [L, *rest]` -> `[B, N, *rest]`; row `b` holds its first
 /// `min(len_b, N)` values (longer rows are truncated), the rest is `padding`
-/// (converted to the dtype: infinities saturate on integer dtypes).
+/// (converted to the dtype: infinities saturate on integer dtypes). The
+/// result may take at most `max_alloc_bytes` bytes.
 pub(crate) fn jagged_to_padded(
     op: &str,
     values: &Tensor,
     offsets: &[Tensor],
     max_lengths: &[i64],
     padding: f64,
+    max_alloc_bytes: u64,
 ) -> Result<Tensor, ExecError> {
     if values.dim() < 1 {
         return Err(ExecError::op(op, "values must have at least one dimension"));
@@ -127,7 +129,7 @@ pub(crate) fn jagged_to_padded(
     with_dtype!(values.dtype(), T => {
         let vals = values.to_vec::<T>()?;
         let pad = T::from_f64(padding);
-        let mut out = super::tensor::filled(total, pad, &|| format!("op `{op}`: the padded result {shape:?}"))?;
+        let mut out = super::tensor::filled(total, pad, max_alloc_bytes, &|| format!("op `{op}`: the padded result {shape:?}"))?;
         let fill = |(row, chunk): (usize, &mut [T])| {
             let begin = o[row] as usize;
             let len = (o[row + 1] - o[row]) as usize;

@@ -129,9 +129,20 @@ impl<'a> Args<'a, Tensor> {
 pub(crate) type Builtin = fn(&Args<'_>, &BuiltinOptions) -> Result<Value<Tensor>, ExecError>;
 
 /// Options the built-ins read.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct BuiltinOptions {
     pub(crate) jagged_overflow: Overflow,
+    /// The backend's [`crate::Limits::max_alloc_bytes`], shared with it so
+    /// that [`super::host::HostBackend::with_limits`] reaches ops already
+    /// registered.
+    pub(crate) max_alloc_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BuiltinOptions {
+    /// The most bytes one result may take.
+    pub(crate) fn max_alloc_bytes(&self) -> u64 {
+        self.max_alloc_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Every built-in op, by registry key.
@@ -172,7 +183,7 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
     ops
 }
 
-fn j2pd(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn j2pd(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let values = a.tensor(0, "values")?;
     let offsets = a.tensors(1, "offsets")?;
     let max_lengths = a.ints(2, "max_lengths")?;
@@ -183,6 +194,7 @@ fn j2pd(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
         &offsets,
         &max_lengths,
         padding,
+        o.max_alloc_bytes(),
     )?))
 }
 
@@ -214,7 +226,7 @@ fn j2pd_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Exec
 }
 
 /// Gradient of pd2j w.r.t. dense: j2pd with padding 0.
-fn pd2j_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn pd2j_backward(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let grad = a.tensor(0, "grad_output")?;
     let offsets = a.tensors(1, "offsets")?;
     let max_lengths = a.ints(2, "max_lengths")?;
@@ -224,6 +236,7 @@ fn pd2j_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Exec
         &offsets,
         &max_lengths,
         0.0,
+        o.max_alloc_bytes(),
     )?))
 }
 
@@ -383,6 +396,7 @@ fn dim(a: &Args<'_>, v: i64) -> Result<usize, ExecError> {
 #[allow(clippy::too_many_arguments)]
 fn gemm_op(
     a: &Args<'_>,
+    o: &BuiltinOptions,
     x: &Tensor,
     y: &Tensor,
     bias: Option<&Tensor>,
@@ -436,7 +450,7 @@ fn gemm_op(
     crate::Limits::check(
         crate::Limit::AllocBytes,
         (elements as u64).saturating_mul(16),
-        crate::Limits::default().max_alloc_bytes,
+        o.max_alloc_bytes(),
         format!("op `{}`: the result {out:?}", a.op),
     )?;
     let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
@@ -447,19 +461,25 @@ fn gemm_op(
     Ok(Value::Tensor(Tensor::from_f64(dtype, &values, &out)?))
 }
 
-fn mm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn mm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let (x, y) = (a.tensor(0, "self")?, a.tensor(1, "mat2")?);
-    gemm_op(a, x, y, None, 0.0, 1.0, Activation::None, false, false)
+    gemm_op(a, o, x, y, None, 0.0, 1.0, Activation::None, false, false)
 }
 
-fn bmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn bmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let (x, y) = (a.tensor(0, "self")?, a.tensor(1, "mat2")?);
-    gemm_op(a, x, y, None, 0.0, 1.0, Activation::None, true, false)
+    gemm_op(a, o, x, y, None, 0.0, 1.0, Activation::None, true, false)
 }
 
 /// `addmm`, `_addmm_activation`, `baddbmm` and `addbmm`: `(self, mat1 |
 /// batch1, mat2 | batch2, beta, alpha)`, positional or by keyword.
-fn gemm_with_bias(a: &Args<'_>, act: Activation, batched: bool, sum_batches: bool) -> Result<Value<Tensor>, ExecError> {
+fn gemm_with_bias(
+    a: &Args<'_>,
+    o: &BuiltinOptions,
+    act: Activation,
+    batched: bool,
+    sum_batches: bool,
+) -> Result<Value<Tensor>, ExecError> {
     let bias = a.tensor(0, "self")?;
     let names = if batched {
         ["batch1", "batch2"]
@@ -469,28 +489,28 @@ fn gemm_with_bias(a: &Args<'_>, act: Activation, batched: bool, sum_batches: boo
     let (x, y) = (a.tensor(1, names[0])?, a.tensor(2, names[1])?);
     let beta = a.float(3, "beta", 1.0)?;
     let alpha = a.float(4, "alpha", 1.0)?;
-    gemm_op(a, x, y, Some(bias), beta, alpha, act, batched, sum_batches)
+    gemm_op(a, o, x, y, Some(bias), beta, alpha, act, batched, sum_batches)
 }
 
-fn addmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    gemm_with_bias(a, Activation::None, false, false)
+fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, o, Activation::None, false, false)
 }
 
-fn addmm_activation(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn addmm_activation(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let act = if a.boolean(5, "use_gelu", false)? {
         Activation::Gelu
     } else {
         Activation::Relu
     };
-    gemm_with_bias(a, act, false, false)
+    gemm_with_bias(a, o, act, false, false)
 }
 
-fn baddbmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    gemm_with_bias(a, Activation::None, true, false)
+fn baddbmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, o, Activation::None, true, false)
 }
 
-fn addbmm(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    gemm_with_bias(a, Activation::None, true, true)
+fn addbmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    gemm_with_bias(a, o, Activation::None, true, true)
 }
 
 /// `[N, ndim]` int64 indices of non-zero elements, laid out like ATen's

@@ -339,10 +339,9 @@ pub(crate) fn checked_numel(size: &[i64]) -> Option<i64> {
 }
 
 /// `n` copies of `v` for an op's result, or an error naming `what` when the
-/// bytes exceed the default one-allocation limit or cannot be had (never an abort).
-pub(crate) fn filled<T: Clone>(n: usize, v: T, what: &dyn Fn() -> String) -> Result<Vec<T>, ExecError> {
+/// bytes exceed `max` (the one-allocation limit) or cannot be had (never an abort).
+pub(crate) fn filled<T: Clone>(n: usize, v: T, max: u64, what: &dyn Fn() -> String) -> Result<Vec<T>, ExecError> {
     let bytes = (n as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-    let max = crate::Limits::default().max_alloc_bytes;
     crate::Limits::check(crate::Limit::AllocBytes, bytes, max, what())?;
     let mut out = Vec::new();
     out.try_reserve_exact(n)
