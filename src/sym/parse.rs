@@ -572,7 +572,10 @@ impl<'a> Parser<'a> {
                     "PythonMod" => SymExpr::PythonMod(bx(a), bx(b)),
                     _ => {
                         let n = natural_exponent(&b).ok_or_else(|| {
-                            self.error_at(at, format!("`Pow` needs a non-negative integer literal exponent (at most {MAX_EXPONENT})"))
+                            self.error_at(
+                                at,
+                                format!("`Pow` needs a non-negative integer literal exponent (at most {MAX_EXPONENT})"),
+                            )
                         })?;
                         SymExpr::Pow(bx(a), n)
                     }
