@@ -246,14 +246,24 @@ impl Device {
         }
         self.bind()?;
         let raw = blas::create_handle().map_err(|e| CudaError::blas("cublasCreate", e))?;
-        let handle = BlasHandle {
+        let major = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let workspace_bytes = blas_workspace_bytes(major);
+        let mut handle = BlasHandle {
             raw,
+            workspace: 0,
             device: Arc::clone(self),
         };
+        handle.workspace = self.alloc(workspace_bytes)?;
         // SAFETY: `raw` was just created; the stream outlives the handle (the
         // handle holds the device, which holds the stream).
         unsafe { blas::set_stream(raw, self.raw_stream().cast()) }
             .map_err(|e| CudaError::blas("cublasSetStream", e))?;
+        // SAFETY: `raw` is live; the workspace is a live allocation of
+        // `workspace_bytes` ordered on the handle's stream and freed only after
+        // the handle is destroyed. Set after `cublasSetStream`, which resets it.
+        unsafe { blas_sys::cublasSetWorkspace_v2(raw, handle.workspace as *mut std::ffi::c_void, workspace_bytes) }
+            .result()
+            .map_err(|e| CudaError::blas("cublasSetWorkspace", e))?;
         // SAFETY: `raw` is a live handle. CUBLAS_DEFAULT_MATH with a 32-bit
         // compute type never rounds fp32 inputs to TF32 (PyTorch's default
         // `allow_tf32=False`).
@@ -310,7 +320,21 @@ pub(super) fn set_max_dynamic_shared(f: sys::CUfunction, bytes: u32) -> Result<(
 #[derive(Debug)]
 pub(super) struct BlasHandle {
     raw: blas_sys::cublasHandle_t,
+    /// The handle's own workspace (PyTorch's size, see [`blas_workspace_bytes`]):
+    /// cuBLAS picks algorithms by the workspace it may use, and with one set
+    /// it never allocates inside a stream capture.
+    workspace: sys::CUdeviceptr,
     device: Arc<Device>,
+}
+
+/// PyTorch's default cuBLAS workspace (`CUBLAS_WORKSPACE_CONFIG` unset):
+/// `:4096:8` (32 MiB) from compute capability 9.0, `:4096:2:16:8` before.
+fn blas_workspace_bytes(major: i32) -> usize {
+    if major >= 9 {
+        4096 * 1024 * 8
+    } else {
+        4096 * 1024 * 2 + 16 * 1024 * 8
+    }
 }
 
 /// One operand of a column-major GEMM.
@@ -497,5 +521,8 @@ impl Drop for BlasHandle {
         let _ = self.device.bind();
         // SAFETY: the handle was created once and is destroyed once, here.
         let _ = unsafe { blas::destroy_handle(self.raw) };
+        if self.workspace != 0 {
+            let _ = self.device.free(self.workspace);
+        }
     }
 }
