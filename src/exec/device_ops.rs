@@ -152,8 +152,8 @@ pub const CUDA_OPS: &[DeviceOp] = &[
     },
     DeviceOp {
         op: "aten._scaled_dot_product_cudnn_attention",
-        via: OWN_ATTENTION,
-        dtypes: FLOAT,
+        via: "cuDNN",
+        dtypes: "f16, bf16 (f32: flash-attention kernel)",
     },
 ];
 

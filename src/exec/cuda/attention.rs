@@ -145,6 +145,12 @@ pub(super) fn call(
             ),
         );
     }
+    if kind == Kind::Cudnn && matches!(dtype, DType::Float16 | DType::Bfloat16) {
+        let (out, lse) = allocate_results(backend, &parsed, dtype)?;
+        if super::dnn_attention::run(backend, &parsed, &out, &lse)? {
+            return results(backend, &parsed, dtype, out, lse).map(Some);
+        }
+    }
     let tensor_cores = dtype != DType::Float32;
     if tensor_cores {
         let major = backend
@@ -171,23 +177,8 @@ pub(super) fn call(
     };
     let grid = (grid_x, grid_yz(dims.h, "heads")?, grid_yz(dims.b, "batch")?);
 
-    let device = backend.device_of();
-    let (osize, ostride) = sdpa::out_layout(&parsed, &parsed.q.spec);
-    let out = backend.allocate(&TensorSpec {
-        dtype,
-        device,
-        size: osize,
-        stride: ostride,
-        offset: 0,
-    })?;
+    let (out, lse) = allocate_results(backend, &parsed, dtype)?;
     let layout = sdpa::lse_layout(&parsed, dtype);
-    let lse = backend.allocate(&TensorSpec {
-        dtype: layout.dtype,
-        device,
-        size: layout.size.clone(),
-        stride: layout.stride.clone(),
-        offset: 0,
-    })?;
     let (q, k, v) = (&parsed.q.spec, &parsed.k.spec, &parsed.v.spec);
     let four = |s: &[i64]| [s[0], s[1], s[2], s[3]];
     let mut params = AttnParams {
@@ -227,8 +218,47 @@ pub(super) fn call(
         };
         launch(backend, &name, dims.e, grid, threads, shared, &mut params)?;
     }
+    results(backend, &parsed, dtype, out, lse).map(Some)
+}
+
+/// The output and log-sum-exp tensors of an attention op, in the layouts
+/// PyTorch gives them.
+fn allocate_results(
+    backend: &mut CudaBackend,
+    parsed: &sdpa::Call<'_, CudaTensor>,
+    dtype: DType,
+) -> Result<(CudaTensor, CudaTensor), ExecError> {
+    let device = backend.device_of();
+    let (osize, ostride) = sdpa::out_layout(parsed, &parsed.q.spec);
+    let out = backend.allocate(&TensorSpec {
+        dtype,
+        device,
+        size: osize,
+        stride: ostride,
+        offset: 0,
+    })?;
+    let layout = sdpa::lse_layout(parsed, dtype);
+    let lse = backend.allocate(&TensorSpec {
+        dtype: layout.dtype,
+        device,
+        size: layout.size,
+        stride: layout.stride,
+        offset: 0,
+    })?;
+    Ok((out, lse))
+}
+
+/// The op's result list around `out` and `lse`.
+fn results(
+    backend: &mut CudaBackend,
+    parsed: &sdpa::Call<'_, CudaTensor>,
+    dtype: DType,
+    out: CudaTensor,
+    lse: CudaTensor,
+) -> Result<Value<CudaTensor>, ExecError> {
+    let device = backend.device_of();
     let mut items = Vec::new();
-    for item in sdpa::result_items(&parsed, dtype) {
+    for item in sdpa::result_items(parsed, dtype) {
         items.push(match item {
             Item::Out => Value::Tensor(out.clone()),
             Item::Lse => Value::Tensor(lse.clone()),
@@ -244,7 +274,7 @@ pub(super) fn call(
             Item::None => Value::None,
         });
     }
-    Ok(Some(Value::List(items)))
+    Ok(Value::List(items))
 }
 
 /// Whether a 4-d tensor at `ptr` has a contiguous last dimension, a

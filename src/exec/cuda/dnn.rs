@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 pub(super) use dnn::{cudnnDataType_t as DataType, cudnnMathType_t as MathType, cudnnTensorFormat_t as Format};
 
-fn check(call: &'static str, status: dnn::cudnnStatus_t) -> Result<(), CudaError> {
+pub(super) fn check(call: &'static str, status: dnn::cudnnStatus_t) -> Result<(), CudaError> {
     if status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         return Ok(());
     }
@@ -62,6 +62,13 @@ impl DnnHandle {
             dnn::cudnnSetStream(raw, device.stream.cu_stream() as dnn::cudaStream_t)
         })?;
         Ok(handle)
+    }
+}
+
+impl DnnHandle {
+    /// The raw handle, for the graph API (`dnn_graph`).
+    pub(super) fn raw(&self) -> dnn::cudnnHandle_t {
+        self.raw
     }
 }
 

@@ -27,6 +27,8 @@ mod attention;
 mod blaslt;
 mod conv;
 mod dnn;
+mod dnn_attention;
+mod dnn_graph;
 mod driver;
 mod graph;
 mod kernels;
@@ -234,7 +236,9 @@ pub struct CudaBackend {
     timings: LoadTimings,
     /// While the prepared path records a built-in op: its device operations.
     trace: Option<Vec<kernels::Traced>>,
-    /// The cuDNN handle, created at the first convolution.
+    /// Fused attention plans by shape (dropped before the cuDNN handle).
+    sdpa: dnn_attention::SdpaCache,
+    /// The cuDNN handle, created at the first convolution or cuDNN attention.
     dnn: Option<dnn::DnnHandle>,
     /// Convolution plans (descriptors, chosen algorithm) by shape.
     conv: conv::ConvCache,
@@ -321,6 +325,7 @@ impl CudaBackend {
             builtins: kernels::Builtins::default(),
             timings,
             trace: None,
+            sdpa: dnn_attention::SdpaCache::default(),
             dnn: None,
             conv: conv::ConvCache::default(),
         })

@@ -1,0 +1,401 @@
+//! cuDNN's graph (backend descriptor) API: descriptors destroyed on drop,
+//! the tensor, pointwise, reduction and matmul nodes the fused attention
+//! graph is made of, and plans chosen by cuDNN's heuristics (mode A, as
+//! PyTorch asks for) that run with a variant pack of device pointers.
+//!
+//! Every call returns a [`CudaError`] naming it.
+
+use super::dnn::{check, DnnHandle};
+use super::driver::CudaError;
+use cudarc::cudnn::sys as dnn;
+use std::ffi::c_void;
+
+use dnn::cudnnBackendAttributeName_t as Attr;
+use dnn::cudnnBackendAttributeType_t as Ty;
+use dnn::cudnnBackendDescriptorType_t as Kind;
+pub(super) use dnn::cudnnDataType_t as DataType;
+pub(super) use dnn::cudnnPointwiseMode_t as Pointwise;
+pub(super) use dnn::cudnnReduceTensorOp_t as Reduce;
+
+/// One backend descriptor; destroyed on drop.
+#[derive(Debug)]
+pub(super) struct Desc(dnn::cudnnBackendDescriptor_t);
+
+impl Desc {
+    fn new(kind: Kind) -> Result<Desc, CudaError> {
+        let mut raw: dnn::cudnnBackendDescriptor_t = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("cudnnBackendCreateDescriptor", unsafe {
+            dnn::cudnnBackendCreateDescriptor(kind, &mut raw)
+        })?;
+        Ok(Desc(raw))
+    }
+
+    /// Sets attribute `name` to `count` elements of type `ty` at `values`.
+    ///
+    /// # Safety
+    /// `values` points at `count` elements of the C type `ty` names.
+    unsafe fn set_raw(&self, name: Attr, ty: Ty, count: i64, values: *const c_void) -> Result<(), CudaError> {
+        // SAFETY: the descriptor is live; the caller vouches for `values`.
+        check("cudnnBackendSetAttribute", unsafe {
+            dnn::cudnnBackendSetAttribute(self.0, name, ty, count, values)
+        })
+    }
+
+    fn set_i64s(&self, name: Attr, values: &[i64]) -> Result<(), CudaError> {
+        // SAFETY: `values` holds `len` int64 elements.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT64, values.len() as i64, values.as_ptr().cast()) }
+    }
+
+    fn set_bool(&self, name: Attr, value: bool) -> Result<(), CudaError> {
+        // cuDNN's BOOLEAN is a C `bool` (one byte).
+        let v = value;
+        // SAFETY: one `bool` element.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BOOLEAN, 1, (&v as *const bool).cast()) }
+    }
+
+    fn set_dtype(&self, name: Attr, value: DataType) -> Result<(), CudaError> {
+        // SAFETY: one `cudnnDataType_t` element.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_DATA_TYPE, 1, (&value as *const DataType).cast()) }
+    }
+
+    fn set_desc(&self, name: Attr, value: &Desc) -> Result<(), CudaError> {
+        // SAFETY: one descriptor handle, live for the call.
+        unsafe {
+            self.set_raw(
+                name,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                1,
+                (&value.0 as *const dnn::cudnnBackendDescriptor_t).cast(),
+            )
+        }
+    }
+
+    fn finalize(&self) -> Result<(), CudaError> {
+        // SAFETY: the descriptor is live.
+        check("cudnnBackendFinalize", unsafe { dnn::cudnnBackendFinalize(self.0) })
+    }
+}
+
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created once, destroyed once.
+        let _ = unsafe { dnn::cudnnBackendDestroyDescriptor(self.0) };
+    }
+}
+
+/// A tensor of the graph (the variant pack names non-virtual ones by uid).
+#[derive(Debug)]
+struct Tensor {
+    desc: Desc,
+}
+
+/// What a graph tensor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Device memory passed at execution.
+    Memory,
+    /// An intermediate no memory holds.
+    Virtual,
+    /// A host scalar passed by value at execution.
+    ByValue,
+}
+
+/// A graph under construction: its tensors and operations, kept alive as
+/// long as the plan made from them.
+#[derive(Debug, Default)]
+pub(super) struct Graph {
+    tensors: Vec<Tensor>,
+    ops: Vec<Desc>,
+    next_virtual_uid: i64,
+}
+
+/// A graph tensor, by position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct T(usize);
+
+impl Graph {
+    /// Adds a tensor; `uid` 0 gives a virtual tensor a fresh id.
+    pub(super) fn tensor(
+        &mut self,
+        uid: i64,
+        dtype: DataType,
+        dims: &[i64],
+        strides: &[i64],
+        role: Role,
+    ) -> Result<T, CudaError> {
+        let uid = if uid == 0 {
+            self.next_virtual_uid += 1;
+            1_000_000 + self.next_virtual_uid
+        } else {
+            uid
+        };
+        let desc = Desc::new(Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+        desc.set_dtype(Attr::CUDNN_ATTR_TENSOR_DATA_TYPE, dtype)?;
+        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_DIMENSIONS, dims)?;
+        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_STRIDES, strides)?;
+        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
+        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[16])?;
+        desc.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_VIRTUAL, role == Role::Virtual)?;
+        if role == Role::ByValue {
+            desc.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
+        }
+        desc.finalize()?;
+        self.tensors.push(Tensor { desc });
+        Ok(T(self.tensors.len() - 1))
+    }
+
+    /// A by-value f32 scalar (`[1, 1, 1, 1]`).
+    pub(super) fn scalar(&mut self, uid: i64) -> Result<T, CudaError> {
+        self.tensor(uid, DataType::CUDNN_DATA_FLOAT, &[1; 4], &[1; 4], Role::ByValue)
+    }
+
+    /// A pointwise node `y = mode(x, b, t)` computing in `math`; `axis` for
+    /// `GEN_INDEX`.
+    pub(super) fn pointwise(
+        &mut self,
+        mode: Pointwise,
+        math: DataType,
+        axis: Option<i64>,
+        inputs: &[T],
+        y: T,
+    ) -> Result<(), CudaError> {
+        let pw = Desc::new(Kind::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
+        // SAFETY: one `cudnnPointwiseMode_t`.
+        unsafe {
+            pw.set_raw(
+                Attr::CUDNN_ATTR_POINTWISE_MODE,
+                Ty::CUDNN_TYPE_POINTWISE_MODE,
+                1,
+                (&mode as *const Pointwise).cast(),
+            )
+        }?;
+        pw.set_dtype(Attr::CUDNN_ATTR_POINTWISE_MATH_PREC, math)?;
+        if let Some(axis) = axis {
+            pw.set_i64s(Attr::CUDNN_ATTR_POINTWISE_AXIS, &[axis])?;
+        }
+        pw.finalize()?;
+        let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &pw)?;
+        let slots = [
+            Attr::CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
+            Attr::CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+            Attr::CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
+        ];
+        for (slot, t) in slots.iter().zip(inputs) {
+            op.set_desc(*slot, &self.tensors[t.0].desc)?;
+        }
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &self.tensors[y.0].desc)?;
+        op.finalize()?;
+        self.ops.push(pw);
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// A reduction node `y = reduce(x)` over the dimensions where `y` has size 1.
+    pub(super) fn reduction(&mut self, operator: Reduce, x: T, y: T) -> Result<(), CudaError> {
+        let r = Desc::new(Kind::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
+        // SAFETY: one `cudnnReduceTensorOp_t`.
+        unsafe {
+            r.set_raw(
+                Attr::CUDNN_ATTR_REDUCTION_OPERATOR,
+                Ty::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                1,
+                (&operator as *const Reduce).cast(),
+            )
+        }?;
+        r.set_dtype(Attr::CUDNN_ATTR_REDUCTION_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
+        r.finalize()?;
+        let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &self.tensors[x.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &self.tensors[y.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &r)?;
+        op.finalize()?;
+        self.ops.push(r);
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// A batched matmul node `c = a b` with fp32 compute.
+    pub(super) fn matmul(&mut self, a: T, b: T, c: T) -> Result<(), CudaError> {
+        let m = Desc::new(Kind::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
+        m.set_dtype(Attr::CUDNN_ATTR_MATMUL_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
+        m.finalize()?;
+        let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &self.tensors[a.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &self.tensors[b.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &self.tensors[c.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_DESC, &m)?;
+        op.finalize()?;
+        self.ops.push(m);
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// The operation graph on `handle`, the engine configurations cuDNN's
+    /// heuristics (mode A) rank for it, and the first of them that makes an
+    /// execution plan.
+    pub(super) fn plan(self, handle: &DnnHandle) -> Result<Plan, CudaError> {
+        let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+        // Operation descriptors are every other entry, after their own descriptor.
+        let ops: Vec<dnn::cudnnBackendDescriptor_t> = self.ops.iter().skip(1).step_by(2).map(|d| d.0).collect();
+        // SAFETY: `ops` holds `len` live descriptor handles.
+        unsafe {
+            graph.set_raw(
+                Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                ops.len() as i64,
+                ops.as_ptr().cast(),
+            )
+        }?;
+        let raw = handle.raw();
+        // SAFETY: one live handle.
+        unsafe {
+            graph.set_raw(
+                Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+                Ty::CUDNN_TYPE_HANDLE,
+                1,
+                (&raw as *const dnn::cudnnHandle_t).cast(),
+            )
+        }?;
+        graph.finalize()?;
+
+        let heur = Desc::new(Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+        heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &graph)?;
+        let mode = dnn::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A;
+        // SAFETY: one heuristics mode.
+        unsafe {
+            heur.set_raw(
+                Attr::CUDNN_ATTR_ENGINEHEUR_MODE,
+                Ty::CUDNN_TYPE_HEUR_MODE,
+                1,
+                (&mode as *const dnn::cudnnBackendHeurMode_t).cast(),
+            )
+        }?;
+        heur.finalize()?;
+        let mut count = 0i64;
+        // SAFETY: a count query (no elements requested).
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                heur.0,
+                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                0,
+                &mut count,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let wanted = count.clamp(0, 64);
+        let configs: Vec<Desc> = (0..wanted)
+            .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+            .collect::<Result<_, _>>()?;
+        let mut raws: Vec<dnn::cudnnBackendDescriptor_t> = configs.iter().map(|d| d.0).collect();
+        let mut got = 0i64;
+        // SAFETY: `raws` holds `wanted` created engine-config descriptors cuDNN fills.
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                heur.0,
+                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                wanted,
+                &mut got,
+                raws.as_mut_ptr().cast(),
+            )
+        })?;
+        let mut last = CudaError::Dnn {
+            call: "cudnnBackendGetAttribute",
+            status: "cuDNN's heuristics offered no engine for the graph".to_string(),
+        };
+        for config in configs.iter().take(got.clamp(0, wanted) as usize) {
+            let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+            // SAFETY: one live handle.
+            unsafe {
+                plan.set_raw(
+                    Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+                    Ty::CUDNN_TYPE_HANDLE,
+                    1,
+                    (&raw as *const dnn::cudnnHandle_t).cast(),
+                )
+            }?;
+            plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)?;
+            if let Err(e) = plan.finalize() {
+                last = e;
+                continue;
+            }
+            let mut workspace = 0i64;
+            let mut n = 0i64;
+            // SAFETY: one int64 element.
+            check("cudnnBackendGetAttribute", unsafe {
+                dnn::cudnnBackendGetAttribute(
+                    plan.0,
+                    Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                    Ty::CUDNN_TYPE_INT64,
+                    1,
+                    &mut n,
+                    (&mut workspace as *mut i64).cast(),
+                )
+            })?;
+            return Ok(Plan {
+                plan,
+                workspace: usize::try_from(workspace).unwrap_or(0),
+                _graph: graph,
+                _parts: self,
+            });
+        }
+        Err(last)
+    }
+}
+
+/// An execution plan and everything it was made from.
+#[derive(Debug)]
+pub(super) struct Plan {
+    plan: Desc,
+    /// Bytes of device workspace an execution needs.
+    pub(super) workspace: usize,
+    _graph: Desc,
+    _parts: Graph,
+}
+
+impl Plan {
+    /// Queues the plan on the handle's stream with the tensors `uids` at
+    /// `pointers` (device addresses, or host addresses of by-value scalars)
+    /// and `workspace` (at least [`Plan::workspace`] bytes, or 0 when none).
+    ///
+    /// # Safety
+    /// Every pointer is live for the execution: device memory of the size
+    /// and layout its tensor declares, ordered on the handle's stream, and
+    /// by-value scalars readable until this call returns.
+    pub(super) unsafe fn execute(
+        &self,
+        handle: &DnnHandle,
+        uids: &[i64],
+        pointers: &[*mut c_void],
+        workspace: *mut c_void,
+    ) -> Result<(), CudaError> {
+        let pack = Desc::new(Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        pack.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+        // SAFETY: `pointers` holds `len` pointers (one per uid).
+        unsafe {
+            pack.set_raw(
+                Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                Ty::CUDNN_TYPE_VOID_PTR,
+                pointers.len() as i64,
+                pointers.as_ptr().cast(),
+            )
+        }?;
+        // SAFETY: one pointer.
+        unsafe {
+            pack.set_raw(
+                Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                Ty::CUDNN_TYPE_VOID_PTR,
+                1,
+                (&workspace as *const *mut c_void).cast(),
+            )
+        }?;
+        pack.finalize()?;
+        // SAFETY: handle, plan and pack are live; the caller vouches for the pointers.
+        check("cudnnBackendExecute", unsafe {
+            dnn::cudnnBackendExecute(handle.raw(), self.plan.0, pack.0)
+        })
+    }
+}
