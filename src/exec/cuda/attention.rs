@@ -5,7 +5,9 @@
 //! capability and head dim, separately from the other built-in kernels).
 //!
 //! f16 and bf16 run on tensor cores (`mma.sync` m16n8k16, compute
-//! capability 8.0 and later), f32 on FMA; head dims 16, 32, 64, 80, 96 and 128
+//! capability 8.0 and later), f32 as 3xTF32 on tensor cores (m16n8k8, the
+//! fp32-accurate split PyTorch's memory-efficient attention uses; FMA before
+//! compute capability 8.0); head dims 16, 32, 64, 80, 96 and 128
 //! with value head dim equal to the query's. Other head dims or dtypes (and
 //! f16/bf16 before compute capability 8.0) go to the host fallback when it
 //! is on and are an error naming what the kernels take when it is off.
@@ -151,20 +153,22 @@ pub(super) fn call(
             return results(backend, &parsed, dtype, out, lse).map(Some);
         }
     }
-    let tensor_cores = dtype != DType::Float32;
-    if tensor_cores {
-        let major = backend
-            .device
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-            .map_err(|e| a.err(e.to_string()))?;
-        if major < 8 {
+    let major = backend
+        .device
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .map_err(|e| a.err(e.to_string()))?;
+    let family = match dtype {
+        DType::Float32 if major >= 8 => Family::F32TensorCores,
+        DType::Float32 => Family::F32Fma,
+        _ if major >= 8 => Family::Half,
+        _ => {
             return refuse(
                 backend,
                 format!("the {dtype} attention kernels need compute capability 8.0 or later"),
-            );
+            )
         }
-    }
-    let (bm, threads, shared) = shared_layout(tensor_cores, dims.e);
+    };
+    let (bm, threads, shared) = shared_layout(family, dims.e);
     let grid_x = u32::try_from((dims.l + bm - 1) / bm)
         .ok()
         .filter(|x| *x < (1 << 31))
@@ -204,17 +208,20 @@ pub(super) fn call(
         empty_mode: i64::from(parsed.empty_rows_zero()),
     };
     if grid.0 > 0 && grid.1 > 0 && grid.2 > 0 {
-        let fast = tensor_cores
+        // 16-byte rows: 8 elements of 16 bits, 4 of fp32.
+        let row_elems = if family == Family::Half { 8 } else { 4 };
+        let fast = family != Family::F32Fma
             && MMA_FAST_PATH
             && [q, k, v]
                 .iter()
                 .zip([params.q, params.k, params.v])
-                .all(|(spec, ptr)| rows_aligned(spec, ptr, 8, 16))
-            && rows_aligned(&out.spec, params.out, 2, 4);
+                .all(|(spec, ptr)| rows_aligned(spec, ptr, row_elems, 16))
+            && (family != Family::Half || rows_aligned(&out.spec, params.out, 2, 4));
+        let kernel = if family == Family::F32TensorCores { "f32tc" } else { suffix };
         let name = if fast {
-            format!("attn_{suffix}_fast_e{}", dims.e)
+            format!("attn_{kernel}_fast_e{}", dims.e)
         } else {
-            format!("attn_{suffix}_e{}", dims.e)
+            format!("attn_{kernel}_e{}", dims.e)
         };
         launch(backend, &name, dims.e, grid, threads, shared, &mut params)?;
     }
@@ -289,20 +296,34 @@ fn rows_aligned(spec: &TensorSpec, ptr: u64, stride_mult: i64, align: u64) -> bo
         && (0..3).all(|d| spec.size[d] <= 1 || spec.stride[d] % stride_mult == 0)
 }
 
+/// Which kernels run an attention call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// f16 / bf16 on tensor cores (`attn_mma`).
+    Half,
+    /// f32 as 3xTF32 on tensor cores (`attn_f32_tc`), compute capability 8.0+.
+    F32TensorCores,
+    /// f32 on FMA (`attn_f32`), before compute capability 8.0.
+    F32Fma,
+}
+
 /// Query rows per block, threads per block and dynamic shared memory
-/// (bytes) of a kernel: tensor cores (`MMA_WARPS` warps of 16 query rows:
-/// 8 for E <= 64, 4 above): the Q tile `[rows][E + 8]` and double-buffered
-/// K and V tiles `[2][64][E + 8]`, 2-byte elements; f32: the K and V tiles
-/// `[32][E]`, 4-byte elements.
-fn shared_layout(tensor_cores: bool, e: i64) -> (i64, u32, u32) {
+/// (bytes) of a kernel family. `Half`: `MMA_WARPS` warps of 16 query rows
+/// (8 for E <= 64, 4 above), the Q tile `[rows][E + 8]` and double-buffered
+/// K and V tiles `[2][64][E + 8]`, 2-byte elements. `F32TensorCores`: 4
+/// warps, Q and K tiles `[64][E + 4]`, the V tile `[64][E + 8]` and four P
+/// tiles `[16][68]`, 4-byte elements. `F32Fma`: the K and V tiles `[32][E]`.
+fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
     // `e` is one of HEAD_DIMS, so the products are small.
     let e = e as u32;
-    if tensor_cores {
-        let warps: u32 = if e <= 64 { 8 } else { 4 };
-        let bm = warps * 16;
-        (i64::from(bm), warps * 32, (bm + 4 * MMA_BN) * (e + 8) * 2)
-    } else {
-        (F32_BM, THREADS, 2 * F32_BN * e * 4)
+    match family {
+        Family::Half => {
+            let warps: u32 = if e <= 64 { 8 } else { 4 };
+            let bm = warps * 16;
+            (i64::from(bm), warps * 32, (bm + 4 * MMA_BN) * (e + 8) * 2)
+        }
+        Family::F32TensorCores => (64, 128, (64 * (e + 4) * 2 + 64 * (e + 8) + 4 * 16 * 68) * 4),
+        Family::F32Fma => (F32_BM, THREADS, 2 * F32_BN * e * 4),
     }
 }
 

@@ -4,7 +4,8 @@
 //
 // Compiled with NVRTC at first use, separately from builtin.cu. Kernels:
 //   attn_f16_e<E>, attn_bf16_e<E>  tensor cores (mma.sync m16n8k16, sm_80+)
-//   attn_f32_e<E>                  FMA
+//   attn_f32tc_e<E>                3xTF32 on tensor cores (sm_80+)
+//   attn_f32_e<E>                  FMA (before sm_80)
 // for head dims E in {16, 32, 64, 80, 96, 128}, one head dim per NVRTC
 // compilation (ATTN_E, defined by the host), so a model pays for the head
 // dims it uses only.
@@ -503,6 +504,252 @@ __device__ void attn_f32(const AttnParams& p) {
     }
 }
 
+
+// ---------------------------------------------------------------------------
+// f32 on tensor cores: 3xTF32 (as PyTorch's memory-efficient attention does
+// for fp32, CUTLASS's OpMultiplyAddFastF32): every product a * b is
+// big(a) big(b) + big(a) small(b) + small(a) big(b), big(x) = x rounded to
+// TF32 and small(x) = x - big(x) rounded to TF32, on mma.sync m16n8k8 with
+// fp32 accumulators, which keeps fp32 accuracy.
+//
+// TC_WARPS = 4 warps of 16 query rows (64 rows a block), key tiles of 64.
+// Shared memory (fp32): Qs [64][E + 4], Ks [64][E + 4] (read with ldmatrix:
+// a pitch of E + 4 floats puts the 8 rows of an ldmatrix phase on distinct
+// 16-byte bank groups), Vs [64][E + 8] (read element-wise: a pitch of 8 mod 32
+// banks keeps the 32 lanes' reads conflict-free), Ps [warp][16][68] (each
+// warp's P tile, re-read as the A operand of O += P V); `attn_shared_bytes`
+// in attention.rs computes the total.
+//
+// m16n8k8 tf32 fragments (lane = 4 g + t4):
+//  A (16x8 row): a0 = A[g][t4], a1 = A[g+8][t4], a2 = A[g][t4+4], a3 = A[g+8][t4+4].
+//  B (8x8 col, B[k][n]): b0 = B[t4][g], b1 = B[t4+4][g].
+//  C (16x8): c0, c1 = C[g][2t4, 2t4+1]; c2, c3 = C[g+8][2t4, 2t4+1].
+//  ldmatrix.x4 on 32-bit elements: register i of lane l is element
+//    [l >> 2][l & 3] of the 8x4 block whose rows lanes 8i..8i+7 address.
+//  A from Qs / Ps: blocks (rows 0-7, cols 0-3), (8-15, 0-3), (0-7, 4-7),
+//    (8-15, 4-7) -> lane l addresses row (l & 7) + 8 ((l >> 3) & 1), col 4 (l >> 4).
+//  B of S from Ks (B[e][key] = K[key][e]): for key tiles 2jp, 2jp+1, blocks
+//    (keys 16jp+0-7, e 0-3), (16jp+0-7, e 4-7), (16jp+8-15, e 0-3),
+//    (16jp+8-15, e 4-7) -> lane l addresses key 16jp + 8 (l >> 4) + (l & 7),
+//    e 4 ((l >> 3) & 1); registers b0, b1 of tile 2jp, b0, b1 of tile 2jp+1.
+//  B of O from Vs (B[key][e] = V[key][e]): b0 = V[t4][g], b1 = V[t4+4][g].
+// ---------------------------------------------------------------------------
+
+#define TC_WARPS 4
+#define TC_NT (TC_WARPS * 32)
+#define TC_BM (TC_WARPS * 16)
+#define TC_BN 64
+#define TC_PP 68
+
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ unsigned tf32_of(float x) {
+    unsigned r;
+    asm("{ cvt.rna.tf32.f32 %0, %1; }" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x as big + small TF32 parts.
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
+    big = tf32_of(x);
+    small = tf32_of(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ void mma1688(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a b in 3xTF32 (a, b given as raw fp32 bits).
+__device__ __forceinline__ void mma3xtf32(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    unsigned ab[4], as[4], bb0, bs0, bb1, bs1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(a[i]), ab[i], as[i]);
+    split_tf32(__uint_as_float(b0), bb0, bs0);
+    split_tf32(__uint_as_float(b1), bb1, bs1);
+    mma1688(c, as, bb0, bb1);
+    mma1688(c, ab, bs0, bs1);
+    mma1688(c, ab, bb0, bb1);
+}
+
+// Rows [r0, r0 + NROWS) of a [rows][E] fp32 matrix into a tile of pitch PITCH;
+// rows at or past `rend` are zero. FAST: 16-byte cp.async copies.
+template <int E, int NROWS, int PITCH, bool FAST>
+__device__ __forceinline__ void load_tile_f32(float* dst, const float* src, i64 r0, i64 rend, i64 rs, i64 cs,
+                                              int tid) {
+    if (FAST) {
+        constexpr int CPR = E / 4;
+        for (int i = tid; i < NROWS * CPR; i += TC_NT) {
+            const int r = i / CPR, c = (i % CPR) * 4;
+            const i64 row = r0 + r;
+            const bool ok = row < rend;
+            cp_async16(smem_addr(dst + r * PITCH + c), ok ? (const void*)(src + row * rs + c) : (const void*)src,
+                       ok ? 16 : 0);
+        }
+    } else {
+        for (int i = tid; i < NROWS * E; i += TC_NT) {
+            const int r = i / E, c = i % E;
+            const i64 row = r0 + r;
+            dst[r * PITCH + c] = row < rend ? src[row * rs + c * cs] : 0.f;
+        }
+    }
+}
+#endif
+
+template <int E, bool FAST>
+__device__ void attn_f32_tc(const AttnParams& p) {
+#if __CUDA_ARCH__ >= 800
+    constexpr int QP = E + 4, VP = E + 8;
+    constexpr int NS = TC_BN / 8;  // n-tiles of S
+    constexpr int NO = E / 8;      // n-tiles of O
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* Qs = reinterpret_cast<float*>(smem_raw);
+    float* Ks = Qs + TC_BM * QP;
+    float* Vs = Ks + TC_BN * QP;
+    float* Ps = Vs + TC_BN * VP;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const i64 b = blockIdx.z, h = blockIdx.y, q0 = (i64)blockIdx.x * TC_BM;
+    const i64 hk = h / p.group;
+    const float* Q = reinterpret_cast<const float*>(p.q) + b * p.qs[0] + h * p.qs[1];
+    const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
+    const float* V = reinterpret_cast<const float*>(p.v) + b * p.vs[0] + hk * p.vs[1];
+    const float* Bias = p.bias ? reinterpret_cast<const float*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
+    float* Pw = Ps + warp * 16 * TC_PP;
+
+    i64 kv_end = p.lk;
+    if (p.causal && q0 + TC_BM < kv_end) kv_end = q0 + TC_BM;
+
+    load_tile_f32<E, TC_BM, QP, FAST>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], tid);
+
+    const int wr = warp * 16;
+    float o[NO][4];
+#pragma unroll
+    for (int d = 0; d < NO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float m[2] = {(-ATTN_INF), (-ATTN_INF)};
+    float l[2] = {0.f, 0.f};
+    const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
+    const float sl2 = (float)p.scale * LOG2E;
+    const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * QP + 4 * (lane >> 4);
+    const int p_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * TC_PP + 4 * (lane >> 4);
+    const int k_off = (8 * (lane >> 4) + (lane & 7)) * QP + 4 * ((lane >> 3) & 1);
+
+    for (i64 kv0 = 0; kv0 < kv_end; kv0 += TC_BN) {
+        load_tile_f32<E, TC_BN, QP, FAST>(Ks, K, kv0, p.lk, p.ks[2], p.ks[3], tid);
+        load_tile_f32<E, TC_BN, VP, FAST>(Vs, V, kv0, p.lk, p.vs[2], p.vs[3], tid);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        const bool active = !(p.causal && kv0 > q0 + wr + 15);
+        if (active) {
+            float s[NS][4];
+#pragma unroll
+            for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < E / 8; ++kk) {
+                unsigned a[4];
+                ldsm_x4(a, smem_addr(Qs + wr * QP + kk * 8 + a_off));
+#pragma unroll
+                for (int jp = 0; jp < NS / 2; ++jp) {
+                    unsigned r[4];
+                    ldsm_x4(r, smem_addr(Ks + jp * 16 * QP + kk * 8 + k_off));
+                    mma3xtf32(s[2 * jp], a, r[0], r[1]);
+                    mma3xtf32(s[2 * jp + 1], a, r[2], r[3]);
+                }
+            }
+            float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
+            const bool need_mask = kv0 + TC_BN > p.lk || (p.causal && kv0 + TC_BN - 1 > q0 + wr);
+#pragma unroll
+            for (int j = 0; j < NS; ++j) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const i64 row = rows[c >> 1];
+                    const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
+                    const bool ok = !need_mask || (col < p.lk && (!p.causal || col <= row));
+                    float x = s[j][c] * sl2;
+                    if (ok && Bias && row < p.lq) x += Bias[row * p.bs[2] + col * p.bs[3]] * LOG2E;
+                    s[j][c] = ok ? x : (-ATTN_INF);
+                    mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
+                }
+            }
+            float mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float mnew = fmaxf(m[r], mx[r]);
+                mu[r] = mnew == (-ATTN_INF) ? 0.f : mnew;
+                const float alpha = exp2f(m[r] - mu[r]);
+                m[r] = mnew;
+                l[r] *= alpha;
+#pragma unroll
+                for (int d = 0; d < NO; ++d) {
+                    o[d][2 * r] *= alpha;
+                    o[d][2 * r + 1] *= alpha;
+                }
+            }
+            // P (fp32) into the warp's tile, then O += P V.
+#pragma unroll
+            for (int j = 0; j < NS; ++j) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float e = exp2f(s[j][c] - mu[c >> 1]);
+                    l[c >> 1] += e;
+                    Pw[(g + 8 * (c >> 1)) * TC_PP + j * 8 + t4 * 2 + (c & 1)] = e;
+                }
+            }
+            __syncwarp();
+#pragma unroll
+            for (int kk = 0; kk < TC_BN / 8; ++kk) {
+                unsigned a[4];
+                ldsm_x4(a, smem_addr(Pw + kk * 8 + p_off));
+#pragma unroll
+                for (int d = 0; d < NO; ++d) {
+                    const unsigned b0 = __float_as_uint(Vs[(kk * 8 + t4) * VP + d * 8 + g]);
+                    const unsigned b1 = __float_as_uint(Vs[(kk * 8 + t4 + 4) * VP + d * 8 + g]);
+                    mma3xtf32(o[d], a, b0, b1);
+                }
+            }
+            __syncwarp();
+        }
+        __syncthreads();
+    }
+
+    float* Out = reinterpret_cast<float*>(p.out) + b * p.os[0] + h * p.os[1];
+    float* Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const i64 row = rows[r];
+        if (row >= p.lq) continue;
+        const bool empty = m[r] == (-ATTN_INF);
+        const float fill = (empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
+        const float inv = empty ? 0.f : 1.f / l[r];
+        float* orow = Out + row * p.os[2];
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            const int e = d * 8 + t4 * 2;
+            orow[e * p.os[3]] = empty ? fill : o[d][2 * r] * inv;
+            orow[(e + 1) * p.os[3]] = empty ? fill : o[d][2 * r + 1] * inv;
+        }
+        if (Lse && t4 == 0) {
+            Lse[row * p.ls[2]] = empty ? (p.empty_mode == 0 ? (-ATTN_INF) : ATTN_INF) : (m[r] + log2f(l[r])) * LN2;
+        }
+    }
+    if (Lse) {
+        for (int r = tid; r < TC_BM; r += TC_NT) {
+            const i64 row = q0 + r;
+            if (row >= p.lq && row < p.lse_len) Lse[row * p.ls[2]] = ATTN_INF;
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
 #define ATTN_INSTANCES(E)                                                                                     \
     extern "C" __global__ void __launch_bounds__(NT) attn_f32_e##E(AttnParams p) { attn_f32<E>(p); }         \
     extern "C" __global__ void __launch_bounds__(MMA_NT) attn_f16_e##E(AttnParams p) {                        \
@@ -516,6 +763,12 @@ __device__ void attn_f32(const AttnParams& p) {
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(MMA_NT) attn_bf16_fast_e##E(AttnParams p) {                  \
         attn_mma<true, E, true>(p);                                                                           \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_e##E(AttnParams p) {                       \
+        attn_f32_tc<E, false>(p);                                                                             \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_fast_e##E(AttnParams p) {                  \
+        attn_f32_tc<E, true>(p);                                                                              \
     }
 
 // One head dim per compilation: the host prepends `#define ATTN_E <E>`.
