@@ -797,7 +797,12 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let c = compare_leaves(&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], &reference, Some(&marked), None);
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &reference,
+        Some(&marked),
+        None,
+    );
     assert_eq!(
         c.outputs.iter().map(|o| (o.name.as_str(), o.int)).collect::<Vec<_>>(),
         [("out0", None), ("out1", Some(12))]
@@ -806,12 +811,25 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
     // integer is skipped and counted, the tensor pairs with the file's tensor.
     let mut tensors_only = IndexMap::new();
     tensors_only.insert("out0".to_string(), t.clone());
-    let c = compare_leaves(&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], &tensors_only, None, None);
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &tensors_only,
+        None,
+        None,
+    );
     assert!(c.is_ok() && c.outputs.len() == 1 && c.ints_not_compared == 1, "{c:?}");
     // A stored integer must be a one-element integer tensor.
     let mut bad = reference.clone();
-    bad.insert("out1".to_string(), Tensor::from_f64(DType::Float32, &[12.0], &[]).unwrap());
-    let c = compare_leaves(&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], &bad, Some(&marked), None);
+    bad.insert(
+        "out1".to_string(),
+        Tensor::from_f64(DType::Float32, &[12.0], &[]).unwrap(),
+    );
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &bad,
+        Some(&marked),
+        None,
+    );
     assert_eq!(
         c.first_error().unwrap(),
         "output 1 (expected `out1`): an integer output is stored as a one-element integer tensor, the reference holds f32[]"
@@ -820,7 +838,10 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
     let meta = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": ["out1"]}"#).unwrap();
     assert_eq!(meta.int_outputs, Some(vec!["out1".to_string()]));
     let err = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": [1]}"#).unwrap_err();
-    assert!(err.to_string().contains("`int_outputs` must be a list of tensor names"), "{err}");
+    assert!(
+        err.to_string().contains("`int_outputs` must be a list of tensor names"),
+        "{err}"
+    );
 }
 
 /// A bundle that returns a data-dependent size next to a tensor and runs on
@@ -858,7 +879,11 @@ fn cli_compares_integer_outputs() {
             r#"{"int_outputs": ["out1"]}"#,
             3,
             0,
-            &["output 1: int 3", "against eager: 2 outputs match", "  output 1 (`out1`): integer 3; match"],
+            &[
+                "output 1: int 3",
+                "against eager: 2 outputs match",
+                "  output 1 (`out1`): integer 3; match",
+            ],
             "",
         ),
         (

@@ -918,12 +918,8 @@ fn compare_with_references(
             continue;
         }
         let expected = read_safetensors(path)?;
-        let comparison = wrapir::exec::compare::compare_leaves(
-            &got,
-            &expected,
-            references.int_outputs.as_deref(),
-            *tolerance,
-        );
+        let comparison =
+            wrapir::exec::compare::compare_leaves(&got, &expected, references.int_outputs.as_deref(), *tolerance);
         let compared = got.len() - comparison.ints_not_compared;
         let tol = match tolerance {
             Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
@@ -936,10 +932,7 @@ fn compare_with_references(
                 if comparison.with_ints { "outputs" } else { "tensors" },
                 path.display()
             ),
-            None if failed == 0 => format!(
-                "against {what}: {compared} outputs match {} ({tol})\n",
-                path.display()
-            ),
+            None if failed == 0 => format!("against {what}: {compared} outputs match {} ({tol})\n", path.display()),
             None => format!(
                 "against {what}: {failed} of {compared} outputs differ from {} ({tol})\n",
                 path.display()

@@ -441,8 +441,15 @@ pub fn compare_leaves(
                 (OutputLeaf::Int(v), true) => match stored_int(e) {
                     Ok(want) => {
                         let d = (*v as f64 - want as f64).abs();
-                        let mismatch = (*v != want).then_some(Mismatch::Int { got: *v, expected: want });
-                        check(Some(*v), Some((d, if want == 0 { d } else { d / (want as f64).abs() })), mismatch)
+                        let mismatch = (*v != want).then_some(Mismatch::Int {
+                            got: *v,
+                            expected: want,
+                        });
+                        check(
+                            Some(*v),
+                            Some((d, if want == 0 { d } else { d / (want as f64).abs() })),
+                            mismatch,
+                        )
                     }
                     Err(m) => check(Some(*v), None, Some(m)),
                 },
@@ -462,7 +469,10 @@ fn stored_int(t: &Tensor) -> Result<i64, Mismatch> {
         )));
     }
     match t.to_i64_vec() {
-        Ok(v) => v.first().copied().ok_or_else(|| Mismatch::Unreadable("empty tensor".into())),
+        Ok(v) => v
+            .first()
+            .copied()
+            .ok_or_else(|| Mismatch::Unreadable("empty tensor".into())),
         Err(e) => Err(Mismatch::Unreadable(e.to_string())),
     }
 }
