@@ -39,8 +39,8 @@
 //! ```no_run
 //! # #[cfg(feature = "cuda")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use wrapir::exec::compare::{compare_outputs, BundleMeta};
-//! use wrapir::exec::{cuda, safetensors, Value};
+//! use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta};
+//! use wrapir::exec::{cuda, safetensors};
 //!
 //! let dir = std::path::Path::new("fixtures/inductor/bundles/softmax");
 //! let program = wrapir::ir::Program::from_json(&std::fs::read_to_string(dir.join("program.json"))?)?;
@@ -52,8 +52,9 @@
 //!     ..cuda::CudaOptions::for_bundle(dir, &meta) // kernels from `dir`, math modes from bundle.json
 //! };
 //! let out = cuda::run_program(&program, options, &inputs)?;   // validates, lowers to FX, runs
-//! let got: Vec<_> = out.outputs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
-//! let comparison = compare_outputs(&got, &expected, meta.tolerance);
+//! // Tensors, and integer outputs where the bundle stores them (`int_outputs`).
+//! let got = output_leaves(&out.outputs);
+//! let comparison = compare_leaves(&got, &expected, meta.int_outputs.as_deref(), meta.tolerance);
 //! assert!(comparison.is_ok(), "{:?}", comparison.first_error());
 //! # Ok(())
 //! # }

@@ -907,6 +907,18 @@ fn errors_name_the_problem() {
         Dialect::Standalone,
         "kernel `k0` was compiled with `XBLOCK` = 256, but the call passes 128",
     );
+    // A symbol operand passed to a subgraph input that binds another symbol:
+    // the inlined subgraph would read the caller's `s27`.
+    let fixture = std::fs::read_to_string(common::root().join("fixtures/cond_symbol_operands.wir")).unwrap();
+    let swapped = fixture.replace("(arg2_1, s27, s77)", "(arg2_1, s77, s27)");
+    assert_ne!(swapped, fixture);
+    for d in [Dialect::Aoti, Dialect::Standalone] {
+        check_error(
+            wrapir::text::parse(&swapped).unwrap(),
+            d,
+            "symbol input `true_graph_0_arg1_1` of subgraph `true_graph_0` binds `s27` but is passed `s77`",
+        );
+    }
 }
 
 /// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the

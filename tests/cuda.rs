@@ -10,7 +10,7 @@
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare, compare_outputs, BundleMeta, Tolerance};
+use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, TensorSpec, Value};
@@ -41,17 +41,6 @@ fn tensors(path: &Path) -> IndexMap<String, Tensor> {
     safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The expected tensors of the graph outputs: `graph_out<k>` when the
-/// exporter wrote any, else all in file order.
-fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tensor)> {
-    let graph: Vec<_> = expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
-    if graph.is_empty() {
-        expected.iter().collect()
-    } else {
-        graph
-    }
-}
-
 /// Runs one bundle on the GPU (host fallback on, so that an op without a
 /// device implementation is reported rather than aborting the run) and
 /// compares with eager and, when the bundle has them, Inductor's compiled
@@ -71,21 +60,15 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     };
     let log = options.extern_ops.clone();
     let out = run_program(&program, options, &inputs).map_err(|e| e.to_string())?;
-    let got: Vec<_> = out
-        .outputs
-        .iter()
-        .filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None })
-        .collect();
-    let expected = expected_outputs(&expected);
-    if got.len() != expected.len() {
-        return Err(format!("{} tensor outputs, {} expected", got.len(), expected.len()));
-    }
-    for (k, (g, (key, e))) in got.iter().zip(&expected).enumerate() {
-        compare(g, e, Some(tolerance)).map_err(|m| format!("output {k} vs `{key}`: {m}"))?;
+    // Tensors, and integer outputs where the bundle stores them.
+    let got = output_leaves(&out.outputs);
+    let ints = meta.int_outputs.as_deref();
+    if let Some(e) = compare_leaves(&got, &expected, ints, Some(tolerance)).first_error() {
+        return Err(e);
     }
     let compiled = dir.join(BundleMeta::COMPILED);
     if compiled.is_file() {
-        let comparison = compare_outputs(&got, &tensors(&compiled), meta.compiled_tolerance);
+        let comparison = compare_leaves(&got, &tensors(&compiled), ints, meta.compiled_tolerance);
         if let Some(e) = comparison.first_error() {
             return Err(format!("against Inductor's compiled outputs: {e}"));
         }

@@ -756,3 +756,168 @@ fn comparisons_report_the_largest_errors() {
     let c = compare_outputs(&[&got], &reference, Some(Tolerance { rtol: 0.0, atol: 0.0 }));
     assert!(c.is_ok() && c.outputs[0].name == "graph_out0", "{c:?}");
 }
+
+// ---- integer outputs ------------------------------------------------------------
+
+#[test]
+fn integer_outputs_are_compared_where_the_reference_stores_them() {
+    use wrapir::exec::compare::{compare_leaves, OutputLeaf};
+    let t = Tensor::from_f64(DType::Float32, &[1.0, 2.0], &[2]).unwrap();
+    let i = |v: i64| Tensor::from_i64(DType::Int64, &[v], &[]).unwrap();
+    let mut reference = IndexMap::new();
+    reference.insert("out0".to_string(), t.clone());
+    reference.insert("out1".to_string(), i(12));
+    let marked = ["out1".to_string()];
+    // (leaves, first error, outputs compared)
+    let cases: &[(&[OutputLeaf<'_>], Option<&str>, usize)] = &[
+        (&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], None, 2),
+        (
+            &[OutputLeaf::Tensor(&t), OutputLeaf::Int(13)],
+            Some("output 1 (expected `out1`): got integer 13, expected 12"),
+            2,
+        ),
+        (
+            &[OutputLeaf::Int(12), OutputLeaf::Tensor(&t)],
+            Some("output 0 (expected `out0`): got an integer, expected a tensor"),
+            2,
+        ),
+        (
+            &[OutputLeaf::Tensor(&t)],
+            Some("the program returned 1 outputs, 2 are expected"),
+            0,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (k, (leaves, error, compared)) in cases.iter().enumerate() {
+        let c = compare_leaves(leaves, &reference, Some(&marked), None);
+        let got = (c.first_error(), c.outputs.len(), c.ints_not_compared);
+        let want = (error.map(str::to_string), *compared, 0);
+        if got != want {
+            failures.push(format!("case {k}: got {got:?}, want {want:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &reference,
+        Some(&marked),
+        None,
+    );
+    assert_eq!(
+        c.outputs.iter().map(|o| (o.name.as_str(), o.int)).collect::<Vec<_>>(),
+        [("out0", None), ("out1", Some(12))]
+    );
+    // No marker (a bundle from before integer outputs were stored): the
+    // integer is skipped and counted, the tensor pairs with the file's tensor.
+    let mut tensors_only = IndexMap::new();
+    tensors_only.insert("out0".to_string(), t.clone());
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &tensors_only,
+        None,
+        None,
+    );
+    assert!(c.is_ok() && c.outputs.len() == 1 && c.ints_not_compared == 1, "{c:?}");
+    // A stored integer must be a one-element integer tensor.
+    let mut bad = reference.clone();
+    bad.insert(
+        "out1".to_string(),
+        Tensor::from_f64(DType::Float32, &[12.0], &[]).unwrap(),
+    );
+    let c = compare_leaves(
+        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
+        &bad,
+        Some(&marked),
+        None,
+    );
+    assert_eq!(
+        c.first_error().unwrap(),
+        "output 1 (expected `out1`): an integer output is stored as a one-element integer tensor, the reference holds f32[]"
+    );
+    // bundle.json's marker.
+    let meta = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": ["out1"]}"#).unwrap();
+    assert_eq!(meta.int_outputs, Some(vec!["out1".to_string()]));
+    let err = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": [1]}"#).unwrap_err();
+    assert!(
+        err.to_string().contains("`int_outputs` must be a list of tensor names"),
+        "{err}"
+    );
+}
+
+/// A bundle that returns a data-dependent size next to a tensor and runs on
+/// the host: `nonzero`, then `u0`.
+const INT_OUTPUT_PROGRAM: &str = r#"wrapir 1
+
+symbol u0: unbacked [0, 6]
+
+graph main(arg0_1: f32[6][1]@cpu) -> (buf2, u0) {
+  buffer buf1: multi
+  buffer buf2: i64[u0, 1][1, u0]@cpu
+  extern buf1 = torch.ops.aten.nonzero.default(arg0_1)
+  bind buf1: u0 = .size()[0]
+  get buf2 = buf1
+}
+"#;
+
+#[test]
+fn cli_compares_integer_outputs() {
+    let dir = scratch("int-outputs");
+    let program = wrapir::text::parse(INT_OUTPUT_PROGRAM).unwrap();
+    std::fs::write(dir.join("program.json"), program.to_json()).unwrap();
+    let x = Tensor::from_f64(DType::Float32, &[0.0, 1.0, 0.0, 2.0, 3.0, 0.0], &[6]).unwrap();
+    let write = |name: &str, tensors: &[(&str, Tensor)]| {
+        let map: IndexMap<String, Tensor> = tensors.iter().map(|(k, t)| (k.to_string(), t.clone())).collect();
+        std::fs::write(dir.join(name), safetensors::write(&map).unwrap()).unwrap();
+    };
+    write("inputs.safetensors", &[("arg0_1", x)]);
+    let nz = Tensor::from_i64(DType::Int64, &[1, 3, 4], &[3, 1]).unwrap();
+    let int = |v: i64| Tensor::from_i64(DType::Int64, &[v], &[]).unwrap();
+    let b = path_str(&dir);
+    // (bundle.json, u0 stored, exit code, stdout parts, stderr part)
+    let cases: &[(&str, i64, i32, &[&str], &str)] = &[
+        (
+            r#"{"int_outputs": ["out1"]}"#,
+            3,
+            0,
+            &[
+                "output 1: int 3",
+                "against eager: 2 outputs match",
+                "  output 1 (`out1`): integer 3; match",
+            ],
+            "",
+        ),
+        (
+            r#"{"int_outputs": ["out1"]}"#,
+            4,
+            1,
+            &["against eager: 1 of 2 outputs differ"],
+            "output 1 (expected `out1`): got integer 3, expected 4",
+        ),
+        // Before integer outputs were stored: the tensor is compared, the integer is reported as not compared.
+        (
+            "{}",
+            4,
+            0,
+            &["against eager: 1 outputs match", "1 integer output(s) not compared"],
+            "",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (meta, stored, code, stdout, stderr) in cases {
+        std::fs::write(dir.join("bundle.json"), meta).unwrap();
+        if meta.contains("int_outputs") {
+            write("expected.safetensors", &[("out0", nz.clone()), ("out1", int(*stored))]);
+        } else {
+            write("expected.safetensors", &[("out0", nz.clone())]);
+        }
+        let r = wrapir(&["run", b, "--device", "cpu"]);
+        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
+            failures.push(format!(
+                "{meta} {stored}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
+                r.code, r.stdout, r.stderr
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -738,6 +738,9 @@ struct References {
     /// For a bundle: Inductor's compiled outputs (`compiled.safetensors`,
     /// which may be absent) and their tolerance.
     compiled: Option<(PathBuf, Option<Tolerance>)>,
+    /// For a bundle: which reference tensors hold integer outputs
+    /// (`bundle.json`'s `int_outputs`; `None`: integer outputs are not compared).
+    int_outputs: Option<Vec<String>>,
 }
 
 /// Reads a bundle directory's `bundle.json` (the defaults when it has none):
@@ -792,6 +795,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
         compiled: bundle
             .as_ref()
             .map(|dir| (dir.join(BundleMeta::COMPILED), overridden(meta.compiled_tolerance))),
+        int_outputs: meta.int_outputs.clone(),
     };
     let mut hints = wrapir::sym::Bindings::new();
     for h in &args.hints {
@@ -902,10 +906,7 @@ fn compare_with_references(
     outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>],
     references: &References,
 ) -> Result<ExitCode> {
-    let mut got = Vec::new();
-    for v in outputs {
-        collect_tensors(v, &mut got);
-    }
+    let got = wrapir::exec::compare::output_leaves(outputs);
     let mut ok = true;
     let mut out = String::new();
     let mut err = String::new();
@@ -917,7 +918,9 @@ fn compare_with_references(
             continue;
         }
         let expected = read_safetensors(path)?;
-        let comparison = wrapir::exec::compare::compare_outputs(&got, &expected, *tolerance);
+        let comparison =
+            wrapir::exec::compare::compare_leaves(&got, &expected, references.int_outputs.as_deref(), *tolerance);
+        let compared = got.len() - comparison.ints_not_compared;
         let tol = match tolerance {
             Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
             None => "dtype default tolerances".to_string(),
@@ -925,23 +928,28 @@ fn compare_with_references(
         let failed = comparison.outputs.iter().filter(|o| o.mismatch.is_some()).count();
         out += &match comparison.count_mismatch {
             Some((n, m)) => format!(
-                "against {what}: the program returned {n} tensors, {m} are expected in {}\n",
+                "against {what}: the program returned {n} {}, {m} are expected in {}\n",
+                if comparison.with_ints { "outputs" } else { "tensors" },
                 path.display()
             ),
-            None if failed == 0 => format!(
-                "against {what}: {} outputs match {} ({tol})\n",
-                got.len(),
-                path.display()
-            ),
+            None if failed == 0 => format!("against {what}: {compared} outputs match {} ({tol})\n", path.display()),
             None => format!(
-                "against {what}: {failed} of {} outputs differ from {} ({tol})\n",
-                got.len(),
+                "against {what}: {failed} of {compared} outputs differ from {} ({tol})\n",
                 path.display()
             ),
         };
+        if comparison.ints_not_compared > 0 {
+            out += &format!(
+                "  {} integer output(s) not compared: the bundle does not store integer outputs (no `int_outputs` in bundle.json; re-export it)\n",
+                comparison.ints_not_compared
+            );
+        }
         for o in &comparison.outputs {
-            let errors = match (o.max_abs, o.max_rel) {
-                (Some(a), Some(r)) => format!("max abs error {}, max rel error {}", error_text(a), error_text(r)),
+            let errors = match (o.int, o.max_abs, o.max_rel) {
+                (Some(v), _, _) => format!("integer {v}"),
+                (None, Some(a), Some(r)) => {
+                    format!("max abs error {}, max rel error {}", error_text(a), error_text(r))
+                }
                 _ => "errors not measured".to_string(),
             };
             let verdict = match &o.mismatch {
@@ -1141,14 +1149,6 @@ fn format_values(t: &wrapir::exec::Tensor) -> String {
             .unwrap_or_default()
     };
     format!("[{}]", parts.join(", "))
-}
-
-fn collect_tensors<'a>(v: &'a wrapir::exec::Value<wrapir::exec::Tensor>, out: &mut Vec<&'a wrapir::exec::Tensor>) {
-    match v {
-        wrapir::exec::Value::Tensor(t) => out.push(t),
-        wrapir::exec::Value::List(items) => items.iter().for_each(|i| collect_tensors(i, out)),
-        _ => {}
-    }
 }
 
 /// Milliseconds from this process's start (its `starttime` in

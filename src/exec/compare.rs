@@ -7,6 +7,9 @@
 //! Inductor's own compiled outputs ([`BundleMeta::COMPILED`], compared within
 //! `compiled_tolerance`, usually much tighter). [`compare_outputs`] compares
 //! a run's outputs with either and reports the largest errors per output.
+//! An integer output (a size the program returns next to its tensors) is
+//! stored as a 0-d int64 tensor listed in `bundle.json`'s `int_outputs`
+//! ([`BundleMeta::int_outputs`]) and compared exactly ([`compare_leaves`]).
 
 use super::Tensor;
 use crate::ir::DType;
@@ -72,6 +75,22 @@ pub enum Mismatch {
         expected: f64,
         /// The tolerance used (`None`: exact).
         tolerance: Option<Tolerance>,
+    },
+    /// An integer output (a size the program returns) with another value.
+    #[error("got integer {got}, expected {expected}")]
+    Int {
+        /// The program's value.
+        got: i64,
+        /// The reference's value.
+        expected: i64,
+    },
+    /// A tensor where the reference holds an integer output, or the reverse.
+    #[error("got {got}, expected {expected}")]
+    Kind {
+        /// What the program returned (`a tensor`, `an integer`).
+        got: &'static str,
+        /// What the reference holds.
+        expected: &'static str,
     },
     /// The data could not be read.
     #[error("{0}")]
@@ -161,6 +180,12 @@ pub struct BundleMeta {
     /// `CudaOptions::math` by `CudaOptions::for_bundle`.
     #[cfg(feature = "cuda")]
     pub math: crate::exec::cuda::MathModes,
+    /// `"int_outputs"`: the reference names (`out1`, `graph_out1`) that hold
+    /// an integer output (a size the program returns next to its tensors,
+    /// stored as a 0-d int64 tensor) rather than a tensor output. `None`
+    /// when the file has no such field (bundles exported before integer
+    /// outputs were stored): then only tensor outputs are compared.
+    pub int_outputs: Option<Vec<String>>,
 }
 
 /// A `bundle.json` that cannot be read, naming the field.
@@ -205,11 +230,29 @@ impl BundleMeta {
             None | Some(serde_json::Value::Null) => crate::exec::cuda::MathModes::default(),
             Some(m) => serde_json::from_value(m.clone()).map_err(|e| BundleMetaError(format!("`math`: {e}")))?,
         };
+        let int_outputs = match json.get("int_outputs") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| {
+                        BundleMetaError(format!("`int_outputs` must be a list of tensor names, got {items:?}"))
+                    })?,
+            ),
+            Some(other) => {
+                return Err(BundleMetaError(format!(
+                    "`int_outputs` must be a list of tensor names, got {other}"
+                )))
+            }
+        };
         Ok(BundleMeta {
             tolerance: tolerance("tolerance")?,
             compiled_tolerance: tolerance("compiled_tolerance")?,
             #[cfg(feature = "cuda")]
             math,
+            int_outputs,
         })
     }
 }
@@ -217,8 +260,11 @@ impl BundleMeta {
 /// One output compared with its reference tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputCheck {
-    /// The output's position among the program's tensor outputs.
+    /// The output's position among the compared outputs (the program's
+    /// tensor outputs, and its integer outputs where the reference stores them).
     pub index: usize,
+    /// The program's value when the output is an integer (`None`: a tensor).
+    pub int: Option<i64>,
     /// The reference tensor's name (`out0`, `graph_out1`).
     pub name: String,
     /// The largest `|got - expected|` (NaN where a NaN meets a number);
@@ -238,6 +284,12 @@ pub struct Comparison {
     pub outputs: Vec<OutputCheck>,
     /// `Some((outputs, references))` when the counts differ.
     pub count_mismatch: Option<(usize, usize)>,
+    /// Whether integer outputs were compared (the reference says which of
+    /// its tensors are integer outputs); `false`: tensor outputs only.
+    pub with_ints: bool,
+    /// Integer outputs the program returned that were not compared, because
+    /// the reference does not say where it stores them.
+    pub ints_not_compared: usize,
 }
 
 impl Comparison {
@@ -250,7 +302,8 @@ impl Comparison {
     /// tensor (`output 0 (expected `out0`): 1 of 512 elements differ ...`).
     pub fn first_error(&self) -> Option<String> {
         if let Some((got, want)) = self.count_mismatch {
-            return Some(format!("the program returned {got} tensors, {want} are expected"));
+            let what = if self.with_ints { "outputs" } else { "tensors" };
+            return Some(format!("the program returned {got} {what}, {want} are expected"));
         }
         self.outputs.iter().find_map(|o| {
             o.mismatch
@@ -289,6 +342,36 @@ pub fn reference_outputs(reference: &IndexMap<String, Tensor>) -> Vec<(&str, &Te
     }
 }
 
+/// One output of a run as a reference holds it: a tensor, or an integer
+/// (a size the program returns, `GraphOutput::Expr`).
+#[derive(Clone, Copy, Debug)]
+pub enum OutputLeaf<'a> {
+    /// A tensor output.
+    Tensor(&'a Tensor),
+    /// An integer output (booleans as 0/1).
+    Int(i64),
+}
+
+/// The outputs of a run in the order references store them, as PyTorch's
+/// pytree leaves are: lists flattened, `None` left out, tensors and integers
+/// kept (other scalars are left out too: references hold neither).
+pub fn output_leaves(outputs: &[super::Value<Tensor>]) -> Vec<OutputLeaf<'_>> {
+    fn walk<'a>(v: &'a super::Value<Tensor>, out: &mut Vec<OutputLeaf<'a>>) {
+        match v {
+            super::Value::Tensor(t) => out.push(OutputLeaf::Tensor(t)),
+            super::Value::List(items) => items.iter().for_each(|i| walk(i, out)),
+            other => {
+                if let Some(i) = other.as_int() {
+                    out.push(OutputLeaf::Int(i));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    outputs.iter().for_each(|v| walk(v, &mut out));
+    out
+}
+
 /// Compares `got` (a run's tensor outputs, in order) with the tensors of
 /// `reference` ([`reference_outputs`]) under `tolerance` (as [`compare`]),
 /// measuring the largest errors of each output.
@@ -297,31 +380,100 @@ pub fn compare_outputs(
     reference: &IndexMap<String, Tensor>,
     tolerance: Option<Tolerance>,
 ) -> Comparison {
+    let leaves: Vec<OutputLeaf<'_>> = got.iter().map(|t| OutputLeaf::Tensor(t)).collect();
+    compare_leaves(&leaves, reference, None, tolerance)
+}
+
+/// Compares a run's outputs ([`output_leaves`]) with `reference`
+/// ([`reference_outputs`]). With `int_outputs` (the reference names holding
+/// integer outputs, [`BundleMeta::int_outputs`]) every leaf pairs with a
+/// reference in order: a tensor with a tensor (as [`compare_outputs`]), an
+/// integer with a one-element integer tensor of the same value. Without it,
+/// integer leaves are skipped and counted in [`Comparison::ints_not_compared`].
+pub fn compare_leaves(
+    got: &[OutputLeaf<'_>],
+    reference: &IndexMap<String, Tensor>,
+    int_outputs: Option<&[String]>,
+    tolerance: Option<Tolerance>,
+) -> Comparison {
+    let ints_not_compared = match int_outputs {
+        Some(_) => 0,
+        None => got.iter().filter(|l| matches!(l, OutputLeaf::Int(_))).count(),
+    };
+    let got: Vec<OutputLeaf<'_>> = match int_outputs {
+        Some(_) => got.to_vec(),
+        None => got
+            .iter()
+            .copied()
+            .filter(|l| matches!(l, OutputLeaf::Tensor(_)))
+            .collect(),
+    };
     let expected = reference_outputs(reference);
+    let mut comparison = Comparison {
+        outputs: Vec::new(),
+        count_mismatch: None,
+        with_ints: int_outputs.is_some(),
+        ints_not_compared,
+    };
     if got.len() != expected.len() {
-        return Comparison {
-            outputs: Vec::new(),
-            count_mismatch: Some((got.len(), expected.len())),
-        };
+        comparison.count_mismatch = Some((got.len(), expected.len()));
+        return comparison;
     }
-    let outputs = got
+    let is_int = |name: &str| int_outputs.is_some_and(|names| names.iter().any(|n| n == name));
+    comparison.outputs = got
         .iter()
         .zip(&expected)
         .enumerate()
         .map(|(index, (g, (name, e)))| {
-            let errors = max_errors(g, e);
-            OutputCheck {
+            let check = |int, errors: Option<(f64, f64)>, mismatch| OutputCheck {
                 index,
+                int,
                 name: name.to_string(),
                 max_abs: errors.map(|(a, _)| a),
                 max_rel: errors.map(|(_, r)| r),
-                mismatch: compare(g, e, tolerance).err(),
+                mismatch,
+            };
+            let kind = |got, expected| Some(Mismatch::Kind { got, expected });
+            match (g, is_int(name)) {
+                (OutputLeaf::Tensor(g), false) => check(None, max_errors(g, e), compare(g, e, tolerance).err()),
+                (OutputLeaf::Tensor(_), true) => check(None, None, kind("a tensor", "an integer")),
+                (OutputLeaf::Int(v), false) => check(Some(*v), None, kind("an integer", "a tensor")),
+                (OutputLeaf::Int(v), true) => match stored_int(e) {
+                    Ok(want) => {
+                        let d = (*v as f64 - want as f64).abs();
+                        let mismatch = (*v != want).then_some(Mismatch::Int {
+                            got: *v,
+                            expected: want,
+                        });
+                        check(
+                            Some(*v),
+                            Some((d, if want == 0 { d } else { d / (want as f64).abs() })),
+                            mismatch,
+                        )
+                    }
+                    Err(m) => check(Some(*v), None, Some(m)),
+                },
             }
         })
         .collect();
-    Comparison {
-        outputs,
-        count_mismatch: None,
+    comparison
+}
+
+/// The value of a reference's integer output: a one-element integer tensor.
+fn stored_int(t: &Tensor) -> Result<i64, Mismatch> {
+    if t.dtype().is_floating() || t.numel() != 1 {
+        return Err(Mismatch::Unreadable(format!(
+            "an integer output is stored as a one-element integer tensor, the reference holds {}{:?}",
+            t.dtype(),
+            t.size()
+        )));
+    }
+    match t.to_i64_vec() {
+        Ok(v) => v
+            .first()
+            .copied()
+            .ok_or_else(|| Mismatch::Unreadable("empty tensor".into())),
+        Err(e) => Err(Mismatch::Unreadable(e.to_string())),
     }
 }
 

@@ -275,7 +275,7 @@ impl Backend for MetaBackend {
             None => match (self.predicate, tensor.spec.dtype) {
                 (Some(p), _) => Ok(ScalarValue::Bool(p)),
                 (None, _) => Err(ExecError::NoValue(
-                    "the meta backend cannot read tensor data; set a predicate value with `with_predicate`".into(),
+                    "the meta backend cannot read tensor data; set a predicate value with `with_predicate` (`wrapir run --predicate true|false`)".into(),
                 )),
             },
         }

@@ -647,8 +647,8 @@ impl<'p> GraphLowering<'p> {
                     Predicate::Expr(e) => self.expr(e)?,
                 };
                 let mut operands = Vec::new();
-                for b in &c.operands {
-                    operands.push(Arg::Node(self.buffer(b)?));
+                for (i, b) in c.operands.iter().enumerate() {
+                    operands.push(self.operand(&c.true_graph, i, b)?);
                 }
                 let (graphs, lifted) = self.subgraphs(&[&c.true_graph, &c.false_graph])?;
                 for s in &lifted {
@@ -670,12 +670,12 @@ impl<'p> GraphLowering<'p> {
             }
             Line::WhileLoop(w) => {
                 let mut carried = Vec::new();
-                for b in &w.carried {
-                    carried.push(Arg::Node(self.buffer(b)?));
+                for (i, b) in w.carried.iter().enumerate() {
+                    carried.push(self.operand(&w.body_graph, i, b)?);
                 }
                 let mut additional = Vec::new();
-                for b in &w.additional {
-                    additional.push(Arg::Node(self.buffer(b)?));
+                for (i, b) in w.additional.iter().enumerate() {
+                    additional.push(self.operand(&w.body_graph, w.carried.len() + i, b)?);
                 }
                 let (graphs, lifted) = self.subgraphs(&[&w.cond_graph, &w.body_graph])?;
                 for s in &lifted {
@@ -1365,6 +1365,24 @@ impl<'p> GraphLowering<'p> {
     }
 
     // ---- values -------------------------------------------------------------
+
+    /// Operand `index` passed to subgraph `sub`: a symbol where the subgraph
+    /// takes a symbol input (the validator checks the operand names a declared
+    /// symbol; under `dynamic=True` Inductor passes sizes such as `s27`), else a
+    /// buffer.
+    fn operand(&mut self, sub: &GraphName, index: usize, b: &BufName) -> Res<Arg> {
+        let takes_symbol = self
+            .program
+            .subgraphs
+            .get(sub)
+            .and_then(|g| g.inputs.get(index))
+            .is_some_and(|i| matches!(i, GraphInput::Symbol { .. }));
+        if takes_symbol {
+            self.symbol(&Symbol::new(b.as_str()))
+        } else {
+            Ok(Arg::Node(self.buffer(b)?))
+        }
+    }
 
     fn is_output(&self, b: &BufName) -> bool {
         self.ir

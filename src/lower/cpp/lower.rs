@@ -2079,6 +2079,19 @@ impl<'a> Lowering<'a> {
         out
     }
 
+    /// The C++ values of operands `offset..` of `sub`: a buffer's variable, or
+    /// the symbol itself where `sub` takes a symbol input.
+    fn operand_vars(g: &GraphCtx<'_>, sub: &Graph, offset: usize, operands: &[BufName]) -> Vec<String> {
+        operands
+            .iter()
+            .enumerate()
+            .map(|(i, o)| match sub.inputs.get(offset + i) {
+                Some(GraphInput::Symbol { .. }) => o.to_string(),
+                _ => g.local(o),
+            })
+            .collect()
+    }
+
     /// Runs a subgraph inline: copies operand handles into its inputs, writes
     /// its lines, and moves its outputs into `targets` (`None` = dropped).
     fn inline_subgraph(
@@ -2116,9 +2129,18 @@ impl<'a> Lowering<'a> {
                     }
                     self.declare(&local);
                 }
-                GraphInput::Symbol { name: n, .. } => {
-                    return Err(self.unsupported(cx, format!("symbol input `{n}` of subgraph `{name}`")))
+                // Symbols are C++ variables of the whole function and subgraphs
+                // are inlined, so a symbol passed as itself (what Inductor does:
+                // `true_graph_0_args = [arg3_1, s27, s77]`) is already in scope.
+                GraphInput::Symbol { name: n, symbol } if operand.as_str() != symbol.as_str() => {
+                    return Err(self.unsupported(
+                        cx,
+                        format!(
+                            "symbol input `{n}` of subgraph `{name}` binds `{symbol}` but is passed `{operand}` (the inlined subgraph sees the caller's symbols, so a symbol must be passed as itself)"
+                        ),
+                    ))
                 }
+                GraphInput::Symbol { .. } => {}
             }
         }
         self.graph_lines(&ctx)?;
@@ -2224,7 +2246,7 @@ impl<'a> Lowering<'a> {
             }
             Predicate::Expr(e) => self.cexpr(e),
         };
-        let operands: Vec<String> = c.operands.iter().map(|o| g.local(o)).collect();
+        let operands = Self::operand_vars(g, t, 0, &c.operands);
         let mut targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
         targets.resize(t.outputs.len(), None);
         self.open(format!("if ({pred}) {{"));
@@ -2240,7 +2262,8 @@ impl<'a> Lowering<'a> {
 
     fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &Cx<'_>) -> Result<(), Error> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
-        let additional: Vec<String> = w.additional.iter().map(|b| g.local(b)).collect();
+        let body = self.subgraph(&w.body_graph, cx)?;
+        let additional = Self::operand_vars(g, body, w.carried.len(), &w.additional);
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
         if results.len() != carried.len() {
             return Err(Error::Invalid {

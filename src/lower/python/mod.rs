@@ -731,18 +731,25 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// `s0 = arg0_1` for symbol inputs; for tensor inputs whose sizes or strides
-    /// are bare backed symbols not bound yet, `arg0_1_size = arg0_1.size()` then
-    /// `s0 = arg0_1_size[0]` (and the same with `_stride`).
+    /// `s0 = arg0_1` for symbol inputs; then, for tensor inputs whose sizes or
+    /// strides are bare backed symbols not bound yet, `arg0_1_size =
+    /// arg0_1.size()` then `s0 = arg0_1_size[0]` (and the same with
+    /// `_stride`). Symbol inputs come first, as in Inductor's `codegen_inputs`:
+    /// a branch of a `cond` under `dynamic=True` takes its sizes as symbol
+    /// inputs after its tensors and binds them from those (`s27 =
+    /// true_graph_0_arg1_1`), not from the tensors' sizes.
     fn input_symbol_binds(&self, code: &mut Code, graph: &Graph) {
         let mut bound: IndexSet<Symbol> = IndexSet::new();
         for input in &graph.inputs {
-            match input {
-                GraphInput::Symbol { name, symbol } => {
-                    if bound.insert(symbol.clone()) && name.as_str() != symbol.as_str() {
-                        code.line(&format!("{symbol} = {name}"));
-                    }
+            if let GraphInput::Symbol { name, symbol } = input {
+                if bound.insert(symbol.clone()) && name.as_str() != symbol.as_str() {
+                    code.line(&format!("{symbol} = {name}"));
                 }
+            }
+        }
+        for input in &graph.inputs {
+            match input {
+                GraphInput::Symbol { .. } => {}
                 GraphInput::Tensor { name } => {
                     let Some(layout) = graph.layout(name) else { continue };
                     for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
