@@ -231,7 +231,9 @@ __device__ void attn_mma(const AttnParams& p) {
     u16* Vs = Ks + 2 * TILE;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const i64 b = blockIdx.z, h = blockIdx.y, q0 = (i64)blockIdx.x * MMA_BM;
+    // With `causal` the last query blocks have the most keys: they start first.
+    const i64 qb = p.causal ? (i64)(gridDim.x - 1 - blockIdx.x) : (i64)blockIdx.x;
+    const i64 b = blockIdx.z, h = blockIdx.y, q0 = qb * MMA_BM;
     const i64 hk = h / p.group;
     const u16* Q = reinterpret_cast<const u16*>(p.q) + b * p.qs[0] + h * p.qs[1];
     const u16* K = reinterpret_cast<const u16*>(p.k) + b * p.ks[0] + hk * p.ks[1];
@@ -611,7 +613,8 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     float* Ps = Vs + TC_BN * VP;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const i64 b = blockIdx.z, h = blockIdx.y, q0 = (i64)blockIdx.x * TC_BM;
+    const i64 qb = p.causal ? (i64)(gridDim.x - 1 - blockIdx.x) : (i64)blockIdx.x;
+    const i64 b = blockIdx.z, h = blockIdx.y, q0 = qb * TC_BM;
     const i64 hk = h / p.group;
     const float* Q = reinterpret_cast<const float*>(p.q) + b * p.qs[0] + h * p.qs[1];
     const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
