@@ -1,9 +1,10 @@
 #![cfg(feature = "cuda")]
 //! Error paths of the CUDA backend end in errors that name the problem,
 //! never in a signal: an op with no device implementation, a missing kernel
-//! image, a device allocation larger than the device, a bundle whose inputs
-//! do not fit its program, and the `wrapir` process itself exiting with
-//! status 1 or 2 (not a signal) after each of them.
+//! image, a kernel that faults on the device, a device allocation larger
+//! than the device, a bundle whose inputs do not fit its program, and the
+//! `wrapir` process itself exiting with status 1 or 2 (not a signal) after
+//! each of them.
 //!
 //! Compiled only with the `cuda` feature; on a machine with a GPU:
 //! `cargo test --features cuda --test cuda_errors`.
@@ -125,6 +126,20 @@ fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
     let (code, err) = run_cli(&b);
     assert_eq!(code, Some(2), "corrupt cubin: {err}");
     assert!(err.contains("cuModuleLoadData"), "corrupt cubin: {err}");
+    // A kernel that faults on the device (`trap`): the launch or the next
+    // synchronisation reports the fault; the process still exits with a status.
+    let b = copy_bundle("pointwise", "kernel-fault");
+    let name = "triton_poi_fused_add_mul_relu_0";
+    let ptx = format!(
+        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry {name}()\n{{\n    trap;\n}}\n"
+    );
+    std::fs::write(b.join("kernels").join(format!("{name}.cubin")), ptx).unwrap();
+    let (code, err) = run_cli(&b);
+    assert!(matches!(code, Some(1 | 2)), "kernel fault: {code:?} {err}");
+    assert!(
+        err.contains("CUDA_ERROR") || err.to_lowercase().contains("launch"),
+        "kernel fault names the driver error: {err}"
+    );
     // Inputs that do not fit the program (another bundle's inputs).
     let b = copy_bundle("softmax", "wrong-inputs");
     std::fs::copy(
