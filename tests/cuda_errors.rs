@@ -130,9 +130,7 @@ fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
     // synchronisation reports the fault; the process still exits with a status.
     let b = copy_bundle("pointwise", "kernel-fault");
     let name = "triton_poi_fused_add_mul_relu_0";
-    let ptx = format!(
-        ".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry {name}()\n{{\n    trap;\n}}\n"
-    );
+    let ptx = format!(".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry {name}()\n{{\n    trap;\n}}\n");
     std::fs::write(b.join("kernels").join(format!("{name}.cubin")), ptx).unwrap();
     let (code, err) = run_cli(&b);
     assert!(matches!(code, Some(1 | 2)), "kernel fault: {code:?} {err}");

@@ -249,7 +249,7 @@ fn printed_graphs() {
             nonzero_u0(),
             r#"
 def forward(self, arg0_1):
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [100], [1]);  assert_size_stride_arg0_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [100], [1]);  assert_size_stride_1 = None
     buf1 = torch.ops.aten.nonzero.default(arg0_1);  arg0_1 = None
     u0 = torch.ops.aten.sym_size.int(buf1, 0)
     ge = u0 >= 0
@@ -263,7 +263,7 @@ def forward(self, arg0_1):
             tuple_u1(),
             r#"
 def forward(self, arg0_1):
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_arg0_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_1 = None
     buf1 = torch.ops.aten._unique2.default(arg0_1);  arg0_1 = None
     buf3 = buf1[1]
     u1 = torch.ops.aten.sym_size.int(buf3, 0);  u1 = None
@@ -276,7 +276,7 @@ def forward(self, arg0_1):
             divide_by_two(),
             r#"
 def forward(self, arg0_1):
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_arg0_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_1 = None
     buf1 = torch.ops.aten.repeat_interleave.Tensor(arg0_1);  arg0_1 = None
     sym_size_int = torch.ops.aten.sym_size.int(buf1, 0)
     mod = sym_size_int % 2
@@ -292,7 +292,7 @@ def forward(self, arg0_1):
             item_to_int(),
             r#"
 def forward(self, arg0_1):
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_arg0_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_1 = None
     where = torch.ops.aten.where.Scalar(arg0_1, 1, 0);  arg0_1 = None
     u0 = torch.ops.aten.item.default(where);  where = None
     sym_sum = torch.sym_sum([u0, 3]);  u0 = None
@@ -306,9 +306,9 @@ def forward(self, arg0_1):
             r#"
 def forward(self, arg0_1, arg1_1, arg2_1):
     s0 = torch.ops.aten.sym_size.int(arg2_1, 0)
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_arg0_1 = None
-    assert_size_stride_arg1_1 = assert_size_stride(arg1_1, [4], [1]);  assert_size_stride_arg1_1 = None
-    assert_size_stride_arg2_1 = assert_size_stride(arg2_1, [s0], [1]);  arg2_1 = assert_size_stride_arg2_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_1 = None
+    assert_size_stride_2 = assert_size_stride(arg1_1, [4], [1]);  assert_size_stride_2 = None
+    assert_size_stride_3 = assert_size_stride(arg2_1, [s0], [1]);  arg2_1 = assert_size_stride_3 = None
     true_graph_0 = self.true_graph_0
     false_graph_0 = self.false_graph_0
     buf0 = torch.ops.higher_order.cond(arg0_1, true_graph_0, false_graph_0, (arg1_1, s0));  arg0_1 = true_graph_0 = false_graph_0 = arg1_1 = s0 = None
@@ -317,14 +317,14 @@ def forward(self, arg0_1, arg1_1, arg2_1):
 
 class true_graph_0(torch.nn.Module):
     def forward(self, arg1_1, s0):
-        assert_size_stride_arg1_1 = assert_size_stride(arg1_1, [4], [1]);  arg1_1 = assert_size_stride_arg1_1 = None
+        assert_size_stride_1 = assert_size_stride(arg1_1, [4], [1]);  arg1_1 = assert_size_stride_1 = None
         mul = 2 * s0;  s0 = None
         true_graph_0_buf0 = torch.empty_strided([mul], [1], dtype=torch.float32, device='cuda');  mul = None
         return [true_graph_0_buf0]
 
 class false_graph_0(torch.nn.Module):
     def forward(self, arg1_1, s0):
-        assert_size_stride_arg1_1 = assert_size_stride(arg1_1, [4], [1]);  assert_size_stride_arg1_1 = None
+        assert_size_stride_1 = assert_size_stride(arg1_1, [4], [1]);  assert_size_stride_1 = None
         false_graph_0_buf0 = torch.ops.aten.clone.default(arg1_1);  arg1_1 = None
         return [false_graph_0_buf0]
 "#,
@@ -335,7 +335,7 @@ class false_graph_0(torch.nn.Module):
             r#"
 def forward(self, arg0_1):
     s0 = torch.ops.aten.sym_size.int(arg0_1, 0)
-    assert_size_stride_arg0_1 = assert_size_stride(arg0_1, [s0], [1]);  assert_size_stride_arg0_1 = None
+    assert_size_stride_1 = assert_size_stride(arg0_1, [s0], [1]);  assert_size_stride_1 = None
     buf0 = torch.empty_strided([s0], [1], dtype=torch.float32, device='cuda')
     sym_sum = torch.sym_sum([s0, 15])
     floordiv = sym_sum // 16;  sym_sum = None

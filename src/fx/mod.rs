@@ -495,6 +495,10 @@ pub(crate) fn push_decimal(s: &mut String, n: u64) {
     }
 }
 
+/// Names the printout uses as bare global callables (`assert_size_stride(...)`):
+/// never node names, or the printed `forward` would bind them as locals.
+pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "device"];
+
 /// The key of a name in [`NameIndex::by_hash`].
 fn name_hash(name: &str) -> u64 {
     use std::hash::BuildHasher;
@@ -558,6 +562,9 @@ impl Graph {
 
     /// [`Graph::has_name`] with the name's [`name_hash`].
     fn has_name_hashed(&self, name: &str, hash: u64) -> bool {
+        if PRINTED_GLOBALS.contains(&name) {
+            return true;
+        }
         let indexed = self.names.by_hash.get(&hash).is_some_and(|ids| {
             ids.iter()
                 .any(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
@@ -570,7 +577,9 @@ impl Graph {
                 .any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
     }
 
-    /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace rule).
+    /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace
+    /// rule). The bare callables the printout calls ([`PRINTED_GLOBALS`]) are
+    /// taken, so no node shadows its own call target.
     pub fn fresh_name(&self, base: &str) -> String {
         self.fresh_name_suffix(base).0
     }

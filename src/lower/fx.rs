@@ -365,9 +365,8 @@ impl<'p> GraphLowering<'p> {
                 }
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
-                let n = format!("assert_size_stride_{name}");
                 self.out.push(
-                    &n,
+                    "assert_size_stride",
                     Op::AssertSizeStride {
                         tensor: *id,
                         size,

@@ -217,7 +217,11 @@ pub(super) fn call(
                 .zip([params.q, params.k, params.v])
                 .all(|(spec, ptr)| rows_aligned(spec, ptr, row_elems, 16))
             && (family != Family::Half || rows_aligned(&out.spec, params.out, 2, 4));
-        let kernel = if family == Family::F32TensorCores { "f32tc" } else { suffix };
+        let kernel = if family == Family::F32TensorCores {
+            "f32tc"
+        } else {
+            suffix
+        };
         let name = if fast {
             format!("attn_{kernel}_fast_e{}", dims.e)
         } else {
