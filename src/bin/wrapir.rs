@@ -835,6 +835,9 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             }
             let inputs = inputs.unwrap_or_default();
             let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+            if let Some(state) = meta.cuda_rng {
+                backend.set_cuda_rng(state);
+            }
             let result = wrapir::exec::host::run_program_on(&program, &mut backend, &inputs)
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let mut out = describe_host_outputs(&result.outputs, args.print);

@@ -1,5 +1,6 @@
 //! The host backend's built-in extern ops.
 
+use super::complex;
 use super::jagged::{self, Overflow};
 use super::tensor::Tensor;
 use super::{ArgList, ExecError, Kwargs, Value};
@@ -136,6 +137,8 @@ pub(crate) struct BuiltinOptions {
     /// that [`super::host::HostBackend::with_limits`] reaches ops already
     /// registered.
     pub(crate) max_alloc_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The CUDA generator state `aten.randint` draws from (shared with the backend).
+    pub(crate) rng: std::sync::Arc<std::sync::Mutex<super::random::CudaRngState>>,
 }
 
 impl BuiltinOptions {
@@ -178,6 +181,11 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.exp", exp),
         ("aten.sin", sin),
         ("aten.where", where_),
+        ("aten.view_as_complex", super::complex::view_as_complex),
+        ("aten.view_as_real", super::complex::view_as_real),
+        ("aten.view", super::complex::view),
+        ("aten.segment_reduce", super::segment::segment_reduce),
+        ("aten.randint", super::random::randint),
     ];
     ops.extend(super::attention::builtins());
     ops
@@ -885,7 +893,7 @@ fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecEr
     }
 }
 
-fn broadcast_shape(a: &Args<'_>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
+pub(crate) fn broadcast_shape<T>(a: &Args<'_, T>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
     let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
     let mut out = vec![1i64; rank];
     for s in shapes {
@@ -990,21 +998,33 @@ fn pointwise(
     Ok(Value::Tensor(Tensor::from_f64(out_dtype, &out, &shape)?))
 }
 
-fn add(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn add(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let alpha = a.float(2, "alpha", 1.0)?;
+    if complex::has_complex_operand(a) {
+        return complex::binary(a, o, &|(p, q), (r, s)| (p + alpha * r, q + alpha * s));
+    }
     pointwise(a, &["self", "other"], &|x| x[0] + alpha * x[1], None)
 }
 
-fn sub(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn sub(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let alpha = a.float(2, "alpha", 1.0)?;
+    if complex::has_complex_operand(a) {
+        return complex::binary(a, o, &|(p, q), (r, s)| (p - alpha * r, q - alpha * s));
+    }
     pointwise(a, &["self", "other"], &|x| x[0] - alpha * x[1], None)
 }
 
-fn mul(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn mul(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    if complex::has_complex_operand(a) {
+        return complex::binary(a, o, &complex::mul);
+    }
     pointwise(a, &["self", "other"], &|x| x[0] * x[1], None)
 }
 
-fn div(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+fn div(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    if complex::has_complex_operand(a) {
+        return complex::binary(a, o, &complex::div);
+    }
     // True division: integer inputs give float32, as in torch.
     let ops = [operand(a, 0, "self")?, operand(a, 1, "other")?];
     let d = result_dtype(&[&ops[0], &ops[1]]);

@@ -99,6 +99,11 @@ pub struct CudaOptions {
     /// The math modes the program was compiled under (PyTorch's defaults
     /// unless the bundle records others).
     pub math: MathModes,
+    /// The CUDA generator state `aten.randint` (Inductor's seed buffer)
+    /// starts from (a bundle's `cuda_rng`; default PyTorch's default seed at
+    /// offset 0); each call advances it as PyTorch's generator advances
+    /// (see [`crate::exec::random`]).
+    pub cuda_rng: crate::exec::random::CudaRngState,
 }
 
 /// PyTorch's math-mode switches that change library numerics; each library
@@ -167,6 +172,7 @@ impl Default for CudaOptions {
             preload_builtins: false,
             preload_dnn: false,
             math: MathModes::default(),
+            cuda_rng: crate::exec::random::CudaRngState::default(),
         }
     }
 }
@@ -313,9 +319,13 @@ impl CudaBackend {
             device_open: opened.elapsed(),
             ..LoadTimings::default()
         };
+        // The host backend holds the generator state: the device's randint and
+        // the host fallback's draw from (and advance) the same one.
+        let host = HostBackend::new(options.host);
+        host.set_cuda_rng(options.cuda_rng);
         Ok(CudaBackend {
             device,
-            host: HostBackend::new(options.host),
+            host,
             options,
             modules: HashMap::new(),
             kernels: HashMap::new(),
@@ -845,6 +855,16 @@ impl Backend for CudaBackend {
     }
 
     fn copy_in(&mut self, tensor: &Tensor) -> Result<CudaTensor, ExecError> {
+        if tensor.dtype().is_complex() {
+            // Its parts, then the complex view of the same device storage.
+            let real = self.copy_in(&tensor.view_as_real()?)?;
+            let spec = real.spec.as_complex()?;
+            check_bounds(&spec, real.storage.bytes / spec.dtype.size_bytes().max(1) as usize)?;
+            return Ok(CudaTensor {
+                storage: real.storage,
+                spec,
+            });
+        }
         let spec = TensorSpec {
             device: self.device_of(),
             ..tensor.spec().clone()
@@ -970,6 +990,14 @@ fn encode<T: LeBytes>(values: &[T]) -> Vec<u8> {
 
 /// A 1-D host tensor of `n` elements of `dtype` decoded from `bytes`.
 fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecError> {
+    if let Some(part) = dtype.complex_part() {
+        let parts = n
+            .checked_mul(2)
+            .ok_or_else(|| ExecError::Input("tensor too large".into()))?;
+        return host_from_bytes(part, bytes, parts)?
+            .view(&[n, 2], &[2, 1], 0)?
+            .view_as_complex();
+    }
     with_dtype!(
         dtype,
         T => {
@@ -984,6 +1012,9 @@ fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecErr
 
 /// The whole storage of a 1-D host tensor made by [`host_from_bytes`], as bytes.
 fn host_storage_bytes(host: &Tensor) -> Result<Vec<u8>, ExecError> {
+    if host.dtype().is_complex() {
+        return host_storage_bytes(&host.view_as_real()?);
+    }
     with_dtype!(
         host.dtype(),
         T => Ok(encode::<T>(&host.to_vec::<T>()?)),

@@ -2387,6 +2387,9 @@ pub(super) fn runtime_dtype(d: DType) -> &'static str {
         DType::Float8E5m2 => "Float8E5m2",
         DType::Float8E4m3fnuz => "Float8E4m3fnuz",
         DType::Float8E5m2fnuz => "Float8E5m2fnuz",
+        DType::Complex32 => "Complex32",
+        DType::Complex64 => "Complex64",
+        DType::Complex128 => "Complex128",
     }
 }
 
