@@ -6,8 +6,8 @@
 //!
 //! A complex host tensor stores its parts (`Tensor::view_as_real`). The
 //! arithmetic is done in `f64` and rounded to the result's part dtype:
-//! `(a + bi)(c + di) = (ac - bd) + (ad + bc)i` and Smith's division for
-//! `/`, so a `complex64` result may differ from CUDA's (which rounds each
+//! `(a + bi)(c + di) = (ac - bd) + (ad + bc)i` and `c10::complex`'s
+//! division for `/`, so a `complex64` result may differ from CUDA's (which rounds each
 //! product, or fuses it) in the last bit of a part.
 
 use super::ops::{Args, BuiltinOptions};
@@ -141,18 +141,20 @@ pub(crate) fn mul((a, b): (f64, f64), (c, d): (f64, f64)) -> (f64, f64) {
     (a * c - b * d, a * d + b * c)
 }
 
-/// `(a + bi) / (c + di)` by Smith's algorithm (as `c10::complex` divides).
+/// `(a + bi) / (c + di)` as `c10::complex` divides (numpy's scaled
+/// algorithm: one reciprocal, then products).
 pub(crate) fn div((a, b): (f64, f64), (c, d): (f64, f64)) -> (f64, f64) {
-    if c.abs() >= d.abs() {
-        if c == 0.0 && d == 0.0 {
-            return (a / c.abs(), b / c.abs());
+    let (abs_c, abs_d) = (c.abs(), d.abs());
+    if abs_c >= abs_d {
+        if abs_c == 0.0 && abs_d == 0.0 {
+            return (a / abs_c, b / abs_c);
         }
-        let r = d / c;
-        let den = c + d * r;
-        ((a + b * r) / den, (b - a * r) / den)
+        let rat = d / c;
+        let scl = 1.0 / (c + d * rat);
+        ((a + b * rat) * scl, (b - a * rat) * scl)
     } else {
-        let r = c / d;
-        let den = c * r + d;
-        ((a * r + b) / den, (b * r - a) / den)
+        let rat = c / d;
+        let scl = 1.0 / (d + c * rat);
+        ((a * rat + b) * scl, (b * rat - a) * scl)
     }
 }

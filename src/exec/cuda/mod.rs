@@ -383,6 +383,21 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Sets the CUDA generator state `aten.randint` draws from next (see
+    /// [`crate::exec::random`]). A prepared recording bakes the state of its
+    /// recording run into its launches: every replay of it, direct or
+    /// through a CUDA graph, draws the recording's numbers (PyTorch's
+    /// generator would advance per call).
+    pub fn set_cuda_rng(&mut self, state: crate::exec::random::CudaRngState) {
+        self.host.set_cuda_rng(state);
+    }
+
+    /// The generator state now (advanced by each `aten.randint` the
+    /// interpreter or a recording ran).
+    pub fn cuda_rng(&self) -> crate::exec::random::CudaRngState {
+        self.host.cuda_rng()
+    }
+
     /// Waits for all queued work and reports any error it raised.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.device.synchronize()
