@@ -119,7 +119,7 @@ pub(crate) fn binary(
             Operand::Scalar(..) => None,
         })
         .collect();
-    let shape = super::ops::broadcast_shape(a, &shapes)?;
+    let shape = super::pointwise::broadcast_shape(a, &shapes)?;
     let n = super::tensor::checked_numel(&shape)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| a.err(format!("broadcast shape {shape:?} overflows")))?;

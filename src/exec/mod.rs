@@ -21,6 +21,7 @@ pub mod host;
 mod jagged;
 pub mod meta;
 mod ops;
+mod pointwise;
 pub mod random;
 mod run;
 pub mod safetensors;

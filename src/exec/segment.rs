@@ -218,7 +218,7 @@ fn round_to(dtype: DType, v: f64) -> f64 {
 
 /// The reduction of row-major `data` over `seg`, as ATen computes it in `dtype`.
 pub fn reduce(data: &[f64], seg: &Segments, reduction: Reduction, initial: Option<f64>, dtype: DType) -> Vec<f64> {
-    let mut out = Vec::with_capacity(seg.outer * seg.count * seg.inner);
+    let mut out = Vec::with_capacity(seg.outer.saturating_mul(seg.count).saturating_mul(seg.inner));
     for o in 0..seg.outer {
         for s in 0..seg.count {
             let (start, end) = seg.bounds[o * seg.count + s];

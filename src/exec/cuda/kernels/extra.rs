@@ -105,7 +105,9 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
         let mut r = x.spec.as_real()?;
         r.size.pop();
         r.stride.pop();
-        r.size[rank - 1] *= 2;
+        r.size[rank - 1] = r.size[rank - 1]
+            .checked_mul(2)
+            .ok_or_else(|| a.err("view(dtype): size overflows"))?;
         r.stride[rank - 1] = 1;
         r
     } else if to.complex_part() == Some(from) && x.spec.size[rank - 1] % 2 == 0 {
@@ -153,7 +155,7 @@ fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Op
         _ => return Ok(None),
     };
     let alpha = if op <= 1 { a.float(2, "alpha", 1.0)? } else { 1.0 };
-    let shape = crate::exec::ops::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
+    let shape = crate::exec::pointwise::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
     let (Some(xd), Some(yd)) = (broadcast_nd(&x.spec, &shape), broadcast_nd(&y.spec, &shape)) else {
         return Ok(None);
     };
