@@ -1134,7 +1134,12 @@ fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> Strin
 }
 
 fn format_values(t: &wrapir::exec::Tensor) -> String {
-    let parts: Vec<String> = if t.dtype().is_floating() {
+    let parts: Vec<String> = if t.dtype().is_complex() {
+        // Python's spelling of a complex number: `(1+2j)`.
+        t.to_complex_vec()
+            .map(|v| v.iter().map(|(re, im)| format!("({re}{im:+}j)")).collect())
+            .unwrap_or_default()
+    } else if t.dtype().is_floating() {
         t.to_f64_vec()
             .map(|v| v.iter().map(|x| format!("{x}")).collect())
             .unwrap_or_default()
