@@ -171,7 +171,7 @@ pub const CUDA_OPS: &[DeviceOp] = &[
     DeviceOp {
         op: "aten.view",
         via: VIEW,
-        dtypes: "view(dtype): complex <-> its parts",
+        dtypes: "view(dtype): same width, or complex <-> its parts",
     },
     DeviceOp {
         op: "aten.mul",

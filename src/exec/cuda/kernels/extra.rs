@@ -1,7 +1,7 @@
 //! The extern ops of `extra.cu` (its own NVRTC module): the complex views
-//! (`aten.view_as_complex`, `aten.view_as_real`, `aten.view.dtype` between a
-//! complex dtype and its parts: no kernel, the result aliases its input as
-//! in PyTorch), complex `aten.mul` / `add` / `sub` / `div` on two tensors,
+//! (`aten.view_as_complex`, `aten.view_as_real`, `aten.view.dtype` to a
+//! dtype of the same width or between a complex dtype and its parts: no
+//! kernel, the result aliases its input as in PyTorch), complex `aten.mul` / `add` / `sub` / `div` on two tensors,
 //! `aten.segment_reduce` (semantics in [`crate::exec::segment`]) and
 //! `aten.randint` (PyTorch's CUDA values, [`crate::exec::random`]).
 //! `Ok(None)` for operands these do not take (real-only pointwise ops,
@@ -86,8 +86,9 @@ fn view(
     aliased(x, spec)
 }
 
-/// `view(dtype)` between a complex dtype and its part dtype (the last
-/// dimension, of stride 1, doubles or halves), or to the same dtype.
+/// `view(dtype)`: to a dtype of the same width (the same bytes), or between
+/// a complex dtype and its part dtype (the last dimension, of stride 1,
+/// doubles or halves).
 fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     let x = a.tensor(0, "self")?;
     let Some(Value::DType(to)) = a.get(1, "dtype") else {
@@ -95,8 +96,13 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
     };
     let from = x.spec.dtype;
     let rank = x.spec.size.len();
-    if *to == from {
-        return aliased(x, x.spec.clone());
+    if to.size_bytes() == from.size_bytes() {
+        // The same bytes read as another dtype of the same width (a bitcast).
+        let spec = TensorSpec {
+            dtype: *to,
+            ..x.spec.clone()
+        };
+        return aliased(x, spec);
     }
     if rank == 0 || x.spec.stride[rank - 1] != 1 {
         return Ok(None);
