@@ -221,7 +221,8 @@ fn segment_reduce_axes_and_dtypes() {
 fn segment_reduce_rejects_what_aten_rejects() {
     let data = || f32s(&[1.0, 2.0, 3.0], &[3]);
     let sum = || Value::Str("sum".into());
-    let cases: Vec<(Vec<(&str, Value<Tensor>)>, &str)> = vec![
+    type Kwargs<'a> = Vec<(&'a str, Value<Tensor>)>;
+    let cases: Vec<(Kwargs<'_>, &str)> = vec![
         (vec![("lengths", i64s(&[1, 1], &[2]))], "sum to data.size(0) = 3"),
         (vec![("lengths", i64s(&[-1, 4], &[2]))], "negative"),
         (vec![("offsets", i64s(&[0, 4], &[2]))], "outside the axis"),
