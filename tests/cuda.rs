@@ -869,6 +869,53 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
     );
 }
 
+/// Inductor's seed buffer on the device: PyTorch's values at the backend's
+/// generator state, which each interpreter run advances; a prepared
+/// recording bakes its run's seed and offset, so each replay (direct and
+/// graphs) draws the recording's numbers again.
+#[test]
+fn randint_draws_pytorchs_values_and_replays_the_recorded_draw() {
+    // The same program as tests/host_features.rs's SEEDS_PROGRAM.
+    let program = Program::from_json(
+        r#"{"format_version": 1, "main": {"inputs": [],
+ "buffers": {"buf0": {"kind": "tensor", "layout": {"dtype": "int64", "device": "cuda:0", "size": [3], "stride": [1]}}},
+ "lines": [{"line": "allocate", "buffer": "buf0"},
+  {"line": "extern_kernel_out", "op": "aten.randint.low_out", "args": [{"kind": "expr", "value": -9223372036854775808},
+   {"kind": "expr", "value": 9223372036854775807}, {"kind": "list", "value": [{"kind": "expr", "value": 3}]}], "out": "buf0"}],
+ "outputs": [{"kind": "buffer", "value": "buf0"}]}}"#,
+    )
+    .unwrap();
+    let first = vec![-1862263915586927219i64, 307676209692372650, -8763487590234822823];
+    let mut backend = CudaBackend::new(CudaOptions {
+        cuda_rng: wrapir::exec::random::CudaRngState { seed: 0, offset: 0 },
+        ..CudaOptions::default()
+    })
+    .expect("GPU");
+    let (plan, args, consts) = place_inputs(&program, &mut backend, &IndexMap::new()).expect("inputs");
+    let values = |backend: &mut CudaBackend, outs: &[Value<CudaTensor>]| match outs.first() {
+        Some(Value::Tensor(t)) => backend.copy_out(t).unwrap().to_i64_vec().unwrap(),
+        other => panic!("output {other:?}"),
+    };
+    let a = plan.run(&mut backend, args.clone(), &consts).unwrap();
+    assert_eq!(values(&mut backend, &a.outputs), first);
+    let b = plan.run(&mut backend, args.clone(), &consts).unwrap();
+    assert_ne!(values(&mut backend, &b.outputs), first);
+    assert_eq!(backend.cuda_rng().offset, 8);
+    for graphs in [false, true] {
+        backend.set_cuda_rng(wrapir::exec::random::CudaRngState { seed: 0, offset: 0 });
+        let mut cache = PreparedCache::default();
+        for call in 0..3 {
+            let outs = cache
+                .run(&mut backend, &plan, &args, &consts, graphs)
+                .unwrap()
+                .outputs()
+                .to_vec();
+            assert_eq!(values(&mut backend, &outs), first, "graphs {graphs}, call {call}");
+        }
+        assert_eq!(cache.recordings, 1);
+    }
+}
+
 /// `item_slice` reads `u0 = arg0_1.item()`: writing another value into the
 /// same input tensor makes the replay diverge at that read and record again
 /// (a new shape); writing the first value back replays the first recording.

@@ -551,3 +551,34 @@ fn randint_small_ranges_take_four_values_per_draw() {
     .unwrap_err();
     assert!(err.contains("less than"), "{err}");
 }
+
+/// A program that only fills Inductor's seed buffer (`buf0 = randint.low_out(...)`) and returns it.
+pub const SEEDS_PROGRAM: &str = r#"{"format_version": 1, "main": {"inputs": [],
+ "buffers": {"buf0": {"kind": "tensor", "layout": {"dtype": "int64", "device": "cuda:0", "size": [3], "stride": [1]}}},
+ "lines": [{"line": "allocate", "buffer": "buf0"},
+  {"line": "extern_kernel_out", "op": "aten.randint.low_out", "args": [{"kind": "expr", "value": -9223372036854775808},
+   {"kind": "expr", "value": 9223372036854775807}, {"kind": "list", "value": [{"kind": "expr", "value": 3}]}], "out": "buf0"}],
+ "outputs": [{"kind": "buffer", "value": "buf0"}]}}"#;
+
+#[test]
+fn a_run_draws_from_the_generator_and_advances_it() {
+    let program = Program::from_json(SEEDS_PROGRAM).unwrap();
+    let mut host = HostBackend::default();
+    host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = wrapir::exec::host::run_program_on(&program, &mut host, &IndexMap::new()).unwrap();
+        let Some(Value::Tensor(t)) = out.outputs.first() else {
+            panic!("no output")
+        };
+        runs.push(t.to_i64_vec().unwrap());
+    }
+    // PyTorch: torch.cuda.manual_seed(0), then two calls of the compiled program.
+    assert_eq!(
+        runs[0],
+        [-1862263915586927219, 307676209692372650, -8763487590234822823]
+    );
+    assert_eq!(runs[0], seeds_by_hand(0, 3));
+    assert_ne!(runs[1], runs[0]);
+    assert_eq!(host.cuda_rng(), CudaRngState { seed: 0, offset: 8 });
+}
