@@ -205,6 +205,15 @@ fn result_tensors<T: Clone>(result: Value<T>, first: Option<&Value<T>>, in_place
     out
 }
 
+/// A complex tensor's `view_as_real` (its parts compared as values), other tensors as they are.
+fn parts(t: &Tensor) -> Tensor {
+    if t.dtype().is_complex() {
+        t.view_as_real().expect("complex parts")
+    } else {
+        t.clone()
+    }
+}
+
 /// What an op must give: the host backend's answer, or explicit `(size, values)`.
 enum Expect {
     Host,
@@ -250,7 +259,7 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     };
     let got: Vec<Tensor> = result_tensors(got, first.as_ref(), in_place)
         .iter()
-        .map(|t| backend.copy_out(t).unwrap())
+        .map(|t| parts(&backend.copy_out(t).unwrap()))
         .collect();
     let want: Vec<(Vec<i64>, Option<Vec<i64>>, Vec<f64>)> = match expect {
         Expect::Host => {
@@ -266,6 +275,7 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
                 .map_err(|e| format!("host: {e}"))?;
             result_tensors(r, first.as_ref(), in_place)
                 .iter()
+                .map(parts)
                 .map(|t| (t.size().to_vec(), Some(t.stride().to_vec()), t.to_f64_vec().unwrap()))
                 .collect()
         }
@@ -562,6 +572,104 @@ fn builtin_kernels_match_the_host_ops() {
             Expect::Host,
         ),
         (
+            "segment_reduce sum with offsets (feat_segment_reduce's call)",
+            "torch.ops.aten.segment_reduce.default",
+            vec![t(Float32, &ramp(40), &[10, 4]), Arg::S("sum")],
+            vec![("offsets", t(Int64, &[0., 3., 3., 7., 10.], &[5]))],
+            Expect::Host,
+        ),
+        (
+            "segment_reduce mean, an empty segment, int32 lengths on axis 1",
+            "aten.segment_reduce",
+            vec![t(Float32, &ramp(12), &[2, 6]), Arg::S("mean")],
+            vec![
+                ("lengths", t(Int32, &[2., 0., 4., 6., 0., 0.], &[2, 3])),
+                ("axis", Arg::I(1)),
+            ],
+            Expect::Host,
+        ),
+        (
+            "segment_reduce max with initial, NaN propagating, f16",
+            "aten.segment_reduce",
+            vec![t(Float16, &[1., nan, 3., -4., 0.5, 2.], &[6]), Arg::S("max")],
+            vec![("lengths", t(Int64, &[2., 0., 4.], &[3])), ("initial", Arg::F(1.5))],
+            Expect::Host,
+        ),
+        (
+            "segment_reduce prod with offsets, f64",
+            "aten.segment_reduce",
+            vec![t(Float64, &[1., -2., 3., 4., 0.5, -1.], &[6]), Arg::S("prod")],
+            vec![("offsets", t(Int64, &[0., 2., 2., 5., 6.], &[5]))],
+            Expect::Host,
+        ),
+        (
+            "segment_reduce lengths that do not sum to the axis",
+            "aten.segment_reduce",
+            vec![t(Bfloat16, &[1., 2., 3.], &[3]), Arg::S("min")],
+            vec![("lengths", t(Int64, &[1., 1.], &[2]))],
+            Expect::Error("sum to the axis"),
+        ),
+        (
+            "randint.low_out: Inductor's seed buffer at the default generator state",
+            "aten.randint.low_out",
+            vec![Arg::I(i64::MIN), Arg::I(i64::MAX), Arg::Is(vec![3])],
+            vec![("out", t(Int64, &[0.; 3], &[3]))],
+            Expect::Host,
+        ),
+        (
+            "randint.low: a small range over several blocks (four values a draw)",
+            "aten.randint.low",
+            vec![Arg::I(-3), Arg::I(7), Arg::Is(vec![1000])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "complex mul with broadcasting (exact values)",
+            "torch.ops.aten.mul.Tensor",
+            vec![
+                Arg::T(Tensor::from_complex(Complex64, &[(1., 2.), (0.5, -1.)], &[2, 1]).unwrap()),
+                Arg::T(Tensor::from_complex(Complex64, &[(3., -1.), (2., 0.)], &[2]).unwrap()),
+            ],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "complex add with alpha, a real operand",
+            "aten.add.Tensor",
+            vec![
+                Arg::T(Tensor::from_complex(Complex64, &[(1., 2.), (0.5, -1.)], &[2]).unwrap()),
+                t(Float32, &[2., 4.], &[2]),
+            ],
+            vec![("alpha", Arg::F(0.5))],
+            Expect::Host,
+        ),
+        (
+            "complex128 div (exact values)",
+            "aten.div.Tensor",
+            vec![
+                Arg::T(Tensor::from_complex(Complex128, &[(6., 4.), (4., 2.)], &[2]).unwrap()),
+                Arg::T(Tensor::from_complex(Complex128, &[(2., 2.), (2., 0.)], &[2]).unwrap()),
+            ],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "view_as_complex / view_as_real alias (no kernel)",
+            "torch.ops.aten.view_as_complex.default",
+            vec![t(Float32, &[1., 2., 3., 4.], &[2, 2])],
+            vec![],
+            Expect::Host,
+        ),
+        (
+            "view_as_real of complex64",
+            "torch.ops.aten.view_as_real.default",
+            vec![Arg::T(
+                Tensor::from_complex(Complex64, &[(1., 2.), (3., 4.)], &[2]).unwrap(),
+            )],
+            vec![],
+            Expect::Host,
+        ),
+        (
             "topk smallest along dim 0",
             "aten.topk",
             vec![
@@ -593,6 +701,11 @@ use wrapir::exec::cuda::{place_inputs, CudaTensor, PreparedCache};
 /// The bits of a host tensor's elements, with its sizes (floating elements
 /// widened to f64 exactly, integers to i64), for bit-for-bit comparison.
 fn bits(t: &Tensor) -> (Vec<i64>, Vec<u64>) {
+    if t.dtype().is_complex() {
+        // Both parts, with the element's sizes.
+        let (_, v) = bits(&t.view_as_real().expect("complex parts"));
+        return (t.size().to_vec(), v);
+    }
     let v = if t.dtype().is_floating() {
         t.to_f64_vec()
             .expect("floating tensor")
@@ -663,12 +776,17 @@ fn check_prepared(
     let (plan, interp_args, interp_consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let (_, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let mut cache = PreparedCache::default();
+    // A recording replays its random draws (`aten.randint`, Inductor's seed buffer):
+    // every interpreter call and the recording start from the bundle's generator state.
+    let rng = backend.cuda_rng();
     for call in 0..calls {
         between(call, &mut backend, &interp_args, &args);
+        backend.set_cuda_rng(rng);
         let want = plan
             .run(&mut backend, interp_args.clone(), &interp_consts)
             .expect("interpreter run");
         let want = device_bits(&mut backend, &want.outputs);
+        backend.set_cuda_rng(rng);
         let got = match cache.run(&mut backend, &plan, &args, &consts, graphs) {
             Ok(p) => p.outputs().to_vec(),
             Err(e) if call == 0 && e.to_string().contains("cannot be prepared") => return Err(e.to_string()),
@@ -732,6 +850,53 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
         "bundles that did not prepare:\n  {}",
         refused.join("\n  ")
     );
+}
+
+/// Inductor's seed buffer on the device: PyTorch's values at the backend's
+/// generator state, which each interpreter run advances; a prepared
+/// recording bakes its run's seed and offset, so each replay (direct and
+/// graphs) draws the recording's numbers again.
+#[test]
+fn randint_draws_pytorchs_values_and_replays_the_recorded_draw() {
+    // The same program as tests/host_features.rs's SEEDS_PROGRAM.
+    let program = Program::from_json(
+        r#"{"format_version": 1, "main": {"inputs": [],
+ "buffers": {"buf0": {"kind": "tensor", "layout": {"dtype": "int64", "device": "cuda:0", "size": [3], "stride": [1]}}},
+ "lines": [{"line": "allocate", "buffer": "buf0"},
+  {"line": "extern_kernel_out", "op": "aten.randint.low_out", "args": [{"kind": "expr", "value": -9223372036854775808},
+   {"kind": "expr", "value": 9223372036854775807}, {"kind": "list", "value": [{"kind": "expr", "value": 3}]}], "out": "buf0"}],
+ "outputs": [{"kind": "buffer", "value": "buf0"}]}}"#,
+    )
+    .unwrap();
+    let first = vec![-1862263915586927219i64, 307676209692372650, -8763487590234822823];
+    let mut backend = CudaBackend::new(CudaOptions {
+        cuda_rng: wrapir::exec::random::CudaRngState { seed: 0, offset: 0 },
+        ..CudaOptions::default()
+    })
+    .expect("GPU");
+    let (plan, args, consts) = place_inputs(&program, &mut backend, &IndexMap::new()).expect("inputs");
+    let values = |backend: &mut CudaBackend, outs: &[Value<CudaTensor>]| match outs.first() {
+        Some(Value::Tensor(t)) => backend.copy_out(t).unwrap().to_i64_vec().unwrap(),
+        other => panic!("output {other:?}"),
+    };
+    let a = plan.run(&mut backend, args.clone(), &consts).unwrap();
+    assert_eq!(values(&mut backend, &a.outputs), first);
+    let b = plan.run(&mut backend, args.clone(), &consts).unwrap();
+    assert_ne!(values(&mut backend, &b.outputs), first);
+    assert_eq!(backend.cuda_rng().offset, 8);
+    for graphs in [false, true] {
+        backend.set_cuda_rng(wrapir::exec::random::CudaRngState { seed: 0, offset: 0 });
+        let mut cache = PreparedCache::default();
+        for call in 0..3 {
+            let outs = cache
+                .run(&mut backend, &plan, &args, &consts, graphs)
+                .unwrap()
+                .outputs()
+                .to_vec();
+            assert_eq!(values(&mut backend, &outs), first, "graphs {graphs}, call {call}");
+        }
+        assert_eq!(cache.recordings, 1);
+    }
 }
 
 /// `item_slice` reads `u0 = arg0_1.item()`: writing another value into the

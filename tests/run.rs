@@ -266,8 +266,8 @@ fn malformed_safetensors_are_clear_errors() {
         ("not an object", file("[1,2]", &[]), "invalid header"),
         (
             "unknown dtype",
-            file(r#"{"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}}"#, &[0; 8]),
-            "unknown dtype `C64`",
+            file(r#"{"x":{"dtype":"C128","shape":[1],"data_offsets":[0,16]}}"#, &[0; 8]),
+            "unknown dtype `C128`",
         ),
         (
             "missing shape",

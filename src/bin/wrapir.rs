@@ -839,6 +839,9 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             }
             let inputs = inputs.unwrap_or_default();
             let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+            if let Some(state) = meta.cuda_rng {
+                backend.set_cuda_rng(state);
+            }
             let result = wrapir::exec::host::run_program_on(&program, &mut backend, &inputs)
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let mut out = describe_host_outputs(&result.outputs, args.print);
@@ -1139,7 +1142,12 @@ fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> Strin
 }
 
 fn format_values(t: &wrapir::exec::Tensor) -> String {
-    let parts: Vec<String> = if t.dtype().is_floating() {
+    let parts: Vec<String> = if t.dtype().is_complex() {
+        // Python's spelling of a complex number: `(1+2j)`.
+        t.to_complex_vec()
+            .map(|v| v.iter().map(|(re, im)| format!("({re}{im:+}j)")).collect())
+            .unwrap_or_default()
+    } else if t.dtype().is_floating() {
         t.to_f64_vec()
             .map(|v| v.iter().map(|x| format!("{x}")).collect())
             .unwrap_or_default()

@@ -110,6 +110,16 @@ pub fn compare(got: &Tensor, expected: &Tensor, tolerance: Option<Tolerance>) ->
             expected_size: expected.size().to_vec(),
         });
     }
+    if let Some(part) = got.dtype().complex_part() {
+        // Complex tensors compare part by part, at the part dtype's tolerance;
+        // an index names the element and (last) the part, 0 real, 1 imaginary.
+        let unreadable = |e: super::ExecError| Mismatch::Unreadable(e.to_string());
+        let (g, e) = (
+            got.view_as_real().map_err(unreadable)?,
+            expected.view_as_real().map_err(unreadable)?,
+        );
+        return compare(&g, &e, tolerance.or_else(|| Tolerance::default_for(part)));
+    }
     let unreadable = |e: super::ExecError| Mismatch::Unreadable(e.to_string());
     let tolerance = if got.dtype().is_floating() {
         tolerance.or_else(|| Tolerance::default_for(got.dtype()))
@@ -186,6 +196,11 @@ pub struct BundleMeta {
     /// when the file has no such field (bundles exported before integer
     /// outputs were stored): then only tensor outputs are compared.
     pub int_outputs: Option<Vec<String>>,
+    /// `"cuda_rng": {"seed", "offset"}`: the CUDA generator's state as the
+    /// compiled call started, which Inductor's seed buffer
+    /// (`aten.randint.low_out`) is drawn from; `None`: PyTorch's default
+    /// seed at offset 0 (see [`crate::exec::random`]).
+    pub cuda_rng: Option<crate::exec::random::CudaRngState>,
 }
 
 /// A `bundle.json` that cannot be read, naming the field.
@@ -247,12 +262,20 @@ impl BundleMeta {
                 )))
             }
         };
+        let cuda_rng =
+            match json.get("cuda_rng") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(r) => Some(serde_json::from_value(r.clone()).map_err(|e| {
+                    BundleMetaError(format!("`cuda_rng` must be {{\"seed\": u64, \"offset\": u64}}: {e}"))
+                })?),
+            };
         Ok(BundleMeta {
             tolerance: tolerance("tolerance")?,
             compiled_tolerance: tolerance("compiled_tolerance")?,
             #[cfg(feature = "cuda")]
             math,
             int_outputs,
+            cuda_rng,
         })
     }
 }
@@ -484,6 +507,9 @@ fn stored_int(t: &Tensor) -> Result<i64, Mismatch> {
 pub fn max_errors(got: &Tensor, expected: &Tensor) -> Option<(f64, f64)> {
     if got.dtype() != expected.dtype() || got.size() != expected.size() {
         return None;
+    }
+    if got.dtype().is_complex() {
+        return max_errors(&got.view_as_real().ok()?, &expected.view_as_real().ok()?);
     }
     let (g, e) = (got.to_f64_vec().ok()?, expected.to_f64_vec().ok()?);
     let (mut abs, mut rel) = (0.0f64, 0.0f64);

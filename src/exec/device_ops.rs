@@ -19,7 +19,8 @@ pub struct DeviceOp {
     pub op: &'static str,
     /// What runs it: `cuBLAS`, `cuBLASLt`, `cuDNN` (the library call PyTorch
     /// makes), `built-in kernel` (wrapir's NVRTC kernels for index, scatter,
-    /// jagged and top-k ops, which compute what ATen's kernels compute), or
+    /// jagged, top-k, segment, random and complex ops, which compute what
+    /// ATen's kernels compute), [`VIEW`] (a view: no device work), or
     /// [`OWN_ATTENTION`] (wrapir's flash-attention kernels, whose summation
     /// order differs from the library PyTorch calls).
     pub via: &'static str,
@@ -28,6 +29,13 @@ pub struct DeviceOp {
 }
 
 const FLOAT: &str = "f32, f16, bf16";
+
+/// The `dtypes` of the complex pointwise ops (Inductor leaves them to ATen:
+/// Triton has no complex types).
+const COMPLEX: &str = "c64, c128 (two tensors, one complex)";
+
+/// The `via` of the view ops: no kernel, the result aliases its input.
+pub const VIEW: &str = "view (aliases its input)";
 
 /// The `via` of the attention ops: wrapir's own kernels, not PyTorch's
 /// (cuDNN, FlashAttention or the memory-efficient CUTLASS kernels).
@@ -139,6 +147,51 @@ pub const CUDA_OPS: &[DeviceOp] = &[
         op: "aten.topk",
         via: "built-in kernel",
         dtypes: "all",
+    },
+    DeviceOp {
+        op: "aten.segment_reduce",
+        via: "built-in kernel",
+        dtypes: "f32, f64, f16, bf16",
+    },
+    DeviceOp {
+        op: "aten.randint",
+        via: "built-in kernel",
+        dtypes: "i64 (PyTorch's Philox values)",
+    },
+    DeviceOp {
+        op: "aten.view_as_complex",
+        via: VIEW,
+        dtypes: "f32, f64, f16",
+    },
+    DeviceOp {
+        op: "aten.view_as_real",
+        via: VIEW,
+        dtypes: "c64, c128, c32",
+    },
+    DeviceOp {
+        op: "aten.view",
+        via: VIEW,
+        dtypes: "view(dtype): same width, or complex <-> its parts",
+    },
+    DeviceOp {
+        op: "aten.mul",
+        via: "built-in kernel",
+        dtypes: COMPLEX,
+    },
+    DeviceOp {
+        op: "aten.add",
+        via: "built-in kernel",
+        dtypes: COMPLEX,
+    },
+    DeviceOp {
+        op: "aten.sub",
+        via: "built-in kernel",
+        dtypes: COMPLEX,
+    },
+    DeviceOp {
+        op: "aten.div",
+        via: "built-in kernel",
+        dtypes: COMPLEX,
     },
     DeviceOp {
         op: "aten._scaled_dot_product_efficient_attention",

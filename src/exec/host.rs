@@ -42,6 +42,8 @@ pub struct HostBackend {
     /// `limits.max_alloc_bytes`, shared with the built-in ops (their results).
     op_alloc_limit: Arc<std::sync::atomic::AtomicU64>,
     memory: Arc<MemCounter>,
+    /// The CUDA generator state the host's `aten.randint` draws from.
+    rng: Arc<std::sync::Mutex<super::random::CudaRngState>>,
 }
 
 impl Default for HostBackend {
@@ -102,8 +104,10 @@ impl HostBackend {
                 crate::Limits::default().max_alloc_bytes,
             )),
             memory: Arc::default(),
+            rng: Arc::default(),
         };
         let builtin_options = BuiltinOptions {
+            rng: Arc::clone(&b.rng),
             jagged_overflow: if options.jagged_zero_fill {
                 Overflow::ZeroFill
             } else {
@@ -146,6 +150,20 @@ impl HostBackend {
     /// The limits this backend runs within.
     pub fn limits(&self) -> crate::Limits {
         self.limits
+    }
+
+    /// Sets the CUDA generator state that `aten.randint` (Inductor's seed
+    /// buffer) draws from: PyTorch's values at that state (see
+    /// [`super::random`]). Default: PyTorch's default seed, offset 0.
+    pub fn set_cuda_rng(&self, state: super::random::CudaRngState) {
+        if let Ok(mut s) = self.rng.lock() {
+            *s = state;
+        }
+    }
+
+    /// The generator state now (advanced by every `aten.randint` call).
+    pub fn cuda_rng(&self) -> super::random::CudaRngState {
+        self.rng.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// Registers (or replaces) an extern op under `name` (an op string or a key like `aten.foo`).

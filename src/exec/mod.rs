@@ -12,6 +12,7 @@
 
 mod attention;
 pub mod compare;
+mod complex;
 mod conv;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -20,8 +21,11 @@ pub mod host;
 mod jagged;
 pub mod meta;
 mod ops;
+mod pointwise;
+pub mod random;
 mod run;
 pub mod safetensors;
+mod segment;
 mod tensor;
 
 pub use run::RunError;
@@ -47,6 +51,62 @@ pub struct TensorSpec {
 }
 
 impl TensorSpec {
+    /// `torch.view_as_real`'s layout of a complex layout: the part dtype, a
+    /// last dimension of 2 with stride 1, every other stride and the offset
+    /// doubled (in part elements). An error for a dtype that is not complex.
+    pub fn as_real(&self) -> Result<TensorSpec, ExecError> {
+        let part = self
+            .dtype
+            .complex_part()
+            .ok_or_else(|| ExecError::Type(format!("view_as_real of a {} tensor (not complex)", self.dtype)))?;
+        let twice = |v: i64| {
+            v.checked_mul(2)
+                .ok_or_else(|| ExecError::Input("view_as_real: stride overflows".into()))
+        };
+        let mut stride = self.stride.iter().map(|s| twice(*s)).collect::<Result<Vec<_>, _>>()?;
+        stride.push(1);
+        let mut size = self.size.clone();
+        size.push(2);
+        Ok(TensorSpec {
+            dtype: part,
+            device: self.device,
+            size,
+            stride,
+            offset: twice(self.offset)?,
+        })
+    }
+
+    /// `torch.view_as_complex`'s layout of a `float16` / `float32` /
+    /// `float64` layout with a last dimension of 2 and stride 1 (every other
+    /// stride and the offset even): the complex dtype, strides and offset
+    /// halved.
+    pub fn as_complex(&self) -> Result<TensorSpec, ExecError> {
+        let complex = self
+            .dtype
+            .complex_of()
+            .ok_or_else(|| ExecError::Type(format!("view_as_complex of a {} tensor", self.dtype)))?;
+        let (Some(2), Some(1)) = (self.size.last(), self.stride.last()) else {
+            return Err(ExecError::Type(format!(
+                "view_as_complex needs a last dimension of size 2 and stride 1, got sizes {:?} strides {:?}",
+                self.size, self.stride
+            )));
+        };
+        let rank = self.size.len() - 1;
+        if self.stride[..rank].iter().any(|s| s % 2 != 0) || self.offset % 2 != 0 {
+            return Err(ExecError::Type(format!(
+                "view_as_complex needs even strides and offset, got strides {:?} offset {}",
+                self.stride, self.offset
+            )));
+        }
+        Ok(TensorSpec {
+            dtype: complex,
+            device: self.device,
+            size: self.size[..rank].to_vec(),
+            stride: self.stride[..rank].iter().map(|s| s / 2).collect(),
+            offset: self.offset / 2,
+        })
+    }
+
     /// A contiguous layout.
     pub fn contiguous(dtype: DType, device: Device, size: &[i64]) -> Self {
         TensorSpec {

@@ -1,6 +1,7 @@
 //! The host backend's built-in extern ops.
 
 use super::jagged::{self, Overflow};
+use super::pointwise;
 use super::tensor::Tensor;
 use super::{ArgList, ExecError, Kwargs, Value};
 use crate::ir::DType;
@@ -136,6 +137,8 @@ pub(crate) struct BuiltinOptions {
     /// that [`super::host::HostBackend::with_limits`] reaches ops already
     /// registered.
     pub(crate) max_alloc_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The CUDA generator state `aten.randint` draws from (shared with the backend).
+    pub(crate) rng: std::sync::Arc<std::sync::Mutex<super::random::CudaRngState>>,
 }
 
 impl BuiltinOptions {
@@ -169,15 +172,20 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.topk", topk),
         ("aten.copy_", copy),
         ("aten.clone", clone),
-        ("aten.add", add),
-        ("aten.sub", sub),
-        ("aten.mul", mul),
-        ("aten.div", div),
-        ("aten.neg", neg),
-        ("aten.relu", relu),
-        ("aten.exp", exp),
-        ("aten.sin", sin),
-        ("aten.where", where_),
+        ("aten.add", pointwise::add),
+        ("aten.sub", pointwise::sub),
+        ("aten.mul", pointwise::mul),
+        ("aten.div", pointwise::div),
+        ("aten.neg", pointwise::neg),
+        ("aten.relu", pointwise::relu),
+        ("aten.exp", pointwise::exp),
+        ("aten.sin", pointwise::sin),
+        ("aten.where", pointwise::where_),
+        ("aten.view_as_complex", super::complex::view_as_complex),
+        ("aten.view_as_real", super::complex::view_as_real),
+        ("aten.view", super::complex::view),
+        ("aten.segment_reduce", super::segment::segment_reduce),
+        ("aten.randint", super::random::randint),
     ];
     ops.extend(super::attention::builtins());
     ops
@@ -865,198 +873,4 @@ fn copy(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
 
 fn clone(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     Ok(Value::Tensor(a.tensor(0, "self")?.contiguous_copy()?))
-}
-
-/// An operand of a pointwise op.
-enum Operand<'t> {
-    Tensor(&'t Tensor),
-    Scalar(f64, bool),
-}
-
-fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecError> {
-    match a.get(i, name) {
-        Some(Value::Tensor(t)) => Ok(Operand::Tensor(t)),
-        Some(Value::Float(f)) => Ok(Operand::Scalar(*f, true)),
-        Some(v) => v
-            .as_int()
-            .map(|x| Operand::Scalar(x as f64, false))
-            .ok_or_else(|| a.err(format!("`{name}` must be a tensor or number"))),
-        None => Err(a.err(format!("missing operand `{name}`"))),
-    }
-}
-
-fn broadcast_shape(a: &Args<'_>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
-    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
-    let mut out = vec![1i64; rank];
-    for s in shapes {
-        for (i, d) in s.iter().enumerate() {
-            let o = &mut out[rank - s.len() + i];
-            if *o == 1 {
-                *o = *d;
-            } else if *d != 1 && *d != *o {
-                return Err(a.err(format!("shapes {shapes:?} do not broadcast")));
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn result_dtype(ops: &[&Operand<'_>]) -> DType {
-    let tensors: Vec<DType> = ops
-        .iter()
-        .filter_map(|o| {
-            if let Operand::Tensor(t) = o {
-                Some(t.dtype())
-            } else {
-                None
-            }
-        })
-        .collect();
-    let float_t: Vec<DType> = tensors.iter().copied().filter(|d| d.is_floating()).collect();
-    if let Some(first) = float_t.first() {
-        if float_t.iter().all(|d| d == first) {
-            return *first;
-        }
-        return DType::Float32.max_by_size(&float_t);
-    }
-    if ops.iter().any(|o| matches!(o, Operand::Scalar(_, true))) {
-        return DType::Float32;
-    }
-    match tensors.first() {
-        Some(first) if tensors.iter().all(|d| d == first) => *first,
-        _ => DType::Int64,
-    }
-}
-
-trait WidestFloat {
-    fn max_by_size(self, ds: &[DType]) -> DType;
-}
-
-impl WidestFloat for DType {
-    fn max_by_size(self, ds: &[DType]) -> DType {
-        if ds.contains(&DType::Float64) {
-            DType::Float64
-        } else {
-            self
-        }
-    }
-}
-
-fn values_of(op: &Operand<'_>, shape: &[i64]) -> Result<Vec<f64>, ExecError> {
-    let n: i64 = shape.iter().product();
-    match op {
-        Operand::Tensor(t) => t.expand(shape)?.to_f64_vec(),
-        Operand::Scalar(v, _) => Ok(vec![*v; n as usize]),
-    }
-}
-
-fn pointwise(
-    a: &Args<'_>,
-    names: &[&str],
-    f: &dyn Fn(&[f64]) -> f64,
-    dtype: Option<DType>,
-) -> Result<Value<Tensor>, ExecError> {
-    let ops: Vec<Operand<'_>> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| operand(a, i, n))
-        .collect::<Result<_, _>>()?;
-    let shapes: Vec<&[i64]> = ops
-        .iter()
-        .filter_map(|o| {
-            if let Operand::Tensor(t) = o {
-                Some(t.size())
-            } else {
-                None
-            }
-        })
-        .collect();
-    let shape = broadcast_shape(a, &shapes)?;
-    let refs: Vec<&Operand<'_>> = ops.iter().collect();
-    let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
-    let cols: Vec<Vec<f64>> = ops.iter().map(|o| values_of(o, &shape)).collect::<Result<_, _>>()?;
-    let n = cols.first().map(|c| c.len()).unwrap_or(0);
-    let out: Vec<f64> = (0..n)
-        .map(|i| {
-            let xs: Vec<f64> = cols.iter().map(|c| c[i]).collect();
-            f(&xs)
-        })
-        .collect();
-    let out = if out_dtype.is_floating() {
-        out
-    } else {
-        out.into_iter().map(|v| v.trunc()).collect()
-    };
-    Ok(Value::Tensor(Tensor::from_f64(out_dtype, &out, &shape)?))
-}
-
-fn add(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let alpha = a.float(2, "alpha", 1.0)?;
-    pointwise(a, &["self", "other"], &|x| x[0] + alpha * x[1], None)
-}
-
-fn sub(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let alpha = a.float(2, "alpha", 1.0)?;
-    pointwise(a, &["self", "other"], &|x| x[0] - alpha * x[1], None)
-}
-
-fn mul(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    pointwise(a, &["self", "other"], &|x| x[0] * x[1], None)
-}
-
-fn div(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    // True division: integer inputs give float32, as in torch.
-    let ops = [operand(a, 0, "self")?, operand(a, 1, "other")?];
-    let d = result_dtype(&[&ops[0], &ops[1]]);
-    let d = if d.is_floating() { d } else { DType::Float32 };
-    pointwise(a, &["self", "other"], &|x| x[0] / x[1], Some(d))
-}
-
-fn neg(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    pointwise(a, &["self"], &|x| -x[0], None)
-}
-
-fn relu(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    pointwise(
-        a,
-        &["self"],
-        &|x| if x[0] > 0.0 || x[0].is_nan() { x[0] } else { 0.0 },
-        None,
-    )
-}
-
-fn float_unary(a: &Args<'_>, f: fn(f64) -> f64) -> Result<Value<Tensor>, ExecError> {
-    let x = a.tensor(0, "self")?;
-    let d = if x.dtype().is_floating() {
-        x.dtype()
-    } else {
-        DType::Float32
-    };
-    pointwise(a, &["self"], &|v| f(v[0]), Some(d))
-}
-
-fn exp(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    float_unary(a, f64::exp)
-}
-
-fn sin(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    float_unary(a, f64::sin)
-}
-
-/// `where(cond, a, b)`; with scalar branches the result is int64 for integer
-/// scalars and float32 for float scalars (`aten.where.Scalar`).
-fn where_(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let x = operand(a, 1, "self")?;
-    let y = operand(a, 2, "other")?;
-    let d = match (&x, &y) {
-        (Operand::Scalar(_, false), Operand::Scalar(_, false)) => DType::Int64,
-        (Operand::Scalar(..), Operand::Scalar(..)) => DType::Float32,
-        _ => result_dtype(&[&x, &y]),
-    };
-    pointwise(
-        a,
-        &["condition", "self", "other"],
-        &|v| if v[0] != 0.0 { v[1] } else { v[2] },
-        Some(d),
-    )
 }

@@ -9,6 +9,14 @@
 //!
 //! `F8_E4M3` and `F8_E5M2` are recognised but host [`Tensor`]s cannot hold
 //! them, so they are reported as [`SafetensorsError::UnsupportedDType`].
+//!
+//! Complex tensors: safetensors defines `C64` (`complex64`, two `float32`
+//! parts per element, real first), read and written as such. It has no code
+//! for `complex32` or `complex128`; wrapir writes those as their
+//! `view_as_real` (`F16` / `F64`, the shape with a last dimension of 2) and
+//! marks them in the metadata map with [`COMPLEX_MARKER`]`<name>` =
+//! `complex32` / `complex128`, so that [`parse_with_metadata`] gives the
+//! complex tensor back and other readers see its real view.
 
 use super::tensor::{with_dtype, Element};
 use super::Tensor;
@@ -18,6 +26,10 @@ use indexmap::IndexMap;
 
 /// The key of the optional string-to-string metadata map.
 pub const METADATA_KEY: &str = "__metadata__";
+
+/// The metadata key prefix that marks a tensor stored as the real view of a
+/// `complex32` / `complex128` tensor (the format has no code for them).
+pub const COMPLEX_MARKER: &str = "wrapir.complex.";
 
 /// Why bytes are not a valid safetensors file, or tensors cannot be written.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +60,7 @@ pub enum SafetensorsError {
         message: String,
     },
     /// A dtype name safetensors does not define (or wrapir does not know).
-    #[error("tensor `{name}`: unknown dtype `{dtype}` (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2)")]
+    #[error("tensor `{name}`: unknown dtype `{dtype}` (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, C64)")]
     UnknownDType {
         /// The tensor.
         name: String,
@@ -133,7 +145,8 @@ pub fn dtype_name(dtype: DType) -> Option<&'static str> {
         DType::Bool => "BOOL",
         DType::Float8E4m3fn => "F8_E4M3",
         DType::Float8E5m2 => "F8_E5M2",
-        DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => return None,
+        DType::Complex64 => "C64",
+        DType::Float8E4m3fnuz | DType::Float8E5m2fnuz | DType::Complex32 | DType::Complex128 => return None,
     })
 }
 
@@ -152,6 +165,7 @@ pub fn dtype_from_name(name: &str) -> Option<DType> {
         "BOOL" => DType::Bool,
         "F8_E4M3" => DType::Float8E4m3fn,
         "F8_E5M2" => DType::Float8E5m2,
+        "C64" => DType::Complex64,
         _ => return None,
     })
 }
@@ -188,6 +202,28 @@ pub fn parse_with_metadata(bytes: &[u8]) -> Result<Safetensors, SafetensorsError
         }
         let tensor = parse_entry(&name, &entry, data)?;
         out.tensors.insert(name, tensor);
+    }
+    for (key, value) in &out.metadata {
+        let Some(name) = key.strip_prefix(COMPLEX_MARKER) else {
+            continue;
+        };
+        let bad = |message: String| SafetensorsError::Entry {
+            name: name.to_string(),
+            message,
+        };
+        let dtype: DType = value.parse().map_err(|e: String| bad(e))?;
+        let tensor = out
+            .tensors
+            .get_mut(name)
+            .ok_or_else(|| bad(format!("marked `{value}` in the metadata but absent")))?;
+        let complex = tensor.view_as_complex().map_err(|e| bad(e.to_string()))?;
+        if complex.dtype() != dtype {
+            return Err(bad(format!(
+                "marked `{value}` in the metadata but stored as {}",
+                tensor.dtype()
+            )));
+        }
+        *tensor = complex;
     }
     Ok(out)
 }
@@ -273,10 +309,19 @@ fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Ten
             });
         }
     }
-    let tensor = with_dtype!(dtype, T => decode::<T>(raw, &size), {
+    // A complex tensor is decoded as its parts (a last dimension of 2), then viewed.
+    let (stored, size) = match dtype.complex_part() {
+        Some(part) => (part, size.iter().copied().chain([2]).collect()),
+        None => (dtype, size),
+    };
+    let tensor = with_dtype!(stored, T => decode::<T>(raw, &size), {
         return Err(SafetensorsError::UnsupportedDType { name: name.to_string(), dtype })
     });
-    tensor.map_err(|e| err(e.to_string()))
+    let tensor = tensor.map_err(|e| err(e.to_string()))?;
+    if dtype.is_complex() {
+        return tensor.view_as_complex().map_err(|e| err(e.to_string()));
+    }
+    Ok(tensor)
 }
 
 fn decode<T: LittleEndian>(raw: &[u8], size: &[i64]) -> Result<Tensor, super::ExecError> {
@@ -296,6 +341,12 @@ pub fn write_with_metadata(
     metadata: &IndexMap<String, String>,
 ) -> Result<Vec<u8>, SafetensorsError> {
     let mut header_order: Vec<(String, serde_json::Value)> = Vec::new();
+    let mut metadata = metadata.clone();
+    for (name, t) in tensors {
+        if dtype_name(t.dtype()).is_none() && t.dtype().is_complex() {
+            metadata.insert(format!("{COMPLEX_MARKER}{name}"), t.dtype().torch_name().to_string());
+        }
+    }
     if !metadata.is_empty() {
         let m: serde_json::Map<String, serde_json::Value> = metadata
             .iter()
@@ -312,15 +363,31 @@ pub fn write_with_metadata(
         if name == METADATA_KEY {
             return Err(werr(format!("`{METADATA_KEY}` is reserved for metadata")));
         }
-        let dtype_str =
-            dtype_name(t.dtype()).ok_or_else(|| werr(format!("dtype {} has no safetensors name", t.dtype())))?;
+        // A complex tensor is written as its parts: `C64` with its own shape, or
+        // (complex32 / complex128, marked above) its real view.
+        let no_name = |d: DType| werr(format!("dtype {d} has no safetensors name"));
+        let (t, shape, dtype_str) = match t.dtype().complex_part() {
+            Some(part) => {
+                let real = t.view_as_real().map_err(|e| werr(e.to_string()))?;
+                let (shape, code) = match dtype_name(t.dtype()) {
+                    Some(code) => (t.size().to_vec(), code),
+                    None => (real.size().to_vec(), dtype_name(part).ok_or_else(|| no_name(part))?),
+                };
+                (std::borrow::Cow::Owned(real), shape, code)
+            }
+            None => (
+                std::borrow::Cow::Borrowed(t),
+                t.size().to_vec(),
+                dtype_name(t.dtype()).ok_or_else(|| no_name(t.dtype()))?,
+            ),
+        };
         let begin = data.len();
-        with_dtype!(t.dtype(), T => encode::<T>(t, &mut data).map_err(|e| werr(e.to_string()))?, {
+        with_dtype!(t.dtype(), T => encode::<T>(&t, &mut data).map_err(|e| werr(e.to_string()))?, {
             return Err(werr(format!("dtype {} is not supported by host tensors", t.dtype())))
         });
         let entry = serde_json::json!({
             "dtype": dtype_str,
-            "shape": t.size(),
+            "shape": shape,
             "data_offsets": [begin, data.len()],
         });
         header_order.push((name.clone(), entry));

@@ -360,6 +360,11 @@ fn zeroed<T: Element>(n: usize) -> Result<Vec<T>, ExecError> {
 }
 
 fn unsupported_dtype(d: DType) -> ExecError {
+    if d.is_complex() {
+        return ExecError::Type(format!(
+            "a {d} tensor has no real elements (its parts are read through view_as_real)"
+        ));
+    }
     ExecError::Unsupported(format!("host tensors do not store dtype {d}"))
 }
 
@@ -394,7 +399,13 @@ impl Tensor {
         if let Some(c) = &counter {
             c.reserve(bytes, &what)?;
         }
-        let data = with_dtype!(spec.dtype, T => zeroed::<T>(n).map(T::wrap), Err(unsupported_dtype(spec.dtype)));
+        // A complex tensor stores its parts: two elements of the part dtype per element.
+        let data = match n.checked_mul(lanes(spec.dtype)) {
+            Some(parts) => {
+                with_dtype!(storage_dtype(spec.dtype), T => zeroed::<T>(parts).map(T::wrap), Err(unsupported_dtype(spec.dtype)))
+            }
+            None => Err(ExecError::Unsupported(String::new())),
+        };
         let data = match data {
             Ok(d) => d,
             Err(e) => {
@@ -475,10 +486,105 @@ impl Tensor {
         self.spec.size.len()
     }
 
-    /// Storage length in elements.
+    /// Storage length in elements of the tensor's dtype (a complex element
+    /// is two stored parts).
     fn storage_len(&self) -> usize {
         let d = self.storage.data.read().map(|d| data_len(&d)).unwrap_or(0);
-        d
+        d / lanes(self.spec.dtype)
+    }
+
+    /// `torch.view_as_real`: a complex tensor's parts as a view of the same
+    /// storage ([`TensorSpec::as_real`]).
+    pub fn view_as_real(&self) -> Result<Tensor, ExecError> {
+        self.aliased(self.spec.as_real()?)
+    }
+
+    /// `torch.view_as_complex`: a real tensor with a last dimension of 2
+    /// as a complex view of the same storage ([`TensorSpec::as_complex`]).
+    pub fn view_as_complex(&self) -> Result<Tensor, ExecError> {
+        self.aliased(self.spec.as_complex()?)
+    }
+
+    /// `spec` over this tensor's storage, whose stored dtype must be `spec`'s
+    /// (the part dtype for a complex `spec`); checked against its bounds.
+    fn aliased(&self, spec: TensorSpec) -> Result<Tensor, ExecError> {
+        if storage_dtype(spec.dtype) != storage_dtype(self.spec.dtype) {
+            return Err(ExecError::Type(format!(
+                "a {} view of {} storage",
+                spec.dtype, self.spec.dtype
+            )));
+        }
+        let t = Tensor {
+            storage: Arc::clone(&self.storage),
+            spec,
+        };
+        check_bounds(&t.spec, t.storage_len())?;
+        Ok(t)
+    }
+
+    /// `aten.view.dtype`: the same storage read as `dtype`. Between a
+    /// complex dtype and its part dtype the view aliases (PyTorch's rule for
+    /// element sizes that differ: the last dimension, of stride 1, scales by
+    /// the size ratio and the other strides and the offset by its inverse);
+    /// equal dtypes give the tensor itself. Other reinterpretations are an
+    /// error (host storage is typed).
+    pub fn view_dtype(&self, dtype: DType) -> Result<Tensor, ExecError> {
+        let from = self.dtype();
+        if from == dtype {
+            return Ok(self.clone());
+        }
+        let last_unit = |t: &Tensor| t.stride().last() == Some(&1) || t.dim() == 0;
+        if from.complex_part() == Some(dtype) && last_unit(self) && self.dim() > 0 {
+            // c64 [.., n] -> f32 [.., 2n]
+            let r = self.view_as_real()?;
+            let rank = self.dim();
+            let mut size = r.size()[..rank].to_vec();
+            let mut stride = r.stride()[..rank].to_vec();
+            size[rank - 1] = size[rank - 1]
+                .checked_mul(2)
+                .ok_or_else(|| ExecError::Input("view(dtype): size overflows".into()))?;
+            stride[rank - 1] = 1;
+            return r.view(&size, &stride, r.spec.offset);
+        }
+        if dtype.complex_part() == Some(from) && last_unit(self) && self.dim() > 0 {
+            // f32 [.., 2n] -> c64 [.., n]
+            let rank = self.dim();
+            let last = self.size()[rank - 1];
+            if last % 2 != 0 {
+                return Err(ExecError::Type(format!(
+                    "view({dtype}) of {from} needs an even last dimension, got sizes {:?}",
+                    self.size()
+                )));
+            }
+            let mut size = self.size().to_vec();
+            size[rank - 1] = last / 2;
+            size.push(2);
+            let mut stride = self.stride().to_vec();
+            stride.push(1);
+            stride[rank - 1] = 2;
+            return self.view(&size, &stride, self.spec.offset)?.view_as_complex();
+        }
+        Err(ExecError::Unsupported(format!(
+            "view({dtype}) of a {from} tensor: host tensors reinterpret only between a complex dtype and its parts"
+        )))
+    }
+
+    /// The elements of a complex tensor in row-major order, as `(real,
+    /// imaginary)` pairs converted to `f64`.
+    pub fn to_complex_vec(&self) -> Result<Vec<(f64, f64)>, ExecError> {
+        let parts = self.view_as_real()?.to_f64_vec()?;
+        Ok(parts.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+    }
+
+    /// A contiguous complex tensor of `dtype` from `(real, imaginary)` pairs.
+    pub fn from_complex(dtype: DType, data: &[(f64, f64)], size: &[i64]) -> Result<Tensor, ExecError> {
+        let part = dtype
+            .complex_part()
+            .ok_or_else(|| ExecError::Type(format!("{dtype} is not a complex dtype")))?;
+        let flat: Vec<f64> = data.iter().flat_map(|(re, im)| [*re, *im]).collect();
+        let mut real_size = size.to_vec();
+        real_size.push(2);
+        Tensor::from_f64(part, &flat, &real_size)?.view_as_complex()
     }
 
     /// A view of the same storage; checked against the storage bounds.
@@ -567,6 +673,7 @@ impl Tensor {
 
     /// The elements in row-major order, as `T` (which must be the dtype).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, ExecError> {
+        self.not_complex(T::DTYPE)?;
         let offsets = if self.is_contiguous() {
             None
         } else {
@@ -607,8 +714,21 @@ impl Tensor {
         with_dtype!(self.dtype(), T => Ok(self.to_vec::<T>()?.into_iter().map(|x| x.to_i64()).collect()), Err(unsupported_dtype(self.dtype())))
     }
 
+    /// An error for a complex tensor read or written as `T` (its storage
+    /// holds parts: see [`Tensor::view_as_real`]).
+    fn not_complex(&self, t: DType) -> Result<(), ExecError> {
+        if self.dtype().is_complex() {
+            return Err(ExecError::Type(format!(
+                "tensor has dtype {}, not {t} (read complex tensors through view_as_real)",
+                self.dtype()
+            )));
+        }
+        Ok(())
+    }
+
     /// Writes row-major `values` into the tensor's elements.
     pub fn write<T: Element>(&self, values: &[T]) -> Result<(), ExecError> {
+        self.not_complex(T::DTYPE)?;
         if values.len() != self.numel() {
             return Err(ExecError::Type(format!(
                 "writing {} values into {} elements",
@@ -649,7 +769,16 @@ impl Tensor {
                 self.size()
             )));
         }
-        if self.dtype().is_floating() || src.dtype().is_floating() {
+        if self.dtype().is_complex() || src.dtype().is_complex() {
+            if !(self.dtype().is_complex() && src.dtype().is_complex()) {
+                return Err(ExecError::Type(format!(
+                    "copy of a {} tensor into a {} tensor",
+                    src.dtype(),
+                    self.dtype()
+                )));
+            }
+            self.view_as_real()?.copy_from(&src.view_as_real()?)
+        } else if self.dtype().is_floating() || src.dtype().is_floating() {
             self.write_f64(&src.to_f64_vec()?)
         } else {
             self.write_i64(&src.to_i64_vec()?)
@@ -658,6 +787,9 @@ impl Tensor {
 
     /// A contiguous copy with its own storage.
     pub fn contiguous_copy(&self) -> Result<Tensor, ExecError> {
+        if self.dtype().is_complex() {
+            return self.view_as_real()?.contiguous_copy()?.view_as_complex();
+        }
         with_dtype!(self.dtype(), T => {
             let mut t = Tensor::from_vec(self.to_vec::<T>()?, self.size())?;
             t.spec.device = self.spec.device;
@@ -680,6 +812,21 @@ impl Tensor {
         let base = self.storage.data.read().map(|d| data_ptr(&d)).unwrap_or(0);
         base + self.spec.offset.max(0) as usize * self.spec.dtype.size_bytes() as usize
     }
+}
+
+/// Stored parts per element: 2 for the complex dtypes, else 1.
+pub(crate) fn lanes(dtype: DType) -> usize {
+    if dtype.is_complex() {
+        2
+    } else {
+        1
+    }
+}
+
+/// The dtype of a tensor's stored elements: the part dtype for a complex
+/// dtype (its storage holds `(real, imaginary)` pairs), else the dtype.
+pub(crate) fn storage_dtype(dtype: DType) -> DType {
+    dtype.complex_part().unwrap_or(dtype)
 }
 
 fn data_len(d: &Data) -> usize {

@@ -98,11 +98,17 @@ pub enum DType {
     Float8E4m3fnuz,
     /// `torch.float8_e5m2fnuz` (`f8e5m2fnuz`)
     Float8E5m2fnuz,
+    /// `torch.complex32` (`c32`, also `torch.chalf`): two `float16` parts
+    Complex32,
+    /// `torch.complex64` (`c64`, also `torch.cfloat`): two `float32` parts
+    Complex64,
+    /// `torch.complex128` (`c128`, also `torch.cdouble`): two `float64` parts
+    Complex128,
 }
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 14] = [
+    pub const ALL: [DType; 17] = [
         DType::Bool,
         DType::Int8,
         DType::Int16,
@@ -117,6 +123,9 @@ impl DType {
         DType::Float8E5m2,
         DType::Float8E4m3fnuz,
         DType::Float8E5m2fnuz,
+        DType::Complex32,
+        DType::Complex64,
+        DType::Complex128,
     ];
 
     /// Bytes per element.
@@ -125,8 +134,9 @@ impl DType {
             DType::Bool | DType::Int8 | DType::Uint8 => 1,
             DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => 1,
             DType::Int16 | DType::Float16 | DType::Bfloat16 => 2,
-            DType::Int32 | DType::Float32 => 4,
-            DType::Int64 | DType::Float64 => 8,
+            DType::Int32 | DType::Float32 | DType::Complex32 => 4,
+            DType::Int64 | DType::Float64 | DType::Complex64 => 8,
+            DType::Complex128 => 16,
         }
     }
 
@@ -147,6 +157,9 @@ impl DType {
             DType::Float8E5m2 => "f8e5m2",
             DType::Float8E4m3fnuz => "f8e4m3fnuz",
             DType::Float8E5m2fnuz => "f8e5m2fnuz",
+            DType::Complex32 => "c32",
+            DType::Complex64 => "c64",
+            DType::Complex128 => "c128",
         }
     }
 
@@ -167,10 +180,16 @@ impl DType {
             DType::Float8E5m2 => "float8_e5m2",
             DType::Float8E4m3fnuz => "float8_e4m3fnuz",
             DType::Float8E5m2fnuz => "float8_e5m2fnuz",
+            DType::Complex32 => "complex32",
+            DType::Complex64 => "complex64",
+            DType::Complex128 => "complex128",
         }
     }
 
     /// Triton's pointer element name in kernel signatures (`fp32` in `*fp32`).
+    /// Triton has no complex types (Inductor never hands a complex tensor to a
+    /// Triton kernel: it passes the `view_as_real` view), so the complex
+    /// dtypes answer their short name, which no signature contains.
     pub fn triton_name(self) -> &'static str {
         match self {
             DType::Bool => "i1",
@@ -187,6 +206,7 @@ impl DType {
             DType::Float8E5m2 => "fp8e5",
             DType::Float8E4m3fnuz => "fp8e4b8",
             DType::Float8E5m2fnuz => "fp8e5b16",
+            DType::Complex32 | DType::Complex64 | DType::Complex128 => self.short_name(),
         }
     }
 
@@ -195,12 +215,42 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.triton_name() == s)
     }
 
-    /// `true` for floating-point dtypes.
+    /// `true` for real floating-point dtypes (`torch.is_floating_point`:
+    /// false for the complex dtypes).
     pub fn is_floating(self) -> bool {
-        !matches!(
-            self,
-            DType::Bool | DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 | DType::Uint8
-        )
+        !self.is_complex()
+            && !matches!(
+                self,
+                DType::Bool | DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 | DType::Uint8
+            )
+    }
+
+    /// `true` for the complex dtypes.
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::Complex32 | DType::Complex64 | DType::Complex128)
+    }
+
+    /// The dtype of one part (real or imaginary) of a complex dtype
+    /// (`complex64` -> `float32`, as `torch.view_as_real` gives); `None`
+    /// for the other dtypes.
+    pub fn complex_part(self) -> Option<DType> {
+        match self {
+            DType::Complex32 => Some(DType::Float16),
+            DType::Complex64 => Some(DType::Float32),
+            DType::Complex128 => Some(DType::Float64),
+            _ => None,
+        }
+    }
+
+    /// The complex dtype whose parts are `self` (`float32` -> `complex64`,
+    /// as `torch.view_as_complex` gives); `None` for dtypes without one.
+    pub fn complex_of(self) -> Option<DType> {
+        match self {
+            DType::Float16 => Some(DType::Complex32),
+            DType::Float32 => Some(DType::Complex64),
+            DType::Float64 => Some(DType::Complex128),
+            _ => None,
+        }
     }
 }
 

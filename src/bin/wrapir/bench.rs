@@ -108,6 +108,12 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
         for v in outs {
             if let Value::Tensor(t) = v {
                 let host = backend.copy_out(t)?;
+                // A complex tensor's bits are its parts'.
+                let host = if host.dtype().is_complex() {
+                    host.view_as_real()?
+                } else {
+                    host
+                };
                 if host.dtype().is_floating() {
                     bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
                 } else {
@@ -121,6 +127,11 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
         let mut bits = Vec::new();
         for v in outs {
             if let Value::Tensor(host) = v {
+                let host = if host.dtype().is_complex() {
+                    host.view_as_real()?
+                } else {
+                    host.clone()
+                };
                 if host.dtype().is_floating() {
                     bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
                 } else {

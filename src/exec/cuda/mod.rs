@@ -25,6 +25,7 @@
 
 mod attention;
 mod blaslt;
+mod bytes;
 mod conv;
 mod dnn;
 mod dnn_attention;
@@ -51,6 +52,7 @@ use super::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
 use crate::ir::{ConstValue, DType, Device as IrDevice, KernelBackend, ScalarType, SigType, TritonMeta};
+use bytes::{encode, host_from_bytes, host_storage_bytes};
 use cudarc::driver::sys;
 use driver::{Device, Module};
 use indexmap::IndexMap;
@@ -99,6 +101,11 @@ pub struct CudaOptions {
     /// The math modes the program was compiled under (PyTorch's defaults
     /// unless the bundle records others).
     pub math: MathModes,
+    /// The CUDA generator state `aten.randint` (Inductor's seed buffer)
+    /// starts from (a bundle's `cuda_rng`; default PyTorch's default seed at
+    /// offset 0); each call advances it as PyTorch's generator advances
+    /// (see [`crate::exec::random`]).
+    pub cuda_rng: crate::exec::random::CudaRngState,
 }
 
 /// PyTorch's math-mode switches that change library numerics; each library
@@ -167,6 +174,7 @@ impl Default for CudaOptions {
             preload_builtins: false,
             preload_dnn: false,
             math: MathModes::default(),
+            cuda_rng: crate::exec::random::CudaRngState::default(),
         }
     }
 }
@@ -313,9 +321,13 @@ impl CudaBackend {
             device_open: opened.elapsed(),
             ..LoadTimings::default()
         };
+        // The host backend holds the generator state: the device's randint and
+        // the host fallback's draw from (and advance) the same one.
+        let host = HostBackend::new(options.host);
+        host.set_cuda_rng(options.cuda_rng);
         Ok(CudaBackend {
             device,
-            host: HostBackend::new(options.host),
+            host,
             options,
             modules: HashMap::new(),
             kernels: HashMap::new(),
@@ -371,6 +383,21 @@ impl CudaBackend {
         );
         self.device.upload(dst.data_ptr(), &bytes)?;
         Ok(())
+    }
+
+    /// Sets the CUDA generator state `aten.randint` draws from next (see
+    /// [`crate::exec::random`]). A prepared recording bakes the state of its
+    /// recording run into its launches: every replay of it, direct or
+    /// through a CUDA graph, draws the recording's numbers (PyTorch's
+    /// generator would advance per call).
+    pub fn set_cuda_rng(&mut self, state: crate::exec::random::CudaRngState) {
+        self.host.set_cuda_rng(state);
+    }
+
+    /// The generator state now (advanced by each `aten.randint` the
+    /// interpreter or a recording ran).
+    pub fn cuda_rng(&self) -> crate::exec::random::CudaRngState {
+        self.host.cuda_rng()
     }
 
     /// Waits for all queued work and reports any error it raised.
@@ -845,6 +872,16 @@ impl Backend for CudaBackend {
     }
 
     fn copy_in(&mut self, tensor: &Tensor) -> Result<CudaTensor, ExecError> {
+        if tensor.dtype().is_complex() {
+            // Its parts, then the complex view of the same device storage.
+            let real = self.copy_in(&tensor.view_as_real()?)?;
+            let spec = real.spec.as_complex()?;
+            check_bounds(&spec, real.storage.bytes / spec.dtype.size_bytes().max(1) as usize)?;
+            return Ok(CudaTensor {
+                storage: real.storage,
+                spec,
+            });
+        }
         let spec = TensorSpec {
             device: self.device_of(),
             ..tensor.spec().clone()
@@ -927,68 +964,6 @@ fn encode_scalar(ty: ScalarType, v: ScalarValue) -> Result<u64, String> {
         ScalarType::Fp32 => u64::from((as_float(v) as f32).to_bits()),
         ScalarType::Fp64 => as_float(v).to_bits(),
     })
-}
-
-/// Little-endian encoding of host element types.
-trait LeBytes: Sized {
-    fn put(&self, out: &mut Vec<u8>);
-    fn get(bytes: &[u8]) -> Self;
-}
-
-macro_rules! le_bytes {
-    ($($t:ty),*) => {$(
-        impl LeBytes for $t {
-            fn put(&self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-            fn get(bytes: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(&bytes[..std::mem::size_of::<$t>()]);
-                <$t>::from_le_bytes(a)
-            }
-        }
-    )*};
-}
-le_bytes!(u8, i8, i16, i32, i64, f32, f64, half::f16, half::bf16);
-
-impl LeBytes for bool {
-    fn put(&self, out: &mut Vec<u8>) {
-        out.push(u8::from(*self));
-    }
-    fn get(bytes: &[u8]) -> Self {
-        bytes.first().is_some_and(|b| *b != 0)
-    }
-}
-
-fn encode<T: LeBytes>(values: &[T]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(std::mem::size_of_val(values));
-    for v in values {
-        v.put(&mut out);
-    }
-    out
-}
-
-/// A 1-D host tensor of `n` elements of `dtype` decoded from `bytes`.
-fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecError> {
-    with_dtype!(
-        dtype,
-        T => {
-            let width = std::mem::size_of::<T>();
-            // chunks_exact yields only whole elements, so `get` never reads past a chunk.
-            let values: Vec<T> = bytes.chunks_exact(width).map(<T as LeBytes>::get).collect();
-            Tensor::from_vec(values, &[n])
-        },
-        Err(ExecError::Unsupported(format!("host tensors do not store dtype {dtype}")))
-    )
-}
-
-/// The whole storage of a 1-D host tensor made by [`host_from_bytes`], as bytes.
-fn host_storage_bytes(host: &Tensor) -> Result<Vec<u8>, ExecError> {
-    with_dtype!(
-        host.dtype(),
-        T => Ok(encode::<T>(&host.to_vec::<T>()?)),
-        Err(ExecError::Unsupported(format!("host tensors do not store dtype {}", host.dtype())))
-    )
 }
 
 /// The dtypes and sizes of a call's tensor arguments, for errors.

@@ -105,6 +105,7 @@ impl CudaOptions {
         CudaOptions {
             kernel_dir: dir.into(),
             math: meta.math,
+            cuda_rng: meta.cuda_rng.unwrap_or_default(),
             ..CudaOptions::default()
         }
     }

@@ -3,6 +3,7 @@
 use super::launch::{self, KernelWrappers};
 
 mod direct;
+mod shim;
 use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
 use crate::ir::{
@@ -1746,8 +1747,14 @@ impl<'a> Lowering<'a> {
         if let Some(o) = out {
             args.push(g.local(o));
         }
-        for a in call.args.iter().chain(call.kwargs.values()) {
-            args.push(self.shim_arg(g, a, cx)?);
+        let local = results.first().cloned().unwrap_or_else(|| sanitize(&suffix));
+        match self.schema_args(g, call, &name, overload, &local, cx)? {
+            Some(in_order) => args.extend(in_order),
+            None => {
+                for a in call.args.iter().chain(call.kwargs.values()) {
+                    args.push(self.shim_arg(g, a, cx)?);
+                }
+            }
         }
         for r in &results {
             self.line(format!("AtenTensorHandle {r}_handle;"));
@@ -2410,6 +2417,9 @@ pub(super) fn runtime_dtype(d: DType) -> &'static str {
         DType::Float8E5m2 => "Float8E5m2",
         DType::Float8E4m3fnuz => "Float8E4m3fnuz",
         DType::Float8E5m2fnuz => "Float8E5m2fnuz",
+        DType::Complex32 => "Complex32",
+        DType::Complex64 => "Complex64",
+        DType::Complex128 => "Complex128",
     }
 }
 

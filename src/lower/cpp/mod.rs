@@ -114,7 +114,11 @@
 //! Extern-op arguments are passed in the order the IR lists them (keyword
 //! arguments after positional ones); the IR carries no op schemas, so an
 //! AOTI shim whose parameter order differs needs the producer to list the
-//! arguments in shim order.
+//! arguments in shim order. The exception are the ops whose calls pass
+//! keyword-only optionals (`segment_reduce(data, "sum", offsets=...)`):
+//! their shim schema is known here and every argument is passed in schema
+//! order, absent optionals as `nullptr` and defaults spelled out, as
+//! Inductor's C++ wrapper does.
 
 mod launch;
 mod lower;

@@ -95,6 +95,9 @@ enum class DType : int32_t {
   Float8E5m2,
   Float8E4m3fnuz,
   Float8E5m2fnuz,
+  Complex32,
+  Complex64,
+  Complex128,
 };
 
 /// Bytes per element.
@@ -106,10 +109,14 @@ inline int64_t element_size(DType dtype) {
       return 2;
     case DType::Int32:
     case DType::Float32:
+    case DType::Complex32:
       return 4;
     case DType::Int64:
     case DType::Float64:
+    case DType::Complex64:
       return 8;
+    case DType::Complex128:
+      return 16;
     default:
       return 1;
   }

@@ -23,6 +23,7 @@
 //!   not deterministic in their rounding order (as in PyTorch's default mode);
 //!   out-of-range indices are an error after the kernel.
 
+mod extra;
 mod ops;
 
 /// Helper kernels of the GEMM ops (bias broadcast, activations).
@@ -113,6 +114,9 @@ pub(super) fn run(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    if let Some(v) = extra::run(backend, call)? {
+        return Ok(Some(v));
+    }
     ops::run(backend, call)
 }
 
@@ -414,8 +418,20 @@ fn reducible(dtype: DType) -> bool {
 }
 
 /// Launches built-in `name` with `blocks` blocks of [`THREADS`] threads.
-fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, mut args: Vec<Arg>) -> Result<(), ExecError> {
+fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
     let f = backend.builtins.function(&backend.device, name)?;
+    launch_function(backend, f, name, blocks, args)
+}
+
+/// Launches function `f` (named `name`) with `blocks` blocks of [`THREADS`]
+/// threads; traced for the prepared path.
+fn launch_function(
+    backend: &mut CudaBackend,
+    f: sys::CUfunction,
+    name: &str,
+    blocks: u32,
+    mut args: Vec<Arg>,
+) -> Result<(), ExecError> {
     if let Some(trace) = backend.trace.as_mut() {
         trace.push(Traced::Launch {
             name: name.to_string(),

@@ -64,6 +64,7 @@ fn halide_type(d: DType) -> Option<(u8, u8)> {
         DType::Float32 => (FLOAT, 32),
         DType::Float64 => (FLOAT, 64),
         DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => return None,
+        DType::Complex32 | DType::Complex64 | DType::Complex128 => return None,
     })
 }
 

@@ -1,0 +1,584 @@
+//! The host backend's ops behind Inductor features that fall back to ATen:
+//! complex tensors (`view_as_complex`, `view_as_real`, `view.dtype`, complex
+//! `mul` / `add` / `sub` / `div`, safetensors `C64` and the complex32 /
+//! complex128 marker), `segment_reduce` (every reduction, `lengths=` and
+//! `offsets=`, `axis`, `unsafe`, `initial`, accumulation in the data's dtype)
+//! and `randint` (Inductor's seed buffer, PyTorch's CUDA Philox values).
+//! Expected values are PyTorch's: the bundles' eager outputs where a bundle
+//! has the op, else worked by hand from ATen's definitions (noted per case).
+
+mod common;
+
+use indexmap::IndexMap;
+use std::sync::Arc;
+use wrapir::exec::compare::{compare, Tolerance};
+use wrapir::exec::host::HostBackend;
+use wrapir::exec::random::{philox_at, CudaRngState, DeviceShape, RandintPlan};
+use wrapir::exec::{safetensors, Backend, ExecError, ExternCall, KernelLaunch, Tensor, Value};
+use wrapir::ir::{DType, Program};
+
+fn call_on(
+    host: &mut HostBackend,
+    op: &str,
+    args: Vec<Value<Tensor>>,
+    kwargs: &[(&str, Value<Tensor>)],
+) -> Result<Value<Tensor>, String> {
+    let kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    host.call_extern(ExternCall {
+        op,
+        args: (&args).into(),
+        kwargs: (&kwargs).into(),
+        expected: None,
+    })
+    .map_err(|e| e.to_string())
+}
+
+fn call(op: &str, args: Vec<Value<Tensor>>, kwargs: &[(&str, Value<Tensor>)]) -> Result<Value<Tensor>, String> {
+    call_on(&mut HostBackend::default(), op, args, kwargs)
+}
+
+fn tensor(v: Value<Tensor>) -> Tensor {
+    match v {
+        Value::Tensor(t) => t,
+        other => panic!("expected a tensor, got {other:?}"),
+    }
+}
+
+fn f32s(v: &[f64], size: &[i64]) -> Value<Tensor> {
+    Value::Tensor(Tensor::from_f64(DType::Float32, v, size).unwrap())
+}
+
+fn i64s(v: &[i64], size: &[i64]) -> Value<Tensor> {
+    Value::Tensor(Tensor::from_vec(v.to_vec(), size).unwrap())
+}
+
+fn c64(v: &[(f64, f64)], size: &[i64]) -> Value<Tensor> {
+    Value::Tensor(Tensor::from_complex(DType::Complex64, v, size).unwrap())
+}
+
+/// Equal as f64 values, NaN equal to NaN.
+fn same(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len() && got.iter().zip(want).all(|(a, b)| a == b || (a.is_nan() && b.is_nan()))
+}
+
+fn bundle(case: &str) -> std::path::PathBuf {
+    common::root().join("fixtures/inductor/bundles").join(case)
+}
+
+fn read(path: &std::path::Path) -> IndexMap<String, Tensor> {
+    safetensors::parse(&std::fs::read(path).unwrap()).unwrap()
+}
+
+// ------------------------------------------------------------- segment_reduce
+
+const INF: f64 = f64::INFINITY;
+const NAN: f64 = f64::NAN;
+
+#[test]
+fn segment_reduce_bundle_matches_eager() {
+    // feat_segment_reduce: torch.segment_reduce(data [10, 4], "sum", offsets=[0, 3, 3, 7, 10]).
+    let dir = bundle("feat_segment_reduce");
+    let inputs = read(&dir.join("inputs.safetensors"));
+    let expected = read(&dir.join("expected.safetensors"));
+    let got = tensor(
+        call(
+            "torch.ops.aten.segment_reduce.default",
+            vec![Value::Tensor(inputs["arg0_1"].clone()), Value::Str("sum".into())],
+            &[("offsets", Value::Tensor(inputs["arg1_1"].clone()))],
+        )
+        .unwrap(),
+    );
+    compare(&got, &expected["out0"], Some(Tolerance { rtol: 0.0, atol: 0.0 })).unwrap();
+}
+
+#[test]
+fn segment_reduce_follows_aten() {
+    // data [1, -2, 3, 4, 0.5, -1], segments of lengths [2, 0, 3, 1] (offsets [0, 2, 2, 5, 6]);
+    // empty segments give the reduction's identity (mean: NaN) unless `initial` is given,
+    // and `mean` divides a segment's reduction (initial included) by its length.
+    let data = [1.0, -2.0, 3.0, 4.0, 0.5, -1.0];
+    let cases: &[(&str, Option<f64>, &[f64])] = &[
+        ("sum", None, &[-1.0, 0.0, 7.5, -1.0]),
+        ("mean", None, &[-0.5, NAN, 2.5, -1.0]),
+        ("max", None, &[1.0, -INF, 4.0, -1.0]),
+        ("min", None, &[-2.0, INF, 0.5, -1.0]),
+        ("prod", None, &[-2.0, 1.0, 6.0, -1.0]),
+        ("sum", Some(1.0), &[0.0, 1.0, 8.5, 0.0]),
+        ("mean", Some(2.0), &[0.5, 2.0, 9.5f32 as f64 / 3.0, 1.0]),
+        ("max", Some(3.0), &[3.0, 3.0, 4.0, 3.0]),
+        ("min", Some(0.0), &[-2.0, 0.0, 0.0, -1.0]),
+        ("prod", Some(2.0), &[-4.0, 2.0, 12.0, -2.0]),
+    ];
+    for (reduce, initial, want) in cases {
+        for (key, segs) in [
+            ("lengths", i64s(&[2, 0, 3, 1], &[4])),
+            ("offsets", i64s(&[0, 2, 2, 5, 6], &[5])),
+        ] {
+            let mut kwargs = vec![(key, segs)];
+            if let Some(i) = initial {
+                kwargs.push(("initial", Value::Float(*i)));
+            }
+            let got = tensor(
+                call(
+                    "aten.segment_reduce",
+                    vec![f32s(&data, &[6]), Value::Str(reduce.to_string())],
+                    &kwargs,
+                )
+                .unwrap(),
+            );
+            let want: Vec<f64> = want.iter().map(|v| *v as f32 as f64).collect();
+            assert!(
+                same(&got.to_f64_vec().unwrap(), &want),
+                "{reduce} {initial:?} {key}: {:?}",
+                got.to_f64_vec()
+            );
+            assert_eq!(got.size(), [4]);
+        }
+    }
+    // NaN propagates through max and min.
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![f32s(&[1.0, NAN, 3.0], &[3]), Value::Str("max".into())],
+            &[("lengths", i64s(&[3], &[1]))],
+        )
+        .unwrap(),
+    );
+    assert!(got.to_f64_vec().unwrap()[0].is_nan());
+}
+
+#[test]
+fn segment_reduce_axes_and_dtypes() {
+    // axis 0 of [4, 2]: rows 0 and 1..4.
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[4, 2]);
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![data, Value::Str("sum".into())],
+            &[("lengths", i64s(&[1, 3], &[2]))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        (got.size().to_vec(), got.to_f64_vec().unwrap()),
+        (vec![2, 2], vec![1.0, 2.0, 15.0, 18.0])
+    );
+    // axis 1 of [3, 2], per-row lengths [3, 2] (axis = lengths.dim() - 1).
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    let lengths = i64s(&[1, 1, 2, 0, 0, 2], &[3, 2]);
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![data.clone(), Value::Str("sum".into())],
+            &[("lengths", lengths), ("axis", Value::Int(1))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        (got.size().to_vec(), got.to_f64_vec().unwrap()),
+        (vec![3, 2], vec![1.0, 2.0, 7.0, 0.0, 0.0, 11.0])
+    );
+    let offsets = i64s(&[0, 1, 2, 0, 2, 2, 0, 0, 2], &[3, 3]);
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![data, Value::Str("max".into())],
+            &[("offsets", offsets), ("axis", Value::Int(-1))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_f64_vec().unwrap(), vec![1.0, 2.0, 4.0, -INF, -INF, 6.0]);
+    // The accumulator is the data's dtype: in f16, 2048 + 1 rounds to 2048 (spacing 2) at
+    // each step, so the sum of [2048, 1, 1] is 2048 (the exact sum, 2050, is an f16 too).
+    let h = Value::Tensor(Tensor::from_f64(DType::Float16, &[2048.0, 1.0, 1.0], &[3]).unwrap());
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![h, Value::Str("sum".into())],
+            &[("lengths", i64s(&[3], &[1]))],
+        )
+        .unwrap(),
+    );
+    assert_eq!((got.dtype(), got.to_f64_vec().unwrap()), (DType::Float16, vec![2048.0]));
+    // int32 offsets, f64 data.
+    let d = Value::Tensor(Tensor::from_f64(DType::Float64, &[0.25, 0.5, 1.0], &[3]).unwrap());
+    let o = Value::Tensor(Tensor::from_vec(vec![0i32, 1, 3], &[3]).unwrap());
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![d, Value::Str("mean".into())],
+            &[("offsets", o)],
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        (got.dtype(), got.to_f64_vec().unwrap()),
+        (DType::Float64, vec![0.25, 0.75])
+    );
+}
+
+#[test]
+fn segment_reduce_rejects_what_aten_rejects() {
+    let data = || f32s(&[1.0, 2.0, 3.0], &[3]);
+    let sum = || Value::Str("sum".into());
+    type Kwargs<'a> = Vec<(&'a str, Value<Tensor>)>;
+    let cases: Vec<(Kwargs<'_>, &str)> = vec![
+        (vec![("lengths", i64s(&[1, 1], &[2]))], "sum to data.size(0) = 3"),
+        (vec![("lengths", i64s(&[-1, 4], &[2]))], "negative"),
+        (vec![("offsets", i64s(&[0, 4], &[2]))], "outside the axis"),
+        (vec![("offsets", i64s(&[2, 1], &[2]))], "outside the axis"),
+        (vec![], "either `lengths` or `offsets`"),
+        (
+            vec![("indices", i64s(&[0], &[1])), ("lengths", i64s(&[3], &[1]))],
+            "indices",
+        ),
+        (
+            vec![("lengths", i64s(&[3], &[1])), ("axis", Value::Int(1))],
+            "out of range",
+        ),
+    ];
+    for (kwargs, want) in cases {
+        let err = call("aten.segment_reduce", vec![data(), sum()], &kwargs).unwrap_err();
+        assert!(err.contains(want), "{kwargs:?}: {err}");
+    }
+    let err = call(
+        "aten.segment_reduce",
+        vec![data(), Value::Str("avg".into())],
+        &[("lengths", i64s(&[3], &[1]))],
+    )
+    .unwrap_err();
+    assert!(err.contains("unsupported reduction `avg`"), "{err}");
+    // `unsafe=True` skips the lengths checks (the rest of the axis is not reduced).
+    let got = tensor(
+        call(
+            "aten.segment_reduce",
+            vec![data(), sum()],
+            &[("lengths", i64s(&[1, 1], &[2])), ("unsafe", Value::Bool(true))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_f64_vec().unwrap(), vec![1.0, 2.0]);
+}
+
+// -------------------------------------------------------------------- complex
+
+#[test]
+fn complex_views_alias_their_input() {
+    let real = tensor(f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]));
+    let c = tensor(call("aten.view_as_complex.default", vec![Value::Tensor(real.clone())], &[]).unwrap());
+    assert_eq!(
+        (c.dtype(), c.size().to_vec(), c.stride().to_vec()),
+        (DType::Complex64, vec![3], vec![1])
+    );
+    assert_eq!(c.to_complex_vec().unwrap(), vec![(1.0, 2.0), (3.0, 4.0), (5.0, 6.0)]);
+    let r = tensor(call("aten.view_as_real.default", vec![Value::Tensor(c.clone())], &[]).unwrap());
+    assert_eq!(
+        (r.dtype(), r.size().to_vec(), r.stride().to_vec()),
+        (DType::Float32, vec![3, 2], vec![2, 1])
+    );
+    // A write through one view is seen through the others (they share storage, as in PyTorch).
+    r.write_f64(&[9.0, 8.0, 7.0, 6.0, 5.0, 4.0]).unwrap();
+    assert_eq!(real.to_f64_vec().unwrap(), vec![9.0, 8.0, 7.0, 6.0, 5.0, 4.0]);
+    assert_eq!(c.to_complex_vec().unwrap()[1], (7.0, 6.0));
+    // view(dtype): c64 [3] <-> f32 [6].
+    let f = tensor(
+        call(
+            "aten.view.dtype",
+            vec![Value::Tensor(c.clone()), Value::DType(DType::Float32)],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(
+        (f.size().to_vec(), f.to_f64_vec().unwrap()[..2].to_vec()),
+        (vec![6], vec![9.0, 8.0])
+    );
+    let back = tensor(
+        call(
+            "aten.view.dtype",
+            vec![Value::Tensor(f), Value::DType(DType::Complex64)],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(back.to_complex_vec().unwrap(), c.to_complex_vec().unwrap());
+    // What PyTorch refuses: an odd last dimension, a last stride that is not 1.
+    let err = call("aten.view_as_complex.default", vec![f32s(&[1.0, 2.0, 3.0], &[3])], &[]).unwrap_err();
+    assert!(err.contains("last dimension of size 2"), "{err}");
+    let t = tensor(f32s(&[1.0, 2.0, 3.0, 4.0], &[2, 2]))
+        .view(&[2, 2], &[1, 2], 0)
+        .unwrap();
+    let err = call("aten.view_as_complex.default", vec![Value::Tensor(t)], &[]).unwrap_err();
+    assert!(err.contains("stride 1"), "{err}");
+    let err = call("aten.view_as_real.default", vec![f32s(&[1.0], &[1])], &[]).unwrap_err();
+    assert!(err.contains("not complex"), "{err}");
+    // A complex tensor has no real elements to read directly.
+    assert!(c.to_f64_vec().unwrap_err().to_string().contains("view_as_real"));
+}
+
+#[test]
+fn complex_arithmetic() {
+    // (1 + 2i)(3 - i) = 5 + 5i; (5 + 5i) / (3 - i) = 1 + 2i; broadcasting [2, 1] x [2].
+    let x = c64(&[(1.0, 2.0), (0.5, -1.0)], &[2, 1]);
+    let y = c64(&[(3.0, -1.0), (2.0, 0.0)], &[2]);
+    let got = tensor(call("aten.mul.Tensor", vec![x.clone(), y.clone()], &[]).unwrap());
+    assert_eq!((got.dtype(), got.size().to_vec()), (DType::Complex64, vec![2, 2]));
+    assert_eq!(
+        got.to_complex_vec().unwrap(),
+        vec![(5.0, 5.0), (2.0, 4.0), (0.5, -3.5), (1.0, -2.0)]
+    );
+    let q = tensor(
+        call(
+            "aten.div.Tensor",
+            vec![c64(&[(5.0, 5.0)], &[1]), c64(&[(3.0, -1.0)], &[1])],
+            &[],
+        )
+        .unwrap(),
+    );
+    let (re, im) = q.to_complex_vec().unwrap()[0];
+    assert!((re - 1.0).abs() < 1e-6 && (im - 2.0).abs() < 1e-6, "{re} {im}");
+    // A real tensor operand has imaginary part 0; add / sub take alpha.
+    let got = tensor(
+        call(
+            "aten.mul.Tensor",
+            vec![c64(&[(1.0, 2.0)], &[1]), f32s(&[2.0], &[1])],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_complex_vec().unwrap(), vec![(2.0, 4.0)]);
+    let got = tensor(
+        call(
+            "aten.add.Tensor",
+            vec![c64(&[(1.0, 2.0)], &[1]), c64(&[(1.0, 1.0)], &[1])],
+            &[("alpha", Value::Float(2.0))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_complex_vec().unwrap(), vec![(3.0, 4.0)]);
+    let got = tensor(
+        call(
+            "aten.sub.Tensor",
+            vec![c64(&[(1.0, 2.0)], &[1]), Value::Float(0.5)],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_complex_vec().unwrap(), vec![(0.5, 2.0)]);
+    // complex64 with a float64 tensor promotes to complex128, as torch.result_type does.
+    let d = Value::Tensor(Tensor::from_f64(DType::Float64, &[1.0], &[1]).unwrap());
+    let got = tensor(call("aten.mul.Tensor", vec![c64(&[(1.0, 2.0)], &[1]), d], &[]).unwrap());
+    assert_eq!(got.dtype(), DType::Complex128);
+}
+
+#[test]
+fn complex_mul_bundle_matches_eager_on_the_host() {
+    // feat_complex_mul: view_as_complex x2, complex mul, view_as_real as extern ops, then
+    // one Triton kernel (permute(1, 0, 2).contiguous()), registered here on the host.
+    let dir = bundle("feat_complex_mul");
+    let program = Program::from_json(&std::fs::read_to_string(dir.join("program.json")).unwrap()).unwrap();
+    let mut host = HostBackend::default();
+    host.register_kernel(
+        "triton_poi_fused_clone_permute_0",
+        Arc::new(|l: &KernelLaunch<'_, Tensor>| {
+            let (Some(Value::Tensor(src)), Some(Value::Tensor(dst))) =
+                (l.kwargs.get("in_ptr0"), l.kwargs.get("out_ptr0"))
+            else {
+                return Err(ExecError::Type("expected in_ptr0 and out_ptr0".into()));
+            };
+            // src [4, 8, 2] -> dst [8, 4, 2].
+            let v = src.to_f64_vec()?;
+            let mut out = vec![0.0; v.len()];
+            for i in 0..4 {
+                for j in 0..8 {
+                    for c in 0..2 {
+                        out[(j * 4 + i) * 2 + c] = v[(i * 8 + j) * 2 + c];
+                    }
+                }
+            }
+            dst.write_f64(&out)
+        }),
+    );
+    let inputs = read(&dir.join("inputs.safetensors"));
+    let run = wrapir::exec::host::run_program_on(&program, &mut host, &inputs).unwrap();
+    let Some(Value::Tensor(got)) = run.outputs.first() else {
+        panic!("no output")
+    };
+    // Eager PyTorch's output, and Inductor's, within the compiled tolerance (the products
+    // are rounded once here; CUDA may fuse them).
+    for file in ["expected.safetensors", "compiled.safetensors"] {
+        let want = read(&dir.join(file));
+        compare(got, &want["out0"], Some(Tolerance { rtol: 1e-5, atol: 1e-5 })).unwrap();
+    }
+}
+
+#[test]
+fn complex_safetensors_round_trip() {
+    let mut tensors = IndexMap::new();
+    let c = tensor(c64(&[(1.0, -2.0), (0.5, 4.0)], &[2]));
+    tensors.insert("c".to_string(), c.clone());
+    let z = Tensor::from_complex(DType::Complex128, &[(1.0 / 3.0, 2.0)], &[1, 1]).unwrap();
+    tensors.insert("z".to_string(), z.clone());
+    let bytes = safetensors::write(&tensors).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    // complex64 is the format's C64 with its own shape; complex128, which has no code, is
+    // its real view (F64, a last dimension of 2) marked in the metadata.
+    assert_eq!(
+        (header["c"]["dtype"].as_str(), header["c"]["shape"].to_string()),
+        (Some("C64"), "[2]".to_string())
+    );
+    assert_eq!(
+        (header["z"]["dtype"].as_str(), header["z"]["shape"].to_string()),
+        (Some("F64"), "[1,1,2]".to_string())
+    );
+    assert_eq!(header["__metadata__"]["wrapir.complex.z"].as_str(), Some("complex128"));
+    // C64 bytes are (real, imaginary) f32 pairs.
+    let begin = 8 + len + header["c"]["data_offsets"][0].as_u64().unwrap() as usize;
+    assert_eq!(bytes[begin..begin + 4], 1.0f32.to_le_bytes());
+    assert_eq!(bytes[begin + 4..begin + 8], (-2.0f32).to_le_bytes());
+    let back = safetensors::parse(&bytes).unwrap();
+    assert_eq!(
+        (back["c"].dtype(), back["c"].to_complex_vec().unwrap()),
+        (DType::Complex64, c.to_complex_vec().unwrap())
+    );
+    assert_eq!(
+        (back["z"].dtype(), back["z"].size().to_vec()),
+        (DType::Complex128, vec![1, 1])
+    );
+    assert_eq!(back["z"].to_complex_vec().unwrap(), z.to_complex_vec().unwrap());
+    // Comparing complex tensors looks at both parts.
+    let other = tensor(c64(&[(1.0, -2.0), (0.5, 4.5)], &[2]));
+    let err = compare(&other, &c, None).unwrap_err().to_string();
+    assert!(
+        err.contains("1 of 4 elements differ") && err.contains("[1, 1]"),
+        "{err}"
+    );
+}
+
+// --------------------------------------------------------------------- randint
+
+/// `torch.cuda.manual_seed(seed)` then `torch.randint(-2**63, 2**63 - 1, [n], device="cuda")`
+/// (Inductor's seed buffer) as ATen computes it: thread `i` of 256 draws `curand4` at
+/// subsequence `i`, offset 0, and takes `(x << 32 | y) % (2**64 - 1) - 2**63`.
+fn seeds_by_hand(seed: u64, n: u64) -> Vec<i64> {
+    (0..n)
+        .map(|i| {
+            let r = philox_at(seed, i, 0);
+            let v = (u64::from(r[0]) << 32) | u64::from(r[1]);
+            (v % u64::MAX).wrapping_add(i64::MIN as u64) as i64
+        })
+        .collect()
+}
+
+#[test]
+fn randint_fills_inductors_seed_buffer_as_pytorch() {
+    let mut host = HostBackend::default();
+    host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
+    let out = Tensor::from_vec(vec![0i64; 3], &[3]).unwrap();
+    let args = vec![
+        Value::Int(i64::MIN),
+        Value::Int(i64::MAX),
+        Value::List(vec![Value::Int(3)]),
+    ];
+    call_on(
+        &mut host,
+        "aten.randint.low_out",
+        args.clone(),
+        &[("out", Value::Tensor(out.clone()))],
+    )
+    .unwrap();
+    let first = out.to_i64_vec().unwrap();
+    assert_eq!(first, seeds_by_hand(0, 3));
+    // Philox4x32-10 of counter 0, key 0 is Random123's known answer (6627e8d5, e169c58d, ...).
+    assert_eq!(first[0], (0x6627_e8d5_e169_c58d_u64.wrapping_add(1 << 63)) as i64);
+    // The call advanced the offset by 4 (one curand4 per thread); the next draw differs.
+    assert_eq!(host.cuda_rng(), CudaRngState { seed: 0, offset: 4 });
+    call_on(
+        &mut host,
+        "aten.randint.low_out",
+        args.clone(),
+        &[("out", Value::Tensor(out.clone()))],
+    )
+    .unwrap();
+    assert_ne!(out.to_i64_vec().unwrap(), first);
+    // Back to the recorded state: the same values.
+    host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
+    call_on(
+        &mut host,
+        "aten.randint.low_out",
+        args,
+        &[("out", Value::Tensor(out.clone()))],
+    )
+    .unwrap();
+    assert_eq!(out.to_i64_vec().unwrap(), first);
+}
+
+#[test]
+fn randint_small_ranges_take_four_values_per_draw() {
+    // range < 2**28: four 32-bit values per curand4 call; element i of a 256-thread grid
+    // is lane i / 256 of thread i % 256 (lanes beyond the first once n > 256).
+    let state = CudaRngState { seed: 42, offset: 8 };
+    let (plan, next) = RandintPlan::new(state, 5, 15, 600, DeviceShape::default()).unwrap();
+    assert_eq!((plan.unroll, plan.threads, next.offset), (4, 768, 12));
+    let values = plan.values();
+    assert!(values.iter().all(|v| (5..15).contains(v)));
+    for i in [0u64, 1, 255, 256, 599] {
+        let r = philox_at(42, i % 768, 2 + i / (768 * 4));
+        assert_eq!(
+            values[i as usize],
+            5 + i64::from(r[((i % (768 * 4)) / 768) as usize] % 10),
+            "{i}"
+        );
+    }
+    let mut host = HostBackend::default();
+    host.set_cuda_rng(state);
+    let got = tensor(
+        call_on(
+            &mut host,
+            "aten.randint.low",
+            vec![Value::Int(5), Value::Int(15), Value::List(vec![Value::Int(600)])],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(got.to_i64_vec().unwrap(), values);
+    let err = call(
+        "aten.randint.low",
+        vec![Value::Int(3), Value::Int(3), Value::List(vec![Value::Int(1)])],
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.contains("less than"), "{err}");
+}
+
+/// A program that only fills Inductor's seed buffer (`buf0 = randint.low_out(...)`) and returns it.
+pub const SEEDS_PROGRAM: &str = r#"{"format_version": 1, "main": {"inputs": [],
+ "buffers": {"buf0": {"kind": "tensor", "layout": {"dtype": "int64", "device": "cuda:0", "size": [3], "stride": [1]}}},
+ "lines": [{"line": "allocate", "buffer": "buf0"},
+  {"line": "extern_kernel_out", "op": "aten.randint.low_out", "args": [{"kind": "expr", "value": -9223372036854775808},
+   {"kind": "expr", "value": 9223372036854775807}, {"kind": "list", "value": [{"kind": "expr", "value": 3}]}], "out": "buf0"}],
+ "outputs": [{"kind": "buffer", "value": "buf0"}]}}"#;
+
+#[test]
+fn a_run_draws_from_the_generator_and_advances_it() {
+    let program = Program::from_json(SEEDS_PROGRAM).unwrap();
+    let mut host = HostBackend::default();
+    host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let out = wrapir::exec::host::run_program_on(&program, &mut host, &IndexMap::new()).unwrap();
+        let Some(Value::Tensor(t)) = out.outputs.first() else {
+            panic!("no output")
+        };
+        runs.push(t.to_i64_vec().unwrap());
+    }
+    // PyTorch: torch.cuda.manual_seed(0), then two calls of the compiled program.
+    assert_eq!(
+        runs[0],
+        [-1862263915586927219, 307676209692372650, -8763487590234822823]
+    );
+    assert_eq!(runs[0], seeds_by_hand(0, 3));
+    assert_ne!(runs[1], runs[0]);
+    assert_eq!(host.cuda_rng(), CudaRngState { seed: 0, offset: 8 });
+}
