@@ -429,8 +429,7 @@ pub struct WhileLoop {
     /// Loop-carried inputs (initial values).
     pub carried: Vec<BufName>,
     /// Inputs passed unchanged to both subgraphs after the carried ones: buffers,
-    /// or symbols (`s77`) where the subgraphs' matching input is a symbol input
-    /// ([`crate::ir::Program::symbol_operand`]).
+    /// or symbols (`s77`) where the subgraphs' matching input is a symbol input.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub additional: Vec<BufName>,
 }
