@@ -18,13 +18,17 @@ use wrapir::lower::cpp::{Dialect, Options as CppOptions};
 /// test fails when one of them starts to pass, so the list cannot rot.
 const KNOWN_FAILURES: &[(&str, &str, &str)] = &[];
 
-/// Predicate values for bundles whose `cond` reads device data (meta cannot).
-const PREDICATES: &[(&str, &[bool])] = &[
-    ("cond_branches", &[true, false]),
-    ("cond_same_shape", &[true, false]),
-    ("feat_cond_dynamic", &[true, false]),
-    ("feat_cond_two_operands", &[true, false]),
-    ("feat_cond_unbacked", &[true, false]),
+/// Predicate sequences for bundles whose `cond` / `while_loop` reads device
+/// data (meta cannot), one meta run per sequence (values read in turn, the
+/// last repeating): both branches; a loop that never runs and one that runs twice.
+const PREDICATES: &[(&str, &[&[bool]])] = &[
+    ("cond_branches", &[&[true], &[false]]),
+    ("cond_same_shape", &[&[true], &[false]]),
+    ("feat_cond_dynamic", &[&[true], &[false]]),
+    ("feat_cond_two_operands", &[&[true], &[false]]),
+    ("feat_cond_unbacked", &[&[true], &[false]]),
+    ("feat_while_loop", &[&[false], &[true, true, false]]),
+    ("feat_while_loop_dynamic", &[&[false], &[true, true, false]]),
 ];
 
 /// Values of unbacked symbols for bundles whose ranges give meta no usable
@@ -172,6 +176,36 @@ fn every_bundle_reconciles_in_every_lowering() {
     assert!(launches > 100, "the bundles have only {launches} Triton launches");
 }
 
+/// Bundles whose lowered Python `call` is Inductor's own, line for line (their
+/// kernel calls sit in subgraphs, so named arguments do not show): the
+/// `while_loop` text, carried-value list, `.clone()`s and all.
+const PYTHON_CALL_IS_INDUCTORS: &[&str] = &["feat_while_loop", "feat_while_loop_dynamic"];
+
+#[test]
+fn lowered_python_call_is_inductors_for_while_loop_bundles() {
+    // `def call(self, args):` up to its `return (...)`, as Inductor 2.11 prints it.
+    fn call_body(text: &str) -> Vec<&str> {
+        let mut lines = text.lines().skip_while(|l| l.trim_start() != "def call(self, args):");
+        let mut out: Vec<&str> = Vec::new();
+        for l in lines.by_ref() {
+            out.push(l);
+            if l.trim_start().starts_with("return (") {
+                break;
+            }
+        }
+        out
+    }
+    let root = common::root().join("fixtures/inductor/bundles");
+    for case in PYTHON_CALL_IS_INDUCTORS {
+        let dir = root.join(case);
+        let ours = lower(&load(&dir), "python").unwrap_or_else(|e| panic!("{case}: {e}"));
+        let theirs = std::fs::read_to_string(dir.join("inductor.py.txt")).unwrap();
+        let (a, b) = (call_body(&ours), call_body(&theirs));
+        assert!(b.len() > 20, "{case}: no `call` in inductor.py.txt");
+        assert_eq!(a, b, "{case}: lowered Python `call` differs from Inductor's");
+    }
+}
+
 /// The expected tensors that correspond to the graph outputs: the
 /// `graph_out<k>` tensors when the exporter wrote any, else all in file order.
 fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tensor)> {
@@ -204,7 +238,7 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             .any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
         let expected = tensors(&dir.join("expected.safetensors"));
         let expected = expected_outputs(&expected);
-        let predicates: Vec<Option<bool>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
+        let predicates: Vec<Option<&[bool]>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
             Some((_, ps)) => ps.iter().map(|p| Some(*p)).collect(),
             None => vec![None],
         };
@@ -214,7 +248,7 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
                 backend = backend.with_hint(s.as_str(), *v);
             }
             if let Some(p) = predicate {
-                backend = backend.with_predicate(p);
+                backend = backend.with_predicates(p);
             }
             let report = match run_program_on(&program, &mut backend) {
                 Ok(r) => r,

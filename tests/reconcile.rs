@@ -125,6 +125,49 @@ fn reports() {
     }
 }
 
+/// `PrecomputedGrid` candidates are matched as Inductor's launcher matches
+/// them: against the config kwargs *and* `num_warps` / `num_stages`
+/// (`config_to_dict`), first match wins; a key the kernel's metadata does not
+/// record refuses the choice instead of guessing.
+#[test]
+fn precomputed_grid_candidates_match_num_warps_and_num_stages() {
+    let kernel = |candidates: &str| {
+        one_kernel(
+            "symbol s0: backed [2, 4096] hint 8",
+            &format!(
+                "  signature in_ptr0: *fp32, out_ptr0: *fp32, n: i32, BX: constexpr\n  config BX: 16\n  grid PrecomputedGrid\n{candidates}  num_warps 4\n  num_stages 3\n  extra_launcher_args _launcher_s0\n  user_defined"
+            ),
+            "call k(arg1_1, buf0, s0, s0) @cuda:0",
+        )
+    };
+    let cases = [
+        (
+            "the user kernel's candidates carry num_warps and num_stages",
+            "    candidate BX: 16, num_warps: 4, num_stages: 3 => ((15 + _launcher_s0) // 16, 1, 1)\n    candidate BX: 32, num_warps: 4, num_stages: 3 => ((31 + _launcher_s0) // 32, 1, 1)\n",
+            "proven   main:2 k (3 args, grid ((15 + s0) // 16, 1, 1))",
+        ),
+        (
+            "same kwargs, other num_warps: the second candidate",
+            "    candidate BX: 16, num_warps: 8, num_stages: 3 => ((15 + _launcher_s0) // 16, 2, 1)\n    candidate BX: 16, num_warps: 4, num_stages: 3 => ((15 + _launcher_s0) // 16, 1, 1)\n",
+            "proven   main:2 k (3 args, grid ((15 + s0) // 16, 1, 1))",
+        ),
+        (
+            "no candidate matches",
+            "    candidate BX: 16, num_warps: 4, num_stages: 2 => ((15 + _launcher_s0) // 16, 1, 1)\n",
+            "failed   main:2 k: no PrecomputedGrid candidate matches the chosen config (BX: 16, num_warps: 4, num_stages: 3)",
+        ),
+        (
+            "an unrecorded setting",
+            "    candidate BX: 16, num_consumer_groups: 0 => ((15 + _launcher_s0) // 16, 1, 1)\n",
+            "failed   main:2 k: PrecomputedGrid candidate 0 matches on `num_consumer_groups`, which the kernel's metadata does not record: the candidate the launcher takes cannot be decided",
+        ),
+    ];
+    for (name, candidates, expect) in cases {
+        let got = report(&program(&kernel(candidates))).render(false);
+        assert_eq!(got.lines().next(), Some(expect), "case {name}:\n{got}");
+    }
+}
+
 /// Upstream zips signature names with positional args; with an explicit
 /// constexpr and FixedGrid launcher args, `_grid_0` read `BLOCK_SIZE`. By name,
 /// the grid is the launcher args and the constexpr is baked in.

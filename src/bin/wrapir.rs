@@ -202,9 +202,10 @@ enum Command {
         /// meta inputs, and unbacked symbols on meta.
         #[arg(long = "hint", value_name = "SYMBOL=VALUE")]
         hints: Vec<String>,
-        /// Meta: the value of data-dependent `cond`/`while_loop` predicates.
-        #[arg(long)]
-        predicate: Option<bool>,
+        /// Meta: the values of data-dependent `cond`/`while_loop` predicates, read
+        /// in turn, the last one repeating (`true,true,false`: a loop runs twice).
+        #[arg(long, value_delimiter = ',')]
+        predicate: Vec<bool>,
         /// Print output values (cpu, cuda).
         #[arg(long)]
         print: bool,
@@ -722,7 +723,7 @@ struct RunArgs {
     inputs: Option<PathBuf>,
     expect: Option<PathBuf>,
     hints: Vec<String>,
-    predicate: Option<bool>,
+    predicate: Vec<bool>,
     print: bool,
     rtol: Option<f64>,
     atol: Option<f64>,
@@ -816,8 +817,8 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             for (s, v) in &hints {
                 backend = backend.with_hint(s.clone(), *v);
             }
-            if let Some(p) = args.predicate {
-                backend = backend.with_predicate(p);
+            if !args.predicate.is_empty() {
+                backend = backend.with_predicates(&args.predicate);
             }
             let report = wrapir::exec::meta::run_program_on(&program, &mut backend)
                 .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
@@ -831,7 +832,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         RunDevice::Cpu => {
-            if args.predicate.is_some() {
+            if !args.predicate.is_empty() {
                 bail!("`--predicate` is for `--device meta`; cpu runs read predicates from the data");
             }
             if !hints.is_empty() {
@@ -850,7 +851,7 @@ fn run_command(args: &RunArgs) -> Result<ExitCode> {
             compare_with_references(&result.outputs, &references)
         }
         RunDevice::Cuda => {
-            if args.predicate.is_some() {
+            if !args.predicate.is_empty() {
                 bail!("`--predicate` is for `--device meta`; cuda runs read predicates from the data");
             }
             if !hints.is_empty() {

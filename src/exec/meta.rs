@@ -41,7 +41,10 @@ impl MetaTensor {
 #[derive(Debug)]
 pub struct MetaBackend {
     hints: HashMap<Symbol, i64>,
-    predicate: Option<bool>,
+    /// Values of data-dependent predicates, read in turn (the last repeats).
+    predicates: Vec<bool>,
+    /// How many predicates have been read.
+    predicates_read: usize,
     limits: crate::Limits,
     memory: Arc<MemCounter>,
     /// Layouts of freed tensors (sole handles), reused for new tensors and
@@ -61,7 +64,8 @@ impl Default for MetaBackend {
         let limits = crate::Limits::default().with_memory(u64::MAX);
         MetaBackend {
             hints: HashMap::default(),
-            predicate: None,
+            predicates: Vec::new(),
+            predicates_read: 0,
             limits,
             memory: Arc::new(MemCounter::with_limits(&limits)),
             spec_pool: Vec::new(),
@@ -84,8 +88,16 @@ impl MetaBackend {
 
     /// The value of data-dependent predicates of `cond`/`while_loop` (which a
     /// shapes-only run cannot read); without it such a branch is an error.
-    pub fn with_predicate(mut self, value: bool) -> Self {
-        self.predicate = Some(value);
+    pub fn with_predicate(self, value: bool) -> Self {
+        self.with_predicates(&[value])
+    }
+
+    /// Values of data-dependent predicates, read in turn, the last one
+    /// repeating: `[true, true, false]` runs a `while_loop` body twice (its
+    /// condition is read three times), `[true]` is [`MetaBackend::with_predicate`].
+    pub fn with_predicates(mut self, values: &[bool]) -> Self {
+        self.predicates = values.to_vec();
+        self.predicates_read = 0;
         self
     }
 
@@ -262,7 +274,7 @@ impl Backend for MetaBackend {
         }
     }
 
-    fn read_scalar(&mut self, tensor: &MetaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+    fn read_scalar(&mut self, _tensor: &MetaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
         match request.symbol {
             Some(s) => {
                 let v = self
@@ -272,12 +284,18 @@ impl Backend for MetaBackend {
                     .map(ScalarValue::Int)
                     .ok_or_else(|| ExecError::NoValue(format!("hint of `{s}` overflows")))
             }
-            None => match (self.predicate, tensor.spec.dtype) {
-                (Some(p), _) => Ok(ScalarValue::Bool(p)),
-                (None, _) => Err(ExecError::NoValue(
-                    "the meta backend cannot read tensor data; set a predicate value with `with_predicate` (`wrapir run --predicate true|false`)".into(),
-                )),
-            },
+            None => {
+                let at = self.predicates_read.min(self.predicates.len().saturating_sub(1));
+                match self.predicates.get(at) {
+                    Some(p) => {
+                        self.predicates_read = self.predicates_read.saturating_add(1);
+                        Ok(ScalarValue::Bool(*p))
+                    }
+                    None => Err(ExecError::NoValue(
+                        "the meta backend cannot read tensor data; set predicate values with `with_predicates` (`wrapir run --predicate true|false`, a list such as `true,false` read in turn)".into(),
+                    )),
+                }
+            }
         }
     }
 

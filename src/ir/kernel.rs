@@ -437,8 +437,19 @@ pub enum GridError {
     /// No precomputed grid candidate matches the chosen config.
     #[error("no precomputed grid matches the chosen config ({config})")]
     NoPrecomputedGrid {
-        /// The chosen config, as `K: V` pairs.
+        /// The chosen config, as `K: V` pairs (kwargs, then `num_warps`, `num_stages`).
         config: String,
+    },
+    /// A candidate before the match names a setting wrapir does not record,
+    /// so which candidate Inductor's launcher takes cannot be decided.
+    #[error(
+        "precomputed grid candidate {index} matches on `{key}`, a setting the kernel's metadata does not record, so the candidate Inductor's launcher takes cannot be decided"
+    )]
+    UndecidablePrecomputedGrid {
+        /// The candidate's position in `grids`.
+        index: usize,
+        /// The unknown key.
+        key: String,
     },
 }
 
@@ -461,6 +472,62 @@ pub fn ceil_div_expr(a: SymExpr, b: SymExpr) -> SymExpr {
     match b {
         SymExpr::Int(v) if v > 0 => ceil_div(a, v),
         b => SymExpr::floor_div(SymExpr::add(a, SymExpr::sub(b.clone(), SymExpr::Int(1))), b),
+    }
+}
+
+impl TritonMeta {
+    /// The settings of the chosen config that Inductor's `PrecomputedGrid`
+    /// matches candidates against: `config_to_dict(cfg)`, i.e. the config
+    /// kwargs plus `num_warps` and `num_stages`.
+    pub fn config_setting(&self, key: &str) -> Option<i64> {
+        match key {
+            "num_warps" => Some(i64::from(self.num_warps)),
+            "num_stages" => Some(i64::from(self.num_stages)),
+            _ => self.config.get(key).copied(),
+        }
+    }
+
+    /// The `PrecomputedGrid` candidate the launcher uses: the first whose every
+    /// `config` entry equals the chosen config's setting (Inductor's
+    /// `all(meta.get(k) == v for k, v in candidate["config"].items())` with
+    /// `meta = config_to_dict(cfg)`). A key the chosen config lacks is a
+    /// mismatch when it is a kernel parameter (the chosen config simply does not
+    /// set it, as in Inductor); any other key is a setting wrapir does not
+    /// record (e.g. warp-specialisation knobs), and the choice is refused
+    /// rather than guessed. The one place candidates are matched.
+    pub fn precomputed_grid(&self) -> Result<&PrecomputedGridEntry, GridError> {
+        let GridType::PrecomputedGrid { grids } = &self.grid_type else {
+            return Err(GridError::NoPrecomputedGrid {
+                config: self.describe_config(),
+            });
+        };
+        'candidates: for (index, g) in grids.iter().enumerate() {
+            for (k, v) in &g.config {
+                match self.config_setting(k) {
+                    Some(have) if have == *v => {}
+                    Some(_) => continue 'candidates,
+                    None if self.signature.contains_key(k) => continue 'candidates,
+                    None => return Err(GridError::UndecidablePrecomputedGrid { index, key: k.clone() }),
+                }
+            }
+            return Ok(g);
+        }
+        Err(GridError::NoPrecomputedGrid {
+            config: self.describe_config(),
+        })
+    }
+
+    /// The chosen config as `K: V` pairs, `num_warps` and `num_stages` last.
+    fn describe_config(&self) -> String {
+        self.config
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .chain([
+                format!("num_warps: {}", self.num_warps),
+                format!("num_stages: {}", self.num_stages),
+            ])
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -524,18 +591,8 @@ impl TritonMeta {
             GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
             GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
             GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
-            GridType::PrecomputedGrid { grids } => {
-                let entry = grids
-                    .iter()
-                    .find(|g| g.config.iter().all(|(k, v)| self.config.get(k) == Some(v)))
-                    .ok_or_else(|| GridError::NoPrecomputedGrid {
-                        config: self
-                            .config
-                            .iter()
-                            .map(|(k, v)| format!("{k}: {v}"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })?;
+            GridType::PrecomputedGrid { .. } => {
+                let entry = self.precomputed_grid()?;
                 let subst = |e: &SymExpr| e.substitute(&|s: &crate::sym::Symbol| value(s.as_str()));
                 [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
             }

@@ -411,6 +411,13 @@ pub struct Conditional {
 }
 
 /// `torch.while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`.
+///
+/// The cond graph runs first; while its one output is true the body runs and
+/// its outputs become the carried values, then the cond graph runs again. The
+/// result holds the final carried values; when the condition is false from the
+/// start they are the initial values (eager `while_loop` returns those; the
+/// Python lowering copies them with `.clone()` as Inductor's Python wrapper
+/// does, the C++ wrappers alias them as Inductor's C++ wrapper does).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WhileLoop {
     /// The multi-output result holding the final carried values.
@@ -421,7 +428,8 @@ pub struct WhileLoop {
     pub body_graph: GraphName,
     /// Loop-carried inputs (initial values).
     pub carried: Vec<BufName>,
-    /// Inputs passed unchanged to both subgraphs after the carried ones.
+    /// Inputs passed unchanged to both subgraphs after the carried ones: buffers,
+    /// or symbols (`s77`) where the subgraphs' matching input is a symbol input.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub additional: Vec<BufName>,
 }

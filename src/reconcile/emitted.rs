@@ -787,11 +787,8 @@ fn launcher_grid(
         }
         GridType::SplitScanGrid => [over("r0_numel", "R0_BLOCK")?, arg("xnumel")?, one],
         GridType::FixedGrid => [arg("_grid_0")?, arg("_grid_1")?, arg("_grid_2")?],
-        GridType::PrecomputedGrid { grids } => {
-            let entry = grids
-                .iter()
-                .find(|g| g.config.iter().all(|(k, v)| meta.config.get(k) == Some(v)))
-                .ok_or("no precomputed grid matches the config")?;
+        GridType::PrecomputedGrid { .. } => {
+            let entry = meta.precomputed_grid().map_err(|e| e.to_string())?;
             let subst = |e: &SymExpr| -> Result<SymExpr, String> {
                 for s in e.free_symbols() {
                     if !scope.contains_key(s.as_str()) && config(s.as_str()).is_none() {

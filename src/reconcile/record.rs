@@ -353,6 +353,14 @@ pub enum ErrorKind {
         /// The chosen config.
         config: String,
     },
+    /// A PrecomputedGrid candidate names a setting the metadata does not record.
+    #[error("PrecomputedGrid candidate {index} matches on `{key}`, which the kernel's metadata does not record: the candidate the launcher takes cannot be decided")]
+    UndecidablePrecomputedGrid {
+        /// The candidate's position.
+        index: usize,
+        /// The unknown key.
+        key: String,
+    },
 }
 
 fn source_word(s: BakedSource) -> &'static str {
@@ -952,5 +960,8 @@ fn grid_exprs(meta: &TritonMeta, values: &HashMap<&str, SymExpr>) -> Result<[Sym
         crate::ir::GridError::MissingParam { grid, param } => ErrorKind::GridParam { grid, param },
         crate::ir::GridError::BlockSize { grid, param, found } => ErrorKind::BlockSize { grid, param, found },
         crate::ir::GridError::NoPrecomputedGrid { config } => ErrorKind::NoPrecomputedGrid { config },
+        crate::ir::GridError::UndecidablePrecomputedGrid { index, key } => {
+            ErrorKind::UndecidablePrecomputedGrid { index, key }
+        }
     })
 }

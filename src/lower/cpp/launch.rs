@@ -374,11 +374,8 @@ impl GridBuilder<'_> {
                 self.operand("_grid_1")?,
                 self.operand("_grid_2")?,
             ),
-            GridType::PrecomputedGrid { grids } => {
-                let entry = grids
-                    .iter()
-                    .find(|g| g.config.iter().all(|(k, v)| self.meta.config.get(k) == Some(v)))
-                    .ok_or_else(|| self.err("no precomputed grid matches the kernel's config".to_string()))?;
+            GridType::PrecomputedGrid { .. } => {
+                let entry = self.meta.precomputed_grid().map_err(|e| self.err(e.to_string()))?;
                 let mut dims = Vec::with_capacity(3);
                 for e in &entry.grid {
                     let folded = e.substitute(&|s| match self.operand(s.as_str()) {

@@ -517,9 +517,12 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         Ok(())
     }
 
-    /// wrapir's loop form (see the module documentation).
+    /// Inductor 2.11's `codegen_while_loop` text (JIT, no stacked outputs): the
+    /// condition is evaluated once before the loop and again at the end of every
+    /// iteration; when it is false from the start the results are copies of the
+    /// carried inputs (`.clone()`), as Inductor writes them.
     fn while_loop(&mut self, code: &mut Code, w: &WhileLoop, at: &Location) -> Result<(), Error> {
-        let cond_graph = self.subgraph(&w.cond_graph, at)?;
+        self.subgraph(&w.cond_graph, at)?;
         self.subgraph(&w.body_graph, at)?;
         let result = &w.result;
         let n = w.carried.len();
@@ -531,31 +534,35 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         let mut inputs = slots.clone();
         inputs.extend(w.additional.iter().map(|a| a.to_string()));
         let inputs = args_list(&inputs);
-        let cond = &w.cond_graph;
-        let body = &w.body_graph;
-        code.line("while True:");
-        code.indent += 1;
-        code.blank();
-        code.line(&format!("# subgraph: {cond}"));
-        code.line(&format!("{cond}_args = {inputs}"));
-        code.line(&format!("{result}_cond_result = {cond}({cond}_args)[0]"));
-        let item = match cond_graph.outputs.first() {
-            Some(GraphOutput::Expr(_)) => "",
-            _ => ".item()",
+        let cond_result = format!("{result}_cond_result");
+        let call = |code: &mut Code, graph: &GraphName, outs: &[String]| {
+            code.blank();
+            code.line(&format!("# subgraph: {graph}"));
+            code.line(&format!("{graph}_args = {inputs}"));
+            let targets = if outs.len() == 1 {
+                format!("({},)", outs.join(", "))
+            } else {
+                format!("({})", outs.join(", "))
+            };
+            code.line(&format!("{targets} = {graph}({graph}_args)"));
         };
-        code.line(&format!("if not {result}_cond_result{item}:"));
+        call(code, &w.cond_graph, std::slice::from_ref(&cond_result));
+        code.line(&format!("should_loop = {cond_result}"));
+        // Inductor writes this block even without carried values (an empty,
+        // invalid block); there is nothing to copy then.
+        if n > 0 {
+            code.line("if not should_loop:");
+            code.indent += 1;
+            for (i, c) in w.carried.iter().enumerate() {
+                code.line(&format!("{result}[{i}] = {c}.clone()"));
+            }
+            code.indent -= 1;
+        }
+        code.line("while should_loop:");
         code.indent += 1;
-        code.line("break");
-        code.indent -= 1;
-        code.blank();
-        code.line(&format!("# subgraph: {body}"));
-        code.line(&format!("{body}_args = {inputs}"));
-        let targets = if n == 1 {
-            format!("({},)", slots.join(", "))
-        } else {
-            format!("({})", slots.join(", "))
-        };
-        code.line(&format!("{targets} = {body}({body}_args)"));
+        call(code, &w.body_graph, &slots);
+        call(code, &w.cond_graph, std::slice::from_ref(&cond_result));
+        code.line(&format!("should_loop = {cond_result}"));
         code.indent -= 1;
         Ok(())
     }

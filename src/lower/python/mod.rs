@@ -18,26 +18,13 @@
 //! symbol bound through a divide-by key path is divided with a run-time
 //! divisibility check instead of the unchecked `__floordiv__`.
 //!
+//! While loops are printed as Inductor 2.11's `codegen_while_loop` prints them
+//! (`buf0 = [None] * n`, the initial values, the condition before the loop,
+//! `.clone()`s of the carried inputs when it is false from the start,
+//! `while should_loop:` with the body and the condition again).
+//!
 //! Forms Inductor 2.11 does not print and this module defines:
 //!
-//! * **While loops** (`WhileLoop`, result `buf3`, carried `buf0, buf1`, additional `arg2_1`):
-//!   ```text
-//!   buf3 = [None] * 2
-//!   buf3[0] = buf0
-//!   buf3[1] = buf1
-//!   while True:
-//!
-//!       # subgraph: while_loop_cond_graph_0
-//!       while_loop_cond_graph_0_args = [buf3[0], buf3[1], arg2_1]
-//!       buf3_cond_result = while_loop_cond_graph_0(while_loop_cond_graph_0_args)[0]
-//!       if not buf3_cond_result.item():
-//!           break
-//!
-//!       # subgraph: while_loop_body_graph_0
-//!       while_loop_body_graph_0_args = [buf3[0], buf3[1], arg2_1]
-//!       (buf3[0], buf3[1]) = while_loop_body_graph_0(while_loop_body_graph_0_args)
-//!   ```
-//!   (`.item()` is left out when the cond graph returns an expression.)
 //! * **CUDA C kernels**: `name = async_compile.cuda(r'''<source>''', 'so', aot_compile=False)`,
 //!   called as `name.name(c_void_p(buf0.data_ptr()), 16, c_void_p(stream0))` (tensor
 //!   arguments as data pointers, the form of Inductor's CUDA template kernels).
