@@ -293,12 +293,12 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
     let low = a.int(0, "low", None)?;
     let high = a.int(1, "high", None)?;
     let size = a.ints(2, "size")?;
-    let out = match a.get(usize::MAX, "out") {
-        Some(Value::Tensor(t)) => t.clone(),
+    let (out, allocated) = match a.get(usize::MAX, "out") {
+        Some(Value::Tensor(t)) => (t.clone(), false),
         Some(_) => return Ok(None),
         None => {
             let spec = TensorSpec::contiguous(DType::Int64, backend.device_of(), &size);
-            backend.allocate(&spec)?
+            (backend.allocate(&spec)?, true)
         }
     };
     if out.spec.dtype != DType::Int64 || out.spec.size != size {
@@ -330,5 +330,7 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
             ],
         )?;
     }
-    Ok(Some(Value::Tensor(out)))
+    // With `out=` the result is written there and the call returns nothing,
+    // as every `out=` op does (the host's convention).
+    Ok(Some(if allocated { Value::Tensor(out) } else { Value::None }))
 }
