@@ -81,8 +81,17 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
 /// (Empty: `cond_branches` and `masked_select` run on the built-in kernels.)
 const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
+/// One test on the GPU at a time (see tests/cuda_gemm.rs: a graph capture in
+/// one thread broke stream creation and library calls in another).
+static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn gpu() -> std::sync::MutexGuard<'static, ()> {
+    GPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn every_bundle_matches_eager_on_cuda() {
+    let _gpu = gpu();
     let mut failures = Vec::new();
     for dir in bundles() {
         let case = dir
@@ -104,6 +113,7 @@ fn every_bundle_matches_eager_on_cuda() {
 /// Round trips through device memory keep values, strides and offsets.
 #[test]
 fn copies_round_trip_strided_views() {
+    let _gpu = gpu();
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
         ..CudaOptions::default()
@@ -134,6 +144,7 @@ fn copies_round_trip_strided_views() {
 /// A view outside its allocation is an error, not an out-of-bounds pointer.
 #[test]
 fn views_are_bounds_checked() {
+    let _gpu = gpu();
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
         ..CudaOptions::default()
@@ -307,6 +318,7 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
 /// ops the host does not implement), including edge cases the bundles miss.
 #[test]
 fn builtin_kernels_match_the_host_ops() {
+    let _gpu = gpu();
     use DType::*;
     let nan = f64::NAN;
     let inf = f64::INFINITY;
@@ -776,17 +788,20 @@ fn check_prepared(
     let (plan, interp_args, interp_consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let (_, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
     let mut cache = PreparedCache::default();
-    // A recording replays its random draws (`aten.randint`, Inductor's seed buffer):
-    // every interpreter call and the recording start from the bundle's generator state.
-    let rng = backend.cuda_rng();
+    // Random draws (`aten.randint`, Inductor's seed buffer) advance the
+    // generator in the interpreter and in replays alike: call k of each
+    // starts from the state the interpreter's call k started from.
+    let mut rng = backend.cuda_rng().expect("generator state");
     for call in 0..calls {
         between(call, &mut backend, &interp_args, &args);
-        backend.set_cuda_rng(rng);
+        backend.set_cuda_rng(rng).expect("generator state");
         let want = plan
             .run(&mut backend, interp_args.clone(), &interp_consts)
             .expect("interpreter run");
         let want = device_bits(&mut backend, &want.outputs);
-        backend.set_cuda_rng(rng);
+        let next = backend.cuda_rng().expect("generator state");
+        backend.set_cuda_rng(rng).expect("generator state");
+        rng = next;
         let got = match cache.run(&mut backend, &plan, &args, &consts, graphs) {
             Ok(p) => p.outputs().to_vec(),
             Err(e) if call == 0 && e.to_string().contains("cannot be prepared") => return Err(e.to_string()),
@@ -813,6 +828,7 @@ fn check_prepared(
 
 #[test]
 fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
+    let _gpu = gpu();
     let mut prepared = Vec::new();
     let mut refused = Vec::new();
     for dir in bundles() {
@@ -853,11 +869,11 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
 }
 
 /// Inductor's seed buffer on the device: PyTorch's values at the backend's
-/// generator state, which each interpreter run advances; a prepared
-/// recording bakes its run's seed and offset, so each replay (direct and
-/// graphs) draws the recording's numbers again.
+/// generator state, which every draw advances, in the interpreter and in
+/// replays of a prepared recording (direct and graphs) alike.
 #[test]
-fn randint_draws_pytorchs_values_and_replays_the_recorded_draw() {
+fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
+    let _gpu = gpu();
     // The same program as tests/host_features.rs's SEEDS_PROGRAM.
     let program = Program::from_json(
         r#"{"format_version": 1, "main": {"inputs": [],
@@ -879,23 +895,30 @@ fn randint_draws_pytorchs_values_and_replays_the_recorded_draw() {
         Some(Value::Tensor(t)) => backend.copy_out(t).unwrap().to_i64_vec().unwrap(),
         other => panic!("output {other:?}"),
     };
-    let a = plan.run(&mut backend, args.clone(), &consts).unwrap();
-    assert_eq!(values(&mut backend, &a.outputs), first);
-    let b = plan.run(&mut backend, args.clone(), &consts).unwrap();
-    assert_ne!(values(&mut backend, &b.outputs), first);
-    assert_eq!(backend.cuda_rng().offset, 8);
+    let zero = wrapir::exec::random::CudaRngState { seed: 0, offset: 0 };
+    // The interpreter's three calls from offset 0: PyTorch's first draw, then new numbers.
+    let mut want = Vec::new();
+    for _ in 0..3 {
+        let r = plan.run(&mut backend, args.clone(), &consts).unwrap();
+        want.push(values(&mut backend, &r.outputs));
+    }
+    assert_eq!(want[0], first);
+    assert_ne!(want[1], first);
+    assert_ne!(want[2], want[1]);
+    assert_eq!(backend.cuda_rng().unwrap().offset, 12);
     for graphs in [false, true] {
-        backend.set_cuda_rng(wrapir::exec::random::CudaRngState { seed: 0, offset: 0 });
+        backend.set_cuda_rng(zero).unwrap();
         let mut cache = PreparedCache::default();
-        for call in 0..3 {
+        for (call, want) in want.iter().enumerate() {
             let outs = cache
                 .run(&mut backend, &plan, &args, &consts, graphs)
                 .unwrap()
                 .outputs()
                 .to_vec();
-            assert_eq!(values(&mut backend, &outs), first, "graphs {graphs}, call {call}");
+            assert_eq!(&values(&mut backend, &outs), want, "graphs {graphs}, call {call}");
         }
         assert_eq!(cache.recordings, 1);
+        assert_eq!(backend.cuda_rng().unwrap().offset, 12, "graphs {graphs}");
     }
 }
 
@@ -904,6 +927,7 @@ fn randint_draws_pytorchs_values_and_replays_the_recorded_draw() {
 /// (a new shape); writing the first value back replays the first recording.
 #[test]
 fn a_changed_device_read_records_again() {
+    let _gpu = gpu();
     let dir = root().join("fixtures/inductor/bundles/item_slice");
     let (_, inputs) = load_bundle(&dir);
     let first = inputs.get("arg0_1").expect("arg0_1");
@@ -936,6 +960,7 @@ fn a_changed_device_read_records_again() {
 /// an error naming it; with it, the op runs on the host and is counted.
 #[test]
 fn host_fallback_is_off_by_default_and_names_the_op() {
+    let _gpu = gpu();
     assert!(!CudaOptions::default().host_fallback);
     let host_ops = HostBackend::new(HostOptions::default()).op_names();
     let Some(op) = host_ops

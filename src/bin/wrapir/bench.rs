@@ -49,6 +49,9 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
         .map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
     let place_ms = ms(t);
     let input_bytes = backend.memory().current_bytes;
+    // Random draws advance the generator every call; the bit-for-bit checks
+    // below replay once more from this state.
+    let rng0 = backend.cuda_rng().map_err(|e| anyhow::anyhow!("{e}"))?;
     let t = Instant::now();
     let first = plan
         .run(&mut backend, args.clone(), &constants)
@@ -251,6 +254,8 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
             json["direct_drained_us"] = serde_json::json!(drained);
             launches = kernels - prepared.library_calls();
             reads = prepared.reads();
+            backend.set_cuda_rng(rng0).map_err(|e| anyhow::anyhow!("{e}"))?;
+            diverged |= prepared.replay(&backend).map_err(|e| anyhow::anyhow!("{e}"))? != Replay::Done;
             let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
             let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
             out += &format!(
@@ -278,6 +283,9 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
                 });
                 match graph_result {
                     Ok(graph_us) => {
+                        backend.set_cuda_rng(rng0).map_err(|e| anyhow::anyhow!("{e}"))?;
+                        diverged |=
+                            prepared.replay_graphs(&backend).map_err(|e| anyhow::anyhow!("{e}"))? != Replay::Done;
                         let graph_bits = fingerprint(&mut backend, prepared.outputs())?;
                         out += &format!(
                             "graphs: {graph_us:.2} us/call, {:.3} us/kernel ({} graphs){}; equal to direct bit for bit: {}\n",

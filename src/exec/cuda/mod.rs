@@ -250,6 +250,8 @@ pub struct CudaBackend {
     dnn: Option<dnn::DnnHandle>,
     /// Convolution plans (descriptors, chosen algorithm) by shape.
     conv: conv::ConvCache,
+    /// The device copy of the CUDA generator state (see [`CudaBackend::set_cuda_rng`]).
+    rng_state: Option<sys::CUdeviceptr>,
 }
 
 /// Where a backend's one-time start-up work went (wall time): opening the
@@ -286,7 +288,18 @@ impl Drop for CudaBackend {
         libraries::join_background();
         // Modules are unloaded after this; no launch may still be running.
         let _ = self.device.synchronize();
+        if let Some(ptr) = self.rng_state.take() {
+            let _ = self.device.free(ptr);
+        }
     }
+}
+
+/// A generator state as the device copy holds it (little-endian seed, offset).
+fn rng_bytes(state: crate::exec::random::CudaRngState) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&state.seed.to_le_bytes());
+    b[8..].copy_from_slice(&state.offset.to_le_bytes());
+    b
 }
 
 impl CudaBackend {
@@ -340,6 +353,7 @@ impl CudaBackend {
             sdpa: dnn_attention::SdpaCache::default(),
             dnn: None,
             conv: conv::ConvCache::default(),
+            rng_state: None,
         })
     }
 
@@ -386,18 +400,46 @@ impl CudaBackend {
     }
 
     /// Sets the CUDA generator state `aten.randint` draws from next (see
-    /// [`crate::exec::random`]). A prepared recording bakes the state of its
-    /// recording run into its launches: every replay of it, direct or
-    /// through a CUDA graph, draws the recording's numbers (PyTorch's
-    /// generator would advance per call).
-    pub fn set_cuda_rng(&mut self, state: crate::exec::random::CudaRngState) {
+    /// [`crate::exec::random`]). The state lives in device memory once a
+    /// draw has run: each draw's kernel reads it and a second kernel
+    /// advances it, so replays of a prepared recording (direct or through
+    /// a CUDA graph) draw new numbers each call, as PyTorch's generator does.
+    pub fn set_cuda_rng(&mut self, state: crate::exec::random::CudaRngState) -> Result<(), ExecError> {
         self.host.set_cuda_rng(state);
+        if let Some(ptr) = self.rng_state {
+            self.device.upload(ptr, &rng_bytes(state))?;
+        }
+        Ok(())
     }
 
-    /// The generator state now (advanced by each `aten.randint` the
-    /// interpreter or a recording ran).
-    pub fn cuda_rng(&self) -> crate::exec::random::CudaRngState {
-        self.host.cuda_rng()
+    /// The generator state now (advanced by every draw, replays included).
+    pub fn cuda_rng(&self) -> Result<crate::exec::random::CudaRngState, ExecError> {
+        let Some(ptr) = self.rng_state else {
+            return Ok(self.host.cuda_rng());
+        };
+        let mut bytes = [0u8; 16];
+        self.device.download(&mut bytes, ptr)?;
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            u64::from_le_bytes(w)
+        };
+        Ok(crate::exec::random::CudaRngState {
+            seed: word(0),
+            offset: word(1),
+        })
+    }
+
+    /// The device copy of the generator state (`{seed, offset}`, two u64),
+    /// made at the first draw from the host's.
+    fn rng_state_ptr(&mut self) -> Result<sys::CUdeviceptr, ExecError> {
+        if let Some(ptr) = self.rng_state {
+            return Ok(ptr);
+        }
+        let ptr = self.device.alloc(16)?;
+        self.rng_state = Some(ptr);
+        self.device.upload(ptr, &rng_bytes(self.host.cuda_rng()))?;
+        Ok(ptr)
     }
 
     /// Waits for all queued work and reports any error it raised.

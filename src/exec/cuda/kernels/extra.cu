@@ -253,8 +253,11 @@ __device__ __forceinline__ void philox(unsigned int c[4], unsigned int k0, unsig
 // `threads` threads: thread i % threads, its (i / (threads * unroll))-th
 // curand4 call at Philox offset `offset`, lane (i % (threads * unroll)) /
 // threads; two 64-bit values per call (unroll 2) or four 32-bit ones.
-extern "C" __global__ void randint_i64(i64* out, Nd od, i64 n, u64 seed, u64 offset, u64 range, i64 low,
+// `state` is the generator's {seed, offset} in device memory (the backend's,
+// advanced by `rng_advance` after each draw, so replays draw new numbers).
+extern "C" __global__ void randint_i64(i64* out, Nd od, i64 n, const u64* state, u64 range, i64 low,
                                        i64 unroll, i64 threads) {
+    const u64 seed = state[0], offset = state[1];
     for (i64 i = grid_index(); i < n; i += grid_step()) {
         i64 per_round = threads * unroll;
         u64 call = (u64)(i / per_round);
@@ -272,4 +275,10 @@ extern "C" __global__ void randint_i64(i64* out, Nd od, i64 n, u64 seed, u64 off
         }
         out[nd_offset(od, i)] = (i64)(rand % range + (u64)low);
     }
+}
+
+// Advances the generator's offset by what one draw consumed (ATen's
+// `philox_cuda_state` increment), after the draw's kernel on the same stream.
+extern "C" __global__ void rng_advance(u64* state, u64 increment) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) state[1] += increment;
 }

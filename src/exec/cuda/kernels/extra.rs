@@ -309,9 +309,13 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
     };
     let n = out.spec.numel();
     let shape = device_shape(backend, a.op)?;
-    let (plan, next) = RandintPlan::new(backend.host.cuda_rng(), low, high, n.max(0) as u64, shape)?;
-    backend.host.set_cuda_rng(next);
+    let start = backend.cuda_rng()?;
+    let (plan, next) = RandintPlan::new(start, low, high, n.max(0) as u64, shape)?;
+    let increment = next.offset.wrapping_sub(start.offset);
     if n > 0 {
+        // The state's address is the backend's for its lifetime: a plain word
+        // (not an operand) in the recorded launches.
+        let state = backend.rng_state_ptr()?;
         let i64_of = |v: u64| i64::try_from(v).map_err(|_| a.err("launch shape out of range"));
         launch(
             backend,
@@ -321,14 +325,14 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
                 Arg::Ptr(out.data_ptr()),
                 Arg::Nd(od),
                 Arg::I64(n),
-                Arg::Bits(plan.seed),
-                Arg::Bits(plan.offset),
+                Arg::Bits(state),
                 Arg::Bits(plan.range),
                 Arg::I64(plan.low),
                 Arg::I64(i64_of(plan.unroll)?),
                 Arg::I64(i64_of(plan.threads)?),
             ],
         )?;
+        launch(backend, "rng_advance", 1, vec![Arg::Bits(state), Arg::Bits(increment)])?;
     }
     // With `out=` the result is written there and the call returns nothing,
     // as every `out=` op does (the host's convention).
