@@ -182,10 +182,14 @@ fn build(key: &Key, handle: &DnnHandle) -> Result<Plan, CudaError> {
     let v = g.tensor(V, io, &vs, &vt, Role::Memory)?;
     let (b, h, l, s) = (qs[0], qs[1], qs[2], ks[3]);
     let score_dims = [b, h, l, s];
-    let score_strides = [h * l * s, l * s, s, 1];
+    let too_big = || CudaError::Range(format!("attention scores [{b}, {h}, {l}, {s}] overflow i64 strides"));
+    let ls = l.checked_mul(s).ok_or_else(too_big)?;
+    let hls = h.checked_mul(ls).ok_or_else(too_big)?;
+    b.checked_mul(hls).ok_or_else(too_big)?;
+    let score_strides = [hls, ls, s, 1];
     let virt = |g: &mut Graph, dtype| g.tensor(0, dtype, &score_dims, &score_strides, Role::Virtual);
     let row_dims = [b, h, l, 1];
-    let row_strides = [h * l, l, 1, 1];
+    let row_strides = [h.checked_mul(l).ok_or_else(too_big)?, l, 1, 1];
 
     let s0 = virt(&mut g, f32_)?;
     g.matmul(q, k, s0)?;

@@ -335,9 +335,11 @@ impl Graph {
                     (&mut workspace as *mut i64).cast(),
                 )
             })?;
+            let workspace = usize::try_from(workspace)
+                .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
             return Ok(Plan {
                 plan,
-                workspace: usize::try_from(workspace).unwrap_or(0),
+                workspace,
                 _graph: graph,
                 _parts: self,
             });
