@@ -82,16 +82,18 @@ impl WidestFloat for DType {
     }
 }
 
-fn values_of(op: &Operand<'_>, shape: &[i64]) -> Result<Vec<f64>, ExecError> {
-    let n: i64 = shape.iter().product();
+/// An operand's values broadcast to `shape` (`n` elements, already checked
+/// against the allocation limit).
+fn values_of(op: &Operand<'_>, shape: &[i64], n: usize) -> Result<Vec<f64>, ExecError> {
     match op {
         Operand::Tensor(t) => t.expand(shape)?.to_f64_vec(),
-        Operand::Scalar(v, _) => Ok(vec![*v; n as usize]),
+        Operand::Scalar(v, _) => Ok(vec![*v; n]),
     }
 }
 
 fn pointwise(
     a: &Args<'_>,
+    o: &BuiltinOptions,
     names: &[&str],
     f: &dyn Fn(&[f64]) -> f64,
     dtype: Option<DType>,
@@ -114,7 +116,21 @@ fn pointwise(
     let shape = broadcast_shape(a, &shapes)?;
     let refs: Vec<&Operand<'_>> = ops.iter().collect();
     let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
-    let cols: Vec<Vec<f64>> = ops.iter().map(|o| values_of(o, &shape)).collect::<Result<_, _>>()?;
+    // One f64 column per operand and one for the result.
+    let n = super::tensor::checked_numel(&shape)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| a.err(format!("the broadcast shape {shape:?} has too many elements")))?;
+    let bytes = (n as u64).saturating_mul(8).saturating_mul(ops.len() as u64 + 1);
+    crate::Limits::check(
+        crate::Limit::AllocBytes,
+        bytes,
+        o.max_alloc_bytes(),
+        format!("op `{}`: the result {shape:?}", a.op),
+    )?;
+    let cols: Vec<Vec<f64>> = ops
+        .iter()
+        .map(|op| values_of(op, &shape, n))
+        .collect::<Result<_, _>>()?;
     let n = cols.first().map(|c| c.len()).unwrap_or(0);
     let out: Vec<f64> = (0..n)
         .map(|i| {
@@ -135,7 +151,7 @@ pub(crate) fn add(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exe
     if complex::has_complex_operand(a) {
         return complex::binary(a, o, &|(p, q), (r, s)| (p + alpha * r, q + alpha * s));
     }
-    pointwise(a, &["self", "other"], &|x| x[0] + alpha * x[1], None)
+    pointwise(a, o, &["self", "other"], &|x| x[0] + alpha * x[1], None)
 }
 
 pub(crate) fn sub(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -143,14 +159,14 @@ pub(crate) fn sub(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exe
     if complex::has_complex_operand(a) {
         return complex::binary(a, o, &|(p, q), (r, s)| (p - alpha * r, q - alpha * s));
     }
-    pointwise(a, &["self", "other"], &|x| x[0] - alpha * x[1], None)
+    pointwise(a, o, &["self", "other"], &|x| x[0] - alpha * x[1], None)
 }
 
 pub(crate) fn mul(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     if complex::has_complex_operand(a) {
         return complex::binary(a, o, &complex::mul);
     }
-    pointwise(a, &["self", "other"], &|x| x[0] * x[1], None)
+    pointwise(a, o, &["self", "other"], &|x| x[0] * x[1], None)
 }
 
 pub(crate) fn div(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -161,43 +177,44 @@ pub(crate) fn div(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exe
     let ops = [operand(a, 0, "self")?, operand(a, 1, "other")?];
     let d = result_dtype(&[&ops[0], &ops[1]]);
     let d = if d.is_floating() { d } else { DType::Float32 };
-    pointwise(a, &["self", "other"], &|x| x[0] / x[1], Some(d))
+    pointwise(a, o, &["self", "other"], &|x| x[0] / x[1], Some(d))
 }
 
-pub(crate) fn neg(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    pointwise(a, &["self"], &|x| -x[0], None)
+pub(crate) fn neg(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    pointwise(a, o, &["self"], &|x| -x[0], None)
 }
 
-pub(crate) fn relu(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+pub(crate) fn relu(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     pointwise(
         a,
+        o,
         &["self"],
         &|x| if x[0] > 0.0 || x[0].is_nan() { x[0] } else { 0.0 },
         None,
     )
 }
 
-fn float_unary(a: &Args<'_>, f: fn(f64) -> f64) -> Result<Value<Tensor>, ExecError> {
+fn float_unary(a: &Args<'_>, o: &BuiltinOptions, f: fn(f64) -> f64) -> Result<Value<Tensor>, ExecError> {
     let x = a.tensor(0, "self")?;
     let d = if x.dtype().is_floating() {
         x.dtype()
     } else {
         DType::Float32
     };
-    pointwise(a, &["self"], &|v| f(v[0]), Some(d))
+    pointwise(a, o, &["self"], &|v| f(v[0]), Some(d))
 }
 
-pub(crate) fn exp(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    float_unary(a, f64::exp)
+pub(crate) fn exp(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    float_unary(a, o, f64::exp)
 }
 
-pub(crate) fn sin(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    float_unary(a, f64::sin)
+pub(crate) fn sin(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    float_unary(a, o, f64::sin)
 }
 
 /// `where(cond, a, b)`; with scalar branches the result is int64 for integer
 /// scalars and float32 for float scalars (`aten.where.Scalar`).
-pub(crate) fn where_(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+pub(crate) fn where_(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let x = operand(a, 1, "self")?;
     let y = operand(a, 2, "other")?;
     let d = match (&x, &y) {
@@ -207,6 +224,7 @@ pub(crate) fn where_(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, 
     };
     pointwise(
         a,
+        o,
         &["condition", "self", "other"],
         &|v| if v[0] != 0.0 { v[1] } else { v[2] },
         Some(d),
