@@ -81,17 +81,8 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
 /// (Empty: `cond_branches` and `masked_select` run on the built-in kernels.)
 const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
-/// One test on the GPU at a time (see tests/cuda_gemm.rs: a graph capture in
-/// one thread broke stream creation and library calls in another).
-static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn gpu() -> std::sync::MutexGuard<'static, ()> {
-    GPU.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 #[test]
 fn every_bundle_matches_eager_on_cuda() {
-    let _gpu = gpu();
     let mut failures = Vec::new();
     for dir in bundles() {
         let case = dir
@@ -113,7 +104,6 @@ fn every_bundle_matches_eager_on_cuda() {
 /// Round trips through device memory keep values, strides and offsets.
 #[test]
 fn copies_round_trip_strided_views() {
-    let _gpu = gpu();
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
         ..CudaOptions::default()
@@ -144,7 +134,6 @@ fn copies_round_trip_strided_views() {
 /// A view outside its allocation is an error, not an out-of-bounds pointer.
 #[test]
 fn views_are_bounds_checked() {
-    let _gpu = gpu();
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
         ..CudaOptions::default()
@@ -318,7 +307,6 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
 /// ops the host does not implement), including edge cases the bundles miss.
 #[test]
 fn builtin_kernels_match_the_host_ops() {
-    let _gpu = gpu();
     use DType::*;
     let nan = f64::NAN;
     let inf = f64::INFINITY;
@@ -828,7 +816,6 @@ fn check_prepared(
 
 #[test]
 fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
-    let _gpu = gpu();
     let mut prepared = Vec::new();
     let mut refused = Vec::new();
     for dir in bundles() {
@@ -873,7 +860,6 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
 /// replays of a prepared recording (direct and graphs) alike.
 #[test]
 fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
-    let _gpu = gpu();
     // The same program as tests/host_features.rs's SEEDS_PROGRAM.
     let program = Program::from_json(
         r#"{"format_version": 1, "main": {"inputs": [],
@@ -927,7 +913,6 @@ fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
 /// (a new shape); writing the first value back replays the first recording.
 #[test]
 fn a_changed_device_read_records_again() {
-    let _gpu = gpu();
     let dir = root().join("fixtures/inductor/bundles/item_slice");
     let (_, inputs) = load_bundle(&dir);
     let first = inputs.get("arg0_1").expect("arg0_1");
@@ -960,7 +945,6 @@ fn a_changed_device_read_records_again() {
 /// an error naming it; with it, the op runs on the host and is counted.
 #[test]
 fn host_fallback_is_off_by_default_and_names_the_op() {
-    let _gpu = gpu();
     assert!(!CudaOptions::default().host_fallback);
     let host_ops = HostBackend::new(HostOptions::default()).op_names();
     let Some(op) = host_ops

@@ -14,17 +14,6 @@ use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::{ArgValue, DType, Device, Layout, ProgramBuilder};
 use wrapir::sym::SymExpr;
 
-/// One test on the GPU at a time: a CUDA graph capture in one thread made
-/// another thread's `cuStreamCreate` fail (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`)
-/// and the capture's `cublasLtMatmul` fail with it (H200, CUDA 13), although
-/// wrapir captures in thread-local mode. Serving from several threads has to
-/// solve this (see the deployment issue); these tests check numerics.
-static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn gpu() -> std::sync::MutexGuard<'static, ()> {
-    GPU.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Deterministic values in [-1, 1] (multiples of 1/64, exact in every dtype).
 fn values(n: i64, seed: u64) -> Vec<f64> {
     (0..n)
@@ -175,7 +164,6 @@ const DTYPES: [DType; 3] = [DType::Float32, DType::Float16, DType::Bfloat16];
 
 #[test]
 fn addmm_bias_shapes_alpha_beta_layouts_and_out() {
-    let _gpu = gpu();
     let (m, k, n) = (33, 40, 24);
     let mut failures = Vec::new();
     for dtype in DTYPES {
@@ -228,7 +216,6 @@ fn addmm_bias_shapes_alpha_beta_layouts_and_out() {
 
 #[test]
 fn addmm_activation_relu_and_gelu() {
-    let _gpu = gpu();
     let (m, k, n) = (20, 64, 48);
     let mut failures = Vec::new();
     for dtype in DTYPES {
@@ -269,7 +256,6 @@ fn addmm_activation_relu_and_gelu() {
 
 #[test]
 fn mm_bmm_baddbmm_addbmm_strided() {
-    let _gpu = gpu();
     let (b, m, k, n) = (3, 17, 24, 9);
     let mut failures = Vec::new();
     let mut run = |op: &str, args: Vec<A>, out: Option<(&[i64], &[i64])>| {
@@ -430,7 +416,6 @@ fn program(dtype: DType) -> (wrapir::ir::Program, IndexMap<String, Tensor>) {
 
 #[test]
 fn prepared_and_graph_replays_equal_the_direct_run() {
-    let _gpu = gpu();
     for dtype in DTYPES {
         let (program, inputs) = program(dtype);
         let options = CudaOptions {

@@ -315,8 +315,9 @@ enum Family {
 /// (bytes) of a kernel family. `Half`: `MMA_WARPS` warps of 16 query rows
 /// (8 for E <= 64, 4 above), the Q tile `[rows][E + 8]` and double-buffered
 /// K and V tiles `[2][64][E + 8]`, 2-byte elements. `F32TensorCores`: 4
-/// warps, Q and K tiles `[64][E + 4]`, the V tile `[64][E + 8]` and four P
-/// tiles `[16][68]`, 4-byte elements. `F32Fma`: the K and V tiles `[32][E]`.
+/// warps, the Q tile `[64][E + 4]`, K and V tiles `[BN][E + 4]` and `[BN][E + 8]`
+/// and four P tiles `[16][BN + 4]`, 4-byte elements, with BN = 64 keys up to
+/// E = 64 and 32 above (`TC_BN` in the source). `F32Fma`: the K and V tiles `[32][E]`.
 fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
     // `e` is one of HEAD_DIMS, so the products are small.
     let e = e as u32;
@@ -326,7 +327,14 @@ fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
             let bm = warps * 16;
             (i64::from(bm), warps * 32, (bm + 4 * MMA_BN) * (e + 8) * 2)
         }
-        Family::F32TensorCores => (64, 128, (64 * (e + 4) * 2 + 64 * (e + 8) + 4 * 16 * 68) * 4),
+        Family::F32TensorCores => {
+            let bn: u32 = if e <= 64 { 64 } else { 32 };
+            (
+                64,
+                128,
+                (64 * (e + 4) + bn * (e + 4) + bn * (e + 8) + 4 * 16 * (bn + 4)) * 4,
+            )
+        }
         Family::F32Fma => (F32_BM, THREADS, 2 * F32_BN * e * 4),
     }
 }

@@ -61,6 +61,7 @@ impl Lt {
             return Err(CudaError::Library("cuBLASLt (libcublasLt)"));
         }
         bind(device)?;
+        let _setup = super::driver::setup_lock();
         let handle = lt::create_handle().map_err(|e| lt_err("cublasLtCreate", e))?;
         let workspace = match device.alloc(WORKSPACE_BYTES) {
             Ok(p) => p,
@@ -165,6 +166,7 @@ impl Drop for Lt {
         // Plans reference the handle only through calls; drop them first.
         self.plans.clear();
         let _ = bind(&self.device);
+        let _setup = super::driver::setup_lock();
         // SAFETY: created once in `new`, destroyed once, here.
         let _ = unsafe { lt::destroy_handle(self.handle) };
         self.device.defer(self.device.free(self.workspace));

@@ -291,6 +291,8 @@ pub(super) fn call(
     let plan = match backend.conv.plans.get(&key) {
         Some(p) => Rc::clone(p),
         None => {
+            // Algorithm search runs kernels and may load modules.
+            let _setup = super::driver::setup_lock();
             let p = Rc::new(make_plan(
                 backend,
                 &key,

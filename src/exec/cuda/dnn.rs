@@ -49,6 +49,7 @@ impl DnnHandle {
             )));
         }
         device.bind()?;
+        let _setup = super::driver::setup_lock();
         let mut raw: dnn::cudnnHandle_t = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the context is bound to this thread.
         check("cudnnCreate", unsafe { dnn::cudnnCreate(&mut raw) })?;
@@ -75,6 +76,7 @@ impl DnnHandle {
 impl Drop for DnnHandle {
     fn drop(&mut self) {
         let _ = self.device.bind();
+        let _setup = super::driver::setup_lock();
         // SAFETY: the handle was created once and is destroyed once, here.
         let _ = unsafe { dnn::cudnnDestroy(self.raw) };
     }

@@ -125,7 +125,11 @@ pub(super) fn run(
                 .dnn
                 .as_ref()
                 .ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
-            let p = match build(&key, handle) {
+            let built = {
+                let _setup = super::driver::setup_lock();
+                build(&key, handle)
+            };
+            let p = match built {
                 Ok(p) => Some(Rc::new(p)),
                 Err(CudaError::Dnn { .. }) => None,
                 Err(e) => return Err(ExecError::op(OP, e.to_string())),

@@ -73,6 +73,24 @@ impl From<CudaError> for super::super::ExecError {
 
 pub(super) use super::libraries::keep_loaded;
 
+/// Orders CUDA graph captures against the calls that must not run anywhere
+/// in the process while a stream captures, even in thread-local capture
+/// mode: module loads and unloads, library handles created or destroyed,
+/// cuDNN plans built (their engines may compile and load modules), and
+/// device opening. Captures share the lock; those calls hold it alone.
+static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held for the whole of one graph capture.
+pub(super) fn capture_lock() -> std::sync::RwLockReadGuard<'static, ()> {
+    // The lock guards no data, so a panic while it was held leaves nothing inconsistent.
+    CAPTURES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a call that no capture may overlap (see [`CAPTURES`]).
+pub(super) fn setup_lock() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The device, its context and the one stream every operation is ordered on.
 #[derive(Debug)]
 pub(super) struct Device {
@@ -91,7 +109,15 @@ impl Device {
         if !keep_loaded("cuda") || !unsafe { sys::is_culib_present() } {
             return Err(CudaError::Library("CUDA driver (libcuda)"));
         }
+        let _setup = setup_lock();
         let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
+        // cudarc's event tracking synchronises the whole context when its
+        // first stream is created; while another thread captures a CUDA
+        // graph that synchronisation is illegal and breaks both threads.
+        // SAFETY: the tracking only orders cudarc's own `CudaSlice`s, which
+        // this backend never creates: all memory is raw stream-ordered
+        // allocations used on this device's one stream.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| CudaError::driver("cuStreamCreate", e))?;
         Ok(Arc::new(Device {
             ctx,
@@ -202,6 +228,7 @@ impl Device {
     /// Loads a module from a cubin image.
     pub(super) fn load_module(&self, image: &[u8]) -> Result<Module, CudaError> {
         self.bind()?;
+        let _setup = setup_lock();
         // cuModuleLoadData reads a cubin up to its own length field; give it an
         // 8-byte-aligned copy, as ELF images expect.
         let mut words = vec![0u64; image.len().div_ceil(8) + 1];
@@ -245,6 +272,7 @@ impl Device {
             return Err(CudaError::Library("cuBLAS (libcublas)"));
         }
         self.bind()?;
+        let _setup = setup_lock();
         let raw = blas::create_handle().map_err(|e| CudaError::blas("cublasCreate", e))?;
         let major = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let workspace_bytes = blas_workspace_bytes(major);
@@ -294,6 +322,7 @@ impl Module {
 impl Drop for Module {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
+        let _setup = setup_lock();
         // SAFETY: the module was loaded once and is unloaded once, here; no
         // launch of its functions is pending past the backend's lifetime
         // because the backend synchronises before dropping its modules.
@@ -519,6 +548,7 @@ impl BlasHandle {
 impl Drop for BlasHandle {
     fn drop(&mut self) {
         let _ = self.device.bind();
+        let _setup = setup_lock();
         // SAFETY: the handle was created once and is destroyed once, here.
         let _ = unsafe { blas::destroy_handle(self.raw) };
         if self.workspace != 0 {

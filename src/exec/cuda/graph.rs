@@ -73,6 +73,7 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
     // SAFETY: the stream belongs to the backend's bound context; the capture
     // is ended below on every path.
+    let _capturing = super::driver::capture_lock();
     check(
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
@@ -259,6 +260,7 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     // One graph of the same launches.
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     // SAFETY: capture on the backend's stream, ended right after the launches.
+    let _capturing = super::driver::capture_lock();
     check(
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",

@@ -190,11 +190,28 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int sr
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most one committed group is still in flight.
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Rows [r0, r0 + NROWS) of a [rows][E] matrix (row stride rs, element
 // stride cs) into a shared tile of pitch E + 8; rows at or past `rend` are
 // zero. FAST: cs == 1 and 16-byte aligned rows (cp.async, asynchronous
 // until the next cp_async_wait_all).
+// The query block, batch and head of this block. Blocks start in linear
+// order (x fastest); with `causal` the query block varies slowest and the
+// last ones, which have the most keys, start first.
+__device__ __forceinline__ void block_coords(bool causal, i64& qb, i64& b, i64& h) {
+    if (!causal) {
+        qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+        return;
+    }
+    const i64 heads = gridDim.y, batch_heads = (i64)gridDim.y * gridDim.z;
+    const i64 lin = blockIdx.x + (i64)gridDim.x * (blockIdx.y + (i64)gridDim.y * blockIdx.z);
+    qb = gridDim.x - 1 - lin / batch_heads;
+    const i64 rest = lin % batch_heads;
+    h = rest % heads, b = rest / heads;
+}
+
 template <int E, int NROWS, int NTH, bool FAST>
 __device__ __forceinline__ void load_tile(u16* dst, const u16* src, i64 r0, i64 rend, i64 rs, i64 cs, int tid) {
     constexpr int P = E + 8;
@@ -231,9 +248,9 @@ __device__ void attn_mma(const AttnParams& p) {
     u16* Vs = Ks + 2 * TILE;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    // With `causal` the last query blocks have the most keys: they start first.
-    const i64 qb = p.causal ? (i64)(gridDim.x - 1 - blockIdx.x) : (i64)blockIdx.x;
-    const i64 b = blockIdx.z, h = blockIdx.y, q0 = qb * MMA_BM;
+    i64 qb, b, h;
+    block_coords(p.causal, qb, b, h);
+    const i64 q0 = qb * MMA_BM;
     const i64 hk = h / p.group;
     const u16* Q = reinterpret_cast<const u16*>(p.q) + b * p.qs[0] + h * p.qs[1];
     const u16* K = reinterpret_cast<const u16*>(p.k) + b * p.ks[0] + hk * p.ks[1];
@@ -540,8 +557,7 @@ __device__ void attn_f32(const AttnParams& p) {
 #define TC_WARPS 4
 #define TC_NT (TC_WARPS * 32)
 #define TC_BM (TC_WARPS * 16)
-#define TC_BN 64
-#define TC_PP 68
+#define TC_BN(E) ((E) <= 64 ? 64 : 32)
 
 #if __CUDA_ARCH__ >= 800
 __device__ __forceinline__ unsigned tf32_of(float x) {
@@ -604,23 +620,26 @@ template <int E, bool FAST>
 __device__ void attn_f32_tc(const AttnParams& p) {
 #if __CUDA_ARCH__ >= 800
     constexpr int QP = E + 4, VP = E + 8;
-    constexpr int NS = TC_BN / 8;  // n-tiles of S
+    // Keys per tile: 32 above E = 64, so that two blocks fit on an SM.
+    constexpr int BN = TC_BN(E), PP = BN + 4;
+    constexpr int NS = BN / 8;  // n-tiles of S
     constexpr int NO = E / 8;      // n-tiles of O
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* Qs = reinterpret_cast<float*>(smem_raw);
     float* Ks = Qs + TC_BM * QP;
-    float* Vs = Ks + TC_BN * QP;
-    float* Ps = Vs + TC_BN * VP;
+    float* Vs = Ks + BN * QP;
+    float* Ps = Vs + BN * VP;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const i64 qb = p.causal ? (i64)(gridDim.x - 1 - blockIdx.x) : (i64)blockIdx.x;
-    const i64 b = blockIdx.z, h = blockIdx.y, q0 = qb * TC_BM;
+    i64 qb, b, h;
+    block_coords(p.causal, qb, b, h);
+    const i64 q0 = qb * TC_BM;
     const i64 hk = h / p.group;
     const float* Q = reinterpret_cast<const float*>(p.q) + b * p.qs[0] + h * p.qs[1];
     const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
     const float* V = reinterpret_cast<const float*>(p.v) + b * p.vs[0] + hk * p.vs[1];
     const float* Bias = p.bias ? reinterpret_cast<const float*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
-    float* Pw = Ps + warp * 16 * TC_PP;
+    float* Pw = Ps + warp * 16 * PP;
 
     i64 kv_end = p.lk;
     if (p.causal && q0 + TC_BM < kv_end) kv_end = q0 + TC_BM;
@@ -636,14 +655,17 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
     const float sl2 = (float)p.scale * LOG2E;
     const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * QP + 4 * (lane >> 4);
-    const int p_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * TC_PP + 4 * (lane >> 4);
+    const int p_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * PP + 4 * (lane >> 4);
     const int k_off = (8 * (lane >> 4) + (lane & 7)) * QP + 4 * ((lane >> 3) & 1);
 
-    for (i64 kv0 = 0; kv0 < kv_end; kv0 += TC_BN) {
-        load_tile_f32<E, TC_BN, QP, FAST>(Ks, K, kv0, p.lk, p.ks[2], p.ks[3], tid);
-        load_tile_f32<E, TC_BN, VP, FAST>(Vs, V, kv0, p.lk, p.vs[2], p.vs[3], tid);
+    // Copies overlap compute: V of a tile loads while S = Q K^T is computed,
+    // and K of the next tile while O += P V is. Q and the first K are one group.
+    load_tile_f32<E, BN, QP, FAST>(Ks, K, 0, p.lk, p.ks[2], p.ks[3], tid);
+    cp_async_commit();
+    for (i64 kv0 = 0; kv0 < kv_end; kv0 += BN) {
+        load_tile_f32<E, BN, VP, FAST>(Vs, V, kv0, p.lk, p.vs[2], p.vs[3], tid);
         cp_async_commit();
-        cp_async_wait_all();
+        cp_async_wait_one();  // Q and this tile's K
         __syncthreads();
         const bool active = !(p.causal && kv0 > q0 + wr + 15);
         if (active) {
@@ -663,7 +685,7 @@ __device__ void attn_f32_tc(const AttnParams& p) {
                 }
             }
             float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
-            const bool need_mask = kv0 + TC_BN > p.lk || (p.causal && kv0 + TC_BN - 1 > q0 + wr);
+            const bool need_mask = kv0 + BN > p.lk || (p.causal && kv0 + BN - 1 > q0 + wr);
 #pragma unroll
             for (int j = 0; j < NS; ++j) {
 #pragma unroll
@@ -700,12 +722,20 @@ __device__ void attn_f32_tc(const AttnParams& p) {
                 for (int c = 0; c < 4; ++c) {
                     const float e = exp2f(s[j][c] - mu[c >> 1]);
                     l[c >> 1] += e;
-                    Pw[(g + 8 * (c >> 1)) * TC_PP + j * 8 + t4 * 2 + (c & 1)] = e;
+                    Pw[(g + 8 * (c >> 1)) * PP + j * 8 + t4 * 2 + (c & 1)] = e;
                 }
             }
-            __syncwarp();
+        }
+        __syncthreads();  // every warp is done with Ks
+        if (kv0 + BN < kv_end) {
+            load_tile_f32<E, BN, QP, FAST>(Ks, K, kv0 + BN, p.lk, p.ks[2], p.ks[3], tid);
+        }
+        cp_async_commit();
+        cp_async_wait_one();  // this tile's V
+        __syncthreads();
+        if (active) {
 #pragma unroll
-            for (int kk = 0; kk < TC_BN / 8; ++kk) {
+            for (int kk = 0; kk < BN / 8; ++kk) {
                 unsigned a[4];
                 ldsm_x4(a, smem_addr(Pw + kk * 8 + p_off));
 #pragma unroll
