@@ -57,18 +57,47 @@ pub(crate) fn concrete_layout(
     })
 }
 
-/// Matches host `inputs` (keyed by graph input or constant name; a symbol input
-/// is a one-element integer tensor) to `program`'s main graph: checks names,
-/// dtypes and ranks, binds symbol inputs and the backed symbols that input
-/// sizes name, computes each tensor's concrete declared layout, and calls
-/// `place(name, host_tensor, layout)` to put it where a backend wants it.
-/// Returns the graph inputs in placeholder order and the constants by name.
-/// The one place inputs are matched, for every backend.
+/// What [`place_inputs`] needs to know of one supplied input: a host
+/// tensor, or a tensor that already lives on a device.
+pub(crate) trait SuppliedInput {
+    /// Element type.
+    fn dtype(&self) -> crate::ir::DType;
+    /// Sizes.
+    fn size(&self) -> &[i64];
+    /// The value of a one-element integer tensor given for a symbol input
+    /// (`None` when it is not one, or its value is not readable here).
+    fn symbol_value(&self) -> Result<Option<i64>, ExecError>;
+}
+
+impl SuppliedInput for super::Tensor {
+    fn dtype(&self) -> crate::ir::DType {
+        super::Tensor::dtype(self)
+    }
+    fn size(&self) -> &[i64] {
+        super::Tensor::size(self)
+    }
+    fn symbol_value(&self) -> Result<Option<i64>, ExecError> {
+        Ok(match self.to_i64_vec()?.as_slice() {
+            [v] if !self.dtype().is_floating() => Some(*v),
+            _ => None,
+        })
+    }
+}
+
+/// Matches `inputs` (keyed by graph input or constant name; a symbol input
+/// is a one-element integer tensor, and may be left out when an input size
+/// binds its symbol) to `program`'s main graph: checks names, dtypes and
+/// ranks, binds the backed symbols that input sizes name and the symbol
+/// inputs, checks every bound symbol against its declared range, computes
+/// each tensor's concrete declared layout, and calls `place(name, input,
+/// layout)` to put it where a backend wants it. Returns the graph inputs in
+/// placeholder order and the constants by name. The one place inputs are
+/// matched, for every backend.
 #[allow(clippy::type_complexity)]
-pub(crate) fn place_inputs<T>(
+pub(crate) fn place_inputs<I: SuppliedInput, T>(
     program: &Program,
-    inputs: &indexmap::IndexMap<String, super::Tensor>,
-    place: &mut dyn FnMut(&str, &super::Tensor, &TensorSpec) -> Result<T, ExecError>,
+    inputs: &indexmap::IndexMap<String, I>,
+    place: &mut dyn FnMut(&str, &I, &TensorSpec) -> Result<T, ExecError>,
 ) -> Result<(Vec<super::Value<T>>, indexmap::IndexMap<String, T>), RunError> {
     use crate::ir::GraphInput;
     use crate::sym::Symbol;
@@ -84,44 +113,31 @@ pub(crate) fn place_inputs<T>(
             .get(name)
             .ok_or_else(|| ExecError::Input(format!("graph input or constant `{name}` was not supplied")))
     };
-    // Bind symbol inputs, then sizes that are plain symbols.
+    // Bind sizes that are plain symbols, then symbol inputs; remember what
+    // bound each symbol for the range check.
     let mut env = Bindings::new();
-    let bind = |env: &mut Bindings, s: &Symbol, v: i64, what: String| -> Result<(), ExecError> {
+    let mut bound_by: Vec<(Symbol, String)> = Vec::new();
+    let mut bind = |env: &mut Bindings, s: &Symbol, v: i64, what: String| -> Result<(), ExecError> {
         match env.get(s) {
             Some(old) if *old != v => Err(ExecError::Input(format!(
                 "{what} is {v}, but `{s}` = {old} from an earlier input"
             ))),
-            _ => {
+            Some(_) => Ok(()),
+            None => {
                 env.insert(s.clone(), v);
+                bound_by.push((s.clone(), what));
                 Ok(())
             }
         }
     };
     let mut tensor_inputs: Vec<(&str, &Layout)> = Vec::new();
     for input in &program.main.inputs {
-        match input {
-            GraphInput::Symbol { name, symbol } => {
-                let t = get(name.as_str())?;
-                let v = match t.to_i64_vec()?.as_slice() {
-                    [v] if !t.dtype().is_floating() => *v,
-                    _ => {
-                        return Err(ExecError::Input(format!(
-                            "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
-                            t.dtype(),
-                            t.size()
-                        ))
-                        .into())
-                    }
-                };
-                bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
-            }
-            GraphInput::Tensor { name } => {
-                let layout = program
-                    .main
-                    .layout(name)
-                    .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
-                tensor_inputs.push((name.as_str(), layout));
-            }
+        if let GraphInput::Tensor { name } = input {
+            let layout = program
+                .main
+                .layout(name)
+                .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
+            tensor_inputs.push((name.as_str(), layout));
         }
     }
     let supplied_constants = program
@@ -134,7 +150,7 @@ pub(crate) fn place_inputs<T>(
         .chain(supplied_constants.map(|(c, l)| (c.as_str(), l)))
     {
         let t = get(name)?;
-        if t.dim() != layout.size.len() || t.dtype() != layout.dtype {
+        if t.size().len() != layout.size.len() || t.dtype() != layout.dtype {
             return Err(ExecError::Input(format!(
                 "`{name}` is {}{:?}, the program declares {layout}",
                 t.dtype(),
@@ -146,6 +162,40 @@ pub(crate) fn place_inputs<T>(
             if let SymExpr::Sym(s) = e {
                 bind(&mut env, s, *v, format!("size {d} of `{name}`"))?;
             }
+        }
+    }
+    for input in &program.main.inputs {
+        if let GraphInput::Symbol { name, symbol } = input {
+            let Some(t) = inputs.get(name.as_str()) else {
+                if env.contains_key(symbol) {
+                    continue;
+                }
+                return Err(ExecError::Input(format!(
+                    "symbol input `{name}` (`{symbol}`) was not supplied and no input size binds `{symbol}`"
+                ))
+                .into());
+            };
+            let Some(v) = t.symbol_value()? else {
+                return Err(ExecError::Input(format!(
+                    "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
+                    t.dtype(),
+                    t.size()
+                ))
+                .into());
+            };
+            bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
+        }
+    }
+    for (s, what) in &bound_by {
+        let (Some(decl), Some(v)) = (program.symbols.get(s), env.get(s)) else {
+            continue;
+        };
+        if !decl.range.contains(*v) {
+            return Err(ExecError::Input(format!(
+                "{what} is {v}, which binds `{s}` outside its range {} (the sizes the program was compiled for)",
+                decl.range
+            ))
+            .into());
         }
     }
     let unbound = |s: &Symbol| format!("symbol `{s}` is not bound by any input size");
@@ -173,7 +223,7 @@ pub(crate) fn place_inputs<T>(
     for input in &program.main.inputs {
         match input {
             GraphInput::Symbol { symbol, .. } => {
-                // Bound above from this very input.
+                // Bound above, from this input or from a size.
                 args.push(super::Value::Int(env.get(symbol).copied().unwrap_or_default()));
             }
             GraphInput::Tensor { .. } => {

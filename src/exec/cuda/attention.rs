@@ -86,11 +86,11 @@ impl AttnParams {
     }
 }
 
-/// PTX of [`SOURCE`]'s kernels for head dim `e` and compute capability
+/// The cubin of [`SOURCE`]'s kernels for head dim `e` and compute capability
 /// `major.minor`, compiled once per process.
-fn ptx(major: i32, minor: i32, e: i64) -> Result<Arc<str>, ExecError> {
+fn image(major: i32, minor: i32, e: i64) -> Result<Arc<[u8]>, ExecError> {
     let source = || format!("#define ATTN_E {e}\n{SOURCE}");
-    super::kernels::compile_ptx(
+    super::kernels::compiled_image(
         "cuda attention kernels",
         &format!("attention_e{e}"),
         &source,
@@ -354,7 +354,7 @@ fn launch(
     let module = format!("{MODULE}_e{e}");
     let f = backend
         .builtins
-        .extra_function(&backend.device, &module, &|major, minor| ptx(major, minor, e), name)?;
+        .extra_function(&backend.device, &module, &|major, minor| image(major, minor, e), name)?;
     if shared > DEFAULT_SHARED_LIMIT {
         let optin = backend
             .device

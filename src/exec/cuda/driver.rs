@@ -136,6 +136,41 @@ impl Device {
         self.stream.cu_stream()
     }
 
+    /// Makes `waiter` wait for the work queued on `on` so far (both streams
+    /// of this context; 0 is the legacy default stream).
+    pub(super) fn order_streams(&self, waiter: sys::CUstream, on: sys::CUstream) -> Result<(), CudaError> {
+        self.bind()?;
+        let mut event: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `event` is a valid out-pointer; the context is bound.
+        unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
+            .result()
+            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        // SAFETY: `event` was just created; both streams belong to the bound
+        // context (the caller's contract for `on`). Destroying an event a
+        // stream still waits on releases it once the wait is done.
+        let ordered = unsafe { sys::cuEventRecord(event, on) }
+            .result()
+            .map_err(|e| CudaError::driver("cuEventRecord", e))
+            .and_then(|()| {
+                unsafe { sys::cuStreamWaitEvent(waiter, event, 0) }
+                    .result()
+                    .map_err(|e| CudaError::driver("cuStreamWaitEvent", e))
+            });
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { sys::cuEventDestroy_v2(event) };
+        ordered
+    }
+
+    /// The raw handle of this device's stream.
+    pub(super) fn cu_stream(&self) -> sys::CUstream {
+        self.raw_stream()
+    }
+
+    /// The device's name.
+    pub(super) fn name(&self) -> Result<String, CudaError> {
+        self.ctx.name().map_err(|e| CudaError::driver("cuDeviceGetName", e))
+    }
+
     /// An attribute of the device.
     pub(super) fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
         self.ctx

@@ -36,12 +36,14 @@ mod kernels;
 mod libraries;
 mod library;
 mod matmul;
+mod model;
 mod prepared;
 mod run;
 
 pub use driver::CudaError;
 pub use graph::{launch_floor, LaunchFloor};
 pub use kernels::ExternOpLog;
+pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, Session};
 pub use prepared::{Prepared, PreparedCache, Replay};
 
 pub use run::{place_inputs, run_program, run_program_on, to_host};
@@ -59,7 +61,6 @@ use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// Dynamic shared memory a kernel may use without opting in.
@@ -187,11 +188,13 @@ struct Storage {
     bytes: usize,
     device: Arc<Device>,
     _accounted: Accounted,
+    /// The caller's memory (a device tensor passed in): never freed here.
+    borrowed: bool,
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if self.ptr != 0 {
+        if self.ptr != 0 && !self.borrowed {
             self.device.defer(self.device.free(self.ptr));
         }
     }
@@ -224,16 +227,32 @@ impl CudaTensor {
     }
 }
 
+#[derive(Clone)]
 struct LoadedKernel {
     function: sys::CUfunction,
-    _module: Rc<Module>,
+    _module: Arc<Module>,
 }
+
+/// Kernels one backend loaded, for other backends of the same device to use
+/// without loading the images again (see [`CudaBackend::adopt_kernels`]).
+#[derive(Clone, Default)]
+pub(crate) struct SharedKernels {
+    kernels: HashMap<String, LoadedKernel>,
+}
+
+// SAFETY: a CUfunction and its CUmodule are handles of the device's primary
+// context, valid in every thread that binds it; they are not mutated after
+// loading (launches and attribute reads are thread-safe driver calls), and
+// the module is unloaded only when the last `Arc` goes.
+unsafe impl Send for SharedKernels {}
+// SAFETY: as for `Send`: shared references only read the handles.
+unsafe impl Sync for SharedKernels {}
 
 /// Runs programs on a CUDA GPU.
 pub struct CudaBackend {
     device: Arc<Device>,
     options: CudaOptions,
-    modules: HashMap<PathBuf, Rc<Module>>,
+    modules: HashMap<PathBuf, Arc<Module>>,
     kernels: HashMap<String, LoadedKernel>,
     blas: Option<driver::BlasHandle>,
     /// cuBLASLt: handle, persistent workspace and planned matmuls (first `addmm`-style call).
@@ -357,6 +376,89 @@ impl CudaBackend {
         })
     }
 
+    /// Loads the image of every Triton kernel `program` defines that has a
+    /// cubin, so that no run loads one later; returns how many are loaded.
+    pub(crate) fn preload_kernels(&mut self, program: &crate::ir::Program) -> Result<usize, ExecError> {
+        for (name, def) in &program.kernels {
+            if let crate::ir::KernelBackend::Triton(meta) = &def.backend {
+                if meta.cubin.is_some() {
+                    self.function(name.as_str(), meta)?;
+                }
+            }
+        }
+        Ok(self.kernels.len())
+    }
+
+    /// The kernels this backend has loaded, for [`CudaBackend::adopt_kernels`].
+    pub(crate) fn shared_kernels(&self) -> SharedKernels {
+        SharedKernels {
+            kernels: self.kernels.clone(),
+        }
+    }
+
+    /// Uses kernels another backend of the same device loaded (its primary
+    /// context is this backend's) instead of loading their images again.
+    pub(crate) fn adopt_kernels(&mut self, shared: &SharedKernels) {
+        for (name, k) in &shared.kernels {
+            self.kernels.entry(name.clone()).or_insert_with(|| k.clone());
+        }
+    }
+
+    /// Makes the backend's context current on the calling thread (a
+    /// backend moved to another thread binds before its first call there).
+    pub(crate) fn bind(&self) -> Result<(), CudaError> {
+        self.device.bind()
+    }
+
+    /// Orders the backend's stream after the work queued so far on the
+    /// caller's `stream` (a `CUstream` of this device's context; 0: the
+    /// legacy default stream).
+    pub(crate) fn wait_for_stream(&self, stream: u64) -> Result<(), CudaError> {
+        self.device
+            .order_streams(self.device.cu_stream(), stream as sys::CUstream)
+    }
+
+    /// Orders the caller's `stream` after the work queued so far on the backend's.
+    pub(crate) fn signal_stream(&self, stream: u64) -> Result<(), CudaError> {
+        self.device
+            .order_streams(stream as sys::CUstream, self.device.cu_stream())
+    }
+
+    /// The device's name as the driver reports it (e.g. `NVIDIA H200`).
+    pub fn device_name(&self) -> Result<String, CudaError> {
+        self.device.name()
+    }
+
+    /// A tensor over the caller's device memory at `ptr` (`bytes` long,
+    /// laid out as `spec`), used in place and never freed by the backend.
+    ///
+    /// # Safety
+    /// `ptr` must be a device allocation of this device's context holding at
+    /// least `bytes` bytes, alive and not written by others while the
+    /// backend uses the tensor.
+    pub(crate) unsafe fn borrow_device(
+        &self,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        spec: TensorSpec,
+    ) -> Result<CudaTensor, ExecError> {
+        let elem = spec.dtype.size_bytes().max(1) as usize;
+        check_bounds(&spec, bytes / elem)?;
+        Ok(CudaTensor {
+            storage: Arc::new(Storage {
+                ptr,
+                bytes,
+                device: Arc::clone(&self.device),
+                _accounted: Accounted {
+                    bytes: 0,
+                    counter: None,
+                },
+                borrowed: true,
+            }),
+            spec,
+        })
+    }
+
     /// Where this backend's start-up work went so far (see [`LoadTimings`]).
     pub fn load_timings(&self) -> LoadTimings {
         LoadTimings {
@@ -386,9 +488,26 @@ impl CudaBackend {
             .zip(dst.spec.stride.iter().zip(&dense))
             .any(|(s, (a, b))| *s > 1 && a != b)
         {
-            return Err(ExecError::Input(
-                "overwrite: the device tensor is not contiguous".into(),
-            ));
+            // Lay the values out as the device tensor's storage holds them.
+            let laid_out = Tensor::zeros_like_spec(&dst.spec)?;
+            laid_out.copy_from(src)?;
+            let offsets = laid_out.element_offsets()?;
+            let numel = crate::exec::tensor::storage_elements(&dst.spec)?;
+            let bytes = with_dtype!(
+                src.dtype(),
+                T => {
+                    let mut storage = vec![<T as super::Element>::from_i64(0); numel];
+                    for (o, v) in offsets.into_iter().zip(src.to_vec::<T>()?) {
+                        if let Some(slot) = storage.get_mut(o) {
+                            *slot = v;
+                        }
+                    }
+                    encode::<T>(&storage)
+                },
+                return Err(ExecError::Unsupported(format!("overwrite: dtype {}", src.dtype())))
+            );
+            self.device.upload(dst.storage.ptr, &bytes)?;
+            return Ok(());
         }
         let bytes = with_dtype!(
             src.dtype(),
@@ -494,6 +613,7 @@ impl CudaBackend {
                 bytes: bytes as u64,
                 counter: Some(Arc::clone(&self.memory)),
             },
+            borrowed: false,
         });
         if let Some(trace) = self.trace.as_mut() {
             trace.push(kernels::Traced::Alloc(Arc::clone(&storage)));
@@ -555,16 +675,16 @@ impl CudaBackend {
         let path = self.options.kernel_dir.join(cubin);
         let loading = std::time::Instant::now();
         let module = match self.modules.get(&path) {
-            Some(m) => Rc::clone(m),
+            Some(m) => Arc::clone(m),
             None => {
                 let image = std::fs::read(&path)
                     .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
-                let m = Rc::new(
+                let m = Arc::new(
                     self.device
                         .load_module(&image)
                         .map_err(|e| ExecError::op(name, e.to_string()))?,
                 );
-                self.modules.insert(path, Rc::clone(&m));
+                self.modules.insert(path, Arc::clone(&m));
                 self.timings.modules += 1;
                 m
             }

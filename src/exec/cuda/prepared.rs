@@ -986,12 +986,15 @@ fn rebase(
 
 /// Prepared recordings of one plan, keyed by the layouts and symbol values of
 /// the inputs and by the device values each recording read (a small cache:
-/// the oldest entry goes beyond [`PreparedCache::CAPACITY`]).
+/// the oldest entry goes beyond the capacity, [`PreparedCache::CAPACITY`]
+/// unless made [`PreparedCache::with_capacity`]).
 #[derive(Debug, Default)]
 pub struct PreparedCache {
     entries: Vec<(Vec<InputKey>, Prepared)>,
     /// Recordings made (first calls, new shapes, diverged reads).
     pub recordings: usize,
+    /// Most recordings kept; 0 means [`PreparedCache::CAPACITY`].
+    capacity: usize,
 }
 
 /// What of one input a recording depends on.
@@ -1026,8 +1029,26 @@ fn key_matches(key: &[InputKey], inputs: &[Value<CudaTensor>]) -> bool {
 }
 
 impl PreparedCache {
-    /// Most recordings kept.
+    /// Most recordings kept by default.
     pub const CAPACITY: usize = 8;
+
+    /// An empty cache keeping at most `capacity` recordings (at least one).
+    pub fn with_capacity(capacity: usize) -> PreparedCache {
+        PreparedCache {
+            capacity: capacity.max(1),
+            ..PreparedCache::default()
+        }
+    }
+
+    /// Recordings held now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// `true` when no recording is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 
     /// Runs `plan` on `inputs`: replays a matching recording (directly, or
     /// through CUDA graphs when `graphs`), recording a new one when none
@@ -1071,7 +1092,12 @@ impl PreparedCache {
                 // Graphs are captured on the next graph replay.
                 let (prepared, _) = Prepared::record(backend, plan, inputs.to_vec(), constants)?;
                 self.recordings += 1;
-                if self.entries.len() >= Self::CAPACITY {
+                let capacity = if self.capacity == 0 {
+                    Self::CAPACITY
+                } else {
+                    self.capacity
+                };
+                if self.entries.len() >= capacity {
                     self.entries.remove(0);
                 }
                 self.entries.push((inputs.iter().map(input_key).collect(), prepared));

@@ -7,7 +7,7 @@
 //! `Ok(None)` for operands these do not take (real-only pointwise ops,
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
-use super::{blocks_for, compile_ptx, launch_function, read_i64, scratch, Arg, Nd};
+use super::{blocks_for, compiled_image, launch_function, read_i64, scratch, Arg, Nd};
 use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::host::op_key;
 use crate::exec::random::{DeviceShape, RandintPlan};
@@ -24,8 +24,8 @@ const MODULE: &str = "extra";
 
 type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
 
-fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
-    compile_ptx(
+fn image(major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
+    compiled_image(
         "cuda built-in kernels (extra.cu)",
         MODULE,
         &|| SOURCE.to_string(),
@@ -35,7 +35,7 @@ fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
 }
 
 fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
-    let f = backend.builtins.extra_function(&backend.device, MODULE, &ptx, name)?;
+    let f = backend.builtins.extra_function(&backend.device, MODULE, &image, name)?;
     launch_function(backend, f, name, blocks, args)
 }
 

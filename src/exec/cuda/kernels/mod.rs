@@ -5,9 +5,9 @@
 //! `scatter_add_`, `index_put_` and `topk`.
 //!
 //! The CUDA source (`builtin.cu`, templates instantiated per dtype or per
-//! element width) is compiled to PTX with NVRTC once per process and compute
-//! capability; each backend loads the PTX once and looks each function up
-//! once. [`run`] answers `Ok(None)` for calls these kernels do not cover
+//! element width) is compiled to a cubin with NVRTC once per compute
+//! capability and kept in an on-disk cache ([`image`]); each backend loads
+//! the cubin once and looks each function up once. [`run`] answers `Ok(None)` for calls these kernels do not cover
 //! (another dtype, a layout they do not take, an `out=` variant), which the
 //! backend then sends to its host fallback.
 //!
@@ -24,7 +24,10 @@
 //!   out-of-range indices are an error after the kernel.
 
 mod extra;
+mod image;
 mod ops;
+
+pub(super) use image::compiled_image;
 
 /// Helper kernels of the GEMM ops (bias broadcast, activations).
 pub(super) use ops::{copy_strided, gemm_activation};
@@ -37,7 +40,7 @@ use cudarc::driver::sys;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// The CUDA source of the built-in kernels.
 const SOURCE: &str = include_str!("builtin.cu");
@@ -120,55 +123,14 @@ pub(super) fn run(
     ops::run(backend, call)
 }
 
-/// PTX of [`SOURCE`] for compute capability `major.minor`, compiled once per process.
-fn ptx(major: i32, minor: i32) -> Result<Arc<str>, ExecError> {
-    compile_ptx("cuda built-in kernels", "builtin", &|| SOURCE.to_string(), major, minor)
-}
-
-/// PTX of the CUDA source `source()` for compute capability `major.minor`,
-/// compiled with NVRTC once per process and cached under `id` (one id per
-/// distinct source); `what` names the kernels in errors.
-pub(super) fn compile_ptx(
-    what: &str,
-    id: &str,
-    source: &dyn Fn() -> String,
-    major: i32,
-    minor: i32,
-) -> Result<Arc<str>, ExecError> {
-    static CACHE: OnceLock<Mutex<HashMap<(String, i32, i32), Arc<str>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let mut cache = cache
-        .lock()
-        .map_err(|_| ExecError::op(what, "PTX cache poisoned by a panic"))?;
-    let key = (id.to_string(), major, minor);
-    if let Some(p) = cache.get(&key) {
-        return Ok(Arc::clone(p));
-    }
-    // SAFETY: only probes for the library (dlopen); checked first because
-    // cudarc panics when it is missing.
-    if !super::driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(ExecError::op(
-            what,
-            super::libraries::missing("the NVRTC library (libnvrtc)", "nvrtc"),
-        ));
-    }
-    let options = cudarc::nvrtc::CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{major}{minor}"),
-            "--std=c++14".into(),
-        ],
-        ..Default::default()
-    };
-    let compiled = cudarc::nvrtc::compile_ptx_with_opts(source(), options)
-        .map_err(|e| ExecError::op(what, format!("NVRTC compilation failed: {e:?}")))?;
-    let text: Arc<str> = Arc::from(compiled.to_src());
-    cache.insert(key, Arc::clone(&text));
-    Ok(text)
+/// The cubin of [`SOURCE`] for compute capability `major.minor` (see [`image`]).
+fn image(major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
+    compiled_image("cuda built-in kernels", "builtin", &|| SOURCE.to_string(), major, minor)
 }
 
 /// Compiles the built-in kernels for device `ordinal` on a new thread, so
 /// that the NVRTC compilation overlaps with the caller's context creation
-/// (the first built-in op then finds the PTX compiled, or waits for it). A
+/// (the first built-in op then finds the cubin compiled, or waits for it). A
 /// failure here is left for that first op to report.
 pub(super) fn precompile_in_background(ordinal: usize) {
     super::libraries::spawn_background(move || {
@@ -189,7 +151,7 @@ pub(super) fn precompile_in_background(ordinal: usize) {
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         ) {
-            let _ = ptx(major, minor);
+            let _ = image(major, minor);
         }
     });
 }
@@ -207,10 +169,10 @@ impl Builtins {
                 let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
                 let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
                 let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-                let text = ptx(major, minor)?;
+                let text = image(major, minor)?;
                 let m = Rc::new(
                     device
-                        .load_module(text.as_bytes())
+                        .load_module(&text)
                         .map_err(|e| ExecError::op(name, e.to_string()))?,
                 );
                 self.module = Some(Rc::clone(&m));
@@ -224,13 +186,13 @@ impl Builtins {
     }
 
     /// The function `name` of the separately compiled module `module`, loading
-    /// it first from the PTX `ptx` gives for the device's compute capability
+    /// it first from the cubin `image` gives for the device's compute capability
     /// (compiled once per process by its owner).
     pub(super) fn extra_function(
         &mut self,
         device: &super::driver::Device,
         module: &str,
-        ptx: &dyn Fn(i32, i32) -> Result<Arc<str>, ExecError>,
+        image: &dyn Fn(i32, i32) -> Result<Arc<[u8]>, ExecError>,
         name: &str,
     ) -> Result<sys::CUfunction, ExecError> {
         if let Some(f) = self.extra.get(module).and_then(|(_, fs)| fs.get(name)) {
@@ -241,9 +203,9 @@ impl Builtins {
             let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
             let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-            let text = ptx(major, minor)?;
+            let text = image(major, minor)?;
             let m = device
-                .load_module(text.as_bytes())
+                .load_module(&text)
                 .map_err(|e| ExecError::op(name, e.to_string()))?;
             self.extra.insert(module.to_string(), (Rc::new(m), HashMap::new()));
             self.load_time += loading.elapsed();

@@ -1,0 +1,127 @@
+//! Serves a bundle from several threads and reports latency percentiles.
+//!
+//! ```text
+//! cargo run --release --features cuda --example serve -- BUNDLE [--threads N] [--calls N]
+//! ```
+//!
+//! Loads the model once ([`Model::load`]: kernels, weights, libraries), runs
+//! one call to check the outputs against the bundle's eager reference, then
+//! lets `--threads` threads (default 4) make `--calls` calls each (default
+//! 200) on the stored inputs, and prints the load report and the p50 / p90 /
+//! p99 latency of a call (host inputs in, host outputs out) and the calls per
+//! second of all threads together.
+
+use indexmap::IndexMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta};
+use wrapir::exec::cuda::{Model, ModelOptions};
+use wrapir::exec::{safetensors, Tensor};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn tensors(path: &std::path::Path) -> Result<IndexMap<String, Tensor>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    safetensors::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn run() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let mut bundle: Option<PathBuf> = None;
+    let (mut threads, mut calls) = (4usize, 200usize);
+    while let Some(a) = args.next() {
+        let mut number = |flag: &str| -> Result<usize, String> {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{flag} takes a number"))
+        };
+        match a.as_str() {
+            "--threads" => threads = number("--threads")?.max(1),
+            "--calls" => calls = number("--calls")?.max(1),
+            _ if bundle.is_none() => bundle = Some(PathBuf::from(a)),
+            _ => return Err(format!("unexpected argument `{a}`")),
+        }
+    }
+    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N]")?;
+    let model = Model::load(&bundle, &ModelOptions::default()).map_err(|e| e.to_string())?;
+    let r = model.load_report();
+    println!(
+        "loaded {} on {}: {} kernels, {} weights ({:.1} MB at {:.2} GB/s), device open {:.1} ms, load {:.1} ms",
+        bundle.display(),
+        r.device,
+        r.kernels,
+        r.weights,
+        r.weight_bytes as f64 / 1e6,
+        r.weight_gbps(),
+        r.device_open.as_secs_f64() * 1e3,
+        r.total.as_secs_f64() * 1e3
+    );
+    let stored = tensors(&bundle.join("inputs.safetensors"))?;
+    let inputs: IndexMap<String, Tensor> = model
+        .input_names()
+        .iter()
+        .map(|n| {
+            stored
+                .get(n)
+                .map(|t| (n.clone(), t.clone()))
+                .ok_or(format!("input `{n}` is not stored"))
+        })
+        .collect::<Result<_, _>>()?;
+    let first = Instant::now();
+    let outputs = model.run(&inputs).map_err(|e| e.to_string())?;
+    println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
+    let expected = bundle.join(BundleMeta::EXPECTED);
+    if expected.is_file() {
+        let meta =
+            BundleMeta::from_json(&std::fs::read_to_string(bundle.join(BundleMeta::FILE)).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        let comparison = compare_leaves(
+            &output_leaves(&outputs),
+            &tensors(&expected)?,
+            meta.int_outputs.as_deref(),
+            meta.tolerance,
+        );
+        match comparison.first_error() {
+            Some(e) => return Err(format!("outputs differ from eager: {e}")),
+            None => println!("outputs match eager"),
+        }
+    }
+    let started = Instant::now();
+    let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (model, inputs) = (&model, &inputs);
+                scope.spawn(move || -> Result<Vec<Duration>, String> {
+                    (0..calls)
+                        .map(|_| {
+                            let t0 = Instant::now();
+                            model.run(inputs).map_err(|e| e.to_string())?;
+                            Ok(t0.elapsed())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().map_err(|_| "a worker panicked".to_string())?)
+            .collect::<Result<Vec<Vec<Duration>>, String>>()
+            .map(|v| v.into_iter().flatten().collect())
+    })?;
+    let wall = started.elapsed();
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e6;
+    println!(
+        "{threads} threads x {calls} calls: p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} calls/s",
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        latencies.len() as f64 / wall.as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,637 @@
+//! A deployed model: load a bundle once, then serve calls from many threads.
+//!
+//! [`Model::load`] validates the program, compiles its plan, opens the
+//! device, loads every kernel image, uploads the weights (the bundle's
+//! `weights` inputs) and prepares the libraries the program uses, before the
+//! first call. [`Model::run`] takes the other inputs as host tensors and
+//! returns host tensors; [`Session::run_device`] takes and returns device
+//! tensors, used in place.
+//!
+//! Each call runs on a [`Session`]: a backend with its own stream, its own
+//! arena of intermediate buffers and its own cache of prepared recordings,
+//! one per shape bucket (each distinct set of input layouts and symbol
+//! values, at most [`ModelOptions::shape_cache`]). The first call of a bucket
+//! runs the interpreter and records; later calls replay the recording,
+//! through CUDA graphs when [`ModelOptions::graphs`] is on. All sessions
+//! share the weights, the loaded kernels and the device's memory pool.
+//! `Model::run` borrows an idle session (or opens one), so threads that call
+//! it at once run on separate streams.
+
+use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
+use crate::exec::compare::BundleMeta;
+use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
+use crate::exec::{Backend, ExecError, RunError, Tensor, TensorSpec, Value};
+use crate::fx::interp::Plan;
+use crate::ir::{GraphInput, Program};
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How [`Model::load`] prepares a model.
+#[derive(Clone, Debug)]
+pub struct ModelOptions {
+    /// The CUDA device ordinal (default 0).
+    pub device: usize,
+    /// Replay recordings through CUDA graphs (default `true`); `false`
+    /// replays them as direct launches.
+    pub graphs: bool,
+    /// Shape buckets each session keeps recorded (default 8); the oldest
+    /// goes when a new one would exceed it.
+    pub shape_cache: usize,
+    /// Idle sessions kept for later calls (default: the machine's
+    /// parallelism); more threads at once open more, closed after their call.
+    pub idle_sessions: usize,
+    /// Bounds on the program and its run.
+    pub limits: crate::Limits,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            device: 0,
+            graphs: true,
+            shape_cache: 8,
+            idle_sessions: std::thread::available_parallelism().map_or(4, |n| n.get()),
+            limits: crate::Limits::default(),
+        }
+    }
+}
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// Reading the bundle failed.
+    #[error("{path}: {message}")]
+    Bundle {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// Validating, compiling or running the program failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A call's inputs do not match the program, or the device failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+impl From<super::CudaError> for ModelError {
+    fn from(e: super::CudaError) -> Self {
+        ModelError::Exec(e.into())
+    }
+}
+
+/// What [`Model::load`] did and how long it took.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// The device that runs the model (its driver name).
+    pub device: String,
+    /// Weight tensors uploaded.
+    pub weights: usize,
+    /// Their bytes.
+    pub weight_bytes: u64,
+    /// Reading the weights from the bundle and copying them to the device.
+    pub weight_time: Duration,
+    /// Kernel images loaded.
+    pub kernels: usize,
+    /// Opening the device (context and stream).
+    pub device_open: Duration,
+    /// The whole of [`Model::load`].
+    pub total: Duration,
+}
+
+impl LoadReport {
+    /// Weight upload rate in GB/s (0 when nothing was uploaded).
+    pub fn weight_gbps(&self) -> f64 {
+        let s = self.weight_time.as_secs_f64();
+        if s > 0.0 {
+            self.weight_bytes as f64 / s / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// How [`super::Prepared::record`]'s error for a run that cannot be replayed starts.
+const UNPREPARABLE: &str = "the run cannot be prepared";
+
+/// What every session shares.
+struct Shared {
+    program: Program,
+    plan: Plan,
+    options: CudaOptions,
+    model: ModelOptions,
+    /// The weights on the device, by graph input name.
+    weights: IndexMap<String, CudaTensor>,
+    /// Graph inputs a call supplies (neither weights nor symbol inputs), in order.
+    user_inputs: Vec<String>,
+    kernels: SharedKernels,
+}
+
+/// A model loaded on one GPU, ready to serve calls from many threads.
+pub struct Model {
+    /// Idle sessions (dropped before `shared`, whose weights they read).
+    idle: Mutex<Vec<Session>>,
+    shared: Arc<Shared>,
+    report: LoadReport,
+}
+
+// `Model` is shared by the threads that call it.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Model>();
+};
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("user_inputs", &self.shared.user_inputs)
+            .field("weights", &self.shared.weights.len())
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+/// Reads a bundle directory: the program, `bundle.json` and the stored inputs.
+fn read_bundle(
+    dir: &Path,
+    limits: &crate::Limits,
+) -> Result<(Program, BundleMeta, Vec<String>, IndexMap<String, Tensor>), ModelError> {
+    let err = |path: &Path, message: String| ModelError::Bundle {
+        path: path.to_path_buf(),
+        message,
+    };
+    if !dir.is_dir() {
+        return Err(err(
+            dir,
+            "not a bundle directory (program.json, bundle.json, inputs.safetensors, kernels/)".into(),
+        ));
+    }
+    let program_path = dir.join("program.json");
+    let text = std::fs::read_to_string(&program_path).map_err(|e| err(&program_path, e.to_string()))?;
+    let program = Program::from_json(&text).map_err(|e| err(&program_path, e.to_string()))?;
+    let meta_path = dir.join(BundleMeta::FILE);
+    let meta_text = std::fs::read_to_string(&meta_path).map_err(|e| err(&meta_path, e.to_string()))?;
+    let meta = BundleMeta::from_json(&meta_text).map_err(|e| err(&meta_path, e.to_string()))?;
+    let json: serde_json::Value = serde_json::from_str(&meta_text).map_err(|e| err(&meta_path, e.to_string()))?;
+    let weights = match json.get("weights") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| err(&meta_path, "`weights` must be a list of graph input names".into()))?,
+        Some(other) => {
+            return Err(err(
+                &meta_path,
+                format!("`weights` must be a list of graph input names, got {other}"),
+            ))
+        }
+    };
+    let inputs_path = dir.join("inputs.safetensors");
+    let inputs = if weights.is_empty() {
+        IndexMap::new()
+    } else {
+        let bytes = std::fs::read(&inputs_path).map_err(|e| err(&inputs_path, e.to_string()))?;
+        if bytes.len() as u64 > limits.max_alloc_bytes {
+            return Err(err(
+                &inputs_path,
+                format!(
+                    "{} bytes exceed the allocation limit of {} bytes",
+                    bytes.len(),
+                    limits.max_alloc_bytes
+                ),
+            ));
+        }
+        crate::exec::safetensors::parse(&bytes).map_err(|e| err(&inputs_path, e.to_string()))?
+    };
+    Ok((program, meta, weights, inputs))
+}
+
+impl Model {
+    /// Loads the bundle directory `path` (see the module documentation).
+    pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
+        let started = Instant::now();
+        let dir = path.as_ref();
+        let (program, meta, weight_names, stored) = read_bundle(dir, &options.limits)?;
+        let plan = compile_program_with_limits(&program, &options.limits)?;
+        let mut cuda = CudaOptions::for_bundle(dir, &meta).preload_for(&program);
+        cuda.ordinal = options.device;
+        let mut backend = CudaBackend::new(cuda.clone())?;
+        let device_open = backend.load_timings().device_open;
+        let device = backend.device_name()?;
+        let weights_started = Instant::now();
+        let mut weights = IndexMap::new();
+        let mut weight_bytes = 0u64;
+        for name in &weight_names {
+            let known = program
+                .main
+                .inputs
+                .iter()
+                .any(|i| matches!(i, GraphInput::Tensor { name: n } if n.as_str() == name.as_str()));
+            if !known {
+                return Err(ModelError::Bundle {
+                    path: dir.join(BundleMeta::FILE),
+                    message: format!("weight `{name}` is not a tensor input of the program"),
+                });
+            }
+            let host = stored.get(name).ok_or_else(|| ModelError::Bundle {
+                path: dir.join("inputs.safetensors"),
+                message: format!("weight `{name}` is not stored"),
+            })?;
+            weight_bytes += (host.numel() as u64).saturating_mul(host.dtype().size_bytes());
+            weights.insert(name.clone(), host.clone());
+        }
+        // Lay each weight out as the program declares it (one home for the matching rules).
+        let laid = place_weights(&program, &weights, &mut backend)?;
+        backend.synchronize()?;
+        let weight_time = weights_started.elapsed();
+        drop(stored);
+        let kernels = backend.preload_kernels(&program)?;
+        let user_inputs = program
+            .main
+            .inputs
+            .iter()
+            .filter_map(|i| match i {
+                GraphInput::Tensor { name } if !laid.contains_key(name.as_str()) => Some(name.to_string()),
+                _ => None,
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            kernels: backend.shared_kernels(),
+            program,
+            plan,
+            options: cuda,
+            model: options.clone(),
+            weights: laid,
+            user_inputs,
+        });
+        let first = Session::with_backend(Arc::clone(&shared), backend);
+        let report = LoadReport {
+            device,
+            weights: shared.weights.len(),
+            weight_bytes,
+            weight_time,
+            kernels,
+            device_open,
+            total: started.elapsed(),
+        };
+        Ok(Model {
+            idle: Mutex::new(vec![first]),
+            shared,
+            report,
+        })
+    }
+
+    /// What loading did and how long it took.
+    pub fn load_report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// The graph inputs each call supplies, in the program's order (the
+    /// weights are the model's own; symbol inputs follow from the sizes).
+    pub fn input_names(&self) -> &[String] {
+        &self.shared.user_inputs
+    }
+
+    /// The program the model runs.
+    pub fn program(&self) -> &Program {
+        &self.shared.program
+    }
+
+    /// A session of its own for the calling thread (kept until dropped;
+    /// [`Model::run`] borrows one per call instead).
+    pub fn session(&self) -> Result<Session, ModelError> {
+        let idle = self.idle.lock().ok().and_then(|mut v| v.pop());
+        match idle {
+            Some(s) => Ok(s),
+            None => Session::open(Arc::clone(&self.shared)),
+        }
+    }
+
+    /// Runs one call with host `inputs`, by graph input name, and returns
+    /// the outputs on the host. Safe to call from several threads at once.
+    pub fn run(&self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
+        let mut session = self.session()?;
+        let out = session.run(inputs);
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < self.shared.model.idle_sessions.max(1) {
+                idle.push(session);
+            }
+        }
+        out
+    }
+}
+
+/// Uploads `weights` laid out as the program declares them.
+fn place_weights(
+    program: &Program,
+    weights: &IndexMap<String, Tensor>,
+    backend: &mut CudaBackend,
+) -> Result<IndexMap<String, CudaTensor>, ModelError> {
+    let mut out = IndexMap::new();
+    for (name, host) in weights {
+        let layout = program
+            .main
+            .layout(&crate::ir::BufName::new(name))
+            .ok_or_else(|| ModelError::Exec(ExecError::Input(format!("weight `{name}` has no declared layout"))))?;
+        if layout.dtype != host.dtype() || layout.size.len() != host.size().len() {
+            return Err(ExecError::Input(format!(
+                "weight `{name}` is {}{:?}, the program declares {layout}",
+                host.dtype(),
+                host.size()
+            ))
+            .into());
+        }
+        let env = crate::sym::Bindings::new();
+        let spec = crate::exec::run::concrete_layout(layout, &env, &format!("weight `{name}`"), &|s| {
+            format!("its layout names symbol `{s}`, which a weight cannot bind")
+        })?;
+        if spec.size != host.size() {
+            return Err(ExecError::Input(format!(
+                "weight `{name}` has sizes {:?}, the program declares {:?}",
+                host.size(),
+                spec.size
+            ))
+            .into());
+        }
+        let t = backend.allocate(&spec)?;
+        backend.overwrite(&t, host)?;
+        out.insert(name.clone(), t);
+    }
+    Ok(out)
+}
+
+/// One input of a call: a host tensor, or a device tensor (a weight, or a
+/// caller's buffer used in place).
+enum Supplied<'a> {
+    Host(&'a Tensor),
+    Device(CudaTensor),
+}
+
+impl SuppliedInput for Supplied<'_> {
+    fn dtype(&self) -> crate::ir::DType {
+        match self {
+            Supplied::Host(t) => t.dtype(),
+            Supplied::Device(t) => t.spec().dtype,
+        }
+    }
+    fn size(&self) -> &[i64] {
+        match self {
+            Supplied::Host(t) => t.size(),
+            Supplied::Device(t) => &t.spec().size,
+        }
+    }
+    fn symbol_value(&self) -> Result<Option<i64>, ExecError> {
+        match self {
+            Supplied::Host(t) => t.symbol_value(),
+            Supplied::Device(_) => Ok(None),
+        }
+    }
+}
+
+/// A caller's device tensor for [`Session::run_device`].
+#[derive(Clone, Debug)]
+pub struct DeviceInput {
+    /// Address of the allocation (element 0 of the storage, not of the view).
+    pub ptr: u64,
+    /// Bytes of the allocation from `ptr`.
+    pub bytes: usize,
+    /// Layout of the view (dtype, sizes, strides, storage offset).
+    pub spec: TensorSpec,
+}
+
+/// The calls of one thread: its own backend (stream, libraries, arena)
+/// and its recordings, one per shape bucket.
+pub struct Session {
+    shared: Arc<Shared>,
+    backend: CudaBackend,
+    cache: PreparedCache,
+    /// Device input buffers per shape bucket (host calls), oldest first.
+    buckets: Vec<(Vec<TensorSpec>, IndexMap<String, CudaTensor>)>,
+    /// The program cannot be prepared (e.g. it needs the host): every call runs the interpreter.
+    interpret: bool,
+    /// The outputs of the last device call.
+    outputs: Vec<Value<CudaTensor>>,
+}
+
+// SAFETY: a session owns its backend and the recordings that backend made;
+// every `Rc` and raw CUDA handle in them (modules, library handles and
+// plans, streams) is reachable only through this session, so moving the
+// session moves all of them together and no two threads use them at once.
+// The handles belong to the device's primary context, which each call binds
+// on the calling thread before any CUDA call (`CudaBackend::bind`); cuBLAS,
+// cuBLASLt and cuDNN handles may move between threads when not used
+// concurrently.
+unsafe impl Send for Session {}
+
+impl Session {
+    fn open(shared: Arc<Shared>) -> Result<Session, ModelError> {
+        let mut backend = CudaBackend::new(shared.options.clone())?;
+        backend.adopt_kernels(&shared.kernels);
+        Ok(Session::with_backend(shared, backend))
+    }
+
+    fn with_backend(shared: Arc<Shared>, backend: CudaBackend) -> Session {
+        let cache = PreparedCache::with_capacity(shared.model.shape_cache);
+        Session {
+            shared,
+            backend,
+            cache,
+            buckets: Vec::new(),
+            interpret: false,
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Matches `supplied` (user inputs by name) plus the weights to the
+    /// program: the graph inputs in order and the constants, each placed by
+    /// `place` (weights come to it as device tensors).
+    #[allow(clippy::type_complexity)]
+    fn bind<'a, T>(
+        &self,
+        supplied: IndexMap<String, Supplied<'a>>,
+        place: &mut dyn FnMut(&str, &Supplied<'a>, &TensorSpec) -> Result<T, ExecError>,
+    ) -> Result<(Vec<Value<T>>, IndexMap<String, T>), ModelError> {
+        let mut all = supplied;
+        for (name, t) in &self.shared.weights {
+            if all.contains_key(name) {
+                return Err(ExecError::Input(format!(
+                    "`{name}` is a weight of the model; it is not supplied per call"
+                ))
+                .into());
+            }
+            all.insert(name.clone(), Supplied::Device(t.clone()));
+        }
+        Ok(place_inputs(&self.shared.program, &all, place)?)
+    }
+
+    /// Runs one call with host `inputs` (by graph input name) and copies the
+    /// outputs to the host.
+    pub fn run(&mut self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
+        self.backend.bind()?;
+        let buffers = self.upload(inputs)?;
+        let outputs = match self.execute_uploaded(&buffers) {
+            Err(ModelError::Exec(ExecError::Unsupported(m))) if m.starts_with(UNPREPARABLE) => {
+                // The recording ran the whole call but cannot be replayed:
+                // run it again through the interpreter on fresh copies of the inputs.
+                self.interpret = true;
+                let buffers = self.upload(inputs)?;
+                self.execute_uploaded(&buffers)?
+            }
+            r => r?,
+        };
+        let host = outputs
+            .iter()
+            .map(|v| to_host(&mut self.backend, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.backend.synchronize()?;
+        Ok(host)
+    }
+
+    /// Copies host `inputs` into the device buffers of their shape bucket
+    /// (made on the bucket's first call); returns the buffers by name.
+    fn upload(&mut self, inputs: &IndexMap<String, Tensor>) -> Result<IndexMap<String, CudaTensor>, ModelError> {
+        let supplied: IndexMap<String, Supplied<'_>> =
+            inputs.iter().map(|(k, v)| (k.clone(), Supplied::Host(v))).collect();
+        let mut specs: Vec<(String, TensorSpec)> = Vec::new();
+        self.bind(supplied, &mut |name, s, spec| {
+            if let Supplied::Host(_) = s {
+                specs.push((name.to_string(), spec.clone()));
+            }
+            Ok(())
+        })?;
+        let key: Vec<TensorSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
+        let bucket = match self.buckets.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let mut buffers = IndexMap::new();
+                for (name, spec) in &specs {
+                    buffers.insert(name.clone(), self.backend.allocate(spec)?);
+                }
+                if self.buckets.len() >= self.shared.model.shape_cache.max(1) {
+                    self.buckets.remove(0);
+                }
+                self.buckets.push((key, buffers));
+                self.buckets.len() - 1
+            }
+        };
+        let buffers = self
+            .buckets
+            .get(bucket)
+            .map(|(_, b)| b.clone())
+            .ok_or_else(|| ExecError::op("cuda", "shape bucket vanished"))?;
+        for (name, dst) in &buffers {
+            let host = inputs
+                .get(name)
+                .ok_or_else(|| ExecError::Input(format!("input `{name}` was not supplied")))?;
+            self.backend.overwrite(dst, host).map_err(|e| match e {
+                ExecError::Input(m) => ExecError::Input(format!("input `{name}`: {m}")),
+                e => e,
+            })?;
+        }
+        Ok(buffers)
+    }
+
+    /// Runs the call on inputs already in device `buffers`.
+    fn execute_uploaded(
+        &mut self,
+        buffers: &IndexMap<String, CudaTensor>,
+    ) -> Result<Vec<Value<CudaTensor>>, ModelError> {
+        let supplied: IndexMap<String, Supplied<'_>> = buffers
+            .iter()
+            .map(|(k, v)| (k.clone(), Supplied::Device(v.clone())))
+            .collect();
+        let (args, constants) = self.bind(supplied, &mut |name, s, _| match s {
+            Supplied::Device(t) => Ok(t.clone()),
+            Supplied::Host(_) => Err(ExecError::Input(format!("`{name}` is not on the device"))),
+        })?;
+        self.execute(args, &constants)
+    }
+
+    /// Runs one call on the caller's device tensors, used in place (no
+    /// copy), and returns the outputs on the device: valid until the next
+    /// call on this session. Inputs are read on the session's stream after
+    /// the work queued on `stream` so far (a `CUstream`; 0 for none), and
+    /// `stream` waits for the outputs before its later work.
+    ///
+    /// # Safety
+    /// Each input's memory must be a live allocation of this device holding
+    /// `bytes` bytes, not freed or written by others until `stream` has
+    /// passed this call.
+    pub unsafe fn run_device(
+        &mut self,
+        inputs: &IndexMap<String, DeviceInput>,
+        stream: u64,
+    ) -> Result<&[Value<CudaTensor>], ModelError> {
+        self.backend.bind()?;
+        let mut supplied = IndexMap::new();
+        for (name, d) in inputs {
+            // SAFETY: the caller's contract above.
+            let t = unsafe { self.backend.borrow_device(d.ptr, d.bytes, d.spec.clone()) }
+                .map_err(|e| ExecError::Input(format!("input `{name}`: {e}")))?;
+            supplied.insert(name.clone(), Supplied::Device(t));
+        }
+        let (args, constants) = self.bind(supplied, &mut |name, s, spec| match s {
+            Supplied::Device(t) if t.spec().stride == spec.stride && t.spec().offset == spec.offset => Ok(t.clone()),
+            Supplied::Device(t) => Err(ExecError::Input(format!(
+                "`{name}` has strides {:?} and offset {}, the program declares {:?} and {}",
+                t.spec().stride,
+                t.spec().offset,
+                spec.stride,
+                spec.offset
+            ))),
+            Supplied::Host(_) => Err(ExecError::Input(format!("`{name}` is not on the device"))),
+        })?;
+        self.backend.wait_for_stream(stream)?;
+        self.outputs = self.execute(args, &constants)?;
+        self.backend.signal_stream(stream)?;
+        Ok(&self.outputs)
+    }
+
+    /// Runs the plan: replays the bucket's recording, records it on its
+    /// first call, or interprets when the program cannot be prepared (after
+    /// the first such call, which fails with [`UNPREPARABLE`]).
+    fn execute(
+        &mut self,
+        args: Vec<Value<CudaTensor>>,
+        constants: &IndexMap<String, CudaTensor>,
+    ) -> Result<Vec<Value<CudaTensor>>, ModelError> {
+        let shared = Arc::clone(&self.shared);
+        if !self.interpret {
+            return match self
+                .cache
+                .run(&mut self.backend, &shared.plan, &args, constants, shared.model.graphs)
+            {
+                Ok(p) => Ok(p.outputs().to_vec()),
+                Err(ExecError::Unsupported(m)) if m.starts_with(UNPREPARABLE) => {
+                    self.interpret = true;
+                    Err(ExecError::Unsupported(m).into())
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+        Ok(shared.plan.run(&mut self.backend, args, constants)?.outputs)
+    }
+
+    /// Copies the outputs of the last [`Session::run_device`] call to the host.
+    pub fn outputs_to_host(&mut self) -> Result<Vec<Value<Tensor>>, ModelError> {
+        self.backend.bind()?;
+        let outputs = std::mem::take(&mut self.outputs);
+        let host = outputs
+            .iter()
+            .map(|v| to_host(&mut self.backend, v))
+            .collect::<Result<Vec<_>, _>>();
+        self.outputs = outputs;
+        let host = host?;
+        self.backend.synchronize()?;
+        Ok(host)
+    }
+
+    /// Recordings this session holds (one per shape bucket seen).
+    pub fn recordings(&self) -> usize {
+        self.cache.len()
+    }
+}
