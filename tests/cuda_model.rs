@@ -45,9 +45,33 @@ fn call_inputs(model: &Model, dir: &Path) -> IndexMap<String, Tensor> {
         .collect()
 }
 
-/// Every output's dtype, sizes and raw bits.
-fn bits(outputs: &[Value<Tensor>]) -> Vec<String> {
-    output_leaves(outputs).iter().map(|l| format!("{l:?}")).collect()
+/// Every output's dtype, sizes and element bits (floating elements widened
+/// to f64 exactly, integers to i64; complex as their parts).
+fn bits(outputs: &[Value<Tensor>]) -> Vec<(String, Vec<i64>, Vec<u64>)> {
+    use wrapir::exec::compare::OutputLeaf;
+    output_leaves(outputs)
+        .iter()
+        .map(|leaf| match leaf {
+            OutputLeaf::Tensor(t) => {
+                let t = if t.dtype().is_complex() {
+                    t.view_as_real().expect("complex parts")
+                } else {
+                    (*t).clone()
+                };
+                let v = if t.dtype().is_floating() {
+                    t.to_f64_vec()
+                        .expect("floating")
+                        .into_iter()
+                        .map(f64::to_bits)
+                        .collect()
+                } else {
+                    t.to_i64_vec().expect("integer").into_iter().map(|i| i as u64).collect()
+                };
+                (t.dtype().to_string(), t.size().to_vec(), v)
+            }
+            OutputLeaf::Int(i) => ("int".to_string(), Vec::new(), vec![*i as u64]),
+        })
+        .collect()
 }
 
 fn check_eager(dir: &Path, outputs: &[Value<Tensor>]) {
