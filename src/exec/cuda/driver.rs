@@ -110,6 +110,11 @@ impl Device {
         self.stream.cu_stream()
     }
 
+    /// The device's name (`cuDeviceGetName`).
+    pub(super) fn name(&self) -> Result<String, CudaError> {
+        self.ctx.name().map_err(|e| CudaError::driver("cuDeviceGetName", e))
+    }
+
     /// An attribute of the device.
     pub(super) fn attribute(&self, attr: sys::CUdevice_attribute) -> Result<i32, CudaError> {
         self.ctx
