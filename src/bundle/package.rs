@@ -6,9 +6,10 @@
 //! 0       8     magic  89 77 69 72 70 6b 67 0a  ("\x89wirpkg\n")
 //! 8       4     format version, u32 little-endian (FORMAT_VERSION = 1)
 //! 12      4     flags, u32 little-endian (0; any other value is an error in version 1)
-//! 16      8     toc_length, u64 little-endian: bytes of the table of contents
-//! 24      8     data_offset, u64 little-endian: where payloads start (a multiple of 8)
-//! 32      toc_length  table of contents: UTF-8 JSON (a `Manifest`)
+//! 16      8     file_length, u64 little-endian: the length of the whole file
+//! 24      8     toc_length, u64 little-endian: bytes of the table of contents
+//! 32      8     data_offset, u64 little-endian: where payloads start (a multiple of 8)
+//! 40      toc_length  table of contents: UTF-8 JSON (a `Manifest`)
 //! ...     zero padding up to data_offset
 //! data_offset + entry.offset: each entry's bytes (entry offsets are multiples of 8)
 //! ```
@@ -33,7 +34,7 @@ pub const MAGIC: [u8; 8] = *b"\x89wirpkg\n";
 /// The format version this wrapir writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Bytes of the fixed header before the table of contents.
-pub const HEADER_LEN: u64 = 32;
+pub const HEADER_LEN: u64 = 40;
 /// Alignment of `data_offset` and of every entry's offset.
 pub const ALIGN: u64 = 8;
 /// The largest table of contents a reader accepts.
@@ -147,7 +148,17 @@ impl Package {
         if flags != 0 {
             return Err(bad(format!("unknown header flags {flags:#x} (version 1 has none)")));
         }
-        let (toc_len, data_offset) = (u64_at(16), u64_at(24));
+        let declared = u64_at(16);
+        if declared != file_len {
+            return Err(bad(if declared > file_len {
+                format!("truncated: the header says the package is {declared} bytes, the file has {file_len}")
+            } else {
+                format!(
+                    "the header says the package is {declared} bytes, the file has {file_len} (bytes after its end)"
+                )
+            }));
+        }
+        let (toc_len, data_offset) = (u64_at(24), u64_at(32));
         if toc_len > MAX_TOC_BYTES {
             return Err(bad(format!(
                 "the table of contents claims {toc_len} bytes, more than the {MAX_TOC_BYTES} a package may have"
@@ -276,10 +287,12 @@ pub fn write(
         ));
     }
     let data_offset = align(HEADER_LEN + toc_len);
+    let file_length = data_offset + at;
     let mut header = Vec::with_capacity(HEADER_LEN as usize);
     header.extend_from_slice(&MAGIC);
     header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     header.extend_from_slice(&0u32.to_le_bytes());
+    header.extend_from_slice(&file_length.to_le_bytes());
     header.extend_from_slice(&toc_len.to_le_bytes());
     header.extend_from_slice(&data_offset.to_le_bytes());
     let io = |e: std::io::Error| e.to_string();
@@ -293,5 +306,5 @@ pub fn write(
         let pad = align(bytes.len() as u64) - bytes.len() as u64;
         out.write_all(&zeros[..pad as usize]).map_err(io)?;
     }
-    Ok(data_offset + at)
+    Ok(file_length)
 }
