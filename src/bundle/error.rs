@@ -10,15 +10,14 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     /// A file could not be read, mapped or written.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}: {error}", path.display())]
     Io {
         /// What was being done (`reading`, `writing`, `mapping`).
         what: &'static str,
         /// The file.
         path: PathBuf,
         /// The operating system's error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A path that is neither a program file, a bundle directory nor a package.
     #[error("{}: {reason}", path.display())]
@@ -40,22 +39,20 @@ pub enum BundleError {
         error: crate::text::ParseError,
     },
     /// A program in JSON that does not read.
-    #[error("in {name}: {source}")]
+    #[error("in {name}: {error}")]
     Json {
         /// The program file or entry.
         name: String,
         /// Why.
-        #[source]
-        source: crate::ir::FormatError,
+        error: crate::ir::FormatError,
     },
     /// A file or entry that must be UTF-8 text and is not.
-    #[error("{name} is not UTF-8 text: {source}")]
+    #[error("{name} is not UTF-8 text: {error}")]
     NotText {
         /// The file or entry.
         name: String,
         /// Where the bytes stop being UTF-8.
-        #[source]
-        source: std::str::Utf8Error,
+        error: std::str::Utf8Error,
     },
     /// A `bundle.json` that cannot be read.
     #[error("in {name}: {message}")]
@@ -66,13 +63,12 @@ pub enum BundleError {
         message: String,
     },
     /// A safetensors file or entry that cannot be read.
-    #[error("in {name}: {source}")]
+    #[error("in {name}: {error}")]
     Safetensors {
         /// The file or entry.
         name: String,
         /// Why (naming the tensor).
-        #[source]
-        source: crate::exec::safetensors::SafetensorsError,
+        error: crate::exec::safetensors::SafetensorsError,
     },
     /// A file that is not a wrapir package (its first bytes are not the magic).
     #[error("{}: not a wrapir package (the file does not start with the `.wirpkg` magic bytes)", path.display())]
@@ -129,7 +125,7 @@ impl BundleError {
         BundleError::Io {
             what,
             path: path.into(),
-            source,
+            error: source,
         }
     }
 }

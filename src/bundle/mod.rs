@@ -140,9 +140,9 @@ impl Bundle {
             return Bundle::from_store(path, BundleKind::Package, store, limits);
         }
         let name = path.display().to_string();
-        let text = std::str::from_utf8(&bytes).map_err(|source| BundleError::NotText {
+        let text = std::str::from_utf8(&bytes).map_err(|error| BundleError::NotText {
             name: name.clone(),
-            source,
+            error,
         })?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Bundle::from_parts(
@@ -189,16 +189,16 @@ impl Bundle {
             bundle: path.display().to_string(),
             entry: entry.to_string(),
         })?;
-        let text = std::str::from_utf8(&bytes).map_err(|source| BundleError::NotText {
+        let text = std::str::from_utf8(&bytes).map_err(|error| BundleError::NotText {
             name: name.clone(),
-            source,
+            error,
         })?;
         let mut bundle = Bundle::from_parts(path, kind, store, name, text.into(), limits)?;
         if let Some(json) = bundle.entry(BundleMeta::FILE)? {
             let name = bundle.display(BundleMeta::FILE);
-            let text = std::str::from_utf8(&json).map_err(|source| BundleError::NotText {
+            let text = std::str::from_utf8(&json).map_err(|error| BundleError::NotText {
                 name: name.clone(),
-                source,
+                error,
             })?;
             let meta_error = |message: String| BundleError::Meta {
                 name: name.clone(),
@@ -310,9 +310,9 @@ impl Bundle {
         };
         crate::exec::safetensors::parse_with_limits(&bytes, &self.limits)
             .map(Some)
-            .map_err(|source| BundleError::Safetensors {
+            .map_err(|error| BundleError::Safetensors {
                 name: self.display(entry),
-                source,
+                error,
             })
     }
 
@@ -425,9 +425,9 @@ impl Store {
 /// within `limits`.
 fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program, BundleError> {
     if text.trim_start().starts_with('{') {
-        Program::from_json(text).map_err(|source| BundleError::Json {
+        Program::from_json(text).map_err(|error| BundleError::Json {
             name: name.to_string(),
-            source,
+            error,
         })
     } else {
         crate::text::parse_with_limits(text, limits).map_err(|error| BundleError::Parse {
@@ -442,8 +442,8 @@ fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program
 /// the file and the tensor.
 pub fn read_safetensors(path: &Path, limits: &Limits) -> Result<Safetensors, BundleError> {
     let bytes = SharedBytes::map(path)?;
-    crate::exec::safetensors::parse_with_limits(&bytes, limits).map_err(|source| BundleError::Safetensors {
+    crate::exec::safetensors::parse_with_limits(&bytes, limits).map_err(|error| BundleError::Safetensors {
         name: path.display().to_string(),
-        source,
+        error,
     })
 }
