@@ -37,8 +37,20 @@ impl SharedBytes {
     /// package by renaming a new file over it (which leaves existing mappings
     /// of the old one intact). A file that another process truncates while it
     /// is mapped is outside what any reader can guard against.
+    ///
+    /// What cannot be mapped because it is not a regular file (a pipe, such
+    /// as a shell's `<(...)`) is read into memory instead.
     pub fn map(path: &Path) -> Result<SharedBytes, BundleError> {
         let file = std::fs::File::open(path).map_err(|e| BundleError::io("opening", path, e))?;
+        let regular = file
+            .metadata()
+            .map_err(|e| BundleError::io("opening", path, e))?
+            .is_file();
+        if !regular {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| BundleError::io("reading", path, e))?;
+            return Ok(SharedBytes::from(bytes));
+        }
         // SAFETY: a read-only private mapping; see the function docs for the
         // one hazard (another process truncating the file) that mapping brings.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| BundleError::io("mapping", path, e))?;
