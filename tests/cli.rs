@@ -19,6 +19,10 @@ fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// Arguments, exit code, texts stdout must contain, text stderr must
+/// contain, text neither may contain.
+type Case<'a> = (&'a [&'a str], i32, &'a [&'a str], &'a str, &'a str);
+
 fn f32s(v: &[f32], size: &[i64]) -> Tensor {
     Tensor::from_vec(v.to_vec(), size).unwrap()
 }
@@ -33,7 +37,7 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
     other.insert("something_else".to_string(), f32s(&[1.0], &[1]));
     std::fs::write(&nonzero_inputs, safetensors::write(&other).unwrap()).unwrap();
     // (arguments, exit code, texts stdout must contain, text stderr must contain, text neither may contain)
-    let cases: &[(&[&str], i32, &[&str], &str, &str)] = &[
+    let cases: &[Case] = &[
         (&["run", "fixtures/nonzero.wir"], 0, &["device: meta\n"], "", ""),
         (
             &["run", path_str(&cat_mm), "--device", "cpu"],

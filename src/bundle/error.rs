@@ -27,7 +27,7 @@ pub enum BundleError {
         /// Why not.
         reason: String,
     },
-    /// A program in the text form that does not parse. [`BundleError::Parse::text`]
+    /// A program in the text form that does not parse. `text`
     /// holds the source so that a caller can show the offending line.
     #[error("cannot parse {name} (line {}, column {}): {}", error.line, error.column, error.message)]
     Parse {

@@ -89,7 +89,7 @@ enum Store {
     /// A bundle directory.
     Directory(PathBuf),
     /// A package.
-    Package(package::Package),
+    Package(Box<package::Package>),
 }
 
 /// An opened program file, bundle directory or package: the program (its
@@ -136,7 +136,7 @@ impl Bundle {
         let is_package =
             bytes.starts_with(&package::MAGIC) || path.extension().is_some_and(|e| e == package::EXTENSION);
         if is_package {
-            let store = Store::Package(package::Package::parse(path, bytes)?);
+            let store = Store::Package(Box::new(package::Package::parse(path, bytes)?));
             return Bundle::from_store(path, BundleKind::Package, store, limits);
         }
         let name = path.display().to_string();
