@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 max_bytes=262144 # seeds over 256 KiB slow every execution down; leave them out
-mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,validate_lower,interp_meta,interp_host,gen_program}
+mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,package,validate_lower,interp_meta,interp_host,gen_program}
 
 copy() { # copy SRC TARGET NAME, if small enough
   local size
@@ -25,6 +25,14 @@ for d in "$root"/fixtures/inductor/bundles/*/; do
   fi
   if [ -f "$d/inputs.safetensors" ]; then copy "$d/inputs.safetensors" safetensors "$b.safetensors"; fi
 done
+
+# package: small bundles packed with the wrapir binary, when one is built.
+wrapir_bin="$root/target/debug/wrapir"
+if [ -x "$wrapir_bin" ]; then
+  for b in cat_mm softmax topk feat_cond_unbacked; do
+    "$wrapir_bin" pack "$root/fixtures/inductor/bundles/$b" -o "$corpus/package/$b.wirpkg" >/dev/null
+  done
+fi
 
 # sym: line 1 and 2 are the sides, further lines assumptions.
 i=0

@@ -16,6 +16,9 @@
 //! * [`reconcile`]: Triton launches matched to their kernels by name, proved, and
 //!   the lowerings' emitted launches validated against them.
 //! * [`fx`] and [`exec`]: the FX graph, its interpreter and the execution backends.
+//! * [`bundle`]: opening a program file, a bundle directory exported from
+//!   Inductor or a one-file `.wirpkg` package ([`bundle::Bundle::open`]), and
+//!   writing packages.
 //!
 //! ## Lowering a program
 //!
@@ -39,19 +42,22 @@
 //! ```no_run
 //! # #[cfg(feature = "cuda")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta};
-//! use wrapir::exec::{cuda, safetensors};
+//! use wrapir::bundle::Bundle;
+//! use wrapir::exec::compare::{compare_leaves, output_leaves};
+//! use wrapir::exec::cuda;
 //!
-//! let dir = std::path::Path::new("fixtures/inductor/bundles/softmax");
-//! let program = wrapir::ir::Program::from_json(&std::fs::read_to_string(dir.join("program.json"))?)?;
-//! let inputs = safetensors::parse(&std::fs::read(dir.join("inputs.safetensors"))?)?;
-//! let expected = safetensors::parse(&std::fs::read(dir.join(BundleMeta::EXPECTED))?)?;
-//! let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(BundleMeta::FILE))?)?;
+//! // A bundle directory or a `.wirpkg` package made by `wrapir pack`.
+//! let bundle = Bundle::open(std::path::Path::new("fixtures/inductor/bundles/softmax"))?;
+//! let program = bundle.program();
+//! let inputs = bundle.inputs()?.unwrap_or_default();
+//! let expected = bundle.expected()?.unwrap_or_default();
+//! let meta = bundle.meta();
 //! let options = cuda::CudaOptions {
 //!     host_fallback: false, // the default: an op with no device implementation is an error naming it
-//!     ..cuda::CudaOptions::for_bundle(dir, &meta) // kernels from `dir`, math modes from bundle.json
+//!     // kernel images from the bundle, math modes from bundle.json
+//!     ..cuda::CudaOptions::for_bundle(bundle.kernel_images(), meta)
 //! };
-//! let out = cuda::run_program(&program, options, &inputs)?;   // validates, lowers to FX, runs
+//! let out = cuda::run_program(program, options, &inputs)?;   // validates, lowers to FX, runs
 //! // Tensors, and integer outputs where the bundle stores them (`int_outputs`).
 //! let got = output_leaves(&out.outputs);
 //! let comparison = compare_leaves(&got, &expected, meta.int_outputs.as_deref(), meta.tolerance);
@@ -63,6 +69,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bundle;
 pub mod exec;
 pub mod fx;
 pub mod ir;

@@ -4,8 +4,8 @@
 //! work by a [`Limits`] the caller passes (the plain entry points use
 //! [`Limits::default`]). Exceeding one is an error ([`LimitExceeded`]) that
 //! names the limit, the value that exceeded it, and the `wrapir` flag that
-//! raises it. The library does no I/O: the CLI reads the host's physical memory
-//! and passes it in as the memory limits.
+//! raises it. The library reads no system state: the CLI reads the host's
+//! physical memory and passes it in as the memory limits.
 
 use std::fmt;
 

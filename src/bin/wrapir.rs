@@ -10,7 +10,13 @@ use wrapir::ir::{self, Program};
 
 #[path = "wrapir/bench.rs"]
 mod bench;
+#[path = "wrapir/run.rs"]
+mod run;
 use bench::{bench_cuda, BenchOptions};
+#[cfg(feature = "cuda")]
+use run::exec_host_fallback_hint;
+use run::{run_command, RunArgs};
+use wrapir::bundle::{Bundle, BundleError};
 
 #[derive(Parser)]
 #[command(
@@ -95,7 +101,7 @@ fn limits() -> wrapir::Limits {
 enum Command {
     /// Lower a program to wrapper code.
     Lower {
-        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
         program: PathBuf,
         /// The back end.
         #[arg(long, value_enum, default_value_t = Target::Python)]
@@ -116,7 +122,7 @@ enum Command {
     },
     /// Print a program in the canonical text form (or JSON).
     Print {
-        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
         program: PathBuf,
         /// Print JSON instead of the text form.
         #[arg(long)]
@@ -131,7 +137,7 @@ enum Command {
     /// proven, and totals; exits 1 when the program is invalid, any launch
     /// failed, or a lowering could not report its launches.
     Check {
-        /// A `.json` or `.wir` program, a bundle directory (its `program.json`), or `-` for stdin.
+        /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
         program: PathBuf,
         /// Print the proof of each equality and the counterexample of each disproof.
         #[arg(long)]
@@ -184,8 +190,8 @@ enum Command {
     /// `compiled_tolerance`; reported as absent when the bundle has none).
     /// The run fails (exit 1) when either comparison fails.
     Run {
-        /// A `.json` or `.wir` program, `-` for stdin, or a bundle directory
-        /// (its `program.json`; inputs and expected outputs default to its
+        /// A `.json` or `.wir` program, `-` for stdin, a bundle directory or a
+        /// `.wirpkg` package (inputs and expected outputs default to its
         /// `inputs.safetensors` and, on cpu and cuda, `expected.safetensors`).
         program: PathBuf,
         /// The backend.
@@ -221,6 +227,18 @@ enum Command {
         #[arg(long)]
         allow_host_fallback: bool,
     },
+    /// Write a bundle as one `.wirpkg` file: the program, kernel images,
+    /// inputs (weights included), eager and compiled outputs and
+    /// `bundle.json`, with a table of contents recording the PyTorch and
+    /// Triton versions, the tolerances and the cubins' GPU architectures.
+    /// Every command takes the package where it takes the bundle.
+    Pack {
+        /// A bundle directory (or a package, or a program file).
+        bundle: PathBuf,
+        /// The package to write (replaced if it exists).
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+    },
     /// Symbolic size expressions.
     Sym {
         #[command(subcommand)]
@@ -235,7 +253,7 @@ enum Command {
     /// warm-up), whether graph outputs equal direct outputs bit for bit, the
     /// device memory of each path, and a last `bench-json` line.
     Bench {
-        /// A bundle directory (`program.json`, `inputs.safetensors`, `kernels/`).
+        /// A bundle directory or a `.wirpkg` package (with inputs and kernel images).
         bundle: PathBuf,
         /// The device (only `cuda`).
         #[arg(long, default_value = "cuda")]
@@ -336,7 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if runtime_header.is_some() && !matches!(target, Target::CppStandalone) {
                 bail!("--runtime-header needs --target cpp-standalone (only that dialect includes the runtime header)");
             }
-            let (program, _) = load(&program)?;
+            let program = open_bundle(&program)?.program().clone();
             let program = if no_guards { program } else { with_guards(program)? };
             let info = match ir::validate_with_limits(&program, &limits()) {
                 Ok(info) => info,
@@ -355,11 +373,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Print { program, json } => {
-            let (program, _) = load(&program)?;
+            let bundle = open_bundle(&program)?;
+            let program = bundle.program();
             let text = if json {
                 program.to_json() + "\n"
             } else {
-                wrapir::text::print(&program)
+                wrapir::text::print(program)
             };
             write_output(None, &text)?;
             Ok(ExitCode::SUCCESS)
@@ -375,8 +394,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if allow_host_fallback && device != Some(CheckDevice::Cuda) {
                 bail!("--allow-host-fallback is for `--device cuda`");
             }
-            let (program, name) = load(&program)?;
-            let info = match ir::validate_with_limits(&program, &limits()) {
+            let bundle = open_bundle(&program)?;
+            let (program, name) = (bundle.program(), bundle.name());
+            let info = match ir::validate_with_limits(program, &limits()) {
                 Ok(info) => info,
                 Err(e) => {
                     eprintln!("{name}: invalid\n{e}");
@@ -388,7 +408,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{name}: valid");
             // After the launch report: the extern ops the chosen backend cannot run.
             let device_ok = || match device {
-                Some(d) => check_device_ops(&program, d, allow_host_fallback),
+                Some(d) => check_device_ops(program, d, allow_host_fallback),
                 None => true,
             };
             if no_translation {
@@ -497,7 +517,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             bench_cuda(&bundle, &options)
         }
+        Command::Pack { bundle, output } => pack(&bundle, &output),
     }
+}
+
+/// `wrapir pack`: writes the bundle as a package and says what it holds.
+fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
+    let bundle = open_bundle(input)?;
+    let summary = bundle.write_package(output)?;
+    let m = &summary.metadata;
+    let kernels = summary.entries.iter().filter(|e| e.starts_with("kernels/")).count();
+    let mut out = format!(
+        "packed {} into {}: {} entries, {} bytes\n",
+        input.display(),
+        output.display(),
+        summary.entries.len(),
+        summary.bytes
+    );
+    for entry in &summary.entries {
+        if !entry.starts_with("kernels/") {
+            out += &format!("  {entry}\n");
+        }
+    }
+    let arch: Vec<String> = m.cubin_arch.iter().map(|sm| format!("sm_{sm}")).collect();
+    out += &format!(
+        "  kernels/: {kernels} files, {} cubins loaded by the program{}\n",
+        m.cubins.len(),
+        if arch.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", arch.join(", "))
+        }
+    );
+    if let (Some(torch), Some(triton)) = (&m.torch, &m.triton) {
+        out += &format!("  compiled by PyTorch {torch}, Triton {triton}\n");
+    }
+    if !m.weights.is_empty() {
+        out += &format!("  weights: {} of the graph inputs\n", m.weights.len());
+    }
+    write_output(None, &out)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 // ---- `wrapir ops` and `wrapir check --device` ----------------------------------
@@ -642,50 +701,49 @@ fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitC
     })
 }
 
-/// Reads a program from a `.json`/`.wir` file, a bundle directory (its
-/// `program.json`) or stdin (`-`); JSON is detected by a leading `{`. Parse
+/// Opens a program file, bundle directory or package ([`Bundle::open`]), or
+/// program text from stdin (`-`), within this invocation's limits. Parse
 /// errors are rendered with the offending source line.
-fn load(path: &Path) -> Result<(Program, String)> {
-    if path.is_dir() {
-        return load(&path.join("program.json"));
-    }
-    let (text, name) = if path.as_os_str() == "-" {
+fn open_bundle(path: &Path) -> Result<Bundle> {
+    let opened = if path.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
-        (s, "<stdin>".to_string())
+        Bundle::from_text("<stdin>", s, &limits())
     } else {
-        let s = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        (s, path.display().to_string())
+        Bundle::open_with_limits(path, &limits())
     };
-    let program = if text.trim_start().starts_with('{') {
-        Program::from_json(&text).with_context(|| format!("in {name}"))?
-    } else {
-        match wrapir::text::parse_with_limits(&text, &limits()) {
-            Ok(p) => p,
-            Err(e) => {
-                // The graphical renderer cannot show a line this long (nor
-                // should it): name the place without the snippet.
-                let line_len = text.split('\n').nth(e.line.saturating_sub(1)).map_or(0, str::len);
-                if e.column > MAX_SNIPPET_COLUMNS || line_len > MAX_SNIPPET_COLUMNS {
-                    bail!(
-                        "cannot parse {name} (line {}, column {}): {}",
-                        e.line,
-                        e.column,
-                        e.message
-                    );
-                }
-                let offset = byte_offset(&text, e.line, e.column);
-                let report = miette!(labels = vec![LabeledSpan::at_offset(offset, "here")], "{}", e.message)
-                    .with_source_code(NamedSource::new(name.clone(), text.clone()));
-                bail!(
-                    "cannot parse {name} (line {}, column {}):\n{report:?}",
-                    e.line,
-                    e.column
-                );
-            }
-        }
+    opened.map_err(render_bundle_error)
+}
+
+/// A bundle error for the terminal: a parse error shows the source line.
+fn render_bundle_error(e: BundleError) -> anyhow::Error {
+    let BundleError::Parse { name, text, error: e } = e else {
+        return anyhow::Error::new(e);
     };
-    Ok((program, name))
+    // The graphical renderer cannot show a line this long (nor should it):
+    // name the place without the snippet.
+    let line_len = text.split('\n').nth(e.line.saturating_sub(1)).map_or(0, str::len);
+    if e.column > MAX_SNIPPET_COLUMNS || line_len > MAX_SNIPPET_COLUMNS {
+        return anyhow::anyhow!(
+            "cannot parse {name} (line {}, column {}): {}",
+            e.line,
+            e.column,
+            e.message
+        );
+    }
+    let offset = byte_offset(&text, e.line, e.column);
+    let report = miette!(labels = vec![LabeledSpan::at_offset(offset, "here")], "{}", e.message)
+        .with_source_code(NamedSource::new(name.clone(), text.to_string()));
+    anyhow::anyhow!(
+        "cannot parse {name} (line {}, column {}):\n{report:?}",
+        e.line,
+        e.column
+    )
+}
+
+/// The tensors of a safetensors file given on the command line (mapped).
+fn read_tensors(path: &Path) -> Result<indexmap::IndexMap<String, wrapir::exec::Tensor>> {
+    Ok(wrapir::bundle::read_safetensors(path, &limits())?.tensors)
 }
 
 /// Longest source line a parse error is shown with (miette's renderer handles
@@ -712,470 +770,4 @@ fn write_output(path: Option<&Path>, text: &str) -> Result<()> {
             out.write_all(text.as_bytes()).context("writing stdout")
         }
     }
-}
-
-// ---- `wrapir run` ---------------------------------------------------------------
-
-/// The arguments of `wrapir run`.
-struct RunArgs {
-    program: PathBuf,
-    device: RunDevice,
-    inputs: Option<PathBuf>,
-    expect: Option<PathBuf>,
-    hints: Vec<String>,
-    predicate: Vec<bool>,
-    print: bool,
-    rtol: Option<f64>,
-    atol: Option<f64>,
-    allow_host_fallback: bool,
-}
-
-use wrapir::exec::compare::{BundleMeta, Tolerance};
-
-/// The references a run's outputs are compared with.
-struct References {
-    /// Eager PyTorch's outputs (`--expect`, or a bundle's `expected.safetensors`) and their tolerance.
-    eager: Option<(PathBuf, Option<Tolerance>)>,
-    /// For a bundle: Inductor's compiled outputs (`compiled.safetensors`,
-    /// which may be absent) and their tolerance.
-    compiled: Option<(PathBuf, Option<Tolerance>)>,
-    /// For a bundle: which reference tensors hold integer outputs
-    /// (`bundle.json`'s `int_outputs`; `None`: integer outputs are not compared).
-    int_outputs: Option<Vec<String>>,
-}
-
-/// Reads a bundle directory's `bundle.json` (the defaults when it has none):
-/// the one place the CLI reads it.
-fn read_bundle_meta(dir: &Path) -> Result<BundleMeta> {
-    let path = dir.join(BundleMeta::FILE);
-    if !path.is_file() {
-        return Ok(BundleMeta::default());
-    }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    BundleMeta::from_json(&text).with_context(|| format!("in {}", path.display()))
-}
-
-fn run_command(args: &RunArgs) -> Result<ExitCode> {
-    let bundle = args.program.is_dir().then(|| args.program.clone());
-    let (program, name) = match &bundle {
-        Some(dir) => load(&dir.join("program.json"))?,
-        None => load(&args.program)?,
-    };
-    if args.allow_host_fallback && args.device != RunDevice::Cuda {
-        bail!("--allow-host-fallback is for `--device cuda` (the other devices have no fallback)");
-    }
-    // Run-time guards from launch reconciliation are checked like any other assert.
-    let program = with_guards(program)?;
-    let from_bundle = |file: &str| bundle.as_ref().map(|d| d.join(file)).filter(|p| p.is_file());
-    let inputs_path = args.inputs.clone().or_else(|| from_bundle("inputs.safetensors"));
-    let inputs = match &inputs_path {
-        Some(p) => Some(read_safetensors(p)?),
-        None => None,
-    };
-    let meta = match &bundle {
-        Some(dir) => read_bundle_meta(dir)?,
-        None => BundleMeta::default(),
-    };
-    // `--rtol` / `--atol` override the tolerance of both references.
-    let overridden = |tolerance: Option<Tolerance>| {
-        if args.rtol.is_none() && args.atol.is_none() {
-            return tolerance;
-        }
-        let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
-        Some(Tolerance {
-            rtol: args.rtol.unwrap_or(base.rtol),
-            atol: args.atol.unwrap_or(base.atol),
-        })
-    };
-    let references = References {
-        eager: args
-            .expect
-            .clone()
-            .or_else(|| from_bundle(BundleMeta::EXPECTED))
-            .map(|p| (p, overridden(meta.tolerance))),
-        compiled: bundle
-            .as_ref()
-            .map(|dir| (dir.join(BundleMeta::COMPILED), overridden(meta.compiled_tolerance))),
-        int_outputs: meta.int_outputs.clone(),
-    };
-    let mut hints = wrapir::sym::Bindings::new();
-    for h in &args.hints {
-        let (s, v) = parse_hint(h)?;
-        hints.insert(s, v);
-    }
-    match args.device {
-        RunDevice::Meta => {
-            if args.expect.is_some() {
-                bail!("`--expect` needs `--device cpu`: meta tensors hold no values");
-            }
-            if let Some(inputs) = &inputs {
-                for (s, v) in hints_from_inputs(&program, inputs)? {
-                    hints.entry(s).or_insert(v);
-                }
-            }
-            let mut backend = wrapir::exec::meta::MetaBackend::new().with_limits(limits());
-            for (s, v) in &hints {
-                backend = backend.with_hint(s.clone(), *v);
-            }
-            if !args.predicate.is_empty() {
-                backend = backend.with_predicates(&args.predicate);
-            }
-            let report = wrapir::exec::meta::run_program_on(&program, &mut backend)
-                .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
-            let mut out = String::new();
-            for (k, v) in report.outputs.iter().enumerate() {
-                out += &format!("output {k}: {}\n", describe_value(v, &|t| describe_spec(t)));
-            }
-            out += &describe_symbols(&program, &report.symbols);
-            out += &format!("peak memory: {} bytes\n", report.memory.peak_bytes);
-            write_output(None, &out)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        RunDevice::Cpu => {
-            if !args.predicate.is_empty() {
-                bail!("`--predicate` is for `--device meta`; cpu runs read predicates from the data");
-            }
-            if !hints.is_empty() {
-                bail!("`--hint` is for `--device meta`; cpu runs bind symbols from the inputs");
-            }
-            let inputs = inputs.unwrap_or_default();
-            let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
-            if let Some(state) = meta.cuda_rng {
-                backend.set_cuda_rng(state);
-            }
-            let result = wrapir::exec::host::run_program_on(&program, &mut backend, &inputs)
-                .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
-            let mut out = describe_host_outputs(&result.outputs, args.print);
-            out += &describe_symbols(&program, &result.symbols);
-            write_output(None, &out)?;
-            compare_with_references(&result.outputs, &references)
-        }
-        RunDevice::Cuda => {
-            if !args.predicate.is_empty() {
-                bail!("`--predicate` is for `--device meta`; cuda runs read predicates from the data");
-            }
-            if !hints.is_empty() {
-                bail!("`--hint` is for `--device meta`; cuda runs bind symbols from the inputs");
-            }
-            let kernel_dir = match &bundle {
-                Some(dir) => dir.clone(),
-                None => args.program.parent().map(Path::to_path_buf).unwrap_or_default(),
-            };
-            let outputs = run_cuda(args, &program, &name, kernel_dir, &meta, inputs.unwrap_or_default())?;
-            let references = inductor_reference_for(references, &program, &meta);
-            compare_with_references(&outputs, &references)
-        }
-    }
-}
-
-/// The references of a cuda run, with the comparison against Inductor's
-/// outputs at the eager tolerance (when looser) where the run cannot compute
-/// what Inductor computed: when an extern op runs on wrapir's own kernels
-/// rather than PyTorch's library (attention). Says why on stdout.
-fn inductor_reference_for(mut references: References, program: &Program, meta: &BundleMeta) -> References {
-    let Some((_, Some(tight))) = references.compiled.as_ref() else {
-        return references;
-    };
-    let tight = *tight;
-    let uses = wrapir::exec::device_ops::extern_uses(program);
-    let differing: std::collections::BTreeSet<String> = uses
-        .iter()
-        .filter(|u| wrapir::exec::device_ops::cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
-        .map(|u| wrapir::exec::host::op_key(&u.op))
-        .collect();
-    let eager = references.eager.as_ref().and_then(|(_, t)| *t).or(meta.tolerance);
-    if differing.is_empty() {
-        return references;
-    }
-    if let (Some(e), Some((_, tolerance))) = (eager, references.compiled.as_mut()) {
-        let wide = Tolerance {
-            rtol: tight.rtol.max(e.rtol),
-            atol: tight.atol.max(e.atol),
-        };
-        *tolerance = Some(wide);
-        let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
-        println!(
-            "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
-            ops.join(", "),
-            if ops.len() == 1 { "runs" } else { "run" },
-        );
-    }
-    references
-}
-
-/// Compares `outputs` with each reference, printing per reference a summary
-/// line and the largest errors of every output (a mismatch also goes to
-/// stderr); exit 1 when any comparison fails.
-fn compare_with_references(
-    outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>],
-    references: &References,
-) -> Result<ExitCode> {
-    let got = wrapir::exec::compare::output_leaves(outputs);
-    let mut ok = true;
-    let mut out = String::new();
-    let mut err = String::new();
-    let refs = [("eager", &references.eager), ("inductor", &references.compiled)];
-    for (what, reference) in refs {
-        let Some((path, tolerance)) = reference else { continue };
-        if !path.is_file() {
-            out += &format!("against {what}: absent (no {})\n", path.display());
-            continue;
-        }
-        let expected = read_safetensors(path)?;
-        let comparison =
-            wrapir::exec::compare::compare_leaves(&got, &expected, references.int_outputs.as_deref(), *tolerance);
-        let compared = got.len() - comparison.ints_not_compared;
-        let tol = match tolerance {
-            Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
-            None => "dtype default tolerances".to_string(),
-        };
-        let failed = comparison.outputs.iter().filter(|o| o.mismatch.is_some()).count();
-        out += &match comparison.count_mismatch {
-            Some((n, m)) => format!(
-                "against {what}: the program returned {n} {}, {m} are expected in {}\n",
-                if comparison.with_ints { "outputs" } else { "tensors" },
-                path.display()
-            ),
-            None if failed == 0 => format!("against {what}: {compared} outputs match {} ({tol})\n", path.display()),
-            None => format!(
-                "against {what}: {failed} of {compared} outputs differ from {} ({tol})\n",
-                path.display()
-            ),
-        };
-        if comparison.ints_not_compared > 0 {
-            out += &format!(
-                "  {} integer output(s) not compared: the bundle does not store integer outputs (no `int_outputs` in bundle.json; re-export it)\n",
-                comparison.ints_not_compared
-            );
-        }
-        for o in &comparison.outputs {
-            let errors = match (o.int, o.max_abs, o.max_rel) {
-                (Some(v), _, _) => format!("integer {v}"),
-                (None, Some(a), Some(r)) => {
-                    format!("max abs error {}, max rel error {}", error_text(a), error_text(r))
-                }
-                _ => "errors not measured".to_string(),
-            };
-            let verdict = match &o.mismatch {
-                None => "match".to_string(),
-                Some(m) => format!("MISMATCH: {m}"),
-            };
-            out += &format!("  output {} (`{}`): {errors}; {verdict}\n", o.index, o.name);
-        }
-        if let Some(message) = comparison.first_error() {
-            ok = false;
-            err += &format!("mismatch against {} ({what}): {message}\n", path.display());
-        }
-    }
-    write_output(None, &out)?;
-    eprint!("{err}");
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// An error magnitude for reports: `0`, or three significant digits.
-fn error_text(x: f64) -> String {
-    if x == 0.0 {
-        "0".to_string()
-    } else if x.is_finite() {
-        format!("{x:.3e}")
-    } else {
-        format!("{x}")
-    }
-}
-
-/// Explains a cuda run's error when an op had no device implementation and
-/// the host fallback was off: names the op and `--allow-host-fallback`.
-#[cfg(feature = "cuda")]
-fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
-    match e {
-        wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
-        _ => String::new(),
-    }
-}
-
-/// [`host_fallback_hint`] for an execution error.
-#[cfg(feature = "cuda")]
-fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
-    use wrapir::exec::ExecError;
-    while let ExecError::AtNode { source, .. } = e {
-        e = source;
-    }
-    match e {
-        ExecError::UnknownOp { op, .. } => {
-            let host_ops = wrapir::exec::host::HostBackend::default().op_names();
-            if host_runs(&host_ops, op.as_str()) {
-                format!("\n`{op}` has no device implementation; --allow-host-fallback runs it on the host")
-            } else {
-                format!("\n`{op}` has no device implementation, and the host fallback has none either")
-            }
-        }
-        _ => String::new(),
-    }
-}
-
-/// `run --device cuda`: runs on the GPU with the bundle's math modes and
-/// prints the outputs, the symbols bound and the extern ops that ran on the
-/// device and (with `--allow-host-fallback`) on the host; returns the outputs.
-#[cfg(feature = "cuda")]
-fn run_cuda(
-    args: &RunArgs,
-    program: &Program,
-    name: &str,
-    kernel_dir: PathBuf,
-    meta: &BundleMeta,
-    inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
-) -> Result<Vec<wrapir::exec::Value<wrapir::exec::Tensor>>> {
-    let mut options = wrapir::exec::cuda::CudaOptions::for_bundle(kernel_dir, meta);
-    options.host_fallback = args.allow_host_fallback;
-    let options = options.preload_for(program);
-    let extern_ops = options.extern_ops.clone();
-    let result = wrapir::exec::cuda::run_program(program, options, &inputs)
-        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e)))?;
-    let mut out = describe_host_outputs(&result.outputs, args.print);
-    out += &describe_symbols(program, &result.symbols);
-    for (op, n) in extern_ops.device_ops() {
-        out += &format!("cuda op: {op} x{n}\n");
-    }
-    for (op, n) in extern_ops.host_ops() {
-        out += &format!("host fallback: {op} x{n}\n");
-    }
-    write_output(None, &out)?;
-    Ok(result.outputs)
-}
-
-/// `run --device cuda` in a build without the `cuda` feature.
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(
-    _args: &RunArgs,
-    _program: &Program,
-    _name: &str,
-    _kernel_dir: PathBuf,
-    _meta: &BundleMeta,
-    _inputs: indexmap::IndexMap<String, wrapir::exec::Tensor>,
-) -> Result<Vec<wrapir::exec::Value<wrapir::exec::Tensor>>> {
-    bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
-}
-
-fn read_safetensors(path: &Path) -> Result<indexmap::IndexMap<String, wrapir::exec::Tensor>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    wrapir::exec::safetensors::parse(&bytes).with_context(|| format!("in {}", path.display()))
-}
-
-fn parse_hint(text: &str) -> Result<(wrapir::sym::Symbol, i64)> {
-    let Some((s, v)) = text.split_once('=') else {
-        bail!("hint `{text}` is not SYMBOL=VALUE");
-    };
-    let v: i64 = v
-        .trim()
-        .parse()
-        .with_context(|| format!("hint `{text}`: `{v}` is not an integer"))?;
-    let s = s.trim();
-    if s.is_empty() {
-        bail!("hint `{text}` has no symbol name");
-    }
-    Ok((wrapir::sym::Symbol::new(s), v))
-}
-
-/// Symbol values the inputs imply: symbol inputs, and input sizes declared as a plain symbol.
-fn hints_from_inputs(
-    program: &Program,
-    inputs: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
-) -> Result<wrapir::sym::Bindings> {
-    let mut hints = wrapir::sym::Bindings::new();
-    for input in &program.main.inputs {
-        let Some(t) = inputs.get(input.name().as_str()) else {
-            bail!("the inputs have no tensor `{}`", input.name());
-        };
-        match input {
-            ir::GraphInput::Symbol { symbol, .. } => {
-                if let [v] = t.to_i64_vec()?.as_slice() {
-                    hints.insert(symbol.clone(), *v);
-                }
-            }
-            ir::GraphInput::Tensor { name } => {
-                if let Some(layout) = program.main.layout(name) {
-                    for (e, v) in layout.size.iter().zip(t.size()) {
-                        if let wrapir::sym::SymExpr::Sym(s) = e {
-                            hints.insert(s.clone(), *v);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(hints)
-}
-
-fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
-    format!(
-        "tensor {}{:?} stride {:?} offset {} on {}",
-        t.dtype, t.size, t.stride, t.offset, t.device
-    )
-}
-
-fn describe_value<T>(v: &wrapir::exec::Value<T>, tensor: &dyn Fn(&T) -> String) -> String {
-    use wrapir::exec::Value;
-    match v {
-        Value::Tensor(t) => tensor(t),
-        Value::Int(i) => format!("int {i}"),
-        Value::Float(f) => format!("float {f}"),
-        Value::Bool(b) => format!("bool {b}"),
-        Value::List(items) => {
-            let parts: Vec<String> = items.iter().map(|i| describe_value(i, tensor)).collect();
-            format!("({})", parts.join(", "))
-        }
-        other => other.kind().to_string(),
-    }
-}
-
-/// The values of symbols bound during the run other than backed ones (unbacked and precomputed).
-fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> String {
-    let bound: Vec<String> = symbols
-        .iter()
-        .filter(|(s, _)| !matches!(program.symbols.get(*s), Some(d) if d.kind == ir::SymbolKind::Backed))
-        .map(|(s, v)| format!("{s} = {v}"))
-        .collect();
-    if bound.is_empty() {
-        "bound symbols: none\n".to_string()
-    } else {
-        format!("bound symbols: {}\n", bound.join(", "))
-    }
-}
-
-fn format_values(t: &wrapir::exec::Tensor) -> String {
-    let parts: Vec<String> = if t.dtype().is_complex() {
-        // Python's spelling of a complex number: `(1+2j)`.
-        t.to_complex_vec()
-            .map(|v| v.iter().map(|(re, im)| format!("({re}{im:+}j)")).collect())
-            .unwrap_or_default()
-    } else if t.dtype().is_floating() {
-        t.to_f64_vec()
-            .map(|v| v.iter().map(|x| format!("{x}")).collect())
-            .unwrap_or_default()
-    } else {
-        t.to_i64_vec()
-            .map(|v| v.iter().map(|x| format!("{x}")).collect())
-            .unwrap_or_default()
-    };
-    format!("[{}]", parts.join(", "))
-}
-
-/// Milliseconds from this process's start (its `starttime` in
-/// `/proc/self/stat`) to now (`/proc/uptime`): both count from boot, at the
-/// kernel's clock-tick resolution (10 ms at the usual 100 Hz `USER_HZ`).
-/// `None` where `/proc` is not there.
-/// `output K: LAYOUT` lines for host outputs, with their values when `print`.
-fn describe_host_outputs(outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>], print: bool) -> String {
-    let mut out = String::new();
-    for (k, v) in outputs.iter().enumerate() {
-        let text = describe_value(v, &|t| {
-            let mut s = describe_spec(t.spec());
-            if print {
-                s += &format!("\n  values: {}", format_values(t));
-            }
-            s
-        });
-        out += &format!("output {k}: {text}\n");
-    }
-    out
 }

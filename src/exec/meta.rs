@@ -54,6 +54,22 @@ pub struct MetaBackend {
     /// Storage records of freed tensors (sole handles, bytes already
     /// returned to `memory`), reused likewise.
     storage_pool: Vec<Arc<Accounted>>,
+    /// Symbols that took a bound of their range for want of a hint, in the
+    /// order they first did.
+    defaulted: Vec<DefaultedSymbol>,
+}
+
+/// A symbol the meta backend gave a bound of its value range because neither
+/// the caller nor the program gave it a hint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DefaultedSymbol {
+    /// The symbol.
+    pub symbol: Symbol,
+    /// The value it took.
+    pub value: i64,
+    /// `true`: the upper bound (the worst case for memory); `false`: the lower
+    /// bound (the range has no upper one).
+    pub upper: bool,
 }
 
 /// Most layouts and storage records [`MetaBackend`] keeps for reuse.
@@ -70,6 +86,7 @@ impl Default for MetaBackend {
             memory: Arc::new(MemCounter::with_limits(&limits)),
             spec_pool: Vec::new(),
             storage_pool: Vec::new(),
+            defaulted: Vec::new(),
         }
     }
 }
@@ -187,13 +204,29 @@ impl MetaBackend {
         })
     }
 
-    fn resolve(&self, symbol: &Symbol, decl: Option<&SymbolDecl>) -> Option<i64> {
-        self.hints
-            .get(symbol)
-            .copied()
-            .or_else(|| decl.and_then(|d| d.hint))
-            .or_else(|| decl.and_then(|d| d.range.hi))
-            .or_else(|| decl.and_then(|d| d.range.lo))
+    fn resolve(&mut self, symbol: &Symbol, decl: Option<&SymbolDecl>) -> Option<i64> {
+        if let Some(v) = self.hints.get(symbol).copied().or_else(|| decl.and_then(|d| d.hint)) {
+            return Some(v);
+        }
+        let (value, upper) = match decl.map(|d| (d.range.hi, d.range.lo)) {
+            Some((Some(hi), _)) => (hi, true),
+            Some((None, Some(lo))) => (lo, false),
+            _ => return None,
+        };
+        if !self.defaulted.iter().any(|d| d.symbol == *symbol) {
+            self.defaulted.push(DefaultedSymbol {
+                symbol: symbol.clone(),
+                value,
+                upper,
+            });
+        }
+        Some(value)
+    }
+
+    /// The symbols that took a bound of their range for want of a hint so
+    /// far, in the order they first did.
+    pub fn defaulted(&self) -> &[DefaultedSymbol] {
+        &self.defaulted
     }
 }
 
@@ -260,7 +293,7 @@ impl Backend for MetaBackend {
             Some(layout) => {
                 let tensor = self.allocate_expected(layout).ok_or_else(|| {
                     ExecError::NoValue(format!(
-                        "op `{}`: its result layout depends on a symbol with no hint",
+                        "op `{}`: its result layout depends on a symbol with no hint (give one with `--hint SYMBOL=N`)",
                         call.op
                     ))
                 })??;
@@ -277,9 +310,11 @@ impl Backend for MetaBackend {
     fn read_scalar(&mut self, _tensor: &MetaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
         match request.symbol {
             Some(s) => {
-                let v = self
-                    .resolve(s, request.decl)
-                    .ok_or_else(|| ExecError::NoValue(format!("symbol `{s}` has no hint and an unbounded range")))?;
+                let v = self.resolve(s, request.decl).ok_or_else(|| {
+                    ExecError::NoValue(format!(
+                        "symbol `{s}` has no hint and an unbounded range (give one with `--hint {s}=N`)"
+                    ))
+                })?;
                 v.checked_mul(request.multiplier)
                     .map(ScalarValue::Int)
                     .ok_or_else(|| ExecError::NoValue(format!("hint of `{s}` overflows")))
@@ -292,7 +327,7 @@ impl Backend for MetaBackend {
                         Ok(ScalarValue::Bool(*p))
                     }
                     None => Err(ExecError::NoValue(
-                        "the meta backend cannot read tensor data; set predicate values with `with_predicates` (`wrapir run --predicate true|false`, a list such as `true,false` read in turn)".into(),
+                        "the meta backend cannot read tensor data: a data-dependent `cond` or `while_loop` predicate needs a value (`--predicate true|false`, or a list such as `true,false` read in turn)".into(),
                     )),
                 }
             }
@@ -343,6 +378,9 @@ pub struct MetaReport {
     pub symbols: crate::sym::Bindings,
     /// Bytes allocated through the backend, inputs included.
     pub memory: MemoryStats,
+    /// Symbols that took a bound of their range for want of a hint
+    /// ([`MetaBackend::defaulted`]).
+    pub defaulted: Vec<DefaultedSymbol>,
 }
 
 /// Runs `program` on shapes only: validates it, lowers it to FX, compiles it,
@@ -372,7 +410,7 @@ pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -
     }
     let unbound = |s: &Symbol| {
         if program.symbols.contains_key(s) {
-            format!("symbol `{s}` has no value: give a hint (`{s}=N`); the program declares none")
+            format!("symbol `{s}` has no value: give a hint (`--hint {s}=N`); the program declares none")
         } else {
             format!("symbol `{s}` is not declared")
         }
@@ -408,6 +446,7 @@ pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -
         outputs: out.outputs.into_iter().map(spec_value).collect(),
         symbols: out.symbols,
         memory: backend.memory(),
+        defaulted: backend.defaulted.clone(),
     })
 }
 

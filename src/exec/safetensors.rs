@@ -3,12 +3,24 @@
 //! A file is an 8-byte little-endian header length `N`, `N` bytes of JSON
 //! (`{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?:
 //! {string: string}}`), then the raw little-endian element data; offsets are
-//! relative to the end of the header. [`parse`] keeps the header's key order
-//! (the order the writer used); [`write()`] writes tensors in map order,
-//! contiguously, with the header padded by spaces to a multiple of 8 bytes.
+//! relative to the end of the header and the tensors lie back to back,
+//! covering the data section. Reading goes through the `safetensors` crate,
+//! which validates all of that; [`parse`] then keeps the header's key order
+//! (the order the writer used; the crate keeps only offset order), diagnoses a
+//! rejected file again so that the error names the tensor at fault, holds every
+//! tensor to the allocation limit ([`parse_with_limits`]) and decodes it into a
+//! host [`Tensor`]. The input is any byte slice, so a memory-mapped file is
+//! read in place (see `crate::bundle`).
 //!
-//! `F8_E4M3` and `F8_E5M2` are recognised but host [`Tensor`]s cannot hold
-//! them, so they are reported as [`SafetensorsError::UnsupportedDType`].
+//! [`write()`] writes tensors in map order, contiguously, with the header padded
+//! by spaces to a multiple of 8 bytes (the crate's writer reorders tensors by
+//! dtype and name, which would lose the order references pair outputs by).
+//!
+//! `F8_E4M3`, `F8_E5M2`, `F8_E4M3FNUZ` and `F8_E5M2FNUZ` are recognised but host
+//! [`Tensor`]s cannot hold them, so they are reported as
+//! [`SafetensorsError::UnsupportedDType`]; codes wrapir has no dtype for
+//! (`U16`, `U32`, `U64`, `F4`, `F6_*`, `F8_E8M0`) as
+//! [`SafetensorsError::UnsupportedCode`].
 //!
 //! Complex tensors: safetensors defines `C64` (`complex64`, two `float32`
 //! parts per element, real first), read and written as such. It has no code
@@ -40,6 +52,12 @@ pub enum SafetensorsError {
         /// The file's length.
         len: usize,
     },
+    /// The header length exceeds what the format allows (100,000,000 bytes).
+    #[error("header length {header_len} exceeds the format's limit of 100000000 bytes")]
+    HeaderTooLarge {
+        /// The declared header length.
+        header_len: u64,
+    },
     /// The header length points past the end of the file.
     #[error("header length {header_len} exceeds the {available} bytes after the length field")]
     HeaderLength {
@@ -60,13 +78,24 @@ pub enum SafetensorsError {
         message: String,
     },
     /// A dtype name safetensors does not define (or wrapir does not know).
-    #[error("tensor `{name}`: unknown dtype `{dtype}` (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, C64)")]
+    #[error("tensor `{name}`: unknown dtype `{dtype}` (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, C64)")]
     UnknownDType {
         /// The tensor.
         name: String,
         /// The dtype string.
         dtype: String,
     },
+    /// A safetensors dtype code wrapir has no dtype for (`U16`, `F4`, ...).
+    #[error("tensor `{name}`: safetensors dtype `{dtype}` has no wrapir dtype")]
+    UnsupportedCode {
+        /// The tensor.
+        name: String,
+        /// The code.
+        dtype: String,
+    },
+    /// A tensor larger than the allocation limit.
+    #[error(transparent)]
+    Limit(#[from] crate::LimitExceeded),
     /// A dtype host tensors cannot hold.
     #[error("tensor `{name}`: dtype {dtype} is not supported by host tensors")]
     UnsupportedDType {
@@ -146,7 +175,9 @@ pub fn dtype_name(dtype: DType) -> Option<&'static str> {
         DType::Float8E4m3fn => "F8_E4M3",
         DType::Float8E5m2 => "F8_E5M2",
         DType::Complex64 => "C64",
-        DType::Float8E4m3fnuz | DType::Float8E5m2fnuz | DType::Complex32 | DType::Complex128 => return None,
+        DType::Float8E4m3fnuz => "F8_E4M3FNUZ",
+        DType::Float8E5m2fnuz => "F8_E5M2FNUZ",
+        DType::Complex32 | DType::Complex128 => return None,
     })
 }
 
@@ -165,43 +196,48 @@ pub fn dtype_from_name(name: &str) -> Option<DType> {
         "BOOL" => DType::Bool,
         "F8_E4M3" => DType::Float8E4m3fn,
         "F8_E5M2" => DType::Float8E5m2,
+        "F8_E4M3FNUZ" => DType::Float8E4m3fnuz,
+        "F8_E5M2FNUZ" => DType::Float8E5m2fnuz,
         "C64" => DType::Complex64,
         _ => return None,
     })
 }
 
-/// Parses a file into its tensors (header order).
+/// Parses a file into its tensors (header order), within [`crate::Limits::default`].
 pub fn parse(bytes: &[u8]) -> Result<IndexMap<String, Tensor>, SafetensorsError> {
     parse_with_metadata(bytes).map(|f| f.tensors)
 }
 
-/// Parses a file into its tensors and metadata.
+/// Parses a file into its tensors and metadata, within [`crate::Limits::default`].
 pub fn parse_with_metadata(bytes: &[u8]) -> Result<Safetensors, SafetensorsError> {
-    let (len_field, rest) = bytes
-        .split_first_chunk::<8>()
-        .ok_or(SafetensorsError::TooShort { len: bytes.len() })?;
-    let header_len = u64::from_le_bytes(*len_field);
-    let header_end =
-        usize::try_from(header_len)
-            .ok()
-            .filter(|n| *n <= rest.len())
-            .ok_or(SafetensorsError::HeaderLength {
-                header_len,
-                available: rest.len(),
-            })?;
-    let (header, data) = rest.split_at(header_end);
-    let header = std::str::from_utf8(header).map_err(|e| SafetensorsError::Header(format!("not UTF-8: {e}")))?;
-    // IndexMap keeps the keys in file order.
-    let entries: IndexMap<String, serde_json::Value> =
-        serde_json::from_str(header).map_err(|e| SafetensorsError::Header(e.to_string()))?;
+    parse_with_limits(bytes, &crate::Limits::default())
+}
+
+/// Parses a file into its tensors (header order) and metadata. The
+/// `safetensors` crate validates the layout (header length, JSON, dtypes,
+/// contiguous offsets covering the data section, byte counts); a file it
+/// rejects is diagnosed again here so that the error names the tensor and
+/// what is wrong with it. Each tensor's bytes are held to
+/// `limits.max_alloc_bytes` before it is decoded.
+pub fn parse_with_limits(bytes: &[u8], limits: &crate::Limits) -> Result<Safetensors, SafetensorsError> {
+    let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| diagnose(bytes, &e))?;
+    // The crate keeps tensors in offset order only; the header's own order
+    // (the writer's) comes from the header text, which it has just validated.
+    let header = header_entries(bytes)?;
     let mut out = Safetensors::default();
-    for (name, entry) in entries {
+    for (name, raw) in &header {
         if name == METADATA_KEY {
-            out.metadata = parse_metadata(&entry)?;
+            let value: serde_json::Value =
+                serde_json::from_str(raw.get()).map_err(|e| SafetensorsError::Header(e.to_string()))?;
+            out.metadata = parse_metadata(&value)?;
             continue;
         }
-        let tensor = parse_entry(&name, &entry, data)?;
-        out.tensors.insert(name, tensor);
+        let view = file.tensor(name).map_err(|e| SafetensorsError::Entry {
+            name: name.clone(),
+            message: e.to_string(),
+        })?;
+        let tensor = decode_view(name, &view, limits)?;
+        out.tensors.insert(name.clone(), tensor);
     }
     for (key, value) in &out.metadata {
         let Some(name) = key.strip_prefix(COMPLEX_MARKER) else {
@@ -228,15 +264,113 @@ pub fn parse_with_metadata(bytes: &[u8]) -> Result<Safetensors, SafetensorsError
     Ok(out)
 }
 
-fn parse_metadata(v: &serde_json::Value) -> Result<IndexMap<String, String>, SafetensorsError> {
-    let bad = || SafetensorsError::Header(format!("`{METADATA_KEY}` must be an object of strings"));
-    let obj = v.as_object().ok_or_else(bad)?;
-    obj.iter()
-        .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(bad)?.to_string())))
-        .collect()
+/// The header length field and the header text of a file whose length the
+/// caller has checked (or that fails here with the crate's checks' errors).
+fn header_text(bytes: &[u8]) -> Result<(&str, &[u8]), SafetensorsError> {
+    let (len_field, rest) = bytes
+        .split_first_chunk::<8>()
+        .ok_or(SafetensorsError::TooShort { len: bytes.len() })?;
+    let header_len = u64::from_le_bytes(*len_field);
+    let header_end =
+        usize::try_from(header_len)
+            .ok()
+            .filter(|n| *n <= rest.len())
+            .ok_or(SafetensorsError::HeaderLength {
+                header_len,
+                available: rest.len(),
+            })?;
+    let (header, data) = rest.split_at(header_end);
+    let header = std::str::from_utf8(header).map_err(|e| SafetensorsError::Header(format!("not UTF-8: {e}")))?;
+    Ok((header, data))
 }
 
-fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Tensor, SafetensorsError> {
+/// The header's entries in file order, values unparsed.
+fn header_entries(bytes: &[u8]) -> Result<IndexMap<String, Box<serde_json::value::RawValue>>, SafetensorsError> {
+    let (header, _) = header_text(bytes)?;
+    serde_json::from_str(header).map_err(|e| SafetensorsError::Header(e.to_string()))
+}
+
+/// The error of a file the `safetensors` crate rejected with `e`, naming the
+/// tensor where one is at fault: the header is read again entry by entry.
+fn diagnose(bytes: &[u8], e: &safetensors::SafeTensorError) -> SafetensorsError {
+    use safetensors::SafeTensorError as E;
+    let header_len = bytes
+        .first_chunk::<8>()
+        .map(|b| u64::from_le_bytes(*b))
+        .unwrap_or_default();
+    match e {
+        E::HeaderTooSmall => return SafetensorsError::TooShort { len: bytes.len() },
+        E::HeaderTooLarge => return SafetensorsError::HeaderTooLarge { header_len },
+        E::InvalidHeaderLength => {
+            return SafetensorsError::HeaderLength {
+                header_len,
+                available: bytes.len().saturating_sub(8),
+            }
+        }
+        _ => {}
+    }
+    let data_len = match header_text(bytes) {
+        Ok((_, data)) => data.len(),
+        Err(err) => return err,
+    };
+    let entries: IndexMap<String, serde_json::Value> = match header_text(bytes)
+        .and_then(|(h, _)| serde_json::from_str(h).map_err(|e| SafetensorsError::Header(e.to_string())))
+    {
+        Ok(entries) => entries,
+        Err(err) => return err,
+    };
+    match check_entries(&entries, data_len) {
+        Err(err) => err,
+        Ok(()) => SafetensorsError::Header(e.to_string()),
+    }
+}
+
+/// The offsets of one header entry, checked against the data section.
+struct EntryRange<'a> {
+    name: &'a str,
+    begin: u64,
+    end: u64,
+}
+
+/// Checks every header entry (metadata, dtype, shape, offsets, byte count),
+/// then that the tensors lie back to back and cover the data section, as
+/// the format requires.
+fn check_entries(entries: &IndexMap<String, serde_json::Value>, data_len: usize) -> Result<(), SafetensorsError> {
+    let mut ranges = Vec::with_capacity(entries.len());
+    for (name, entry) in entries {
+        if name == METADATA_KEY {
+            parse_metadata(entry)?;
+        } else {
+            ranges.push(check_entry(name, entry, data_len)?);
+        }
+    }
+    ranges.sort_by_key(|r| (r.begin, r.end));
+    let mut at = 0u64;
+    for r in &ranges {
+        if r.begin != at {
+            return Err(SafetensorsError::Entry {
+                name: r.name.to_string(),
+                message: format!(
+                    "data offsets [{}, {}] do not start where the tensors before end (byte {at}); safetensors stores tensors back to back",
+                    r.begin, r.end
+                ),
+            });
+        }
+        at = r.end;
+    }
+    if at != data_len as u64 {
+        return Err(SafetensorsError::Header(format!(
+            "the tensors cover {at} of the {data_len} bytes of the data section"
+        )));
+    }
+    Ok(())
+}
+
+fn check_entry<'a>(
+    name: &'a str,
+    entry: &serde_json::Value,
+    data_len: usize,
+) -> Result<EntryRange<'a>, SafetensorsError> {
     let err = |message: String| SafetensorsError::Entry {
         name: name.to_string(),
         message,
@@ -247,10 +381,13 @@ fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Ten
         .ok_or_else(|| err("missing `dtype`".into()))?
         .as_str()
         .ok_or_else(|| err("`dtype` is not a string".into()))?;
-    let dtype = dtype_from_name(dtype_str).ok_or_else(|| SafetensorsError::UnknownDType {
-        name: name.to_string(),
-        dtype: dtype_str.to_string(),
-    })?;
+    let code: safetensors::Dtype =
+        serde_json::from_value(serde_json::Value::String(dtype_str.to_string())).map_err(|_| {
+            SafetensorsError::UnknownDType {
+                name: name.to_string(),
+                dtype: dtype_str.to_string(),
+            }
+        })?;
     let shape = obj
         .get("shape")
         .ok_or_else(|| err("missing `shape`".into()))?
@@ -274,29 +411,75 @@ fn parse_entry(name: &str, entry: &serde_json::Value, data: &[u8]) -> Result<Ten
         (Some(b), Some(e)) => (b, e),
         _ => return Err(err("`data_offsets` entries must be non-negative integers".into())),
     };
-    let out_of_range = || SafetensorsError::OffsetsOutOfRange {
-        name: name.to_string(),
-        begin,
-        end,
-        data_len: data.len(),
-    };
-    if begin > end || end > data.len() as u64 {
-        return Err(out_of_range());
+    if begin > end || end > data_len as u64 {
+        return Err(SafetensorsError::OffsetsOutOfRange {
+            name: name.to_string(),
+            begin,
+            end,
+            data_len,
+        });
     }
-    // In range of `data`, so both fit in usize.
-    let raw = data.get(begin as usize..end as usize).ok_or_else(out_of_range)?;
-    let numel = shape.iter().try_fold(1u64, |acc, d| acc.checked_mul(*d));
-    let expected = numel.and_then(|n| n.checked_mul(dtype.size_bytes()));
-    if expected != Some(raw.len() as u64) {
+    let bits = shape
+        .iter()
+        .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+        .and_then(|n| n.checked_mul(code.bitsize() as u64));
+    let expected = bits.filter(|b| b % 8 == 0).map(|b| b / 8);
+    if expected != Some(end - begin) {
+        let Some(dtype) = dtype_of(code) else {
+            return Err(err(format!(
+                "{dtype_str} of shape {shape:?} does not fill the {} bytes its data offsets span",
+                end - begin
+            )));
+        };
         return Err(SafetensorsError::ByteCount {
             name: name.to_string(),
             dtype,
             shape,
             expected: expected.unwrap_or(u64::MAX),
-            actual: raw.len() as u64,
+            actual: end - begin,
         });
     }
-    let size = shape
+    Ok(EntryRange { name, begin, end })
+}
+
+/// The wrapir dtype of a safetensors dtype code, if it has one.
+fn dtype_of(code: safetensors::Dtype) -> Option<DType> {
+    dtype_from_name(&code.to_string())
+}
+
+fn parse_metadata(v: &serde_json::Value) -> Result<IndexMap<String, String>, SafetensorsError> {
+    let bad = || SafetensorsError::Header(format!("`{METADATA_KEY}` must be an object of strings"));
+    let obj = v.as_object().ok_or_else(bad)?;
+    obj.iter()
+        .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(bad)?.to_string())))
+        .collect()
+}
+
+/// A host tensor from a view the crate validated (its byte count matches
+/// dtype and shape), within the allocation limit.
+fn decode_view(
+    name: &str,
+    view: &safetensors::tensor::TensorView<'_>,
+    limits: &crate::Limits,
+) -> Result<Tensor, SafetensorsError> {
+    let err = |message: String| SafetensorsError::Entry {
+        name: name.to_string(),
+        message,
+    };
+    let code = view.dtype();
+    let dtype = dtype_of(code).ok_or_else(|| SafetensorsError::UnsupportedCode {
+        name: name.to_string(),
+        dtype: code.to_string(),
+    })?;
+    let raw = view.data();
+    crate::Limits::check(
+        crate::Limit::AllocBytes,
+        raw.len() as u64,
+        limits.max_alloc_bytes,
+        format!("tensor `{name}` ({dtype} {:?})", view.shape()),
+    )?;
+    let size = view
+        .shape()
         .iter()
         .map(|d| i64::try_from(*d).map_err(|_| err(format!("shape entry {d} is too large"))))
         .collect::<Result<Vec<i64>, _>>()?;
@@ -454,5 +637,61 @@ impl LittleEndian for bool {
     }
     fn put_le(self, out: &mut Vec<u8>) {
         out.push(self as u8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut out = (header.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn the_crate_validates_and_errors_name_the_tensor() {
+        let two = r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#;
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                file(two, &[0; 12]),
+                "tensor `b`: data offsets [8, 12] do not start where the tensors before end (byte 4)",
+            ),
+            (
+                file(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 8]),
+                "the tensors cover 4 of the 8 bytes",
+            ),
+            (
+                file(r#"{"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}}"#, &[0; 2]),
+                "tensor `a`: safetensors dtype `U16` has no wrapir dtype",
+            ),
+            (
+                file(r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#, &[0; 2]),
+                "tensor `a`: F4 of shape [3] does not fill the 2 bytes",
+            ),
+        ];
+        for (bytes, want) in cases {
+            let e = parse(&bytes).unwrap_err().to_string();
+            assert!(e.contains(want), "`{e}` does not contain `{want}`");
+        }
+    }
+
+    #[test]
+    fn tensors_are_held_to_the_allocation_limit() {
+        let mut m = IndexMap::new();
+        m.insert("small".to_string(), Tensor::from_vec(vec![1.0f32; 4], &[4]).unwrap());
+        m.insert("big".to_string(), Tensor::from_vec(vec![1.0f32; 64], &[64]).unwrap());
+        let bytes = write(&m).unwrap();
+        let limits = crate::Limits::default().with_memory(100);
+        let e = parse_with_limits(&bytes, &limits).unwrap_err();
+        assert!(matches!(e, SafetensorsError::Limit(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("tensor `big`") && e.to_string().contains("--max-alloc-bytes"),
+            "{e}"
+        );
+        let back = parse_with_limits(&bytes, &crate::Limits::default().with_memory(256)).unwrap();
+        assert_eq!(back.tensors.keys().collect::<Vec<_>>(), ["small", "big"]);
     }
 }

@@ -29,13 +29,20 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
     let started = Instant::now();
     let before_main_ms = process_age_ms();
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
-    let (program, name) = load(&bundle.join("program.json"))?;
-    let program = with_guards(program)?;
+    let opened = open_bundle(bundle)?;
+    let name = opened.name().to_string();
+    let program = with_guards(opened.program().clone())?;
     let load_ms = ms(started);
     let t = Instant::now();
-    let inputs = read_safetensors(&bundle.join("inputs.safetensors"))?;
+    let inputs = opened.inputs()?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} has no {}: `bench` needs the bundle's inputs",
+            bundle.display(),
+            wrapir::bundle::INPUTS
+        )
+    })?;
     let read_inputs_ms = ms(t);
-    let mut options = CudaOptions::for_bundle(bundle, &read_bundle_meta(bundle)?);
+    let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
     options.host_fallback = allow_host_fallback;
     let extern_ops = options.extern_ops.clone();
     let options = if preload {

@@ -166,7 +166,7 @@ impl Device {
         self.raw_stream()
     }
 
-    /// The device's name.
+    /// The device's name (`cuDeviceGetName`).
     pub(super) fn name(&self) -> Result<String, CudaError> {
         self.ctx.name().map_err(|e| CudaError::driver("cuDeviceGetName", e))
     }

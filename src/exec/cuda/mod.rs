@@ -5,7 +5,7 @@
 //!   (sizes, strides, storage offset) of a reference-counted allocation, freed
 //!   when its last view goes.
 //! * Triton kernels: each kernel's cubin (its path in the kernel metadata,
-//!   relative to [`CudaOptions::kernel_dir`]) is loaded once per file and the
+//!   looked up in [`CudaOptions::kernels`]) is loaded once per image and the
 //!   function looked up once per kernel. A launch passes the runtime
 //!   parameters ([`crate::ir::TritonMeta::runtime_params`]) marshalled by their
 //!   signature types (pointers as device addresses including the view's
@@ -60,7 +60,6 @@ use driver::{Device, Module};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Dynamic shared memory a kernel may use without opting in.
@@ -71,8 +70,10 @@ const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 pub struct CudaOptions {
     /// The device ordinal.
     pub ordinal: usize,
-    /// The directory kernel `cubin` paths are relative to (a bundle's directory).
-    pub kernel_dir: PathBuf,
+    /// Where kernel images are found by their `cubin` path: a directory the
+    /// paths are relative to (a bundle's directory), or images in memory (a
+    /// package's entries; see [`crate::bundle::Bundle::kernel_images`]).
+    pub kernels: crate::bundle::KernelImages,
     /// Run extern ops the GPU path does not implement (no row of
     /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
     /// the host backend's ops, copying data through host memory, and count
@@ -167,7 +168,7 @@ impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
             ordinal: 0,
-            kernel_dir: PathBuf::from("."),
+            kernels: crate::bundle::KernelImages::default(),
             host_fallback: false,
             host: HostOptions { jagged_zero_fill: true },
             extern_ops: ExternOpLog::default(),
@@ -252,7 +253,8 @@ unsafe impl Sync for SharedKernels {}
 pub struct CudaBackend {
     device: Arc<Device>,
     options: CudaOptions,
-    modules: HashMap<PathBuf, Arc<Module>>,
+    /// Loaded modules by `cubin` path.
+    modules: HashMap<String, Arc<Module>>,
     kernels: HashMap<String, LoadedKernel>,
     blas: Option<driver::BlasHandle>,
     /// cuBLASLt: handle, persistent workspace and planned matmuls (first `addmm`-style call).
@@ -424,7 +426,23 @@ impl CudaBackend {
             .order_streams(stream as sys::CUstream, self.device.cu_stream())
     }
 
-    /// The device's name as the driver reports it (e.g. `NVIDIA H200`).
+    /// The device's compute capability (major, minor).
+    pub fn compute_capability(&self) -> Result<(i32, i32), CudaError> {
+        let major = self
+            .device
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = self
+            .device
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        Ok((major, minor))
+    }
+
+    /// The device ordinal this backend runs on.
+    pub fn ordinal(&self) -> usize {
+        self.options.ordinal
+    }
+
+    /// The device's name as the driver reports it (`NVIDIA H200`).
     pub fn device_name(&self) -> Result<String, CudaError> {
         self.device.name()
     }
@@ -672,19 +690,21 @@ impl CudaBackend {
                 "kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"
             ))
         })?;
-        let path = self.options.kernel_dir.join(cubin);
         let loading = std::time::Instant::now();
-        let module = match self.modules.get(&path) {
+        let module = match self.modules.get(cubin) {
             Some(m) => Arc::clone(m),
             None => {
-                let image = std::fs::read(&path)
-                    .map_err(|e| ExecError::Input(format!("kernel `{name}`: reading cubin {}: {e}", path.display())))?;
+                let image = self
+                    .options
+                    .kernels
+                    .image(cubin)
+                    .map_err(|e| ExecError::Input(format!("kernel `{name}`: loading its cubin: {e}")))?;
                 let m = Arc::new(
                     self.device
                         .load_module(&image)
                         .map_err(|e| ExecError::op(name, e.to_string()))?,
                 );
-                self.modules.insert(path, Arc::clone(&m));
+                self.modules.insert(cubin.clone(), Arc::clone(&m));
                 self.timings.modules += 1;
                 m
             }

@@ -18,7 +18,7 @@
 //! it at once run on separate streams.
 
 use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
-use crate::exec::compare::BundleMeta;
+use crate::bundle::Bundle;
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
 use crate::exec::{Backend, ExecError, RunError, Tensor, TensorSpec, Value};
 use crate::fx::interp::Plan;
@@ -154,74 +154,56 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// Reads a bundle directory: the program, `bundle.json` and the stored inputs.
-fn read_bundle(
-    dir: &Path,
-    limits: &crate::Limits,
-) -> Result<(Program, BundleMeta, Vec<String>, IndexMap<String, Tensor>), ModelError> {
-    let err = |path: &Path, message: String| ModelError::Bundle {
-        path: path.to_path_buf(),
-        message,
-    };
-    if !dir.is_dir() {
-        return Err(err(
-            dir,
-            "not a bundle directory (program.json, bundle.json, inputs.safetensors, kernels/)".into(),
-        ));
-    }
-    let program_path = dir.join("program.json");
-    let text = std::fs::read_to_string(&program_path).map_err(|e| err(&program_path, e.to_string()))?;
-    let program = Program::from_json(&text).map_err(|e| err(&program_path, e.to_string()))?;
-    let meta_path = dir.join(BundleMeta::FILE);
-    let meta_text = std::fs::read_to_string(&meta_path).map_err(|e| err(&meta_path, e.to_string()))?;
-    let meta = BundleMeta::from_json(&meta_text).map_err(|e| err(&meta_path, e.to_string()))?;
-    let json: serde_json::Value = serde_json::from_str(&meta_text).map_err(|e| err(&meta_path, e.to_string()))?;
-    let weights = match json.get("weights") {
-        None | Some(serde_json::Value::Null) => Vec::new(),
-        Some(serde_json::Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| err(&meta_path, "`weights` must be a list of graph input names".into()))?,
-        Some(other) => {
-            return Err(err(
-                &meta_path,
-                format!("`weights` must be a list of graph input names, got {other}"),
-            ))
-        }
-    };
-    let inputs_path = dir.join("inputs.safetensors");
-    let inputs = if weights.is_empty() {
-        IndexMap::new()
+/// The compute capability `cubin` (for `sm`, maybe arch-specific) runs on:
+/// SASS runs on its own major version from its minor version up; an
+/// arch-specific image (`sm_90a`) only on its own.
+fn runs_on(sm: u32, arch_specific: bool, device_sm: u32) -> bool {
+    if arch_specific {
+        sm == device_sm
     } else {
-        let bytes = std::fs::read(&inputs_path).map_err(|e| err(&inputs_path, e.to_string()))?;
-        if bytes.len() as u64 > limits.max_alloc_bytes {
-            return Err(err(
-                &inputs_path,
-                format!(
-                    "{} bytes exceed the allocation limit of {} bytes",
-                    bytes.len(),
-                    limits.max_alloc_bytes
-                ),
-            ));
-        }
-        crate::exec::safetensors::parse(&bytes).map_err(|e| err(&inputs_path, e.to_string()))?
-    };
-    Ok((program, meta, weights, inputs))
+        sm / 10 == device_sm / 10 && sm <= device_sm
+    }
 }
 
 impl Model {
-    /// Loads the bundle directory `path` (see the module documentation).
+    /// Loads the bundle directory or package at `path` (see the module
+    /// documentation): checks that its cubins can run on the device.
     pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
         let started = Instant::now();
-        let dir = path.as_ref();
-        let (program, meta, weight_names, stored) = read_bundle(dir, &options.limits)?;
+        let path = path.as_ref();
+        let bundle_err = |e: crate::bundle::BundleError| ModelError::Bundle {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let bundle = Bundle::open_with_limits(path, &options.limits).map_err(bundle_err)?;
+        let program = bundle.program().clone();
+        let meta = bundle.meta().clone();
+        let weight_names = bundle.weights().to_vec();
+        let stored = if weight_names.is_empty() {
+            IndexMap::new()
+        } else {
+            bundle.inputs().map_err(bundle_err)?.unwrap_or_default()
+        };
         let plan = compile_program_with_limits(&program, &options.limits)?;
-        let mut cuda = CudaOptions::for_bundle(dir, &meta).preload_for(&program);
+        let mut cuda = CudaOptions::for_bundle(bundle.kernel_images(), &meta).preload_for(&program);
         cuda.ordinal = options.device;
         let mut backend = CudaBackend::new(cuda.clone())?;
         let device_open = backend.load_timings().device_open;
         let device = backend.device_name()?;
+        let (major, minor) = backend.compute_capability()?;
+        let device_sm = u32::try_from(major * 10 + minor).unwrap_or(0);
+        for (file, arch) in bundle.cubins().map_err(bundle_err)? {
+            if !runs_on(arch.sm, arch.arch_specific, device_sm) {
+                return Err(ModelError::Bundle {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "{file} is compiled for sm_{}{}; {device} is sm_{device_sm}: re-export the model on this GPU",
+                        arch.sm,
+                        if arch.arch_specific { "a" } else { "" }
+                    ),
+                });
+            }
+        }
         let weights_started = Instant::now();
         let mut weights = IndexMap::new();
         let mut weight_bytes = 0u64;
@@ -233,13 +215,13 @@ impl Model {
                 .any(|i| matches!(i, GraphInput::Tensor { name: n } if n.as_str() == name.as_str()));
             if !known {
                 return Err(ModelError::Bundle {
-                    path: dir.join(BundleMeta::FILE),
-                    message: format!("weight `{name}` is not a tensor input of the program"),
+                    path: path.to_path_buf(),
+                    message: format!("bundle.json: weight `{name}` is not a tensor input of the program"),
                 });
             }
             let host = stored.get(name).ok_or_else(|| ModelError::Bundle {
-                path: dir.join("inputs.safetensors"),
-                message: format!("weight `{name}` is not stored"),
+                path: path.to_path_buf(),
+                message: format!("inputs.safetensors: weight `{name}` is not stored"),
             })?;
             weight_bytes += (host.numel() as u64).saturating_mul(host.dtype().size_bytes());
             weights.insert(name.clone(), host.clone());
@@ -633,5 +615,20 @@ impl Session {
     /// Recordings this session holds (one per shape bucket seen).
     pub fn recordings(&self) -> usize {
         self.cache.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_on;
+
+    #[test]
+    fn cubins_run_on_their_major_version_from_their_minor_up() {
+        assert!(runs_on(90, false, 90));
+        assert!(runs_on(80, false, 86));
+        assert!(!runs_on(86, false, 80));
+        assert!(!runs_on(80, false, 90));
+        assert!(runs_on(90, true, 90));
+        assert!(!runs_on(90, true, 91));
     }
 }

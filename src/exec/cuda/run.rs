@@ -96,14 +96,16 @@ pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value
 }
 
 impl CudaOptions {
-    /// Options for running the bundle in `dir` whose `bundle.json` says
-    /// `meta`: kernel images from `dir`, and the math modes the bundle was
-    /// compiled under ([`BundleMeta::math`], PyTorch's defaults when it
-    /// records none). Everything else is [`CudaOptions::default`], so the
+    /// Options for running a bundle whose `bundle.json` says `meta`, with
+    /// kernel images from `kernels` (a bundle directory's path, or
+    /// [`crate::bundle::Bundle::kernel_images`] for any bundle, packages
+    /// included), the math modes the bundle was compiled under
+    /// ([`BundleMeta::math`], PyTorch's defaults when it records none) and its
+    /// generator state. Everything else is [`CudaOptions::default`], so the
     /// host fallback is off unless the caller turns it on.
-    pub fn for_bundle(dir: impl Into<std::path::PathBuf>, meta: &BundleMeta) -> CudaOptions {
+    pub fn for_bundle(kernels: impl Into<crate::bundle::KernelImages>, meta: &BundleMeta) -> CudaOptions {
         CudaOptions {
-            kernel_dir: dir.into(),
+            kernels: kernels.into(),
             math: meta.math,
             cuda_rng: meta.cuda_rng.unwrap_or_default(),
             ..CudaOptions::default()

@@ -1,0 +1,541 @@
+//! `wrapir run`: a program, bundle or package on the meta, cpu or cuda
+//! backend, compared with the references the bundle (or `--expect`) holds.
+
+use super::*;
+use indexmap::IndexMap;
+use wrapir::bundle::{Bundle, BundleKind};
+use wrapir::exec::compare::{BundleMeta, Tolerance};
+use wrapir::exec::{Tensor, Value};
+
+/// The arguments of `wrapir run`.
+pub(crate) struct RunArgs {
+    pub(crate) program: PathBuf,
+    pub(crate) device: RunDevice,
+    pub(crate) inputs: Option<PathBuf>,
+    pub(crate) expect: Option<PathBuf>,
+    pub(crate) hints: Vec<String>,
+    pub(crate) predicate: Vec<bool>,
+    pub(crate) print: bool,
+    pub(crate) rtol: Option<f64>,
+    pub(crate) atol: Option<f64>,
+    pub(crate) allow_host_fallback: bool,
+}
+
+/// One reference a run's outputs are compared with.
+struct Reference {
+    /// The file or entry, as shown.
+    name: String,
+    /// Its tensors; `None`: the bundle has no such file (reported as absent).
+    tensors: Option<IndexMap<String, Tensor>>,
+    tolerance: Option<Tolerance>,
+}
+
+/// The references a run's outputs are compared with.
+struct References {
+    /// Eager PyTorch's outputs (`--expect`, or a bundle's `expected.safetensors`).
+    eager: Option<Reference>,
+    /// For a bundle or package: Inductor's compiled outputs (`compiled.safetensors`, which may be absent).
+    compiled: Option<Reference>,
+    /// Which reference tensors hold integer outputs (`bundle.json`'s
+    /// `int_outputs`; `None`: integer outputs are not compared).
+    int_outputs: Option<Vec<String>>,
+}
+
+/// The inputs of a run and where they came from.
+struct Inputs {
+    tensors: Option<IndexMap<String, Tensor>>,
+    /// `--inputs PATH`, or the bundle's entry; `None`: no inputs at all.
+    source: Option<String>,
+}
+
+pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
+    if args.allow_host_fallback && args.device != RunDevice::Cuda {
+        bail!("--allow-host-fallback is for `--device cuda` (the other devices have no fallback)");
+    }
+    if args.device != RunDevice::Meta {
+        let device = if args.device == RunDevice::Cpu { "cpu" } else { "cuda" };
+        if !args.predicate.is_empty() {
+            bail!("`--predicate` is for `--device meta`; {device} runs read predicates from the data");
+        }
+        if !args.hints.is_empty() {
+            bail!("`--hint` is for `--device meta`; {device} runs bind symbols from the inputs");
+        }
+    } else if args.expect.is_some() {
+        bail!("`--expect` needs `--device cpu`: meta tensors hold no values");
+    }
+    let bundle = open_bundle(&args.program)?;
+    // Run-time guards from launch reconciliation are checked like any other assert.
+    let program = with_guards(bundle.program().clone())?;
+    let name = bundle.name().to_string();
+    let inputs = match &args.inputs {
+        Some(p) => Inputs {
+            tensors: Some(read_tensors(p)?),
+            source: Some(format!("--inputs {}", p.display())),
+        },
+        None => Inputs {
+            tensors: bundle.inputs()?,
+            source: bundle
+                .has(wrapir::bundle::INPUTS)
+                .then(|| bundle.display(wrapir::bundle::INPUTS)),
+        },
+    };
+    let meta = bundle.meta().clone();
+    match args.device {
+        RunDevice::Meta => run_meta(args, &program, &name, &inputs),
+        RunDevice::Cpu => {
+            let references = references(args, &bundle)?;
+            let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+            if let Some(state) = meta.cuda_rng {
+                backend.set_cuda_rng(state);
+            }
+            let result = wrapir::exec::host::run_program_on(
+                &program,
+                &mut backend,
+                inputs.tensors.as_ref().unwrap_or(&IndexMap::new()),
+            )
+            .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}{}", no_inputs_hint(&inputs)))?;
+            let mut out = "device: cpu\n".to_string();
+            out += &describe_host_outputs(&result.outputs, args.print);
+            out += &describe_symbols(&program, &result.symbols);
+            write_output(None, &out)?;
+            compare_with_references(&result.outputs, &references)
+        }
+        RunDevice::Cuda => {
+            let references = references(args, &bundle)?;
+            let tensors = inputs.tensors.clone().unwrap_or_default();
+            let outputs = run_cuda(args, &program, &name, bundle.kernel_images(), &meta, tensors)
+                .map_err(|e| anyhow::anyhow!("{e:#}{}", no_inputs_hint(&inputs)))?;
+            let references = inductor_reference_for(references, &program, &meta);
+            compare_with_references(&outputs, &references)
+        }
+    }
+}
+
+/// `run --device meta`.
+fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> Result<ExitCode> {
+    let mut hints = wrapir::sym::Bindings::new();
+    for h in &args.hints {
+        let (s, v) = parse_hint(h, program)?;
+        hints.insert(s, v);
+    }
+    if let Some(tensors) = &inputs.tensors {
+        let source = inputs.source.as_deref().unwrap_or("the inputs");
+        for (s, v) in hints_from_inputs(program, tensors, source)? {
+            hints.entry(s).or_insert(v);
+        }
+    }
+    let mut backend = wrapir::exec::meta::MetaBackend::new().with_limits(limits());
+    for (s, v) in &hints {
+        backend = backend.with_hint(s.clone(), *v);
+    }
+    if !args.predicate.is_empty() {
+        backend = backend.with_predicates(&args.predicate);
+    }
+    let report = wrapir::exec::meta::run_program_on(program, &mut backend)
+        .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+    let mut out = "device: meta\n".to_string();
+    for (k, v) in report.outputs.iter().enumerate() {
+        out += &format!("output {k}: {}\n", describe_value(v, &|t| describe_spec(t)));
+    }
+    out += &describe_symbols(program, &report.symbols);
+    for d in &report.defaulted {
+        let kind = match program.symbols.get(&d.symbol).map(|decl| &decl.kind) {
+            Some(ir::SymbolKind::Unbacked) => "unbacked symbol",
+            Some(ir::SymbolKind::Precomputed) => "precomputed symbol",
+            _ => "symbol",
+        };
+        let bound = if d.upper { "upper" } else { "lower" };
+        out += &format!(
+            "note: {kind} `{}` has no hint: took its {bound} bound {} (set it with --hint {}=N)\n",
+            d.symbol, d.value, d.symbol
+        );
+    }
+    out += &format!("peak memory: {} bytes\n", report.memory.peak_bytes);
+    write_output(None, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// After a failed cpu or cuda run that had no inputs at all: where they come from.
+fn no_inputs_hint(inputs: &Inputs) -> &'static str {
+    if inputs.source.is_none() {
+        "\n(no inputs were given: pass --inputs FILE.safetensors, or run a bundle, which carries its inputs.safetensors)"
+    } else {
+        ""
+    }
+}
+
+/// The references of a cpu or cuda run: `--expect` or the bundle's eager
+/// outputs, and a bundle's (or package's) compiled outputs; `--rtol` /
+/// `--atol` override the tolerance of both.
+fn references(args: &RunArgs, bundle: &Bundle) -> Result<References> {
+    let meta = bundle.meta();
+    let overridden = |tolerance: Option<Tolerance>| {
+        if args.rtol.is_none() && args.atol.is_none() {
+            return tolerance;
+        }
+        let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
+        Some(Tolerance {
+            rtol: args.rtol.unwrap_or(base.rtol),
+            atol: args.atol.unwrap_or(base.atol),
+        })
+    };
+    let eager = match &args.expect {
+        Some(path) => Some(Reference {
+            name: path.display().to_string(),
+            tensors: Some(read_tensors(path)?),
+            tolerance: overridden(meta.tolerance),
+        }),
+        None if bundle.has(BundleMeta::EXPECTED) => Some(Reference {
+            name: bundle.display(BundleMeta::EXPECTED),
+            tensors: bundle.expected()?,
+            tolerance: overridden(meta.tolerance),
+        }),
+        None => None,
+    };
+    let compiled = match bundle.kind() {
+        BundleKind::ProgramFile => None,
+        BundleKind::Directory | BundleKind::Package => Some(Reference {
+            name: bundle.display(BundleMeta::COMPILED),
+            tensors: bundle.compiled()?,
+            tolerance: overridden(meta.compiled_tolerance),
+        }),
+    };
+    Ok(References {
+        eager,
+        compiled,
+        int_outputs: meta.int_outputs.clone(),
+    })
+}
+
+/// The references of a cuda run, with the comparison against Inductor's
+/// outputs at the eager tolerance (when looser) where the run cannot compute
+/// what Inductor computed: when an extern op runs on wrapir's own kernels
+/// rather than PyTorch's library (attention). Says why on stdout.
+fn inductor_reference_for(mut references: References, program: &Program, meta: &BundleMeta) -> References {
+    let Some(tight) = references.compiled.as_ref().and_then(|r| r.tolerance) else {
+        return references;
+    };
+    let uses = wrapir::exec::device_ops::extern_uses(program);
+    let differing: std::collections::BTreeSet<String> = uses
+        .iter()
+        .filter(|u| wrapir::exec::device_ops::cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
+        .map(|u| wrapir::exec::host::op_key(&u.op))
+        .collect();
+    let eager = references.eager.as_ref().and_then(|r| r.tolerance).or(meta.tolerance);
+    if differing.is_empty() {
+        return references;
+    }
+    if let (Some(e), Some(compiled)) = (eager, references.compiled.as_mut()) {
+        compiled.tolerance = Some(Tolerance {
+            rtol: tight.rtol.max(e.rtol),
+            atol: tight.atol.max(e.atol),
+        });
+        let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
+        println!(
+            "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
+            ops.join(", "),
+            if ops.len() == 1 { "runs" } else { "run" },
+        );
+    }
+    references
+}
+
+/// Compares `outputs` with each reference, printing per reference a summary
+/// line and the largest errors of every output (a mismatch also goes to
+/// stderr); exit 1 when any comparison fails.
+fn compare_with_references(outputs: &[Value<Tensor>], references: &References) -> Result<ExitCode> {
+    let got = wrapir::exec::compare::output_leaves(outputs);
+    let mut ok = true;
+    let mut out = String::new();
+    let mut err = String::new();
+    let refs = [("eager", &references.eager), ("inductor", &references.compiled)];
+    for (what, reference) in refs {
+        let Some(Reference {
+            name,
+            tensors,
+            tolerance,
+        }) = reference
+        else {
+            continue;
+        };
+        let Some(expected) = tensors else {
+            out += &format!("against {what}: absent (no {name})\n");
+            continue;
+        };
+        let comparison =
+            wrapir::exec::compare::compare_leaves(&got, expected, references.int_outputs.as_deref(), *tolerance);
+        let compared = got.len() - comparison.ints_not_compared;
+        let tol = match tolerance {
+            Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
+            None => "dtype default tolerances".to_string(),
+        };
+        let failed = comparison.outputs.iter().filter(|o| o.mismatch.is_some()).count();
+        out += &match comparison.count_mismatch {
+            Some((n, m)) => format!(
+                "against {what}: the program returned {n} {}, {m} are expected in {name}\n",
+                if comparison.with_ints { "outputs" } else { "tensors" },
+            ),
+            None if failed == 0 => format!("against {what}: {compared} outputs match {name} ({tol})\n"),
+            None => format!("against {what}: {failed} of {compared} outputs differ from {name} ({tol})\n"),
+        };
+        if comparison.ints_not_compared > 0 {
+            out += &format!(
+                "  {} integer output(s) not compared: the bundle does not store integer outputs (no `int_outputs` in bundle.json; re-export it)\n",
+                comparison.ints_not_compared
+            );
+        }
+        for o in &comparison.outputs {
+            let errors = match (o.int, o.max_abs, o.max_rel) {
+                (Some(v), _, _) => format!("integer {v}"),
+                (None, Some(a), Some(r)) => {
+                    format!("max abs error {}, max rel error {}", error_text(a), error_text(r))
+                }
+                _ => "errors not measured".to_string(),
+            };
+            let verdict = match &o.mismatch {
+                None => "match".to_string(),
+                Some(m) => format!("MISMATCH: {m}"),
+            };
+            out += &format!("  output {} (`{}`): {errors}; {verdict}\n", o.index, o.name);
+        }
+        if let Some(message) = comparison.first_error() {
+            ok = false;
+            err += &format!("mismatch against {name} ({what}): {message}\n");
+        }
+    }
+    write_output(None, &out)?;
+    eprint!("{err}");
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// An error magnitude for reports: `0`, or three significant digits.
+fn error_text(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_string()
+    } else if x.is_finite() {
+        format!("{x:.3e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// Explains a cuda run's error when an op had no device implementation and
+/// the host fallback was off: names the op and `--allow-host-fallback`.
+#[cfg(feature = "cuda")]
+fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
+    match e {
+        wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
+        _ => String::new(),
+    }
+}
+
+/// [`host_fallback_hint`] for an execution error.
+#[cfg(feature = "cuda")]
+pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
+    use wrapir::exec::ExecError;
+    while let ExecError::AtNode { source, .. } = e {
+        e = source;
+    }
+    match e {
+        ExecError::UnknownOp { op, .. } => {
+            let host_ops = wrapir::exec::host::HostBackend::default().op_names();
+            if host_runs(&host_ops, op.as_str()) {
+                format!("\n`{op}` has no device implementation; --allow-host-fallback runs it on the host")
+            } else {
+                format!("\n`{op}` has no device implementation, and the host fallback has none either")
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// `run --device cuda`: runs on the GPU with the bundle's math modes and
+/// prints the device, the outputs, the symbols bound and the extern ops that
+/// ran on the device and (with `--allow-host-fallback`) on the host; returns
+/// the outputs.
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    args: &RunArgs,
+    program: &Program,
+    name: &str,
+    kernels: wrapir::bundle::KernelImages,
+    meta: &BundleMeta,
+    inputs: IndexMap<String, Tensor>,
+) -> Result<Vec<Value<Tensor>>> {
+    use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
+    let mut options = CudaOptions::for_bundle(kernels, meta);
+    options.host_fallback = args.allow_host_fallback;
+    let options = options.preload_for(program);
+    let extern_ops = options.extern_ops.clone();
+    let mut backend =
+        CudaBackend::new(options).map_err(|e| anyhow::anyhow!("running {name} on cuda: opening the GPU: {e}"))?;
+    let device = match backend.device_name() {
+        Ok(gpu) => format!("cuda:{} ({gpu})", backend.ordinal()),
+        Err(_) => format!("cuda:{}", backend.ordinal()),
+    };
+    let failed = |e: wrapir::exec::RunError| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e));
+    let result = cuda::run_program_on(program, &mut backend, &inputs).map_err(failed)?;
+    let outputs = result
+        .outputs
+        .iter()
+        .map(|v| cuda::to_host(&mut backend, v))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| failed(e.into()))?;
+    backend
+        .synchronize()
+        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+    let mut out = format!("device: {device}\n");
+    out += &describe_host_outputs(&outputs, args.print);
+    out += &describe_symbols(program, &result.symbols);
+    for (op, n) in extern_ops.device_ops() {
+        out += &format!("cuda op: {op} x{n}\n");
+    }
+    for (op, n) in extern_ops.host_ops() {
+        out += &format!("host fallback: {op} x{n}\n");
+    }
+    write_output(None, &out)?;
+    Ok(outputs)
+}
+
+/// `run --device cuda` in a build without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _args: &RunArgs,
+    _program: &Program,
+    _name: &str,
+    _kernels: wrapir::bundle::KernelImages,
+    _meta: &BundleMeta,
+    _inputs: IndexMap<String, Tensor>,
+) -> Result<Vec<Value<Tensor>>> {
+    bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
+}
+
+/// Parses `--hint SYMBOL=VALUE`; the symbol must be one of the program's.
+fn parse_hint(text: &str, program: &Program) -> Result<(wrapir::sym::Symbol, i64)> {
+    let Some((s, v)) = text.split_once('=') else {
+        bail!("--hint `{text}` is not SYMBOL=VALUE");
+    };
+    let v: i64 = v
+        .trim()
+        .parse()
+        .with_context(|| format!("--hint `{text}`: `{v}` is not an integer"))?;
+    let s = s.trim();
+    if s.is_empty() {
+        bail!("--hint `{text}` has no symbol name");
+    }
+    let symbol = wrapir::sym::Symbol::new(s);
+    if !program.symbols.contains_key(&symbol) {
+        let known: Vec<String> = program.symbols.keys().map(|s| s.to_string()).collect();
+        let known = if known.is_empty() {
+            "it has no symbols".to_string()
+        } else {
+            format!("its symbols: {}", known.join(", "))
+        };
+        bail!("--hint `{text}`: the program has no symbol `{s}` ({known})");
+    }
+    Ok((symbol, v))
+}
+
+/// Symbol values the inputs imply: symbol inputs, and input sizes declared
+/// as a plain symbol. `source` names the inputs in errors.
+fn hints_from_inputs(
+    program: &Program,
+    inputs: &IndexMap<String, Tensor>,
+    source: &str,
+) -> Result<wrapir::sym::Bindings> {
+    let mut hints = wrapir::sym::Bindings::new();
+    for input in &program.main.inputs {
+        let Some(t) = inputs.get(input.name().as_str()) else {
+            bail!(
+                "{source} has no tensor `{}` (a graph input of the program)",
+                input.name()
+            );
+        };
+        match input {
+            ir::GraphInput::Symbol { symbol, .. } => {
+                if let [v] = t.to_i64_vec()?.as_slice() {
+                    hints.insert(symbol.clone(), *v);
+                }
+            }
+            ir::GraphInput::Tensor { name } => {
+                if let Some(layout) = program.main.layout(name) {
+                    for (e, v) in layout.size.iter().zip(t.size()) {
+                        if let wrapir::sym::SymExpr::Sym(s) = e {
+                            hints.insert(s.clone(), *v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(hints)
+}
+
+fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
+    format!(
+        "tensor {}{:?} stride {:?} offset {} on {}",
+        t.dtype, t.size, t.stride, t.offset, t.device
+    )
+}
+
+fn describe_value<T>(v: &Value<T>, tensor: &dyn Fn(&T) -> String) -> String {
+    match v {
+        Value::Tensor(t) => tensor(t),
+        Value::Int(i) => format!("int {i}"),
+        Value::Float(f) => format!("float {f}"),
+        Value::Bool(b) => format!("bool {b}"),
+        Value::List(items) => {
+            let parts: Vec<String> = items.iter().map(|i| describe_value(i, tensor)).collect();
+            format!("({})", parts.join(", "))
+        }
+        other => other.kind().to_string(),
+    }
+}
+
+/// The values of symbols bound during the run other than backed ones (unbacked and precomputed).
+fn describe_symbols(program: &Program, symbols: &wrapir::sym::Bindings) -> String {
+    let bound: Vec<String> = symbols
+        .iter()
+        .filter(|(s, _)| !matches!(program.symbols.get(*s), Some(d) if d.kind == ir::SymbolKind::Backed))
+        .map(|(s, v)| format!("{s} = {v}"))
+        .collect();
+    if bound.is_empty() {
+        "bound symbols: none\n".to_string()
+    } else {
+        format!("bound symbols: {}\n", bound.join(", "))
+    }
+}
+
+fn format_values(t: &Tensor) -> String {
+    let parts: Vec<String> = if t.dtype().is_complex() {
+        // Python's spelling of a complex number: `(1+2j)`.
+        t.to_complex_vec()
+            .map(|v| v.iter().map(|(re, im)| format!("({re}{im:+}j)")).collect())
+            .unwrap_or_default()
+    } else if t.dtype().is_floating() {
+        t.to_f64_vec()
+            .map(|v| v.iter().map(|x| format!("{x}")).collect())
+            .unwrap_or_default()
+    } else {
+        t.to_i64_vec()
+            .map(|v| v.iter().map(|x| format!("{x}")).collect())
+            .unwrap_or_default()
+    };
+    format!("[{}]", parts.join(", "))
+}
+
+/// `output K: LAYOUT` lines for host outputs, with their values when `print`.
+fn describe_host_outputs(outputs: &[Value<Tensor>], print: bool) -> String {
+    let mut out = String::new();
+    for (k, v) in outputs.iter().enumerate() {
+        let text = describe_value(v, &|t| {
+            let mut s = describe_spec(t.spec());
+            if print {
+                s += &format!("\n  values: {}", format_values(t));
+            }
+            s
+        });
+        out += &format!("output {k}: {text}\n");
+    }
+    out
+}

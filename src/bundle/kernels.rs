@@ -1,0 +1,134 @@
+//! [`KernelImages`]: where the CUDA backend finds a kernel's compiled image,
+//! by the `cubin` path the program's kernel metadata names.
+
+use super::{BundleError, SharedBytes};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The kernel images of a program, looked up by the `cubin` path in its
+/// kernel metadata (relative to the bundle: `kernels/<kernel>.cubin`).
+#[derive(Clone, Debug)]
+pub enum KernelImages {
+    /// Files under a directory (a bundle directory, or the directory of a
+    /// program file), read (memory-mapped) when a kernel is first loaded.
+    Directory(PathBuf),
+    /// Images held in memory by path (a package's entries, mapped with it).
+    InMemory(Arc<BTreeMap<String, SharedBytes>>),
+}
+
+impl Default for KernelImages {
+    /// The current directory.
+    fn default() -> Self {
+        KernelImages::Directory(PathBuf::from("."))
+    }
+}
+
+impl KernelImages {
+    /// The image at `path` (as the program names it: a relative path without
+    /// `..`). An error names the path and why it cannot be read.
+    pub fn image(&self, path: &str) -> Result<SharedBytes, BundleError> {
+        let path = normalize(path)?;
+        match self {
+            KernelImages::Directory(dir) => SharedBytes::map(&dir.join(path)),
+            KernelImages::InMemory(images) => images.get(path).cloned().ok_or_else(|| BundleError::MissingEntry {
+                bundle: "the package".into(),
+                entry: path.to_string(),
+            }),
+        }
+    }
+
+    /// How the image at `path` is shown to users: its file, or its entry.
+    pub fn describe(&self, path: &str) -> String {
+        match self {
+            KernelImages::Directory(dir) => dir.join(path).display().to_string(),
+            KernelImages::InMemory(_) => format!("package entry `{path}`"),
+        }
+    }
+}
+
+/// `path` without a leading `./`, checked to be a plain relative path: no
+/// root, no `..`, `.` or empty components, no backslashes or NUL bytes.
+pub(crate) fn normalize(path: &str) -> Result<&str, BundleError> {
+    let path = path.strip_prefix("./").unwrap_or(path);
+    if is_plain_relative(path) {
+        Ok(path)
+    } else {
+        Err(BundleError::KernelPath { path: path.to_string() })
+    }
+}
+
+/// Whether `path` is a plain relative path (see [`normalize`]).
+pub(crate) fn is_plain_relative(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains(['\\', '\0'])
+        && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && !Path::new(path).has_root()
+}
+
+impl From<PathBuf> for KernelImages {
+    fn from(dir: PathBuf) -> Self {
+        KernelImages::Directory(dir)
+    }
+}
+
+impl From<&Path> for KernelImages {
+    fn from(dir: &Path) -> Self {
+        KernelImages::Directory(dir.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for KernelImages {
+    fn from(dir: &PathBuf) -> Self {
+        KernelImages::Directory(dir.clone())
+    }
+}
+
+impl From<&str> for KernelImages {
+    fn from(dir: &str) -> Self {
+        KernelImages::Directory(PathBuf::from(dir))
+    }
+}
+
+impl From<String> for KernelImages {
+    fn from(dir: String) -> Self {
+        KernelImages::Directory(PathBuf::from(dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_relative_paths() {
+        for ok in ["kernels/k.cubin", "k.cubin", "./kernels/a/b.cubin"] {
+            assert!(normalize(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../k.cubin",
+            "kernels/../../k",
+            "a//b",
+            "a/./b",
+            "a\\b",
+            "k\0",
+        ] {
+            assert!(normalize(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn in_memory_lookup() {
+        let mut m = BTreeMap::new();
+        m.insert("kernels/k.cubin".to_string(), SharedBytes::from(vec![1u8, 2, 3]));
+        let images = KernelImages::InMemory(Arc::new(m));
+        assert_eq!(&*images.image("./kernels/k.cubin").unwrap(), &[1, 2, 3]);
+        assert!(images
+            .image("kernels/other.cubin")
+            .unwrap_err()
+            .to_string()
+            .contains("kernels/other.cubin"));
+    }
+}

@@ -1,0 +1,449 @@
+//! Opening what users give us: a program file (`.wir` or `.json`), a bundle
+//! directory exported from Inductor, or a one-file package (`.wirpkg`), all
+//! through [`Bundle::open`].
+//!
+//! A bundle directory (`fixtures/inductor/README.md`) holds
+//!
+//! | entry | what |
+//! |---|---|
+//! | `program.json` | the program |
+//! | `kernels/*.cubin`, `*.ptx`, `*.json` | the kernel images and their launch metadata |
+//! | `inputs.safetensors` | the graph inputs (weights included, see `bundle.json`'s `weights`) |
+//! | `expected.safetensors` | eager PyTorch's outputs |
+//! | `compiled.safetensors` | Inductor's compiled outputs |
+//! | `bundle.json` | versions, tolerances, math modes, weights ([`BundleMeta`], [`BundleInfo`]) |
+//!
+//! A package holds the same entries under the same names in one file
+//! ([`package`], `docs/PACKAGE_FORMAT.md`); [`Bundle::write_package`] writes one.
+//! A program file is a bundle with only the program; its kernel images are
+//! looked up relative to its directory. Files and package entries are read
+//! memory-mapped ([`SharedBytes`]) and safetensors are decoded in place,
+//! within the [`Limits`] the bundle was opened with.
+//!
+//! This module and `exec::cuda` are the library's only file I/O.
+//!
+//! ```
+//! # fn main() -> Result<(), wrapir::bundle::BundleError> {
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/inductor/bundles/cat_mm");
+//! let bundle = wrapir::bundle::Bundle::open(std::path::Path::new(dir))?;
+//! let inputs = bundle.inputs()?.expect("the bundle has inputs");
+//! let out = wrapir::exec::host::run_program(bundle.program(), &inputs).expect("runs on the host");
+//! let expected = bundle.expected()?.expect("the bundle has eager outputs");
+//! let got = wrapir::exec::compare::output_leaves(&out.outputs);
+//! let meta = bundle.meta();
+//! let comparison = wrapir::exec::compare::compare_leaves(&got, &expected, meta.int_outputs.as_deref(), meta.tolerance);
+//! assert!(comparison.is_ok());
+//! # Ok(())
+//! # }
+//! ```
+
+mod bytes;
+mod cubin;
+mod error;
+mod info;
+mod kernels;
+mod pack;
+pub mod package;
+
+pub use bytes::SharedBytes;
+pub use cubin::{cubin_arch, CubinArch};
+pub use error::BundleError;
+pub use info::BundleInfo;
+pub use kernels::KernelImages;
+pub use pack::PackSummary;
+
+use crate::exec::compare::BundleMeta;
+use crate::exec::safetensors::Safetensors;
+use crate::exec::Tensor;
+use crate::ir::{KernelBackend, Program};
+use crate::Limits;
+use indexmap::IndexMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The entry holding a bundle's program as JSON.
+pub const PROGRAM_JSON: &str = "program.json";
+/// The entry holding a package's program in the text form (packed from a `.wir` file).
+pub const PROGRAM_TEXT: &str = "program.wir";
+/// The entry holding the graph inputs.
+pub const INPUTS: &str = "inputs.safetensors";
+/// The directory of kernel images.
+pub const KERNELS: &str = "kernels";
+
+/// What [`Bundle::open`] opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleKind {
+    /// A `.wir` or `.json` program file (or program text given directly).
+    ProgramFile,
+    /// A bundle directory.
+    Directory,
+    /// A `.wirpkg` package.
+    Package,
+}
+
+#[derive(Clone, Debug)]
+enum Store {
+    /// A program file: kernel images relative to `dir`, no other entries.
+    File { dir: PathBuf },
+    /// A bundle directory.
+    Directory(PathBuf),
+    /// A package.
+    Package(Box<package::Package>),
+}
+
+/// An opened program file, bundle directory or package: the program (its
+/// source text and the parsed [`Program`]), `bundle.json`'s metadata, the
+/// kernel images and the tensors it carries.
+#[derive(Clone, Debug)]
+pub struct Bundle {
+    path: PathBuf,
+    kind: BundleKind,
+    store: Store,
+    name: String,
+    source: Arc<str>,
+    program: Program,
+    meta: BundleMeta,
+    info: BundleInfo,
+    limits: Limits,
+}
+
+impl Bundle {
+    /// Opens `path` within [`Limits::default`] (see [`Bundle::open_with_limits`]).
+    pub fn open(path: &Path) -> Result<Bundle, BundleError> {
+        Bundle::open_with_limits(path, &Limits::default())
+    }
+
+    /// Opens `path`: a directory is a bundle directory (it must hold
+    /// `program.json`); a file that starts with the package magic is a
+    /// package (its format version is checked); any other file is a program,
+    /// JSON when its text starts with `{`, else the text form. The program is
+    /// parsed within `limits`, and `bundle.json` read where there is one;
+    /// tensors and kernel images are read when asked for.
+    pub fn open_with_limits(path: &Path, limits: &Limits) -> Result<Bundle, BundleError> {
+        if path.is_dir() {
+            let program_path = path.join(PROGRAM_JSON);
+            if !program_path.is_file() {
+                return Err(BundleError::NotABundle {
+                    path: path.to_path_buf(),
+                    reason: format!("a directory without `{PROGRAM_JSON}` is not a bundle"),
+                });
+            }
+            let store = Store::Directory(path.to_path_buf());
+            return Bundle::from_store(path, BundleKind::Directory, store, limits);
+        }
+        let bytes = SharedBytes::map(path)?;
+        let is_package =
+            bytes.starts_with(&package::MAGIC) || path.extension().is_some_and(|e| e == package::EXTENSION);
+        if is_package {
+            let store = Store::Package(Box::new(package::Package::parse(path, bytes)?));
+            return Bundle::from_store(path, BundleKind::Package, store, limits);
+        }
+        let name = path.display().to_string();
+        let text = std::str::from_utf8(&bytes).map_err(|error| BundleError::NotText {
+            name: name.clone(),
+            error,
+        })?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Bundle::from_parts(
+            path,
+            BundleKind::ProgramFile,
+            Store::File { dir },
+            name,
+            text.into(),
+            limits,
+        )
+    }
+
+    /// A bundle of program text given directly (`name` names it in errors,
+    /// such as `<stdin>`); kernel images are looked up in the current directory.
+    pub fn from_text(
+        name: impl Into<String>,
+        text: impl Into<Arc<str>>,
+        limits: &Limits,
+    ) -> Result<Bundle, BundleError> {
+        let name = name.into();
+        let store = Store::File {
+            dir: PathBuf::from("."),
+        };
+        Bundle::from_parts(
+            Path::new(&name.clone()),
+            BundleKind::ProgramFile,
+            store,
+            name,
+            text.into(),
+            limits,
+        )
+    }
+
+    fn from_store(path: &Path, kind: BundleKind, store: Store, limits: &Limits) -> Result<Bundle, BundleError> {
+        let entry = [PROGRAM_JSON, PROGRAM_TEXT]
+            .into_iter()
+            .find(|e| store.has(e))
+            .ok_or_else(|| BundleError::MissingEntry {
+                bundle: path.display().to_string(),
+                entry: PROGRAM_JSON.into(),
+            })?;
+        let name = store.display(entry);
+        let bytes = store.entry(entry)?.ok_or_else(|| BundleError::MissingEntry {
+            bundle: path.display().to_string(),
+            entry: entry.to_string(),
+        })?;
+        let text = std::str::from_utf8(&bytes).map_err(|error| BundleError::NotText {
+            name: name.clone(),
+            error,
+        })?;
+        let mut bundle = Bundle::from_parts(path, kind, store, name, text.into(), limits)?;
+        if let Some(json) = bundle.entry(BundleMeta::FILE)? {
+            let name = bundle.display(BundleMeta::FILE);
+            let text = std::str::from_utf8(&json).map_err(|error| BundleError::NotText {
+                name: name.clone(),
+                error,
+            })?;
+            let meta_error = |message: String| BundleError::Meta {
+                name: name.clone(),
+                message,
+            };
+            bundle.meta = BundleMeta::from_json(text).map_err(|e| meta_error(e.0))?;
+            bundle.info = BundleInfo::from_json(text).map_err(meta_error)?;
+        }
+        Ok(bundle)
+    }
+
+    fn from_parts(
+        path: &Path,
+        kind: BundleKind,
+        store: Store,
+        name: String,
+        source: Arc<str>,
+        limits: &Limits,
+    ) -> Result<Bundle, BundleError> {
+        let program = parse_program(&name, &source, limits)?;
+        Ok(Bundle {
+            path: path.to_path_buf(),
+            kind,
+            store,
+            name,
+            source,
+            program,
+            meta: BundleMeta::default(),
+            info: BundleInfo::default(),
+            limits: *limits,
+        })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What it is.
+    pub fn kind(&self) -> BundleKind {
+        self.kind
+    }
+
+    /// The program's file or entry as shown to users
+    /// (`bundles/softmax/program.json`, `model.wirpkg:program.json`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The program's source text (JSON or the text form).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// `bundle.json`'s tolerances, math modes, integer outputs and generator
+    /// state ([`BundleMeta::default`] when there is no `bundle.json`).
+    pub fn meta(&self) -> &BundleMeta {
+        &self.meta
+    }
+
+    /// `bundle.json`'s provenance and weights ([`BundleInfo::default`] when absent).
+    pub fn info(&self) -> &BundleInfo {
+        &self.info
+    }
+
+    /// The graph inputs that are the model's weights (`bundle.json`'s `weights`).
+    pub fn weights(&self) -> &[String] {
+        &self.info.weights
+    }
+
+    /// The limits it was opened with (tensors are read within them).
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// A package's table of contents (`None` for other kinds).
+    pub fn manifest(&self) -> Option<&package::Manifest> {
+        match &self.store {
+            Store::Package(p) => Some(p.manifest()),
+            _ => None,
+        }
+    }
+
+    /// How entry `entry` is shown to users: its file, or `PACKAGE:ENTRY`.
+    pub fn display(&self, entry: &str) -> String {
+        self.store.display(entry)
+    }
+
+    /// Whether the bundle has entry `entry` (a program file has none but its kernel images).
+    pub fn has(&self, entry: &str) -> bool {
+        self.store.has(entry)
+    }
+
+    /// The bytes of entry `entry` (mapped), `None` when the bundle has none.
+    pub fn entry(&self, entry: &str) -> Result<Option<SharedBytes>, BundleError> {
+        self.store.entry(entry)
+    }
+
+    /// The tensors and metadata of the safetensors entry `entry`, `None`
+    /// when the bundle has none; an error names the entry and the tensor.
+    pub fn tensors(&self, entry: &str) -> Result<Option<Safetensors>, BundleError> {
+        let Some(bytes) = self.entry(entry)? else {
+            return Ok(None);
+        };
+        crate::exec::safetensors::parse_with_limits(&bytes, &self.limits)
+            .map(Some)
+            .map_err(|error| BundleError::Safetensors {
+                name: self.display(entry),
+                error,
+            })
+    }
+
+    /// The graph inputs (`inputs.safetensors`), weights included.
+    pub fn inputs(&self) -> Result<Option<IndexMap<String, Tensor>>, BundleError> {
+        Ok(self.tensors(INPUTS)?.map(|f| f.tensors))
+    }
+
+    /// Eager PyTorch's outputs (`expected.safetensors`).
+    pub fn expected(&self) -> Result<Option<IndexMap<String, Tensor>>, BundleError> {
+        Ok(self.tensors(BundleMeta::EXPECTED)?.map(|f| f.tensors))
+    }
+
+    /// Inductor's compiled outputs (`compiled.safetensors`).
+    pub fn compiled(&self) -> Result<Option<IndexMap<String, Tensor>>, BundleError> {
+        Ok(self.tensors(BundleMeta::COMPILED)?.map(|f| f.tensors))
+    }
+
+    /// Where the CUDA backend finds the kernel images
+    /// (`CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta())`).
+    pub fn kernel_images(&self) -> KernelImages {
+        match &self.store {
+            Store::File { dir } | Store::Directory(dir) => KernelImages::Directory(dir.clone()),
+            Store::Package(p) => {
+                let images: BTreeMap<String, SharedBytes> =
+                    p.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                KernelImages::InMemory(Arc::new(images))
+            }
+        }
+    }
+
+    /// The kernel image `path`: a path relative to the bundle as the
+    /// program's kernel metadata names it (`kernels/k.cubin`), or a bare
+    /// file name under `kernels/` (`k.cubin`).
+    pub fn kernel_image(&self, path: &str) -> Result<SharedBytes, BundleError> {
+        let images = self.kernel_images();
+        match images.image(path) {
+            Err(e) if !path.contains('/') => images.image(&format!("{KERNELS}/{path}")).map_err(|_| e),
+            other => other,
+        }
+    }
+
+    /// The `cubin` paths of the program's Triton kernels, distinct, in order.
+    pub fn cubin_paths(&self) -> Vec<&str> {
+        let mut seen = BTreeSet::new();
+        self.program
+            .kernels
+            .values()
+            .filter_map(|k| match &k.backend {
+                KernelBackend::Triton(meta) => meta.cubin.as_deref(),
+                _ => None,
+            })
+            .filter(|p| seen.insert(*p))
+            .collect()
+    }
+
+    /// The architecture of every cubin the program loads, by path, from each
+    /// image's ELF header; an error names the image.
+    pub fn cubins(&self) -> Result<BTreeMap<String, CubinArch>, BundleError> {
+        let images = self.kernel_images();
+        let mut out = BTreeMap::new();
+        for path in self.cubin_paths() {
+            let image = images.image(path)?;
+            let arch = cubin_arch(&image).map_err(|message| BundleError::Cubin {
+                name: images.describe(path),
+                message,
+            })?;
+            out.insert(path.to_string(), arch);
+        }
+        Ok(out)
+    }
+
+    /// The SM numbers of the cubins the program loads (90 for `sm_90`), so
+    /// that a caller can check the present GPU can run them; empty when the
+    /// program has none.
+    pub fn cubin_arch(&self) -> Result<BTreeSet<u32>, BundleError> {
+        Ok(self.cubins()?.values().map(|a| a.sm).collect())
+    }
+}
+
+impl Store {
+    fn display(&self, entry: &str) -> String {
+        match self {
+            Store::File { dir } | Store::Directory(dir) => dir.join(entry).display().to_string(),
+            Store::Package(p) => format!("{}:{entry}", p.path().display()),
+        }
+    }
+
+    fn has(&self, entry: &str) -> bool {
+        match self {
+            Store::File { .. } => false,
+            Store::Directory(dir) => kernels::is_plain_relative(entry) && dir.join(entry).is_file(),
+            Store::Package(p) => p.entry(entry).is_some(),
+        }
+    }
+
+    fn entry(&self, entry: &str) -> Result<Option<SharedBytes>, BundleError> {
+        if !self.has(entry) {
+            return Ok(None);
+        }
+        match self {
+            Store::File { .. } => Ok(None),
+            Store::Directory(dir) => SharedBytes::map(&dir.join(entry)).map(Some),
+            Store::Package(p) => Ok(p.entry(entry).cloned()),
+        }
+    }
+}
+
+/// Parses program text: JSON when it starts with `{`, else the text form
+/// within `limits`.
+fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program, BundleError> {
+    if text.trim_start().starts_with('{') {
+        Program::from_json(text).map_err(|error| BundleError::Json {
+            name: name.to_string(),
+            error,
+        })
+    } else {
+        crate::text::parse_with_limits(text, limits).map_err(|error| BundleError::Parse {
+            name: name.to_string(),
+            text: Arc::clone(text),
+            error,
+        })
+    }
+}
+
+/// Reads a safetensors file (memory-mapped) within `limits`; an error names
+/// the file and the tensor.
+pub fn read_safetensors(path: &Path, limits: &Limits) -> Result<Safetensors, BundleError> {
+    let bytes = SharedBytes::map(path)?;
+    crate::exec::safetensors::parse_with_limits(&bytes, limits).map_err(|error| BundleError::Safetensors {
+        name: path.display().to_string(),
+        error,
+    })
+}

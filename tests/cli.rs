@@ -1,0 +1,244 @@
+//! The command line's conventions: every verb takes a program file, a bundle
+//! directory, a package or stdin; `run` names the device that ran; errors
+//! name flags; hints must name the program's symbols; symbols the meta
+//! backend defaulted to a bound are reported.
+
+mod common;
+
+use common::wrapir;
+use indexmap::IndexMap;
+use std::path::{Path, PathBuf};
+use wrapir::exec::safetensors;
+use wrapir::exec::Tensor;
+
+fn scratch(test: &str) -> PathBuf {
+    common::scratch("cli", test)
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Arguments, exit code, texts stdout must contain, text stderr must
+/// contain, text neither may contain.
+type Case<'a> = (&'a [&'a str], i32, &'a [&'a str], &'a str, &'a str);
+
+fn f32s(v: &[f32], size: &[i64]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), size).unwrap()
+}
+
+#[test]
+fn cli_names_the_device_flags_and_defaulted_symbols() {
+    let cat_mm = common::root().join("fixtures/inductor/bundles/cat_mm");
+    let cat_mm_inputs = cat_mm.join("inputs.safetensors");
+    let nonzero_inputs = scratch("flags").join("inputs.safetensors");
+    // An input file without the program's input `arg0_1`.
+    let mut other = IndexMap::new();
+    other.insert("something_else".to_string(), f32s(&[1.0], &[1]));
+    std::fs::write(&nonzero_inputs, safetensors::write(&other).unwrap()).unwrap();
+    // (arguments, exit code, texts stdout must contain, text stderr must contain, text neither may contain)
+    let cases: &[Case] = &[
+        (&["run", "fixtures/nonzero.wir"], 0, &["device: meta\n"], "", ""),
+        (
+            &["run", path_str(&cat_mm), "--device", "cpu"],
+            0,
+            &["device: cpu\n"],
+            "",
+            "",
+        ),
+        (
+            &["run", path_str(&cat_mm), "--device", "meta"],
+            0,
+            &["device: meta\n"],
+            "",
+            "",
+        ),
+        // Unbacked symbols that took a bound of their range: one line each.
+        (
+            &["run", "fixtures/item_convert_int.wir"],
+            0,
+            &[
+                "note: unbacked symbol `u0` has no hint: took its upper bound 50 (set it with --hint u0=N)\n",
+                "note: unbacked symbol `u1` has no hint: took its upper bound 1 (set it with --hint u1=N)\n",
+                "note: unbacked symbol `u2` has no hint: took its upper bound 12 (set it with --hint u2=N)\n",
+            ],
+            "",
+            "",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--hint", "u0=10"],
+            0,
+            &["bound symbols: u0 = 10"],
+            "",
+            "note:",
+        ),
+        // Unknown hint symbols name the symbol and list the program's.
+        (
+            &["run", "fixtures/nonzero.wir", "--hint", "zz=3"],
+            2,
+            &[],
+            "--hint `zz=3`: the program has no symbol `zz` (its symbols: u0)",
+            "",
+        ),
+        (
+            &["run", "fixtures/item_convert_int.wir", "--hint", "u9=1"],
+            2,
+            &[],
+            "no symbol `u9` (its symbols: u0, u1, u2, triton_poi_fused_mul_slice_0_xnumel)",
+            "",
+        ),
+        (
+            &["run", "fixtures/pointwise.wir", "--hint", "s0=3"],
+            2,
+            &[],
+            "the program has no symbol `s0` (it has no symbols)",
+            "",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--hint", "u0=x"],
+            2,
+            &[],
+            "--hint `u0=x`: `x` is not an integer",
+            "",
+        ),
+        // Messages name flags, not library functions.
+        (
+            &["run", "fixtures/cond_dynamic_branches.wir"],
+            2,
+            &[],
+            "needs a value (`--predicate true|false`",
+            "with_predicates",
+        ),
+        (
+            &["run", path_str(&cat_mm), "--device", "cpu", "--predicate", "true"],
+            2,
+            &[],
+            "`--predicate` is for `--device meta`",
+            "",
+        ),
+        (
+            &["run", path_str(&cat_mm), "--device", "cpu", "--hint", "s0=1"],
+            2,
+            &[],
+            "`--hint` is for `--device meta`",
+            "",
+        ),
+        (
+            &["run", "fixtures/pointwise.wir", "--device", "cpu"],
+            2,
+            &[],
+            "no inputs were given: pass --inputs FILE.safetensors",
+            "",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--inputs", path_str(&nonzero_inputs)],
+            2,
+            &[],
+            "has no tensor `arg0_1` (a graph input of the program)",
+            "",
+        ),
+        (
+            &[
+                "run",
+                path_str(&cat_mm),
+                "--device",
+                "cpu",
+                "--inputs",
+                path_str(&nonzero_inputs),
+            ],
+            2,
+            &[],
+            "`something_else` is neither a graph input nor a constant",
+            "",
+        ),
+        (
+            &[
+                "run",
+                path_str(&cat_mm),
+                "--device",
+                "cpu",
+                "--inputs",
+                path_str(&cat_mm_inputs),
+            ],
+            0,
+            &["1 outputs match"],
+            "",
+            "",
+        ),
+        (
+            &["run", "fixtures/nonzero.wir", "--inputs", "no/such/file.safetensors"],
+            2,
+            &[],
+            "no/such/file.safetensors",
+            "",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (args, code, stdout, stderr, neither) in cases {
+        let r = wrapir(args);
+        let clean = neither.is_empty() || !(r.stdout.contains(neither) || r.stderr.contains(neither));
+        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) || !clean {
+            failures.push(format!(
+                "{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
+                r.code, r.stdout, r.stderr
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn cli_verbs_take_files_directories_and_stdin() {
+    let cat_mm = common::root().join("fixtures/inductor/bundles/cat_mm");
+    for verb in [&["check"][..], &["print"], &["lower", "--target", "fx"]] {
+        for program in [path_str(&cat_mm), "fixtures/inductor/bundles/cat_mm/program.json"] {
+            let mut args = verb.to_vec();
+            args.insert(1, program);
+            let r = wrapir(&args);
+            assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        }
+    }
+    // A directory that is not a bundle, and a file that is not a program.
+    let r = wrapir(&["check", "fixtures"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("fixtures: a directory without `program.json` is not a bundle"),
+        "{}",
+        r.stderr
+    );
+    let r = wrapir(&["print", "fixtures/inductor/bundles/cat_mm/inputs.safetensors"]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("inputs.safetensors"), "{}", r.stderr);
+    // Parse errors still show the offending line.
+    let bad = scratch("parse").join("bad.wir");
+    std::fs::write(&bad, "program {\n  nonsense here\n}\n").unwrap();
+    let r = wrapir(&["check", path_str(&bad)]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("cannot parse") && r.stderr.contains("(line 1, column 1)") && r.stderr.contains("here"),
+        "{}",
+        r.stderr
+    );
+    // A missing file is named once.
+    let r = wrapir(&["print", "no/such.wir"]);
+    assert_eq!(r.code, 2);
+    assert_eq!(r.stderr.matches("No such file").count(), 1, "{}", r.stderr);
+    // Program text on stdin.
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wrapir"))
+        .args(["run", "-", "--hint", "u0=3"])
+        .current_dir(common::root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = std::fs::read(common::root().join("fixtures/nonzero.wir")).unwrap();
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("bound symbols: u0 = 3"),
+        "{stdout}"
+    );
+}

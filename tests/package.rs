@@ -1,0 +1,392 @@
+//! One-file packages (`wrapir pack`, `Bundle::open` of a `.wirpkg`): every
+//! verb gives on the package what it gives on the bundle directory, the
+//! library reads the same program, metadata, tensors and kernel images from
+//! both, and bad, truncated or hostile packages are clear errors.
+
+mod common;
+
+use common::wrapir;
+use std::path::{Path, PathBuf};
+use wrapir::bundle::{package, Bundle, BundleError, BundleKind};
+
+/// Committed bundles covering an extern mm (runs on cpu), Triton kernels,
+/// two outputs, an unbacked `cond`, and a model with weights.
+const BUNDLES: &[&str] = &["cat_mm", "softmax", "topk", "feat_cond_unbacked", "bert"];
+
+fn bundle_dir(name: &str) -> PathBuf {
+    common::root().join("fixtures/inductor/bundles").join(name)
+}
+
+fn scratch(test: &str) -> PathBuf {
+    common::scratch("package", test)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Packs `name` into `dir` with the CLI; returns the package path.
+fn pack(name: &str, dir: &Path) -> PathBuf {
+    let out = dir.join(format!("{name}.wirpkg"));
+    let r = wrapir(&["pack", s(&bundle_dir(name)), "-o", s(&out)]);
+    assert_eq!(r.code, 0, "pack {name}: {}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("packed"), "{}", r.stdout);
+    out
+}
+
+#[test]
+fn every_verb_gives_the_same_result_on_the_package() {
+    let dir = scratch("verbs");
+    let mut failures = Vec::new();
+    for name in BUNDLES {
+        let pkg = pack(name, &dir);
+        let bdir = bundle_dir(name);
+        // Entries are named `DIR/entry` and `PACKAGE:entry`.
+        let normalize = |text: &str| {
+            text.replace(&format!("{}/", bdir.display()), "BUNDLE/")
+                .replace(&format!("{}:", pkg.display()), "BUNDLE/")
+        };
+        let verbs: &[&[&str]] = &[
+            &["check"],
+            &["check", "--device", "cuda"],
+            &["print"],
+            &["print", "--json"],
+            &["lower", "--target", "python"],
+            &["lower", "--target", "cpp"],
+            &["lower", "--target", "cpp-standalone"],
+            &["lower", "--target", "fx"],
+            &["run", "--device", "meta"],
+            &["run", "--device", "cpu"],
+            &["run", "--device", "cpu", "--print"],
+        ];
+        for verb in verbs {
+            let on = |path: &Path| {
+                let mut args: Vec<&str> = vec![verb[0], s(path)];
+                args.extend_from_slice(&verb[1..]);
+                wrapir(&args)
+            };
+            let (a, b) = (on(&bdir), on(&pkg));
+            let same = a.code == b.code
+                && normalize(&a.stdout) == normalize(&b.stdout)
+                && normalize(&a.stderr) == normalize(&b.stderr);
+            if !same {
+                failures.push(format!(
+                    "{name} {verb:?}: directory exit {} / package exit {}\n--- directory\n{}{}\n--- package\n{}{}",
+                    a.code, b.code, a.stdout, a.stderr, b.stdout, b.stderr
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_library_reads_the_same_bundle_from_both() {
+    let dir = scratch("library");
+    for name in BUNDLES {
+        let bdir = bundle_dir(name);
+        let from_dir = Bundle::open(&bdir).unwrap();
+        let pkg = dir.join(format!("{name}.wirpkg"));
+        let summary = from_dir.write_package(&pkg).unwrap();
+        let from_pkg = Bundle::open(&pkg).unwrap();
+        assert_eq!(from_dir.kind(), BundleKind::Directory);
+        assert_eq!(from_pkg.kind(), BundleKind::Package);
+        assert_eq!(from_pkg.program(), from_dir.program(), "{name}");
+        assert_eq!(from_pkg.source(), from_dir.source(), "{name}");
+        assert_eq!(from_pkg.meta(), from_dir.meta(), "{name}");
+        assert_eq!(from_pkg.info(), from_dir.info(), "{name}");
+        assert_eq!(from_pkg.weights(), from_dir.weights(), "{name}");
+        for (a, b) in [
+            (from_dir.inputs().unwrap(), from_pkg.inputs().unwrap()),
+            (from_dir.expected().unwrap(), from_pkg.expected().unwrap()),
+            (from_dir.compiled().unwrap(), from_pkg.compiled().unwrap()),
+        ] {
+            assert_eq!(a.is_some(), b.is_some(), "{name}");
+            let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+            assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "{name}");
+            for (k, t) in &a {
+                assert_eq!(t.spec(), b[k].spec(), "{name}: {k}");
+                assert_eq!(t.to_f64_vec().unwrap(), b[k].to_f64_vec().unwrap(), "{name}: {k}");
+            }
+        }
+        for path in from_dir.cubin_paths() {
+            assert_eq!(
+                &*from_dir.kernel_image(path).unwrap(),
+                &*from_pkg.kernel_image(path).unwrap(),
+                "{name}: {path}"
+            );
+        }
+        assert_eq!(from_pkg.cubin_arch().unwrap(), from_dir.cubin_arch().unwrap(), "{name}");
+        // The table of contents records what the bundle says.
+        let manifest = from_pkg.manifest().unwrap();
+        assert_eq!(manifest.metadata, summary.metadata);
+        assert_eq!(manifest.metadata.torch, from_dir.info().torch);
+        assert_eq!(manifest.metadata.weights, from_dir.weights());
+        assert_eq!(
+            manifest.metadata.cubin_arch,
+            from_dir.cubin_arch().unwrap().into_iter().collect::<Vec<_>>()
+        );
+        // Packing the package again gives the same bytes.
+        let again = dir.join(format!("{name}-again.wirpkg"));
+        from_pkg.write_package(&again).unwrap();
+        assert_eq!(std::fs::read(&pkg).unwrap(), std::fs::read(&again).unwrap(), "{name}");
+    }
+    // The committed bundles were compiled for the H200 (sm_90).
+    let softmax = Bundle::open(&bundle_dir("softmax")).unwrap();
+    assert_eq!(softmax.cubin_arch().unwrap().into_iter().collect::<Vec<_>>(), [90]);
+    let cat_mm = Bundle::open(&bundle_dir("cat_mm")).unwrap();
+    assert!(cat_mm.cubin_arch().unwrap().is_empty(), "cat_mm has no Triton kernels");
+    let bert = Bundle::open(&bundle_dir("bert")).unwrap();
+    assert_eq!(bert.weights().len(), 39);
+    assert_eq!(
+        bert.info().weight_names["arg3_1"],
+        "model.embeddings.word_embeddings.weight"
+    );
+}
+
+#[test]
+fn program_files_open_and_pack() {
+    let dir = scratch("files");
+    let wir = common::root().join("fixtures/nonzero.wir");
+    let b = Bundle::open(&wir).unwrap();
+    assert_eq!(b.kind(), BundleKind::ProgramFile);
+    assert!(b.inputs().unwrap().is_none() && b.meta() == &Default::default());
+    let pkg = dir.join("nonzero.wirpkg");
+    let summary = b.write_package(&pkg).unwrap();
+    assert_eq!(summary.entries, ["program.wir"]);
+    let p = Bundle::open(&pkg).unwrap();
+    assert_eq!(p.program(), b.program());
+    let r = wrapir(&["run", s(&pkg), "--hint", "u0=7"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("bound symbols: u0 = 7"), "{}", r.stdout);
+    // A directory without a program is not a bundle.
+    let err = Bundle::open(&dir).unwrap_err().to_string();
+    assert!(err.contains("without `program.json`"), "{err}");
+}
+
+/// The bytes of a valid package of `softmax`.
+fn softmax_package(dir: &Path) -> Vec<u8> {
+    let pkg = dir.join("softmax.wirpkg");
+    Bundle::open(&bundle_dir("softmax"))
+        .unwrap()
+        .write_package(&pkg)
+        .unwrap();
+    std::fs::read(pkg).unwrap()
+}
+
+/// A package of these entries, with the table of contents written by hand.
+fn handmade(toc: &str, data: &[u8], version: u32) -> Vec<u8> {
+    let toc_len = toc.len() as u64;
+    let data_offset = (40 + toc_len).div_ceil(8) * 8;
+    let file_len = data_offset + data.len() as u64;
+    let mut out = package::MAGIC.to_vec();
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&file_len.to_le_bytes());
+    out.extend_from_slice(&toc_len.to_le_bytes());
+    out.extend_from_slice(&data_offset.to_le_bytes());
+    out.extend_from_slice(toc.as_bytes());
+    out.resize(data_offset as usize, 0);
+    out.extend_from_slice(data);
+    out
+}
+
+fn open_bytes(dir: &Path, name: &str, bytes: &[u8]) -> Result<Bundle, BundleError> {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    Bundle::open(&path)
+}
+
+#[test]
+fn bad_packages_are_clear_errors() {
+    let dir = scratch("bad");
+    let good = softmax_package(&dir);
+    let program = std::fs::read(bundle_dir("softmax").join("program.json")).unwrap();
+    let entry = |name: &str, offset: u64, length: u64| {
+        format!(r#"{{"entries": [{{"name": "{name}", "offset": {offset}, "length": {length}}}]}}"#)
+    };
+    let mut cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", vec![], "not a wrapir package"),
+        (
+            "bad magic",
+            b"PK\x03\x04 not a package at all, but long enough".to_vec(),
+            "not a wrapir package",
+        ),
+        (
+            "magic only",
+            package::MAGIC.to_vec(),
+            "truncated: 8 bytes, shorter than the 40-byte header",
+        ),
+        (
+            "header only",
+            good[..40].to_vec(),
+            "truncated: the header says the package is",
+        ),
+        (
+            "toc cut",
+            good[..64].to_vec(),
+            "truncated: the header says the package is",
+        ),
+        (
+            "payload cut",
+            good[..good.len() - 9].to_vec(),
+            "truncated: the header says the package is",
+        ),
+        (
+            "last byte cut",
+            good[..good.len() - 1].to_vec(),
+            "truncated: the header says the package is",
+        ),
+        (
+            "trailing bytes",
+            [&good[..], b"extra"].concat(),
+            "(bytes after its end)",
+        ),
+        (
+            "version 2",
+            handmade(&entry("program.json", 0, 2), b"{}", 2),
+            "package format version 2 is not supported",
+        ),
+        (
+            "version 0",
+            handmade(&entry("program.json", 0, 2), b"{}", 0),
+            "version 0 is not supported",
+        ),
+        (
+            "offset out of range",
+            handmade(&entry("program.json", 8, 2), b"{}", 1),
+            "2 bytes at data offset 8 run past the end",
+        ),
+        (
+            "length out of range",
+            handmade(&entry("program.json", 0, 3), b"{}", 1),
+            "3 bytes at data offset 0 run past the end",
+        ),
+        (
+            "length overflow",
+            handmade(&entry("program.json", 0, u64::MAX), b"{}", 1),
+            "run past the end",
+        ),
+        (
+            "offset overflow",
+            handmade(&entry("program.json", u64::MAX - 7, 1), b"{}", 1),
+            "run past the end",
+        ),
+        (
+            "misaligned offset",
+            handmade(&entry("program.json", 3, 1), b"{}{}", 1),
+            "offset 3 is not a multiple of 8",
+        ),
+        (
+            "parent path",
+            handmade(&entry("../program.json", 0, 2), b"{}", 1),
+            "is not a plain relative path",
+        ),
+        (
+            "absolute path",
+            handmade(&entry("/etc/passwd", 0, 2), b"{}", 1),
+            "is not a plain relative path",
+        ),
+        (
+            "overlap",
+            handmade(
+                r#"{"entries": [{"name": "program.json", "offset": 0, "length": 16}, {"name": "bundle.json", "offset": 8, "length": 8}]}"#,
+                &[b' '; 16],
+                1,
+            ),
+            "overlap",
+        ),
+        (
+            "duplicate",
+            handmade(
+                r#"{"entries": [{"name": "program.json", "offset": 0, "length": 2}, {"name": "program.json", "offset": 8, "length": 2}]}"#,
+                b"{}      {}",
+                1,
+            ),
+            "appears twice",
+        ),
+        (
+            "toc not json",
+            handmade("{nope", b"", 1),
+            "the table of contents is not valid",
+        ),
+        (
+            "no program",
+            handmade(&entry("bundle.json", 0, 2), b"{}", 1),
+            "has no `program.json`",
+        ),
+        (
+            "bad program",
+            handmade(&entry("program.json", 0, 2), b"{]", 1),
+            "program.json",
+        ),
+    ];
+    // A table of contents claiming more than a package may hold, and past the file.
+    let mut huge_toc = good.clone();
+    huge_toc[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    cases.push(("huge toc", huge_toc, "more than the 16777216 a package may have"));
+    let mut long_toc = good.clone();
+    long_toc[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    cases.push((
+        "toc past end",
+        long_toc,
+        "truncated: the table of contents ends at byte 1048616",
+    ));
+    let mut huge_file = good.clone();
+    huge_file[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+    cases.push((
+        "huge file length",
+        huge_file,
+        "truncated: the header says the package is 18446744073709551615 bytes",
+    ));
+    let mut bad_data = good.clone();
+    bad_data[32..40].copy_from_slice(&3u64.to_le_bytes());
+    cases.push(("bad data offset", bad_data, "data offset 3 must be a multiple of 8"));
+    let mut flags = good.clone();
+    flags[12] = 1;
+    cases.push(("flags", flags, "unknown header flags 0x1"));
+    // A valid container holding a bad safetensors entry opens; reading it names the entry.
+    let bad_inputs = handmade(
+        &format!(
+            r#"{{"entries": [{{"name": "program.json", "offset": 0, "length": {}}}, {{"name": "inputs.safetensors", "offset": {}, "length": 3}}]}}"#,
+            program.len(),
+            program.len().div_ceil(8) * 8
+        ),
+        &[
+            program.clone(),
+            vec![0; program.len().div_ceil(8) * 8 - program.len()],
+            vec![1, 2, 3],
+        ]
+        .concat(),
+        1,
+    );
+    let mut failures = Vec::new();
+    for (what, bytes, want) in cases {
+        match open_bytes(&dir, "case.wirpkg", &bytes) {
+            Err(e) if e.to_string().contains(want) && e.to_string().contains("case.wirpkg") => {}
+            Err(e) => failures.push(format!("{what}: `{e}` does not contain `{want}` and the file name")),
+            Ok(_) => failures.push(format!("{what}: opened")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let b = open_bytes(&dir, "inputs.wirpkg", &bad_inputs).unwrap();
+    let err = b.inputs().unwrap_err().to_string();
+    assert!(
+        err.contains("inputs.wirpkg:inputs.safetensors") && err.contains("too short"),
+        "{err}"
+    );
+    // Every prefix of a good package is an error, never a panic.
+    for cut in (0..good.len()).step_by(997) {
+        assert!(open_bytes(&dir, "prefix.wirpkg", &good[..cut]).is_err(), "prefix {cut}");
+    }
+    // The CLI names the file and exits 2.
+    std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();
+    let r = wrapir(&["check", s(&dir.join("v2.wirpkg"))]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("v2.wirpkg: package format version 2 is not supported"),
+        "{}",
+        r.stderr
+    );
+}
