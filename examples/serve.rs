@@ -1,7 +1,7 @@
 //! Serves a bundle from several threads and reports latency percentiles.
 //!
 //! ```text
-//! cargo run --release --features cuda --example serve -- BUNDLE [--threads N] [--calls N]
+//! cargo run --release --features cuda --example serve -- BUNDLE_OR_PACKAGE [--threads N] [--calls N]
 //! ```
 //!
 //! Loads the model once ([`Model::load`]: kernels, weights, libraries), runs
@@ -14,20 +14,15 @@
 use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta};
+use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::cuda::{Model, ModelOptions};
-use wrapir::exec::{safetensors, Tensor};
+use wrapir::exec::Tensor;
 
 fn main() {
     if let Err(e) = run() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
-}
-
-fn tensors(path: &std::path::Path) -> Result<IndexMap<String, Tensor>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    safetensors::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn run() -> Result<(), String> {
@@ -51,7 +46,7 @@ fn run() -> Result<(), String> {
     let model = Model::load(&bundle, &ModelOptions::default()).map_err(|e| e.to_string())?;
     let r = model.load_report();
     println!(
-        "loaded {} on {}: {} kernels, {} weights ({:.1} MB at {:.2} GB/s), device open {:.1} ms, load {:.1} ms",
+        "loaded {} on {}: {} kernels, {} weights ({:.1} MB at {:.2} GB/s), device open {:.1} ms, warm-up call {}, load {:.1} ms",
         bundle.display(),
         r.device,
         r.kernels,
@@ -59,9 +54,13 @@ fn run() -> Result<(), String> {
         r.weight_bytes as f64 / 1e6,
         r.weight_gbps(),
         r.device_open.as_secs_f64() * 1e3,
+        r.warm_up.map_or("none".to_string(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3)),
         r.total.as_secs_f64() * 1e3
     );
-    let stored = tensors(&bundle.join("inputs.safetensors"))?;
+    let stored = wrapir::bundle::Bundle::open(&bundle)
+        .and_then(|b| b.inputs())
+        .map_err(|e| e.to_string())?
+        .ok_or("the bundle stores no inputs")?;
     let inputs: IndexMap<String, Tensor> = model
         .input_names()
         .iter()

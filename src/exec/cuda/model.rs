@@ -44,6 +44,11 @@ pub struct ModelOptions {
     pub idle_sessions: usize,
     /// Bounds on the program and its run.
     pub limits: crate::Limits,
+    /// Run one call on the bundle's stored inputs while loading (default
+    /// `true`, when it stores every call input), so that library handles,
+    /// convolution and attention plans and the first shape's recording exist
+    /// before the first call.
+    pub warm_up: bool,
 }
 
 impl Default for ModelOptions {
@@ -54,6 +59,7 @@ impl Default for ModelOptions {
             shape_cache: 8,
             idle_sessions: std::thread::available_parallelism().map_or(4, |n| n.get()),
             limits: crate::Limits::default(),
+            warm_up: true,
         }
     }
 }
@@ -98,6 +104,8 @@ pub struct LoadReport {
     pub kernels: usize,
     /// Opening the device (context and stream).
     pub device_open: Duration,
+    /// The warm-up call ([`ModelOptions::warm_up`]; `None` when none ran).
+    pub warm_up: Option<Duration>,
     /// The whole of [`Model::load`].
     pub total: Duration,
 }
@@ -179,11 +187,7 @@ impl Model {
         let program = bundle.program().clone();
         let meta = bundle.meta().clone();
         let weight_names = bundle.weights().to_vec();
-        let stored = if weight_names.is_empty() {
-            IndexMap::new()
-        } else {
-            bundle.inputs().map_err(bundle_err)?.unwrap_or_default()
-        };
+        let stored = bundle.inputs().map_err(bundle_err)?.unwrap_or_default();
         let plan = compile_program_with_limits(&program, &options.limits)?;
         let mut cuda = CudaOptions::for_bundle(bundle.kernel_images(), &meta).preload_for(&program);
         cuda.ordinal = options.device;
@@ -230,7 +234,6 @@ impl Model {
         let laid = place_weights(&program, &weights, &mut backend)?;
         backend.synchronize()?;
         let weight_time = weights_started.elapsed();
-        drop(stored);
         let kernels = backend.preload_kernels(&program)?;
         let user_inputs = program
             .main
@@ -250,8 +253,23 @@ impl Model {
             weights: laid,
             user_inputs,
         });
-        let first = Session::with_backend(Arc::clone(&shared), backend);
+        let stored_inputs = stored;
+        let mut first = Session::with_backend(Arc::clone(&shared), backend);
+        let call_inputs: Option<IndexMap<String, Tensor>> = shared
+            .user_inputs
+            .iter()
+            .map(|n| stored_inputs.get(n).map(|t| (n.clone(), t.clone())))
+            .collect();
+        let warm_up = match call_inputs {
+            Some(inputs) if options.warm_up => {
+                let t0 = Instant::now();
+                first.run(&inputs)?;
+                Some(t0.elapsed())
+            }
+            _ => None,
+        };
         let report = LoadReport {
+            warm_up,
             device,
             weights: shared.weights.len(),
             weight_bytes,
