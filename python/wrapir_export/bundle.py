@@ -13,6 +13,7 @@ from .capture import tensor_key
 from .exprs import symbol_order
 from .kernels import fill_kernels, merge_kernels, name_call_args, plain
 from .redact import redact
+from .errors import Unconvertible
 from .safetensors import write_safetensors
 from .tolerances import output_values
 
@@ -74,13 +75,26 @@ def identify_weights(fn, input_names, input_keys, is_module, errors):
 
 
 def constant_sources(fn, constants, is_module):
-    """constant name -> the module parameter or buffer it is (same data), or None (a value
-    Inductor folded, such as a frozen parameter after a layout change)."""
-    by_key = {}
+    """constant name -> the module parameter or buffer whose data it holds (the tensor
+    itself or a view of it, such as a transposed weight), or None (a value Inductor
+    computed while folding constants)."""
+    by_key, by_storage = {}, {}
+
+    def storage(t):
+        try:
+            return (t.device.type, t.device.index, t.untyped_storage().data_ptr())
+        except Exception:
+            return None
+
     if is_module:
         for pname, t in module_tensors(fn):
             by_key.setdefault(tensor_key(t), pname)
-    return {name: by_key.get(tensor_key(t)) for name, t in constants.items()}
+            by_storage.setdefault(storage(t), pname)
+    out = {}
+    for name, t in constants.items():
+        # The parameter itself, else a view of its data (a transposed weight).
+        out[name] = by_key.get(tensor_key(t)) or by_storage.get(storage(t)) if hasattr(t, "data_ptr") else None
+    return out
 
 
 def triton_version():
@@ -198,7 +212,10 @@ def write_tensors(torch, bundle, main, mod, constant_values, exp_values, exp_int
     # Program constants (Inductor's folded / frozen tensors) by name, after the inputs.
     for nm, v in constant_values.items():
         tensors.setdefault(nm, v)
-    write_safetensors(os.path.join(bundle, "inputs.safetensors"), tensors)
+    try:
+        write_safetensors(os.path.join(bundle, "inputs.safetensors"), tensors)
+    except Unconvertible as e:
+        errors.append(f"inputs.safetensors: {e}")
     exp_tensors = {f"out{k}": t for k, t in enumerate(exp_values)}
     int_outputs = [f"out{k}" for k in exp_ints]
     graph_outputs = getattr(mod, "_export_outputs", None) or []

@@ -786,7 +786,10 @@ class GraphConverter(ControlFlowMixin):
                         pass
                 if rng:
                     info["range"] = rng
-                hint = shape_env.var_to_val.get(sym)
+                hints = getattr(shape_env, "backed_var_to_val", None)
+                if hints is None:  # before torch renamed it
+                    hints = shape_env.var_to_val
+                hint = hints.get(sym)
                 if hint is not None:
                     try:
                         info["hint"] = int(hint)

@@ -215,6 +215,10 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     # the same kernels and lines stay in `call` without them).
     config_patch = {"fx_graph_cache": False, "compile_threads": 1}
     notes_extra = []
+    if "freezing" in (compile_kwargs.get("options") or {}):
+        # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
+        # only when it is set then), before torch.compile's options apply.
+        config_patch["freezing"] = bool(compile_kwargs["options"]["freezing"])
     if uses_cudagraphs(torch, compile_kwargs):
         config_patch["graph_partition"] = False
         notes_extra.append("compiled with CUDA graphs: graph partitions off for the export, so every line is in `call`")

@@ -55,6 +55,8 @@ def tensor_entries(tensors, metadata=None):
     entries = []
     metadata = dict(metadata or {})
     for name, t in tensors.items():
+        if getattr(t, "is_mkldnn", False) or t.layout != torch.strided:
+            raise Unconvertible(f"tensor `{name}` ({'mkldnn' if t.is_mkldnn else t.layout}) has no strided data to store")
         t = t.detach().to("cpu").contiguous()
         shape = list(t.shape)
         if t.is_complex():
