@@ -274,4 +274,5 @@ def write_text(bundle, file, text):
 
 
 def write_info(bundle, info):
-    json.dump(info, open(os.path.join(bundle, "bundle.json"), "w"), indent=1)
+    with open(os.path.join(bundle, "bundle.json"), "w") as f:
+        json.dump(info, f, indent=1)

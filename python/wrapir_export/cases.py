@@ -89,8 +89,10 @@ def _progress(name, quiet):
 def _record_failure(bundle, errors, tb=None):
     os.makedirs(bundle, exist_ok=True)
     if tb is not None:
-        open(os.path.join(bundle, "error.txt"), "w").write(tb)
-    open(os.path.join(bundle, "errors.txt"), "w").write("\n".join(errors) + "\n")
+        with open(os.path.join(bundle, "error.txt"), "w") as f:
+            f.write(tb)
+    with open(os.path.join(bundle, "errors.txt"), "w") as f:
+        f.write("\n".join(errors) + "\n")
 
 
 def run_one(cases, name, out_dir, overrides=None, quiet=False, bundle=None):
@@ -123,7 +125,9 @@ def run_shard(args, overrides=None):
         for n in unknown:
             print(f"FAIL {n}: no such case", flush=True)
         names = [n for n in names if n in wanted]
-    failed = 0
+    else:
+        unknown = []
+    failed = len(unknown)
     for name in names:
         failed += run_one(cases, name, args.out, overrides, quiet=getattr(args, "quiet", False))
     return failed

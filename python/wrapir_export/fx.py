@@ -100,9 +100,7 @@ def attr_chain(node):
 
 def cond(pred, true_graph, false_graph, operands):
     """`torch.cond` as the FX printout calls it: runs one branch on the operands."""
-    import torch
-
-    p = pred.item() if isinstance(pred, torch.Tensor) else pred
+    p = pred.item() if hasattr(pred, "item") else pred
     return (true_graph if bool(p) else false_graph)(*operands)
 
 
@@ -110,13 +108,11 @@ def while_loop(cond_graph, body_graph, carried, additional):
     """`torch.while_loop` as the FX printout calls it: the body's outputs are the next
     carried values while the cond graph's (one-element) output is true; returns the
     carried values."""
-    import torch
-
     values = list(carried)
     while True:
         c = cond_graph(*values, *additional)
         c = c[0] if isinstance(c, (list, tuple)) else c
-        if not bool(c.item() if isinstance(c, torch.Tensor) else c):
+        if not bool(c.item() if hasattr(c, "item") else c):
             return values
         values = list(body_graph(*values, *additional))
 

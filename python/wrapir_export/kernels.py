@@ -17,6 +17,16 @@ from .errors import Unconvertible
 from .redact import redact
 
 
+def read_file(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def write_file(path, data, mode="w"):
+    with open(path, mode) as f:
+        f.write(data)
+
+
 def triton_cache_roots():
     roots = []
     env = os.environ.get("TRITON_CACHE_DIR")
@@ -63,12 +73,12 @@ def kernel_files(launcher, compile_result):
         for f in sorted(os.listdir(d)):
             p = os.path.join(d, f)
             if f.endswith(".cubin") and cubin is None:
-                cubin = open(p, "rb").read()
+                cubin = read_file(p, "rb")
             elif f.endswith(".ptx") and ptx is None:
-                ptx = open(p).read()
+                ptx = read_file(p)
             elif f.endswith(".json") and not f.startswith("__grp__") and not meta:
                 try:
-                    meta = json.load(open(p))
+                    meta = json.loads(read_file(p))
                 except Exception:
                     pass
     if not meta and kernel is not None:
@@ -194,12 +204,12 @@ def fill_kernels(cap_kernels, modules, kdir_abs, errors):
                 backend["mangled_name"] = mangled
             os.makedirs(kdir_abs, exist_ok=True)
             if cubin is not None:
-                open(os.path.join(kdir_abs, f"{name}.cubin"), "wb").write(cubin)
+                write_file(os.path.join(kdir_abs, f"{name}.cubin"), cubin, "wb")
                 backend["cubin"] = f"kernels/{name}.cubin"
             else:
                 errors.append(f"kernel {name}: cubin not found")
             if ptx is not None:
-                open(os.path.join(kdir_abs, f"{name}.ptx"), "w").write(redact(ptx))
+                write_file(os.path.join(kdir_abs, f"{name}.ptx"), redact(ptx))
             user = "user_autotune" in k.get("source", "") or "USER" in str(getattr(tuner, "heuristic_type", ""))
             if user:
                 backend["user_defined"] = True
@@ -214,7 +224,8 @@ def fill_kernels(cap_kernels, modules, kdir_abs, errors):
                 "ptx": f"kernels/{name}.ptx" if ptx is not None else None,
                 "triton_metadata": json.loads(redact(json.dumps(plain(meta)))),
             }
-            json.dump(launch, open(os.path.join(kdir_abs, f"{name}.json"), "w"), indent=1)
+            with open(os.path.join(kdir_abs, f"{name}.json"), "w") as f:
+                json.dump(launch, f, indent=1)
             out[name] = {"name": name, "backend": backend, "source": k.get("source", ""),
                          **({"comments": k["comments"]} if k.get("comments") else {})}
         except Unconvertible as e:
