@@ -176,7 +176,8 @@ def record_calls(mod):
             _mod._export_inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
             _mod._export_input_keys = [tensor_key(a) if isinstance(a, torch.Tensor) else None for a in args]
             out = _call(args)
-            _mod._export_outputs = list(out) if isinstance(out, (list, tuple)) else [out]
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            _mod._export_outputs = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outs]
             return out
         return _call(args)
 

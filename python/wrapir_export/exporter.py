@@ -188,6 +188,14 @@ def _clone_all(torch, xs):
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
 
 
+def _own(torch, out):
+    """A compiled call's outputs copied out of whatever memory they live in (CUDA graph
+    outputs are overwritten by the next replay and their pool is released on reset)."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, out)
+
+
 def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_module, module_name, progress):
     from torch._inductor import config as icfg
 
@@ -234,7 +242,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         cuda_rng = B.cuda_rng_state(torch)
         stage("tracing", f"torch.compile({', '.join(f'{k}={v!r}' for k, v in compile_kwargs.items())})")
         with icfg.patch(config_patch), mode():
-            result = compiled(*run_inputs)
+            result = _own(torch, compiled(*run_inputs))
         sync(torch)
     finally:
         SESSION.enabled = False
@@ -245,7 +253,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     if cuda_rng is not None:
         B.set_cuda_rng_state(torch, cuda_rng)
     with icfg.patch(config_patch), mode():
-        rerun = compiled(*_clone_all(torch, inputs))
+        rerun = _own(torch, compiled(*_clone_all(torch, inputs)))
     sync(torch)
     caps = list(SESSION.captures)
     modules = list(SESSION.modules)
