@@ -117,6 +117,35 @@ class CpuExport(unittest.TestCase):
             self.assertTrue(r.ok, r.errors)
             self.assertEqual(r.info["compile_kwargs"], {"mode": mode})
 
+    def test_nested_benchmark_graph_is_not_captured(self):
+        # What max-autotune's select_algorithm does for a subgraph choice: a GraphLowering
+        # created, lowered and compiled while the main graph is active (V.graph set).
+        from torch._inductor.graph import GraphLowering
+        from torch._inductor.virtualized import V
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        orig = GraphLowering.codegen
+        nested = []
+
+        def codegen(graph, *a, **k):
+            if not nested and getattr(graph, "_wrapir_outer", "unset") is None:
+                x, y = torch.randn(4, 4), torch.randn(4, 4)
+                gm = make_fx(lambda a, b: torch.mm(a, b))(x, y)
+                g = GraphLowering(gm, example_inputs=[x, y], shape_env=V.graph._shape_env, name="benchmark_mm")
+                with V.set_graph_handler(g):
+                    g.run(x, y)
+                    nested.append(g.compile_to_module())
+            return orig(graph, *a, **k)
+
+        GraphLowering.codegen = codegen
+        try:
+            r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], "nested")
+        finally:
+            GraphLowering.codegen = orig
+        self.assertEqual(len(nested), 1, "the nested graph was compiled")
+        self.assertTrue(r.ok, r.errors)
+        self.assertIn("not captured: main of benchmark_mm", r.warnings)
+
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we
 
