@@ -315,7 +315,7 @@ class Driver(unittest.TestCase):
         args = cli.parser().parse_args(["--cases", "c.py", "--out", "o", "--mode", "max-autotune", "--dynamic",
                                         "--option", "freezing=True"])
         self.assertEqual(cli.overrides_of(args), {"mode": "max-autotune", "dynamic": True,
-                                                  "options": {"freezing": True}})
+                                                  "options": {"freezing": True}, "export_program": False})
         self.assertEqual(cli.passthrough_of(args), ["--mode", "max-autotune", "--dynamic", "--option",
                                                     "freezing=True"])
 

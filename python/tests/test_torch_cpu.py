@@ -178,6 +178,13 @@ class CpuExport(unittest.TestCase):
                               os.path.join(self.dir, "one"), "--quiet"], capture_output=True, text=True)
         self.assertEqual(out.stdout.strip(), "ok mm", out.stderr[-2000:])
         self.assertTrue(os.path.exists(os.path.join(self.dir, "one", "program.json")))
+        out = subprocess.run([sys.executable, "-c", code, "--cases", cases, "--out", os.path.join(self.dir, "ep_cli"),
+                              "--export-program", "--dynamic", "--quiet"], capture_output=True, text=True)
+        self.assertEqual(out.stdout.strip(), "ok mm", out.stderr[-2000:])
+        with open(os.path.join(self.dir, "ep_cli", "mm", "bundle.json")) as f:
+            info = json.load(f)
+        self.assertEqual(info["module"], "ExportedProgram")
+        self.assertEqual(info["compile_kwargs"], {"dynamic": True})
 
 
 class _Kernel:

@@ -57,18 +57,41 @@ def apply_overrides(kw, overrides):
     return kw
 
 
-def export_case(name, fn, make_inputs, compile_kwargs, out_dir, options=None, progress=None, bundle=None):
-    """Exports one case into `bundle` (default `out_dir/name`); returns its errors."""
+def as_exported_program(torch, fn, make_inputs):
+    """`torch.export.export` of a case (a function is wrapped in a module), on the
+    inputs `make_inputs()` gives after `torch.manual_seed(0)` (as the export's own)."""
+    if not isinstance(fn, torch.nn.Module):
+        inner = fn
+
+        class Function(torch.nn.Module):
+            def forward(self, *args):
+                return inner(*args)
+
+        fn = Function()
+    torch.manual_seed(0)
+    inputs = tuple(make_inputs())
+    with torch.no_grad():
+        return torch.export.export(fn, inputs)
+
+
+def export_case(name, fn, make_inputs, compile_kwargs, out_dir, options=None, progress=None, bundle=None,
+                export_program=False):
+    """Exports one case into `bundle` (default `out_dir/name`); returns its errors.
+    `export_program`: compile the case through `torch.export.export(...)` first."""
     import torch
 
     from .exporter import as_module, export_bundle
-
     from .tolerances import MathModes
 
     options = dict(options or {})
     if options.get("lazy_module"):
         with MathModes(torch, options.get("math")):
             fn = fn()
+    if export_program:
+        if progress is not None:
+            progress("torch.export", "the case as an ExportedProgram")
+        with MathModes(torch, options.get("math")):
+            fn = as_exported_program(torch, fn, make_inputs)
     fn, is_module, module_name = as_module(torch, fn)
     try:
         result = export_bundle(torch, name, fn, make_inputs, compile_kwargs, bundle or os.path.join(out_dir, name),
@@ -102,7 +125,8 @@ def run_one(cases, name, out_dir, overrides=None, quiet=False, bundle=None):
     try:
         fn, make_inputs, kw, options = unpack_case(cases[name])
         errors = export_case(name, fn, make_inputs, apply_overrides(kw, overrides), out_dir, options,
-                             progress=_progress(name, quiet), bundle=bundle)
+                             progress=_progress(name, quiet), bundle=bundle,
+                             export_program=bool((overrides or {}).get("export_program")))
     except Exception as e:
         errors = [f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"]
         tb = traceback.format_exc()

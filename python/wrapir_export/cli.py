@@ -1,13 +1,15 @@
 """Export real Inductor wrapper programs as wrapir bundles (JSON `format_version` 1).
 
     python -m wrapir_export --cases FILE --out DIR [--only NAME[,NAME...]] [--jobs N]
-        [--sizes small|realistic] [--mode MODE] [--dynamic] [--option KEY=VALUE ...] [--quiet]
+        [--sizes small|realistic] [--mode MODE] [--dynamic] [--option KEY=VALUE ...]
+        [--export-program] [--quiet]
     python -m wrapir_export --cases FILE --case NAME --bundle DIR [--mode ...] [--dynamic] [--option ...]
 
 The first form exports every case of the case file (or those `--only` names) into
 `DIR/<case>/`, in `--jobs` processes; the second exports one case into the bundle
 directory `DIR` itself. `--mode`, `--dynamic` and `--option` override the cases' own
-`torch.compile` arguments (`--mode max-autotune`, `--option freezing=True`). Every case
+`torch.compile` arguments (`--mode max-autotune`, `--option freezing=True`); `--export-program` compiles each case through
+`torch.export.export` (an ExportedProgram) first. Every case
 prints `ok <case>` or `FAIL <case>: <reasons>` (progress goes to stderr); the exit
 status is 1 when any case failed.
 """
@@ -47,12 +49,15 @@ def parser(prog=None):
     ap.add_argument("--dynamic", action="store_true", default=None, help="torch.compile(dynamic=True) for every case")
     ap.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
                     help="a torch.compile option for every case (repeatable; e.g. freezing=True)")
+    ap.add_argument("--export-program", action="store_true",
+                    help="compile every case through torch.export.export(...) (an ExportedProgram)")
     ap.add_argument("--quiet", action="store_true", help="do not print each export stage to stderr")
     return ap
 
 
 def overrides_of(args):
-    return {"mode": args.mode, "dynamic": args.dynamic, "options": dict(args.option)}
+    return {"mode": args.mode, "dynamic": args.dynamic, "options": dict(args.option),
+            "export_program": args.export_program}
 
 
 def passthrough_of(args):
@@ -63,6 +68,8 @@ def passthrough_of(args):
         out.append("--dynamic")
     for k, v in args.option:
         out += ["--option", f"{k}={v!r}"]
+    if args.export_program:
+        out.append("--export-program")
     if args.quiet:
         out.append("--quiet")
     return out

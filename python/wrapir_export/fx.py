@@ -107,14 +107,17 @@ def cond(pred, true_graph, false_graph, operands):
 def while_loop(cond_graph, body_graph, carried, additional):
     """`torch.while_loop` as the FX printout calls it: the body's outputs are the next
     carried values while the cond graph's (one-element) output is true; returns the
-    carried values."""
+    carried values (copies of the inputs when the body never runs, as Inductor's
+    wrapper returns)."""
     values = list(carried)
+    ran = False
     while True:
         c = cond_graph(*values, *additional)
         c = c[0] if isinstance(c, (list, tuple)) else c
         if not bool(c.item() if hasattr(c, "item") else c):
-            return values
+            return values if ran else [v.clone() if hasattr(v, "clone") else v for v in values]
         values = list(body_graph(*values, *additional))
+        ran = True
 
 
 def c_mod(a, b):
