@@ -108,7 +108,8 @@ def check(bundle, args):
         stage = "call"
         with torch.no_grad():
             out = gm(*inputs)
-        torch.cuda.synchronize()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
     except Exception as e:  # any failure is the finding
         first = (str(e).strip().splitlines() or [""])[0]
         if args.verbose:

@@ -187,6 +187,45 @@ class CpuExport(unittest.TestCase):
         self.assertEqual(info["compile_kwargs"], {"dynamic": True})
 
 
+def wrapir_binary():
+    """$WRAPIR, else a built wrapir of this repository, else None."""
+    for cand in (os.environ.get("WRAPIR"), os.path.join(REPO, "target", "release", "wrapir"),
+                 os.path.join(REPO, "target", "debug", "wrapir")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+@unittest.skipIf(torch is None or wrapir_binary() is None, "needs torch and a wrapir binary ($WRAPIR or target/)")
+class FxModuleEndToEnd(unittest.TestCase):
+    def test_every_committed_bundle_builds(self):
+        import wrapir_export as we
+
+        for b in sorted(glob.glob(os.path.join(REPO, "fixtures", "inductor", "bundles", "*", ""))):
+            gm = we.fx_module(b, wrapir=wrapir_binary())
+            self.assertTrue(gm.code, b)
+
+    def test_cpu_bundles_run_and_match(self):
+        import wrapir_export as we
+        from wrapir_export.safetensors import load_safetensors
+
+        with tempfile.TemporaryDirectory() as d:
+            torch.manual_seed(1)
+            bundles = [
+                we.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], os.path.join(d, "mm"), dynamic=True, **CPU),
+                we.export(Linear(), [torch.randn(8, 4)], os.path.join(d, "frozen"),
+                          options={"freezing": True, "cpp.weight_prepack": False}, **CPU),
+                we.export(lambda x: torch.topk(x, 3), [torch.randn(4, 10)], os.path.join(d, "topk"), **CPU),
+            ]
+            for r in bundles:
+                gm = we.fx_module(r.path, wrapir=wrapir_binary())
+                out = gm(*we.load_inputs(r.path))
+                out = list(out) if isinstance(out, (list, tuple)) else [out]
+                want = load_safetensors(os.path.join(r.path, "expected.safetensors"))
+                for k, o in enumerate(out):
+                    torch.testing.assert_close(o, want[f"out{k}"], rtol=1e-5, atol=1e-5)
+
+
 class _Kernel:
     def __init__(self, name):
         self.__name__ = name

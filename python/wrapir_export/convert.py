@@ -753,13 +753,16 @@ class GraphConverter(ControlFlowMixin):
                 outputs.append({"kind": "none"})
             else:
                 self.cap.errors.append(f"{self.cap.name}: output of kind {r['kind']}")
-        # Input declarations first, in input order, for readability.
+        # Input declarations first, in input order, for readability. Program constants
+        # (Inductor's folded / frozen tensors) are declared once, in program.json's
+        # `constants`, not as buffers of the graph.
         ordered = {}
         for inp in inputs:
             if inp["kind"] == "tensor":
                 ordered[inp["name"]] = self.buffers[inp["name"]]
         for k, v in self.buffers.items():
-            ordered.setdefault(k, v)
+            if k not in self.cap.constants:
+                ordered.setdefault(k, v)
         self.cap.graph = {"inputs": inputs, "buffers": ordered, "lines": self.lines, "outputs": outputs}
         self.symbol_table()
 
