@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Runs `wrapir_export.fx_module` on bundles and compares with their references (GPU machine).
+
+    python3 python/tests/check_fx_module.py [--wrapir BIN | --lowered DIR] BUNDLE...
+
+For each bundle directory the FX lowering (`wrapir lower BUNDLE --target fx`, run with
+`--wrapir BIN` / $WRAPIR / `wrapir` on PATH, or read from `DIR/<case>.fx.py` with
+`--lowered`) becomes a torch.fx.GraphModule (Triton kernels launched from the bundle's
+cubins, extern ops as ATen calls), which is called on the bundle's inputs. Its outputs
+are compared with `expected.safetensors` (eager) within the bundle's `tolerance`
+(integers and other non-floating outputs exactly); a bundle with a `cuda_rng` state
+(in-graph random numbers) starts from that state and may match `compiled.safetensors`
+(Inductor's outputs) within `compiled_tolerance` instead.
+
+Prints `ok <case>` or `FAIL <case>: <reason>` per bundle, then a summary; exits 1 when
+any bundle failed. Needs PyTorch with CUDA; not wrapir itself when `--lowered` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def ordered_names(reference, prefix):
+    keyed = []
+    for name in reference:
+        m = re.fullmatch(prefix + r"(\d+)", name)
+        if m:
+            keyed.append((int(m.group(1)), name))
+    return [name for _, name in sorted(keyed)]
+
+
+def expected_names(reference):
+    """The reference tensors in the compiled graph's output order: `graph_out<k>` when
+    present, else `out<k>`."""
+    return ordered_names(reference, "graph_out") or ordered_names(reference, "out")
+
+
+def compare(torch, got, reference, tolerance):
+    """(ok, reason, max abs error) of outputs against reference tensors."""
+    names = expected_names(reference)
+    if len(got) != len(names):
+        return False, f"{len(got)} outputs, expected {len(names)} ({', '.join(names)})", None
+    reasons, worst = [], None
+    for i, (value, name) in enumerate(zip(got, names)):
+        want = reference[name]
+        if value is None:
+            reasons.append(f"output {i} is None, expected {name}")
+            continue
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(int(value))
+        value = value.detach().cpu()
+        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
+            if not (value.dim() == 0 and want.dim() == 0 and not want.is_floating_point()):
+                reasons.append(f"output {i} ({name}): {tuple(value.shape)} {value.dtype}, "
+                               f"expected {tuple(want.shape)} {want.dtype}")
+                continue
+            value = value.to(want.dtype)
+        floating = want.is_floating_point() or want.is_complex()
+        if value.numel():
+            if floating:
+                a, b = (torch.view_as_real(value), torch.view_as_real(want)) if want.is_complex() else (value, want)
+                d = (a.double() - b.double()).abs()
+                d = torch.where(a.isnan() & b.isnan(), torch.zeros_like(d), d).nan_to_num(nan=float("inf"))
+                err = float(d.max())
+            else:
+                err = float((value.long() - want.long()).abs().max()) if want.dtype != torch.bool \
+                    else float((value != want).sum())
+            worst = err if worst is None else max(worst, err)
+        rtol, atol = (tolerance["rtol"], tolerance["atol"]) if floating else (0.0, 0.0)
+        try:
+            torch.testing.assert_close(value, want, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as e:
+            summary = " ".join(line.strip() for line in str(e).splitlines()[:3] if line.strip())
+            reasons.append(f"output {i} ({name}): {summary}")
+    return not reasons, "; ".join(reasons), worst
+
+
+def check(bundle, args):
+    import torch
+
+    from wrapir_export import fx_module, load_inputs
+    from wrapir_export.bundle import set_cuda_rng_state
+    from wrapir_export.safetensors import load_safetensors
+
+    case = os.path.basename(os.path.normpath(bundle))
+    meta = json.load(open(os.path.join(bundle, "bundle.json")))
+    code = None
+    if args.lowered:
+        path = os.path.join(args.lowered, f"{case}.fx.py")
+        if not os.path.exists(path):
+            return "FAIL", f"no {path}", None
+        code = open(path).read()
+    stage = "build"
+    try:
+        gm = fx_module(bundle, wrapir=args.wrapir, code=code)
+        stage = "inputs"
+        inputs = load_inputs(bundle)
+        if meta.get("cuda_rng"):
+            set_cuda_rng_state(torch, meta["cuda_rng"])
+        stage = "call"
+        with torch.no_grad():
+            out = gm(*inputs)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    except Exception as e:  # any failure is the finding
+        first = (str(e).strip().splitlines() or [""])[0]
+        if args.verbose:
+            traceback.print_exc()
+        return "FAIL", f"{stage}: {type(e).__name__}: {first}"[:400], None
+    got = list(out) if isinstance(out, (list, tuple)) else [out]
+    tol = meta.get("tolerance") or {"atol": 2e-2, "rtol": 2e-2}
+    ok, reason, err = compare(torch, got, load_safetensors(os.path.join(bundle, "expected.safetensors")), tol)
+    compiled_path = os.path.join(bundle, "compiled.safetensors")
+    if not ok and meta.get("cuda_rng") and os.path.exists(compiled_path):
+        ctol = meta.get("compiled_tolerance") or tol
+        ok2, reason2, err2 = compare(torch, got, load_safetensors(compiled_path), ctol)
+        if ok2:
+            return "ok", "matches compiled.safetensors (in-graph random numbers)", err2
+        reason += f"; against compiled.safetensors: {reason2}"
+    return ("ok" if ok else "FAIL"), reason, err
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("bundles", nargs="+")
+    ap.add_argument("--wrapir", help="the wrapir binary (default: $WRAPIR, else wrapir on PATH)")
+    ap.add_argument("--lowered", help="directory of <case>.fx.py printouts (wrapir lower --target fx)")
+    ap.add_argument("--verbose", action="store_true", help="print tracebacks")
+    args = ap.parse_args(argv)
+    failed = 0
+    for b in args.bundles:
+        status, reason, err = check(b, args)
+        case = os.path.basename(os.path.normpath(b))
+        failed += status != "ok"
+        line = f"{status} {case}" + (f" (max abs error {err:.3g})" if err is not None else "")
+        print(line + (f": {reason}" if reason else ""), flush=True)
+    print(f"summary: {len(args.bundles) - failed} ok, {failed} failed, {len(args.bundles)} bundles")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""Smoke tests with PyTorch on the CPU (skipped without torch; no GPU needed).
+
+Inductor's CPU wrapper uses the same Python wrapper code generator as CUDA, so with the
+capture registered for `cpu` too, programs without kernels (extern calls only) export
+end to end: the capture hooks, the kept-module selection, ExportedProgram,
+`dynamic=True`, freezing, the CLI, and errors naming a line that cannot be expressed
+(a C++ kernel). The FX builder is checked on the FX snapshots of the fixtures (built,
+and run where no kernel is launched).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.dirname(HERE)
+REPO = os.path.dirname(PYTHON_DIR)
+sys.path.insert(0, PYTHON_DIR)
+
+try:
+    import torch
+except ImportError:  # the pure tests still run
+    torch = None
+
+CPU = {"capture_devices": ("cuda", "cpu"), "progress": False}
+
+
+def mm(a, b):
+    return a @ b
+
+
+class Linear(torch.nn.Module if torch else object):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 6)
+
+    def forward(self, x):
+        return torch.mm(x, self.lin.weight.t())
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class CpuExport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = cls.tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def export(self, fn, inputs, name, **kw):
+        import wrapir_export as we
+
+        return we.export(fn, inputs, os.path.join(self.dir, name), **CPU, **kw)
+
+    def program(self, r):
+        with open(os.path.join(r.path, "program.json")) as f:
+            return json.load(f)
+
+    def test_function(self):
+        r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], "mm")
+        self.assertTrue(r.ok)
+        self.assertEqual(r.kernels, 0)
+        p = self.program(r)
+        self.assertEqual([ln["line"] for ln in p["main"]["lines"] if ln["line"] != "comment"],
+                         ["allocate", "extern_kernel_out", "free", "free"])
+        for f in ("program.json", "inputs.safetensors", "expected.safetensors", "compiled.safetensors",
+                  "inductor.py.txt", "inductor.cpp.txt", "bundle.json"):
+            self.assertTrue(os.path.exists(os.path.join(r.path, f)), f)
+        self.assertEqual(r.info["graph_inputs"], ["arg0_1", "arg1_1"])
+        self.assertEqual(r.info["compile_kwargs"], {})
+
+    def test_module_weights(self):
+        torch.manual_seed(1)
+        r = self.export(Linear(), [torch.randn(8, 4)], "module")
+        self.assertEqual(r.info["module"], "Linear")
+        self.assertEqual(list(r.info["weight_names"].values()), ["lin.weight"])
+
+    def test_exported_program(self):
+        torch.manual_seed(1)
+        ep = torch.export.export(Linear(), (torch.randn(8, 4),))
+        r = self.export(ep, None, "ep")
+        self.assertEqual(r.info["module"], "ExportedProgram")
+        self.assertEqual(list(r.info["weight_names"].values()), ["lin.weight"])
+
+    def test_freezing_makes_constants(self):
+        torch.manual_seed(1)
+        r = self.export(Linear(), [torch.randn(8, 4)], "frozen",
+                        options={"freezing": True, "cpp.weight_prepack": False})
+        p = self.program(r)
+        self.assertTrue(p.get("constants"), "frozen weights are program constants")
+        from wrapir_export.safetensors import load_safetensors
+
+        stored = load_safetensors(os.path.join(r.path, "inputs.safetensors"))
+        for name in p["constants"]:
+            self.assertIn(name, stored)
+        self.assertEqual(set(r.info["constants"]), set(p["constants"]))
+        self.assertEqual(r.info["weights"], [])
+
+    def test_dynamic(self):
+        r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], "dyn", dynamic=True)
+        p = self.program(r)
+        self.assertTrue(any(i["kind"] == "symbol" for i in p["main"]["inputs"]))
+        self.assertTrue(all(v["kind"] == "backed" for v in p["symbols"].values()))
+        self.assertEqual(r.info["compile_kwargs"], {"dynamic": True})
+
+    def test_max_autotune_modes(self):
+        for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+            r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], mode, mode=mode)
+            self.assertTrue(r.ok, r.errors)
+            self.assertEqual(r.info["compile_kwargs"], {"mode": mode})
+
+    def test_nested_benchmark_graph_is_not_captured(self):
+        # What max-autotune's select_algorithm does for a subgraph choice: a GraphLowering
+        # created, lowered and compiled while the main graph is active (V.graph set).
+        from torch._inductor.graph import GraphLowering
+        from torch._inductor.virtualized import V
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        orig = GraphLowering.codegen
+        nested = []
+
+        def codegen(graph, *a, **k):
+            if not nested and getattr(graph, "_wrapir_outer", "unset") is None:
+                x, y = torch.randn(4, 4), torch.randn(4, 4)
+                gm = make_fx(lambda a, b: torch.mm(a, b))(x, y)
+                g = GraphLowering(gm, example_inputs=[x, y], shape_env=V.graph._shape_env, name="benchmark_mm")
+                with V.set_graph_handler(g):
+                    g.run(x, y)
+                    nested.append(g.compile_to_module())
+            return orig(graph, *a, **k)
+
+        GraphLowering.codegen = codegen
+        try:
+            r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], "nested")
+        finally:
+            GraphLowering.codegen = orig
+        self.assertEqual(len(nested), 1, "the nested graph was compiled")
+        self.assertTrue(r.ok, r.errors)
+        self.assertIn("not captured: main of benchmark_mm", r.warnings)
+
+    def test_unconvertible_names_the_line(self):
+        import wrapir_export as we
+
+        with self.assertRaises(we.ExportError) as ctx:
+            self.export(lambda a: a.sin(), [torch.randn(8)], "cpp_kernel")
+        self.assertIn("line", str(ctx.exception))
+        self.assertIn("non-Triton kernel call", str(ctx.exception))
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "cpp_kernel", "errors.txt")))
+        r = self.export(lambda a: a.sin(), [torch.randn(8)], "cpp_kernel2", raise_on_error=False)
+        self.assertFalse(r.ok)
+
+    def test_progress_stages(self):
+        import wrapir_export as we
+
+        seen = []
+        we.export(mm, [torch.randn(2, 2), torch.randn(2, 2)], os.path.join(self.dir, "stages"),
+                  capture_devices=("cuda", "cpu"), progress=lambda s, d="": seen.append(s))
+        for s in ("tracing", "compiling", "capturing", "writing"):
+            self.assertIn(s, seen)
+
+    def test_case_file_cli(self):
+        cases = os.path.join(self.dir, "cases.py")
+        with open(cases, "w") as f:
+            f.write("import torch\nCASES = {'mm': (lambda a, b: a @ b, lambda: [torch.randn(4, 4), "
+                    "torch.randn(4, 4)], {})}\n")
+        code = (f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+                "from wrapir_export import capture; capture.install(('cuda', 'cpu'))\n"
+                "from wrapir_export.cli import main; main()")
+        out = subprocess.run([sys.executable, "-c", code, "--cases", cases, "--case", "mm", "--bundle",
+                              os.path.join(self.dir, "one"), "--quiet"], capture_output=True, text=True)
+        self.assertEqual(out.stdout.strip(), "ok mm", out.stderr[-2000:])
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "one", "program.json")))
+        out = subprocess.run([sys.executable, "-c", code, "--cases", cases, "--out", os.path.join(self.dir, "ep_cli"),
+                              "--export-program", "--dynamic", "--quiet"], capture_output=True, text=True)
+        self.assertEqual(out.stdout.strip(), "ok mm", out.stderr[-2000:])
+        with open(os.path.join(self.dir, "ep_cli", "mm", "bundle.json")) as f:
+            info = json.load(f)
+        self.assertEqual(info["module"], "ExportedProgram")
+        self.assertEqual(info["compile_kwargs"], {"dynamic": True})
+
+
+def wrapir_binary():
+    """$WRAPIR, else a built wrapir of this repository, else None."""
+    for cand in (os.environ.get("WRAPIR"), os.path.join(REPO, "target", "release", "wrapir"),
+                 os.path.join(REPO, "target", "debug", "wrapir")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+@unittest.skipIf(torch is None or wrapir_binary() is None, "needs torch and a wrapir binary ($WRAPIR or target/)")
+class FxModuleEndToEnd(unittest.TestCase):
+    def test_every_committed_bundle_builds(self):
+        import wrapir_export as we
+
+        for b in sorted(glob.glob(os.path.join(REPO, "fixtures", "inductor", "bundles", "*", ""))):
+            gm = we.fx_module(b, wrapir=wrapir_binary())
+            self.assertTrue(gm.code, b)
+
+    def test_cpu_bundles_run_and_match(self):
+        import wrapir_export as we
+        from wrapir_export.safetensors import load_safetensors
+
+        with tempfile.TemporaryDirectory() as d:
+            torch.manual_seed(1)
+            bundles = [
+                we.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], os.path.join(d, "mm"), dynamic=True, **CPU),
+                we.export(Linear(), [torch.randn(8, 4)], os.path.join(d, "frozen"),
+                          options={"freezing": True, "cpp.weight_prepack": False}, **CPU),
+                we.export(lambda x: torch.topk(x, 3), [torch.randn(4, 10)], os.path.join(d, "topk"), **CPU),
+            ]
+            for r in bundles:
+                gm = we.fx_module(r.path, wrapir=wrapir_binary())
+                out = gm(*we.load_inputs(r.path))
+                out = list(out) if isinstance(out, (list, tuple)) else [out]
+                want = load_safetensors(os.path.join(r.path, "expected.safetensors"))
+                for k, o in enumerate(out):
+                    torch.testing.assert_close(o, want[f"out{k}"], rtol=1e-5, atol=1e-5)
+
+
+class _Kernel:
+    def __init__(self, name):
+        self.__name__ = name
+
+    def __call__(self, grid, kwargs):
+        return None
+
+
+class _AnyKernels(dict):
+    def __contains__(self, k):
+        return True
+
+    def __getitem__(self, k):
+        return self.setdefault(k, _Kernel(k))
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class FxBuilder(unittest.TestCase):
+    def printout(self, name, device="cuda"):
+        with open(os.path.join(REPO, "snapshots", f"fx@{name}.snap")) as f:
+            return f.read().split("---\n", 2)[2].replace("'cuda'", f"'{device}'")
+
+    def build(self, text):
+        from wrapir_export import fx
+
+        class Consts(dict):
+            def __contains__(self, k):
+                return True
+
+            def __getitem__(self, k):
+                return torch.zeros(2)
+
+        return fx.Builder(torch, _AnyKernels(), Consts()).build(fx.parse_printout(text))
+
+    def test_builds_fx_snapshots(self):
+        from wrapir_export import fx
+
+        unsupported = {"cpp_kernel_cpu", "halide_kernel", "divide_by", "tuple_output_unbacked"}
+        built = 0
+        for p in glob.glob(os.path.join(REPO, "snapshots", "fx@*.snap")):
+            name = os.path.basename(p)[3:-5]
+            try:
+                gm = self.build(self.printout(name))
+                self.assertTrue(gm.code)
+                built += 1
+            except fx.FxError as e:
+                self.assertIn(name, unsupported, str(e))
+        self.assertGreaterEqual(built, 20)
+
+    def test_runs_extern_graphs_on_cpu(self):
+        gm = self.build(self.printout("topk_multi_output", "cpu"))
+        x = torch.randn(8, 100)
+        top, idx = gm(x)
+        want = torch.topk(x, 5)
+        self.assertTrue(torch.equal(top, want.values))
+        self.assertTrue(torch.equal(idx, want.indices))
+
+    def test_subgraph_modules(self):
+        gm = self.build(self.printout("while_loop", "cpu"))
+        self.assertTrue(hasattr(gm, "while_loop_cond_graph_0"))
+        self.assertIsInstance(gm.while_loop_body_graph_0, torch.fx.GraphModule)
+
+    def test_load_inputs_of_a_committed_bundle(self):
+        from wrapir_export import load_inputs
+
+        bundle = os.path.join(REPO, "fixtures", "inductor", "bundles", "feat_dynamic_add")
+        args = load_inputs(bundle, device="cpu")
+        with open(os.path.join(bundle, "program.json")) as f:
+            inputs = json.load(f)["main"]["inputs"]
+        self.assertEqual(len(args), len(inputs))
+        for a, i in zip(args, inputs):
+            self.assertEqual(isinstance(a, int), i["kind"] == "symbol")
+
+
+if __name__ == "__main__":
+    unittest.main()

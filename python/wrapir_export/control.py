@@ -1,0 +1,194 @@
+"""`torch.cond` and `torch.while_loop` in the Python wrapper: Inductor writes them as raw
+text around subgraph calls. The capturing wrapper brackets that text with
+`ControlMarker`s (its `codegen_conditional` / `codegen_while_loop`); this module turns
+one bracket into one `conditional` / `while_loop` line and accepts only the text
+Inductor writes for it, so a change in Inductor's text is an error rather than a
+dropped line.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import Unconvertible
+
+
+class ControlMarker:
+    """Brackets the lines Inductor writes for one conditional / while loop (emits nothing)."""
+
+    def __init__(self, kind, node, end=False, stack_output=False):
+        self.kind = kind
+        self.node = node
+        self.end = end
+        self.stack_output = stack_output
+
+
+CONTROL_TEXT = [
+    re.compile(r"^\w+ = \[None\] \* \d+$"),
+    re.compile(r"^if .*:$"),
+    re.compile(r"^else:$"),
+    re.compile(r"^$"),
+    re.compile(r"^# subgraph: \w+$"),
+    re.compile(r"^\w+_args = \[.*\]$"),
+    re.compile(r"^\w+ = \w+\(\w+_args\)$"),
+]
+
+
+def line_text(line):
+    """The text of a raw text line (a str or a DeferredLine), else None."""
+    from torch._inductor.codegen.common import DeferredLine
+
+    if isinstance(line, str):
+        return line
+    if isinstance(line, DeferredLine):
+        return line.line
+    return None
+
+
+def is_control_text_str(t, texts=None):
+    """Whether stripped text `t` is Inductor's text for a conditional / loop: exactly one
+    of `texts` when given (or empty), else a match of CONTROL_TEXT."""
+    if texts is not None:
+        return t == "" or t in texts
+    return any(p.match(t) for p in CONTROL_TEXT)
+
+
+def is_control_text(line, W, texts=None):
+    """Whether `line` is part of Inductor's text for a conditional / loop: scope lines,
+    comments, and text matching CONTROL_TEXT or, when given, exactly one of `texts`."""
+    if isinstance(line, (W.EnterSubgraphLine, W.ExitSubgraphLine)):
+        return True
+    if isinstance(line, W.CommentLine):
+        return True
+    t = line_text(line)
+    if t is None:
+        from torch._inductor.utils import LineContext
+
+        return isinstance(line, LineContext)
+    return is_control_text_str(t.strip(), texts)
+
+
+def subgraph_name(sub):
+    g = getattr(sub, "graph", None)
+    return getattr(g, "name", None) or sub.name
+
+
+def while_texts_for(name, carried, additional, subgraphs):
+    """Every text line Inductor's `codegen_while_loop` (Python, JIT, no stacking) writes
+    for loop `name`, stripped: the carried-value list and its initial values, the
+    `.clone()`s for a loop that never runs, `should_loop`, `while should_loop:`, and the
+    argument lists and calls of the cond and body subgraphs
+    (`codegen_subgraph_call_with_flattened_outputs`). `carried` / `additional` are the
+    operands' references; `subgraphs` is ((cond IR name, cond graph name), (body IR
+    name, body graph name))."""
+
+    def seq(xs):
+        return ", ".join(xs) + ("," if len(xs) == 1 else "")
+
+    slots = [f"{name}[{k}]" for k in range(len(carried))]
+    inputs = seq(slots + list(additional))
+    texts = {f"{name} = [None] * {len(carried)}", f"should_loop = {name}_cond_result",
+             "if not should_loop:", "while should_loop:"}
+    for k, ref in enumerate(carried):
+        texts.add(f"{name}[{k}] = {ref}")
+        texts.add(f"{name}[{k}] = {ref}.clone()")
+    (cond_ir, cond_g), (body_ir, body_g) = subgraphs
+    for ir_name, g, outs in ((cond_ir, cond_g, [f"{name}_cond_result"]), (body_ir, body_g, slots)):
+        texts.add(f"# subgraph: {ir_name}")
+        texts.add(f"{g}_args = [{inputs}]")
+        texts.add(f"({seq(outs)}) = {g}({g}_args)")
+    return texts
+
+
+class ControlFlowMixin:
+    """`GraphConverter`'s handling of one bracketed conditional / while loop."""
+
+    def convert_control(self, lines, i):
+        start = lines[i]
+        W = self.W
+        if start.end:
+            raise Unconvertible(f"end of a {start.kind} lowering without its start")
+        texts = None
+        if start.kind == "while":
+            if start.stack_output:
+                raise Unconvertible(
+                    "while_loop with stack_output=True (every iteration's carried values stacked, "
+                    "as training needs) has no wrapir counterpart")
+            texts = self.while_texts(start.node)
+        j = i + 1
+        depth = 1
+        frees = []
+        while j < len(lines):
+            ln = lines[j]
+            if isinstance(ln, ControlMarker):
+                depth += 1 if not ln.end else -1
+                if depth == 0:
+                    break
+            elif isinstance(ln, (W.FreeLine, W.FreeIfNotReusedLine)):
+                frees.append(ln)
+            elif isinstance(ln, W.NullLine) or is_control_text(ln, W, texts):
+                pass
+            else:
+                from .convert import describe
+
+                raise Unconvertible(f"unexpected line inside {start.kind} lowering: {describe(ln)}")
+            j += 1
+        if depth != 0:
+            raise Unconvertible(f"{start.kind} lowering without its end")
+        node = start.node
+        if start.kind == "cond":
+            pred = node.predicate
+            if isinstance(pred, self.ir.ShapeAsConstantBuffer):
+                predicate = {"kind": "expr", "value": self.expr(pred.expr)}
+            else:
+                predicate = {"kind": "tensor", "value": self.ref(pred)["value"]}
+            operands = [self.ref(x)["value"] for x in node.operands]
+            res = node.get_name()
+            self.buffers[res] = {"kind": "multi"}
+            self.emit({"line": "conditional", "result": res, "predicate": predicate,
+                       "true_graph": subgraph_name(node.true_subgraph),
+                       "false_graph": subgraph_name(node.false_subgraph),
+                       "operands": operands})
+        else:
+            name = node.get_name()
+            carried = []
+            for k, x in enumerate(node.carried_inputs):
+                r = self.ref(x)
+                if r["kind"] != "buffer":
+                    raise Unconvertible(
+                        f"carried input {k} of while_loop {name} is `{x}`, not a tensor "
+                        "(wrapir's while_loop carries tensors; symbolic carries are not supported)")
+                carried.append(r["value"])
+            additional = [self.loop_operand(x, f"additional input {k} of while_loop {name}")
+                          for k, x in enumerate(node.additional_inputs)]
+            res = name
+            self.buffers[res] = {"kind": "multi"}
+            d = {"line": "while_loop", "result": res, "cond_graph": subgraph_name(node.cond_subgraph),
+                 "body_graph": subgraph_name(node.body_subgraph), "carried": carried}
+            if additional:
+                d["additional"] = additional
+            self.emit(d)
+        for f in frees:
+            self.convert_one([f], 0)
+        return j + 1
+
+    def loop_operand(self, x, what):
+        """A subgraph operand: a buffer name, or the name of a symbol Inductor passes as
+        it is (`s77`: the subgraph's matching input is a symbol input)."""
+        r = self.ref(x)
+        if r["kind"] == "buffer":
+            return r["value"]
+        e = x.expr if isinstance(x, self.ir.ShapeAsConstantBuffer) else x
+        if r["kind"] == "expr" and isinstance(e, self.sympy.Symbol):
+            self.cap.symbols.add(e.name)
+            return e.name
+        raise Unconvertible(f"{what} is `{x}`, neither a buffer nor a plain symbol")
+
+    def while_texts(self, node):
+        """`while_texts_for` this loop's IR node."""
+        return while_texts_for(
+            node.get_name(),
+            [b.codegen_reference() for b in node.carried_inputs],
+            [b.codegen_reference() for b in node.additional_inputs],
+            ((node.cond_subgraph.name, subgraph_name(node.cond_subgraph)),
+             (node.body_subgraph.name, subgraph_name(node.body_subgraph))))

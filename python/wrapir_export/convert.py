@@ -1,0 +1,801 @@
+"""Wrapper IR line -> wrapir JSON line: converts the lines of the graph being generated
+(`V.graph`) after Inductor's memory planning.
+
+Typed Wrapper IR lines are converted by their fields, the raw text lines Inductor still
+emits (`assert_size_stride(...)`, `assert_alignment(...)`, `if not (...): raise
+RuntimeError(...)`) by parsing; any line that cannot be expressed is an error naming
+the line, never dropped. torch is imported when a converter is made.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from . import exprs
+from .control import ControlFlowMixin, ControlMarker, line_text
+from .errors import Unconvertible
+from .redact import redact
+
+
+class Capture:
+    """Everything recorded for one compiled graph (top level or subgraph)."""
+
+    def __init__(self, name, is_subgraph):
+        self.name = name
+        self.is_subgraph = is_subgraph
+        self.graph = None          # the JSON graph
+        self.kernels = {}          # kernel name -> partial kernel JSON
+        self.symbols = set()       # symbol names used
+        self.symbol_info = {}      # name -> {"kind", "range", "hint"}
+        self.constants = {}        # name -> layout
+        self.constant_values = {}  # name -> the constant tensor (`V.graph.constants`)
+        self.errors = []           # conversion errors (strings)
+        self.line_count = 0        # Wrapper IR lines seen
+
+
+class BufRef:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+class Passthrough:
+    def __init__(self, value):
+        self.value = value
+
+
+def op_name(node):
+    """The op an extern IR node calls, as Inductor's Python wrapper names it."""
+    name = getattr(node, "python_kernel_name", None)
+    if not name:
+        try:
+            name = node.get_kernel_name()
+        except Exception:
+            name = None
+    if not name:
+        k = getattr(node, "op_overload", None)
+        name = str(k) if k is not None else None
+    if not name:
+        raise Unconvertible(f"extern node {node.get_name()} has no kernel name")
+    return name
+
+
+def describe(line):
+    """A short description of a Wrapper IR line for error messages."""
+    if isinstance(line, str):
+        return repr(line)
+    t = type(line).__name__
+    for attr in ("kernel_name", "line", "name"):
+        v = getattr(line, attr, None)
+        if isinstance(v, str):
+            return f"{t} {v[:80]!r}"
+    node = getattr(line, "node", None)
+    if node is not None and hasattr(node, "get_name"):
+        try:
+            return f"{t} {node.get_name()}"
+        except Exception:
+            pass
+    return t
+
+
+def comment_texts(text):
+    """The `comment` line texts of a comment (one per line, `# ` removed)."""
+    out = []
+    for part in str(text).split("\n"):
+        t = part.strip()
+        if t.startswith("#"):
+            t = t[1:]
+            if t.startswith(" "):
+                t = t[1:]
+        out.append(t)
+    return out
+
+
+RE_SIZE = re.compile(r"^assert_size_stride\((\w+), (\(.*?\)), (\(.*?\))(?:, (.+))?\)$")
+RE_ALIGN = re.compile(r"^assert_alignment\((\w+), (\d+)(?:, (.+))?\)$")
+RE_IFNOT = re.compile(r"^if not \((.*)\):$")
+RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
+RE_NONE = re.compile(r"^(\w+) = None$")
+
+
+class GraphConverter(ControlFlowMixin):
+    """Converts the lines of the graph being generated (`V.graph`) to wrapir JSON."""
+
+    def __init__(self, wrapper, capture):
+        import sympy
+        import torch
+        from torch._inductor import ir
+        from torch._inductor.codegen import wrapper as W
+        from torch._inductor.virtualized import V
+
+        self.sympy, self.torch, self.ir, self.W, self.V = sympy, torch, ir, W, V
+        self.wrapper = wrapper
+        self.cap = capture
+        self.graph = V.graph
+        self.buffers = {}          # name -> buffer decl JSON
+        self.lines = []
+        self.view_count = 0
+        self.bound_precomputed = set()
+
+    # ---- expressions ---------------------------------------------------------------------
+
+    def expr(self, e):
+        """A sympy expression (or int) as a wrapir EXPR: an int or a string."""
+        sympy = self.sympy
+        if isinstance(e, bool):
+            raise Unconvertible(f"boolean {e!r} where an integer expression was expected")
+        if isinstance(e, int):
+            return e
+        if isinstance(e, self.W.SymbolicCallArg):
+            self.note_symbol(str(e.inner))
+            return str(e.inner)
+        if isinstance(e, str):
+            return self.text_expr(e)
+        if not isinstance(e, sympy.Basic):
+            raise Unconvertible(f"value {e!r} of type {type(e).__name__} is not an expression")
+        if e.is_Integer:
+            return int(e)
+        if e is sympy.true:
+            return "True"
+        if e is sympy.false:
+            return "False"
+        for s in e.free_symbols:
+            self.note_symbol(s.name)
+        if exprs.plain_python(e):
+            # Inductor's own printing, exactly as its wrapper shows it.
+            return self.W.pexpr(e)
+        return exprs.canon(e, top=True)
+
+    def text_expr(self, text):
+        """An expression Inductor already printed as Python text (a raw wrapper line)."""
+        value, idents = exprs.text_expr(text)
+        for ident in idents:
+            self.note_symbol(ident)
+        return value
+
+    def note_symbol(self, name):
+        self.cap.symbols.add(name)
+        pre = getattr(self.graph.sizevars, "inv_precomputed_replacements", {})
+        for sym, value in list(pre.items()):
+            if sym.name == name and name not in self.bound_precomputed:
+                # Inductor binds precomputed sizes in the function prologue, outside the
+                # line list; make that binding explicit at the top of the graph.
+                self.bound_precomputed.add(name)
+                self.lines.insert(0, {"line": "symbolic_call_arg", "symbol": name, "expr": self.expr(value)})
+
+    # ---- layouts and buffers ---------------------------------------------------------------
+
+    def dtype(self, dt):
+        return str(dt).replace("torch.", "")
+
+    def device(self, dev):
+        dev = self.torch.device(dev)
+        if dev.type == "cuda" and dev.index is None:
+            return "cuda:0"
+        return str(dev)
+
+    def layout_json(self, layout, offset=None):
+        lj = {
+            "dtype": self.dtype(layout.dtype),
+            "device": self.device(layout.device),
+            "size": [self.expr(s) for s in layout.size],
+            "stride": [self.expr(s) for s in layout.stride],
+        }
+        off = layout.offset if offset is None else offset
+        off = self.expr(off)
+        if off != 0:
+            lj["offset"] = off
+        return lj
+
+    def declare_node(self, node):
+        """Declares a buffer-like IR node (Buffer, WorkspaceArg, MultiOutput...) and returns its name."""
+        ir = self.ir
+        name = node.get_name()
+        if name in self.buffers:
+            return name
+        layout = node.get_output_spec() if hasattr(node, "get_output_spec") else getattr(node, "layout", None)
+        if isinstance(layout, ir.MultiOutputLayout):
+            self.buffers[name] = {"kind": "multi"}
+            return name
+        if isinstance(layout, ir.NoneLayout):
+            raise Unconvertible(f"buffer {name} has no layout (NoneLayout)")
+        if layout is None and hasattr(node, "count"):  # WorkspaceArg
+            lj = {"dtype": self.dtype(node.dtype), "device": self.device(node.device),
+                  "size": [self.expr(node.count)], "stride": [1]}
+            self.buffers[name] = {"kind": "tensor", "layout": lj}
+            return name
+        if isinstance(layout, ir.NonOwningLayout):
+            view = layout.view
+            lj = self.layout_json(layout, offset=view.get_layout().offset)
+        else:
+            lj = self.layout_json(layout)
+        try:
+            alloc = self.graph.get_allocation_storage_size(node)
+            natural = layout.storage_size()
+            if self.sympy.simplify(alloc - natural) != 0:
+                lj["alloc_numel"] = self.expr(alloc)
+        except Exception:
+            pass
+        self.buffers[name] = {"kind": "tensor", "layout": lj}
+        return name
+
+    def declare_name(self, name):
+        """Declares a buffer known only by name (graph inputs, constants, earlier buffers)."""
+        if name in self.buffers:
+            return name
+        g = self.graph
+        if name in g.graph_inputs:
+            node = g.graph_inputs[name]
+            self.buffers[name] = {"kind": "tensor", "layout": self.layout_json(node.get_layout())}
+            return name
+        if name in getattr(g, "constants", {}):
+            t = g.constants[name]
+            lj = {"dtype": self.dtype(t.dtype), "device": self.device(t.device),
+                  "size": list(t.shape), "stride": list(t.stride())}
+            if t.storage_offset():
+                lj["offset"] = t.storage_offset()
+            self.buffers[name] = {"kind": "tensor", "layout": lj}
+            self.cap.constants[name] = lj
+            self.cap.constant_values[name] = t
+            return name
+        try:
+            buf = g.get_buffer(name)
+        except Exception:
+            buf = None
+        if buf is not None:
+            return self.declare_node(buf)
+        raise Unconvertible(f"unknown buffer `{name}`")
+
+    def ref(self, node):
+        """An IR value used as an argument: returns an ARG JSON, emitting alias lines for views."""
+        ir, sympy = self.ir, self.sympy
+        if isinstance(node, BufRef):
+            return {"kind": "buffer", "value": node.name}
+        if isinstance(node, ir.ShapeAsConstantBuffer):
+            return {"kind": "expr", "value": self.expr(node.expr)}
+        if isinstance(node, ir.NoneAsConstantBuffer):
+            return {"kind": "none"}
+        if isinstance(node, ir.ReinterpretView):
+            return {"kind": "buffer", "value": self.view_alias(node)}
+        if isinstance(node, (ir.TensorBox, ir.StorageBox)):
+            return self.ref(node.data)
+        if isinstance(node, ir.BaseView) and not isinstance(node, ir.ReinterpretView):
+            try:
+                return self.ref(node.unwrap_view()) if node.is_storage_and_layout else self.ref(node.data)
+            except Exception:
+                raise Unconvertible(f"view value {type(node).__name__} is not a plain buffer or ReinterpretView")
+        if isinstance(node, (ir.Buffer, ir.IRNode)) and hasattr(node, "get_name"):
+            name = node.get_name()
+            if name in self.graph.graph_inputs or name in getattr(self.graph, "constants", {}):
+                return {"kind": "buffer", "value": self.declare_name(name)}
+            return {"kind": "buffer", "value": self.declare_node(node)}
+        if isinstance(node, sympy.Basic):
+            return {"kind": "expr", "value": self.expr(node)}
+        return self.const(node)
+
+    def view_alias(self, view):
+        """Emits `reinterpret` for a ReinterpretView argument and returns the alias name."""
+        base = view.data
+        while isinstance(base, (self.ir.TensorBox, self.ir.StorageBox)):
+            base = base.data
+        if isinstance(base, self.ir.ReinterpretView):
+            base_name = self.view_alias(base)
+        else:
+            base_name = self.declare_name(base.get_name()) if base.get_name() in self.graph.graph_inputs \
+                else self.declare_node(base)
+        lay = view.get_layout()
+        base_lay = self.buffers.get(base_name, {}).get("layout")
+        if base_lay is not None and base_lay == self.layout_json(lay):
+            return base_name
+        alias = f"{base_name}_view{self.view_count}"
+        self.view_count += 1
+        self.buffers[alias] = {"kind": "tensor", "layout": self.layout_json(lay)}
+        self.lines.append({"line": "reinterpret", "base": base_name, "alias": alias})
+        return alias
+
+    def const(self, v):
+        torch, sympy = self.torch, self.sympy
+        if v is None:
+            return {"kind": "none"}
+        if isinstance(v, bool):
+            return {"kind": "bool", "value": v}
+        if isinstance(v, int):
+            return {"kind": "expr", "value": v}
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                raise Unconvertible(f"float constant {v!r} has no JSON form")
+            return {"kind": "float", "value": v}
+        if isinstance(v, str):
+            return {"kind": "str", "value": v}
+        if isinstance(v, torch.dtype):
+            return {"kind": "dtype", "value": self.dtype(v)}
+        if isinstance(v, torch.device):
+            return {"kind": "device", "value": self.device(v)}
+        if isinstance(v, (list, tuple)):
+            return {"kind": "list", "value": [self.ref(x) for x in v]}
+        if isinstance(v, torch.SymInt):
+            return {"kind": "expr", "value": self.expr(v.node.expr)}
+        if isinstance(v, sympy.Basic):
+            return {"kind": "expr", "value": self.expr(v)}
+        if isinstance(v, torch.layout) or isinstance(v, torch.memory_format):
+            raise Unconvertible(f"argument {v!r} ({type(v).__name__}) has no wrapir argument kind")
+        raise Unconvertible(f"argument {v!r} of type {type(v).__name__} has no wrapir argument kind")
+
+    # ---- lines -------------------------------------------------------------------------------
+
+    def emit(self, line):
+        self.lines.append(line)
+
+    def convert(self, lines):
+        i = 0
+        n = len(lines)
+        while i < n:
+            line = lines[i]
+            try:
+                i = self.convert_one(lines, i)
+            except Unconvertible as e:
+                self.cap.errors.append(f"{self.cap.name}: line {i} ({describe(line)}): {e}")
+                i += 1
+            except Exception as e:  # a bug here is reported, not hidden
+                self.cap.errors.append(
+                    f"{self.cap.name}: line {i} ({describe(line)}): exporter error {type(e).__name__}: {e}")
+                i += 1
+
+    def convert_one(self, lines, i):
+        W = self.W
+        from torch._inductor.utils import LineContext
+
+        line = lines[i]
+        if isinstance(line, LineContext):
+            return i + 1
+        if isinstance(line, ControlMarker):
+            return self.convert_control(lines, i)
+        if isinstance(line, W.NullLine):
+            return i + 1
+        if isinstance(line, W.AllocateLine):
+            name = self.declare_node(line.node)
+            if getattr(line, "comm_buffer", False):
+                layout = line.node.get_output_spec()
+                self.emit({"line": "comm_buffer_allocate", "buffer": name,
+                           "comm_kind": str(getattr(layout, "comm_buffer_type", "symm_mem")).split(".")[-1].lower(),
+                           "group": str(getattr(layout, "group_name", ""))})
+            else:
+                self.emit({"line": "allocate", "buffer": name})
+            return i + 1
+        if isinstance(line, W.FreeIfNotReusedLine):
+            name = self.declare_node(line.node)
+            if getattr(line, "comm_buffer", False):
+                if not line.is_reused:
+                    self.emit({"line": "comm_buffer_free", "buffer": name})
+                return i + 1
+            d = {"line": "free_if_not_reused", "buffer": name}
+            if line.is_reused:
+                d["is_reused"] = True
+            self.emit(d)
+            return i + 1
+        if isinstance(line, W.FreeLine):
+            node = line.node
+            name = node.get_name()
+            if name in self.graph.graph_inputs:
+                self.declare_name(name)
+            else:
+                self.declare_node(node)
+            self.emit({"line": "free", "buffer": name})
+            return i + 1
+        if isinstance(line, W.ReuseLine):
+            old = self.declare_node(line.node)
+            new = self.declare_node(line.reused_as)
+            self.emit({"line": "reuse", "old": old, "new": new, "delete_old": bool(line.delete_old)})
+            return i + 1
+        if isinstance(line, W.ReinterpretLine):
+            base = line.node.get_name()
+            if base in self.graph.graph_inputs:
+                self.declare_name(base)
+            else:
+                self.declare_node(line.node)
+            alias = line.reused_as.get_name()
+            layout = line.layout
+            off = layout.view.get_layout().offset if hasattr(layout, "view") else layout.offset
+            self.buffers[alias] = {"kind": "tensor", "layout": self.layout_json(layout, offset=off)}
+            self.emit({"line": "reinterpret", "base": base, "alias": alias})
+            return i + 1
+        if isinstance(line, W.KernelDefinitionLine):
+            self.kernel_definition(line)
+            return i + 1
+        if isinstance(line, W.KernelCallLine):
+            self.kernel_call(line)
+            return i + 1
+        if isinstance(line, W.SymbolicCallArgLine):
+            sym = str(line.arg.inner)
+            self.cap.symbols.add(sym)
+            self.bound_precomputed.add(sym)
+            self.emit({"line": "symbolic_call_arg", "symbol": sym, "expr": self.expr(line.arg.inner_expr)})
+            return i + 1
+        if isinstance(line, W.ExternKernelOutLine):
+            self.extern_call(line.node, out=True)
+            return i + 1
+        if isinstance(line, W.ExternKernelAllocLine):
+            self.extern_call(line.node, out=False)
+            return i + 1
+        if isinstance(line, W.MultiOutputLine):
+            self.multi_output(line)
+            return i + 1
+        if isinstance(line, W.IndexPutFallbackLine):
+            node = line.node
+            x, values = node.inputs[0], node.inputs[1]
+            idx = [None if t is None else self.ref(t)["value"] for t in line.indices]
+            accumulate = node.constant_args[-1] if node.constant_args else False
+            self.emit({"line": "index_put_fallback", "target": self.ref(x)["value"], "indices": idx,
+                       "values": self.ref(values)["value"], "accumulate": bool(accumulate)})
+            return i + 1
+        if isinstance(line, W.ScatterFallbackLine):
+            node = line.node
+            inputs = list(node.inputs)
+            dim = node.constant_args[0]
+            src = self.ref(inputs[2]) if node.src_is_tensor else self.const(node.constant_args[1])
+            d = {"line": "scatter_fallback", "op": op_name(node), "target": self.ref(inputs[0])["value"],
+                 "dim": int(dim), "index": self.ref(inputs[1])["value"], "src": src}
+            kw = getattr(node, "kwargs", {}) or {}
+            if kw.get("reduce") is not None:
+                d["reduce"] = kw["reduce"]
+            if kw.get("include_self") is not None:
+                d["include_self"] = bool(kw["include_self"])
+            self.emit(d)
+            return i + 1
+        if isinstance(line, W.DynamicScalarLine):
+            node = line.node
+            self.cap.symbols.add(node.sym.name)
+            d = {"line": "dynamic_scalar", "symbol": node.sym.name, "source": self.ref(node.inputs[0])["value"],
+                 "keypath": self.keypath(node.keypath)}
+            try:
+                d["node"] = node.get_name()
+            except Exception:
+                pass
+            self.emit(d)
+            return i + 1
+        if isinstance(line, W.UnbackedSymbolDefsLine):
+            self.unbacked_defs(line)
+            return i + 1
+        if isinstance(line, W.EnterDeviceContextManagerLine):
+            self.emit({"line": "enter_device_context", "device_index": int(line.device_idx)})
+            return i + 1
+        if isinstance(line, W.ExitDeviceContextManagerLine):
+            self.emit({"line": "exit_device_context"})
+            return i + 1
+        if isinstance(line, W.CommentLine):
+            self.comment(line.line)
+            return i + 1
+        if isinstance(line, (W.EnterSubgraphLine, W.ExitSubgraphLine)):
+            raise Unconvertible("subgraph scope outside a conditional or while loop")
+        if hasattr(W, "AssertSizeStrideLine") and isinstance(line, W.AssertSizeStrideLine):
+            self.emit({"line": "assert_size_stride", "buffer": line.name,
+                       "size": self.tuple_text(line.size), "stride": self.tuple_text(line.stride)})
+            return i + 1
+        # Text Inductor writes as-is.
+        from torch._inductor.codegen.common import DeferredLine
+
+        if isinstance(line, DeferredLine):
+            if line.name in self.graph.removed_buffers:
+                return i + 1  # Inductor drops it too: the buffer it names was removed
+            return self.convert_text(lines, i, line.line)
+        if hasattr(line, "line") and type(line).__name__ in ("DelayReplaceLine",):
+            raise Unconvertible(f"delayed-replacement text line `{line.line}`")
+        if isinstance(line, str):
+            return self.convert_text(lines, i, line)
+        if isinstance(line, W.WrapperLine):
+            raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart")
+        raise Unconvertible(f"unknown line object {type(line).__name__}")
+
+    def comment(self, text):
+        for t in comment_texts(text):
+            self.emit({"line": "comment", "text": t})
+
+    # ---- text lines --------------------------------------------------------------------------
+
+    def convert_text(self, lines, i, text):
+        t = text.strip()
+        if t == "":
+            return i + 1
+        if t.startswith("#"):
+            self.comment(t)
+            return i + 1
+        m = RE_SIZE.match(t)
+        if m:
+            name, size, stride, ctx = m.groups()
+            self.declare_name(name)
+            d = {"line": "assert_size_stride", "buffer": name, "size": self.tuple_text(size),
+                 "stride": self.tuple_text(stride)}
+            if ctx:
+                d["context"] = ast.literal_eval(ctx)
+            self.emit(d)
+            return i + 1
+        m = RE_ALIGN.match(t)
+        if m:
+            name, align, ctx = m.groups()
+            self.declare_name(name)
+            d = {"line": "assert_alignment", "buffer": name, "alignment": int(align)}
+            if ctx:
+                d["context"] = ast.literal_eval(ctx)
+            self.emit(d)
+            return i + 1
+        m = RE_IFNOT.match(t)
+        if m:
+            nxt = line_text(lines[i + 1]) if i + 1 < len(lines) else None
+            m2 = RE_RAISE.match(nxt.strip()) if isinstance(nxt, str) else None
+            if not m2:
+                raise Unconvertible(f"`{t}` is not followed by `raise RuntimeError(...)`")
+            d = {"line": "runtime_assert", "cond": self.text_expr(m.group(1)),
+                 "message": ast.literal_eval(m2.group(1))}
+            j = i + 2
+            nxt2 = line_text(lines[j]) if j < len(lines) else None
+            m3 = RE_NONE.match(nxt2.strip()) if isinstance(nxt2, str) else None
+            if m3:
+                d["node"] = m3.group(1)
+                j += 1
+            self.emit(d)
+            return j
+        m = RE_NONE.match(t)
+        if m and self.lines and self.lines[-1].get("line") in ("runtime_assert", "dynamic_scalar") \
+                and "node" not in self.lines[-1]:
+            self.lines[-1]["node"] = m.group(1)
+            return i + 1
+        raise Unconvertible(f"raw wrapper text `{t}`")
+
+    def tuple_text(self, text):
+        return [self.text_expr(it) for it in exprs.split_tuple_text(text)]
+
+    # ---- kernels -----------------------------------------------------------------------------
+
+    def kernel_definition(self, line):
+        name = line.kernel_name
+        body = line.kernel_body or ""
+        m = re.search(r"'''(.*)'''", body, re.S)
+        source = redact(m.group(1).lstrip("\n") if m else body)
+        comments = []
+        for part in (line.metadata or "").split("\n"):
+            p = part.strip()
+            if p.startswith("#"):
+                comments.append(redact(p[1:].lstrip(" ") if p.startswith("# ") else p[1:]))
+        gpu = getattr(line, "gpu", True)
+        kind = "triton" if "async_compile.triton(" in body else ("cpp" if not gpu else "unknown")
+        self.cap.kernels[name] = {"name": name, "source": source, "comments": comments, "_kind": kind}
+        self.emit({"line": "kernel_definition", "kernel": name})
+
+    def kernel_call(self, line):
+        name = line.kernel_name
+        if not line.triton:
+            raise Unconvertible(f"non-Triton kernel call `{name}`")
+        meta = line.triton_meta or {}
+        inductor_meta = getattr(line, "inductor_meta", None) or {}
+        raw_args = line.raw_args if line.raw_args is not None else [None] * len(line.call_args)
+        args = []
+        for k, a in enumerate(line.call_args):
+            ty = line.arg_types[k] if line.arg_types and k < len(line.arg_types) else None
+            raw = raw_args[k] if k < len(raw_args) else None
+            args.append(self.kernel_arg(a, ty, raw))
+        # Parameter names are attached once the kernel's final metadata is known (name_call_args).
+        d = {"line": "kernel_call", "kernel": name, "args": [{"value": v} for v in args]}
+        dev = getattr(line, "device", None)
+        if dev is not None:
+            d["device"] = self.device(dev)
+        self.cap.kernels.setdefault(name, {"name": name, "source": "", "comments": [], "_kind": "triton"})
+        self.cap.kernels[name]["_triton_meta"] = meta
+        self.cap.kernels[name]["_inductor_meta"] = inductor_meta
+        self.emit(d)
+
+    def kernel_arg(self, a, ty, raw):
+        torch, sympy, W = self.torch, self.sympy, self.W
+        if isinstance(a, W.SymbolicCallArg):
+            self.cap.symbols.add(str(a.inner))
+            return {"kind": "expr", "value": str(a.inner)}
+        if isinstance(a, str):
+            if raw is not None and isinstance(raw, self.ir.IRNode) and not re.fullmatch(r"\w+", a):
+                return self.ref(raw)
+            if re.fullmatch(r"\w+", a) and not re.fullmatch(r"-?\d+", a):
+                if isinstance(ty, torch.dtype) or self._is_buffer(a):
+                    return {"kind": "buffer", "value": self.declare_name(a)}
+                return {"kind": "expr", "value": self.text_expr(a)}
+            if re.fullmatch(r"-?\d+", a):
+                return {"kind": "expr", "value": int(a)}
+            m = re.fullmatch(r"(\w+)\.item\(\)", a)
+            if m:
+                raise Unconvertible(f"kernel argument `{a}` (a 0-d tensor read on the host)")
+            raise Unconvertible(f"kernel argument text `{a}`")
+        if isinstance(a, bool):
+            return {"kind": "bool", "value": a}
+        if isinstance(a, int):
+            return {"kind": "expr", "value": a}
+        if isinstance(a, float):
+            return self.const(a)
+        if isinstance(a, sympy.Basic):
+            return {"kind": "expr", "value": self.expr(self.graph.sizevars.simplify(a))}
+        if a is None:
+            return {"kind": "none"}
+        raise Unconvertible(f"kernel argument {a!r} of type {type(a).__name__}")
+
+    def _is_buffer(self, name):
+        if name in self.buffers or name in self.graph.graph_inputs:
+            return True
+        try:
+            return self.graph.get_buffer(name) is not None
+        except Exception:
+            return False
+
+    # ---- extern calls ------------------------------------------------------------------------
+
+    def extern_call(self, node, out):
+        ir = self.ir
+        op = op_name(node)
+        tensor_refs = [self.ref(x) for x in node.inputs]
+        placeholders = [BufRef(r["value"]) if r["kind"] == "buffer" else Passthrough(r) for r in tensor_refs]
+        if callable(getattr(node, "unflatten_args", None)):
+            args, kwargs_from_args = node.unflatten_args(placeholders, node.constant_args)
+        else:
+            args, kwargs_from_args = list(placeholders) + list(node.constant_args), {}
+        kwargs = dict(kwargs_from_args or {})
+        for k, v in (getattr(node, "kwargs", None) or {}).items():
+            kwargs[k] = v
+        kwargs.pop("out", None)
+        d = {"line": "extern_kernel_out" if out else "extern_kernel_alloc", "op": op,
+             "args": [self.arg(a) for a in args]}
+        kw = {k: self.arg(v) for k, v in kwargs.items()}
+        if kw:
+            d["kwargs"] = kw
+        if out:
+            target = getattr(node, "output_view", None) or node
+            d["out"] = self.ref(target)["value"]
+        else:
+            layout = node.get_output_spec() if hasattr(node, "get_output_spec") else node.layout
+            if not isinstance(layout, ir.NoneLayout):
+                d["result"] = self.declare_node(node)
+        self.emit(d)
+
+    def arg(self, v):
+        if isinstance(v, BufRef):
+            return {"kind": "buffer", "value": v.name}
+        if isinstance(v, Passthrough):
+            return v.value
+        if isinstance(v, (list, tuple)):
+            return {"kind": "list", "value": [self.arg(x) for x in v]}
+        if isinstance(v, self.ir.IRNode):
+            return self.ref(v)
+        return self.const(v)
+
+    def multi_output(self, line):
+        res = line.result_name
+        try:
+            node = self.graph.get_buffer(res)
+        except Exception:
+            node = None
+        if node is not None:
+            self.declare_node(node)
+        elif res not in self.buffers:
+            raise Unconvertible(f"multi-output result `{res}` has no buffer")
+        src = line.arg_name
+        if src not in self.buffers:
+            self.declare_name(src)
+        idx = []
+        for ty, k in line.indices:
+            tname = ty.__name__ if isinstance(ty, type) else str(ty)
+            if tname not in ("list", "tuple", "dict"):
+                raise Unconvertible(f"multi-output index kind {tname}")
+            idx.append({"kind": tname, "index": k if tname == "dict" else int(k)})
+        d = {"line": "multi_output", "result": res, "source": src}
+        if idx:
+            d["indices"] = idx
+        self.emit(d)
+
+    def keypath(self, path):
+        from torch.fx.experimental import symbolic_shapes as S
+        from torch.utils._pytree import SequenceKey
+
+        out = []
+        for k in path:
+            if isinstance(k, S.CallMethodKey):
+                out.append({"kind": "call_method", "value": k.name})
+            elif isinstance(k, SequenceKey):
+                out.append({"kind": "index", "value": int(k.idx)})
+            elif isinstance(k, S.DivideByKey):
+                out.append({"kind": "divide_by", "value": int(k.divisor)})
+            elif isinstance(k, S.ConvertIntKey):
+                out.append({"kind": "convert_int"})
+            elif type(k).__name__ == "InnerTensorKey":
+                out.append({"kind": "inner_tensor", "value": k.inner_name})
+            else:
+                raise Unconvertible(f"key path entry {k!r}")
+        return out
+
+    def unbacked_defs(self, line):
+        from torch.fx.experimental.symbolic_shapes import resolve_unbacked_bindings
+
+        b = resolve_unbacked_bindings(self.graph.sizevars.shape_env, line.unbacked_bindings)
+        if not b:
+            return
+        src = line.output_name
+        if src not in self.buffers:
+            self.declare_name(src)
+        bindings = {}
+        for sym, path in b.items():
+            self.cap.symbols.add(sym.name)
+            bindings[sym.name] = self.keypath(path)
+        self.emit({"line": "unbacked_symbol_defs", "source": src, "bindings": bindings})
+
+    # ---- whole graph --------------------------------------------------------------------------
+
+    def finish(self):
+        g = self.graph
+        inputs = []
+        for name, value in g.graph_inputs.items():
+            if isinstance(value, self.sympy.Expr):
+                if not value.is_Symbol:
+                    self.cap.errors.append(f"{self.cap.name}: input {name} is the compound expression `{value}`")
+                    continue
+                self.cap.symbols.add(value.name)
+                inputs.append({"kind": "symbol", "name": name, "symbol": value.name})
+            else:
+                self.declare_name(name)
+                inputs.append({"kind": "tensor", "name": name})
+        outputs = []
+        for out in g.graph_outputs:
+            try:
+                r = self.ref(out)
+            except Unconvertible as e:
+                self.cap.errors.append(f"{self.cap.name}: output: {e}")
+                continue
+            if r["kind"] == "buffer":
+                outputs.append({"kind": "buffer", "value": r["value"]})
+            elif r["kind"] == "expr":
+                outputs.append({"kind": "expr", "value": r["value"]})
+            elif r["kind"] == "none":
+                outputs.append({"kind": "none"})
+            else:
+                self.cap.errors.append(f"{self.cap.name}: output of kind {r['kind']}")
+        # Input declarations first, in input order, for readability. Program constants
+        # (Inductor's folded / frozen tensors) are declared once, in program.json's
+        # `constants`, not as buffers of the graph.
+        ordered = {}
+        for inp in inputs:
+            if inp["kind"] == "tensor":
+                ordered[inp["name"]] = self.buffers[inp["name"]]
+        for k, v in self.buffers.items():
+            if k not in self.cap.constants:
+                ordered.setdefault(k, v)
+        self.cap.graph = {"inputs": inputs, "buffers": ordered, "lines": self.lines, "outputs": outputs}
+        self.symbol_table()
+
+    def symbol_table(self):
+        shape_env = self.graph.sizevars.shape_env
+        for name in sorted(self.cap.symbols):
+            if name in self.cap.symbol_info:
+                continue
+            kind = exprs.symbol_kind(name)
+            info = {"kind": kind}
+            sym = None
+            for s in list(shape_env.var_to_range.keys()):
+                if s.name == name:
+                    sym = s
+                    break
+            if sym is not None and kind != "precomputed":
+                vr = shape_env.var_to_range[sym]
+                rng = {}
+                for key, v in (("lo", vr.lower), ("hi", vr.upper)):
+                    try:
+                        if v.is_Integer or isinstance(v, int):
+                            rng[key] = int(v)
+                    except Exception:
+                        pass
+                if rng:
+                    info["range"] = rng
+                hints = getattr(shape_env, "backed_var_to_val", None)
+                if hints is None:  # before torch renamed it
+                    hints = shape_env.var_to_val
+                hint = hints.get(sym)
+                if hint is not None:
+                    try:
+                        info["hint"] = int(hint)
+                    except Exception:
+                        pass
+            self.cap.symbol_info[name] = info

@@ -1,0 +1,321 @@
+"""`export()`: one function, `nn.Module` or `torch.export` `ExportedProgram` -> one bundle.
+
+Stages (each printed as it starts): inputs and the eager reference run, tracing
+(Dynamo), compiling (Inductor), capturing (the Wrapper IR of the kept graph), running
+the compiled program and checking it, Inductor's C++ wrapper, writing.
+
+An `ExportedProgram` is compiled through `ep.module()` with `torch.compile` (the same
+Python wrapper code generator, so the same capture): its parameters and buffers reach
+Inductor's `call` as graph inputs, as a module's do, and become the bundle's weights
+(`options={"freezing": True}` folds them into program constants instead, stored by
+name in `inputs.safetensors`). AOTInductor's own route (`aoti_compile_and_package`)
+generates the C++ wrapper only, which this capture does not see.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+
+from . import bundle as B
+from .capture import SESSION, install
+from .errors import ExportError
+from .tolerances import (MathModes, check_math, compare, compiled_tolerance, eager_tolerance, flatten_outputs,
+                         float64_reference, math_modes, output_values, sync)
+
+
+class ExportResult:
+    """What `export()` wrote: `path` (the bundle directory), `name`, `kernels` (how many
+    Triton kernels program.json defines), `warnings` (conversion notes, wrappers not
+    kept), `errors` (empty unless `raise_on_error=False` and the export failed), and
+    `info` (bundle.json's content, None when it was not written)."""
+
+    def __init__(self, path, name, kernels, warnings, errors, info):
+        self.path = path
+        self.name = name
+        self.kernels = kernels
+        self.warnings = list(warnings)
+        self.errors = list(errors)
+        self.info = info
+
+    @property
+    def ok(self):
+        return not self.errors
+
+    def __repr__(self):
+        state = "ok" if self.ok else f"{len(self.errors)} errors"
+        return (f"ExportResult(path={self.path!r}, kernels={self.kernels}, warnings={len(self.warnings)}, "
+                f"{state})")
+
+
+def stderr_progress(name):
+    def progress(stage, detail=""):
+        print(f"wrapir_export: {name}: {stage}" + (f" ({detail})" if detail else ""), file=sys.stderr, flush=True)
+
+    return progress
+
+
+def compile_kwargs_for(dynamic=False, mode=None, options=None, compile_kwargs=None):
+    """torch.compile's keyword arguments: `compile_kwargs` plus `dynamic` (only when not
+    False, so that a default export compiles as `torch.compile(fn)` does), `mode`,
+    `options`."""
+    kw = dict(compile_kwargs or {})
+    if dynamic is not False:
+        kw["dynamic"] = dynamic
+    if mode is not None:
+        kw["mode"] = mode
+    if options:
+        kw["options"] = dict(options)
+    if kw.get("mode") is not None and kw.get("options"):
+        raise ValueError("torch.compile takes `mode` or `options`, not both")
+    backend = kw.get("backend", "inductor")
+    if backend != "inductor":
+        raise ValueError(f"the exporter captures Inductor's wrapper; backend={backend!r} is not Inductor")
+    return kw
+
+
+def uses_cudagraphs(torch, compile_kwargs):
+    """Whether this compile runs with Inductor's CUDA graphs (`mode="max-autotune"`,
+    `"reduce-overhead"`, or `triton.cudagraphs` in `options`)."""
+    from torch._inductor import config as icfg
+
+    cg = bool(icfg.triton.cudagraphs)
+    mode = compile_kwargs.get("mode")
+    if mode is not None:
+        from torch._inductor import list_mode_options
+
+        cg = bool(list_mode_options(mode, compile_kwargs.get("dynamic")).get("triton.cudagraphs", cg))
+    opts = compile_kwargs.get("options") or {}
+    if "triton.cudagraphs" in opts:
+        cg = bool(opts["triton.cudagraphs"])
+    return cg
+
+
+def as_module(torch, fn):
+    """(callable, is_module, module class name): an ExportedProgram becomes `ep.module()`."""
+    if isinstance(fn, torch.export.ExportedProgram):
+        return fn.module(), True, "ExportedProgram"
+    if isinstance(fn, torch.nn.Module):
+        return fn, True, type(fn).__name__
+    return fn, False, None
+
+
+def set_eval(module):
+    try:
+        module.eval()
+    except (NotImplementedError, RuntimeError):
+        # An ExportedProgram's module refuses train()/eval(); it is exported as traced.
+        pass
+
+
+def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, options=None, name=None,
+           compile_kwargs=None, math=None, tolerance=None, progress=True, raise_on_error=True,
+           capture_devices=("cuda",)):
+    """Exports `fn_or_module` compiled by Inductor as a wrapir bundle in `out_path`.
+
+    `fn_or_module`: a function, an `nn.Module` (run in inference mode: `eval()`,
+    `torch.no_grad()`; its parameters and buffers become the bundle's weights) or a
+    `torch.export.ExportedProgram` (compiled through `ep.module()`).
+    `example_inputs`: the positional inputs (a sequence of tensors and ints), or a
+    function returning them (called after `torch.manual_seed(0)`); None for an
+    ExportedProgram uses its own example inputs.
+    `dynamic`, `mode`, `options`: as `torch.compile`'s (e.g. `mode="max-autotune"`,
+    `options={"freezing": True}`); `compile_kwargs` adds others.
+    `math`: math modes to set while exporting (`matmul_allow_tf32`, ...);
+    `tolerance`: `{"atol", "rtol"}` replacing the computed eager tolerance.
+    `progress`: print each stage to stderr (or a callable(stage, detail)).
+
+    Returns an ExportResult; raises ExportError (naming every line or op that could not
+    be expressed) when the export fails, unless `raise_on_error=False`.
+    """
+    import torch
+
+    kw = compile_kwargs_for(dynamic, mode, options, compile_kwargs)
+    check_math(math)
+    out_path = os.fspath(out_path)
+    name = name or os.path.basename(os.path.normpath(out_path))
+    fn, is_module, module_name = as_module(torch, fn_or_module)
+    if example_inputs is None:
+        if not isinstance(fn_or_module, torch.export.ExportedProgram):
+            raise ValueError("example_inputs is required (only an ExportedProgram has its own)")
+        args, kwargs = fn_or_module.example_inputs
+        if kwargs:
+            raise ValueError("the ExportedProgram's example inputs have keyword arguments; pass example_inputs")
+        example_inputs = list(args)
+    make_inputs = example_inputs if callable(example_inputs) else (lambda: list(example_inputs))
+    if progress is True:
+        progress = stderr_progress(name)
+    elif progress is False:
+        progress = None
+    case_options = {"math": math or {}, "tolerance": tolerance}
+    outcome = export_bundle(torch, name, fn, make_inputs, kw, out_path, case_options, is_module=is_module,
+                            module_name=module_name, progress=progress, capture_devices=capture_devices)
+    if outcome.errors:
+        write_errors(out_path, outcome.errors)
+        if raise_on_error:
+            raise ExportError(outcome.errors, out_path)
+    return outcome
+
+
+def write_errors(bundle, errors, tb=None):
+    os.makedirs(bundle, exist_ok=True)
+    with open(os.path.join(bundle, "errors.txt"), "w") as f:
+        f.write("\n".join(errors) + "\n")
+    if tb:
+        with open(os.path.join(bundle, "error.txt"), "w") as f:
+            f.write(tb)
+
+
+def export_bundle(torch, name, fn, make_inputs, compile_kwargs, bundle, options, *, is_module, module_name,
+                  progress=None, capture_devices=("cuda",)):
+    """The export of one case (`options`: `math`, `tolerance`); returns an ExportResult
+    whose `errors` list every failure (empty: the bundle is complete)."""
+    install(capture_devices)
+    with MathModes(torch, options.get("math")):
+        if is_module:
+            set_eval(fn)
+        try:
+            return _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_module,
+                           module_name, progress)
+        finally:
+            if is_module and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
+def _clone_all(torch, xs):
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def _own(torch, out):
+    """A compiled call's outputs copied out of whatever memory they live in (CUDA graph
+    outputs are overwritten by the next replay and their pool is released on reset)."""
+    import torch.utils._pytree as pytree
+
+    return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, out)
+
+
+def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_module, module_name, progress):
+    from torch._inductor import config as icfg
+
+    def stage(s, detail=""):
+        if progress is not None:
+            progress(s, detail)
+
+    # Modules run in inference mode; plain functions as before (grad mode unchanged).
+    mode = torch.no_grad if is_module else contextlib.nullcontext
+    if os.path.exists(bundle):
+        shutil.rmtree(bundle)
+    os.makedirs(bundle)
+    stage("inputs and eager reference")
+    torch.manual_seed(0)
+    inputs = list(make_inputs())
+    eager_inputs = _clone_all(torch, inputs)
+    with mode():
+        expected = fn(*eager_inputs)
+    sync(torch)
+    math = math_modes(torch)
+
+    # Compile options of the export: no FX graph cache (the wrapper must be generated,
+    # so that it is captured), one compile thread; with CUDA graphs, no graph partitions
+    # (Inductor would move the cudagraph-safe parts of `call` into partition functions;
+    # the same kernels and lines stay in `call` without them).
+    config_patch = {"fx_graph_cache": False, "compile_threads": 1}
+    notes_extra = []
+    if "freezing" in (compile_kwargs.get("options") or {}):
+        # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
+        # only when it is set then), before torch.compile's options apply.
+        config_patch["freezing"] = bool(compile_kwargs["options"]["freezing"])
+    if uses_cudagraphs(torch, compile_kwargs):
+        config_patch["graph_partition"] = False
+        notes_extra.append("compiled with CUDA graphs: graph partitions off for the export, so every line is in `call`")
+
+    SESSION.reset(progress)
+    SESSION.enabled = True
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, **compile_kwargs)
+        run_inputs = _clone_all(torch, inputs)
+        # The CUDA generator's state as the compiled call starts: Inductor's seed buffer
+        # (`aten.randint.low_out`) is drawn from it, and wrapir replays the same draw.
+        cuda_rng = B.cuda_rng_state(torch)
+        stage("tracing", f"torch.compile({', '.join(f'{k}={v!r}' for k, v in compile_kwargs.items())})")
+        with icfg.patch(config_patch), mode():
+            result = _own(torch, compiled(*run_inputs))
+        sync(torch)
+    finally:
+        SESSION.enabled = False
+    stage("checking", "a second run, and both against eager")
+    # A second run of the same compiled program: wrapir is compared with the first one,
+    # so run-to-run differences (atomics) must stay within the compiled tolerance. It
+    # starts from the same CUDA generator state, so in-graph random numbers repeat.
+    if cuda_rng is not None:
+        B.set_cuda_rng_state(torch, cuda_rng)
+    with icfg.patch(config_patch), mode():
+        rerun = _own(torch, compiled(*_clone_all(torch, inputs)))
+    sync(torch)
+    caps = list(SESSION.captures)
+    modules = list(SESSION.modules)
+    codes = list(SESSION.codes)
+    dropped = list(SESSION.dropped)
+    errors = []
+    for c in caps:
+        errors += c.errors
+    mains = [c for c in caps if not c.is_subgraph]
+    if len(mains) != 1:
+        errors.append(f"expected one compiled graph, got {len(mains)} (graph breaks?)")
+    if len(modules) != 1:
+        errors.append(f"expected one wrapper module, got {len(modules)}")
+    if dropped:
+        notes_extra.append(f"{len(dropped)} wrappers of graphs Inductor compiled only to benchmark them were "
+                           "not captured")
+
+    # Compare with eager, within a tolerance scaled by eager's own error against float64
+    # (modules; plain functions keep the floor), and the rerun with the first run.
+    exp = flatten_outputs(torch, expected)
+    # Tensors and integers (0-d int64 tensors), in output order: what the bundle stores.
+    got_values, _, problems = output_values(torch, result)
+    exp_values, exp_ints, exp_problems = output_values(torch, expected)
+    errors += [f"compiled: {p}" for p in problems] + [f"eager: {p}" for p in exp_problems]
+    ref64 = float64_reference(torch, fn, inputs, is_module) if is_module else None
+    tolerance, tolerance_basis = eager_tolerance(torch, exp, ref64, options.get("tolerance"))
+    compare(torch, errors, "compiled vs eager", got_values, exp_values, tolerance)
+    mod = modules[0] if modules else None
+    graph_inputs = getattr(mod, "_export_inputs", None) or []
+    ctol = compiled_tolerance(torch, exp + [t for t in graph_inputs if isinstance(t, torch.Tensor)])
+    compare(torch, errors, "compiled rerun vs first run", output_values(torch, rerun)[0], got_values, ctol)
+
+    # Inductor's own wrappers.
+    if codes:
+        B.write_text(bundle, "inductor.py.txt", codes[0])
+    stage("C++ wrapper", "compiling again with cpp_wrapper=True (text only)")
+    cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, compile_kwargs, config_patch, mode)
+    if cpp is not None:
+        B.write_text(bundle, "inductor.cpp.txt", cpp)
+    else:
+        errors.append(cpp_error)
+
+    info = None
+    kernels = {}
+    notes = []
+    if len(mains) == 1:
+        stage("writing", bundle)
+        main = mains[0]
+        program, kernels, notes, constant_values = B.assemble_program(caps, main, modules, bundle, errors)
+        notes += notes_extra
+        B.write_program(bundle, program)
+        input_names, exp_names, int_outputs, compiled_names = B.write_tensors(
+            torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors)
+        weights, weight_names = B.identify_weights(fn, input_names, getattr(mod, "_export_input_keys", None),
+                                                   is_module, errors)
+        info = B.bundle_info(
+            torch, name=name, compile_kwargs=compile_kwargs, input_names=input_names, user_inputs=len(inputs),
+            expected=exp_names, graph_outputs=len(main.graph["outputs"]), int_outputs=int_outputs,
+            tolerance=tolerance, tolerance_basis=tolerance_basis, compiled=compiled_names, ctol=ctol, math=math,
+            module=module_name, weights=weights, weight_names=weight_names, notes=notes, cuda_rng=cuda_rng,
+            constants=B.constant_sources(fn, constant_values, is_module))
+        B.write_info(bundle, info)
+    stage("done" if not errors else "failed", f"{len(kernels)} Triton kernels, {len(errors)} errors")
+    return ExportResult(bundle, name, len(kernels), notes + [f"not captured: {d}" for d in dropped],
+                        errors, info)

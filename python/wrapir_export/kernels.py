@@ -1,0 +1,259 @@
+"""Kernel binaries and launch metadata: after the compiled program has run once (Triton
+compiled and autotuned), each Triton kernel's chosen launcher gives its config, cubin,
+PTX and Triton metadata; they are written under `kernels/` and become the kernel's
+`backend` in program.json.
+
+`grid_json`, `const_value`, `plain` and `name_call_args` work on plain data.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+from .errors import Unconvertible
+from .redact import redact
+
+
+def read_file(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def write_file(path, data, mode="w"):
+    with open(path, mode) as f:
+        f.write(data)
+
+
+def triton_cache_roots():
+    roots = []
+    env = os.environ.get("TRITON_CACHE_DIR")
+    if env:
+        roots.append(env)
+    try:
+        from torch._inductor.runtime.runtime_utils import triton_cache_dir
+
+        roots.append(triton_cache_dir(0))
+    except Exception:
+        pass
+    try:
+        from torch._inductor.runtime.runtime_utils import cache_dir
+
+        roots += glob.glob(os.path.join(cache_dir(), "triton", "*"))
+    except Exception:
+        pass
+    roots.append(os.path.join(os.path.expanduser("~"), ".triton", "cache"))
+    return [r for r in roots if os.path.isdir(r)]
+
+
+def kernel_files(launcher, compile_result):
+    """(metadata dict, cubin bytes, ptx text) of the launcher's compiled kernel."""
+    kernel = getattr(compile_result, "kernel", None) if compile_result is not None else None
+    meta, cubin, ptx = {}, None, None
+    asm = getattr(kernel, "asm", None)
+    if isinstance(asm, dict):
+        cubin = asm.get("cubin")
+        ptx = asm.get("ptx")
+        md = getattr(kernel, "metadata", None)
+        if md is not None:
+            meta = md._asdict() if hasattr(md, "_asdict") else dict(vars(md))
+    cubin_path = getattr(kernel, "cubin_path", None)
+    cache_hash = getattr(launcher, "cache_hash", None)
+    dirs = []
+    if cubin_path:
+        dirs.append(os.path.dirname(cubin_path))
+    if cache_hash:
+        for root in triton_cache_roots():
+            d = os.path.join(root, cache_hash)
+            if os.path.isdir(d):
+                dirs.append(d)
+    for d in dirs:
+        for f in sorted(os.listdir(d)):
+            p = os.path.join(d, f)
+            if f.endswith(".cubin") and cubin is None:
+                cubin = read_file(p, "rb")
+            elif f.endswith(".ptx") and ptx is None:
+                ptx = read_file(p)
+            elif f.endswith(".json") and not f.startswith("__grp__") and not meta:
+                try:
+                    meta = json.loads(read_file(p))
+                except Exception:
+                    pass
+    if not meta and kernel is not None:
+        for attr in ("name", "num_warps", "shared", "num_stages"):
+            if hasattr(kernel, attr):
+                meta[attr] = getattr(kernel, attr)
+    return meta, cubin, ptx
+
+
+def plain(v):
+    """A value as plain JSON data (enum-like objects by their `value`, the rest by `str`)."""
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if hasattr(v, "value"):
+        return plain(v.value)
+    return str(v)
+
+
+def const_value(v):
+    v = plain(v)
+    if isinstance(v, (list, dict)):
+        raise Unconvertible(f"constant value {v!r} is not a scalar")
+    return v
+
+
+def grid_json(inductor_meta, launch_cfg=None):
+    """The kernel's GRID JSON from its `inductor_meta`."""
+    gt = inductor_meta.get("grid_type")
+    if gt is None:
+        raise Unconvertible("kernel has no grid_type in inductor_meta")
+    if gt in ("Grid1D", "Grid2D", "Grid3D", "CooperativeReductionGrid", "SplitScanGrid", "FixedGrid"):
+        return {"type": gt}
+    if gt == "Grid2DWithYZOverflow":
+        return {"type": gt, "max_y_grid": int(inductor_meta.get("max_y_grid", 65535))}
+    if gt == "PrecomputedGrid":
+        grids = []
+        for entry in inductor_meta.get("precomputed_grids", []):
+            py = entry.get("python")
+            if py is None or len(py) != 3:
+                raise Unconvertible(f"precomputed grid without three Python expressions: {entry!r}")
+            grids.append({"config": {k: int(v) for k, v in entry.get("config", {}).items()},
+                          "grid": [int(x) if re.fullmatch(r"-?\d+", str(x)) else str(x) for x in py]})
+        return {"type": gt, "grids": grids}
+    raise Unconvertible(f"grid type {gt}")
+
+
+def merge_kernels(captures):
+    """The kernels of every capture, by name: a kernel defined in one graph and called in
+    another (a subgraph) gets both its source and its call's metadata."""
+    kernels_all = {}
+    for c in captures:
+        for kn, kv in c.kernels.items():
+            prev = kernels_all.get(kn)
+            if prev is None:
+                kernels_all[kn] = kv
+            else:
+                for key in ("_triton_meta", "_inductor_meta"):
+                    if key in kv:
+                        prev[key] = kv[key]
+                if kv.get("source") and not prev.get("source"):
+                    prev.update({k: v for k, v in kv.items() if k in ("source", "comments", "_kind")})
+    return kernels_all
+
+
+def fill_kernels(cap_kernels, modules, kdir_abs, errors):
+    """Completes the kernel JSON from the compiled module's autotuners; writes binaries."""
+    tuners = {}
+    for mod in modules:
+        for k, v in vars(mod).items():
+            if hasattr(v, "launchers") and hasattr(v, "triton_meta"):
+                tuners[k] = v
+    out = {}
+    for name, k in cap_kernels.items():
+        kind = k.pop("_kind", "triton")
+        tm = k.pop("_triton_meta", None)
+        im = k.pop("_inductor_meta", None)
+        if kind != "triton":
+            errors.append(f"kernel {name}: {kind} kernels are not exported")
+            continue
+        tuner = tuners.get(name)
+        if tuner is None:
+            errors.append(f"kernel {name}: no compiled Triton kernel found in the wrapper module")
+            continue
+        try:
+            tm = tuner.triton_meta or tm or {}
+            im = tuner.inductor_meta or im or {}
+            if not tuner.launchers:
+                raise Unconvertible("the kernel never ran (no launcher)")
+            launcher = tuner.launchers[0]
+            cfg = launcher.config
+            cr = None
+            for c in getattr(tuner, "compile_results", []) or []:
+                if c.config is cfg or repr(c.config) == repr(cfg):
+                    cr = c
+                    break
+            meta, cubin, ptx = kernel_files(launcher, cr)
+            backend = {
+                "kind": "triton",
+                "signature": {p: str(t) for p, t in tm.get("signature", {}).items()},
+            }
+            consts = {str(p): const_value(v) for p, v in (tm.get("constants") or {}).items()}
+            if consts:
+                backend["constants"] = consts
+            kw = {str(a): int(b) for a, b in (cfg.kwargs or {}).items()}
+            if kw:
+                backend["config"] = kw
+            backend["grid_type"] = grid_json(im, cfg)
+            backend["num_warps"] = int(meta.get("num_warps", cfg.num_warps))
+            backend["num_stages"] = int(meta.get("num_stages", cfg.num_stages))
+            backend["shared_mem"] = int(meta.get("shared", getattr(launcher, "shared", 0)) or 0)
+            for key, jkey in (("global_scratch_size", "global_scratch"), ("profile_scratch_size", "profile_scratch")):
+                if meta.get(key) is not None:
+                    backend[jkey] = int(meta[key])
+            extra = list(im.get("extra_launcher_args", []) or [])
+            if extra:
+                backend["extra_launcher_args"] = extra
+            mangled = meta.get("name")
+            if mangled:
+                backend["mangled_name"] = mangled
+            os.makedirs(kdir_abs, exist_ok=True)
+            if cubin is not None:
+                write_file(os.path.join(kdir_abs, f"{name}.cubin"), cubin, "wb")
+                backend["cubin"] = f"kernels/{name}.cubin"
+            else:
+                errors.append(f"kernel {name}: cubin not found")
+            if ptx is not None:
+                write_file(os.path.join(kdir_abs, f"{name}.ptx"), redact(ptx))
+            user = "user_autotune" in k.get("source", "") or "USER" in str(getattr(tuner, "heuristic_type", ""))
+            if user:
+                backend["user_defined"] = True
+            k["backend"] = backend
+            launch = {
+                "kernel": name, "mangled_name": mangled, "num_warps": backend["num_warps"],
+                "num_stages": backend["num_stages"], "shared_mem": backend["shared_mem"],
+                "global_scratch": backend.get("global_scratch"), "profile_scratch": backend.get("profile_scratch"),
+                "signature": backend["signature"], "constants": consts, "grid_type": backend["grid_type"],
+                "config": kw, "extra_launcher_args": extra, "n_regs": getattr(launcher, "n_regs", None),
+                "n_spills": getattr(launcher, "n_spills", None), "cubin": backend.get("cubin"),
+                "ptx": f"kernels/{name}.ptx" if ptx is not None else None,
+                "triton_metadata": json.loads(redact(json.dumps(plain(meta)))),
+            }
+            with open(os.path.join(kdir_abs, f"{name}.json"), "w") as f:
+                json.dump(launch, f, indent=1)
+            out[name] = {"name": name, "backend": backend, "source": k.get("source", ""),
+                         **({"comments": k["comments"]} if k.get("comments") else {})}
+        except Unconvertible as e:
+            errors.append(f"kernel {name}: {e}")
+        except Exception as e:
+            errors.append(f"kernel {name}: exporter error {type(e).__name__}: {e}")
+    return out
+
+
+def name_call_args(lines, kernels, notes):
+    """Names each Triton call argument by its kernel parameter (Inductor's `call_args` order)."""
+    for ln in lines:
+        if ln.get("line") != "kernel_call" or ln["kernel"] not in kernels:
+            continue
+        be = kernels[ln["kernel"]]["backend"]
+        sig = be["signature"]
+        extra = be.get("extra_launcher_args", [])
+        consts = be.get("constants", {})
+        args = ln["args"]
+        plain_params = [p for p, t in sig.items() if t != "constexpr"] + extra
+        with_consts = [p for p, t in sig.items() if t != "constexpr" or p in consts] + extra
+        if len(plain_params) == len(args):
+            params = plain_params
+        elif len(with_consts) == len(args):
+            params = with_consts
+            notes.append(f"{ln['kernel']}: call passes {len(args)} arguments; the signature has "
+                         f"{len(plain_params)} non-constexpr parameters, the rest are constants typed constexpr")
+        else:
+            notes.append(f"{ln['kernel']}: call passes {len(args)} arguments for parameters {plain_params}")
+            continue
+        ln["args"] = [{"name": p, "value": a["value"]} for a, p in zip(args, params)]
