@@ -74,14 +74,12 @@ fn run() -> Result<(), String> {
     let first = Instant::now();
     let outputs = model.run(&inputs).map_err(|e| e.to_string())?;
     println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
-    let expected = bundle.join(BundleMeta::EXPECTED);
-    if expected.is_file() {
-        let meta =
-            BundleMeta::from_json(&std::fs::read_to_string(bundle.join(BundleMeta::FILE)).map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+    let opened = wrapir::bundle::Bundle::open(&bundle).map_err(|e| e.to_string())?;
+    if let Some(expected) = opened.expected().map_err(|e| e.to_string())? {
+        let meta = opened.meta();
         let comparison = compare_leaves(
             &output_leaves(&outputs),
-            &tensors(&expected)?,
+            &expected,
             meta.int_outputs.as_deref(),
             meta.tolerance,
         );

@@ -984,3 +984,13 @@ fn host_fallback_is_off_by_default_and_names_the_op() {
     );
     assert_eq!(log.host_ops(), vec![(format!("torch.ops.{op}.default"), 1)]);
 }
+
+/// The launch-floor measurement captures a graph and then unloads its
+/// module: the capture's lock must be released as the capture ends, or the
+/// unload waits for it forever.
+#[test]
+fn launch_floor_captures_and_unloads() {
+    let mut backend = CudaBackend::new(CudaOptions::default()).expect("device");
+    let floor = wrapir::exec::cuda::launch_floor(&mut backend, 20, 2).expect("launch floor");
+    assert!(floor.launch_us > 0.0 && floor.graph_us > 0.0, "{floor:?}");
+}

@@ -93,6 +93,26 @@ def uses_cudagraphs(torch, compile_kwargs):
     return cg
 
 
+def without_cudagraphs(torch, compile_kwargs):
+    """`compile_kwargs` with Inductor's CUDA graphs turned off and everything else the
+    same: `mode="max-autotune"` becomes that mode's options with `triton.cudagraphs`
+    False. CUDA graphs wrap the compiled call at run time (wrapir replays its own);
+    the kernels, autotuning and wrapper lines do not depend on them, and recording
+    them during the export's capture fails ("tensors in the cudagraph pool not tracked
+    as outputs")."""
+    kw = dict(compile_kwargs)
+    mode = kw.pop("mode", None)
+    opts = {}
+    if mode is not None:
+        from torch._inductor import list_mode_options
+
+        opts.update(list_mode_options(mode, kw.get("dynamic")))
+    opts.update(kw.get("options") or {})
+    opts["triton.cudagraphs"] = False
+    kw["options"] = opts
+    return kw
+
+
 def as_module(torch, fn):
     """(callable, is_module, module class name): an ExportedProgram becomes `ep.module()`."""
     if isinstance(fn, torch.export.ExportedProgram):
@@ -227,15 +247,18 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
         # only when it is set then), before torch.compile's options apply.
         config_patch["freezing"] = bool(compile_kwargs["options"]["freezing"])
+    run_kwargs = compile_kwargs
     if uses_cudagraphs(torch, compile_kwargs):
         config_patch["graph_partition"] = False
-        notes_extra.append("compiled with CUDA graphs: graph partitions off for the export, so every line is in `call`")
+        run_kwargs = without_cudagraphs(torch, compile_kwargs)
+        notes_extra.append("asked for CUDA graphs: exported with the same options and Inductor's CUDA graphs "
+                           "off (graph partitions off too, so every line is in `call`); wrapir replays its own")
 
     SESSION.reset(progress)
     SESSION.enabled = True
     try:
         torch._dynamo.reset()
-        compiled = torch.compile(fn, **compile_kwargs)
+        compiled = torch.compile(fn, **run_kwargs)
         run_inputs = _clone_all(torch, inputs)
         # The CUDA generator's state as the compiled call starts: Inductor's seed buffer
         # (`aten.randint.low_out`) is drawn from it, and wrapir replays the same draw.
@@ -290,7 +313,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     if codes:
         B.write_text(bundle, "inductor.py.txt", codes[0])
     stage("C++ wrapper", "compiling again with cpp_wrapper=True (text only)")
-    cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, compile_kwargs, config_patch, mode)
+    cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, run_kwargs, config_patch, mode)
     if cpp is not None:
         B.write_text(bundle, "inductor.cpp.txt", cpp)
     else:

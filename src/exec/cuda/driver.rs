@@ -77,7 +77,9 @@ pub(super) use super::libraries::keep_loaded;
 /// in the process while a stream captures, even in thread-local capture
 /// mode: module loads and unloads, library handles created or destroyed,
 /// cuDNN plans built (their engines may compile and load modules), and
-/// device opening. Captures share the lock; those calls hold it alone.
+/// device opening. Captures share the lock; those calls hold it alone. The
+/// lock is not re-entrant: a thread holding [`capture_lock`] never calls one
+/// of them (the guard is dropped as the capture ends).
 static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 /// Held for the whole of one graph capture.

@@ -73,7 +73,8 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
     // SAFETY: the stream belongs to the backend's bound context; the capture
     // is ended below on every path.
-    let _capturing = super::driver::capture_lock();
+    // Held from the capture's start to its end only (the lock is not re-entrant).
+    let capturing = super::driver::capture_lock();
     check(
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
@@ -96,6 +97,7 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
         unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
         "cuStreamEndCapture",
     );
+    drop(capturing);
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
@@ -260,7 +262,8 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     // One graph of the same launches.
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     // SAFETY: capture on the backend's stream, ended right after the launches.
-    let _capturing = super::driver::capture_lock();
+    // Held from the capture's start to its end only (the lock is not re-entrant).
+    let capturing = super::driver::capture_lock();
     check(
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
@@ -271,6 +274,7 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
         unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
         "cuStreamEndCapture",
     );
+    drop(capturing);
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
