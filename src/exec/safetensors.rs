@@ -264,6 +264,60 @@ pub fn parse_with_limits(bytes: &[u8], limits: &crate::Limits) -> Result<Safeten
     Ok(out)
 }
 
+/// One stored tensor as the file holds it: dtype, sizes and its raw
+/// little-endian bytes (a view into the file, nothing decoded or copied).
+#[derive(Clone, Debug)]
+pub struct RawTensor<'a> {
+    /// Element type (a complex tensor stored as its real parts is reported as
+    /// those parts; see [`parse_with_limits`] for the complex view).
+    pub dtype: DType,
+    /// Sizes.
+    pub size: Vec<i64>,
+    /// The bytes, row-major and dense.
+    pub data: &'a [u8],
+}
+
+/// The tensors of the safetensors file `bytes` as raw views, by name, after
+/// the same checks as [`parse_with_limits`] (bool bytes excepted: callers
+/// that upload raw bytes take them as stored).
+pub fn raw_tensors<'a>(bytes: &'a [u8], limits: &crate::Limits) -> Result<IndexMap<String, RawTensor<'a>>, SafetensorsError> {
+    let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| diagnose(bytes, &e))?;
+    let mut out = IndexMap::new();
+    for (name, _) in &header_entries(bytes)? {
+        if name == METADATA_KEY {
+            continue;
+        }
+        let view = file.tensor(name).map_err(|e| SafetensorsError::Entry {
+            name: name.clone(),
+            message: e.to_string(),
+        })?;
+        let code = view.dtype();
+        let dtype = dtype_of(code).ok_or_else(|| SafetensorsError::UnsupportedCode {
+            name: name.clone(),
+            dtype: code.to_string(),
+        })?;
+        crate::Limits::check(
+            crate::Limit::AllocBytes,
+            view.data().len() as u64,
+            limits.max_alloc_bytes,
+            format!("tensor `{name}` ({dtype} {:?})", view.shape()),
+        )?;
+        let size = view
+            .shape()
+            .iter()
+            .map(|d| {
+                i64::try_from(*d).map_err(|_| SafetensorsError::Entry {
+                    name: name.clone(),
+                    message: format!("shape entry {d} is too large"),
+                })
+            })
+            .collect::<Result<Vec<i64>, _>>()?;
+        let data: &'a [u8] = view.data();
+        out.insert(name.clone(), RawTensor { dtype, size, data });
+    }
+    Ok(out)
+}
+
 /// The header length field and the header text of a file whose length the
 /// caller has checked (or that fails here with the crate's checks' errors).
 fn header_text(bytes: &[u8]) -> Result<(&str, &[u8]), SafetensorsError> {
@@ -462,29 +516,49 @@ fn decode_view(
     view: &safetensors::tensor::TensorView<'_>,
     limits: &crate::Limits,
 ) -> Result<Tensor, SafetensorsError> {
-    let err = |message: String| SafetensorsError::Entry {
-        name: name.to_string(),
-        message,
-    };
     let code = view.dtype();
     let dtype = dtype_of(code).ok_or_else(|| SafetensorsError::UnsupportedCode {
         name: name.to_string(),
         dtype: code.to_string(),
     })?;
-    let raw = view.data();
-    crate::Limits::check(
-        crate::Limit::AllocBytes,
-        raw.len() as u64,
-        limits.max_alloc_bytes,
-        format!("tensor `{name}` ({dtype} {:?})", view.shape()),
-    )?;
     let size = view
         .shape()
         .iter()
-        .map(|d| i64::try_from(*d).map_err(|_| err(format!("shape entry {d} is too large"))))
+        .map(|d| {
+            i64::try_from(*d).map_err(|_| SafetensorsError::Entry {
+                name: name.to_string(),
+                message: format!("shape entry {d} is too large"),
+            })
+        })
         .collect::<Result<Vec<i64>, _>>()?;
+    decode_raw(
+        name,
+        &RawTensor {
+            dtype,
+            size,
+            data: view.data(),
+        },
+        limits,
+    )
+}
+
+/// Decodes one stored tensor (from [`raw_tensors`]) into a host tensor,
+/// with the checks [`parse_with_limits`] makes (size against the allocation
+/// limit, bool bytes 0 or 1; complex dtypes stored as their parts).
+pub fn decode_raw(name: &str, raw: &RawTensor<'_>, limits: &crate::Limits) -> Result<Tensor, SafetensorsError> {
+    let err = |message: String| SafetensorsError::Entry {
+        name: name.to_string(),
+        message,
+    };
+    let dtype = raw.dtype;
+    crate::Limits::check(
+        crate::Limit::AllocBytes,
+        raw.data.len() as u64,
+        limits.max_alloc_bytes,
+        format!("tensor `{name}` ({dtype} {:?})", raw.size),
+    )?;
     if dtype == DType::Bool {
-        if let Some((index, value)) = raw.iter().enumerate().find(|(_, b)| **b > 1) {
+        if let Some((index, value)) = raw.data.iter().enumerate().find(|(_, b)| **b > 1) {
             return Err(SafetensorsError::InvalidBool {
                 name: name.to_string(),
                 index,
@@ -494,10 +568,10 @@ fn decode_view(
     }
     // A complex tensor is decoded as its parts (a last dimension of 2), then viewed.
     let (stored, size) = match dtype.complex_part() {
-        Some(part) => (part, size.iter().copied().chain([2]).collect()),
-        None => (dtype, size),
+        Some(part) => (part, raw.size.iter().copied().chain([2]).collect()),
+        None => (dtype, raw.size.clone()),
     };
-    let tensor = with_dtype!(stored, T => decode::<T>(raw, &size), {
+    let tensor = with_dtype!(stored, T => decode::<T>(raw.data, &size), {
         return Err(SafetensorsError::UnsupportedDType { name: name.to_string(), dtype })
     });
     let tensor = tensor.map_err(|e| err(e.to_string()))?;

@@ -319,6 +319,43 @@ pub struct Tensor {
     spec: TensorSpec,
 }
 
+/// The bytes of a slice of plain numeric elements.
+fn element_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: the storage's element types (bool, integers, f16, bf16, f32,
+    // f64) have no padding and no invalid bytes to read; the slice covers
+    // exactly the elements' memory and lives as long as `v`.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+impl Tensor {
+    /// Calls `f` with the whole storage (not only the view) as
+    /// little-endian bytes, as a device copy of it would hold them; `None` on
+    /// a big-endian host, where the bytes would need converting.
+    pub(crate) fn with_storage_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, ExecError> {
+        if cfg!(target_endian = "big") {
+            return Ok(None);
+        }
+        let data = self
+            .storage
+            .data
+            .read()
+            .map_err(|_| ExecError::Input("tensor storage poisoned by a panic".into()))?;
+        let bytes = match &*data {
+            Data::Bool(v) => element_bytes(v),
+            Data::U8(v) => element_bytes(v),
+            Data::I8(v) => element_bytes(v),
+            Data::I16(v) => element_bytes(v),
+            Data::I32(v) => element_bytes(v),
+            Data::I64(v) => element_bytes(v),
+            Data::F16(v) => element_bytes(v),
+            Data::BF16(v) => element_bytes(v),
+            Data::F32(v) => element_bytes(v),
+            Data::F64(v) => element_bytes(v),
+        };
+        Ok(Some(f(bytes)))
+    }
+}
+
 /// Elements of the storage `spec` needs; an error naming the layout when it
 /// has no valid storage (a negative size or stride, or an overflow).
 pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {

@@ -212,6 +212,14 @@ impl Device {
         self.synchronize()
     }
 
+    /// Copies each `(dst, src)` to the device through `staging` (see
+    /// [`Staging`]) and waits for the last copy.
+    pub(super) fn upload_staged(&self, staging: &mut Staging, copies: &[(sys::CUdeviceptr, &[u8])]) -> Result<(), CudaError> {
+        self.bind()?;
+        staging.copy(self.raw_stream(), copies)?;
+        self.synchronize()
+    }
+
     /// Queues setting `bytes` bytes at `dst` to zero.
     pub(super) fn zero(&self, dst: sys::CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
         if bytes == 0 {
@@ -590,6 +598,132 @@ impl Drop for BlasHandle {
         let _ = unsafe { blas::destroy_handle(self.raw) };
         if self.workspace != 0 {
             let _ = self.device.free(self.workspace);
+        }
+    }
+}
+
+/// Two pinned host buffers that host-to-device copies go through: bytes are
+/// copied into one while the DMA engine drains the other, so copies run at
+/// the bus's speed rather than pageable memory's, and the host never waits
+/// for a copy it is not about to reuse the buffer of.
+pub(super) struct Staging {
+    buffers: [(*mut u8, sys::CUevent, bool); 2],
+    capacity: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffers and events are owned by this value and used only
+// through `&mut self`; they belong to the device's primary context, which
+// every use binds first.
+unsafe impl Send for Staging {}
+
+impl std::fmt::Debug for Staging {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging").field("capacity", &self.capacity).finish()
+    }
+}
+
+impl Staging {
+    /// Two pinned buffers of `capacity` bytes each (> 0) on `device`'s context.
+    pub(super) fn new(device: &Device, capacity: usize) -> Result<Staging, CudaError> {
+        device.bind()?;
+        let mut staging = Staging {
+            buffers: [(std::ptr::null_mut(), std::ptr::null_mut(), false); 2],
+            capacity: capacity.max(1),
+            ctx: Arc::clone(&device.ctx),
+        };
+        for slot in &mut staging.buffers {
+            let mut host: *mut c_void = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; the context is bound. Freed in `Drop`.
+            unsafe { sys::cuMemHostAlloc(&mut host, staging.capacity, 0) }
+                .result()
+                .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
+            slot.0 = host.cast();
+            let mut event: sys::CUevent = std::ptr::null_mut();
+            // SAFETY: as above; destroyed in `Drop`.
+            unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
+                .result()
+                .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+            slot.1 = event;
+        }
+        Ok(staging)
+    }
+
+    /// Queues the copies on `stream`, in pieces of at most one buffer.
+    fn copy(&mut self, stream: sys::CUstream, copies: &[(sys::CUdeviceptr, &[u8])]) -> Result<(), CudaError> {
+        let mut current = 0usize;
+        let mut fill = 0usize;
+        let mut pending: Vec<(sys::CUdeviceptr, usize, usize)> = Vec::new();
+        let flush = |buffers: &mut [(*mut u8, sys::CUevent, bool); 2],
+                     current: usize,
+                     pending: &mut Vec<(sys::CUdeviceptr, usize, usize)>|
+         -> Result<(), CudaError> {
+            let (host, event, _) = buffers[current];
+            for (dst, at, len) in pending.drain(..) {
+                // SAFETY: `host + at .. + len` lies in the pinned buffer
+                // (filled below); the buffer is not written again before its
+                // event, recorded after these copies, has completed; `dst`
+                // holds `len` bytes (the caller's contract).
+                unsafe { sys::cuMemcpyHtoDAsync_v2(dst, host.add(at).cast(), len, stream) }
+                    .result()
+                    .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))?;
+            }
+            // SAFETY: a live event and stream of the bound context.
+            unsafe { sys::cuEventRecord(event, stream) }
+                .result()
+                .map_err(|e| CudaError::driver("cuEventRecord", e))?;
+            buffers[current].2 = true;
+            Ok(())
+        };
+        for &(dst, src) in copies {
+            let mut done = 0usize;
+            while done < src.len() {
+                if fill == self.capacity {
+                    flush(&mut self.buffers, current, &mut pending)?;
+                    current ^= 1;
+                    fill = 0;
+                }
+                if fill == 0 && self.buffers[current].2 {
+                    // SAFETY: a live event; waits for the copies out of this buffer.
+                    unsafe { sys::cuEventSynchronize(self.buffers[current].1) }
+                        .result()
+                        .map_err(|e| CudaError::driver("cuEventSynchronize", e))?;
+                    self.buffers[current].2 = false;
+                }
+                let len = (src.len() - done).min(self.capacity - fill);
+                // SAFETY: `fill + len <= capacity` bytes of the pinned buffer,
+                // which no queued copy reads (its event completed or it was never used).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.buffers[current].0.add(fill), len)
+                };
+                pending.push((dst + done as u64, fill, len));
+                fill += len;
+                done += len;
+            }
+        }
+        if !pending.is_empty() {
+            flush(&mut self.buffers, current, &mut pending)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        for (host, event, _) in self.buffers {
+            if !event.is_null() {
+                // SAFETY: created in `new`; waits for queued copies out of the
+                // buffer before it is freed, then destroys the event once.
+                unsafe {
+                    let _ = sys::cuEventSynchronize(event);
+                    let _ = sys::cuEventDestroy_v2(event);
+                }
+            }
+            if !host.is_null() {
+                // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once.
+                let _ = unsafe { sys::cuMemFreeHost(host.cast()) };
+            }
         }
     }
 }

@@ -62,6 +62,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
+/// Bytes of each of a backend's two pinned staging buffers.
+const STAGING_BYTES: usize = 8 << 20;
+
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
@@ -273,6 +276,9 @@ pub struct CudaBackend {
     conv: conv::ConvCache,
     /// The device copy of the CUDA generator state (see [`CudaBackend::set_cuda_rng`]).
     rng_state: Option<sys::CUdeviceptr>,
+    /// Pinned buffers host-to-device copies of inputs and weights go through
+    /// (made at the first such copy).
+    staging: Option<driver::Staging>,
 }
 
 /// Where a backend's one-time start-up work went (wall time): opening the
@@ -375,6 +381,7 @@ impl CudaBackend {
             dnn: None,
             conv: conv::ConvCache::default(),
             rng_state: None,
+            staging: None,
         })
     }
 
@@ -498,6 +505,21 @@ impl CudaBackend {
                 dst.spec.size
             )));
         }
+        if src.spec().stride == dst.spec.stride && src.spec().offset == dst.spec.offset && !src.dtype().is_complex() {
+            // The same layout: the host storage's bytes are the device storage's.
+            let copied = src.with_storage_bytes(|bytes| {
+                if bytes.len() <= dst.storage.bytes {
+                    self.upload_raw(&[(dst, bytes)]).map(Some)
+                } else {
+                    Ok(None)
+                }
+            })?;
+            if let Some(r) = copied {
+                if r?.is_some() {
+                    return Ok(());
+                }
+            }
+        }
         let dense = super::contiguous_strides(&dst.spec.size);
         if dst
             .spec
@@ -533,6 +555,34 @@ impl CudaBackend {
             return Err(ExecError::Unsupported(format!("overwrite: dtype {}", src.dtype())))
         );
         self.device.upload(dst.data_ptr(), &bytes)?;
+        Ok(())
+    }
+
+    /// Copies host bytes to the start of each device tensor's storage (at
+    /// most its size) through the backend's pinned staging buffers, and
+    /// waits for the copies.
+    pub(crate) fn upload_raw(&mut self, copies: &[(&CudaTensor, &[u8])]) -> Result<(), ExecError> {
+        for (t, bytes) in copies {
+            if bytes.len() > t.storage.bytes {
+                return Err(ExecError::Input(format!(
+                    "{} bytes into a device storage of {} bytes",
+                    bytes.len(),
+                    t.storage.bytes
+                )));
+            }
+        }
+        let list: Vec<(sys::CUdeviceptr, &[u8])> = copies.iter().map(|(t, b)| (t.storage.ptr, *b)).collect();
+        if list.iter().all(|(_, b)| b.is_empty()) {
+            return Ok(());
+        }
+        if self.staging.is_none() {
+            self.staging = Some(driver::Staging::new(&self.device, STAGING_BYTES)?);
+        }
+        let staging = self
+            .staging
+            .as_mut()
+            .ok_or_else(|| ExecError::op("cuda", "no staging buffers"))?;
+        self.device.upload_staged(staging, &list)?;
         Ok(())
     }
 

@@ -20,6 +20,7 @@
 use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
 use crate::bundle::Bundle;
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
+use crate::exec::safetensors::{decode_raw, raw_tensors, RawTensor};
 use crate::exec::{Backend, ExecError, RunError, Tensor, TensorSpec, Value};
 use crate::fx::interp::Plan;
 use crate::ir::{GraphInput, Program};
@@ -187,7 +188,16 @@ impl Model {
         let program = bundle.program().clone();
         let meta = bundle.meta().clone();
         let weight_names = bundle.weights().to_vec();
-        let stored = bundle.inputs().map_err(bundle_err)?.unwrap_or_default();
+        let stored_bytes = bundle.entry(crate::bundle::INPUTS).map_err(bundle_err)?;
+        let stored_bytes: &[u8] = stored_bytes.as_deref().unwrap_or(&[]);
+        let stored: IndexMap<String, RawTensor<'_>> = if stored_bytes.is_empty() {
+            IndexMap::new()
+        } else {
+            raw_tensors(stored_bytes, &options.limits).map_err(|e| ModelError::Bundle {
+                path: path.to_path_buf(),
+                message: format!("{}: {e}", crate::bundle::INPUTS),
+            })?
+        };
         let plan = compile_program_with_limits(&program, &options.limits)?;
         let mut cuda = CudaOptions::for_bundle(bundle.kernel_images(), &meta).preload_for(&program);
         cuda.ordinal = options.device;
@@ -223,15 +233,15 @@ impl Model {
                     message: format!("bundle.json: weight `{name}` is not a tensor input of the program"),
                 });
             }
-            let host = stored.get(name).ok_or_else(|| ModelError::Bundle {
+            let raw = stored.get(name).ok_or_else(|| ModelError::Bundle {
                 path: path.to_path_buf(),
                 message: format!("inputs.safetensors: weight `{name}` is not stored"),
             })?;
-            weight_bytes += (host.numel() as u64).saturating_mul(host.dtype().size_bytes());
-            weights.insert(name.clone(), host.clone());
+            weight_bytes += raw.data.len() as u64;
+            weights.insert(name.clone(), raw.clone());
         }
         // Lay each weight out as the program declares it (one home for the matching rules).
-        let laid = place_weights(&program, &weights, &mut backend)?;
+        let laid = place_weights(&program, &weights, &mut backend, &options.limits)?;
         backend.synchronize()?;
         let weight_time = weights_started.elapsed();
         let kernels = backend.preload_kernels(&program)?;
@@ -258,7 +268,12 @@ impl Model {
         let call_inputs: Option<IndexMap<String, Tensor>> = shared
             .user_inputs
             .iter()
-            .map(|n| stored_inputs.get(n).map(|t| (n.clone(), t.clone())))
+            .map(|n| {
+                stored_inputs
+                    .get(n)
+                    .and_then(|raw| decode_raw(n, raw, &options.limits).ok())
+                    .map(|t| (n.clone(), t))
+            })
             .collect();
         let warm_up = match call_inputs {
             Some(inputs) if options.warm_up => {
@@ -325,23 +340,26 @@ impl Model {
     }
 }
 
-/// Uploads `weights` laid out as the program declares them.
+/// Uploads `weights` (stored raw) laid out as the program declares them:
+/// dense ones as their stored bytes, in one staged copy; others decoded and
+/// laid out first.
 fn place_weights(
     program: &Program,
-    weights: &IndexMap<String, Tensor>,
+    weights: &IndexMap<String, RawTensor<'_>>,
     backend: &mut CudaBackend,
+    limits: &crate::Limits,
 ) -> Result<IndexMap<String, CudaTensor>, ModelError> {
     let mut out = IndexMap::new();
-    for (name, host) in weights {
+    let mut dense: Vec<(CudaTensor, &[u8])> = Vec::new();
+    for (name, raw) in weights {
         let layout = program
             .main
             .layout(&crate::ir::BufName::new(name))
             .ok_or_else(|| ModelError::Exec(ExecError::Input(format!("weight `{name}` has no declared layout"))))?;
-        if layout.dtype != host.dtype() || layout.size.len() != host.size().len() {
+        if layout.dtype != raw.dtype || layout.size.len() != raw.size.len() {
             return Err(ExecError::Input(format!(
                 "weight `{name}` is {}{:?}, the program declares {layout}",
-                host.dtype(),
-                host.size()
+                raw.dtype, raw.size
             ))
             .into());
         }
@@ -349,18 +367,33 @@ fn place_weights(
         let spec = crate::exec::run::concrete_layout(layout, &env, &format!("weight `{name}`"), &|s| {
             format!("its layout names symbol `{s}`, which a weight cannot bind")
         })?;
-        if spec.size != host.size() {
+        if spec.size != raw.size {
             return Err(ExecError::Input(format!(
                 "weight `{name}` has sizes {:?}, the program declares {:?}",
-                host.size(),
-                spec.size
+                raw.size, spec.size
             ))
             .into());
         }
         let t = backend.allocate(&spec)?;
-        backend.overwrite(&t, host)?;
+        // Bools are decoded, which checks their bytes are 0 or 1.
+        let packed = spec.offset == 0
+            && !spec.dtype.is_complex()
+            && spec.dtype != crate::ir::DType::Bool
+            && spec
+                .size
+                .iter()
+                .zip(spec.stride.iter().zip(crate::exec::contiguous_strides(&spec.size)))
+                .all(|(n, (s, c))| *n <= 1 || *s == c);
+        if packed {
+            dense.push((t.clone(), raw.data));
+        } else {
+            let host = decode_raw(name, raw, limits).map_err(|e| ExecError::Input(format!("weight `{name}`: {e}")))?;
+            backend.overwrite(&t, &host)?;
+        }
         out.insert(name.clone(), t);
     }
+    let copies: Vec<(&CudaTensor, &[u8])> = dense.iter().map(|(t, b)| (t, *b)).collect();
+    backend.upload_raw(&copies)?;
     Ok(out)
 }
 
