@@ -317,8 +317,7 @@ enum Family {
 /// K and V tiles `[2][64][E + 8]`, 2-byte elements. `F32TensorCores`: 4
 /// warps, the Q tile `[64][E + 4]`, K and V tiles `[BN][E + 4]` and `[BN][E + 8]`
 /// and four P tiles `[16][BN + 4]`, 4-byte elements, with BN = 64 keys up to
-/// E = 64 and 32 above (`TC_BN` in the source), where K and V also have a
-/// tile each for their small TF32 parts. `F32Fma`: the K and V tiles `[32][E]`.
+/// E = 64 and 32 above (`TC_BN` in the source). `F32Fma`: the K and V tiles `[32][E]`.
 fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
     // `e` is one of HEAD_DIMS, so the products are small.
     let e = e as u32;
@@ -330,12 +329,10 @@ fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
         }
         Family::F32TensorCores => {
             let bn: u32 = if e <= 64 { 64 } else { 32 };
-            // Above E = 64 the K and V tiles have a second copy (their small TF32 parts).
-            let kv_copies: u32 = if e <= 64 { 1 } else { 2 };
             (
                 64,
                 128,
-                (64 * (e + 4) + kv_copies * bn * (2 * e + 12) + 4 * 16 * (bn + 4)) * 4,
+                (64 * (e + 4) + bn * (e + 4) + bn * (e + 8) + 4 * 16 * (bn + 4)) * 4,
             )
         }
         Family::F32Fma => (F32_BM, THREADS, 2 * F32_BN * e * 4),

@@ -580,31 +580,16 @@ __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4], unsigne
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// c += a b in 3xTF32, a and b given as their big and small TF32 parts.
-__device__ __forceinline__ void mma3xtf32_parts(float c[4], const unsigned ab[4], const unsigned as[4], unsigned bb0,
-                                                unsigned bb1, unsigned bs0, unsigned bs1) {
+// c += a b in 3xTF32 (a, b given as raw fp32 bits).
+__device__ __forceinline__ void mma3xtf32(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    unsigned ab[4], as[4], bb0, bs0, bb1, bs1;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(a[i]), ab[i], as[i]);
+    split_tf32(__uint_as_float(b0), bb0, bs0);
+    split_tf32(__uint_as_float(b1), bb1, bs1);
     mma1688(c, as, bb0, bb1);
     mma1688(c, ab, bs0, bs1);
     mma1688(c, ab, bb0, bb1);
-}
-
-// The big and small TF32 parts of four fp32 values (raw bits).
-__device__ __forceinline__ void split4(const unsigned x[4], unsigned big[4], unsigned small[4]) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(x[i]), big[i], small[i]);
-}
-
-// Rows [0, NROWS) of a shared tile of pitch PITCH split in place: `hi` keeps
-// each element's big TF32 part, `lo` (same shape) receives the small part.
-template <int E, int NROWS, int PITCH>
-__device__ __forceinline__ void split_tile(float* hi, float* lo, int tid) {
-    for (int i = tid; i < NROWS * E; i += TC_NT) {
-        const int at = (i / E) * PITCH + i % E;
-        unsigned b, sm;
-        split_tf32(hi[at], b, sm);
-        hi[at] = __uint_as_float(b);
-        lo[at] = __uint_as_float(sm);
-    }
 }
 
 // Rows [r0, r0 + NROWS) of a [rows][E] fp32 matrix into a tile of pitch PITCH;
@@ -638,17 +623,12 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     // Keys per tile: 32 above E = 64, so that two blocks fit on an SM.
     constexpr int BN = TC_BN(E), PP = BN + 4;
     constexpr int NS = BN / 8;  // n-tiles of S
-    // Above E = 64, K and V tiles are split into TF32 parts once per block,
-    // in shared memory, rather than by every warp in registers.
-    constexpr bool SPLIT = E > 64;
     constexpr int NO = E / 8;      // n-tiles of O
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* Qs = reinterpret_cast<float*>(smem_raw);
     float* Ks = Qs + TC_BM * QP;
-    float* Kl = Ks + BN * QP;  // small parts (SPLIT)
-    float* Vs = SPLIT ? Kl + BN * QP : Kl;
-    float* Vl = Vs + BN * VP;  // small parts (SPLIT)
-    float* Ps = SPLIT ? Vl + BN * VP : Vl;
+    float* Vs = Ks + BN * QP;
+    float* Ps = Vs + BN * VP;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     i64 qb, b, h;
@@ -687,10 +667,6 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         cp_async_commit();
         cp_async_wait_one();  // Q and this tile's K
         __syncthreads();
-        if (SPLIT) {
-            split_tile<E, BN, QP>(Ks, Kl, tid);
-            __syncthreads();
-        }
         const bool active = !(p.causal && kv0 > q0 + wr + 15);
         if (active) {
             float s[NS][4];
@@ -698,21 +674,14 @@ __device__ void attn_f32_tc(const AttnParams& p) {
             for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < E / 8; ++kk) {
-                unsigned a[4], ab[4], as[4];
+                unsigned a[4];
                 ldsm_x4(a, smem_addr(Qs + wr * QP + kk * 8 + a_off));
-                split4(a, ab, as);
 #pragma unroll
                 for (int jp = 0; jp < NS / 2; ++jp) {
-                    unsigned rb[4], rs[4];
-                    ldsm_x4(rb, smem_addr(Ks + jp * 16 * QP + kk * 8 + k_off));
-                    if (SPLIT) {
-                        ldsm_x4(rs, smem_addr(Kl + jp * 16 * QP + kk * 8 + k_off));
-                    } else {
-                        unsigned r[4] = {rb[0], rb[1], rb[2], rb[3]};
-                        split4(r, rb, rs);
-                    }
-                    mma3xtf32_parts(s[2 * jp], ab, as, rb[0], rb[1], rs[0], rs[1]);
-                    mma3xtf32_parts(s[2 * jp + 1], ab, as, rb[2], rb[3], rs[2], rs[3]);
+                    unsigned r[4];
+                    ldsm_x4(r, smem_addr(Ks + jp * 16 * QP + kk * 8 + k_off));
+                    mma3xtf32(s[2 * jp], a, r[0], r[1]);
+                    mma3xtf32(s[2 * jp + 1], a, r[2], r[3]);
                 }
             }
             float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
@@ -764,28 +733,16 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         cp_async_commit();
         cp_async_wait_one();  // this tile's V
         __syncthreads();
-        if (SPLIT) {
-            split_tile<E, BN, VP>(Vs, Vl, tid);
-            __syncthreads();
-        }
         if (active) {
 #pragma unroll
             for (int kk = 0; kk < BN / 8; ++kk) {
-                unsigned a[4], ab[4], as[4];
+                unsigned a[4];
                 ldsm_x4(a, smem_addr(Pw + kk * 8 + p_off));
-                split4(a, ab, as);
 #pragma unroll
                 for (int d = 0; d < NO; ++d) {
-                    const int i0 = (kk * 8 + t4) * VP + d * 8 + g, i1 = i0 + 4 * VP;
-                    unsigned bb0 = __float_as_uint(Vs[i0]), bb1 = __float_as_uint(Vs[i1]), bs0, bs1;
-                    if (SPLIT) {
-                        bs0 = __float_as_uint(Vl[i0]);
-                        bs1 = __float_as_uint(Vl[i1]);
-                    } else {
-                        split_tf32(__uint_as_float(bb0), bb0, bs0);
-                        split_tf32(__uint_as_float(bb1), bb1, bs1);
-                    }
-                    mma3xtf32_parts(o[d], ab, as, bb0, bb1, bs0, bs1);
+                    const unsigned b0 = __float_as_uint(Vs[(kk * 8 + t4) * VP + d * 8 + g]);
+                    const unsigned b1 = __float_as_uint(Vs[(kk * 8 + t4 + 4) * VP + d * 8 + g]);
+                    mma3xtf32(o[d], a, b0, b1);
                 }
             }
             __syncwarp();
