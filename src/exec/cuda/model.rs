@@ -16,6 +16,13 @@
 //! share the weights, the loaded kernels and the device's memory pool.
 //! `Model::run` borrows an idle session (or opens one), so threads that call
 //! it at once run on separate streams.
+//!
+//! Each session loads the built-in kernels it uses itself (from the
+//! process's compiled images) and keeps its own copy of the CUDA generator
+//! state, starting from the bundle's: programs that draw random numbers
+//! (`aten.randint`, Inductor's seeds) draw the same sequence on every
+//! session, advancing per session, not across them as one PyTorch process
+//! would.
 
 use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
 use crate::bundle::Bundle;
