@@ -156,6 +156,30 @@ fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
             && !err.contains("CUDA_ERROR"),
         "other arch: {err}"
     );
+    // `check --device cuda` compares the images with the GPU present.
+    let check = |bundle: &Path| {
+        let out = Command::new(wrapir_bin())
+            .args([
+                "check",
+                bundle.to_str().unwrap(),
+                "--device",
+                "cuda",
+                "--no-translation",
+            ])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = check(&b);
+    assert!(
+        code == Some(1) && out.contains("compiled for sm_50 (runs on sm_50 to sm_59), not for NVIDIA"),
+        "check, other arch: {code:?} {out}"
+    );
+    let (code, out) = check(&root().join("fixtures/inductor/bundles/softmax"));
+    assert!(
+        code == Some(0) && out.contains("cuda: every kernel image loads on NVIDIA"),
+        "check: {code:?} {out}"
+    );
     // A kernel that faults on the device (`trap`): the launch or the next
     // synchronisation reports the fault; the process still exits with a status.
     let b = copy_bundle("pointwise", "kernel-fault");

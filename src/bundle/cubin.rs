@@ -91,13 +91,14 @@ impl ImageArch {
         if self.runs_on(device_sm) {
             return Ok(());
         }
-        let wants = match self {
-            ImageArch::Cubin(a) if a.arch_specific => format!("runs only on {a}"),
-            ImageArch::Cubin(a) => format!("runs on {a} to sm_{}9", a.sm / 10),
-            ImageArch::Ptx(a) => format!("needs {a} or later"),
+        let what = match self {
+            ImageArch::Cubin(a) if a.arch_specific => format!("compiled for {a} (runs only on {a})"),
+            ImageArch::Cubin(a) => format!("compiled for {a} (runs on {a} to sm_{}9)", a.sm / 10),
+            ImageArch::Ptx(a) if a.arch_specific => format!("PTX for {a} (compiles only for {a})"),
+            ImageArch::Ptx(a) => format!("PTX for {a} (compiles for {a} and later)"),
         };
         Err(format!(
-            "compiled for {self} ({wants}), not for {device} (sm_{device_sm}): re-export the bundle on a GPU of that architecture"
+            "{what}, not for {device} (sm_{device_sm}): re-export the bundle on a GPU of that architecture"
         ))
     }
 }
@@ -289,6 +290,10 @@ mod tests {
         let ptx = |sm, arch_specific| ImageArch::Ptx(CubinArch { sm, arch_specific });
         assert!(ptx(80, false).runs_on(90) && !ptx(90, false).runs_on(80));
         assert!(ptx(90, true).runs_on(90) && !ptx(90, true).runs_on(100));
+        assert!(ptx(100, false)
+            .check_runs_on(90, "H200")
+            .unwrap_err()
+            .starts_with("PTX for sm_100 (compiles for sm_100 and later), not for H200 (sm_90)"));
         assert_eq!(
             cubin(90, false).check_runs_on(80, "NVIDIA A100").unwrap_err(),
             "compiled for sm_90 (runs on sm_90 to sm_99), not for NVIDIA A100 (sm_80): re-export the bundle on a GPU of that architecture"

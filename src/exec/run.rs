@@ -58,8 +58,8 @@ pub(crate) fn concrete_layout(
 }
 
 /// Checks `inputs` against `program` as every backend's run matches them
-/// ([`place_inputs`]: names, dtypes, ranks, sizes, symbol inputs, symbol
-/// ranges) without placing any: for the meta backend, which runs on the
+/// (names, dtypes, ranks, sizes, symbol inputs, symbol ranges) without
+/// placing any: for the meta backend, which runs on the
 /// declared layouts and takes only symbol values from real inputs. An error
 /// names the input.
 pub fn check_inputs(program: &Program, inputs: &indexmap::IndexMap<String, super::Tensor>) -> Result<(), RunError> {
