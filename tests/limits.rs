@@ -459,6 +459,7 @@ fn reproducers_are_bounded_errors() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn path(p: &Path) -> String {
