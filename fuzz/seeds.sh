@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 max_bytes=262144 # seeds over 256 KiB slow every execution down; leave them out
-mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,package,validate_lower,interp_meta,interp_host,gen_program}
+mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,package,kernel_image,validate_lower,interp_meta,interp_host,gen_program}
 
 copy() { # copy SRC TARGET NAME, if small enough
   local size
@@ -24,6 +24,9 @@ for d in "$root"/fixtures/inductor/bundles/*/; do
     for t in json validate_lower interp_meta interp_host; do copy "$d/program.json" "$t" "$b.json"; done
   fi
   if [ -f "$d/inputs.safetensors" ]; then copy "$d/inputs.safetensors" safetensors "$b.safetensors"; fi
+  for k in "$d"/kernels/*.cubin "$d"/kernels/*.ptx; do
+    if [ -f "$k" ]; then copy "$k" kernel_image "${b}_$(basename "$k")"; fi
+  done
 done
 
 # package: small bundles packed with the wrapir binary, when one is built.

@@ -131,10 +131,11 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
             "",
         ),
         (
+            // Inputs are matched as on cpu and cuda.
             &["run", "fixtures/nonzero.wir", "--inputs", path_str(&nonzero_inputs)],
             2,
             &[],
-            "has no tensor `arg0_1` (a graph input of the program)",
+            "running fixtures/nonzero.wir on meta: `something_else` is neither a graph input nor a constant",
             "",
         ),
         (

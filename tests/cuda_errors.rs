@@ -1,7 +1,8 @@
 #![cfg(feature = "cuda")]
 //! Error paths of the CUDA backend end in errors that name the problem,
-//! never in a signal: an op with no device implementation, a missing kernel
-//! image, a kernel that faults on the device, a device allocation larger
+//! never in a signal: an op with no device implementation, a missing or
+//! corrupt kernel image, a cubin for another GPU architecture, a kernel that
+//! faults on the device, a device allocation larger
 //! than the device, a bundle whose inputs do not fit its program, and the
 //! `wrapir` process itself exiting with status 1 or 2 (not a signal) after
 //! each of them.
@@ -125,7 +126,60 @@ fn the_cli_exits_with_a_status_not_a_signal_on_every_error_path() {
     }
     let (code, err) = run_cli(&b);
     assert_eq!(code, Some(2), "corrupt cubin: {err}");
-    assert!(err.contains("cuModuleLoadData"), "corrupt cubin: {err}");
+    assert!(
+        err.contains("kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`")
+            && err.contains("neither a cubin"),
+        "corrupt cubin: {err}"
+    );
+    // A cubin for another GPU architecture: named with the kernel and both
+    // architectures before anything launches.
+    let b = copy_bundle("softmax", "other-arch");
+    for e in std::fs::read_dir(b.join("kernels")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "cubin") {
+            let mut image = std::fs::read(&p).unwrap();
+            // sm_50 in either e_flags layout (see `wrapir::bundle::cubin_arch`).
+            let mut flags = u32::from_le_bytes(image[48..52].try_into().unwrap());
+            flags = match image[8] {
+                7 => (flags & !0xff & !0x800) | 50,
+                _ => (flags & !0xff00 & !0x8) | (50 << 8),
+            };
+            image[48..52].copy_from_slice(&flags.to_le_bytes());
+            std::fs::write(p, image).unwrap();
+        }
+    }
+    let (code, err) = run_cli(&b);
+    assert_eq!(code, Some(2), "other arch: {err}");
+    assert!(
+        err.contains("kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`")
+            && err.contains("compiled for sm_50 (runs on sm_50 to sm_59), not for NVIDIA")
+            && !err.contains("CUDA_ERROR"),
+        "other arch: {err}"
+    );
+    // `check --device cuda` compares the images with the GPU present.
+    let check = |bundle: &Path| {
+        let out = Command::new(wrapir_bin())
+            .args([
+                "check",
+                bundle.to_str().unwrap(),
+                "--device",
+                "cuda",
+                "--no-translation",
+            ])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = check(&b);
+    assert!(
+        code == Some(1) && out.contains("compiled for sm_50 (runs on sm_50 to sm_59), not for NVIDIA"),
+        "check, other arch: {code:?} {out}"
+    );
+    let (code, out) = check(&root().join("fixtures/inductor/bundles/softmax"));
+    assert!(
+        code == Some(0) && out.contains("cuda: every kernel image loads on NVIDIA"),
+        "check: {code:?} {out}"
+    );
     // A kernel that faults on the device (`trap`): the launch or the next
     // synchronisation reports the fault; the process still exits with a status.
     let b = copy_bundle("pointwise", "kernel-fault");

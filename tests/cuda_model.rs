@@ -213,6 +213,18 @@ fn device_inputs_are_used_in_place() {
         let out = session.outputs_to_host().unwrap();
         assert_eq!(bits(&out), bits(&reference), "call {call}");
     }
+    // An input labelled with another CUDA device is an error naming it.
+    let mut elsewhere = device.clone();
+    let (name, first) = elsewhere.iter_mut().next().unwrap();
+    let name = name.clone();
+    first.spec.device = wrapir::ir::Device::cuda(1);
+    // SAFETY: as above; the call fails before reading any input.
+    let e = unsafe { session.run_device(&elsewhere, stream.cu_stream() as u64) }.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("input `{name}` is on cuda:1; the model runs on cuda:0")),
+        "{e}"
+    );
     stream.synchronize().unwrap();
     drop(keep);
 }

@@ -33,9 +33,16 @@ fn safetensors_empty(tensors: &[(&str, &[u64])]) -> Vec<u8> {
     out
 }
 
+/// Issue 13, item 1: a negative stride, which validation rejects.
+const NEGATIVE_STRIDES: &str = "wrapir 1\n\ngraph main(arg0_1: f32[2, 2][-1, 2]@cpu) -> (arg0_1) {\n}\n";
+const NEGATIVE_STRIDES_ERROR: &str = "error in graph main: buffer arg0_1: the stride of dimension 0 is -1; sizes, strides and storage offsets must be non-negative (PyTorch tensors have no negative strides)";
+
 fn one_buffer(layout: &str) -> String {
     format!("wrapir 1\n\ngraph main() -> (buf0) {{\n  buffer buf0: {layout}\n  alloc buf0\n}}\n")
 }
+
+/// Issue 13, item 9: one multi-output index of 10^8.
+const TUPLE_INDEX: &str = "wrapir 1\n\ngraph main(arg0_1: f32[2][1]@cpu) -> (buf2) {\n  buffer buf1: multi\n  buffer buf2: f32[2][1]@cpu\n  extern buf1 = torch.ops.aten.foo.default(arg0_1)\n  get buf2 = buf1[tuple 100000000]\n}\n";
 
 fn nested_list(depth: usize) -> String {
     format!(
@@ -130,14 +137,61 @@ fn cases() -> Vec<Case> {
     );
     vec![
         Case {
-            name: "negative_strides",
+            // Rejected by validation: `check` and every `run` agree.
+            name: "negative_strides_check",
+            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[NEGATIVE_STRIDES_ERROR],
+            max_output: 1000,
+        },
+        Case {
+            name: "negative_strides_run_cpu",
             files: vec![
-                ("p.wir", b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][-1, 2]@cpu) -> (arg0_1) {\n}\n".to_vec()),
+                ("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec()),
                 ("x.safetensors", safetensors_2x2("arg0_1")),
             ],
             args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
             code: 2,
-            contains: &["input `arg0_1`: invalid layout: sizes [2, 2], strides [-1, 2], offset 0"],
+            contains: &["the program is invalid", NEGATIVE_STRIDES_ERROR],
+            max_output: 1000,
+        },
+        Case {
+            name: "negative_strides_run_meta",
+            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
+            args: &["run", "{dir}/p.wir", "--device", "meta"],
+            code: 2,
+            contains: &[NEGATIVE_STRIDES_ERROR],
+            max_output: 1000,
+        },
+        Case {
+            name: "negative_offset_and_size",
+            files: vec![(
+                "p.wir",
+                b"wrapir 1\n\ngraph main(arg0_1: f32[-2, 2][2, 1]+(-3)@cpu) -> (arg0_1) {\n}\n".to_vec(),
+            )],
+            args: &["check", "{dir}/p.wir"],
+            code: 1,
+            contains: &[
+                "buffer arg0_1: the size of dimension 0 is -2;",
+                "buffer arg0_1: the storage offset is -3;",
+            ],
+            max_output: 1000,
+        },
+        Case {
+            // Input placement lays a 2x2 input out with the declared strides:
+            // the storage it needs is bounded like any allocation.
+            name: "input_placement_over_memory",
+            files: vec![
+                (
+                    "p.wir",
+                    b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][1099511627776, 1]@cpu) -> (arg0_1) {\n}\n".to_vec(),
+                ),
+                ("x.safetensors", safetensors_2x2("arg0_1")),
+            ],
+            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
+            code: 2,
+            contains: &["input `arg0_1`", "exceeds the limit max_alloc_bytes", "--max-alloc-bytes"],
             max_output: 1000,
         },
         Case {
@@ -257,10 +311,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "tuple_index_100000000",
-            files: vec![(
-                "p.wir",
-                b"wrapir 1\n\ngraph main(arg0_1: f32[2][1]@cpu) -> (buf2) {\n  buffer buf1: multi\n  buffer buf2: f32[2][1]@cpu\n  extern buf1 = torch.ops.aten.foo.default(arg0_1)\n  get buf2 = buf1[tuple 100000000]\n}\n".to_vec(),
-            )],
+            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
             args: &["check", "{dir}/p.wir"],
             code: 1,
             contains: &[
@@ -306,6 +357,46 @@ fn cases() -> Vec<Case> {
             max_output: 100_000,
         },
         Case {
+            name: "list_nested_10000_deep_run_meta",
+            files: vec![("p.wir", nested_list(10_000).into_bytes())],
+            args: &["run", "{dir}/p.wir", "--device", "meta"],
+            code: 2,
+            contains: &["exceeds the limit max_text_depth = 256"],
+            max_output: 1000,
+        },
+        Case {
+            name: "while_loop_meta_default_fuel",
+            files: vec![],
+            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true"],
+            code: 2,
+            contains: &["iterations: 100001 exceeds the limit loop_fuel = 100000 (raise it with --loop-fuel)"],
+            max_output: 1000,
+        },
+        Case {
+            name: "tuple_index_100000000_lower_cpp",
+            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
+            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
+            code: 2,
+            contains: &["exceeds the limit max_outputs = 65536 (raise it with --max-outputs)"],
+            max_output: 1000,
+        },
+        Case {
+            name: "shared_branches_depth_16_lower_cpp",
+            files: vec![("p.wir", cond_chain(16).into_bytes())],
+            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
+            code: 2,
+            contains: &["exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)"],
+            max_output: 2000,
+        },
+        Case {
+            name: "device_blocks_20000_deep_check",
+            files: vec![("p.wir", devices.clone().into_bytes())],
+            args: &["check", "{dir}/p.wir"],
+            code: 2,
+            contains: &["`device` blocks in graph `main` nested too deep: 257 exceeds the limit"],
+            max_output: 2000,
+        },
+        Case {
             name: "device_blocks_20000_deep",
             files: vec![("p.wir", devices.into_bytes())],
             args: &["lower", "{dir}/p.wir", "--target", "python"],
@@ -319,6 +410,10 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Most seconds one reproducer may take in a test build (unoptimised, on a
+/// loaded machine; an optimised build takes well under a second for each).
+const MAX_SECONDS: f64 = 10.0;
+
 #[test]
 fn reproducers_are_bounded_errors() {
     let dir = common::scratch("limits", "reproducers");
@@ -331,9 +426,15 @@ fn reproducers_are_bounded_errors() {
         }
         let args: Vec<String> = case.args.iter().map(|a| a.replace("{dir}", &path(&case_dir))).collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = std::time::Instant::now();
         let run = common::wrapir(&refs);
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!("{}: {secs:.3} s", case.name);
         let output = format!("{}{}", run.stdout, run.stderr);
         let mut problems = Vec::new();
+        if secs > MAX_SECONDS {
+            problems.push(format!("took {secs:.1} s (at most {MAX_SECONDS} s)"));
+        }
         if run.code != case.code {
             problems.push(format!("exit {} (want {})", run.code, case.code));
         }
@@ -358,6 +459,7 @@ fn reproducers_are_bounded_errors() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn path(p: &Path) -> String {
@@ -440,11 +542,16 @@ fn prover_limits_bound_preprocessing() {
         args.push(format!("s{i} == s{}", i + 1));
     }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
     let run = common::wrapir(&refs);
     assert_eq!((run.code, run.stdout.as_str()), (0, "proven\n"), "{}", run.stderr);
+    assert!(started.elapsed().as_secs_f64() < MAX_SECONDS, "{:?}", started.elapsed());
 
+    // Within the prover's time limit (2 s), the sampling before saturation included.
     let sum = (0..12_000).map(|i| format!("s{i}")).collect::<Vec<_>>().join(" + ");
+    let started = std::time::Instant::now();
     let run = common::wrapir(&["sym", "prove", &sum, &sum]);
+    assert!(started.elapsed().as_secs_f64() < MAX_SECONDS, "{:?}", started.elapsed());
     assert_eq!(
         (run.code, run.stdout.as_str()),
         (
@@ -454,4 +561,31 @@ fn prover_limits_bound_preprocessing() {
         "{}",
         run.stderr
     );
+}
+
+/// Host tensors never index outside their storage: views with a negative
+/// stride, size or offset, or reaching past the storage, are errors, and
+/// reads and writes of valid views stay inside it.
+#[test]
+fn host_views_stay_inside_their_storage() {
+    use wrapir::exec::Tensor;
+    use wrapir::ir::DType;
+    let t = Tensor::from_f64(DType::Float32, &[1.0, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    for (size, stride, offset) in [
+        (&[2i64, 2][..], &[-1i64, 2][..], 1i64),
+        (&[2, 2], &[2, 1], -1),
+        (&[-2, 2], &[2, 1], 0),
+        (&[2, 2], &[2, 1], 1),
+        (&[2, 2], &[i64::MAX, 1], 0),
+        (&[i64::MAX, 2], &[2, 1], 0),
+    ] {
+        let v = t.view(size, stride, offset);
+        assert!(v.is_err(), "{size:?} / {stride:?} + {offset}");
+    }
+    // A strided (transposed) view reads and writes inside the storage.
+    let v = t.view(&[2, 2], &[1, 2], 0).unwrap();
+    assert_eq!(v.to_f64_vec().unwrap(), [1.0, 3.0, 2.0, 4.0]);
+    v.write_f64(&[5.0, 6.0, 7.0, 8.0]).unwrap();
+    assert_eq!(t.to_f64_vec().unwrap(), [5.0, 7.0, 6.0, 8.0]);
+    assert!(v.write_f64(&[1.0]).is_err());
 }

@@ -10,6 +10,8 @@ use wrapir::ir::{self, Program};
 
 #[path = "wrapir/bench.rs"]
 mod bench;
+#[path = "wrapir/kernels.rs"]
+mod kernels;
 #[path = "wrapir/run.rs"]
 mod run;
 use bench::{bench_cuda, BenchOptions};
@@ -150,9 +152,16 @@ enum Command {
         lowering: Vec<Target>,
         /// Also list every extern op call (main graph and subgraphs) that this
         /// backend cannot run, by graph and line; exits 1 when there is one.
-        /// Kernels are not checked.
+        /// For cuda, also every kernel whose image cannot load: absent from
+        /// the bundle, not a cubin or PTX, truncated, no image at all, or
+        /// compiled for another GPU architecture than `--arch` (else, in a
+        /// build with the `cuda` feature, the GPU present).
         #[arg(long, value_enum)]
         device: Option<CheckDevice>,
+        /// With `--device cuda`: the GPU architecture the kernel images must
+        /// run on (`sm_90`, `90` or `9.0`), instead of the GPU present.
+        #[arg(long, value_name = "SM", value_parser = kernels::parse_arch)]
+        arch: Option<u32>,
         /// With `--device cuda`: accept the ops the host fallback runs (as
         /// `run --device cuda --allow-host-fallback` would), listing them.
         #[arg(long)]
@@ -389,10 +398,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             no_translation,
             lowering,
             device,
+            arch,
             allow_host_fallback,
         } => {
             if allow_host_fallback && device != Some(CheckDevice::Cuda) {
                 bail!("--allow-host-fallback is for `--device cuda`");
+            }
+            if arch.is_some() && device != Some(CheckDevice::Cuda) {
+                bail!("--arch is for `--device cuda`");
             }
             let bundle = open_bundle(&program)?;
             let (program, name) = (bundle.program(), bundle.name());
@@ -408,7 +421,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{name}: valid");
             // After the launch report: the extern ops the chosen backend cannot run.
             let device_ok = || match device {
-                Some(d) => check_device_ops(program, d, allow_host_fallback),
+                Some(d) => {
+                    let ops = check_device_ops(program, d, allow_host_fallback);
+                    let kernels = d != CheckDevice::Cuda || kernels::check_kernel_images(&bundle, arch);
+                    ops && kernels
+                }
                 None => true,
             };
             if no_translation {

@@ -109,6 +109,33 @@ pub enum BundleError {
         /// The path as the program names it.
         path: String,
     },
+    /// A kernel whose image the program's metadata names but the bundle lacks.
+    #[error("kernel `{kernel}`: its image {image} is absent from the bundle (the kernel metadata names `{path}`)")]
+    MissingKernelImage {
+        /// The kernel.
+        kernel: String,
+        /// The image, as shown to users (its file, or the package entry).
+        image: String,
+        /// The `cubin` path in the kernel metadata.
+        path: String,
+    },
+    /// A kernel the CUDA backend cannot launch from an image: a Triton kernel
+    /// whose metadata names no `cubin`, or a kernel of another backend.
+    #[error("kernel `{kernel}` has no kernel image the cuda backend can load: {reason}")]
+    NoKernelImage {
+        /// The kernel.
+        kernel: String,
+        /// Why.
+        reason: String,
+    },
+    /// A kernel's image that cannot be read or is not a valid image.
+    #[error("kernel `{kernel}`: {error}")]
+    Kernel {
+        /// The kernel.
+        kernel: String,
+        /// What is wrong with its image (naming the file).
+        error: Box<BundleError>,
+    },
     /// A kernel image that is not a CUDA ELF cubin this wrapir understands.
     #[error("kernel image {name}: {message}")]
     Cubin {

@@ -1,7 +1,7 @@
 //! [`KernelImages`]: where the CUDA backend finds a kernel's compiled image,
 //! by the `cubin` path the program's kernel metadata names.
 
-use super::{BundleError, SharedBytes};
+use super::{image_arch, BundleError, ImageArch, SharedBytes};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +36,35 @@ impl KernelImages {
                 entry: path.to_string(),
             }),
         }
+    }
+
+    /// The image of kernel `kernel` at `path`, read and checked to be a
+    /// cubin (its ELF header and section tables within the file) or PTX
+    /// ([`image_arch`]); an error names the kernel and the image: absent,
+    /// unreadable, not an image, or truncated.
+    pub fn kernel_image(&self, kernel: &str, path: &str) -> Result<(SharedBytes, ImageArch), BundleError> {
+        let in_kernel = |error: BundleError| BundleError::Kernel {
+            kernel: kernel.to_string(),
+            error: Box::new(error),
+        };
+        let missing = || BundleError::MissingKernelImage {
+            kernel: kernel.to_string(),
+            image: self.describe(path),
+            path: path.to_string(),
+        };
+        let image = match self.image(path) {
+            Ok(image) => image,
+            Err(BundleError::Io { error, .. }) if error.kind() == std::io::ErrorKind::NotFound => return Err(missing()),
+            Err(BundleError::MissingEntry { .. }) => return Err(missing()),
+            Err(e) => return Err(in_kernel(e)),
+        };
+        let arch = image_arch(&image).map_err(|message| {
+            in_kernel(BundleError::Cubin {
+                name: self.describe(path),
+                message,
+            })
+        })?;
+        Ok((image, arch))
     }
 
     /// How the image at `path` is shown to users: its file, or its entry.

@@ -46,7 +46,7 @@ mod pack;
 pub mod package;
 
 pub use bytes::SharedBytes;
-pub use cubin::{cubin_arch, CubinArch};
+pub use cubin::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use error::BundleError;
 pub use info::BundleInfo;
 pub use kernels::KernelImages;
@@ -383,6 +383,39 @@ impl Bundle {
             out.insert(path.to_string(), arch);
         }
         Ok(out)
+    }
+
+    /// Every kernel of the program's kernel table with the image the CUDA
+    /// backend would load for it, read and checked
+    /// ([`KernelImages::kernel_image`]), in table order: a Triton kernel
+    /// whose image is absent, unreadable, not a cubin or PTX, or truncated,
+    /// a Triton kernel without a `cubin`, and a kernel of another backend
+    /// are each an error naming the kernel (and the image).
+    pub fn kernel_image_archs(&self) -> Vec<(String, Result<ImageArch, BundleError>)> {
+        let images = self.kernel_images();
+        self.program
+            .kernels
+            .iter()
+            .map(|(name, def)| {
+                let no_image = |reason: String| BundleError::NoKernelImage {
+                    kernel: name.to_string(),
+                    reason,
+                };
+                let arch = match &def.backend {
+                    KernelBackend::Triton(meta) => match meta.cubin.as_deref() {
+                        Some(path) => images.kernel_image(name.as_str(), path).map(|(_, arch)| arch),
+                        None => Err(no_image(
+                            "its metadata names no `cubin`, and the cuda backend does not compile Triton source".into(),
+                        )),
+                    },
+                    other => Err(no_image(format!(
+                        "it is a {} kernel, and the cuda backend launches Triton kernels only",
+                        other.keyword()
+                    ))),
+                };
+                (name.to_string(), arch)
+            })
+            .collect()
     }
 
     /// The SM numbers of the cubins the program loads (90 for `sm_90`), so

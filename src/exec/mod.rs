@@ -28,7 +28,7 @@ pub mod safetensors;
 mod segment;
 mod tensor;
 
-pub use run::RunError;
+pub use run::{check_inputs, RunError};
 pub use tensor::{Element, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};

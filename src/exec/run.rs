@@ -57,6 +57,16 @@ pub(crate) fn concrete_layout(
     })
 }
 
+/// Checks `inputs` against `program` as every backend's run matches them
+/// (names, dtypes, ranks, sizes, symbol inputs, symbol ranges) without
+/// placing any: for the meta backend, which runs on the
+/// declared layouts and takes only symbol values from real inputs. An error
+/// names the input.
+pub fn check_inputs(program: &Program, inputs: &indexmap::IndexMap<String, super::Tensor>) -> Result<(), RunError> {
+    place_inputs(program, inputs, &mut |_, _, _| Ok(()))?;
+    Ok(())
+}
+
 /// What [`place_inputs`] needs to know of one supplied input: a host
 /// tensor, or a tensor that already lives on a device.
 pub(crate) trait SuppliedInput {

@@ -862,6 +862,17 @@ pub enum ValidationErrorKind {
         /// The alignment.
         alignment: u32,
     },
+    /// A layout with a negative size, stride, storage offset or allocation
+    /// size (a constant): PyTorch has none, and storage extents assume none.
+    #[error("buffer {buffer}: {part} is {value}; sizes, strides and storage offsets must be non-negative (PyTorch tensors have no negative strides)")]
+    NegativeLayout {
+        /// The buffer (or constant).
+        buffer: BufName,
+        /// Which part: `the stride of dimension 0`, `the storage offset`.
+        part: String,
+        /// Its value.
+        value: i64,
+    },
     /// A negative multi-output index.
     #[error("index {index} into {value} is negative")]
     NegativeIndex {
@@ -1299,6 +1310,27 @@ fn layout_symbols(l: &Layout) -> Vec<Symbol> {
     out
 }
 
+/// The parts of `l` that are negative constants: sizes, strides, the
+/// storage offset and the allocation size, each with its value.
+fn negative_layout_parts(l: &Layout) -> Vec<(String, i64)> {
+    let constant = |e: &SymExpr| crate::sym::eval::eval_int(e, &Bindings::new()).ok().filter(|v| *v < 0);
+    let mut out = Vec::new();
+    for (what, list) in [("size", &l.size), ("stride", &l.stride)] {
+        for (d, e) in list.iter().enumerate() {
+            if let Some(v) = constant(e) {
+                out.push((format!("the {what} of dimension {d}"), v));
+            }
+        }
+    }
+    if let Some(v) = constant(&l.offset) {
+        out.push(("the storage offset".to_string(), v));
+    }
+    if let Some(v) = l.alloc_numel.as_ref().and_then(constant) {
+        out.push(("the allocation size".to_string(), v));
+    }
+    out
+}
+
 /// Storage elements a layout needs when that is a constant.
 fn const_storage(l: &Layout) -> Option<i64> {
     l.storage_numel_eval(&Bindings::new()).ok()
@@ -1517,7 +1549,8 @@ impl<'a> Validator<'a> {
                 );
             }
         }
-        for name in p.constants.keys() {
+        for (name, layout) in &p.constants {
+            self.check_layout_signs(Location::Program, name, layout);
             if !is_identifier(name.as_str()) {
                 self.err(
                     Location::Program,
@@ -1714,6 +1747,7 @@ impl<'a> Validator<'a> {
                 );
             }
             if let BufferKind::Tensor(l) = &decl.kind {
+                self.check_layout_signs(loc.clone(), name, l);
                 if l.size.len() != l.stride.len() {
                     self.err(
                         loc.clone(),
@@ -1732,6 +1766,20 @@ impl<'a> Validator<'a> {
                 }
                 g.layout_syms[index] = syms;
             }
+        }
+    }
+
+    /// Reports every constant part of `l` that is negative (once each).
+    fn check_layout_signs(&mut self, loc: Location, name: &BufName, l: &Layout) {
+        for (part, value) in negative_layout_parts(l) {
+            self.err(
+                loc.clone(),
+                ValidationErrorKind::NegativeLayout {
+                    buffer: name.clone(),
+                    part,
+                    value,
+                },
+            );
         }
     }
 

@@ -307,9 +307,12 @@ impl SymExpr {
     /// Every symbol the expression mentions, in first-seen order, without repeats.
     pub fn free_symbols(&self) -> Vec<Symbol> {
         let mut out: Vec<Symbol> = Vec::new();
+        // A set beside the list: linear in the expression's size (a list
+        // search made a 12,000-term sum quadratic).
+        let mut seen: rustc_hash::FxHashSet<Symbol> = rustc_hash::FxHashSet::default();
         self.visit(&mut |e| {
             if let SymExpr::Sym(s) = e {
-                if !out.contains(s) {
+                if seen.insert(s.clone()) {
                     out.push(s.clone());
                 }
             }

@@ -42,6 +42,7 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
         )
     })?;
     let read_inputs_ms = ms(t);
+    super::kernels::require_kernel_images(&opened, true)?;
     let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
     options.host_fallback = allow_host_fallback;
     let extern_ops = options.extern_ops.clone();

@@ -101,9 +101,15 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             compare_with_references(&result.outputs, &references)
         }
         RunDevice::Cuda => {
+            // The bundle's kernel images and the inputs, before any device work.
+            super::kernels::require_kernel_images(&bundle, false)?;
             let references = references(args, &bundle)?;
+            if let Some(tensors) = &inputs.tensors {
+                wrapir::exec::check_inputs(&program, tensors)
+                    .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+            }
             let tensors = inputs.tensors.clone().unwrap_or_default();
-            let outputs = run_cuda(args, &program, &name, bundle.kernel_images(), &meta, tensors)
+            let outputs = run_cuda(args, &program, &name, &bundle, &meta, tensors)
                 .map_err(|e| anyhow::anyhow!("{e:#}{}", no_inputs_hint(&inputs)))?;
             let references = inductor_reference_for(references, &program, &meta);
             compare_with_references(&outputs, &references)
@@ -120,6 +126,8 @@ fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> R
     }
     if let Some(tensors) = &inputs.tensors {
         let source = inputs.source.as_deref().unwrap_or("the inputs");
+        // The inputs must fit the program as on the other devices.
+        wrapir::exec::check_inputs(program, tensors).map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
         for (s, v) in hints_from_inputs(program, tensors, source)? {
             hints.entry(s).or_insert(v);
         }
@@ -358,17 +366,23 @@ fn run_cuda(
     args: &RunArgs,
     program: &Program,
     name: &str,
-    kernels: wrapir::bundle::KernelImages,
+    bundle: &Bundle,
     meta: &BundleMeta,
     inputs: IndexMap<String, Tensor>,
 ) -> Result<Vec<Value<Tensor>>> {
     use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
-    let mut options = CudaOptions::for_bundle(kernels, meta);
+    let mut options = CudaOptions::for_bundle(bundle.kernel_images(), meta);
     options.host_fallback = args.allow_host_fallback;
     let options = options.preload_for(program);
     let extern_ops = options.extern_ops.clone();
+    // Kernels the backend cannot launch from an image, before the device opens.
+    super::kernels::require_kernel_images(bundle, true)?;
     let mut backend =
         CudaBackend::new(options).map_err(|e| anyhow::anyhow!("running {name} on cuda: opening the GPU: {e}"))?;
+    // Every image loads (checked for this GPU's architecture) before the first launch.
+    backend
+        .preload_kernels(program)
+        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
     let device = match backend.device_name() {
         Ok(gpu) => format!("cuda:{} ({gpu})", backend.ordinal()),
         Err(_) => format!("cuda:{}", backend.ordinal()),
@@ -403,7 +417,7 @@ fn run_cuda(
     _args: &RunArgs,
     _program: &Program,
     _name: &str,
-    _kernels: wrapir::bundle::KernelImages,
+    _bundle: &Bundle,
     _meta: &BundleMeta,
     _inputs: IndexMap<String, Tensor>,
 ) -> Result<Vec<Value<Tensor>>> {

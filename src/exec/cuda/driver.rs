@@ -93,6 +93,28 @@ pub(super) fn setup_lock() -> std::sync::RwLockWriteGuard<'static, ()> {
     CAPTURES.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The name and SM number (`major * 10 + minor`) of device `ordinal`, asked
+/// of the driver without creating a context (no device memory, no module).
+pub fn device_arch(ordinal: usize) -> Result<(String, u32), CudaError> {
+    // SAFETY: as in `Device::open`: only tries to open the library.
+    if !keep_loaded("cuda") || !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::Library("CUDA driver (libcuda)"));
+    }
+    drv::init().map_err(|e| CudaError::driver("cuInit", e))?;
+    let ordinal = i32::try_from(ordinal).map_err(|_| CudaError::Range(format!("device ordinal {ordinal}")))?;
+    let dev = drv::device::get(ordinal).map_err(|e| CudaError::driver("cuDeviceGet", e))?;
+    let name = drv::device::get_name(dev).map_err(|e| CudaError::driver("cuDeviceGetName", e))?;
+    let attribute = |a: sys::CUdevice_attribute| {
+        // SAFETY: `dev` came from `cuDeviceGet` above.
+        unsafe { drv::device::get_attribute(dev, a) }.map_err(|e| CudaError::driver("cuDeviceGetAttribute", e))
+    };
+    let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let sm = u32::try_from(major * 10 + minor)
+        .map_err(|_| CudaError::Range(format!("compute capability {major}.{minor}")))?;
+    Ok((name, sm))
+}
+
 /// The device, its context and the one stream every operation is ordered on.
 #[derive(Debug)]
 pub(super) struct Device {

@@ -40,7 +40,7 @@ mod model;
 mod prepared;
 mod run;
 
-pub use driver::CudaError;
+pub use driver::{device_arch, CudaError};
 pub use graph::{launch_floor, LaunchFloor};
 pub use kernels::ExternOpLog;
 pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, Session};
@@ -387,7 +387,10 @@ impl CudaBackend {
 
     /// Loads the image of every Triton kernel `program` defines that has a
     /// cubin, so that no run loads one later; returns how many are loaded.
-    pub(crate) fn preload_kernels(&mut self, program: &crate::ir::Program) -> Result<usize, ExecError> {
+    /// Each image is checked before it loads: present, a cubin or PTX, and
+    /// for this GPU's architecture; an error names the kernel, the image
+    /// and both architectures, before anything launched.
+    pub fn preload_kernels(&mut self, program: &crate::ir::Program) -> Result<usize, ExecError> {
         for (name, def) in &program.kernels {
             if let crate::ir::KernelBackend::Triton(meta) = &def.backend {
                 if meta.cubin.is_some() {
@@ -744,11 +747,22 @@ impl CudaBackend {
         let module = match self.modules.get(cubin) {
             Some(m) => Arc::clone(m),
             None => {
-                let image = self
+                let (image, arch) = self
                     .options
                     .kernels
-                    .image(cubin)
-                    .map_err(|e| ExecError::Input(format!("kernel `{name}`: loading its cubin: {e}")))?;
+                    .kernel_image(name, cubin)
+                    .map_err(|e| ExecError::Input(e.to_string()))?;
+                let (major, minor) = self.compute_capability()?;
+                let device_sm = u32::try_from(major * 10 + minor).unwrap_or(0);
+                let device = self
+                    .device_name()
+                    .unwrap_or_else(|_| format!("cuda:{}", self.ordinal()));
+                arch.check_runs_on(device_sm, &device).map_err(|e| {
+                    ExecError::Input(format!(
+                        "kernel `{name}`: {} is {e}",
+                        self.options.kernels.describe(cubin)
+                    ))
+                })?;
                 let m = Arc::new(
                     self.device
                         .load_module(&image)

@@ -170,17 +170,6 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// The compute capability `cubin` (for `sm`, maybe arch-specific) runs on:
-/// SASS runs on its own major version from its minor version up; an
-/// arch-specific image (`sm_90a`) only on its own.
-fn runs_on(sm: u32, arch_specific: bool, device_sm: u32) -> bool {
-    if arch_specific {
-        sm == device_sm
-    } else {
-        sm / 10 == device_sm / 10 && sm <= device_sm
-    }
-}
-
 impl Model {
     /// Loads the bundle directory or package at `path` (see the module
     /// documentation): checks that its cubins can run on the device.
@@ -213,17 +202,14 @@ impl Model {
         let device = backend.device_name()?;
         let (major, minor) = backend.compute_capability()?;
         let device_sm = u32::try_from(major * 10 + minor).unwrap_or(0);
-        for (file, arch) in bundle.cubins().map_err(bundle_err)? {
-            if !runs_on(arch.sm, arch.arch_specific, device_sm) {
-                return Err(ModelError::Bundle {
-                    path: path.to_path_buf(),
-                    message: format!(
-                        "{file} is compiled for sm_{}{}; {device} is sm_{device_sm}: re-export the model on this GPU",
-                        arch.sm,
-                        if arch.arch_specific { "a" } else { "" }
-                    ),
-                });
-            }
+        // Every kernel's image, checked before the weights upload: present,
+        // a cubin or PTX, for this GPU (one rule: `ImageArch::check_runs_on`).
+        for (kernel, arch) in bundle.kernel_image_archs() {
+            let arch = arch.map_err(bundle_err)?;
+            arch.check_runs_on(device_sm, &device).map_err(|e| ModelError::Bundle {
+                path: path.to_path_buf(),
+                message: format!("kernel `{kernel}`: its image is {e}"),
+            })?;
         }
         let weights_started = Instant::now();
         let mut weights = IndexMap::new();
@@ -439,7 +425,9 @@ pub struct DeviceInput {
     pub ptr: u64,
     /// Bytes of the allocation from `ptr`.
     pub bytes: usize,
-    /// Layout of the view (dtype, sizes, strides, storage offset).
+    /// Layout of the view (dtype, sizes, strides, storage offset). Its
+    /// device is not read, except that another CUDA device than the
+    /// model's is an error.
     pub spec: TensorSpec,
 }
 
@@ -608,7 +596,15 @@ impl Session {
     ) -> Result<&[Value<CudaTensor>], ModelError> {
         self.backend.bind()?;
         let mut supplied = IndexMap::new();
+        let ordinal = self.backend.ordinal();
         for (name, d) in inputs {
+            let device = d.spec.device;
+            if device.kind == crate::ir::DeviceType::Cuda && device.index.is_some_and(|i| i as usize != ordinal) {
+                return Err(ExecError::Input(format!(
+                    "input `{name}` is on {device}; the model runs on cuda:{ordinal}"
+                ))
+                .into());
+            }
             // SAFETY: the caller's contract above.
             let t = unsafe { self.backend.borrow_device(d.ptr, d.bytes, d.spec.clone()) }
                 .map_err(|e| ExecError::Input(format!("input `{name}`: {e}")))?;
@@ -673,20 +669,5 @@ impl Session {
     /// Recordings this session holds (one per shape bucket seen).
     pub fn recordings(&self) -> usize {
         self.cache.len()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::runs_on;
-
-    #[test]
-    fn cubins_run_on_their_major_version_from_their_minor_up() {
-        assert!(runs_on(90, false, 90));
-        assert!(runs_on(80, false, 86));
-        assert!(!runs_on(86, false, 80));
-        assert!(!runs_on(80, false, 90));
-        assert!(runs_on(90, true, 90));
-        assert!(!runs_on(90, true, 91));
     }
 }

@@ -50,9 +50,10 @@ pub struct Limits {
     pub iter_limit: usize,
     /// Maximum saturation time.
     pub time_limit: Duration,
-    /// Assignments tried before saturation.
+    /// Assignments tried before saturation (fewer for expressions over
+    /// thousands of symbols: one search assigns at most 2^20 symbol values).
     pub samples_before: usize,
-    /// Assignments tried after saturation fails to prove.
+    /// Assignments tried after saturation fails to prove (bounded the same way).
     pub samples_after: usize,
 }
 

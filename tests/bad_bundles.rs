@@ -1,0 +1,549 @@
+//! Bad bundles and bad inputs on every backend (issue 13, deliverable 4):
+//! a missing, corrupt, truncated or other-architecture cubin, a program
+//! naming a kernel image the bundle lacks, a malformed `bundle.json`,
+//! truncated or mislabeled safetensors, and inputs of the wrong dtype, rank
+//! or size. Each is a clear error (exit 1 or 2) naming the file, tensor or
+//! kernel, on meta, cpu and (for what is read before the device opens) cuda;
+//! none needs a GPU. Every case breaks a fresh copy of the committed
+//! `softmax` bundle in a scratch directory.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+/// The softmax bundle's one kernel.
+const KERNEL: &str = "triton_per_fused__softmax_exp_prepare_softmax_online_sub_0";
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+fn cubin(b: &Path) -> PathBuf {
+    b.join("kernels").join(format!("{KERNEL}.cubin"))
+}
+
+/// A safetensors file: `header` (the JSON) and `data`.
+fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Replaces the bundle's inputs with one tensor `arg0_1` of this dtype
+/// code, shape and byte count (the data all zeros).
+fn inputs(b: &Path, dtype: &str, shape: &str, bytes: usize) {
+    let header = format!(r#"{{"arg0_1":{{"dtype":"{dtype}","shape":{shape},"data_offsets":[0,{bytes}]}}}}"#);
+    std::fs::write(b.join("inputs.safetensors"), safetensors(&header, &vec![0; bytes])).unwrap();
+}
+
+/// Sets the SM number in the cubin's ELF `e_flags` (either ABI layout).
+fn patch_arch(b: &Path, sm: u32) {
+    let mut image = std::fs::read(cubin(b)).unwrap();
+    let mut flags = u32::from_le_bytes(image[48..52].try_into().unwrap());
+    flags = match image[8] {
+        7 => (flags & !0x8ff) | sm,
+        _ => (flags & !0xff08) | (sm << 8),
+    };
+    image[48..52].copy_from_slice(&flags.to_le_bytes());
+    std::fs::write(cubin(b), image).unwrap();
+}
+
+/// Rewrites the program's kernel image path.
+fn rename_image(b: &Path, to: &str) {
+    let path = b.join("program.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let from = format!("\"kernels/{KERNEL}.cubin\"");
+    assert!(text.contains(&from));
+    std::fs::write(&path, text.replace(&from, &format!("\"{to}\""))).unwrap();
+}
+
+/// Packs the (broken) bundle; the case runs on the package.
+fn pack(b: &Path) -> PathBuf {
+    let pkg = b.with_extension("wirpkg");
+    wrapir::bundle::Bundle::open(b).unwrap().write_package(&pkg).unwrap();
+    pkg
+}
+
+/// One bad bundle or input.
+struct Case {
+    name: &'static str,
+    /// Breaks the copy of the bundle; returns what the command runs on
+    /// (the bundle itself, or a package made from it).
+    spoil: fn(&Path) -> Option<PathBuf>,
+    /// The command after `wrapir VERB`: `{b}` is the bundle (or package),
+    /// `{dir}` the case's scratch directory.
+    args: &'static [&'static str],
+    /// Exit status.
+    code: i32,
+    /// What stdout plus stderr must contain (`{b}`, `{dir}` as in `args`).
+    contains: &'static [&'static str],
+}
+
+const CHECK_CUDA: &[&str] = &["check", "{b}", "--device", "cuda", "--no-translation"];
+const RUN_META: &[&str] = &["run", "{b}", "--device", "meta"];
+const RUN_CPU: &[&str] = &["run", "{b}", "--device", "cpu"];
+const RUN_CUDA: &[&str] = &["run", "{b}", "--device", "cuda"];
+
+fn cases() -> Vec<Case> {
+    let none = |_: &Path| None;
+    let missing: fn(&Path) -> Option<PathBuf> = |b| {
+        std::fs::remove_file(cubin(b)).unwrap();
+        None
+    };
+    let not_elf: fn(&Path) -> Option<PathBuf> = |b| {
+        std::fs::write(cubin(b), b"not an ELF image").unwrap();
+        None
+    };
+    let truncated: fn(&Path) -> Option<PathBuf> = |b| {
+        let image = std::fs::read(cubin(b)).unwrap();
+        std::fs::write(cubin(b), &image[..image.len() / 2]).unwrap();
+        None
+    };
+    let truncated_inputs: fn(&Path) -> Option<PathBuf> = |b| {
+        let bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
+        std::fs::write(b.join("inputs.safetensors"), &bytes[..100]).unwrap();
+        None
+    };
+    const MISSING: &str = "error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin is absent from the bundle (the kernel metadata names `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin`)";
+    const NOT_ELF: &str = "kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: kernel image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin: 16 bytes that are neither a cubin (an ELF file: no `\\x7fELF` magic) nor PTX text";
+    const TRUNCATED: &str = "kernel image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin: truncated or corrupt: its program headers (6 entries of 56 bytes at byte 34824) end past its 17580 bytes";
+    const WRONG_DTYPE: &str = "`arg0_1` is f64[32, 100], the program declares f32[32, 100][100, 1]@cuda:0";
+    const WRONG_RANK: &str = "`arg0_1` is f32[3200], the program declares f32[32, 100][100, 1]@cuda:0";
+    const WRONG_SIZE: &str =
+        "`arg0_1` has sizes [32, 99], the program declares f32[32, 100][100, 1]@cuda:0 = [32, 100]";
+    vec![
+        // ---- kernel images (cuda; checked before the device opens) ----
+        Case {
+            name: "cubin_missing_check",
+            spoil: missing,
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &[MISSING, "cuda: 1 of 1 kernel images cannot load"],
+        },
+        Case {
+            name: "cubin_missing_run",
+            spoil: missing,
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[MISSING],
+        },
+        Case {
+            name: "cubin_missing_package",
+            spoil: |b| {
+                std::fs::remove_file(cubin(b)).unwrap();
+                // Packing the directory refuses, naming the absent image ...
+                let pkg = b.with_extension("wirpkg");
+                let e = wrapir::bundle::Bundle::open(b).unwrap().write_package(&pkg).unwrap_err();
+                assert!(e.to_string().contains(&format!("kernels/{KERNEL}.cubin")), "{e}");
+                // ... a program file packs without the images it names.
+                let alone = b.join("alone");
+                std::fs::create_dir_all(&alone).unwrap();
+                std::fs::copy(b.join("program.json"), alone.join("program.json")).unwrap();
+                Some(pack(&alone.join("program.json")))
+            },
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &["its image package entry `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin` is absent from the bundle"],
+        },
+        Case {
+            name: "cubin_not_elf_check",
+            spoil: not_elf,
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &[NOT_ELF],
+        },
+        Case {
+            name: "cubin_not_elf_run",
+            spoil: not_elf,
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[NOT_ELF],
+        },
+        Case {
+            name: "cubin_truncated_check",
+            spoil: truncated,
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &[TRUNCATED, "cuda: 1 of 1 kernel images cannot load"],
+        },
+        Case {
+            name: "cubin_truncated_run",
+            spoil: truncated,
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[TRUNCATED],
+        },
+        Case {
+            name: "cubin_truncated_pack_refuses",
+            spoil: |b| {
+                let image = std::fs::read(cubin(b)).unwrap();
+                std::fs::write(cubin(b), &image[..1000]).unwrap();
+                // Packing reads the architecture of every cubin: the truncation is found there.
+                let pkg = b.with_extension("wirpkg");
+                let e = wrapir::bundle::Bundle::open(b).unwrap().write_package(&pkg).unwrap_err();
+                assert!(e.to_string().contains("truncated or corrupt"), "{e}");
+                None
+            },
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &["truncated or corrupt"],
+        },
+        Case {
+            name: "cubin_for_another_arch",
+            spoil: none,
+            args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "sm_80"],
+            code: 1,
+            contains: &["error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image is compiled for sm_90 (runs on sm_90 to sm_99), not for the target GPU (sm_80): re-export the bundle on a GPU of that architecture"],
+        },
+        Case {
+            name: "cubin_patched_to_sm_50",
+            spoil: |b| {
+                patch_arch(b, 50);
+                None
+            },
+            args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "9.0"],
+            code: 1,
+            contains: &["its image is compiled for sm_50 (runs on sm_50 to sm_59), not for the target GPU (sm_90)"],
+        },
+        Case {
+            name: "cubin_for_this_arch",
+            spoil: none,
+            args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "90"],
+            code: 0,
+            contains: &["cuda: every kernel image loads on the target GPU (sm_90): 1 kernel, compiled for sm_90\n"],
+        },
+        Case {
+            name: "arch_not_an_arch",
+            spoil: none,
+            args: &["check", "{b}", "--device", "cuda", "--arch", "hopper"],
+            code: 2,
+            contains: &["`hopper` is not a GPU architecture (give one as sm_90, 90 or 9.0)"],
+        },
+        Case {
+            name: "program_names_an_absent_image",
+            spoil: |b| {
+                rename_image(b, "kernels/gone.cubin");
+                None
+            },
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &["error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/gone.cubin is absent from the bundle (the kernel metadata names `kernels/gone.cubin`)"],
+        },
+        Case {
+            name: "program_names_an_absent_image_run",
+            spoil: |b| {
+                rename_image(b, "kernels/gone.cubin");
+                None
+            },
+            args: RUN_CUDA,
+            code: 2,
+            contains: &["its image {b}/kernels/gone.cubin is absent from the bundle"],
+        },
+        Case {
+            name: "program_names_an_image_outside_the_bundle",
+            spoil: |b| {
+                rename_image(b, "../softmax/kernels/k.cubin");
+                None
+            },
+            args: CHECK_CUDA,
+            code: 1,
+            contains: &["kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: kernel image path `../softmax/kernels/k.cubin` must be relative to the bundle"],
+        },
+        // ---- bundle.json ----
+        Case {
+            name: "bundle_json_not_json",
+            spoil: |b| {
+                std::fs::write(b.join("bundle.json"), "{\"case\": \"softmax\",").unwrap();
+                None
+            },
+            args: &["check", "{b}"],
+            code: 2,
+            contains: &["in {b}/bundle.json: "],
+        },
+        Case {
+            name: "bundle_json_wrong_field_type",
+            spoil: |b| {
+                std::fs::write(b.join("bundle.json"), r#"{"tolerance": "tight"}"#).unwrap();
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &["in {b}/bundle.json: ", "tolerance"],
+        },
+        Case {
+            name: "bundle_json_not_text",
+            spoil: |b| {
+                std::fs::write(b.join("bundle.json"), [0xff, 0xfe, 0]).unwrap();
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &["{b}/bundle.json is not UTF-8 text"],
+        },
+        // ---- safetensors: inputs, references, --inputs ----
+        Case {
+            name: "inputs_truncated_meta",
+            spoil: truncated_inputs,
+            args: RUN_META,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: "],
+        },
+        Case {
+            name: "inputs_truncated_cpu",
+            spoil: truncated_inputs,
+            args: RUN_CPU,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: "],
+        },
+        Case {
+            name: "inputs_truncated_cuda",
+            spoil: truncated_inputs,
+            args: RUN_CUDA,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: "],
+        },
+        Case {
+            name: "inputs_dtype_code_does_not_match_bytes",
+            spoil: |b| {
+                // F16 [32, 100] is 6400 bytes, not 12800.
+                inputs(b, "F16", "[32,100]", 12800);
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: ", "arg0_1"],
+        },
+        Case {
+            name: "inputs_unknown_dtype_code",
+            spoil: |b| {
+                inputs(b, "F31", "[32,100]", 12800);
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: ", "F31"],
+        },
+        Case {
+            name: "inputs_offsets_out_of_range",
+            spoil: |b| {
+                let header = r#"{"arg0_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,99999]}}"#;
+                std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: "],
+        },
+        Case {
+            name: "inputs_header_length_huge",
+            spoil: |b| {
+                let mut bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
+                bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+                std::fs::write(b.join("inputs.safetensors"), bytes).unwrap();
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &["in {b}/inputs.safetensors: "],
+        },
+        Case {
+            name: "expected_truncated",
+            spoil: |b| {
+                let bytes = std::fs::read(b.join("expected.safetensors")).unwrap();
+                std::fs::write(b.join("expected.safetensors"), &bytes[..bytes.len() - 1]).unwrap();
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &["in {b}/expected.safetensors: "],
+        },
+        Case {
+            name: "inputs_flag_file_truncated",
+            spoil: |b| {
+                std::fs::write(b.join("x.safetensors"), [1, 2, 3]).unwrap();
+                None
+            },
+            args: &["run", "{b}", "--device", "meta", "--inputs", "{b}/x.safetensors"],
+            code: 2,
+            contains: &["in {b}/x.safetensors: "],
+        },
+        // ---- inputs that do not fit the program, on every backend ----
+        Case {
+            name: "input_wrong_dtype_meta",
+            spoil: |b| {
+                inputs(b, "F64", "[32,100]", 25600);
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &[WRONG_DTYPE],
+        },
+        Case {
+            name: "input_wrong_dtype_cpu",
+            spoil: |b| {
+                inputs(b, "F64", "[32,100]", 25600);
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &[WRONG_DTYPE],
+        },
+        Case {
+            name: "input_wrong_dtype_cuda",
+            spoil: |b| {
+                inputs(b, "F64", "[32,100]", 25600);
+                None
+            },
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[WRONG_DTYPE],
+        },
+        Case {
+            name: "input_wrong_rank_meta",
+            spoil: |b| {
+                inputs(b, "F32", "[3200]", 12800);
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &[WRONG_RANK],
+        },
+        Case {
+            name: "input_wrong_rank_cpu",
+            spoil: |b| {
+                inputs(b, "F32", "[3200]", 12800);
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &[WRONG_RANK],
+        },
+        Case {
+            name: "input_wrong_rank_cuda",
+            spoil: |b| {
+                inputs(b, "F32", "[3200]", 12800);
+                None
+            },
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[WRONG_RANK],
+        },
+        Case {
+            name: "input_wrong_size_meta",
+            spoil: |b| {
+                inputs(b, "F32", "[32,99]", 12672);
+                None
+            },
+            args: RUN_META,
+            code: 2,
+            contains: &[WRONG_SIZE],
+        },
+        Case {
+            name: "input_wrong_size_cpu",
+            spoil: |b| {
+                inputs(b, "F32", "[32,99]", 12672);
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &[WRONG_SIZE],
+        },
+        Case {
+            name: "input_wrong_size_cuda",
+            spoil: |b| {
+                inputs(b, "F32", "[32,99]", 12672);
+                None
+            },
+            args: RUN_CUDA,
+            code: 2,
+            contains: &[WRONG_SIZE],
+        },
+        Case {
+            name: "input_wrong_name",
+            spoil: |b| {
+                let header = r#"{"arg9_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,12800]}}"#;
+                std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
+                None
+            },
+            args: RUN_CPU,
+            code: 2,
+            contains: &["`arg9_1` is neither a graph input nor a constant"],
+        },
+    ]
+}
+
+/// Runs one case on a fresh copy of the softmax bundle under `dir`: `Err`
+/// says what differs from the expectation.
+fn check(dir: &Path, case: &Case) -> Result<(), String> {
+    let b = dir.join(case.name);
+    copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &b);
+    let target = (case.spoil)(&b).unwrap_or_else(|| b.clone());
+    let subst = |s: &str| {
+        s.replace("{b}", &target.display().to_string())
+            .replace("{dir}", &dir.display().to_string())
+    };
+    let args: Vec<String> = case.args.iter().map(|a| subst(a)).collect();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = common::wrapir(&refs);
+    let output = format!("{}{}", run.stdout, run.stderr);
+    let mut problems = Vec::new();
+    if run.code != case.code {
+        problems.push(format!("exit {} (want {})", run.code, case.code));
+    }
+    for want in case.contains {
+        let want = subst(want);
+        if !output.contains(&want) {
+            problems.push(format!("missing `{want}`"));
+        }
+    }
+    if output.contains("panicked") {
+        problems.push("crashed".into());
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{}: {}\n{output}", case.name, problems.join("; ")))
+    }
+}
+
+#[test]
+fn bad_bundles_and_inputs_are_clear_errors() {
+    let dir = common::scratch("bad_bundles", "cases");
+    let failures: Vec<String> = cases().iter().filter_map(|c| check(&dir, c).err()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The committed bundles' images all read as cubins for their recorded
+/// architecture, through the same check `check --device cuda` makes.
+#[test]
+fn committed_cubins_pass_the_image_check() {
+    let root = common::root().join("fixtures/inductor/bundles");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("program.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut failures = Vec::new();
+    for dir in dirs {
+        let bundle = wrapir::bundle::Bundle::open(&dir).unwrap();
+        for (kernel, image) in bundle.kernel_image_archs() {
+            match image {
+                Ok(arch) if arch.runs_on(90) => {}
+                other => failures.push(format!("{}: {kernel}: {other:?}", dir.display())),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
