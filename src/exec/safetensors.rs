@@ -280,7 +280,10 @@ pub struct RawTensor<'a> {
 /// The tensors of the safetensors file `bytes` as raw views, by name, after
 /// the same checks as [`parse_with_limits`] (bool bytes excepted: callers
 /// that upload raw bytes take them as stored).
-pub fn raw_tensors<'a>(bytes: &'a [u8], limits: &crate::Limits) -> Result<IndexMap<String, RawTensor<'a>>, SafetensorsError> {
+pub fn raw_tensors<'a>(
+    bytes: &'a [u8],
+    limits: &crate::Limits,
+) -> Result<IndexMap<String, RawTensor<'a>>, SafetensorsError> {
     let file = safetensors::SafeTensors::deserialize(bytes).map_err(|e| diagnose(bytes, &e))?;
     let mut out = IndexMap::new();
     for (name, _) in &header_entries(bytes)? {

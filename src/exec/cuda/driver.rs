@@ -236,7 +236,11 @@ impl Device {
 
     /// Copies each `(dst, src)` to the device through `staging` (see
     /// [`Staging`]) and waits for the last copy.
-    pub(super) fn upload_staged(&self, staging: &mut Staging, copies: &[(sys::CUdeviceptr, &[u8])]) -> Result<(), CudaError> {
+    pub(super) fn upload_staged(
+        &self,
+        staging: &mut Staging,
+        copies: &[(sys::CUdeviceptr, &[u8])],
+    ) -> Result<(), CudaError> {
         self.bind()?;
         staging.copy(self.raw_stream(), copies)?;
         self.synchronize()
