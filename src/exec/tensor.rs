@@ -320,6 +320,7 @@ pub struct Tensor {
 }
 
 /// The bytes of a slice of plain numeric elements.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn element_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: the storage's element types (bool, integers, f16, bf16, f32,
     // f64) have no padding and no invalid bytes to read; the slice covers
@@ -331,6 +332,7 @@ impl Tensor {
     /// Calls `f` with the whole storage (not only the view) as
     /// little-endian bytes, as a device copy of it would hold them; `None` on
     /// a big-endian host, where the bytes would need converting.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn with_storage_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>, ExecError> {
         if cfg!(target_endian = "big") {
             return Ok(None);
