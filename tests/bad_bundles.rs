@@ -14,19 +14,6 @@ use std::path::{Path, PathBuf};
 /// The softmax bundle's one kernel.
 const KERNEL: &str = "triton_per_fused__softmax_exp_prepare_softmax_online_sub_0";
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
-}
-
 fn cubin(b: &Path) -> PathBuf {
     b.join("kernels").join(format!("{KERNEL}.cubin"))
 }
@@ -486,7 +473,7 @@ fn cases() -> Vec<Case> {
 /// says what differs from the expectation.
 fn check(dir: &Path, case: &Case) -> Result<(), String> {
     let b = dir.join(case.name);
-    copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &b);
+    common::copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &b);
     let target = (case.spoil)(&b).unwrap_or_else(|| b.clone());
     let subst = |s: &str| {
         s.replace("{b}", &target.display().to_string())

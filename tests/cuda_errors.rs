@@ -10,6 +10,7 @@
 //! Compiled only with the `cuda` feature; on a machine with a GPU:
 //! `cargo test --features cuda --test cuda_errors`.
 
+mod common;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,21 +39,8 @@ fn copy_bundle(name: &str, tag: &str) -> PathBuf {
     let src = root().join("fixtures/inductor/bundles").join(name);
     let dst = std::env::temp_dir().join(format!("wrapir-cuda-errors-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dst);
-    copy_dir(&src, &dst);
+    common::copy_dir(&src, &dst);
     dst
-}
-
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
 }
 
 /// Runs `wrapir run BUNDLE --device cuda`: exit code (None for a signal) and stderr.
