@@ -1,7 +1,7 @@
 //! Serves a bundle from several threads and reports latency percentiles.
 //!
 //! ```text
-//! cargo run --release --features cuda --example serve -- BUNDLE_OR_PACKAGE [--threads N] [--calls N]
+//! cargo run --release --features cuda --example serve -- BUNDLE_OR_PACKAGE [--threads N] [--calls N] [--device-inputs]
 //! ```
 //!
 //! Loads the model once ([`Model::load`]: kernels, weights, libraries), runs
@@ -9,14 +9,18 @@
 //! lets `--threads` threads (default 4) make `--calls` calls each (default
 //! 200) on the stored inputs, and prints the load report and the p50 / p90 /
 //! p99 latency of a call (host inputs in, host outputs out) and the calls per
-//! second of all threads together.
+//! second of all threads together. With `--device-inputs` each thread copies
+//! the inputs to the device once and calls [`Session::run_device`] on its own
+//! stream instead, waiting for the stream after each call (outputs stay on the
+//! device): the latency of a call whose data is already resident.
 
 use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wrapir::exec::compare::{compare_leaves, output_leaves};
-use wrapir::exec::cuda::{Model, ModelOptions};
+use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions, Session};
 use wrapir::exec::Tensor;
+use wrapir::ir::DType;
 
 fn main() {
     if let Err(e) = run() {
@@ -29,6 +33,7 @@ fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let mut bundle: Option<PathBuf> = None;
     let (mut threads, mut calls) = (4usize, 200usize);
+    let mut device_inputs = false;
     while let Some(a) = args.next() {
         let mut number = |flag: &str| -> Result<usize, String> {
             args.next()
@@ -38,11 +43,12 @@ fn run() -> Result<(), String> {
         match a.as_str() {
             "--threads" => threads = number("--threads")?.max(1),
             "--calls" => calls = number("--calls")?.max(1),
+            "--device-inputs" => device_inputs = true,
             _ if bundle.is_none() => bundle = Some(PathBuf::from(a)),
             _ => return Err(format!("unexpected argument `{a}`")),
         }
     }
-    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N]")?;
+    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs]")?;
     let model = Model::load(&bundle, &ModelOptions::default()).map_err(|e| e.to_string())?;
     let r = model.load_report();
     println!(
@@ -94,6 +100,9 @@ fn run() -> Result<(), String> {
             .map(|_| {
                 let (model, inputs) = (&model, &inputs);
                 scope.spawn(move || -> Result<Vec<Duration>, String> {
+                    if device_inputs {
+                        return device_calls(model, inputs, calls);
+                    }
                     (0..calls)
                         .map(|_| {
                             let t0 = Instant::now();
@@ -114,11 +123,62 @@ fn run() -> Result<(), String> {
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e6;
     println!(
-        "{threads} threads x {calls} calls: p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} calls/s",
+        "{}{threads} threads x {calls} calls: p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} calls/s",
+        if device_inputs { "device inputs, " } else { "" },
         pct(0.5),
         pct(0.9),
         pct(0.99),
         latencies.len() as f64 / wall.as_secs_f64()
     );
     Ok(())
+}
+
+/// One thread's calls on device-resident inputs: its own stream and session,
+/// one untimed call first (the session's recording), then `calls` calls,
+/// each timed until the stream has passed it.
+fn device_calls(model: &Model, inputs: &IndexMap<String, Tensor>, calls: usize) -> Result<Vec<Duration>, String> {
+    use cudarc::driver::{CudaContext, DevicePtr};
+    let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
+    // SAFETY: this thread's buffers are used on its one stream only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().map_err(|e| e.to_string())?;
+    let mut device = IndexMap::new();
+    let mut keep = Vec::new();
+    for (name, t) in inputs {
+        let dense = t.contiguous_copy().map_err(|e| e.to_string())?;
+        let bytes = if dense.dim() == 0 {
+            dense.view(&[1], &[1], 0).and_then(|v| v.view_dtype(DType::Uint8))
+        } else {
+            dense.view_dtype(DType::Uint8)
+        }
+        .and_then(|v| v.to_vec::<u8>())
+        .map_err(|e| format!("input `{name}`: {e}"))?;
+        let slice = stream.clone_htod(&bytes).map_err(|e| e.to_string())?;
+        let ptr = {
+            let (ptr, _sync) = slice.device_ptr(&stream);
+            ptr
+        };
+        device.insert(
+            name.clone(),
+            DeviceInput {
+                ptr,
+                bytes: bytes.len(),
+                spec: dense.spec().clone(),
+            },
+        );
+        keep.push(slice);
+    }
+    let mut session: Session = model.session().map_err(|e| e.to_string())?;
+    let mut call = || -> Result<Duration, String> {
+        let t0 = Instant::now();
+        // SAFETY: the inputs live in `keep` until this function returns and
+        // nothing else writes them; the stream is synchronised after each call.
+        unsafe { session.run_device(&device, stream.cu_stream() as u64) }.map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())?;
+        Ok(t0.elapsed())
+    };
+    call()?;
+    let latencies = (0..calls).map(|_| call()).collect();
+    drop(keep);
+    latencies
 }

@@ -3,7 +3,9 @@
 //! never in a signal: an op with no device implementation, a missing or
 //! corrupt kernel image, a cubin for another GPU architecture, a kernel that
 //! faults on the device, a device allocation larger
-//! than the device, a bundle whose inputs do not fit its program, and the
+//! than the device (from the backend and from a program's buffer), a block
+//! or a shared-memory request beyond the device's limits, a bundle whose
+//! inputs do not fit its program, and the
 //! `wrapir` process itself exiting with status 1 or 2 (not a signal) after
 //! each of them.
 //!
@@ -224,4 +226,51 @@ fn a_missing_library_is_an_error_naming_it() {
         ),
         other => panic!("exit {other:?} (a signal is None): {err}"),
     }
+}
+
+/// Copies bundle `name` and rewrites its `program.json` with `edit`.
+fn edited_bundle(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let b = copy_bundle(name, tag);
+    let path = b.join("program.json");
+    let mut program: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut program);
+    std::fs::write(&path, serde_json::to_vec(&program).unwrap()).unwrap();
+    b
+}
+
+#[test]
+fn device_limits_and_exhausted_memory_are_errors_naming_the_buffer_or_kernel() {
+    let kernel = "triton_poi_fused_add_mul_relu_0";
+    // A 4 TiB buffer: the allocation fails on the device, named with its buffer.
+    let b = edited_bundle("pointwise", "oom", |p| {
+        p["main"]["buffers"]["buf0"]["layout"]["size"] = serde_json::json!([64, 1u64 << 34]);
+        p["main"]["buffers"]["buf0"]["layout"]["stride"] = serde_json::json!([1u64 << 34, 1]);
+    });
+    let (code, err) = run_cli(&b);
+    assert!(matches!(code, Some(1 | 2)), "oom: {code:?} {err}");
+    assert!(
+        err.contains("buf0") && err.to_lowercase().contains("memory"),
+        "oom: {err}"
+    );
+    // 64 warps (2048 threads) a block: more than any NVIDIA GPU launches.
+    let b = edited_bundle("pointwise", "block-too-large", |p| {
+        p["kernels"][kernel]["backend"]["num_warps"] = serde_json::json!(64);
+    });
+    let (code, err) = run_cli(&b);
+    assert!(matches!(code, Some(1 | 2)), "block too large: {code:?} {err}");
+    assert!(
+        err.contains(kernel) && err.contains("launches 2048 threads a block (num_warps 64)"),
+        "block too large names the kernel and the limit: {err}"
+    );
+    // 1 MiB of dynamic shared memory a block: more than the device has.
+    let b = edited_bundle("pointwise", "shared-too-large", |p| {
+        p["kernels"][kernel]["backend"]["shared_mem"] = serde_json::json!(1 << 20);
+    });
+    let (code, err) = run_cli(&b);
+    assert!(matches!(code, Some(1 | 2)), "shared memory too large: {code:?} {err}");
+    assert!(
+        err.contains(kernel) && err.contains("shared"),
+        "shared memory too large names the kernel and the limit: {err}"
+    );
+    eprintln!("messages:\n{err}");
 }

@@ -168,7 +168,7 @@ pub(super) fn call(
             )
         }
     };
-    let (bm, threads, shared) = shared_layout(family, dims.e);
+    let (bm, _, _) = shared_layout(family, dims.e, 1);
     let grid_x = u32::try_from((dims.l + bm - 1) / bm)
         .ok()
         .filter(|x| *x < (1 << 31))
@@ -180,6 +180,8 @@ pub(super) fn call(
             .ok_or_else(|| a.err(format!("{what} {n} is above the kernels' 65535")))
     };
     let grid = (grid_x, grid_yz(dims.h, "heads")?, grid_yz(dims.b, "batch")?);
+    let split = key_groups(backend, family, grid, &dims).map_err(|e| a.err(e.to_string()))?;
+    let (_, threads, shared) = shared_layout(family, dims.e, split);
 
     let (out, lse) = allocate_results(backend, &parsed, dtype)?;
     let layout = sdpa::lse_layout(&parsed, dtype);
@@ -217,10 +219,10 @@ pub(super) fn call(
                 .zip([params.q, params.k, params.v])
                 .all(|(spec, ptr)| rows_aligned(spec, ptr, row_elems, 16))
             && (family != Family::Half || rows_aligned(&out.spec, params.out, 2, 4));
-        let kernel = if family == Family::F32TensorCores {
-            "f32tc"
-        } else {
-            suffix
+        let kernel = match family {
+            Family::F32TensorCores if split == 2 => "f32tc_s2",
+            Family::F32TensorCores => "f32tc",
+            _ => suffix,
         };
         let name = if fast {
             format!("attn_{kernel}_fast_e{}", dims.e)
@@ -315,10 +317,12 @@ enum Family {
 /// (bytes) of a kernel family. `Half`: `MMA_WARPS` warps of 16 query rows
 /// (8 for E <= 64, 4 above), the Q tile `[rows][E + 8]` and double-buffered
 /// K and V tiles `[2][64][E + 8]`, 2-byte elements. `F32TensorCores`: 4
-/// warps, the Q tile `[64][E + 4]`, K and V tiles `[BN][E + 4]` and `[BN][E + 8]`
-/// and four P tiles `[16][BN + 4]`, 4-byte elements, with BN = 64 keys up to
-/// E = 64 and 32 above (`TC_BN` in the source). `F32Fma`: the K and V tiles `[32][E]`.
-fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
+/// warps, the Q tile `[64][E + 4]`, K and V tiles `[BN][E + 4]`, 4-byte
+/// elements, with BN = 64 keys up to E = 64 and 32 above (`TC_BN` in the
+/// source); P stays in registers; with `split` key groups (see
+/// [`key_groups`]) each group has its own K and V tiles. `split` is 1 for
+/// the other families. `F32Fma`: the K and V tiles `[32][E]`.
+fn shared_layout(family: Family, e: i64, split: u32) -> (i64, u32, u32) {
     // `e` is one of HEAD_DIMS, so the products are small.
     let e = e as u32;
     match family {
@@ -329,14 +333,32 @@ fn shared_layout(family: Family, e: i64) -> (i64, u32, u32) {
         }
         Family::F32TensorCores => {
             let bn: u32 = if e <= 64 { 64 } else { 32 };
-            (
-                64,
-                128,
-                (64 * (e + 4) + bn * (e + 4) + bn * (e + 8) + 4 * 16 * (bn + 4)) * 4,
-            )
+            (64, 128 * split, (64 * (e + 4) + split * 2 * bn * (e + 4)) * 4)
         }
         Family::F32Fma => (F32_BM, THREADS, 2 * F32_BN * e * 4),
     }
+}
+
+/// Key groups per block of the f32 tensor-core kernel: 2 when the grid
+/// fills at most half of the GPU's multiprocessors and there are at least
+/// two key tiles to share (a block's groups then run the two halves of the
+/// keys side by side), else 1.
+fn key_groups(
+    backend: &CudaBackend,
+    family: Family,
+    grid: (u32, u32, u32),
+    dims: &sdpa::Dims,
+) -> Result<u32, super::CudaError> {
+    if family != Family::F32TensorCores {
+        return Ok(1);
+    }
+    let bn = if dims.e <= 64 { 64 } else { 32 };
+    let blocks = u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2);
+    let sms = backend
+        .device
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let sms = u64::try_from(sms).unwrap_or(0);
+    Ok(if 2 * blocks <= sms && dims.s >= 2 * bn { 2 } else { 1 })
 }
 
 /// Launches attention kernel `name` with `threads` threads a block and

@@ -416,6 +416,15 @@ pub(super) fn set_max_dynamic_shared(f: sys::CUfunction, bytes: u32) -> Result<(
     .map_err(|e| CudaError::driver("cuFuncSetAttribute", e))
 }
 
+/// The most threads a block of `f` may have (its registers and the device's limit).
+pub(super) fn max_threads_per_block(f: sys::CUfunction) -> Result<i32, CudaError> {
+    // SAFETY: `f` is a function of a loaded module.
+    unsafe {
+        drv::function::get_function_attribute(f, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+    }
+    .map_err(|e| CudaError::driver("cuFuncGetAttribute", e))
+}
+
 /// A cuBLAS handle; destroyed on drop.
 #[derive(Debug)]
 pub(super) struct BlasHandle {

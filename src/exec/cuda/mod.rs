@@ -777,6 +777,17 @@ impl CudaBackend {
         let function = module
             .function(symbol)
             .map_err(|e| ExecError::op(name, e.to_string()))?;
+        let threads_limit = driver::max_threads_per_block(function).map_err(|e| ExecError::op(name, e.to_string()))?;
+        if u64::from(meta.num_warps) * 32 > u64::try_from(threads_limit).unwrap_or(0) {
+            return Err(ExecError::op(
+                name,
+                format!(
+                    "launches {} threads a block (num_warps {}); the kernel allows at most {threads_limit}",
+                    u64::from(meta.num_warps) * 32,
+                    meta.num_warps
+                ),
+            ));
+        }
         if meta.shared_mem > DEFAULT_SHARED_LIMIT {
             let optin = self
                 .device

@@ -11,7 +11,7 @@
 // dims it uses only.
 //
 // Layout: grid (ceil(L / rows per block), H, B), 128 threads, dynamic shared
-// memory as `attn_shared_bytes` in attention.rs computes it. Every tensor is
+// memory as `shared_layout` in attention.rs computes it. Every tensor is
 // addressed through its strides ([B, H, L, E] for q and the output,
 // [B, Hkv, S, E] for k and v, [B, H, L, S] broadcast strides for the bias,
 // [B, H, L] for the log-sum-exp), so permuted and expanded views need no copy.
@@ -88,7 +88,7 @@ template <> struct Half<true> {
 // pitch of E + 8 elements (16-byte aligned rows; the 8 rows an ldmatrix
 // phase reads fall on distinct 16-byte bank groups for every E used here):
 //   Qs [MMA_BM][E + 8], Ks [2][MMA_BN][E + 8], Vs [2][MMA_BN][E + 8]
-// ((MMA_BM + 4 * MMA_BN) * (E + 8) * 2 bytes; `attn_shared_bytes` in
+// ((MMA_BM + 4 * MMA_BN) * (E + 8) * 2 bytes; `shared_layout` in
 // attention.rs). The K / V tiles are double-buffered: while a tile is
 // consumed the next one is being loaded, with 16-byte cp.async copies
 // (zero-filled past the end) on the fast path (`FAST`: the host checked
@@ -527,17 +527,16 @@ __device__ void attn_f32(const AttnParams& p) {
 // ---------------------------------------------------------------------------
 // f32 on tensor cores: 3xTF32 (as PyTorch's memory-efficient attention does
 // for fp32, CUTLASS's OpMultiplyAddFastF32): every product a * b is
-// big(a) big(b) + big(a) small(b) + small(a) big(b), big(x) = x rounded to
-// TF32 and small(x) = x - big(x) rounded to TF32, on mma.sync m16n8k8 with
-// fp32 accumulators, which keeps fp32 accuracy.
+// big(a) big(b) + big(a) small(b) + small(a) big(b) (`split_tf32`), on
+// mma.sync m16n8k8 with fp32 accumulators, which keeps fp32 accuracy.
 //
-// TC_WARPS = 4 warps of 16 query rows (64 rows a block), key tiles of 64.
-// Shared memory (fp32): Qs [64][E + 4], Ks [64][E + 4] (read with ldmatrix:
-// a pitch of E + 4 floats puts the 8 rows of an ldmatrix phase on distinct
-// 16-byte bank groups), Vs [64][E + 8] (read element-wise: a pitch of 8 mod 32
-// banks keeps the 32 lanes' reads conflict-free), Ps [warp][16][68] (each
-// warp's P tile, re-read as the A operand of O += P V); `attn_shared_bytes`
-// in attention.rs computes the total.
+// TC_WARPS = 4 warps of 16 query rows (64 rows a block), key tiles of
+// BN = TC_BN(E). Shared memory (fp32): Qs [64][E + 4], Ks [BN][E + 4] (read
+// with ldmatrix: a pitch of E + 4 floats puts the 8 rows of an ldmatrix phase
+// on distinct 16-byte bank groups), Vs [BN][E + 4] (read element-wise, rows
+// 2 t4 and 2 t4 + 1: a pitch of 4 mod 32 banks keeps the 32 lanes' reads
+// conflict-free). P stays in registers; `shared_layout` in attention.rs
+// computes the total.
 //
 // m16n8k8 tf32 fragments (lane = 4 g + t4):
 //  A (16x8 row): a0 = A[g][t4], a1 = A[g+8][t4], a2 = A[g][t4+4], a3 = A[g+8][t4+4].
@@ -545,7 +544,7 @@ __device__ void attn_f32(const AttnParams& p) {
 //  C (16x8): c0, c1 = C[g][2t4, 2t4+1]; c2, c3 = C[g+8][2t4, 2t4+1].
 //  ldmatrix.x4 on 32-bit elements: register i of lane l is element
 //    [l >> 2][l & 3] of the 8x4 block whose rows lanes 8i..8i+7 address.
-//  A from Qs / Ps: blocks (rows 0-7, cols 0-3), (8-15, 0-3), (0-7, 4-7),
+//  A from Qs: blocks (rows 0-7, cols 0-3), (8-15, 0-3), (0-7, 4-7),
 //    (8-15, 4-7) -> lane l addresses row (l & 7) + 8 ((l >> 3) & 1), col 4 (l >> 4).
 //  B of S from Ks (B[e][key] = K[key][e]): for key tiles 2jp, 2jp+1, blocks
 //    (keys 16jp+0-7, e 0-3), (16jp+0-7, e 4-7), (16jp+8-15, e 0-3),
@@ -560,16 +559,14 @@ __device__ void attn_f32(const AttnParams& p) {
 #define TC_BN(E) ((E) <= 64 ? 64 : 32)
 
 #if __CUDA_ARCH__ >= 800
-__device__ __forceinline__ unsigned tf32_of(float x) {
-    unsigned r;
-    asm("{ cvt.rna.tf32.f32 %0, %1; }" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// x as big + small TF32 parts.
+// x as big + small TF32 parts, as CUTLASS's FastF32 (PyTorch's fp32
+// memory-efficient attention) splits them: big = x truncated to TF32, small =
+// x - big (exact) plus half a TF32 ulp in its bits; the tensor core
+// truncates each operand to TF32, so small enters rounded half away from
+// zero. Integer and fp32 ops only (cvt.rna.tf32 issues at a quarter rate).
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
-    big = tf32_of(x);
-    small = tf32_of(x - __uint_as_float(big));
+    big = __float_as_uint(x) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big)) + 0x1000u;
 }
 
 __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
@@ -580,26 +577,37 @@ __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4], unsigne
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// c += a b in 3xTF32 (a, b given as raw fp32 bits).
-__device__ __forceinline__ void mma3xtf32(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    unsigned ab[4], as[4], bb0, bs0, bb1, bs1;
+// The A operand (raw fp32 bits) as big and small TF32 parts, split once and
+// reused by every n-tile of a k-step.
+struct SplitA {
+    unsigned big[4], small[4];
+};
+
+__device__ __forceinline__ SplitA split_a(const unsigned a[4]) {
+    SplitA r;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(a[i]), ab[i], as[i]);
+    for (int i = 0; i < 4; ++i) split_tf32(__uint_as_float(a[i]), r.big[i], r.small[i]);
+    return r;
+}
+
+// c += a b in 3xTF32 (b given as raw fp32 bits).
+__device__ __forceinline__ void mma3xtf32(float c[4], const SplitA& a, unsigned b0, unsigned b1) {
+    unsigned bb0, bs0, bb1, bs1;
     split_tf32(__uint_as_float(b0), bb0, bs0);
     split_tf32(__uint_as_float(b1), bb1, bs1);
-    mma1688(c, as, bb0, bb1);
-    mma1688(c, ab, bs0, bs1);
-    mma1688(c, ab, bb0, bb1);
+    mma1688(c, a.small, bb0, bb1);
+    mma1688(c, a.big, bs0, bs1);
+    mma1688(c, a.big, bb0, bb1);
 }
 
 // Rows [r0, r0 + NROWS) of a [rows][E] fp32 matrix into a tile of pitch PITCH;
 // rows at or past `rend` are zero. FAST: 16-byte cp.async copies.
-template <int E, int NROWS, int PITCH, bool FAST>
+template <int E, int NROWS, int PITCH, bool FAST, int NTH = TC_NT>
 __device__ __forceinline__ void load_tile_f32(float* dst, const float* src, i64 r0, i64 rend, i64 rs, i64 cs,
                                               int tid) {
     if (FAST) {
         constexpr int CPR = E / 4;
-        for (int i = tid; i < NROWS * CPR; i += TC_NT) {
+        for (int i = tid; i < NROWS * CPR; i += NTH) {
             const int r = i / CPR, c = (i % CPR) * 4;
             const i64 row = r0 + r;
             const bool ok = row < rend;
@@ -607,30 +615,45 @@ __device__ __forceinline__ void load_tile_f32(float* dst, const float* src, i64 
                        ok ? 16 : 0);
         }
     } else {
-        for (int i = tid; i < NROWS * E; i += TC_NT) {
+        for (int i = tid; i < NROWS * E; i += NTH) {
             const int r = i / E, c = i % E;
             const i64 row = r0 + r;
             dst[r * PITCH + c] = row < rend ? src[row * rs + c * cs] : 0.f;
         }
     }
 }
+
+// The barrier of one key group (TC_NT threads): named barrier 1 + group,
+// or the whole block when there is one group.
+template <int SPLIT>
+__device__ __forceinline__ void group_sync(int group) {
+    if (SPLIT == 1) {
+        __syncthreads();
+    } else {
+        asm volatile("bar.sync %0, %1;\n" ::"r"(group + 1), "n"(TC_NT) : "memory");
+    }
+}
 #endif
 
-template <int E, bool FAST>
+// SPLIT key groups of TC_WARPS warps share a block's 64 query rows: group
+// g runs the g-th part of the key tiles with its own K and V tiles, and
+// group 0 merges the others' partial (O, m, l) at the end (for grids too
+// small to fill the GPU).
+template <int E, bool FAST, int SPLIT>
 __device__ void attn_f32_tc(const AttnParams& p) {
 #if __CUDA_ARCH__ >= 800
-    constexpr int QP = E + 4, VP = E + 8;
-    // Keys per tile: 32 above E = 64, so that two blocks fit on an SM.
-    constexpr int BN = TC_BN(E), PP = BN + 4;
+    constexpr int QP = E + 4, VP = E + 4;
+    // Keys per tile: 32 above E = 64, so that three blocks fit on an SM.
+    constexpr int BN = TC_BN(E);
     constexpr int NS = BN / 8;  // n-tiles of S
     constexpr int NO = E / 8;      // n-tiles of O
     extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int group = threadIdx.x / TC_NT;
+    const int tid = threadIdx.x % TC_NT, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     float* Qs = reinterpret_cast<float*>(smem_raw);
-    float* Ks = Qs + TC_BM * QP;
+    float* Ks = Qs + TC_BM * QP + group * 2 * BN * QP;
     float* Vs = Ks + BN * QP;
-    float* Ps = Vs + BN * VP;
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     i64 qb, b, h;
     block_coords(p.causal, qb, b, h);
     const i64 q0 = qb * TC_BM;
@@ -639,12 +662,15 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
     const float* V = reinterpret_cast<const float*>(p.v) + b * p.vs[0] + hk * p.vs[1];
     const float* Bias = p.bias ? reinterpret_cast<const float*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
-    float* Pw = Ps + warp * 16 * PP;
 
     i64 kv_end = p.lk;
     if (p.causal && q0 + TC_BM < kv_end) kv_end = q0 + TC_BM;
+    // This group's key tiles.
+    const i64 tiles = (kv_end + BN - 1) / BN;
+    const i64 kv_begin = tiles * group / SPLIT * BN;
+    if (SPLIT > 1) kv_end = min(kv_end, tiles * (group + 1) / SPLIT * BN);
 
-    load_tile_f32<E, TC_BM, QP, FAST>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], tid);
+    load_tile_f32<E, TC_BM, QP, FAST, TC_NT * SPLIT>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], threadIdx.x);
 
     const int wr = warp * 16;
     float o[NO][4];
@@ -655,27 +681,32 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
     const float sl2 = (float)p.scale * LOG2E;
     const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * QP + 4 * (lane >> 4);
-    const int p_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * PP + 4 * (lane >> 4);
     const int k_off = (8 * (lane >> 4) + (lane & 7)) * QP + 4 * ((lane >> 3) & 1);
 
     // Copies overlap compute: V of a tile loads while S = Q K^T is computed,
     // and K of the next tile while O += P V is. Q and the first K are one group.
-    load_tile_f32<E, BN, QP, FAST>(Ks, K, 0, p.lk, p.ks[2], p.ks[3], tid);
+    if (kv_begin < kv_end) load_tile_f32<E, BN, QP, FAST>(Ks, K, kv_begin, p.lk, p.ks[2], p.ks[3], tid);
     cp_async_commit();
-    for (i64 kv0 = 0; kv0 < kv_end; kv0 += BN) {
+    if (SPLIT > 1) {
+        // Every group reads the whole Q tile, which all groups load.
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    for (i64 kv0 = kv_begin; kv0 < kv_end; kv0 += BN) {
         load_tile_f32<E, BN, VP, FAST>(Vs, V, kv0, p.lk, p.vs[2], p.vs[3], tid);
         cp_async_commit();
         cp_async_wait_one();  // Q and this tile's K
-        __syncthreads();
+        group_sync<SPLIT>(group);
         const bool active = !(p.causal && kv0 > q0 + wr + 15);
+        float s[NS][4];  // S, then P (kept in registers for O += P V)
         if (active) {
-            float s[NS][4];
 #pragma unroll
             for (int j = 0; j < NS; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
             for (int kk = 0; kk < E / 8; ++kk) {
-                unsigned a[4];
-                ldsm_x4(a, smem_addr(Qs + wr * QP + kk * 8 + a_off));
+                unsigned raw[4];
+                ldsm_x4(raw, smem_addr(Qs + wr * QP + kk * 8 + a_off));
+                const SplitA a = split_a(raw);
 #pragma unroll
                 for (int jp = 0; jp < NS / 2; ++jp) {
                     unsigned r[4];
@@ -715,47 +746,92 @@ __device__ void attn_f32_tc(const AttnParams& p) {
                     o[d][2 * r + 1] *= alpha;
                 }
             }
-            // P (fp32) into the warp's tile, then O += P V.
 #pragma unroll
             for (int j = 0; j < NS; ++j) {
 #pragma unroll
                 for (int c = 0; c < 4; ++c) {
-                    const float e = exp2f(s[j][c] - mu[c >> 1]);
-                    l[c >> 1] += e;
-                    Pw[(g + 8 * (c >> 1)) * PP + j * 8 + t4 * 2 + (c & 1)] = e;
+                    s[j][c] = exp2f(s[j][c] - mu[c >> 1]);
+                    l[c >> 1] += s[j][c];
                 }
             }
         }
-        __syncthreads();  // every warp is done with Ks
+        group_sync<SPLIT>(group);  // every warp is done with Ks
         if (kv0 + BN < kv_end) {
             load_tile_f32<E, BN, QP, FAST>(Ks, K, kv0 + BN, p.lk, p.ks[2], p.ks[3], tid);
         }
         cp_async_commit();
         cp_async_wait_one();  // this tile's V
-        __syncthreads();
+        group_sync<SPLIT>(group);
         if (active) {
+            // P's accumulator fragment is the A operand of O += P V once the
+            // keys of each 8-key step are taken in the order 0 2 4 6 1 3 5 7:
+            // A[g][t4] = S[g][2 t4] (c0), A[g + 8][t4] = c2, A[g][t4 + 4] =
+            // S[g][2 t4 + 1] (c1), A[g + 8][t4 + 4] = c3; B's rows follow
+            // (b0 = V[2 t4][g], b1 = V[2 t4 + 1][g]).
 #pragma unroll
-            for (int kk = 0; kk < BN / 8; ++kk) {
-                unsigned a[4];
-                ldsm_x4(a, smem_addr(Pw + kk * 8 + p_off));
+            for (int kk = 0; kk < NS; ++kk) {
+                const unsigned raw[4] = {__float_as_uint(s[kk][0]), __float_as_uint(s[kk][2]),
+                                         __float_as_uint(s[kk][1]), __float_as_uint(s[kk][3])};
+                const SplitA a = split_a(raw);
+                const float* v0 = Vs + (kk * 8 + 2 * t4) * VP + g;
 #pragma unroll
                 for (int d = 0; d < NO; ++d) {
-                    const unsigned b0 = __float_as_uint(Vs[(kk * 8 + t4) * VP + d * 8 + g]);
-                    const unsigned b1 = __float_as_uint(Vs[(kk * 8 + t4 + 4) * VP + d * 8 + g]);
-                    mma3xtf32(o[d], a, b0, b1);
+                    mma3xtf32(o[d], a, __float_as_uint(v0[d * 8]), __float_as_uint(v0[VP + d * 8]));
                 }
             }
-            __syncwarp();
+        }
+        group_sync<SPLIT>(group);
+    }
+
+    if (SPLIT > 1) {
+        // Groups 1.. leave (O, m, l) in their own K / V tiles and the Q tile
+        // (fragment order, so the thread of group 0 with the same index reads
+        // its own elements); group 0 rescales and adds them.
+        cp_async_wait_all();
+        for (int r = 0; r < 2; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        }
+        __syncthreads();  // every group is done with Q and its tiles
+        float* ml = Qs + (group - 1) * 4 * TC_NT;
+        if (group > 0) {
+#pragma unroll
+            for (int d = 0; d < NO; ++d)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) Ks[(d * 4 + c) * TC_NT + tid] = o[d][c];
+            ml[tid] = m[0], ml[TC_NT + tid] = m[1], ml[2 * TC_NT + tid] = l[0], ml[3 * TC_NT + tid] = l[1];
         }
         __syncthreads();
+        if (group > 0) return;
+#pragma unroll
+        for (int other = 1; other < SPLIT; ++other) {
+            const float* os = Qs + TC_BM * QP + other * 2 * BN * QP;
+            const float* mo = Qs + (other - 1) * 4 * TC_NT;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float m1 = mo[r * TC_NT + tid], l1 = mo[(2 + r) * TC_NT + tid];
+                const float mnew = fmaxf(m[r], m1);
+                const float mu = mnew == (-ATTN_INF) ? 0.f : mnew;
+                const float a0 = exp2f(m[r] - mu), a1 = exp2f(m1 - mu);
+                m[r] = mnew;
+                l[r] = l[r] * a0 + l1 * a1;
+#pragma unroll
+                for (int d = 0; d < NO; ++d) {
+                    o[d][2 * r] = o[d][2 * r] * a0 + os[(d * 4 + 2 * r) * TC_NT + tid] * a1;
+                    o[d][2 * r + 1] = o[d][2 * r + 1] * a0 + os[(d * 4 + 2 * r + 1) * TC_NT + tid] * a1;
+                }
+            }
+        }
     }
 
     float* Out = reinterpret_cast<float*>(p.out) + b * p.os[0] + h * p.os[1];
     float* Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (SPLIT == 1) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        }
         const i64 row = rows[r];
         if (row >= p.lq) continue;
         const bool empty = m[r] == (-ATTN_INF);
@@ -798,10 +874,16 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         attn_mma<true, E, true>(p);                                                                           \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_e##E(AttnParams p) {                       \
-        attn_f32_tc<E, false>(p);                                                                             \
+        attn_f32_tc<E, false, 1>(p);                                                                          \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_fast_e##E(AttnParams p) {                  \
-        attn_f32_tc<E, true>(p);                                                                              \
+        attn_f32_tc<E, true, 1>(p);                                                                           \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(2 * TC_NT) attn_f32tc_s2_e##E(AttnParams p) {                \
+        attn_f32_tc<E, false, 2>(p);                                                                          \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(2 * TC_NT) attn_f32tc_s2_fast_e##E(AttnParams p) {           \
+        attn_f32_tc<E, true, 2>(p);                                                                           \
     }
 
 // One head dim per compilation: the host prepends `#define ATTN_E <E>`.
