@@ -442,7 +442,8 @@ const CASES: &[Case] = &[
             "int64_t u0 = u0_raw / 4;",
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_int64(arg0_1, &u1_raw));",
             "int64_t u1 = u1_raw ? 1 : 0;",
-            "output_handles[0] = scalar_to_tensor_handle(u0);",
+            "RAIIAtenTensorHandle scalar_to_tensor_0 = scalar_to_tensor_handle(u0);",
+            "output_handles[0] = scalar_to_tensor_0.release();",
         ],
         standalone: &[
             "int64_t u0_raw = wrapir::item_int64(arg0_1, stream);",
@@ -457,7 +458,7 @@ const CASES: &[Case] = &[
         aoti: &[
             "AtenTensorHandle buf2_handle;",
             "AtenTensorHandle buf3_handle;",
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_topk(arg0_1, 2L, &buf2_handle, &buf3_handle));",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_topk(arg0_1, 2L, -1L, 1, 1, &buf2_handle, &buf3_handle));",
             "RAIIAtenTensorHandle buf2(buf2_handle);",
             "RAIIAtenTensorHandle buf3(buf3_handle);",
             "int64_t u2_undivided = buf3.size(0);",

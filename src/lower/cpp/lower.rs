@@ -910,7 +910,12 @@ impl<'a> Lowering<'a> {
                     if self.standalone() {
                         self.line(format!("outputs[{i}] = wrapir::scalar_to_tensor({v}, stream);"));
                     } else {
-                        self.line(format!("{target}[{i}] = scalar_to_tensor_handle({v});"));
+                        // A named RAII handle, released into the array: the
+                        // temporary's destructor would free the handle it returns.
+                        self.line(format!(
+                            "RAIIAtenTensorHandle scalar_to_tensor_{i} = scalar_to_tensor_handle({v});"
+                        ));
+                        self.line(format!("{target}[{i}] = scalar_to_tensor_{i}.release();"));
                     }
                 }
                 GraphOutput::None => {
@@ -1127,11 +1132,24 @@ impl<'a> Lowering<'a> {
                 if self.standalone() {
                     self.extern_call(g, &op, None, cx)
                 } else {
-                    let dev = self.device_of(g, target, cx)?;
-                    let idx = self.list_arg(g, &op.args[1], cx)?;
+                    self.device_of(g, target, cx)?;
+                    // Handles, `nullptr` for a `None` index (not the `Tensor?[]` form).
+                    let handles: Vec<String> = indices
+                        .iter()
+                        .map(|i| {
+                            i.as_ref()
+                                .map_or("nullptr".to_string(), |b| format!("{}.get()", g.local(b)))
+                        })
+                        .collect();
+                    let idx = format!(
+                        "std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}",
+                        handles.join(", "),
+                        n = handles.len()
+                    );
+                    // `index_put_out` is one shim for every device (shim.h), as
+                    // Inductor's IndexPutFallback calls it.
                     self.line(format!(
-                        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_{}_index_put_out({t}, {t}, {idx}, {}, {}));",
-                        dev.kind.as_str(),
+                        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_index_put_out({t}, {t}, {idx}, {}, {}));",
                         g.local(values),
                         accumulate,
                         t = g.local(target),
@@ -1756,14 +1774,36 @@ impl<'a> Lowering<'a> {
                 }
             }
         }
-        for r in &results {
-            self.line(format!("AtenTensorHandle {r}_handle;"));
-            args.push(format!("&{r}_handle"));
+        // One out-pointer per schema result where the op's schema is known
+        // (extracted or not), else one per extracted tensor.
+        let outs: Vec<(String, shim::Out)> = match (shim::schema_results(&name, overload), &call.result) {
+            (Some(schema), Some(r)) if g.is_multi(r) => schema
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (g.element_var(r, &[i]), *o))
+                .collect(),
+            _ => results.iter().map(|r| (r.clone(), shim::Out::Tensor)).collect(),
+        };
+        for (r, kind) in &outs {
+            match kind {
+                shim::Out::Tensor => {
+                    self.line(format!("AtenTensorHandle {r}_handle;"));
+                    args.push(format!("&{r}_handle"));
+                }
+                shim::Out::Int => {
+                    self.line(format!("int64_t {r};"));
+                    self.declare(r);
+                    args.push(format!("&{r}"));
+                }
+                shim::Out::Absent => args.push("nullptr".into()),
+            }
         }
         self.line(format!("AOTI_TORCH_ERROR_CODE_CHECK({shim}({}));", args.join(", ")));
-        for r in &results {
-            self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
-            self.declare(r);
+        for (r, kind) in &outs {
+            if *kind == shim::Out::Tensor {
+                self.line(format!("RAIIAtenTensorHandle {r}({r}_handle);"));
+                self.declare(r);
+            }
         }
         Ok(())
     }
@@ -1927,11 +1967,13 @@ impl<'a> Lowering<'a> {
             Some(o) if o != "default" => format!("{base}.{o}"),
             _ => base.to_string(),
         };
-        // The `_out` form writes into the target, passed first.
+        // The `_out` form writes into the target, passed first; AOTI's shim
+        // then takes the target again as `self`, as Inductor's ScatterFallback passes it.
+        let args = if self.standalone() { args.split_off(1) } else { args };
         let call = ExternCall {
             result: None,
             op,
-            args: args.split_off(1),
+            args,
             kwargs,
         };
         self.extern_call(g, &call, Some(&s.target), cx)

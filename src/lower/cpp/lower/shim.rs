@@ -1,10 +1,12 @@
-//! AOTI shim calls of fallback ops whose calls pass keyword-only optional
+//! AOTI shim calls of fallback ops whose calls pass keyword or optional
 //! arguments: the shim takes every schema argument in schema order (optional
 //! tensors as `AtenTensorHandle*`, `nullptr` when absent; optional scalars
-//! as pointers; absent defaults spelled out), as Inductor's C++ wrapper
-//! passes them. The IR lists a call's arguments as the program gave them
-//! (`segment_reduce(data, "sum", offsets=...)`), so these ops carry their
-//! schema here; every other op's arguments go in IR order.
+//! as pointers; absent defaults spelled out) and one out-pointer per schema
+//! result, as Inductor's C++ wrapper passes them (checked by compiling the
+//! lowering of every bundle against PyTorch's shim headers). The IR lists a
+//! call's arguments as the program gave them (`convolution(x, w, stride=...,
+//! bias=None)`), so these ops carry their schema here; every other op's
+//! arguments go in IR order.
 
 use super::{c_float, GraphCtx, Lowering};
 use crate::ir::{ArgValue, ExternCall};
@@ -23,8 +25,44 @@ enum Param {
     Int(i64),
     /// `bool` with its default (`0` / `1`).
     Bool(bool),
-    /// `Scalar?` taken as `double*`: a local and its address, or `nullptr`.
+    /// `Scalar?` / `float?` taken as `double*`: a local and its address, or `nullptr`.
     OptDouble,
+    /// `float` with its default.
+    Double(f64),
+    /// `int` / `SymInt` without a default.
+    IntRequired,
+    /// `int[]` / `SymInt[]`: a pointer and a length.
+    IntList,
+    /// `Tensor?[]`: `const AtenTensorHandle*` per element (`nullptr` for `None`) and a length.
+    OptTensorList,
+}
+
+/// One schema result, by how the shim returns it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Out {
+    /// `Tensor`: an `AtenTensorHandle*` the shim fills.
+    Tensor,
+    /// `SymInt` / `int`: an `int64_t*`.
+    Int,
+    /// A result the shim leaves out for these arguments (`nullptr`): the
+    /// cumulative sequence lengths and debug mask of cuDNN attention.
+    Absent,
+}
+
+/// The results of `op` in schema order, for ops whose shim returns more
+/// values than a program may extract.
+pub(super) fn schema_results(name: &str, overload: Option<&str>) -> Option<&'static [Out]> {
+    use Out::*;
+    match (name, overload.unwrap_or("default")) {
+        // (output, log_sumexp, philox_seed, philox_offset)
+        ("_scaled_dot_product_efficient_attention", "default") => Some(&[Tensor, Tensor, Tensor, Tensor]),
+        // (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed,
+        //  philox_offset, debug_attn_mask)
+        ("_scaled_dot_product_cudnn_attention", "default") => {
+            Some(&[Tensor, Tensor, Absent, Absent, Int, Int, Tensor, Tensor, Absent])
+        }
+        _ => None,
+    }
 }
 
 /// The schema of `op` (name without `aten.`, overload), when it is one of these ops.
@@ -42,6 +80,57 @@ fn schema(name: &str, overload: Option<&str>) -> Option<&'static [(&'static str,
             ("axis", Int(0)),
             ("unsafe", Bool(false)),
             ("initial", OptDouble),
+        ]),
+        // convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
+        //             SymInt[] padding, SymInt[] dilation, bool transposed,
+        //             SymInt[] output_padding, SymInt groups)
+        ("convolution", "default") => Some(&[
+            ("input", Tensor),
+            ("weight", Tensor),
+            ("bias", OptTensor),
+            ("stride", IntList),
+            ("padding", IntList),
+            ("dilation", IntList),
+            ("transposed", Bool(false)),
+            ("output_padding", IntList),
+            ("groups", IntRequired),
+        ]),
+        // topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True)
+        ("topk", "default") => Some(&[
+            ("self", Tensor),
+            ("k", IntRequired),
+            ("dim", Int(-1)),
+            ("largest", Bool(true)),
+            ("sorted", Bool(true)),
+        ]),
+        // index.Tensor(Tensor self, Tensor?[] indices)
+        ("index", "Tensor") => Some(&[("self", Tensor), ("indices", OptTensorList)]),
+        // _scaled_dot_product_efficient_attention(Tensor query, Tensor key, Tensor value,
+        //     Tensor? attn_bias, bool compute_log_sumexp, float dropout_p=0.0,
+        //     bool is_causal=False, *, float? scale=None)
+        ("_scaled_dot_product_efficient_attention", "default") => Some(&[
+            ("query", Tensor),
+            ("key", Tensor),
+            ("value", Tensor),
+            ("attn_bias", OptTensor),
+            ("compute_log_sumexp", Bool(false)),
+            ("dropout_p", Double(0.0)),
+            ("is_causal", Bool(false)),
+            ("scale", OptDouble),
+        ]),
+        // _scaled_dot_product_cudnn_attention(Tensor query, Tensor key, Tensor value,
+        //     Tensor? attn_bias, bool compute_log_sumexp, float dropout_p=0.0,
+        //     bool is_causal=False, bool return_debug_mask=False, *, float? scale=None)
+        ("_scaled_dot_product_cudnn_attention", "default") => Some(&[
+            ("query", Tensor),
+            ("key", Tensor),
+            ("value", Tensor),
+            ("attn_bias", OptTensor),
+            ("compute_log_sumexp", Bool(false)),
+            ("dropout_p", Double(0.0)),
+            ("is_causal", Bool(false)),
+            ("return_debug_mask", Bool(false)),
+            ("scale", OptDouble),
         ]),
         _ => None,
     }
@@ -85,10 +174,34 @@ impl Lowering<'_> {
                 .or_else(|| call.kwargs.get(*pname))
                 .filter(|v| !matches!(v, ArgValue::None));
             out.push(match (param, given) {
-                (Param::Tensor | Param::Str, Some(v)) => self.shim_arg(g, v, cx)?,
-                (Param::Tensor | Param::Str, None) => {
+                (Param::Tensor | Param::Str | Param::IntRequired | Param::IntList, Some(v)) => {
+                    self.shim_arg(g, v, cx)?
+                }
+                (Param::Tensor | Param::Str | Param::IntRequired | Param::IntList | Param::OptTensorList, None) => {
                     return Err(bad(format!("`{}`: missing argument `{pname}`", call.op)))
                 }
+                (Param::OptTensorList, Some(ArgValue::List(items))) => {
+                    let mut elems = Vec::with_capacity(items.len());
+                    for item in items {
+                        elems.push(match item {
+                            ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.local(b)),
+                            ArgValue::None => "nullptr".to_string(),
+                            other => {
+                                return Err(bad(format!(
+                                    "`{}`: an element of `{pname}` cannot be {other:?}",
+                                    call.op
+                                )))
+                            }
+                        });
+                    }
+                    let n = items.len();
+                    format!(
+                        "std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}",
+                        elems.join(", ")
+                    )
+                }
+                (Param::Double(_), Some(ArgValue::Float(f))) => c_float(*f),
+                (Param::Double(d), None) => c_float(*d),
                 (Param::OptTensor, Some(ArgValue::Buffer(b))) => format!("&temporary_reference({}.get())", g.local(b)),
                 (Param::OptTensor | Param::OptDouble, None) => "nullptr".into(),
                 (Param::Int(_), Some(v)) => self.shim_arg(g, v, cx)?,
