@@ -85,7 +85,11 @@ fn every_fixture_printout_executes_under_python() {
     std::fs::write(&harness, HARNESS).unwrap();
     let out = match Command::new("python3").arg(&harness).args(&paths).output() {
         Ok(out) => out,
-        Err(e) => panic!("this test needs python3 on PATH to execute the FX printouts: {e}"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: this test needs python3 on PATH to execute the FX printouts ({e})");
+            return;
+        }
+        Err(e) => panic!("cannot run python3 to execute the FX printouts: {e}"),
     };
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -2,7 +2,7 @@
 //! [`Plan`] (values in numbered slots, not name lookups; every slot freed
 //! right after its last use) and runs the plan on a [`Backend`].
 
-use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymEvalError, SymOp, Val};
+use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymOp, Val};
 use crate::exec::{
     ArgList, Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, Kwargs, ScalarRequest, ScalarValue,
     TensorSpec, Value,
@@ -1414,113 +1414,21 @@ impl Plan {
 }
 
 /// One entry of a layout: a literal integer directly, anything else through
-/// [`eval_expr`] (`None` when a symbol has no value).
+/// [`crate::sym::eval::eval_int_with`] (`None` when a symbol has no value).
 #[inline]
 fn eval_dim(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<Option<i64>, ExecError> {
+    use crate::sym::EvalError;
     if let SymExpr::Int(v) = e {
         return Ok(Some(*v));
     }
-    match eval_expr(e, lookup).map_err(|err| ExecError::Type(format!("evaluating `{e}`: {err}")))? {
-        Some(Scalar::Int(v)) => Ok(Some(v)),
-        Some(Scalar::Bool(_)) => Err(ExecError::Type(format!("`{e}` is boolean, not a size"))),
-        None => Ok(None),
+    match crate::sym::eval::eval_int_with(e, lookup) {
+        Ok(v) => Ok(Some(v)),
+        Err(EvalError::Unbound { .. }) => Ok(None),
+        Err(EvalError::TypeMismatch { .. }) if e.is_boolean() => {
+            Err(ExecError::Type(format!("`{e}` is boolean, not a size")))
+        }
+        Err(err) => Err(ExecError::Type(format!("evaluating `{e}`: {err}"))),
     }
-}
-
-/// Evaluates a symbolic expression with checked arithmetic; `None` when a
-/// symbol has no value.
-pub fn eval_expr(e: &SymExpr, lookup: &mut dyn FnMut(&Symbol) -> Option<i64>) -> Result<Option<Scalar>, SymEvalError> {
-    // Operands are evaluated left to right; the first unknown one makes the
-    // whole expression unknown (later operands are not evaluated).
-    fn all<'e>(
-        xs: impl IntoIterator<Item = &'e SymExpr>,
-        lookup: &mut dyn FnMut(&Symbol) -> Option<i64>,
-    ) -> Result<Option<SmallVec<[Scalar; 4]>>, SymEvalError> {
-        let mut out = SmallVec::new();
-        for x in xs {
-            match eval_expr(x, lookup)? {
-                Some(v) => out.push(v),
-                None => return Ok(None),
-            }
-        }
-        Ok(Some(out))
-    }
-    let fold = |op: SymOp, vals: SmallVec<[Scalar; 4]>| -> Result<Scalar, SymEvalError> {
-        let mut it = vals.into_iter();
-        let mut acc = it
-            .next()
-            .ok_or_else(|| SymEvalError::BadOperands(op.node_name().into()))?;
-        for v in it {
-            acc = op.eval(&[acc, v])?;
-        }
-        Ok(acc)
-    };
-    Ok(Some(match e {
-        SymExpr::Int(v) => Scalar::Int(*v),
-        SymExpr::Bool(b) => Scalar::Bool(*b),
-        SymExpr::Sym(s) => match lookup(s) {
-            Some(v) => Scalar::Int(v),
-            None => return Ok(None),
-        },
-        SymExpr::Add(xs) => match all(xs, lookup)? {
-            Some(v) => SymOp::Sum.eval(&v)?,
-            None => return Ok(None),
-        },
-        SymExpr::Mul(xs) | SymExpr::Min(xs) | SymExpr::Max(xs) | SymExpr::And(xs) | SymExpr::Or(xs) => {
-            let op = match e {
-                SymExpr::Mul(_) => SymOp::Mul,
-                SymExpr::Min(_) => SymOp::Min,
-                SymExpr::Max(_) => SymOp::Max,
-                SymExpr::And(_) => SymOp::And,
-                _ => SymOp::Or,
-            };
-            match all(xs, lookup)? {
-                Some(v) => fold(op, v)?,
-                None => return Ok(None),
-            }
-        }
-        SymExpr::FloorDiv(a, b) | SymExpr::CleanDiv(a, b) | SymExpr::Mod(a, b) | SymExpr::PythonMod(a, b) => {
-            let op = match e {
-                SymExpr::Mod(..) => SymOp::CMod,
-                SymExpr::PythonMod(..) => SymOp::PyMod,
-                _ => SymOp::FloorDiv,
-            };
-            match all([&**a, &**b], lookup)? {
-                Some(v) => op.eval(&v)?,
-                None => return Ok(None),
-            }
-        }
-        SymExpr::ModularIndexing(x, d, m) => match all([&**x, &**d, &**m], lookup)? {
-            Some(v) => {
-                let q = SymOp::FloorDiv.eval(&v[..2])?;
-                SymOp::PyMod.eval(&[q, v[2]])?
-            }
-            None => return Ok(None),
-        },
-        SymExpr::Pow(b, n) => match eval_expr(b, lookup)? {
-            Some(v) => SymOp::Pow.eval(&[v, Scalar::Int(*n as i64)])?,
-            None => return Ok(None),
-        },
-        SymExpr::Cmp(op, a, b) => {
-            use crate::sym::CmpOp;
-            let op = match op {
-                CmpOp::Eq => SymOp::Eq,
-                CmpOp::Ne => SymOp::Ne,
-                CmpOp::Lt => SymOp::Lt,
-                CmpOp::Le => SymOp::Le,
-                CmpOp::Gt => SymOp::Gt,
-                CmpOp::Ge => SymOp::Ge,
-            };
-            match all([&**a, &**b], lookup)? {
-                Some(v) => op.eval(&v)?,
-                None => return Ok(None),
-            }
-        }
-        SymExpr::Not(a) => match eval_expr(a, lookup)? {
-            Some(v) => SymOp::Not.eval(&[v])?,
-            None => return Ok(None),
-        },
-    }))
 }
 
 #[inline(always)]

@@ -755,7 +755,7 @@ fn launcher_grid(
                 if let (SymExpr::Int(n), SymExpr::Int(k)) = (&numel, &b) {
                     if let Some(v) = k
                         .checked_neg()
-                        .and_then(|nk| py_floor_div(*n, nk))
+                        .and_then(|nk| crate::sym::eval::floor_div(*n, nk))
                         .and_then(i64::checked_neg)
                     {
                         return Ok(SymExpr::Int(v));
@@ -807,13 +807,6 @@ fn launcher_grid(
             [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
         }
     })
-}
-
-/// Python floor division; `None` on division by zero or overflow.
-fn py_floor_div(a: i64, b: i64) -> Option<i64> {
-    let q = a.checked_div(b)?;
-    let r = a.checked_rem(b)?;
-    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
 }
 
 /// The launches of the C++ lowering ([`crate::lower::cpp`]) in one dialect:

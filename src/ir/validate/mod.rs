@@ -94,10 +94,10 @@ mod state;
 mod subgraphs;
 mod symbols;
 
+use calls::Param;
 use errors::*;
 pub use errors::{Ending, Location, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
 pub use info::{BufferInfo, GraphInfo, ProgramInfo, Site, SymbolBinding};
-use calls::Param;
 use state::*;
 
 /// Checks `program` and returns what the lowerings need, or every broken rule
