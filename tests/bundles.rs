@@ -12,7 +12,7 @@ use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::{safetensors, Tensor, Value};
 use wrapir::fx::Op;
 use wrapir::ir::Program;
-use wrapir::lower::cpp::{Dialect, Options as CppOptions};
+use wrapir::lower::Target;
 
 /// (bundle, target) pairs known to fail, with a substring of the error. The
 /// test fails when one of them starts to pass, so the list cannot rot.
@@ -68,24 +68,9 @@ fn bundle_json(dir: &Path) -> serde_json::Value {
 }
 
 /// The outcome of lowering to one target.
-fn lower(program: &Program, target: &str) -> Result<String, String> {
+fn lower(program: &Program, target: Target) -> Result<String, String> {
     let info = wrapir::ir::validate(program).map_err(|e| e.to_string())?;
-    let cpp = |dialect| {
-        wrapir::lower::cpp::write_string(
-            &info,
-            &CppOptions {
-                dialect,
-                ..Default::default()
-            },
-        )
-    };
-    match target {
-        "python" => wrapir::lower::python::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
-        "cpp" => cpp(Dialect::Aoti).map_err(|e| e.to_string()),
-        "cpp-standalone" => cpp(Dialect::Standalone).map_err(|e| e.to_string()),
-        "fx" => wrapir::lower::fx::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
-        other => Err(format!("unknown target {other}")),
-    }
+    target.write_string(&info).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -99,12 +84,14 @@ fn every_bundle_validates_and_lowers_to_every_target() {
             failures.push(format!("{case}: invalid:\n{e}"));
             continue;
         }
-        for target in ["python", "cpp", "cpp-standalone", "fx"] {
-            let known = KNOWN_FAILURES.iter().find(|(b, t, _)| *b == case && *t == target);
+        for target in Target::ALL {
+            let known = KNOWN_FAILURES
+                .iter()
+                .find(|(b, t, _)| *b == case && *t == target.name());
             match (lower(&program, target), known) {
                 (Ok(text), None) if !text.trim().is_empty() => {}
                 (Ok(_), None) => failures.push(format!("{case} -> {target}: empty output")),
-                (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target)),
+                (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target.name())),
                 (Err(e), _) => failures.push(format!("{case} -> {target}: {e}")),
                 (Ok(_), Some(_)) => {
                     failures.push(format!("{case} -> {target}: listed as failing but lowers; remove it"))
@@ -150,15 +137,8 @@ fn meta_leaves(outputs: &[Value<wrapir::exec::TensorSpec>], ints: bool) -> Vec<M
 /// does).
 #[test]
 fn every_bundle_reconciles_in_every_lowering() {
-    use wrapir::reconcile::{check_lowerings, CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
-    let emitters: Vec<Box<dyn LaunchEmitter>> = vec![
-        Box::new(PythonLaunches::default()),
-        Box::new(CppLaunches { dialect: Dialect::Aoti }),
-        Box::new(CppLaunches {
-            dialect: Dialect::Standalone,
-        }),
-        Box::new(FxLaunches::default()),
-    ];
+    use wrapir::reconcile::{check_lowerings, LaunchEmitter};
+    let emitters: Vec<Box<dyn LaunchEmitter>> = Target::ALL.into_iter().map(wrapir::reconcile::emitter).collect();
     let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
     let mut failures = Vec::new();
     let mut launches = 0;
@@ -198,7 +178,7 @@ fn lowered_python_call_is_inductors_for_while_loop_bundles() {
     let root = common::root().join("fixtures/inductor/bundles");
     for case in PYTHON_CALL_IS_INDUCTORS {
         let dir = root.join(case);
-        let ours = lower(&load(&dir), "python").unwrap_or_else(|e| panic!("{case}: {e}"));
+        let ours = lower(&load(&dir), Target::Python).unwrap_or_else(|e| panic!("{case}: {e}"));
         let theirs = std::fs::read_to_string(dir.join("inductor.py.txt")).unwrap();
         let (a, b) = (call_body(&ours), call_body(&theirs));
         assert!(b.len() > 20, "{case}: no `call` in inductor.py.txt");

@@ -435,14 +435,10 @@ fn every_fixture_reconciles() {
 
 /// The four lowerings whose emitted launches `wrapir check` validates.
 fn all_lowerings() -> Vec<Box<dyn LaunchEmitter>> {
-    vec![
-        Box::new(PythonLaunches::default()),
-        Box::new(CppLaunches { dialect: Dialect::Aoti }),
-        Box::new(CppLaunches {
-            dialect: Dialect::Standalone,
-        }),
-        Box::new(FxLaunches::default()),
-    ]
+    wrapir::lower::Target::ALL
+        .into_iter()
+        .map(wrapir::reconcile::emitter)
+        .collect()
 }
 
 #[test]

@@ -339,6 +339,22 @@ enum Target {
     Fx,
 }
 
+impl Target {
+    /// Every back end, in the library's order.
+    const ALL: [Target; 4] = [Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx];
+}
+
+impl From<Target> for wrapir::lower::Target {
+    fn from(t: Target) -> Self {
+        match t {
+            Target::Python => wrapir::lower::Target::Python,
+            Target::Cpp => wrapir::lower::Target::Cpp,
+            Target::CppStandalone => wrapir::lower::Target::CppStandalone,
+            Target::Fx => wrapir::lower::Target::Fx,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = LIMITS.set(cli.limits.limits());
@@ -369,12 +385,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(info) => info,
                 Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
             };
-            let text = match target {
-                Target::Python => wrapir::lower::python::write_string(&info, &Default::default())?,
-                Target::Cpp => cpp(&info, wrapir::lower::cpp::Dialect::Aoti)?,
-                Target::CppStandalone => cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?,
-                Target::Fx => wrapir::lower::fx::write_string(&info, &Default::default())?,
-            };
+            let text = wrapir::lower::Target::from(target).write_string(&info)?;
             write_output(output.as_deref(), &text)?;
             if let Some(path) = runtime_header {
                 write_output(Some(&path), wrapir::lower::cpp::runtime_header())?;
@@ -416,7 +427,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             };
-            use wrapir::reconcile::{CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
+            use wrapir::reconcile::LaunchEmitter;
             let options = wrapir::reconcile::Options::default();
             println!("{name}: valid");
             // After the launch report: the extern ops the chosen backend cannot run.
@@ -439,22 +450,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 });
             }
             let selected = if lowering.is_empty() {
-                vec![Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx]
+                Target::ALL.to_vec()
             } else {
                 lowering
             };
             let mut emitters: Vec<Box<dyn LaunchEmitter>> = Vec::new();
             for t in selected {
-                let e: Box<dyn LaunchEmitter> = match t {
-                    Target::Python => Box::new(PythonLaunches::default()),
-                    Target::Cpp => Box::new(CppLaunches {
-                        dialect: wrapir::lower::cpp::Dialect::Aoti,
-                    }),
-                    Target::CppStandalone => Box::new(CppLaunches {
-                        dialect: wrapir::lower::cpp::Dialect::Standalone,
-                    }),
-                    Target::Fx => Box::new(FxLaunches::default()),
-                };
+                let e = wrapir::reconcile::emitter(t.into());
                 if !emitters.iter().any(|x| x.name() == e.name()) {
                     emitters.push(e);
                 }
@@ -697,14 +699,6 @@ fn with_guards(program: Program) -> Result<Program> {
         );
     }
     Ok(wrapir::reconcile::insert_guards(&program, &report))
-}
-
-fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Result<String> {
-    let options = wrapir::lower::cpp::Options {
-        dialect,
-        ..Default::default()
-    };
-    Ok(wrapir::lower::cpp::write_string(info, &options)?)
 }
 
 fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {

@@ -73,6 +73,19 @@ pub trait LaunchEmitter {
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError>;
 }
 
+/// The launch emitter of a back end: what `wrapir check` translation-validates
+/// for each [`crate::lower::Target`].
+pub fn emitter(target: crate::lower::Target) -> Box<dyn LaunchEmitter> {
+    use crate::lower::Target;
+    match target {
+        Target::Python => Box::new(PythonLaunches::default()),
+        Target::Cpp | Target::CppStandalone => Box::new(CppLaunches {
+            dialect: target.cpp_dialect().unwrap_or_default(),
+        }),
+        Target::Fx => Box::new(FxLaunches::default()),
+    }
+}
+
 /// A lowering could not report its launches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{lowering}: {message}")]

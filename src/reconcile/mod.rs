@@ -37,7 +37,7 @@ mod record;
 
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
-    check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
+    check_lowerings, emitter, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
     EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
 pub use guards::insert_guards;
