@@ -6,7 +6,7 @@ mod common;
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare_leaves, output_leaves, Tolerance};
+use wrapir::exec::compare::{compare_leaves, output_leaves, reference_outputs, BundleMeta, Tolerance};
 use wrapir::exec::host::{op_key, HostBackend};
 use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::{safetensors, Tensor, Value};
@@ -64,7 +64,7 @@ fn tensors(path: &Path) -> IndexMap<String, Tensor> {
 }
 
 fn bundle_json(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(dir.join(BundleMeta::FILE)).unwrap()).unwrap()
 }
 
 /// The outcome of lowering to one target.
@@ -111,7 +111,7 @@ fn every_bundle_validates_and_lowers_to_every_target() {
 
 /// `bundle.json`'s `int_outputs`: the expected tensors that hold integer outputs.
 fn int_outputs(dir: &Path) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(dir.join("bundle.json")).unwrap();
+    let text = std::fs::read_to_string(dir.join(BundleMeta::FILE)).unwrap();
     wrapir::exec::compare::BundleMeta::from_json(&text).unwrap().int_outputs
 }
 
@@ -186,17 +186,6 @@ fn lowered_python_call_is_inductors_for_while_loop_bundles() {
     }
 }
 
-/// The expected tensors that correspond to the graph outputs: the
-/// `graph_out<k>` tensors when the exporter wrote any, else all in file order.
-fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tensor)> {
-    let graph: Vec<_> = expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
-    if graph.is_empty() {
-        expected.iter().collect()
-    } else {
-        graph
-    }
-}
-
 #[test]
 fn every_bundle_runs_on_meta_with_the_eager_shapes() {
     let mut failures = Vec::new();
@@ -216,8 +205,8 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             .symbols
             .values()
             .any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
-        let expected = tensors(&dir.join("expected.safetensors"));
-        let expected = expected_outputs(&expected);
+        let expected = tensors(&dir.join(BundleMeta::EXPECTED));
+        let expected = reference_outputs(&expected);
         let predicates: Vec<Option<&[bool]>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
             Some((_, ps)) => ps.iter().map(|p| Some(*p)).collect(),
             None => vec![None],
@@ -308,8 +297,8 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
             rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
             atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
         };
-        let inputs = tensors(&dir.join("inputs.safetensors"));
-        let expected = tensors(&dir.join("expected.safetensors"));
+        let inputs = tensors(&dir.join(wrapir::bundle::INPUTS));
+        let expected = tensors(&dir.join(BundleMeta::EXPECTED));
         let out = match wrapir::exec::host::run_program(&program, &inputs) {
             Ok(o) => o,
             Err(e) => {
