@@ -243,7 +243,7 @@ fn facts_from_program_ranges_and_definitions() {
         symbol: Symbol::new("ks0"),
         expr: e("(* s0 s1)"),
     });
-    let f = Facts::from_program(&program);
+    let f = wrapir::reconcile::program_facts(&program);
     assert_eq!(f.range(&Symbol::new("s0")), (Some(0), None));
     assert_eq!(f.range(&Symbol::new("u0")), (Some(0), Some(100)));
     assert_eq!(f.definitions().get(&Symbol::new("ks0")), Some(&e("(* s0 s1)")));

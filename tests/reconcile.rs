@@ -10,7 +10,7 @@ use wrapir::reconcile::{
     EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, LaunchRecord, LoweringVerdict, Mismatch,
     Options, ProofCache, PythonLaunches, ScratchKind, Verdict,
 };
-use wrapir::sym::{parse as expr, Facts, SymExpr};
+use wrapir::sym::{parse as expr, SymExpr};
 
 fn program(src: &str) -> Program {
     wrapir::text::parse(src).unwrap_or_else(|e| panic!("parse: {e}\n{src}"))
@@ -327,7 +327,7 @@ fn emitted_mismatches() {
     let info = validate(&p).expect("valid");
     let r = check_program(&info, &Options::default());
     let rec = r.entries[0].record.clone().expect("record");
-    let cache = ProofCache::new(Facts::from_program(&p), Default::default());
+    let cache = ProofCache::new(wrapir::reconcile::program_facts(&p), Default::default());
     let base = EmittedLaunch {
         kernel: KernelName::new("add_kernel_0"),
         graph: GraphName::new("main"),

@@ -79,9 +79,28 @@ impl LimitArgs {
             max_diagnostics: self.max_diagnostics,
             max_outputs: self.max_outputs,
             max_inlined_subgraphs: self.max_inlined_subgraphs,
-            ..wrapir::Limits::from_env()
+            prover: prover_limits_from_env(),
+            ..wrapir::Limits::default()
         }
     }
+}
+
+/// The prover's default limits, overridden by `WRAPIR_PROVE_NODE_LIMIT`,
+/// `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS` when set to a
+/// number (other values are ignored).
+fn prover_limits_from_env() -> wrapir::sym::egraph::Limits {
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    let mut l = wrapir::sym::egraph::Limits::default();
+    if let Some(v) = num("WRAPIR_PROVE_NODE_LIMIT") {
+        l.node_limit = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = num("WRAPIR_PROVE_ITER_LIMIT") {
+        l.iter_limit = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = num("WRAPIR_PROVE_TIME_LIMIT_MS") {
+        l.time_limit = std::time::Duration::from_millis(v);
+    }
+    l
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
@@ -428,7 +447,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             };
             use wrapir::reconcile::LaunchEmitter;
-            let options = wrapir::reconcile::Options::default();
+            let options = wrapir::reconcile::Options {
+                limits: limits().prover,
+                ..Default::default()
+            };
             println!("{name}: valid");
             // After the launch report: the extern ops the chosen backend cannot run.
             let device_ok = || match device {
@@ -703,7 +725,7 @@ fn with_guards(program: Program) -> Result<Program> {
 
 fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {
     use wrapir::sym::Outcome;
-    let (outcome, text) = wrapir::sym::egraph::prove_text(a, b, assume, explain)?;
+    let (outcome, text) = wrapir::sym::egraph::prove_text_with(a, b, assume, explain, &limits().prover)?;
     print!("{text}");
     Ok(match outcome {
         Outcome::Proven(_) => ExitCode::SUCCESS,

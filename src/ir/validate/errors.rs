@@ -6,7 +6,8 @@ use super::*;
 /// Longer lines are cut (with `…`) so that diagnostics stay bounded.
 pub(super) fn line_text(line: &Line) -> String {
     const MAX: usize = 240;
-    let mut text = crate::text::print_line(line);
+    // `Line`'s Display is the text form (implemented by `crate::text`).
+    let mut text = line.to_string();
     if text.len() > MAX {
         let mut cut = MAX;
         while !text.is_char_boundary(cut) {
