@@ -80,7 +80,6 @@ impl LimitArgs {
             max_outputs: self.max_outputs,
             max_inlined_subgraphs: self.max_inlined_subgraphs,
             prover: prover_limits_from_env(),
-            ..wrapir::Limits::default()
         }
     }
 }
