@@ -600,6 +600,11 @@ impl TritonMeta {
     }
 }
 
+/// A call's arguments by parameter name, in argument order
+/// ([`TritonMeta::bind_args_to`]); the names live as long as both the
+/// parameter list and the call (`'n`), the values as long as the call (`'v`).
+pub type BoundArgs<'n, 'v> = Vec<(&'n str, &'v super::line::ArgValue)>;
+
 /// Why a Triton call's arguments do not match its kernel's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArgBindError {
@@ -637,17 +642,31 @@ impl TritonMeta {
     /// parameter (or constexpr, or extra launcher arg) they name. Returns
     /// parameter -> value in call order. Whether every required parameter is
     /// bound, and whether a value given for a baked-in parameter agrees with
-    /// it, is the caller's business. The one place call arguments are matched.
+    /// it, is the caller's business.
     pub fn bind_args<'c>(
         &self,
         args: &'c [super::line::CallArg],
     ) -> Result<IndexMap<String, &'c super::line::ArgValue>, ArgBindError> {
         let params = self.call_params();
-        let mut bound: IndexMap<String, &super::line::ArgValue> = IndexMap::new();
+        let bound = self.bind_args_to(&params, args)?;
+        Ok(bound.into_iter().map(|(n, v)| (n.to_string(), v)).collect())
+    }
+
+    /// [`TritonMeta::bind_args`] over `params`, this kernel's
+    /// [`TritonMeta::call_params`] (which a caller binding many launches keeps),
+    /// without allocating a name per argument. The one place Triton call
+    /// arguments are matched to parameters (the FX lowering binds every
+    /// launch through it).
+    pub fn bind_args_to<'n, 'v: 'n>(
+        &self,
+        params: &[&'n str],
+        args: &'v [super::line::CallArg],
+    ) -> Result<BoundArgs<'n, 'v>, ArgBindError> {
+        let mut bound = BoundArgs::with_capacity(args.len());
         let mut positional = 0usize;
         let mut seen_named = false;
         for (i, a) in args.iter().enumerate() {
-            let name = match &a.name {
+            let name: &str = match &a.name {
                 None if seen_named => return Err(ArgBindError::PositionalAfterNamed { position: i }),
                 None => {
                     let Some(p) = params.get(positional) else {
@@ -657,7 +676,7 @@ impl TritonMeta {
                         });
                     };
                     positional += 1;
-                    p.to_string()
+                    p
                 }
                 Some(n) => {
                     seen_named = true;
@@ -666,12 +685,15 @@ impl TritonMeta {
                     if !known {
                         return Err(ArgBindError::UnknownParameter { param: n.clone() });
                     }
-                    n.clone()
+                    n
                 }
             };
-            if bound.insert(name.clone(), &a.value).is_some() {
-                return Err(ArgBindError::BoundTwice { param: name });
+            if bound.iter().any(|(n, _)| *n == name) {
+                return Err(ArgBindError::BoundTwice {
+                    param: name.to_string(),
+                });
             }
+            bound.push((name, &a.value));
         }
         Ok(bound)
     }

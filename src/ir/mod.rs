@@ -44,7 +44,7 @@ pub mod validate;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
-    ceil_div, ceil_div_expr, ArgBindError, ConstValue, CppMeta, GridError, GridType, HalideArg, HalideMeta,
+    ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridError, GridType, HalideArg, HalideMeta,
     KernelBackend, KernelDef, PrecomputedGridEntry, ScalarType, SigType, TritonMeta,
 };
 pub use line::{

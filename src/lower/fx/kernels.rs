@@ -65,14 +65,7 @@ impl<'p> GraphLowering<'p> {
         };
         let plan = self.triton_plan(meta);
         let params = &plan.params;
-        let Some(bound) = bind_args(meta, params, &call.args) else {
-            // The fast binder only says that binding fails; the kernel
-            // metadata's binder says why.
-            return Err(match meta.bind_args(&call.args) {
-                Err(e) => err(e.to_string()),
-                Ok(_) => err("arguments do not bind to the kernel's parameters".into()),
-            });
-        };
+        let bound = meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?;
         let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
@@ -346,38 +339,3 @@ pub(super) fn const_arg(c: &ConstValue) -> Arg {
         ConstValue::Str(s) => Arg::Str(s.clone()),
     }
 }
-
-/// Binds a Triton launch's arguments to parameter names like
-/// [`TritonMeta::bind_args`] (`params` is its [`TritonMeta::call_params`]),
-/// without allocating a name per argument. `None` when binding fails; the
-/// caller asks [`TritonMeta::bind_args`] for the error.
-pub(super) fn bind_args<'a>(meta: &TritonMeta, params: &[&'a str], args: &'a [CallArg]) -> Option<Bound<'a>> {
-    let mut bound = Bound::with_capacity(args.len());
-    let mut positional = 0usize;
-    let mut seen_named = false;
-    for a in args {
-        let name: &str = match &a.name {
-            None if seen_named => return None,
-            None => {
-                let p = params.get(positional)?;
-                positional += 1;
-                p
-            }
-            Some(n) => {
-                seen_named = true;
-                if !(meta.signature.contains_key(n.as_str()) || meta.extra_launcher_args.iter().any(|x| x == n)) {
-                    return None;
-                }
-                n
-            }
-        };
-        if bound.iter().any(|(n, _)| *n == name) {
-            return None;
-        }
-        bound.push((name, &a.value));
-    }
-    Some(bound)
-}
-
-/// Arguments of one launch by parameter name, in argument order.
-pub(super) type Bound<'a> = Vec<(&'a str, &'a ArgValue)>;

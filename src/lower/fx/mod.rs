@@ -14,7 +14,7 @@
 
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, CallArg, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
+    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
     KernelDef, KernelName, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
     TritonMeta,
 };
