@@ -116,12 +116,15 @@ fn py_compile(text: &str) {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!("wrapir_py_{}_{n}.py", std::process::id()));
     std::fs::write(&path, text).expect("write temp module");
-    let out = std::process::Command::new("python3")
-        .args(["-m", "py_compile"])
-        .arg(&path)
-        .output()
-        .expect("python3 runs");
+    let out = common::run_tool(
+        std::process::Command::new("python3")
+            .args(["-m", "py_compile"])
+            .arg(&path),
+        "python3",
+        "checking the lowered module with py_compile",
+    );
     let _ = std::fs::remove_file(&path);
+    let Some(out) = out else { return };
     assert!(
         out.status.success(),
         "py_compile rejected the module:\n{}\n---\n{text}",
