@@ -97,79 +97,17 @@ pub(super) fn python_launch(info: &ProgramInfo<'_>, p: PrintedLaunch) -> Result<
 }
 
 /// The grid Inductor's Python launcher computes from its arguments (`scope`)
-/// and the config's kwargs.
+/// and the config's kwargs ([`crate::ir::GridForm::Launcher`]).
 pub(super) fn launcher_grid(
     meta: &crate::ir::TritonMeta,
     scope: &std::collections::HashMap<&str, SymExpr>,
 ) -> Result<[SymExpr; 3], String> {
-    use crate::ir::GridType;
-    let arg = |n: &str| {
+    let value = |n: &str| {
         scope
             .get(n)
             .cloned()
-            .ok_or_else(|| format!("the launcher's grid needs `{n}`, which it is not passed"))
+            .or_else(|| meta.config.get(n).map(|v| SymExpr::Int(*v)))
     };
-    let config = |n: &str| meta.config.get(n).copied();
-    // `ceildiv(numel, block)`: `-((numel) // -(block))`; the numel itself when
-    // the config has no such block size or it is 1; folded for literals.
-    let ceildiv = |numel: SymExpr, block: Option<SymExpr>| -> Result<SymExpr, String> {
-        match block {
-            None | Some(SymExpr::Int(1)) => Ok(numel),
-            Some(SymExpr::Int(0)) => Err("a block size of 0 divides by zero".into()),
-            Some(b) => {
-                if let (SymExpr::Int(n), SymExpr::Int(k)) = (&numel, &b) {
-                    if let Some(v) = k
-                        .checked_neg()
-                        .and_then(|nk| crate::sym::eval::floor_div(*n, nk))
-                        .and_then(i64::checked_neg)
-                    {
-                        return Ok(SymExpr::Int(v));
-                    }
-                }
-                Ok(SymExpr::neg(SymExpr::floor_div(numel, SymExpr::neg(b))))
-            }
-        }
-    };
-    let over =
-        |numel: &str, block: &str| -> Result<SymExpr, String> { ceildiv(arg(numel)?, config(block).map(SymExpr::Int)) };
-    let one = SymExpr::Int(1);
-    Ok(match &meta.grid_type {
-        GridType::Grid1D => [over("xnumel", "XBLOCK")?, one.clone(), one],
-        GridType::Grid2D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, one],
-        GridType::Grid3D => [
-            over("xnumel", "XBLOCK")?,
-            over("ynumel", "YBLOCK")?,
-            over("znumel", "ZBLOCK")?,
-        ],
-        GridType::Grid2DWithYZOverflow { max_y_grid } => {
-            let raw = over("ynumel", "YBLOCK")?;
-            let div = ceildiv(raw.clone(), Some(SymExpr::Int(*max_y_grid)))?;
-            [over("xnumel", "XBLOCK")?, ceildiv(raw, Some(div.clone()))?, div]
-        }
-        GridType::CooperativeReductionGrid => {
-            let rsplit = config("RSPLIT").ok_or("the config has no `RSPLIT`")?;
-            [SymExpr::Int(rsplit), over("xnumel", "XBLOCK")?, one]
-        }
-        GridType::SplitScanGrid => [over("r0_numel", "R0_BLOCK")?, arg("xnumel")?, one],
-        GridType::FixedGrid => [arg("_grid_0")?, arg("_grid_1")?, arg("_grid_2")?],
-        GridType::PrecomputedGrid { .. } => {
-            let entry = meta.precomputed_grid().map_err(|e| e.to_string())?;
-            let subst = |e: &SymExpr| -> Result<SymExpr, String> {
-                for s in e.free_symbols() {
-                    if !scope.contains_key(s.as_str()) && config(s.as_str()).is_none() {
-                        return Err(format!(
-                            "the precomputed grid `{e}` needs `{s}`, which the launcher is not passed"
-                        ));
-                    }
-                }
-                Ok(e.substitute(&|s| {
-                    scope
-                        .get(s.as_str())
-                        .cloned()
-                        .or_else(|| config(s.as_str()).map(SymExpr::Int))
-                }))
-            };
-            [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
-        }
-    })
+    meta.grid_in(crate::ir::GridForm::Launcher, &value)
+        .map_err(|e| e.to_string())
 }
