@@ -6,7 +6,8 @@ mod common;
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare_leaves, output_leaves, reference_outputs, BundleMeta, Tolerance};
+use wrapir::bundle::conventions::{self, reference_outputs};
+use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::host::{op_key, HostBackend};
 use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::{safetensors, Tensor, Value};
@@ -64,7 +65,7 @@ fn tensors(path: &Path) -> IndexMap<String, Tensor> {
 }
 
 fn bundle_json(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join(BundleMeta::FILE)).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap()).unwrap()
 }
 
 /// The outcome of lowering to one target.
@@ -111,7 +112,7 @@ fn every_bundle_validates_and_lowers_to_every_target() {
 
 /// `bundle.json`'s `int_outputs`: the expected tensors that hold integer outputs.
 fn int_outputs(dir: &Path) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(dir.join(BundleMeta::FILE)).unwrap();
+    let text = std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap();
     wrapir::exec::compare::BundleMeta::from_json(&text).unwrap().int_outputs
 }
 
@@ -205,7 +206,7 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             .symbols
             .values()
             .any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
-        let expected = tensors(&dir.join(BundleMeta::EXPECTED));
+        let expected = tensors(&dir.join(conventions::EXPECTED));
         let expected = reference_outputs(&expected);
         let predicates: Vec<Option<&[bool]>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
             Some((_, ps)) => ps.iter().map(|p| Some(*p)).collect(),
@@ -292,13 +293,11 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
             continue;
         }
         ran.push(case.clone());
-        let json = bundle_json(&dir);
-        let tolerance = Tolerance {
-            rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
-            atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
-        };
-        let inputs = tensors(&dir.join(wrapir::bundle::INPUTS));
-        let expected = tensors(&dir.join(BundleMeta::EXPECTED));
+        let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let tolerance = meta.tolerance.unwrap_or(Tolerance { rtol: 2e-2, atol: 2e-2 });
+        let inputs = tensors(&dir.join(conventions::INPUTS));
+        let expected = tensors(&dir.join(conventions::EXPECTED));
         let out = match wrapir::exec::host::run_program(&program, &inputs) {
             Ok(o) => o,
             Err(e) => {
