@@ -67,10 +67,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "tests/python_lowering.rs",
         "to be split by concern (lines, kernels, py_compile checks)",
     ),
-    (
-        "tests/validate.rs",
-        "to be split by concern (valid programs, each rule's errors)",
-    ),
 ];
 
 fn root() -> PathBuf {
