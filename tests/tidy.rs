@@ -59,14 +59,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "src/exec/",
         "being changed on other branches (host kernels, C-ABI runtime)",
     ),
-    (
-        "tests/cpp_lowering.rs",
-        "to be split by concern (shim, standalone, compile checks)",
-    ),
-    (
-        "tests/python_lowering.rs",
-        "to be split by concern (lines, kernels, py_compile checks)",
-    ),
 ];
 
 fn root() -> PathBuf {
