@@ -169,6 +169,27 @@ impl<'a> ProgramInfo<'a> {
         self.program.kernels.get(name)
     }
 
+    /// The kernel a line of the program names (`KernelCall`,
+    /// `KernelDefinition`): validation checked that it is in the kernel
+    /// table, so back ends need no error for a missing one.
+    pub(crate) fn line_kernel(&self, name: &KernelName) -> &'a KernelDef {
+        // Invariant: `validate` rejects every line naming a kernel outside the table.
+        self.program
+            .kernels
+            .get(name)
+            .expect("validated: every kernel a line names is in the kernel table")
+    }
+
+    /// The subgraph a `Conditional` or `WhileLoop` line names: validation
+    /// checked that it exists.
+    pub(crate) fn line_subgraph(&self, name: &GraphName) -> &'a crate::ir::Graph {
+        // Invariant: `validate` rejects every line naming a missing subgraph.
+        self.program
+            .subgraphs
+            .get(name)
+            .expect("validated: every subgraph a line runs exists")
+    }
+
     /// The `KernelDefinition` line of a kernel: (graph, line index). `None` for
     /// kernels in the table that no line defines (they are never called).
     pub fn kernel_definition_site(&self, name: &KernelName) -> Option<(&GraphName, usize)> {
