@@ -7,14 +7,7 @@ impl<'p> GraphLowering<'p> {
         let def = match self.kernels.get(&call.kernel) {
             Some(def) => *def,
             None => {
-                let def = self
-                    .program
-                    .kernels
-                    .get(&call.kernel)
-                    .ok_or_else(|| ErrorKind::Undefined {
-                        what: "kernel",
-                        name: call.kernel.to_string(),
-                    })?;
+                let def = self.info.line_kernel(&call.kernel);
                 self.kernels.insert(call.kernel.clone(), def);
                 def
             }

@@ -73,10 +73,11 @@ pub enum ErrorKind {
     /// A symbol used before any line binds it.
     #[error("symbol `{0}` is used before it is bound")]
     UnboundSymbol(Symbol),
-    /// A kernel or subgraph missing from the program tables.
+    /// A buffer whose declaration is not what the line needs (kernels and
+    /// subgraphs come from validation, which checked the tables).
     #[error("{what} `{name}` is not defined in the program")]
     Undefined {
-        /// `kernel`, `subgraph` or `buffer declaration`.
+        /// `buffer declaration` or `tensor buffer declaration`.
         what: &'static str,
         /// Its name.
         name: String,
@@ -120,9 +121,8 @@ pub enum ErrorKind {
 
 /// Lowers the main graph (and, nested, every subgraph it runs).
 pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Error> {
-    let program = info.program();
     let memo = SubgraphMemo::default();
-    let (graph, lifted) = GraphLowering::run(program, None, options, &memo)?;
+    let (graph, lifted) = GraphLowering::run(info, None, options, &memo)?;
     if let Some(s) = lifted.first() {
         return Err(Error {
             graph: "main".into(),

@@ -8,6 +8,8 @@ use super::*;
 pub(super) type SubgraphMemo = RefCell<HashMap<GraphName, (fx::Graph, Vec<Symbol>)>>;
 
 pub(super) struct GraphLowering<'p> {
+    /// What validation established (kernel and subgraph lookups).
+    pub(super) info: &'p ProgramInfo<'p>,
     pub(super) program: &'p Program,
     pub(super) memo: &'p SubgraphMemo,
     pub(super) ir: &'p crate::ir::Graph,
@@ -74,21 +76,20 @@ pub(super) type Res<T> = Result<T, ErrorKind>;
 
 impl<'p> GraphLowering<'p> {
     pub(super) fn run(
-        program: &'p Program,
+        info: &'p ProgramInfo<'p>,
         name: Option<&GraphName>,
         options: &'p Options,
         memo: &'p SubgraphMemo,
     ) -> Result<(fx::Graph, Vec<Symbol>), Error> {
+        let program = info.program();
         let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
-        let ir = program.graph(name).ok_or_else(|| Error {
-            graph: gname.clone(),
-            line: None,
-            kind: ErrorKind::Undefined {
-                what: "subgraph",
-                name: gname.clone(),
-            },
-        })?;
+        // Validation checked that every subgraph a line runs exists.
+        let ir = match name {
+            Some(n) => info.line_subgraph(n),
+            None => &program.main,
+        };
         let mut l = GraphLowering {
+            info,
             program,
             memo,
             ir,

@@ -9,17 +9,11 @@ impl<'p> GraphLowering<'p> {
         let mut lowered = Vec::new();
         let mut union: Vec<Symbol> = Vec::new();
         for n in names {
-            if !self.program.subgraphs.contains_key(*n) {
-                return Err(ErrorKind::Undefined {
-                    what: "subgraph",
-                    name: n.to_string(),
-                });
-            }
             let cached = self.memo.borrow().get(*n).cloned();
             let (g, lifted) = match cached {
                 Some(hit) => hit,
                 None => {
-                    let lowered = GraphLowering::run(self.program, Some(n), self.options, self.memo)
+                    let lowered = GraphLowering::run(self.info, Some(n), self.options, self.memo)
                         .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
                     self.memo.borrow_mut().insert((*n).clone(), lowered.clone());
                     lowered
