@@ -650,3 +650,29 @@ fn guards_become_runtime_asserts() {
     // Exactly the one guard line was added.
     assert_eq!(guarded.main.lines.len(), program.main.lines.len() + 1);
 }
+
+/// `reconcile::guarded` is the CLI's guard policy: validate, reconcile, insert guards.
+#[test]
+fn guarded_validates_reconciles_and_inserts_guards() {
+    let options = Options::default();
+    for path in common::fixtures() {
+        let p = common::load(&path);
+        let info = wrapir::ir::validate(&p).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_program(&info, &options);
+        let guarded = wrapir::reconcile::guarded(p.clone(), &Default::default(), &options);
+        let want = wrapir::reconcile::insert_guards(&p, &report);
+        match guarded {
+            Ok(g) => assert_eq!(g, want, "{}", path.display()),
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+    let mut bad = common::load(&common::fixtures()[0]);
+    bad.main.lines.push(wrapir::ir::Line::Free {
+        buffer: wrapir::ir::BufName::new("no_such_buffer"),
+    });
+    let err = wrapir::reconcile::guarded(bad, &Default::default(), &options).unwrap_err();
+    assert!(
+        matches!(err, wrapir::reconcile::GuardError::Invalid(_)) && err.to_string().contains("no_such_buffer"),
+        "{err}"
+    );
+}

@@ -707,19 +707,19 @@ nothing, an op with no declared result gives an opaque value"
 
 /// Reconciles every Triton launch and inserts the run-time guards it needs;
 /// a launch that cannot be reconciled is an error.
+/// [`wrapir::reconcile::guarded`] within this invocation's limits.
 fn with_guards(program: Program) -> Result<Program> {
-    let info = match ir::validate_with_limits(&program, &limits()) {
-        Ok(info) => info,
-        Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
+    use wrapir::reconcile::GuardError;
+    let options = wrapir::reconcile::Options {
+        limits: limits().prover,
+        ..Default::default()
     };
-    let report = wrapir::reconcile::check_program(&info, &Default::default());
-    if report.totals.failed > 0 {
-        bail!(
-            "launch reconciliation failed; run `wrapir check` for details:\n{}",
-            report.render(false)
-        );
-    }
-    Ok(wrapir::reconcile::insert_guards(&program, &report))
+    wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {
+        GuardError::Invalid(e) => anyhow::anyhow!("the program is invalid; run `wrapir check` for details:\n{e}"),
+        GuardError::Reconcile(report) => {
+            anyhow::anyhow!("launch reconciliation failed; run `wrapir check` for details:\n{report}")
+        }
+    })
 }
 
 fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {

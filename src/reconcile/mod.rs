@@ -42,7 +42,7 @@ pub use emitted::{
     EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
 pub use facts::program_facts;
-pub use guards::insert_guards;
+pub use guards::{guarded, insert_guards, GuardError};
 pub use record::{
     reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache,
     RuntimeArg, Scratch, ScratchKind,
