@@ -17,7 +17,6 @@ use common::{generate, median_time, thousands, Size};
 use std::time::{Duration, Instant};
 use wrapir::ir::{Line, MAIN_GRAPH};
 use wrapir::reconcile::{check_program, reconcile_call, Options, ProofCache, Verdict};
-use wrapir::sym::Facts;
 
 const LAUNCHES: usize = 10_000;
 const WARMUP: usize = 1;
@@ -83,7 +82,7 @@ fn main() {
     let mut maxes = Vec::new();
     let mut slowest = (Duration::ZERO, String::new());
     for _ in 0..REPEATS {
-        let cache = ProofCache::new(Facts::from_program(program), parallel.limits.clone());
+        let cache = ProofCache::new(wrapir::reconcile::program_facts(program), parallel.limits.clone());
         let mut times: Vec<Duration> = Vec::with_capacity(calls.len());
         for (line, call) in &calls {
             let start = Instant::now();

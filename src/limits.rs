@@ -49,15 +49,6 @@ impl Limits {
     /// The default memory limits of the library: 16 GiB.
     pub const DEFAULT_MEMORY_BYTES: u64 = 16 << 30;
 
-    /// The defaults with the prover's limits read from the environment
-    /// ([`crate::sym::egraph::Limits::from_env`]).
-    pub fn from_env() -> Self {
-        Limits {
-            prover: crate::sym::egraph::Limits::from_env(),
-            ..Limits::default()
-        }
-    }
-
     /// Both memory limits set to `bytes`.
     pub fn with_memory(self, bytes: u64) -> Self {
         Limits {

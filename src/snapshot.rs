@@ -3,7 +3,8 @@
 //!
 //! ```no_run
 //! # let program = wrapir::ir::Program::new();
-//! // In a test: one snapshot per back end, reviewed with `cargo insta review`.
+//! // In a test: one snapshot per back end (python, cpp, cpp-standalone, fx),
+//! // reviewed with `cargo insta review`.
 //! wrapir::snapshot::assert_wrapper_snapshots("my_model", &program);
 //! ```
 //!
@@ -12,24 +13,8 @@
 
 use crate::ir::{validate, Program};
 
-/// A back end a snapshot can be taken of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// [`crate::lower::python`].
-    Python,
-}
-
-impl Target {
-    /// Every target, in snapshot order.
-    pub const ALL: [Target; 1] = [Target::Python];
-
-    /// The target's name, used as the snapshot name prefix.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Python => "python",
-        }
-    }
-}
+/// A back end a snapshot can be taken of: every [`crate::lower::Target`].
+pub use crate::lower::Target;
 
 /// Why a program could not be rendered for a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -50,28 +35,29 @@ pub enum SnapshotError {
 /// Renders `program` for `target`, redacted for snapshots.
 pub fn render(program: &Program, target: Target) -> Result<String, SnapshotError> {
     let info = validate(program).map_err(|e| SnapshotError::Invalid(e.to_string()))?;
-    let text = match target {
-        Target::Python => {
-            crate::lower::python::write_string(&info, &Default::default()).map_err(|e| SnapshotError::Lower {
-                target: target.name(),
-                message: e.to_string(),
-            })?
-        }
-    };
+    let text = target.write_string(&info).map_err(|e| SnapshotError::Lower {
+        target: target.name(),
+        message: e.to_string(),
+    })?;
     Ok(redact(&text))
 }
 
-/// Asserts one insta snapshot per target, named `<name>@<target>`, using the
-/// caller's insta settings (snapshot path, review workflow).
+/// Asserts one insta snapshot per back end ([`Target::ALL`]), named
+/// `<name>@<target>`, using the caller's insta settings (snapshot path,
+/// review workflow). A back end that cannot express the program snapshots
+/// its error message (`error: ...`), so a program that stops (or starts)
+/// lowering shows up in review.
 ///
-/// Panics (it is a test assertion) when the program is invalid or a back end fails.
+/// Panics (it is a test assertion) when the program is invalid.
 #[track_caller]
 pub fn assert_wrapper_snapshots(name: &str, program: &Program) {
     for target in Target::ALL {
-        match render(program, target) {
-            Ok(text) => insta::assert_snapshot!(format!("{name}@{}", target.name()), text),
-            Err(e) => panic!("{name}: {e}"),
-        }
+        let text = match render(program, target) {
+            Ok(text) => text,
+            Err(e @ SnapshotError::Invalid(_)) => panic!("{name}: {e}"),
+            Err(SnapshotError::Lower { message, .. }) => format!("error: {message}\n"),
+        };
+        insta::assert_snapshot!(format!("{name}@{}", target.name()), text);
     }
 }
 

@@ -6,13 +6,14 @@ mod common;
 
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare_leaves, output_leaves, Tolerance};
+use wrapir::bundle::conventions::{self, reference_outputs};
+use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::host::{op_key, HostBackend};
 use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::{safetensors, Tensor, Value};
 use wrapir::fx::Op;
 use wrapir::ir::Program;
-use wrapir::lower::cpp::{Dialect, Options as CppOptions};
+use wrapir::lower::Target;
 
 /// (bundle, target) pairs known to fail, with a substring of the error. The
 /// test fails when one of them starts to pass, so the list cannot rot.
@@ -64,28 +65,13 @@ fn tensors(path: &Path) -> IndexMap<String, Tensor> {
 }
 
 fn bundle_json(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("bundle.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap()).unwrap()
 }
 
 /// The outcome of lowering to one target.
-fn lower(program: &Program, target: &str) -> Result<String, String> {
+fn lower(program: &Program, target: Target) -> Result<String, String> {
     let info = wrapir::ir::validate(program).map_err(|e| e.to_string())?;
-    let cpp = |dialect| {
-        wrapir::lower::cpp::write_string(
-            &info,
-            &CppOptions {
-                dialect,
-                ..Default::default()
-            },
-        )
-    };
-    match target {
-        "python" => wrapir::lower::python::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
-        "cpp" => cpp(Dialect::Aoti).map_err(|e| e.to_string()),
-        "cpp-standalone" => cpp(Dialect::Standalone).map_err(|e| e.to_string()),
-        "fx" => wrapir::lower::fx::write_string(&info, &Default::default()).map_err(|e| e.to_string()),
-        other => Err(format!("unknown target {other}")),
-    }
+    target.write_string(&info).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -99,12 +85,14 @@ fn every_bundle_validates_and_lowers_to_every_target() {
             failures.push(format!("{case}: invalid:\n{e}"));
             continue;
         }
-        for target in ["python", "cpp", "cpp-standalone", "fx"] {
-            let known = KNOWN_FAILURES.iter().find(|(b, t, _)| *b == case && *t == target);
+        for target in Target::ALL {
+            let known = KNOWN_FAILURES
+                .iter()
+                .find(|(b, t, _)| *b == case && *t == target.name());
             match (lower(&program, target), known) {
                 (Ok(text), None) if !text.trim().is_empty() => {}
                 (Ok(_), None) => failures.push(format!("{case} -> {target}: empty output")),
-                (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target)),
+                (Err(e), Some((_, _, want))) if e.contains(want) => known_seen.push((case.clone(), target.name())),
                 (Err(e), _) => failures.push(format!("{case} -> {target}: {e}")),
                 (Ok(_), Some(_)) => {
                     failures.push(format!("{case} -> {target}: listed as failing but lowers; remove it"))
@@ -124,7 +112,7 @@ fn every_bundle_validates_and_lowers_to_every_target() {
 
 /// `bundle.json`'s `int_outputs`: the expected tensors that hold integer outputs.
 fn int_outputs(dir: &Path) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(dir.join("bundle.json")).unwrap();
+    let text = std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap();
     wrapir::exec::compare::BundleMeta::from_json(&text).unwrap().int_outputs
 }
 
@@ -150,15 +138,8 @@ fn meta_leaves(outputs: &[Value<wrapir::exec::TensorSpec>], ints: bool) -> Vec<M
 /// does).
 #[test]
 fn every_bundle_reconciles_in_every_lowering() {
-    use wrapir::reconcile::{check_lowerings, CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
-    let emitters: Vec<Box<dyn LaunchEmitter>> = vec![
-        Box::new(PythonLaunches::default()),
-        Box::new(CppLaunches { dialect: Dialect::Aoti }),
-        Box::new(CppLaunches {
-            dialect: Dialect::Standalone,
-        }),
-        Box::new(FxLaunches::default()),
-    ];
+    use wrapir::reconcile::{check_lowerings, LaunchEmitter};
+    let emitters: Vec<Box<dyn LaunchEmitter>> = Target::ALL.into_iter().map(wrapir::reconcile::emitter).collect();
     let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
     let mut failures = Vec::new();
     let mut launches = 0;
@@ -198,22 +179,11 @@ fn lowered_python_call_is_inductors_for_while_loop_bundles() {
     let root = common::root().join("fixtures/inductor/bundles");
     for case in PYTHON_CALL_IS_INDUCTORS {
         let dir = root.join(case);
-        let ours = lower(&load(&dir), "python").unwrap_or_else(|e| panic!("{case}: {e}"));
+        let ours = lower(&load(&dir), Target::Python).unwrap_or_else(|e| panic!("{case}: {e}"));
         let theirs = std::fs::read_to_string(dir.join("inductor.py.txt")).unwrap();
         let (a, b) = (call_body(&ours), call_body(&theirs));
         assert!(b.len() > 20, "{case}: no `call` in inductor.py.txt");
         assert_eq!(a, b, "{case}: lowered Python `call` differs from Inductor's");
-    }
-}
-
-/// The expected tensors that correspond to the graph outputs: the
-/// `graph_out<k>` tensors when the exporter wrote any, else all in file order.
-fn expected_outputs(expected: &IndexMap<String, Tensor>) -> Vec<(&String, &Tensor)> {
-    let graph: Vec<_> = expected.iter().filter(|(k, _)| k.starts_with("graph_out")).collect();
-    if graph.is_empty() {
-        expected.iter().collect()
-    } else {
-        graph
     }
 }
 
@@ -236,8 +206,8 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             .symbols
             .values()
             .any(|d| d.kind == wrapir::ir::SymbolKind::Unbacked);
-        let expected = tensors(&dir.join("expected.safetensors"));
-        let expected = expected_outputs(&expected);
+        let expected = tensors(&dir.join(conventions::EXPECTED));
+        let expected = reference_outputs(&expected);
         let predicates: Vec<Option<&[bool]>> = match PREDICATES.iter().find(|(b, _)| *b == case) {
             Some((_, ps)) => ps.iter().map(|p| Some(*p)).collect(),
             None => vec![None],
@@ -323,13 +293,11 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
             continue;
         }
         ran.push(case.clone());
-        let json = bundle_json(&dir);
-        let tolerance = Tolerance {
-            rtol: json["tolerance"]["rtol"].as_f64().unwrap_or(2e-2),
-            atol: json["tolerance"]["atol"].as_f64().unwrap_or(2e-2),
-        };
-        let inputs = tensors(&dir.join("inputs.safetensors"));
-        let expected = tensors(&dir.join("expected.safetensors"));
+        let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        let tolerance = meta.tolerance.unwrap_or(Tolerance { rtol: 2e-2, atol: 2e-2 });
+        let inputs = tensors(&dir.join(conventions::INPUTS));
+        let expected = tensors(&dir.join(conventions::EXPECTED));
         let out = match wrapir::exec::host::run_program(&program, &inputs) {
             Ok(o) => o,
             Err(e) => {

@@ -5,9 +5,10 @@
 mod common;
 
 use wrapir::ir::validate;
+use wrapir::lower::Target;
 
-/// Lowers every fixture with `lower` and snapshots the text as `<target>@<fixture>`.
-fn check_target(target: &str, lower: impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String>) {
+/// Lowers every fixture with `target` and snapshots the text as `<target>@<fixture>`.
+fn check_target(target: Target) {
     let fixtures = common::fixtures();
     assert!(
         fixtures.len() >= 20,
@@ -20,41 +21,44 @@ fn check_target(target: &str, lower: impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Re
         let info = validate(&program).unwrap_or_else(|e| panic!("{name} is invalid:\n{e}"));
         // A back end that cannot express a fixture says why; that message is part
         // of the snapshot, so a fixture that stops (or starts) lowering shows up in review.
-        let text = lower(&info).unwrap_or_else(|e| format!("error: {e}\n"));
-        common::settings().bind(|| insta::assert_snapshot!(format!("{target}@{name}"), text));
+        let text = target.write_string(&info).unwrap_or_else(|e| format!("error: {e}\n"));
+        common::settings().bind(|| insta::assert_snapshot!(format!("{}@{name}", target.name()), text));
     }
 }
 
 #[test]
 fn python() {
-    check_target("python", |info| {
-        wrapir::lower::python::write_string(info, &Default::default()).map_err(|e| e.to_string())
-    });
-}
-
-fn cpp(dialect: wrapir::lower::cpp::Dialect) -> impl Fn(&wrapir::ir::ProgramInfo<'_>) -> Result<String, String> {
-    move |info| {
-        let options = wrapir::lower::cpp::Options {
-            dialect,
-            ..Default::default()
-        };
-        wrapir::lower::cpp::write_string(info, &options).map_err(|e| e.to_string())
-    }
+    check_target(Target::Python);
 }
 
 #[test]
 fn cpp_aoti() {
-    check_target("cpp", cpp(wrapir::lower::cpp::Dialect::Aoti));
+    check_target(Target::Cpp);
 }
 
 #[test]
 fn cpp_standalone() {
-    check_target("cpp-standalone", cpp(wrapir::lower::cpp::Dialect::Standalone));
+    check_target(Target::CppStandalone);
 }
 
 #[test]
 fn fx() {
-    check_target("fx", |info| {
-        wrapir::lower::fx::write_string(info, &Default::default()).map_err(|e| e.to_string())
-    });
+    check_target(Target::Fx);
+}
+
+#[test]
+fn snapshot_helper_renders_every_back_end() {
+    let path = common::fixtures()
+        .into_iter()
+        .find(|p| common::name(p) == "pointwise")
+        .expect("the pointwise fixture exists");
+    let program = common::load(&path);
+    let info = validate(&program).unwrap_or_else(|e| panic!("pointwise is invalid:\n{e}"));
+    assert_eq!(wrapir::snapshot::Target::ALL.len(), 4);
+    for target in Target::ALL {
+        let text = wrapir::snapshot::render(&program, target).unwrap_or_else(|e| panic!("{target}: {e}"));
+        let plain = target.write_string(&info).unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert_eq!(text, wrapir::snapshot::redact(&plain), "{target}");
+        assert!(text.contains("buf0"), "{target}: {text}");
+    }
 }

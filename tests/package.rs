@@ -377,7 +377,11 @@ fn bad_packages_are_clear_errors() {
     );
     // Every prefix of a good package is an error, never a panic.
     for cut in (0..good.len()).step_by(997) {
-        assert!(open_bytes(&dir, "prefix.wirpkg", &good[..cut]).is_err(), "prefix {cut}");
+        let err = match open_bytes(&dir, "prefix.wirpkg", &good[..cut]) {
+            Ok(_) => panic!("a {cut}-byte prefix opens"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("prefix.wirpkg"), "prefix {cut}: {err}");
     }
     // The CLI names the file and exits 2.
     std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();

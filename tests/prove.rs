@@ -243,7 +243,7 @@ fn facts_from_program_ranges_and_definitions() {
         symbol: Symbol::new("ks0"),
         expr: e("(* s0 s1)"),
     });
-    let f = Facts::from_program(&program);
+    let f = wrapir::reconcile::program_facts(&program);
     assert_eq!(f.range(&Symbol::new("s0")), (Some(0), None));
     assert_eq!(f.range(&Symbol::new("u0")), (Some(0), Some(100)));
     assert_eq!(f.definitions().get(&Symbol::new("ks0")), Some(&e("(* s0 s1)")));
@@ -259,7 +259,10 @@ fn parsed_assumptions() {
     assert_eq!(f.range(&Symbol::new("s1")), (Some(3), None));
     assert_eq!(f.range(&Symbol::new("s2")), (None, Some(9)));
     assert_eq!(f.range(&Symbol::new("s3")), (Some(4), Some(4)));
-    assert!(Facts::parse(&["s0"]).is_err());
+    assert_eq!(
+        Facts::parse(&["s0"]).unwrap_err().to_string(),
+        "assumption `s0` is not a condition (expected e.g. `s0 >= 1` or `ks0 == s0*s1`)"
+    );
 }
 
 #[test]
@@ -275,7 +278,8 @@ fn text_interface() {
     let (o, out) = prove_text("s0", "s0", &["s0 >= 5".into(), "s0 <= 3".into()], false).expect("runs");
     assert!(matches!(o, Outcome::Unknown(_)));
     assert!(out.starts_with("unknown: the facts are contradictory"), "{out}");
-    assert!(prove_text("s0", "s0", &["s0 +".into()], false).is_err());
+    let err = prove_text("s0", "s0", &["s0 +".into()], false).unwrap_err().to_string();
+    assert!(err.starts_with("cannot parse assumption `s0 +`"), "{err}");
     // Inductor's Python syntax, with a definition as an assumption.
     let facts: Vec<String> = ["s0 >= 1", "s1 >= 1", "ks0 == s0*s1"].map(String::from).to_vec();
     let (o, out) = prove_text("-((ks0) // (-128))", "((s1*s0) + 127) // 128", &facts, true).expect("runs");
@@ -311,7 +315,7 @@ fn tampered_explanation_is_rejected() {
     let Outcome::Proven(expl) = prove_eq(&e("(// (// s0 s1) s2)"), &e("(// s0 (* s1 s2))"), &f) else {
         panic!("not proven")
     };
-    assert!(expl.check_with_egg().is_ok());
+    assert_eq!(expl.check_with_egg(), Ok(()));
     // Claim the nested-division step was a different rule: egg's checker must object.
     let mut steps = expl.steps().to_vec();
     fn relabel(t: &mut egg::FlatTerm<SymLang>) -> bool {
@@ -327,7 +331,8 @@ fn tampered_explanation_is_rejected() {
     }
     assert!(steps.len() >= 2 && relabel(&mut steps[1]));
     let forged = wrapir::sym::egraph::Explanation::from_steps(steps);
-    assert!(forged.check_with_egg().is_err(), "{forged}");
+    let err = forged.check_with_egg().unwrap_err();
+    assert!(err.starts_with("egg's proof checker rejected the explanation"), "{err}");
 }
 
 #[test]
@@ -415,7 +420,7 @@ proptest! {
         let outcome = prove_eq_with(&a, &b, &sym_facts(), &small_limits());
         prop_assert!(!outcome.is_disproved(), "{a} vs {b}: {}", outcome.summary());
         if let Outcome::Proven(expl) = &outcome {
-            prop_assert!(expl.check_with_egg().is_ok());
+            prop_assert_eq!(expl.check_with_egg(), Ok(()));
         }
     }
 

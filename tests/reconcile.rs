@@ -10,7 +10,7 @@ use wrapir::reconcile::{
     EmitError, EmittedLaunch, EmittedValue, FxLaunches, LaunchEmitter, LaunchRecord, LoweringVerdict, Mismatch,
     Options, ProofCache, PythonLaunches, ScratchKind, Verdict,
 };
-use wrapir::sym::{parse as expr, Facts, SymExpr};
+use wrapir::sym::{parse as expr, SymExpr};
 
 fn program(src: &str) -> Program {
     wrapir::text::parse(src).unwrap_or_else(|e| panic!("parse: {e}\n{src}"))
@@ -327,7 +327,7 @@ fn emitted_mismatches() {
     let info = validate(&p).expect("valid");
     let r = check_program(&info, &Options::default());
     let rec = r.entries[0].record.clone().expect("record");
-    let cache = ProofCache::new(Facts::from_program(&p), Default::default());
+    let cache = ProofCache::new(wrapir::reconcile::program_facts(&p), Default::default());
     let base = EmittedLaunch {
         kernel: KernelName::new("add_kernel_0"),
         graph: GraphName::new("main"),
@@ -435,14 +435,10 @@ fn every_fixture_reconciles() {
 
 /// The four lowerings whose emitted launches `wrapir check` validates.
 fn all_lowerings() -> Vec<Box<dyn LaunchEmitter>> {
-    vec![
-        Box::new(PythonLaunches::default()),
-        Box::new(CppLaunches { dialect: Dialect::Aoti }),
-        Box::new(CppLaunches {
-            dialect: Dialect::Standalone,
-        }),
-        Box::new(FxLaunches::default()),
-    ]
+    wrapir::lower::Target::ALL
+        .into_iter()
+        .map(wrapir::reconcile::emitter)
+        .collect()
 }
 
 #[test]
@@ -653,4 +649,30 @@ fn guards_become_runtime_asserts() {
     assert!(err.to_string().contains("add_kernel_0: n_elements"), "{err}");
     // Exactly the one guard line was added.
     assert_eq!(guarded.main.lines.len(), program.main.lines.len() + 1);
+}
+
+/// `reconcile::guarded` is the CLI's guard policy: validate, reconcile, insert guards.
+#[test]
+fn guarded_validates_reconciles_and_inserts_guards() {
+    let options = Options::default();
+    for path in common::fixtures() {
+        let p = common::load(&path);
+        let info = wrapir::ir::validate(&p).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_program(&info, &options);
+        let guarded = wrapir::reconcile::guarded(p.clone(), &Default::default(), &options);
+        let want = wrapir::reconcile::insert_guards(&p, &report);
+        match guarded {
+            Ok(g) => assert_eq!(g, want, "{}", path.display()),
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+    let mut bad = common::load(&common::fixtures()[0]);
+    bad.main.lines.push(wrapir::ir::Line::Free {
+        buffer: wrapir::ir::BufName::new("no_such_buffer"),
+    });
+    let err = wrapir::reconcile::guarded(bad, &Default::default(), &options).unwrap_err();
+    assert!(
+        matches!(err, wrapir::reconcile::GuardError::Invalid(_)) && err.to_string().contains("no_such_buffer"),
+        "{err}"
+    );
 }

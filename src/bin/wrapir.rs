@@ -79,9 +79,27 @@ impl LimitArgs {
             max_diagnostics: self.max_diagnostics,
             max_outputs: self.max_outputs,
             max_inlined_subgraphs: self.max_inlined_subgraphs,
-            ..wrapir::Limits::from_env()
+            prover: prover_limits_from_env(),
         }
     }
+}
+
+/// The prover's default limits, overridden by `WRAPIR_PROVE_NODE_LIMIT`,
+/// `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS` when set to a
+/// number (other values are ignored).
+fn prover_limits_from_env() -> wrapir::sym::egraph::Limits {
+    let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    let mut l = wrapir::sym::egraph::Limits::default();
+    if let Some(v) = num("WRAPIR_PROVE_NODE_LIMIT") {
+        l.node_limit = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = num("WRAPIR_PROVE_ITER_LIMIT") {
+        l.iter_limit = usize::try_from(v).unwrap_or(usize::MAX);
+    }
+    if let Some(v) = num("WRAPIR_PROVE_TIME_LIMIT_MS") {
+        l.time_limit = std::time::Duration::from_millis(v);
+    }
+    l
 }
 
 /// `MemTotal` of `/proc/meminfo`, in bytes.
@@ -339,6 +357,22 @@ enum Target {
     Fx,
 }
 
+impl Target {
+    /// Every back end, in the library's order.
+    const ALL: [Target; 4] = [Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx];
+}
+
+impl From<Target> for wrapir::lower::Target {
+    fn from(t: Target) -> Self {
+        match t {
+            Target::Python => wrapir::lower::Target::Python,
+            Target::Cpp => wrapir::lower::Target::Cpp,
+            Target::CppStandalone => wrapir::lower::Target::CppStandalone,
+            Target::Fx => wrapir::lower::Target::Fx,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = LIMITS.set(cli.limits.limits());
@@ -369,12 +403,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(info) => info,
                 Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
             };
-            let text = match target {
-                Target::Python => wrapir::lower::python::write_string(&info, &Default::default())?,
-                Target::Cpp => cpp(&info, wrapir::lower::cpp::Dialect::Aoti)?,
-                Target::CppStandalone => cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?,
-                Target::Fx => wrapir::lower::fx::write_string(&info, &Default::default())?,
-            };
+            let text = wrapir::lower::Target::from(target).write_string(&info)?;
             write_output(output.as_deref(), &text)?;
             if let Some(path) = runtime_header {
                 write_output(Some(&path), wrapir::lower::cpp::runtime_header())?;
@@ -416,8 +445,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     return Ok(ExitCode::from(1));
                 }
             };
-            use wrapir::reconcile::{CppLaunches, FxLaunches, LaunchEmitter, PythonLaunches};
-            let options = wrapir::reconcile::Options::default();
+            use wrapir::reconcile::LaunchEmitter;
+            let options = wrapir::reconcile::Options {
+                limits: limits().prover,
+                ..Default::default()
+            };
             println!("{name}: valid");
             // After the launch report: the extern ops the chosen backend cannot run.
             let device_ok = || match device {
@@ -439,22 +471,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 });
             }
             let selected = if lowering.is_empty() {
-                vec![Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx]
+                Target::ALL.to_vec()
             } else {
                 lowering
             };
             let mut emitters: Vec<Box<dyn LaunchEmitter>> = Vec::new();
             for t in selected {
-                let e: Box<dyn LaunchEmitter> = match t {
-                    Target::Python => Box::new(PythonLaunches::default()),
-                    Target::Cpp => Box::new(CppLaunches {
-                        dialect: wrapir::lower::cpp::Dialect::Aoti,
-                    }),
-                    Target::CppStandalone => Box::new(CppLaunches {
-                        dialect: wrapir::lower::cpp::Dialect::Standalone,
-                    }),
-                    Target::Fx => Box::new(FxLaunches::default()),
-                };
+                let e = wrapir::reconcile::emitter(t.into());
                 if !emitters.iter().any(|x| x.name() == e.name()) {
                     emitters.push(e);
                 }
@@ -684,32 +707,24 @@ nothing, an op with no declared result gives an opaque value"
 
 /// Reconciles every Triton launch and inserts the run-time guards it needs;
 /// a launch that cannot be reconciled is an error.
+/// [`wrapir::reconcile::guarded`] within this invocation's limits.
 fn with_guards(program: Program) -> Result<Program> {
-    let info = match ir::validate_with_limits(&program, &limits()) {
-        Ok(info) => info,
-        Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
-    };
-    let report = wrapir::reconcile::check_program(&info, &Default::default());
-    if report.totals.failed > 0 {
-        bail!(
-            "launch reconciliation failed; run `wrapir check` for details:\n{}",
-            report.render(false)
-        );
-    }
-    Ok(wrapir::reconcile::insert_guards(&program, &report))
-}
-
-fn cpp(info: &ir::ProgramInfo<'_>, dialect: wrapir::lower::cpp::Dialect) -> Result<String> {
-    let options = wrapir::lower::cpp::Options {
-        dialect,
+    use wrapir::reconcile::GuardError;
+    let options = wrapir::reconcile::Options {
+        limits: limits().prover,
         ..Default::default()
     };
-    Ok(wrapir::lower::cpp::write_string(info, &options)?)
+    wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {
+        GuardError::Invalid(e) => anyhow::anyhow!("the program is invalid; run `wrapir check` for details:\n{e}"),
+        GuardError::Reconcile(report) => {
+            anyhow::anyhow!("launch reconciliation failed; run `wrapir check` for details:\n{report}")
+        }
+    })
 }
 
 fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {
     use wrapir::sym::Outcome;
-    let (outcome, text) = wrapir::sym::egraph::prove_text(a, b, assume, explain)?;
+    let (outcome, text) = wrapir::sym::egraph::prove_text_with(a, b, assume, explain, &limits().prover)?;
     print!("{text}");
     Ok(match outcome {
         Outcome::Proven(_) => ExitCode::SUCCESS,

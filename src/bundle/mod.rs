@@ -38,6 +38,7 @@
 //! ```
 
 mod bytes;
+pub mod conventions;
 mod cubin;
 mod error;
 mod info;

@@ -15,6 +15,7 @@
 //! value's last use.
 
 pub mod interp;
+pub mod names;
 mod print;
 
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
@@ -496,7 +497,8 @@ pub(crate) fn push_decimal(s: &mut String, n: u64) {
 }
 
 /// Names the printout uses as bare global callables (`assert_size_stride(...)`):
-/// never node names, or the printed `forward` would bind them as locals.
+/// never node names ([`names::is_reserved`]), or the printed `forward` would
+/// bind them as locals.
 pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "device"];
 
 /// The key of a name in [`NameIndex::by_hash`].
@@ -562,7 +564,7 @@ impl Graph {
 
     /// [`Graph::has_name`] with the name's [`name_hash`].
     fn has_name_hashed(&self, name: &str, hash: u64) -> bool {
-        if PRINTED_GLOBALS.contains(&name) {
+        if names::is_reserved(name) {
             return true;
         }
         let indexed = self.names.by_hash.get(&hash).is_some_and(|ids| {
@@ -577,20 +579,25 @@ impl Graph {
                 .any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
     }
 
-    /// A name not used yet: `base`, else `base_1`, `base_2`, ... (FX's namespace
-    /// rule). The bare callables the printout calls ([`PRINTED_GLOBALS`]) are
-    /// taken, so no node shadows its own call target.
-    pub fn fresh_name(&self, base: &str) -> String {
-        self.fresh_name_suffix(base).0
+    /// A name not used yet for `candidate`, by torch.fx's namespace rules
+    /// ([`names`]): the candidate made an identifier when it is free and not
+    /// reserved, else `base_1`, `base_2`, ... (the first free one) where
+    /// `base` is the candidate without its numeric suffix. Reserved names
+    /// include the bare callables the printout calls ([`PRINTED_GLOBALS`]),
+    /// so no node shadows its own call target.
+    pub fn fresh_name(&self, candidate: &str) -> String {
+        self.fresh_name_suffix(candidate).0
     }
 
-    /// [`Graph::fresh_name`], the suffix it chose (`None` for `base` itself)
-    /// and the name's [`name_hash`].
-    fn fresh_name_suffix(&self, base: &str) -> (String, Option<u64>, u64) {
-        let hash = name_hash(base);
-        if !self.has_name_hashed(base, hash) {
-            return (base.to_string(), None, hash);
+    /// [`Graph::fresh_name`], the length of the base and the suffix it chose
+    /// (`None` for the candidate itself) and the name's [`name_hash`].
+    fn fresh_name_suffix(&self, candidate: &str) -> (String, Option<(usize, u64)>, u64) {
+        let candidate = names::sanitize(candidate);
+        let hash = name_hash(&candidate);
+        if !self.has_name_hashed(&candidate, hash) {
+            return (candidate.into_owned(), None, hash);
         }
+        let (base, _) = names::split_suffix(&candidate);
         // Suffixes below the hint are known to be taken, unless a node handed
         // out by `node_mut` was renamed since (then start from 1).
         let start = if self.names.touched.is_empty() {
@@ -606,7 +613,7 @@ impl Graph {
             push_decimal(&mut name, i);
             let hash = name_hash(&name);
             if !self.has_name_hashed(&name, hash) {
-                return (name, Some(i), hash);
+                return (name, Some((base.len(), i)), hash);
             }
         }
         // Unreachable: a graph has far fewer than `u64::MAX` nodes.
@@ -636,11 +643,9 @@ impl Graph {
                 self.names.by_hash.remove(&h);
             }
         }
-        if let Some((base, digits)) = name.rsplit_once('_') {
-            if let Ok(i) = digits.parse::<u64>() {
-                if let Some(hint) = self.names.next_suffix.get_mut(base) {
-                    *hint = (*hint).min(i);
-                }
+        if let (base, Some(i)) = names::split_suffix(name) {
+            if let Some(hint) = self.names.next_suffix.get_mut(base) {
+                *hint = (*hint).min(i);
             }
         }
     }
@@ -669,12 +674,13 @@ impl Graph {
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
         let (fresh, suffix, hash) = self.fresh_name_suffix(name);
-        if let Some(i) = suffix {
+        if let Some((base_len, i)) = suffix {
             // Update in place when the base is known: no key `String` per node.
-            match self.names.next_suffix.get_mut(name) {
+            let base = &fresh[..base_len];
+            match self.names.next_suffix.get_mut(base) {
                 Some(hint) => *hint = i + 1,
                 None => {
-                    self.names.next_suffix.insert(name.to_string(), i + 1);
+                    self.names.next_suffix.insert(base.to_string(), i + 1);
                 }
             }
         }
@@ -799,6 +805,21 @@ pub enum SymEvalError {
     BadOperands(String),
 }
 
+impl From<crate::sym::CmpOp> for SymOp {
+    /// The FX operator of a comparison.
+    fn from(op: crate::sym::CmpOp) -> Self {
+        use crate::sym::CmpOp;
+        match op {
+            CmpOp::Eq => SymOp::Eq,
+            CmpOp::Ne => SymOp::Ne,
+            CmpOp::Lt => SymOp::Lt,
+            CmpOp::Le => SymOp::Le,
+            CmpOp::Gt => SymOp::Gt,
+            CmpOp::Ge => SymOp::Ge,
+        }
+    }
+}
+
 impl SymOp {
     /// FX's auto name for nodes of this op.
     pub fn node_name(self) -> &'static str {
@@ -856,28 +877,17 @@ impl SymOp {
                 let (a, b) = two()?;
                 Scalar::Int(a.checked_mul(b).ok_or_else(ovf)?)
             }
-            SymOp::FloorDiv => {
+            SymOp::FloorDiv | SymOp::PyMod | SymOp::CMod => {
                 let (a, b) = two()?;
                 if b == 0 {
                     return Err(SymEvalError::DivisionByZero(name.into()));
                 }
-                let q = a.checked_div(b).ok_or_else(ovf)?;
-                Scalar::Int(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
-            }
-            SymOp::PyMod => {
-                let (a, b) = two()?;
-                if b == 0 {
-                    return Err(SymEvalError::DivisionByZero(name.into()));
-                }
-                let r = a.checked_rem(b).ok_or_else(ovf)?;
-                Scalar::Int(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
-            }
-            SymOp::CMod => {
-                let (a, b) = two()?;
-                if b == 0 {
-                    return Err(SymEvalError::DivisionByZero(name.into()));
-                }
-                Scalar::Int(a.checked_rem(b).ok_or_else(ovf)?)
+                let rule = match self {
+                    SymOp::FloorDiv => crate::sym::eval::floor_div,
+                    SymOp::PyMod => crate::sym::eval::python_mod,
+                    _ => crate::sym::eval::c_mod,
+                };
+                Scalar::Int(rule(a, b).ok_or_else(ovf)?)
             }
             SymOp::Min => {
                 let (a, b) = two()?;

@@ -531,12 +531,32 @@ impl TritonMeta {
     }
 }
 
+/// How a grid formula writes `ceil(numel / block)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GridForm {
+    /// `(numel + block - 1) // block` ([`ceil_div`]), what wrapir's lowerings
+    /// emit; block sizes must be positive integers.
+    #[default]
+    Lowered,
+    /// Inductor's Python launcher: `-((numel) // -(block))` (folded for
+    /// literals), the numel itself when the config has no such block size or
+    /// it is 1 (spec 4.3, 6.1).
+    Launcher,
+}
+
 impl TritonMeta {
     /// The launch grid (x, y, z) of this kernel per its grid type (the formulas
-    /// of Inductor's launcher, spec section 6.1), where `value(name)` gives the
-    /// expression bound to a kernel parameter, constant, config kwarg or extra
-    /// launcher arg. The one place the grid formulas live.
+    /// of Inductor's launcher, spec section 6.1) in [`GridForm::Lowered`],
+    /// where `value(name)` gives the expression bound to a kernel parameter,
+    /// constant, config kwarg or extra launcher arg.
     pub fn grid(&self, value: &dyn Fn(&str) -> Option<SymExpr>) -> Result<[SymExpr; 3], GridError> {
+        self.grid_in(GridForm::Lowered, value)
+    }
+
+    /// [`TritonMeta::grid`] written in `form`. The one place the grid
+    /// formulas live: the FX lowering emits them, translation validation
+    /// reads the Python launcher's.
+    pub fn grid_in(&self, form: GridForm, value: &dyn Fn(&str) -> Option<SymExpr>) -> Result<[SymExpr; 3], GridError> {
         let grid = self.grid_type.name();
         let p = |n: &str| {
             value(n).ok_or_else(|| GridError::MissingParam {
@@ -559,46 +579,104 @@ impl TritonMeta {
                 }),
             }
         };
+        // ceil(numel / block) for the block size named `b`.
+        let over = |numel: &str, b: &str| -> Result<SymExpr, GridError> {
+            match form {
+                GridForm::Lowered => Ok(ceil_div(p(numel)?, block(b)?)),
+                GridForm::Launcher => launcher_ceil_div(grid, b, p(numel)?, value(b)),
+            }
+        };
         let one = SymExpr::Int(1);
         Ok(match &self.grid_type {
-            GridType::Grid1D => [ceil_div(p("xnumel")?, block("XBLOCK")?), one.clone(), one],
-            GridType::Grid2D => [
-                ceil_div(p("xnumel")?, block("XBLOCK")?),
-                ceil_div(p("ynumel")?, block("YBLOCK")?),
-                one,
-            ],
+            GridType::Grid1D => [over("xnumel", "XBLOCK")?, one.clone(), one],
+            GridType::Grid2D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, one],
             GridType::Grid3D => [
-                ceil_div(p("xnumel")?, block("XBLOCK")?),
-                ceil_div(p("ynumel")?, block("YBLOCK")?),
-                ceil_div(p("znumel")?, block("ZBLOCK")?),
+                over("xnumel", "XBLOCK")?,
+                over("ynumel", "YBLOCK")?,
+                over("znumel", "ZBLOCK")?,
             ],
             GridType::Grid2DWithYZOverflow { max_y_grid } => {
-                if *max_y_grid <= 0 {
-                    return Err(GridError::BlockSize {
-                        grid,
-                        param: "max_y_grid".into(),
-                        found: max_y_grid.to_string(),
-                    });
+                let y_raw = over("ynumel", "YBLOCK")?;
+                match form {
+                    GridForm::Lowered => {
+                        if *max_y_grid <= 0 {
+                            return Err(GridError::BlockSize {
+                                grid,
+                                param: "max_y_grid".into(),
+                                found: max_y_grid.to_string(),
+                            });
+                        }
+                        let y_div = ceil_div(y_raw.clone(), *max_y_grid);
+                        [over("xnumel", "XBLOCK")?, ceil_div_expr(y_raw, y_div.clone()), y_div]
+                    }
+                    GridForm::Launcher => {
+                        let y_div =
+                            launcher_ceil_div(grid, "max_y_grid", y_raw.clone(), Some(SymExpr::Int(*max_y_grid)))?;
+                        [
+                            over("xnumel", "XBLOCK")?,
+                            launcher_ceil_div(grid, "max_y_grid", y_raw, Some(y_div.clone()))?,
+                            y_div,
+                        ]
+                    }
                 }
-                let y_raw = ceil_div(p("ynumel")?, block("YBLOCK")?);
-                let y_div = ceil_div(y_raw.clone(), *max_y_grid);
-                [
-                    ceil_div(p("xnumel")?, block("XBLOCK")?),
-                    ceil_div_expr(y_raw, y_div.clone()),
-                    y_div,
-                ]
             }
-            GridType::CooperativeReductionGrid => [p("RSPLIT")?, ceil_div(p("xnumel")?, block("XBLOCK")?), one],
-            GridType::SplitScanGrid => [ceil_div(p("r0_numel")?, block("R0_BLOCK")?), p("xnumel")?, one],
+            GridType::CooperativeReductionGrid => [p("RSPLIT")?, over("xnumel", "XBLOCK")?, one],
+            GridType::SplitScanGrid => [over("r0_numel", "R0_BLOCK")?, p("xnumel")?, one],
             GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
             GridType::PrecomputedGrid { .. } => {
                 let entry = self.precomputed_grid()?;
-                let subst = |e: &SymExpr| e.substitute(&|s: &crate::sym::Symbol| value(s.as_str()));
-                [subst(&entry.grid[0]), subst(&entry.grid[1]), subst(&entry.grid[2])]
+                let subst = |e: &SymExpr| -> Result<SymExpr, GridError> {
+                    if form == GridForm::Launcher {
+                        // The launcher evaluates the expression: every name must have a value.
+                        if let Some(s) = e.free_symbols().into_iter().find(|s| value(s.as_str()).is_none()) {
+                            return Err(GridError::MissingParam {
+                                grid,
+                                param: s.to_string(),
+                            });
+                        }
+                    }
+                    Ok(e.substitute(&|s: &crate::sym::Symbol| value(s.as_str())))
+                };
+                [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
             }
         })
     }
 }
+
+/// `ceil(numel / block)` as Inductor's Python launcher writes it
+/// ([`GridForm::Launcher`]); `param` names the block size in errors.
+fn launcher_ceil_div(
+    grid: &'static str,
+    param: &str,
+    numel: SymExpr,
+    block: Option<SymExpr>,
+) -> Result<SymExpr, GridError> {
+    match block {
+        None | Some(SymExpr::Int(1)) => Ok(numel),
+        Some(SymExpr::Int(0)) => Err(GridError::BlockSize {
+            grid,
+            param: param.to_string(),
+            found: "0".into(),
+        }),
+        Some(b) => {
+            if let (SymExpr::Int(n), SymExpr::Int(k)) = (&numel, &b) {
+                let folded = k
+                    .checked_neg()
+                    .and_then(|nk| crate::sym::eval::floor_div(*n, nk))
+                    .and_then(i64::checked_neg);
+                if let Some(v) = folded {
+                    return Ok(SymExpr::Int(v));
+                }
+            }
+            Ok(SymExpr::neg(SymExpr::floor_div(numel, SymExpr::neg(b))))
+        }
+    }
+}
+
+/// A call's arguments by parameter name, in argument order
+/// ([`TritonMeta::bind_args_to`]); the names live as long as both the
+/// parameter list and the call (`'n`), the values as long as the call (`'v`).
+pub type BoundArgs<'n, 'v> = Vec<(&'n str, &'v super::line::ArgValue)>;
 
 /// Why a Triton call's arguments do not match its kernel's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -637,17 +715,31 @@ impl TritonMeta {
     /// parameter (or constexpr, or extra launcher arg) they name. Returns
     /// parameter -> value in call order. Whether every required parameter is
     /// bound, and whether a value given for a baked-in parameter agrees with
-    /// it, is the caller's business. The one place call arguments are matched.
+    /// it, is the caller's business.
     pub fn bind_args<'c>(
         &self,
         args: &'c [super::line::CallArg],
     ) -> Result<IndexMap<String, &'c super::line::ArgValue>, ArgBindError> {
         let params = self.call_params();
-        let mut bound: IndexMap<String, &super::line::ArgValue> = IndexMap::new();
+        let bound = self.bind_args_to(&params, args)?;
+        Ok(bound.into_iter().map(|(n, v)| (n.to_string(), v)).collect())
+    }
+
+    /// [`TritonMeta::bind_args`] over `params`, this kernel's
+    /// [`TritonMeta::call_params`] (which a caller binding many launches keeps),
+    /// without allocating a name per argument. The one place Triton call
+    /// arguments are matched to parameters (the FX lowering binds every
+    /// launch through it).
+    pub fn bind_args_to<'n, 'v: 'n>(
+        &self,
+        params: &[&'n str],
+        args: &'v [super::line::CallArg],
+    ) -> Result<BoundArgs<'n, 'v>, ArgBindError> {
+        let mut bound = BoundArgs::with_capacity(args.len());
         let mut positional = 0usize;
         let mut seen_named = false;
         for (i, a) in args.iter().enumerate() {
-            let name = match &a.name {
+            let name: &str = match &a.name {
                 None if seen_named => return Err(ArgBindError::PositionalAfterNamed { position: i }),
                 None => {
                     let Some(p) = params.get(positional) else {
@@ -657,7 +749,7 @@ impl TritonMeta {
                         });
                     };
                     positional += 1;
-                    p.to_string()
+                    p
                 }
                 Some(n) => {
                     seen_named = true;
@@ -666,12 +758,15 @@ impl TritonMeta {
                     if !known {
                         return Err(ArgBindError::UnknownParameter { param: n.clone() });
                     }
-                    n.clone()
+                    n
                 }
             };
-            if bound.insert(name.clone(), &a.value).is_some() {
-                return Err(ArgBindError::BoundTwice { param: name });
+            if bound.iter().any(|(n, _)| *n == name) {
+                return Err(ArgBindError::BoundTwice {
+                    param: name.to_string(),
+                });
             }
+            bound.push((name, &a.value));
         }
         Ok(bound)
     }

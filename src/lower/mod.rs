@@ -6,3 +6,6 @@ pub mod cpp;
 pub mod fx;
 pub mod launches;
 pub mod python;
+pub mod target;
+
+pub use target::Target;

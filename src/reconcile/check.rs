@@ -1,10 +1,10 @@
 //! Whole-program checking: every Triton launch reconciled, in parallel.
 
 use super::emitted::{validate_emitted, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, Validated};
+use super::facts::program_facts;
 use super::record::{describe, reconcile_call, Error, ErrorKind, EvidenceVerdict, LaunchRecord, ProofCache};
 use super::Options;
 use crate::ir::{GraphName, KernelBackend, KernelCall, KernelName, Line, ProgramInfo};
-use crate::sym::Facts;
 use rayon::prelude::*;
 use std::fmt::Write as _;
 
@@ -298,7 +298,7 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
             Err(err) => (Some(e.name().to_string()), Vec::new(), Some(err)),
         },
     };
-    let cache = ProofCache::new(Facts::from_program(program), options.limits.clone());
+    let cache = ProofCache::new(program_facts(program), options.limits.clone());
     let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
         let mine: Vec<&EmittedLaunch> = emitted
             .iter()

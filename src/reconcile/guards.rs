@@ -51,3 +51,27 @@ pub fn insert_guards(program: &Program, report: &CheckReport) -> Program {
     }
     out
 }
+
+/// Why [`guarded`] could not guard a program.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    /// The program is invalid.
+    #[error("the program is invalid:\n{0}")]
+    Invalid(crate::ir::ValidationErrors),
+    /// A launch does not reconcile with its kernel (the report, rendered).
+    #[error("launch reconciliation failed:\n{0}")]
+    Reconcile(String),
+}
+
+/// `program` with the run-time guards its launches need: validated within
+/// `limits`, every Triton launch reconciled under `options`, then
+/// [`insert_guards`]. The policy `wrapir lower`, `run` and `bench` apply
+/// unless told not to.
+pub fn guarded(program: Program, limits: &crate::Limits, options: &super::Options) -> Result<Program, GuardError> {
+    let info = crate::ir::validate_with_limits(&program, limits).map_err(GuardError::Invalid)?;
+    let report = super::check_program(&info, options);
+    if report.totals.failed > 0 {
+        return Err(GuardError::Reconcile(report.render(false)));
+    }
+    Ok(insert_guards(&program, &report))
+}

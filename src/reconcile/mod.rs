@@ -32,15 +32,17 @@
 
 mod check;
 mod emitted;
+mod facts;
 mod guards;
 mod record;
 
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
-    check_lowerings, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
+    check_lowerings, emitter, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
     EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
-pub use guards::insert_guards;
+pub use facts::program_facts;
+pub use guards::{guarded, insert_guards, GuardError};
 pub use record::{
     reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache,
     RuntimeArg, Scratch, ScratchKind,
@@ -51,7 +53,8 @@ use crate::sym::egraph::Limits;
 /// Options of [`check_program`].
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Limits of each proof attempt (default: [`Limits::from_env`]).
+    /// Limits of each proof attempt (default: [`Limits::default`]; the CLI
+    /// passes the `WRAPIR_PROVE_*` limits).
     pub limits: Limits,
     /// Reconcile launches on rayon's thread pool (default `true`); `false`
     /// runs them one after another (same results, same order).
@@ -61,7 +64,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            limits: Limits::from_env(),
+            limits: Limits::default(),
             parallel: true,
         }
     }

@@ -72,14 +72,29 @@ pub enum EvalError {
     },
 }
 
+/// Where evaluation finds a symbol's value (`None`: unbound).
+pub type Lookup<'l> = dyn FnMut(&Symbol) -> Option<i64> + 'l;
+
 /// Evaluates an integer expression.
 pub fn eval_int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
-    int(e, b)
+    int(e, &mut |s| b.get(s).copied())
 }
 
 /// Evaluates a boolean expression.
 pub fn eval_bool(e: &SymExpr, b: &Bindings) -> Result<bool, EvalError> {
-    boolean(e, b)
+    boolean(e, &mut |s| b.get(s).copied())
+}
+
+/// [`eval_int`] with symbol values from `lookup`; a symbol it has no value
+/// for is [`EvalError::Unbound`]. The one SymExpr evaluator: the FX
+/// interpreter evaluates layouts through it with its run's values.
+pub fn eval_int_with(e: &SymExpr, lookup: &mut Lookup<'_>) -> Result<i64, EvalError> {
+    int(e, lookup)
+}
+
+/// [`eval_bool`] with symbol values from `lookup`.
+pub fn eval_bool_with(e: &SymExpr, lookup: &mut Lookup<'_>) -> Result<bool, EvalError> {
+    boolean(e, lookup)
 }
 
 fn overflow(e: &SymExpr) -> EvalError {
@@ -97,35 +112,39 @@ fn mismatch(e: &SymExpr, expected: &'static str) -> EvalError {
     }
 }
 
-/// Floor division; `None` on division by zero is handled by the caller.
-fn floor_div(a: i64, b: i64) -> Option<i64> {
+/// Python's `//` on `i64`: rounds toward negative infinity. `None` on
+/// division by zero and for `i64::MIN // -1` (which overflows). The one
+/// definition of integer floor division: the evaluator, the prover's constant
+/// folding, the FX interpreter and the reconciler use it.
+pub fn floor_div(a: i64, b: i64) -> Option<i64> {
     let q = a.checked_div(b)?;
-    if a % b != 0 && ((a < 0) != (b < 0)) {
-        Some(q - 1)
-    } else {
-        Some(q)
-    }
+    let r = a.wrapping_rem(b);
+    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
 }
 
-/// Python's `%`: result has the divisor's sign. Never overflows for `b != 0`.
-fn python_mod(a: i64, b: i64) -> i64 {
+/// Python's `%` on `i64`: the result has the divisor's sign. `None` only on
+/// division by zero (`i64::MIN % -1` is 0). The one definition of Python
+/// modulo, like [`floor_div`].
+pub fn python_mod(a: i64, b: i64) -> Option<i64> {
+    if b == 0 {
+        return None;
+    }
     // wrapping_rem only wraps for i64::MIN % -1, whose true remainder is 0.
     let r = a.wrapping_rem(b);
-    if r != 0 && ((r < 0) != (b < 0)) {
-        r + b
-    } else {
-        r
-    }
+    Some(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
 }
 
-fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
+/// C's `%` on `i64` (truncating: the result has the dividend's sign). `None`
+/// only on division by zero (`i64::MIN % -1` is 0).
+pub fn c_mod(a: i64, b: i64) -> Option<i64> {
+    (b != 0).then(|| a.wrapping_rem(b))
+}
+
+fn int(e: &SymExpr, b: &mut Lookup<'_>) -> Result<i64, EvalError> {
     use SymExpr as E;
     match e {
         E::Int(v) => Ok(*v),
-        E::Sym(s) => b
-            .get(s)
-            .copied()
-            .ok_or_else(|| EvalError::Unbound { symbol: s.clone() }),
+        E::Sym(s) => b(s).ok_or_else(|| EvalError::Unbound { symbol: s.clone() }),
         E::Add(terms) => {
             let mut sum: i128 = 0;
             for t in terms {
@@ -181,15 +200,14 @@ fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
             if y == 0 {
                 return Err(div_zero(e));
             }
-            // C remainder; i64::MIN % -1 is mathematically 0.
-            Ok(x.wrapping_rem(y))
+            c_mod(x, y).ok_or_else(|| div_zero(e))
         }
         E::PythonMod(x, y) => {
             let (x, y) = (int(x, b)?, int(y, b)?);
             if y == 0 {
                 return Err(div_zero(e));
             }
-            Ok(python_mod(x, y))
+            python_mod(x, y).ok_or_else(|| div_zero(e))
         }
         E::ModularIndexing(x, d, m) => {
             let (x, d, m) = (int(x, b)?, int(d, b)?, int(m, b)?);
@@ -197,7 +215,7 @@ fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
                 return Err(div_zero(e));
             }
             let q = floor_div(x, d).ok_or_else(|| overflow(e))?;
-            Ok(python_mod(q, m))
+            python_mod(q, m).ok_or_else(|| div_zero(e))
         }
         E::Min(args) | E::Max(args) => {
             let is_min = matches!(e, E::Min(_));
@@ -217,7 +235,7 @@ fn int(e: &SymExpr, b: &Bindings) -> Result<i64, EvalError> {
     }
 }
 
-fn boolean(e: &SymExpr, b: &Bindings) -> Result<bool, EvalError> {
+fn boolean(e: &SymExpr, b: &mut Lookup<'_>) -> Result<bool, EvalError> {
     use SymExpr as E;
     match e {
         E::Bool(v) => Ok(*v),
@@ -274,9 +292,12 @@ mod tests {
         ];
         for (a, b, q, r) in table {
             assert_eq!(floor_div(a, b), Some(q), "{a} // {b}");
-            assert_eq!(python_mod(a, b), r, "{a} % {b}");
+            assert_eq!(python_mod(a, b), Some(r), "{a} % {b}");
         }
         assert_eq!(floor_div(i64::MIN, -1), None);
-        assert_eq!(python_mod(i64::MIN, -1), 0);
+        assert_eq!(python_mod(i64::MIN, -1), Some(0));
+        assert_eq!(c_mod(-7, 2), Some(-1));
+        assert_eq!(c_mod(i64::MIN, -1), Some(0));
+        assert_eq!((floor_div(1, 0), python_mod(1, 0), c_mod(1, 0)), (None, None, None));
     }
 }

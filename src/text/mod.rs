@@ -34,6 +34,14 @@ pub fn print_line(line: &Line) -> String {
     print::line_text(line, None)
 }
 
+/// A line's text form ([`print_line`]): what diagnostics quote. Implemented
+/// here, where the text form lives, so that `ir` needs no import of `text`.
+impl std::fmt::Display for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&print_line(self))
+    }
+}
+
 /// Parses the text form (within [`crate::Limits::default`]).
 pub fn parse(text: &str) -> Result<Program, ParseError> {
     parse::program(text, &crate::Limits::default())

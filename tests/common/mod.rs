@@ -98,3 +98,17 @@ pub fn copy_dir(src: &Path, dst: &Path) {
         }
     }
 }
+
+/// Runs an external tool a test needs. `None`, after saying on stderr which
+/// tool is missing, when `tool` is not installed (the test then skips);
+/// panics naming the tool when it is installed but cannot be started.
+pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) -> Option<std::process::Output> {
+    match command.output() {
+        Ok(out) => Some(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("skipped: {purpose} needs `{tool}` on PATH, which is not installed");
+            None
+        }
+        Err(e) => panic!("cannot run `{tool}` ({purpose}): {e}"),
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::*;
 use indexmap::IndexMap;
-use wrapir::bundle::{Bundle, BundleKind};
+use wrapir::bundle::{conventions, Bundle, BundleKind};
 use wrapir::exec::compare::{BundleMeta, Tolerance};
 use wrapir::exec::{Tensor, Value};
 
@@ -177,24 +177,15 @@ fn no_inputs_hint(inputs: &Inputs) -> &'static str {
 /// `--atol` override the tolerance of both.
 fn references(args: &RunArgs, bundle: &Bundle) -> Result<References> {
     let meta = bundle.meta();
-    let overridden = |tolerance: Option<Tolerance>| {
-        if args.rtol.is_none() && args.atol.is_none() {
-            return tolerance;
-        }
-        let base = tolerance.unwrap_or(Tolerance { rtol: 0.0, atol: 0.0 });
-        Some(Tolerance {
-            rtol: args.rtol.unwrap_or(base.rtol),
-            atol: args.atol.unwrap_or(base.atol),
-        })
-    };
+    let overridden = |tolerance: Option<Tolerance>| conventions::with_overrides(tolerance, args.rtol, args.atol);
     let eager = match &args.expect {
         Some(path) => Some(Reference {
             name: path.display().to_string(),
             tensors: Some(read_tensors(path)?),
             tolerance: overridden(meta.tolerance),
         }),
-        None if bundle.has(BundleMeta::EXPECTED) => Some(Reference {
-            name: bundle.display(BundleMeta::EXPECTED),
+        None if bundle.has(conventions::EXPECTED) => Some(Reference {
+            name: bundle.display(conventions::EXPECTED),
             tensors: bundle.expected()?,
             tolerance: overridden(meta.tolerance),
         }),
@@ -203,7 +194,7 @@ fn references(args: &RunArgs, bundle: &Bundle) -> Result<References> {
     let compiled = match bundle.kind() {
         BundleKind::ProgramFile => None,
         BundleKind::Directory | BundleKind::Package => Some(Reference {
-            name: bundle.display(BundleMeta::COMPILED),
+            name: bundle.display(conventions::COMPILED),
             tensors: bundle.compiled()?,
             tolerance: overridden(meta.compiled_tolerance),
         }),
@@ -234,10 +225,7 @@ fn inductor_reference_for(mut references: References, program: &Program, meta: &
         return references;
     }
     if let (Some(e), Some(compiled)) = (eager, references.compiled.as_mut()) {
-        compiled.tolerance = Some(Tolerance {
-            rtol: tight.rtol.max(e.rtol),
-            atol: tight.atol.max(e.atol),
-        });
+        compiled.tolerance = Some(conventions::loosest(tight, e));
         let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
         println!(
             "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",

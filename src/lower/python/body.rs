@@ -110,13 +110,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 buffer: buffer.clone(),
                 at: at.clone(),
             }),
-            None => match self.low.program.constants.get(buffer) {
-                Some(l) => Ok(l),
-                None => Err(Error::UnknownBuffer {
-                    buffer: buffer.clone(),
-                    at: at.clone(),
-                }),
-            },
+            // Invariant: `validate` rejects a line naming a buffer that is
+            // neither declared by its graph nor a program constant.
+            None => Ok(self
+                .low
+                .program
+                .constants
+                .get(buffer)
+                .expect("validated: every buffer a line names is declared or a constant")),
         }
     }
 
@@ -259,8 +260,8 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     unbacked_binding(code, symbol, source, path, &at)?;
                 }
             }
-            Line::Conditional(c) => self.conditional(code, c, &at)?,
-            Line::WhileLoop(w) => self.while_loop(code, w, &at)?,
+            Line::Conditional(c) => self.conditional(code, c)?,
+            Line::WhileLoop(w) => self.while_loop(code, w)?,
             Line::EnterDeviceContext { device_index } => {
                 let kind = self.low.gpu.as_str();
                 code.line(&format!("with torch.{kind}._DeviceGuard({device_index}):"));
@@ -377,21 +378,9 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
 
     fn kernel_call(&mut self, code: &mut Code, call: &KernelCall, at: Location) -> Result<(), Error> {
         let kernel = &call.kernel;
-        let def = self
-            .low
-            .program
-            .kernels
-            .get(kernel)
-            .ok_or_else(|| Error::UnknownKernel {
-                kernel: kernel.clone(),
-                at: at.clone(),
-            })?;
-        if !self.low.defined_anywhere.contains(kernel) {
-            return Err(Error::UndefinedKernel {
-                kernel: kernel.clone(),
-                at,
-            });
-        }
+        // Validation checked that the kernel is in the table and that a
+        // `KernelDefinition` line defines it before this call.
+        let def = self.low.info.line_kernel(kernel);
         // Python rejects a positional argument after a keyword argument.
         let trailing_positional = match &def.backend {
             KernelBackend::Halide(meta) => meta.is_cuda(),
@@ -485,17 +474,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         Ok(())
     }
 
-    fn subgraph(&self, name: &GraphName, at: &Location) -> Result<&'l Graph, Error> {
-        self.low.program.subgraphs.get(name).ok_or_else(|| Error::UnknownGraph {
-            graph: name.clone(),
-            at: at.clone(),
-        })
+    fn subgraph(&self, name: &GraphName) -> &'l Graph {
+        self.low.info.line_subgraph(name)
     }
 
     /// Inductor 2.11's `cond` form.
-    fn conditional(&mut self, code: &mut Code, c: &Conditional, at: &Location) -> Result<(), Error> {
-        let true_graph = self.subgraph(&c.true_graph, at)?;
-        self.subgraph(&c.false_graph, at)?;
+    fn conditional(&mut self, code: &mut Code, c: &Conditional) -> Result<(), Error> {
+        let true_graph = self.subgraph(&c.true_graph);
+        self.subgraph(&c.false_graph);
         let result = &c.result;
         code.line(&format!("{result} = [None] * {}", true_graph.outputs.len()));
         match &c.predicate {
@@ -521,9 +507,9 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
     /// condition is evaluated once before the loop and again at the end of every
     /// iteration; when it is false from the start the results are copies of the
     /// carried inputs (`.clone()`), as Inductor writes them.
-    fn while_loop(&mut self, code: &mut Code, w: &WhileLoop, at: &Location) -> Result<(), Error> {
-        self.subgraph(&w.cond_graph, at)?;
-        self.subgraph(&w.body_graph, at)?;
+    fn while_loop(&mut self, code: &mut Code, w: &WhileLoop) -> Result<(), Error> {
+        self.subgraph(&w.cond_graph);
+        self.subgraph(&w.body_graph);
         let result = &w.result;
         let n = w.carried.len();
         code.line(&format!("{result} = [None] * {n}"));

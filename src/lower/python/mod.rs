@@ -122,43 +122,11 @@ impl fmt::Display for Location {
 /// Why a program could not be lowered to Python.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    /// A line names a buffer its graph does not declare.
-    #[error("{at}: buffer `{buffer}` is not declared in the graph's buffer table")]
-    UnknownBuffer {
-        /// The buffer.
-        buffer: BufName,
-        /// The line.
-        at: Location,
-    },
     /// A line needs a tensor layout but the buffer is a multi-output value.
     #[error("{at}: buffer `{buffer}` is a multi-output value, but this line needs a tensor layout")]
     NotATensor {
         /// The buffer.
         buffer: BufName,
-        /// The line.
-        at: Location,
-    },
-    /// A line names a kernel missing from the kernel table.
-    #[error("{at}: kernel `{kernel}` is not in the program's kernel table")]
-    UnknownKernel {
-        /// The kernel.
-        kernel: KernelName,
-        /// The line.
-        at: Location,
-    },
-    /// A kernel is called but no `KernelDefinition` line defines it.
-    #[error("{at}: kernel `{kernel}` is called but no line of the program defines it")]
-    UndefinedKernel {
-        /// The kernel.
-        kernel: KernelName,
-        /// The call.
-        at: Location,
-    },
-    /// A conditional or loop names a subgraph that does not exist.
-    #[error("{at}: subgraph `{graph}` does not exist")]
-    UnknownGraph {
-        /// The subgraph.
-        graph: GraphName,
         /// The line.
         at: Location,
     },
@@ -287,7 +255,7 @@ impl<W: fmt::Write> Writer<W> {
     /// Lowers `info`'s program and writes the module. Nothing is written when
     /// lowering fails.
     pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
-        let text = Lowering::new(info.program(), &self.options).module()?;
+        let text = Lowering::new(info, &self.options).module()?;
         self.out.write_str(&text)?;
         Ok(())
     }
@@ -296,7 +264,7 @@ impl<W: fmt::Write> Writer<W> {
     /// `kernel.run(...)` arguments, recorded from the values the call is
     /// printed from (the launcher computes the grid, so none is recorded).
     pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
-        let mut lowering = Lowering::new(info.program(), &self.options);
+        let mut lowering = Lowering::new(info, &self.options);
         lowering.launches = Some(RefCell::new(Vec::new()));
         let (text, launches) = lowering.module_and_launches()?;
         self.out.write_str(&text)?;
@@ -352,12 +320,12 @@ impl Code {
 
 /// Shared state of one lowering.
 struct Lowering<'a> {
+    /// What validation established (kernel definitions, table lookups).
+    info: &'a ProgramInfo<'a>,
     program: &'a Program,
     options: &'a Options,
     /// The GPU device type guards and stream imports are written for.
     gpu: DeviceType,
-    /// Kernels some line defines.
-    defined_anywhere: IndexSet<KernelName>,
     /// Kernels already written in the header.
     defined: IndexSet<KernelName>,
     /// Subgraphs already written (or being written).
@@ -371,22 +339,16 @@ struct Lowering<'a> {
 }
 
 impl<'a> Lowering<'a> {
-    fn new(program: &'a Program, options: &'a Options) -> Self {
-        let mut defined_anywhere = IndexSet::new();
+    fn new(info: &'a ProgramInfo<'a>, options: &'a Options) -> Self {
+        let program = info.program();
         let mut kernel_device = IndexMap::new();
         let mut gpu = None;
         for graph in std::iter::once(&program.main).chain(program.subgraphs.values()) {
             for line in &graph.lines {
-                match line {
-                    Line::KernelDefinition { kernel } => {
-                        defined_anywhere.insert(kernel.clone());
+                if let Line::KernelCall(call) = line {
+                    if let Some(d) = call.device {
+                        kernel_device.entry(call.kernel.clone()).or_insert(d.kind);
                     }
-                    Line::KernelCall(call) => {
-                        if let Some(d) = call.device {
-                            kernel_device.entry(call.kernel.clone()).or_insert(d.kind);
-                        }
-                    }
-                    _ => {}
                 }
             }
             for decl in graph.buffers.values() {
@@ -403,10 +365,10 @@ impl<'a> Lowering<'a> {
             }
         }
         Lowering {
+            info,
             program,
             options,
             gpu: gpu.unwrap_or(DeviceType::Cuda),
-            defined_anywhere,
             defined: IndexSet::new(),
             graphs_written: IndexSet::new(),
             kernel_device,
@@ -502,12 +464,10 @@ impl<'a> Lowering<'a> {
         ] {
             code.line(l);
         }
-        let any_triton = self.defined_anywhere.iter().any(|k| {
-            matches!(
-                self.program.kernels.get(k).map(|d| &d.backend),
-                Some(KernelBackend::Triton(_))
-            )
-        });
+        let any_triton = self
+            .info
+            .defined_kernels()
+            .any(|d| matches!(d.backend, KernelBackend::Triton(_)));
         if any_triton {
             code.line("import triton");
             code.line("import triton.language as tl");
@@ -593,10 +553,7 @@ impl<'a> Lowering<'a> {
                     if self.defined.contains(kernel) {
                         continue;
                     }
-                    let def = self.program.kernels.get(kernel).ok_or_else(|| Error::UnknownKernel {
-                        kernel: kernel.clone(),
-                        at: at(),
-                    })?;
+                    let def = self.info.line_kernel(kernel);
                     self.defined.insert(kernel.clone());
                     if matches!(def.backend, KernelBackend::Halide(_)) && !self.halide_import_written {
                         code.line("from torch._inductor.runtime.hints import HalideMeta, HalideInputSpec");
@@ -607,12 +564,12 @@ impl<'a> Lowering<'a> {
                 }
                 Line::Conditional(c) => {
                     for g in [&c.true_graph, &c.false_graph] {
-                        self.reach_subgraph(code, g, at())?;
+                        self.reach_subgraph(code, g)?;
                     }
                 }
                 Line::WhileLoop(w) => {
                     for g in [&w.cond_graph, &w.body_graph] {
-                        self.reach_subgraph(code, g, at())?;
+                        self.reach_subgraph(code, g)?;
                     }
                 }
                 _ => {}
@@ -621,14 +578,11 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    fn reach_subgraph(&mut self, code: &mut Code, name: &GraphName, at: Location) -> Result<(), Error> {
+    fn reach_subgraph(&mut self, code: &mut Code, name: &GraphName) -> Result<(), Error> {
         if self.graphs_written.contains(name) {
             return Ok(());
         }
-        let graph = self.program.subgraphs.get(name).ok_or_else(|| Error::UnknownGraph {
-            graph: name.clone(),
-            at,
-        })?;
+        let graph = self.info.line_subgraph(name);
         self.subgraph_function(code, name, graph)
     }
 

@@ -288,18 +288,7 @@ pub struct SymAnalysis {
 /// The e-graph type the prover uses.
 pub type SymEGraph = EGraph<SymLang, SymAnalysis>;
 
-/// Python floor division on `i64`; `None` on division by zero or overflow.
-pub fn floor_div(a: i64, b: i64) -> Option<i64> {
-    let q = a.checked_div(b)?;
-    let r = a.checked_rem(b)?;
-    Some(if r != 0 && ((r < 0) != (b < 0)) { q - 1 } else { q })
-}
-
-/// Python (floor) modulo on `i64`; `None` on division by zero or overflow.
-pub fn python_mod(a: i64, b: i64) -> Option<i64> {
-    let r = a.checked_rem(b)?;
-    Some(if r != 0 && ((r < 0) != (b < 0)) { r + b } else { r })
-}
+pub use crate::sym::eval::{floor_div, python_mod};
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
@@ -343,7 +332,7 @@ fn fold(node: &SymLang, c: &dyn Fn(Id) -> Option<Const>) -> Option<Const> {
             }
             I(floor_div(x, y)?)
         }
-        SymLang::Mod([a, b]) => I(int(*a)?.checked_rem(int(*b)?)?),
+        SymLang::Mod([a, b]) => I(crate::sym::eval::c_mod(int(*a)?, int(*b)?)?),
         SymLang::PythonMod([a, b]) => I(python_mod(int(*a)?, int(*b)?)?),
         SymLang::ModularIndexing([x, d, m]) => I(python_mod(floor_div(int(*x)?, int(*d)?)?, int(*m)?)?),
         SymLang::Min([a, b]) => I(int(*a)?.min(int(*b)?)),

@@ -1,7 +1,6 @@
 //! What the prover may assume: symbol ranges, definitions and other conditions.
 
 use super::super::{parse, CmpOp, ParseError, SymExpr, Symbol};
-use crate::ir::{Line, Program, SymbolKind};
 use indexmap::IndexMap;
 
 /// Why an assumption could not be used.
@@ -44,30 +43,6 @@ impl Facts {
     /// No facts: every symbol is an arbitrary integer.
     pub fn new() -> Self {
         Facts::default()
-    }
-
-    /// The facts a program states: each declared symbol's range (backed sizes
-    /// at least 0) and each `SymbolicCallArg` binding (`ks0 = s0*s1`) as a
-    /// definition. A symbol bound twice keeps its first definition.
-    pub fn from_program(program: &Program) -> Self {
-        let mut facts = Facts::new();
-        for (sym, decl) in &program.symbols {
-            let mut lo = decl.range.lo;
-            if decl.kind == SymbolKind::Backed {
-                lo = Some(lo.map_or(0, |v| v.max(0)));
-            }
-            facts.restrict(sym.clone(), lo, decl.range.hi);
-        }
-        for graph in std::iter::once(&program.main).chain(program.subgraphs.values()) {
-            for line in &graph.lines {
-                if let Line::SymbolicCallArg { symbol, expr } = line {
-                    if !facts.definitions.contains_key(symbol) && !expr.free_symbols().contains(symbol) {
-                        facts.definitions.insert(symbol.clone(), expr.clone());
-                    }
-                }
-            }
-        }
-        facts
     }
 
     /// Parses assumptions such as `s0 >= 1`, `u0 <= 100`, `ks0 == s0*s1`.

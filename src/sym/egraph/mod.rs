@@ -17,9 +17,10 @@
 //!
 //! Counterexamples are searched by deterministic sampling (boundary values,
 //! small and power-of-two values, random values within the ranges) before
-//! saturation and again after it fails. Runner limits come from [`Limits`];
-//! [`Limits::from_env`] reads `WRAPIR_PROVE_NODE_LIMIT`,
-//! `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS`.
+//! saturation and again after it fails. Runner limits come from [`Limits`],
+//! which the caller passes (the library reads no environment; the CLI reads
+//! `WRAPIR_PROVE_NODE_LIMIT`, `WRAPIR_PROVE_ITER_LIMIT` and
+//! `WRAPIR_PROVE_TIME_LIMIT_MS`).
 
 mod analysis;
 mod facts;
@@ -66,26 +67,6 @@ impl Default for Limits {
             samples_before: 48,
             samples_after: 600,
         }
-    }
-}
-
-impl Limits {
-    /// The defaults, overridden by `WRAPIR_PROVE_NODE_LIMIT`,
-    /// `WRAPIR_PROVE_ITER_LIMIT` and `WRAPIR_PROVE_TIME_LIMIT_MS` when set to a
-    /// number (other values are ignored).
-    pub fn from_env() -> Self {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
-        let mut l = Limits::default();
-        if let Some(v) = num("WRAPIR_PROVE_NODE_LIMIT") {
-            l.node_limit = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = num("WRAPIR_PROVE_ITER_LIMIT") {
-            l.iter_limit = usize::try_from(v).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = num("WRAPIR_PROVE_TIME_LIMIT_MS") {
-            l.time_limit = Duration::from_millis(v);
-        }
-        l
     }
 }
 
@@ -215,9 +196,9 @@ pub enum Error {
     Fact(#[from] FactError),
 }
 
-/// Proves or disproves `a == b` under `facts` with [`Limits::from_env`].
+/// Proves or disproves `a == b` under `facts` with [`Limits::default`].
 pub fn prove_eq(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Outcome {
-    prove_eq_with(a, b, facts, &Limits::from_env())
+    prove_eq_with(a, b, facts, &Limits::default())
 }
 
 /// [`prove_eq`] with explicit limits.
@@ -344,7 +325,19 @@ fn first_term(egraph: &SymEGraph, id: Id) -> String {
 /// What `wrapir sym prove A B --assume FACT [--explain]` prints: the first line
 /// is `proven`, `disproved: s0=3, u0=0` or `unknown: <reason>`; with `explain`,
 /// the proof (one step per line) or the two sides' values follow.
+/// Within [`Limits::default`]; [`prove_text_with`] takes the limits.
 pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Result<(Outcome, String), Error> {
+    prove_text_with(a, b, assumptions, explain, &Limits::default())
+}
+
+/// [`prove_text`] within `limits`.
+pub fn prove_text_with(
+    a: &str,
+    b: &str,
+    assumptions: &[String],
+    explain: bool,
+    limits: &Limits,
+) -> Result<(Outcome, String), Error> {
     let pa = parse(a).map_err(|error| Error::Expr {
         text: a.to_string(),
         error,
@@ -354,7 +347,7 @@ pub fn prove_text(a: &str, b: &str, assumptions: &[String], explain: bool) -> Re
         error,
     })?;
     let facts = Facts::parse(assumptions)?;
-    let outcome = prove_eq(&pa, &pb, &facts);
+    let outcome = prove_eq_with(&pa, &pb, &facts, limits);
     let mut out = outcome.summary();
     out.push('\n');
     if explain {

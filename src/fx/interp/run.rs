@@ -1,0 +1,575 @@
+//! Running a [`Plan`] over a [`Backend`].
+
+use super::*;
+
+impl Plan {
+    /// Number of steps.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// `true` when the plan has no steps.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Input names, in order.
+    pub fn input_names(&self) -> Vec<&str> {
+        self.inputs.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Runs the plan. `inputs` are in placeholder order (tensors for tensor
+    /// inputs, `Value::Int` for symbol inputs); `constants` by name.
+    pub fn run<B: Backend>(
+        &self,
+        backend: &mut B,
+        inputs: Vec<Value<B::Tensor>>,
+        constants: &IndexMap<String, B::Tensor>,
+    ) -> Result<RunOutput<B::Tensor>, ExecError> {
+        let mut env = Bindings::with_capacity(self.bind_count);
+        let outputs = self.exec(backend, inputs, constants, &mut env)?;
+        Ok(RunOutput { outputs, symbols: env })
+    }
+
+    fn exec<B: Backend>(
+        &self,
+        backend: &mut B,
+        inputs: Vec<Value<B::Tensor>>,
+        constants: &IndexMap<String, B::Tensor>,
+        env: &mut Bindings,
+    ) -> Result<Vec<Value<B::Tensor>>, ExecError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(ExecError::Input(format!(
+                "graph `{}` takes {} inputs ({}), got {}",
+                self.graph,
+                self.inputs.len(),
+                self.input_names().join(", "),
+                inputs.len()
+            )));
+        }
+        let mut inputs: Vec<Option<Value<B::Tensor>>> = inputs.into_iter().map(Some).collect();
+        let mut slots: Vec<Option<Value<B::Tensor>>> = vec![None; self.slots + self.lits.len()];
+        for (slot, lit) in slots.iter_mut().skip(self.slots).zip(&self.lits) {
+            *slot = Some(lit_value(lit));
+        }
+        // The layout `empty_strided` steps fill in (its vectors are reused:
+        // no allocation per step).
+        let mut layout = TensorSpec::contiguous(DType::Float32, Device::cpu(), &[]);
+        // The declared layout of an extern call's result, evaluated (reused
+        // likewise).
+        let mut exp_buf = ExpectedLayout {
+            dtype: DType::Float32,
+            device: Device::cpu(),
+            size: Vec::new(),
+            stride: Vec::new(),
+            offset: None,
+        };
+        for (step, info) in self.steps.iter().zip(&self.infos) {
+            let value = self
+                .step(
+                    step,
+                    info,
+                    backend,
+                    &mut inputs,
+                    constants,
+                    &slots,
+                    &mut layout,
+                    &mut exp_buf,
+                    env,
+                )
+                .map_err(|e| ExecError::AtNode {
+                    graph: self.graph.clone(),
+                    node: info.node.clone(),
+                    source: Box::new(e),
+                })?;
+            if let (Some(v), false) = (&value, step.binds.is_empty()) {
+                let binds = self.binds.get(step.binds.start as usize..step.binds.end as usize);
+                for bind in binds.unwrap_or_default() {
+                    let x = match v.as_int() {
+                        Some(x) if bind.range.is_none_or(|r| r.contains(x)) => x,
+                        _ => return Err(self.bind_error(info, bind, v)),
+                    };
+                    env.insert(bind.symbol.clone(), x);
+                }
+            }
+            if let (Some(o), Some(v)) = (step.out, value) {
+                if let Some(slot) = slots.get_mut(o) {
+                    // The slot is empty in a well-formed plan (its previous
+                    // value was freed): test inline, drop only when it is not.
+                    if let Some(old) = slot.replace(v) {
+                        drop(old);
+                    }
+                }
+            }
+            for f in self
+                .frees
+                .get(step.frees.start as usize..step.frees.end as usize)
+                .unwrap_or_default()
+            {
+                match slots.get_mut(*f).and_then(Option::take) {
+                    Some(Value::Tensor(t)) => backend.free(t),
+                    Some(v @ (Value::List(_) | Value::Dict(_))) => release(backend, v),
+                    _ => {}
+                }
+            }
+        }
+        self.outputs.iter().map(|o| read(o, &slots)).collect()
+    }
+
+    // The run loop's state is passed piecewise (not bundled in a struct) so the
+    // borrow of `slots` stays shared while `inputs` is taken from.
+    #[allow(clippy::too_many_arguments)]
+    fn step<B: Backend>(
+        &self,
+        step: &Step,
+        info: &StepInfo,
+        backend: &mut B,
+        inputs: &mut [Option<Value<B::Tensor>>],
+        constants: &IndexMap<String, B::Tensor>,
+        slots: &[Option<Value<B::Tensor>>],
+        layout: &mut TensorSpec,
+        exp_buf: &mut ExpectedLayout,
+        env: &mut Bindings,
+    ) -> Result<Option<Value<B::Tensor>>, ExecError> {
+        let rd = |o: &Operand| read(o, slots);
+        let int = |o: &Operand| read_int(o, slots);
+        let small_ints = |xs: &[Operand]| xs.iter().map(int).collect::<Result<Ints, _>>();
+        let tensor = |s: usize| -> Result<&B::Tensor, ExecError> {
+            match slot(s, slots)? {
+                Value::Tensor(t) => Ok(t),
+                other => Err(ExecError::Type(format!("expected a tensor, got {}", other.kind()))),
+            }
+        };
+        Ok(Some(match &step.kind {
+            StepKind::Input(i) => {
+                let v = inputs
+                    .get_mut(*i)
+                    .and_then(Option::take)
+                    .ok_or_else(|| ExecError::Input("input used twice".into()))?;
+                if let (Some(Val::Tensor(layout)), Value::Tensor(t)) = (&info.val, &v) {
+                    let spec = backend.spec(t);
+                    if spec.dtype != layout.dtype || spec.size.len() != layout.size.len() {
+                        return Err(ExecError::Input(format!(
+                            "input `{}` is {}{:?}, the graph declares {layout}",
+                            info.node, spec.dtype, spec.size
+                        )));
+                    }
+                }
+                v
+            }
+            StepKind::Constant(name) => Value::Tensor(
+                constants
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| ExecError::Input(format!("constant `{name}` was not supplied")))?,
+            ),
+            StepKind::EmptyStrided {
+                size,
+                stride,
+                dtype,
+                device,
+            } => {
+                layout.dtype = *dtype;
+                layout.device = Device {
+                    kind: *device,
+                    index: None,
+                };
+                layout.offset = 0;
+                layout.size.clear();
+                for o in self.list(size) {
+                    layout.size.push(int(o)?);
+                }
+                layout.stride.clear();
+                for o in self.list(stride) {
+                    layout.stride.push(int(o)?);
+                }
+                Value::Tensor(backend.allocate(layout)?)
+            }
+            StepKind::AsStrided(a) => {
+                let AsStridedStep {
+                    base,
+                    size,
+                    stride,
+                    offset,
+                } = &**a;
+                let b = tensor(*base)?;
+                Value::Tensor(backend.view(b, &small_ints(size)?, &small_ints(stride)?, int(offset)?)?)
+            }
+            StepKind::Triton { packed: Some(p), t } => {
+                let def = self.kernel_at(p, &t.kernel)?;
+                let g = match self.operands.get(p.grid as usize..p.grid as usize + 3) {
+                    Some([a, b, c]) => [int(a)?, int(b)?, int(c)?],
+                    _ => return Err(unpacked()),
+                };
+                self.launch_packed(p, def, Some(g), backend, slots)?;
+                Value::None
+            }
+            StepKind::KernelCall { packed: Some(p), c } => {
+                let def = self.kernel_at(p, &c.kernel)?;
+                self.launch_packed(p, def, None, backend, slots)?;
+                Value::None
+            }
+            StepKind::Triton { t, packed: None } => {
+                let TritonStep { kernel, grid, kwargs } = &**t;
+                let def = self.kernel(kernel)?;
+                let g = [int(&grid[0])?, int(&grid[1])?, int(&grid[2])?];
+                with_call(&[], kwargs, slots, |args, kwargs| {
+                    backend.launch(KernelLaunch {
+                        kernel: def,
+                        grid: Some(g),
+                        args,
+                        kwargs,
+                    })
+                })?;
+                Value::None
+            }
+            StepKind::KernelCall { c, packed: None } => {
+                let CallStep { kernel, args, kwargs } = &**c;
+                let def = self.kernel(kernel)?;
+                with_call(args, kwargs, slots, |args, kwargs| {
+                    backend.launch(KernelLaunch {
+                        kernel: def,
+                        grid: None,
+                        args,
+                        kwargs,
+                    })
+                })?;
+                Value::None
+            }
+            StepKind::Extern(c) => with_call(&c.args, &c.kwargs, slots, |args, kwargs| {
+                let expected = match &c.layout {
+                    Some(layout) => {
+                        self.eval_layout_into(layout, backend, env, exp_buf)?;
+                        Some(&*exp_buf)
+                    }
+                    _ => None,
+                };
+                let result = backend.call_extern(ExternCall {
+                    op: &c.target,
+                    args,
+                    kwargs,
+                    expected,
+                })?;
+                if let (Some(exp), Value::Tensor(t)) = (expected, &result) {
+                    check_layout(backend.spec(t), exp)?;
+                }
+                Ok(result)
+            })?,
+            StepKind::SymSize { tensor: t, dim } => Value::Int(dim_of(&backend.spec(tensor(*t)?).size, *dim, "size")?),
+            StepKind::SymStride { tensor: t, dim } => {
+                Value::Int(dim_of(&backend.spec(tensor(*t)?).stride, *dim, "stride")?)
+            }
+            StepKind::SymStorageOffset { tensor: t } => Value::Int(backend.spec(tensor(*t)?).offset),
+            StepKind::GetItem { source, index } => {
+                let src = slot(*source, slots)?;
+                let idx = read_ref(index, slots)?;
+                match (src, idx.as_ref()) {
+                    (Value::List(items), Value::Int(i)) => {
+                        let n = items.len() as i64;
+                        let k = if *i < 0 { i + n } else { *i };
+                        items
+                            .get(usize::try_from(k).unwrap_or(usize::MAX))
+                            .cloned()
+                            .ok_or_else(|| ExecError::Type(format!("index {i} is out of range for {n} outputs")))?
+                    }
+                    (Value::Dict(items), Value::Str(k)) => items
+                        .get(k)
+                        .cloned()
+                        .ok_or_else(|| ExecError::Type(format!("no output named '{k}'")))?,
+                    (Value::Opaque, _) => match &info.val {
+                        Some(Val::Multi) => Value::Opaque,
+                        Some(Val::Tensor(declared)) => {
+                            // Evaluated into the reused buffers: no allocation
+                            // here.
+                            self.eval_layout_into(declared, backend, env, exp_buf)?;
+                            let unknown =
+                                || ExecError::NoValue("element layout depends on a symbol with no hint".into());
+                            layout.dtype = exp_buf.dtype;
+                            layout.device = exp_buf.device;
+                            layout.size.clear();
+                            for d in &exp_buf.size {
+                                layout.size.push(d.ok_or_else(unknown)?);
+                            }
+                            layout.stride.clear();
+                            for d in &exp_buf.stride {
+                                layout.stride.push(d.ok_or_else(unknown)?);
+                            }
+                            layout.offset = exp_buf.offset.ok_or_else(unknown)?;
+                            Value::Tensor(backend.allocate(layout)?)
+                        }
+                        _ => {
+                            return Err(ExecError::NoValue(
+                                "element of a multi-output value without a declared layout".into(),
+                            ))
+                        }
+                    },
+                    (s, i) => {
+                        return Err(ExecError::Type(format!(
+                            "cannot index a {} with a {}",
+                            s.kind(),
+                            i.kind()
+                        )))
+                    }
+                }
+            }
+            StepKind::InnerTensor { source, attr } => match slot(*source, slots)? {
+                Value::Dict(items) => items
+                    .get(attr)
+                    .cloned()
+                    .ok_or_else(|| ExecError::Type(format!("value has no inner tensor `{attr}`")))?,
+                other => {
+                    return Err(ExecError::Unsupported(format!(
+                        "inner tensor `.{attr}` of a {}: the {} backend has no tensor subclasses",
+                        other.kind(),
+                        backend.name()
+                    )))
+                }
+            },
+            StepKind::Item {
+                tensor: t,
+                symbol,
+                multiplier,
+            } => {
+                let t = tensor(*t)?;
+                let decl = symbol.as_ref().and_then(|s| self.symbols.get(s));
+                let req = ScalarRequest {
+                    symbol: symbol.as_ref(),
+                    decl,
+                    multiplier: *multiplier,
+                };
+                match backend.read_scalar(t, &req)? {
+                    ScalarValue::Int(v) => Value::Int(v),
+                    ScalarValue::Bool(b) => Value::Bool(b),
+                    ScalarValue::Float(f) => Value::Float(f),
+                }
+            }
+            StepKind::Sym { op, args } => {
+                let mut vals: SmallVec<[Scalar; 4]> = SmallVec::new();
+                for a in args {
+                    vals.push(read_scalar(a, slots, *op)?);
+                }
+                match op.eval(&vals).map_err(|e| ExecError::Type(e.to_string()))? {
+                    Scalar::Int(v) => Value::Int(v),
+                    Scalar::Bool(b) => Value::Bool(b),
+                }
+            }
+            StepKind::AssertScalar { cond, message } => {
+                if !truthy(read_ref(cond, slots)?.as_ref())? {
+                    return Err(ExecError::Assert(message.to_string()));
+                }
+                Value::None
+            }
+            StepKind::AssertSizeStride {
+                tensor: t,
+                size,
+                stride,
+                context,
+            } => {
+                let spec = backend.spec(tensor(*t)?);
+                let (size, stride) = (small_ints(self.list(size))?, small_ints(self.list(stride))?);
+                check_sizes_strides(
+                    spec,
+                    spec.dtype,
+                    size.iter().copied().map(Some),
+                    stride.iter().copied().map(Some),
+                )
+                .map_err(|e| match context {
+                    Some(c) => ExecError::Assert(format!("{e} ({c})")),
+                    None => e,
+                })?;
+                Value::None
+            }
+            StepKind::AssertAlignment { tensor: t, alignment } => {
+                backend.check_alignment(tensor(*t)?, *alignment)?;
+                Value::None
+            }
+            StepKind::Cond(c) => {
+                let CondStep {
+                    pred,
+                    true_graph,
+                    false_graph,
+                    operands,
+                } = &**c;
+                let p = match rd(pred)? {
+                    Value::Tensor(t) => scalar_truthy(backend.read_scalar(
+                        &t,
+                        &ScalarRequest {
+                            symbol: None,
+                            decl: None,
+                            multiplier: 1,
+                        },
+                    )?),
+                    other => truthy(&other)?,
+                };
+                let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let sub = self.subplan(if p { true_graph } else { false_graph })?;
+                let mut sub_env = env.clone();
+                Value::List(sub.exec(backend, args, constants, &mut sub_env)?)
+            }
+            StepKind::While(w) => {
+                let WhileStep {
+                    cond_graph,
+                    body_graph,
+                    carried,
+                    additional,
+                } = &**w;
+                let mut state = carried.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let extra = additional.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let cond = self.subplan(cond_graph)?;
+                let body = self.subplan(body_graph)?;
+                let fuel = backend.limits().loop_fuel;
+                let mut iterations: u64 = 0;
+                loop {
+                    if iterations >= fuel {
+                        crate::Limits::check(
+                            crate::Limit::LoopFuel,
+                            iterations + 1,
+                            fuel,
+                            format!("while_loop `{cond_graph}`/`{body_graph}` iterations"),
+                        )?;
+                    }
+                    iterations += 1;
+                    let args: Vec<_> = state.iter().cloned().chain(extra.iter().cloned()).collect();
+                    let mut sub_env = env.clone();
+                    let c = cond.exec(backend, args.clone(), constants, &mut sub_env)?;
+                    let go = match c.first() {
+                        Some(Value::Tensor(t)) => scalar_truthy(backend.read_scalar(
+                            t,
+                            &ScalarRequest {
+                                symbol: None,
+                                decl: None,
+                                multiplier: 1,
+                            },
+                        )?),
+                        Some(other) => truthy(other)?,
+                        None => {
+                            return Err(ExecError::Type(format!(
+                                "loop condition `{cond_graph}` returned nothing"
+                            )))
+                        }
+                    };
+                    if !go {
+                        break;
+                    }
+                    let mut body_env = env.clone();
+                    let next = body.exec(backend, args, constants, &mut body_env)?;
+                    if next.len() != state.len() {
+                        return Err(ExecError::Type(format!(
+                            "loop body `{body_graph}` returned {} values for {} carried",
+                            next.len(),
+                            state.len()
+                        )));
+                    }
+                    state = next;
+                }
+                Value::List(state)
+            }
+        }))
+    }
+
+    /// The kernel of a packed launch.
+    #[inline(always)]
+    fn kernel_at(&self, p: &PackedLaunch, kernel: &KernelRef) -> Result<&KernelDef, ExecError> {
+        match self.kernels.get_index(p.kernel as usize) {
+            Some((_, def)) => Ok(def),
+            None => self.kernel(kernel),
+        }
+    }
+
+    /// Launches a packed launch, its arguments borrowed from the slots.
+    #[inline(always)]
+    fn launch_packed<B: Backend>(
+        &self,
+        p: &PackedLaunch,
+        kernel: &KernelDef,
+        grid: Option<[i64; 3]>,
+        backend: &mut B,
+        slots: &[Option<Value<B::Tensor>>],
+    ) -> Result<(), ExecError> {
+        let range = p.args as usize..p.args_end as usize;
+        let (Some(index), Some(names)) = (self.call_slots.get(range.clone()), self.call_names.get(range)) else {
+            return Err(unpacked());
+        };
+        for s in index {
+            slot(*s, slots)?;
+        }
+        let split = (p.positional as usize).min(index.len());
+        let (pos, kw) = index.split_at(split);
+        backend.launch(KernelLaunch {
+            kernel,
+            grid,
+            args: ArgList::slots(pos, slots),
+            kwargs: Kwargs::slots(names.get(split..).unwrap_or_default(), kw, slots),
+        })
+    }
+
+    /// The operands of a list (packed ones from [`Plan::operands`]).
+    #[inline(always)]
+    fn list<'a>(&'a self, list: &'a OperandList) -> &'a [Operand] {
+        match list {
+            OperandList::Packed(r) => self.operands.get(r.start as usize..r.end as usize).unwrap_or_default(),
+            OperandList::Owned(xs) => xs,
+        }
+    }
+
+    /// Why `value` cannot bind `bind` (not an integer, or out of the
+    /// symbol's range).
+    #[cold]
+    #[inline(never)]
+    fn bind_error<T>(&self, info: &StepInfo, bind: &Bind, value: &Value<T>) -> ExecError {
+        let source = match (value.as_int(), bind.range) {
+            (None, _) => ExecError::Type(format!("symbol `{}` bound to a {}", bind.symbol, value.kind())),
+            (Some(x), Some(range)) => ExecError::OutOfRange {
+                symbol: bind.symbol.clone(),
+                value: x,
+                range,
+            },
+            (Some(x), None) => ExecError::Input(format!("symbol `{}` cannot be bound to {x}", bind.symbol)),
+        };
+        ExecError::AtNode {
+            graph: self.graph.clone(),
+            node: info.node.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    fn kernel(&self, kernel: &KernelRef) -> Result<&KernelDef, ExecError> {
+        kernel
+            .index
+            .and_then(|i| self.kernels.get_index(i))
+            .map(|(_, def)| def)
+            .ok_or_else(|| ExecError::Input(format!("kernel `{}` is not defined", kernel.name)))
+    }
+
+    fn subplan(&self, name: &str) -> Result<&Plan, ExecError> {
+        self.subplans
+            .get(name)
+            .ok_or_else(|| ExecError::Input(format!("subgraph `{name}` is not defined")))
+    }
+
+    /// The declared layout of a result, evaluated into `out` (its vectors
+    /// reused) with the bound symbols, and backend hints for unbound ones;
+    /// still-unknown entries are `None`.
+    fn eval_layout_into<B: Backend>(
+        &self,
+        layout: &Layout,
+        backend: &mut B,
+        env: &Bindings,
+        out: &mut ExpectedLayout,
+    ) -> Result<(), ExecError> {
+        let symbols = &self.symbols;
+        let mut lookup = |s: &Symbol| env.get(s).copied().or_else(|| backend.hint(s, symbols.get(s)));
+        out.dtype = layout.dtype;
+        out.device = layout.device;
+        out.size.clear();
+        for e in &layout.size {
+            out.size.push(eval_dim(e, &mut lookup)?);
+        }
+        out.stride.clear();
+        for e in &layout.stride {
+            out.stride.push(eval_dim(e, &mut lookup)?);
+        }
+        out.offset = eval_dim(&layout.offset, &mut lookup)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,519 @@
+//! Buffers: definitions, uses, ends, `Reuse` and `Reinterpret`, storage.
+
+use super::*;
+
+impl<'a> Validator<'a> {
+    /// Defines `name`. `storage`: `None` for multi-output values, `Some(None)`
+    /// for a fresh storage, `Some(Some(id))` to use an existing one.
+    pub(super) fn define(
+        &mut self,
+        g: &mut GraphState<'a>,
+        name: &BufName,
+        site: Site,
+        storage: Option<Option<usize>>,
+    ) {
+        let r = g.resolve(self.program, name);
+        let storage = match storage {
+            None => None,
+            Some(Some(id)) => Some(id),
+            Some(None) => {
+                let capacity = g.layout_of(self.program, name, r);
+                g.storages.push(Storage {
+                    owner: name.clone(),
+                    root: name.clone(),
+                    capacity,
+                    freed_at: None,
+                });
+                Some(g.storages.len() - 1)
+            }
+        };
+        let storage_root = storage.and_then(|id| g.storages.get(id)).map(|s| s.root.clone());
+        g.set_state(r, BufState::Live { storage });
+        let (index, _) = g.info.buffers.insert_full(
+            name.clone(),
+            BufferInfo {
+                defined: site,
+                last_use: None,
+                ended: None,
+                is_output: false,
+                storage_root,
+            },
+        );
+        if let BufRef::Graph(i) = r {
+            g.info_index[i] = Some(index);
+        }
+    }
+
+    /// Checks that a line may define `name` with the given kind; returns
+    /// `false` (after reporting) when it may not.
+    pub(super) fn may_define(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, need: Need) -> bool {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) {
+            return false;
+        }
+        if !self.kind_ok(g, at, name, r, need) {
+            return false;
+        }
+        if let Some(first) = g.defined_site(name, r) {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::DefinedTwice {
+                    buffer: name.clone(),
+                    first,
+                },
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Reports (once per name) a buffer missing from the table; constants count
+    /// as declared.
+    pub(super) fn declared(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, r: BufRef) -> bool {
+        if r != BufRef::Undeclared {
+            return true;
+        }
+        if g.reported.insert(format!("undeclared-buffer {name}")) {
+            let kind = match self.buffer_owner(name) {
+                Some(owner) if owner != g.name => ValidationErrorKind::ForeignBuffer {
+                    buffer: name.clone(),
+                    owner,
+                },
+                _ => ValidationErrorKind::UndeclaredBuffer { buffer: name.clone() },
+            };
+            self.err(Self::at(g, at), kind);
+        }
+        false
+    }
+
+    pub(super) fn kind_ok(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, r: BufRef, need: Need) -> bool {
+        let is_tensor = match r {
+            BufRef::Graph(i) => matches!(
+                g.graph.buffers.get_index(i).map(|(_, d)| &d.kind),
+                Some(BufferKind::Tensor(_))
+            ),
+            _ => true, // a constant
+        };
+        match (need, is_tensor) {
+            (Need::Tensor, false) => {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::NotATensor { buffer: name.clone() },
+                );
+                false
+            }
+            (Need::Multi, true) => {
+                self.err(Self::at(g, at), ValidationErrorKind::NotMulti { buffer: name.clone() });
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// A read or write of a live buffer. `layout_syms`: also require the
+    /// symbols of its layout to be bound. Returns the buffer's storage id when
+    /// the use is valid.
+    pub(super) fn use_buffer(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        name: &BufName,
+        need: Need,
+        layout_syms: bool,
+    ) -> Option<Option<usize>> {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) || !self.kind_ok(g, at, name, r, need) {
+            return None;
+        }
+        if r == BufRef::Constant {
+            return Some(None);
+        }
+        let result = match g.state(r).cloned() {
+            None => {
+                Self::prescan(g);
+                let defined_at = g.later_definitions.get(name).copied();
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: name.clone(),
+                        defined_at,
+                    },
+                );
+                return None;
+            }
+            Some(BufState::Released { at: ended_at, .. }) => {
+                let how = Ending::MarkedReused;
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
+                return None;
+            }
+            Some(BufState::Ended { at: ended_at, how }) => {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
+                return None;
+            }
+            Some(BufState::Live { storage }) => {
+                self.check_storage_alive(g, name, storage, Some(at));
+                Some(storage)
+            }
+        };
+        g.touch(name, r, at);
+        if layout_syms {
+            self.require_layout_symbols(g, at, name, r);
+        }
+        result
+    }
+
+    pub(super) fn check_storage_alive(
+        &mut self,
+        g: &mut GraphState<'a>,
+        name: &BufName,
+        storage: Option<usize>,
+        at: Option<usize>,
+    ) {
+        let Some(st) = storage.and_then(|id| g.storages.get(id)) else {
+            return;
+        };
+        if let Some(freed_at) = st.freed_at {
+            if st.owner != *name {
+                let owner = st.owner.clone();
+                self.err(
+                    Self::loc(g, at),
+                    ValidationErrorKind::ViewOutlivesStorage {
+                        buffer: name.clone(),
+                        owner,
+                        freed_at,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Ends `name` (free-like lines). `mark_reused`: `FreeIfNotReused ... reused`.
+    pub(super) fn end_buffer(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, mark_reused: bool) {
+        let r = g.resolve(self.program, name);
+        if !self.declared(g, at, name, r) {
+            return;
+        }
+        if r == BufRef::Constant {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ConstantEnded { buffer: name.clone() },
+            );
+            return;
+        }
+        match g.state(r).cloned() {
+            None => {
+                Self::prescan(g);
+                let defined_at = g.later_definitions.get(name).copied();
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: name.clone(),
+                        defined_at,
+                    },
+                );
+            }
+            Some(BufState::Ended {
+                at: first,
+                how: Ending::Freed | Ending::MarkedReused,
+            })
+            | Some(BufState::Released { at: first, .. }) => {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::DoubleFree {
+                        buffer: name.clone(),
+                        first_freed_at: first,
+                    },
+                );
+            }
+            Some(BufState::Ended { at: ended_at, how }) => {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: name.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
+            }
+            Some(BufState::Live { storage }) => {
+                let owned = storage
+                    .and_then(|id| g.storages.get(id))
+                    .map(|s| (s.owner == *name, s.owner.clone()));
+                if mark_reused {
+                    if let Some((false, owner)) = owned {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::ReuseOfView {
+                                buffer: name.clone(),
+                                owner,
+                            },
+                        );
+                    }
+                    // The storage stays allocated; the name may only be `old` of a Reuse now.
+                    g.set_state(r, BufState::Released { at, storage });
+                } else {
+                    if let (Some(id), Some((true, _))) = (storage, owned) {
+                        if let Some(st) = g.storages.get_mut(id) {
+                            st.freed_at = Some(at);
+                        }
+                    }
+                    g.set_state(r, BufState::Ended { at, how: Ending::Freed });
+                }
+                if let Some(info) = g.info_mut(name, r) {
+                    info.ended = Some(at);
+                }
+            }
+        }
+    }
+
+    pub(super) fn reuse(&mut self, g: &mut GraphState<'a>, at: usize, old: &BufName, new: &BufName, delete_old: bool) {
+        let may_define = self.may_define(g, at, new, Need::Tensor);
+        let r = g.resolve(self.program, old);
+        if !self.declared(g, at, old, r) || !self.kind_ok(g, at, old, r, Need::Tensor) {
+            return;
+        }
+        if r == BufRef::Constant {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ConstantEnded { buffer: old.clone() },
+            );
+            return;
+        }
+        let storage = match g.state(r).cloned() {
+            None => {
+                Self::prescan(g);
+                let defined_at = g.later_definitions.get(old).copied();
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UsedBeforeDefinition {
+                        buffer: old.clone(),
+                        defined_at,
+                    },
+                );
+                return;
+            }
+            Some(BufState::Ended { at: ended_at, how }) => {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UseAfterEnd {
+                        buffer: old.clone(),
+                        ended_at,
+                        how,
+                    },
+                );
+                return;
+            }
+            Some(BufState::Released { storage, .. }) => storage,
+            Some(BufState::Live { storage }) => {
+                if !delete_old {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::ReuseOfLiveBuffer {
+                            old: old.clone(),
+                            new: new.clone(),
+                        },
+                    );
+                }
+                if let Some(info) = g.info_mut(old, r) {
+                    info.ended = Some(at);
+                }
+                storage
+            }
+        };
+        if let Some(st) = storage.and_then(|id| g.storages.get(id)) {
+            if st.owner != *old {
+                let owner = st.owner.clone();
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ReuseOfView {
+                        buffer: old.clone(),
+                        owner,
+                    },
+                );
+            }
+        }
+        g.touch(old, r, at);
+        g.set_state(
+            r,
+            BufState::Ended {
+                at,
+                how: Ending::ReusedBy(new.clone()),
+            },
+        );
+        let r_new = g.resolve(self.program, new);
+        if let (Some(lo), Some(ln)) = (g.layout_of(self.program, old, r), g.layout_of(self.program, new, r_new)) {
+            if lo.dtype != ln.dtype {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ReuseDtypeMismatch {
+                        old: old.clone(),
+                        new: new.clone(),
+                        old_dtype: lo.dtype,
+                        new_dtype: ln.dtype,
+                    },
+                );
+            }
+            if lo.device != ln.device {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::DeviceMismatch {
+                        old: old.clone(),
+                        new: new.clone(),
+                        old_device: lo.device,
+                        new_device: ln.device,
+                    },
+                );
+            }
+            // Decided only for constant sizes; syntactically equal storage
+            // expressions fit trivially; other symbolic comparisons are accepted.
+            if lo.storage_numel_expr() != ln.storage_numel_expr() {
+                if let (Some(o), Some(n)) = (const_storage(lo), const_storage(ln)) {
+                    if n > o {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::ReuseTooSmall {
+                                old: old.clone(),
+                                new: new.clone(),
+                                old_numel: o,
+                                new_numel: n,
+                            },
+                        );
+                    }
+                }
+            }
+            if may_define {
+                self.require_layout_symbols(g, at, new, r_new);
+            }
+        }
+        if !may_define {
+            return;
+        }
+        match storage {
+            Some(id) => {
+                if let Some(st) = g.storages.get_mut(id) {
+                    st.owner = new.clone();
+                }
+                self.define(g, new, Site::Line(at), Some(Some(id)));
+            }
+            None => self.define(g, new, Site::Line(at), Some(None)),
+        }
+    }
+
+    pub(super) fn reinterpret(&mut self, g: &mut GraphState<'a>, at: usize, base: &BufName, alias: &BufName) {
+        let storage = self.use_buffer(g, at, base, Need::Tensor, true);
+        if !self.may_define(g, at, alias, Need::Tensor) {
+            return;
+        }
+        let storage = storage.flatten();
+        let r_alias = g.resolve(self.program, alias);
+        if let Some(la) = g.layout_of(self.program, alias, r_alias) {
+            self.require_layout_symbols(g, at, alias, r_alias);
+            let st = storage.and_then(|id| g.storages.get(id)).cloned();
+            let capacity = match &st {
+                Some(s) => s.capacity,
+                None => g.layout(self.program, base),
+            };
+            let owner = st.as_ref().map(|s| s.owner.clone()).unwrap_or_else(|| base.clone());
+            if let Some(cap) = capacity {
+                if cap.device != la.device {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::DeviceMismatch {
+                            old: base.clone(),
+                            new: alias.clone(),
+                            old_device: cap.device,
+                            new_device: la.device,
+                        },
+                    );
+                }
+                let bytes = |l: &Layout| const_storage(l).and_then(|n| n.checked_mul(l.dtype.size_bytes() as i64));
+                if let (Some(needed), Some(available)) = (bytes(la), bytes(cap)) {
+                    if needed > available {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::ViewOutOfBounds {
+                                alias: alias.clone(),
+                                owner,
+                                needed,
+                                available,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        match storage {
+            Some(id) => self.define(g, alias, Site::Line(at), Some(Some(id))),
+            // The base is a constant or its storage is unknown: the view gets its own record.
+            None => self.define(g, alias, Site::Line(at), Some(None)),
+        }
+    }
+
+    /// Defines the result of an op (extern alloc, multi-output element, cond,
+    /// loop): a fresh storage for tensors, none for multi-output values.
+    pub(super) fn define_result(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, need: Need) {
+        if !self.may_define(g, at, name, need) {
+            return;
+        }
+        let storage = if g.layout(self.program, name).is_some() {
+            Some(None)
+        } else {
+            None
+        };
+        self.define(g, name, Site::Line(at), storage);
+    }
+
+    pub(super) fn use_arg(&mut self, g: &mut GraphState<'a>, at: usize, v: &ArgValue) {
+        match v {
+            ArgValue::Buffer(b) => {
+                self.use_buffer(g, at, b, Need::Any, true);
+                return;
+            }
+            ArgValue::Expr(e) => {
+                self.use_expr(g, Some(at), e, at);
+                return;
+            }
+            ArgValue::List(_) => {}
+            _ => return,
+        }
+        let depth = v.depth();
+        if depth > self.limits.max_text_depth {
+            let max = self.limits.max_text_depth;
+            self.limit(
+                Self::at(g, at),
+                crate::Limit::TextDepth,
+                depth,
+                max,
+                "list argument nested too deep".to_string(),
+            );
+            return;
+        }
+        // Lists: every buffer, then every expression.
+        let mut bufs = Vec::new();
+        v.for_each_buffer(&mut |b| bufs.push(b.clone()));
+        for b in bufs {
+            self.use_buffer(g, at, &b, Need::Any, true);
+        }
+        let mut exprs = Vec::new();
+        v.for_each_expr(&mut |e| exprs.push(e.clone()));
+        for e in exprs {
+            self.use_expr(g, Some(at), &e, at);
+        }
+    }
+
+    // -- lines ------------------------------------------------------------------
+}

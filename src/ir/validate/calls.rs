@@ -1,0 +1,282 @@
+//! Kernel calls: parameters, argument binding and types.
+
+use super::*;
+
+/// A kernel parameter as the checker sees it.
+pub(super) struct Param<'a> {
+    pub(super) name: String,
+    /// `Some(dtype)` for typed pointers, checked against the buffer.
+    pub(super) pointer: Option<Option<DType>>,
+    /// The type, printed only for diagnostics.
+    pub(super) ty: ParamType<'a>,
+    /// The parameter may be left out (fixed by `constants`).
+    pub(super) optional: bool,
+}
+
+/// Parameter -> value of one call; a handful of entries, searched linearly.
+pub(super) type Bound<'x> = SmallVec<[(&'x str, &'x ArgValue); 16]>;
+
+/// Binds `name` (replacing an earlier value); `true` when it was bound already.
+pub(super) fn bound_insert<'x>(bound: &mut Bound<'x>, name: &'x str, value: &'x ArgValue) -> bool {
+    match bound.iter_mut().find(|(n, _)| *n == name) {
+        Some(slot) => {
+            slot.1 = value;
+            true
+        }
+        None => {
+            bound.push((name, value));
+            false
+        }
+    }
+}
+
+pub(super) fn bound_get<'x>(bound: &Bound<'x>, name: &str) -> Option<&'x ArgValue> {
+    bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+/// A parameter's type as diagnostics print it.
+pub(super) enum ParamType<'a> {
+    /// A Triton signature type; `None` for launcher arguments.
+    Triton(Option<&'a SigType>),
+    /// A C type.
+    C(&'a str),
+}
+
+impl ParamType<'_> {
+    pub(super) fn text(&self) -> String {
+        match self {
+            ParamType::Triton(Some(t)) => t.to_string(),
+            ParamType::Triton(None) => "launcher argument".into(),
+            ParamType::C(t) => (*t).to_string(),
+        }
+    }
+}
+
+impl<'a> Validator<'a> {
+    pub(super) fn kernel_call(&mut self, g: &mut GraphState<'a>, at: usize, call: &'a KernelCall) {
+        for a in &call.args {
+            self.use_arg(g, at, &a.value);
+        }
+        let program = self.program;
+        let Some((kernel_index, def)) = self
+            .kernel_index
+            .get(call.kernel.as_str())
+            .and_then(|&i| program.kernels.get_index(i).map(|(_, d)| (i, d)))
+        else {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::UnknownKernel {
+                    kernel: call.kernel.clone(),
+                },
+            );
+            return;
+        };
+        if !g.defined_kernels.contains_key(&call.kernel) {
+            Self::prescan(g);
+            let later = g.later_kernels.get(&call.kernel).copied().filter(|&i| i > at);
+            if g.is_main || later.is_some() {
+                if g.reported.insert(format!("undefined-kernel {}", call.kernel)) {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::KernelNotDefined {
+                            kernel: call.kernel.clone(),
+                            defined_at: later,
+                        },
+                    );
+                }
+            } else {
+                g.external_kernels.entry(call.kernel.clone()).or_insert(at);
+            }
+        }
+        let cached = match &self.call_params[kernel_index] {
+            Some(p) => p.clone(),
+            None => {
+                let p = self
+                    .kernel_params(def)
+                    .map(|params| -> Rc<[Param<'a>]> { params.into_iter().filter(|p| !p.name.is_empty()).collect() });
+                self.call_params[kernel_index] = Some(p.clone());
+                p
+            }
+        };
+        let Some(call_params) = cached else { return };
+        let kernel = &call.kernel;
+        let positional = call.args.iter().take_while(|a| a.name.is_none()).count();
+        let any_named = positional < call.args.len();
+        if call.args[positional..].iter().any(|a| a.name.is_none()) {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
+            );
+        }
+        if (!any_named && positional != call_params.len()) || positional > call_params.len() {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ArityMismatch {
+                    kernel: kernel.clone(),
+                    expected: call_params.len(),
+                    params: call_params
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    found: positional,
+                },
+            );
+        }
+        // Parameter -> value; a handful of entries, searched linearly.
+        let mut bound: Bound<'_> = SmallVec::new();
+        for (p, a) in call_params.iter().zip(call.args.iter().take(positional)) {
+            bound_insert(&mut bound, p.name.as_str(), &a.value);
+        }
+        // Each unknown or twice-bound name is reported once, however often it repeats.
+        let mut reported: rustc_hash::FxHashSet<&str> = Default::default();
+        for a in &call.args[positional..] {
+            let Some(n) = &a.name else { continue };
+            if !self.named_param_exists(def, n) {
+                if !reported.insert(n.as_str()) {
+                    continue;
+                }
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::UnknownParameter {
+                        kernel: kernel.clone(),
+                        param: n.clone(),
+                    },
+                );
+            } else if bound_insert(&mut bound, n.as_str(), &a.value) && reported.insert(n.as_str()) {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ParameterBoundTwice {
+                        kernel: kernel.clone(),
+                        param: n.clone(),
+                    },
+                );
+            }
+        }
+        if any_named {
+            for p in call_params.iter() {
+                if !p.optional && bound_get(&bound, p.name.as_str()).is_none() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::MissingArgument {
+                            kernel: kernel.clone(),
+                            param: p.name.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        for p in call_params.iter() {
+            let Some(value) = bound_get(&bound, p.name.as_str()) else {
+                continue;
+            };
+            if p.optional {
+                continue;
+            }
+            match (&p.pointer, value) {
+                (Some(expected), ArgValue::Buffer(b)) => {
+                    if let (Some(dt), Some(l)) = (expected, g.layout(self.program, b)) {
+                        if l.dtype != *dt {
+                            self.err(
+                                Self::at(g, at),
+                                ValidationErrorKind::PointerDtypeMismatch {
+                                    kernel: kernel.clone(),
+                                    param: p.name.clone(),
+                                    expected: SigType::Pointer(*dt),
+                                    buffer: b.clone(),
+                                    found: l.dtype,
+                                },
+                            );
+                        }
+                    }
+                }
+                (Some(_), other) => self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::PointerArgNotBuffer {
+                        kernel: kernel.clone(),
+                        param: p.name.clone(),
+                        expected: p.ty.text(),
+                        found: describe_arg(other),
+                    },
+                ),
+                (None, ArgValue::Buffer(b)) => {
+                    // A 0-d tensor may stand for its value (Inductor's `.item()` args).
+                    let is_scalar_tensor = g.layout(self.program, b).is_some_and(|l| l.rank() == 0);
+                    if !is_scalar_tensor {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::BufferArgNotPointer {
+                                kernel: kernel.clone(),
+                                param: p.name.clone(),
+                                expected: p.ty.text(),
+                                buffer: b.clone(),
+                            },
+                        );
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+    }
+
+    /// The parameters a call site binds, or `None` when the backend's
+    /// parameters are unknown (CUDA C, host, C++ without `arg_types`).
+    pub(super) fn kernel_params(&self, def: &'a KernelDef) -> Option<Vec<Param<'a>>> {
+        match &def.backend {
+            KernelBackend::Triton(meta) => Some(
+                meta.call_params()
+                    .into_iter()
+                    .map(|name| {
+                        let ty = meta.signature.get(name);
+                        Param {
+                            name: name.to_string(),
+                            pointer: match ty {
+                                Some(SigType::Pointer(d)) => Some(Some(*d)),
+                                _ => None,
+                            },
+                            ty: ParamType::Triton(ty),
+                            optional: meta.constants.contains_key(name),
+                        }
+                    })
+                    .collect(),
+            ),
+            KernelBackend::Halide(meta) => Some(
+                meta.argtypes
+                    .iter()
+                    .map(|a| Param {
+                        name: a.name.clone(),
+                        pointer: a.ctype.trim_end().ends_with('*').then_some(None),
+                        ty: ParamType::C(&a.ctype),
+                        optional: false,
+                    })
+                    .collect(),
+            ),
+            KernelBackend::Cpp(meta) if !meta.arg_types.is_empty() => Some(
+                meta.arg_types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| Param {
+                        name: format!("arg{i}"),
+                        pointer: t.trim_end().ends_with('*').then_some(None),
+                        ty: ParamType::C(t),
+                        optional: false,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    pub(super) fn named_param_exists(&self, def: &KernelDef, name: &str) -> bool {
+        match &def.backend {
+            KernelBackend::Triton(meta) => {
+                meta.signature.contains_key(name) || meta.extra_launcher_args.iter().any(|a| a == name)
+            }
+            KernelBackend::Halide(meta) => meta.argtypes.iter().any(|a| a.name == name),
+            KernelBackend::Cpp(meta) => (0..meta.arg_types.len()).any(|i| format!("arg{i}") == name),
+            _ => true,
+        }
+    }
+
+    // -- subgraphs ----------------------------------------------------------------
+}

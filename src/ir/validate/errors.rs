@@ -1,0 +1,701 @@
+//! Validation errors: what rule is broken ([`ValidationErrorKind`]) and where ([`Location`]).
+
+use super::*;
+
+/// The text form of a line, as diagnostics quote it.
+/// Longer lines are cut (with `…`) so that diagnostics stay bounded.
+pub(super) fn line_text(line: &Line) -> String {
+    const MAX: usize = 240;
+    // `Line`'s Display is the text form (implemented by `crate::text`).
+    let mut text = line.to_string();
+    if text.len() > MAX {
+        let mut cut = MAX;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// Where an error is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// The program-wide tables (symbols, kernels, constants, graph names).
+    Program,
+    /// A graph's header: inputs, buffer table, outputs, or the graph as a whole.
+    Graph {
+        /// The graph ([`MAIN_GRAPH`] for the main graph).
+        graph: GraphName,
+    },
+    /// One line.
+    Line {
+        /// The graph ([`MAIN_GRAPH`] for the main graph).
+        graph: GraphName,
+        /// The line's index in [`crate::ir::Graph::lines`], from 0.
+        index: usize,
+        /// The line's text form.
+        text: String,
+    },
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Program => f.write_str("program"),
+            Location::Graph { graph } => write!(f, "graph {graph}"),
+            Location::Line { graph, index, text } => write!(f, "graph {graph}, line {index} `{text}`"),
+        }
+    }
+}
+
+/// How a buffer name ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `Free`, `FreeIfNotReused` or `CommBufferFree`.
+    Freed,
+    /// `FreeIfNotReused ... reused`: its storage waits for a `Reuse`.
+    MarkedReused,
+    /// A `Reuse` handed its storage to this buffer.
+    ReusedBy(BufName),
+}
+
+/// Which side of a name clash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRole {
+    /// A graph buffer.
+    Buffer,
+    /// A declared symbol.
+    Symbol,
+    /// A program constant.
+    Constant,
+}
+
+impl fmt::Display for NameRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameRole::Buffer => "buffer",
+            NameRole::Symbol => "symbol",
+            NameRole::Constant => "constant",
+        })
+    }
+}
+
+pub(super) fn kind_name(kind: &SymbolKind) -> &'static str {
+    match kind {
+        SymbolKind::Backed => "backed",
+        SymbolKind::Unbacked => "unbacked",
+        SymbolKind::Precomputed => "precomputed",
+    }
+}
+
+pub(super) fn ending_text(buffer: &BufName, at: usize, how: &Ending) -> String {
+    match how {
+        Ending::Freed => format!("buffer {buffer} is used after it was freed at line {at}"),
+        Ending::MarkedReused => {
+            format!("buffer {buffer} is used after its storage was released for reuse at line {at}")
+        }
+        Ending::ReusedBy(new) => {
+            format!("buffer {buffer} is used after its storage was handed to {new} at line {at}")
+        }
+    }
+}
+
+/// What rule an error breaks, with the names involved.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ValidationErrorKind {
+    /// A limit of [`crate::Limits`] was exceeded.
+    #[error("{0}")]
+    Limit(crate::LimitExceeded),
+    /// More errors than [`crate::Limits::max_diagnostics`]: the rest are counted here.
+    #[error("{more} more errors not shown (max_diagnostics = {limit}; raise it with --max-diagnostics)")]
+    TooManyErrors {
+        /// Errors not shown.
+        more: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A name is not an identifier.
+    #[error("{what} name `{name}` is not an identifier")]
+    InvalidName {
+        /// `buffer`, `symbol`, `kernel` or `graph`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A subgraph uses the reserved name of the main graph.
+    #[error("a subgraph may not be called `{MAIN_GRAPH}`")]
+    ReservedGraphName,
+    /// One name plays two roles.
+    #[error("{name} is both a {first} and a {second}")]
+    NameClash {
+        /// The name.
+        name: String,
+        /// Its first role.
+        first: NameRole,
+        /// Its second role.
+        second: NameRole,
+    },
+    /// A kernel table key differs from the definition's own name.
+    #[error("kernel table entry {key} holds a definition named {name}")]
+    KernelNameMismatch {
+        /// The table key.
+        key: KernelName,
+        /// `KernelDef::name`.
+        name: KernelName,
+    },
+    /// A value range holds no value.
+    #[error("symbol {symbol} has an empty value range {range}")]
+    EmptyValueRange {
+        /// The symbol.
+        symbol: Symbol,
+        /// Its range.
+        range: ValueRange,
+    },
+    /// A hint outside the symbol's range.
+    #[error("symbol {symbol} has hint {hint} outside its value range {range}")]
+    HintOutsideRange {
+        /// The symbol.
+        symbol: Symbol,
+        /// The hint.
+        hint: i64,
+        /// The range.
+        range: ValueRange,
+    },
+    /// A backed symbol that no main-graph input binds.
+    #[error("symbol {symbol} is never bound (no symbol input and no input size, stride or offset of graph main mentions it)")]
+    BackedSymbolNeverBound {
+        /// The symbol.
+        symbol: Symbol,
+    },
+    /// A symbol that is not in the symbol table.
+    #[error("symbol {symbol} is not declared")]
+    UndeclaredSymbol {
+        /// The symbol.
+        symbol: Symbol,
+    },
+    /// A symbol used where it is not bound.
+    #[error("symbol {symbol} is used before it is bound{}", match bound_at { Some(i) => format!(" (bound at line {i})"), None => " (nothing in this graph binds it)".to_string() })]
+    SymbolNotBound {
+        /// The symbol.
+        symbol: Symbol,
+        /// The later line of the same graph that binds it, if any.
+        bound_at: Option<usize>,
+    },
+    /// A buffer whose layout mentions a symbol that is not bound yet.
+    #[error("the layout of buffer {buffer} mentions symbol {symbol}, which is not bound here{}", match bound_at { Some(i) => format!(" (bound at line {i})"), None => String::new() })]
+    LayoutSymbolNotBound {
+        /// The buffer.
+        buffer: BufName,
+        /// The symbol.
+        symbol: Symbol,
+        /// The later line of the same graph that binds it, if any.
+        bound_at: Option<usize>,
+    },
+    /// A symbol bound a second time.
+    #[error("symbol {symbol} is bound twice (first bound at {first})")]
+    SymbolBoundTwice {
+        /// The symbol.
+        symbol: Symbol,
+        /// The first binding.
+        first: SymbolBinding,
+    },
+    /// A symbol bound by a line (or input) that does not bind symbols of its kind.
+    #[error("symbol {symbol} is declared {} but bound by {binder}", kind_name(kind))]
+    WrongSymbolKind {
+        /// The symbol.
+        symbol: Symbol,
+        /// Its declared kind.
+        kind: SymbolKind,
+        /// What binds it (`a symbol input`, `an item line`, ...).
+        binder: &'static str,
+    },
+    /// A runtime assert or predicate that is not boolean.
+    #[error("condition {expr} is not a boolean expression")]
+    NotBoolean {
+        /// The expression, printed.
+        expr: String,
+    },
+    /// A malformed key path.
+    #[error("key path `{path}` of symbol {symbol} is malformed: {reason}")]
+    BadKeyPath {
+        /// The bound symbol.
+        symbol: Symbol,
+        /// The path, printed.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A name missing from the graph's buffer table.
+    #[error("buffer {buffer} is not declared in the buffer table of this graph")]
+    UndeclaredBuffer {
+        /// The buffer.
+        buffer: BufName,
+    },
+    /// A subgraph naming its caller's buffer.
+    #[error("buffer {buffer} belongs to graph {owner}; a subgraph sees only its own inputs and buffers")]
+    ForeignBuffer {
+        /// The buffer.
+        buffer: BufName,
+        /// The graph that declares it.
+        owner: GraphName,
+    },
+    /// A multi-output value where a tensor is needed.
+    #[error("buffer {buffer} is a multi-output value where a tensor is needed")]
+    NotATensor {
+        /// The buffer.
+        buffer: BufName,
+    },
+    /// A tensor where a multi-output value is needed.
+    #[error("buffer {buffer} is a tensor where a multi-output value is needed")]
+    NotMulti {
+        /// The buffer.
+        buffer: BufName,
+    },
+    /// A buffer used before its definition.
+    #[error("buffer {buffer} is used before it is defined{}", match defined_at { Some(i) => format!(" (defined at line {i})"), None => " (no line defines it)".to_string() })]
+    UsedBeforeDefinition {
+        /// The buffer.
+        buffer: BufName,
+        /// The later defining line, if any.
+        defined_at: Option<usize>,
+    },
+    /// A buffer used after it ended.
+    #[error("{}", ending_text(buffer, *ended_at, how))]
+    UseAfterEnd {
+        /// The buffer.
+        buffer: BufName,
+        /// The line that ended it.
+        ended_at: usize,
+        /// How it ended.
+        how: Ending,
+    },
+    /// A buffer freed twice.
+    #[error("buffer {buffer} is freed twice (first freed at line {first_freed_at})")]
+    DoubleFree {
+        /// The buffer.
+        buffer: BufName,
+        /// The first free.
+        first_freed_at: usize,
+    },
+    /// A buffer defined twice.
+    #[error("buffer {buffer} is defined twice (first defined at {first})")]
+    DefinedTwice {
+        /// The buffer.
+        buffer: BufName,
+        /// The first definition.
+        first: Site,
+    },
+    /// A constant freed or reused.
+    #[error("constant {buffer} cannot be freed or reused")]
+    ConstantEnded {
+        /// The constant.
+        buffer: BufName,
+    },
+    /// A view used after its storage was freed.
+    #[error("view {buffer} is used after the storage it views (owned by {owner}) was freed at line {freed_at}")]
+    ViewOutlivesStorage {
+        /// The view.
+        buffer: BufName,
+        /// The storage owner that was freed.
+        owner: BufName,
+        /// The free.
+        freed_at: usize,
+    },
+    /// `Reuse` of a buffer that neither dies at the reuse nor was released before.
+    #[error("buffer {new} reuses the storage of {old}, but {old} stays live (the reuse keeps it and no `free_if_not_reused {old} reused` precedes it)")]
+    ReuseOfLiveBuffer {
+        /// The old buffer.
+        old: BufName,
+        /// The new buffer.
+        new: BufName,
+    },
+    /// Reuse of (or release for reuse of) a view.
+    #[error("buffer {buffer} is a view of {owner}'s storage and has no storage of its own to hand on")]
+    ReuseOfView {
+        /// The view.
+        buffer: BufName,
+        /// The storage owner.
+        owner: BufName,
+    },
+    /// `Reuse` across dtypes.
+    #[error("buffer {new} ({new_dtype}) cannot reuse the storage of {old} ({old_dtype}): dtypes differ")]
+    ReuseDtypeMismatch {
+        /// The old buffer.
+        old: BufName,
+        /// The new buffer.
+        new: BufName,
+        /// The old dtype.
+        old_dtype: DType,
+        /// The new dtype.
+        new_dtype: DType,
+    },
+    /// `Reuse` or `Reinterpret` across devices.
+    #[error("buffer {new} (on {new_device}) cannot use the storage of {old} (on {old_device}): devices differ")]
+    DeviceMismatch {
+        /// The buffer whose storage is used.
+        old: BufName,
+        /// The buffer that uses it.
+        new: BufName,
+        /// The old device.
+        old_device: Device,
+        /// The new device.
+        new_device: Device,
+    },
+    /// `Reuse` into too small a storage.
+    #[error("buffer {new} needs storage for {new_numel} elements but {old} holds {old_numel}")]
+    ReuseTooSmall {
+        /// The old buffer.
+        old: BufName,
+        /// The new buffer.
+        new: BufName,
+        /// Elements the old layout covers.
+        old_numel: i64,
+        /// Elements the new layout needs.
+        new_numel: i64,
+    },
+    /// A view that reaches past its storage.
+    #[error("view {alias} needs {needed} bytes of storage but the storage of {owner} holds {available}")]
+    ViewOutOfBounds {
+        /// The view.
+        alias: BufName,
+        /// The storage owner.
+        owner: BufName,
+        /// Bytes the view reaches (offset + extent).
+        needed: i64,
+        /// Bytes the storage holds.
+        available: i64,
+    },
+    /// A layout whose size and stride lists differ in length.
+    #[error("buffer {buffer} has {sizes} sizes but {strides} strides")]
+    LayoutRankMismatch {
+        /// The buffer.
+        buffer: BufName,
+        /// Number of sizes.
+        sizes: usize,
+        /// Number of strides.
+        strides: usize,
+    },
+    /// A graph output that is not live at the end.
+    #[error("output {buffer} is not live at the end of the graph{}", match ended_at { Some(i) => format!(" (it ends at line {i})"), None => " (it is never defined)".to_string() })]
+    OutputNotLive {
+        /// The buffer.
+        buffer: BufName,
+        /// The line that ended it, if it was defined.
+        ended_at: Option<usize>,
+    },
+    /// A kernel name missing from the kernel table.
+    #[error("kernel {kernel} is not in the kernel table")]
+    UnknownKernel {
+        /// The kernel.
+        kernel: KernelName,
+    },
+    /// A kernel called before its definition line.
+    #[error("kernel {kernel} is called before it is defined{}", match defined_at { Some(i) => format!(" (defined at line {i})"), None => " (no line defines it)".to_string() })]
+    KernelNotDefined {
+        /// The kernel.
+        kernel: KernelName,
+        /// The later definition line of the same graph, if any.
+        defined_at: Option<usize>,
+    },
+    /// A kernel defined twice.
+    #[error("kernel {kernel} is defined twice (first defined at line {first} of graph {graph})")]
+    KernelDefinedTwice {
+        /// The kernel.
+        kernel: KernelName,
+        /// The graph of the first definition.
+        graph: GraphName,
+        /// Its line.
+        first: usize,
+    },
+    /// A wrong number of kernel arguments.
+    #[error("kernel {kernel} takes {expected} arguments ({params}) but the call passes {found}")]
+    ArityMismatch {
+        /// The kernel.
+        kernel: KernelName,
+        /// Expected count.
+        expected: usize,
+        /// The parameters, comma-separated.
+        params: String,
+        /// Passed count.
+        found: usize,
+    },
+    /// A named argument that names no parameter.
+    #[error("kernel {kernel} has no parameter {param}")]
+    UnknownParameter {
+        /// The kernel.
+        kernel: KernelName,
+        /// The name.
+        param: String,
+    },
+    /// A parameter bound twice.
+    #[error("parameter {param} of kernel {kernel} is bound twice")]
+    ParameterBoundTwice {
+        /// The kernel.
+        kernel: KernelName,
+        /// The parameter.
+        param: String,
+    },
+    /// A positional argument after a named one.
+    #[error("a positional argument of kernel {kernel} follows a named one")]
+    PositionalAfterNamed {
+        /// The kernel.
+        kernel: KernelName,
+    },
+    /// A call parameter no argument binds.
+    #[error("parameter {param} of kernel {kernel} is not passed")]
+    MissingArgument {
+        /// The kernel.
+        kernel: KernelName,
+        /// The parameter.
+        param: String,
+    },
+    /// A pointer parameter given something other than a buffer.
+    #[error("parameter {param} of kernel {kernel} has pointer type {expected} but is passed {found}")]
+    PointerArgNotBuffer {
+        /// The kernel.
+        kernel: KernelName,
+        /// The parameter.
+        param: String,
+        /// The parameter type, printed.
+        expected: String,
+        /// What was passed, described.
+        found: String,
+    },
+    /// A buffer passed to a scalar parameter.
+    #[error("parameter {param} of kernel {kernel} has scalar type {expected} but is passed buffer {buffer}")]
+    BufferArgNotPointer {
+        /// The kernel.
+        kernel: KernelName,
+        /// The parameter.
+        param: String,
+        /// The parameter type, printed.
+        expected: String,
+        /// The buffer.
+        buffer: BufName,
+    },
+    /// A buffer of the wrong dtype for a pointer parameter.
+    #[error("parameter {param} of kernel {kernel} has type {expected} but buffer {buffer} is {found}")]
+    PointerDtypeMismatch {
+        /// The kernel.
+        kernel: KernelName,
+        /// The parameter.
+        param: String,
+        /// The signature type.
+        expected: SigType,
+        /// The buffer.
+        buffer: BufName,
+        /// The buffer's dtype.
+        found: DType,
+    },
+    /// An exit without an enter.
+    #[error("device guard exit without a matching enter")]
+    UnmatchedDeviceExit,
+    /// An enter without an exit.
+    #[error("device guard entered here is never exited")]
+    UnclosedDeviceGuard,
+    /// A subgraph name that is not in the subgraph table.
+    #[error("subgraph {graph} does not exist")]
+    UnknownSubgraph {
+        /// The name.
+        graph: GraphName,
+    },
+    /// Operand count differs from the subgraph's input count.
+    #[error("subgraph {graph} takes {expected} inputs but is passed {found}")]
+    OperandCountMismatch {
+        /// The subgraph.
+        graph: GraphName,
+        /// Its input count.
+        expected: usize,
+        /// Operands passed.
+        found: usize,
+    },
+    /// An operand passed to a symbol input that is not a symbol.
+    #[error("operand {operand} is passed to symbol input {index} of subgraph {graph} but is not a declared symbol")]
+    OperandNotSymbol {
+        /// The subgraph.
+        graph: GraphName,
+        /// The input index.
+        index: usize,
+        /// The operand.
+        operand: BufName,
+    },
+    /// Cond branches returning different numbers of values.
+    #[error("branches return different numbers of values: {true_graph} returns {true_outputs}, {false_graph} returns {false_outputs}")]
+    BranchOutputMismatch {
+        /// The true branch.
+        true_graph: GraphName,
+        /// Its output count.
+        true_outputs: usize,
+        /// The false branch.
+        false_graph: GraphName,
+        /// Its output count.
+        false_outputs: usize,
+    },
+    /// A loop subgraph returning the wrong number of values.
+    #[error("{role} graph {graph} returns {found} values but the loop needs {expected}")]
+    LoopOutputMismatch {
+        /// `cond` or `body`.
+        role: &'static str,
+        /// The subgraph.
+        graph: GraphName,
+        /// Needed count.
+        expected: usize,
+        /// Returned count.
+        found: usize,
+    },
+    /// A subgraph that runs itself.
+    #[error("subgraph {graph} runs itself (through {})", cycle.iter().map(|g| g.as_str()).collect::<Vec<_>>().join(" -> "))]
+    Recursion {
+        /// The subgraph.
+        graph: GraphName,
+        /// The call chain back to it.
+        cycle: Vec<GraphName>,
+    },
+    /// A subgraph needing a symbol that is not bound at its call.
+    #[error("subgraph {graph} uses symbol {symbol} ({}), which is not bound here", match used_at { Some(i) => format!("at its line {i}"), None => "in its inputs".to_string() })]
+    SubgraphSymbolNotBound {
+        /// The subgraph.
+        graph: GraphName,
+        /// The symbol.
+        symbol: Symbol,
+        /// The subgraph line that uses it; `None` for its input layouts.
+        used_at: Option<usize>,
+    },
+    /// A subgraph calling a kernel not defined before it runs.
+    #[error("subgraph {graph} calls kernel {kernel} (at its line {called_at}), which is not defined before this line")]
+    SubgraphKernelNotDefined {
+        /// The subgraph.
+        graph: GraphName,
+        /// The kernel.
+        kernel: KernelName,
+        /// The subgraph line that calls it.
+        called_at: usize,
+    },
+    /// An `AssertSizeStride` whose lists do not match the buffer's rank.
+    #[error("assert_size_stride on {buffer} gives {sizes} sizes and {strides} strides but the buffer has rank {rank}")]
+    AssertRankMismatch {
+        /// The buffer.
+        buffer: BufName,
+        /// The buffer's rank.
+        rank: usize,
+        /// Sizes given.
+        sizes: usize,
+        /// Strides given.
+        strides: usize,
+    },
+    /// An alignment that is not a power of two.
+    #[error("alignment {alignment} is not a power of two")]
+    BadAlignment {
+        /// The alignment.
+        alignment: u32,
+    },
+    /// A layout with a negative size, stride, storage offset or allocation
+    /// size (a constant): PyTorch has none, and storage extents assume none.
+    #[error("buffer {buffer}: {part} is {value}; sizes, strides and storage offsets must be non-negative (PyTorch tensors have no negative strides)")]
+    NegativeLayout {
+        /// The buffer (or constant).
+        buffer: BufName,
+        /// Which part: `the stride of dimension 0`, `the storage offset`.
+        part: String,
+        /// Its value.
+        value: i64,
+    },
+    /// A negative multi-output index.
+    #[error("index {index} into {value} is negative")]
+    NegativeIndex {
+        /// The multi-output value.
+        value: BufName,
+        /// The index.
+        index: i64,
+    },
+}
+
+/// One broken rule, with where it is broken.
+///
+/// Its `Display` is one line:
+/// ``error in graph main, line 7 `free buf0`: buffer buf0 is freed twice (first freed at line 5)``.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("error in {location}: {kind}")]
+pub struct ValidationError {
+    /// Where.
+    pub location: Location,
+    /// What.
+    pub kind: ValidationErrorKind,
+}
+
+impl ValidationError {
+    /// The graph the error is in (`None` for program-wide tables).
+    pub fn graph(&self) -> Option<&GraphName> {
+        match &self.location {
+            Location::Program => None,
+            Location::Graph { graph } | Location::Line { graph, .. } => Some(graph),
+        }
+    }
+
+    /// The index of the offending line, when a line is at fault.
+    pub fn line(&self) -> Option<usize> {
+        match &self.location {
+            Location::Line { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+}
+
+/// Every error of an invalid program, in discovery order (program tables, then
+/// graphs in the order the validator walks them, lines in order).
+///
+/// Its `Display` writes one error per line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationErrors {
+    /// The errors; never empty when returned by [`validate`].
+    pub errors: Vec<ValidationError>,
+}
+
+impl ValidationErrors {
+    /// The errors.
+    pub fn iter(&self) -> std::slice::Iter<'_, ValidationError> {
+        self.errors.iter()
+    }
+
+    /// Number of errors.
+    pub fn len(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// `true` when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ValidationErrors {}
+
+impl<'e> IntoIterator for &'e ValidationErrors {
+    type Item = &'e ValidationError;
+    type IntoIter = std::slice::Iter<'e, ValidationError>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.errors.iter()
+    }
+}
+
+impl IntoIterator for ValidationErrors {
+    type Item = ValidationError;
+    type IntoIter = std::vec::IntoIter<ValidationError>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.errors.into_iter()
+    }
+}

@@ -1,0 +1,228 @@
+//! One line of a graph: the dispatch over [`Line`].
+
+use super::*;
+
+impl<'a> Validator<'a> {
+    pub(super) fn check_line(&mut self, g: &mut GraphState<'a>, at: usize, line: &'a Line) {
+        match line {
+            Line::Allocate { buffer } | Line::CommBufferAllocate { buffer, .. } => {
+                if self.may_define(g, at, buffer, Need::Tensor) {
+                    let r = g.resolve(self.program, buffer);
+                    self.require_layout_symbols(g, at, buffer, r);
+                    self.define(g, buffer, Site::Line(at), Some(None));
+                }
+            }
+            Line::FreeIfNotReused { buffer, is_reused } => self.end_buffer(g, at, buffer, *is_reused),
+            Line::Free { buffer } | Line::CommBufferFree { buffer } => self.end_buffer(g, at, buffer, false),
+            Line::Reuse { old, new, delete_old } => self.reuse(g, at, old, new, *delete_old),
+            Line::Reinterpret { base, alias } => self.reinterpret(g, at, base, alias),
+            Line::KernelDefinition { kernel } => {
+                if !self.program.kernels.contains_key(kernel) {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::UnknownKernel { kernel: kernel.clone() },
+                    );
+                    return;
+                }
+                if let Some((graph, first)) = g.defined_kernels.get(kernel).cloned() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::KernelDefinedTwice {
+                            kernel: kernel.clone(),
+                            graph,
+                            first,
+                        },
+                    );
+                    return;
+                }
+                g.defined_kernels.insert(kernel.clone(), (g.name.clone(), at));
+                g.own_definitions.insert(kernel.clone());
+                self.kernel_definitions
+                    .entry(kernel.clone())
+                    .or_insert((g.name.clone(), at));
+            }
+            Line::KernelCall(call) => self.kernel_call(g, at, call),
+            Line::SymbolicCallArg { symbol, expr } => {
+                self.use_expr(g, Some(at), expr, at);
+                if let Some(prev) = g.precomputed.get(symbol) {
+                    if *prev == expr {
+                        // Inductor re-emits the same assignment before each launch.
+                        if let Some(v) = g.info.line_binds.get_mut(at) {
+                            v.push(symbol.clone());
+                        }
+                        return;
+                    }
+                }
+                self.bind_symbol(g, at, symbol, SymbolKind::Precomputed, "a let line");
+                g.precomputed.entry(symbol.clone()).or_insert(expr);
+            }
+            Line::ExternKernelAlloc(call) => {
+                for a in &call.args {
+                    self.use_arg(g, at, a);
+                }
+                for a in call.kwargs.values() {
+                    self.use_arg(g, at, a);
+                }
+                if let Some(r) = &call.result {
+                    self.define_result(g, at, r, Need::Any);
+                }
+            }
+            Line::ExternKernelOut { call, out } => {
+                for a in &call.args {
+                    self.use_arg(g, at, a);
+                }
+                for a in call.kwargs.values() {
+                    self.use_arg(g, at, a);
+                }
+                self.use_buffer(g, at, out, Need::Tensor, true);
+                if let Some(r) = &call.result {
+                    self.define_result(g, at, r, Need::Any);
+                }
+            }
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } => {
+                let need = if indices.is_empty() { Need::Any } else { Need::Multi };
+                self.use_buffer(g, at, source, need, false);
+                for ix in indices {
+                    if let MultiIndex::List(i) | MultiIndex::Tuple(i) = ix {
+                        if *i >= 0 && *i as u64 >= self.limits.max_outputs as u64 {
+                            let max = self.limits.max_outputs;
+                            self.limit(
+                                Self::at(g, at),
+                                crate::Limit::Outputs,
+                                usize::try_from(*i).unwrap_or(usize::MAX).saturating_add(1),
+                                max,
+                                format!("`{source}` indexed at {i}: outputs of one value"),
+                            );
+                        }
+                        if *i < 0 {
+                            self.err(
+                                Self::at(g, at),
+                                ValidationErrorKind::NegativeIndex {
+                                    value: source.clone(),
+                                    index: *i,
+                                },
+                            );
+                        }
+                    }
+                }
+                self.define_result(g, at, result, Need::Any);
+            }
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                ..
+            } => {
+                self.use_buffer(g, at, target, Need::Tensor, true);
+                for b in indices.iter().flatten() {
+                    self.use_buffer(g, at, b, Need::Tensor, true);
+                }
+                self.use_buffer(g, at, values, Need::Tensor, true);
+            }
+            Line::ScatterFallback(s) => {
+                self.use_buffer(g, at, &s.target, Need::Tensor, true);
+                self.use_buffer(g, at, &s.index, Need::Tensor, true);
+                self.use_arg(g, at, &s.src);
+            }
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => {
+                self.use_buffer(g, at, source, Need::Tensor, false);
+                let ok = matches!(
+                    keypath.as_slice(),
+                    [] | [KeyEntry::ConvertInt] | [KeyEntry::DivideBy(_)]
+                );
+                if !ok {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::BadKeyPath {
+                            symbol: symbol.clone(),
+                            path: KeyPathText(keypath).to_string(),
+                            reason: "an item line takes no path, `.to_int()` or `//d`".into(),
+                        },
+                    );
+                } else {
+                    self.check_key_path(g, at, symbol, keypath, None);
+                }
+                self.bind_symbol(g, at, symbol, SymbolKind::Unbacked, "an item line");
+            }
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                self.use_buffer(g, at, source, Need::Any, false);
+                let rank = g.layout(self.program, source).map(Layout::rank);
+                for (s, path) in bindings {
+                    self.check_key_path(g, at, s, path, rank);
+                    self.bind_symbol(g, at, s, SymbolKind::Unbacked, "a bind line");
+                }
+            }
+            Line::Conditional(c) => self.conditional(g, at, c),
+            Line::WhileLoop(w) => self.while_loop(g, at, w),
+            Line::EnterDeviceContext { .. } => {
+                if g.device_stack.len() >= self.limits.max_text_depth {
+                    let max = self.limits.max_text_depth;
+                    self.limit(
+                        Self::at(g, at),
+                        crate::Limit::TextDepth,
+                        g.device_stack.len() + 1,
+                        max,
+                        "device guards nested too deep".to_string(),
+                    );
+                }
+                g.device_stack.push(at)
+            }
+            Line::ExitDeviceContext => {
+                if g.device_stack.pop().is_none() {
+                    self.err(Self::at(g, at), ValidationErrorKind::UnmatchedDeviceExit);
+                }
+            }
+            Line::Comment { .. } => {}
+            Line::AssertSizeStride {
+                buffer, size, stride, ..
+            } => {
+                self.use_buffer(g, at, buffer, Need::Tensor, true);
+                for e in size.iter().chain(stride.iter()) {
+                    self.use_expr(g, Some(at), e, at);
+                }
+                if let Some(l) = g.layout(self.program, buffer) {
+                    if size.len() != l.rank() || stride.len() != l.rank() {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::AssertRankMismatch {
+                                buffer: buffer.clone(),
+                                rank: l.rank(),
+                                sizes: size.len(),
+                                strides: stride.len(),
+                            },
+                        );
+                    }
+                }
+            }
+            Line::AssertAlignment { buffer, alignment, .. } => {
+                self.use_buffer(g, at, buffer, Need::Tensor, true);
+                if !alignment.is_power_of_two() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::BadAlignment { alignment: *alignment },
+                    );
+                }
+            }
+            Line::RuntimeAssert { cond, .. } => {
+                if !cond.is_boolean() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::NotBoolean { expr: cond.to_string() },
+                    );
+                }
+                self.use_expr(g, Some(at), cond, at);
+            }
+        }
+    }
+
+    // -- kernels ----------------------------------------------------------------
+}

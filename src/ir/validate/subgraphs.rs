@@ -1,0 +1,302 @@
+//! Subgraphs: `Conditional` and `WhileLoop`, operands, summaries.
+
+use super::*;
+
+impl<'a> Validator<'a> {
+    /// Checks `name` (once) and returns its summary; `None` when it does not
+    /// exist or is part of a cycle (both reported here).
+    pub(super) fn subgraph(&mut self, g: &GraphState<'a>, at: usize, name: &GraphName) -> Option<Summary> {
+        let Some(graph) = self.program.subgraphs.get(name).filter(|_| name.as_str() != MAIN_GRAPH) else {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::UnknownSubgraph { graph: name.clone() },
+            );
+            return None;
+        };
+        self.callers.entry(name.clone()).or_default().push((g.name.clone(), at));
+        match self.summaries.get(name) {
+            Some(SummaryState::Done(s)) => return Some(s.clone()),
+            Some(SummaryState::InProgress) => {
+                let start = self.stack.iter().position(|n| n == name).unwrap_or(0);
+                let mut cycle: Vec<GraphName> = self.stack[start..].to_vec();
+                cycle.push(name.clone());
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::Recursion {
+                        graph: name.clone(),
+                        cycle,
+                    },
+                );
+                return None;
+            }
+            None => {}
+        }
+        if self.stack.len() >= self.limits.max_subgraph_depth {
+            let max = self.limits.max_subgraph_depth;
+            self.limit(
+                Self::at(g, at),
+                crate::Limit::SubgraphDepth,
+                self.stack.len() + 1,
+                max,
+                format!("subgraph `{name}` is called through a chain of subgraphs too long"),
+            );
+            return None;
+        }
+        self.summaries.insert(name.clone(), SummaryState::InProgress);
+        self.stack.push(name.clone());
+        let summary = self.check_graph(name, graph, false);
+        self.stack.pop();
+        self.infos.insert(name.clone(), summary.info.clone());
+        self.summaries.insert(name.clone(), SummaryState::Done(summary.clone()));
+        Some(summary)
+    }
+
+    /// Passes operands to a subgraph's inputs.
+    pub(super) fn pass_operands(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, operands: &[&BufName]) {
+        let Some(graph) = self.program.subgraphs.get(sub) else {
+            return;
+        };
+        if graph.inputs.len() != operands.len() {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::OperandCountMismatch {
+                    graph: sub.clone(),
+                    expected: graph.inputs.len(),
+                    found: operands.len(),
+                },
+            );
+        }
+        for (i, (input, op)) in graph.inputs.iter().zip(operands).enumerate() {
+            if let GraphInput::Symbol { .. } = input {
+                let sym = Symbol::new(op.as_str());
+                if self.program.symbols.contains_key(&sym) {
+                    self.require_symbol(g, Some(at), &sym, None, at);
+                } else {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::OperandNotSymbol {
+                            graph: sub.clone(),
+                            index: i,
+                            operand: (*op).clone(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    pub(super) fn use_operands(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        sub: Option<&GraphName>,
+        operands: &[&BufName],
+    ) {
+        let inputs = sub.and_then(|s| self.program.subgraphs.get(s)).map(|gr| &gr.inputs);
+        for (i, op) in operands.iter().enumerate() {
+            let is_symbol = matches!(inputs.and_then(|v| v.get(i)), Some(GraphInput::Symbol { .. }));
+            if !is_symbol {
+                self.use_buffer(g, at, op, Need::Tensor, true);
+            }
+        }
+    }
+
+    /// Applies what a subgraph needs and provides at the line that runs it.
+    pub(super) fn apply_summary(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, s: &Summary) {
+        for (sym, used_at) in &s.external_symbols {
+            if self.bound_site(g, sym).is_some() || self.unbound_backed.contains(sym) {
+                continue;
+            }
+            Self::prescan(g);
+            if g.is_main || g.later_bindings.get(sym).is_some_and(|&i| i > at) {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::SubgraphSymbolNotBound {
+                        graph: sub.clone(),
+                        symbol: sym.clone(),
+                        used_at: *used_at,
+                    },
+                );
+            } else {
+                g.external_symbols.entry(sym.clone()).or_insert(Some(at));
+            }
+        }
+        for (k, called_at) in &s.external_kernels {
+            if g.defined_kernels.contains_key(k) {
+                continue;
+            }
+            Self::prescan(g);
+            if g.is_main || g.later_kernels.get(k).is_some_and(|&i| i > at) {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::SubgraphKernelNotDefined {
+                        graph: sub.clone(),
+                        kernel: k.clone(),
+                        called_at: *called_at,
+                    },
+                );
+            } else {
+                g.external_kernels.entry(k.clone()).or_insert(at);
+            }
+        }
+        for sym in &s.binds {
+            if let Some(first) = self.bound_site(g, sym) {
+                let first = SymbolBinding {
+                    graph: g.name.clone(),
+                    site: first,
+                };
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::SymbolBoundTwice {
+                        symbol: sym.clone(),
+                        first,
+                    },
+                );
+            }
+        }
+        for k in &s.defines {
+            if let Some((graph, first)) = g.defined_kernels.get(k).cloned() {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::KernelDefinedTwice {
+                        kernel: k.clone(),
+                        graph,
+                        first,
+                    },
+                );
+            } else {
+                g.defined_kernels.insert(k.clone(), (sub.clone(), at));
+            }
+        }
+    }
+
+    /// Makes `syms` (bound inside subgraphs) visible after line `at`.
+    pub(super) fn bind_after(&mut self, g: &mut GraphState<'a>, at: usize, syms: impl IntoIterator<Item = Symbol>) {
+        for s in syms {
+            // Subgraphs bind only declared symbols.
+            let Some(index) = self.symbol_index(&s) else { continue };
+            if g.bound[index].is_some() {
+                continue;
+            }
+            g.bound[index] = Some(Site::Line(at));
+            g.line_bound.insert(s.clone());
+            if let Some(v) = g.info.line_binds.get_mut(at) {
+                v.push(s);
+            }
+        }
+    }
+
+    pub(super) fn conditional(&mut self, g: &mut GraphState<'a>, at: usize, c: &'a crate::ir::line::Conditional) {
+        match &c.predicate {
+            Predicate::Tensor(b) => {
+                self.use_buffer(g, at, b, Need::Tensor, true);
+            }
+            Predicate::Expr(e) => {
+                if !e.is_boolean() {
+                    self.err(Self::at(g, at), ValidationErrorKind::NotBoolean { expr: e.to_string() });
+                }
+                self.use_expr(g, Some(at), e, at);
+            }
+        }
+        let operands: Vec<&BufName> = c.operands.iter().collect();
+        self.use_operands(g, at, Some(&c.true_graph), &operands);
+        let t = self.subgraph(g, at, &c.true_graph);
+        let f = if c.false_graph == c.true_graph {
+            t.clone()
+        } else {
+            self.subgraph(g, at, &c.false_graph)
+        };
+        if t.is_some() {
+            self.pass_operands(g, at, &c.true_graph, &operands);
+        }
+        if f.is_some() {
+            self.pass_operands(g, at, &c.false_graph, &operands);
+        }
+        if let (Some(tg), Some(fg)) = (
+            self.program.subgraphs.get(&c.true_graph),
+            self.program.subgraphs.get(&c.false_graph),
+        ) {
+            if t.is_some() && f.is_some() && tg.outputs.len() != fg.outputs.len() {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::BranchOutputMismatch {
+                        true_graph: c.true_graph.clone(),
+                        true_outputs: tg.outputs.len(),
+                        false_graph: c.false_graph.clone(),
+                        false_outputs: fg.outputs.len(),
+                    },
+                );
+            }
+        }
+        if let Some(s) = &t {
+            self.apply_summary(g, at, &c.true_graph, s);
+        }
+        if let Some(s) = &f {
+            if c.false_graph != c.true_graph {
+                self.apply_summary(g, at, &c.false_graph, s);
+            }
+        }
+        if let (Some(t), Some(f)) = (&t, &f) {
+            let both: Vec<Symbol> = t.binds.iter().filter(|s| f.binds.contains(*s)).cloned().collect();
+            self.bind_after(g, at, both);
+        }
+        self.define_result(g, at, &c.result, Need::Multi);
+    }
+
+    pub(super) fn while_loop(&mut self, g: &mut GraphState<'a>, at: usize, w: &'a crate::ir::line::WhileLoop) {
+        let operands: Vec<&BufName> = w.carried.iter().chain(w.additional.iter()).collect();
+        self.use_operands(g, at, Some(&w.body_graph), &operands);
+        let c = self.subgraph(g, at, &w.cond_graph);
+        let b = if w.body_graph == w.cond_graph {
+            c.clone()
+        } else {
+            self.subgraph(g, at, &w.body_graph)
+        };
+        if c.is_some() {
+            self.pass_operands(g, at, &w.cond_graph, &operands);
+            if let Some(cg) = self.program.subgraphs.get(&w.cond_graph) {
+                if cg.outputs.len() != 1 {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::LoopOutputMismatch {
+                            role: "cond",
+                            graph: w.cond_graph.clone(),
+                            expected: 1,
+                            found: cg.outputs.len(),
+                        },
+                    );
+                }
+            }
+        }
+        if b.is_some() {
+            self.pass_operands(g, at, &w.body_graph, &operands);
+            if let Some(bg) = self.program.subgraphs.get(&w.body_graph) {
+                if bg.outputs.len() != w.carried.len() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::LoopOutputMismatch {
+                            role: "body",
+                            graph: w.body_graph.clone(),
+                            expected: w.carried.len(),
+                            found: bg.outputs.len(),
+                        },
+                    );
+                }
+            }
+        }
+        if let Some(s) = &c {
+            self.apply_summary(g, at, &w.cond_graph, s);
+        }
+        if let Some(s) = &b {
+            if w.body_graph != w.cond_graph {
+                self.apply_summary(g, at, &w.body_graph, s);
+            }
+        }
+        // The cond graph runs at least once; the body may not run at all.
+        if let Some(s) = &c {
+            let syms: Vec<Symbol> = s.binds.iter().cloned().collect();
+            self.bind_after(g, at, syms);
+        }
+        self.define_result(g, at, &w.result, Need::Multi);
+    }
+}

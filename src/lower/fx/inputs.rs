@@ -1,0 +1,203 @@
+//! Graph inputs: placeholders, constants, symbols solved from input layouts, input asserts.
+
+use super::*;
+
+impl<'p> GraphLowering<'p> {
+    pub(super) fn inputs(&mut self) -> Res<()> {
+        let mut tensor_inputs = Vec::new();
+        for input in &self.ir.inputs {
+            match input {
+                GraphInput::Tensor { name } => {
+                    let layout = self.layout_of(name)?.clone();
+                    let id = self.out.push(
+                        name.as_str(),
+                        Op::Placeholder(Placeholder::Tensor(layout.clone())),
+                        Some(Val::Tensor(layout.clone())),
+                    );
+                    self.buffers.insert(name.clone(), id);
+                    tensor_inputs.push((name.clone(), id, layout));
+                }
+                GraphInput::Symbol { symbol, .. } => {
+                    let id = self.out.push(
+                        symbol.as_str(),
+                        Op::Placeholder(Placeholder::Symbol(symbol.clone())),
+                        None,
+                    );
+                    self.out.bind_symbol(id, symbol.clone());
+                    self.symbols.insert(symbol.clone(), Arg::Node(id));
+                }
+            }
+        }
+        // Constants are `self.<name>` attributes, created up front like FX's get_attr.
+        if !self.is_subgraph {
+            for name in self.program.constants.keys() {
+                let layout = self.program.constants.get(name).cloned();
+                let id = self.out.push(
+                    name.as_str(),
+                    Op::Constant { name: name.to_string() },
+                    layout.map(Val::Tensor),
+                );
+                self.buffers.insert(name.clone(), id);
+            }
+        }
+        // Bind symbols from input sizes, strides and offsets.
+        for (name, id, layout) in &tensor_inputs {
+            let entries = layout
+                .size
+                .iter()
+                .enumerate()
+                .map(|(d, e)| (TensorMethod::Size, d as i64, e))
+                .chain(
+                    layout
+                        .stride
+                        .iter()
+                        .enumerate()
+                        .map(|(d, e)| (TensorMethod::Stride, d as i64, e)),
+                )
+                .chain(std::iter::once((TensorMethod::StorageOffset, 0, &layout.offset)));
+            for (method, dim, e) in entries {
+                let unknown: Vec<Symbol> = e
+                    .free_symbols()
+                    .into_iter()
+                    .filter(|s| !self.symbols.contains_key(s))
+                    .collect();
+                match unknown.as_slice() {
+                    [] => {}
+                    [s] => {
+                        let read = self.read_dim(*id, method, dim);
+                        let value = self.solve(e, s, read).map_err(|message| ErrorKind::Input {
+                            input: name.clone(),
+                            message,
+                        })?;
+                        if let Arg::Node(n) = value {
+                            self.out.try_rename(n, s.as_str());
+                            self.out.bind_symbol(n, s.clone());
+                        }
+                        self.symbols.insert(s.clone(), value);
+                    }
+                    many => {
+                        return Err(ErrorKind::Input {
+                            input: name.clone(),
+                            message: format!(
+                                "underdetermined input expression `{e}`: symbols {} are all unbound",
+                                many.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                            ),
+                        })
+                    }
+                }
+            }
+        }
+        if self.options.assert_inputs {
+            // Inputs the program already checks with its own `assert_size_stride` line are not checked twice.
+            let checked: Vec<&BufName> = self
+                .ir
+                .lines
+                .iter()
+                .filter_map(|l| match l {
+                    Line::AssertSizeStride { buffer, .. } => Some(buffer),
+                    _ => None,
+                })
+                .collect();
+            for (name, id, layout) in &tensor_inputs {
+                if checked.iter().any(|b| b.as_str() == name.as_str()) {
+                    continue;
+                }
+                let size = self.exprs_of(&layout.size)?;
+                let stride = self.exprs_of(&layout.stride)?;
+                self.out.push(
+                    "assert_size_stride",
+                    Op::AssertSizeStride {
+                        tensor: *id,
+                        size,
+                        stride,
+                        context: None,
+                    },
+                    None,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn read_dim(&mut self, tensor: NodeId, method: TensorMethod, dim: i64) -> NodeId {
+        match method {
+            TensorMethod::Size => self.out.push("sym_size_int", Op::SymSize { tensor, dim }, None),
+            TensorMethod::Stride => self.out.push("sym_stride_int", Op::SymStride { tensor, dim }, None),
+            TensorMethod::StorageOffset => self
+                .out
+                .push("sym_storage_offset", Op::SymStorageOffset { tensor }, None),
+        }
+    }
+
+    /// Solves `e == value` for `s`, the one unbound symbol of `e`, when `e` is
+    /// `a*s + rest` with a non-zero integer `a` (the affine case Inductor's
+    /// `try_solve` handles for sizes). Emits a divisibility check when `a != 1`.
+    pub(super) fn solve(&mut self, e: &SymExpr, s: &Symbol, value: NodeId) -> Result<Arg, String> {
+        let (a, rest) = affine_in(e, s).ok_or_else(|| format!("cannot solve input expression `{e}` for `{s}`"))?;
+        if a == 0 {
+            return Err(format!("cannot solve input expression `{e}` for `{s}`"));
+        }
+        if a == 1 && rest == SymExpr::Int(0) {
+            return Ok(Arg::Node(value));
+        }
+        let rest = self.expr(&rest).map_err(|k| k.to_string())?;
+        let neg = self
+            .sym(SymOp::Mul, vec![Arg::Int(-1), rest])
+            .map_err(|k| k.to_string())?;
+        let diff = self
+            .sym(SymOp::Sum, vec![Arg::Node(value), neg])
+            .map_err(|k| k.to_string())?;
+        if a != 1 {
+            let m = self
+                .sym(SymOp::PyMod, vec![diff.clone(), Arg::Int(a)])
+                .map_err(|k| k.to_string())?;
+            let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)]).map_err(|k| k.to_string())?;
+            self.out.push(
+                "_assert_scalar",
+                Op::AssertScalar {
+                    cond: ok,
+                    message: format!("`{e}` is not divisible by {a} when solving for `{s}`"),
+                },
+                None,
+            );
+        }
+        self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)])
+            .map_err(|k| k.to_string())
+    }
+}
+
+/// `a` and `rest` with `e == a*s + rest` and `s` not in `rest`.
+pub(super) fn affine_in(e: &SymExpr, s: &Symbol) -> Option<(i64, SymExpr)> {
+    match e {
+        SymExpr::Sym(x) if x == s => Some((1, SymExpr::Int(0))),
+        SymExpr::Mul(fs) => {
+            let mut coeff: i64 = 1;
+            let mut seen = false;
+            for f in fs {
+                match f {
+                    SymExpr::Int(v) => coeff = coeff.checked_mul(*v)?,
+                    SymExpr::Sym(x) if x == s && !seen => seen = true,
+                    other if !other.free_symbols().contains(s) => return None,
+                    _ => return None,
+                }
+            }
+            seen.then_some((coeff, SymExpr::Int(0)))
+        }
+        SymExpr::Add(ts) => {
+            let mut a = 0i64;
+            let mut rest = SymExpr::Int(0);
+            for t in ts {
+                if t.free_symbols().contains(s) {
+                    let (c, r) = affine_in(t, s)?;
+                    a = a.checked_add(c)?;
+                    rest = SymExpr::add(rest, r);
+                } else {
+                    rest = SymExpr::add(rest, t.clone());
+                }
+            }
+            Some((a, rest))
+        }
+        other if !other.free_symbols().contains(s) => Some((0, other.clone())),
+        _ => None,
+    }
+}

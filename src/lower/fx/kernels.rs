@@ -1,0 +1,334 @@
+//! Kernel calls: Triton launches (argument binding, kwargs templates, grids) and other backends.
+
+use super::*;
+
+impl<'p> GraphLowering<'p> {
+    pub(super) fn kernel_call(&mut self, call: &KernelCall) -> Res<()> {
+        let def = match self.kernels.get(&call.kernel) {
+            Some(def) => *def,
+            None => {
+                let def = self.info.line_kernel(&call.kernel);
+                self.kernels.insert(call.kernel.clone(), def);
+                def
+            }
+        };
+        match &def.backend {
+            KernelBackend::Triton(meta) => self.triton_call(call, meta),
+            _ => {
+                let mut args = Vec::new();
+                let mut kwargs = IndexMap::new();
+                for a in &call.args {
+                    let v = self.arg(&a.value)?;
+                    match &a.name {
+                        Some(n) => {
+                            if kwargs.insert(n.clone(), v).is_some() {
+                                return Err(ErrorKind::KernelArgs {
+                                    kernel: call.kernel.to_string(),
+                                    message: format!("parameter `{n}` is given twice"),
+                                });
+                            }
+                        }
+                        None if !kwargs.is_empty() => {
+                            return Err(ErrorKind::KernelArgs {
+                                kernel: call.kernel.to_string(),
+                                message: "positional argument after a named one".into(),
+                            })
+                        }
+                        None => args.push(v),
+                    }
+                }
+                self.out.push(
+                    "call_kernel",
+                    Op::KernelCall {
+                        kernel: call.kernel.clone(),
+                        args,
+                        kwargs,
+                    },
+                    None,
+                );
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn triton_call(&mut self, call: &KernelCall, meta: &'p TritonMeta) -> Res<()> {
+        let err = |message: String| ErrorKind::KernelArgs {
+            kernel: call.kernel.to_string(),
+            message,
+        };
+        let plan = self.triton_plan(meta);
+        let params = &plan.params;
+        let bound = meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?;
+        let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        // A named argument for a baked-in parameter must repeat the baked value
+        // when both are literals (anything symbolic is reconciliation's to prove).
+        for (name, value) in &bound {
+            if params.contains(name) || !meta.is_baked(name) {
+                continue;
+            }
+            match (meta.baked_value(name), value) {
+                (Some(ConstValue::Int(c)), ArgValue::Expr(SymExpr::Int(v))) if c != *v => {
+                    return Err(err(format!(
+                        "named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}"
+                    )))
+                }
+                (Some(ConstValue::Bool(c)), ArgValue::Bool(v)) if c != *v => {
+                    return Err(err(format!(
+                        "named argument `{name}` passes {v} but the kernel is compiled with {name} = {c}"
+                    )))
+                }
+                (None, _) => {
+                    return Err(err(format!(
+                        "named argument `{name}` is a constexpr without a value in `constants` or the config"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let kwargs = match &plan.kwargs {
+            Some(kp) => match self.planned_kwargs(kp, &get)? {
+                Some(kwargs) => kwargs,
+                None => self.triton_kwargs(meta, &get, &err)?,
+            },
+            None => self.triton_kwargs(meta, &get, &err)?,
+        };
+        for extra in &meta.extra_launcher_args {
+            let Some(given) = get(extra) else {
+                return Err(err(format!("missing launcher argument `{extra}`")));
+            };
+            if !matches!(given, ArgValue::Expr(_)) {
+                return Err(err(format!(
+                    "launcher argument `{extra}` must be an integer, got {given:?}"
+                )));
+            }
+        }
+        // The expression each parameter stands for (for the grid): an extra
+        // launcher argument, else a signature entry (an integer constant, a
+        // config constexpr, or the expression passed), else a config kwarg.
+        let param_expr = |n: &str| -> Option<Cow<'_, SymExpr>> {
+            if meta.extra_launcher_args.iter().any(|x| x == n) {
+                if let Some(ArgValue::Expr(e)) = get(n) {
+                    return Some(Cow::Borrowed(e));
+                }
+            }
+            let from_signature = match meta.signature.get(n) {
+                Some(ty) => match meta.constants.get(n) {
+                    Some(ConstValue::Int(v)) => Some(Cow::Owned(SymExpr::Int(*v))),
+                    Some(_) => None,
+                    None if *ty == crate::ir::SigType::Constexpr => {
+                        meta.config.get(n).map(|v| Cow::Owned(SymExpr::Int(*v)))
+                    }
+                    None => match get(n) {
+                        Some(ArgValue::Expr(e)) => Some(Cow::Borrowed(e)),
+                        _ => None,
+                    },
+                },
+                None => None,
+            };
+            from_signature.or_else(|| meta.config.get(n).map(|v| Cow::Owned(SymExpr::Int(*v))))
+        };
+        let key = meta as *const TritonMeta as usize;
+        // A grid is a function of the parameter values it reads (in order):
+        // the same values give the same lowered grid.
+        let known = plan.grid_params.borrow().clone();
+        let memo = known.as_ref().map(|names| {
+            let values: Vec<Option<Cow<'_, SymExpr>>> = names.iter().map(|n| param_expr(n)).collect();
+            let mut h = rustc_hash::FxHasher::default();
+            key.hash(&mut h);
+            values.hash(&mut h);
+            (h.finish(), values)
+        });
+        if let Some((h, values)) = &memo {
+            let hit = self.grids.get(h).and_then(|entries| {
+                entries.iter().find(|(k, vs, _)| {
+                    *k == key
+                        && vs.len() == values.len()
+                        && vs.iter().zip(values).all(|(a, b)| a.as_ref() == b.as_deref())
+                })
+            });
+            if let Some((_, _, grid)) = hit {
+                let grid = grid.clone();
+                return self.push_triton(call, grid, kwargs);
+            }
+        }
+        let read = std::cell::RefCell::new(Vec::new());
+        let grid = meta
+            .grid(&|n: &str| {
+                read.borrow_mut().push(n.to_string());
+                param_expr(n).map(Cow::into_owned)
+            })
+            .map_err(|e| err(e.to_string()))?;
+        let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
+        // A lone symbol is looked up afresh each time (not hash-consed): not memoized.
+        if !grid.iter().any(|e| matches!(e, SymExpr::Sym(_))) {
+            let read = read.into_inner();
+            match (&memo, &known) {
+                (Some((h, values)), Some(names)) if **names == *read => {
+                    let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
+                    self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
+                }
+                (_, None) => *plan.grid_params.borrow_mut() = Some(read.into()),
+                _ => {}
+            }
+        }
+        self.push_triton(call, lowered, kwargs)
+    }
+
+    pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: IndexMap<String, Arg>) -> Res<()> {
+        self.out.push(
+            "triton_kernel_wrapper_mutation",
+            Op::TritonKernel {
+                kernel: call.kernel.clone(),
+                grid,
+                kwargs,
+            },
+            None,
+        );
+        Ok(())
+    }
+
+    /// The [`TritonPlan`] of a kernel, computed once per lowering.
+    pub(super) fn triton_plan(&mut self, meta: &'p TritonMeta) -> Rc<TritonPlan<'p>> {
+        let key = meta as *const TritonMeta as usize;
+        self.triton_plans
+            .entry(key)
+            .or_insert_with(|| {
+                Rc::new(TritonPlan {
+                    params: meta.call_params().into(),
+                    kwargs: kwargs_plan(meta),
+                    grid_params: std::cell::RefCell::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// A launch's kwargs from the kernel's template; `None` when an argument
+    /// is missing or conflicts (the general path reports it).
+    pub(super) fn planned_kwargs<'a>(
+        &mut self,
+        plan: &KwargsPlan<'p>,
+        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
+    ) -> Res<Option<IndexMap<String, Arg>>> {
+        let mut kwargs = plan.template.clone();
+        for (i, slot) in &plan.slots {
+            match slot {
+                Slot::CheckInt(name, c) => {
+                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name) {
+                        if v != c {
+                            return Ok(None);
+                        }
+                    }
+                }
+                Slot::Runtime(name) => {
+                    let Some(given) = get(name) else {
+                        return Ok(None);
+                    };
+                    let value = self.arg(given)?;
+                    // The template has an entry for every slot.
+                    if let Some((_, v)) = kwargs.get_index_mut(*i) {
+                        *v = value;
+                    }
+                }
+            }
+        }
+        Ok(Some(kwargs))
+    }
+
+    /// A launch's kwargs, checked entry by entry: every signature parameter
+    /// (constants, config constexprs, arguments), then the other config keys.
+    pub(super) fn triton_kwargs<'a>(
+        &mut self,
+        meta: &'p TritonMeta,
+        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
+        err: &dyn Fn(String) -> ErrorKind,
+    ) -> Res<IndexMap<String, Arg>> {
+        let mut kwargs: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+        for (name, ty) in &meta.signature {
+            let value = if let Some(c) = meta.constants.get(name) {
+                if let (Some(given), ConstValue::Int(cv)) = (get(name), c) {
+                    if let ArgValue::Expr(SymExpr::Int(v)) = given {
+                        if v != cv {
+                            return Err(err(format!(
+                                "argument `{name}` = {v} conflicts with its constant value {cv}"
+                            )));
+                        }
+                    }
+                }
+                const_arg(c)
+            } else if *ty == crate::ir::SigType::Constexpr {
+                if let Some(v) = meta.config.get(name) {
+                    Arg::Int(*v)
+                } else {
+                    return Err(err(format!(
+                        "constexpr parameter `{name}` has no value in `constants` or the config"
+                    )));
+                }
+            } else {
+                let Some(given) = get(name) else {
+                    return Err(err(format!("missing argument for parameter `{name}`")));
+                };
+                self.arg(given)?
+            };
+            kwargs.insert(name.clone(), value);
+        }
+        for (k, v) in &meta.config {
+            if meta
+                .signature
+                .get(k)
+                .is_some_and(|t| *t != crate::ir::SigType::Constexpr)
+            {
+                return Err(err(format!("config key `{k}` names a runtime parameter")));
+            }
+            if !kwargs.contains_key(k) {
+                kwargs.insert(k.clone(), Arg::Int(*v));
+            }
+        }
+        Ok(kwargs)
+    }
+}
+
+/// The kwargs template of a Triton kernel: the same entries, in the same
+/// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
+/// fail whatever the arguments.
+pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
+    let mut template: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+    let mut slots = Vec::new();
+    for (name, ty) in &meta.signature {
+        let i = template.len();
+        let value = if let Some(c) = meta.constants.get(name) {
+            if let ConstValue::Int(cv) = c {
+                slots.push((i, Slot::CheckInt(name.as_str(), *cv)));
+            }
+            const_arg(c)
+        } else if *ty == crate::ir::SigType::Constexpr {
+            Arg::Int(*meta.config.get(name)?)
+        } else {
+            slots.push((i, Slot::Runtime(name.as_str())));
+            Arg::None
+        };
+        template.insert(name.clone(), value);
+    }
+    for (k, v) in &meta.config {
+        if meta
+            .signature
+            .get(k)
+            .is_some_and(|t| *t != crate::ir::SigType::Constexpr)
+        {
+            return None;
+        }
+        if !template.contains_key(k) {
+            template.insert(k.clone(), Arg::Int(*v));
+        }
+    }
+    Some(KwargsPlan { template, slots })
+}
+
+pub(super) fn const_arg(c: &ConstValue) -> Arg {
+    match c {
+        ConstValue::None => Arg::None,
+        ConstValue::Bool(b) => Arg::Bool(*b),
+        ConstValue::Int(v) => Arg::Int(*v),
+        ConstValue::Float(f) => Arg::Float(*f),
+        ConstValue::Str(s) => Arg::Str(s.clone()),
+    }
+}

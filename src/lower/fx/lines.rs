@@ -1,0 +1,594 @@
+//! One IR line as FX nodes: allocations, views, frees, extern calls, asserts, unbacked symbols and key paths.
+
+use super::*;
+
+impl<'p> GraphLowering<'p> {
+    pub(super) fn lower_line(&mut self, line: &Line) -> Res<()> {
+        match line {
+            Line::Allocate { buffer } => {
+                let layout = self.layout_of(buffer)?;
+                let id = self.allocate(buffer.as_str(), layout)?;
+                self.buffers.insert(buffer.clone(), id);
+            }
+            // A free whose storage a later `reuse` takes over keeps the name alive until then.
+            Line::FreeIfNotReused { is_reused: true, .. } => {}
+            Line::FreeIfNotReused { buffer, .. } | Line::Free { buffer } => {
+                // FX frees are liveness, not ops: forget the name.
+                if !self.is_output(buffer) {
+                    self.buffers.remove(buffer);
+                }
+            }
+            Line::Reuse { old, new, delete_old } => {
+                let old_id = self.buffer(old)?;
+                let new_layout = self.layout_of(new)?;
+                let same = match self.out.node(old_id).val.as_ref() {
+                    Some(Val::Tensor(l)) => {
+                        l.size == new_layout.size
+                            && l.stride == new_layout.stride
+                            && l.offset == new_layout.offset
+                            && l.dtype == new_layout.dtype
+                    }
+                    _ => false,
+                };
+                let id = if same {
+                    old_id
+                } else {
+                    self.as_strided(new.as_str(), old_id, new_layout)?
+                };
+                self.buffers.insert(new.clone(), id);
+                if *delete_old && !same && !self.is_output(old) {
+                    self.buffers.remove(old);
+                }
+            }
+            Line::Reinterpret { base, alias } => {
+                let base_id = self.buffer(base)?;
+                let layout = self.layout_of(alias)?;
+                let base_dtype = match self.out.node(base_id).val.as_ref() {
+                    Some(Val::Tensor(l)) => Some(l.dtype),
+                    _ => None,
+                };
+                let id = match base_dtype {
+                    Some(d) if d != layout.dtype => {
+                        let view_name = format!("{alias}_view");
+                        let mut view_layout = layout.clone();
+                        view_layout.dtype = d;
+                        let view = self.as_strided(&view_name, base_id, &view_layout)?;
+                        self.out.push(
+                            alias.as_str(),
+                            Op::Extern {
+                                target: "torch.ops.aten.view.dtype".into(),
+                                args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
+                                kwargs: IndexMap::new(),
+                            },
+                            Some(Val::Tensor(layout.clone())),
+                        )
+                    }
+                    _ => self.as_strided(alias.as_str(), base_id, layout)?,
+                };
+                self.buffers.insert(alias.clone(), id);
+            }
+            // Validation checked the kernel table; a definition emits nothing.
+            Line::KernelDefinition { .. } => {}
+            Line::KernelCall(call) => self.kernel_call(call)?,
+            Line::SymbolicCallArg { symbol, expr } => {
+                let v = self.expr(expr)?;
+                if let Arg::Node(n) = v {
+                    self.out.bind_symbol(n, symbol.clone());
+                }
+                self.symbols.insert(symbol.clone(), v);
+            }
+            Line::ExternKernelAlloc(call) => {
+                let (args, kwargs) = self.call_args(&call.args, &call.kwargs)?;
+                let (name, val) = match &call.result {
+                    Some(r) => (r.to_string(), self.val_of(r)?),
+                    None => (extern_node_name(&call.op), None),
+                };
+                let id = self.out.push(
+                    &name,
+                    Op::Extern {
+                        target: call.op.clone(),
+                        args,
+                        kwargs,
+                    },
+                    val,
+                );
+                if let Some(r) = &call.result {
+                    self.buffers.insert(r.clone(), id);
+                }
+            }
+            Line::ExternKernelOut { call, out } => {
+                let (args, mut kwargs) = self.call_args(&call.args, &call.kwargs)?;
+                kwargs.insert("out".into(), Arg::Node(self.buffer(out)?));
+                self.out.push(
+                    &extern_node_name(&call.op),
+                    Op::Extern {
+                        target: call.op.clone(),
+                        args,
+                        kwargs,
+                    },
+                    None,
+                );
+            }
+            Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } => {
+                let src = self.buffer(source)?;
+                let val = self.val_of(result)?;
+                if indices.is_empty() {
+                    // An alias; a multi-output op that really returns one tensor gets its layout.
+                    if matches!(self.out.node(src).val, Some(Val::Multi) | None) {
+                        self.out.set_val(src, val);
+                    }
+                    self.buffers.insert(result.clone(), src);
+                } else {
+                    let mut cur = src;
+                    for (i, index) in indices.iter().enumerate() {
+                        let last = i + 1 == indices.len();
+                        let key = match index {
+                            MultiIndex::List(k) | MultiIndex::Tuple(k) => IndexKey::Int(*k),
+                            MultiIndex::Dict(k) => IndexKey::Str(k.clone()),
+                        };
+                        cur = self.getitem(cur, key, if last { Some(result.as_str()) } else { None });
+                        if last {
+                            self.out.set_val(cur, val.clone());
+                        } else if self.out.node(cur).val.is_none() {
+                            self.out.set_val(cur, Some(Val::Multi));
+                        }
+                    }
+                    self.buffers.insert(result.clone(), cur);
+                }
+            }
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate,
+            } => {
+                let t = self.buffer(target)?;
+                let mut idx = Vec::new();
+                for i in indices {
+                    idx.push(match i {
+                        Some(b) => Arg::Node(self.buffer(b)?),
+                        None => Arg::None,
+                    });
+                }
+                let v = self.buffer(values)?;
+                self.out.push(
+                    "index_put_",
+                    Op::Extern {
+                        target: "torch.ops.aten.index_put_.default".into(),
+                        args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(*accumulate)],
+                        kwargs: IndexMap::new(),
+                    },
+                    None,
+                );
+            }
+            Line::ScatterFallback(s) => {
+                let t = self.buffer(&s.target)?;
+                let index = self.buffer(&s.index)?;
+                let src = self.arg(&s.src)?;
+                let mut kwargs = IndexMap::new();
+                if let Some(r) = &s.reduce {
+                    kwargs.insert("reduce".to_string(), Arg::Str(r.clone()));
+                }
+                if let Some(b) = s.include_self {
+                    kwargs.insert("include_self".to_string(), Arg::Bool(b));
+                }
+                self.out.push(
+                    &extern_node_name(&s.op),
+                    Op::Extern {
+                        target: s.op.clone(),
+                        args: vec![Arg::Node(t), Arg::Int(s.dim), Arg::Node(index), src],
+                        kwargs,
+                    },
+                    None,
+                );
+            }
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => self.dynamic_scalar(symbol, source, keypath)?,
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                if bindings.is_empty() {
+                    return Ok(());
+                }
+                let root = self.buffer(source)?;
+                for (symbol, path) in bindings {
+                    if self.symbols.contains_key(symbol) {
+                        continue;
+                    }
+                    let value = self.follow_path(root, path, symbol)?;
+                    if let Arg::Node(n) = value {
+                        self.out.try_rename(n, symbol.as_str());
+                        self.out.bind_symbol(n, symbol.clone());
+                    }
+                    self.symbols.insert(symbol.clone(), value);
+                }
+            }
+            Line::Conditional(c) => {
+                let pred = match &c.predicate {
+                    Predicate::Tensor(b) => Arg::Node(self.buffer(b)?),
+                    Predicate::Expr(e) => self.expr(e)?,
+                };
+                let mut operands = Vec::new();
+                for (i, b) in c.operands.iter().enumerate() {
+                    operands.push(self.operand(&c.true_graph, i, b)?);
+                }
+                let (graphs, lifted) = self.subgraphs(&[&c.true_graph, &c.false_graph])?;
+                for s in &lifted {
+                    operands.push(self.symbol(s)?);
+                }
+                let [t, f] = self.subgraph_nodes(graphs)?;
+                let val = self.val_of(&c.result)?;
+                let id = self.out.push(
+                    c.result.as_str(),
+                    Op::Cond {
+                        pred,
+                        true_graph: t,
+                        false_graph: f,
+                        operands,
+                    },
+                    val,
+                );
+                self.buffers.insert(c.result.clone(), id);
+            }
+            Line::WhileLoop(w) => {
+                let mut carried = Vec::new();
+                for (i, b) in w.carried.iter().enumerate() {
+                    carried.push(self.operand(&w.body_graph, i, b)?);
+                }
+                let mut additional = Vec::new();
+                for (i, b) in w.additional.iter().enumerate() {
+                    additional.push(self.operand(&w.body_graph, w.carried.len() + i, b)?);
+                }
+                let (graphs, lifted) = self.subgraphs(&[&w.cond_graph, &w.body_graph])?;
+                for s in &lifted {
+                    additional.push(self.symbol(s)?);
+                }
+                let [c, b] = self.subgraph_nodes(graphs)?;
+                let val = self.val_of(&w.result)?;
+                let id = self.out.push(
+                    w.result.as_str(),
+                    Op::WhileLoop {
+                        cond_graph: c,
+                        body_graph: b,
+                        carried,
+                        additional,
+                    },
+                    val,
+                );
+                self.buffers.insert(w.result.clone(), id);
+            }
+            Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            } => {
+                let t = self.buffer(buffer)?;
+                let size = self.exprs_of(size)?;
+                let stride = self.exprs_of(stride)?;
+                self.out.push(
+                    "assert_size_stride",
+                    Op::AssertSizeStride {
+                        tensor: t,
+                        size,
+                        stride,
+                        context: context.clone(),
+                    },
+                    None,
+                );
+            }
+            Line::AssertAlignment { buffer, alignment, .. } => {
+                let t = self.buffer(buffer)?;
+                self.out.push(
+                    "assert_alignment",
+                    Op::AssertAlignment {
+                        tensor: t,
+                        alignment: *alignment,
+                    },
+                    None,
+                );
+            }
+            Line::RuntimeAssert { cond, message, .. } => {
+                let c = self.expr(cond)?;
+                self.out.push(
+                    "_assert_scalar",
+                    Op::AssertScalar {
+                        cond: c,
+                        message: message.clone(),
+                    },
+                    None,
+                );
+            }
+            // Upstream's FX converter rejects symmetric-memory buffers; here they are an
+            // explicit allocator call (the same one Inductor's Python wrapper uses), so
+            // the graph stays complete and a backend without the allocator says so.
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            } => {
+                let layout = self.layout_of(buffer)?.clone();
+                let size = self.exprs_of(&layout.size)?;
+                let stride = self.exprs_of(&layout.stride)?;
+                let mut kwargs = IndexMap::new();
+                kwargs.insert("dtype".to_string(), Arg::DType(layout.dtype));
+                kwargs.insert("device".to_string(), Arg::Device(layout.device));
+                kwargs.insert("group_name".to_string(), Arg::Str(group.clone()));
+                kwargs.insert("comm_kind".to_string(), Arg::Str(comm_kind.clone()));
+                let id = self.out.push(
+                    buffer.as_str(),
+                    Op::Extern {
+                        target: COMM_ALLOCATOR.to_string(),
+                        args: vec![Arg::List(size), Arg::List(stride)],
+                        kwargs,
+                    },
+                    Some(Val::Tensor(layout)),
+                );
+                self.buffers.insert(buffer.clone(), id);
+            }
+            Line::CommBufferFree { buffer } => {
+                if !self.is_output(buffer) {
+                    self.buffers.remove(buffer);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn allocate(&mut self, name: &str, layout: &Layout) -> Res<NodeId> {
+        let needs_view = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
+        if !needs_view {
+            let size = self.exprs_of(&layout.size)?;
+            let stride = self.exprs_of(&layout.stride)?;
+            return Ok(self.out.push(
+                name,
+                Op::EmptyStrided {
+                    size,
+                    stride,
+                    dtype: layout.dtype,
+                    device: layout.device.kind,
+                },
+                Some(Val::Tensor(layout.clone())),
+            ));
+        }
+        // Padded or offset allocation: a flat storage, then the strided view.
+        let numel = self.expr(&layout.storage_numel_expr())?;
+        let flat = self.out.push(
+            "empty_strided",
+            Op::EmptyStrided {
+                size: vec![numel],
+                stride: vec![Arg::Int(1)],
+                dtype: layout.dtype,
+                device: layout.device.kind,
+            },
+            None,
+        );
+        self.as_strided(name, flat, layout)
+    }
+
+    pub(super) fn as_strided(&mut self, name: &str, base: NodeId, layout: &Layout) -> Res<NodeId> {
+        let size = self.exprs_of(&layout.size)?;
+        let stride = self.exprs_of(&layout.stride)?;
+        let offset = self.expr(&layout.offset)?;
+        Ok(self.out.push(
+            name,
+            Op::AsStrided {
+                base,
+                size,
+                stride,
+                offset,
+            },
+            Some(Val::Tensor(layout.clone())),
+        ))
+    }
+
+    pub(super) fn getitem(&mut self, source: NodeId, key: IndexKey, name: Option<&str>) -> NodeId {
+        if let Some(id) = self.getitems.get(&(source, key.clone())) {
+            if let Some(n) = name {
+                self.out.try_rename(*id, n);
+            }
+            return *id;
+        }
+        let index = match &key {
+            IndexKey::Int(i) => Arg::Int(*i),
+            IndexKey::Str(s) => Arg::Str(s.clone()),
+        };
+        let id = self
+            .out
+            .push(name.unwrap_or("getitem"), Op::GetItem { source, index }, None);
+        self.getitems.insert((source, key), id);
+        id
+    }
+
+    pub(super) fn dynamic_scalar(&mut self, symbol: &Symbol, source: &BufName, keypath: &[KeyEntry]) -> Res<()> {
+        let t = self.buffer(source)?;
+        let value = match keypath {
+            [] => {
+                let id = self.out.push(
+                    symbol.as_str(),
+                    Op::Item {
+                        tensor: t,
+                        symbol: Some(symbol.clone()),
+                        multiplier: 1,
+                    },
+                    None,
+                );
+                Arg::Node(id)
+            }
+            [KeyEntry::ConvertInt] => {
+                let as_int = self.out.push(
+                    "where",
+                    Op::Extern {
+                        target: "torch.ops.aten.where.Scalar".into(),
+                        args: vec![Arg::Node(t), Arg::Int(1), Arg::Int(0)],
+                        kwargs: IndexMap::new(),
+                    },
+                    self.int64_like(t),
+                );
+                Arg::Node(self.out.push(
+                    symbol.as_str(),
+                    Op::Item {
+                        tensor: as_int,
+                        symbol: Some(symbol.clone()),
+                        multiplier: 1,
+                    },
+                    None,
+                ))
+            }
+            [KeyEntry::DivideBy(d)] => {
+                let raw = self.out.push(
+                    &format!("{symbol}_undivided"),
+                    Op::Item {
+                        tensor: t,
+                        symbol: Some(symbol.clone()),
+                        multiplier: *d,
+                    },
+                    None,
+                );
+                let q = self.exact_div(Arg::Node(raw), *d, symbol)?;
+                if let Arg::Node(n) = q {
+                    self.out.try_rename(n, symbol.as_str());
+                }
+                q
+            }
+            other => {
+                return Err(ErrorKind::KeyPath {
+                    symbol: symbol.clone(),
+                    message: format!(
+                        "`item()` takes an empty key path, `.to_int()` or `//d`, not `{}`",
+                        crate::ir::KeyPathText(other)
+                    ),
+                })
+            }
+        };
+        if let Arg::Node(n) = value {
+            self.out.bind_symbol(n, symbol.clone());
+        }
+        self.symbols.insert(symbol.clone(), value);
+        Ok(())
+    }
+
+    /// `value // d` after checking at run time that `d` divides `value`.
+    pub(super) fn exact_div(&mut self, value: Arg, d: i64, symbol: &Symbol) -> Res<Arg> {
+        if d == 0 {
+            return Err(ErrorKind::KeyPath {
+                symbol: symbol.clone(),
+                message: "division by 0".into(),
+            });
+        }
+        let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
+        let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
+        self.out.push(
+            "_assert_scalar",
+            Op::AssertScalar {
+                cond: ok,
+                message: format!("{symbol}: value is not a multiple of {d}"),
+            },
+            None,
+        );
+        self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
+    }
+
+    pub(super) fn int64_like(&self, t: NodeId) -> Option<Val> {
+        match &self.out.node(t).val {
+            Some(Val::Tensor(l)) => {
+                let mut l = l.clone();
+                l.dtype = crate::ir::DType::Int64;
+                Some(Val::Tensor(Layout::contiguous(
+                    l.dtype,
+                    l.device,
+                    l.size.iter().cloned(),
+                )))
+            }
+            _ => None,
+        }
+    }
+
+    /// Follows a key path from an op's output. Each step consumes exactly the
+    /// entries it uses: a `.size()`/`.stride()` with its index (two), a lone
+    /// `.storage_offset()` (one), an index, a division, a conversion or an
+    /// inner-tensor attribute (one each).
+    pub(super) fn follow_path(&mut self, root: NodeId, path: &[KeyEntry], symbol: &Symbol) -> Res<Arg> {
+        let err = |message: String| ErrorKind::KeyPath {
+            symbol: symbol.clone(),
+            message,
+        };
+        let mut cur = Arg::Node(root);
+        let mut i = 0;
+        while i < path.len() {
+            let node = |cur: &Arg| match cur {
+                Arg::Node(n) => Ok(*n),
+                _ => Err(err(format!(
+                    "step {} `{}` applies to an integer",
+                    i,
+                    crate::ir::KeyPathText(&path[i..=i])
+                ))),
+            };
+            match &path[i] {
+                KeyEntry::CallMethod(m @ (TensorMethod::Size | TensorMethod::Stride)) => {
+                    let dim = match path.get(i + 1) {
+                        Some(KeyEntry::Index(d)) => *d,
+                        _ => {
+                            return Err(err(format!(
+                                "`.{}()` must be followed by a dimension index",
+                                m.as_str()
+                            )))
+                        }
+                    };
+                    let t = node(&cur)?;
+                    cur = Arg::Node(self.read_dim(t, *m, dim));
+                    i += 2;
+                }
+                KeyEntry::CallMethod(TensorMethod::StorageOffset) => {
+                    let t = node(&cur)?;
+                    cur = Arg::Node(self.read_dim(t, TensorMethod::StorageOffset, 0));
+                    i += 1;
+                }
+                KeyEntry::Index(k) => {
+                    let s = node(&cur)?;
+                    cur = Arg::Node(self.getitem(s, IndexKey::Int(*k), None));
+                    i += 1;
+                }
+                KeyEntry::DivideBy(d) => {
+                    cur = self.exact_div(cur, *d, symbol)?;
+                    i += 1;
+                }
+                KeyEntry::ConvertInt => {
+                    cur = self.sym(SymOp::Ite, vec![cur, Arg::Int(1), Arg::Int(0)])?;
+                    i += 1;
+                }
+                KeyEntry::InnerTensor(attr) => {
+                    let s = node(&cur)?;
+                    cur = Arg::Node(self.out.push(
+                        attr,
+                        Op::InnerTensor {
+                            source: s,
+                            attr: attr.clone(),
+                        },
+                        None,
+                    ));
+                    i += 1;
+                }
+            }
+        }
+        Ok(cur)
+    }
+}
+
+pub(super) fn extern_node_name(op: &str) -> String {
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    let s = s.strip_prefix("extern_kernels.").unwrap_or(s);
+    let s = s.strip_prefix("aten.").unwrap_or(s);
+    s.split('.')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("extern")
+        .to_string()
+}

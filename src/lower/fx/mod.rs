@@ -1,0 +1,139 @@
+//! FX lowering: a validated program as an [`fx::Graph`], following Inductor's
+//! `FxConverter` (`wrapper_fxir.py`) with its known bugs fixed:
+//!
+//! * unbacked-symbol key paths consume exactly the entries they use
+//!   (`.size()[0]//2` emits the `floordiv`); `ConvertInt`, `InnerTensor` and
+//!   `DivideBy` (also on `item()`) are supported;
+//! * nested multi-output indices are followed to the end;
+//! * float and `None` kernel arguments are accepted;
+//! * Triton arguments are matched to parameters by name (named call args) or
+//!   by position over [`TritonMeta::call_params`], never by a zip that can
+//!   misalign; constexprs come from `constants` or the config by name;
+//! * `while_loop` is lowered (upstream cannot) and symbols a subgraph needs
+//!   from its parent are lifted into extra operands.
+
+use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
+use crate::ir::{
+    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
+    KernelDef, KernelName, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
+    TritonMeta,
+};
+use crate::sym::{SymExpr, Symbol};
+use indexmap::IndexMap;
+use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+
+mod inputs;
+mod kernels;
+mod lines;
+mod state;
+mod subgraphs;
+mod values;
+
+use state::*;
+
+/// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
+pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
+
+/// Options of the FX lowering.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Emit an `assert_size_stride` node per tensor input after its sizes are
+    /// bound (what the Python wrapper checks at entry). Default `true`.
+    pub assert_inputs: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { assert_inputs: true }
+    }
+}
+
+/// Why a program could not be lowered to FX. Names the graph and line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("graph `{graph}`{}: {kind}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+pub struct Error {
+    /// The graph (`main` or a subgraph name).
+    pub graph: String,
+    /// Index of the line in its graph, when a line is at fault.
+    pub line: Option<usize>,
+    /// What went wrong.
+    pub kind: ErrorKind,
+}
+
+/// The kinds of FX lowering errors.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    /// A buffer name with no live value at this point.
+    #[error("buffer `{0}` has no value here (never defined, or already freed)")]
+    UnknownBuffer(BufName),
+    /// A symbol used before any line binds it.
+    #[error("symbol `{0}` is used before it is bound")]
+    UnboundSymbol(Symbol),
+    /// A buffer whose declaration is not what the line needs (kernels and
+    /// subgraphs come from validation, which checked the tables).
+    #[error("{what} `{name}` is not defined in the program")]
+    Undefined {
+        /// `buffer declaration` or `tensor buffer declaration`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+    },
+    /// Arguments of a kernel call that do not match its parameters.
+    #[error("call of kernel `{kernel}`: {message}")]
+    KernelArgs {
+        /// The kernel.
+        kernel: String,
+        /// What does not match.
+        message: String,
+    },
+    /// A key path that cannot be followed.
+    #[error("key path of symbol `{symbol}`: {message}")]
+    KeyPath {
+        /// The symbol being bound.
+        symbol: Symbol,
+        /// What is wrong.
+        message: String,
+    },
+    /// A graph input whose size expression cannot be solved for its symbol.
+    #[error("input `{input}`: {message}")]
+    Input {
+        /// The input.
+        input: BufName,
+        /// What is wrong.
+        message: String,
+    },
+    /// A line kind FX cannot express.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Constant folding failed (overflow, division by zero).
+    #[error("evaluating `{expr}`: {message}")]
+    Fold {
+        /// The expression.
+        expr: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Lowers the main graph (and, nested, every subgraph it runs).
+pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Error> {
+    let memo = SubgraphMemo::default();
+    let (graph, lifted) = GraphLowering::run(info, None, options, &memo)?;
+    if let Some(s) = lifted.first() {
+        return Err(Error {
+            graph: "main".into(),
+            line: None,
+            kind: ErrorKind::UnboundSymbol(s.clone()),
+        });
+    }
+    Ok(graph)
+}
+
+/// Lowers and prints in torch.fx's readable style.
+pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
+    Ok(lower(info, options)?.to_code())
+}

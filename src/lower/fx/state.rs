@@ -1,0 +1,138 @@
+//! The lowering of one graph: its state, the memos shared across launches, and the walk over lines.
+
+use super::*;
+
+/// Each subgraph lowered once, by name, however many lines run it (lowering
+/// a subgraph depends only on the program and the options): nested
+/// conditionals sharing a branch cost linear, not exponential, time.
+pub(super) type SubgraphMemo = RefCell<HashMap<GraphName, (fx::Graph, Vec<Symbol>)>>;
+
+pub(super) struct GraphLowering<'p> {
+    /// What validation established (kernel and subgraph lookups).
+    pub(super) info: &'p ProgramInfo<'p>,
+    pub(super) program: &'p Program,
+    pub(super) memo: &'p SubgraphMemo,
+    pub(super) ir: &'p crate::ir::Graph,
+    pub(super) name: String,
+    pub(super) is_subgraph: bool,
+    pub(super) options: &'p Options,
+    pub(super) out: fx::Graph,
+    pub(super) buffers: HashMap<BufName, NodeId>,
+    pub(super) symbols: HashMap<Symbol, Arg>,
+    pub(super) exprs: HashMap<SymExpr, Arg>,
+    pub(super) getitems: HashMap<(NodeId, IndexKey), NodeId>,
+    pub(super) lifted: Vec<Symbol>,
+    pub(super) line: Option<usize>,
+    /// What is fixed about a Triton kernel's launches, by kernel (keyed by
+    /// the metadata's address).
+    pub(super) triton_plans: HashMap<usize, Rc<TritonPlan<'p>>>,
+    /// Lowered grids by kernel and the values of the parameters the grid
+    /// reads (see [`GridMemo`]).
+    pub(super) grids: GridMemo,
+    /// The graph's buffer declarations by name (a faster hash than the
+    /// program's maps, looked up for every allocation and view).
+    pub(super) decls: HashMap<&'p str, &'p BufferKind>,
+    /// Kernel definitions looked up so far, by name.
+    pub(super) kernels: HashMap<KernelName, &'p KernelDef>,
+}
+
+/// What every launch of one Triton kernel shares.
+pub(super) struct TritonPlan<'p> {
+    /// [`TritonMeta::call_params`].
+    pub(super) params: Rc<[&'p str]>,
+    /// The kwargs every launch starts from; `None` when the kernel's
+    /// metadata is inconsistent (the general path reports why).
+    pub(super) kwargs: Option<KwargsPlan<'p>>,
+    /// The parameters the grid reads, in the order it reads them; set by the
+    /// first launch whose grid lowers.
+    pub(super) grid_params: std::cell::RefCell<Option<Rc<[String]>>>,
+}
+
+/// The kwargs of a Triton launch as a template: constants and config
+/// constexprs filled in, each runtime parameter a slot.
+pub(super) struct KwargsPlan<'p> {
+    pub(super) template: IndexMap<String, Arg>,
+    /// Per-launch work in signature order: (kwargs index, what to do).
+    pub(super) slots: Vec<(usize, Slot<'p>)>,
+}
+
+pub(super) enum Slot<'p> {
+    /// A runtime parameter: the argument bound to this name.
+    Runtime(&'p str),
+    /// An integer constant: an integer literal bound to this name must equal it.
+    CheckInt(&'p str, i64),
+}
+
+/// Lowered grids: hash of (kernel key, parameter values) -> entries.
+pub(super) type GridMemo = HashMap<u64, Vec<(usize, Vec<Option<SymExpr>>, [Arg; 3])>>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum IndexKey {
+    Int(i64),
+    Str(String),
+}
+
+pub(super) type Res<T> = Result<T, ErrorKind>;
+
+impl<'p> GraphLowering<'p> {
+    pub(super) fn run(
+        info: &'p ProgramInfo<'p>,
+        name: Option<&GraphName>,
+        options: &'p Options,
+        memo: &'p SubgraphMemo,
+    ) -> Result<(fx::Graph, Vec<Symbol>), Error> {
+        let program = info.program();
+        let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
+        // Validation checked that every subgraph a line runs exists.
+        let ir = match name {
+            Some(n) => info.line_subgraph(n),
+            None => &program.main,
+        };
+        let mut l = GraphLowering {
+            info,
+            program,
+            memo,
+            ir,
+            name: gname,
+            is_subgraph: name.is_some(),
+            options,
+            out: fx::Graph::new(),
+            buffers: HashMap::default(),
+            symbols: HashMap::default(),
+            exprs: HashMap::default(),
+            getitems: HashMap::default(),
+            lifted: Vec::new(),
+            line: None,
+            triton_plans: HashMap::default(),
+            grids: HashMap::default(),
+            decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
+            kernels: HashMap::default(),
+        };
+        l.lower_all().map_err(|kind| Error {
+            graph: l.name.clone(),
+            line: l.line,
+            kind,
+        })?;
+        Ok((l.out, l.lifted))
+    }
+
+    pub(super) fn lower_all(&mut self) -> Res<()> {
+        self.inputs()?;
+        for (i, line) in self.ir.lines.iter().enumerate() {
+            self.line = Some(i);
+            self.lower_line(line)?;
+        }
+        self.line = None;
+        let mut values = Vec::new();
+        for o in &self.ir.outputs {
+            values.push(match o {
+                GraphOutput::Buffer(b) => Arg::Node(self.buffer(b)?),
+                GraphOutput::Expr(e) => self.expr(e)?,
+                GraphOutput::None => Arg::None,
+            });
+        }
+        let as_list = self.is_subgraph || values.len() != 1;
+        self.out.push("output", Op::Output { values, as_list }, None);
+        Ok(())
+    }
+}

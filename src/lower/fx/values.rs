@@ -1,0 +1,206 @@
+//! Values: buffers, layouts, symbols and expressions as FX arguments.
+
+use super::*;
+
+impl<'p> GraphLowering<'p> {
+    /// Operand `index` passed to subgraph `sub`: a symbol where the subgraph
+    /// takes a symbol input (the validator checks the operand names a declared
+    /// symbol; under `dynamic=True` Inductor passes sizes such as `s27`), else a
+    /// buffer.
+    pub(super) fn operand(&mut self, sub: &GraphName, index: usize, b: &BufName) -> Res<Arg> {
+        let takes_symbol = self
+            .program
+            .subgraphs
+            .get(sub)
+            .and_then(|g| g.inputs.get(index))
+            .is_some_and(|i| matches!(i, GraphInput::Symbol { .. }));
+        if takes_symbol {
+            self.symbol(&Symbol::new(b.as_str()))
+        } else {
+            Ok(Arg::Node(self.buffer(b)?))
+        }
+    }
+
+    pub(super) fn is_output(&self, b: &BufName) -> bool {
+        self.ir
+            .outputs
+            .iter()
+            .any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
+    }
+
+    pub(super) fn buffer(&self, b: &BufName) -> Res<NodeId> {
+        self.buffers
+            .get(b)
+            .copied()
+            .ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
+    }
+
+    pub(super) fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
+        match self.decls.get(b.as_str()).copied() {
+            Some(BufferKind::Tensor(l)) => Ok(l),
+            _ => match self.program.constants.get(b) {
+                Some(l) => Ok(l),
+                None => Err(ErrorKind::Undefined {
+                    what: "tensor buffer declaration",
+                    name: b.to_string(),
+                }),
+            },
+        }
+    }
+
+    pub(super) fn val_of(&self, b: &BufName) -> Res<Option<Val>> {
+        Ok(match self.decls.get(b.as_str()).copied() {
+            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
+            Some(BufferKind::Multi) => Some(Val::Multi),
+            None => {
+                return Err(ErrorKind::Undefined {
+                    what: "buffer declaration",
+                    name: b.to_string(),
+                })
+            }
+        })
+    }
+
+    pub(super) fn symbol(&mut self, s: &Symbol) -> Res<Arg> {
+        if let Some(a) = self.symbols.get(s) {
+            return Ok(a.clone());
+        }
+        if !self.is_subgraph {
+            return Err(ErrorKind::UnboundSymbol(s.clone()));
+        }
+        // A subgraph reads a parent symbol: lift it into a trailing placeholder.
+        let id = self
+            .out
+            .push(s.as_str(), Op::Placeholder(Placeholder::Symbol(s.clone())), None);
+        self.out.bind_symbol(id, s.clone());
+        self.lifted.push(s.clone());
+        self.symbols.insert(s.clone(), Arg::Node(id));
+        Ok(Arg::Node(id))
+    }
+
+    pub(super) fn exprs_of(&mut self, es: &[SymExpr]) -> Res<Vec<Arg>> {
+        es.iter().map(|e| self.expr(e)).collect()
+    }
+
+    /// A symbolic expression as an argument: literals stay literals, symbols
+    /// give their node, anything else becomes arithmetic nodes, hash-consed
+    /// (the same expression gives the same node).
+    pub(super) fn expr(&mut self, e: &SymExpr) -> Res<Arg> {
+        match e {
+            SymExpr::Int(v) => return Ok(Arg::Int(*v)),
+            SymExpr::Bool(b) => return Ok(Arg::Bool(*b)),
+            SymExpr::Sym(s) => return self.symbol(s),
+            _ => {}
+        }
+        if let Some(a) = self.exprs.get(e) {
+            return Ok(a.clone());
+        }
+        let a = match e {
+            SymExpr::Add(ts) => {
+                let args = self.exprs_of(ts)?;
+                self.sym(SymOp::Sum, args)?
+            }
+            SymExpr::Mul(fs) => self.chain(SymOp::Mul, fs)?,
+            SymExpr::Min(xs) => self.chain(SymOp::Min, xs)?,
+            SymExpr::Max(xs) => self.chain(SymOp::Max, xs)?,
+            SymExpr::And(xs) => self.chain(SymOp::And, xs)?,
+            SymExpr::Or(xs) => self.chain(SymOp::Or, xs)?,
+            SymExpr::FloorDiv(a, b) | SymExpr::CleanDiv(a, b) => self.binary(SymOp::FloorDiv, a, b)?,
+            SymExpr::Mod(a, b) => self.binary(SymOp::CMod, a, b)?,
+            SymExpr::PythonMod(a, b) => self.binary(SymOp::PyMod, a, b)?,
+            SymExpr::ModularIndexing(x, d, m) => {
+                let q = if **d == SymExpr::Int(1) {
+                    self.expr(x)?
+                } else {
+                    self.binary(SymOp::FloorDiv, x, d)?
+                };
+                let m = self.expr(m)?;
+                self.sym(SymOp::PyMod, vec![q, m])?
+            }
+            SymExpr::Pow(b, n) => {
+                let b = self.expr(b)?;
+                self.sym(SymOp::Pow, vec![b, Arg::Int(*n as i64)])?
+            }
+            SymExpr::Cmp(op, a, b) => {
+                let op = SymOp::from(*op);
+                self.binary(op, a, b)?
+            }
+            SymExpr::Not(a) => {
+                let a = self.expr(a)?;
+                self.sym(SymOp::Not, vec![a])?
+            }
+            SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => return Err(ErrorKind::Unsupported("atom".into())),
+        };
+        self.exprs.insert(e.clone(), a.clone());
+        Ok(a)
+    }
+
+    pub(super) fn binary(&mut self, op: SymOp, a: &SymExpr, b: &SymExpr) -> Res<Arg> {
+        let a = self.expr(a)?;
+        let b = self.expr(b)?;
+        self.sym(op, vec![a, b])
+    }
+
+    pub(super) fn chain(&mut self, op: SymOp, xs: &[SymExpr]) -> Res<Arg> {
+        let mut it = xs.iter();
+        let Some(first) = it.next() else {
+            return Err(ErrorKind::Unsupported(format!("empty `{}`", op.node_name())));
+        };
+        let mut acc = self.expr(first)?;
+        for x in it {
+            let v = self.expr(x)?;
+            acc = self.sym(op, vec![acc, v])?;
+        }
+        Ok(acc)
+    }
+
+    /// An arithmetic node, or its value when every operand is a literal.
+    pub(super) fn sym(&mut self, op: SymOp, args: Vec<Arg>) -> Res<Arg> {
+        let literals: Option<Vec<fx::Scalar>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Int(v) => Some(fx::Scalar::Int(*v)),
+                Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
+                _ => None,
+            })
+            .collect();
+        if let Some(l) = literals {
+            return match op.eval(&l) {
+                Ok(fx::Scalar::Int(v)) => Ok(Arg::Int(v)),
+                Ok(fx::Scalar::Bool(b)) => Ok(Arg::Bool(b)),
+                Err(e) => Err(ErrorKind::Fold {
+                    expr: op.node_name().into(),
+                    message: e.to_string(),
+                }),
+            };
+        }
+        Ok(Arg::Node(self.out.push(op.node_name(), Op::Sym { op, args }, None)))
+    }
+
+    pub(super) fn arg(&mut self, v: &ArgValue) -> Res<Arg> {
+        Ok(match v {
+            ArgValue::Buffer(b) => Arg::Node(self.buffer(b)?),
+            ArgValue::Expr(e) => self.expr(e)?,
+            ArgValue::Float(f) => Arg::Float(*f),
+            ArgValue::Bool(b) => Arg::Bool(*b),
+            ArgValue::None => Arg::None,
+            ArgValue::Str(s) => Arg::Str(s.clone()),
+            ArgValue::DType(d) => Arg::DType(*d),
+            ArgValue::Device(d) => Arg::Device(*d),
+            ArgValue::List(items) => Arg::List(items.iter().map(|i| self.arg(i)).collect::<Res<_>>()?),
+        })
+    }
+
+    pub(super) fn call_args(
+        &mut self,
+        args: &[ArgValue],
+        kwargs: &IndexMap<String, ArgValue>,
+    ) -> Res<(Vec<Arg>, IndexMap<String, Arg>)> {
+        let a = args.iter().map(|x| self.arg(x)).collect::<Res<Vec<_>>>()?;
+        let mut k = IndexMap::new();
+        for (n, v) in kwargs {
+            k.insert(n.clone(), self.arg(v)?);
+        }
+        Ok((a, k))
+    }
+}

@@ -1,0 +1,575 @@
+//! C++ lowering: exact-line checks per line kind in both dialects, error
+//! cases, and a compile check of the standalone dialect against a real
+//! `cuda.h` (set `WRAPIR_CUDA_INCLUDE`, or install the header with
+//! `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use indexmap::IndexMap;
+use std::path::PathBuf;
+use std::process::Command;
+use wrapir::ir::{
+    ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
+    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta, WhileLoop,
+};
+use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
+use wrapir::sym::{CmpOp, SymExpr};
+
+mod compile;
+mod lowering;
+
+fn f32(size: &[SymExpr]) -> Layout {
+    Layout::contiguous(DType::Float32, Device::cuda(0), size.iter().cloned())
+}
+
+fn int(v: i64) -> SymExpr {
+    SymExpr::Int(v)
+}
+
+fn sym(s: &str) -> SymExpr {
+    SymExpr::sym(s)
+}
+
+fn buf(s: &str) -> ArgValue {
+    ArgValue::Buffer(s.into())
+}
+
+/// A pointwise Triton kernel `in_ptr0 -> out_ptr0` over `xnumel`.
+fn pointwise_meta(grid_type: GridType) -> TritonMeta {
+    let mut signature = IndexMap::new();
+    signature.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
+    signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
+    signature.insert("xnumel".to_string(), "i32".parse().unwrap());
+    signature.insert("XBLOCK".to_string(), SigType::Constexpr);
+    TritonMeta {
+        signature,
+        constants: IndexMap::new(),
+        config: [("XBLOCK".to_string(), 256)].into_iter().collect(),
+        grid_type,
+        num_warps: 4,
+        num_stages: 1,
+        shared_mem: 0,
+        global_scratch: Some(0),
+        profile_scratch: None,
+        extra_launcher_args: vec![],
+        mangled_name: None,
+        cubin: Some("k.cubin".into()),
+        user_defined: false,
+    }
+}
+
+/// `arg0_1 -> buf0` through one kernel launch.
+fn pointwise_program(meta: TritonMeta, numel: SymExpr, size: &[SymExpr]) -> Program {
+    let mut p = ProgramBuilder::new();
+    for s in size {
+        if let SymExpr::Sym(s) = s {
+            p.backed_symbol(s.as_str(), Some(8));
+        }
+    }
+    let k = p.triton_kernel("triton_poi_fused_add_0", "", meta);
+    let mut g = p.main();
+    let x = g.tensor_input("arg0_1", f32(size));
+    g.define_kernel(&k);
+    let b = g.allocate("buf0", f32(size));
+    g.call_kernel(&k, [buf("arg0_1"), buf("buf0"), ArgValue::Expr(numel)]);
+    g.free(&x);
+    g.output(&b);
+    g.finish();
+    p.finish()
+}
+
+fn lower(program: &Program, options: &Options) -> Result<String, cpp::Error> {
+    let info = wrapir::ir::validate(program).expect("valid program");
+    cpp::write_string(&info, options)
+}
+
+fn lower_ok(program: &Program, dialect: Dialect) -> String {
+    lower(program, &Options::for_dialect(dialect)).unwrap_or_else(|e| panic!("lowering failed: {e}"))
+}
+
+/// Every expected line occurs, trimmed, as a whole line of the output.
+fn check(text: &str, expected: &[&str]) {
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    for e in expected {
+        assert!(lines.contains(&e.trim()), "missing line `{e}` in:\n{text}");
+    }
+}
+
+/// No line of the output contains `fragment`.
+fn check_absent(text: &str, fragment: &str) {
+    assert!(!text.contains(fragment), "unexpected `{fragment}` in:\n{text}");
+}
+
+struct Case {
+    name: &'static str,
+    program: fn() -> Program,
+    aoti: &'static [&'static str],
+    standalone: &'static [&'static str],
+}
+
+fn nonzero_program() -> Program {
+    let mut p = ProgramBuilder::new();
+    p.unbacked_symbol("u0", Some(0), Some(100));
+    let mut g = p.main();
+    let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
+    let nz = g.extern_alloc(
+        "buf2",
+        Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
+        "torch.ops.aten.nonzero.default",
+        vec![buf("arg0_1")],
+    );
+    g.bind_unbacked(
+        &nz,
+        &"u0".into(),
+        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
+            .into_iter()
+            .collect(),
+    );
+    g.free(&x);
+    g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
+    let view = g.reinterpret(
+        &nz,
+        "buf3",
+        Layout {
+            dtype: DType::Int64,
+            device: Device::cuda(0),
+            size: [sym("u0")].into_iter().collect(),
+            stride: [int(1)].into_iter().collect(),
+            offset: int(0),
+            alloc_numel: None,
+        },
+    );
+    let same = g.reinterpret(
+        &nz,
+        "buf4",
+        Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
+    );
+    g.free_if_not_reused(&same);
+    g.output(&view);
+    g.finish();
+    p.finish()
+}
+
+fn item_program() -> Program {
+    let mut p = ProgramBuilder::new();
+    p.unbacked_symbol("u0", Some(0), None);
+    p.unbacked_symbol("u1", Some(0), None);
+    let mut g = p.main();
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
+    g.line(Line::DynamicScalar {
+        symbol: "u0".into(),
+        source: "arg0_1".into(),
+        keypath: [KeyEntry::DivideBy(4)].into_iter().collect(),
+        node: None,
+    });
+    g.line(Line::DynamicScalar {
+        symbol: "u1".into(),
+        source: "arg0_1".into(),
+        keypath: [KeyEntry::ConvertInt].into_iter().collect(),
+        node: None,
+    });
+    g.output_expr(sym("u0"));
+    g.finish();
+    p.finish()
+}
+
+fn topk_program() -> Program {
+    let mut p = ProgramBuilder::new();
+    p.unbacked_symbol("u2", Some(0), None);
+    p.unbacked_symbol("u3", Some(0), None);
+    let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[int(8)]));
+    let r = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten.topk.default",
+        vec![buf("arg0_1"), ArgValue::Expr(int(2))],
+    );
+    g.bind_unbacked(
+        &r,
+        &"u2".into(),
+        [
+            KeyEntry::Index(1),
+            KeyEntry::CallMethod(TensorMethod::Size),
+            KeyEntry::Index(0),
+            KeyEntry::DivideBy(2),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let v = g.multi_output("buf2", f32(&[int(2)]), &r, &[MultiIndex::Tuple(0)]);
+    let i = g.multi_output(
+        "buf3",
+        Layout::contiguous(DType::Int64, Device::cuda(0), [int(2)]),
+        &r,
+        &[MultiIndex::Tuple(1)],
+    );
+    // Bindings attached to the extracted element keep the op-level index.
+    g.bind_unbacked(
+        &i,
+        &"u3".into(),
+        [
+            KeyEntry::Index(1),
+            KeyEntry::CallMethod(TensorMethod::Stride),
+            KeyEntry::Index(0),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let out = g.allocate("buf4", f32(&[int(2)]));
+    let mut kwargs = IndexMap::new();
+    kwargs.insert("alpha".to_string(), ArgValue::Expr(int(1)));
+    g.extern_out(
+        &out,
+        "extern_kernels.add",
+        vec![buf("buf2"), ArgValue::Float(0.5)],
+        kwargs,
+    );
+    g.line(Line::Comment {
+        text: "Topologically Sorted Source Nodes: [topk]".into(),
+    });
+    g.line(Line::AssertAlignment {
+        buffer: "buf4".into(),
+        alignment: 16,
+        context: None,
+    });
+    g.line(Line::AssertSizeStride {
+        buffer: "buf4".into(),
+        size: [int(2)].into_iter().collect(),
+        stride: [int(1)].into_iter().collect(),
+        context: Some("add".into()),
+    });
+    g.output(&v);
+    g.output(&out);
+    g.output(&v);
+    g.finish();
+    p.finish()
+}
+
+fn cond_program() -> Program {
+    let mut p = ProgramBuilder::new();
+    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
+    for name in ["true_graph_0", "false_graph_0"] {
+        let mut g = p.subgraph(name);
+        g.tensor_input("arg0_1", f32(&[int(40)]));
+        let b = g.allocate("buf0", f32(&[int(40)]));
+        g.call_kernel(&k, [buf("arg0_1"), buf("buf0"), ArgValue::Expr(int(40))]);
+        g.output(&b);
+        g.finish();
+    }
+    let mut g = p.main();
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+    g.tensor_input("arg1_1", f32(&[int(40)]));
+    g.define_kernel(&k);
+    g.line(Line::EnterDeviceContext { device_index: 0 });
+    g.declare_multi("buf0");
+    g.line(Line::Conditional(Conditional {
+        result: "buf0".into(),
+        predicate: Predicate::Tensor("arg0_1".into()),
+        true_graph: "true_graph_0".into(),
+        false_graph: "false_graph_0".into(),
+        operands: vec!["arg1_1".into()],
+    }));
+    let r = g.multi_output("buf1", f32(&[int(40)]), &"buf0".into(), &[MultiIndex::List(0)]);
+    g.line(Line::ExitDeviceContext);
+    g.output(&r);
+    g.finish();
+    p.finish()
+}
+
+fn while_program() -> Program {
+    let mut p = ProgramBuilder::new();
+    {
+        let mut g = p.subgraph("cond_graph_0");
+        g.tensor_input("arg0_1", f32(&[int(4)]));
+        g.tensor_input("arg1_1", f32(&[int(4)]));
+        let r = g.extern_alloc(
+            "buf0",
+            Layout::contiguous(DType::Bool, Device::cuda(0), []),
+            "torch.ops.aten.any.default",
+            vec![buf("arg0_1")],
+        );
+        g.output(&r);
+        g.finish();
+    }
+    {
+        let mut g = p.subgraph("body_graph_0");
+        g.tensor_input("arg0_1", f32(&[int(4)]));
+        g.tensor_input("arg1_1", f32(&[int(4)]));
+        let r = g.extern_alloc(
+            "buf0",
+            f32(&[int(4)]),
+            "torch.ops.aten.sub.Tensor",
+            vec![buf("arg0_1"), buf("arg1_1")],
+        );
+        g.output(&r);
+        g.finish();
+    }
+    let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[int(4)]));
+    g.tensor_input("arg1_1", f32(&[int(4)]));
+    g.declare_multi("buf2");
+    g.line(Line::WhileLoop(WhileLoop {
+        result: "buf2".into(),
+        cond_graph: "cond_graph_0".into(),
+        body_graph: "body_graph_0".into(),
+        carried: vec!["arg0_1".into()],
+        additional: vec!["arg1_1".into()],
+    }));
+    let r = g.multi_output("buf3", f32(&[int(4)]), &"buf2".into(), &[MultiIndex::List(0)]);
+    g.output(&r);
+    g.finish();
+    p.finish()
+}
+
+fn dynamic_program() -> Program {
+    // Backed size, a precomputed numel and a reuse with a different layout.
+    let mut p = ProgramBuilder::new();
+    p.backed_symbol("s0", Some(8));
+    let xn = p.precomputed_symbol("triton_poi_fused_add_0_xnumel");
+    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
+    let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[sym("s0"), int(4)]));
+    g.define_kernel(&k);
+    let b = g.allocate("buf0", f32(&[sym("s0"), int(4)]));
+    g.let_symbol(&xn, SymExpr::mul(int(4), sym("s0")));
+    g.call_kernel(
+        &k,
+        [buf("arg0_1"), buf("buf0"), ArgValue::Expr(SymExpr::Sym(xn.clone()))],
+    );
+    let r = g.reuse(&b, "buf1", f32(&[SymExpr::mul(int(4), sym("s0"))]));
+    g.output(&r);
+    g.finish();
+    p.finish()
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "pointwise",
+        program: || pointwise_program(pointwise_meta(GridType::Grid1D), int(8192), &[int(64), int(128)]),
+        aoti: &[
+            "#include <torch/csrc/inductor/cpp_wrapper/cuda.h>",
+            "CACHE_TORCH_DTYPE(float32);",
+            "CACHE_TORCH_DEVICE(cuda);",
+            "static CUfunction triton_poi_fused_add_0 = nullptr;",
+            "template <typename in_ptr0_type_, typename out_ptr0_type_>",
+            "static inline void call_triton_poi_fused_add_0(",
+            "const in_ptr0_type_& in_ptr0,",
+            "int64_t xnumel,",
+            "int32_t device_idx_,",
+            "cudaStream_t stream_,",
+            "const std::optional<std::string>& cubin_dir_ = std::nullopt",
+            "uint32_t grid_0 = ((xnumel + (256 - 1)) / (256));",
+            "uint32_t grid_1 = 1;",
+            "uint32_t grid_2 = 1;",
+            "if (grid_0 == 0 || grid_1 == 0 || grid_2 == 0) return;",
+            "if (triton_poi_fused_add_0 == nullptr) {",
+            "triton_poi_fused_add_0 = loadKernel(\"k.cubin\", \"triton_poi_fused_add_0\", 0, cubin_dir_);",
+            "CUdeviceptr var_0 = reinterpret_cast<CUdeviceptr>(in_ptr0.data_ptr());",
+            "CUdeviceptr var_1 = reinterpret_cast<CUdeviceptr>(out_ptr0.data_ptr());",
+            "int32_t var_2 = xnumel;",
+            "CUdeviceptr global_scratch_scratch_3 = 0;",
+            "void* kernel_args_[] = {&var_0, &var_1, &var_2, &global_scratch_scratch_3};",
+            "launchKernel(triton_poi_fused_add_0, grid_0, grid_1, grid_2, 4, 0, kernel_args_, stream_);",
+            "void inductor_entry_impl(",
+            "AtenTensorHandle* input_handles,  // handles are stolen; the array is borrowed",
+            "py::gil_scoped_release_simple release;",
+            "auto inputs = steal_from_raw_handles_to_raii_handles(input_handles, 1);",
+            "auto arg0_1 = std::move(inputs[0]);",
+            "static constexpr int64_t int_array_0[] = {64L, 128L};",
+            "static constexpr int64_t int_array_1[] = {128L, 1L};",
+            "AtenTensorHandle buf0_handle;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(2, int_array_0, int_array_1, cached_torch_dtype_float32, cached_torch_device_type_cuda,  0, &buf0_handle));",
+            "RAIIAtenTensorHandle buf0(buf0_handle);",
+            "cudaStream_t stream0;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(0, (void**)&stream0));",
+            "call_triton_poi_fused_add_0(arg0_1, buf0, 8192L, 0, stream0);",
+            "arg0_1.reset();",
+            "output_handles[0] = buf0.release();",
+            "} // inductor_entry_impl",
+        ],
+        standalone: &[
+            "#include \"wrapir_runtime.h\"",
+            "#define WRAPIR_CUBIN_DIR \".\"",
+            "static CUfunction triton_poi_fused_add_0 = nullptr;",
+            "const wrapir::Tensor& in_ptr0,",
+            "CUstream stream_",
+            "uint32_t grid_0 = ((xnumel + (256 - 1)) / (256));",
+            "triton_poi_fused_add_0 = wrapir::load_kernel(WRAPIR_CUBIN_DIR, \"k.cubin\", \"triton_poi_fused_add_0\", 0);",
+            "CUdeviceptr var_0 = in_ptr0.data_ptr();",
+            "wrapir::launch_kernel(triton_poi_fused_add_0, grid_0, grid_1, grid_2, 4, 0, kernel_args_, stream_);",
+            "wrapir::Tensor arg0_1 = inputs[0];",
+            "wrapir::Tensor buf0 = wrapir::empty_strided(2, int_array_0, int_array_1, wrapir::DType::Float32, -1, stream);",
+            "call_triton_poi_fused_add_0(arg0_1, buf0, 8192L, stream);",
+            "arg0_1.reset();",
+            "outputs[0] = std::move(buf0);",
+            "extern \"C\" int wrapir_entry(const wrapir::Tensor* inputs, const int64_t* scalar_inputs, wrapir::Tensor* outputs, CUstream stream) noexcept {",
+            "extern \"C\" const char* wrapir_entry_last_error() { return wrapir::last_error().c_str(); }",
+        ],
+    },
+    Case {
+        name: "nonzero_unbacked_assert_views",
+        program: nonzero_program,
+        aoti: &[
+            "AtenTensorHandle buf2_handle;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_nonzero(arg0_1, &buf2_handle));",
+            "RAIIAtenTensorHandle buf2(buf2_handle);",
+            "auto u0 = buf2.size(0);",
+            "if (!(u0 <= 100L)) { throw std::runtime_error(\"Expected u0 <= 100\"); }",
+            "const int64_t int_array_0[] = {u0, };",
+            "static constexpr int64_t int_array_1[] = {1L, };",
+            "auto buf3 = wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper(buf2, 1, int_array_0, int_array_1, 0L));  // alias",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle(buf2, &buf4_handle));",
+            "buf4.reset();",
+            "output_handles[0] = buf3.release();",
+        ],
+        standalone: &[
+            "extern \"C\" int wrapir_extern_nonzero(const wrapir::ExternArg* args, int64_t num_args, wrapir::Tensor* const* results, int64_t num_results, CUstream stream);",
+            "wrapir::Tensor buf2;",
+            "const wrapir::ExternArg args_[] = {wrapir::ExternArg::of_tensor(arg0_1)};",
+            "wrapir::Tensor* const results_[] = {&buf2};",
+            "wrapir::check_extern(wrapir_extern_nonzero(args_, 1, results_, 1, stream), \"wrapir_extern_nonzero\");",
+            "auto u0 = buf2.size(0);",
+            "if (!(u0 <= 100L)) { throw std::runtime_error(\"Expected u0 <= 100\"); }",
+            "auto buf3 = buf2.reinterpret(1, int_array_0, int_array_1, 0L, wrapir::DType::Int64);  // alias",
+            "wrapir::Tensor buf4 = buf2;",
+            "outputs[0] = std::move(buf3);",
+        ],
+    },
+    Case {
+        name: "item_divide_convert",
+        program: item_program,
+        aoti: &[
+            "int64_t u0_raw;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_int64(arg0_1, &u0_raw));",
+            "if (u0_raw % 4 != 0) { throw std::runtime_error(\"u0: arg0_1.item() = \" + std::to_string(u0_raw) + \" is not divisible by 4\"); }",
+            "int64_t u0 = u0_raw / 4;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_int64(arg0_1, &u1_raw));",
+            "int64_t u1 = u1_raw ? 1 : 0;",
+            "RAIIAtenTensorHandle scalar_to_tensor_0 = scalar_to_tensor_handle(u0);",
+            "output_handles[0] = scalar_to_tensor_0.release();",
+        ],
+        standalone: &[
+            "int64_t u0_raw = wrapir::item_int64(arg0_1, stream);",
+            "int64_t u0 = u0_raw / 4;",
+            "int64_t u1 = u1_raw ? 1 : 0;",
+            "outputs[0] = wrapir::scalar_to_tensor(u0, stream);",
+        ],
+    },
+    Case {
+        name: "multi_output_extern_out_asserts",
+        program: topk_program,
+        aoti: &[
+            "AtenTensorHandle buf2_handle;",
+            "AtenTensorHandle buf3_handle;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_topk(arg0_1, 2L, -1L, 1, 1, &buf2_handle, &buf3_handle));",
+            "RAIIAtenTensorHandle buf2(buf2_handle);",
+            "RAIIAtenTensorHandle buf3(buf3_handle);",
+            "int64_t u2_undivided = buf3.size(0);",
+            "if (u2_undivided % 2 != 0) { throw std::runtime_error(\"u2: buf1[1].size()[0] = \" + std::to_string(u2_undivided) + \" is not divisible by 2\"); }",
+            "int64_t u2 = u2_undivided / 2;",
+            "auto u3 = buf3.stride(0);",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_add_out(buf4, buf2, 0.5, 1L));",
+            "// Topologically Sorted Source Nodes: [topk]",
+            "if (reinterpret_cast<uintptr_t>(buf4.data_ptr()) % 16 != 0) { throw std::runtime_error(\"buf4 is not aligned to 16 bytes\"); }",
+            "if (!(buf4.size(0) == 2L && buf4.stride(0) == 1L)) { throw std::runtime_error(\"assert_size_stride failed for buf4: expected size [2] and stride [1] (add)\"); }",
+            "output_handles[0] = buf2.release();",
+            "output_handles[1] = buf4.release();",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle(output_handles[0], &output_handles[2]));",
+        ],
+        standalone: &[
+            "wrapir::Tensor buf2;",
+            "wrapir::Tensor buf3;",
+            "wrapir::Tensor* const results_[] = {&buf2, &buf3};",
+            "wrapir::check_extern(wrapir_extern_topk(args_, 2, results_, 2, stream), \"wrapir_extern_topk\");",
+            "const wrapir::ExternArg args_[] = {wrapir::ExternArg::of_tensor(buf4, \"out\"), wrapir::ExternArg::of_tensor(buf2), wrapir::ExternArg::of_float(0.5), wrapir::ExternArg::of_int(1L, \"alpha\")};",
+            "wrapir::check_extern(wrapir_extern_add_out(args_, 4, results_, 0, stream), \"wrapir_extern_add_out\");",
+            "if (!(buf4.dim() == 1 && buf4.size(0) == 2L && buf4.stride(0) == 1L)) { throw std::runtime_error(\"assert_size_stride failed for buf4: expected size [2] and stride [1] (add)\"); }",
+            "if (buf4.data_ptr() % 16 != 0) { throw std::runtime_error(\"buf4 is not aligned to 16 bytes\"); }",
+            "outputs[2] = outputs[0];",
+        ],
+    },
+    Case {
+        name: "conditional",
+        program: cond_program,
+        aoti: &[
+            "AOTICudaGuard device_guard(0);",
+            "RAIIAtenTensorHandle buf1;",
+            "bool arg0_1_scalar;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool(arg0_1, &arg0_1_scalar));",
+            "if (arg0_1_scalar) {",
+            "// subgraph: true_graph_0",
+            "AtenTensorHandle true_graph_0_arg0_1_handle;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out(arg1_1, &true_graph_0_arg0_1_handle));",
+            "RAIIAtenTensorHandle true_graph_0_arg0_1(true_graph_0_arg0_1_handle);",
+            "RAIIAtenTensorHandle true_graph_0_buf0(true_graph_0_buf0_handle);",
+            "call_triton_poi_fused_add_0(true_graph_0_arg0_1, true_graph_0_buf0, 40L, 0, stream0);",
+            "buf1.reset();",
+            "buf1 = std::move(true_graph_0_buf0);",
+            "} else {",
+            "// subgraph: false_graph_0",
+            "buf1 = std::move(false_graph_0_buf0);",
+            "output_handles[0] = buf1.release();",
+        ],
+        standalone: &[
+            "wrapir::set_device(0);",
+            "wrapir::Tensor buf1;",
+            "bool arg0_1_scalar = wrapir::item_bool(arg0_1, stream);",
+            "if (arg0_1_scalar) {",
+            "wrapir::Tensor true_graph_0_arg0_1 = arg1_1;",
+            "call_triton_poi_fused_add_0(true_graph_0_arg0_1, true_graph_0_buf0, 40L, stream);",
+            "buf1 = std::move(true_graph_0_buf0);",
+            "} else {",
+            "buf1 = std::move(false_graph_0_buf0);",
+        ],
+    },
+    Case {
+        name: "while_loop",
+        program: while_program,
+        aoti: &[
+            "AtenTensorHandle buf3_handle;",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out(arg0_1, &buf3_handle));",
+            "RAIIAtenTensorHandle buf3(buf3_handle);",
+            "RAIIAtenTensorHandle buf2_cond_result;",
+            "while (1) {",
+            "// subgraph: cond_graph_0",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out(buf3, &cond_graph_0_arg0_1_handle));",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out(arg1_1, &cond_graph_0_arg1_1_handle));",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_any(cond_graph_0_arg0_1, &cond_graph_0_buf0_handle));",
+            "buf2_cond_result = std::move(cond_graph_0_buf0);",
+            "bool buf2_cond_result_scalar;",
+            "if (!buf2_cond_result_scalar) break;",
+            "// subgraph: body_graph_0",
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_sub_Tensor(body_graph_0_arg0_1, body_graph_0_arg1_1, &body_graph_0_buf0_handle));",
+            "buf3.reset();",
+            "buf3 = std::move(body_graph_0_buf0);",
+            "output_handles[0] = buf3.release();",
+        ],
+        standalone: &[
+            "wrapir::Tensor buf3 = arg0_1;",
+            "wrapir::Tensor buf2_cond_result;",
+            "while (1) {",
+            "wrapir::Tensor cond_graph_0_arg0_1 = buf3;",
+            "bool buf2_cond_result_scalar = wrapir::item_bool(buf2_cond_result, stream);",
+            "if (!buf2_cond_result_scalar) break;",
+            "wrapir::check_extern(wrapir_extern_sub_Tensor(args_, 2, results_, 1, stream), \"wrapir_extern_sub_Tensor\");",
+            "buf3 = std::move(body_graph_0_buf0);",
+        ],
+    },
+    Case {
+        name: "dynamic_reuse",
+        program: dynamic_program,
+        aoti: &[
+            "auto arg0_1_size = arg0_1.sizes();",
+            "int64_t s0 = arg0_1_size[0];",
+            "const int64_t int_array_0[] = {s0, 4L};",
+            "int64_t triton_poi_fused_add_0_xnumel = 4L*s0;",
+            "call_triton_poi_fused_add_0(arg0_1, buf0, triton_poi_fused_add_0_xnumel, 0, stream0);",
+            "auto buf1 = wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper(buf0, 1, int_array_2, int_array_3, 0L)); buf0.reset();  // reuse",
+        ],
+        standalone: &[
+            "int64_t s0 = arg0_1.size(0);",
+            "auto buf1 = buf0.reinterpret(1, int_array_2, int_array_3, 0L, wrapir::DType::Float32); buf0.reset();  // reuse",
+        ],
+    },
+];

@@ -1,0 +1,277 @@
+//! Tidy checks of the source tree (in the manner of rust-analyzer's `tidy`):
+//! the import rules ARCHITECTURE.md states, the crates only one module may
+//! name, and the size of source files. Each known exception is listed here
+//! with the reason it stands.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Which top-level library modules each module may name through `crate::`.
+/// `limits` (the resource bounds, re-exported at the crate root) is open to
+/// every module.
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("sym", &[]),
+    ("limits", &["sym"]),
+    ("ir", &["sym"]),
+    ("text", &["ir", "sym"]),
+    ("fx", &["ir", "sym"]),
+    ("lower", &["ir", "sym", "fx"]),
+    ("reconcile", &["ir", "sym", "fx", "lower"]),
+    ("exec", &["ir", "sym", "fx", "lower", "text", "bundle"]),
+    ("bundle", &["ir", "text", "exec"]),
+    ("snapshot", &["ir", "lower"]),
+    ("lib", &[]),
+];
+
+/// Known exceptions to [`ALLOWED`]: (module, module it names, why).
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
+    // fx::interp runs a compiled plan over exec's `Backend` trait and values,
+    // while exec's backends and `run` take FX graphs. Breaking it means moving
+    // the interpreter into exec, whose files another branch changes now.
+    ("fx", "exec", "the FX interpreter runs over exec::Backend (fx <-> exec)"),
+];
+
+/// Crates only these module path prefixes (relative to `src/`) may name.
+const CRATE_OWNERS: &[(&str, &[&str])] = &[
+    ("egg", &["sym/"]),
+    ("cudarc", &["exec/cuda/"]),
+    ("anyhow", &["bin/"]),
+    ("clap", &["bin/"]),
+    ("miette", &["bin/"]),
+];
+
+/// Files that may read the process environment: the CLI, and the CUDA
+/// backend, which searches the CUDA libraries' and its kernel cache's
+/// directories (the library's stated I/O exception).
+const ENV_READERS: &[&str] = &["bin/", "exec/cuda/"];
+
+/// The most lines a source file may have.
+const MAX_LINES: usize = 1000;
+
+/// Files allowed to be longer than [`MAX_LINES`], with the reason.
+const LONG_FILES: &[(&str, &str)] = &[
+    ("src/text/parse.rs", "the .wir parser: one recursive-descent grammar"),
+    (
+        "src/lower/cpp/lower.rs",
+        "being changed on another branch (C-ABI runtime)",
+    ),
+    (
+        "src/exec/",
+        "being changed on other branches (host kernels, C-ABI runtime)",
+    ),
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `path` relative to `base`, with `/` separators.
+fn relative(path: &Path, base: &Path) -> String {
+    let rel = path.strip_prefix(base).unwrap_or(path);
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The top-level module a file under `src/` belongs to (`lib` for `lib.rs`).
+fn top_module(rel: &str) -> &str {
+    let first = rel.split('/').next().unwrap_or(rel);
+    first.strip_suffix(".rs").unwrap_or(first)
+}
+
+/// The code of a file without its line comments (doc comments included):
+/// what comments say about other modules is not an import.
+fn code(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.trim_start().starts_with("//") {
+            true => "",
+            false => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The top-level modules `code` names through `crate::`: `crate::ir::X`,
+/// `use crate::{fx, ir::Y}`.
+fn crate_modules(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| is_ident(c) || c == ':') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level names of the group, up to its closing brace.
+            let mut depth = 0usize;
+            let mut start = true;
+            for (k, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if start && depth == 0 && is_ident(c) => {
+                        let name: String = group[k..].chars().take_while(|c| is_ident(*c)).collect();
+                        out.insert(name);
+                        start = false;
+                    }
+                    c if !c.is_whitespace() => start = false,
+                    _ => {}
+                }
+            }
+        } else {
+            let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// `true` when `code` names the crate `krate` as a path root (`krate::...`).
+fn names_crate(code: &str, krate: &str) -> bool {
+    let pat = format!("{krate}::");
+    code.match_indices(&pat).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        !before.is_some_and(|c| is_ident(c) || c == ':')
+    })
+}
+
+fn library_files() -> Vec<(String, String)> {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (relative(&p, &src), text)
+        })
+        .collect()
+}
+
+#[test]
+fn modules_import_only_what_the_architecture_allows() {
+    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
+    let mut violations = Vec::new();
+    let mut exceptions_used = BTreeSet::new();
+    for (rel, text) in library_files() {
+        let module = top_module(&rel);
+        if module == "bin" {
+            continue;
+        }
+        let Some(ok) = allowed.get(module) else {
+            violations.push(format!("src/{rel}: module `{module}` has no row in ALLOWED"));
+            continue;
+        };
+        for used in crate_modules(&code(&text)) {
+            if used == module
+                || matches!(used.as_str(), "limits" | "Limits" | "Limit" | "LimitExceeded")
+                || ok.contains(&used.as_str())
+            {
+                continue;
+            }
+            if let Some((_, _, _)) = EXCEPTIONS.iter().find(|(m, u, _)| *m == module && *u == used) {
+                exceptions_used.insert((module.to_string(), used.clone()));
+                continue;
+            }
+            violations.push(format!("src/{rel}: `{module}` must not import `crate::{used}`"));
+        }
+    }
+    for (m, u, why) in EXCEPTIONS {
+        if !exceptions_used.contains(&(m.to_string(), u.to_string())) {
+            violations.push(format!("exception ({m} -> {u}: {why}) is no longer needed; remove it"));
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
+    let mut violations = Vec::new();
+    for (rel, text) in library_files() {
+        let code = code(&text);
+        for (krate, owners) in CRATE_OWNERS {
+            if names_crate(&code, krate) && !owners.iter().any(|o| rel.starts_with(o)) {
+                violations.push(format!("src/{rel} names `{krate}`, which only {owners:?} may"));
+            }
+        }
+        let reads_env = code.contains("std::env::") || code.contains("env::var");
+        if reads_env && !ENV_READERS.iter().any(|o| rel.starts_with(o)) {
+            violations.push(format!(
+                "src/{rel} reads the environment; the library takes its settings from the caller"
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn source_files_stay_under_the_line_limit() {
+    let root = root();
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches", "examples"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut violations = Vec::new();
+    let mut long_used = BTreeSet::new();
+    for path in files {
+        let rel = relative(&path, &root);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let lines = text.lines().count();
+        if lines <= MAX_LINES {
+            continue;
+        }
+        match LONG_FILES
+            .iter()
+            .find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p)))
+        {
+            Some((p, _)) => {
+                long_used.insert(*p);
+            }
+            None => violations.push(format!(
+                "{rel} has {lines} lines (limit {MAX_LINES}): split it along its seams"
+            )),
+        }
+    }
+    for (p, why) in LONG_FILES {
+        if !long_used.contains(p) {
+            violations.push(format!(
+                "{p} ({why}) is within the limit now; remove it from LONG_FILES"
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[test]
+fn the_import_parser_reads_paths_and_groups() {
+    let text =
+        "use crate::ir::{A, B};\nuse crate::{fx::{self, Op}, sym};\nlet x = crate::lower::fx::lower(p);\nmy_crate::x;";
+    let got: Vec<String> = crate_modules(text).into_iter().collect();
+    assert_eq!(got, ["fx", "ir", "lower", "sym"]);
+    assert!(names_crate("use egg::Id;", "egg"));
+    assert!(!names_crate("use my_egg::Id;", "egg"));
+    assert_eq!(code("// crate::exec\nlet a = 1;"), "\nlet a = 1;");
+}
