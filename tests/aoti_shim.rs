@@ -79,3 +79,40 @@ fn call_with(json: &mut serde_json::Value, kwargs: serde_json::Value) {
         .unwrap();
     call["kwargs"] = kwargs;
 }
+
+/// The first `shim` call of bundle `case`'s lowering equals Inductor's own
+/// (in `inductor.cpp.txt`), out-handle names aside (`&buf12_1_handle` for a
+/// result the program never extracts, where Inductor numbers a fresh buffer).
+fn check_first_call(case: &str, shim: &str) {
+    let (program, inductor) = bundle_program(case);
+    let ours = aoti(&program);
+    let normalize = |line: &str| {
+        line.split(", ")
+            .map(|arg| {
+                if arg.starts_with("&buf") && arg.trim_end_matches([')', ';']).ends_with("_handle") {
+                    "&<handle>".to_string() + &arg[arg.find("_handle").unwrap_or(arg.len()) + 7..]
+                } else {
+                    arg.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let first = |text: &str| calls(text, shim).first().map(|l| normalize(l));
+    let want = first(&inductor).unwrap_or_else(|| panic!("{case}: Inductor's wrapper has no `{shim}` call"));
+    assert_eq!(first(&ours).as_deref(), Some(want.as_str()), "{case}: `{shim}`");
+}
+
+#[test]
+fn fallback_calls_match_inductors_in_schema_order() {
+    for (case, shim) in [
+        ("resnet", "aoti_torch_cuda_convolution"),
+        ("convnext", "aoti_torch_cuda_convolution"),
+        ("topk", "aoti_torch_cuda_topk"),
+        ("cond_branches", "aoti_torch_cuda_index_Tensor"),
+        ("vit", "aoti_torch_cuda__scaled_dot_product_efficient_attention"),
+        ("vit_bf16", "aoti_torch_cuda__scaled_dot_product_cudnn_attention"),
+    ] {
+        check_first_call(case, shim);
+    }
+}

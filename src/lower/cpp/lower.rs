@@ -3,6 +3,7 @@
 use super::launch::{self, KernelWrappers};
 
 mod direct;
+mod python_op;
 mod shim;
 use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
@@ -1753,6 +1754,23 @@ impl<'a> Lowering<'a> {
             ));
             self.close("}");
             return Ok(());
+        }
+        if python_op::without_c_shim(&name) {
+            return match (results.as_slice(), out) {
+                ([result], None) => {
+                    let result = result.clone();
+                    self.python_op_call(g, call, &result, cx)
+                }
+                _ => Err(self.unsupported(
+                    cx,
+                    format!(
+                        "`{}` (no C shim, so it runs through Python) with {} results{}",
+                        call.op,
+                        results.len(),
+                        if out.is_some() { " and an out= tensor" } else { "" }
+                    ),
+                )),
+            };
         }
         let shim = if name.starts_with("aoti_torch_") {
             name.to_string()
