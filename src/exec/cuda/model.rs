@@ -233,11 +233,37 @@ impl Model {
             weight_bytes += raw.data.len() as u64;
             weights.insert(name.clone(), raw.clone());
         }
-        // Lay each weight out as the program declares it (one home for the matching rules).
-        let laid = place_weights(&program, &weights, &mut backend, &options.limits)?;
-        backend.synchronize()?;
-        let weight_time = weights_started.elapsed();
-        let kernels = backend.preload_kernels(&program)?;
+        // Kernel images load on a second backend (thread) while this one
+        // stages the weights: both are host-bound (module loading in the
+        // driver, copies into the pinned staging buffers), so they overlap.
+        let (laid, weight_time, loaded) = std::thread::scope(|scope| {
+            // The loader only loads images: no library or built-in preloads of its own.
+            let image_options = CudaOptions {
+                preload_blas: false,
+                preload_builtins: false,
+                preload_dnn: false,
+                ..cuda.clone()
+            };
+            let program = &program;
+            let loader = scope.spawn(move || -> Result<(SharedKernels, usize), ModelError> {
+                let mut images = CudaBackend::new(image_options)?;
+                let n = images.preload_kernels(program)?;
+                Ok((images.shared_kernels(), n))
+            });
+            // Lay each weight out as the program declares it (one home for the matching rules).
+            let laid = place_weights(program, &weights, &mut backend, &options.limits)
+                .and_then(|laid| backend.synchronize().map(|()| laid).map_err(ModelError::from));
+            let weight_time = weights_started.elapsed();
+            let loaded = loader.join().unwrap_or_else(|_| {
+                Err(ModelError::Exec(ExecError::Unsupported(
+                    "the kernel-image loading thread panicked".into(),
+                )))
+            });
+            (laid, weight_time, loaded)
+        });
+        let laid = laid?;
+        let (images, kernels) = loaded?;
+        backend.adopt_kernels(&images);
         let user_inputs = program
             .main
             .inputs
