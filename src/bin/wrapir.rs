@@ -451,6 +451,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ..Default::default()
             };
             println!("{name}: valid");
+            match ir::collectives::collectives(program) {
+                Ok(calls) if calls.is_empty() => {}
+                Ok(calls) => println!(
+                    "collectives: {} well formed (arguments, result dtypes and sizes, group sizes)",
+                    calls.len()
+                ),
+                Err(e) => {
+                    println!("{name}: {e}");
+                    return Ok(ExitCode::from(1));
+                }
+            }
             // After the launch report: the extern ops the chosen backend cannot run.
             let device_ok = || match device {
                 Some(d) => {

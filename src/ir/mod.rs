@@ -36,6 +36,7 @@
 //! only way into the lowerings.
 
 mod builder;
+pub mod collectives;
 mod kernel;
 mod line;
 mod program;
