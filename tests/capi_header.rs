@@ -1,0 +1,309 @@
+//! `wrapir_rt.h` (the C header the standalone wrappers include, shipped in
+//! `wrapir_runtime.h`) against its one source of truth, the Rust
+//! definitions in `src/exec/cuda/capi/`: every `extern "C"` function with
+//! its parameter and return types, every `#[repr(C)]` struct with its
+//! fields, and every `WRAPIR_RT_*` constant, nothing more and nothing less.
+//! Read from the sources, so no `cuda` feature is needed. The header must
+//! also compile as C99 and as C++17.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Declarations by name: functions as `ret(param types)`, structs as
+/// `{field type name; ...}`, constants as their value.
+#[derive(Debug, Default, PartialEq)]
+struct Api {
+    functions: BTreeMap<String, String>,
+    structs: BTreeMap<String, String>,
+    constants: BTreeMap<String, String>,
+}
+
+fn squash(s: &str) -> String {
+    let spaced = s.replace('*', " * ");
+    let joined = spaced.split_whitespace().collect::<Vec<_>>().join(" ");
+    joined
+        .replace(" *", "*")
+        .replace(" )", ")")
+        .replace(" ,", ",")
+        .replace("( ", "(")
+}
+
+/// A Rust FFI type in C spelling.
+fn c_type(rust: &str) -> String {
+    let t = rust.trim();
+    if let Some(rest) = t.strip_prefix("*const ") {
+        let inner = c_type(rest);
+        // `*const *const T` is `const T* const*`.
+        return if rest.trim_start().starts_with('*') {
+            format!("{inner} const*")
+        } else {
+            format!("const {inner}*")
+        };
+    }
+    if let Some(rest) = t.strip_prefix("*mut ") {
+        return format!("{}*", c_type(rest));
+    }
+    match t {
+        "i32" => "int32_t",
+        "i64" => "int64_t",
+        "u32" => "uint32_t",
+        "u64" => "uint64_t",
+        "f64" => "double",
+        "c_char" => "char",
+        "c_void" => "void",
+        other => other,
+    }
+    .to_string()
+}
+
+fn strip_c_comments(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("/*") {
+        out.push_str(&rest[..i]);
+        rest = rest[i..].find("*/").map_or("", |j| &rest[i + j + 2..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Splits on commas outside parentheses.
+fn params(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && *p != "void")
+        .map(str::to_string)
+        .collect()
+}
+
+fn rust_api(sources: &[String]) -> Api {
+    let mut api = Api::default();
+    for text in sources {
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("extern \"C\" fn ") {
+            let after = &rest[i + "extern \"C\" fn ".len()..];
+            let open = after.find('(').expect("( after an extern fn name");
+            let name = after[..open].trim().to_string();
+            let close = after.find(')').expect(") after the parameters");
+            let types: Vec<String> = params(&after[open + 1..close])
+                .iter()
+                .map(|p| c_type(p.split_once(':').expect("name: type").1))
+                .collect();
+            let tail = &after[close + 1..after.find('{').expect("a body")];
+            let ret = tail.trim().strip_prefix("->").map_or("void".to_string(), c_type);
+            api.functions
+                .insert(name, squash(&format!("{ret}({})", types.join(", "))));
+            rest = &after[close..];
+        }
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("#[repr(C)]") {
+            let after = &rest[i..];
+            let s = after.find("pub struct ").expect("a struct after #[repr(C)]");
+            let body = &after[s + "pub struct ".len()..];
+            let open = body.find('{').expect("{");
+            let name = body[..open].trim().to_string();
+            let close = body.find('}').expect("}");
+            let fields: Vec<String> = body[open + 1..close]
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with("pub "))
+                .map(|l| {
+                    let (n, t) = l["pub ".len()..]
+                        .trim_end_matches(',')
+                        .split_once(':')
+                        .expect("field: type");
+                    squash(&format!("{} {};", c_type(t), n.trim()))
+                })
+                .collect();
+            api.structs.insert(name, fields.join(" "));
+            rest = &body[close..];
+        }
+        for line in text.lines() {
+            if let Some(decl) = line.trim().strip_prefix("pub const WRAPIR_RT_") {
+                let (name, value) = decl.split_once(':').expect("const NAME: T = V;");
+                let value = value.split_once('=').expect("= value").1.trim().trim_end_matches(';');
+                api.constants.insert(format!("WRAPIR_RT_{name}"), value.to_string());
+            }
+        }
+    }
+    api
+}
+
+fn c_api(header: &str) -> Api {
+    let text = strip_c_comments(header);
+    let mut api = Api::default();
+    for line in text.lines() {
+        if let Some(def) = line.trim().strip_prefix("#define WRAPIR_RT_") {
+            if let Some((name, value)) = def.split_once(' ') {
+                api.constants.insert(
+                    format!("WRAPIR_RT_{name}"),
+                    value.trim().trim_end_matches('u').to_string(),
+                );
+            }
+        }
+    }
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find("typedef struct ") {
+        let after = &rest[i + "typedef struct ".len()..];
+        let semi = after.find(';').expect(";");
+        let open = match after.find('{') {
+            Some(open) if open < semi => open,
+            // An opaque type (`typedef struct WrapirRtTensor WrapirRtTensor;`).
+            _ => {
+                rest = &after[semi..];
+                continue;
+            }
+        };
+        let name = after[..open].trim().to_string();
+        let close = after.find('}').expect("}");
+        let fields: Vec<String> = after[open + 1..close]
+            .split(';')
+            .map(|f| f.trim().replace("struct ", ""))
+            .filter(|f| !f.is_empty())
+            .map(|f| squash(&format!("{f};")))
+            .collect();
+        if !fields.is_empty() {
+            api.structs.insert(name, fields.join(" "));
+        }
+        rest = &after[close..];
+    }
+    // Function declarations: everything up to `;` that names `wrapir_rt_<fn>(`,
+    // preprocessor lines and `extern "C" {` brackets left out.
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.contains("extern \"C\"") && l.trim() != "}")
+        .collect::<Vec<_>>()
+        .join("\n");
+    for decl in code.split(';') {
+        let decl = decl.trim();
+        let Some(i) = decl.find("wrapir_rt_") else { continue };
+        if decl.contains("typedef") || decl.contains('{') {
+            continue;
+        }
+        let open = decl[i..]
+            .find('(')
+            .map(|j| i + j)
+            .unwrap_or_else(|| panic!("no ( in `{decl}`"));
+        let ret = squash(&decl[..i]);
+        let name = decl[i..open].trim().to_string();
+        let close = decl.rfind(')').expect(")");
+        let types: Vec<String> = params(&decl[open + 1..close])
+            .iter()
+            .map(|p| {
+                // Drop the parameter name (the last identifier).
+                let p = squash(p);
+                let cut = p
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .map_or(0, |k| k + 1);
+                p[..cut].trim().to_string()
+            })
+            .collect();
+        api.functions
+            .insert(name, squash(&format!("{ret}({})", types.join(", "))));
+    }
+    api
+}
+
+fn check(rust: &Api, c: &Api) {
+    for (what, r, h) in [
+        ("function", &rust.functions, &c.functions),
+        ("struct", &rust.structs, &c.structs),
+        ("constant", &rust.constants, &c.constants),
+    ] {
+        for (name, def) in r {
+            match h.get(name) {
+                None => panic!("wrapir_rt.h lacks the {what} `{name}`: {def}"),
+                Some(d) => assert_eq!(d, def, "the {what} `{name}` differs (header, then Rust)"),
+            }
+        }
+        for name in h.keys() {
+            assert!(
+                r.contains_key(name),
+                "wrapir_rt.h declares the {what} `{name}`, which the Rust ABI lacks"
+            );
+        }
+    }
+}
+
+#[test]
+fn header_declares_exactly_the_rust_abi() {
+    let dir = common::root().join("src/exec/cuda/capi");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            sources.push(std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let rust = rust_api(&sources);
+    let c = c_api(wrapir::lower::cpp::RT_HEADER);
+    assert!(rust.functions.len() >= 12, "found only {:?}", rust.functions.keys());
+    assert!(rust.structs.len() == 3, "found {:?}", rust.structs.keys());
+    check(&rust, &c);
+    // The shipped C++ runtime header carries the same declarations.
+    assert!(wrapir::lower::cpp::RUNTIME_HEADER.starts_with(wrapir::lower::cpp::RT_HEADER));
+}
+
+#[test]
+fn header_parser_sees_a_difference() {
+    // The comparison is not vacuous: a changed parameter type is caught.
+    let c = c_api(wrapir::lower::cpp::RT_HEADER);
+    let changed = c_api(&wrapir::lower::cpp::RT_HEADER.replace(
+        "int32_t wrapir_rt_init(int32_t device, const char* bundle);",
+        "int32_t wrapir_rt_init(int64_t device, const char* bundle);",
+    ));
+    assert_ne!(
+        c.functions.get("wrapir_rt_init"),
+        changed.functions.get("wrapir_rt_init")
+    );
+    assert_eq!(
+        c.functions.get("wrapir_rt_init").map(String::as_str),
+        Some("int32_t(int32_t, const char*)")
+    );
+}
+
+#[test]
+fn header_compiles_as_c_and_cpp() {
+    let dir = std::env::temp_dir().join(format!("wrapir_capi_header_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("wrapir_rt.h"), wrapir::lower::cpp::RT_HEADER).unwrap();
+    // Uses every type, so that a malformed declaration fails to compile.
+    let probe = "#include \"wrapir_rt.h\"\n\
+                 static int probe(void) {\n\
+                   WrapirRtArg a; WrapirRtLayout l; WrapirRtTensorDesc d;\n\
+                   WrapirRtTensor* t = 0; WrapirRtInputs* in = 0;\n\
+                   a.kind = WRAPIR_RT_ARG_LIST; l.ndim = 0; d.flags = WRAPIR_RT_HOST;\n\
+                   (void)a; (void)l; (void)d;\n\
+                   wrapir_rt_tensor_free(t, 0); wrapir_rt_inputs_free(in, 0);\n\
+                   return wrapir_rt_last_error()[0] + WRAPIR_RT_OK;\n\
+                 }\n\
+                 int main(void) { return probe(); }\n";
+    // g++ (which CI has) compiles C with `-x c`.
+    for (file, lang, std) in [("probe.c", "c", "-std=c99"), ("probe.cpp", "c++", "-std=c++17")] {
+        std::fs::write(dir.join(file), probe).unwrap();
+        let out = Command::new("g++")
+            .args([
+                "-x",
+                lang,
+                std,
+                "-fsyntax-only",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+            ])
+            .arg("-I")
+            .arg(&dir)
+            .arg(dir.join(file))
+            .output()
+            .unwrap_or_else(|e| panic!("g++ runs: {e}"));
+        assert!(
+            out.status.success(),
+            "wrapir_rt.h does not compile as {lang} ({std}):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
