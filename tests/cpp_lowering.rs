@@ -6,7 +6,6 @@
 mod common;
 
 use indexmap::IndexMap;
-use std::path::PathBuf;
 use std::process::Command;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
@@ -815,6 +814,24 @@ fn check_error(program: Program, dialect: Dialect, expect: &str) {
 
 #[test]
 fn errors_name_the_problem() {
+    // An extern op on CPU tensors: the runtime library runs extern ops on CUDA devices.
+    let mut p = ProgramBuilder::new();
+    p.unbacked_symbol("u0", Some(0), Some(100));
+    let mut g = p.main();
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cpu(), [int(100)]));
+    let nz = g.extern_alloc(
+        "buf0",
+        Layout::contiguous(DType::Int64, Device::cpu(), [sym("u0"), int(1)]),
+        "torch.ops.aten.nonzero.default",
+        vec![buf("arg0_1")],
+    );
+    g.output(&nz);
+    g.finish();
+    check_error(
+        p.finish(),
+        Dialect::Standalone,
+        "extern op `torch.ops.aten.nonzero.default` on cpu: the runtime runs extern ops on CUDA devices",
+    );
     // A C++ (host) kernel given a device buffer.
     let mut p = ProgramBuilder::new();
     let k = p.kernel(
@@ -920,37 +937,9 @@ fn errors_name_the_problem() {
     }
 }
 
-/// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
-/// `nvidia-cuda-runtime-cu12` wheel's include directory.
-fn cuda_include() -> Result<PathBuf, String> {
-    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
-                       or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
-    if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
-        let dir = PathBuf::from(dir);
-        return if dir.join("cuda.h").is_file() {
-            Ok(dir)
-        } else {
-            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
-        };
-    }
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run python3 to find cuda.h ({e}); {HOW}"))?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    if probe.status.success() && dir.join("cuda.h").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!("cuda.h not found; {HOW}"))
-    }
-}
-
 #[test]
 fn standalone_output_compiles_against_cuda_h() {
-    let include = cuda_include().unwrap_or_else(|e| panic!("{e}"));
+    let include = common::cuda_include().unwrap_or_else(|e| panic!("{e}"));
     let dir = std::env::temp_dir().join(format!("wrapir_cpp_lowering_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("wrapir_runtime.h"), cpp::runtime_header()).unwrap();

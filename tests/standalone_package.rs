@@ -35,35 +35,6 @@ fn program_of(bundle: &Path) -> wrapir::ir::Program {
     wrapir::ir::Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap()
 }
 
-/// The directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
-/// `nvidia-cuda-runtime-cu12` wheel's (the README's set-up command 2).
-fn cuda_include() -> PathBuf {
-    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
-                       or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
-    if let Some(dir) = std::env::var_os("WRAPIR_CUDA_INCLUDE") {
-        let dir = PathBuf::from(dir);
-        assert!(
-            dir.join("cuda.h").is_file(),
-            "WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}",
-            dir.display()
-        );
-        return dir;
-    }
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run python3 to find cuda.h ({e}); {HOW}"));
-    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    assert!(
-        probe.status.success() && dir.join("cuda.h").is_file(),
-        "cuda.h not found; {HOW}"
-    );
-    dir
-}
-
 const GXX_FLAGS: &[&str] = &[
     "-std=c++17",
     "-Wall",
@@ -77,7 +48,7 @@ const GXX_FLAGS: &[&str] = &[
 
 #[test]
 fn every_bundle_package_compiles_against_cuda_h() {
-    let include = cuda_include();
+    let include = common::cuda_include().unwrap_or_else(|e| panic!("{e}"));
     let dir = common::scratch("standalone_package", "compiles");
     std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
     // A precompiled runtime header: each file below then parses only itself.

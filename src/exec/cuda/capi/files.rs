@@ -73,7 +73,14 @@ pub unsafe extern "C" fn wrapir_rt_load_inputs(
                 laid_out.copy_from(host)?;
                 backend.copy_in(&laid_out)
             });
-            let (args, constants) = placed.map_err(|e| Failure::argument(format!("{source}: {e}")))?;
+            let (args, constants) = placed.map_err(|e| {
+                let mut f = match e {
+                    crate::exec::RunError::Exec(e) => Failure::from(e),
+                    other => Failure::argument(other.to_string()),
+                };
+                f.message = format!("{source}: {}", f.message);
+                f
+            })?;
             // Uploads are synchronous; the caller's stream needs no ordering after them.
             let _ = stream;
             let mut inputs = WrapirRtInputs {
