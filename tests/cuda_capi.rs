@@ -490,3 +490,129 @@ int main(void) {
         String::from_utf8_lossy(&run.stderr)
     );
 }
+
+/// The include directory of `cuda.h`: `WRAPIR_CUDA_INCLUDE`, the CUDA
+/// toolkit's (`CUDA_HOME`, `/usr/local/cuda`), else NVIDIA's pip wheel.
+fn cuda_include() -> PathBuf {
+    let toolkit = std::env::var_os("CUDA_HOME")
+        .map(|h| PathBuf::from(h).join("include"))
+        .into_iter()
+        .chain(std::iter::once(PathBuf::from("/usr/local/cuda/include")));
+    let env = std::env::var_os("WRAPIR_CUDA_INCLUDE").map(PathBuf::from);
+    if let Some(dir) = env.into_iter().chain(toolkit).find(|d| d.join("cuda.h").is_file()) {
+        return dir;
+    }
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
+        ])
+        .output()
+        .expect("python3 runs");
+    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
+    assert!(
+        dir.join("cuda.h").is_file(),
+        "cuda.h not found: set WRAPIR_CUDA_INCLUDE or CUDA_HOME"
+    );
+    dir
+}
+
+/// Whole programs through the runtime library: each bundle's package
+/// (`wrapir lower --package`, compiled here with g++ against the driver and
+/// `libwrapir_runtime.so`) runs on the bundle's inputs, twice, and its
+/// outputs match the bundle's references (`wrapir compare`, `wrapir run`'s rules).
+#[test]
+fn standalone_packages_match_the_references() {
+    let lib = runtime_dir();
+    assert!(
+        lib.join("libwrapir_runtime.so").is_file(),
+        "{} has no libwrapir_runtime.so: build it first with `cargo build -p wrapir-runtime` (the same profile as this test), or set WRAPIR_RUNTIME_DIR",
+        lib.display()
+    );
+    let include = cuda_include();
+    let work = std::env::temp_dir().join(format!("wrapir_cuda_capi_packages_{}", std::process::id()));
+    let wrapir = env!("CARGO_BIN_EXE_wrapir");
+    // Matrix products, a convolution net, data-dependent sizes, two outputs,
+    // a size output, in-place scatter, attention, complex views.
+    let cases = [
+        "cat_mm",
+        "softmax",
+        "nonzero",
+        "masked_select",
+        "topk",
+        "feat_topk_two_outputs",
+        "feat_sym_output",
+        "scatter_reduce_amax",
+        "feat_complex_mul",
+        "resnet",
+        "gpt2",
+    ];
+    let mut failures = Vec::new();
+    for case in cases {
+        let bundle = root().join("fixtures/inductor/bundles").join(case);
+        let pkg = work.join(case);
+        let run = |cmd: &mut Command| {
+            let out = cmd.output().unwrap_or_else(|e| panic!("{case}: {cmd:?}: {e}"));
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+            )
+        };
+        let (ok, log) = run(Command::new(wrapir).args([
+            "lower",
+            bundle.to_str().unwrap(),
+            "--target",
+            "cpp-standalone",
+            "--package",
+            pkg.to_str().unwrap(),
+        ]));
+        if !ok {
+            failures.push(format!("{case}: lower: {log}"));
+            continue;
+        }
+        let exe = pkg.join(case);
+        let (ok, log) = run(Command::new("g++")
+            .args(["-std=c++17", "-O1", "-I"])
+            .arg(&include)
+            .arg("-I")
+            .arg(&pkg)
+            .arg(format!("-DWRAPIR_CUBIN_DIR=\"{}\"", pkg.display()))
+            .arg(format!("-DWRAPIR_PACKAGE_DIR=\"{}\"", pkg.display()))
+            .arg(pkg.join("main.cpp"))
+            .arg(pkg.join(format!("{case}.cpp")))
+            .arg("-L")
+            .arg(&lib)
+            .arg("-lwrapir_runtime")
+            .arg("-l:libcuda.so.1")
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-o")
+            .arg(&exe));
+        if !ok {
+            failures.push(format!("{case}: g++: {log}"));
+            continue;
+        }
+        let outputs = pkg.join("outputs.safetensors");
+        let (ok, log) = run(Command::new(&exe)
+            .arg(bundle.join("inputs.safetensors"))
+            .arg(&outputs)
+            .arg("2"));
+        if !ok {
+            failures.push(format!("{case}: run: {log}"));
+            continue;
+        }
+        let (ok, log) =
+            run(Command::new(wrapir).args(["compare", bundle.to_str().unwrap(), outputs.to_str().unwrap()]));
+        println!("{case}:\n{log}");
+        if !ok {
+            failures.push(format!("{case}: compare: {log}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(
+        failures.is_empty(),
+        "{} of {} packages failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
