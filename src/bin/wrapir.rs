@@ -411,7 +411,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let text = match target {
                 Target::Python => wrapir::lower::python::write_string(&info, &Default::default())?,
                 Target::Cpp => cpp(&info, wrapir::lower::cpp::Dialect::Aoti)?,
-                Target::CppStandalone => cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?,
+                Target::CppStandalone => {
+                    package::warn_missing_runtime_ops(&program);
+                    cpp(&info, wrapir::lower::cpp::Dialect::Standalone)?
+                }
                 Target::Fx => wrapir::lower::fx::write_string(&info, &Default::default())?,
             };
             write_output(output.as_deref(), &text)?;

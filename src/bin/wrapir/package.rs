@@ -73,8 +73,35 @@ pub(crate) fn write_package(
 /// implementation there (the CUDA backend's table): else an error naming
 /// each call, as `wrapir check --device cuda` does.
 fn require_runtime_ops(program: &Program) -> Result<()> {
+    let missing = missing_runtime_ops(program);
+    if !missing.is_empty() {
+        bail!(
+            "the runtime library has no device implementation of {} extern op call(s) of this program (see `wrapir ops --device cuda`):\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// `--target cpp-standalone` without `--package`: a warning on stderr for
+/// each call the runtime library cannot run (the wrapper fails there).
+pub(crate) fn warn_missing_runtime_ops(program: &Program) {
+    let missing = missing_runtime_ops(program);
+    if !missing.is_empty() {
+        eprintln!(
+            "warning: the runtime library has no device implementation of {} extern op call(s); the wrapper fails when it reaches one (see `wrapir ops --device cuda`):\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+}
+
+/// The calls the standalone wrapper makes in the runtime library that it
+/// cannot run, one line each (graph, line, text, op and op key).
+fn missing_runtime_ops(program: &Program) -> Vec<String> {
     use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
-    let missing: Vec<String> = extern_uses(program)
+    extern_uses(program)
         .into_iter()
         .filter(|u| u.named && !runs_on_cuda(&u.op))
         .map(|u| {
@@ -87,15 +114,7 @@ fn require_runtime_ops(program: &Program) -> Result<()> {
                 wrapir::exec::host::op_key(&u.op)
             )
         })
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "the runtime library has no device implementation of {} extern op call(s) of this program (see `wrapir ops --device cuda`):\n{}",
-            missing.len(),
-            missing.join("\n")
-        );
-    }
-    Ok(())
+        .collect()
 }
 
 /// Copies the runtime library from this binary's directory into the
