@@ -125,9 +125,11 @@ int32_t wrapir_rt_init(int32_t device, const char* bundle);
 
 /* Runs extern op `op` (as the program names it: "extern_kernels.mm",
  * "torch.ops.aten.nonzero.default") on `args`. `expected` is the declared
- * layout of a single result, or NULL. `results` receives `num_results`
- * tensors (NULL for None elements), in the flattened order of the op's
- * result; with num_results 0 the result is dropped (out= and in-place ops). */
+ * layout of a single result, or NULL. `results` receives the first
+ * `num_results` leaves of the op's result, flattened in order (NULL for None
+ * elements; integers become 0-d tensors); the others are released, and
+ * fewer leaves than `num_results` is an error. With num_results 0 the result
+ * is dropped (out= and in-place ops). */
 int32_t wrapir_rt_call(int32_t device, const char* op, const WrapirRtArg* args, int64_t num_args,
                        const WrapirRtLayout* expected, void* stream, WrapirRtTensor** results,
                        int64_t num_results);

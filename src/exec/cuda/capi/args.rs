@@ -247,8 +247,11 @@ unsafe fn value_of(
     })
 }
 
-/// The leaves of an op's result, in order, as `n` tensors (`None` for
-/// `None` elements; integers, booleans and floats become 0-d device tensors).
+/// The first `n` leaves of an op's result, in order, as tensors (`None` for
+/// `None` elements; integers, booleans and floats become 0-d device
+/// tensors). A wrapper takes the elements up to the last one its program
+/// uses (attention ops return up to nine, programs use the first), so
+/// leaves past `n` are dropped; fewer than `n` is an error.
 pub(super) fn flatten_result(
     backend: &mut CudaBackend,
     op: &str,
@@ -279,6 +282,9 @@ pub(super) fn flatten_result(
     }
     let mut out = Vec::new();
     walk(backend, value, &mut out)?;
+    if out.len() > n {
+        out.truncate(n);
+    }
     if out.len() != n {
         return Err(Failure::new(
             super::WRAPIR_RT_ERR_OP,
