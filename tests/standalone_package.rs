@@ -411,7 +411,9 @@ fn compare_applies_run_s_rules_to_written_outputs() {
     )
     .unwrap();
     let wrong_size = Tensor::from_i64(size.dtype(), &[size.to_i64_vec().unwrap()[0] + 1], size.size()).unwrap();
-    let cases: Vec<(Vec<(&str, Tensor)>, i32, &str)> = vec![
+    // (outputs written, exit code, text expected in the report)
+    type Case<'a> = (Vec<(&'a str, Tensor)>, i32, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (
             vec![("out0", out0.clone()), ("out1", size.clone())],
             0,

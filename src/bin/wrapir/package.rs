@@ -60,10 +60,11 @@ pub(crate) fn write_package(
             RUNTIME_LIBRARY,
             from.display()
         ),
-        None => format!(
+        None => {
             "runtime library: none next to the wrapir binary; build it with `cargo build --release -p wrapir-runtime` \
-             and configure with -DWRAPIR_RUNTIME_DIR=<checkout>/target/release\n"
-        ),
+                 and configure with -DWRAPIR_RUNTIME_DIR=<checkout>/target/release\n"
+                .to_string()
+        }
     };
     report += &format!("build: cmake -B build {0} && cmake --build build; run: build/{target} INPUTS.safetensors OUTPUTS.safetensors [CALLS]\n", dir.display());
     write_output(None, &report)
