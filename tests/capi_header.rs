@@ -307,3 +307,36 @@ fn header_compiles_as_c_and_cpp() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn dtype_codes_are_the_rust_dtype_order() {
+    // The runtime's dtype codes are indices in `DType::ALL`; the C++ header's
+    // `wrapir::DType` enumerators and the C header's list must follow it.
+    let header = wrapir::lower::cpp::RUNTIME_HEADER;
+    let start = header.find("enum class DType : int32_t {").expect("the DType enum");
+    let body = &header[start..start + header[start..].find('}').expect("}")];
+    let cpp: Vec<String> = body
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().trim_end_matches(',').to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let rust: Vec<String> = wrapir::ir::DType::ALL.iter().map(|d| format!("{d:?}")).collect();
+    assert_eq!(cpp, rust);
+    let listed: String = rust
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{d} {i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The comment's words, without its ` * ` line prefixes.
+    let c_comment = wrapir::lower::cpp::RT_HEADER
+        .split_whitespace()
+        .filter(|w| *w != "*")
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        c_comment.contains(&listed),
+        "wrapir_rt.h should list the dtype codes as `{listed}`"
+    );
+}
