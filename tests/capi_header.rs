@@ -340,3 +340,175 @@ fn dtype_codes_are_the_rust_dtype_order() {
         "wrapir_rt.h should list the dtype codes as `{listed}`"
     );
 }
+
+/// The C++ side of the ABI (`wrapir::call_op` in `wrapir_runtime.h`), run on
+/// the host against a recording stand-in for the runtime library: how it
+/// passes arguments (kinds, keyword names, lists, tensor descriptors, the
+/// expected layout), adopts results (fresh, `None`, aliasing an argument),
+/// releases them, and turns a failed call into a `wrapir::Error` naming the op.
+#[test]
+fn cpp_call_op_passes_arguments_and_adopts_results() {
+    let include = common::cuda_include().unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("wrapir_capi_call_op_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
+    std::fs::write(dir.join("probe.cpp"), CALL_OP_PROBE).unwrap();
+    let exe = dir.join("probe");
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(&include)
+        .arg("-I")
+        .arg(&dir)
+        .arg(dir.join("probe.cpp"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("g++ runs");
+    assert!(
+        out.status.success(),
+        "the probe does not build:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().expect("the probe runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let transcript = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "the probe failed:\n{transcript}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let expected = [
+        "op extern_kernels.demo args 6 results 3",
+        "arg 0 tensor storage 4096 bytes 32 dtype 8 sizes [2,4] strides [4,1] offset 0",
+        "arg 1 `out` tensor storage 8192 bytes 24 dtype 4 sizes [3] strides [1] offset 0",
+        "arg 2 `alpha` float 0.5",
+        "arg 3 list [int 1, none, bool 1]",
+        "arg 4 `device` device 0",
+        "arg 5 `dtype` dtype 7",
+        "expected dtype 8 sizes [2,4] strides [4,1] offset 0",
+        "result 0 defined 1 dtype 4 sizes [5] storage 65536",
+        "result 1 defined 0",
+        "result 2 defined 1 dtype 15 sizes [2,2] storage 4096 shares arg 0 1",
+        "freed after results dropped 1",
+        "error: extern op `extern_kernels.fails`: the stand-in refuses",
+    ];
+    let got: Vec<&str> = transcript.lines().collect();
+    assert_eq!(got, expected, "transcript:\n{transcript}");
+}
+
+/// The probe of `cpp_call_op_passes_arguments_and_adopts_results`: defines
+/// the runtime library's functions (and the few CUDA driver functions the
+/// header calls) itself, so it runs without a GPU, CUDA or the library.
+const CALL_OP_PROBE: &str = r#"#include "wrapir_runtime.h"
+#include <cstdio>
+#include <string>
+
+// CUDA driver stand-ins (the header's Storage frees device memory it owns).
+extern "C" CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_SUCCESS; }
+extern "C" CUresult CUDAAPI cuGetErrorName(CUresult, const char** s) { *s = "stand-in"; return CUDA_SUCCESS; }
+extern "C" CUresult CUDAAPI cuGetErrorString(CUresult, const char** s) { *s = "stand-in"; return CUDA_SUCCESS; }
+
+struct WrapirRtTensor {
+  uint64_t storage, bytes;
+  uint32_t flags;
+  int32_t dtype;
+  std::vector<int64_t> sizes, strides;
+};
+static int freed = 0;
+static std::string message;
+
+static std::string ints(int32_t n, const int64_t* v) {
+  std::string s = "[";
+  for (int32_t i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+static std::string show(const WrapirRtArg& a) {
+  switch (a.kind) {
+    case WRAPIR_RT_ARG_NONE: return "none";
+    case WRAPIR_RT_ARG_INT: return "int " + std::to_string(a.int_value);
+    case WRAPIR_RT_ARG_BOOL: return "bool " + std::to_string(a.int_value);
+    case WRAPIR_RT_ARG_FLOAT: { char b[32]; std::snprintf(b, sizeof b, "float %g", a.float_value); return b; }
+    case WRAPIR_RT_ARG_DEVICE: return "device " + std::to_string(a.int_value);
+    case WRAPIR_RT_ARG_DTYPE: return "dtype " + std::to_string(a.dtype);
+    case WRAPIR_RT_ARG_STRING: return std::string("string ") + a.string_value;
+    case WRAPIR_RT_ARG_TENSOR:
+      return "tensor storage " + std::to_string(a.tensor.storage) + " bytes " + std::to_string(a.tensor.storage_bytes) +
+             " dtype " + std::to_string(a.tensor.layout.dtype) + " sizes " +
+             ints(a.tensor.layout.ndim, a.tensor.layout.sizes) + " strides " +
+             ints(a.tensor.layout.ndim, a.tensor.layout.strides) + " offset " + std::to_string(a.tensor.layout.offset);
+    case WRAPIR_RT_ARG_LIST: {
+      std::string s = "list [";
+      for (int64_t i = 0; i < a.num_items; ++i) s += (i ? ", " : "") + show(a.items[i]);
+      return s + "]";
+    }
+  }
+  return "?";
+}
+
+extern "C" const char* wrapir_rt_last_error(void) { return message.c_str(); }
+extern "C" int32_t wrapir_rt_call(int32_t, const char* op, const WrapirRtArg* args, int64_t num_args,
+                                  const WrapirRtLayout* expected, void*, WrapirRtTensor** results, int64_t num_results) {
+  if (std::string(op) == "extern_kernels.fails") {
+    message = "the stand-in refuses";
+    return WRAPIR_RT_ERR_OP;
+  }
+  std::printf("op %s args %lld results %lld\n", op, (long long)num_args, (long long)num_results);
+  for (int64_t i = 0; i < num_args; ++i)
+    std::printf("arg %lld %s%s\n", (long long)i, args[i].name ? ("`" + std::string(args[i].name) + "` ").c_str() : "",
+                show(args[i]).c_str());
+  if (expected)
+    std::printf("expected dtype %d sizes %s strides %s offset %lld\n", expected->dtype,
+                ints(expected->ndim, expected->sizes).c_str(), ints(expected->ndim, expected->strides).c_str(),
+                (long long)expected->offset);
+  results[0] = new WrapirRtTensor{65536, 20, 0, 4, {5}, {1}};
+  results[1] = nullptr;
+  // A view of argument 0 (as view_as_complex returns one).
+  results[2] = new WrapirRtTensor{args[0].tensor.storage, args[0].tensor.storage_bytes, WRAPIR_RT_BORROWED, 15, {2, 2}, {2, 1}};
+  return WRAPIR_RT_OK;
+}
+extern "C" int32_t wrapir_rt_tensor_desc(const WrapirRtTensor* t, WrapirRtTensorDesc* d) {
+  d->storage = t->storage;
+  d->storage_bytes = t->bytes;
+  d->flags = t->flags;
+  d->layout = wrapir::layout(static_cast<wrapir::DType>(t->dtype), static_cast<int64_t>(t->sizes.size()), t->sizes.data(),
+                             t->strides.data(), 0);
+  return WRAPIR_RT_OK;
+}
+extern "C" void wrapir_rt_tensor_free(WrapirRtTensor* t, void*) {
+  ++freed;
+  delete t;
+}
+
+int main() {
+  wrapir::Tensor a = wrapir::Tensor::borrow(4096, wrapir::DType::Float32, {2, 4}, {4, 1});
+  wrapir::Tensor out = wrapir::Tensor::borrow(8192, wrapir::DType::Int64, {3}, {1});
+  const wrapir::ExternArg items[] = {wrapir::ExternArg::of_int(1), wrapir::ExternArg::none(), wrapir::ExternArg::of_bool(true)};
+  const wrapir::ExternArg args[] = {wrapir::ExternArg::of_tensor(a), wrapir::ExternArg::of_tensor(out, "out"),
+                                    wrapir::ExternArg::of_float(0.5, "alpha"), wrapir::ExternArg::of_list(items, 3),
+                                    wrapir::ExternArg::of_device(0, "device"),
+                                    wrapir::ExternArg::of_dtype(wrapir::DType::Bfloat16, "dtype")};
+  static constexpr int64_t sizes[] = {2, 4};
+  static constexpr int64_t strides[] = {4, 1};
+  const WrapirRtLayout expected = wrapir::layout(wrapir::DType::Float32, 2, sizes, strides, 0);
+  {
+    wrapir::Tensor r0, r1, r2;
+    wrapir::Tensor* const results[] = {&r0, &r1, &r2};
+    wrapir::call_op(0, "extern_kernels.demo", args, 6, &expected, results, 3, nullptr);
+    std::printf("result 0 defined %d dtype %d sizes %s storage %llu\n", r0.defined(), static_cast<int>(r0.dtype()),
+                ints(static_cast<int32_t>(r0.dim()), r0.sizes().data()).c_str(), (unsigned long long)r0.storage_ptr());
+    std::printf("result 1 defined %d\n", r1.defined());
+    std::printf("result 2 defined %d dtype %d sizes %s storage %llu shares arg 0 %d\n", r2.defined(),
+                static_cast<int>(r2.dtype()), ints(static_cast<int32_t>(r2.dim()), r2.sizes().data()).c_str(),
+                (unsigned long long)r2.storage_ptr(), r2.storage_ptr() == a.storage_ptr());
+  }
+  // The aliasing result's handle went at once; the fresh one with its tensor.
+  std::printf("freed after results dropped %d\n", freed == 2);
+  try {
+    wrapir::call_op(0, "extern_kernels.fails", args, 6, nullptr, nullptr, 0, nullptr);
+    std::printf("no error\n");
+  } catch (const wrapir::Error& e) {
+    std::printf("error: %s\n", e.what());
+  }
+  return 0;
+}
+"#;
