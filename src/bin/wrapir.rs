@@ -12,6 +12,8 @@ use wrapir::ir::{self, Program};
 mod bench;
 #[path = "wrapir/kernels.rs"]
 mod kernels;
+#[path = "wrapir/package.rs"]
+mod package;
 #[path = "wrapir/run.rs"]
 mod run;
 use bench::{bench_cuda, BenchOptions};
@@ -133,6 +135,13 @@ enum Command {
         /// generated file includes (`wrapir_runtime.h`) to this file.
         #[arg(long, value_name = "FILE")]
         runtime_header: Option<PathBuf>,
+        /// With `--target cpp-standalone`: write a buildable CMake project
+        /// into this directory instead (the wrapper, the runtime header, a
+        /// `main.cpp` that runs it on a safetensors file of inputs, the
+        /// program, its kernels, and the runtime library when it lies next
+        /// to this binary); see the README's "Standalone C++ package".
+        #[arg(long, value_name = "DIR")]
+        package: Option<PathBuf>,
         /// Lower the program exactly as given, without the run-time guards
         /// (`RuntimeAssert`s) that launch reconciliation adds for facts it
         /// could not prove (see `wrapir check`). A launch whose reconciliation
@@ -254,6 +263,23 @@ enum Command {
         #[arg(long)]
         allow_host_fallback: bool,
     },
+    /// Compare outputs another runner wrote (a standalone package's `main`:
+    /// `out<i>` for program output `i`, sizes as 0-d integer tensors) with
+    /// the bundle's references, as `run --device cuda` compares its own
+    /// (eager within `tolerance`, Inductor's within `compiled_tolerance`).
+    /// Exits 1 when a comparison fails.
+    Compare {
+        /// A bundle directory or `.wirpkg` package.
+        bundle: PathBuf,
+        /// The outputs (safetensors).
+        outputs: PathBuf,
+        /// Relative tolerance for floating outputs (overrides the defaults).
+        #[arg(long)]
+        rtol: Option<f64>,
+        /// Absolute tolerance for floating outputs (overrides the defaults).
+        #[arg(long)]
+        atol: Option<f64>,
+    },
     /// Write a bundle as one `.wirpkg` file: the program, kernel images,
     /// inputs (weights included), eager and compiled outputs and
     /// `bundle.json`, with a table of contents recording the PyTorch and
@@ -345,7 +371,7 @@ enum CheckDevice {
     Cuda,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Target {
     /// Inductor's Python wrapper module.
     Python,
@@ -392,17 +418,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
             target,
             output,
             runtime_header,
+            package,
             no_guards,
         } => {
             if runtime_header.is_some() && !matches!(target, Target::CppStandalone) {
                 bail!("--runtime-header needs --target cpp-standalone (only that dialect includes the runtime header)");
             }
-            let program = open_bundle(&program)?.program().clone();
+            if package.is_some() && !matches!(target, Target::CppStandalone) {
+                bail!("--package needs --target cpp-standalone (the package builds the standalone wrapper)");
+            }
+            if package.is_some() && (output.is_some() || runtime_header.is_some()) {
+                bail!("--package writes its own files; leave out --output and --runtime-header");
+            }
+            let source = program;
+            let bundle = open_bundle(&source)?;
+            let program = bundle.program().clone();
             let program = if no_guards { program } else { with_guards(program)? };
             let info = match ir::validate_with_limits(&program, &limits()) {
                 Ok(info) => info,
                 Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
             };
+            if let Some(dir) = package {
+                package::write_package(&bundle, &source, &program, &info, &dir)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if target == Target::CppStandalone {
+                package::warn_missing_runtime_ops(&program);
+            }
             let text = wrapir::lower::Target::from(target).write_string(&info)?;
             write_output(output.as_deref(), &text)?;
             if let Some(path) = runtime_header {
@@ -547,6 +589,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             run_command(&args)
         }
+        Command::Compare {
+            bundle,
+            outputs,
+            rtol,
+            atol,
+        } => run::compare_command(&bundle, &outputs, rtol, atol),
         Command::Bench {
             bundle,
             device,

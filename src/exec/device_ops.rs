@@ -246,6 +246,12 @@ pub struct ExternUse {
     pub text: String,
     /// The op as the run calls it (`extern_kernels.mm`, `torch.ops.aten.index_put_.default`).
     pub op: String,
+    /// The line is an op call in every lowering (extern lines, index_put
+    /// and scatter fallbacks: the calls a standalone C++ wrapper makes in
+    /// wrapir's runtime library); `false` for the calls only the FX
+    /// lowering makes (a dtype-changing reinterpret, `ConvertInt`,
+    /// communication buffers), which the C++ wrappers do themselves.
+    pub named: bool,
 }
 
 impl std::fmt::Display for ExternUse {
@@ -272,6 +278,13 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
     let mut uses = Vec::new();
     for (name, graph) in graphs {
         for (index, line) in graph.lines.iter().enumerate() {
+            let named = matches!(
+                line,
+                Line::ExternKernelAlloc(_)
+                    | Line::ExternKernelOut { .. }
+                    | Line::IndexPutFallback { .. }
+                    | Line::ScatterFallback(_)
+            );
             let op = match line {
                 Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.op.clone(),
                 Line::IndexPutFallback { .. } => "torch.ops.aten.index_put_.default".to_string(),
@@ -294,6 +307,7 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
                 line: index,
                 text: crate::text::print_line(line),
                 op,
+                named,
             });
         }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use wrapir::ir::Program;
 
 /// The crate root.
@@ -110,5 +111,33 @@ pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) 
             None
         }
         Err(e) => panic!("cannot run `{tool}` ({purpose}): {e}"),
+    }
+}
+
+/// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
+/// `nvidia-cuda-runtime-cu12` wheel's include directory.
+pub fn cuda_include() -> Result<PathBuf, String> {
+    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
+                       or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
+    if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
+        let dir = PathBuf::from(dir);
+        return if dir.join("cuda.h").is_file() {
+            Ok(dir)
+        } else {
+            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
+        };
+    }
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run python3 to find cuda.h ({e}); {HOW}"))?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
+    if probe.status.success() && dir.join("cuda.h").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!("cuda.h not found; {HOW}"))
     }
 }

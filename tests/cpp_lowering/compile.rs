@@ -2,37 +2,9 @@
 
 use super::*;
 
-/// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
-/// `nvidia-cuda-runtime-cu12` wheel's include directory.
-fn cuda_include() -> Result<PathBuf, String> {
-    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
-                       or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
-    if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
-        let dir = PathBuf::from(dir);
-        return if dir.join("cuda.h").is_file() {
-            Ok(dir)
-        } else {
-            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
-        };
-    }
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run python3 to find cuda.h ({e}); {HOW}"))?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    if probe.status.success() && dir.join("cuda.h").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!("cuda.h not found; {HOW}"))
-    }
-}
-
 #[test]
 fn standalone_output_compiles_against_cuda_h() {
-    let include = match cuda_include() {
+    let include = match common::cuda_include() {
         Ok(include) => include,
         Err(e) => {
             eprintln!("skipped: compiling the standalone C++ needs cuda.h: {e}");
@@ -118,7 +90,7 @@ const FIXTURE_CASES: &[FixtureCase] = &[
         ],
         standalone: &[
             "wrapir::Tensor* const results_[] = {&buf2};",
-            "wrapir::check_extern(wrapir_extern_nonzero(args_, 1, results_, 1, stream), \"wrapir_extern_nonzero\");",
+            "wrapir::call_op(0, \"torch.ops.aten.nonzero.default\", args_, 1, nullptr, results_, 1, stream);",
             "auto u0 = buf2.size(0);",
         ],
     },
@@ -130,7 +102,7 @@ const FIXTURE_CASES: &[FixtureCase] = &[
         ],
         standalone: &[
             "wrapir::Tensor buf1;",
-            "wrapir::check_extern(wrapir_extern_mylib_pairs_above(args_, 2, results_, 1, stream), \"wrapir_extern_mylib_pairs_above\");",
+            "wrapir::call_op(0, \"torch.ops.mylib.pairs_above.default\", args_, 2, nullptr, results_, 1, stream);",
             "call_triton_poi_fused_add_0(buf1, 2L*u0, stream);",
         ],
     },

@@ -249,6 +249,24 @@ fn check_error(program: Program, dialect: Dialect, expect: &str) {
 
 #[test]
 fn errors_name_the_problem() {
+    // An extern op on CPU tensors: the runtime library runs extern ops on CUDA devices.
+    let mut p = ProgramBuilder::new();
+    p.unbacked_symbol("u0", Some(0), Some(100));
+    let mut g = p.main();
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cpu(), [int(100)]));
+    let nz = g.extern_alloc(
+        "buf0",
+        Layout::contiguous(DType::Int64, Device::cpu(), [sym("u0"), int(1)]),
+        "torch.ops.aten.nonzero.default",
+        vec![buf("arg0_1")],
+    );
+    g.output(&nz);
+    g.finish();
+    check_error(
+        p.finish(),
+        Dialect::Standalone,
+        "extern op `torch.ops.aten.nonzero.default` on cpu: the runtime runs extern ops on CUDA devices",
+    );
     // A C++ (host) kernel given a device buffer.
     let mut p = ProgramBuilder::new();
     let k = p.kernel(

@@ -541,3 +541,72 @@ fn describe_host_outputs(outputs: &[Value<Tensor>], print: bool) -> String {
     }
     out
 }
+
+/// `wrapir compare`: outputs another runner wrote (`out<i>` for program
+/// output `i`, as a standalone package's `main` writes them: tensors, sizes
+/// as 0-d integer tensors, `None` outputs left out) compared with the
+/// bundle's references exactly as `wrapir run --device cuda` compares its
+/// own outputs (tolerances, integer outputs, the eager tolerance for ops on
+/// wrapir's own kernels). Exit 1 when a comparison fails.
+pub(crate) fn compare_command(
+    program: &Path,
+    outputs: &Path,
+    rtol: Option<f64>,
+    atol: Option<f64>,
+) -> Result<ExitCode> {
+    let bundle = open_bundle(program)?;
+    let prog = bundle.program();
+    let stored = read_tensors(outputs)?;
+    let mut values = Vec::new();
+    for (i, output) in prog.main.outputs.iter().enumerate() {
+        let name = format!("out{i}");
+        let get = || {
+            stored.get(&name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: no tensor `{name}` for output {i} (`{}`) of the program",
+                    outputs.display(),
+                    output_text(output)
+                )
+            })
+        };
+        values.push(match output {
+            ir::GraphOutput::None => Value::None,
+            ir::GraphOutput::Buffer(_) => Value::Tensor(get()?.clone()),
+            ir::GraphOutput::Expr(_) => {
+                let t = get()?;
+                match t.to_i64_vec()?.as_slice() {
+                    [v] if !t.dtype().is_floating() => Value::Int(*v),
+                    _ => bail!(
+                        "{}: `{name}` (the size output {i}) must be a one-element integer tensor, got {}{:?}",
+                        outputs.display(),
+                        t.dtype(),
+                        t.size()
+                    ),
+                }
+            }
+        });
+    }
+    let args = RunArgs {
+        program: program.to_path_buf(),
+        device: RunDevice::Cuda,
+        inputs: None,
+        expect: None,
+        hints: Vec::new(),
+        predicate: Vec::new(),
+        print: false,
+        rtol,
+        atol,
+        allow_host_fallback: false,
+    };
+    let references = references(&args, &bundle)?;
+    let references = inductor_reference_for(references, prog, bundle.meta());
+    compare_with_references(&values, &references)
+}
+
+fn output_text(output: &ir::GraphOutput) -> String {
+    match output {
+        ir::GraphOutput::Buffer(b) => b.to_string(),
+        ir::GraphOutput::Expr(e) => e.to_string(),
+        ir::GraphOutput::None => "None".to_string(),
+    }
+}

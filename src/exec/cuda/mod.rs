@@ -26,6 +26,7 @@
 mod attention;
 mod blaslt;
 mod bytes;
+pub mod capi;
 mod conv;
 mod dnn;
 mod dnn_attention;

@@ -70,10 +70,14 @@ impl fmt::Display for CExpr<'_> {
     }
 }
 
-/// `true` when the C++ form of `e` calls `c10::div_floor_integer` or `c10::div_mod`.
+/// `true` when the standalone dialect rewrites the C++ form of `e`: it calls
+/// `c10::div_floor_integer` or `c10::div_mod`, or holds `i64::MIN`, which
+/// Inductor prints `(-1L << 63)` (a shift of a negative value, undefined
+/// before C++20; the standalone dialect prints `INT64_MIN`).
 fn has_c10_helper(e: &SymExpr) -> bool {
     match e {
-        SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => false,
+        SymExpr::Int(v) => *v == i64::MIN,
+        SymExpr::Bool(_) | SymExpr::Sym(_) => false,
         SymExpr::FloorDiv(..) | SymExpr::CleanDiv(..) | SymExpr::PythonMod(..) => true,
         SymExpr::Add(v) | SymExpr::Mul(v) | SymExpr::Min(v) | SymExpr::Max(v) | SymExpr::And(v) | SymExpr::Or(v) => {
             v.iter().any(has_c10_helper)
@@ -91,7 +95,8 @@ fn cexpr_text(e: &SymExpr, style: CStyle) -> String {
         // The runtime header provides c10's integer helpers without libtorch.
         text = text
             .replace("c10::div_floor_integer(", "wrapir::div_floor_integer(")
-            .replace("c10::div_mod(", "wrapir::div_mod(");
+            .replace("c10::div_mod(", "wrapir::div_mod(")
+            .replace("(-1L << 63)", "INT64_MIN");
     }
     match style.int_suffix {
         IntSuffix::L => text,
@@ -312,8 +317,6 @@ pub(super) struct Lowering<'a> {
     next_tmp: usize,
     /// Kernels called anywhere, in first-call order.
     called_kernels: IndexSet<KernelName>,
-    /// Standalone extern hooks to declare.
-    hooks: IndexSet<String>,
     /// File-level text of directly called kernels (sources or declarations), by kernel.
     direct_decls: IndexMap<KernelName, String>,
     /// Halide kernels are called (the buffer helper is needed); on CUDA too.
@@ -632,7 +635,6 @@ impl<'a> Lowering<'a> {
             next_array: 0,
             next_tmp: 0,
             called_kernels: IndexSet::new(),
-            hooks: IndexSet::new(),
             direct_decls: IndexMap::new(),
             halide: None,
             // The entry's scope declares about one variable per main-graph buffer.
@@ -958,15 +960,6 @@ impl<'a> Lowering<'a> {
                 c_string(dir)
             )?;
             self.direct_text(out)?;
-            if !self.hooks.is_empty() {
-                out.write_str("\n// Extern ops: the embedder defines these hooks (see wrapir::ExternHook).\n")?;
-                for h in &self.hooks {
-                    writeln!(
-                        out,
-                        "extern \"C\" int {h}(const wrapir::ExternArg* args, int64_t num_args, wrapir::Tensor* const* results, int64_t num_results, CUstream stream);"
-                    )?;
-                }
-            }
             out.write_char('\n')?;
             out.write_str(&wrappers.text)?;
             writeln!(
@@ -1116,7 +1109,8 @@ impl<'a> Lowering<'a> {
             } => {
                 let op = ExternCall {
                     result: None,
-                    op: "aten.index_put_".into(),
+                    // As the interpreter calls it (`exec::device_ops::extern_uses`).
+                    op: "torch.ops.aten.index_put_.default".into(),
                     args: vec![
                         ArgValue::Buffer(target.clone()),
                         ArgValue::List(
@@ -1714,46 +1708,7 @@ impl<'a> Lowering<'a> {
             }
         };
         if self.standalone() {
-            let hook = format!("wrapir_extern_{}", sanitize(&suffix));
-            self.hooks.insert(hook.clone());
-            let mut items = Vec::new();
-            if let Some(o) = out {
-                items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
-            }
-            for a in &call.args {
-                items.push(self.hook_arg(g, a, None, cx)?);
-            }
-            for (k, a) in &call.kwargs {
-                items.push(self.hook_arg(g, a, Some(k), cx)?);
-            }
-            for r in &results {
-                self.line(format!("wrapir::Tensor {r};"));
-                self.declare(r);
-            }
-            self.open("{");
-            let args = if items.is_empty() {
-                self.line("const wrapir::ExternArg* args_ = nullptr;");
-                "args_".to_string()
-            } else {
-                self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
-                "args_".to_string()
-            };
-            let res = if results.is_empty() {
-                self.line("wrapir::Tensor* const* results_ = nullptr;");
-                "results_"
-            } else {
-                let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
-                self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
-                "results_"
-            };
-            self.line(format!(
-                "wrapir::check_extern({hook}({args}, {}, {res}, {}, stream), {});",
-                items.len(),
-                results.len(),
-                c_string(&hook)
-            ));
-            self.close("}");
-            return Ok(());
+            return self.runtime_call(g, call, out, &results, cx);
         }
         if python_op::without_c_shim(&name) {
             return match (results.as_slice(), out) {
@@ -1824,6 +1779,97 @@ impl<'a> Lowering<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Standalone: the op runs in wrapir's runtime library, named as the
+    /// program names it, with its arguments as the interpreter passes them
+    /// (positional ones in order, then keyword ones; `out=` variants get the
+    /// destination as the keyword argument `out` and return nothing), and
+    /// the declared layout of a single result when it can be computed
+    /// before the call (every symbol it names is bound).
+    fn runtime_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &ExternCall,
+        out: Option<&BufName>,
+        results: &[String],
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
+        let device = self.extern_device(g, call, out);
+        if device.kind != DeviceType::Cuda {
+            return Err(self.unsupported(
+                cx,
+                format!(
+                    "extern op `{}` on {device}: the runtime runs extern ops on CUDA devices",
+                    call.op
+                ),
+            ));
+        }
+        let mut items = Vec::new();
+        if let Some(o) = out {
+            items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
+        }
+        for a in &call.args {
+            items.push(self.runtime_arg(g, a, None, cx)?);
+        }
+        for (k, a) in &call.kwargs {
+            items.push(self.runtime_arg(g, a, Some(k), cx)?);
+        }
+        for r in results {
+            self.line(format!("wrapir::Tensor {r};"));
+            self.declare(r);
+        }
+        self.open("{");
+        if items.is_empty() {
+            self.line("const wrapir::ExternArg* args_ = nullptr;");
+        } else {
+            self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
+        }
+        if results.is_empty() {
+            self.line("wrapir::Tensor* const* results_ = nullptr;");
+        } else {
+            let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
+            self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
+        }
+        let expected = match call.result.as_ref().filter(|r| !g.is_multi(r)) {
+            Some(r) => self.expected_layout(g, r, cx)?,
+            None => "nullptr".to_string(),
+        };
+        self.line(format!(
+            "wrapir::call_op({}, {}, args_, {}, {expected}, results_, {}, stream);",
+            Self::device_index(&device),
+            c_string(&call.op),
+            items.len(),
+            results.len(),
+        ));
+        self.close("}");
+        Ok(())
+    }
+
+    /// A pointer to `buffer`'s declared layout as a `WrapirRtLayout`, or
+    /// `nullptr` when it names a symbol not bound yet (an unbacked size the
+    /// op itself determines).
+    fn expected_layout(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
+        let layout = g.layout(buffer, cx)?;
+        let exprs = layout
+            .size
+            .iter()
+            .chain(&layout.stride)
+            .chain(std::iter::once(&layout.offset));
+        let symbols: Vec<_> = exprs.flat_map(|e| e.free_symbols()).collect();
+        if symbols.iter().any(|s| !self.declared(s.as_str())) {
+            return Ok("nullptr".to_string());
+        }
+        let sizes = self.int_array_name(&layout.size);
+        let strides = self.int_array_name(&layout.stride);
+        let dtype = self.dtype_name(layout.dtype);
+        let offset = self.cexpr(&layout.offset);
+        let name = format!("{}_expected_", g.local(buffer));
+        self.line(format!(
+            "const WrapirRtLayout {name} = wrapir::layout({dtype}, {}, {sizes}, {strides}, {offset});",
+            layout.rank()
+        ));
+        Ok(format!("&{name}"))
     }
 
     fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
@@ -1918,7 +1964,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// One `wrapir::ExternArg` (lists get their items in a named array first).
-    fn hook_arg(
+    fn runtime_arg(
         &mut self,
         g: &GraphCtx<'_>,
         a: &ArgValue,
@@ -1956,7 +2002,7 @@ impl<'a> Lowering<'a> {
             ArgValue::List(items) => {
                 let mut parts = Vec::new();
                 for i in items {
-                    parts.push(self.hook_arg(g, i, None, cx)?);
+                    parts.push(self.runtime_arg(g, i, None, cx)?);
                 }
                 let arr = self.tmp("list");
                 if parts.is_empty() {
@@ -1978,6 +2024,17 @@ impl<'a> Lowering<'a> {
         }
         if let Some(i) = s.include_self {
             kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
+        }
+        if self.standalone() {
+            // The runtime takes the in-place op as the interpreter calls it:
+            // the target first, no result.
+            let call = ExternCall {
+                result: None,
+                op: s.op.clone(),
+                args,
+                kwargs,
+            };
+            return self.runtime_call(g, &call, None, &[], cx);
         }
         let (name, overload) = split_op(&s.op);
         let base = name.trim_end_matches('_');
@@ -2442,7 +2499,7 @@ pub(super) fn split_op(op: &str) -> (String, Option<&str>) {
     }
 }
 
-/// The shim/hook suffix: `nonzero`, `index_Tensor`, `mm_out`, `randint_low_out`.
+/// The shim suffix: `nonzero`, `index_Tensor`, `mm_out`, `randint_low_out`.
 fn op_suffix(name: &str, overload: Option<&str>, out_variant: bool) -> String {
     let overload = overload.filter(|o| *o != "default");
     match (overload, out_variant) {

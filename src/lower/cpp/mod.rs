@@ -11,8 +11,10 @@
 //!   `DivideBy` key is checked for divisibility, and a reuse with a new
 //!   layout keeps the new buffer's storage offset.
 //! * [`Dialect::Standalone`] prints a wrapper that needs no libtorch, only the
-//!   CUDA driver API (`cuda.h`, `-lcuda`) and [`runtime_header`]
-//!   (`wrapir_runtime.h`). The generated file defines
+//!   CUDA driver API (`cuda.h`, `-lcuda`), [`runtime_header`]
+//!   (`wrapir_runtime.h`) and, for extern ops, wrapir's runtime library
+//!   (`libwrapir_runtime`, the `wrapir-runtime` crate; its C ABI is
+//!   [`RT_HEADER`]). The generated file defines
 //!
 //!   ```text
 //!   extern "C" int wrapir_entry(const wrapir::Tensor* inputs, const int64_t* scalar_inputs,
@@ -33,21 +35,24 @@
 //!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>`; the macro
 //!   defaults to [`Options::cubin_dir`] and can be overridden with `-D`.
 //!
-//!   Extern (ATen) ops do not exist without libtorch: each op becomes a call of
-//!   an `extern "C"` hook the embedder must define, named
-//!   `wrapir_extern_<op>[_<overload>][_out]` (`wrapir_extern_nonzero`,
-//!   `wrapir_extern_mm_out`, `wrapir_extern_index_Tensor`), all with the
-//!   signature of `wrapir::ExternHook`:
+//!   Extern (ATen) ops run in the runtime library, which runs them with the
+//!   code of wrapir's CUDA backend: each call becomes
 //!
 //!   ```text
-//!   int hook(const wrapir::ExternArg* args, int64_t num_args,
-//!            wrapir::Tensor* const* results, int64_t num_results, CUstream stream);
+//!   wrapir::call_op(device, "extern_kernels.mm", args_, num_args, expected, results_, num_results, stream);
 //!   ```
 //!
-//!   `args` are the op's arguments in order, keyword arguments last with their
-//!   names; `out=` variants get the destination as their first argument and
-//!   no results; ops with a fresh result fill `results`. A non-zero return
-//!   fails the wrapper with a message naming the hook.
+//!   with the op named as the program names it and its arguments as the
+//!   interpreter passes them (`wrapir::ExternArg`s: positional ones in
+//!   order, keyword ones named; `out=` variants get the destination as the
+//!   keyword argument `out`; index_put and scatter fallbacks are the
+//!   in-place ops with the target first), `expected` the declared layout of
+//!   a single result when the symbols it names are bound before the call,
+//!   and `results_` the variables of the op's result elements. An op the
+//!   runtime cannot run fails the call with a message naming it; `wrapir
+//!   lower --package` refuses such a program up front. Extern ops on
+//!   devices other than CUDA are [`Error::Unsupported`].
+//!   [`package::package`] writes a CMake project around the wrapper.
 //!
 //! Both dialects lower Triton kernel launches, allocations, frees, reuses,
 //! views, extern calls, unbacked-symbol bindings, `item()` reads, runtime
@@ -102,11 +107,12 @@
 //! indices, symbol inputs of subgraphs, buffers on devices other than CPU and
 //! CUDA in the standalone dialect. Ops outside the `aten` namespace map to
 //! `aoti_torch_<device>_<namespace>_<op>` in AOTI, which libtorch does not
-//! provide; the standalone hook (`wrapir_extern_<namespace>_<op>`) works.
+//! provide.
 //!
 //! In the standalone dialect `c10::div_floor_integer`/`c10::div_mod` of
 //! printed size expressions become the runtime header's
-//! `wrapir::div_floor_integer`/`wrapir::div_mod`.
+//! `wrapir::div_floor_integer`/`wrapir::div_mod`, and `i64::MIN` (Inductor's
+//! `(-1L << 63)`, undefined before C++20) becomes `INT64_MIN`.
 //!
 //! Symbolic expressions are printed by [`crate::sym::print::cpp`]; with
 //! [`IntSuffix::LL`] every integer literal's `L` suffix becomes `LL`.
@@ -122,13 +128,19 @@
 
 mod launch;
 mod lower;
+pub mod package;
 
 use crate::ir::ProgramInfo;
 use crate::lower::launches::PrintedLaunch;
 use std::fmt;
 
-/// The runtime header of the standalone dialect (`wrapir_runtime.h`).
-pub const RUNTIME_HEADER: &str = include_str!("wrapir_runtime.h");
+/// The runtime header of the standalone dialect (`wrapir_runtime.h`): the C
+/// ABI of the runtime library ([`RT_HEADER`]) followed by the C++ runtime.
+pub const RUNTIME_HEADER: &str = concat!(include_str!("wrapir_rt.h"), "\n", include_str!("wrapir_runtime.h"));
+
+/// The C header of the runtime library's ABI (`wrapir_rt.h`), for C callers
+/// of `libwrapir_runtime`; [`RUNTIME_HEADER`] includes it.
+pub const RT_HEADER: &str = include_str!("wrapir_rt.h");
 
 /// The runtime header the standalone dialect includes; write it next to the
 /// generated file as `wrapir_runtime.h` (or set [`Options::inline_runtime`]).

@@ -19,8 +19,12 @@
 // * Kernels are loaded from cubin files (cuModuleLoad + cuModuleGetFunction)
 //   and launched with 32 * num_warps threads per block.
 // * Every driver call is checked; a failure throws wrapir::Error naming the call.
-// * Extern (ATen) ops are not available: the generated wrapper calls an
-//   `extern "C"` hook per op that the embedder supplies (see ExternArg).
+// * Extern (ATen) ops run in wrapir's runtime library (libwrapir_runtime,
+//   whose C ABI, wrapir_rt.h, is pasted in front of this header): the
+//   generated wrapper calls wrapir::call_op with the op's name and its
+//   arguments as wrapir::ExternArg values; link with -lwrapir_runtime.
+//   Tensors the runtime returns are released through it with their last
+//   reference.
 #pragma once
 
 #include <cuda.h>
@@ -122,18 +126,36 @@ inline int64_t element_size(DType dtype) {
   }
 }
 
+/// Elements a strided layout needs (0 when a size is 0).
+inline int64_t storage_numel(int64_t ndim, const int64_t* sizes, const int64_t* strides) {
+  int64_t extent = 1;
+  for (int64_t i = 0; i < ndim; ++i) {
+    if (sizes[i] == 0) return 0;
+    extent += (sizes[i] - 1) * strides[i];
+  }
+  return extent;
+}
+
 /// Device memory, freed with cuMemFreeAsync on `stream` when `owned`, or host
-/// memory (`host`), freed with std::free when `owned`.
+/// memory (`host`), freed with std::free when `owned`, or a tensor of the
+/// runtime library (`runtime`), released through it on `stream`. `bytes` is
+/// the allocation's size.
 struct Storage {
   CUdeviceptr ptr = 0;
   CUstream stream = nullptr;
   bool owned = false;
   bool host = false;
+  uint64_t bytes = 0;
+  WrapirRtTensor* runtime = nullptr;
   Storage() = default;
   Storage(CUdeviceptr p, CUstream s, bool o) : ptr(p), stream(s), owned(o) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
+    if (runtime != nullptr) {
+      wrapir_rt_tensor_free(runtime, stream);
+      return;
+    }
     if (!owned || ptr == 0) return;
     if (host) {
       std::free(reinterpret_cast<void*>(static_cast<uintptr_t>(ptr)));
@@ -149,7 +171,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  /// A tensor over memory the caller owns; wrapir never frees it.
+  /// A tensor over memory the caller owns; wrapir never frees it. The
+  /// allocation is taken to end where the view does.
   static Tensor borrow(CUdeviceptr ptr, DType dtype, std::vector<int64_t> sizes, std::vector<int64_t> strides,
                        int64_t storage_offset = 0) {
     Tensor t;
@@ -159,6 +182,41 @@ class Tensor {
     t.strides_ = std::move(strides);
     t.offset_ = storage_offset;
     if (t.sizes_.size() != t.strides_.size()) throw Error("wrapir::Tensor::borrow: sizes and strides differ in rank");
+    int64_t numel = storage_numel(t.dim(), t.sizes_.data(), t.strides_.data());
+    t.storage_->bytes = static_cast<uint64_t>((numel == 0 ? 0 : storage_offset + numel) * element_size(dtype));
+    return t;
+  }
+
+  /// Takes ownership of a tensor of the runtime library; it is released
+  /// (after the work queued on `stream`) with the last reference.
+  static Tensor adopt_runtime(WrapirRtTensor* handle, CUstream stream) {
+    Tensor t;
+    t.storage_ = std::make_shared<Storage>();
+    t.storage_->runtime = handle;
+    t.storage_->stream = stream;
+    WrapirRtTensorDesc d;
+    if (wrapir_rt_tensor_desc(handle, &d) != WRAPIR_RT_OK)
+      throw Error(std::string("wrapir::Tensor::adopt_runtime: ") + wrapir_rt_last_error());
+    t.storage_->ptr = static_cast<CUdeviceptr>(d.storage);
+    t.storage_->bytes = d.storage_bytes;
+    t.dtype_ = static_cast<DType>(d.layout.dtype);
+    t.sizes_.assign(d.layout.sizes, d.layout.sizes + d.layout.ndim);
+    t.strides_.assign(d.layout.strides, d.layout.strides + d.layout.ndim);
+    t.offset_ = d.layout.offset;
+    return t;
+  }
+
+  /// A view of `base`'s storage with any dtype and layout (offset in
+  /// elements of `dtype`); it keeps the storage alive.
+  static Tensor alias(const Tensor& base, DType dtype, int64_t ndim, const int64_t* sizes, const int64_t* strides,
+                      int64_t storage_offset) {
+    if (!base.storage_) throw Error("wrapir::Tensor::alias of an undefined tensor");
+    Tensor t;
+    t.storage_ = base.storage_;
+    t.dtype_ = dtype;
+    t.sizes_.assign(sizes, sizes + ndim);
+    t.strides_.assign(strides, strides + ndim);
+    t.offset_ = storage_offset;
     return t;
   }
 
@@ -206,10 +264,35 @@ class Tensor {
     return n;
   }
 
+  /// Address of the allocation (element 0 of the storage).
+  CUdeviceptr storage_ptr() const { return storage_ ? storage_->ptr : 0; }
+  /// Bytes of the allocation.
+  uint64_t storage_bytes() const { return storage_ ? storage_->bytes : 0; }
+
+  /// The runtime library's descriptor of this tensor; its arrays point into
+  /// this tensor (valid while it lives unchanged).
+  WrapirRtTensorDesc desc() const {
+    WrapirRtTensorDesc d;
+    d.storage = static_cast<uint64_t>(storage_ptr());
+    d.storage_bytes = storage_bytes();
+    d.flags = is_host() ? WRAPIR_RT_HOST : 0u;
+    d.layout.dtype = static_cast<int32_t>(dtype_);
+    d.layout.ndim = static_cast<int32_t>(sizes_.size());
+    d.layout.sizes = sizes_.data();
+    d.layout.strides = strides_.data();
+    d.layout.offset = offset_;
+    return d;
+  }
+
   /// Address of the first element (storage base + offset * element size).
   CUdeviceptr data_ptr() const {
     if (!storage_) return 0;
     return storage_->ptr + static_cast<CUdeviceptr>(offset_ * element_size(dtype_));
+  }
+
+  /// Records the allocation's size (allocations padded past the view).
+  void set_storage_bytes(uint64_t bytes) {
+    if (storage_) storage_->bytes = bytes;
   }
 
   /// Drops this reference (frees the storage when it was the last owner).
@@ -255,16 +338,6 @@ class Tensor {
   int64_t offset_ = 0;
 };
 
-/// Elements a strided layout needs (0 when a size is 0).
-inline int64_t storage_numel(int64_t ndim, const int64_t* sizes, const int64_t* strides) {
-  int64_t extent = 1;
-  for (int64_t i = 0; i < ndim; ++i) {
-    if (sizes[i] == 0) return 0;
-    extent += (sizes[i] - 1) * strides[i];
-  }
-  return extent;
-}
-
 /// Allocates an uninitialised tensor on `stream`. `alloc_numel` < 0 means
 /// "what the sizes and strides need"; otherwise that many elements (padding).
 inline Tensor empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides, DType dtype,
@@ -275,8 +348,10 @@ inline Tensor empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* s
   size_t bytes = static_cast<size_t>(numel * element_size(dtype));
   // Zero-byte allocations are not allowed by the driver; keep a null pointer.
   if (bytes > 0) CU_CHECK(cuMemAllocAsync(&ptr, bytes, stream));
-  return Tensor::adopt(ptr, stream, dtype, std::vector<int64_t>(sizes, sizes + ndim),
-                       std::vector<int64_t>(strides, strides + ndim));
+  Tensor t = Tensor::adopt(ptr, stream, dtype, std::vector<int64_t>(sizes, sizes + ndim),
+                           std::vector<int64_t>(strides, strides + ndim));
+  t.set_storage_bytes(bytes);
+  return t;
 }
 
 /// Allocates an uninitialised tensor in host memory (64-byte aligned).
@@ -292,8 +367,10 @@ inline Tensor empty_strided_host(int64_t ndim, const int64_t* sizes, const int64
     ptr = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (ptr == nullptr) throw Error("wrapir::empty_strided_host: out of host memory");
   }
-  return Tensor::adopt_host(ptr, dtype, std::vector<int64_t>(sizes, sizes + ndim),
-                            std::vector<int64_t>(strides, strides + ndim));
+  Tensor t = Tensor::adopt_host(ptr, dtype, std::vector<int64_t>(sizes, sizes + ndim),
+                                std::vector<int64_t>(strides, strides + ndim));
+  t.set_storage_bytes(bytes);
+  return t;
 }
 
 /// A byte buffer (kernel scratch space).
@@ -451,7 +528,7 @@ inline void launch_kernel(CUfunction function, uint32_t grid_x, uint32_t grid_y,
                           nullptr));
 }
 
-/// One argument of an extern-op hook: a tagged value, with its keyword name
+/// One argument of an extern op (wrapir::call_op): a tagged value, with its keyword name
 /// (`nullptr` for positional arguments).
 struct ExternArg {
   enum class Kind : int32_t { None, Tensor, Int, Float, Bool, String, DType, Device, List };
@@ -530,15 +607,134 @@ struct ExternArg {
   }
 };
 
-/// Signature of every extern-op hook: `args` in call order (keyword arguments
-/// last, named), `results` to fill with fresh tensors (none for `out=` ops,
-/// whose destination is the first argument). Returns 0 on success.
-using ExternHook = int (*)(const ExternArg* args, int64_t num_args, Tensor* const* results, int64_t num_results,
-                           CUstream stream);
+/// A WrapirRtLayout over `sizes` and `strides` (which must outlive it).
+inline WrapirRtLayout layout(DType dtype, int64_t ndim, const int64_t* sizes, const int64_t* strides,
+                             int64_t storage_offset) {
+  WrapirRtLayout l;
+  l.dtype = static_cast<int32_t>(dtype);
+  l.ndim = static_cast<int32_t>(ndim);
+  l.sizes = sizes;
+  l.strides = strides;
+  l.offset = storage_offset;
+  return l;
+}
 
-inline void check_extern(int status, const char* op) {
-  if (status != 0)
-    throw Error(std::string("extern op hook `") + op + "` failed with status " + std::to_string(status));
+namespace detail {
+
+/// `args` as the runtime library's arguments; list items are kept in `lists`
+/// and tensor descriptors in `descs` (whose addresses stay put).
+inline void runtime_args(const ExternArg* args, int64_t n, std::vector<WrapirRtArg>& out,
+                         std::vector<std::unique_ptr<std::vector<WrapirRtArg>>>& lists) {
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const ExternArg& a = args[i];
+    WrapirRtArg r;
+    std::memset(&r, 0, sizeof r);
+    r.kind = static_cast<int32_t>(a.kind);
+    r.name = a.name;
+    switch (a.kind) {
+      case ExternArg::Kind::None:
+        r.kind = WRAPIR_RT_ARG_NONE;
+        break;
+      case ExternArg::Kind::Tensor:
+        if (a.tensor == nullptr || !a.tensor->defined()) {
+          r.kind = WRAPIR_RT_ARG_NONE;  // an undefined tensor is passed as None
+        } else {
+          r.kind = WRAPIR_RT_ARG_TENSOR;
+          r.tensor = a.tensor->desc();
+        }
+        break;
+      case ExternArg::Kind::Int:
+        r.kind = WRAPIR_RT_ARG_INT;
+        r.int_value = a.int_value;
+        break;
+      case ExternArg::Kind::Float:
+        r.kind = WRAPIR_RT_ARG_FLOAT;
+        r.float_value = a.float_value;
+        break;
+      case ExternArg::Kind::Bool:
+        r.kind = WRAPIR_RT_ARG_BOOL;
+        r.int_value = a.int_value;
+        break;
+      case ExternArg::Kind::String:
+        r.kind = WRAPIR_RT_ARG_STRING;
+        r.string_value = a.string_value;
+        break;
+      case ExternArg::Kind::DType:
+        r.kind = WRAPIR_RT_ARG_DTYPE;
+        r.dtype = static_cast<int32_t>(a.dtype_value);
+        break;
+      case ExternArg::Kind::Device:
+        r.kind = WRAPIR_RT_ARG_DEVICE;
+        r.int_value = a.int_value;
+        break;
+      case ExternArg::Kind::List: {
+        r.kind = WRAPIR_RT_ARG_LIST;
+        lists.push_back(std::make_unique<std::vector<WrapirRtArg>>());
+        std::vector<WrapirRtArg>& items = *lists.back();
+        runtime_args(a.items, a.num_items, items, lists);
+        r.items = items.data();
+        r.num_items = a.num_items;
+        break;
+      }
+    }
+    out.push_back(r);
+  }
+}
+
+/// The tensor argument whose storage is at `storage` (searching lists), or nullptr.
+inline const Tensor* argument_with_storage(const ExternArg* args, int64_t n, uint64_t storage) {
+  for (int64_t i = 0; i < n; ++i) {
+    const ExternArg& a = args[i];
+    if (a.kind == ExternArg::Kind::Tensor && a.tensor != nullptr && a.tensor->defined() &&
+        static_cast<uint64_t>(a.tensor->storage_ptr()) == storage)
+      return a.tensor;
+    if (a.kind == ExternArg::Kind::List) {
+      if (const Tensor* t = argument_with_storage(a.items, a.num_items, storage)) return t;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace detail
+
+/// Runs extern op `op` (as the program names it) in the runtime library on
+/// `device`, ordered on `stream`: `args` in call order (keyword arguments
+/// named), `expected` the declared layout of a single result (or nullptr),
+/// and `results` the variables receiving the op's result elements (none for
+/// `out=` and in-place ops). A result that aliases an argument (a view op)
+/// shares that argument's storage.
+inline void call_op(int device, const char* op, const ExternArg* args, int64_t num_args,
+                    const WrapirRtLayout* expected, Tensor* const* results, int64_t num_results, CUstream stream) {
+  std::vector<WrapirRtArg> converted;
+  std::vector<std::unique_ptr<std::vector<WrapirRtArg>>> lists;
+  detail::runtime_args(args, num_args, converted, lists);
+  std::vector<WrapirRtTensor*> handles(static_cast<size_t>(num_results), nullptr);
+  int32_t status = wrapir_rt_call(device, op, converted.data(), num_args, expected, stream, handles.data(),
+                                  num_results);
+  if (status != WRAPIR_RT_OK) throw Error(std::string("extern op `") + op + "`: " + wrapir_rt_last_error());
+  // Owned first, so that every handle is released if a later step throws.
+  std::vector<Tensor> owned;
+  owned.reserve(handles.size());
+  for (WrapirRtTensor* h : handles) owned.push_back(h == nullptr ? Tensor() : Tensor::adopt_runtime(h, stream));
+  for (int64_t i = 0; i < num_results; ++i) {
+    WrapirRtTensor* h = handles[static_cast<size_t>(i)];
+    Tensor& t = owned[static_cast<size_t>(i)];
+    if (h != nullptr) {
+      WrapirRtTensorDesc d;
+      if (wrapir_rt_tensor_desc(h, &d) != WRAPIR_RT_OK)
+        throw Error(std::string("extern op `") + op + "`: " + wrapir_rt_last_error());
+      if (d.flags & WRAPIR_RT_BORROWED) {
+        const Tensor* base = detail::argument_with_storage(args, num_args, d.storage);
+        if (base == nullptr)
+          throw Error(std::string("extern op `") + op + "`: result " + std::to_string(i) +
+                      " aliases memory that is none of its tensor arguments");
+        t = Tensor::alias(*base, static_cast<DType>(d.layout.dtype), d.layout.ndim, d.layout.sizes,
+                          d.layout.strides, d.layout.offset);
+      }
+    }
+    *results[i] = std::move(t);
+  }
 }
 
 /// The message of the last failed wrapir_entry call on this thread.

@@ -1,0 +1,143 @@
+//! `wrapir lower --target cpp-standalone --package DIR`: a CMake project of
+//! the standalone wrapper (`wrapir::lower::cpp::package`), with the files
+//! the runtime reads at run time and, when it lies next to this binary,
+//! the runtime library.
+
+use super::*;
+use std::path::Component;
+
+/// The shared runtime library's file name.
+const RUNTIME_LIBRARY: &str = "libwrapir_runtime.so";
+
+/// Writes the package of `program` (lowered from `bundle`, opened from
+/// `source`) into `dir`; the program is named after `source`'s file stem
+/// (the bundle directory, the package or program file).
+pub(crate) fn write_package(
+    bundle: &Bundle,
+    source: &Path,
+    program: &Program,
+    info: &ir::ProgramInfo<'_>,
+    dir: &Path,
+) -> Result<()> {
+    require_runtime_ops(program)?;
+    let name = source
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| s != "-")
+        .unwrap_or_else(|| "model".to_string());
+    let files = wrapir::lower::cpp::package::package(info, &name)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for f in &files {
+        write_output(Some(&dir.join(&f.path)), &f.contents)?;
+    }
+    write_output(Some(&dir.join("program.json")), &(program.to_json() + "\n"))?;
+    let meta = wrapir::exec::compare::BundleMeta::FILE;
+    if let Some(bytes) = bundle.entry(meta)? {
+        write_bytes(&dir.join(meta), &bytes)?;
+    }
+    let cubins = bundle.cubin_paths();
+    for path in &cubins {
+        let relative = Path::new(path);
+        if !relative.components().all(|c| matches!(c, Component::Normal(_))) {
+            bail!("kernel image path `{path}` is not a plain relative path inside the bundle; the package copies images to the same relative paths");
+        }
+        let bytes = bundle.kernel_image(path)?;
+        let to = dir.join(relative);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        write_bytes(&to, &bytes)?;
+    }
+    let target = wrapir::lower::cpp::package::target_name(&name);
+    let mut report = format!(
+        "package {}: {target}.cpp, main.cpp, wrapir_runtime.h, CMakeLists.txt, program.json, {} kernel image(s)\n",
+        dir.display(),
+        cubins.len()
+    );
+    report += &match copy_runtime_library(dir)? {
+        Some(from) => format!(
+            "runtime library: {} (copied from {})\n",
+            RUNTIME_LIBRARY,
+            from.display()
+        ),
+        None => {
+            "runtime library: none next to the wrapir binary; build it with `cargo build --release -p wrapir-runtime` \
+                 and configure with -DWRAPIR_RUNTIME_DIR=<checkout>/target/release\n"
+                .to_string()
+        }
+    };
+    report += &format!("build: cmake -B build {0} && cmake --build build; run: build/{target} INPUTS.safetensors OUTPUTS.safetensors [CALLS]\n", dir.display());
+    write_output(None, &report)
+}
+
+/// Every op the wrapper calls in the runtime library must have a device
+/// implementation there (the CUDA backend's table): else an error naming
+/// each call, as `wrapir check --device cuda` does.
+fn require_runtime_ops(program: &Program) -> Result<()> {
+    let missing = missing_runtime_ops(program);
+    if !missing.is_empty() {
+        bail!(
+            "the runtime library has no device implementation of {} extern op call(s) of this program (see `wrapir ops --device cuda`):\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+    Ok(())
+}
+
+/// `--target cpp-standalone` without `--package`: a warning on stderr for
+/// each call the runtime library cannot run (the wrapper fails there).
+pub(crate) fn warn_missing_runtime_ops(program: &Program) {
+    let missing = missing_runtime_ops(program);
+    if !missing.is_empty() {
+        eprintln!(
+            "warning: the runtime library has no device implementation of {} extern op call(s); the wrapper fails when it reaches one (see `wrapir ops --device cuda`):\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
+}
+
+/// The calls the standalone wrapper makes in the runtime library that it
+/// cannot run, one line each (graph, line, text, op and op key).
+fn missing_runtime_ops(program: &Program) -> Vec<String> {
+    use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
+    extern_uses(program)
+        .into_iter()
+        .filter(|u| u.named && !runs_on_cuda(&u.op))
+        .map(|u| {
+            format!(
+                "  graph {}, line {} `{}`: op `{}` ({})",
+                u.graph,
+                u.line,
+                u.text,
+                u.op,
+                wrapir::exec::host::op_key(&u.op)
+            )
+        })
+        .collect()
+}
+
+/// Copies the runtime library from this binary's directory into the
+/// package's `lib/`; the source path, or `None` when there is none.
+fn copy_runtime_library(dir: &Path) -> Result<Option<PathBuf>> {
+    let Some(exe_dir) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    else {
+        return Ok(None);
+    };
+    let from = exe_dir.join(RUNTIME_LIBRARY);
+    if !from.is_file() {
+        return Ok(None);
+    }
+    let lib = dir.join(wrapir::lower::cpp::package::RUNTIME_LIB_DIR);
+    std::fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    std::fs::copy(&from, lib.join(RUNTIME_LIBRARY))
+        .with_context(|| format!("copying {} into {}", from.display(), lib.display()))?;
+    Ok(Some(from))
+}
+
+fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
