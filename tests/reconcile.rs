@@ -676,3 +676,38 @@ fn guarded_validates_reconciles_and_inserts_guards() {
         "{err}"
     );
 }
+
+/// The one argument-binding walk reports every problem and keeps going (the
+/// validator's use); `TritonMeta::bind_args` stops at the first.
+#[test]
+fn one_binding_walk_reports_every_problem() {
+    use wrapir::ir::{bind_call_args, ArgBindError, ArgValue, CallArg};
+    let arg = |name: Option<&str>, v: i64| CallArg {
+        name: name.map(str::to_string),
+        value: ArgValue::Expr(wrapir::sym::SymExpr::Int(v)),
+    };
+    let args = [
+        arg(None, 1),
+        arg(Some("b"), 2),
+        arg(Some("zz"), 3),
+        arg(Some("b"), 4),
+        arg(None, 5),
+    ];
+    let mut issues = Vec::new();
+    let bound = bind_call_args(&["a", "b"], &|n| n == "a" || n == "b", &args, &mut |e| issues.push(e));
+    assert_eq!(
+        bound,
+        [
+            ("a", &ArgValue::Expr(wrapir::sym::SymExpr::Int(1))),
+            ("b", &ArgValue::Expr(wrapir::sym::SymExpr::Int(4)))
+        ]
+    );
+    assert_eq!(
+        issues,
+        [
+            ArgBindError::UnknownParameter { param: "zz".into() },
+            ArgBindError::BoundTwice { param: "b".into() },
+            ArgBindError::PositionalAfterNamed { position: 4 },
+        ]
+    );
+}

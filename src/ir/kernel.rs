@@ -678,6 +678,66 @@ fn launcher_ceil_div(
 /// parameter list and the call (`'n`), the values as long as the call (`'v`).
 pub type BoundArgs<'n, 'v> = Vec<(&'n str, &'v super::line::ArgValue)>;
 
+/// The one walk that matches a call's arguments to parameter names:
+/// positional arguments fill `params` in order, then named arguments bind the
+/// name they give when `known(name)`. Every problem goes to `issue`, in
+/// argument order, and the walk goes on: a positional argument after a named
+/// one, one past `params` (reported once) or an unknown name is left
+/// unbound, a name given twice keeps its last value. [`TritonMeta::bind_args`]
+/// stops at the first problem; the validator reports each one, for every
+/// kernel backend.
+pub fn bind_call_args<'n, 'v: 'n>(
+    params: &[&'n str],
+    known: &dyn Fn(&str) -> bool,
+    args: &'v [super::line::CallArg],
+    issue: &mut dyn FnMut(ArgBindError),
+) -> BoundArgs<'n, 'v> {
+    let mut bound = BoundArgs::with_capacity(args.len());
+    let mut positional = 0usize;
+    let mut seen_named = false;
+    let mut too_many = false;
+    for (i, a) in args.iter().enumerate() {
+        let name: &str = match &a.name {
+            None if seen_named => {
+                issue(ArgBindError::PositionalAfterNamed { position: i });
+                continue;
+            }
+            None => {
+                let Some(p) = params.get(positional) else {
+                    if !too_many {
+                        too_many = true;
+                        issue(ArgBindError::TooManyArguments {
+                            given: args.iter().filter(|a| a.name.is_none()).count(),
+                            params: params.iter().map(|p| p.to_string()).collect(),
+                        });
+                    }
+                    continue;
+                };
+                positional += 1;
+                p
+            }
+            Some(n) => {
+                seen_named = true;
+                if !known(n) {
+                    issue(ArgBindError::UnknownParameter { param: n.clone() });
+                    continue;
+                }
+                n
+            }
+        };
+        match bound.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => {
+                issue(ArgBindError::BoundTwice {
+                    param: name.to_string(),
+                });
+                slot.1 = &a.value;
+            }
+            None => bound.push((name, &a.value)),
+        }
+    }
+    bound
+}
+
 /// Why a Triton call's arguments do not match its kernel's parameters.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ArgBindError {
@@ -727,48 +787,23 @@ impl TritonMeta {
 
     /// [`TritonMeta::bind_args`] over `params`, this kernel's
     /// [`TritonMeta::call_params`] (which a caller binding many launches keeps),
-    /// without allocating a name per argument. The one place Triton call
-    /// arguments are matched to parameters (the FX lowering binds every
-    /// launch through it).
+    /// without allocating a name per argument; the first problem
+    /// [`bind_call_args`] finds is the error. The FX lowering binds every
+    /// launch through it.
     pub fn bind_args_to<'n, 'v: 'n>(
         &self,
         params: &[&'n str],
         args: &'v [super::line::CallArg],
     ) -> Result<BoundArgs<'n, 'v>, ArgBindError> {
-        let mut bound = BoundArgs::with_capacity(args.len());
-        let mut positional = 0usize;
-        let mut seen_named = false;
-        for (i, a) in args.iter().enumerate() {
-            let name: &str = match &a.name {
-                None if seen_named => return Err(ArgBindError::PositionalAfterNamed { position: i }),
-                None => {
-                    let Some(p) = params.get(positional) else {
-                        return Err(ArgBindError::TooManyArguments {
-                            given: args.iter().filter(|a| a.name.is_none()).count(),
-                            params: params.iter().map(|p| p.to_string()).collect(),
-                        });
-                    };
-                    positional += 1;
-                    p
-                }
-                Some(n) => {
-                    seen_named = true;
-                    let known =
-                        self.signature.contains_key(n.as_str()) || self.extra_launcher_args.iter().any(|x| x == n);
-                    if !known {
-                        return Err(ArgBindError::UnknownParameter { param: n.clone() });
-                    }
-                    n
-                }
-            };
-            if bound.iter().any(|(n, _)| *n == name) {
-                return Err(ArgBindError::BoundTwice {
-                    param: name.to_string(),
-                });
-            }
-            bound.push((name, &a.value));
+        let known = |n: &str| self.signature.contains_key(n) || self.extra_launcher_args.iter().any(|x| x == n);
+        let mut first = None;
+        let bound = bind_call_args(params, &known, args, &mut |e| {
+            first.get_or_insert(e);
+        });
+        match first {
+            Some(e) => Err(e),
+            None => Ok(bound),
         }
-        Ok(bound)
     }
 
     /// The value compiled into the kernel for `name`: its `constants` entry,

@@ -13,24 +13,11 @@ pub(super) struct Param<'a> {
     pub(super) optional: bool,
 }
 
-/// Parameter -> value of one call; a handful of entries, searched linearly.
-pub(super) type Bound<'x> = SmallVec<[(&'x str, &'x ArgValue); 16]>;
+/// Parameter -> value of one call ([`crate::ir::bind_call_args`]); a handful
+/// of entries, searched linearly.
+pub(super) type Bound<'n, 'v> = crate::ir::BoundArgs<'n, 'v>;
 
-/// Binds `name` (replacing an earlier value); `true` when it was bound already.
-pub(super) fn bound_insert<'x>(bound: &mut Bound<'x>, name: &'x str, value: &'x ArgValue) -> bool {
-    match bound.iter_mut().find(|(n, _)| *n == name) {
-        Some(slot) => {
-            slot.1 = value;
-            true
-        }
-        None => {
-            bound.push((name, value));
-            false
-        }
-    }
-}
-
-pub(super) fn bound_get<'x>(bound: &Bound<'x>, name: &str) -> Option<&'x ArgValue> {
+pub(super) fn bound_get<'v>(bound: &Bound<'_, 'v>, name: &str) -> Option<&'v ArgValue> {
     bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
 }
 
@@ -102,7 +89,20 @@ impl<'a> Validator<'a> {
         let kernel = &call.kernel;
         let positional = call.args.iter().take_while(|a| a.name.is_none()).count();
         let any_named = positional < call.args.len();
-        if call.args[positional..].iter().any(|a| a.name.is_none()) {
+        // One binding walk (shared with `TritonMeta::bind_args`); its problems
+        // are reported below in the validator's order.
+        let names: SmallVec<[&str; 16]> = call_params.iter().map(|p| p.name.as_str()).collect();
+        let mut issues: SmallVec<[crate::ir::ArgBindError; 2]> = SmallVec::new();
+        let bound = crate::ir::bind_call_args(
+            &names,
+            &|n: &str| self.named_param_exists(def, n),
+            &call.args,
+            &mut |e| issues.push(e),
+        );
+        if issues
+            .iter()
+            .any(|e| matches!(e, crate::ir::ArgBindError::PositionalAfterNamed { .. }))
+        {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
@@ -123,35 +123,26 @@ impl<'a> Validator<'a> {
                 },
             );
         }
-        // Parameter -> value; a handful of entries, searched linearly.
-        let mut bound: Bound<'_> = SmallVec::new();
-        for (p, a) in call_params.iter().zip(call.args.iter().take(positional)) {
-            bound_insert(&mut bound, p.name.as_str(), &a.value);
-        }
-        // Each unknown or twice-bound name is reported once, however often it repeats.
-        let mut reported: rustc_hash::FxHashSet<&str> = Default::default();
-        for a in &call.args[positional..] {
-            let Some(n) = &a.name else { continue };
-            if !self.named_param_exists(def, n) {
-                if !reported.insert(n.as_str()) {
-                    continue;
-                }
-                self.err(
-                    Self::at(g, at),
+        // Each unknown or twice-bound name is reported once, however often it
+        // repeats (too many positional arguments is the arity error above).
+        let mut reported: rustc_hash::FxHashSet<String> = Default::default();
+        for issue in issues {
+            let kind = match issue {
+                crate::ir::ArgBindError::UnknownParameter { param } if reported.insert(param.clone()) => {
                     ValidationErrorKind::UnknownParameter {
                         kernel: kernel.clone(),
-                        param: n.clone(),
-                    },
-                );
-            } else if bound_insert(&mut bound, n.as_str(), &a.value) && reported.insert(n.as_str()) {
-                self.err(
-                    Self::at(g, at),
+                        param,
+                    }
+                }
+                crate::ir::ArgBindError::BoundTwice { param } if reported.insert(param.clone()) => {
                     ValidationErrorKind::ParameterBoundTwice {
                         kernel: kernel.clone(),
-                        param: n.clone(),
-                    },
-                );
-            }
+                        param,
+                    }
+                }
+                _ => continue,
+            };
+            self.err(Self::at(g, at), kind);
         }
         if any_named {
             for p in call_params.iter() {

@@ -7,6 +7,7 @@
 //! total (never undefined under the facts) when any member is.
 
 use super::lang::SymLang;
+use crate::sym::eval::{floor_div, python_mod};
 use egg::{Analysis, DidMerge, EGraph, ENodeOrVar, Id, Language, PatternAst, RecExpr};
 use std::collections::HashMap;
 
@@ -287,8 +288,6 @@ pub struct SymAnalysis {
 
 /// The e-graph type the prover uses.
 pub type SymEGraph = EGraph<SymLang, SymAnalysis>;
-
-pub use crate::sym::eval::{floor_div, python_mod};
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
