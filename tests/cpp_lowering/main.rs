@@ -7,7 +7,6 @@
 mod common;
 
 use indexmap::IndexMap;
-use std::path::PathBuf;
 use std::process::Command;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
