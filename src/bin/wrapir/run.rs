@@ -88,6 +88,8 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             if let Some(state) = meta.cuda_rng {
                 backend.set_cuda_rng(state);
             }
+            wrapir::exec::host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images())
+                .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let result = wrapir::exec::host::run_program_on(
                 &program,
                 &mut backend,
