@@ -271,7 +271,7 @@ def name_call_args(lines, kernels, notes):
         if ln.get("line") != "kernel_call" or ln["kernel"] not in kernels:
             continue
         be = kernels[ln["kernel"]]["backend"]
-        if be.get("kind") != "triton":
+        if be.get("kind", "triton") != "triton":
             continue  # C++ and Halide kernels are called positionally
         sig = be["signature"]
         extra = be.get("extra_launcher_args", [])
