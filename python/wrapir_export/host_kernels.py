@@ -31,10 +31,11 @@ import tempfile
 from .errors import Unconvertible
 
 # The baseline x86-64 ISA and Inductor's own numerics flags for its C++ kernels (strict IEEE
-# arithmetic: no fast-math, no contraction into FMAs).
+# arithmetic: no fast-math, no contraction into FMAs). `-Bsymbolic`: the entry point calls
+# this object's own `kernel`, never another object's of the same name.
 CXXFLAGS = ["-std=c++17", "-O2", "-DNDEBUG", "-march=x86-64", "-mtune=generic", "-fPIC", "-shared",
             "-fno-strict-aliasing", "-fno-finite-math-only", "-fno-unsafe-math-optimizations",
-            "-ffp-contract=off", "-w"]
+            "-ffp-contract=off", "-Wl,-Bsymbolic", "-w"]
 HALIDE_TARGET = "x86-64-linux"
 HALIDE_RUNTIME = "halide_runtime.so"
 # Shared objects a host kernel image must not need (it must load without PyTorch).
