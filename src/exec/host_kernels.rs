@@ -868,3 +868,67 @@ impl HalideKernel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_expressions_drop_integer_suffixes_only() {
+        let e = parse_size_expr("8L*ks0 + 1L").unwrap();
+        let mut b = Bindings::default();
+        b.insert(Symbol::new("ks0"), 3);
+        assert_eq!(crate::sym::eval::eval_int(&e, &b).unwrap(), 25);
+        // `L` inside a name is kept: `s1L` is a symbol, not `s1`.
+        let e = parse_size_expr("s1L").unwrap();
+        assert!(crate::sym::eval::eval_int(&e, &Bindings::default()).is_err());
+        assert!(parse_size_expr("(").is_err());
+    }
+
+    #[test]
+    fn scalars_are_checked_against_their_c_type() {
+        let i32k = ScalarKind::Int { bits: 32, signed: true };
+        assert_eq!(i32k.encode(&Value::Int(-1)).unwrap(), 0xffff_ffff);
+        assert!(i32k.encode(&Value::Int(1 << 31)).unwrap_err().contains("does not fit"));
+        let u8k = ScalarKind::Int { bits: 8, signed: false };
+        assert!(u8k.encode(&Value::Int(-1)).is_err());
+        assert_eq!(
+            ScalarKind::Float { bits: 32 }.encode(&Value::Float(1.5)).unwrap(),
+            u64::from(1.5f32.to_bits())
+        );
+        assert!(ScalarKind::Bool.encode(&Value::Int(2)).is_err());
+        assert!(ScalarKind::Int { bits: 64, signed: true }
+            .encode(&Value::Str("x".into()))
+            .unwrap_err()
+            .contains("expected an integer"));
+    }
+
+    #[test]
+    fn c_types_name_dtypes() {
+        assert!(matches!(
+            parse_arg_type("const float*"),
+            Some(ArgKind::Tensor(DType::Float32))
+        ));
+        assert!(matches!(
+            parse_arg_type("at::BFloat16*"),
+            Some(ArgKind::Tensor(DType::Bfloat16))
+        ));
+        assert!(matches!(
+            parse_arg_type("const int64_t"),
+            Some(ArgKind::Scalar(ScalarKind::Int { bits: 64, signed: true }))
+        ));
+        assert!(parse_arg_type("std::string").is_none());
+        assert_eq!(
+            halide_type(DType::Bfloat16),
+            Some(HalideType {
+                code: HALIDE_BFLOAT,
+                bits: 16,
+                lanes: 1
+            })
+        );
+        assert_eq!(
+            halide_type(DType::Bool).map(|t| (t.code, t.bits)),
+            Some((HALIDE_UINT, 1))
+        );
+    }
+}
