@@ -65,8 +65,8 @@ fn check(dir: &Path) -> Result<Outcome, String> {
     let program = bundle.program().clone();
     let meta: BundleMeta = bundle.meta().clone();
     let mut backend = HostBackend::default();
-    let kernels =
-        host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images()).map_err(|e| e.to_string())?;
+    let kernels = host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images(), None)
+        .map_err(|e| e.to_string())?;
     let inputs = bundle
         .inputs()
         .map_err(|e| e.to_string())?
@@ -238,4 +238,19 @@ fn a_missing_image_names_the_kernel_and_file() {
     let err = check(&dst).err().expect("a missing image must be an error");
     assert!(err.contains(&first) && err.contains(".so"), "{err}");
     let _ = std::fs::remove_dir_all(&dst);
+}
+
+#[test]
+fn a_packed_cpu_bundle_runs_its_kernels() {
+    let dir = common::scratch("cpu_bundles", "package");
+    for (case, file) in [("cpp/mm_gelu", "cpp.wirpkg"), ("halide/small_cnn", "halide.wirpkg")] {
+        let package = dir.join(file);
+        let bundle = format!("fixtures/inductor/bundles_cpu/{case}");
+        let pack = common::wrapir(&["pack", &bundle, "-o", package.to_str().unwrap()]);
+        assert_eq!(pack.code, 0, "{}{}", pack.stdout, pack.stderr);
+        let run = common::wrapir(&["run", package.to_str().unwrap(), "--device", "cpu"]);
+        assert_eq!(run.code, 0, "{case}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,7 +25,9 @@
 //!
 //! Loading a bundle's kernels runs its code (as loading its cubins does):
 //! open only bundles you trust. This module and `exec::cuda` are the library's
-//! exceptions to "no I/O": they open the shared objects a caller names.
+//! exceptions to "no I/O": they open the shared objects a caller names (and
+//! this one writes a package's images into the scratch directory the caller
+//! names, since a shared object loads only from a file).
 
 mod halide;
 
@@ -92,22 +94,51 @@ fn is_host_image_kernel(backend: &KernelBackend) -> bool {
 /// [`load_program_kernels`] from where a bundle keeps its kernel images
 /// (`Bundle::kernel_images`): a bundle directory or a program file's
 /// directory. A package's images live in memory, where a shared object cannot
-/// be loaded from: that is an error when the program has host kernels.
+/// be loaded from: with `scratch` (a directory the caller owns and removes
+/// afterwards; it is created), the program's host images and the Halide
+/// runtime are written into `scratch/kernels/` and loaded from there; without
+/// it, a package whose program has host kernels is an error.
 pub fn load_kernels_from(
     backend: &mut HostBackend,
     program: &Program,
     images: &crate::bundle::KernelImages,
+    scratch: Option<&Path>,
 ) -> Result<usize, HostKernelError> {
-    match images {
-        crate::bundle::KernelImages::Directory(dir) => load_program_kernels(backend, program, dir),
-        crate::bundle::KernelImages::InMemory(_) => match host_kernel_names(program).first() {
-            None => Ok(0),
-            Some(kernel) => Err(HostKernelError::Load {
-                kernel: kernel.to_string(),
-                path: PathBuf::from(image_path(kernel)),
-                message: "host kernels are loaded from a bundle directory, not from a package's memory (run the bundle directory)".into(),
-            }),
-        },
+    let names = host_kernel_names(program);
+    match (images, scratch) {
+        (crate::bundle::KernelImages::Directory(dir), _) => load_program_kernels(backend, program, dir),
+        (crate::bundle::KernelImages::InMemory(_), _) if names.is_empty() => Ok(0),
+        (crate::bundle::KernelImages::InMemory(_), None) => Err(HostKernelError::Load {
+            kernel: names[0].to_string(),
+            path: PathBuf::from(image_path(names[0])),
+            message: "a package's host kernels are loaded from files: give a scratch directory to write them to".into(),
+        }),
+        (crate::bundle::KernelImages::InMemory(_), Some(dir)) => {
+            let halide = program
+                .kernels
+                .values()
+                .any(|k| matches!(&k.backend, KernelBackend::Halide(m) if !m.is_cuda()));
+            let mut files: Vec<(String, String)> = names.iter().map(|k| (k.to_string(), image_path(k))).collect();
+            if halide {
+                files.push(("the Halide runtime".into(), HALIDE_RUNTIME.to_string()));
+            }
+            for (kernel, file) in files {
+                let load_error = |path: PathBuf, message: String| HostKernelError::Load {
+                    kernel: kernel.clone(),
+                    path,
+                    message,
+                };
+                let bytes = images
+                    .image(&file)
+                    .map_err(|e| load_error(PathBuf::from(&file), e.to_string()))?;
+                let path = dir.join(&file);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| load_error(parent.to_path_buf(), e.to_string()))?;
+                }
+                std::fs::write(&path, &bytes[..]).map_err(|e| load_error(path.clone(), e.to_string()))?;
+            }
+            load_program_kernels(backend, program, dir)
+        }
     }
 }
 
