@@ -45,6 +45,20 @@ pub fn image_path(kernel: &str) -> String {
     format!("kernels/{kernel}.so")
 }
 
+/// Checks that a kernel's name can name its image file: letters, digits and
+/// `_` only (no path separators or `..`, so the image stays inside the
+/// bundle, or the scratch directory a package's images are written to).
+fn check_image_name(kernel: &str) -> Result<(), HostKernelError> {
+    if !kernel.is_empty() && kernel.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Ok(());
+    }
+    Err(HostKernelError::Load {
+        kernel: kernel.to_string(),
+        path: PathBuf::from(image_path(kernel)),
+        message: "a host kernel's name must be letters, digits and `_` to name its image file".into(),
+    })
+}
+
 /// The Halide runtime every Halide kernel of a bundle links against.
 pub const HALIDE_RUNTIME: &str = "kernels/halide_runtime.so";
 
@@ -122,6 +136,9 @@ pub fn load_kernels_from(
             if halide {
                 files.push(("the Halide runtime".into(), HALIDE_RUNTIME.to_string()));
             }
+            for name in &names {
+                check_image_name(name)?;
+            }
             for (kernel, file) in files {
                 let load_error = |path: PathBuf, message: String| HostKernelError::Load {
                     kernel: kernel.clone(),
@@ -153,6 +170,10 @@ pub fn load_program_kernels(
 ) -> Result<usize, HostKernelError> {
     let mut n = 0;
     for def in program.kernels.values() {
+        if !is_host_image_kernel(&def.backend) {
+            continue;
+        }
+        check_image_name(def.name.as_str())?;
         let path = dir.join(image_path(def.name.as_str()));
         let kernel = def.name.as_str().to_string();
         let f: KernelFn = match &def.backend {
@@ -441,6 +462,15 @@ impl CppKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_names_stay_inside_the_bundle() {
+        assert!(check_image_name("cpp_fused_add_0").is_ok());
+        for bad in ["", "../x", "a/b", "k.so", "k\0"] {
+            let e = check_image_name(bad).unwrap_err().to_string();
+            assert!(e.contains("letters, digits"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn scalars_are_checked_against_their_c_type() {
