@@ -3,8 +3,8 @@
 Inductor's CPU wrapper uses the same Python wrapper code generator as CUDA, so with the
 capture registered for `cpu` too, programs without kernels (extern calls only) export
 end to end: the capture hooks, the kept-module selection, ExportedProgram,
-`dynamic=True`, freezing, the CLI, and errors naming a line that cannot be expressed
-(a C++ kernel). The FX builder is checked on the FX snapshots of the fixtures (built,
+`dynamic=True`, freezing, the CLI, C++ kernels compiled into host images, and errors
+naming a line that cannot be expressed. The FX builder is checked on the FX snapshots of the fixtures (built,
 and run where no kernel is launched).
 """
 
@@ -146,16 +146,35 @@ class CpuExport(unittest.TestCase):
         self.assertTrue(r.ok, r.errors)
         self.assertIn("not captured: main of benchmark_mm", r.warnings)
 
+    def test_cpp_kernel_becomes_a_host_image(self):
+        r = self.export(lambda a: a.sin(), [torch.randn(8)], "cpp_kernel")
+        self.assertTrue(r.ok, r.errors)
+        (kernel,) = self.program(r)["kernels"].values()
+        self.assertEqual(kernel["backend"]["kind"], "cpp")
+        self.assertTrue(os.path.exists(os.path.join(r.path, "kernels", kernel["name"] + ".so")))
+        with open(os.path.join(r.path, "bundle.json")) as f:
+            self.assertIn("cpp", json.load(f)["host_kernels"])
+
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we
+        from wrapir_export import convert
+        from wrapir_export.errors import Unconvertible
 
-        with self.assertRaises(we.ExportError) as ctx:
-            self.export(lambda a: a.sin(), [torch.randn(8)], "cpp_kernel")
-        self.assertIn("line", str(ctx.exception))
-        self.assertIn("non-Triton kernel call", str(ctx.exception))
-        self.assertTrue(os.path.exists(os.path.join(self.dir, "cpp_kernel", "errors.txt")))
-        r = self.export(lambda a: a.sin(), [torch.randn(8)], "cpp_kernel2", raise_on_error=False)
-        self.assertFalse(r.ok)
+        def refuse(self, line):
+            raise Unconvertible(f"kernel call `{line.kernel_name}` (refused by the test)")
+
+        orig = convert.GraphConverter.host_kernel_call
+        convert.GraphConverter.host_kernel_call = refuse
+        try:
+            with self.assertRaises(we.ExportError) as ctx:
+                self.export(lambda a: a.sin(), [torch.randn(8)], "refused")
+            self.assertIn("line", str(ctx.exception))
+            self.assertIn("refused by the test", str(ctx.exception))
+            self.assertTrue(os.path.exists(os.path.join(self.dir, "refused", "errors.txt")))
+            r = self.export(lambda a: a.sin(), [torch.randn(8)], "refused2", raise_on_error=False)
+            self.assertFalse(r.ok)
+        finally:
+            convert.GraphConverter.host_kernel_call = orig
 
     def test_progress_stages(self):
         import wrapir_export as we

@@ -268,6 +268,25 @@ def bundle_info(torch, *, name, compile_kwargs, input_names, user_inputs, expect
     return info
 
 
+def host_kernels_info(program):
+    """bundle.json's `host_kernels`: how the C++ and Halide kernel images were built (None
+    when the program has none)."""
+    from . import host_kernels as H
+
+    kinds = {k["backend"]["kind"] for k in (program.get("kernels") or {}).values()}
+    if not kinds & {"cpp", "halide"}:
+        return None
+    info = {}
+    if "cpp" in kinds:
+        info["cpp"] = {"compiler": H.compiler_version(), "flags": H.CXXFLAGS, "entry": "wrapir_kernel_argv"}
+    if "halide" in kinds:
+        import halide
+
+        info["halide"] = {"version": getattr(halide, "__version__", None), "target": H.HALIDE_TARGET,
+                          "runtime": f"kernels/{H.HALIDE_RUNTIME}", "entry": "<kernel>_argv"}
+    return info
+
+
 def write_text(bundle, file, text):
     with open(os.path.join(bundle, file), "w") as f:
         f.write(redact(text))

@@ -560,14 +560,24 @@ class GraphConverter(ControlFlowMixin):
             if p.startswith("#"):
                 comments.append(redact(p[1:].lstrip(" ") if p.startswith("# ") else p[1:]))
         gpu = getattr(line, "gpu", True)
-        kind = "triton" if "async_compile.triton(" in body else ("cpp" if not gpu else "unknown")
+        if "async_compile.triton(" in body:
+            kind = "triton"
+        elif "async_compile.halide(" in body:
+            kind = "halide"
+        elif "async_compile.cpp_pybinding(" in body:
+            kind = "cpp"
+        else:
+            kind = "cpp" if not gpu else "unknown"
         self.cap.kernels[name] = {"name": name, "source": source, "comments": comments, "_kind": kind}
+        if kind in ("cpp", "halide"):
+            # Parsed (and compiled into a host image) by `host_kernels` when the kernels are filled in.
+            self.cap.kernels[name]["_body"] = body
         self.emit({"line": "kernel_definition", "kernel": name})
 
     def kernel_call(self, line):
         name = line.kernel_name
         if not line.triton:
-            raise Unconvertible(f"non-Triton kernel call `{name}`")
+            return self.host_kernel_call(line)
         meta = line.triton_meta or {}
         inductor_meta = getattr(line, "inductor_meta", None) or {}
         raw_args = line.raw_args if line.raw_args is not None else [None] * len(line.call_args)
@@ -584,6 +594,24 @@ class GraphConverter(ControlFlowMixin):
         self.cap.kernels.setdefault(name, {"name": name, "source": "", "comments": [], "_kind": "triton"})
         self.cap.kernels[name]["_triton_meta"] = meta
         self.cap.kernels[name]["_inductor_meta"] = inductor_meta
+        self.emit(d)
+
+    def host_kernel_call(self, line):
+        """A direct call of a C++ or Halide kernel: positional arguments in the kernel's order."""
+        name = line.kernel_name
+        kind = self.cap.kernels.get(name, {}).get("_kind")
+        if kind not in ("cpp", "halide"):
+            raise Unconvertible(f"non-Triton kernel call `{name}` of a {kind or 'undefined'} kernel")
+        raw_args = line.raw_args if line.raw_args is not None else [None] * len(line.call_args)
+        args = []
+        for k, a in enumerate(line.call_args):
+            ty = line.arg_types[k] if line.arg_types and k < len(line.arg_types) else None
+            raw = raw_args[k] if k < len(raw_args) else None
+            args.append({"value": self.kernel_arg(a, ty, raw)})
+        d = {"line": "kernel_call", "kernel": name, "args": args}
+        dev = getattr(line, "device", None)
+        if dev is not None:
+            d["device"] = self.device(dev)
         self.emit(d)
 
     def kernel_arg(self, a, ty, raw):

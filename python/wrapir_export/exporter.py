@@ -26,6 +26,13 @@ from .tolerances import (MathModes, check_math, compare, compiled_tolerance, eag
                          float64_reference, math_modes, output_values, sync)
 
 
+# Inductor settings of every export that make its CPU kernels portable host images
+# (`host_kernels`): no C++ vectorisation (its ISA would be the exporting machine's), one
+# thread (no OpenMP runtime to load), Halide kernels for the baseline x86-64 target. They do
+# not touch CUDA programs.
+HOST_CONFIG = {"cpp.simdlen": 0, "cpp.threads": 1, "halide.cpu_target": "x86-64-linux"}
+
+
 class ExportResult:
     """What `export()` wrote: `path` (the bundle directory), `name`, `kernels` (how many
     Triton kernels program.json defines), `warnings` (conversion notes, wrappers not
@@ -132,7 +139,7 @@ def set_eval(module):
 
 def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, options=None, name=None,
            compile_kwargs=None, math=None, tolerance=None, progress=True, raise_on_error=True,
-           capture_devices=("cuda",)):
+           capture_devices=("cuda", "cpu")):
     """Exports `fn_or_module` compiled by Inductor as a wrapir bundle in `out_path`.
 
     `fn_or_module`: a function, an `nn.Module` (run in inference mode: `eval()`,
@@ -189,7 +196,7 @@ def write_errors(bundle, errors, tb=None):
 
 
 def export_bundle(torch, name, fn, make_inputs, compile_kwargs, bundle, options, *, is_module, module_name,
-                  progress=None, capture_devices=("cuda",)):
+                  progress=None, capture_devices=("cuda", "cpu")):
     """The export of one case (`options`: `math`, `tolerance`); returns an ExportResult
     whose `errors` list every failure (empty: the bundle is complete)."""
     install(capture_devices)
@@ -241,7 +248,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     # so that it is captured), one compile thread; with CUDA graphs, no graph partitions
     # (Inductor would move the cudagraph-safe parts of `call` into partition functions;
     # the same kernels and lines stay in `call` without them).
-    config_patch = {"fx_graph_cache": False, "compile_threads": 1}
+    config_patch = {"fx_graph_cache": False, "compile_threads": 1, **HOST_CONFIG}
     notes_extra = []
     if "freezing" in (compile_kwargs.get("options") or {}):
         # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
@@ -316,6 +323,11 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, run_kwargs, config_patch, mode)
     if cpp is not None:
         B.write_text(bundle, "inductor.cpp.txt", cpp)
+    elif all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor)):
+        # A CPU program runs from its host kernel images; Inductor's C++ wrapper text is
+        # informational there (and Inductor cannot always make it, e.g. for Halide kernels
+        # with dynamic shapes).
+        notes_extra.append(f"no inductor.cpp.txt: {cpp_error}")
     else:
         errors.append(cpp_error)
 
@@ -338,7 +350,10 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
             tolerance=tolerance, tolerance_basis=tolerance_basis, compiled=compiled_names, ctol=ctol, math=math,
             module=module_name, weights=weights, weight_names=weight_names, notes=notes, cuda_rng=cuda_rng,
             constants=B.constant_sources(fn, constant_values, is_module))
+        host = B.host_kernels_info(program)
+        if host:
+            info["host_kernels"] = host
         B.write_info(bundle, info)
-    stage("done" if not errors else "failed", f"{len(kernels)} Triton kernels, {len(errors)} errors")
+    stage("done" if not errors else "failed", f"{len(kernels)} kernels, {len(errors)} errors")
     return ExportResult(bundle, name, len(kernels), notes + [f"not captured: {d}" for d in dropped],
                         errors, info)

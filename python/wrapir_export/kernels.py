@@ -159,6 +159,11 @@ def fill_kernels(cap_kernels, modules, kdir_abs, errors):
         kind = k.pop("_kind", "triton")
         tm = k.pop("_triton_meta", None)
         im = k.pop("_inductor_meta", None)
+        if kind in ("cpp", "halide"):
+            host = host_kernel(name, kind, k, kdir_abs, errors)
+            if host is not None:
+                out[name] = host
+            continue
         if kind != "triton":
             errors.append(f"kernel {name}: {kind} kernels are not exported")
             continue
@@ -235,12 +240,39 @@ def fill_kernels(cap_kernels, modules, kdir_abs, errors):
     return out
 
 
+def host_kernel(name, kind, k, kdir_abs, errors):
+    """program.json's entry of a C++ or Halide kernel, its host image compiled under
+    `kdir_abs` (`host_kernels`); None (and an error) when it cannot be built."""
+    from . import host_kernels as H
+
+    body = k.pop("_body", "")
+    try:
+        if kind == "cpp":
+            arg_types, source = H.parse_cpp_definition(body)
+            H.build_cpp_kernel(name, source, arg_types, kdir_abs)
+            backend = {"kind": "cpp", "arg_types": arg_types}
+        else:
+            meta, source = H.parse_halide_definition(body)
+            H.build_halide_kernel(name, meta, source, kdir_abs)
+            backend = H.halide_backend_json(meta)
+    except Unconvertible as e:
+        errors.append(f"kernel {name}: {e}")
+        return None
+    except Exception as e:
+        errors.append(f"kernel {name}: exporter error {type(e).__name__}: {e}")
+        return None
+    return {"name": name, "backend": backend, "source": redact(source.lstrip("\n")),
+            **({"comments": k["comments"]} if k.get("comments") else {})}
+
+
 def name_call_args(lines, kernels, notes):
     """Names each Triton call argument by its kernel parameter (Inductor's `call_args` order)."""
     for ln in lines:
         if ln.get("line") != "kernel_call" or ln["kernel"] not in kernels:
             continue
         be = kernels[ln["kernel"]]["backend"]
+        if be.get("kind", "triton") != "triton":
+            continue  # C++ and Halide kernels are called positionally
         sig = be["signature"]
         extra = be.get("extra_launcher_args", [])
         consts = be.get("constants", {})

@@ -1,9 +1,10 @@
 //! `aten.convolution`: the arguments and output size every backend shares,
 //! and the host implementation (direct summation in f64, rounded once to
-//! the dtype; the reference the CUDA backend's cuDNN path is tested against).
+//! the dtype, in the memory format ATen picks: channels-last when the input or
+//! the weight is; the reference the CUDA backend's cuDNN path is tested against).
 
 use super::ops::{Args, BuiltinOptions};
-use super::{ExecError, Tensor, Value};
+use super::{contiguous_strides, ExecError, Tensor, TensorSpec, Value};
 
 /// The non-tensor arguments of a convolution, each spatial list expanded
 /// to one entry per spatial dimension (a single entry repeats, as in PyTorch).
@@ -236,5 +237,61 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
             }
         }
     }
-    Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &out_size)?))
+    let result = Tensor::from_f64(dtype, &out, &out_size)?;
+    // The memory format ATen picks (`suggest_memory_format` of the input or
+    // weight): channels-last when either is, else contiguous.
+    let channels_last = x.size().len() == out_size.len()
+        && (is_channels_last(x.size(), x.stride()) || is_channels_last(w.size(), w.stride()));
+    if !channels_last {
+        return Ok(Value::Tensor(result));
+    }
+    let spec = TensorSpec {
+        dtype,
+        device: x.spec().device,
+        size: out_size.clone(),
+        stride: format_strides(&out_size, true),
+        offset: 0,
+    };
+    let packed = Tensor::zeros_like_spec(&spec)?;
+    packed.copy_from(&result)?;
+    Ok(Value::Tensor(packed))
+}
+
+/// Channels-last strides of a 4-D/5-D size (`N, C, *spatial` with C innermost).
+pub(crate) fn channels_last_strides(size: &[i64]) -> Vec<i64> {
+    let r = size.len();
+    let mut stride = vec![0i64; r];
+    let mut acc = 1i64;
+    stride[1] = acc;
+    acc = acc.saturating_mul(size[1].max(1));
+    for d in (2..r).rev() {
+        stride[d] = acc;
+        acc = acc.saturating_mul(size[d].max(1));
+    }
+    stride[0] = acc;
+    stride
+}
+
+/// Whether `stride` lays out `size` densely as `dense` does (dimensions of
+/// size 1 may have any stride).
+pub(crate) fn packed_as(size: &[i64], stride: &[i64], dense: &[i64]) -> bool {
+    size.iter()
+        .zip(stride.iter().zip(dense))
+        .all(|(&n, (s, d))| n <= 1 || s == d)
+}
+
+/// Whether a 4-D/5-D layout is channels-last (and not also contiguous).
+pub(crate) fn is_channels_last(size: &[i64], stride: &[i64]) -> bool {
+    matches!(size.len(), 4 | 5)
+        && packed_as(size, stride, &channels_last_strides(size))
+        && !packed_as(size, stride, &contiguous_strides(size))
+}
+
+/// The dense strides of `size` in the chosen format.
+pub(crate) fn format_strides(size: &[i64], channels_last: bool) -> Vec<i64> {
+    if channels_last {
+        channels_last_strides(size)
+    } else {
+        contiguous_strides(size)
+    }
 }

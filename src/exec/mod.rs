@@ -18,6 +18,7 @@ mod conv;
 pub mod cuda;
 pub mod device_ops;
 pub mod host;
+pub mod host_kernels;
 mod jagged;
 pub mod meta;
 mod ops;

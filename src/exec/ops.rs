@@ -5,7 +5,6 @@ use super::pointwise;
 use super::tensor::Tensor;
 use super::{ArgList, ExecError, Kwargs, Value};
 use crate::ir::DType;
-use rayon::prelude::*;
 
 /// Arguments of one op call, read by position or keyword; shared by every
 /// backend's built-in ops (`T` is the backend's tensor type).
@@ -164,6 +163,7 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.convolution", super::conv::convolution),
         ("aten.bmm", bmm),
         ("aten.nonzero", nonzero),
+        ("aten.masked_select", masked_select),
         ("aten.item", item),
         ("aten.cumsum", cumsum),
         ("aten.index_put_", index_put),
@@ -254,14 +254,25 @@ fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
     Ok(Value::Tensor(jagged::inverse_offsets_tensor(a.op, offsets, total)?))
 }
 
-/// Accumulation types of the host GEMMs: `f32` for f16 / bf16 operands (as
-/// cuBLAS accumulates them), `f64` for the others.
+/// Accumulation types of the host GEMMs: `f32` for f32, f16 and bf16
+/// operands (PyTorch's CPU kernels multiply f32 in f32 and convert f16 / bf16
+/// operands to f32, accumulate there and round the result once), `f64` for
+/// the others.
 trait Acc: Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
     const ZERO: Self;
     fn of(v: f64) -> Self;
     fn get(self) -> f64;
     fn tanh(self) -> Self;
     fn is_nan(self) -> bool;
+    /// `c = a @ b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`
+    /// (lengths checked by the caller).
+    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
+}
+
+/// Row strides of a row-major `[rows, cols]` matrix for `matrixmultiply`
+/// (`cols` fits: the matrix exists in memory).
+fn row_stride(cols: usize) -> isize {
+    isize::try_from(cols).unwrap_or(isize::MAX)
 }
 
 impl Acc for f32 {
@@ -277,6 +288,32 @@ impl Acc for f32 {
     }
     fn is_nan(self) -> bool {
         f32::is_nan(self)
+    }
+    fn gemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+        if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+            return;
+        }
+        // SAFETY: `a`, `b` and `c` hold at least `m*k`, `k*n` and `m*n`
+        // elements (checked above), row-major with the unit column strides
+        // and row strides given, and `c` does not overlap them (it is `&mut`).
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                row_stride(k),
+                1,
+                b.as_ptr(),
+                row_stride(n),
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                row_stride(n),
+                1,
+            )
+        }
     }
 }
 
@@ -294,24 +331,40 @@ impl Acc for f64 {
     fn is_nan(self) -> bool {
         f64::is_nan(self)
     }
+    fn gemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
+        if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+            return;
+        }
+        // SAFETY: as for `f32`: lengths checked above, row-major operands,
+        // `c` exclusive.
+        unsafe {
+            matrixmultiply::dgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                row_stride(k),
+                1,
+                b.as_ptr(),
+                row_stride(n),
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                row_stride(n),
+                1,
+            )
+        }
+    }
 }
 
-/// `[m, k] @ [k, n]` on row-major data, accumulated in `F`, parallel over rows.
+/// `[m, k] @ [k, n]` on row-major data, accumulated in `F` (the `matrixmultiply` crate's
+/// blocked, vectorised GEMM).
 fn matmul<F: Acc>(a: &[F], b: &[F], m: usize, k: usize, n: usize) -> Vec<F> {
     // `gemm_op` checked that `m * n` (and the batch's result) fits and was allocatable.
     let mut out = vec![F::ZERO; m * n];
-    let row = |(i, r): (usize, &mut [F])| {
-        for p in 0..k {
-            let x = a[i * k + p];
-            for j in 0..n {
-                r[j] = r[j] + x * b[p * n + j];
-            }
-        }
-    };
-    if m * n * k >= 1 << 16 && n > 0 {
-        out.par_chunks_mut(n).enumerate().for_each(row);
-    } else if n > 0 {
-        out.chunks_mut(n).enumerate().for_each(row);
+    if m > 0 && n > 0 {
+        F::gemm(m, k, n, a, b, &mut out);
     }
     out
 }
@@ -400,7 +453,8 @@ fn dim(a: &Args<'_>, v: i64) -> Result<usize, ExecError> {
 
 /// The GEMM-family ops on the host: `x @ y` (2-D, or batches of 3-D when
 /// `batched`), plus `beta * bias` broadcast to the result, then `act`;
-/// f16 / bf16 accumulate in f32 and every result element is rounded once.
+/// f32, f16 and bf16 multiply and accumulate in f32 (f16 / bf16 converted, as
+/// PyTorch's CPU kernels do), the others in f64; every result element is rounded once.
 #[allow(clippy::too_many_arguments)]
 fn gemm_op(
     a: &Args<'_>,
@@ -463,7 +517,9 @@ fn gemm_op(
     )?;
     let (xv, yv) = (x.to_f64_vec()?, y.to_f64_vec()?);
     let values = match dtype {
-        DType::Float16 | DType::Bfloat16 => gemm_in::<f32>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act),
+        DType::Float32 | DType::Float16 | DType::Bfloat16 => {
+            gemm_in::<f32>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act)
+        }
         _ => gemm_in::<f64>(&xv, &yv, bias.as_deref(), &s, alpha, beta, act),
     };
     Ok(Value::Tensor(Tensor::from_f64(dtype, &values, &out)?))
@@ -554,6 +610,47 @@ fn nonzero(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError>
         &[1, n as i64],
         0,
     )?))
+}
+
+/// The broadcast of two shapes (NumPy rules), or an error naming both.
+fn broadcast_shapes(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
+    let rank = x.len().max(y.len());
+    let at = |s: &[i64], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
+    (0..rank)
+        .map(|d| match (at(x, d), at(y, d)) {
+            (p, q) if p == q || q == 1 => Ok(p),
+            (1, q) => Ok(q),
+            _ => Err(a.err(format!("shapes {x:?} and {y:?} do not broadcast"))),
+        })
+        .collect()
+}
+
+/// `masked_select(self, mask)`: the elements of `self` where the boolean
+/// `mask` is set, both broadcast to one shape, in row-major order, as a 1-D
+/// tensor of `self`'s dtype (values copied exactly, in the storage type).
+fn masked_select(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let mask = a.tensor(1, "mask")?;
+    if mask.dtype() != DType::Bool {
+        return Err(a.err(format!("`mask` must be a bool tensor, got {}", mask.dtype())));
+    }
+    let shape = broadcast_shapes(a, x.size(), mask.size())?;
+    let keep = mask.expand(&shape)?.to_i64_vec()?;
+    let xe = x.expand(&shape)?;
+    let n = keep.iter().filter(|k| **k != 0).count();
+    crate::Limits::check(
+        crate::Limit::AllocBytes,
+        (n as u64).saturating_mul(x.dtype().size_bytes()),
+        o.max_alloc_bytes(),
+        format!("op `{}`: the result of {n} elements", a.op),
+    )?;
+    let len = i64::try_from(n).map_err(|_| a.err("too many elements"))?;
+    let t = super::tensor::with_dtype!(x.dtype(), T => {
+        let v: Vec<T> = xe.to_vec::<T>()?;
+        let picked: Vec<T> = v.into_iter().zip(&keep).filter(|(_, k)| **k != 0).map(|(e, _)| e).collect();
+        Tensor::from_vec(picked, &[len])?
+    }, return Err(a.err(format!("dtype {} is not supported", x.dtype()))));
+    Ok(Value::Tensor(t))
 }
 
 fn item(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

@@ -5,6 +5,9 @@ use crate::ir::{DType, Device};
 use half::{bf16, f16};
 use std::sync::{Arc, Mutex, RwLock};
 
+mod raw;
+pub(crate) use raw::RawView;
+
 /// Typed element storage (not re-exported: reachable only through [`Element`]'s sealed supertrait).
 #[derive(Clone, Debug)]
 #[allow(missing_docs)]

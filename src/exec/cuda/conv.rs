@@ -28,8 +28,8 @@
 use super::dnn::{self, ConvDesc, DataType, DnnHandle, FilterDesc, Format, MathType, TensorDesc};
 use super::library::{self, Address, LibraryCall};
 use super::{op_key, CudaBackend, CudaTensor};
-use crate::exec::conv::ConvParams;
-use crate::exec::{contiguous_strides, Backend, ExecError, ExternCall, TensorSpec, Value};
+use crate::exec::conv::{format_strides, is_channels_last, packed_as, ConvParams};
+use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
 use std::collections::HashMap;
@@ -82,44 +82,6 @@ fn data_type(d: DType) -> Option<DataType> {
         DType::Float16 => Some(DataType::CUDNN_DATA_HALF),
         DType::Bfloat16 => Some(DataType::CUDNN_DATA_BFLOAT16),
         _ => None,
-    }
-}
-
-/// Channels-last strides of a 4-D/5-D size (`N, C, *spatial` with C innermost).
-fn channels_last_strides(size: &[i64]) -> Vec<i64> {
-    let r = size.len();
-    let mut stride = vec![0i64; r];
-    let mut acc = 1i64;
-    stride[1] = acc;
-    acc = acc.saturating_mul(size[1].max(1));
-    for d in (2..r).rev() {
-        stride[d] = acc;
-        acc = acc.saturating_mul(size[d].max(1));
-    }
-    stride[0] = acc;
-    stride
-}
-
-/// Whether `stride` lays out `size` densely as `dense` does (dimensions of
-/// size 1 may have any stride).
-fn packed_as(size: &[i64], stride: &[i64], dense: &[i64]) -> bool {
-    size.iter()
-        .zip(stride.iter().zip(dense))
-        .all(|(&n, (s, d))| n <= 1 || s == d)
-}
-
-fn is_channels_last(size: &[i64], stride: &[i64]) -> bool {
-    matches!(size.len(), 4 | 5)
-        && packed_as(size, stride, &channels_last_strides(size))
-        && !packed_as(size, stride, &contiguous_strides(size))
-}
-
-/// The dense strides of `size` in the chosen format.
-fn format_strides(size: &[i64], channels_last: bool) -> Vec<i64> {
-    if channels_last {
-        channels_last_strides(size)
-    } else {
-        contiguous_strides(size)
     }
 }
 

@@ -1,0 +1,224 @@
+"""Host (CPU) kernels as shared objects that wrapir's host backend loads without PyTorch or
+Python: Inductor's C++ kernels (`async_compile.cpp_pybinding`) and its Halide kernels
+(`async_compile.halide`), compiled when a CPU program is exported.
+
+Every image is built for the baseline x86-64 ISA (no `-march=native`; Inductor's C++
+vectorisation is turned off while exporting, see `exporter.HOST_CONFIG`) so that it runs on
+any x86-64 Linux machine:
+
+* a C++ kernel `<kernel>` becomes `kernels/<kernel>.so`: Inductor's source (which includes
+  `torch/csrc/inductor/cpp_prefix.h`, compiled here against the installed PyTorch's headers;
+  those parts are header-only, so the object needs no libtorch or libc10, which is checked
+  with the ELF dynamic section) plus two C functions: `wrapir_kernel_argv(void **args)`
+  calls `kernel(...)` with `args[i]` the data pointer of tensor argument `i` and a pointer
+  to the value of scalar argument `i`, and `wrapir_kernel_signature()` returns the argument
+  types it was compiled with, joined by `;`, for the loader to check against the program;
+* a Halide kernel `<kernel>` becomes `kernels/<kernel>.so` exporting Halide's own
+  `<kernel>_argv(void **args)` and `<kernel>_metadata()`, ahead-of-time compiled for
+  `halide.cpu_target` without a runtime; one `kernels/halide_runtime.so` (Halide's
+  standalone runtime for the same target) serves every Halide kernel of the program, found
+  through the kernel's `DT_NEEDED` and its `$ORIGIN` run path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from .errors import Unconvertible
+
+# The baseline x86-64 ISA and Inductor's own numerics flags for its C++ kernels (strict IEEE
+# arithmetic: no fast-math, no contraction into FMAs). `-Bsymbolic`: the entry point calls
+# this object's own `kernel`, never another object's of the same name.
+CXXFLAGS = ["-std=c++17", "-O2", "-DNDEBUG", "-march=x86-64", "-mtune=generic", "-fPIC", "-shared",
+            "-fno-strict-aliasing", "-fno-finite-math-only", "-fno-unsafe-math-optimizations",
+            "-ffp-contract=off", "-Wl,-Bsymbolic", "-w"]
+HALIDE_TARGET = "x86-64-linux"
+HALIDE_RUNTIME = "halide_runtime.so"
+# Shared objects a host kernel image must not need (it must load without PyTorch).
+FORBIDDEN_NEEDED = ("libtorch", "libc10", "libpython", "libgomp", "libiomp", "libomp")
+
+RE_CPP_DEF = re.compile(r"async_compile\.cpp_pybinding\(\s*(\[[^\]]*\])\s*,\s*r?'''(.*)'''", re.S)
+RE_HALIDE_DEF = re.compile(r"async_compile\.halide\(\s*(HalideMeta\(.*?\))\s*,\s*r?'''(.*)'''", re.S)
+
+
+def cxx():
+    return os.environ.get("CXX", "g++")
+
+
+def compiler_version():
+    """The first line of `$CXX --version`."""
+    return _run([cxx(), "--version"], "the C++ compiler").splitlines()[0].strip()
+
+
+def parse_cpp_definition(body):
+    """(argument types, source) of `async_compile.cpp_pybinding([...], r'''...''')`."""
+    import ast
+
+    m = RE_CPP_DEF.search(body)
+    if not m:
+        raise Unconvertible("C++ kernel definition not in the form `async_compile.cpp_pybinding([...], r'''...''')`")
+    types = ast.literal_eval(m.group(1))
+    if not all(isinstance(t, str) for t in types):
+        raise Unconvertible(f"C++ kernel argument types {types!r} are not strings")
+    return [t.strip() for t in types], m.group(2)
+
+
+def parse_halide_definition(body):
+    """(HalideMeta as program.json's `halide` backend, source) of
+    `async_compile.halide(HalideMeta(...), '''...''')`."""
+    from torch._inductor.runtime.hints import HalideInputSpec, HalideMeta
+
+    m = RE_HALIDE_DEF.search(body)
+    if not m:
+        raise Unconvertible("Halide kernel definition not in the form `async_compile.halide(HalideMeta(...), '''...''')`")
+    # The metadata is Inductor's own repr of a HalideMeta: evaluated with only its two classes.
+    meta = eval(m.group(1), {"__builtins__": {}}, {"HalideMeta": HalideMeta, "HalideInputSpec": HalideInputSpec})
+    return meta, m.group(2)
+
+
+def halide_backend_json(meta):
+    args = []
+    for a in meta.argtypes:
+        d = {"ctype": a.ctype, "name": a.name}
+        if a.shape is not None:
+            d["shape"] = [str(x) for x in a.shape]
+            d["stride"] = [str(x) for x in a.stride]
+            d["offset"] = str(a.offset)
+        if a.alias_of is not None:
+            d["alias_of"] = a.alias_of
+        args.append(d)
+    out = {"kind": "halide", "argtypes": args, "target": meta.target}
+    if meta.scheduler:
+        out["scheduler"] = meta.scheduler
+    if meta.scheduler_flags:
+        out["scheduler_flags"] = {str(k): v for k, v in meta.scheduler_flags.items()}
+    if meta.cuda_device is not None:
+        out["cuda_device"] = int(meta.cuda_device)
+    return out
+
+
+def _run(cmd, what):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        raise Unconvertible(f"{what} failed ({p.returncode}): {' '.join(cmd[:3])} ...\n{p.stdout[-3000:]}")
+    return p.stdout
+
+
+def needed_libraries(path):
+    """The `DT_NEEDED` entries of a shared object (`readelf -d`)."""
+    out = _run(["readelf", "-d", path], f"readelf of {os.path.basename(path)}")
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+
+
+def check_needed(path):
+    bad = [n for n in needed_libraries(path) if n.startswith(FORBIDDEN_NEEDED)]
+    if bad:
+        raise Unconvertible(f"{os.path.basename(path)} needs {', '.join(bad)}: it would not load without PyTorch")
+
+
+def c_scalar_type(t):
+    """The C value type of a scalar argument type (`const int64_t` -> `int64_t`)."""
+    t = re.sub(r"\bconst\b", "", t).strip()
+    return " ".join(t.split())
+
+
+def cpp_entry_source(arg_types):
+    """`wrapir_kernel_argv` and `wrapir_kernel_signature` for a kernel taking `arg_types`."""
+    args = []
+    for i, t in enumerate(arg_types):
+        if t.endswith("*"):
+            args.append(f"static_cast<{t}>(args[{i}])")
+        else:
+            args.append(f"*static_cast<const {c_scalar_type(t)}*>(args[{i}])")
+    sig = ";".join(arg_types).replace("\\", "\\\\").replace('"', '\\"')
+    joined = (",\n        ").join(args)
+    return (
+        "\n// wrapir: one entry point of a fixed C ABI for every kernel (see wrapir_export.host_kernels).\n"
+        'extern "C" int wrapir_kernel_argv(void **args) {\n'
+        f"    kernel({joined});\n"
+        "    return 0;\n"
+        "}\n"
+        f'extern "C" const char *wrapir_kernel_signature(void) {{ return "{sig}"; }}\n'
+    )
+
+
+def torch_include_dirs():
+    from torch.utils.cpp_extension import include_paths
+
+    return include_paths()
+
+
+def build_cpp_kernel(name, source, arg_types, kdir):
+    """Compiles C++ kernel `name` into `kdir/<name>.so`; returns its path relative to the bundle."""
+    os.makedirs(kdir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wrapir-cpp-") as tmp:
+        src = os.path.join(tmp, f"{name}.cpp")
+        with open(src, "w") as f:
+            f.write(source)
+            f.write(cpp_entry_source(arg_types))
+        out = os.path.join(kdir, f"{name}.so")
+        includes = [f"-I{d}" for d in torch_include_dirs()]
+        _run([cxx(), *CXXFLAGS, *includes, "-o", out, src, "-s"], f"compiling C++ kernel {name}")
+    check_needed(out)
+    return f"kernels/{name}.so"
+
+
+def build_halide_runtime(kdir, target=HALIDE_TARGET):
+    """Halide's standalone runtime for `target` as `kdir/halide_runtime.so` (once per bundle)."""
+    out = os.path.join(kdir, HALIDE_RUNTIME)
+    if os.path.exists(out):
+        return out
+    import halide as hl
+
+    os.makedirs(kdir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wrapir-halide-rt-") as tmp:
+        obj = os.path.join(tmp, "runtime.o")
+        hl.compile_standalone_runtime(obj, hl.Target(target))
+        _run([cxx(), "-shared", "-fPIC", "-o", out, obj, "-lpthread", "-ldl", "-s"], "linking the Halide runtime")
+    check_needed(out)
+    return out
+
+
+def halide_autoscheduler(name):
+    """The autoscheduler plugin Inductor itself would load."""
+    from torch._inductor.codecache import HalideCodeCache
+
+    return HalideCodeCache.find_libautoschedule(name)
+
+
+def build_halide_kernel(name, meta, source, kdir):
+    """Runs kernel `name`'s Halide generator ahead of time for its target (Inductor's
+    `halide.cpu_target`, which the export sets to the baseline) and links the object into
+    `kdir/<name>.so` against the bundle's one Halide runtime; returns its path relative to
+    the bundle."""
+    if meta.is_cuda():
+        raise Unconvertible(f"Halide kernel {name} targets CUDA; only CPU Halide kernels are compiled to host images")
+    if "no_runtime" not in meta.target:
+        raise Unconvertible(f"Halide kernel {name}: target `{meta.target}` embeds a runtime (expected no_runtime)")
+    base = meta.target.split("-")
+    if base[0] == "host":
+        raise Unconvertible(f"Halide kernel {name}: target `{meta.target}` is the exporting machine's CPU; "
+                            f"export with halide.cpu_target={HALIDE_TARGET!r}")
+    build_halide_runtime(kdir)
+    os.makedirs(kdir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="wrapir-halide-") as tmp:
+        gen = os.path.join(tmp, "generate_kernel.py")
+        with open(gen, "w") as f:
+            f.write(source)
+        cmd = [sys.executable, gen, "-g", "kernel", "-o", tmp, "-f", name, "-e", "object,h"]
+        if meta.scheduler:
+            cmd += ["-p", halide_autoscheduler(meta.scheduler)]
+        cmd += meta.args()
+        _run(cmd, f"Halide generator of {name}")
+        obj = os.path.join(tmp, f"{name}.o")
+        if not os.path.exists(obj):
+            raise Unconvertible(f"Halide generator of {name} wrote no {name}.o")
+        out = os.path.join(kdir, f"{name}.so")
+        _run([cxx(), "-shared", "-fPIC", "-o", out, obj, f"-L{kdir}", f"-l:{HALIDE_RUNTIME}",
+              "-Wl,-rpath,$ORIGIN", "-s"], f"linking Halide kernel {name}")
+    check_needed(out)
+    return f"kernels/{name}.so"

@@ -1,0 +1,256 @@
+//! Real Inductor CPU programs (`fixtures/inductor/bundles_cpu/{cpp,halide}/<case>/`,
+//! exported from `fixtures/inductor/cases_cpu.py`): the host backend loads
+//! each bundle's compiled C++ or Halide kernels, runs the program on its
+//! inputs and matches eager PyTorch's outputs (within the bundle's tolerance)
+//! and Inductor's compiled outputs (within the tight compiled tolerance) —
+//! with no PyTorch or Python on the machine. Also: `wrapir run --device cpu`
+//! on them, and clear errors when an image and the program disagree.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use wrapir::bundle::Bundle;
+use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Comparison};
+use wrapir::exec::host::{run_program_on, HostBackend};
+use wrapir::exec::host_kernels;
+use wrapir::ir::{KernelBackend, Program};
+
+/// The CPU backends the bundles were exported with (one directory each).
+const BACKENDS: &[&str] = &["cpp", "halide"];
+
+/// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
+const CASES: &[&str] = &[
+    "pointwise",
+    "pointwise_dynamic",
+    "reduction_sum",
+    "reduction_dynamic",
+    "softmax",
+    "layer_norm",
+    "mm_gelu",
+    "addmm_relu",
+    "bmm_epilogue",
+    "cumsum",
+    "bf16_rmsnorm",
+    "bf16_pointwise",
+    "nonzero",
+    "masked_select",
+    "jagged_to_padded",
+    "small_cnn",
+    "transformer_block",
+];
+
+fn bundles(backend: &str) -> Vec<PathBuf> {
+    let dir = common::root().join("fixtures/inductor/bundles_cpu").join(backend);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("program.json").is_file())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The outcome of one bundle: its comparisons with eager and with Inductor's
+/// compiled outputs, or the error that stopped the run.
+struct Outcome {
+    eager: Comparison,
+    compiled: Option<Comparison>,
+    kernels: usize,
+}
+
+/// Opens `dir`, loads its host kernels, runs it on the host backend and
+/// compares the outputs with `expected.safetensors` and `compiled.safetensors`.
+fn check(dir: &Path) -> Result<Outcome, String> {
+    let bundle = Bundle::open(dir).map_err(|e| e.to_string())?;
+    let program = bundle.program().clone();
+    let meta: BundleMeta = bundle.meta().clone();
+    let mut backend = HostBackend::default();
+    let kernels = host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images(), None)
+        .map_err(|e| e.to_string())?;
+    let inputs = bundle
+        .inputs()
+        .map_err(|e| e.to_string())?
+        .ok_or("no inputs.safetensors")?;
+    let expected = bundle
+        .expected()
+        .map_err(|e| e.to_string())?
+        .ok_or("no expected.safetensors")?;
+    let out = run_program_on(&program, &mut backend, &inputs).map_err(|e| e.to_string())?;
+    let got = output_leaves(&out.outputs);
+    let ints = meta.int_outputs.as_deref();
+    let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
+    let compiled = bundle
+        .compiled()
+        .map_err(|e| e.to_string())?
+        .map(|c| compare_leaves(&got, &c, ints, meta.compiled_tolerance));
+    Ok(Outcome {
+        eager,
+        compiled,
+        kernels,
+    })
+}
+
+fn case(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_cpu_bundle_matches_eager_on_the_host() {
+    let mut failures = Vec::new();
+    let mut table = String::from("backend  case                   kernels  max abs err (eager)\n");
+    for backend in BACKENDS {
+        let dirs = bundles(backend);
+        // Host kernels loaded over the backend's bundles (cumsum, for one,
+        // is an extern `aten.cumsum` call on the CPU, with no kernel).
+        let mut kernels = 0;
+        let names: Vec<String> = dirs.iter().map(|d| case(d)).collect();
+        for want in CASES {
+            if !names.iter().any(|n| n == want) {
+                failures.push(format!("{backend}/{want}: no bundle"));
+            }
+        }
+        for dir in dirs {
+            let name = format!("{backend}/{}", case(&dir));
+            match check(&dir) {
+                Err(e) => failures.push(format!("{name}: {e}")),
+                Ok(o) => {
+                    if let Some(e) = o.eager.first_error() {
+                        failures.push(format!("{name}: against eager: {e}"));
+                    }
+                    match &o.compiled {
+                        Some(c) => {
+                            if let Some(e) = c.first_error() {
+                                failures.push(format!("{name}: against inductor: {e}"));
+                            }
+                        }
+                        None => failures.push(format!("{name}: no compiled.safetensors")),
+                    }
+                    kernels += o.kernels;
+                    let err = o
+                        .eager
+                        .max_errors()
+                        .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));
+                    table += &format!("{backend:<8} {:<22} {:>7}  {err}\n", case(&dir), o.kernels);
+                }
+            }
+        }
+        if kernels < CASES.len() {
+            failures.push(format!("{backend}: only {kernels} host kernels loaded in all"));
+        }
+    }
+    println!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_kernel_of_a_cpu_bundle_is_of_its_backend() {
+    for backend in BACKENDS {
+        for dir in bundles(backend) {
+            let bundle = Bundle::open(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            for k in bundle.program().kernels.values() {
+                let kind = k.backend.keyword();
+                assert_eq!(
+                    kind,
+                    *backend,
+                    "{}: kernel {} is a {kind} kernel",
+                    dir.display(),
+                    k.name
+                );
+                assert!(
+                    dir.join(host_kernels::image_path(k.name.as_str())).is_file(),
+                    "{}: no image for {}",
+                    dir.display(),
+                    k.name
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn wrapir_run_on_cpu_matches_eager() {
+    for bundle in [
+        "fixtures/inductor/bundles_cpu/cpp/softmax",
+        "fixtures/inductor/bundles_cpu/halide/layer_norm",
+    ] {
+        let run = common::wrapir(&["run", bundle, "--device", "cpu"]);
+        assert_eq!(run.code, 0, "{bundle}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.starts_with("device: cpu\n"), "{}", run.stdout);
+        assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
+    }
+}
+
+/// A copy of `case`'s bundle whose program is changed by `edit`.
+fn edited(test: &str, case: &str, edit: impl FnOnce(&mut Program)) -> PathBuf {
+    let src = common::root().join("fixtures/inductor/bundles_cpu").join(case);
+    let dst = common::scratch("cpu_bundles", test);
+    common::copy_dir(&src, &dst);
+    let bundle = Bundle::open(&dst).unwrap();
+    let mut program = bundle.program().clone();
+    edit(&mut program);
+    std::fs::write(dst.join("program.json"), program.to_json()).unwrap();
+    dst
+}
+
+#[test]
+fn a_cpp_image_compiled_for_other_arguments_is_refused() {
+    let dir = edited("cpp_signature", "cpp/pointwise", |p| {
+        for k in p.kernels.values_mut() {
+            if let KernelBackend::Cpp(m) = &mut k.backend {
+                m.arg_types[0] = "const double*".into();
+            }
+        }
+    });
+    let err = check(&dir).err().expect("a mismatching image must be refused");
+    assert!(
+        err.contains("cpp_fused") && err.contains("compiled for arguments"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_halide_image_with_other_dimensions_is_refused() {
+    let dir = edited("halide_dims", "halide/pointwise", |p| {
+        for k in p.kernels.values_mut() {
+            if let KernelBackend::Halide(m) = &mut k.backend {
+                let a = &mut m.argtypes[0];
+                a.shape.as_mut().unwrap().push("1".into());
+                a.stride.as_mut().unwrap().push("1".into());
+            }
+        }
+    });
+    let err = check(&dir).err().expect("a mismatching image must be refused");
+    assert!(err.contains("halide_kernel_0") && err.contains("dimensions"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_image_names_the_kernel_and_file() {
+    let src = common::root().join("fixtures/inductor/bundles_cpu/halide/softmax");
+    let dst = common::scratch("cpu_bundles", "missing_image");
+    common::copy_dir(&src, &dst);
+    let bundle = Bundle::open(&dst).unwrap();
+    let first = host_kernels::host_kernel_names(bundle.program())[0].to_string();
+    std::fs::remove_file(dst.join(host_kernels::image_path(&first))).unwrap();
+    let err = check(&dst).err().expect("a missing image must be an error");
+    assert!(err.contains(&first) && err.contains(".so"), "{err}");
+    let _ = std::fs::remove_dir_all(&dst);
+}
+
+#[test]
+fn a_packed_cpu_bundle_runs_its_kernels() {
+    let dir = common::scratch("cpu_bundles", "package");
+    for (case, file) in [("cpp/mm_gelu", "cpp.wirpkg"), ("halide/small_cnn", "halide.wirpkg")] {
+        let package = dir.join(file);
+        let bundle = format!("fixtures/inductor/bundles_cpu/{case}");
+        let pack = common::wrapir(&["pack", &bundle, "-o", package.to_str().unwrap()]);
+        assert_eq!(pack.code, 0, "{}{}", pack.stdout, pack.stderr);
+        let run = common::wrapir(&["run", package.to_str().unwrap(), "--device", "cpu"]);
+        assert_eq!(run.code, 0, "{case}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
