@@ -19,8 +19,12 @@ use wrapir::exec::cuda::capi::*;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, Value};
 
+/// The checkout: `CARGO_MANIFEST_DIR` at run time (a test binary copied to a
+/// GPU machine runs in another checkout), else where it was built.
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn bundle(name: &str) -> CString {
@@ -531,7 +535,8 @@ fn standalone_packages_match_the_references() {
     );
     let include = cuda_include();
     let work = std::env::temp_dir().join(format!("wrapir_cuda_capi_packages_{}", std::process::id()));
-    let wrapir = env!("CARGO_BIN_EXE_wrapir");
+    let wrapir = std::env::var("WRAPIR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_wrapir").to_string());
+    let wrapir = wrapir.as_str();
     // Matrix products, a convolution net, data-dependent sizes, two outputs,
     // a size output, in-place scatter, attention, complex views.
     let cases = [
