@@ -168,7 +168,10 @@ pub(super) unsafe fn convert(
         // SAFETY: the caller's contract, passed on.
         let value = unsafe { value_of(backend, a, &label, 0, &mut budget) }?;
         if a.name.is_null() {
-            if !out.kwargs.is_empty() {
+            // Keywords are matched by name, so only their order among
+            // positionals could mislead; `out` comes first in an `out=`
+            // call (the wrapper passes the destination before the operands).
+            if out.kwargs.keys().any(|k| k != "out") {
                 return Err(Failure::argument(format!(
                     "{label}: a positional argument after keyword arguments"
                 )));
