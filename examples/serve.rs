@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions, Session};
 use wrapir::exec::Tensor;
-use wrapir::ir::DType;
 
 fn main() {
     if let Err(e) = run() {
@@ -98,10 +97,10 @@ fn run() -> Result<(), String> {
     let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let (model, inputs) = (&model, &inputs);
+                let (model, inputs, bundle) = (&model, &inputs, bundle.as_path());
                 scope.spawn(move || -> Result<Vec<Duration>, String> {
                     if device_inputs {
-                        return device_calls(model, inputs, calls);
+                        return device_calls(model, bundle, inputs, calls);
                     }
                     (0..calls)
                         .map(|_| {
@@ -136,7 +135,12 @@ fn run() -> Result<(), String> {
 /// One thread's calls on device-resident inputs: its own stream and session,
 /// one untimed call first (the session's recording), then `calls` calls,
 /// each timed until the stream has passed it.
-fn device_calls(model: &Model, inputs: &IndexMap<String, Tensor>, calls: usize) -> Result<Vec<Duration>, String> {
+fn device_calls(
+    model: &Model,
+    bundle: &std::path::Path,
+    inputs: &IndexMap<String, Tensor>,
+    calls: usize,
+) -> Result<Vec<Duration>, String> {
     use cudarc::driver::{CudaContext, DevicePtr};
     let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
     // SAFETY: this thread's buffers are used on its one stream only.
@@ -144,26 +148,28 @@ fn device_calls(model: &Model, inputs: &IndexMap<String, Tensor>, calls: usize) 
     let stream = ctx.new_stream().map_err(|e| e.to_string())?;
     let mut device = IndexMap::new();
     let mut keep = Vec::new();
+    // The stored inputs' raw bytes (safetensors holds them dense, little-endian).
+    let opened = wrapir::bundle::Bundle::open(bundle).map_err(|e| e.to_string())?;
+    let stored = opened
+        .entry(wrapir::bundle::INPUTS)
+        .map_err(|e| e.to_string())?
+        .ok_or("the bundle stores no inputs")?;
+    let tensors = safetensors::SafeTensors::deserialize(&stored).map_err(|e| e.to_string())?;
     for (name, t) in inputs {
-        let dense = t.contiguous_copy().map_err(|e| e.to_string())?;
-        let bytes = if dense.dim() == 0 {
-            dense.view(&[1], &[1], 0).and_then(|v| v.view_dtype(DType::Uint8))
-        } else {
-            dense.view_dtype(DType::Uint8)
-        }
-        .and_then(|v| v.to_vec::<u8>())
-        .map_err(|e| format!("input `{name}`: {e}"))?;
-        let slice = stream.clone_htod(&bytes).map_err(|e| e.to_string())?;
+        let view = tensors.tensor(name).map_err(|e| format!("input `{name}`: {e}"))?;
+        let bytes = view.data();
+        let slice = stream.clone_htod(bytes).map_err(|e| e.to_string())?;
         let ptr = {
             let (ptr, _sync) = slice.device_ptr(&stream);
             ptr
         };
+        let spec = wrapir::exec::TensorSpec::contiguous(t.dtype(), t.spec().device, t.size());
         device.insert(
             name.clone(),
             DeviceInput {
                 ptr,
                 bytes: bytes.len(),
-                spec: dense.spec().clone(),
+                spec,
             },
         );
         keep.push(slice);
