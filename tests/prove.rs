@@ -278,6 +278,12 @@ fn text_interface() {
     let (o, out) = prove_text("s0", "s0", &["s0 >= 5".into(), "s0 <= 3".into()], false).expect("runs");
     assert!(matches!(o, Outcome::Unknown(_)));
     assert!(out.starts_with("unknown: the facts are contradictory"), "{out}");
+    // A fuzzer-found contradiction (`x**0` folds to 1 against `== 0`, and
+    // `2 < 1`) once kept the e-graph's rebuild merging forever.
+    let facts = ["uu0**000 == - 0".to_string(), "u0 == 2 < 1".to_string()];
+    let (o, out) = prove_text("u0*s2", "s0*u*u0", &facts, false).expect("runs");
+    assert!(matches!(o, Outcome::Unknown(_)), "{out}");
+    assert!(out.starts_with("unknown: the facts are contradictory"), "{out}");
     let err = prove_text("s0", "s0", &["s0 +".into()], false).unwrap_err().to_string();
     assert!(err.starts_with("cannot parse assumption `s0 +`"), "{err}");
     // Inductor's Python syntax, with a definition as an assumption.

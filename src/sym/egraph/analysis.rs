@@ -459,6 +459,15 @@ impl Analysis<SymLang> for SymAnalysis {
     }
 
     fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        // A contradictory class stays as it is: the prover only reports the
+        // contradiction, and refining its data further need not converge
+        // (constant folding kept re-merging `0` and `1` for the facts
+        // `x**0 == 0, 2 < 1`, so `rebuild` never returned).
+        if a.conflict || b.conflict {
+            let a_changed = !a.conflict;
+            a.conflict = true;
+            return DidMerge(a_changed, !b.conflict);
+        }
         let before_a = a.clone();
         let mut conflict = a.conflict || b.conflict;
         let constant = match (a.constant.take(), b.constant.clone()) {
@@ -492,6 +501,9 @@ impl Analysis<SymLang> for SymAnalysis {
     }
 
     fn modify(egraph: &mut SymEGraph, id: Id) {
+        if egraph[id].data.conflict {
+            return;
+        }
         let Some((c, pat)) = egraph[id].data.constant.clone() else {
             return;
         };
