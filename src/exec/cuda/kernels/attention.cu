@@ -4,14 +4,15 @@
 //
 // Compiled with NVRTC at first use, separately from builtin.cu. Kernels:
 //   attn_f16_e<E>, attn_bf16_e<E>  tensor cores (mma.sync m16n8k16, sm_80+)
-//   attn_f32tc_e<E>                3xTF32 on tensor cores (sm_80+)
+//   attn_f32tc_e<E>                3xTF32 on tensor cores (sm_80+); _s2: two key
+//                                  groups a block, for grids below half the GPU
 //   attn_f32_e<E>                  FMA (before sm_80)
 // for head dims E in {16, 32, 64, 80, 96, 128}, one head dim per NVRTC
 // compilation (ATTN_E, defined by the host), so a model pays for the head
 // dims it uses only.
 //
-// Layout: grid (ceil(L / rows per block), H, B), 128 threads, dynamic shared
-// memory as `shared_layout` in attention.rs computes it. Every tensor is
+// Layout: grid (ceil(L / rows per block), H, B), 128 threads (256 for _s2),
+// dynamic shared memory as `shared_layout` in attention.rs computes it. Every tensor is
 // addressed through its strides ([B, H, L, E] for q and the output,
 // [B, Hkv, S, E] for k and v, [B, H, L, S] broadcast strides for the bias,
 // [B, H, L] for the log-sum-exp), so permuted and expanded views need no copy.
