@@ -275,6 +275,14 @@ fn row_stride(cols: usize) -> isize {
     isize::try_from(cols).unwrap_or(isize::MAX)
 }
 
+/// Whether row-major `a` (`m x k`), `b` (`k x n`) and `c` (`m x n`) hold
+/// their elements: the one guard of both `gemm`s' raw-pointer calls, with
+/// checked products (a wrapped product would pass a short slice).
+fn gemm_fits<T>(m: usize, k: usize, n: usize, a: &[T], b: &[T], c: &[T]) -> bool {
+    let holds = |len: usize, r: usize, s: usize| r.checked_mul(s).is_some_and(|need| len >= need);
+    holds(a.len(), m, k) && holds(b.len(), k, n) && holds(c.len(), m, n)
+}
+
 impl Acc for f32 {
     const ZERO: Self = 0.0;
     fn of(v: f64) -> Self {
@@ -290,11 +298,11 @@ impl Acc for f32 {
         f32::is_nan(self)
     }
     fn gemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-        if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+        if !gemm_fits(m, k, n, a, b, c) {
             return;
         }
         // SAFETY: `a`, `b` and `c` hold at least `m*k`, `k*n` and `m*n`
-        // elements (checked above), row-major with the unit column strides
+        // elements (`gemm_fits`), row-major with the unit column strides
         // and row strides given, and `c` does not overlap them (it is `&mut`).
         unsafe {
             matrixmultiply::sgemm(
@@ -332,7 +340,7 @@ impl Acc for f64 {
         f64::is_nan(self)
     }
     fn gemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
-        if a.len() < m * k || b.len() < k * n || c.len() < m * n {
+        if !gemm_fits(m, k, n, a, b, c) {
             return;
         }
         // SAFETY: as for `f32`: lengths checked above, row-major operands,
