@@ -193,21 +193,7 @@ fn buffers(count: usize) -> Program {
     .iter()
     .map(|(n, t)| (n.to_string(), t.parse().unwrap_or(SigType::Other(t.to_string()))))
     .collect();
-    let meta = TritonMeta {
-        signature,
-        constants: IndexMap::new(),
-        config: [("XBLOCK".to_string(), 256)].into_iter().collect(),
-        grid_type: GridType::Grid1D,
-        num_warps: 4,
-        num_stages: 1,
-        shared_mem: 0,
-        global_scratch: None,
-        profile_scratch: None,
-        extra_launcher_args: vec![],
-        mangled_name: None,
-        cubin: None,
-        user_defined: false,
-    };
+    let meta = TritonMeta::new(signature, [("XBLOCK".to_string(), 256)].into_iter().collect(), GridType::Grid1D);
     let name = "triton_poi_fused_relu_0";
     let source = format!(
         "@triton.jit\ndef {name}(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    \

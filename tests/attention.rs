@@ -3,26 +3,18 @@
 //! against a naive formula (`softmax(q k^T * scale + bias) v`, the score
 //! matrix materialised), and their result layouts against PyTorch's.
 
+mod common;
+
 use indexmap::IndexMap;
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::DType;
+use common::uniform_values as values;
 
 const EFFICIENT: &str = "torch.ops.aten._scaled_dot_product_efficient_attention.default";
 const FLASH: &str = "torch.ops.aten._scaled_dot_product_flash_attention.default";
 const CUDNN: &str = "torch.ops.aten._scaled_dot_product_cudnn_attention.default";
 const FLASH_CPU: &str = "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default";
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn tensor(dtype: DType, data: &[f64], size: &[i64]) -> Tensor {
     Tensor::from_f64(dtype, data, size).expect("tensor")

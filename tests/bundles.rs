@@ -4,16 +4,16 @@
 
 mod common;
 
-use indexmap::IndexMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use wrapir::bundle::conventions::{self, reference_outputs};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::host::{op_key, HostBackend};
 use wrapir::exec::meta::{run_program_on, MetaBackend};
-use wrapir::exec::{safetensors, Tensor, Value};
+use wrapir::exec::Value;
 use wrapir::fx::Op;
 use wrapir::ir::Program;
 use wrapir::lower::Target;
+use common::read_tensors as tensors;
 
 /// (bundle, target) pairs known to fail, with a substring of the error. The
 /// test fails when one of them starts to pass, so the list cannot rot.
@@ -36,18 +36,6 @@ const PREDICATES: &[(&str, &[&[bool]])] = &[
 /// size (`[0, 2^63 - 2]`): the sizes of the eager run, in both branches.
 const HINTS: &[(&str, &[(&str, i64)])] = &[("feat_cond_unbacked", &[("u12", 26), ("u13", 26)])];
 
-fn bundles() -> Vec<PathBuf> {
-    let dir = common::root().join("fixtures/inductor/bundles");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("program.json").is_file())
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no bundles in {}", dir.display());
-    v
-}
-
 fn name(dir: &Path) -> String {
     dir.file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -57,11 +45,6 @@ fn name(dir: &Path) -> String {
 fn load(dir: &Path) -> Program {
     let text = std::fs::read_to_string(dir.join("program.json")).unwrap();
     Program::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", name(dir)))
-}
-
-fn tensors(path: &Path) -> IndexMap<String, Tensor> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn bundle_json(dir: &Path) -> serde_json::Value {
@@ -78,7 +61,7 @@ fn lower(program: &Program, target: Target) -> Result<String, String> {
 fn every_bundle_validates_and_lowers_to_every_target() {
     let mut failures = Vec::new();
     let mut known_seen = Vec::new();
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let case = name(&dir);
         let program = load(&dir);
         if let Err(e) = wrapir::ir::validate(&program) {
@@ -143,7 +126,7 @@ fn every_bundle_reconciles_in_every_lowering() {
     let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
     let mut failures = Vec::new();
     let mut launches = 0;
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let case = name(&dir);
         let program = load(&dir);
         let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -190,7 +173,7 @@ fn lowered_python_call_is_inductors_for_while_loop_bundles() {
 #[test]
 fn every_bundle_runs_on_meta_with_the_eager_shapes() {
     let mut failures = Vec::new();
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let case = name(&dir);
         let program = load(&dir);
         // Unbacked values the exporter recorded, if any; else the meta backend's range defaults.
@@ -284,7 +267,7 @@ fn host_can_run(graph: &wrapir::fx::Graph, host: &HostBackend) -> bool {
 fn bundles_of_host_ops_match_eager_on_cpu() {
     let mut ran = Vec::new();
     let mut failures = Vec::new();
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let case = name(&dir);
         let program = load(&dir);
         let info = wrapir::ir::validate(&program).unwrap();

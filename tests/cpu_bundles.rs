@@ -40,14 +40,7 @@ const CASES: &[&str] = &[
 ];
 
 fn bundles(backend: &str) -> Vec<PathBuf> {
-    let dir = common::root().join("fixtures/inductor/bundles_cpu").join(backend);
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("program.json").is_file())
-        .collect();
-    v.sort();
-    v
+    common::bundle_dirs(&format!("fixtures/inductor/bundles_cpu/{backend}"))
 }
 
 /// The outcome of one bundle: its comparisons with eager and with Inductor's

@@ -8,38 +8,20 @@
 //! Compiled only with the `cuda` feature, so builds without a GPU skip it;
 //! on a machine with one: `cargo test --features cuda --test cuda`.
 
+mod common;
+
 use indexmap::IndexMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
-use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, TensorSpec, Value};
+use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device, Program};
+use common::root;
+use common::read_tensors as tensors;
 
 /// The crate root: `CARGO_MANIFEST_DIR` at run time (cargo sets it; set it
 /// when running the test binary elsewhere), else where it was built.
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
-
-fn bundles() -> Vec<PathBuf> {
-    let dir = root().join("fixtures/inductor/bundles");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("program.json").is_file())
-        .collect();
-    v.sort();
-    assert!(!v.is_empty(), "no bundles in {}", dir.display());
-    v
-}
-
-fn tensors(path: &Path) -> IndexMap<String, Tensor> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// Runs one bundle on the GPU (host fallback on, so that an op without a
 /// device implementation is reported rather than aborting the run) and
@@ -84,7 +66,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[];
 #[test]
 fn every_bundle_matches_eager_on_cuda() {
     let mut failures = Vec::new();
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let case = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -818,7 +800,7 @@ fn check_prepared(
 fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
     let mut prepared = Vec::new();
     let mut refused = Vec::new();
-    for dir in bundles() {
+    for dir in common::cuda_bundles() {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -7,27 +7,19 @@
 //!
 //! On a machine with a GPU: `cargo test --features cuda --test cuda_attention`.
 
+mod common;
+
 use indexmap::IndexMap;
 use wrapir::exec::cuda::{place_inputs, run_program, CudaBackend, CudaOptions, Prepared, Replay};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::{ArgValue, DType, Device, Layout, MultiIndex, Program, ProgramBuilder};
 use wrapir::sym::SymExpr;
+use common::uniform_values as values;
 
 const EFFICIENT: &str = "torch.ops.aten._scaled_dot_product_efficient_attention.default";
 const FLASH: &str = "torch.ops.aten._scaled_dot_product_flash_attention.default";
 const CUDNN: &str = "torch.ops.aten._scaled_dot_product_cudnn_attention.default";
-
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 /// How q/k/v are laid out.
 #[derive(Clone, Copy, Debug, PartialEq)]

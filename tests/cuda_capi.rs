@@ -11,6 +11,8 @@
 //! test's target directory, or in `WRAPIR_RUNTIME_DIR`; it also passes
 //! without a GPU, where every call must fail with the device status).
 
+mod common;
+
 use indexmap::IndexMap;
 use std::ffi::{c_char, CStr, CString};
 use std::path::PathBuf;
@@ -18,14 +20,10 @@ use std::process::Command;
 use wrapir::exec::cuda::capi::*;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, Value};
+use common::root;
 
 /// The checkout: `CARGO_MANIFEST_DIR` at run time (a test binary copied to a
 /// GPU machine runs in another checkout), else where it was built.
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
 
 fn bundle(name: &str) -> CString {
     CString::new(

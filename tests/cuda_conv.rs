@@ -7,6 +7,8 @@
 //! Compiled only with the `cuda` feature; on a machine with a GPU:
 //! `cargo test --features cuda --test cuda_conv`.
 
+mod common;
+
 use indexmap::IndexMap;
 use wrapir::exec::cuda::{CudaBackend, CudaOptions, MathModes};
 use wrapir::exec::host::{HostBackend, HostOptions};
@@ -280,12 +282,7 @@ fn convolution_matches_the_host_on_cudnn() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::assert_no_failures(&failures);
 }
 
 #[test]

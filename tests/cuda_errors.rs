@@ -19,12 +19,7 @@ use std::process::Command;
 use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device};
-
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
+use common::root;
 
 /// The `wrapir` binary next to this test binary (cargo puts both in `target/<profile>`),
 /// or `WRAPIR_BIN`.

@@ -7,6 +7,8 @@
 //!
 //! Needs a GPU: `cargo test --features cuda --test cuda_gemm`.
 
+mod common;
+
 use indexmap::IndexMap;
 use wrapir::exec::cuda::{place_inputs, CudaBackend, CudaOptions, CudaTensor, Prepared, Replay};
 use wrapir::exec::host::{HostBackend, HostOptions};
@@ -206,12 +208,7 @@ fn addmm_bias_shapes_alpha_beta_layouts_and_out() {
             failures.push(e);
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -246,12 +243,7 @@ fn addmm_activation_relu_and_gelu() {
             failures.push(e);
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -297,12 +289,7 @@ fn mm_bmm_baddbmm_addbmm_strided() {
         ];
         run("torch.ops.aten.addbmm.default", args, None);
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::assert_no_failures(&failures);
 }
 
 fn i(v: i64) -> SymExpr {

@@ -9,25 +9,18 @@
 //!
 //! `cargo test --features cuda --test cuda_model` on a machine with a GPU.
 
+mod common;
+
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions};
-use wrapir::exec::{safetensors, Tensor, Value};
-
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
+use wrapir::exec::{Tensor, Value};
+use common::root;
+use common::read_tensors as tensors;
 
 fn bundle(name: &str) -> PathBuf {
     root().join("fixtures/inductor/bundles").join(name)
-}
-
-fn tensors(path: &Path) -> IndexMap<String, Tensor> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The stored inputs a call supplies (everything but the weights).

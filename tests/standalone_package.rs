@@ -21,15 +21,6 @@ use std::process::Command;
 use wrapir::exec::Tensor;
 use wrapir::lower::cpp::package::{package, target_name};
 
-fn bundles() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(common::root().join("fixtures/inductor/bundles"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.join("program.json").is_file())
-        .collect();
-    v.sort();
-    v
-}
 
 fn program_of(bundle: &Path) -> wrapir::ir::Program {
     wrapir::ir::Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap()
@@ -70,7 +61,7 @@ fn every_bundle_package_compiles_against_cuda_h() {
         String::from_utf8_lossy(&pch.stderr)
     );
     let mut sources = Vec::new();
-    for bundle in bundles() {
+    for bundle in common::cuda_bundles() {
         let program = program_of(&bundle);
         let info = wrapir::ir::validate(&program).unwrap();
         let name = bundle.file_name().unwrap().to_string_lossy().into_owned();

@@ -95,30 +95,12 @@ fn cfg(entries: &[(&str, i64)]) -> IndexMap<String, i64> {
     entries.iter().map(|(n, v)| (n.to_string(), *v)).collect()
 }
 
-fn meta(signature: IndexMap<String, SigType>, config: IndexMap<String, i64>, grid_type: GridType) -> TritonMeta {
-    TritonMeta {
-        signature,
-        constants: IndexMap::new(),
-        config,
-        grid_type,
-        num_warps: 4,
-        num_stages: 1,
-        shared_mem: 0,
-        global_scratch: None,
-        profile_scratch: None,
-        extra_launcher_args: vec![],
-        mangled_name: None,
-        cubin: None,
-        user_defined: false,
-    }
-}
-
 fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
     let xblock = [128, 256, 512, 1024][i % 4];
     match family {
         Family::Pointwise => (
             format!("triton_poi_fused_relu_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("out_ptr0", "*fp32"),
@@ -131,7 +113,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         ),
         Family::InPlace => (
             format!("triton_poi_fused_add_mul_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_out_ptr0", "*fp32"),
                     ("in_ptr0", "*fp32"),
@@ -144,7 +126,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         ),
         Family::Binary => (
             format!("triton_poi_fused_div_sub_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("in_ptr1", "*fp32"),
@@ -157,7 +139,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
             ),
         ),
         Family::Tile2D => {
-            let mut m = meta(
+            let mut m = TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("out_ptr0", "*fp32"),
@@ -176,7 +158,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         }
         Family::Overflow2D => (
             format!("triton_poi_fused_permute_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("out_ptr0", "*fp32"),
@@ -191,7 +173,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         ),
         Family::Tile3D => (
             format!("triton_poi_fused_cat_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("out_ptr0", "*fp32"),
@@ -208,7 +190,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         ),
         Family::Reduction => (
             format!("triton_red_fused_sum_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("out_ptr0", "*fp32"),
@@ -234,7 +216,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
                 ],
             };
             let bm = [64, 128][i % 2];
-            let mut m = meta(
+            let mut m = TritonMeta::new(
                 sig(&[
                     ("arg_A", "*fp32"),
                     ("arg_B", "*fp32"),
@@ -254,7 +236,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         }
         Family::Convert => (
             format!("triton_poi_fused__to_copy_{i}"),
-            meta(
+            TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*i64"),
                     ("out_ptr0", "*fp32"),
@@ -266,7 +248,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
             ),
         ),
         Family::UserFixed => {
-            let mut m = meta(
+            let mut m = TritonMeta::new(
                 sig(&[
                     ("in_ptr0", "*fp32"),
                     ("mask_ptr", "constexpr"),

@@ -124,21 +124,7 @@ impl Gen<'_, '_> {
         params.push(None);
         signature.insert("XBLOCK".to_string(), SigType::Constexpr);
         let grid_type = self.u.choose(&[GridType::Grid1D, GridType::Grid2D, GridType::Grid3D])?.clone();
-        let meta = TritonMeta {
-            signature,
-            constants: Default::default(),
-            config: [("XBLOCK".to_string(), 1i64 << self.u.int_in_range(0..=10)?)].into_iter().collect(),
-            grid_type,
-            num_warps: 4,
-            num_stages: 1,
-            shared_mem: 0,
-            global_scratch: None,
-            profile_scratch: None,
-            extra_launcher_args: vec![],
-            mangled_name: None,
-            cubin: None,
-            user_defined: false,
-        };
+        let meta = TritonMeta::new(signature, [("XBLOCK".to_string(), 1i64 << self.u.int_in_range(0..=10)?)].into_iter().collect(), grid_type);
         let name = format!("triton_poi_fused_{i}");
         Ok((p.triton_kernel(&name, "# source", meta), params))
     }

@@ -23,21 +23,8 @@ use indexmap::IndexMap;
 /// sig.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
 /// sig.insert("xnumel".to_string(), "i32".parse().unwrap());
 /// sig.insert("XBLOCK".to_string(), SigType::Constexpr);
-/// let add = p.triton_kernel("triton_poi_fused_add_0", "# triton source", TritonMeta {
-///     signature: sig,
-///     constants: Default::default(),
-///     config: [("XBLOCK".to_string(), 128)].into_iter().collect(),
-///     grid_type: GridType::Grid1D,
-///     num_warps: 4,
-///     num_stages: 1,
-///     shared_mem: 0,
-///     global_scratch: None,
-///     profile_scratch: None,
-///     extra_launcher_args: vec![],
-///     mangled_name: None,
-///     cubin: None,
-///     user_defined: false,
-/// });
+/// let config = [("XBLOCK".to_string(), 128)].into_iter().collect();
+/// let add = p.triton_kernel("triton_poi_fused_add_0", "# triton source", TritonMeta::new(sig, config, GridType::Grid1D));
 ///
 /// let layout = Layout::contiguous(DType::Float32, Device::cuda(0), [SymExpr::Sym(s0.clone())]);
 /// let mut g = p.main();

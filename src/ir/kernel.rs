@@ -327,6 +327,29 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl TritonMeta {
+    /// Launch metadata with the given signature, chosen config and grid, and
+    /// Triton's defaults for the rest: 4 warps, 1 stage, no shared memory, no
+    /// scratch, no constants, no extra launcher arguments, not user-defined.
+    /// Set other fields with struct update syntax:
+    /// `TritonMeta { num_warps: 8, ..TritonMeta::new(sig, config, grid) }`.
+    pub fn new(signature: IndexMap<String, SigType>, config: IndexMap<String, i64>, grid_type: GridType) -> TritonMeta {
+        TritonMeta {
+            signature,
+            constants: IndexMap::new(),
+            config,
+            grid_type,
+            num_warps: 4,
+            num_stages: default_num_stages(),
+            shared_mem: 0,
+            global_scratch: None,
+            profile_scratch: None,
+            extra_launcher_args: Vec::new(),
+            mangled_name: None,
+            cubin: None,
+            user_defined: false,
+        }
+    }
+
     /// Parameters the launcher passes at run time: signature entries that are
     /// neither `constexpr` nor fixed in `constants`, in parameter order.
     pub fn runtime_params(&self) -> impl Iterator<Item = (&str, &SigType)> {

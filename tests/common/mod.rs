@@ -6,9 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use wrapir::ir::Program;
 
-/// The crate root.
+/// The crate root: `CARGO_MANIFEST_DIR` at run time when set (test binaries
+/// built here and run from a copy of the tree elsewhere, as the GPU tests
+/// are), else the directory they were built in.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// insta settings that store snapshots in `<root>/snapshots`, without the
@@ -49,6 +53,48 @@ pub fn name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// The bundle directories (those holding a `program.json`) directly under
+/// `rel` (relative to the crate root), sorted; panics when there are none.
+pub fn bundle_dirs(rel: &str) -> Vec<PathBuf> {
+    let dir = root().join(rel);
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("program.json").is_file())
+        .collect();
+    v.sort();
+    assert!(!v.is_empty(), "no bundles in {}", dir.display());
+    v
+}
+
+/// The committed CUDA bundles, `fixtures/inductor/bundles/*`.
+pub fn cuda_bundles() -> Vec<PathBuf> {
+    bundle_dirs("fixtures/inductor/bundles")
+}
+
+/// Reads a safetensors file, panicking with the path and the error (tests only).
+pub fn read_tensors(path: &Path) -> indexmap::IndexMap<String, wrapir::exec::Tensor> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    wrapir::exec::safetensors::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `n` deterministic values in [-1, 1) (a 64-bit LCG seeded by `seed`).
+pub fn uniform_values(n: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Passes when `failures` is empty; otherwise fails listing them, one a line.
+#[track_caller]
+pub fn assert_no_failures(failures: &[String]) {
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).

@@ -39,21 +39,7 @@ fn triton_meta() -> TritonMeta {
     sig.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
     sig.insert("xnumel".to_string(), "i32".parse().unwrap());
     sig.insert("XBLOCK".to_string(), SigType::Constexpr);
-    TritonMeta {
-        signature: sig,
-        constants: Default::default(),
-        config: [("XBLOCK".to_string(), 128)].into_iter().collect(),
-        grid_type: GridType::Grid1D,
-        num_warps: 4,
-        num_stages: 1,
-        shared_mem: 0,
-        global_scratch: None,
-        profile_scratch: None,
-        extra_launcher_args: vec![],
-        mangled_name: None,
-        cubin: None,
-        user_defined: false,
-    }
+    TritonMeta::new(sig, [("XBLOCK".to_string(), 128)].into_iter().collect(), GridType::Grid1D)
 }
 
 const TRITON_SRC: &str = "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass";

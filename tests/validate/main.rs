@@ -41,21 +41,7 @@ fn pointwise_meta() -> TritonMeta {
     signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
     signature.insert("xnumel".to_string(), "i32".parse().unwrap());
     signature.insert("XBLOCK".to_string(), SigType::Constexpr);
-    TritonMeta {
-        signature,
-        constants: IndexMap::new(),
-        config: [("XBLOCK".to_string(), 16)].into_iter().collect(),
-        grid_type: GridType::Grid1D,
-        num_warps: 1,
-        num_stages: 1,
-        shared_mem: 0,
-        global_scratch: None,
-        profile_scratch: None,
-        extra_launcher_args: vec![],
-        mangled_name: None,
-        cubin: None,
-        user_defined: false,
-    }
+    TritonMeta { num_warps: 1, ..TritonMeta::new(signature, [("XBLOCK".to_string(), 16)].into_iter().collect(), GridType::Grid1D) }
 }
 
 fn add_kernel(p: &mut ProgramBuilder) -> KernelName {
