@@ -24,13 +24,14 @@ sys.path.insert(0, PYTHON_DIR)
 
 from wrapir_export import control, exprs, kernels, launch, redact, safetensors  # noqa: E402
 from wrapir_export import bundle as B  # noqa: E402
-from wrapir_export import cases, cli, exporter, fx, tolerances  # noqa: E402
+from wrapir_export import cases, cli, exporter, fx, ranks, tolerances  # noqa: E402
 from wrapir_export.errors import ExportError, Unconvertible  # noqa: E402
 
 MODULES = ["wrapir_export", "wrapir_export.errors", "wrapir_export.redact", "wrapir_export.safetensors",
            "wrapir_export.exprs", "wrapir_export.control", "wrapir_export.convert", "wrapir_export.capture",
            "wrapir_export.kernels", "wrapir_export.tolerances", "wrapir_export.bundle", "wrapir_export.exporter",
-           "wrapir_export.cases", "wrapir_export.cli", "wrapir_export.launch", "wrapir_export.fx"]
+           "wrapir_export.cases", "wrapir_export.cli", "wrapir_export.launch", "wrapir_export.fx",
+           "wrapir_export.ranks"]
 
 
 class LazyTorch(unittest.TestCase):
@@ -53,6 +54,24 @@ class LazyTorch(unittest.TestCase):
                              capture_output=True, text=True, check=True)
         for flag in ("--cases", "--out", "--only", "--jobs", "--sizes"):
             self.assertIn(flag, out.stdout)
+
+
+class Ranks(unittest.TestCase):
+    def test_layout(self):
+        got = ranks.layout(2, "gloo", {"0": [0, 1]})
+        self.assertEqual(got, {"format_version": 1, "world_size": 2, "backend": "gloo",
+                               "ranks": ["rank0", "rank1"], "groups": {"0": [0, 1]}})
+
+    def test_committed_rank_sets_match_their_layout(self):
+        root = os.path.join(REPO, "fixtures", "inductor", "bundles_ranks")
+        cases = sorted(os.listdir(root))
+        self.assertEqual(cases, ["sp_mlp", "tp_attention", "tp_mlp"])
+        for case in cases:
+            with open(os.path.join(root, case, ranks.RANKS_FILE)) as f:
+                got = json.load(f)
+            self.assertEqual(got, ranks.layout(got["world_size"], got["backend"], got["groups"]))
+            for r in got["ranks"]:
+                self.assertTrue(os.path.isfile(os.path.join(root, case, r, "program.json")), (case, r))
 
 
 class Safetensors(unittest.TestCase):
