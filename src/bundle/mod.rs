@@ -45,6 +45,7 @@ mod info;
 mod kernels;
 mod pack;
 pub mod package;
+pub mod ranks;
 
 pub use bytes::SharedBytes;
 pub use cubin::{cubin_arch, image_arch, CubinArch, ImageArch};
@@ -52,6 +53,7 @@ pub use error::BundleError;
 pub use info::BundleInfo;
 pub use kernels::KernelImages;
 pub use pack::PackSummary;
+pub use ranks::RankSet;
 
 use crate::exec::compare::BundleMeta;
 use crate::exec::safetensors::Safetensors;

@@ -11,6 +11,7 @@
 //!   jagged <-> padded dense conversions).
 
 mod attention;
+pub mod collective;
 pub mod compare;
 mod complex;
 mod conv;
