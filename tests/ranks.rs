@@ -293,3 +293,43 @@ fn rank_set_layout_errors_name_the_file_and_field() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn cli_runs_and_checks_a_rank_set() {
+    let set = "fixtures/inductor/bundles_ranks/tp_mlp";
+    let r = common::wrapir(&["run", set, "--device", "cpu"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.starts_with("device: cpu (2 ranks, one thread each)\nrank 0 ("), "{}", r.stdout);
+    assert_eq!(r.stdout.matches("against eager: 1 outputs match").count(), 2, "{}", r.stdout);
+    assert_eq!(r.stdout.matches("against inductor: 1 outputs match").count(), 2, "{}", r.stdout);
+
+    let r = common::wrapir(&["run", set, "--device", "meta"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stdout.matches("output 0: tensor f32[8, 16] stride [16, 1] offset 0 on cpu").count(), 2);
+
+    let r = common::wrapir(&["run", set, "--device", "cuda"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("collectives on GPUs (NCCL) are not implemented"), "{}", r.stderr);
+
+    let r = common::wrapir(&["check", set]);
+    assert!(r.stdout.contains("rank 0 (") && r.stdout.contains("rank 1 ("), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json"),
+        "{}",
+        r.stdout
+    );
+
+    // Rank 1 from another program: its collectives differ from rank 0's.
+    let dir = common::scratch("ranks", "mixed");
+    common::copy_dir(&common::root().join(set), &dir);
+    let _ = std::fs::remove_dir_all(dir.join("rank1"));
+    common::copy_dir(&common::root().join("fixtures/inductor/bundles_ranks/sp_mlp/rank1"), &dir.join("rank1"));
+    let path = dir.to_str().unwrap();
+    let r = common::wrapir(&["check", path]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("ranks: ranks `rank0` and `rank1` disagree at collective 1: op"), "{}", r.stdout);
+    let r = common::wrapir(&["run", path, "--device", "cpu"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("disagree at collective 1"), "{}", r.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -478,6 +478,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if arch.is_some() && device != Some(CheckDevice::Cuda) {
                 bail!("--arch is for `--device cuda`");
             }
+            if wrapir::bundle::RankSet::is_rank_set(&program) {
+                if explain || no_translation || !lowering.is_empty() || device.is_some() {
+                    bail!("a rank set is checked as a whole; for --explain, --no-translation, --lowering or --device check one rank's directory");
+                }
+                return run::check_rank_set(&program);
+            }
             let bundle = open_bundle(&program)?;
             let (program, name) = (bundle.program(), bundle.name());
             let info = match ir::validate_with_limits(program, &limits()) {

@@ -361,13 +361,8 @@ pub fn check_ranks(ranks: &[(&str, &Program)]) -> Result<(), Error> {
     for (label, program) in rest {
         let other = collectives(program)?;
         let pair = || (first_label.to_string(), label.to_string());
-        if other.len() != reference.len() {
-            return Err(Error::Ranks {
-                ranks: pair(),
-                index: reference.len().min(other.len()),
-                message: format!("{} collectives against {}", reference.len(), other.len()),
-            });
-        }
+        // The first call that differs, then the counts (a missing call is
+        // reported after the calls both ranks make agree).
         for (index, (a, b)) in reference.iter().zip(&other).enumerate() {
             let differ = |what: &str, x: String, y: String| Error::Ranks {
                 ranks: pair(),
@@ -413,6 +408,13 @@ pub fn check_ranks(ranks: &[(&str, &Program)]) -> Result<(), Error> {
                     format!("{:?}", b.input.1),
                 ));
             }
+        }
+        if other.len() != reference.len() {
+            return Err(Error::Ranks {
+                ranks: pair(),
+                index: reference.len().min(other.len()),
+                message: format!("{} collectives against {}", reference.len(), other.len()),
+            });
         }
     }
     Ok(())

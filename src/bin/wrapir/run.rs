@@ -7,6 +7,9 @@ use wrapir::bundle::{conventions, Bundle, BundleKind};
 use wrapir::exec::compare::{BundleMeta, Tolerance};
 use wrapir::exec::{Tensor, Value};
 
+mod ranks;
+pub(crate) use ranks::check_rank_set;
+
 /// The arguments of `wrapir run`.
 pub(crate) struct RunArgs {
     pub(crate) program: PathBuf,
@@ -62,6 +65,9 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
         }
     } else if args.expect.is_some() {
         bail!("`--expect` needs `--device cpu`: meta tensors hold no values");
+    }
+    if wrapir::bundle::RankSet::is_rank_set(&args.program) {
+        return ranks::run_rank_set(args);
     }
     let bundle = open_bundle(&args.program)?;
     // Run-time guards from launch reconciliation are checked like any other assert.

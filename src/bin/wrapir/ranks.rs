@@ -1,0 +1,142 @@
+//! `wrapir run` and `wrapir check` on a rank set (a directory with
+//! `ranks.json`: one bundle per rank of a multi-rank program).
+
+use super::*;
+use wrapir::bundle::RankSet;
+use wrapir::exec::collective::{run_ranks, CollectiveOptions, RankJob};
+
+fn open(path: &Path) -> Result<RankSet> {
+    RankSet::open(path, &limits()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `wrapir run RANKSET`: on cpu every rank runs on its own thread, the
+/// collectives meeting in one host communicator, and each rank's outputs are
+/// compared with its own references; on meta each rank runs alone on its
+/// declared layouts.
+pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
+    if args.inputs.is_some() || args.expect.is_some() {
+        bail!("`--inputs` and `--expect` name one program's tensors; a rank set runs each rank's own bundle inputs");
+    }
+    let set = open(&args.program)?;
+    set.check()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
+    let world = set.groups().world_size;
+    match args.device {
+        RunDevice::Meta => {
+            let mut status = ExitCode::SUCCESS;
+            for (rank, bundle) in set.ranks().iter().enumerate() {
+                println!("rank {rank} ({}):", bundle.name());
+                let program = with_guards(bundle.program().clone())?;
+                let inputs = Inputs {
+                    tensors: bundle.inputs()?,
+                    source: Some(bundle.display(wrapir::bundle::INPUTS)),
+                };
+                if run_meta(args, &program, bundle.name(), &inputs)? != ExitCode::SUCCESS {
+                    status = ExitCode::from(1);
+                }
+            }
+            Ok(status)
+        }
+        RunDevice::Cpu => {
+            let mut programs = Vec::with_capacity(world);
+            let mut inputs = Vec::with_capacity(world);
+            let mut references_of = Vec::with_capacity(world);
+            for bundle in set.ranks() {
+                programs.push(with_guards(bundle.program().clone())?);
+                inputs.push(bundle.inputs()?.unwrap_or_default());
+                references_of.push(references(args, bundle)?);
+            }
+            let scratch = std::env::temp_dir().join(format!("wrapir-rank-kernels-{}", std::process::id()));
+            let mut jobs = Vec::with_capacity(world);
+            for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(&programs).zip(&inputs).enumerate() {
+                let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+                if let Some(state) = bundle.meta().cuda_rng {
+                    backend.set_cuda_rng(state);
+                }
+                let dir = scratch.join(format!("rank{rank}"));
+                let loaded = wrapir::exec::host_kernels::load_kernels_from(
+                    &mut backend,
+                    program,
+                    &bundle.kernel_images(),
+                    Some(&dir),
+                );
+                loaded.map_err(|e| anyhow::anyhow!("rank {rank} ({}): {e}", bundle.name()))?;
+                jobs.push(RankJob {
+                    program,
+                    backend,
+                    inputs,
+                });
+            }
+            let results = run_ranks(set.groups().clone(), jobs, CollectiveOptions::default());
+            let _ = std::fs::remove_dir_all(&scratch);
+            let results = results.map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
+            println!("device: cpu ({world} ranks, one thread each)");
+            let mut failed = Vec::new();
+            let mut status = ExitCode::SUCCESS;
+            for (rank, (result, references)) in results.into_iter().zip(&references_of).enumerate() {
+                println!("rank {rank} ({}):", set.ranks()[rank].name());
+                match result {
+                    Ok(out) => {
+                        let mut text = describe_host_outputs(&out.outputs, args.print);
+                        text += &describe_symbols(&programs[rank], &out.symbols);
+                        write_output(None, &text)?;
+                        if compare_with_references(&out.outputs, references)? != ExitCode::SUCCESS {
+                            status = ExitCode::from(1);
+                        }
+                    }
+                    Err(e) => failed.push(format!("rank {rank} ({}): {e}", set.ranks()[rank].name())),
+                }
+            }
+            if !failed.is_empty() {
+                bail!("running {} on cpu:\n{}", args.program.display(), failed.join("\n"));
+            }
+            Ok(status)
+        }
+        RunDevice::Cuda => bail!(
+            "{}: a rank set runs on `--device cpu` (host collectives) or `--device meta`; collectives on GPUs (NCCL) are not implemented",
+            args.program.display()
+        ),
+    }
+}
+
+/// `wrapir check RANKSET`: each rank's program validated, its collectives
+/// well formed and its launches checked against every lowering; then the
+/// ranks against each other and against `ranks.json`'s groups.
+pub(crate) fn check_rank_set(path: &Path) -> Result<ExitCode> {
+    let set = open(path)?;
+    let mut ok = true;
+    for (rank, bundle) in set.ranks().iter().enumerate() {
+        let name = bundle.name();
+        let info = match ir::validate_with_limits(bundle.program(), &limits()) {
+            Ok(info) => info,
+            Err(e) => {
+                println!("rank {rank} ({name}): invalid\n{e}");
+                ok = false;
+                continue;
+            }
+        };
+        let options = wrapir::reconcile::Options {
+            limits: limits().prover,
+            ..Default::default()
+        };
+        let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> =
+            Target::ALL.iter().map(|t| wrapir::reconcile::emitter((*t).into())).collect();
+        let refs: Vec<&dyn wrapir::reconcile::LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
+        let report = wrapir::reconcile::check_lowerings(&info, &options, &refs);
+        println!("rank {rank} ({name}): valid");
+        print!("{}", report.render(false));
+        ok &= report.is_ok();
+    }
+    match set.check() {
+        Ok(()) => println!(
+            "ranks: {} ranks issue the same collectives in the same order, on the groups of {}",
+            set.ranks().len(),
+            wrapir::bundle::ranks::RANKS_FILE
+        ),
+        Err(e) => {
+            println!("ranks: {e}");
+            ok = false;
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
