@@ -319,15 +319,13 @@ impl<'a> Cursor<'a> {
         self.skip_ws();
         let start = self.pos;
         let text = self.rest_raw();
-        let mut stack: smallvec::SmallVec<[(char, usize); 8]> = smallvec::SmallVec::new();
-        let mut in_string = false;
-        let mut escaped = false;
+        let mut scan = BracketScan::default();
         let mut end = text.len();
+        let unbalanced = |c: char, i: usize| self.error_at(start + i, format!("unbalanced `{c}` in {what}"));
         // Every character this scan acts on is ASCII (when the stops are), so
         // it can walk bytes: a multi-byte character is its lead byte (read as
         // U+FFFD, which only ends an escape) and continuation bytes (skipped).
-        let ascii_stops = stops.iter().all(char::is_ascii);
-        if ascii_stops {
+        if stops.iter().all(char::is_ascii) {
             // Fast path: runs of bytes that mean nothing here (outside strings:
             // not a stop, bracket or quote) are skipped without decoding.
             let mut special = [false; 128];
@@ -337,93 +335,31 @@ impl<'a> Cursor<'a> {
             for c in stops {
                 special[*c as usize] = true;
             }
-            let bytes = text.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() {
-                let b = bytes[i];
-                if !in_string && b.is_ascii() && !special[usize::from(b)] && !escaped {
-                    i += 1;
-                    continue;
-                }
+            for (i, &b) in text.as_bytes().iter().enumerate() {
                 let c = match b {
+                    _ if b.is_ascii() && !special[usize::from(b)] && !scan.in_string && !scan.escaped => continue,
                     _ if b.is_ascii() => char::from(b),
                     _ if b >= 0xC0 => char::REPLACEMENT_CHARACTER,
-                    _ => {
-                        i += 1;
-                        continue;
-                    }
+                    _ => continue,
                 };
-                if in_string {
-                    if escaped {
-                        escaped = false;
-                    } else if c == '\\' {
-                        escaped = true;
-                    } else if c == '\'' {
-                        in_string = false;
-                    }
-                    i += 1;
-                    continue;
-                }
-                if stack.is_empty() && stops.contains(&c) {
+                if scan.step(c, i, stops).map_err(|c| unbalanced(c, i))? {
                     end = i;
                     break;
                 }
-                match c {
-                    '\'' => in_string = true,
-                    '(' | '[' => stack.push((c, i)),
-                    ')' | ']' => {
-                        let open = if c == ')' { '(' } else { '[' };
-                        match stack.pop() {
-                            Some((o, _)) if o == open => {}
-                            _ => return Err(self.error_at(start + i, format!("unbalanced `{c}` in {what}"))),
-                        }
-                    }
-                    _ => {}
+            }
+        } else {
+            // A stop outside ASCII: walk characters.
+            for (i, c) in text.char_indices() {
+                if scan.step(c, i, stops).map_err(|c| unbalanced(c, i))? {
+                    end = i;
+                    break;
                 }
-                i += 1;
-            }
-            if let Some((o, i)) = stack.last() {
-                return Err(self.error_at(start + i, format!("unclosed `{o}` in {what}")));
-            }
-            if in_string {
-                return Err(self.error_at(start, format!("unterminated string in {what}")));
-            }
-            self.pos = start + end;
-            return Ok((start, text.get(..end).unwrap_or("").trim_end()));
-        }
-        // A stop outside ASCII: walk characters.
-        for (i, c) in text.char_indices() {
-            if in_string {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == '\'' {
-                    in_string = false;
-                }
-                continue;
-            }
-            if stack.is_empty() && stops.contains(&c) {
-                end = i;
-                break;
-            }
-            match c {
-                '\'' => in_string = true,
-                '(' | '[' => stack.push((c, i)),
-                ')' | ']' => {
-                    let open = if c == ')' { '(' } else { '[' };
-                    match stack.pop() {
-                        Some((o, _)) if o == open => {}
-                        _ => return Err(self.error_at(start + i, format!("unbalanced `{c}` in {what}"))),
-                    }
-                }
-                _ => {}
             }
         }
-        if let Some((o, i)) = stack.last() {
+        if let Some((o, i)) = scan.stack.last() {
             return Err(self.error_at(start + i, format!("unclosed `{o}` in {what}")));
         }
-        if in_string {
+        if scan.in_string {
             return Err(self.error_at(start, format!("unterminated string in {what}")));
         }
         self.pos = start + end;
@@ -446,4 +382,47 @@ pub(crate) fn first_token(s: &str) -> &str {
     let s = s.trim_start();
     let end = s.find([' ', '\t']).unwrap_or(s.len());
     s.get(..end).unwrap_or(s)
+}
+
+/// The state of [`Cursor::balanced_until`]'s scan: open brackets and where
+/// they opened, and whether it is inside a string (after a backslash).
+#[derive(Default)]
+struct BracketScan {
+    stack: smallvec::SmallVec<[(char, usize); 8]>,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl BracketScan {
+    /// Takes character `c` at offset `i`: `Ok(true)` when it is one of
+    /// `stops` at depth 0 (the scan ends before it), `Err(c)` for a closing
+    /// bracket that closes nothing or the wrong bracket.
+    fn step(&mut self, c: char, i: usize, stops: &[char]) -> Result<bool, char> {
+        if self.in_string {
+            if self.escaped {
+                self.escaped = false;
+            } else if c == '\\' {
+                self.escaped = true;
+            } else if c == '\'' {
+                self.in_string = false;
+            }
+            return Ok(false);
+        }
+        if self.stack.is_empty() && stops.contains(&c) {
+            return Ok(true);
+        }
+        match c {
+            '\'' => self.in_string = true,
+            '(' | '[' => self.stack.push((c, i)),
+            ')' | ']' => {
+                let open = if c == ')' { '(' } else { '[' };
+                match self.stack.pop() {
+                    Some((o, _)) if o == open => {}
+                    _ => return Err(c),
+                }
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
 }
