@@ -134,7 +134,11 @@ fn run(programs: &[Program], inputs: &[Vec<f32>], timeout: Duration) -> Vec<Resu
             inputs,
         })
         .collect();
-    run_ranks(ProcessGroups::world(programs.len()), jobs, CollectiveOptions { timeout })
+    let options = CollectiveOptions {
+        timeout,
+        ..Default::default()
+    };
+    run_ranks(ProcessGroups::world(programs.len()), jobs, options)
         .unwrap()
         .into_iter()
         .map(|r| match r {
@@ -255,6 +259,22 @@ fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
         LONG,
     );
     assert!(got[0].as_ref().unwrap_err().contains("group size 4, but process group `0` has 1 ranks"), "{got:?}");
+
+    // A collective past the staging limit.
+    let p = reduce(4);
+    let inputs: IndexMap<String, Tensor> = [("x".to_string(), Tensor::from_vec(vec![1.0f32; 4], &[4]).unwrap())].into();
+    let jobs = vec![RankJob {
+        program: &p,
+        backend: HostBackend::default(),
+        inputs: &inputs,
+    }];
+    let options = CollectiveOptions {
+        max_bytes: 16,
+        ..Default::default()
+    };
+    let got = run_ranks(ProcessGroups::world(1), jobs, options).unwrap();
+    let e = got[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("more than the 16 bytes one collective may stage"), "{e}");
 }
 
 #[test]

@@ -91,12 +91,17 @@ pub struct CollectiveOptions {
     /// How long a rank waits at a collective for the rest of its group before
     /// the run fails. Default: 60 s.
     pub timeout: Duration,
+    /// Most bytes one collective may stage to compute its results (every
+    /// member's elements as 64-bit values). Default
+    /// [`crate::Limits::max_alloc_bytes`]'s default.
+    pub max_bytes: u64,
 }
 
 impl Default for CollectiveOptions {
     fn default() -> Self {
         CollectiveOptions {
             timeout: Duration::from_secs(60),
+            max_bytes: crate::Limits::default().max_alloc_bytes,
         }
     }
 }
@@ -350,12 +355,21 @@ impl HostCommunicator {
         meeting.inputs[position] = Some(input);
         if meeting.inputs.iter().all(Option::is_some) {
             let inputs: Vec<Tensor> = meeting.inputs.iter().flatten().cloned().collect();
-            let results = match &meeting.request {
-                Request::Broadcast { src } => match members.iter().position(|r| r == src) {
-                    Some(p) => compute(&meeting.request, &inputs, Some(p)),
-                    None => Err(format!("source rank {src} is not in process group `{group}` (ranks {members:?})")),
+            let staged = inputs
+                .iter()
+                .try_fold(0u64, |acc, t| acc.checked_add(u64::try_from(t.numel()).ok()?.checked_mul(8)?));
+            let results = match (&meeting.request, staged) {
+                (_, Some(bytes)) if bytes <= self.options.max_bytes => match &meeting.request {
+                    Request::Broadcast { src } => match members.iter().position(|r| r == src) {
+                        Some(p) => compute(&meeting.request, &inputs, Some(p)),
+                        None => Err(format!("source rank {src} is not in process group `{group}` (ranks {members:?})")),
+                    },
+                    request => compute(request, &inputs, None),
                 },
-                request => compute(request, &inputs, None),
+                _ => Err(format!(
+                    "the group's inputs take more than the {} bytes one collective may stage (the allocation limit)",
+                    self.options.max_bytes
+                )),
             };
             match results {
                 Ok(results) => meeting.results = Some(results.into_iter().map(Some).collect()),

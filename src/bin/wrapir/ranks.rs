@@ -67,7 +67,11 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
                     inputs,
                 });
             }
-            let results = run_ranks(set.groups().clone(), jobs, CollectiveOptions::default());
+            let options = CollectiveOptions {
+                max_bytes: limits().max_alloc_bytes,
+                ..Default::default()
+            };
+            let results = run_ranks(set.groups().clone(), jobs, options);
             let _ = std::fs::remove_dir_all(&scratch);
             let results = results.map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
             println!("device: cpu ({world} ranks, one thread each)");
