@@ -182,50 +182,31 @@ element!(
     |x: bool| x as i64,
     |v: i64| v != 0
 );
-element!(
-    u8,
-    Uint8,
-    U8,
-    |x: u8| x as f64,
-    |v: f64| v as u8,
-    |x: u8| x as i64,
-    |v: i64| v as u8
-);
-element!(
-    i8,
-    Int8,
-    I8,
-    |x: i8| x as f64,
-    |v: f64| v as i8,
-    |x: i8| x as i64,
-    |v: i64| v as i8
-);
-element!(
-    i16,
-    Int16,
-    I16,
-    |x: i16| x as f64,
-    |v: f64| v as i16,
-    |x: i16| x as i64,
-    |v: i64| v as i16
-);
-element!(
-    i32,
-    Int32,
-    I32,
-    |x: i32| x as f64,
-    |v: f64| v as i32,
-    |x: i32| x as i64,
-    |v: i64| v as i32
-);
-element!(
-    i64,
-    Int64,
-    I64,
-    |x: i64| x as f64,
-    |v: f64| v as i64,
-    |x: i64| x,
-    |v: i64| v
+
+/// An element type whose conversions are Rust's `as` casts (integers wrap,
+/// floats truncate and saturate, as torch's casts do).
+macro_rules! primitive_element {
+    ($($t:ty, $dtype:ident, $variant:ident;)*) => {
+        $(element!(
+            $t,
+            $dtype,
+            $variant,
+            |x: $t| x as f64,
+            |v: f64| v as $t,
+            |x: $t| x as i64,
+            |v: i64| v as $t
+        );)*
+    };
+}
+
+primitive_element!(
+    u8, Uint8, U8;
+    i8, Int8, I8;
+    i16, Int16, I16;
+    i32, Int32, I32;
+    i64, Int64, I64;
+    f32, Float32, F32;
+    f64, Float64, F64;
 );
 element!(
     f16,
@@ -244,24 +225,6 @@ element!(
     bf16::from_f64,
     |x: bf16| x.to_f64() as i64,
     |v: i64| bf16::from_f64(v as f64)
-);
-element!(
-    f32,
-    Float32,
-    F32,
-    |x: f32| x as f64,
-    |v: f64| v as f32,
-    |x: f32| x as i64,
-    |v: i64| v as f32
-);
-element!(
-    f64,
-    Float64,
-    F64,
-    |x: f64| x,
-    |v: f64| v,
-    |x: f64| x as i64,
-    |v: i64| v as f64
 );
 
 /// Runs `$body` with `$T` bound to the element type of `$dtype`, or evaluates
