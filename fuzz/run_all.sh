@@ -6,7 +6,7 @@ cd "$(dirname "$0")"
 secs="${1:-120}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(wir_parse json sym safetensors package kernel_image validate_lower gen_program interp_meta interp_host)
+[ ${#targets[@]} -eq 0 ] && targets=(wir_parse json sym safetensors package kernel_image validate_lower gen_program interp_meta interp_host ranks)
 mkdir -p logs
 for t in "${targets[@]}"; do
   RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=4096 -timeout=1 \

@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 corpus="$root/fuzz/corpus"
 max_bytes=262144 # seeds over 256 KiB slow every execution down; leave them out
-mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,package,kernel_image,validate_lower,interp_meta,interp_host,gen_program}
+mkdir -p "$corpus"/{wir_parse,json,sym,safetensors,package,kernel_image,validate_lower,interp_meta,interp_host,gen_program,ranks}
 
 copy() { # copy SRC TARGET NAME, if small enough
   local size
@@ -57,5 +57,30 @@ SEEDS
 
 # gen_program: a few byte strings (any bytes are a program).
 for n in 16 64 256 1024; do head -c "$n" /dev/urandom > "$corpus/gen_program/random_$n"; done
+# Rank sets: every rank's program in one file, separated by `---` lines.
+for d in "$root"/fixtures/inductor/bundles_ranks/*/; do
+  b="$(basename "$d")"
+  out="$corpus/ranks/$b.txt"
+  : > "$out"
+  sep=""
+  for r in "$d"/rank*/; do
+    printf '%s' "$sep" >> "$out"
+    "${WRAPIR:-$root/target/debug/wrapir}" print "$r" >> "$out" 2>/dev/null || true
+    sep=$'\n---\n'
+  done
+done
+# Two small ranks that all-reduce.
+for r in 0 1; do
+  cat <<'WIR'
+wrapir 1
+
+graph main(x: f32[4][1]@cpu) -> (buf0) {
+  buffer buf0: f32[4][1]@cpu
+  extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')
+  extern torch.ops._c10d_functional.wait_tensor.default(buf0)
+}
+WIR
+  [ "$r" = 0 ] && printf -- '---\n'
+done > "$corpus/ranks/all_reduce_pair.txt"
 echo "seeds in $corpus:"
 for t in "$corpus"/*/; do echo "  $(basename "$t"): $(ls "$t" | wc -l) files, $(du -sh "$t" | cut -f1)"; done
