@@ -278,8 +278,8 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    // SAFETY: `graph` is the complete captured graph.
     check(
+        // SAFETY: `graph` is the complete captured graph; `exec` is a valid out-pointer.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
         "cuGraphInstantiate",
     )?;
