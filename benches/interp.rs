@@ -14,9 +14,9 @@ mod common;
 
 use common::{generate, median_time, thousands, Size};
 use indexmap::IndexMap;
+use wrapir::exec::interp::{compile, Plan};
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
-use wrapir::fx::interp::{compile, Plan};
 use wrapir::ir::{DType, Device, Layout, Line, Program, ProgramBuilder};
 use wrapir::sym::{CmpOp, SymExpr};
 

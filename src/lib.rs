@@ -5,7 +5,7 @@
 //! ```text
 //!   .json / .wir ─parse─▶ ir::Program ─validate─▶ ir::ProgramInfo ─┬─▶ lower::{python, cpp, fx}
 //!                                                                  ├─▶ reconcile (launch proofs)
-//!                                                                  └─▶ fx::interp over exec::{meta, host, cuda}
+//!                                                                  └─▶ exec::interp over exec::{meta, host, cuda}
 //! ```
 //!
 //! * [`ir`]: the typed Wrapper IR, its builder and validator.
@@ -15,10 +15,12 @@
 //! * [`lower`]: back ends that turn a validated program into wrapper code.
 //! * [`reconcile`]: Triton launches matched to their kernels by name, proved, and
 //!   the lowerings' emitted launches validated against them.
-//! * [`fx`] and [`exec`]: the FX graph, its interpreter and the execution backends.
+//! * [`fx`]: the FX graph: its nodes, names and torch.fx-style printer.
+//! * [`exec`]: the FX interpreter ([`exec::interp`]) and the execution backends.
 //! * [`bundle`]: opening a program file, a bundle directory exported from
 //!   Inductor or a one-file `.wirpkg` package ([`bundle::Bundle::open`]), and
 //!   writing packages.
+//! * `capi` (feature `cuda`): the runtime library's C ABI (`wrapir_rt.h`).
 //!
 //! ## Lowering a program
 //!
@@ -68,8 +70,12 @@
 //! # fn main() {}
 //! ```
 #![warn(missing_docs)]
+// Every `unsafe` block says why it is sound (also set in Cargo.toml's `[lints]`).
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod bundle;
+#[cfg(feature = "cuda")]
+pub mod capi;
 pub mod exec;
 pub mod fx;
 pub mod ir;

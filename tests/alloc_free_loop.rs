@@ -31,9 +31,9 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use wrapir::exec::interp::{compile, Plan};
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
-use wrapir::fx::interp::{compile, Plan};
 use wrapir::ir::{
     ArgValue, BufName, CallArg, DType, Device, GraphBuilder, GridType, KernelCall, Layout, MultiIndex, Program,
     ProgramBuilder, SigType, TritonMeta,

@@ -1,6 +1,6 @@
 //! `wrapir_rt.h` (the C header the standalone wrappers include, shipped in
 //! `wrapir_runtime.h`) against its one source of truth, the Rust
-//! definitions in `src/exec/cuda/capi/`: every `extern "C"` function with
+//! definitions in `src/capi/`: every `extern "C"` function with
 //! its parameter and return types, every `#[repr(C)]` struct with its
 //! fields, and every `WRAPIR_RT_*` constant, nothing more and nothing less.
 //! Read from the sources, so no `cuda` feature is needed. The header must
@@ -229,7 +229,7 @@ fn check(rust: &Api, c: &Api) {
 
 #[test]
 fn header_declares_exactly_the_rust_abi() {
-    let dir = common::root().join("src/exec/cuda/capi");
+    let dir = common::root().join("src/capi");
     let mut sources = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();

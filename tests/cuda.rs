@@ -12,6 +12,7 @@ mod common;
 
 use indexmap::IndexMap;
 use std::path::Path;
+use wrapir::bundle::KernelImages;
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
@@ -38,7 +39,7 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     let expected = tensors(&dir.join(BundleMeta::EXPECTED));
     let options = CudaOptions {
         host_fallback: true,
-        ..CudaOptions::for_bundle(dir, &meta)
+        ..CudaOptions::for_bundle(KernelImages::from(dir), &meta)
     };
     let log = options.extern_ops.clone();
     let out = run_program(&program, options, &inputs).map_err(|e| e.to_string())?;
@@ -722,7 +723,7 @@ fn bundle_options(dir: &Path) -> CudaOptions {
         Ok(text) => BundleMeta::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
         Err(_) => BundleMeta::default(),
     };
-    CudaOptions::for_bundle(dir, &meta)
+    CudaOptions::for_bundle(KernelImages::from(dir), &meta)
 }
 
 fn load_bundle(dir: &Path) -> (Program, IndexMap<String, Tensor>) {

@@ -58,7 +58,7 @@ fn allocations(bundle: &str) -> (usize, usize, usize) {
     // No host fallback: every op of these bundles runs on the device.
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
-        ..CudaOptions::for_bundle(&dir, &meta)
+        ..CudaOptions::for_bundle(wrapir::bundle::KernelImages::from(&dir), &meta)
     })
     .expect("GPU");
     let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs).expect("inputs");

@@ -1,5 +1,5 @@
 #![cfg(feature = "cuda")]
-//! The runtime library's C ABI (`wrapir::exec::cuda::capi`, `wrapir_rt.h`)
+//! The runtime library's C ABI (`wrapir::capi`, `wrapir_rt.h`)
 //! on a GPU: a bundle's inputs loaded as `wrapir run` places them, extern
 //! ops through `wrapir_rt_call` equal to the host backend's, runtime-owned
 //! results (`nonzero`'s data-dependent size), outputs written as
@@ -17,7 +17,7 @@ use indexmap::IndexMap;
 use std::ffi::{c_char, CStr, CString};
 use std::path::PathBuf;
 use std::process::Command;
-use wrapir::exec::cuda::capi::*;
+use wrapir::capi::*;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, Value};
 use common::root;

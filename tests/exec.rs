@@ -20,10 +20,10 @@ fn cpu(dtype: DType, size: &[SymExpr]) -> Layout {
     Layout::contiguous(dtype, Device::cpu(), size.iter().cloned())
 }
 
-fn lower(program: &Program) -> wrapir::fx::interp::Plan {
+fn lower(program: &Program) -> wrapir::exec::interp::Plan {
     let info = wrapir::ir::validate(program).expect("valid program");
     let graph = wrapir::lower::fx::lower(&info, &Default::default()).expect("lowers");
-    wrapir::fx::interp::compile(&graph, program).expect("compiles")
+    wrapir::exec::interp::compile(&graph, program).expect("compiles")
 }
 
 // ---- meta -----------------------------------------------------------------

@@ -708,7 +708,7 @@ fn bundle_meta_reads_tolerances_and_math() {
         );
         let err = BundleMeta::from_json(r#"{"math": {"cudnn_allow_tf32": 1}}"#).unwrap_err();
         assert!(err.to_string().contains("`math`"), "{err}");
-        let options = wrapir::exec::cuda::CudaOptions::for_bundle("b", &meta);
+        let options = wrapir::exec::cuda::CudaOptions::for_bundle(wrapir::bundle::KernelImages::from("b"), &meta);
         assert!(options.math.matmul_allow_tf32 && !options.host_fallback);
     }
     for (text, field) in [

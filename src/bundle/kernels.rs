@@ -1,7 +1,9 @@
 //! [`KernelImages`]: where the CUDA backend finds a kernel's compiled image,
-//! by the `cubin` path the program's kernel metadata names.
+//! by the `cubin` path the program's kernel metadata names: the bundle's
+//! [`KernelImageSource`].
 
 use super::{image_arch, BundleError, ImageArch, SharedBytes};
+use crate::exec::images::{KernelImageSource, SuppliedBytes, SupplyError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -93,6 +95,30 @@ pub(crate) fn is_plain_relative(path: &str) -> bool {
         && !path.contains(['\\', '\0'])
         && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
         && !Path::new(path).has_root()
+}
+
+/// The images the backends load (`CudaOptions::kernels`, host kernels),
+/// with the messages of [`KernelImages::kernel_image`].
+impl KernelImageSource for KernelImages {
+    fn image(&self, path: &str) -> Result<SuppliedBytes, SupplyError> {
+        Ok(Box::new(KernelImages::image(self, path)?))
+    }
+
+    fn kernel_image(&self, kernel: &str, path: &str) -> Result<(SuppliedBytes, ImageArch), SupplyError> {
+        let (image, arch) = KernelImages::kernel_image(self, kernel, path)?;
+        Ok((Box::new(image), arch))
+    }
+
+    fn describe(&self, path: &str) -> String {
+        KernelImages::describe(self, path)
+    }
+
+    fn directory(&self) -> Option<&Path> {
+        match self {
+            KernelImages::Directory(dir) => Some(dir),
+            KernelImages::InMemory(_) => None,
+        }
+    }
 }
 
 impl From<PathBuf> for KernelImages {

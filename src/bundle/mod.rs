@@ -20,7 +20,8 @@
 //! memory-mapped ([`SharedBytes`]) and safetensors are decoded in place,
 //! within the [`Limits`] the bundle was opened with.
 //!
-//! This module and `exec::cuda` are the library's only file I/O.
+//! This module, `capi`, `exec::cuda` and `exec::host_kernels` are the
+//! library's only file I/O (ARCHITECTURE.md says what each does).
 //!
 //! ```
 //! # fn main() -> Result<(), wrapir::bundle::BundleError> {
@@ -39,16 +40,17 @@
 
 mod bytes;
 pub mod conventions;
-mod cubin;
 mod error;
 mod info;
 mod kernels;
+#[cfg(feature = "cuda")]
+mod model;
 mod pack;
 pub mod package;
 pub mod ranks;
 
+pub use crate::exec::images::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use bytes::SharedBytes;
-pub use cubin::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use error::BundleError;
 pub use info::BundleInfo;
 pub use kernels::KernelImages;

@@ -599,7 +599,7 @@ pub fn run_ranks(
     groups: ProcessGroups,
     jobs: Vec<RankJob<'_>>,
     options: CollectiveOptions,
-) -> Result<Vec<Result<crate::fx::interp::RunOutput<Tensor>, super::RunError>>, ExecError> {
+) -> Result<Vec<Result<super::interp::RunOutput<Tensor>, super::RunError>>, ExecError> {
     if jobs.len() != groups.world_size {
         return Err(ExecError::Input(format!(
             "{} rank programs for a world of {} ranks",

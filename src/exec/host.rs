@@ -310,7 +310,7 @@ impl Backend for HostBackend {
 pub fn run_program(
     program: &crate::ir::Program,
     inputs: &IndexMap<String, Tensor>,
-) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
+) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
     run_program_on(program, &mut HostBackend::default(), inputs)
 }
 
@@ -327,7 +327,7 @@ pub fn run_program_on(
     program: &crate::ir::Program,
     backend: &mut HostBackend,
     inputs: &IndexMap<String, Tensor>,
-) -> Result<crate::fx::interp::RunOutput<Tensor>, super::RunError> {
+) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
     let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
     let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
         if t.spec() == spec {

@@ -1,4 +1,4 @@
-//! Execution back ends for [`crate::fx::interp`].
+//! Execution back ends for the FX interpreter, [`interp`].
 //!
 //! A [`Backend`] allocates, frees and views tensors, launches kernels, calls
 //! extern ops, reads scalars back and copies tensors in and out. Two ship
@@ -20,15 +20,17 @@ pub mod cuda;
 pub mod device_ops;
 pub mod host;
 pub mod host_kernels;
+pub mod images;
+pub mod interp;
 mod jagged;
 pub mod meta;
 mod ops;
 mod pointwise;
 pub mod random;
-mod run;
+pub(crate) mod run;
 pub mod safetensors;
 mod segment;
-mod tensor;
+pub(crate) mod tensor;
 
 pub use run::{check_inputs, RunError};
 pub use tensor::{Element, Tensor};

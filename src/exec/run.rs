@@ -3,7 +3,7 @@
 //! declared input layouts into concrete ones.
 
 use super::{ExecError, TensorSpec};
-use crate::fx::interp::{compile, Plan};
+use crate::exec::interp::{compile, Plan};
 use crate::ir::{Layout, Program, ValidationErrors};
 use crate::sym::{eval::eval_int, Bindings, EvalError, SymExpr};
 

@@ -1,5 +1,5 @@
 //! An FX-style graph: what [`crate::lower::fx`] produces and what
-//! [`interp`] runs.
+//! `exec::interp` runs.
 //!
 //! A [`Graph`] keeps its nodes in an arena indexed by [`NodeId`] and their
 //! execution order in a separate vector, the way torch.fx keeps a node list
@@ -14,7 +14,6 @@
 //! (`def forward(self, arg0_1, s0):` ...), including FX's `x = None` after a
 //! value's last use.
 
-pub mod interp;
 pub mod names;
 mod print;
 

@@ -44,7 +44,7 @@ pub(super) fn encode<T: LeBytes>(values: &[T]) -> Vec<u8> {
 }
 
 /// A 1-D host tensor of `n` elements of `dtype` decoded from `bytes`.
-pub(super) fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecError> {
+pub(crate) fn host_from_bytes(dtype: DType, bytes: &[u8], n: i64) -> Result<Tensor, ExecError> {
     if let Some(part) = dtype.complex_part() {
         let parts = n
             .checked_mul(2)

@@ -176,6 +176,8 @@ impl Device {
             .result()
             .map_err(|e| CudaError::driver("cuEventRecord", e))
             .and_then(|()| {
+                // SAFETY: `event` was recorded above on `on`; `waiter` belongs
+                // to the bound context (the caller's contract).
                 unsafe { sys::cuStreamWaitEvent(waiter, event, 0) }
                     .result()
                     .map_err(|e| CudaError::driver("cuStreamWaitEvent", e))
@@ -527,6 +529,7 @@ impl BlasHandle {
         // expects, living until the call returns (cuBLAS reads host scalars
         // before returning).
         match (batch == 1, f32_data) {
+            // SAFETY: as stated above the match, for cublasSgemm.
             (true, true) => unsafe {
                 blas::sgemm(
                     self.raw,
@@ -546,6 +549,7 @@ impl BlasHandle {
                 )
             }
             .map_err(|e| CudaError::blas("cublasSgemm", e)),
+            // SAFETY: as stated above the match, for cublasGemmEx.
             (true, false) => unsafe {
                 blas::gemm_ex(
                     self.raw,
@@ -570,6 +574,7 @@ impl BlasHandle {
                 )
             }
             .map_err(|e| CudaError::blas("cublasGemmEx", e)),
+            // SAFETY: as stated above the match, for cublasSgemmStridedBatched.
             (false, true) => unsafe {
                 blas::sgemm_strided_batched(
                     self.raw,
@@ -593,6 +598,7 @@ impl BlasHandle {
                 )
             }
             .map_err(|e| CudaError::blas("cublasSgemmStridedBatched", e)),
+            // SAFETY: as stated above the match, for cublasGemmStridedBatchedEx.
             (false, false) => unsafe {
                 blas::gemm_strided_batched_ex(
                     self.raw,

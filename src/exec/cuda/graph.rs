@@ -71,11 +71,11 @@ impl SegmentGraphs {
 /// Captures `ops` (launches, library calls and memsets) into one graph.
 fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
-    // SAFETY: the stream belongs to the backend's bound context; the capture
-    // is ended below on every path.
     // Held from the capture's start to its end only (the lock is not re-entrant).
     let capturing = super::driver::capture_lock();
     check(
+        // SAFETY: the stream belongs to the backend's bound context; the
+        // capture is ended below on every path.
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
     )?;
@@ -261,10 +261,10 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     }
     // One graph of the same launches.
     let mut graph: sys::CUgraph = std::ptr::null_mut();
-    // SAFETY: capture on the backend's stream, ended right after the launches.
     // Held from the capture's start to its end only (the lock is not re-entrant).
     let capturing = super::driver::capture_lock();
     check(
+        // SAFETY: capture on the backend's stream, ended right after the launches.
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
     )?;
@@ -278,8 +278,8 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
     queued?;
     ended?;
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    // SAFETY: `graph` is the complete captured graph.
     check(
+        // SAFETY: `graph` is the complete captured graph; `exec` is a valid out-pointer.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
         "cuGraphInstantiate",
     )?;

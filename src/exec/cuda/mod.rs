@@ -26,41 +26,49 @@
 mod attention;
 mod blaslt;
 mod bytes;
-pub mod capi;
 mod conv;
 mod dnn;
 mod dnn_attention;
 mod dnn_graph;
 mod driver;
+mod fallback;
 mod graph;
 mod kernels;
+mod launch;
 mod libraries;
 mod library;
 mod matmul;
 mod model;
+mod options;
 mod prepared;
 mod run;
+mod tensor;
 
 pub use driver::{device_arch, CudaError};
 pub use graph::{launch_floor, LaunchFloor};
 pub use kernels::ExternOpLog;
-pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, Session};
+pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
+pub use options::{CudaOptions, MathModes};
 pub use prepared::{Prepared, PreparedCache, Replay};
+pub use tensor::CudaTensor;
 
+pub(crate) use bytes::host_from_bytes;
+pub(crate) use launch::SharedKernels;
 pub use run::{place_inputs, run_program, run_program_on, to_host};
 
-use super::host::{op_key, HostBackend, HostOptions};
+use launch::LoadedKernel;
+use tensor::Storage;
+
+use super::host::{op_key, HostBackend};
 use super::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
-use crate::ir::{ConstValue, DType, Device as IrDevice, KernelBackend, ScalarType, SigType, TritonMeta};
-use bytes::{encode, host_from_bytes, host_storage_bytes};
+use crate::ir::{DType, Device as IrDevice, KernelBackend};
+use bytes::{encode, host_storage_bytes};
 use cudarc::driver::sys;
 use driver::{Device, Module};
-use indexmap::IndexMap;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// Bytes of each of a backend's two pinned staging buffers.
@@ -68,190 +76,6 @@ const STAGING_BYTES: usize = 8 << 20;
 
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
-
-/// Options of the CUDA backend.
-#[derive(Clone, Debug)]
-pub struct CudaOptions {
-    /// The device ordinal.
-    pub ordinal: usize,
-    /// Where kernel images are found by their `cubin` path: a directory the
-    /// paths are relative to (a bundle's directory), or images in memory (a
-    /// package's entries; see [`crate::bundle::Bundle::kernel_images`]).
-    pub kernels: crate::bundle::KernelImages,
-    /// Run extern ops the GPU path does not implement (no row of
-    /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
-    /// the host backend's ops, copying data through host memory, and count
-    /// them in [`CudaOptions::extern_ops`]. Default `false`: such an op is an
-    /// error naming it, so a run never leaves the device silently (the CLI's
-    /// `--allow-host-fallback` turns this on).
-    pub host_fallback: bool,
-    /// Options of the host ops used by the fallback. The default follows
-    /// ATen's CUDA kernels: `jagged_zero_fill` is on (rows longer than the
-    /// padded width are written as 0 rather than raising, as on the CPU).
-    pub host: HostOptions,
-    /// Counts of the extern ops run on the device and through the host fallback.
-    pub extern_ops: ExternOpLog,
-    /// Load the cuBLAS library on a background thread while [`CudaBackend::new`]
-    /// opens the device, so that the first matmul does not pay the library
-    /// load after `cuInit` (default `false`; [`CudaOptions::preload_for`] sets
-    /// it for programs with matmuls).
-    pub preload_blas: bool,
-    /// Compile the built-in kernels (NVRTC) on a background thread while
-    /// [`CudaBackend::new`] creates the context (default `false`;
-    /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
-    pub preload_builtins: bool,
-    /// Load cuDNN (and its sub-libraries) on a background thread while
-    /// [`CudaBackend::new`] creates the context (default `false`;
-    /// [`CudaOptions::preload_for`] sets it for programs with convolutions).
-    pub preload_dnn: bool,
-    /// The math modes the program was compiled under (PyTorch's defaults
-    /// unless the bundle records others).
-    pub math: MathModes,
-    /// The CUDA generator state `aten.randint` (Inductor's seed buffer)
-    /// starts from (a bundle's `cuda_rng`; default PyTorch's default seed at
-    /// offset 0); each call advances it as PyTorch's generator advances
-    /// (see [`crate::exec::random`]).
-    pub cuda_rng: crate::exec::random::CudaRngState,
-}
-
-/// PyTorch's math-mode switches that change library numerics; each library
-/// call follows them as PyTorch's own call does. Defaults are PyTorch's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct MathModes {
-    /// `torch.backends.cuda.matmul.allow_tf32` (default `false`): fp32 GEMMs may round inputs to TF32.
-    pub matmul_allow_tf32: bool,
-    /// `torch.backends.cudnn.allow_tf32` (default `true`): fp32 convolutions may use TF32.
-    pub cudnn_allow_tf32: bool,
-    /// `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` (default `true`).
-    pub fp16_reduced_precision_reduction: bool,
-    /// `torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction` (default `true`).
-    pub bf16_reduced_precision_reduction: bool,
-}
-
-impl Default for MathModes {
-    fn default() -> Self {
-        MathModes {
-            matmul_allow_tf32: false,
-            cudnn_allow_tf32: true,
-            fp16_reduced_precision_reduction: true,
-            bf16_reduced_precision_reduction: true,
-        }
-    }
-}
-
-impl CudaOptions {
-    /// These options with the start-up work `program` needs started early,
-    /// by what runs its extern ops ([`crate::exec::device_ops::CUDA_OPS`]):
-    /// [`CudaOptions::preload_blas`] for cuBLAS / cuBLASLt ops,
-    /// [`CudaOptions::preload_dnn`] for cuDNN ops and
-    /// [`CudaOptions::preload_builtins`] for ops on the built-in kernels.
-    pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
-        let calls = std::iter::once(&program.main)
-            .chain(program.subgraphs.values())
-            .flat_map(|g| &g.lines)
-            .filter_map(|line| match line {
-                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => Some(call),
-                _ => None,
-            });
-        for call in calls {
-            match crate::exec::device_ops::cuda_op(&call.op).map(|row| row.via) {
-                Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,
-                Some("cuDNN") => self.preload_dnn = true,
-                // The attention kernels are their own module, compiled per head dim.
-                Some(crate::exec::device_ops::OWN_ATTENTION) => {}
-                Some(_) => self.preload_builtins = true,
-                None => {}
-            }
-        }
-        self
-    }
-}
-
-impl Default for CudaOptions {
-    fn default() -> Self {
-        CudaOptions {
-            ordinal: 0,
-            kernels: crate::bundle::KernelImages::default(),
-            host_fallback: false,
-            host: HostOptions { jagged_zero_fill: true },
-            extern_ops: ExternOpLog::default(),
-            preload_blas: false,
-            preload_builtins: false,
-            preload_dnn: false,
-            math: MathModes::default(),
-            cuda_rng: crate::exec::random::CudaRngState::default(),
-        }
-    }
-}
-
-/// One device allocation; freed (stream-ordered) when dropped.
-#[derive(Debug)]
-struct Storage {
-    /// Device address; 0 for an empty allocation.
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-    device: Arc<Device>,
-    _accounted: Accounted,
-    /// The caller's memory (a device tensor passed in): never freed here.
-    borrowed: bool,
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        if self.ptr != 0 && !self.borrowed {
-            self.device.defer(self.device.free(self.ptr));
-        }
-    }
-}
-
-/// A strided tensor in device memory. Clones share the allocation.
-#[derive(Clone, Debug)]
-pub struct CudaTensor {
-    storage: Arc<Storage>,
-    spec: TensorSpec,
-}
-
-impl CudaTensor {
-    /// The layout.
-    pub fn spec(&self) -> &TensorSpec {
-        &self.spec
-    }
-
-    /// Elements the allocation holds.
-    fn storage_numel(&self) -> usize {
-        let elem = self.spec.dtype.size_bytes().max(1) as usize;
-        self.storage.bytes / elem
-    }
-
-    /// Device address of element 0 of the view.
-    fn data_ptr(&self) -> sys::CUdeviceptr {
-        // Views are bounds-checked at creation, so the offset lies inside the
-        // allocation and the sum cannot overflow.
-        self.storage.ptr + self.spec.offset.max(0) as u64 * self.spec.dtype.size_bytes()
-    }
-}
-
-#[derive(Clone)]
-struct LoadedKernel {
-    function: sys::CUfunction,
-    _module: Arc<Module>,
-}
-
-/// Kernels one backend loaded, for other backends of the same device to use
-/// without loading the images again (see [`CudaBackend::adopt_kernels`]).
-#[derive(Clone, Default)]
-pub(crate) struct SharedKernels {
-    kernels: HashMap<String, LoadedKernel>,
-}
-
-// SAFETY: a CUfunction and its CUmodule are handles of the device's primary
-// context, valid in every thread that binds it; they are not mutated after
-// loading (launches and attribute reads are thread-safe driver calls), and
-// the module is unloaded only when the last `Arc` goes.
-unsafe impl Send for SharedKernels {}
-// SAFETY: as for `Send`: shared references only read the handles.
-unsafe impl Sync for SharedKernels {}
 
 /// Runs programs on a CUDA GPU.
 pub struct CudaBackend {
@@ -384,37 +208,6 @@ impl CudaBackend {
             rng_state: None,
             staging: None,
         })
-    }
-
-    /// Loads the image of every Triton kernel `program` defines that has a
-    /// cubin, so that no run loads one later; returns how many are loaded.
-    /// Each image is checked before it loads: present, a cubin or PTX, and
-    /// for this GPU's architecture; an error names the kernel, the image
-    /// and both architectures, before anything launched.
-    pub fn preload_kernels(&mut self, program: &crate::ir::Program) -> Result<usize, ExecError> {
-        for (name, def) in &program.kernels {
-            if let crate::ir::KernelBackend::Triton(meta) = &def.backend {
-                if meta.cubin.is_some() {
-                    self.function(name.as_str(), meta)?;
-                }
-            }
-        }
-        Ok(self.kernels.len())
-    }
-
-    /// The kernels this backend has loaded, for [`CudaBackend::adopt_kernels`].
-    pub(crate) fn shared_kernels(&self) -> SharedKernels {
-        SharedKernels {
-            kernels: self.kernels.clone(),
-        }
-    }
-
-    /// Uses kernels another backend of the same device loaded (its primary
-    /// context is this backend's) instead of loading their images again.
-    pub(crate) fn adopt_kernels(&mut self, shared: &SharedKernels) {
-        for (name, k) in &shared.kernels {
-            self.kernels.entry(name.clone()).or_insert_with(|| k.clone());
-        }
     }
 
     /// Makes the backend's context current on the calling thread (a
@@ -734,305 +527,6 @@ impl CudaBackend {
                 ))
             })
     }
-
-    fn function(&mut self, name: &str, meta: &TritonMeta) -> Result<sys::CUfunction, ExecError> {
-        if let Some(k) = self.kernels.get(name) {
-            return Ok(k.function);
-        }
-        let cubin = meta.cubin.as_ref().ok_or_else(|| {
-            ExecError::Unsupported(format!(
-                "kernel `{name}` has no compiled cubin; the cuda backend does not compile Triton source"
-            ))
-        })?;
-        let loading = std::time::Instant::now();
-        let module = match self.modules.get(cubin) {
-            Some(m) => Arc::clone(m),
-            None => {
-                let (image, arch) = self
-                    .options
-                    .kernels
-                    .kernel_image(name, cubin)
-                    .map_err(|e| ExecError::Input(e.to_string()))?;
-                let (major, minor) = self.compute_capability()?;
-                let device_sm = u32::try_from(major * 10 + minor).unwrap_or(0);
-                let device = self
-                    .device_name()
-                    .unwrap_or_else(|_| format!("cuda:{}", self.ordinal()));
-                arch.check_runs_on(device_sm, &device).map_err(|e| {
-                    ExecError::Input(format!(
-                        "kernel `{name}`: {} is {e}",
-                        self.options.kernels.describe(cubin)
-                    ))
-                })?;
-                let m = Arc::new(
-                    self.device
-                        .load_module(&image)
-                        .map_err(|e| ExecError::op(name, e.to_string()))?,
-                );
-                self.modules.insert(cubin.clone(), Arc::clone(&m));
-                self.timings.modules += 1;
-                m
-            }
-        };
-        let symbol = meta.mangled_name.as_deref().unwrap_or(name);
-        let function = module
-            .function(symbol)
-            .map_err(|e| ExecError::op(name, e.to_string()))?;
-        let threads_limit = driver::max_threads_per_block(function).map_err(|e| ExecError::op(name, e.to_string()))?;
-        if u64::from(meta.num_warps) * 32 > u64::try_from(threads_limit).unwrap_or(0) {
-            return Err(ExecError::op(
-                name,
-                format!(
-                    "launches {} threads a block (num_warps {}); the kernel allows at most {threads_limit}",
-                    u64::from(meta.num_warps) * 32,
-                    meta.num_warps
-                ),
-            ));
-        }
-        if meta.shared_mem > DEFAULT_SHARED_LIMIT {
-            let optin = self
-                .device
-                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-                .map_err(|e| ExecError::op(name, e.to_string()))?;
-            if i64::from(meta.shared_mem) > i64::from(optin) {
-                return Err(ExecError::op(
-                    name,
-                    format!(
-                        "needs {} bytes of shared memory; the device allows {optin} per block",
-                        meta.shared_mem
-                    ),
-                ));
-            }
-            driver::set_max_dynamic_shared(function, meta.shared_mem)
-                .map_err(|e| ExecError::op(name, e.to_string()))?;
-        }
-        self.kernels.insert(
-            name.to_string(),
-            LoadedKernel {
-                function,
-                _module: module,
-            },
-        );
-        self.timings.module_load += loading.elapsed();
-        Ok(function)
-    }
-
-    /// One kernel argument as the bytes of a u64 slot (little-endian, so the
-    /// driver reads the parameter's width from the start of the slot).
-    fn marshal(
-        &mut self,
-        kernel: &str,
-        param: &str,
-        ty: &SigType,
-        value: &Value<CudaTensor>,
-    ) -> Result<u64, ExecError> {
-        let err = |msg: String| ExecError::op(kernel, format!("parameter `{param}` ({ty}): {msg}"));
-        match ty {
-            SigType::Pointer(dtype) => match value {
-                Value::Tensor(t) => {
-                    if t.spec.dtype.size_bytes() != dtype.size_bytes() {
-                        return Err(err(format!("given a {} tensor", t.spec.dtype)));
-                    }
-                    Ok(t.data_ptr())
-                }
-                Value::None => Ok(0),
-                other => Err(err(format!("given a {}", other.kind()))),
-            },
-            SigType::Scalar(s) => {
-                let scalar = match value {
-                    Value::Int(v) => ScalarValue::Int(*v),
-                    Value::Bool(b) => ScalarValue::Bool(*b),
-                    Value::Float(f) => ScalarValue::Float(*f),
-                    Value::Tensor(t) => self.read_scalar(
-                        t,
-                        &ScalarRequest {
-                            symbol: None,
-                            decl: None,
-                            multiplier: 1,
-                        },
-                    )?,
-                    other => return Err(err(format!("given a {}", other.kind()))),
-                };
-                encode_scalar(*s, scalar).map_err(err)
-            }
-            SigType::Constexpr | SigType::Other(_) => Err(err("cannot be passed at launch".into())),
-        }
-    }
-
-    fn launch_triton(&mut self, launch: &KernelLaunch<'_, CudaTensor>, meta: &TritonMeta) -> Result<(), ExecError> {
-        let name = launch.kernel.name.as_str();
-        let grid = launch
-            .grid
-            .ok_or_else(|| ExecError::op(name, "a Triton launch without a grid"))?;
-        for (param, c) in &meta.constants {
-            if let (ConstValue::Int(baked), Some(Value::Int(passed))) = (c, launch.kwargs.get(param.as_str())) {
-                if baked != passed {
-                    return Err(ExecError::op(
-                        name,
-                        format!("`{param}` = {passed}, but the kernel was compiled for {baked}"),
-                    ));
-                }
-            }
-        }
-        let dim = |g: i64, axis: &str| {
-            u32::try_from(g).map_err(|_| ExecError::op(name, format!("grid {axis} = {g} is outside 0..=2^32-1")))
-        };
-        let grid = (dim(grid[0], "x")?, dim(grid[1], "y")?, dim(grid[2], "z")?);
-        let threads = meta
-            .num_warps
-            .checked_mul(32)
-            .ok_or_else(|| ExecError::op(name, format!("num_warps {} is too large", meta.num_warps)))?;
-        let function = self.function(name, meta)?;
-        let mut slots: Vec<u64> = Vec::new();
-        for (param, ty) in meta.runtime_params() {
-            let value = launch
-                .kwargs
-                .get(param)
-                .ok_or_else(|| ExecError::op(name, format!("no value for parameter `{param}`")))?;
-            slots.push(self.marshal(name, param, ty, value)?);
-        }
-        if grid.0 == 0 || grid.1 == 0 || grid.2 == 0 {
-            return Ok(());
-        }
-        let blocks = u64::from(grid.0) * u64::from(grid.1) * u64::from(grid.2);
-        // Scratch buffers live until the launch is queued; their frees are
-        // ordered after it on the same stream.
-        let mut scratch = Vec::new();
-        for per_cta in [meta.global_scratch, meta.profile_scratch].into_iter().flatten() {
-            if per_cta == 0 {
-                slots.push(0);
-                continue;
-            }
-            let bytes = per_cta
-                .checked_mul(blocks)
-                .and_then(|b| usize::try_from(b).ok())
-                .ok_or_else(|| ExecError::op(name, "scratch size overflows"))?;
-            let s = self.alloc_storage(bytes)?;
-            slots.push(s.ptr);
-            scratch.push(s);
-        }
-        let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()).collect();
-        self.device
-            .launch(function, grid, (threads, 1, 1), meta.shared_mem, &mut params)
-            .map_err(|e| ExecError::op(name, e.to_string()))?;
-        drop(scratch);
-        Ok(())
-    }
-
-    /// Runs an extern op on the host: tensors go to host memory (one host
-    /// copy per device allocation, so aliasing views stay aliased), the op
-    /// runs, allocations it modified are copied back, and results come back
-    /// as new device tensors (in-place ops return their first argument).
-    fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
-        self.options.extern_ops.record_host(call.op);
-        if let Some(trace) = self.trace.as_mut() {
-            trace.push(kernels::Traced::Host(call.op.to_string()));
-        }
-        let mut staged: Vec<Staged> = Vec::new();
-        let args = call
-            .args
-            .iter()
-            .map(|v| self.stage_to_host(v, &mut staged))
-            .collect::<Result<Vec<_>, _>>()?;
-        let kwargs = call
-            .kwargs
-            .iter()
-            .map(|(k, v)| Ok((k.to_string(), self.stage_to_host(v, &mut staged)?)))
-            .collect::<Result<IndexMap<_, _>, ExecError>>()?;
-        let result = self.host.call_extern(ExternCall {
-            op: call.op,
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: call.expected,
-        })?;
-        for s in &staged {
-            let now = host_storage_bytes(&s.host)?;
-            if now != s.original {
-                self.device.upload(s.storage.ptr, &now)?;
-            }
-        }
-        if op_key(call.op).ends_with('_') {
-            if let (Value::Tensor(_), Some(Value::Tensor(first))) = (&result, call.args.first()) {
-                return Ok(Value::Tensor(first.clone()));
-            }
-        }
-        self.copy_value_in(&result)
-    }
-
-    fn stage_to_host(&mut self, v: &Value<CudaTensor>, staged: &mut Vec<Staged>) -> Result<Value<Tensor>, ExecError> {
-        Ok(match v {
-            Value::Tensor(t) => {
-                let i = match staged.iter().position(|s| Arc::ptr_eq(&s.storage, &t.storage)) {
-                    Some(i) => i,
-                    None => {
-                        let mut bytes = vec![0u8; t.storage.bytes];
-                        self.device.download(&mut bytes, t.storage.ptr)?;
-                        let n = i64::try_from(t.storage_numel())
-                            .map_err(|_| ExecError::Input("storage too large".into()))?;
-                        let host = host_from_bytes(t.spec.dtype, &bytes, n)?;
-                        staged.push(Staged {
-                            storage: Arc::clone(&t.storage),
-                            host,
-                            original: bytes,
-                        });
-                        staged.len() - 1
-                    }
-                };
-                Value::Tensor(staged[i].host.view(&t.spec.size, &t.spec.stride, t.spec.offset)?)
-            }
-            Value::Int(i) => Value::Int(*i),
-            Value::Float(f) => Value::Float(*f),
-            Value::Bool(b) => Value::Bool(*b),
-            Value::None => Value::None,
-            Value::Str(s) => Value::Str(s.clone()),
-            Value::DType(d) => Value::DType(*d),
-            Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(
-                items
-                    .iter()
-                    .map(|i| self.stage_to_host(i, staged))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Dict(items) => Value::Dict(
-                items
-                    .iter()
-                    .map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?)))
-                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
-                    .into(),
-            ),
-            Value::Opaque => Value::Opaque,
-        })
-    }
-
-    fn copy_value_in(&mut self, v: &Value<Tensor>) -> Result<Value<CudaTensor>, ExecError> {
-        Ok(match v {
-            Value::Tensor(t) => Value::Tensor(self.copy_in(t)?),
-            Value::Int(i) => Value::Int(*i),
-            Value::Float(f) => Value::Float(*f),
-            Value::Bool(b) => Value::Bool(*b),
-            Value::None => Value::None,
-            Value::Str(s) => Value::Str(s.clone()),
-            Value::DType(d) => Value::DType(*d),
-            Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(items.iter().map(|i| self.copy_value_in(i)).collect::<Result<_, _>>()?),
-            Value::Dict(items) => Value::Dict(
-                items
-                    .iter()
-                    .map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?)))
-                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
-                    .into(),
-            ),
-            Value::Opaque => Value::Opaque,
-        })
-    }
-}
-
-/// A device allocation copied to the host for a fallback op.
-struct Staged {
-    storage: Arc<Storage>,
-    /// The whole allocation as a 1-D host tensor.
-    host: Tensor,
-    original: Vec<u8>,
 }
 
 impl Backend for CudaBackend {
@@ -1183,45 +677,6 @@ impl Backend for CudaBackend {
     fn memory(&self) -> MemoryStats {
         self.memory.stats()
     }
-}
-
-/// A scalar kernel argument at its signature width, in the low bytes of a u64.
-fn encode_scalar(ty: ScalarType, v: ScalarValue) -> Result<u64, String> {
-    let as_int = |v: ScalarValue| match v {
-        ScalarValue::Int(i) => Ok(i),
-        ScalarValue::Bool(b) => Ok(i64::from(b)),
-        ScalarValue::Float(f) => Err(format!("given the float {f}")),
-    };
-    let as_float = |v: ScalarValue| match v {
-        ScalarValue::Int(i) => i as f64,
-        ScalarValue::Bool(b) => f64::from(u8::from(b)),
-        ScalarValue::Float(f) => f,
-    };
-    let fit = |i: i64, lo: i64, hi: i64| {
-        if (lo..=hi).contains(&i) {
-            Ok(i as u64)
-        } else {
-            Err(format!("{i} does not fit {ty:?}"))
-        }
-    };
-    Ok(match ty {
-        ScalarType::I1 => fit(as_int(v)?, 0, 1)?,
-        ScalarType::I8 => fit(as_int(v)?, i8::MIN.into(), i8::MAX.into())? & 0xff,
-        ScalarType::I16 => fit(as_int(v)?, i16::MIN.into(), i16::MAX.into())? & 0xffff,
-        ScalarType::I32 => fit(as_int(v)?, i32::MIN.into(), i32::MAX.into())? & 0xffff_ffff,
-        ScalarType::I64 => as_int(v)? as u64,
-        ScalarType::U8 => fit(as_int(v)?, 0, u8::MAX.into())?,
-        ScalarType::U16 => fit(as_int(v)?, 0, u16::MAX.into())?,
-        ScalarType::U32 => fit(as_int(v)?, 0, u32::MAX.into())?,
-        ScalarType::U64 => {
-            let i = as_int(v)?;
-            u64::try_from(i).map_err(|_| format!("{i} does not fit u64"))?
-        }
-        ScalarType::Fp16 => u64::from(half::f16::from_f64(as_float(v)).to_bits()),
-        ScalarType::Bf16 => u64::from(half::bf16::from_f64(as_float(v)).to_bits()),
-        ScalarType::Fp32 => u64::from((as_float(v) as f32).to_bits()),
-        ScalarType::Fp64 => as_float(v).to_bits(),
-    })
 }
 
 /// The dtypes and sizes of a call's tensor arguments, for errors.

@@ -1,9 +1,11 @@
 //! A deployed model: load a bundle once, then serve calls from many threads.
 //!
-//! [`Model::load`] validates the program, compiles its plan, opens the
-//! device, loads every kernel image, uploads the weights (the bundle's
-//! `weights` inputs) and prepares the libraries the program uses, before the
-//! first call. [`Model::run`] takes the other inputs as host tensors and
+//! [`Model::load`] (a bundle directory or package, opened by `bundle`) and
+//! [`Model::from_source`] (anything that supplies a program, its weights and
+//! its kernel images: a [`ModelSource`]) validate the program, compile its
+//! plan, open the device, load every kernel image, upload the weights (the
+//! bundle's `weights` inputs) and prepare the libraries the program uses,
+//! before the first call. [`Model::run`] takes the other inputs as host tensors and
 //! returns host tensors; [`Session::run_device`] takes and returns device
 //! tensors, used in place.
 //!
@@ -25,11 +27,12 @@
 //! would.
 
 use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
-use crate::bundle::Bundle;
+use crate::exec::compare::BundleMeta;
+use crate::exec::images::{ImageArch, KernelImageSource, NoKernelImages, SuppliedBytes, SupplyError};
+use crate::exec::interp::Plan;
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
 use crate::exec::safetensors::{decode_raw, raw_tensors, RawTensor};
 use crate::exec::{Backend, ExecError, RunError, Tensor, TensorSpec, Value};
-use crate::fx::interp::Plan;
 use crate::ir::{GraphInput, Program};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
@@ -170,32 +173,71 @@ impl std::fmt::Debug for Model {
     }
 }
 
+/// What a [`Model`] is loaded from, supplied by the caller: a program, its
+/// `bundle.json` metadata, its stored inputs (the weights among them) and its
+/// kernel images. The library's bundles are one (`Model::load` opens a
+/// bundle directory or package and loads from it).
+pub trait ModelSource {
+    /// Where it is, as errors name it (a bundle's path).
+    fn location(&self) -> &Path;
+    /// The program.
+    fn program(&self) -> &Program;
+    /// Its `bundle.json`.
+    fn meta(&self) -> &BundleMeta;
+    /// The names of the graph inputs that are weights, uploaded once.
+    fn weights(&self) -> &[String];
+    /// The stored graph inputs as the bytes of a safetensors file
+    /// (`inputs.safetensors`), `None` when there are none.
+    fn stored_inputs(&self) -> Result<Option<SuppliedBytes>, SupplyError>;
+    /// Where the backends find the kernel images.
+    fn kernel_images(&self) -> Arc<dyn KernelImageSource>;
+    /// Every kernel of the program's kernel table with the architecture of
+    /// the image the CUDA backend would load for it, in table order, or why
+    /// it has none (checked before the weights upload).
+    fn kernel_image_archs(&self) -> Vec<(String, Result<ImageArch, SupplyError>)>;
+}
+
+/// The stored inputs' entry, as errors name it.
+const INPUTS: &str = "inputs.safetensors";
+
 impl Model {
-    /// Loads the bundle directory or package at `path` (see the module
-    /// documentation): checks that its cubins can run on the device.
-    pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
-        let started = Instant::now();
-        let path = path.as_ref();
-        let bundle_err = |e: crate::bundle::BundleError| ModelError::Bundle {
+    /// Loads the model `source` supplies (see the module documentation):
+    /// checks that its kernel images can run on the device.
+    pub fn from_source(source: &dyn ModelSource, options: &ModelOptions) -> Result<Model, ModelError> {
+        Model::load_from(source, options, Instant::now())
+    }
+
+    /// [`Model::from_source`] for a load that started at `started` (what
+    /// [`LoadReport::total`] counts from).
+    pub(crate) fn load_from(
+        source: &dyn ModelSource,
+        options: &ModelOptions,
+        started: Instant,
+    ) -> Result<Model, ModelError> {
+        let path = source.location();
+        let bundle_err = |e: SupplyError| ModelError::Bundle {
             path: path.to_path_buf(),
             message: e.to_string(),
         };
-        let bundle = Bundle::open_with_limits(path, &options.limits).map_err(bundle_err)?;
-        let program = bundle.program().clone();
-        let meta = bundle.meta().clone();
-        let weight_names = bundle.weights().to_vec();
-        let stored_bytes = bundle.entry(crate::bundle::INPUTS).map_err(bundle_err)?;
-        let stored_bytes: &[u8] = stored_bytes.as_deref().unwrap_or(&[]);
+        let program = source.program().clone();
+        let meta = source.meta().clone();
+        let weight_names = source.weights().to_vec();
+        let stored_bytes = source.stored_inputs().map_err(bundle_err)?;
+        let stored_bytes: &[u8] = stored_bytes.as_deref().map_or(&[][..], |b| b.as_ref());
         let stored: IndexMap<String, RawTensor<'_>> = if stored_bytes.is_empty() {
             IndexMap::new()
         } else {
             raw_tensors(stored_bytes, &options.limits).map_err(|e| ModelError::Bundle {
                 path: path.to_path_buf(),
-                message: format!("{}: {e}", crate::bundle::INPUTS),
+                message: format!("{INPUTS}: {e}"),
             })?
         };
         let plan = compile_program_with_limits(&program, &options.limits)?;
-        let mut cuda = CudaOptions::for_bundle(bundle.kernel_images(), &meta).preload_for(&program);
+        let mut cuda = CudaOptions {
+            kernels: source.kernel_images(),
+            ..CudaOptions::for_bundle(NoKernelImages, &meta)
+        }
+        .preload_for(&program);
         cuda.ordinal = options.device;
         let mut backend = CudaBackend::new(cuda.clone())?;
         let device_open = backend.load_timings().device_open;
@@ -204,7 +246,7 @@ impl Model {
         let device_sm = u32::try_from(major * 10 + minor).unwrap_or(0);
         // Every kernel's image, checked before the weights upload: present,
         // a cubin or PTX, for this GPU (one rule: `ImageArch::check_runs_on`).
-        for (kernel, arch) in bundle.kernel_image_archs() {
+        for (kernel, arch) in source.kernel_image_archs() {
             let arch = arch.map_err(bundle_err)?;
             arch.check_runs_on(device_sm, &device).map_err(|e| ModelError::Bundle {
                 path: path.to_path_buf(),

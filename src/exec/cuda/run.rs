@@ -2,9 +2,10 @@
 
 use super::{CudaBackend, CudaOptions, CudaTensor};
 use crate::exec::compare::BundleMeta;
+use crate::exec::images::KernelImageSource;
+use crate::exec::interp::RunOutput;
 use crate::exec::run::{compile_program, place_inputs as place_host_inputs};
 use crate::exec::{Backend, ExecError, RunError, Tensor, Value};
-use crate::fx::interp::RunOutput;
 use crate::ir::Program;
 use indexmap::IndexMap;
 
@@ -46,7 +47,7 @@ pub fn run_program_on(
 /// Compiles `program` and places `inputs` on the device as
 /// [`run_program_on`] does, without running it: returns the plan, the graph
 /// inputs in placeholder order and the constants, ready for
-/// [`Plan::run`](crate::fx::interp::Plan::run) or a prepared plan.
+/// [`Plan::run`](crate::exec::interp::Plan::run) or a prepared plan.
 #[allow(clippy::type_complexity)]
 pub fn place_inputs(
     program: &Program,
@@ -54,7 +55,7 @@ pub fn place_inputs(
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<
     (
-        crate::fx::interp::Plan,
+        crate::exec::interp::Plan,
         Vec<Value<CudaTensor>>,
         IndexMap<String, CudaTensor>,
     ),
@@ -97,15 +98,14 @@ pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value
 
 impl CudaOptions {
     /// Options for running a bundle whose `bundle.json` says `meta`, with
-    /// kernel images from `kernels` (a bundle directory's path, or
-    /// [`crate::bundle::Bundle::kernel_images`] for any bundle, packages
-    /// included), the math modes the bundle was compiled under
+    /// kernel images from `kernels` (a bundle's `kernel_images()`, packages
+    /// included, or any other [`KernelImageSource`]), the math modes the bundle was compiled under
     /// ([`BundleMeta::math`], PyTorch's defaults when it records none) and its
     /// generator state. Everything else is [`CudaOptions::default`], so the
     /// host fallback is off unless the caller turns it on.
-    pub fn for_bundle(kernels: impl Into<crate::bundle::KernelImages>, meta: &BundleMeta) -> CudaOptions {
+    pub fn for_bundle(kernels: impl KernelImageSource + 'static, meta: &BundleMeta) -> CudaOptions {
         CudaOptions {
-            kernels: kernels.into(),
+            kernels: std::sync::Arc::new(kernels),
             math: meta.math,
             cuda_rng: meta.cuda_rng.unwrap_or_default(),
             ..CudaOptions::default()

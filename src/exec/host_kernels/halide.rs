@@ -433,10 +433,10 @@ impl HalideKernel {
                     HalideBuffer {
                         device: 0,
                         device_interface: std::ptr::null(),
-                        // SAFETY: `offset` elements from the view's start lie
-                        // within its storage (`offset < end <= elements_after`),
-                        // or the buffer is empty and never read.
+                        // An empty buffer is never read: it keeps the view's start.
                         host: if b.end > 0 {
+                            // SAFETY: `offset` elements from the view's start lie
+                            // within its storage (`offset < end <= elements_after`).
                             unsafe { view.ptr.add(b.offset * elem) }
                         } else {
                             view.ptr

@@ -32,6 +32,7 @@
 mod halide;
 
 use super::host::{HostBackend, KernelFn};
+use super::images::KernelImageSource;
 use super::tensor::RawView;
 use super::{ExecError, KernelLaunch, Tensor, Value};
 use crate::ir::{CppMeta, DType, KernelBackend, Program};
@@ -105,29 +106,30 @@ fn is_host_image_kernel(backend: &KernelBackend) -> bool {
     }
 }
 
-/// [`load_program_kernels`] from where a bundle keeps its kernel images
-/// (`Bundle::kernel_images`): a bundle directory or a program file's
-/// directory. A package's images live in memory, where a shared object cannot
-/// be loaded from: with `scratch` (a directory the caller owns and removes
-/// afterwards; it is created), the program's host images and the Halide
-/// runtime are written into `scratch/kernels/` and loaded from there; without
-/// it, a package whose program has host kernels is an error.
+/// [`load_program_kernels`] from where the caller keeps the kernel images
+/// (a bundle's `kernel_images()`): images that are files under a directory
+/// ([`KernelImageSource::directory`]: a bundle directory or a program file's
+/// directory) load from there. Images held elsewhere (a package's, in
+/// memory) cannot be loaded as shared objects: with `scratch` (a directory
+/// the caller owns and removes afterwards; it is created), the program's host
+/// images and the Halide runtime are written into `scratch/kernels/` and
+/// loaded from there; without it, a program with host kernels is an error.
 pub fn load_kernels_from(
     backend: &mut HostBackend,
     program: &Program,
-    images: &crate::bundle::KernelImages,
+    images: &dyn KernelImageSource,
     scratch: Option<&Path>,
 ) -> Result<usize, HostKernelError> {
     let names = host_kernel_names(program);
-    match (images, scratch) {
-        (crate::bundle::KernelImages::Directory(dir), _) => load_program_kernels(backend, program, dir),
-        (crate::bundle::KernelImages::InMemory(_), _) if names.is_empty() => Ok(0),
-        (crate::bundle::KernelImages::InMemory(_), None) => Err(HostKernelError::Load {
+    match (images.directory(), scratch) {
+        (Some(dir), _) => load_program_kernels(backend, program, dir),
+        (None, _) if names.is_empty() => Ok(0),
+        (None, None) => Err(HostKernelError::Load {
             kernel: names[0].to_string(),
             path: PathBuf::from(image_path(names[0])),
             message: "a package's host kernels are loaded from files: give a scratch directory to write them to".into(),
         }),
-        (crate::bundle::KernelImages::InMemory(_), Some(dir)) => {
+        (None, Some(dir)) => {
             let halide = program
                 .kernels
                 .values()
@@ -152,7 +154,7 @@ pub fn load_kernels_from(
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| load_error(parent.to_path_buf(), e.to_string()))?;
                 }
-                std::fs::write(&path, &bytes[..]).map_err(|e| load_error(path.clone(), e.to_string()))?;
+                std::fs::write(&path, (*bytes).as_ref()).map_err(|e| load_error(path.clone(), e.to_string()))?;
             }
             load_program_kernels(backend, program, dir)
         }

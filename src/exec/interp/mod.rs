@@ -1,12 +1,12 @@
-//! The FX interpreter: compiles an [`fx::Graph`](super::Graph) into a flat
+//! The FX interpreter: compiles an [`fx::Graph`](crate::fx::Graph) into a flat
 //! [`Plan`] (values in numbered slots, not name lookups; every slot freed
 //! right after its last use) and runs the plan on a [`Backend`].
 
-use super::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymOp, Val};
 use crate::exec::{
     ArgList, Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, Kwargs, ScalarRequest, ScalarValue,
     TensorSpec, Value,
 };
+use crate::fx::{Arg, Graph, NodeId, Op, Placeholder, Scalar, SymOp, Val};
 use crate::ir::{DType, Device, DeviceType, KernelDef, KernelName, Layout, Program, SymbolDecl, ValueRange};
 use crate::sym::{Bindings, SymExpr, Symbol};
 use indexmap::IndexMap;

@@ -327,6 +327,6 @@ unsafe fn host_tensor(desc: &WrapirRtTensorDesc, name: &str) -> Result<Tensor, F
     };
     let elem = spec.dtype.size_bytes().max(1) as usize;
     let n = i64::try_from(need / elem).map_err(|_| Failure::argument(format!("{what}: too large")))?;
-    let storage = crate::exec::cuda::bytes::host_from_bytes(spec.dtype, data, n)?;
+    let storage = crate::exec::cuda::host_from_bytes(spec.dtype, data, n)?;
     Ok(storage.view(&spec.size, &spec.stride, spec.offset)?)
 }

@@ -1,7 +1,9 @@
 //! The C ABI of wrapir's runtime library (`wrapir_rt.h`, built as
-//! `libwrapir_runtime` by the `wrapir-runtime` crate): the extern ops of the
-//! standalone C++ wrappers, run by the same [`CudaBackend`] dispatch as
-//! every other CUDA run, and safetensors files in and out.
+//! `libwrapir_runtime` by the `wrapir-runtime` crate; feature `cuda`): the
+//! extern ops of the standalone C++ wrappers, run by the same [`CudaBackend`]
+//! dispatch as every other CUDA run, a bundle's inputs (opened through
+//! [`crate::bundle`]) and safetensors files in and out. It sits above both
+//! `exec` and `bundle`.
 //!
 //! * **One runtime per device**, created by [`wrapir_rt_init`] or at the
 //!   device's first call: a [`CudaBackend`] on the device's primary context
@@ -34,7 +36,7 @@ pub use files::{
     wrapir_rt_inputs_scalars, wrapir_rt_inputs_take, wrapir_rt_load_inputs, wrapir_rt_save_safetensors, WrapirRtInputs,
 };
 
-use super::{CudaBackend, CudaOptions, CudaTensor};
+use crate::exec::cuda::{CudaBackend, CudaError, CudaOptions, CudaTensor};
 use crate::exec::{Backend, ExecError, ExternCall};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -170,8 +172,8 @@ impl From<ExecError> for Failure {
     }
 }
 
-impl From<super::CudaError> for Failure {
-    fn from(e: super::CudaError) -> Self {
+impl From<CudaError> for Failure {
+    fn from(e: CudaError) -> Self {
         Failure::new(WRAPIR_RT_ERR_DEVICE, e.to_string())
     }
 }
@@ -399,9 +401,9 @@ fn describe(t: &CudaTensor) -> Result<WrapirRtTensorDesc, Failure> {
     let dtype = args::dtype_code(spec.dtype);
     let ndim = i32::try_from(spec.size.len()).map_err(|_| Failure::argument("rank does not fit int32"))?;
     Ok(WrapirRtTensorDesc {
-        storage: t.storage.ptr,
-        storage_bytes: t.storage.bytes as u64,
-        flags: if t.storage.borrowed { WRAPIR_RT_BORROWED } else { 0 },
+        storage: t.storage_address(),
+        storage_bytes: t.storage_bytes() as u64,
+        flags: if t.is_borrowed() { WRAPIR_RT_BORROWED } else { 0 },
         layout: WrapirRtLayout {
             dtype,
             ndim,
@@ -431,10 +433,6 @@ pub unsafe extern "C" fn wrapir_rt_tensor_free(tensor: *mut WrapirRtTensor, stre
 
 /// Drops `tensor` once `stream`'s work queued so far is done.
 pub(super) fn release(tensor: CudaTensor, stream: *mut c_void) -> Result<(), Failure> {
-    let device = Arc::clone(&tensor.storage.device);
-    device.bind()?;
-    // The free is queued on the backend's stream: order it after the caller's.
-    device.order_streams(device.cu_stream(), stream as cudarc::driver::sys::CUstream)?;
-    drop(tensor);
+    tensor.release_after(stream as u64)?;
     Ok(())
 }

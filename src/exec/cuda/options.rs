@@ -1,0 +1,124 @@
+//! The CUDA backend's options: the device, where kernel images come from,
+//! the host fallback, start-up preloads, math modes and the generator state.
+
+use super::kernels::ExternOpLog;
+use crate::exec::host::HostOptions;
+use crate::exec::images::{KernelImageSource, NoKernelImages};
+use std::sync::Arc;
+
+/// Options of the CUDA backend.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// The device ordinal.
+    pub ordinal: usize,
+    /// Where kernel images are found by their `cubin` path, supplied by the
+    /// caller (a bundle's `KernelImages`: its directory's files or a
+    /// package's entries). Default [`NoKernelImages`]: a program that
+    /// launches a compiled kernel needs a source.
+    pub kernels: Arc<dyn KernelImageSource>,
+    /// Run extern ops the GPU path does not implement (no row of
+    /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
+    /// the host backend's ops, copying data through host memory, and count
+    /// them in [`CudaOptions::extern_ops`]. Default `false`: such an op is an
+    /// error naming it, so a run never leaves the device silently (the CLI's
+    /// `--allow-host-fallback` turns this on).
+    pub host_fallback: bool,
+    /// Options of the host ops used by the fallback. The default follows
+    /// ATen's CUDA kernels: `jagged_zero_fill` is on (rows longer than the
+    /// padded width are written as 0 rather than raising, as on the CPU).
+    pub host: HostOptions,
+    /// Counts of the extern ops run on the device and through the host fallback.
+    pub extern_ops: ExternOpLog,
+    /// Load the cuBLAS library on a background thread while [`CudaBackend::new`]
+    /// opens the device, so that the first matmul does not pay the library
+    /// load after `cuInit` (default `false`; [`CudaOptions::preload_for`] sets
+    /// it for programs with matmuls).
+    pub preload_blas: bool,
+    /// Compile the built-in kernels (NVRTC) on a background thread while
+    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
+    pub preload_builtins: bool,
+    /// Load cuDNN (and its sub-libraries) on a background thread while
+    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaOptions::preload_for`] sets it for programs with convolutions).
+    pub preload_dnn: bool,
+    /// The math modes the program was compiled under (PyTorch's defaults
+    /// unless the bundle records others).
+    pub math: MathModes,
+    /// The CUDA generator state `aten.randint` (Inductor's seed buffer)
+    /// starts from (a bundle's `cuda_rng`; default PyTorch's default seed at
+    /// offset 0); each call advances it as PyTorch's generator advances
+    /// (see [`crate::exec::random`]).
+    pub cuda_rng: crate::exec::random::CudaRngState,
+}
+
+/// PyTorch's math-mode switches that change library numerics; each library
+/// call follows them as PyTorch's own call does. Defaults are PyTorch's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct MathModes {
+    /// `torch.backends.cuda.matmul.allow_tf32` (default `false`): fp32 GEMMs may round inputs to TF32.
+    pub matmul_allow_tf32: bool,
+    /// `torch.backends.cudnn.allow_tf32` (default `true`): fp32 convolutions may use TF32.
+    pub cudnn_allow_tf32: bool,
+    /// `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` (default `true`).
+    pub fp16_reduced_precision_reduction: bool,
+    /// `torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction` (default `true`).
+    pub bf16_reduced_precision_reduction: bool,
+}
+
+impl Default for MathModes {
+    fn default() -> Self {
+        MathModes {
+            matmul_allow_tf32: false,
+            cudnn_allow_tf32: true,
+            fp16_reduced_precision_reduction: true,
+            bf16_reduced_precision_reduction: true,
+        }
+    }
+}
+
+impl CudaOptions {
+    /// These options with the start-up work `program` needs started early,
+    /// by what runs its extern ops ([`crate::exec::device_ops::CUDA_OPS`]):
+    /// [`CudaOptions::preload_blas`] for cuBLAS / cuBLASLt ops,
+    /// [`CudaOptions::preload_dnn`] for cuDNN ops and
+    /// [`CudaOptions::preload_builtins`] for ops on the built-in kernels.
+    pub fn preload_for(mut self, program: &crate::ir::Program) -> Self {
+        let calls = std::iter::once(&program.main)
+            .chain(program.subgraphs.values())
+            .flat_map(|g| &g.lines)
+            .filter_map(|line| match line {
+                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => Some(call),
+                _ => None,
+            });
+        for call in calls {
+            match crate::exec::device_ops::cuda_op(&call.op).map(|row| row.via) {
+                Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,
+                Some("cuDNN") => self.preload_dnn = true,
+                // The attention kernels are their own module, compiled per head dim.
+                Some(crate::exec::device_ops::OWN_ATTENTION) => {}
+                Some(_) => self.preload_builtins = true,
+                None => {}
+            }
+        }
+        self
+    }
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            ordinal: 0,
+            kernels: Arc::new(NoKernelImages),
+            host_fallback: false,
+            host: HostOptions { jagged_zero_fill: true },
+            extern_ops: ExternOpLog::default(),
+            preload_blas: false,
+            preload_builtins: false,
+            preload_dnn: false,
+            math: MathModes::default(),
+            cuda_rng: crate::exec::random::CudaRngState::default(),
+        }
+    }
+}
