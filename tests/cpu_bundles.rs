@@ -247,3 +247,52 @@ fn a_packed_cpu_bundle_runs_its_kernels() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A host image that is cut short, is not ELF, or was built for another
+/// machine is refused before the dynamic loader maps it (a truncated
+/// shared object used to kill the process with SIGBUS there), naming the
+/// kernel, the file and what is wrong; the Halide runtime is checked too.
+#[test]
+fn corrupt_and_foreign_host_images_are_errors_not_signals() {
+    let image_of = |dir: &Path| {
+        let bundle = Bundle::open(dir).unwrap();
+        let first = host_kernels::host_kernel_names(bundle.program())[0].to_string();
+        (first.clone(), dir.join(host_kernels::image_path(&first)))
+    };
+    type Edit = fn(Vec<u8>) -> Vec<u8>;
+    let edits: &[(&str, &str, Edit, &str)] = &[
+        ("cpp/pointwise", "truncated", |b| b[..3000].to_vec(), "past its 3000 bytes"),
+        ("cpp/pointwise", "garbage", |_| b"garbage".to_vec(), "too short for an ELF64 header"),
+        (
+            "cpp/pointwise",
+            "aarch64",
+            |mut b| {
+                b[18..20].copy_from_slice(&183u16.to_le_bytes());
+                b
+            },
+            "compiled for ELF machine 183",
+        ),
+        ("halide/pointwise", "truncated_halide", |b| b[..b.len() / 2].to_vec(), "past its"),
+    ];
+    for (case, test, edit, want) in edits {
+        let dir = common::scratch("cpu_bundles", test);
+        common::copy_dir(&common::root().join("fixtures/inductor/bundles_cpu").join(case), &dir);
+        let (kernel, path) = image_of(&dir);
+        std::fs::write(&path, edit(std::fs::read(&path).unwrap())).unwrap();
+        let err = check(&dir).err().unwrap_or_else(|| panic!("{test}: a bad image must be refused"));
+        assert!(err.contains(&kernel) && err.contains(".so") && err.contains(want), "{test}: {err}");
+        let run = common::wrapir(&["run", dir.to_str().unwrap(), "--device", "cpu"]);
+        assert_eq!(run.code, 2, "{test}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(want), "{test}: {}", run.stderr);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // The Halide runtime cut short.
+    let dir = common::scratch("cpu_bundles", "truncated_runtime");
+    common::copy_dir(&common::root().join("fixtures/inductor/bundles_cpu/halide/pointwise"), &dir);
+    let runtime = dir.join(host_kernels::HALIDE_RUNTIME);
+    let bytes = std::fs::read(&runtime).unwrap();
+    std::fs::write(&runtime, &bytes[..bytes.len() / 3]).unwrap();
+    let err = check(&dir).err().expect("a truncated runtime must be refused");
+    assert!(err.contains("halide_runtime.so") && err.contains("past its"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -170,6 +170,12 @@ impl HalideKernel {
             path: path.to_path_buf(),
             message,
         };
+        // The runtime the image names in DT_NEEDED (found through $ORIGIN)
+        // is mapped by the loader too: check it first.
+        let runtime = path.with_file_name(super::HALIDE_RUNTIME.rsplit('/').next().unwrap_or_default());
+        if runtime.is_file() {
+            super::check_image_file(kernel, &runtime)?;
+        }
         let lib = open(kernel, path)?;
         let metadata: unsafe extern "C" fn() -> *const FilterMetadata =
             symbol(&lib, kernel, path, &format!("{kernel}_metadata"))?;

@@ -193,7 +193,21 @@ pub fn load_program_kernels(
 
 type ArgvFn = unsafe extern "C" fn(*mut *mut c_void) -> i32;
 
+/// Checks the shared object at `path` before the dynamic loader maps it
+/// (a truncated image would fault the process there): whole, and built for
+/// this machine.
+fn check_image_file(kernel: &str, path: &Path) -> Result<(), HostKernelError> {
+    let load_error = |message: String| HostKernelError::Load {
+        kernel: kernel.to_string(),
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| load_error(e.to_string()))?;
+    crate::exec::images::check_host_image(&bytes).map_err(|e| load_error(format!("not a loadable shared object: {e}")))
+}
+
 fn open(kernel: &str, path: &Path) -> Result<libloading::Library, HostKernelError> {
+    check_image_file(kernel, path)?;
     // SAFETY: loading runs the object's initialisers. The images are the
     // bundle's own kernels (see the module docs: open only trusted bundles);
     // the exporter builds them without libtorch or an OpenMP runtime, so no

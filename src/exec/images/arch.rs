@@ -19,12 +19,8 @@
 //! module loads (its `.target` names the oldest architecture it runs on), and
 //! [`ImageArch::runs_on`] is the one rule of which images a GPU can load.
 
+use super::elf::{Elf64, EM_CUDA};
 use std::fmt;
-
-/// The `EM_CUDA` machine number of cubins.
-const EM_CUDA: u16 = 190;
-/// The length of an ELF64 header, which holds everything read here.
-const ELF64_HEADER_LEN: usize = 64;
 
 /// The architecture of one cubin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -172,27 +168,15 @@ fn ptx_target(image: &[u8]) -> Result<Option<CubinArch>, String> {
 /// what is wrong with the header, or that the image is cut short of its
 /// header tables or sections.
 pub fn cubin_arch(image: &[u8]) -> Result<CubinArch, String> {
-    let header = image.get(..ELF64_HEADER_LEN).ok_or_else(|| {
-        format!(
-            "{} bytes, too short for an ELF64 header ({ELF64_HEADER_LEN} bytes)",
-            image.len()
-        )
+    let elf = Elf64::read(image, "cubins").map_err(|e| match image.len() >= 64 && !image.starts_with(b"\x7fELF") {
+        true => "not an ELF file (no `\\x7fELF` magic; a PTX or fatbin image has no cubin header)".to_string(),
+        false => e,
     })?;
-    if header[..4] != *b"\x7fELF" {
-        return Err("not an ELF file (no `\\x7fELF` magic; a PTX or fatbin image has no cubin header)".into());
+    if elf.machine != EM_CUDA {
+        return Err(format!("ELF machine {} is not EM_CUDA ({EM_CUDA})", elf.machine));
     }
-    if header[4] != 2 || header[5] != 1 {
-        return Err(format!(
-            "ELF class {} data encoding {}; cubins are 64-bit little-endian (2, 1)",
-            header[4], header[5]
-        ));
-    }
-    let machine = u16::from_le_bytes([header[18], header[19]]);
-    if machine != EM_CUDA {
-        return Err(format!("ELF machine {machine} is not EM_CUDA ({EM_CUDA})"));
-    }
-    let flags = u32::from_le_bytes([header[48], header[49], header[50], header[51]]);
-    let (sm, arch_specific) = match header[8] {
+    let flags = elf.flags;
+    let (sm, arch_specific) = match elf.abi_version {
         7 => (flags & 0xff, flags & 0x800 != 0),
         8 => ((flags >> 8) & 0xff, flags & 0x8 != 0),
         v => {
@@ -204,55 +188,7 @@ pub fn cubin_arch(image: &[u8]) -> Result<CubinArch, String> {
     if sm == 0 {
         return Err(format!("e_flags {flags:#x} name no SM architecture"));
     }
-    check_extent(image)?;
     Ok(CubinArch { sm, arch_specific })
-}
-
-/// Little-endian integers of an ELF64 image (the caller checked the header's length).
-fn le(image: &[u8], at: usize, len: usize) -> u64 {
-    image
-        .get(at..at + len)
-        .map_or(0, |b| b.iter().rev().fold(0u64, |acc, x| (acc << 8) | u64::from(*x)))
-}
-
-/// Checks that the program and section header tables and every section with
-/// bytes in the file (not `SHT_NOBITS`) lie inside `image`.
-fn check_extent(image: &[u8]) -> Result<(), String> {
-    /// `SHT_NOBITS`: a section that takes no bytes in the file (`.bss`).
-    const SHT_NOBITS: u64 = 8;
-    let len = image.len() as u64;
-    let table = |what: &str, offset: u64, count: u64, entry: u64| -> Result<(), String> {
-        let end = count.checked_mul(entry).and_then(|n| n.checked_add(offset));
-        match end {
-            Some(end) if end <= len => Ok(()),
-            _ => Err(format!(
-                "truncated or corrupt: its {what} ({count} entries of {entry} bytes at byte {offset}) end past its {len} bytes"
-            )),
-        }
-    };
-    let (phoff, phentsize, phnum) = (le(image, 32, 8), le(image, 54, 2), le(image, 56, 2));
-    let (shoff, shentsize, shnum) = (le(image, 40, 8), le(image, 58, 2), le(image, 60, 2));
-    table("program headers", phoff, phnum, phentsize)?;
-    table("section headers", shoff, shnum, shentsize)?;
-    if shnum > 0 && shentsize < 64 {
-        return Err(format!(
-            "corrupt: section header entries of {shentsize} bytes (ELF64 needs 64)"
-        ));
-    }
-    for i in 0..shnum {
-        // In range: the table was checked above.
-        let at = (shoff + i * shentsize) as usize;
-        let (kind, offset, size) = (le(image, at + 4, 4), le(image, at + 24, 8), le(image, at + 32, 8));
-        if kind == SHT_NOBITS {
-            continue;
-        }
-        if offset.checked_add(size).is_none_or(|end| end > len) {
-            return Err(format!(
-                "truncated or corrupt: section {i} ({size} bytes at byte {offset}) ends past its {len} bytes"
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

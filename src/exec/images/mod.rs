@@ -10,8 +10,10 @@
 //! architecture, the one rule of which GPU loads which image.
 
 pub mod arch;
+mod elf;
 
 pub use arch::{cubin_arch, image_arch, CubinArch, ImageArch};
+pub use elf::check_host_image;
 
 use std::fmt;
 use std::path::Path;
