@@ -14,7 +14,7 @@ use super::{
 };
 use crate::ir::SymbolDecl;
 use crate::sym::Symbol;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// A tensor without data. The layout sits behind an `Arc`, so cloning a
@@ -40,7 +40,7 @@ impl MetaTensor {
 /// turns them on (the CLI passes the host's physical memory).
 #[derive(Debug)]
 pub struct MetaBackend {
-    hints: HashMap<Symbol, i64>,
+    hints: FxHashMap<Symbol, i64>,
     /// Values of data-dependent predicates, read in turn (the last repeats).
     predicates: Vec<bool>,
     /// How many predicates have been read.
@@ -57,6 +57,8 @@ pub struct MetaBackend {
     /// Symbols that took a bound of their range for want of a hint, in the
     /// order they first did.
     defaulted: Vec<DefaultedSymbol>,
+    /// The symbols of `defaulted`, for the membership test.
+    defaulted_set: rustc_hash::FxHashSet<Symbol>,
 }
 
 /// A symbol the meta backend gave a bound of its value range because neither
@@ -79,7 +81,7 @@ impl Default for MetaBackend {
     fn default() -> Self {
         let limits = crate::Limits::default().with_memory(u64::MAX);
         MetaBackend {
-            hints: HashMap::default(),
+            hints: FxHashMap::default(),
             predicates: Vec::new(),
             predicates_read: 0,
             limits,
@@ -87,6 +89,7 @@ impl Default for MetaBackend {
             spec_pool: Vec::new(),
             storage_pool: Vec::new(),
             defaulted: Vec::new(),
+            defaulted_set: Default::default(),
         }
     }
 }
@@ -213,7 +216,7 @@ impl MetaBackend {
             Some((None, Some(lo))) => (lo, false),
             _ => return None,
         };
-        if !self.defaulted.iter().any(|d| d.symbol == *symbol) {
+        if self.defaulted_set.insert(symbol.clone()) {
             self.defaulted.push(DefaultedSymbol {
                 symbol: symbol.clone(),
                 value,
