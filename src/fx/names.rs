@@ -218,7 +218,8 @@ const RESERVED: &[&str] = &[
 /// `true` when `name` is reserved: a Python keyword or builtin, a global of
 /// every torch.fx module, or a bare name the printout uses.
 pub fn is_reserved(name: &str) -> bool {
-    RESERVED.binary_search(&name).is_ok()
+    // No reserved name has a digit; generated names (`buf3`, `arg0_1`) mostly do.
+    !name.bytes().any(|b| b.is_ascii_digit()) && RESERVED.binary_search(&name).is_ok()
 }
 
 /// `candidate` as a Python identifier, the way torch.fx sanitizes it.
@@ -268,6 +269,7 @@ mod tests {
     #[test]
     fn reserved_names_are_sorted_and_cover_the_printout() {
         assert!(RESERVED.windows(2).all(|w| w[0] < w[1]));
+        assert!(RESERVED.iter().all(|n| !n.bytes().any(|b| b.is_ascii_digit())));
         for n in ["assert_size_stride", "torch", "device", "max", "sum", "lambda", "self"] {
             assert!(is_reserved(n), "{n}");
         }
