@@ -46,11 +46,10 @@ impl ModelSource for Bundle {
 }
 
 impl Model {
-    /// Loads the bundle directory or package at `path` (see
-    /// [`crate::exec::cuda::Model`]'s module documentation): opens it within
-    /// [`ModelOptions::limits`] and checks that its cubins can run on the
-    /// device ([`Model::from_source`] loads from anything else that supplies
-    /// a program, weights and kernel images).
+    /// Loads the bundle directory or package at `path` (what loading does:
+    /// [`Model`]): opens it within [`ModelOptions::limits`] and checks that
+    /// its cubins can run on the device. [`Model::from_source`] loads from
+    /// anything else that supplies a program, weights and kernel images.
     pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
         let started = Instant::now();
         let path = path.as_ref();
