@@ -60,3 +60,47 @@ impl Model {
         Model::load_from(&bundle, options, started)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_supplies_what_a_model_loads() {
+        let dir = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/inductor/bundles/softmax"
+        ));
+        let bundle = Bundle::open(dir).expect("the fixture opens");
+        let source: &dyn ModelSource = &bundle;
+        assert_eq!(source.location(), dir);
+        assert_eq!(source.program(), bundle.program());
+        assert_eq!(source.weights(), bundle.weights());
+        let stored = source
+            .stored_inputs()
+            .expect("readable")
+            .expect("the bundle stores inputs");
+        assert_eq!((*stored).as_ref(), &bundle.entry(INPUTS).unwrap().unwrap()[..]);
+        let archs = source.kernel_image_archs();
+        assert!(!archs.is_empty());
+        assert!(archs.iter().all(|(_, arch)| arch.is_ok()), "{archs:?}");
+        let images = source.kernel_images();
+        assert_eq!(images.directory(), Some(dir));
+        let (kernel, path) = bundle
+            .program()
+            .kernels
+            .iter()
+            .find_map(|(name, def)| match &def.backend {
+                crate::ir::KernelBackend::Triton(meta) => meta.cubin.clone().map(|c| (name.to_string(), c)),
+                _ => None,
+            })
+            .expect("a Triton kernel with a cubin");
+        let (image, _) = images.kernel_image(&kernel, &path).expect("the image reads");
+        assert!((*image).as_ref().starts_with(b"\x7fELF"));
+        let missing = images
+            .kernel_image(&kernel, "kernels/absent.cubin")
+            .err()
+            .expect("no such image");
+        assert!(missing.to_string().contains("absent.cubin"), "{missing}");
+    }
+}
