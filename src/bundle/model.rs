@@ -46,11 +46,10 @@ impl ModelSource for Bundle {
 }
 
 impl Model {
-    /// Loads the bundle directory or package at `path` (see
-    /// [`crate::exec::cuda::Model`]'s module documentation): opens it within
-    /// [`ModelOptions::limits`] and checks that its cubins can run on the
-    /// device ([`Model::from_source`] loads from anything else that supplies
-    /// a program, weights and kernel images).
+    /// Loads the bundle directory or package at `path` (what loading does:
+    /// [`Model`]): opens it within [`ModelOptions::limits`] and checks that
+    /// its cubins can run on the device. [`Model::from_source`] loads from
+    /// anything else that supplies a program, weights and kernel images.
     pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
         let started = Instant::now();
         let path = path.as_ref();
@@ -59,5 +58,49 @@ impl Model {
             message: e.to_string(),
         })?;
         Model::load_from(&bundle, options, started)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_supplies_what_a_model_loads() {
+        let dir = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/inductor/bundles/softmax"
+        ));
+        let bundle = Bundle::open(dir).expect("the fixture opens");
+        let source: &dyn ModelSource = &bundle;
+        assert_eq!(source.location(), dir);
+        assert_eq!(source.program(), bundle.program());
+        assert_eq!(source.weights(), bundle.weights());
+        let stored = source
+            .stored_inputs()
+            .expect("readable")
+            .expect("the bundle stores inputs");
+        assert_eq!((*stored).as_ref(), &bundle.entry(INPUTS).unwrap().unwrap()[..]);
+        let archs = source.kernel_image_archs();
+        assert!(!archs.is_empty());
+        assert!(archs.iter().all(|(_, arch)| arch.is_ok()), "{archs:?}");
+        let images = source.kernel_images();
+        assert_eq!(images.directory(), Some(dir));
+        let (kernel, path) = bundle
+            .program()
+            .kernels
+            .iter()
+            .find_map(|(name, def)| match &def.backend {
+                crate::ir::KernelBackend::Triton(meta) => meta.cubin.clone().map(|c| (name.to_string(), c)),
+                _ => None,
+            })
+            .expect("a Triton kernel with a cubin");
+        let (image, _) = images.kernel_image(&kernel, &path).expect("the image reads");
+        assert!((*image).as_ref().starts_with(b"\x7fELF"));
+        let missing = images
+            .kernel_image(&kernel, "kernels/absent.cubin")
+            .err()
+            .expect("no such image");
+        assert!(missing.to_string().contains("absent.cubin"), "{missing}");
     }
 }

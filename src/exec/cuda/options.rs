@@ -29,17 +29,17 @@ pub struct CudaOptions {
     pub host: HostOptions,
     /// Counts of the extern ops run on the device and through the host fallback.
     pub extern_ops: ExternOpLog,
-    /// Load the cuBLAS library on a background thread while [`CudaBackend::new`]
+    /// Load the cuBLAS library on a background thread while [`CudaBackend::new`](super::CudaBackend::new)
     /// opens the device, so that the first matmul does not pay the library
     /// load after `cuInit` (default `false`; [`CudaOptions::preload_for`] sets
     /// it for programs with matmuls).
     pub preload_blas: bool,
     /// Compile the built-in kernels (NVRTC) on a background thread while
-    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaBackend::new`](super::CudaBackend::new) creates the context (default `false`;
     /// [`CudaOptions::preload_for`] sets it for programs with other extern ops).
     pub preload_builtins: bool,
     /// Load cuDNN (and its sub-libraries) on a background thread while
-    /// [`CudaBackend::new`] creates the context (default `false`;
+    /// [`CudaBackend::new`](super::CudaBackend::new) creates the context (default `false`;
     /// [`CudaOptions::preload_for`] sets it for programs with convolutions).
     pub preload_dnn: bool,
     /// The math modes the program was compiled under (PyTorch's defaults
