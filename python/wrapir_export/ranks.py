@@ -4,7 +4,8 @@ A tensor-parallel model calls collectives (`torch.ops._c10d_functional.*`): Indu
 compiles each rank's graph on its own, and each rank's wrapper holds its own
 collective calls. `export_ranks` starts one process per rank (`torch.multiprocessing`,
 the `spawn` start method), joins them in a process group (`gloo` on the CPU, `nccl` on
-GPUs: rank `r` uses `cuda:r`), and has every rank run `export()` on its own inputs,
+GPUs: rank `r` uses `cuda:r`, and `make_inputs`' tensors are moved there), and has
+every rank run `export()` on its own inputs,
 so each rank's bundle is checked against that rank's eager run. It then writes the
 layout the ranks ran under:
 
@@ -72,6 +73,9 @@ def _rank_main(rank, world_size, backend, port, fn, make_inputs, out_dir, name, 
     dist.init_process_group(backend, rank=rank, world_size=world_size)
     try:
         inputs = make_inputs(rank, world_size)
+        if backend == "nccl":
+            # NCCL collectives take CUDA tensors: each rank's inputs on its own GPU.
+            inputs = tuple(x.to(f"cuda:{rank}") if isinstance(x, torch.Tensor) else x for x in inputs)
         r = export(fn, inputs, os.path.join(out_dir, rank_dir(rank)), name=f"{name}_{rank_dir(rank)}",
                    raise_on_error=False, **export_kwargs)
         groups = process_groups(dist)
