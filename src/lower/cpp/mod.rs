@@ -126,7 +126,6 @@
 //! order, absent optionals as `nullptr` and defaults spelled out, as
 //! Inductor's C++ wrapper does.
 
-mod launch;
 mod lower;
 pub mod package;
 

@@ -3,7 +3,7 @@
 //! functions. The forms are described in the module documentation of
 //! [`crate::lower::cpp`].
 
-use super::{c_float, c_string, GraphCtx, Lowering};
+use super::{c_float, c_string, device_index, GraphCtx, Lowering};
 use crate::ir::{
     ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
     KernelName,
@@ -115,7 +115,12 @@ impl<'a> Lowering<'a> {
         }
     }
 
-    fn positional_only<'c>(&self, call: &'c KernelCall, backend: &str, cx: &str) -> Result<Vec<&'c ArgValue>, Error> {
+    pub(super) fn positional_only<'c>(
+        &self,
+        call: &'c KernelCall,
+        backend: &str,
+        cx: &str,
+    ) -> Result<Vec<&'c ArgValue>, Error> {
         call.args
             .iter()
             .map(|a| match &a.name {
@@ -132,7 +137,13 @@ impl<'a> Lowering<'a> {
     }
 
     /// A scalar argument in C++ form.
-    fn scalar_arg(&self, kernel: &KernelName, index: usize, value: &ArgValue, cx: &str) -> Result<String, Error> {
+    pub(super) fn scalar_arg(
+        &self,
+        kernel: &KernelName,
+        index: usize,
+        value: &ArgValue,
+        cx: &str,
+    ) -> Result<String, Error> {
         match value {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
@@ -145,7 +156,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// Records a kernel's file-level text; a second, different text is an error.
-    fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &str) -> Result<(), Error> {
+    pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &str) -> Result<(), Error> {
         match self.direct_decls.get(kernel) {
             Some(existing) if *existing != text => Err(Error::Invalid {
                 context: cx.into(),
@@ -160,7 +171,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// `cpp_fused_add_0((const float*)(arg0_1.data_ptr()), (float*)(buf0.data_ptr()), 16L);`
-    fn cpp_kernel_call(
+    pub(super) fn cpp_kernel_call(
         &mut self,
         g: &GraphCtx<'_>,
         call: &KernelCall,
@@ -214,7 +225,7 @@ impl<'a> Lowering<'a> {
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
             }
         }
-        let decl = if self.standalone() && !def.source.trim().is_empty() {
+        let decl = if self.dialect.pastes_cpp_source() && !def.source.trim().is_empty() {
             let source = rename_cpp_source(&def.source, kernel.as_str()).ok_or_else(|| {
                 self.unsupported(
                     cx,
@@ -223,11 +234,7 @@ impl<'a> Lowering<'a> {
             })?;
             format!("// C++ kernel `{kernel}`.\n{}\n", source.trim_end())
         } else {
-            let who = if self.standalone() {
-                "the embedder"
-            } else {
-                "the kernel library"
-            };
+            let who = self.dialect.cpp_kernel_owner();
             format!(
                 "// C++ kernel `{kernel}`, defined by {who}.\nextern \"C\" void {kernel}({});\n",
                 meta.arg_types.iter().map(|t| t.trim()).collect::<Vec<_>>().join(", ")
@@ -240,7 +247,13 @@ impl<'a> Lowering<'a> {
 
     /// A Halide kernel: one `halide_buffer_t` per buffer argument, built from
     /// the argument's shape/stride/offset, then a direct call.
-    fn halide_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, meta: &HalideMeta, cx: &str) -> Result<(), Error> {
+    pub(super) fn halide_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        meta: &HalideMeta,
+        cx: &str,
+    ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let invalid = |message: String| Error::Invalid {
             context: cx.to_string(),
@@ -364,10 +377,12 @@ impl<'a> Lowering<'a> {
         let mut decl_params: Vec<String> = Vec::new();
         if user_context {
             // Inductor's CUDA glue passes the stream as the user context.
-            let stream = match (cuda, self.standalone()) {
-                (false, _) => "nullptr".to_string(),
-                (true, true) => "stream".to_string(),
-                (true, false) => self.aoti_stream(device_index.unwrap_or(0)),
+            let stream = match cuda {
+                false => "nullptr".to_string(),
+                true => {
+                    let d = self.dialect;
+                    d.stream(self, device_index.unwrap_or(0))
+                }
             };
             call_args.push(stream);
             decl_params.push("const void* user_context".to_string());
@@ -400,7 +415,13 @@ impl<'a> Lowering<'a> {
     /// A CUDA C kernel or host function the embedder links: pointers as
     /// `void*`, integers as `int64_t`, floats as `double`, booleans as `bool`,
     /// then (CUDA C) the stream; a non-zero return fails the wrapper.
-    fn extern_function_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cuda: bool, cx: &str) -> Result<(), Error> {
+    pub(super) fn extern_function_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        cuda: bool,
+        cx: &str,
+    ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let what = if cuda { "CUDA C" } else { "host" };
         let args = self.positional_only(call, what, cx)?;
@@ -435,12 +456,9 @@ impl<'a> Lowering<'a> {
         }
         if cuda {
             types.push("void* stream");
-            let stream = if self.standalone() {
-                "stream".to_string()
-            } else {
-                let device = call.device.map_or(0, |d| d.index.unwrap_or(0));
-                self.aoti_stream(device)
-            };
+            let device = call.device.map_or(0, |d| device_index(&d));
+            let d = self.dialect;
+            let stream = d.stream(self, device);
             printed.push(stream);
         }
         let mut decl = String::new();

@@ -1,11 +1,9 @@
 //! Triton launch wrappers (`call_<kernel>`): parameters, grids, argument
 //! marshalling and the driver launch (spec 6.3).
 
-use super::lower::{c_string, Lowering};
-use super::Error;
-use crate::ir::{
-    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta,
-};
+use super::{Cx, Lowering};
+use crate::ir::{ArgValue, ConstValue, DType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta};
+use crate::lower::cpp::Error;
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
 use smallvec::SmallVec;
@@ -84,7 +82,7 @@ pub(super) fn bind_call_args<'c>(
     kernel: &KernelName,
     meta: &TritonMeta,
     call: &'c KernelCall,
-    cx: &super::lower::Cx<'_>,
+    cx: &Cx<'_>,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
     let invalid = |message: String| Error::Invalid {
@@ -153,7 +151,7 @@ impl CallPlan {
         kernel: &KernelName,
         meta: &TritonMeta,
         call: &'c KernelCall,
-        cx: &super::lower::Cx<'_>,
+        cx: &Cx<'_>,
     ) -> Result<SmallVec<[(usize, &'c ArgValue); 8]>, Error> {
         if let Some(positions) = &self.positions {
             // Every argument positional and one per call parameter: each binds
@@ -465,31 +463,27 @@ fn write_wrapper(
     meta: &TritonMeta,
     var: &mut usize,
 ) -> Result<(), Error> {
-    let standalone = l.standalone();
+    let d = l.dialect();
     let params = wrapper_params(kernel, meta)?;
     writeln!(out, "static CUfunction {kernel} = nullptr;")?;
-    let pointers: Vec<&Param> = params.iter().filter(|p| p.is_pointer()).collect();
-    if !standalone && !pointers.is_empty() {
-        let t: Vec<String> = pointers.iter().map(|p| format!("typename {}_type_", p.name)).collect();
-        writeln!(out, "template <{}>", t.join(", "))?;
+    let pointers: Vec<&str> = params
+        .iter()
+        .filter(|p| p.is_pointer())
+        .map(|p| p.name.as_str())
+        .collect();
+    if let Some(template) = d.wrapper_template(&pointers) {
+        writeln!(out, "{template}")?;
     }
     writeln!(out, "static inline void call_{kernel}(")?;
     let mut decls: Vec<String> = params
         .iter()
         .map(|p| match &p.kind {
-            ParamKind::Pointer(_) if standalone => format!("const wrapir::Tensor& {}", p.name),
-            ParamKind::Pointer(_) => format!("const {n}_type_& {n}", n = p.name),
+            ParamKind::Pointer(_) => d.wrapper_pointer_param(&p.name),
             ParamKind::Scalar(s) => format!("{} {}", param_ctype(*s), p.name),
             ParamKind::Extra => format!("int64_t {}", p.name),
         })
         .collect();
-    if standalone {
-        decls.push("CUstream stream_".into());
-    } else {
-        decls.push("int32_t device_idx_".into());
-        decls.push("cudaStream_t stream_".into());
-        decls.push("const std::optional<std::string>& cubin_dir_ = std::nullopt".into());
-    }
+    decls.extend(d.wrapper_tail_params().iter().map(|p| p.to_string()));
     writeln!(out, "    {}", decls.join(",\n    "))?;
     writeln!(out, "){{")?;
     let grid = GridBuilder {
@@ -510,27 +504,7 @@ fn write_wrapper(
     let mangled = meta.mangled_name.clone().unwrap_or_else(|| kernel.to_string());
     let cubin = meta.cubin.clone().unwrap_or_else(|| format!("{kernel}.cubin"));
     writeln!(out, "    if ({kernel} == nullptr) {{")?;
-    if standalone {
-        writeln!(
-            out,
-            "        {kernel} = wrapir::load_kernel(WRAPIR_CUBIN_DIR, {}, {}, {});",
-            c_string(&cubin),
-            c_string(&mangled),
-            meta.shared_mem
-        )?;
-    } else {
-        let path = match &l.options.cubin_dir {
-            Some(dir) => format!("{}/{}", dir.trim_end_matches('/'), cubin),
-            None => cubin,
-        };
-        writeln!(
-            out,
-            "        {kernel} = loadKernel({}, {}, {}, cubin_dir_);",
-            c_string(&path),
-            c_string(&mangled),
-            meta.shared_mem
-        )?;
-    }
+    writeln!(out, "{}", d.load_kernel(l, kernel, &cubin, &mangled, meta.shared_mem))?;
     writeln!(out, "    }}")?;
     let mut arg_vars = Vec::new();
     // Parameters behind `arg_vars`, in order (for recording).
@@ -539,12 +513,7 @@ fn write_wrapper(
     for p in &params {
         let v = format!("var_{var}");
         match &p.kind {
-            ParamKind::Pointer(_) if standalone => writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?,
-            ParamKind::Pointer(_) => writeln!(
-                out,
-                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());",
-                p.name
-            )?,
+            ParamKind::Pointer(_) => writeln!(out, "    CUdeviceptr {v} = {};", d.wrapper_pointer(&p.name))?,
             ParamKind::Scalar(s) => writeln!(out, "    {} {v} = {};", scalar_ctype(*s), p.name)?,
             // Launcher-only arguments are not kernel parameters.
             ParamKind::Extra => continue,
@@ -574,30 +543,8 @@ fn write_wrapper(
         });
         if size == 0 {
             writeln!(out, "    CUdeviceptr {v} = 0;")?;
-        } else if standalone {
-            writeln!(
-                out,
-                "    wrapir::Tensor {v}_tensor = wrapir::empty_bytes(static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2, stream_);"
-            )?;
-            writeln!(out, "    CUdeviceptr {v} = {v}_tensor.data_ptr();")?;
         } else {
-            let dtype = l.use_dtype(DType::Uint8);
-            l.use_device(DeviceType::Cuda);
-            writeln!(
-                out,
-                "    const int64_t {v}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};"
-            )?;
-            writeln!(out, "    static constexpr int64_t {v}_stride[] = {{1}};")?;
-            writeln!(out, "    AtenTensorHandle {v}_handle;")?;
-            writeln!(
-                out,
-                "    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {v}_size, {v}_stride, {dtype}, cached_torch_device_type_cuda, device_idx_, &{v}_handle));"
-            )?;
-            writeln!(out, "    RAIIAtenTensorHandle {v}_tensor({v}_handle);")?;
-            writeln!(
-                out,
-                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({v}_tensor.data_ptr());"
-            )?;
+            d.wrapper_scratch(l, out, &v, size)?;
         }
         arg_vars.push(v);
     }
@@ -607,11 +554,7 @@ fn write_wrapper(
         let refs: Vec<String> = arg_vars.iter().map(|v| format!("&{v}")).collect();
         writeln!(out, "    void* kernel_args_[] = {{{}}};", refs.join(", "))?;
     }
-    let launch = if standalone {
-        "wrapir::launch_kernel"
-    } else {
-        "launchKernel"
-    };
+    let launch = d.launch_fn();
     writeln!(
         out,
         "    {launch}({kernel}, grid_0, grid_1, grid_2, {}, {}, kernel_args_, stream_);",
