@@ -39,6 +39,7 @@ mod builder;
 pub mod collectives;
 mod kernel;
 mod line;
+mod location;
 mod program;
 mod types;
 pub mod validate;
@@ -56,8 +57,9 @@ pub use program::{
     BufferDecl, BufferKind, FormatError, Graph, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange,
     FORMAT_VERSION,
 };
+pub use location::{line_text, LineAt, Location};
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
-    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, Location, NameRole, ProgramInfo, Site,
+    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, NameRole, ProgramInfo, Site,
     SymbolBinding, ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
 };

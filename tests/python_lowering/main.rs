@@ -11,7 +11,8 @@ use wrapir::ir::{
     KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder,
     ScatterFallback, SigType, TensorMethod, TritonMeta, WhileLoop,
 };
-use wrapir::lower::python::{write_string, CallForm, Error, Location, Options, StreamBinding};
+use wrapir::ir::Location;
+use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
 
 mod forms;

@@ -69,6 +69,8 @@
 //! line (its index in [`crate::ir::Graph::lines`], counted from 0, and its text
 //! form) and the buffer, symbol or kernel involved.
 
+pub use super::location::Location;
+use super::location::line_text;
 use super::kernel::{KernelBackend, KernelDef, SigType};
 use super::line::{ArgValue, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex, Predicate, TensorMethod};
 use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, SymbolKind, ValueRange};
@@ -95,8 +97,7 @@ mod subgraphs;
 mod symbols;
 
 use calls::Param;
-use errors::*;
-pub use errors::{Ending, Location, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
+pub use errors::{Ending, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
 pub use info::{BufferInfo, GraphInfo, ProgramInfo, Site, SymbolBinding};
 use state::*;
 

@@ -129,7 +129,7 @@
 mod lower;
 pub mod package;
 
-use crate::ir::ProgramInfo;
+use crate::ir::{Location, ProgramInfo};
 use crate::lower::launches::PrintedLaunch;
 use std::fmt;
 
@@ -220,20 +220,22 @@ pub enum Error {
     #[error("formatting error while writing C++")]
     Fmt(#[from] fmt::Error),
     /// The program uses something this lowering does not support.
-    #[error("{context}: not supported by the C++ lowering ({dialect}): {what}")]
+    #[error("{at}: not supported by the C++ lowering ({dialect}): {what}")]
     Unsupported {
-        /// Where (graph, line index and kind, or kernel).
-        context: String,
+        /// Where: the line (graph, index, text), a graph's header, or the
+        /// program (a kernel's launch wrapper, named in `what`).
+        at: Location,
         /// The dialect.
         dialect: &'static str,
         /// What is not supported.
         what: String,
     },
     /// The program is inconsistent in a way the lowering cannot write.
-    #[error("{context}: {message}")]
+    #[error("{at}: {message}")]
     Invalid {
-        /// Where (graph, line index and kind, or kernel).
-        context: String,
+        /// Where: the line (graph, index, text), a graph's header, or the
+        /// program (a kernel's launch wrapper, named in `message`).
+        at: Location,
         /// What is wrong.
         message: String,
     },
@@ -331,7 +333,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
         "the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies",
     )
     .map_err(|e| Error::Invalid {
-        context: "graph main".to_string(),
+        at: Location::header(None),
         message: e.to_string(),
     })
 }

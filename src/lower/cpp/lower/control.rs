@@ -5,7 +5,7 @@ use super::*;
 impl<'a> Lowering<'a> {
     pub(super) fn subgraph(&self, name: &GraphName, cx: &Cx<'_>) -> Result<&'a Graph, Error> {
         self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
-            context: cx.into(),
+            at: cx.into(),
             message: format!("subgraph `{name}` does not exist"),
         })
     }
@@ -46,11 +46,11 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let graph = self.subgraph(name, cx)?;
-        let ctx = GraphCtx::new(graph, Some(name), self.program, name.as_str())?;
+        let ctx = GraphCtx::new(graph, Some(name))?;
         self.line(format!("// subgraph: {name}"));
         if graph.inputs.len() != operands.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "subgraph `{name}` takes {} inputs but gets {}",
                     graph.inputs.len(),
@@ -83,7 +83,7 @@ impl<'a> Lowering<'a> {
         self.graph_lines(&ctx)?;
         if graph.outputs.len() < targets.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "subgraph `{name}` returns {} values, {} are needed",
                     graph.outputs.len(),
@@ -126,7 +126,7 @@ impl<'a> Lowering<'a> {
         let f = self.subgraph(&c.false_graph, cx)?;
         if t.outputs.len() != f.outputs.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "branches `{}` and `{}` return {} and {} values",
                     c.true_graph,
@@ -179,7 +179,7 @@ impl<'a> Lowering<'a> {
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
         if results.len() != carried.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "`{}` has {} carried values but {} are extracted",
                     w.result,

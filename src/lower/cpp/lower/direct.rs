@@ -3,7 +3,7 @@
 //! functions. The forms are described in the module documentation of
 //! [`crate::lower::cpp`].
 
-use super::{c_float, c_string, device_index, GraphCtx, Lowering};
+use super::{c_float, c_string, device_index, Cx, GraphCtx, Lowering};
 use crate::ir::{
     ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
     KernelName,
@@ -101,7 +101,7 @@ impl<'a> Lowering<'a> {
         g: &GraphCtx<'_>,
         call: &KernelCall,
         def: &'a KernelDef,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         match &def.backend {
             KernelBackend::Cpp(meta) => self.cpp_kernel_call(g, call, def, meta, cx),
@@ -109,7 +109,7 @@ impl<'a> Lowering<'a> {
             KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
             KernelBackend::Triton(_) => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("Triton kernel `{}` is launched, not called directly", call.kernel),
             }),
         }
@@ -119,14 +119,14 @@ impl<'a> Lowering<'a> {
         &self,
         call: &'c KernelCall,
         backend: &str,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<Vec<&'c ArgValue>, Error> {
         call.args
             .iter()
             .map(|a| match &a.name {
                 None => Ok(&a.value),
                 Some(n) => Err(Error::Invalid {
-                    context: cx.into(),
+                    at: cx.into(),
                     message: format!(
                         "{backend} kernel `{}` takes positional arguments only, but gets `{n}=`",
                         call.kernel
@@ -142,24 +142,24 @@ impl<'a> Lowering<'a> {
         kernel: &KernelName,
         index: usize,
         value: &ArgValue,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<String, Error> {
         match value {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
             ArgValue::Bool(b) => Ok(b.to_string()),
             _ => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("argument {index} of kernel `{kernel}` is not a number"),
             }),
         }
     }
 
     /// Records a kernel's file-level text; a second, different text is an error.
-    pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &str) -> Result<(), Error> {
+    pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &Cx<'_>) -> Result<(), Error> {
         match self.direct_decls.get(kernel) {
             Some(existing) if *existing != text => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
             }),
             Some(_) => Ok(()),
@@ -177,13 +177,13 @@ impl<'a> Lowering<'a> {
         call: &KernelCall,
         def: &KernelDef,
         meta: &CppMeta,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let args = self.positional_only(call, "C++", cx)?;
         if args.len() != meta.arg_types.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "C++ kernel `{kernel}` takes {} arguments (`arg_types`) but gets {}",
                     meta.arg_types.len(),
@@ -197,7 +197,7 @@ impl<'a> Lowering<'a> {
             if ty.ends_with('*') {
                 let ArgValue::Buffer(b) = value else {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"
                         ),
@@ -206,7 +206,7 @@ impl<'a> Lowering<'a> {
                 let device = g.layout(b, cx)?.device;
                 if device.kind != DeviceType::Cpu {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"
                         ),
@@ -216,7 +216,7 @@ impl<'a> Lowering<'a> {
             } else {
                 if matches!(value, ArgValue::Buffer(_)) {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"
                         ),
@@ -252,11 +252,11 @@ impl<'a> Lowering<'a> {
         g: &GraphCtx<'_>,
         call: &KernelCall,
         meta: &HalideMeta,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let invalid = |message: String| Error::Invalid {
-            context: cx.to_string(),
+            at: cx.location(),
             message,
         };
         // Call arguments bind the arguments that are not aliases, in order or by name.
@@ -420,7 +420,7 @@ impl<'a> Lowering<'a> {
         g: &GraphCtx<'_>,
         call: &KernelCall,
         cuda: bool,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let what = if cuda { "CUDA C" } else { "host" };
@@ -448,7 +448,7 @@ impl<'a> Lowering<'a> {
                 }
                 _ => {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
                     })
                 }

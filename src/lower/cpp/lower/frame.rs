@@ -67,7 +67,7 @@ impl<'a> Lowering<'a> {
                 l
             } else {
                 return Err(Error::Invalid {
-                    context: "graph `main`, inputs".into(),
+                    at: Location::header(None),
                     message: format!("tensor input `{input}` has no tensor layout in the buffer table"),
                 });
             };
@@ -90,7 +90,7 @@ impl<'a> Lowering<'a> {
         for (s, decl) in &program.symbols {
             if decl.kind == SymbolKind::Backed && !self.declared(s.as_str()) {
                 return Err(Error::Invalid {
-                    context: "graph `main`, inputs".into(),
+                    at: Location::header(None),
                     message: format!(
                         "cannot bind backed symbol `{s}`: it is neither a symbol input nor a plain size or stride of a tensor input"
                     ),

@@ -45,12 +45,7 @@ pub(super) fn index_prefix(path: &[KeyEntry]) -> Vec<usize> {
 }
 
 impl<'a> GraphCtx<'a> {
-    pub(super) fn new(
-        graph: &'a Graph,
-        name: Option<&'a GraphName>,
-        _program: &Program,
-        label: &str,
-    ) -> Result<Self, Error> {
+    pub(super) fn new(graph: &'a Graph, name: Option<&'a GraphName>) -> Result<Self, Error> {
         let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
         let mut ctx = GraphCtx {
             graph,
@@ -75,13 +70,17 @@ impl<'a> GraphCtx<'a> {
             else {
                 continue;
             };
-            let cx = Cx::Get { graph: label, index: i };
+            let cx = Cx {
+                graph: name,
+                index: i,
+                line,
+            };
             let mut steps = Vec::with_capacity(indices.len());
             for index in indices {
                 match index {
                     MultiIndex::List(k) | MultiIndex::Tuple(k) => {
                         steps.push(usize::try_from(*k).map_err(|_| Error::Invalid {
-                            context: cx.to_string(),
+                            at: cx.location(),
                             message: format!(
                                 "negative multi-output index {k} extracting `{result}` from `{source}`"
                             ),
@@ -89,7 +88,7 @@ impl<'a> GraphCtx<'a> {
                     }
                     MultiIndex::Dict(key) => {
                         return Err(Error::Unsupported {
-                            context: cx.to_string(),
+                            at: cx.location(),
                             dialect: "both dialects",
                             what: format!(
                                 "extracting `{result}` from `{source}` by the dict key {}: C++ receives multi-outputs as a flat list of handles",
@@ -106,7 +105,7 @@ impl<'a> GraphCtx<'a> {
                 None if steps.is_empty() => continue,
                 None => {
                     return Err(Error::Invalid {
-                        context: cx.to_string(),
+                        at: cx.location(),
                         message: format!("indexing into `{source}`, which is not a multi-output value"),
                     })
                 }
@@ -153,7 +152,7 @@ impl<'a> GraphCtx<'a> {
         let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
         if let Some(existing) = tree.get(&path) {
             return Err(Error::Invalid {
-                context: cx.to_string(),
+                at: cx.location(),
                 message: format!(
                     "element `{root}{}` is extracted twice ({} and {})",
                     path_text(&path),
@@ -164,7 +163,7 @@ impl<'a> GraphCtx<'a> {
         }
         if let Some((other, b)) = tree.iter().find(|(k, _)| k.starts_with(&path) || path.starts_with(k)) {
             return Err(Error::Invalid {
-                context: cx.to_string(),
+                at: cx.location(),
                 message: format!(
                     "`{root}{}` ({}) and `{root}{}` ({}) cannot both be tensors: one is inside the other",
                     path_text(&path),
@@ -202,9 +201,9 @@ impl<'a> GraphCtx<'a> {
         }
     }
 
-    pub(super) fn layout(&self, b: &BufName, context: &(impl fmt::Display + ?Sized)) -> Result<&'a Layout, Error> {
+    pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
         self.graph.layout(b).ok_or_else(|| Error::Invalid {
-            context: context.to_string(),
+            at: cx.location(),
             message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
         })
     }
@@ -276,7 +275,7 @@ impl<'a> GraphCtx<'a> {
                 [i] => len = len.max(i + 1),
                 _ => {
                     return Err(Error::Invalid {
-                        context: cx.to_string(),
+                        at: cx.location(),
                         message: format!(
                             "`{root}{}` is not one output of the subgraph: `{root}` is a flat list of tensors",
                             path_text(path)

@@ -9,12 +9,12 @@ impl<'a> Lowering<'a> {
             None => {
                 let program = self.program;
                 let kernel = program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
-                    context: cx.into(),
+                    at: cx.into(),
                     message: format!("kernel `{}` is not defined", call.kernel),
                 })?;
                 let meta = match &kernel.backend {
                     KernelBackend::Triton(m) => m,
-                    _ => return self.direct_call(g, call, kernel, &cx.to_string()),
+                    _ => return self.direct_call(g, call, kernel, cx),
                 };
                 let plan = Rc::new(launch::CallPlan::new(&call.kernel, meta)?);
                 self.call_plans.insert(call.kernel.clone(), (meta, plan.clone()));
@@ -60,7 +60,7 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let bad = |what: &str| Error::Invalid {
-            context: cx.into(),
+            at: cx.into(),
             message: format!(
                 "kernel `{kernel}` parameter `{}` ({}) gets {what}",
                 param.name,

@@ -2,7 +2,7 @@
 //! marshalling and the driver launch (spec 6.3).
 
 use super::{Cx, Lowering};
-use crate::ir::{ArgValue, ConstValue, DType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta};
+use crate::ir::{ArgValue, ConstValue, DType, GridType, KernelCall, Location, KernelName, ScalarType, SigType, TritonMeta};
 use crate::lower::cpp::Error;
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
@@ -41,10 +41,6 @@ impl Param {
     }
 }
 
-fn kernel_context(kernel: &KernelName) -> String {
-    format!("kernel `{kernel}`")
-}
-
 /// The wrapper's parameters: every runtime signature entry (neither
 /// `constexpr` nor fixed in `constants`), then the extra launcher arguments.
 pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<Vec<Param>, Error> {
@@ -56,9 +52,10 @@ pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<V
             SigType::Constexpr => continue,
             SigType::Other(t) => {
                 return Err(Error::Unsupported {
-                    context: kernel_context(kernel),
+                    // A wrapper belongs to the program's kernel table, not to a line.
+                    at: Location::Program,
                     dialect: "both dialects",
-                    what: format!("parameter `{name}` of signature type `{t}`"),
+                    what: format!("kernel `{kernel}`: parameter `{name}` of signature type `{t}`"),
                 })
             }
         };
@@ -86,7 +83,7 @@ pub(super) fn bind_call_args<'c>(
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
     let invalid = |message: String| Error::Invalid {
-        context: cx.to_string(),
+        at: cx.location(),
         message,
     };
     let bound = meta
@@ -261,8 +258,8 @@ const U32_MAX: i64 = u32::MAX as i64;
 impl GridBuilder<'_> {
     fn err(&self, message: String) -> Error {
         Error::Invalid {
-            context: kernel_context(self.kernel),
-            message,
+            at: Location::Program,
+            message: format!("kernel `{}`: {message}", self.kernel),
         }
     }
 

@@ -4,10 +4,9 @@ use super::*;
 
 impl<'a> Lowering<'a> {
     pub(super) fn graph_lines(&mut self, g: &GraphCtx<'a>) -> Result<(), Error> {
-        let label = g.name.map_or("main", |n| n.as_str());
         for (i, line) in g.graph.lines.iter().enumerate() {
-            let context = Cx::Line {
-                graph: label,
+            let context = Cx {
+                graph: g.name,
                 index: i,
                 line,
             };
@@ -41,7 +40,7 @@ impl<'a> Lowering<'a> {
             Line::KernelDefinition { kernel } => {
                 if !self.program.kernels.contains_key(kernel) {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("kernel `{kernel}` is not defined"),
                     });
                 }

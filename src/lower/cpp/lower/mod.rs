@@ -7,7 +7,7 @@ use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
-    GraphOutput, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate,
+    GraphOutput, KernelBackend, LineAt, Location, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate,
     Program, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
@@ -52,33 +52,9 @@ use launch::KernelWrappers;
 use record::*;
 use text::*;
 
-/// Where an error is: a line of a graph. Printed only when an error is made.
-#[derive(Clone, Copy)]
-enum Cx<'c> {
-    /// `graph `<graph>`, line <index> (`<kind>`)`.
-    Line {
-        graph: &'c str,
-        index: usize,
-        line: &'c Line,
-    },
-    /// `graph `<graph>`, line <index> (`get`)`: a multi-output line read ahead.
-    Get { graph: &'c str, index: usize },
-}
-
-impl fmt::Display for Cx<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Cx::Line { graph, index, line } => write!(f, "graph `{graph}`, line {index} (`{}`)", line.kind()),
-            Cx::Get { graph, index } => write!(f, "graph `{graph}`, line {index} (`get`)"),
-        }
-    }
-}
-
-impl From<&Cx<'_>> for String {
-    fn from(cx: &Cx<'_>) -> String {
-        cx.to_string()
-    }
-}
+/// Where an error is: a line of a graph, made into a [`Location`] only when
+/// an error is.
+type Cx<'c> = LineAt<'c>;
 
 /// Lowers a whole program and appends the text to `out`.
 pub(super) fn lower(program: &Program, options: &Options, out: &mut dyn fmt::Write) -> Result<(), Error> {
@@ -101,10 +77,10 @@ pub(super) fn lower_recording_launches(
     let mut launches = Vec::with_capacity(recorded.calls.len());
     for call in recorded.calls {
         let wrapper = recorded.wrappers.get(&call.kernel).ok_or_else(|| Error::Invalid {
-            context: format!("graph `{}`, line {}", call.graph, call.line),
+            at: call.location(program),
             message: format!("no launch wrapper was written for kernel `{}`", call.kernel),
         })?;
-        launches.push(call.compose(wrapper)?);
+        launches.push(call.compose(wrapper, program)?);
     }
     Ok(launches)
 }
@@ -134,7 +110,7 @@ fn lower_body(l: &mut Lowering<'_>) -> Result<(String, KernelWrappers), Error> {
     let program = l.program;
     l.indent = 1;
     l.entry_prologue()?;
-    let main = GraphCtx::new(&program.main, None, program, "main")?;
+    let main = GraphCtx::new(&program.main, None)?;
     l.graph_lines(&main)?;
     l.entry_outputs(&main)?;
     let body = std::mem::take(&mut l.body);
@@ -300,9 +276,9 @@ impl<'a> Lowering<'a> {
         self.devices.insert(d);
     }
 
-    fn unsupported(&self, context: &(impl fmt::Display + ?Sized), what: impl Into<String>) -> Error {
+    fn unsupported(&self, at: impl Into<Location>, what: impl Into<String>) -> Error {
         Error::Unsupported {
-            context: context.to_string(),
+            at: at.into(),
             dialect: self.dialect.name(),
             what: what.into(),
         }

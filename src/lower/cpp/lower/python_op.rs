@@ -108,7 +108,7 @@ impl Lowering<'_> {
             }
             other => {
                 return Err(Error::Invalid {
-                    context: cx.into(),
+                    at: cx.into(),
                     message: format!("argument {other:?} has no Python form for `custom_op_wrapper`"),
                 })
             }

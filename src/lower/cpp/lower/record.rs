@@ -22,9 +22,15 @@ pub(super) struct RecordedCall {
 }
 
 impl RecordedCall {
+    /// The call's line.
+    pub(super) fn location(&self, program: &Program) -> Location {
+        let graph = (self.graph.as_str() != MAIN_GRAPH).then_some(&self.graph);
+        Location::in_program(program, graph, Some(self.line))
+    }
+
     /// The launch: the wrapper's `kernel_args_`, grid and scratch with its
     /// parameters bound to the values this call passes.
-    pub(super) fn compose(self, w: &launch::WrapperLaunch) -> Result<PrintedLaunch, Error> {
+    pub(super) fn compose(self, w: &launch::WrapperLaunch, program: &Program) -> Result<PrintedLaunch, Error> {
         let value = |name: &str| self.args.iter().find(|(p, _)| p == name).map(|(_, v)| v);
         let bound: HashMap<&str, SymExpr> = self
             .args
@@ -39,7 +45,7 @@ impl RecordedCall {
         let mut args = Vec::with_capacity(w.kernel_args.len());
         for p in &w.kernel_args {
             let v = value(p).ok_or_else(|| Error::Invalid {
-                context: format!("graph `{}`, line {}", self.graph, self.line),
+                at: self.location(program),
                 message: format!("call of `{}` passes nothing for wrapper parameter `{p}`", self.kernel),
             })?;
             args.push(PrintedArg {

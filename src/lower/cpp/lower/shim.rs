@@ -150,7 +150,7 @@ impl Lowering<'_> {
             return Ok(None);
         };
         let bad = |message: String| Error::Invalid {
-            context: cx.into(),
+            at: cx.into(),
             message,
         };
         if call.args.len() > params.len() {
@@ -225,7 +225,7 @@ impl Lowering<'_> {
             ArgValue::Buffer(b) => {
                 if g.is_multi(b) {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("multi-output value `{b}` passed as an extern argument"),
                     });
                 }

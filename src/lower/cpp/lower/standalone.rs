@@ -407,7 +407,7 @@ impl Lowering<'_> {
             ArgValue::Buffer(b) => {
                 if g.is_multi(b) {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("multi-output value `{b}` passed as an extern argument"),
                     });
                 }

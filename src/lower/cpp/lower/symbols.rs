@@ -29,7 +29,7 @@ impl<'a> Lowering<'a> {
             [KeyEntry::DivideBy(d)] => {
                 if *d == 0 {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("`{s}` is bound through a division by 0"),
                     });
                 }
@@ -74,7 +74,7 @@ impl<'a> Lowering<'a> {
                 match rest.split_first() {
                     Some((KeyEntry::Index(i), tail)) if is_list(&at) => {
                         let i = usize::try_from(*i).map_err(|_| Error::Invalid {
-                            context: cx.into(),
+                            at: cx.into(),
                             message: format!("negative index {i} in the key path of `{symbol}`"),
                         })?;
                         at.push(i);
@@ -82,7 +82,7 @@ impl<'a> Lowering<'a> {
                     }
                     _ => {
                         return Err(Error::Invalid {
-                            context: cx.into(),
+                            at: cx.into(),
                             message: format!(
                                 "the key path `{}` of `{symbol}` does not lead to a tensor of multi-output `{root}` (stops at `{root}{}`)",
                                 KeyPathText(path),
