@@ -46,7 +46,7 @@ pub mod validate;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
-    bind_call_args, ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridError, GridForm,
+    bind_call_args, ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridAlgebra, GridError, GridForm,
     GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry, ScalarType, SigType, TritonMeta,
 };
 pub use line::{

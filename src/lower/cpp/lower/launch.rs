@@ -1,8 +1,8 @@
 //! Triton launch wrappers (`call_<kernel>`): parameters, grids, argument
 //! marshalling and the driver launch (spec 6.3).
 
-use super::{Cx, Lowering};
-use crate::ir::{ArgValue, ConstValue, DType, GridType, KernelCall, Location, KernelName, ScalarType, SigType, TritonMeta};
+use super::{cexpr_text, CStyle, Cx, Lowering};
+use crate::ir::{ArgValue, ConstValue, DType, GridAlgebra, GridError, KernelCall, Location, KernelName, ScalarType, SigType, TritonMeta};
 use crate::lower::cpp::Error;
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
@@ -250,6 +250,10 @@ struct GridBuilder<'m> {
     kernel: &'m KernelName,
     meta: &'m TritonMeta,
     params: &'m [Param],
+    /// How expressions print (precomputed grids).
+    style: CStyle,
+    /// `(name, C++ text)` of each `uint32_t` prefix temporary.
+    prefix: Vec<(String, String)>,
     ranges: Vec<PrintedRange>,
 }
 
@@ -263,7 +267,7 @@ impl GridBuilder<'_> {
         }
     }
 
-    fn operand(&self, name: &str) -> Result<GridVal, Error> {
+    fn lookup(&self, name: &str) -> Result<GridVal, Error> {
         if let Some(v) = self.meta.config.get(name) {
             return Ok(GridVal::Int(*v));
         }
@@ -312,8 +316,8 @@ impl GridBuilder<'_> {
     }
 
     fn numel_over_block(&mut self, numel: &str, block: &str) -> Result<GridVal, Error> {
-        let n = self.operand(numel)?;
-        let b = self.operand(block)?;
+        let n = self.lookup(numel)?;
+        let b = self.lookup(block)?;
         self.ceildiv(n, b)
     }
 
@@ -328,71 +332,11 @@ impl GridBuilder<'_> {
         GridVal::Temp(name.to_string(), value.expr())
     }
 
-    /// Prefix temporaries and the three grid expressions.
-    fn build(mut self, l: &Lowering<'_>) -> Result<BuiltGrid, Error> {
-        let one = || GridVal::Int(1);
-        let mut prefix = Vec::new();
-        let (x, y, z) = match &self.meta.grid_type {
-            GridType::Grid1D => (self.numel_over_block("xnumel", "XBLOCK")?, one(), one()),
-            GridType::Grid2D => (
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                self.numel_over_block("ynumel", "YBLOCK")?,
-                one(),
-            ),
-            GridType::Grid3D => (
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                self.numel_over_block("ynumel", "YBLOCK")?,
-                self.numel_over_block("znumel", "ZBLOCK")?,
-            ),
-            GridType::Grid2DWithYZOverflow { max_y_grid } => {
-                let raw = self.numel_over_block("ynumel", "YBLOCK")?;
-                let raw_var = self.temp("y_grid_raw_", &raw);
-                let div = self.ceildiv(raw_var.clone(), GridVal::Int(*max_y_grid))?;
-                let div_var = self.temp("y_grid_div_", &div);
-                prefix.push(("y_grid_raw_".to_string(), raw.text()));
-                prefix.push(("y_grid_div_".to_string(), div.text()));
-                let y = self.ceildiv(raw_var, div_var.clone())?;
-                (self.numel_over_block("xnumel", "XBLOCK")?, y, div_var)
-            }
-            GridType::CooperativeReductionGrid => (
-                self.operand("RSPLIT")?,
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                one(),
-            ),
-            GridType::SplitScanGrid => (
-                self.numel_over_block("r0_numel", "R0_BLOCK")?,
-                self.operand("xnumel")?,
-                one(),
-            ),
-            GridType::FixedGrid => (
-                self.operand("_grid_0")?,
-                self.operand("_grid_1")?,
-                self.operand("_grid_2")?,
-            ),
-            GridType::PrecomputedGrid { .. } => {
-                let entry = self.meta.precomputed_grid().map_err(|e| self.err(e.to_string()))?;
-                let mut dims = Vec::with_capacity(3);
-                for e in &entry.grid {
-                    let folded = e.substitute(&|s| match self.operand(s.as_str()) {
-                        Ok(GridVal::Int(v)) => Some(SymExpr::Int(v)),
-                        _ => None,
-                    });
-                    // Every symbol left must be a runtime parameter of the wrapper.
-                    for s in folded.free_symbols() {
-                        self.operand(s.as_str())?;
-                    }
-                    dims.push(match folded {
-                        SymExpr::Int(v) => GridVal::Int(v),
-                        other => GridVal::Text(l.cexpr(&other), other),
-                    });
-                }
-                let mut it = dims.into_iter();
-                match (it.next(), it.next(), it.next()) {
-                    (Some(a), Some(b), Some(c)) => (a, b, c),
-                    _ => return Err(self.err("a precomputed grid needs three dimensions".into())),
-                }
-            }
-        };
+    /// Prefix temporaries and the three grid expressions: the formulas of
+    /// [`TritonMeta::grid_with`] in C++.
+    fn build(mut self) -> Result<BuiltGrid, Error> {
+        let meta = self.meta;
+        let [x, y, z] = meta.grid_with(&mut self)?;
         for (i, g) in [&x, &y, &z].into_iter().enumerate() {
             self.ranges.push(PrintedRange {
                 what: format!("uint32_t grid_{i}"),
@@ -402,11 +346,57 @@ impl GridBuilder<'_> {
             });
         }
         Ok(BuiltGrid {
-            prefix,
+            prefix: self.prefix,
             text: [x.text(), y.text(), z.text()],
             exprs: [x.expr(), y.expr(), z.expr()],
             ranges: self.ranges,
         })
+    }
+}
+
+impl GridAlgebra for GridBuilder<'_> {
+    type Value = GridVal;
+    type Error = Error;
+
+    fn operand(&mut self, name: &str) -> Result<GridVal, Error> {
+        self.lookup(name)
+    }
+
+    fn int(&mut self, v: i64) -> GridVal {
+        GridVal::Int(v)
+    }
+
+    fn ceil_div_block(&mut self, numel: &str, block: &str) -> Result<GridVal, Error> {
+        self.numel_over_block(numel, block)
+    }
+
+    fn ceil_div(&mut self, a: GridVal, b: GridVal, _by_max_y_grid: bool) -> Result<GridVal, Error> {
+        self.ceildiv(a, b)
+    }
+
+    /// A `uint32_t` prefix temporary.
+    fn named(&mut self, name: &'static str, v: GridVal) -> GridVal {
+        self.prefix.push((name.to_string(), v.text()));
+        self.temp(name, &v)
+    }
+
+    fn precomputed(&mut self, e: &SymExpr) -> Result<GridVal, Error> {
+        let folded = e.substitute(&|s| match self.lookup(s.as_str()) {
+            Ok(GridVal::Int(v)) => Some(SymExpr::Int(v)),
+            _ => None,
+        });
+        // Every symbol left must be a runtime parameter of the wrapper.
+        for s in folded.free_symbols() {
+            self.lookup(s.as_str())?;
+        }
+        Ok(match folded {
+            SymExpr::Int(v) => GridVal::Int(v),
+            other => GridVal::Text(cexpr_text(&other, self.style), other),
+        })
+    }
+
+    fn grid_error(&mut self, e: GridError) -> Error {
+        self.err(e.to_string())
     }
 }
 
@@ -487,9 +477,11 @@ fn write_wrapper(
         kernel,
         meta,
         params: &params,
+        style: l.cstyle(),
+        prefix: Vec::new(),
         ranges: Vec::new(),
     }
-    .build(l)?;
+    .build()?;
     for (name, value) in &grid.prefix {
         writeln!(out, "    uint32_t {name} = {value};")?;
     }
