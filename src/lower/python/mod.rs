@@ -510,9 +510,9 @@ impl<'a> Lowering<'a> {
 
     fn graph_uses_stream(&self, graph: &Graph) -> bool {
         graph.lines.iter().any(|l| match l {
-            Line::KernelCall(call) => match self.program.kernels.get(&call.kernel).map(|d| &d.backend) {
-                Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => call.device.map_or(true, is_gpu),
-                Some(KernelBackend::Halide(meta)) => meta.is_cuda(),
+            Line::KernelCall(call) => match &self.info.line_kernel(&call.kernel).backend {
+                KernelBackend::Triton(_) | KernelBackend::CudaC => call.device.map_or(true, is_gpu),
+                KernelBackend::Halide(meta) => meta.is_cuda(),
                 _ => false,
             },
             _ => false,
@@ -542,17 +542,11 @@ impl<'a> Lowering<'a> {
                     let device = self.kernel_device.get(kernel).copied().unwrap_or(self.gpu);
                     kernels::definition(code, def, device, at())?;
                 }
-                Line::Conditional(c) => {
-                    for g in [&c.true_graph, &c.false_graph] {
+                _ => {
+                    for g in line.subgraphs() {
                         self.reach_subgraph(code, g)?;
                     }
                 }
-                Line::WhileLoop(w) => {
-                    for g in [&w.cond_graph, &w.body_graph] {
-                        self.reach_subgraph(code, g)?;
-                    }
-                }
-                _ => {}
             }
         }
         Ok(())

@@ -3,24 +3,14 @@
 use super::*;
 
 impl<'a> Lowering<'a> {
-    pub(super) fn subgraph(&self, name: &GraphName, cx: &Cx<'_>) -> Result<&'a Graph, Error> {
-        self.program.subgraphs.get(name).ok_or_else(|| Error::Invalid {
-            at: cx.into(),
-            message: format!("subgraph `{name}` does not exist"),
-        })
+    /// The subgraph a line runs (validation checked that it exists).
+    pub(super) fn subgraph(&self, name: &GraphName) -> &'a Graph {
+        self.info.line_subgraph(name)
     }
 
-    /// Symbols a graph's own lines bind.
+    /// Symbols a graph's own lines bind ([`Line::binds`]).
     pub(super) fn bound_symbols(graph: &Graph) -> Vec<Symbol> {
-        let mut out = Vec::new();
-        for l in &graph.lines {
-            match l {
-                Line::UnbackedSymbolDefs { bindings, .. } => out.extend(bindings.keys().cloned()),
-                Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => out.push(symbol.clone()),
-                _ => {}
-            }
-        }
-        out
+        graph.lines.iter().flat_map(Line::binds).cloned().collect()
     }
 
     /// The C++ values of operands `offset..` of `sub`: a buffer's variable, or
@@ -45,19 +35,10 @@ impl<'a> Lowering<'a> {
         targets: &[Option<String>],
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        let graph = self.subgraph(name, cx)?;
+        let graph = self.subgraph(name);
         let ctx = GraphCtx::new(graph, Some(name))?;
         self.line(format!("// subgraph: {name}"));
-        if graph.inputs.len() != operands.len() {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!(
-                    "subgraph `{name}` takes {} inputs but gets {}",
-                    graph.inputs.len(),
-                    operands.len()
-                ),
-            });
-        }
+        // Validation checked the operand count (`OperandCountMismatch`).
         for (input, operand) in graph.inputs.iter().zip(operands) {
             match input {
                 GraphInput::Tensor { name: n } => {
@@ -122,20 +103,10 @@ impl<'a> Lowering<'a> {
     }
 
     pub(super) fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
-        let t = self.subgraph(&c.true_graph, cx)?;
-        let f = self.subgraph(&c.false_graph, cx)?;
-        if t.outputs.len() != f.outputs.len() {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!(
-                    "branches `{}` and `{}` return {} and {} values",
-                    c.true_graph,
-                    c.false_graph,
-                    t.outputs.len(),
-                    f.outputs.len()
-                ),
-            });
-        }
+        let t = self.subgraph(&c.true_graph);
+        let f = self.subgraph(&c.false_graph);
+        // Validation checked that both branches return as many values
+        // (`BranchOutputMismatch`).
         let results = g.flat_vars(&c.result, 0, cx)?;
         let ty = self.dialect.tensor_type();
         for r in &results {
@@ -174,7 +145,7 @@ impl<'a> Lowering<'a> {
 
     pub(super) fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &Cx<'_>) -> Result<(), Error> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
-        let body = self.subgraph(&w.body_graph, cx)?;
+        let body = self.subgraph(&w.body_graph);
         let additional = Self::operand_vars(g, body, w.carried.len(), &w.additional);
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
         if results.len() != carried.len() {

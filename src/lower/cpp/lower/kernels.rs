@@ -7,11 +7,8 @@ impl<'a> Lowering<'a> {
         let (meta, plan) = match self.call_plans.get(&call.kernel) {
             Some((meta, plan)) => (*meta, plan.clone()),
             None => {
-                let program = self.program;
-                let kernel = program.kernels.get(&call.kernel).ok_or_else(|| Error::Invalid {
-                    at: cx.into(),
-                    message: format!("kernel `{}` is not defined", call.kernel),
-                })?;
+                // Validation checked that the kernel is in the table.
+                let kernel = self.info.line_kernel(&call.kernel);
                 let meta = match &kernel.backend {
                     KernelBackend::Triton(m) => m,
                     _ => return self.direct_call(g, call, kernel, cx),

@@ -8,7 +8,7 @@ use crate::ir::MAIN_GRAPH;
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
     GraphOutput, KernelBackend, LineAt, Location, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate,
-    Program, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
+    Program, ProgramInfo, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};
@@ -57,8 +57,8 @@ use text::*;
 type Cx<'c> = LineAt<'c>;
 
 /// Lowers a whole program and appends the text to `out`.
-pub(super) fn lower(program: &Program, options: &Options, out: &mut dyn fmt::Write) -> Result<(), Error> {
-    lower_program(Lowering::new(program, options), out).map(|_| ())
+pub(super) fn lower(info: &ProgramInfo<'_>, options: &Options, out: &mut dyn fmt::Write) -> Result<(), Error> {
+    lower_program(Lowering::new(info, options), out).map(|_| ())
 }
 
 /// Lowers a whole program and returns every Triton launch as printed: the
@@ -66,11 +66,12 @@ pub(super) fn lower(program: &Program, options: &Options, out: &mut dyn fmt::Wri
 /// wrapper, and the wrapper's grid and scratch sizes with the wrapper's
 /// parameters replaced by those values.
 pub(super) fn lower_recording_launches(
-    program: &Program,
+    info: &ProgramInfo<'_>,
     options: &Options,
     out: &mut dyn fmt::Write,
 ) -> Result<Vec<PrintedLaunch>, Error> {
-    let mut l = Lowering::new(program, options);
+    let program = info.program();
+    let mut l = Lowering::new(info, options);
     l.recorded = Some(Recorded::default());
     let recorded = lower_program(l, out)?;
     let recorded = recorded.unwrap_or_default();
@@ -95,8 +96,8 @@ fn lower_program(mut l: Lowering<'_>, out: &mut dyn fmt::Write) -> Result<Option
 
 /// Lowers a whole program to a new string: [`lower`], with the file built
 /// around the body in place (the body is the bulk of the text).
-pub(super) fn lower_to_string(program: &Program, options: &Options) -> Result<String, Error> {
-    let mut l = Lowering::new(program, options);
+pub(super) fn lower_to_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
+    let mut l = Lowering::new(info, options);
     let (mut body, wrappers) = lower_body(&mut l)?;
     let mut head = String::new();
     l.write_head(&mut head, &wrappers)?;
@@ -129,6 +130,9 @@ struct Scope {
 
 /// Shared lowering state.
 struct Lowering<'a> {
+    /// What validation established: kernel and subgraph lookups need no
+    /// error of their own.
+    info: &'a ProgramInfo<'a>,
     program: &'a Program,
     options: &'a Options,
     /// What the dialect writes differently.
@@ -155,8 +159,10 @@ struct Lowering<'a> {
 }
 
 impl<'a> Lowering<'a> {
-    fn new(program: &'a Program, options: &'a Options) -> Self {
+    fn new(info: &'a ProgramInfo<'a>, options: &'a Options) -> Self {
+        let program = info.program();
         Lowering {
+            info,
             program,
             options,
             dialect: dialect::ops(options.dialect),
