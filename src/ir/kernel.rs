@@ -591,8 +591,14 @@ impl TritonMeta {
                 let y = a.ceil_div(raw, div.clone(), false)?;
                 [a.ceil_div_block("xnumel", "XBLOCK")?, y, div]
             }
-            GridType::CooperativeReductionGrid => [a.operand("RSPLIT")?, a.ceil_div_block("xnumel", "XBLOCK")?, a.int(1)],
-            GridType::SplitScanGrid => [a.ceil_div_block("r0_numel", "R0_BLOCK")?, a.operand("xnumel")?, a.int(1)],
+            GridType::CooperativeReductionGrid => {
+                [a.operand("RSPLIT")?, a.ceil_div_block("xnumel", "XBLOCK")?, a.int(1)]
+            }
+            GridType::SplitScanGrid => [
+                a.ceil_div_block("r0_numel", "R0_BLOCK")?,
+                a.operand("xnumel")?,
+                a.int(1),
+            ],
             GridType::FixedGrid => [a.operand("_grid_0")?, a.operand("_grid_1")?, a.operand("_grid_2")?],
             GridType::PrecomputedGrid { .. } => {
                 let entry = self.precomputed_grid().map_err(|e| a.grid_error(e))?;
@@ -703,7 +709,11 @@ impl GridAlgebra for SymGrid<'_> {
     fn precomputed(&mut self, e: &SymExpr) -> Result<SymExpr, GridError> {
         if self.form == GridForm::Launcher {
             // The launcher evaluates the expression: every name must have a value.
-            if let Some(s) = e.free_symbols().into_iter().find(|s| (self.value)(s.as_str()).is_none()) {
+            if let Some(s) = e
+                .free_symbols()
+                .into_iter()
+                .find(|s| (self.value)(s.as_str()).is_none())
+            {
                 return Err(GridError::MissingParam {
                     grid: self.grid,
                     param: s.to_string(),

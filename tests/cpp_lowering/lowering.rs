@@ -51,7 +51,11 @@ fn check_grid(name: &str, meta: TritonMeta, args: Vec<ArgValue>, expected: &[&st
     g.finish();
     let program = p.finish();
     for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(&case_name(dialect, &format!("grid_{name}")), &lower_ok(&program, dialect), expected);
+        check(
+            &case_name(dialect, &format!("grid_{name}")),
+            &lower_ok(&program, dialect),
+            expected,
+        );
     }
 }
 

@@ -369,10 +369,7 @@ fn errors_name_the_culprit() {
             at: err_location(&positional_after_named, 1)
         }
     );
-    assert!(
-        err.to_string().starts_with("graph main, line 1 `call k("),
-        "{err}"
-    );
+    assert!(err.to_string().starts_with("graph main, line 1 `call k("), "{err}");
 
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k", "x = '''", triton_meta());

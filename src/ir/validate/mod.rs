@@ -69,10 +69,10 @@
 //! line (its index in [`crate::ir::Graph::lines`], counted from 0, and its text
 //! form) and the buffer, symbol or kernel involved.
 
-pub use super::location::Location;
-use super::location::line_text;
 use super::kernel::{KernelBackend, KernelDef, SigType};
 use super::line::{ArgValue, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex, Predicate, TensorMethod};
+use super::location::line_text;
+pub use super::location::Location;
 use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, SymbolKind, ValueRange};
 use super::types::{BufName, DType, Device, GraphName, KernelName, Layout};
 use crate::sym::{Bindings, SymExpr, Symbol};

@@ -36,8 +36,8 @@ mod body;
 mod kernels;
 
 use crate::ir::{
-    BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line, LineAt,
-    Location, Program, ProgramInfo,
+    BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line,
+    LineAt, Location, Program, ProgramInfo,
 };
 use crate::lower::launches::PrintedLaunch;
 use crate::sym::{EvalError, SymExpr, Symbol};

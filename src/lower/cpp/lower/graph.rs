@@ -208,6 +208,18 @@ impl<'a> GraphCtx<'a> {
         })
     }
 
+    /// The variable of `b` passed as one extern-op argument: a tensor, never
+    /// a multi-output value (its elements are separate variables).
+    pub(super) fn tensor_arg(&self, b: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
+        if self.is_multi(b) {
+            return Err(Error::Invalid {
+                at: cx.into(),
+                message: format!("multi-output value `{b}` passed as an extern argument"),
+            });
+        }
+        Ok(self.local(b))
+    }
+
     pub(super) fn is_multi(&self, b: &BufName) -> bool {
         !self.multi.is_empty() && self.multi.contains(b.as_str())
     }

@@ -2,7 +2,10 @@
 //! marshalling and the driver launch (spec 6.3).
 
 use super::{cexpr_text, CStyle, Cx, Lowering};
-use crate::ir::{ArgValue, ConstValue, DType, GridAlgebra, GridError, KernelCall, Location, KernelName, ScalarType, SigType, TritonMeta};
+use crate::ir::{
+    ArgValue, ConstValue, DType, GridAlgebra, GridError, KernelCall, KernelName, Location, ScalarType, SigType,
+    TritonMeta,
+};
 use crate::lower::cpp::Error;
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
@@ -56,7 +59,7 @@ pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<V
                     at: Location::Program,
                     dialect: "both dialects",
                     what: format!("kernel `{kernel}`: parameter `{name}` of signature type `{t}`"),
-                })
+                });
             }
         };
         params.push(Param {

@@ -7,8 +7,8 @@ use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
-    GraphOutput, KernelBackend, LineAt, Location, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate,
-    Program, ProgramInfo, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
+    GraphOutput, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, LineAt, Location,
+    MultiIndex, Predicate, Program, ProgramInfo, ScatterFallback, SymbolKind, TensorMethod, WhileLoop,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};

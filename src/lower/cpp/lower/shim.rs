@@ -149,10 +149,7 @@ impl Lowering<'_> {
         let Some(params) = schema(name, overload) else {
             return Ok(None);
         };
-        let bad = |message: String| Error::Invalid {
-            at: cx.into(),
-            message,
-        };
+        let bad = |message: String| Error::Invalid { at: cx.into(), message };
         if call.args.len() > params.len() {
             return Err(bad(format!(
                 "`{}` takes {} arguments, the call passes {} positionally",
@@ -222,15 +219,7 @@ impl Lowering<'_> {
 
     pub(super) fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
         Ok(match a {
-            ArgValue::Buffer(b) => {
-                if g.is_multi(b) {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!("multi-output value `{b}` passed as an extern argument"),
-                    });
-                }
-                g.local(b)
-            }
+            ArgValue::Buffer(b) => g.tensor_arg(b, cx)?,
             ArgValue::Expr(e) => self.cexpr(e),
             ArgValue::Float(v) => c_float(*v),
             ArgValue::Bool(b) => b.to_string(),

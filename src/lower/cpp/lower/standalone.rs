@@ -214,6 +214,12 @@ impl DialectOps for Standalone {
         l.body.push_str("stream);\n");
     }
 
+    /// The op runs in wrapir's runtime library, named as the
+    /// program names it, with its arguments as the interpreter passes them
+    /// (positional ones in order, then keyword ones; `out=` variants get the
+    /// destination as the keyword argument `out` and return nothing), and
+    /// the declared layout of a single result when it can be computed
+    /// before the call (every symbol it names is bound).
     fn extern_call(
         &self,
         l: &mut Lowering<'_>,
@@ -223,7 +229,55 @@ impl DialectOps for Standalone {
         results: &[String],
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        l.runtime_call(g, call, out, results, cx)
+        let device = l.extern_device(g, call, out);
+        if device.kind != DeviceType::Cuda {
+            return Err(l.unsupported(
+                cx,
+                format!(
+                    "extern op `{}` on {device}: the runtime runs extern ops on CUDA devices",
+                    call.op
+                ),
+            ));
+        }
+        let mut items = Vec::new();
+        if let Some(o) = out {
+            items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
+        }
+        for a in &call.args {
+            items.push(l.runtime_arg(g, a, None, cx)?);
+        }
+        for (k, a) in &call.kwargs {
+            items.push(l.runtime_arg(g, a, Some(k), cx)?);
+        }
+        for r in results {
+            l.line(format!("wrapir::Tensor {r};"));
+            l.declare(r);
+        }
+        l.open("{");
+        if items.is_empty() {
+            l.line("const wrapir::ExternArg* args_ = nullptr;");
+        } else {
+            l.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
+        }
+        if results.is_empty() {
+            l.line("wrapir::Tensor* const* results_ = nullptr;");
+        } else {
+            let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
+            l.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
+        }
+        let expected = match call.result.as_ref().filter(|r| !g.is_multi(r)) {
+            Some(r) => l.expected_layout(g, r, cx)?,
+            None => "nullptr".to_string(),
+        };
+        l.line(format!(
+            "wrapir::call_op({}, {}, args_, {}, {expected}, results_, {}, stream);",
+            device_index(&device),
+            c_string(&call.op),
+            items.len(),
+            results.len(),
+        ));
+        l.close("}");
+        Ok(())
     }
 
     fn index_put(
@@ -254,7 +308,7 @@ impl DialectOps for Standalone {
             args,
             kwargs,
         };
-        l.runtime_call(g, &call, None, &[], cx)
+        self.extern_call(l, g, &call, None, &[], cx)
     }
 
     fn pastes_cpp_source(&self) -> bool {
@@ -303,71 +357,6 @@ impl DialectOps for Standalone {
 }
 
 impl Lowering<'_> {
-    /// Standalone: the op runs in wrapir's runtime library, named as the
-    /// program names it, with its arguments as the interpreter passes them
-    /// (positional ones in order, then keyword ones; `out=` variants get the
-    /// destination as the keyword argument `out` and return nothing), and
-    /// the declared layout of a single result when it can be computed
-    /// before the call (every symbol it names is bound).
-    pub(super) fn runtime_call(
-        &mut self,
-        g: &GraphCtx<'_>,
-        call: &ExternCall,
-        out: Option<&BufName>,
-        results: &[String],
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let device = self.extern_device(g, call, out);
-        if device.kind != DeviceType::Cuda {
-            return Err(self.unsupported(
-                cx,
-                format!(
-                    "extern op `{}` on {device}: the runtime runs extern ops on CUDA devices",
-                    call.op
-                ),
-            ));
-        }
-        let mut items = Vec::new();
-        if let Some(o) = out {
-            items.push(format!("wrapir::ExternArg::of_tensor({}, \"out\")", g.local(o)));
-        }
-        for a in &call.args {
-            items.push(self.runtime_arg(g, a, None, cx)?);
-        }
-        for (k, a) in &call.kwargs {
-            items.push(self.runtime_arg(g, a, Some(k), cx)?);
-        }
-        for r in results {
-            self.line(format!("wrapir::Tensor {r};"));
-            self.declare(r);
-        }
-        self.open("{");
-        if items.is_empty() {
-            self.line("const wrapir::ExternArg* args_ = nullptr;");
-        } else {
-            self.line(format!("const wrapir::ExternArg args_[] = {{{}}};", items.join(", ")));
-        }
-        if results.is_empty() {
-            self.line("wrapir::Tensor* const* results_ = nullptr;");
-        } else {
-            let ptrs: Vec<String> = results.iter().map(|r| format!("&{r}")).collect();
-            self.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
-        }
-        let expected = match call.result.as_ref().filter(|r| !g.is_multi(r)) {
-            Some(r) => self.expected_layout(g, r, cx)?,
-            None => "nullptr".to_string(),
-        };
-        self.line(format!(
-            "wrapir::call_op({}, {}, args_, {}, {expected}, results_, {}, stream);",
-            device_index(&device),
-            c_string(&call.op),
-            items.len(),
-            results.len(),
-        ));
-        self.close("}");
-        Ok(())
-    }
-
     /// A pointer to `buffer`'s declared layout as a `WrapirRtLayout`, or
     /// `nullptr` when it names a symbol not bound yet (an unbacked size the
     /// op itself determines).
@@ -404,15 +393,7 @@ impl Lowering<'_> {
     ) -> Result<String, Error> {
         let n = name.map_or(String::new(), |k| format!(", {}", c_string(k)));
         Ok(match a {
-            ArgValue::Buffer(b) => {
-                if g.is_multi(b) {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!("multi-output value `{b}` passed as an extern argument"),
-                    });
-                }
-                format!("wrapir::ExternArg::of_tensor({}{n})", g.local(b))
-            }
+            ArgValue::Buffer(b) => format!("wrapir::ExternArg::of_tensor({}{n})", g.tensor_arg(b, cx)?),
             ArgValue::Expr(e) => format!("wrapir::ExternArg::of_int({}{n})", self.cexpr(e)),
             ArgValue::Float(v) => format!("wrapir::ExternArg::of_float({}{n})", c_float(*v)),
             ArgValue::Bool(b) => format!("wrapir::ExternArg::of_bool({b}{n})"),
