@@ -8,11 +8,6 @@ impl<'a> Lowering<'a> {
         self.info.line_subgraph(name)
     }
 
-    /// Symbols a graph's own lines bind ([`Line::binds`]).
-    pub(super) fn bound_symbols(graph: &Graph) -> Vec<Symbol> {
-        graph.lines.iter().flat_map(Line::binds).cloned().collect()
-    }
-
     /// The C++ values of operands `offset..` of `sub`: a buffer's variable, or
     /// the symbol itself where `sub` takes a symbol input.
     pub(super) fn operand_vars(g: &GraphCtx<'_>, sub: &Graph, offset: usize, operands: &[BufName]) -> Vec<String> {
@@ -103,20 +98,20 @@ impl<'a> Lowering<'a> {
     }
 
     pub(super) fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
-        let t = self.subgraph(&c.true_graph);
-        let f = self.subgraph(&c.false_graph);
         // Validation checked that both branches return as many values
-        // (`BranchOutputMismatch`).
+        // (`BranchOutputMismatch`): the true branch's outputs stand for both.
+        let t = self.subgraph(&c.true_graph);
         let results = g.flat_vars(&c.result, 0, cx)?;
         let ty = self.dialect.tensor_type();
         for r in &results {
             self.line(format!("{ty} {r};"));
             self.declare(r);
         }
-        // Symbols both branches bind stay visible after the conditional.
-        let tb = Self::bound_symbols(t);
-        let fb: HashSet<Symbol> = Self::bound_symbols(f).into_iter().collect();
-        for s in tb.iter().filter(|s| fb.contains(*s)) {
+        // Symbols both branches bind stay visible after the conditional: what
+        // validation records as the line's bindings (`GraphInfo::binds`).
+        let info = self.info;
+        let visible = info.graph(g.name).map_or(&[][..], |gi| gi.binds(self.line_index));
+        for s in visible {
             if !self.declared(s.as_str()) {
                 self.line(format!("int64_t {s} = 0;"));
                 self.declare(s.as_str());
