@@ -576,93 +576,178 @@ impl TritonMeta {
         self.grid_in(GridForm::Lowered, value)
     }
 
-    /// [`TritonMeta::grid`] written in `form`. The one place the grid
-    /// formulas live: the FX lowering emits them, translation validation
+    /// [`TritonMeta::grid`] written in `form`: [`TritonMeta::grid_with`] over
+    /// symbolic expressions. The FX lowering emits it, translation validation
     /// reads the Python launcher's.
     pub fn grid_in(&self, form: GridForm, value: &dyn Fn(&str) -> Option<SymExpr>) -> Result<[SymExpr; 3], GridError> {
-        let grid = self.grid_type.name();
-        let p = |n: &str| {
-            value(n).ok_or_else(|| GridError::MissingParam {
-                grid,
-                param: n.to_string(),
-            })
-        };
-        let block = |n: &str| -> Result<i64, GridError> {
-            match value(n) {
-                Some(SymExpr::Int(v)) if v > 0 => Ok(v),
-                Some(other) => Err(GridError::BlockSize {
-                    grid,
-                    param: n.to_string(),
-                    found: format!("`{other}`"),
-                }),
-                None => Err(GridError::BlockSize {
-                    grid,
-                    param: n.to_string(),
-                    found: "nothing".into(),
-                }),
-            }
-        };
-        // ceil(numel / block) for the block size named `b`.
-        let over = |numel: &str, b: &str| -> Result<SymExpr, GridError> {
-            match form {
-                GridForm::Lowered => Ok(ceil_div(p(numel)?, block(b)?)),
-                GridForm::Launcher => launcher_ceil_div(grid, b, p(numel)?, value(b)),
-            }
-        };
-        let one = SymExpr::Int(1);
+        self.grid_with(&mut SymGrid {
+            form,
+            grid: self.grid_type.name(),
+            value,
+        })
+    }
+
+    /// The launch grid (x, y, z) per the grid type, in the arithmetic of
+    /// `algebra`. The one place the grid formulas live (which operands, how
+    /// they combine, in which order they are read): [`TritonMeta::grid_in`]
+    /// evaluates them as expressions, the C++ launch wrappers as C++ text.
+    pub fn grid_with<A: GridAlgebra>(&self, a: &mut A) -> Result<[A::Value; 3], A::Error> {
         Ok(match &self.grid_type {
-            GridType::Grid1D => [over("xnumel", "XBLOCK")?, one.clone(), one],
-            GridType::Grid2D => [over("xnumel", "XBLOCK")?, over("ynumel", "YBLOCK")?, one],
+            GridType::Grid1D => [a.ceil_div_block("xnumel", "XBLOCK")?, a.int(1), a.int(1)],
+            GridType::Grid2D => [
+                a.ceil_div_block("xnumel", "XBLOCK")?,
+                a.ceil_div_block("ynumel", "YBLOCK")?,
+                a.int(1),
+            ],
             GridType::Grid3D => [
-                over("xnumel", "XBLOCK")?,
-                over("ynumel", "YBLOCK")?,
-                over("znumel", "ZBLOCK")?,
+                a.ceil_div_block("xnumel", "XBLOCK")?,
+                a.ceil_div_block("ynumel", "YBLOCK")?,
+                a.ceil_div_block("znumel", "ZBLOCK")?,
             ],
             GridType::Grid2DWithYZOverflow { max_y_grid } => {
-                let y_raw = over("ynumel", "YBLOCK")?;
-                match form {
-                    GridForm::Lowered => {
-                        if *max_y_grid <= 0 {
-                            return Err(GridError::BlockSize {
-                                grid,
-                                param: "max_y_grid".into(),
-                                found: max_y_grid.to_string(),
-                            });
-                        }
-                        let y_div = ceil_div(y_raw.clone(), *max_y_grid);
-                        [over("xnumel", "XBLOCK")?, ceil_div_expr(y_raw, y_div.clone()), y_div]
-                    }
-                    GridForm::Launcher => {
-                        let y_div =
-                            launcher_ceil_div(grid, "max_y_grid", y_raw.clone(), Some(SymExpr::Int(*max_y_grid)))?;
-                        [
-                            over("xnumel", "XBLOCK")?,
-                            launcher_ceil_div(grid, "max_y_grid", y_raw, Some(y_div.clone()))?,
-                            y_div,
-                        ]
-                    }
-                }
+                // y blocks beyond `max_y_grid` spill into z.
+                let raw = a.ceil_div_block("ynumel", "YBLOCK")?;
+                let raw = a.named("y_grid_raw_", raw);
+                let max = a.int(*max_y_grid);
+                let div = a.ceil_div(raw.clone(), max, true)?;
+                let div = a.named("y_grid_div_", div);
+                let y = a.ceil_div(raw, div.clone(), false)?;
+                [a.ceil_div_block("xnumel", "XBLOCK")?, y, div]
             }
-            GridType::CooperativeReductionGrid => [p("RSPLIT")?, over("xnumel", "XBLOCK")?, one],
-            GridType::SplitScanGrid => [over("r0_numel", "R0_BLOCK")?, p("xnumel")?, one],
-            GridType::FixedGrid => [p("_grid_0")?, p("_grid_1")?, p("_grid_2")?],
+            GridType::CooperativeReductionGrid => {
+                [a.operand("RSPLIT")?, a.ceil_div_block("xnumel", "XBLOCK")?, a.int(1)]
+            }
+            GridType::SplitScanGrid => [
+                a.ceil_div_block("r0_numel", "R0_BLOCK")?,
+                a.operand("xnumel")?,
+                a.int(1),
+            ],
+            GridType::FixedGrid => [a.operand("_grid_0")?, a.operand("_grid_1")?, a.operand("_grid_2")?],
             GridType::PrecomputedGrid { .. } => {
-                let entry = self.precomputed_grid()?;
-                let subst = |e: &SymExpr| -> Result<SymExpr, GridError> {
-                    if form == GridForm::Launcher {
-                        // The launcher evaluates the expression: every name must have a value.
-                        if let Some(s) = e.free_symbols().into_iter().find(|s| value(s.as_str()).is_none()) {
-                            return Err(GridError::MissingParam {
-                                grid,
-                                param: s.to_string(),
-                            });
-                        }
-                    }
-                    Ok(e.substitute(&|s: &crate::sym::Symbol| value(s.as_str())))
-                };
-                [subst(&entry.grid[0])?, subst(&entry.grid[1])?, subst(&entry.grid[2])?]
+                let entry = self.precomputed_grid().map_err(|e| a.grid_error(e))?;
+                [
+                    a.precomputed(&entry.grid[0])?,
+                    a.precomputed(&entry.grid[1])?,
+                    a.precomputed(&entry.grid[2])?,
+                ]
             }
         })
+    }
+}
+
+/// The arithmetic [`TritonMeta::grid_with`] writes a grid formula in: what
+/// each user of the formulas supplies (values of operands, integer literals,
+/// ceiling division, named temporaries, precomputed expressions).
+pub trait GridAlgebra {
+    /// A grid operand or result.
+    type Value: Clone;
+    /// Why a formula cannot be written.
+    type Error;
+    /// The value bound to a kernel parameter, constant, config entry or
+    /// extra launcher argument.
+    fn operand(&mut self, name: &str) -> Result<Self::Value, Self::Error>;
+    /// An integer literal.
+    fn int(&mut self, v: i64) -> Self::Value;
+    /// `ceil(numel / block)` of the operands named `numel` and `block` (a
+    /// block size).
+    fn ceil_div_block(&mut self, numel: &str, block: &str) -> Result<Self::Value, Self::Error>;
+    /// `ceil(a / b)`; `by_max_y_grid`: `b` is the `max_y_grid` literal (a
+    /// block size) rather than a computed divisor.
+    fn ceil_div(&mut self, a: Self::Value, b: Self::Value, by_max_y_grid: bool) -> Result<Self::Value, Self::Error>;
+    /// `v`, computed once under `name` (the overflow grid's temporaries).
+    fn named(&mut self, name: &'static str, v: Self::Value) -> Self::Value;
+    /// One dimension of the chosen precomputed grid, over the kernel's parameters.
+    fn precomputed(&mut self, e: &SymExpr) -> Result<Self::Value, Self::Error>;
+    /// A [`GridError`] (no precomputed grid matches) as this algebra's error.
+    fn grid_error(&mut self, e: GridError) -> Self::Error;
+}
+
+/// [`GridAlgebra`] over [`SymExpr`]s in a [`GridForm`].
+struct SymGrid<'v> {
+    form: GridForm,
+    grid: &'static str,
+    value: &'v dyn Fn(&str) -> Option<SymExpr>,
+}
+
+impl SymGrid<'_> {
+    fn block(&self, n: &str) -> Result<i64, GridError> {
+        match (self.value)(n) {
+            Some(SymExpr::Int(v)) if v > 0 => Ok(v),
+            Some(other) => Err(GridError::BlockSize {
+                grid: self.grid,
+                param: n.to_string(),
+                found: format!("`{other}`"),
+            }),
+            None => Err(GridError::BlockSize {
+                grid: self.grid,
+                param: n.to_string(),
+                found: "nothing".into(),
+            }),
+        }
+    }
+}
+
+impl GridAlgebra for SymGrid<'_> {
+    type Value = SymExpr;
+    type Error = GridError;
+
+    fn operand(&mut self, name: &str) -> Result<SymExpr, GridError> {
+        (self.value)(name).ok_or_else(|| GridError::MissingParam {
+            grid: self.grid,
+            param: name.to_string(),
+        })
+    }
+
+    fn int(&mut self, v: i64) -> SymExpr {
+        SymExpr::Int(v)
+    }
+
+    fn ceil_div_block(&mut self, numel: &str, block: &str) -> Result<SymExpr, GridError> {
+        match self.form {
+            GridForm::Lowered => Ok(ceil_div(self.operand(numel)?, self.block(block)?)),
+            GridForm::Launcher => {
+                let n = self.operand(numel)?;
+                launcher_ceil_div(self.grid, block, n, (self.value)(block))
+            }
+        }
+    }
+
+    fn ceil_div(&mut self, a: SymExpr, b: SymExpr, by_max_y_grid: bool) -> Result<SymExpr, GridError> {
+        match (self.form, by_max_y_grid, b) {
+            (GridForm::Lowered, true, SymExpr::Int(v)) if v > 0 => Ok(ceil_div(a, v)),
+            (GridForm::Lowered, true, b) => Err(GridError::BlockSize {
+                grid: self.grid,
+                param: "max_y_grid".into(),
+                found: b.to_string(),
+            }),
+            (GridForm::Lowered, false, b) => Ok(ceil_div_expr(a, b)),
+            (GridForm::Launcher, _, b) => launcher_ceil_div(self.grid, "max_y_grid", a, Some(b)),
+        }
+    }
+
+    fn named(&mut self, _name: &'static str, v: SymExpr) -> SymExpr {
+        v
+    }
+
+    fn precomputed(&mut self, e: &SymExpr) -> Result<SymExpr, GridError> {
+        if self.form == GridForm::Launcher {
+            // The launcher evaluates the expression: every name must have a value.
+            if let Some(s) = e
+                .free_symbols()
+                .into_iter()
+                .find(|s| (self.value)(s.as_str()).is_none())
+            {
+                return Err(GridError::MissingParam {
+                    grid: self.grid,
+                    param: s.to_string(),
+                });
+            }
+        }
+        Ok(e.substitute(&|s: &crate::sym::Symbol| (self.value)(s.as_str())))
+    }
+
+    fn grid_error(&mut self, e: GridError) -> GridError {
+        e
     }
 }
 

@@ -221,6 +221,116 @@ impl Line {
             Line::CommBufferFree { .. } => "comm_free",
         }
     }
+
+    /// The buffers the line defines (a name comes into being): allocations,
+    /// a reuse's or reinterpret's new name, an extern op's result, a
+    /// multi-output element, a cond's or while loop's result. The one list
+    /// the validator and the back ends share.
+    pub fn defines(&self) -> Option<&BufName> {
+        match self {
+            Line::Allocate { buffer } | Line::CommBufferAllocate { buffer, .. } => Some(buffer),
+            Line::Reuse { new, .. } => Some(new),
+            Line::Reinterpret { alias, .. } => Some(alias),
+            Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.result.as_ref(),
+            Line::MultiOutput { result, .. } => Some(result),
+            Line::Conditional(c) => Some(&c.result),
+            Line::WhileLoop(w) => Some(&w.result),
+            _ => None,
+        }
+    }
+
+    /// Every buffer the line names other than the one it defines
+    /// ([`Line::defines`]), in the order the line names them: what it reads,
+    /// writes, frees, views or passes on (each occurrence once per mention).
+    pub fn uses(&self) -> SmallVec<[&BufName; 4]> {
+        let mut out: SmallVec<[&BufName; 4]> = SmallVec::new();
+        fn args<'l>(out: &mut SmallVec<[&'l BufName; 4]>, values: impl Iterator<Item = &'l ArgValue>) {
+            for v in values {
+                v.for_each_buffer(&mut |b| out.push(b));
+            }
+        }
+        match self {
+            Line::Allocate { .. }
+            | Line::CommBufferAllocate { .. }
+            | Line::KernelDefinition { .. }
+            | Line::SymbolicCallArg { .. }
+            | Line::EnterDeviceContext { .. }
+            | Line::ExitDeviceContext
+            | Line::Comment { .. }
+            | Line::RuntimeAssert { .. } => {}
+            Line::FreeIfNotReused { buffer, .. }
+            | Line::Free { buffer }
+            | Line::CommBufferFree { buffer }
+            | Line::AssertSizeStride { buffer, .. }
+            | Line::AssertAlignment { buffer, .. } => out.push(buffer),
+            Line::Reuse { old, .. } => out.push(old),
+            Line::Reinterpret { base, .. } => out.push(base),
+            Line::KernelCall(call) => args(&mut out, call.args.iter().map(|a| &a.value)),
+            Line::ExternKernelAlloc(call) => args(&mut out, call.args.iter().chain(call.kwargs.values())),
+            Line::ExternKernelOut { call, out: o } => {
+                args(&mut out, call.args.iter().chain(call.kwargs.values()));
+                out.push(o);
+            }
+            Line::MultiOutput { source, .. }
+            | Line::DynamicScalar { source, .. }
+            | Line::UnbackedSymbolDefs { source, .. } => out.push(source),
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                ..
+            } => {
+                out.push(target);
+                out.extend(indices.iter().flatten());
+                out.push(values);
+            }
+            Line::ScatterFallback(s) => {
+                out.push(&s.target);
+                out.push(&s.index);
+                args(&mut out, std::iter::once(&s.src));
+            }
+            Line::Conditional(c) => {
+                if let Predicate::Tensor(b) = &c.predicate {
+                    out.push(b);
+                }
+                out.extend(&c.operands);
+            }
+            Line::WhileLoop(w) => out.extend(w.carried.iter().chain(&w.additional)),
+        }
+        out
+    }
+
+    /// The symbols the line itself binds: an unbacked binding's symbols, an
+    /// `item()` read's, a `let` line's (not those of the subgraphs a cond or
+    /// while loop runs: [`crate::ir::GraphInfo::binds`] has those).
+    pub fn binds(&self) -> impl Iterator<Item = &Symbol> + '_ {
+        let (many, one) = match self {
+            Line::UnbackedSymbolDefs { bindings, .. } => (Some(bindings.keys()), None),
+            Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => (None, Some(symbol)),
+            _ => (None, None),
+        };
+        many.into_iter().flatten().chain(one)
+    }
+
+    /// The subgraphs the line runs: a cond's branches (true, false), a while
+    /// loop's cond and body graphs; none for other lines.
+    pub fn subgraphs(&self) -> impl Iterator<Item = &GraphName> + '_ {
+        let pair = match self {
+            Line::Conditional(c) => Some([&c.true_graph, &c.false_graph]),
+            Line::WhileLoop(w) => Some([&w.cond_graph, &w.body_graph]),
+            _ => None,
+        };
+        pair.into_iter().flatten()
+    }
+
+    /// The kernel the line defines or calls.
+    pub fn kernel(&self) -> Option<&KernelName> {
+        match self {
+            Line::KernelDefinition { kernel } => Some(kernel),
+            Line::KernelCall(call) => Some(&call.kernel),
+            _ => None,
+        }
+    }
 }
 
 /// A kernel launch or call.
@@ -282,7 +392,7 @@ pub enum ArgValue {
 
 impl ArgValue {
     /// Calls `f` on every buffer named inside the value.
-    pub fn for_each_buffer(&self, f: &mut dyn FnMut(&BufName)) {
+    pub fn for_each_buffer<'s>(&'s self, f: &mut dyn FnMut(&'s BufName)) {
         // An explicit stack: nesting depth costs no call stack.
         let mut stack = vec![self];
         while let Some(v) = stack.pop() {

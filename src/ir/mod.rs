@@ -39,25 +39,28 @@ mod builder;
 pub mod collectives;
 mod kernel;
 mod line;
+mod location;
 mod program;
 mod types;
 pub mod validate;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
-    bind_call_args, ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridError, GridForm,
-    GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry, ScalarType, SigType, TritonMeta,
+    bind_call_args, ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridAlgebra, GridError,
+    GridForm, GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry, ScalarType, SigType,
+    TritonMeta,
 };
 pub use line::{
     write_float, ArgValue, CallArg, Conditional, ExternCall, KernelCall, KeyEntry, KeyPath, KeyPathText, Line,
     MultiIndex, Predicate, PyStr, ScatterFallback, TensorMethod, WhileLoop,
 };
+pub use location::{line_text, LineAt, Location};
 pub use program::{
     BufferDecl, BufferKind, FormatError, Graph, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange,
     FORMAT_VERSION,
 };
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
-    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, Location, NameRole, ProgramInfo, Site,
-    SymbolBinding, ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
+    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, NameRole, ProgramInfo, Site, SymbolBinding,
+    ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
 };

@@ -186,8 +186,9 @@ const FIXTURE_CASES: &[FixtureCase] = &[
 fn fixture_forms_in_both_dialects() {
     for case in FIXTURE_CASES {
         let program = common::load(&common::root().join("fixtures").join(format!("{}.wir", case.fixture)));
-        check(&lower_ok(&program, Dialect::Aoti), case.aoti);
-        check(&lower_ok(&program, Dialect::Standalone), case.standalone);
+        // The whole text of each fixture is its `cpp@`/`cpp-standalone@` snapshot (tests/lower.rs).
+        check_lines(&lower_ok(&program, Dialect::Aoti), case.aoti);
+        check_lines(&lower_ok(&program, Dialect::Standalone), case.standalone);
     }
 }
 
@@ -226,6 +227,7 @@ fn nested_and_whole_multi_outputs() {
     g.finish();
     let program = p.finish();
     check(
+        "aoti-nested_and_whole_multi_outputs",
         &lower_ok(&program, Dialect::Aoti),
         &[
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_mylib_nest(arg0_1, &buf0_0_0_handle, &buf1_handle, &buf3_handle));",
@@ -235,6 +237,7 @@ fn nested_and_whole_multi_outputs() {
         ],
     );
     check(
+        "standalone-nested_and_whole_multi_outputs",
         &lower_ok(&program, Dialect::Standalone),
         &[
             "wrapir::Tensor* const results_[] = {&buf0_0_0, &buf1, &buf3};",
@@ -258,6 +261,7 @@ fn cuda_c_and_host_kernels_call_embedder_functions() {
     g.finish();
     let program = p.finish();
     check(
+        "aoti-embedder_functions",
         &lower_ok(&program, Dialect::Aoti),
         &[
             "extern \"C\" int cuda_fused_0(void*, int64_t, double, void* stream);",
@@ -267,6 +271,7 @@ fn cuda_c_and_host_kernels_call_embedder_functions() {
         ],
     );
     check(
+        "standalone-embedder_functions",
         &lower_ok(&program, Dialect::Standalone),
         &["if (int status_ = cuda_fused_0((void*)(arg0_1.data_ptr()), 4L, 0.5, stream)) { throw std::runtime_error(\"CUDA C kernel `cuda_fused_0` failed with status \" + std::to_string(status_)); }"],
     );

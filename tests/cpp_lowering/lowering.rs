@@ -7,9 +7,9 @@ fn line_kinds_in_both_dialects() {
     for case in CASES {
         let program = (case.program)();
         let aoti = lower_ok(&program, Dialect::Aoti);
-        check(&aoti, case.aoti);
+        check(&case_name(Dialect::Aoti, case.name), &aoti, case.aoti);
         let standalone = lower_ok(&program, Dialect::Standalone);
-        check(&standalone, case.standalone);
+        check(&case_name(Dialect::Standalone, case.name), &standalone, case.standalone);
         // The standalone dialect never mentions libtorch.
         for fragment in ["aoti_torch", "AtenTensorHandle", "RAIIAtenTensorHandle", "torch/csrc"] {
             assert!(
@@ -33,6 +33,7 @@ fn exact_reuse_moves_the_handle() {
     let program = p.finish();
     for dialect in [Dialect::Aoti, Dialect::Standalone] {
         check(
+            &case_name(dialect, "exact_reuse"),
             &lower_ok(&program, dialect),
             &["auto buf1 = std::move(buf0);  // reuse"],
         );
@@ -40,7 +41,7 @@ fn exact_reuse_moves_the_handle() {
 }
 
 /// One grid type: the wrapper's grid lines in both dialects.
-fn check_grid(meta: TritonMeta, args: Vec<ArgValue>, expected: &[&str]) {
+fn check_grid(name: &str, meta: TritonMeta, args: Vec<ArgValue>, expected: &[&str]) {
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k0", "", meta);
     let mut g = p.main();
@@ -50,7 +51,11 @@ fn check_grid(meta: TritonMeta, args: Vec<ArgValue>, expected: &[&str]) {
     g.finish();
     let program = p.finish();
     for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(&lower_ok(&program, dialect), expected);
+        check(
+            &case_name(dialect, &format!("grid_{name}")),
+            &lower_ok(&program, dialect),
+            expected,
+        );
     }
 }
 
@@ -72,6 +77,7 @@ fn grids_per_grid_type() {
         ]
     };
     check_grid(
+        "2d",
         two_d(GridType::Grid2D),
         args2(),
         &[
@@ -81,6 +87,7 @@ fn grids_per_grid_type() {
         ],
     );
     check_grid(
+        "yz_overflow",
         two_d(GridType::Grid2DWithYZOverflow { max_y_grid: 65535 }),
         args2(),
         &[
@@ -93,6 +100,7 @@ fn grids_per_grid_type() {
     let mut coop = pointwise_meta(GridType::CooperativeReductionGrid);
     coop.config.insert("RSPLIT".into(), 8);
     check_grid(
+        "cooperative",
         coop,
         vec![buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(64))],
         &[
@@ -105,6 +113,7 @@ fn grids_per_grid_type() {
     scan.signature.move_index(4, 3);
     scan.config.insert("R0_BLOCK".into(), 1024);
     check_grid(
+        "split_scan",
         scan,
         vec![
             buf("arg0_1"),
@@ -120,6 +129,7 @@ fn grids_per_grid_type() {
     let mut fixed = pointwise_meta(GridType::FixedGrid);
     fixed.extra_launcher_args = vec!["_grid_0".into(), "_grid_1".into(), "_grid_2".into()];
     check_grid(
+        "fixed",
         fixed,
         vec![
             buf("arg0_1"),
@@ -178,6 +188,7 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
     let program = p.finish();
     let aoti = lower_ok(&program, Dialect::Aoti);
     check(
+        "aoti-constants_and_named_args",
         &aoti,
         &[
             "call_k0(arg0_1, arg0_1, 64L, 0, stream0);",
@@ -191,6 +202,7 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
     check_absent(&aoti, "ks0");
     let standalone = lower_ok(&program, Dialect::Standalone);
     check(
+        "standalone-constants_and_named_args",
         &standalone,
         &[
             "wrapir::Tensor global_scratch_scratch_3_tensor = wrapir::empty_bytes(static_cast<int64_t>(512) * grid_0 * grid_1 * grid_2, stream_);",
@@ -210,6 +222,7 @@ fn options_suffix_cubin_dir_entry_name() {
     };
     let text = lower(&program, &options).unwrap();
     check(
+        "aoti-ll_suffix_cubin_dir",
         &text,
         &[
             "static constexpr int64_t int_array_0[] = {64LL, 128LL};",
@@ -225,7 +238,7 @@ fn options_suffix_cubin_dir_entry_name() {
         ..Options::default()
     };
     let text = lower(&program, &options).unwrap();
-    check(
+    check_lines(
         &text,
         &[
             "#define WRAPIR_CUBIN_DIR \"cubins\"",

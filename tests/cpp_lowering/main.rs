@@ -1,5 +1,6 @@
-//! C++ lowering: exact-line checks per line kind in both dialects, error
-//! cases, and a compile check of the standalone dialect against a real
+//! C++ lowering: the whole text per line kind in both dialects (snapshots
+//! `snapshots/cpp-case@<dialect>-<case>.snap`, with the lines each case is
+//! about checked by name), error cases, and a compile check of the standalone dialect against a real
 //! `cuda.h` (set `WRAPIR_CUDA_INCLUDE`, or install the header with
 //! `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12`).
 
@@ -88,10 +89,25 @@ fn lower_ok(program: &Program, dialect: Dialect) -> String {
 }
 
 /// Every expected line occurs, trimmed, as a whole line of the output.
-fn check(text: &str, expected: &[&str]) {
+fn check_lines(text: &str, expected: &[&str]) {
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     for e in expected {
         assert!(lines.contains(&e.trim()), "missing line `{e}` in:\n{text}");
+    }
+}
+
+/// The whole output is the snapshot `snapshots/cpp-case@<name>.snap`, and
+/// the lines the test is about are in it ([`check_lines`]).
+fn check(name: &str, text: &str, expected: &[&str]) {
+    check_lines(text, expected);
+    common::settings().bind(|| insta::assert_snapshot!(format!("cpp-case@{name}"), text));
+}
+
+/// The snapshot name of a case in a dialect.
+fn case_name(dialect: Dialect, name: &str) -> String {
+    match dialect {
+        Dialect::Aoti => format!("aoti-{name}"),
+        Dialect::Standalone => format!("standalone-{name}"),
     }
 }
 

@@ -294,13 +294,10 @@ fn stream_binding_once_per_graph() {
     py_compile(&once);
 }
 
-/// Where a lowering error in the main graph points.
-fn err_location(line: usize, kind: &'static str) -> Location {
-    Location {
-        graph: None,
-        line,
-        kind,
-    }
+/// Where a lowering error at line `line` of the main graph points: the
+/// validator's location type, quoting the line.
+fn err_location(program: &Program, line: usize) -> Location {
+    Location::in_program(program, None, Some(line))
 }
 
 #[test]
@@ -363,14 +360,16 @@ fn errors_name_the_culprit() {
         device: Some(cuda()),
     }));
     g.finish();
-    let err = lower(&p.finish(), &Options::default()).unwrap_err();
+    let positional_after_named = p.finish();
+    let err = lower(&positional_after_named, &Options::default()).unwrap_err();
     assert_eq!(
         err,
         Error::PositionalAfterNamed {
             kernel: k,
-            at: err_location(1, "call")
+            at: err_location(&positional_after_named, 1)
         }
     );
+    assert!(err.to_string().starts_with("graph main, line 1 `call k("), "{err}");
 
     let mut p = ProgramBuilder::new();
     let k = p.triton_kernel("k", "x = '''", triton_meta());

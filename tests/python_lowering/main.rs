@@ -6,12 +6,13 @@ mod common;
 
 use indexmap::IndexMap;
 use smallvec::smallvec;
+use wrapir::ir::Location;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, CppMeta, DType, Device, ExternCall, GraphBuilder, GridType, HalideArg, HalideMeta,
     KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder,
     ScatterFallback, SigType, TensorMethod, TritonMeta, WhileLoop,
 };
-use wrapir::lower::python::{write_string, CallForm, Error, Location, Options, StreamBinding};
+use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
 
 mod forms;

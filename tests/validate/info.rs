@@ -225,3 +225,29 @@ fn invalid_fixture_diagnostics() {
         common::settings().bind(|| insta::assert_snapshot!(format!("validate@{name}"), text));
     }
 }
+
+/// `Line::defines` and `Line::binds` say what the validator records: the line
+/// that defines a buffer is the one `BufferInfo::defined` names, and the
+/// symbols a line binds are among `GraphInfo::binds` of that line. `uses`
+/// never names the buffer the line defines.
+#[test]
+fn line_accessors_agree_with_program_info() {
+    for path in common::fixtures() {
+        let program = common::load(&path);
+        let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let graphs = std::iter::once((None, &program.main)).chain(program.subgraphs.iter().map(|(n, g)| (Some(n), g)));
+        for (name, graph) in graphs {
+            let gi = info.graph(name).expect("every graph has its info");
+            for (i, line) in graph.lines.iter().enumerate() {
+                if let Some(b) = line.defines() {
+                    let defined = gi.buffer(b).map(|b| b.defined);
+                    assert_eq!(defined, Some(Site::Line(i)), "{}: line {i} `{line}`", path.display());
+                    assert!(!line.uses().contains(&b), "{}: line {i} `{line}`", path.display());
+                }
+                for s in line.binds() {
+                    assert!(gi.binds(i).contains(s), "{}: line {i} binds `{s}`", path.display());
+                }
+            }
+        }
+    }
+}

@@ -1,54 +1,6 @@
-//! Validation errors: what rule is broken ([`ValidationErrorKind`]) and where ([`Location`]).
+//! Validation errors: what rule is broken ([`ValidationErrorKind`]) and where ([`Location`], shared with the back ends).
 
 use super::*;
-
-/// The text form of a line, as diagnostics quote it.
-/// Longer lines are cut (with `…`) so that diagnostics stay bounded.
-pub(super) fn line_text(line: &Line) -> String {
-    const MAX: usize = 240;
-    // `Line`'s Display is the text form (implemented by `crate::text`).
-    let mut text = line.to_string();
-    if text.len() > MAX {
-        let mut cut = MAX;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
-}
-
-/// Where an error is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Location {
-    /// The program-wide tables (symbols, kernels, constants, graph names).
-    Program,
-    /// A graph's header: inputs, buffer table, outputs, or the graph as a whole.
-    Graph {
-        /// The graph ([`MAIN_GRAPH`] for the main graph).
-        graph: GraphName,
-    },
-    /// One line.
-    Line {
-        /// The graph ([`MAIN_GRAPH`] for the main graph).
-        graph: GraphName,
-        /// The line's index in [`crate::ir::Graph::lines`], from 0.
-        index: usize,
-        /// The line's text form.
-        text: String,
-    },
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Location::Program => f.write_str("program"),
-            Location::Graph { graph } => write!(f, "graph {graph}"),
-            Location::Line { graph, index, text } => write!(f, "graph {graph}, line {index} `{text}`"),
-        }
-    }
-}
 
 /// How a buffer name ended.
 #[derive(Clone, Debug, PartialEq, Eq)]

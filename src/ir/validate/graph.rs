@@ -190,33 +190,14 @@ impl<'a> Validator<'a> {
         }
         g.prescanned = true;
         for (i, line) in g.graph.lines.iter().enumerate() {
-            let mut def = |b: &BufName| {
+            if let Some(b) = line.defines() {
                 g.later_definitions.entry(b.clone()).or_insert(i);
-            };
-            match line {
-                Line::Allocate { buffer } | Line::CommBufferAllocate { buffer, .. } => def(buffer),
-                Line::Reuse { new, .. } => def(new),
-                Line::Reinterpret { alias, .. } => def(alias),
-                Line::ExternKernelAlloc(c) => {
-                    if let Some(r) = &c.result {
-                        def(r)
-                    }
-                }
-                Line::MultiOutput { result, .. } => def(result),
-                Line::Conditional(c) => def(&c.result),
-                Line::WhileLoop(w) => def(&w.result),
-                Line::SymbolicCallArg { symbol, .. } | Line::DynamicScalar { symbol, .. } => {
-                    g.later_bindings.entry(symbol.clone()).or_insert(i);
-                }
-                Line::UnbackedSymbolDefs { bindings, .. } => {
-                    for s in bindings.keys() {
-                        g.later_bindings.entry(s.clone()).or_insert(i);
-                    }
-                }
-                Line::KernelDefinition { kernel } => {
-                    g.later_kernels.entry(kernel.clone()).or_insert(i);
-                }
-                _ => {}
+            }
+            for s in line.binds() {
+                g.later_bindings.entry(s.clone()).or_insert(i);
+            }
+            if let Line::KernelDefinition { kernel } = line {
+                g.later_kernels.entry(kernel.clone()).or_insert(i);
             }
         }
     }

@@ -71,6 +71,8 @@
 
 use super::kernel::{KernelBackend, KernelDef, SigType};
 use super::line::{ArgValue, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex, Predicate, TensorMethod};
+use super::location::line_text;
+pub use super::location::Location;
 use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, SymbolKind, ValueRange};
 use super::types::{BufName, DType, Device, GraphName, KernelName, Layout};
 use crate::sym::{Bindings, SymExpr, Symbol};
@@ -95,8 +97,7 @@ mod subgraphs;
 mod symbols;
 
 use calls::Param;
-use errors::*;
-pub use errors::{Ending, Location, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
+pub use errors::{Ending, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
 pub use info::{BufferInfo, GraphInfo, ProgramInfo, Site, SymbolBinding};
 use state::*;
 

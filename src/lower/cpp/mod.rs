@@ -126,11 +126,10 @@
 //! order, absent optionals as `nullptr` and defaults spelled out, as
 //! Inductor's C++ wrapper does.
 
-mod launch;
 mod lower;
 pub mod package;
 
-use crate::ir::ProgramInfo;
+use crate::ir::{Location, ProgramInfo};
 use crate::lower::launches::PrintedLaunch;
 use std::fmt;
 
@@ -221,20 +220,22 @@ pub enum Error {
     #[error("formatting error while writing C++")]
     Fmt(#[from] fmt::Error),
     /// The program uses something this lowering does not support.
-    #[error("{context}: not supported by the C++ lowering ({dialect}): {what}")]
+    #[error("{at}: not supported by the C++ lowering ({dialect}): {what}")]
     Unsupported {
-        /// Where (graph, line index and kind, or kernel).
-        context: String,
+        /// Where: the line (graph, index, text), a graph's header, or the
+        /// program (a kernel's launch wrapper, named in `what`).
+        at: Location,
         /// The dialect.
         dialect: &'static str,
         /// What is not supported.
         what: String,
     },
     /// The program is inconsistent in a way the lowering cannot write.
-    #[error("{context}: {message}")]
+    #[error("{at}: {message}")]
     Invalid {
-        /// Where (graph, line index and kind, or kernel).
-        context: String,
+        /// Where: the line (graph, index, text), a graph's header, or the
+        /// program (a kernel's launch wrapper, named in `message`).
+        at: Location,
         /// What is wrong.
         message: String,
     },
@@ -256,7 +257,7 @@ impl<W: fmt::Write> Writer<W> {
     /// Lowers the program and appends the C++ text to the output.
     pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
         check_inlining(info)?;
-        lower::lower(info.program(), &self.options, &mut self.out)
+        lower::lower(info, &self.options, &mut self.out)
     }
 
     /// [`Writer::write`], and returns every Triton launch as printed: for each
@@ -266,7 +267,7 @@ impl<W: fmt::Write> Writer<W> {
     /// values. Each is recorded from the value the text is printed from.
     pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
         check_inlining(info)?;
-        lower::lower_recording_launches(info.program(), &self.options, &mut self.out)
+        lower::lower_recording_launches(info, &self.options, &mut self.out)
     }
 
     /// The output.
@@ -286,15 +287,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
     // stack (validation guarantees there is no cycle).
     let mut inlined: std::collections::HashMap<&GraphName, u64> = std::collections::HashMap::new();
     fn callees(g: &crate::ir::Graph) -> Vec<&GraphName> {
-        let mut out: Vec<&GraphName> = Vec::new();
-        for line in &g.lines {
-            match line {
-                Line::Conditional(c) => out.extend([&c.true_graph, &c.false_graph]),
-                Line::WhileLoop(w) => out.extend([&w.cond_graph, &w.body_graph]),
-                _ => {}
-            }
-        }
-        out
+        g.lines.iter().flat_map(Line::subgraphs).collect()
     }
     let count = |calls: &[&GraphName], inlined: &std::collections::HashMap<&GraphName, u64>| -> u64 {
         calls
@@ -307,9 +300,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
         if inlined.contains_key(name) {
             continue;
         }
-        let Some(graph) = program.subgraphs.get(name) else {
-            continue;
-        };
+        let graph = info.line_subgraph(name);
         let calls = callees(graph);
         if expanded {
             let n = count(&calls, &inlined);
@@ -332,7 +323,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
         "the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies",
     )
     .map_err(|e| Error::Invalid {
-        context: "graph main".to_string(),
+        at: Location::header(None),
         message: e.to_string(),
     })
 }
@@ -341,7 +332,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
 pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
     // What `Writer::write` into an empty string gives, built in place.
     check_inlining(info)?;
-    lower::lower_to_string(info.program(), options)
+    lower::lower_to_string(info, options)
 }
 
 /// [`write_string`], and every Triton launch as printed

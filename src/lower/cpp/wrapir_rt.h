@@ -9,7 +9,7 @@
  *
  * which writes target/release/libwrapir_runtime.so and libwrapir_runtime.a.
  * The declarations below are checked against the Rust definitions
- * (src/exec/cuda/capi/) by wrapir's tests.
+ * (src/capi/) by wrapir's tests.
  *
  * Conventions:
  * - Every function that can fail returns a status (WRAPIR_RT_OK, 0, on

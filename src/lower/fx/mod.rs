@@ -15,7 +15,7 @@
 use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
-    KernelDef, KernelName, KeyEntry, Layout, Line, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
+    KernelDef, KernelName, KeyEntry, Layout, Line, Location, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
     TritonMeta,
 };
 use crate::sym::{SymExpr, Symbol};
@@ -54,12 +54,10 @@ impl Default for Options {
 
 /// Why a program could not be lowered to FX. Names the graph and line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("graph `{graph}`{}: {kind}", line.map(|l| format!(", line {l}")).unwrap_or_default())]
+#[error("{at}: {kind}")]
 pub struct Error {
-    /// The graph (`main` or a subgraph name).
-    pub graph: String,
-    /// Index of the line in its graph, when a line is at fault.
-    pub line: Option<usize>,
+    /// Where: the line at fault (graph, index, text), or the graph.
+    pub at: Location,
     /// What went wrong.
     pub kind: ErrorKind,
 }
@@ -125,8 +123,9 @@ pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Err
     let (graph, lifted) = GraphLowering::run(info, None, options, &memo)?;
     if let Some(s) = lifted.first() {
         return Err(Error {
-            graph: "main".into(),
-            line: None,
+            at: Location::Graph {
+                graph: GraphName::new(crate::ir::MAIN_GRAPH),
+            },
             kind: ErrorKind::UnboundSymbol(s.clone()),
         });
     }

@@ -13,7 +13,6 @@ pub(super) struct GraphLowering<'p> {
     pub(super) program: &'p Program,
     pub(super) memo: &'p SubgraphMemo,
     pub(super) ir: &'p crate::ir::Graph,
-    pub(super) name: String,
     pub(super) is_subgraph: bool,
     pub(super) options: &'p Options,
     pub(super) out: fx::Graph,
@@ -82,7 +81,6 @@ impl<'p> GraphLowering<'p> {
         memo: &'p SubgraphMemo,
     ) -> Result<(fx::Graph, Vec<Symbol>), Error> {
         let program = info.program();
-        let gname = name.map(|n| n.to_string()).unwrap_or_else(|| "main".to_string());
         // Validation checked that every subgraph a line runs exists.
         let ir = match name {
             Some(n) => info.line_subgraph(n),
@@ -93,7 +91,6 @@ impl<'p> GraphLowering<'p> {
             program,
             memo,
             ir,
-            name: gname,
             is_subgraph: name.is_some(),
             options,
             out: fx::Graph::new(),
@@ -109,8 +106,7 @@ impl<'p> GraphLowering<'p> {
             kernels: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
-            graph: l.name.clone(),
-            line: l.line,
+            at: Location::in_program(program, name, l.line),
             kind,
         })?;
         Ok((l.out, l.lifted))

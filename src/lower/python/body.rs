@@ -1,7 +1,8 @@
 //! The lines of one graph's function body.
 
 use super::kernels::comment;
-use super::{device_repr, shape_tuple, Code, Error, Location, Lowering, StreamBinding};
+use super::{device_repr, shape_tuple, Code, Error, Lowering, StreamBinding};
+use crate::ir::LineAt;
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
     KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr, ScatterFallback,
@@ -83,10 +84,10 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
                 None => {}
             }
-            let at = Location {
-                graph: self.graph_name.cloned(),
-                line: index,
-                kind: line.kind(),
+            let at = LineAt {
+                graph: self.graph_name,
+                index,
+                line,
             };
             self.line(code, line, at)?;
         }
@@ -103,12 +104,12 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         Ok(())
     }
 
-    fn layout(&self, buffer: &BufName, at: &Location) -> Result<&'l Layout, Error> {
+    fn layout(&self, buffer: &BufName, at: &LineAt<'_>) -> Result<&'l Layout, Error> {
         match self.graph.buffers.get(buffer).map(|d| &d.kind) {
             Some(crate::ir::BufferKind::Tensor(l)) => Ok(l),
             Some(crate::ir::BufferKind::Multi) => Err(Error::NotATensor {
                 buffer: buffer.clone(),
-                at: at.clone(),
+                at: at.location(),
             }),
             // Invariant: `validate` rejects a line naming a buffer that is
             // neither declared by its graph nor a program constant.
@@ -121,7 +122,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         }
     }
 
-    fn line(&mut self, code: &mut Code, line: &Line, at: Location) -> Result<(), Error> {
+    fn line(&mut self, code: &mut Code, line: &Line, at: LineAt<'_>) -> Result<(), Error> {
         match line {
             Line::Allocate { buffer } => {
                 let layout = self.layout(buffer, &at)?;
@@ -142,7 +143,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         new: new.clone(),
                         old_dtype: old_layout.dtype,
                         new_dtype: new_layout.dtype,
-                        at,
+                        at: at.location(),
                     });
                 }
                 let del = if *delete_old && !self.outputs.contains(old) {
@@ -247,7 +248,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                             symbol: symbol.clone(),
                             path: KeyPathText(keypath).to_string(),
                             reason: "an item() value takes no key, `.to_int()` or `//d` only",
-                            at,
+                            at: at.location(),
                         })
                     }
                 }
@@ -271,7 +272,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             }
             Line::ExitDeviceContext => {
                 if self.guards.pop().is_none() {
-                    return Err(Error::UnbalancedDeviceGuard { at });
+                    return Err(Error::UnbalancedDeviceGuard { at: at.location() });
                 }
                 code.indent -= 1;
             }
@@ -323,7 +324,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     return Err(Error::UnsupportedCommBuffer {
                         buffer: buffer.clone(),
                         comm_kind: comm_kind.clone(),
-                        at,
+                        at: at.location(),
                     });
                 }
                 let layout = self.layout(buffer, &at)?;
@@ -357,7 +358,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
     }
 
     /// The GPU device index of a call: its own device, else the innermost guard.
-    fn call_device(&self, call: &KernelCall, at: &Location) -> Result<u32, Error> {
+    fn call_device(&self, call: &KernelCall, at: &LineAt<'_>) -> Result<u32, Error> {
         match call.device {
             Some(d) if matches!(d.kind, DeviceType::Cuda | DeviceType::Xpu | DeviceType::Mtia) => {
                 match d.index.or_else(|| self.guards.last().copied()) {
@@ -367,16 +368,16 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             }
             Some(_) => Err(Error::NoStreamDevice {
                 kernel: call.kernel.clone(),
-                at: at.clone(),
+                at: at.location(),
             }),
             None => self.guards.last().copied().ok_or_else(|| Error::NoStreamDevice {
                 kernel: call.kernel.clone(),
-                at: at.clone(),
+                at: at.location(),
             }),
         }
     }
 
-    fn kernel_call(&mut self, code: &mut Code, call: &KernelCall, at: Location) -> Result<(), Error> {
+    fn kernel_call(&mut self, code: &mut Code, call: &KernelCall, at: LineAt<'_>) -> Result<(), Error> {
         let kernel = &call.kernel;
         // Validation checked that the kernel is in the table and that a
         // `KernelDefinition` line defines it before this call.
@@ -394,14 +395,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             } else if named_seen {
                 return Err(Error::PositionalAfterNamed {
                     kernel: kernel.clone(),
-                    at,
+                    at: at.location(),
                 });
             }
         }
         if named_seen && trailing_positional {
             return Err(Error::PositionalAfterNamed {
                 kernel: kernel.clone(),
-                at,
+                at: at.location(),
             });
         }
         let args = |wrap_pointers: bool| -> Vec<String> {
@@ -437,7 +438,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     cell.borrow_mut().push(PrintedLaunch {
                         kernel: kernel.clone(),
                         graph: GraphName::new(self.graph_name.map_or(MAIN_GRAPH, |g| g.as_str())),
-                        line: at.line,
+                        line: at.index,
                         args,
                         grid: None,
                         scratch: None,
@@ -467,7 +468,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             KernelBackend::Host => {
                 return Err(Error::HostKernel {
                     kernel: kernel.clone(),
-                    at,
+                    at: at.location(),
                 })
             }
         }
@@ -663,13 +664,13 @@ fn scatter(s: &ScatterFallback) -> String {
     line
 }
 
-fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &Location) -> Result<(), Error> {
+fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &LineAt<'_>) -> Result<(), Error> {
     if d <= 0 {
         return Err(Error::UnsupportedKeyPath {
             symbol: symbol.clone(),
             path: KeyPathText(path).to_string(),
             reason: "the divisor must be positive",
-            at: at.clone(),
+            at: at.location(),
         });
     }
     Ok(())
@@ -683,13 +684,13 @@ fn unbacked_binding(
     symbol: &Symbol,
     source: &BufName,
     path: &[KeyEntry],
-    at: &Location,
+    at: &LineAt<'_>,
 ) -> Result<(), Error> {
     let unsupported = |reason: &'static str| Error::UnsupportedKeyPath {
         symbol: symbol.clone(),
         path: KeyPathText(path).to_string(),
         reason,
-        at: at.clone(),
+        at: at.location(),
     };
     let mut expr = source.to_string();
     let mut i = 0;

@@ -1,12 +1,13 @@
 //! Kernel definitions in the module header.
 
-use super::{Code, Error, Location};
+use super::{Code, Error};
+use crate::ir::LineAt;
 use crate::ir::{ConstValue, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelDef, PyStr};
 use std::fmt::Write;
 
 /// Writes one definition: two blank lines, the kernel's comment lines, then
 /// `name = async_compile.<backend>(...)`.
-pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, at: Location) -> Result<(), Error> {
+pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, at: LineAt<'_>) -> Result<(), Error> {
     if def.source.contains("'''") {
         return Err(Error::SourceContainsTripleQuote {
             kernel: def.name.clone(),
@@ -39,7 +40,7 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
         KernelBackend::Host => {
             return Err(Error::HostKernel {
                 kernel: name.clone(),
-                at,
+                at: at.location(),
             })
         }
     };

@@ -37,7 +37,7 @@ mod kernels;
 
 use crate::ir::{
     BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line,
-    Program, ProgramInfo,
+    LineAt, Location, Program, ProgramInfo,
 };
 use crate::lower::launches::PrintedLaunch;
 use crate::sym::{EvalError, SymExpr, Symbol};
@@ -95,26 +95,6 @@ impl Default for Options {
             stream_binding: StreamBinding::EveryCall,
             input_size_asserts: true,
             aot_id: None,
-        }
-    }
-}
-
-/// Where in the program a problem is: the graph and the line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Location {
-    /// The graph (`None` = main).
-    pub graph: Option<GraphName>,
-    /// Index of the line in its graph.
-    pub line: usize,
-    /// The line's kind (its text-form keyword).
-    pub kind: &'static str,
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.graph {
-            Some(g) => write!(f, "graph `{g}`, line {} (`{}`)", self.line, self.kind),
-            None => write!(f, "graph `main`, line {} (`{}`)", self.line, self.kind),
         }
     }
 }
@@ -530,9 +510,9 @@ impl<'a> Lowering<'a> {
 
     fn graph_uses_stream(&self, graph: &Graph) -> bool {
         graph.lines.iter().any(|l| match l {
-            Line::KernelCall(call) => match self.program.kernels.get(&call.kernel).map(|d| &d.backend) {
-                Some(KernelBackend::Triton(_)) | Some(KernelBackend::CudaC) => call.device.map_or(true, is_gpu),
-                Some(KernelBackend::Halide(meta)) => meta.is_cuda(),
+            Line::KernelCall(call) => match &self.info.line_kernel(&call.kernel).backend {
+                KernelBackend::Triton(_) | KernelBackend::CudaC => call.device.map_or(true, is_gpu),
+                KernelBackend::Halide(meta) => meta.is_cuda(),
                 _ => false,
             },
             _ => false,
@@ -543,10 +523,10 @@ impl<'a> Lowering<'a> {
     /// definitions, and the functions of the subgraphs its conditionals and loops run.
     fn definitions(&mut self, code: &mut Code, graph_name: Option<&GraphName>, graph: &Graph) -> Result<(), Error> {
         for (index, line) in graph.lines.iter().enumerate() {
-            let at = || Location {
-                graph: graph_name.cloned(),
-                line: index,
-                kind: line.kind(),
+            let at = || LineAt {
+                graph: graph_name,
+                index,
+                line,
             };
             match line {
                 Line::KernelDefinition { kernel } => {
@@ -562,17 +542,11 @@ impl<'a> Lowering<'a> {
                     let device = self.kernel_device.get(kernel).copied().unwrap_or(self.gpu);
                     kernels::definition(code, def, device, at())?;
                 }
-                Line::Conditional(c) => {
-                    for g in [&c.true_graph, &c.false_graph] {
+                _ => {
+                    for g in line.subgraphs() {
                         self.reach_subgraph(code, g)?;
                     }
                 }
-                Line::WhileLoop(w) => {
-                    for g in [&w.cond_graph, &w.body_graph] {
-                        self.reach_subgraph(code, g)?;
-                    }
-                }
-                _ => {}
             }
         }
         Ok(())
@@ -633,11 +607,7 @@ impl<'a> Lowering<'a> {
                     let Some(layout) = graph.layout(name) else {
                         return Err(Error::NotATensor {
                             buffer: name.clone(),
-                            at: Location {
-                                graph: graph_name.cloned(),
-                                line: 0,
-                                kind: "input",
-                            },
+                            at: Location::header(graph_name),
                         });
                     };
                     if layout.size.contains(&SymExpr::Int(0)) {
@@ -752,11 +722,7 @@ impl<'a> Lowering<'a> {
                 GraphInput::Tensor { name } => {
                     let layout = main.layout(name).ok_or_else(|| Error::NotATensor {
                         buffer: name.clone(),
-                        at: Location {
-                            graph: None,
-                            line: 0,
-                            kind: "input",
-                        },
+                        at: Location::header(None),
                     })?;
                     code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
                 }

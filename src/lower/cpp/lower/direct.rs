@@ -3,7 +3,7 @@
 //! functions. The forms are described in the module documentation of
 //! [`crate::lower::cpp`].
 
-use super::{c_float, c_string, GraphCtx, Lowering};
+use super::{c_float, c_string, device_index, Cx, GraphCtx, Lowering};
 use crate::ir::{
     ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
     KernelName,
@@ -101,7 +101,7 @@ impl<'a> Lowering<'a> {
         g: &GraphCtx<'_>,
         call: &KernelCall,
         def: &'a KernelDef,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         match &def.backend {
             KernelBackend::Cpp(meta) => self.cpp_kernel_call(g, call, def, meta, cx),
@@ -109,19 +109,24 @@ impl<'a> Lowering<'a> {
             KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
             KernelBackend::Triton(_) => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("Triton kernel `{}` is launched, not called directly", call.kernel),
             }),
         }
     }
 
-    fn positional_only<'c>(&self, call: &'c KernelCall, backend: &str, cx: &str) -> Result<Vec<&'c ArgValue>, Error> {
+    pub(super) fn positional_only<'c>(
+        &self,
+        call: &'c KernelCall,
+        backend: &str,
+        cx: &Cx<'_>,
+    ) -> Result<Vec<&'c ArgValue>, Error> {
         call.args
             .iter()
             .map(|a| match &a.name {
                 None => Ok(&a.value),
                 Some(n) => Err(Error::Invalid {
-                    context: cx.into(),
+                    at: cx.into(),
                     message: format!(
                         "{backend} kernel `{}` takes positional arguments only, but gets `{n}=`",
                         call.kernel
@@ -132,23 +137,29 @@ impl<'a> Lowering<'a> {
     }
 
     /// A scalar argument in C++ form.
-    fn scalar_arg(&self, kernel: &KernelName, index: usize, value: &ArgValue, cx: &str) -> Result<String, Error> {
+    pub(super) fn scalar_arg(
+        &self,
+        kernel: &KernelName,
+        index: usize,
+        value: &ArgValue,
+        cx: &Cx<'_>,
+    ) -> Result<String, Error> {
         match value {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
             ArgValue::Bool(b) => Ok(b.to_string()),
             _ => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("argument {index} of kernel `{kernel}` is not a number"),
             }),
         }
     }
 
     /// Records a kernel's file-level text; a second, different text is an error.
-    fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &str) -> Result<(), Error> {
+    pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &Cx<'_>) -> Result<(), Error> {
         match self.direct_decls.get(kernel) {
             Some(existing) if *existing != text => Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
             }),
             Some(_) => Ok(()),
@@ -160,19 +171,19 @@ impl<'a> Lowering<'a> {
     }
 
     /// `cpp_fused_add_0((const float*)(arg0_1.data_ptr()), (float*)(buf0.data_ptr()), 16L);`
-    fn cpp_kernel_call(
+    pub(super) fn cpp_kernel_call(
         &mut self,
         g: &GraphCtx<'_>,
         call: &KernelCall,
         def: &KernelDef,
         meta: &CppMeta,
-        cx: &str,
+        cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let args = self.positional_only(call, "C++", cx)?;
         if args.len() != meta.arg_types.len() {
             return Err(Error::Invalid {
-                context: cx.into(),
+                at: cx.into(),
                 message: format!(
                     "C++ kernel `{kernel}` takes {} arguments (`arg_types`) but gets {}",
                     meta.arg_types.len(),
@@ -186,7 +197,7 @@ impl<'a> Lowering<'a> {
             if ty.ends_with('*') {
                 let ArgValue::Buffer(b) = value else {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"
                         ),
@@ -195,7 +206,7 @@ impl<'a> Lowering<'a> {
                 let device = g.layout(b, cx)?.device;
                 if device.kind != DeviceType::Cpu {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"
                         ),
@@ -205,7 +216,7 @@ impl<'a> Lowering<'a> {
             } else {
                 if matches!(value, ArgValue::Buffer(_)) {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!(
                             "argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"
                         ),
@@ -214,7 +225,7 @@ impl<'a> Lowering<'a> {
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
             }
         }
-        let decl = if self.standalone() && !def.source.trim().is_empty() {
+        let decl = if self.dialect.pastes_cpp_source() && !def.source.trim().is_empty() {
             let source = rename_cpp_source(&def.source, kernel.as_str()).ok_or_else(|| {
                 self.unsupported(
                     cx,
@@ -223,11 +234,7 @@ impl<'a> Lowering<'a> {
             })?;
             format!("// C++ kernel `{kernel}`.\n{}\n", source.trim_end())
         } else {
-            let who = if self.standalone() {
-                "the embedder"
-            } else {
-                "the kernel library"
-            };
+            let who = self.dialect.cpp_kernel_owner();
             format!(
                 "// C++ kernel `{kernel}`, defined by {who}.\nextern \"C\" void {kernel}({});\n",
                 meta.arg_types.iter().map(|t| t.trim()).collect::<Vec<_>>().join(", ")
@@ -240,10 +247,16 @@ impl<'a> Lowering<'a> {
 
     /// A Halide kernel: one `halide_buffer_t` per buffer argument, built from
     /// the argument's shape/stride/offset, then a direct call.
-    fn halide_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, meta: &HalideMeta, cx: &str) -> Result<(), Error> {
+    pub(super) fn halide_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        meta: &HalideMeta,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let invalid = |message: String| Error::Invalid {
-            context: cx.to_string(),
+            at: cx.location(),
             message,
         };
         // Call arguments bind the arguments that are not aliases, in order or by name.
@@ -364,10 +377,12 @@ impl<'a> Lowering<'a> {
         let mut decl_params: Vec<String> = Vec::new();
         if user_context {
             // Inductor's CUDA glue passes the stream as the user context.
-            let stream = match (cuda, self.standalone()) {
-                (false, _) => "nullptr".to_string(),
-                (true, true) => "stream".to_string(),
-                (true, false) => self.aoti_stream(device_index.unwrap_or(0)),
+            let stream = match cuda {
+                false => "nullptr".to_string(),
+                true => {
+                    let d = self.dialect;
+                    d.stream(self, device_index.unwrap_or(0))
+                }
             };
             call_args.push(stream);
             decl_params.push("const void* user_context".to_string());
@@ -400,7 +415,13 @@ impl<'a> Lowering<'a> {
     /// A CUDA C kernel or host function the embedder links: pointers as
     /// `void*`, integers as `int64_t`, floats as `double`, booleans as `bool`,
     /// then (CUDA C) the stream; a non-zero return fails the wrapper.
-    fn extern_function_call(&mut self, g: &GraphCtx<'_>, call: &KernelCall, cuda: bool, cx: &str) -> Result<(), Error> {
+    pub(super) fn extern_function_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &KernelCall,
+        cuda: bool,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let what = if cuda { "CUDA C" } else { "host" };
         let args = self.positional_only(call, what, cx)?;
@@ -427,7 +448,7 @@ impl<'a> Lowering<'a> {
                 }
                 _ => {
                     return Err(Error::Invalid {
-                        context: cx.into(),
+                        at: cx.into(),
                         message: format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
                     })
                 }
@@ -435,12 +456,9 @@ impl<'a> Lowering<'a> {
         }
         if cuda {
             types.push("void* stream");
-            let stream = if self.standalone() {
-                "stream".to_string()
-            } else {
-                let device = call.device.map_or(0, |d| d.index.unwrap_or(0));
-                self.aoti_stream(device)
-            };
+            let device = call.device.map_or(0, |d| device_index(&d));
+            let d = self.dialect;
+            let stream = d.stream(self, device);
             printed.push(stream);
         }
         let mut decl = String::new();

@@ -78,7 +78,13 @@ impl Lowering<'_> {
     }
 
     /// A new reference to `a` as a Python object (`local` names a list built first).
-    fn py_value(&mut self, g: &GraphCtx<'_>, a: &ArgValue, local: &str, cx: &super::Cx<'_>) -> Result<String, Error> {
+    pub(super) fn py_value(
+        &mut self,
+        g: &GraphCtx<'_>,
+        a: &ArgValue,
+        local: &str,
+        cx: &super::Cx<'_>,
+    ) -> Result<String, Error> {
         Ok(match a {
             ArgValue::Buffer(b) => format!(
                 "PyCapsule_New(reinterpret_cast<void*>({}.get()), NULL, NULL)",
@@ -102,7 +108,7 @@ impl Lowering<'_> {
             }
             other => {
                 return Err(Error::Invalid {
-                    context: cx.into(),
+                    at: cx.into(),
                     message: format!("argument {other:?} has no Python form for `custom_op_wrapper`"),
                 })
             }

@@ -8,9 +8,7 @@
 //! bias=None)`), so these ops carry their schema here; every other op's
 //! arguments go in IR order.
 
-use super::{c_float, GraphCtx, Lowering};
-use crate::ir::{ArgValue, ExternCall};
-use crate::lower::cpp::Error;
+use super::*;
 
 /// One schema parameter, by how the shim takes it.
 #[derive(Clone, Copy, Debug)]
@@ -151,10 +149,7 @@ impl Lowering<'_> {
         let Some(params) = schema(name, overload) else {
             return Ok(None);
         };
-        let bad = |message: String| Error::Invalid {
-            context: cx.into(),
-            message,
-        };
+        let bad = |message: String| Error::Invalid { at: cx.into(), message };
         if call.args.len() > params.len() {
             return Err(bad(format!(
                 "`{}` takes {} arguments, the call passes {} positionally",
@@ -220,5 +215,84 @@ impl Lowering<'_> {
             });
         }
         Ok(Some(out))
+    }
+
+    pub(super) fn shim_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
+        Ok(match a {
+            ArgValue::Buffer(b) => g.tensor_arg(b, cx)?,
+            ArgValue::Expr(e) => self.cexpr(e),
+            ArgValue::Float(v) => c_float(*v),
+            ArgValue::Bool(b) => b.to_string(),
+            ArgValue::None => "nullptr".into(),
+            ArgValue::Str(s) => c_string(s),
+            ArgValue::DType(d) => self.use_dtype(*d),
+            ArgValue::Device(d) => {
+                self.devices.insert(d.kind);
+                format!("cached_torch_device_type_{}, {}", d.kind.as_str(), device_index(d))
+            }
+            ArgValue::List(_) => self.list_arg(g, a, cx)?,
+        })
+    }
+
+    /// A list argument of an AOTI shim: a pointer and a length.
+    fn list_arg(&mut self, g: &GraphCtx<'_>, a: &ArgValue, cx: &Cx<'_>) -> Result<String, Error> {
+        let ArgValue::List(items) = a else {
+            return self.shim_arg(g, a, cx);
+        };
+        let n = items.len();
+        let all_tensors = items.iter().all(|i| matches!(i, ArgValue::Buffer(_)));
+        let tensors_or_none = items.iter().all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
+        if n > 0 && all_tensors {
+            let v: Vec<String> = items
+                .iter()
+                .filter_map(|i| {
+                    if let ArgValue::Buffer(b) = i {
+                        Some(format!("{}.get()", g.local(b)))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            return Ok(format!(
+                "std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}",
+                v.join(", ")
+            ));
+        }
+        if n > 0 && tensors_or_none {
+            let v: Vec<String> = items
+                .iter()
+                .map(|i| match i {
+                    ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.local(b)),
+                    _ => "nullptr".to_string(),
+                })
+                .collect();
+            return Ok(format!(
+                "std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}",
+                v.join(", ")
+            ));
+        }
+        let mut v = Vec::new();
+        for i in items {
+            match i {
+                ArgValue::Expr(e) => v.push(self.cexpr(e)),
+                ArgValue::Bool(b) => v.push(if *b { "1L".into() } else { "0L".into() }),
+                ArgValue::Float(_) => {
+                    let f: Vec<String> = items
+                        .iter()
+                        .map(|i| match i {
+                            ArgValue::Float(x) => Ok(c_float(*x)),
+                            ArgValue::Expr(SymExpr::Int(x)) => Ok(format!("{x}.0")),
+                            _ => Err(self.unsupported(cx, "a list mixing floats with other values")),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    return Ok(format!("std::array<double, {n}>{{{}}}.cbegin(), {n}", f.join(", ")));
+                }
+                _ => return Err(self.unsupported(cx, "a list argument that is not all tensors, integers or floats")),
+            }
+        }
+        if n == 0 {
+            return Ok("nullptr, 0".into());
+        }
+        Ok(format!("std::array<int64_t, {n}>{{{}}}.cbegin(), {n}", v.join(", ")))
     }
 }

@@ -1,11 +1,12 @@
 //! Triton launch wrappers (`call_<kernel>`): parameters, grids, argument
 //! marshalling and the driver launch (spec 6.3).
 
-use super::lower::{c_string, Lowering};
-use super::Error;
+use super::{cexpr_text, CStyle, Cx, Lowering};
 use crate::ir::{
-    ArgValue, ConstValue, DType, DeviceType, GridType, KernelCall, KernelName, ScalarType, SigType, TritonMeta,
+    ArgValue, ConstValue, DType, GridAlgebra, GridError, KernelCall, KernelName, Location, ScalarType, SigType,
+    TritonMeta,
 };
+use crate::lower::cpp::Error;
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
 use smallvec::SmallVec;
@@ -43,10 +44,6 @@ impl Param {
     }
 }
 
-fn kernel_context(kernel: &KernelName) -> String {
-    format!("kernel `{kernel}`")
-}
-
 /// The wrapper's parameters: every runtime signature entry (neither
 /// `constexpr` nor fixed in `constants`), then the extra launcher arguments.
 pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<Vec<Param>, Error> {
@@ -58,10 +55,11 @@ pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<V
             SigType::Constexpr => continue,
             SigType::Other(t) => {
                 return Err(Error::Unsupported {
-                    context: kernel_context(kernel),
+                    // A wrapper belongs to the program's kernel table, not to a line.
+                    at: Location::Program,
                     dialect: "both dialects",
-                    what: format!("parameter `{name}` of signature type `{t}`"),
-                })
+                    what: format!("kernel `{kernel}`: parameter `{name}` of signature type `{t}`"),
+                });
             }
         };
         params.push(Param {
@@ -84,11 +82,11 @@ pub(super) fn bind_call_args<'c>(
     kernel: &KernelName,
     meta: &TritonMeta,
     call: &'c KernelCall,
-    cx: &super::lower::Cx<'_>,
+    cx: &Cx<'_>,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
     let invalid = |message: String| Error::Invalid {
-        context: cx.to_string(),
+        at: cx.location(),
         message,
     };
     let bound = meta
@@ -153,7 +151,7 @@ impl CallPlan {
         kernel: &KernelName,
         meta: &TritonMeta,
         call: &'c KernelCall,
-        cx: &super::lower::Cx<'_>,
+        cx: &Cx<'_>,
     ) -> Result<SmallVec<[(usize, &'c ArgValue); 8]>, Error> {
         if let Some(positions) = &self.positions {
             // Every argument positional and one per call parameter: each binds
@@ -255,6 +253,10 @@ struct GridBuilder<'m> {
     kernel: &'m KernelName,
     meta: &'m TritonMeta,
     params: &'m [Param],
+    /// How expressions print (precomputed grids).
+    style: CStyle,
+    /// `(name, C++ text)` of each `uint32_t` prefix temporary.
+    prefix: Vec<(String, String)>,
     ranges: Vec<PrintedRange>,
 }
 
@@ -263,12 +265,12 @@ const U32_MAX: i64 = u32::MAX as i64;
 impl GridBuilder<'_> {
     fn err(&self, message: String) -> Error {
         Error::Invalid {
-            context: kernel_context(self.kernel),
-            message,
+            at: Location::Program,
+            message: format!("kernel `{}`: {message}", self.kernel),
         }
     }
 
-    fn operand(&self, name: &str) -> Result<GridVal, Error> {
+    fn lookup(&self, name: &str) -> Result<GridVal, Error> {
         if let Some(v) = self.meta.config.get(name) {
             return Ok(GridVal::Int(*v));
         }
@@ -317,8 +319,8 @@ impl GridBuilder<'_> {
     }
 
     fn numel_over_block(&mut self, numel: &str, block: &str) -> Result<GridVal, Error> {
-        let n = self.operand(numel)?;
-        let b = self.operand(block)?;
+        let n = self.lookup(numel)?;
+        let b = self.lookup(block)?;
         self.ceildiv(n, b)
     }
 
@@ -333,71 +335,11 @@ impl GridBuilder<'_> {
         GridVal::Temp(name.to_string(), value.expr())
     }
 
-    /// Prefix temporaries and the three grid expressions.
-    fn build(mut self, l: &Lowering<'_>) -> Result<BuiltGrid, Error> {
-        let one = || GridVal::Int(1);
-        let mut prefix = Vec::new();
-        let (x, y, z) = match &self.meta.grid_type {
-            GridType::Grid1D => (self.numel_over_block("xnumel", "XBLOCK")?, one(), one()),
-            GridType::Grid2D => (
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                self.numel_over_block("ynumel", "YBLOCK")?,
-                one(),
-            ),
-            GridType::Grid3D => (
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                self.numel_over_block("ynumel", "YBLOCK")?,
-                self.numel_over_block("znumel", "ZBLOCK")?,
-            ),
-            GridType::Grid2DWithYZOverflow { max_y_grid } => {
-                let raw = self.numel_over_block("ynumel", "YBLOCK")?;
-                let raw_var = self.temp("y_grid_raw_", &raw);
-                let div = self.ceildiv(raw_var.clone(), GridVal::Int(*max_y_grid))?;
-                let div_var = self.temp("y_grid_div_", &div);
-                prefix.push(("y_grid_raw_".to_string(), raw.text()));
-                prefix.push(("y_grid_div_".to_string(), div.text()));
-                let y = self.ceildiv(raw_var, div_var.clone())?;
-                (self.numel_over_block("xnumel", "XBLOCK")?, y, div_var)
-            }
-            GridType::CooperativeReductionGrid => (
-                self.operand("RSPLIT")?,
-                self.numel_over_block("xnumel", "XBLOCK")?,
-                one(),
-            ),
-            GridType::SplitScanGrid => (
-                self.numel_over_block("r0_numel", "R0_BLOCK")?,
-                self.operand("xnumel")?,
-                one(),
-            ),
-            GridType::FixedGrid => (
-                self.operand("_grid_0")?,
-                self.operand("_grid_1")?,
-                self.operand("_grid_2")?,
-            ),
-            GridType::PrecomputedGrid { .. } => {
-                let entry = self.meta.precomputed_grid().map_err(|e| self.err(e.to_string()))?;
-                let mut dims = Vec::with_capacity(3);
-                for e in &entry.grid {
-                    let folded = e.substitute(&|s| match self.operand(s.as_str()) {
-                        Ok(GridVal::Int(v)) => Some(SymExpr::Int(v)),
-                        _ => None,
-                    });
-                    // Every symbol left must be a runtime parameter of the wrapper.
-                    for s in folded.free_symbols() {
-                        self.operand(s.as_str())?;
-                    }
-                    dims.push(match folded {
-                        SymExpr::Int(v) => GridVal::Int(v),
-                        other => GridVal::Text(l.cexpr(&other), other),
-                    });
-                }
-                let mut it = dims.into_iter();
-                match (it.next(), it.next(), it.next()) {
-                    (Some(a), Some(b), Some(c)) => (a, b, c),
-                    _ => return Err(self.err("a precomputed grid needs three dimensions".into())),
-                }
-            }
-        };
+    /// Prefix temporaries and the three grid expressions: the formulas of
+    /// [`TritonMeta::grid_with`] in C++.
+    fn build(mut self) -> Result<BuiltGrid, Error> {
+        let meta = self.meta;
+        let [x, y, z] = meta.grid_with(&mut self)?;
         for (i, g) in [&x, &y, &z].into_iter().enumerate() {
             self.ranges.push(PrintedRange {
                 what: format!("uint32_t grid_{i}"),
@@ -407,11 +349,57 @@ impl GridBuilder<'_> {
             });
         }
         Ok(BuiltGrid {
-            prefix,
+            prefix: self.prefix,
             text: [x.text(), y.text(), z.text()],
             exprs: [x.expr(), y.expr(), z.expr()],
             ranges: self.ranges,
         })
+    }
+}
+
+impl GridAlgebra for GridBuilder<'_> {
+    type Value = GridVal;
+    type Error = Error;
+
+    fn operand(&mut self, name: &str) -> Result<GridVal, Error> {
+        self.lookup(name)
+    }
+
+    fn int(&mut self, v: i64) -> GridVal {
+        GridVal::Int(v)
+    }
+
+    fn ceil_div_block(&mut self, numel: &str, block: &str) -> Result<GridVal, Error> {
+        self.numel_over_block(numel, block)
+    }
+
+    fn ceil_div(&mut self, a: GridVal, b: GridVal, _by_max_y_grid: bool) -> Result<GridVal, Error> {
+        self.ceildiv(a, b)
+    }
+
+    /// A `uint32_t` prefix temporary.
+    fn named(&mut self, name: &'static str, v: GridVal) -> GridVal {
+        self.prefix.push((name.to_string(), v.text()));
+        self.temp(name, &v)
+    }
+
+    fn precomputed(&mut self, e: &SymExpr) -> Result<GridVal, Error> {
+        let folded = e.substitute(&|s| match self.lookup(s.as_str()) {
+            Ok(GridVal::Int(v)) => Some(SymExpr::Int(v)),
+            _ => None,
+        });
+        // Every symbol left must be a runtime parameter of the wrapper.
+        for s in folded.free_symbols() {
+            self.lookup(s.as_str())?;
+        }
+        Ok(match folded {
+            SymExpr::Int(v) => GridVal::Int(v),
+            other => GridVal::Text(cexpr_text(&other, self.style), other),
+        })
+    }
+
+    fn grid_error(&mut self, e: GridError) -> Error {
+        self.err(e.to_string())
     }
 }
 
@@ -465,40 +453,38 @@ fn write_wrapper(
     meta: &TritonMeta,
     var: &mut usize,
 ) -> Result<(), Error> {
-    let standalone = l.standalone();
+    let d = l.dialect();
     let params = wrapper_params(kernel, meta)?;
     writeln!(out, "static CUfunction {kernel} = nullptr;")?;
-    let pointers: Vec<&Param> = params.iter().filter(|p| p.is_pointer()).collect();
-    if !standalone && !pointers.is_empty() {
-        let t: Vec<String> = pointers.iter().map(|p| format!("typename {}_type_", p.name)).collect();
-        writeln!(out, "template <{}>", t.join(", "))?;
+    let pointers: Vec<&str> = params
+        .iter()
+        .filter(|p| p.is_pointer())
+        .map(|p| p.name.as_str())
+        .collect();
+    if let Some(template) = d.wrapper_template(&pointers) {
+        writeln!(out, "{template}")?;
     }
     writeln!(out, "static inline void call_{kernel}(")?;
     let mut decls: Vec<String> = params
         .iter()
         .map(|p| match &p.kind {
-            ParamKind::Pointer(_) if standalone => format!("const wrapir::Tensor& {}", p.name),
-            ParamKind::Pointer(_) => format!("const {n}_type_& {n}", n = p.name),
+            ParamKind::Pointer(_) => d.wrapper_pointer_param(&p.name),
             ParamKind::Scalar(s) => format!("{} {}", param_ctype(*s), p.name),
             ParamKind::Extra => format!("int64_t {}", p.name),
         })
         .collect();
-    if standalone {
-        decls.push("CUstream stream_".into());
-    } else {
-        decls.push("int32_t device_idx_".into());
-        decls.push("cudaStream_t stream_".into());
-        decls.push("const std::optional<std::string>& cubin_dir_ = std::nullopt".into());
-    }
+    decls.extend(d.wrapper_tail_params().iter().map(|p| p.to_string()));
     writeln!(out, "    {}", decls.join(",\n    "))?;
     writeln!(out, "){{")?;
     let grid = GridBuilder {
         kernel,
         meta,
         params: &params,
+        style: l.cstyle(),
+        prefix: Vec::new(),
         ranges: Vec::new(),
     }
-    .build(l)?;
+    .build()?;
     for (name, value) in &grid.prefix {
         writeln!(out, "    uint32_t {name} = {value};")?;
     }
@@ -510,27 +496,7 @@ fn write_wrapper(
     let mangled = meta.mangled_name.clone().unwrap_or_else(|| kernel.to_string());
     let cubin = meta.cubin.clone().unwrap_or_else(|| format!("{kernel}.cubin"));
     writeln!(out, "    if ({kernel} == nullptr) {{")?;
-    if standalone {
-        writeln!(
-            out,
-            "        {kernel} = wrapir::load_kernel(WRAPIR_CUBIN_DIR, {}, {}, {});",
-            c_string(&cubin),
-            c_string(&mangled),
-            meta.shared_mem
-        )?;
-    } else {
-        let path = match &l.options.cubin_dir {
-            Some(dir) => format!("{}/{}", dir.trim_end_matches('/'), cubin),
-            None => cubin,
-        };
-        writeln!(
-            out,
-            "        {kernel} = loadKernel({}, {}, {}, cubin_dir_);",
-            c_string(&path),
-            c_string(&mangled),
-            meta.shared_mem
-        )?;
-    }
+    writeln!(out, "{}", d.load_kernel(l, kernel, &cubin, &mangled, meta.shared_mem))?;
     writeln!(out, "    }}")?;
     let mut arg_vars = Vec::new();
     // Parameters behind `arg_vars`, in order (for recording).
@@ -539,12 +505,7 @@ fn write_wrapper(
     for p in &params {
         let v = format!("var_{var}");
         match &p.kind {
-            ParamKind::Pointer(_) if standalone => writeln!(out, "    CUdeviceptr {v} = {}.data_ptr();", p.name)?,
-            ParamKind::Pointer(_) => writeln!(
-                out,
-                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({}.data_ptr());",
-                p.name
-            )?,
+            ParamKind::Pointer(_) => writeln!(out, "    CUdeviceptr {v} = {};", d.wrapper_pointer(&p.name))?,
             ParamKind::Scalar(s) => writeln!(out, "    {} {v} = {};", scalar_ctype(*s), p.name)?,
             // Launcher-only arguments are not kernel parameters.
             ParamKind::Extra => continue,
@@ -574,30 +535,8 @@ fn write_wrapper(
         });
         if size == 0 {
             writeln!(out, "    CUdeviceptr {v} = 0;")?;
-        } else if standalone {
-            writeln!(
-                out,
-                "    wrapir::Tensor {v}_tensor = wrapir::empty_bytes(static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2, stream_);"
-            )?;
-            writeln!(out, "    CUdeviceptr {v} = {v}_tensor.data_ptr();")?;
         } else {
-            let dtype = l.use_dtype(DType::Uint8);
-            l.use_device(DeviceType::Cuda);
-            writeln!(
-                out,
-                "    const int64_t {v}_size[] = {{static_cast<int64_t>({size}) * grid_0 * grid_1 * grid_2}};"
-            )?;
-            writeln!(out, "    static constexpr int64_t {v}_stride[] = {{1}};")?;
-            writeln!(out, "    AtenTensorHandle {v}_handle;")?;
-            writeln!(
-                out,
-                "    AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(1, {v}_size, {v}_stride, {dtype}, cached_torch_device_type_cuda, device_idx_, &{v}_handle));"
-            )?;
-            writeln!(out, "    RAIIAtenTensorHandle {v}_tensor({v}_handle);")?;
-            writeln!(
-                out,
-                "    CUdeviceptr {v} = reinterpret_cast<CUdeviceptr>({v}_tensor.data_ptr());"
-            )?;
+            d.wrapper_scratch(l, out, &v, size)?;
         }
         arg_vars.push(v);
     }
@@ -607,11 +546,7 @@ fn write_wrapper(
         let refs: Vec<String> = arg_vars.iter().map(|v| format!("&{v}")).collect();
         writeln!(out, "    void* kernel_args_[] = {{{}}};", refs.join(", "))?;
     }
-    let launch = if standalone {
-        "wrapir::launch_kernel"
-    } else {
-        "launchKernel"
-    };
+    let launch = d.launch_fn();
     writeln!(
         out,
         "    {launch}({kernel}, grid_0, grid_1, grid_2, {}, {}, kernel_args_, stream_);",

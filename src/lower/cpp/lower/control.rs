@@ -1,0 +1,177 @@
+//! Conditionals and while loops: subgraphs inlined at the line that runs them.
+
+use super::*;
+
+impl<'a> Lowering<'a> {
+    /// The subgraph a line runs (validation checked that it exists).
+    pub(super) fn subgraph(&self, name: &GraphName) -> &'a Graph {
+        self.info.line_subgraph(name)
+    }
+
+    /// The C++ values of operands `offset..` of `sub`: a buffer's variable, or
+    /// the symbol itself where `sub` takes a symbol input.
+    pub(super) fn operand_vars(g: &GraphCtx<'_>, sub: &Graph, offset: usize, operands: &[BufName]) -> Vec<String> {
+        operands
+            .iter()
+            .enumerate()
+            .map(|(i, o)| match sub.inputs.get(offset + i) {
+                Some(GraphInput::Symbol { .. }) => o.to_string(),
+                _ => g.local(o),
+            })
+            .collect()
+    }
+
+    /// Runs a subgraph inline: copies operand handles into its inputs, writes
+    /// its lines, and moves its outputs into `targets` (`None` = dropped).
+    pub(super) fn inline_subgraph(
+        &mut self,
+        name: &'a GraphName,
+        operands: &[String],
+        targets: &[Option<String>],
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
+        let graph = self.subgraph(name);
+        let ctx = GraphCtx::new(graph, Some(name))?;
+        self.line(format!("// subgraph: {name}"));
+        // Validation checked the operand count (`OperandCountMismatch`).
+        for (input, operand) in graph.inputs.iter().zip(operands) {
+            match input {
+                GraphInput::Tensor { name: n } => {
+                    let local = ctx.local(n);
+                    let d = self.dialect;
+                    d.assign_new(self, &local, operand);
+                    self.declare(&local);
+                }
+                // Symbols are C++ variables of the whole function and subgraphs
+                // are inlined, so a symbol passed as itself (what Inductor does:
+                // `true_graph_0_args = [arg3_1, s27, s77]`) is already in scope.
+                GraphInput::Symbol { name: n, symbol } if operand.as_str() != symbol.as_str() => {
+                    return Err(self.unsupported(
+                        cx,
+                        format!(
+                            "symbol input `{n}` of subgraph `{name}` binds `{symbol}` but is passed `{operand}` (the inlined subgraph sees the caller's symbols, so a symbol must be passed as itself)"
+                        ),
+                    ))
+                }
+                GraphInput::Symbol { .. } => {}
+            }
+        }
+        self.graph_lines(&ctx)?;
+        if graph.outputs.len() < targets.len() {
+            return Err(Error::Invalid {
+                at: cx.into(),
+                message: format!(
+                    "subgraph `{name}` returns {} values, {} are needed",
+                    graph.outputs.len(),
+                    targets.len()
+                ),
+            });
+        }
+        let mut moved: HashMap<String, String> = HashMap::default();
+        for (out, target) in graph.outputs.iter().zip(targets) {
+            let Some(target) = target else { continue };
+            let GraphOutput::Buffer(b) = out else {
+                return Err(self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`")));
+            };
+            let local = ctx.local(b);
+            self.line(format!("{target}.reset();"));
+            match moved.get(&local) {
+                None => {
+                    self.line(format!("{target} = std::move({local});"));
+                    moved.insert(local, target.clone());
+                }
+                Some(first) => {
+                    let d = self.dialect;
+                    d.assign_shared(self, target, first);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A C++ boolean from a one-element tensor.
+    pub(super) fn scalarize(&mut self, tensor: &str) -> String {
+        let scalar = format!("{tensor}_scalar");
+        let d = self.dialect;
+        d.item_bool(self, tensor, &scalar);
+        scalar
+    }
+
+    pub(super) fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
+        // Validation checked that both branches return as many values
+        // (`BranchOutputMismatch`): the true branch's outputs stand for both.
+        let t = self.subgraph(&c.true_graph);
+        let results = g.flat_vars(&c.result, 0, cx)?;
+        let ty = self.dialect.tensor_type();
+        for r in &results {
+            self.line(format!("{ty} {r};"));
+            self.declare(r);
+        }
+        // Symbols both branches bind stay visible after the conditional: what
+        // validation records as the line's bindings (`GraphInfo::binds`).
+        let info = self.info;
+        let visible = info.graph(g.name).map_or(&[][..], |gi| gi.binds(self.line_index));
+        for s in visible {
+            if !self.declared(s.as_str()) {
+                self.line(format!("int64_t {s} = 0;"));
+                self.declare(s.as_str());
+            }
+        }
+        let pred = match &c.predicate {
+            Predicate::Tensor(b) => {
+                let name = g.local(b);
+                self.scalarize(&name)
+            }
+            Predicate::Expr(e) => self.cexpr(e),
+        };
+        let operands = Self::operand_vars(g, t, 0, &c.operands);
+        let mut targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
+        targets.resize(t.outputs.len(), None);
+        self.open(format!("if ({pred}) {{"));
+        self.inline_subgraph(&c.true_graph, &operands, &targets, cx)?;
+        self.close("} else {");
+        // `close` popped the true branch's scope; open the false branch's.
+        self.indent += 1;
+        self.scopes.push(Scope::default());
+        self.inline_subgraph(&c.false_graph, &operands, &targets, cx)?;
+        self.close("}");
+        Ok(())
+    }
+
+    pub(super) fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &Cx<'_>) -> Result<(), Error> {
+        let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
+        let body = self.subgraph(&w.body_graph);
+        let additional = Self::operand_vars(g, body, w.carried.len(), &w.additional);
+        let results = g.flat_vars(&w.result, carried.len(), cx)?;
+        if results.len() != carried.len() {
+            return Err(Error::Invalid {
+                at: cx.into(),
+                message: format!(
+                    "`{}` has {} carried values but {} are extracted",
+                    w.result,
+                    carried.len(),
+                    results.len()
+                ),
+            });
+        }
+        // The results hold the carried values from the start.
+        for (r, c) in results.iter().zip(&carried) {
+            let d = self.dialect;
+            d.assign_new(self, r, c);
+            self.declare(r);
+        }
+        let cond_result = format!("{}_cond_result", g.local(&w.result));
+        let ty = self.dialect.tensor_type();
+        self.line(format!("{ty} {cond_result};"));
+        self.declare(&cond_result);
+        let inputs: Vec<String> = results.iter().chain(&additional).cloned().collect();
+        self.open("while (1) {");
+        self.inline_subgraph(&w.cond_graph, &inputs, &[Some(cond_result.clone())], cx)?;
+        let scalar = self.scalarize(&cond_result);
+        self.line(format!("if (!{scalar}) break;"));
+        let targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
+        self.inline_subgraph(&w.body_graph, &inputs, &targets, cx)?;
+        self.close("}");
+        Ok(())
+    }
+}

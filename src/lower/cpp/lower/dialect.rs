@@ -1,0 +1,176 @@
+//! The dialect layer: every statement whose C++ differs between the AOTI
+//! shim and the standalone runtime, written once per dialect ([`super::aoti`],
+//! [`super::standalone`]). The walk over lines (`lines.rs`, `tensors.rs`,
+//! `externs.rs`, `control.rs`, `frame.rs`, the launch wrappers) calls these
+//! and never asks which dialect it writes.
+
+use super::*;
+
+/// The tensor-handle operations of one dialect. Methods that write take the
+/// lowering and append to its body (or to `out` for file-level text).
+pub(super) trait DialectOps: Sync {
+    /// `aoti dialect` / `standalone dialect`, as errors name it.
+    fn name(&self) -> &'static str;
+    /// The standalone dialect prints c10's integer helpers as the runtime
+    /// header's and `i64::MIN` as `INT64_MIN` ([`CStyle`]).
+    fn rewrites_c10(&self) -> bool;
+    /// A dtype as the dialect names it.
+    fn dtype(&self, f: &mut fmt::Formatter<'_>, d: DType) -> fmt::Result;
+    /// The C++ type of a tensor variable.
+    fn tensor_type(&self) -> &'static str;
+
+    // ---- the entry function -------------------------------------------------
+
+    /// Before the inputs are read (`total`: inputs plus constants).
+    fn entry_start(&self, l: &mut Lowering<'_>, total: usize);
+    /// A symbol input: `int64_t <name>` from input `handle` / scalar input `scalar`.
+    fn symbol_input(&self, l: &mut Lowering<'_>, name: &str, scalar: usize, handle: usize);
+    /// A tensor input (or constant) from input `handle` / tensor input `tensor`.
+    fn tensor_input(&self, l: &mut Lowering<'_>, name: &str, tensor: usize, handle: usize);
+    /// Before the first symbol bound from the sizes (`what` = `size`) or
+    /// strides of `input`.
+    fn input_dims(&self, l: &mut Lowering<'_>, input: &str, what: &str);
+    /// `int64_t <symbol>` from dimension `d` of `input`'s sizes or strides.
+    fn input_dim(&self, l: &mut Lowering<'_>, symbol: &str, input: &str, what: &str, d: usize);
+    /// Output `i` is the same tensor as output `first`.
+    fn output_again(&self, l: &mut Lowering<'_>, i: usize, first: usize);
+    /// Output `i` is the tensor variable `name`.
+    fn output_tensor(&self, l: &mut Lowering<'_>, i: usize, name: &str);
+    /// Output `i` is the integer `value` as a one-element tensor.
+    fn output_scalar(&self, l: &mut Lowering<'_>, i: usize, value: &str);
+    /// Output `i` is `None`.
+    fn output_none(&self, l: &mut Lowering<'_>, i: usize);
+    /// The file up to the entry function's body.
+    fn write_head(&self, l: &Lowering<'_>, out: &mut dyn fmt::Write, wrappers: &KernelWrappers) -> Result<(), Error>;
+    /// The file after the entry function's body.
+    fn write_tail(&self, l: &Lowering<'_>, out: &mut dyn fmt::Write) -> Result<(), Error>;
+
+    // ---- tensors ------------------------------------------------------------
+
+    /// Declares `name` as a new tensor of `layout` (storage offset 0).
+    fn allocate(&self, l: &mut Lowering<'_>, name: Var<'_>, layout: &Layout, cx: &Cx<'_>) -> Result<(), Error>;
+    /// A view expression of `base` with `layout` (`sizes`, `strides`: arrays
+    /// already written; `offset`: C++ text); the element size is unchanged.
+    fn view(
+        &self,
+        l: &mut Lowering<'_>,
+        base: &str,
+        base_layout: &Layout,
+        layout: &Layout,
+        sizes: &str,
+        strides: &str,
+        offset: &str,
+    ) -> String;
+    /// Declares `dst` as a new reference to the tensor `src`.
+    fn share(&self, l: &mut Lowering<'_>, src: &str, dst: &str);
+    /// Declares `dst` holding the tensor `src` (a subgraph input, a loop's
+    /// carried value).
+    fn assign_new(&self, l: &mut Lowering<'_>, dst: &str, src: &str);
+    /// Assigns the declared `dst` a new reference to `src`.
+    fn assign_shared(&self, l: &mut Lowering<'_>, dst: &str, src: &str);
+    /// The condition that `b` has `rank` dimensions, when the dialect checks it.
+    fn rank_check(&self, b: &str, rank: usize) -> Option<String>;
+    /// `b`'s data address as an integer.
+    fn address(&self, b: &str) -> String;
+
+    // ---- scalars read from tensors -----------------------------------------
+
+    /// Reads the integer in `src` (of `layout`, source buffer `source`) into
+    /// `raw` for binding `symbol`.
+    fn item_int(
+        &self,
+        l: &mut Lowering<'_>,
+        src: &str,
+        layout: &Layout,
+        raw: &str,
+        names: (&BufName, &Symbol),
+        cx: &Cx<'_>,
+    ) -> Result<(), Error>;
+    /// Reads the boolean in `tensor` into the variable `scalar`.
+    fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str);
+    /// A scalar kernel argument read from the one-element tensor `var`
+    /// (appended to the body); `bad` makes the error for an unreadable dtype.
+    fn item_arg(
+        &self,
+        l: &mut Lowering<'_>,
+        var: &str,
+        dtype: DType,
+        bad: &dyn Fn(DType) -> Error,
+    ) -> Result<(), Error>;
+
+    // ---- devices, streams, launches ----------------------------------------
+
+    /// Enters device `index` (`guarded`: an enclosing scope entered one).
+    fn device_guard(&self, l: &mut Lowering<'_>, index: u32, guarded: bool);
+    /// The stream of device `device`, declared first when needed.
+    fn stream(&self, l: &mut Lowering<'_>, device: u32) -> String;
+    /// Before a `call_<kernel>(...)` line on `device`.
+    fn before_launch(&self, l: &mut Lowering<'_>, device: u32);
+    /// The end of a `call_<kernel>(...)` line, after its arguments.
+    fn launch_tail(&self, l: &mut Lowering<'_>, device: u32);
+
+    // ---- extern ops ---------------------------------------------------------
+
+    /// An extern op with result variables `results` (and `out`, for `out=` forms).
+    fn extern_call(
+        &self,
+        l: &mut Lowering<'_>,
+        g: &GraphCtx<'_>,
+        call: &ExternCall,
+        out: Option<&BufName>,
+        results: &[String],
+        cx: &Cx<'_>,
+    ) -> Result<(), Error>;
+    /// An `index_put` fallback (`op`: the op as the interpreter calls it).
+    fn index_put(
+        &self,
+        l: &mut Lowering<'_>,
+        g: &GraphCtx<'_>,
+        op: &ExternCall,
+        line: (&BufName, &[Option<BufName>], &BufName, bool),
+        cx: &Cx<'_>,
+    ) -> Result<(), Error>;
+    /// A scatter fallback with its arguments and keyword arguments built.
+    fn scatter(
+        &self,
+        l: &mut Lowering<'_>,
+        g: &GraphCtx<'_>,
+        s: &ScatterFallback,
+        args: Vec<ArgValue>,
+        kwargs: IndexMap<String, ArgValue>,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error>;
+
+    // ---- direct kernels -----------------------------------------------------
+
+    /// C++ kernels: the source is pasted into the file (else declared).
+    fn pastes_cpp_source(&self) -> bool;
+    /// Who defines a declared C++ kernel.
+    fn cpp_kernel_owner(&self) -> &'static str;
+
+    // ---- launch wrappers ----------------------------------------------------
+
+    /// The line before `static inline void call_<kernel>(`, if any.
+    fn wrapper_template(&self, pointers: &[&str]) -> Option<String>;
+    /// The parameter declaration of pointer parameter `name`.
+    fn wrapper_pointer_param(&self, name: &str) -> String;
+    /// The wrapper's trailing parameters (device, stream, ...).
+    fn wrapper_tail_params(&self) -> &'static [&'static str];
+    /// The line loading the kernel on first use.
+    fn load_kernel(&self, l: &Lowering<'_>, kernel: &KernelName, cubin: &str, mangled: &str, shared: u32) -> String;
+    /// The `CUdeviceptr` of pointer parameter `name`.
+    fn wrapper_pointer(&self, name: &str) -> String;
+    /// The lines allocating `v` (`<v>_tensor`, then `CUdeviceptr v`) of
+    /// `size` bytes per CTA.
+    fn wrapper_scratch(&self, l: &mut Lowering<'_>, out: &mut String, v: &str, size: u64) -> fmt::Result;
+    /// The launch function.
+    fn launch_fn(&self) -> &'static str;
+}
+
+/// The operations of `dialect`.
+pub(super) fn ops(dialect: Dialect) -> &'static dyn DialectOps {
+    match dialect {
+        Dialect::Aoti => &super::aoti::Aoti,
+        Dialect::Standalone => &super::standalone::Standalone,
+    }
+}

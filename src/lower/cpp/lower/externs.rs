@@ -1,0 +1,83 @@
+//! Extern (ATen) ops, index_put and scatter fallbacks: what both dialects
+//! share (the result variables, the op's device, the fallbacks' arguments);
+//! the call itself is the dialect's ([`DialectOps::extern_call`]).
+
+use super::*;
+
+impl Lowering<'_> {
+    /// The device an extern call runs on: its result's, its output's or its first tensor's.
+    pub(super) fn extern_device(&self, g: &GraphCtx<'_>, call: &ExternCall, out: Option<&BufName>) -> Device {
+        let mut candidates: Vec<BufName> = Vec::new();
+        candidates.extend(out.cloned());
+        candidates.extend(call.result.clone());
+        for a in call.args.iter().chain(call.kwargs.values()) {
+            a.for_each_buffer(&mut |b| candidates.push(b.clone()));
+        }
+        candidates
+            .iter()
+            .find_map(|b| g.graph.layout(b).map(|l| l.device))
+            .unwrap_or(Device::cuda(0))
+    }
+
+    pub(super) fn extern_call(
+        &mut self,
+        g: &GraphCtx<'_>,
+        call: &ExternCall,
+        out: Option<&BufName>,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
+        // Result variables: one tensor, or one per element of a multi-output value.
+        let results: Vec<String> = match &call.result {
+            None => vec![],
+            Some(r) if g.is_multi(r) => g.leaf_vars(r),
+            Some(r) => {
+                g.layout(r, cx)?;
+                vec![g.local(r)]
+            }
+        };
+        let d = self.dialect;
+        d.extern_call(self, g, call, out, &results, cx)
+    }
+
+    pub(super) fn index_put(
+        &mut self,
+        g: &GraphCtx<'_>,
+        (target, indices, values, accumulate): (&BufName, &[Option<BufName>], &BufName, bool),
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
+        let op = ExternCall {
+            result: None,
+            // As the interpreter calls it (`exec::device_ops::extern_uses`).
+            op: "torch.ops.aten.index_put_.default".into(),
+            args: vec![
+                ArgValue::Buffer(target.clone()),
+                ArgValue::List(
+                    indices
+                        .iter()
+                        .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer))
+                        .collect(),
+                ),
+                ArgValue::Buffer(values.clone()),
+                ArgValue::Bool(accumulate),
+            ],
+            kwargs: IndexMap::new(),
+        };
+        let d = self.dialect;
+        d.index_put(self, g, &op, (target, indices, values, accumulate), cx)
+    }
+
+    pub(super) fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &Cx<'_>) -> Result<(), Error> {
+        let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
+        args.push(ArgValue::Buffer(s.index.clone()));
+        args.push(s.src.clone());
+        let mut kwargs = IndexMap::new();
+        if let Some(r) = &s.reduce {
+            kwargs.insert("reduce".to_string(), ArgValue::Str(r.clone()));
+        }
+        if let Some(i) = s.include_self {
+            kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
+        }
+        let d = self.dialect;
+        d.scatter(self, g, s, args, kwargs, cx)
+    }
+}

@@ -1,0 +1,310 @@
+//! One graph being lowered: local names and the multi-output element map.
+
+use super::*;
+
+/// One graph being lowered: its table, local-name prefix and multi-output map.
+///
+/// C++ receives the tensors of a multi-output value as separate variables
+/// (upstream passes one out-handle per `MultiOutput`), so every extracted
+/// element is declared by the line that produces the value, and a `get` line
+/// prints nothing. Elements are addressed by *paths* of list/tuple indices
+/// from the produced value (the *root*): `get buf3 = buf1[0][1]` is path
+/// `[0, 1]`, a chain `get buf2 = buf1[0]; get buf3 = buf2[1]` (with `buf2`
+/// declared `multi`) is the same path, and `get buf2 = buf1` (empty indices,
+/// the whole value of a single-output op such as `nonzero`) is path `[]`: the
+/// op's one output is written straight into `buf2`, as Inductor prints it.
+pub(super) struct GraphCtx<'a> {
+    pub(super) graph: &'a Graph,
+    /// `None` for main.
+    pub(super) name: Option<&'a GraphName>,
+    pub(super) prefix: String,
+    /// Root -> element path -> extracted buffer (`None`: not extracted, but
+    /// reached by an unbacked binding; it gets a placeholder variable).
+    pub(super) elements: HashMap<BufName, BTreeMap<Vec<usize>, Option<BufName>>>,
+    /// Tensors defined by a `MultiOutput` line -> (root, path).
+    pub(super) extracted: HashMap<BufName, (BufName, Vec<usize>)>,
+    /// Multi-valued `MultiOutput` results -> (root, path) of the part they name.
+    pub(super) parts: HashMap<BufName, (BufName, Vec<usize>)>,
+    /// The graph's multi-output buffers (usually few or none).
+    pub(super) multi: HashSet<&'a str>,
+}
+
+/// `[0][1]` for a path (`` for the whole value).
+pub(super) fn path_text(path: &[usize]) -> String {
+    path.iter().map(|i| format!("[{i}]")).collect()
+}
+
+/// Leading `Index` keys of a key path as element indices (stops at a negative one).
+pub(super) fn index_prefix(path: &[KeyEntry]) -> Vec<usize> {
+    path.iter()
+        .map_while(|k| match k {
+            KeyEntry::Index(i) => usize::try_from(*i).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+impl<'a> GraphCtx<'a> {
+    pub(super) fn new(graph: &'a Graph, name: Option<&'a GraphName>) -> Result<Self, Error> {
+        let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
+        let mut ctx = GraphCtx {
+            graph,
+            name,
+            prefix,
+            elements: HashMap::default(),
+            extracted: HashMap::default(),
+            parts: HashMap::default(),
+            multi: graph
+                .buffers
+                .iter()
+                .filter(|(_, d)| matches!(d.kind, BufferKind::Multi))
+                .map(|(b, _)| b.as_str())
+                .collect(),
+        };
+        for (i, line) in graph.lines.iter().enumerate() {
+            let Line::MultiOutput {
+                result,
+                source,
+                indices,
+            } = line
+            else {
+                continue;
+            };
+            let cx = Cx {
+                graph: name,
+                index: i,
+                line,
+            };
+            let mut steps = Vec::with_capacity(indices.len());
+            for index in indices {
+                match index {
+                    MultiIndex::List(k) | MultiIndex::Tuple(k) => {
+                        steps.push(usize::try_from(*k).map_err(|_| Error::Invalid {
+                            at: cx.location(),
+                            message: format!(
+                                "negative multi-output index {k} extracting `{result}` from `{source}`"
+                            ),
+                        })?)
+                    }
+                    MultiIndex::Dict(key) => {
+                        return Err(Error::Unsupported {
+                            at: cx.location(),
+                            dialect: "both dialects",
+                            what: format!(
+                                "extracting `{result}` from `{source}` by the dict key {}: C++ receives multi-outputs as a flat list of handles",
+                                c_string(key)
+                            ),
+                        })
+                    }
+                }
+            }
+            let (root, mut path) = match ctx.parts.get(source) {
+                Some((r, p)) => (r.clone(), p.clone()),
+                None if ctx.is_multi(source) => (source.clone(), Vec::new()),
+                // A whole tensor under a new name: an alias, printed at the line.
+                None if steps.is_empty() => continue,
+                None => {
+                    return Err(Error::Invalid {
+                        at: cx.location(),
+                        message: format!("indexing into `{source}`, which is not a multi-output value"),
+                    })
+                }
+            };
+            path.extend(steps);
+            if ctx.is_multi(result) {
+                ctx.parts.insert(result.clone(), (root, path));
+                continue;
+            }
+            ctx.add_element(&root, path.clone(), Some(result.clone()), &cx)?;
+            ctx.extracted.insert(result.clone(), (root, path));
+        }
+        // Elements reached only by unbacked bindings still need a variable; a
+        // path conflicting with the extracted ones is reported when lowered.
+        for line in &graph.lines {
+            let Line::UnbackedSymbolDefs { source, bindings } = line else {
+                continue;
+            };
+            let Some((root, base)) = ctx.multi_origin(source) else {
+                continue;
+            };
+            for path in bindings.values() {
+                let mut full = base.clone();
+                full.extend(index_prefix(path));
+                let tree = ctx.elements.entry(root.clone()).or_default();
+                if !tree.keys().any(|k| k.starts_with(&full) || full.starts_with(k)) {
+                    tree.insert(full, None);
+                }
+            }
+        }
+        Ok(ctx)
+    }
+
+    /// Records element `path` of `root`; a path may not be extracted twice nor
+    /// be both a tensor and a list.
+    pub(super) fn add_element(
+        &mut self,
+        root: &BufName,
+        path: Vec<usize>,
+        buffer: Option<BufName>,
+        cx: &Cx<'_>,
+    ) -> Result<(), Error> {
+        let tree = self.elements.entry(root.clone()).or_default();
+        let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
+        if let Some(existing) = tree.get(&path) {
+            return Err(Error::Invalid {
+                at: cx.location(),
+                message: format!(
+                    "element `{root}{}` is extracted twice ({} and {})",
+                    path_text(&path),
+                    describe(existing),
+                    describe(&buffer)
+                ),
+            });
+        }
+        if let Some((other, b)) = tree.iter().find(|(k, _)| k.starts_with(&path) || path.starts_with(k)) {
+            return Err(Error::Invalid {
+                at: cx.location(),
+                message: format!(
+                    "`{root}{}` ({}) and `{root}{}` ({}) cannot both be tensors: one is inside the other",
+                    path_text(&path),
+                    describe(&buffer),
+                    path_text(other),
+                    describe(b)
+                ),
+            });
+        }
+        tree.insert(path, buffer);
+        Ok(())
+    }
+
+    pub(super) fn label(&self) -> String {
+        match self.name {
+            Some(n) => n.to_string(),
+            None => "main".to_string(),
+        }
+    }
+
+    /// The C++ variable of a buffer: subgraph buffers get the graph's name in front.
+    pub(super) fn local(&self, b: &BufName) -> String {
+        if self.prefix.is_empty() || b.as_str().starts_with(&self.prefix) {
+            b.to_string()
+        } else {
+            format!("{}{}", self.prefix, b)
+        }
+    }
+
+    /// [`GraphCtx::local`] as a value that prints it.
+    pub(super) fn var<'x>(&'x self, b: &'x BufName) -> Var<'x> {
+        Var {
+            prefix: &self.prefix,
+            name: b.as_str(),
+        }
+    }
+
+    pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
+        self.graph.layout(b).ok_or_else(|| Error::Invalid {
+            at: cx.location(),
+            message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
+        })
+    }
+
+    /// The variable of `b` passed as one extern-op argument: a tensor, never
+    /// a multi-output value (its elements are separate variables).
+    pub(super) fn tensor_arg(&self, b: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
+        if self.is_multi(b) {
+            return Err(Error::Invalid {
+                at: cx.into(),
+                message: format!("multi-output value `{b}` passed as an extern argument"),
+            });
+        }
+        Ok(self.local(b))
+    }
+
+    pub(super) fn is_multi(&self, b: &BufName) -> bool {
+        !self.multi.is_empty() && self.multi.contains(b.as_str())
+    }
+
+    /// The variable of element `path` of `root`: the extracted buffer, or a
+    /// placeholder `<root>_<i>_<j>` (released with the scope).
+    pub(super) fn element_var(&self, root: &BufName, path: &[usize]) -> String {
+        match self.elements.get(root).and_then(|t| t.get(path)) {
+            Some(Some(b)) => self.local(b),
+            _ => {
+                let mut name = self.local(root);
+                for i in path {
+                    let _ = write!(name, "_{i}");
+                }
+                name
+            }
+        }
+    }
+
+    /// Every tensor of a multi-output value, flattened in path order, with
+    /// placeholders for the unextracted siblings of extracted elements (each
+    /// assumed to be one tensor, as upstream passes one handle per output).
+    pub(super) fn leaf_vars(&self, root: &BufName) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(tree) = self.elements.get(root) {
+            self.collect_leaves(root, tree, &mut Vec::new(), &mut out);
+        }
+        out
+    }
+
+    pub(super) fn collect_leaves(
+        &self,
+        root: &BufName,
+        tree: &BTreeMap<Vec<usize>, Option<BufName>>,
+        prefix: &mut Vec<usize>,
+        out: &mut Vec<String>,
+    ) {
+        if tree.contains_key(prefix.as_slice()) {
+            out.push(self.element_var(root, prefix));
+            return;
+        }
+        let children = tree
+            .keys()
+            .filter(|k| k.len() > prefix.len() && k.starts_with(prefix))
+            .filter_map(|k| k.get(prefix.len()).copied())
+            .max();
+        let Some(last) = children else {
+            out.push(self.element_var(root, prefix));
+            return;
+        };
+        for i in 0..=last {
+            prefix.push(i);
+            self.collect_leaves(root, tree, prefix, out);
+            prefix.pop();
+        }
+    }
+
+    /// Variables receiving the outputs of a conditional or while loop: one per
+    /// subgraph output (at least `count`); missing ones get `<root>_<i>` names.
+    pub(super) fn flat_vars(&self, root: &BufName, count: usize, cx: &Cx<'_>) -> Result<Vec<String>, Error> {
+        let tree = self.elements.get(root);
+        let mut len = count;
+        for path in tree.into_iter().flat_map(|t| t.keys()) {
+            match path.as_slice() {
+                [i] => len = len.max(i + 1),
+                _ => {
+                    return Err(Error::Invalid {
+                        at: cx.location(),
+                        message: format!(
+                            "`{root}{}` is not one output of the subgraph: `{root}` is a flat list of tensors",
+                            path_text(path)
+                        ),
+                    })
+                }
+            }
+        }
+        Ok((0..len).map(|i| self.element_var(root, &[i])).collect())
+    }
+
+    /// Root and path of a multi-output value or a part of one.
+    pub(super) fn multi_origin(&self, b: &BufName) -> Option<(BufName, Vec<usize>)> {
+        match self.parts.get(b) {
+            Some(origin) => Some(origin.clone()),
+            None if self.is_multi(b) => Some((b.clone(), Vec::new())),
+            None => None,
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The walk over a graph's lines: one C++ statement group per line.
+
+use super::*;
+
+impl<'a> Lowering<'a> {
+    pub(super) fn graph_lines(&mut self, g: &GraphCtx<'a>) -> Result<(), Error> {
+        for (i, line) in g.graph.lines.iter().enumerate() {
+            let context = Cx {
+                graph: g.name,
+                index: i,
+                line,
+            };
+            // Nested graphs (conditionals, loops) set their own indices; each
+            // line sets its index again before it is lowered.
+            self.line_index = i;
+            self.line_(g, line, &context)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn line_(&mut self, g: &GraphCtx<'a>, line: &'a Line, cx: &Cx<'_>) -> Result<(), Error> {
+        match line {
+            Line::Allocate { buffer } => self.allocate(g, buffer, cx),
+            Line::FreeIfNotReused { buffer, is_reused } => {
+                if !*is_reused && !g.is_multi(buffer) {
+                    let v = g.var(buffer);
+                    emit!(self, "{v}.reset();");
+                }
+                Ok(())
+            }
+            Line::Free { buffer } => {
+                if !g.is_multi(buffer) {
+                    let v = g.var(buffer);
+                    emit!(self, "{v}.reset();");
+                }
+                Ok(())
+            }
+            Line::Reuse { old, new, delete_old } => self.reuse(g, old, new, *delete_old, cx),
+            Line::Reinterpret { base, alias } => self.reinterpret(g, base, alias, cx),
+            // Validation checked that the kernel is in the table; the launch
+            // wrapper (or declaration) is written when a line calls it.
+            Line::KernelDefinition { .. } => Ok(()),
+            Line::KernelCall(call) => self.kernel_call(g, call, cx),
+            Line::SymbolicCallArg { symbol, expr } => {
+                let v = self.cx_expr(expr);
+                if self.declared(symbol.as_str()) {
+                    emit!(self, "{symbol} = {v};");
+                } else {
+                    emit!(self, "int64_t {symbol} = {v};");
+                    self.declare(symbol.as_str());
+                }
+                Ok(())
+            }
+            Line::ExternKernelAlloc(call) => self.extern_call(g, call, None, cx),
+            Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
+            // Elements were declared by the line that produced the multi-output
+            // value; the whole of a tensor under a new name is a new reference.
+            Line::MultiOutput { result, source, .. } => {
+                if g.multi_origin(source).is_none() && !g.is_multi(result) {
+                    let (src, dst) = (g.local(source), g.local(result));
+                    self.share(&src, &dst);
+                }
+                Ok(())
+            }
+            Line::IndexPutFallback {
+                target,
+                indices,
+                values,
+                accumulate,
+            } => self.index_put(g, (target, indices, values, *accumulate), cx),
+            Line::ScatterFallback(s) => self.scatter(g, s, cx),
+            Line::DynamicScalar {
+                symbol,
+                source,
+                keypath,
+                ..
+            } => {
+                let layout = g.layout(source, cx)?;
+                let raw = format!("{symbol}_raw");
+                let src = g.local(source);
+                let d = self.dialect;
+                d.item_int(self, &src, layout, &raw, (source, symbol), cx)?;
+                let described = format!("{source}.item()");
+                self.bind_symbol(symbol, &raw, keypath, &described, cx)
+            }
+            Line::UnbackedSymbolDefs { source, bindings } => {
+                for (symbol, path) in bindings {
+                    self.unbacked(g, source, symbol, path, cx)?;
+                }
+                Ok(())
+            }
+            Line::Conditional(c) => self.conditional(g, c, cx),
+            Line::WhileLoop(w) => self.while_loop(g, w, cx),
+            Line::EnterDeviceContext { device_index } => {
+                self.blank();
+                let guarded = self.scopes.iter().any(|s| s.device_guard);
+                let d = self.dialect;
+                d.device_guard(self, *device_index, guarded);
+                if let Some(s) = self.scopes.last_mut() {
+                    s.device_guard = true;
+                }
+                Ok(())
+            }
+            Line::ExitDeviceContext => Ok(()),
+            Line::Comment { text } => {
+                if text.is_empty() {
+                    self.line("//");
+                }
+                for t in text.lines() {
+                    // `// {t}` without trailing whitespace.
+                    let t = t.trim_end();
+                    if t.is_empty() {
+                        self.line("//");
+                    } else {
+                        emit!(self, "// {t}");
+                    }
+                }
+                Ok(())
+            }
+            Line::AssertSizeStride {
+                buffer,
+                size,
+                stride,
+                context,
+            } => {
+                let b = g.local(buffer);
+                let mut conds = Vec::new();
+                conds.extend(self.dialect.rank_check(&b, size.len()));
+                for (d, e) in size.iter().enumerate() {
+                    conds.push(format!("{b}.size({d}) == {}", self.cexpr(e)));
+                }
+                for (d, e) in stride.iter().enumerate() {
+                    conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
+                }
+                let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+                let mut msg = format!(
+                    "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
+                    list(size),
+                    list(stride)
+                );
+                if let Some(c) = context {
+                    let _ = write!(msg, " ({c})");
+                }
+                let cond = if conds.is_empty() {
+                    "true".to_string()
+                } else {
+                    conds.join(" && ")
+                };
+                self.line(format!(
+                    "if (!({cond})) {{ throw std::runtime_error({}); }}",
+                    c_string(&msg)
+                ));
+                Ok(())
+            }
+            Line::AssertAlignment {
+                buffer,
+                alignment,
+                context,
+            } => {
+                let b = g.local(buffer);
+                let ptr = self.dialect.address(&b);
+                let mut msg = format!("{buffer} is not aligned to {alignment} bytes");
+                if let Some(c) = context {
+                    let _ = write!(msg, " ({c})");
+                }
+                self.line(format!(
+                    "if ({ptr} % {alignment} != 0) {{ throw std::runtime_error({}); }}",
+                    c_string(&msg)
+                ));
+                Ok(())
+            }
+            Line::RuntimeAssert { cond, message, .. } => {
+                let c = self.cx_expr(cond);
+                let m = CString(message);
+                emit!(self, "if (!({c})) {{ throw std::runtime_error({m}); }}");
+                Ok(())
+            }
+            // Neither AOTI's C shim nor the standalone runtime can allocate
+            // symmetric memory: a communication buffer becomes an ordinary
+            // allocation, which collectives accept (without the symmetric-memory
+            // fast path).
+            Line::CommBufferAllocate {
+                buffer,
+                comm_kind,
+                group,
+            } => {
+                self.line(format!(
+                    "// {comm_kind} communication buffer {buffer} of group {}: allocated as an ordinary buffer",
+                    c_string(group)
+                ));
+                self.allocate(g, buffer, cx)
+            }
+            Line::CommBufferFree { buffer } => {
+                self.line(format!("{}.reset();  // communication buffer", g.local(buffer)));
+                Ok(())
+            }
+        }
+    }
+
+    /// `type name = value;` on first declaration in scope, `name = value;` after.
+    pub(super) fn decl_line(&mut self, name: &str, ctype: &str, value: &str) {
+        if self.declared(name) {
+            self.line(format!("{name} = {value};"));
+        } else {
+            self.line(format!("{ctype} {name} = {value};"));
+            self.declare(name);
+        }
+    }
+
+    /// Writes an `int64_t` array of expressions and returns its name.
+    pub(super) fn int_array(&mut self, items: &[SymExpr]) -> String {
+        self.int_array_name(items).to_string()
+    }
+
+    /// [`Lowering::int_array`], returning a value that prints the name.
+    pub(super) fn int_array_name(&mut self, items: &[SymExpr]) -> ArrayName {
+        let name = ArrayName(self.next_array);
+        self.next_array += 1;
+        if items.is_empty() {
+            emit!(self, "const int64_t* {name} = nullptr;");
+            return name;
+        }
+        let all_int = items.iter().all(|e| e.as_int().is_some());
+        let style = self.cstyle();
+        self.indent_body();
+        let out = &mut self.body;
+        // Writing into a String cannot fail.
+        let _ = if all_int {
+            write!(out, "static constexpr int64_t {name}[] = {{")
+        } else {
+            write!(out, "const int64_t {name}[] = {{")
+        };
+        // `{a, }` for one element, `{a, b}` otherwise ([`brace_list`]).
+        for (i, e) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            let _ = write!(out, "{}", CExpr { e, style });
+        }
+        out.push_str(if items.len() == 1 { ", };\n" } else { "};\n" });
+        name
+    }
+}
