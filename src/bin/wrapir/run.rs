@@ -136,10 +136,10 @@ fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> R
         hints.insert(s, v);
     }
     if let Some(tensors) = &inputs.tensors {
-        let source = inputs.source.as_deref().unwrap_or("the inputs");
         // The inputs must fit the program as on the other devices.
-        wrapir::exec::check_inputs(program, tensors).map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
-        for (s, v) in hints_from_inputs(program, tensors, source)? {
+        let bound = wrapir::exec::input_symbols(program, tensors)
+            .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+        for (s, v) in bound {
             hints.entry(s).or_insert(v);
         }
     }
@@ -328,7 +328,6 @@ fn error_text(x: f64) -> String {
 
 /// Explains a cuda run's error when an op had no device implementation and
 /// the host fallback was off: names the op and `--allow-host-fallback`.
-#[cfg(feature = "cuda")]
 fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
     match e {
         wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
@@ -337,7 +336,6 @@ fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
 }
 
 /// [`host_fallback_hint`] for an execution error.
-#[cfg(feature = "cuda")]
 pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
     use wrapir::exec::ExecError;
     while let ExecError::AtNode { source, .. } = e {
@@ -345,8 +343,7 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
     }
     match e {
         ExecError::UnknownOp { op, .. } => {
-            let host_ops = wrapir::exec::host::HostBackend::default().op_names();
-            if host_runs(&host_ops, op.as_str()) {
+            if wrapir::exec::host::HostBackend::default().has_op(op) {
                 format!("\n`{op}` has no device implementation; --allow-host-fallback runs it on the host")
             } else {
                 format!("\n`{op}` has no device implementation, and the host fallback has none either")
@@ -360,7 +357,6 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
 /// prints the device, the outputs, the symbols bound and the extern ops that
 /// ran on the device and (with `--allow-host-fallback`) on the host; returns
 /// the outputs.
-#[cfg(feature = "cuda")]
 fn run_cuda(
     args: &RunArgs,
     program: &Program,
@@ -410,19 +406,6 @@ fn run_cuda(
     Ok(outputs)
 }
 
-/// `run --device cuda` in a build without the `cuda` feature.
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(
-    _args: &RunArgs,
-    _program: &Program,
-    _name: &str,
-    _bundle: &Bundle,
-    _meta: &BundleMeta,
-    _inputs: IndexMap<String, Tensor>,
-) -> Result<Vec<Value<Tensor>>> {
-    bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
-}
-
 /// Parses `--hint SYMBOL=VALUE`; the symbol must be one of the program's.
 fn parse_hint(text: &str, program: &Program) -> Result<(wrapir::sym::Symbol, i64)> {
     let Some((s, v)) = text.split_once('=') else {
@@ -447,41 +430,6 @@ fn parse_hint(text: &str, program: &Program) -> Result<(wrapir::sym::Symbol, i64
         bail!("--hint `{text}`: the program has no symbol `{s}` ({known})");
     }
     Ok((symbol, v))
-}
-
-/// Symbol values the inputs imply: symbol inputs, and input sizes declared
-/// as a plain symbol. `source` names the inputs in errors.
-fn hints_from_inputs(
-    program: &Program,
-    inputs: &IndexMap<String, Tensor>,
-    source: &str,
-) -> Result<wrapir::sym::Bindings> {
-    let mut hints = wrapir::sym::Bindings::new();
-    for input in &program.main.inputs {
-        let Some(t) = inputs.get(input.name().as_str()) else {
-            bail!(
-                "{source} has no tensor `{}` (a graph input of the program)",
-                input.name()
-            );
-        };
-        match input {
-            ir::GraphInput::Symbol { symbol, .. } => {
-                if let [v] = t.to_i64_vec()?.as_slice() {
-                    hints.insert(symbol.clone(), *v);
-                }
-            }
-            ir::GraphInput::Tensor { name } => {
-                if let Some(layout) = program.main.layout(name) {
-                    for (e, v) in layout.size.iter().zip(t.size()) {
-                        if let wrapir::sym::SymExpr::Sym(s) = e {
-                            hints.insert(s.clone(), *v);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(hints)
 }
 
 fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
