@@ -39,6 +39,41 @@ pub fn loosest(a: Tolerance, b: Tolerance) -> Tolerance {
     }
 }
 
+/// The comparison with Inductor's outputs of a run on the CUDA backend:
+/// where `program` calls ops the backend runs on wrapir's own kernels rather
+/// than PyTorch's library (attention), the run cannot compute what Inductor
+/// computed, so the compiled tolerance `compiled` is loosened to the eager
+/// one `eager` where that is looser. `None` when nothing changes (no such
+/// op, or no eager tolerance).
+pub fn inductor_tolerance_on_cuda(
+    program: &crate::ir::Program,
+    compiled: Tolerance,
+    eager: Option<Tolerance>,
+) -> Option<Loosened> {
+    use crate::exec::device_ops::{cuda_op, extern_uses};
+    let ops: std::collections::BTreeSet<String> = extern_uses(program)
+        .iter()
+        .filter(|u| cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
+        .map(|u| crate::exec::host::op_key(&u.op))
+        .collect();
+    match (ops.is_empty(), eager) {
+        (false, Some(e)) => Some(Loosened {
+            tolerance: loosest(compiled, e),
+            ops: ops.into_iter().collect(),
+        }),
+        _ => None,
+    }
+}
+
+/// A tolerance loosened by [`inductor_tolerance_on_cuda`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Loosened {
+    /// The tolerance to compare with.
+    pub tolerance: Tolerance,
+    /// Why: the ops on wrapir's own kernels, by op key, sorted.
+    pub ops: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +93,35 @@ mod tests {
         );
         let u = Tolerance { rtol: 1e-4, atol: 1e-2 };
         assert_eq!(loosest(t, u), Tolerance { rtol: 1e-3, atol: 1e-2 });
+    }
+
+    #[test]
+    fn own_kernels_loosen_the_inductor_tolerance() {
+        use crate::ir::{ArgValue, DType, Device, Layout, ProgramBuilder};
+        let program = |op: &str| {
+            let mut p = ProgramBuilder::new();
+            let mut g = p.main();
+            let q = g.tensor_input(
+                "arg0_1",
+                Layout::contiguous(DType::Float16, Device::cuda(0), [4i64.into()]),
+            );
+            let out = g.extern_alloc_multi("buf0", op, vec![ArgValue::Buffer(q)]);
+            g.output(&out);
+            g.finish();
+            p.finish()
+        };
+        let tight = Tolerance { rtol: 1e-5, atol: 1e-6 };
+        let eager = Tolerance { rtol: 1e-3, atol: 1e-8 };
+        let sdpa = program("torch.ops.aten._scaled_dot_product_efficient_attention.default");
+        assert_eq!(
+            inductor_tolerance_on_cuda(&sdpa, tight, Some(eager)),
+            Some(Loosened {
+                tolerance: Tolerance { rtol: 1e-3, atol: 1e-6 },
+                ops: vec!["aten._scaled_dot_product_efficient_attention".to_string()],
+            })
+        );
+        assert_eq!(inductor_tolerance_on_cuda(&sdpa, tight, None), None);
+        let mm = program("extern_kernels.mm");
+        assert_eq!(inductor_tolerance_on_cuda(&mm, tight, Some(eager)), None);
     }
 }

@@ -225,23 +225,16 @@ fn inductor_reference_for(mut references: References, program: &Program, meta: &
     let Some(tight) = references.compiled.as_ref().and_then(|r| r.tolerance) else {
         return references;
     };
-    let uses = wrapir::exec::device_ops::extern_uses(program);
-    let differing: std::collections::BTreeSet<String> = uses
-        .iter()
-        .filter(|u| wrapir::exec::device_ops::cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
-        .map(|u| wrapir::exec::host::op_key(&u.op))
-        .collect();
     let eager = references.eager.as_ref().and_then(|r| r.tolerance).or(meta.tolerance);
-    if differing.is_empty() {
-        return references;
-    }
-    if let (Some(e), Some(compiled)) = (eager, references.compiled.as_mut()) {
-        compiled.tolerance = Some(conventions::loosest(tight, e));
-        let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
+    if let (Some(loosened), Some(compiled)) = (
+        conventions::inductor_tolerance_on_cuda(program, tight, eager),
+        references.compiled.as_mut(),
+    ) {
+        compiled.tolerance = Some(loosened.tolerance);
         println!(
             "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
-            ops.join(", "),
-            if ops.len() == 1 { "runs" } else { "run" },
+            loosened.ops.join(", "),
+            if loosened.ops.len() == 1 { "runs" } else { "run" },
         );
     }
     references
