@@ -509,35 +509,11 @@ pub(crate) fn compare_command(
     let bundle = open_bundle(program)?;
     let prog = bundle.program();
     let stored = read_tensors(outputs)?;
-    let mut values = Vec::new();
-    for (i, output) in prog.main.outputs.iter().enumerate() {
-        let name = format!("out{i}");
-        let get = || {
-            stored.get(&name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: no tensor `{name}` for output {i} (`{}`) of the program",
-                    outputs.display(),
-                    output_text(output)
-                )
-            })
-        };
-        values.push(match output {
-            ir::GraphOutput::None => Value::None,
-            ir::GraphOutput::Buffer(_) => Value::Tensor(get()?.clone()),
-            ir::GraphOutput::Expr(_) => {
-                let t = get()?;
-                match t.to_i64_vec()?.as_slice() {
-                    [v] if !t.dtype().is_floating() => Value::Int(*v),
-                    _ => bail!(
-                        "{}: `{name}` (the size output {i}) must be a one-element integer tensor, got {}{:?}",
-                        outputs.display(),
-                        t.dtype(),
-                        t.size()
-                    ),
-                }
-            }
-        });
-    }
+    let values = match conventions::runner_outputs(prog, &stored) {
+        Ok(values) => values,
+        Err(conventions::RunnerOutputError::Exec(e)) => return Err(e.into()),
+        Err(e) => bail!("{}: {e}", outputs.display()),
+    };
     let args = RunArgs {
         program: program.to_path_buf(),
         device: RunDevice::Cuda,
@@ -553,12 +529,4 @@ pub(crate) fn compare_command(
     let references = references(&args, &bundle)?;
     let references = inductor_reference_for(references, prog, bundle.meta());
     compare_with_references(&values, &references)
-}
-
-fn output_text(output: &ir::GraphOutput) -> String {
-    match output {
-        ir::GraphOutput::Buffer(b) => b.to_string(),
-        ir::GraphOutput::Expr(e) => e.to_string(),
-        ir::GraphOutput::None => "None".to_string(),
-    }
 }
