@@ -658,7 +658,7 @@ fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
 /// backend cannot run (and, with the host fallback allowed, a `note` per op
 /// it would run on the host), then a summary; `false` when any cannot run.
 fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback: bool) -> bool {
-    use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
+    use wrapir::exec::device_ops::{cuda_support, extern_uses, CudaSupport};
     let host = wrapir::exec::host::HostBackend::default();
     let uses = extern_uses(program);
     let (backend, list) = match device {
@@ -678,22 +678,24 @@ fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback:
         };
         let at = format!("graph {}, line {} `{}`", u.graph, u.line, u.text);
         match device {
-            CheckDevice::Cuda if runs_on_cuda(&u.op) => {}
-            CheckDevice::Cuda if allow_host_fallback && host.has_op(&u.op) => {
-                on_host += 1;
-                out += &format!("note in {at}: op {op} runs on the host (--allow-host-fallback)\n");
-            }
-            CheckDevice::Cuda => {
-                missing += 1;
-                let hint = if host.has_op(&u.op) {
-                    "; --allow-host-fallback runs it on the host"
-                } else {
-                    ""
-                };
-                out += &format!(
-                    "error in {at}: the cuda backend cannot run op {op}: it has no device implementation (see `{list}`){hint}\n"
-                );
-            }
+            CheckDevice::Cuda => match cuda_support(&u.op, &host, allow_host_fallback) {
+                CudaSupport::Device => {}
+                CudaSupport::HostFallback => {
+                    on_host += 1;
+                    out += &format!("note in {at}: op {op} runs on the host (--allow-host-fallback)\n");
+                }
+                CudaSupport::Missing { fallback } => {
+                    missing += 1;
+                    let hint = if fallback {
+                        "; --allow-host-fallback runs it on the host"
+                    } else {
+                        ""
+                    };
+                    out += &format!(
+                        "error in {at}: the cuda backend cannot run op {op}: it has no device implementation (see `{list}`){hint}\n"
+                    );
+                }
+            },
             CheckDevice::Cpu if host.has_op(&u.op) => {}
             CheckDevice::Cpu => {
                 missing += 1;
