@@ -36,13 +36,15 @@
 //!
 //! ## Running an exported Inductor bundle on a GPU (feature `cuda`)
 //!
+//! (Without the feature the same code compiles, and `run_program` returns
+//! an error saying the feature is missing.)
+//!
 //! A bundle (`fixtures/inductor/README.md`) holds `program.json`, the kernels'
 //! cubins, `inputs.safetensors`, eager PyTorch's `expected.safetensors` and
 //! `bundle.json` (tolerances, the math modes of the compile). Extern ops the
 //! device does not implement are errors unless `host_fallback` is on:
 //!
 //! ```no_run
-//! # #[cfg(feature = "cuda")]
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use wrapir::bundle::Bundle;
 //! use wrapir::exec::compare::{compare_leaves, output_leaves};
@@ -66,13 +68,12 @@
 //! assert!(comparison.is_ok(), "{:?}", comparison.first_error());
 //! # Ok(())
 //! # }
-//! # #[cfg(not(feature = "cuda"))]
-//! # fn main() {}
 //! ```
 #![warn(missing_docs)]
 // Every `unsafe` block says why it is sound (also set in Cargo.toml's `[lints]`).
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod bench;
 pub mod bundle;
 #[cfg(feature = "cuda")]
 pub mod capi;

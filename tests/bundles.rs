@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use wrapir::bundle::conventions::{self, reference_outputs};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
-use wrapir::exec::host::{op_key, HostBackend};
+use wrapir::exec::host::HostBackend;
 use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::Value;
 use wrapir::fx::Op;
@@ -254,10 +254,9 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
 /// `true` when the host backend can run every kernel and extern op of the
 /// program's FX graph (its default registry has extern ops only).
 fn host_can_run(graph: &wrapir::fx::Graph, host: &HostBackend) -> bool {
-    let ops = host.op_names();
     let kernels = host.kernel_names();
     graph.iter().all(|(_, node)| match &node.op {
-        Op::Extern { target, .. } => ops.contains(target) || ops.contains(&op_key(target)),
+        Op::Extern { target, .. } => host.has_op(target),
         Op::TritonKernel { kernel, .. } | Op::KernelCall { kernel, .. } => kernels.iter().any(|k| k == kernel.as_str()),
         _ => true,
     }) && graph.subgraphs.values().all(|g| host_can_run(g, host))
@@ -289,7 +288,7 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
             }
         };
         let got = output_leaves(&out.outputs);
-        let comparison = compare_leaves(&got, &expected, int_outputs(&dir).as_deref(), Some(tolerance));
+        let comparison = compare_leaves(&got, &expected, meta.int_outputs.as_deref(), Some(tolerance));
         if let Some(e) = comparison.first_error() {
             failures.push(format!("{case}: {e}"));
         }

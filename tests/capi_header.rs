@@ -283,22 +283,24 @@ fn header_compiles_as_c_and_cpp() {
     // g++ (which CI has) compiles C with `-x c`.
     for (file, lang, std) in [("probe.c", "c", "-std=c99"), ("probe.cpp", "c++", "-std=c++17")] {
         std::fs::write(dir.join(file), probe).unwrap();
-        let out = Command::new("g++")
-            .args([
-                "-x",
-                lang,
-                std,
-                "-fsyntax-only",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pedantic",
-            ])
-            .arg("-I")
-            .arg(&dir)
-            .arg(dir.join(file))
-            .output()
-            .unwrap_or_else(|e| panic!("g++ runs: {e}"));
+        let out = common::run_tool(
+            Command::new("g++")
+                .args([
+                    "-x",
+                    lang,
+                    std,
+                    "-fsyntax-only",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-pedantic",
+                ])
+                .arg("-I")
+                .arg(&dir)
+                .arg(dir.join(file)),
+            "g++",
+            "compiling wrapir_rt.h",
+        );
         assert!(
             out.status.success(),
             "wrapir_rt.h does not compile as {lang} ({std}):\n{}",
@@ -348,22 +350,24 @@ fn dtype_codes_are_the_rust_dtype_order() {
 /// releases them, and turns a failed call into a `wrapir::Error` naming the op.
 #[test]
 fn cpp_call_op_passes_arguments_and_adopts_results() {
-    let include = common::cuda_include().unwrap_or_else(|e| panic!("{e}"));
+    let include = common::cuda_include();
     let dir = std::env::temp_dir().join(format!("wrapir_capi_call_op_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
     std::fs::write(dir.join("probe.cpp"), CALL_OP_PROBE).unwrap();
     let exe = dir.join("probe");
-    let out = Command::new("g++")
-        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(&include)
-        .arg("-I")
-        .arg(&dir)
-        .arg(dir.join("probe.cpp"))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("g++ runs");
+    let out = common::run_tool(
+        Command::new("g++")
+            .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(&include)
+            .arg("-I")
+            .arg(&dir)
+            .arg(dir.join("probe.cpp"))
+            .arg("-o")
+            .arg(&exe),
+        "g++",
+        "building the call_op probe",
+    );
     assert!(
         out.status.success(),
         "the probe does not build:\n{}",

@@ -493,32 +493,6 @@ int main(void) {
     );
 }
 
-/// The include directory of `cuda.h`: `WRAPIR_CUDA_INCLUDE`, the CUDA
-/// toolkit's (`CUDA_HOME`, `/usr/local/cuda`), else NVIDIA's pip wheel.
-fn cuda_include() -> PathBuf {
-    let toolkit = std::env::var_os("CUDA_HOME")
-        .map(|h| PathBuf::from(h).join("include"))
-        .into_iter()
-        .chain(std::iter::once(PathBuf::from("/usr/local/cuda/include")));
-    let env = std::env::var_os("WRAPIR_CUDA_INCLUDE").map(PathBuf::from);
-    if let Some(dir) = env.into_iter().chain(toolkit).find(|d| d.join("cuda.h").is_file()) {
-        return dir;
-    }
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ])
-        .output()
-        .expect("python3 runs");
-    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    assert!(
-        dir.join("cuda.h").is_file(),
-        "cuda.h not found: set WRAPIR_CUDA_INCLUDE or CUDA_HOME"
-    );
-    dir
-}
-
 /// Whole programs through the runtime library: each bundle's package
 /// (`wrapir lower --package`, compiled here with g++ against the driver and
 /// `libwrapir_runtime.so`) runs on the bundle's inputs, twice, and its
@@ -531,7 +505,7 @@ fn standalone_packages_match_the_references() {
         "{} has no libwrapir_runtime.so: build it first with `cargo build -p wrapir-runtime` (the same profile as this test), or set WRAPIR_RUNTIME_DIR",
         lib.display()
     );
-    let include = cuda_include();
+    let include = common::cuda_include();
     let work = std::env::temp_dir().join(format!("wrapir_cuda_capi_packages_{}", std::process::id()));
     let wrapir = std::env::var("WRAPIR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_wrapir").to_string());
     let wrapir = wrapir.as_str();

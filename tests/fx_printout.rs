@@ -83,12 +83,11 @@ fn every_fixture_printout_executes_under_python() {
     assert!(paths.len() >= 20, "only {} fixtures lowered to FX", paths.len());
     let harness = dir.join("harness.py");
     std::fs::write(&harness, HARNESS).unwrap();
-    let run = common::run_tool(
+    let out = common::run_tool(
         Command::new("python3").arg(&harness).args(&paths),
         "python3",
         "executing the FX printouts",
     );
-    let Some(out) = run else { return };
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -39,22 +39,24 @@ const GXX_FLAGS: &[&str] = &[
 
 #[test]
 fn every_bundle_package_compiles_against_cuda_h() {
-    let include = common::cuda_include().unwrap_or_else(|e| panic!("{e}"));
+    let include = common::cuda_include();
     let dir = common::scratch("standalone_package", "compiles");
     std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
     // A precompiled runtime header: each file below then parses only itself.
     // (Without -Werror: g++ warns about `#pragma once` in the header it compiles.
     // A precompiled header g++ cannot use is ignored, and the header parsed.)
-    let pch = Command::new("g++")
-        .args(GXX_FLAGS.iter().filter(|f| **f != "-Werror"))
-        .args(["-x", "c++-header"])
-        .arg("-I")
-        .arg(&include)
-        .arg(dir.join("wrapir_runtime.h"))
-        .arg("-o")
-        .arg(dir.join("wrapir_runtime.h.gch"))
-        .output()
-        .expect("g++ runs");
+    let pch = common::run_tool(
+        Command::new("g++")
+            .args(GXX_FLAGS.iter().filter(|f| **f != "-Werror"))
+            .args(["-x", "c++-header"])
+            .arg("-I")
+            .arg(&include)
+            .arg(dir.join("wrapir_runtime.h"))
+            .arg("-o")
+            .arg(dir.join("wrapir_runtime.h.gch")),
+        "g++",
+        "precompiling the runtime header",
+    );
     assert!(
         pch.status.success(),
         "wrapir_runtime.h does not compile:\n{}",
@@ -101,16 +103,18 @@ fn every_bundle_package_compiles_against_cuda_h() {
                 s.spawn(move || {
                     let mut failed = Vec::new();
                     for src in chunk {
-                        let out = Command::new("g++")
-                            .args(GXX_FLAGS)
-                            .arg("-fsyntax-only")
-                            .arg("-I")
-                            .arg(dir)
-                            .arg("-I")
-                            .arg(include)
-                            .arg(src)
-                            .output()
-                            .expect("g++ runs");
+                        let out = common::run_tool(
+                            Command::new("g++")
+                                .args(GXX_FLAGS)
+                                .arg("-fsyntax-only")
+                                .arg("-I")
+                                .arg(dir)
+                                .arg("-I")
+                                .arg(include)
+                                .arg(src),
+                            "g++",
+                            "compiling the package sources",
+                        );
                         if !out.status.success() {
                             failed.push(format!("{}:\n{}", src.display(), String::from_utf8_lossy(&out.stderr)));
                         }

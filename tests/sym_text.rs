@@ -593,7 +593,8 @@ proptest! {
     #[test]
     fn every_python_text_parses(e in expr(false)) {
         let text = print::python(&e);
-        prop_assert!(parse(&text).is_ok(), "python text `{}` does not parse", text);
+        let back = parse(&text);
+        prop_assert!(back.is_ok(), "python text `{}` does not parse: {:?}", text, back);
         prop_assert!(!print::cpp(&e).is_empty());
     }
 }

@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 /// every module.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("sym", &[]),
+    ("bench", &[]),
     ("limits", &["sym"]),
     ("ir", &["sym"]),
     ("text", &["ir", "sym"]),
     ("fx", &["ir", "sym"]),
     ("lower", &["ir", "sym", "fx"]),
     ("reconcile", &["ir", "sym", "fx", "lower"]),
-    ("exec", &["ir", "sym", "fx", "lower", "text"]),
+    ("exec", &["ir", "sym", "fx", "lower", "text", "bench"]),
     ("bundle", &["ir", "text", "exec"]),
     ("capi", &["ir", "exec", "bundle"]),
     ("snapshot", &["ir", "lower"]),

@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use indexmap::IndexMap;
-use std::time::{Duration, Instant};
 use wrapir::ir::{
     ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, KeyEntry,
     Layout, Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
@@ -631,21 +630,7 @@ pub fn generate(size: Size, seed: u64) -> Generated {
     }
 }
 
-/// The median of `repeats` timed runs of `f`, after `warmup` untimed ones.
-pub fn median_time<T>(warmup: usize, repeats: usize, mut f: impl FnMut() -> T) -> Duration {
-    for _ in 0..warmup {
-        std::hint::black_box(f());
-    }
-    let mut times: Vec<Duration> = (0..repeats)
-        .map(|_| {
-            let t = Instant::now();
-            std::hint::black_box(f());
-            t.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[times.len() / 2]
-}
+pub use wrapir::bench::median_time;
 
 /// `n` with thousands separators.
 pub fn thousands(n: f64) -> String {

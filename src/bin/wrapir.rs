@@ -16,8 +16,7 @@ mod kernels;
 mod package;
 #[path = "wrapir/run.rs"]
 mod run;
-use bench::{bench_cuda, BenchOptions};
-#[cfg(feature = "cuda")]
+use bench::{bench_command, BenchArgs};
 use run::exec_host_fallback_hint;
 use run::{run_command, RunArgs};
 use wrapir::bundle::{Bundle, BundleError};
@@ -383,11 +382,6 @@ enum Target {
     Fx,
 }
 
-impl Target {
-    /// Every back end, in the library's order.
-    const ALL: [Target; 4] = [Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx];
-}
-
 impl From<Target> for wrapir::lower::Target {
     fn from(t: Target) -> Self {
         match t {
@@ -529,14 +523,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     ExitCode::from(1)
                 });
             }
-            let selected = if lowering.is_empty() {
-                Target::ALL.to_vec()
+            let selected: Vec<wrapir::lower::Target> = if lowering.is_empty() {
+                wrapir::lower::Target::ALL.to_vec()
             } else {
-                lowering
+                lowering.into_iter().map(Into::into).collect()
             };
             let mut emitters: Vec<Box<dyn LaunchEmitter>> = Vec::new();
             for t in selected {
-                let e = wrapir::reconcile::emitter(t.into());
+                let e = wrapir::reconcile::emitter(t);
                 if !emitters.iter().any(|x| x.name() == e.name()) {
                     emitters.push(e);
                 }
@@ -613,14 +607,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if device != "cuda" {
                 bail!("`bench` times the cuda device only, not `{device}`");
             }
-            let options = BenchOptions {
+            let args = BenchArgs {
                 graphs,
-                iters: iters.max(1),
-                repeats: repeats.max(1),
+                iters,
+                repeats,
                 preload: !no_preload,
                 allow_host_fallback,
             };
-            bench_cuda(&bundle, &options)
+            bench_command(&bundle, &args)
         }
         Command::Pack { bundle, output } => pack(&bundle, &output),
     }
@@ -666,19 +660,12 @@ fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
 
 // ---- `wrapir ops` and `wrapir check --device` ----------------------------------
 
-/// Whether the host backend's registry has `op`, as its `call_extern` looks
-/// ops up: by the op string, then by its key.
-fn host_runs(host_ops: &[String], op: &str) -> bool {
-    let key = wrapir::exec::host::op_key(op);
-    host_ops.iter().any(|o| o == op || *o == key)
-}
-
 /// `check --device`: prints one `error in ...` line per extern op call the
 /// backend cannot run (and, with the host fallback allowed, a `note` per op
 /// it would run on the host), then a summary; `false` when any cannot run.
 fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback: bool) -> bool {
-    use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
-    let host_ops = wrapir::exec::host::HostBackend::default().op_names();
+    use wrapir::exec::device_ops::{cuda_support, extern_uses, CudaSupport};
+    let host = wrapir::exec::host::HostBackend::default();
     let uses = extern_uses(program);
     let (backend, list) = match device {
         CheckDevice::Cuda => ("cuda", "wrapir ops --device cuda"),
@@ -697,23 +684,25 @@ fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback:
         };
         let at = format!("graph {}, line {} `{}`", u.graph, u.line, u.text);
         match device {
-            CheckDevice::Cuda if runs_on_cuda(&u.op) => {}
-            CheckDevice::Cuda if allow_host_fallback && host_runs(&host_ops, &u.op) => {
-                on_host += 1;
-                out += &format!("note in {at}: op {op} runs on the host (--allow-host-fallback)\n");
-            }
-            CheckDevice::Cuda => {
-                missing += 1;
-                let hint = if host_runs(&host_ops, &u.op) {
-                    "; --allow-host-fallback runs it on the host"
-                } else {
-                    ""
-                };
-                out += &format!(
-                    "error in {at}: the cuda backend cannot run op {op}: it has no device implementation (see `{list}`){hint}\n"
-                );
-            }
-            CheckDevice::Cpu if host_runs(&host_ops, &u.op) => {}
+            CheckDevice::Cuda => match cuda_support(&u.op, &host, allow_host_fallback) {
+                CudaSupport::Device => {}
+                CudaSupport::HostFallback => {
+                    on_host += 1;
+                    out += &format!("note in {at}: op {op} runs on the host (--allow-host-fallback)\n");
+                }
+                CudaSupport::Missing { fallback } => {
+                    missing += 1;
+                    let hint = if fallback {
+                        "; --allow-host-fallback runs it on the host"
+                    } else {
+                        ""
+                    };
+                    out += &format!(
+                        "error in {at}: the cuda backend cannot run op {op}: it has no device implementation (see `{list}`){hint}\n"
+                    );
+                }
+            },
+            CheckDevice::Cpu if host.has_op(&u.op) => {}
             CheckDevice::Cpu => {
                 missing += 1;
                 out += &format!("error in {at}: the cpu backend cannot run op {op}: it is not in the host op registry (see `{list}`)\n");

@@ -224,6 +224,32 @@ pub fn runs_on_cuda(op: &str) -> bool {
     cuda_op(op).is_some()
 }
 
+/// Where the CUDA backend runs an extern op, as far as the op's name tells
+/// (a device row may still refuse some operands at run time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CudaSupport {
+    /// On the device: the op has a row of [`CUDA_OPS`].
+    Device,
+    /// On the host, through the allowed host fallback.
+    HostFallback,
+    /// Nowhere in this configuration; `fallback`: the host fallback would
+    /// run it (`CudaOptions::host_fallback`, the CLI's `--allow-host-fallback`).
+    Missing {
+        /// The host backend `host` has the op.
+        fallback: bool,
+    },
+}
+
+/// Where the CUDA backend runs `op` when its host fallback is `allowed`,
+/// with `host` the fallback's registry ([`super::host::HostBackend::has_op`]).
+pub fn cuda_support(op: &str, host: &super::host::HostBackend, allowed: bool) -> CudaSupport {
+    match (runs_on_cuda(op), host.has_op(op)) {
+        (true, _) => CudaSupport::Device,
+        (false, true) if allowed => CudaSupport::HostFallback,
+        (false, fallback) => CudaSupport::Missing { fallback },
+    }
+}
+
 /// The Markdown table of [`CUDA_OPS`] the README shows (`| op | runs on |
 /// dtypes |`, one row per op in table order), so that the README can be
 /// checked against the table.

@@ -181,6 +181,17 @@ impl HostBackend {
         self.ops.keys().cloned().collect()
     }
 
+    /// Whether this backend runs `op`: registered under the op string, or
+    /// under its key ([`op_key`]), as [`Backend::call_extern`] looks it up.
+    pub fn has_op(&self, op: &str) -> bool {
+        self.find_op(op).is_some()
+    }
+
+    /// The registered op `op` (by the op string, then by its key).
+    fn find_op(&self, op: &str) -> Option<&ExternFn> {
+        self.ops.get(op).or_else(|| self.ops.get(&op_key(op)))
+    }
+
     /// Registered kernel names.
     pub fn kernel_names(&self) -> Vec<String> {
         self.kernels.keys().cloned().collect()
@@ -217,16 +228,11 @@ impl Backend for HostBackend {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, Tensor>) -> Result<Value<Tensor>, ExecError> {
-        let key = op_key(call.op);
-        let f = self
-            .ops
-            .get(call.op)
-            .or_else(|| self.ops.get(&key))
-            .ok_or_else(|| ExecError::UnknownOp {
-                backend: "host",
-                op: call.op.to_string(),
-                supported: self.op_names(),
-            })?;
+        let f = self.find_op(call.op).ok_or_else(|| ExecError::UnknownOp {
+            backend: "host",
+            op: call.op.to_string(),
+            supported: self.op_names(),
+        })?;
         // Registered ops take an owned map without `out` (the result is
         // copied into it below).
         let kwargs: IndexMap<String, Value<Tensor>> = call

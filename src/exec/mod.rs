@@ -11,11 +11,16 @@
 //!   jagged <-> padded dense conversions).
 
 mod attention;
+pub mod bench;
 pub mod collective;
 pub mod compare;
 mod complex;
 mod conv;
 #[cfg(feature = "cuda")]
+pub mod cuda;
+// Without the `cuda` feature: the same names, whose entry points fail.
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_standin.rs"]
 pub mod cuda;
 pub mod device_ops;
 pub mod host;
@@ -32,7 +37,7 @@ pub mod safetensors;
 mod segment;
 pub(crate) mod tensor;
 
-pub use run::{check_inputs, RunError};
+pub use run::{check_inputs, input_symbols, RunError};
 pub use tensor::{Element, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};

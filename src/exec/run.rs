@@ -67,6 +67,17 @@ pub fn check_inputs(program: &Program, inputs: &indexmap::IndexMap<String, super
     Ok(())
 }
 
+/// The symbol values `inputs` give `program` (the backed symbols that input
+/// sizes name, and the symbol inputs), after checking them as
+/// [`check_inputs`] does: the hints a shapes-only run takes from real inputs.
+pub fn input_symbols(
+    program: &Program,
+    inputs: &indexmap::IndexMap<String, super::Tensor>,
+) -> Result<Bindings, RunError> {
+    let (_, _, symbols) = bind_and_place(program, inputs, &mut |_, _, _| Ok(()))?;
+    Ok(symbols)
+}
+
 /// What [`place_inputs`] needs to know of one supplied input: a host
 /// tensor, or a tensor that already lives on a device.
 pub(crate) trait SuppliedInput {
@@ -109,6 +120,17 @@ pub(crate) fn place_inputs<I: SuppliedInput, T>(
     inputs: &indexmap::IndexMap<String, I>,
     place: &mut dyn FnMut(&str, &I, &TensorSpec) -> Result<T, ExecError>,
 ) -> Result<(Vec<super::Value<T>>, indexmap::IndexMap<String, T>), RunError> {
+    let (args, constants, _) = bind_and_place(program, inputs, place)?;
+    Ok((args, constants))
+}
+
+/// [`place_inputs`], also returning the symbols the inputs bound.
+#[allow(clippy::type_complexity)]
+fn bind_and_place<I: SuppliedInput, T>(
+    program: &Program,
+    inputs: &indexmap::IndexMap<String, I>,
+    place: &mut dyn FnMut(&str, &I, &TensorSpec) -> Result<T, ExecError>,
+) -> Result<(Vec<super::Value<T>>, indexmap::IndexMap<String, T>, Bindings), RunError> {
     use crate::ir::GraphInput;
     use crate::sym::Symbol;
     for name in inputs.keys() {
@@ -248,5 +270,5 @@ pub(crate) fn place_inputs<I: SuppliedInput, T>(
     for (name, layout) in &program.constants {
         constants.insert(name.to_string(), placed(name.as_str(), layout)?);
     }
-    Ok((args, constants))
+    Ok((args, constants, env))
 }

@@ -146,44 +146,54 @@ pub fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
-/// Runs an external tool a test needs. `None`, after saying on stderr which
-/// tool is missing, when `tool` is not installed (the test then skips);
-/// panics naming the tool when it is installed but cannot be started.
-pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) -> Option<std::process::Output> {
+/// Runs an external tool a test needs (`python3`, `g++`: CI installs them,
+/// so a missing one fails the test rather than skipping it). Panics naming
+/// the tool and what needed it when it is not installed or cannot start.
+pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) -> std::process::Output {
     match command.output() {
-        Ok(out) => Some(out),
+        Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("skipped: {purpose} needs `{tool}` on PATH, which is not installed");
-            None
+            panic!("`{tool}` is not installed: {purpose} needs it on PATH")
         }
         Err(e) => panic!("cannot run `{tool}` ({purpose}): {e}"),
     }
 }
 
-/// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, else the
-/// `nvidia-cuda-runtime-cu12` wheel's include directory.
-pub fn cuda_include() -> Result<PathBuf, String> {
+/// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, the CUDA
+/// toolkit's (`CUDA_HOME`, `/usr/local/cuda`), else the
+/// `nvidia-cuda-runtime-cu12` wheel's include directory. Panics saying how
+/// to install the header when there is none (CI installs the wheel).
+pub fn cuda_include() -> PathBuf {
     const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
                        or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
     if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
         let dir = PathBuf::from(dir);
-        return if dir.join("cuda.h").is_file() {
-            Ok(dir)
-        } else {
-            Err(format!("WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}", dir.display()))
-        };
+        assert!(
+            dir.join("cuda.h").is_file(),
+            "WRAPIR_CUDA_INCLUDE={} has no cuda.h; {HOW}",
+            dir.display()
+        );
+        return dir;
     }
-    let probe = Command::new("python3")
-        .args([
+    let toolkit = std::env::var_os("CUDA_HOME")
+        .map(|h| PathBuf::from(h).join("include"))
+        .into_iter()
+        .chain(std::iter::once(PathBuf::from("/usr/local/cuda/include")));
+    if let Some(dir) = toolkit.into_iter().find(|d| d.join("cuda.h").is_file()) {
+        return dir;
+    }
+    let probe = run_tool(
+        Command::new("python3").args([
             "-c",
             "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ])
-        .output()
-        .map_err(|e| format!("cannot run python3 to find cuda.h ({e}); {HOW}"))?;
+        ]),
+        "python3",
+        "finding cuda.h in NVIDIA's wheel",
+    );
     let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    if probe.status.success() && dir.join("cuda.h").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!("cuda.h not found; {HOW}"))
-    }
+    assert!(
+        probe.status.success() && dir.join("cuda.h").is_file(),
+        "cuda.h not found; {HOW}"
+    );
+    dir
 }

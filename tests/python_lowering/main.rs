@@ -115,7 +115,6 @@ fn py_compile(text: &str) {
         "checking the lowered module with py_compile",
     );
     let _ = std::fs::remove_file(&path);
-    let Some(out) = out else { return };
     assert!(
         out.status.success(),
         "py_compile rejected the module:\n{}\n---\n{text}",

@@ -1,11 +1,15 @@
-//! `wrapir bench`: timing a bundle on the GPU (interpreter, prepared direct
-//! path, CUDA graphs) next to the floors measured in the same process.
+//! `wrapir bench`: opens the bundle, times it on the GPU
+//! ([`wrapir::exec::bench::bench_cuda`]) and prints the measures with this
+//! process's start-up.
 
 use super::*;
+use serde_json::json;
+use std::time::Instant;
+use wrapir::exec::bench::{bench_cuda, BenchError, BenchOptions, CudaBench};
+use wrapir::exec::cuda::CudaOptions;
 
 /// The options of `wrapir bench`.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct BenchOptions {
+pub(crate) struct BenchArgs {
     pub(crate) graphs: bool,
     pub(crate) iters: usize,
     pub(crate) repeats: usize,
@@ -13,26 +17,22 @@ pub(crate) struct BenchOptions {
     pub(crate) allow_host_fallback: bool,
 }
 
+/// Start-up of this process before the device opens, in ms.
+struct Startup {
+    before_main: Option<f64>,
+    load_program: f64,
+    read_inputs: f64,
+}
+
 /// `bench --device cuda` (see `Command::Bench`).
-#[cfg(feature = "cuda")]
-pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode> {
-    let BenchOptions {
-        graphs,
-        iters,
-        repeats,
-        preload,
-        allow_host_fallback,
-    } = *bench;
-    use std::time::Instant;
-    use wrapir::exec::cuda::{launch_floor, place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
-    use wrapir::exec::{Backend, Value};
+pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode> {
     let started = Instant::now();
-    let before_main_ms = process_age_ms();
+    let before_main = process_age_ms();
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let opened = open_bundle(bundle)?;
     let name = opened.name().to_string();
     let program = with_guards(opened.program().clone())?;
-    let load_ms = ms(started);
+    let load_program = ms(started);
     let t = Instant::now();
     let inputs = opened.inputs()?.ok_or_else(|| {
         anyhow::anyhow!(
@@ -41,326 +41,169 @@ pub(crate) fn bench_cuda(bundle: &Path, bench: &BenchOptions) -> Result<ExitCode
             wrapir::bundle::INPUTS
         )
     })?;
-    let read_inputs_ms = ms(t);
+    let read_inputs = ms(t);
     super::kernels::require_kernel_images(&opened, true)?;
     let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
-    options.host_fallback = allow_host_fallback;
-    let extern_ops = options.extern_ops.clone();
-    let options = if preload {
-        options.preload_for(&program)
-    } else {
-        options
+    options.host_fallback = args.allow_host_fallback;
+    let bench = BenchOptions {
+        timing: wrapir::bench::Timing::new(args.iters, args.repeats),
+        graphs: args.graphs,
+        preload: args.preload,
     };
-    let mut backend = CudaBackend::new(options).map_err(|e| anyhow::anyhow!("opening the GPU: {e}"))?;
-    let t = Instant::now();
-    let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs)
-        .map_err(|e| anyhow::anyhow!("placing the inputs of {name}: {e}"))?;
-    let place_ms = ms(t);
-    let input_bytes = backend.memory().current_bytes;
-    // Random draws advance the generator every call; the bit-for-bit checks
-    // below replay once more from this state.
-    let rng0 = backend.cuda_rng().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let t = Instant::now();
-    let first = plan
-        .run(&mut backend, args.clone(), &constants)
-        .map_err(|e| anyhow::anyhow!("running {name}: {e}{}", exec_host_fallback_hint(&e)))?;
-    let first_run_ms = ms(t);
-    let first_host_ops = extern_ops.host_ops();
-    let t = Instant::now();
-    let first_host = first
-        .outputs
-        .iter()
-        .map(|v| wrapir::exec::cuda::to_host(&mut backend, v))
-        .collect::<Result<Vec<_>, _>>()?;
-    let copy_out_ms = ms(t);
-    let first_output_ms = ms(started);
-    let lt = backend.load_timings();
-    let d = |x: std::time::Duration| x.as_secs_f64() * 1e3;
-    let startup = serde_json::json!({
-        "before_main_ms": before_main_ms, "load_program_ms": load_ms, "read_inputs_ms": read_inputs_ms,
-        "device_open_ms": d(lt.device_open), "place_inputs_ms": place_ms, "first_run_ms": first_run_ms,
-        "module_load_ms": d(lt.module_load), "modules": lt.modules, "builtin_nvrtc_ms": d(lt.builtin_load),
-        "cublas_first_call_ms": d(lt.blas_first_call), "copy_out_ms": copy_out_ms,
-    });
-    let interp_peak = backend.memory().peak_bytes.saturating_sub(input_bytes);
-    // The meta backend's plan peak for the same symbol values (unbacked
-    // sizes as this run read them), inputs excluded as above.
-    let meta_peak = wrapir::exec::meta::run_program(&program, &first.symbols)
-        .map(|r| r.memory.peak_bytes.saturating_sub(input_bytes))
-        .ok();
-    drop(first);
-    let sync = |b: &CudaBackend| b.synchronize().map_err(|e| anyhow::anyhow!("{e}"));
-    // Median over repeats of host µs per call, taken when the last call of a
-    // repeat is queued; the stream is drained between repeats.
-    let time = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<f64> {
-        for _ in 0..iters.min(50) {
-            f(backend)?;
-        }
-        sync(backend)?;
-        let mut per_call = Vec::with_capacity(repeats);
-        for _ in 0..repeats {
-            let t0 = Instant::now();
-            for _ in 0..iters {
-                f(backend)?;
-            }
-            per_call.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-            sync(backend)?;
-        }
-        per_call.sort_by(f64::total_cmp);
-        Ok(per_call[per_call.len() / 2])
-    };
-    let interp_us = time(&mut backend, &mut |b| {
-        plan.run(b, args.clone(), &constants)
-            .map(drop)
-            .map_err(|e| anyhow::anyhow!("running {name}: {e}"))
+    let report = bench_cuda(&program, &inputs, options, &bench).map_err(|e| match e {
+        BenchError::Place(e) => anyhow::anyhow!("placing the inputs of {name}: {e}"),
+        BenchError::Run(e) => anyhow::anyhow!("running {name}: {e}{}", exec_host_fallback_hint(&e)),
+        other => anyhow::anyhow!("{other}"),
     })?;
-    let fingerprint = |backend: &mut CudaBackend, outs: &[Value<wrapir::exec::cuda::CudaTensor>]| -> Result<Vec<u64>> {
-        let mut bits = Vec::new();
-        for v in outs {
-            if let Value::Tensor(t) = v {
-                let host = backend.copy_out(t)?;
-                // A complex tensor's bits are its parts'.
-                let host = if host.dtype().is_complex() {
-                    host.view_as_real()?
-                } else {
-                    host
-                };
-                if host.dtype().is_floating() {
-                    bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
-                } else {
-                    bits.extend(host.to_i64_vec()?.into_iter().map(|i| i as u64));
-                }
-            }
-        }
-        Ok(bits)
+    let startup = Startup {
+        before_main,
+        load_program,
+        read_inputs,
     };
-    let host_bits = |outs: &[Value<wrapir::exec::Tensor>]| -> Result<Vec<u64>> {
-        let mut bits = Vec::new();
-        for v in outs {
-            if let Value::Tensor(host) = v {
-                let host = if host.dtype().is_complex() {
-                    host.view_as_real()?
-                } else {
-                    host.clone()
-                };
-                if host.dtype().is_floating() {
-                    bits.extend(host.to_f64_vec()?.into_iter().map(f64::to_bits));
-                } else {
-                    bits.extend(host.to_i64_vec()?.into_iter().map(|i| i as u64));
-                }
-            }
-        }
-        Ok(bits)
-    };
-    let interp_bits = host_bits(&first_host)?;
+    let first_output_ms = report.first_output.saturating_duration_since(started).as_secs_f64() * 1e3;
+    write_output(None, &render(&name, &report, &startup, first_output_ms, &bench))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report: one line per measure, then the `bench-json` line.
+fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, bench: &BenchOptions) -> String {
+    let iters = bench.timing.iters;
+    let ms = |x: std::time::Duration| x.as_secs_f64() * 1e3;
+    let lt = &r.load;
+    let (place_ms, first_run_ms, copy_out_ms) = (ms(r.place_inputs), ms(r.first_run), ms(r.copy_out));
+    let interp_us = r.interp_us;
     let mut out = format!("bundle {name}: interpreter {interp_us:.2} us/call; first outputs {first_output_ms:.1} ms after `bench` began\n");
-    let host_ops: Vec<serde_json::Value> = first_host_ops
-        .into_iter()
-        .map(|(op, n)| {
-            out += &format!("host fallback: {op} x{n} (first run)\n");
-            serde_json::json!({"op": op, "calls": n})
-        })
-        .collect();
+    let mut host_ops = Vec::new();
+    for (op, n) in &r.host_ops {
+        out += &format!("host fallback: {op} x{n} (first run)\n");
+        host_ops.push(json!({"op": op, "calls": n}));
+    }
     out += &format!(
-        "memory (bytes, inputs excluded): interpreter peak {interp_peak}, meta plan peak with the same symbol values {}\n",
-        meta_peak.map_or("unknown".to_string(), |m| m.to_string())
+        "memory (bytes, inputs excluded): interpreter peak {}, meta plan peak with the same symbol values {}\n",
+        r.interp_peak_bytes,
+        r.meta_peak_bytes.map_or("unknown".to_string(), |m| m.to_string())
     );
     out += &format!(
-        "start-up (ms): before main {}, load program {load_ms:.1}, read inputs {read_inputs_ms:.1}, cuInit+context+stream {:.1}, place inputs {place_ms:.1}, first run {first_run_ms:.1} (of which {} kernel images {:.1}, built-in kernels NVRTC {:.1}, cuBLAS first call {:.1}), copy out {copy_out_ms:.1}\n",
-        before_main_ms.map_or("unknown".to_string(), |v| format!("{v:.0}")),
-        d(lt.device_open),
+        "start-up (ms): before main {}, load program {:.1}, read inputs {:.1}, cuInit+context+stream {:.1}, place inputs {place_ms:.1}, first run {first_run_ms:.1} (of which {} kernel images {:.1}, built-in kernels NVRTC {:.1}, cuBLAS first call {:.1}), copy out {copy_out_ms:.1}\n",
+        startup.before_main.map_or("unknown".to_string(), |v| format!("{v:.0}")),
+        startup.load_program,
+        startup.read_inputs,
+        ms(lt.device_open),
         lt.modules,
-        d(lt.module_load),
-        d(lt.builtin_load),
-        d(lt.blas_first_call),
+        ms(lt.module_load),
+        ms(lt.builtin_load),
+        ms(lt.blas_first_call),
     );
-    let mut json = serde_json::json!({
-        "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
-        "interp_peak_bytes": interp_peak, "input_bytes": input_bytes, "startup": startup,
-        "meta_peak_same_symbols_bytes": meta_peak, "host_fallback_ops": host_ops,
+    let startup_json = json!({
+        "before_main_ms": startup.before_main, "load_program_ms": startup.load_program,
+        "read_inputs_ms": startup.read_inputs, "device_open_ms": ms(lt.device_open), "place_inputs_ms": place_ms,
+        "first_run_ms": first_run_ms, "module_load_ms": ms(lt.module_load), "modules": lt.modules,
+        "builtin_nvrtc_ms": ms(lt.builtin_load), "cublas_first_call_ms": ms(lt.blas_first_call),
+        "copy_out_ms": copy_out_ms,
     });
-    // Host µs of one call alone (the stream drained before each), median of
-    // `samples`: what the floors below measure, free of queue back-pressure.
-    let samples = (repeats * 20).max(200);
-    let time_one = |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<f64> {
-        for _ in 0..iters.min(50) {
-            f(backend)?;
-        }
-        sync(backend)?;
-        let mut per_call = Vec::with_capacity(samples);
-        for _ in 0..samples {
-            let t0 = Instant::now();
-            f(backend)?;
-            per_call.push(t0.elapsed().as_secs_f64() * 1e6);
-            sync(backend)?;
-        }
-        per_call.sort_by(f64::total_cmp);
-        Ok(per_call[per_call.len() / 2])
-    };
-    // Wall µs per call with the device's work included: `latency` times one
-    // call and the wait for its results (median of `samples`); `drained`
-    // times `iters` calls queued back to back and the wait for the last
-    // (median of repeats, per call): the device-bound throughput.
-    let latency =
-        |backend: &mut CudaBackend, f: &mut dyn FnMut(&mut CudaBackend) -> Result<()>| -> Result<(f64, f64)> {
-            for _ in 0..iters.min(50) {
-                f(backend)?;
-            }
-            sync(backend)?;
-            let mut one = Vec::with_capacity(samples);
-            for _ in 0..samples {
-                let t0 = Instant::now();
-                f(backend)?;
-                sync(backend)?;
-                one.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-            let mut drained = Vec::with_capacity(repeats);
-            for _ in 0..repeats {
-                let t0 = Instant::now();
-                for _ in 0..iters {
-                    f(backend)?;
-                }
-                sync(backend)?;
-                drained.push(t0.elapsed().as_secs_f64() * 1e6 / iters as f64);
-            }
-            one.sort_by(f64::total_cmp);
-            drained.sort_by(f64::total_cmp);
-            Ok((one[one.len() / 2], drained[drained.len() / 2]))
-        };
-    let mut kernels = 0usize;
-    let mut launches = 0usize;
-    let mut direct_one_us = None;
-    let mut library_floor_us = 0.0;
-    let mut reads = 0usize;
-    match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
+    let mut json = json!({
+        "bundle": name, "interp_us": interp_us, "first_output_ms": first_output_ms,
+        "interp_peak_bytes": r.interp_peak_bytes, "input_bytes": r.input_bytes, "startup": startup_json,
+        "meta_peak_same_symbols_bytes": r.meta_peak_bytes, "host_fallback_ops": host_ops,
+    });
+    let diverged = |d: bool| if d { ", DIVERGED" } else { "" };
+    match &r.direct {
         Err(e) => {
             out += &format!("direct: not prepared ({e})\n");
-            json["direct_error"] = serde_json::json!(e.to_string());
+            json["direct_error"] = json!(e);
         }
-        Ok((mut prepared, _)) => {
-            kernels = prepared.launches();
-            if let Some(why) = prepared.writes_inputs() {
+        Ok(d) => {
+            if let Some(why) = &d.writes_inputs {
                 out += &format!("note: the program writes its inputs ({why}); each timed call applies that write again, so outputs after the timed loops need not equal the first run's\n");
-                json["writes_inputs"] = serde_json::json!(why);
+                json["writes_inputs"] = json!(why);
             }
-            let mut diverged = false;
-            let direct_us = time(&mut backend, &mut |b| {
-                diverged |= prepared.replay(b)? != Replay::Done;
-                Ok(())
-            })?;
-            let one_us = time_one(&mut backend, &mut |b| {
-                diverged |= prepared.replay(b)? != Replay::Done;
-                Ok(())
-            })?;
-            direct_one_us = Some(one_us);
-            let (lat, drained) = latency(&mut backend, &mut |b| {
-                diverged |= prepared.replay(b)? != Replay::Done;
-                Ok(())
-            })?;
+            let (lat, drained) = (d.latency.one_us, d.latency.drained_us);
             out += &format!("direct with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
-            json["direct_latency_us"] = serde_json::json!(lat);
-            json["direct_drained_us"] = serde_json::json!(drained);
-            launches = kernels - prepared.library_calls();
-            reads = prepared.reads();
-            backend.set_cuda_rng(rng0).map_err(|e| anyhow::anyhow!("{e}"))?;
-            diverged |= prepared.replay(&backend).map_err(|e| anyhow::anyhow!("{e}"))? != Replay::Done;
-            let direct_bits = fingerprint(&mut backend, prepared.outputs())?;
-            let per = |us: f64| if kernels > 0 { us / kernels as f64 } else { f64::NAN };
+            json["direct_latency_us"] = json!(lat);
+            json["direct_drained_us"] = json!(drained);
             out += &format!(
-                "direct: {direct_us:.2} us/call, {:.3} us/kernel ({kernels} launches, {} device reads, arena {} bytes){}; equal to the interpreter bit for bit: {}\n",
-                per(direct_us),
-                prepared.reads(),
-                prepared.arena_bytes(),
-                if diverged { ", DIVERGED" } else { "" },
-                direct_bits == interp_bits
+                "direct: {:.2} us/call, {:.3} us/kernel ({} launches, {} device reads, arena {} bytes){}; equal to the interpreter bit for bit: {}\n",
+                d.queued_us,
+                d.per_kernel(d.queued_us),
+                d.kernels,
+                d.reads,
+                d.arena_bytes,
+                diverged(d.diverged),
+                d.equals_interp
             );
-            json["direct_us"] = serde_json::json!(direct_us);
-            json["direct_one_us"] = serde_json::json!(one_us);
-            json["launches"] = serde_json::json!(launches);
-            json["library_calls"] = serde_json::json!(prepared.library_calls());
-
-            json["kernels"] = serde_json::json!(kernels);
-            json["reads"] = serde_json::json!(prepared.reads());
-            json["arena_bytes"] = serde_json::json!(prepared.arena_bytes());
-            json["direct_equals_interp"] = serde_json::json!(direct_bits == interp_bits);
-            if graphs {
-                let mut diverged = false;
-                let graph_result = time(&mut backend, &mut |b| {
-                    diverged |= prepared.replay_graphs(b)? != Replay::Done;
-                    Ok(())
-                });
-                match graph_result {
-                    Ok(graph_us) => {
-                        backend.set_cuda_rng(rng0).map_err(|e| anyhow::anyhow!("{e}"))?;
-                        diverged |=
-                            prepared.replay_graphs(&backend).map_err(|e| anyhow::anyhow!("{e}"))? != Replay::Done;
-                        let graph_bits = fingerprint(&mut backend, prepared.outputs())?;
-                        out += &format!(
-                            "graphs: {graph_us:.2} us/call, {:.3} us/kernel ({} graphs){}; equal to direct bit for bit: {}\n",
-                            per(graph_us),
-                            prepared.captured_graphs(),
-                            if diverged { ", DIVERGED" } else { "" },
-                            graph_bits == direct_bits
-                        );
-                        json["graph_us"] = serde_json::json!(graph_us);
-                        let (lat, drained) = latency(&mut backend, &mut |b| {
-                            diverged |= prepared.replay_graphs(b)? != Replay::Done;
-                            Ok(())
-                        })?;
-                        out += &format!("graphs with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
-                        json["graph_latency_us"] = serde_json::json!(lat);
-                        json["graph_drained_us"] = serde_json::json!(drained);
-                        json["graphs"] = serde_json::json!(prepared.captured_graphs());
-                        json["graph_equals_direct"] = serde_json::json!(graph_bits == direct_bits);
-                    }
-                    Err(e) => {
-                        out += &format!("graphs: failed ({e})\n");
-                        json["graph_error"] = serde_json::json!(e.to_string());
-                    }
+            json["direct_us"] = json!(d.queued_us);
+            json["direct_one_us"] = json!(d.one_us);
+            json["launches"] = json!(d.launches);
+            json["library_calls"] = json!(d.library_calls);
+            json["kernels"] = json!(d.kernels);
+            json["reads"] = json!(d.reads);
+            json["arena_bytes"] = json!(d.arena_bytes);
+            json["direct_equals_interp"] = json!(d.equals_interp);
+            match &d.graphs {
+                None => {}
+                Some(Ok(g)) => {
+                    out += &format!(
+                        "graphs: {:.2} us/call, {:.3} us/kernel ({} graphs){}; equal to direct bit for bit: {}\n",
+                        g.queued_us,
+                        d.per_kernel(g.queued_us),
+                        g.graphs,
+                        diverged(g.diverged),
+                        g.equals_direct
+                    );
+                    json["graph_us"] = json!(g.queued_us);
+                    let (lat, drained) = (g.latency.one_us, g.latency.drained_us);
+                    out += &format!("graphs with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
+                    json["graph_latency_us"] = json!(lat);
+                    json["graph_drained_us"] = json!(drained);
+                    json["graphs"] = json!(g.graphs);
+                    json["graph_equals_direct"] = json!(g.equals_direct);
+                }
+                Some(Err(e)) => {
+                    out += &format!("graphs: failed ({e})\n");
+                    json["graph_error"] = json!(e);
                 }
             }
-            // Last: it runs the GEMMs alone, leaving the arena as no full call would.
-            library_floor_us = prepared.library_floor_us(&backend, iters.clamp(1, 50), repeats)?;
-            json["library_floor_us"] = serde_json::json!(library_floor_us);
-            let bare = prepared.bare_launch_floor_us(&backend, samples)?;
+            json["library_floor_us"] = json!(d.library_floor_us);
             out += &format!(
-                "the same {launches} launches in a bare cuLaunchKernel loop: {bare:.2} us ({:.3} us/launch)\n",
-                bare / launches.max(1) as f64
+                "the same {} launches in a bare cuLaunchKernel loop: {:.2} us ({:.3} us/launch)\n",
+                d.launches,
+                d.bare_launches_us,
+                d.bare_launches_us / d.launches.max(1) as f64
             );
-            json["bare_launches_us"] = serde_json::json!(bare);
+            json["bare_launches_us"] = json!(d.bare_launches_us);
         }
     }
-    let floor =
-        launch_floor(&mut backend, kernels.max(1), repeats).map_err(|e| anyhow::anyhow!("launch floor: {e}"))?;
+    let floor = &r.floor;
     out += &format!(
         "floor ({}, {} launches): {:.3} us/launch, graph {:.3} us/kernel\n",
         floor.compiler, floor.kernels, floor.launch_us, floor.graph_us
     );
-    if let Some(one) = direct_one_us {
-        // Everything of one direct call but its launches: the call minus
-        // the raw floor of its kernel launches, its device reads and cuBLAS's
-        // own time.
-        let floor_us = launches as f64 * floor.launch_us + reads as f64 * floor.read_us + library_floor_us;
-        let fixed = one - floor_us;
+    if let (Ok(d), Some(at)) = (&r.direct, r.at_floor()) {
         out += &format!(
-            "direct, one call at a time: {one:.2} us/call; at the floor: {floor_us:.2} us ({launches} launches x {:.3} us, {reads} device reads x {:.3} us, libraries alone {library_floor_us:.2} us): {:.3}x the floor, fixed cost {fixed:.2} us/call\n",
+            "direct, one call at a time: {:.2} us/call; at the floor: {:.2} us ({} launches x {:.3} us, {} device reads x {:.3} us, libraries alone {:.2} us): {:.3}x the floor, fixed cost {:.2} us/call\n",
+            d.one_us,
+            at.floor_us,
+            d.launches,
             floor.launch_us,
+            d.reads,
             floor.read_us,
-            one / floor_us
+            d.library_floor_us,
+            d.one_us / at.floor_us,
+            at.fixed_us
         );
-        json["direct_floor_us"] = serde_json::json!(floor_us);
-        json["direct_fixed_us"] = serde_json::json!(fixed);
+        json["direct_floor_us"] = json!(at.floor_us);
+        json["direct_fixed_us"] = json!(at.fixed_us);
     }
-    json["floor_launch_us"] = serde_json::json!(floor.launch_us);
-    json["floor_read_us"] = serde_json::json!(floor.read_us);
-    json["floor_graph_us"] = serde_json::json!(floor.graph_us);
-    json["floor_compiler"] = serde_json::json!(floor.compiler);
+    json["floor_launch_us"] = json!(floor.launch_us);
+    json["floor_read_us"] = json!(floor.read_us);
+    json["floor_graph_us"] = json!(floor.graph_us);
+    json["floor_compiler"] = json!(floor.compiler);
     out += &format!("bench-json {json}\n");
-    write_output(None, &out)?;
-    Ok(ExitCode::SUCCESS)
+    out
 }
 
-#[cfg(feature = "cuda")]
+/// This process's age in ms, from `/proc/self/stat` and `/proc/uptime`
+/// (`None` where they cannot be read).
 fn process_age_ms() -> Option<f64> {
     const USER_HZ: f64 = 100.0;
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -374,10 +217,4 @@ fn process_age_ms() -> Option<f64> {
         .parse()
         .ok()?;
     Some((uptime - start_ticks / USER_HZ) * 1e3)
-}
-
-/// `bench` in a build without the `cuda` feature.
-#[cfg(not(feature = "cuda"))]
-pub(crate) fn bench_cuda(_bundle: &Path, _bench: &BenchOptions) -> Result<ExitCode> {
-    bail!("`bench --device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
 }

@@ -28,12 +28,7 @@ fn target_gpu(arch: Option<u32>) -> Result<(String, u32), String> {
     if let Some(sm) = arch {
         return Ok(("the target GPU".to_string(), sm));
     }
-    #[cfg(feature = "cuda")]
-    {
-        wrapir::exec::cuda::device_arch(0).map_err(|e| e.to_string())
-    }
-    #[cfg(not(feature = "cuda"))]
-    Err("this wrapir is built without the `cuda` feature".to_string())
+    wrapir::exec::cuda::device_arch(0).map_err(|e| e.to_string())
 }
 
 /// `check --device cuda`: one `error: kernel ...` line per kernel whose image

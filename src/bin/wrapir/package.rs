@@ -5,6 +5,7 @@
 
 use super::*;
 use std::path::Component;
+use wrapir::bundle::conventions;
 
 /// The shared runtime library's file name.
 const RUNTIME_LIBRARY: &str = "libwrapir_runtime.so";
@@ -30,8 +31,8 @@ pub(crate) fn write_package(
     for f in &files {
         write_output(Some(&dir.join(&f.path)), &f.contents)?;
     }
-    write_output(Some(&dir.join("program.json")), &(program.to_json() + "\n"))?;
-    let meta = wrapir::exec::compare::BundleMeta::FILE;
+    write_output(Some(&dir.join(conventions::PROGRAM_JSON)), &(program.to_json() + "\n"))?;
+    let meta = conventions::METADATA;
     if let Some(bytes) = bundle.entry(meta)? {
         write_bytes(&dir.join(meta), &bytes)?;
     }

@@ -124,7 +124,7 @@ pub(crate) fn check_rank_set(path: &Path) -> Result<ExitCode> {
             ..Default::default()
         };
         let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> =
-            Target::ALL.iter().map(|t| wrapir::reconcile::emitter((*t).into())).collect();
+            wrapir::lower::Target::ALL.iter().map(|t| wrapir::reconcile::emitter(*t)).collect();
         let refs: Vec<&dyn wrapir::reconcile::LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
         let report = wrapir::reconcile::check_lowerings(&info, &options, &refs);
         println!("rank {rank} ({name}): valid");

@@ -142,10 +142,10 @@ fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> R
         hints.insert(s, v);
     }
     if let Some(tensors) = &inputs.tensors {
-        let source = inputs.source.as_deref().unwrap_or("the inputs");
         // The inputs must fit the program as on the other devices.
-        wrapir::exec::check_inputs(program, tensors).map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
-        for (s, v) in hints_from_inputs(program, tensors, source)? {
+        let bound = wrapir::exec::input_symbols(program, tensors)
+            .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+        for (s, v) in bound {
             hints.entry(s).or_insert(v);
         }
     }
@@ -231,23 +231,16 @@ fn inductor_reference_for(mut references: References, program: &Program, meta: &
     let Some(tight) = references.compiled.as_ref().and_then(|r| r.tolerance) else {
         return references;
     };
-    let uses = wrapir::exec::device_ops::extern_uses(program);
-    let differing: std::collections::BTreeSet<String> = uses
-        .iter()
-        .filter(|u| wrapir::exec::device_ops::cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
-        .map(|u| wrapir::exec::host::op_key(&u.op))
-        .collect();
     let eager = references.eager.as_ref().and_then(|r| r.tolerance).or(meta.tolerance);
-    if differing.is_empty() {
-        return references;
-    }
-    if let (Some(e), Some(compiled)) = (eager, references.compiled.as_mut()) {
-        compiled.tolerance = Some(conventions::loosest(tight, e));
-        let ops: Vec<&str> = differing.iter().map(String::as_str).collect();
+    if let (Some(loosened), Some(compiled)) = (
+        conventions::inductor_tolerance_on_cuda(program, tight, eager),
+        references.compiled.as_mut(),
+    ) {
+        compiled.tolerance = Some(loosened.tolerance);
         println!(
             "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
-            ops.join(", "),
-            if ops.len() == 1 { "runs" } else { "run" },
+            loosened.ops.join(", "),
+            if loosened.ops.len() == 1 { "runs" } else { "run" },
         );
     }
     references
@@ -334,7 +327,6 @@ fn error_text(x: f64) -> String {
 
 /// Explains a cuda run's error when an op had no device implementation and
 /// the host fallback was off: names the op and `--allow-host-fallback`.
-#[cfg(feature = "cuda")]
 fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
     match e {
         wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
@@ -343,7 +335,6 @@ fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
 }
 
 /// [`host_fallback_hint`] for an execution error.
-#[cfg(feature = "cuda")]
 pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
     use wrapir::exec::ExecError;
     while let ExecError::AtNode { source, .. } = e {
@@ -351,8 +342,7 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
     }
     match e {
         ExecError::UnknownOp { op, .. } => {
-            let host_ops = wrapir::exec::host::HostBackend::default().op_names();
-            if host_runs(&host_ops, op.as_str()) {
+            if wrapir::exec::host::HostBackend::default().has_op(op) {
                 format!("\n`{op}` has no device implementation; --allow-host-fallback runs it on the host")
             } else {
                 format!("\n`{op}` has no device implementation, and the host fallback has none either")
@@ -366,7 +356,6 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
 /// prints the device, the outputs, the symbols bound and the extern ops that
 /// ran on the device and (with `--allow-host-fallback`) on the host; returns
 /// the outputs.
-#[cfg(feature = "cuda")]
 fn run_cuda(
     args: &RunArgs,
     program: &Program,
@@ -416,19 +405,6 @@ fn run_cuda(
     Ok(outputs)
 }
 
-/// `run --device cuda` in a build without the `cuda` feature.
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(
-    _args: &RunArgs,
-    _program: &Program,
-    _name: &str,
-    _bundle: &Bundle,
-    _meta: &BundleMeta,
-    _inputs: IndexMap<String, Tensor>,
-) -> Result<Vec<Value<Tensor>>> {
-    bail!("`--device cuda` needs wrapir built with the `cuda` feature (`cargo build --features cuda`)")
-}
-
 /// Parses `--hint SYMBOL=VALUE`; the symbol must be one of the program's.
 fn parse_hint(text: &str, program: &Program) -> Result<(wrapir::sym::Symbol, i64)> {
     let Some((s, v)) = text.split_once('=') else {
@@ -453,41 +429,6 @@ fn parse_hint(text: &str, program: &Program) -> Result<(wrapir::sym::Symbol, i64
         bail!("--hint `{text}`: the program has no symbol `{s}` ({known})");
     }
     Ok((symbol, v))
-}
-
-/// Symbol values the inputs imply: symbol inputs, and input sizes declared
-/// as a plain symbol. `source` names the inputs in errors.
-fn hints_from_inputs(
-    program: &Program,
-    inputs: &IndexMap<String, Tensor>,
-    source: &str,
-) -> Result<wrapir::sym::Bindings> {
-    let mut hints = wrapir::sym::Bindings::new();
-    for input in &program.main.inputs {
-        let Some(t) = inputs.get(input.name().as_str()) else {
-            bail!(
-                "{source} has no tensor `{}` (a graph input of the program)",
-                input.name()
-            );
-        };
-        match input {
-            ir::GraphInput::Symbol { symbol, .. } => {
-                if let [v] = t.to_i64_vec()?.as_slice() {
-                    hints.insert(symbol.clone(), *v);
-                }
-            }
-            ir::GraphInput::Tensor { name } => {
-                if let Some(layout) = program.main.layout(name) {
-                    for (e, v) in layout.size.iter().zip(t.size()) {
-                        if let wrapir::sym::SymExpr::Sym(s) = e {
-                            hints.insert(s.clone(), *v);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(hints)
 }
 
 fn describe_spec(t: &wrapir::exec::TensorSpec) -> String {
@@ -574,35 +515,11 @@ pub(crate) fn compare_command(
     let bundle = open_bundle(program)?;
     let prog = bundle.program();
     let stored = read_tensors(outputs)?;
-    let mut values = Vec::new();
-    for (i, output) in prog.main.outputs.iter().enumerate() {
-        let name = format!("out{i}");
-        let get = || {
-            stored.get(&name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: no tensor `{name}` for output {i} (`{}`) of the program",
-                    outputs.display(),
-                    output_text(output)
-                )
-            })
-        };
-        values.push(match output {
-            ir::GraphOutput::None => Value::None,
-            ir::GraphOutput::Buffer(_) => Value::Tensor(get()?.clone()),
-            ir::GraphOutput::Expr(_) => {
-                let t = get()?;
-                match t.to_i64_vec()?.as_slice() {
-                    [v] if !t.dtype().is_floating() => Value::Int(*v),
-                    _ => bail!(
-                        "{}: `{name}` (the size output {i}) must be a one-element integer tensor, got {}{:?}",
-                        outputs.display(),
-                        t.dtype(),
-                        t.size()
-                    ),
-                }
-            }
-        });
-    }
+    let values = match conventions::runner_outputs(prog, &stored) {
+        Ok(values) => values,
+        Err(conventions::RunnerOutputError::Exec(e)) => return Err(e.into()),
+        Err(e) => bail!("{}: {e}", outputs.display()),
+    };
     let args = RunArgs {
         program: program.to_path_buf(),
         device: RunDevice::Cuda,
@@ -618,12 +535,4 @@ pub(crate) fn compare_command(
     let references = references(&args, &bundle)?;
     let references = inductor_reference_for(references, prog, bundle.meta());
     compare_with_references(&values, &references)
-}
-
-fn output_text(output: &ir::GraphOutput) -> String {
-    match output {
-        ir::GraphOutput::Buffer(b) => b.to_string(),
-        ir::GraphOutput::Expr(e) => e.to_string(),
-        ir::GraphOutput::None => "None".to_string(),
-    }
 }
