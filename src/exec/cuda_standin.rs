@@ -37,23 +37,34 @@ impl From<CudaError> for ExecError {
 }
 
 /// Options of the CUDA backend (the fields callers set in either build).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CudaOptions {
     /// The device ordinal.
     pub ordinal: usize,
-    /// Where kernel images are found by their `cubin` path.
-    pub kernels: crate::bundle::KernelImages,
+    /// Where kernel images are found by their `cubin` path, supplied by the caller.
+    pub kernels: std::sync::Arc<dyn super::images::KernelImageSource>,
     /// Run extern ops the GPU path does not implement on the host.
     pub host_fallback: bool,
     /// Counts of the extern ops run on the device and through the host fallback.
     pub extern_ops: ExternOpLog,
 }
 
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            ordinal: 0,
+            kernels: std::sync::Arc::new(super::images::NoKernelImages),
+            host_fallback: false,
+            extern_ops: ExternOpLog,
+        }
+    }
+}
+
 impl CudaOptions {
     /// Options for running a bundle, with kernel images from `kernels`.
-    pub fn for_bundle(kernels: impl Into<crate::bundle::KernelImages>, _meta: &BundleMeta) -> CudaOptions {
+    pub fn for_bundle(kernels: impl super::images::KernelImageSource + 'static, _meta: &BundleMeta) -> CudaOptions {
         CudaOptions {
-            kernels: kernels.into(),
+            kernels: std::sync::Arc::new(kernels),
             ..CudaOptions::default()
         }
     }
