@@ -296,3 +296,25 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
     assert!(err.contains("halide_runtime.so") && err.contains("past its"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `wrapir check` of a CPU bundle: a lowering that does not support the
+/// program (the standalone C++ wrapper runs extern ops on CUDA devices
+/// only) is reported as unsupported and fails the check only when it was
+/// asked for by name.
+#[test]
+fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
+    let bundle = "fixtures/inductor/bundles_cpu/cpp/addmm_relu";
+    let r = common::wrapir(&["check", bundle]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("unsupported cpp-standalone: graph main, line 2 `extern_out buf0 = extern_kernels.addmm("),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("error "), "{}", r.stdout);
+    let r = common::wrapir(&["check", bundle, "--lowering", "cpp-standalone"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("unsupported cpp-standalone:"), "{}", r.stdout);
+    let r = common::wrapir(&["check", bundle, "--lowering", "python", "--lowering", "fx"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}

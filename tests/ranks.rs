@@ -332,6 +332,7 @@ fn cli_runs_and_checks_a_rank_set() {
     assert!(r.stderr.contains("collectives on GPUs (NCCL) are not implemented"), "{}", r.stderr);
 
     let r = common::wrapir(&["check", set]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("rank 0 (") && r.stdout.contains("rank 1 ("), "{}", r.stdout);
     assert!(
         r.stdout.contains("ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json"),

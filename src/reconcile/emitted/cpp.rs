@@ -26,10 +26,13 @@ impl LaunchEmitter for CppLaunches {
         let err = |message: String| EmitError {
             lowering: self.name().into(),
             message,
+            unsupported: false,
         };
         let options = crate::lower::cpp::Options::for_dialect(self.dialect);
-        let (_, printed) =
-            crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| err(e.to_string()))?;
+        let (_, printed) = crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| EmitError {
+            unsupported: matches!(e, crate::lower::cpp::Error::Unsupported { .. }),
+            ..err(e.to_string())
+        })?;
         printed.into_iter().map(|p| cpp_launch(p).map_err(err)).collect()
     }
 }

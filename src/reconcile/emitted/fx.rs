@@ -20,8 +20,12 @@ impl LaunchEmitter for FxLaunches {
         let err = |message: String| EmitError {
             lowering: "fx".into(),
             message,
+            unsupported: false,
         };
-        let graph = crate::lower::fx::lower(info, &self.options).map_err(|e| err(e.to_string()))?;
+        let graph = crate::lower::fx::lower(info, &self.options).map_err(|e| EmitError {
+            unsupported: matches!(e.kind, crate::lower::fx::ErrorKind::Unsupported(_)),
+            ..err(e.to_string())
+        })?;
         let mut out = Vec::new();
         collect_fx(info, &graph, &GraphName::new(MAIN_GRAPH), &mut out).map_err(err)?;
         Ok(out)

@@ -102,6 +102,10 @@ pub struct EmitError {
     pub lowering: String,
     /// What went wrong.
     pub message: String,
+    /// The lowering does not support something the (valid) program does: a
+    /// limit of that back end, not a defect of the program (a C++ standalone
+    /// wrapper of a CPU program's extern ops, a host kernel in Python).
+    pub unsupported: bool,
 }
 
 /// An emitted launch that differs from the canonical one.
@@ -514,6 +518,17 @@ impl LoweringsReport {
                 .all(|r| r.is_ok() && r.entries.iter().all(|e| !e.validations.is_empty()))
     }
 
+    /// [`LoweringsReport::is_ok`], except that lowerings which do not support
+    /// the program ([`EmitError::unsupported`]) do not count against it:
+    /// what `wrapir check` asks when no lowering is named.
+    pub fn is_ok_where_supported(&self) -> bool {
+        self.base.is_ok()
+            && self.lowerings.iter().all(|r| match &r.emit_error {
+                Some(e) => e.unsupported,
+                None => r.is_ok() && r.entries.iter().all(|e| !e.validations.is_empty()),
+            })
+    }
+
     /// How lowering `lowering` (an index into [`LoweringsReport::lowerings`])
     /// fared on launch `entry` (an index into the base report's entries).
     pub fn verdict(&self, lowering: usize, entry: usize) -> LoweringVerdict {
@@ -564,8 +579,14 @@ impl LoweringsReport {
         use std::fmt::Write as _;
         let mut out = String::new();
         for r in &self.lowerings {
-            if let Some(e) = &r.emit_error {
-                let _ = writeln!(out, "error    {e}");
+            match &r.emit_error {
+                Some(e) if e.unsupported => {
+                    let _ = writeln!(out, "unsupported {e}");
+                }
+                Some(e) => {
+                    let _ = writeln!(out, "error    {e}");
+                }
+                None => {}
             }
         }
         let (mut proven, mut guarded, mut failed) = (0usize, 0usize, 0usize);

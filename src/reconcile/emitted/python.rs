@@ -31,9 +31,13 @@ impl LaunchEmitter for PythonLaunches {
         let err = |message: String| EmitError {
             lowering: "python".into(),
             message,
+            unsupported: false,
         };
         let (_, printed) =
-            crate::lower::python::write_string_with_launches(info, &self.options).map_err(|e| err(e.to_string()))?;
+            crate::lower::python::write_string_with_launches(info, &self.options).map_err(|e| EmitError {
+                unsupported: matches!(e, crate::lower::python::Error::HostKernel { .. }),
+                ..err(e.to_string())
+            })?;
         printed
             .into_iter()
             .map(|p| python_launch(info, p).map_err(err))
