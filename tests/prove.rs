@@ -444,3 +444,30 @@ proptest! {
         prop_assert!(!outcome.is_proven(), "{a} vs {b} differ at {point:?} but: {}", outcome.summary());
     }
 }
+
+/// A proof whose flat explanation (what tests replay) would be far larger
+/// than the e-graph that found it is given up as unknown, quickly: egg
+/// shares subproofs, flattening copies them (a fuzzed one-line product took
+/// seconds to flatten under a 20 ms prover time limit).
+#[test]
+fn oversized_explanations_are_unknown_within_the_limits() {
+    let a = wrapir::sym::parse("t*1*0*3*su0*3*s**3*s**0*t*1*0*3*s3").unwrap();
+    let b = SymExpr::Int(0);
+    let started = std::time::Instant::now();
+    let tight = Limits {
+        node_limit: 500,
+        iter_limit: 4,
+        time_limit: std::time::Duration::from_millis(20),
+        ..Limits::default()
+    };
+    match prove_eq_with(&a, &b, &Facts::default(), &tight) {
+        Outcome::Unknown(why) => assert!(why.contains("the proof's flat explanation would hold about"), "{why}"),
+        other => panic!("expected unknown, got {}", other.summary()),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Under the default limits the same proof is small enough to flatten and replay.
+    match prove_eq(&a, &b, &Facts::default()) {
+        Outcome::Proven(expl) => assert!(!expl.steps().is_empty()),
+        other => panic!("expected proven, got {}", other.summary()),
+    }
+}

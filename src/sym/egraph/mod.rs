@@ -310,9 +310,62 @@ fn saturate(
         });
     }
     let mut expl = egraph.explain_equivalence(ra, rb);
+    // egg's explanation shares subproofs; its flat form (what tests replay)
+    // copies them, which can take far longer than saturation did.
+    let cap = (limits.node_limit as u64).saturating_mul(FLAT_TERMS_PER_NODE);
+    let flat = flat_size(&expl.explanation_trees, &mut Default::default());
+    if flat > cap {
+        return Err(format!(
+            "the proof's flat explanation would hold about {flat} terms, more than {FLAT_TERMS_PER_NODE} per e-node of the node limit ({cap})"
+        ));
+    }
     let steps = expl.make_flat_explanation().clone();
     let text = expl.get_flat_string();
     Ok(Explanation { steps, text })
+}
+
+/// How many flat-explanation terms a proof may take per e-node of
+/// [`Limits::node_limit`] before it is given up as too large to replay.
+const FLAT_TERMS_PER_NODE: u64 = 100;
+
+/// An upper bound of the nodes egg's flat form of `proof` holds: its steps
+/// times the size of its largest term, each subproof counted every time it
+/// is used (memoised per shared subproof; saturating).
+fn flat_size(
+    proof: &egg::TreeExplanation<SymLang>,
+    memo: &mut std::collections::HashMap<*const egg::TreeTerm<SymLang>, (u64, u64)>,
+) -> u64 {
+    let (steps, size) = proof_shape(proof, memo);
+    steps.saturating_mul(size)
+}
+
+/// (steps, largest term size) of a proof.
+fn proof_shape(
+    proof: &egg::TreeExplanation<SymLang>,
+    memo: &mut std::collections::HashMap<*const egg::TreeTerm<SymLang>, (u64, u64)>,
+) -> (u64, u64) {
+    proof.iter().fold((0u64, 0u64), |(steps, size), term| {
+        let (s, z) = term_shape(term, memo);
+        (steps.saturating_add(s), size.max(z))
+    })
+}
+
+fn term_shape(
+    term: &std::rc::Rc<egg::TreeTerm<SymLang>>,
+    memo: &mut std::collections::HashMap<*const egg::TreeTerm<SymLang>, (u64, u64)>,
+) -> (u64, u64) {
+    let key = std::rc::Rc::as_ptr(term);
+    if let Some(shape) = memo.get(&key) {
+        return *shape;
+    }
+    let (mut steps, mut size) = (1u64, 1u64);
+    for child in &term.child_proofs {
+        let (s, z) = proof_shape(child, memo);
+        steps = steps.saturating_add(s);
+        size = size.saturating_add(z);
+    }
+    memo.insert(key, (steps, size));
+    (steps, size)
 }
 
 fn first_term(egraph: &SymEGraph, id: Id) -> String {
