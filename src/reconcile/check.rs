@@ -103,14 +103,8 @@ impl CheckReport {
     /// values, grid, and every claim with its proof, ranges or reason.
     pub fn render(&self, explain: bool) -> String {
         let mut out = String::new();
-        match &self.emit_error {
-            Some(e) if e.unsupported => {
-                let _ = writeln!(out, "unsupported {e}");
-            }
-            Some(e) => {
-                let _ = writeln!(out, "error    {e}");
-            }
-            None => {}
+        if let Some(e) = &self.emit_error {
+            let _ = writeln!(out, "{}", e.report_line());
         }
         for entry in &self.entries {
             let at = format!("{}:{} {}", entry.graph, entry.line, entry.kernel);

@@ -196,12 +196,8 @@ mod tests {
     use super::*;
 
     fn header(abi: u8, flags: u32) -> Vec<u8> {
-        let mut h = vec![0u8; 64];
-        h[..4].copy_from_slice(b"\x7fELF");
-        h[4] = 2;
-        h[5] = 1;
+        let mut h = super::super::elf::test_header(64, EM_CUDA);
         h[8] = abi;
-        h[18..20].copy_from_slice(&EM_CUDA.to_le_bytes());
         h[48..52].copy_from_slice(&flags.to_le_bytes());
         h
     }

@@ -149,18 +149,25 @@ pub fn check_host_image(image: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// A 64-bit little-endian ELF header of `len` bytes for `machine` (tests).
+#[cfg(test)]
+pub(crate) fn test_header(len: usize, machine: u16) -> Vec<u8> {
+    let mut h = vec![0u8; len];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 2;
+    h[5] = 1;
+    h[18..20].copy_from_slice(&machine.to_le_bytes());
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A shared-object header with one segment of `filesz` bytes at byte 120.
     fn shared_object(machine: u16, filesz: u64) -> Vec<u8> {
-        let mut h = vec![0u8; 256];
-        h[..4].copy_from_slice(b"\x7fELF");
-        h[4] = 2;
-        h[5] = 1;
+        let mut h = test_header(256, machine);
         h[16..18].copy_from_slice(&ET_DYN.to_le_bytes());
-        h[18..20].copy_from_slice(&machine.to_le_bytes());
         h[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
         h[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
         h[56..58].copy_from_slice(&1u16.to_le_bytes()); // e_phnum

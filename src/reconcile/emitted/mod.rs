@@ -108,6 +108,17 @@ pub struct EmitError {
     pub unsupported: bool,
 }
 
+impl EmitError {
+    /// How `wrapir check` reports it: `unsupported <lowering>: ...` when the
+    /// lowering does not support the program, else `error    <lowering>: ...`.
+    pub fn report_line(&self) -> String {
+        match self.unsupported {
+            true => format!("unsupported {self}"),
+            false => format!("error    {self}"),
+        }
+    }
+}
+
 /// An emitted launch that differs from the canonical one.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Mismatch {
@@ -578,16 +589,8 @@ impl LoweringsReport {
     pub fn render(&self, explain: bool) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        for r in &self.lowerings {
-            match &r.emit_error {
-                Some(e) if e.unsupported => {
-                    let _ = writeln!(out, "unsupported {e}");
-                }
-                Some(e) => {
-                    let _ = writeln!(out, "error    {e}");
-                }
-                None => {}
-            }
+        for e in self.lowerings.iter().filter_map(|r| r.emit_error.as_ref()) {
+            let _ = writeln!(out, "{}", e.report_line());
         }
         let (mut proven, mut guarded, mut failed) = (0usize, 0usize, 0usize);
         for (i, entry) in self.base.entries.iter().enumerate() {
