@@ -193,7 +193,11 @@ fn buffers(count: usize) -> Program {
     .iter()
     .map(|(n, t)| (n.to_string(), t.parse().unwrap_or(SigType::Other(t.to_string()))))
     .collect();
-    let meta = TritonMeta::new(signature, [("XBLOCK".to_string(), 256)].into_iter().collect(), GridType::Grid1D);
+    let meta = TritonMeta::new(
+        signature,
+        [("XBLOCK".to_string(), 256)].into_iter().collect(),
+        GridType::Grid1D,
+    );
     let name = "triton_poi_fused_relu_0";
     let source = format!(
         "@triton.jit\ndef {name}(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    \

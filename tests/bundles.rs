@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::read_tensors as tensors;
 use std::path::Path;
 use wrapir::bundle::conventions::{self, reference_outputs};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
@@ -13,7 +14,6 @@ use wrapir::exec::Value;
 use wrapir::fx::Op;
 use wrapir::ir::Program;
 use wrapir::lower::Target;
-use common::read_tensors as tensors;
 
 /// (bundle, target) pairs known to fail, with a substring of the error. The
 /// test fails when one of them starts to pass, so the list cannot rot.

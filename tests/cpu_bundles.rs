@@ -261,8 +261,18 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
     };
     type Edit = fn(Vec<u8>) -> Vec<u8>;
     let edits: &[(&str, &str, Edit, &str)] = &[
-        ("cpp/pointwise", "truncated", |b| b[..3000].to_vec(), "past its 3000 bytes"),
-        ("cpp/pointwise", "garbage", |_| b"garbage".to_vec(), "too short for an ELF64 header"),
+        (
+            "cpp/pointwise",
+            "truncated",
+            |b| b[..3000].to_vec(),
+            "past its 3000 bytes",
+        ),
+        (
+            "cpp/pointwise",
+            "garbage",
+            |_| b"garbage".to_vec(),
+            "too short for an ELF64 header",
+        ),
         (
             "cpp/pointwise",
             "aarch64",
@@ -272,15 +282,25 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
             },
             "compiled for ELF machine 183",
         ),
-        ("halide/pointwise", "truncated_halide", |b| b[..b.len() / 2].to_vec(), "past its"),
+        (
+            "halide/pointwise",
+            "truncated_halide",
+            |b| b[..b.len() / 2].to_vec(),
+            "past its",
+        ),
     ];
     for (case, test, edit, want) in edits {
         let dir = common::scratch("cpu_bundles", test);
         common::copy_dir(&common::root().join("fixtures/inductor/bundles_cpu").join(case), &dir);
         let (kernel, path) = image_of(&dir);
         std::fs::write(&path, edit(std::fs::read(&path).unwrap())).unwrap();
-        let err = check(&dir).err().unwrap_or_else(|| panic!("{test}: a bad image must be refused"));
-        assert!(err.contains(&kernel) && err.contains(".so") && err.contains(want), "{test}: {err}");
+        let err = check(&dir)
+            .err()
+            .unwrap_or_else(|| panic!("{test}: a bad image must be refused"));
+        assert!(
+            err.contains(&kernel) && err.contains(".so") && err.contains(want),
+            "{test}: {err}"
+        );
         let run = common::wrapir(&["run", dir.to_str().unwrap(), "--device", "cpu"]);
         assert_eq!(run.code, 2, "{test}: {}{}", run.stdout, run.stderr);
         assert!(run.stderr.contains(want), "{test}: {}", run.stderr);
@@ -288,7 +308,10 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
     }
     // The Halide runtime cut short.
     let dir = common::scratch("cpu_bundles", "truncated_runtime");
-    common::copy_dir(&common::root().join("fixtures/inductor/bundles_cpu/halide/pointwise"), &dir);
+    common::copy_dir(
+        &common::root().join("fixtures/inductor/bundles_cpu/halide/pointwise"),
+        &dir,
+    );
     let runtime = dir.join(host_kernels::HALIDE_RUNTIME);
     let bytes = std::fs::read(&runtime).unwrap();
     std::fs::write(&runtime, &bytes[..bytes.len() / 3]).unwrap();
@@ -307,7 +330,8 @@ fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     let r = common::wrapir(&["check", bundle]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.contains("unsupported cpp-standalone: graph main, line 2 `extern_out buf0 = extern_kernels.addmm("),
+        r.stdout
+            .contains("unsupported cpp-standalone: graph main, line 2 `extern_out buf0 = extern_kernels.addmm("),
         "{}",
         r.stdout
     );

@@ -10,6 +10,8 @@
 
 mod common;
 
+use common::read_tensors as tensors;
+use common::root;
 use indexmap::IndexMap;
 use std::path::Path;
 use wrapir::bundle::KernelImages;
@@ -18,8 +20,6 @@ use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device, Program};
-use common::root;
-use common::read_tensors as tensors;
 
 /// The crate root: `CARGO_MANIFEST_DIR` at run time (cargo sets it; set it
 /// when running the test binary elsewhere), else where it was built.

@@ -9,13 +9,13 @@
 
 mod common;
 
+use common::uniform_values as values;
 use indexmap::IndexMap;
 use wrapir::exec::cuda::{place_inputs, run_program, CudaBackend, CudaOptions, Prepared, Replay};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::{ArgValue, DType, Device, Layout, MultiIndex, Program, ProgramBuilder};
 use wrapir::sym::SymExpr;
-use common::uniform_values as values;
 
 const EFFICIENT: &str = "torch.ops.aten._scaled_dot_product_efficient_attention.default";
 const FLASH: &str = "torch.ops.aten._scaled_dot_product_flash_attention.default";

@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::root;
 use indexmap::IndexMap;
 use std::ffi::{c_char, CStr, CString};
 use std::path::PathBuf;
@@ -20,7 +21,6 @@ use std::process::Command;
 use wrapir::capi::*;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{safetensors, Backend, ExternCall, Tensor, Value};
-use common::root;
 
 /// The checkout: `CARGO_MANIFEST_DIR` at run time (a test binary copied to a
 /// GPU machine runs in another checkout), else where it was built.

@@ -13,13 +13,13 @@
 //! `cargo test --features cuda --test cuda_errors`.
 
 mod common;
+use common::root;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device};
-use common::root;
 
 /// The `wrapir` binary next to this test binary (cargo puts both in `target/<profile>`),
 /// or `WRAPIR_BIN`.

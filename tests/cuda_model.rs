@@ -11,13 +11,13 @@
 
 mod common;
 
+use common::read_tensors as tensors;
+use common::root;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions};
 use wrapir::exec::{Tensor, Value};
-use common::root;
-use common::read_tensors as tensors;
 
 fn bundle(name: &str) -> PathBuf {
     root().join("fixtures/inductor/bundles").join(name)

@@ -609,3 +609,48 @@ fn unknown_ops_and_kernels_are_named() {
         vec![3., 4., 5., 6., 7., 8., 9., 10., 3., 4., 5., 6., 7., 8., 9., 10.]
     );
 }
+
+/// `Value::try_map_tensors` maps every tensor through lists and dicts, keeps
+/// every other value, and stops at the first error.
+#[test]
+fn value_tensor_mapping_walks_lists_and_dicts() {
+    let dict: IndexMap<String, Value<i64>> = [
+        ("a".to_string(), Value::Tensor(3)),
+        ("b".to_string(), Value::Str("s".into())),
+    ]
+    .into_iter()
+    .collect();
+    let v: Value<i64> = Value::List(vec![
+        Value::Tensor(1),
+        Value::Int(7),
+        Value::Dict(Box::new(dict)),
+        Value::None,
+    ]);
+    let doubled = v
+        .try_map_tensors(&mut |t| Ok::<_, String>(format!("t{}", t * 2)))
+        .unwrap();
+    let want_dict: IndexMap<String, Value<String>> = [
+        ("a".to_string(), Value::Tensor("t6".to_string())),
+        ("b".to_string(), Value::Str("s".into())),
+    ]
+    .into_iter()
+    .collect();
+    let want = Value::List(vec![
+        Value::Tensor("t2".to_string()),
+        Value::Int(7),
+        Value::Dict(Box::new(want_dict)),
+        Value::None,
+    ]);
+    assert_eq!(format!("{doubled:?}"), format!("{want:?}"));
+    let mut seen = Vec::new();
+    let err = v.try_map_tensors(&mut |t| {
+        seen.push(*t);
+        if *t == 1 {
+            Err("first")
+        } else {
+            Ok(*t)
+        }
+    });
+    assert!(matches!(err, Err("first")));
+    assert_eq!(seen, [1], "the walk stops at the first error");
+}

@@ -58,19 +58,24 @@ fn check_rank_set(dir: &Path) -> Result<String, String> {
         let got = output_leaves(&out.outputs);
         let meta = bundle.meta();
         let ints = meta.int_outputs.as_deref();
-        let expected = bundle.expected().map_err(|e| e.to_string())?.ok_or("no expected outputs")?;
+        let expected = bundle
+            .expected()
+            .map_err(|e| e.to_string())?
+            .ok_or("no expected outputs")?;
         let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
         if let Some(e) = eager.first_error() {
             return Err(format!("rank {rank} differs from eager: {e}"));
         }
-        let compiled = bundle.compiled().map_err(|e| e.to_string())?.ok_or("no compiled outputs")?;
+        let compiled = bundle
+            .compiled()
+            .map_err(|e| e.to_string())?
+            .ok_or("no compiled outputs")?;
         let inductor = compare_leaves(&got, &compiled, ints, meta.compiled_tolerance);
         if let Some(e) = inductor.first_error() {
             return Err(format!("rank {rank} differs from Inductor's outputs: {e}"));
         }
-        let worst = |c: &wrapir::exec::compare::Comparison| {
-            c.outputs.iter().filter_map(|o| o.max_abs).fold(0.0f64, f64::max)
-        };
+        let worst =
+            |c: &wrapir::exec::compare::Comparison| c.outputs.iter().filter_map(|o| o.max_abs).fold(0.0f64, f64::max);
         report += &format!(
             "rank {rank}: max abs error {:.2e} against eager, {:.2e} against Inductor\n",
             worst(&eager),
@@ -123,7 +128,11 @@ fn collective_program(n: usize, m: usize, line: &str) -> Program {
 fn run(programs: &[Program], inputs: &[Vec<f32>], timeout: Duration) -> Vec<Result<Vec<f64>, String>> {
     let inputs: Vec<IndexMap<String, Tensor>> = inputs
         .iter()
-        .map(|v| [("x".to_string(), Tensor::from_vec(v.clone(), &[v.len() as i64]).unwrap())].into_iter().collect())
+        .map(|v| {
+            [("x".to_string(), Tensor::from_vec(v.clone(), &[v.len() as i64]).unwrap())]
+                .into_iter()
+                .collect()
+        })
         .collect();
     let jobs = programs
         .iter()
@@ -155,7 +164,11 @@ const LONG: Duration = Duration::from_secs(30);
 
 #[test]
 fn collectives_compute_what_torch_distributed_computes() {
-    let x = [vec![1.0f32, 2.0, 3.0, 4.0], vec![10.0, -20.0, 30.5, 0.25], vec![0.5, 7.0, -3.0, 8.0]];
+    let x = [
+        vec![1.0f32, 2.0, 3.0, 4.0],
+        vec![10.0, -20.0, 30.5, 0.25],
+        vec![0.5, 7.0, -3.0, 8.0],
+    ];
     let same = |line: &str, m: usize| vec![collective_program(4, m, line); 3];
     let check = |line: &str, m: usize, want: [&[f64]; 3]| {
         let got = run(&same(line, m), &x, LONG);
@@ -164,14 +177,30 @@ fn collectives_compute_what_torch_distributed_computes() {
         }
     };
     let sum: &[f64] = &[11.5, -11.0, 30.5, 12.25];
-    check("extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')", 4, [sum, sum, sum]);
+    check(
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')",
+        4,
+        [sum, sum, sum],
+    );
     let max: &[f64] = &[10.0, 7.0, 30.5, 8.0];
-    check("extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')", 4, [max, max, max]);
+    check(
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')",
+        4,
+        [max, max, max],
+    );
     let min: &[f64] = &[0.5, -20.0, -3.0, 0.25];
-    check("extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'min', '0')", 4, [min, min, min]);
+    check(
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'min', '0')",
+        4,
+        [min, min, min],
+    );
     let avg: Vec<f64> = sum.iter().map(|v| ((*v as f32) / 3.0) as f64).collect();
     let avg = avg.as_slice();
-    check("extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'avg', '0')", 4, [avg, avg, avg]);
+    check(
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'avg', '0')",
+        4,
+        [avg, avg, avg],
+    );
     let gathered: Vec<f64> = x.iter().flatten().map(|v| *v as f64).collect();
     let g = gathered.as_slice();
     check(
@@ -181,11 +210,19 @@ fn collectives_compute_what_torch_distributed_computes() {
     );
     let from1: Vec<f64> = x[1].iter().map(|v| *v as f64).collect();
     let b = from1.as_slice();
-    check("extern buf0 = torch.ops._c10d_functional.broadcast.default(x, 1, '0')", 4, [b, b, b]);
+    check(
+        "extern buf0 = torch.ops._c10d_functional.broadcast.default(x, 1, '0')",
+        4,
+        [b, b, b],
+    );
 
     // reduce_scatter over two ranks: each gets its half of the sum.
     let two = vec![
-        collective_program(4, 2, "extern buf0 = torch.ops._c10d_functional.reduce_scatter_tensor.default(x, 'sum', 2, '0')");
+        collective_program(
+            4,
+            2,
+            "extern buf0 = torch.ops._c10d_functional.reduce_scatter_tensor.default(x, 'sum', 2, '0')"
+        );
         2
     ];
     let got = run(&two, &x[..2], LONG);
@@ -208,7 +245,11 @@ fn in_place_all_reduce_writes_its_input() {
 #[test]
 fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
     let reduce = |n: usize| {
-        collective_program(n, n, "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')")
+        collective_program(
+            n,
+            n,
+            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')",
+        )
     };
     let started = Instant::now();
     // Different sizes on the two ranks.
@@ -217,20 +258,40 @@ fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
         let e = r.as_ref().unwrap_err();
         assert!(e.contains("disagree at call 1 on process group `0`"), "{e}");
     }
-    assert!(got.iter().any(|r| r.as_ref().unwrap_err().contains("sizes [2] against [4]")
-        || r.as_ref().unwrap_err().contains("sizes [4] against [2]")));
+    assert!(got
+        .iter()
+        .any(|r| r.as_ref().unwrap_err().contains("sizes [2] against [4]")
+            || r.as_ref().unwrap_err().contains("sizes [4] against [2]")));
     // Different ops.
-    let max = collective_program(4, 4, "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')");
+    let max = collective_program(
+        4,
+        4,
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')",
+    );
     let got = run(&[reduce(4), max], &[vec![1.0; 4], vec![1.0; 4]], LONG);
-    assert!(got.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("all_reduce('max')"))), "{got:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "mismatches must fail at once");
+    assert!(
+        got.iter()
+            .all(|r| r.as_ref().is_err_and(|e| e.contains("all_reduce('max')"))),
+        "{got:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "mismatches must fail at once"
+    );
 
     // A rank that never calls the collective: the other times out naming it.
     let none = program("wrapir 1\n\ngraph main(x: f32[4][1]@cpu) -> (x) {\n}\n");
     let started = Instant::now();
-    let got = run(&[reduce(4), none], &[vec![1.0; 4], vec![1.0; 4]], Duration::from_millis(300));
+    let got = run(
+        &[reduce(4), none],
+        &[vec![1.0; 4], vec![1.0; 4]],
+        Duration::from_millis(300),
+    );
     let e = got[0].as_ref().unwrap_err();
-    assert!(e.contains("rank 0 waited 300ms at `torch.ops._c10d_functional.all_reduce.default`"), "{e}");
+    assert!(
+        e.contains("rank 0 waited 300ms at `torch.ops._c10d_functional.all_reduce.default`"),
+        "{e}"
+    );
     assert!(e.contains("for ranks [1], which never made it"), "{e}");
     assert_eq!(got[1].as_deref(), Ok(&[1.0; 4][..]));
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -244,21 +305,44 @@ fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
     let e0 = got[0].as_ref().unwrap_err();
     assert!(e0.contains("the run was aborted: rank 1 failed"), "{e0}");
     assert!(e0.contains("no_such_op"), "{e0}");
-    assert!(started.elapsed() < Duration::from_secs(10), "an abort must wake the waiting rank");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "an abort must wake the waiting rank"
+    );
 
     // An unknown group, and a group size that is not the group's.
     let got = run(
-        &[collective_program(4, 4, "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '7')")],
+        &[collective_program(
+            4,
+            4,
+            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '7')",
+        )],
         &[vec![1.0; 4]],
         LONG,
     );
-    assert!(got[0].as_ref().unwrap_err().contains("unknown process group `7` (known: 0)"), "{got:?}");
+    assert!(
+        got[0]
+            .as_ref()
+            .unwrap_err()
+            .contains("unknown process group `7` (known: 0)"),
+        "{got:?}"
+    );
     let got = run(
-        &[collective_program(4, 16, "extern buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(x, 4, '0')")],
+        &[collective_program(
+            4,
+            16,
+            "extern buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(x, 4, '0')",
+        )],
         &[vec![1.0; 4]],
         LONG,
     );
-    assert!(got[0].as_ref().unwrap_err().contains("group size 4, but process group `0` has 1 ranks"), "{got:?}");
+    assert!(
+        got[0]
+            .as_ref()
+            .unwrap_err()
+            .contains("group size 4, but process group `0` has 1 ranks"),
+        "{got:?}"
+    );
 
     // A collective past the staging limit.
     let p = reduce(4);
@@ -281,9 +365,18 @@ fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
 fn rank_set_layout_errors_name_the_file_and_field() {
     let src = common::root().join("fixtures/inductor/bundles_ranks/tp_mlp");
     let cases: &[(&str, &str)] = &[
-        (r#"{"format_version": 2, "world_size": 2, "ranks": ["rank0", "rank1"]}"#, "`format_version` is 2"),
-        (r#"{"format_version": 1, "world_size": 0, "ranks": []}"#, "`world_size` must be an integer from 1"),
-        (r#"{"format_version": 1, "world_size": 2, "ranks": ["rank0"]}"#, "lists 1 directories for a world of 2"),
+        (
+            r#"{"format_version": 2, "world_size": 2, "ranks": ["rank0", "rank1"]}"#,
+            "`format_version` is 2",
+        ),
+        (
+            r#"{"format_version": 1, "world_size": 0, "ranks": []}"#,
+            "`world_size` must be an integer from 1",
+        ),
+        (
+            r#"{"format_version": 1, "world_size": 2, "ranks": ["rank0"]}"#,
+            "lists 1 directories for a world of 2",
+        ),
         (
             r#"{"format_version": 1, "world_size": 2, "ranks": ["rank0", "../tp_mlp/rank1"]}"#,
             "must be a plain name",
@@ -319,23 +412,51 @@ fn cli_runs_and_checks_a_rank_set() {
     let set = "fixtures/inductor/bundles_ranks/tp_mlp";
     let r = common::wrapir(&["run", set, "--device", "cpu"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.starts_with("device: cpu (2 ranks, one thread each)\nrank 0 ("), "{}", r.stdout);
-    assert_eq!(r.stdout.matches("against eager: 1 outputs match").count(), 2, "{}", r.stdout);
-    assert_eq!(r.stdout.matches("against inductor: 1 outputs match").count(), 2, "{}", r.stdout);
+    assert!(
+        r.stdout.starts_with("device: cpu (2 ranks, one thread each)\nrank 0 ("),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.stdout.matches("against eager: 1 outputs match").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.stdout.matches("against inductor: 1 outputs match").count(),
+        2,
+        "{}",
+        r.stdout
+    );
 
     let r = common::wrapir(&["run", set, "--device", "meta"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.stdout.matches("output 0: tensor f32[8, 16] stride [16, 1] offset 0 on cpu").count(), 2);
+    assert_eq!(
+        r.stdout
+            .matches("output 0: tensor f32[8, 16] stride [16, 1] offset 0 on cpu")
+            .count(),
+        2
+    );
 
     let r = common::wrapir(&["run", set, "--device", "cuda"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(r.stderr.contains("collectives on GPUs (NCCL) are not implemented"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("collectives on GPUs (NCCL) are not implemented"),
+        "{}",
+        r.stderr
+    );
 
     let r = common::wrapir(&["check", set]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("rank 0 (") && r.stdout.contains("rank 1 ("), "{}", r.stdout);
     assert!(
-        r.stdout.contains("ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json"),
+        r.stdout.contains("rank 0 (") && r.stdout.contains("rank 1 ("),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json"),
         "{}",
         r.stdout
     );
@@ -344,11 +465,19 @@ fn cli_runs_and_checks_a_rank_set() {
     let dir = common::scratch("ranks", "mixed");
     common::copy_dir(&common::root().join(set), &dir);
     let _ = std::fs::remove_dir_all(dir.join("rank1"));
-    common::copy_dir(&common::root().join("fixtures/inductor/bundles_ranks/sp_mlp/rank1"), &dir.join("rank1"));
+    common::copy_dir(
+        &common::root().join("fixtures/inductor/bundles_ranks/sp_mlp/rank1"),
+        &dir.join("rank1"),
+    );
     let path = dir.to_str().unwrap();
     let r = common::wrapir(&["check", path]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("ranks: ranks `rank0` and `rank1` disagree at collective 1: op"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("ranks: ranks `rank0` and `rank1` disagree at collective 1: op"),
+        "{}",
+        r.stdout
+    );
     let r = common::wrapir(&["run", path, "--device", "cpu"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("disagree at collective 1"), "{}", r.stderr);

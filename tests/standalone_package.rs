@@ -21,7 +21,6 @@ use std::process::Command;
 use wrapir::exec::Tensor;
 use wrapir::lower::cpp::package::{package, target_name};
 
-
 fn program_of(bundle: &Path) -> wrapir::ir::Program {
     wrapir::ir::Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap()
 }

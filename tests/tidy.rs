@@ -48,9 +48,7 @@ const ENV_READERS: &[&str] = &["bin/", "exec/cuda/"];
 const MAX_LINES: usize = 1000;
 
 /// Files allowed to be longer than [`MAX_LINES`], with the reason.
-const LONG_FILES: &[(&str, &str)] = &[
-    ("src/text/parse.rs", "the .wir parser: one recursive-descent grammar"),
-];
+const LONG_FILES: &[(&str, &str)] = &[("src/text/parse.rs", "the .wir parser: one recursive-descent grammar")];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

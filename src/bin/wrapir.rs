@@ -546,7 +546,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", report.base.render(true));
             }
             let device_ok = device_ok();
-            let ok = if named { report.is_ok() } else { report.is_ok_where_supported() };
+            let ok = if named {
+                report.is_ok()
+            } else {
+                report.is_ok_where_supported()
+            };
             Ok(if ok && device_ok {
                 ExitCode::SUCCESS
             } else {

@@ -59,7 +59,8 @@ impl RankSet {
         if version != Some(RANKS_FORMAT_VERSION) {
             return Err(meta(format!(
                 "`format_version` is {}, this wrapir reads {RANKS_FORMAT_VERSION}",
-                json.get("format_version").map_or("missing".to_string(), |v| v.to_string())
+                json.get("format_version")
+                    .map_or("missing".to_string(), |v| v.to_string())
             )));
         }
         let world_size = json
@@ -77,7 +78,10 @@ impl RankSet {
             _ => return Err(meta("`ranks` must list one directory per rank".into())),
         };
         if dirs.len() != world_size {
-            return Err(meta(format!("`ranks` lists {} directories for a world of {world_size}", dirs.len())));
+            return Err(meta(format!(
+                "`ranks` lists {} directories for a world of {world_size}",
+                dirs.len()
+            )));
         }
         let mut groups = IndexMap::new();
         match json.get("groups") {
@@ -85,7 +89,11 @@ impl RankSet {
                 for (group, ranks) in map {
                     let ranks: Vec<usize> = ranks
                         .as_array()
-                        .and_then(|v| v.iter().map(|r| r.as_u64().and_then(|r| usize::try_from(r).ok())).collect())
+                        .and_then(|v| {
+                            v.iter()
+                                .map(|r| r.as_u64().and_then(|r| usize::try_from(r).ok()))
+                                .collect()
+                        })
                         .ok_or_else(|| meta(format!("group `{group}` must list ranks")))?;
                     groups.insert(group.clone(), ranks);
                 }
@@ -99,12 +107,17 @@ impl RankSet {
             ProcessGroups { world_size, groups }
         };
         groups.check().map_err(meta)?;
-        let backend = json.get("backend").and_then(serde_json::Value::as_str).map(str::to_string);
+        let backend = json
+            .get("backend")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string);
         let mut ranks = Vec::with_capacity(world_size);
         for dir in &dirs {
             let plain = !dir.is_empty() && Path::new(dir).components().count() == 1 && !dir.contains("..");
             if !plain {
-                return Err(meta(format!("rank directory `{dir}` must be a plain name inside the rank set")));
+                return Err(meta(format!(
+                    "rank directory `{dir}` must be a plain name inside the rank set"
+                )));
             }
             ranks.push(Bundle::open_with_limits(&path.join(dir), limits)?);
         }
@@ -141,8 +154,11 @@ impl RankSet {
     /// program names is one of the rank set's with the size it states.
     pub fn check(&self) -> Result<(), String> {
         let labels: Vec<String> = (0..self.ranks.len()).map(|r| format!("rank{r}")).collect();
-        let programs: Vec<(&str, &crate::ir::Program)> =
-            labels.iter().map(String::as_str).zip(self.ranks.iter().map(Bundle::program)).collect();
+        let programs: Vec<(&str, &crate::ir::Program)> = labels
+            .iter()
+            .map(String::as_str)
+            .zip(self.ranks.iter().map(Bundle::program))
+            .collect();
         crate::ir::collectives::check_ranks(&programs).map_err(|e| e.to_string())?;
         for (label, program) in &programs {
             for c in crate::ir::collectives::collectives(program).map_err(|e| format!("{label}: {e}"))? {

@@ -222,9 +222,11 @@ impl HostCommunicator {
         }
         for &key in OPS {
             let comm = Arc::clone(self);
-            let f: ExternFn = Arc::new(move |args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>| {
-                comm.call(rank, key, args, kwargs)
-            });
+            let f: ExternFn = Arc::new(
+                move |args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>| {
+                    comm.call(rank, key, args, kwargs)
+                },
+            );
             backend.register_op(key, f);
         }
         Ok(())
@@ -284,7 +286,12 @@ impl HostCommunicator {
                 let src = usize::try_from(src)
                     .ok()
                     .filter(|s| *s < self.groups.world_size)
-                    .ok_or_else(|| err(format!("source rank {src} is outside the world of {} ranks", self.groups.world_size)))?;
+                    .ok_or_else(|| {
+                        err(format!(
+                            "source rank {src} is outside the world of {} ranks",
+                            self.groups.world_size
+                        ))
+                    })?;
                 (Request::Broadcast { src }, text(2, "group_name")?, name.ends_with('_'))
             }
             _ => return Err(err("not a collective this communicator runs".into())),
@@ -342,7 +349,11 @@ impl HostCommunicator {
             results: None,
         });
         if let Some(mismatch) = disagreement(meeting, &request, &input) {
-            let first = meeting.inputs.iter().position(Option::is_some).map_or(rank, |p| members[p]);
+            let first = meeting
+                .inputs
+                .iter()
+                .position(Option::is_some)
+                .map_or(rank, |p| members[p]);
             let message = format!(
                 "rank {rank} and rank {first} disagree at call {} on process group `{group}`: {mismatch}",
                 index + 1
@@ -355,14 +366,16 @@ impl HostCommunicator {
         meeting.inputs[position] = Some(input);
         if meeting.inputs.iter().all(Option::is_some) {
             let inputs: Vec<Tensor> = meeting.inputs.iter().flatten().cloned().collect();
-            let staged = inputs
-                .iter()
-                .try_fold(0u64, |acc, t| acc.checked_add(u64::try_from(t.numel()).ok()?.checked_mul(8)?));
+            let staged = inputs.iter().try_fold(0u64, |acc, t| {
+                acc.checked_add(u64::try_from(t.numel()).ok()?.checked_mul(8)?)
+            });
             let results = match (&meeting.request, staged) {
                 (_, Some(bytes)) if bytes <= self.options.max_bytes => match &meeting.request {
                     Request::Broadcast { src } => match members.iter().position(|r| r == src) {
                         Some(p) => compute(&meeting.request, &inputs, Some(p)),
-                        None => Err(format!("source rank {src} is not in process group `{group}` (ranks {members:?})")),
+                        None => Err(format!(
+                            "source rank {src} is not in process group `{group}` (ranks {members:?})"
+                        )),
                     },
                     request => compute(request, &inputs, None),
                 },
@@ -393,7 +406,9 @@ impl HostCommunicator {
                 .get_mut(&key)
                 .ok_or_else(|| "internal: the meeting of this call is gone".to_string())?;
             if let Some(results) = &mut meeting.results {
-                let mine = results[position].take().ok_or_else(|| "internal: result taken twice".to_string())?;
+                let mine = results[position]
+                    .take()
+                    .ok_or_else(|| "internal: result taken twice".to_string())?;
                 if results.iter().all(Option::is_none) {
                     state.meetings.remove(&key);
                 }
@@ -438,9 +453,13 @@ fn check_reduce(reduce: &str, dtype: DType) -> Result<(), String> {
     match reduce {
         "sum" | "avg" | "product" | "min" | "max" if !dtype.is_complex() => Ok(()),
         "band" | "bor" | "bxor" if is_integral(dtype) => Ok(()),
-        "band" | "bor" | "bxor" => Err(format!("reduce op `{reduce}` needs an integer or bool tensor, got {dtype}")),
+        "band" | "bor" | "bxor" => Err(format!(
+            "reduce op `{reduce}` needs an integer or bool tensor, got {dtype}"
+        )),
         "premul_sum" => Err("reduce op `premul_sum` is not supported by host collectives".into()),
-        other => Err(format!("reduce op `{other}` on a {dtype} tensor is not supported by host collectives")),
+        other => Err(format!(
+            "reduce op `{other}` on a {dtype} tensor is not supported by host collectives"
+        )),
     }
 }
 
@@ -455,7 +474,12 @@ fn disagreement(meeting: &Meeting, request: &Request, input: &Tensor) -> Option<
     }
     let first = meeting.inputs.iter().flatten().next()?;
     if first.dtype() != input.dtype() {
-        return Some(format!("`{}` on {} against {}", meeting.op, input.dtype(), first.dtype()));
+        return Some(format!(
+            "`{}` on {} against {}",
+            meeting.op,
+            input.dtype(),
+            first.dtype()
+        ));
     }
     if first.size() != input.size() {
         return Some(format!(
@@ -493,7 +517,10 @@ fn compute(request: &Request, inputs: &[Tensor], src: Option<usize>) -> Result<V
                 .map(|i| {
                     let mut s = size.clone();
                     s[0] = part;
-                    let offset = i.checked_mul(part).and_then(|o| o.checked_mul(stride[0])).ok_or("offset overflow")?;
+                    let offset = i
+                        .checked_mul(part)
+                        .and_then(|o| o.checked_mul(stride[0]))
+                        .ok_or("offset overflow")?;
                     r.view(&s, &stride, r.spec().offset + offset)
                         .and_then(|v| v.contiguous_copy())
                         .map_err(e)
@@ -551,7 +578,9 @@ fn reduce_all(reduce: &str, inputs: &[Tensor]) -> Result<Tensor, String> {
                 };
             }
             // Round to the dtype (narrow integers wrap, bool saturates) as each step would.
-            acc = Tensor::from_i64(dtype, &acc, &size).and_then(|t| t.to_i64_vec()).map_err(e)?;
+            acc = Tensor::from_i64(dtype, &acc, &size)
+                .and_then(|t| t.to_i64_vec())
+                .map_err(e)?;
         }
         if reduce == "avg" {
             let n = inputs.len() as i64;
@@ -566,12 +595,26 @@ fn reduce_all(reduce: &str, inputs: &[Tensor]) -> Result<Tensor, String> {
             *a = match reduce {
                 "sum" | "avg" => *a + b,
                 "product" => *a * b,
-                "min" => if b < *a || b.is_nan() { b } else { *a },
-                "max" => if b > *a || b.is_nan() { b } else { *a },
+                "min" => {
+                    if b < *a || b.is_nan() {
+                        b
+                    } else {
+                        *a
+                    }
+                }
+                "max" => {
+                    if b > *a || b.is_nan() {
+                        b
+                    } else {
+                        *a
+                    }
+                }
                 other => return Err(format!("reduce op `{other}` is not supported by host collectives")),
             };
         }
-        acc = Tensor::from_f64(dtype, &acc, &size).and_then(|t| t.to_f64_vec()).map_err(e)?;
+        acc = Tensor::from_f64(dtype, &acc, &size)
+            .and_then(|t| t.to_f64_vec())
+            .map_err(e)?;
     }
     if reduce == "avg" {
         let n = inputs.len() as f64;

@@ -209,6 +209,30 @@ pub enum Value<T> {
 }
 
 impl<T> Value<T> {
+    /// The same value with every tensor replaced by `f`'s result (through
+    /// lists and dicts); the first error stops the walk. The one mapping of
+    /// values between backends (uploads, downloads, host staging).
+    pub fn try_map_tensors<U, E>(&self, f: &mut dyn FnMut(&T) -> Result<U, E>) -> Result<Value<U>, E> {
+        Ok(match self {
+            Value::Tensor(t) => Value::Tensor(f(t)?),
+            Value::Int(i) => Value::Int(*i),
+            Value::Float(x) => Value::Float(*x),
+            Value::Bool(b) => Value::Bool(*b),
+            Value::None => Value::None,
+            Value::Str(s) => Value::Str(s.clone()),
+            Value::DType(d) => Value::DType(*d),
+            Value::Device(d) => Value::Device(*d),
+            Value::List(items) => Value::List(items.iter().map(|v| v.try_map_tensors(f)).collect::<Result<_, _>>()?),
+            Value::Dict(items) => Value::Dict(Box::new(
+                items
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), v.try_map_tensors(f)?)))
+                    .collect::<Result<IndexMap<_, _>, E>>()?,
+            )),
+            Value::Opaque => Value::Opaque,
+        })
+    }
+
     /// The kind of value, for messages.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -94,7 +94,12 @@ pub fn uniform_values(n: usize, seed: u64) -> Vec<f64> {
 /// Passes when `failures` is empty; otherwise fails listing them, one a line.
 #[track_caller]
 pub fn assert_no_failures(failures: &[String]) {
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).

@@ -40,7 +40,11 @@ fn triton_meta() -> TritonMeta {
     sig.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
     sig.insert("xnumel".to_string(), "i32".parse().unwrap());
     sig.insert("XBLOCK".to_string(), SigType::Constexpr);
-    TritonMeta::new(sig, [("XBLOCK".to_string(), 128)].into_iter().collect(), GridType::Grid1D)
+    TritonMeta::new(
+        sig,
+        [("XBLOCK".to_string(), 128)].into_iter().collect(),
+        GridType::Grid1D,
+    )
 }
 
 const TRITON_SRC: &str = "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass";

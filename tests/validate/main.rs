@@ -41,7 +41,14 @@ fn pointwise_meta() -> TritonMeta {
     signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
     signature.insert("xnumel".to_string(), "i32".parse().unwrap());
     signature.insert("XBLOCK".to_string(), SigType::Constexpr);
-    TritonMeta { num_warps: 1, ..TritonMeta::new(signature, [("XBLOCK".to_string(), 16)].into_iter().collect(), GridType::Grid1D) }
+    TritonMeta {
+        num_warps: 1,
+        ..TritonMeta::new(
+            signature,
+            [("XBLOCK".to_string(), 16)].into_iter().collect(),
+            GridType::Grid1D,
+        )
+    }
 }
 
 fn add_kernel(p: &mut ProgramBuilder) -> KernelName {

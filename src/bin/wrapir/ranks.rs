@@ -123,8 +123,10 @@ pub(crate) fn check_rank_set(path: &Path) -> Result<ExitCode> {
             limits: limits().prover,
             ..Default::default()
         };
-        let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> =
-            wrapir::lower::Target::ALL.iter().map(|t| wrapir::reconcile::emitter(*t)).collect();
+        let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> = wrapir::lower::Target::ALL
+            .iter()
+            .map(|t| wrapir::reconcile::emitter(*t))
+            .collect();
         let refs: Vec<&dyn wrapir::reconcile::LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
         let report = wrapir::reconcile::check_lowerings(&info, &options, &refs);
         println!("rank {rank} ({name}): valid");

@@ -51,70 +51,29 @@ impl CudaBackend {
     }
 
     fn stage_to_host(&mut self, v: &Value<CudaTensor>, staged: &mut Vec<Staged>) -> Result<Value<Tensor>, ExecError> {
-        Ok(match v {
-            Value::Tensor(t) => {
-                let i = match staged.iter().position(|s| Arc::ptr_eq(&s.storage, &t.storage)) {
-                    Some(i) => i,
-                    None => {
-                        let mut bytes = vec![0u8; t.storage.bytes];
-                        self.device.download(&mut bytes, t.storage.ptr)?;
-                        let n = i64::try_from(t.storage_numel())
-                            .map_err(|_| ExecError::Input("storage too large".into()))?;
-                        let host = host_from_bytes(t.spec.dtype, &bytes, n)?;
-                        staged.push(Staged {
-                            storage: Arc::clone(&t.storage),
-                            host,
-                            original: bytes,
-                        });
-                        staged.len() - 1
-                    }
-                };
-                Value::Tensor(staged[i].host.view(&t.spec.size, &t.spec.stride, t.spec.offset)?)
-            }
-            Value::Int(i) => Value::Int(*i),
-            Value::Float(f) => Value::Float(*f),
-            Value::Bool(b) => Value::Bool(*b),
-            Value::None => Value::None,
-            Value::Str(s) => Value::Str(s.clone()),
-            Value::DType(d) => Value::DType(*d),
-            Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(
-                items
-                    .iter()
-                    .map(|i| self.stage_to_host(i, staged))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Dict(items) => Value::Dict(
-                items
-                    .iter()
-                    .map(|(k, i)| Ok((k.clone(), self.stage_to_host(i, staged)?)))
-                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
-                    .into(),
-            ),
-            Value::Opaque => Value::Opaque,
+        v.try_map_tensors(&mut |t| {
+            let i = match staged.iter().position(|s| Arc::ptr_eq(&s.storage, &t.storage)) {
+                Some(i) => i,
+                None => {
+                    let mut bytes = vec![0u8; t.storage.bytes];
+                    self.device.download(&mut bytes, t.storage.ptr)?;
+                    let n =
+                        i64::try_from(t.storage_numel()).map_err(|_| ExecError::Input("storage too large".into()))?;
+                    let host = host_from_bytes(t.spec.dtype, &bytes, n)?;
+                    staged.push(Staged {
+                        storage: Arc::clone(&t.storage),
+                        host,
+                        original: bytes,
+                    });
+                    staged.len() - 1
+                }
+            };
+            staged[i].host.view(&t.spec.size, &t.spec.stride, t.spec.offset)
         })
     }
 
     fn copy_value_in(&mut self, v: &Value<Tensor>) -> Result<Value<CudaTensor>, ExecError> {
-        Ok(match v {
-            Value::Tensor(t) => Value::Tensor(self.copy_in(t)?),
-            Value::Int(i) => Value::Int(*i),
-            Value::Float(f) => Value::Float(*f),
-            Value::Bool(b) => Value::Bool(*b),
-            Value::None => Value::None,
-            Value::Str(s) => Value::Str(s.clone()),
-            Value::DType(d) => Value::DType(*d),
-            Value::Device(d) => Value::Device(*d),
-            Value::List(items) => Value::List(items.iter().map(|i| self.copy_value_in(i)).collect::<Result<_, _>>()?),
-            Value::Dict(items) => Value::Dict(
-                items
-                    .iter()
-                    .map(|(k, i)| Ok((k.clone(), self.copy_value_in(i)?)))
-                    .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
-                    .into(),
-            ),
-            Value::Opaque => Value::Opaque,
-        })
+        v.try_map_tensors(&mut |t| self.copy_in(t))
     }
 }
 

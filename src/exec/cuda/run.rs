@@ -75,25 +75,7 @@ pub fn place_inputs(
 
 /// Copies every tensor of `v` to the host.
 pub fn to_host(backend: &mut CudaBackend, v: &Value<CudaTensor>) -> Result<Value<Tensor>, ExecError> {
-    Ok(match v {
-        Value::Tensor(t) => Value::Tensor(backend.copy_out(t)?),
-        Value::Int(i) => Value::Int(*i),
-        Value::Float(f) => Value::Float(*f),
-        Value::Bool(b) => Value::Bool(*b),
-        Value::None => Value::None,
-        Value::Str(s) => Value::Str(s.clone()),
-        Value::DType(d) => Value::DType(*d),
-        Value::Device(d) => Value::Device(*d),
-        Value::List(items) => Value::List(items.iter().map(|i| to_host(backend, i)).collect::<Result<_, _>>()?),
-        Value::Dict(items) => Value::Dict(
-            items
-                .iter()
-                .map(|(k, i)| Ok((k.clone(), to_host(backend, i)?)))
-                .collect::<Result<indexmap::IndexMap<_, _>, ExecError>>()?
-                .into(),
-        ),
-        Value::Opaque => Value::Opaque,
-    })
+    v.try_map_tensors(&mut |t| backend.copy_out(t))
 }
 
 impl CudaOptions {

@@ -136,7 +136,10 @@ fn host_machine() -> Option<(u16, &'static str)> {
 pub fn check_host_image(image: &[u8]) -> Result<(), String> {
     let elf = Elf64::read(image, "host kernel images")?;
     if elf.kind != ET_DYN {
-        return Err(format!("ELF type {} is not a shared object (ET_DYN, {ET_DYN})", elf.kind));
+        return Err(format!(
+            "ELF type {} is not a shared object (ET_DYN, {ET_DYN})",
+            elf.kind
+        ));
     }
     if let Some((machine, name)) = host_machine() {
         if elf.machine != machine {
@@ -181,11 +184,17 @@ mod tests {
         let Some((machine, _)) = host_machine() else { return };
         assert_eq!(check_host_image(&shared_object(machine, 136)), Ok(()));
         let e = check_host_image(&shared_object(machine, 137)).unwrap_err();
-        assert!(e.contains("segment 0 (137 bytes at byte 120) ends past its 256 bytes"), "{e}");
+        assert!(
+            e.contains("segment 0 (137 bytes at byte 120) ends past its 256 bytes"),
+            "{e}"
+        );
         let e = check_host_image(&shared_object(EM_CUDA, 8)).unwrap_err();
         assert!(e.contains("compiled for ELF machine 190"), "{e}");
         let e = check_host_image(&shared_object(machine, 8)[..100]).unwrap_err();
-        assert!(e.contains("program headers (1 entries of 56 bytes at byte 64) end past its 100 bytes"), "{e}");
+        assert!(
+            e.contains("program headers (1 entries of 56 bytes at byte 64) end past its 100 bytes"),
+            "{e}"
+        );
         let mut exec = shared_object(machine, 8);
         exec[16] = 2;
         assert!(check_host_image(&exec).unwrap_err().contains("not a shared object"));
