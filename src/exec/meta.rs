@@ -216,7 +216,8 @@ impl MetaBackend {
             Some((None, Some(lo))) => (lo, false),
             _ => return None,
         };
-        if self.defaulted_set.insert(symbol.clone()) {
+        // Tested before inserting: a symbol already reported is not cloned.
+        if !self.defaulted_set.contains(symbol) && self.defaulted_set.insert(symbol.clone()) {
             self.defaulted.push(DefaultedSymbol {
                 symbol: symbol.clone(),
                 value,
