@@ -216,8 +216,7 @@ impl MetaBackend {
             Some((None, Some(lo))) => (lo, false),
             _ => return None,
         };
-        // Tested before inserting: a symbol already reported is not cloned.
-        if !self.defaulted_set.contains(symbol) && self.defaulted_set.insert(symbol.clone()) {
+        if self.defaulted_set.insert(symbol.clone()) {
             self.defaulted.push(DefaultedSymbol {
                 symbol: symbol.clone(),
                 value,
