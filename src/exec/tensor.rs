@@ -3,7 +3,8 @@
 use super::{ExecError, MemoryStats, TensorSpec};
 use crate::ir::{DType, Device};
 use half::{bf16, f16};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 mod raw;
 pub(crate) use raw::RawView;
@@ -26,9 +27,14 @@ pub enum Data {
 
 /// Counts live and peak bytes of storages that report to it, and holds the
 /// memory limits a backend's allocations must stay within.
+///
+/// The counts are atomics, not a mutex: a backend's allocate/free path is
+/// hot (the meta backend runs a plan's allocations at a few ns each) and the
+/// counter is uncontended there; the values are the same as under a lock.
 #[derive(Debug)]
 pub(crate) struct MemCounter {
-    stats: Mutex<MemoryStats>,
+    current: AtomicU64,
+    peak: AtomicU64,
     max_alloc: u64,
     max_run: u64,
 }
@@ -43,7 +49,8 @@ impl MemCounter {
     /// A counter enforcing `limits`' memory limits.
     pub(crate) fn with_limits(limits: &crate::Limits) -> Self {
         MemCounter {
-            stats: Mutex::default(),
+            current: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
             max_alloc: limits.max_alloc_bytes,
             max_run: limits.max_run_bytes,
         }
@@ -56,8 +63,9 @@ impl MemCounter {
         if bytes > self.max_alloc {
             crate::Limits::check(crate::Limit::AllocBytes, bytes, self.max_alloc, what())?;
         }
-        if let Ok(mut s) = self.stats.lock() {
-            let total = s.current_bytes.saturating_add(bytes);
+        let mut current = self.current.load(Ordering::Relaxed);
+        loop {
+            let total = current.saturating_add(bytes);
             if total > self.max_run {
                 crate::Limits::check(
                     crate::Limit::RunBytes,
@@ -66,28 +74,57 @@ impl MemCounter {
                     format!("{} (live bytes of the run)", what()),
                 )?;
             }
-            s.current_bytes = total;
-            s.peak_bytes = s.peak_bytes.max(s.current_bytes);
+            match self
+                .current
+                .compare_exchange_weak(current, total, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    self.raise_peak(total);
+                    return Ok(());
+                }
+                Err(now) => current = now,
+            }
         }
-        Ok(())
+    }
+
+    /// `peak = max(peak, total)`, without a write when the peak is already higher.
+    #[inline]
+    fn raise_peak(&self, total: u64) {
+        if self.peak.load(Ordering::Relaxed) < total {
+            self.peak.fetch_max(total, Ordering::Relaxed);
+        }
     }
 
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn add(&self, bytes: u64) {
-        if let Ok(mut s) = self.stats.lock() {
-            s.current_bytes = s.current_bytes.saturating_add(bytes);
-            s.peak_bytes = s.peak_bytes.max(s.current_bytes);
+        let mut current = self.current.load(Ordering::Relaxed);
+        loop {
+            let total = current.saturating_add(bytes);
+            match self
+                .current
+                .compare_exchange_weak(current, total, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return self.raise_peak(total),
+                Err(now) => current = now,
+            }
         }
     }
 
     pub(crate) fn sub(&self, bytes: u64) {
-        if let Ok(mut s) = self.stats.lock() {
-            s.current_bytes = s.current_bytes.saturating_sub(bytes);
+        if bytes == 0 {
+            return;
         }
+        // The closure always returns `Some`: the update cannot fail.
+        let _ = self
+            .current
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {
-        self.stats.lock().map(|s| *s).unwrap_or_default()
+        MemoryStats {
+            current_bytes: self.current.load(Ordering::Relaxed),
+            peak_bytes: self.peak.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -30,6 +30,8 @@ pub(super) fn compile_graph(
     let mut steps = Vec::new();
     let mut infos = Vec::new();
     let mut binds: Vec<Bind> = Vec::new();
+    // The symbols bound so far, in first-bind order (`Plan::bound`).
+    let mut bound = Bindings::new();
     // Plan tables are indexed with `u32` ranges (keeps steps small).
     let too_large = || ExecError::Input(format!("graph `{name}` is too large to compile"));
     let mut inputs = Vec::new();
@@ -119,6 +121,10 @@ pub(super) fn compile_graph(
                     Some(Val::Tensor(layout)) => Some(layout.clone()),
                     _ => None,
                 },
+                syms: match &node.val {
+                    Some(Val::Tensor(layout)) => layout_syms(layout, &bound, symbols),
+                    _ => Box::default(),
+                },
             })),
             Op::SymSize { tensor, dim } => StepKind::SymSize {
                 tensor: slot(*tensor)?,
@@ -144,6 +150,7 @@ pub(super) fn compile_graph(
             } => StepKind::Item {
                 tensor: slot(*tensor)?,
                 symbol: symbol.clone(),
+                decl: symbol.as_ref().and_then(|s| decl_index(s, symbols)),
                 multiplier: *multiplier,
             },
             Op::Sym { op, args } => StepKind::Sym {
@@ -195,12 +202,21 @@ pub(super) fn compile_graph(
         infos.push(StepInfo {
             node: node.name.clone(),
             val: node.val.clone(),
+            bound_before: u32::try_from(bound.len()).map_err(|_| too_large())?,
+            syms: match (&kind, &node.val) {
+                (StepKind::GetItem { .. }, Some(Val::Tensor(layout))) => layout_syms(layout, &bound, symbols),
+                _ => Box::default(),
+            },
         });
         let first_bind = u32::try_from(binds.len()).map_err(|_| too_large())?;
-        binds.extend(node.binds.iter().map(|s| Bind {
-            symbol: s.clone(),
-            range: symbols.get(s).map(|d| d.range),
-        }));
+        for s in &node.binds {
+            let id = u32::try_from(bound.insert_full(s.clone(), 0).0).map_err(|_| too_large())?;
+            binds.push(Bind {
+                symbol: s.clone(),
+                range: symbols.get(s).map(|d| d.range),
+                id,
+            });
+        }
         steps.push(Step {
             kind,
             out: slot_of.get(&id).copied(),
@@ -270,7 +286,6 @@ pub(super) fn compile_graph(
         frees.extend_from_slice(list);
         step.frees = start..u32::try_from(frees.len()).map_err(|_| too_large())?;
     }
-    let bind_count = binds.len();
 
     let mut subplans = HashMap::new();
     for (sub_name, sub) in &graph.subgraphs {
@@ -291,9 +306,36 @@ pub(super) fn compile_graph(
         subplans,
         symbols: Arc::clone(symbols),
         kernels: Arc::clone(kernels),
-        bind_count,
+        bound,
         lits,
     })
+}
+
+/// The symbols of `layout`, each with its index in `bound` (the symbols
+/// steps before this one bind) and in `symbols`.
+fn layout_syms(layout: &Layout, bound: &Bindings, symbols: &IndexMap<Symbol, SymbolDecl>) -> Box<[LayoutSym]> {
+    let mut out: Vec<LayoutSym> = Vec::new();
+    for e in layout.size.iter().chain(&layout.stride).chain(std::iter::once(&layout.offset)) {
+        if matches!(e, SymExpr::Int(_)) {
+            continue;
+        }
+        for symbol in e.free_symbols() {
+            if out.iter().any(|l| l.symbol == symbol) {
+                continue;
+            }
+            out.push(LayoutSym {
+                id: bound.get_index_of(&symbol).and_then(|i| u32::try_from(i).ok()),
+                decl: decl_index(&symbol, symbols),
+                symbol,
+            });
+        }
+    }
+    out.into_boxed_slice()
+}
+
+/// The index of `symbol`'s declaration in `symbols`.
+fn decl_index(symbol: &Symbol, symbols: &IndexMap<Symbol, SymbolDecl>) -> Option<u32> {
+    symbols.get_index_of(symbol).and_then(|i| u32::try_from(i).ok())
 }
 
 pub(super) fn to_operand(a: &Arg, slots: &HashMap<NodeId, usize>) -> Option<Operand> {

@@ -93,6 +93,8 @@ enum StepKind {
     Item {
         tensor: usize,
         symbol: Option<Symbol>,
+        /// The symbol's index in [`Plan::symbols`] (looked up at compile time).
+        decl: Option<u32>,
         multiplier: i64,
     },
     /// Operands inline (most ops are binary): no heap read per step.
@@ -200,6 +202,19 @@ struct ExternStep {
     /// The declared layout of a tensor result (here, not only in the
     /// step's [`StepInfo`], so a call does not read that cold table).
     layout: Option<Layout>,
+    /// The symbols of `layout`, resolved at compile time.
+    syms: Box<[LayoutSym]>,
+}
+
+/// A symbol of a declared layout as resolved at compile time: where a run
+/// finds its value without hashing its name.
+#[derive(Clone, Debug)]
+struct LayoutSym {
+    symbol: Symbol,
+    /// Its index in [`Plan::bound`] when a step before this one binds it.
+    id: Option<u32>,
+    /// Its index in [`Plan::symbols`] (its declaration), if declared.
+    decl: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -244,6 +259,8 @@ struct KernelRef {
 struct Bind {
     symbol: Symbol,
     range: Option<ValueRange>,
+    /// Its index in [`Plan::bound`].
+    id: u32,
 }
 
 /// What the run loop reads for every step. Kept small and free of
@@ -266,6 +283,11 @@ struct Step {
 struct StepInfo {
     node: String,
     val: Option<Val>,
+    /// How many of [`Plan::bound`]'s symbols steps before this one bind
+    /// (a prefix: they are in first-bind order).
+    bound_before: u32,
+    /// The symbols of a `getitem`'s declared element layout, resolved.
+    syms: Box<[LayoutSym]>,
 }
 
 /// A compiled graph, ready to run any number of times.
@@ -293,8 +315,11 @@ pub struct Plan {
     subplans: HashMap<String, Plan>,
     symbols: Arc<IndexMap<Symbol, SymbolDecl>>,
     kernels: Arc<IndexMap<KernelName, KernelDef>>,
-    /// Symbols bound by this plan's steps (capacity for the run's bindings).
-    bind_count: usize,
+    /// The symbols this plan's steps bind, in first-bind order, each with
+    /// the value 0: a run's bindings start as a copy and each bind writes its
+    /// value by index (no hashing, no symbol clone per bind). Every step of
+    /// a successful run runs, so every symbol here is bound by its end.
+    bound: Bindings,
     /// Literal call arguments: `lits[i]` is in slot `slots + i` for the
     /// whole run (see [`intern_call_literals`]).
     lits: Vec<Lit>,

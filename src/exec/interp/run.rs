@@ -26,16 +26,19 @@ impl Plan {
         inputs: Vec<Value<B::Tensor>>,
         constants: &IndexMap<String, B::Tensor>,
     ) -> Result<RunOutput<B::Tensor>, ExecError> {
-        let mut env = Bindings::with_capacity(self.bind_count);
-        let outputs = self.exec(backend, inputs, constants, &mut env)?;
+        let mut env = self.bound.clone();
+        let outputs = self.exec(backend, inputs, constants, &Bindings::new(), &mut env)?;
         Ok(RunOutput { outputs, symbols: env })
     }
 
+    /// Runs the steps. `outer`: the symbols bound outside this (sub)plan;
+    /// `env`: a copy of [`Plan::bound`], whose values the binds write.
     fn exec<B: Backend>(
         &self,
         backend: &mut B,
         inputs: Vec<Value<B::Tensor>>,
         constants: &IndexMap<String, B::Tensor>,
+        outer: &Bindings,
         env: &mut Bindings,
     ) -> Result<Vec<Value<B::Tensor>>, ExecError> {
         if inputs.len() != self.inputs.len() {
@@ -75,6 +78,7 @@ impl Plan {
                     &slots,
                     &mut layout,
                     &mut exp_buf,
+                    outer,
                     env,
                 )
                 .map_err(|e| ExecError::AtNode {
@@ -89,7 +93,14 @@ impl Plan {
                         Some(x) if bind.range.is_none_or(|r| r.contains(x)) => x,
                         _ => return Err(self.bind_error(info, bind, v)),
                     };
-                    env.insert(bind.symbol.clone(), x);
+                    match env.get_index_mut(bind.id as usize) {
+                        Some((_, slot)) => *slot = x,
+                        // `bound` holds every symbol of `binds`: only a
+                        // malformed plan gets here.
+                        None => {
+                            env.insert(bind.symbol.clone(), x);
+                        }
+                    }
                 }
             }
             if let (Some(o), Some(v)) = (step.out, value) {
@@ -129,6 +140,7 @@ impl Plan {
         slots: &[Option<Value<B::Tensor>>],
         layout: &mut TensorSpec,
         exp_buf: &mut ExpectedLayout,
+        outer: &Bindings,
         env: &mut Bindings,
     ) -> Result<Option<Value<B::Tensor>>, ExecError> {
         let rd = |o: &Operand| read(o, slots);
@@ -239,7 +251,8 @@ impl Plan {
             StepKind::Extern(c) => with_call(&c.args, &c.kwargs, slots, |args, kwargs| {
                 let expected = match &c.layout {
                     Some(layout) => {
-                        self.eval_layout_into(layout, backend, env, exp_buf)?;
+                        let envs = Envs { outer, env, bound: info.bound_before };
+                        self.eval_layout_into(layout, &c.syms, backend, &envs, exp_buf)?;
                         Some(&*exp_buf)
                     }
                     _ => None,
@@ -281,7 +294,8 @@ impl Plan {
                         Some(Val::Tensor(declared)) => {
                             // Evaluated into the reused buffers: no allocation
                             // here.
-                            self.eval_layout_into(declared, backend, env, exp_buf)?;
+                            let envs = Envs { outer, env, bound: info.bound_before };
+                            self.eval_layout_into(declared, &info.syms, backend, &envs, exp_buf)?;
                             let unknown =
                                 || ExecError::NoValue("element layout depends on a symbol with no hint".into());
                             layout.dtype = exp_buf.dtype;
@@ -328,10 +342,14 @@ impl Plan {
             StepKind::Item {
                 tensor: t,
                 symbol,
+                decl,
                 multiplier,
             } => {
                 let t = tensor(*t)?;
-                let decl = symbol.as_ref().and_then(|s| self.symbols.get(s));
+                let decl = match decl {
+                    Some(i) => self.symbols.get_index(*i as usize).map(|(_, d)| d),
+                    None => None,
+                };
                 let req = ScalarRequest {
                     symbol: symbol.as_ref(),
                     decl,
@@ -403,8 +421,9 @@ impl Plan {
                 };
                 let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let sub = self.subplan(if p { true_graph } else { false_graph })?;
-                let mut sub_env = env.clone();
-                Value::List(sub.exec(backend, args, constants, &mut sub_env)?)
+                let sub_outer = Envs { outer, env, bound: info.bound_before }.merged();
+                let mut sub_env = sub.bound.clone();
+                Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env)?)
             }
             StepKind::While(w) => {
                 let WhileStep {
@@ -418,6 +437,7 @@ impl Plan {
                 let cond = self.subplan(cond_graph)?;
                 let body = self.subplan(body_graph)?;
                 let fuel = backend.limits().loop_fuel;
+                let sub_outer = Envs { outer, env, bound: info.bound_before }.merged();
                 let mut iterations: u64 = 0;
                 loop {
                     if iterations >= fuel {
@@ -430,8 +450,8 @@ impl Plan {
                     }
                     iterations += 1;
                     let args: Vec<_> = state.iter().cloned().chain(extra.iter().cloned()).collect();
-                    let mut sub_env = env.clone();
-                    let c = cond.exec(backend, args.clone(), constants, &mut sub_env)?;
+                    let mut sub_env = cond.bound.clone();
+                    let c = cond.exec(backend, args.clone(), constants, &sub_outer, &mut sub_env)?;
                     let go = match c.first() {
                         Some(Value::Tensor(t)) => scalar_truthy(backend.read_scalar(
                             t,
@@ -451,8 +471,8 @@ impl Plan {
                     if !go {
                         break;
                     }
-                    let mut body_env = env.clone();
-                    let next = body.exec(backend, args, constants, &mut body_env)?;
+                    let mut body_env = body.bound.clone();
+                    let next = body.exec(backend, args, constants, &sub_outer, &mut body_env)?;
                     if next.len() != state.len() {
                         return Err(ExecError::Type(format!(
                             "loop body `{body_graph}` returned {} values for {} carried",
@@ -553,12 +573,30 @@ impl Plan {
     fn eval_layout_into<B: Backend>(
         &self,
         layout: &Layout,
+        syms: &[LayoutSym],
         backend: &mut B,
-        env: &Bindings,
+        envs: &Envs<'_>,
         out: &mut ExpectedLayout,
     ) -> Result<(), ExecError> {
         let symbols = &self.symbols;
-        let mut lookup = |s: &Symbol| env.get(s).copied().or_else(|| backend.hint(s, symbols.get(s)));
+        let mut lookup = |s: &Symbol| {
+            // Resolved at compile time (a symbol missing from `syms` only in
+            // a malformed plan: then looked up by name).
+            let (id, decl) = match syms.iter().find(|l| l.symbol == *s) {
+                Some(l) => (
+                    l.id.map(|i| i as usize),
+                    l.decl.and_then(|i| symbols.get_index(i as usize)).map(|(_, d)| d),
+                ),
+                None => (
+                    envs.env.get_index_of(s).filter(|i| *i < envs.bound as usize),
+                    symbols.get(s),
+                ),
+            };
+            id.and_then(|i| envs.env.get_index(i))
+                .map(|(_, v)| *v)
+                .or_else(|| envs.outer_value(s))
+                .or_else(|| backend.hint(s, decl))
+        };
         out.dtype = layout.dtype;
         out.device = layout.device;
         out.size.clear();
@@ -571,5 +609,34 @@ impl Plan {
         }
         out.offset = eval_dim(&layout.offset, &mut lookup)?;
         Ok(())
+    }
+}
+
+/// The symbols a step sees: those bound outside the plan, and the first
+/// `bound` entries of the plan's own bindings (those earlier steps bound).
+struct Envs<'a> {
+    outer: &'a Bindings,
+    env: &'a Bindings,
+    bound: u32,
+}
+
+impl Envs<'_> {
+    #[inline]
+    fn outer_value(&self, s: &Symbol) -> Option<i64> {
+        if self.outer.is_empty() {
+            None
+        } else {
+            self.outer.get(s).copied()
+        }
+    }
+
+    /// One map of what a step sees (a subgraph's outer symbols): the plan's
+    /// own values win, as they were bound last.
+    fn merged(&self) -> Bindings {
+        let mut all = self.outer.clone();
+        for (s, v) in self.env.iter().take(self.bound as usize) {
+            all.insert(s.clone(), *v);
+        }
+        all
     }
 }
