@@ -315,7 +315,12 @@ pub(super) fn compile_graph(
 /// steps before this one bind) and in `symbols`.
 fn layout_syms(layout: &Layout, bound: &Bindings, symbols: &IndexMap<Symbol, SymbolDecl>) -> Box<[LayoutSym]> {
     let mut out: Vec<LayoutSym> = Vec::new();
-    for e in layout.size.iter().chain(&layout.stride).chain(std::iter::once(&layout.offset)) {
+    for e in layout
+        .size
+        .iter()
+        .chain(&layout.stride)
+        .chain(std::iter::once(&layout.offset))
+    {
         if matches!(e, SymExpr::Int(_)) {
             continue;
         }

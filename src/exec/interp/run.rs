@@ -251,7 +251,11 @@ impl Plan {
             StepKind::Extern(c) => with_call(&c.args, &c.kwargs, slots, |args, kwargs| {
                 let expected = match &c.layout {
                     Some(layout) => {
-                        let envs = Envs { outer, env, bound: info.bound_before };
+                        let envs = Envs {
+                            outer,
+                            env,
+                            bound: info.bound_before,
+                        };
                         self.eval_layout_into(layout, &c.syms, backend, &envs, exp_buf)?;
                         Some(&*exp_buf)
                     }
@@ -294,7 +298,11 @@ impl Plan {
                         Some(Val::Tensor(declared)) => {
                             // Evaluated into the reused buffers: no allocation
                             // here.
-                            let envs = Envs { outer, env, bound: info.bound_before };
+                            let envs = Envs {
+                                outer,
+                                env,
+                                bound: info.bound_before,
+                            };
                             self.eval_layout_into(declared, &info.syms, backend, &envs, exp_buf)?;
                             let unknown =
                                 || ExecError::NoValue("element layout depends on a symbol with no hint".into());
@@ -421,7 +429,12 @@ impl Plan {
                 };
                 let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let sub = self.subplan(if p { true_graph } else { false_graph })?;
-                let sub_outer = Envs { outer, env, bound: info.bound_before }.merged();
+                let sub_outer = Envs {
+                    outer,
+                    env,
+                    bound: info.bound_before,
+                }
+                .merged();
                 let mut sub_env = sub.bound.clone();
                 Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env)?)
             }
@@ -437,7 +450,12 @@ impl Plan {
                 let cond = self.subplan(cond_graph)?;
                 let body = self.subplan(body_graph)?;
                 let fuel = backend.limits().loop_fuel;
-                let sub_outer = Envs { outer, env, bound: info.bound_before }.merged();
+                let sub_outer = Envs {
+                    outer,
+                    env,
+                    bound: info.bound_before,
+                }
+                .merged();
                 let mut iterations: u64 = 0;
                 loop {
                     if iterations >= fuel {
