@@ -10,6 +10,7 @@
 //! module's documentation for what each does.
 
 use super::compare::BundleMeta;
+pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
 use super::random::CudaRngState;
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
@@ -89,48 +90,6 @@ impl ExternOpLog {
     pub fn host_ops(&self) -> Vec<(String, usize)> {
         Vec::new()
     }
-}
-
-/// Where a backend's start-up work went (see the real backend).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LoadTimings {
-    /// `cuInit`, the primary context and the stream.
-    pub device_open: std::time::Duration,
-    /// Reading kernel images and loading them.
-    pub module_load: std::time::Duration,
-    /// Kernel image files loaded.
-    pub modules: usize,
-    /// Compiling and loading the built-in kernels.
-    pub builtin_load: std::time::Duration,
-    /// The first cuBLAS call.
-    pub blas_first_call: std::time::Duration,
-}
-
-/// The raw launch floor (see the real backend).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LaunchFloor {
-    /// Host µs per launch of an empty kernel.
-    pub launch_us: f64,
-    /// µs per kernel of replaying one graph of empty launches.
-    pub graph_us: f64,
-    /// Host µs of one 8-byte device-to-host read.
-    pub read_us: f64,
-    /// Launches per loop and per graph.
-    pub kernels: usize,
-    /// How the empty kernel was compiled.
-    pub compiler: &'static str,
-}
-
-/// How a replay ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replay {
-    /// Every operation ran.
-    Done,
-    /// A device read returned another value than when recorded.
-    Diverged {
-        /// Index of the read among the recording's reads.
-        read: usize,
-    },
 }
 
 /// A CUDA backend: cannot be made in this build ([`CudaBackend::new`] fails).

@@ -10,8 +10,9 @@
 //! The graphs use the recording's buffers (its arena and held inputs), so
 //! their results are those of the direct replay, bit for bit.
 
-use super::prepared::{launch, read_matches, Op, Prepared, Replay};
+use super::prepared::{launch, read_matches, Op, Prepared};
 use super::{CudaBackend, Storage};
+use super::{LaunchFloor, Replay};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
 use std::sync::Arc;
@@ -178,24 +179,6 @@ impl Prepared {
     pub fn captured_graphs(&self) -> usize {
         self.graphs.as_ref().map_or(0, SegmentGraphs::graphs)
     }
-}
-
-/// The raw launch floor measured in this process.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LaunchFloor {
-    /// Host µs per `cuLaunchKernel` of an empty kernel (median of repeats).
-    pub launch_us: f64,
-    /// µs per kernel of replaying one captured graph of `kernels` empty
-    /// launches (median of repeats, until the stream is idle).
-    pub graph_us: f64,
-    /// Host µs of one 8-byte device-to-host read on an idle stream (median):
-    /// the least a replay's device read (an unbacked size, a `cond`
-    /// predicate) costs.
-    pub read_us: f64,
-    /// Launches per loop and per graph.
-    pub kernels: usize,
-    /// How the empty kernel was compiled (`nvrtc`, or `ptx` when NVRTC is missing).
-    pub compiler: &'static str,
 }
 
 const EMPTY_KERNEL: &str = r#"extern "C" __global__ void empty_k(float* p, int n) { if (threadIdx.x == 0 && blockIdx.x == (1u << 30)) p[0] = n; }"#;

@@ -44,12 +44,13 @@ mod prepared;
 mod run;
 mod tensor;
 
+pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
 pub use driver::{device_arch, CudaError};
-pub use graph::{launch_floor, LaunchFloor};
+pub use graph::launch_floor;
 pub use kernels::ExternOpLog;
 pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
 pub use options::{CudaOptions, MathModes};
-pub use prepared::{Prepared, PreparedCache, Replay};
+pub use prepared::{Prepared, PreparedCache};
 pub use tensor::CudaTensor;
 
 pub(crate) use bytes::host_from_bytes;
@@ -104,25 +105,6 @@ pub struct CudaBackend {
     /// Pinned buffers host-to-device copies of inputs and weights go through
     /// (made at the first such copy).
     staging: Option<driver::Staging>,
-}
-
-/// Where a backend's one-time start-up work went (wall time): opening the
-/// device, loading kernel images, compiling the built-in kernels, creating
-/// the cuBLAS handle. Each happens at first use, so a program that launches
-/// no built-in kernel pays no NVRTC compilation and one with no matmul
-/// creates no cuBLAS handle.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct LoadTimings {
-    /// `cuInit`, the primary context and the stream ([`CudaBackend::new`]).
-    pub device_open: std::time::Duration,
-    /// Reading cubin files and `cuModuleLoadData` (and function look-ups).
-    pub module_load: std::time::Duration,
-    /// Kernel image files loaded.
-    pub modules: usize,
-    /// NVRTC compilation and loading of the built-in kernels (0 when none ran).
-    pub builtin_load: std::time::Duration,
-    /// The first cuBLAS call: handle creation (library load) and its first GEMM (0 when none ran).
-    pub blas_first_call: std::time::Duration,
 }
 
 impl std::fmt::Debug for CudaBackend {

@@ -1,7 +1,8 @@
 //! [`PreparedCache`]: the recordings of one plan, by the inputs' layouts and
 //! the device values each read.
 
-use super::{Prepared, Replay};
+use super::Prepared;
+use crate::exec::cuda::Replay;
 use crate::exec::cuda::{CudaBackend, CudaTensor, Storage};
 use crate::exec::interp::Plan;
 use crate::exec::{ExecError, TensorSpec, Value};

@@ -67,7 +67,7 @@ pub use cache::PreparedCache;
 use record::{tensors_of, Recorder};
 
 use super::library::LibraryCall;
-use super::{CudaBackend, CudaTensor, Storage};
+use super::{CudaBackend, CudaTensor, Replay, Storage};
 use crate::exec::interp::Plan;
 use crate::exec::{ExecError, TensorSpec, Value};
 use cudarc::driver::{result as drv, sys};
@@ -174,19 +174,6 @@ pub(super) enum Op {
     Zero {
         ptr: sys::CUdeviceptr,
         bytes: usize,
-    },
-}
-
-/// How a replay ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replay {
-    /// Every operation ran; the outputs hold this call's results.
-    Done,
-    /// The `read`-th device read returned another value than when recorded:
-    /// the rest of the recording does not apply and the outputs are not valid.
-    Diverged {
-        /// Index of the read among the recording's reads.
-        read: usize,
     },
 }
 

@@ -1,0 +1,53 @@
+//! The CUDA backend's reports: plain data that callers read in every build,
+//! with the `cuda` feature (`exec::cuda`) or without it (the stand-in, whose
+//! entry points never produce them). Re-exported from `exec::cuda`.
+
+/// Where a backend's one-time start-up work went (wall time): opening the
+/// device, loading kernel images, compiling the built-in kernels, creating
+/// the cuBLAS handle. Each happens at first use, so a program that launches
+/// no built-in kernel pays no NVRTC compilation and one with no matmul
+/// creates no cuBLAS handle.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LoadTimings {
+    /// `cuInit`, the primary context and the stream (`CudaBackend::new`).
+    pub device_open: std::time::Duration,
+    /// Reading cubin files and `cuModuleLoadData` (and function look-ups).
+    pub module_load: std::time::Duration,
+    /// Kernel image files loaded.
+    pub modules: usize,
+    /// NVRTC compilation and loading of the built-in kernels (0 when none ran).
+    pub builtin_load: std::time::Duration,
+    /// The first cuBLAS call: handle creation (library load) and its first GEMM (0 when none ran).
+    pub blas_first_call: std::time::Duration,
+}
+
+/// The raw launch floor measured in this process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LaunchFloor {
+    /// Host µs per `cuLaunchKernel` of an empty kernel (median of repeats).
+    pub launch_us: f64,
+    /// µs per kernel of replaying one captured graph of `kernels` empty
+    /// launches (median of repeats, until the stream is idle).
+    pub graph_us: f64,
+    /// Host µs of one 8-byte device-to-host read on an idle stream (median):
+    /// the least a replay's device read (an unbacked size, a `cond`
+    /// predicate) costs.
+    pub read_us: f64,
+    /// Launches per loop and per graph.
+    pub kernels: usize,
+    /// How the empty kernel was compiled (`nvrtc`, or `ptx` when NVRTC is missing).
+    pub compiler: &'static str,
+}
+
+/// How a replay ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replay {
+    /// Every operation ran; the outputs hold this call's results.
+    Done,
+    /// The `read`-th device read returned another value than when recorded:
+    /// the rest of the recording does not apply and the outputs are not valid.
+    Diverged {
+        /// Index of the read among the recording's reads.
+        read: usize,
+    },
+}
