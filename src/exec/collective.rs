@@ -500,6 +500,7 @@ fn compute(request: &Request, inputs: &[Tensor], src: Option<usize>) -> Result<V
     let dtype = first.dtype();
     let size = first.size().to_vec();
     let e = |e: ExecError| e.to_string();
+    let members = i64::try_from(n).map_err(|_| format!("a group of {n} members"))?;
     match request {
         Request::AllReduce { reduce } => {
             let r = reduce_all(reduce, inputs)?;
@@ -507,13 +508,13 @@ fn compute(request: &Request, inputs: &[Tensor], src: Option<usize>) -> Result<V
         }
         Request::ReduceScatter { reduce } => {
             let d0 = *size.first().ok_or("reduce_scatter_tensor of a 0-dimensional tensor")?;
-            if d0 % n as i64 != 0 {
+            if d0 % members != 0 {
                 return Err(format!("dim 0 of size {d0} does not split into {n} equal parts"));
             }
             let r = reduce_all(reduce, inputs)?;
-            let part = d0 / n as i64;
+            let part = d0 / members;
             let stride = r.stride().to_vec();
-            (0..n as i64)
+            (0..members)
                 .map(|i| {
                     let mut s = size.clone();
                     s[0] = part;
@@ -530,7 +531,7 @@ fn compute(request: &Request, inputs: &[Tensor], src: Option<usize>) -> Result<V
         Request::AllGather => {
             let d0 = *size.first().ok_or("all_gather_into_tensor of a 0-dimensional tensor")?;
             let mut out = size.clone();
-            out[0] = d0.checked_mul(n as i64).ok_or("gathered size overflows")?;
+            out[0] = d0.checked_mul(members).ok_or("gathered size overflows")?;
             let gathered = if is_integral(dtype) {
                 let mut data = Vec::new();
                 for t in inputs {
@@ -583,7 +584,7 @@ fn reduce_all(reduce: &str, inputs: &[Tensor]) -> Result<Tensor, String> {
                 .map_err(e)?;
         }
         if reduce == "avg" {
-            let n = inputs.len() as i64;
+            let n = i64::try_from(inputs.len()).map_err(|_| "a group too large to average".to_string())?;
             acc.iter_mut().for_each(|a| *a = a.div_euclid(n));
         }
         return Tensor::from_i64(dtype, &acc, &size).map_err(e);

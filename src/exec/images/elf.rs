@@ -98,7 +98,8 @@ fn check_extent(image: &[u8]) -> Result<(), String> {
     let within = |offset: u64, size: u64| offset.checked_add(size).is_some_and(|end| end <= len);
     for i in 0..phnum {
         // In range: the table was checked above.
-        let at = (phoff + i * phentsize) as usize;
+        let at = usize::try_from(phoff + i * phentsize)
+            .map_err(|_| "corrupt: a program header past the address space".to_string())?;
         let (offset, size) = (le(image, at + 8, 8), le(image, at + 32, 8));
         if !within(offset, size) {
             return Err(format!(
@@ -107,7 +108,8 @@ fn check_extent(image: &[u8]) -> Result<(), String> {
         }
     }
     for i in 0..shnum {
-        let at = (shoff + i * shentsize) as usize;
+        let at = usize::try_from(shoff + i * shentsize)
+            .map_err(|_| "corrupt: a section header past the address space".to_string())?;
         let (kind, offset, size) = (le(image, at + 4, 4), le(image, at + 24, 8), le(image, at + 32, 8));
         if kind != SHT_NOBITS && !within(offset, size) {
             return Err(format!(
