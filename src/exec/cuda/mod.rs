@@ -284,7 +284,16 @@ impl CudaBackend {
                 dst.spec.size
             )));
         }
-        if src.spec().stride == dst.spec.stride && src.spec().offset == dst.spec.offset && !src.dtype().is_complex() {
+        if src.dtype().is_complex() {
+            // Complex values are written as their real and imaginary parts
+            // (the device storage is the same; see `copy_in`).
+            let real = CudaTensor {
+                storage: Arc::clone(&dst.storage),
+                spec: dst.spec.as_real()?,
+            };
+            return self.overwrite(&real, &src.view_as_real()?);
+        }
+        if src.spec().stride == dst.spec.stride && src.spec().offset == dst.spec.offset {
             // The same layout: the host storage's bytes are the device storage's.
             let copied = src.with_storage_bytes(|bytes| {
                 if bytes.len() <= dst.storage.bytes {
