@@ -38,27 +38,27 @@ fn collective_program(device: &str, dtype: &str, n: usize, m: usize, line: &str)
 fn lines(w: usize) -> Vec<(String, Box<dyn Fn(usize) -> usize>)> {
     vec![
         (
-            "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')".into(),
+            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')".into(),
             Box::new(|n| n),
         ),
         (
-            "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')".into(),
+            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'max', '0')".into(),
             Box::new(|n| n),
         ),
         (
-            "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'avg', '0')".into(),
+            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'avg', '0')".into(),
             Box::new(|n| n),
         ),
         (
-            format!("buf0 = extern torch.ops._c10d_functional.all_gather_into_tensor.default(x, {w}, '0')"),
+            format!("extern buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(x, {w}, '0')"),
             Box::new(move |n| n * w),
         ),
         (
-            format!("buf0 = extern torch.ops._c10d_functional.reduce_scatter_tensor.default(x, 'sum', {w}, '0')"),
+            format!("extern buf0 = torch.ops._c10d_functional.reduce_scatter_tensor.default(x, 'sum', {w}, '0')"),
             Box::new(move |n| n / w),
         ),
         (
-            "buf0 = extern torch.ops._c10d_functional.broadcast.default(x, 0, '0')".into(),
+            "extern buf0 = torch.ops._c10d_functional.broadcast.default(x, 0, '0')".into(),
             Box::new(|n| n),
         ),
     ]
@@ -132,7 +132,7 @@ fn collectives_on_nccl_match_the_host_communicator() {
 fn prepared_replays_and_graphs_hold_the_collectives() {
     let w = gpus();
     let n = 8 * w;
-    let line = "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')";
+    let line = "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')";
     let programs: Vec<Program> = (0..w)
         .map(|r| collective_program(&format!("cuda:{r}"), "f32", n, n, line))
         .collect();
@@ -183,7 +183,7 @@ fn prepared_replays_and_graphs_hold_the_collectives() {
 
 #[test]
 fn gpu_rank_errors_are_errors_not_hangs() {
-    let line = "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')";
+    let line = "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '0')";
     let p = collective_program("cuda:0", "f32", 4, 4, line);
     let x = inputs_for(0, 4, wrapir::ir::DType::Float32);
     let job = |ordinal: usize| CudaRankJob {
@@ -227,7 +227,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
         "i64",
         4,
         4,
-        "buf0 = extern torch.ops._c10d_functional.all_reduce.default(x, 'band', '0')",
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'band', '0')",
     );
     let xi = inputs_for(0, 4, wrapir::ir::DType::Int64);
     let got = cuda::run_ranks(

@@ -439,13 +439,17 @@ fn cli_runs_and_checks_a_rank_set() {
         2
     );
 
+    // These ranks were compiled for the CPU; on a GPU build they fail
+    // running (tests/cuda_ranks.rs runs GPU ranks), here at once.
     let r = common::wrapir(&["run", set, "--device", "cuda"]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stderr.contains("collectives on GPUs (NCCL) are not implemented"),
-        "{}",
-        r.stderr
-    );
+    assert_ne!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    if !cfg!(feature = "cuda") {
+        assert!(
+            r.stderr.contains("built without the `cuda` feature"),
+            "{}",
+            r.stderr
+        );
+    }
 
     let r = common::wrapir(&["check", set]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
