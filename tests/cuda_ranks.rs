@@ -243,3 +243,22 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     let e = got[0].as_ref().map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("reduce op `band`") && e.contains("NCCL"), "{e}");
 }
+
+#[test]
+fn exported_nccl_rank_sets_match_eager() {
+    let dir = common::root().join("fixtures/inductor/bundles_ranks_cuda");
+    let mut failures = Vec::new();
+    for case in ["sp_mlp", "tp_attention", "tp_mlp"] {
+        let set = dir.join(case);
+        let set = set.to_str().unwrap();
+        let mut args = vec!["run", set, "--device", "cuda"];
+        if case == "tp_attention" {
+            args.push("--allow-host-fallback");
+        }
+        let r = common::wrapir(&args);
+        if r.code != 0 || !r.stdout.contains("against eager: 1 outputs match") {
+            failures.push(format!("{case}: exit {}\n{}{}", r.code, r.stdout, r.stderr));
+        }
+    }
+    common::assert_no_failures(&failures);
+}

@@ -100,6 +100,33 @@ fn every_rank_set_matches_eager_on_every_rank() {
     common::assert_no_failures(&failures);
 }
 
+/// The rank sets exported from a one-GPU `nccl` run (CUDA programs).
+fn cuda_rank_sets() -> Vec<std::path::PathBuf> {
+    let dir = common::root().join("fixtures/inductor/bundles_ranks_cuda");
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| RankSet::is_rank_set(p))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn cuda_rank_sets_check_and_run_on_meta() {
+    let sets = cuda_rank_sets();
+    let names: Vec<String> = sets.iter().map(|p| common::name(p)).collect();
+    assert_eq!(names, CASES, "committed CUDA rank sets");
+    for dir in sets {
+        let d = dir.to_str().unwrap();
+        let r = common::wrapir(&["check", d]);
+        assert_eq!(r.code, 0, "{d}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("1 ranks issue the same collectives"), "{d}: {}", r.stdout);
+        let r = common::wrapir(&["run", d, "--device", "meta"]);
+        assert_eq!(r.code, 0, "{d}: {}{}", r.stdout, r.stderr);
+    }
+}
+
 #[test]
 fn every_rank_set_runs_on_meta_with_the_declared_layouts() {
     for dir in rank_sets() {

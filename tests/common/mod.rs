@@ -115,9 +115,11 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs the `wrapir` binary with `args` in the crate root.
+/// Runs the `wrapir` binary (`WRAPIR_BIN` when set: a test binary run on
+/// another machine than the one that built it) with `args` in the crate root.
 pub fn wrapir(args: &[&str]) -> Run {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wrapir"))
+    let bin = std::env::var_os("WRAPIR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_wrapir").into());
+    let out = std::process::Command::new(bin)
         .args(args)
         .current_dir(root())
         .output()
