@@ -10,7 +10,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use wrapir::bundle::Bundle;
-use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Comparison};
 use wrapir::exec::host::{run_program_on, HostBackend};
 use wrapir::exec::host_kernels;
 use wrapir::ir::{KernelBackend, Program};
@@ -46,8 +45,7 @@ fn bundles(backend: &str) -> Vec<PathBuf> {
 /// The outcome of one bundle: its comparisons with eager and with Inductor's
 /// compiled outputs, or the error that stopped the run.
 struct Outcome {
-    eager: Comparison,
-    compiled: Option<Comparison>,
+    comparison: common::BundleComparison,
     kernels: usize,
 }
 
@@ -56,7 +54,6 @@ struct Outcome {
 fn check(dir: &Path) -> Result<Outcome, String> {
     let bundle = Bundle::open(dir).map_err(|e| e.to_string())?;
     let program = bundle.program().clone();
-    let meta: BundleMeta = bundle.meta().clone();
     let mut backend = HostBackend::default();
     let kernels = host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images(), None)
         .map_err(|e| e.to_string())?;
@@ -64,23 +61,9 @@ fn check(dir: &Path) -> Result<Outcome, String> {
         .inputs()
         .map_err(|e| e.to_string())?
         .ok_or("no inputs.safetensors")?;
-    let expected = bundle
-        .expected()
-        .map_err(|e| e.to_string())?
-        .ok_or("no expected.safetensors")?;
     let out = run_program_on(&program, &mut backend, &inputs).map_err(|e| e.to_string())?;
-    let got = output_leaves(&out.outputs);
-    let ints = meta.int_outputs.as_deref();
-    let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
-    let compiled = bundle
-        .compiled()
-        .map_err(|e| e.to_string())?
-        .map(|c| compare_leaves(&got, &c, ints, meta.compiled_tolerance));
-    Ok(Outcome {
-        eager,
-        compiled,
-        kernels,
-    })
+    let comparison = common::compare_with_bundle(&bundle, &out.outputs)?;
+    Ok(Outcome { comparison, kernels })
 }
 
 fn case(dir: &Path) -> String {
@@ -109,19 +92,12 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
             match check(&dir) {
                 Err(e) => failures.push(format!("{name}: {e}")),
                 Ok(o) => {
-                    if let Some(e) = o.eager.first_error() {
-                        failures.push(format!("{name}: against eager: {e}"));
-                    }
-                    match &o.compiled {
-                        Some(c) => {
-                            if let Some(e) = c.first_error() {
-                                failures.push(format!("{name}: against inductor: {e}"));
-                            }
-                        }
-                        None => failures.push(format!("{name}: no compiled.safetensors")),
+                    if let Some(e) = o.comparison.first_error() {
+                        failures.push(format!("{name}: {e}"));
                     }
                     kernels += o.kernels;
                     let err = o
+                        .comparison
                         .eager
                         .max_errors()
                         .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));

@@ -147,6 +147,26 @@ pub fn runtime_header() -> &'static str {
     RUNTIME_HEADER
 }
 
+/// Whether `program` uses no CUDA device: no Triton, CUDA C or CUDA Halide
+/// kernel, and every tensor (buffers of every graph, constants) off CUDA.
+/// Its standalone wrapper defines `WRAPIR_HOST_ONLY` (no `cuda.h`, no
+/// driver) and runs its extern ops on the runtime library's host context
+/// (device `-1`).
+pub fn host_only(program: &crate::ir::Program) -> bool {
+    use crate::ir::{BufferKind, DeviceType, KernelBackend};
+    let kernels = program.kernels.values().all(|k| match &k.backend {
+        KernelBackend::Cpp(_) | KernelBackend::Host => true,
+        KernelBackend::Halide(m) => !m.is_cuda(),
+        KernelBackend::Triton(_) | KernelBackend::CudaC => false,
+    });
+    let graphs = std::iter::once(&program.main).chain(program.subgraphs.values());
+    let buffers = graphs.flat_map(|g| g.buffers.values()).all(|b| match &b.kind {
+        BufferKind::Tensor(l) => l.device.kind != DeviceType::Cuda,
+        BufferKind::Multi => true,
+    });
+    kernels && buffers && program.constants.values().all(|l| l.device.kind != DeviceType::Cuda)
+}
+
 /// Which C++ to write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Dialect {

@@ -2,8 +2,9 @@
  *
  * The runtime runs the extern (ATen) ops of wrapir's standalone C++ wrappers
  * with the same Rust code as wrapir's CUDA backend (cuBLAS, cuBLASLt, cuDNN,
- * wrapir's built-in kernels: `wrapir ops --device cuda` lists them), and
- * reads and writes safetensors files. Build it with
+ * wrapir's built-in kernels: `wrapir ops --device cuda` lists them) or, on
+ * device WRAPIR_RT_HOST_DEVICE, as wrapir's host backend (`wrapir ops
+ * --device cpu`), and reads and writes safetensors files. Build it with
  *
  *     cargo build --release -p wrapir-runtime
  *
@@ -60,8 +61,14 @@ extern "C" {
 #define WRAPIR_RT_ARG_DEVICE 7
 #define WRAPIR_RT_ARG_LIST 8
 
+/* The device number of the host context: ops on host memory (the extern ops
+ * of CPU programs), run by wrapir's host backend. Its calls take and return
+ * host tensors (flagged WRAPIR_RT_HOST); `stream` is ignored. */
+#define WRAPIR_RT_HOST_DEVICE -1
+
 /* WrapirRtTensorDesc flags. */
-/* The memory is host memory (only wrapir_rt_save_safetensors takes it). */
+/* The memory is host memory (the host context's tensors, and
+ * wrapir_rt_save_safetensors on any device). */
 #define WRAPIR_RT_HOST 1u
 /* A returned tensor aliases memory the caller passed (a view op's result). */
 #define WRAPIR_RT_BORROWED 2u
