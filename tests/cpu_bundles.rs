@@ -296,25 +296,38 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `wrapir check` of a CPU bundle: a lowering that does not support the
-/// program (the standalone C++ wrapper runs extern ops on CUDA devices
-/// only) is reported as unsupported and fails the check only when it was
-/// asked for by name.
+/// `wrapir check` of a CPU bundle: every lowering supports it (the
+/// standalone C++ wrapper too, its extern ops on the runtime's host
+/// context). A lowering that does not support a program (the standalone
+/// wrapper of an extern op on an XPU) is reported as unsupported and fails
+/// the check only when it was asked for by name.
 #[test]
 fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     let bundle = "fixtures/inductor/bundles_cpu/cpp/addmm_relu";
-    let r = common::wrapir(&["check", bundle]);
+    let r = common::wrapir(&["check", bundle, "--lowering", "cpp-standalone"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(!r.stdout.contains("unsupported"), "{}", r.stdout);
+    let dir = common::scratch("cpu_bundles", "unsupported");
+    let program = dir.join("xpu_relu.wir");
+    std::fs::write(
+        &program,
+        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@xpu:0) -> (buf0) {\n  buffer buf0: f32[4][1]@xpu:0\n  extern buf0 = torch.ops.aten.relu.default(arg0_1)\n}\n",
+    )
+    .unwrap();
+    let program = program.to_string_lossy().into_owned();
+    let r = common::wrapir(&["check", &program]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout
-            .contains("unsupported cpp-standalone: graph main, line 2 `extern_out buf0 = extern_kernels.addmm("),
+        r.stdout.contains("unsupported cpp-standalone: graph main, line 0 `extern buf0 = torch.ops.aten.relu.default(")
+            && r.stdout.contains("on xpu:0: the runtime runs extern ops on CUDA devices and the host"),
         "{}",
         r.stdout
     );
     assert!(!r.stdout.contains("error "), "{}", r.stdout);
-    let r = common::wrapir(&["check", bundle, "--lowering", "cpp-standalone"]);
+    let r = common::wrapir(&["check", &program, "--lowering", "cpp-standalone"]);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("unsupported cpp-standalone:"), "{}", r.stdout);
-    let r = common::wrapir(&["check", bundle, "--lowering", "python", "--lowering", "fx"]);
+    let r = common::wrapir(&["check", &program, "--lowering", "python", "--lowering", "fx"]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
 }

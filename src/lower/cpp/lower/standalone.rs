@@ -240,7 +240,12 @@ impl DialectOps for Standalone {
         results: &[String],
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        let device = l.extern_device(g, call, out);
+        let mut device = l.extern_device(g, call, out);
+        if device.kind == DeviceType::Cuda && crate::lower::cpp::host_only(l.program) {
+            // No tensor names the device (`extern_device`'s CUDA default):
+            // a host-only program's ops run on the host.
+            device = Device::cpu();
+        }
         // The runtime library's host context is device -1.
         let index = match device.kind {
             DeviceType::Cuda => i64::from(device_index(&device)),
