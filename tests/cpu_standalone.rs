@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use wrapir::bundle::{conventions, Bundle};
 use wrapir::lower::cpp::package::target_name;

@@ -89,6 +89,18 @@ inline CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned 
 #include <utility>
 #include <vector>
 
+// The 16-bit float element types Inductor's C++ kernels name in their
+// signatures (`arg_types`), as incomplete types: the wrapper only passes
+// pointers to them to the kernels' compiled images.
+namespace at {
+struct BFloat16;
+struct Half;
+}  // namespace at
+namespace c10 {
+struct BFloat16;
+struct Half;
+}  // namespace c10
+
 namespace wrapir {
 
 /// A failed driver call, failed check or failed extern hook.

@@ -111,32 +111,63 @@ fn host_image_forwarder(kernel: &KernelName, types: &[&str]) -> String {
     out
 }
 
-/// The standalone dialect's definition of CPU Halide kernel `kernel`
-/// (`params`: its declared parameters, `names` their names): a function of
-/// that signature calling the pipeline's own `<kernel>` function in the
-/// bundle's compiled image (`kernels/<kernel>.so`, which links
-/// `kernels/halide_runtime.so`), loaded on first use from `WRAPIR_CUBIN_DIR`.
-fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[String], names: &[String]) -> String {
+/// One parameter of a Halide kernel's C declaration: its declaration, its
+/// name and, for a scalar, its C type.
+struct HalideParamDecl {
+    decl: String,
+    name: String,
+    scalar: Option<String>,
+}
+
+/// The standalone dialect's definition of CPU Halide kernel `kernel`: a
+/// function of the kernel's declared signature calling the pipeline's
+/// `<kernel>_argv` entry in the bundle's compiled image
+/// (`kernels/<kernel>.so`, which links `kernels/halide_runtime.so`), loaded
+/// on first use from `WRAPIR_CUBIN_DIR`, with the host backend's argument
+/// convention: a `halide_buffer_t*` per buffer, a pointer to an 8-byte slot
+/// per integer scalar (little-endian, so the pipeline's narrower integer
+/// types read their value from it), to a `float`/`double` per float scalar;
+/// no user context.
+fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[HalideParamDecl]) -> String {
     let image = crate::ir::host_image_path(kernel.as_str());
-    let types: Vec<&str> = params
-        .iter()
-        .zip(names)
-        .map(|(p, n)| p.strip_suffix(n.as_str()).unwrap_or(p).trim_end())
-        .collect();
+    let decls: Vec<&str> = params.iter().map(|p| p.decl.as_str()).collect();
     let mut out = String::new();
     let _ = writeln!(
         out,
         "// Halide kernel `{kernel}` (target {target}): its compiled image {image}, loaded on first use."
     );
-    let _ = writeln!(out, "static int {kernel}({}) {{", params.join(", "));
-    let _ = writeln!(out, "    using Fn = int (*)({});", types.join(", "));
+    let _ = writeln!(out, "static int {kernel}({}) {{", decls.join(", "));
     let _ = writeln!(
         out,
-        "    static const Fn fn_ = reinterpret_cast<Fn>(wrapir::host_symbol(WRAPIR_CUBIN_DIR, {}, {}));",
+        "    static const auto entry_ = reinterpret_cast<int (*)(void**)>(wrapir::host_symbol(WRAPIR_CUBIN_DIR, {}, {}));",
         c_string(&image),
-        c_string(kernel.as_str())
+        c_string(&format!("{kernel}_argv"))
     );
-    let _ = writeln!(out, "    return fn_({});", names.join(", "));
+    let mut argv = Vec::new();
+    for p in params {
+        let n = &p.name;
+        match &p.scalar {
+            None if n == "user_context" => {
+                let _ = writeln!(out, "    (void){n};");
+            }
+            None => argv.push(n.clone()),
+            Some(ctype) => {
+                let slot = match ctype.replace("const", "").trim() {
+                    "float" => "float",
+                    "double" => "double",
+                    _ => "int64_t",
+                };
+                let _ = writeln!(out, "    {slot} {n}_slot_ = static_cast<{slot}>({n});");
+                argv.push(format!("&{n}_slot_"));
+            }
+        }
+    }
+    if argv.is_empty() {
+        let _ = writeln!(out, "    void** args_ = nullptr;");
+    } else {
+        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
+    }
+    let _ = writeln!(out, "    return entry_(args_);");
     out.push_str("}\n");
     out
 }
@@ -356,8 +387,11 @@ impl<'a> Lowering<'a> {
                 self.line(format!("const {} {}_value_ = {v};", arg.ctype, arg.name));
                 named_scalars.push(format!("const {} {} = {}_value_;", arg.ctype, arg.name, arg.name));
                 params.push((
-                    format!("{} {}", arg.ctype, arg.name),
-                    arg.name.clone(),
+                    HalideParamDecl {
+                        decl: format!("{} {}", arg.ctype, arg.name),
+                        name: arg.name.clone(),
+                        scalar: Some(arg.ctype.clone()),
+                    },
                     arg.name.clone(),
                 ));
                 continue;
@@ -416,11 +450,17 @@ impl<'a> Lowering<'a> {
                 layout.dtype.size_bytes(),
                 shape.len()
             ));
-            params.push((format!("halide_buffer_t* {n}"), format!("&{n}_buffer_"), n.clone()));
+            params.push((
+                HalideParamDecl {
+                    decl: format!("halide_buffer_t* {n}"),
+                    name: n.clone(),
+                    scalar: None,
+                },
+                format!("&{n}_buffer_"),
+            ));
         }
         let mut call_args: Vec<String> = Vec::new();
-        let mut decl_params: Vec<String> = Vec::new();
-        let mut param_names: Vec<String> = Vec::new();
+        let mut decl_params: Vec<HalideParamDecl> = Vec::new();
         if user_context {
             // Inductor's CUDA glue passes the stream as the user context.
             let stream = match cuda {
@@ -431,16 +471,18 @@ impl<'a> Lowering<'a> {
                 }
             };
             call_args.push(stream);
-            decl_params.push("const void* user_context".to_string());
-            param_names.push("user_context".to_string());
+            decl_params.push(HalideParamDecl {
+                decl: "const void* user_context".to_string(),
+                name: "user_context".to_string(),
+                scalar: None,
+            });
         }
         for l in named_scalars.into_iter().chain(lines_after) {
             self.line(l);
         }
-        for (decl, arg, name) in params {
-            decl_params.push(decl);
+        for (decl, arg) in params {
             call_args.push(arg);
-            param_names.push(name);
+            decl_params.push(decl);
         }
         let msg = format!("Halide kernel `{kernel}` failed with status ");
         self.line(format!(
@@ -450,12 +492,13 @@ impl<'a> Lowering<'a> {
         ));
         self.close("}");
         let decl = if !cuda && self.dialect.host_kernel_images() {
-            halide_image_forwarder(kernel, &meta.target, &decl_params, &param_names)
+            halide_image_forwarder(kernel, &meta.target, &decl_params)
         } else {
+            let decls: Vec<&str> = decl_params.iter().map(|p| p.decl.as_str()).collect();
             format!(
                 "// Halide kernel `{kernel}` (target {}), built with `-f {kernel}`.\nextern \"C\" int {kernel}({});\n",
                 meta.target,
-                decl_params.join(", ")
+                decls.join(", ")
             )
         };
         self.declare_direct(kernel, decl, cx)?;
