@@ -318,8 +318,10 @@ fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     let r = common::wrapir(&["check", &program]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     assert!(
-        r.stdout.contains("unsupported cpp-standalone: graph main, line 0 `extern buf0 = torch.ops.aten.relu.default(")
-            && r.stdout.contains("on xpu:0: the runtime runs extern ops on CUDA devices and the host"),
+        r.stdout
+            .contains("unsupported cpp-standalone: graph main, line 0 `extern buf0 = torch.ops.aten.relu.default(")
+            && r.stdout
+                .contains("on xpu:0: the runtime runs extern ops on CUDA devices and the host"),
         "{}",
         r.stdout
     );

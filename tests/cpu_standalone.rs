@@ -116,6 +116,10 @@ fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
         .eager
         .max_errors()
         .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));
+    // A passing package is not kept (each holds a copy of the runtime
+    // library when it lies next to the wrapir binary); a failing one is,
+    // for a look.
+    let _ = std::fs::remove_dir_all(&package);
     Ok(Outcome::Passed(err))
 }
 
@@ -158,4 +162,5 @@ fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
     println!("{table}{passed} of {total} CPU bundles pass");
     common::assert_no_failures(&failures);
     assert_eq!(passed + REFUSED.len(), total);
+    let _ = std::fs::remove_dir_all(&work);
 }

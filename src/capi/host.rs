@@ -28,8 +28,11 @@ struct Block([u8; 64]);
 
 /// A tensor of the host context: its own memory, or a view of the caller's.
 pub(crate) struct HostTensor {
-    /// The memory (empty for a view of the caller's).
-    data: Vec<Block>,
+    /// The memory (empty for a view of the caller's), owned here; never
+    /// resized, so `base` stays its address.
+    _data: Vec<Block>,
+    /// `data`'s start, taken mutably: the caller writes through it.
+    base: *mut Block,
     /// The caller's storage this view lies in, for a borrowed result.
     borrowed: Option<u64>,
     /// Bytes of the storage.
@@ -47,9 +50,12 @@ impl HostTensor {
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.as_mut_ptr().cast::<u8>(), bytes.len()) };
             (data, bytes.len() as u64)
         })?;
-        let (data, bytes) = copied.ok_or_else(|| Failure::argument("the host context needs a little-endian host"))?;
+        let (mut data, bytes) =
+            copied.ok_or_else(|| Failure::argument("the host context needs a little-endian host"))?;
+        let base = data.as_mut_ptr();
         Ok(HostTensor {
-            data,
+            _data: data,
+            base,
             borrowed: None,
             bytes,
             spec: t.spec().clone(),
@@ -61,7 +67,7 @@ impl HostTensor {
         let ndim = i32::try_from(self.spec.size.len()).map_err(|_| Failure::argument("rank does not fit int32"))?;
         let (storage, flags) = match self.borrowed {
             Some(address) => (address, WRAPIR_RT_HOST | WRAPIR_RT_BORROWED),
-            None => (self.data.as_ptr() as usize as u64, WRAPIR_RT_HOST),
+            None => (self.base as usize as u64, WRAPIR_RT_HOST),
         };
         Ok(WrapirRtTensorDesc {
             storage,
@@ -229,7 +235,8 @@ pub(super) unsafe fn call(
 fn result(t: &Tensor, copies: &[Copied]) -> Result<HostTensor, Failure> {
     match copies.iter().find(|c| c.tensor.same_storage(t)) {
         Some(c) => Ok(HostTensor {
-            data: Vec::new(),
+            _data: Vec::new(),
+            base: std::ptr::null_mut(),
             borrowed: Some(c.address),
             bytes: c.bytes as u64,
             spec: t.spec().clone(),

@@ -3,7 +3,10 @@
 //! extern ops of the standalone C++ wrappers, run by the same [`CudaBackend`]
 //! dispatch as every other CUDA run, a bundle's inputs (opened through
 //! [`crate::bundle`]) and safetensors files in and out. It sits above both
-//! `exec` and `bundle`.
+//! `exec` and `bundle`. Device [`WRAPIR_RT_HOST_DEVICE`] (-1) is the host
+//! context (`host.rs`): the extern ops of CPU programs, run by the
+//! [`crate::exec::host::HostBackend`] dispatch as `wrapir run --device cpu`
+//! runs them.
 //!
 //! * **One runtime per device**, created by [`wrapir_rt_init`] or at the
 //!   device's first call: a [`CudaBackend`] on the device's primary context
