@@ -32,7 +32,8 @@
 //!   message in `<entry>_last_error()`. Tensors share reference-counted
 //!   storage, so outputs stay valid after the call; input storage is never
 //!   freed by the wrapper unless the caller handed over an owning tensor.
-//!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>`; the macro
+//!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>` (and host
+//!   kernels from `<WRAPIR_CUBIN_DIR>/kernels/<kernel>.so`); the macro
 //!   defaults to [`Options::cubin_dir`] and can be overridden with `-D`.
 //!
 //!   Extern (ATen) ops run in the runtime library, which runs them with the
@@ -207,7 +208,8 @@ pub struct Options {
     pub int_suffix: IntSuffix,
     /// Directory of the compiled cubins. AOTI: joined in front of each
     /// kernel's cubin path when set. Standalone: the default of the
-    /// `WRAPIR_CUBIN_DIR` macro (`"."` when unset).
+    /// `WRAPIR_CUBIN_DIR` macro (`"."` when unset), the directory the
+    /// wrapper loads its cubins and host kernel images from.
     pub cubin_dir: Option<String>,
     /// Standalone: the entry point's name (default `wrapir_entry`).
     pub entry_name: Option<String>,
