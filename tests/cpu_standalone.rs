@@ -164,3 +164,36 @@ fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
     assert_eq!(passed + REFUSED.len(), total);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// A host-only program calling an op the host backend lacks: `lower
+/// --package` refuses it up front, naming the call, the op and where the
+/// host context's ops are listed, and writes no package.
+#[test]
+fn a_package_calling_an_op_the_host_context_lacks_is_refused() {
+    let dir = common::scratch("cpu_standalone", "refused");
+    let program = dir.join("no_such_op.wir");
+    std::fs::write(
+        &program,
+        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cpu) -> (buf0) {\n  buffer buf0: f32[4][1]@cpu\n  extern buf0 = torch.ops.aten.no_such_op.default(arg0_1)\n}\n",
+    )
+    .unwrap();
+    let package = dir.join("pkg");
+    let r = common::wrapir(&[
+        "lower",
+        &program.to_string_lossy(),
+        "--target",
+        "cpp-standalone",
+        "--package",
+        &package.to_string_lossy(),
+    ]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    for want in [
+        "the runtime library has no host implementation of 1 extern op call(s)",
+        "`wrapir ops --device cpu`",
+        "graph main, line 0 `extern buf0 = torch.ops.aten.no_such_op.default(arg0_1)`",
+    ] {
+        assert!(r.stderr.contains(want), "missing `{want}` in:\n{}", r.stderr);
+    }
+    assert!(!package.exists(), "a refused program must not leave a package");
+    let _ = std::fs::remove_dir_all(&dir);
+}
