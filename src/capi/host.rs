@@ -10,7 +10,9 @@
 //! view of an argument's copy is returned as a view of the caller's storage
 //! ([`WRAPIR_RT_BORROWED`]); other results are runtime tensors holding
 //! their own 64-byte aligned memory, which the wrapper reads and writes in
-//! place (its C++ and Halide kernels take their addresses).
+//! place (its C++ and Halide kernels take their addresses). Two results
+//! that view one new storage of the op's get a copy each (no host op of
+//! the CPU bundles returns such a pair).
 
 use super::args::{self, spec_of};
 use super::{Failure, RtTensor, WrapirRtArg, WrapirRtLayout, WrapirRtTensorDesc, WRAPIR_RT_BORROWED, WRAPIR_RT_HOST};
