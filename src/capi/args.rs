@@ -130,25 +130,51 @@ pub(super) unsafe fn borrow(
 }
 
 /// A call's arguments as the backend takes them.
-pub(super) struct Converted {
-    pub(super) args: Vec<Value<CudaTensor>>,
-    pub(super) kwargs: IndexMap<String, Value<CudaTensor>>,
+pub(super) struct Converted<T> {
+    pub(super) args: Vec<Value<T>>,
+    pub(super) kwargs: IndexMap<String, Value<T>>,
     pub(super) expected: Option<ExpectedLayout>,
 }
 
-/// Converts the caller's arguments of `op`: positional ones in order,
-/// named ones as keyword arguments in order.
+/// How a context takes the caller's tensor descriptors (`what` names the
+/// argument in errors); the descriptors follow `wrapir_rt.h` (see [`convert`]).
+pub(super) type BorrowFn<'b, T> = dyn FnMut(&WrapirRtTensorDesc, &str) -> Result<T, Failure> + 'b;
+
+/// Converts the caller's arguments of `op` for the CUDA context of `backend`.
 ///
 /// # Safety
-/// As for `wrapir_rt_call`: `args` points at `num_args` arguments following
-/// `wrapir_rt.h`, `expected` is null or points at a layout.
-pub(super) unsafe fn convert(
+/// As for [`convert`], and every tensor descriptor names device memory of
+/// the backend's device.
+pub(super) unsafe fn convert_device(
     backend: &CudaBackend,
     op: &str,
     args: *const WrapirRtArg,
     num_args: i64,
     expected: *const WrapirRtLayout,
-) -> Result<Converted, Failure> {
+) -> Result<Converted<CudaTensor>, Failure> {
+    let device = Device::cuda(u32::try_from(backend.ordinal()).unwrap_or(u32::MAX));
+    // SAFETY: the descriptors follow `wrapir_rt.h` and name live device
+    // memory of the backend's device (the caller's contract).
+    let mut take = |desc: &WrapirRtTensorDesc, what: &str| unsafe { borrow(backend, desc, what) };
+    // SAFETY: the caller's contract, passed on.
+    unsafe { convert(&mut take, device, op, args, num_args, expected) }
+}
+
+/// Converts the caller's arguments of `op`: positional ones in order,
+/// named ones as keyword arguments in order; tensors through `take`, the
+/// expected layout on `device`.
+///
+/// # Safety
+/// As for `wrapir_rt_call`: `args` points at `num_args` arguments following
+/// `wrapir_rt.h`, `expected` is null or points at a layout.
+pub(super) unsafe fn convert<T>(
+    take: &mut BorrowFn<'_, T>,
+    device: Device,
+    op: &str,
+    args: *const WrapirRtArg,
+    num_args: i64,
+    expected: *const WrapirRtLayout,
+) -> Result<Converted<T>, Failure> {
     let n = count(num_args, args.is_null(), &format!("op `{op}`: `num_args`"))?;
     // SAFETY: `n` arguments at `args` (the caller's contract; null checked by `count`).
     let items = unsafe { slice(args, n) };
@@ -166,7 +192,7 @@ pub(super) unsafe fn convert(
             format!("op `{op}`: argument `{}`", unsafe { c_str(a.name, "name") }?)
         };
         // SAFETY: the caller's contract, passed on.
-        let value = unsafe { value_of(backend, a, &label, 0, &mut budget) }?;
+        let value = unsafe { value_of(take, a, &label, 0, &mut budget) }?;
         if a.name.is_null() {
             // Keywords are matched by name, so only their order among
             // positionals could mislead; `out` comes first in an `out=`
@@ -188,7 +214,6 @@ pub(super) unsafe fn convert(
     if !expected.is_null() {
         // SAFETY: a non-null `expected` points at a layout (the caller's contract).
         let layout = unsafe { &*expected };
-        let device = Device::cuda(u32::try_from(backend.ordinal()).unwrap_or(u32::MAX));
         // SAFETY: its arrays hold `ndim` elements (the caller's contract).
         let spec = unsafe { spec_of(layout, device, &format!("op `{op}`: the expected result layout")) }?;
         out.expected = Some(ExpectedLayout {
@@ -206,20 +231,19 @@ pub(super) unsafe fn convert(
 ///
 /// # Safety
 /// `a` follows `wrapir_rt.h` (see [`convert`]).
-unsafe fn value_of(
-    backend: &CudaBackend,
+unsafe fn value_of<T>(
+    take: &mut BorrowFn<'_, T>,
     a: &WrapirRtArg,
     label: &str,
     depth: usize,
     budget: &mut usize,
-) -> Result<Value<CudaTensor>, Failure> {
+) -> Result<Value<T>, Failure> {
     *budget = budget
         .checked_sub(1)
         .ok_or_else(|| Failure::argument(format!("{label}: more than {MAX_ARGS} arguments and list items")))?;
     Ok(match a.kind {
         super::WRAPIR_RT_ARG_NONE => Value::None,
-        // SAFETY: the caller's contract on tensor descriptors.
-        super::WRAPIR_RT_ARG_TENSOR => Value::Tensor(unsafe { borrow(backend, &a.tensor, label) }?),
+        super::WRAPIR_RT_ARG_TENSOR => Value::Tensor(take(&a.tensor, label)?),
         super::WRAPIR_RT_ARG_INT => Value::Int(a.int_value),
         super::WRAPIR_RT_ARG_FLOAT => Value::Float(a.float_value),
         super::WRAPIR_RT_ARG_BOOL => Value::Bool(a.int_value != 0),
@@ -242,7 +266,7 @@ unsafe fn value_of(
             let mut values = Vec::with_capacity(n.min(*budget));
             for (i, item) in items.iter().enumerate() {
                 // SAFETY: the caller's contract, passed on.
-                values.push(unsafe { value_of(backend, item, &format!("{label} item {i}"), depth + 1, budget) }?);
+                values.push(unsafe { value_of(take, item, &format!("{label} item {i}"), depth + 1, budget) }?);
             }
             Value::List(values)
         }
@@ -251,18 +275,18 @@ unsafe fn value_of(
 }
 
 /// The first `n` leaves of an op's result, in order, as tensors (`None` for
-/// `None` elements; integers, booleans and floats become 0-d device
-/// tensors). A wrapper takes the elements up to the last one its program
+/// `None` elements; integers, booleans and floats become 0-d tensors of
+/// the backend). A wrapper takes the elements up to the last one its program
 /// uses (attention ops return up to nine, programs use the first), so
 /// leaves past `n` are dropped; fewer than `n` is an error.
-pub(super) fn flatten_result(
-    backend: &mut CudaBackend,
+pub(super) fn flatten_result<B: Backend>(
+    backend: &mut B,
     op: &str,
-    value: Value<CudaTensor>,
+    value: Value<B::Tensor>,
     n: usize,
-) -> Result<Vec<Option<CudaTensor>>, Failure> {
-    fn walk(backend: &mut CudaBackend, v: Value<CudaTensor>, out: &mut Vec<Option<CudaTensor>>) -> Result<(), Failure> {
-        let scalar = |t: Tensor, backend: &mut CudaBackend| backend.copy_in(&t).map(Some).map_err(Failure::from);
+) -> Result<Vec<Option<B::Tensor>>, Failure> {
+    fn walk<B: Backend>(backend: &mut B, v: Value<B::Tensor>, out: &mut Vec<Option<B::Tensor>>) -> Result<(), Failure> {
+        let scalar = |t: Tensor, backend: &mut B| backend.copy_in(&t).map(Some).map_err(Failure::from);
         match v {
             Value::Tensor(t) => out.push(Some(t)),
             Value::None => out.push(None),

@@ -3,9 +3,11 @@
 
 use super::args::{borrow, count, spec_of};
 use super::WRAPIR_RT_HOST;
-use super::{boundary, c_str, release, with_runtime, Failure, WrapirRtTensor, WrapirRtTensorDesc, WRAPIR_RT_ERR_FILE};
+use super::{
+    boundary, c_str, release, with_runtime, Failure, RtTensor, WrapirRtTensor, WrapirRtTensorDesc, WRAPIR_RT_ERR_FILE,
+    WRAPIR_RT_HOST_DEVICE,
+};
 use crate::bundle::Bundle;
-use crate::exec::cuda::CudaTensor;
 use crate::exec::{Backend, Tensor, Value};
 use indexmap::IndexMap;
 use std::ffi::{c_char, c_void, CString};
@@ -14,7 +16,7 @@ use std::path::Path;
 /// Graph inputs loaded by [`wrapir_rt_load_inputs`].
 pub struct WrapirRtInputs {
     /// Tensor graph inputs in order, then constants; `None` once taken.
-    tensors: Vec<(CString, Option<CudaTensor>)>,
+    tensors: Vec<(CString, Option<RtTensor>)>,
     /// Symbol inputs' values, in order.
     scalars: Vec<i64>,
 }
@@ -63,6 +65,23 @@ pub unsafe extern "C" fn wrapir_rt_load_inputs(
             (read.tensors, file.to_string())
         };
         let program = opened.program();
+        if device == WRAPIR_RT_HOST_DEVICE {
+            let placed = crate::exec::run::place_inputs(program, &tensors, &mut |_, host: &Tensor, spec| {
+                if host.spec() == spec {
+                    return Ok(host.clone());
+                }
+                let laid_out = Tensor::zeros_like_spec(spec)?;
+                laid_out.copy_from(host)?;
+                Ok(laid_out)
+            });
+            let (args, constants) = placed.map_err(|e| placement_failure(e, &source))?;
+            let loaded = inputs_of(program, args, constants, &mut |t| {
+                Ok(RtTensor::Host(super::host::HostTensor::owned(&t)?))
+            })?;
+            // SAFETY: writable by the caller's contract.
+            unsafe { *out = Box::into_raw(Box::new(loaded)) };
+            return Ok(());
+        }
         let loaded = with_runtime(device, |rt| {
             let backend = &mut rt.backend;
             let placed = crate::exec::run::place_inputs(program, &tensors, &mut |_, host: &Tensor, spec| {
@@ -73,42 +92,56 @@ pub unsafe extern "C" fn wrapir_rt_load_inputs(
                 laid_out.copy_from(host)?;
                 backend.copy_in(&laid_out)
             });
-            let (args, constants) = placed.map_err(|e| {
-                let mut f = match e {
-                    crate::exec::RunError::Exec(e) => Failure::from(e),
-                    other => Failure::argument(other.to_string()),
-                };
-                f.message = format!("{source}: {}", f.message);
-                f
-            })?;
+            let (args, constants) = placed.map_err(|e| placement_failure(e, &source))?;
             // Uploads are synchronous; the caller's stream needs no ordering after them.
             let _ = stream;
-            let mut inputs = WrapirRtInputs {
-                tensors: Vec::new(),
-                scalars: Vec::new(),
-            };
-            let names = program.main.inputs.iter().map(|i| i.name().to_string());
-            for (name, value) in names.zip(args) {
-                match value {
-                    Value::Tensor(t) => inputs.tensors.push((name_of(&name)?, Some(t))),
-                    Value::Int(v) => inputs.scalars.push(v),
-                    other => {
-                        return Err(Failure::argument(format!(
-                            "graph input `{name}` was placed as a {}",
-                            other.kind()
-                        )))
-                    }
-                }
-            }
-            for (name, t) in constants {
-                inputs.tensors.push((name_of(&name)?, Some(t)));
-            }
-            Ok(inputs)
+            inputs_of(program, args, constants, &mut |t| Ok(RtTensor::Device(t)))
         })?;
         // SAFETY: writable by the caller's contract.
         unsafe { *out = Box::into_raw(Box::new(loaded)) };
         Ok(())
     })
+}
+
+/// A placement's failure, naming the inputs' file.
+fn placement_failure(e: crate::exec::RunError, source: &str) -> Failure {
+    let mut f = match e {
+        crate::exec::RunError::Exec(e) => Failure::from(e),
+        other => Failure::argument(other.to_string()),
+    };
+    f.message = format!("{source}: {}", f.message);
+    f
+}
+
+/// The placed graph inputs (`args`, in the main graph's input order) and
+/// constants as [`WrapirRtInputs`], each tensor made a runtime tensor by `wrap`.
+fn inputs_of<T>(
+    program: &crate::ir::Program,
+    args: Vec<Value<T>>,
+    constants: IndexMap<String, T>,
+    wrap: &mut dyn FnMut(T) -> Result<RtTensor, Failure>,
+) -> Result<WrapirRtInputs, Failure> {
+    let mut inputs = WrapirRtInputs {
+        tensors: Vec::new(),
+        scalars: Vec::new(),
+    };
+    let names = program.main.inputs.iter().map(|i| i.name().to_string());
+    for (name, value) in names.zip(args) {
+        match value {
+            Value::Tensor(t) => inputs.tensors.push((name_of(&name)?, Some(wrap(t)?))),
+            Value::Int(v) => inputs.scalars.push(v),
+            other => {
+                return Err(Failure::argument(format!(
+                    "graph input `{name}` was placed as a {}",
+                    other.kind()
+                )))
+            }
+        }
+    }
+    for (name, t) in constants {
+        inputs.tensors.push((name_of(&name)?, Some(wrap(t)?)));
+    }
+    Ok(inputs)
 }
 
 fn name_of(name: &str) -> Result<CString, Failure> {

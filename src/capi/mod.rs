@@ -3,7 +3,10 @@
 //! extern ops of the standalone C++ wrappers, run by the same [`CudaBackend`]
 //! dispatch as every other CUDA run, a bundle's inputs (opened through
 //! [`crate::bundle`]) and safetensors files in and out. It sits above both
-//! `exec` and `bundle`.
+//! `exec` and `bundle`. Device [`WRAPIR_RT_HOST_DEVICE`] (-1) is the host
+//! context (`host.rs`): the extern ops of CPU programs, run by the
+//! [`crate::exec::host::HostBackend`] dispatch as `wrapir run --device cpu`
+//! runs them.
 //!
 //! * **One runtime per device**, created by [`wrapir_rt_init`] or at the
 //!   device's first call: a [`CudaBackend`] on the device's primary context
@@ -30,6 +33,7 @@
 
 mod args;
 mod files;
+mod host;
 
 pub use files::{
     wrapir_rt_inputs_free, wrapir_rt_inputs_name, wrapir_rt_inputs_num_scalars, wrapir_rt_inputs_num_tensors,
@@ -138,8 +142,21 @@ pub struct WrapirRtArg {
 
 /// A tensor the runtime allocated, owned by the caller.
 pub struct WrapirRtTensor {
-    tensor: CudaTensor,
+    tensor: RtTensor,
 }
+
+/// A runtime tensor: device memory of a CUDA context, or host memory of the
+/// host context.
+pub(super) enum RtTensor {
+    /// A CUDA context's.
+    Device(CudaTensor),
+    /// The host context's.
+    Host(host::HostTensor),
+}
+
+/// The device number of the runtime's host context: extern ops on the CPU
+/// (`wrapir::call_op(-1, ...)`), run by the host backend.
+pub const WRAPIR_RT_HOST_DEVICE: i32 = -1;
 
 /// A failure on its way to the caller: status and message.
 #[derive(Debug)]
@@ -297,6 +314,14 @@ pub(super) unsafe fn c_str<'a>(ptr: *const c_char, what: &str) -> Result<&'a str
 #[no_mangle]
 pub unsafe extern "C" fn wrapir_rt_init(device: i32, bundle: *const c_char) -> i32 {
     boundary(|| {
+        if device == WRAPIR_RT_HOST_DEVICE {
+            if !bundle.is_null() {
+                // SAFETY: non-null, NUL-terminated by the caller's contract.
+                let path = unsafe { c_str(bundle, "wrapir_rt_init: `bundle`") }?;
+                files::open_bundle(path)?;
+            }
+            return host::init();
+        }
         let options = if bundle.is_null() {
             CudaOptions::default()
         } else {
@@ -338,25 +363,12 @@ pub unsafe extern "C" fn wrapir_rt_call(
             // SAFETY: `results` points at `num_results` writable slots (the caller's contract).
             unsafe { std::slice::from_raw_parts_mut(results, num_results) }.fill(std::ptr::null_mut());
         }
-        let outcome = with_runtime(device, |rt| {
+        let outcome = if device == WRAPIR_RT_HOST_DEVICE {
             // SAFETY: the caller's contract on `args` and `expected`.
-            let converted = unsafe { args::convert(&rt.backend, op, args, num_args, expected) }?;
-            rt.backend.wait_for_stream(stream as u64)?;
-            let value = rt.backend.call_extern(ExternCall {
-                op,
-                args: (&converted.args).into(),
-                kwargs: (&converted.kwargs).into(),
-                expected: converted.expected.as_ref(),
-            });
-            // The caller's stream waits for whatever the op queued, failed or not.
-            let signalled = rt.backend.signal_stream(stream as u64);
-            let value = value.map_err(Failure::from)?;
-            signalled?;
-            if num_results == 0 {
-                return Ok(Vec::new());
-            }
-            args::flatten_result(&mut rt.backend, op, value, num_results)
-        });
+            unsafe { host::call(op, args, num_args, expected, num_results) }
+        } else {
+            device_call(device, op, args, num_args, expected, stream, num_results)
+        };
         let tensors = outcome.map_err(|mut e| {
             if !e.message.contains(op) {
                 e.message = format!("op `{op}`: {}", e.message);
@@ -372,6 +384,41 @@ pub unsafe extern "C" fn wrapir_rt_call(
             }
         }
         Ok(())
+    })
+}
+
+/// [`wrapir_rt_call`] on CUDA device `device`.
+///
+/// # Safety
+/// As for [`wrapir_rt_call`].
+unsafe fn device_call(
+    device: i32,
+    op: &str,
+    args: *const WrapirRtArg,
+    num_args: i64,
+    expected: *const WrapirRtLayout,
+    stream: *mut c_void,
+    num_results: usize,
+) -> Result<Vec<Option<RtTensor>>, Failure> {
+    with_runtime(device, |rt| {
+        // SAFETY: the caller's contract on `args` and `expected`.
+        let converted = unsafe { args::convert_device(&rt.backend, op, args, num_args, expected) }?;
+        rt.backend.wait_for_stream(stream as u64)?;
+        let value = rt.backend.call_extern(ExternCall {
+            op,
+            args: (&converted.args).into(),
+            kwargs: (&converted.kwargs).into(),
+            expected: converted.expected.as_ref(),
+        });
+        // The caller's stream waits for whatever the op queued, failed or not.
+        let signalled = rt.backend.signal_stream(stream as u64);
+        let value = value.map_err(Failure::from)?;
+        signalled?;
+        if num_results == 0 {
+            return Ok(Vec::new());
+        }
+        let leaves = args::flatten_result(&mut rt.backend, op, value, num_results)?;
+        Ok(leaves.into_iter().map(|t| t.map(RtTensor::Device)).collect())
     })
 }
 
@@ -396,7 +443,11 @@ pub unsafe extern "C" fn wrapir_rt_tensor_desc(tensor: *const WrapirRtTensor, ou
 }
 
 /// The descriptor of a runtime tensor (its arrays point into the tensor).
-fn describe(t: &CudaTensor) -> Result<WrapirRtTensorDesc, Failure> {
+fn describe(t: &RtTensor) -> Result<WrapirRtTensorDesc, Failure> {
+    let t = match t {
+        RtTensor::Device(t) => t,
+        RtTensor::Host(t) => return t.desc(),
+    };
     let spec = t.spec();
     let dtype = args::dtype_code(spec.dtype);
     let ndim = i32::try_from(spec.size.len()).map_err(|_| Failure::argument("rank does not fit int32"))?;
@@ -432,7 +483,11 @@ pub unsafe extern "C" fn wrapir_rt_tensor_free(tensor: *mut WrapirRtTensor, stre
 }
 
 /// Drops `tensor` once `stream`'s work queued so far is done.
-pub(super) fn release(tensor: CudaTensor, stream: *mut c_void) -> Result<(), Failure> {
-    tensor.release_after(stream as u64)?;
+pub(super) fn release(tensor: RtTensor, stream: *mut c_void) -> Result<(), Failure> {
+    match tensor {
+        RtTensor::Device(t) => t.release_after(stream as u64)?,
+        // Host memory: the caller's stream ordered nothing on it.
+        RtTensor::Host(t) => drop(t),
+    }
     Ok(())
 }

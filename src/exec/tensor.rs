@@ -629,6 +629,12 @@ impl Tensor {
         Tensor::from_f64(part, &flat, &real_size)?.view_as_complex()
     }
 
+    /// Whether `self` and `other` are views of one storage.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
     /// A view of the same storage; checked against the storage bounds.
     pub fn view(&self, size: &[i64], stride: &[i64], offset: i64) -> Result<Tensor, ExecError> {
         let spec = TensorSpec {

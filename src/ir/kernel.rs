@@ -429,6 +429,13 @@ pub struct HalideMeta {
     pub cuda_device: Option<u32>,
 }
 
+/// Where a bundle keeps the compiled image of host (C++ or CPU Halide)
+/// kernel `kernel`: `kernels/<kernel>.so`, relative to the bundle. The host
+/// backend loads it from there and the standalone C++ wrapper calls it there.
+pub fn host_image_path(kernel: &str) -> String {
+    format!("kernels/{kernel}.so")
+}
+
 impl HalideMeta {
     /// `true` when the kernel runs on a GPU (takes a trailing stream argument).
     pub fn is_cuda(&self) -> bool {

@@ -46,9 +46,9 @@ pub mod validate;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
-    bind_call_args, ceil_div, ceil_div_expr, ArgBindError, BoundArgs, ConstValue, CppMeta, GridAlgebra, GridError,
-    GridForm, GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry, ScalarType, SigType,
-    TritonMeta,
+    bind_call_args, ceil_div, ceil_div_expr, host_image_path, ArgBindError, BoundArgs, ConstValue, CppMeta,
+    GridAlgebra, GridError, GridForm, GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry,
+    ScalarType, SigType, TritonMeta,
 };
 pub use line::{
     write_float, ArgValue, CallArg, Conditional, ExternCall, KernelCall, KeyEntry, KeyPath, KeyPathText, Line,

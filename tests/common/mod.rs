@@ -204,3 +204,61 @@ pub fn cuda_include() -> PathBuf {
     );
     dir
 }
+
+/// A CPU bundle's outputs compared with its references: eager PyTorch's
+/// (`expected.safetensors`, within the bundle's tolerance) and Inductor's
+/// compiled ones (`compiled.safetensors`, within the compiled tolerance;
+/// `None` when the bundle has none). The rule the host backend's runs and
+/// the standalone wrapper's runs are held to.
+pub struct BundleComparison {
+    pub eager: wrapir::exec::compare::Comparison,
+    pub compiled: Option<wrapir::exec::compare::Comparison>,
+}
+
+impl BundleComparison {
+    /// The first failed comparison, saying against which reference.
+    pub fn first_error(&self) -> Option<String> {
+        if let Some(e) = self.eager.first_error() {
+            return Some(format!("against eager: {e}"));
+        }
+        match &self.compiled {
+            None => Some("no compiled.safetensors".to_string()),
+            Some(c) => c.first_error().map(|e| format!("against inductor: {e}")),
+        }
+    }
+}
+
+/// Compares `outputs` (a run's outputs of `bundle`'s program) with the
+/// bundle's references ([`BundleComparison`]).
+pub fn compare_with_bundle(
+    bundle: &wrapir::bundle::Bundle,
+    outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>],
+) -> Result<BundleComparison, String> {
+    use wrapir::exec::compare::{compare_leaves, output_leaves};
+    let meta = bundle.meta();
+    let expected = bundle
+        .expected()
+        .map_err(|e| e.to_string())?
+        .ok_or("no expected.safetensors")?;
+    let got = output_leaves(outputs);
+    let ints = meta.int_outputs.as_deref();
+    let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
+    let compiled = bundle
+        .compiled()
+        .map_err(|e| e.to_string())?
+        .map(|c| compare_leaves(&got, &c, ints, meta.compiled_tolerance));
+    Ok(BundleComparison { eager, compiled })
+}
+
+/// The directory of the runtime library (`libwrapir_runtime.so`, the
+/// `wrapir-runtime` crate): `WRAPIR_RUNTIME_DIR`, else the profile directory
+/// the running test was built into (`target/<profile>`, where
+/// `cargo build -p wrapir-runtime` puts it).
+pub fn runtime_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WRAPIR_RUNTIME_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent().and_then(|p| p.parent()).map(PathBuf::from).unwrap()
+}

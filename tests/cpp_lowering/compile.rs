@@ -111,7 +111,8 @@ const FIXTURE_CASES: &[FixtureCase] = &[
             "auto u13 = false_graph_0_buf2.size(0);",
         ],
     },
-    // C++ kernels: pointer arguments cast from `.data_ptr()` with `arg_types`.
+    // C++ kernels: pointer arguments cast from `.data_ptr()` with `arg_types`;
+    // the standalone wrapper calls the bundle's compiled image of the kernel.
     FixtureCase {
         fixture: "cpp_kernel_cpu",
         aoti: &[
@@ -120,7 +121,10 @@ const FIXTURE_CASES: &[FixtureCase] = &[
             "cpp_fused_add_mul_0((const float*)(arg0_1.data_ptr()), (const float*)(arg1_1.data_ptr()), (float*)(buf0.data_ptr()));",
         ],
         standalone: &[
-            "extern \"C\"  void cpp_fused_add_mul_0(const float* in_ptr0,",
+            "#define WRAPIR_HOST_ONLY",
+            "static void cpp_fused_add_mul_0(const float* a0, const float* a1, float* a2) {",
+            "    static const wrapir::HostKernel image_ = wrapir::host_kernel(WRAPIR_CUBIN_DIR, \"kernels/cpp_fused_add_mul_0.so\", \"cpp_fused_add_mul_0\", \"const float*;const float*;float*\");",
+            "    image_.call(args_);",
             "wrapir::Tensor buf0 = wrapir::empty_strided_host(1, int_array_0, int_array_1, wrapir::DType::Float32, -1);",
             "cpp_fused_add_mul_0((const float*)(arg0_1.data_ptr()), (const float*)(arg1_1.data_ptr()), (float*)(buf0.data_ptr()));",
         ],
@@ -145,6 +149,10 @@ const FIXTURE_CASES: &[FixtureCase] = &[
             "halide_dimension_t in_ptr0_dim_[] = {{0, static_cast<int32_t>(ks0), static_cast<int32_t>(1L), 0}};",
             "halide_buffer_t out_ptr0_buffer_ = wrapir_halide_buffer(out_ptr0_address_, static_cast<int64_t>(0), 4, nullptr, 2, 32, 1, out_ptr0_dim_);",
             "if (int status_ = halide_kernel_1(&in_ptr0_buffer_, ks0, &out_ptr0_buffer_)) { throw std::runtime_error(\"Halide kernel `halide_kernel_1` failed with status \" + std::to_string(status_)); }",
+            // The CPU kernel: through `<kernel>_argv` in its compiled image.
+            "static int halide_kernel_1(halide_buffer_t* in_ptr0, long ks0, halide_buffer_t* out_ptr0) {",
+            "    int64_t ks0_slot_ = static_cast<int64_t>(ks0);",
+            "    void* args_[] = {in_ptr0, &ks0_slot_, out_ptr0};",
         ],
     },
     // Communication buffers are ordinary allocations.

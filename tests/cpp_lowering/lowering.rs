@@ -262,14 +262,19 @@ fn check_error(program: Program, dialect: Dialect, expect: &str) {
 
 #[test]
 fn errors_name_the_problem() {
-    // An extern op on CPU tensors: the runtime library runs extern ops on CUDA devices.
+    // An extern op on an XPU: the runtime library runs extern ops on CUDA
+    // devices and the host.
+    let xpu = Device {
+        kind: wrapir::ir::DeviceType::Xpu,
+        index: Some(0),
+    };
     let mut p = ProgramBuilder::new();
     p.unbacked_symbol("u0", Some(0), Some(100));
     let mut g = p.main();
-    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cpu(), [int(100)]));
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, xpu, [int(100)]));
     let nz = g.extern_alloc(
         "buf0",
-        Layout::contiguous(DType::Int64, Device::cpu(), [sym("u0"), int(1)]),
+        Layout::contiguous(DType::Int64, xpu, [sym("u0"), int(1)]),
         "torch.ops.aten.nonzero.default",
         vec![buf("arg0_1")],
     );
@@ -278,7 +283,7 @@ fn errors_name_the_problem() {
     check_error(
         p.finish(),
         Dialect::Standalone,
-        "extern op `torch.ops.aten.nonzero.default` on cpu: the runtime runs extern ops on CUDA devices",
+        "extern op `torch.ops.aten.nonzero.default` on xpu:0: the runtime runs extern ops on CUDA devices and the host",
     );
     // A C++ (host) kernel given a device buffer.
     let mut p = ProgramBuilder::new();

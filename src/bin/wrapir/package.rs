@@ -36,7 +36,8 @@ pub(crate) fn write_package(
     if let Some(bytes) = bundle.entry(meta)? {
         write_bytes(&dir.join(meta), &bytes)?;
     }
-    let cubins = bundle.cubin_paths();
+    let mut cubins: Vec<String> = bundle.cubin_paths().iter().map(|p| p.to_string()).collect();
+    cubins.extend(host_image_paths(program));
     for path in &cubins {
         let relative = Path::new(path);
         if !relative.components().all(|c| matches!(c, Component::Normal(_))) {
@@ -71,14 +72,41 @@ pub(crate) fn write_package(
     write_output(None, &report)
 }
 
-/// Every op the wrapper calls in the runtime library must have a device
-/// implementation there (the CUDA backend's table): else an error naming
-/// each call, as `wrapir check --device cuda` does.
+/// The compiled host kernels a host-only wrapper calls (`kernels/<k>.so`)
+/// and, when one is a Halide kernel, the Halide runtime they link.
+fn host_image_paths(program: &Program) -> Vec<String> {
+    use wrapir::exec::host_kernels::{host_kernel_names, image_path, HALIDE_RUNTIME};
+    let mut paths: Vec<String> = host_kernel_names(program).into_iter().map(image_path).collect();
+    let halide = program
+        .kernels
+        .values()
+        .any(|k| matches!(&k.backend, ir::KernelBackend::Halide(m) if !m.is_cuda()));
+    if halide {
+        paths.push(HALIDE_RUNTIME.to_string());
+    }
+    paths
+}
+
+/// Which of the runtime library's contexts runs a program's extern ops:
+/// the host context for host-only programs, else the CUDA device's.
+fn runtime_context(program: &Program) -> (&'static str, &'static str) {
+    if wrapir::lower::cpp::host_only(program) {
+        ("host", "cpu")
+    } else {
+        ("device", "cuda")
+    }
+}
+
+/// Every op the wrapper calls in the runtime library must have an
+/// implementation in the context that runs it (the CUDA backend's table,
+/// or the host backend's ops): else an error naming each call, as `wrapir
+/// check --device cuda` does.
 fn require_runtime_ops(program: &Program) -> Result<()> {
     let missing = missing_runtime_ops(program);
     if !missing.is_empty() {
+        let (what, device) = runtime_context(program);
         bail!(
-            "the runtime library has no device implementation of {} extern op call(s) of this program (see `wrapir ops --device cuda`):\n{}",
+            "the runtime library has no {what} implementation of {} extern op call(s) of this program (see `wrapir ops --device {device}`):\n{}",
             missing.len(),
             missing.join("\n")
         );
@@ -91,8 +119,9 @@ fn require_runtime_ops(program: &Program) -> Result<()> {
 pub(crate) fn warn_missing_runtime_ops(program: &Program) {
     let missing = missing_runtime_ops(program);
     if !missing.is_empty() {
+        let (what, device) = runtime_context(program);
         eprintln!(
-            "warning: the runtime library has no device implementation of {} extern op call(s); the wrapper fails when it reaches one (see `wrapir ops --device cuda`):\n{}",
+            "warning: the runtime library has no {what} implementation of {} extern op call(s); the wrapper fails when it reaches one (see `wrapir ops --device {device}`):\n{}",
             missing.len(),
             missing.join("\n")
         );
@@ -103,9 +132,14 @@ pub(crate) fn warn_missing_runtime_ops(program: &Program) {
 /// cannot run, one line each (graph, line, text, op and op key).
 fn missing_runtime_ops(program: &Program) -> Vec<String> {
     use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
+    let host = wrapir::lower::cpp::host_only(program).then(wrapir::exec::host::HostBackend::default);
+    let runs = |op: &str| match &host {
+        Some(backend) => backend.has_op(op),
+        None => runs_on_cuda(op),
+    };
     extern_uses(program)
         .into_iter()
-        .filter(|u| u.named && !runs_on_cuda(&u.op))
+        .filter(|u| u.named && !runs(&u.op))
         .map(|u| {
             format!(
                 "  graph {}, line {} `{}`: op `{}` ({})",

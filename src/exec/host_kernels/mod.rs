@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 /// The image of a C++ or Halide kernel in a bundle: `kernels/<kernel>.so`.
 pub fn image_path(kernel: &str) -> String {
-    format!("kernels/{kernel}.so")
+    crate::ir::host_image_path(kernel)
 }
 
 /// Checks that a kernel's name can name its image file: letters, digits and

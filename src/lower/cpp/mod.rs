@@ -32,7 +32,8 @@
 //!   message in `<entry>_last_error()`. Tensors share reference-counted
 //!   storage, so outputs stay valid after the call; input storage is never
 //!   freed by the wrapper unless the caller handed over an owning tensor.
-//!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>`; the macro
+//!   Kernels are loaded from `<WRAPIR_CUBIN_DIR>/<cubin file>` (and host
+//!   kernels from `<WRAPIR_CUBIN_DIR>/kernels/<kernel>.so`); the macro
 //!   defaults to [`Options::cubin_dir`] and can be overridden with `-D`.
 //!
 //!   Extern (ATen) ops run in the runtime library, which runs them with the
@@ -50,8 +51,12 @@
 //!   a single result when the symbols it names are bound before the call,
 //!   and `results_` the variables of the op's result elements. An op the
 //!   runtime cannot run fails the call with a message naming it; `wrapir
-//!   lower --package` refuses such a program up front. Extern ops on
-//!   devices other than CUDA are [`Error::Unsupported`].
+//!   lower --package` refuses such a program up front. Extern ops on the
+//!   CPU run in the runtime's host context (`device` -1, the host backend's
+//!   ops); on devices other than CUDA and the CPU they are
+//!   [`Error::Unsupported`]. A program that uses no CUDA device
+//!   ([`host_only`]) defines `WRAPIR_HOST_ONLY` before the runtime header:
+//!   no `cuda.h`, no driver, size outputs made in host memory.
 //!   [`package::package`] writes a CMake project around the wrapper.
 //!
 //! Both dialects lower Triton kernel launches, allocations, frees, reuses,
@@ -70,10 +75,14 @@
 //!   make a new reference. Dict keys are not supported (no C++ form).
 //! * **C++ kernels** (spec 3.6): `k((const float*)(arg0_1.data_ptr()), 16L);`
 //!   with pointer casts from `CppMeta::arg_types`; they run on the host and
-//!   their pointer arguments must be CPU buffers. Standalone: the kernel
-//!   source is pasted into the file (its `kernel(` function renamed to the
-//!   kernel's name); AOTI: `extern "C" void k(<arg_types>);` is declared and
-//!   the kernel is linked from its library.
+//!   their pointer arguments must be CPU buffers. Standalone: `k` is a
+//!   function of the file calling the bundle's compiled image of the kernel
+//!   (`kernels/<k>.so`, [`crate::ir::host_image_path`], the object the host
+//!   backend runs), opened on first use from `WRAPIR_CUBIN_DIR` by the
+//!   runtime header's `wrapir::host_kernel`, which checks the image's
+//!   signature against `arg_types` and calls its `wrapir_kernel_argv`;
+//!   AOTI: `extern "C" void k(<arg_types>);` is declared and the kernel is
+//!   linked from its library.
 //! * **Halide kernels** (seed A.4): each buffer argument becomes a
 //!   `halide_buffer_t` built from its `HalideArg` shape/stride/offset (C
 //!   expressions, evaluated with the scalar arguments bound under their
@@ -81,7 +90,9 @@
 //!   `if (int status_ = halide_kernel_0(...)) throw ...`. Targets with
 //!   `user_context` get the stream (CUDA) or `nullptr` (CPU) first. The
 //!   function is declared `extern "C" int <kernel>(...)`: build each generator
-//!   with `-f <kernel name>`. AOTI includes `HalideRuntime.h`
+//!   with `-f <kernel name>`; the standalone dialect defines CPU ones itself,
+//!   calling `<kernel>_argv` in the bundle's compiled image as the host
+//!   backend does. AOTI includes `HalideRuntime.h`
 //!   (+`HalideRuntimeCuda.h`); the standalone runtime header declares the
 //!   ABI-compatible structs itself unless `WRAPIR_USE_HALIDE_RUNTIME_H` is
 //!   defined.
@@ -147,6 +158,26 @@ pub fn runtime_header() -> &'static str {
     RUNTIME_HEADER
 }
 
+/// Whether `program` uses no CUDA device: no Triton, CUDA C or CUDA Halide
+/// kernel, and every tensor (buffers of every graph, constants) off CUDA.
+/// Its standalone wrapper defines `WRAPIR_HOST_ONLY` (no `cuda.h`, no
+/// driver) and runs its extern ops on the runtime library's host context
+/// (device `-1`).
+pub fn host_only(program: &crate::ir::Program) -> bool {
+    use crate::ir::{BufferKind, DeviceType, KernelBackend};
+    let kernels = program.kernels.values().all(|k| match &k.backend {
+        KernelBackend::Cpp(_) | KernelBackend::Host => true,
+        KernelBackend::Halide(m) => !m.is_cuda(),
+        KernelBackend::Triton(_) | KernelBackend::CudaC => false,
+    });
+    let graphs = std::iter::once(&program.main).chain(program.subgraphs.values());
+    let buffers = graphs.flat_map(|g| g.buffers.values()).all(|b| match &b.kind {
+        BufferKind::Tensor(l) => l.device.kind != DeviceType::Cuda,
+        BufferKind::Multi => true,
+    });
+    kernels && buffers && program.constants.values().all(|l| l.device.kind != DeviceType::Cuda)
+}
+
 /// Which C++ to write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Dialect {
@@ -177,7 +208,8 @@ pub struct Options {
     pub int_suffix: IntSuffix,
     /// Directory of the compiled cubins. AOTI: joined in front of each
     /// kernel's cubin path when set. Standalone: the default of the
-    /// `WRAPIR_CUBIN_DIR` macro (`"."` when unset).
+    /// `WRAPIR_CUBIN_DIR` macro (`"."` when unset), the directory the
+    /// wrapper loads its cubins and host kernel images from.
     pub cubin_dir: Option<String>,
     /// Standalone: the entry point's name (default `wrapir_entry`).
     pub entry_name: Option<String>,

@@ -2,8 +2,9 @@
  *
  * The runtime runs the extern (ATen) ops of wrapir's standalone C++ wrappers
  * with the same Rust code as wrapir's CUDA backend (cuBLAS, cuBLASLt, cuDNN,
- * wrapir's built-in kernels: `wrapir ops --device cuda` lists them), and
- * reads and writes safetensors files. Build it with
+ * wrapir's built-in kernels: `wrapir ops --device cuda` lists them) or, on
+ * device WRAPIR_RT_HOST_DEVICE, as wrapir's host backend (`wrapir ops
+ * --device cpu`), and reads and writes safetensors files. Build it with
  *
  *     cargo build --release -p wrapir-runtime
  *
@@ -60,8 +61,14 @@ extern "C" {
 #define WRAPIR_RT_ARG_DEVICE 7
 #define WRAPIR_RT_ARG_LIST 8
 
+/* The device number of the host context: ops on host memory (the extern ops
+ * of CPU programs), run by wrapir's host backend. Its calls take and return
+ * host tensors (flagged WRAPIR_RT_HOST); `stream` is ignored. */
+#define WRAPIR_RT_HOST_DEVICE -1
+
 /* WrapirRtTensorDesc flags. */
-/* The memory is host memory (only wrapir_rt_save_safetensors takes it). */
+/* The memory is host memory (the host context's tensors, and
+ * wrapir_rt_save_safetensors on any device). */
 #define WRAPIR_RT_HOST 1u
 /* A returned tensor aliases memory the caller passed (a view op's result). */
 #define WRAPIR_RT_BORROWED 2u
@@ -120,7 +127,8 @@ const char* wrapir_rt_last_error(void);
  * (TF32, reduced-precision reductions) and CUDA generator state. NULL:
  * PyTorch's defaults. Must come before the device's first op
  * (WRAPIR_RT_ERR_STATE otherwise); without it the first op creates the
- * runtime with the defaults. */
+ * runtime with the defaults. On WRAPIR_RT_HOST_DEVICE it creates the host
+ * context (the bundle, when given, is only opened). */
 int32_t wrapir_rt_init(int32_t device, const char* bundle);
 
 /* Runs extern op `op` (as the program names it: "extern_kernels.mm",
@@ -129,7 +137,9 @@ int32_t wrapir_rt_init(int32_t device, const char* bundle);
  * `num_results` leaves of the op's result, flattened in order (NULL for None
  * elements; integers become 0-d tensors); the others are released, and
  * fewer leaves than `num_results` is an error. With num_results 0 the result
- * is dropped (out= and in-place ops). */
+ * is dropped (out= and in-place ops). On WRAPIR_RT_HOST_DEVICE the op runs
+ * on copies of its host tensors' storages, written back after it; a result
+ * viewing an argument is flagged WRAPIR_RT_BORROWED. */
 int32_t wrapir_rt_call(int32_t device, const char* op, const WrapirRtArg* args, int64_t num_args,
                        const WrapirRtLayout* expected, void* stream, WrapirRtTensor** results,
                        int64_t num_results);
@@ -142,7 +152,8 @@ void wrapir_rt_tensor_free(WrapirRtTensor* tensor, void* stream);
 
 /* Reads the graph inputs of the program at `bundle` (a directory or program
  * file) from the safetensors file `path` (NULL: the bundle's
- * inputs.safetensors) onto device `device`, laid out as the program
+ * inputs.safetensors) onto device `device` (into host memory for
+ * WRAPIR_RT_HOST_DEVICE), laid out as the program
  * declares them, as `wrapir run` places them: the tensor graph inputs in
  * order, then the program's constants, and the symbol inputs' values. */
 int32_t wrapir_rt_load_inputs(int32_t device, const char* bundle, const char* path, void* stream,

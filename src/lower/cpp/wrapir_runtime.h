@@ -18,6 +18,15 @@
 //   Halide's own HalideRuntime.h and HalideRuntimeCuda.h instead.
 // * Kernels are loaded from cubin files (cuModuleLoad + cuModuleGetFunction)
 //   and launched with 32 * num_warps threads per block.
+// * Compiled host kernels (a bundle's kernels/<kernel>.so, the objects
+//   wrapir's host backend runs) are opened with dlopen, once per image
+//   (wrapir::host_image), and called through their C ABI: C++ kernels'
+//   `int wrapir_kernel_argv(void** args)` (wrapir::host_kernel), Halide
+//   kernels' own `<kernel>` function (wrapir::host_symbol).
+// * WRAPIR_HOST_ONLY (defined by wrappers of programs that use no CUDA
+//   device): <cuda.h> is not included and nothing links the driver; the
+//   driver calls below become stand-ins that fail with
+//   CUDA_ERROR_NOT_SUPPORTED.
 // * Every driver call is checked; a failure throws wrapir::Error naming the call.
 // * Extern (ATen) ops run in wrapir's runtime library (libwrapir_runtime,
 //   whose C ABI, wrapir_rt.h, is pasted in front of this header): the
@@ -27,7 +36,46 @@
 //   reference.
 #pragma once
 
+#if !defined(WRAPIR_HOST_ONLY)
 #include <cuda.h>
+#else
+// No CUDA: the driver API's types, and stand-ins for the calls this header
+// makes, failing as a machine without a driver would.
+#include <cstddef>
+typedef unsigned long long CUdeviceptr;
+typedef int CUdevice;
+typedef struct CUstream_st* CUstream;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_SUPPORTED = 801 } CUresult;
+enum { CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
+inline CUresult cuGetErrorName(CUresult, const char** name) {
+  *name = "CUDA_ERROR_NOT_SUPPORTED";
+  return CUDA_SUCCESS;
+}
+inline CUresult cuGetErrorString(CUresult, const char** text) {
+  *text = "built with WRAPIR_HOST_ONLY: no CUDA device";
+  return CUDA_SUCCESS;
+}
+inline CUresult cuMemAllocAsync(CUdeviceptr*, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuMemFreeAsync(CUdeviceptr, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuMemcpyDtoHAsync(void*, CUdeviceptr, size_t, CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuStreamSynchronize(CUstream) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuDeviceGet(CUdevice*, int) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuDevicePrimaryCtxRetain(CUcontext*, CUdevice) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuCtxSetCurrent(CUcontext) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuModuleLoad(CUmodule*, const char*) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuFuncSetAttribute(CUfunction, int, int) { return CUDA_ERROR_NOT_SUPPORTED; }
+inline CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                               unsigned int, unsigned int, CUstream, void**, void**) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+#endif
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -35,10 +83,23 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+// The 16-bit float element types Inductor's C++ kernels name in their
+// signatures (`arg_types`), as incomplete types: the wrapper only passes
+// pointers to them to the kernels' compiled images.
+namespace at {
+struct BFloat16;
+struct Half;
+}  // namespace at
+namespace c10 {
+struct BFloat16;
+struct Half;
+}  // namespace c10
 
 namespace wrapir {
 
@@ -199,6 +260,7 @@ class Tensor {
       throw Error(std::string("wrapir::Tensor::adopt_runtime: ") + wrapir_rt_last_error());
     t.storage_->ptr = static_cast<CUdeviceptr>(d.storage);
     t.storage_->bytes = d.storage_bytes;
+    t.storage_->host = (d.flags & WRAPIR_RT_HOST) != 0;
     t.dtype_ = static_cast<DType>(d.layout.dtype);
     t.sizes_.assign(d.layout.sizes, d.layout.sizes + d.layout.ndim);
     t.strides_.assign(d.layout.strides, d.layout.strides + d.layout.ndim);
@@ -389,6 +451,13 @@ inline Tensor scalar_to_tensor(int64_t value, CUstream stream) {
   return t;
 }
 
+/// A one-element int64 tensor in host memory holding `value`.
+inline Tensor scalar_to_tensor_host(int64_t value) {
+  Tensor t = empty_strided_host(0, nullptr, nullptr, DType::Int64, 1);
+  std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(t.data_ptr())), &value, sizeof value);
+  return t;
+}
+
 /// Reads a tensor's first element to the host (waits for `stream`) as an int64.
 inline int64_t item_int64(const Tensor& t, CUstream stream) {
   if (!t.defined()) throw Error("wrapir::item_int64 on an undefined tensor");
@@ -526,6 +595,64 @@ inline void launch_kernel(CUfunction function, uint32_t grid_x, uint32_t grid_y,
                           uint32_t shared_bytes, void** args, CUstream stream) {
   CU_CHECK(cuLaunchKernel(function, grid_x, grid_y, grid_z, 32 * num_warps, 1, 1, shared_bytes, stream, args,
                           nullptr));
+}
+
+/// The shared object `<dir>/<image>` (a compiled host kernel), opened on
+/// first use with RTLD_LOCAL: one handle per image, since every C++ kernel
+/// image exports the same symbol names. Kept open for the process.
+inline void* host_image(const std::string& dir, const std::string& image) {
+  static std::mutex lock;
+  static std::map<std::string, void*> handles;
+  std::string path = dir.empty() ? image : dir + "/" + image;
+  std::lock_guard<std::mutex> guard(lock);
+  auto found = handles.find(path);
+  if (found != handles.end()) return found->second;
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw Error("cannot load host kernel image `" + path + "`: " + (why != nullptr ? why : "unknown error"));
+  }
+  handles.emplace(path, handle);
+  return handle;
+}
+
+/// The address of `symbol` in the host kernel image `<dir>/<image>`.
+inline void* host_symbol(const std::string& dir, const std::string& image, const char* symbol) {
+  void* handle = host_image(dir, image);
+  dlerror();
+  void* address = dlsym(handle, symbol);
+  if (address == nullptr) throw Error("host kernel image `" + image + "` has no symbol `" + symbol + "`");
+  return address;
+}
+
+/// A C++ kernel's image: `int wrapir_kernel_argv(void** args)`, where
+/// `args[i]` is tensor argument i's data pointer or points at scalar
+/// argument i (of its C type); non-zero is a failure.
+class HostKernel {
+ public:
+  using Entry = int (*)(void**);
+  HostKernel(std::string name, Entry entry) : name_(std::move(name)), entry_(entry) {}
+  void call(void** args) const {
+    int status = entry_(args);
+    if (status != 0) throw Error("C++ kernel `" + name_ + "` returned " + std::to_string(status));
+  }
+
+ private:
+  std::string name_;
+  Entry entry_;
+};
+
+/// C++ kernel `kernel` from its image `<dir>/<image>`, whose
+/// `wrapir_kernel_signature()` must be `signature` (the program's
+/// `arg_types`, `;`-joined), as the host backend checks it.
+inline HostKernel host_kernel(const std::string& dir, const std::string& image, const char* kernel,
+                              const char* signature) {
+  using Signature = const char* (*)();
+  auto compiled = reinterpret_cast<Signature>(host_symbol(dir, image, "wrapir_kernel_signature"));
+  if (std::strcmp(compiled(), signature) != 0)
+    throw Error(std::string("C++ kernel `") + kernel + "`: the image was compiled for arguments `" + compiled() +
+                "`, the program declares `" + signature + "`");
+  return HostKernel(kernel, reinterpret_cast<HostKernel::Entry>(host_symbol(dir, image, "wrapir_kernel_argv")));
 }
 
 /// One argument of an extern op (wrapir::call_op): a tagged value, with its keyword name

@@ -438,7 +438,7 @@ impl DialectOps for Aoti {
         l.extern_call(g, &call, Some(&s.target), cx)
     }
 
-    fn pastes_cpp_source(&self) -> bool {
+    fn host_kernel_images(&self) -> bool {
         false
     }
 

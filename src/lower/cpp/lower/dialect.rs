@@ -143,8 +143,10 @@ pub(super) trait DialectOps: Sync {
 
     // ---- direct kernels -----------------------------------------------------
 
-    /// C++ kernels: the source is pasted into the file (else declared).
-    fn pastes_cpp_source(&self) -> bool;
+    /// C++ and CPU Halide kernels are called in their compiled images (the
+    /// bundle's `kernels/<kernel>.so`, loaded at run time); else declared,
+    /// for the embedder to link.
+    fn host_kernel_images(&self) -> bool;
     /// Who defines a declared C++ kernel.
     fn cpp_kernel_owner(&self) -> &'static str;
 

@@ -68,30 +68,108 @@ fn halide_type(d: DType) -> Option<(u8, u8)> {
     })
 }
 
-/// Renames the function a C++ kernel's source defines to `name`. Inductor's
-/// `cpp_pybinding` sources call it `kernel`; sources already naming `name`
-/// are kept.
-fn rename_cpp_source(source: &str, name: &str) -> Option<String> {
-    if find_call_token(source, name).is_some() {
-        return Some(source.to_string());
+/// The standalone dialect's definition of C++ kernel `kernel`: a function
+/// with the kernel's signature (`types`, the program's `arg_types`) that
+/// calls the bundle's compiled image of it (`kernels/<kernel>.so`, the
+/// object the host backend runs) through its `wrapir_kernel_argv` entry,
+/// loaded on first use from `WRAPIR_CUBIN_DIR`.
+fn host_image_forwarder(kernel: &KernelName, types: &[&str]) -> String {
+    let params: Vec<String> = types.iter().enumerate().map(|(i, t)| format!("{t} a{i}")).collect();
+    let argv: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let value = if t.ends_with('*') {
+                format!("a{i}")
+            } else {
+                format!("&a{i}")
+            };
+            format!("const_cast<void*>(static_cast<const void*>({value}))")
+        })
+        .collect();
+    let image = crate::ir::host_image_path(kernel.as_str());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "// C++ kernel `{kernel}`: its compiled image {image}, loaded on first use."
+    );
+    let _ = writeln!(out, "static void {kernel}({}) {{", params.join(", "));
+    let _ = writeln!(
+        out,
+        "    static const wrapir::HostKernel image_ = wrapir::host_kernel(WRAPIR_CUBIN_DIR, {}, {}, {});",
+        c_string(&image),
+        c_string(kernel.as_str()),
+        c_string(&types.join(";"))
+    );
+    if argv.is_empty() {
+        let _ = writeln!(out, "    void** args_ = nullptr;");
+    } else {
+        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
     }
-    let at = find_call_token(source, "kernel")?;
-    let mut out = String::with_capacity(source.len() + name.len());
-    out.push_str(&source[..at]);
-    out.push_str(name);
-    out.push_str(&source[at + "kernel".len()..]);
-    Some(out)
+    let _ = writeln!(out, "    image_.call(args_);");
+    out.push_str("}\n");
+    out
 }
 
-/// Byte offset of the first whole-word `token` followed by `(` (spaces allowed).
-fn find_call_token(source: &str, token: &str) -> Option<usize> {
-    let bytes = source.as_bytes();
-    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    source.match_indices(token).map(|(i, _)| i).find(|&i| {
-        let before_ok = i == 0 || !ident(bytes[i - 1]);
-        let after = source[i + token.len()..].trim_start();
-        before_ok && after.starts_with('(')
-    })
+/// One parameter of a Halide kernel's C declaration: its declaration, its
+/// name and, for a scalar, its C type.
+struct HalideParamDecl {
+    decl: String,
+    name: String,
+    scalar: Option<String>,
+}
+
+/// The standalone dialect's definition of CPU Halide kernel `kernel`: a
+/// function of the kernel's declared signature calling the pipeline's
+/// `<kernel>_argv` entry in the bundle's compiled image
+/// (`kernels/<kernel>.so`, which links `kernels/halide_runtime.so`), loaded
+/// on first use from `WRAPIR_CUBIN_DIR`, with the host backend's argument
+/// convention: a `halide_buffer_t*` per buffer, a pointer to an 8-byte slot
+/// per integer scalar (little-endian, so the pipeline's narrower integer
+/// types read their value from it), to a `float`/`double` per float scalar;
+/// no user context.
+fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[HalideParamDecl]) -> String {
+    let image = crate::ir::host_image_path(kernel.as_str());
+    let decls: Vec<&str> = params.iter().map(|p| p.decl.as_str()).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "// Halide kernel `{kernel}` (target {target}): its compiled image {image}, loaded on first use."
+    );
+    let _ = writeln!(out, "static int {kernel}({}) {{", decls.join(", "));
+    let _ = writeln!(
+        out,
+        "    static const auto entry_ = reinterpret_cast<int (*)(void**)>(wrapir::host_symbol(WRAPIR_CUBIN_DIR, {}, {}));",
+        c_string(&image),
+        c_string(&format!("{kernel}_argv"))
+    );
+    let mut argv = Vec::new();
+    for p in params {
+        let n = &p.name;
+        match &p.scalar {
+            None if n == "user_context" => {
+                let _ = writeln!(out, "    (void){n};");
+            }
+            None => argv.push(n.clone()),
+            Some(ctype) => {
+                let slot = match ctype.replace("const", "").trim() {
+                    "float" => "float",
+                    "double" => "double",
+                    _ => "int64_t",
+                };
+                let _ = writeln!(out, "    {slot} {n}_slot_ = static_cast<{slot}>({n});");
+                argv.push(format!("&{n}_slot_"));
+            }
+        }
+    }
+    if argv.is_empty() {
+        let _ = writeln!(out, "    void** args_ = nullptr;");
+    } else {
+        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
+    }
+    let _ = writeln!(out, "    return entry_(args_);");
+    out.push_str("}\n");
+    out
 }
 
 impl<'a> Lowering<'a> {
@@ -104,7 +182,7 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         match &def.backend {
-            KernelBackend::Cpp(meta) => self.cpp_kernel_call(g, call, def, meta, cx),
+            KernelBackend::Cpp(meta) => self.cpp_kernel_call(g, call, meta, cx),
             KernelBackend::Halide(meta) => self.halide_call(g, call, meta, cx),
             KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
@@ -175,7 +253,6 @@ impl<'a> Lowering<'a> {
         &mut self,
         g: &GraphCtx<'_>,
         call: &KernelCall,
-        def: &KernelDef,
         meta: &CppMeta,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
@@ -225,19 +302,14 @@ impl<'a> Lowering<'a> {
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
             }
         }
-        let decl = if self.dialect.pastes_cpp_source() && !def.source.trim().is_empty() {
-            let source = rename_cpp_source(&def.source, kernel.as_str()).ok_or_else(|| {
-                self.unsupported(
-                    cx,
-                    format!("the source of C++ kernel `{kernel}` defines neither `{kernel}(` nor `kernel(`"),
-                )
-            })?;
-            format!("// C++ kernel `{kernel}`.\n{}\n", source.trim_end())
+        let types: Vec<&str> = meta.arg_types.iter().map(|t| t.trim()).collect();
+        let decl = if self.dialect.host_kernel_images() {
+            host_image_forwarder(kernel, &types)
         } else {
             let who = self.dialect.cpp_kernel_owner();
             format!(
                 "// C++ kernel `{kernel}`, defined by {who}.\nextern \"C\" void {kernel}({});\n",
-                meta.arg_types.iter().map(|t| t.trim()).collect::<Vec<_>>().join(", ")
+                types.join(", ")
             )
         };
         self.declare_direct(kernel, decl, cx)?;
@@ -314,7 +386,14 @@ impl<'a> Lowering<'a> {
                 let v = self.scalar_arg(kernel, params.len(), value, cx)?;
                 self.line(format!("const {} {}_value_ = {v};", arg.ctype, arg.name));
                 named_scalars.push(format!("const {} {} = {}_value_;", arg.ctype, arg.name, arg.name));
-                params.push((format!("{} {}", arg.ctype, arg.name), arg.name.clone()));
+                params.push((
+                    HalideParamDecl {
+                        decl: format!("{} {}", arg.ctype, arg.name),
+                        name: arg.name.clone(),
+                        scalar: Some(arg.ctype.clone()),
+                    },
+                    arg.name.clone(),
+                ));
                 continue;
             };
             let ArgValue::Buffer(b) = value else {
@@ -371,10 +450,17 @@ impl<'a> Lowering<'a> {
                 layout.dtype.size_bytes(),
                 shape.len()
             ));
-            params.push((format!("halide_buffer_t* {n}"), format!("&{n}_buffer_")));
+            params.push((
+                HalideParamDecl {
+                    decl: format!("halide_buffer_t* {n}"),
+                    name: n.clone(),
+                    scalar: None,
+                },
+                format!("&{n}_buffer_"),
+            ));
         }
         let mut call_args: Vec<String> = Vec::new();
-        let mut decl_params: Vec<String> = Vec::new();
+        let mut decl_params: Vec<HalideParamDecl> = Vec::new();
         if user_context {
             // Inductor's CUDA glue passes the stream as the user context.
             let stream = match cuda {
@@ -385,14 +471,18 @@ impl<'a> Lowering<'a> {
                 }
             };
             call_args.push(stream);
-            decl_params.push("const void* user_context".to_string());
+            decl_params.push(HalideParamDecl {
+                decl: "const void* user_context".to_string(),
+                name: "user_context".to_string(),
+                scalar: None,
+            });
         }
         for l in named_scalars.into_iter().chain(lines_after) {
             self.line(l);
         }
         for (decl, arg) in params {
-            decl_params.push(decl);
             call_args.push(arg);
+            decl_params.push(decl);
         }
         let msg = format!("Halide kernel `{kernel}` failed with status ");
         self.line(format!(
@@ -401,11 +491,16 @@ impl<'a> Lowering<'a> {
             c_string(&msg)
         ));
         self.close("}");
-        let decl = format!(
-            "// Halide kernel `{kernel}` (target {}), built with `-f {kernel}`.\nextern \"C\" int {kernel}({});\n",
-            meta.target,
-            decl_params.join(", ")
-        );
+        let decl = if !cuda && self.dialect.host_kernel_images() {
+            halide_image_forwarder(kernel, &meta.target, &decl_params)
+        } else {
+            let decls: Vec<&str> = decl_params.iter().map(|p| p.decl.as_str()).collect();
+            format!(
+                "// Halide kernel `{kernel}` (target {}), built with `-f {kernel}`.\nextern \"C\" int {kernel}({});\n",
+                meta.target,
+                decls.join(", ")
+            )
+        };
         self.declare_direct(kernel, decl, cx)?;
         let used = self.halide.get_or_insert_with(HalideUse::default);
         used.cuda |= cuda;

@@ -1,0 +1,199 @@
+//! The standalone C++ wrapper deploys every committed CPU bundle
+//! (`fixtures/inductor/bundles_cpu/{cpp,halide}/<case>/`) with no PyTorch:
+//! `wrapir lower --target cpp-standalone --package DIR` writes the package
+//! (the wrapper calls the bundle's compiled C++ or Halide kernel objects,
+//! the very images the host backend runs; its extern ops run in the runtime
+//! library's host context), `g++` builds it against `libwrapir_runtime`, its
+//! `main` runs on the bundle's inputs and writes safetensors, and those
+//! outputs match eager PyTorch's and Inductor's within the bundle's
+//! tolerances (`common::compare_with_bundle`, the rule of the host
+//! backend's runs in `cpu_bundles.rs`).
+//!
+//! Needs `g++` and the runtime library: `cargo build -p wrapir-runtime` in
+//! the same profile as this test (CI's `.ci/run` builds it first), or
+//! `WRAPIR_RUNTIME_DIR` naming its directory.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use wrapir::bundle::{conventions, Bundle};
+use wrapir::lower::cpp::package::target_name;
+
+/// Bundles whose package `wrapir lower --package` refuses, with a word of
+/// the refusal (the op or kernel it names). None today.
+const REFUSED: &[(&str, &str)] = &[];
+
+/// Flags for the package's two files (warnings are errors, as for every
+/// generated wrapper; no optimisation: the kernels are compiled already).
+const GXX_FLAGS: &[&str] = &[
+    "-std=c++17",
+    "-O0",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wno-unused-parameter",
+    "-Wno-unused-variable",
+    "-Wno-unused-but-set-variable",
+    "-Wno-unknown-pragmas",
+];
+
+/// How one bundle's package did.
+enum Outcome {
+    /// Built, ran and compared: the largest absolute error against eager.
+    Passed(String),
+    /// `wrapir lower --package` refused the program (its message).
+    Refused(String),
+}
+
+/// Packages, builds and runs the bundle at `dir` in `work`, linking the
+/// runtime library in `runtime`, and compares its outputs.
+fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
+    let case = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let package = work.join(&case);
+    let lowered = common::wrapir(&[
+        "lower",
+        &dir.to_string_lossy(),
+        "--target",
+        "cpp-standalone",
+        "--package",
+        &package.to_string_lossy(),
+    ]);
+    if lowered.code != 0 {
+        return Ok(Outcome::Refused(lowered.stderr));
+    }
+    let target = target_name(&case);
+    let exe = package.join(&target);
+    let quoted = |p: &Path| format!("\"{}\"", p.display());
+    let built = common::run_tool(
+        Command::new("g++")
+            .args(GXX_FLAGS)
+            .arg(format!("-DWRAPIR_CUBIN_DIR={}", quoted(&package)))
+            .arg(format!("-DWRAPIR_PACKAGE_DIR={}", quoted(&package)))
+            .arg("-I")
+            .arg(&package)
+            .arg(package.join("main.cpp"))
+            .arg(package.join(format!("{target}.cpp")))
+            .arg("-L")
+            .arg(runtime)
+            .arg("-lwrapir_runtime")
+            .arg(format!("-Wl,-rpath,{}", runtime.display()))
+            .arg("-ldl")
+            .arg("-o")
+            .arg(&exe),
+        "g++",
+        "building the standalone package of a CPU bundle",
+    );
+    if !built.status.success() {
+        return Err(format!("g++: {}", String::from_utf8_lossy(&built.stderr)));
+    }
+    let outputs = package.join("outputs.safetensors");
+    let ran = Command::new(&exe)
+        .arg(dir.join(wrapir::bundle::INPUTS))
+        .arg(&outputs)
+        .output()
+        .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    if !ran.status.success() {
+        return Err(format!(
+            "{} exited with {}: {}{}",
+            exe.display(),
+            ran.status,
+            String::from_utf8_lossy(&ran.stdout),
+            String::from_utf8_lossy(&ran.stderr)
+        ));
+    }
+    let bundle = Bundle::open(dir).map_err(|e| e.to_string())?;
+    let stored = common::read_tensors(&outputs);
+    let values = conventions::runner_outputs(bundle.program(), &stored).map_err(|e| e.to_string())?;
+    let comparison = common::compare_with_bundle(&bundle, &values)?;
+    if let Some(e) = comparison.first_error() {
+        return Err(e);
+    }
+    let err = comparison
+        .eager
+        .max_errors()
+        .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));
+    // A passing package is not kept (each holds a copy of the runtime
+    // library when it lies next to the wrapir binary); a failing one is,
+    // for a look.
+    let _ = std::fs::remove_dir_all(&package);
+    Ok(Outcome::Passed(err))
+}
+
+#[test]
+fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
+    let runtime = common::runtime_dir();
+    assert!(
+        runtime.join("libwrapir_runtime.so").is_file(),
+        "{} has no libwrapir_runtime.so: build it first with `cargo build -p wrapir-runtime` (the same profile as this test), or set WRAPIR_RUNTIME_DIR",
+        runtime.display()
+    );
+    let work = common::scratch("cpu_standalone", "packages");
+    let mut failures = Vec::new();
+    let mut table = String::from("backend  case                   max abs err (eager)\n");
+    let (mut passed, mut total) = (0, 0);
+    for backend in ["cpp", "halide"] {
+        let dirs = common::bundle_dirs(&format!("fixtures/inductor/bundles_cpu/{backend}"));
+        assert!(!dirs.is_empty(), "no {backend} CPU bundles");
+        let backend_work = work.join(backend);
+        std::fs::create_dir_all(&backend_work).unwrap();
+        for dir in dirs {
+            total += 1;
+            let case = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let name = format!("{backend}/{case}");
+            let refusal = REFUSED.iter().find(|(c, _)| *c == name).map(|(_, why)| *why);
+            match (check(&dir, &backend_work, &runtime), refusal) {
+                (Ok(Outcome::Passed(err)), None) => {
+                    passed += 1;
+                    table += &format!("{backend:<8} {case:<22} {err}\n");
+                }
+                (Ok(Outcome::Passed(_)), Some(_)) => failures.push(format!("{name}: passes; take it off REFUSED")),
+                (Ok(Outcome::Refused(message)), Some(why)) if message.contains(why) => {
+                    table += &format!("{backend:<8} {case:<22} refused: {}\n", message.trim());
+                }
+                (Ok(Outcome::Refused(message)), _) => failures.push(format!("{name}: refused: {message}")),
+                (Err(e), _) => failures.push(format!("{name}: {e}")),
+            }
+        }
+    }
+    println!("{table}{passed} of {total} CPU bundles pass");
+    common::assert_no_failures(&failures);
+    assert_eq!(passed + REFUSED.len(), total);
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// A host-only program calling an op the host backend lacks: `lower
+/// --package` refuses it up front, naming the call, the op and where the
+/// host context's ops are listed, and writes no package.
+#[test]
+fn a_package_calling_an_op_the_host_context_lacks_is_refused() {
+    let dir = common::scratch("cpu_standalone", "refused");
+    let program = dir.join("no_such_op.wir");
+    std::fs::write(
+        &program,
+        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cpu) -> (buf0) {\n  buffer buf0: f32[4][1]@cpu\n  extern buf0 = torch.ops.aten.no_such_op.default(arg0_1)\n}\n",
+    )
+    .unwrap();
+    let package = dir.join("pkg");
+    let r = common::wrapir(&[
+        "lower",
+        &program.to_string_lossy(),
+        "--target",
+        "cpp-standalone",
+        "--package",
+        &package.to_string_lossy(),
+    ]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    for want in [
+        "the runtime library has no host implementation of 1 extern op call(s)",
+        "`wrapir ops --device cpu`",
+        "graph main, line 0 `extern buf0 = torch.ops.aten.no_such_op.default(arg0_1)`",
+    ] {
+        assert!(r.stderr.contains(want), "missing `{want}` in:\n{}", r.stderr);
+    }
+    assert!(!package.exists(), "a refused program must not leave a package");
+    let _ = std::fs::remove_dir_all(&dir);
+}
