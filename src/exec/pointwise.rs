@@ -117,16 +117,7 @@ fn pointwise(
     let refs: Vec<&Operand<'_>> = ops.iter().collect();
     let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
     // One f64 column per operand and one for the result.
-    let n = super::tensor::checked_numel(&shape)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| a.err(format!("the broadcast shape {shape:?} has too many elements")))?;
-    let bytes = (n as u64).saturating_mul(8).saturating_mul(ops.len() as u64 + 1);
-    crate::Limits::check(
-        crate::Limit::AllocBytes,
-        bytes,
-        o.max_alloc_bytes(),
-        format!("op `{}`: the result {shape:?}", a.op),
-    )?;
+    let n = a.result_elements(&shape, 8u64.saturating_mul(ops.len() as u64 + 1), o.max_alloc_bytes())?;
     let cols: Vec<Vec<f64>> = ops
         .iter()
         .map(|op| values_of(op, &shape, n))

@@ -6,38 +6,11 @@
 // out in PyTorch's order. Kernels that only move bytes are instantiated per
 // element width; kernels that compute are instantiated per dtype.
 
-#define MAX_RANK 8
 #define THREADS 256
 #define PER_THREAD 4
 #define TILE (THREADS * PER_THREAD)
 
-typedef long long i64;
-typedef unsigned long long u64;
-
-struct Nd {
-    i64 size[MAX_RANK];
-    i64 stride[MAX_RANK];
-    i64 rank;
-};
-
-// Element offset of the row-major linear index `linear` in `d`.
-__device__ __forceinline__ i64 nd_offset(const Nd& d, i64 linear) {
-    i64 off = 0;
-    for (int i = (int)d.rank - 1; i >= 0; --i) {
-        i64 s = d.size[i];
-        off += (linear % s) * d.stride[i];
-        linear /= s;
-    }
-    return off;
-}
-
-__device__ __forceinline__ i64 grid_index() {
-    return (i64)blockIdx.x * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ i64 grid_step() {
-    return (i64)gridDim.x * blockDim.x;
-}
+// `i64`, `u64`, `Nd`, `nd_offset`, `grid_index`, `grid_step`: nd.cuh, prepended.
 
 // Same-size reinterpretation (no memcpy: NVRTC compiles without headers).
 template <int N> struct BitsOf;

@@ -4,29 +4,7 @@
 // pointer (its element 0) and an `Nd` descriptor (sizes and strides in
 // elements); linear indices run in row-major order.
 
-#define MAX_RANK 8
-
-typedef long long i64;
-typedef unsigned long long u64;
-
-struct Nd {
-    i64 size[MAX_RANK];
-    i64 stride[MAX_RANK];
-    i64 rank;
-};
-
-__device__ __forceinline__ i64 nd_offset(const Nd& d, i64 linear) {
-    i64 off = 0;
-    for (int i = (int)d.rank - 1; i >= 0; --i) {
-        i64 s = d.size[i];
-        off += (linear % s) * d.stride[i];
-        linear /= s;
-    }
-    return off;
-}
-
-__device__ __forceinline__ i64 grid_index() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ i64 grid_step() { return (i64)gridDim.x * blockDim.x; }
+// `i64`, `u64`, `Nd`, `nd_offset`, `grid_index`, `grid_step`: nd.cuh, prepended.
 
 // ---------------------------------------------------------------- half types
 __device__ __forceinline__ float f16_to_float(unsigned short h) {

@@ -8,7 +8,7 @@
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
 use super::{blocks_for, compiled_image, launch_function, read_i64, scratch, Arg, Nd};
-use crate::exec::cuda::{CudaBackend, CudaTensor};
+use crate::exec::cuda::{CudaBackend, CudaPaths, CudaTensor};
 use crate::exec::host::op_key;
 use crate::exec::random::{DeviceShape, RandintPlan};
 use crate::exec::segment::{self, Reduction};
@@ -17,15 +17,17 @@ use crate::ir::DType;
 use cudarc::driver::sys;
 use std::sync::Arc;
 
-/// The CUDA source of these kernels.
-const SOURCE: &str = include_str!("extra.cu");
+/// The CUDA source of these kernels, after the definitions every built-in
+/// source shares (`nd.cuh`).
+const SOURCE: &str = concat!(include_str!("nd.cuh"), include_str!("extra.cu"));
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "extra";
 
 type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
 
-fn image(major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
+fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
     compiled_image(
+        paths,
         "cuda built-in kernels (extra.cu)",
         MODULE,
         &|| SOURCE.to_string(),
