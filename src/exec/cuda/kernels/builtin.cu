@@ -10,7 +10,8 @@
 #define PER_THREAD 4
 #define TILE (THREADS * PER_THREAD)
 
-// `i64`, `u64`, `Nd`, `nd_offset`, `grid_index`, `grid_step`: nd.cuh, prepended.
+// `i64`, `u64`, `Nd`, `nd_offset`, `grid_index`, `grid_step`, the half
+// types: prelude.cuh, prepended.
 
 // Same-size reinterpretation (no memcpy: NVRTC compiles without headers).
 template <int N> struct BitsOf;
@@ -26,28 +27,7 @@ __device__ __forceinline__ To bitcast(From f) {
 }
 
 // ---------------------------------------------------------------- dtypes
-struct f16 { unsigned short bits; };
-struct bf16 { unsigned short bits; };
-
-__device__ __forceinline__ float f16_to_float(unsigned short h) {
-    float f;
-    asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
-    return f;
-}
-__device__ __forceinline__ unsigned short float_to_f16(float f) {
-    unsigned short h;
-    asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
-    return h;
-}
-__device__ __forceinline__ float bf16_to_float(unsigned short b) {
-    return __uint_as_float(((unsigned int)b) << 16);
-}
-__device__ __forceinline__ unsigned short float_to_bf16(float f) {
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-    return (unsigned short)(u >> 16);
-}
+// `f16`, `bf16` and their conversions: prelude.cuh.
 
 // Values as double (exact for every dtype but i64 beyond 2^53, which only
 // the float-typed paths use) and back.

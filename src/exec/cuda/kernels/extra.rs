@@ -18,8 +18,8 @@ use cudarc::driver::sys;
 use std::sync::Arc;
 
 /// The CUDA source of these kernels, after the definitions every built-in
-/// source shares (`nd.cuh`).
-const SOURCE: &str = concat!(include_str!("nd.cuh"), include_str!("extra.cu"));
+/// source shares (`prelude.cuh`).
+const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("extra.cu"));
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "extra";
 

@@ -43,8 +43,8 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 /// The CUDA source of the built-in kernels, after the definitions every
-/// built-in source shares (`nd.cuh`).
-const SOURCE: &str = concat!(include_str!("nd.cuh"), include_str!("builtin.cu"));
+/// built-in source shares (`prelude.cuh`).
+const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("builtin.cu"));
 
 /// Most dimensions a tensor passed to a built-in kernel may have.
 const MAX_RANK: usize = 8;
