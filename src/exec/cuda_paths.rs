@@ -157,7 +157,10 @@ mod tests {
     #[test]
     fn the_kernel_cache_follows_its_variable_then_xdg_then_home() {
         let cache = |pairs: &[(&str, &str)]| CudaPaths::from_vars(vars(pairs)).kernel_cache;
-        assert_eq!(cache(&[(KERNEL_CACHE_VAR, "/c"), ("HOME", "/h")]), Some(PathBuf::from("/c")));
+        assert_eq!(
+            cache(&[(KERNEL_CACHE_VAR, "/c"), ("HOME", "/h")]),
+            Some(PathBuf::from("/c"))
+        );
         assert_eq!(cache(&[(KERNEL_CACHE_VAR, "off"), ("HOME", "/h")]), None);
         assert_eq!(cache(&[(KERNEL_CACHE_VAR, ""), ("HOME", "/h")]), None);
         assert_eq!(

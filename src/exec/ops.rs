@@ -611,19 +611,6 @@ fn nonzero(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError>
     )?))
 }
 
-/// The broadcast of two shapes (NumPy rules), or an error naming both.
-fn broadcast_shapes(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
-    let rank = x.len().max(y.len());
-    let at = |s: &[i64], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|d| match (at(x, d), at(y, d)) {
-            (p, q) if p == q || q == 1 => Ok(p),
-            (1, q) => Ok(q),
-            _ => Err(a.err(format!("shapes {x:?} and {y:?} do not broadcast"))),
-        })
-        .collect()
-}
-
 /// `masked_select(self, mask)`: the elements of `self` where the boolean
 /// `mask` is set, both broadcast to one shape, in row-major order, as a 1-D
 /// tensor of `self`'s dtype (values copied exactly, in the storage type).
@@ -633,7 +620,7 @@ fn masked_select(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exec
     if mask.dtype() != DType::Bool {
         return Err(a.err(format!("`mask` must be a bool tensor, got {}", mask.dtype())));
     }
-    let shape = broadcast_shapes(a, x.size(), mask.size())?;
+    let shape = pointwise::broadcast_shape(a, &[x.size(), mask.size()])?;
     let keep = mask.expand(&shape)?.to_i64_vec()?;
     let xe = x.expand(&shape)?;
     let n = keep.iter().filter(|k| **k != 0).count();

@@ -375,9 +375,12 @@ fn launch(
     params: &mut AttnParams,
 ) -> Result<(), ExecError> {
     let module = format!("{MODULE}_e{e}");
-    let f = backend
-        .builtins
-        .extra_function(&backend.device, &module, &|paths, major, minor| image(paths, major, minor, e), name)?;
+    let f = backend.builtins.extra_function(
+        &backend.device,
+        &module,
+        &|paths, major, minor| image(paths, major, minor, e),
+        name,
+    )?;
     if shared > DEFAULT_SHARED_LIMIT {
         let optin = backend
             .device

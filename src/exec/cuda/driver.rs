@@ -3,9 +3,9 @@
 //! Every call returns a [`CudaError`] naming the call on failure; nothing else
 //! in the backend touches raw handles.
 
+use super::CudaPaths;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
-use super::CudaPaths;
 use std::ffi::c_void;
 use std::sync::Arc;
 

@@ -214,7 +214,8 @@ fn median(mut xs: Vec<f64>) -> f64 {
 pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -> Result<LaunchFloor, ExecError> {
     let kernels = kernels.max(1);
     // SAFETY: a dlopen probe of the NVRTC library.
-    let (image, compiler) = if super::driver::keep_loaded("nvrtc", &backend.device.paths.library_dirs) && unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    let (image, compiler) = if super::driver::keep_loaded("nvrtc", &backend.device.paths.library_dirs)
+        && unsafe { cudarc::nvrtc::sys::is_culib_present() }
     {
         match cudarc::nvrtc::compile_ptx(EMPTY_KERNEL) {
             Ok(ptx) => (ptx.to_src(), "nvrtc"),

@@ -133,16 +133,10 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
 
 /// Broadcast strides of `spec` to `shape` (0 on broadcast dimensions).
 fn broadcast_nd(spec: &TensorSpec, shape: &[i64]) -> Option<Nd> {
-    let extra = shape.len().checked_sub(spec.size.len())?;
-    let mut stride = vec![0i64; shape.len()];
-    for (i, (s, st)) in spec.size.iter().zip(&spec.stride).enumerate() {
-        if *s == shape[extra + i] {
-            stride[extra + i] = *st;
-        } else if *s != 1 {
-            return None;
-        }
-    }
-    Nd::new(shape, &stride)
+    Nd::new(
+        shape,
+        &crate::exec::pointwise::broadcast_strides(&spec.size, &spec.stride, shape)?,
+    )
 }
 
 fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Option<Value<CudaTensor>>, ExecError> {

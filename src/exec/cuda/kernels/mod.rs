@@ -126,7 +126,14 @@ pub(super) fn run(
 
 /// The cubin of [`SOURCE`] for compute capability `major.minor` (see [`image`]).
 fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
-    compiled_image(paths, "cuda built-in kernels", "builtin", &|| SOURCE.to_string(), major, minor)
+    compiled_image(
+        paths,
+        "cuda built-in kernels",
+        "builtin",
+        &|| SOURCE.to_string(),
+        major,
+        minor,
+    )
 }
 
 /// Compiles the built-in kernels for device `ordinal` on a new thread, so
