@@ -257,7 +257,9 @@ fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
     }
     for reader in ENV_READERS {
         if !readers_used.contains(reader) {
-            violations.push(format!("src/{reader} no longer reads the environment; remove it from ENV_READERS"));
+            violations.push(format!(
+                "src/{reader} no longer reads the environment; remove it from ENV_READERS"
+            ));
         }
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));

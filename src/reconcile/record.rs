@@ -537,6 +537,19 @@ struct Reconciler<'a> {
     evidence: Vec<Evidence>,
 }
 
+/// `Ok` unless the launch config gives `param`, whose value `constant` is
+/// compiled in, another value.
+fn config_agrees(meta: &TritonMeta, param: &str, constant: &ConstValue) -> Result<(), ErrorKind> {
+    match meta.config.get(param) {
+        Some(cfg) if *constant != ConstValue::Int(*cfg) => Err(ErrorKind::ConstantConfigConflict {
+            param: param.to_string(),
+            constant: constant.clone(),
+            config: *cfg,
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl<'a> Reconciler<'a> {
     /// Parameter name -> value: named arguments by name, positional ones over
     /// [`TritonMeta::call_params`] in order.
@@ -712,15 +725,7 @@ impl<'a> Reconciler<'a> {
         for (name, ty) in &meta.signature {
             let passed = bound.get(name.as_str()).copied();
             if let Some(c) = meta.constants.get(name) {
-                if let Some(cfg) = meta.config.get(name) {
-                    if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict {
-                            param: name.clone(),
-                            constant: c.clone(),
-                            config: *cfg,
-                        });
-                    }
-                }
+                config_agrees(meta, name, c)?;
                 if let Some(v) = passed {
                     self.check_constant(name, c, BakedSource::Constants, v)?;
                 }
@@ -774,15 +779,7 @@ impl<'a> Reconciler<'a> {
         }
         for (name, c) in &meta.constants {
             if !meta.signature.contains_key(name) {
-                if let Some(cfg) = meta.config.get(name) {
-                    if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict {
-                            param: name.clone(),
-                            constant: c.clone(),
-                            config: *cfg,
-                        });
-                    }
-                }
+                config_agrees(meta, name, c)?;
                 out.push(Baked {
                     param: name.clone(),
                     value: c.clone(),
