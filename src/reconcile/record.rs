@@ -539,6 +539,7 @@ struct Reconciler<'a> {
 
 /// `Ok` unless the launch config gives `param`, whose value `constant` is
 /// compiled in, another value.
+#[allow(clippy::result_large_err)] // `ErrorKind`, as every check of the reconciler returns.
 fn config_agrees(meta: &TritonMeta, param: &str, constant: &ConstValue) -> Result<(), ErrorKind> {
     match meta.config.get(param) {
         Some(cfg) if *constant != ConstValue::Int(*cfg) => Err(ErrorKind::ConstantConfigConflict {

@@ -69,14 +69,13 @@ pub(in crate::exec::cuda) fn compiled_image(
     if let Some(p) = cache.get(&key) {
         return Ok(Arc::clone(p));
     }
+    let dirs = &paths.library_dirs;
     // SAFETY: only probes for the library (dlopen); checked first because
     // cudarc panics when it is missing.
-    if !super::super::driver::keep_loaded("nvrtc", &paths.library_dirs)
-        || !unsafe { cudarc::nvrtc::sys::is_culib_present() }
-    {
+    if !super::super::driver::keep_loaded("nvrtc", dirs) || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(ExecError::op(
             what,
-            super::super::libraries::missing("the NVRTC library (libnvrtc)", &paths.library_dirs),
+            super::super::libraries::missing("the NVRTC library (libnvrtc)", dirs),
         ));
     }
     let text = source();

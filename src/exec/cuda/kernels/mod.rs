@@ -200,7 +200,7 @@ impl Builtins {
         &mut self,
         device: &super::driver::Device,
         module: &str,
-        image: &dyn Fn(&CudaPaths, i32, i32) -> Result<Arc<[u8]>, ExecError>,
+        image: &ImageFn<'_>,
         name: &str,
     ) -> Result<sys::CUfunction, ExecError> {
         if let Some(f) = self.extra.get(module).and_then(|(_, fs)| fs.get(name)) {
@@ -227,6 +227,10 @@ impl Builtins {
         Ok(f)
     }
 }
+
+/// The cubin of a separately compiled module for compute capability
+/// `major.minor`, compiled (once per process) with the given paths.
+pub(super) type ImageFn<'a> = dyn Fn(&CudaPaths, i32, i32) -> Result<Arc<[u8]>, ExecError> + 'a;
 
 /// A tensor's sizes and strides as the kernels' `Nd` struct.
 #[repr(C)]
