@@ -320,3 +320,22 @@ impl Prepared {
         match self.never {}
     }
 }
+
+/// One rank of a [`run_ranks`] run (see the real module).
+pub struct CudaRankJob<'a> {
+    /// The rank's program.
+    pub program: &'a Program,
+    /// Its backend's options.
+    pub options: CudaOptions,
+    /// Its inputs by graph input name.
+    pub inputs: &'a IndexMap<String, Tensor>,
+}
+
+/// Runs the ranks on GPUs with NCCL: [`CudaError::NotBuilt`].
+pub fn run_ranks(
+    _groups: super::collective::ProcessGroups,
+    _jobs: Vec<CudaRankJob<'_>>,
+    _options: super::collective::CollectiveOptions,
+) -> Result<Vec<Result<RunOutput<Tensor>, RunError>>, ExecError> {
+    Err(CudaError::NotBuilt.into())
+}

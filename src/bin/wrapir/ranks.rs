@@ -10,9 +10,10 @@ fn open(path: &Path) -> Result<RankSet> {
 }
 
 /// `wrapir run RANKSET`: on cpu every rank runs on its own thread, the
-/// collectives meeting in one host communicator, and each rank's outputs are
-/// compared with its own references; on meta each rank runs alone on its
-/// declared layouts.
+/// collectives meeting in one host communicator; on cuda rank `r` runs on GPU
+/// `r`, the collectives on NCCL; either way each rank's outputs are compared
+/// with its own references. On meta each rank runs alone on its declared
+/// layouts.
 pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
     if args.inputs.is_some() || args.expect.is_some() {
         bail!("`--inputs` and `--expect` name one program's tensors; a rank set runs each rank's own bundle inputs");
@@ -37,7 +38,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             }
             Ok(status)
         }
-        RunDevice::Cpu => {
+        RunDevice::Cpu | RunDevice::Cuda => {
             let mut programs = Vec::with_capacity(world);
             let mut inputs = Vec::with_capacity(world);
             let mut references_of = Vec::with_capacity(world);
@@ -46,35 +47,20 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
                 inputs.push(bundle.inputs()?.unwrap_or_default());
                 references_of.push(references(args, bundle)?);
             }
-            let scratch = std::env::temp_dir().join(format!("wrapir-rank-kernels-{}", std::process::id()));
-            let mut jobs = Vec::with_capacity(world);
-            for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(&programs).zip(&inputs).enumerate() {
-                let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
-                if let Some(state) = bundle.meta().cuda_rng {
-                    backend.set_cuda_rng(state);
-                }
-                let dir = scratch.join(format!("rank{rank}"));
-                let loaded = wrapir::exec::host_kernels::load_kernels_from(
-                    &mut backend,
-                    program,
-                    &bundle.kernel_images(),
-                    Some(&dir),
-                );
-                loaded.map_err(|e| anyhow::anyhow!("rank {rank} ({}): {e}", bundle.name()))?;
-                jobs.push(RankJob {
-                    program,
-                    backend,
-                    inputs,
-                });
-            }
             let options = CollectiveOptions {
                 max_bytes: limits().max_alloc_bytes,
                 ..Default::default()
             };
-            let results = run_ranks(set.groups().clone(), jobs, options);
-            let _ = std::fs::remove_dir_all(&scratch);
+            let (results, device) = if args.device == RunDevice::Cuda {
+                (run_on_gpus(args, &set, &programs, &inputs, options)?, "cuda")
+            } else {
+                (run_on_host(&set, &programs, &inputs, options)?, "cpu")
+            };
             let results = results.map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
-            println!("device: cpu ({world} ranks, one thread each)");
+            match args.device {
+                RunDevice::Cuda => println!("device: cuda ({world} ranks, one GPU and thread each, collectives on NCCL)"),
+                _ => println!("device: cpu ({world} ranks, one thread each)"),
+            }
             let mut failed = Vec::new();
             let mut status = ExitCode::SUCCESS;
             for (rank, (result, references)) in results.into_iter().zip(&references_of).enumerate() {
@@ -92,15 +78,74 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
                 }
             }
             if !failed.is_empty() {
-                bail!("running {} on cpu:\n{}", args.program.display(), failed.join("\n"));
+                bail!("running {} on {device}:\n{}", args.program.display(), failed.join("\n"));
             }
             Ok(status)
         }
-        RunDevice::Cuda => bail!(
-            "{}: a rank set runs on `--device cpu` (host collectives) or `--device meta`; collectives on GPUs (NCCL) are not implemented",
-            args.program.display()
-        ),
     }
+}
+
+type RankResults = Result<
+    Vec<std::result::Result<wrapir::exec::interp::RunOutput<wrapir::exec::Tensor>, wrapir::exec::RunError>>,
+    wrapir::exec::ExecError,
+>;
+
+/// Every rank on its own thread, the collectives meeting in one host communicator.
+fn run_on_host(
+    set: &RankSet,
+    programs: &[ir::Program],
+    inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
+    options: CollectiveOptions,
+) -> Result<RankResults> {
+    let scratch = std::env::temp_dir().join(format!("wrapir-rank-kernels-{}", std::process::id()));
+    let mut jobs = Vec::with_capacity(programs.len());
+    for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(programs).zip(inputs).enumerate() {
+        let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+        if let Some(state) = bundle.meta().cuda_rng {
+            backend.set_cuda_rng(state);
+        }
+        let dir = scratch.join(format!("rank{rank}"));
+        let loaded =
+            wrapir::exec::host_kernels::load_kernels_from(&mut backend, program, &bundle.kernel_images(), Some(&dir));
+        loaded.map_err(|e| anyhow::anyhow!("rank {rank} ({}): {e}", bundle.name()))?;
+        jobs.push(RankJob {
+            program,
+            backend,
+            inputs,
+        });
+    }
+    let results = run_ranks(set.groups().clone(), jobs, options);
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(results)
+}
+
+/// Rank `r` on GPU `r`, on its own thread, the collectives on NCCL.
+fn run_on_gpus(
+    args: &RunArgs,
+    set: &RankSet,
+    programs: &[ir::Program],
+    inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
+    options: CollectiveOptions,
+) -> Result<RankResults> {
+    use wrapir::exec::cuda::{CudaOptions, CudaRankJob};
+    let jobs = set
+        .ranks()
+        .iter()
+        .zip(programs)
+        .zip(inputs)
+        .enumerate()
+        .map(|(rank, ((bundle, program), inputs))| {
+            let mut options = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
+            options.ordinal = rank;
+            options.host_fallback = args.allow_host_fallback;
+            CudaRankJob {
+                program,
+                options,
+                inputs,
+            }
+        })
+        .collect();
+    Ok(wrapir::exec::cuda::run_ranks(set.groups().clone(), jobs, options))
 }
 
 /// `wrapir check RANKSET`: each rank's program validated, its collectives

@@ -42,6 +42,14 @@ pub enum CudaError {
     /// A CUDA library was found nowhere; the message says where it was looked for.
     #[error("{0}")]
     NotFound(String),
+    /// An NCCL call failed.
+    #[error("NCCL call `{call}` failed: {status}")]
+    Nccl {
+        /// The NCCL function.
+        call: &'static str,
+        /// NCCL's description of the result, and its last error.
+        status: String,
+    },
     /// A CUDA shared library could not be loaded (no driver or toolkit).
     #[error("cannot load the {0} library: is an NVIDIA driver (and, for matmuls, cuBLAS) installed and on the library path?")]
     Library(&'static str),

@@ -39,6 +39,7 @@ mod libraries;
 mod library;
 mod matmul;
 mod model;
+mod nccl;
 mod options;
 mod prepared;
 mod run;
@@ -50,6 +51,7 @@ pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::ExternOpLog;
 pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
+pub use nccl::{run_ranks, CudaRankJob, NcclWorld};
 pub use options::{CudaOptions, MathModes};
 pub use prepared::{Prepared, PreparedCache};
 pub use tensor::CudaTensor;
@@ -106,6 +108,9 @@ pub struct CudaBackend {
     /// Pinned buffers host-to-device copies of inputs and weights go through
     /// (made at the first such copy).
     staging: Option<driver::Staging>,
+    /// This backend's communicators, once it joined a multi-rank run
+    /// ([`CudaBackend::join_world`]); dropped after the stream is synchronised.
+    collectives: Option<Arc<nccl::NcclRank>>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -193,6 +198,7 @@ impl CudaBackend {
             conv: conv::ConvCache::default(),
             rng_state: None,
             staging: None,
+            collectives: None,
         })
     }
 
@@ -288,7 +294,16 @@ impl CudaBackend {
                 dst.spec.size
             )));
         }
-        if src.spec().stride == dst.spec.stride && src.spec().offset == dst.spec.offset && !src.dtype().is_complex() {
+        if src.dtype().is_complex() {
+            // Complex values are written as their real and imaginary parts
+            // (the device storage is the same; see `copy_in`).
+            let real = CudaTensor {
+                storage: Arc::clone(&dst.storage),
+                spec: dst.spec.as_real()?,
+            };
+            return self.overwrite(&real, &src.view_as_real()?);
+        }
+        if src.spec().stride == dst.spec.stride && src.spec().offset == dst.spec.offset {
             // The same layout: the host storage's bytes are the device storage's.
             let copied = src.with_storage_bytes(|bytes| {
                 if bytes.len() <= dst.storage.bytes {
@@ -569,6 +584,9 @@ impl Backend for CudaBackend {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
+        if let Some(v) = nccl::call(self, &call)? {
+            return Ok(v);
+        }
         let on_device = crate::exec::device_ops::cuda_op(call.op).is_some();
         if on_device {
             if let Some(v) = self.run_on_device(&call)? {

@@ -3,11 +3,10 @@
 
 use super::Prepared;
 use crate::exec::cuda::Replay;
-use crate::exec::cuda::{CudaBackend, CudaTensor, Storage};
+use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::interp::Plan;
 use crate::exec::{ExecError, TensorSpec, Value};
 use indexmap::IndexMap;
-use std::sync::Arc;
 
 /// Prepared recordings of one plan, keyed by the layouts and symbol values of
 /// the inputs and by the device values each recording read (a small cache:
@@ -22,10 +21,15 @@ pub struct PreparedCache {
     capacity: usize,
 }
 
-/// What of one input a recording depends on.
+/// What of one input a recording depends on. A tensor is known by the device
+/// memory it lives in (address and size), not by its `Storage` handle: a
+/// caller's buffer borrowed afresh on every call
+/// ([`crate::exec::cuda::Session::run_device`]) is the same input as long as
+/// it is the same memory, and the recording holds the storages it saw, so no
+/// other allocation can take their addresses while it lives.
 #[derive(Clone, Debug, PartialEq)]
 enum InputKey {
-    Tensor { storage: *const Storage, spec: TensorSpec },
+    Tensor { ptr: u64, bytes: usize, spec: TensorSpec },
     Int(i64),
     Other,
 }
@@ -33,7 +37,8 @@ enum InputKey {
 fn input_key(v: &Value<CudaTensor>) -> InputKey {
     match v {
         Value::Tensor(t) => InputKey::Tensor {
-            storage: Arc::as_ptr(&t.storage),
+            ptr: t.storage.ptr,
+            bytes: t.storage.bytes,
             spec: t.spec.clone(),
         },
         Value::Int(i) => InputKey::Int(*i),
@@ -44,8 +49,8 @@ fn input_key(v: &Value<CudaTensor>) -> InputKey {
 fn key_matches(key: &[InputKey], inputs: &[Value<CudaTensor>]) -> bool {
     key.len() == inputs.len()
         && key.iter().zip(inputs).all(|(k, v)| match (k, v) {
-            (InputKey::Tensor { storage, spec }, Value::Tensor(t)) => {
-                *storage == Arc::as_ptr(&t.storage) && *spec == t.spec
+            (InputKey::Tensor { ptr, bytes, spec }, Value::Tensor(t)) => {
+                *ptr == t.storage.ptr && *bytes == t.storage.bytes && *spec == t.spec
             }
             (InputKey::Int(a), Value::Int(b)) => a == b,
             (InputKey::Other, v) => !matches!(v, Value::Tensor(_) | Value::Int(_)),

@@ -1,0 +1,279 @@
+//! Collectives: the ranks of a multi-rank program run as threads of one
+//! process, and their `torch.ops._c10d_functional` calls meet.
+//!
+//! The semantics are PyTorch's functional collectives:
+//!
+//! | op | result on each rank |
+//! |---|---|
+//! | `all_reduce`, `all_reduce_` | the elementwise reduction over the group (`_`: written into the input) |
+//! | `all_gather_into_tensor` | the inputs concatenated along dim 0, in group order |
+//! | `reduce_scatter_tensor` | the reduction, split along dim 0; group member `i` gets part `i` |
+//! | `broadcast`, `broadcast_` | the tensor of global rank `src` |
+//! | `wait_tensor` | its argument (collectives are ordered on the rank's stream, or complete synchronously on the host) |
+//!
+//! Two executors share this module: [`HostCommunicator`] computes the
+//! results on the host (the ranks' tensors meet in memory), and the CUDA
+//! backend's NCCL communicators (`exec::cuda::run_ranks`, feature `cuda`)
+//! enqueue them on each rank's stream. Both parse a call with
+//! [`CollectiveCall::parse`] and make every member of a group agree before
+//! anything runs ([`rendezvous::Rendezvous`]):
+//!
+//! Nothing waits forever: a rank that reaches a collective the others never
+//! reach fails after [`CollectiveOptions::timeout`] naming the op, the group
+//! and the ranks that did not arrive; ranks whose calls disagree (op, reduce
+//! op, dtype or sizes) fail naming both; a rank whose program fails aborts
+//! the others so they stop waiting.
+
+mod host;
+pub(crate) mod rendezvous;
+
+pub use host::{run_ranks, HostCommunicator, RankJob};
+
+use super::{ExecError, Value};
+use crate::ir::DType;
+use indexmap::IndexMap;
+use std::time::Duration;
+
+/// The process groups of a multi-rank run: the world size and, for each group
+/// name (the string the wrapper passes, `"0"` for the default group), its
+/// global ranks in group order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessGroups {
+    /// How many ranks run.
+    pub world_size: usize,
+    /// Group name -> global ranks.
+    pub groups: IndexMap<String, Vec<usize>>,
+}
+
+impl ProcessGroups {
+    /// One group, `"0"`, of every rank: what `torch.distributed`'s default
+    /// group is.
+    pub fn world(world_size: usize) -> ProcessGroups {
+        ProcessGroups {
+            world_size,
+            groups: [("0".to_string(), (0..world_size).collect())].into_iter().collect(),
+        }
+    }
+
+    /// Checks that every group is non-empty, lists distinct ranks below the
+    /// world size, and that the world has at least one rank.
+    pub fn check(&self) -> Result<(), String> {
+        if self.world_size == 0 {
+            return Err("the world size is 0".into());
+        }
+        for (name, ranks) in &self.groups {
+            if ranks.is_empty() {
+                return Err(format!("process group `{name}` has no ranks"));
+            }
+            let mut seen = vec![false; self.world_size];
+            for &r in ranks {
+                match seen.get_mut(r) {
+                    None => {
+                        return Err(format!(
+                            "process group `{name}` names rank {r}, outside the world of {} ranks",
+                            self.world_size
+                        ))
+                    }
+                    Some(true) => return Err(format!("process group `{name}` names rank {r} twice")),
+                    Some(s) => *s = true,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The global ranks of `group`, in group order.
+    pub fn members(&self, group: &str) -> Result<&[usize], String> {
+        self.groups.get(group).map(Vec::as_slice).ok_or_else(|| {
+            let known: Vec<&str> = self.groups.keys().map(String::as_str).collect();
+            format!("unknown process group `{group}` (known: {})", known.join(", "))
+        })
+    }
+}
+
+/// Options of a multi-rank run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollectiveOptions {
+    /// How long a rank waits at a collective for the rest of its group before
+    /// the run fails. Default: 60 s.
+    pub timeout: Duration,
+    /// Most bytes one host collective may stage to compute its results (every
+    /// member's elements as 64-bit values). Default
+    /// [`crate::Limits::max_alloc_bytes`]'s default.
+    pub max_bytes: u64,
+}
+
+impl Default for CollectiveOptions {
+    fn default() -> Self {
+        CollectiveOptions {
+            timeout: Duration::from_secs(60),
+            max_bytes: crate::Limits::default().max_alloc_bytes,
+        }
+    }
+}
+
+/// The collective ops, by registry key.
+pub const OPS: &[&str] = &[
+    "_c10d_functional.all_reduce",
+    "_c10d_functional.all_reduce_",
+    "_c10d_functional.all_gather_into_tensor",
+    "_c10d_functional.reduce_scatter_tensor",
+    "_c10d_functional.broadcast",
+    "_c10d_functional.broadcast_",
+    "_c10d_functional.wait_tensor",
+];
+
+/// What a call asks of its group (compared across the members).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Request {
+    AllReduce { reduce: String },
+    AllGather,
+    ReduceScatter { reduce: String },
+    /// `src` is a global rank.
+    Broadcast { src: usize },
+    /// Joining the group's communicator (NCCL), before any call.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    Join,
+}
+
+impl Request {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Request::AllReduce { reduce } => format!("all_reduce('{reduce}')"),
+            Request::AllGather => "all_gather_into_tensor".into(),
+            Request::ReduceScatter { reduce } => format!("reduce_scatter_tensor('{reduce}')"),
+            Request::Broadcast { src } => format!("broadcast(src={src})"),
+            Request::Join => "joining the communicator".into(),
+        }
+    }
+}
+
+/// One collective call, parsed from an extern call's arguments.
+pub(crate) enum CollectiveCall<'a, T> {
+    /// `wait_tensor(tensor)`: its argument.
+    Wait(&'a T),
+    /// A collective on `group`.
+    Collective {
+        /// The op string (`torch.ops._c10d_functional.<name>.default`).
+        op: String,
+        request: Request,
+        group: String,
+        /// `all_reduce_`, `broadcast_`: the result is written into `input`.
+        in_place: bool,
+        input: &'a T,
+    },
+}
+
+impl<'a, T> CollectiveCall<'a, T> {
+    /// Parses the call of the collective whose registry key is `key` (one of
+    /// [`OPS`]), checking group sizes and source ranks against `groups`.
+    /// `arg(i, name)` is the argument at position `i`, or else the keyword
+    /// argument `name`.
+    pub(crate) fn parse(
+        groups: &ProcessGroups,
+        key: &str,
+        arg: &dyn Fn(usize, &str) -> Option<&'a Value<T>>,
+    ) -> Result<CollectiveCall<'a, T>, ExecError> {
+        let name = key.strip_prefix("_c10d_functional.").unwrap_or(key);
+        let op = format!("torch.ops.{key}.default");
+        let err = |m: String| ExecError::op(&op, m);
+        let tensor = |i: usize, kw: &str| match arg(i, kw) {
+            Some(Value::Tensor(t)) => Ok(t),
+            other => Err(err(format!(
+                "argument `{kw}` must be a tensor, got {}",
+                other.map_or("nothing", Value::kind)
+            ))),
+        };
+        let text = |i: usize, kw: &str| match arg(i, kw) {
+            Some(Value::Str(s)) => Ok(s.clone()),
+            other => Err(err(format!(
+                "argument `{kw}` must be a string, got {}",
+                other.map_or("nothing", Value::kind)
+            ))),
+        };
+        let int = |i: usize, kw: &str| match arg(i, kw) {
+            Some(Value::Int(n)) => Ok(*n),
+            other => Err(err(format!(
+                "argument `{kw}` must be an int, got {}",
+                other.map_or("nothing", Value::kind)
+            ))),
+        };
+        let group_size = |group: &str, size: i64| -> Result<(), ExecError> {
+            let members = groups.members(group).map_err(err)?;
+            if usize::try_from(size).ok() != Some(members.len()) {
+                return Err(err(format!(
+                    "group size {size}, but process group `{group}` has {} ranks",
+                    members.len()
+                )));
+            }
+            Ok(())
+        };
+        let (request, group, in_place) = match name {
+            "wait_tensor" => return Ok(CollectiveCall::Wait(tensor(0, "tensor")?)),
+            "all_reduce" | "all_reduce_" => (
+                Request::AllReduce {
+                    reduce: text(1, "reduce_op")?,
+                },
+                text(2, "group_name")?,
+                name.ends_with('_'),
+            ),
+            "all_gather_into_tensor" => {
+                let group = text(2, "group_name")?;
+                group_size(&group, int(1, "group_size")?)?;
+                (Request::AllGather, group, false)
+            }
+            "reduce_scatter_tensor" => {
+                let group = text(3, "group_name")?;
+                group_size(&group, int(2, "group_size")?)?;
+                (
+                    Request::ReduceScatter {
+                        reduce: text(1, "reduce_op")?,
+                    },
+                    group,
+                    false,
+                )
+            }
+            "broadcast" | "broadcast_" => {
+                let src = int(1, "src")?;
+                let src = usize::try_from(src)
+                    .ok()
+                    .filter(|s| *s < groups.world_size)
+                    .ok_or_else(|| {
+                        err(format!(
+                            "source rank {src} is outside the world of {} ranks",
+                            groups.world_size
+                        ))
+                    })?;
+                (Request::Broadcast { src }, text(2, "group_name")?, name.ends_with('_'))
+            }
+            _ => return Err(err("not a collective".into())),
+        };
+        let input = tensor(0, "input")?;
+        Ok(CollectiveCall::Collective {
+            op,
+            request,
+            group,
+            in_place,
+            input,
+        })
+    }
+}
+
+pub(crate) fn is_integral(dtype: DType) -> bool {
+    !dtype.is_floating() && !dtype.is_complex()
+}
+
+/// Checks that `reduce` applies to `dtype` (`executor` names who refuses).
+pub(crate) fn check_reduce(reduce: &str, dtype: DType, executor: &str) -> Result<(), String> {
+    match reduce {
+        "sum" | "avg" | "product" | "min" | "max" if !dtype.is_complex() => Ok(()),
+        "band" | "bor" | "bxor" if is_integral(dtype) => Ok(()),
+        "band" | "bor" | "bxor" => Err(format!(
+            "reduce op `{reduce}` needs an integer or bool tensor, got {dtype}"
+        )),
+        "premul_sum" => Err(format!("reduce op `premul_sum` is not supported by {executor}")),
+        other => Err(format!(
+            "reduce op `{other}` on a {dtype} tensor is not supported by {executor}"
+        )),
+    }
+}
