@@ -58,7 +58,9 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             };
             let results = results.map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
             match args.device {
-                RunDevice::Cuda => println!("device: cuda ({world} ranks, one GPU and thread each, collectives on NCCL)"),
+                RunDevice::Cuda => {
+                    println!("device: cuda ({world} ranks, one GPU and thread each, collectives on NCCL)")
+                }
                 _ => println!("device: cpu ({world} ranks, one thread each)"),
             }
             let mut failed = Vec::new();
@@ -127,7 +129,7 @@ fn run_on_gpus(
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
 ) -> Result<RankResults> {
-    use wrapir::exec::cuda::{CudaOptions, CudaRankJob};
+    use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
     let jobs = set
         .ranks()
         .iter()
@@ -136,6 +138,7 @@ fn run_on_gpus(
         .enumerate()
         .map(|(rank, ((bundle, program), inputs))| {
             let mut options = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
+            options.paths = CudaPaths::from_env();
             options.ordinal = rank;
             options.host_fallback = args.allow_host_fallback;
             CudaRankJob {

@@ -19,7 +19,9 @@
 //! later work on the stream is ordered after the collective.
 //!
 //! NCCL is opened like the other CUDA libraries (see [`super::libraries`]):
-//! by name, then in NVIDIA's `nvidia/nccl/lib` pip wheel.
+//! by name, then in the first rank's `CudaOptions::paths` (which
+//! `CudaPaths::from_env` fills with NVIDIA's `nvidia/nccl/lib` pip wheel,
+//! among others).
 
 use super::library::{self, Address, LibraryCall};
 use super::{libraries, CudaBackend, CudaError, CudaOptions, CudaTensor};
@@ -47,15 +49,18 @@ pub struct NcclWorld {
 
 impl std::fmt::Debug for NcclWorld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclWorld").field("groups", self.calls.groups()).finish()
+        f.debug_struct("NcclWorld")
+            .field("groups", self.calls.groups())
+            .finish()
     }
 }
 
-/// Loads NCCL (see [`libraries`]), failing with where it was looked for.
-fn load_nccl() -> Result<(), CudaError> {
+/// Loads NCCL (see [`libraries`]) from the loader's paths or `dirs`,
+/// failing with where it was looked for.
+fn load_nccl(dirs: &[std::path::PathBuf]) -> Result<(), CudaError> {
     // SAFETY: a dlopen probe, checked before cudarc would panic on a missing library.
-    if !libraries::keep_loaded("nccl") || !unsafe { nccl::is_culib_present() } {
-        return Err(CudaError::NotFound(libraries::missing("NCCL (libnccl.so.2)", "nccl")));
+    if !libraries::keep_loaded("nccl", dirs) || !unsafe { nccl::is_culib_present() } {
+        return Err(CudaError::NotFound(libraries::missing("NCCL (libnccl.so.2)", dirs)));
     }
     Ok(())
 }
@@ -93,12 +98,17 @@ fn check(call: &'static str, code: nccl::ncclResult_t, comm: Option<nccl::ncclCo
 
 impl NcclWorld {
     /// The world of a run over `groups` (checked with
-    /// [`ProcessGroups::check`]): loads NCCL and makes each group's unique id.
-    pub fn new(groups: ProcessGroups, options: CollectiveOptions) -> Result<Arc<NcclWorld>, ExecError> {
+    /// [`ProcessGroups::check`]): loads NCCL (from the loader's paths or
+    /// `paths.library_dirs`) and makes each group's unique id.
+    pub fn new(
+        groups: ProcessGroups,
+        options: CollectiveOptions,
+        paths: &super::CudaPaths,
+    ) -> Result<Arc<NcclWorld>, ExecError> {
         groups
             .check()
             .map_err(|e| ExecError::Input(format!("process groups: {e}")))?;
-        load_nccl()?;
+        load_nccl(&paths.library_dirs)?;
         let mut ids = IndexMap::new();
         for name in groups.groups.keys() {
             let mut id = nccl::ncclUniqueId { internal: [0; 128] };
@@ -185,7 +195,9 @@ impl CudaBackend {
             };
             world
                 .joins
-                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| Ok(vec![(); m.len()]))
+                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| {
+                    Ok(vec![(); m.len()])
+                })
                 .map_err(|m| ExecError::Input(format!("creating the communicator of process group `{name}`: {m}")))?;
             let id = world
                 .ids
@@ -205,7 +217,11 @@ impl CudaBackend {
             // other members, whose own calls would need that lock.
             // SAFETY: `raw` is a valid out-pointer, `id` the group's unique
             // id; the backend's context is current on this thread.
-            check("ncclCommInitRank", unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) }, None)?;
+            check(
+                "ncclCommInitRank",
+                unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) },
+                None,
+            )?;
             comms.insert(
                 name.clone(),
                 Arc::new(Comm {
@@ -248,7 +264,11 @@ fn nccl_reduce(reduce: &str, dtype: DType) -> Result<nccl::ncclRedOp_t, String> 
         "min" => R::ncclMin,
         "max" => R::ncclMax,
         "avg" if dtype.is_floating() => R::ncclAvg,
-        other => return Err(format!("reduce op `{other}` on a {dtype} tensor is not supported by NCCL")),
+        other => {
+            return Err(format!(
+                "reduce op `{other}` on a {dtype} tensor is not supported by NCCL"
+            ))
+        }
     })
 }
 
@@ -382,7 +402,12 @@ pub(super) fn call(
     let spec = input.spec.clone();
     let dtype = nccl_dtype(spec.dtype).ok_or_else(|| err(format!("NCCL has no {} type", spec.dtype)))?;
     let dense = crate::exec::contiguous_strides(&spec.size);
-    if spec.size.iter().zip(spec.stride.iter().zip(&dense)).any(|(s, (a, b))| *s > 1 && a != b) {
+    if spec
+        .size
+        .iter()
+        .zip(spec.stride.iter().zip(&dense))
+        .any(|(s, (a, b))| *s > 1 && a != b)
+    {
         return Err(err(format!(
             "the input has strides {:?}; NCCL takes dense row-major tensors ({dense:?})",
             spec.stride
@@ -493,7 +518,9 @@ pub fn run_ranks(
             )));
         }
     }
-    let world = NcclWorld::new(groups, options)?;
+    // NCCL is loaded once per process, from where the first rank's options say.
+    let paths = jobs.first().map(|j| j.options.paths.clone()).unwrap_or_default();
+    let world = NcclWorld::new(groups, options, &paths)?;
     let results = std::thread::scope(|scope| {
         let handles: Vec<_> = jobs
             .into_iter()
