@@ -81,17 +81,16 @@ impl HostCommunicator {
         args: &[Value<Tensor>],
         kwargs: &IndexMap<String, Value<Tensor>>,
     ) -> Result<Value<Tensor>, ExecError> {
-        let (op, request, group, in_place, input) =
-            match CollectiveCall::parse(self.groups(), key, &|i, kw| args.get(i).or_else(|| kwargs.get(kw)))? {
-                CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
-                CollectiveCall::Collective {
-                    op,
-                    request,
-                    group,
-                    in_place,
-                    input,
-                } => (op, request, group, in_place, input),
-            };
+        let (op, request, group, in_place, input) = match CollectiveCall::parse(self.groups(), key, &|i, kw| args.get(i).or_else(|| kwargs.get(kw)))? {
+            CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
+            CollectiveCall::Collective {
+                op,
+                request,
+                group,
+                in_place,
+                input,
+            } => (op, request, group, in_place, input),
+        };
         let err = |m: String| ExecError::op(&op, m);
         if let Request::AllReduce { reduce } | Request::ReduceScatter { reduce } = &request {
             check_reduce(reduce, input.dtype(), "host collectives").map_err(err)?;
@@ -318,9 +317,7 @@ pub fn run_ranks(
             .map(|(rank, h)| {
                 h.join().unwrap_or_else(|_| {
                     comm.abort(&format!("rank {rank} panicked"));
-                    Err(crate::exec::RunError::Exec(ExecError::Input(format!(
-                        "rank {rank} panicked"
-                    ))))
+                    Err(crate::exec::RunError::Exec(ExecError::Input(format!("rank {rank} panicked"))))
                 })
             })
             .collect()

@@ -126,17 +126,11 @@ pub const OPS: &[&str] = &[
 /// What a call asks of its group (compared across the members).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Request {
-    AllReduce {
-        reduce: String,
-    },
+    AllReduce { reduce: String },
     AllGather,
-    ReduceScatter {
-        reduce: String,
-    },
+    ReduceScatter { reduce: String },
     /// `src` is a global rank.
-    Broadcast {
-        src: usize,
-    },
+    Broadcast { src: usize },
     /// Joining the group's communicator (NCCL), before any call.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     Join,

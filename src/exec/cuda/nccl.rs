@@ -49,9 +49,7 @@ pub struct NcclWorld {
 
 impl std::fmt::Debug for NcclWorld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclWorld")
-            .field("groups", self.calls.groups())
-            .finish()
+        f.debug_struct("NcclWorld").field("groups", self.calls.groups()).finish()
     }
 }
 
@@ -195,9 +193,7 @@ impl CudaBackend {
             };
             world
                 .joins
-                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| {
-                    Ok(vec![(); m.len()])
-                })
+                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| Ok(vec![(); m.len()]))
                 .map_err(|m| ExecError::Input(format!("creating the communicator of process group `{name}`: {m}")))?;
             let id = world
                 .ids
@@ -217,11 +213,7 @@ impl CudaBackend {
             // other members, whose own calls would need that lock.
             // SAFETY: `raw` is a valid out-pointer, `id` the group's unique
             // id; the backend's context is current on this thread.
-            check(
-                "ncclCommInitRank",
-                unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) },
-                None,
-            )?;
+            check("ncclCommInitRank", unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) }, None)?;
             comms.insert(
                 name.clone(),
                 Arc::new(Comm {
@@ -264,11 +256,7 @@ fn nccl_reduce(reduce: &str, dtype: DType) -> Result<nccl::ncclRedOp_t, String> 
         "min" => R::ncclMin,
         "max" => R::ncclMax,
         "avg" if dtype.is_floating() => R::ncclAvg,
-        other => {
-            return Err(format!(
-                "reduce op `{other}` on a {dtype} tensor is not supported by NCCL"
-            ))
-        }
+        other => return Err(format!("reduce op `{other}` on a {dtype} tensor is not supported by NCCL")),
     })
 }
 
@@ -402,12 +390,7 @@ pub(super) fn call(
     let spec = input.spec.clone();
     let dtype = nccl_dtype(spec.dtype).ok_or_else(|| err(format!("NCCL has no {} type", spec.dtype)))?;
     let dense = crate::exec::contiguous_strides(&spec.size);
-    if spec
-        .size
-        .iter()
-        .zip(spec.stride.iter().zip(&dense))
-        .any(|(s, (a, b))| *s > 1 && a != b)
-    {
+    if spec.size.iter().zip(spec.stride.iter().zip(&dense)).any(|(s, (a, b))| *s > 1 && a != b) {
         return Err(err(format!(
             "the input has strides {:?}; NCCL takes dense row-major tensors ({dense:?})",
             spec.stride
