@@ -11,11 +11,12 @@
 //! by its full path is found again by its name when cudarc opens it, because
 //! the loader matches already-loaded libraries by soname.
 //!
-//! Libraries, once found, are kept loaded for the rest of the process: cudarc probes a
-//! library by opening and closing it, then opens it again at first use; when
-//! nothing else holds it, the close unmaps it and the second open pays the
-//! whole load (relocations, static initialisers) again. A later backend's
-//! directories therefore never replace a library already found.
+//! Libraries, once found, are kept loaded for the rest of the process:
+//! cudarc probes a library by opening and closing it, then opens it again
+//! at first use; when nothing else holds it, the close unmaps it and the
+//! second open pays the whole load (relocations, static initialisers)
+//! again. A later backend's directories therefore never replace a library
+//! already found.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -33,9 +34,10 @@ pub(super) fn keep_driver_loaded() -> bool {
 }
 
 /// Opens the CUDA library `name` (as cudarc names it: `cublas`,
-/// `cublasLt`, `cudnn`, `nvrtc`) once and keeps it loaded for the rest of
-/// the process, from the loader's paths or else from the first of `dirs`
-/// that holds it; true when it was found (see the module documentation).
+/// `cublasLt`, `cudnn`, `nvrtc`, `nccl`) once and keeps it loaded for the
+/// rest of the process, from the loader's paths or else from the first of
+/// `dirs` that holds it; true when it was found (see the module
+/// documentation).
 pub(super) fn keep_loaded(name: &'static str, dirs: &[PathBuf]) -> bool {
     let Ok(mut kept) = KEPT_LOADED.lock() else {
         return false;
