@@ -18,7 +18,7 @@ use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wrapir::exec::compare::{compare_leaves, output_leaves};
-use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions, Session};
+use wrapir::exec::cuda::{CudaPaths, DeviceInput, Model, ModelOptions, Session};
 use wrapir::exec::Tensor;
 
 fn main() {
@@ -48,7 +48,12 @@ fn run() -> Result<(), String> {
         }
     }
     let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs]")?;
-    let model = Model::load(&bundle, &ModelOptions::default()).map_err(|e| e.to_string())?;
+    // The CUDA libraries and the kernel cache where the environment says, as the CLI finds them.
+    let options = ModelOptions {
+        paths: CudaPaths::from_env(),
+        ..ModelOptions::default()
+    };
+    let model = Model::load(&bundle, &options).map_err(|e| e.to_string())?;
     let r = model.load_report();
     println!(
         "loaded {} on {}: {} kernels, {} weights ({:.1} MB at {:.2} GB/s), device open {:.1} ms, warm-up call {}, load {:.1} ms",

@@ -58,6 +58,8 @@
 //! let meta = bundle.meta();
 //! let options = cuda::CudaOptions {
 //!     host_fallback: false, // the default: an op with no device implementation is an error naming it
+//!     // the CUDA libraries and the kernel cache where the environment says (as the CLI)
+//!     paths: cuda::CudaPaths::from_env(),
 //!     // kernel images from the bundle, math modes from bundle.json
 //!     ..cuda::CudaOptions::for_bundle(bundle.kernel_images(), meta)
 //! };

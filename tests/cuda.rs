@@ -16,7 +16,7 @@ use indexmap::IndexMap;
 use std::path::Path;
 use wrapir::bundle::KernelImages;
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
-use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions};
+use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions, CudaPaths};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device, Program};
@@ -39,6 +39,7 @@ fn check_bundle(dir: &Path) -> Result<Vec<(String, usize)>, String> {
     let expected = tensors(&dir.join(BundleMeta::EXPECTED));
     let options = CudaOptions {
         host_fallback: true,
+        paths: CudaPaths::from_env(),
         ..CudaOptions::for_bundle(KernelImages::from(dir), &meta)
     };
     let log = options.extern_ops.clone();
@@ -89,7 +90,7 @@ fn every_bundle_matches_eager_on_cuda() {
 fn copies_round_trip_strided_views() {
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     })
     .unwrap();
     let cases: [(DType, &[f64]); 4] = [
@@ -119,7 +120,7 @@ fn copies_round_trip_strided_views() {
 fn views_are_bounds_checked() {
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     })
     .unwrap();
     let spec = TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[4]);
@@ -212,7 +213,7 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     // No host fallback: an op the device does not run is an error here.
     let options = CudaOptions {
         host_fallback: false,
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).unwrap();
@@ -723,7 +724,10 @@ fn bundle_options(dir: &Path) -> CudaOptions {
         Ok(text) => BundleMeta::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
         Err(_) => BundleMeta::default(),
     };
-    CudaOptions::for_bundle(KernelImages::from(dir), &meta)
+    CudaOptions {
+        paths: CudaPaths::from_env(),
+        ..CudaOptions::for_bundle(KernelImages::from(dir), &meta)
+    }
 }
 
 fn load_bundle(dir: &Path) -> (Program, IndexMap<String, Tensor>) {
@@ -856,7 +860,7 @@ fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
     let first = vec![-1862263915586927219i64, 307676209692372650, -8763487590234822823];
     let mut backend = CudaBackend::new(CudaOptions {
         cuda_rng: wrapir::exec::random::CudaRngState { seed: 0, offset: 0 },
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     })
     .expect("GPU");
     let (plan, args, consts) = place_inputs(&program, &mut backend, &IndexMap::new()).expect("inputs");
@@ -948,12 +952,12 @@ fn host_fallback_is_off_by_default_and_names_the_op() {
             expected: None,
         })
     };
-    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).unwrap();
     let err = call(&mut backend).unwrap_err().to_string();
     assert!(err.contains("torch.ops.aten.relu.default"), "{err}");
     let options = CudaOptions {
         host_fallback: true,
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).unwrap();
@@ -973,7 +977,7 @@ fn host_fallback_is_off_by_default_and_names_the_op() {
 /// unload waits for it forever.
 #[test]
 fn launch_floor_captures_and_unloads() {
-    let mut backend = CudaBackend::new(CudaOptions::default()).expect("device");
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).expect("device");
     let floor = wrapir::exec::cuda::launch_floor(&mut backend, 20, 2).expect("launch floor");
     assert!(floor.launch_us > 0.0 && floor.graph_us > 0.0, "{floor:?}");
 }

@@ -58,6 +58,7 @@ fn allocations(bundle: &str) -> (usize, usize, usize) {
     // No host fallback: every op of these bundles runs on the device.
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
+        paths: wrapir::exec::cuda::CudaPaths::from_env(),
         ..CudaOptions::for_bundle(wrapir::bundle::KernelImages::from(&dir), &meta)
     })
     .expect("GPU");

@@ -350,7 +350,7 @@ fn grid() -> Vec<Case> {
 
 #[test]
 fn attention_kernels_match_the_host_ops() {
-    let options = CudaOptions::default();
+    let options = CudaOptions::from_env();
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).expect("GPU");
     let mut failures = Vec::new();
@@ -371,7 +371,7 @@ fn attention_kernels_match_the_host_ops() {
 
 #[test]
 fn fully_masked_rows_follow_pytorch() {
-    let options = CudaOptions::default();
+    let options = CudaOptions::from_env();
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).expect("GPU");
     for dtype in [DType::Float32, DType::Float16, DType::Bfloat16] {
@@ -505,9 +505,9 @@ fn prepared_replay_is_bit_equal_to_the_direct_run() {
                 (format!("arg{i}_1"), t)
             })
             .collect();
-        let direct = run_program(&program, CudaOptions::default(), &inputs)
+        let direct = run_program(&program, CudaOptions::from_env(), &inputs)
             .unwrap_or_else(|e| panic!("{op} {dtype}: direct run: {e}"));
-        let mut backend = CudaBackend::new(CudaOptions::default()).expect("GPU");
+        let mut backend = CudaBackend::new(CudaOptions::from_env()).expect("GPU");
         let (plan, args, constants) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
         let (mut prepared, _) = Prepared::record(&mut backend, &plan, args, &constants).expect("records");
         assert_eq!(

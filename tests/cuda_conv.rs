@@ -132,7 +132,7 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
             cudnn_allow_tf32: tf32,
             ..MathModes::default()
         },
-        ..CudaOptions::default()
+        ..CudaOptions::from_env()
     };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).map_err(|e| e.to_string())?;

@@ -51,7 +51,7 @@ fn run_cli(bundle: &Path) -> (Option<i32>, String) {
 
 #[test]
 fn an_op_without_a_device_implementation_is_an_error_naming_it() {
-    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).unwrap();
     let x = backend
         .copy_in(&Tensor::from_f64(DType::Float32, &[1.0, 2.0], &[2]).unwrap())
         .unwrap();
@@ -71,7 +71,7 @@ fn an_op_without_a_device_implementation_is_an_error_naming_it() {
 
 #[test]
 fn an_allocation_larger_than_the_device_is_an_error() {
-    let mut backend = CudaBackend::new(CudaOptions::default()).unwrap();
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).unwrap();
     // 2^40 f32 elements: 4 TiB.
     let e = backend
         .allocate(&TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[1 << 40]))

@@ -81,7 +81,7 @@ fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64]
     let what = format!("{op}({})", describe(args, kwargs));
     let options = CudaOptions {
         host_fallback: false,
-        ..Default::default()
+        ..CudaOptions::from_env()
     };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).map_err(|e| format!("{what}: no GPU: {e}"))?;
@@ -407,7 +407,7 @@ fn prepared_and_graph_replays_equal_the_direct_run() {
         let (program, inputs) = program(dtype);
         let options = CudaOptions {
             host_fallback: false,
-            ..Default::default()
+            ..CudaOptions::from_env()
         };
         let log = options.extern_ops.clone();
         let mut backend = CudaBackend::new(options).expect("GPU");

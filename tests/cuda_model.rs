@@ -16,8 +16,17 @@ use common::root;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
-use wrapir::exec::cuda::{DeviceInput, Model, ModelOptions};
+use wrapir::exec::cuda::{CudaPaths, DeviceInput, Model, ModelOptions};
 use wrapir::exec::{Tensor, Value};
+
+/// The default model options, with the CUDA libraries and the kernel cache
+/// where the environment says (as the CLI finds them).
+fn options() -> ModelOptions {
+    ModelOptions {
+        paths: CudaPaths::from_env(),
+        ..ModelOptions::default()
+    }
+}
 
 fn bundle(name: &str) -> PathBuf {
     root().join("fixtures/inductor/bundles").join(name)
@@ -95,7 +104,7 @@ const BUNDLES: &[&str] = &[
 fn calls_match_eager_and_replay_bit_for_bit() {
     for name in BUNDLES {
         let dir = bundle(name);
-        let model = Model::load(&dir, &ModelOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = Model::load(&dir, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let report = model.load_report();
         assert!(report.kernels > 0, "{name}: no kernels loaded");
         let inputs = call_inputs(&model, &dir);
@@ -116,7 +125,7 @@ fn calls_match_eager_and_replay_bit_for_bit() {
 fn threads_share_one_model() {
     for name in ["resnet", "gpt2_bf16", "nonzero"] {
         let dir = bundle(name);
-        let model = Model::load(&dir, &ModelOptions::default()).unwrap();
+        let model = Model::load(&dir, &options()).unwrap();
         let inputs = call_inputs(&model, &dir);
         let reference = bits(&model.run(&inputs).unwrap());
         std::thread::scope(|scope| {
@@ -143,7 +152,7 @@ fn threads_share_one_model() {
 #[test]
 fn dynamic_sizes_inside_the_range_run_and_outside_are_refused() {
     let dir = bundle("bert_dynamic");
-    let model = Model::load(&dir, &ModelOptions::default()).unwrap();
+    let model = Model::load(&dir, &options()).unwrap();
     let inputs = call_inputs(&model, &dir);
     let first = model.run(&inputs).unwrap();
     check_eager(&dir, &first);
@@ -172,7 +181,7 @@ fn dynamic_sizes_inside_the_range_run_and_outside_are_refused() {
 fn device_inputs_are_used_in_place() {
     use cudarc::driver::{CudaContext, DevicePtr};
     let dir = bundle("resnet");
-    let model = Model::load(&dir, &ModelOptions::default()).unwrap();
+    let model = Model::load(&dir, &options()).unwrap();
     let inputs = call_inputs(&model, &dir);
     let reference = model.run(&inputs).unwrap();
     let ctx = CudaContext::new(0).unwrap();

@@ -13,7 +13,7 @@ mod common;
 use indexmap::IndexMap;
 use std::time::{Duration, Instant};
 use wrapir::exec::collective::{self, CollectiveOptions, ProcessGroups, RankJob};
-use wrapir::exec::cuda::{self, CudaBackend, CudaOptions, CudaRankJob, NcclWorld, PreparedCache};
+use wrapir::exec::cuda::{self, CudaBackend, CudaOptions, CudaPaths, CudaRankJob, NcclWorld, PreparedCache};
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{Backend, Tensor};
 use wrapir::ir::Program;
@@ -97,7 +97,7 @@ fn collectives_on_nccl_match_the_host_communicator() {
                     program: &gpu_programs[r],
                     options: CudaOptions {
                         ordinal: r,
-                        ..CudaOptions::default()
+                        ..CudaOptions::from_env()
                     },
                     inputs: &inputs[r],
                 })
@@ -137,7 +137,7 @@ fn prepared_replays_and_graphs_hold_the_collectives() {
         .map(|r| collective_program(&format!("cuda:{r}"), "f32", n, n, line))
         .collect();
     let inputs: Vec<IndexMap<String, Tensor>> = (0..w).map(|r| inputs_for(r, n, wrapir::ir::DType::Float32)).collect();
-    let world = NcclWorld::new(ProcessGroups::world(w), CollectiveOptions::default()).unwrap();
+    let world = NcclWorld::new(ProcessGroups::world(w), CollectiveOptions::default(), &CudaPaths::from_env()).unwrap();
     let results: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..w)
             .map(|r| {
@@ -145,7 +145,7 @@ fn prepared_replays_and_graphs_hold_the_collectives() {
                 scope.spawn(move || {
                     let mut backend = CudaBackend::new(CudaOptions {
                         ordinal: r,
-                        ..CudaOptions::default()
+                        ..CudaOptions::from_env()
                     })
                     .unwrap();
                     backend.join_world(world, r).unwrap();
@@ -190,7 +190,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
         program: &p,
         options: CudaOptions {
             ordinal,
-            ..CudaOptions::default()
+            ..CudaOptions::from_env()
         },
         inputs: &x,
     };
@@ -218,7 +218,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
 
     // A collective outside a multi-rank run.
-    let e = cuda::run_program(&p, CudaOptions::default(), &x).unwrap_err().to_string();
+    let e = cuda::run_program(&p, CudaOptions::from_env(), &x).unwrap_err().to_string();
     assert!(e.contains("a collective runs only in a multi-rank run"), "{e}");
 
     // A reduce op NCCL does not have.
@@ -234,7 +234,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
         ProcessGroups::world(1),
         vec![CudaRankJob {
             program: &band,
-            options: CudaOptions::default(),
+            options: CudaOptions::from_env(),
             inputs: &xi,
         }],
         CollectiveOptions::default(),

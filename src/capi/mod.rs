@@ -12,7 +12,8 @@
 //!   device's first call: a [`CudaBackend`] on the device's primary context
 //!   (the one the standalone wrapper's `wrapir::set_device` makes current,
 //!   so device pointers are valid on both sides), behind a mutex: calls on
-//!   one device are serialised.
+//!   one device are serialised. The CUDA libraries and the kernel cache are
+//!   found where the environment says (`CudaPaths::from_env`, as the CLI).
 //! * **Streams**: the backend queues its work on its own stream. Each call
 //!   orders that stream after the caller's `stream` (an event) before it
 //!   reads the caller's tensors, and the caller's `stream` after it before
@@ -40,7 +41,7 @@ pub use files::{
     wrapir_rt_inputs_scalars, wrapir_rt_inputs_take, wrapir_rt_load_inputs, wrapir_rt_save_safetensors, WrapirRtInputs,
 };
 
-use crate::exec::cuda::{CudaBackend, CudaError, CudaOptions, CudaTensor};
+use crate::exec::cuda::{CudaBackend, CudaError, CudaOptions, CudaPaths, CudaTensor};
 use crate::exec::{Backend, ExecError, ExternCall};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -274,7 +275,7 @@ pub(super) fn runtime(device: i32, options: Option<CudaOptions>) -> Result<Arc<M
     }
     let options = CudaOptions {
         ordinal,
-        ..options.unwrap_or_default()
+        ..options.unwrap_or_else(CudaOptions::from_env)
     };
     let backend = CudaBackend::new(options)?;
     let rt = Arc::new(Mutex::new(Runtime { backend }));
@@ -323,12 +324,15 @@ pub unsafe extern "C" fn wrapir_rt_init(device: i32, bundle: *const c_char) -> i
             return host::init();
         }
         let options = if bundle.is_null() {
-            CudaOptions::default()
+            CudaOptions::from_env()
         } else {
             // SAFETY: non-null, NUL-terminated by the caller's contract.
             let path = unsafe { c_str(bundle, "wrapir_rt_init: `bundle`") }?;
             let opened = files::open_bundle(path)?;
-            CudaOptions::for_bundle(opened.kernel_images(), opened.meta())
+            CudaOptions {
+                paths: CudaPaths::from_env(),
+                ..CudaOptions::for_bundle(opened.kernel_images(), opened.meta())
+            }
         };
         runtime(device, Some(options)).map(|_| ())
     })

@@ -272,23 +272,14 @@ fn broadcast_strides<T>(
     spec: &TensorSpec,
     target: &[i64; 4],
 ) -> Result<[i64; 4], ExecError> {
-    let bad = || {
-        a.err(format!(
-            "`{what}` of shape {:?} does not broadcast to {target:?}",
-            spec.size
-        ))
-    };
-    let lead = 4usize.checked_sub(spec.size.len()).ok_or_else(bad)?;
-    let mut strides = [0i64; 4];
-    for (d, (s, st)) in spec.size.iter().zip(&spec.stride).enumerate() {
-        let t = target[lead + d];
-        if *s == t {
-            strides[lead + d] = if *s == 1 { 0 } else { *st };
-        } else if *s != 1 {
-            return Err(bad());
-        }
-    }
-    Ok(strides)
+    super::pointwise::broadcast_strides(&spec.size, &spec.stride, target)
+        .and_then(|s| <[i64; 4]>::try_from(s).ok())
+        .ok_or_else(|| {
+            a.err(format!(
+                "`{what}` of shape {:?} does not broadcast to {target:?}",
+                spec.size
+            ))
+        })
 }
 
 /// Dense strides for `size` that keep the order of `stride` (ATen's

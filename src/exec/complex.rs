@@ -120,17 +120,8 @@ pub(crate) fn binary(
         })
         .collect();
     let shape = super::pointwise::broadcast_shape(a, &shapes)?;
-    let n = super::tensor::checked_numel(&shape)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| a.err(format!("broadcast shape {shape:?} overflows")))?;
     let dtype = result_dtype(&[&x, &y]);
-    let bytes = (n as u64).saturating_mul(dtype.size_bytes());
-    crate::Limits::check(
-        crate::Limit::AllocBytes,
-        bytes,
-        o.max_alloc_bytes(),
-        format!("{}: the result", a.op),
-    )?;
+    let n = a.result_elements(&shape, dtype.size_bytes(), o.max_alloc_bytes())?;
     let (xs, ys) = (values(&x, &shape, n)?, values(&y, &shape, n)?);
     let out: Vec<(f64, f64)> = xs.into_iter().zip(ys).map(|(p, q)| f(p, q)).collect();
     Ok(Value::Tensor(Tensor::from_complex(dtype, &out, &shape)?))

@@ -10,6 +10,7 @@
 //! module's documentation for what each does.
 
 use super::compare::BundleMeta;
+pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
 use super::random::CudaRngState;
 use super::{
@@ -44,6 +45,8 @@ pub struct CudaOptions {
     pub ordinal: usize,
     /// Where kernel images are found by their `cubin` path, supplied by the caller.
     pub kernels: std::sync::Arc<dyn super::images::KernelImageSource>,
+    /// Where the CUDA libraries and the kernel cache are.
+    pub paths: CudaPaths,
     /// Run extern ops the GPU path does not implement on the host.
     pub host_fallback: bool,
     /// Counts of the extern ops run on the device and through the host fallback.
@@ -55,6 +58,7 @@ impl Default for CudaOptions {
         CudaOptions {
             ordinal: 0,
             kernels: std::sync::Arc::new(super::images::NoKernelImages),
+            paths: CudaPaths::default(),
             host_fallback: false,
             extern_ops: ExternOpLog,
         }
@@ -62,6 +66,15 @@ impl Default for CudaOptions {
 }
 
 impl CudaOptions {
+    /// The default options with [`CudaOptions::paths`] read from the
+    /// process environment ([`CudaPaths::from_env`]).
+    pub fn from_env() -> Self {
+        CudaOptions {
+            paths: CudaPaths::from_env(),
+            ..CudaOptions::default()
+        }
+    }
+
     /// Options for running a bundle, with kernel images from `kernels`.
     pub fn for_bundle(kernels: impl super::images::KernelImageSource + 'static, _meta: &BundleMeta) -> CudaOptions {
         CudaOptions {

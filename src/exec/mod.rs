@@ -18,6 +18,7 @@ mod complex;
 mod conv;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod cuda_paths;
 mod cuda_reports;
 // Without the `cuda` feature: the same names, whose entry points fail.
 #[cfg(not(feature = "cuda"))]

@@ -26,6 +26,27 @@ impl<'a, T> Args<'a, T> {
         ExecError::op(self.op, message)
     }
 
+    /// The elements of this op's result of `shape`, whose host buffers take
+    /// `bytes_per_element` bytes an element, within the one-allocation
+    /// limit `max_alloc`: the one check of a host op's result size.
+    pub(crate) fn result_elements(
+        &self,
+        shape: &[i64],
+        bytes_per_element: u64,
+        max_alloc: u64,
+    ) -> Result<usize, ExecError> {
+        let n = super::tensor::checked_numel(shape)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| self.err(format!("the result {shape:?} has more elements than fit in 64 bits")))?;
+        crate::Limits::check(
+            crate::Limit::AllocBytes,
+            (n as u64).saturating_mul(bytes_per_element),
+            max_alloc,
+            format!("op `{}`: the result {shape:?}", self.op),
+        )?;
+        Ok(n)
+    }
+
     pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a T, ExecError> {
         match self.get(i, name) {
             Some(Value::Tensor(t)) => Ok(t),
@@ -283,88 +304,58 @@ fn gemm_fits<T>(m: usize, k: usize, n: usize, a: &[T], b: &[T], c: &[T]) -> bool
     holds(a.len(), m, k) && holds(b.len(), k, n) && holds(c.len(), m, n)
 }
 
-impl Acc for f32 {
-    const ZERO: Self = 0.0;
-    fn of(v: f64) -> Self {
-        v as f32
-    }
-    fn get(self) -> f64 {
-        f64::from(self)
-    }
-    fn tanh(self) -> Self {
-        f32::tanh(self)
-    }
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
-    fn gemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-        if !gemm_fits(m, k, n, a, b, c) {
-            return;
+/// `Acc` for a float type, whose GEMM is `matrixmultiply`'s `$gemm`.
+macro_rules! impl_acc {
+    ($t:ty, $gemm:path) => {
+        // For `f64` the conversions are the identity.
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        impl Acc for $t {
+            const ZERO: Self = 0.0;
+            fn of(v: f64) -> Self {
+                v as $t
+            }
+            fn get(self) -> f64 {
+                f64::from(self)
+            }
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn gemm(m: usize, k: usize, n: usize, a: &[$t], b: &[$t], c: &mut [$t]) {
+                if !gemm_fits(m, k, n, a, b, c) {
+                    return;
+                }
+                // SAFETY: `a`, `b` and `c` hold at least `m*k`, `k*n` and
+                // `m*n` elements (`gemm_fits`), row-major with the unit
+                // column strides and row strides given, and `c` does not
+                // overlap them (it is `&mut`).
+                unsafe {
+                    $gemm(
+                        m,
+                        k,
+                        n,
+                        1.0,
+                        a.as_ptr(),
+                        row_stride(k),
+                        1,
+                        b.as_ptr(),
+                        row_stride(n),
+                        1,
+                        0.0,
+                        c.as_mut_ptr(),
+                        row_stride(n),
+                        1,
+                    )
+                }
+            }
         }
-        // SAFETY: `a`, `b` and `c` hold at least `m*k`, `k*n` and `m*n`
-        // elements (`gemm_fits`), row-major with the unit column strides
-        // and row strides given, and `c` does not overlap them (it is `&mut`).
-        unsafe {
-            matrixmultiply::sgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.as_ptr(),
-                row_stride(k),
-                1,
-                b.as_ptr(),
-                row_stride(n),
-                1,
-                0.0,
-                c.as_mut_ptr(),
-                row_stride(n),
-                1,
-            )
-        }
-    }
+    };
 }
 
-impl Acc for f64 {
-    const ZERO: Self = 0.0;
-    fn of(v: f64) -> Self {
-        v
-    }
-    fn get(self) -> f64 {
-        self
-    }
-    fn tanh(self) -> Self {
-        f64::tanh(self)
-    }
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-    fn gemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
-        if !gemm_fits(m, k, n, a, b, c) {
-            return;
-        }
-        // SAFETY: as for `f32`: lengths checked above, row-major operands,
-        // `c` exclusive.
-        unsafe {
-            matrixmultiply::dgemm(
-                m,
-                k,
-                n,
-                1.0,
-                a.as_ptr(),
-                row_stride(k),
-                1,
-                b.as_ptr(),
-                row_stride(n),
-                1,
-                0.0,
-                c.as_mut_ptr(),
-                row_stride(n),
-                1,
-            )
-        }
-    }
-}
+impl_acc!(f32, matrixmultiply::sgemm);
+impl_acc!(f64, matrixmultiply::dgemm);
 
 /// `[m, k] @ [k, n]` on row-major data, accumulated in `F` (the `matrixmultiply` crate's
 /// blocked, vectorised GEMM).
@@ -620,19 +611,6 @@ fn nonzero(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError>
     )?))
 }
 
-/// The broadcast of two shapes (NumPy rules), or an error naming both.
-fn broadcast_shapes(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
-    let rank = x.len().max(y.len());
-    let at = |s: &[i64], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|d| match (at(x, d), at(y, d)) {
-            (p, q) if p == q || q == 1 => Ok(p),
-            (1, q) => Ok(q),
-            _ => Err(a.err(format!("shapes {x:?} and {y:?} do not broadcast"))),
-        })
-        .collect()
-}
-
 /// `masked_select(self, mask)`: the elements of `self` where the boolean
 /// `mask` is set, both broadcast to one shape, in row-major order, as a 1-D
 /// tensor of `self`'s dtype (values copied exactly, in the storage type).
@@ -642,7 +620,7 @@ fn masked_select(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exec
     if mask.dtype() != DType::Bool {
         return Err(a.err(format!("`mask` must be a bool tensor, got {}", mask.dtype())));
     }
-    let shape = broadcast_shapes(a, x.size(), mask.size())?;
+    let shape = pointwise::broadcast_shape(a, &[x.size(), mask.size()])?;
     let keep = mask.expand(&shape)?.to_i64_vec()?;
     let xe = x.expand(&shape)?;
     let n = keep.iter().filter(|k| **k != 0).count();

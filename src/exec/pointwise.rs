@@ -25,20 +25,46 @@ fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecEr
     }
 }
 
+/// The broadcast of `shapes` (NumPy's rules), or an error naming them and
+/// the first dimension that differs: the one broadcast of shapes, for the
+/// host's and the CUDA backend's ops.
 pub(crate) fn broadcast_shape<T>(a: &Args<'_, T>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
     let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
     let mut out = vec![1i64; rank];
     for s in shapes {
         for (i, d) in s.iter().enumerate() {
-            let o = &mut out[rank - s.len() + i];
+            let dim = rank - s.len() + i;
+            let o = &mut out[dim];
             if *o == 1 {
                 *o = *d;
             } else if *d != 1 && *d != *o {
-                return Err(a.err(format!("shapes {shapes:?} do not broadcast")));
+                let names: Vec<String> = shapes.iter().map(|s| format!("{s:?}")).collect();
+                return Err(a.err(format!(
+                    "shapes {} do not broadcast (dimension {dim}: {} vs {d})",
+                    names.join(" and "),
+                    *o
+                )));
             }
         }
     }
     Ok(out)
+}
+
+/// The strides of a tensor of `size` and `stride` broadcast to `shape` (0
+/// on the dimensions it is broadcast along and on those of size 1), or
+/// `None` when it does not broadcast to `shape`: the one broadcast of a
+/// layout, for the host's and the CUDA backend's ops.
+pub(crate) fn broadcast_strides(size: &[i64], stride: &[i64], shape: &[i64]) -> Option<Vec<i64>> {
+    let lead = shape.len().checked_sub(size.len())?;
+    let mut out = vec![0i64; shape.len()];
+    for (d, (s, st)) in size.iter().zip(stride).enumerate() {
+        if *s == shape[lead + d] {
+            out[lead + d] = if *s == 1 { 0 } else { *st };
+        } else if *s != 1 {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 fn result_dtype(ops: &[&Operand<'_>]) -> DType {
@@ -117,16 +143,7 @@ fn pointwise(
     let refs: Vec<&Operand<'_>> = ops.iter().collect();
     let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));
     // One f64 column per operand and one for the result.
-    let n = super::tensor::checked_numel(&shape)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| a.err(format!("the broadcast shape {shape:?} has too many elements")))?;
-    let bytes = (n as u64).saturating_mul(8).saturating_mul(ops.len() as u64 + 1);
-    crate::Limits::check(
-        crate::Limit::AllocBytes,
-        bytes,
-        o.max_alloc_bytes(),
-        format!("op `{}`: the result {shape:?}", a.op),
-    )?;
+    let n = a.result_elements(&shape, 8u64.saturating_mul(ops.len() as u64 + 1), o.max_alloc_bytes())?;
     let cols: Vec<Vec<f64>> = ops
         .iter()
         .map(|op| values_of(op, &shape, n))

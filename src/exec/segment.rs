@@ -340,16 +340,7 @@ pub(crate) fn segment_reduce(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<T
         .map_err(|m| a.err(m))?
         .axis;
     let shape = result_shape(call.data.size(), axis, seg.count);
-    let n = checked_numel(&shape)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| a.err("result shape overflows"))?;
-    let bytes = (n as u64).saturating_mul(dtype.size_bytes());
-    crate::Limits::check(
-        crate::Limit::AllocBytes,
-        bytes,
-        o.max_alloc_bytes(),
-        format!("{}: the result", a.op),
-    )?;
+    a.result_elements(&shape, dtype.size_bytes(), o.max_alloc_bytes())?;
     let out = reduce(&call.data.to_f64_vec()?, &seg, call.reduction, call.initial, dtype);
     Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &shape)?))
 }

@@ -185,32 +185,10 @@ pub enum ErrorKind {
         /// The backend keyword.
         backend: &'static str,
     },
-    /// A positional argument after a named one.
-    #[error("positional argument {position} follows a named argument")]
-    PositionalAfterNamed {
-        /// Its position in the argument list, from 0.
-        position: usize,
-    },
-    /// More positional arguments than call parameters.
-    #[error("{given} positional arguments but the call takes {} ({})", params.len(), params.join(", "))]
-    TooManyArguments {
-        /// Positional arguments given.
-        given: usize,
-        /// The call parameters.
-        params: Vec<String>,
-    },
-    /// A named argument that is neither a signature parameter nor a launcher argument.
-    #[error("`{param}` is not a parameter of the kernel")]
-    UnknownParameter {
-        /// The name.
-        param: String,
-    },
-    /// A parameter bound twice.
-    #[error("parameter `{param}` is given twice")]
-    BoundTwice {
-        /// The parameter.
-        param: String,
-    },
+    /// The call's arguments do not bind to the kernel's parameters
+    /// (`TritonMeta::bind_args`, the one binding walk).
+    #[error(transparent)]
+    Args(#[from] crate::ir::ArgBindError),
     /// A runtime parameter or launcher argument the call does not bind.
     #[error("no argument for parameter `{param}`")]
     MissingArgument {
@@ -559,18 +537,25 @@ struct Reconciler<'a> {
     evidence: Vec<Evidence>,
 }
 
+/// `Ok` unless the launch config gives `param`, whose value `constant` is
+/// compiled in, another value.
+#[allow(clippy::result_large_err)] // `ErrorKind`, as every check of the reconciler returns.
+fn config_agrees(meta: &TritonMeta, param: &str, constant: &ConstValue) -> Result<(), ErrorKind> {
+    match meta.config.get(param) {
+        Some(cfg) if *constant != ConstValue::Int(*cfg) => Err(ErrorKind::ConstantConfigConflict {
+            param: param.to_string(),
+            constant: constant.clone(),
+            config: *cfg,
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl<'a> Reconciler<'a> {
     /// Parameter name -> value: named arguments by name, positional ones over
     /// [`TritonMeta::call_params`] in order.
     fn bind<'c>(&self, call: &'c KernelCall) -> Result<IndexMap<String, &'c ArgValue>, ErrorKind> {
-        self.meta.bind_args(&call.args).map_err(|e| match e {
-            crate::ir::ArgBindError::PositionalAfterNamed { position } => ErrorKind::PositionalAfterNamed { position },
-            crate::ir::ArgBindError::TooManyArguments { given, params } => {
-                ErrorKind::TooManyArguments { given, params }
-            }
-            crate::ir::ArgBindError::UnknownParameter { param } => ErrorKind::UnknownParameter { param },
-            crate::ir::ArgBindError::BoundTwice { param } => ErrorKind::BoundTwice { param },
-        })
+        Ok(self.meta.bind_args(&call.args)?)
     }
 
     fn dtype_of(&self, buffer: &BufName) -> Option<Option<DType>> {
@@ -741,15 +726,7 @@ impl<'a> Reconciler<'a> {
         for (name, ty) in &meta.signature {
             let passed = bound.get(name.as_str()).copied();
             if let Some(c) = meta.constants.get(name) {
-                if let Some(cfg) = meta.config.get(name) {
-                    if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict {
-                            param: name.clone(),
-                            constant: c.clone(),
-                            config: *cfg,
-                        });
-                    }
-                }
+                config_agrees(meta, name, c)?;
                 if let Some(v) = passed {
                     self.check_constant(name, c, BakedSource::Constants, v)?;
                 }
@@ -803,15 +780,7 @@ impl<'a> Reconciler<'a> {
         }
         for (name, c) in &meta.constants {
             if !meta.signature.contains_key(name) {
-                if let Some(cfg) = meta.config.get(name) {
-                    if *c != ConstValue::Int(*cfg) {
-                        return Err(ErrorKind::ConstantConfigConflict {
-                            param: name.clone(),
-                            constant: c.clone(),
-                            config: *cfg,
-                        });
-                    }
-                }
+                config_agrees(meta, name, c)?;
                 out.push(Baked {
                     param: name.clone(),
                     value: c.clone(),

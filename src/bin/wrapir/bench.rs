@@ -6,7 +6,7 @@ use super::*;
 use serde_json::json;
 use std::time::Instant;
 use wrapir::exec::bench::{bench_cuda, BenchError, BenchOptions, CudaBench};
-use wrapir::exec::cuda::CudaOptions;
+use wrapir::exec::cuda::{CudaOptions, CudaPaths};
 
 /// The options of `wrapir bench`.
 pub(crate) struct BenchArgs {
@@ -44,6 +44,7 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
     let read_inputs = ms(t);
     super::kernels::require_kernel_images(&opened, true)?;
     let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
+    options.paths = CudaPaths::from_env();
     options.host_fallback = args.allow_host_fallback;
     let bench = BenchOptions {
         timing: wrapir::bench::Timing::new(args.iters, args.repeats),

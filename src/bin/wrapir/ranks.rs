@@ -127,7 +127,7 @@ fn run_on_gpus(
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
 ) -> Result<RankResults> {
-    use wrapir::exec::cuda::{CudaOptions, CudaRankJob};
+    use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
     let jobs = set
         .ranks()
         .iter()
@@ -136,6 +136,7 @@ fn run_on_gpus(
         .enumerate()
         .map(|(rank, ((bundle, program), inputs))| {
             let mut options = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
+            options.paths = CudaPaths::from_env();
             options.ordinal = rank;
             options.host_fallback = args.allow_host_fallback;
             CudaRankJob {

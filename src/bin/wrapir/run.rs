@@ -366,6 +366,7 @@ fn run_cuda(
 ) -> Result<Vec<Value<Tensor>>> {
     use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
     let mut options = CudaOptions::for_bundle(bundle.kernel_images(), meta);
+    options.paths = cuda::CudaPaths::from_env();
     options.host_fallback = args.allow_host_fallback;
     let options = options.preload_for(program);
     let extern_ops = options.extern_ops.clone();

@@ -14,7 +14,7 @@
 
 use super::driver;
 use super::kernels::{Traced, TracedParam};
-use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
+use super::{CudaBackend, CudaPaths, CudaTensor, DEFAULT_SHARED_LIMIT};
 use crate::exec::attention::{self as sdpa, Item, Kind};
 use crate::exec::host::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
@@ -88,9 +88,10 @@ impl AttnParams {
 
 /// The cubin of [`SOURCE`]'s kernels for head dim `e` and compute capability
 /// `major.minor`, compiled once per process.
-fn image(major: i32, minor: i32, e: i64) -> Result<Arc<[u8]>, ExecError> {
+fn image(paths: &CudaPaths, major: i32, minor: i32, e: i64) -> Result<Arc<[u8]>, ExecError> {
     let source = || format!("#define ATTN_E {e}\n{SOURCE}");
     super::kernels::compiled_image(
+        paths,
         "cuda attention kernels",
         &format!("attention_e{e}"),
         &source,
@@ -374,9 +375,12 @@ fn launch(
     params: &mut AttnParams,
 ) -> Result<(), ExecError> {
     let module = format!("{MODULE}_e{e}");
-    let f = backend
-        .builtins
-        .extra_function(&backend.device, &module, &|major, minor| image(major, minor, e), name)?;
+    let f = backend.builtins.extra_function(
+        &backend.device,
+        &module,
+        &|paths, major, minor| image(paths, major, minor, e),
+        name,
+    )?;
     if shared > DEFAULT_SHARED_LIMIT {
         let optin = backend
             .device

@@ -57,7 +57,7 @@ impl Lt {
     /// Loads cuBLASLt, creates a handle and allocates the workspace.
     pub(super) fn new(device: &Arc<Device>) -> Result<Lt, CudaError> {
         // SAFETY: a dlopen probe, checked first because cudarc panics on a missing library.
-        if !super::driver::keep_loaded("cublasLt") || !unsafe { sys::is_culib_present() } {
+        if !super::driver::keep_loaded("cublasLt", &device.paths.library_dirs) || !unsafe { sys::is_culib_present() } {
             return Err(CudaError::Library("cuBLASLt (libcublasLt)"));
         }
         bind(device)?;

@@ -269,11 +269,7 @@ pub(super) fn call(
             p
         }
     };
-    let workspace = if plan.workspace > 0 {
-        Some(backend.alloc_storage(plan.workspace)?)
-    } else {
-        None
-    };
+    let workspace = backend.workspace(plan.workspace)?;
     library::submit(
         backend,
         Box::new(ConvCall {

@@ -41,12 +41,10 @@ pub(super) struct DnnHandle {
 impl DnnHandle {
     /// Loads cuDNN (see [`libraries`]) and creates a handle on `device`'s stream.
     pub(super) fn new(device: &Arc<Device>) -> Result<DnnHandle, CudaError> {
+        let dirs = &device.paths.library_dirs;
         // SAFETY: a dlopen probe, checked before cudarc would panic on a missing library.
-        if !libraries::keep_loaded("cudnn") || !unsafe { dnn::is_culib_present() } {
-            return Err(CudaError::NotFound(libraries::missing(
-                "cuDNN (libcudnn.so.9)",
-                "cudnn",
-            )));
+        if !libraries::keep_loaded("cudnn", dirs) || !unsafe { dnn::is_culib_present() } {
+            return Err(CudaError::NotFound(libraries::missing("cuDNN (libcudnn.so.9)", dirs)));
         }
         device.bind()?;
         let _setup = super::driver::setup_lock();

@@ -141,11 +141,7 @@ pub(super) fn run(
     let Some(plan) = plan else {
         return Ok(false);
     };
-    let workspace = if plan.workspace > 0 {
-        Some(backend.alloc_storage(plan.workspace)?)
-    } else {
-        None
-    };
+    let workspace = backend.workspace(plan.workspace)?;
     library::submit(
         backend,
         Box::new(SdpaCall {

@@ -3,6 +3,7 @@
 //! Every call returns a [`CudaError`] naming the call on failure; nothing else
 //! in the backend touches raw handles.
 
+use super::CudaPaths;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{result as drv, sys, CudaContext, CudaStream};
 use std::ffi::c_void;
@@ -79,7 +80,7 @@ impl From<CudaError> for super::super::ExecError {
     }
 }
 
-pub(super) use super::libraries::keep_loaded;
+pub(super) use super::libraries::{keep_driver_loaded, keep_loaded};
 
 /// Orders CUDA graph captures against the calls that must not run anywhere
 /// in the process while a stream captures, even in thread-local capture
@@ -105,7 +106,7 @@ pub(super) fn setup_lock() -> std::sync::RwLockWriteGuard<'static, ()> {
 /// of the driver without creating a context (no device memory, no module).
 pub fn device_arch(ordinal: usize) -> Result<(String, u32), CudaError> {
     // SAFETY: as in `Device::open`: only tries to open the library.
-    if !keep_loaded("cuda") || !unsafe { sys::is_culib_present() } {
+    if !keep_driver_loaded() || !unsafe { sys::is_culib_present() } {
         return Err(CudaError::Library("CUDA driver (libcuda)"));
     }
     drv::init().map_err(|e| CudaError::driver("cuInit", e))?;
@@ -128,17 +129,20 @@ pub fn device_arch(ordinal: usize) -> Result<(String, u32), CudaError> {
 pub(super) struct Device {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
+    /// Where the CUDA libraries and the kernel cache are (the backend's options').
+    pub(super) paths: Arc<CudaPaths>,
     /// The first error of a call made where no error can be returned (frees
     /// in `Drop`), reported at the next synchronisation.
     deferred: std::sync::Mutex<Option<CudaError>>,
 }
 
 impl Device {
-    /// Opens device `ordinal` (its primary context) and creates a stream.
-    pub(super) fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+    /// Opens device `ordinal` (its primary context) and creates a stream;
+    /// the libraries it loads later are searched for in `paths`.
+    pub(super) fn open(ordinal: usize, paths: Arc<CudaPaths>) -> Result<Arc<Device>, CudaError> {
         // SAFETY: only tries to open the library (dlopen); loading it runs no
         // CUDA code. Checked first because cudarc panics on a missing library.
-        if !keep_loaded("cuda") || !unsafe { sys::is_culib_present() } {
+        if !keep_driver_loaded() || !unsafe { sys::is_culib_present() } {
             return Err(CudaError::Library("CUDA driver (libcuda)"));
         }
         let _setup = setup_lock();
@@ -154,6 +158,7 @@ impl Device {
         Ok(Arc::new(Device {
             ctx,
             stream,
+            paths,
             deferred: std::sync::Mutex::new(None),
         }))
     }
@@ -349,7 +354,7 @@ impl Device {
     /// Creates a cuBLAS handle bound to the stream.
     pub(super) fn blas_handle(self: &Arc<Self>) -> Result<BlasHandle, CudaError> {
         // SAFETY: as in `open`: a dlopen probe, checked before cudarc would panic.
-        if !keep_loaded("cublas") || !unsafe { blas_sys::is_culib_present() } {
+        if !keep_loaded("cublas", &self.paths.library_dirs) || !unsafe { blas_sys::is_culib_present() } {
             return Err(CudaError::Library("cuBLAS (libcublas)"));
         }
         self.bind()?;

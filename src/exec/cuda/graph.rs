@@ -36,7 +36,7 @@ struct Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        // SAFETY: both handles were created once by `capture` and are
+        // SAFETY: both handles were created once by `capture_with` and are
         // destroyed once, here; the owner synchronises before dropping.
         unsafe {
             let _ = sys::cuGraphExecDestroy(self.exec);
@@ -72,7 +72,25 @@ impl SegmentGraphs {
 /// Captures `ops` (launches, library calls and memsets) into one graph.
 fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
-    // Held from the capture's start to its end only (the lock is not re-entrant).
+    capture_with(stream, || {
+        for op in ops.iter_mut() {
+            match op {
+                Op::Launch(l) => launch(l, stream),
+                Op::Library(call) => call.run(backend),
+                Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
+                Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
+            }?;
+        }
+        Ok(())
+    })
+}
+
+/// Captures what `queue` puts on `stream` (the backend's, its context
+/// bound) into one instantiated graph: the one capture of the backend. The
+/// capture holds [`super::driver::capture_lock`] from its start to its end
+/// only (the lock is not re-entrant) and is ended on every path; a graph
+/// that is not returned is destroyed.
+fn capture_with(stream: sys::CUstream, queue: impl FnOnce() -> Result<(), ExecError>) -> Result<Graph, ExecError> {
     let capturing = super::driver::capture_lock();
     check(
         // SAFETY: the stream belongs to the backend's bound context; the
@@ -80,38 +98,35 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
         unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
         "cuStreamBeginCapture",
     )?;
-    let mut queued = Ok(());
-    for op in ops.iter_mut() {
-        queued = match op {
-            Op::Launch(l) => launch(l, stream),
-            Op::Library(call) => call.run(backend),
-            Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
-            Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
-        };
-        if queued.is_err() {
-            break;
-        }
-    }
+    let queued = queue();
     let mut graph: sys::CUgraph = std::ptr::null_mut();
-    // SAFETY: ends the capture begun above on the same stream.
+    // SAFETY: ends the capture begun above on the same stream; `graph` is a
+    // valid out-pointer.
     let ended = check(
         unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
         "cuStreamEndCapture",
     );
     drop(capturing);
-    queued?;
-    ended?;
+    let destroy = |graph: sys::CUgraph| {
+        if !graph.is_null() {
+            // SAFETY: the graph was created by the capture above and is not used again.
+            unsafe {
+                let _ = sys::cuGraphDestroy(graph);
+            }
+        }
+    };
+    if let Err(e) = queued.and(ended) {
+        destroy(graph);
+        return Err(e);
+    }
     let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    // SAFETY: `graph` is the complete graph just captured.
+    // SAFETY: `graph` is the complete graph just captured; `exec` is a valid out-pointer.
     let inst = check(
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
         "cuGraphInstantiate",
     );
     if let Err(e) = inst {
-        // SAFETY: the graph was created above and is not used again.
-        unsafe {
-            let _ = sys::cuGraphDestroy(graph);
-        }
+        destroy(graph);
         return Err(e);
     }
     Ok(Graph { graph, exec })
@@ -199,7 +214,8 @@ fn median(mut xs: Vec<f64>) -> f64 {
 pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -> Result<LaunchFloor, ExecError> {
     let kernels = kernels.max(1);
     // SAFETY: a dlopen probe of the NVRTC library.
-    let (image, compiler) = if super::driver::keep_loaded("nvrtc") && unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    let (image, compiler) = if super::driver::keep_loaded("nvrtc", &backend.device.paths.library_dirs)
+        && unsafe { cudarc::nvrtc::sys::is_culib_present() }
     {
         match cudarc::nvrtc::compile_ptx(EMPTY_KERNEL) {
             Ok(ptx) => (ptx.to_src(), "nvrtc"),
@@ -243,30 +259,7 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
         backend.synchronize()?;
     }
     // One graph of the same launches.
-    let mut graph: sys::CUgraph = std::ptr::null_mut();
-    // Held from the capture's start to its end only (the lock is not re-entrant).
-    let capturing = super::driver::capture_lock();
-    check(
-        // SAFETY: capture on the backend's stream, ended right after the launches.
-        unsafe { sys::cuStreamBeginCapture_v2(stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) },
-        "cuStreamBeginCapture",
-    )?;
-    let queued = launch_loop(kernels);
-    // SAFETY: ends the capture begun above.
-    let ended = check(
-        unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
-        "cuStreamEndCapture",
-    );
-    drop(capturing);
-    queued?;
-    ended?;
-    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-    check(
-        // SAFETY: `graph` is the complete captured graph; `exec` is a valid out-pointer.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
-        "cuGraphInstantiate",
-    )?;
-    let g = Graph { graph, exec };
+    let g = capture_with(stream, || launch_loop(kernels))?;
     // SAFETY: `g` was instantiated on this context; its launches use `scratch`, alive until the end.
     let replay_once = || check(unsafe { sys::cuGraphLaunch(g.exec, stream) }, "cuGraphLaunch");
     for _ in 0..20 {

@@ -5,102 +5,40 @@
 //! Users of PyTorch usually have cuDNN, cuBLAS(Lt) and NVRTC only inside
 //! NVIDIA's pip wheels next to their Python install (`site-packages/nvidia/
 //! <package>/lib`), which no loader path names. [`keep_loaded`] therefore
-//! tries the bare names first, then the same names in [`search_dirs`]; a
-//! library opened by its full path is found again by its name when cudarc
-//! opens it, because the loader matches already-loaded libraries by soname.
+//! tries the bare names first, then the same names in the directories the
+//! caller names ([`CudaPaths::library_dirs`](crate::exec::cuda::CudaPaths),
+//! which `CudaPaths::from_env` fills from the environment); a library opened
+//! by its full path is found again by its name when cudarc opens it, because
+//! the loader matches already-loaded libraries by soname.
 //!
-//! Libraries are kept loaded for the rest of the process: cudarc probes a
-//! library by opening and closing it, then opens it again at first use; when
-//! nothing else holds it, the close unmaps it and the second open pays the
-//! whole load (relocations, static initialisers) again.
+//! Libraries, once found, are kept loaded for the rest of the process:
+//! cudarc probes a library by opening and closing it, then opens it again
+//! at first use; when nothing else holds it, the close unmaps it and the
+//! second open pays the whole load (relocations, static initialisers)
+//! again. A later backend's directories therefore never replace a library
+//! already found.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Environment variable with extra directories (`:`-separated) searched
-/// before the built-in list.
-pub const LIBRARY_PATH_VAR: &str = "WRAPIR_CUDA_LIBRARY_PATH";
+use super::LIBRARY_PATH_VAR;
 
 /// Libraries opened by [`keep_loaded`] (by cudarc's name), never closed.
 static KEPT_LOADED: Mutex<Vec<(&'static str, Vec<libloading::Library>)>> = Mutex::new(Vec::new());
 
-/// The pip wheel packages (`site-packages/nvidia/<package>/lib`) that may
-/// hold the library cudarc names `name`.
-fn wheel_packages(name: &str) -> &'static [&'static str] {
-    match name {
-        "cudnn" => &["cudnn"],
-        "cublas" | "cublasLt" => &["cublas", "cu13", "cu12"],
-        "nvrtc" => &["cuda_nvrtc", "cu13", "cu12"],
-        "nccl" => &["nccl"],
-        _ => &["cu13", "cu12"],
-    }
+/// Opens the CUDA driver library (`libcuda`) once and keeps it loaded for
+/// the rest of the process; true when it was found. The driver comes with
+/// the system's loader paths or not at all.
+pub(super) fn keep_driver_loaded() -> bool {
+    keep_loaded("cuda", &[])
 }
 
-/// Directories searched for `name` after the loader's own paths: the
-/// directories in [`LIBRARY_PATH_VAR`], the CUDA toolkit's, then NVIDIA's
-/// pip wheels under every Python prefix in sight (an active virtual or
-/// conda environment, every Python on `PATH`, the user's and the system's
-/// site directories).
-pub(super) fn search_dirs(name: &str) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(extra) = std::env::var_os(LIBRARY_PATH_VAR) {
-        dirs.extend(std::env::split_paths(&extra));
-    }
-    if let Some(cuda) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
-        dirs.push(Path::new(&cuda).join("lib64"));
-    }
-    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
-    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
-        .iter()
-        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
-        .collect();
-    // The prefix of every Python on `PATH` (`<prefix>/bin/python3`).
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            if dir.join("python3").is_file() {
-                if let Some(prefix) = dir.parent() {
-                    prefixes.push(prefix.to_path_buf());
-                }
-            }
-        }
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        prefixes.push(Path::new(&home).join(".local"));
-    }
-    prefixes.extend(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from));
-    for prefix in prefixes {
-        let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else {
-            continue;
-        };
-        let mut pythons: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("python3"))
-            })
-            .collect();
-        pythons.sort();
-        for python in pythons.iter().rev() {
-            for site in ["site-packages", "dist-packages"] {
-                for package in wheel_packages(name) {
-                    let dir = python.join(site).join("nvidia").join(package).join("lib");
-                    if dir.is_dir() {
-                        dirs.push(dir);
-                    }
-                }
-            }
-        }
-    }
-    let mut seen = std::collections::HashSet::new();
-    dirs.retain(|d| seen.insert(d.clone()));
-    dirs
-}
-
-/// Opens the CUDA library `name` (as cudarc names it: `cuda`, `cublas`,
-/// `cublasLt`, `cudnn`, `nvrtc`) once and keeps it loaded for the rest of
-/// the process; true when it was found (see the module documentation).
-pub(super) fn keep_loaded(name: &'static str) -> bool {
+/// Opens the CUDA library `name` (as cudarc names it: `cublas`,
+/// `cublasLt`, `cudnn`, `nvrtc`, `nccl`) once and keeps it loaded for the
+/// rest of the process, from the loader's paths or else from the first of
+/// `dirs` that holds it; true when it was found (see the module
+/// documentation).
+pub(super) fn keep_loaded(name: &'static str, dirs: &[PathBuf]) -> bool {
     let Ok(mut kept) = KEPT_LOADED.lock() else {
         return false;
     };
@@ -120,13 +58,13 @@ pub(super) fn keep_loaded(name: &'static str) -> bool {
         // The driver comes with the system's loader paths or not at all.
         return false;
     }
-    for dir in search_dirs(name) {
+    for dir in dirs {
         for candidate in &candidates {
             let path = dir.join(candidate);
             if !path.is_file() {
                 continue;
             }
-            let mut libs = siblings_first(name, &dir);
+            let mut libs = siblings_first(name, dir);
             // SAFETY: as above.
             if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
                 libs.push(lib);
@@ -191,9 +129,10 @@ unsafe fn open_global(path: &Path) -> Option<libloading::Library> {
         .map(Into::into)
 }
 
-/// The message for a library that [`keep_loaded`] could not find.
-pub(super) fn missing(library: &'static str, name: &str) -> String {
-    let dirs: Vec<String> = search_dirs(name).iter().map(|d| d.display().to_string()).collect();
+/// The message for a library that [`keep_loaded`] could not find in the
+/// loader's paths nor in `dirs`.
+pub(super) fn missing(library: &'static str, dirs: &[PathBuf]) -> String {
+    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     format!(
         "cannot load {library}: not on the loader's paths (LD_LIBRARY_PATH, the system's) nor in {}; \
          install it or name its directory in {LIBRARY_PATH_VAR}",

@@ -45,6 +45,7 @@ mod prepared;
 mod run;
 mod tensor;
 
+pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
@@ -149,26 +150,29 @@ impl CudaBackend {
         // loading cuBLAS while cuInit runs slowed cuInit down by about as much
         // as it saved (both load shared objects). An error here is
         // `Device::open`'s to report.
-        if (options.preload_blas || options.preload_builtins || options.preload_dnn) && driver::keep_loaded("cuda") {
+        if (options.preload_blas || options.preload_builtins || options.preload_dnn) && driver::keep_driver_loaded() {
             let _ = cudarc::driver::result::init();
         }
+        let paths = Arc::new(options.paths.clone());
         if options.preload_blas {
             // Detached: `keep_loaded` is idempotent and serialised, so the
             // first matmul waits for this load if it is still running.
-            libraries::spawn_background(|| {
-                driver::keep_loaded("cublas");
-                driver::keep_loaded("cublasLt");
+            let paths = Arc::clone(&paths);
+            libraries::spawn_background(move || {
+                driver::keep_loaded("cublas", &paths.library_dirs);
+                driver::keep_loaded("cublasLt", &paths.library_dirs);
             });
         }
         if options.preload_dnn {
-            libraries::spawn_background(|| {
-                libraries::keep_loaded("cudnn");
+            let paths = Arc::clone(&paths);
+            libraries::spawn_background(move || {
+                libraries::keep_loaded("cudnn", &paths.library_dirs);
             });
         }
         if options.preload_builtins {
-            kernels::precompile_in_background(options.ordinal);
+            kernels::precompile_in_background(options.ordinal, Arc::clone(&paths));
         }
-        let device = Device::open(options.ordinal)?;
+        let device = Device::open(options.ordinal, paths)?;
         let timings = LoadTimings {
             device_open: opened.elapsed(),
             ..LoadTimings::default()
@@ -481,6 +485,15 @@ impl CudaBackend {
             trace.push(kernels::Traced::Alloc(Arc::clone(&storage)));
         }
         Ok(storage)
+    }
+
+    /// A library call's workspace of `bytes` (none for 0 bytes), allocated
+    /// (and traced) as any storage.
+    fn workspace(&mut self, bytes: usize) -> Result<Option<Arc<Storage>>, ExecError> {
+        match bytes {
+            0 => Ok(None),
+            _ => self.alloc_storage(bytes).map(Some),
+        }
     }
 
     /// Reads `bytes` (at most 8) bytes of device memory at `ptr`, after the

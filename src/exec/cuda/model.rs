@@ -26,7 +26,7 @@
 //! session, advancing per session, not across them as one PyTorch process
 //! would.
 
-use super::{to_host, CudaBackend, CudaOptions, CudaTensor, PreparedCache, SharedKernels};
+use super::{to_host, CudaBackend, CudaOptions, CudaPaths, CudaTensor, PreparedCache, SharedKernels};
 use crate::exec::compare::BundleMeta;
 use crate::exec::images::{ImageArch, KernelImageSource, NoKernelImages, SuppliedBytes, SupplyError};
 use crate::exec::interp::Plan;
@@ -60,6 +60,10 @@ pub struct ModelOptions {
     /// convolution and attention plans and the first shape's recording exist
     /// before the first call.
     pub warm_up: bool,
+    /// Where the CUDA libraries and the kernel cache are
+    /// ([`CudaOptions::paths`]; default: the loader's paths only, no disk
+    /// cache; [`CudaPaths::from_env`] reads them from the environment).
+    pub paths: CudaPaths,
 }
 
 impl Default for ModelOptions {
@@ -71,6 +75,7 @@ impl Default for ModelOptions {
             idle_sessions: std::thread::available_parallelism().map_or(4, |n| n.get()),
             limits: crate::Limits::default(),
             warm_up: true,
+            paths: CudaPaths::default(),
         }
     }
 }
@@ -235,6 +240,7 @@ impl Model {
         let plan = compile_program_with_limits(&program, &options.limits)?;
         let mut cuda = CudaOptions {
             kernels: source.kernel_images(),
+            paths: options.paths.clone(),
             ..CudaOptions::for_bundle(NoKernelImages, &meta)
         }
         .preload_for(&program);

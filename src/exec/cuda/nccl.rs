@@ -19,7 +19,9 @@
 //! later work on the stream is ordered after the collective.
 //!
 //! NCCL is opened like the other CUDA libraries (see [`super::libraries`]):
-//! by name, then in NVIDIA's `nvidia/nccl/lib` pip wheel.
+//! by name, then in the first rank's `CudaOptions::paths` (which
+//! `CudaPaths::from_env` fills with NVIDIA's `nvidia/nccl/lib` pip wheel,
+//! among others).
 
 use super::library::{self, Address, LibraryCall};
 use super::{libraries, CudaBackend, CudaError, CudaOptions, CudaTensor};
@@ -51,11 +53,12 @@ impl std::fmt::Debug for NcclWorld {
     }
 }
 
-/// Loads NCCL (see [`libraries`]), failing with where it was looked for.
-fn load_nccl() -> Result<(), CudaError> {
+/// Loads NCCL (see [`libraries`]) from the loader's paths or `dirs`,
+/// failing with where it was looked for.
+fn load_nccl(dirs: &[std::path::PathBuf]) -> Result<(), CudaError> {
     // SAFETY: a dlopen probe, checked before cudarc would panic on a missing library.
-    if !libraries::keep_loaded("nccl") || !unsafe { nccl::is_culib_present() } {
-        return Err(CudaError::NotFound(libraries::missing("NCCL (libnccl.so.2)", "nccl")));
+    if !libraries::keep_loaded("nccl", dirs) || !unsafe { nccl::is_culib_present() } {
+        return Err(CudaError::NotFound(libraries::missing("NCCL (libnccl.so.2)", dirs)));
     }
     Ok(())
 }
@@ -93,12 +96,17 @@ fn check(call: &'static str, code: nccl::ncclResult_t, comm: Option<nccl::ncclCo
 
 impl NcclWorld {
     /// The world of a run over `groups` (checked with
-    /// [`ProcessGroups::check`]): loads NCCL and makes each group's unique id.
-    pub fn new(groups: ProcessGroups, options: CollectiveOptions) -> Result<Arc<NcclWorld>, ExecError> {
+    /// [`ProcessGroups::check`]): loads NCCL (from the loader's paths or
+    /// `paths.library_dirs`) and makes each group's unique id.
+    pub fn new(
+        groups: ProcessGroups,
+        options: CollectiveOptions,
+        paths: &super::CudaPaths,
+    ) -> Result<Arc<NcclWorld>, ExecError> {
         groups
             .check()
             .map_err(|e| ExecError::Input(format!("process groups: {e}")))?;
-        load_nccl()?;
+        load_nccl(&paths.library_dirs)?;
         let mut ids = IndexMap::new();
         for name in groups.groups.keys() {
             let mut id = nccl::ncclUniqueId { internal: [0; 128] };
@@ -493,7 +501,9 @@ pub fn run_ranks(
             )));
         }
     }
-    let world = NcclWorld::new(groups, options)?;
+    // NCCL is loaded once per process, from where the first rank's options say.
+    let paths = jobs.first().map(|j| j.options.paths.clone()).unwrap_or_default();
+    let world = NcclWorld::new(groups, options, &paths)?;
     let results = std::thread::scope(|scope| {
         let handles: Vec<_> = jobs
             .into_iter()

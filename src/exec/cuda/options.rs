@@ -1,7 +1,9 @@
 //! The CUDA backend's options: the device, where kernel images come from,
-//! the host fallback, start-up preloads, math modes and the generator state.
+//! where the CUDA libraries and the kernel cache are, the host fallback,
+//! start-up preloads, math modes and the generator state.
 
 use super::kernels::ExternOpLog;
+use super::CudaPaths;
 use crate::exec::host::HostOptions;
 use crate::exec::images::{KernelImageSource, NoKernelImages};
 use std::sync::Arc;
@@ -16,6 +18,11 @@ pub struct CudaOptions {
     /// package's entries). Default [`NoKernelImages`]: a program that
     /// launches a compiled kernel needs a source.
     pub kernels: Arc<dyn KernelImageSource>,
+    /// Where the CUDA libraries not on the loader's paths and the cache of
+    /// compiled built-in kernels are. Default [`CudaPaths::default`]: the
+    /// loader's paths only, no disk cache; [`CudaOptions::from_env`] (what
+    /// the CLI and the runtime library use) reads them from the environment.
+    pub paths: CudaPaths,
     /// Run extern ops the GPU path does not implement (no row of
     /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
     /// the host backend's ops, copying data through host memory, and count
@@ -79,6 +86,15 @@ impl Default for MathModes {
 }
 
 impl CudaOptions {
+    /// The default options with [`CudaOptions::paths`] read from the
+    /// process environment ([`CudaPaths::from_env`]).
+    pub fn from_env() -> Self {
+        CudaOptions {
+            paths: CudaPaths::from_env(),
+            ..CudaOptions::default()
+        }
+    }
+
     /// These options with the start-up work `program` needs started early,
     /// by what runs its extern ops ([`crate::exec::device_ops::CUDA_OPS`]):
     /// [`CudaOptions::preload_blas`] for cuBLAS / cuBLASLt ops,
@@ -111,6 +127,7 @@ impl Default for CudaOptions {
         CudaOptions {
             ordinal: 0,
             kernels: Arc::new(NoKernelImages),
+            paths: CudaPaths::default(),
             host_fallback: false,
             host: HostOptions { jagged_zero_fill: true },
             extern_ops: ExternOpLog::default(),

@@ -130,38 +130,15 @@ impl<'a> Validator<'a> {
         }
         let result = match g.state(r).cloned() {
             None => {
-                Self::prescan(g);
-                let defined_at = g.later_definitions.get(name).copied();
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UsedBeforeDefinition {
-                        buffer: name.clone(),
-                        defined_at,
-                    },
-                );
+                self.used_before_definition(g, at, name);
                 return None;
             }
             Some(BufState::Released { at: ended_at, .. }) => {
-                let how = Ending::MarkedReused;
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UseAfterEnd {
-                        buffer: name.clone(),
-                        ended_at,
-                        how,
-                    },
-                );
+                self.use_after_end(g, at, name, ended_at, Ending::MarkedReused);
                 return None;
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UseAfterEnd {
-                        buffer: name.clone(),
-                        ended_at,
-                        how,
-                    },
-                );
+                self.use_after_end(g, at, name, ended_at, how);
                 return None;
             }
             Some(BufState::Live { storage }) => {
@@ -174,6 +151,31 @@ impl<'a> Validator<'a> {
             self.require_layout_symbols(g, at, name, r);
         }
         result
+    }
+
+    /// A use at line `at` of `name`, which is not defined yet (a later line may define it).
+    fn used_before_definition(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName) {
+        Self::prescan(g);
+        let defined_at = g.later_definitions.get(name).copied();
+        self.err(
+            Self::at(g, at),
+            ValidationErrorKind::UsedBeforeDefinition {
+                buffer: name.clone(),
+                defined_at,
+            },
+        );
+    }
+
+    /// A use at line `at` of `name`, which line `ended_at` ended (`how`).
+    fn use_after_end(&mut self, g: &GraphState<'a>, at: usize, name: &BufName, ended_at: usize, how: Ending) {
+        self.err(
+            Self::at(g, at),
+            ValidationErrorKind::UseAfterEnd {
+                buffer: name.clone(),
+                ended_at,
+                how,
+            },
+        );
     }
 
     pub(super) fn check_storage_alive(
@@ -216,15 +218,7 @@ impl<'a> Validator<'a> {
         }
         match g.state(r).cloned() {
             None => {
-                Self::prescan(g);
-                let defined_at = g.later_definitions.get(name).copied();
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UsedBeforeDefinition {
-                        buffer: name.clone(),
-                        defined_at,
-                    },
-                );
+                self.used_before_definition(g, at, name);
             }
             Some(BufState::Ended {
                 at: first,
@@ -240,14 +234,7 @@ impl<'a> Validator<'a> {
                 );
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UseAfterEnd {
-                        buffer: name.clone(),
-                        ended_at,
-                        how,
-                    },
-                );
+                self.use_after_end(g, at, name, ended_at, how);
             }
             Some(BufState::Live { storage }) => {
                 let owned = storage
@@ -295,26 +282,11 @@ impl<'a> Validator<'a> {
         }
         let storage = match g.state(r).cloned() {
             None => {
-                Self::prescan(g);
-                let defined_at = g.later_definitions.get(old).copied();
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UsedBeforeDefinition {
-                        buffer: old.clone(),
-                        defined_at,
-                    },
-                );
+                self.used_before_definition(g, at, old);
                 return;
             }
             Some(BufState::Ended { at: ended_at, how }) => {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::UseAfterEnd {
-                        buffer: old.clone(),
-                        ended_at,
-                        how,
-                    },
-                );
+                self.use_after_end(g, at, old, ended_at, how);
                 return;
             }
             Some(BufState::Released { storage, .. }) => storage,

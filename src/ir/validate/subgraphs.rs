@@ -141,17 +141,7 @@ impl<'a> Validator<'a> {
         }
         for sym in &s.binds {
             if let Some(first) = self.bound_site(g, sym) {
-                let first = SymbolBinding {
-                    graph: g.name.clone(),
-                    site: first,
-                };
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::SymbolBoundTwice {
-                        symbol: sym.clone(),
-                        first,
-                    },
-                );
+                self.bound_twice(g, at, sym, first);
             }
         }
         for k in &s.defines {

@@ -82,6 +82,21 @@ impl<'a> Validator<'a> {
         self.err(Self::loc(g, line), kind);
     }
 
+    /// Line `at` binds `s`, which `first` in this graph bound already.
+    pub(super) fn bound_twice(&mut self, g: &GraphState<'a>, at: usize, s: &Symbol, first: Site) {
+        let first = SymbolBinding {
+            graph: g.name.clone(),
+            site: first,
+        };
+        self.err(
+            Self::at(g, at),
+            ValidationErrorKind::SymbolBoundTwice {
+                symbol: s.clone(),
+                first,
+            },
+        );
+    }
+
     pub(super) fn bind_symbol(
         &mut self,
         g: &mut GraphState<'a>,
@@ -110,17 +125,7 @@ impl<'a> Validator<'a> {
             );
         }
         if let Some(first) = g.bound[index] {
-            let first = SymbolBinding {
-                graph: g.name.clone(),
-                site: first,
-            };
-            self.err(
-                Self::at(g, at),
-                ValidationErrorKind::SymbolBoundTwice {
-                    symbol: s.clone(),
-                    first,
-                },
-            );
+            self.bound_twice(g, at, s, first);
             return;
         }
         g.bound[index] = Some(Site::Line(at));

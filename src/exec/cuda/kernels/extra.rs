@@ -8,7 +8,7 @@
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
 use super::{blocks_for, compiled_image, launch_function, read_i64, scratch, Arg, Nd};
-use crate::exec::cuda::{CudaBackend, CudaTensor};
+use crate::exec::cuda::{CudaBackend, CudaPaths, CudaTensor};
 use crate::exec::host::op_key;
 use crate::exec::random::{DeviceShape, RandintPlan};
 use crate::exec::segment::{self, Reduction};
@@ -17,15 +17,17 @@ use crate::ir::DType;
 use cudarc::driver::sys;
 use std::sync::Arc;
 
-/// The CUDA source of these kernels.
-const SOURCE: &str = include_str!("extra.cu");
+/// The CUDA source of these kernels, after the definitions every built-in
+/// source shares (`prelude.cuh`).
+const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("extra.cu"));
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "extra";
 
 type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
 
-fn image(major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
+fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
     compiled_image(
+        paths,
         "cuda built-in kernels (extra.cu)",
         MODULE,
         &|| SOURCE.to_string(),
@@ -131,16 +133,10 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
 
 /// Broadcast strides of `spec` to `shape` (0 on broadcast dimensions).
 fn broadcast_nd(spec: &TensorSpec, shape: &[i64]) -> Option<Nd> {
-    let extra = shape.len().checked_sub(spec.size.len())?;
-    let mut stride = vec![0i64; shape.len()];
-    for (i, (s, st)) in spec.size.iter().zip(&spec.stride).enumerate() {
-        if *s == shape[extra + i] {
-            stride[extra + i] = *st;
-        } else if *s != 1 {
-            return None;
-        }
-    }
-    Nd::new(shape, &stride)
+    Nd::new(
+        shape,
+        &crate::exec::pointwise::broadcast_strides(&spec.size, &spec.stride, shape)?,
+    )
 }
 
 fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Option<Value<CudaTensor>>, ExecError> {

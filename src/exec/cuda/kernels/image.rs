@@ -3,8 +3,10 @@
 //! compute capability, once per process, and kept in an on-disk cache so
 //! that later processes load the cubin with no compilation at start-up.
 //!
-//! The cache lives in `$WRAPIR_KERNEL_CACHE` (`off` turns it off), else
-//! `$XDG_CACHE_HOME/wrapir/kernels`, else `$HOME/.cache/wrapir/kernels`.
+//! The cache lives in the directory the caller names
+//! ([`CudaPaths::kernel_cache`]; `None`, the default, keeps none:
+//! `CudaPaths::from_env` reads `$WRAPIR_KERNEL_CACHE`, `off` turning it off,
+//! else `$XDG_CACHE_HOME/wrapir/kernels`, else `$HOME/.cache/wrapir/kernels`).
 //! An entry's name is a hash of everything that decides the image: the
 //! source text, the NVRTC options, the compute capability, and the NVRTC and
 //! driver versions; a source edit or a new toolkit makes a new entry. Entries
@@ -12,23 +14,10 @@
 //! processes never read half a file; an entry that is not a cubin is
 //! compiled again and replaced.
 
+use crate::exec::cuda::CudaPaths;
 use crate::exec::ExecError;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-
-/// Where compiled images are cached on disk (`None`: off, or no home).
-fn cache_dir() -> Option<PathBuf> {
-    match std::env::var_os("WRAPIR_KERNEL_CACHE") {
-        Some(v) if v == "off" || v.is_empty() => None,
-        Some(v) => Some(PathBuf::from(v)),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|base| base.join("wrapir").join("kernels")),
-    }
-}
 
 /// 64-bit FNV-1a of `parts` from `seed` (each part followed by a separator).
 fn fnv(seed: u64, parts: &[&[u8]]) -> u64 {
@@ -59,9 +48,12 @@ fn is_cubin(bytes: &[u8]) -> bool {
 }
 
 /// The cubin of the CUDA source `source()` for compute capability
-/// `major.minor`: from this process's cache, the disk cache or NVRTC, under
-/// `id` (one id per distinct source); `what` names the kernels in errors.
+/// `major.minor`: from this process's cache, the disk cache in
+/// `paths.kernel_cache` or NVRTC (loaded from `paths.library_dirs` when the
+/// loader's paths lack it), under `id` (one id per distinct source); `what`
+/// names the kernels in errors.
 pub(in crate::exec::cuda) fn compiled_image(
+    paths: &CudaPaths,
     what: &str,
     id: &str,
     source: &dyn Fn() -> String,
@@ -77,12 +69,13 @@ pub(in crate::exec::cuda) fn compiled_image(
     if let Some(p) = cache.get(&key) {
         return Ok(Arc::clone(p));
     }
+    let dirs = &paths.library_dirs;
     // SAFETY: only probes for the library (dlopen); checked first because
     // cudarc panics when it is missing.
-    if !super::super::driver::keep_loaded("nvrtc") || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !super::super::driver::keep_loaded("nvrtc", dirs) || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(ExecError::op(
             what,
-            super::super::libraries::missing("the NVRTC library (libnvrtc)", "nvrtc"),
+            super::super::libraries::missing("the NVRTC library (libnvrtc)", dirs),
         ));
     }
     let text = source();
@@ -97,7 +90,7 @@ pub(in crate::exec::cuda) fn compiled_image(
             &[text.as_bytes(), options.join(" ").as_bytes(), versions.as_bytes()],
         )
     });
-    let file = cache_dir().map(|d| {
+    let file = paths.kernel_cache.as_ref().map(|d| {
         d.join(format!(
             "{id}-sm{major}{minor}-{:016x}{:016x}.cubin",
             digest[0], digest[1]

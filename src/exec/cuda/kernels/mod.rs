@@ -33,7 +33,7 @@ pub(super) use image::compiled_image;
 pub(super) use ops::{copy_strided, gemm_activation};
 
 use super::driver::Module;
-use super::{CudaBackend, CudaTensor, Storage};
+use super::{CudaBackend, CudaPaths, CudaTensor, Storage};
 use crate::exec::{ExecError, ExternCall, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
@@ -42,8 +42,9 @@ use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
-/// The CUDA source of the built-in kernels.
-const SOURCE: &str = include_str!("builtin.cu");
+/// The CUDA source of the built-in kernels, after the definitions every
+/// built-in source shares (`prelude.cuh`).
+const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("builtin.cu"));
 
 /// Most dimensions a tensor passed to a built-in kernel may have.
 const MAX_RANK: usize = 8;
@@ -124,17 +125,24 @@ pub(super) fn run(
 }
 
 /// The cubin of [`SOURCE`] for compute capability `major.minor` (see [`image`]).
-fn image(major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
-    compiled_image("cuda built-in kernels", "builtin", &|| SOURCE.to_string(), major, minor)
+fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
+    compiled_image(
+        paths,
+        "cuda built-in kernels",
+        "builtin",
+        &|| SOURCE.to_string(),
+        major,
+        minor,
+    )
 }
 
 /// Compiles the built-in kernels for device `ordinal` on a new thread, so
 /// that the NVRTC compilation overlaps with the caller's context creation
 /// (the first built-in op then finds the cubin compiled, or waits for it). A
 /// failure here is left for that first op to report.
-pub(super) fn precompile_in_background(ordinal: usize) {
+pub(super) fn precompile_in_background(ordinal: usize, paths: Arc<CudaPaths>) {
     super::libraries::spawn_background(move || {
-        if !super::driver::keep_loaded("cuda") {
+        if !super::driver::keep_driver_loaded() {
             return;
         }
         // cuInit is thread-safe and idempotent; reading the compute capability needs no context.
@@ -151,7 +159,7 @@ pub(super) fn precompile_in_background(ordinal: usize) {
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         ) {
-            let _ = image(major, minor);
+            let _ = image(&paths, major, minor);
         }
     });
 }
@@ -169,7 +177,7 @@ impl Builtins {
                 let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
                 let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
                 let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-                let text = image(major, minor)?;
+                let text = image(&device.paths, major, minor)?;
                 let m = Rc::new(
                     device
                         .load_module(&text)
@@ -192,7 +200,7 @@ impl Builtins {
         &mut self,
         device: &super::driver::Device,
         module: &str,
-        image: &dyn Fn(i32, i32) -> Result<Arc<[u8]>, ExecError>,
+        image: &ImageFn<'_>,
         name: &str,
     ) -> Result<sys::CUfunction, ExecError> {
         if let Some(f) = self.extra.get(module).and_then(|(_, fs)| fs.get(name)) {
@@ -203,7 +211,7 @@ impl Builtins {
             let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
             let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
             let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-            let text = image(major, minor)?;
+            let text = image(&device.paths, major, minor)?;
             let m = device
                 .load_module(&text)
                 .map_err(|e| ExecError::op(name, e.to_string()))?;
@@ -219,6 +227,10 @@ impl Builtins {
         Ok(f)
     }
 }
+
+/// The cubin of a separately compiled module for compute capability
+/// `major.minor`, compiled (once per process) with the given paths.
+pub(super) type ImageFn<'a> = dyn Fn(&CudaPaths, i32, i32) -> Result<Arc<[u8]>, ExecError> + 'a;
 
 /// A tensor's sizes and strides as the kernels' `Nd` struct.
 #[repr(C)]

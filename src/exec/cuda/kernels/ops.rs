@@ -4,6 +4,7 @@
 use super::{blocks_for, dtype_suffix, launch, read_i64, reducible, scratch, Arg, Indices, Nd, MAX_RANK, TILE};
 use crate::exec::cuda::{host_storage_bytes, CudaBackend, CudaTensor};
 use crate::exec::host::op_key;
+use crate::exec::pointwise;
 use crate::exec::{Backend, ExecError, ExternCall, Tensor, TensorSpec, Value};
 use crate::ir::DType;
 
@@ -162,40 +163,17 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
 
 /// The strides of `spec` broadcast to `shape` (0 on broadcast dimensions).
 fn broadcast_strides(a: &Args<'_>, what: &str, spec: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
-    let lead = shape.len().checked_sub(spec.size.len()).ok_or_else(|| {
+    pointwise::broadcast_strides(&spec.size, &spec.stride, shape).ok_or_else(|| {
         a.err(format!(
             "`{what}` of shape {:?} cannot broadcast to {shape:?}",
             spec.size
         ))
-    })?;
-    let mut strides = vec![0i64; shape.len()];
-    for (d, (s, st)) in spec.size.iter().zip(&spec.stride).enumerate() {
-        let target = shape[lead + d];
-        if *s == target {
-            strides[lead + d] = if *s == 1 { 0 } else { *st };
-        } else if *s != 1 {
-            return Err(a.err(format!(
-                "`{what}` of shape {:?} cannot broadcast to {shape:?}",
-                spec.size
-            )));
-        }
-    }
-    Ok(strides)
+    })
 }
 
-/// The broadcast of two shapes, numpy rules.
+/// The broadcast of two shapes ([`pointwise::broadcast_shape`]).
 fn broadcast_shape(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
-    let rank = x.len().max(y.len());
-    let at = |s: &[i64], d: usize| if d + s.len() >= rank { s[d + s.len() - rank] } else { 1 };
-    (0..rank)
-        .map(|d| match (at(x, d), at(y, d)) {
-            (p, q) if p == q || q == 1 => Ok(p),
-            (1, q) => Ok(q),
-            (p, q) => Err(a.err(format!(
-                "shapes {x:?} and {y:?} do not broadcast (dimension {d}: {p} vs {q})"
-            ))),
-        })
-        .collect()
+    pointwise::broadcast_shape(a, &[x, y])
 }
 
 /// Copies the rows of `src` picked by compaction hits into a new `[n, *rest]` tensor.
