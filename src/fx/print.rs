@@ -1,6 +1,6 @@
 //! torch.fx-style code for a [`Graph`].
 
-use super::{Arg, Graph, NodeId, Op, SymOp};
+use super::{Arg, Graph, Kwargs, NodeId, Op, SymOp};
 use crate::ir::{write_float, PyStr};
 use std::fmt::Write;
 
@@ -389,7 +389,25 @@ fn push_int(out: &mut String, v: i64) {
     if v < 0 {
         out.push('-');
     }
-    super::push_decimal(out, v.unsigned_abs());
+    push_decimal(out, v.unsigned_abs());
+}
+
+/// Appends `n` in decimal (what `format!("{n}")` writes).
+fn push_decimal(out: &mut String, n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        // `n % 10` is a single decimal digit.
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits are UTF-8.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are
@@ -439,7 +457,7 @@ fn push_tuple(out: &mut String, g: &Graph, items: &[Arg]) {
 }
 
 /// A Python dict of keyword arguments: `{'k': v, ...}`.
-fn push_dict(out: &mut String, g: &Graph, kwargs: &indexmap::IndexMap<String, Arg>) {
+fn push_dict(out: &mut String, g: &Graph, kwargs: &Kwargs) {
     out.push('{');
     for (i, (k, v)) in kwargs.iter().enumerate() {
         if i > 0 {

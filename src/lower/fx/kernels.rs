@@ -16,12 +16,12 @@ impl<'p> GraphLowering<'p> {
             KernelBackend::Triton(meta) => self.triton_call(call, meta),
             _ => {
                 let mut args = Vec::new();
-                let mut kwargs = IndexMap::new();
+                let mut kwargs = Kwargs::new();
                 for a in &call.args {
                     let v = self.arg(&a.value)?;
                     match &a.name {
                         Some(n) => {
-                            if kwargs.insert(n.clone(), v).is_some() {
+                            if kwargs.insert(n, v).is_some() {
                                 return Err(ErrorKind::KernelArgs {
                                     kernel: call.kernel.to_string(),
                                     message: format!("parameter `{n}` is given twice"),
@@ -174,7 +174,7 @@ impl<'p> GraphLowering<'p> {
         self.push_triton(call, lowered, kwargs)
     }
 
-    pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: IndexMap<String, Arg>) -> Res<()> {
+    pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: Kwargs) -> Res<()> {
         self.out.push(
             "triton_kernel_wrapper_mutation",
             Op::TritonKernel {
@@ -208,8 +208,8 @@ impl<'p> GraphLowering<'p> {
         &mut self,
         plan: &KwargsPlan<'p>,
         get: &dyn Fn(&str) -> Option<&'a ArgValue>,
-    ) -> Res<Option<IndexMap<String, Arg>>> {
-        let mut kwargs = plan.template.clone();
+    ) -> Res<Option<Kwargs>> {
+        let mut values = plan.template.clone();
         for (i, slot) in &plan.slots {
             match slot {
                 Slot::CheckInt(name, c) => {
@@ -225,13 +225,14 @@ impl<'p> GraphLowering<'p> {
                     };
                     let value = self.arg(given)?;
                     // The template has an entry for every slot.
-                    if let Some((_, v)) = kwargs.get_index_mut(*i) {
+                    if let Some(v) = values.get_mut(*i) {
                         *v = value;
                     }
                 }
             }
         }
-        Ok(Some(kwargs))
+        // As many values as names: the template has one per name.
+        Ok(Kwargs::with_names(&plan.names, values))
     }
 
     /// A launch's kwargs, checked entry by entry: every signature parameter
@@ -241,8 +242,8 @@ impl<'p> GraphLowering<'p> {
         meta: &'p TritonMeta,
         get: &dyn Fn(&str) -> Option<&'a ArgValue>,
         err: &dyn Fn(String) -> ErrorKind,
-    ) -> Res<IndexMap<String, Arg>> {
-        let mut kwargs: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+    ) -> Res<Kwargs> {
+        let mut kwargs = Kwargs::new();
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
                 if let (Some(given), ConstValue::Int(cv)) = (get(name), c) {
@@ -269,7 +270,7 @@ impl<'p> GraphLowering<'p> {
                 };
                 self.arg(given)?
             };
-            kwargs.insert(name.clone(), value);
+            kwargs.insert(name, value);
         }
         for (k, v) in &meta.config {
             if meta
@@ -280,7 +281,7 @@ impl<'p> GraphLowering<'p> {
                 return Err(err(format!("config key `{k}` names a runtime parameter")));
             }
             if !kwargs.contains_key(k) {
-                kwargs.insert(k.clone(), Arg::Int(*v));
+                kwargs.insert(k, Arg::Int(*v));
             }
         }
         Ok(kwargs)
@@ -291,7 +292,8 @@ impl<'p> GraphLowering<'p> {
 /// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
 /// fail whatever the arguments.
 pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
-    let mut template: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+    let mut names: Vec<Name> = Vec::with_capacity(meta.signature.len() + meta.config.len());
+    let mut template: Vec<Arg> = Vec::with_capacity(names.capacity());
     let mut slots = Vec::new();
     for (name, ty) in &meta.signature {
         let i = template.len();
@@ -306,7 +308,11 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
             slots.push((i, Slot::Runtime(name.as_str())));
             Arg::None
         };
-        template.insert(name.clone(), value);
+        if names.iter().any(|n| n == name) {
+            return None;
+        }
+        names.push(Name::new(name));
+        template.push(value);
     }
     for (k, v) in &meta.config {
         if meta
@@ -316,11 +322,16 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
         {
             return None;
         }
-        if !template.contains_key(k) {
-            template.insert(k.clone(), Arg::Int(*v));
+        if !names.iter().any(|n| n == k) {
+            names.push(Name::new(k));
+            template.push(Arg::Int(*v));
         }
     }
-    Some(KwargsPlan { template, slots })
+    Some(KwargsPlan {
+        names: KwargNames::new(names)?,
+        template,
+        slots,
+    })
 }
 
 pub(super) fn const_arg(c: &ConstValue) -> Arg {

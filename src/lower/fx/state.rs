@@ -33,6 +33,8 @@ pub(super) struct GraphLowering<'p> {
     pub(super) decls: HashMap<&'p str, &'p BufferKind>,
     /// Kernel definitions looked up so far, by name.
     pub(super) kernels: HashMap<KernelName, &'p KernelDef>,
+    /// The graph's layouts, each shared by the nodes that have it (by value).
+    pub(super) layouts: HashMap<&'p Layout, Arc<Layout>>,
 }
 
 /// What every launch of one Triton kernel shares.
@@ -50,7 +52,9 @@ pub(super) struct TritonPlan<'p> {
 /// The kwargs of a Triton launch as a template: constants and config
 /// constexprs filled in, each runtime parameter a slot.
 pub(super) struct KwargsPlan<'p> {
-    pub(super) template: IndexMap<String, Arg>,
+    pub(super) names: KwargNames,
+    /// The value of each name: runtime parameters (slots) are `None`.
+    pub(super) template: Vec<Arg>,
     /// Per-launch work in signature order: (kwargs index, what to do).
     pub(super) slots: Vec<(usize, Slot<'p>)>,
 }
@@ -93,7 +97,8 @@ impl<'p> GraphLowering<'p> {
             ir,
             is_subgraph: name.is_some(),
             options,
-            out: fx::Graph::new(),
+            // About one node per line, and a few per input.
+            out: fx::Graph::with_capacity(ir.lines.len().saturating_add(ir.inputs.len().saturating_mul(4))),
             buffers: HashMap::default(),
             symbols: HashMap::default(),
             exprs: HashMap::default(),
@@ -104,6 +109,7 @@ impl<'p> GraphLowering<'p> {
             grids: HashMap::default(),
             decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
             kernels: HashMap::default(),
+            layouts: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             at: Location::in_program(program, name, l.line),

@@ -48,9 +48,18 @@ impl<'p> GraphLowering<'p> {
         }
     }
 
-    pub(super) fn val_of(&self, b: &BufName) -> Res<Option<Val>> {
+    /// `layout` as a shared value: one `Arc` per distinct layout of the
+    /// graph, however many nodes have it.
+    pub(super) fn shared_layout(&mut self, layout: &'p Layout) -> Arc<Layout> {
+        self.layouts
+            .entry(layout)
+            .or_insert_with(|| Arc::new(layout.clone()))
+            .clone()
+    }
+
+    pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
         Ok(match self.decls.get(b.as_str()).copied() {
-            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
+            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
             Some(BufferKind::Multi) => Some(Val::Multi),
             None => {
                 return Err(ErrorKind::Undefined {
@@ -195,11 +204,11 @@ impl<'p> GraphLowering<'p> {
         &mut self,
         args: &[ArgValue],
         kwargs: &IndexMap<String, ArgValue>,
-    ) -> Res<(Vec<Arg>, IndexMap<String, Arg>)> {
+    ) -> Res<(Vec<Arg>, Kwargs)> {
         let a = args.iter().map(|x| self.arg(x)).collect::<Res<Vec<_>>>()?;
-        let mut k = IndexMap::new();
+        let mut k = Kwargs::new();
         for (n, v) in kwargs {
-            k.insert(n.clone(), self.arg(v)?);
+            k.insert(n, self.arg(v)?);
         }
         Ok((a, k))
     }
