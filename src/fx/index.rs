@@ -109,7 +109,6 @@ impl Graph {
     pub(super) fn claim_name(&mut self, candidate: &str) -> Name {
         let candidate = names::sanitize(candidate);
         let entries = &mut self.names.entries;
-        let (base, suffix) = names::split_suffix(&candidate);
         let mut hint = None;
         match entries.entry(Name::new(&candidate)) {
             Entry::Vacant(v) if !names::is_reserved(&candidate) => {
@@ -126,7 +125,7 @@ impl Graph {
                     e.nodes = 1;
                     return o.key().clone();
                 }
-                if suffix.is_none() {
+                if names::split_suffix(&candidate).1.is_none() {
                     // The candidate is its own base: take the hint here and
                     // move it past the suffix it will most likely get.
                     let start = e.next_suffix.unwrap_or(1);
@@ -136,6 +135,7 @@ impl Graph {
             }
             Entry::Vacant(_) => {}
         }
+        let (base, _) = names::split_suffix(&candidate);
         let start = match hint {
             Some(h) => h,
             None => entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),

@@ -22,6 +22,17 @@ impl KwargNames {
         &self.0
     }
 
+    /// The shared list's address: the same for clones, different for
+    /// distinct lists while both are alive.
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// `true` when another [`KwargNames`] holds the same list.
+    pub(crate) fn is_shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
+    }
+
     /// `true` when both are the same shared list.
     pub fn ptr_eq(&self, other: &KwargNames) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

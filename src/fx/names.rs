@@ -268,14 +268,23 @@ pub fn sanitize(candidate: &str) -> Cow<'_, str> {
 /// Splits an identifier into its base and numeric suffix: `arg0_1` is
 /// (`arg0`, 1), `buf0` is (`buf0`, none), `x__2` is (`x_`, 2).
 pub fn split_suffix(name: &str) -> (&str, Option<u64>) {
-    if let Some((base, digits)) = name.rsplit_once('_') {
-        if !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(n) = digits.parse() {
-                return (base, Some(n));
-            }
+    let bytes = name.as_bytes();
+    let digits = bytes.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    // The suffix is what follows the last `_`, all digits, after a non-empty base.
+    let Some(underscore) = bytes.len().checked_sub(digits).and_then(|n| n.checked_sub(1)) else {
+        return (name, None);
+    };
+    if digits == 0 || underscore == 0 || bytes[underscore] != b'_' {
+        return (name, None);
+    }
+    let mut n: u64 = 0;
+    for &b in &bytes[underscore + 1..] {
+        match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0'))) {
+            Some(v) => n = v,
+            None => return (name, None),
         }
     }
-    (name, None)
+    (&name[..underscore], Some(n))
 }
 
 #[cfg(test)]
@@ -309,6 +318,12 @@ mod tests {
         assert_eq!(split_suffix("x__2"), ("x_", Some(2)));
         assert_eq!(split_suffix("_1"), ("_1", None));
         assert_eq!(split_suffix("a_1_2"), ("a_1", Some(2)));
+        assert_eq!(split_suffix("a_"), ("a_", None));
+        assert_eq!(split_suffix("a_b1"), ("a_b1", None));
+        assert_eq!(split_suffix("12"), ("12", None));
+        assert_eq!(split_suffix("a_007"), ("a", Some(7)));
+        assert_eq!(split_suffix("a_99999999999999999999"), ("a_99999999999999999999", None));
+        assert_eq!(split_suffix(""), ("", None));
     }
 
     #[test]

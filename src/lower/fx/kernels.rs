@@ -131,8 +131,8 @@ impl<'p> GraphLowering<'p> {
         // A grid is a function of the parameter values it reads (in order):
         // the same values give the same lowered grid.
         let known = plan.grid_params.borrow().clone();
-        let memo = known.as_ref().map(|names| {
-            let values: Vec<Option<Cow<'_, SymExpr>>> = names.iter().map(|n| param_expr(n)).collect();
+        let memo = known.as_ref().map(|params| {
+            let values: Vec<Option<Cow<'_, SymExpr>>> = params.iter().map(|p| p.value(&get)).collect();
             let mut h = rustc_hash::FxHasher::default();
             key.hash(&mut h);
             values.hash(&mut h);
@@ -163,11 +163,14 @@ impl<'p> GraphLowering<'p> {
         if !grid.iter().any(|e| matches!(e, SymExpr::Sym(_))) {
             let read = read.into_inner();
             match (&memo, &known) {
-                (Some((h, values)), Some(names)) if **names == *read => {
+                (Some((h, values)), Some(params)) if params.iter().map(|p| &p.name).eq(read.iter()) => {
                     let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
                     self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
                 }
-                (_, None) => *plan.grid_params.borrow_mut() = Some(read.into()),
+                (_, None) => {
+                    let params: Vec<GridParam> = read.into_iter().map(|n| GridParam::new(meta, n)).collect();
+                    *plan.grid_params.borrow_mut() = Some(params.into());
+                }
                 _ => {}
             }
         }
@@ -332,6 +335,47 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
         template,
         slots,
     })
+}
+
+impl GridParam {
+    /// Where parameter `name` of `meta` takes its value from.
+    pub(super) fn new(meta: &TritonMeta, name: String) -> Self {
+        let signature = match meta.signature.get(&name) {
+            None => ParamSource::Absent,
+            Some(ty) => match meta.constants.get(&name) {
+                Some(ConstValue::Int(v)) => ParamSource::Fixed(Some(*v)),
+                Some(_) => ParamSource::Fixed(None),
+                None if *ty == crate::ir::SigType::Constexpr => ParamSource::Fixed(meta.config.get(&name).copied()),
+                None => ParamSource::Runtime,
+            },
+        };
+        GridParam {
+            extra: meta.extra_launcher_args.contains(&name),
+            config: meta.config.get(&name).copied(),
+            signature,
+            name,
+        }
+    }
+
+    /// The expression the parameter stands for in a launch whose bound
+    /// arguments `get` gives: what `param_expr` in
+    /// [`GraphLowering::triton_call`] computes, without its lookups.
+    pub(super) fn value<'a>(&self, get: &dyn Fn(&str) -> Option<&'a ArgValue>) -> Option<Cow<'a, SymExpr>> {
+        if self.extra {
+            if let Some(ArgValue::Expr(e)) = get(&self.name) {
+                return Some(Cow::Borrowed(e));
+            }
+        }
+        let from_signature = match self.signature {
+            ParamSource::Absent => None,
+            ParamSource::Fixed(v) => v.map(|v| Cow::Owned(SymExpr::Int(v))),
+            ParamSource::Runtime => match get(&self.name) {
+                Some(ArgValue::Expr(e)) => Some(Cow::Borrowed(e)),
+                _ => None,
+            },
+        };
+        from_signature.or_else(|| self.config.map(|v| Cow::Owned(SymExpr::Int(v))))
+    }
 }
 
 pub(super) fn const_arg(c: &ConstValue) -> Arg {

@@ -33,8 +33,9 @@ pub(super) struct GraphLowering<'p> {
     pub(super) decls: HashMap<&'p str, &'p BufferKind>,
     /// Kernel definitions looked up so far, by name.
     pub(super) kernels: HashMap<KernelName, &'p KernelDef>,
-    /// The graph's layouts, each shared by the nodes that have it (by value).
-    pub(super) layouts: HashMap<&'p Layout, Arc<Layout>>,
+    /// The graph's layouts, each shared by the nodes that have it (by
+    /// value), by [`layout_key`](super::values::layout_key).
+    pub(super) layouts: HashMap<u64, smallvec::SmallVec<[Arc<Layout>; 1]>>,
 }
 
 /// What every launch of one Triton kernel shares.
@@ -46,7 +47,31 @@ pub(super) struct TritonPlan<'p> {
     pub(super) kwargs: Option<KwargsPlan<'p>>,
     /// The parameters the grid reads, in the order it reads them; set by the
     /// first launch whose grid lowers.
-    pub(super) grid_params: std::cell::RefCell<Option<Rc<[String]>>>,
+    pub(super) grid_params: std::cell::RefCell<Option<Rc<[GridParam]>>>,
+}
+
+/// A parameter the grid reads, with where its value comes from (worked out
+/// once per kernel from the metadata, so a launch looks nothing up by name
+/// in the kernel's maps).
+pub(super) struct GridParam {
+    pub(super) name: String,
+    /// An extra launcher argument: the expression passed, when one is.
+    pub(super) extra: bool,
+    /// Its signature entry.
+    pub(super) signature: ParamSource,
+    /// Its config value, the fallback.
+    pub(super) config: Option<i64>,
+}
+
+/// Where a signature parameter's value comes from.
+pub(super) enum ParamSource {
+    /// Not in the signature.
+    Absent,
+    /// Baked in: an integer constant or config constexpr, or `None` (a
+    /// constant of another kind, a constexpr without a config value).
+    Fixed(Option<i64>),
+    /// A runtime argument: the expression passed.
+    Runtime,
 }
 
 /// The kwargs of a Triton launch as a template: constants and config
