@@ -230,3 +230,49 @@ impl Graph {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::fx::{Graph, Op};
+
+    fn push(g: &mut Graph, name: &str) -> String {
+        let id = g.push(name, Op::Constant { name: "c".into() }, None);
+        g.node(id).name.to_string()
+    }
+
+    #[test]
+    fn renames_free_and_take_names() {
+        let mut g = Graph::new();
+        assert_eq!(push(&mut g, "a"), "a");
+        assert_eq!(push(&mut g, "a"), "a_1");
+        let first = g.order()[0];
+        g.node_mut(first).name = crate::fx::Name::new("b");
+        assert!(!g.has_name("a"));
+        assert!(g.has_name("b"));
+        assert_eq!(g.fresh_name("a"), "a");
+        assert_eq!(g.fresh_name("b"), "b_1");
+        assert_eq!(push(&mut g, "b"), "b_1");
+        assert_eq!(push(&mut g, "a"), "a");
+        let second = g.order()[1];
+        assert!(g.try_rename(second, "c"));
+        assert!(!g.try_rename(second, "b"));
+        assert!(!g.has_name("a_1"));
+        assert_eq!(push(&mut g, "a"), "a_1");
+        assert_eq!(push(&mut g, "a"), "a_2");
+        assert_eq!(push(&mut g, "max"), "max_1");
+        assert_eq!(push(&mut g, "c_1"), "c_1");
+        assert_eq!(push(&mut g, "c_1"), "c_2");
+    }
+
+    #[test]
+    fn a_node_touched_twice_is_reindexed_once() {
+        let mut g = Graph::new();
+        let id = g.push("x", Op::Constant { name: "c".into() }, None);
+        g.node_mut(id).name = crate::fx::Name::new("y");
+        g.node_mut(id).name = crate::fx::Name::new("x");
+        assert!(g.has_name("x"));
+        assert!(!g.has_name("y"));
+        assert_eq!(push(&mut g, "y"), "y");
+        assert_eq!(push(&mut g, "x"), "x_1");
+    }
+}

@@ -475,6 +475,7 @@ impl Graph {
     }
 
     /// Appends a node at the end of the order. The name is made unique.
+    #[inline]
     pub fn push(&mut self, name: &str, op: Op, val: Option<Val>) -> NodeId {
         let pos = self.order.len();
         self.insert(pos, name, op, val)

@@ -10,10 +10,27 @@ use std::fmt::Write;
 /// one kernel share one list, so its keys are quoted once per printout.
 type KeyText = FxHashMap<usize, Vec<String>>;
 
+/// The output capacity reserved per node of the top graph.
+const OUT_BYTES_PER_NODE: usize = 128;
+
+/// `PLAIN[b]`: byte `b` stands for itself in a Python string literal
+/// between single quotes ([`PyStr`] escapes the others).
+const PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b >= 0x20 && b != b'\\' as usize && b != b'\'' as usize;
+        b += 1;
+    }
+    t
+};
+
 /// The whole graph: `def forward(...)` for the top graph, then one
 /// `class <name>(torch.nn.Module):` block per subgraph.
 pub(super) fn graph_code(g: &Graph) -> String {
-    let mut out = String::new();
+    // About a hundred bytes per node: one allocation instead of a doubling
+    // series of copies of a large output.
+    let mut out = String::with_capacity(g.len().saturating_mul(OUT_BYTES_PER_NODE));
     let mut keys = KeyText::default();
     write_forward(&mut out, &mut keys, g, 0);
     write_subgraphs(&mut out, &mut keys, g, 0);
@@ -425,7 +442,7 @@ fn push_decimal(out: &mut String, n: u64) {
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are
 /// copied as they are.
 fn push_py_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'\\' && b != b'\'') {
+    if s.bytes().all(|b| PLAIN[usize::from(b)]) {
         out.push('\'');
         out.push_str(s);
         out.push('\'');

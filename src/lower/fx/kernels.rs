@@ -159,20 +159,20 @@ impl<'p> GraphLowering<'p> {
             })
             .map_err(|e| err(e.to_string()))?;
         let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
-        // A lone symbol is looked up afresh each time (not hash-consed): not memoized.
-        if !grid.iter().any(|e| matches!(e, SymExpr::Sym(_))) {
-            let read = read.into_inner();
-            match (&memo, &known) {
-                (Some((h, values)), Some(params)) if params.iter().map(|p| &p.name).eq(read.iter()) => {
-                    let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
-                    self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
-                }
-                (_, None) => {
-                    let params: Vec<GridParam> = read.into_iter().map(|n| GridParam::new(meta, n)).collect();
-                    *plan.grid_params.borrow_mut() = Some(params.into());
-                }
-                _ => {}
+        // Lone symbols included: a symbol is bound once per graph (validation
+        // rejects a second binding) and keeps its value, like the
+        // hash-consed expressions.
+        let read = read.into_inner();
+        match (&memo, &known) {
+            (Some((h, values)), Some(params)) if params.iter().map(|p| &p.name).eq(read.iter()) => {
+                let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
+                self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
             }
+            (_, None) => {
+                let params: Vec<GridParam> = read.into_iter().map(|n| GridParam::new(meta, n)).collect();
+                *plan.grid_params.borrow_mut() = Some(params.into());
+            }
+            _ => {}
         }
         self.push_triton(call, lowered, kwargs)
     }
