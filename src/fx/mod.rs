@@ -14,6 +14,7 @@
 //! (`def forward(self, arg0_1, s0):` ...), including FX's `x = None` after a
 //! value's last use.
 
+mod arena;
 mod index;
 mod kwargs;
 mod name;
@@ -25,6 +26,7 @@ pub use name::Name;
 
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
 use crate::sym::Symbol;
+use arena::Arena;
 use index::NameIndex;
 use indexmap::IndexMap;
 use std::fmt;
@@ -397,7 +399,7 @@ impl Node {
 #[derive(Clone, Default)]
 pub struct Graph {
     /// The node arena, indexed by [`NodeId`].
-    nodes: Vec<Node>,
+    nodes: Arena,
     order: Vec<NodeId>,
     /// Subgraphs referenced by `Subgraph` nodes, by name.
     pub subgraphs: IndexMap<String, Graph>,
@@ -435,11 +437,11 @@ impl Graph {
         Graph::default()
     }
 
-    /// An empty graph with room for `nodes` nodes (arena, order and name
-    /// index sized once).
+    /// An empty graph with room for `nodes` nodes (order and name index
+    /// sized once; the arena grows by fixed-size chunks).
     pub fn with_capacity(nodes: usize) -> Self {
         Graph {
-            nodes: Vec::with_capacity(nodes),
+            nodes: Arena::with_capacity(nodes),
             order: Vec::with_capacity(nodes),
             subgraphs: IndexMap::new(),
             names: NameIndex::with_capacity(nodes),
