@@ -133,8 +133,8 @@ pub enum Val {
 /// What a placeholder receives.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Placeholder {
-    /// A tensor input with its declared layout.
-    Tensor(Layout),
+    /// A tensor input with its declared layout (shared, as in [`Val::Tensor`]).
+    Tensor(Arc<Layout>),
     /// A symbolic integer input binding a symbol.
     Symbol(Symbol),
 }

@@ -10,10 +10,11 @@ impl<'p> GraphLowering<'p> {
                 GraphInput::Tensor { name } => {
                     let decl = self.layout_of(name)?;
                     let layout = decl.clone();
-                    let val = Some(Val::Tensor(self.shared_layout(decl)));
+                    let shared = self.shared_layout(decl);
+                    let val = Some(Val::Tensor(shared.clone()));
                     let id = self
                         .out
-                        .push(name.as_str(), Op::Placeholder(Placeholder::Tensor(layout.clone())), val);
+                        .push(name.as_str(), Op::Placeholder(Placeholder::Tensor(shared)), val);
                     self.buffers.insert(name.clone(), id);
                     tensor_inputs.push((name.clone(), id, layout));
                 }
