@@ -249,13 +249,11 @@ impl<'p> GraphLowering<'p> {
         let mut kwargs = Kwargs::new();
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
-                if let (Some(given), ConstValue::Int(cv)) = (get(name), c) {
-                    if let ArgValue::Expr(SymExpr::Int(v)) = given {
-                        if v != cv {
-                            return Err(err(format!(
-                                "argument `{name}` = {v} conflicts with its constant value {cv}"
-                            )));
-                        }
+                if let (Some(ArgValue::Expr(SymExpr::Int(v))), ConstValue::Int(cv)) = (get(name), c) {
+                    if v != cv {
+                        return Err(err(format!(
+                            "argument `{name}` = {v} conflicts with its constant value {cv}"
+                        )));
                     }
                 }
                 const_arg(c)
