@@ -60,9 +60,26 @@ impl<'p> GraphLowering<'p> {
         let params = &plan.params;
         let bound = meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?;
         let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        // An all-positional call binds parameter `i` to argument `i`: a name
+        // whose parameter index is known is found without a scan.
+        let positional = call.args.iter().all(|a| a.name.is_none());
+        let get_at = |name: &str, index: Option<usize>| -> Option<&ArgValue> {
+            if !positional {
+                return get(name);
+            }
+            match index {
+                // Not a call parameter: not bound by a positional argument.
+                None => None,
+                Some(i) => match bound.get(i) {
+                    Some((n, v)) if *n == name => Some(*v),
+                    _ => get(name),
+                },
+            }
+        };
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
-        for (name, value) in &bound {
+        // Positional arguments bind call parameters only: nothing to check.
+        for (name, value) in bound.iter().filter(|_| !positional) {
             if params.contains(name) || !meta.is_baked(name) {
                 continue;
             }
@@ -86,7 +103,7 @@ impl<'p> GraphLowering<'p> {
             }
         }
         let kwargs = match &plan.kwargs {
-            Some(kp) => match self.planned_kwargs(kp, &get)? {
+            Some(kp) => match self.planned_kwargs(kp, &get_at)? {
                 Some(kwargs) => kwargs,
                 None => self.triton_kwargs(meta, &get, &err)?,
             },
@@ -132,7 +149,7 @@ impl<'p> GraphLowering<'p> {
         // the same values give the same lowered grid.
         let known = plan.grid_params.borrow().clone();
         let memo = known.as_ref().map(|params| {
-            let values: Vec<Option<Cow<'_, SymExpr>>> = params.iter().map(|p| p.value(&get)).collect();
+            let values: Vec<Option<Cow<'_, SymExpr>>> = params.iter().map(|p| p.value(&get_at)).collect();
             let mut h = rustc_hash::FxHasher::default();
             key.hash(&mut h);
             values.hash(&mut h);
@@ -169,7 +186,10 @@ impl<'p> GraphLowering<'p> {
                 self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
             }
             (_, None) => {
-                let params: Vec<GridParam> = read.into_iter().map(|n| GridParam::new(meta, n)).collect();
+                let params: Vec<GridParam> = read
+                    .into_iter()
+                    .map(|n| GridParam::new(meta, &plan.params, n))
+                    .collect();
                 *plan.grid_params.borrow_mut() = Some(params.into());
             }
             _ => {}
@@ -196,9 +216,10 @@ impl<'p> GraphLowering<'p> {
         self.triton_plans
             .entry(key)
             .or_insert_with(|| {
+                let params: Rc<[&'p str]> = meta.call_params().into();
                 Rc::new(TritonPlan {
-                    params: meta.call_params().into(),
-                    kwargs: kwargs_plan(meta),
+                    kwargs: kwargs_plan(meta, &params),
+                    params,
                     grid_params: std::cell::RefCell::new(None),
                 })
             })
@@ -210,20 +231,20 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn planned_kwargs<'a>(
         &mut self,
         plan: &KwargsPlan<'p>,
-        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
+        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
     ) -> Res<Option<Kwargs>> {
         let mut values = plan.template.clone();
-        for (i, slot) in &plan.slots {
+        for (i, slot, param) in &plan.slots {
             match slot {
                 Slot::CheckInt(name, c) => {
-                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name) {
+                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name, *param) {
                         if v != c {
                             return Ok(None);
                         }
                     }
                 }
                 Slot::Runtime(name) => {
-                    let Some(given) = get(name) else {
+                    let Some(given) = get(name, *param) else {
                         return Ok(None);
                     };
                     let value = self.arg(given)?;
@@ -292,7 +313,8 @@ impl<'p> GraphLowering<'p> {
 /// The kwargs template of a Triton kernel: the same entries, in the same
 /// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
 /// fail whatever the arguments.
-pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
+pub(super) fn kwargs_plan<'p>(meta: &'p TritonMeta, params: &[&str]) -> Option<KwargsPlan<'p>> {
+    let index = |name: &str| params.iter().position(|p| *p == name);
     let mut names: Vec<Name> = Vec::with_capacity(meta.signature.len() + meta.config.len());
     let mut template: Vec<Arg> = Vec::with_capacity(names.capacity());
     let mut slots = Vec::new();
@@ -300,13 +322,13 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
         let i = template.len();
         let value = if let Some(c) = meta.constants.get(name) {
             if let ConstValue::Int(cv) = c {
-                slots.push((i, Slot::CheckInt(name.as_str(), *cv)));
+                slots.push((i, Slot::CheckInt(name.as_str(), *cv), index(name)));
             }
             const_arg(c)
         } else if *ty == crate::ir::SigType::Constexpr {
             Arg::Int(*meta.config.get(name)?)
         } else {
-            slots.push((i, Slot::Runtime(name.as_str())));
+            slots.push((i, Slot::Runtime(name.as_str()), index(name)));
             Arg::None
         };
         if names.iter().any(|n| n == name) {
@@ -337,7 +359,7 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
 
 impl GridParam {
     /// Where parameter `name` of `meta` takes its value from.
-    pub(super) fn new(meta: &TritonMeta, name: String) -> Self {
+    pub(super) fn new(meta: &TritonMeta, params: &[&str], name: String) -> Self {
         let signature = match meta.signature.get(&name) {
             None => ParamSource::Absent,
             Some(ty) => match meta.constants.get(&name) {
@@ -348,6 +370,7 @@ impl GridParam {
             },
         };
         GridParam {
+            index: params.iter().position(|p| *p == name),
             extra: meta.extra_launcher_args.contains(&name),
             config: meta.config.get(&name).copied(),
             signature,
@@ -358,16 +381,19 @@ impl GridParam {
     /// The expression the parameter stands for in a launch whose bound
     /// arguments `get` gives: what `param_expr` in
     /// [`GraphLowering::triton_call`] computes, without its lookups.
-    pub(super) fn value<'a>(&self, get: &dyn Fn(&str) -> Option<&'a ArgValue>) -> Option<Cow<'a, SymExpr>> {
+    pub(super) fn value<'a>(
+        &self,
+        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+    ) -> Option<Cow<'a, SymExpr>> {
         if self.extra {
-            if let Some(ArgValue::Expr(e)) = get(&self.name) {
+            if let Some(ArgValue::Expr(e)) = get(&self.name, self.index) {
                 return Some(Cow::Borrowed(e));
             }
         }
         let from_signature = match self.signature {
             ParamSource::Absent => None,
             ParamSource::Fixed(v) => v.map(|v| Cow::Owned(SymExpr::Int(v))),
-            ParamSource::Runtime => match get(&self.name) {
+            ParamSource::Runtime => match get(&self.name, self.index) {
                 Some(ArgValue::Expr(e)) => Some(Cow::Borrowed(e)),
                 _ => None,
             },

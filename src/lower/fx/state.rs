@@ -55,6 +55,8 @@ pub(super) struct TritonPlan<'p> {
 /// in the kernel's maps).
 pub(super) struct GridParam {
     pub(super) name: String,
+    /// Its index in [`TritonPlan::params`].
+    pub(super) index: Option<usize>,
     /// An extra launcher argument: the expression passed, when one is.
     pub(super) extra: bool,
     /// Its signature entry.
@@ -80,8 +82,9 @@ pub(super) struct KwargsPlan<'p> {
     pub(super) names: KwargNames,
     /// The value of each name: runtime parameters (slots) are `None`.
     pub(super) template: Vec<Arg>,
-    /// Per-launch work in signature order: (kwargs index, what to do).
-    pub(super) slots: Vec<(usize, Slot<'p>)>,
+    /// Per-launch work in signature order: (kwargs index, what to do, the
+    /// name's index in [`TritonPlan::params`]).
+    pub(super) slots: Vec<(usize, Slot<'p>, Option<usize>)>,
 }
 
 pub(super) enum Slot<'p> {
