@@ -3,7 +3,10 @@
 //! and parser. Prints the median of several runs (after warm-up) per target in
 //! program lines per second; the target is 1,000,000 lines/s each.
 //!
-//! Run with `cargo bench --bench lower`.
+//! Run with `cargo bench --bench lower`. `LOWER_TARGET=<name>[,<name>...]`
+//! (the names of the table's first column, e.g. `LOWER_TARGET='fx lower'`)
+//! runs only those targets, and checks only their outputs: what a profile
+//! under callgrind needs.
 
 mod common;
 
@@ -44,35 +47,53 @@ fn main() {
     };
     let python_opts = wrapir::lower::python::Options::default();
     let fx_opts = wrapir::lower::fx::Options::default();
+    let only: Option<Vec<String>> = std::env::var("LOWER_TARGET")
+        .ok()
+        .map(|v| v.split(',').map(|t| t.trim().to_string()).collect());
+    let selected = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|t| t == name));
 
-    // Check every target once and report output sizes.
-    let outputs: Vec<(&str, Result<usize, String>)> = vec![
+    // Check every selected target once and report output sizes.
+    type Check<'a> = Box<dyn Fn() -> Result<usize, String> + 'a>;
+    let checks: Vec<(&str, Check)> = vec![
         (
             "python",
-            wrapir::lower::python::write_string(&info, &python_opts)
-                .map(|s| s.len())
-                .map_err(|e| e.to_string()),
+            Box::new(|| {
+                wrapir::lower::python::write_string(&info, &python_opts)
+                    .map(|s| s.len())
+                    .map_err(|e| e.to_string())
+            }),
         ),
         (
             "cpp (aoti)",
-            wrapir::lower::cpp::write_string(&info, &aoti)
-                .map(|s| s.len())
-                .map_err(|e| e.to_string()),
+            Box::new(|| {
+                wrapir::lower::cpp::write_string(&info, &aoti)
+                    .map(|s| s.len())
+                    .map_err(|e| e.to_string())
+            }),
         ),
         (
             "cpp (standalone)",
-            wrapir::lower::cpp::write_string(&info, &standalone)
-                .map(|s| s.len())
-                .map_err(|e| e.to_string()),
+            Box::new(|| {
+                wrapir::lower::cpp::write_string(&info, &standalone)
+                    .map(|s| s.len())
+                    .map_err(|e| e.to_string())
+            }),
         ),
         (
             "fx write_string",
-            wrapir::lower::fx::write_string(&info, &fx_opts)
-                .map(|s| s.len())
-                .map_err(|e| e.to_string()),
+            Box::new(|| {
+                wrapir::lower::fx::write_string(&info, &fx_opts)
+                    .map(|s| s.len())
+                    .map_err(|e| e.to_string())
+            }),
         ),
-        ("text print", Ok(text.len())),
+        ("text print", Box::new(|| Ok(text.len()))),
     ];
+    let outputs: Vec<(&str, Result<usize, String>)> = checks
+        .iter()
+        .filter(|(name, _)| selected(name))
+        .map(|(name, check)| (*name, check()))
+        .collect();
     let mut failed = false;
     for (name, r) in &outputs {
         if let Err(e) = r {
@@ -83,15 +104,17 @@ fn main() {
     if failed {
         std::process::exit(1);
     }
-    match wrapir::text::parse(&text) {
-        Ok(back) if back == *program => {}
-        Ok(_) => {
-            eprintln!("text round trip changed the program");
-            std::process::exit(1);
-        }
-        Err(e) => {
-            eprintln!("text parse failed: {e}");
-            std::process::exit(1);
+    if selected("text parse") {
+        match wrapir::text::parse(&text) {
+            Ok(back) if back == *program => {}
+            Ok(_) => {
+                eprintln!("text round trip changed the program");
+                std::process::exit(1);
+            }
+            Err(e) => {
+                eprintln!("text parse failed: {e}");
+                std::process::exit(1);
+            }
         }
     }
 
@@ -115,7 +138,11 @@ fn main() {
         .iter()
         .filter_map(|(n, r)| r.as_ref().ok().map(|s| (*n, *s)))
         .collect();
-    let row = |name: &str, time: std::time::Duration| {
+    let row = |name: &str, time: &dyn Fn() -> std::time::Duration| {
+        if !selected(name) {
+            return;
+        }
+        let time = time();
         let rate = lines as f64 / time.as_secs_f64();
         let bytes = sizes
             .get(name)
@@ -128,40 +155,32 @@ fn main() {
             rate / TARGET_LINES_PER_S
         );
     };
-    row(
-        "validate",
+    row("validate", &|| {
         median_time(WARMUP, REPEATS, || {
             wrapir::ir::validate(program).map(|i| i.graphs().count())
-        }),
-    );
-    row(
-        "python",
+        })
+    });
+    row("python", &|| {
         median_time(WARMUP, REPEATS, || {
             wrapir::lower::python::write_string(&info, &python_opts)
-        }),
-    );
-    row(
-        "cpp (aoti)",
-        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &aoti)),
-    );
-    row(
-        "cpp (standalone)",
-        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &standalone)),
-    );
-    row(
-        "fx lower",
-        median_time(WARMUP, REPEATS, || wrapir::lower::fx::lower(&info, &fx_opts)),
-    );
-    row(
-        "fx write_string",
-        median_time(WARMUP, REPEATS, || wrapir::lower::fx::write_string(&info, &fx_opts)),
-    );
-    row(
-        "text print",
-        median_time(WARMUP, REPEATS, || wrapir::text::print(program)),
-    );
-    row(
-        "text parse",
-        median_time(WARMUP, REPEATS, || wrapir::text::parse(&text)),
-    );
+        })
+    });
+    row("cpp (aoti)", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &aoti))
+    });
+    row("cpp (standalone)", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::lower::cpp::write_string(&info, &standalone))
+    });
+    row("fx lower", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::lower::fx::lower(&info, &fx_opts))
+    });
+    row("fx write_string", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::lower::fx::write_string(&info, &fx_opts))
+    });
+    row("text print", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::text::print(program))
+    });
+    row("text parse", &|| {
+        median_time(WARMUP, REPEATS, || wrapir::text::parse(&text))
+    });
 }

@@ -14,15 +14,23 @@
 //! (`def forward(self, arg0_1, s0):` ...), including FX's `x = None` after a
 //! value's last use.
 
+mod arena;
+mod index;
+mod kwargs;
+mod name;
 pub mod names;
 mod print;
 
+pub use kwargs::{KwargNames, Kwargs};
+pub use name::Name;
+
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
 use crate::sym::Symbol;
+use arena::Arena;
+use index::NameIndex;
 use indexmap::IndexMap;
-use rustc_hash::FxHashMap as HashMap;
-use smallvec::SmallVec;
 use std::fmt;
+use std::sync::Arc;
 
 /// Index of a node in its graph's arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,8 +123,8 @@ pub enum SymOp {
 /// program declares for it, in terms of program symbols.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Val {
-    /// A strided tensor.
-    Tensor(Layout),
+    /// A strided tensor. Shared: nodes of one layout may hold one `Arc`.
+    Tensor(Arc<Layout>),
     /// A tuple/list/dict of values whose elements are described by the
     /// `getitem` nodes that extract them.
     Multi,
@@ -125,8 +133,8 @@ pub enum Val {
 /// What a placeholder receives.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Placeholder {
-    /// A tensor input with its declared layout.
-    Tensor(Layout),
+    /// A tensor input with its declared layout (shared, as in [`Val::Tensor`]).
+    Tensor(Arc<Layout>),
     /// A symbolic integer input binding a symbol.
     Symbol(Symbol),
 }
@@ -175,7 +183,7 @@ pub enum Op {
         /// Grid x, y, z.
         grid: [Arg; 3],
         /// Every kernel parameter by name (runtime args, constants, config constexprs).
-        kwargs: IndexMap<String, Arg>,
+        kwargs: Kwargs,
     },
     /// A direct call of a Halide, C++, CUDA C or host kernel.
     KernelCall {
@@ -184,7 +192,7 @@ pub enum Op {
         /// Positional arguments.
         args: Vec<Arg>,
         /// Arguments given by parameter name.
-        kwargs: IndexMap<String, Arg>,
+        kwargs: Kwargs,
     },
     /// An extern (ATen or fallback) op, with list arguments kept nested.
     Extern {
@@ -193,7 +201,7 @@ pub enum Op {
         /// Positional arguments.
         args: Vec<Arg>,
         /// Keyword arguments (`out=` included for out variants).
-        kwargs: IndexMap<String, Arg>,
+        kwargs: Kwargs,
     },
     /// `aten.sym_size.int(t, dim)`.
     SymSize {
@@ -305,7 +313,7 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     /// The node's name (buffer names for buffers, FX-style auto names otherwise).
-    pub name: String,
+    pub name: Name,
     /// What it does.
     pub op: Op,
     /// The declared value, when the program declares one.
@@ -390,6 +398,7 @@ impl Node {
 /// An FX graph: nodes in an arena, their order, and named subgraphs.
 #[derive(Clone, Default)]
 pub struct Graph {
+    /// The node arena, indexed by [`NodeId`].
     nodes: Arena,
     order: Vec<NodeId>,
     /// Subgraphs referenced by `Subgraph` nodes, by name.
@@ -398,113 +407,13 @@ pub struct Graph {
     names: NameIndex,
 }
 
-/// Nodes per arena chunk (a power of two).
-const CHUNK: usize = 1 << 10;
-
-/// The node arena: fixed-size chunks, so that a growing graph never moves
-/// the (large) nodes it already holds. Every chunk but the last is full.
-#[derive(Clone, Default, PartialEq)]
-struct Arena {
-    chunks: Vec<Vec<Node>>,
-    len: usize,
-}
-
-impl Arena {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn get(&self, i: usize) -> Option<&Node> {
-        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
-    }
-
-    fn push(&mut self, node: Node) {
-        match self.chunks.last_mut() {
-            Some(last) if last.len() < CHUNK => last.push(node),
-            // The first chunk grows like a vector (small graphs stay small);
-            // later ones are allocated whole.
-            None => self.chunks.push(vec![node]),
-            Some(_) => {
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(node);
-                self.chunks.push(chunk);
-            }
-        }
-        self.len += 1;
-    }
-}
-
-impl std::ops::Index<usize> for Arena {
-    type Output = Node;
-    fn index(&self, i: usize) -> &Node {
-        &self.chunks[i / CHUNK][i % CHUNK]
-    }
-}
-
-impl std::ops::IndexMut<usize> for Arena {
-    fn index_mut(&mut self, i: usize) -> &mut Node {
-        &mut self.chunks[i / CHUNK][i % CHUNK]
-    }
-}
-
-impl fmt::Debug for Arena {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.chunks.iter().flatten()).finish()
-    }
-}
-
-/// Name lookup for [`Graph`]: which nodes hold a name, and for each base
-/// name the first suffix that may still be free, so that [`Graph::fresh_name`]
-/// does not rescan the graph (a 100,000-node lowering would be quadratic).
-#[derive(Clone, Debug, Default)]
-struct NameIndex {
-    /// Hash of a name -> the nodes that had a name with this hash when
-    /// indexed (no key `String` per node). Verified against the nodes on
-    /// lookup, so an entry left behind by a rename is ignored.
-    by_hash: HashMap<u64, SmallVec<[NodeId; 1]>>,
-    /// Base -> `i` such that `base_1` .. `base_{i-1}` are all taken.
-    next_suffix: HashMap<String, u64>,
-    /// Nodes handed out by [`Graph::node_mut`] (which may rename them), with
-    /// their names at that time; reindexed by the next mutating call.
-    touched: Vec<(NodeId, String)>,
-    /// The symbols of [`Node::binds`] as sets, for nodes that bind many
-    /// (every precomputed size equal to one expression binds the same node),
-    /// so that [`Graph::bind_symbol`] does not rescan the list. Dropped for
-    /// nodes handed out by [`Graph::node_mut`].
-    bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
-}
-
 /// Below this many symbols, [`Graph::bind_symbol`] scans [`Node::binds`].
 const BIND_SET_MIN: usize = 8;
-
-/// Appends `n` in decimal (what `format!("{n}")` writes).
-pub(crate) fn push_decimal(s: &mut String, n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &b in &buf[i..] {
-        s.push(b as char);
-    }
-}
 
 /// Names the printout uses as bare global callables (`assert_size_stride(...)`):
 /// never node names ([`names::is_reserved`]), or the printed `forward` would
 /// bind them as locals.
 pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "device"];
-
-/// The key of a name in [`NameIndex::by_hash`].
-fn name_hash(name: &str) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(name)
-}
 
 impl PartialEq for Graph {
     fn eq(&self, other: &Self) -> bool {
@@ -526,6 +435,17 @@ impl Graph {
     /// An empty graph.
     pub fn new() -> Self {
         Graph::default()
+    }
+
+    /// An empty graph with room for `nodes` nodes (order and name index
+    /// sized once; the arena grows by fixed-size chunks).
+    pub fn with_capacity(nodes: usize) -> Self {
+        Graph {
+            nodes: Arena::with_capacity(nodes),
+            order: Vec::with_capacity(nodes),
+            subgraphs: IndexMap::new(),
+            names: NameIndex::with_capacity(nodes),
+        }
     }
 
     /// The node with this id.
@@ -556,114 +476,8 @@ impl Graph {
         self.order.is_empty()
     }
 
-    /// `true` when a node already has this name.
-    pub fn has_name(&self, name: &str) -> bool {
-        self.has_name_hashed(name, name_hash(name))
-    }
-
-    /// [`Graph::has_name`] with the name's [`name_hash`].
-    fn has_name_hashed(&self, name: &str, hash: u64) -> bool {
-        if names::is_reserved(name) {
-            return true;
-        }
-        let indexed = self.names.by_hash.get(&hash).is_some_and(|ids| {
-            ids.iter()
-                .any(|id| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
-        });
-        indexed
-            || self
-                .names
-                .touched
-                .iter()
-                .any(|(id, _)| self.nodes.get(id.index()).is_some_and(|n| n.name == name))
-    }
-
-    /// A name not used yet for `candidate`, by torch.fx's namespace rules
-    /// ([`names`]): the candidate made an identifier when it is free and not
-    /// reserved, else `base_1`, `base_2`, ... (the first free one) where
-    /// `base` is the candidate without its numeric suffix. Reserved names
-    /// include the bare callables the printout calls ([`PRINTED_GLOBALS`]),
-    /// so no node shadows its own call target.
-    pub fn fresh_name(&self, candidate: &str) -> String {
-        self.fresh_name_suffix(candidate).0
-    }
-
-    /// [`Graph::fresh_name`], the length of the base and the suffix it chose
-    /// (`None` for the candidate itself) and the name's [`name_hash`].
-    fn fresh_name_suffix(&self, candidate: &str) -> (String, Option<(usize, u64)>, u64) {
-        let candidate = names::sanitize(candidate);
-        let hash = name_hash(&candidate);
-        if !self.has_name_hashed(&candidate, hash) {
-            return (candidate.into_owned(), None, hash);
-        }
-        let (base, _) = names::split_suffix(&candidate);
-        // Suffixes below the hint are known to be taken, unless a node handed
-        // out by `node_mut` was renamed since (then start from 1).
-        let start = if self.names.touched.is_empty() {
-            self.names.next_suffix.get(base).copied().unwrap_or(1)
-        } else {
-            1
-        };
-        let mut name = String::with_capacity(base.len() + 8);
-        name.push_str(base);
-        name.push('_');
-        for i in start.. {
-            name.truncate(base.len() + 1);
-            push_decimal(&mut name, i);
-            let hash = name_hash(&name);
-            if !self.has_name_hashed(&name, hash) {
-                return (name, Some((base.len(), i)), hash);
-            }
-        }
-        // Unreachable: a graph has far fewer than `u64::MAX` nodes.
-        (name, None, 0)
-    }
-
-    /// Records that `name` (with this [`name_hash`]) was taken by `id`.
-    fn index_name_hashed(&mut self, id: NodeId, hash: u64) {
-        let ids = self.names.by_hash.entry(hash).or_default();
-        if !ids.contains(&id) {
-            ids.push(id);
-        }
-    }
-
-    /// Records that `name` was taken by `id`.
-    fn index_name(&mut self, id: NodeId, name: &str) {
-        self.index_name_hashed(id, name_hash(name));
-    }
-
-    /// Records that `name` is no longer used by `id`: lowers the suffix hint
-    /// of the base it may have been generated from (`base_i`).
-    fn unindex_name(&mut self, id: NodeId, name: &str) {
-        let h = name_hash(name);
-        if let Some(ids) = self.names.by_hash.get_mut(&h) {
-            ids.retain(|x| *x != id);
-            if ids.is_empty() {
-                self.names.by_hash.remove(&h);
-            }
-        }
-        if let (base, Some(i)) = names::split_suffix(name) {
-            if let Some(hint) = self.names.next_suffix.get_mut(base) {
-                *hint = (*hint).min(i);
-            }
-        }
-    }
-
-    /// Reindexes the nodes handed out by [`Graph::node_mut`].
-    fn reindex_touched(&mut self) {
-        for (id, old) in std::mem::take(&mut self.names.touched) {
-            self.names.bind_sets.remove(&id);
-            let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {
-                continue;
-            };
-            if new != old {
-                self.unindex_name(id, &old);
-            }
-            self.index_name(id, &new);
-        }
-    }
-
     /// Appends a node at the end of the order. The name is made unique.
+    #[inline]
     pub fn push(&mut self, name: &str, op: Op, val: Option<Val>) -> NodeId {
         let pos = self.order.len();
         self.insert(pos, name, op, val)
@@ -672,27 +486,21 @@ impl Graph {
     /// Inserts a node at position `pos` of the order (clamped to the end).
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
-        let (fresh, suffix, hash) = self.fresh_name_suffix(name);
-        if let Some((base_len, i)) = suffix {
-            // Update in place when the base is known: no key `String` per node.
-            let base = &fresh[..base_len];
-            match self.names.next_suffix.get_mut(base) {
-                Some(hint) => *hint = i + 1,
-                None => {
-                    self.names.next_suffix.insert(base.to_string(), i + 1);
-                }
-            }
-        }
-        let id = NodeId(self.nodes.len() as u32);
-        self.index_name_hashed(id, hash);
+        let name = self.claim_name(name);
+        // Node ids are `u32`: a graph holds fewer than 2^32 nodes (a
+        // lowering makes about one per program line).
+        let id = NodeId(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));
         self.nodes.push(Node {
-            name: fresh,
+            name,
             op,
             val,
             binds: Vec::new(),
         });
-        let pos = pos.min(self.order.len());
-        self.order.insert(pos, id);
+        if pos >= self.order.len() {
+            self.order.push(id);
+        } else {
+            self.order.insert(pos, id);
+        }
         id
     }
 
@@ -723,18 +531,6 @@ impl Graph {
         }
     }
 
-    /// Renames a node when the new name is free; returns whether it did.
-    pub fn try_rename(&mut self, id: NodeId, name: &str) -> bool {
-        self.reindex_touched();
-        if self.has_name(name) {
-            return false;
-        }
-        let old = std::mem::replace(&mut self.nodes[id.index()].name, name.to_string());
-        self.unindex_name(id, &old);
-        self.index_name(id, name);
-        true
-    }
-
     /// The placeholders, in input order.
     pub fn placeholders(&self) -> impl Iterator<Item = (NodeId, &Node)> + '_ {
         self.iter().filter(|(_, n)| matches!(n.op, Op::Placeholder(_)))
@@ -761,8 +557,7 @@ impl Graph {
     /// Mutable access to a node (same id contract as [`Graph::node`]).
     pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
         // The caller may rename the node: remember its name for reindexing.
-        let name = self.nodes[id.index()].name.clone();
-        self.names.touched.push((id, name));
+        self.touch(id);
         &mut self.nodes[id.index()]
     }
 

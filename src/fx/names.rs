@@ -218,15 +218,31 @@ const RESERVED: &[&str] = &[
 /// `true` when `name` is reserved: a Python keyword or builtin, a global of
 /// every torch.fx module, or a bare name the printout uses.
 pub fn is_reserved(name: &str) -> bool {
-    // No reserved name has a digit; generated names (`buf3`, `arg0_1`) mostly do.
-    !name.bytes().any(|b| b.is_ascii_digit()) && RESERVED.binary_search(&name).is_ok()
+    // No reserved name is longer than `RESERVED_MAX_LEN` or has a digit;
+    // generated names (`buf3`, `arg0_1`, `triton_kernel_wrapper_mutation`)
+    // are mostly one or the other.
+    name.len() <= RESERVED_MAX_LEN && !name.bytes().any(|b| b.is_ascii_digit()) && RESERVED.binary_search(&name).is_ok()
 }
+
+/// The length of the longest reserved name (`PendingDeprecationWarning`).
+const RESERVED_MAX_LEN: usize = 25;
+
+/// `IDENT[b]`: `b` may appear in an identifier (ASCII letter, digit, `_`).
+const IDENT: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'_';
+        b += 1;
+    }
+    t
+};
 
 /// `candidate` as a Python identifier, the way torch.fx sanitizes it.
 pub fn sanitize(candidate: &str) -> Cow<'_, str> {
-    let legal = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let bytes = candidate.as_bytes();
-    if !bytes.is_empty() && !bytes[0].is_ascii_digit() && bytes.iter().all(|&b| legal(b)) {
+    if !bytes.is_empty() && !bytes[0].is_ascii_digit() && bytes.iter().all(|&b| IDENT[usize::from(b)]) {
         return Cow::Borrowed(candidate);
     }
     let mut out = String::with_capacity(candidate.len() + 1);
@@ -252,14 +268,23 @@ pub fn sanitize(candidate: &str) -> Cow<'_, str> {
 /// Splits an identifier into its base and numeric suffix: `arg0_1` is
 /// (`arg0`, 1), `buf0` is (`buf0`, none), `x__2` is (`x_`, 2).
 pub fn split_suffix(name: &str) -> (&str, Option<u64>) {
-    if let Some((base, digits)) = name.rsplit_once('_') {
-        if !base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(n) = digits.parse() {
-                return (base, Some(n));
-            }
+    let bytes = name.as_bytes();
+    let digits = bytes.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    // The suffix is what follows the last `_`, all digits, after a non-empty base.
+    let Some(underscore) = bytes.len().checked_sub(digits).and_then(|n| n.checked_sub(1)) else {
+        return (name, None);
+    };
+    if digits == 0 || underscore == 0 || bytes[underscore] != b'_' {
+        return (name, None);
+    }
+    let mut n: u64 = 0;
+    for &b in &bytes[underscore + 1..] {
+        match n.checked_mul(10).and_then(|n| n.checked_add(u64::from(b - b'0'))) {
+            Some(v) => n = v,
+            None => return (name, None),
         }
     }
-    (name, None)
+    (&name[..underscore], Some(n))
 }
 
 #[cfg(test)]
@@ -270,6 +295,7 @@ mod tests {
     fn reserved_names_are_sorted_and_cover_the_printout() {
         assert!(RESERVED.windows(2).all(|w| w[0] < w[1]));
         assert!(RESERVED.iter().all(|n| !n.bytes().any(|b| b.is_ascii_digit())));
+        assert_eq!(RESERVED.iter().map(|n| n.len()).max(), Some(RESERVED_MAX_LEN));
         for n in ["assert_size_stride", "torch", "device", "max", "sum", "lambda", "self"] {
             assert!(is_reserved(n), "{n}");
         }
@@ -292,6 +318,12 @@ mod tests {
         assert_eq!(split_suffix("x__2"), ("x_", Some(2)));
         assert_eq!(split_suffix("_1"), ("_1", None));
         assert_eq!(split_suffix("a_1_2"), ("a_1", Some(2)));
+        assert_eq!(split_suffix("a_"), ("a_", None));
+        assert_eq!(split_suffix("a_b1"), ("a_b1", None));
+        assert_eq!(split_suffix("12"), ("12", None));
+        assert_eq!(split_suffix("a_007"), ("a", Some(7)));
+        assert_eq!(split_suffix("a_99999999999999999999"), ("a_99999999999999999999", None));
+        assert_eq!(split_suffix(""), ("", None));
     }
 
     #[test]

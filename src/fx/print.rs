@@ -1,29 +1,53 @@
 //! torch.fx-style code for a [`Graph`].
 
-use super::{Arg, Graph, NodeId, Op, SymOp};
+use super::{Arg, Graph, Kwargs, NodeId, Op, SymOp};
 use crate::ir::{write_float, PyStr};
+use rustc_hash::FxHashMap;
 use std::fmt::Write;
+
+/// The keys of each shared kwargs name list as printed in a dict
+/// (`'k': `, then `, 'k2': `, ...), by the list's address: the launches of
+/// one kernel share one list, so its keys are quoted once per printout.
+type KeyText = FxHashMap<usize, Vec<String>>;
+
+/// The output capacity reserved per node of the top graph.
+const OUT_BYTES_PER_NODE: usize = 128;
+
+/// `PLAIN[b]`: byte `b` stands for itself in a Python string literal
+/// between single quotes ([`PyStr`] escapes the others).
+const PLAIN: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = b >= 0x20 && b != b'\\' as usize && b != b'\'' as usize;
+        b += 1;
+    }
+    t
+};
 
 /// The whole graph: `def forward(...)` for the top graph, then one
 /// `class <name>(torch.nn.Module):` block per subgraph.
 pub(super) fn graph_code(g: &Graph) -> String {
-    let mut out = String::new();
-    write_forward(&mut out, g, 0);
-    write_subgraphs(&mut out, g, 0);
+    // About a hundred bytes per node: one allocation instead of a doubling
+    // series of copies of a large output.
+    let mut out = String::with_capacity(g.len().saturating_mul(OUT_BYTES_PER_NODE));
+    let mut keys = KeyText::default();
+    write_forward(&mut out, &mut keys, g, 0);
+    write_subgraphs(&mut out, &mut keys, g, 0);
     out
 }
 
-fn write_subgraphs(out: &mut String, g: &Graph, indent: usize) {
+fn write_subgraphs(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize) {
     for (name, sub) in &g.subgraphs {
         let pad = "    ".repeat(indent);
         let _ = writeln!(out);
         let _ = writeln!(out, "{pad}class {name}(torch.nn.Module):");
-        write_forward(out, sub, indent + 1);
-        write_subgraphs(out, sub, indent + 1);
+        write_forward(out, keys, sub, indent + 1);
+        write_subgraphs(out, keys, sub, indent + 1);
     }
 }
 
-fn write_forward(out: &mut String, g: &Graph, indent: usize) {
+fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize) {
     let pad = "    ".repeat(indent);
     let params: Vec<&str> = g.placeholders().map(|(_, n)| n.name.as_str()).collect();
     let mut header = String::from("self");
@@ -91,7 +115,7 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
         }
         out.push_str(&pad);
         out.push_str("    ");
-        write_node(out, g, *id);
+        write_node(out, keys, g, *id);
         let dead = &dies[dies_start[i] as usize..dies_start[i + 1] as usize];
         if !dead.is_empty() {
             // FX lists the node's inputs in argument order, then the node itself.
@@ -125,7 +149,7 @@ fn write_forward(out: &mut String, g: &Graph, indent: usize) {
 
 /// Writes one node's line (without indentation and newline) straight into
 /// the output: no `core::fmt` on the common paths.
-fn write_node(out: &mut String, g: &Graph, id: NodeId) {
+fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
     let node = g.node(id);
     let name = node.name.as_str();
     let n = |id: NodeId| g.node(id).name.as_str();
@@ -181,7 +205,7 @@ fn write_node(out: &mut String, g: &Graph, id: NodeId) {
             out.push_str(", ");
             push_arg(out, g, &grid[2]);
             out.push_str(")], kwargs=");
-            push_dict(out, g, kwargs);
+            push_dict(out, keys, g, kwargs);
             out.push(')');
         }
         Op::KernelCall { kernel, args, kwargs } => {
@@ -191,7 +215,7 @@ fn write_node(out: &mut String, g: &Graph, id: NodeId) {
             push_list(out, g, args);
             if !kwargs.is_empty() {
                 out.push_str(", ");
-                push_dict(out, g, kwargs);
+                push_dict(out, keys, g, kwargs);
             }
             out.push(')');
         }
@@ -389,13 +413,36 @@ fn push_int(out: &mut String, v: i64) {
     if v < 0 {
         out.push('-');
     }
-    super::push_decimal(out, v.unsigned_abs());
+    push_decimal(out, v.unsigned_abs());
+}
+
+/// Appends `n` in decimal (what `format!("{n}")` writes).
+fn push_decimal(out: &mut String, n: u64) {
+    if n < 10 {
+        // One digit.
+        out.push(char::from(b'0' + n as u8));
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        // `n % 10` is a single decimal digit.
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits are UTF-8.
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are
 /// copied as they are.
 fn push_py_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'\\' && b != b'\'') {
+    if s.bytes().all(|b| PLAIN[usize::from(b)]) {
         out.push('\'');
         out.push_str(s);
         out.push('\'');
@@ -439,14 +486,40 @@ fn push_tuple(out: &mut String, g: &Graph, items: &[Arg]) {
 }
 
 /// A Python dict of keyword arguments: `{'k': v, ...}`.
-fn push_dict(out: &mut String, g: &Graph, kwargs: &indexmap::IndexMap<String, Arg>) {
-    out.push('{');
-    for (i, (k, v)) in kwargs.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
+fn push_dict(out: &mut String, keys: &mut KeyText, g: &Graph, kwargs: &Kwargs) {
+    let names = kwargs.names();
+    if !names.is_shared() {
+        out.push('{');
+        for (i, (k, v)) in kwargs.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            push_py_str(out, k);
+            out.push_str(": ");
+            push_arg(out, g, v);
         }
-        push_py_str(out, k);
-        out.push_str(": ");
+        out.push('}');
+        return;
+    }
+    let text = keys.entry(names.addr()).or_insert_with(|| {
+        names
+            .as_slice()
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mut t = String::new();
+                if i > 0 {
+                    t.push_str(", ");
+                }
+                push_py_str(&mut t, k);
+                t.push_str(": ");
+                t
+            })
+            .collect()
+    });
+    out.push('{');
+    for (key, v) in text.iter().zip(kwargs.values()) {
+        out.push_str(key);
         push_arg(out, g, v);
     }
     out.push('}');

@@ -45,9 +45,9 @@ pub(super) fn compile_graph(
         };
         let operand = |a: &Arg| to_operand(a, &slot_of).ok_or_else(|| err(&node.name, "operand has no value".into()));
         let operands = |xs: &[Arg]| xs.iter().map(operand).collect::<Result<Vec<_>, _>>();
-        let kwmap = |kw: &IndexMap<String, Arg>| -> Result<KwOperands, ExecError> {
+        let kwmap = |kw: &crate::fx::Kwargs| -> Result<KwOperands, ExecError> {
             Ok(KwOperands {
-                names: kw.keys().cloned().collect(),
+                names: kw.keys().map(|k| k.to_string()).collect(),
                 values: kw.values().map(operand).collect::<Result<_, _>>()?,
                 slots: None,
             })
@@ -65,7 +65,7 @@ pub(super) fn compile_graph(
                 continue;
             }
             Op::Placeholder(p) => {
-                inputs.push((node.name.clone(), p.clone()));
+                inputs.push((node.name.to_string(), p.clone()));
                 StepKind::Input(inputs.len() - 1)
             }
             Op::Constant { name } => StepKind::Constant(name.clone()),
@@ -118,7 +118,7 @@ pub(super) fn compile_graph(
                 args: operands(args)?,
                 kwargs: kwmap(kwargs)?,
                 layout: match &node.val {
-                    Some(Val::Tensor(layout)) => Some(layout.clone()),
+                    Some(Val::Tensor(layout)) => Some(Layout::clone(layout)),
                     _ => None,
                 },
                 syms: match &node.val {
@@ -200,7 +200,7 @@ pub(super) fn compile_graph(
             })),
         };
         infos.push(StepInfo {
-            node: node.name.clone(),
+            node: node.name.to_string(),
             val: node.val.clone(),
             bound_before: u32::try_from(bound.len()).map_err(|_| too_large())?,
             syms: match (&kind, &node.val) {

@@ -8,12 +8,13 @@ impl<'p> GraphLowering<'p> {
         for input in &self.ir.inputs {
             match input {
                 GraphInput::Tensor { name } => {
-                    let layout = self.layout_of(name)?.clone();
-                    let id = self.out.push(
-                        name.as_str(),
-                        Op::Placeholder(Placeholder::Tensor(layout.clone())),
-                        Some(Val::Tensor(layout.clone())),
-                    );
+                    let decl = self.layout_of(name)?;
+                    let layout = decl.clone();
+                    let shared = self.shared_layout(decl);
+                    let val = Some(Val::Tensor(shared.clone()));
+                    let id = self
+                        .out
+                        .push(name.as_str(), Op::Placeholder(Placeholder::Tensor(shared)), val);
                     self.buffers.insert(name.clone(), id);
                     tensor_inputs.push((name.clone(), id, layout));
                 }
@@ -31,12 +32,14 @@ impl<'p> GraphLowering<'p> {
         // Constants are `self.<name>` attributes, created up front like FX's get_attr.
         if !self.is_subgraph {
             for name in self.program.constants.keys() {
-                let layout = self.program.constants.get(name).cloned();
-                let id = self.out.push(
-                    name.as_str(),
-                    Op::Constant { name: name.to_string() },
-                    layout.map(Val::Tensor),
-                );
+                let val = self
+                    .program
+                    .constants
+                    .get(name)
+                    .map(|l| Val::Tensor(self.shared_layout(l)));
+                let id = self
+                    .out
+                    .push(name.as_str(), Op::Constant { name: name.to_string() }, val);
                 self.buffers.insert(name.clone(), id);
             }
         }

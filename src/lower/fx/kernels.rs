@@ -16,12 +16,12 @@ impl<'p> GraphLowering<'p> {
             KernelBackend::Triton(meta) => self.triton_call(call, meta),
             _ => {
                 let mut args = Vec::new();
-                let mut kwargs = IndexMap::new();
+                let mut kwargs = Kwargs::new();
                 for a in &call.args {
                     let v = self.arg(&a.value)?;
                     match &a.name {
                         Some(n) => {
-                            if kwargs.insert(n.clone(), v).is_some() {
+                            if kwargs.insert(n, v).is_some() {
                                 return Err(ErrorKind::KernelArgs {
                                     kernel: call.kernel.to_string(),
                                     message: format!("parameter `{n}` is given twice"),
@@ -60,9 +60,26 @@ impl<'p> GraphLowering<'p> {
         let params = &plan.params;
         let bound = meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?;
         let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+        // An all-positional call binds parameter `i` to argument `i`: a name
+        // whose parameter index is known is found without a scan.
+        let positional = call.args.iter().all(|a| a.name.is_none());
+        let get_at = |name: &str, index: Option<usize>| -> Option<&ArgValue> {
+            if !positional {
+                return get(name);
+            }
+            match index {
+                // Not a call parameter: not bound by a positional argument.
+                None => None,
+                Some(i) => match bound.get(i) {
+                    Some((n, v)) if *n == name => Some(*v),
+                    _ => get(name),
+                },
+            }
+        };
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
-        for (name, value) in &bound {
+        // Positional arguments bind call parameters only: nothing to check.
+        for (name, value) in bound.iter().filter(|_| !positional) {
             if params.contains(name) || !meta.is_baked(name) {
                 continue;
             }
@@ -86,7 +103,7 @@ impl<'p> GraphLowering<'p> {
             }
         }
         let kwargs = match &plan.kwargs {
-            Some(kp) => match self.planned_kwargs(kp, &get)? {
+            Some(kp) => match self.planned_kwargs(kp, &get_at)? {
                 Some(kwargs) => kwargs,
                 None => self.triton_kwargs(meta, &get, &err)?,
             },
@@ -131,8 +148,8 @@ impl<'p> GraphLowering<'p> {
         // A grid is a function of the parameter values it reads (in order):
         // the same values give the same lowered grid.
         let known = plan.grid_params.borrow().clone();
-        let memo = known.as_ref().map(|names| {
-            let values: Vec<Option<Cow<'_, SymExpr>>> = names.iter().map(|n| param_expr(n)).collect();
+        let memo = known.as_ref().map(|params| {
+            let values: Vec<Option<Cow<'_, SymExpr>>> = params.iter().map(|p| p.value(&get_at)).collect();
             let mut h = rustc_hash::FxHasher::default();
             key.hash(&mut h);
             values.hash(&mut h);
@@ -159,22 +176,28 @@ impl<'p> GraphLowering<'p> {
             })
             .map_err(|e| err(e.to_string()))?;
         let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
-        // A lone symbol is looked up afresh each time (not hash-consed): not memoized.
-        if !grid.iter().any(|e| matches!(e, SymExpr::Sym(_))) {
-            let read = read.into_inner();
-            match (&memo, &known) {
-                (Some((h, values)), Some(names)) if **names == *read => {
-                    let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
-                    self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
-                }
-                (_, None) => *plan.grid_params.borrow_mut() = Some(read.into()),
-                _ => {}
+        // Lone symbols included: a symbol is bound once per graph (validation
+        // rejects a second binding) and keeps its value, like the
+        // hash-consed expressions.
+        let read = read.into_inner();
+        match (&memo, &known) {
+            (Some((h, values)), Some(params)) if params.iter().map(|p| &p.name).eq(read.iter()) => {
+                let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
+                self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
             }
+            (_, None) => {
+                let params: Vec<GridParam> = read
+                    .into_iter()
+                    .map(|n| GridParam::new(meta, &plan.params, n))
+                    .collect();
+                *plan.grid_params.borrow_mut() = Some(params.into());
+            }
+            _ => {}
         }
         self.push_triton(call, lowered, kwargs)
     }
 
-    pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: IndexMap<String, Arg>) -> Res<()> {
+    pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: Kwargs) -> Res<()> {
         self.out.push(
             "triton_kernel_wrapper_mutation",
             Op::TritonKernel {
@@ -193,9 +216,10 @@ impl<'p> GraphLowering<'p> {
         self.triton_plans
             .entry(key)
             .or_insert_with(|| {
+                let params: Rc<[&'p str]> = meta.call_params().into();
                 Rc::new(TritonPlan {
-                    params: meta.call_params().into(),
-                    kwargs: kwargs_plan(meta),
+                    kwargs: kwargs_plan(meta, &params),
+                    params,
                     grid_params: std::cell::RefCell::new(None),
                 })
             })
@@ -207,31 +231,32 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn planned_kwargs<'a>(
         &mut self,
         plan: &KwargsPlan<'p>,
-        get: &dyn Fn(&str) -> Option<&'a ArgValue>,
-    ) -> Res<Option<IndexMap<String, Arg>>> {
-        let mut kwargs = plan.template.clone();
-        for (i, slot) in &plan.slots {
+        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+    ) -> Res<Option<Kwargs>> {
+        let mut values = plan.template.clone();
+        for (i, slot, param) in &plan.slots {
             match slot {
                 Slot::CheckInt(name, c) => {
-                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name) {
+                    if let Some(ArgValue::Expr(SymExpr::Int(v))) = get(name, *param) {
                         if v != c {
                             return Ok(None);
                         }
                     }
                 }
                 Slot::Runtime(name) => {
-                    let Some(given) = get(name) else {
+                    let Some(given) = get(name, *param) else {
                         return Ok(None);
                     };
                     let value = self.arg(given)?;
                     // The template has an entry for every slot.
-                    if let Some((_, v)) = kwargs.get_index_mut(*i) {
+                    if let Some(v) = values.get_mut(*i) {
                         *v = value;
                     }
                 }
             }
         }
-        Ok(Some(kwargs))
+        // As many values as names: the template has one per name.
+        Ok(Kwargs::with_names(&plan.names, values))
     }
 
     /// A launch's kwargs, checked entry by entry: every signature parameter
@@ -241,17 +266,15 @@ impl<'p> GraphLowering<'p> {
         meta: &'p TritonMeta,
         get: &dyn Fn(&str) -> Option<&'a ArgValue>,
         err: &dyn Fn(String) -> ErrorKind,
-    ) -> Res<IndexMap<String, Arg>> {
-        let mut kwargs: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+    ) -> Res<Kwargs> {
+        let mut kwargs = Kwargs::new();
         for (name, ty) in &meta.signature {
             let value = if let Some(c) = meta.constants.get(name) {
-                if let (Some(given), ConstValue::Int(cv)) = (get(name), c) {
-                    if let ArgValue::Expr(SymExpr::Int(v)) = given {
-                        if v != cv {
-                            return Err(err(format!(
-                                "argument `{name}` = {v} conflicts with its constant value {cv}"
-                            )));
-                        }
+                if let (Some(ArgValue::Expr(SymExpr::Int(v))), ConstValue::Int(cv)) = (get(name), c) {
+                    if v != cv {
+                        return Err(err(format!(
+                            "argument `{name}` = {v} conflicts with its constant value {cv}"
+                        )));
                     }
                 }
                 const_arg(c)
@@ -269,7 +292,7 @@ impl<'p> GraphLowering<'p> {
                 };
                 self.arg(given)?
             };
-            kwargs.insert(name.clone(), value);
+            kwargs.insert(name, value);
         }
         for (k, v) in &meta.config {
             if meta
@@ -280,7 +303,7 @@ impl<'p> GraphLowering<'p> {
                 return Err(err(format!("config key `{k}` names a runtime parameter")));
             }
             if !kwargs.contains_key(k) {
-                kwargs.insert(k.clone(), Arg::Int(*v));
+                kwargs.insert(k, Arg::Int(*v));
             }
         }
         Ok(kwargs)
@@ -290,23 +313,29 @@ impl<'p> GraphLowering<'p> {
 /// The kwargs template of a Triton kernel: the same entries, in the same
 /// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
 /// fail whatever the arguments.
-pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
-    let mut template: IndexMap<String, Arg> = IndexMap::with_capacity(meta.signature.len() + meta.config.len());
+pub(super) fn kwargs_plan<'p>(meta: &'p TritonMeta, params: &[&str]) -> Option<KwargsPlan<'p>> {
+    let index = |name: &str| params.iter().position(|p| *p == name);
+    let mut names: Vec<Name> = Vec::with_capacity(meta.signature.len() + meta.config.len());
+    let mut template: Vec<Arg> = Vec::with_capacity(names.capacity());
     let mut slots = Vec::new();
     for (name, ty) in &meta.signature {
         let i = template.len();
         let value = if let Some(c) = meta.constants.get(name) {
             if let ConstValue::Int(cv) = c {
-                slots.push((i, Slot::CheckInt(name.as_str(), *cv)));
+                slots.push((i, Slot::CheckInt(name.as_str(), *cv), index(name)));
             }
             const_arg(c)
         } else if *ty == crate::ir::SigType::Constexpr {
             Arg::Int(*meta.config.get(name)?)
         } else {
-            slots.push((i, Slot::Runtime(name.as_str())));
+            slots.push((i, Slot::Runtime(name.as_str()), index(name)));
             Arg::None
         };
-        template.insert(name.clone(), value);
+        if names.iter().any(|n| n == name) {
+            return None;
+        }
+        names.push(Name::new(name));
+        template.push(value);
     }
     for (k, v) in &meta.config {
         if meta
@@ -316,11 +345,61 @@ pub(super) fn kwargs_plan(meta: &TritonMeta) -> Option<KwargsPlan<'_>> {
         {
             return None;
         }
-        if !template.contains_key(k) {
-            template.insert(k.clone(), Arg::Int(*v));
+        if !names.iter().any(|n| n == k) {
+            names.push(Name::new(k));
+            template.push(Arg::Int(*v));
         }
     }
-    Some(KwargsPlan { template, slots })
+    Some(KwargsPlan {
+        names: KwargNames::new(names)?,
+        template,
+        slots,
+    })
+}
+
+impl GridParam {
+    /// Where parameter `name` of `meta` takes its value from.
+    pub(super) fn new(meta: &TritonMeta, params: &[&str], name: String) -> Self {
+        let signature = match meta.signature.get(&name) {
+            None => ParamSource::Absent,
+            Some(ty) => match meta.constants.get(&name) {
+                Some(ConstValue::Int(v)) => ParamSource::Fixed(Some(*v)),
+                Some(_) => ParamSource::Fixed(None),
+                None if *ty == crate::ir::SigType::Constexpr => ParamSource::Fixed(meta.config.get(&name).copied()),
+                None => ParamSource::Runtime,
+            },
+        };
+        GridParam {
+            index: params.iter().position(|p| *p == name),
+            extra: meta.extra_launcher_args.contains(&name),
+            config: meta.config.get(&name).copied(),
+            signature,
+            name,
+        }
+    }
+
+    /// The expression the parameter stands for in a launch whose bound
+    /// arguments `get` gives: what `param_expr` in
+    /// [`GraphLowering::triton_call`] computes, without its lookups.
+    pub(super) fn value<'a>(
+        &self,
+        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+    ) -> Option<Cow<'a, SymExpr>> {
+        if self.extra {
+            if let Some(ArgValue::Expr(e)) = get(&self.name, self.index) {
+                return Some(Cow::Borrowed(e));
+            }
+        }
+        let from_signature = match self.signature {
+            ParamSource::Absent => None,
+            ParamSource::Fixed(v) => v.map(|v| Cow::Owned(SymExpr::Int(v))),
+            ParamSource::Runtime => match get(&self.name, self.index) {
+                Some(ArgValue::Expr(e)) => Some(Cow::Borrowed(e)),
+                _ => None,
+            },
+        };
+        from_signature.or_else(|| self.config.map(|v| Cow::Owned(SymExpr::Int(v))))
+    }
 }
 
 pub(super) fn const_arg(c: &ConstValue) -> Arg {

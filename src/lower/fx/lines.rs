@@ -33,7 +33,8 @@ impl<'p> GraphLowering<'p> {
                 let id = if same {
                     old_id
                 } else {
-                    self.as_strided(new.as_str(), old_id, new_layout)?
+                    let val = self.shared_layout(new_layout);
+                    self.as_strided(new.as_str(), old_id, val)?
                 };
                 self.buffers.insert(new.clone(), id);
                 if *delete_old && !same && !self.is_output(old) {
@@ -52,18 +53,22 @@ impl<'p> GraphLowering<'p> {
                         let view_name = format!("{alias}_view");
                         let mut view_layout = layout.clone();
                         view_layout.dtype = d;
-                        let view = self.as_strided(&view_name, base_id, &view_layout)?;
+                        let view = self.as_strided(&view_name, base_id, Arc::new(view_layout))?;
+                        let val = Some(Val::Tensor(self.shared_layout(layout)));
                         self.out.push(
                             alias.as_str(),
                             Op::Extern {
                                 target: "torch.ops.aten.view.dtype".into(),
                                 args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
-                                kwargs: IndexMap::new(),
+                                kwargs: Kwargs::new(),
                             },
-                            Some(Val::Tensor(layout.clone())),
+                            val,
                         )
                     }
-                    _ => self.as_strided(alias.as_str(), base_id, layout)?,
+                    _ => {
+                        let val = self.shared_layout(layout);
+                        self.as_strided(alias.as_str(), base_id, val)?
+                    }
                 };
                 self.buffers.insert(alias.clone(), id);
             }
@@ -98,7 +103,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::ExternKernelOut { call, out } => {
                 let (args, mut kwargs) = self.call_args(&call.args, &call.kwargs)?;
-                kwargs.insert("out".into(), Arg::Node(self.buffer(out)?));
+                kwargs.insert("out", Arg::Node(self.buffer(out)?));
                 self.out.push(
                     &extern_node_name(&call.op),
                     Op::Extern {
@@ -160,7 +165,7 @@ impl<'p> GraphLowering<'p> {
                     Op::Extern {
                         target: "torch.ops.aten.index_put_.default".into(),
                         args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(*accumulate)],
-                        kwargs: IndexMap::new(),
+                        kwargs: Kwargs::new(),
                     },
                     None,
                 );
@@ -169,12 +174,12 @@ impl<'p> GraphLowering<'p> {
                 let t = self.buffer(&s.target)?;
                 let index = self.buffer(&s.index)?;
                 let src = self.arg(&s.src)?;
-                let mut kwargs = IndexMap::new();
+                let mut kwargs = Kwargs::new();
                 if let Some(r) = &s.reduce {
-                    kwargs.insert("reduce".to_string(), Arg::Str(r.clone()));
+                    kwargs.insert("reduce", Arg::Str(r.clone()));
                 }
                 if let Some(b) = s.include_self {
-                    kwargs.insert("include_self".to_string(), Arg::Bool(b));
+                    kwargs.insert("include_self", Arg::Bool(b));
                 }
                 self.out.push(
                     &extern_node_name(&s.op),
@@ -317,11 +322,11 @@ impl<'p> GraphLowering<'p> {
                 let layout = self.layout_of(buffer)?.clone();
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
-                let mut kwargs = IndexMap::new();
-                kwargs.insert("dtype".to_string(), Arg::DType(layout.dtype));
-                kwargs.insert("device".to_string(), Arg::Device(layout.device));
-                kwargs.insert("group_name".to_string(), Arg::Str(group.clone()));
-                kwargs.insert("comm_kind".to_string(), Arg::Str(comm_kind.clone()));
+                let mut kwargs = Kwargs::new();
+                kwargs.insert("dtype", Arg::DType(layout.dtype));
+                kwargs.insert("device", Arg::Device(layout.device));
+                kwargs.insert("group_name", Arg::Str(group.clone()));
+                kwargs.insert("comm_kind", Arg::Str(comm_kind.clone()));
                 let id = self.out.push(
                     buffer.as_str(),
                     Op::Extern {
@@ -329,7 +334,7 @@ impl<'p> GraphLowering<'p> {
                         args: vec![Arg::List(size), Arg::List(stride)],
                         kwargs,
                     },
-                    Some(Val::Tensor(layout)),
+                    Some(Val::Tensor(Arc::new(layout))),
                 );
                 self.buffers.insert(buffer.clone(), id);
             }
@@ -342,11 +347,12 @@ impl<'p> GraphLowering<'p> {
         Ok(())
     }
 
-    pub(super) fn allocate(&mut self, name: &str, layout: &Layout) -> Res<NodeId> {
+    pub(super) fn allocate(&mut self, name: &str, layout: &'p Layout) -> Res<NodeId> {
         let needs_view = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
         if !needs_view {
             let size = self.exprs_of(&layout.size)?;
             let stride = self.exprs_of(&layout.stride)?;
+            let val = Some(Val::Tensor(self.shared_layout(layout)));
             return Ok(self.out.push(
                 name,
                 Op::EmptyStrided {
@@ -355,7 +361,7 @@ impl<'p> GraphLowering<'p> {
                     dtype: layout.dtype,
                     device: layout.device.kind,
                 },
-                Some(Val::Tensor(layout.clone())),
+                val,
             ));
         }
         // Padded or offset allocation: a flat storage, then the strided view.
@@ -370,10 +376,12 @@ impl<'p> GraphLowering<'p> {
             },
             None,
         );
-        self.as_strided(name, flat, layout)
+        let val = self.shared_layout(layout);
+        self.as_strided(name, flat, val)
     }
 
-    pub(super) fn as_strided(&mut self, name: &str, base: NodeId, layout: &Layout) -> Res<NodeId> {
+    /// `torch.as_strided(base, ...)` with `layout`, which the node keeps as its value.
+    pub(super) fn as_strided(&mut self, name: &str, base: NodeId, layout: Arc<Layout>) -> Res<NodeId> {
         let size = self.exprs_of(&layout.size)?;
         let stride = self.exprs_of(&layout.stride)?;
         let offset = self.expr(&layout.offset)?;
@@ -385,7 +393,7 @@ impl<'p> GraphLowering<'p> {
                 stride,
                 offset,
             },
-            Some(Val::Tensor(layout.clone())),
+            Some(Val::Tensor(layout)),
         ))
     }
 
@@ -428,7 +436,7 @@ impl<'p> GraphLowering<'p> {
                     Op::Extern {
                         target: "torch.ops.aten.where.Scalar".into(),
                         args: vec![Arg::Node(t), Arg::Int(1), Arg::Int(0)],
-                        kwargs: IndexMap::new(),
+                        kwargs: Kwargs::new(),
                     },
                     self.int64_like(t),
                 );
@@ -498,15 +506,11 @@ impl<'p> GraphLowering<'p> {
 
     pub(super) fn int64_like(&self, t: NodeId) -> Option<Val> {
         match &self.out.node(t).val {
-            Some(Val::Tensor(l)) => {
-                let mut l = l.clone();
-                l.dtype = crate::ir::DType::Int64;
-                Some(Val::Tensor(Layout::contiguous(
-                    l.dtype,
-                    l.device,
-                    l.size.iter().cloned(),
-                )))
-            }
+            Some(Val::Tensor(l)) => Some(Val::Tensor(Arc::new(Layout::contiguous(
+                crate::ir::DType::Int64,
+                l.device,
+                l.size.iter().cloned(),
+            )))),
             _ => None,
         }
     }

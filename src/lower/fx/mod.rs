@@ -12,7 +12,7 @@
 //! * `while_loop` is lowered (upstream cannot) and symbols a subgraph needs
 //!   from its parent are lifted into extra operands.
 
-use crate::fx::{self, Arg, NodeId, Op, Placeholder, SymOp, Val};
+use crate::fx::{self, Arg, KwargNames, Kwargs, Name, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
     KernelDef, KernelName, KeyEntry, Layout, Line, Location, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
@@ -25,6 +25,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
+use std::sync::Arc;
 
 mod inputs;
 mod kernels;

@@ -33,6 +33,9 @@ pub(super) struct GraphLowering<'p> {
     pub(super) decls: HashMap<&'p str, &'p BufferKind>,
     /// Kernel definitions looked up so far, by name.
     pub(super) kernels: HashMap<KernelName, &'p KernelDef>,
+    /// The graph's layouts, each shared by the nodes that have it (by
+    /// value), by [`layout_key`](super::values::layout_key).
+    pub(super) layouts: HashMap<u64, smallvec::SmallVec<[Arc<Layout>; 1]>>,
 }
 
 /// What every launch of one Triton kernel shares.
@@ -44,15 +47,44 @@ pub(super) struct TritonPlan<'p> {
     pub(super) kwargs: Option<KwargsPlan<'p>>,
     /// The parameters the grid reads, in the order it reads them; set by the
     /// first launch whose grid lowers.
-    pub(super) grid_params: std::cell::RefCell<Option<Rc<[String]>>>,
+    pub(super) grid_params: std::cell::RefCell<Option<Rc<[GridParam]>>>,
+}
+
+/// A parameter the grid reads, with where its value comes from (worked out
+/// once per kernel from the metadata, so a launch looks nothing up by name
+/// in the kernel's maps).
+pub(super) struct GridParam {
+    pub(super) name: String,
+    /// Its index in [`TritonPlan::params`].
+    pub(super) index: Option<usize>,
+    /// An extra launcher argument: the expression passed, when one is.
+    pub(super) extra: bool,
+    /// Its signature entry.
+    pub(super) signature: ParamSource,
+    /// Its config value, the fallback.
+    pub(super) config: Option<i64>,
+}
+
+/// Where a signature parameter's value comes from.
+pub(super) enum ParamSource {
+    /// Not in the signature.
+    Absent,
+    /// Baked in: an integer constant or config constexpr, or `None` (a
+    /// constant of another kind, a constexpr without a config value).
+    Fixed(Option<i64>),
+    /// A runtime argument: the expression passed.
+    Runtime,
 }
 
 /// The kwargs of a Triton launch as a template: constants and config
 /// constexprs filled in, each runtime parameter a slot.
 pub(super) struct KwargsPlan<'p> {
-    pub(super) template: IndexMap<String, Arg>,
-    /// Per-launch work in signature order: (kwargs index, what to do).
-    pub(super) slots: Vec<(usize, Slot<'p>)>,
+    pub(super) names: KwargNames,
+    /// The value of each name: runtime parameters (slots) are `None`.
+    pub(super) template: Vec<Arg>,
+    /// Per-launch work in signature order: (kwargs index, what to do, the
+    /// name's index in [`TritonPlan::params`]).
+    pub(super) slots: Vec<(usize, Slot<'p>, Option<usize>)>,
 }
 
 pub(super) enum Slot<'p> {
@@ -93,7 +125,8 @@ impl<'p> GraphLowering<'p> {
             ir,
             is_subgraph: name.is_some(),
             options,
-            out: fx::Graph::new(),
+            // About one node per line, and a few per input.
+            out: fx::Graph::with_capacity(ir.lines.len().saturating_add(ir.inputs.len().saturating_mul(4))),
             buffers: HashMap::default(),
             symbols: HashMap::default(),
             exprs: HashMap::default(),
@@ -104,6 +137,7 @@ impl<'p> GraphLowering<'p> {
             grids: HashMap::default(),
             decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
             kernels: HashMap::default(),
+            layouts: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             at: Location::in_program(program, name, l.line),

@@ -2,10 +2,13 @@
 
 use super::*;
 
+/// Subgraphs lowered for one line, by name, and the symbols lifted into them.
+pub(super) type LoweredSubgraphs = (Vec<(String, fx::Graph)>, Vec<Symbol>);
+
 impl<'p> GraphLowering<'p> {
     /// Lowers subgraphs run by one line; lifted symbols become trailing
     /// placeholders, the same list in every one of them.
-    pub(super) fn subgraphs(&mut self, names: &[&GraphName]) -> Res<(Vec<(String, fx::Graph)>, Vec<Symbol>)> {
+    pub(super) fn subgraphs(&mut self, names: &[&GraphName]) -> Res<LoweredSubgraphs> {
         let mut lowered = Vec::new();
         let mut union: Vec<Symbol> = Vec::new();
         for n in names {

@@ -48,9 +48,26 @@ impl<'p> GraphLowering<'p> {
         }
     }
 
-    pub(super) fn val_of(&self, b: &BufName) -> Res<Option<Val>> {
+    /// `layout` as a shared value: one `Arc` per distinct layout of the
+    /// graph, however many nodes have it.
+    pub(super) fn shared_layout(&mut self, layout: &'p Layout) -> Arc<Layout> {
+        let same = self.layouts.entry(layout_key(layout)).or_default();
+        if let Some(l) = same.iter().find(|l| ***l == *layout) {
+            return l.clone();
+        }
+        let l = Arc::new(layout.clone());
+        // A bounded bucket: many distinct layouts with one key (sizes that
+        // differ only inside compound expressions) are not shared rather than
+        // scanned.
+        if same.len() < SHARED_LAYOUTS_PER_KEY {
+            same.push(l.clone());
+        }
+        l
+    }
+
+    pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
         Ok(match self.decls.get(b.as_str()).copied() {
-            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(l.clone())),
+            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
             Some(BufferKind::Multi) => Some(Val::Multi),
             None => {
                 return Err(ErrorKind::Undefined {
@@ -195,12 +212,40 @@ impl<'p> GraphLowering<'p> {
         &mut self,
         args: &[ArgValue],
         kwargs: &IndexMap<String, ArgValue>,
-    ) -> Res<(Vec<Arg>, IndexMap<String, Arg>)> {
+    ) -> Res<(Vec<Arg>, Kwargs)> {
         let a = args.iter().map(|x| self.arg(x)).collect::<Res<Vec<_>>>()?;
-        let mut k = IndexMap::new();
+        let mut k = Kwargs::new();
         for (n, v) in kwargs {
-            k.insert(n.clone(), self.arg(v)?);
+            k.insert(n, self.arg(v)?);
         }
         Ok((a, k))
     }
+}
+
+/// The most layouts [`GraphLowering::shared_layout`] keeps per [`layout_key`].
+const SHARED_LAYOUTS_PER_KEY: usize = 8;
+
+/// A cheap hash of a layout for [`GraphLowering::shared_layout`]: dtype,
+/// device, and each size, stride and offset to its first level (integers,
+/// symbol names, the kind of anything compound). Equal layouts have equal
+/// keys; layouts with one key are told apart by comparing them.
+pub(super) fn layout_key(l: &Layout) -> u64 {
+    fn shallow(e: &SymExpr, h: &mut rustc_hash::FxHasher) {
+        std::mem::discriminant(e).hash(h);
+        match e {
+            SymExpr::Int(v) => v.hash(h),
+            SymExpr::Sym(s) => s.as_str().hash(h),
+            _ => {}
+        }
+    }
+    let mut h = rustc_hash::FxHasher::default();
+    l.dtype.hash(&mut h);
+    l.device.hash(&mut h);
+    l.size.len().hash(&mut h);
+    for e in l.size.iter().chain(l.stride.iter()) {
+        shallow(e, &mut h);
+    }
+    shallow(&l.offset, &mut h);
+    l.alloc_numel.is_some().hash(&mut h);
+    h.finish()
 }

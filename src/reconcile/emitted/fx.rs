@@ -69,7 +69,7 @@ pub(super) fn collect_fx(
             let mut args = Vec::new();
             for (p, a) in kwargs {
                 args.push((
-                    p.clone(),
+                    p.to_string(),
                     fx_value(g, a).map_err(|m| format!("kernel `{kernel}`, `{p}`: {m}"))?,
                 ));
             }

@@ -1,0 +1,278 @@
+//! The naming machinery of [`Graph`]: the name index that makes
+//! [`Graph::fresh_name`] and [`Graph::insert`] constant-time, renames, and
+//! the bookkeeping of nodes handed out by [`Graph::node_mut`].
+
+use super::{names, Graph, Name, NodeId, Symbol};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::hash_map::Entry;
+
+/// Name lookup for [`Graph`]: how many nodes hold each name and, for a
+/// name used as a base, the first suffix that may still be free, so that
+/// naming a node neither rescans the graph (a 100,000-node lowering would
+/// be quadratic) nor allocates (names are [`Name`]s, inline when short).
+#[derive(Clone, Debug, Default)]
+pub(super) struct NameIndex {
+    /// Name -> its [`NameEntry`]. Nodes handed out by [`Graph::node_mut`]
+    /// stay indexed under their names at that time until reindexed.
+    entries: HashMap<Name, NameEntry>,
+    /// Nodes handed out by [`Graph::node_mut`] (which may rename them), each
+    /// once, with its (indexed) name at that time; reindexed by the next
+    /// mutating call.
+    touched: Vec<(NodeId, Name)>,
+    /// The symbols of [`super::Node::binds`] as sets, for nodes that bind
+    /// many (every precomputed size equal to one expression binds the same
+    /// node), so that [`Graph::bind_symbol`] does not rescan the list.
+    /// Dropped for nodes handed out by [`Graph::node_mut`].
+    pub(super) bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
+}
+
+/// What [`NameIndex`] knows of one name.
+#[derive(Clone, Copy, Debug, Default)]
+struct NameEntry {
+    /// Nodes that hold the name (as indexed); more than one only after a
+    /// rename through [`Graph::node_mut`].
+    nodes: u32,
+    /// As a base: `i` such that `base_1` .. `base_{i-1}` are all taken.
+    next_suffix: Option<u64>,
+}
+
+impl NameIndex {
+    /// An index with room for `n` names.
+    pub(super) fn with_capacity(n: usize) -> Self {
+        NameIndex {
+            entries: HashMap::with_capacity_and_hasher(n, Default::default()),
+            ..Default::default()
+        }
+    }
+}
+
+impl Graph {
+    /// `true` when a node already has this name or the name is reserved
+    /// ([`names::is_reserved`]).
+    pub fn has_name(&self, name: &str) -> bool {
+        self.taken(name) || names::is_reserved(name)
+    }
+
+    /// `true` when a node has this name.
+    fn taken(&self, name: &str) -> bool {
+        let indexed = self.names.entries.get(name).map_or(0, |e| e.nodes);
+        if self.names.touched.is_empty() {
+            return indexed > 0;
+        }
+        // Touched nodes are indexed under their names when handed out.
+        let mut count = i64::from(indexed);
+        for (id, old) in &self.names.touched {
+            let now = self.nodes.get(id.index()).map(|n| n.name.as_str());
+            if old.as_str() == name && now != Some(name) {
+                count -= 1;
+            } else if old.as_str() != name && now == Some(name) {
+                count += 1;
+            }
+        }
+        count > 0
+    }
+
+    /// A name not used yet for `candidate`, by torch.fx's namespace rules
+    /// ([`names`]): the candidate made an identifier when it is free and not
+    /// reserved, else `base_1`, `base_2`, ... (the first free one) where
+    /// `base` is the candidate without its numeric suffix. Reserved names
+    /// include the bare callables the printout calls ([`super::PRINTED_GLOBALS`]),
+    /// so no node shadows its own call target.
+    pub fn fresh_name(&self, candidate: &str) -> Name {
+        let candidate = names::sanitize(candidate);
+        if !self.has_name(&candidate) {
+            return Name::new(&candidate);
+        }
+        let (base, _) = names::split_suffix(&candidate);
+        // Suffixes below the hint are known to be taken, unless a node handed
+        // out by `node_mut` was renamed since (then start from 1).
+        let start = if self.names.touched.is_empty() {
+            self.names.entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1)
+        } else {
+            1
+        };
+        let mut i = start;
+        loop {
+            // A suffixed name has a digit, so it is never reserved.
+            let name = Name::with_suffix(base, i);
+            if !self.taken(&name) {
+                return name;
+            }
+            // A graph has far fewer than `u64::MAX` nodes.
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// [`Graph::fresh_name`], indexed as taken (one node more holds it):
+    /// one hash lookup for a free candidate, about three for a suffixed one.
+    /// Needs no touched nodes ([`Graph::reindex_touched`] first).
+    pub(super) fn claim_name(&mut self, candidate: &str) -> Name {
+        let candidate = names::sanitize(candidate);
+        let entries = &mut self.names.entries;
+        let mut hint = None;
+        match entries.entry(Name::new(&candidate)) {
+            Entry::Vacant(v) if !names::is_reserved(&candidate) => {
+                let name = v.key().clone();
+                v.insert(NameEntry {
+                    nodes: 1,
+                    next_suffix: None,
+                });
+                return name;
+            }
+            Entry::Occupied(mut o) => {
+                let e = o.get_mut();
+                if e.nodes == 0 && !names::is_reserved(&candidate) {
+                    e.nodes = 1;
+                    return o.key().clone();
+                }
+                if names::split_suffix(&candidate).1.is_none() {
+                    // The candidate is its own base: take the hint here and
+                    // move it past the suffix it will most likely get.
+                    let start = e.next_suffix.unwrap_or(1);
+                    e.next_suffix = Some(start.saturating_add(1));
+                    hint = Some(start);
+                }
+            }
+            Entry::Vacant(_) => {}
+        }
+        let (base, _) = names::split_suffix(&candidate);
+        let start = match hint {
+            Some(h) => h,
+            None => entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
+        };
+        let mut i = start;
+        let name = loop {
+            // A suffixed name has a digit, so it is never reserved.
+            match entries.entry(Name::with_suffix(base, i)) {
+                Entry::Vacant(v) => {
+                    let name = v.key().clone();
+                    v.insert(NameEntry {
+                        nodes: 1,
+                        next_suffix: None,
+                    });
+                    break name;
+                }
+                Entry::Occupied(mut o) if o.get().nodes == 0 => {
+                    o.get_mut().nodes = 1;
+                    break o.key().clone();
+                }
+                Entry::Occupied(_) => i = i.saturating_add(1),
+            }
+        };
+        if hint != Some(i) {
+            entries.entry(Name::new(base)).or_default().next_suffix = Some(i.saturating_add(1));
+        }
+        name
+    }
+
+    /// Records that one more node holds `name`.
+    fn index_name(&mut self, name: &Name) {
+        let e = self.names.entries.entry(name.clone()).or_default();
+        e.nodes = e.nodes.saturating_add(1);
+    }
+
+    /// Records that one node less holds `name`: lowers the suffix hint of the
+    /// base it may have been generated from (`base_i`).
+    fn unindex_name(&mut self, name: &str) {
+        if let Some(e) = self.names.entries.get_mut(name) {
+            e.nodes = e.nodes.saturating_sub(1);
+            if e.nodes == 0 && e.next_suffix.is_none() {
+                self.names.entries.remove(name);
+            }
+        }
+        if let (base, Some(i)) = names::split_suffix(name) {
+            if let Some(hint) = self.names.entries.get_mut(base).and_then(|e| e.next_suffix.as_mut()) {
+                *hint = (*hint).min(i);
+            }
+        }
+    }
+
+    /// Reindexes the nodes handed out by [`Graph::node_mut`].
+    pub(super) fn reindex_touched(&mut self) {
+        if self.names.touched.is_empty() {
+            return;
+        }
+        for (id, old) in std::mem::take(&mut self.names.touched) {
+            self.names.bind_sets.remove(&id);
+            let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {
+                continue;
+            };
+            if new != old {
+                self.unindex_name(&old);
+                self.index_name(&new);
+            }
+        }
+    }
+
+    /// Remembers that node `id` is handed out mutably (it may be renamed).
+    pub(super) fn touch(&mut self, id: NodeId) {
+        if self.names.touched.iter().any(|(t, _)| *t == id) {
+            return;
+        }
+        if let Some(n) = self.nodes.get(id.index()) {
+            self.names.touched.push((id, n.name.clone()));
+        }
+    }
+
+    /// Renames a node when the new name is free; returns whether it did.
+    pub fn try_rename(&mut self, id: NodeId, name: &str) -> bool {
+        self.reindex_touched();
+        if self.has_name(name) {
+            return false;
+        }
+        let new = Name::new(name);
+        let Some(node) = self.nodes.get_mut(id.index()) else {
+            return false;
+        };
+        let old = std::mem::replace(&mut node.name, new.clone());
+        self.unindex_name(&old);
+        self.index_name(&new);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fx::{Graph, Op};
+
+    fn push(g: &mut Graph, name: &str) -> String {
+        let id = g.push(name, Op::Constant { name: "c".into() }, None);
+        g.node(id).name.to_string()
+    }
+
+    #[test]
+    fn renames_free_and_take_names() {
+        let mut g = Graph::new();
+        assert_eq!(push(&mut g, "a"), "a");
+        assert_eq!(push(&mut g, "a"), "a_1");
+        let first = g.order()[0];
+        g.node_mut(first).name = crate::fx::Name::new("b");
+        assert!(!g.has_name("a"));
+        assert!(g.has_name("b"));
+        assert_eq!(g.fresh_name("a"), "a");
+        assert_eq!(g.fresh_name("b"), "b_1");
+        assert_eq!(push(&mut g, "b"), "b_1");
+        assert_eq!(push(&mut g, "a"), "a");
+        let second = g.order()[1];
+        assert!(g.try_rename(second, "c"));
+        assert!(!g.try_rename(second, "b"));
+        assert!(!g.has_name("a_1"));
+        assert_eq!(push(&mut g, "a"), "a_1");
+        assert_eq!(push(&mut g, "a"), "a_2");
+        assert_eq!(push(&mut g, "max"), "max_1");
+        assert_eq!(push(&mut g, "c_1"), "c_1");
+        assert_eq!(push(&mut g, "c_1"), "c_2");
+    }
+
+    #[test]
+    fn a_node_touched_twice_is_reindexed_once() {
+        let mut g = Graph::new();
+        let id = g.push("x", Op::Constant { name: "c".into() }, None);
+        g.node_mut(id).name = crate::fx::Name::new("y");
+        g.node_mut(id).name = crate::fx::Name::new("x");
+        assert!(g.has_name("x"));
+        assert!(!g.has_name("y"));
+        assert_eq!(push(&mut g, "y"), "y");
+        assert_eq!(push(&mut g, "x"), "x_1");
+    }
+}
