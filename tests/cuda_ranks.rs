@@ -112,8 +112,12 @@ fn collectives_on_nccl_match_the_host_communicator() {
                 .collect();
             let host = collective::run_ranks(ProcessGroups::world(w), host_jobs, CollectiveOptions::default()).unwrap();
             for (rank, (g, h)) in gpu.iter().zip(&host).enumerate() {
-                let g = g.as_ref().unwrap_or_else(|e| panic!("{dtype_name} `{line}` rank {rank} on NCCL: {e}"));
-                let h = h.as_ref().unwrap_or_else(|e| panic!("{dtype_name} `{line}` rank {rank} on the host: {e}"));
+                let g = g
+                    .as_ref()
+                    .unwrap_or_else(|e| panic!("{dtype_name} `{line}` rank {rank} on NCCL: {e}"));
+                let h = h
+                    .as_ref()
+                    .unwrap_or_else(|e| panic!("{dtype_name} `{line}` rank {rank} on the host: {e}"));
                 let (g, h) = (g.outputs[0].as_tensor().unwrap(), h.outputs[0].as_tensor().unwrap());
                 assert_eq!(g.size(), h.size(), "{dtype_name} `{line}` rank {rank}");
                 // Inputs are multiples of 1/4 small enough that every sum is
@@ -137,7 +141,12 @@ fn prepared_replays_and_graphs_hold_the_collectives() {
         .map(|r| collective_program(&format!("cuda:{r}"), "f32", n, n, line))
         .collect();
     let inputs: Vec<IndexMap<String, Tensor>> = (0..w).map(|r| inputs_for(r, n, wrapir::ir::DType::Float32)).collect();
-    let world = NcclWorld::new(ProcessGroups::world(w), CollectiveOptions::default(), &CudaPaths::from_env()).unwrap();
+    let world = NcclWorld::new(
+        ProcessGroups::world(w),
+        CollectiveOptions::default(),
+        &CudaPaths::from_env(),
+    )
+    .unwrap();
     let results: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..w)
             .map(|r| {
@@ -196,7 +205,12 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     };
 
     // Two ranks on one GPU: refused before anything starts.
-    let e = cuda::run_ranks(ProcessGroups::world(2), vec![job(0), job(0)], CollectiveOptions::default()).unwrap_err();
+    let e = cuda::run_ranks(
+        ProcessGroups::world(2),
+        vec![job(0), job(0)],
+        CollectiveOptions::default(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("ranks 0 and 1 are both on cuda:0"), "{e}");
 
     // A rank whose GPU does not exist fails, and the rank waiting for it to
@@ -218,7 +232,9 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
 
     // A collective outside a multi-rank run.
-    let e = cuda::run_program(&p, CudaOptions::from_env(), &x).unwrap_err().to_string();
+    let e = cuda::run_program(&p, CudaOptions::from_env(), &x)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("a collective runs only in a multi-rank run"), "{e}");
 
     // A reduce op NCCL does not have.

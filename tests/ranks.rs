@@ -121,7 +121,11 @@ fn cuda_rank_sets_check_and_run_on_meta() {
         let d = dir.to_str().unwrap();
         let r = common::wrapir(&["check", d]);
         assert_eq!(r.code, 0, "{d}: {}{}", r.stdout, r.stderr);
-        assert!(r.stdout.contains("1 ranks issue the same collectives"), "{d}: {}", r.stdout);
+        assert!(
+            r.stdout.contains("1 ranks issue the same collectives"),
+            "{d}: {}",
+            r.stdout
+        );
         let r = common::wrapir(&["run", d, "--device", "meta"]);
         assert_eq!(r.code, 0, "{d}: {}{}", r.stdout, r.stderr);
     }
@@ -471,11 +475,7 @@ fn cli_runs_and_checks_a_rank_set() {
     let r = common::wrapir(&["run", set, "--device", "cuda"]);
     assert_ne!(r.code, 0, "{}{}", r.stdout, r.stderr);
     if !cfg!(feature = "cuda") {
-        assert!(
-            r.stderr.contains("built without the `cuda` feature"),
-            "{}",
-            r.stderr
-        );
+        assert!(r.stderr.contains("built without the `cuda` feature"), "{}", r.stderr);
     }
 
     let r = common::wrapir(&["check", set]);

@@ -58,7 +58,9 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             };
             let results = results.map_err(|e| anyhow::anyhow!("{}: {e}", args.program.display()))?;
             match args.device {
-                RunDevice::Cuda => println!("device: cuda ({world} ranks, one GPU and thread each, collectives on NCCL)"),
+                RunDevice::Cuda => {
+                    println!("device: cuda ({world} ranks, one GPU and thread each, collectives on NCCL)")
+                }
                 _ => println!("device: cpu ({world} ranks, one thread each)"),
             }
             let mut failed = Vec::new();

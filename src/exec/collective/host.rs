@@ -81,16 +81,17 @@ impl HostCommunicator {
         args: &[Value<Tensor>],
         kwargs: &IndexMap<String, Value<Tensor>>,
     ) -> Result<Value<Tensor>, ExecError> {
-        let (op, request, group, in_place, input) = match CollectiveCall::parse(self.groups(), key, &|i, kw| args.get(i).or_else(|| kwargs.get(kw)))? {
-            CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
-            CollectiveCall::Collective {
-                op,
-                request,
-                group,
-                in_place,
-                input,
-            } => (op, request, group, in_place, input),
-        };
+        let (op, request, group, in_place, input) =
+            match CollectiveCall::parse(self.groups(), key, &|i, kw| args.get(i).or_else(|| kwargs.get(kw)))? {
+                CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
+                CollectiveCall::Collective {
+                    op,
+                    request,
+                    group,
+                    in_place,
+                    input,
+                } => (op, request, group, in_place, input),
+            };
         let err = |m: String| ExecError::op(&op, m);
         if let Request::AllReduce { reduce } | Request::ReduceScatter { reduce } = &request {
             check_reduce(reduce, input.dtype(), "host collectives").map_err(err)?;
@@ -284,43 +285,16 @@ pub fn run_ranks(
     jobs: Vec<RankJob<'_>>,
     options: CollectiveOptions,
 ) -> Result<Vec<Result<crate::exec::interp::RunOutput<Tensor>, crate::exec::RunError>>, ExecError> {
-    if jobs.len() != groups.world_size {
-        return Err(ExecError::Input(format!(
-            "{} rank programs for a world of {} ranks",
-            jobs.len(),
-            groups.world_size
-        )));
-    }
+    super::check_job_count(jobs.len(), groups.world_size)?;
     let comm = HostCommunicator::new(groups, options)?;
     let mut jobs = jobs;
     for (rank, job) in jobs.iter_mut().enumerate() {
         comm.register(&mut job.backend, rank)?;
     }
-    let results = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(rank, mut job)| {
-                let comm = Arc::clone(&comm);
-                scope.spawn(move || {
-                    let r = crate::exec::host::run_program_on(job.program, &mut job.backend, job.inputs);
-                    if let Err(e) = &r {
-                        comm.abort(&format!("rank {rank} failed: {e}"));
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    comm.abort(&format!("rank {rank} panicked"));
-                    Err(crate::exec::RunError::Exec(ExecError::Input(format!("rank {rank} panicked"))))
-                })
-            })
-            .collect()
-    });
-    Ok(results)
+    Ok(super::on_rank_threads(jobs, &|m| comm.abort(m), &|_,
+                                                          mut job: RankJob<
+        '_,
+    >| {
+        crate::exec::host::run_program_on(job.program, &mut job.backend, job.inputs)
+    }))
 }

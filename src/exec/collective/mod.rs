@@ -29,7 +29,7 @@ pub(crate) mod rendezvous;
 
 pub use host::{run_ranks, HostCommunicator, RankJob};
 
-use super::{ExecError, Value};
+use super::{ExecError, RunError, Value};
 use crate::ir::DType;
 use indexmap::IndexMap;
 use std::time::Duration;
@@ -126,11 +126,17 @@ pub const OPS: &[&str] = &[
 /// What a call asks of its group (compared across the members).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Request {
-    AllReduce { reduce: String },
+    AllReduce {
+        reduce: String,
+    },
     AllGather,
-    ReduceScatter { reduce: String },
+    ReduceScatter {
+        reduce: String,
+    },
     /// `src` is a global rank.
-    Broadcast { src: usize },
+    Broadcast {
+        src: usize,
+    },
     /// Joining the group's communicator (NCCL), before any call.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     Join,
@@ -257,6 +263,51 @@ impl<'a, T> CollectiveCall<'a, T> {
             input,
         })
     }
+}
+
+/// Checks that there is one job per rank of a world of `world_size`.
+pub(crate) fn check_job_count(jobs: usize, world_size: usize) -> Result<(), ExecError> {
+    if jobs != world_size {
+        return Err(ExecError::Input(format!(
+            "{jobs} rank programs for a world of {world_size} ranks"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `run(rank, job)` for every job (`jobs[r]` is global rank `r`) on its
+/// own thread and returns the results in rank order. A rank that fails or
+/// panics calls `abort` with why, so that the others stop waiting for it.
+pub(crate) fn on_rank_threads<J: Send, T: Send>(
+    jobs: Vec<J>,
+    abort: &(dyn Fn(&str) + Sync),
+    run: &(dyn Fn(usize, J) -> Result<T, RunError> + Sync),
+) -> Vec<Result<T, RunError>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(rank, job)| {
+                scope.spawn(move || {
+                    let r = run(rank, job);
+                    if let Err(e) = &r {
+                        abort(&format!("rank {rank} failed: {e}"));
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                h.join().unwrap_or_else(|_| {
+                    abort(&format!("rank {rank} panicked"));
+                    Err(RunError::Exec(ExecError::Input(format!("rank {rank} panicked"))))
+                })
+            })
+            .collect()
+    })
 }
 
 pub(crate) fn is_integral(dtype: DType) -> bool {

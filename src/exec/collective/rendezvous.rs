@@ -208,10 +208,7 @@ fn disagreement(first: &Signature, op: &str, signature: &Signature) -> Option<St
         return Some(format!("`{op}` on {} against {}", signature.dtype, first.dtype));
     }
     if first.size != signature.size {
-        return Some(format!(
-            "`{op}` on sizes {:?} against {:?}",
-            signature.size, first.size
-        ));
+        return Some(format!("`{op}` on sizes {:?} against {:?}", signature.size, first.size));
     }
     None
 }

@@ -26,7 +26,9 @@
 use super::library::{self, Address, LibraryCall};
 use super::{libraries, CudaBackend, CudaError, CudaOptions, CudaTensor};
 use crate::exec::collective::rendezvous::{Rendezvous, Signature};
-use crate::exec::collective::{check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, Request, OPS};
+use crate::exec::collective::{
+    check_job_count, check_reduce, on_rank_threads, CollectiveCall, CollectiveOptions, ProcessGroups, Request, OPS,
+};
 use crate::exec::host::op_key;
 use crate::exec::interp::RunOutput;
 use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
@@ -49,7 +51,9 @@ pub struct NcclWorld {
 
 impl std::fmt::Debug for NcclWorld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclWorld").field("groups", self.calls.groups()).finish()
+        f.debug_struct("NcclWorld")
+            .field("groups", self.calls.groups())
+            .finish()
     }
 }
 
@@ -193,7 +197,9 @@ impl CudaBackend {
             };
             world
                 .joins
-                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| Ok(vec![(); m.len()]))
+                .meet(rank, "ncclCommInitRank", name, joining, (), |_, m| {
+                    Ok(vec![(); m.len()])
+                })
                 .map_err(|m| ExecError::Input(format!("creating the communicator of process group `{name}`: {m}")))?;
             let id = world
                 .ids
@@ -213,7 +219,11 @@ impl CudaBackend {
             // other members, whose own calls would need that lock.
             // SAFETY: `raw` is a valid out-pointer, `id` the group's unique
             // id; the backend's context is current on this thread.
-            check("ncclCommInitRank", unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) }, None)?;
+            check(
+                "ncclCommInitRank",
+                unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) },
+                None,
+            )?;
             comms.insert(
                 name.clone(),
                 Arc::new(Comm {
@@ -256,7 +266,11 @@ fn nccl_reduce(reduce: &str, dtype: DType) -> Result<nccl::ncclRedOp_t, String> 
         "min" => R::ncclMin,
         "max" => R::ncclMax,
         "avg" if dtype.is_floating() => R::ncclAvg,
-        other => return Err(format!("reduce op `{other}` on a {dtype} tensor is not supported by NCCL")),
+        other => {
+            return Err(format!(
+                "reduce op `{other}` on a {dtype} tensor is not supported by NCCL"
+            ))
+        }
     })
 }
 
@@ -390,7 +404,12 @@ pub(super) fn call(
     let spec = input.spec.clone();
     let dtype = nccl_dtype(spec.dtype).ok_or_else(|| err(format!("NCCL has no {} type", spec.dtype)))?;
     let dense = crate::exec::contiguous_strides(&spec.size);
-    if spec.size.iter().zip(spec.stride.iter().zip(&dense)).any(|(s, (a, b))| *s > 1 && a != b) {
+    if spec
+        .size
+        .iter()
+        .zip(spec.stride.iter().zip(&dense))
+        .any(|(s, (a, b))| *s > 1 && a != b)
+    {
         return Err(err(format!(
             "the input has strides {:?}; NCCL takes dense row-major tensors ({dense:?})",
             spec.stride
@@ -486,13 +505,7 @@ pub fn run_ranks(
     jobs: Vec<CudaRankJob<'_>>,
     options: CollectiveOptions,
 ) -> Result<Vec<Result<RunOutput<Tensor>, RunError>>, ExecError> {
-    if jobs.len() != groups.world_size {
-        return Err(ExecError::Input(format!(
-            "{} rank programs for a world of {} ranks",
-            jobs.len(),
-            groups.world_size
-        )));
-    }
+    check_job_count(jobs.len(), groups.world_size)?;
     for (i, a) in jobs.iter().enumerate() {
         if let Some(j) = jobs[..i].iter().position(|b| b.options.ordinal == a.options.ordinal) {
             return Err(ExecError::Input(format!(
@@ -504,33 +517,9 @@ pub fn run_ranks(
     // NCCL is loaded once per process, from where the first rank's options say.
     let paths = jobs.first().map(|j| j.options.paths.clone()).unwrap_or_default();
     let world = NcclWorld::new(groups, options, &paths)?;
-    let results = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .into_iter()
-            .enumerate()
-            .map(|(rank, job)| {
-                let world = Arc::clone(&world);
-                scope.spawn(move || {
-                    let r = run_rank(&world, rank, job);
-                    if let Err(e) = &r {
-                        world.abort(&format!("rank {rank} failed: {e}"));
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    world.abort(&format!("rank {rank} panicked"));
-                    Err(RunError::Exec(ExecError::Input(format!("rank {rank} panicked"))))
-                })
-            })
-            .collect()
-    });
-    Ok(results)
+    Ok(on_rank_threads(jobs, &|m| world.abort(m), &|rank, job| {
+        run_rank(&world, rank, job)
+    }))
 }
 
 fn run_rank(world: &Arc<NcclWorld>, rank: usize, job: CudaRankJob<'_>) -> Result<RunOutput<Tensor>, RunError> {
