@@ -215,6 +215,9 @@ fn device_inputs_are_used_in_place() {
         let out = session.outputs_to_host().unwrap();
         assert_eq!(bits(&out), bits(&reference), "call {call}");
     }
+    // The same device buffers, borrowed afresh on every call, are the same
+    // inputs: the first call records and the others replay.
+    assert_eq!(session.recordings(), 1, "run_device recorded more than once");
     // An input labelled with another CUDA device is an error naming it.
     let mut elsewhere = device.clone();
     let (name, first) = elsewhere.iter_mut().next().unwrap();
