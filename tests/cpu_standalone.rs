@@ -24,20 +24,6 @@ use wrapir::lower::cpp::package::target_name;
 /// the refusal (the op or kernel it names). None today.
 const REFUSED: &[(&str, &str)] = &[];
 
-/// Flags for the package's two files (warnings are errors, as for every
-/// generated wrapper; no optimisation: the kernels are compiled already).
-const GXX_FLAGS: &[&str] = &[
-    "-std=c++17",
-    "-O0",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wno-unused-parameter",
-    "-Wno-unused-variable",
-    "-Wno-unused-but-set-variable",
-    "-Wno-unknown-pragmas",
-];
-
 /// How one bundle's package did.
 enum Outcome {
     /// Built, ran and compared: the largest absolute error against eager.
@@ -70,7 +56,9 @@ fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
     let quoted = |p: &Path| format!("\"{}\"", p.display());
     let built = common::run_tool(
         Command::new("g++")
-            .args(GXX_FLAGS)
+            .args(common::GXX_WARNINGS)
+            // No optimisation: the kernels are compiled already.
+            .arg("-O0")
             .arg(format!("-DWRAPIR_CUBIN_DIR={}", quoted(&package)))
             .arg(format!("-DWRAPIR_PACKAGE_DIR={}", quoted(&package)))
             .arg("-I")

@@ -25,17 +25,6 @@ fn program_of(bundle: &Path) -> wrapir::ir::Program {
     wrapir::ir::Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap()
 }
 
-const GXX_FLAGS: &[&str] = &[
-    "-std=c++17",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-Wno-unused-parameter",
-    "-Wno-unused-variable",
-    "-Wno-unused-but-set-variable",
-    "-Wno-unknown-pragmas",
-];
-
 #[test]
 fn every_bundle_package_compiles_against_cuda_h() {
     let include = common::cuda_include();
@@ -46,7 +35,7 @@ fn every_bundle_package_compiles_against_cuda_h() {
     // A precompiled header g++ cannot use is ignored, and the header parsed.)
     let pch = common::run_tool(
         Command::new("g++")
-            .args(GXX_FLAGS.iter().filter(|f| **f != "-Werror"))
+            .args(common::GXX_WARNINGS.iter().filter(|f| **f != "-Werror"))
             .args(["-x", "c++-header"])
             .arg("-I")
             .arg(&include)
@@ -104,7 +93,7 @@ fn every_bundle_package_compiles_against_cuda_h() {
                     for src in chunk {
                         let out = common::run_tool(
                             Command::new("g++")
-                                .args(GXX_FLAGS)
+                                .args(common::GXX_WARNINGS)
                                 .arg("-fsyntax-only")
                                 .arg("-I")
                                 .arg(dir)

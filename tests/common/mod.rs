@@ -262,3 +262,17 @@ pub fn runtime_dir() -> PathBuf {
     // target/<profile>/deps/<test>-<hash>
     exe.parent().and_then(|p| p.parent()).map(PathBuf::from).unwrap()
 }
+
+/// The warnings every generated C++ wrapper is compiled with (C++17, all
+/// warnings as errors but the unused names and OpenMP pragmas generated
+/// code has), for the tests that compile wrappers with `g++`.
+pub const GXX_WARNINGS: &[&str] = &[
+    "-std=c++17",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wno-unused-parameter",
+    "-Wno-unused-variable",
+    "-Wno-unused-but-set-variable",
+    "-Wno-unknown-pragmas",
+];

@@ -33,18 +33,8 @@ fn standalone_output_compiles_against_cuda_h() {
     for src in &sources {
         let out = common::run_tool(
             Command::new("g++")
-                .args([
-                    "-std=c++17",
-                    "-fsyntax-only",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-Wno-unused-parameter",
-                    "-Wno-unused-variable",
-                    "-Wno-unused-but-set-variable",
-                    // C++ kernel sources carry `#pragma omp`; they are built with -fopenmp.
-                    "-Wno-unknown-pragmas",
-                ])
+                .args(common::GXX_WARNINGS)
+                .arg("-fsyntax-only")
                 .arg("-I")
                 .arg(&include)
                 .arg("-I")
