@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use wrapir::bundle::{conventions, Bundle};
 use wrapir::lower::cpp::package::target_name;
@@ -33,8 +33,8 @@ enum Outcome {
 }
 
 /// Packages, builds and runs the bundle at `dir` in `work`, linking the
-/// runtime library in `runtime`, and compares its outputs.
-fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
+/// runtime library in `runtime` (with `build`), and compares its outputs.
+fn check(dir: &Path, work: &Path, runtime: &Path, build: Build) -> Result<Outcome, String> {
     let case = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -52,32 +52,10 @@ fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
         return Ok(Outcome::Refused(lowered.stderr));
     }
     let target = target_name(&case);
-    let exe = package.join(&target);
-    let quoted = |p: &Path| format!("\"{}\"", p.display());
-    let built = common::run_tool(
-        Command::new("g++")
-            .args(common::GXX_WARNINGS)
-            // No optimisation: the kernels are compiled already.
-            .arg("-O0")
-            .arg(format!("-DWRAPIR_CUBIN_DIR={}", quoted(&package)))
-            .arg(format!("-DWRAPIR_PACKAGE_DIR={}", quoted(&package)))
-            .arg("-I")
-            .arg(&package)
-            .arg(package.join("main.cpp"))
-            .arg(package.join(format!("{target}.cpp")))
-            .arg("-L")
-            .arg(runtime)
-            .arg("-lwrapir_runtime")
-            .arg(format!("-Wl,-rpath,{}", runtime.display()))
-            .arg("-ldl")
-            .arg("-o")
-            .arg(&exe),
-        "g++",
-        "building the standalone package of a CPU bundle",
-    );
-    if !built.status.success() {
-        return Err(format!("g++: {}", String::from_utf8_lossy(&built.stderr)));
-    }
+    let exe = match build {
+        Build::Gxx => build_with_gxx(&package, &target, runtime)?,
+        Build::Cmake => build_with_cmake(&package, &target, runtime)?,
+    };
     let outputs = package.join("outputs.safetensors");
     let ran = Command::new(&exe)
         .arg(dir.join(wrapir::bundle::INPUTS))
@@ -111,6 +89,78 @@ fn check(dir: &Path, work: &Path, runtime: &Path) -> Result<Outcome, String> {
     Ok(Outcome::Passed(err))
 }
 
+/// How a test builds a package.
+#[derive(Clone, Copy)]
+enum Build {
+    /// `g++` on the package's two sources, as the package's CMake project
+    /// would (fast: one compiler call).
+    Gxx,
+    /// The package's own CMake project: `cmake -S PACKAGE -B PACKAGE/build
+    /// -DWRAPIR_RUNTIME_DIR=RUNTIME`, then `cmake --build`, as the README
+    /// tells users to.
+    Cmake,
+}
+
+/// Builds the package's executable `target` with `g++`: its path.
+fn build_with_gxx(package: &Path, target: &str, runtime: &Path) -> Result<PathBuf, String> {
+    let exe = package.join(target);
+    let quoted = |p: &Path| format!("\"{}\"", p.display());
+    let built = common::run_tool(
+        Command::new("g++")
+            .args(common::GXX_WARNINGS)
+            // No optimisation: the kernels are compiled already.
+            .arg("-O0")
+            .arg(format!("-DWRAPIR_CUBIN_DIR={}", quoted(&package)))
+            .arg(format!("-DWRAPIR_PACKAGE_DIR={}", quoted(&package)))
+            .arg("-I")
+            .arg(&package)
+            .arg(package.join("main.cpp"))
+            .arg(package.join(format!("{target}.cpp")))
+            .arg("-L")
+            .arg(runtime)
+            .arg("-lwrapir_runtime")
+            .arg(format!("-Wl,-rpath,{}", runtime.display()))
+            .arg("-ldl")
+            .arg("-o")
+            .arg(&exe),
+        "g++",
+        "building the standalone package of a CPU bundle",
+    );
+    if !built.status.success() {
+        return Err(format!("g++: {}", String::from_utf8_lossy(&built.stderr)));
+    }
+    Ok(exe)
+}
+
+/// Configures and builds the package's CMake project: the executable's path.
+fn build_with_cmake(package: &Path, target: &str, runtime: &Path) -> Result<PathBuf, String> {
+    let build = package.join("build");
+    let steps: [(&str, Vec<std::ffi::OsString>); 2] = [
+        (
+            "configure",
+            vec![
+                "-S".into(),
+                package.into(),
+                "-B".into(),
+                build.clone().into(),
+                format!("-DWRAPIR_RUNTIME_DIR={}", runtime.display()).into(),
+            ],
+        ),
+        ("build", vec!["--build".into(), build.clone().into()]),
+    ];
+    for (step, args) in steps {
+        let out = common::run_tool(Command::new("cmake").args(&args), "cmake", "building a package's CMake project");
+        if !out.status.success() {
+            return Err(format!(
+                "cmake {step}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(build.join(target))
+}
+
 #[test]
 fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
     let runtime = common::runtime_dir();
@@ -133,7 +183,7 @@ fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
             let case = dir.file_name().unwrap().to_string_lossy().into_owned();
             let name = format!("{backend}/{case}");
             let refusal = REFUSED.iter().find(|(c, _)| *c == name).map(|(_, why)| *why);
-            match (check(&dir, &backend_work, &runtime), refusal) {
+            match (check(&dir, &backend_work, &runtime, Build::Gxx), refusal) {
                 (Ok(Outcome::Passed(err)), None) => {
                     passed += 1;
                     table += &format!("{backend:<8} {case:<22} {err}\n");
@@ -184,4 +234,32 @@ fn a_package_calling_an_op_the_host_context_lacks_is_refused() {
     }
     assert!(!package.exists(), "a refused program must not leave a package");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A host-only package builds with its own CMake project, as the README
+/// tells users to (`cmake -S PACKAGE -B build && cmake --build build`, no
+/// CUDA toolkit), for one bundle of each CPU kernel backend, and its
+/// outputs match eager's. Without `cmake` on PATH the test says so and
+/// passes (CI's `.ci/run` installs it).
+#[test]
+fn host_only_packages_build_with_their_cmake_project() {
+    if Command::new("cmake").arg("--version").output().is_err() {
+        println!("skipped: cmake not found on PATH (install it, e.g. `apt-get install cmake`)");
+        return;
+    }
+    let runtime = common::runtime_dir();
+    let work = common::scratch("cpu_standalone", "cmake");
+    let mut failures = Vec::new();
+    for case in ["cpp/small_cnn", "halide/addmm_relu"] {
+        let dir = common::root().join("fixtures/inductor/bundles_cpu").join(case);
+        let backend_work = work.join(case.split('/').next().unwrap_or(case));
+        std::fs::create_dir_all(&backend_work).unwrap();
+        match check(&dir, &backend_work, &runtime, Build::Cmake) {
+            Ok(Outcome::Passed(err)) => println!("{case}: built with cmake, max abs err against eager {err}"),
+            Ok(Outcome::Refused(message)) => failures.push(format!("{case}: refused: {message}")),
+            Err(e) => failures.push(format!("{case}: {e}")),
+        }
+    }
+    common::assert_no_failures(&failures);
+    let _ = std::fs::remove_dir_all(&work);
 }

@@ -740,7 +740,9 @@ impl Session {
         Ok(host)
     }
 
-    /// Recordings this session holds (one per shape bucket seen).
+    /// Recordings this session holds (one per shape bucket and placement of
+    /// the inputs seen: host inputs staged by the session, or the caller's
+    /// device buffers).
     pub fn recordings(&self) -> usize {
         self.cache.len()
     }
