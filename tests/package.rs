@@ -30,7 +30,7 @@ fn pack(name: &str, dir: &Path) -> PathBuf {
     let out = dir.join(format!("{name}.wirpkg"));
     let r = wrapir(&["pack", s(&bundle_dir(name)), "-o", s(&out)]);
     assert_eq!(r.code, 0, "pack {name}: {}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("packed"), "{}", r.stdout);
+    common::assert_contains(&r.stdout, "packed");
     out
 }
 
@@ -77,7 +77,7 @@ fn every_verb_gives_the_same_result_on_the_package() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn program_files_open_and_pack() {
     assert_eq!(p.program(), b.program());
     let r = wrapir(&["run", s(&pkg), "--hint", "u0=7"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("bound symbols: u0 = 7"), "{}", r.stdout);
+    common::assert_contains(&r.stdout, "bound symbols: u0 = 7");
     // A directory without a program is not a bundle.
     let err = Bundle::open(&dir).unwrap_err().to_string();
     assert!(err.contains("without `program.json`"), "{err}");
@@ -368,7 +368,7 @@ fn bad_packages_are_clear_errors() {
             Ok(_) => failures.push(format!("{what}: opened")),
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let b = open_bytes(&dir, "inputs.wirpkg", &bad_inputs).unwrap();
     let err = b.inputs().unwrap_err().to_string();
     assert!(
@@ -387,10 +387,5 @@ fn bad_packages_are_clear_errors() {
     std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();
     let r = wrapir(&["check", s(&dir.join("v2.wirpkg"))]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stderr
-            .contains("v2.wirpkg: package format version 2 is not supported"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "v2.wirpkg: package format version 2 is not supported");
 }

@@ -148,7 +148,7 @@ fn every_fixture_runs_on_meta() {
             failures.push(format!("SETUPS names `{}`, which is not a fixture", s.fixture));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -254,9 +254,39 @@ fn file(header: &str, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn malformed_safetensors_are_clear_errors() {
-    let f32_entry = |shape: &str, begin: u64, end: u64| {
-        format!(r#"{{"x":{{"dtype":"F32","shape":{shape},"data_offsets":[{begin},{end}]}}}}"#)
-    };
+    // One f32 tensor `x`: name, shape, data offsets, data section length, the error.
+    let f32_cases: [(&str, &str, u64, u64, usize, &str); 5] = [
+        ("negative dim", "[-1]", 0, 4, 4, "is not a non-negative integer"),
+        (
+            "offsets past end",
+            "[2]",
+            0,
+            8,
+            4,
+            "data offsets [0, 8] are outside the 4-byte data section",
+        ),
+        ("reversed offsets", "[0]", 4, 0, 4, "data offsets [4, 0]"),
+        (
+            "byte count",
+            "[3]",
+            0,
+            8,
+            8,
+            "f32 of shape [3] needs 12 bytes, but its data offsets span 8",
+        ),
+        (
+            "overflowing shape",
+            "[4294967296, 4294967296]",
+            0,
+            4,
+            4,
+            "needs 18446744073709551615 bytes",
+        ),
+    ];
+    let f32_files = f32_cases.map(|(name, shape, begin, end, len, want)| {
+        let header = format!(r#"{{"x":{{"dtype":"F32","shape":{shape},"data_offsets":[{begin},{end}]}}}}"#);
+        (name, file(&header, &vec![0; len]), want)
+    });
     let mut huge = 1_000_000u64.to_le_bytes().to_vec();
     huge.extend_from_slice(b"{}");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -275,31 +305,6 @@ fn malformed_safetensors_are_clear_errors() {
             "tensor `x`: missing `shape`",
         ),
         (
-            "negative dim",
-            file(&f32_entry("[-1]", 0, 4), &[0; 4]),
-            "is not a non-negative integer",
-        ),
-        (
-            "offsets past end",
-            file(&f32_entry("[2]", 0, 8), &[0; 4]),
-            "data offsets [0, 8] are outside the 4-byte data section",
-        ),
-        (
-            "reversed offsets",
-            file(&f32_entry("[0]", 4, 0), &[0; 4]),
-            "data offsets [4, 0]",
-        ),
-        (
-            "byte count",
-            file(&f32_entry("[3]", 0, 8), &[0; 8]),
-            "f32 of shape [3] needs 12 bytes, but its data offsets span 8",
-        ),
-        (
-            "overflowing shape",
-            file(&f32_entry("[4294967296, 4294967296]", 0, 4), &[0; 4]),
-            "needs 18446744073709551615 bytes",
-        ),
-        (
             "bad bool",
             file(r#"{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]),
             "byte 7 at element 1 is not a boolean",
@@ -314,15 +319,38 @@ fn malformed_safetensors_are_clear_errors() {
             file(r#"{"__metadata__":{"k":1}}"#, &[]),
             "`__metadata__` must be an object of strings",
         ),
+        (
+            "gap between tensors",
+            file(
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#,
+                &[0; 12],
+            ),
+            "tensor `b`: data offsets [8, 12] do not start where the tensors before end (byte 4)",
+        ),
+        (
+            "bytes past the tensors",
+            file(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 8]),
+            "the tensors cover 4 of the 8 bytes",
+        ),
+        (
+            "dtype wrapir lacks",
+            file(r#"{"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}}"#, &[0; 2]),
+            "tensor `a`: safetensors dtype `U16` has no wrapir dtype",
+        ),
+        (
+            "sub-byte dtype not filling its bytes",
+            file(r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#, &[0; 2]),
+            "tensor `a`: F4 of shape [3] does not fill the 2 bytes",
+        ),
     ];
     let mut failures = Vec::new();
-    for (name, bytes, want) in cases {
+    for (name, bytes, want) in cases.into_iter().chain(f32_files) {
         match safetensors::parse(&bytes) {
             Err(e) if e.to_string().contains(want) => {}
             other => failures.push(format!("{name}: got {other:?}, want an error containing `{want}`")),
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let mut reserved = IndexMap::new();
     reserved.insert("__metadata__".to_string(), Tensor::scalar(1i64));
     assert!(matches!(
@@ -462,14 +490,11 @@ fn cli_runs_fixtures_on_meta() {
     let mut failures = Vec::new();
     for (args, code, stdout, stderr) in cases {
         let r = wrapir(args);
-        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
-            failures.push(format!(
-                "{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
-                r.code, r.stdout, r.stderr
-            ));
+        if !r.matches(*code, stdout, stderr) {
+            failures.push(r.failure(format_args!("{args:?} (want exit {code})")));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -478,13 +503,9 @@ fn cli_compares_cpu_outputs_with_expected() {
     // The bundle's own inputs and expected outputs.
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--print"]);
     assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout.contains("output 0: tensor f32[16, 32]")
-            && r.stdout.contains("values: [")
-            && r.stdout.contains("1 outputs match"),
-        "{}",
-        r.stdout
-    );
+    for want in ["output 0: tensor f32[16, 32]", "values: [", "1 outputs match"] {
+        common::assert_contains(&r.stdout, want);
+    }
 
     // One element off: exit 1, naming the output, index and values.
     let expected = safetensors::parse(&std::fs::read(bundle.join("expected.safetensors")).unwrap()).unwrap();
@@ -513,7 +534,7 @@ fn cli_compares_cpu_outputs_with_expected() {
     let want = format!(
         "output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]"
     );
-    assert!(r.stderr.contains(&want), "{}", r.stderr);
+    common::assert_contains(&r.stderr, &want);
 
     // A shape mismatch and a count mismatch.
     let mut short = IndexMap::new();
@@ -533,11 +554,7 @@ fn cli_compares_cpu_outputs_with_expected() {
         path_str(&short_path),
     ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("the program returned 1 tensors, 2 are expected"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "the program returned 1 tensors, 2 are expected");
     short.shift_remove("out1");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
     let r = wrapir(&[
@@ -549,22 +566,14 @@ fn cli_compares_cpu_outputs_with_expected() {
         path_str(&short_path),
     ]);
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("got f32[16, 32], expected f32[1, 32]"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "got f32[16, 32], expected f32[1, 32]");
 
     // A malformed inputs file is an error (exit 2).
     let bad = dir.join("bad.safetensors");
     std::fs::write(&bad, [1u8, 0, 0]).unwrap();
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--inputs", path_str(&bad)]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("too short for the 8-byte header length"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "too short for the 8-byte header length");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -599,15 +608,15 @@ fn cli_compares_with_eager_and_with_inductor() {
     // No compiled.safetensors: reported as absent, not an error.
     let r = wrapir(&["run", b, "--device", "cpu"]);
     assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout.contains("against eager: 1 outputs match ")
-            && r.stdout.contains("(rtol 0.02, atol 0.02)")
-            && r.stdout.contains("  output 0 (`out0`): max abs error ")
-            && r.stdout
-                .contains(&format!("against inductor: absent (no {})", compiled.display())),
-        "{}",
-        r.stdout
-    );
+    let absent = format!("against inductor: absent (no {})", compiled.display());
+    for want in [
+        "against eager: 1 outputs match ",
+        "(rtol 0.02, atol 0.02)",
+        "  output 0 (`out0`): max abs error ",
+        &absent,
+    ] {
+        common::assert_contains(&r.stdout, want);
+    }
 
     // Inductor's outputs as the host computes them, and a tight tolerance.
     let program = Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap();
@@ -655,13 +664,12 @@ fn cli_compares_with_eager_and_with_inductor() {
         "{}",
         r.stdout
     );
-    assert!(
-        r.stderr.contains(&format!(
+    common::assert_contains(
+        &r.stderr,
+        &format!(
             "mismatch against {} (inductor): output 0 (expected `out0`): 1 of 512 elements differ",
             compiled.display()
-        )),
-        "{}",
-        r.stderr
+        ),
     );
     // The largest error is the perturbation (f32 rounding aside).
     let line = r.stdout.lines().filter(|l| l.contains("max abs error")).nth(1).unwrap();
@@ -684,11 +692,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("`compiled_tolerance` must be an object"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "`compiled_tolerance` must be an object");
 
     // The host fallback flag is for cuda only.
     let r = wrapir(&[
@@ -699,11 +703,7 @@ fn cli_compares_with_eager_and_with_inductor() {
         "--allow-host-fallback",
     ]);
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("--allow-host-fallback is for `--device cuda`"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "--allow-host-fallback is for `--device cuda`");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -820,7 +820,7 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
             failures.push(format!("case {k}: got {got:?}, want {want:?}"));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let c = compare_leaves(
         &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
         &reference,
@@ -935,13 +935,10 @@ fn cli_compares_integer_outputs() {
             write("expected.safetensors", &[("out0", nz.clone())]);
         }
         let r = wrapir(&["run", b, "--device", "cpu"]);
-        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
-            failures.push(format!(
-                "{meta} {stored}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
-                r.code, r.stdout, r.stderr
-            ));
+        if !r.matches(*code, stdout, stderr) {
+            failures.push(r.failure(format_args!("{meta} {stored} (want exit {code})")));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let _ = std::fs::remove_dir_all(&dir);
 }

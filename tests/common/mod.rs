@@ -102,6 +102,13 @@ pub fn assert_no_failures(failures: &[String]) {
     );
 }
 
+/// Passes when `text` (a run's stdout or stderr) contains `want`;
+/// otherwise fails showing both.
+#[track_caller]
+pub fn assert_contains(text: &str, want: &str) {
+    assert!(text.contains(want), "want `{want}` in:\n{text}");
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
@@ -113,6 +120,23 @@ pub struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+}
+
+impl Run {
+    /// Whether the run exited with `code`, its stdout holding every text of
+    /// `stdout` and its stderr holding `stderr` (`""`: anything).
+    pub fn matches(&self, code: i32, stdout: &[&str], stderr: &str) -> bool {
+        self.code == code && stdout.iter().all(|s| self.stdout.contains(s)) && self.stderr.contains(stderr)
+    }
+
+    /// A failure line for a run that did not give what `what` wanted: its
+    /// exit code and both outputs.
+    pub fn failure(&self, what: std::fmt::Arguments<'_>) -> String {
+        format!(
+            "{what}: exit {}\nstdout:\n{}stderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
 }
 
 /// Runs the `wrapir` binary (`WRAPIR_BIN` when set: a test binary run on
