@@ -519,17 +519,21 @@ fn cli_compares_cpu_outputs_with_expected() {
         "out0".to_string(),
         Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap(),
     );
+    // A run of the bundle on the host, compared with the outputs in `expect`.
+    let run_expecting = |expect: &Path| {
+        wrapir(&[
+            "run",
+            path_str(&bundle),
+            "--device",
+            "cpu",
+            "--expect",
+            path_str(expect),
+        ])
+    };
     let dir = scratch("mismatch");
     let wrong_path = dir.join("wrong.safetensors");
     std::fs::write(&wrong_path, safetensors::write(&wrong).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&wrong_path),
-    ]);
+    let r = run_expecting(&wrong_path);
     assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
     let want = format!(
         "output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]"
@@ -545,26 +549,12 @@ fn cli_compares_cpu_outputs_with_expected() {
     short.insert("out1".to_string(), Tensor::scalar(1.0f32));
     let short_path = dir.join("short.safetensors");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&short_path),
-    ]);
+    let r = run_expecting(&short_path);
     assert_eq!(r.code, 1, "{}", r.stderr);
     common::assert_contains(&r.stderr, "the program returned 1 tensors, 2 are expected");
     short.shift_remove("out1");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&short_path),
-    ]);
+    let r = run_expecting(&short_path);
     assert_eq!(r.code, 1, "{}", r.stderr);
     common::assert_contains(&r.stderr, "got f32[16, 32], expected f32[1, 32]");
 
@@ -821,12 +811,11 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
         }
     }
     common::assert_no_failures(&failures);
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &reference,
-        Some(&marked),
-        None,
-    );
+    // The outputs `t` and the integer 12 compared with `reference`.
+    let compare_t_and_12 = |reference: &IndexMap<String, Tensor>, marked: Option<&[String]>| {
+        compare_leaves(&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], reference, marked, None)
+    };
+    let c = compare_t_and_12(&reference, Some(&marked));
     assert_eq!(
         c.outputs.iter().map(|o| (o.name.as_str(), o.int)).collect::<Vec<_>>(),
         [("out0", None), ("out1", Some(12))]
@@ -835,12 +824,7 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
     // integer is skipped and counted, the tensor pairs with the file's tensor.
     let mut tensors_only = IndexMap::new();
     tensors_only.insert("out0".to_string(), t.clone());
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &tensors_only,
-        None,
-        None,
-    );
+    let c = compare_t_and_12(&tensors_only, None);
     assert!(c.is_ok() && c.outputs.len() == 1 && c.ints_not_compared == 1, "{c:?}");
     // A stored integer must be a one-element integer tensor.
     let mut bad = reference.clone();
@@ -848,12 +832,7 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
         "out1".to_string(),
         Tensor::from_f64(DType::Float32, &[12.0], &[]).unwrap(),
     );
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &bad,
-        Some(&marked),
-        None,
-    );
+    let c = compare_t_and_12(&bad, Some(&marked));
     assert_eq!(
         c.first_error().unwrap(),
         "output 1 (expected `out1`): an integer output is stored as a one-element integer tensor, the reference holds f32[]"
