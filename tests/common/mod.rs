@@ -109,6 +109,21 @@ pub fn assert_contains(text: &str, want: &str) {
     assert!(text.contains(want), "want `{want}` in:\n{text}");
 }
 
+/// The signature of the pointwise Triton kernel the builder tests use:
+/// `in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr`.
+pub fn pointwise_signature() -> indexmap::IndexMap<String, wrapir::ir::SigType> {
+    use wrapir::ir::{DType, SigType};
+    [
+        ("in_ptr0", SigType::Pointer(DType::Float32)),
+        ("out_ptr0", SigType::Pointer(DType::Float32)),
+        ("xnumel", "i32".parse().unwrap()),
+        ("XBLOCK", SigType::Constexpr),
+    ]
+    .into_iter()
+    .map(|(name, ty)| (name.to_string(), ty))
+    .collect()
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));

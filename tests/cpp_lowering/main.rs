@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
-    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta, WhileLoop,
+    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta, WhileLoop,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -37,13 +37,8 @@ fn buf(s: &str) -> ArgValue {
 
 /// A pointwise Triton kernel `in_ptr0 -> out_ptr0` over `xnumel`.
 fn pointwise_meta(grid_type: GridType) -> TritonMeta {
-    let mut signature = IndexMap::new();
-    signature.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("xnumel".to_string(), "i32".parse().unwrap());
-    signature.insert("XBLOCK".to_string(), SigType::Constexpr);
     TritonMeta {
-        signature,
+        signature: common::pointwise_signature(),
         constants: IndexMap::new(),
         config: [("XBLOCK".to_string(), 256)].into_iter().collect(),
         grid_type,

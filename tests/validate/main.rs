@@ -6,10 +6,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use indexmap::IndexMap;
 use wrapir::ir::{
     validate, ArgValue, BufName, CallArg, Conditional, DType, Device, GraphBuilder, GraphName, GridType, KernelCall,
-    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, SigType, Site, SymbolKind, TensorMethod, TritonMeta,
+    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, Site, SymbolKind, TensorMethod, TritonMeta,
     ValidationErrors, ValueRange, WhileLoop, MAIN_GRAPH,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
@@ -36,15 +35,10 @@ fn sym(name: &str) -> SymExpr {
 
 /// `in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr`.
 fn pointwise_meta() -> TritonMeta {
-    let mut signature = IndexMap::new();
-    signature.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("xnumel".to_string(), "i32".parse().unwrap());
-    signature.insert("XBLOCK".to_string(), SigType::Constexpr);
     TritonMeta {
         num_warps: 1,
         ..TritonMeta::new(
-            signature,
+            common::pointwise_signature(),
             [("XBLOCK".to_string(), 16)].into_iter().collect(),
             GridType::Grid1D,
         )
