@@ -54,6 +54,26 @@ fn input8(g: &mut GraphBuilder<'_>) -> BufName {
     g.tensor_input("arg0_1", f32n(8))
 }
 
+/// `main` with input `arg0_1: f32[8]`, the pointwise kernel defined and
+/// `buf0: f32[n]` allocated: the graph, the kernel, the input and `buf0`.
+fn kernel_main(p: &mut ProgramBuilder, n: i64) -> (GraphBuilder<'_>, KernelName, BufName, BufName) {
+    let k = add_kernel(p);
+    let mut g = p.main();
+    let x = input8(&mut g);
+    g.define_kernel(&k);
+    let b = g.allocate("buf0", f32n(n));
+    (g, k, x, b)
+}
+
+/// The pointwise kernel's arguments: `in_ptr0`, `out_ptr0` and `xnumel` 8.
+fn add_args(input: BufName, output: BufName) -> [ArgValue; 3] {
+    [
+        ArgValue::Buffer(input),
+        ArgValue::Buffer(output),
+        ArgValue::Expr(SymExpr::Int(8)),
+    ]
+}
+
 fn named(name: &str, value: ArgValue) -> CallArg {
     CallArg {
         name: Some(name.to_string()),
