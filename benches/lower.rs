@@ -54,38 +54,26 @@ fn main() {
 
     // Check every selected target once and report output sizes.
     type Check<'a> = Box<dyn Fn() -> Result<usize, String> + 'a>;
+    // A lowering's output size, or its error.
+    fn size<E: std::fmt::Display>(lowered: Result<String, E>) -> Result<usize, String> {
+        lowered.map(|s| s.len()).map_err(|e| e.to_string())
+    }
     let checks: Vec<(&str, Check)> = vec![
         (
             "python",
-            Box::new(|| {
-                wrapir::lower::python::write_string(&info, &python_opts)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::python::write_string(&info, &python_opts))),
         ),
         (
             "cpp (aoti)",
-            Box::new(|| {
-                wrapir::lower::cpp::write_string(&info, &aoti)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::cpp::write_string(&info, &aoti))),
         ),
         (
             "cpp (standalone)",
-            Box::new(|| {
-                wrapir::lower::cpp::write_string(&info, &standalone)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::cpp::write_string(&info, &standalone))),
         ),
         (
             "fx write_string",
-            Box::new(|| {
-                wrapir::lower::fx::write_string(&info, &fx_opts)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::fx::write_string(&info, &fx_opts))),
         ),
         ("text print", Box::new(|| Ok(text.len()))),
     ];
