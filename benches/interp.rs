@@ -14,10 +14,10 @@ mod common;
 
 use common::{generate, median_time, thousands, Size};
 use indexmap::IndexMap;
-use wrapir::exec::interp::{compile, Plan};
+use wrapir::exec::interp::Plan;
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
-use wrapir::ir::{DType, Device, Layout, Line, Program, ProgramBuilder};
+use wrapir::ir::{DType, Device, Line, Program, ProgramBuilder};
 use wrapir::sym::{CmpOp, SymExpr};
 
 const WARMUP: usize = 2;
@@ -29,24 +29,7 @@ fn asserts_program(count: usize) -> Program {
     let s0 = p.backed_symbol("s0", Some(64));
     let s1 = p.backed_symbol("s1", Some(32));
     let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
-    let x = g.tensor_input(
-        "arg2_1",
-        Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
-        ),
-    );
-    let w = g.tensor_input(
-        "arg3_1",
-        Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
-        ),
-    );
+    let (x, w) = common::matmul_inputs(&mut g, &s0, &s1);
     for i in 0..count as i64 {
         let lhs = SymExpr::add(
             SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
@@ -65,9 +48,7 @@ fn asserts_program(count: usize) -> Program {
 }
 
 fn plan_of(program: &Program) -> Plan {
-    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid benchmark program:\n{e}"));
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
-    compile(&graph, program).unwrap_or_else(|e| panic!("compile: {e}"))
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("benchmark program: {e}"))
 }
 
 fn run(plan: &Plan) -> usize {

@@ -31,7 +31,7 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use wrapir::exec::interp::{compile, Plan};
+use wrapir::exec::interp::Plan;
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
 use wrapir::ir::{
@@ -278,9 +278,7 @@ fn externs(count: usize) -> Program {
 }
 
 fn plan_of(program: &Program) -> Plan {
-    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid test program:\n{e}"));
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
-    compile(&graph, program).unwrap_or_else(|e| panic!("compile: {e}"))
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("test program: {e}"))
 }
 
 fn inputs(plan: &Plan, backend: &mut MetaBackend) -> Vec<Value<wrapir::exec::meta::MetaTensor>> {

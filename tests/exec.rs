@@ -21,9 +21,7 @@ fn cpu(dtype: DType, size: &[SymExpr]) -> Layout {
 }
 
 fn lower(program: &Program) -> wrapir::exec::interp::Plan {
-    let info = wrapir::ir::validate(program).expect("valid program");
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).expect("lowers");
-    wrapir::exec::interp::compile(&graph, program).expect("compiles")
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---- meta -----------------------------------------------------------------

@@ -543,6 +543,26 @@ impl Writer<'_, '_> {
     }
 }
 
+/// A contiguous `f32` layout on `cuda:0` sized by `sizes`.
+pub fn cuda_f32(sizes: &[&Symbol]) -> Layout {
+    Layout::contiguous(
+        DType::Float32,
+        Device::cuda(0),
+        sizes.iter().map(|s| SymExpr::Sym((*s).clone())),
+    )
+}
+
+/// The generated programs' inputs, in `g`: the sizes `s0` and `s1`
+/// (`arg0_1`, `arg1_1`), the input `arg2_1: f32[s0, s1]` and the weight
+/// `arg3_1: f32[s1, s1]`; returns the input and the weight.
+pub fn matmul_inputs(g: &mut GraphBuilder<'_>, s0: &Symbol, s1: &Symbol) -> (BufName, BufName) {
+    g.symbol_input("arg0_1", s0);
+    g.symbol_input("arg1_1", s1);
+    let input = g.tensor_input("arg2_1", cuda_f32(&[s0, s1]));
+    let weight = g.tensor_input("arg3_1", cuda_f32(&[s1, s1]));
+    (input, weight)
+}
+
 /// Generates a program (deterministic for a given `size` and `seed`).
 pub fn generate(size: Size, seed: u64) -> Generated {
     let mut p = ProgramBuilder::new();
@@ -570,22 +590,8 @@ pub fn generate(size: Size, seed: u64) -> Generated {
     // (the writer names them as it goes).
     let (unbacked, precomputed, launches) = {
         let mut g = p.main();
-        g.symbol_input("arg0_1", &s0);
-        g.symbol_input("arg1_1", &s1);
-        let x = Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
-        );
-        let input = g.tensor_input("arg2_1", x.clone());
-        let weight = g.tensor_input(
-            "arg3_1",
-            Layout::contiguous(
-                DType::Float32,
-                Device::cuda(0),
-                [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
-            ),
-        );
+        let (input, weight) = matmul_inputs(&mut g, &s0, &s1);
+        let x = cuda_f32(&[&s0, &s1]);
         let mut lines = 0;
         for (_, k) in &kernels {
             g.define_kernel(k);

@@ -39,7 +39,7 @@ pub mod safetensors;
 mod segment;
 pub(crate) mod tensor;
 
-pub use run::{check_inputs, input_symbols, RunError};
+pub use run::{check_inputs, compile_program, input_symbols, RunError};
 pub use tensor::{Element, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};

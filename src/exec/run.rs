@@ -21,9 +21,9 @@ pub enum RunError {
     Exec(#[from] ExecError),
 }
 
-/// Validates `program`, lowers it to FX and compiles the graph.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn compile_program(program: &Program) -> Result<Plan, RunError> {
+/// Validates `program`, lowers it to FX and compiles the graph: the plan
+/// every backend's whole-program run executes.
+pub fn compile_program(program: &Program) -> Result<Plan, RunError> {
     compile_program_with_limits(program, &crate::Limits::default())
 }
 
