@@ -17,35 +17,11 @@ use indexmap::IndexMap;
 use wrapir::exec::interp::Plan;
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
-use wrapir::ir::{DType, Device, Line, Program, ProgramBuilder};
-use wrapir::sym::{CmpOp, SymExpr};
+use wrapir::ir::{DType, Device, Program};
 
 const WARMUP: usize = 2;
 const REPEATS: usize = 9;
 const TARGET_NS: f64 = 100.0;
-
-fn asserts_program(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let mut g = p.main();
-    let (x, w) = common::matmul_inputs(&mut g, &s0, &s1);
-    for i in 0..count as i64 {
-        let lhs = SymExpr::add(
-            SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
-            SymExpr::Int(i),
-        );
-        g.line(Line::RuntimeAssert {
-            cond: SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)),
-            message: format!("s0*s1 + {i} >= {i}"),
-            node: None,
-        });
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
-}
 
 fn plan_of(program: &Program) -> Plan {
     wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("benchmark program: {e}"))
@@ -95,7 +71,7 @@ fn main() {
     .program;
     // `INTERP_PLAN=mixed` (or `asserts`) runs one plan only, for profiling.
     let only = std::env::var("INTERP_PLAN").ok();
-    for (name, program) in [("asserts", asserts_program(50_000)), ("mixed", mixed)] {
+    for (name, program) in [("asserts", common::families::asserts(50_000)), ("mixed", mixed)] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }

@@ -6,6 +6,10 @@
 //! comments and `assert_size_stride` checks.
 #![allow(dead_code)]
 
+pub mod families;
+
+use families::{cuda_f32, matmul_inputs};
+
 use indexmap::IndexMap;
 use wrapir::ir::{
     ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, KeyEntry,
@@ -541,26 +545,6 @@ impl Writer<'_, '_> {
             }
         }
     }
-}
-
-/// A contiguous `f32` layout on `cuda:0` sized by `sizes`.
-pub fn cuda_f32(sizes: &[&Symbol]) -> Layout {
-    Layout::contiguous(
-        DType::Float32,
-        Device::cuda(0),
-        sizes.iter().map(|s| SymExpr::Sym((*s).clone())),
-    )
-}
-
-/// The generated programs' inputs, in `g`: the sizes `s0` and `s1`
-/// (`arg0_1`, `arg1_1`), the input `arg2_1: f32[s0, s1]` and the weight
-/// `arg3_1: f32[s1, s1]`; returns the input and the weight.
-pub fn matmul_inputs(g: &mut GraphBuilder<'_>, s0: &Symbol, s1: &Symbol) -> (BufName, BufName) {
-    g.symbol_input("arg0_1", s0);
-    g.symbol_input("arg1_1", s1);
-    let input = g.tensor_input("arg2_1", cuda_f32(&[s0, s1]));
-    let weight = g.tensor_input("arg3_1", cuda_f32(&[s1, s1]));
-    (input, weight)
 }
 
 /// Generates a program (deterministic for a given `size` and `seed`).
