@@ -98,59 +98,46 @@ fn cfg(entries: &[(&str, i64)]) -> IndexMap<String, i64> {
     entries.iter().map(|(n, v)| (n.to_string(), *v)).collect()
 }
 
+/// A 1-D pointwise kernel: the pointer parameters `pointers`, then
+/// `xnumel: i32` and `XBLOCK` (configured to `xblock`).
+fn pointwise_1d(pointers: &[(&str, &str)], xblock: i64) -> TritonMeta {
+    let mut params = pointers.to_vec();
+    params.extend([("xnumel", "i32"), ("XBLOCK", "constexpr")]);
+    TritonMeta::new(sig(&params), cfg(&[("XBLOCK", xblock)]), GridType::Grid1D)
+}
+
 fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
     let xblock = [128, 256, 512, 1024][i % 4];
+    // The 2-D families' signature.
+    let tile_2d = || {
+        sig(&[
+            ("in_ptr0", "*fp32"),
+            ("out_ptr0", "*fp32"),
+            ("ynumel", "i32"),
+            ("xnumel", "i32"),
+            ("YBLOCK", "constexpr"),
+            ("XBLOCK", "constexpr"),
+        ])
+    };
     match family {
         Family::Pointwise => (
             format!("triton_poi_fused_relu_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_ptr0", "*fp32"), ("out_ptr0", "*fp32")], xblock),
         ),
         Family::InPlace => (
             format!("triton_poi_fused_add_mul_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_out_ptr0", "*fp32"),
-                    ("in_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_out_ptr0", "*fp32"), ("in_ptr0", "*fp32")], xblock),
         ),
         Family::Binary => (
             format!("triton_poi_fused_div_sub_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("in_ptr1", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
+            pointwise_1d(
+                &[("in_ptr0", "*fp32"), ("in_ptr1", "*fp32"), ("out_ptr0", "*fp32")],
+                xblock,
             ),
         ),
         Family::Tile2D => {
             let mut m = TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("ynumel", "i32"),
-                    ("xnumel", "i32"),
-                    ("YBLOCK", "constexpr"),
-                    ("XBLOCK", "constexpr"),
-                ]),
+                tile_2d(),
                 cfg(&[("YBLOCK", [1, 16, 32][i % 3]), ("XBLOCK", 64)]),
                 GridType::Grid2D,
             );
@@ -162,14 +149,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         Family::Overflow2D => (
             format!("triton_poi_fused_permute_{i}"),
             TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("ynumel", "i32"),
-                    ("xnumel", "i32"),
-                    ("YBLOCK", "constexpr"),
-                    ("XBLOCK", "constexpr"),
-                ]),
+                tile_2d(),
                 cfg(&[("YBLOCK", 1), ("XBLOCK", 64)]),
                 GridType::Grid2DWithYZOverflow { max_y_grid: 65535 },
             ),
@@ -239,16 +219,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         }
         Family::Convert => (
             format!("triton_poi_fused__to_copy_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*i64"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_ptr0", "*i64"), ("out_ptr0", "*fp32")], xblock),
         ),
         Family::UserFixed => {
             let mut m = TritonMeta::new(
