@@ -60,15 +60,7 @@ fn main() {
     println!();
     println!("| plan | program lines | plan steps | median run | ns/step | ratio (target / measured) |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let mixed = generate(
-        Size {
-            lines: 100_000,
-            launches: usize::MAX,
-            kernels_per_family: 4,
-        },
-        11,
-    )
-    .program;
+    let mixed = generate(Size::lines(100_000), 11).program;
     // `INTERP_PLAN=mixed` (or `asserts`) runs one plan only, for profiling.
     let only = std::env::var("INTERP_PLAN").ok();
     for (name, program) in [("asserts", common::families::asserts(50_000)), ("mixed", mixed)] {

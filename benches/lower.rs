@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{generate, median_time, thousands, Size};
+use common::{generate, median_time, thousands, validated, Size};
 use wrapir::lower::cpp::{Dialect, Options as CppOptions};
 
 const LINES: usize = 100_000;
@@ -19,23 +19,10 @@ const REPEATS: usize = 9;
 const TARGET_LINES_PER_S: f64 = 1e6;
 
 fn main() {
-    let gen = generate(
-        Size {
-            lines: LINES,
-            launches: usize::MAX,
-            kernels_per_family: 4,
-        },
-        11,
-    );
+    let gen = generate(Size::lines(LINES), 11);
     let program = &gen.program;
     let lines = program.main.lines.len();
-    let info = match wrapir::ir::validate(program) {
-        Ok(info) => info,
-        Err(e) => {
-            eprintln!("generated program is invalid:\n{e}");
-            std::process::exit(1);
-        }
-    };
+    let info = validated(program);
     let text = wrapir::text::print(program);
     let aoti = CppOptions {
         dialect: Dialect::Aoti,

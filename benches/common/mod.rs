@@ -42,6 +42,38 @@ pub struct Size {
     pub kernels_per_family: usize,
 }
 
+impl Size {
+    /// A program of at least `lines` main-graph lines, 4 kernels a family.
+    pub fn lines(lines: usize) -> Size {
+        Size {
+            lines,
+            launches: usize::MAX,
+            kernels_per_family: 4,
+        }
+    }
+
+    /// A program of at least `launches` kernel launches, 4 kernels a family.
+    pub fn launches(launches: usize) -> Size {
+        Size {
+            lines: usize::MAX,
+            launches,
+            kernels_per_family: 4,
+        }
+    }
+}
+
+/// The generated `program`'s validation; exits the benchmark (status 1)
+/// saying why when it is invalid.
+pub fn validated(program: &Program) -> wrapir::ir::ProgramInfo<'_> {
+    match wrapir::ir::validate(program) {
+        Ok(info) => info,
+        Err(e) => {
+            eprintln!("generated program is invalid:\n{e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 /// What the generator made.
 pub struct Generated {
     /// The program.
