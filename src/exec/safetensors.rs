@@ -294,29 +294,16 @@ pub fn raw_tensors<'a>(
             name: name.clone(),
             message: e.to_string(),
         })?;
-        let code = view.dtype();
-        let dtype = dtype_of(code).ok_or_else(|| SafetensorsError::UnsupportedCode {
-            name: name.clone(),
-            dtype: code.to_string(),
-        })?;
+        // A size past i64 needs a zero dimension beside it, so the limit
+        // (checked on the data's length) cannot fail with it.
+        let raw = raw_view(name, &view)?;
         crate::Limits::check(
             crate::Limit::AllocBytes,
-            view.data().len() as u64,
+            raw.data.len() as u64,
             limits.max_alloc_bytes,
-            format!("tensor `{name}` ({dtype} {:?})", view.shape()),
+            format!("tensor `{name}` ({} {:?})", raw.dtype, view.shape()),
         )?;
-        let size = view
-            .shape()
-            .iter()
-            .map(|d| {
-                i64::try_from(*d).map_err(|_| SafetensorsError::Entry {
-                    name: name.clone(),
-                    message: format!("shape entry {d} is too large"),
-                })
-            })
-            .collect::<Result<Vec<i64>, _>>()?;
-        let data: &'a [u8] = view.data();
-        out.insert(name.clone(), RawTensor { dtype, size, data });
+        out.insert(name.clone(), raw);
     }
     Ok(out)
 }
@@ -519,6 +506,12 @@ fn decode_view(
     view: &safetensors::tensor::TensorView<'_>,
     limits: &crate::Limits,
 ) -> Result<Tensor, SafetensorsError> {
+    decode_raw(name, &raw_view(name, view)?, limits)
+}
+
+/// A view the crate validated as a [`RawTensor`]: its dtype and sizes in
+/// wrapir's terms.
+fn raw_view<'a>(name: &str, view: &safetensors::tensor::TensorView<'a>) -> Result<RawTensor<'a>, SafetensorsError> {
     let code = view.dtype();
     let dtype = dtype_of(code).ok_or_else(|| SafetensorsError::UnsupportedCode {
         name: name.to_string(),
@@ -534,15 +527,11 @@ fn decode_view(
             })
         })
         .collect::<Result<Vec<i64>, _>>()?;
-    decode_raw(
-        name,
-        &RawTensor {
-            dtype,
-            size,
-            data: view.data(),
-        },
-        limits,
-    )
+    Ok(RawTensor {
+        dtype,
+        size,
+        data: view.data(),
+    })
 }
 
 /// Decodes one stored tensor (from [`raw_tensors`]) into a host tensor,
