@@ -6,10 +6,7 @@ use super::*;
 fn line_kinds_in_both_dialects() {
     for case in CASES {
         let program = (case.program)();
-        let aoti = lower_ok(&program, Dialect::Aoti);
-        check(&case_name(Dialect::Aoti, case.name), &aoti, case.aoti);
-        let standalone = lower_ok(&program, Dialect::Standalone);
-        check(&case_name(Dialect::Standalone, case.name), &standalone, case.standalone);
+        let (_, standalone) = check_dialects(case.name, &program, case.aoti, case.standalone);
         // The standalone dialect never mentions libtorch.
         for fragment in ["aoti_torch", "AtenTensorHandle", "RAIIAtenTensorHandle", "torch/csrc"] {
             assert!(
@@ -31,13 +28,8 @@ fn exact_reuse_moves_the_handle() {
     g.output(&r);
     g.finish();
     let program = p.finish();
-    for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(
-            &case_name(dialect, "exact_reuse"),
-            &lower_ok(&program, dialect),
-            &["auto buf1 = std::move(buf0);  // reuse"],
-        );
-    }
+    let moved = ["auto buf1 = std::move(buf0);  // reuse"];
+    check_dialects("exact_reuse", &program, &moved, &moved);
 }
 
 /// One grid type: the wrapper's grid lines in both dialects.
@@ -50,13 +42,7 @@ fn check_grid(name: &str, meta: TritonMeta, args: Vec<ArgValue>, expected: &[&st
     g.call_kernel(&k, args);
     g.finish();
     let program = p.finish();
-    for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(
-            &case_name(dialect, &format!("grid_{name}")),
-            &lower_ok(&program, dialect),
-            expected,
-        );
-    }
+    check_dialects(&format!("grid_{name}"), &program, expected, expected);
 }
 
 #[test]

@@ -98,6 +98,19 @@ fn check(name: &str, text: &str, expected: &[&str]) {
     common::settings().bind(|| insta::assert_snapshot!(format!("cpp-case@{name}"), text));
 }
 
+/// `program`'s wrapper in both dialects, each [`check`]ed as the case
+/// `name` of its dialect ([`case_name`]) for its lines; returns the AOTI
+/// and the standalone text.
+fn check_dialects(name: &str, program: &Program, aoti: &[&str], standalone: &[&str]) -> (String, String) {
+    let texts = [(Dialect::Aoti, aoti), (Dialect::Standalone, standalone)].map(|(dialect, expected)| {
+        let text = lower_ok(program, dialect);
+        check(&case_name(dialect, name), &text, expected);
+        text
+    });
+    let [aoti, standalone] = texts;
+    (aoti, standalone)
+}
+
 /// The snapshot name of a case in a dialect.
 fn case_name(dialect: Dialect, name: &str) -> String {
     match dialect {
