@@ -322,26 +322,34 @@ fn bad_packages_are_clear_errors() {
         ),
     ];
     // A table of contents claiming more than a package may hold, and past the file.
-    let mut huge_toc = good.clone();
-    huge_toc[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
-    cases.push(("huge toc", huge_toc, "more than the 16777216 a package may have"));
-    let mut long_toc = good.clone();
-    long_toc[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
-    cases.push((
-        "toc past end",
-        long_toc,
-        "truncated: the table of contents ends at byte 1048616",
-    ));
-    let mut huge_file = good.clone();
-    huge_file[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-    cases.push((
-        "huge file length",
-        huge_file,
-        "truncated: the header says the package is 18446744073709551615 bytes",
-    ));
-    let mut bad_data = good.clone();
-    bad_data[32..40].copy_from_slice(&3u64.to_le_bytes());
-    cases.push(("bad data offset", bad_data, "data offset 3 must be a multiple of 8"));
+    // The good package with the header's 8-byte field at `at` set to `value`.
+    let patched = |at: usize, value: u64| {
+        let mut bytes = good.clone();
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        bytes
+    };
+    cases.extend([
+        (
+            "huge toc",
+            patched(24, u64::MAX),
+            "more than the 16777216 a package may have",
+        ),
+        (
+            "toc past end",
+            patched(24, 1 << 20),
+            "truncated: the table of contents ends at byte 1048616",
+        ),
+        (
+            "huge file length",
+            patched(16, u64::MAX),
+            "truncated: the header says the package is 18446744073709551615 bytes",
+        ),
+        (
+            "bad data offset",
+            patched(32, 3),
+            "data offset 3 must be a multiple of 8",
+        ),
+    ]);
     let mut flags = good.clone();
     flags[12] = 1;
     cases.push(("flags", flags, "unknown header flags 0x1"));
