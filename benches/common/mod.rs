@@ -12,8 +12,8 @@ use families::{cuda_f32, matmul_inputs};
 
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, KeyEntry,
-    Layout, Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
+    ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, Layout,
+    Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -468,13 +468,7 @@ impl Writer<'_, '_> {
                     .g
                     .extern_alloc_multi(&m, "torch.ops.aten.nonzero.default", vec![buf(&cur)]);
                 self.lines += 1;
-                self.g.bind_unbacked(
-                    &m,
-                    &u,
-                    [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-                        .into_iter()
-                        .collect(),
-                );
+                self.g.bind_size(&m, &u, 0);
                 self.lines += 1;
                 let gname = self.name();
                 let idx_layout = Layout::contiguous(

@@ -142,13 +142,7 @@ fn nonzero_program() -> Program {
         "torch.ops.aten.nonzero.default",
         vec![buf("arg0_1")],
     );
-    g.bind_unbacked(
-        &nz,
-        &"u0".into(),
-        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
-    );
+    g.bind_size(&nz, &"u0".into(), 0);
     g.free(&x);
     g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
     let view = g.reinterpret(

@@ -215,7 +215,7 @@ const SYMBOL_CASES: &[Case] = &[
         let x = input8(&mut g);
         g.allocate("buf1", f32s(&[sym("u0")]));
         let m = g.extern_alloc_multi("buf0", "torch.ops.aten.nonzero.default", vec![ArgValue::Buffer(x)]);
-        g.bind_unbacked(&m, &Symbol::new("u0"), [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+        g.bind_size(&m, &Symbol::new("u0"), 0);
         g.finish();
     }, &["main:0: the layout of buffer buf1 mentions symbol u0, which is not bound here (bound at line 2)"]),
     ("unbacked symbol used before the bind", |p| {
