@@ -205,6 +205,17 @@ pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) 
     }
 }
 
+/// Passes when the external tool that gave `out` succeeded; otherwise
+/// fails saying `what` went wrong, with the tool's stderr.
+#[track_caller]
+pub fn assert_tool_ok(out: &std::process::Output, what: std::fmt::Arguments<'_>) {
+    assert!(
+        out.status.success(),
+        "{what}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, the CUDA
 /// toolkit's (`CUDA_HOME`, `/usr/local/cuda`), else the
 /// `nvidia-cuda-runtime-cu12` wheel's include directory. Panics saying how
