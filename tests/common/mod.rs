@@ -124,6 +124,21 @@ pub fn pointwise_signature() -> indexmap::IndexMap<String, wrapir::ir::SigType> 
     .collect()
 }
 
+/// The pointwise kernel's arguments ([`pointwise_signature`]): `in_ptr0`,
+/// `out_ptr0` and `xnumel`.
+pub fn pointwise_args(
+    input: wrapir::ir::BufName,
+    output: wrapir::ir::BufName,
+    numel: i64,
+) -> [wrapir::ir::ArgValue; 3] {
+    use wrapir::ir::ArgValue;
+    [
+        ArgValue::Buffer(input),
+        ArgValue::Buffer(output),
+        ArgValue::Expr(wrapir::sym::SymExpr::Int(numel)),
+    ]
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));

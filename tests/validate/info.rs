@@ -55,14 +55,7 @@ fn unbacked_program() -> wrapir::ir::Program {
         );
         // The kernel was defined by main before the cond runs this graph.
         let o = s.allocate(&format!("{name}_buf0"), f32n(8));
-        s.call_kernel(
-            &k,
-            [
-                ArgValue::Buffer(a),
-                ArgValue::Buffer(o.clone()),
-                ArgValue::Expr(SymExpr::Int(8)),
-            ],
-        );
+        s.call_kernel(&k, add_args(a, o.clone()));
         s.output(&o);
         s.finish();
     }

@@ -67,11 +67,7 @@ fn kernel_main(p: &mut ProgramBuilder, n: i64) -> (GraphBuilder<'_>, KernelName,
 
 /// The pointwise kernel's arguments: `in_ptr0`, `out_ptr0` and `xnumel` 8.
 fn add_args(input: BufName, output: BufName) -> [ArgValue; 3] {
-    [
-        ArgValue::Buffer(input),
-        ArgValue::Buffer(output),
-        ArgValue::Expr(SymExpr::Int(8)),
-    ]
+    common::pointwise_args(input, output, 8)
 }
 
 fn named(name: &str, value: ArgValue) -> CallArg {
