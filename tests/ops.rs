@@ -46,7 +46,7 @@ fn host_runs(op: &str) -> bool {
 fn ops_lists_each_backend() {
     // cuda: one line per row of the table, in table order: op, what runs it, dtypes.
     let r = wrapir(&["ops", "--device", "cuda"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), CUDA_OPS.len(), "{}", r.stdout);
     for (line, row) in lines.iter().zip(CUDA_OPS) {
@@ -55,7 +55,7 @@ fn ops_lists_each_backend() {
     }
     // cpu: the host registry, one op per line.
     let r = wrapir(&["ops", "--device", "cpu"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     assert_eq!(
         r.stdout.lines().collect::<Vec<_>>(),
         HostBackend::default().op_names(),
@@ -64,11 +64,11 @@ fn ops_lists_each_backend() {
     );
     // meta: no list; every op runs on shapes.
     let r = wrapir(&["ops", "--device", "meta"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     assert!(r.stdout.starts_with("every extern op, shapes only"), "{}", r.stdout);
     // All: the three groups, each line of a group indented.
     let r = wrapir(&["ops"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     let headers: Vec<&str> = r.stdout.lines().filter(|l| !l.starts_with("  ")).collect();
     assert_eq!(headers.len(), 3, "{}", r.stdout);
     assert!(headers[0].starts_with("cuda (") && headers[1].starts_with("cpu (") && headers[2] == "meta:");
@@ -204,7 +204,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
     let p = path.to_str().unwrap();
     for device in ["cuda", "cpu"] {
         let r = wrapir(&["check", p, "--device", device]);
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        r.assert_exit(1);
         let want = format!(
             "error in graph false_graph_0, line {} `{}`: the {device} backend cannot run op `wrapir_test.no_such_op` (`torch.ops.wrapir_test.no_such_op.default`)",
             fake.line, fake.text
@@ -219,7 +219,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
     }
     // Without --device, check does not look at extern ops.
     let r = wrapir(&["check", p]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(!r.stdout.contains("cannot run op"), "{}", r.stdout);
 
     // A host op the device table lacks: an error that points at the flag,
@@ -233,7 +233,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
         let text = text.replace("torch.ops.wrapir_test.no_such_op.default", &full);
         std::fs::write(&path, &text).unwrap();
         let r = wrapir(&["check", p, "--device", "cuda", "--no-translation"]);
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        r.assert_exit(1);
         assert!(
             r.stdout.contains(&format!("cannot run op `{op}` (`{full}`)"))
                 && r.stdout.contains("; --allow-host-fallback runs it on the host"),
@@ -250,7 +250,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
         ]);
         // Every op runs; the exit status is 1 only because the fixture's
         // Triton kernels have no cubins (text fixtures carry none).
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        r.assert_exit(1);
         common::assert_contains(
             &r.stdout,
             &format!("op `{op}` (`{full}`) runs on the host (--allow-host-fallback)"),

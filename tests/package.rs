@@ -157,7 +157,7 @@ fn program_files_open_and_pack() {
     let p = Bundle::open(&pkg).unwrap();
     assert_eq!(p.program(), b.program());
     let r = wrapir(&["run", s(&pkg), "--hint", "u0=7"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     common::assert_contains(&r.stdout, "bound symbols: u0 = 7");
     // A directory without a program is not a bundle.
     let err = Bundle::open(&dir).unwrap_err().to_string();
@@ -394,6 +394,6 @@ fn bad_packages_are_clear_errors() {
     // The CLI names the file and exits 2.
     std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();
     let r = wrapir(&["check", s(&dir.join("v2.wirpkg"))]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(2);
     common::assert_contains(&r.stderr, "v2.wirpkg: package format version 2 is not supported");
 }

@@ -408,7 +408,7 @@ fn rank_set_layout_errors_name_the_file_and_field() {
 fn cli_runs_and_checks_a_rank_set() {
     let set = "fixtures/inductor/bundles_ranks/tp_mlp";
     let r = common::wrapir(&["run", set, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(
         r.stdout.starts_with("device: cpu (2 ranks, one thread each)\nrank 0 ("),
         "{}",
@@ -428,7 +428,7 @@ fn cli_runs_and_checks_a_rank_set() {
     );
 
     let r = common::wrapir(&["run", set, "--device", "meta"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert_eq!(
         r.stdout
             .matches("output 0: tensor f32[8, 16] stride [16, 1] offset 0 on cpu")
@@ -445,7 +445,7 @@ fn cli_runs_and_checks_a_rank_set() {
     }
 
     let r = common::wrapir(&["check", set]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     common::assert_contains(&r.stdout, "rank 0 (");
     common::assert_contains(&r.stdout, "rank 1 (");
     common::assert_contains(
@@ -463,13 +463,13 @@ fn cli_runs_and_checks_a_rank_set() {
     );
     let path = dir.to_str().unwrap();
     let r = common::wrapir(&["check", path]);
-    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(1);
     common::assert_contains(
         &r.stdout,
         "ranks: ranks `rank0` and `rank1` disagree at collective 1: op",
     );
     let r = common::wrapir(&["run", path, "--device", "cpu"]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(2);
     common::assert_contains(&r.stderr, "disagree at collective 1");
     let _ = std::fs::remove_dir_all(&dir);
 }

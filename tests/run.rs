@@ -502,7 +502,7 @@ fn cli_compares_cpu_outputs_with_expected() {
     let bundle = common::root().join("fixtures/inductor/bundles/cat_mm");
     // The bundle's own inputs and expected outputs.
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--print"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     for want in ["output 0: tensor f32[16, 32]", "values: [", "1 outputs match"] {
         common::assert_contains(&r.stdout, want);
     }
@@ -534,7 +534,7 @@ fn cli_compares_cpu_outputs_with_expected() {
     let wrong_path = dir.join("wrong.safetensors");
     std::fs::write(&wrong_path, safetensors::write(&wrong).unwrap()).unwrap();
     let r = run_expecting(&wrong_path);
-    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(1);
     let want = format!(
         "output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]"
     );
@@ -550,19 +550,19 @@ fn cli_compares_cpu_outputs_with_expected() {
     let short_path = dir.join("short.safetensors");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
     let r = run_expecting(&short_path);
-    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.assert_exit(1);
     common::assert_contains(&r.stderr, "the program returned 1 tensors, 2 are expected");
     short.shift_remove("out1");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
     let r = run_expecting(&short_path);
-    assert_eq!(r.code, 1, "{}", r.stderr);
+    r.assert_exit(1);
     common::assert_contains(&r.stderr, "got f32[16, 32], expected f32[1, 32]");
 
     // A malformed inputs file is an error (exit 2).
     let bad = dir.join("bad.safetensors");
     std::fs::write(&bad, [1u8, 0, 0]).unwrap();
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--inputs", path_str(&bad)]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
+    r.assert_exit(2);
     common::assert_contains(&r.stderr, "too short for the 8-byte header length");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -597,7 +597,7 @@ fn cli_compares_with_eager_and_with_inductor() {
 
     // No compiled.safetensors: reported as absent, not an error.
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     let absent = format!("against inductor: absent (no {})", compiled.display());
     for want in [
         "against eager: 1 outputs match ",
@@ -623,7 +623,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     meta["compiled_tolerance"] = serde_json::json!({"atol": 1e-5, "rtol": 1e-5});
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(
         r.stdout.contains("against eager: 1 outputs match ")
             && r.stdout.contains(&format!(
@@ -645,7 +645,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     );
     std::fs::write(&compiled, safetensors::write(&reference).unwrap()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(1);
     assert!(
         r.stdout.contains("against eager: 1 outputs match ")
             && r.stdout.contains("against inductor: 1 of 1 outputs differ from ")
@@ -675,13 +675,13 @@ fn cli_compares_with_eager_and_with_inductor() {
     assert!((abs - 1e-3).abs() < 1e-6, "{line}");
     // --atol / --rtol widen both comparisons.
     let r = wrapir(&["run", b, "--device", "cpu", "--atol", "0.01"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
 
     // A malformed compiled_tolerance is an error naming it.
     meta["compiled_tolerance"] = serde_json::json!({"atol": "tight"});
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
+    r.assert_exit(2);
     common::assert_contains(&r.stderr, "`compiled_tolerance` must be an object");
 
     // The host fallback flag is for cuda only.

@@ -159,6 +159,13 @@ impl Run {
         self.code == code && stdout.iter().all(|s| self.stdout.contains(s)) && self.stderr.contains(stderr)
     }
 
+    /// Passes when the run exited with `code`; otherwise fails showing both
+    /// outputs.
+    #[track_caller]
+    pub fn assert_exit(&self, code: i32) {
+        assert_eq!(self.code, code, "stdout:\n{}stderr:\n{}", self.stdout, self.stderr);
+    }
+
     /// A failure line for a run that did not give what `what` wanted: its
     /// exit code and both outputs.
     pub fn failure(&self, what: std::fmt::Arguments<'_>) -> String {
