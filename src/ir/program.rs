@@ -128,6 +128,14 @@ impl Graph {
         })
     }
 
+    /// The buffers the graph's own `assert_size_stride` lines check, in order.
+    pub fn asserted_buffers(&self) -> impl Iterator<Item = &BufName> {
+        self.lines.iter().filter_map(|l| match l {
+            Line::AssertSizeStride { buffer, .. } => Some(buffer),
+            _ => None,
+        })
+    }
+
     /// The layout of a tensor buffer, if it is declared as a tensor.
     pub fn layout(&self, name: &BufName) -> Option<&Layout> {
         match self.buffers.get(name).map(|d| &d.kind) {
