@@ -310,13 +310,9 @@ impl HalideKernel {
 
     fn call(&self, launch: &KernelLaunch<'_, Tensor>) -> Result<(), ExecError> {
         let kernel = self.name.as_str();
-        check_positional(
-            kernel,
-            "Halide",
-            launch,
-            self.call_args.len(),
-            &self.call_args.join(", "),
-        )?;
+        check_positional(kernel, "Halide", launch, self.call_args.len(), || {
+            self.call_args.join(", ")
+        })?;
         let value_of = |name: &str| -> Option<(usize, &Value<Tensor>)> {
             let i = self.call_args.iter().position(|n| n == name)?;
             Some((i, launch.args.get(i)?))

@@ -345,13 +345,13 @@ fn parse_arg_type(ty: &str) -> Option<ArgKind> {
 }
 
 /// Checks that a launch of `kernel` (a `what` kernel) passes `want`
-/// arguments (`params` names them), all positional.
+/// arguments (`params` names them, for the error), all positional.
 fn check_positional(
     kernel: &str,
     what: &str,
     launch: &KernelLaunch<'_, Tensor>,
     want: usize,
-    params: &str,
+    params: impl FnOnce() -> String,
 ) -> Result<(), ExecError> {
     if !launch.kwargs.is_empty() {
         return Err(ExecError::op(
@@ -360,7 +360,7 @@ fn check_positional(
         ));
     }
     if launch.args.len() != want {
-        let got = launch.args.len();
+        let (params, got) = (params(), launch.args.len());
         return Err(ExecError::op(
             kernel,
             format!("takes {want} arguments ({params}) but got {got}"),
@@ -455,7 +455,7 @@ impl CppKernel {
 
     fn call(&self, launch: &KernelLaunch<'_, Tensor>) -> Result<(), ExecError> {
         let kernel = self.name.as_str();
-        check_positional(kernel, "C++", launch, self.args.len(), "`arg_types`")?;
+        check_positional(kernel, "C++", launch, self.args.len(), || "`arg_types`".into())?;
         let mut tensors = Vec::new();
         let mut scalars = vec![0u64; self.args.len()];
         for (i, (kind, v)) in self.args.iter().zip(launch.args.iter()).enumerate() {
