@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{generate, median_time, thousands, Size};
+use common::{generate, median_time, thousands, validated, Size};
 use std::time::{Duration, Instant};
 use wrapir::ir::{Line, MAIN_GRAPH};
 use wrapir::reconcile::{check_program, reconcile_call, Options, ProofCache, Verdict};
@@ -23,22 +23,9 @@ const WARMUP: usize = 1;
 const REPEATS: usize = 5;
 
 fn main() {
-    let gen = generate(
-        Size {
-            lines: usize::MAX,
-            launches: LAUNCHES,
-            kernels_per_family: 4,
-        },
-        23,
-    );
+    let gen = generate(Size::launches(LAUNCHES), 23);
     let program = &gen.program;
-    let info = match wrapir::ir::validate(program) {
-        Ok(info) => info,
-        Err(e) => {
-            eprintln!("generated program is invalid:\n{e}");
-            std::process::exit(1);
-        }
-    };
+    let info = validated(program);
     let parallel = Options::default();
     let serial = Options {
         parallel: false,

@@ -14,60 +14,17 @@ mod common;
 
 use common::{generate, median_time, thousands, Size};
 use indexmap::IndexMap;
-use wrapir::exec::interp::{compile, Plan};
+use wrapir::exec::interp::Plan;
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
-use wrapir::ir::{DType, Device, Layout, Line, Program, ProgramBuilder};
-use wrapir::sym::{CmpOp, SymExpr};
+use wrapir::ir::{DType, Device, Program};
 
 const WARMUP: usize = 2;
 const REPEATS: usize = 9;
 const TARGET_NS: f64 = 100.0;
 
-fn asserts_program(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let mut g = p.main();
-    g.symbol_input("arg0_1", &s0);
-    g.symbol_input("arg1_1", &s1);
-    let x = g.tensor_input(
-        "arg2_1",
-        Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
-        ),
-    );
-    let w = g.tensor_input(
-        "arg3_1",
-        Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
-        ),
-    );
-    for i in 0..count as i64 {
-        let lhs = SymExpr::add(
-            SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
-            SymExpr::Int(i),
-        );
-        g.line(Line::RuntimeAssert {
-            cond: SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)),
-            message: format!("s0*s1 + {i} >= {i}"),
-            node: None,
-        });
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
-}
-
 fn plan_of(program: &Program) -> Plan {
-    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid benchmark program:\n{e}"));
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
-    compile(&graph, program).unwrap_or_else(|e| panic!("compile: {e}"))
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("benchmark program: {e}"))
 }
 
 fn run(plan: &Plan) -> usize {
@@ -103,18 +60,10 @@ fn main() {
     println!();
     println!("| plan | program lines | plan steps | median run | ns/step | ratio (target / measured) |");
     println!("|---|---:|---:|---:|---:|---:|");
-    let mixed = generate(
-        Size {
-            lines: 100_000,
-            launches: usize::MAX,
-            kernels_per_family: 4,
-        },
-        11,
-    )
-    .program;
+    let mixed = generate(Size::lines(100_000), 11).program;
     // `INTERP_PLAN=mixed` (or `asserts`) runs one plan only, for profiling.
     let only = std::env::var("INTERP_PLAN").ok();
-    for (name, program) in [("asserts", asserts_program(50_000)), ("mixed", mixed)] {
+    for (name, program) in [("asserts", common::families::asserts(50_000)), ("mixed", mixed)] {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{generate, median_time, thousands, Size};
+use common::{generate, median_time, thousands, validated, Size};
 use wrapir::lower::cpp::{Dialect, Options as CppOptions};
 
 const LINES: usize = 100_000;
@@ -19,23 +19,10 @@ const REPEATS: usize = 9;
 const TARGET_LINES_PER_S: f64 = 1e6;
 
 fn main() {
-    let gen = generate(
-        Size {
-            lines: LINES,
-            launches: usize::MAX,
-            kernels_per_family: 4,
-        },
-        11,
-    );
+    let gen = generate(Size::lines(LINES), 11);
     let program = &gen.program;
     let lines = program.main.lines.len();
-    let info = match wrapir::ir::validate(program) {
-        Ok(info) => info,
-        Err(e) => {
-            eprintln!("generated program is invalid:\n{e}");
-            std::process::exit(1);
-        }
-    };
+    let info = validated(program);
     let text = wrapir::text::print(program);
     let aoti = CppOptions {
         dialect: Dialect::Aoti,
@@ -54,38 +41,26 @@ fn main() {
 
     // Check every selected target once and report output sizes.
     type Check<'a> = Box<dyn Fn() -> Result<usize, String> + 'a>;
+    // A lowering's output size, or its error.
+    fn size<E: std::fmt::Display>(lowered: Result<String, E>) -> Result<usize, String> {
+        lowered.map(|s| s.len()).map_err(|e| e.to_string())
+    }
     let checks: Vec<(&str, Check)> = vec![
         (
             "python",
-            Box::new(|| {
-                wrapir::lower::python::write_string(&info, &python_opts)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::python::write_string(&info, &python_opts))),
         ),
         (
             "cpp (aoti)",
-            Box::new(|| {
-                wrapir::lower::cpp::write_string(&info, &aoti)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::cpp::write_string(&info, &aoti))),
         ),
         (
             "cpp (standalone)",
-            Box::new(|| {
-                wrapir::lower::cpp::write_string(&info, &standalone)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::cpp::write_string(&info, &standalone))),
         ),
         (
             "fx write_string",
-            Box::new(|| {
-                wrapir::lower::fx::write_string(&info, &fx_opts)
-                    .map(|s| s.len())
-                    .map_err(|e| e.to_string())
-            }),
+            Box::new(|| size(wrapir::lower::fx::write_string(&info, &fx_opts))),
         ),
         ("text print", Box::new(|| Ok(text.len()))),
     ];

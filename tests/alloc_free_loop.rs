@@ -31,14 +31,18 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use wrapir::exec::interp::{compile, Plan};
+use wrapir::exec::interp::Plan;
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{TensorSpec, Value};
 use wrapir::ir::{
-    ArgValue, BufName, CallArg, DType, Device, GraphBuilder, GridType, KernelCall, Layout, MultiIndex, Program,
-    ProgramBuilder, SigType, TritonMeta,
+    ArgValue, BufName, CallArg, DType, Device, GridType, KernelCall, KernelName, MultiIndex, Program, ProgramBuilder,
+    SigType, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
+
+#[path = "../benches/common/families.rs"]
+mod families;
+use families::{asserts, cuda_f32, family};
 
 /// Counts allocations (including reallocations) made by a thread while its
 /// `COUNTING` flag is set; other test threads' allocations are not counted.
@@ -104,86 +108,33 @@ const PER_RUN_BOUND_EXTERNS: usize = PER_RUN_BOUND_TENSORS + 2;
 /// Plan lengths (program lines) each family is measured at.
 const LENGTHS: [usize; 3] = [10, 200, 2_000];
 
-fn tensor_layout(size: [SymExpr; 2]) -> Layout {
-    Layout::contiguous(DType::Float32, Device::cuda(0), size)
-}
-
-/// The inputs every family shares: symbols `s0`, `s1` (as graph inputs too)
-/// and tensors `arg2_1: f32[s0, s1]`, `arg3_1: f32[s1, s1]`.
-fn shared_inputs(g: &mut GraphBuilder<'_>, s0: &Symbol, s1: &Symbol) -> (BufName, BufName) {
-    g.symbol_input("arg0_1", s0);
-    g.symbol_input("arg1_1", s1);
-    let x = g.tensor_input(
-        "arg2_1",
-        tensor_layout([SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())]),
-    );
-    let w = g.tensor_input(
-        "arg3_1",
-        tensor_layout([SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())]),
-    );
-    (x, w)
-}
-
-/// `count` runtime asserts on `s0*s1 + i >= i`: integer arithmetic,
-/// comparisons and `_assert_scalar` steps.
-fn asserts(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let mut g = p.main();
-    let (x, w) = shared_inputs(&mut g, &s0, &s1);
-    for i in 0..count as i64 {
-        let lhs = SymExpr::add(
-            SymExpr::mul(SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())),
-            SymExpr::Int(i),
-        );
-        g.runtime_assert(
-            SymExpr::cmp(CmpOp::Ge, lhs, SymExpr::Int(i)),
-            &format!("s0*s1 + {i} >= {i}"),
-        );
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
-}
-
 /// `count` precomputed symbols `ks_i = (s0 + i) * s1 // 2` (arithmetic steps
 /// whose results bind symbols) and an assert on each.
 fn precomputed(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let ks: Vec<_> = (0..count).map(|i| p.precomputed_symbol(&format!("ks{i}"))).collect();
-    let mut g = p.main();
-    let (x, w) = shared_inputs(&mut g, &s0, &s1);
-    for (i, k) in ks.iter().enumerate() {
-        let expr = SymExpr::floor_div(
-            SymExpr::mul(
-                SymExpr::add(SymExpr::Sym(s0.clone()), SymExpr::Int(i as i64)),
-                SymExpr::Sym(s1.clone()),
-            ),
-            SymExpr::Int(2),
-        );
-        g.let_symbol(k, expr);
-        g.runtime_assert(
-            SymExpr::cmp(CmpOp::Ge, SymExpr::Sym(k.clone()), SymExpr::Int(0)),
-            &format!("ks{i} >= 0"),
-        );
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
+    family(
+        |p| -> Vec<Symbol> { (0..count).map(|i| p.precomputed_symbol(&format!("ks{i}"))).collect() },
+        |g, ks, s0, s1, _| {
+            for (i, k) in ks.iter().enumerate() {
+                let expr = SymExpr::floor_div(
+                    SymExpr::mul(
+                        SymExpr::add(SymExpr::Sym(s0.clone()), SymExpr::Int(i as i64)),
+                        SymExpr::Sym(s1.clone()),
+                    ),
+                    SymExpr::Int(2),
+                );
+                g.let_symbol(k, expr);
+                g.runtime_assert(
+                    SymExpr::cmp(CmpOp::Ge, SymExpr::Sym(k.clone()), SymExpr::Int(0)),
+                    &format!("ks{i} >= 0"),
+                );
+            }
+        },
+    )
 }
 
-/// `count` rounds of: allocate `buf_i: f32[s0, s1]`, launch a pointwise Triton
-/// kernel from the previous buffer into it (`xnumel = s0*s1`), free the
-/// previous buffer.
-fn buffers(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
+/// The pointwise Triton kernel `buffers` launches: `out_ptr0 = in_ptr0`
+/// over `xnumel`.
+fn relu_kernel(p: &mut ProgramBuilder) -> KernelName {
     let signature = [
         ("in_ptr0", "*fp32"),
         ("out_ptr0", "*fp32"),
@@ -204,83 +155,77 @@ fn buffers(count: usize) -> Program {
          xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:]\n    \
          tl.store(out_ptr0 + (xindex), tl.load(in_ptr0 + (xindex), xindex < xnumel), xindex < xnumel)\n"
     );
-    let kernel = p.triton_kernel(name, &source, meta);
-    let mut g = p.main();
-    let (x, w) = shared_inputs(&mut g, &s0, &s1);
-    let size = || [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())];
-    g.define_kernel(&kernel);
-    let mut prev: Option<BufName> = None;
-    for i in 0..count {
-        let b = g.allocate(&format!("buf{i}"), tensor_layout(size()));
-        let src = prev.clone().unwrap_or_else(|| x.clone());
-        g.line(wrapir::ir::Line::KernelCall(KernelCall {
-            kernel: kernel.clone(),
-            args: vec![
-                CallArg::positional(ArgValue::Buffer(src)),
-                CallArg::positional(ArgValue::Buffer(b.clone())),
-                CallArg::positional(ArgValue::Expr(SymExpr::mul(
-                    SymExpr::Sym(s0.clone()),
-                    SymExpr::Sym(s1.clone()),
-                ))),
-            ],
-            device: Some(Device::cuda(0)),
-        }));
-        if let Some(old) = prev.replace(b) {
-            g.free(&old);
+    p.triton_kernel(name, &source, meta)
+}
+
+/// `count` rounds of: allocate `buf_i: f32[s0, s1]`, launch a pointwise Triton
+/// kernel from the previous buffer into it (`xnumel = s0*s1`), free the
+/// previous buffer.
+fn buffers(count: usize) -> Program {
+    family(relu_kernel, |g, kernel, s0, s1, x| {
+        g.define_kernel(&kernel);
+        let mut prev: Option<BufName> = None;
+        for i in 0..count {
+            let b = g.allocate(&format!("buf{i}"), cuda_f32(&[s0, s1]));
+            let src = prev.clone().unwrap_or_else(|| x.clone());
+            g.line(wrapir::ir::Line::KernelCall(KernelCall {
+                kernel: kernel.clone(),
+                args: vec![
+                    CallArg::positional(ArgValue::Buffer(src)),
+                    CallArg::positional(ArgValue::Buffer(b.clone())),
+                    CallArg::positional(ArgValue::Expr(SymExpr::mul(
+                        SymExpr::Sym(s0.clone()),
+                        SymExpr::Sym(s1.clone()),
+                    ))),
+                ],
+                device: Some(Device::cuda(0)),
+            }));
+            if let Some(old) = prev.replace(b) {
+                g.free(&old);
+            }
         }
-    }
-    if let Some(last) = prev {
-        g.free(&last);
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
+        if let Some(last) = prev {
+            g.free(&last);
+        }
+    })
 }
 
 /// `count` rounds of: an extern op with a declared result layout
 /// `f32[s0, s1]` on the previous buffer, a multi-output extern op on its
 /// result and an element of it with a declared layout, then frees.
 fn externs(count: usize) -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(64));
-    let s1 = p.backed_symbol("s1", Some(32));
-    let mut g = p.main();
-    let (x, w) = shared_inputs(&mut g, &s0, &s1);
-    let size = || [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())];
-    let mut prev: Option<BufName> = None;
-    for i in 0..count {
-        let src = prev.clone().unwrap_or_else(|| x.clone());
-        let b = g.extern_alloc(
-            &format!("buf{i}"),
-            tensor_layout(size()),
-            "torch.ops.aten.relu.default",
-            vec![ArgValue::Buffer(src)],
-        );
-        let m = g.extern_alloc_multi(
-            &format!("multi{i}"),
-            "torch.ops.aten.split.default",
-            vec![ArgValue::Buffer(b.clone())],
-        );
-        let part = g.multi_output(&format!("part{i}"), tensor_layout(size()), &m, &[MultiIndex::Tuple(0)]);
-        g.free(&part);
-        if let Some(old) = prev.replace(b) {
-            g.free(&old);
-        }
-    }
-    if let Some(last) = prev {
-        g.free(&last);
-    }
-    g.output(&x);
-    g.output(&w);
-    g.finish();
-    p.finish()
+    family(
+        |_| (),
+        |g, (), s0, s1, x| {
+            let mut prev: Option<BufName> = None;
+            for i in 0..count {
+                let src = prev.clone().unwrap_or_else(|| x.clone());
+                let b = g.extern_alloc(
+                    &format!("buf{i}"),
+                    cuda_f32(&[s0, s1]),
+                    "torch.ops.aten.relu.default",
+                    vec![ArgValue::Buffer(src)],
+                );
+                let m = g.extern_alloc_multi(
+                    &format!("multi{i}"),
+                    "torch.ops.aten.split.default",
+                    vec![ArgValue::Buffer(b.clone())],
+                );
+                let part = g.multi_output(&format!("part{i}"), cuda_f32(&[s0, s1]), &m, &[MultiIndex::Tuple(0)]);
+                g.free(&part);
+                if let Some(old) = prev.replace(b) {
+                    g.free(&old);
+                }
+            }
+            if let Some(last) = prev {
+                g.free(&last);
+            }
+        },
+    )
 }
 
 fn plan_of(program: &Program) -> Plan {
-    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid test program:\n{e}"));
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("FX lowering: {e}"));
-    compile(&graph, program).unwrap_or_else(|e| panic!("compile: {e}"))
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("test program: {e}"))
 }
 
 fn inputs(plan: &Plan, backend: &mut MetaBackend) -> Vec<Value<wrapir::exec::meta::MetaTensor>> {

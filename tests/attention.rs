@@ -36,6 +36,15 @@ fn call(op: &str, args: Vec<Value<Tensor>>, kwargs: Vec<(&str, Value<Tensor>)>) 
     }
 }
 
+/// Call arguments: `tensors`, then `rest`.
+fn args<const N: usize>(tensors: &[&Tensor], rest: [Value<Tensor>; N]) -> Vec<Value<Tensor>> {
+    tensors
+        .iter()
+        .map(|t| Value::Tensor((*t).clone()))
+        .chain(rest)
+        .collect()
+}
+
 fn t(v: &Value<Tensor>) -> &Tensor {
     v.as_tensor()
         .unwrap_or_else(|| panic!("expected a tensor, got {}", v.kind()))
@@ -140,12 +149,7 @@ fn hand_computed_two_by_two() {
     // row 0 weights (e, 1) / (e + 1), row 1 weights (1, e) / (e + 1).
     let q = tensor(DType::Float64, &[1.0, 0.0, 0.0, 1.0], &[1, 1, 2, 2]);
     let v = tensor(DType::Float64, &[1.0, 2.0, 3.0, 4.0], &[1, 1, 2, 2]);
-    let r = call(
-        FLASH_CPU,
-        vec![Value::Tensor(q.clone()), Value::Tensor(q), Value::Tensor(v)],
-        vec![("scale", Value::Float(1.0))],
-    )
-    .expect("runs");
+    let r = call(FLASH_CPU, args(&[&q, &q, &v], []), vec![("scale", Value::Float(1.0))]).expect("runs");
     let e = std::f64::consts::E;
     let want = [
         (e + 3.0) / (e + 1.0),
@@ -170,15 +174,10 @@ fn efficient_matches_naive_with_causal_bias_gqa_and_odd_lengths() {
         let bias = tensor(DType::Float32, &values((l * s) as usize, 4), &[1, 1, l, s]);
         let r = call(
             EFFICIENT,
-            vec![
-                Value::Tensor(q.clone()),
-                Value::Tensor(k.clone()),
-                Value::Tensor(v.clone()),
-                Value::Tensor(bias.clone()),
-                Value::Bool(true),
-                Value::Float(0.0),
-                Value::Bool(causal),
-            ],
+            args(
+                &[&q, &k, &v, &bias],
+                [Value::Bool(true), Value::Float(0.0), Value::Bool(causal)],
+            ),
             vec![],
         )
         .expect("runs");
@@ -211,13 +210,7 @@ fn efficient_without_logsumexp_and_a_scale() {
     let q = tensor(DType::Float32, &values(2 * 3 * 4, 5), &[1, 2, 3, 4]);
     let r = call(
         EFFICIENT,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::None,
-            Value::Bool(false),
-        ],
+        args(&[&q, &q, &q], [Value::None, Value::Bool(false)]),
         vec![("scale", Value::Float(0.3))],
     )
     .expect("runs");
@@ -233,13 +226,7 @@ fn flash_on_packed_qkv_keeps_the_query_layout() {
         let (q, k, v) = packed_qkv(dtype, b, l, h, e, 7);
         let r = call(
             FLASH,
-            vec![
-                Value::Tensor(q.clone()),
-                Value::Tensor(k.clone()),
-                Value::Tensor(v.clone()),
-                Value::Float(0.0),
-                Value::Bool(true),
-            ],
+            args(&[&q, &k, &v], [Value::Float(0.0), Value::Bool(true)]),
             vec![],
         )
         .expect("runs");
@@ -264,16 +251,7 @@ fn flash_on_packed_qkv_keeps_the_query_layout() {
     }
     // A contiguous query: the output has its strides.
     let q = tensor(DType::Float32, &values(2 * 3 * 4 * 8, 8), &[2, 3, 4, 8]);
-    let r = call(
-        FLASH,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-        ],
-        vec![],
-    )
-    .expect("runs");
+    let r = call(FLASH, args(&[&q, &q, &q], []), vec![]).expect("runs");
     assert_eq!(t(&r[0]).stride(), q.stride());
 }
 
@@ -285,16 +263,15 @@ fn cudnn_layouts_and_values() {
     let bias = tensor(DType::Float32, &values(l as usize, 12), &[b, 1, 1, l]);
     let r = call(
         CUDNN,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(k.clone()),
-            Value::Tensor(v.clone()),
-            Value::Tensor(bias.clone()),
-            Value::Bool(true),
-            Value::Float(0.0),
-            Value::Bool(false),
-            Value::Bool(false),
-        ],
+        args(
+            &[&q, &k, &v, &bias],
+            [
+                Value::Bool(true),
+                Value::Float(0.0),
+                Value::Bool(false),
+                Value::Bool(false),
+            ],
+        ),
         vec![],
     )
     .expect("runs");
@@ -319,30 +296,14 @@ fn fully_masked_rows_and_no_keys() {
     // Row 1 sees only -inf.
     let ninf = f64::NEG_INFINITY;
     let bias = tensor(DType::Float32, &[0.0, 0.0, ninf, ninf], &[1, 1, 2, 2]);
-    let r = call(
-        EFFICIENT,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::Tensor(bias),
-            Value::Bool(true),
-        ],
-        vec![],
-    )
-    .expect("runs");
+    let r = call(EFFICIENT, args(&[&q, &q, &q, &bias], [Value::Bool(true)]), vec![]).expect("runs");
     let out = t(&r[0]).to_f64_vec().unwrap();
     assert!(out[..4].iter().all(|x| x.is_finite()) && out[4..].iter().all(|x| x.is_nan()));
     let lse = t(&r[1]).to_f64_vec().unwrap();
     assert!(lse[0].is_finite() && lse[1] == ninf);
     // Flash with no keys: output 0, log-sum-exp +inf.
     let empty = tensor(DType::Float32, &[], &[1, 1, 0, 4]);
-    let r = call(
-        FLASH,
-        vec![Value::Tensor(q), Value::Tensor(empty.clone()), Value::Tensor(empty)],
-        vec![],
-    )
-    .expect("runs");
+    let r = call(FLASH, args(&[&q, &empty, &empty], []), vec![]).expect("runs");
     assert!(t(&r[0]).to_f64_vec().unwrap().iter().all(|x| *x == 0.0));
     assert!(t(&r[1]).to_f64_vec().unwrap().iter().all(|x| *x == f64::INFINITY));
 }
@@ -354,11 +315,7 @@ fn flash_for_cpu_takes_a_boolean_mask() {
     let mask = Tensor::from_vec(vec![true, false, true, true, true, false, false, true, true], &[l, l]).unwrap();
     let r = call(
         FLASH_CPU,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-            Value::Tensor(q.clone()),
-        ],
+        args(&[&q, &q, &q], []),
         vec![("attn_mask", Value::Tensor(mask.clone()))],
     )
     .expect("runs");
@@ -383,26 +340,8 @@ fn expanded_kv_heads() {
     let q = tensor(DType::Float32, &values((h * l * e) as usize, 15), &[1, h, l, e]);
     let kv = tensor(DType::Float32, &values((l * e) as usize, 16), &[1, 1, l, e]);
     let expanded = kv.view(&[1, h, l, e], &[l * e, 0, e, 1], 0).unwrap();
-    let one_head = call(
-        FLASH,
-        vec![
-            Value::Tensor(q.clone()),
-            Value::Tensor(kv.clone()),
-            Value::Tensor(kv.clone()),
-        ],
-        vec![],
-    )
-    .expect("GQA");
-    let views = call(
-        FLASH,
-        vec![
-            Value::Tensor(q),
-            Value::Tensor(expanded.clone()),
-            Value::Tensor(expanded),
-        ],
-        vec![],
-    )
-    .expect("expanded");
+    let one_head = call(FLASH, args(&[&q, &kv, &kv], []), vec![]).expect("GQA");
+    let views = call(FLASH, args(&[&q, &expanded, &expanded], []), vec![]).expect("expanded");
     assert_eq!(
         t(&one_head[0]).to_f64_vec().unwrap(),
         t(&views[0]).to_f64_vec().unwrap()

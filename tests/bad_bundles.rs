@@ -532,5 +532,5 @@ fn committed_cubins_pass_the_image_check() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }

@@ -90,7 +90,7 @@ fn every_bundle_validates_and_lowers_to_every_target() {
             failures.push(format!("KNOWN_FAILURES names ({b}, {t}), which is not a bundle/target"));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 /// `bundle.json`'s `int_outputs`: the expected tensors that hold integer outputs.
@@ -136,7 +136,7 @@ fn every_bundle_reconciles_in_every_lowering() {
             failures.push(format!("{case}:\n{}", report.render(false)));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     assert!(launches > 100, "the bundles have only {launches} Triton launches");
 }
 
@@ -248,7 +248,7 @@ fn every_bundle_runs_on_meta_with_the_eager_shapes() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 /// `true` when the host backend can run every kernel and extern op of the
@@ -293,7 +293,7 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
             failures.push(format!("{case}: {e}"));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     // Guard against the filter silently excluding everything: `cat_mm` is
     // `mm` on a `cat` view, all host ops.
     assert!(ran.iter().any(|c| c == "cat_mm"), "ran on cpu: {ran:?}");

@@ -301,11 +301,7 @@ fn header_compiles_as_c_and_cpp() {
             "g++",
             "compiling wrapir_rt.h",
         );
-        assert!(
-            out.status.success(),
-            "wrapir_rt.h does not compile as {lang} ({std}):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_tool_ok(&out, format_args!("wrapir_rt.h does not compile as {lang} ({std})"));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -368,11 +364,7 @@ fn cpp_call_op_passes_arguments_and_adopts_results() {
         "g++",
         "building the call_op probe",
     );
-    assert!(
-        out.status.success(),
-        "the probe does not build:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_tool_ok(&out, format_args!("the probe does not build"));
     let run = Command::new(&exe).output().expect("the probe runs");
     let _ = std::fs::remove_dir_all(&dir);
     let transcript = String::from_utf8_lossy(&run.stdout).into_owned();

@@ -178,14 +178,11 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
     for (args, code, stdout, stderr, neither) in cases {
         let r = wrapir(args);
         let clean = neither.is_empty() || !(r.stdout.contains(neither) || r.stderr.contains(neither));
-        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) || !clean {
-            failures.push(format!(
-                "{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
-                r.code, r.stdout, r.stderr
-            ));
+        if !r.matches(*code, stdout, stderr) || !clean {
+            failures.push(r.failure(format_args!("{args:?} (want exit {code})")));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -202,25 +199,21 @@ fn cli_verbs_take_files_directories_and_stdin() {
     // A directory that is not a bundle, and a file that is not a program.
     let r = wrapir(&["check", "fixtures"]);
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr
-            .contains("fixtures: a directory without `program.json` is not a bundle"),
-        "{}",
-        r.stderr
+    common::assert_contains(
+        &r.stderr,
+        "fixtures: a directory without `program.json` is not a bundle",
     );
     let r = wrapir(&["print", "fixtures/inductor/bundles/cat_mm/inputs.safetensors"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("inputs.safetensors"), "{}", r.stderr);
+    common::assert_contains(&r.stderr, "inputs.safetensors");
     // Parse errors still show the offending line.
     let bad = scratch("parse").join("bad.wir");
     std::fs::write(&bad, "program {\n  nonsense here\n}\n").unwrap();
     let r = wrapir(&["check", path_str(&bad)]);
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("cannot parse") && r.stderr.contains("(line 1, column 1)") && r.stderr.contains("here"),
-        "{}",
-        r.stderr
-    );
+    for want in ["cannot parse", "(line 1, column 1)", "here"] {
+        common::assert_contains(&r.stderr, want);
+    }
     // A missing file is named once.
     let r = wrapir(&["print", "no/such.wir"]);
     assert_eq!(r.code, 2);

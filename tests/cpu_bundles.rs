@@ -110,7 +110,7 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
         }
     }
     println!("{table}");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -305,7 +305,7 @@ fn corrupt_and_foreign_host_images_are_errors_not_signals() {
 fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     let bundle = "fixtures/inductor/bundles_cpu/cpp/addmm_relu";
     let r = common::wrapir(&["check", bundle, "--lowering", "cpp-standalone"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(!r.stdout.contains("unsupported"), "{}", r.stdout);
     let dir = common::scratch("cpu_bundles", "unsupported");
     let program = dir.join("xpu_relu.wir");
@@ -316,20 +316,20 @@ fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     .unwrap();
     let program = program.to_string_lossy().into_owned();
     let r = common::wrapir(&["check", &program]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout
-            .contains("unsupported cpp-standalone: graph main, line 0 `extern buf0 = torch.ops.aten.relu.default(")
-            && r.stdout
-                .contains("on xpu:0: the runtime runs extern ops on CUDA devices and the host"),
-        "{}",
-        r.stdout
+    r.assert_exit(0);
+    common::assert_contains(
+        &r.stdout,
+        "unsupported cpp-standalone: graph main, line 0 `extern buf0 = torch.ops.aten.relu.default(",
+    );
+    common::assert_contains(
+        &r.stdout,
+        "on xpu:0: the runtime runs extern ops on CUDA devices and the host",
     );
     assert!(!r.stdout.contains("error "), "{}", r.stdout);
     let r = common::wrapir(&["check", &program, "--lowering", "cpp-standalone"]);
-    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("unsupported cpp-standalone:"), "{}", r.stdout);
+    r.assert_exit(1);
+    common::assert_contains(&r.stdout, "unsupported cpp-standalone:");
     let r = common::wrapir(&["check", &program, "--lowering", "python", "--lowering", "fx"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,7 +5,7 @@ use indexmap::IndexMap;
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::meta::MetaBackend;
 use wrapir::exec::{Backend, Tensor, TensorSpec, Value};
-use wrapir::ir::{ArgValue, DType, Device, KernelBackend, KeyEntry, Layout, Program, ProgramBuilder, TensorMethod};
+use wrapir::ir::{ArgValue, DType, Device, KernelBackend, Layout, Program, ProgramBuilder};
 use wrapir::sym::SymExpr;
 
 fn s(name: &str) -> SymExpr {
@@ -21,9 +21,7 @@ fn cpu(dtype: DType, size: &[SymExpr]) -> Layout {
 }
 
 fn lower(program: &Program) -> wrapir::exec::interp::Plan {
-    let info = wrapir::ir::validate(program).expect("valid program");
-    let graph = wrapir::lower::fx::lower(&info, &Default::default()).expect("lowers");
-    wrapir::exec::interp::compile(&graph, program).expect("compiles")
+    wrapir::exec::compile_program(program).unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---- meta -----------------------------------------------------------------
@@ -56,13 +54,7 @@ fn nonzero_program() -> Program {
         "torch.ops.aten.nonzero.default",
         vec![ArgValue::Buffer(x.clone())],
     );
-    g.bind_unbacked(
-        &b1,
-        &u0,
-        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
-    );
+    g.bind_size(&b1, &u0, 0);
     g.free(&x);
     let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
     l.stride = [i(1), s("u0")].into_iter().collect();
@@ -523,13 +515,7 @@ fn padded_to_jagged_without_total_binds_u0() {
         PD2J,
         vec![ArgValue::Buffer(dense), ArgValue::List(vec![ArgValue::Buffer(o)])],
     );
-    g.bind_unbacked(
-        &b0,
-        &u0,
-        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
-    );
+    g.bind_size(&b0, &u0, 0);
     let b1 = g.allocate("buf1", cpu(DType::Float32, &[s("u0")]));
     let mut kw = IndexMap::new();
     kw.insert("dim".to_string(), ArgValue::Expr(i(0)));

@@ -44,11 +44,7 @@ fn nonzero_u0() -> Program {
         "torch.ops.aten.nonzero.default",
         vec![ArgValue::Buffer(x.clone())],
     );
-    g.bind_unbacked(
-        &b1,
-        &u0,
-        path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]),
-    );
+    g.bind_size(&b1, &u0, 0);
     g.free(&x);
     let mut l = cuda(DType::Int64, vec![s("u0"), i(1)]);
     l.stride = [i(1), s("u0")].into_iter().collect();

@@ -476,41 +476,33 @@ fn randint_fills_inductors_seed_buffer_as_pytorch() {
     let mut host = HostBackend::default();
     host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
     let out = Tensor::from_vec(vec![0i64; 3], &[3]).unwrap();
-    let args = vec![
-        Value::Int(i64::MIN),
-        Value::Int(i64::MAX),
-        Value::List(vec![Value::Int(3)]),
-    ];
-    call_on(
-        &mut host,
-        "aten.randint.low_out",
-        args.clone(),
-        &[("out", Value::Tensor(out.clone()))],
-    )
-    .unwrap();
+    // `randint(low=i64::MIN, high=i64::MAX, size=[3], out=out)`.
+    let draw = |host: &mut HostBackend| {
+        let args = vec![
+            Value::Int(i64::MIN),
+            Value::Int(i64::MAX),
+            Value::List(vec![Value::Int(3)]),
+        ];
+        call_on(
+            host,
+            "aten.randint.low_out",
+            args,
+            &[("out", Value::Tensor(out.clone()))],
+        )
+        .unwrap();
+    };
+    draw(&mut host);
     let first = out.to_i64_vec().unwrap();
     assert_eq!(first, seeds_by_hand(0, 3));
     // Philox4x32-10 of counter 0, key 0 is Random123's known answer (6627e8d5, e169c58d, ...).
     assert_eq!(first[0], (0x6627_e8d5_e169_c58d_u64.wrapping_add(1 << 63)) as i64);
     // The call advanced the offset by 4 (one curand4 per thread); the next draw differs.
     assert_eq!(host.cuda_rng(), CudaRngState { seed: 0, offset: 4 });
-    call_on(
-        &mut host,
-        "aten.randint.low_out",
-        args.clone(),
-        &[("out", Value::Tensor(out.clone()))],
-    )
-    .unwrap();
+    draw(&mut host);
     assert_ne!(out.to_i64_vec().unwrap(), first);
     // Back to the recorded state: the same values.
     host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
-    call_on(
-        &mut host,
-        "aten.randint.low_out",
-        args,
-        &[("out", Value::Tensor(out.clone()))],
-    )
-    .unwrap();
+    draw(&mut host);
     assert_eq!(out.to_i64_vec().unwrap(), first);
 }
 

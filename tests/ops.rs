@@ -46,7 +46,7 @@ fn host_runs(op: &str) -> bool {
 fn ops_lists_each_backend() {
     // cuda: one line per row of the table, in table order: op, what runs it, dtypes.
     let r = wrapir(&["ops", "--device", "cuda"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.len(), CUDA_OPS.len(), "{}", r.stdout);
     for (line, row) in lines.iter().zip(CUDA_OPS) {
@@ -55,7 +55,7 @@ fn ops_lists_each_backend() {
     }
     // cpu: the host registry, one op per line.
     let r = wrapir(&["ops", "--device", "cpu"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     assert_eq!(
         r.stdout.lines().collect::<Vec<_>>(),
         HostBackend::default().op_names(),
@@ -64,11 +64,11 @@ fn ops_lists_each_backend() {
     );
     // meta: no list; every op runs on shapes.
     let r = wrapir(&["ops", "--device", "meta"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     assert!(r.stdout.starts_with("every extern op, shapes only"), "{}", r.stdout);
     // All: the three groups, each line of a group indented.
     let r = wrapir(&["ops"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.assert_exit(0);
     let headers: Vec<&str> = r.stdout.lines().filter(|l| !l.starts_with("  ")).collect();
     assert_eq!(headers.len(), 3, "{}", r.stdout);
     assert!(headers[0].starts_with("cuda (") && headers[1].starts_with("cpu (") && headers[2] == "meta:");
@@ -79,7 +79,7 @@ fn ops_lists_each_backend() {
     assert_eq!((r.code, r.stdout.as_str()), (0, markdown_table().as_str()));
     let r = wrapir(&["ops", "--device", "cpu", "--markdown"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("--markdown prints the cuda table"), "{}", r.stderr);
+    common::assert_contains(&r.stderr, "--markdown prints the cuda table");
 }
 
 /// The README's table of CUDA device ops is `CUDA_OPS`, row for row.
@@ -139,7 +139,7 @@ fn extern_uses_are_the_fx_lowerings_extern_calls() {
         checked += 1;
     }
     assert!(checked > 30, "only {checked} programs lowered");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 /// `check --device` prints one `error in graph G, line N `...`` line per call
@@ -176,14 +176,11 @@ fn check_device_names_each_op_and_line_it_cannot_run() {
             // Launch reconciliation may fail on its own (exit 1 either way).
             ok &= missing.is_empty() || r.code == 1;
             if !ok {
-                failures.push(format!(
-                    "{path} --device {device}: exit {}, want errors for {missing:?}\nstdout:\n{}stderr:\n{}",
-                    r.code, r.stdout, r.stderr
-                ));
+                failures.push(r.failure(format_args!("{path} --device {device} (want errors for {missing:?})")));
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 /// An op no backend has, in a subgraph: named with its graph and line on
@@ -207,12 +204,12 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
     let p = path.to_str().unwrap();
     for device in ["cuda", "cpu"] {
         let r = wrapir(&["check", p, "--device", device]);
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        r.assert_exit(1);
         let want = format!(
             "error in graph false_graph_0, line {} `{}`: the {device} backend cannot run op `wrapir_test.no_such_op` (`torch.ops.wrapir_test.no_such_op.default`)",
             fake.line, fake.text
         );
-        assert!(r.stdout.contains(&want), "want {want}\n{}", r.stdout);
+        common::assert_contains(&r.stdout, &want);
         // The launch report is there as without --device.
         assert!(
             r.stdout.contains(" launches: ") || r.stdout.contains(" launch"),
@@ -222,7 +219,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
     }
     // Without --device, check does not look at extern ops.
     let r = wrapir(&["check", p]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(!r.stdout.contains("cannot run op"), "{}", r.stdout);
 
     // A host op the device table lacks: an error that points at the flag,
@@ -236,7 +233,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
         let text = text.replace("torch.ops.wrapir_test.no_such_op.default", &full);
         std::fs::write(&path, &text).unwrap();
         let r = wrapir(&["check", p, "--device", "cuda", "--no-translation"]);
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+        r.assert_exit(1);
         assert!(
             r.stdout.contains(&format!("cannot run op `{op}` (`{full}`)"))
                 && r.stdout.contains("; --allow-host-fallback runs it on the host"),
@@ -253,14 +250,12 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
         ]);
         // Every op runs; the exit status is 1 only because the fixture's
         // Triton kernels have no cubins (text fixtures carry none).
-        assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-        assert!(
-            r.stdout.contains(&format!(
-                "op `{op}` (`{full}`) runs on the host (--allow-host-fallback)"
-            )) && r.stdout.contains("on the host)\n"),
-            "{}",
-            r.stdout
+        r.assert_exit(1);
+        common::assert_contains(
+            &r.stdout,
+            &format!("op `{op}` (`{full}`) runs on the host (--allow-host-fallback)"),
         );
+        common::assert_contains(&r.stdout, "on the host)\n");
         let errors: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("error")).collect();
         assert!(
             !errors.is_empty()
@@ -273,11 +268,7 @@ fn check_device_reports_subgraph_lines_and_host_fallback() {
     }
     let r = wrapir(&["check", p, "--device", "cpu", "--allow-host-fallback"]);
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("--allow-host-fallback is for `--device cuda`"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "--allow-host-fallback is for `--device cuda`");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -297,5 +288,5 @@ fn check_takes_a_bundle_directory() {
             .unwrap();
     let missing = extern_uses(&program).iter().filter(|u| !runs_on_cuda(&u.op)).count();
     assert_eq!(r.code, i32::from(missing > 0), "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains(": valid"), "{}", r.stdout);
+    common::assert_contains(&r.stdout, ": valid");
 }

@@ -30,7 +30,7 @@ fn pack(name: &str, dir: &Path) -> PathBuf {
     let out = dir.join(format!("{name}.wirpkg"));
     let r = wrapir(&["pack", s(&bundle_dir(name)), "-o", s(&out)]);
     assert_eq!(r.code, 0, "pack {name}: {}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("packed"), "{}", r.stdout);
+    common::assert_contains(&r.stdout, "packed");
     out
 }
 
@@ -77,7 +77,7 @@ fn every_verb_gives_the_same_result_on_the_package() {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -157,8 +157,8 @@ fn program_files_open_and_pack() {
     let p = Bundle::open(&pkg).unwrap();
     assert_eq!(p.program(), b.program());
     let r = wrapir(&["run", s(&pkg), "--hint", "u0=7"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout.contains("bound symbols: u0 = 7"), "{}", r.stdout);
+    r.assert_exit(0);
+    common::assert_contains(&r.stdout, "bound symbols: u0 = 7");
     // A directory without a program is not a bundle.
     let err = Bundle::open(&dir).unwrap_err().to_string();
     assert!(err.contains("without `program.json`"), "{err}");
@@ -322,26 +322,34 @@ fn bad_packages_are_clear_errors() {
         ),
     ];
     // A table of contents claiming more than a package may hold, and past the file.
-    let mut huge_toc = good.clone();
-    huge_toc[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
-    cases.push(("huge toc", huge_toc, "more than the 16777216 a package may have"));
-    let mut long_toc = good.clone();
-    long_toc[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
-    cases.push((
-        "toc past end",
-        long_toc,
-        "truncated: the table of contents ends at byte 1048616",
-    ));
-    let mut huge_file = good.clone();
-    huge_file[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
-    cases.push((
-        "huge file length",
-        huge_file,
-        "truncated: the header says the package is 18446744073709551615 bytes",
-    ));
-    let mut bad_data = good.clone();
-    bad_data[32..40].copy_from_slice(&3u64.to_le_bytes());
-    cases.push(("bad data offset", bad_data, "data offset 3 must be a multiple of 8"));
+    // The good package with the header's 8-byte field at `at` set to `value`.
+    let patched = |at: usize, value: u64| {
+        let mut bytes = good.clone();
+        bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        bytes
+    };
+    cases.extend([
+        (
+            "huge toc",
+            patched(24, u64::MAX),
+            "more than the 16777216 a package may have",
+        ),
+        (
+            "toc past end",
+            patched(24, 1 << 20),
+            "truncated: the table of contents ends at byte 1048616",
+        ),
+        (
+            "huge file length",
+            patched(16, u64::MAX),
+            "truncated: the header says the package is 18446744073709551615 bytes",
+        ),
+        (
+            "bad data offset",
+            patched(32, 3),
+            "data offset 3 must be a multiple of 8",
+        ),
+    ]);
     let mut flags = good.clone();
     flags[12] = 1;
     cases.push(("flags", flags, "unknown header flags 0x1"));
@@ -368,7 +376,7 @@ fn bad_packages_are_clear_errors() {
             Ok(_) => failures.push(format!("{what}: opened")),
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let b = open_bytes(&dir, "inputs.wirpkg", &bad_inputs).unwrap();
     let err = b.inputs().unwrap_err().to_string();
     assert!(
@@ -386,11 +394,6 @@ fn bad_packages_are_clear_errors() {
     // The CLI names the file and exits 2.
     std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();
     let r = wrapir(&["check", s(&dir.join("v2.wirpkg"))]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stderr
-            .contains("v2.wirpkg: package format version 2 is not supported"),
-        "{}",
-        r.stderr
-    );
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "v2.wirpkg: package format version 2 is not supported");
 }

@@ -13,15 +13,15 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use wrapir::bundle::RankSet;
 use wrapir::exec::collective::{run_ranks, CollectiveOptions, ProcessGroups, RankJob};
-use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{host_kernels, Tensor, Value};
 use wrapir::ir::Program;
 
 const CASES: &[&str] = &["sp_mlp", "tp_attention", "tp_mlp"];
 
-fn rank_sets() -> Vec<std::path::PathBuf> {
-    let dir = common::root().join("fixtures/inductor/bundles_ranks");
+/// The rank sets directly under `rel` (relative to the crate root), sorted.
+fn rank_sets_in(rel: &str) -> Vec<std::path::PathBuf> {
+    let dir = common::root().join(rel);
     let mut v: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -55,31 +55,17 @@ fn check_rank_set(dir: &Path) -> Result<String, String> {
     let mut report = String::new();
     for (rank, (bundle, result)) in set.ranks().iter().zip(results).enumerate() {
         let out = result.map_err(|e| format!("rank {rank}: {e}"))?;
-        let got = output_leaves(&out.outputs);
-        let meta = bundle.meta();
-        let ints = meta.int_outputs.as_deref();
-        let expected = bundle
-            .expected()
-            .map_err(|e| e.to_string())?
-            .ok_or("no expected outputs")?;
-        let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
-        if let Some(e) = eager.first_error() {
-            return Err(format!("rank {rank} differs from eager: {e}"));
+        let c = common::compare_with_bundle(bundle, &out.outputs).map_err(|e| format!("rank {rank}: {e}"))?;
+        if let Some(e) = c.first_error() {
+            return Err(format!("rank {rank} differs {e}"));
         }
-        let compiled = bundle
-            .compiled()
-            .map_err(|e| e.to_string())?
-            .ok_or("no compiled outputs")?;
-        let inductor = compare_leaves(&got, &compiled, ints, meta.compiled_tolerance);
-        if let Some(e) = inductor.first_error() {
-            return Err(format!("rank {rank} differs from Inductor's outputs: {e}"));
-        }
+        let (eager, inductor) = (&c.eager, c.compiled.as_ref().expect("first_error reports its absence"));
         let worst =
             |c: &wrapir::exec::compare::Comparison| c.outputs.iter().filter_map(|o| o.max_abs).fold(0.0f64, f64::max);
         report += &format!(
             "rank {rank}: max abs error {:.2e} against eager, {:.2e} against Inductor\n",
-            worst(&eager),
-            worst(&inductor)
+            worst(eager),
+            worst(inductor)
         );
     }
     Ok(report)
@@ -100,16 +86,13 @@ fn every_rank_set_matches_eager_on_every_rank() {
     common::assert_no_failures(&failures);
 }
 
+fn rank_sets() -> Vec<std::path::PathBuf> {
+    rank_sets_in("fixtures/inductor/bundles_ranks")
+}
+
 /// The rank sets exported from a one-GPU `nccl` run (CUDA programs).
 fn cuda_rank_sets() -> Vec<std::path::PathBuf> {
-    let dir = common::root().join("fixtures/inductor/bundles_ranks_cuda");
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| RankSet::is_rank_set(p))
-        .collect();
-    v.sort();
-    v
+    rank_sets_in("fixtures/inductor/bundles_ranks_cuda")
 }
 
 #[test]
@@ -341,39 +324,22 @@ fn disagreeing_missing_and_failing_ranks_are_errors_not_hangs() {
         "an abort must wake the waiting rank"
     );
 
-    // An unknown group, and a group size that is not the group's.
-    let got = run(
-        &[collective_program(
-            4,
-            4,
-            "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '7')",
-        )],
-        &[vec![1.0; 4]],
-        LONG,
+    // An unknown group, and a group size that is not the group's: the
+    // error of one rank running `line` into `buf0: f32[m]`.
+    let lone_error = |m: usize, line: &str| {
+        let got = run(&[collective_program(4, m, line)], &[vec![1.0; 4]], LONG);
+        got[0].clone().expect_err("the rank fails")
+    };
+    let e = lone_error(
+        4,
+        "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'sum', '7')",
     );
-    assert!(
-        got[0]
-            .as_ref()
-            .unwrap_err()
-            .contains("unknown process group `7` (known: 0)"),
-        "{got:?}"
+    assert!(e.contains("unknown process group `7` (known: 0)"), "{e}");
+    let e = lone_error(
+        16,
+        "extern buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(x, 4, '0')",
     );
-    let got = run(
-        &[collective_program(
-            4,
-            16,
-            "extern buf0 = torch.ops._c10d_functional.all_gather_into_tensor.default(x, 4, '0')",
-        )],
-        &[vec![1.0; 4]],
-        LONG,
-    );
-    assert!(
-        got[0]
-            .as_ref()
-            .unwrap_err()
-            .contains("group size 4, but process group `0` has 1 ranks"),
-        "{got:?}"
-    );
+    assert!(e.contains("group size 4, but process group `0` has 1 ranks"), "{e}");
 
     // A collective past the staging limit.
     let p = reduce(4);
@@ -442,7 +408,7 @@ fn rank_set_layout_errors_name_the_file_and_field() {
 fn cli_runs_and_checks_a_rank_set() {
     let set = "fixtures/inductor/bundles_ranks/tp_mlp";
     let r = common::wrapir(&["run", set, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(
         r.stdout.starts_with("device: cpu (2 ranks, one thread each)\nrank 0 ("),
         "{}",
@@ -462,7 +428,7 @@ fn cli_runs_and_checks_a_rank_set() {
     );
 
     let r = common::wrapir(&["run", set, "--device", "meta"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert_eq!(
         r.stdout
             .matches("output 0: tensor f32[8, 16] stride [16, 1] offset 0 on cpu")
@@ -475,21 +441,16 @@ fn cli_runs_and_checks_a_rank_set() {
     let r = common::wrapir(&["run", set, "--device", "cuda"]);
     assert_ne!(r.code, 0, "{}{}", r.stdout, r.stderr);
     if !cfg!(feature = "cuda") {
-        assert!(r.stderr.contains("built without the `cuda` feature"), "{}", r.stderr);
+        common::assert_contains(&r.stderr, "built without the `cuda` feature");
     }
 
     let r = common::wrapir(&["check", set]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout.contains("rank 0 (") && r.stdout.contains("rank 1 ("),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        r.stdout
-            .contains("ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json"),
-        "{}",
-        r.stdout
+    r.assert_exit(0);
+    common::assert_contains(&r.stdout, "rank 0 (");
+    common::assert_contains(&r.stdout, "rank 1 (");
+    common::assert_contains(
+        &r.stdout,
+        "ranks: 2 ranks issue the same collectives in the same order, on the groups of ranks.json",
     );
 
     // Rank 1 from another program: its collectives differ from rank 0's.
@@ -502,15 +463,13 @@ fn cli_runs_and_checks_a_rank_set() {
     );
     let path = dir.to_str().unwrap();
     let r = common::wrapir(&["check", path]);
-    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout
-            .contains("ranks: ranks `rank0` and `rank1` disagree at collective 1: op"),
-        "{}",
-        r.stdout
+    r.assert_exit(1);
+    common::assert_contains(
+        &r.stdout,
+        "ranks: ranks `rank0` and `rank1` disagree at collective 1: op",
     );
     let r = common::wrapir(&["run", path, "--device", "cpu"]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert!(r.stderr.contains("disagree at collective 1"), "{}", r.stderr);
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "disagree at collective 1");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -423,7 +423,7 @@ fn every_fixture_reconciles() {
             failures.push(format!("{}:\n{}", common::name(&path), parallel.render(true)));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     // The invalid reconcile fixtures validate but fail reconciliation.
     for path in common::invalid_fixtures() {
         if common::name(&path).starts_with("reconcile_") {
@@ -474,7 +474,7 @@ fn every_fixture_launch_is_proven_or_guarded_for_every_lowering() {
         }
         assert_eq!(r.is_ok(), failures.is_empty(), "{}", r.render(true));
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     assert!(launches > 10, "the fixtures have only {launches} Triton launches");
 }
 

@@ -148,7 +148,7 @@ fn every_fixture_runs_on_meta() {
             failures.push(format!("SETUPS names `{}`, which is not a fixture", s.fixture));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -254,9 +254,39 @@ fn file(header: &str, data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn malformed_safetensors_are_clear_errors() {
-    let f32_entry = |shape: &str, begin: u64, end: u64| {
-        format!(r#"{{"x":{{"dtype":"F32","shape":{shape},"data_offsets":[{begin},{end}]}}}}"#)
-    };
+    // One f32 tensor `x`: name, shape, data offsets, data section length, the error.
+    let f32_cases: [(&str, &str, u64, u64, usize, &str); 5] = [
+        ("negative dim", "[-1]", 0, 4, 4, "is not a non-negative integer"),
+        (
+            "offsets past end",
+            "[2]",
+            0,
+            8,
+            4,
+            "data offsets [0, 8] are outside the 4-byte data section",
+        ),
+        ("reversed offsets", "[0]", 4, 0, 4, "data offsets [4, 0]"),
+        (
+            "byte count",
+            "[3]",
+            0,
+            8,
+            8,
+            "f32 of shape [3] needs 12 bytes, but its data offsets span 8",
+        ),
+        (
+            "overflowing shape",
+            "[4294967296, 4294967296]",
+            0,
+            4,
+            4,
+            "needs 18446744073709551615 bytes",
+        ),
+    ];
+    let f32_files = f32_cases.map(|(name, shape, begin, end, len, want)| {
+        let header = format!(r#"{{"x":{{"dtype":"F32","shape":{shape},"data_offsets":[{begin},{end}]}}}}"#);
+        (name, file(&header, &vec![0; len]), want)
+    });
     let mut huge = 1_000_000u64.to_le_bytes().to_vec();
     huge.extend_from_slice(b"{}");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
@@ -275,31 +305,6 @@ fn malformed_safetensors_are_clear_errors() {
             "tensor `x`: missing `shape`",
         ),
         (
-            "negative dim",
-            file(&f32_entry("[-1]", 0, 4), &[0; 4]),
-            "is not a non-negative integer",
-        ),
-        (
-            "offsets past end",
-            file(&f32_entry("[2]", 0, 8), &[0; 4]),
-            "data offsets [0, 8] are outside the 4-byte data section",
-        ),
-        (
-            "reversed offsets",
-            file(&f32_entry("[0]", 4, 0), &[0; 4]),
-            "data offsets [4, 0]",
-        ),
-        (
-            "byte count",
-            file(&f32_entry("[3]", 0, 8), &[0; 8]),
-            "f32 of shape [3] needs 12 bytes, but its data offsets span 8",
-        ),
-        (
-            "overflowing shape",
-            file(&f32_entry("[4294967296, 4294967296]", 0, 4), &[0; 4]),
-            "needs 18446744073709551615 bytes",
-        ),
-        (
             "bad bool",
             file(r#"{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 7]),
             "byte 7 at element 1 is not a boolean",
@@ -314,15 +319,38 @@ fn malformed_safetensors_are_clear_errors() {
             file(r#"{"__metadata__":{"k":1}}"#, &[]),
             "`__metadata__` must be an object of strings",
         ),
+        (
+            "gap between tensors",
+            file(
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#,
+                &[0; 12],
+            ),
+            "tensor `b`: data offsets [8, 12] do not start where the tensors before end (byte 4)",
+        ),
+        (
+            "bytes past the tensors",
+            file(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 8]),
+            "the tensors cover 4 of the 8 bytes",
+        ),
+        (
+            "dtype wrapir lacks",
+            file(r#"{"a":{"dtype":"U16","shape":[1],"data_offsets":[0,2]}}"#, &[0; 2]),
+            "tensor `a`: safetensors dtype `U16` has no wrapir dtype",
+        ),
+        (
+            "sub-byte dtype not filling its bytes",
+            file(r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}"#, &[0; 2]),
+            "tensor `a`: F4 of shape [3] does not fill the 2 bytes",
+        ),
     ];
     let mut failures = Vec::new();
-    for (name, bytes, want) in cases {
+    for (name, bytes, want) in cases.into_iter().chain(f32_files) {
         match safetensors::parse(&bytes) {
             Err(e) if e.to_string().contains(want) => {}
             other => failures.push(format!("{name}: got {other:?}, want an error containing `{want}`")),
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let mut reserved = IndexMap::new();
     reserved.insert("__metadata__".to_string(), Tensor::scalar(1i64));
     assert!(matches!(
@@ -462,14 +490,11 @@ fn cli_runs_fixtures_on_meta() {
     let mut failures = Vec::new();
     for (args, code, stdout, stderr) in cases {
         let r = wrapir(args);
-        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
-            failures.push(format!(
-                "{args:?}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
-                r.code, r.stdout, r.stderr
-            ));
+        if !r.matches(*code, stdout, stderr) {
+            failures.push(r.failure(format_args!("{args:?} (want exit {code})")));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
 }
 
 #[test]
@@ -477,14 +502,10 @@ fn cli_compares_cpu_outputs_with_expected() {
     let bundle = common::root().join("fixtures/inductor/bundles/cat_mm");
     // The bundle's own inputs and expected outputs.
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--print"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout.contains("output 0: tensor f32[16, 32]")
-            && r.stdout.contains("values: [")
-            && r.stdout.contains("1 outputs match"),
-        "{}",
-        r.stdout
-    );
+    r.assert_exit(0);
+    for want in ["output 0: tensor f32[16, 32]", "values: [", "1 outputs match"] {
+        common::assert_contains(&r.stdout, want);
+    }
 
     // One element off: exit 1, naming the output, index and values.
     let expected = safetensors::parse(&std::fs::read(bundle.join("expected.safetensors")).unwrap()).unwrap();
@@ -498,22 +519,26 @@ fn cli_compares_cpu_outputs_with_expected() {
         "out0".to_string(),
         Tensor::from_f64(DType::Float32, &values, out0.size()).unwrap(),
     );
+    // A run of the bundle on the host, compared with the outputs in `expect`.
+    let run_expecting = |expect: &Path| {
+        wrapir(&[
+            "run",
+            path_str(&bundle),
+            "--device",
+            "cpu",
+            "--expect",
+            path_str(expect),
+        ])
+    };
     let dir = scratch("mismatch");
     let wrong_path = dir.join("wrong.safetensors");
     std::fs::write(&wrong_path, safetensors::write(&wrong).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&wrong_path),
-    ]);
-    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    let r = run_expecting(&wrong_path);
+    r.assert_exit(1);
     let want = format!(
         "output 0 (expected `out0`): 1 of 512 elements differ (rtol 0.02, atol 0.02); first at index [{row}, {col}]"
     );
-    assert!(r.stderr.contains(&want), "{}", r.stderr);
+    common::assert_contains(&r.stderr, &want);
 
     // A shape mismatch and a count mismatch.
     let mut short = IndexMap::new();
@@ -524,47 +549,21 @@ fn cli_compares_cpu_outputs_with_expected() {
     short.insert("out1".to_string(), Tensor::scalar(1.0f32));
     let short_path = dir.join("short.safetensors");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&short_path),
-    ]);
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("the program returned 1 tensors, 2 are expected"),
-        "{}",
-        r.stderr
-    );
+    let r = run_expecting(&short_path);
+    r.assert_exit(1);
+    common::assert_contains(&r.stderr, "the program returned 1 tensors, 2 are expected");
     short.shift_remove("out1");
     std::fs::write(&short_path, safetensors::write(&short).unwrap()).unwrap();
-    let r = wrapir(&[
-        "run",
-        path_str(&bundle),
-        "--device",
-        "cpu",
-        "--expect",
-        path_str(&short_path),
-    ]);
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("got f32[16, 32], expected f32[1, 32]"),
-        "{}",
-        r.stderr
-    );
+    let r = run_expecting(&short_path);
+    r.assert_exit(1);
+    common::assert_contains(&r.stderr, "got f32[16, 32], expected f32[1, 32]");
 
     // A malformed inputs file is an error (exit 2).
     let bad = dir.join("bad.safetensors");
     std::fs::write(&bad, [1u8, 0, 0]).unwrap();
     let r = wrapir(&["run", path_str(&bundle), "--device", "cpu", "--inputs", path_str(&bad)]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("too short for the 8-byte header length"),
-        "{}",
-        r.stderr
-    );
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "too short for the 8-byte header length");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -598,16 +597,16 @@ fn cli_compares_with_eager_and_with_inductor() {
 
     // No compiled.safetensors: reported as absent, not an error.
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
-    assert!(
-        r.stdout.contains("against eager: 1 outputs match ")
-            && r.stdout.contains("(rtol 0.02, atol 0.02)")
-            && r.stdout.contains("  output 0 (`out0`): max abs error ")
-            && r.stdout
-                .contains(&format!("against inductor: absent (no {})", compiled.display())),
-        "{}",
-        r.stdout
-    );
+    r.assert_exit(0);
+    let absent = format!("against inductor: absent (no {})", compiled.display());
+    for want in [
+        "against eager: 1 outputs match ",
+        "(rtol 0.02, atol 0.02)",
+        "  output 0 (`out0`): max abs error ",
+        &absent,
+    ] {
+        common::assert_contains(&r.stdout, want);
+    }
 
     // Inductor's outputs as the host computes them, and a tight tolerance.
     let program = Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap();
@@ -624,7 +623,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     meta["compiled_tolerance"] = serde_json::json!({"atol": 1e-5, "rtol": 1e-5});
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
     assert!(
         r.stdout.contains("against eager: 1 outputs match ")
             && r.stdout.contains(&format!(
@@ -646,7 +645,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     );
     std::fs::write(&compiled, safetensors::write(&reference).unwrap()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 1, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(1);
     assert!(
         r.stdout.contains("against eager: 1 outputs match ")
             && r.stdout.contains("against inductor: 1 of 1 outputs differ from ")
@@ -655,13 +654,12 @@ fn cli_compares_with_eager_and_with_inductor() {
         "{}",
         r.stdout
     );
-    assert!(
-        r.stderr.contains(&format!(
+    common::assert_contains(
+        &r.stderr,
+        &format!(
             "mismatch against {} (inductor): output 0 (expected `out0`): 1 of 512 elements differ",
             compiled.display()
-        )),
-        "{}",
-        r.stderr
+        ),
     );
     // The largest error is the perturbation (f32 rounding aside).
     let line = r.stdout.lines().filter(|l| l.contains("max abs error")).nth(1).unwrap();
@@ -677,18 +675,14 @@ fn cli_compares_with_eager_and_with_inductor() {
     assert!((abs - 1e-3).abs() < 1e-6, "{line}");
     // --atol / --rtol widen both comparisons.
     let r = wrapir(&["run", b, "--device", "cpu", "--atol", "0.01"]);
-    assert_eq!(r.code, 0, "stdout:\n{}stderr:\n{}", r.stdout, r.stderr);
+    r.assert_exit(0);
 
     // A malformed compiled_tolerance is an error naming it.
     meta["compiled_tolerance"] = serde_json::json!({"atol": "tight"});
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let r = wrapir(&["run", b, "--device", "cpu"]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("`compiled_tolerance` must be an object"),
-        "{}",
-        r.stderr
-    );
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "`compiled_tolerance` must be an object");
 
     // The host fallback flag is for cuda only.
     let r = wrapir(&[
@@ -699,11 +693,7 @@ fn cli_compares_with_eager_and_with_inductor() {
         "--allow-host-fallback",
     ]);
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("--allow-host-fallback is for `--device cuda`"),
-        "{}",
-        r.stderr
-    );
+    common::assert_contains(&r.stderr, "--allow-host-fallback is for `--device cuda`");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -820,13 +810,12 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
             failures.push(format!("case {k}: got {got:?}, want {want:?}"));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &reference,
-        Some(&marked),
-        None,
-    );
+    common::assert_no_failures(&failures);
+    // The outputs `t` and the integer 12 compared with `reference`.
+    let compare_t_and_12 = |reference: &IndexMap<String, Tensor>, marked: Option<&[String]>| {
+        compare_leaves(&[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)], reference, marked, None)
+    };
+    let c = compare_t_and_12(&reference, Some(&marked));
     assert_eq!(
         c.outputs.iter().map(|o| (o.name.as_str(), o.int)).collect::<Vec<_>>(),
         [("out0", None), ("out1", Some(12))]
@@ -835,12 +824,7 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
     // integer is skipped and counted, the tensor pairs with the file's tensor.
     let mut tensors_only = IndexMap::new();
     tensors_only.insert("out0".to_string(), t.clone());
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &tensors_only,
-        None,
-        None,
-    );
+    let c = compare_t_and_12(&tensors_only, None);
     assert!(c.is_ok() && c.outputs.len() == 1 && c.ints_not_compared == 1, "{c:?}");
     // A stored integer must be a one-element integer tensor.
     let mut bad = reference.clone();
@@ -848,12 +832,7 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
         "out1".to_string(),
         Tensor::from_f64(DType::Float32, &[12.0], &[]).unwrap(),
     );
-    let c = compare_leaves(
-        &[OutputLeaf::Tensor(&t), OutputLeaf::Int(12)],
-        &bad,
-        Some(&marked),
-        None,
-    );
+    let c = compare_t_and_12(&bad, Some(&marked));
     assert_eq!(
         c.first_error().unwrap(),
         "output 1 (expected `out1`): an integer output is stored as a one-element integer tensor, the reference holds f32[]"
@@ -935,13 +914,10 @@ fn cli_compares_integer_outputs() {
             write("expected.safetensors", &[("out0", nz.clone())]);
         }
         let r = wrapir(&["run", b, "--device", "cpu"]);
-        if r.code != *code || !stdout.iter().all(|s| r.stdout.contains(s)) || !r.stderr.contains(stderr) {
-            failures.push(format!(
-                "{meta} {stored}: exit {} (want {code})\nstdout:\n{}stderr:\n{}",
-                r.code, r.stdout, r.stderr
-            ));
+        if !r.matches(*code, stdout, stderr) {
+            failures.push(r.failure(format_args!("{meta} {stored} (want exit {code})")));
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    common::assert_no_failures(&failures);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -459,16 +459,24 @@ fn exponent_limit_is_inclusive() {
     assert_eq!(parse("s0**64").map(|e| print::canonical(&e)), Ok("s0**64".to_string()));
 }
 
+/// Nesting past the limit is an error, never a crash (of the stack, at
+/// 100,000 levels); nesting within it parses.
 #[test]
 fn deep_nesting_is_rejected() {
     for text in [
         "(".repeat(5000) + "1" + &")".repeat(5000),
         "-".repeat(5000) + "s0",
         "min(".repeat(5000) + "1",
+        "(".repeat(100_000) + "1" + &")".repeat(100_000),
+        "-".repeat(100_000) + "x",
+        "not ".repeat(100_000) + "x",
     ] {
         let err = parse(&text).expect_err("too deep");
         assert!(err.message.contains("nested more than"), "{}", err.message);
     }
+    let depth = wrapir::sym::parse::MAX_DEPTH - 1;
+    let ok = "(".repeat(depth) + "s0" + &")".repeat(depth);
+    assert_eq!(parse(&ok), Ok(SymExpr::sym("s0")));
 }
 
 #[test]

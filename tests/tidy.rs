@@ -162,6 +162,18 @@ fn library_files() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The message for each entry of a list of known exceptions that no longer
+/// applies (`used` says whether one still does): it must be removed.
+fn stale<T>(listed: &[T], used: impl Fn(&T) -> bool, message: impl Fn(&T) -> String) -> Vec<String> {
+    listed.iter().filter(|e| !used(e)).map(message).collect()
+}
+
+/// Passes when there are no violations; otherwise fails listing them, one a line.
+#[track_caller]
+fn assert_no_violations(violations: &[String]) {
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
 #[test]
 fn modules_import_only_what_the_architecture_allows() {
     let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
@@ -190,12 +202,12 @@ fn modules_import_only_what_the_architecture_allows() {
             violations.push(format!("src/{rel}: `{module}` must not import `crate::{used}`"));
         }
     }
-    for (m, u, why) in EXCEPTIONS {
-        if !exceptions_used.contains(&(m.to_string(), u.to_string())) {
-            violations.push(format!("exception ({m} -> {u}: {why}) is no longer needed; remove it"));
-        }
-    }
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    violations.extend(stale(
+        EXCEPTIONS,
+        |(m, u, _)| exceptions_used.contains(&(m.to_string(), u.to_string())),
+        |(m, u, why)| format!("exception ({m} -> {u}: {why}) is no longer needed; remove it"),
+    ));
+    assert_no_violations(&violations);
 }
 
 /// The allowed dependencies (exceptions aside) form no cycle: each module
@@ -255,14 +267,12 @@ fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
             None => {}
         }
     }
-    for reader in ENV_READERS {
-        if !readers_used.contains(reader) {
-            violations.push(format!(
-                "src/{reader} no longer reads the environment; remove it from ENV_READERS"
-            ));
-        }
-    }
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    violations.extend(stale(
+        ENV_READERS,
+        |reader| readers_used.contains(reader),
+        |reader| format!("src/{reader} no longer reads the environment; remove it from ENV_READERS"),
+    ));
+    assert_no_violations(&violations);
 }
 
 #[test]
@@ -293,14 +303,12 @@ fn source_files_stay_under_the_line_limit() {
             )),
         }
     }
-    for (p, why) in LONG_FILES {
-        if !long_used.contains(p) {
-            violations.push(format!(
-                "{p} ({why}) is within the limit now; remove it from LONG_FILES"
-            ));
-        }
-    }
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    violations.extend(stale(
+        LONG_FILES,
+        |(p, _)| long_used.contains(p),
+        |(p, why)| format!("{p} ({why}) is within the limit now; remove it from LONG_FILES"),
+    ));
+    assert_no_violations(&violations);
 }
 
 #[test]

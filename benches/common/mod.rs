@@ -6,10 +6,14 @@
 //! comments and `assert_size_stride` checks.
 #![allow(dead_code)]
 
+pub mod families;
+
+use families::{cuda_f32, matmul_inputs};
+
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, KeyEntry,
-    Layout, Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
+    ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, Layout,
+    Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -36,6 +40,38 @@ pub struct Size {
     pub launches: usize,
     /// Kernels of each family (there are 10 families).
     pub kernels_per_family: usize,
+}
+
+impl Size {
+    /// A program of at least `lines` main-graph lines, 4 kernels a family.
+    pub fn lines(lines: usize) -> Size {
+        Size {
+            lines,
+            launches: usize::MAX,
+            kernels_per_family: 4,
+        }
+    }
+
+    /// A program of at least `launches` kernel launches, 4 kernels a family.
+    pub fn launches(launches: usize) -> Size {
+        Size {
+            lines: usize::MAX,
+            launches,
+            kernels_per_family: 4,
+        }
+    }
+}
+
+/// The generated `program`'s validation; exits the benchmark (status 1)
+/// saying why when it is invalid.
+pub fn validated(program: &Program) -> wrapir::ir::ProgramInfo<'_> {
+    match wrapir::ir::validate(program) {
+        Ok(info) => info,
+        Err(e) => {
+            eprintln!("generated program is invalid:\n{e}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// What the generator made.
@@ -94,59 +130,46 @@ fn cfg(entries: &[(&str, i64)]) -> IndexMap<String, i64> {
     entries.iter().map(|(n, v)| (n.to_string(), *v)).collect()
 }
 
+/// A 1-D pointwise kernel: the pointer parameters `pointers`, then
+/// `xnumel: i32` and `XBLOCK` (configured to `xblock`).
+fn pointwise_1d(pointers: &[(&str, &str)], xblock: i64) -> TritonMeta {
+    let mut params = pointers.to_vec();
+    params.extend([("xnumel", "i32"), ("XBLOCK", "constexpr")]);
+    TritonMeta::new(sig(&params), cfg(&[("XBLOCK", xblock)]), GridType::Grid1D)
+}
+
 fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
     let xblock = [128, 256, 512, 1024][i % 4];
+    // The 2-D families' signature.
+    let tile_2d = || {
+        sig(&[
+            ("in_ptr0", "*fp32"),
+            ("out_ptr0", "*fp32"),
+            ("ynumel", "i32"),
+            ("xnumel", "i32"),
+            ("YBLOCK", "constexpr"),
+            ("XBLOCK", "constexpr"),
+        ])
+    };
     match family {
         Family::Pointwise => (
             format!("triton_poi_fused_relu_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_ptr0", "*fp32"), ("out_ptr0", "*fp32")], xblock),
         ),
         Family::InPlace => (
             format!("triton_poi_fused_add_mul_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_out_ptr0", "*fp32"),
-                    ("in_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_out_ptr0", "*fp32"), ("in_ptr0", "*fp32")], xblock),
         ),
         Family::Binary => (
             format!("triton_poi_fused_div_sub_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("in_ptr1", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
+            pointwise_1d(
+                &[("in_ptr0", "*fp32"), ("in_ptr1", "*fp32"), ("out_ptr0", "*fp32")],
+                xblock,
             ),
         ),
         Family::Tile2D => {
             let mut m = TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("ynumel", "i32"),
-                    ("xnumel", "i32"),
-                    ("YBLOCK", "constexpr"),
-                    ("XBLOCK", "constexpr"),
-                ]),
+                tile_2d(),
                 cfg(&[("YBLOCK", [1, 16, 32][i % 3]), ("XBLOCK", 64)]),
                 GridType::Grid2D,
             );
@@ -158,14 +181,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         Family::Overflow2D => (
             format!("triton_poi_fused_permute_{i}"),
             TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*fp32"),
-                    ("out_ptr0", "*fp32"),
-                    ("ynumel", "i32"),
-                    ("xnumel", "i32"),
-                    ("YBLOCK", "constexpr"),
-                    ("XBLOCK", "constexpr"),
-                ]),
+                tile_2d(),
                 cfg(&[("YBLOCK", 1), ("XBLOCK", 64)]),
                 GridType::Grid2DWithYZOverflow { max_y_grid: 65535 },
             ),
@@ -235,16 +251,7 @@ fn kernel_meta(family: Family, i: usize) -> (String, TritonMeta) {
         }
         Family::Convert => (
             format!("triton_poi_fused__to_copy_{i}"),
-            TritonMeta::new(
-                sig(&[
-                    ("in_ptr0", "*i64"),
-                    ("out_ptr0", "*fp32"),
-                    ("xnumel", "i32"),
-                    ("XBLOCK", "constexpr"),
-                ]),
-                cfg(&[("XBLOCK", xblock)]),
-                GridType::Grid1D,
-            ),
+            pointwise_1d(&[("in_ptr0", "*i64"), ("out_ptr0", "*fp32")], xblock),
         ),
         Family::UserFixed => {
             let mut m = TritonMeta::new(
@@ -461,13 +468,7 @@ impl Writer<'_, '_> {
                     .g
                     .extern_alloc_multi(&m, "torch.ops.aten.nonzero.default", vec![buf(&cur)]);
                 self.lines += 1;
-                self.g.bind_unbacked(
-                    &m,
-                    &u,
-                    [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-                        .into_iter()
-                        .collect(),
-                );
+                self.g.bind_size(&m, &u, 0);
                 self.lines += 1;
                 let gname = self.name();
                 let idx_layout = Layout::contiguous(
@@ -570,22 +571,8 @@ pub fn generate(size: Size, seed: u64) -> Generated {
     // (the writer names them as it goes).
     let (unbacked, precomputed, launches) = {
         let mut g = p.main();
-        g.symbol_input("arg0_1", &s0);
-        g.symbol_input("arg1_1", &s1);
-        let x = Layout::contiguous(
-            DType::Float32,
-            Device::cuda(0),
-            [SymExpr::Sym(s0.clone()), SymExpr::Sym(s1.clone())],
-        );
-        let input = g.tensor_input("arg2_1", x.clone());
-        let weight = g.tensor_input(
-            "arg3_1",
-            Layout::contiguous(
-                DType::Float32,
-                Device::cuda(0),
-                [SymExpr::Sym(s1.clone()), SymExpr::Sym(s1.clone())],
-            ),
-        );
+        let (input, weight) = matmul_inputs(&mut g, &s0, &s1);
+        let x = cuda_f32(&[&s0, &s1]);
         let mut lines = 0;
         for (_, k) in &kernels {
             g.define_kernel(k);

@@ -6,11 +6,8 @@ use libfuzzer_sys::fuzz_target;
 use wrapir::exec::host::{HostBackend, HostOptions};
 
 fuzz_target!(|data: &[u8]| {
-    let Some(program) = wrapir_fuzz::parse_program(data) else { return };
+    let Some(program) = wrapir_fuzz::valid_program(data) else { return };
     let limits = wrapir_fuzz::limits();
-    if wrapir::ir::validate_with_limits(&program, &limits).is_err() {
-        return;
-    }
     let hints = wrapir_fuzz::hints(&program, 8);
     let Some(inputs) = wrapir_fuzz::host_inputs(&program, &hints) else { return };
     let options = HostOptions {

@@ -4,11 +4,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some(program) = wrapir_fuzz::parse_program(data) else { return };
+    let Some(program) = wrapir_fuzz::valid_program(data) else { return };
     let limits = wrapir_fuzz::limits();
-    if wrapir::ir::validate_with_limits(&program, &limits).is_err() {
-        return;
-    }
     let mut backend = wrapir::exec::meta::MetaBackend::new()
         .with_limits(limits)
         .with_predicate(data.len() % 2 == 0);

@@ -13,10 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let limits = wrapir_fuzz::limits();
     let mut programs = Vec::new();
     for part in text.split("\n---\n").take(4) {
-        let Some(program) = wrapir_fuzz::parse_program(part.as_bytes()) else { return };
-        if wrapir::ir::validate_with_limits(&program, &limits).is_err() {
-            return;
-        }
+        let Some(program) = wrapir_fuzz::valid_program(part.as_bytes()) else { return };
         programs.push(program);
     }
     let mut inputs = Vec::new();

@@ -48,6 +48,14 @@ pub fn parse_program(data: &[u8]) -> Option<Program> {
     }
 }
 
+/// Input bytes as a program ([`parse_program`]) that validates under
+/// [`limits`]; `None` otherwise.
+pub fn valid_program(data: &[u8]) -> Option<Program> {
+    let program = parse_program(data)?;
+    wrapir::ir::validate_with_limits(&program, &limits()).ok()?;
+    Some(program)
+}
+
 /// Every lowering and the launch reconciliation of a valid program; none may panic.
 pub fn lower_all(info: &ProgramInfo<'_>) {
     use wrapir::lower::{cpp, fx, python};

@@ -224,44 +224,7 @@ enum Command {
     /// and Inductor's compiled outputs (`compiled.safetensors`, within
     /// `compiled_tolerance`; reported as absent when the bundle has none).
     /// The run fails (exit 1) when either comparison fails.
-    Run {
-        /// A `.json` or `.wir` program, `-` for stdin, a bundle directory or a
-        /// `.wirpkg` package (inputs and expected outputs default to its
-        /// `inputs.safetensors` and, on cpu and cuda, `expected.safetensors`).
-        program: PathBuf,
-        /// The backend.
-        #[arg(long, value_enum, default_value_t = RunDevice::Meta)]
-        device: RunDevice,
-        /// Inputs by graph input name (symbol inputs as 0-d integer tensors).
-        /// On meta, only their sizes are used, as hints.
-        #[arg(long)]
-        inputs: Option<PathBuf>,
-        /// Expected outputs (cpu, cuda).
-        #[arg(long)]
-        expect: Option<PathBuf>,
-        /// A symbol value such as `u0=7` (repeatable): backed symbols of the
-        /// meta inputs, and unbacked symbols on meta.
-        #[arg(long = "hint", value_name = "SYMBOL=VALUE")]
-        hints: Vec<String>,
-        /// Meta: the values of data-dependent `cond`/`while_loop` predicates, read
-        /// in turn, the last one repeating (`true,true,false`: a loop runs twice).
-        #[arg(long, value_delimiter = ',')]
-        predicate: Vec<bool>,
-        /// Print output values (cpu, cuda).
-        #[arg(long)]
-        print: bool,
-        /// Relative tolerance for floating outputs (overrides the defaults).
-        #[arg(long)]
-        rtol: Option<f64>,
-        /// Absolute tolerance for floating outputs (overrides the defaults).
-        #[arg(long)]
-        atol: Option<f64>,
-        /// cuda: run the extern ops the device does not implement on the
-        /// host (copying through host memory), reporting each one. Without
-        /// it such an op is an error naming it.
-        #[arg(long)]
-        allow_host_fallback: bool,
-    },
+    Run(RunArgs),
     /// Compare outputs another runner wrote (a standalone package's `main`:
     /// `out<i>` for program output `i`, sizes as 0-d integer tensors) with
     /// the bundle's references, as `run --device cuda` compares its own
@@ -571,32 +534,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sym {
             command: SymCommand::Prove { a, b, assume, explain },
         } => sym_prove(&a, &b, &assume, explain),
-        Command::Run {
-            program,
-            device,
-            inputs,
-            expect,
-            hints,
-            predicate,
-            print,
-            rtol,
-            atol,
-            allow_host_fallback,
-        } => {
-            let args = RunArgs {
-                program,
-                device,
-                inputs,
-                expect,
-                hints,
-                predicate,
-                print,
-                rtol,
-                atol,
-                allow_host_fallback,
-            };
-            run_command(&args)
-        }
+        Command::Run(args) => run_command(&args),
         Command::Compare {
             bundle,
             outputs,

@@ -454,35 +454,25 @@ pub(crate) enum Item {
 /// * CPU flash: `(output, logsumexp)`.
 pub(crate) fn result_items<T>(call: &Call<'_, T>, qdtype: DType) -> Vec<Item> {
     let Dims { l, s, .. } = call.dims;
+    let scalar = || Item::Zeros(DType::Int64, vec![]);
+    // The CUDA flash and cuDNN tuples' first six items.
+    let flash_head = || vec![Item::Out, Item::Lse, Item::None, Item::None, Item::Int(l), Item::Int(s)];
     match call.kind {
-        Kind::Efficient => vec![
-            Item::Out,
-            Item::Lse,
-            Item::Zeros(DType::Int64, vec![]),
-            Item::Zeros(DType::Int64, vec![]),
-        ],
-        Kind::Flash => vec![
-            Item::Out,
-            Item::Lse,
-            Item::None,
-            Item::None,
-            Item::Int(l),
-            Item::Int(s),
-            Item::Zeros(DType::Int64, vec![2]),
-            Item::Zeros(DType::Int64, vec![]),
-            Item::Zeros(qdtype, vec![0]),
-        ],
-        Kind::Cudnn => vec![
-            Item::Out,
-            Item::Lse,
-            Item::None,
-            Item::None,
-            Item::Int(l),
-            Item::Int(s),
-            Item::Zeros(DType::Int64, vec![]),
-            Item::Zeros(DType::Int64, vec![]),
-            Item::None,
-        ],
+        Kind::Efficient => vec![Item::Out, Item::Lse, scalar(), scalar()],
+        Kind::Flash => {
+            let mut items = flash_head();
+            items.extend([
+                Item::Zeros(DType::Int64, vec![2]),
+                scalar(),
+                Item::Zeros(qdtype, vec![0]),
+            ]);
+            items
+        }
+        Kind::Cudnn => {
+            let mut items = flash_head();
+            items.extend([scalar(), scalar(), Item::None]);
+            items
+        }
         Kind::FlashCpu => vec![Item::Out, Item::Lse],
     }
 }

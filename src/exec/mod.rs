@@ -39,7 +39,7 @@ pub mod safetensors;
 mod segment;
 pub(crate) mod tensor;
 
-pub use run::{check_inputs, input_symbols, RunError};
+pub use run::{check_inputs, compile_program, input_symbols, RunError};
 pub use tensor::{Element, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};
@@ -321,26 +321,56 @@ enum ArgRepr<'a, T> {
     },
 }
 
+/// `Clone` and `Copy` for the borrowed argument views, whatever their
+/// values' type (`derive` would ask it to be `Copy`).
+macro_rules! copy_views {
+    ($($view:ident),*) => {
+        $(
+            impl<T> Clone for $view<'_, T> {
+                fn clone(&self) -> Self {
+                    *self
+                }
+            }
+
+            impl<T> Copy for $view<'_, T> {}
+        )*
+    };
+}
+
+copy_views!(ArgRepr, ArgList, KwargsRepr, Kwargs);
+
+/// `IntoIterator` for the argument views and references to them: their
+/// `iter()`, of `$item`s.
+macro_rules! iterable_views {
+    ($($view:ident => $iter:ident of $item:ty),*) => {
+        $(
+            impl<'a, T> IntoIterator for $view<'a, T> {
+                type Item = $item;
+                type IntoIter = $iter<'a, T>;
+
+                fn into_iter(self) -> Self::IntoIter {
+                    self.iter()
+                }
+            }
+
+            impl<'a, T> IntoIterator for &$view<'a, T> {
+                type Item = $item;
+                type IntoIter = $iter<'a, T>;
+
+                fn into_iter(self) -> Self::IntoIter {
+                    self.iter()
+                }
+            }
+        )*
+    };
+}
+
+iterable_views!(ArgList => ArgIter of &'a Value<T>, Kwargs => KwargsIter of (&'a str, &'a Value<T>));
+
 /// `table[s]`, if filled.
 fn table_get<T>(table: &[Option<Value<T>>], s: usize) -> Option<&Value<T>> {
     table.get(s).and_then(Option::as_ref)
 }
-
-impl<T> Clone for ArgRepr<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for ArgRepr<'_, T> {}
-
-impl<T> Clone for ArgList<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for ArgList<'_, T> {}
 
 impl<'a, T> ArgList<'a, T> {
     /// Arguments given as references.
@@ -445,24 +475,6 @@ impl<T: std::fmt::Debug> std::fmt::Debug for ArgList<'_, T> {
     }
 }
 
-impl<'a, T> IntoIterator for ArgList<'a, T> {
-    type Item = &'a Value<T>;
-    type IntoIter = ArgIter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl<'a, T> IntoIterator for &ArgList<'a, T> {
-    type Item = &'a Value<T>;
-    type IntoIter = ArgIter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
 /// The iterator of [`ArgList::iter`].
 pub struct ArgIter<'a, T> {
     inner: ArgIterRepr<'a, T>,
@@ -520,22 +532,6 @@ enum KwargsRepr<'a, T> {
     /// A caller's map.
     Map(&'a IndexMap<String, Value<T>>),
 }
-
-impl<T> Clone for KwargsRepr<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for KwargsRepr<'_, T> {}
-
-impl<T> Clone for Kwargs<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for Kwargs<'_, T> {}
 
 impl<'a, T> Kwargs<'a, T> {
     /// Keyword arguments `names[i] = values[i]`; entries past the shorter
@@ -650,24 +646,6 @@ impl<'a, T> From<&'a IndexMap<String, Value<T>>> for Kwargs<'a, T> {
 impl<T: std::fmt::Debug> std::fmt::Debug for Kwargs<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map().entries(self.iter()).finish()
-    }
-}
-
-impl<'a, T> IntoIterator for Kwargs<'a, T> {
-    type Item = (&'a str, &'a Value<T>);
-    type IntoIter = KwargsIter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
-    }
-}
-
-impl<'a, T> IntoIterator for &Kwargs<'a, T> {
-    type Item = (&'a str, &'a Value<T>);
-    type IntoIter = KwargsIter<'a, T>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
     }
 }
 

@@ -212,61 +212,58 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
     ops
 }
 
-fn j2pd(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let values = a.tensor(0, "values")?;
+/// `jagged_to_padded` of argument 0 (named `name`) by the offsets (1) and
+/// max lengths (2), padded with what `padding` reads (after those).
+fn to_padded(
+    a: &Args<'_>,
+    o: &BuiltinOptions,
+    name: &str,
+    padding: impl FnOnce() -> Result<f64, ExecError>,
+) -> Result<Value<Tensor>, ExecError> {
+    let values = a.tensor(0, name)?;
     let offsets = a.tensors(1, "offsets")?;
     let max_lengths = a.ints(2, "max_lengths")?;
-    let padding = a.float(3, "padding_value", 0.0)?;
-    Ok(Value::Tensor(jagged::jagged_to_padded(
-        a.op,
-        values,
-        &offsets,
-        &max_lengths,
-        padding,
-        o.max_alloc_bytes(),
-    )?))
+    let padding = padding()?;
+    let padded = jagged::jagged_to_padded(a.op, values, &offsets, &max_lengths, padding, o.max_alloc_bytes())?;
+    Ok(Value::Tensor(padded))
+}
+
+/// `padded_to_jagged` of argument 0 (named `name`) by the offsets (1), with
+/// the rows `total` reads (after those).
+fn to_jagged(
+    a: &Args<'_>,
+    name: &str,
+    total: impl FnOnce() -> Result<Option<i64>, ExecError>,
+    overflow: Overflow,
+) -> Result<Value<Tensor>, ExecError> {
+    let dense = a.tensor(0, name)?;
+    let offsets = a.tensors(1, "offsets")?;
+    let total = total()?;
+    let jagged = jagged::padded_to_jagged(a.op, dense, &offsets, total, overflow)?;
+    Ok(Value::Tensor(jagged))
+}
+
+fn j2pd(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    to_padded(a, o, "values", || a.float(3, "padding_value", 0.0))
 }
 
 fn pd2j(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let dense = a.tensor(0, "dense")?;
-    let offsets = a.tensors(1, "offsets")?;
-    let total = a.opt_int(2, "total_L")?;
-    Ok(Value::Tensor(jagged::padded_to_jagged(
-        a.op,
-        dense,
-        &offsets,
-        total,
-        o.jagged_overflow,
-    )?))
+    to_jagged(a, "dense", || a.opt_int(2, "total_L"), o.jagged_overflow)
 }
 
 /// Gradient of j2pd w.r.t. values: `[total_L, *rest]`, zero where the forward truncated.
 fn j2pd_backward(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let grad = a.tensor(0, "grad_output")?;
-    let offsets = a.tensors(1, "offsets")?;
-    let total = a.int(2, "total_L", None)?;
-    Ok(Value::Tensor(jagged::padded_to_jagged(
-        a.op,
-        grad,
-        &offsets,
-        Some(total),
+    to_jagged(
+        a,
+        "grad_output",
+        || a.int(2, "total_L", None).map(Some),
         Overflow::ZeroFill,
-    )?))
+    )
 }
 
 /// Gradient of pd2j w.r.t. dense: j2pd with padding 0.
 fn pd2j_backward(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let grad = a.tensor(0, "grad_output")?;
-    let offsets = a.tensors(1, "offsets")?;
-    let max_lengths = a.ints(2, "max_lengths")?;
-    Ok(Value::Tensor(jagged::jagged_to_padded(
-        a.op,
-        grad,
-        &offsets,
-        &max_lengths,
-        0.0,
-        o.max_alloc_bytes(),
-    )?))
+    to_padded(a, o, "grad_output", || Ok(0.0))
 }
 
 fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

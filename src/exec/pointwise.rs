@@ -13,6 +13,16 @@ enum Operand<'t> {
     Scalar(f64, bool),
 }
 
+impl<'t> Operand<'t> {
+    /// The tensor, when the operand is one.
+    fn tensor(&self) -> Option<&'t Tensor> {
+        match self {
+            Operand::Tensor(t) => Some(t),
+            Operand::Scalar(..) => None,
+        }
+    }
+}
+
 fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecError> {
     match a.get(i, name) {
         Some(Value::Tensor(t)) => Ok(Operand::Tensor(t)),
@@ -68,16 +78,7 @@ pub(crate) fn broadcast_strides(size: &[i64], stride: &[i64], shape: &[i64]) -> 
 }
 
 fn result_dtype(ops: &[&Operand<'_>]) -> DType {
-    let tensors: Vec<DType> = ops
-        .iter()
-        .filter_map(|o| {
-            if let Operand::Tensor(t) = o {
-                Some(t.dtype())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let tensors: Vec<DType> = ops.iter().filter_map(|o| o.tensor()).map(Tensor::dtype).collect();
     let float_t: Vec<DType> = tensors.iter().copied().filter(|d| d.is_floating()).collect();
     if let Some(first) = float_t.first() {
         if float_t.iter().all(|d| d == first) {
@@ -129,16 +130,7 @@ fn pointwise(
         .enumerate()
         .map(|(i, n)| operand(a, i, n))
         .collect::<Result<_, _>>()?;
-    let shapes: Vec<&[i64]> = ops
-        .iter()
-        .filter_map(|o| {
-            if let Operand::Tensor(t) = o {
-                Some(t.size())
-            } else {
-                None
-            }
-        })
-        .collect();
+    let shapes: Vec<&[i64]> = ops.iter().filter_map(|o| o.tensor()).map(Tensor::size).collect();
     let shape = broadcast_shape(a, &shapes)?;
     let refs: Vec<&Operand<'_>> = ops.iter().collect();
     let out_dtype = dtype.unwrap_or_else(|| result_dtype(&refs));

@@ -21,9 +21,9 @@ pub enum RunError {
     Exec(#[from] ExecError),
 }
 
-/// Validates `program`, lowers it to FX and compiles the graph.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn compile_program(program: &Program) -> Result<Plan, RunError> {
+/// Validates `program`, lowers it to FX and compiles the graph: the plan
+/// every backend's whole-program run executes.
+pub fn compile_program(program: &Program) -> Result<Plan, RunError> {
     compile_program_with_limits(program, &crate::Limits::default())
 }
 
@@ -163,14 +163,12 @@ fn bind_and_place<I: SuppliedInput, T>(
         }
     };
     let mut tensor_inputs: Vec<(&str, &Layout)> = Vec::new();
-    for input in &program.main.inputs {
-        if let GraphInput::Tensor { name } = input {
-            let layout = program
-                .main
-                .layout(name)
-                .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
-            tensor_inputs.push((name.as_str(), layout));
-        }
+    for name in program.main.tensor_inputs() {
+        let layout = program
+            .main
+            .layout(name)
+            .ok_or_else(|| ExecError::Input(format!("input `{name}` has no tensor layout")))?;
+        tensor_inputs.push((name.as_str(), layout));
     }
     let supplied_constants = program
         .constants

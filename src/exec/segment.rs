@@ -147,20 +147,14 @@ pub fn segments(
     is_offsets: bool,
     unsafe_: bool,
 ) -> Result<Segments, String> {
-    let Split {
-        outer,
-        len,
-        inner,
-        count,
-        row,
-        axis,
-    } = split(data_shape, axis, seg_shape, is_offsets)?;
+    let shape = split(data_shape, axis, seg_shape, is_offsets)?;
+    let Split { len, count, row, .. } = shape;
     let what = if is_offsets { "offsets" } else { "lengths" };
     let mut bounds = Vec::new();
     bounds
-        .try_reserve_exact(outer.saturating_mul(count))
+        .try_reserve_exact(shape.outer.saturating_mul(count))
         .map_err(|_| "segment table could not be allocated".to_string())?;
-    for o in 0..outer {
+    for o in 0..shape.outer {
         let vals = values
             .get(o * row..(o + 1) * row)
             .ok_or_else(|| format!("{what} has {} values, fewer than its shape {seg_shape:?}", values.len()))?;
@@ -193,14 +187,15 @@ pub fn segments(
         }
         if !is_offsets && !unsafe_ && usize::try_from(end).ok() != Some(len) {
             return Err(format!(
-                "Expected all rows of lengths along axis to sum to data.size({axis}) = {len} when !unsafe, got {end}"
+                "Expected all rows of lengths along axis to sum to data.size({}) = {len} when !unsafe, got {end}",
+                shape.axis
             ));
         }
     }
     Ok(Segments {
-        outer,
+        outer: shape.outer,
         len,
-        inner,
+        inner: shape.inner,
         count,
         bounds,
     })

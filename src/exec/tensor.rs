@@ -245,70 +245,50 @@ primitive_element!(
     f32, Float32, F32;
     f64, Float64, F64;
 );
-element!(
-    f16,
-    Float16,
-    F16,
-    |x: f16| x.to_f64(),
-    f16::from_f64,
-    |x: f16| x.to_f64() as i64,
-    |v: i64| f16::from_f64(v as f64)
-);
-element!(
-    bf16,
-    Bfloat16,
-    BF16,
-    |x: bf16| x.to_f64(),
-    bf16::from_f64,
-    |x: bf16| x.to_f64() as i64,
-    |v: i64| bf16::from_f64(v as f64)
+
+/// A `half` element type: conversions through `f64`.
+macro_rules! half_element {
+    ($($t:ty, $dtype:ident, $variant:ident;)*) => {
+        $(element!(
+            $t,
+            $dtype,
+            $variant,
+            |x: $t| x.to_f64(),
+            <$t>::from_f64,
+            |x: $t| x.to_f64() as i64,
+            |v: i64| <$t>::from_f64(v as f64)
+        );)*
+    };
+}
+
+half_element!(
+    f16, Float16, F16;
+    bf16, Bfloat16, BF16;
 );
 
 /// Runs `$body` with `$T` bound to the element type of `$dtype`, or evaluates
 /// `$other` for dtypes the host backend does not store (fp8).
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr, $other:expr) => {
+        $crate::exec::tensor::with_dtype!(@arms $dtype, $T, $body, $other;
+            Bool => bool,
+            Uint8 => u8,
+            Int8 => i8,
+            Int16 => i16,
+            Int32 => i32,
+            Int64 => i64,
+            Float16 => half::f16,
+            Bfloat16 => half::bf16,
+            Float32 => f32,
+            Float64 => f64,
+        )
+    };
+    (@arms $dtype:expr, $T:ident, $body:expr, $other:expr; $($variant:ident => $ty:ty,)*) => {
         match $dtype {
-            crate::ir::DType::Bool => {
-                type $T = bool;
+            $(crate::ir::DType::$variant => {
+                type $T = $ty;
                 $body
-            }
-            crate::ir::DType::Uint8 => {
-                type $T = u8;
-                $body
-            }
-            crate::ir::DType::Int8 => {
-                type $T = i8;
-                $body
-            }
-            crate::ir::DType::Int16 => {
-                type $T = i16;
-                $body
-            }
-            crate::ir::DType::Int32 => {
-                type $T = i32;
-                $body
-            }
-            crate::ir::DType::Int64 => {
-                type $T = i64;
-                $body
-            }
-            crate::ir::DType::Float16 => {
-                type $T = half::f16;
-                $body
-            }
-            crate::ir::DType::Bfloat16 => {
-                type $T = half::bf16;
-                $body
-            }
-            crate::ir::DType::Float32 => {
-                type $T = f32;
-                $body
-            }
-            crate::ir::DType::Float64 => {
-                type $T = f64;
-                $body
-            }
+            })*
             _ => $other,
         }
     };

@@ -1,7 +1,7 @@
 //! Building programs line by line from Rust.
 
 use super::kernel::{KernelBackend, KernelDef};
-use super::line::{ArgValue, CallArg, ExternCall, KernelCall, KeyPath, Line, MultiIndex};
+use super::line::{ArgValue, CallArg, ExternCall, KernelCall, KeyEntry, KeyPath, Line, MultiIndex, TensorMethod};
 use super::program::{BufferDecl, BufferKind, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange};
 use super::types::{BufName, Device, GraphName, KernelName, Layout};
 use crate::sym::{SymExpr, Symbol};
@@ -306,6 +306,13 @@ impl GraphBuilder<'_> {
             source: source.clone(),
             bindings,
         });
+    }
+
+    /// `UnbackedSymbolDefs` binding `symbol` to `source.size()[dim]` (what
+    /// `nonzero` and other data-dependent ops bind).
+    pub fn bind_size(&mut self, source: &BufName, symbol: &Symbol, dim: i64) {
+        let path = [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(dim)];
+        self.bind_unbacked(source, symbol, path.into_iter().collect());
     }
 
     /// `RuntimeAssert`.

@@ -120,6 +120,22 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// The names of the tensor inputs, in call order.
+    pub fn tensor_inputs(&self) -> impl Iterator<Item = &BufName> {
+        self.inputs.iter().filter_map(|i| match i {
+            GraphInput::Tensor { name } => Some(name),
+            GraphInput::Symbol { .. } => None,
+        })
+    }
+
+    /// The buffers the graph's own `assert_size_stride` lines check, in order.
+    pub fn asserted_buffers(&self) -> impl Iterator<Item = &BufName> {
+        self.lines.iter().filter_map(|l| match l {
+            Line::AssertSizeStride { buffer, .. } => Some(buffer),
+            _ => None,
+        })
+    }
+
     /// The layout of a tensor buffer, if it is declared as a tensor.
     pub fn layout(&self, name: &BufName) -> Option<&Layout> {
         match self.buffers.get(name).map(|d| &d.kind) {

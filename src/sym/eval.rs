@@ -140,6 +140,15 @@ pub fn c_mod(a: i64, b: i64) -> Option<i64> {
     (b != 0).then(|| a.wrapping_rem(b))
 }
 
+/// The operands of the division `e` of `x` by `y`; a zero divisor is an error.
+fn div_operands(e: &SymExpr, x: &SymExpr, y: &SymExpr, b: &mut Lookup<'_>) -> Result<(i64, i64), EvalError> {
+    let (x, y) = (int(x, b)?, int(y, b)?);
+    if y == 0 {
+        return Err(div_zero(e));
+    }
+    Ok((x, y))
+}
+
 fn int(e: &SymExpr, b: &mut Lookup<'_>) -> Result<i64, EvalError> {
     use SymExpr as E;
     match e {
@@ -175,17 +184,11 @@ fn int(e: &SymExpr, b: &mut Lookup<'_>) -> Result<i64, EvalError> {
             }
         }
         E::FloorDiv(x, y) => {
-            let (x, y) = (int(x, b)?, int(y, b)?);
-            if y == 0 {
-                return Err(div_zero(e));
-            }
+            let (x, y) = div_operands(e, x, y, b)?;
             floor_div(x, y).ok_or_else(|| overflow(e))
         }
         E::CleanDiv(x, y) => {
-            let (x, y) = (int(x, b)?, int(y, b)?);
-            if y == 0 {
-                return Err(div_zero(e));
-            }
+            let (x, y) = div_operands(e, x, y, b)?;
             if x.wrapping_rem(y) != 0 {
                 return Err(EvalError::InexactDivision {
                     expr: e.to_string(),
@@ -196,17 +199,11 @@ fn int(e: &SymExpr, b: &mut Lookup<'_>) -> Result<i64, EvalError> {
             x.checked_div(y).ok_or_else(|| overflow(e))
         }
         E::Mod(x, y) => {
-            let (x, y) = (int(x, b)?, int(y, b)?);
-            if y == 0 {
-                return Err(div_zero(e));
-            }
+            let (x, y) = div_operands(e, x, y, b)?;
             c_mod(x, y).ok_or_else(|| div_zero(e))
         }
         E::PythonMod(x, y) => {
-            let (x, y) = (int(x, b)?, int(y, b)?);
-            if y == 0 {
-                return Err(div_zero(e));
-            }
+            let (x, y) = div_operands(e, x, y, b)?;
             python_mod(x, y).ok_or_else(|| div_zero(e))
         }
         E::ModularIndexing(x, d, m) => {

@@ -430,26 +430,21 @@ impl<'de> Deserialize<'de> for SymExpr {
     }
 }
 
-impl std::ops::Add for SymExpr {
-    type Output = SymExpr;
-    fn add(self, rhs: SymExpr) -> SymExpr {
-        SymExpr::add(self, rhs)
-    }
+/// `+`, `-` and `*` on expressions: the constructors of the same names.
+macro_rules! binary_ops {
+    ($($op:ident $method:ident),*) => {
+        $(
+            impl std::ops::$op for SymExpr {
+                type Output = SymExpr;
+                fn $method(self, rhs: SymExpr) -> SymExpr {
+                    SymExpr::$method(self, rhs)
+                }
+            }
+        )*
+    };
 }
 
-impl std::ops::Sub for SymExpr {
-    type Output = SymExpr;
-    fn sub(self, rhs: SymExpr) -> SymExpr {
-        SymExpr::sub(self, rhs)
-    }
-}
-
-impl std::ops::Mul for SymExpr {
-    type Output = SymExpr;
-    fn mul(self, rhs: SymExpr) -> SymExpr {
-        SymExpr::mul(self, rhs)
-    }
-}
+binary_ops!(Add add, Sub sub, Mul mul);
 
 impl std::ops::Neg for SymExpr {
     type Output = SymExpr;

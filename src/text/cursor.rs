@@ -145,12 +145,8 @@ impl<'a> Cursor<'a> {
 
     /// Consumes `token` (after blanks) if it comes next.
     pub(crate) fn eat(&mut self, token: &str) -> bool {
-        if self.rest().starts_with(token) {
-            self.pos += token.len();
-            true
-        } else {
-            false
-        }
+        self.skip_ws();
+        self.eat_raw(token)
     }
 
     /// Consumes `token` if it comes next, without skipping blanks first.
@@ -165,10 +161,15 @@ impl<'a> Cursor<'a> {
 
     /// Consumes `token` (after blanks) or fails with `message`.
     pub(crate) fn expect(&mut self, token: &str, message: impl FnOnce() -> String) -> Result<(), ParseError> {
-        if self.eat(token) {
-            Ok(())
-        } else {
-            Err(self.error(message()))
+        let found = self.eat(token);
+        self.require(found, message)
+    }
+
+    /// `Ok` when `found`, else the error `message` here.
+    fn require(&mut self, found: bool, message: impl FnOnce() -> String) -> Result<(), ParseError> {
+        match found {
+            true => Ok(()),
+            false => Err(self.error(message())),
         }
     }
 
@@ -212,11 +213,8 @@ impl<'a> Cursor<'a> {
 
     /// Consumes the keyword `kw` or fails with `message`.
     pub(crate) fn expect_keyword(&mut self, kw: &str, message: impl FnOnce() -> String) -> Result<(), ParseError> {
-        if self.eat_keyword(kw) {
-            Ok(())
-        } else {
-            Err(self.error(message()))
-        }
+        let found = self.eat_keyword(kw);
+        self.require(found, message)
     }
 
     /// Reads a run of characters satisfying `f` (after blanks); may be empty.

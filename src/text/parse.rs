@@ -126,22 +126,34 @@ fn expr_atom(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<SymExpr, Par
     }
 }
 
-/// Comma-separated expressions up to `close` (the opening bracket already read).
-fn expr_list(c: &mut Cursor<'_>, close: char, what: &dyn fmt::Display) -> Result<SmallVec<[SymExpr; 4]>, ParseError> {
-    let mut out = SmallVec::new();
-    let close_s = close.to_string();
-    if c.eat(&close_s) {
+/// Comma-separated items up to `close` (the opening bracket already read),
+/// each read by `item`; `what` names the list in the error for a missing
+/// `,` or `close`.
+fn comma_list<'a, T, C: Default + Extend<T>>(
+    c: &mut Cursor<'a>,
+    close: &str,
+    what: &dyn fmt::Display,
+    mut item: impl FnMut(&mut Cursor<'a>) -> Result<T, ParseError>,
+) -> Result<C, ParseError> {
+    let mut out = C::default();
+    if c.eat(close) {
         return Ok(out);
     }
     loop {
-        let (pos, text) = c.balanced_until(&[',', close], what)?;
-        out.push(parse_expr(c, pos, text, what)?);
-        if c.eat(",") {
-            continue;
+        out.extend(Some(item(c)?));
+        if !c.eat(",") {
+            c.expect(close, || format!("expected `,` or `{close}` in {what}"))?;
+            return Ok(out);
         }
-        c.expect(&close_s, || format!("expected `,` or `{close}` in {what}"))?;
-        return Ok(out);
     }
+}
+
+/// Comma-separated expressions up to `close` (the opening bracket already read).
+fn expr_list(c: &mut Cursor<'_>, close: char, what: &dyn fmt::Display) -> Result<SmallVec<[SymExpr; 4]>, ParseError> {
+    comma_list(c, &close.to_string(), what, |c| {
+        let (pos, text) = c.balanced_until(&[',', close], what)?;
+        parse_expr(c, pos, text, what)
+    })
 }
 
 /// A name that is an identifier or a string literal.
@@ -255,35 +267,15 @@ fn keyed_list<T>(
 
 fn string_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<String>, ParseError> {
     c.expect("[", || format!("expected `[` to start {what}"))?;
-    let mut out = Vec::new();
-    if c.eat("]") {
-        return Ok(out);
-    }
-    loop {
-        out.push(c.string(&format_args!("an element of {what}"))?);
-        if c.eat(",") {
-            continue;
-        }
-        c.expect("]", || format!("expected `,` or `]` in {what}"))?;
-        return Ok(out);
-    }
+    comma_list(c, "]", what, |c| c.string(&format_args!("an element of {what}")))
 }
 
 /// `(a, b, ...)` of buffer names.
 fn name_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<BufName>, ParseError> {
     c.expect("(", || format!("expected `(` to start {what}"))?;
-    let mut out = Vec::new();
-    if c.eat(")") {
-        return Ok(out);
-    }
-    loop {
-        out.push(buf_name(c, || format!("expected a buffer name in {what}"))?);
-        if c.eat(",") {
-            continue;
-        }
-        c.expect(")", || format!("expected `,` or `)` in {what}"))?;
-        return Ok(out);
-    }
+    comma_list(c, ")", what, |c| {
+        buf_name(c, || format!("expected a buffer name in {what}"))
+    })
 }
 
 fn arg_value(c: &mut Cursor<'_>, declared: &Declared<'_>, what: &dyn fmt::Display) -> Result<ArgValue, ParseError> {
@@ -310,18 +302,10 @@ fn arg_value_at(
                 return Err(c.error(e.err().map(|e| e.to_string()).unwrap_or_default()));
             }
             c.eat("[");
-            let mut items = Vec::new();
-            if c.eat("]") {
-                return Ok(ArgValue::List(items));
-            }
-            loop {
-                items.push(arg_value_at(c, declared, what, depth + 1)?);
-                if c.eat(",") {
-                    continue;
-                }
-                c.expect("]", || format!("expected `,` or `]` in a list argument of {what}"))?;
-                return Ok(ArgValue::List(items));
-            }
+            let items = comma_list(c, "]", &format_args!("a list argument of {what}"), |c| {
+                arg_value_at(c, declared, what, depth + 1)
+            })?;
+            return Ok(ArgValue::List(items));
         }
         Some('(') => {
             c.eat("(");
@@ -394,20 +378,11 @@ fn call_args(
     declared: &Declared<'_>,
     what: &dyn fmt::Display,
 ) -> Result<Vec<(Option<String>, ArgValue)>, ParseError> {
-    let mut out = Vec::new();
-    if c.eat(")") {
-        return Ok(out);
-    }
-    loop {
+    comma_list(c, ")", &format_args!("the arguments of {what}"), |c| {
         let name = kwarg_name(c, what)?;
         let value = arg_value(c, declared, what)?;
-        out.push((name, value));
-        if c.eat(",") {
-            continue;
-        }
-        c.expect(")", || format!("expected `,` or `)` in the arguments of {what}"))?;
-        return Ok(out);
-    }
+        Ok((name, value))
+    })
 }
 
 fn key_path(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<KeyPath, ParseError> {
@@ -988,26 +963,18 @@ impl<'a> Parser<'a> {
         c.expect("->", || format!("expected `->` after the inputs of graph `{name}`"))?;
         c.expect("(", || format!("expected `(` to start the outputs of graph `{name}`"))?;
         let what = format_args!("the outputs of graph `{name}`");
-        let mut raw_outputs = Vec::new();
-        if !c.eat(")") {
-            loop {
-                let (pos, text) = c.balanced_until(&[',', ')'], &what)?;
-                raw_outputs.push(match text {
-                    "None" => RawOutput::None,
-                    t if is_ident(t) => RawOutput::Ident(t.to_string()),
-                    t if is_int_literal(t) => RawOutput::Expr(SymExpr::Int(
-                        t.parse()
-                            .map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range in {what}")))?,
-                    )),
-                    t => RawOutput::Expr(parse_expr(c, pos, t, &what)?),
-                });
-                if c.eat(",") {
-                    continue;
-                }
-                c.expect(")", || format!("expected `,` or `)` in {what}"))?;
-                break;
-            }
-        }
+        let raw_outputs: Vec<RawOutput> = comma_list(c, ")", &what, |c| {
+            let (pos, text) = c.balanced_until(&[',', ')'], &what)?;
+            Ok(match text {
+                "None" => RawOutput::None,
+                t if is_ident(t) => RawOutput::Ident(t.to_string()),
+                t if is_int_literal(t) => RawOutput::Expr(SymExpr::Int(
+                    t.parse()
+                        .map_err(|_| c.error_at(pos, format!("integer `{t}` is out of range in {what}")))?,
+                )),
+                t => RawOutput::Expr(parse_expr(c, pos, t, &what)?),
+            })
+        })?;
         c.expect("{", || format!("expected `{{` after the outputs of graph `{name}`"))?;
         c.finish(&format_args!("the `{{` of graph `{name}`"))?;
 
@@ -1263,19 +1230,10 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
         "index_put" => {
             let target = buf_after(c, kw)?;
             c.expect("[", || format!("expected `[` after buffer name `{target}`"))?;
-            let mut indices = Vec::new();
-            if !c.eat("]") {
-                loop {
-                    let i =
-                        c.expect_ident(|| format!("expected a buffer name or `None` in the indices of `{target}`"))?;
-                    indices.push(if i == "None" { None } else { Some(BufName::new(i)) });
-                    if c.eat(",") {
-                        continue;
-                    }
-                    c.expect("]", || format!("expected `,` or `]` in the indices of `{target}`"))?;
-                    break;
-                }
-            }
+            let indices = comma_list(c, "]", &format_args!("the indices of `{target}`"), |c| {
+                let i = c.expect_ident(|| format!("expected a buffer name or `None` in the indices of `{target}`"))?;
+                Ok(if i == "None" { None } else { Some(BufName::new(i)) })
+            })?;
             c.expect("=", || format!("expected `=` after the indices of `{target}`"))?;
             let values = buf_after(c, "=")?;
             Line::IndexPutFallback {

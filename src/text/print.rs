@@ -257,14 +257,7 @@ fn write_graph(out: &mut String, name: &str, g: &Graph) -> std::fmt::Result {
         inputs.join(", "),
         outputs.join(", ")
     )?;
-    let tensor_inputs: Vec<&BufName> = g
-        .inputs
-        .iter()
-        .filter_map(|i| match i {
-            GraphInput::Tensor { name } => Some(name),
-            GraphInput::Symbol { .. } => None,
-        })
-        .collect();
+    let tensor_inputs: Vec<&BufName> = g.tensor_inputs().collect();
     for (name, decl) in &g.buffers {
         if tensor_inputs.contains(&name) {
             continue;

@@ -102,6 +102,43 @@ pub fn assert_no_failures(failures: &[String]) {
     );
 }
 
+/// Passes when `text` (a run's stdout or stderr) contains `want`;
+/// otherwise fails showing both.
+#[track_caller]
+pub fn assert_contains(text: &str, want: &str) {
+    assert!(text.contains(want), "want `{want}` in:\n{text}");
+}
+
+/// The signature of the pointwise Triton kernel the builder tests use:
+/// `in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr`.
+pub fn pointwise_signature() -> indexmap::IndexMap<String, wrapir::ir::SigType> {
+    use wrapir::ir::{DType, SigType};
+    [
+        ("in_ptr0", SigType::Pointer(DType::Float32)),
+        ("out_ptr0", SigType::Pointer(DType::Float32)),
+        ("xnumel", "i32".parse().unwrap()),
+        ("XBLOCK", SigType::Constexpr),
+    ]
+    .into_iter()
+    .map(|(name, ty)| (name.to_string(), ty))
+    .collect()
+}
+
+/// The pointwise kernel's arguments ([`pointwise_signature`]): `in_ptr0`,
+/// `out_ptr0` and `xnumel`.
+pub fn pointwise_args(
+    input: wrapir::ir::BufName,
+    output: wrapir::ir::BufName,
+    numel: i64,
+) -> [wrapir::ir::ArgValue; 3] {
+    use wrapir::ir::ArgValue;
+    [
+        ArgValue::Buffer(input),
+        ArgValue::Buffer(output),
+        ArgValue::Expr(wrapir::sym::SymExpr::Int(numel)),
+    ]
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
@@ -113,6 +150,30 @@ pub struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+}
+
+impl Run {
+    /// Whether the run exited with `code`, its stdout holding every text of
+    /// `stdout` and its stderr holding `stderr` (`""`: anything).
+    pub fn matches(&self, code: i32, stdout: &[&str], stderr: &str) -> bool {
+        self.code == code && stdout.iter().all(|s| self.stdout.contains(s)) && self.stderr.contains(stderr)
+    }
+
+    /// Passes when the run exited with `code`; otherwise fails showing both
+    /// outputs.
+    #[track_caller]
+    pub fn assert_exit(&self, code: i32) {
+        assert_eq!(self.code, code, "stdout:\n{}stderr:\n{}", self.stdout, self.stderr);
+    }
+
+    /// A failure line for a run that did not give what `what` wanted: its
+    /// exit code and both outputs.
+    pub fn failure(&self, what: std::fmt::Arguments<'_>) -> String {
+        format!(
+            "{what}: exit {}\nstdout:\n{}stderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
 }
 
 /// Runs the `wrapir` binary (`WRAPIR_BIN` when set: a test binary run on
@@ -164,6 +225,17 @@ pub fn run_tool(command: &mut std::process::Command, tool: &str, purpose: &str) 
         }
         Err(e) => panic!("cannot run `{tool}` ({purpose}): {e}"),
     }
+}
+
+/// Passes when the external tool that gave `out` succeeded; otherwise
+/// fails saying `what` went wrong, with the tool's stderr.
+#[track_caller]
+pub fn assert_tool_ok(out: &std::process::Output, what: std::fmt::Arguments<'_>) {
+    assert!(
+        out.status.success(),
+        "{what}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The include directory holding `cuda.h`: `WRAPIR_CUDA_INCLUDE`, the CUDA

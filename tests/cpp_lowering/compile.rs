@@ -217,19 +217,15 @@ fn nested_and_whole_multi_outputs() {
     g.output(&whole);
     g.finish();
     let program = p.finish();
-    check(
-        "aoti-nested_and_whole_multi_outputs",
-        &lower_ok(&program, Dialect::Aoti),
+    check_dialects(
+        "nested_and_whole_multi_outputs",
+        &program,
         &[
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_mylib_nest(arg0_1, &buf0_0_0_handle, &buf1_handle, &buf3_handle));",
             "RAIIAtenTensorHandle buf0_0_0(buf0_0_0_handle);",
             "auto u0 = buf3.size(0);",
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_new_tensor_handle(arg0_1, &buf4_handle));",
         ],
-    );
-    check(
-        "standalone-nested_and_whole_multi_outputs",
-        &lower_ok(&program, Dialect::Standalone),
         &[
             "wrapir::Tensor* const results_[] = {&buf0_0_0, &buf1, &buf3};",
             "auto u0 = buf3.size(0);",
@@ -251,19 +247,15 @@ fn cuda_c_and_host_kernels_call_embedder_functions() {
     g.call_kernel(&host, [ArgValue::Bool(true)]);
     g.finish();
     let program = p.finish();
-    check(
-        "aoti-embedder_functions",
-        &lower_ok(&program, Dialect::Aoti),
+    check_dialects(
+        "embedder_functions",
+        &program,
         &[
             "extern \"C\" int cuda_fused_0(void*, int64_t, double, void* stream);",
             "extern \"C\" int host_fn_0(bool);",
             "if (int status_ = cuda_fused_0((void*)(arg0_1.data_ptr()), 4L, 0.5, stream0)) { throw std::runtime_error(\"CUDA C kernel `cuda_fused_0` failed with status \" + std::to_string(status_)); }",
             "if (int status_ = host_fn_0(true)) { throw std::runtime_error(\"host kernel `host_fn_0` failed with status \" + std::to_string(status_)); }",
         ],
-    );
-    check(
-        "standalone-embedder_functions",
-        &lower_ok(&program, Dialect::Standalone),
         &["if (int status_ = cuda_fused_0((void*)(arg0_1.data_ptr()), 4L, 0.5, stream)) { throw std::runtime_error(\"CUDA C kernel `cuda_fused_0` failed with status \" + std::to_string(status_)); }"],
     );
 }

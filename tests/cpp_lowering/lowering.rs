@@ -6,10 +6,7 @@ use super::*;
 fn line_kinds_in_both_dialects() {
     for case in CASES {
         let program = (case.program)();
-        let aoti = lower_ok(&program, Dialect::Aoti);
-        check(&case_name(Dialect::Aoti, case.name), &aoti, case.aoti);
-        let standalone = lower_ok(&program, Dialect::Standalone);
-        check(&case_name(Dialect::Standalone, case.name), &standalone, case.standalone);
+        let (_, standalone) = check_dialects(case.name, &program, case.aoti, case.standalone);
         // The standalone dialect never mentions libtorch.
         for fragment in ["aoti_torch", "AtenTensorHandle", "RAIIAtenTensorHandle", "torch/csrc"] {
             assert!(
@@ -31,32 +28,39 @@ fn exact_reuse_moves_the_handle() {
     g.output(&r);
     g.finish();
     let program = p.finish();
-    for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(
-            &case_name(dialect, "exact_reuse"),
-            &lower_ok(&program, dialect),
-            &["auto buf1 = std::move(buf0);  // reuse"],
-        );
+    let moved = ["auto buf1 = std::move(buf0);  // reuse"];
+    check_dialects("exact_reuse", &program, &moved, &moved);
+}
+
+/// A program launching the kernel `k0` of `meta` once, on the input
+/// `arg0_1: f32[n]`.
+fn one_launch(meta: TritonMeta, n: i64, args: Vec<CallArg>, device: Option<Device>) -> Program {
+    let mut p = ProgramBuilder::new();
+    let k = p.triton_kernel("k0", "", meta);
+    let mut g = p.main();
+    g.tensor_input("arg0_1", f32(&[int(n)]));
+    g.define_kernel(&k);
+    g.line(Line::KernelCall(KernelCall {
+        kernel: k,
+        args,
+        device,
+    }));
+    g.finish();
+    p.finish()
+}
+
+fn named(name: &str, value: ArgValue) -> CallArg {
+    CallArg {
+        name: Some(name.into()),
+        value,
     }
 }
 
 /// One grid type: the wrapper's grid lines in both dialects.
 fn check_grid(name: &str, meta: TritonMeta, args: Vec<ArgValue>, expected: &[&str]) {
-    let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("k0", "", meta);
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(64)]));
-    g.define_kernel(&k);
-    g.call_kernel(&k, args);
-    g.finish();
-    let program = p.finish();
-    for dialect in [Dialect::Aoti, Dialect::Standalone] {
-        check(
-            &case_name(dialect, &format!("grid_{name}")),
-            &lower_ok(&program, dialect),
-            expected,
-        );
-    }
+    let args = args.into_iter().map(CallArg::positional).collect();
+    let program = one_launch(meta, 64, args, Some(Device::cuda(0)));
+    check_dialects(&format!("grid_{name}"), &program, expected, expected);
 }
 
 #[test]
@@ -157,35 +161,13 @@ fn constants_are_stripped_and_named_args_bind_by_name() {
     meta.profile_scratch = Some(0);
     meta.shared_mem = 65536;
     meta.num_warps = 8;
-    let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("k0", "", meta);
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(64)]));
-    g.define_kernel(&k);
-    g.line(Line::KernelCall(KernelCall {
-        kernel: k.clone(),
-        args: vec![
-            CallArg {
-                name: Some("out_ptr0".into()),
-                value: buf("arg0_1"),
-            },
-            CallArg {
-                name: Some("in_ptr0".into()),
-                value: buf("arg0_1"),
-            },
-            CallArg {
-                name: Some("ks0".into()),
-                value: ArgValue::Expr(int(1)),
-            },
-            CallArg {
-                name: Some("xnumel".into()),
-                value: ArgValue::Expr(int(64)),
-            },
-        ],
-        device: Some(Device::cuda(0)),
-    }));
-    g.finish();
-    let program = p.finish();
+    let args = vec![
+        named("out_ptr0", buf("arg0_1")),
+        named("in_ptr0", buf("arg0_1")),
+        named("ks0", ArgValue::Expr(int(1))),
+        named("xnumel", ArgValue::Expr(int(64))),
+    ];
+    let program = one_launch(meta, 64, args, Some(Device::cuda(0)));
     let aoti = lower_ok(&program, Dialect::Aoti);
     check(
         "aoti-constants_and_named_args",
@@ -352,27 +334,14 @@ fn errors_name_the_problem() {
     // A named constexpr argument that disagrees with the compiled constant.
     let mut meta = pointwise_meta(GridType::Grid1D);
     meta.constants.insert("XBLOCK".into(), ConstValue::Int(256));
-    let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("k0", "", meta);
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(4)]));
-    g.define_kernel(&k);
-    g.line(Line::KernelCall(KernelCall {
-        kernel: k.clone(),
-        args: vec![
-            CallArg::positional(buf("arg0_1")),
-            CallArg::positional(buf("arg0_1")),
-            CallArg::positional(ArgValue::Expr(int(4))),
-            CallArg {
-                name: Some("XBLOCK".into()),
-                value: ArgValue::Expr(int(128)),
-            },
-        ],
-        device: None,
-    }));
-    g.finish();
+    let args = vec![
+        CallArg::positional(buf("arg0_1")),
+        CallArg::positional(buf("arg0_1")),
+        CallArg::positional(ArgValue::Expr(int(4))),
+        named("XBLOCK", ArgValue::Expr(int(128))),
+    ];
     check_error(
-        p.finish(),
+        one_launch(meta, 4, args, None),
         Dialect::Standalone,
         "kernel `k0` was compiled with `XBLOCK` = 256, but the call passes 128",
     );

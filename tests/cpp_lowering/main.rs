@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
-    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta, WhileLoop,
+    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta, WhileLoop,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -37,13 +37,8 @@ fn buf(s: &str) -> ArgValue {
 
 /// A pointwise Triton kernel `in_ptr0 -> out_ptr0` over `xnumel`.
 fn pointwise_meta(grid_type: GridType) -> TritonMeta {
-    let mut signature = IndexMap::new();
-    signature.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("xnumel".to_string(), "i32".parse().unwrap());
-    signature.insert("XBLOCK".to_string(), SigType::Constexpr);
     TritonMeta {
-        signature,
+        signature: common::pointwise_signature(),
         constants: IndexMap::new(),
         config: [("XBLOCK".to_string(), 256)].into_iter().collect(),
         grid_type,
@@ -103,6 +98,19 @@ fn check(name: &str, text: &str, expected: &[&str]) {
     common::settings().bind(|| insta::assert_snapshot!(format!("cpp-case@{name}"), text));
 }
 
+/// `program`'s wrapper in both dialects, each [`check`]ed as the case
+/// `name` of its dialect ([`case_name`]) for its lines; returns the AOTI
+/// and the standalone text.
+fn check_dialects(name: &str, program: &Program, aoti: &[&str], standalone: &[&str]) -> (String, String) {
+    let texts = [(Dialect::Aoti, aoti), (Dialect::Standalone, standalone)].map(|(dialect, expected)| {
+        let text = lower_ok(program, dialect);
+        check(&case_name(dialect, name), &text, expected);
+        text
+    });
+    let [aoti, standalone] = texts;
+    (aoti, standalone)
+}
+
 /// The snapshot name of a case in a dialect.
 fn case_name(dialect: Dialect, name: &str) -> String {
     match dialect {
@@ -134,13 +142,7 @@ fn nonzero_program() -> Program {
         "torch.ops.aten.nonzero.default",
         vec![buf("arg0_1")],
     );
-    g.bind_unbacked(
-        &nz,
-        &"u0".into(),
-        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
-    );
+    g.bind_size(&nz, &"u0".into(), 0);
     g.free(&x);
     g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
     let view = g.reinterpret(

@@ -13,14 +13,7 @@ fn cond_program(predicate: Predicate) -> Program {
             g.define_kernel(&k);
         }
         let b = g.allocate(&format!("{name}_buf0"), f32(&[4]));
-        g.call_kernel(
-            &k,
-            [
-                ArgValue::Buffer(x),
-                ArgValue::Buffer(b.clone()),
-                ArgValue::Expr(SymExpr::Int(4)),
-            ],
-        );
+        g.call_kernel(&k, common::pointwise_args(x, b.clone(), 4));
         g.output(&b);
         g.finish();
     }
@@ -269,14 +262,7 @@ fn stream_binding_once_per_graph() {
     let x = g.tensor_input("arg0_1", f32(&[4]));
     g.define_kernel(&k);
     for _ in 0..2 {
-        g.call_kernel(
-            &k,
-            [
-                ArgValue::Buffer(x.clone()),
-                ArgValue::Buffer(x.clone()),
-                ArgValue::Expr(SymExpr::Int(4)),
-            ],
-        );
+        g.call_kernel(&k, common::pointwise_args(x.clone(), x.clone(), 4));
     }
     g.finish();
     let p = p.finish();

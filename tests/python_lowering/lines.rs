@@ -516,11 +516,7 @@ fn symbol_binding_lines() {
                 let mut nonzero = Layout::contiguous(DType::Int64, cuda(), [sym("u0"), SymExpr::Int(1)]);
                 nonzero.stride = smallvec![SymExpr::Int(1), sym("u0")];
                 let b1 = g.extern_alloc("buf1", nonzero, "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
-                g.bind_unbacked(
-                    &b1,
-                    &"u0".into(),
-                    path(&[KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]),
-                );
+                g.bind_size(&b1, &"u0".into(), 0);
                 g.line(Line::AssertSizeStride {
                     buffer: b1.clone(),
                     size: smallvec![sym("u0"), SymExpr::Int(1)],

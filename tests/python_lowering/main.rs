@@ -10,7 +10,7 @@ use wrapir::ir::Location;
 use wrapir::ir::{
     ArgValue, CallArg, Conditional, CppMeta, DType, Device, ExternCall, GraphBuilder, GridType, HalideArg, HalideMeta,
     KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder,
-    ScatterFallback, SigType, TensorMethod, TritonMeta, WhileLoop,
+    ScatterFallback, TensorMethod, TritonMeta, WhileLoop,
 };
 use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -35,13 +35,8 @@ fn buf(n: &str) -> ArgValue {
 }
 
 fn triton_meta() -> TritonMeta {
-    let mut sig = IndexMap::new();
-    sig.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    sig.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    sig.insert("xnumel".to_string(), "i32".parse().unwrap());
-    sig.insert("XBLOCK".to_string(), SigType::Constexpr);
     TritonMeta::new(
-        sig,
+        common::pointwise_signature(),
         [("XBLOCK".to_string(), 128)].into_iter().collect(),
         GridType::Grid1D,
     )

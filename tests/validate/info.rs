@@ -20,13 +20,7 @@ fn unbacked_program() -> wrapir::ir::Program {
         "torch.ops.aten.nonzero.default",
         vec![ArgValue::Buffer(x.clone())],
     ); // 1
-    g.bind_unbacked(
-        &m,
-        &u0,
-        [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)]
-            .into_iter()
-            .collect(),
-    ); // 2
+    g.bind_size(&m, &u0, 0); // 2
     let r = g.multi_output("buf1", f32s(&[sym("u0")]), &m, &[]); // 3
     let out = g.allocate("buf2", f32s(&[sym("u0")])); // 4
     g.call_kernel(
@@ -61,14 +55,7 @@ fn unbacked_program() -> wrapir::ir::Program {
         );
         // The kernel was defined by main before the cond runs this graph.
         let o = s.allocate(&format!("{name}_buf0"), f32n(8));
-        s.call_kernel(
-            &k,
-            [
-                ArgValue::Buffer(a),
-                ArgValue::Buffer(o.clone()),
-                ArgValue::Expr(SymExpr::Int(8)),
-            ],
-        );
+        s.call_kernel(&k, add_args(a, o.clone()));
         s.output(&o);
         s.finish();
     }

@@ -6,10 +6,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use indexmap::IndexMap;
 use wrapir::ir::{
     validate, ArgValue, BufName, CallArg, Conditional, DType, Device, GraphBuilder, GraphName, GridType, KernelCall,
-    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, SigType, Site, SymbolKind, TensorMethod, TritonMeta,
+    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, Site, SymbolKind, TensorMethod, TritonMeta,
     ValidationErrors, ValueRange, WhileLoop, MAIN_GRAPH,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
@@ -36,15 +35,10 @@ fn sym(name: &str) -> SymExpr {
 
 /// `in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr`.
 fn pointwise_meta() -> TritonMeta {
-    let mut signature = IndexMap::new();
-    signature.insert("in_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("out_ptr0".to_string(), SigType::Pointer(DType::Float32));
-    signature.insert("xnumel".to_string(), "i32".parse().unwrap());
-    signature.insert("XBLOCK".to_string(), SigType::Constexpr);
     TritonMeta {
         num_warps: 1,
         ..TritonMeta::new(
-            signature,
+            common::pointwise_signature(),
             [("XBLOCK".to_string(), 16)].into_iter().collect(),
             GridType::Grid1D,
         )
@@ -58,6 +52,22 @@ fn add_kernel(p: &mut ProgramBuilder) -> KernelName {
 /// `arg0_1: f32[8]` input.
 fn input8(g: &mut GraphBuilder<'_>) -> BufName {
     g.tensor_input("arg0_1", f32n(8))
+}
+
+/// `main` with input `arg0_1: f32[8]`, the pointwise kernel defined and
+/// `buf0: f32[n]` allocated: the graph, the kernel, the input and `buf0`.
+fn kernel_main(p: &mut ProgramBuilder, n: i64) -> (GraphBuilder<'_>, KernelName, BufName, BufName) {
+    let k = add_kernel(p);
+    let mut g = p.main();
+    let x = input8(&mut g);
+    g.define_kernel(&k);
+    let b = g.allocate("buf0", f32n(n));
+    (g, k, x, b)
+}
+
+/// The pointwise kernel's arguments: `in_ptr0`, `out_ptr0` and `xnumel` 8.
+fn add_args(input: BufName, output: BufName) -> [ArgValue; 3] {
+    common::pointwise_args(input, output, 8)
 }
 
 fn named(name: &str, value: ArgValue) -> CallArg {

@@ -167,13 +167,9 @@ const STORAGE_CASES: &[Case] = &[
         g.finish();
     }, &["main:3: buffer buf0 is used after its storage was handed to buf1 at line 2"]),
     ("use after release for reuse", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
+        let (mut g, k, x, b) = kernel_main(p, 8);
         g.line(Line::FreeIfNotReused { buffer: b.clone(), is_reused: true });
-        g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(b), ArgValue::Expr(SymExpr::Int(8))]);
+        g.call_kernel(&k, add_args(x, b));
         g.finish();
     }, &["main:3: buffer buf0 is used after its storage was released for reuse at line 2"]),
     ("reuse of a view", |p| {
@@ -192,14 +188,10 @@ const STORAGE_CASES: &[Case] = &[
         g.finish();
     }, &["main:1: view buf1 needs 80 bytes of storage but the storage of buf0 holds 64"]),
     ("view used after its storage is freed", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(16));
+        let (mut g, k, x, b) = kernel_main(p, 16);
         let v = g.reinterpret(&b, "buf1", f32n(8));
         g.free_if_not_reused(&b);
-        g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(v), ArgValue::Expr(SymExpr::Int(8))]);
+        g.call_kernel(&k, add_args(x, v));
         g.finish();
     }, &["main:4: view buf1 is used after the storage it views (owned by buf0) was freed at line 3"]),
 ];
@@ -223,7 +215,7 @@ const SYMBOL_CASES: &[Case] = &[
         let x = input8(&mut g);
         g.allocate("buf1", f32s(&[sym("u0")]));
         let m = g.extern_alloc_multi("buf0", "torch.ops.aten.nonzero.default", vec![ArgValue::Buffer(x)]);
-        g.bind_unbacked(&m, &Symbol::new("u0"), [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect());
+        g.bind_size(&m, &Symbol::new("u0"), 0);
         g.finish();
     }, &["main:0: the layout of buffer buf1 mentions symbol u0, which is not bound here (bound at line 2)"]),
     ("unbacked symbol used before the bind", |p| {
@@ -325,7 +317,7 @@ const KERNEL_CASES: &[Case] = &[
         let mut g = p.main();
         let x = input8(&mut g);
         let b = g.allocate("buf0", f32n(8));
-        g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(b), ArgValue::Expr(SymExpr::Int(8))]);
+        g.call_kernel(&k, add_args(x, b));
         g.define_kernel(&k);
         g.finish();
     }, &["main:1: kernel triton_poi_fused_add_0 is called before it is defined (defined at line 2)"]),
@@ -337,20 +329,12 @@ const KERNEL_CASES: &[Case] = &[
         g.finish();
     }, &["main:1: kernel triton_poi_fused_add_0 is defined twice (first defined at line 0 of graph main)"]),
     ("too few positional arguments", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
+        let (mut g, k, x, b) = kernel_main(p, 8);
         g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(b)]);
         g.finish();
     }, &["main:2: kernel triton_poi_fused_add_0 takes 3 arguments (in_ptr0, out_ptr0, xnumel) but the call passes 2"]),
     ("named argument naming nothing, parameter left out", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
+        let (mut g, k, x, b) = kernel_main(p, 8);
         g.line(raw_call(&k, vec![
             CallArg::positional(ArgValue::Buffer(x)),
             named("out_ptr0", ArgValue::Buffer(b)),
@@ -362,11 +346,7 @@ const KERNEL_CASES: &[Case] = &[
         "main:2: parameter xnumel of kernel triton_poi_fused_add_0 is not passed",
     ]),
     ("parameter bound positionally and by name", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
+        let (mut g, k, x, b) = kernel_main(p, 8);
         g.line(raw_call(&k, vec![
             CallArg::positional(ArgValue::Buffer(x.clone())),
             CallArg::positional(ArgValue::Buffer(b)),
@@ -381,15 +361,11 @@ const KERNEL_CASES: &[Case] = &[
         let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), [SymExpr::Int(8)]));
         g.define_kernel(&k);
         let b = g.allocate("buf0", f32n(8));
-        g.call_kernel(&k, [ArgValue::Buffer(x), ArgValue::Buffer(b), ArgValue::Expr(SymExpr::Int(8))]);
+        g.call_kernel(&k, add_args(x, b));
         g.finish();
     }, &["main:2: parameter in_ptr0 of kernel triton_poi_fused_add_0 has type *fp32 but buffer arg0_1 is i64"]),
     ("pointer given a number, scalar given a buffer", |p| {
-        let k = add_kernel(p);
-        let mut g = p.main();
-        let x = input8(&mut g);
-        g.define_kernel(&k);
-        let b = g.allocate("buf0", f32n(8));
+        let (mut g, k, x, b) = kernel_main(p, 8);
         g.call_kernel(&k, [ArgValue::Expr(SymExpr::Int(0)), ArgValue::Buffer(b), ArgValue::Buffer(x)]);
         g.finish();
     }, &[

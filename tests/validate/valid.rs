@@ -6,19 +6,8 @@ const VALID_CASES: &[Case] = &[
     (
         "pointwise kernel",
         |p| {
-            let k = add_kernel(p);
-            let mut g = p.main();
-            let x = input8(&mut g);
-            g.define_kernel(&k);
-            let b = g.allocate("buf0", f32n(8));
-            g.call_kernel(
-                &k,
-                [
-                    ArgValue::Buffer(x.clone()),
-                    ArgValue::Buffer(b.clone()),
-                    ArgValue::Expr(SymExpr::Int(8)),
-                ],
-            );
+            let (mut g, k, x, b) = kernel_main(p, 8);
+            g.call_kernel(&k, add_args(x.clone(), b.clone()));
             g.free(&x);
             g.output(&b);
             g.finish();
@@ -58,11 +47,7 @@ const VALID_CASES: &[Case] = &[
     (
         "named Triton arguments",
         |p| {
-            let k = add_kernel(p);
-            let mut g = p.main();
-            let x = input8(&mut g);
-            g.define_kernel(&k);
-            let b = g.allocate("buf0", f32n(8));
+            let (mut g, k, x, b) = kernel_main(p, 8);
             g.line(raw_call(
                 &k,
                 vec![

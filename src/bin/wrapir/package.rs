@@ -102,29 +102,33 @@ fn runtime_context(program: &Program) -> (&'static str, &'static str) {
 /// or the host backend's ops): else an error naming each call, as `wrapir
 /// check --device cuda` does.
 fn require_runtime_ops(program: &Program) -> Result<()> {
-    let missing = missing_runtime_ops(program);
-    if !missing.is_empty() {
-        let (what, device) = runtime_context(program);
-        bail!(
-            "the runtime library has no {what} implementation of {} extern op call(s) of this program (see `wrapir ops --device {device}`):\n{}",
-            missing.len(),
-            missing.join("\n")
-        );
+    if let Some(message) = missing_runtime_ops_report(program, " of this program") {
+        bail!("{message}");
     }
     Ok(())
+}
+
+/// The calls the runtime library cannot run (`None`: there are none), as
+/// one message: `the runtime library has no ... extern op call(s){after}
+/// (see ...):` and the calls, one a line.
+fn missing_runtime_ops_report(program: &Program, after: &str) -> Option<String> {
+    let missing = missing_runtime_ops(program);
+    if missing.is_empty() {
+        return None;
+    }
+    let (what, device) = runtime_context(program);
+    Some(format!(
+        "the runtime library has no {what} implementation of {} extern op call(s){after} (see `wrapir ops --device {device}`):\n{}",
+        missing.len(),
+        missing.join("\n")
+    ))
 }
 
 /// `--target cpp-standalone` without `--package`: a warning on stderr for
 /// each call the runtime library cannot run (the wrapper fails there).
 pub(crate) fn warn_missing_runtime_ops(program: &Program) {
-    let missing = missing_runtime_ops(program);
-    if !missing.is_empty() {
-        let (what, device) = runtime_context(program);
-        eprintln!(
-            "warning: the runtime library has no {what} implementation of {} extern op call(s); the wrapper fails when it reaches one (see `wrapir ops --device {device}`):\n{}",
-            missing.len(),
-            missing.join("\n")
-        );
+    if let Some(message) = missing_runtime_ops_report(program, "; the wrapper fails when it reaches one") {
+        eprintln!("warning: {message}");
     }
 }
 

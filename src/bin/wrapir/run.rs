@@ -10,17 +10,45 @@ use wrapir::exec::{Tensor, Value};
 mod ranks;
 pub(crate) use ranks::check_rank_set;
 
-/// The arguments of `wrapir run`.
+// The arguments of `wrapir run` (their help is the command's; the
+// command's own is `Command::Run`'s).
+#[derive(clap::Args)]
 pub(crate) struct RunArgs {
+    /// A `.json` or `.wir` program, `-` for stdin, a bundle directory or a
+    /// `.wirpkg` package (inputs and expected outputs default to its
+    /// `inputs.safetensors` and, on cpu and cuda, `expected.safetensors`).
     pub(crate) program: PathBuf,
+    /// The backend.
+    #[arg(long, value_enum, default_value_t = RunDevice::Meta)]
     pub(crate) device: RunDevice,
+    /// Inputs by graph input name (symbol inputs as 0-d integer tensors).
+    /// On meta, only their sizes are used, as hints.
+    #[arg(long)]
     pub(crate) inputs: Option<PathBuf>,
+    /// Expected outputs (cpu, cuda).
+    #[arg(long)]
     pub(crate) expect: Option<PathBuf>,
+    /// A symbol value such as `u0=7` (repeatable): backed symbols of the
+    /// meta inputs, and unbacked symbols on meta.
+    #[arg(long = "hint", value_name = "SYMBOL=VALUE")]
     pub(crate) hints: Vec<String>,
+    /// Meta: the values of data-dependent `cond`/`while_loop` predicates, read
+    /// in turn, the last one repeating (`true,true,false`: a loop runs twice).
+    #[arg(long, value_delimiter = ',')]
     pub(crate) predicate: Vec<bool>,
+    /// Print output values (cpu, cuda).
+    #[arg(long)]
     pub(crate) print: bool,
+    /// Relative tolerance for floating outputs (overrides the defaults).
+    #[arg(long)]
     pub(crate) rtol: Option<f64>,
+    /// Absolute tolerance for floating outputs (overrides the defaults).
+    #[arg(long)]
     pub(crate) atol: Option<f64>,
+    /// cuda: run the extern ops the device does not implement on the
+    /// host (copying through host memory), reporting each one. Without
+    /// it such an op is an error naming it.
+    #[arg(long)]
     pub(crate) allow_host_fallback: bool,
 }
 

@@ -1,7 +1,9 @@
 //! Halide kernels: `halide_buffer_t`s built from the program's metadata, the
 //! pipeline's own metadata checked against it, calls through `<kernel>_argv`.
 
-use super::{arg_error, c_element_dtype, check_tensor, open, symbol, ArgvFn, HostKernelError, ScalarKind};
+use super::{
+    arg_error, c_element_dtype, check_positional, check_tensor, open, symbol, ArgvFn, HostKernelError, ScalarKind,
+};
 use crate::exec::tensor::RawView;
 use crate::exec::{ExecError, KernelLaunch, Tensor, Value};
 use crate::ir::{DType, HalideArg, HalideMeta};
@@ -308,20 +310,9 @@ impl HalideKernel {
 
     fn call(&self, launch: &KernelLaunch<'_, Tensor>) -> Result<(), ExecError> {
         let kernel = self.name.as_str();
-        if !launch.kwargs.is_empty() {
-            return Err(ExecError::op(kernel, "Halide kernels take positional arguments only"));
-        }
-        if launch.args.len() != self.call_args.len() {
-            return Err(ExecError::op(
-                kernel,
-                format!(
-                    "takes {} arguments ({}) but got {}",
-                    self.call_args.len(),
-                    self.call_args.join(", "),
-                    launch.args.len()
-                ),
-            ));
-        }
+        check_positional(kernel, "Halide", launch, self.call_args.len(), || {
+            self.call_args.join(", ")
+        })?;
         let value_of = |name: &str| -> Option<(usize, &Value<Tensor>)> {
             let i = self.call_args.iter().position(|n| n == name)?;
             Some((i, launch.args.get(i)?))

@@ -344,6 +344,31 @@ fn parse_arg_type(ty: &str) -> Option<ArgKind> {
     }
 }
 
+/// Checks that a launch of `kernel` (a `what` kernel) passes `want`
+/// arguments (`params` names them, for the error), all positional.
+fn check_positional(
+    kernel: &str,
+    what: &str,
+    launch: &KernelLaunch<'_, Tensor>,
+    want: usize,
+    params: impl FnOnce() -> String,
+) -> Result<(), ExecError> {
+    if !launch.kwargs.is_empty() {
+        return Err(ExecError::op(
+            kernel,
+            format!("{what} kernels take positional arguments only"),
+        ));
+    }
+    if launch.args.len() != want {
+        let (params, got) = (params(), launch.args.len());
+        return Err(ExecError::op(
+            kernel,
+            format!("takes {want} arguments ({params}) but got {got}"),
+        ));
+    }
+    Ok(())
+}
+
 fn arg_error(kernel: &str, i: usize, name: &str, message: impl std::fmt::Display) -> ExecError {
     ExecError::op(kernel, format!("argument {i} (`{name}`): {message}"))
 }
@@ -430,19 +455,7 @@ impl CppKernel {
 
     fn call(&self, launch: &KernelLaunch<'_, Tensor>) -> Result<(), ExecError> {
         let kernel = self.name.as_str();
-        if !launch.kwargs.is_empty() {
-            return Err(ExecError::op(kernel, "C++ kernels take positional arguments only"));
-        }
-        if launch.args.len() != self.args.len() {
-            return Err(ExecError::op(
-                kernel,
-                format!(
-                    "takes {} arguments (`arg_types`) but got {}",
-                    self.args.len(),
-                    launch.args.len()
-                ),
-            ));
-        }
+        check_positional(kernel, "C++", launch, self.args.len(), || "`arg_types`".into())?;
         let mut tensors = Vec::new();
         let mut scalars = vec![0u64; self.args.len()];
         for (i, (kind, v)) in self.args.iter().zip(launch.args.iter()).enumerate() {

@@ -318,20 +318,18 @@ pub(super) fn describe_arg(v: &ArgValue) -> String {
     }
 }
 
+/// Each name's position in a table, by name.
+fn positions<'a, K: 'a>(
+    keys: impl Iterator<Item = &'a K>,
+    name: impl Fn(&'a K) -> &'a str,
+) -> FxHashMap<&'a str, usize> {
+    keys.enumerate().map(|(i, k)| (name(k), i)).collect()
+}
+
 impl<'a> Validator<'a> {
     pub(super) fn new(program: &'a Program) -> Self {
-        let symbol_index = program
-            .symbols
-            .keys()
-            .enumerate()
-            .map(|(i, s)| (s.as_str(), i))
-            .collect();
-        let kernel_index = program
-            .kernels
-            .keys()
-            .enumerate()
-            .map(|(i, k)| (k.as_str(), i))
-            .collect();
+        let symbol_index = positions(program.symbols.keys(), |s| s.as_str());
+        let kernel_index = positions(program.kernels.keys(), |k| k.as_str());
         Validator {
             program,
             errors: Vec::new(),

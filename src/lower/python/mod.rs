@@ -591,37 +591,28 @@ impl<'a> Lowering<'a> {
         self.input_symbol_binds(code, graph);
         let mut input_asserts = Vec::new();
         if self.options.input_size_asserts {
-            let asserted: IndexSet<&BufName> = graph
-                .lines
-                .iter()
-                .filter_map(|l| match l {
-                    Line::AssertSizeStride { buffer, .. } => Some(buffer),
-                    _ => None,
-                })
-                .collect();
-            for input in &graph.inputs {
-                if let GraphInput::Tensor { name } = input {
-                    if asserted.contains(name) {
-                        continue;
-                    }
-                    let Some(layout) = graph.layout(name) else {
-                        return Err(Error::NotATensor {
-                            buffer: name.clone(),
-                            at: Location::header(graph_name),
-                        });
-                    };
-                    if layout.size.contains(&SymExpr::Int(0)) {
-                        continue;
-                    }
-                    input_asserts.push(body::InputAssert {
-                        input: name.clone(),
-                        text: format!(
-                            "assert_size_stride({name}, {}, {})",
-                            shape_tuple(&layout.size),
-                            shape_tuple(&layout.stride)
-                        ),
-                    });
+            let asserted: IndexSet<&BufName> = graph.asserted_buffers().collect();
+            for name in graph.tensor_inputs() {
+                if asserted.contains(name) {
+                    continue;
                 }
+                let Some(layout) = graph.layout(name) else {
+                    return Err(Error::NotATensor {
+                        buffer: name.clone(),
+                        at: Location::header(graph_name),
+                    });
+                };
+                if layout.size.contains(&SymExpr::Int(0)) {
+                    continue;
+                }
+                input_asserts.push(body::InputAssert {
+                    input: name.clone(),
+                    text: format!(
+                        "assert_size_stride({name}, {}, {})",
+                        shape_tuple(&layout.size),
+                        shape_tuple(&layout.stride)
+                    ),
+                });
             }
         }
         body::GraphLowering::new(self, graph_name, graph).lines(code, &input_asserts)?;

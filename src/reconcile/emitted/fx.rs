@@ -17,14 +17,10 @@ impl LaunchEmitter for FxLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError {
-            lowering: "fx".into(),
-            message,
-            unsupported: false,
-        };
-        let graph = crate::lower::fx::lower(info, &self.options).map_err(|e| EmitError {
-            unsupported: matches!(e.kind, crate::lower::fx::ErrorKind::Unsupported(_)),
-            ..err(e.to_string())
+        let err = |message: String| EmitError::new(self.name(), message, false);
+        let graph = crate::lower::fx::lower(info, &self.options).map_err(|e| {
+            let unsupported = matches!(e.kind, crate::lower::fx::ErrorKind::Unsupported(_));
+            EmitError::new(self.name(), e.to_string(), unsupported)
         })?;
         let mut out = Vec::new();
         collect_fx(info, &graph, &GraphName::new(MAIN_GRAPH), &mut out).map_err(err)?;

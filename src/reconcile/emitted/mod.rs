@@ -109,6 +109,16 @@ pub struct EmitError {
 }
 
 impl EmitError {
+    /// An error of `lowering`; `unsupported`: the lowering does not support
+    /// the program (see [`EmitError::unsupported`]).
+    pub(crate) fn new(lowering: &str, message: String, unsupported: bool) -> EmitError {
+        EmitError {
+            lowering: lowering.to_string(),
+            message,
+            unsupported,
+        }
+    }
+
     /// How `wrapir check` reports it: `unsupported <lowering>: ...` when the
     /// lowering does not support the program, else `error    <lowering>: ...`.
     pub fn report_line(&self) -> String {

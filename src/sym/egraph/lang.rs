@@ -101,12 +101,14 @@ fn fold_binary(
     Ok(acc)
 }
 
+/// The node `make` of `a`'s and then `b`'s nodes.
+fn binary(out: &mut Nodes, a: &SymExpr, b: &SymExpr, make: fn([Id; 2]) -> SymLang) -> Result<Id, ConvertError> {
+    let a = add_expr(out, a)?;
+    let b = add_expr(out, b)?;
+    Ok(out.add(make([a, b])))
+}
+
 fn add_expr(out: &mut Nodes, e: &SymExpr) -> Result<Id, ConvertError> {
-    let pair = |out: &mut Nodes, a: &SymExpr, b: &SymExpr| -> Result<[Id; 2], ConvertError> {
-        let a = add_expr(out, a)?;
-        let b = add_expr(out, b)?;
-        Ok([a, b])
-    };
     Ok(match e {
         SymExpr::Int(v) => out.add(SymLang::Num(*v)),
         SymExpr::Bool(v) => out.add(SymLang::Bool(*v)),
@@ -117,22 +119,10 @@ fn add_expr(out: &mut Nodes, e: &SymExpr) -> Result<Id, ConvertError> {
         SymExpr::Max(v) => fold_binary(out, v, None, "Max", SymLang::Max)?,
         SymExpr::And(v) => fold_binary(out, v, Some(SymLang::Bool(true)), "And", SymLang::And)?,
         SymExpr::Or(v) => fold_binary(out, v, Some(SymLang::Bool(false)), "Or", SymLang::Or)?,
-        SymExpr::FloorDiv(a, b) => {
-            let ids = pair(out, a, b)?;
-            out.add(SymLang::FloorDiv(ids))
-        }
-        SymExpr::CleanDiv(a, b) => {
-            let ids = pair(out, a, b)?;
-            out.add(SymLang::CleanDiv(ids))
-        }
-        SymExpr::Mod(a, b) => {
-            let ids = pair(out, a, b)?;
-            out.add(SymLang::Mod(ids))
-        }
-        SymExpr::PythonMod(a, b) => {
-            let ids = pair(out, a, b)?;
-            out.add(SymLang::PythonMod(ids))
-        }
+        SymExpr::FloorDiv(a, b) => binary(out, a, b, SymLang::FloorDiv)?,
+        SymExpr::CleanDiv(a, b) => binary(out, a, b, SymLang::CleanDiv)?,
+        SymExpr::Mod(a, b) => binary(out, a, b, SymLang::Mod)?,
+        SymExpr::PythonMod(a, b) => binary(out, a, b, SymLang::PythonMod)?,
         SymExpr::ModularIndexing(x, d, m) => {
             let x = add_expr(out, x)?;
             let d = add_expr(out, d)?;
@@ -145,15 +135,15 @@ fn add_expr(out: &mut Nodes, e: &SymExpr) -> Result<Id, ConvertError> {
             out.add(SymLang::Pow([base, n]))
         }
         SymExpr::Cmp(op, a, b) => {
-            let ids = pair(out, a, b)?;
-            out.add(match op {
-                CmpOp::Eq => SymLang::Eq(ids),
-                CmpOp::Ne => SymLang::Ne(ids),
-                CmpOp::Lt => SymLang::Lt(ids),
-                CmpOp::Le => SymLang::Le(ids),
-                CmpOp::Gt => SymLang::Gt(ids),
-                CmpOp::Ge => SymLang::Ge(ids),
-            })
+            let make: fn([Id; 2]) -> SymLang = match op {
+                CmpOp::Eq => SymLang::Eq,
+                CmpOp::Ne => SymLang::Ne,
+                CmpOp::Lt => SymLang::Lt,
+                CmpOp::Le => SymLang::Le,
+                CmpOp::Gt => SymLang::Gt,
+                CmpOp::Ge => SymLang::Ge,
+            };
+            binary(out, a, b, make)?
         }
         SymExpr::Not(a) => {
             let a = add_expr(out, a)?;

@@ -6,15 +6,7 @@ impl<'a> Lowering<'a> {
     pub(super) fn entry_prologue(&mut self) -> Result<(), Error> {
         let program = self.program;
         let main = &program.main;
-        let tensor_inputs: Vec<&BufName> = main
-            .inputs
-            .iter()
-            .filter_map(|i| match i {
-                GraphInput::Tensor { name } => Some(name),
-                GraphInput::Symbol { .. } => None,
-            })
-            .chain(program.constants.keys())
-            .collect();
+        let tensor_inputs: Vec<&BufName> = main.tensor_inputs().chain(program.constants.keys()).collect();
         let total = main.inputs.len() + program.constants.len();
         let d = self.dialect;
         d.entry_start(self, total);
