@@ -378,6 +378,16 @@ impl Plan {
                 }
             }
             StepKind::Sym { op, args } => {
+                // Two integers (most steps): no operand list, no call.
+                if let [a, b] = args.as_slice() {
+                    if let (Some(x), Some(y)) = (plain_int(a, slots), plain_int(b, slots)) {
+                        match op.eval_ints(x, y) {
+                            Some(Scalar::Int(v)) => return Ok(Value::Int(v)),
+                            Some(Scalar::Bool(v)) => return Ok(Value::Bool(v)),
+                            None => {}
+                        }
+                    }
+                }
                 let mut vals: SmallVec<[Scalar; 4]> = SmallVec::new();
                 for a in args {
                     vals.push(read_scalar(a, slots, *op)?);

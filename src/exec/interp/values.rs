@@ -81,6 +81,20 @@ pub(super) fn not_an_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> ExecErro
     }
 }
 
+/// An operand that is an integer (not a boolean), read in place; `None`
+/// for anything else, an empty slot included (the general path reports it).
+#[inline(always)]
+pub(super) fn plain_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Option<i64> {
+    match o {
+        Operand::Slot(s) => match slots.get(*s) {
+            Some(Some(Value::Int(v))) => Some(*v),
+            _ => None,
+        },
+        Operand::Lit(Lit::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
 /// Reads an operand of a [`SymOp`].
 pub(super) fn read_scalar<T>(o: &Operand, slots: &[Option<Value<T>>], op: SymOp) -> Result<Scalar, ExecError> {
     let v = match o {
