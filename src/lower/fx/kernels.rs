@@ -288,7 +288,7 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn planned_kwargs<'a>(
         &mut self,
         plan: &KwargsPlan<'p>,
-        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+        get: &impl Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
     ) -> Res<Option<Kwargs>> {
         let mut values = plan.template.clone();
         for (i, slot, param) in &plan.slots {
@@ -490,7 +490,7 @@ impl GridParam {
     /// [`GraphLowering::triton_call`] computes, without its lookups.
     pub(super) fn value<'a>(
         &self,
-        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+        get: &impl Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
     ) -> Option<Cow<'a, SymExpr>> {
         if self.extra {
             if let Some(ArgValue::Expr(e)) = get(&self.name, self.index) {
