@@ -417,8 +417,11 @@ fn push_decimal(out: &mut String, n: u64) {
             break;
         }
     }
-    // ASCII digits are UTF-8.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    // ASCII digits, pushed as characters: no UTF-8 check of the buffer
+    // (up to 20 of them).
+    for &d in &buf[i..] {
+        out.push(char::from(d));
+    }
 }
 
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are
