@@ -639,6 +639,28 @@ impl SymOp {
         }
     }
 
+    /// [`SymOp::eval`] of two integers for the ops that take two (`Sum`
+    /// of two included), without building an operand list; `None` where
+    /// `eval` would fail (overflow, division by zero) or the op is another
+    /// (call `eval` then, for the result or the error).
+    #[inline]
+    pub fn eval_ints(self, a: i64, b: i64) -> Option<Scalar> {
+        Some(match self {
+            SymOp::Sum => Scalar::Int(a.checked_add(b)?),
+            SymOp::Mul => Scalar::Int(a.checked_mul(b)?),
+            SymOp::Min => Scalar::Int(a.min(b)),
+            SymOp::Max => Scalar::Int(a.max(b)),
+            SymOp::FloorDiv if b != 0 => Scalar::Int(crate::sym::eval::floor_div(a, b)?),
+            SymOp::Eq => Scalar::Bool(a == b),
+            SymOp::Ne => Scalar::Bool(a != b),
+            SymOp::Lt => Scalar::Bool(a < b),
+            SymOp::Le => Scalar::Bool(a <= b),
+            SymOp::Gt => Scalar::Bool(a > b),
+            SymOp::Ge => Scalar::Bool(a >= b),
+            _ => return None,
+        })
+    }
+
     /// Applies the op with checked 64-bit arithmetic. Booleans count as 0/1
     /// where an integer is needed (as in Python).
     pub fn eval(self, args: &[Scalar]) -> Result<Scalar, SymEvalError> {

@@ -57,58 +57,50 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
     }
     let _ = writeln!(out, "{pad}def forward({header}):");
 
-    // Last use of every node (FX prints `x = None` after it); the output node
-    // keeps its operands alive. Indexed by node id: ids are dense arena
-    // indices of this graph.
-    const KEPT: usize = usize::MAX;
-    let slots = g.nodes.len();
-    let mut last_use: Vec<Option<usize>> = vec![None; slots];
-    for (i, id) in g.order().iter().enumerate() {
-        let node = g.node(*id);
-        let is_output = matches!(node.op, Op::Output { .. });
-        node.for_each_input(&mut |used| {
-            if let Some(l) = last_use.get_mut(used.index()) {
-                if is_output {
-                    *l = Some(KEPT);
-                } else if *l != Some(KEPT) {
-                    *l = Some(i);
-                }
+    // The nodes whose value dies at each position (FX prints `x = None`
+    // after their last use), in one backward walk: a node's input that no
+    // later node uses dies at that node (in argument order, each once), a
+    // node that nothing uses dies where it is defined; the output node keeps
+    // its operands alive. Indexed by node id: ids are dense arena indices of
+    // this graph, and every node of the arena is in the order.
+    let order = g.order();
+    let len = order.len();
+    let is_output = |id: NodeId| matches!(g.node(id).op, Op::Output { .. });
+    let mut used: Vec<bool> = vec![false; g.nodes.len()];
+    for id in order.iter().copied().filter(|id| is_output(*id)) {
+        if let Some(s) = used.get_mut(id.index()) {
+            *s = true;
+        }
+        g.node(id).for_each_input(&mut |u| {
+            if let Some(s) = used.get_mut(u.index()) {
+                *s = true;
             }
         });
     }
-    // For each position, the nodes whose value dies there (in order), as
-    // one flat list sliced by `dies_start` (a counting sort by position).
-    let len = g.order().len();
-    let mut dies_start: Vec<u32> = vec![0; len + 1];
-    let death = |pos: usize, id: NodeId| -> Option<usize> {
-        match last_use.get(id.index()).copied().flatten() {
-            Some(KEPT) => None,
-            Some(l) => Some(l),
-            None if !matches!(g.node(id).op, Op::Output { .. }) => Some(pos),
-            None => None,
+    let mut dies: Vec<NodeId> = Vec::with_capacity(len);
+    // `dies[dies_at[i].0..dies_at[i].1]` die at position `i`.
+    let mut dies_at: Vec<(u32, u32)> = vec![(0, 0); len];
+    for (i, id) in order.iter().enumerate().rev() {
+        let start = dies.len() as u32;
+        g.node(*id).for_each_input(&mut |u| {
+            if let Some(s) = used.get_mut(u.index()) {
+                if !*s {
+                    *s = true;
+                    dies.push(u);
+                }
+            }
+        });
+        if let Some(s) = used.get_mut(id.index()) {
+            if !*s {
+                *s = true;
+                dies.push(*id);
+            }
         }
-        .filter(|l| *l < len)
-    };
-    for (pos, id) in g.order().iter().enumerate() {
-        if let Some(l) = death(pos, *id) {
-            dies_start[l + 1] += 1;
-        }
-    }
-    for i in 0..len {
-        dies_start[i + 1] += dies_start[i];
-    }
-    let mut fill: Vec<u32> = dies_start[..len].to_vec();
-    let mut dies: Vec<NodeId> = vec![NodeId(0); dies_start[len] as usize];
-    for (pos, id) in g.order().iter().enumerate() {
-        if let Some(l) = death(pos, *id) {
-            dies[fill[l] as usize] = *id;
-            fill[l] += 1;
-        }
+        dies_at[i] = (start, dies.len() as u32);
     }
 
     let mut body_lines = 0usize;
-    let mut names: Vec<&str> = Vec::new();
-    for (i, id) in g.order().iter().enumerate() {
+    for (i, id) in order.iter().enumerate() {
         let node = g.node(*id);
         if matches!(node.op, Op::Placeholder(_)) {
             continue;
@@ -116,28 +108,18 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
         out.push_str(&pad);
         out.push_str("    ");
         write_node(out, keys, g, *id);
-        let dead = &dies[dies_start[i] as usize..dies_start[i + 1] as usize];
-        if !dead.is_empty() {
-            // FX lists the node's inputs in argument order, then the node itself.
-            names.clear();
-            node.for_each_input(&mut |u| {
-                if dead.contains(&u) {
-                    let n = g.node(u).name.as_str();
-                    if !names.contains(&n) {
-                        names.push(n);
-                    }
-                }
-            });
-            if dead.contains(id) {
-                names.push(node.name.as_str());
-            }
-            for (k, n) in names.iter().enumerate() {
-                out.push_str(if k == 0 { ";  " } else { " = " });
-                out.push_str(n);
-            }
-            if !names.is_empty() {
-                out.push_str(" = None");
-            }
+        let (start, end) = dies_at[i];
+        for (k, d) in dies
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            out.push_str(if k == 0 { ";  " } else { " = " });
+            out.push_str(g.node(*d).name.as_str());
+        }
+        if end > start {
+            out.push_str(" = None");
         }
         out.push('\n');
         body_lines += 1;
@@ -435,8 +417,11 @@ fn push_decimal(out: &mut String, n: u64) {
             break;
         }
     }
-    // ASCII digits are UTF-8.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    // ASCII digits, pushed as characters: no UTF-8 check of the buffer
+    // (up to 20 of them).
+    for &d in &buf[i..] {
+        out.push(char::from(d));
+    }
 }
 
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are

@@ -81,6 +81,20 @@ pub(super) fn not_an_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> ExecErro
     }
 }
 
+/// An operand that is an integer (not a boolean), read in place; `None`
+/// for anything else, an empty slot included (the general path reports it).
+#[inline(always)]
+pub(super) fn plain_int<T>(o: &Operand, slots: &[Option<Value<T>>]) -> Option<i64> {
+    match o {
+        Operand::Slot(s) => match slots.get(*s) {
+            Some(Some(Value::Int(v))) => Some(*v),
+            _ => None,
+        },
+        Operand::Lit(Lit::Int(v)) => Some(*v),
+        _ => None,
+    }
+}
+
 /// Reads an operand of a [`SymOp`].
 pub(super) fn read_scalar<T>(o: &Operand, slots: &[Option<Value<T>>], op: SymOp) -> Result<Scalar, ExecError> {
     let v = match o {
@@ -195,6 +209,18 @@ pub(super) fn lit_value<T>(l: &Lit) -> Value<T> {
 #[inline(never)]
 pub(super) fn unpacked() -> ExecError {
     ExecError::Input("launch operands were not packed".into())
+}
+
+/// Drops `v`, testing inline for the kinds that own nothing (most results
+/// the run loop drops: `None` from launches and asserts, freed integers), so
+/// only the others reach the out-of-line drop glue.
+#[inline(always)]
+pub(super) fn drop_value<T>(v: Value<T>) {
+    match v {
+        // These own no heap data: forgetting them leaks nothing.
+        Value::None | Value::Int(_) | Value::Bool(_) | Value::Float(_) | Value::Opaque => std::mem::forget(v),
+        other => drop(other),
+    }
 }
 
 pub(super) fn release<B: Backend>(backend: &mut B, v: Value<B::Tensor>) {

@@ -58,12 +58,54 @@ impl<'p> GraphLowering<'p> {
         };
         let plan = self.triton_plan(meta);
         let params = &plan.params;
-        let bound = meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?;
-        let get = |name: &str| bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
         // An all-positional call binds parameter `i` to argument `i`: a name
         // whose parameter index is known is found without a scan.
         let positional = call.args.iter().all(|a| a.name.is_none());
+        // With distinct parameters, a call that binds without error binds
+        // argument `i` to parameter `i` when it is all positional, and
+        // otherwise each named argument to a parameter found by index, or to
+        // a baked-in name (see [`bind_by_index`]): then no binding table is
+        // built or scanned.
+        let by_index = match plan.distinct {
+            true if positional && call.args.len() <= params.len() => Some(None),
+            true if !positional => bind_by_index(meta, params, &call.args).map(Some),
+            _ => None,
+        };
+        let direct = by_index.is_some();
+        let bound = if direct {
+            Vec::new()
+        } else {
+            meta.bind_args_to(params, &call.args).map_err(|e| err(e.to_string()))?
+        };
+        let nth = |i: usize| -> Option<&ArgValue> {
+            match &by_index {
+                Some(Some(b)) => b.params.get(i).copied().flatten(),
+                _ => call.args.get(i).map(|a| &a.value),
+            }
+        };
+        // A bound name that is not a call parameter.
+        let other = |name: &str| -> Option<&ArgValue> {
+            match &by_index {
+                Some(Some(b)) => b.others.iter().find(|(n, _)| *n == name).map(|(_, v)| *v),
+                _ => None,
+            }
+        };
+        let get = |name: &str| -> Option<&ArgValue> {
+            if direct {
+                return match params.iter().position(|p| *p == name) {
+                    Some(i) => nth(i),
+                    None => other(name),
+                };
+            }
+            bound.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+        };
         let get_at = |name: &str, index: Option<usize>| -> Option<&ArgValue> {
+            if direct {
+                return match index {
+                    Some(i) => nth(i),
+                    None => other(name),
+                };
+            }
             if !positional {
                 return get(name);
             }
@@ -78,8 +120,13 @@ impl<'p> GraphLowering<'p> {
         };
         // A named argument for a baked-in parameter must repeat the baked value
         // when both are literals (anything symbolic is reconciliation's to prove).
-        // Positional arguments bind call parameters only: nothing to check.
-        for (name, value) in bound.iter().filter(|_| !positional) {
+        // Positional arguments bind call parameters only: nothing to check
+        // (nor when every argument binds one, `direct`: `bound` is empty).
+        let others = match &by_index {
+            Some(Some(b)) => &b.others[..],
+            _ => &[],
+        };
+        for (name, value) in bound.iter().filter(|_| !positional).chain(others.iter()) {
             if params.contains(name) || !meta.is_baked(name) {
                 continue;
             }
@@ -109,8 +156,9 @@ impl<'p> GraphLowering<'p> {
             },
             None => self.triton_kwargs(meta, &get, &err)?,
         };
-        for extra in &meta.extra_launcher_args {
-            let Some(given) = get(extra) else {
+        for (extra, index) in meta.extra_launcher_args.iter().zip(plan.extra_index.iter()) {
+            let given = if direct { (*index).and_then(nth) } else { get(extra) };
+            let Some(given) = given else {
                 return Err(err(format!("missing launcher argument `{extra}`")));
             };
             if !matches!(given, ArgValue::Expr(_)) {
@@ -149,7 +197,8 @@ impl<'p> GraphLowering<'p> {
         // the same values give the same lowered grid.
         let known = plan.grid_params.borrow().clone();
         let memo = known.as_ref().map(|params| {
-            let values: Vec<Option<Cow<'_, SymExpr>>> = params.iter().map(|p| p.value(&get_at)).collect();
+            let values: smallvec::SmallVec<[Option<Cow<'_, SymExpr>>; 4]> =
+                params.iter().map(|p| p.value(&get_at)).collect();
             let mut h = rustc_hash::FxHasher::default();
             key.hash(&mut h);
             values.hash(&mut h);
@@ -217,8 +266,16 @@ impl<'p> GraphLowering<'p> {
             .entry(key)
             .or_insert_with(|| {
                 let params: Rc<[&'p str]> = meta.call_params().into();
+                let distinct = params.iter().enumerate().all(|(i, p)| !params[..i].contains(p));
+                let extra_index = meta
+                    .extra_launcher_args
+                    .iter()
+                    .map(|x| params.iter().position(|p| *p == x))
+                    .collect();
                 Rc::new(TritonPlan {
                     kwargs: kwargs_plan(meta, &params),
+                    distinct,
+                    extra_index,
                     params,
                     grid_params: std::cell::RefCell::new(None),
                 })
@@ -231,7 +288,7 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn planned_kwargs<'a>(
         &mut self,
         plan: &KwargsPlan<'p>,
-        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+        get: &impl Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
     ) -> Res<Option<Kwargs>> {
         let mut values = plan.template.clone();
         for (i, slot, param) in &plan.slots {
@@ -310,6 +367,56 @@ impl<'p> GraphLowering<'p> {
     }
 }
 
+/// A call's arguments bound to a Triton kernel's parameters by index.
+pub(super) struct ByIndex<'n, 'v> {
+    /// The argument of each call parameter, by the parameter's index.
+    pub(super) params: smallvec::SmallVec<[Option<&'v ArgValue>; 12]>,
+    /// Named arguments of signature entries that are not call parameters.
+    pub(super) others: smallvec::SmallVec<[(&'n str, &'v ArgValue); 2]>,
+}
+
+/// The arguments of a call as [`TritonMeta::bind_args_to`] binds them to
+/// `params` (distinct names): positional arguments first, then named ones.
+/// `None` unless that binding succeeds (the caller then takes the general
+/// path, which reports the error).
+pub(super) fn bind_by_index<'v>(
+    meta: &TritonMeta,
+    params: &[&str],
+    args: &'v [crate::ir::CallArg],
+) -> Option<ByIndex<'v, 'v>> {
+    let mut b = ByIndex {
+        params: smallvec::smallvec![None; params.len()],
+        others: smallvec::SmallVec::new(),
+    };
+    let mut seen_named = false;
+    for (i, a) in args.iter().enumerate() {
+        let slot = match &a.name {
+            None if seen_named => return None,
+            // Positional arguments come first: argument `i` binds parameter `i`.
+            None => b.params.get_mut(i)?,
+            Some(n) => {
+                seen_named = true;
+                match params.iter().position(|p| *p == n) {
+                    Some(j) => b.params.get_mut(j)?,
+                    None if meta.signature.contains_key(n.as_str()) => {
+                        if b.others.iter().any(|(o, _)| *o == n) {
+                            return None;
+                        }
+                        b.others.push((n.as_str(), &a.value));
+                        continue;
+                    }
+                    None => return None,
+                }
+            }
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(&a.value);
+    }
+    Some(b)
+}
+
 /// The kwargs template of a Triton kernel: the same entries, in the same
 /// order, as [`GraphLowering::triton_kwargs`] gives; `None` when that would
 /// fail whatever the arguments.
@@ -383,7 +490,7 @@ impl GridParam {
     /// [`GraphLowering::triton_call`] computes, without its lookups.
     pub(super) fn value<'a>(
         &self,
-        get: &dyn Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
+        get: &impl Fn(&str, Option<usize>) -> Option<&'a ArgValue>,
     ) -> Option<Cow<'a, SymExpr>> {
         if self.extra {
             if let Some(ArgValue::Expr(e)) = get(&self.name, self.index) {

@@ -42,6 +42,10 @@ pub(super) struct GraphLowering<'p> {
 pub(super) struct TritonPlan<'p> {
     /// [`TritonMeta::call_params`].
     pub(super) params: Rc<[&'p str]>,
+    /// No name repeats in `params`.
+    pub(super) distinct: bool,
+    /// The index in `params` of each of the metadata's extra launcher arguments.
+    pub(super) extra_index: Vec<Option<usize>>,
     /// The kwargs every launch starts from; `None` when the kernel's
     /// metadata is inconsistent (the general path reports why).
     pub(super) kwargs: Option<KwargsPlan<'p>>,
