@@ -149,7 +149,11 @@ fn build_with_cmake(package: &Path, target: &str, runtime: &Path) -> Result<Path
         ("build", vec!["--build".into(), build.clone().into()]),
     ];
     for (step, args) in steps {
-        let out = common::run_tool(Command::new("cmake").args(&args), "cmake", "building a package's CMake project");
+        let out = common::run_tool(
+            Command::new("cmake").args(&args),
+            "cmake",
+            "building a package's CMake project",
+        );
         if !out.status.success() {
             return Err(format!(
                 "cmake {step}: {}{}",
