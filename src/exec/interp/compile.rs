@@ -224,7 +224,7 @@ pub(super) fn compile_graph(
             frees: 0..0,
         });
     }
-    let mut step_frees = plan_frees(&steps, &outputs, slot_of.len());
+    let mut step_frees = plan_frees(&mut steps, &mut outputs, slot_of.len());
     let slots = reuse_slots(&mut steps, &mut step_frees, &mut outputs, slot_of.len());
     let lits = intern_call_literals(&mut steps, slots);
     let mut operands = Vec::new();
@@ -357,89 +357,21 @@ pub(super) fn to_operand(a: &Arg, slots: &HashMap<NodeId, usize>) -> Option<Oper
     })
 }
 
-pub(super) fn for_each_slot(o: &Operand, f: &mut dyn FnMut(usize)) {
-    match o {
-        Operand::Slot(s) => f(*s),
-        Operand::List(items) => items.iter().for_each(|i| for_each_slot(i, f)),
-        Operand::Lit(_) => {}
-    }
-}
-
-pub(super) fn step_reads(kind: &StepKind, f: &mut dyn FnMut(usize)) {
-    let many = |xs: &[Operand], f: &mut dyn FnMut(usize)| xs.iter().for_each(|x| for_each_slot(x, f));
-    match kind {
-        StepKind::Input(_) | StepKind::Constant(_) => {}
-        StepKind::EmptyStrided { size, stride, .. } => {
-            many(size.owned(), f);
-            many(stride.owned(), f);
-        }
-        StepKind::AsStrided(a) => {
-            let AsStridedStep {
-                base,
-                size,
-                stride,
-                offset,
-            } = &**a;
-            f(*base);
-            many(size, f);
-            many(stride, f);
-            for_each_slot(offset, f);
-        }
-        StepKind::Triton { t, .. } => {
-            many(&t.grid, f);
-            many(&t.kwargs.values, f);
-        }
-        StepKind::KernelCall { c, .. } => {
-            many(&c.args, f);
-            many(&c.kwargs.values, f);
-        }
-        StepKind::Extern(c) => {
-            many(&c.args, f);
-            many(&c.kwargs.values, f);
-        }
-        StepKind::SymSize { tensor, .. }
-        | StepKind::SymStride { tensor, .. }
-        | StepKind::SymStorageOffset { tensor }
-        | StepKind::Item { tensor, .. }
-        | StepKind::AssertAlignment { tensor, .. } => f(*tensor),
-        StepKind::GetItem { source, index } => {
-            f(*source);
-            for_each_slot(index, f);
-        }
-        StepKind::InnerTensor { source, .. } => f(*source),
-        StepKind::Sym { args, .. } => many(args, f),
-        StepKind::AssertScalar { cond, .. } => for_each_slot(cond, f),
-        StepKind::AssertSizeStride {
-            tensor, size, stride, ..
-        } => {
-            f(*tensor);
-            many(size.owned(), f);
-            many(stride.owned(), f);
-        }
-        StepKind::Cond(c) => {
-            for_each_slot(&c.pred, f);
-            many(&c.operands, f);
-        }
-        StepKind::While(w) => {
-            many(&w.carried, f);
-            many(&w.additional, f);
-        }
-    }
-}
-
 /// Liveness: each slot is freed after the step that reads it last (or right
 /// after it is produced when nothing reads it); outputs are never freed.
 /// Returns, for each step, the slots it frees.
-pub(super) fn plan_frees(steps: &[Step], outputs: &[Operand], slots: usize) -> Vec<Vec<usize>> {
+/// (Takes the steps mutably only to share [`step_reads_mut`], the one slot
+/// walker; it changes nothing.)
+pub(super) fn plan_frees(steps: &mut [Step], outputs: &mut [Operand], slots: usize) -> Vec<Vec<usize>> {
     let mut last: Vec<Option<usize>> = vec![None; slots];
-    for (i, s) in steps.iter().enumerate() {
+    for (i, s) in steps.iter_mut().enumerate() {
         if let Some(o) = s.out {
             if let Some(l) = last.get_mut(o) {
                 *l = Some(i);
             }
         }
-        step_reads(&s.kind, &mut |slot| {
-            if let Some(l) = last.get_mut(slot) {
+        step_reads_mut(&mut s.kind, &mut |slot| {
+            if let Some(l) = last.get_mut(*slot) {
                 *l = Some(i);
             }
         });
@@ -447,8 +379,8 @@ pub(super) fn plan_frees(steps: &[Step], outputs: &[Operand], slots: usize) -> V
     let mut frees = vec![Vec::new(); steps.len()];
     let mut keep = vec![false; slots];
     for o in outputs {
-        for_each_slot(o, &mut |s| {
-            if let Some(k) = keep.get_mut(s) {
+        for_each_slot_mut(o, &mut |s| {
+            if let Some(k) = keep.get_mut(*s) {
                 *k = true;
             }
         });
@@ -471,7 +403,8 @@ pub(super) fn for_each_slot_mut(o: &mut Operand, f: &mut dyn FnMut(&mut usize)) 
     }
 }
 
-/// Calls `f` on every slot a step reads, mutably (for renumbering).
+/// Calls `f` on every slot a step reads, mutably: the one slot walker
+/// (liveness reads through it, renumbering writes).
 pub(super) fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize)) {
     pub(super) fn many(xs: &mut [Operand], f: &mut dyn FnMut(&mut usize)) {
         xs.iter_mut().for_each(|x| for_each_slot_mut(x, f))

@@ -132,13 +132,6 @@ enum OperandList {
 impl OperandList {
     /// The operands while compiling (none once packed: packing is the last
     /// pass).
-    fn owned(&self) -> &[Operand] {
-        match self {
-            OperandList::Owned(xs) => xs,
-            OperandList::Packed(_) => &[],
-        }
-    }
-
     fn owned_mut(&mut self) -> &mut [Operand] {
         match self {
             OperandList::Owned(xs) => xs,
