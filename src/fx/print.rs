@@ -152,9 +152,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             device,
         } => {
             out.push_str("torch.empty_strided(");
-            push_list(out, g, size);
-            out.push_str(", ");
-            push_list(out, g, stride);
+            push_size_stride(out, g, size, stride);
             out.push_str(", dtype=torch.");
             out.push_str(dtype.torch_name());
             out.push_str(", device='");
@@ -170,9 +168,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             out.push_str("torch.as_strided(");
             out.push_str(n(*base));
             out.push_str(", ");
-            push_list(out, g, size);
-            out.push_str(", ");
-            push_list(out, g, stride);
+            push_size_stride(out, g, size, stride);
             out.push_str(", ");
             push_arg(out, g, offset);
             out.push(')');
@@ -307,9 +303,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             out.push_str("assert_size_stride(");
             out.push_str(n(*tensor));
             out.push_str(", ");
-            push_list(out, g, size);
-            out.push_str(", ");
-            push_list(out, g, stride);
+            push_size_stride(out, g, size, stride);
             if let Some(c) = context {
                 out.push_str(", ");
                 push_py_str(out, c);
@@ -451,6 +445,14 @@ fn push_list(out: &mut String, g: &Graph, items: &[Arg]) {
     out.push('[');
     push_joined(out, g, items);
     out.push(']');
+}
+
+/// `[size...], [stride...]`: the layout arguments of `empty_strided`,
+/// `as_strided` and `assert_size_stride`.
+fn push_size_stride(out: &mut String, g: &Graph, size: &[Arg], stride: &[Arg]) {
+    push_list(out, g, size);
+    out.push_str(", ");
+    push_list(out, g, stride);
 }
 
 /// A Python tuple: `()`, `(a,)`, `(a, b)`.

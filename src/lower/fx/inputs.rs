@@ -92,15 +92,7 @@ impl<'p> GraphLowering<'p> {
         }
         if self.options.assert_inputs {
             // Inputs the program already checks with its own `assert_size_stride` line are not checked twice.
-            let checked: Vec<&BufName> = self
-                .ir
-                .lines
-                .iter()
-                .filter_map(|l| match l {
-                    Line::AssertSizeStride { buffer, .. } => Some(buffer),
-                    _ => None,
-                })
-                .collect();
+            let checked: Vec<&BufName> = self.ir.asserted_buffers().collect();
             for (name, id, layout) in &tensor_inputs {
                 if checked.iter().any(|b| b.as_str() == name.as_str()) {
                     continue;
