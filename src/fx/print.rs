@@ -78,7 +78,9 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
         });
     }
     let mut dies: Vec<NodeId> = Vec::with_capacity(len);
-    // `dies[dies_at[i].0..dies_at[i].1]` die at position `i`.
+    // `dies[dies_at[i].0..dies_at[i].1]` die at position `i`. Each node dies
+    // at most once (`used`), so `dies` never holds more entries than there
+    // are nodes, whose ids are `u32`: the `as u32` below cannot truncate.
     let mut dies_at: Vec<(u32, u32)> = vec![(0, 0); len];
     for (i, id) in order.iter().enumerate().rev() {
         let start = dies.len() as u32;
