@@ -44,19 +44,8 @@ impl Name {
     /// `base` followed by `_` and `suffix` in decimal (`base_3`), without a
     /// temporary `String` when it fits inline.
     pub(crate) fn with_suffix(base: &str, suffix: u64) -> Name {
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut n = suffix;
-        loop {
-            start -= 1;
-            // `n % 10` is a single decimal digit.
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        let digits = &digits[start..];
+        let mut buf = [0u8; 20];
+        let digits = decimal_digits(suffix, &mut buf);
         let total = base.len().saturating_add(1).saturating_add(digits.len());
         match u8::try_from(total) {
             Ok(len) if total <= INLINE => {
@@ -201,6 +190,21 @@ impl From<&Name> for String {
 impl From<Name> for String {
     fn from(n: Name) -> String {
         n.as_str().to_string()
+    }
+}
+
+/// The decimal digits of `n` (ASCII), written at the end of `buf` (20 bytes
+/// hold every `u64`): the one digit writer of node names and the printer.
+pub(crate) fn decimal_digits(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        // `n % 10` is a single decimal digit.
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
     }
 }
 

@@ -402,20 +402,9 @@ fn push_decimal(out: &mut String, n: u64) {
         return;
     }
     let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        // `n % 10` is a single decimal digit.
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
     // ASCII digits, pushed as characters: no UTF-8 check of the buffer
     // (up to 20 of them).
-    for &d in &buf[i..] {
+    for &d in super::name::decimal_digits(n, &mut buf) {
         out.push(char::from(d));
     }
 }
