@@ -15,6 +15,17 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     values.get(values.len() / 2).copied()
 }
 
+/// The `p`-th percentile (nearest rank, 0 to 100) of `sorted` (ascending);
+/// NaN when it is empty.
+pub fn percentile(sorted: &[f64], p: usize) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    // Nearest rank: ceil(p/100 * n), 1-based.
+    let rank = (p.min(100) * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
 /// The median of `repeats` timed runs of `f` (at least one), after `warmup`
 /// untimed ones; results go through [`std::hint::black_box`].
 pub fn median_time<T>(warmup: usize, repeats: usize, mut f: impl FnMut() -> T) -> Duration {
@@ -87,8 +98,11 @@ impl Timing {
         drain: &Drain<'_, S, E>,
     ) -> Result<Latency, E> {
         self.warm_up(state, call, drain)?;
+        let mut one = self.samples_us(state, call, drain, self.samples, 1, true)?;
+        one.sort_by(f64::total_cmp);
         Ok(Latency {
-            one_us: self.median_us(state, call, drain, self.samples, 1, true)?,
+            one_us: median(one.clone()).unwrap_or(f64::NAN),
+            one_p99_us: percentile(&one, 99),
             drained_us: self.median_us(state, call, drain, self.repeats, self.iters, true)?,
         })
     }
@@ -111,6 +125,20 @@ impl Timing {
         calls: usize,
         timed_drain: bool,
     ) -> Result<f64, E> {
+        let per_call = self.samples_us(state, call, drain, samples, calls, timed_drain)?;
+        Ok(median(per_call).unwrap_or(f64::NAN))
+    }
+
+    /// `samples` timings of µs per call of `calls` calls, as [`Timing::median_us`] takes them.
+    fn samples_us<S, E>(
+        &self,
+        state: &mut S,
+        call: &mut Call<'_, S, E>,
+        drain: &Drain<'_, S, E>,
+        samples: usize,
+        calls: usize,
+        timed_drain: bool,
+    ) -> Result<Vec<f64>, E> {
         let mut per_call = Vec::with_capacity(samples);
         for _ in 0..samples {
             let t0 = Instant::now();
@@ -125,7 +153,7 @@ impl Timing {
                 drain(state)?;
             }
         }
-        Ok(median(per_call).unwrap_or(f64::NAN))
+        Ok(per_call)
     }
 }
 
@@ -140,6 +168,8 @@ pub type Drain<'a, S, E> = dyn Fn(&S) -> Result<(), E> + 'a;
 pub struct Latency {
     /// One call and the wait for its work (median of [`Timing::samples`]).
     pub one_us: f64,
+    /// The 99th percentile of the same samples.
+    pub one_p99_us: f64,
     /// [`Timing::iters`] calls queued back to back and the wait for the
     /// last, per call (median of [`Timing::repeats`]): the throughput when
     /// the work, not the caller, bounds it.
@@ -156,6 +186,17 @@ mod tests {
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
         assert_eq!(median(vec![f64::NAN, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(Vec::new()), None);
+    }
+
+    #[test]
+    fn percentile_takes_the_nearest_rank() {
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(percentile(&v, 99), 198.0);
+        assert_eq!(percentile(&v, 50), 100.0);
+        assert_eq!(percentile(&v, 100), 200.0);
+        assert_eq!(percentile(&v, 0), 1.0);
+        assert_eq!(percentile(&[5.0], 99), 5.0);
+        assert!(percentile(&[], 99).is_nan());
     }
 
     #[test]

@@ -286,6 +286,11 @@ enum Command {
         /// instead of in the background during start-up.
         #[arg(long)]
         no_preload: bool,
+        /// How graph replay treats a recording's device reads: `one-graph`
+        /// (checked on the device under conditional nodes), `segments` (host
+        /// reads between segment graphs) or `auto` (one graph from 3 reads).
+        #[arg(long, default_value = "auto")]
+        graph_reads: wrapir::exec::cuda::GraphReads,
         /// Run the extern ops the device does not implement on the host
         /// (reported; such a bundle's timings include the copies). Without
         /// it such an op is an error naming it.
@@ -548,6 +553,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             iters,
             repeats,
             no_preload,
+            graph_reads,
             allow_host_fallback,
         } => {
             if device != "cuda" {
@@ -558,6 +564,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 iters,
                 repeats,
                 preload: !no_preload,
+                graph_reads,
                 allow_host_fallback,
             };
             bench_command(&bundle, &args)

@@ -126,6 +126,12 @@ pub struct Graphs {
     pub queued_us: f64,
     /// Graphs captured.
     pub graphs: usize,
+    /// How the recording replays ([`Prepared::graph_form`]): one graph, or
+    /// segments between host reads and why.
+    pub form: String,
+    /// The device floor: device µs of one replay, timed with events around
+    /// the graph on an idle stream (median); `None` for segments.
+    pub device_us: Option<f64>,
     /// Some replay read another value than when recorded.
     pub diverged: bool,
     /// A replay's outputs equal the direct path's bit for bit.
@@ -322,9 +328,12 @@ fn graphs(
     // for the timed calls and the checked replay.
     let mut later = diverged;
     let latency = timing.latency_us(backend, &mut |b| replay_graphs(prepared, b, &mut later), &sync)?;
+    let device_us = prepared.graph_device_us(backend, timing.samples)?;
     Ok(Ok(Graphs {
         queued_us,
         graphs: captured,
+        form: prepared.graph_form().unwrap_or_default(),
+        device_us,
         diverged,
         equals_direct: graph_bits == direct_bits,
         latency,

@@ -51,3 +51,48 @@ pub enum Replay {
         read: usize,
     },
 }
+
+/// How CUDA graph replay treats a recording's device reads (unbacked sizes,
+/// `cond` and `while_loop` predicates, `item()`): [`CudaOptions::graph_reads`]
+/// (`exec::cuda`).
+///
+/// A recording with reads replays either as **one graph**, each read checked
+/// on the device by a one-thread kernel that opens the conditional IF node
+/// holding the rest (the host waits once, for a status word, at the end), or
+/// as **segments**: one graph per stretch between reads, the host reading
+/// each value between them. On the H200 a conditional node costs about as
+/// much device time as a host read costs round trip (8-10 µs), so one graph
+/// wins once a recording has a few reads: a recording with one read ran 1.6x
+/// slower as one graph, two reads about even, six and nine reads 15-27%
+/// faster (`wrapir bench --graphs --graph-reads`, `benches/RESULTS.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GraphReads {
+    /// One graph where the recording has at least
+    /// [`GraphReads::AUTO_MIN_READS`] device reads and the driver has
+    /// conditional nodes (CUDA 12.4 or newer), else segments.
+    #[default]
+    Auto,
+    /// One graph whenever the driver has conditional nodes.
+    OneGraph,
+    /// Always segments with host reads between them.
+    Segments,
+}
+
+impl GraphReads {
+    /// The fewest device reads for which [`GraphReads::Auto`] makes one graph.
+    pub const AUTO_MIN_READS: usize = 3;
+}
+
+impl std::str::FromStr for GraphReads {
+    type Err = String;
+
+    /// `auto`, `one-graph` or `segments`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(GraphReads::Auto),
+            "one-graph" => Ok(GraphReads::OneGraph),
+            "segments" => Ok(GraphReads::Segments),
+            other => Err(format!("`{other}`: expected auto, one-graph or segments")),
+        }
+    }
+}

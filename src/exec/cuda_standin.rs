@@ -11,7 +11,7 @@
 
 use super::compare::BundleMeta;
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LoadTimings, Replay};
 use super::random::CudaRngState;
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
@@ -51,6 +51,8 @@ pub struct CudaOptions {
     pub host_fallback: bool,
     /// Counts of the extern ops run on the device and through the host fallback.
     pub extern_ops: ExternOpLog,
+    /// How graph replay treats a recording's device reads.
+    pub graph_reads: GraphReads,
 }
 
 impl Default for CudaOptions {
@@ -61,6 +63,7 @@ impl Default for CudaOptions {
             paths: CudaPaths::default(),
             host_fallback: false,
             extern_ops: ExternOpLog,
+            graph_reads: GraphReads::Auto,
         }
     }
 }
@@ -307,6 +310,16 @@ impl Prepared {
 
     /// Graphs captured.
     pub fn captured_graphs(&self) -> usize {
+        match self.never {}
+    }
+
+    /// How graph replay runs the recording.
+    pub fn graph_form(&self) -> Option<String> {
+        match self.never {}
+    }
+
+    /// Device µs of one graph replay.
+    pub fn graph_device_us(&self, _backend: &CudaBackend, _samples: usize) -> Result<Option<f64>, ExecError> {
         match self.never {}
     }
 

@@ -14,6 +14,7 @@ pub(crate) struct BenchArgs {
     pub(crate) iters: usize,
     pub(crate) repeats: usize,
     pub(crate) preload: bool,
+    pub(crate) graph_reads: wrapir::exec::cuda::GraphReads,
     pub(crate) allow_host_fallback: bool,
 }
 
@@ -46,6 +47,7 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
     let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
     options.paths = CudaPaths::from_env();
     options.host_fallback = args.allow_host_fallback;
+    options.graph_reads = args.graph_reads;
     let bench = BenchOptions {
         timing: wrapir::bench::Timing::new(args.iters, args.repeats),
         graphs: args.graphs,
@@ -118,9 +120,10 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                 out += &format!("note: the program writes its inputs ({why}); each timed call applies that write again, so outputs after the timed loops need not equal the first run's\n");
                 json["writes_inputs"] = json!(why);
             }
-            let (lat, drained) = (d.latency.one_us, d.latency.drained_us);
-            out += &format!("direct with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
+            let (lat, p99, drained) = (d.latency.one_us, d.latency.one_p99_us, d.latency.drained_us);
+            out += &format!("direct with the device's work: {lat:.2} us latency per call (p99 {p99:.2}), {drained:.2} us/call drained ({iters} queued)\n");
             json["direct_latency_us"] = json!(lat);
+            json["direct_latency_p99_us"] = json!(p99);
             json["direct_drained_us"] = json!(drained);
             out += &format!(
                 "direct: {:.2} us/call, {:.3} us/kernel ({} launches, {} device reads, arena {} bytes){}; equal to the interpreter bit for bit: {}\n",
@@ -144,16 +147,26 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                 None => {}
                 Some(Ok(g)) => {
                     out += &format!(
-                        "graphs: {:.2} us/call, {:.3} us/kernel ({} graphs){}; equal to direct bit for bit: {}\n",
+                        "graphs: {:.2} us/call, {:.3} us/kernel ({}){}; equal to direct bit for bit: {}\n",
                         g.queued_us,
                         d.per_kernel(g.queued_us),
-                        g.graphs,
+                        g.form,
                         diverged(g.diverged),
                         g.equals_direct
                     );
                     json["graph_us"] = json!(g.queued_us);
-                    let (lat, drained) = (g.latency.one_us, g.latency.drained_us);
-                    out += &format!("graphs with the device's work: {lat:.2} us latency per call, {drained:.2} us/call drained ({iters} queued)\n");
+                    json["graph_form"] = json!(g.form);
+                    let (lat, p99, drained) = (g.latency.one_us, g.latency.one_p99_us, g.latency.drained_us);
+                    out += &format!("graphs with the device's work: {lat:.2} us latency per call (p99 {p99:.2}), {drained:.2} us/call drained ({iters} queued)\n");
+                    if let Some(dev) = g.device_us {
+                        out += &format!(
+                            "device floor (events around one replayed graph): {dev:.2} us; graph latency {:.3}x the floor, {:+.2} us over it\n",
+                            lat / dev,
+                            lat - dev
+                        );
+                    }
+                    json["graph_device_us"] = json!(g.device_us);
+                    json["graph_latency_p99_us"] = json!(p99);
                     json["graph_latency_us"] = json!(lat);
                     json["graph_drained_us"] = json!(drained);
                     json["graphs"] = json!(g.graphs);

@@ -781,3 +781,90 @@ impl Drop for Staging {
         }
     }
 }
+
+/// A pinned host buffer of 8-byte words that a run of device reads is
+/// copied into with one stream synchronisation for the whole run.
+pub(super) struct PinnedWords {
+    host: *mut [u8; 8],
+    words: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is owned by this value and used only through `&mut
+// self`; it belongs to the device's primary context, which every use binds.
+unsafe impl Send for PinnedWords {}
+
+impl std::fmt::Debug for PinnedWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedWords").field("words", &self.words).finish()
+    }
+}
+
+impl PinnedWords {
+    /// A pinned buffer of `words` (> 0) words on `device`'s context.
+    pub(super) fn new(device: &Device, words: usize) -> Result<PinnedWords, CudaError> {
+        device.bind()?;
+        let words = words.max(1);
+        let bytes = words
+            .checked_mul(8)
+            .ok_or_else(|| CudaError::Range(format!("{words} device reads at once")))?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is bound. Freed in `Drop`.
+        unsafe { sys::cuMemHostAlloc(&mut host, bytes, 0) }
+            .result()
+            .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
+        Ok(PinnedWords {
+            host: host.cast(),
+            words,
+            ctx: Arc::clone(&device.ctx),
+        })
+    }
+
+    /// Words the buffer holds.
+    pub(super) fn words(&self) -> usize {
+        self.words
+    }
+
+    /// Copies `bytes` (at most 8) from each device address of `reads` into
+    /// one word each, in order, on `device`'s stream, and waits once for
+    /// them all; returns the words (zero-extended). At most
+    /// [`PinnedWords::words`] reads.
+    pub(super) fn read(
+        &mut self,
+        device: &Device,
+        reads: impl ExactSizeIterator<Item = (sys::CUdeviceptr, usize)>,
+    ) -> Result<&[[u8; 8]], CudaError> {
+        if reads.len() > self.words {
+            return Err(CudaError::Range(format!(
+                "{} device reads at once, the buffer holds {}",
+                reads.len(),
+                self.words
+            )));
+        }
+        device.bind()?;
+        // SAFETY: `host` holds `words` >= `reads.len()` words, owned by `self`
+        // (borrowed mutably for the call), and no copy into it is in flight:
+        // every call waits for its copies before returning.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.host, reads.len()) };
+        for (word, (ptr, bytes)) in out.iter_mut().zip(reads) {
+            *word = [0; 8];
+            // SAFETY: the word is pinned memory of this context with room for
+            // `bytes.min(8)` bytes; the caller guarantees `ptr` points at that
+            // many bytes of live device memory; the copy is waited for below.
+            unsafe { sys::cuMemcpyDtoHAsync_v2(word.as_mut_ptr().cast(), ptr, bytes.min(8), device.raw_stream()) }
+                .result()
+                .map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))?;
+        }
+        device.synchronize()?;
+        Ok(out)
+    }
+}
+
+impl Drop for PinnedWords {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once; every
+        // copy into it was waited for by the call that queued it.
+        let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+    }
+}

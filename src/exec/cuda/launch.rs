@@ -18,6 +18,14 @@ pub(super) struct LoadedKernel {
     pub(super) _module: Arc<Module>,
 }
 
+impl std::fmt::Debug for LoadedKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedKernel")
+            .field("function", &self.function)
+            .finish()
+    }
+}
+
 /// Kernels one backend loaded, for other backends of the same device to use
 /// without loading the images again (see [`CudaBackend::adopt_kernels`]).
 #[derive(Clone, Default)]

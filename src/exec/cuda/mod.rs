@@ -46,7 +46,7 @@ mod run;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{LaunchFloor, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LoadTimings, Replay};
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::ExternOpLog;
@@ -111,6 +111,9 @@ pub struct CudaBackend {
     /// This backend's communicators, once it joined a multi-rank run
     /// ([`CudaBackend::join_world`]); dropped after the stream is synchronised.
     collectives: Option<Arc<nccl::NcclRank>>,
+    /// The kernel that checks a device read inside a graph, loaded at its
+    /// first use (see `graph::guarded`).
+    guard_kernel: std::cell::OnceCell<launch::LoadedKernel>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -199,6 +202,7 @@ impl CudaBackend {
             rng_state: None,
             staging: None,
             collectives: None,
+            guard_kernel: std::cell::OnceCell::new(),
         })
     }
 
@@ -432,6 +436,24 @@ impl CudaBackend {
         self.device.synchronize()
     }
 
+    /// Device memory of `bytes` bytes (none for 0), counted in the backend's
+    /// memory statistics and freed on its stream when the last handle goes;
+    /// not part of a recording's trace.
+    fn untraced_storage(&self, bytes: usize) -> Result<Arc<Storage>, ExecError> {
+        let ptr = if bytes == 0 { 0 } else { self.device.alloc(bytes)? };
+        self.memory.add(bytes as u64);
+        Ok(Arc::new(Storage {
+            ptr,
+            bytes,
+            device: Arc::clone(&self.device),
+            _accounted: Accounted {
+                bytes: bytes as u64,
+                counter: Some(Arc::clone(&self.memory)),
+            },
+            borrowed: false,
+        }))
+    }
+
     /// The extern ops this backend runs: on the GPU, then through the host fallback when it is on.
     pub fn supported_ops(&self) -> Vec<String> {
         let device = crate::exec::device_ops::CUDA_OPS;
@@ -469,18 +491,7 @@ impl CudaBackend {
     }
 
     fn alloc_storage(&mut self, bytes: usize) -> Result<Arc<Storage>, ExecError> {
-        let ptr = if bytes == 0 { 0 } else { self.device.alloc(bytes)? };
-        self.memory.add(bytes as u64);
-        let storage = Arc::new(Storage {
-            ptr,
-            bytes,
-            device: Arc::clone(&self.device),
-            _accounted: Accounted {
-                bytes: bytes as u64,
-                counter: Some(Arc::clone(&self.memory)),
-            },
-            borrowed: false,
-        });
+        let storage = self.untraced_storage(bytes)?;
         if let Some(trace) = self.trace.as_mut() {
             trace.push(kernels::Traced::Alloc(Arc::clone(&storage)));
         }

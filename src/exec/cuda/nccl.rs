@@ -219,11 +219,8 @@ impl CudaBackend {
             // other members, whose own calls would need that lock.
             // SAFETY: `raw` is a valid out-pointer, `id` the group's unique
             // id; the backend's context is current on this thread.
-            check(
-                "ncclCommInitRank",
-                unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) },
-                None,
-            )?;
+            let result = unsafe { nccl::ncclCommInitRank(&mut raw, size, *id, pos) };
+            check("ncclCommInitRank", result, None)?;
             comms.insert(
                 name.clone(),
                 Arc::new(Comm {

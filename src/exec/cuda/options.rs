@@ -57,6 +57,10 @@ pub struct CudaOptions {
     /// offset 0); each call advances it as PyTorch's generator advances
     /// (see [`crate::exec::random`]).
     pub cuda_rng: crate::exec::random::CudaRngState,
+    /// How graph replay treats a recording's device reads: one graph with
+    /// the reads checked on the device under conditional nodes, or segments
+    /// with host reads between them (default [`GraphReads::Auto`]).
+    pub graph_reads: super::GraphReads,
 }
 
 /// PyTorch's math-mode switches that change library numerics; each library
@@ -136,6 +140,7 @@ impl Default for CudaOptions {
             preload_dnn: false,
             math: MathModes::default(),
             cuda_rng: crate::exec::random::CudaRngState::default(),
+            graph_reads: super::GraphReads::Auto,
         }
     }
 }

@@ -66,6 +66,7 @@ mod record;
 pub use cache::PreparedCache;
 use record::{tensors_of, Recorder};
 
+use super::driver::PinnedWords;
 use super::library::LibraryCall;
 use super::{CudaBackend, CudaTensor, Replay, Storage};
 use crate::exec::interp::Plan;
@@ -189,6 +190,9 @@ pub struct Prepared {
     /// Why the recording may write its inputs or constants, if it may.
     writes_inputs: Option<String>,
     pub(super) graphs: Option<super::graph::SegmentGraphs>,
+    /// Where a run of consecutive device reads is copied with one wait
+    /// (made at recording when the recording has such a run).
+    pub(super) read_words: Option<PinnedWords>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -342,6 +346,11 @@ impl Prepared {
             outputs.push(rebase(&mut rec, v, arena.as_ref(), &offsets, &external)?);
         }
         let writes_inputs = rec.external_write.take();
+        let longest_run = read_runs(&ops).map(|r| r.len()).max().unwrap_or(0);
+        let read_words = match longest_run {
+            0 | 1 => None,
+            n => Some(PinnedWords::new(&rec.inner.device, n)?),
+        };
         let prepared = Prepared {
             ops,
             external,
@@ -351,6 +360,7 @@ impl Prepared {
             recorded_outputs: Some(out.outputs.clone()),
             writes_inputs,
             graphs: None,
+            read_words,
         };
         Ok((prepared, out.outputs))
     }
@@ -492,20 +502,86 @@ impl Prepared {
             .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
         let stream = device.stream.cu_stream();
         let mut read = 0usize;
-        for op in &mut self.ops {
+        let mut i = 0usize;
+        while let Some(op) = self.ops.get_mut(i) {
             match op {
                 Op::Launch(l) => launch(l, stream)?,
                 Op::Library(call) => call.run(backend)?,
                 Op::Zero { ptr, bytes } => device.zero(*ptr, *bytes)?,
-                Op::Read { ptr, bytes, value } => {
-                    if !read_matches(backend, *ptr, *bytes, value)? {
-                        return Ok(Replay::Diverged { read });
+                Op::Read { .. } => {
+                    let run = self.ops[i..]
+                        .iter()
+                        .take_while(|o| matches!(o, Op::Read { .. }))
+                        .count();
+                    if let Some(k) = check_reads(backend, &self.ops[i..i + run], self.read_words.as_mut())? {
+                        return Ok(Replay::Diverged { read: read + k });
                     }
-                    read += 1;
+                    read += run;
+                    i += run;
+                    continue;
                 }
             }
+            i += 1;
         }
         Ok(Replay::Done)
+    }
+}
+
+/// The ranges of `ops` that are runs of consecutive device reads.
+pub(super) fn read_runs(ops: &[Op]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let is_read = |o: &Op| matches!(o, Op::Read { .. });
+    let mut i = 0usize;
+    std::iter::from_fn(move || {
+        let start = i + ops.get(i..)?.iter().position(is_read)?;
+        let len = ops[start..].iter().take_while(|o| is_read(o)).count();
+        i = start + len;
+        Some(start..start + len)
+    })
+}
+
+/// Checks the consecutive device reads `reads` against the recording: one
+/// read alone, or all of them copied into `words` with one wait. Returns the
+/// index (in `reads`) of the first that read another value.
+pub(super) fn check_reads(
+    backend: &CudaBackend,
+    reads: &[Op],
+    words: Option<&mut PinnedWords>,
+) -> Result<Option<usize>, ExecError> {
+    let recorded = |op: &Op| match op {
+        Op::Read { ptr, bytes, value } => Some((*ptr, *bytes, *value)),
+        _ => None,
+    };
+    if !reads.iter().all(|op| matches!(op, Op::Read { .. })) {
+        return Err(ExecError::op("cuda", "a device read run holds another operation"));
+    }
+    match (reads, words) {
+        ([one], _) => {
+            let Some((ptr, bytes, value)) = recorded(one) else {
+                return Err(ExecError::op("cuda", "a device read run holds another operation"));
+            };
+            Ok((!read_matches(backend, ptr, bytes, &value)?).then_some(0))
+        }
+        (_, Some(words)) if words.words() >= reads.len() => {
+            let addresses = reads
+                .iter()
+                .map(|op| recorded(op).map_or((0, 0), |(ptr, bytes, _)| (ptr, bytes)));
+            let got = words.read(&backend.device, addresses)?;
+            Ok(reads.iter().zip(got).position(|(op, now)| match recorded(op) {
+                Some((_, bytes, value)) => now[..bytes.min(8)] != value[..bytes.min(8)],
+                None => true,
+            }))
+        }
+        _ => {
+            for (k, op) in reads.iter().enumerate() {
+                let Some((ptr, bytes, value)) = recorded(op) else {
+                    return Err(ExecError::op("cuda", "a device read run holds another operation"));
+                };
+                if !read_matches(backend, ptr, bytes, &value)? {
+                    return Ok(Some(k));
+                }
+            }
+            Ok(None)
+        }
     }
 }
 

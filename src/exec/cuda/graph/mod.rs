@@ -1,0 +1,520 @@
+//! CUDA graph replay of prepared plans, and the raw launch floor.
+//!
+//! A [`Prepared`] recording replays as CUDA graphs captured once on the
+//! backend's stream, in one of two forms:
+//!
+//! * **One graph** ([`guarded`]): where the recording reads device values
+//!   (unbacked symbols, `cond` and `while_loop` predicates, `item()`), each
+//!   read is checked on the device and the rest of the recording runs under a
+//!   conditional IF node; a replay is one `cuGraphLaunch` and one read of a
+//!   status word at its end. A recording without reads is one plain graph.
+//! * **Segments**: without conditional nodes (a driver older than CUDA 12.4,
+//!   [`super::CudaOptions::graph_reads`] asking for segments or a recording
+//!   with fewer reads than one graph pays off for, or a segment the driver
+//!   would not capture into a conditional body), the recording is cut into
+//!   segments at its device reads; a replay launches the graphs in order and
+//!   performs the reads between them on the host.
+//!
+//! Either way a replay stops with [`Replay::Diverged`] when a read differs
+//! from the recording (what follows was captured for other values; the caller
+//! records again). The graphs use the recording's buffers (its arena and held
+//! inputs), so their results are those of the direct replay, bit for bit.
+
+mod guarded;
+
+use super::prepared::{check_reads, launch, read_runs, Op, Prepared};
+use super::{CudaBackend, Storage};
+use super::{GraphReads, LaunchFloor, Replay};
+use crate::exec::ExecError;
+use cudarc::driver::sys;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A checked driver call.
+fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(ExecError::op("cuda", format!("{call} failed: {r:?}")))
+    }
+}
+
+/// One instantiated graph; destroyed on drop.
+#[derive(Debug)]
+struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: both handles were created once by `Graph::instantiate` and
+        // are destroyed once, here; the owner synchronises before dropping.
+        unsafe {
+            let _ = sys::cuGraphExecDestroy(self.exec);
+            let _ = sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+impl Graph {
+    /// Instantiates the complete graph `graph`, taking it over (it is
+    /// destroyed here when instantiation fails).
+    fn instantiate(graph: sys::CUgraph) -> Result<Graph, ExecError> {
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is a complete graph of the bound context; `exec` is
+        // a valid out-pointer.
+        let result = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        let inst = check(result, "cuGraphInstantiate");
+        if let Err(e) = inst {
+            // SAFETY: the graph is ours (see above) and not used again.
+            unsafe {
+                let _ = sys::cuGraphDestroy(graph);
+            }
+            return Err(e);
+        }
+        Ok(Graph { graph, exec })
+    }
+
+    /// Queues one replay on `stream`.
+    fn launch(&self, stream: sys::CUstream) -> Result<(), ExecError> {
+        // SAFETY: the graph was instantiated on the stream's context and its
+        // buffers (arena, held inputs) live as long as its owner.
+        check(unsafe { sys::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
+    }
+}
+
+/// What a segment is on replay.
+#[derive(Debug)]
+enum Part {
+    Graph(Graph),
+    /// A run of consecutive device reads: the recording's ops at these indices.
+    Reads(std::ops::Range<usize>),
+}
+
+/// How a recording replays through graphs.
+#[derive(Debug)]
+enum Form {
+    /// One graph (see [`guarded`]).
+    Guarded(guarded::Guarded),
+    /// Plain graphs between host reads, and why not one graph when the
+    /// recording has reads.
+    Segments { parts: Vec<Part>, why: Option<String> },
+}
+
+/// The captured graphs of one recording.
+#[derive(Debug)]
+pub(super) struct SegmentGraphs {
+    form: Form,
+}
+
+impl SegmentGraphs {
+    /// Graphs captured (segments with at least one launch).
+    pub(super) fn graphs(&self) -> usize {
+        match &self.form {
+            Form::Guarded(_) => 1,
+            Form::Segments { parts, .. } => parts.iter().filter(|p| matches!(p, Part::Graph(_))).count(),
+        }
+    }
+}
+
+/// Where a capture puts what it captures.
+enum CaptureTarget<'a> {
+    /// A new graph.
+    New,
+    /// An existing graph (a conditional body, or the graph being built),
+    /// after the nodes `after`.
+    Into {
+        graph: sys::CUgraph,
+        after: &'a [sys::CUgraphNode],
+    },
+}
+
+/// Captures `ops` (launches, library calls and memsets) into one graph.
+fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
+    let stream = backend.device.stream.cu_stream();
+    capture_with(stream, || {
+        for op in ops.iter_mut() {
+            match op {
+                Op::Launch(l) => launch(l, stream),
+                Op::Library(call) => call.run(backend),
+                Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
+                Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
+            }?;
+        }
+        Ok(())
+    })
+}
+
+/// Captures what `queue` puts on `stream` (the backend's, its context
+/// bound) into one new instantiated graph.
+fn capture_with(stream: sys::CUstream, queue: impl FnOnce() -> Result<(), ExecError>) -> Result<Graph, ExecError> {
+    let (graph, _) = capture_raw(stream, CaptureTarget::New, queue)?;
+    Graph::instantiate(graph)
+}
+
+/// Captures what `queue` puts on `stream` into an existing graph; returns
+/// the nodes the capture ended on (what a node added next depends on).
+fn capture_into(
+    stream: sys::CUstream,
+    target: CaptureTarget<'_>,
+    queue: impl FnOnce() -> Result<(), ExecError>,
+) -> Result<Vec<sys::CUgraphNode>, ExecError> {
+    capture_raw(stream, target, queue).map(|(_, leaves)| leaves)
+}
+
+/// The one capture of the backend: begins a capture on `stream` into
+/// `target`, runs `queue`, notes the capture's last nodes and ends it. The
+/// capture holds [`super::driver::capture_lock`] from its start to its end
+/// only (the lock is not re-entrant) and is ended on every path; a new graph
+/// that is not returned is destroyed.
+fn capture_raw(
+    stream: sys::CUstream,
+    target: CaptureTarget<'_>,
+    queue: impl FnOnce() -> Result<(), ExecError>,
+) -> Result<(sys::CUgraph, Vec<sys::CUgraphNode>), ExecError> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let capturing = super::driver::capture_lock();
+    let new = matches!(target, CaptureTarget::New);
+    let begun = match target {
+        // SAFETY: the stream belongs to the backend's bound context; the
+        // capture is ended below on every path.
+        CaptureTarget::New => unsafe { sys::cuStreamBeginCapture_v2(stream, mode) },
+        // SAFETY: as above; `graph` is a graph of the same context and
+        // `after` are nodes of it.
+        CaptureTarget::Into { graph, after } => unsafe {
+            sys::cuStreamBeginCaptureToGraph(stream, graph, after.as_ptr(), std::ptr::null(), after.len(), mode)
+        },
+    };
+    check(begun, "cuStreamBeginCapture")?;
+    let queued = queue();
+    let leaves = queued.as_ref().ok().map(|()| capture_leaves(stream));
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: ends the capture begun above on the same stream; `graph` is a
+    // valid out-pointer.
+    let result = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
+    let ended = check(result, "cuStreamEndCapture");
+    drop(capturing);
+    let result = queued
+        .and(ended)
+        .and_then(|()| leaves.unwrap_or_else(|| Ok(Vec::new())));
+    match result {
+        Ok(leaves) => Ok((graph, leaves)),
+        Err(e) => {
+            if new && !graph.is_null() {
+                // SAFETY: the graph was created by the capture above and is not used again.
+                unsafe {
+                    let _ = sys::cuGraphDestroy(graph);
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The nodes the capture on `stream` would make the next node depend on.
+fn capture_leaves(stream: sys::CUstream) -> Result<Vec<sys::CUgraphNode>, ExecError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut count = 0usize;
+    // SAFETY: the stream is capturing (begun by the caller); the out-pointers
+    // are valid and the optional ones are null.
+    let result = unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut deps,
+            std::ptr::null_mut(),
+            &mut count,
+        )
+    };
+    check(result, "cuStreamGetCaptureInfo")?;
+    if deps.is_null() || count == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the driver returned `count` nodes at `deps`, valid until the
+    // next call on the stream; they are copied out here.
+    Ok(unsafe { std::slice::from_raw_parts(deps, count) }.to_vec())
+}
+
+/// Captures the graphs of `prepared`: one guarded graph where the options
+/// and driver allow, else segments.
+fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<SegmentGraphs, ExecError> {
+    let reads = prepared.reads();
+    let mut why = None;
+    if reads > 0 {
+        why = match backend.options.graph_reads {
+            GraphReads::Segments => Some("segments asked for (CudaOptions::graph_reads)".to_string()),
+            GraphReads::Auto if reads < GraphReads::AUTO_MIN_READS => Some(format!(
+                "fewer than {} reads: segments are faster (CudaOptions::graph_reads)",
+                GraphReads::AUTO_MIN_READS
+            )),
+            GraphReads::Auto | GraphReads::OneGraph => guarded::unsupported(),
+        };
+        if why.is_none() {
+            match guarded::capture_guarded(backend, &mut prepared.ops) {
+                Ok(g) => return Ok(SegmentGraphs { form: Form::Guarded(g) }),
+                // The driver refused the one graph (a library call it would not
+                // capture into a conditional body): segments, saying why.
+                Err(e) => why = Some(format!("one graph failed: {e}")),
+            }
+        }
+    }
+    let mut parts = Vec::new();
+    let mut start = 0usize;
+    let runs: Vec<_> = read_runs(&prepared.ops).collect();
+    for run in runs {
+        if run.start > start {
+            parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..run.start])?));
+        }
+        start = run.end;
+        parts.push(Part::Reads(run));
+    }
+    if prepared.ops.len() > start {
+        parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..])?));
+    }
+    Ok(SegmentGraphs {
+        form: Form::Segments { parts, why },
+    })
+}
+
+/// Captures the graphs of `prepared` (once) and replays them.
+pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Replay, ExecError> {
+    prepared.recorded_outputs = None;
+    backend
+        .device
+        .ctx
+        .bind_to_thread()
+        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    if prepared.graphs.is_none() {
+        prepared.graphs = Some(capture_all(prepared, backend)?);
+    }
+    let stream = backend.device.stream.cu_stream();
+    let mut read = 0usize;
+    let Prepared {
+        graphs,
+        ops,
+        read_words,
+        ..
+    } = prepared;
+    match graphs.as_ref().map(|g| &g.form) {
+        Some(Form::Guarded(g)) => return g.replay(backend),
+        Some(Form::Segments { parts, .. }) => {
+            for part in parts {
+                match part {
+                    Part::Graph(graph) => graph.launch(stream)?,
+                    Part::Reads(run) => {
+                        let reads = ops.get(run.clone()).unwrap_or_default();
+                        if let Some(k) = check_reads(backend, reads, read_words.as_mut())? {
+                            return Ok(Replay::Diverged { read: read + k });
+                        }
+                        read += reads.len();
+                    }
+                }
+            }
+        }
+        None => {}
+    }
+    Ok(Replay::Done)
+}
+
+impl Prepared {
+    /// Replays the recording through CUDA graphs (see the module
+    /// documentation), capturing them on the first call.
+    pub fn replay_graphs(&mut self, backend: &CudaBackend) -> Result<Replay, ExecError> {
+        replay(self, backend)
+    }
+
+    /// Graphs captured so far (0 before the first graph replay).
+    pub fn captured_graphs(&self) -> usize {
+        self.graphs.as_ref().map_or(0, SegmentGraphs::graphs)
+    }
+
+    /// How graph replay runs this recording, once captured: `one graph`
+    /// (with how many device-checked reads), or `N segments` with the
+    /// host reads between them and why not one graph; `None` before the
+    /// first graph replay.
+    pub fn graph_form(&self) -> Option<String> {
+        let reads = self.reads();
+        self.graphs.as_ref().map(|g| match &g.form {
+            Form::Guarded(_) => format!("one graph, {reads} device-checked reads under conditional IF nodes"),
+            Form::Segments { why: None, .. } => "one graph".to_string(),
+            Form::Segments { parts, why: Some(why) } => format!(
+                "{} segment graphs, {reads} host reads between them ({why})",
+                parts.iter().filter(|p| matches!(p, Part::Graph(_))).count()
+            ),
+        })
+    }
+
+    /// Device µs of one replay of the captured graphs, timed with events
+    /// around it on an idle stream (median of `samples`): the device floor
+    /// of the recording's work. Only where the recording is one graph
+    /// (`None` for segments, whose host reads sit between the graphs, and
+    /// before the first graph replay).
+    pub fn graph_device_us(&self, backend: &CudaBackend, samples: usize) -> Result<Option<f64>, ExecError> {
+        let graph = match self.graphs.as_ref().map(|g| &g.form) {
+            Some(Form::Guarded(g)) => g.graph(),
+            Some(Form::Segments { parts, why: None }) if parts.len() == 1 => match parts.first() {
+                Some(Part::Graph(g)) => g,
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        let stream = backend.device.stream.cu_stream();
+        backend.synchronize()?;
+        let events = Events::new()?;
+        let mut times = Vec::with_capacity(samples.max(1));
+        for _ in 0..samples.max(1) {
+            times.push(events.time(stream, || graph.launch(stream))?);
+        }
+        Ok(Some(median(times)))
+    }
+}
+
+/// Two timing events, destroyed on drop.
+struct Events {
+    start: sys::CUevent,
+    end: sys::CUevent,
+}
+
+impl Events {
+    fn new() -> Result<Events, ExecError> {
+        let mut events = Events {
+            start: std::ptr::null_mut(),
+            end: std::ptr::null_mut(),
+        };
+        for e in [&mut events.start, &mut events.end] {
+            // SAFETY: a valid out-pointer; the context is bound by the caller.
+            check(unsafe { sys::cuEventCreate(e, 0) }, "cuEventCreate")?;
+        }
+        Ok(events)
+    }
+
+    /// Device µs between events recorded before and after `queue` on `stream`.
+    fn time(&self, stream: sys::CUstream, queue: impl FnOnce() -> Result<(), ExecError>) -> Result<f64, ExecError> {
+        // SAFETY: both events belong to the stream's (bound) context.
+        check(unsafe { sys::cuEventRecord(self.start, stream) }, "cuEventRecord")?;
+        queue()?;
+        // SAFETY: as above.
+        check(unsafe { sys::cuEventRecord(self.end, stream) }, "cuEventRecord")?;
+        // SAFETY: `end` was recorded above.
+        check(unsafe { sys::cuEventSynchronize(self.end) }, "cuEventSynchronize")?;
+        let mut ms = 0f32;
+        // SAFETY: both events have completed; `ms` is a valid out-pointer.
+        let result = unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end) };
+        check(result, "cuEventElapsedTime")?;
+        Ok(f64::from(ms) * 1e3)
+    }
+}
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        for e in [self.start, self.end] {
+            if !e.is_null() {
+                // SAFETY: created once in `new`, destroyed once here.
+                unsafe {
+                    let _ = sys::cuEventDestroy_v2(e);
+                }
+            }
+        }
+    }
+}
+
+const EMPTY_KERNEL: &str = r#"extern "C" __global__ void empty_k(float* p, int n) { if (threadIdx.x == 0 && blockIdx.x == (1u << 30)) p[0] = n; }"#;
+
+/// The same kernel, written as PTX (used when NVRTC cannot be loaded).
+const EMPTY_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry empty_k(.param .u64 p, .param .u32 n)\n{\n ret;\n}\n";
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Measures the launch floor: `repeats` loops of `kernels` launches of an
+/// empty kernel (grid 1, 128 threads, two arguments) and `repeats` replays of
+/// one graph of `kernels` such launches, after warm-up, on the backend's
+/// stream. Host time per launch of a loop is taken until its last launch is
+/// queued (the loop is synchronised before the next).
+pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -> Result<LaunchFloor, ExecError> {
+    let kernels = kernels.max(1);
+    // SAFETY: a dlopen probe of the NVRTC library.
+    let (image, compiler) = if super::driver::keep_loaded("nvrtc", &backend.device.paths.library_dirs)
+        && unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    {
+        match cudarc::nvrtc::compile_ptx(EMPTY_KERNEL) {
+            Ok(ptx) => (ptx.to_src(), "nvrtc"),
+            Err(_) => (EMPTY_PTX.to_string(), "ptx"),
+        }
+    } else {
+        (EMPTY_PTX.to_string(), "ptx")
+    };
+    let module = backend.device.load_module(image.as_bytes()).map_err(ExecError::from)?;
+    let function = module.function("empty_k").map_err(ExecError::from)?;
+    let scratch: Arc<Storage> = backend.alloc_storage(4096)?;
+    let mut ptr = scratch.ptr;
+    let mut n: u32 = 0;
+    let mut params = [
+        (&mut ptr as *mut u64).cast::<std::ffi::c_void>(),
+        (&mut n as *mut u32).cast(),
+    ];
+    let stream = backend.device.stream.cu_stream();
+    backend
+        .device
+        .ctx
+        .bind_to_thread()
+        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+    let mut launch_loop = |count: usize| -> Result<(), ExecError> {
+        for _ in 0..count {
+            // SAFETY: `function` is in `module`, alive for this function;
+            // the two parameters point at a u64 and a u32 that outlive the
+            // call (the driver copies them at launch).
+            unsafe { cudarc::driver::result::launch_kernel(function, (1, 1, 1), (128, 1, 1), 0, stream, &mut params) }
+                .map_err(|e| ExecError::op("empty_k", format!("cuLaunchKernel: {e}")))?;
+        }
+        Ok(())
+    };
+    launch_loop(1000)?;
+    backend.synchronize()?;
+    let mut per_launch = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let t0 = Instant::now();
+        launch_loop(kernels)?;
+        per_launch.push(t0.elapsed().as_secs_f64() * 1e6 / kernels as f64);
+        backend.synchronize()?;
+    }
+    // One graph of the same launches.
+    let g = capture_with(stream, || launch_loop(kernels))?;
+    // `g`'s launches use `scratch`, alive until the end.
+    let replay_once = || g.launch(stream);
+    for _ in 0..20 {
+        replay_once()?;
+    }
+    backend.synchronize()?;
+    let mut per_graph_kernel = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            replay_once()?;
+        }
+        backend.synchronize()?;
+        per_graph_kernel.push(t0.elapsed().as_secs_f64() * 1e6 / (10 * kernels) as f64);
+    }
+    drop(g);
+    drop(module);
+    let mut per_read = Vec::with_capacity(repeats);
+    let mut word = [0u8; 8];
+    for _ in 0..repeats.max(1) * 10 {
+        let t0 = Instant::now();
+        backend.device.download(&mut word, scratch.ptr)?;
+        per_read.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(LaunchFloor {
+        launch_us: median(per_launch),
+        graph_us: median(per_graph_kernel),
+        read_us: median(per_read),
+        kernels,
+        compiler,
+    })
+}
