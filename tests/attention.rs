@@ -24,12 +24,7 @@ fn tensor(dtype: DType, data: &[f64], size: &[i64]) -> Tensor {
 fn call(op: &str, args: Vec<Value<Tensor>>, kwargs: Vec<(&str, Value<Tensor>)>) -> Result<Vec<Value<Tensor>>, String> {
     let kwargs: IndexMap<String, Value<Tensor>> = kwargs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     let mut host = HostBackend::new(HostOptions::default());
-    match host.call_extern(ExternCall {
-        op,
-        args: (&args).into(),
-        kwargs: (&kwargs).into(),
-        expected: None,
-    }) {
+    match host.call_extern(ExternCall::new(op, &args, &kwargs)) {
         Ok(Value::List(items)) => Ok(items),
         Ok(other) => Err(format!("returned a {}, not a tuple", other.kind())),
         Err(e) => Err(e.to_string()),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::read_tensors as tensors;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use wrapir::bundle::conventions::{self, reference_outputs};
 use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
 use wrapir::exec::host::HostBackend;
@@ -47,6 +47,14 @@ fn load(dir: &Path) -> Program {
     Program::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", name(dir)))
 }
 
+/// Every committed CUDA bundle: its directory, case name and program.
+fn cuda_programs() -> impl Iterator<Item = (PathBuf, String, Program)> {
+    common::cuda_bundles().into_iter().map(|dir| {
+        let program = load(&dir);
+        (dir.clone(), name(&dir), program)
+    })
+}
+
 fn bundle_json(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap()).unwrap()
 }
@@ -61,9 +69,7 @@ fn lower(program: &Program, target: Target) -> Result<String, String> {
 fn every_bundle_validates_and_lowers_to_every_target() {
     let mut failures = Vec::new();
     let mut known_seen = Vec::new();
-    for dir in common::cuda_bundles() {
-        let case = name(&dir);
-        let program = load(&dir);
+    for (_, case, program) in cuda_programs() {
         if let Err(e) = wrapir::ir::validate(&program) {
             failures.push(format!("{case}: invalid:\n{e}"));
             continue;
@@ -126,9 +132,7 @@ fn every_bundle_reconciles_in_every_lowering() {
     let refs: Vec<&dyn LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
     let mut failures = Vec::new();
     let mut launches = 0;
-    for dir in common::cuda_bundles() {
-        let case = name(&dir);
-        let program = load(&dir);
+    for (_, case, program) in cuda_programs() {
         let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("{case}: {e}"));
         let report = check_lowerings(&info, &Default::default(), &refs);
         launches += report.base.entries.len();
@@ -173,9 +177,7 @@ fn lowered_python_call_is_inductors_for_while_loop_bundles() {
 #[test]
 fn every_bundle_runs_on_meta_with_the_eager_shapes() {
     let mut failures = Vec::new();
-    for dir in common::cuda_bundles() {
-        let case = name(&dir);
-        let program = load(&dir);
+    for (dir, case, program) in cuda_programs() {
         // Unbacked values the exporter recorded, if any; else the meta backend's range defaults.
         let mut recorded: Vec<(String, i64)> = bundle_json(&dir)["unbacked"]
             .as_object()
@@ -266,9 +268,7 @@ fn host_can_run(graph: &wrapir::fx::Graph, host: &HostBackend) -> bool {
 fn bundles_of_host_ops_match_eager_on_cpu() {
     let mut ran = Vec::new();
     let mut failures = Vec::new();
-    for dir in common::cuda_bundles() {
-        let case = name(&dir);
-        let program = load(&dir);
+    for (dir, case, program) in cuda_programs() {
         let info = wrapir::ir::validate(&program).unwrap();
         let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap();
         if !host_can_run(&graph, &HostBackend::default()) {

@@ -23,12 +23,7 @@ fn conv(
     let args = vec![x, w, bias];
     let kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     let mut host = HostBackend::new(HostOptions::default());
-    match host.call_extern(ExternCall {
-        op: "extern_kernels.convolution",
-        args: (&args).into(),
-        kwargs: (&kwargs).into(),
-        expected: None,
-    }) {
+    match host.call_extern(ExternCall::new("extern_kernels.convolution", &args, &kwargs)) {
         Ok(Value::Tensor(r)) => Ok((r.size().to_vec(), r.to_f64_vec().unwrap())),
         Ok(v) => Err(format!("not a tensor: {}", v.kind())),
         Err(e) => Err(e.to_string()),

@@ -308,12 +308,7 @@ fn check_reports_unsupported_lowerings_and_fails_only_when_named() {
     r.assert_exit(0);
     assert!(!r.stdout.contains("unsupported"), "{}", r.stdout);
     let dir = common::scratch("cpu_bundles", "unsupported");
-    let program = dir.join("xpu_relu.wir");
-    std::fs::write(
-        &program,
-        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@xpu:0) -> (buf0) {\n  buffer buf0: f32[4][1]@xpu:0\n  extern buf0 = torch.ops.aten.relu.default(arg0_1)\n}\n",
-    )
-    .unwrap();
+    let program = common::write_one_op_program(&dir, "xpu_relu.wir", "torch.ops.aten.relu.default", "xpu:0");
     let program = program.to_string_lossy().into_owned();
     let r = common::wrapir(&["check", &program]);
     r.assert_exit(0);

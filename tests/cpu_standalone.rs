@@ -40,14 +40,7 @@ fn check(dir: &Path, work: &Path, runtime: &Path, build: Build) -> Result<Outcom
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let package = work.join(&case);
-    let lowered = common::wrapir(&[
-        "lower",
-        &dir.to_string_lossy(),
-        "--target",
-        "cpp-standalone",
-        "--package",
-        &package.to_string_lossy(),
-    ]);
+    let lowered = common::lower_package(dir, &package);
     if lowered.code != 0 {
         return Ok(Outcome::Refused(lowered.stderr));
     }
@@ -213,21 +206,9 @@ fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
 #[test]
 fn a_package_calling_an_op_the_host_context_lacks_is_refused() {
     let dir = common::scratch("cpu_standalone", "refused");
-    let program = dir.join("no_such_op.wir");
-    std::fs::write(
-        &program,
-        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cpu) -> (buf0) {\n  buffer buf0: f32[4][1]@cpu\n  extern buf0 = torch.ops.aten.no_such_op.default(arg0_1)\n}\n",
-    )
-    .unwrap();
+    let program = common::write_one_op_program(&dir, "no_such_op.wir", "torch.ops.aten.no_such_op.default", "cpu");
     let package = dir.join("pkg");
-    let r = common::wrapir(&[
-        "lower",
-        &program.to_string_lossy(),
-        "--target",
-        "cpp-standalone",
-        "--package",
-        &package.to_string_lossy(),
-    ]);
+    let r = common::lower_package(&program, &package);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     for want in [
         "the runtime library has no host implementation of 1 extern op call(s)",

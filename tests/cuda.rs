@@ -153,18 +153,6 @@ fn host_value(a: &Arg) -> Value<Tensor> {
     }
 }
 
-fn device_value(backend: &mut CudaBackend, v: &Value<Tensor>) -> Value<wrapir::exec::cuda::CudaTensor> {
-    match v {
-        Value::Tensor(t) => Value::Tensor(backend.copy_in(t).unwrap()),
-        Value::List(items) => Value::List(items.iter().map(|i| device_value(backend, i)).collect()),
-        Value::Int(i) => Value::Int(*i),
-        Value::Float(f) => Value::Float(*f),
-        Value::Bool(b) => Value::Bool(*b),
-        Value::Str(s) => Value::Str(s.clone()),
-        _ => Value::None,
-    }
-}
-
 /// The tensors an op produced: its result's, then (in-place ops) its first argument.
 fn result_tensors<T: Clone>(result: Value<T>, first: Option<&Value<T>>, in_place: bool) -> Vec<T> {
     let mut out = Vec::new();
@@ -216,18 +204,9 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
     let host_kwargs: IndexMap<String, Value<Tensor>> =
         kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
-    let dev_args: Vec<_> = host_args.iter().map(|v| device_value(&mut backend, v)).collect();
-    let dev_kwargs: IndexMap<_, _> = host_kwargs
-        .iter()
-        .map(|(k, v)| (k.clone(), device_value(&mut backend, v)))
-        .collect();
+    let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, &host_args, &host_kwargs);
     let first = dev_args.first().cloned();
-    let got = backend.call_extern(ExternCall {
-        op,
-        args: (&dev_args).into(),
-        kwargs: (&dev_kwargs).into(),
-        expected: None,
-    });
+    let got = backend.call_extern(ExternCall::new(op, &dev_args, &dev_kwargs));
     if !log.host_ops().is_empty() {
         return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
     }
@@ -246,12 +225,7 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
             let mut host = HostBackend::new(HostOptions { jagged_zero_fill: true });
             let first = host_args.first().cloned();
             let r = host
-                .call_extern(ExternCall {
-                    op,
-                    args: (&host_args).into(),
-                    kwargs: (&host_kwargs).into(),
-                    expected: None,
-                })
+                .call_extern(ExternCall::new(op, &host_args, &host_kwargs))
                 .map_err(|e| format!("host: {e}"))?;
             result_tensors(r, first.as_ref(), in_place)
                 .iter()
@@ -690,12 +664,7 @@ fn host_fallback_is_off_by_default_and_names_the_op() {
         let x = backend.copy_in(&Tensor::from_f64(DType::Float32, &[-1.0, 2.0, -3.0, 4.0], &[4]).unwrap());
         let args = vec![Value::Tensor(x.unwrap())];
         let kwargs = IndexMap::new();
-        backend.call_extern(ExternCall {
-            op: "torch.ops.aten.relu.default",
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: None,
-        })
+        backend.call_extern(ExternCall::new("torch.ops.aten.relu.default", &args, &kwargs))
     };
     let mut backend = CudaBackend::new(CudaOptions::from_env()).unwrap();
     let err = call(&mut backend).unwrap_err().to_string();

@@ -108,19 +108,6 @@ fn host_args(c: &Case) -> (Vec<Value<Tensor>>, IndexMap<String, Value<Tensor>>) 
     (args, kwargs)
 }
 
-/// A host value on the device, keeping views of one host storage as views
-/// of one device copy (`copy_in` keeps a view's layout).
-fn to_device(backend: &mut CudaBackend, v: &Value<Tensor>) -> Value<wrapir::exec::cuda::CudaTensor> {
-    match v {
-        Value::Tensor(t) => Value::Tensor(backend.copy_in(t).expect("copy in")),
-        Value::Int(i) => Value::Int(*i),
-        Value::Float(f) => Value::Float(*f),
-        Value::Bool(b) => Value::Bool(*b),
-        Value::None => Value::None,
-        other => panic!("unexpected argument {}", other.kind()),
-    }
-}
-
 /// Absolute and relative tolerance of the output by dtype (log-sum-exp is f32 throughout).
 fn tolerance(dtype: DType) -> (f64, f64) {
     match dtype {
@@ -132,15 +119,7 @@ fn tolerance(dtype: DType) -> (f64, f64) {
 
 /// Compares `got` with `want`: `Err` says where and by how much they differ.
 fn compare(what: &str, got: &Tensor, want: &Tensor, atol: f64, rtol: f64) -> Result<(), String> {
-    if got.size() != want.size() || got.dtype() != want.dtype() {
-        return Err(format!(
-            "{what}: got {}{:?}, expected {}{:?}",
-            got.dtype(),
-            got.size(),
-            want.dtype(),
-            want.size()
-        ));
-    }
+    common::same_dtype_and_size(what, got, want)?;
     let dims_above_one = |t: &Tensor| -> Vec<(usize, i64)> {
         t.size()
             .iter()
@@ -197,23 +176,12 @@ fn check(backend: &mut CudaBackend, log: &wrapir::exec::cuda::ExternOpLog, c: &C
     let (args, kwargs) = host_args(c);
     let mut host = HostBackend::new(HostOptions::default());
     let want = host
-        .call_extern(ExternCall {
-            op: c.op,
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(c.op, &args, &kwargs))
         .map_err(|e| format!("host: {e}"))?;
-    let dev_args: Vec<_> = args.iter().map(|v| to_device(backend, v)).collect();
-    let dev_kwargs: IndexMap<_, _> = kwargs.iter().map(|(k, v)| (k.clone(), to_device(backend, v))).collect();
+    let (dev_args, dev_kwargs) = common::copy_call_in(backend, &args, &kwargs);
     let before = log.host_ops();
     let got = backend
-        .call_extern(ExternCall {
-            op: c.op,
-            args: (&dev_args).into(),
-            kwargs: (&dev_kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(c.op, &dev_args, &dev_kwargs))
         .map_err(|e| format!("device: {e}"))?;
     if log.host_ops() != before {
         return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
@@ -399,25 +367,11 @@ fn fully_masked_rows_follow_pytorch() {
         args[3] = Value::Tensor(Tensor::from_f64(dtype, &bias, &[l, s]).unwrap());
         let mut host = HostBackend::new(HostOptions::default());
         let want = host
-            .call_extern(ExternCall {
-                op: EFFICIENT,
-                args: (&args).into(),
-                kwargs: (&kwargs).into(),
-                expected: None,
-            })
+            .call_extern(ExternCall::new(EFFICIENT, &args, &kwargs))
             .expect("host");
-        let dev_args: Vec<_> = args.iter().map(|v| to_device(&mut backend, v)).collect();
-        let dev_kwargs: IndexMap<_, _> = kwargs
-            .iter()
-            .map(|(k, v)| (k.clone(), to_device(&mut backend, v)))
-            .collect();
+        let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, &args, &kwargs);
         let got = backend
-            .call_extern(ExternCall {
-                op: EFFICIENT,
-                args: (&dev_args).into(),
-                kwargs: (&dev_kwargs).into(),
-                expected: None,
-            })
+            .call_extern(ExternCall::new(EFFICIENT, &dev_args, &dev_kwargs))
             .expect("device");
         assert!(log.host_ops().is_empty(), "ran on the host: {:?}", log.host_ops());
         let (Value::List(got), Value::List(want)) = (got, want) else {

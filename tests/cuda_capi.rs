@@ -160,13 +160,7 @@ fn stored_inputs(name: &str) -> IndexMap<String, Tensor> {
 fn host_call(op: &str, args: &[Value<Tensor>]) -> Value<Tensor> {
     let mut host = HostBackend::default();
     let kwargs = IndexMap::new();
-    host.call_extern(ExternCall {
-        op,
-        args: args.into(),
-        kwargs: (&kwargs).into(),
-        expected: None,
-    })
-    .unwrap()
+    host.call_extern(ExternCall::new(op, args, &kwargs)).unwrap()
 }
 
 #[test]
@@ -188,34 +182,44 @@ fn inputs_load_as_stored_and_save_back() {
     }
 }
 
+/// `wrapir_rt_call` of `op` on `args` into `slots`, on the default stream,
+/// with no expected layouts: its status.
+fn raw_call(op: &CStr, args: &[WrapirRtArg], slots: &mut [*mut WrapirRtTensor]) -> i32 {
+    // SAFETY: `args` and `slots` are as long as passed; their contents are
+    // what the callers test.
+    unsafe {
+        wrapir_rt_call(
+            0,
+            op.as_ptr(),
+            args.as_ptr(),
+            args.len() as i64,
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            slots.as_mut_ptr(),
+            slots.len() as i64,
+        )
+    }
+}
+
+/// Calls `op` through the ABI on the default stream with one result slot:
+/// the result (the caller frees it) and its descriptor.
+fn call_one(op: &str, args: &[WrapirRtArg]) -> (*mut WrapirRtTensor, WrapirRtTensorDesc) {
+    let mut slot = [std::ptr::null_mut::<WrapirRtTensor>()];
+    ok(raw_call(&CString::new(op).unwrap(), args, &mut slot), op);
+    let [result] = slot;
+    let mut d = std::mem::MaybeUninit::<WrapirRtTensorDesc>::uninit();
+    // SAFETY: a live result and a writable descriptor.
+    ok(unsafe { wrapir_rt_tensor_desc(result, d.as_mut_ptr()) }, "desc");
+    // SAFETY: written on success.
+    (result, unsafe { d.assume_init() })
+}
+
 #[test]
 fn mm_through_the_abi_equals_the_host() {
     let loaded = Loaded::new("feat_extern_addmm");
     // arg0_1 is [129, 129], arg1_1 [129, 1].
     let args = [tensor_arg(loaded.desc(0)), tensor_arg(loaded.desc(1))];
-    let op = CString::new("extern_kernels.mm").unwrap();
-    let mut result: *mut WrapirRtTensor = std::ptr::null_mut();
-    // SAFETY: two valid arguments, one result slot, the default stream.
-    ok(
-        unsafe {
-            wrapir_rt_call(
-                0,
-                op.as_ptr(),
-                args.as_ptr(),
-                2,
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                &mut result,
-                1,
-            )
-        },
-        "mm",
-    );
-    let mut d = std::mem::MaybeUninit::<WrapirRtTensorDesc>::uninit();
-    // SAFETY: a live result and a writable descriptor.
-    ok(unsafe { wrapir_rt_tensor_desc(result, d.as_mut_ptr()) }, "desc");
-    // SAFETY: written on success.
-    let d = unsafe { d.assume_init() };
+    let (result, d) = call_one("extern_kernels.mm", &args);
     assert_eq!(d.flags & WRAPIR_RT_BORROWED, 0, "a fresh result is the runtime's");
     let got = saved(&[("out", d)]).swap_remove("out").unwrap();
     let stored = stored_inputs("feat_extern_addmm");
@@ -244,31 +248,8 @@ fn mm_through_the_abi_equals_the_host() {
 fn nonzero_returns_a_runtime_tensor_of_data_dependent_size() {
     let loaded = Loaded::new("nonzero");
     let args = [tensor_arg(loaded.desc(0))];
-    let op = CString::new("torch.ops.aten.nonzero.default").unwrap();
-    let mut result: *mut WrapirRtTensor = std::ptr::null_mut();
-    // SAFETY: one valid argument, one result slot.
-    ok(
-        unsafe {
-            wrapir_rt_call(
-                0,
-                op.as_ptr(),
-                args.as_ptr(),
-                1,
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                &mut result,
-                1,
-            )
-        },
-        "nonzero",
-    );
-    let mut d = std::mem::MaybeUninit::<WrapirRtTensorDesc>::uninit();
-    // SAFETY: as above.
-    ok(unsafe { wrapir_rt_tensor_desc(result, d.as_mut_ptr()) }, "desc");
-    // SAFETY: written on success.
-    let got = saved(&[("out", unsafe { d.assume_init() })])
-        .swap_remove("out")
-        .unwrap();
+    let (result, d) = call_one("torch.ops.aten.nonzero.default", &args);
+    let got = saved(&[("out", d)]).swap_remove("out").unwrap();
     let stored = stored_inputs("nonzero");
     let Value::Tensor(want) = host_call(
         "torch.ops.aten.nonzero.default",
@@ -286,19 +267,7 @@ fn nonzero_returns_a_runtime_tensor_of_data_dependent_size() {
 fn check_error(op: &str, args: &[WrapirRtArg], results: i64, status: i32, expect: &str) {
     let op = CString::new(op).unwrap();
     let mut slots = vec![std::ptr::null_mut::<WrapirRtTensor>(); results as usize];
-    // SAFETY: `args` and `slots` are as long as passed; their contents are what is tested.
-    let got = unsafe {
-        wrapir_rt_call(
-            0,
-            op.as_ptr(),
-            args.as_ptr(),
-            args.len() as i64,
-            std::ptr::null(),
-            std::ptr::null_mut(),
-            slots.as_mut_ptr(),
-            results,
-        )
-    };
+    let got = raw_call(&op, args, &mut slots);
     let message = last_error();
     assert_eq!(got, status, "status for {op:?}: {message}");
     assert!(

@@ -15,15 +15,9 @@ use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::DType;
 
-/// Deterministic values in [-1, 1).
+/// Deterministic values in [-1, 1), exact in `float32`.
 fn values(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f64 / (1u64 << 24) as f64) * 2.0 - 1.0
-        })
-        .collect()
+    common::uniform_values_bits(n, seed, 24)
 }
 
 /// A host tensor of `size`, channels-last in memory when asked (4-D/5-D).
@@ -85,16 +79,6 @@ fn ints(v: &[i64]) -> Value<Tensor> {
     Value::List(v.iter().map(|&i| Value::Int(i)).collect())
 }
 
-fn device(backend: &mut CudaBackend, v: &Value<Tensor>) -> Value<wrapir::exec::cuda::CudaTensor> {
-    match v {
-        Value::Tensor(t) => Value::Tensor(backend.copy_in(t).unwrap()),
-        Value::List(items) => Value::List(items.iter().map(|i| device(backend, i)).collect()),
-        Value::Int(i) => Value::Int(*i),
-        Value::Bool(b) => Value::Bool(*b),
-        _ => Value::None,
-    }
-}
-
 /// Runs one case on both backends; the max error relative to the output's scale.
 fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, String> {
     let x = tensor(dtype, &c.x, 1, c.channels_last);
@@ -116,12 +100,7 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
     let op = "extern_kernels.convolution";
     let mut host = HostBackend::new(HostOptions::default());
     let want = host
-        .call_extern(ExternCall {
-            op,
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(op, &args, &kwargs))
         .map_err(|e| format!("host: {e}"))?;
     let Value::Tensor(want) = want else {
         return Err("host gave no tensor".into());
@@ -136,11 +115,7 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
     };
     let log = options.extern_ops.clone();
     let mut backend = CudaBackend::new(options).map_err(|e| e.to_string())?;
-    let dargs: Vec<_> = args.iter().map(|v| device(&mut backend, v)).collect();
-    let mut dkwargs: IndexMap<String, _> = kwargs
-        .iter()
-        .map(|(k, v)| (k.clone(), device(&mut backend, v)))
-        .collect();
+    let (dargs, mut dkwargs) = common::copy_call_in(&mut backend, &args, &kwargs);
     let out = if use_out {
         let o = backend
             .allocate(&wrapir::exec::TensorSpec::contiguous(
@@ -155,12 +130,7 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
         None
     };
     let got = backend
-        .call_extern(ExternCall {
-            op,
-            args: (&dargs).into(),
-            kwargs: (&dkwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(op, &dargs, &dkwargs))
         .map_err(|e| format!("cuda: {e}"))?;
     if log.device_ops().is_empty() {
         return Err("did not run on the device".into());

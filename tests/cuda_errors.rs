@@ -58,12 +58,7 @@ fn an_op_without_a_device_implementation_is_an_error_naming_it() {
     let args = vec![Value::Tensor(x)];
     let kwargs: IndexMap<String, Value<_>> = IndexMap::new();
     let e = backend
-        .call_extern(ExternCall {
-            op: "torch.ops.aten.no_such_op.default",
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new("torch.ops.aten.no_such_op.default", &args, &kwargs))
         .unwrap_err()
         .to_string();
     assert!(e.contains("no_such_op"), "{e}");

@@ -88,24 +88,9 @@ fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64]
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
     let mut host_kwargs: IndexMap<String, Value<Tensor>> =
         kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
-    let to_dev = |b: &mut CudaBackend, v: &Value<Tensor>| match v {
-        Value::Tensor(t) => Value::Tensor(b.copy_in(t).expect("copy in")),
-        Value::Float(f) => Value::Float(*f),
-        Value::Bool(x) => Value::Bool(*x),
-        _ => Value::None,
-    };
-    let dev_args: Vec<Value<CudaTensor>> = host_args.iter().map(|v| to_dev(&mut backend, v)).collect();
-    let mut dev_kwargs: IndexMap<String, Value<CudaTensor>> = host_kwargs
-        .iter()
-        .map(|(k, v)| (k.clone(), to_dev(&mut backend, v)))
-        .collect();
+    let (dev_args, mut dev_kwargs) = common::copy_call_in(&mut backend, &host_args, &host_kwargs);
     let want = HostBackend::new(HostOptions { jagged_zero_fill: true })
-        .call_extern(ExternCall {
-            op,
-            args: (&host_args).into(),
-            kwargs: (&host_kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(op, &host_args, &host_kwargs))
         .map_err(|e| format!("{what}: host: {e}"))?;
     let Value::Tensor(want) = want else {
         return Err(format!("{what}: host returned {want:?}"));
@@ -123,12 +108,7 @@ fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64]
         None => None,
     };
     let got = backend
-        .call_extern(ExternCall {
-            op,
-            args: (&dev_args).into(),
-            kwargs: (&dev_kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(op, &dev_args, &dev_kwargs))
         .map_err(|e| format!("{what}: device: {e}"))?;
     if !log.host_ops().is_empty() {
         return Err(format!("{what}: ran on the host: {:?}", log.host_ops()));
@@ -139,15 +119,7 @@ fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64]
         (other, o) => return Err(format!("{what}: returned {other:?} (out= given: {})", o.is_some())),
     };
     let got = backend.copy_out(&got).map_err(|e| format!("{what}: copy out: {e}"))?;
-    if got.size() != want.size() || got.dtype() != want.dtype() {
-        return Err(format!(
-            "{what}: got {}{:?}, expected {}{:?}",
-            got.dtype(),
-            got.size(),
-            want.dtype(),
-            want.size()
-        ));
-    }
+    common::same_dtype_and_size(&what, &got, &want)?;
     let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
     let tol = tolerance(want.dtype());
     let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));

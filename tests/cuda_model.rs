@@ -32,6 +32,15 @@ fn bundle(name: &str) -> PathBuf {
     root().join("fixtures/inductor/bundles").join(name)
 }
 
+/// The bundle `name` loaded as a model with [`options`], its directory and
+/// the stored inputs of a call.
+fn load(name: &str) -> (PathBuf, Model, IndexMap<String, Tensor>) {
+    let dir = bundle(name);
+    let model = Model::load(&dir, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = call_inputs(&model, &dir);
+    (dir, model, inputs)
+}
+
 /// The stored inputs a call supplies (everything but the weights).
 fn call_inputs(model: &Model, dir: &Path) -> IndexMap<String, Tensor> {
     let stored = tensors(&dir.join("inputs.safetensors"));
@@ -60,16 +69,7 @@ fn bits(outputs: &[Value<Tensor>]) -> Vec<(String, Vec<i64>, Vec<u64>)> {
                 } else {
                     (*t).clone()
                 };
-                let v = if t.dtype().is_floating() {
-                    t.to_f64_vec()
-                        .expect("floating")
-                        .into_iter()
-                        .map(f64::to_bits)
-                        .collect()
-                } else {
-                    t.to_i64_vec().expect("integer").into_iter().map(|i| i as u64).collect()
-                };
-                (t.dtype().to_string(), t.size().to_vec(), v)
+                (t.dtype().to_string(), t.size().to_vec(), common::element_bits(&t))
             }
             OutputLeaf::Int(i) => ("int".to_string(), Vec::new(), vec![*i as u64]),
         })
@@ -103,11 +103,9 @@ const BUNDLES: &[&str] = &[
 #[test]
 fn calls_match_eager_and_replay_bit_for_bit() {
     for name in BUNDLES {
-        let dir = bundle(name);
-        let model = Model::load(&dir, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (dir, model, inputs) = load(name);
         let report = model.load_report();
         assert!(report.kernels > 0, "{name}: no kernels loaded");
-        let inputs = call_inputs(&model, &dir);
         let first = model.run(&inputs).unwrap_or_else(|e| panic!("{name}: first call: {e}"));
         check_eager(&dir, &first);
         for call in 1..4 {
@@ -124,9 +122,7 @@ fn calls_match_eager_and_replay_bit_for_bit() {
 #[test]
 fn threads_share_one_model() {
     for name in ["resnet", "gpt2_bf16", "nonzero"] {
-        let dir = bundle(name);
-        let model = Model::load(&dir, &options()).unwrap();
-        let inputs = call_inputs(&model, &dir);
+        let (_, model, inputs) = load(name);
         let reference = bits(&model.run(&inputs).unwrap());
         std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
@@ -151,9 +147,7 @@ fn threads_share_one_model() {
 
 #[test]
 fn dynamic_sizes_inside_the_range_run_and_outside_are_refused() {
-    let dir = bundle("bert_dynamic");
-    let model = Model::load(&dir, &options()).unwrap();
-    let inputs = call_inputs(&model, &dir);
+    let (dir, model, inputs) = load("bert_dynamic");
     let first = model.run(&inputs).unwrap();
     check_eager(&dir, &first);
     // Another sequence length in range: its own bucket, run twice (record, replay).
@@ -180,9 +174,7 @@ fn dynamic_sizes_inside_the_range_run_and_outside_are_refused() {
 #[test]
 fn device_inputs_are_used_in_place() {
     use cudarc::driver::{CudaContext, DevicePtr};
-    let dir = bundle("resnet");
-    let model = Model::load(&dir, &options()).unwrap();
-    let inputs = call_inputs(&model, &dir);
+    let (_, model, inputs) = load("resnet");
     let reference = model.run(&inputs).unwrap();
     let ctx = CudaContext::new(0).unwrap();
     // SAFETY: the test's slices are used on one stream only; tracking would

@@ -21,28 +21,10 @@ use wrapir::ir::{DType, Program};
 
 use wrapir::exec::cuda::{place_inputs, CudaTensor, Prepared, PreparedCache, Replay};
 
-/// The bits of a host tensor's elements, with its sizes (floating elements
-/// widened to f64 exactly, integers to i64), for bit-for-bit comparison.
+/// The sizes of a host tensor and the bits of its elements
+/// ([`common::element_bits`]), for bit-for-bit comparison.
 fn bits(t: &Tensor) -> (Vec<i64>, Vec<u64>) {
-    if t.dtype().is_complex() {
-        // Both parts, with the element's sizes.
-        let (_, v) = bits(&t.view_as_real().expect("complex parts"));
-        return (t.size().to_vec(), v);
-    }
-    let v = if t.dtype().is_floating() {
-        t.to_f64_vec()
-            .expect("floating tensor")
-            .into_iter()
-            .map(f64::to_bits)
-            .collect()
-    } else {
-        t.to_i64_vec()
-            .expect("integer tensor")
-            .into_iter()
-            .map(|i| i as u64)
-            .collect()
-    };
-    (t.size().to_vec(), v)
+    (t.size().to_vec(), common::element_bits(t))
 }
 
 fn device_bits(backend: &mut CudaBackend, values: &[Value<CudaTensor>]) -> Vec<(Vec<i64>, Vec<u64>)> {

@@ -24,13 +24,8 @@ fn call_on(
     kwargs: &[(&str, Value<Tensor>)],
 ) -> Result<Value<Tensor>, String> {
     let kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
-    host.call_extern(ExternCall {
-        op,
-        args: (&args).into(),
-        kwargs: (&kwargs).into(),
-        expected: None,
-    })
-    .map_err(|e| e.to_string())
+    host.call_extern(ExternCall::new(op, &args, &kwargs))
+        .map_err(|e| e.to_string())
 }
 
 fn call(op: &str, args: Vec<Value<Tensor>>, kwargs: &[(&str, Value<Tensor>)]) -> Result<Value<Tensor>, String> {

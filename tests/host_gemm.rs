@@ -23,12 +23,7 @@ fn tensor(dtype: DType, size: &[i64], seed: u64) -> Tensor {
 
 fn call(op: &str, args: Vec<Value<Tensor>>, kwargs: IndexMap<String, Value<Tensor>>) -> Result<Value<Tensor>, String> {
     host()
-        .call_extern(ExternCall {
-            op,
-            args: (&args).into(),
-            kwargs: (&kwargs).into(),
-            expected: None,
-        })
+        .call_extern(ExternCall::new(op, &args, &kwargs))
         .map_err(|e| e.to_string())
 }
 

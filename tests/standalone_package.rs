@@ -173,14 +173,7 @@ fn main_cpp_and_cmake_lists_name_the_target_and_outputs() {
 fn cli_writes_a_complete_package_and_refuses_missing_ops() {
     let dir = common::scratch("standalone_package", "cli");
     let pkg = dir.join("softmax_pkg");
-    let run = common::wrapir(&[
-        "lower",
-        "fixtures/inductor/bundles/softmax",
-        "--target",
-        "cpp-standalone",
-        "--package",
-        pkg.to_str().unwrap(),
-    ]);
+    let run = common::lower_package(Path::new("fixtures/inductor/bundles/softmax"), &pkg);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("build: cmake -B build"), "{}", run.stdout);
     let bundle = common::root().join("fixtures/inductor/bundles/softmax");
@@ -315,14 +308,7 @@ fn cmake_project_configures() {
     }
     let dir = common::scratch("standalone_package", "cmake");
     let pkg = dir.join("pkg");
-    let run = common::wrapir(&[
-        "lower",
-        "fixtures/inductor/bundles/cat_mm",
-        "--target",
-        "cpp-standalone",
-        "--package",
-        pkg.to_str().unwrap(),
-    ]);
+    let run = common::lower_package(Path::new("fixtures/inductor/bundles/cat_mm"), &pkg);
     assert_eq!(run.code, 0, "{}", run.stderr);
     // Configure only looks the runtime library up (the GPU tests link it):
     // absent, the configure step stops with the documented message ...

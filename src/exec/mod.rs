@@ -321,8 +321,8 @@ enum ArgRepr<'a, T> {
     },
 }
 
-/// `Clone` and `Copy` for the borrowed argument views, whatever their
-/// values' type (`derive` would ask it to be `Copy`).
+/// `Clone` and `Copy` for the borrowed argument views and the calls made of
+/// them, whatever their values' type (`derive` would ask it to be `Copy`).
 macro_rules! copy_views {
     ($($view:ident),*) => {
         $(
@@ -340,10 +340,17 @@ macro_rules! copy_views {
 copy_views!(ArgRepr, ArgList, KwargsRepr, Kwargs);
 
 /// `IntoIterator` for the argument views and references to them: their
-/// `iter()`, of `$item`s.
+/// `iter()`, of `$item`s; `Debug` as the `$debug` (`debug_list`,
+/// `debug_map`) of those items.
 macro_rules! iterable_views {
-    ($($view:ident => $iter:ident of $item:ty),*) => {
+    ($($view:ident => $iter:ident of $item:ty, $debug:ident);*) => {
         $(
+            impl<T: std::fmt::Debug> std::fmt::Debug for $view<'_, T> {
+                fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.$debug().entries(self.iter()).finish()
+                }
+            }
+
             impl<'a, T> IntoIterator for $view<'a, T> {
                 type Item = $item;
                 type IntoIter = $iter<'a, T>;
@@ -365,7 +372,10 @@ macro_rules! iterable_views {
     };
 }
 
-iterable_views!(ArgList => ArgIter of &'a Value<T>, Kwargs => KwargsIter of (&'a str, &'a Value<T>));
+iterable_views!(
+    ArgList => ArgIter of &'a Value<T>, debug_list;
+    Kwargs => KwargsIter of (&'a str, &'a Value<T>), debug_map
+);
 
 /// `table[s]`, if filled.
 fn table_get<T>(table: &[Option<Value<T>>], s: usize) -> Option<&Value<T>> {
@@ -466,12 +476,6 @@ impl<'a, T> From<&'a [Value<T>]> for ArgList<'a, T> {
 impl<'a, T> From<&'a Vec<Value<T>>> for ArgList<'a, T> {
     fn from(values: &'a Vec<Value<T>>) -> Self {
         ArgList::from(values.as_slice())
-    }
-}
-
-impl<T: std::fmt::Debug> std::fmt::Debug for ArgList<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -643,12 +647,6 @@ impl<'a, T> From<&'a IndexMap<String, Value<T>>> for Kwargs<'a, T> {
     }
 }
 
-impl<T: std::fmt::Debug> std::fmt::Debug for Kwargs<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
-    }
-}
-
 /// The iterator of [`Kwargs::iter`].
 pub struct KwargsIter<'a, T> {
     inner: KwargsIterRepr<'a, T>,
@@ -714,21 +712,20 @@ pub struct ExternCall<'a, T> {
     pub expected: Option<&'a ExpectedLayout>,
 }
 
-impl<T> Clone for KernelLaunch<'_, T> {
-    fn clone(&self) -> Self {
-        *self
+impl<'a, T> ExternCall<'a, T> {
+    /// A call of `op` with no declared result layout (`expected: None`), as
+    /// a caller outside a program makes one.
+    pub fn new(op: &'a str, args: impl Into<ArgList<'a, T>>, kwargs: impl Into<Kwargs<'a, T>>) -> Self {
+        ExternCall {
+            op,
+            args: args.into(),
+            kwargs: kwargs.into(),
+            expected: None,
+        }
     }
 }
 
-impl<T> Copy for KernelLaunch<'_, T> {}
-
-impl<T> Clone for ExternCall<'_, T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for ExternCall<'_, T> {}
+copy_views!(KernelLaunch, ExternCall);
 
 /// A declared result layout, partly evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]

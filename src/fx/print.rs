@@ -217,15 +217,12 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             }
             out.push(')');
         }
-        Op::SymSize { tensor, dim } => {
-            out.push_str("torch.ops.aten.sym_size.int(");
-            out.push_str(n(*tensor));
-            out.push_str(", ");
-            push_int(out, *dim);
-            out.push(')');
-        }
-        Op::SymStride { tensor, dim } => {
-            out.push_str("torch.ops.aten.sym_stride.int(");
+        Op::SymSize { tensor, dim } | Op::SymStride { tensor, dim } => {
+            out.push_str(if matches!(node.op, Op::SymSize { .. }) {
+                "torch.ops.aten.sym_size.int("
+            } else {
+                "torch.ops.aten.sym_stride.int("
+            });
             out.push_str(n(*tensor));
             out.push_str(", ");
             push_int(out, *dim);

@@ -177,18 +177,7 @@ impl FromStr for SigType {
     }
 }
 
-impl From<SigType> for String {
-    fn from(t: SigType) -> String {
-        t.to_string()
-    }
-}
-
-impl TryFrom<String> for SigType {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
+super::types::text_form_conversions!(SigType);
 
 /// A value baked into a Triton kernel (`triton_meta["constants"]`, config kwargs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -604,6 +604,25 @@ impl fmt::Display for KeyPathText<'_> {
     }
 }
 
+/// Writes the indices of an `index_put` line as the text form and Python
+/// both list them: buffer names and `None`, comma-separated (`x, None`).
+pub struct IndexNames<'a>(pub &'a [Option<BufName>]);
+
+impl fmt::Display for IndexNames<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, index) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match index {
+                Some(b) => write!(f, "{b}")?,
+                None => f.write_str("None")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Writes a float so that it reads back as the same float and always looks like
 /// a float (`1.0`, `1.5e-07`, `inf`, `-inf`, `nan`).
 pub fn write_float(f: &mut dyn fmt::Write, v: f64) -> fmt::Result {

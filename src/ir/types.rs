@@ -310,18 +310,29 @@ pub struct Device {
     pub index: Option<u32>,
 }
 
-impl From<Device> for String {
-    fn from(d: Device) -> String {
-        d.to_string()
-    }
-}
+/// `From<T> for String` and `TryFrom<String> for T` through `T`'s `Display`
+/// and `FromStr` (whose error is a `String`): what
+/// `#[serde(into = "String", try_from = "String")]` needs of a type written
+/// as its text form.
+macro_rules! text_form_conversions {
+    ($t:ty) => {
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
 
-impl TryFrom<String> for Device {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                s.parse()
+            }
+        }
+    };
 }
+pub(crate) use text_form_conversions;
+
+text_form_conversions!(Device);
 
 impl Device {
     /// `cuda:<index>`.

@@ -3,8 +3,8 @@
 use super::cursor::is_ident;
 use crate::ir::{
     write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, Graph, GraphInput, GraphOutput, GridType,
-    KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound, Predicate, Program, PyStr,
-    SymbolKind,
+    IndexNames, KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound, Predicate,
+    Program, PyStr, SymbolKind,
 };
 use crate::sym::SymExpr;
 use indexmap::IndexMap;
@@ -453,13 +453,9 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             values,
             accumulate,
         } => {
-            let idx: Vec<String> = indices
-                .iter()
-                .map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string()))
-                .collect();
             format!(
                 "index_put {target}[{}] = {values}{}",
-                idx.join(", "),
+                IndexNames(indices),
                 if *accumulate { " accumulate" } else { "" }
             )
         }

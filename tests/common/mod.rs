@@ -82,13 +82,74 @@ pub fn read_tensors(path: &Path) -> indexmap::IndexMap<String, wrapir::exec::Ten
 
 /// `n` deterministic values in [-1, 1) (a 64-bit LCG seeded by `seed`).
 pub fn uniform_values(n: usize, seed: u64) -> Vec<f64> {
+    uniform_values_bits(n, seed, 53)
+}
+
+/// [`uniform_values`] with `bits` random bits a value (at most 53): 24 or
+/// fewer make values exact in `float32`.
+pub fn uniform_values_bits(n: usize, seed: u64, bits: u32) -> Vec<f64> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            ((x >> (64 - bits)) as f64 / (1u64 << bits) as f64) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// `Err` naming `what` when `got` and `want` differ in dtype or sizes.
+pub fn same_dtype_and_size(what: &str, got: &wrapir::exec::Tensor, want: &wrapir::exec::Tensor) -> Result<(), String> {
+    if got.size() != want.size() || got.dtype() != want.dtype() {
+        return Err(format!(
+            "{what}: got {}{:?}, expected {}{:?}",
+            got.dtype(),
+            got.size(),
+            want.dtype(),
+            want.size()
+        ));
+    }
+    Ok(())
+}
+
+/// A call's host arguments and keyword arguments with their tensors copied
+/// into `backend` (a device backend), in order; the other values as they are.
+#[allow(clippy::type_complexity)]
+pub fn copy_call_in<B: wrapir::exec::Backend>(
+    backend: &mut B,
+    args: &[wrapir::exec::Value<wrapir::exec::Tensor>],
+    kwargs: &indexmap::IndexMap<String, wrapir::exec::Value<wrapir::exec::Tensor>>,
+) -> (
+    Vec<wrapir::exec::Value<B::Tensor>>,
+    indexmap::IndexMap<String, wrapir::exec::Value<B::Tensor>>,
+) {
+    let mut copy = |v: &wrapir::exec::Value<wrapir::exec::Tensor>| {
+        v.try_map_tensors(&mut |t| backend.copy_in(t)).expect("copy in")
+    };
+    let args = args.iter().map(&mut copy).collect();
+    let kwargs = kwargs.iter().map(|(k, v)| (k.clone(), copy(v))).collect();
+    (args, kwargs)
+}
+
+/// The bits of a host tensor's elements, for bit-for-bit comparison:
+/// floating elements widened to f64 exactly, integers to i64, complex
+/// elements as their parts.
+pub fn element_bits(t: &wrapir::exec::Tensor) -> Vec<u64> {
+    if t.dtype().is_complex() {
+        return element_bits(&t.view_as_real().expect("complex parts"));
+    }
+    if t.dtype().is_floating() {
+        t.to_f64_vec()
+            .expect("floating tensor")
+            .into_iter()
+            .map(f64::to_bits)
+            .collect()
+    } else {
+        t.to_i64_vec()
+            .expect("integer tensor")
+            .into_iter()
+            .map(|i| i as u64)
+            .collect()
+    }
 }
 
 /// Passes when `failures` is empty; otherwise fails listing them, one a line.
@@ -190,6 +251,29 @@ pub fn wrapir(args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// `wrapir lower <program> --target cpp-standalone --package <package>`.
+pub fn lower_package(program: &Path, package: &Path) -> Run {
+    wrapir(&[
+        "lower",
+        &program.to_string_lossy(),
+        "--target",
+        "cpp-standalone",
+        "--package",
+        &package.to_string_lossy(),
+    ])
+}
+
+/// Writes `dir/<file>`, a program of one extern call, `buf0 = op(arg0_1)`
+/// on an `f32[4]` tensor on `device` (`cpu`, `xpu:0`), and returns its path.
+pub fn write_one_op_program(dir: &Path, file: &str, op: &str, device: &str) -> PathBuf {
+    let path = dir.join(file);
+    let text = format!(
+        "wrapir 1\n\ngraph main(arg0_1: f32[4][1]@{device}) -> (buf0) {{\n  buffer buf0: f32[4][1]@{device}\n  extern buf0 = {op}(arg0_1)\n}}\n"
+    );
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
 }
 
 /// A fresh scratch directory `wrapir-<suite>-<test>-<pid>` for one test.

@@ -203,19 +203,53 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// Ends `name` (free-like lines). `mark_reused`: `FreeIfNotReused ... reused`.
-    pub(super) fn end_buffer(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, mark_reused: bool) {
+    /// Resolves `name`, which the line at `at` ends (frees or reuses):
+    /// `None`, reported, when it is undeclared, not of the kind `need` asks
+    /// for, or a constant (which is never ended).
+    fn resolve_ended(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        name: &BufName,
+        need: Option<Need>,
+    ) -> Option<BufRef> {
         let r = g.resolve(self.program, name);
-        if !self.declared(g, at, name, r) {
-            return;
+        if !self.declared(g, at, name, r) || need.is_some_and(|need| !self.kind_ok(g, at, name, r, need)) {
+            return None;
         }
         if r == BufRef::Constant {
             self.err(
                 Self::at(g, at),
                 ValidationErrorKind::ConstantEnded { buffer: name.clone() },
             );
-            return;
+            return None;
         }
+        Some(r)
+    }
+
+    /// Reports `name` when the line at `at` hands its storage on (a reuse,
+    /// `free_if_not_reused ... reused`) but `name` is a view of another
+    /// buffer's storage.
+    fn check_owns_storage(&mut self, g: &GraphState<'a>, at: usize, name: &BufName, storage: Option<usize>) {
+        if let Some(st) = storage.and_then(|id| g.storages.get(id)) {
+            if st.owner != *name {
+                let owner = st.owner.clone();
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::ReuseOfView {
+                        buffer: name.clone(),
+                        owner,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Ends `name` (free-like lines). `mark_reused`: `FreeIfNotReused ... reused`.
+    pub(super) fn end_buffer(&mut self, g: &mut GraphState<'a>, at: usize, name: &BufName, mark_reused: bool) {
+        let Some(r) = self.resolve_ended(g, at, name, None) else {
+            return;
+        };
         match g.state(r).cloned() {
             None => {
                 self.used_before_definition(g, at, name);
@@ -237,26 +271,16 @@ impl<'a> Validator<'a> {
                 self.use_after_end(g, at, name, ended_at, how);
             }
             Some(BufState::Live { storage }) => {
-                let owned = storage
-                    .and_then(|id| g.storages.get(id))
-                    .map(|s| (s.owner == *name, s.owner.clone()));
                 if mark_reused {
-                    if let Some((false, owner)) = owned {
-                        self.err(
-                            Self::at(g, at),
-                            ValidationErrorKind::ReuseOfView {
-                                buffer: name.clone(),
-                                owner,
-                            },
-                        );
-                    }
+                    self.check_owns_storage(g, at, name, storage);
                     // The storage stays allocated; the name may only be `old` of a Reuse now.
                     g.set_state(r, BufState::Released { at, storage });
                 } else {
-                    if let (Some(id), Some((true, _))) = (storage, owned) {
-                        if let Some(st) = g.storages.get_mut(id) {
-                            st.freed_at = Some(at);
-                        }
+                    let owned = storage
+                        .and_then(|id| g.storages.get_mut(id))
+                        .filter(|st| st.owner == *name);
+                    if let Some(st) = owned {
+                        st.freed_at = Some(at);
                     }
                     g.set_state(r, BufState::Ended { at, how: Ending::Freed });
                 }
@@ -269,17 +293,9 @@ impl<'a> Validator<'a> {
 
     pub(super) fn reuse(&mut self, g: &mut GraphState<'a>, at: usize, old: &BufName, new: &BufName, delete_old: bool) {
         let may_define = self.may_define(g, at, new, Need::Tensor);
-        let r = g.resolve(self.program, old);
-        if !self.declared(g, at, old, r) || !self.kind_ok(g, at, old, r, Need::Tensor) {
+        let Some(r) = self.resolve_ended(g, at, old, Some(Need::Tensor)) else {
             return;
-        }
-        if r == BufRef::Constant {
-            self.err(
-                Self::at(g, at),
-                ValidationErrorKind::ConstantEnded { buffer: old.clone() },
-            );
-            return;
-        }
+        };
         let storage = match g.state(r).cloned() {
             None => {
                 self.used_before_definition(g, at, old);
@@ -306,18 +322,7 @@ impl<'a> Validator<'a> {
                 storage
             }
         };
-        if let Some(st) = storage.and_then(|id| g.storages.get(id)) {
-            if st.owner != *old {
-                let owner = st.owner.clone();
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::ReuseOfView {
-                        buffer: old.clone(),
-                        owner,
-                    },
-                );
-            }
-        }
+        self.check_owns_storage(g, at, old, storage);
         g.touch(old, r, at);
         g.set_state(
             r,

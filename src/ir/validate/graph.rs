@@ -6,15 +6,7 @@ impl<'a> Validator<'a> {
     pub(super) fn check_tables(&mut self) {
         let p = self.program;
         for (sym, decl) in &p.symbols {
-            if !is_identifier(sym.as_str()) {
-                self.err(
-                    Location::Program,
-                    ValidationErrorKind::InvalidName {
-                        what: "symbol",
-                        name: sym.to_string(),
-                    },
-                );
-            }
+            self.check_identifier(&Location::Program, "symbol", sym.as_str());
             if decl.range.is_empty() {
                 self.err(
                     Location::Program,
@@ -37,15 +29,7 @@ impl<'a> Validator<'a> {
             }
         }
         for (key, def) in &p.kernels {
-            if !is_identifier(key.as_str()) {
-                self.err(
-                    Location::Program,
-                    ValidationErrorKind::InvalidName {
-                        what: "kernel",
-                        name: key.to_string(),
-                    },
-                );
-            }
+            self.check_identifier(&Location::Program, "kernel", key.as_str());
             if *key != def.name {
                 self.err(
                     Location::Program,
@@ -58,15 +42,7 @@ impl<'a> Validator<'a> {
         }
         for (name, layout) in &p.constants {
             self.check_layout_signs(Location::Program, name, layout);
-            if !is_identifier(name.as_str()) {
-                self.err(
-                    Location::Program,
-                    ValidationErrorKind::InvalidName {
-                        what: "buffer",
-                        name: name.to_string(),
-                    },
-                );
-            }
+            self.check_identifier(&Location::Program, "buffer", name.as_str());
             if self.symbol_index.contains_key(name.as_str()) {
                 self.err(
                     Location::Program,
@@ -84,14 +60,8 @@ impl<'a> Validator<'a> {
                     Location::Graph { graph: name.clone() },
                     ValidationErrorKind::ReservedGraphName,
                 );
-            } else if !is_identifier(name.as_str()) {
-                self.err(
-                    Location::Program,
-                    ValidationErrorKind::InvalidName {
-                        what: "graph",
-                        name: name.to_string(),
-                    },
-                );
+            } else {
+                self.check_identifier(&Location::Program, "graph", name.as_str());
             }
         }
         // Backed symbols are bound at main's entry by what its inputs mention.
@@ -205,15 +175,7 @@ impl<'a> Validator<'a> {
     pub(super) fn check_buffer_table(&mut self, g: &mut GraphState<'a>) {
         let loc = Location::Graph { graph: g.name.clone() };
         for (index, (name, decl)) in g.graph.buffers.iter().enumerate() {
-            if !is_identifier(name.as_str()) {
-                self.err(
-                    loc.clone(),
-                    ValidationErrorKind::InvalidName {
-                        what: "buffer",
-                        name: name.to_string(),
-                    },
-                );
-            }
+            self.check_identifier(&loc, "buffer", name.as_str());
             if self.symbol_index.contains_key(name.as_str()) {
                 self.err(
                     loc.clone(),

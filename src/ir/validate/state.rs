@@ -378,6 +378,20 @@ impl<'a> Validator<'a> {
         self.errors.push(ValidationError { location, kind });
     }
 
+    /// An error at `location` unless `name` (a `what`: `buffer`, `symbol`,
+    /// `kernel` or `graph`) is a Python identifier.
+    pub(super) fn check_identifier(&mut self, location: &Location, what: &'static str, name: &str) {
+        if !is_identifier(name) {
+            self.err(
+                location.clone(),
+                ValidationErrorKind::InvalidName {
+                    what,
+                    name: name.to_string(),
+                },
+            );
+        }
+    }
+
     /// An error for a limit exceeded at `location`.
     pub(super) fn limit(&mut self, location: Location, limit: crate::Limit, value: usize, max: usize, what: String) {
         if let Err(error) = crate::Limits::check(limit, value as u64, max as u64, what) {

@@ -273,6 +273,16 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// An [`Error::Invalid`] at `at`.
+    pub fn invalid(at: impl Into<Location>, message: impl Into<String>) -> Error {
+        Error::Invalid {
+            at: at.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Writes a validated program as C++ into `W`.
 #[derive(Debug)]
 pub struct Writer<W: fmt::Write> {
@@ -354,10 +364,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
         max as u64,
         "the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies",
     )
-    .map_err(|e| Error::Invalid {
-        at: Location::header(None),
-        message: e.to_string(),
-    })
+    .map_err(|e| Error::invalid(Location::header(None), e.to_string()))
 }
 
 /// Lowers a validated program to C++ text.

@@ -142,22 +142,12 @@ impl<'p> GraphLowering<'p> {
         let diff = self
             .sym(SymOp::Sum, vec![Arg::Node(value), neg])
             .map_err(|k| k.to_string())?;
-        if a != 1 {
-            let m = self
-                .sym(SymOp::PyMod, vec![diff.clone(), Arg::Int(a)])
-                .map_err(|k| k.to_string())?;
-            let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)]).map_err(|k| k.to_string())?;
-            self.out.push(
-                "_assert_scalar",
-                Op::AssertScalar {
-                    cond: ok,
-                    message: format!("`{e}` is not divisible by {a} when solving for `{s}`"),
-                },
-                None,
-            );
-        }
-        self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)])
-            .map_err(|k| k.to_string())
+        let q = if a == 1 {
+            self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)])
+        } else {
+            self.exact_div(diff, a, format!("`{e}` is not divisible by {a} when solving for `{s}`"))
+        };
+        q.map_err(|k| k.to_string())
     }
 }
 

@@ -223,23 +223,14 @@ impl<'p> GraphLowering<'p> {
                 for (i, b) in c.operands.iter().enumerate() {
                     operands.push(self.operand(&c.true_graph, i, b)?);
                 }
-                let (graphs, lifted) = self.subgraphs(&[&c.true_graph, &c.false_graph])?;
-                for s in &lifted {
-                    operands.push(self.symbol(s)?);
-                }
-                let [t, f] = self.subgraph_nodes(graphs)?;
-                let val = self.val_of(&c.result)?;
-                let id = self.out.push(
-                    c.result.as_str(),
-                    Op::Cond {
-                        pred,
-                        true_graph: t,
-                        false_graph: f,
-                        operands,
-                    },
-                    val,
-                );
-                self.buffers.insert(c.result.clone(), id);
+                let [t, f] = self.subgraph_pair([&c.true_graph, &c.false_graph], &mut operands)?;
+                let op = Op::Cond {
+                    pred,
+                    true_graph: t,
+                    false_graph: f,
+                    operands,
+                };
+                self.push_subgraph_result(&c.result, op)?;
             }
             Line::WhileLoop(w) => {
                 let mut carried = Vec::new();
@@ -250,23 +241,14 @@ impl<'p> GraphLowering<'p> {
                 for (i, b) in w.additional.iter().enumerate() {
                     additional.push(self.operand(&w.body_graph, w.carried.len() + i, b)?);
                 }
-                let (graphs, lifted) = self.subgraphs(&[&w.cond_graph, &w.body_graph])?;
-                for s in &lifted {
-                    additional.push(self.symbol(s)?);
-                }
-                let [c, b] = self.subgraph_nodes(graphs)?;
-                let val = self.val_of(&w.result)?;
-                let id = self.out.push(
-                    w.result.as_str(),
-                    Op::WhileLoop {
-                        cond_graph: c,
-                        body_graph: b,
-                        carried,
-                        additional,
-                    },
-                    val,
-                );
-                self.buffers.insert(w.result.clone(), id);
+                let [c, b] = self.subgraph_pair([&w.cond_graph, &w.body_graph], &mut additional)?;
+                let op = Op::WhileLoop {
+                    cond_graph: c,
+                    body_graph: b,
+                    carried,
+                    additional,
+                };
+                self.push_subgraph_result(&w.result, op)?;
             }
             Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
             Line::AssertSizeStride {
@@ -460,7 +442,7 @@ impl<'p> GraphLowering<'p> {
                     },
                     None,
                 );
-                let q = self.exact_div(Arg::Node(raw), *d, symbol)?;
+                let q = self.key_path_div(Arg::Node(raw), *d, symbol)?;
                 if let Arg::Node(n) = q {
                     self.out.try_rename(n, symbol.as_str());
                 }
@@ -483,25 +465,16 @@ impl<'p> GraphLowering<'p> {
         Ok(())
     }
 
-    /// `value // d` after checking at run time that `d` divides `value`.
-    pub(super) fn exact_div(&mut self, value: Arg, d: i64, symbol: &Symbol) -> Res<Arg> {
+    /// A key path's `//d` step binding `symbol`: `value // d` after checking
+    /// at run time that `d` divides `value`.
+    pub(super) fn key_path_div(&mut self, value: Arg, d: i64, symbol: &Symbol) -> Res<Arg> {
         if d == 0 {
             return Err(ErrorKind::KeyPath {
                 symbol: symbol.clone(),
                 message: "division by 0".into(),
             });
         }
-        let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
-        let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
-        self.out.push(
-            "_assert_scalar",
-            Op::AssertScalar {
-                cond: ok,
-                message: format!("{symbol}: value is not a multiple of {d}"),
-            },
-            None,
-        );
-        self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
+        self.exact_div(value, d, format!("{symbol}: value is not a multiple of {d}"))
     }
 
     pub(super) fn int64_like(&self, t: NodeId) -> Option<Val> {
@@ -561,7 +534,7 @@ impl<'p> GraphLowering<'p> {
                     i += 1;
                 }
                 KeyEntry::DivideBy(d) => {
-                    cur = self.exact_div(cur, *d, symbol)?;
+                    cur = self.key_path_div(cur, *d, symbol)?;
                     i += 1;
                 }
                 KeyEntry::ConvertInt => {

@@ -6,9 +6,30 @@ use super::*;
 pub(super) type LoweredSubgraphs = (Vec<(String, fx::Graph)>, Vec<Symbol>);
 
 impl<'p> GraphLowering<'p> {
+    /// The two subgraphs of a `cond` or `while_loop` line (`names`: true
+    /// and false, or cond and body) lowered and made nodes of this graph;
+    /// the symbols lifted into them are appended to `operands`, the line's
+    /// trailing operands.
+    pub(super) fn subgraph_pair(&mut self, names: [&GraphName; 2], operands: &mut Vec<Arg>) -> Res<[NodeId; 2]> {
+        let (graphs, lifted) = self.subgraphs(&names)?;
+        for s in &lifted {
+            operands.push(self.symbol(s)?);
+        }
+        self.subgraph_nodes(graphs)
+    }
+
+    /// The node of a `cond` or `while_loop` line, `op`, bound to its result
+    /// buffer.
+    pub(super) fn push_subgraph_result(&mut self, result: &BufName, op: Op) -> Res<()> {
+        let val = self.val_of(result)?;
+        let id = self.out.push(result.as_str(), op, val);
+        self.buffers.insert(result.clone(), id);
+        Ok(())
+    }
+
     /// Lowers subgraphs run by one line; lifted symbols become trailing
     /// placeholders, the same list in every one of them.
-    pub(super) fn subgraphs(&mut self, names: &[&GraphName]) -> Res<LoweredSubgraphs> {
+    fn subgraphs(&mut self, names: &[&GraphName]) -> Res<LoweredSubgraphs> {
         let mut lowered = Vec::new();
         let mut union: Vec<Symbol> = Vec::new();
         for n in names {
@@ -35,7 +56,7 @@ impl<'p> GraphLowering<'p> {
         Ok((lowered, union))
     }
 
-    pub(super) fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Res<[NodeId; 2]> {
+    fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Res<[NodeId; 2]> {
         let mut ids = Vec::new();
         for (name, g) in graphs {
             let id = self.out.push(&name, Op::Subgraph { name: name.clone() }, None);

@@ -171,6 +171,16 @@ impl<'p> GraphLowering<'p> {
         Ok(acc)
     }
 
+    /// `value // d` after asserting at run time that `d` (non-zero) divides
+    /// `value`; `message` is the assert's.
+    pub(super) fn exact_div(&mut self, value: Arg, d: i64, message: String) -> Res<Arg> {
+        let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
+        let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
+        self.out
+            .push("_assert_scalar", Op::AssertScalar { cond: ok, message }, None);
+        self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
+    }
+
     /// An arithmetic node, or its value when every operand is a literal.
     pub(super) fn sym(&mut self, op: SymOp, args: Vec<Arg>) -> Res<Arg> {
         let literals: Option<Vec<fx::Scalar>> = args

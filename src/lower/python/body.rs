@@ -5,8 +5,8 @@ use super::{device_repr, shape_tuple, Code, Error, Lowering, StreamBinding};
 use crate::ir::LineAt;
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
-    KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr, ScatterFallback,
-    TensorMethod, WhileLoop, MAIN_GRAPH,
+    IndexNames, KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr,
+    ScatterFallback, TensorMethod, WhileLoop, MAIN_GRAPH,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch};
 use crate::sym::print::python as pexpr;
@@ -215,13 +215,9 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 values,
                 accumulate,
             } => {
-                let idx: Vec<String> = indices
-                    .iter()
-                    .map(|i| i.as_ref().map_or_else(|| "None".to_string(), |b| b.to_string()))
-                    .collect();
                 code.line(&format!(
                     "aten.index_put_({target}, [{}], {values}, {})",
-                    idx.join(", "),
+                    IndexNames(indices),
                     py_bool(*accumulate)
                 ));
             }

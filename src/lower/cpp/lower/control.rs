@@ -58,14 +58,14 @@ impl<'a> Lowering<'a> {
         }
         self.graph_lines(&ctx)?;
         if graph.outputs.len() < targets.len() {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!(
+            return Err(Error::invalid(
+                cx,
+                format!(
                     "subgraph `{name}` returns {} values, {} are needed",
                     graph.outputs.len(),
                     targets.len()
                 ),
-            });
+            ));
         }
         let mut moved: HashMap<String, String> = HashMap::default();
         for (out, target) in graph.outputs.iter().zip(targets) {
@@ -144,15 +144,15 @@ impl<'a> Lowering<'a> {
         let additional = Self::operand_vars(g, body, w.carried.len(), &w.additional);
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
         if results.len() != carried.len() {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!(
+            return Err(Error::invalid(
+                cx,
+                format!(
                     "`{}` has {} carried values but {} are extracted",
                     w.result,
                     carried.len(),
                     results.len()
                 ),
-            });
+            ));
         }
         // The results hold the carried values from the start.
         for (r, c) in results.iter().zip(&carried) {

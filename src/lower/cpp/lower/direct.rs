@@ -186,10 +186,10 @@ impl<'a> Lowering<'a> {
             KernelBackend::Halide(meta) => self.halide_call(g, call, meta, cx),
             KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
-            KernelBackend::Triton(_) => Err(Error::Invalid {
-                at: cx.into(),
-                message: format!("Triton kernel `{}` is launched, not called directly", call.kernel),
-            }),
+            KernelBackend::Triton(_) => Err(Error::invalid(
+                cx,
+                format!("Triton kernel `{}` is launched, not called directly", call.kernel),
+            )),
         }
     }
 
@@ -203,13 +203,13 @@ impl<'a> Lowering<'a> {
             .iter()
             .map(|a| match &a.name {
                 None => Ok(&a.value),
-                Some(n) => Err(Error::Invalid {
-                    at: cx.into(),
-                    message: format!(
+                Some(n) => Err(Error::invalid(
+                    cx,
+                    format!(
                         "{backend} kernel `{}` takes positional arguments only, but gets `{n}=`",
                         call.kernel
                     ),
-                }),
+                )),
             })
             .collect()
     }
@@ -226,20 +226,20 @@ impl<'a> Lowering<'a> {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
             ArgValue::Bool(b) => Ok(b.to_string()),
-            _ => Err(Error::Invalid {
-                at: cx.into(),
-                message: format!("argument {index} of kernel `{kernel}` is not a number"),
-            }),
+            _ => Err(Error::invalid(
+                cx,
+                format!("argument {index} of kernel `{kernel}` is not a number"),
+            )),
         }
     }
 
     /// Records a kernel's file-level text; a second, different text is an error.
     pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &Cx<'_>) -> Result<(), Error> {
         match self.direct_decls.get(kernel) {
-            Some(existing) if *existing != text => Err(Error::Invalid {
-                at: cx.into(),
-                message: format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
-            }),
+            Some(existing) if *existing != text => Err(Error::invalid(
+                cx,
+                format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
+            )),
             Some(_) => Ok(()),
             None => {
                 self.direct_decls.insert(kernel.clone(), text);
@@ -259,45 +259,39 @@ impl<'a> Lowering<'a> {
         let kernel = &call.kernel;
         let args = self.positional_only(call, "C++", cx)?;
         if args.len() != meta.arg_types.len() {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!(
+            return Err(Error::invalid(
+                cx,
+                format!(
                     "C++ kernel `{kernel}` takes {} arguments (`arg_types`) but gets {}",
                     meta.arg_types.len(),
                     args.len()
                 ),
-            });
+            ));
         }
         let mut printed = Vec::with_capacity(args.len());
         for (i, (ty, value)) in meta.arg_types.iter().zip(&args).enumerate() {
             let ty = ty.trim();
             if ty.ends_with('*') {
                 let ArgValue::Buffer(b) = value else {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!(
-                            "argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"
-                        ),
-                    });
+                    return Err(Error::invalid(
+                        cx,
+                        format!("argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"),
+                    ));
                 };
                 let device = g.layout(b, cx)?.device;
                 if device.kind != DeviceType::Cpu {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!(
-                            "C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"
-                        ),
-                    });
+                    return Err(Error::invalid(
+                        cx,
+                        format!("C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"),
+                    ));
                 }
                 printed.push(format!("({ty})({}.data_ptr())", g.local(b)));
             } else {
                 if matches!(value, ArgValue::Buffer(_)) {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!(
-                            "argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"
-                        ),
-                    });
+                    return Err(Error::invalid(
+                        cx,
+                        format!("argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"),
+                    ));
                 }
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
             }
@@ -327,10 +321,7 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
-        let invalid = |message: String| Error::Invalid {
-            at: cx.location(),
-            message,
-        };
+        let invalid = |message: String| Error::invalid(cx, message);
         // Call arguments bind the arguments that are not aliases, in order or by name.
         let outer: Vec<&HalideArg> = meta.argtypes.iter().filter(|a| a.alias_of.is_none()).collect();
         let mut bound: Vec<Option<&ArgValue>> = vec![None; outer.len()];
@@ -542,10 +533,10 @@ impl<'a> Lowering<'a> {
                     printed.push(self.scalar_arg(kernel, i, value, cx)?);
                 }
                 _ => {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
-                    })
+                    return Err(Error::invalid(
+                        cx,
+                        format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
+                    ))
                 }
             }
         }

@@ -58,10 +58,10 @@ impl<'a> Lowering<'a> {
             } else if let Some(l) = program.constants.get(*input) {
                 l
             } else {
-                return Err(Error::Invalid {
-                    at: Location::header(None),
-                    message: format!("tensor input `{input}` has no tensor layout in the buffer table"),
-                });
+                return Err(Error::invalid(
+                    Location::header(None),
+                    format!("tensor input `{input}` has no tensor layout in the buffer table"),
+                ));
             };
             for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
                 let mut header = false;
@@ -81,12 +81,7 @@ impl<'a> Lowering<'a> {
         }
         for (s, decl) in &program.symbols {
             if decl.kind == SymbolKind::Backed && !self.declared(s.as_str()) {
-                return Err(Error::Invalid {
-                    at: Location::header(None),
-                    message: format!(
-                        "cannot bind backed symbol `{s}`: it is neither a symbol input nor a plain size or stride of a tensor input"
-                    ),
-                });
+                return Err(Error::invalid(Location::header(None), format!( "cannot bind backed symbol `{s}`: it is neither a symbol input nor a plain size or stride of a tensor input" )));
             }
         }
         Ok(())

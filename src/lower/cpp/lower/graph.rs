@@ -79,12 +79,7 @@ impl<'a> GraphCtx<'a> {
             for index in indices {
                 match index {
                     MultiIndex::List(k) | MultiIndex::Tuple(k) => {
-                        steps.push(usize::try_from(*k).map_err(|_| Error::Invalid {
-                            at: cx.location(),
-                            message: format!(
-                                "negative multi-output index {k} extracting `{result}` from `{source}`"
-                            ),
-                        })?)
+                        steps.push(usize::try_from(*k).map_err(|_| Error::invalid(cx.location(), format!( "negative multi-output index {k} extracting `{result}` from `{source}`" )))?)
                     }
                     MultiIndex::Dict(key) => {
                         return Err(Error::Unsupported {
@@ -104,10 +99,10 @@ impl<'a> GraphCtx<'a> {
                 // A whole tensor under a new name: an alias, printed at the line.
                 None if steps.is_empty() => continue,
                 None => {
-                    return Err(Error::Invalid {
-                        at: cx.location(),
-                        message: format!("indexing into `{source}`, which is not a multi-output value"),
-                    })
+                    return Err(Error::invalid(
+                        cx.location(),
+                        format!("indexing into `{source}`, which is not a multi-output value"),
+                    ))
                 }
             };
             path.extend(steps);
@@ -151,27 +146,27 @@ impl<'a> GraphCtx<'a> {
         let tree = self.elements.entry(root.clone()).or_default();
         let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
         if let Some(existing) = tree.get(&path) {
-            return Err(Error::Invalid {
-                at: cx.location(),
-                message: format!(
+            return Err(Error::invalid(
+                cx.location(),
+                format!(
                     "element `{root}{}` is extracted twice ({} and {})",
                     path_text(&path),
                     describe(existing),
                     describe(&buffer)
                 ),
-            });
+            ));
         }
         if let Some((other, b)) = tree.iter().find(|(k, _)| k.starts_with(&path) || path.starts_with(k)) {
-            return Err(Error::Invalid {
-                at: cx.location(),
-                message: format!(
+            return Err(Error::invalid(
+                cx.location(),
+                format!(
                     "`{root}{}` ({}) and `{root}{}` ({}) cannot both be tensors: one is inside the other",
                     path_text(&path),
                     describe(&buffer),
                     path_text(other),
                     describe(b)
                 ),
-            });
+            ));
         }
         tree.insert(path, buffer);
         Ok(())
@@ -202,9 +197,11 @@ impl<'a> GraphCtx<'a> {
     }
 
     pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
-        self.graph.layout(b).ok_or_else(|| Error::Invalid {
-            at: cx.location(),
-            message: format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
+        self.graph.layout(b).ok_or_else(|| {
+            Error::invalid(
+                cx.location(),
+                format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
+            )
         })
     }
 
@@ -212,10 +209,10 @@ impl<'a> GraphCtx<'a> {
     /// a multi-output value (its elements are separate variables).
     pub(super) fn tensor_arg(&self, b: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
         if self.is_multi(b) {
-            return Err(Error::Invalid {
-                at: cx.into(),
-                message: format!("multi-output value `{b}` passed as an extern argument"),
-            });
+            return Err(Error::invalid(
+                cx,
+                format!("multi-output value `{b}` passed as an extern argument"),
+            ));
         }
         Ok(self.local(b))
     }
@@ -286,13 +283,13 @@ impl<'a> GraphCtx<'a> {
             match path.as_slice() {
                 [i] => len = len.max(i + 1),
                 _ => {
-                    return Err(Error::Invalid {
-                        at: cx.location(),
-                        message: format!(
+                    return Err(Error::invalid(
+                        cx.location(),
+                        format!(
                             "`{root}{}` is not one output of the subgraph: `{root}` is a flat list of tensors",
                             path_text(path)
                         ),
-                    })
+                    ))
                 }
             }
         }

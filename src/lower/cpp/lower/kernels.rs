@@ -56,13 +56,15 @@ impl<'a> Lowering<'a> {
         style: CStyle,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        let bad = |what: &str| Error::Invalid {
-            at: cx.into(),
-            message: format!(
-                "kernel `{kernel}` parameter `{}` ({}) gets {what}",
-                param.name,
-                param.kind_text()
-            ),
+        let bad = |what: &str| {
+            Error::invalid(
+                cx,
+                format!(
+                    "kernel `{kernel}` parameter `{}` ({}) gets {what}",
+                    param.name,
+                    param.kind_text()
+                ),
+            )
         };
         // Writes the argument at the end of the body.
         let out = &mut self.body;

@@ -85,10 +85,7 @@ pub(super) fn bind_call_args<'c>(
     cx: &Cx<'_>,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
-    let invalid = |message: String| Error::Invalid {
-        at: cx.location(),
-        message,
-    };
+    let invalid = |message: String| Error::invalid(cx, message);
     let bound = meta
         .bind_args(&call.args)
         .map_err(|e| invalid(format!("kernel `{kernel}`: {e}")))?;
@@ -264,10 +261,7 @@ const U32_MAX: i64 = u32::MAX as i64;
 
 impl GridBuilder<'_> {
     fn err(&self, message: String) -> Error {
-        Error::Invalid {
-            at: Location::Program,
-            message: format!("kernel `{}`: {message}", self.kernel),
-        }
+        Error::invalid(Location::Program, format!("kernel `{}`: {message}", self.kernel))
     }
 
     fn lookup(&self, name: &str) -> Result<GridVal, Error> {

@@ -77,9 +77,11 @@ pub(super) fn lower_recording_launches(
     let recorded = recorded.unwrap_or_default();
     let mut launches = Vec::with_capacity(recorded.calls.len());
     for call in recorded.calls {
-        let wrapper = recorded.wrappers.get(&call.kernel).ok_or_else(|| Error::Invalid {
-            at: call.location(program),
-            message: format!("no launch wrapper was written for kernel `{}`", call.kernel),
+        let wrapper = recorded.wrappers.get(&call.kernel).ok_or_else(|| {
+            Error::invalid(
+                call.location(program),
+                format!("no launch wrapper was written for kernel `{}`", call.kernel),
+            )
         })?;
         launches.push(call.compose(wrapper, program)?);
     }

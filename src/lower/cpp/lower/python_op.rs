@@ -107,10 +107,10 @@ impl Lowering<'_> {
                 local.to_string()
             }
             other => {
-                return Err(Error::Invalid {
-                    at: cx.into(),
-                    message: format!("argument {other:?} has no Python form for `custom_op_wrapper`"),
-                })
+                return Err(Error::invalid(
+                    cx,
+                    format!("argument {other:?} has no Python form for `custom_op_wrapper`"),
+                ))
             }
         })
     }

@@ -44,9 +44,11 @@ impl RecordedCall {
         let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| bound.get(s.as_str()).cloned());
         let mut args = Vec::with_capacity(w.kernel_args.len());
         for p in &w.kernel_args {
-            let v = value(p).ok_or_else(|| Error::Invalid {
-                at: self.location(program),
-                message: format!("call of `{}` passes nothing for wrapper parameter `{p}`", self.kernel),
+            let v = value(p).ok_or_else(|| {
+                Error::invalid(
+                    self.location(program),
+                    format!("call of `{}` passes nothing for wrapper parameter `{p}`", self.kernel),
+                )
             })?;
             args.push(PrintedArg {
                 param: Some(p.clone()),

@@ -149,7 +149,7 @@ impl Lowering<'_> {
         let Some(params) = schema(name, overload) else {
             return Ok(None);
         };
-        let bad = |message: String| Error::Invalid { at: cx.into(), message };
+        let bad = |message: String| Error::invalid(cx, message);
         if call.args.len() > params.len() {
             return Err(bad(format!(
                 "`{}` takes {} arguments, the call passes {} positionally",

@@ -28,10 +28,7 @@ impl<'a> Lowering<'a> {
             [KeyEntry::ConvertInt] => self.decl_line(s, "int64_t", &format!("{raw} ? 1 : 0")),
             [KeyEntry::DivideBy(d)] => {
                 if *d == 0 {
-                    return Err(Error::Invalid {
-                        at: cx.into(),
-                        message: format!("`{s}` is bound through a division by 0"),
-                    });
+                    return Err(Error::invalid(cx, format!("`{s}` is bound through a division by 0")));
                 }
                 let msg = format!("{s}: {described} = ");
                 let tail_msg = format!(" is not divisible by {d}");
@@ -73,22 +70,12 @@ impl<'a> Lowering<'a> {
                 }
                 match rest.split_first() {
                     Some((KeyEntry::Index(i), tail)) if is_list(&at) => {
-                        let i = usize::try_from(*i).map_err(|_| Error::Invalid {
-                            at: cx.into(),
-                            message: format!("negative index {i} in the key path of `{symbol}`"),
-                        })?;
+                        let i = usize::try_from(*i).map_err(|_| Error::invalid(cx, format!("negative index {i} in the key path of `{symbol}`")))?;
                         at.push(i);
                         rest = tail;
                     }
                     _ => {
-                        return Err(Error::Invalid {
-                            at: cx.into(),
-                            message: format!(
-                                "the key path `{}` of `{symbol}` does not lead to a tensor of multi-output `{root}` (stops at `{root}{}`)",
-                                KeyPathText(path),
-                                path_text(&at)
-                            ),
-                        })
+                        return Err(Error::invalid(cx, format!( "the key path `{}` of `{symbol}` does not lead to a tensor of multi-output `{root}` (stops at `{root}{}`)", KeyPathText(path), path_text(&at) )))
                     }
                 }
             }
