@@ -9,7 +9,8 @@
 //! lets `--threads` threads (default 4) make `--calls` calls each (default
 //! 200) on the stored inputs, and prints the load report and the p50 / p90 /
 //! p99 latency of a call (host inputs in, host outputs out) and the calls per
-//! second of all threads together. With `--device-inputs` each thread copies
+//! second of all threads together, timed from when every thread has made
+//! one untimed call (its session's recording) to the last call's end. With `--device-inputs` each thread copies
 //! the inputs to the device once and calls [`Session::run_device`] on its own
 //! stream instead, waiting for the stream after each call (outputs stay on the
 //! device): the latency of a call whose data is already resident.
@@ -98,15 +99,23 @@ fn run() -> Result<(), String> {
             None => println!("outputs match eager"),
         }
     }
-    let started = Instant::now();
+    // Every thread makes one untimed call first (a session's first call
+    // records its plan and captures its graph); the timed span starts when
+    // all of them have, so calls/s is the steady state.
+    let ready = std::sync::Barrier::new(threads + 1);
+    let mut started = Instant::now();
     let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
-                let (model, inputs, bundle) = (&model, &inputs, bundle.as_path());
+                let (model, inputs, bundle, ready) = (&model, &inputs, bundle.as_path(), &ready);
                 scope.spawn(move || -> Result<Vec<Duration>, String> {
                     if device_inputs {
-                        return device_calls(model, bundle, inputs, calls);
+                        return device_calls(model, bundle, inputs, calls, ready);
                     }
+                    // Waits on the barrier whatever the warm-up gave, so that no thread waits forever.
+                    let warm = model.run(inputs).map(drop).map_err(|e| e.to_string());
+                    ready.wait();
+                    warm?;
                     (0..calls)
                         .map(|_| {
                             let t0 = Instant::now();
@@ -117,6 +126,8 @@ fn run() -> Result<(), String> {
                 })
             })
             .collect();
+        ready.wait();
+        started = Instant::now();
         workers
             .into_iter()
             .map(|w| w.join().map_err(|_| "a worker panicked".to_string())?)
@@ -145,6 +156,25 @@ fn device_calls(
     bundle: &std::path::Path,
     inputs: &IndexMap<String, Tensor>,
     calls: usize,
+    ready: &std::sync::Barrier,
+) -> Result<Vec<Duration>, String> {
+    // Reaches the barrier on every path (see the caller).
+    let mut waited = false;
+    let result = device_calls_after_warm_up(model, bundle, inputs, calls, ready, &mut waited);
+    if !waited {
+        ready.wait();
+    }
+    result
+}
+
+/// [`device_calls`]'s work; sets `waited` once it passed the barrier.
+fn device_calls_after_warm_up(
+    model: &Model,
+    bundle: &std::path::Path,
+    inputs: &IndexMap<String, Tensor>,
+    calls: usize,
+    ready: &std::sync::Barrier,
+    waited: &mut bool,
 ) -> Result<Vec<Duration>, String> {
     use cudarc::driver::{CudaContext, DevicePtr};
     let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
@@ -188,7 +218,10 @@ fn device_calls(
         stream.synchronize().map_err(|e| e.to_string())?;
         Ok(t0.elapsed())
     };
-    call()?;
+    let warm = call();
+    ready.wait();
+    *waited = true;
+    warm?;
     let latencies = (0..calls).map(|_| call()).collect();
     drop(keep);
     latencies
