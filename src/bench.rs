@@ -75,7 +75,8 @@ impl Timing {
     /// per call; the work is drained between repeats (not timed).
     pub fn queued_us<S, E>(&self, state: &mut S, call: &mut Call<'_, S, E>, drain: &Drain<'_, S, E>) -> Result<f64, E> {
         self.warm_up(state, call, drain)?;
-        self.median_us(state, call, drain, self.repeats, self.iters, false)
+        let samples = self.samples_us(state, call, drain, self.repeats, self.iters, false)?;
+        Ok(median(samples).unwrap_or(f64::NAN))
     }
 
     /// Host µs of one call alone, the work drained before each: the median
@@ -87,7 +88,8 @@ impl Timing {
         drain: &Drain<'_, S, E>,
     ) -> Result<f64, E> {
         self.warm_up(state, call, drain)?;
-        self.median_us(state, call, drain, self.samples, 1, false)
+        let samples = self.samples_us(state, call, drain, self.samples, 1, false)?;
+        Ok(median(samples).unwrap_or(f64::NAN))
     }
 
     /// Wall µs per call with the work included (see [`Latency`]).
@@ -103,7 +105,8 @@ impl Timing {
         Ok(Latency {
             one_us: median(one.clone()).unwrap_or(f64::NAN),
             one_p99_us: percentile(&one, 99),
-            drained_us: self.median_us(state, call, drain, self.repeats, self.iters, true)?,
+            drained_us: median(self.samples_us(state, call, drain, self.repeats, self.iters, true)?)
+                .unwrap_or(f64::NAN),
         })
     }
 
@@ -114,22 +117,8 @@ impl Timing {
         drain(state)
     }
 
-    /// The median over `samples` of µs per call of `calls` calls, the drain
-    /// inside the timed span (`timed_drain`) or after it.
-    fn median_us<S, E>(
-        &self,
-        state: &mut S,
-        call: &mut Call<'_, S, E>,
-        drain: &Drain<'_, S, E>,
-        samples: usize,
-        calls: usize,
-        timed_drain: bool,
-    ) -> Result<f64, E> {
-        let per_call = self.samples_us(state, call, drain, samples, calls, timed_drain)?;
-        Ok(median(per_call).unwrap_or(f64::NAN))
-    }
-
-    /// `samples` timings of µs per call of `calls` calls, as [`Timing::median_us`] takes them.
+    /// `samples` timings of µs per call of `calls` calls, the drain inside
+    /// the timed span (`timed_drain`) or after it.
     fn samples_us<S, E>(
         &self,
         state: &mut S,
