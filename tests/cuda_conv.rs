@@ -56,6 +56,9 @@ struct Case {
     output_padding: Vec<i64>,
     groups: i64,
     channels_last: bool,
+    /// The input starts one element into its storage (alignment of one
+    /// element), as a view at an odd offset does.
+    misaligned: bool,
 }
 
 fn case(name: &'static str, x: &[i64], w: &[i64]) -> Case {
@@ -72,7 +75,21 @@ fn case(name: &'static str, x: &[i64], w: &[i64]) -> Case {
         output_padding: vec![0; spatial],
         groups: 1,
         channels_last: false,
+        misaligned: false,
     }
+}
+
+/// `t`'s elements, contiguous, one element into a larger storage.
+fn shifted(t: Tensor) -> Tensor {
+    let mut data = vec![0.0];
+    data.extend(t.to_f64_vec().unwrap());
+    let n = data.len() as i64;
+    let size = t.size().to_vec();
+    let mut stride = vec![1i64; size.len()];
+    for d in (0..size.len().saturating_sub(1)).rev() {
+        stride[d] = stride[d + 1] * size[d + 1];
+    }
+    Tensor::from_f64(t.dtype(), &data, &[n]).unwrap().view(&size, &stride, 1).unwrap()
 }
 
 fn ints(v: &[i64]) -> Value<Tensor> {
@@ -82,6 +99,7 @@ fn ints(v: &[i64]) -> Value<Tensor> {
 /// Runs one case on both backends; the max error relative to the output's scale.
 fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, String> {
     let x = tensor(dtype, &c.x, 1, c.channels_last);
+    let x = if c.misaligned { shifted(x) } else { x };
     let w = tensor(dtype, &c.w, 2, c.channels_last);
     let out_channels = if c.transposed { c.w[1] * c.groups } else { c.w[0] };
     let b = Tensor::from_f64(dtype, &values(out_channels as usize, 3), &[out_channels]).unwrap();
@@ -230,6 +248,11 @@ fn convolution_matches_the_host_on_cudnn() {
         Case {
             stride: vec![16, 16],
             ..case("patch embedding", &[2, 3, 32, 32], &[8, 3, 16, 16])
+        },
+        Case {
+            misaligned: true,
+            padding: vec![1, 1],
+            ..case("input at an odd offset", &[2, 8, 10, 10], &[8, 8, 3, 3])
         },
     ];
     let mut failures = Vec::new();

@@ -10,7 +10,7 @@
 
 use super::cuda::{
     launch_floor, place_inputs, to_host, CudaBackend, CudaError, CudaOptions, CudaTensor, LaunchFloor, LoadTimings,
-    Prepared, Replay,
+    LibraryCost, Prepared, Replay,
 };
 use super::{Backend, ExecError, RunError, Tensor, Value};
 use crate::bench::{Latency, Timing};
@@ -112,8 +112,10 @@ pub struct Direct {
     pub equals_interp: bool,
     /// CUDA graph replay when asked for: its times, or why it failed.
     pub graphs: Option<Result<Graphs, String>>,
-    /// The recording's library calls alone ([`Prepared::library_floor_us`]).
+    /// The recording's library calls alone (the sum of `library_costs`).
     pub library_floor_us: f64,
+    /// The library calls' host cost by library and op ([`Prepared::library_costs`]).
+    pub library_costs: Vec<LibraryCost>,
     /// The recording's kernel launches in a bare loop
     /// ([`Prepared::bare_launch_floor_us`]).
     pub bare_launches_us: f64,
@@ -284,7 +286,8 @@ fn direct(
         false => None,
     };
     // Last: it runs the GEMMs alone, leaving the arena as no full call would.
-    let library_floor_us = prepared.library_floor_us(backend, timing.iters.clamp(1, 50), timing.repeats)?;
+    let library_costs = prepared.library_costs(backend, timing.iters.clamp(1, 50), timing.repeats)?;
+    let library_floor_us = library_costs.iter().map(|c| c.us).sum();
     let bare_launches_us = prepared.bare_launch_floor_us(backend, timing.samples)?;
     Ok(Direct {
         kernels,
@@ -300,6 +303,7 @@ fn direct(
         equals_interp: direct_bits == interp_bits,
         graphs,
         library_floor_us,
+        library_costs,
         bare_launches_us,
     })
 }

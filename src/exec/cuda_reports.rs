@@ -39,6 +39,20 @@ pub struct LaunchFloor {
     pub compiler: &'static str,
 }
 
+/// The host cost of one kind of library call in a recording
+/// (`Prepared::library_costs`): each call made on its own in a loop.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraryCost {
+    /// The library (`cuBLAS`, `cuBLASLt`, `cuDNN`).
+    pub library: &'static str,
+    /// The op the calls serve, and what part of it where it takes several.
+    pub op: String,
+    /// Calls of this kind per replay.
+    pub calls: usize,
+    /// Host µs of all of them per replay (sum of each call's median).
+    pub us: f64,
+}
+
 /// How a replay ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Replay {

@@ -11,7 +11,7 @@
 
 use super::compare::BundleMeta;
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
 use super::random::CudaRngState;
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
@@ -323,8 +323,8 @@ impl Prepared {
         match self.never {}
     }
 
-    /// Host µs per replay spent in the libraries alone.
-    pub fn library_floor_us(&self, _backend: &CudaBackend, _calls: usize, _repeats: usize) -> Result<f64, ExecError> {
+    /// Host µs per replay spent in the libraries alone, by kind of call.
+    pub fn library_costs(&self, _backend: &CudaBackend, _calls: usize, _repeats: usize) -> Result<Vec<LibraryCost>, ExecError> {
         match self.never {}
     }
 

@@ -178,6 +178,21 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                 }
             }
             json["library_floor_us"] = json!(d.library_floor_us);
+            for c in &d.library_costs {
+                out += &format!(
+                    "library {} {}: {} calls, {:.2} us ({:.2} us/call)\n",
+                    c.library,
+                    c.op,
+                    c.calls,
+                    c.us,
+                    c.us / c.calls.max(1) as f64
+                );
+            }
+            json["library_costs"] = json!(d
+                .library_costs
+                .iter()
+                .map(|c| json!({"library": c.library, "op": c.op, "calls": c.calls, "us": c.us}))
+                .collect::<Vec<_>>());
             out += &format!(
                 "the same {} launches in a bare cuLaunchKernel loop: {:.2} us ({:.3} us/launch)\n",
                 d.launches,

@@ -12,26 +12,33 @@
 //!   written into the layout the program declares for it (or `out=`),
 //!   through one more transform when the two differ. 1-D convolutions run as
 //!   2-D ones of height 1, as in PyTorch.
-//! * Numerics: accumulation in f32 (`CUDNN_DATA_FLOAT` compute type for
-//!   all three dtypes); fp32 convolutions may use TF32 only when the
-//!   program's math modes allow it (`MathModes::cudnn_allow_tf32`, PyTorch's
-//!   default `true`), else `CUDNN_FMA_MATH`; the algorithm is the first
-//!   working one cuDNN's heuristics return (PyTorch's choice with
-//!   `cudnn.benchmark = False`), chosen once per shape and layout and
-//!   cached. The bias is added afterwards (`cudnnAddTensor`), as PyTorch's
+//! * Numerics as PyTorch's cuDNN v8 path (`Conv_v8.cpp`) runs them: one
+//!   convolution node of cuDNN's graph API with f32 compute for all three
+//!   dtypes, tensors declared with the byte alignment of their addresses
+//!   (up to 32, PyTorch's `getAlignment`), and the first engine that
+//!   cuDNN's heuristics (mode INSTANT, then the fallback list) rank and that
+//!   makes a plan, after PyTorch's filter: no engine that down-converts
+//!   inputs, and for fp32 no tensor-core (TF32) engine unless the program's
+//!   math modes allow TF32 (`MathModes::cudnn_allow_tf32`, PyTorch's
+//!   default `true`). PyTorch's choice with `cudnn.benchmark = False` and
+//!   `cudnn.deterministic = False`. The plan is made once per shape, layout
+//!   and alignment and cached; a call costs one `cudnnBackendExecute`. The
+//!   bias is added afterwards (`cudnnAddTensor`), as PyTorch's
 //!   `output.add_(bias)`. PyTorch runs fp32 NCHW depthwise convolutions on
 //!   its own kernel rather than cuDNN; there the summation order differs.
 //! * The workspace and any layout copies are allocations of the run, so the
 //!   prepared path places them in its arena; every cuDNN call is a
 //!   [`LibraryCall`] that replays and graph-captures.
 
-use super::dnn::{self, ConvDesc, DataType, DnnHandle, FilterDesc, Format, MathType, TensorDesc};
+use super::dnn::{DataType, DnnHandle, TensorDesc};
+use super::dnn_graph::{self, EngineFilter, HeurMode, Role};
 use super::library::{self, Address, LibraryCall};
 use super::{op_key, CudaBackend, CudaTensor};
 use crate::exec::conv::{format_strides, is_channels_last, packed_as, ConvParams};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -46,34 +53,36 @@ pub(super) struct ConvCache {
 }
 
 /// What a plan depends on: the direction, dtype, the three packed layouts
-/// and the convolution parameters, all after the 1-D to 2-D expansion.
+/// and their byte alignments, and the convolution parameters, all after the
+/// 1-D to 2-D expansion.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct PlanKey {
     transposed: bool,
     dtype: DType,
-    channels_last: bool,
+    /// Sizes then strides of the input, the weight and the result.
     x: Vec<i64>,
     w: Vec<i64>,
     y: Vec<i64>,
+    /// Padding, stride and dilation, one entry per spatial dimension each.
     params: Vec<i64>,
     tf32: bool,
+    /// Byte alignments of the input, weight and result addresses.
+    alignment: [i64; 3],
 }
 
-/// Descriptors and the chosen algorithm of one convolution shape.
+/// A cuDNN execution plan of one convolution shape.
 #[derive(Debug)]
 struct Plan {
-    x: TensorDesc,
-    w: FilterDesc,
-    y: TensorDesc,
-    conv: ConvDesc,
-    algo: Algo,
-    workspace: usize,
+    key: PlanKey,
+    exec: dnn_graph::Plan,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Algo {
-    Forward(dnn::FwdAlgo),
-    BackwardData(dnn::BwdDataAlgo),
+/// Variant-pack ids of the input, weight and result (PyTorch's).
+const UIDS: [i64; 3] = [b'x' as i64, b'w' as i64, b'y' as i64];
+
+/// The byte alignment PyTorch declares for a tensor at `ptr` (at most 32).
+fn alignment(ptr: sys::CUdeviceptr) -> i64 {
+    1i64 << ptr.trailing_zeros().min(5)
 }
 
 fn data_type(d: DType) -> Option<DataType> {
@@ -220,7 +229,7 @@ pub(super) fn call(
             (t.spec.size.clone(), t.spec.stride.clone())
         }
     };
-    let ((xs, xst), (ws, _), (ys, yst)) = (lift(&input), lift(&weight), lift(&y));
+    let ((xs, _), (ws, _), (ys, _)) = (lift(&input), lift(&weight), lift(&y));
     let lift_param = |v: &[i64], fill: i64| {
         let mut v = v.to_vec();
         if one_d {
@@ -234,42 +243,33 @@ pub(super) fn call(
         lift_param(&conv.params.dilation, 1),
     );
     let tf32 = dtype == DType::Float32 && backend.options.math.cudnn_allow_tf32;
+    // Size-1 dimensions get the strides of the packed format (PyTorch's
+    // `fixSizeOneDimStride`); the memory is the same.
+    let wst = format_strides(&ws, channels_last);
+    let (xst, yst) = (format_strides(&xs, channels_last), format_strides(&ys, channels_last));
     let key = PlanKey {
         transposed: conv.params.transposed,
         dtype,
-        channels_last,
         x: xs.iter().chain(&xst).copied().collect(),
-        w: ws.clone(),
+        w: ws.iter().chain(&wst).copied().collect(),
         y: ys.iter().chain(&yst).copied().collect(),
-        params: pad
-            .iter()
-            .chain(&stride)
-            .chain(&dil)
-            .copied()
-            .chain([conv.params.groups])
-            .collect(),
+        params: pad.iter().chain(&stride).chain(&dil).copied().collect(),
         tf32,
+        alignment: [input.data_ptr(), weight.data_ptr(), y.data_ptr()].map(alignment),
     };
+    let handle = backend
+        .dnn
+        .as_ref()
+        .ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
     let plan = match backend.conv.plans.get(&key) {
         Some(p) => Rc::clone(p),
         None => {
-            // Algorithm search runs kernels and may load modules.
-            let _setup = super::driver::setup_lock();
-            let p = Rc::new(make_plan(
-                backend,
-                &key,
-                dt,
-                (&xs, &xst),
-                &ws,
-                (&ys, &yst),
-                (&pad, &stride, &dil),
-                conv.params.groups,
-            )?);
+            let p = Rc::new(make_plan(handle, key.clone())?);
             backend.conv.plans.insert(key, Rc::clone(&p));
             p
         }
     };
-    let workspace = backend.workspace(plan.workspace)?;
+    let workspace = backend.workspace(plan.exec.workspace)?;
     library::submit(
         backend,
         Box::new(ConvCall {
@@ -278,6 +278,8 @@ pub(super) fn call(
             w: weight.data_ptr(),
             y: y.data_ptr(),
             workspace: workspace.as_ref().map_or(0, |s| s.ptr),
+            workspace_bytes: plan.exec.workspace,
+            realigned: RefCell::new(None),
         }),
     )?;
     if let Some(b) = conv.bias {
@@ -311,51 +313,36 @@ pub(super) fn call(
     }))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn make_plan(
-    backend: &CudaBackend,
-    key: &PlanKey,
-    dt: DataType,
-    x: (&[i64], &[i64]),
-    w: &[i64],
-    y: (&[i64], &[i64]),
-    (pad, stride, dil): (&[i64], &[i64], &[i64]),
-    groups: i64,
-) -> Result<Plan, ExecError> {
-    let handle = backend
-        .dnn
-        .as_ref()
-        .ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
-    let format = if key.channels_last {
-        Format::CUDNN_TENSOR_NHWC
-    } else {
-        Format::CUDNN_TENSOR_NCHW
+/// The graph of one convolution node and its plan, chosen as PyTorch's
+/// `get_configs_from_heuristics` and `try_configs` choose it.
+fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
+    let dt = data_type(key.dtype).ok_or_else(|| ExecError::op(OP, format!("dtype {}", key.dtype)))?;
+    let mut g = dnn_graph::Graph::default();
+    let mut tensor = |uid: i64, dims_strides: &[i64], alignment: i64| {
+        let (dims, strides) = dims_strides.split_at(dims_strides.len() / 2);
+        g.tensor_aligned(uid, dt, dims, strides, Role::Memory, alignment)
     };
-    let (xd, yd) = (TensorDesc::new(dt, x.0, x.1)?, TensorDesc::new(dt, y.0, y.1)?);
-    let wd = FilterDesc::new(dt, format, w)?;
-    // PyTorch's math types: fp32 FMA only unless TF32 is allowed; half
-    // types on tensor cores; accumulation in f32 for all.
-    let (math, keep) = match key.dtype {
-        DType::Float32 if key.tf32 => (MathType::CUDNN_DEFAULT_MATH, None),
-        DType::Float32 => (MathType::CUDNN_FMA_MATH, Some(MathType::CUDNN_FMA_MATH)),
-        _ => (MathType::CUDNN_TENSOR_OP_MATH, None),
+    let x = tensor(UIDS[0], &key.x, key.alignment[0])?;
+    let w = tensor(UIDS[1], &key.w, key.alignment[1])?;
+    let y = tensor(UIDS[2], &key.y, key.alignment[2])?;
+    let n = key.params.len() / 3;
+    let (pad, rest) = key.params.split_at(n);
+    let (stride, dil) = rest.split_at(n);
+    g.convolution(key.transposed, [x, w, y], [pad, stride, dil])?;
+    let filter = EngineFilter {
+        no_down_convert: true,
+        no_tensor_core: key.dtype == DType::Float32 && !key.tf32,
     };
-    let cd = ConvDesc::new(pad, stride, dil, groups, DataType::CUDNN_DATA_FLOAT, math)?;
-    let (algo, workspace) = if key.transposed {
-        let c = handle.backward_data_algo(&wd, &xd, &cd, &yd, keep)?;
-        (Algo::BackwardData(c.algo), c.workspace)
-    } else {
-        let c = handle.forward_algo(&xd, &wd, &cd, &yd, keep)?;
-        (Algo::Forward(c.algo), c.workspace)
-    };
-    Ok(Plan {
-        x: xd,
-        w: wd,
-        y: yd,
-        conv: cd,
-        algo,
-        workspace,
-    })
+    // Plan making may load kernels: one thread at a time.
+    let _setup = super::driver::setup_lock();
+    let exec = g
+        .plan_with(
+            handle,
+            &[HeurMode::CUDNN_HEUR_MODE_INSTANT, HeurMode::CUDNN_HEUR_MODE_FALLBACK],
+            filter,
+        )
+        .map_err(|e| ExecError::op(OP, format!("no cuDNN engine for this convolution: {e}")))?;
+    Ok(Plan { key, exec })
 }
 
 /// `t` itself when it is packed in the format, else a packed copy.
@@ -414,6 +401,11 @@ struct ConvCall {
     w: sys::CUdeviceptr,
     y: sys::CUdeviceptr,
     workspace: sys::CUdeviceptr,
+    /// Bytes at `workspace`.
+    workspace_bytes: usize,
+    /// A plan for addresses less aligned than `plan` was made for (a replay
+    /// rebased onto other memory), made at its first run.
+    realigned: RefCell<Option<Rc<Plan>>>,
 }
 
 impl LibraryCall for ConvCall {
@@ -457,6 +449,8 @@ impl LibraryCall for ConvCall {
             w: at(1, self.w),
             y: at(2, self.y),
             workspace: if self.workspace != 0 { at(3, self.workspace) } else { 0 },
+            workspace_bytes: self.workspace_bytes,
+            realigned: RefCell::new(None),
         })
     }
 
@@ -465,15 +459,42 @@ impl LibraryCall for ConvCall {
             .dnn
             .as_ref()
             .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
-        let p = &*self.plan;
-        let ws = (self.workspace, p.workspace);
-        match p.algo {
-            Algo::Forward(algo) => h.forward((&p.x, self.x), (&p.w, self.w), &p.conv, algo, ws, (&p.y, self.y)),
-            Algo::BackwardData(algo) => {
-                h.backward_data((&p.w, self.w), (&p.x, self.x), &p.conv, algo, ws, (&p.y, self.y))
+        let pointers = [self.x, self.w, self.y];
+        let have = pointers.map(alignment);
+        let plan = if have.iter().zip(&self.plan.key.alignment).all(|(h, want)| h >= want) {
+            Rc::clone(&self.plan)
+        } else {
+            let cached = self.realigned.borrow().clone();
+            match cached {
+                Some(p) if p.key.alignment == have => p,
+                _ => {
+                    let p = Rc::new(make_plan(
+                        h,
+                        PlanKey {
+                            alignment: have,
+                            ..self.plan.key.clone()
+                        },
+                    )?);
+                    *self.realigned.borrow_mut() = Some(Rc::clone(&p));
+                    p
+                }
             }
+        };
+        if plan.exec.workspace > self.workspace_bytes {
+            return Err(ExecError::op(
+                OP,
+                format!(
+                    "the plan for these addresses needs {} bytes of workspace, the recording has {}",
+                    plan.exec.workspace, self.workspace_bytes
+                ),
+            ));
         }
-        .map_err(|e| ExecError::op(OP, e.to_string()))
+        let pointers = pointers.map(|p| p as *mut std::ffi::c_void);
+        // SAFETY: the three tensors are live device memory of the layouts
+        // the plan declares, and the workspace holds at least the plan's
+        // bytes; all are ordered on the handle's stream.
+        unsafe { plan.exec.execute(h, &UIDS, &pointers, self.workspace as *mut std::ffi::c_void) }
+            .map_err(|e| ExecError::op(OP, e.to_string()))
     }
 }
 
@@ -496,7 +517,10 @@ enum DnnCall {
 
 impl LibraryCall for DnnCall {
     fn op(&self) -> &str {
-        OP
+        match self {
+            DnnCall::Transform { .. } => "aten.convolution (layout copy)",
+            DnnCall::Add { .. } => "aten.convolution (bias add)",
+        }
     }
 
     fn library(&self) -> &'static str {

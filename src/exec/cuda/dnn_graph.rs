@@ -1,7 +1,9 @@
 //! cuDNN's graph (backend descriptor) API: descriptors destroyed on drop,
-//! the tensor, pointwise, reduction and matmul nodes the fused attention
-//! graph is made of, and plans chosen by cuDNN's heuristics (mode A, as
-//! PyTorch asks for) that run with a variant pack of device pointers.
+//! the tensor, pointwise, reduction, matmul and convolution nodes wrapir's
+//! cuDNN graphs are made of, and plans chosen by cuDNN's heuristics as
+//! PyTorch asks for them (mode A for attention; mode INSTANT then the
+//! fallback list, with PyTorch's numerical-note filter, for convolutions)
+//! that run with a variant pack of device pointers.
 //!
 //! Every call returns a [`CudaError`] naming it.
 
@@ -13,6 +15,7 @@ use std::ffi::c_void;
 use dnn::cudnnBackendAttributeName_t as Attr;
 use dnn::cudnnBackendAttributeType_t as Ty;
 use dnn::cudnnBackendDescriptorType_t as Kind;
+pub(super) use dnn::cudnnBackendHeurMode_t as HeurMode;
 pub(super) use dnn::cudnnDataType_t as DataType;
 pub(super) use dnn::cudnnPointwiseMode_t as Pointwise;
 pub(super) use dnn::cudnnReduceTensorOp_t as Reduce;
@@ -115,7 +118,8 @@ pub(super) struct Graph {
 pub(super) struct T(usize);
 
 impl Graph {
-    /// Adds a tensor; `uid` 0 gives a virtual tensor a fresh id.
+    /// Adds a tensor with 16-byte aligned memory; `uid` 0 gives a virtual
+    /// tensor a fresh id.
     pub(super) fn tensor(
         &mut self,
         uid: i64,
@@ -123,6 +127,19 @@ impl Graph {
         dims: &[i64],
         strides: &[i64],
         role: Role,
+    ) -> Result<T, CudaError> {
+        self.tensor_aligned(uid, dtype, dims, strides, role, 16)
+    }
+
+    /// Adds a tensor whose memory is aligned to `alignment` bytes.
+    pub(super) fn tensor_aligned(
+        &mut self,
+        uid: i64,
+        dtype: DataType,
+        dims: &[i64],
+        strides: &[i64],
+        role: Role,
+        alignment: i64,
     ) -> Result<T, CudaError> {
         let uid = if uid == 0 {
             self.next_virtual_uid += 1;
@@ -135,7 +152,7 @@ impl Graph {
         desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_DIMENSIONS, dims)?;
         desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_STRIDES, strides)?;
         desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?;
-        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[16])?;
+        desc.set_i64s(Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[alignment])?;
         desc.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_VIRTUAL, role == Role::Virtual)?;
         if role == Role::ByValue {
             desc.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
@@ -232,10 +249,84 @@ impl Graph {
         Ok(())
     }
 
+    /// A convolution node with fp32 compute, cross-correlation, padding on
+    /// both sides: forward (`y = conv(x, w)`) or backward-data (`x` is the
+    /// gradient `dy`, `y` the result `dx`, as a transposed convolution runs).
+    pub(super) fn convolution(
+        &mut self,
+        backward_data: bool,
+        [x, w, y]: [T; 3],
+        [padding, stride, dilation]: [&[i64]; 3],
+    ) -> Result<(), CudaError> {
+        let c = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
+        c.set_dtype(Attr::CUDNN_ATTR_CONVOLUTION_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
+        let mode = dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION;
+        // SAFETY: one `cudnnConvolutionMode_t`.
+        unsafe {
+            c.set_raw(
+                Attr::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+                Ty::CUDNN_TYPE_CONVOLUTION_MODE,
+                1,
+                (&mode as *const dnn::cudnnConvolutionMode_t).cast(),
+            )
+        }?;
+        c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[stride.len() as i64])?;
+        c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_DILATIONS, dilation)?;
+        c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, stride)?;
+        c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, padding)?;
+        c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, padding)?;
+        c.finalize()?;
+        let (kind, [alpha, beta, desc, wa, xa, ya]) = if backward_data {
+            (
+                Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                [
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+                ],
+            )
+        } else {
+            (
+                Kind::CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+                [
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                    Attr::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                ],
+            )
+        };
+        let op = Desc::new(kind)?;
+        for (name, value) in [(alpha, 1.0f32), (beta, 0.0f32)] {
+            // SAFETY: one `float`.
+            unsafe { op.set_raw(name, Ty::CUDNN_TYPE_FLOAT, 1, (&value as *const f32).cast()) }?;
+        }
+        op.set_desc(desc, &c)?;
+        op.set_desc(wa, &self.tensors[w.0].desc)?;
+        op.set_desc(xa, &self.tensors[x.0].desc)?;
+        op.set_desc(ya, &self.tensors[y.0].desc)?;
+        op.finalize()?;
+        self.ops.push(c);
+        self.ops.push(op);
+        Ok(())
+    }
+
     /// The operation graph on `handle`, the engine configurations cuDNN's
     /// heuristics (mode A) rank for it, and the first of them that makes an
     /// execution plan.
     pub(super) fn plan(self, handle: &DnnHandle) -> Result<Plan, CudaError> {
+        self.plan_with(handle, &[HeurMode::CUDNN_HEUR_MODE_A], EngineFilter::default())
+    }
+
+    /// The operation graph on `handle` and the first engine configuration,
+    /// in the order the heuristics `modes` rank them (one mode after the
+    /// other) and `filter` lets through, that makes an execution plan.
+    pub(super) fn plan_with(self, handle: &DnnHandle, modes: &[HeurMode], filter: EngineFilter) -> Result<Plan, CudaError> {
         let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         // Operation descriptors are every other entry, after their own descriptor.
         let ops: Vec<dnn::cudnnBackendDescriptor_t> = self.ops.iter().skip(1).step_by(2).map(|d| d.0).collect();
@@ -260,92 +351,159 @@ impl Graph {
         }?;
         graph.finalize()?;
 
-        let heur = Desc::new(Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
-        heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &graph)?;
-        let mode = dnn::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A;
-        // SAFETY: one heuristics mode.
-        unsafe {
-            heur.set_raw(
-                Attr::CUDNN_ATTR_ENGINEHEUR_MODE,
-                Ty::CUDNN_TYPE_HEUR_MODE,
-                1,
-                (&mode as *const dnn::cudnnBackendHeurMode_t).cast(),
-            )
-        }?;
-        heur.finalize()?;
-        let mut count = 0i64;
-        // SAFETY: a count query (no elements requested).
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                heur.0,
-                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                0,
-                &mut count,
-                std::ptr::null_mut(),
-            )
-        })?;
-        let wanted = count.clamp(0, 64);
-        let configs: Vec<Desc> = (0..wanted)
-            .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
-            .collect::<Result<_, _>>()?;
-        let mut raws: Vec<dnn::cudnnBackendDescriptor_t> = configs.iter().map(|d| d.0).collect();
-        let mut got = 0i64;
-        // SAFETY: `raws` holds `wanted` created engine-config descriptors cuDNN fills.
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                heur.0,
-                Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                wanted,
-                &mut got,
-                raws.as_mut_ptr().cast(),
-            )
-        })?;
         let mut last = CudaError::Dnn {
             call: "cudnnBackendGetAttribute",
             status: "cuDNN's heuristics offered no engine for the graph".to_string(),
         };
-        for config in configs.iter().take(got.clamp(0, wanted) as usize) {
-            let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-            // SAFETY: one live handle.
-            unsafe {
-                plan.set_raw(
-                    Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                    Ty::CUDNN_TYPE_HANDLE,
-                    1,
-                    (&raw as *const dnn::cudnnHandle_t).cast(),
-                )
-            }?;
-            plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)?;
-            if let Err(e) = plan.finalize() {
-                last = e;
-                continue;
+        for &mode in modes {
+            for config in engine_configs(&graph, mode)? {
+                if filter.rejects(&config)? {
+                    continue;
+                }
+                match execution_plan(handle, &config) {
+                    Ok((plan, workspace)) => {
+                        return Ok(Plan {
+                            plan,
+                            workspace,
+                            _graph: graph,
+                            _parts: self,
+                        })
+                    }
+                    Err(e) => last = e,
+                }
             }
-            let mut workspace = 0i64;
-            let mut n = 0i64;
-            // SAFETY: one int64 element.
-            check("cudnnBackendGetAttribute", unsafe {
-                dnn::cudnnBackendGetAttribute(
-                    plan.0,
-                    Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                    Ty::CUDNN_TYPE_INT64,
-                    1,
-                    &mut n,
-                    (&mut workspace as *mut i64).cast(),
-                )
-            })?;
-            let workspace = usize::try_from(workspace)
-                .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
-            return Ok(Plan {
-                plan,
-                workspace,
-                _graph: graph,
-                _parts: self,
-            });
         }
         Err(last)
     }
+}
+
+/// Which engines a plan may use, by their numerical notes (PyTorch's
+/// `filterEngineConfigs` for convolutions).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct EngineFilter {
+    /// Skip engines that convert inputs to a narrower type.
+    pub(super) no_down_convert: bool,
+    /// Skip tensor-core engines (fp32 with TF32 off).
+    pub(super) no_tensor_core: bool,
+}
+
+impl EngineFilter {
+    fn rejects(&self, config: &Desc) -> Result<bool, CudaError> {
+        if !self.no_down_convert && !self.no_tensor_core {
+            return Ok(false);
+        }
+        let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+        let mut raw = engine.0;
+        let mut n = 0i64;
+        // SAFETY: one created engine descriptor cuDNN fills from the config.
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                config.0,
+                Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
+                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                1,
+                &mut n,
+                (&mut raw as *mut dnn::cudnnBackendDescriptor_t).cast(),
+            )
+        })?;
+        // Read as C ints: cuDNN may report notes this binding has no variant for.
+        let mut notes = [0i32; 16];
+        let mut count = 0i64;
+        // SAFETY: `notes` holds 16 enum-sized elements.
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                engine.0,
+                Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                Ty::CUDNN_TYPE_NUMERICAL_NOTE,
+                notes.len() as i64,
+                &mut count,
+                notes.as_mut_ptr().cast(),
+            )
+        })?;
+        let has = |note: dnn::cudnnBackendNumericalNote_t| notes.iter().take(count.clamp(0, 16) as usize).any(|&n| n == note as i32);
+        Ok((self.no_down_convert && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
+            || (self.no_tensor_core && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE)))
+    }
+}
+
+/// The engine configurations heuristics `mode` ranks for `graph`, best first.
+fn engine_configs(graph: &Desc, mode: HeurMode) -> Result<Vec<Desc>, CudaError> {
+    let heur = Desc::new(Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+    heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)?;
+    // SAFETY: one heuristics mode.
+    unsafe {
+        heur.set_raw(
+            Attr::CUDNN_ATTR_ENGINEHEUR_MODE,
+            Ty::CUDNN_TYPE_HEUR_MODE,
+            1,
+            (&mode as *const HeurMode).cast(),
+        )
+    }?;
+    heur.finalize()?;
+    let mut count = 0i64;
+    // SAFETY: a count query (no elements requested).
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            heur.0,
+            Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            0,
+            &mut count,
+            std::ptr::null_mut(),
+        )
+    })?;
+    let wanted = count.clamp(0, 64);
+    let mut configs: Vec<Desc> = (0..wanted)
+        .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
+        .collect::<Result<_, _>>()?;
+    let mut raws: Vec<dnn::cudnnBackendDescriptor_t> = configs.iter().map(|d| d.0).collect();
+    let mut got = 0i64;
+    // SAFETY: `raws` holds `wanted` created engine-config descriptors cuDNN fills.
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            heur.0,
+            Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            wanted,
+            &mut got,
+            raws.as_mut_ptr().cast(),
+        )
+    })?;
+    configs.truncate(got.clamp(0, wanted) as usize);
+    Ok(configs)
+}
+
+/// A finalized execution plan of `config` and the workspace bytes it needs.
+fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), CudaError> {
+    let raw = handle.raw();
+    let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+    // SAFETY: one live handle.
+    unsafe {
+        plan.set_raw(
+            Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
+            Ty::CUDNN_TYPE_HANDLE,
+            1,
+            (&raw as *const dnn::cudnnHandle_t).cast(),
+        )
+    }?;
+    plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)?;
+    plan.finalize()?;
+    let mut workspace = 0i64;
+    let mut n = 0i64;
+    // SAFETY: one int64 element.
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            plan.0,
+            Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+            Ty::CUDNN_TYPE_INT64,
+            1,
+            &mut n,
+            (&mut workspace as *mut i64).cast(),
+        )
+    })?;
+    let workspace =
+        usize::try_from(workspace).map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
+    Ok((plan, workspace))
 }
 
 /// An execution plan and everything it was made from.

@@ -46,7 +46,7 @@ mod run;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::ExternOpLog;

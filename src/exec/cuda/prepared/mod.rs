@@ -68,7 +68,7 @@ use record::{tensors_of, Recorder};
 
 use super::driver::PinnedWords;
 use super::library::LibraryCall;
-use super::{CudaBackend, CudaTensor, Replay, Storage};
+use super::{CudaBackend, CudaTensor, LibraryCost, Replay, Storage};
 use crate::exec::interp::Plan;
 use crate::exec::{ExecError, TensorSpec, Value};
 use cudarc::driver::{result as drv, sys};
@@ -378,15 +378,17 @@ impl Prepared {
         self.ops.iter().filter(|o| matches!(o, Op::Library(_))).count()
     }
 
-    /// Host µs per replay spent in the libraries alone: each of the
-    /// recording's library calls is made on its own in loops of `calls` calls
-    /// after warm-up (the stream drained between loops), and the medians per
-    /// call are summed. This is the libraries' own launch cost, the floor for
-    /// a replay's library calls as [`super::launch_floor`] is for its kernel
-    /// launches. The calls write the same results into the arena again.
-    pub fn library_floor_us(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<f64, ExecError> {
+    /// Host µs per replay spent in the libraries alone, by library and op:
+    /// each of the recording's library calls is made on its own in loops of
+    /// `calls` calls after warm-up (the stream drained between loops), and
+    /// the medians per call are summed per kind, in the order each kind
+    /// first appears. Their sum is the libraries' own launch cost, the floor
+    /// for a replay's library calls as [`super::launch_floor`] is for its
+    /// kernel launches. The calls write the same results into the arena
+    /// again.
+    pub fn library_costs(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<Vec<LibraryCost>, ExecError> {
         let calls = calls.max(1);
-        let mut total = 0.0;
+        let mut costs: Vec<LibraryCost> = Vec::new();
         for op in &self.ops {
             let Op::Library(call) = op else { continue };
             for _ in 0..calls {
@@ -403,9 +405,21 @@ impl Prepared {
                 backend.synchronize()?;
             }
             per_call.sort_by(f64::total_cmp);
-            total += per_call[per_call.len() / 2];
+            let us = per_call[per_call.len() / 2];
+            match costs.iter_mut().find(|c| c.library == call.library() && c.op == call.op()) {
+                Some(c) => {
+                    c.calls += 1;
+                    c.us += us;
+                }
+                None => costs.push(LibraryCost {
+                    library: call.library(),
+                    op: call.op().to_string(),
+                    calls: 1,
+                    us,
+                }),
+            }
         }
-        Ok(total)
+        Ok(costs)
     }
 
     /// Host µs of this recording's kernel launches alone: the same
