@@ -145,6 +145,12 @@ fn run() -> Result<(), String> {
         pct(0.99),
         latencies.len() as f64 / wall.as_secs_f64()
     );
+    let in_use = model.device_memory_in_use().map_err(|e| e.to_string())?;
+    println!(
+        "device memory in use: {:.1} MB after loading, {:.1} MB after the calls",
+        r.device_memory_in_use as f64 / 1e6,
+        in_use as f64 / 1e6
+    );
     Ok(())
 }
 

@@ -190,6 +190,11 @@ impl CudaBackend {
         match self.never {}
     }
 
+    /// Bytes of the GPU's memory in use, by every process.
+    pub fn device_memory_in_use(&self) -> Result<u64, CudaError> {
+        match self.never {}
+    }
+
     /// Where start-up work went.
     pub fn load_timings(&self) -> LoadTimings {
         match self.never {}

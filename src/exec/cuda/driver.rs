@@ -206,6 +206,14 @@ impl Device {
     }
 
     /// The device's name (`cuDeviceGetName`).
+    /// Bytes of this GPU's memory in use, by every process (`cuMemGetInfo`:
+    /// total less free).
+    pub(super) fn memory_in_use(&self) -> Result<u64, CudaError> {
+        self.bind()?;
+        let (free, total) = drv::mem_get_info().map_err(|e| CudaError::driver("cuMemGetInfo", e))?;
+        Ok(total.saturating_sub(free) as u64)
+    }
+
     pub(super) fn name(&self) -> Result<String, CudaError> {
         self.ctx.name().map_err(|e| CudaError::driver("cuDeviceGetName", e))
     }

@@ -242,6 +242,13 @@ impl CudaBackend {
         self.options.ordinal
     }
 
+    /// Bytes of this backend's GPU memory in use, by every process
+    /// (`cuMemGetInfo`); on a GPU this process has to itself, what the
+    /// process holds: its context, libraries, weights, arenas and pools.
+    pub fn device_memory_in_use(&self) -> Result<u64, CudaError> {
+        self.device.memory_in_use()
+    }
+
     /// The device's name as the driver reports it (`NVIDIA H200`).
     pub fn device_name(&self) -> Result<String, CudaError> {
         self.device.name()

@@ -124,6 +124,9 @@ pub struct LoadReport {
     pub warm_up: Option<Duration>,
     /// The whole of [`Model::load`].
     pub total: Duration,
+    /// Bytes of the GPU's memory in use when loading ended, by every
+    /// process ([`Model::device_memory_in_use`]).
+    pub device_memory_in_use: u64,
 }
 
 impl LoadReport {
@@ -350,7 +353,9 @@ impl Model {
             }
             _ => None,
         };
+        let device_memory_in_use = first.backend.device_memory_in_use()?;
         let report = LoadReport {
+            device_memory_in_use,
             warm_up,
             device,
             weights: shared.weights.len(),
@@ -398,12 +403,28 @@ impl Model {
     pub fn run(&self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
         let mut session = self.session()?;
         let out = session.run(inputs);
+        self.give_back(session);
+        out
+    }
+
+    /// Bytes of the model's GPU memory in use now, by every process
+    /// (`cuMemGetInfo`: total less free). On a GPU the process has to
+    /// itself: what it holds, context, libraries, weights, every session's
+    /// arenas and graph pools included.
+    pub fn device_memory_in_use(&self) -> Result<u64, ModelError> {
+        let session = self.session()?;
+        let used = session.backend.device_memory_in_use();
+        self.give_back(session);
+        Ok(used?)
+    }
+
+    /// Keeps `session` for a later call, up to [`ModelOptions::idle_sessions`].
+    fn give_back(&self, session: Session) {
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < self.shared.model.idle_sessions.max(1) {
                 idle.push(session);
             }
         }
-        out
     }
 }
 
