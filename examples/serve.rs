@@ -68,6 +68,12 @@ fn run() -> Result<(), String> {
         r.warm_up.map_or("none".to_string(), |d| format!("{:.1} ms", d.as_secs_f64() * 1e3)),
         r.total.as_secs_f64() * 1e3
     );
+    for (library, primed) in &r.primed {
+        match primed {
+            Ok(d) => println!("{library} started on its own thread in {:.1} ms", d.as_secs_f64() * 1e3),
+            Err(e) => println!("{library} could not be started early: {e}"),
+        }
+    }
     let stored = wrapir::bundle::Bundle::open(&bundle)
         .and_then(|b| b.inputs())
         .map_err(|e| e.to_string())?

@@ -89,7 +89,10 @@ fn shifted(t: Tensor) -> Tensor {
     for d in (0..size.len().saturating_sub(1)).rev() {
         stride[d] = stride[d + 1] * size[d + 1];
     }
-    Tensor::from_f64(t.dtype(), &data, &[n]).unwrap().view(&size, &stride, 1).unwrap()
+    Tensor::from_f64(t.dtype(), &data, &[n])
+        .unwrap()
+        .view(&size, &stride, 1)
+        .unwrap()
 }
 
 fn ints(v: &[i64]) -> Value<Tensor> {

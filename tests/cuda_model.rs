@@ -106,6 +106,22 @@ fn calls_match_eager_and_replay_bit_for_bit() {
         let (dir, model, inputs) = load(name);
         let report = model.load_report();
         assert!(report.kernels > 0, "{name}: no kernels loaded");
+        // Every library the program calls was started on its own thread, without error.
+        for (library, primed) in &report.primed {
+            assert!(primed.is_ok(), "{name}: priming {library}: {primed:?}");
+        }
+        let libraries: Vec<&str> = report.primed.iter().map(|(l, _)| l.as_str()).collect();
+        let program = model.program();
+        let calls = |op: &str| {
+            program
+                .main
+                .lines
+                .iter()
+                .any(|l| matches!(l, wrapir::ir::Line::ExternKernelOut { call, .. } | wrapir::ir::Line::ExternKernelAlloc(call) if call.op.contains(op)))
+        };
+        let dnn = calls("convolution") || calls("cudnn");
+        assert_eq!(libraries.contains(&"cuDNN"), dnn, "{name}: cuDNN primed {libraries:?}");
+        assert!(report.device_memory_in_use > 0, "{name}: no device memory in use");
         let first = model.run(&inputs).unwrap_or_else(|e| panic!("{name}: first call: {e}"));
         check_eager(&dir, &first);
         for call in 1..4 {

@@ -9,8 +9,8 @@
 //! [`BenchError::Open`] saying so.
 
 use super::cuda::{
-    launch_floor, place_inputs, to_host, CudaBackend, CudaError, CudaOptions, CudaTensor, LaunchFloor, LoadTimings,
-    LibraryCost, Prepared, Replay,
+    launch_floor, place_inputs, to_host, CudaBackend, CudaError, CudaOptions, CudaTensor, LaunchFloor, LibraryCost,
+    LoadTimings, Prepared, Replay,
 };
 use super::{Backend, ExecError, RunError, Tensor, Value};
 use crate::bench::{Latency, Timing};

@@ -329,7 +329,12 @@ impl Prepared {
     }
 
     /// Host µs per replay spent in the libraries alone, by kind of call.
-    pub fn library_costs(&self, _backend: &CudaBackend, _calls: usize, _repeats: usize) -> Result<Vec<LibraryCost>, ExecError> {
+    pub fn library_costs(
+        &self,
+        _backend: &CudaBackend,
+        _calls: usize,
+        _repeats: usize,
+    ) -> Result<Vec<LibraryCost>, ExecError> {
         match self.never {}
     }
 

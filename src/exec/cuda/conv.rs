@@ -333,7 +333,7 @@ fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
         no_down_convert: true,
         no_tensor_core: key.dtype == DType::Float32 && !key.tf32,
     };
-    // Plan making may load kernels: one thread at a time.
+    // Plan making may load kernels: never alongside a capture.
     let _setup = super::driver::setup_lock();
     let exec = g
         .plan_with(
@@ -493,8 +493,11 @@ impl LibraryCall for ConvCall {
         // SAFETY: the three tensors are live device memory of the layouts
         // the plan declares, and the workspace holds at least the plan's
         // bytes; all are ordered on the handle's stream.
-        unsafe { plan.exec.execute(h, &UIDS, &pointers, self.workspace as *mut std::ffi::c_void) }
-            .map_err(|e| ExecError::op(OP, e.to_string()))
+        unsafe {
+            plan.exec
+                .execute(h, &UIDS, &pointers, self.workspace as *mut std::ffi::c_void)
+        }
+        .map_err(|e| ExecError::op(OP, e.to_string()))
     }
 }
 
@@ -570,4 +573,39 @@ impl LibraryCall for DnnCall {
         }
         .map_err(|e| ExecError::op(OP, e.to_string()))
     }
+}
+
+/// Runs one tiny f32 convolution on `handle`'s stream (a plan made and
+/// executed, then the stream drained), so that cuDNN's one-time start-up
+/// (its sub-libraries and engine tables) is paid here rather than in a
+/// model's first call; `x`, `w` and `y` are device buffers of at least 64,
+/// 36 and 16 bytes.
+pub(super) fn prime(
+    handle: &DnnHandle,
+    device: &super::driver::Device,
+    [x, w, y]: [sys::CUdeviceptr; 3],
+) -> Result<(), ExecError> {
+    let (xs, ws, ys) = ([1i64, 1, 4, 4], [1i64, 1, 3, 3], [1i64, 1, 2, 2]);
+    let packed = |s: &[i64]| s.iter().chain(&format_strides(s, false)).copied().collect::<Vec<i64>>();
+    let key = PlanKey {
+        transposed: false,
+        dtype: DType::Float32,
+        x: packed(&xs),
+        w: packed(&ws),
+        y: packed(&ys),
+        params: vec![0, 0, 1, 1, 1, 1],
+        tf32: false,
+        alignment: [x, w, y].map(alignment),
+    };
+    let plan = make_plan(handle, key)?;
+    if plan.exec.workspace > 0 {
+        // A plan that wants workspace still primed the library when it was made.
+        return Ok(());
+    }
+    let pointers = [x, w, y].map(|p| p as *mut std::ffi::c_void);
+    // SAFETY: the caller's buffers hold the three tensors' 16, 9 and 4 f32
+    // elements; no workspace; all on the handle's stream, drained below.
+    unsafe { plan.exec.execute(handle, &UIDS, &pointers, std::ptr::null_mut()) }
+        .map_err(|e| ExecError::op(OP, e.to_string()))?;
+    device.synchronize().map_err(ExecError::from)
 }

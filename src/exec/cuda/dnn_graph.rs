@@ -326,7 +326,12 @@ impl Graph {
     /// The operation graph on `handle` and the first engine configuration,
     /// in the order the heuristics `modes` rank them (one mode after the
     /// other) and `filter` lets through, that makes an execution plan.
-    pub(super) fn plan_with(self, handle: &DnnHandle, modes: &[HeurMode], filter: EngineFilter) -> Result<Plan, CudaError> {
+    pub(super) fn plan_with(
+        self,
+        handle: &DnnHandle,
+        modes: &[HeurMode],
+        filter: EngineFilter,
+    ) -> Result<Plan, CudaError> {
         let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         // Operation descriptors are every other entry, after their own descriptor.
         let ops: Vec<dnn::cudnnBackendDescriptor_t> = self.ops.iter().skip(1).step_by(2).map(|d| d.0).collect();
@@ -420,9 +425,16 @@ impl EngineFilter {
                 notes.as_mut_ptr().cast(),
             )
         })?;
-        let has = |note: dnn::cudnnBackendNumericalNote_t| notes.iter().take(count.clamp(0, 16) as usize).any(|&n| n == note as i32);
-        Ok((self.no_down_convert && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
-            || (self.no_tensor_core && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE)))
+        let has = |note: dnn::cudnnBackendNumericalNote_t| {
+            notes
+                .iter()
+                .take(count.clamp(0, 16) as usize)
+                .any(|&n| n == note as i32)
+        };
+        Ok(
+            (self.no_down_convert && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
+                || (self.no_tensor_core && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE)),
+        )
     }
 }
 
@@ -501,8 +513,8 @@ fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), Cu
             (&mut workspace as *mut i64).cast(),
         )
     })?;
-    let workspace =
-        usize::try_from(workspace).map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
+    let workspace = usize::try_from(workspace)
+        .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
     Ok((plan, workspace))
 }
 

@@ -86,20 +86,63 @@ pub(super) use super::libraries::{keep_driver_loaded, keep_loaded};
 /// in the process while a stream captures, even in thread-local capture
 /// mode: module loads and unloads, library handles created or destroyed,
 /// cuDNN plans built (their engines may compile and load modules), and
-/// device opening. Captures share the lock; those calls hold it alone. The
-/// lock is not re-entrant: a thread holding [`capture_lock`] never calls one
-/// of them (the guard is dropped as the capture ends).
-static CAPTURES: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// device opening ("setups"). Captures run alongside each other, and setups
+/// alongside each other (so that libraries started on separate threads
+/// overlap), but never a capture alongside a setup; a waiting setup goes
+/// first. Not re-entrant: a thread holding a capture guard never starts a
+/// setup (the guard is dropped as the capture ends).
+static PHASE: std::sync::Mutex<Phase> = std::sync::Mutex::new(Phase {
+    captures: 0,
+    setups: 0,
+    waiting_setups: 0,
+});
+static PHASE_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
 
-/// Held for the whole of one graph capture.
-pub(super) fn capture_lock() -> std::sync::RwLockReadGuard<'static, ()> {
-    // The lock guards no data, so a panic while it was held leaves nothing inconsistent.
-    CAPTURES.read().unwrap_or_else(|e| e.into_inner())
+/// Who holds [`PHASE`], and how many setups wait for it.
+struct Phase {
+    captures: usize,
+    setups: usize,
+    waiting_setups: usize,
 }
 
-/// Held by a call that no capture may overlap (see [`CAPTURES`]).
-pub(super) fn setup_lock() -> std::sync::RwLockWriteGuard<'static, ()> {
-    CAPTURES.write().unwrap_or_else(|e| e.into_inner())
+/// A held capture or setup guard; released on drop.
+pub(super) struct PhaseGuard {
+    capture: bool,
+}
+
+impl Drop for PhaseGuard {
+    fn drop(&mut self) {
+        // The lock guards counters only, so a panic while it was held leaves them usable.
+        let mut p = PHASE.lock().unwrap_or_else(|e| e.into_inner());
+        if self.capture {
+            p.captures = p.captures.saturating_sub(1);
+        } else {
+            p.setups = p.setups.saturating_sub(1);
+        }
+        PHASE_CHANGED.notify_all();
+    }
+}
+
+/// Held for the whole of one graph capture.
+pub(super) fn capture_lock() -> PhaseGuard {
+    let mut p = PHASE.lock().unwrap_or_else(|e| e.into_inner());
+    while p.setups > 0 || p.waiting_setups > 0 {
+        p = PHASE_CHANGED.wait(p).unwrap_or_else(|e| e.into_inner());
+    }
+    p.captures += 1;
+    PhaseGuard { capture: true }
+}
+
+/// Held by a call that no capture may overlap (see [`PHASE`]).
+pub(super) fn setup_lock() -> PhaseGuard {
+    let mut p = PHASE.lock().unwrap_or_else(|e| e.into_inner());
+    p.waiting_setups += 1;
+    while p.captures > 0 {
+        p = PHASE_CHANGED.wait(p).unwrap_or_else(|e| e.into_inner());
+    }
+    p.waiting_setups -= 1;
+    p.setups += 1;
+    PhaseGuard { capture: false }
 }
 
 /// The name and SM number (`major * 10 + minor`) of device `ordinal`, asked

@@ -42,6 +42,7 @@ mod model;
 mod nccl;
 mod options;
 mod prepared;
+mod prime;
 mod run;
 mod tensor;
 

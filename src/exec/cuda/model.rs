@@ -120,6 +120,11 @@ pub struct LoadReport {
     pub kernels: usize,
     /// Opening the device (context and stream).
     pub device_open: Duration,
+    /// The libraries whose one-time start-up ran on a thread of its own
+    /// during the load (cuBLAS, cuDNN: those the program calls), and how
+    /// long each took, or why it failed (the model's own calls then report
+    /// the same problem).
+    pub primed: Vec<(String, Result<Duration, String>)>,
     /// The warm-up call ([`ModelOptions::warm_up`]; `None` when none ran).
     pub warm_up: Option<Duration>,
     /// The whole of [`Model::load`].
@@ -249,6 +254,14 @@ impl Model {
         .preload_for(&program);
         cuda.ordinal = options.device;
         let mut backend = CudaBackend::new(cuda.clone())?;
+        // cuBLAS's and cuDNN's one-time start-up, on threads of their own
+        // while the weights and kernel images load.
+        let primers = super::prime::start(
+            cuda.ordinal,
+            &Arc::new(cuda.paths.clone()),
+            cuda.preload_blas,
+            cuda.preload_dnn,
+        );
         let device_open = backend.load_timings().device_open;
         let device = backend.device_name()?;
         let (major, minor) = backend.compute_capability()?;
@@ -345,6 +358,11 @@ impl Model {
                     .map(|t| (n.clone(), t))
             })
             .collect();
+        let primed = primers
+            .wait()
+            .into_iter()
+            .map(|(library, r)| (library.to_string(), r))
+            .collect();
         let warm_up = match call_inputs {
             Some(inputs) if options.warm_up => {
                 let t0 = Instant::now();
@@ -356,6 +374,7 @@ impl Model {
         let device_memory_in_use = first.backend.device_memory_in_use()?;
         let report = LoadReport {
             device_memory_in_use,
+            primed,
             warm_up,
             device,
             weights: shared.weights.len(),

@@ -386,7 +386,12 @@ impl Prepared {
     /// for a replay's library calls as [`super::launch_floor`] is for its
     /// kernel launches. The calls write the same results into the arena
     /// again.
-    pub fn library_costs(&self, backend: &CudaBackend, calls: usize, repeats: usize) -> Result<Vec<LibraryCost>, ExecError> {
+    pub fn library_costs(
+        &self,
+        backend: &CudaBackend,
+        calls: usize,
+        repeats: usize,
+    ) -> Result<Vec<LibraryCost>, ExecError> {
         let calls = calls.max(1);
         let mut costs: Vec<LibraryCost> = Vec::new();
         for op in &self.ops {
@@ -406,7 +411,10 @@ impl Prepared {
             }
             per_call.sort_by(f64::total_cmp);
             let us = per_call[per_call.len() / 2];
-            match costs.iter_mut().find(|c| c.library == call.library() && c.op == call.op()) {
+            match costs
+                .iter_mut()
+                .find(|c| c.library == call.library() && c.op == call.op())
+            {
                 Some(c) => {
                     c.calls += 1;
                     c.us += us;
