@@ -119,7 +119,7 @@ fn calls_match_eager_and_replay_bit_for_bit() {
                 .iter()
                 .any(|l| matches!(l, wrapir::ir::Line::ExternKernelOut { call, .. } | wrapir::ir::Line::ExternKernelAlloc(call) if call.op.contains(op)))
         };
-        let dnn = calls("convolution") || calls("cudnn");
+        let dnn = calls("convolution");
         assert_eq!(libraries.contains(&"cuDNN"), dnn, "{name}: cuDNN primed {libraries:?}");
         assert!(report.device_memory_in_use > 0, "{name}: no device memory in use");
         let first = model.run(&inputs).unwrap_or_else(|e| panic!("{name}: first call: {e}"));

@@ -260,7 +260,7 @@ impl Model {
             cuda.ordinal,
             &Arc::new(cuda.paths.clone()),
             cuda.preload_blas,
-            cuda.preload_dnn,
+            cuda.preload_dnn && calls_convolution(&program),
         );
         let device_open = backend.load_timings().device_open;
         let device = backend.device_name()?;
@@ -445,6 +445,21 @@ impl Model {
             }
         }
     }
+}
+
+/// Whether any graph of `program` calls a convolution (the cuDNN primer
+/// runs one; a program whose only cuDNN op is attention does not need
+/// cuDNN's convolution engines started).
+fn calls_convolution(program: &Program) -> bool {
+    std::iter::once(&program.main)
+        .chain(program.subgraphs.values())
+        .flat_map(|g| &g.lines)
+        .any(|line| match line {
+            crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => {
+                call.op.contains("convolution")
+            }
+            _ => false,
+        })
 }
 
 /// Uploads `weights` (stored raw) laid out as the program declares them:
