@@ -919,3 +919,42 @@ impl Drop for PinnedWords {
         let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{capture_lock, setup_lock};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Setups share the phase with each other, captures with each other,
+    /// and a capture never overlaps a setup (either way round).
+    #[test]
+    fn setups_overlap_each_other_but_never_a_capture() {
+        let a = setup_lock();
+        let b = setup_lock(); // would deadlock if setups excluded each other
+        let captured = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&captured);
+        let capture = std::thread::spawn(move || {
+            let _c = capture_lock();
+            flag.store(true, Ordering::SeqCst);
+            let _d = capture_lock(); // captures share
+            std::thread::sleep(Duration::from_millis(50));
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!captured.load(Ordering::SeqCst), "a capture started during a setup");
+        drop(a);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!captured.load(Ordering::SeqCst), "a capture started during the second setup");
+        drop(b);
+        while !captured.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The capture holds the phase for 50 ms: a setup now waits for it.
+        let t0 = std::time::Instant::now();
+        let _s = setup_lock();
+        assert!(capture.is_finished(), "a setup started during a capture");
+        assert!(t0.elapsed() > Duration::from_millis(10));
+        capture.join().unwrap();
+    }
+}
