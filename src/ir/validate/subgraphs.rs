@@ -31,15 +31,10 @@ impl<'a> Validator<'a> {
             }
             None => {}
         }
-        if self.stack.len() >= self.limits.max_subgraph_depth {
-            let max = self.limits.max_subgraph_depth;
-            self.limit(
-                Self::at(g, at),
-                crate::Limit::SubgraphDepth,
-                self.stack.len() + 1,
-                max,
-                format!("subgraph `{name}` is called through a chain of subgraphs too long"),
-            );
+        let depth = self.stack.len() + 1;
+        if self.over_limit(g, at, crate::Limit::SubgraphDepth, depth, || {
+            format!("subgraph `{name}` is called through a chain of subgraphs too long")
+        }) {
             return None;
         }
         self.summaries.insert(name.clone(), SummaryState::InProgress);

@@ -669,67 +669,55 @@ struct ExternArg {
   const ExternArg* items = nullptr;
   int64_t num_items = 0;
 
-  static ExternArg none(const char* name = nullptr) {
+  /// An argument of `kind` named `name` whose value the caller sets: the one
+  /// place the tag and the name are filled in.
+  static ExternArg tagged(Kind kind, const char* name) {
     ExternArg a;
+    a.kind = kind;
     a.name = name;
     return a;
   }
+  static ExternArg none(const char* name = nullptr) { return tagged(Kind::None, name); }
   static ExternArg of_tensor(const wrapir::Tensor& t, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Tensor;
+    ExternArg a = tagged(Kind::Tensor, name);
     a.tensor = &t;
-    a.name = name;
     return a;
   }
   static ExternArg of_int(int64_t v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Int;
+    ExternArg a = tagged(Kind::Int, name);
     a.int_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_float(double v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Float;
+    ExternArg a = tagged(Kind::Float, name);
     a.float_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_bool(bool v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Bool;
+    ExternArg a = tagged(Kind::Bool, name);
     a.int_value = v ? 1 : 0;
-    a.name = name;
     return a;
   }
   static ExternArg of_string(const char* v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::String;
+    ExternArg a = tagged(Kind::String, name);
     a.string_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_dtype(wrapir::DType v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::DType;
+    ExternArg a = tagged(Kind::DType, name);
     a.dtype_value = v;
-    a.name = name;
     return a;
   }
   /// A device: `index` -1 is the CPU, otherwise a CUDA device index.
   static ExternArg of_device(int64_t index, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Device;
+    ExternArg a = tagged(Kind::Device, name);
     a.int_value = index;
-    a.name = name;
     return a;
   }
   static ExternArg of_list(const ExternArg* items, int64_t n, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::List;
+    ExternArg a = tagged(Kind::List, name);
     a.items = items;
     a.num_items = n;
-    a.name = name;
     return a;
   }
 };
