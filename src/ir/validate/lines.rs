@@ -24,18 +24,9 @@ impl<'a> Validator<'a> {
                     );
                     return;
                 }
-                if let Some((graph, first)) = g.defined_kernels.get(kernel).cloned() {
-                    self.err(
-                        Self::at(g, at),
-                        ValidationErrorKind::KernelDefinedTwice {
-                            kernel: kernel.clone(),
-                            graph,
-                            first,
-                        },
-                    );
+                if !self.define_kernel(g, at, kernel, g.name.clone()) {
                     return;
                 }
-                g.defined_kernels.insert(kernel.clone(), (g.name.clone(), at));
                 g.own_definitions.insert(kernel.clone());
                 self.kernel_definitions
                     .entry(kernel.clone())

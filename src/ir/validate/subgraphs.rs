@@ -96,14 +96,23 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// The one rule of a need (a symbol bound, a kernel defined) of the
+    /// subgraph run at line `at` that `g` has not met there: it goes unmet
+    /// in the main graph, which has no caller to pass it to, and where `g`
+    /// meets it only after `at` (`later`: the line where `g` first meets it,
+    /// from [`Self::prescan`]); otherwise it becomes `g`'s own need.
+    fn need_unmet(g: &mut GraphState<'a>, at: usize, later: impl FnOnce(&GraphState<'a>) -> Option<usize>) -> bool {
+        Self::prescan(g);
+        g.is_main || later(g).is_some_and(|i| i > at)
+    }
+
     /// Applies what a subgraph needs and provides at the line that runs it.
     pub(super) fn apply_summary(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, s: &Summary) {
         for (sym, used_at) in &s.external_symbols {
             if self.bound_site(g, sym).is_some() || self.unbound_backed.contains(sym) {
                 continue;
             }
-            Self::prescan(g);
-            if g.is_main || g.later_bindings.get(sym).is_some_and(|&i| i > at) {
+            if Self::need_unmet(g, at, |g| g.later_bindings.get(sym).copied()) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::SubgraphSymbolNotBound {
@@ -120,8 +129,7 @@ impl<'a> Validator<'a> {
             if g.defined_kernels.contains_key(k) {
                 continue;
             }
-            Self::prescan(g);
-            if g.is_main || g.later_kernels.get(k).is_some_and(|&i| i > at) {
+            if Self::need_unmet(g, at, |g| g.later_kernels.get(k).copied()) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::SubgraphKernelNotDefined {
@@ -140,18 +148,7 @@ impl<'a> Validator<'a> {
             }
         }
         for k in &s.defines {
-            if let Some((graph, first)) = g.defined_kernels.get(k).cloned() {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::KernelDefinedTwice {
-                        kernel: k.clone(),
-                        graph,
-                        first,
-                    },
-                );
-            } else {
-                g.defined_kernels.insert(k.clone(), (sub.clone(), at));
-            }
+            self.define_kernel(g, at, k, sub.clone());
         }
     }
 

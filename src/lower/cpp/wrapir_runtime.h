@@ -658,7 +658,19 @@ inline HostKernel host_kernel(const std::string& dir, const std::string& image, 
 /// One argument of an extern op (wrapir::call_op): a tagged value, with its keyword name
 /// (`nullptr` for positional arguments).
 struct ExternArg {
-  enum class Kind : int32_t { None, Tensor, Int, Float, Bool, String, DType, Device, List };
+  /// The C ABI's argument kinds (wrapir_rt.h), so that a kind passes to the
+  /// runtime library as it is.
+  enum class Kind : int32_t {
+    None = WRAPIR_RT_ARG_NONE,
+    Tensor = WRAPIR_RT_ARG_TENSOR,
+    Int = WRAPIR_RT_ARG_INT,
+    Float = WRAPIR_RT_ARG_FLOAT,
+    Bool = WRAPIR_RT_ARG_BOOL,
+    String = WRAPIR_RT_ARG_STRING,
+    DType = WRAPIR_RT_ARG_DTYPE,
+    Device = WRAPIR_RT_ARG_DEVICE,
+    List = WRAPIR_RT_ARG_LIST,
+  };
   Kind kind = Kind::None;
   const char* name = nullptr;
   const wrapir::Tensor* tensor = nullptr;
@@ -745,46 +757,33 @@ inline void runtime_args(const ExternArg* args, int64_t n, std::vector<WrapirRtA
     const ExternArg& a = args[i];
     WrapirRtArg r;
     std::memset(&r, 0, sizeof r);
-    r.kind = static_cast<int32_t>(a.kind);
+    r.kind = static_cast<int32_t>(a.kind);  // Kind's values are the ABI's
     r.name = a.name;
     switch (a.kind) {
       case ExternArg::Kind::None:
-        r.kind = WRAPIR_RT_ARG_NONE;
         break;
       case ExternArg::Kind::Tensor:
         if (a.tensor == nullptr || !a.tensor->defined()) {
           r.kind = WRAPIR_RT_ARG_NONE;  // an undefined tensor is passed as None
         } else {
-          r.kind = WRAPIR_RT_ARG_TENSOR;
           r.tensor = a.tensor->desc();
         }
         break;
       case ExternArg::Kind::Int:
-        r.kind = WRAPIR_RT_ARG_INT;
+      case ExternArg::Kind::Bool:
+      case ExternArg::Kind::Device:
         r.int_value = a.int_value;
         break;
       case ExternArg::Kind::Float:
-        r.kind = WRAPIR_RT_ARG_FLOAT;
         r.float_value = a.float_value;
         break;
-      case ExternArg::Kind::Bool:
-        r.kind = WRAPIR_RT_ARG_BOOL;
-        r.int_value = a.int_value;
-        break;
       case ExternArg::Kind::String:
-        r.kind = WRAPIR_RT_ARG_STRING;
         r.string_value = a.string_value;
         break;
       case ExternArg::Kind::DType:
-        r.kind = WRAPIR_RT_ARG_DTYPE;
         r.dtype = static_cast<int32_t>(a.dtype_value);
         break;
-      case ExternArg::Kind::Device:
-        r.kind = WRAPIR_RT_ARG_DEVICE;
-        r.int_value = a.int_value;
-        break;
       case ExternArg::Kind::List: {
-        r.kind = WRAPIR_RT_ARG_LIST;
         lists.push_back(std::make_unique<std::vector<WrapirRtArg>>());
         std::vector<WrapirRtArg>& items = *lists.back();
         runtime_args(a.items, a.num_items, items, lists);
