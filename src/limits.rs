@@ -58,6 +58,20 @@ impl Limits {
         }
     }
 
+    /// The value of limit `which` (sizes as `u64`).
+    pub fn max(&self, which: Limit) -> u64 {
+        match which {
+            Limit::AllocBytes => self.max_alloc_bytes,
+            Limit::RunBytes => self.max_run_bytes,
+            Limit::TextDepth => self.max_text_depth as u64,
+            Limit::SubgraphDepth => self.max_subgraph_depth as u64,
+            Limit::LoopFuel => self.loop_fuel,
+            Limit::Diagnostics => self.max_diagnostics as u64,
+            Limit::Outputs => self.max_outputs as u64,
+            Limit::InlinedSubgraphs => self.max_inlined_subgraphs as u64,
+        }
+    }
+
     /// An error when `value` exceeds `limit` of kind `which`.
     pub fn check(which: Limit, value: u64, limit: u64, what: impl Into<String>) -> Result<(), LimitExceeded> {
         if value > limit {

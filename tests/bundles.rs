@@ -36,22 +36,16 @@ const PREDICATES: &[(&str, &[&[bool]])] = &[
 /// size (`[0, 2^63 - 2]`): the sizes of the eager run, in both branches.
 const HINTS: &[(&str, &[(&str, i64)])] = &[("feat_cond_unbacked", &[("u12", 26), ("u13", 26)])];
 
-fn name(dir: &Path) -> String {
-    dir.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
 fn load(dir: &Path) -> Program {
     let text = std::fs::read_to_string(dir.join("program.json")).unwrap();
-    Program::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", name(dir)))
+    Program::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", common::case_name(dir)))
 }
 
 /// Every committed CUDA bundle: its directory, case name and program.
 fn cuda_programs() -> impl Iterator<Item = (PathBuf, String, Program)> {
     common::cuda_bundles().into_iter().map(|dir| {
         let program = load(&dir);
-        (dir.clone(), name(&dir), program)
+        (dir.clone(), common::case_name(&dir), program)
     })
 }
 

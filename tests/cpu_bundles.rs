@@ -66,12 +66,6 @@ fn check(dir: &Path) -> Result<Outcome, String> {
     Ok(Outcome { comparison, kernels })
 }
 
-fn case(dir: &Path) -> String {
-    dir.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
 #[test]
 fn every_cpu_bundle_matches_eager_on_the_host() {
     let mut failures = Vec::new();
@@ -81,14 +75,14 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
         // Host kernels loaded over the backend's bundles (cumsum, for one,
         // is an extern `aten.cumsum` call on the CPU, with no kernel).
         let mut kernels = 0;
-        let names: Vec<String> = dirs.iter().map(|d| case(d)).collect();
+        let names: Vec<String> = dirs.iter().map(|d| common::case_name(d)).collect();
         for want in CASES {
             if !names.iter().any(|n| n == want) {
                 failures.push(format!("{backend}/{want}: no bundle"));
             }
         }
         for dir in dirs {
-            let name = format!("{backend}/{}", case(&dir));
+            let name = format!("{backend}/{}", common::case_name(&dir));
             match check(&dir) {
                 Err(e) => failures.push(format!("{name}: {e}")),
                 Ok(o) => {
@@ -101,7 +95,7 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
                         .eager
                         .max_errors()
                         .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));
-                    table += &format!("{backend:<8} {:<22} {:>7}  {err}\n", case(&dir), o.kernels);
+                    table += &format!("{backend:<8} {:<22} {:>7}  {err}\n", common::case_name(&dir), o.kernels);
                 }
             }
         }

@@ -35,10 +35,7 @@ enum Outcome {
 /// Packages, builds and runs the bundle at `dir` in `work`, linking the
 /// runtime library in `runtime` (with `build`), and compares its outputs.
 fn check(dir: &Path, work: &Path, runtime: &Path, build: Build) -> Result<Outcome, String> {
-    let case = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let case = common::case_name(dir);
     let package = work.join(&case);
     let lowered = common::lower_package(dir, &package);
     if lowered.code != 0 {
@@ -177,7 +174,7 @@ fn every_cpu_bundle_runs_as_a_standalone_package_without_pytorch() {
         std::fs::create_dir_all(&backend_work).unwrap();
         for dir in dirs {
             total += 1;
-            let case = dir.file_name().unwrap().to_string_lossy().into_owned();
+            let case = common::case_name(&dir);
             let name = format!("{backend}/{case}");
             let refusal = REFUSED.iter().find(|(c, _)| *c == name).map(|(_, why)| *why);
             match (check(&dir, &backend_work, &runtime, Build::Gxx), refusal) {

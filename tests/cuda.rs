@@ -65,10 +65,7 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[];
 fn every_bundle_matches_eager_on_cuda() {
     let mut failures = Vec::new();
     for dir in common::cuda_bundles() {
-        let case = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let case = common::case_name(&dir);
         let known = KNOWN_FAILURES.iter().find(|(c, _)| *c == case).map(|(_, e)| *e);
         match (check_bundle(&dir), known) {
             (Ok(host_ops), None) if host_ops.is_empty() => {}

@@ -71,10 +71,7 @@ fn check_prepared(
     calls: usize,
     between: &mut dyn FnMut(usize, &mut CudaBackend, &[Value<CudaTensor>], &[Value<CudaTensor>]),
 ) -> Result<usize, String> {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = common::case_name(dir);
     let (program, inputs) = load_bundle(dir);
     let mut backend = CudaBackend::new(CudaOptions {
         host_fallback: false,
@@ -127,10 +124,7 @@ fn prepared_direct_and_graphs_equal_the_interpreter_over_three_calls() {
     let mut prepared = Vec::new();
     let mut refused = Vec::new();
     for dir in common::cuda_bundles() {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = common::case_name(&dir);
         let direct = check_prepared(&dir, false, 3, &mut |_, _, _, _| {});
         let graphs = check_prepared(&dir, true, 3, &mut |_, _, _, _| {});
         match (direct, graphs) {

@@ -2,8 +2,8 @@
 
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, CallArg, Conditional, DType, Device, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate,
-    Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
+    ArgValue, CallArg, DType, Device, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program,
+    ProgramBuilder, SigType, TensorMethod, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr};
 
@@ -160,14 +160,7 @@ fn cond_program() -> Program {
     let pred = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
     let x = g.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
     let _y = g.tensor_input("arg2_1", cuda(DType::Float32, vec![s("s0")]));
-    g.declare_multi("buf0");
-    g.line(Line::Conditional(Conditional {
-        result: "buf0".into(),
-        predicate: Predicate::Tensor(pred),
-        true_graph: "true_graph_0".into(),
-        false_graph: "false_graph_0".into(),
-        operands: vec![x],
-    }));
+    g.conditional("buf0", Predicate::Tensor(pred), ("true_graph_0", "false_graph_0"), &[x]);
     let b1 = g.multi_output(
         "buf1",
         cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]),

@@ -120,7 +120,7 @@ fn the_library_reads_the_same_bundle_from_both() {
         // The table of contents records what the bundle says.
         let manifest = from_pkg.manifest().unwrap();
         assert_eq!(manifest.metadata, summary.metadata);
-        assert_eq!(manifest.metadata.torch, from_dir.info().torch);
+        assert_eq!(manifest.metadata.provenance, from_dir.info().provenance);
         assert_eq!(manifest.metadata.weights, from_dir.weights());
         assert_eq!(
             manifest.metadata.cubin_arch,

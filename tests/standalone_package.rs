@@ -54,7 +54,7 @@ fn every_bundle_package_compiles_against_cuda_h() {
     for bundle in common::cuda_bundles() {
         let program = program_of(&bundle);
         let info = wrapir::ir::validate(&program).unwrap();
-        let name = bundle.file_name().unwrap().to_string_lossy().into_owned();
+        let name = common::case_name(&bundle);
         let files = package(&info, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let target = target_name(&name);
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();

@@ -601,7 +601,7 @@ fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
             format!(" ({})", arch.join(", "))
         }
     );
-    if let (Some(torch), Some(triton)) = (&m.torch, &m.triton) {
+    if let (Some(torch), Some(triton)) = (&m.provenance.torch, &m.provenance.triton) {
         out += &format!("  compiled by PyTorch {torch}, Triton {triton}\n");
     }
     if !m.weights.is_empty() {

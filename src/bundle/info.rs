@@ -1,13 +1,17 @@
 //! [`BundleInfo`]: what a bundle's `bundle.json` says about where it came
-//! from and which graph inputs are the model's weights (the fields that
-//! [`crate::exec::compare::BundleMeta`] does not hold).
+//! from ([`Provenance`]) and which graph inputs are the model's weights (the
+//! fields that [`crate::exec::compare::BundleMeta`] does not hold).
 
 use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
 
-/// Provenance and weights from a bundle's `bundle.json`
-/// (`fixtures/inductor/README.md` lists the fields). Every field is optional.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BundleInfo {
+/// Where a program came from: `bundle.json`'s `case`, `torch`, `triton` and
+/// `device`, as a bundle ([`BundleInfo::provenance`]) and the package packed
+/// from it ([`crate::bundle::package::PackageMetadata::provenance`]) both
+/// record them. Every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Provenance {
     /// `case`: the exporter's case name.
     pub case: Option<String>,
     /// `torch`: the PyTorch version that compiled it (`2.11.0+cu130`).
@@ -16,6 +20,14 @@ pub struct BundleInfo {
     pub triton: Option<String>,
     /// `device`: the GPU it was compiled on (`NVIDIA H200`).
     pub device: Option<String>,
+}
+
+/// Provenance and weights from a bundle's `bundle.json`
+/// (`fixtures/inductor/README.md` lists the fields). Every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BundleInfo {
+    /// `case`, `torch`, `triton`, `device`.
+    pub provenance: Provenance,
     /// `graph_inputs`: the compiled graph's input names, in call order.
     pub graph_inputs: Vec<String>,
     /// `weights`: the graph inputs that are the module's parameters or buffers.
@@ -58,10 +70,12 @@ impl BundleInfo {
             Some(other) => return Err(format!("`weight_names` must be an object, got {other}")),
         };
         Ok(BundleInfo {
-            case: string("case")?,
-            torch: string("torch")?,
-            triton: string("triton")?,
-            device: string("device")?,
+            provenance: Provenance {
+                case: string("case")?,
+                torch: string("torch")?,
+                triton: string("triton")?,
+                device: string("device")?,
+            },
             graph_inputs: strings("graph_inputs")?,
             weights: strings("weights")?,
             weight_names,
@@ -81,7 +95,8 @@ mod tests {
         .unwrap();
         assert_eq!(info.weights, ["arg1_1"]);
         assert_eq!(info.weight_names["arg1_1"], "fc.weight");
-        assert_eq!(info.triton, None);
+        assert_eq!(info.provenance.case.as_deref(), Some("m"));
+        assert_eq!(info.provenance.triton, None);
         assert!(BundleInfo::from_json(r#"{"weights": "arg1_1"}"#)
             .unwrap_err()
             .contains("`weights`"));

@@ -52,7 +52,7 @@ pub mod ranks;
 pub use crate::exec::images::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use bytes::SharedBytes;
 pub use error::BundleError;
-pub use info::BundleInfo;
+pub use info::{BundleInfo, Provenance};
 pub use kernels::KernelImages;
 pub use pack::PackSummary;
 pub use ranks::RankSet;

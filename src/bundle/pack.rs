@@ -115,10 +115,7 @@ impl Bundle {
         }
         let info = &self.info;
         Ok(PackageMetadata {
-            case: info.case.clone(),
-            torch: info.torch.clone(),
-            triton: info.triton.clone(),
-            device: info.device.clone(),
+            provenance: info.provenance.clone(),
             tolerance: record(self.meta.tolerance),
             compiled_tolerance: record(self.meta.compiled_tolerance),
             cubin_arch: sms.into_iter().collect(),

@@ -59,14 +59,10 @@ pub struct Manifest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PackageMetadata {
-    /// `bundle.json`'s `case`.
-    pub case: Option<String>,
-    /// The PyTorch version that compiled the program (`bundle.json`'s `torch`).
-    pub torch: Option<String>,
-    /// The Triton version that compiled its kernels.
-    pub triton: Option<String>,
-    /// The GPU it was compiled on.
-    pub device: Option<String>,
+    /// The bundle's `case`, `torch`, `triton` and `device` (stored as fields
+    /// of the metadata itself).
+    #[serde(flatten)]
+    pub provenance: super::Provenance,
     /// The tolerance for comparing with eager PyTorch's outputs.
     pub tolerance: Option<ToleranceRecord>,
     /// The tolerance for comparing with Inductor's compiled outputs.

@@ -1,7 +1,10 @@
 //! Building programs line by line from Rust.
 
 use super::kernel::{KernelBackend, KernelDef};
-use super::line::{ArgValue, CallArg, ExternCall, KernelCall, KeyEntry, KeyPath, Line, MultiIndex, TensorMethod};
+use super::line::{
+    ArgValue, CallArg, Conditional, ExternCall, KernelCall, KeyEntry, KeyPath, Line, MultiIndex, Predicate,
+    TensorMethod, WhileLoop,
+};
 use super::program::{BufferDecl, BufferKind, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange};
 use super::types::{BufName, Device, GraphName, KernelName, Layout};
 use crate::sym::{SymExpr, Symbol};
@@ -295,6 +298,47 @@ impl GraphBuilder<'_> {
             source: source.clone(),
             indices: indices.iter().cloned().collect(),
         });
+        n
+    }
+
+    /// A `torch.cond` line: declares the multi-output `result` and runs
+    /// `branches` (true graph, false graph) on `operands` by `predicate`.
+    pub fn conditional(
+        &mut self,
+        result: &str,
+        predicate: Predicate,
+        (true_graph, false_graph): (&str, &str),
+        operands: &[BufName],
+    ) -> BufName {
+        let n = self.declare_multi(result);
+        self.lines.push(Line::Conditional(Conditional {
+            result: n.clone(),
+            predicate,
+            true_graph: GraphName::new(true_graph),
+            false_graph: GraphName::new(false_graph),
+            operands: operands.to_vec(),
+        }));
+        n
+    }
+
+    /// A `torch.while_loop` line: declares the multi-output `result` and runs
+    /// `graphs` (cond graph, body graph) over `carried`, passing `additional`
+    /// unchanged.
+    pub fn while_loop(
+        &mut self,
+        result: &str,
+        (cond_graph, body_graph): (&str, &str),
+        carried: &[BufName],
+        additional: &[BufName],
+    ) -> BufName {
+        let n = self.declare_multi(result);
+        self.lines.push(Line::WhileLoop(WhileLoop {
+            result: n.clone(),
+            cond_graph: GraphName::new(cond_graph),
+            body_graph: GraphName::new(body_graph),
+            carried: carried.to_vec(),
+            additional: additional.to_vec(),
+        }));
         n
     }
 

@@ -31,6 +31,7 @@
 //! (both dialects) and [`FxLaunches`]) with [`validate_emitted`].
 
 mod check;
+mod claims;
 mod emitted;
 mod facts;
 mod guards;

@@ -1,5 +1,6 @@
 //! The canonical launch record of one Triton call, and how it is derived.
 
+use super::claims::{self, Ledger};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName, Program,
     SigType, TritonMeta, MAIN_GRAPH,
@@ -660,64 +661,22 @@ impl<'a> Reconciler<'a> {
     fn range_check(&mut self, param: &str, ty: &SigType, e: &SymExpr) -> Result<(), ErrorKind> {
         let SigType::Scalar(st) = ty else { return Ok(()) };
         let Some((lo, hi)) = st.int_range() else { return Ok(()) };
-        // Every defined value is an `i64` (evaluation is checked 64-bit).
-        let raw = self.cache.bounds(e);
-        let range = Interval {
-            lo: raw.lo.max(Bound::Fin(i64::MIN.into())),
-            hi: raw.hi.min(Bound::Fin(i64::MAX.into())),
-        };
-        let range_text = interval_text(raw);
         let claim = format!("{param}: {e} fits {ty}");
-        let lo_ok = range.lo >= Bound::Fin(lo);
-        let hi_ok = range.hi <= Bound::Fin(hi);
-        if lo_ok && hi_ok {
-            self.evidence.push(Evidence {
-                claim,
-                verdict: EvidenceVerdict::Proven,
-                detail: format!("{e} in {range_text}"),
-            });
-            return Ok(());
-        }
-        if range.hi < Bound::Fin(lo) || range.lo > Bound::Fin(hi) {
-            return Err(ErrorKind::OutOfRange {
-                param: param.to_string(),
-                ty: ty.clone(),
-                value: e.clone(),
-                range: range_text,
-                lo,
-                hi,
-            });
-        }
-        let mut conds = Vec::new();
-        // Type bounds fit in i64 for every integer type but u64's maximum,
-        // which no i64 value exceeds.
-        if !lo_ok {
-            if let Ok(l) = i64::try_from(lo) {
-                conds.push(SymExpr::cmp(CmpOp::Ge, e.clone(), SymExpr::Int(l)));
-            }
-        }
-        if !hi_ok {
-            if let Ok(h) = i64::try_from(hi) {
-                conds.push(SymExpr::cmp(CmpOp::Le, e.clone(), SymExpr::Int(h)));
-            }
-        }
-        let cond = match conds.len() {
-            0 => return Ok(()),
-            1 => conds.remove(0),
-            _ => SymExpr::And(conds),
+        let mut ledger = Ledger {
+            guards: &mut self.guards,
+            evidence: &mut self.evidence,
         };
-        let message = format!("{param}: cannot prove {e} fits {ty} (range {range_text})");
-        self.evidence.push(Evidence {
-            claim,
-            verdict: EvidenceVerdict::Guarded,
-            detail: format!("{e} in {range_text}; guard `{cond}`"),
-        });
-        self.guards.push(Guard {
+        claims::in_range(self.cache, &mut ledger, (claim, param), e, (lo, hi), |range_text| {
+            format!("{param}: cannot prove {e} fits {ty} (range {range_text})")
+        })
+        .map_err(|range| ErrorKind::OutOfRange {
             param: param.to_string(),
-            cond,
-            message,
-        });
-        Ok(())
+            ty: ty.clone(),
+            value: e.clone(),
+            range,
+            lo,
+            hi,
+        })
     }
 
     fn baked(&mut self, bound: &IndexMap<String, &ArgValue>) -> Result<Vec<Baked>, ErrorKind> {
@@ -830,31 +789,18 @@ impl<'a> Reconciler<'a> {
             return Err(mismatch(None));
         };
         let claim = format!("{param}: {e} == {k}");
-        match self.cache.prove(e, &k) {
-            Outcome::Proven(expl) => {
-                self.evidence.push(Evidence {
-                    claim,
-                    verdict: EvidenceVerdict::Proven,
-                    detail: expl.flat_string().to_string(),
-                });
-                Ok(())
-            }
-            Outcome::Disproved(c) => Err(mismatch(Some(c))),
-            Outcome::Unknown(reason) => {
-                let cond = SymExpr::cmp(CmpOp::Eq, e.clone(), k.clone());
-                self.guards.push(Guard {
-                    param: param.to_string(),
-                    cond,
-                    message: format!("{param}: cannot prove {e} == {k}"),
-                });
-                self.evidence.push(Evidence {
-                    claim,
-                    verdict: EvidenceVerdict::Guarded,
-                    detail: reason,
-                });
-                Ok(())
-            }
-        }
+        let mut ledger = Ledger {
+            guards: &mut self.guards,
+            evidence: &mut self.evidence,
+        };
+        claims::equal(self.cache, &mut ledger, (claim, param), (e, &k), || {
+            (
+                SymExpr::cmp(CmpOp::Eq, e.clone(), k.clone()),
+                format!("{param}: cannot prove {e} == {k}"),
+            )
+        })
+        .map(|_| ())
+        .map_err(|c| mismatch(Some(c)))
     }
 }
 

@@ -55,6 +55,13 @@ pub fn name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// A bundle's case name: its directory's last component.
+pub fn case_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// The bundle directories (those holding a `program.json`) directly under
 /// `rel` (relative to the crate root), sorted; panics when there are none.
 pub fn bundle_dirs(rel: &str) -> Vec<PathBuf> {

@@ -10,8 +10,8 @@ mod common;
 use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, Conditional, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry,
-    Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta, WhileLoop,
+    ArgValue, CallArg, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
+    MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -279,14 +279,12 @@ fn cond_program() -> Program {
     g.tensor_input("arg1_1", f32(&[int(40)]));
     g.define_kernel(&k);
     g.line(Line::EnterDeviceContext { device_index: 0 });
-    g.declare_multi("buf0");
-    g.line(Line::Conditional(Conditional {
-        result: "buf0".into(),
-        predicate: Predicate::Tensor("arg0_1".into()),
-        true_graph: "true_graph_0".into(),
-        false_graph: "false_graph_0".into(),
-        operands: vec!["arg1_1".into()],
-    }));
+    g.conditional(
+        "buf0",
+        Predicate::Tensor("arg0_1".into()),
+        ("true_graph_0", "false_graph_0"),
+        &["arg1_1".into()],
+    );
     let r = g.multi_output("buf1", f32(&[int(40)]), &"buf0".into(), &[MultiIndex::List(0)]);
     g.line(Line::ExitDeviceContext);
     g.output(&r);
@@ -325,14 +323,12 @@ fn while_program() -> Program {
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
     g.tensor_input("arg1_1", f32(&[int(4)]));
-    g.declare_multi("buf2");
-    g.line(Line::WhileLoop(WhileLoop {
-        result: "buf2".into(),
-        cond_graph: "cond_graph_0".into(),
-        body_graph: "body_graph_0".into(),
-        carried: vec!["arg0_1".into()],
-        additional: vec!["arg1_1".into()],
-    }));
+    g.while_loop(
+        "buf2",
+        ("cond_graph_0", "body_graph_0"),
+        &["arg0_1".into()],
+        &["arg1_1".into()],
+    );
     let r = g.multi_output("buf3", f32(&[int(4)]), &"buf2".into(), &[MultiIndex::List(0)]);
     g.output(&r);
     g.finish();

@@ -32,14 +32,7 @@ fn cond_program(predicate: Predicate) -> Program {
     for (i, s) in predicate_symbols.iter().enumerate() {
         g.symbol_input(&format!("arg{}_1", i + 2), s);
     }
-    g.declare_multi("buf0");
-    g.line(Line::Conditional(Conditional {
-        result: "buf0".into(),
-        predicate,
-        true_graph: "true_graph_0".into(),
-        false_graph: "false_graph_0".into(),
-        operands: vec!["arg1_1".into()],
-    }));
+    g.conditional("buf0", predicate, ("true_graph_0", "false_graph_0"), &["arg1_1".into()]);
     g.multi_output("buf1", f32(&[4]), &"buf0".into(), &[MultiIndex::List(0)]);
     g.output(&"buf1".into());
     g.finish();
@@ -109,14 +102,12 @@ fn while_loop_form() {
     let mut g = p.main();
     g.tensor_input("arg0_1", scalar.clone());
     g.tensor_input("arg1_1", f32(&[4]));
-    g.declare_multi("buf0");
-    g.line(Line::WhileLoop(WhileLoop {
-        result: "buf0".into(),
-        cond_graph: "while_loop_cond_graph_0".into(),
-        body_graph: "while_loop_body_graph_0".into(),
-        carried: vec!["arg0_1".into()],
-        additional: vec!["arg1_1".into()],
-    }));
+    g.while_loop(
+        "buf0",
+        ("while_loop_cond_graph_0", "while_loop_body_graph_0"),
+        &["arg0_1".into()],
+        &["arg1_1".into()],
+    );
     g.multi_output("buf1", scalar, &"buf0".into(), &[MultiIndex::List(0)]);
     g.output(&"buf1".into());
     g.finish();

@@ -32,14 +32,7 @@ fn unbacked_program() -> wrapir::ir::Program {
         ],
     ); // 5
     g.free_if_not_reused(&r); // 6
-    g.declare_multi("buf3");
-    g.line(Line::Conditional(Conditional {
-        result: BufName::new("buf3"),
-        predicate: Predicate::Tensor(pred),
-        true_graph: GraphName::new("true_graph_0"),
-        false_graph: GraphName::new("false_graph_0"),
-        operands: vec![x],
-    })); // 7
+    g.conditional("buf3", Predicate::Tensor(pred), ("true_graph_0", "false_graph_0"), &[x]); // 7
     g.runtime_assert(SymExpr::cmp(CmpOp::Ge, sym("u1"), SymExpr::Int(0)), "u1 >= 0"); // 8
     g.output(&out);
     g.finish();

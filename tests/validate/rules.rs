@@ -506,14 +506,7 @@ const STRUCTURE_CASES: &[Case] = &[
         |p| {
             let mut g = p.main();
             let x = g.tensor_input("arg0_1", f32n(8));
-            g.declare_multi("buf0");
-            g.line(Line::WhileLoop(WhileLoop {
-                result: BufName::new("buf0"),
-                cond_graph: GraphName::new("cond_graph_0"),
-                body_graph: GraphName::new("body_graph_0"),
-                carried: vec![x],
-                additional: vec![],
-            }));
+            g.while_loop("buf0", ("cond_graph_0", "body_graph_0"), &[x], &[]);
             g.finish();
             branch(p, "cond_graph_0", 1, 1);
             branch(p, "body_graph_0", 1, 0);

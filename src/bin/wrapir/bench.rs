@@ -122,9 +122,10 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
             }
             let (lat, p99, drained) = (d.latency.one_us, d.latency.one_p99_us, d.latency.drained_us);
             out += &format!("direct with the device's work: {lat:.2} us latency per call (p99 {p99:.2}), {drained:.2} us/call drained ({iters} queued)\n");
-            json["direct_latency_us"] = json!(lat);
-            json["direct_latency_p99_us"] = json!(p99);
-            json["direct_drained_us"] = json!(drained);
+            extend(
+                &mut json,
+                json!({"direct_latency_us": lat, "direct_latency_p99_us": p99, "direct_drained_us": drained}),
+            );
             out += &format!(
                 "direct: {:.2} us/call, {:.3} us/kernel ({} launches, {} device reads, arena {} bytes){}; equal to the interpreter bit for bit: {}\n",
                 d.queued_us,
@@ -135,14 +136,14 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                 diverged(d.diverged),
                 d.equals_interp
             );
-            json["direct_us"] = json!(d.queued_us);
-            json["direct_one_us"] = json!(d.one_us);
-            json["launches"] = json!(d.launches);
-            json["library_calls"] = json!(d.library_calls);
-            json["kernels"] = json!(d.kernels);
-            json["reads"] = json!(d.reads);
-            json["arena_bytes"] = json!(d.arena_bytes);
-            json["direct_equals_interp"] = json!(d.equals_interp);
+            extend(
+                &mut json,
+                json!({
+                    "direct_us": d.queued_us, "direct_one_us": d.one_us, "launches": d.launches,
+                    "library_calls": d.library_calls, "kernels": d.kernels, "reads": d.reads,
+                    "arena_bytes": d.arena_bytes, "direct_equals_interp": d.equals_interp,
+                }),
+            );
             match &d.graphs {
                 None => {}
                 Some(Ok(g)) => {
@@ -154,8 +155,7 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                         diverged(g.diverged),
                         g.equals_direct
                     );
-                    json["graph_us"] = json!(g.queued_us);
-                    json["graph_form"] = json!(g.form);
+                    extend(&mut json, json!({"graph_us": g.queued_us, "graph_form": g.form}));
                     let (lat, p99, drained) = (g.latency.one_us, g.latency.one_p99_us, g.latency.drained_us);
                     out += &format!("graphs with the device's work: {lat:.2} us latency per call (p99 {p99:.2}), {drained:.2} us/call drained ({iters} queued)\n");
                     if let Some(dev) = g.device_us {
@@ -165,12 +165,13 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                             lat - dev
                         );
                     }
-                    json["graph_device_us"] = json!(g.device_us);
-                    json["graph_latency_p99_us"] = json!(p99);
-                    json["graph_latency_us"] = json!(lat);
-                    json["graph_drained_us"] = json!(drained);
-                    json["graphs"] = json!(g.graphs);
-                    json["graph_equals_direct"] = json!(g.equals_direct);
+                    extend(
+                        &mut json,
+                        json!({
+                            "graph_device_us": g.device_us, "graph_latency_p99_us": p99, "graph_latency_us": lat,
+                            "graph_drained_us": drained, "graphs": g.graphs, "graph_equals_direct": g.equals_direct,
+                        }),
+                    );
                 }
                 Some(Err(e)) => {
                     out += &format!("graphs: failed ({e})\n");
@@ -220,15 +221,27 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
             d.one_us / at.floor_us,
             at.fixed_us
         );
-        json["direct_floor_us"] = json!(at.floor_us);
-        json["direct_fixed_us"] = json!(at.fixed_us);
+        extend(
+            &mut json,
+            json!({"direct_floor_us": at.floor_us, "direct_fixed_us": at.fixed_us}),
+        );
     }
-    json["floor_launch_us"] = json!(floor.launch_us);
-    json["floor_read_us"] = json!(floor.read_us);
-    json["floor_graph_us"] = json!(floor.graph_us);
-    json["floor_compiler"] = json!(floor.compiler);
+    extend(
+        &mut json,
+        json!({
+            "floor_launch_us": floor.launch_us, "floor_read_us": floor.read_us,
+            "floor_graph_us": floor.graph_us, "floor_compiler": floor.compiler,
+        }),
+    );
     out += &format!("bench-json {json}\n");
     out
+}
+
+/// Adds `fields` (an object) to the object `json`, replacing keys it has.
+fn extend(json: &mut serde_json::Value, fields: serde_json::Value) {
+    if let (Some(json), serde_json::Value::Object(fields)) = (json.as_object_mut(), fields) {
+        json.extend(fields);
+    }
 }
 
 /// This process's age in ms, from `/proc/self/stat` and `/proc/uptime`

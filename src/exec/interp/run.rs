@@ -206,14 +206,8 @@ impl Plan {
                 Value::Tensor(backend.allocate(layout)?)
             }
             StepKind::AsStrided(a) => {
-                let AsStridedStep {
-                    base,
-                    size,
-                    stride,
-                    offset,
-                } = &**a;
-                let b = tensor(*base)?;
-                Value::Tensor(backend.view(b, &small_ints(size)?, &small_ints(stride)?, int(offset)?)?)
+                let b = tensor(a.base)?;
+                Value::Tensor(backend.view(b, &small_ints(&a.size)?, &small_ints(&a.stride)?, int(&a.offset)?)?)
             }
             StepKind::Triton { packed: Some(p), t } => {
                 let def = self.kernel_at(p, &t.kernel)?;

@@ -467,16 +467,9 @@ impl<'a> Validator<'a> {
             ArgValue::List(_) => {}
             _ => return,
         }
-        let depth = v.depth();
-        if depth > self.limits.max_text_depth {
-            let max = self.limits.max_text_depth;
-            self.limit(
-                Self::at(g, at),
-                crate::Limit::TextDepth,
-                depth,
-                max,
-                "list argument nested too deep".to_string(),
-            );
+        if self.over_limit(g, at, crate::Limit::TextDepth, v.depth(), || {
+            "list argument nested too deep".to_string()
+        }) {
             return;
         }
         // Lists: every buffer, then every expression.

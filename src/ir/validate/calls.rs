@@ -2,6 +2,34 @@
 
 use super::*;
 
+impl<'a> Validator<'a> {
+    /// The one rule of a kernel definition at line `at` of `g`, made by
+    /// graph `by` (`g` itself, or the subgraph a cond or while loop runs
+    /// there): a second definition is reported, a first one recorded;
+    /// whether it was recorded.
+    pub(super) fn define_kernel(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        kernel: &KernelName,
+        by: GraphName,
+    ) -> bool {
+        if let Some((graph, first)) = g.defined_kernels.get(kernel).cloned() {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::KernelDefinedTwice {
+                    kernel: kernel.clone(),
+                    graph,
+                    first,
+                },
+            );
+            return false;
+        }
+        g.defined_kernels.insert(kernel.clone(), (by, at));
+        true
+    }
+}
+
 /// A kernel parameter as the checker sees it.
 pub(super) struct Param<'a> {
     pub(super) name: String,

@@ -24,18 +24,9 @@ impl<'a> Validator<'a> {
                     );
                     return;
                 }
-                if let Some((graph, first)) = g.defined_kernels.get(kernel).cloned() {
-                    self.err(
-                        Self::at(g, at),
-                        ValidationErrorKind::KernelDefinedTwice {
-                            kernel: kernel.clone(),
-                            graph,
-                            first,
-                        },
-                    );
+                if !self.define_kernel(g, at, kernel, g.name.clone()) {
                     return;
                 }
-                g.defined_kernels.insert(kernel.clone(), (g.name.clone(), at));
                 g.own_definitions.insert(kernel.clone());
                 self.kernel_definitions
                     .entry(kernel.clone())
@@ -88,15 +79,11 @@ impl<'a> Validator<'a> {
                 self.use_buffer(g, at, source, need, false);
                 for ix in indices {
                     if let MultiIndex::List(i) | MultiIndex::Tuple(i) = ix {
-                        if *i >= 0 && *i as u64 >= self.limits.max_outputs as u64 {
-                            let max = self.limits.max_outputs;
-                            self.limit(
-                                Self::at(g, at),
-                                crate::Limit::Outputs,
-                                usize::try_from(*i).unwrap_or(usize::MAX).saturating_add(1),
-                                max,
-                                format!("`{source}` indexed at {i}: outputs of one value"),
-                            );
+                        if *i >= 0 {
+                            let outputs = usize::try_from(*i).unwrap_or(usize::MAX).saturating_add(1);
+                            self.over_limit(g, at, crate::Limit::Outputs, outputs, || {
+                                format!("`{source}` indexed at {i}: outputs of one value")
+                            });
                         }
                         if *i < 0 {
                             self.err(
@@ -164,16 +151,10 @@ impl<'a> Validator<'a> {
             Line::Conditional(c) => self.conditional(g, at, c),
             Line::WhileLoop(w) => self.while_loop(g, at, w),
             Line::EnterDeviceContext { .. } => {
-                if g.device_stack.len() >= self.limits.max_text_depth {
-                    let max = self.limits.max_text_depth;
-                    self.limit(
-                        Self::at(g, at),
-                        crate::Limit::TextDepth,
-                        g.device_stack.len() + 1,
-                        max,
-                        "device guards nested too deep".to_string(),
-                    );
-                }
+                let depth = g.device_stack.len() + 1;
+                self.over_limit(g, at, crate::Limit::TextDepth, depth, || {
+                    "device guards nested too deep".to_string()
+                });
                 g.device_stack.push(at)
             }
             Line::ExitDeviceContext => {

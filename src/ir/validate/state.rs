@@ -392,11 +392,25 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// An error for a limit exceeded at `location`.
-    pub(super) fn limit(&mut self, location: Location, limit: crate::Limit, value: usize, max: usize, what: String) {
-        if let Err(error) = crate::Limits::check(limit, value as u64, max as u64, what) {
-            self.err(location, ValidationErrorKind::Limit(error));
+    /// The one check of a validation limit: reports `which` exceeded at line
+    /// `at` of `g` when `value` is over it (`what` says what exceeded it, and
+    /// is only made then); whether it was.
+    pub(super) fn over_limit(
+        &mut self,
+        g: &GraphState<'_>,
+        at: usize,
+        which: crate::Limit,
+        value: usize,
+        what: impl FnOnce() -> String,
+    ) -> bool {
+        let max = self.limits.max(which);
+        if value as u64 <= max {
+            return false;
         }
+        if let Err(error) = crate::Limits::check(which, value as u64, max, what()) {
+            self.err(Self::at(g, at), ValidationErrorKind::Limit(error));
+        }
+        true
     }
 
     pub(super) fn at(g: &GraphState<'_>, index: usize) -> Location {

@@ -31,15 +31,10 @@ impl<'a> Validator<'a> {
             }
             None => {}
         }
-        if self.stack.len() >= self.limits.max_subgraph_depth {
-            let max = self.limits.max_subgraph_depth;
-            self.limit(
-                Self::at(g, at),
-                crate::Limit::SubgraphDepth,
-                self.stack.len() + 1,
-                max,
-                format!("subgraph `{name}` is called through a chain of subgraphs too long"),
-            );
+        let depth = self.stack.len() + 1;
+        if self.over_limit(g, at, crate::Limit::SubgraphDepth, depth, || {
+            format!("subgraph `{name}` is called through a chain of subgraphs too long")
+        }) {
             return None;
         }
         self.summaries.insert(name.clone(), SummaryState::InProgress);
@@ -101,14 +96,23 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// The one rule of a need (a symbol bound, a kernel defined) of the
+    /// subgraph run at line `at` that `g` has not met there: it goes unmet
+    /// in the main graph, which has no caller to pass it to, and where `g`
+    /// meets it only after `at` (`later`: the line where `g` first meets it,
+    /// from [`Self::prescan`]); otherwise it becomes `g`'s own need.
+    fn need_unmet(g: &mut GraphState<'a>, at: usize, later: impl FnOnce(&GraphState<'a>) -> Option<usize>) -> bool {
+        Self::prescan(g);
+        g.is_main || later(g).is_some_and(|i| i > at)
+    }
+
     /// Applies what a subgraph needs and provides at the line that runs it.
     pub(super) fn apply_summary(&mut self, g: &mut GraphState<'a>, at: usize, sub: &GraphName, s: &Summary) {
         for (sym, used_at) in &s.external_symbols {
             if self.bound_site(g, sym).is_some() || self.unbound_backed.contains(sym) {
                 continue;
             }
-            Self::prescan(g);
-            if g.is_main || g.later_bindings.get(sym).is_some_and(|&i| i > at) {
+            if Self::need_unmet(g, at, |g| g.later_bindings.get(sym).copied()) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::SubgraphSymbolNotBound {
@@ -125,8 +129,7 @@ impl<'a> Validator<'a> {
             if g.defined_kernels.contains_key(k) {
                 continue;
             }
-            Self::prescan(g);
-            if g.is_main || g.later_kernels.get(k).is_some_and(|&i| i > at) {
+            if Self::need_unmet(g, at, |g| g.later_kernels.get(k).copied()) {
                 self.err(
                     Self::at(g, at),
                     ValidationErrorKind::SubgraphKernelNotDefined {
@@ -145,18 +148,7 @@ impl<'a> Validator<'a> {
             }
         }
         for k in &s.defines {
-            if let Some((graph, first)) = g.defined_kernels.get(k).cloned() {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::KernelDefinedTwice {
-                        kernel: k.clone(),
-                        graph,
-                        first,
-                    },
-                );
-            } else {
-                g.defined_kernels.insert(k.clone(), (sub.clone(), at));
-            }
+            self.define_kernel(g, at, k, sub.clone());
         }
     }
 
@@ -176,6 +168,63 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// The summaries of the two subgraphs a cond or while loop line runs
+    /// (`None` for one that is missing or recursive): a graph that is both
+    /// is checked once.
+    fn summaries_of(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        (a, b): (&GraphName, &GraphName),
+    ) -> (Option<Summary>, Option<Summary>) {
+        let first = self.subgraph(g, at, a);
+        let second = if b == a { first.clone() } else { self.subgraph(g, at, b) };
+        (first, second)
+    }
+
+    /// Applies the summaries of the two subgraphs a line runs
+    /// ([`Self::summaries_of`]): a graph that is both is applied once.
+    fn apply_summaries(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        (a, b): (&GraphName, &GraphName),
+        summaries: (&Option<Summary>, &Option<Summary>),
+    ) {
+        if let Some(s) = summaries.0 {
+            self.apply_summary(g, at, a, s);
+        }
+        if let Some(s) = summaries.1.as_ref().filter(|_| b != a) {
+            self.apply_summary(g, at, b, s);
+        }
+    }
+
+    /// Passes a while loop's operands to its graph `graph` (run as `role`,
+    /// `cond` or `body`) and checks that it returns `expected` values.
+    fn loop_graph(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        (role, graph): (&'static str, &GraphName),
+        expected: usize,
+        operands: &[&BufName],
+    ) {
+        self.pass_operands(g, at, graph, operands);
+        if let Some(found) = self.program.subgraphs.get(graph).map(|sg| sg.outputs.len()) {
+            if found != expected {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::LoopOutputMismatch {
+                        role,
+                        graph: graph.clone(),
+                        expected,
+                        found,
+                    },
+                );
+            }
+        }
+    }
+
     pub(super) fn conditional(&mut self, g: &mut GraphState<'a>, at: usize, c: &'a crate::ir::line::Conditional) {
         match &c.predicate {
             Predicate::Tensor(b) => {
@@ -190,12 +239,8 @@ impl<'a> Validator<'a> {
         }
         let operands: Vec<&BufName> = c.operands.iter().collect();
         self.use_operands(g, at, Some(&c.true_graph), &operands);
-        let t = self.subgraph(g, at, &c.true_graph);
-        let f = if c.false_graph == c.true_graph {
-            t.clone()
-        } else {
-            self.subgraph(g, at, &c.false_graph)
-        };
+        let graphs = (&c.true_graph, &c.false_graph);
+        let (t, f) = self.summaries_of(g, at, graphs);
         if t.is_some() {
             self.pass_operands(g, at, &c.true_graph, &operands);
         }
@@ -218,14 +263,7 @@ impl<'a> Validator<'a> {
                 );
             }
         }
-        if let Some(s) = &t {
-            self.apply_summary(g, at, &c.true_graph, s);
-        }
-        if let Some(s) = &f {
-            if c.false_graph != c.true_graph {
-                self.apply_summary(g, at, &c.false_graph, s);
-            }
-        }
+        self.apply_summaries(g, at, graphs, (&t, &f));
         if let (Some(t), Some(f)) = (&t, &f) {
             let both: Vec<Symbol> = t.binds.iter().filter(|s| f.binds.contains(*s)).cloned().collect();
             self.bind_after(g, at, both);
@@ -236,52 +274,15 @@ impl<'a> Validator<'a> {
     pub(super) fn while_loop(&mut self, g: &mut GraphState<'a>, at: usize, w: &'a crate::ir::line::WhileLoop) {
         let operands: Vec<&BufName> = w.carried.iter().chain(w.additional.iter()).collect();
         self.use_operands(g, at, Some(&w.body_graph), &operands);
-        let c = self.subgraph(g, at, &w.cond_graph);
-        let b = if w.body_graph == w.cond_graph {
-            c.clone()
-        } else {
-            self.subgraph(g, at, &w.body_graph)
-        };
+        let graphs = (&w.cond_graph, &w.body_graph);
+        let (c, b) = self.summaries_of(g, at, graphs);
         if c.is_some() {
-            self.pass_operands(g, at, &w.cond_graph, &operands);
-            if let Some(cg) = self.program.subgraphs.get(&w.cond_graph) {
-                if cg.outputs.len() != 1 {
-                    self.err(
-                        Self::at(g, at),
-                        ValidationErrorKind::LoopOutputMismatch {
-                            role: "cond",
-                            graph: w.cond_graph.clone(),
-                            expected: 1,
-                            found: cg.outputs.len(),
-                        },
-                    );
-                }
-            }
+            self.loop_graph(g, at, ("cond", &w.cond_graph), 1, &operands);
         }
         if b.is_some() {
-            self.pass_operands(g, at, &w.body_graph, &operands);
-            if let Some(bg) = self.program.subgraphs.get(&w.body_graph) {
-                if bg.outputs.len() != w.carried.len() {
-                    self.err(
-                        Self::at(g, at),
-                        ValidationErrorKind::LoopOutputMismatch {
-                            role: "body",
-                            graph: w.body_graph.clone(),
-                            expected: w.carried.len(),
-                            found: bg.outputs.len(),
-                        },
-                    );
-                }
-            }
+            self.loop_graph(g, at, ("body", &w.body_graph), w.carried.len(), &operands);
         }
-        if let Some(s) = &c {
-            self.apply_summary(g, at, &w.cond_graph, s);
-        }
-        if let Some(s) = &b {
-            if w.body_graph != w.cond_graph {
-                self.apply_summary(g, at, &w.body_graph, s);
-            }
-        }
+        self.apply_summaries(g, at, graphs, (&c, &b));
         // The cond graph runs at least once; the body may not run at all.
         if let Some(s) = &c {
             let syms: Vec<Symbol> = s.binds.iter().cloned().collect();

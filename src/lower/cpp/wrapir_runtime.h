@@ -658,7 +658,19 @@ inline HostKernel host_kernel(const std::string& dir, const std::string& image, 
 /// One argument of an extern op (wrapir::call_op): a tagged value, with its keyword name
 /// (`nullptr` for positional arguments).
 struct ExternArg {
-  enum class Kind : int32_t { None, Tensor, Int, Float, Bool, String, DType, Device, List };
+  /// The C ABI's argument kinds (wrapir_rt.h), so that a kind passes to the
+  /// runtime library as it is.
+  enum class Kind : int32_t {
+    None = WRAPIR_RT_ARG_NONE,
+    Tensor = WRAPIR_RT_ARG_TENSOR,
+    Int = WRAPIR_RT_ARG_INT,
+    Float = WRAPIR_RT_ARG_FLOAT,
+    Bool = WRAPIR_RT_ARG_BOOL,
+    String = WRAPIR_RT_ARG_STRING,
+    DType = WRAPIR_RT_ARG_DTYPE,
+    Device = WRAPIR_RT_ARG_DEVICE,
+    List = WRAPIR_RT_ARG_LIST,
+  };
   Kind kind = Kind::None;
   const char* name = nullptr;
   const wrapir::Tensor* tensor = nullptr;
@@ -669,67 +681,55 @@ struct ExternArg {
   const ExternArg* items = nullptr;
   int64_t num_items = 0;
 
-  static ExternArg none(const char* name = nullptr) {
+  /// An argument of `kind` named `name` whose value the caller sets: the one
+  /// place the tag and the name are filled in.
+  static ExternArg tagged(Kind kind, const char* name) {
     ExternArg a;
+    a.kind = kind;
     a.name = name;
     return a;
   }
+  static ExternArg none(const char* name = nullptr) { return tagged(Kind::None, name); }
   static ExternArg of_tensor(const wrapir::Tensor& t, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Tensor;
+    ExternArg a = tagged(Kind::Tensor, name);
     a.tensor = &t;
-    a.name = name;
     return a;
   }
   static ExternArg of_int(int64_t v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Int;
+    ExternArg a = tagged(Kind::Int, name);
     a.int_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_float(double v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Float;
+    ExternArg a = tagged(Kind::Float, name);
     a.float_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_bool(bool v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Bool;
+    ExternArg a = tagged(Kind::Bool, name);
     a.int_value = v ? 1 : 0;
-    a.name = name;
     return a;
   }
   static ExternArg of_string(const char* v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::String;
+    ExternArg a = tagged(Kind::String, name);
     a.string_value = v;
-    a.name = name;
     return a;
   }
   static ExternArg of_dtype(wrapir::DType v, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::DType;
+    ExternArg a = tagged(Kind::DType, name);
     a.dtype_value = v;
-    a.name = name;
     return a;
   }
   /// A device: `index` -1 is the CPU, otherwise a CUDA device index.
   static ExternArg of_device(int64_t index, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::Device;
+    ExternArg a = tagged(Kind::Device, name);
     a.int_value = index;
-    a.name = name;
     return a;
   }
   static ExternArg of_list(const ExternArg* items, int64_t n, const char* name = nullptr) {
-    ExternArg a;
-    a.kind = Kind::List;
+    ExternArg a = tagged(Kind::List, name);
     a.items = items;
     a.num_items = n;
-    a.name = name;
     return a;
   }
 };
@@ -757,46 +757,33 @@ inline void runtime_args(const ExternArg* args, int64_t n, std::vector<WrapirRtA
     const ExternArg& a = args[i];
     WrapirRtArg r;
     std::memset(&r, 0, sizeof r);
-    r.kind = static_cast<int32_t>(a.kind);
+    r.kind = static_cast<int32_t>(a.kind);  // Kind's values are the ABI's
     r.name = a.name;
     switch (a.kind) {
       case ExternArg::Kind::None:
-        r.kind = WRAPIR_RT_ARG_NONE;
         break;
       case ExternArg::Kind::Tensor:
         if (a.tensor == nullptr || !a.tensor->defined()) {
           r.kind = WRAPIR_RT_ARG_NONE;  // an undefined tensor is passed as None
         } else {
-          r.kind = WRAPIR_RT_ARG_TENSOR;
           r.tensor = a.tensor->desc();
         }
         break;
       case ExternArg::Kind::Int:
-        r.kind = WRAPIR_RT_ARG_INT;
+      case ExternArg::Kind::Bool:
+      case ExternArg::Kind::Device:
         r.int_value = a.int_value;
         break;
       case ExternArg::Kind::Float:
-        r.kind = WRAPIR_RT_ARG_FLOAT;
         r.float_value = a.float_value;
         break;
-      case ExternArg::Kind::Bool:
-        r.kind = WRAPIR_RT_ARG_BOOL;
-        r.int_value = a.int_value;
-        break;
       case ExternArg::Kind::String:
-        r.kind = WRAPIR_RT_ARG_STRING;
         r.string_value = a.string_value;
         break;
       case ExternArg::Kind::DType:
-        r.kind = WRAPIR_RT_ARG_DTYPE;
         r.dtype = static_cast<int32_t>(a.dtype_value);
         break;
-      case ExternArg::Kind::Device:
-        r.kind = WRAPIR_RT_ARG_DEVICE;
-        r.int_value = a.int_value;
-        break;
       case ExternArg::Kind::List: {
-        r.kind = WRAPIR_RT_ARG_LIST;
         lists.push_back(std::make_unique<std::vector<WrapirRtArg>>());
         std::vector<WrapirRtArg>& items = *lists.back();
         runtime_args(a.items, a.num_items, items, lists);

@@ -2,13 +2,13 @@
 //! to the canonical [`LaunchRecord`].
 
 use super::check::{CheckReport, Failure, Verdict};
-use super::record::{describe, interval_text, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
+use super::claims::{self, Ledger};
+use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
 use crate::fx::{Arg, Op, Placeholder, SymOp, Val};
 use crate::ir::{ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, ProgramInfo, MAIN_GRAPH};
 use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
-use crate::sym::egraph::{Bound, Interval};
-use crate::sym::{CmpOp, Outcome, SymExpr};
+use crate::sym::{CmpOp, SymExpr};
 
 mod cpp;
 mod fx;
@@ -313,60 +313,25 @@ pub fn validate_emitted(
 /// Settles `lo <= value <= hi` by the value's range under the facts: proven,
 /// refuted (a mismatch), or a guard.
 fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Result<(), Mismatch> {
-    let raw = cache.bounds(&r.value);
-    let range_text = interval_text(raw);
-    // Every defined value is an `i64` (evaluation is checked 64-bit).
-    let range = Interval {
-        lo: raw.lo.max(Bound::Fin(i64::MIN.into())),
-        hi: raw.hi.min(Bound::Fin(i64::MAX.into())),
-    };
-    let (lo, hi) = (Bound::Fin(i128::from(r.lo)), Bound::Fin(i128::from(r.hi)));
     let claim = format!("emitted {}: {} in [{}, {}]", r.what, r.value, r.lo, r.hi);
-    let lo_ok = range.lo >= lo;
-    let hi_ok = range.hi <= hi;
-    if lo_ok && hi_ok {
-        out.evidence.push(Evidence {
-            claim,
-            verdict: EvidenceVerdict::Proven,
-            detail: format!("{} in {range_text}", r.value),
-        });
-        return Ok(());
-    }
-    if range.hi < lo || range.lo > hi {
-        return Err(Mismatch::OutOfRange {
-            what: r.what.clone(),
-            value: r.value.clone(),
-            range: range_text,
-            lo: r.lo,
-            hi: r.hi,
-        });
-    }
-    let mut conds = Vec::new();
-    if !lo_ok {
-        conds.push(SymExpr::cmp(CmpOp::Ge, r.value.clone(), SymExpr::Int(r.lo)));
-    }
-    if !hi_ok {
-        conds.push(SymExpr::cmp(CmpOp::Le, r.value.clone(), SymExpr::Int(r.hi)));
-    }
-    let cond = if conds.len() == 1 {
-        conds.remove(0)
-    } else {
-        SymExpr::And(conds)
+    let mut ledger = Ledger {
+        guards: &mut out.guards,
+        evidence: &mut out.evidence,
     };
-    out.evidence.push(Evidence {
-        claim,
-        verdict: EvidenceVerdict::Guarded,
-        detail: format!("{} in {range_text}; guard `{cond}`", r.value),
-    });
-    out.guards.push(Guard {
-        param: r.what.clone(),
-        message: format!(
+    let bounds = (i128::from(r.lo), i128::from(r.hi));
+    claims::in_range(cache, &mut ledger, (claim, &r.what), &r.value, bounds, |range_text| {
+        format!(
             "{}: cannot prove {} in [{}, {}] (range {range_text})",
             r.what, r.value, r.lo, r.hi
-        ),
-        cond,
-    });
-    Ok(())
+        )
+    })
+    .map_err(|range| Mismatch::OutOfRange {
+        what: r.what.clone(),
+        value: r.value.clone(),
+        range,
+        lo: r.lo,
+        hi: r.hi,
+    })
 }
 
 /// Proves `canonical == emitted`; `Ok(false)` when only guarded.
@@ -378,35 +343,22 @@ fn prove(
     out: &mut Validated,
 ) -> Result<bool, Mismatch> {
     let claim = format!("emitted {param}: {emitted} == {canonical}");
-    match cache.prove(canonical, emitted) {
-        Outcome::Proven(e) => {
-            out.evidence.push(Evidence {
-                claim,
-                verdict: EvidenceVerdict::Proven,
-                detail: e.flat_string().to_string(),
-            });
-            Ok(true)
-        }
-        Outcome::Disproved(c) => Err(Mismatch::Value {
-            param: param.to_string(),
-            expected: canonical.to_string(),
-            found: emitted.to_string(),
-            counterexample: Some(c),
-        }),
-        Outcome::Unknown(reason) => {
-            out.guards.push(Guard {
-                param: param.to_string(),
-                cond: SymExpr::cmp(CmpOp::Eq, emitted.clone(), canonical.clone()),
-                message: format!("{param}: cannot prove emitted {emitted} == {canonical}"),
-            });
-            out.evidence.push(Evidence {
-                claim,
-                verdict: EvidenceVerdict::Guarded,
-                detail: reason,
-            });
-            Ok(false)
-        }
-    }
+    let mut ledger = Ledger {
+        guards: &mut out.guards,
+        evidence: &mut out.evidence,
+    };
+    claims::equal(cache, &mut ledger, (claim, param), (canonical, emitted), || {
+        (
+            SymExpr::cmp(CmpOp::Eq, emitted.clone(), canonical.clone()),
+            format!("{param}: cannot prove emitted {emitted} == {canonical}"),
+        )
+    })
+    .map_err(|c| Mismatch::Value {
+        param: param.to_string(),
+        expected: canonical.to_string(),
+        found: emitted.to_string(),
+        counterexample: Some(c),
+    })
 }
 
 fn const_matches(canonical: &ArgValue, k: &ConstValue) -> bool {

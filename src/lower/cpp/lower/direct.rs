@@ -101,14 +101,20 @@ fn host_image_forwarder(kernel: &KernelName, types: &[&str]) -> String {
         c_string(kernel.as_str()),
         c_string(&types.join(";"))
     );
-    if argv.is_empty() {
-        let _ = writeln!(out, "    void** args_ = nullptr;");
-    } else {
-        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
-    }
+    argv_array(&mut out, &argv);
     let _ = writeln!(out, "    image_.call(args_);");
     out.push_str("}\n");
     out
+}
+
+/// The `args_` array a forwarder passes to its image's entry (`nullptr`
+/// where there are no arguments: C++ has no empty arrays).
+fn argv_array(out: &mut String, argv: &[String]) {
+    if argv.is_empty() {
+        out.push_str("    void** args_ = nullptr;\n");
+    } else {
+        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
+    }
 }
 
 /// One parameter of a Halide kernel's C declaration: its declaration, its
@@ -162,11 +168,7 @@ fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[HalidePar
             }
         }
     }
-    if argv.is_empty() {
-        let _ = writeln!(out, "    void** args_ = nullptr;");
-    } else {
-        let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
-    }
+    argv_array(&mut out, &argv);
     let _ = writeln!(out, "    return entry_(args_);");
     out.push_str("}\n");
     out

@@ -35,8 +35,8 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::Reuse { old, new, delete_old } => self.reuse(g, old, new, *delete_old, cx),
-            Line::Reinterpret { base, alias } => self.reinterpret(g, base, alias, cx),
+            Line::Reuse { old, new, delete_old } => self.declare_view(g, (old, new), *delete_old, "reuse", cx),
+            Line::Reinterpret { base, alias } => self.declare_view(g, (base, alias), false, "alias", cx),
             // Validation checked that the kernel is in the table; the launch
             // wrapper (or declaration) is written when a line calls it.
             Line::KernelDefinition { .. } => Ok(()),

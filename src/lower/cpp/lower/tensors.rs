@@ -46,53 +46,37 @@ impl<'a> Lowering<'a> {
         a.size == b.size && a.stride == b.stride && a.offset == b.offset && a.dtype == b.dtype
     }
 
-    pub(super) fn reuse(
+    /// The one rule of a `Reuse` (`moved`: `delete_old`) and a
+    /// `Reinterpret` line: declares `dst` as `src` itself where their layouts
+    /// agree (moved when `moved`, else shared), otherwise as a view of `src`
+    /// (and resets `src` when `moved`); `note` is the line's trailing comment.
+    pub(super) fn declare_view(
         &mut self,
         g: &GraphCtx<'_>,
-        old: &BufName,
-        new: &BufName,
-        delete_old: bool,
+        (src, dst): (&BufName, &BufName),
+        moved: bool,
+        note: &str,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        let old_layout = g.layout(old, cx)?;
-        let new_layout = g.layout(new, cx)?;
-        let (o, n) = (g.local(old), g.local(new));
-        if Self::same_layout(old_layout, new_layout) {
-            if delete_old {
-                self.line(format!("auto {n} = std::move({o});  // reuse"));
-                self.declare(&n);
+        let src_layout = g.layout(src, cx)?;
+        let dst_layout = g.layout(dst, cx)?;
+        let (s, d) = (g.local(src), g.local(dst));
+        if Self::same_layout(src_layout, dst_layout) {
+            if moved {
+                self.line(format!("auto {d} = std::move({s});  // {note}"));
+                self.declare(&d);
             } else {
-                self.share(&o, &n);
+                self.share(&s, &d);
             }
             return Ok(());
         }
-        let view = self.view_expr(&o, old_layout, new_layout, cx)?;
-        if delete_old {
-            self.line(format!("auto {n} = {view}; {o}.reset();  // reuse"));
+        let view = self.view_expr(&s, src_layout, dst_layout, cx)?;
+        if moved {
+            self.line(format!("auto {d} = {view}; {s}.reset();  // {note}"));
         } else {
-            self.line(format!("auto {n} = {view};  // reuse"));
+            self.line(format!("auto {d} = {view};  // {note}"));
         }
-        self.declare(&n);
-        Ok(())
-    }
-
-    pub(super) fn reinterpret(
-        &mut self,
-        g: &GraphCtx<'_>,
-        base: &BufName,
-        alias: &BufName,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let base_layout = g.layout(base, cx)?;
-        let alias_layout = g.layout(alias, cx)?;
-        let (b, a) = (g.local(base), g.local(alias));
-        if Self::same_layout(base_layout, alias_layout) {
-            self.share(&b, &a);
-            return Ok(());
-        }
-        let view = self.view_expr(&b, base_layout, alias_layout, cx)?;
-        self.line(format!("auto {a} = {view};  // alias"));
-        self.declare(&a);
+        self.declare(&d);
         Ok(())
     }
 }
