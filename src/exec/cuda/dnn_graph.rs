@@ -74,6 +74,32 @@ impl Desc {
         }
     }
 
+    /// Sets attribute `name` to one value of a cuDNN enum type.
+    fn set_enum<E: BackendEnum>(&self, name: Attr, value: E) -> Result<(), CudaError> {
+        // SAFETY: one element of the C enum type `E::TY` names.
+        unsafe { self.set_raw(name, E::TY, 1, (&value as *const E).cast()) }
+    }
+
+    /// Sets attribute `name` to one `float`.
+    fn set_f32(&self, name: Attr, value: f32) -> Result<(), CudaError> {
+        // SAFETY: one `float`.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_FLOAT, 1, (&value as *const f32).cast()) }
+    }
+
+    /// Sets attribute `name` to the live handle `handle`.
+    fn set_handle(&self, name: Attr, handle: &DnnHandle) -> Result<(), CudaError> {
+        let raw = handle.raw();
+        // SAFETY: one live handle.
+        unsafe {
+            self.set_raw(
+                name,
+                Ty::CUDNN_TYPE_HANDLE,
+                1,
+                (&raw as *const dnn::cudnnHandle_t).cast(),
+            )
+        }
+    }
+
     fn finalize(&self) -> Result<(), CudaError> {
         // SAFETY: the descriptor is live.
         check("cudnnBackendFinalize", unsafe { dnn::cudnnBackendFinalize(self.0) })
@@ -85,6 +111,27 @@ impl Drop for Desc {
         // SAFETY: created once, destroyed once.
         let _ = unsafe { dnn::cudnnBackendDestroyDescriptor(self.0) };
     }
+}
+
+/// A cuDNN enum type and the attribute type that names it.
+trait BackendEnum: Copy {
+    const TY: Ty;
+}
+
+impl BackendEnum for Pointwise {
+    const TY: Ty = Ty::CUDNN_TYPE_POINTWISE_MODE;
+}
+
+impl BackendEnum for Reduce {
+    const TY: Ty = Ty::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
+}
+
+impl BackendEnum for HeurMode {
+    const TY: Ty = Ty::CUDNN_TYPE_HEUR_MODE;
+}
+
+impl BackendEnum for dnn::cudnnConvolutionMode_t {
+    const TY: Ty = Ty::CUDNN_TYPE_CONVOLUTION_MODE;
 }
 
 /// A tensor of the graph (the variant pack names non-virtual ones by uid).
@@ -178,15 +225,7 @@ impl Graph {
         y: T,
     ) -> Result<(), CudaError> {
         let pw = Desc::new(Kind::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
-        // SAFETY: one `cudnnPointwiseMode_t`.
-        unsafe {
-            pw.set_raw(
-                Attr::CUDNN_ATTR_POINTWISE_MODE,
-                Ty::CUDNN_TYPE_POINTWISE_MODE,
-                1,
-                (&mode as *const Pointwise).cast(),
-            )
-        }?;
+        pw.set_enum(Attr::CUDNN_ATTR_POINTWISE_MODE, mode)?;
         pw.set_dtype(Attr::CUDNN_ATTR_POINTWISE_MATH_PREC, math)?;
         if let Some(axis) = axis {
             pw.set_i64s(Attr::CUDNN_ATTR_POINTWISE_AXIS, &[axis])?;
@@ -212,15 +251,7 @@ impl Graph {
     /// A reduction node `y = reduce(x)` over the dimensions where `y` has size 1.
     pub(super) fn reduction(&mut self, operator: Reduce, x: T, y: T) -> Result<(), CudaError> {
         let r = Desc::new(Kind::CUDNN_BACKEND_REDUCTION_DESCRIPTOR)?;
-        // SAFETY: one `cudnnReduceTensorOp_t`.
-        unsafe {
-            r.set_raw(
-                Attr::CUDNN_ATTR_REDUCTION_OPERATOR,
-                Ty::CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
-                1,
-                (&operator as *const Reduce).cast(),
-            )
-        }?;
+        r.set_enum(Attr::CUDNN_ATTR_REDUCTION_OPERATOR, operator)?;
         r.set_dtype(Attr::CUDNN_ATTR_REDUCTION_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
         r.finalize()?;
         let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
@@ -260,16 +291,10 @@ impl Graph {
     ) -> Result<(), CudaError> {
         let c = Desc::new(Kind::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?;
         c.set_dtype(Attr::CUDNN_ATTR_CONVOLUTION_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
-        let mode = dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION;
-        // SAFETY: one `cudnnConvolutionMode_t`.
-        unsafe {
-            c.set_raw(
-                Attr::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
-                Ty::CUDNN_TYPE_CONVOLUTION_MODE,
-                1,
-                (&mode as *const dnn::cudnnConvolutionMode_t).cast(),
-            )
-        }?;
+        c.set_enum(
+            Attr::CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+            dnn::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+        )?;
         c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[stride.len() as i64])?;
         c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_DILATIONS, dilation)?;
         c.set_i64s(Attr::CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, stride)?;
@@ -302,10 +327,8 @@ impl Graph {
             )
         };
         let op = Desc::new(kind)?;
-        for (name, value) in [(alpha, 1.0f32), (beta, 0.0f32)] {
-            // SAFETY: one `float`.
-            unsafe { op.set_raw(name, Ty::CUDNN_TYPE_FLOAT, 1, (&value as *const f32).cast()) }?;
-        }
+        op.set_f32(alpha, 1.0)?;
+        op.set_f32(beta, 0.0)?;
         op.set_desc(desc, &c)?;
         op.set_desc(wa, &self.tensors[w.0].desc)?;
         op.set_desc(xa, &self.tensors[x.0].desc)?;
@@ -344,16 +367,7 @@ impl Graph {
                 ops.as_ptr().cast(),
             )
         }?;
-        let raw = handle.raw();
-        // SAFETY: one live handle.
-        unsafe {
-            graph.set_raw(
-                Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-                Ty::CUDNN_TYPE_HANDLE,
-                1,
-                (&raw as *const dnn::cudnnHandle_t).cast(),
-            )
-        }?;
+        graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
         graph.finalize()?;
 
         let mut last = CudaError::Dnn {
@@ -442,15 +456,7 @@ impl EngineFilter {
 fn engine_configs(graph: &Desc, mode: HeurMode) -> Result<Vec<Desc>, CudaError> {
     let heur = Desc::new(Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
     heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)?;
-    // SAFETY: one heuristics mode.
-    unsafe {
-        heur.set_raw(
-            Attr::CUDNN_ATTR_ENGINEHEUR_MODE,
-            Ty::CUDNN_TYPE_HEUR_MODE,
-            1,
-            (&mode as *const HeurMode).cast(),
-        )
-    }?;
+    heur.set_enum(Attr::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
     heur.finalize()?;
     let mut count = 0i64;
     // SAFETY: a count query (no elements requested).
@@ -487,17 +493,8 @@ fn engine_configs(graph: &Desc, mode: HeurMode) -> Result<Vec<Desc>, CudaError> 
 
 /// A finalized execution plan of `config` and the workspace bytes it needs.
 fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), CudaError> {
-    let raw = handle.raw();
     let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
-    // SAFETY: one live handle.
-    unsafe {
-        plan.set_raw(
-            Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-            Ty::CUDNN_TYPE_HANDLE,
-            1,
-            (&raw as *const dnn::cudnnHandle_t).cast(),
-        )
-    }?;
+    plan.set_handle(Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
     plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)?;
     plan.finalize()?;
     let mut workspace = 0i64;

@@ -945,7 +945,10 @@ mod tests {
         assert!(!captured.load(Ordering::SeqCst), "a capture started during a setup");
         drop(a);
         std::thread::sleep(Duration::from_millis(20));
-        assert!(!captured.load(Ordering::SeqCst), "a capture started during the second setup");
+        assert!(
+            !captured.load(Ordering::SeqCst),
+            "a capture started during the second setup"
+        );
         drop(b);
         while !captured.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
