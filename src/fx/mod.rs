@@ -77,6 +77,10 @@ impl Arg {
     }
 }
 
+/// A node's list of layout arguments (sizes or strides): shared, so the
+/// nodes of one layout hold one list and cloning a list copies a pointer.
+pub type Args = Arc<[Arg]>;
+
 /// Arithmetic and logic on symbolic integers (the FX targets of Inductor's
 /// `_sympy_interp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -156,10 +160,10 @@ pub enum Op {
     },
     /// `torch.empty_strided(size, stride, dtype=, device=)`.
     EmptyStrided {
-        /// Sizes.
-        size: Vec<Arg>,
-        /// Strides.
-        stride: Vec<Arg>,
+        /// Sizes (shared: nodes of one layout may hold one list).
+        size: Args,
+        /// Strides (shared likewise).
+        stride: Args,
         /// Element type.
         dtype: DType,
         /// Device type (FX drops the index).
@@ -169,10 +173,10 @@ pub enum Op {
     AsStrided {
         /// The viewed tensor.
         base: NodeId,
-        /// Sizes.
-        size: Vec<Arg>,
-        /// Strides.
-        stride: Vec<Arg>,
+        /// Sizes (shared, as in [`Op::EmptyStrided`]).
+        size: Args,
+        /// Strides (shared likewise).
+        stride: Args,
         /// Storage offset in elements.
         offset: Arg,
     },
@@ -264,10 +268,10 @@ pub enum Op {
     AssertSizeStride {
         /// The checked tensor.
         tensor: NodeId,
-        /// Expected sizes.
-        size: Vec<Arg>,
-        /// Expected strides.
-        stride: Vec<Arg>,
+        /// Expected sizes (shared, as in [`Op::EmptyStrided`]).
+        size: Args,
+        /// Expected strides (shared likewise).
+        stride: Args,
         /// The op that produced the tensor, for the message.
         context: Option<String>,
     },

@@ -97,8 +97,8 @@ impl<'p> GraphLowering<'p> {
                 if checked.iter().any(|b| b.as_str() == name.as_str()) {
                     continue;
                 }
-                let size = self.exprs_of(&layout.size)?;
-                let stride = self.exprs_of(&layout.stride)?;
+                let size: fx::Args = self.exprs_of(&layout.size)?.into();
+                let stride: fx::Args = self.exprs_of(&layout.stride)?.into();
                 self.out.push(
                     "assert_size_stride",
                     Op::AssertSizeStride {

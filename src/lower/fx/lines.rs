@@ -258,8 +258,8 @@ impl<'p> GraphLowering<'p> {
                 context,
             } => {
                 let t = self.buffer(buffer)?;
-                let size = self.exprs_of(size)?;
-                let stride = self.exprs_of(stride)?;
+                let size: fx::Args = self.exprs_of(size)?.into();
+                let stride: fx::Args = self.exprs_of(stride)?.into();
                 self.out.push(
                     "assert_size_stride",
                     Op::AssertSizeStride {
@@ -332,9 +332,9 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn allocate(&mut self, name: &str, layout: &'p Layout) -> Res<NodeId> {
         let needs_view = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
         if !needs_view {
-            let size = self.exprs_of(&layout.size)?;
-            let stride = self.exprs_of(&layout.stride)?;
-            let val = Some(Val::Tensor(self.shared_layout(layout)));
+            let shared = self.shared_layout(layout);
+            let (size, stride) = self.layout_args(&shared)?;
+            let val = Some(Val::Tensor(shared));
             return Ok(self.out.push(
                 name,
                 Op::EmptyStrided {
@@ -351,8 +351,8 @@ impl<'p> GraphLowering<'p> {
         let flat = self.out.push(
             "empty_strided",
             Op::EmptyStrided {
-                size: vec![numel],
-                stride: vec![Arg::Int(1)],
+                size: Arc::new([numel]),
+                stride: Arc::new([Arg::Int(1)]),
                 dtype: layout.dtype,
                 device: layout.device.kind,
             },
@@ -364,8 +364,7 @@ impl<'p> GraphLowering<'p> {
 
     /// `torch.as_strided(base, ...)` with `layout`, which the node keeps as its value.
     pub(super) fn as_strided(&mut self, name: &str, base: NodeId, layout: Arc<Layout>) -> Res<NodeId> {
-        let size = self.exprs_of(&layout.size)?;
-        let stride = self.exprs_of(&layout.stride)?;
+        let (size, stride) = self.layout_args(&layout)?;
         let offset = self.expr(&layout.offset)?;
         Ok(self.out.push(
             name,

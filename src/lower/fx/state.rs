@@ -36,6 +36,9 @@ pub(super) struct GraphLowering<'p> {
     /// The graph's layouts, each shared by the nodes that have it (by
     /// value), by [`layout_key`](super::values::layout_key).
     pub(super) layouts: HashMap<u64, smallvec::SmallVec<[Arc<Layout>; 1]>>,
+    /// Each layout handle's sizes and strides as node arguments, by the
+    /// handle's address (see [`GraphLowering::layout_args`]).
+    pub(super) layout_args: HashMap<usize, (Arc<Layout>, fx::Args, fx::Args)>,
 }
 
 /// What every launch of one Triton kernel shares.
@@ -142,6 +145,7 @@ impl<'p> GraphLowering<'p> {
             decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
             kernels: HashMap::default(),
             layouts: HashMap::default(),
+            layout_args: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             at: Location::in_program(program, name, l.line),

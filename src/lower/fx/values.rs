@@ -65,6 +65,26 @@ impl<'p> GraphLowering<'p> {
         l
     }
 
+    /// The sizes and strides of `layout` as node arguments, lowered once
+    /// per layout handle and shared by every node that has it (the lists
+    /// of [`GraphLowering::shared_layout`]'s handles are shared by every
+    /// node of that layout). Lowering them again would give the same
+    /// arguments: expressions are hash-consed and a symbol keeps the value
+    /// it is first bound to.
+    pub(super) fn layout_args(&mut self, layout: &Arc<Layout>) -> Res<(fx::Args, fx::Args)> {
+        // The memo holds the handle, so no other layout takes its address
+        // while the entry exists.
+        let key = Arc::as_ptr(layout) as usize;
+        if let Some((_, size, stride)) = self.layout_args.get(&key) {
+            return Ok((size.clone(), stride.clone()));
+        }
+        let size: fx::Args = self.exprs_of(&layout.size)?.into();
+        let stride: fx::Args = self.exprs_of(&layout.stride)?.into();
+        self.layout_args
+            .insert(key, (layout.clone(), size.clone(), stride.clone()));
+        Ok((size, stride))
+    }
+
     pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
         Ok(match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
@@ -183,14 +203,16 @@ impl<'p> GraphLowering<'p> {
 
     /// An arithmetic node, or its value when every operand is a literal.
     pub(super) fn sym(&mut self, op: SymOp, args: Vec<Arg>) -> Res<Arg> {
-        let literals: Option<Vec<fx::Scalar>> = args
-            .iter()
-            .map(|a| match a {
-                Arg::Int(v) => Some(fx::Scalar::Int(*v)),
-                Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
-                _ => None,
-            })
-            .collect();
+        // Literal operands only: no list is built unless every one is.
+        let literal = |a: &Arg| match a {
+            Arg::Int(v) => Some(fx::Scalar::Int(*v)),
+            Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
+            _ => None,
+        };
+        let literals: Option<smallvec::SmallVec<[fx::Scalar; 4]>> = match args.iter().all(|a| literal(a).is_some()) {
+            true => args.iter().map(literal).collect(),
+            false => None,
+        };
         if let Some(l) = literals {
             return match op.eval(&l) {
                 Ok(fx::Scalar::Int(v)) => Ok(Arg::Int(v)),
