@@ -81,6 +81,10 @@ impl Arg {
 /// nodes of one layout hold one list and cloning a list copies a pointer.
 pub type Args = Arc<[Arg]>;
 
+/// The operands of an [`Op::Sym`]: nearly always one to three, kept inline
+/// up to two.
+pub type SymArgs = smallvec::SmallVec<[Arg; 2]>;
+
 /// Arithmetic and logic on symbolic integers (the FX targets of Inductor's
 /// `_sympy_interp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -254,8 +258,8 @@ pub enum Op {
     Sym {
         /// The operation.
         op: SymOp,
-        /// Operands.
-        args: Vec<Arg>,
+        /// Operands (two or fewer inline).
+        args: SymArgs,
     },
     /// `aten._assert_scalar.default(cond, message)`.
     AssertScalar {
@@ -487,10 +491,29 @@ impl Graph {
         self.insert(pos, name, op, val)
     }
 
+    /// [`Graph::push`] for a name fixed in the program's text (an op's auto
+    /// name such as `triton_kernel_wrapper_mutation`): the same node and
+    /// name, with the name's tests done once per text.
+    #[inline]
+    pub fn push_static(&mut self, name: &'static str, op: Op, val: Option<Val>) -> NodeId {
+        self.reindex_touched();
+        let name = match self.is_plain_static(name) {
+            true => self.claim_plain(name),
+            false => self.claim_name(name),
+        };
+        let pos = self.order.len();
+        self.insert_named(pos, name, op, val)
+    }
+
     /// Inserts a node at position `pos` of the order (clamped to the end).
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
         let name = self.claim_name(name);
+        self.insert_named(pos, name, op, val)
+    }
+
+    /// Inserts a node under `name`, already claimed in the name index.
+    fn insert_named(&mut self, pos: usize, name: Name, op: Op, val: Option<Val>) -> NodeId {
         // Node ids are `u32`: a graph holds fewer than 2^32 nodes (a
         // lowering makes about one per program line).
         let id = NodeId(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));

@@ -260,7 +260,7 @@ impl<'p> GraphLowering<'p> {
                 let t = self.buffer(buffer)?;
                 let size: fx::Args = self.exprs_of(size)?.into();
                 let stride: fx::Args = self.exprs_of(stride)?.into();
-                self.out.push(
+                self.out.push_static(
                     "assert_size_stride",
                     Op::AssertSizeStride {
                         tensor: t,
@@ -273,7 +273,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
                 let t = self.buffer(buffer)?;
-                self.out.push(
+                self.out.push_static(
                     "assert_alignment",
                     Op::AssertAlignment {
                         tensor: t,
@@ -284,7 +284,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::RuntimeAssert { cond, message, .. } => {
                 let c = self.expr(cond)?;
-                self.out.push(
+                self.out.push_static(
                     "_assert_scalar",
                     Op::AssertScalar {
                         cond: c,
@@ -348,7 +348,7 @@ impl<'p> GraphLowering<'p> {
         }
         // Padded or offset allocation: a flat storage, then the strided view.
         let numel = self.expr(&layout.storage_numel_expr())?;
-        let flat = self.out.push(
+        let flat = self.out.push_static(
             "empty_strided",
             Op::EmptyStrided {
                 size: Arc::new([numel]),
@@ -537,7 +537,7 @@ impl<'p> GraphLowering<'p> {
                     i += 1;
                 }
                 KeyEntry::ConvertInt => {
-                    cur = self.sym(SymOp::Ite, vec![cur, Arg::Int(1), Arg::Int(0)])?;
+                    cur = self.sym(SymOp::Ite, smallvec::smallvec![cur, Arg::Int(1), Arg::Int(0)])?;
                     i += 1;
                 }
                 KeyEntry::InnerTensor(attr) => {

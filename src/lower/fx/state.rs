@@ -18,7 +18,9 @@ pub(super) struct GraphLowering<'p> {
     pub(super) out: fx::Graph,
     pub(super) buffers: HashMap<BufName, NodeId>,
     pub(super) symbols: HashMap<Symbol, Arg>,
-    pub(super) exprs: HashMap<SymExpr, Arg>,
+    /// Hash-consed expressions, by their hash (computed once per lookup and
+    /// kept, so the table grows without hashing the expressions again).
+    pub(super) exprs: HashMap<u64, smallvec::SmallVec<[(SymExpr, Arg); 1]>>,
     pub(super) getitems: HashMap<(NodeId, IndexKey), NodeId>,
     pub(super) lifted: Vec<Symbol>,
     pub(super) line: Option<usize>,
@@ -134,8 +136,10 @@ impl<'p> GraphLowering<'p> {
             options,
             // About one node per line, and a few per input.
             out: fx::Graph::with_capacity(ir.lines.len().saturating_add(ir.inputs.len().saturating_mul(4))),
-            buffers: HashMap::default(),
-            symbols: HashMap::default(),
+            // Sized once: every buffer name is one the graph declares, every
+            // symbol one the program declares.
+            buffers: HashMap::with_capacity_and_hasher(ir.buffers.len(), Default::default()),
+            symbols: HashMap::with_capacity_and_hasher(program.symbols.len(), Default::default()),
             exprs: HashMap::default(),
             getitems: HashMap::default(),
             lifted: Vec::new(),
