@@ -137,9 +137,16 @@ impl<'p> GraphLowering<'p> {
             // About one node per line, and a few per input.
             out: fx::Graph::with_capacity(ir.lines.len().saturating_add(ir.inputs.len().saturating_mul(4))),
             // Sized once: every buffer name is one the graph declares, every
-            // symbol one the program declares.
+            // symbol one the program declares (a graph binds about one per
+            // line or input at most, so a small subgraph gets a small table).
             buffers: HashMap::with_capacity_and_hasher(ir.buffers.len(), Default::default()),
-            symbols: HashMap::with_capacity_and_hasher(program.symbols.len(), Default::default()),
+            symbols: HashMap::with_capacity_and_hasher(
+                program
+                    .symbols
+                    .len()
+                    .min(ir.lines.len().saturating_add(ir.inputs.len())),
+                Default::default(),
+            ),
             exprs: HashMap::default(),
             getitems: HashMap::default(),
             lifted: Vec::new(),
