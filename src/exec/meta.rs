@@ -185,6 +185,7 @@ impl MetaBackend {
     }
 
     /// A layout handle holding these entries (a pooled one when there is one).
+    #[inline]
     fn layout(&mut self, base: &TensorSpec, size: &[i64], stride: &[i64], offset: i64) -> Arc<TensorSpec> {
         if let Some(mut spec) = self.spec_pool.pop() {
             if let Some(s) = Arc::get_mut(&mut spec) {
@@ -359,6 +360,7 @@ impl Backend for MetaBackend {
 }
 
 /// Storage elements and bytes of a layout.
+#[inline]
 fn storage_of(spec: &TensorSpec) -> Result<(usize, u64), ExecError> {
     let n = super::tensor::storage_elements(spec)?;
     Ok((n, (n as u64).checked_mul(spec.dtype.size_bytes()).unwrap_or(u64::MAX)))

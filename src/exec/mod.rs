@@ -146,8 +146,36 @@ impl TensorSpec {
 
     /// Storage elements the layout reaches (0 when any size is 0), or `None`
     /// on overflow, a negative size, or a negative stride or offset.
+    #[inline]
     pub fn storage_numel(&self) -> Option<i64> {
-        if self.offset < 0 || self.stride.iter().any(|s| *s < 0) {
+        if self.offset < 0 {
+            return None;
+        }
+        if self.size.len() == self.stride.len() {
+            // As many sizes as strides (every layout a program declares):
+            // one pass without early exits, the same sums in the same order
+            // as below, so the same answer.
+            let (mut end, mut overflow) = match self.offset.checked_add(1) {
+                Some(e) => (e, false),
+                None => (0, true),
+            };
+            let (mut negative, mut empty) = (false, false);
+            for (&s, &st) in self.size.iter().zip(&self.stride) {
+                negative |= (s | st) < 0;
+                empty |= s == 0;
+                let (term, o1) = s.wrapping_sub(1).overflowing_mul(st);
+                let (e, o2) = end.overflowing_add(term);
+                overflow |= o1 | o2;
+                end = e;
+            }
+            return match (negative, empty, overflow) {
+                (true, _, _) => None,
+                (false, true, _) => Some(0),
+                (false, false, true) => None,
+                (false, false, false) => Some(end),
+            };
+        }
+        if self.stride.iter().any(|s| *s < 0) {
             return None;
         }
         // One pass: a negative size wins, then a zero size, then overflow.
@@ -915,5 +943,56 @@ pub trait Backend {
     /// nesting); [`crate::Limits::default`] unless the backend is given others.
     fn limits(&self) -> crate::Limits {
         crate::Limits::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `storage_numel` as it was computed before the one-pass form: early
+    /// exits, checked sums from `offset + 1`.
+    fn reference(spec: &TensorSpec) -> Option<i64> {
+        if spec.offset < 0 || spec.stride.iter().any(|s| *s < 0) || spec.size.iter().any(|s| *s < 0) {
+            return None;
+        }
+        let mut end = spec.offset.checked_add(1);
+        for (d, &s) in spec.size.iter().enumerate() {
+            if let (Some(e), Some(st)) = (end, spec.stride.get(d)) {
+                end = (s - 1).checked_mul(*st).and_then(|x| e.checked_add(x));
+            }
+        }
+        if spec.size.contains(&0) {
+            Some(0)
+        } else {
+            end
+        }
+    }
+
+    #[test]
+    fn storage_numel_matches_the_checked_sums() {
+        let values = [i64::MIN, -3, -1, 0, 1, 2, 7, i64::MAX / 2, i64::MAX - 1, i64::MAX];
+        for &offset in &values {
+            for &a in &values {
+                for &b in &values {
+                    for &c in &values {
+                        let spec = |size: Vec<i64>, stride: Vec<i64>| TensorSpec {
+                            dtype: DType::Float32,
+                            device: Device::cpu(),
+                            size,
+                            stride,
+                            offset,
+                        };
+                        for s in [
+                            spec(vec![a, b], vec![c, 1]),
+                            spec(vec![a], vec![b, c]),
+                            spec(vec![a, c], vec![b]),
+                        ] {
+                            assert_eq!(s.storage_numel(), reference(&s), "{s:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -343,15 +343,23 @@ impl Tensor {
 
 /// Elements of the storage `spec` needs; an error naming the layout when it
 /// has no valid storage (a negative size or stride, or an overflow).
+#[inline]
 pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {
-    spec.storage_numel()
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| {
-            ExecError::Input(format!(
-                "invalid layout: sizes {:?}, strides {:?}, offset {} (a negative size, stride or offset, or more elements than fit in 64 bits)",
-                spec.size, spec.stride, spec.offset
-            ))
-        })
+    match spec.storage_numel().and_then(|n| usize::try_from(n).ok()) {
+        Some(n) => Ok(n),
+        None => Err(invalid_layout(spec)),
+    }
+}
+
+/// The error of a layout without a storage size (out of line: the meta
+/// backend's allocation path inlines [`storage_elements`]).
+#[cold]
+#[inline(never)]
+fn invalid_layout(spec: &TensorSpec) -> ExecError {
+    ExecError::Input(format!(
+        "invalid layout: sizes {:?}, strides {:?}, offset {} (a negative size, stride or offset, or more elements than fit in 64 bits)",
+        spec.size, spec.stride, spec.offset
+    ))
 }
 
 /// The product of `size`, or `None` on a negative size or overflow.

@@ -24,6 +24,9 @@ pub(super) struct NameIndex {
     /// node), so that [`Graph::bind_symbol`] does not rescan the list.
     /// Dropped for nodes handed out by [`Graph::node_mut`].
     pub(super) bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
+    /// Static candidate names seen ([`Graph::push_static`]), by address and
+    /// length, with whether each is plain ([`Graph::is_plain_static`]).
+    statics: Vec<((usize, usize), bool)>,
 }
 
 /// What [`NameIndex`] knows of one name.
@@ -140,6 +143,56 @@ impl Graph {
             Some(h) => h,
             None => entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
         };
+        self.claim_suffixed(base, start, hint)
+    }
+
+    /// [`Graph::claim_name`] for a candidate that is an identifier without
+    /// a numeric suffix and not reserved (so it is its own base): without
+    /// the sanitizing, reserved-name and suffix tests.
+    pub(super) fn claim_plain(&mut self, candidate: &str) -> Name {
+        let start = match self.names.entries.entry(Name::new(candidate)) {
+            Entry::Vacant(v) => {
+                let name = v.key().clone();
+                v.insert(NameEntry {
+                    nodes: 1,
+                    next_suffix: None,
+                });
+                return name;
+            }
+            Entry::Occupied(mut o) => {
+                let e = o.get_mut();
+                if e.nodes == 0 {
+                    e.nodes = 1;
+                    return o.key().clone();
+                }
+                let start = e.next_suffix.unwrap_or(1);
+                e.next_suffix = Some(start.saturating_add(1));
+                start
+            }
+        };
+        self.claim_suffixed(candidate, start, Some(start))
+    }
+
+    /// `true` when `name` (fixed text) is an identifier of its own: what
+    /// [`Graph::claim_plain`] takes. Worked out once per text and graph.
+    pub(super) fn is_plain_static(&mut self, name: &'static str) -> bool {
+        // The address and length of a `&'static str` name its text: static
+        // text never changes.
+        let key = (name.as_ptr() as usize, name.len());
+        if let Some((_, plain)) = self.names.statics.iter().find(|(k, _)| *k == key) {
+            return *plain;
+        }
+        let plain = matches!(names::sanitize(name), std::borrow::Cow::Borrowed(_))
+            && !names::is_reserved(name)
+            && names::split_suffix(name).1.is_none();
+        self.names.statics.push((key, plain));
+        plain
+    }
+
+    /// The first free `base_i` from `i = start`, indexed as taken; moves
+    /// `base`'s hint past it unless the caller already set it (`hint`).
+    fn claim_suffixed(&mut self, base: &str, start: u64, hint: Option<u64>) -> Name {
+        let entries = &mut self.names.entries;
         let mut i = start;
         let name = loop {
             // A suffixed name has a digit, so it is never reserved.

@@ -77,6 +77,14 @@ impl Arg {
     }
 }
 
+/// A node's list of layout arguments (sizes or strides): shared, so the
+/// nodes of one layout hold one list and cloning a list copies a pointer.
+pub type Args = Arc<[Arg]>;
+
+/// The operands of an [`Op::Sym`]: nearly always one to three, kept inline
+/// up to two.
+pub type SymArgs = smallvec::SmallVec<[Arg; 2]>;
+
 /// Arithmetic and logic on symbolic integers (the FX targets of Inductor's
 /// `_sympy_interp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -156,10 +164,10 @@ pub enum Op {
     },
     /// `torch.empty_strided(size, stride, dtype=, device=)`.
     EmptyStrided {
-        /// Sizes.
-        size: Vec<Arg>,
-        /// Strides.
-        stride: Vec<Arg>,
+        /// Sizes (shared: nodes of one layout may hold one list).
+        size: Args,
+        /// Strides (shared likewise).
+        stride: Args,
         /// Element type.
         dtype: DType,
         /// Device type (FX drops the index).
@@ -169,10 +177,10 @@ pub enum Op {
     AsStrided {
         /// The viewed tensor.
         base: NodeId,
-        /// Sizes.
-        size: Vec<Arg>,
-        /// Strides.
-        stride: Vec<Arg>,
+        /// Sizes (shared, as in [`Op::EmptyStrided`]).
+        size: Args,
+        /// Strides (shared likewise).
+        stride: Args,
         /// Storage offset in elements.
         offset: Arg,
     },
@@ -250,8 +258,8 @@ pub enum Op {
     Sym {
         /// The operation.
         op: SymOp,
-        /// Operands.
-        args: Vec<Arg>,
+        /// Operands (two or fewer inline).
+        args: SymArgs,
     },
     /// `aten._assert_scalar.default(cond, message)`.
     AssertScalar {
@@ -264,10 +272,10 @@ pub enum Op {
     AssertSizeStride {
         /// The checked tensor.
         tensor: NodeId,
-        /// Expected sizes.
-        size: Vec<Arg>,
-        /// Expected strides.
-        stride: Vec<Arg>,
+        /// Expected sizes (shared, as in [`Op::EmptyStrided`]).
+        size: Args,
+        /// Expected strides (shared likewise).
+        stride: Args,
         /// The op that produced the tensor, for the message.
         context: Option<String>,
     },
@@ -483,10 +491,29 @@ impl Graph {
         self.insert(pos, name, op, val)
     }
 
+    /// [`Graph::push`] for a name fixed in the program's text (an op's auto
+    /// name such as `triton_kernel_wrapper_mutation`): the same node and
+    /// name, with the name's tests done once per text.
+    #[inline]
+    pub fn push_static(&mut self, name: &'static str, op: Op, val: Option<Val>) -> NodeId {
+        self.reindex_touched();
+        let name = match self.is_plain_static(name) {
+            true => self.claim_plain(name),
+            false => self.claim_name(name),
+        };
+        let pos = self.order.len();
+        self.insert_named(pos, name, op, val)
+    }
+
     /// Inserts a node at position `pos` of the order (clamped to the end).
     pub fn insert(&mut self, pos: usize, name: &str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
         let name = self.claim_name(name);
+        self.insert_named(pos, name, op, val)
+    }
+
+    /// Inserts a node under `name`, already claimed in the name index.
+    fn insert_named(&mut self, pos: usize, name: Name, op: Op, val: Option<Val>) -> NodeId {
         // Node ids are `u32`: a graph holds fewer than 2^32 nodes (a
         // lowering makes about one per program line).
         let id = NodeId(u32::try_from(self.nodes.len()).unwrap_or(u32::MAX));

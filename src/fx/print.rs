@@ -10,8 +10,10 @@ use std::fmt::Write;
 /// one kernel share one list, so its keys are quoted once per printout.
 type KeyText = FxHashMap<usize, Vec<String>>;
 
-/// The output capacity reserved per node of the top graph.
-const OUT_BYTES_PER_NODE: usize = 128;
+/// The output capacity reserved per node of the top graph (a lowering's
+/// printout averages about 155 bytes a node: a smaller reserve grows, and
+/// copies, the whole output once).
+const OUT_BYTES_PER_NODE: usize = 160;
 
 /// `PLAIN[b]`: byte `b` stands for itself in a Python string literal
 /// between single quotes ([`PyStr`] escapes the others).
@@ -28,8 +30,7 @@ const PLAIN: [bool; 256] = {
 /// The whole graph: `def forward(...)` for the top graph, then one
 /// `class <name>(torch.nn.Module):` block per subgraph.
 pub(super) fn graph_code(g: &Graph) -> String {
-    // About a hundred bytes per node: one allocation instead of a doubling
-    // series of copies of a large output.
+    // One allocation instead of a doubling series of copies of a large output.
     let mut out = String::with_capacity(g.len().saturating_mul(OUT_BYTES_PER_NODE));
     let mut keys = KeyText::default();
     write_forward(&mut out, &mut keys, g, 0);

@@ -97,8 +97,8 @@ impl<'p> GraphLowering<'p> {
                 if checked.iter().any(|b| b.as_str() == name.as_str()) {
                     continue;
                 }
-                let size = self.exprs_of(&layout.size)?;
-                let stride = self.exprs_of(&layout.stride)?;
+                let size: fx::Args = self.exprs_of(&layout.size)?.into();
+                let stride: fx::Args = self.exprs_of(&layout.stride)?.into();
                 self.out.push(
                     "assert_size_stride",
                     Op::AssertSizeStride {
@@ -116,8 +116,10 @@ impl<'p> GraphLowering<'p> {
 
     pub(super) fn read_dim(&mut self, tensor: NodeId, method: TensorMethod, dim: i64) -> NodeId {
         match method {
-            TensorMethod::Size => self.out.push("sym_size_int", Op::SymSize { tensor, dim }, None),
-            TensorMethod::Stride => self.out.push("sym_stride_int", Op::SymStride { tensor, dim }, None),
+            TensorMethod::Size => self.out.push_static("sym_size_int", Op::SymSize { tensor, dim }, None),
+            TensorMethod::Stride => self
+                .out
+                .push_static("sym_stride_int", Op::SymStride { tensor, dim }, None),
             TensorMethod::StorageOffset => self
                 .out
                 .push("sym_storage_offset", Op::SymStorageOffset { tensor }, None),
@@ -137,13 +139,13 @@ impl<'p> GraphLowering<'p> {
         }
         let rest = self.expr(&rest).map_err(|k| k.to_string())?;
         let neg = self
-            .sym(SymOp::Mul, vec![Arg::Int(-1), rest])
+            .sym(SymOp::Mul, smallvec::smallvec![Arg::Int(-1), rest])
             .map_err(|k| k.to_string())?;
         let diff = self
-            .sym(SymOp::Sum, vec![Arg::Node(value), neg])
+            .sym(SymOp::Sum, smallvec::smallvec![Arg::Node(value), neg])
             .map_err(|k| k.to_string())?;
         let q = if a == 1 {
-            self.sym(SymOp::FloorDiv, vec![diff, Arg::Int(a)])
+            self.sym(SymOp::FloorDiv, smallvec::smallvec![diff, Arg::Int(a)])
         } else {
             self.exact_div(diff, a, format!("`{e}` is not divisible by {a} when solving for `{s}`"))
         };

@@ -37,7 +37,7 @@ impl<'p> GraphLowering<'p> {
                         None => args.push(v),
                     }
                 }
-                self.out.push(
+                self.out.push_static(
                     "call_kernel",
                     Op::KernelCall {
                         kernel: call.kernel.clone(),
@@ -247,7 +247,7 @@ impl<'p> GraphLowering<'p> {
     }
 
     pub(super) fn push_triton(&mut self, call: &KernelCall, grid: [Arg; 3], kwargs: Kwargs) -> Res<()> {
-        self.out.push(
+        self.out.push_static(
             "triton_kernel_wrapper_mutation",
             Op::TritonKernel {
                 kernel: call.kernel.clone(),

@@ -258,9 +258,9 @@ impl<'p> GraphLowering<'p> {
                 context,
             } => {
                 let t = self.buffer(buffer)?;
-                let size = self.exprs_of(size)?;
-                let stride = self.exprs_of(stride)?;
-                self.out.push(
+                let size: fx::Args = self.exprs_of(size)?.into();
+                let stride: fx::Args = self.exprs_of(stride)?.into();
+                self.out.push_static(
                     "assert_size_stride",
                     Op::AssertSizeStride {
                         tensor: t,
@@ -273,7 +273,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
                 let t = self.buffer(buffer)?;
-                self.out.push(
+                self.out.push_static(
                     "assert_alignment",
                     Op::AssertAlignment {
                         tensor: t,
@@ -284,7 +284,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::RuntimeAssert { cond, message, .. } => {
                 let c = self.expr(cond)?;
-                self.out.push(
+                self.out.push_static(
                     "_assert_scalar",
                     Op::AssertScalar {
                         cond: c,
@@ -332,9 +332,9 @@ impl<'p> GraphLowering<'p> {
     pub(super) fn allocate(&mut self, name: &str, layout: &'p Layout) -> Res<NodeId> {
         let needs_view = layout.alloc_numel.is_some() || layout.offset != SymExpr::Int(0);
         if !needs_view {
-            let size = self.exprs_of(&layout.size)?;
-            let stride = self.exprs_of(&layout.stride)?;
-            let val = Some(Val::Tensor(self.shared_layout(layout)));
+            let shared = self.shared_layout(layout);
+            let (size, stride) = self.layout_args(&shared)?;
+            let val = Some(Val::Tensor(shared));
             return Ok(self.out.push(
                 name,
                 Op::EmptyStrided {
@@ -348,11 +348,11 @@ impl<'p> GraphLowering<'p> {
         }
         // Padded or offset allocation: a flat storage, then the strided view.
         let numel = self.expr(&layout.storage_numel_expr())?;
-        let flat = self.out.push(
+        let flat = self.out.push_static(
             "empty_strided",
             Op::EmptyStrided {
-                size: vec![numel],
-                stride: vec![Arg::Int(1)],
+                size: Arc::new([numel]),
+                stride: Arc::new([Arg::Int(1)]),
                 dtype: layout.dtype,
                 device: layout.device.kind,
             },
@@ -364,8 +364,7 @@ impl<'p> GraphLowering<'p> {
 
     /// `torch.as_strided(base, ...)` with `layout`, which the node keeps as its value.
     pub(super) fn as_strided(&mut self, name: &str, base: NodeId, layout: Arc<Layout>) -> Res<NodeId> {
-        let size = self.exprs_of(&layout.size)?;
-        let stride = self.exprs_of(&layout.stride)?;
+        let (size, stride) = self.layout_args(&layout)?;
         let offset = self.expr(&layout.offset)?;
         Ok(self.out.push(
             name,
@@ -538,7 +537,7 @@ impl<'p> GraphLowering<'p> {
                     i += 1;
                 }
                 KeyEntry::ConvertInt => {
-                    cur = self.sym(SymOp::Ite, vec![cur, Arg::Int(1), Arg::Int(0)])?;
+                    cur = self.sym(SymOp::Ite, smallvec::smallvec![cur, Arg::Int(1), Arg::Int(0)])?;
                     i += 1;
                 }
                 KeyEntry::InnerTensor(attr) => {

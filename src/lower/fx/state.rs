@@ -18,7 +18,9 @@ pub(super) struct GraphLowering<'p> {
     pub(super) out: fx::Graph,
     pub(super) buffers: HashMap<BufName, NodeId>,
     pub(super) symbols: HashMap<Symbol, Arg>,
-    pub(super) exprs: HashMap<SymExpr, Arg>,
+    /// Hash-consed expressions, by their hash (computed once per lookup and
+    /// kept, so the table grows without hashing the expressions again).
+    pub(super) exprs: HashMap<u64, smallvec::SmallVec<[(SymExpr, Arg); 1]>>,
     pub(super) getitems: HashMap<(NodeId, IndexKey), NodeId>,
     pub(super) lifted: Vec<Symbol>,
     pub(super) line: Option<usize>,
@@ -36,6 +38,9 @@ pub(super) struct GraphLowering<'p> {
     /// The graph's layouts, each shared by the nodes that have it (by
     /// value), by [`layout_key`](super::values::layout_key).
     pub(super) layouts: HashMap<u64, smallvec::SmallVec<[Arc<Layout>; 1]>>,
+    /// Each layout handle's sizes and strides as node arguments, by the
+    /// handle's address (see [`GraphLowering::layout_args`]).
+    pub(super) layout_args: HashMap<usize, (Arc<Layout>, fx::Args, fx::Args)>,
 }
 
 /// What every launch of one Triton kernel shares.
@@ -131,8 +136,17 @@ impl<'p> GraphLowering<'p> {
             options,
             // About one node per line, and a few per input.
             out: fx::Graph::with_capacity(ir.lines.len().saturating_add(ir.inputs.len().saturating_mul(4))),
-            buffers: HashMap::default(),
-            symbols: HashMap::default(),
+            // Sized once: every buffer name is one the graph declares, every
+            // symbol one the program declares (a graph binds about one per
+            // line or input at most, so a small subgraph gets a small table).
+            buffers: HashMap::with_capacity_and_hasher(ir.buffers.len(), Default::default()),
+            symbols: HashMap::with_capacity_and_hasher(
+                program
+                    .symbols
+                    .len()
+                    .min(ir.lines.len().saturating_add(ir.inputs.len())),
+                Default::default(),
+            ),
             exprs: HashMap::default(),
             getitems: HashMap::default(),
             lifted: Vec::new(),
@@ -142,6 +156,7 @@ impl<'p> GraphLowering<'p> {
             decls: ir.buffers.iter().map(|(n, d)| (n.as_str(), &d.kind)).collect(),
             kernels: HashMap::default(),
             layouts: HashMap::default(),
+            layout_args: HashMap::default(),
         };
         l.lower_all().map_err(|kind| Error {
             at: Location::in_program(program, name, l.line),

@@ -65,6 +65,26 @@ impl<'p> GraphLowering<'p> {
         l
     }
 
+    /// The sizes and strides of `layout` as node arguments, lowered once
+    /// per layout handle and shared by every node that has it (the lists
+    /// of [`GraphLowering::shared_layout`]'s handles are shared by every
+    /// node of that layout). Lowering them again would give the same
+    /// arguments: expressions are hash-consed and a symbol keeps the value
+    /// it is first bound to.
+    pub(super) fn layout_args(&mut self, layout: &Arc<Layout>) -> Res<(fx::Args, fx::Args)> {
+        // The memo holds the handle, so no other layout takes its address
+        // while the entry exists.
+        let key = Arc::as_ptr(layout) as usize;
+        if let Some((_, size, stride)) = self.layout_args.get(&key) {
+            return Ok((size.clone(), stride.clone()));
+        }
+        let size: fx::Args = self.exprs_of(&layout.size)?.into();
+        let stride: fx::Args = self.exprs_of(&layout.stride)?.into();
+        self.layout_args
+            .insert(key, (layout.clone(), size.clone(), stride.clone()));
+        Ok((size, stride))
+    }
+
     pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
         Ok(match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
@@ -109,12 +129,18 @@ impl<'p> GraphLowering<'p> {
             SymExpr::Sym(s) => return self.symbol(s),
             _ => {}
         }
-        if let Some(a) = self.exprs.get(e) {
+        let hash = {
+            let mut h = rustc_hash::FxHasher::default();
+            e.hash(&mut h);
+            h.finish()
+        };
+        let known = self.exprs.get(&hash).and_then(|same| same.iter().find(|(x, _)| x == e));
+        if let Some((_, a)) = known {
             return Ok(a.clone());
         }
         let a = match e {
             SymExpr::Add(ts) => {
-                let args = self.exprs_of(ts)?;
+                let args = ts.iter().map(|t| self.expr(t)).collect::<Res<fx::SymArgs>>()?;
                 self.sym(SymOp::Sum, args)?
             }
             SymExpr::Mul(fs) => self.chain(SymOp::Mul, fs)?,
@@ -132,11 +158,11 @@ impl<'p> GraphLowering<'p> {
                     self.binary(SymOp::FloorDiv, x, d)?
                 };
                 let m = self.expr(m)?;
-                self.sym(SymOp::PyMod, vec![q, m])?
+                self.sym(SymOp::PyMod, smallvec::smallvec![q, m])?
             }
             SymExpr::Pow(b, n) => {
                 let b = self.expr(b)?;
-                self.sym(SymOp::Pow, vec![b, Arg::Int(*n as i64)])?
+                self.sym(SymOp::Pow, smallvec::smallvec![b, Arg::Int(*n as i64)])?
             }
             SymExpr::Cmp(op, a, b) => {
                 let op = SymOp::from(*op);
@@ -144,18 +170,18 @@ impl<'p> GraphLowering<'p> {
             }
             SymExpr::Not(a) => {
                 let a = self.expr(a)?;
-                self.sym(SymOp::Not, vec![a])?
+                self.sym(SymOp::Not, smallvec::smallvec![a])?
             }
             SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => return Err(ErrorKind::Unsupported("atom".into())),
         };
-        self.exprs.insert(e.clone(), a.clone());
+        self.exprs.entry(hash).or_default().push((e.clone(), a.clone()));
         Ok(a)
     }
 
     pub(super) fn binary(&mut self, op: SymOp, a: &SymExpr, b: &SymExpr) -> Res<Arg> {
         let a = self.expr(a)?;
         let b = self.expr(b)?;
-        self.sym(op, vec![a, b])
+        self.sym(op, smallvec::smallvec![a, b])
     }
 
     pub(super) fn chain(&mut self, op: SymOp, xs: &[SymExpr]) -> Res<Arg> {
@@ -166,7 +192,7 @@ impl<'p> GraphLowering<'p> {
         let mut acc = self.expr(first)?;
         for x in it {
             let v = self.expr(x)?;
-            acc = self.sym(op, vec![acc, v])?;
+            acc = self.sym(op, smallvec::smallvec![acc, v])?;
         }
         Ok(acc)
     }
@@ -174,23 +200,25 @@ impl<'p> GraphLowering<'p> {
     /// `value // d` after asserting at run time that `d` (non-zero) divides
     /// `value`; `message` is the assert's.
     pub(super) fn exact_div(&mut self, value: Arg, d: i64, message: String) -> Res<Arg> {
-        let m = self.sym(SymOp::PyMod, vec![value.clone(), Arg::Int(d)])?;
-        let ok = self.sym(SymOp::Eq, vec![m, Arg::Int(0)])?;
+        let m = self.sym(SymOp::PyMod, smallvec::smallvec![value.clone(), Arg::Int(d)])?;
+        let ok = self.sym(SymOp::Eq, smallvec::smallvec![m, Arg::Int(0)])?;
         self.out
-            .push("_assert_scalar", Op::AssertScalar { cond: ok, message }, None);
-        self.sym(SymOp::FloorDiv, vec![value, Arg::Int(d)])
+            .push_static("_assert_scalar", Op::AssertScalar { cond: ok, message }, None);
+        self.sym(SymOp::FloorDiv, smallvec::smallvec![value, Arg::Int(d)])
     }
 
     /// An arithmetic node, or its value when every operand is a literal.
-    pub(super) fn sym(&mut self, op: SymOp, args: Vec<Arg>) -> Res<Arg> {
-        let literals: Option<Vec<fx::Scalar>> = args
-            .iter()
-            .map(|a| match a {
-                Arg::Int(v) => Some(fx::Scalar::Int(*v)),
-                Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
-                _ => None,
-            })
-            .collect();
+    pub(super) fn sym(&mut self, op: SymOp, args: fx::SymArgs) -> Res<Arg> {
+        // Literal operands only: no list is built unless every one is.
+        let literal = |a: &Arg| match a {
+            Arg::Int(v) => Some(fx::Scalar::Int(*v)),
+            Arg::Bool(b) => Some(fx::Scalar::Bool(*b)),
+            _ => None,
+        };
+        let literals: Option<smallvec::SmallVec<[fx::Scalar; 4]>> = match args.iter().all(|a| literal(a).is_some()) {
+            true => args.iter().map(literal).collect(),
+            false => None,
+        };
         if let Some(l) = literals {
             return match op.eval(&l) {
                 Ok(fx::Scalar::Int(v)) => Ok(Arg::Int(v)),
@@ -201,7 +229,11 @@ impl<'p> GraphLowering<'p> {
                 }),
             };
         }
-        Ok(Arg::Node(self.out.push(op.node_name(), Op::Sym { op, args }, None)))
+        Ok(Arg::Node(self.out.push_static(
+            op.node_name(),
+            Op::Sym { op, args },
+            None,
+        )))
     }
 
     pub(super) fn arg(&mut self, v: &ArgValue) -> Res<Arg> {
