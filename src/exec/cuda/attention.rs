@@ -13,15 +13,14 @@
 //! is on and are an error naming what the kernels take when it is off.
 
 use super::driver;
-use super::kernels::{Traced, TracedParam};
-use super::{CudaBackend, CudaPaths, CudaTensor, DEFAULT_SHARED_LIMIT};
+use super::kernels::{KernelSource, Traced, TracedParam};
+use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
 use crate::exec::attention::{self as sdpa, Item, Kind};
 use crate::exec::host::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
 use std::ffi::c_void;
-use std::sync::Arc;
 
 /// The CUDA source of the attention kernels.
 const SOURCE: &str = include_str!("kernels/attention.cu");
@@ -40,7 +39,7 @@ const F32_BM: i64 = 32;
 /// Keys per tile of the f32 kernels (`F32_BN`).
 const F32_BN: u32 = 32;
 /// Head dims the kernels are instantiated for.
-const HEAD_DIMS: [i64; 6] = [16, 32, 64, 80, 96, 128];
+pub(super) const HEAD_DIMS: [i64; 6] = [16, 32, 64, 80, 96, 128];
 
 /// The kernels' `AttnParams`: every field 8 bytes, in source order.
 #[repr(C)]
@@ -86,18 +85,13 @@ impl AttnParams {
     }
 }
 
-/// The cubin of [`SOURCE`]'s kernels for head dim `e` and compute capability
-/// `major.minor`, compiled once per process.
-fn image(paths: &CudaPaths, major: i32, minor: i32, e: i64) -> Result<Arc<[u8]>, ExecError> {
-    let source = || format!("#define ATTN_E {e}\n{SOURCE}");
-    super::kernels::compiled_image(
-        paths,
-        "cuda attention kernels",
-        &format!("attention_e{e}"),
-        &source,
-        major,
-        minor,
-    )
+/// [`SOURCE`]'s kernels for head dim `e`: one module per head dim.
+pub(super) fn source(e: i64) -> KernelSource {
+    KernelSource {
+        id: format!("attention_e{e}"),
+        what: "cuda attention kernels",
+        text: format!("#define ATTN_E {e}\n{SOURCE}"),
+    }
 }
 
 /// Runs the attention ops on the device; `Ok(None)` for other ops and for
@@ -375,12 +369,9 @@ fn launch(
     params: &mut AttnParams,
 ) -> Result<(), ExecError> {
     let module = format!("{MODULE}_e{e}");
-    let f = backend.builtins.extra_function(
-        &backend.device,
-        &module,
-        &|paths, major, minor| image(paths, major, minor, e),
-        name,
-    )?;
+    let f = backend
+        .builtins
+        .extra_function(&backend.device, &module, &|| source(e), name)?;
     if shared > DEFAULT_SHARED_LIMIT {
         let optin = backend
             .device

@@ -7,8 +7,8 @@
 //! `Ok(None)` for operands these do not take (real-only pointwise ops,
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
-use super::{blocks_for, compiled_image, launch_function, read_i64, scratch, Arg, Nd};
-use crate::exec::cuda::{CudaBackend, CudaPaths, CudaTensor};
+use super::{blocks_for, launch_function, read_i64, scratch, Arg, KernelSource, Nd};
+use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::host::op_key;
 use crate::exec::random::{DeviceShape, RandintPlan};
 use crate::exec::segment::{self, Reduction};
@@ -25,19 +25,19 @@ const MODULE: &str = "extra";
 
 type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
 
-fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
-    compiled_image(
-        paths,
-        "cuda built-in kernels (extra.cu)",
-        MODULE,
-        &|| SOURCE.to_string(),
-        major,
-        minor,
-    )
+/// These kernels' source.
+pub(super) fn source() -> KernelSource {
+    KernelSource {
+        id: MODULE.into(),
+        what: "cuda built-in kernels (extra.cu)",
+        text: SOURCE.to_string(),
+    }
 }
 
 fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
-    let f = backend.builtins.extra_function(&backend.device, MODULE, &image, name)?;
+    let f = backend
+        .builtins
+        .extra_function(&backend.device, MODULE, &source, name)?;
     launch_function(backend, f, name, blocks, args)
 }
 

@@ -1,7 +1,13 @@
 //! Compiled images of the project's own CUDA sources (built-in ops,
-//! attention): compiled by NVRTC straight to a cubin for the device's
-//! compute capability, once per process, and kept in an on-disk cache so
-//! that later processes load the cubin with no compilation at start-up.
+//! attention). Cubins for sm_80 (which also run on sm_86/87/89) and sm_90
+//! are committed under `prebuilt/` and embedded in the binary, each with the
+//! digest of the source it came from, so a process on those GPUs compiles
+//! nothing and needs no NVRTC; the `prebuild_kernels` example regenerates
+//! them, and a unit test fails while one is stale. For other GPUs, for a
+//! source whose image is stale, and when the driver refuses a prebuilt image,
+//! NVRTC compiles the source straight to a cubin for the device's compute
+//! capability, once per process, kept in an on-disk cache so that later
+//! processes load the cubin with no compilation at start-up.
 //!
 //! The cache lives in the directory the caller names
 //! ([`CudaPaths::kernel_cache`]; `None`, the default, keeps none:
@@ -16,6 +22,9 @@
 
 use crate::exec::cuda::CudaPaths;
 use crate::exec::ExecError;
+
+#[path = "prebuilt/index.rs"]
+mod prebuilt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -47,19 +56,131 @@ fn is_cubin(bytes: &[u8]) -> bool {
     bytes.len() > 64 && bytes.starts_with(b"\x7fELF\x02\x01")
 }
 
-/// The cubin of the CUDA source `source()` for compute capability
-/// `major.minor`: from this process's cache, the disk cache in
-/// `paths.kernel_cache` or NVRTC (loaded from `paths.library_dirs` when the
-/// loader's paths lack it), under `id` (one id per distinct source); `what`
-/// names the kernels in errors.
-pub(in crate::exec::cuda) fn compiled_image(
-    paths: &CudaPaths,
-    what: &str,
-    id: &str,
-    source: &dyn Fn() -> String,
+/// A committed image (the table in `prebuilt/index.rs`, which the
+/// `prebuild_kernels` example writes).
+struct Prebuilt {
+    id: &'static str,
     major: i32,
     minor: i32,
-) -> Result<Arc<[u8]>, ExecError> {
+    digest: [u64; 2],
+    image: &'static [u8],
+}
+
+/// One of the project's own CUDA sources: what NVRTC compiles into one module.
+pub(in crate::exec::cuda) struct KernelSource {
+    /// The module's id: one per distinct source text (names cache entries
+    /// and prebuilt images).
+    pub id: String,
+    /// The kernels' name in errors.
+    pub what: &'static str,
+    /// The complete source text.
+    pub text: String,
+}
+
+/// Every source the backend may compile: the built-in ops, `extra.cu`, and
+/// the attention kernels for each head dim they take.
+pub(in crate::exec::cuda) fn all_sources() -> Vec<KernelSource> {
+    let mut all = vec![super::builtin_source(), super::extra::source()];
+    all.extend(
+        crate::exec::cuda::attention::HEAD_DIMS
+            .iter()
+            .map(|&e| crate::exec::cuda::attention::source(e)),
+    );
+    all
+}
+
+/// The NVRTC options for compute capability `major.minor`.
+fn nvrtc_options(major: i32, minor: i32) -> [String; 2] {
+    [
+        format!("--gpu-architecture=sm_{major}{minor}"),
+        "--std=c++14".to_string(),
+    ]
+}
+
+/// The digest of a source and its options (what decides a prebuilt image).
+fn source_digest(text: &str, options: &[String]) -> [u64; 2] {
+    [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142]
+        .map(|seed| fnv(seed, &[text.as_bytes(), options.join(" ").as_bytes()]))
+}
+
+/// The committed image of `source` that a device of compute capability
+/// `major.minor` runs: one compiled from the same text for the same major
+/// architecture and a minor one no newer than the device's (cubins run on
+/// later minor revisions of their architecture), the newest such.
+fn prebuilt_image(source: &KernelSource, major: i32, minor: i32) -> Option<&'static [u8]> {
+    prebuilt::IMAGES
+        .iter()
+        .filter(|p| p.id == source.id && p.major == major && p.minor <= minor)
+        .filter(|p| p.digest == source_digest(&source.text, &nvrtc_options(p.major, p.minor)))
+        .max_by_key(|p| p.minor)
+        .map(|p| p.image)
+}
+
+/// Where a module's image comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::exec::cuda) enum ImageOrigin {
+    /// A committed image, when one was compiled from the same source for
+    /// the device's architecture; NVRTC otherwise.
+    PrebuiltFirst,
+    /// This process's cache, the disk cache or NVRTC (after the driver
+    /// refused a prebuilt image).
+    Compiled,
+}
+
+/// Loads the module of `source` on `device`: its prebuilt image when there
+/// is one for the device's compute capability, else (or when the driver
+/// refuses that image, as an older driver refuses a newer toolkit's cubin)
+/// the image [`compiled_image`] gives.
+pub(in crate::exec::cuda) fn load_module(
+    device: &crate::exec::cuda::driver::Device,
+    source: &dyn Fn() -> KernelSource,
+) -> Result<crate::exec::cuda::driver::Module, ExecError> {
+    let source = source();
+    let cc = |a| {
+        device
+            .attribute(a)
+            .map_err(|e| ExecError::op(source.what, e.to_string()))
+    };
+    let major = cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let refused = match compiled_image(&device.paths, &source, major, minor, ImageOrigin::PrebuiltFirst) {
+        Ok((image, origin)) => match device.load_module(&image) {
+            Ok(m) => return Ok(m),
+            Err(e) if origin == ImageOrigin::PrebuiltFirst => e,
+            Err(e) => return Err(ExecError::op(source.what, e.to_string())),
+        },
+        Err(e) => return Err(e),
+    };
+    let (image, _) = compiled_image(&device.paths, &source, major, minor, ImageOrigin::Compiled).map_err(|e| {
+        ExecError::op(
+            source.what,
+            format!("the driver refused the prebuilt image ({refused}), and compiling it failed: {e}"),
+        )
+    })?;
+    device
+        .load_module(&image)
+        .map_err(|e| ExecError::op(source.what, e.to_string()))
+}
+
+/// The cubin of `source` for compute capability `major.minor`, and where it
+/// came from: with [`ImageOrigin::PrebuiltFirst`], the committed image when
+/// one matches; else this process's cache, the disk cache in
+/// `paths.kernel_cache` or NVRTC (loaded from `paths.library_dirs` when the
+/// loader's paths lack it).
+pub(in crate::exec::cuda) fn compiled_image(
+    paths: &CudaPaths,
+    source: &KernelSource,
+    major: i32,
+    minor: i32,
+    origin: ImageOrigin,
+) -> Result<(Arc<[u8]>, ImageOrigin), ExecError> {
+    if origin == ImageOrigin::PrebuiltFirst {
+        if let Some(image) = prebuilt_image(source, major, minor) {
+            return Ok((Arc::from(image), ImageOrigin::PrebuiltFirst));
+        }
+    }
+    let what = source.what;
+    let id = source.id.as_str();
     static CACHE: OnceLock<Mutex<HashMap<(String, i32, i32), Arc<[u8]>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache
@@ -67,27 +188,19 @@ pub(in crate::exec::cuda) fn compiled_image(
         .map_err(|_| ExecError::op(what, "kernel image cache poisoned by a panic"))?;
     let key = (id.to_string(), major, minor);
     if let Some(p) = cache.get(&key) {
-        return Ok(Arc::clone(p));
+        return Ok((Arc::clone(p), ImageOrigin::Compiled));
     }
-    let dirs = &paths.library_dirs;
-    // SAFETY: only probes for the library (dlopen); checked first because
-    // cudarc panics when it is missing.
-    if !super::super::driver::keep_loaded("nvrtc", dirs) || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(ExecError::op(
-            what,
-            super::super::libraries::missing("the NVRTC library (libnvrtc)", dirs),
-        ));
-    }
-    let text = source();
-    let options = [
-        format!("--gpu-architecture=sm_{major}{minor}"),
-        "--std=c++14".to_string(),
-    ];
+    require_nvrtc(paths, what)?;
+    let options = nvrtc_options(major, minor);
     let versions = toolkit_versions();
     let digest = [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142].map(|seed| {
         fnv(
             seed,
-            &[text.as_bytes(), options.join(" ").as_bytes(), versions.as_bytes()],
+            &[
+                source.text.as_bytes(),
+                options.join(" ").as_bytes(),
+                versions.as_bytes(),
+            ],
         )
     });
     let file = paths.kernel_cache.as_ref().map(|d| {
@@ -103,15 +216,88 @@ pub(in crate::exec::cuda) fn compiled_image(
     {
         let image: Arc<[u8]> = Arc::from(bytes);
         cache.insert(key, Arc::clone(&image));
-        return Ok(image);
+        return Ok((image, ImageOrigin::Compiled));
     }
-    let image: Arc<[u8]> = Arc::from(nvrtc_cubin(what, &text, &options)?);
+    let image: Arc<[u8]> = Arc::from(nvrtc_cubin(what, &source.text, &options)?);
     if let Some(file) = &file {
         // A cache that cannot be written only costs the next process a compilation.
         let _ = store(file, &image);
     }
     cache.insert(key, Arc::clone(&image));
-    Ok(image)
+    Ok((image, ImageOrigin::Compiled))
+}
+
+/// An error naming the NVRTC library when it cannot be loaded from the
+/// loader's paths or `paths.library_dirs`.
+fn require_nvrtc(paths: &CudaPaths, what: &str) -> Result<(), ExecError> {
+    let dirs = &paths.library_dirs;
+    // SAFETY: only probes for the library (dlopen); checked first because
+    // cudarc panics when it is missing.
+    if !super::super::driver::keep_loaded("nvrtc", dirs) || !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(ExecError::op(
+            what,
+            super::super::libraries::missing("the NVRTC library (libnvrtc)", dirs),
+        ));
+    }
+    Ok(())
+}
+
+/// One image compiled by [`prebuild_kernels`].
+#[derive(Clone, Debug)]
+pub struct PrebuiltImage {
+    /// The module's id (`builtin`, `extra`, `attention_e64`, ...).
+    pub id: String,
+    /// The compute capability it was compiled for.
+    pub major: i32,
+    /// See `major`.
+    pub minor: i32,
+    /// The digest of its source text and NVRTC options, which the backend
+    /// compares before using the image.
+    pub digest: [u64; 2],
+    /// The cubin.
+    pub image: Vec<u8>,
+}
+
+impl PrebuiltImage {
+    /// The image's file name among the committed images.
+    pub fn file_name(&self) -> String {
+        format!("{}-sm{}{}.cubin", self.id, self.major, self.minor)
+    }
+}
+
+/// Compiles every one of the backend's own CUDA sources for each compute
+/// capability in `archs` with NVRTC (loaded as [`CudaPaths::library_dirs`]
+/// says; no GPU or driver needed), for regenerating the images committed
+/// under `src/exec/cuda/kernels/prebuilt/` (the `prebuild_kernels`
+/// example writes them). Returns the images and NVRTC's version.
+pub fn prebuild_kernels(
+    paths: &CudaPaths,
+    archs: &[(i32, i32)],
+) -> Result<(Vec<PrebuiltImage>, (i32, i32)), ExecError> {
+    require_nvrtc(paths, "prebuild_kernels")?;
+    let mut version = (0, 0);
+    // SAFETY: out-pointers to two live ints; the library is loaded (checked above).
+    let _ = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut version.0, &mut version.1) };
+    let sources = all_sources();
+    let jobs: Vec<(&KernelSource, i32, i32)> = archs
+        .iter()
+        .flat_map(|&(major, minor)| sources.iter().map(move |s| (s, major, minor)))
+        .collect();
+    use rayon::prelude::*;
+    let images = jobs
+        .into_par_iter()
+        .map(|(source, major, minor)| {
+            let options = nvrtc_options(major, minor);
+            Ok(PrebuiltImage {
+                id: source.id.clone(),
+                major,
+                minor,
+                digest: source_digest(&source.text, &options),
+                image: nvrtc_cubin(source.what, &source.text, &options)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok((images, version))
 }
 
 /// Writes `bytes` to `file` through a temporary file renamed into place.
@@ -175,6 +361,33 @@ mod tests {
         assert_ne!(a, fnv(1, &[b"a", b"bc"]));
         assert_ne!(a, fnv(2, &[b"ab", b"c"]));
         assert_eq!(a, fnv(1, &[b"ab", b"c"]));
+    }
+
+    /// Every source has a current image for sm_80 and sm_90; fails after a
+    /// kernel source edit until the images are regenerated with
+    /// `cargo run --release --features cuda --example prebuild_kernels`.
+    #[test]
+    fn prebuilt_images_match_their_sources() {
+        for source in all_sources() {
+            for (major, minor) in [(8, 0), (9, 0)] {
+                let image = prebuilt_image(&source, major, minor);
+                assert!(
+                    image.is_some_and(is_cubin),
+                    "no current prebuilt image of `{}` for sm_{major}{minor}: regenerate them with \
+                     `cargo run --release --features cuda --example prebuild_kernels`",
+                    source.id
+                );
+            }
+        }
+        // A later minor revision runs its architecture's image; another major one does not.
+        let builtin = super::super::builtin_source();
+        assert!(prebuilt_image(&builtin, 8, 9).is_some());
+        assert!(prebuilt_image(&builtin, 10, 0).is_none());
+        let edited = KernelSource {
+            text: format!("{} ", builtin.text),
+            ..builtin
+        };
+        assert!(prebuilt_image(&edited, 9, 0).is_none());
     }
 
     #[test]

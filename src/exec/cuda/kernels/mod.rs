@@ -27,7 +27,8 @@ mod extra;
 mod image;
 mod ops;
 
-pub(super) use image::compiled_image;
+pub(super) use image::{load_module, KernelSource};
+pub use image::{prebuild_kernels, PrebuiltImage};
 
 /// Helper kernels of the GEMM ops (bias broadcast, activations).
 pub(super) use ops::{copy_strided, gemm_activation};
@@ -124,16 +125,13 @@ pub(super) fn run(
     ops::run(backend, call)
 }
 
-/// The cubin of [`SOURCE`] for compute capability `major.minor` (see [`image`]).
-fn image(paths: &CudaPaths, major: i32, minor: i32) -> Result<Arc<[u8]>, ExecError> {
-    compiled_image(
-        paths,
-        "cuda built-in kernels",
-        "builtin",
-        &|| SOURCE.to_string(),
-        major,
-        minor,
-    )
+/// The built-in kernels' source (see [`image`]).
+fn builtin_source() -> KernelSource {
+    KernelSource {
+        id: "builtin".into(),
+        what: "cuda built-in kernels",
+        text: SOURCE.to_string(),
+    }
 }
 
 /// Compiles the built-in kernels for device `ordinal` on a new thread, so
@@ -159,7 +157,13 @@ pub(super) fn precompile_in_background(ordinal: usize, paths: Arc<CudaPaths>) {
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
             cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
         ) {
-            let _ = image(&paths, major, minor);
+            let _ = image::compiled_image(
+                &paths,
+                &builtin_source(),
+                major,
+                minor,
+                image::ImageOrigin::PrebuiltFirst,
+            );
         }
     });
 }
@@ -174,15 +178,7 @@ impl Builtins {
             Some(m) => Rc::clone(m),
             None => {
                 let loading = std::time::Instant::now();
-                let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
-                let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-                let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-                let text = image(&device.paths, major, minor)?;
-                let m = Rc::new(
-                    device
-                        .load_module(&text)
-                        .map_err(|e| ExecError::op(name, e.to_string()))?,
-                );
+                let m = Rc::new(load_module(device, &builtin_source)?);
                 self.module = Some(Rc::clone(&m));
                 self.load_time += loading.elapsed();
                 m
@@ -194,13 +190,12 @@ impl Builtins {
     }
 
     /// The function `name` of the separately compiled module `module`, loading
-    /// it first from the cubin `image` gives for the device's compute capability
-    /// (compiled once per process by its owner).
+    /// it first from the source `source` gives (see [`load_module`]).
     pub(super) fn extra_function(
         &mut self,
         device: &super::driver::Device,
         module: &str,
-        image: &ImageFn<'_>,
+        source: &dyn Fn() -> KernelSource,
         name: &str,
     ) -> Result<sys::CUfunction, ExecError> {
         if let Some(f) = self.extra.get(module).and_then(|(_, fs)| fs.get(name)) {
@@ -208,13 +203,7 @@ impl Builtins {
         }
         if !self.extra.contains_key(module) {
             let loading = std::time::Instant::now();
-            let cc = |a| device.attribute(a).map_err(|e| ExecError::op(name, e.to_string()));
-            let major = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-            let minor = cc(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-            let text = image(&device.paths, major, minor)?;
-            let m = device
-                .load_module(&text)
-                .map_err(|e| ExecError::op(name, e.to_string()))?;
+            let m = load_module(device, source)?;
             self.extra.insert(module.to_string(), (Rc::new(m), HashMap::new()));
             self.load_time += loading.elapsed();
         }
@@ -227,10 +216,6 @@ impl Builtins {
         Ok(f)
     }
 }
-
-/// The cubin of a separately compiled module for compute capability
-/// `major.minor`, compiled (once per process) with the given paths.
-pub(super) type ImageFn<'a> = dyn Fn(&CudaPaths, i32, i32) -> Result<Arc<[u8]>, ExecError> + 'a;
 
 /// A tensor's sizes and strides as the kernels' `Nd` struct.
 #[repr(C)]
