@@ -1,8 +1,9 @@
 //! Regenerates the CUDA backend's prebuilt kernel images: every one of its
 //! own CUDA sources (built-in ops, `extra.cu`, the attention kernels per head
 //! dim) compiled by NVRTC to a cubin for each architecture, with the table
-//! that embeds them (`index.rs`). Needs NVRTC (found as the backend finds
-//! it, `$WRAPIR_LIBRARY_PATH` included), not a GPU.
+//! that embeds them (`index.rs`). Needs NVRTC, not a GPU: found as the
+//! backend finds it (`$WRAPIR_CUDA_LIBRARY_PATH` included), with its
+//! `libnvrtc-builtins` on the loader's path (`LD_LIBRARY_PATH`).
 //!
 //! ```text
 //! cargo run --release --features cuda --example prebuild_kernels -- [--out DIR] [--arch 80,90]

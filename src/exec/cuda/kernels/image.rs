@@ -22,11 +22,11 @@
 
 use crate::exec::cuda::CudaPaths;
 use crate::exec::ExecError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[path = "prebuilt/index.rs"]
 mod prebuilt;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// 64-bit FNV-1a of `parts` from `seed` (each part followed by a separator).
 fn fnv(seed: u64, parts: &[&[u8]]) -> u64 {
@@ -99,8 +99,12 @@ fn nvrtc_options(major: i32, minor: i32) -> [String; 2] {
 
 /// The digest of a source and its options (what decides a prebuilt image).
 fn source_digest(text: &str, options: &[String]) -> [u64; 2] {
-    [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142]
-        .map(|seed| fnv(seed, &[text.as_bytes(), options.join(" ").as_bytes()]))
+    digest(&[text.as_bytes(), options.join(" ").as_bytes()])
+}
+
+/// A 128-bit digest of `parts` (two FNV-1a seeds).
+fn digest(parts: &[&[u8]]) -> [u64; 2] {
+    [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142].map(|seed| fnv(seed, parts))
 }
 
 /// The committed image of `source` that a device of compute capability
@@ -193,16 +197,11 @@ pub(in crate::exec::cuda) fn compiled_image(
     require_nvrtc(paths, what)?;
     let options = nvrtc_options(major, minor);
     let versions = toolkit_versions();
-    let digest = [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142].map(|seed| {
-        fnv(
-            seed,
-            &[
-                source.text.as_bytes(),
-                options.join(" ").as_bytes(),
-                versions.as_bytes(),
-            ],
-        )
-    });
+    let digest = digest(&[
+        source.text.as_bytes(),
+        options.join(" ").as_bytes(),
+        versions.as_bytes(),
+    ]);
     let file = paths.kernel_cache.as_ref().map(|d| {
         d.join(format!(
             "{id}-sm{major}{minor}-{:016x}{:016x}.cubin",
