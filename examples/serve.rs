@@ -1,7 +1,7 @@
 //! Serves a bundle from several threads and reports latency percentiles.
 //!
 //! ```text
-//! cargo run --release --features cuda --example serve -- BUNDLE_OR_PACKAGE [--threads N] [--calls N] [--device-inputs]
+//! cargo run --release --features cuda --example serve -- BUNDLE_OR_PACKAGE [--threads N] [--calls N] [--device-inputs] [--plan-threads N]
 //! ```
 //!
 //! Loads the model once ([`Model::load`]: kernels, weights, libraries), runs
@@ -14,6 +14,8 @@
 //! the inputs to the device once and calls [`Session::run_device`] on its own
 //! stream instead, waiting for the stream after each call (outputs stay on the
 //! device): the latency of a call whose data is already resident.
+//! `--plan-threads N` sets [`ModelOptions::plan_threads`] (0: each
+//! convolution plan is made at its first call).
 
 use indexmap::IndexMap;
 use std::path::PathBuf;
@@ -34,6 +36,7 @@ fn run() -> Result<(), String> {
     let mut bundle: Option<PathBuf> = None;
     let (mut threads, mut calls) = (4usize, 200usize);
     let mut device_inputs = false;
+    let mut plan_threads = None;
     while let Some(a) = args.next() {
         let mut number = |flag: &str| -> Result<usize, String> {
             args.next()
@@ -44,15 +47,18 @@ fn run() -> Result<(), String> {
             "--threads" => threads = number("--threads")?.max(1),
             "--calls" => calls = number("--calls")?.max(1),
             "--device-inputs" => device_inputs = true,
+            "--plan-threads" => plan_threads = Some(number("--plan-threads")?),
             _ if bundle.is_none() => bundle = Some(PathBuf::from(a)),
             _ => return Err(format!("unexpected argument `{a}`")),
         }
     }
-    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs]")?;
+    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs] [--plan-threads N]")?;
     // The CUDA libraries and the kernel cache where the environment says, as the CLI finds them.
+    let defaults = ModelOptions::default();
     let options = ModelOptions {
         paths: CudaPaths::from_env(),
-        ..ModelOptions::default()
+        plan_threads: plan_threads.unwrap_or(defaults.plan_threads),
+        ..defaults
     };
     let model = Model::load(&bundle, &options).map_err(|e| e.to_string())?;
     let r = model.load_report();
@@ -73,6 +79,16 @@ fn run() -> Result<(), String> {
             Ok(d) => println!("{library} started on its own thread in {:.1} ms", d.as_secs_f64() * 1e3),
             Err(e) => println!("{library} could not be started early: {e}"),
         }
+    }
+    if let Some(p) = &r.conv_plans {
+        println!(
+            "convolution plans made ahead: {} on {} threads in {:.1} ms{}{}",
+            p.made,
+            p.threads,
+            p.time.as_secs_f64() * 1e3,
+            p.made_by_warm_up.map_or(String::new(), |n| format!(", {n} more by the warm-up call")),
+            p.failed.first().map_or(String::new(), |f| format!(", {} failed: {f}", p.failed.len()))
+        );
     }
     let stored = wrapir::bundle::Bundle::open(&bundle)
         .and_then(|b| b.inputs())

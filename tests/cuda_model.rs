@@ -244,3 +244,44 @@ fn device_inputs_are_used_in_place() {
     stream.synchronize().unwrap();
     drop(keep);
 }
+
+#[test]
+fn convolution_plans_are_made_ahead_on_threads() {
+    for name in ["mobilenet_v3", "resnet", "vit", "gpt2_bf16"] {
+        let dir = bundle(name);
+        let ahead = Model::load(&dir, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let at_first_call = Model::load(
+            &dir,
+            &ModelOptions {
+                plan_threads: 0,
+                ..options()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(at_first_call.load_report().conv_plans.is_none(), "{name}: planned with 0 threads");
+        let report = ahead.load_report().conv_plans.clone();
+        if name == "gpt2_bf16" {
+            assert!(report.is_none(), "{name} calls no convolution: {report:?}");
+        } else {
+            let report = report.unwrap_or_else(|| panic!("{name}: no plans made ahead"));
+            assert!(report.made > 0 && report.failed.is_empty(), "{name}: {report:?}");
+            // The shapes-only run foresaw every plan the first call needed.
+            assert_eq!(report.made_by_warm_up, Some(0), "{name}: {report:?}");
+        }
+        let inputs = call_inputs(&ahead, &dir);
+        let out = ahead.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_eager(&dir, &out);
+        let reference = at_first_call.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(bits(&out), bits(&reference), "{name}: plans made ahead changed the result");
+        // A second session makes its plans ahead too, with the same results.
+        std::thread::scope(|scope| {
+            let (ahead, inputs, reference) = (&ahead, &inputs, &reference);
+            let threads: Vec<_> = (0..2)
+                .map(|_| scope.spawn(move || bits(&ahead.run(inputs).unwrap())))
+                .collect();
+            for t in threads {
+                assert_eq!(t.join().unwrap(), bits(reference), "{name}: a second session differs");
+            }
+        });
+    }
+}

@@ -59,6 +59,30 @@ pub struct MetaBackend {
     defaulted: Vec<DefaultedSymbol>,
     /// The symbols of `defaulted`, for the membership test.
     defaulted_set: rustc_hash::FxHashSet<Symbol>,
+    /// Extern calls kept for the caller ([`MetaBackend::log_externs`]).
+    extern_log: Option<ExternLog>,
+}
+
+/// The extern calls a run made of the ops a filter selects.
+#[derive(Debug)]
+struct ExternLog {
+    selects: fn(&str) -> bool,
+    calls: Vec<LoggedExtern>,
+}
+
+/// An extern call as a shapes-only run saw it: the op and the layouts of its
+/// tensor operands and result, for a device backend that prepares the call
+/// before it runs (e.g. a convolution's cuDNN plan).
+#[derive(Clone, Debug)]
+pub struct LoggedExtern {
+    /// The op as the program names it.
+    pub op: String,
+    /// Positional arguments, tensors as their layouts.
+    pub args: Vec<Value<TensorSpec>>,
+    /// Keyword arguments, likewise.
+    pub kwargs: indexmap::IndexMap<String, Value<TensorSpec>>,
+    /// The result, likewise (`Value::None` for out variants).
+    pub result: Value<TensorSpec>,
 }
 
 /// A symbol the meta backend gave a bound of its value range because neither
@@ -90,6 +114,7 @@ impl Default for MetaBackend {
             storage_pool: Vec::new(),
             defaulted: Vec::new(),
             defaulted_set: Default::default(),
+            extern_log: None,
         }
     }
 }
@@ -126,6 +151,45 @@ impl MetaBackend {
         self.limits = limits;
         self.memory = Arc::new(MemCounter::with_limits(&limits));
         self
+    }
+
+    /// Keeps every extern call whose op `selects` accepts, with its operands'
+    /// layouts ([`MetaBackend::take_logged_externs`]).
+    pub fn log_externs(mut self, selects: fn(&str) -> bool) -> Self {
+        self.extern_log = Some(ExternLog {
+            selects,
+            calls: Vec::new(),
+        });
+        self
+    }
+
+    /// The calls [`MetaBackend::log_externs`] kept so far, in call order.
+    pub fn take_logged_externs(&mut self) -> Vec<LoggedExtern> {
+        self.extern_log.as_mut().map(|l| std::mem::take(&mut l.calls)).unwrap_or_default()
+    }
+
+    /// An extern call's result: its declared layout, the first argument of
+    /// an in-place op, or nothing.
+    fn extern_result(&mut self, call: &ExternCall<'_, MetaTensor>) -> Result<Value<MetaTensor>, ExecError> {
+        if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
+            return Ok(Value::None);
+        }
+        match call.expected {
+            Some(layout) => {
+                let tensor = self.allocate_expected(layout).ok_or_else(|| {
+                    ExecError::NoValue(format!(
+                        "op `{}`: its result layout depends on a symbol with no hint (give one with `--hint SYMBOL=N`)",
+                        call.op
+                    ))
+                })??;
+                Ok(Value::Tensor(tensor))
+            }
+            None if super::host::op_name(call.op).ends_with('_') => {
+                // In-place ops return their first argument.
+                Ok(call.args.first().cloned().unwrap_or(Value::None))
+            }
+            None => Ok(Value::Opaque),
+        }
     }
 
     /// A meta tensor for `spec` (what a caller passes as an input).
@@ -290,25 +354,22 @@ impl Backend for MetaBackend {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, MetaTensor>) -> Result<Value<MetaTensor>, ExecError> {
-        if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
-            return Ok(Value::None);
+        let logged = self.extern_log.as_ref().is_some_and(|l| (l.selects)(call.op));
+        if !logged {
+            return self.extern_result(&call);
         }
-        match call.expected {
-            Some(layout) => {
-                let tensor = self.allocate_expected(layout).ok_or_else(|| {
-                    ExecError::NoValue(format!(
-                        "op `{}`: its result layout depends on a symbol with no hint (give one with `--hint SYMBOL=N`)",
-                        call.op
-                    ))
-                })??;
-                Ok(Value::Tensor(tensor))
-            }
-            None if super::host::op_name(call.op).ends_with('_') => {
-                // In-place ops return their first argument.
-                Ok(call.args.first().cloned().unwrap_or(Value::None))
-            }
-            None => Ok(Value::Opaque),
+        let result = self.extern_result(&call)?;
+        let spec_of = |v: &Value<MetaTensor>| spec_value(v.clone());
+        let entry = LoggedExtern {
+            op: call.op.to_string(),
+            args: call.args.iter().map(spec_of).collect(),
+            kwargs: call.kwargs.iter().map(|(k, v)| (k.to_string(), spec_of(v))).collect(),
+            result: spec_of(&result),
+        };
+        if let Some(log) = self.extern_log.as_mut() {
+            log.calls.push(entry);
         }
+        Ok(result)
     }
 
     fn read_scalar(&mut self, _tensor: &MetaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
@@ -405,8 +466,17 @@ pub fn run_program(program: &crate::ir::Program, hints: &crate::sym::Bindings) -
 
 /// [`run_program`] on a configured backend (hints, predicate value).
 pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -> Result<MetaReport, super::RunError> {
-    use crate::ir::GraphInput;
     let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
+    run_plan_on(program, &plan, backend)
+}
+
+/// [`run_program_on`] with `program` already compiled as `plan`.
+pub(crate) fn run_plan_on(
+    program: &crate::ir::Program,
+    plan: &super::interp::Plan,
+    backend: &mut MetaBackend,
+) -> Result<MetaReport, super::RunError> {
+    use crate::ir::GraphInput;
     let mut env = crate::sym::Bindings::new();
     for (s, decl) in &program.symbols {
         if let Some(v) = backend.caller_hint(s).or(decl.hint) {

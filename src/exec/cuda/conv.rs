@@ -50,6 +50,17 @@ const OP: &str = "aten.convolution";
 #[derive(Default)]
 pub(super) struct ConvCache {
     plans: HashMap<PlanKey, Rc<Plan>>,
+    /// The handles that made plans ahead ([`make_ahead`]), dropped after them.
+    handles: Vec<DnnHandle>,
+    /// Plans made by calls (not ahead).
+    made_in_calls: usize,
+}
+
+impl ConvCache {
+    /// Plans made by calls rather than ahead.
+    pub(super) fn made_in_calls(&self) -> usize {
+        self.made_in_calls
+    }
 }
 
 /// What a plan depends on: the direction, dtype, the three packed layouts
@@ -68,6 +79,59 @@ struct PlanKey {
     tf32: bool,
     /// Byte alignments of the input, weight and result addresses.
     alignment: [i64; 3],
+}
+
+/// What a convolution's plan follows from, before the 1-D lift.
+struct ConvShape<'a> {
+    dtype: DType,
+    input: &'a [i64],
+    weight: &'a [i64],
+    output: &'a [i64],
+    params: &'a ConvParams,
+    /// Computed channels-last (PyTorch's suggested memory format).
+    channels_last: bool,
+}
+
+impl PlanKey {
+    /// The key of `shape` with TF32 allowed or not and the three addresses'
+    /// byte alignments: the operands packed in the format (size-1
+    /// dimensions with the format's strides, PyTorch's
+    /// `fixSizeOneDimStride`), 1-D convolutions lifted to 2-D.
+    fn new(shape: &ConvShape<'_>, tf32: bool, alignment: [i64; 3]) -> PlanKey {
+        let one_d = shape.output.len() == 3;
+        let packed = |size: &[i64]| {
+            let mut size = size.to_vec();
+            if one_d {
+                size.insert(2, 1);
+            }
+            let strides = format_strides(&size, shape.channels_last);
+            size.extend(strides);
+            size
+        };
+        let lift = |v: &[i64], fill: i64| {
+            let mut v = v.to_vec();
+            if one_d {
+                v.insert(0, fill);
+            }
+            v
+        };
+        let p = shape.params;
+        PlanKey {
+            transposed: p.transposed,
+            dtype: shape.dtype,
+            x: packed(shape.input),
+            w: packed(shape.weight),
+            y: packed(shape.output),
+            params: [lift(&p.padding, 0), lift(&p.stride, 1), lift(&p.dilation, 1)].concat(),
+            tf32,
+            alignment,
+        }
+    }
+
+    /// The result's sizes (after the 1-D lift).
+    fn y_size(&self) -> &[i64] {
+        &self.y[..self.y.len() / 2]
+    }
 }
 
 /// A cuDNN execution plan of one convolution shape.
@@ -94,17 +158,45 @@ fn data_type(d: DType) -> Option<DataType> {
     }
 }
 
-/// A parsed `aten.convolution` call.
-struct Conv<'c> {
-    input: &'c CudaTensor,
-    weight: &'c CudaTensor,
-    bias: Option<&'c CudaTensor>,
-    params: ConvParams,
+/// A tensor operand whose layout a convolution reads: a device tensor
+/// when it runs, a layout when its plan is made ahead.
+trait Operand {
+    fn layout(&self) -> &TensorSpec;
 }
 
-type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
+impl Operand for CudaTensor {
+    fn layout(&self) -> &TensorSpec {
+        &self.spec
+    }
+}
 
-fn parse<'c>(a: &Args<'c>) -> Result<Conv<'c>, ExecError> {
+impl Operand for TensorSpec {
+    fn layout(&self) -> &TensorSpec {
+        self
+    }
+}
+
+/// A parsed `aten.convolution` call.
+struct Conv<'c, T> {
+    input: &'c T,
+    weight: &'c T,
+    bias: Option<&'c T>,
+    params: ConvParams,
+    dtype: DType,
+    /// The result's sizes.
+    out_size: Vec<i64>,
+    /// Computed channels-last (PyTorch's `cudnn_conv_suggest_memory_format`).
+    channels_last: bool,
+}
+
+/// Whether `op` is a convolution this module runs.
+fn is_convolution(op: &str) -> bool {
+    matches!(op_key(op).as_str(), "aten.convolution" | "aten._convolution")
+}
+
+/// Parses and checks a call (operand dtypes, bias size) and derives its
+/// result size and memory format.
+fn parse<'c, T: Operand>(a: &crate::exec::ops::Args<'c, T>) -> Result<Conv<'c, T>, ExecError> {
     let input = a.tensor(0, "input")?;
     let weight = a.tensor(1, "weight")?;
     let bias = match a.get(2, "bias") {
@@ -112,22 +204,48 @@ fn parse<'c>(a: &Args<'c>) -> Result<Conv<'c>, ExecError> {
         None => None,
         Some(v) => return Err(a.err(format!("`bias` must be a tensor or None, got {}", v.kind()))),
     };
-    let spatial = input.spec.size.len().saturating_sub(2);
+    let (x, w) = (input.layout(), weight.layout());
+    let spatial = x.size.len().saturating_sub(2);
+    let params = ConvParams::parse(a, spatial)?;
+    let dtype = x.dtype;
+    if w.dtype != dtype || bias.is_some_and(|b| b.layout().dtype != dtype) {
+        return Err(a.err(format!(
+            "operand dtypes differ: input {dtype}, weight {}{}",
+            w.dtype,
+            bias.map(|b| format!(", bias {}", b.layout().dtype))
+                .unwrap_or_default()
+        )));
+    }
+    let out_size = params.output_size(a.op, &x.size, &w.size)?;
+    if let Some(b) = bias {
+        if b.layout().size != [out_size[1]] {
+            return Err(a.err(format!("bias {:?} for {} output channels", b.layout().size, out_size[1])));
+        }
+    }
+    let channels_last =
+        x.size.len() == out_size.len() && (is_channels_last(&x.size, &x.stride) || is_channels_last(&w.size, &w.stride));
     Ok(Conv {
         input,
         weight,
         bias,
-        params: ConvParams::parse(a, spatial)?,
+        params,
+        dtype,
+        out_size,
+        channels_last,
     })
 }
 
-/// Inserts a height-1 dimension at index 2 (1-D convolutions run as 2-D).
-fn expand_1d(size: &[i64], stride: &[i64]) -> (Vec<i64>, Vec<i64>) {
-    let mut s = size.to_vec();
-    let mut st = stride.to_vec();
-    s.insert(2, 1);
-    st.insert(2, stride[2].saturating_mul(size[2].max(1)));
-    (s, st)
+impl<T: Operand> Conv<'_, T> {
+    fn shape(&self) -> ConvShape<'_> {
+        ConvShape {
+            dtype: self.dtype,
+            input: &self.input.layout().size,
+            weight: &self.weight.layout().size,
+            output: &self.out_size,
+            params: &self.params,
+            channels_last: self.channels_last,
+        }
+    }
 }
 
 /// Runs `call` when it is a convolution cuDNN can take; `Ok(None)` otherwise.
@@ -135,36 +253,20 @@ pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if !matches!(op_key(call.op).as_str(), "aten.convolution" | "aten._convolution") {
+    if !is_convolution(call.op) {
         return Ok(None);
     }
-    let a = Args {
+    let a = crate::exec::ops::Args {
         op: call.op,
         args: &call.args,
         kwargs: &call.kwargs,
     };
     let conv = parse(&a)?;
-    let dtype = conv.input.spec.dtype;
-    if conv.weight.spec.dtype != dtype || conv.bias.is_some_and(|b| b.spec.dtype != dtype) {
-        return Err(a.err(format!(
-            "operand dtypes differ: input {dtype}, weight {}{}",
-            conv.weight.spec.dtype,
-            conv.bias
-                .map(|b| format!(", bias {}", b.spec.dtype))
-                .unwrap_or_default()
-        )));
-    }
+    let (dtype, channels_last) = (conv.dtype, conv.channels_last);
     let Some(dt) = data_type(dtype) else {
         return Ok(None);
     };
-    let out_size = conv
-        .params
-        .output_size(call.op, &conv.input.spec.size, &conv.weight.spec.size)?;
-    if let Some(b) = conv.bias {
-        if b.spec.size != [out_size[1]] {
-            return Err(a.err(format!("bias {:?} for {} output channels", b.spec.size, out_size[1])));
-        }
-    }
+    let out_size = conv.out_size.clone();
     let declared = match call.kwargs.get("out") {
         Some(Value::Tensor(out)) => Some(out.clone()),
         _ => None,
@@ -177,10 +279,6 @@ pub(super) fn call(
             )));
         }
     }
-    let rank = out_size.len();
-    let channels_last = (conv.input.spec.size.len() == rank)
-        && (is_channels_last(&conv.input.spec.size, &conv.input.spec.stride)
-            || is_channels_last(&conv.weight.spec.size, &conv.weight.spec.stride));
     // The result: the declared layout, else the format's.
     let result = match declared.clone() {
         Some(out) => out,
@@ -221,42 +319,14 @@ pub(super) fn call(
             ..result.spec.clone()
         })?
     };
-    let one_d = rank == 3;
-    let lift = |t: &CudaTensor| {
-        if one_d {
-            expand_1d(&t.spec.size, &t.spec.stride)
-        } else {
-            (t.spec.size.clone(), t.spec.stride.clone())
-        }
-    };
-    let ((xs, _), (ws, _), (ys, _)) = (lift(&input), lift(&weight), lift(&y));
-    let lift_param = |v: &[i64], fill: i64| {
-        let mut v = v.to_vec();
-        if one_d {
-            v.insert(0, fill);
-        }
-        v
-    };
-    let (pad, stride, dil) = (
-        lift_param(&conv.params.padding, 0),
-        lift_param(&conv.params.stride, 1),
-        lift_param(&conv.params.dilation, 1),
-    );
     let tf32 = dtype == DType::Float32 && backend.options.math.cudnn_allow_tf32;
-    // Size-1 dimensions get the strides of the packed format (PyTorch's
-    // `fixSizeOneDimStride`); the memory is the same.
-    let wst = format_strides(&ws, channels_last);
-    let (xst, yst) = (format_strides(&xs, channels_last), format_strides(&ys, channels_last));
-    let key = PlanKey {
-        transposed: conv.params.transposed,
-        dtype,
-        x: xs.iter().chain(&xst).copied().collect(),
-        w: ws.iter().chain(&wst).copied().collect(),
-        y: ys.iter().chain(&yst).copied().collect(),
-        params: pad.iter().chain(&stride).chain(&dil).copied().collect(),
+    let key = PlanKey::new(
+        &conv.shape(),
         tf32,
-        alignment: [input.data_ptr(), weight.data_ptr(), y.data_ptr()].map(alignment),
-    };
+        [input.data_ptr(), weight.data_ptr(), y.data_ptr()].map(alignment),
+    );
+    let ys = key.y_size().to_vec();
+    let yst = format_strides(&ys, channels_last);
     let handle = backend
         .dnn
         .as_ref()
@@ -266,6 +336,7 @@ pub(super) fn call(
         None => {
             let p = Rc::new(make_plan(handle, key.clone())?);
             backend.conv.plans.insert(key, Rc::clone(&p));
+            backend.conv.made_in_calls += 1;
             p
         }
     };
@@ -608,4 +679,178 @@ pub(super) fn prime(
     unsafe { plan.exec.execute(handle, &UIDS, &pointers, std::ptr::null_mut()) }
         .map_err(|e| ExecError::op(OP, e.to_string()))?;
     device.synchronize().map_err(ExecError::from)
+}
+
+/// The convolution plans a program's first call would make, found before
+/// it runs ([`keys_ahead`]).
+#[derive(Clone, Debug, Default)]
+pub(super) struct PlanKeys(Vec<PlanKey>);
+
+impl PlanKeys {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The convolution plans `program` (compiled as `plan`) makes in its first
+/// call with TF32 allowed or not, from a shapes-only run of it (declared
+/// input layouts, the program's hints for unbacked sizes); why not, where
+/// that run fails (e.g. a data-dependent branch).
+pub(super) fn program_keys(
+    program: &crate::ir::Program,
+    plan: &crate::exec::interp::Plan,
+    tf32: bool,
+) -> Result<PlanKeys, String> {
+    let mut meta = crate::exec::meta::MetaBackend::new().log_externs(is_convolution);
+    crate::exec::meta::run_plan_on(program, plan, &mut meta).map_err(|e| e.to_string())?;
+    Ok(keys_ahead(&meta.take_logged_externs(), tf32))
+}
+
+/// The plan keys of the convolutions a shapes-only run logged (see
+/// [`crate::exec::meta::MetaBackend::log_externs`] with [`is_convolution`]),
+/// each once. Addresses are taken as the arena places them (256-byte
+/// aligned storage, so a tensor's alignment follows from its offset); a
+/// call whose real addresses differ makes its own plan, as without this.
+/// Calls this module would not run on cuDNN, or that do not parse, are left
+/// to the run to report.
+fn keys_ahead(calls: &[crate::exec::meta::LoggedExtern], tf32: bool) -> PlanKeys {
+    let mut keys = Vec::new();
+    for call in calls.iter().filter(|c| is_convolution(&c.op)) {
+        let kwargs: crate::exec::Kwargs<'_, TensorSpec> = (&call.kwargs).into();
+        let args: crate::exec::ArgList<'_, TensorSpec> = call.args.as_slice().into();
+        let a = crate::exec::ops::Args {
+            op: &call.op,
+            args: &args,
+            kwargs: &kwargs,
+        };
+        let Ok(conv) = parse(&a) else { continue };
+        if data_type(conv.dtype).is_none() || conv.out_size.contains(&0) || conv.input.numel() == 0 {
+            continue;
+        }
+        let result = match (call.kwargs.get("out"), &call.result) {
+            (Some(Value::Tensor(out)), _) | (_, Value::Tensor(out)) => out,
+            _ => continue,
+        };
+        // Where a packed copy is made, it starts a fresh allocation.
+        let at = |t: &TensorSpec, strides: Vec<i64>| {
+            if packed_as(&t.size, &t.stride, &strides) {
+                (t.offset.max(0) as u64).saturating_mul(t.dtype.size_bytes())
+            } else {
+                0
+            }
+        };
+        let dense = |t: &TensorSpec| format_strides(&t.size, conv.channels_last && t.size.len() >= 4);
+        let alignment = [
+            at(conv.input, dense(conv.input)),
+            at(conv.weight, dense(conv.weight)),
+            at(result, format_strides(&conv.out_size, conv.channels_last)),
+        ]
+        .map(alignment);
+        let key = PlanKey::new(&conv.shape(), conv.dtype == DType::Float32 && tf32, alignment);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    PlanKeys(keys)
+}
+
+/// Plans made on a worker thread, with the handle that made them.
+pub(super) struct MadePlans {
+    /// Kept for as long as its plans (their engines' compiled kernels may be
+    /// the handle's).
+    handle: DnnHandle,
+    plans: Vec<Plan>,
+    failed: Vec<String>,
+}
+
+// SAFETY: a worker makes these with a handle and descriptors of its own and
+// hands them over once, finished; the receiving backend then uses them from
+// one thread at a time. cuDNN handles and descriptors may move between
+// threads when not used concurrently (PyTorch's thread-local plan caches
+// guard against concurrent use only).
+unsafe impl Send for MadePlans {}
+
+/// How making plans ahead went.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlansAhead {
+    /// Plans made.
+    pub made: usize,
+    /// Plans that failed, with why (the call that needs one makes it again
+    /// and reports the error).
+    pub failed: Vec<String>,
+    /// Worker threads used.
+    pub threads: usize,
+    /// Plans the load's warm-up call still made itself (`None`: no warm-up
+    /// ran): calls the shapes-only run did not foresee, e.g. an operand at
+    /// an address less aligned than the arena's.
+    pub made_by_warm_up: Option<usize>,
+    /// Wall time of the whole.
+    pub time: std::time::Duration,
+}
+
+/// Makes the plans of `keys` on up to `threads` worker threads, each with
+/// its own stream and cuDNN handle in device `ordinal`'s primary context.
+pub(super) fn make_ahead(
+    ordinal: usize,
+    paths: &Arc<super::CudaPaths>,
+    keys: &PlanKeys,
+    threads: usize,
+) -> (Vec<MadePlans>, PlansAhead) {
+    let started = std::time::Instant::now();
+    let threads = threads.min(keys.0.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut report = PlansAhead {
+        threads,
+        ..PlansAhead::default()
+    };
+    let made: Vec<Result<MadePlans, String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let next = &next;
+                scope.spawn(move || -> Result<MadePlans, String> {
+                    let device = super::driver::Device::open(ordinal, Arc::clone(paths)).map_err(|e| e.to_string())?;
+                    let handle = DnnHandle::new(&device).map_err(|e| e.to_string())?;
+                    let (mut plans, mut failed) = (Vec::new(), Vec::new());
+                    while let Some(key) = keys.0.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                        match make_plan(&handle, key.clone()) {
+                            Ok(p) => plans.push(p),
+                            Err(e) => failed.push(e.to_string()),
+                        }
+                    }
+                    Ok(MadePlans { handle, plans, failed })
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err("a plan-making thread panicked".into())))
+            .collect()
+    });
+    let mut out = Vec::new();
+    for m in made {
+        match m {
+            Ok(m) => {
+                report.made += m.plans.len();
+                report.failed.extend(m.failed.iter().cloned());
+                out.push(m);
+            }
+            Err(e) => report.failed.push(e),
+        }
+    }
+    report.time = started.elapsed();
+    (out, report)
+}
+
+/// Gives `backend` the plans made ahead (a plan it already has stays).
+pub(super) fn adopt_ahead(backend: &mut CudaBackend, made: Vec<MadePlans>) {
+    for m in made {
+        for plan in m.plans {
+            backend
+                .conv
+                .plans
+                .entry(plan.key.clone())
+                .or_insert_with(|| Rc::new(plan));
+        }
+        backend.conv.handles.push(m.handle);
+    }
 }

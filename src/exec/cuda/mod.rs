@@ -51,6 +51,7 @@ pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings,
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
+pub use conv::PlansAhead;
 pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
 pub use nccl::{run_ranks, CudaRankJob, NcclWorld};
 pub use options::{CudaOptions, MathModes};

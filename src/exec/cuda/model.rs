@@ -26,6 +26,7 @@
 //! session, advancing per session, not across them as one PyTorch process
 //! would.
 
+use super::conv::{PlanKeys, PlansAhead};
 use super::{to_host, CudaBackend, CudaOptions, CudaPaths, CudaTensor, PreparedCache, SharedKernels};
 use crate::exec::compare::BundleMeta;
 use crate::exec::images::{ImageArch, KernelImageSource, NoKernelImages, SuppliedBytes, SupplyError};
@@ -64,6 +65,12 @@ pub struct ModelOptions {
     /// ([`CudaOptions::paths`]; default: the loader's paths only, no disk
     /// cache; [`CudaPaths::from_env`] reads them from the environment).
     pub paths: CudaPaths,
+    /// Threads that make the program's convolution plans (cuDNN's engine
+    /// choice and any kernels it compiles) before its first call, at load
+    /// and when a session opens, from a shapes-only run of the program
+    /// (default: the machine's parallelism, at most 8); 0 leaves each plan
+    /// to the first call that needs it.
+    pub plan_threads: usize,
 }
 
 impl Default for ModelOptions {
@@ -76,6 +83,7 @@ impl Default for ModelOptions {
             limits: crate::Limits::default(),
             warm_up: true,
             paths: CudaPaths::default(),
+            plan_threads: std::thread::available_parallelism().map_or(4, |n| n.get().min(8)),
         }
     }
 }
@@ -125,6 +133,10 @@ pub struct LoadReport {
     /// long each took, or why it failed (the model's own calls then report
     /// the same problem).
     pub primed: Vec<(String, Result<Duration, String>)>,
+    /// The convolution plans made ahead on threads while loading
+    /// ([`ModelOptions::plan_threads`]; `None` when the program calls no
+    /// convolution or the option is 0).
+    pub conv_plans: Option<PlansAhead>,
     /// The warm-up call ([`ModelOptions::warm_up`]; `None` when none ran).
     pub warm_up: Option<Duration>,
     /// The whole of [`Model::load`].
@@ -160,6 +172,8 @@ struct Shared {
     /// Graph inputs a call supplies (neither weights nor symbol inputs), in order.
     user_inputs: Vec<String>,
     kernels: SharedKernels,
+    /// The convolution plans each session makes ahead (empty: none).
+    conv_keys: PlanKeys,
 }
 
 /// A model loaded on one GPU, ready to serve calls from many threads.
@@ -253,6 +267,9 @@ impl Model {
         }
         .preload_for(&program);
         cuda.ordinal = options.device;
+        // The convolution plans the first call makes, found by a shapes-only run.
+        let conv_keys = (options.plan_threads > 0 && calls_convolution(&program))
+            .then(|| super::conv::program_keys(&program, &plan, cuda.math.cudnn_allow_tf32));
         let mut backend = CudaBackend::new(cuda.clone())?;
         // cuBLAS's and cuDNN's one-time start-up, on threads of their own
         // while the weights and kernel images load.
@@ -300,7 +317,7 @@ impl Model {
         // Kernel images load on a second backend (thread) while this one
         // stages the weights: both are host-bound (module loading in the
         // driver, copies into the pinned staging buffers), so they overlap.
-        let (laid, weight_time, loaded) = std::thread::scope(|scope| {
+        let (laid, weight_time, loaded, planned) = std::thread::scope(|scope| {
             // The loader only loads images: no library or built-in preloads of its own.
             let image_options = CudaOptions {
                 preload_blas: false,
@@ -309,6 +326,14 @@ impl Model {
                 ..cuda.clone()
             };
             let program = &program;
+            let paths = Arc::new(cuda.paths.clone());
+            let planner = match &conv_keys {
+                Some(Ok(keys)) => {
+                    let (keys, ordinal, threads) = (keys.clone(), cuda.ordinal, options.plan_threads);
+                    Some(scope.spawn(move || super::conv::make_ahead(ordinal, &paths, &keys, threads)))
+                }
+                _ => None,
+            };
             let loader = scope.spawn(move || -> Result<(SharedKernels, usize), ModelError> {
                 let mut images = CudaBackend::new(image_options)?;
                 let n = images.preload_kernels(program)?;
@@ -323,11 +348,28 @@ impl Model {
                     "the kernel-image loading thread panicked".into(),
                 )))
             });
-            (laid, weight_time, loaded)
+            let planned = planner.map(|p| {
+                p.join().unwrap_or_else(|_| {
+                    let failed = vec!["the plan-making thread panicked".to_string()];
+                    (Vec::new(), PlansAhead { failed, ..PlansAhead::default() })
+                })
+            });
+            (laid, weight_time, loaded, planned)
         });
         let laid = laid?;
         let (images, kernels) = loaded?;
         backend.adopt_kernels(&images);
+        let mut conv_plans = match (planned, &conv_keys) {
+            (Some((made, report)), _) => {
+                super::conv::adopt_ahead(&mut backend, made);
+                Some(report)
+            }
+            (None, Some(Err(why))) => Some(PlansAhead {
+                failed: vec![format!("the shapes are not known before the first call: {why}")],
+                ..PlansAhead::default()
+            }),
+            _ => None,
+        };
         let user_inputs = program
             .main
             .inputs
@@ -345,6 +387,7 @@ impl Model {
             model: options.clone(),
             weights: laid,
             user_inputs,
+            conv_keys: conv_keys.and_then(Result::ok).unwrap_or_default(),
         });
         let stored_inputs = stored;
         let mut first = Session::with_backend(Arc::clone(&shared), backend);
@@ -371,10 +414,14 @@ impl Model {
             }
             _ => None,
         };
+        if let (Some(p), Some(_)) = (conv_plans.as_mut(), warm_up) {
+            p.made_by_warm_up = Some(first.backend.conv.made_in_calls());
+        }
         let device_memory_in_use = first.backend.device_memory_in_use()?;
         let report = LoadReport {
             device_memory_in_use,
             primed,
+            conv_plans,
             warm_up,
             device,
             weights: shared.weights.len(),
@@ -588,6 +635,12 @@ impl Session {
     fn open(shared: Arc<Shared>) -> Result<Session, ModelError> {
         let mut backend = CudaBackend::new(shared.options.clone())?;
         backend.adopt_kernels(&shared.kernels);
+        if shared.conv_keys.len() > 0 {
+            let paths = Arc::new(shared.options.paths.clone());
+            let threads = shared.model.plan_threads;
+            let (made, _) = super::conv::make_ahead(shared.options.ordinal, &paths, &shared.conv_keys, threads);
+            super::conv::adopt_ahead(&mut backend, made);
+        }
         Ok(Session::with_backend(shared, backend))
     }
 
