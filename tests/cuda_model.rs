@@ -258,7 +258,10 @@ fn convolution_plans_are_made_ahead_on_threads() {
             },
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(at_first_call.load_report().conv_plans.is_none(), "{name}: planned with 0 threads");
+        assert!(
+            at_first_call.load_report().conv_plans.is_none(),
+            "{name}: planned with 0 threads"
+        );
         let report = ahead.load_report().conv_plans.clone();
         if name == "gpt2_bf16" {
             assert!(report.is_none(), "{name} calls no convolution: {report:?}");
@@ -272,7 +275,11 @@ fn convolution_plans_are_made_ahead_on_threads() {
         let out = ahead.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
         check_eager(&dir, &out);
         let reference = at_first_call.run(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(bits(&out), bits(&reference), "{name}: plans made ahead changed the result");
+        assert_eq!(
+            bits(&out),
+            bits(&reference),
+            "{name}: plans made ahead changed the result"
+        );
         // A second session makes its plans ahead too, with the same results.
         std::thread::scope(|scope| {
             let (ahead, inputs, reference) = (&ahead, &inputs, &reference);

@@ -165,7 +165,10 @@ impl MetaBackend {
 
     /// The calls [`MetaBackend::log_externs`] kept so far, in call order.
     pub fn take_logged_externs(&mut self) -> Vec<LoggedExtern> {
-        self.extern_log.as_mut().map(|l| std::mem::take(&mut l.calls)).unwrap_or_default()
+        self.extern_log
+            .as_mut()
+            .map(|l| std::mem::take(&mut l.calls))
+            .unwrap_or_default()
     }
 
     /// An extern call's result: its declared layout, the first argument of

@@ -212,18 +212,21 @@ fn parse<'c, T: Operand>(a: &crate::exec::ops::Args<'c, T>) -> Result<Conv<'c, T
         return Err(a.err(format!(
             "operand dtypes differ: input {dtype}, weight {}{}",
             w.dtype,
-            bias.map(|b| format!(", bias {}", b.layout().dtype))
-                .unwrap_or_default()
+            bias.map(|b| format!(", bias {}", b.layout().dtype)).unwrap_or_default()
         )));
     }
     let out_size = params.output_size(a.op, &x.size, &w.size)?;
     if let Some(b) = bias {
         if b.layout().size != [out_size[1]] {
-            return Err(a.err(format!("bias {:?} for {} output channels", b.layout().size, out_size[1])));
+            return Err(a.err(format!(
+                "bias {:?} for {} output channels",
+                b.layout().size,
+                out_size[1]
+            )));
         }
     }
-    let channels_last =
-        x.size.len() == out_size.len() && (is_channels_last(&x.size, &x.stride) || is_channels_last(&w.size, &w.stride));
+    let channels_last = x.size.len() == out_size.len()
+        && (is_channels_last(&x.size, &x.stride) || is_channels_last(&w.size, &w.stride));
     Ok(Conv {
         input,
         weight,
@@ -786,6 +789,14 @@ pub struct PlansAhead {
     pub made_by_warm_up: Option<usize>,
     /// Wall time of the whole.
     pub time: std::time::Duration,
+    /// Summed over the plans made: finalizing their graphs and querying
+    /// cuDNN's heuristics.
+    pub heuristics: std::time::Duration,
+    /// Summed likewise: finalizing execution plans, where engines compile
+    /// their kernels.
+    pub finalize: std::time::Duration,
+    /// Plans whose engine compiles its kernels at run time.
+    pub runtime_compiled: usize,
 }
 
 /// Makes the plans of `keys` on up to `threads` worker threads, each with
@@ -831,6 +842,11 @@ pub(super) fn make_ahead(
         match m {
             Ok(m) => {
                 report.made += m.plans.len();
+                for p in &m.plans {
+                    report.heuristics += p.exec.cost.heuristics;
+                    report.finalize += p.exec.cost.finalize;
+                    report.runtime_compiled += usize::from(p.exec.cost.runtime_compiled);
+                }
                 report.failed.extend(m.failed.iter().cloned());
                 out.push(m);
             }

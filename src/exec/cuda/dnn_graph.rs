@@ -367,6 +367,8 @@ impl Graph {
                 ops.as_ptr().cast(),
             )
         }?;
+        let started = std::time::Instant::now();
+        let mut cost = PlanCost::default();
         graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
         graph.finalize()?;
 
@@ -375,18 +377,32 @@ impl Graph {
             status: "cuDNN's heuristics offered no engine for the graph".to_string(),
         };
         for &mode in modes {
-            for config in engine_configs(&graph, mode)? {
+            let configs = engine_configs(&graph, mode)?;
+            cost.heuristics = started.elapsed().saturating_sub(cost.finalize);
+            for config in configs {
                 if filter.rejects(&config)? {
                     continue;
                 }
-                match execution_plan(handle, &config) {
+                let finalizing = std::time::Instant::now();
+                let made = execution_plan(handle, &config);
+                cost.finalize += finalizing.elapsed();
+                match made {
                     Ok((plan, workspace)) => {
+                        let behaviour = engine_notes(
+                            &engine_of(&config)?,
+                            Attr::CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE,
+                            Ty::CUDNN_TYPE_BEHAVIOR_NOTE,
+                        )?;
+                        cost.runtime_compiled = behaviour.contains(
+                            &(dnn::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as i32),
+                        );
                         return Ok(Plan {
                             plan,
                             workspace,
+                            cost,
                             _graph: graph,
                             _parts: self,
-                        })
+                        });
                     }
                     Err(e) => last = e,
                 }
@@ -411,45 +427,68 @@ impl EngineFilter {
         if !self.no_down_convert && !self.no_tensor_core {
             return Ok(false);
         }
-        let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
-        let mut raw = engine.0;
-        let mut n = 0i64;
-        // SAFETY: one created engine descriptor cuDNN fills from the config.
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                config.0,
-                Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                1,
-                &mut n,
-                (&mut raw as *mut dnn::cudnnBackendDescriptor_t).cast(),
-            )
-        })?;
-        // Read as C ints: cuDNN may report notes this binding has no variant for.
-        let mut notes = [0i32; 16];
-        let mut count = 0i64;
-        // SAFETY: `notes` holds 16 enum-sized elements.
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                engine.0,
-                Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                Ty::CUDNN_TYPE_NUMERICAL_NOTE,
-                notes.len() as i64,
-                &mut count,
-                notes.as_mut_ptr().cast(),
-            )
-        })?;
-        let has = |note: dnn::cudnnBackendNumericalNote_t| {
-            notes
-                .iter()
-                .take(count.clamp(0, 16) as usize)
-                .any(|&n| n == note as i32)
-        };
+        let notes = engine_notes(
+            &engine_of(config)?,
+            Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+            Ty::CUDNN_TYPE_NUMERICAL_NOTE,
+        )?;
+        let has = |note: dnn::cudnnBackendNumericalNote_t| notes.contains(&(note as i32));
         Ok(
             (self.no_down_convert && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))
                 || (self.no_tensor_core && has(dnn::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_TENSOR_CORE)),
         )
     }
+}
+
+/// The engine of an engine configuration.
+fn engine_of(config: &Desc) -> Result<Desc, CudaError> {
+    let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
+    let mut raw = engine.0;
+    let mut n = 0i64;
+    // SAFETY: one created engine descriptor cuDNN fills from the config.
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            config.0,
+            Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
+            Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+            1,
+            &mut n,
+            (&mut raw as *mut dnn::cudnnBackendDescriptor_t).cast(),
+        )
+    })?;
+    Ok(engine)
+}
+
+/// An engine's notes of kind `attr` (numerical or behaviour), as C ints:
+/// cuDNN may report notes this binding has no variant for.
+fn engine_notes(engine: &Desc, attr: Attr, ty: Ty) -> Result<Vec<i32>, CudaError> {
+    let mut notes = [0i32; 16];
+    let mut count = 0i64;
+    // SAFETY: `notes` holds 16 enum-sized elements.
+    check("cudnnBackendGetAttribute", unsafe {
+        dnn::cudnnBackendGetAttribute(
+            engine.0,
+            attr,
+            ty,
+            notes.len() as i64,
+            &mut count,
+            notes.as_mut_ptr().cast(),
+        )
+    })?;
+    Ok(notes[..count.clamp(0, 16) as usize].to_vec())
+}
+
+/// What making one plan cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PlanCost {
+    /// Finalizing the graph and querying the heuristics.
+    pub(super) heuristics: std::time::Duration,
+    /// Finalizing execution plans (the rejected ones' included): where an
+    /// engine compiles its kernels.
+    pub(super) finalize: std::time::Duration,
+    /// The chosen engine compiles its kernels at run time (cuDNN's
+    /// behaviour note `RUNTIME_COMPILATION`).
+    pub(super) runtime_compiled: bool,
 }
 
 /// The engine configurations heuristics `mode` ranks for `graph`, best first.
@@ -521,6 +560,8 @@ pub(super) struct Plan {
     plan: Desc,
     /// Bytes of device workspace an execution needs.
     pub(super) workspace: usize,
+    /// What making it cost.
+    pub(super) cost: PlanCost,
     _graph: Desc,
     _parts: Graph,
 }

@@ -48,10 +48,10 @@ mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
+pub use conv::PlansAhead;
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
-pub use conv::PlansAhead;
 pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
 pub use nccl::{run_ranks, CudaRankJob, NcclWorld};
 pub use options::{CudaOptions, MathModes};

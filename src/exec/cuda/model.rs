@@ -351,7 +351,13 @@ impl Model {
             let planned = planner.map(|p| {
                 p.join().unwrap_or_else(|_| {
                     let failed = vec!["the plan-making thread panicked".to_string()];
-                    (Vec::new(), PlansAhead { failed, ..PlansAhead::default() })
+                    (
+                        Vec::new(),
+                        PlansAhead {
+                            failed,
+                            ..PlansAhead::default()
+                        },
+                    )
                 })
             });
             (laid, weight_time, loaded, planned)
