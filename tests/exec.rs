@@ -8,6 +8,8 @@ use wrapir::exec::{Backend, Tensor, TensorSpec, Value};
 use wrapir::ir::{ArgValue, DType, Device, KernelBackend, Layout, Program, ProgramBuilder};
 use wrapir::sym::SymExpr;
 
+mod common;
+
 fn s(name: &str) -> SymExpr {
     SymExpr::sym(name)
 }
@@ -27,41 +29,37 @@ fn lower(program: &Program) -> wrapir::exec::interp::Plan {
 // ---- meta -----------------------------------------------------------------
 
 fn two_buffers() -> Program {
-    let mut p = ProgramBuilder::new();
-    let _s0 = p.backed_symbol("s0", Some(8));
-    let k = p.kernel("cpp_fused_copy_0", KernelBackend::Host, "");
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[s("s0")]));
-    g.define_kernel(&k);
-    let b0 = g.allocate("buf0", cpu(DType::Float32, &[s("s0")]));
-    g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(b0.clone())]);
-    g.free(&x);
-    let b1 = g.allocate("buf1", cpu(DType::Float32, &[SymExpr::mul(i(2), s("s0"))]));
-    g.call_kernel(&k, [ArgValue::Buffer(b0.clone()), ArgValue::Buffer(b1.clone())]);
-    g.free_if_not_reused(&b0);
-    g.output(&b1);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| {
+            p.backed_symbol("s0", Some(8));
+            p.kernel("cpp_fused_copy_0", KernelBackend::Host, "")
+        },
+        |g, k| {
+            let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[s("s0")]));
+            g.define_kernel(&k);
+            let b0 = g.allocate("buf0", cpu(DType::Float32, &[s("s0")]));
+            g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(b0.clone())]);
+            g.free(&x);
+            let b1 = g.allocate("buf1", cpu(DType::Float32, &[SymExpr::mul(i(2), s("s0"))]));
+            g.call_kernel(&k, [ArgValue::Buffer(b0.clone()), ArgValue::Buffer(b1.clone())]);
+            g.free_if_not_reused(&b0);
+            g.output(&b1);
+        },
+    )
 }
 
 fn nonzero_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u0 = p.unbacked_symbol("u0", Some(0), Some(100));
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(100)]));
-    let b1 = g.extern_alloc_multi(
-        "buf1",
-        "torch.ops.aten.nonzero.default",
-        vec![ArgValue::Buffer(x.clone())],
-    );
-    g.bind_size(&b1, &u0, 0);
-    g.free(&x);
-    let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
-    l.stride = [i(1), s("u0")].into_iter().collect();
-    let b2 = g.multi_output("buf2", l, &b1, &[]);
-    g.output(&b2);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u0", Some(0), Some(100)),
+        |g, u0| {
+            let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(100)]));
+            let b1 = common::nonzero_of(g, x, &u0);
+            let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
+            l.stride = [i(1), s("u0")].into_iter().collect();
+            let b2 = g.multi_output("buf2", l, &b1, &[]);
+            g.output(&b2);
+        },
+    )
 }
 
 #[test]
