@@ -240,6 +240,13 @@ pub fn nonzero_of(
     b1
 }
 
+/// The backend of a C++ (host) kernel taking `arg_types`.
+pub fn cpp_backend(arg_types: &[&str]) -> wrapir::ir::KernelBackend {
+    wrapir::ir::KernelBackend::Cpp(wrapir::ir::CppMeta {
+        arg_types: arg_types.iter().map(|t| t.to_string()).collect(),
+    })
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));

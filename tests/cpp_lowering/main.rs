@@ -10,7 +10,7 @@ mod common;
 use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
+    ArgValue, CallArg, ConstValue, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
     MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};

@@ -214,13 +214,7 @@ fn call_lines() {
         ),
         (
             "cpp",
-            with_kernel(
-                KernelBackend::Cpp(CppMeta {
-                    arg_types: vec!["const float*".into(), "float*".into(), "int64_t".into()],
-                }),
-                None,
-                false,
-            ),
+            with_kernel(common::cpp_backend(&["const float*", "float*", "int64_t"]), None, false),
             vec![alloc, "k0(arg0_1, buf0, 4)", "return (buf0, )"],
         ),
         (
@@ -264,9 +258,7 @@ fn kernel_definitions() {
         );
         let c = p.kernel(
             "cpp_fused_0",
-            KernelBackend::Cpp(CppMeta {
-                arg_types: vec!["float*".into()],
-            }),
+            common::cpp_backend(&["float*"]),
             "extern \"C\" void kernel() {}",
         );
         let mut g = p.main();
