@@ -95,9 +95,12 @@ fn lines_after_preamble(p: &Program) -> Vec<String> {
     body[3..].to_vec()
 }
 
-fn check(name: &str, p: Program, expect: &[&str]) {
-    let got = lines_after_preamble(&p);
-    assert_eq!(got, expect, "case `{name}`");
+/// Each case's program lowers to exactly its lines after the preamble.
+fn check_cases(cases: Vec<(&str, Program, Vec<&str>)>) {
+    for (name, p, expect) in cases {
+        let got = lines_after_preamble(&p);
+        assert_eq!(got, expect, "case `{name}`");
+    }
 }
 
 fn py_compile(text: &str) {
