@@ -259,6 +259,18 @@ fn jagged_cases() {
         .iter()
         .flat_map(|r| (0..5).map(move |d| r.map_or(1.3, |j| (10 * j + d) as f64)))
         .collect();
+    // Item 7: a row longer than the padded length, on the CPU's and CUDA's
+    // convention (`zero_fill`).
+    let long_row = |name, zero_fill, expect| JaggedCase {
+        name,
+        op: PD2J,
+        inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
+        args: vec![arg(0), offsets_list(1)],
+        shape: vec![4],
+        dtype: DType::Float32,
+        zero_fill,
+        expect,
+    };
     let cases = vec![
         JaggedCase {
             name: "1 basic",
@@ -320,26 +332,12 @@ fn jagged_cases() {
             zero_fill: false,
             expect: Ok(vec![]),
         },
-        JaggedCase {
-            name: "7 long row raises (CPU)",
-            op: PD2J,
-            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)],
-            shape: vec![4],
-            dtype: DType::Float32,
-            zero_fill: false,
-            expect: Err("found batch item of length 3 (row 0) when max length is 2"),
-        },
-        JaggedCase {
-            name: "7 long row zero-fills (CUDA)",
-            op: PD2J,
-            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)],
-            shape: vec![4],
-            dtype: DType::Float32,
-            zero_fill: true,
-            expect: Ok(vec![1., 2., 0., 3.]),
-        },
+        long_row(
+            "7 long row raises (CPU)",
+            false,
+            Err("found batch item of length 3 (row 0) when max length is 2"),
+        ),
+        long_row("7 long row zero-fills (CUDA)", true, Ok(vec![1., 2., 0., 3.])),
         JaggedCase {
             name: "7 total_L mismatch raises",
             op: PD2J,
