@@ -61,12 +61,16 @@ fn pack(b: &Path) -> PathBuf {
     pkg
 }
 
+/// Breaks the copy of a bundle; returns what the command runs on (the
+/// bundle itself, or a package made from it).
+type Spoil = fn(&Path) -> Option<PathBuf>;
+
 /// One bad bundle or input.
 struct Case {
-    name: &'static str,
+    name: String,
     /// Breaks the copy of the bundle; returns what the command runs on
     /// (the bundle itself, or a package made from it).
-    spoil: fn(&Path) -> Option<PathBuf>,
+    spoil: Spoil,
     /// The command after `wrapir VERB`: `{b}` is the bundle (or package),
     /// `{dir}` the case's scratch directory.
     args: &'static [&'static str],
@@ -81,24 +85,50 @@ const RUN_META: &[&str] = &["run", "{b}", "--device", "meta"];
 const RUN_CPU: &[&str] = &["run", "{b}", "--device", "cpu"];
 const RUN_CUDA: &[&str] = &["run", "{b}", "--device", "cuda"];
 
+/// `{name}_meta`, `{name}_cpu` and `{name}_cuda`: `wrapir run` of the
+/// bundle `spoil` broke on each device exits 2 with `contains`.
+fn on_every_device(name: &'static str, spoil: Spoil, contains: &'static [&'static str]) -> impl Iterator<Item = Case> {
+    [("meta", RUN_META), ("cpu", RUN_CPU), ("cuda", RUN_CUDA)]
+        .into_iter()
+        .map(move |(device, args)| Case {
+            name: format!("{name}_{device}"),
+            spoil,
+            args,
+            code: 2,
+            contains,
+        })
+}
+
 fn cases() -> Vec<Case> {
     let none = |_: &Path| None;
-    let missing: fn(&Path) -> Option<PathBuf> = |b| {
+    let missing: Spoil = |b| {
         std::fs::remove_file(cubin(b)).unwrap();
         None
     };
-    let not_elf: fn(&Path) -> Option<PathBuf> = |b| {
+    let not_elf: Spoil = |b| {
         std::fs::write(cubin(b), b"not an ELF image").unwrap();
         None
     };
-    let truncated: fn(&Path) -> Option<PathBuf> = |b| {
+    let truncated: Spoil = |b| {
         let image = std::fs::read(cubin(b)).unwrap();
         std::fs::write(cubin(b), &image[..image.len() / 2]).unwrap();
         None
     };
-    let truncated_inputs: fn(&Path) -> Option<PathBuf> = |b| {
+    let truncated_inputs: Spoil = |b| {
         let bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
         std::fs::write(b.join("inputs.safetensors"), &bytes[..100]).unwrap();
+        None
+    };
+    let wrong_dtype: Spoil = |b| {
+        inputs(b, "F64", "[32,100]", 25600);
+        None
+    };
+    let wrong_rank: Spoil = |b| {
+        inputs(b, "F32", "[3200]", 12800);
+        None
+    };
+    let wrong_size: Spoil = |b| {
+        inputs(b, "F32", "[32,99]", 12672);
         None
     };
     const MISSING: &str = "error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin is absent from the bundle (the kernel metadata names `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin`)";
@@ -108,24 +138,24 @@ fn cases() -> Vec<Case> {
     const WRONG_RANK: &str = "`arg0_1` is f32[3200], the program declares f32[32, 100][100, 1]@cuda:0";
     const WRONG_SIZE: &str =
         "`arg0_1` has sizes [32, 99], the program declares f32[32, 100][100, 1]@cuda:0 = [32, 100]";
-    vec![
+    [
         // ---- kernel images (cuda; checked before the device opens) ----
         Case {
-            name: "cubin_missing_check",
+            name: "cubin_missing_check".into(),
             spoil: missing,
             args: CHECK_CUDA,
             code: 1,
             contains: &[MISSING, "cuda: 1 of 1 kernel images cannot load"],
         },
         Case {
-            name: "cubin_missing_run",
+            name: "cubin_missing_run".into(),
             spoil: missing,
             args: RUN_CUDA,
             code: 2,
             contains: &[MISSING],
         },
         Case {
-            name: "cubin_missing_package",
+            name: "cubin_missing_package".into(),
             spoil: |b| {
                 std::fs::remove_file(cubin(b)).unwrap();
                 // Packing the directory refuses, naming the absent image ...
@@ -143,35 +173,35 @@ fn cases() -> Vec<Case> {
             contains: &["its image package entry `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin` is absent from the bundle"],
         },
         Case {
-            name: "cubin_not_elf_check",
+            name: "cubin_not_elf_check".into(),
             spoil: not_elf,
             args: CHECK_CUDA,
             code: 1,
             contains: &[NOT_ELF],
         },
         Case {
-            name: "cubin_not_elf_run",
+            name: "cubin_not_elf_run".into(),
             spoil: not_elf,
             args: RUN_CUDA,
             code: 2,
             contains: &[NOT_ELF],
         },
         Case {
-            name: "cubin_truncated_check",
+            name: "cubin_truncated_check".into(),
             spoil: truncated,
             args: CHECK_CUDA,
             code: 1,
             contains: &[TRUNCATED, "cuda: 1 of 1 kernel images cannot load"],
         },
         Case {
-            name: "cubin_truncated_run",
+            name: "cubin_truncated_run".into(),
             spoil: truncated,
             args: RUN_CUDA,
             code: 2,
             contains: &[TRUNCATED],
         },
         Case {
-            name: "cubin_truncated_pack_refuses",
+            name: "cubin_truncated_pack_refuses".into(),
             spoil: |b| {
                 let image = std::fs::read(cubin(b)).unwrap();
                 std::fs::write(cubin(b), &image[..1000]).unwrap();
@@ -186,14 +216,14 @@ fn cases() -> Vec<Case> {
             contains: &["truncated or corrupt"],
         },
         Case {
-            name: "cubin_for_another_arch",
+            name: "cubin_for_another_arch".into(),
             spoil: none,
             args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "sm_80"],
             code: 1,
             contains: &["error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image is compiled for sm_90 (runs on sm_90 to sm_99), not for the target GPU (sm_80): re-export the bundle on a GPU of that architecture"],
         },
         Case {
-            name: "cubin_patched_to_sm_50",
+            name: "cubin_patched_to_sm_50".into(),
             spoil: |b| {
                 patch_arch(b, 50);
                 None
@@ -203,21 +233,21 @@ fn cases() -> Vec<Case> {
             contains: &["its image is compiled for sm_50 (runs on sm_50 to sm_59), not for the target GPU (sm_90)"],
         },
         Case {
-            name: "cubin_for_this_arch",
+            name: "cubin_for_this_arch".into(),
             spoil: none,
             args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "90"],
             code: 0,
             contains: &["cuda: every kernel image loads on the target GPU (sm_90): 1 kernel, compiled for sm_90\n"],
         },
         Case {
-            name: "arch_not_an_arch",
+            name: "arch_not_an_arch".into(),
             spoil: none,
             args: &["check", "{b}", "--device", "cuda", "--arch", "hopper"],
             code: 2,
             contains: &["`hopper` is not a GPU architecture (give one as sm_90, 90 or 9.0)"],
         },
         Case {
-            name: "program_names_an_absent_image",
+            name: "program_names_an_absent_image".into(),
             spoil: |b| {
                 rename_image(b, "kernels/gone.cubin");
                 None
@@ -227,7 +257,7 @@ fn cases() -> Vec<Case> {
             contains: &["error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/gone.cubin is absent from the bundle (the kernel metadata names `kernels/gone.cubin`)"],
         },
         Case {
-            name: "program_names_an_absent_image_run",
+            name: "program_names_an_absent_image_run".into(),
             spoil: |b| {
                 rename_image(b, "kernels/gone.cubin");
                 None
@@ -237,7 +267,7 @@ fn cases() -> Vec<Case> {
             contains: &["its image {b}/kernels/gone.cubin is absent from the bundle"],
         },
         Case {
-            name: "program_names_an_image_outside_the_bundle",
+            name: "program_names_an_image_outside_the_bundle".into(),
             spoil: |b| {
                 rename_image(b, "../softmax/kernels/k.cubin");
                 None
@@ -248,7 +278,7 @@ fn cases() -> Vec<Case> {
         },
         // ---- bundle.json ----
         Case {
-            name: "bundle_json_not_json",
+            name: "bundle_json_not_json".into(),
             spoil: |b| {
                 std::fs::write(b.join("bundle.json"), "{\"case\": \"softmax\",").unwrap();
                 None
@@ -258,7 +288,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/bundle.json: "],
         },
         Case {
-            name: "bundle_json_wrong_field_type",
+            name: "bundle_json_wrong_field_type".into(),
             spoil: |b| {
                 std::fs::write(b.join("bundle.json"), r#"{"tolerance": "tight"}"#).unwrap();
                 None
@@ -268,7 +298,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/bundle.json: ", "tolerance"],
         },
         Case {
-            name: "bundle_json_not_text",
+            name: "bundle_json_not_text".into(),
             spoil: |b| {
                 std::fs::write(b.join("bundle.json"), [0xff, 0xfe, 0]).unwrap();
                 None
@@ -278,29 +308,12 @@ fn cases() -> Vec<Case> {
             contains: &["{b}/bundle.json is not UTF-8 text"],
         },
         // ---- safetensors: inputs, references, --inputs ----
+    ]
+    .into_iter()
+    .chain(on_every_device("inputs_truncated", truncated_inputs, &["in {b}/inputs.safetensors: "]))
+    .chain([
         Case {
-            name: "inputs_truncated_meta",
-            spoil: truncated_inputs,
-            args: RUN_META,
-            code: 2,
-            contains: &["in {b}/inputs.safetensors: "],
-        },
-        Case {
-            name: "inputs_truncated_cpu",
-            spoil: truncated_inputs,
-            args: RUN_CPU,
-            code: 2,
-            contains: &["in {b}/inputs.safetensors: "],
-        },
-        Case {
-            name: "inputs_truncated_cuda",
-            spoil: truncated_inputs,
-            args: RUN_CUDA,
-            code: 2,
-            contains: &["in {b}/inputs.safetensors: "],
-        },
-        Case {
-            name: "inputs_dtype_code_does_not_match_bytes",
+            name: "inputs_dtype_code_does_not_match_bytes".into(),
             spoil: |b| {
                 // F16 [32, 100] is 6400 bytes, not 12800.
                 inputs(b, "F16", "[32,100]", 12800);
@@ -311,7 +324,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/inputs.safetensors: ", "arg0_1"],
         },
         Case {
-            name: "inputs_unknown_dtype_code",
+            name: "inputs_unknown_dtype_code".into(),
             spoil: |b| {
                 inputs(b, "F31", "[32,100]", 12800);
                 None
@@ -321,7 +334,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/inputs.safetensors: ", "F31"],
         },
         Case {
-            name: "inputs_offsets_out_of_range",
+            name: "inputs_offsets_out_of_range".into(),
             spoil: |b| {
                 let header = r#"{"arg0_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,99999]}}"#;
                 std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
@@ -332,7 +345,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/inputs.safetensors: "],
         },
         Case {
-            name: "inputs_header_length_huge",
+            name: "inputs_header_length_huge".into(),
             spoil: |b| {
                 let mut bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
                 bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -344,7 +357,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/inputs.safetensors: "],
         },
         Case {
-            name: "expected_truncated",
+            name: "expected_truncated".into(),
             spoil: |b| {
                 let bytes = std::fs::read(b.join("expected.safetensors")).unwrap();
                 std::fs::write(b.join("expected.safetensors"), &bytes[..bytes.len() - 1]).unwrap();
@@ -355,7 +368,7 @@ fn cases() -> Vec<Case> {
             contains: &["in {b}/expected.safetensors: "],
         },
         Case {
-            name: "inputs_flag_file_truncated",
+            name: "inputs_flag_file_truncated".into(),
             spoil: |b| {
                 std::fs::write(b.join("x.safetensors"), [1, 2, 3]).unwrap();
                 None
@@ -364,99 +377,14 @@ fn cases() -> Vec<Case> {
             code: 2,
             contains: &["in {b}/x.safetensors: "],
         },
-        // ---- inputs that do not fit the program, on every backend ----
+    ])
+    // ---- inputs that do not fit the program, on every backend ----
+    .chain(on_every_device("input_wrong_dtype", wrong_dtype, &[WRONG_DTYPE]))
+    .chain(on_every_device("input_wrong_rank", wrong_rank, &[WRONG_RANK]))
+    .chain(on_every_device("input_wrong_size", wrong_size, &[WRONG_SIZE]))
+    .chain([
         Case {
-            name: "input_wrong_dtype_meta",
-            spoil: |b| {
-                inputs(b, "F64", "[32,100]", 25600);
-                None
-            },
-            args: RUN_META,
-            code: 2,
-            contains: &[WRONG_DTYPE],
-        },
-        Case {
-            name: "input_wrong_dtype_cpu",
-            spoil: |b| {
-                inputs(b, "F64", "[32,100]", 25600);
-                None
-            },
-            args: RUN_CPU,
-            code: 2,
-            contains: &[WRONG_DTYPE],
-        },
-        Case {
-            name: "input_wrong_dtype_cuda",
-            spoil: |b| {
-                inputs(b, "F64", "[32,100]", 25600);
-                None
-            },
-            args: RUN_CUDA,
-            code: 2,
-            contains: &[WRONG_DTYPE],
-        },
-        Case {
-            name: "input_wrong_rank_meta",
-            spoil: |b| {
-                inputs(b, "F32", "[3200]", 12800);
-                None
-            },
-            args: RUN_META,
-            code: 2,
-            contains: &[WRONG_RANK],
-        },
-        Case {
-            name: "input_wrong_rank_cpu",
-            spoil: |b| {
-                inputs(b, "F32", "[3200]", 12800);
-                None
-            },
-            args: RUN_CPU,
-            code: 2,
-            contains: &[WRONG_RANK],
-        },
-        Case {
-            name: "input_wrong_rank_cuda",
-            spoil: |b| {
-                inputs(b, "F32", "[3200]", 12800);
-                None
-            },
-            args: RUN_CUDA,
-            code: 2,
-            contains: &[WRONG_RANK],
-        },
-        Case {
-            name: "input_wrong_size_meta",
-            spoil: |b| {
-                inputs(b, "F32", "[32,99]", 12672);
-                None
-            },
-            args: RUN_META,
-            code: 2,
-            contains: &[WRONG_SIZE],
-        },
-        Case {
-            name: "input_wrong_size_cpu",
-            spoil: |b| {
-                inputs(b, "F32", "[32,99]", 12672);
-                None
-            },
-            args: RUN_CPU,
-            code: 2,
-            contains: &[WRONG_SIZE],
-        },
-        Case {
-            name: "input_wrong_size_cuda",
-            spoil: |b| {
-                inputs(b, "F32", "[32,99]", 12672);
-                None
-            },
-            args: RUN_CUDA,
-            code: 2,
-            contains: &[WRONG_SIZE],
-        },
-        Case {
-            name: "input_wrong_name",
+            name: "input_wrong_name".into(),
             spoil: |b| {
                 let header = r#"{"arg9_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,12800]}}"#;
                 std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
@@ -466,13 +394,14 @@ fn cases() -> Vec<Case> {
             code: 2,
             contains: &["`arg9_1` is neither a graph input nor a constant"],
         },
-    ]
+    ])
+    .collect()
 }
 
 /// Runs one case on a fresh copy of the softmax bundle under `dir`: `Err`
 /// says what differs from the expectation.
 fn check(dir: &Path, case: &Case) -> Result<(), String> {
-    let b = dir.join(case.name);
+    let b = dir.join(&case.name);
     common::copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &b);
     let target = (case.spoil)(&b).unwrap_or_else(|| b.clone());
     let subst = |s: &str| {

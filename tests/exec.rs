@@ -8,6 +8,8 @@ use wrapir::exec::{Backend, Tensor, TensorSpec, Value};
 use wrapir::ir::{ArgValue, DType, Device, KernelBackend, Layout, Program, ProgramBuilder};
 use wrapir::sym::SymExpr;
 
+mod common;
+
 fn s(name: &str) -> SymExpr {
     SymExpr::sym(name)
 }
@@ -27,41 +29,37 @@ fn lower(program: &Program) -> wrapir::exec::interp::Plan {
 // ---- meta -----------------------------------------------------------------
 
 fn two_buffers() -> Program {
-    let mut p = ProgramBuilder::new();
-    let _s0 = p.backed_symbol("s0", Some(8));
-    let k = p.kernel("cpp_fused_copy_0", KernelBackend::Host, "");
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[s("s0")]));
-    g.define_kernel(&k);
-    let b0 = g.allocate("buf0", cpu(DType::Float32, &[s("s0")]));
-    g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(b0.clone())]);
-    g.free(&x);
-    let b1 = g.allocate("buf1", cpu(DType::Float32, &[SymExpr::mul(i(2), s("s0"))]));
-    g.call_kernel(&k, [ArgValue::Buffer(b0.clone()), ArgValue::Buffer(b1.clone())]);
-    g.free_if_not_reused(&b0);
-    g.output(&b1);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| {
+            p.backed_symbol("s0", Some(8));
+            p.kernel("cpp_fused_copy_0", KernelBackend::Host, "")
+        },
+        |g, k| {
+            let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[s("s0")]));
+            g.define_kernel(&k);
+            let b0 = g.allocate("buf0", cpu(DType::Float32, &[s("s0")]));
+            g.call_kernel(&k, [ArgValue::Buffer(x.clone()), ArgValue::Buffer(b0.clone())]);
+            g.free(&x);
+            let b1 = g.allocate("buf1", cpu(DType::Float32, &[SymExpr::mul(i(2), s("s0"))]));
+            g.call_kernel(&k, [ArgValue::Buffer(b0.clone()), ArgValue::Buffer(b1.clone())]);
+            g.free_if_not_reused(&b0);
+            g.output(&b1);
+        },
+    )
 }
 
 fn nonzero_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u0 = p.unbacked_symbol("u0", Some(0), Some(100));
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(100)]));
-    let b1 = g.extern_alloc_multi(
-        "buf1",
-        "torch.ops.aten.nonzero.default",
-        vec![ArgValue::Buffer(x.clone())],
-    );
-    g.bind_size(&b1, &u0, 0);
-    g.free(&x);
-    let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
-    l.stride = [i(1), s("u0")].into_iter().collect();
-    let b2 = g.multi_output("buf2", l, &b1, &[]);
-    g.output(&b2);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u0", Some(0), Some(100)),
+        |g, u0| {
+            let x = g.tensor_input("arg0_1", cpu(DType::Float32, &[i(100)]));
+            let b1 = common::nonzero_of(g, x, &u0);
+            let mut l = cpu(DType::Int64, &[s("u0"), i(1)]);
+            l.stride = [i(1), s("u0")].into_iter().collect();
+            let b2 = g.multi_output("buf2", l, &b1, &[]);
+            g.output(&b2);
+        },
+    )
 }
 
 #[test]
@@ -261,6 +259,18 @@ fn jagged_cases() {
         .iter()
         .flat_map(|r| (0..5).map(move |d| r.map_or(1.3, |j| (10 * j + d) as f64)))
         .collect();
+    // Item 7: a row longer than the padded length, on the CPU's and CUDA's
+    // convention (`zero_fill`).
+    let long_row = |name, zero_fill, expect| JaggedCase {
+        name,
+        op: PD2J,
+        inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
+        args: vec![arg(0), offsets_list(1)],
+        shape: vec![4],
+        dtype: DType::Float32,
+        zero_fill,
+        expect,
+    };
     let cases = vec![
         JaggedCase {
             name: "1 basic",
@@ -322,26 +332,12 @@ fn jagged_cases() {
             zero_fill: false,
             expect: Ok(vec![]),
         },
-        JaggedCase {
-            name: "7 long row raises (CPU)",
-            op: PD2J,
-            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)],
-            shape: vec![4],
-            dtype: DType::Float32,
-            zero_fill: false,
-            expect: Err("found batch item of length 3 (row 0) when max length is 2"),
-        },
-        JaggedCase {
-            name: "7 long row zero-fills (CUDA)",
-            op: PD2J,
-            inputs: vec![f32s(&[1., 2., 3., 4.], &[2, 2]), offs(&[0, 3, 4])],
-            args: vec![arg(0), offsets_list(1)],
-            shape: vec![4],
-            dtype: DType::Float32,
-            zero_fill: true,
-            expect: Ok(vec![1., 2., 0., 3.]),
-        },
+        long_row(
+            "7 long row raises (CPU)",
+            false,
+            Err("found batch item of length 3 (row 0) when max length is 2"),
+        ),
+        long_row("7 long row zero-fills (CUDA)", true, Ok(vec![1., 2., 0., 3.])),
         JaggedCase {
             name: "7 total_L mismatch raises",
             op: PD2J,

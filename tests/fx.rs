@@ -1,5 +1,7 @@
 //! FX lowering: exact printed graphs of small programs built in Rust.
 
+mod common;
+
 use indexmap::IndexMap;
 use wrapir::ir::{
     ArgValue, CallArg, DType, Device, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program,
@@ -35,102 +37,96 @@ fn check(name: &str, program: Program, expect: &str) -> Option<String> {
 }
 
 fn nonzero_u0() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u0 = p.unbacked_symbol("u0", Some(0), Some(100));
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![i(100)]));
-    let b1 = g.extern_alloc_multi(
-        "buf1",
-        "torch.ops.aten.nonzero.default",
-        vec![ArgValue::Buffer(x.clone())],
-    );
-    g.bind_size(&b1, &u0, 0);
-    g.free(&x);
-    let mut l = cuda(DType::Int64, vec![s("u0"), i(1)]);
-    l.stride = [i(1), s("u0")].into_iter().collect();
-    let b2 = g.multi_output("buf2", l, &b1, &[]);
-    g.runtime_assert(SymExpr::cmp(CmpOp::Ge, s("u0"), i(0)), "u0 >= 0");
-    let b3 = g.allocate("buf3", cuda(DType::Float32, vec![s("u0"), i(1)]));
-    g.output(&b2);
-    g.output(&b3);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u0", Some(0), Some(100)),
+        |g, u0| {
+            let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![i(100)]));
+            let b1 = common::nonzero_of(g, x, &u0);
+            let mut l = cuda(DType::Int64, vec![s("u0"), i(1)]);
+            l.stride = [i(1), s("u0")].into_iter().collect();
+            let b2 = g.multi_output("buf2", l, &b1, &[]);
+            g.runtime_assert(SymExpr::cmp(CmpOp::Ge, s("u0"), i(0)), "u0 >= 0");
+            let b3 = g.allocate("buf3", cuda(DType::Float32, vec![s("u0"), i(1)]));
+            g.output(&b2);
+            g.output(&b3);
+        },
+    )
 }
 
 fn tuple_u1() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u1 = p.unbacked_symbol("u1", Some(0), None);
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-    let b1 = g.extern_alloc_multi(
-        "buf1",
-        "torch.ops.aten._unique2.default",
-        vec![ArgValue::Buffer(x.clone())],
-    );
-    g.bind_unbacked(
-        &b1,
-        &u1,
-        path(&[
-            KeyEntry::Index(1),
-            KeyEntry::CallMethod(TensorMethod::Size),
-            KeyEntry::Index(0),
-        ]),
-    );
-    let b2 = g.multi_output(
-        "buf2",
-        cuda(DType::Float32, vec![s("u1")]),
-        &b1,
-        &[MultiIndex::Tuple(0)],
-    );
-    let b3 = g.multi_output("buf3", cuda(DType::Int64, vec![s("u1")]), &b1, &[MultiIndex::Tuple(1)]);
-    g.output(&b2);
-    g.output(&b3);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u1", Some(0), None),
+        |g, u1| {
+            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
+            let b1 = g.extern_alloc_multi(
+                "buf1",
+                "torch.ops.aten._unique2.default",
+                vec![ArgValue::Buffer(x.clone())],
+            );
+            g.bind_unbacked(
+                &b1,
+                &u1,
+                path(&[
+                    KeyEntry::Index(1),
+                    KeyEntry::CallMethod(TensorMethod::Size),
+                    KeyEntry::Index(0),
+                ]),
+            );
+            let b2 = g.multi_output(
+                "buf2",
+                cuda(DType::Float32, vec![s("u1")]),
+                &b1,
+                &[MultiIndex::Tuple(0)],
+            );
+            let b3 = g.multi_output("buf3", cuda(DType::Int64, vec![s("u1")]), &b1, &[MultiIndex::Tuple(1)]);
+            g.output(&b2);
+            g.output(&b3);
+        },
+    )
 }
 
 fn divide_by_two() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u0 = p.unbacked_symbol("u0", Some(0), None);
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-    let b1 = g.extern_alloc(
-        "buf1",
-        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("u0"))]),
-        "torch.ops.aten.repeat_interleave.Tensor",
-        vec![ArgValue::Buffer(x)],
-    );
-    g.bind_unbacked(
-        &b1,
-        &u0,
-        path(&[
-            KeyEntry::CallMethod(TensorMethod::Size),
-            KeyEntry::Index(0),
-            KeyEntry::DivideBy(2),
-        ]),
-    );
-    let b2 = g.allocate("buf2", cuda(DType::Float32, vec![s("u0")]));
-    g.output(&b1);
-    g.output(&b2);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u0", Some(0), None),
+        |g, u0| {
+            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
+            let b1 = g.extern_alloc(
+                "buf1",
+                cuda(DType::Float32, vec![SymExpr::mul(i(2), s("u0"))]),
+                "torch.ops.aten.repeat_interleave.Tensor",
+                vec![ArgValue::Buffer(x)],
+            );
+            g.bind_unbacked(
+                &b1,
+                &u0,
+                path(&[
+                    KeyEntry::CallMethod(TensorMethod::Size),
+                    KeyEntry::Index(0),
+                    KeyEntry::DivideBy(2),
+                ]),
+            );
+            let b2 = g.allocate("buf2", cuda(DType::Float32, vec![s("u0")]));
+            g.output(&b1);
+            g.output(&b2);
+        },
+    )
 }
 
 fn item_to_int() -> Program {
-    let mut p = ProgramBuilder::new();
-    let u0 = p.unbacked_symbol("u0", Some(0), Some(1));
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
-    g.line(Line::DynamicScalar {
-        symbol: u0.clone(),
-        source: x,
-        keypath: path(&[KeyEntry::ConvertInt]),
-        node: None,
-    });
-    let b0 = g.allocate("buf0", cuda(DType::Float32, vec![SymExpr::add(s("u0"), i(3))]));
-    g.output(&b0);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| p.unbacked_symbol("u0", Some(0), Some(1)),
+        |g, u0| {
+            let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
+            g.line(Line::DynamicScalar {
+                symbol: u0,
+                source: x,
+                keypath: path(&[KeyEntry::ConvertInt]),
+                node: None,
+            });
+            let b0 = g.allocate("buf0", cuda(DType::Float32, vec![SymExpr::add(s("u0"), i(3))]));
+            g.output(&b0);
+        },
+    )
 }
 
 fn cond_program() -> Program {
@@ -173,61 +169,63 @@ fn cond_program() -> Program {
 }
 
 fn triton_named() -> Program {
-    let mut p = ProgramBuilder::new();
-    let _s0 = p.backed_symbol("s0", Some(64));
-    let mut sig = IndexMap::new();
-    sig.insert("in_ptr".to_string(), SigType::Pointer(DType::Float32));
-    sig.insert("BLOCK_SIZE".to_string(), SigType::Constexpr);
-    sig.insert("out_ptr".to_string(), SigType::Pointer(DType::Float32));
-    sig.insert("n_elements".to_string(), "i32".parse::<SigType>().unwrap());
-    sig.insert("scale".to_string(), "fp32".parse::<SigType>().unwrap());
-    let k = p.triton_kernel(
-        "add_kernel_0",
-        "",
-        TritonMeta {
-            signature: sig,
-            constants: [("BLOCK_SIZE".to_string(), wrapir::ir::ConstValue::Int(16))]
-                .into_iter()
-                .collect(),
-            config: IndexMap::new(),
-            grid_type: GridType::FixedGrid,
-            num_warps: 4,
-            num_stages: 1,
-            shared_mem: 0,
-            global_scratch: None,
-            profile_scratch: None,
-            extra_launcher_args: vec!["_grid_0".into(), "_grid_1".into(), "_grid_2".into()],
-            mangled_name: None,
-            cubin: None,
-            user_defined: true,
+    common::main_program(
+        |p| {
+            p.backed_symbol("s0", Some(64));
+            let mut sig = IndexMap::new();
+            sig.insert("in_ptr".to_string(), SigType::Pointer(DType::Float32));
+            sig.insert("BLOCK_SIZE".to_string(), SigType::Constexpr);
+            sig.insert("out_ptr".to_string(), SigType::Pointer(DType::Float32));
+            sig.insert("n_elements".to_string(), "i32".parse::<SigType>().unwrap());
+            sig.insert("scale".to_string(), "fp32".parse::<SigType>().unwrap());
+            p.triton_kernel(
+                "add_kernel_0",
+                "",
+                TritonMeta {
+                    signature: sig,
+                    constants: [("BLOCK_SIZE".to_string(), wrapir::ir::ConstValue::Int(16))]
+                        .into_iter()
+                        .collect(),
+                    config: IndexMap::new(),
+                    grid_type: GridType::FixedGrid,
+                    num_warps: 4,
+                    num_stages: 1,
+                    shared_mem: 0,
+                    global_scratch: None,
+                    profile_scratch: None,
+                    extra_launcher_args: vec!["_grid_0".into(), "_grid_1".into(), "_grid_2".into()],
+                    mangled_name: None,
+                    cubin: None,
+                    user_defined: true,
+                },
+            )
         },
-    );
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![s("s0")]));
-    g.define_kernel(&k);
-    let b0 = g.allocate("buf0", cuda(DType::Float32, vec![s("s0")]));
-    let named = |n: &str, v: ArgValue| CallArg {
-        name: Some(n.into()),
-        value: v,
-    };
-    let grid0 = SymExpr::floor_div(SymExpr::add(s("s0"), i(15)), i(16));
-    g.line(Line::KernelCall(KernelCall {
-        kernel: k.clone(),
-        args: vec![
-            CallArg::positional(ArgValue::Buffer(x.clone())),
-            named("_grid_0", ArgValue::Expr(grid0)),
-            named("n_elements", ArgValue::Expr(s("s0"))),
-            named("out_ptr", buf("buf0")),
-            named("scale", ArgValue::Float(0.5)),
-            named("_grid_1", ArgValue::Expr(i(1))),
-            named("_grid_2", ArgValue::Expr(i(1))),
-        ],
-        device: Some(Device::cuda(0)),
-    }));
-    g.free(&x);
-    g.output(&b0);
-    g.finish();
-    p.finish()
+        |g, k| {
+            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![s("s0")]));
+            g.define_kernel(&k);
+            let b0 = g.allocate("buf0", cuda(DType::Float32, vec![s("s0")]));
+            let named = |n: &str, v: ArgValue| CallArg {
+                name: Some(n.into()),
+                value: v,
+            };
+            let grid0 = SymExpr::floor_div(SymExpr::add(s("s0"), i(15)), i(16));
+            g.line(Line::KernelCall(KernelCall {
+                kernel: k.clone(),
+                args: vec![
+                    CallArg::positional(ArgValue::Buffer(x.clone())),
+                    named("_grid_0", ArgValue::Expr(grid0)),
+                    named("n_elements", ArgValue::Expr(s("s0"))),
+                    named("out_ptr", buf("buf0")),
+                    named("scale", ArgValue::Float(0.5)),
+                    named("_grid_1", ArgValue::Expr(i(1))),
+                    named("_grid_2", ArgValue::Expr(i(1))),
+                ],
+                device: Some(Device::cuda(0)),
+            }));
+            g.free(&x);
+            g.output(&b0);
+        },
+    )
 }
 
 #[test]

@@ -39,6 +39,32 @@ struct NameEntry {
     next_suffix: Option<u64>,
 }
 
+/// Indexes a free name as held by one node and returns it.
+#[inline]
+fn claim_vacant(v: std::collections::hash_map::VacantEntry<'_, Name, NameEntry>) -> Name {
+    let name = v.key().clone();
+    v.insert(NameEntry {
+        nodes: 1,
+        next_suffix: None,
+    });
+    name
+}
+
+/// The indexed name when no node holds it any more and `may_take` (asked
+/// only then) allows it: it becomes held by one. `None` otherwise.
+#[inline]
+fn claim_unheld(
+    o: &mut std::collections::hash_map::OccupiedEntry<'_, Name, NameEntry>,
+    may_take: impl FnOnce() -> bool,
+) -> Option<Name> {
+    let e = o.get_mut();
+    if e.nodes != 0 || !may_take() {
+        return None;
+    }
+    e.nodes = 1;
+    Some(o.key().clone())
+}
+
 impl NameIndex {
     /// An index with room for `n` names.
     pub(super) fn with_capacity(n: usize) -> Self {
@@ -115,19 +141,13 @@ impl Graph {
         let mut hint = None;
         match entries.entry(Name::new(&candidate)) {
             Entry::Vacant(v) if !names::is_reserved(&candidate) => {
-                let name = v.key().clone();
-                v.insert(NameEntry {
-                    nodes: 1,
-                    next_suffix: None,
-                });
-                return name;
+                return claim_vacant(v);
             }
             Entry::Occupied(mut o) => {
-                let e = o.get_mut();
-                if e.nodes == 0 && !names::is_reserved(&candidate) {
-                    e.nodes = 1;
-                    return o.key().clone();
+                if let Some(name) = claim_unheld(&mut o, || !names::is_reserved(&candidate)) {
+                    return name;
                 }
+                let e = o.get_mut();
                 if names::split_suffix(&candidate).1.is_none() {
                     // The candidate is its own base: take the hint here and
                     // move it past the suffix it will most likely get.
@@ -152,19 +172,13 @@ impl Graph {
     pub(super) fn claim_plain(&mut self, candidate: &str) -> Name {
         let start = match self.names.entries.entry(Name::new(candidate)) {
             Entry::Vacant(v) => {
-                let name = v.key().clone();
-                v.insert(NameEntry {
-                    nodes: 1,
-                    next_suffix: None,
-                });
-                return name;
+                return claim_vacant(v);
             }
             Entry::Occupied(mut o) => {
-                let e = o.get_mut();
-                if e.nodes == 0 {
-                    e.nodes = 1;
-                    return o.key().clone();
+                if let Some(name) = claim_unheld(&mut o, || true) {
+                    return name;
                 }
+                let e = o.get_mut();
                 let start = e.next_suffix.unwrap_or(1);
                 e.next_suffix = Some(start.saturating_add(1));
                 start

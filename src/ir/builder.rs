@@ -256,25 +256,24 @@ impl GraphBuilder<'_> {
     /// An extern op producing a tensor result with a declared layout.
     pub fn extern_alloc(&mut self, result: &str, layout: Layout, op: &str, args: Vec<ArgValue>) -> BufName {
         let n = self.declare_tensor(result, layout);
-        self.lines.push(Line::ExternKernelAlloc(ExternCall {
-            result: Some(n.clone()),
-            op: op.to_string(),
-            args,
-            kwargs: IndexMap::new(),
-        }));
-        n
+        self.push_extern_alloc(n, op, args)
     }
 
     /// An extern op producing a multi-output value.
     pub fn extern_alloc_multi(&mut self, result: &str, op: &str, args: Vec<ArgValue>) -> BufName {
         let n = self.declare_multi(result);
+        self.push_extern_alloc(n, op, args)
+    }
+
+    /// The extern op `op(args)` allocating the declared `result`; returns it.
+    fn push_extern_alloc(&mut self, result: BufName, op: &str, args: Vec<ArgValue>) -> BufName {
         self.lines.push(Line::ExternKernelAlloc(ExternCall {
-            result: Some(n.clone()),
+            result: Some(result.clone()),
             op: op.to_string(),
             args,
             kwargs: IndexMap::new(),
         }));
-        n
+        result
     }
 
     /// An `out=` extern op.

@@ -207,6 +207,46 @@ pub fn pointwise_args(
     ]
 }
 
+/// A program of one graph, `main`: `setup` declares what the program holds
+/// besides (symbols, constants, kernels) and hands what `body` needs to it;
+/// `body` builds the main graph's inputs, lines and outputs.
+pub fn main_program<S>(
+    setup: impl FnOnce(&mut wrapir::ir::ProgramBuilder) -> S,
+    body: impl FnOnce(&mut wrapir::ir::GraphBuilder<'_>, S),
+) -> Program {
+    let mut p = wrapir::ir::ProgramBuilder::new();
+    let declared = setup(&mut p);
+    let mut g = p.main();
+    body(&mut g, declared);
+    g.finish();
+    p.finish()
+}
+
+/// `buf1 = torch.ops.aten.nonzero.default(x)` (a multi-output extern op)
+/// with `u0` bound to its size 0, then `x` freed: how Inductor's wrappers
+/// read back a nonzero count. Returns `buf1`.
+pub fn nonzero_of(
+    g: &mut wrapir::ir::GraphBuilder<'_>,
+    x: wrapir::ir::BufName,
+    u0: &wrapir::sym::Symbol,
+) -> wrapir::ir::BufName {
+    let b1 = g.extern_alloc_multi(
+        "buf1",
+        "torch.ops.aten.nonzero.default",
+        vec![wrapir::ir::ArgValue::Buffer(x.clone())],
+    );
+    g.bind_size(&b1, u0, 0);
+    g.free(&x);
+    b1
+}
+
+/// The backend of a C++ (host) kernel taking `arg_types`.
+pub fn cpp_backend(arg_types: &[&str]) -> wrapir::ir::KernelBackend {
+    wrapir::ir::KernelBackend::Cpp(wrapir::ir::CppMeta {
+        arg_types: arg_types.iter().map(|t| t.to_string()).collect(),
+    })
+}
+
 /// Reads and parses a `.wir` fixture, panicking with the parse error (tests only).
 pub fn load(path: &Path) -> Program {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));

@@ -56,9 +56,14 @@ fn named(name: &str, value: ArgValue) -> CallArg {
     }
 }
 
-/// One grid type: the wrapper's grid lines in both dialects.
-fn check_grid(name: &str, meta: TritonMeta, args: Vec<ArgValue>, expected: &[&str]) {
-    let args = args.into_iter().map(CallArg::positional).collect();
+/// One grid type: the wrapper's grid lines in both dialects, the kernel
+/// launched on `arg0_1` twice (in and out) and the integers `ints`.
+fn check_grid(name: &str, meta: TritonMeta, ints: &[i64], expected: &[&str]) {
+    let args = [buf("arg0_1"), buf("arg0_1")]
+        .into_iter()
+        .chain(ints.iter().map(|v| ArgValue::Expr(int(*v))))
+        .map(CallArg::positional)
+        .collect();
     let program = one_launch(meta, 64, args, Some(Device::cuda(0)));
     check_dialects(&format!("grid_{name}"), &program, expected, expected);
 }
@@ -72,18 +77,10 @@ fn grids_per_grid_type() {
         m.config.insert("YBLOCK".into(), 16);
         m
     };
-    let args2 = || {
-        vec![
-            buf("arg0_1"),
-            buf("arg0_1"),
-            ArgValue::Expr(int(1000)),
-            ArgValue::Expr(int(64)),
-        ]
-    };
     check_grid(
         "2d",
         two_d(GridType::Grid2D),
-        args2(),
+        &[1000, 64],
         &[
             "uint32_t grid_0 = ((xnumel + (256 - 1)) / (256));",
             "uint32_t grid_1 = ((ynumel + (16 - 1)) / (16));",
@@ -93,7 +90,7 @@ fn grids_per_grid_type() {
     check_grid(
         "yz_overflow",
         two_d(GridType::Grid2DWithYZOverflow { max_y_grid: 65535 }),
-        args2(),
+        &[1000, 64],
         &[
             "uint32_t y_grid_raw_ = ((ynumel + (16 - 1)) / (16));",
             "uint32_t y_grid_div_ = ((y_grid_raw_ + (65535 - 1)) / (65535));",
@@ -106,7 +103,7 @@ fn grids_per_grid_type() {
     check_grid(
         "cooperative",
         coop,
-        vec![buf("arg0_1"), buf("arg0_1"), ArgValue::Expr(int(64))],
+        &[64],
         &[
             "uint32_t grid_0 = 8;",
             "uint32_t grid_1 = ((xnumel + (256 - 1)) / (256));",
@@ -119,12 +116,7 @@ fn grids_per_grid_type() {
     check_grid(
         "split_scan",
         scan,
-        vec![
-            buf("arg0_1"),
-            buf("arg0_1"),
-            ArgValue::Expr(int(64)),
-            ArgValue::Expr(int(4096)),
-        ],
+        &[64, 4096],
         &[
             "uint32_t grid_0 = ((r0_numel + (1024 - 1)) / (1024));",
             "uint32_t grid_1 = xnumel;",
@@ -135,14 +127,7 @@ fn grids_per_grid_type() {
     check_grid(
         "fixed",
         fixed,
-        vec![
-            buf("arg0_1"),
-            buf("arg0_1"),
-            ArgValue::Expr(int(64)),
-            ArgValue::Expr(int(3)),
-            ArgValue::Expr(int(2)),
-            ArgValue::Expr(int(1)),
-        ],
+        &[64, 3, 2, 1],
         &[
             "int64_t _grid_0,",
             "uint32_t grid_0 = _grid_0;",
@@ -269,13 +254,7 @@ fn errors_name_the_problem() {
     );
     // A C++ (host) kernel given a device buffer.
     let mut p = ProgramBuilder::new();
-    let k = p.kernel(
-        "cpp_fused_0",
-        KernelBackend::Cpp(CppMeta {
-            arg_types: vec!["float*".into()],
-        }),
-        "",
-    );
+    let k = p.kernel("cpp_fused_0", common::cpp_backend(&["float*"]), "");
     let mut g = p.main();
     g.tensor_input("arg0_1", f32(&[int(4)]));
     g.define_kernel(&k);

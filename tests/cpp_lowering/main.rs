@@ -10,7 +10,7 @@ mod common;
 use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, ConstValue, CppMeta, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
+    ArgValue, CallArg, ConstValue, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
     MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
@@ -132,135 +132,141 @@ struct Case {
 }
 
 fn nonzero_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    p.unbacked_symbol("u0", Some(0), Some(100));
-    let mut g = p.main();
-    let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
-    let nz = g.extern_alloc(
-        "buf2",
-        Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
-        "torch.ops.aten.nonzero.default",
-        vec![buf("arg0_1")],
-    );
-    g.bind_size(&nz, &"u0".into(), 0);
-    g.free(&x);
-    g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
-    let view = g.reinterpret(
-        &nz,
-        "buf3",
-        Layout {
-            dtype: DType::Int64,
-            device: Device::cuda(0),
-            size: [sym("u0")].into_iter().collect(),
-            stride: [int(1)].into_iter().collect(),
-            offset: int(0),
-            alloc_numel: None,
+    common::main_program(
+        |p| {
+            p.unbacked_symbol("u0", Some(0), Some(100));
         },
-    );
-    let same = g.reinterpret(
-        &nz,
-        "buf4",
-        Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
-    );
-    g.free_if_not_reused(&same);
-    g.output(&view);
-    g.finish();
-    p.finish()
+        |g, _| {
+            let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
+            let nz = g.extern_alloc(
+                "buf2",
+                Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
+                "torch.ops.aten.nonzero.default",
+                vec![buf("arg0_1")],
+            );
+            g.bind_size(&nz, &"u0".into(), 0);
+            g.free(&x);
+            g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
+            let view = g.reinterpret(
+                &nz,
+                "buf3",
+                Layout {
+                    dtype: DType::Int64,
+                    device: Device::cuda(0),
+                    size: [sym("u0")].into_iter().collect(),
+                    stride: [int(1)].into_iter().collect(),
+                    offset: int(0),
+                    alloc_numel: None,
+                },
+            );
+            let same = g.reinterpret(
+                &nz,
+                "buf4",
+                Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
+            );
+            g.free_if_not_reused(&same);
+            g.output(&view);
+        },
+    )
 }
 
 fn item_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    p.unbacked_symbol("u0", Some(0), None);
-    p.unbacked_symbol("u1", Some(0), None);
-    let mut g = p.main();
-    g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
-    g.line(Line::DynamicScalar {
-        symbol: "u0".into(),
-        source: "arg0_1".into(),
-        keypath: [KeyEntry::DivideBy(4)].into_iter().collect(),
-        node: None,
-    });
-    g.line(Line::DynamicScalar {
-        symbol: "u1".into(),
-        source: "arg0_1".into(),
-        keypath: [KeyEntry::ConvertInt].into_iter().collect(),
-        node: None,
-    });
-    g.output_expr(sym("u0"));
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| {
+            p.unbacked_symbol("u0", Some(0), None);
+            p.unbacked_symbol("u1", Some(0), None);
+        },
+        |g, _| {
+            g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
+            g.line(Line::DynamicScalar {
+                symbol: "u0".into(),
+                source: "arg0_1".into(),
+                keypath: [KeyEntry::DivideBy(4)].into_iter().collect(),
+                node: None,
+            });
+            g.line(Line::DynamicScalar {
+                symbol: "u1".into(),
+                source: "arg0_1".into(),
+                keypath: [KeyEntry::ConvertInt].into_iter().collect(),
+                node: None,
+            });
+            g.output_expr(sym("u0"));
+        },
+    )
 }
 
 fn topk_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    p.unbacked_symbol("u2", Some(0), None);
-    p.unbacked_symbol("u3", Some(0), None);
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(8)]));
-    let r = g.extern_alloc_multi(
-        "buf1",
-        "torch.ops.aten.topk.default",
-        vec![buf("arg0_1"), ArgValue::Expr(int(2))],
-    );
-    g.bind_unbacked(
-        &r,
-        &"u2".into(),
-        [
-            KeyEntry::Index(1),
-            KeyEntry::CallMethod(TensorMethod::Size),
-            KeyEntry::Index(0),
-            KeyEntry::DivideBy(2),
-        ]
-        .into_iter()
-        .collect(),
-    );
-    let v = g.multi_output("buf2", f32(&[int(2)]), &r, &[MultiIndex::Tuple(0)]);
-    let i = g.multi_output(
-        "buf3",
-        Layout::contiguous(DType::Int64, Device::cuda(0), [int(2)]),
-        &r,
-        &[MultiIndex::Tuple(1)],
-    );
-    // Bindings attached to the extracted element keep the op-level index.
-    g.bind_unbacked(
-        &i,
-        &"u3".into(),
-        [
-            KeyEntry::Index(1),
-            KeyEntry::CallMethod(TensorMethod::Stride),
-            KeyEntry::Index(0),
-        ]
-        .into_iter()
-        .collect(),
-    );
-    let out = g.allocate("buf4", f32(&[int(2)]));
-    let mut kwargs = IndexMap::new();
-    kwargs.insert("alpha".to_string(), ArgValue::Expr(int(1)));
-    g.extern_out(
-        &out,
-        "extern_kernels.add",
-        vec![buf("buf2"), ArgValue::Float(0.5)],
-        kwargs,
-    );
-    g.line(Line::Comment {
-        text: "Topologically Sorted Source Nodes: [topk]".into(),
-    });
-    g.line(Line::AssertAlignment {
-        buffer: "buf4".into(),
-        alignment: 16,
-        context: None,
-    });
-    g.line(Line::AssertSizeStride {
-        buffer: "buf4".into(),
-        size: [int(2)].into_iter().collect(),
-        stride: [int(1)].into_iter().collect(),
-        context: Some("add".into()),
-    });
-    g.output(&v);
-    g.output(&out);
-    g.output(&v);
-    g.finish();
-    p.finish()
+    common::main_program(
+        |p| {
+            p.unbacked_symbol("u2", Some(0), None);
+            p.unbacked_symbol("u3", Some(0), None);
+        },
+        |g, _| {
+            g.tensor_input("arg0_1", f32(&[int(8)]));
+            let r = g.extern_alloc_multi(
+                "buf1",
+                "torch.ops.aten.topk.default",
+                vec![buf("arg0_1"), ArgValue::Expr(int(2))],
+            );
+            g.bind_unbacked(
+                &r,
+                &"u2".into(),
+                [
+                    KeyEntry::Index(1),
+                    KeyEntry::CallMethod(TensorMethod::Size),
+                    KeyEntry::Index(0),
+                    KeyEntry::DivideBy(2),
+                ]
+                .into_iter()
+                .collect(),
+            );
+            let v = g.multi_output("buf2", f32(&[int(2)]), &r, &[MultiIndex::Tuple(0)]);
+            let i = g.multi_output(
+                "buf3",
+                Layout::contiguous(DType::Int64, Device::cuda(0), [int(2)]),
+                &r,
+                &[MultiIndex::Tuple(1)],
+            );
+            // Bindings attached to the extracted element keep the op-level index.
+            g.bind_unbacked(
+                &i,
+                &"u3".into(),
+                [
+                    KeyEntry::Index(1),
+                    KeyEntry::CallMethod(TensorMethod::Stride),
+                    KeyEntry::Index(0),
+                ]
+                .into_iter()
+                .collect(),
+            );
+            let out = g.allocate("buf4", f32(&[int(2)]));
+            let mut kwargs = IndexMap::new();
+            kwargs.insert("alpha".to_string(), ArgValue::Expr(int(1)));
+            g.extern_out(
+                &out,
+                "extern_kernels.add",
+                vec![buf("buf2"), ArgValue::Float(0.5)],
+                kwargs,
+            );
+            g.line(Line::Comment {
+                text: "Topologically Sorted Source Nodes: [topk]".into(),
+            });
+            g.line(Line::AssertAlignment {
+                buffer: "buf4".into(),
+                alignment: 16,
+                context: None,
+            });
+            g.line(Line::AssertSizeStride {
+                buffer: "buf4".into(),
+                size: [int(2)].into_iter().collect(),
+                stride: [int(1)].into_iter().collect(),
+                context: Some("add".into()),
+            });
+            g.output(&v);
+            g.output(&out);
+            g.output(&v);
+        },
+    )
 }
 
 fn cond_program() -> Program {

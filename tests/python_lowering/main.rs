@@ -8,9 +8,9 @@ use indexmap::IndexMap;
 use smallvec::smallvec;
 use wrapir::ir::Location;
 use wrapir::ir::{
-    ArgValue, CallArg, CppMeta, DType, Device, ExternCall, GraphBuilder, GridType, HalideArg, HalideMeta,
-    KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder,
-    ScatterFallback, TensorMethod, TritonMeta,
+    ArgValue, CallArg, DType, Device, ExternCall, GraphBuilder, GridType, HalideArg, HalideMeta, KernelBackend,
+    KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, ScatterFallback,
+    TensorMethod, TritonMeta,
 };
 use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -95,9 +95,12 @@ fn lines_after_preamble(p: &Program) -> Vec<String> {
     body[3..].to_vec()
 }
 
-fn check(name: &str, p: Program, expect: &[&str]) {
-    let got = lines_after_preamble(&p);
-    assert_eq!(got, expect, "case `{name}`");
+/// Each case's program lowers to exactly its lines after the preamble.
+fn check_cases(cases: Vec<(&str, Program, Vec<&str>)>) {
+    for (name, p, expect) in cases {
+        let got = lines_after_preamble(&p);
+        assert_eq!(got, expect, "case `{name}`");
+    }
 }
 
 fn py_compile(text: &str) {

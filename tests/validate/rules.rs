@@ -425,11 +425,7 @@ const STRUCTURE_CASES: &[Case] = &[
     (
         "cond on a missing subgraph",
         |p| {
-            let mut g = p.main();
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-            g.declare_multi("buf0");
-            g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
-            g.finish();
+            cond_main(p, ("true_graph_0", "false_graph_0"), &[]);
             branch(p, "true_graph_0", 0, 0);
         },
         &["main:0: subgraph false_graph_0 does not exist"],
@@ -437,11 +433,7 @@ const STRUCTURE_CASES: &[Case] = &[
     (
         "cond with the wrong operand count and unequal branches",
         |p| {
-            let mut g = p.main();
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-            g.declare_multi("buf0");
-            g.line(cond("arg0_1", "true_graph_0", "false_graph_0", &[]));
-            g.finish();
+            cond_main(p, ("true_graph_0", "false_graph_0"), &[]);
             branch(p, "true_graph_0", 1, 1);
             branch(p, "false_graph_0", 0, 0);
         },
@@ -453,11 +445,7 @@ const STRUCTURE_CASES: &[Case] = &[
     (
         "subgraph naming its caller's buffer",
         |p| {
-            let mut g = p.main();
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-            g.declare_multi("buf0");
-            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
-            g.finish();
+            cond_main(p, ("true_graph_0", "true_graph_0"), &[]);
             let mut t = p.subgraph("true_graph_0");
             t.free(&BufName::new("arg0_1"));
             t.finish();
@@ -467,11 +455,7 @@ const STRUCTURE_CASES: &[Case] = &[
     (
         "subgraph running itself",
         |p| {
-            let mut g = p.main();
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-            g.declare_multi("buf0");
-            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &["arg0_1"]));
-            g.finish();
+            cond_main(p, ("true_graph_0", "true_graph_0"), &["arg0_1"]);
             let mut t = p.subgraph("true_graph_0");
             t.tensor_input("t_arg0", Layout::contiguous(DType::Bool, Device::cuda(0), []));
             t.declare_multi("t_buf0");
@@ -490,11 +474,7 @@ const STRUCTURE_CASES: &[Case] = &[
         "subgraph using a symbol its caller has not bound",
         |p| {
             p.unbacked_symbol("u0", Some(0), None);
-            let mut g = p.main();
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-            g.declare_multi("buf0");
-            g.line(cond("arg0_1", "true_graph_0", "true_graph_0", &[]));
-            g.finish();
+            cond_main(p, ("true_graph_0", "true_graph_0"), &[]);
             let mut t = p.subgraph("true_graph_0");
             t.runtime_assert(SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)), "u0 >= 0");
             t.finish();
@@ -523,6 +503,16 @@ const STRUCTURE_CASES: &[Case] = &[
         &["main:-: a subgraph may not be called `main`"],
     ),
 ];
+
+/// `main`: a bool input `arg0_1` whose value picks branch `t` or `f` of the
+/// `cond` into `buf0`, run on `operands`.
+fn cond_main(p: &mut ProgramBuilder, (t, f): (&str, &str), operands: &[&str]) {
+    let mut g = p.main();
+    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
+    g.declare_multi("buf0");
+    g.line(cond("arg0_1", t, f, operands));
+    g.finish();
+}
 
 fn cond(pred: &str, t: &str, f: &str, operands: &[&str]) -> Line {
     cond_into("buf0", pred, t, f, operands)
