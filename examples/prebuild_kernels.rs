@@ -1,7 +1,7 @@
 //! Regenerates the CUDA backend's prebuilt kernel images: every one of its
 //! own CUDA sources (built-in ops, `extra.cu`, the attention kernels per head
-//! dim) compiled by NVRTC to a cubin for each architecture, with the table
-//! that embeds them (`index.rs`). Needs NVRTC, not a GPU: found as the
+//! dim) compiled by NVRTC to a cubin for each architecture, stored deflated,
+//! with the table that embeds them (`index.rs`). Needs NVRTC, not a GPU: found as the
 //! backend finds it (`$WRAPIR_CUDA_LIBRARY_PATH` included), with its
 //! `libnvrtc-builtins` on the loader's path (`LD_LIBRARY_PATH`).
 //!
@@ -50,7 +50,8 @@ fn run() -> Result<(), String> {
     // Images of sources or architectures no longer built must not linger.
     for entry in std::fs::read_dir(&out).map_err(|e| format!("{}: {e}", out.display()))? {
         let path = entry.map_err(|e| e.to_string())?.path();
-        if path.extension().is_some_and(|x| x == "cubin") {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with(".cubin") || name.ends_with(".cubin.deflate") {
             std::fs::remove_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
@@ -60,18 +61,21 @@ fn run() -> Result<(), String> {
          use super::Prebuilt;\n\n\
          pub(super) static IMAGES: &[Prebuilt] = &[\n"
     );
-    let mut bytes = 0;
+    let (mut bytes, mut stored) = (0, 0);
     for image in &images {
         let file = out.join(image.file_name());
-        std::fs::write(&file, &image.image).map_err(|e| format!("{}: {e}", file.display()))?;
+        let packed = image.file_bytes();
+        std::fs::write(&file, &packed).map_err(|e| format!("{}: {e}", file.display()))?;
         bytes += image.image.len();
+        stored += packed.len();
         index.push_str(&format!(
-            "    Prebuilt {{\n        id: {:?},\n        major: {},\n        minor: {},\n        digest: [0x{:016x}, 0x{:016x}],\n        image: include_bytes!({:?}),\n    }},\n",
+            "    Prebuilt {{\n        id: {:?},\n        major: {},\n        minor: {},\n        digest: [0x{:016x}, 0x{:016x}],\n        size: {},\n        deflated: include_bytes!({:?}),\n    }},\n",
             image.id,
             image.major,
             image.minor,
             image.digest[0],
             image.digest[1],
+            image.image.len(),
             image.file_name()
         ));
     }
@@ -79,7 +83,7 @@ fn run() -> Result<(), String> {
     let file = out.join("index.rs");
     std::fs::write(&file, index).map_err(|e| format!("{}: {e}", file.display()))?;
     println!(
-        "{} images, {bytes} bytes, in {} ({:.1} s, NVRTC {major}.{minor})",
+        "{} images, {bytes} bytes ({stored} deflated), in {} ({:.1} s, NVRTC {major}.{minor})",
         images.len(),
         out.display(),
         started.elapsed().as_secs_f64()

@@ -1,7 +1,8 @@
 //! Compiled images of the project's own CUDA sources (built-in ops,
 //! attention). Cubins for sm_80 (which also run on sm_86/87/89) and sm_90
-//! are committed under `prebuilt/` and embedded in the binary, each with the
-//! digest of the source it came from, so a process on those GPUs compiles
+//! are committed under `prebuilt/` (deflated: about a quarter of their
+//! size) and embedded in the binary, inflated when a module first loads, each
+//! with the digest of the source it came from, so a process on those GPUs compiles
 //! nothing and needs no NVRTC; the `prebuild_kernels` example regenerates
 //! them, and a unit test fails while one is stale. For other GPUs, for a
 //! source whose image is stale, and when the driver refuses a prebuilt image,
@@ -63,7 +64,10 @@ struct Prebuilt {
     major: i32,
     minor: i32,
     digest: [u64; 2],
-    image: &'static [u8],
+    /// The cubin's length.
+    size: usize,
+    /// The cubin, deflated (raw DEFLATE).
+    deflated: &'static [u8],
 }
 
 /// One of the project's own CUDA sources: what NVRTC compiles into one module.
@@ -111,13 +115,17 @@ fn digest(parts: &[&[u8]]) -> [u64; 2] {
 /// `major.minor` runs: one compiled from the same text for the same major
 /// architecture and a minor one no newer than the device's (cubins run on
 /// later minor revisions of their architecture), the newest such.
-fn prebuilt_image(source: &KernelSource, major: i32, minor: i32) -> Option<&'static [u8]> {
-    prebuilt::IMAGES
+/// `None` also when the image does not inflate to a cubin of its recorded
+/// length (then NVRTC compiles the same source).
+fn prebuilt_image(source: &KernelSource, major: i32, minor: i32) -> Option<Vec<u8>> {
+    let p = prebuilt::IMAGES
         .iter()
         .filter(|p| p.id == source.id && p.major == major && p.minor <= minor)
         .filter(|p| p.digest == source_digest(&source.text, &nvrtc_options(p.major, p.minor)))
-        .max_by_key(|p| p.minor)
-        .map(|p| p.image)
+        .max_by_key(|p| p.minor)?;
+    miniz_oxide::inflate::decompress_to_vec_with_limit(p.deflated, p.size)
+        .ok()
+        .filter(|image| image.len() == p.size && is_cubin(image))
 }
 
 /// Where a module's image comes from.
@@ -260,7 +268,13 @@ pub struct PrebuiltImage {
 impl PrebuiltImage {
     /// The image's file name among the committed images.
     pub fn file_name(&self) -> String {
-        format!("{}-sm{}{}.cubin", self.id, self.major, self.minor)
+        format!("{}-sm{}{}.cubin.deflate", self.id, self.major, self.minor)
+    }
+
+    /// The committed file's bytes: the cubin, deflated (raw DEFLATE at the
+    /// best compression), as the backend inflates it.
+    pub fn file_bytes(&self) -> Vec<u8> {
+        miniz_oxide::deflate::compress_to_vec(&self.image, 10)
     }
 }
 
@@ -355,6 +369,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn committed_files_inflate_to_their_images() {
+        let mut cubin = b"\x7fELF\x02\x01".to_vec();
+        cubin.extend((0..5000u32).map(|i| (i % 251) as u8));
+        let image = PrebuiltImage {
+            id: "x".into(),
+            major: 9,
+            minor: 0,
+            digest: [0, 0],
+            image: cubin.clone(),
+        };
+        let file = image.file_bytes();
+        assert!(file.len() < cubin.len());
+        assert_eq!(
+            miniz_oxide::inflate::decompress_to_vec_with_limit(&file, cubin.len()).unwrap(),
+            cubin
+        );
+        assert_eq!(image.file_name(), "x-sm90.cubin.deflate");
+    }
+
+    #[test]
     fn digests_separate_sources_and_options() {
         let a = fnv(1, &[b"ab", b"c"]);
         assert_ne!(a, fnv(1, &[b"a", b"bc"]));
@@ -371,7 +405,7 @@ mod tests {
             for (major, minor) in [(8, 0), (9, 0)] {
                 let image = prebuilt_image(&source, major, minor);
                 assert!(
-                    image.is_some_and(is_cubin),
+                    image.as_deref().is_some_and(is_cubin),
                     "no current prebuilt image of `{}` for sm_{major}{minor}: regenerate them with \
                      `cargo run --release --features cuda --example prebuild_kernels`",
                     source.id
