@@ -82,13 +82,14 @@ fn run() -> Result<(), String> {
     }
     if let Some(p) = &r.conv_plans {
         println!(
-            "convolution plans made ahead: {} on {} threads in {:.1} ms (summed: heuristics {:.1} ms, finalize {:.1} ms; {} compiled at run time){}{}",
+            "convolution plans made ahead: {} on {} threads in {:.1} ms (summed: heuristics {:.1} ms, finalize {:.1} ms; {} compiled at run time, {} of them restored from the cache){}{}",
             p.made,
             p.threads,
             p.time.as_secs_f64() * 1e3,
             p.heuristics.as_secs_f64() * 1e3,
             p.finalize.as_secs_f64() * 1e3,
             p.runtime_compiled,
+            p.restored,
             p.made_by_warm_up.map_or(String::new(), |n| format!(", {n} more by the warm-up call")),
             p.failed.first().map_or(String::new(), |f| format!(", {} failed: {f}", p.failed.len()))
         );

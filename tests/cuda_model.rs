@@ -292,3 +292,48 @@ fn convolution_plans_are_made_ahead_on_threads() {
         });
     }
 }
+
+#[test]
+fn runtime_compiled_convolution_plans_are_restored_from_the_kernel_cache() {
+    let name = "mobilenet_v3";
+    let dir = bundle(name);
+    let cache = std::env::temp_dir().join(format!("wrapir-plan-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let with_cache = || ModelOptions {
+        paths: CudaPaths {
+            kernel_cache: Some(cache.clone()),
+            ..CudaPaths::from_env()
+        },
+        ..options()
+    };
+    let first = Model::load(&dir, &with_cache()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let made = first.load_report().conv_plans.clone().expect("plans made ahead");
+    assert!(
+        made.runtime_compiled > 0,
+        "{name}: no engine compiled at run time: {made:?}"
+    );
+    assert_eq!(made.restored, 0, "{name}: restored from an empty cache: {made:?}");
+    let stored = std::fs::read_dir(&cache)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("cudnn-conv-")
+        })
+        .count();
+    assert_eq!(
+        stored, made.runtime_compiled,
+        "{name}: one cache entry per compiled plan"
+    );
+    let second = Model::load(&dir, &with_cache()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let again = second.load_report().conv_plans.clone().expect("plans made ahead");
+    assert_eq!(again.restored, made.runtime_compiled, "{name}: {again:?}");
+    let inputs = call_inputs(&first, &dir);
+    let a = first.run(&inputs).unwrap();
+    let b = second.run(&inputs).unwrap();
+    check_eager(&dir, &b);
+    assert_eq!(bits(&a), bits(&b), "{name}: a restored plan changed the result");
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -34,8 +34,10 @@ pub struct CudaPaths {
     /// cuBLASLt, cuDNN, NVRTC) that the loader's own paths
     /// (`LD_LIBRARY_PATH`, the system's) do not hold. Default: none.
     pub library_dirs: Vec<PathBuf>,
-    /// The directory of the on-disk cache of compiled built-in kernels, so
-    /// that later processes load the cubins with no NVRTC compilation.
+    /// The directory of the on-disk cache of compiled kernels, so that
+    /// later processes compile nothing: the built-in kernels' cubins (where
+    /// no prebuilt image serves the GPU) and the JSON form of cuDNN
+    /// convolution plans whose engine compiles its kernels at run time.
     /// Default `None`: no disk cache (each process compiles them once).
     pub kernel_cache: Option<PathBuf>,
 }

@@ -387,9 +387,37 @@ pub(super) fn call(
     }))
 }
 
+/// The plan of `key`: restored from the kernel cache when an earlier
+/// process stored it there, else made ([`choose_plan`]) and, when its engine
+/// compiled kernels at run time, stored for later processes. The cache entry
+/// is named by the key and the handle's [`DnnHandle::identity`] (cuDNN,
+/// driver, GPU); a missing, unreadable or refused entry only means the plan
+/// is made again, with the same engine choice.
+fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
+    let entry = handle.device().paths.kernel_cache.as_ref().and_then(|dir| {
+        let identity = handle.identity().ok()?;
+        let d = super::kernels::digest(&[format!("{key:?}").as_bytes(), identity.as_bytes()]);
+        Some(dir.join(format!("cudnn-conv-{:016x}{:016x}.json", d[0], d[1])))
+    });
+    if let Some(json) = entry.as_ref().and_then(|f| std::fs::read(f).ok()) {
+        let _setup = super::driver::setup_lock();
+        if let Ok(exec) = dnn_graph::Plan::from_json(handle, &json) {
+            return Ok(Plan { key, exec });
+        }
+    }
+    let plan = choose_plan(handle, key)?;
+    if let (Some(file), true) = (&entry, plan.exec.cost.runtime_compiled) {
+        // A cache that cannot be written only costs the next process the compilation.
+        if let Ok(json) = plan.exec.json() {
+            let _ = super::kernels::store(file, &json);
+        }
+    }
+    Ok(plan)
+}
+
 /// The graph of one convolution node and its plan, chosen as PyTorch's
 /// `get_configs_from_heuristics` and `try_configs` choose it.
-fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
+fn choose_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
     let dt = data_type(key.dtype).ok_or_else(|| ExecError::op(OP, format!("dtype {}", key.dtype)))?;
     let mut g = dnn_graph::Graph::default();
     let mut tensor = |uid: i64, dims_strides: &[i64], alignment: i64| {
@@ -797,6 +825,9 @@ pub struct PlansAhead {
     pub finalize: std::time::Duration,
     /// Plans whose engine compiles its kernels at run time.
     pub runtime_compiled: usize,
+    /// Of those, the ones restored from the kernel cache
+    /// ([`super::CudaPaths::kernel_cache`]) instead of compiled.
+    pub restored: usize,
 }
 
 /// Makes the plans of `keys` on up to `threads` worker threads, each with
@@ -846,6 +877,7 @@ pub(super) fn make_ahead(
                     report.heuristics += p.exec.cost.heuristics;
                     report.finalize += p.exec.cost.finalize;
                     report.runtime_compiled += usize::from(p.exec.cost.runtime_compiled);
+                    report.restored += usize::from(p.exec.cost.restored);
                 }
                 report.failed.extend(m.failed.iter().cloned());
                 out.push(m);

@@ -70,6 +70,30 @@ impl DnnHandle {
     pub(super) fn raw(&self) -> dnn::cudnnHandle_t {
         self.raw
     }
+
+    /// The device the handle is on.
+    pub(super) fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// What a serialized plan made on this handle is valid for: the cuDNN
+    /// and driver versions and the GPU (name, compute capability, SMs).
+    pub(super) fn identity(&self) -> Result<String, CudaError> {
+        use sys::CUdevice_attribute as A;
+        // SAFETY: a plain query of the loaded library.
+        let cudnn = unsafe { dnn::cudnnGetVersion() };
+        let mut driver = 0;
+        // SAFETY: an out-pointer to a live int; the driver is loaded (the device is open).
+        let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let d = &self.device;
+        Ok(format!(
+            "cudnn {cudnn} driver {driver} {} sm{}{} x{}",
+            d.name()?,
+            d.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            d.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            d.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+        ))
+    }
 }
 
 impl Drop for DnnHandle {

@@ -400,7 +400,7 @@ impl Graph {
                             plan,
                             workspace,
                             cost,
-                            _graph: graph,
+                            _graph: Some(graph),
                             _parts: self,
                         });
                     }
@@ -489,6 +489,8 @@ pub(super) struct PlanCost {
     /// The chosen engine compiles its kernels at run time (cuDNN's
     /// behaviour note `RUNTIME_COMPILATION`).
     pub(super) runtime_compiled: bool,
+    /// Restored from its JSON form ([`Plan::from_json`]) rather than made.
+    pub(super) restored: bool,
 }
 
 /// The engine configurations heuristics `mode` ranks for `graph`, best first.
@@ -536,6 +538,12 @@ fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), Cu
     plan.set_handle(Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
     plan.set_desc(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config)?;
     plan.finalize()?;
+    let workspace = workspace_of(&plan)?;
+    Ok((plan, workspace))
+}
+
+/// The workspace bytes a finalized plan needs.
+fn workspace_of(plan: &Desc) -> Result<usize, CudaError> {
     let mut workspace = 0i64;
     let mut n = 0i64;
     // SAFETY: one int64 element.
@@ -549,9 +557,8 @@ fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), Cu
             (&mut workspace as *mut i64).cast(),
         )
     })?;
-    let workspace = usize::try_from(workspace)
-        .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))?;
-    Ok((plan, workspace))
+    usize::try_from(workspace)
+        .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))
 }
 
 /// An execution plan and everything it was made from.
@@ -562,11 +569,85 @@ pub(super) struct Plan {
     pub(super) workspace: usize,
     /// What making it cost.
     pub(super) cost: PlanCost,
-    _graph: Desc,
+    /// The operation graph (`None` for a plan restored from its JSON form).
+    _graph: Option<Desc>,
     _parts: Graph,
 }
 
 impl Plan {
+    /// The plan's JSON form (cuDNN's own serialization, which it offers for
+    /// engines that compile at run time), for [`Plan::from_json`] in a later
+    /// process on an identical GPU with the same cuDNN.
+    pub(super) fn json(&self) -> Result<Vec<u8>, CudaError> {
+        let mut count = 0i64;
+        // SAFETY: a length query (no elements requested).
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                self.plan.0,
+                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                Ty::CUDNN_TYPE_CHAR,
+                0,
+                &mut count,
+                std::ptr::null_mut(),
+            )
+        })?;
+        let len = usize::try_from(count)
+            .ok()
+            .filter(|&n| n > 0 && n <= 64 << 20)
+            .ok_or_else(|| CudaError::Range(format!("cuDNN's plan JSON of {count} bytes")))?;
+        let mut text = vec![0u8; len];
+        let mut got = 0i64;
+        // SAFETY: `text` holds `len` chars for cuDNN to fill.
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(
+                self.plan.0,
+                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                Ty::CUDNN_TYPE_CHAR,
+                count,
+                &mut got,
+                text.as_mut_ptr().cast(),
+            )
+        })?;
+        text.truncate(got.clamp(0, count) as usize);
+        while text.last() == Some(&0) {
+            text.pop();
+        }
+        Ok(text)
+    }
+
+    /// A plan restored on `handle` from its [`Plan::json`] form.
+    pub(super) fn from_json(handle: &DnnHandle, json: &[u8]) -> Result<Plan, CudaError> {
+        let started = std::time::Instant::now();
+        let plan = Desc::new(Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+        plan.set_handle(Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+        // cuDNN reads the text up to its length; a trailing NUL as C strings have it.
+        let mut text = json.to_vec();
+        text.push(0);
+        // SAFETY: `text` holds `len` chars, live for the call.
+        unsafe {
+            plan.set_raw(
+                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
+                Ty::CUDNN_TYPE_CHAR,
+                text.len() as i64,
+                text.as_ptr().cast(),
+            )
+        }?;
+        plan.finalize()?;
+        let workspace = workspace_of(&plan)?;
+        Ok(Plan {
+            plan,
+            workspace,
+            cost: PlanCost {
+                finalize: started.elapsed(),
+                runtime_compiled: true,
+                restored: true,
+                ..PlanCost::default()
+            },
+            _graph: None,
+            _parts: Graph::default(),
+        })
+    }
+
     /// Queues the plan on the handle's stream with the tensors `uids` at
     /// `pointers` (device addresses, or host addresses of by-value scalars)
     /// and `workspace` (at least [`Plan::workspace`] bytes, or 0 when none).

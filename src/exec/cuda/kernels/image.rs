@@ -107,7 +107,7 @@ fn source_digest(text: &str, options: &[String]) -> [u64; 2] {
 }
 
 /// A 128-bit digest of `parts` (two FNV-1a seeds).
-fn digest(parts: &[&[u8]]) -> [u64; 2] {
+pub(in crate::exec::cuda) fn digest(parts: &[&[u8]]) -> [u64; 2] {
     [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142].map(|seed| fnv(seed, parts))
 }
 
@@ -314,7 +314,7 @@ pub fn prebuild_kernels(
 }
 
 /// Writes `bytes` to `file` through a temporary file renamed into place.
-fn store(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(in crate::exec::cuda) fn store(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir)?;
     }

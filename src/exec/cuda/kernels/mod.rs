@@ -27,7 +27,7 @@ mod extra;
 mod image;
 mod ops;
 
-pub(super) use image::{load_module, KernelSource};
+pub(super) use image::{digest, load_module, store, KernelSource};
 pub use image::{prebuild_kernels, PrebuiltImage};
 
 /// Helper kernels of the GEMM ops (bias broadcast, activations).
