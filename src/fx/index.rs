@@ -10,11 +10,29 @@ use std::collections::hash_map::Entry;
 /// name used as a base, the first suffix that may still be free, so that
 /// naming a node neither rescans the graph (a 100,000-node lowering would
 /// be quadratic) nor allocates (names are [`Name`]s, inline when short).
+///
+/// A name `base_i` with `i` in canonical decimal (what
+/// [`Name::with_suffix`] writes, see [`suffixed`]) is not a table entry of
+/// its own: it is bit `i` of its base's suffix set, in pages of
+/// [`PAGE_BITS`] bits, so that the auto names of one base
+/// (`triton_kernel_wrapper_mutation_1`, `_2`, ...) are claimed in one small
+/// page table instead of one entry each in a table of every name.
 #[derive(Clone, Debug, Default)]
 pub(super) struct NameIndex {
-    /// Name -> its [`NameEntry`]. Nodes handed out by [`Graph::node_mut`]
-    /// stay indexed under their names at that time until reindexed.
+    /// Name -> its [`NameEntry`], for every name that is not [`suffixed`]
+    /// and every base of a suffix set. Nodes handed out by
+    /// [`Graph::node_mut`] stay indexed under their names at that time
+    /// until reindexed.
     entries: HashMap<Name, NameEntry>,
+    /// Suffix sets: `(set, i / PAGE_BITS)` -> the page's bits; bit
+    /// `i % PAGE_BITS` is set when a node holds `base_i`, `set` being the
+    /// base's [`NameEntry::set`].
+    pages: HashMap<(u32, u64), [u64; PAGE_WORDS]>,
+    /// Nodes beyond the first that hold a [`suffixed`] name (only after a
+    /// rename through [`Graph::node_mut`]).
+    extra: HashMap<Name, u32>,
+    /// Suffix sets handed out (set ids are `1..=sets`).
+    sets: u32,
     /// Nodes handed out by [`Graph::node_mut`] (which may rename them), each
     /// once, with its (indexed) name at that time; reindexed by the next
     /// mutating call.
@@ -29,14 +47,33 @@ pub(super) struct NameIndex {
     statics: Vec<((usize, usize), bool)>,
 }
 
+/// Suffixes per page of a suffix set.
+const PAGE_BITS: u64 = 512;
+/// `u64` words per page.
+const PAGE_WORDS: usize = (PAGE_BITS / 64) as usize;
+
 /// What [`NameIndex`] knows of one name.
 #[derive(Clone, Copy, Debug, Default)]
 struct NameEntry {
     /// Nodes that hold the name (as indexed); more than one only after a
-    /// rename through [`Graph::node_mut`].
+    /// rename through [`Graph::node_mut`]. Always 0 for a [`suffixed`]
+    /// name (its holders are a bit of its base's set).
     nodes: u32,
+    /// As a base: its suffix set, 0 for none yet.
+    set: u32,
     /// As a base: `i` such that `base_1` .. `base_{i-1}` are all taken.
     next_suffix: Option<u64>,
+}
+
+/// `name` as `(base, i)` when it is `base_i` with `i` in canonical decimal
+/// (no leading zero): the names [`NameIndex`] keeps in suffix sets, and
+/// exactly the names [`Name::with_suffix`] makes of a non-empty base.
+fn suffixed(name: &str) -> Option<(&str, u64)> {
+    let (base, i) = names::split_suffix(name);
+    let i = i?;
+    // `split_suffix` gives the base before the last `_` and the digits after it.
+    let digits = name.as_bytes().get(base.len() + 1..)?;
+    (digits.len() == 1 || digits.first() != Some(&b'0')).then_some((base, i))
 }
 
 impl NameIndex {
@@ -45,6 +82,106 @@ impl NameIndex {
         NameIndex {
             entries: HashMap::with_capacity_and_hasher(n, Default::default()),
             ..Default::default()
+        }
+    }
+
+    /// How many nodes hold `name` (as indexed).
+    fn holders(&self, name: &str) -> u32 {
+        match suffixed(name) {
+            Some((base, i)) => {
+                let set = self.entries.get(base).map_or(0, |e| e.set);
+                if set == 0 || !self.bit(set, i) {
+                    return 0;
+                }
+                self.extra.get(name).map_or(1, |n| n.saturating_add(1))
+            }
+            None => self.entries.get(name).map_or(0, |e| e.nodes),
+        }
+    }
+
+    /// Bit `i` of suffix set `set`.
+    fn bit(&self, set: u32, i: u64) -> bool {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        self.pages
+            .get(&(set, i / PAGE_BITS))
+            .is_some_and(|p| (p[word] >> (i % 64)) & 1 == 1)
+    }
+
+    /// Sets bit `i` of suffix set `set`; `true` when it was clear.
+    fn set_bit(&mut self, set: u32, i: u64) -> bool {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        let page = self.pages.entry((set, i / PAGE_BITS)).or_insert([0; PAGE_WORDS]);
+        let mask = 1u64 << (i % 64);
+        let clear = page[word] & mask == 0;
+        page[word] |= mask;
+        clear
+    }
+
+    /// Clears bit `i` of suffix set `set`.
+    fn clear_bit(&mut self, set: u32, i: u64) {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        if let Some(p) = self.pages.get_mut(&(set, i / PAGE_BITS)) {
+            p[word] &= !(1u64 << (i % 64));
+        }
+    }
+
+    /// The suffix set of `base`, made (with the base's entry) when missing.
+    fn set_of(&mut self, base: &str) -> u32 {
+        let NameIndex { entries, sets, .. } = self;
+        let e = match entries.get_mut(base) {
+            Some(e) => e,
+            None => entries.entry(Name::new(base)).or_default(),
+        };
+        if e.set == 0 {
+            // Fewer sets than nodes, and a graph has fewer than 2^32 nodes.
+            *sets = sets.saturating_add(1);
+            e.set = *sets;
+        }
+        e.set
+    }
+
+    /// Records that one more node holds `name`.
+    fn add_holder(&mut self, name: &Name) {
+        match suffixed(name) {
+            Some((base, i)) => {
+                let set = self.set_of(base);
+                if !self.set_bit(set, i) {
+                    let n = self.extra.entry(name.clone()).or_default();
+                    *n = n.saturating_add(1);
+                }
+            }
+            None => {
+                let e = self.entries.entry(name.clone()).or_default();
+                e.nodes = e.nodes.saturating_add(1);
+            }
+        }
+    }
+
+    /// Records that one node less holds `name`.
+    fn remove_holder(&mut self, name: &str) {
+        match suffixed(name) {
+            Some((base, i)) => {
+                if let Some(n) = self.extra.get_mut(name) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.extra.remove(name);
+                    }
+                    return;
+                }
+                let set = self.entries.get(base).map_or(0, |e| e.set);
+                if set != 0 {
+                    self.clear_bit(set, i);
+                }
+            }
+            None => {
+                if let Some(e) = self.entries.get_mut(name) {
+                    e.nodes = e.nodes.saturating_sub(1);
+                    // A base with a suffix set keeps its entry (the set's id).
+                    if e.nodes == 0 && e.next_suffix.is_none() && e.set == 0 {
+                        self.entries.remove(name);
+                    }
+                }
+            }
         }
     }
 }
@@ -58,7 +195,7 @@ impl Graph {
 
     /// `true` when a node has this name.
     fn taken(&self, name: &str) -> bool {
-        let indexed = self.names.entries.get(name).map_or(0, |e| e.nodes);
+        let indexed = self.names.holders(name);
         if self.names.touched.is_empty() {
             return indexed > 0;
         }
@@ -111,37 +248,46 @@ impl Graph {
     /// Needs no touched nodes ([`Graph::reindex_touched`] first).
     pub(super) fn claim_name(&mut self, candidate: &str) -> Name {
         let candidate = names::sanitize(candidate);
-        let entries = &mut self.names.entries;
         let mut hint = None;
-        match entries.entry(Name::new(&candidate)) {
-            Entry::Vacant(v) if !names::is_reserved(&candidate) => {
-                let name = v.key().clone();
-                v.insert(NameEntry {
-                    nodes: 1,
-                    next_suffix: None,
-                });
+        if suffixed(&candidate).is_some() {
+            // A suffixed name has a digit, so it is never reserved.
+            if self.names.holders(&candidate) == 0 {
+                let name = Name::new(&candidate);
+                self.names.add_holder(&name);
                 return name;
             }
-            Entry::Occupied(mut o) => {
-                let e = o.get_mut();
-                if e.nodes == 0 && !names::is_reserved(&candidate) {
-                    e.nodes = 1;
-                    return o.key().clone();
+        } else {
+            let entries = &mut self.names.entries;
+            match entries.entry(Name::new(&candidate)) {
+                Entry::Vacant(v) if !names::is_reserved(&candidate) => {
+                    let name = v.key().clone();
+                    v.insert(NameEntry {
+                        nodes: 1,
+                        ..Default::default()
+                    });
+                    return name;
                 }
-                if names::split_suffix(&candidate).1.is_none() {
-                    // The candidate is its own base: take the hint here and
-                    // move it past the suffix it will most likely get.
-                    let start = e.next_suffix.unwrap_or(1);
-                    e.next_suffix = Some(start.saturating_add(1));
-                    hint = Some(start);
+                Entry::Occupied(mut o) => {
+                    let e = o.get_mut();
+                    if e.nodes == 0 && !names::is_reserved(&candidate) {
+                        e.nodes = 1;
+                        return o.key().clone();
+                    }
+                    if names::split_suffix(&candidate).1.is_none() {
+                        // The candidate is its own base: take the hint here and
+                        // move it past the suffix it will most likely get.
+                        let start = e.next_suffix.unwrap_or(1);
+                        e.next_suffix = Some(start.saturating_add(1));
+                        hint = Some(start);
+                    }
                 }
+                Entry::Vacant(_) => {}
             }
-            Entry::Vacant(_) => {}
         }
         let (base, _) = names::split_suffix(&candidate);
         let start = match hint {
             Some(h) => h,
-            None => entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
+            None => self.names.entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
         };
         self.claim_suffixed(base, start, hint)
     }
@@ -150,27 +296,36 @@ impl Graph {
     /// a numeric suffix and not reserved (so it is its own base): without
     /// the sanitizing, reserved-name and suffix tests.
     pub(super) fn claim_plain(&mut self, candidate: &str) -> Name {
-        let start = match self.names.entries.entry(Name::new(candidate)) {
-            Entry::Vacant(v) => {
-                let name = v.key().clone();
-                v.insert(NameEntry {
-                    nodes: 1,
-                    next_suffix: None,
-                });
+        let NameIndex { entries, sets, .. } = &mut self.names;
+        // Most candidates of a lowering are taken bases (auto names): look
+        // up by `str` first, make a key only for a new one.
+        let e = match entries.get_mut(candidate) {
+            Some(e) => e,
+            None => {
+                let name = Name::new(candidate);
+                entries.insert(
+                    name.clone(),
+                    NameEntry {
+                        nodes: 1,
+                        ..Default::default()
+                    },
+                );
                 return name;
             }
-            Entry::Occupied(mut o) => {
-                let e = o.get_mut();
-                if e.nodes == 0 {
-                    e.nodes = 1;
-                    return o.key().clone();
-                }
-                let start = e.next_suffix.unwrap_or(1);
-                e.next_suffix = Some(start.saturating_add(1));
-                start
-            }
         };
-        self.claim_suffixed(candidate, start, Some(start))
+        if e.nodes == 0 {
+            e.nodes = 1;
+            return Name::new(candidate);
+        }
+        let start = e.next_suffix.unwrap_or(1);
+        e.next_suffix = Some(start.saturating_add(1));
+        if e.set == 0 {
+            // Fewer sets than nodes, and a graph has fewer than 2^32 nodes.
+            *sets = sets.saturating_add(1);
+            e.set = *sets;
+        }
+        let set = e.set;
+        self.claim_in_set(candidate, set, start, Some(start))
     }
 
     /// `true` when `name` (fixed text) is an identifier of its own: what
@@ -192,47 +347,35 @@ impl Graph {
     /// The first free `base_i` from `i = start`, indexed as taken; moves
     /// `base`'s hint past it unless the caller already set it (`hint`).
     fn claim_suffixed(&mut self, base: &str, start: u64, hint: Option<u64>) -> Name {
-        let entries = &mut self.names.entries;
+        let set = self.names.set_of(base);
+        self.claim_in_set(base, set, start, hint)
+    }
+
+    /// [`Graph::claim_suffixed`] with the base's suffix set `set`.
+    fn claim_in_set(&mut self, base: &str, set: u32, start: u64, hint: Option<u64>) -> Name {
         let mut i = start;
-        let name = loop {
-            // A suffixed name has a digit, so it is never reserved.
-            match entries.entry(Name::with_suffix(base, i)) {
-                Entry::Vacant(v) => {
-                    let name = v.key().clone();
-                    v.insert(NameEntry {
-                        nodes: 1,
-                        next_suffix: None,
-                    });
-                    break name;
-                }
-                Entry::Occupied(mut o) if o.get().nodes == 0 => {
-                    o.get_mut().nodes = 1;
-                    break o.key().clone();
-                }
-                Entry::Occupied(_) => i = i.saturating_add(1),
-            }
-        };
-        if hint != Some(i) {
-            entries.entry(Name::new(base)).or_default().next_suffix = Some(i.saturating_add(1));
+        // A suffixed name has a digit, so it is never reserved; `base_i` of a
+        // non-empty base is `suffixed` with this base and `i`.
+        while !self.names.set_bit(set, i) {
+            i = i.saturating_add(1);
         }
-        name
+        if hint != Some(i) {
+            if let Some(e) = self.names.entries.get_mut(base) {
+                e.next_suffix = Some(i.saturating_add(1));
+            }
+        }
+        Name::with_suffix(base, i)
     }
 
     /// Records that one more node holds `name`.
     fn index_name(&mut self, name: &Name) {
-        let e = self.names.entries.entry(name.clone()).or_default();
-        e.nodes = e.nodes.saturating_add(1);
+        self.names.add_holder(name);
     }
 
     /// Records that one node less holds `name`: lowers the suffix hint of the
     /// base it may have been generated from (`base_i`).
     fn unindex_name(&mut self, name: &str) {
-        if let Some(e) = self.names.entries.get_mut(name) {
-            e.nodes = e.nodes.saturating_sub(1);
-            if e.nodes == 0 && e.next_suffix.is_none() {
-                self.names.entries.remove(name);
-            }
-        }
+        self.names.remove_holder(name);
         if let (base, Some(i)) = names::split_suffix(name) {
             if let Some(hint) = self.names.entries.get_mut(base).and_then(|e| e.next_suffix.as_mut()) {
                 *hint = (*hint).min(i);

@@ -224,7 +224,8 @@ impl<'p> GraphLowering<'p> {
                 param_expr(n).map(Cow::into_owned)
             })
             .map_err(|e| err(e.to_string()))?;
-        let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
+        let [g0, g1, g2] = grid;
+        let lowered = [self.expr_owned(g0)?, self.expr_owned(g1)?, self.expr_owned(g2)?];
         // Lone symbols included: a symbol is bound once per graph (validation
         // rejects a second binding) and keeps its value, like the
         // hash-consed expressions.
