@@ -43,8 +43,9 @@ pub(super) struct NameIndex {
     /// Dropped for nodes handed out by [`Graph::node_mut`].
     pub(super) bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
     /// Static candidate names seen ([`Graph::push_static`]), by address and
-    /// length, with whether each is plain ([`Graph::is_plain_static`]).
-    statics: Vec<((usize, usize), bool)>,
+    /// length, with whether each is plain ([`Graph::is_plain_static`]) and,
+    /// for a plain one, its suffixed names' prefix (`base_`, inline).
+    statics: Vec<((usize, usize), Option<Name>)>,
 }
 
 /// Suffixes per page of a suffix set.
@@ -295,7 +296,8 @@ impl Graph {
     /// [`Graph::claim_name`] for a candidate that is an identifier without
     /// a numeric suffix and not reserved (so it is its own base): without
     /// the sanitizing, reserved-name and suffix tests.
-    pub(super) fn claim_plain(&mut self, candidate: &str) -> Name {
+    /// `prefix` indexes the prefix `candidate_` ([`Graph::is_plain_static`]).
+    pub(super) fn claim_plain(&mut self, candidate: &str, prefix: usize) -> Name {
         let NameIndex { entries, sets, .. } = &mut self.names;
         // Most candidates of a lowering are taken bases (auto names): look
         // up by `str` first, make a key only for a new one.
@@ -325,34 +327,45 @@ impl Graph {
             e.set = *sets;
         }
         let set = e.set;
-        self.claim_in_set(candidate, set, start, Some(start))
+        let i = self.claim_in_set(candidate, set, start, Some(start));
+        self.names
+            .statics
+            .get(prefix)
+            .and_then(|(_, p)| p.as_ref()?.append_decimal(i))
+            .unwrap_or_else(|| Name::with_suffix(candidate, i))
     }
 
-    /// `true` when `name` (fixed text) is an identifier of its own: what
-    /// [`Graph::claim_plain`] takes. Worked out once per text and graph.
-    pub(super) fn is_plain_static(&mut self, name: &'static str) -> bool {
+    /// `Some(i)` when `name` (fixed text) is an identifier of its own: what
+    /// [`Graph::claim_plain`] takes, `i` indexing its suffixed names'
+    /// prefix (`name_`, for [`Name::append_decimal`]). Worked out once per
+    /// text and graph.
+    pub(super) fn is_plain_static(&mut self, name: &'static str) -> Option<usize> {
         // The address and length of a `&'static str` name its text: static
         // text never changes.
         let key = (name.as_ptr() as usize, name.len());
-        if let Some((_, plain)) = self.names.statics.iter().find(|(k, _)| *k == key) {
-            return *plain;
+        let statics = &self.names.statics;
+        if let Some(i) = statics.iter().position(|(k, _)| *k == key) {
+            return statics[i].1.is_some().then_some(i);
         }
         let plain = matches!(names::sanitize(name), std::borrow::Cow::Borrowed(_))
             && !names::is_reserved(name)
             && names::split_suffix(name).1.is_none();
-        self.names.statics.push((key, plain));
-        plain
+        let prefix = plain.then(|| Name::new(&format!("{name}_")));
+        self.names.statics.push((key, prefix));
+        plain.then_some(self.names.statics.len() - 1)
     }
 
     /// The first free `base_i` from `i = start`, indexed as taken; moves
     /// `base`'s hint past it unless the caller already set it (`hint`).
     fn claim_suffixed(&mut self, base: &str, start: u64, hint: Option<u64>) -> Name {
         let set = self.names.set_of(base);
-        self.claim_in_set(base, set, start, hint)
+        let i = self.claim_in_set(base, set, start, hint);
+        Name::with_suffix(base, i)
     }
 
-    /// [`Graph::claim_suffixed`] with the base's suffix set `set`.
-    fn claim_in_set(&mut self, base: &str, set: u32, start: u64, hint: Option<u64>) -> Name {
+    /// [`Graph::claim_suffixed`] with the base's suffix set `set`: the
+    /// suffix claimed.
+    fn claim_in_set(&mut self, base: &str, set: u32, start: u64, hint: Option<u64>) -> u64 {
         let mut i = start;
         // A suffixed name has a digit, so it is never reserved; `base_i` of a
         // non-empty base is `suffixed` with this base and `i`.
@@ -364,7 +377,7 @@ impl Graph {
                 e.next_suffix = Some(i.saturating_add(1));
             }
         }
-        Name::with_suffix(base, i)
+        i
     }
 
     /// Records that one more node holds `name`.
@@ -384,10 +397,16 @@ impl Graph {
     }
 
     /// Reindexes the nodes handed out by [`Graph::node_mut`].
+    #[inline]
     pub(super) fn reindex_touched(&mut self) {
-        if self.names.touched.is_empty() {
-            return;
+        if !self.names.touched.is_empty() {
+            self.reindex_touched_nodes();
         }
+    }
+
+    /// [`Graph::reindex_touched`] when there are touched nodes.
+    #[cold]
+    fn reindex_touched_nodes(&mut self) {
         for (id, old) in std::mem::take(&mut self.names.touched) {
             self.names.bind_sets.remove(&id);
             let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {

@@ -515,8 +515,8 @@ impl Graph {
     pub fn push_static(&mut self, name: &'static str, op: Op, val: Option<Val>) -> NodeId {
         self.reindex_touched();
         let name = match self.is_plain_static(name) {
-            true => self.claim_plain(name),
-            false => self.claim_name(name),
+            Some(prefix) => self.claim_plain(name, prefix),
+            None => self.claim_name(name),
         };
         let pos = self.order.len();
         self.insert_named(pos, name, op, val)

@@ -69,14 +69,36 @@ impl Name {
         }
     }
 
+    /// This name followed by `suffix` in decimal, when this name is kept
+    /// inline and the result fits inline (`None` otherwise): a prefix such
+    /// as `mul_` made once gives `mul_3` without copying the base again.
+    #[inline]
+    pub(crate) fn append_decimal(&self, suffix: u64) -> Option<Name> {
+        let Repr::Inline { len, buf } = &self.0 else {
+            return None;
+        };
+        let mut digits = [0u8; 20];
+        let digits = decimal_digits(suffix, &mut digits);
+        let start = usize::from(*len);
+        let total = start.saturating_add(digits.len());
+        let len = u8::try_from(total).ok().filter(|_| total <= INLINE)?;
+        let mut buf = *buf;
+        for (d, s) in buf[start..total].iter_mut().zip(digits) {
+            *d = *s;
+        }
+        Some(Name(Repr::Inline { len, buf }))
+    }
+
     /// The name as text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Inline { len, buf } => {
                 let bytes = &buf[..usize::from(*len)];
-                // SAFETY: `buf[..len]` was copied whole from a `&str` (`new`) or
+                // SAFETY: `buf[..len]` was copied whole from a `&str` (`new`), or
                 // from a `&str`, an ASCII `_` and ASCII digits (`with_suffix`),
-                // and is never written afterwards, so it is valid UTF-8.
+                // or from such a name's text and ASCII digits
+                // (`append_decimal`), and is never written afterwards, so it is
+                // valid UTF-8.
                 unsafe { std::str::from_utf8_unchecked(bytes) }
             }
             Repr::Heap(s) => s,
@@ -264,6 +286,19 @@ mod tests {
         for n in (0..1_000u64).chain([9_999, 10_000, 99_999, 123_456_789, u64::MAX / 7, u64::MAX - 1, u64::MAX]) {
             assert_eq!(decimal_digits(n, &mut buf), n.to_string().as_bytes(), "{n}");
         }
+    }
+
+    #[test]
+    fn appended_digits_are_the_suffixed_name() {
+        let prefix = Name::new("triton_kernel_wrapper_mutation_");
+        for i in [0u64, 7, 25_424, u64::MAX] {
+            assert_eq!(
+                prefix.append_decimal(i).as_deref(),
+                Some(Name::with_suffix("triton_kernel_wrapper_mutation", i).as_str())
+            );
+        }
+        assert!(Name::new(&"x".repeat(INLINE - 1)).append_decimal(12).is_none());
+        assert!(Name::new(&"x".repeat(INLINE + 1)).append_decimal(1).is_none());
     }
 
     #[test]
