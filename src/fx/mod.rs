@@ -469,7 +469,9 @@ impl Graph {
             nodes: Arena::with_capacity(nodes),
             order: Vec::with_capacity(nodes),
             subgraphs: IndexMap::new(),
-            names: NameIndex::with_capacity(nodes),
+            // Suffixed auto names take no entry of their own (suffix sets):
+            // the lowering benchmark's 77,000 nodes take about 31,000 entries.
+            names: NameIndex::with_capacity(nodes / 2),
         }
     }
 

@@ -291,12 +291,14 @@ mod tests {
     #[test]
     fn appended_digits_are_the_suffixed_name() {
         let prefix = Name::new("triton_kernel_wrapper_mutation_");
-        for i in [0u64, 7, 25_424, u64::MAX] {
+        for i in [0u64, 7, 25_424, 999_999_999_999_999] {
             assert_eq!(
                 prefix.append_decimal(i).as_deref(),
                 Some(Name::with_suffix("triton_kernel_wrapper_mutation", i).as_str())
             );
         }
+        // 31 + 20 bytes: longer than inline.
+        assert!(prefix.append_decimal(u64::MAX).is_none());
         assert!(Name::new(&"x".repeat(INLINE - 1)).append_decimal(12).is_none());
         assert!(Name::new(&"x".repeat(INLINE + 1)).append_decimal(1).is_none());
     }
