@@ -479,6 +479,96 @@ mod tests {
         assert_eq!(push(&mut g, "c_1"), "c_2");
     }
 
+    /// A transcript of naming operations (pushes, auto names, renames
+    /// through `node_mut` and `try_rename`, `fresh_name`, `has_name`) on
+    /// candidates with and without suffixes, canonical or not, reserved or
+    /// not, pinned by its FNV-1a hash: the value is the one the name index
+    /// before suffix sets (one table entry per name) gives for the same
+    /// transcript, so the two name every node alike.
+    #[test]
+    fn naming_transcript_matches_the_table_index() {
+        use crate::fx::Name;
+        let pool = [
+            "a",
+            "a_1",
+            "a_2",
+            "a_01",
+            "a_0",
+            "a_1_1",
+            "a_1_2",
+            "b",
+            "b_3",
+            "max",
+            "max_1",
+            "x_",
+            "x__1",
+            "buf0",
+            "buf0_1",
+            "triton_kernel_wrapper_mutation",
+            "triton_kernel_wrapper_mutation_2",
+            "mul",
+            "a.b",
+            "_1",
+            "a_007",
+            "mul_0",
+        ];
+        // A fixed linear congruential sequence: the same cases every run.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n
+        };
+        let mut out = String::new();
+        for round in 0..300 {
+            let mut g = Graph::new();
+            let mut len = 0usize;
+            for _ in 0..150 {
+                let pick = pool[next(pool.len())];
+                match next(12) {
+                    0 if len > 0 => {
+                        let id = g.order()[next(len)];
+                        g.node_mut(id).name = Name::new(pick);
+                        out.push_str(&format!("{round} mut {pick}\n"));
+                    }
+                    1 if len > 0 => {
+                        let id = g.order()[next(len)];
+                        out.push_str(&format!("{round} rename {pick} {}\n", g.try_rename(id, pick)));
+                    }
+                    2 => {
+                        out.push_str(&format!("{round} fresh {pick} {}\n", g.fresh_name(pick)));
+                        for n in &pool {
+                            out.push_str(&format!("{}", g.has_name(n) as u8));
+                        }
+                        out.push('\n');
+                    }
+                    3 | 4 => {
+                        let s: &'static str = if next(2) == 0 {
+                            "triton_kernel_wrapper_mutation"
+                        } else {
+                            "mul"
+                        };
+                        let id = g.push_static(s, Op::Constant { name: "c".into() }, None);
+                        len += 1;
+                        out.push_str(&format!("{round} static {}\n", g.node(id).name));
+                    }
+                    _ => {
+                        let id = g.push(pick, Op::Constant { name: "c".into() }, None);
+                        len += 1;
+                        out.push_str(&format!("{round} push {pick} {}\n", g.node(id).name));
+                    }
+                }
+            }
+        }
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in out.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        assert_eq!(out.lines().count(), 48_697);
+        assert_eq!(h, 0xbb93_6cc4_7408_90d9);
+    }
+
     #[test]
     fn a_node_touched_twice_is_reindexed_once() {
         let mut g = Graph::new();
