@@ -38,6 +38,11 @@ impl Arena {
         self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
     }
 
+    /// The nodes in index order, chunk by chunk.
+    pub(super) fn chunks(&self) -> impl Iterator<Item = &[Node]> {
+        self.chunks.iter().map(Vec::as_slice)
+    }
+
     pub(super) fn push(&mut self, node: Node) {
         match self.chunks.last_mut() {
             Some(last) if last.len() < CHUNK => last.push(node),

@@ -10,11 +10,29 @@ use std::collections::hash_map::Entry;
 /// name used as a base, the first suffix that may still be free, so that
 /// naming a node neither rescans the graph (a 100,000-node lowering would
 /// be quadratic) nor allocates (names are [`Name`]s, inline when short).
+///
+/// A name `base_i` with `i` in canonical decimal (what
+/// [`Name::with_suffix`] writes, see [`suffixed`]) is not a table entry of
+/// its own: it is bit `i` of its base's suffix set, in pages of
+/// [`PAGE_BITS`] bits, so that the auto names of one base
+/// (`triton_kernel_wrapper_mutation_1`, `_2`, ...) are claimed in one small
+/// page table instead of one entry each in a table of every name.
 #[derive(Clone, Debug, Default)]
 pub(super) struct NameIndex {
-    /// Name -> its [`NameEntry`]. Nodes handed out by [`Graph::node_mut`]
-    /// stay indexed under their names at that time until reindexed.
+    /// Name -> its [`NameEntry`], for every name that is not [`suffixed`]
+    /// and every base of a suffix set. Nodes handed out by
+    /// [`Graph::node_mut`] stay indexed under their names at that time
+    /// until reindexed.
     entries: HashMap<Name, NameEntry>,
+    /// Suffix sets: `(set, i / PAGE_BITS)` -> the page's bits; bit
+    /// `i % PAGE_BITS` is set when a node holds `base_i`, `set` being the
+    /// base's [`NameEntry::set`].
+    pages: HashMap<(u32, u64), [u64; PAGE_WORDS]>,
+    /// Nodes beyond the first that hold a [`suffixed`] name (only after a
+    /// rename through [`Graph::node_mut`]).
+    extra: HashMap<Name, u32>,
+    /// Suffix sets handed out (set ids are `1..=sets`).
+    sets: u32,
     /// Nodes handed out by [`Graph::node_mut`] (which may rename them), each
     /// once, with its (indexed) name at that time; reindexed by the next
     /// mutating call.
@@ -25,44 +43,38 @@ pub(super) struct NameIndex {
     /// Dropped for nodes handed out by [`Graph::node_mut`].
     pub(super) bind_sets: HashMap<NodeId, rustc_hash::FxHashSet<Symbol>>,
     /// Static candidate names seen ([`Graph::push_static`]), by address and
-    /// length, with whether each is plain ([`Graph::is_plain_static`]).
-    statics: Vec<((usize, usize), bool)>,
+    /// length, with whether each is plain ([`Graph::is_plain_static`]) and,
+    /// for a plain one, its suffixed names' prefix (`base_`, inline).
+    statics: Vec<((usize, usize), Option<Name>)>,
 }
+
+/// Suffixes per page of a suffix set.
+const PAGE_BITS: u64 = 512;
+/// `u64` words per page.
+const PAGE_WORDS: usize = (PAGE_BITS / 64) as usize;
 
 /// What [`NameIndex`] knows of one name.
 #[derive(Clone, Copy, Debug, Default)]
 struct NameEntry {
     /// Nodes that hold the name (as indexed); more than one only after a
-    /// rename through [`Graph::node_mut`].
+    /// rename through [`Graph::node_mut`]. Always 0 for a [`suffixed`]
+    /// name (its holders are a bit of its base's set).
     nodes: u32,
+    /// As a base: its suffix set, 0 for none yet.
+    set: u32,
     /// As a base: `i` such that `base_1` .. `base_{i-1}` are all taken.
     next_suffix: Option<u64>,
 }
 
-/// Indexes a free name as held by one node and returns it.
-#[inline]
-fn claim_vacant(v: std::collections::hash_map::VacantEntry<'_, Name, NameEntry>) -> Name {
-    let name = v.key().clone();
-    v.insert(NameEntry {
-        nodes: 1,
-        next_suffix: None,
-    });
-    name
-}
-
-/// The indexed name when no node holds it any more and `may_take` (asked
-/// only then) allows it: it becomes held by one. `None` otherwise.
-#[inline]
-fn claim_unheld(
-    o: &mut std::collections::hash_map::OccupiedEntry<'_, Name, NameEntry>,
-    may_take: impl FnOnce() -> bool,
-) -> Option<Name> {
-    let e = o.get_mut();
-    if e.nodes != 0 || !may_take() {
-        return None;
-    }
-    e.nodes = 1;
-    Some(o.key().clone())
+/// `name` as `(base, i)` when it is `base_i` with `i` in canonical decimal
+/// (no leading zero): the names [`NameIndex`] keeps in suffix sets, and
+/// exactly the names [`Name::with_suffix`] makes of a non-empty base.
+fn suffixed(name: &str) -> Option<(&str, u64)> {
+    let (base, i) = names::split_suffix(name);
+    let i = i?;
+    // `split_suffix` gives the base before the last `_` and the digits after it.
+    let digits = name.as_bytes().get(base.len() + 1..)?;
+    (digits.len() == 1 || digits.first() != Some(&b'0')).then_some((base, i))
 }
 
 impl NameIndex {
@@ -71,6 +83,106 @@ impl NameIndex {
         NameIndex {
             entries: HashMap::with_capacity_and_hasher(n, Default::default()),
             ..Default::default()
+        }
+    }
+
+    /// How many nodes hold `name` (as indexed).
+    fn holders(&self, name: &str) -> u32 {
+        match suffixed(name) {
+            Some((base, i)) => {
+                let set = self.entries.get(base).map_or(0, |e| e.set);
+                if set == 0 || !self.bit(set, i) {
+                    return 0;
+                }
+                self.extra.get(name).map_or(1, |n| n.saturating_add(1))
+            }
+            None => self.entries.get(name).map_or(0, |e| e.nodes),
+        }
+    }
+
+    /// Bit `i` of suffix set `set`.
+    fn bit(&self, set: u32, i: u64) -> bool {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        self.pages
+            .get(&(set, i / PAGE_BITS))
+            .is_some_and(|p| (p[word] >> (i % 64)) & 1 == 1)
+    }
+
+    /// Sets bit `i` of suffix set `set`; `true` when it was clear.
+    fn set_bit(&mut self, set: u32, i: u64) -> bool {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        let page = self.pages.entry((set, i / PAGE_BITS)).or_insert([0; PAGE_WORDS]);
+        let mask = 1u64 << (i % 64);
+        let clear = page[word] & mask == 0;
+        page[word] |= mask;
+        clear
+    }
+
+    /// Clears bit `i` of suffix set `set`.
+    fn clear_bit(&mut self, set: u32, i: u64) {
+        let word = ((i % PAGE_BITS) / 64) as usize;
+        if let Some(p) = self.pages.get_mut(&(set, i / PAGE_BITS)) {
+            p[word] &= !(1u64 << (i % 64));
+        }
+    }
+
+    /// The suffix set of `base`, made (with the base's entry) when missing.
+    fn set_of(&mut self, base: &str) -> u32 {
+        let NameIndex { entries, sets, .. } = self;
+        let e = match entries.get_mut(base) {
+            Some(e) => e,
+            None => entries.entry(Name::new(base)).or_default(),
+        };
+        if e.set == 0 {
+            // Fewer sets than nodes, and a graph has fewer than 2^32 nodes.
+            *sets = sets.saturating_add(1);
+            e.set = *sets;
+        }
+        e.set
+    }
+
+    /// Records that one more node holds `name`.
+    fn add_holder(&mut self, name: &Name) {
+        match suffixed(name) {
+            Some((base, i)) => {
+                let set = self.set_of(base);
+                if !self.set_bit(set, i) {
+                    let n = self.extra.entry(name.clone()).or_default();
+                    *n = n.saturating_add(1);
+                }
+            }
+            None => {
+                let e = self.entries.entry(name.clone()).or_default();
+                e.nodes = e.nodes.saturating_add(1);
+            }
+        }
+    }
+
+    /// Records that one node less holds `name`.
+    fn remove_holder(&mut self, name: &str) {
+        match suffixed(name) {
+            Some((base, i)) => {
+                if let Some(n) = self.extra.get_mut(name) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.extra.remove(name);
+                    }
+                    return;
+                }
+                let set = self.entries.get(base).map_or(0, |e| e.set);
+                if set != 0 {
+                    self.clear_bit(set, i);
+                }
+            }
+            None => {
+                if let Some(e) = self.entries.get_mut(name) {
+                    e.nodes = e.nodes.saturating_sub(1);
+                    // A base with a suffix set keeps its entry (the set's id).
+                    if e.nodes == 0 && e.next_suffix.is_none() && e.set == 0 {
+                        self.entries.remove(name);
+                    }
+                }
+            }
         }
     }
 }
@@ -84,7 +196,7 @@ impl Graph {
 
     /// `true` when a node has this name.
     fn taken(&self, name: &str) -> bool {
-        let indexed = self.names.entries.get(name).map_or(0, |e| e.nodes);
+        let indexed = self.names.holders(name);
         if self.names.touched.is_empty() {
             return indexed > 0;
         }
@@ -137,31 +249,46 @@ impl Graph {
     /// Needs no touched nodes ([`Graph::reindex_touched`] first).
     pub(super) fn claim_name(&mut self, candidate: &str) -> Name {
         let candidate = names::sanitize(candidate);
-        let entries = &mut self.names.entries;
         let mut hint = None;
-        match entries.entry(Name::new(&candidate)) {
-            Entry::Vacant(v) if !names::is_reserved(&candidate) => {
-                return claim_vacant(v);
+        if suffixed(&candidate).is_some() {
+            // A suffixed name has a digit, so it is never reserved.
+            if self.names.holders(&candidate) == 0 {
+                let name = Name::new(&candidate);
+                self.names.add_holder(&name);
+                return name;
             }
-            Entry::Occupied(mut o) => {
-                if let Some(name) = claim_unheld(&mut o, || !names::is_reserved(&candidate)) {
+        } else {
+            let entries = &mut self.names.entries;
+            match entries.entry(Name::new(&candidate)) {
+                Entry::Vacant(v) if !names::is_reserved(&candidate) => {
+                    let name = v.key().clone();
+                    v.insert(NameEntry {
+                        nodes: 1,
+                        ..Default::default()
+                    });
                     return name;
                 }
-                let e = o.get_mut();
-                if names::split_suffix(&candidate).1.is_none() {
-                    // The candidate is its own base: take the hint here and
-                    // move it past the suffix it will most likely get.
-                    let start = e.next_suffix.unwrap_or(1);
-                    e.next_suffix = Some(start.saturating_add(1));
-                    hint = Some(start);
+                Entry::Occupied(mut o) => {
+                    let e = o.get_mut();
+                    if e.nodes == 0 && !names::is_reserved(&candidate) {
+                        e.nodes = 1;
+                        return o.key().clone();
+                    }
+                    if names::split_suffix(&candidate).1.is_none() {
+                        // The candidate is its own base: take the hint here and
+                        // move it past the suffix it will most likely get.
+                        let start = e.next_suffix.unwrap_or(1);
+                        e.next_suffix = Some(start.saturating_add(1));
+                        hint = Some(start);
+                    }
                 }
+                Entry::Vacant(_) => {}
             }
-            Entry::Vacant(_) => {}
         }
         let (base, _) = names::split_suffix(&candidate);
         let start = match hint {
             Some(h) => h,
-            None => entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
+            None => self.names.entries.get(base).and_then(|e| e.next_suffix).unwrap_or(1),
         };
         self.claim_suffixed(base, start, hint)
     }
@@ -169,84 +296,99 @@ impl Graph {
     /// [`Graph::claim_name`] for a candidate that is an identifier without
     /// a numeric suffix and not reserved (so it is its own base): without
     /// the sanitizing, reserved-name and suffix tests.
-    pub(super) fn claim_plain(&mut self, candidate: &str) -> Name {
-        let start = match self.names.entries.entry(Name::new(candidate)) {
-            Entry::Vacant(v) => {
-                return claim_vacant(v);
-            }
-            Entry::Occupied(mut o) => {
-                if let Some(name) = claim_unheld(&mut o, || true) {
-                    return name;
-                }
-                let e = o.get_mut();
-                let start = e.next_suffix.unwrap_or(1);
-                e.next_suffix = Some(start.saturating_add(1));
-                start
+    /// `prefix` indexes the prefix `candidate_` ([`Graph::is_plain_static`]).
+    pub(super) fn claim_plain(&mut self, candidate: &str, prefix: usize) -> Name {
+        let NameIndex { entries, sets, .. } = &mut self.names;
+        // Most candidates of a lowering are taken bases (auto names): look
+        // up by `str` first, make a key only for a new one.
+        let e = match entries.get_mut(candidate) {
+            Some(e) => e,
+            None => {
+                let name = Name::new(candidate);
+                entries.insert(
+                    name.clone(),
+                    NameEntry {
+                        nodes: 1,
+                        ..Default::default()
+                    },
+                );
+                return name;
             }
         };
-        self.claim_suffixed(candidate, start, Some(start))
+        if e.nodes == 0 {
+            e.nodes = 1;
+            return Name::new(candidate);
+        }
+        let start = e.next_suffix.unwrap_or(1);
+        e.next_suffix = Some(start.saturating_add(1));
+        if e.set == 0 {
+            // Fewer sets than nodes, and a graph has fewer than 2^32 nodes.
+            *sets = sets.saturating_add(1);
+            e.set = *sets;
+        }
+        let set = e.set;
+        let i = self.claim_in_set(candidate, set, start, Some(start));
+        self.names
+            .statics
+            .get(prefix)
+            .and_then(|(_, p)| p.as_ref()?.append_decimal(i))
+            .unwrap_or_else(|| Name::with_suffix(candidate, i))
     }
 
-    /// `true` when `name` (fixed text) is an identifier of its own: what
-    /// [`Graph::claim_plain`] takes. Worked out once per text and graph.
-    pub(super) fn is_plain_static(&mut self, name: &'static str) -> bool {
+    /// `Some(i)` when `name` (fixed text) is an identifier of its own: what
+    /// [`Graph::claim_plain`] takes, `i` indexing its suffixed names'
+    /// prefix (`name_`, for [`Name::append_decimal`]). Worked out once per
+    /// text and graph.
+    pub(super) fn is_plain_static(&mut self, name: &'static str) -> Option<usize> {
         // The address and length of a `&'static str` name its text: static
         // text never changes.
         let key = (name.as_ptr() as usize, name.len());
-        if let Some((_, plain)) = self.names.statics.iter().find(|(k, _)| *k == key) {
-            return *plain;
+        let statics = &self.names.statics;
+        if let Some(i) = statics.iter().position(|(k, _)| *k == key) {
+            return statics[i].1.is_some().then_some(i);
         }
         let plain = matches!(names::sanitize(name), std::borrow::Cow::Borrowed(_))
             && !names::is_reserved(name)
             && names::split_suffix(name).1.is_none();
-        self.names.statics.push((key, plain));
-        plain
+        let prefix = plain.then(|| Name::new(&format!("{name}_")));
+        self.names.statics.push((key, prefix));
+        plain.then_some(self.names.statics.len() - 1)
     }
 
     /// The first free `base_i` from `i = start`, indexed as taken; moves
     /// `base`'s hint past it unless the caller already set it (`hint`).
     fn claim_suffixed(&mut self, base: &str, start: u64, hint: Option<u64>) -> Name {
-        let entries = &mut self.names.entries;
+        let set = self.names.set_of(base);
+        let i = self.claim_in_set(base, set, start, hint);
+        Name::with_suffix(base, i)
+    }
+
+    /// [`Graph::claim_suffixed`] with the base's suffix set `set`: the
+    /// suffix claimed.
+    fn claim_in_set(&mut self, base: &str, set: u32, start: u64, hint: Option<u64>) -> u64 {
         let mut i = start;
-        let name = loop {
-            // A suffixed name has a digit, so it is never reserved.
-            match entries.entry(Name::with_suffix(base, i)) {
-                Entry::Vacant(v) => {
-                    let name = v.key().clone();
-                    v.insert(NameEntry {
-                        nodes: 1,
-                        next_suffix: None,
-                    });
-                    break name;
-                }
-                Entry::Occupied(mut o) if o.get().nodes == 0 => {
-                    o.get_mut().nodes = 1;
-                    break o.key().clone();
-                }
-                Entry::Occupied(_) => i = i.saturating_add(1),
-            }
-        };
-        if hint != Some(i) {
-            entries.entry(Name::new(base)).or_default().next_suffix = Some(i.saturating_add(1));
+        // A suffixed name has a digit, so it is never reserved; `base_i` of a
+        // non-empty base is `suffixed` with this base and `i`.
+        while !self.names.set_bit(set, i) {
+            i = i.saturating_add(1);
         }
-        name
+        if hint != Some(i) {
+            if let Some(e) = self.names.entries.get_mut(base) {
+                e.next_suffix = Some(i.saturating_add(1));
+            }
+        }
+        i
     }
 
     /// Records that one more node holds `name`.
     fn index_name(&mut self, name: &Name) {
-        let e = self.names.entries.entry(name.clone()).or_default();
-        e.nodes = e.nodes.saturating_add(1);
+        self.names.add_holder(name);
     }
 
     /// Records that one node less holds `name`: lowers the suffix hint of the
     /// base it may have been generated from (`base_i`).
     fn unindex_name(&mut self, name: &str) {
-        if let Some(e) = self.names.entries.get_mut(name) {
-            e.nodes = e.nodes.saturating_sub(1);
-            if e.nodes == 0 && e.next_suffix.is_none() {
-                self.names.entries.remove(name);
-            }
-        }
+        self.names.remove_holder(name);
         if let (base, Some(i)) = names::split_suffix(name) {
             if let Some(hint) = self.names.entries.get_mut(base).and_then(|e| e.next_suffix.as_mut()) {
                 *hint = (*hint).min(i);
@@ -255,10 +397,16 @@ impl Graph {
     }
 
     /// Reindexes the nodes handed out by [`Graph::node_mut`].
+    #[inline]
     pub(super) fn reindex_touched(&mut self) {
-        if self.names.touched.is_empty() {
-            return;
+        if !self.names.touched.is_empty() {
+            self.reindex_touched_nodes();
         }
+    }
+
+    /// [`Graph::reindex_touched`] when there are touched nodes.
+    #[cold]
+    fn reindex_touched_nodes(&mut self) {
         for (id, old) in std::mem::take(&mut self.names.touched) {
             self.names.bind_sets.remove(&id);
             let Some(new) = self.nodes.get(id.index()).map(|n| n.name.clone()) else {
@@ -329,6 +477,96 @@ mod tests {
         assert_eq!(push(&mut g, "max"), "max_1");
         assert_eq!(push(&mut g, "c_1"), "c_1");
         assert_eq!(push(&mut g, "c_1"), "c_2");
+    }
+
+    /// A transcript of naming operations (pushes, auto names, renames
+    /// through `node_mut` and `try_rename`, `fresh_name`, `has_name`) on
+    /// candidates with and without suffixes, canonical or not, reserved or
+    /// not, pinned by its FNV-1a hash: the value is the one the name index
+    /// before suffix sets (one table entry per name) gives for the same
+    /// transcript, so the two name every node alike.
+    #[test]
+    fn naming_transcript_matches_the_table_index() {
+        use crate::fx::Name;
+        let pool = [
+            "a",
+            "a_1",
+            "a_2",
+            "a_01",
+            "a_0",
+            "a_1_1",
+            "a_1_2",
+            "b",
+            "b_3",
+            "max",
+            "max_1",
+            "x_",
+            "x__1",
+            "buf0",
+            "buf0_1",
+            "triton_kernel_wrapper_mutation",
+            "triton_kernel_wrapper_mutation_2",
+            "mul",
+            "a.b",
+            "_1",
+            "a_007",
+            "mul_0",
+        ];
+        // A fixed linear congruential sequence: the same cases every run.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n
+        };
+        let mut out = String::new();
+        for round in 0..300 {
+            let mut g = Graph::new();
+            let mut len = 0usize;
+            for _ in 0..150 {
+                let pick = pool[next(pool.len())];
+                match next(12) {
+                    0 if len > 0 => {
+                        let id = g.order()[next(len)];
+                        g.node_mut(id).name = Name::new(pick);
+                        out.push_str(&format!("{round} mut {pick}\n"));
+                    }
+                    1 if len > 0 => {
+                        let id = g.order()[next(len)];
+                        out.push_str(&format!("{round} rename {pick} {}\n", g.try_rename(id, pick)));
+                    }
+                    2 => {
+                        out.push_str(&format!("{round} fresh {pick} {}\n", g.fresh_name(pick)));
+                        for n in &pool {
+                            out.push_str(&format!("{}", g.has_name(n) as u8));
+                        }
+                        out.push('\n');
+                    }
+                    3 | 4 => {
+                        let s: &'static str = if next(2) == 0 {
+                            "triton_kernel_wrapper_mutation"
+                        } else {
+                            "mul"
+                        };
+                        let id = g.push_static(s, Op::Constant { name: "c".into() }, None);
+                        len += 1;
+                        out.push_str(&format!("{round} static {}\n", g.node(id).name));
+                    }
+                    _ => {
+                        let id = g.push(pick, Op::Constant { name: "c".into() }, None);
+                        len += 1;
+                        out.push_str(&format!("{round} push {pick} {}\n", g.node(id).name));
+                    }
+                }
+            }
+        }
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in out.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        assert_eq!(out.lines().count(), 48_697);
+        assert_eq!(h, 0xbb93_6cc4_7408_90d9);
     }
 
     #[test]

@@ -52,7 +52,10 @@ impl Name {
                 let mut buf = [0u8; INLINE];
                 buf[..base.len()].copy_from_slice(base.as_bytes());
                 buf[base.len()] = b'_';
-                buf[base.len() + 1..total].copy_from_slice(digits);
+                // At most 20 digits: a byte loop, no `memcpy` call.
+                for (d, s) in buf[base.len() + 1..total].iter_mut().zip(digits) {
+                    *d = *s;
+                }
                 Name(Repr::Inline { len, buf })
             }
             _ => {
@@ -66,14 +69,36 @@ impl Name {
         }
     }
 
+    /// This name followed by `suffix` in decimal, when this name is kept
+    /// inline and the result fits inline (`None` otherwise): a prefix such
+    /// as `mul_` made once gives `mul_3` without copying the base again.
+    #[inline]
+    pub(crate) fn append_decimal(&self, suffix: u64) -> Option<Name> {
+        let Repr::Inline { len, buf } = &self.0 else {
+            return None;
+        };
+        let mut digits = [0u8; 20];
+        let digits = decimal_digits(suffix, &mut digits);
+        let start = usize::from(*len);
+        let total = start.saturating_add(digits.len());
+        let len = u8::try_from(total).ok().filter(|_| total <= INLINE)?;
+        let mut buf = *buf;
+        for (d, s) in buf[start..total].iter_mut().zip(digits) {
+            *d = *s;
+        }
+        Some(Name(Repr::Inline { len, buf }))
+    }
+
     /// The name as text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             Repr::Inline { len, buf } => {
                 let bytes = &buf[..usize::from(*len)];
-                // SAFETY: `buf[..len]` was copied whole from a `&str` (`new`) or
+                // SAFETY: `buf[..len]` was copied whole from a `&str` (`new`), or
                 // from a `&str`, an ASCII `_` and ASCII digits (`with_suffix`),
-                // and is never written afterwards, so it is valid UTF-8.
+                // or from such a name's text and ASCII digits
+                // (`append_decimal`), and is never written afterwards, so it is
+                // valid UTF-8.
                 unsafe { std::str::from_utf8_unchecked(bytes) }
             }
             Repr::Heap(s) => s,
@@ -193,19 +218,42 @@ impl From<Name> for String {
     }
 }
 
+/// `PAIRS[2 * i..2 * i + 2]`: the two decimal digits of `i` (`00` to `99`).
+const PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
 /// The decimal digits of `n` (ASCII), written at the end of `buf` (20 bytes
 /// hold every `u64`): the one digit writer of node names and the printer.
+/// Two digits a step, from a table (half the divisions of a digit loop).
+#[inline]
 pub(crate) fn decimal_digits(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut start = buf.len();
-    loop {
-        start -= 1;
-        // `n % 10` is a single decimal digit.
-        buf[start] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[start..];
-        }
+    while n >= 100 {
+        // `n % 100` < 100: a pair of the table; `start` stays >= 2 while
+        // `n` has three digits or more (a `u64` has at most 20).
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        start -= 2;
+        buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
     }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        start -= 2;
+        buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        start -= 1;
+        // `n < 10`: a single digit.
+        buf[start] = b'0' + n as u8;
+    }
+    &buf[start..]
 }
 
 #[cfg(test)]
@@ -230,6 +278,29 @@ mod tests {
         assert_eq!(Name::with_suffix("x", u64::MAX).as_str(), format!("x_{}", u64::MAX));
         let long = "z".repeat(INLINE);
         assert_eq!(Name::with_suffix(&long, 25424).as_str(), format!("{long}_25424"));
+    }
+
+    #[test]
+    fn decimal_digits_match_format() {
+        let mut buf = [0u8; 20];
+        for n in (0..1_000u64).chain([9_999, 10_000, 99_999, 123_456_789, u64::MAX / 7, u64::MAX - 1, u64::MAX]) {
+            assert_eq!(decimal_digits(n, &mut buf), n.to_string().as_bytes(), "{n}");
+        }
+    }
+
+    #[test]
+    fn appended_digits_are_the_suffixed_name() {
+        let prefix = Name::new("triton_kernel_wrapper_mutation_");
+        for i in [0u64, 7, 25_424, 999_999_999_999_999] {
+            assert_eq!(
+                prefix.append_decimal(i).as_deref(),
+                Some(Name::with_suffix("triton_kernel_wrapper_mutation", i).as_str())
+            );
+        }
+        // 31 + 20 bytes: longer than inline.
+        assert!(prefix.append_decimal(u64::MAX).is_none());
+        assert!(Name::new(&"x".repeat(INLINE - 1)).append_decimal(12).is_none());
+        assert!(Name::new(&"x".repeat(INLINE + 1)).append_decimal(1).is_none());
     }
 
     #[test]

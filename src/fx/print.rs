@@ -27,6 +27,18 @@ const PLAIN: [bool; 256] = {
     t
 };
 
+/// The names of a graph's nodes, by node id ([`NodeId::index`]).
+struct Names<'g>(Vec<&'g str>);
+
+impl Names<'_> {
+    /// The name of node `id` (of this graph: a foreign id panics, as
+    /// [`Graph::node`] does).
+    #[inline]
+    fn name(&self, id: NodeId) -> &str {
+        self.0[id.index()]
+    }
+}
+
 /// The whole graph: `def forward(...)` for the top graph, then one
 /// `class <name>(torch.nn.Module):` block per subgraph.
 pub(super) fn graph_code(g: &Graph) -> String {
@@ -72,7 +84,7 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
         if let Some(s) = used.get_mut(id.index()) {
             *s = true;
         }
-        g.node(id).for_each_input(&mut |u| {
+        g.node(id).visit_inputs(&mut |u| {
             if let Some(s) = used.get_mut(u.index()) {
                 *s = true;
             }
@@ -85,7 +97,7 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
     let mut dies_at: Vec<(u32, u32)> = vec![(0, 0); len];
     for (i, id) in order.iter().enumerate().rev() {
         let start = dies.len() as u32;
-        g.node(*id).for_each_input(&mut |u| {
+        g.node(*id).visit_inputs(&mut |u| {
             if let Some(s) = used.get_mut(u.index()) {
                 if !*s {
                     *s = true;
@@ -102,6 +114,12 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
         dies_at[i] = (start, dies.len() as u32);
     }
 
+    // Every node's name, by id: the printout names each node several times
+    // (its line, its uses, its `= None`), read from one dense table.
+    let mut names = Names(Vec::with_capacity(g.nodes.len()));
+    for chunk in g.nodes.chunks() {
+        names.0.extend(chunk.iter().map(|n| n.name.as_str()));
+    }
     let mut body_lines = 0usize;
     for (i, id) in order.iter().enumerate() {
         let node = g.node(*id);
@@ -110,7 +128,7 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
         }
         out.push_str(&pad);
         out.push_str("    ");
-        write_node(out, keys, g, *id);
+        write_node(out, keys, g, &names, *id);
         let (start, end) = dies_at[i];
         for (k, d) in dies
             .get(start as usize..end as usize)
@@ -119,7 +137,7 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
             .enumerate()
         {
             out.push_str(if k == 0 { ";  " } else { " = " });
-            out.push_str(g.node(*d).name.as_str());
+            out.push_str(names.name(*d));
         }
         if end > start {
             out.push_str(" = None");
@@ -134,10 +152,10 @@ fn write_forward(out: &mut String, keys: &mut KeyText, g: &Graph, indent: usize)
 
 /// Writes one node's line (without indentation and newline) straight into
 /// the output: no `core::fmt` on the common paths.
-fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
+fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>, id: NodeId) {
     let node = g.node(id);
     let name = node.name.as_str();
-    let n = |id: NodeId| g.node(id).name.as_str();
+    let n = |id: NodeId| names.name(id);
     if !matches!(node.op, Op::Placeholder(_) | Op::Output { .. }) {
         out.push_str(name);
         out.push_str(" = ");
@@ -155,7 +173,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             device,
         } => {
             out.push_str("torch.empty_strided(");
-            push_size_stride(out, g, size, stride);
+            push_size_stride(out, names, size, stride);
             out.push_str(", dtype=torch.");
             out.push_str(dtype.torch_name());
             out.push_str(", device='");
@@ -171,32 +189,32 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             out.push_str("torch.as_strided(");
             out.push_str(n(*base));
             out.push_str(", ");
-            push_size_stride(out, g, size, stride);
+            push_size_stride(out, names, size, stride);
             out.push_str(", ");
-            push_arg(out, g, offset);
+            push_arg(out, names, offset);
             out.push(')');
         }
         Op::TritonKernel { kernel, grid, kwargs } => {
             out.push_str("torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel=");
             push_py_str(out, kernel.as_str());
             out.push_str(", grid=[(");
-            push_arg(out, g, &grid[0]);
+            push_arg(out, names, &grid[0]);
             out.push_str(", ");
-            push_arg(out, g, &grid[1]);
+            push_arg(out, names, &grid[1]);
             out.push_str(", ");
-            push_arg(out, g, &grid[2]);
+            push_arg(out, names, &grid[2]);
             out.push_str(")], kwargs=");
-            push_dict(out, keys, g, kwargs);
+            push_dict(out, keys, names, kwargs);
             out.push(')');
         }
         Op::KernelCall { kernel, args, kwargs } => {
             out.push_str("wrapir.call_kernel(");
             push_py_str(out, kernel.as_str());
             out.push_str(", ");
-            push_list(out, g, args);
+            push_list(out, names, args);
             if !kwargs.is_empty() {
                 out.push_str(", ");
-                push_dict(out, keys, g, kwargs);
+                push_dict(out, keys, names, kwargs);
             }
             out.push(')');
         }
@@ -206,14 +224,14 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             let mut sep = "";
             for x in args {
                 out.push_str(sep);
-                push_arg(out, g, x);
+                push_arg(out, names, x);
                 sep = ", ";
             }
             for (k, v) in kwargs {
                 out.push_str(sep);
                 out.push_str(k);
                 out.push_str(" = ");
-                push_arg(out, g, v);
+                push_arg(out, names, v);
                 sep = ", ";
             }
             out.push(')');
@@ -237,7 +255,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
         Op::GetItem { source, index } => {
             out.push_str(n(*source));
             out.push('[');
-            push_arg(out, g, index);
+            push_arg(out, names, index);
             out.push(']');
         }
         Op::InnerTensor { source, attr } => {
@@ -253,7 +271,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
         Op::Sym { op, args } => {
             let arg = |out: &mut String, i: usize| {
                 if let Some(a) = args.get(i) {
-                    push_arg(out, g, a);
+                    push_arg(out, names, a);
                 }
             };
             let call = |out: &mut String, f: &str, k: usize| {
@@ -270,7 +288,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             match op {
                 SymOp::Sum => {
                     out.push_str("torch.sym_sum(");
-                    push_list(out, g, args);
+                    push_list(out, names, args);
                     out.push(')');
                 }
                 SymOp::Min => call(out, "torch.sym_min", 2),
@@ -289,7 +307,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
         }
         Op::AssertScalar { cond, message } => {
             out.push_str("torch.ops.aten._assert_scalar.default(");
-            push_arg(out, g, cond);
+            push_arg(out, names, cond);
             out.push_str(", ");
             push_py_str(out, message);
             out.push(')');
@@ -303,7 +321,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             out.push_str("assert_size_stride(");
             out.push_str(n(*tensor));
             out.push_str(", ");
-            push_size_stride(out, g, size, stride);
+            push_size_stride(out, names, size, stride);
             if let Some(c) = context {
                 out.push_str(", ");
                 push_py_str(out, c);
@@ -324,13 +342,13 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             operands,
         } => {
             out.push_str("torch.ops.higher_order.cond(");
-            push_arg(out, g, pred);
+            push_arg(out, names, pred);
             out.push_str(", ");
             out.push_str(n(*true_graph));
             out.push_str(", ");
             out.push_str(n(*false_graph));
             out.push_str(", ");
-            push_tuple(out, g, operands);
+            push_tuple(out, names, operands);
             out.push(')');
         }
         Op::WhileLoop {
@@ -344,16 +362,16 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, id: NodeId) {
             out.push_str(", ");
             out.push_str(n(*body_graph));
             out.push_str(", ");
-            push_tuple(out, g, carried);
+            push_tuple(out, names, carried);
             out.push_str(", ");
-            push_tuple(out, g, additional);
+            push_tuple(out, names, additional);
             out.push(')');
         }
         Op::Output { values, as_list } => {
             out.push_str("return ");
             match values.as_slice() {
-                [single] if !as_list => push_arg(out, g, single),
-                _ => push_list(out, g, values),
+                [single] if !as_list => push_arg(out, names, single),
+                _ => push_list(out, names, values),
             }
         }
     }
@@ -407,10 +425,31 @@ fn push_decimal(out: &mut String, n: u64) {
     }
 }
 
+/// `true` when every byte of `s` is [`PLAIN`]: eight bytes a step (no
+/// byte below `0x20`, no backslash, no quote), the rest by table.
+fn is_plain(s: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Some byte of `v` is zero (exact as a whole-word test).
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut words = s.chunks_exact(8);
+    for w in &mut words {
+        // Eight bytes; a failed conversion (none) would only take the
+        // escaping path, which writes the same literal.
+        let x = u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or([0; 8]));
+        // Some byte below 0x20 (exact as a whole-word test, as `zero`).
+        let control = x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+        if control | zero(x ^ (ONES * u64::from(b'\\'))) | zero(x ^ (ONES * u64::from(b'\''))) != 0 {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&b| PLAIN[usize::from(b)])
+}
+
 /// A Python string literal ([`PyStr`]); strings with nothing to escape are
 /// copied as they are.
 fn push_py_str(out: &mut String, s: &str) {
-    if s.bytes().all(|b| PLAIN[usize::from(b)]) {
+    if is_plain(s.as_bytes()) {
         out.push('\'');
         out.push_str(s);
         out.push('\'');
@@ -420,7 +459,7 @@ fn push_py_str(out: &mut String, s: &str) {
 }
 
 /// Writes `items` separated by `, `.
-fn push_joined(out: &mut String, g: &Graph, items: &[Arg]) {
+fn push_joined(out: &mut String, g: &Names<'_>, items: &[Arg]) {
     for (i, x) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
@@ -430,7 +469,7 @@ fn push_joined(out: &mut String, g: &Graph, items: &[Arg]) {
 }
 
 /// `[a, b, ...]`.
-fn push_list(out: &mut String, g: &Graph, items: &[Arg]) {
+fn push_list(out: &mut String, g: &Names<'_>, items: &[Arg]) {
     out.push('[');
     push_joined(out, g, items);
     out.push(']');
@@ -438,14 +477,14 @@ fn push_list(out: &mut String, g: &Graph, items: &[Arg]) {
 
 /// `[size...], [stride...]`: the layout arguments of `empty_strided`,
 /// `as_strided` and `assert_size_stride`.
-fn push_size_stride(out: &mut String, g: &Graph, size: &[Arg], stride: &[Arg]) {
+fn push_size_stride(out: &mut String, g: &Names<'_>, size: &[Arg], stride: &[Arg]) {
     push_list(out, g, size);
     out.push_str(", ");
     push_list(out, g, stride);
 }
 
 /// A Python tuple: `()`, `(a,)`, `(a, b)`.
-fn push_tuple(out: &mut String, g: &Graph, items: &[Arg]) {
+fn push_tuple(out: &mut String, g: &Names<'_>, items: &[Arg]) {
     match items {
         [] => out.push_str("()"),
         [one] => {
@@ -462,7 +501,7 @@ fn push_tuple(out: &mut String, g: &Graph, items: &[Arg]) {
 }
 
 /// A Python dict of keyword arguments: `{'k': v, ...}`.
-fn push_dict(out: &mut String, keys: &mut KeyText, g: &Graph, kwargs: &Kwargs) {
+fn push_dict(out: &mut String, keys: &mut KeyText, g: &Names<'_>, kwargs: &Kwargs) {
     let names = kwargs.names();
     if !names.is_shared() {
         out.push('{');
@@ -502,9 +541,9 @@ fn push_dict(out: &mut String, keys: &mut KeyText, g: &Graph, kwargs: &Kwargs) {
 }
 
 /// An argument in Python syntax.
-fn push_arg(out: &mut String, g: &Graph, arg: &Arg) {
+fn push_arg(out: &mut String, g: &Names<'_>, arg: &Arg) {
     match arg {
-        Arg::Node(id) => out.push_str(&g.node(*id).name),
+        Arg::Node(id) => out.push_str(g.name(*id)),
         Arg::Int(v) => push_int(out, *v),
         Arg::Float(v) => {
             let _ = write_float(out, *v);
@@ -530,5 +569,26 @@ fn push_arg(out: &mut String, g: &Graph, arg: &Arg) {
             }
         }
         Arg::List(items) => push_list(out, g, items),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_plain, PLAIN};
+
+    #[test]
+    fn word_test_matches_the_table() {
+        for b in 0..=255u8 {
+            for len in [1usize, 7, 8, 9, 16, 23] {
+                for at in 0..len {
+                    let mut s = vec![b'a'; len];
+                    s[at] = b;
+                    assert_eq!(is_plain(&s), PLAIN[usize::from(b)], "byte {b:#x} at {at} of {len}");
+                }
+            }
+        }
+        assert!(is_plain(b""));
+        assert!(is_plain("triton_poi_fused_add_0 ünï".as_bytes()));
+        assert!(!is_plain(b"it's a kernel name"));
     }
 }

@@ -217,20 +217,35 @@ impl<'p> GraphLowering<'p> {
                 return self.push_triton(call, grid, kwargs);
             }
         }
+        // The parameters the grid reads, in order: checked against the known
+        // list as they are read (no names kept), collected only the first
+        // time (no list yet).
         let read = std::cell::RefCell::new(Vec::new());
+        let reads = std::cell::Cell::new(0usize);
+        let same = std::cell::Cell::new(true);
         let grid = meta
             .grid(&|n: &str| {
-                read.borrow_mut().push(n.to_string());
+                match &known {
+                    Some(params) => {
+                        let k = reads.get();
+                        if params.get(k).map(|p| p.name.as_str()) != Some(n) {
+                            same.set(false);
+                        }
+                        reads.set(k.saturating_add(1));
+                    }
+                    None => read.borrow_mut().push(n.to_string()),
+                }
                 param_expr(n).map(Cow::into_owned)
             })
             .map_err(|e| err(e.to_string()))?;
-        let lowered = [self.expr(&grid[0])?, self.expr(&grid[1])?, self.expr(&grid[2])?];
+        let [g0, g1, g2] = grid;
+        let lowered = [self.expr_owned(g0)?, self.expr_owned(g1)?, self.expr_owned(g2)?];
         // Lone symbols included: a symbol is bound once per graph (validation
         // rejects a second binding) and keeps its value, like the
         // hash-consed expressions.
         let read = read.into_inner();
         match (&memo, &known) {
-            (Some((h, values)), Some(params)) if params.iter().map(|p| &p.name).eq(read.iter()) => {
+            (Some((h, values)), Some(params)) if same.get() && reads.get() == params.len() => {
                 let values = values.iter().map(|v| v.as_ref().map(|v| v.as_ref().clone())).collect();
                 self.grids.entry(*h).or_default().push((key, values, lowered.clone()));
             }

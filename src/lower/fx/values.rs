@@ -123,10 +123,34 @@ impl<'p> GraphLowering<'p> {
     /// give their node, anything else becomes arithmetic nodes, hash-consed
     /// (the same expression gives the same node).
     pub(super) fn expr(&mut self, e: &SymExpr) -> Res<Arg> {
+        let hash = match self.known_expr(e) {
+            Known::Arg(a) => return a,
+            Known::Miss(hash) => hash,
+        };
+        let a = self.expr_nodes(e)?;
+        self.exprs.entry(hash).or_default().push((e.clone(), a.clone()));
+        Ok(a)
+    }
+
+    /// [`GraphLowering::expr`] of an expression the caller gives up (a
+    /// kernel's grid): kept as the table's key without a copy.
+    pub(super) fn expr_owned(&mut self, e: SymExpr) -> Res<Arg> {
+        let hash = match self.known_expr(&e) {
+            Known::Arg(a) => return a,
+            Known::Miss(hash) => hash,
+        };
+        let a = self.expr_nodes(&e)?;
+        self.exprs.entry(hash).or_default().push((e, a.clone()));
+        Ok(a)
+    }
+
+    /// An atom's argument, or a hash-consed expression's, or (not lowered
+    /// yet) the expression's hash.
+    fn known_expr(&mut self, e: &SymExpr) -> Known {
         match e {
-            SymExpr::Int(v) => return Ok(Arg::Int(*v)),
-            SymExpr::Bool(b) => return Ok(Arg::Bool(*b)),
-            SymExpr::Sym(s) => return self.symbol(s),
+            SymExpr::Int(v) => return Known::Arg(Ok(Arg::Int(*v))),
+            SymExpr::Bool(b) => return Known::Arg(Ok(Arg::Bool(*b))),
+            SymExpr::Sym(s) => return Known::Arg(self.symbol(s)),
             _ => {}
         }
         let hash = {
@@ -135,10 +159,16 @@ impl<'p> GraphLowering<'p> {
             h.finish()
         };
         let known = self.exprs.get(&hash).and_then(|same| same.iter().find(|(x, _)| x == e));
-        if let Some((_, a)) = known {
-            return Ok(a.clone());
+        match known {
+            Some((_, a)) => Known::Arg(Ok(a.clone())),
+            None => Known::Miss(hash),
         }
-        let a = match e {
+    }
+
+    /// The nodes of a compound expression not lowered yet (its operands
+    /// through [`GraphLowering::expr`]).
+    fn expr_nodes(&mut self, e: &SymExpr) -> Res<Arg> {
+        Ok(match e {
             SymExpr::Add(ts) => {
                 let args = ts.iter().map(|t| self.expr(t)).collect::<Res<fx::SymArgs>>()?;
                 self.sym(SymOp::Sum, args)?
@@ -173,9 +203,7 @@ impl<'p> GraphLowering<'p> {
                 self.sym(SymOp::Not, smallvec::smallvec![a])?
             }
             SymExpr::Int(_) | SymExpr::Bool(_) | SymExpr::Sym(_) => return Err(ErrorKind::Unsupported("atom".into())),
-        };
-        self.exprs.entry(hash).or_default().push((e.clone(), a.clone()));
-        Ok(a)
+        })
     }
 
     pub(super) fn binary(&mut self, op: SymOp, a: &SymExpr, b: &SymExpr) -> Res<Arg> {
@@ -262,6 +290,14 @@ impl<'p> GraphLowering<'p> {
         }
         Ok((a, k))
     }
+}
+
+/// What [`GraphLowering::known_expr`] finds.
+enum Known {
+    /// The argument (or the error of an unbound symbol).
+    Arg(Res<Arg>),
+    /// Not lowered yet: the expression's hash.
+    Miss(u64),
 }
 
 /// The most layouts [`GraphLowering::shared_layout`] keeps per [`layout_key`].
