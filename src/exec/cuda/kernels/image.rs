@@ -187,8 +187,21 @@ pub(in crate::exec::cuda) fn compiled_image(
     origin: ImageOrigin,
 ) -> Result<(Arc<[u8]>, ImageOrigin), ExecError> {
     if origin == ImageOrigin::PrebuiltFirst {
+        // Inflated once per process (the built-ins' background preload
+        // inflates them while the context is created; a load then finds them).
+        static INFLATED: OnceLock<Mutex<HashMap<(String, i32, i32), Arc<[u8]>>>> = OnceLock::new();
+        let mut inflated = INFLATED
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| ExecError::op(source.what, "prebuilt image cache poisoned by a panic"))?;
+        let key = (source.id.clone(), major, minor);
+        if let Some(image) = inflated.get(&key) {
+            return Ok((Arc::clone(image), ImageOrigin::PrebuiltFirst));
+        }
         if let Some(image) = prebuilt_image(source, major, minor) {
-            return Ok((Arc::from(image), ImageOrigin::PrebuiltFirst));
+            let image: Arc<[u8]> = Arc::from(image);
+            inflated.insert(key, Arc::clone(&image));
+            return Ok((image, ImageOrigin::PrebuiltFirst));
         }
     }
     let what = source.what;
