@@ -82,7 +82,7 @@ fn run() -> Result<(), String> {
     }
     if let Some(p) = &r.conv_plans {
         println!(
-            "convolution plans made ahead: {} on {} threads in {:.1} ms (summed: heuristics {:.1} ms, finalize {:.1} ms; {} compiled at run time, {} of them restored from the cache){}{}",
+            "convolution plans made ahead: {} on {} threads in {:.1} ms (summed: heuristics {:.1} ms, finalize {:.1} ms; {} compiled at run time, {} of them restored from the package or the cache){}{}",
             p.made,
             p.threads,
             p.time.as_secs_f64() * 1e3,

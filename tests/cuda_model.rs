@@ -337,3 +337,66 @@ fn runtime_compiled_convolution_plans_are_restored_from_the_kernel_cache() {
     assert_eq!(bits(&a), bits(&b), "{name}: a restored plan changed the result");
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// `wrapir pack --cudnn-plans`'s library path: the plans a model's engines
+/// compile at run time, made on this GPU, travel in its package; a fresh
+/// load of the package with no kernel cache restores every one of them and
+/// computes the same bits. Plans the GPU's cuDNN refuses are made again.
+#[test]
+fn a_package_carries_the_cudnn_plans_of_its_gpu() {
+    use wrapir::bundle::Bundle;
+    use wrapir::exec::cuda::{make_cudnn_plans, CudnnPlans};
+    let name = "mobilenet_v3";
+    let dir = bundle(name);
+    let no_cache = CudaPaths {
+        kernel_cache: None,
+        ..CudaPaths::from_env()
+    };
+    let source = Bundle::open(&dir).unwrap();
+    let plans = make_cudnn_plans(&source, 0, no_cache.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let made_for = plans.made_for.clone().expect("the plans name their GPU");
+    assert!(!plans.is_empty(), "{name}: no plan compiled at run time");
+    let scratch = std::env::temp_dir().join(format!("wrapir-plan-package-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let pkg = scratch.join("mobilenet_v3.wirpkg");
+    let summary = source
+        .clone()
+        .with_cudnn_plans(plans.clone())
+        .write_package(&pkg)
+        .unwrap();
+    assert_eq!(summary.metadata.cudnn_plans_for.as_deref(), Some(made_for.as_str()));
+    let options = || ModelOptions {
+        paths: no_cache.clone(),
+        ..options()
+    };
+    let packaged = Model::load(&pkg, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let report = packaged.load_report().conv_plans.clone().expect("plans made ahead");
+    assert_eq!(report.restored, plans.len(), "{name}: {report:?}");
+    assert_eq!(report.runtime_compiled, plans.len(), "{name}: {report:?}");
+    assert_eq!(report.made_by_warm_up, Some(0), "{name}: {report:?}");
+    let plain = Model::load(&dir, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = call_inputs(&plain, &dir);
+    let a = plain.run(&inputs).unwrap();
+    let b = packaged.run(&inputs).unwrap();
+    check_eager(&dir, &b);
+    assert_eq!(bits(&a), bits(&b), "{name}: a packaged plan changed the result");
+    // The same names with JSON cuDNN refuses: every plan is made again, same bits.
+    let refused = CudnnPlans::new(
+        Some(made_for),
+        plans
+            .iter()
+            .map(|(n, _)| (n.to_string(), b"{\"not\": \"a plan\"}".to_vec())),
+    );
+    let bad = scratch.join("refused.wirpkg");
+    source.with_cudnn_plans(refused).write_package(&bad).unwrap();
+    let remade = Model::load(&bad, &options()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let report = remade.load_report().conv_plans.clone().expect("plans made ahead");
+    assert_eq!(report.restored, 0, "{name}: {report:?}");
+    assert_eq!(report.runtime_compiled, plans.len(), "{name}: {report:?}");
+    assert_eq!(
+        bits(&a),
+        bits(&remade.run(&inputs).unwrap()),
+        "{name}: remade plans changed the result"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}

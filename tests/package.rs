@@ -164,6 +164,81 @@ fn program_files_open_and_pack() {
     assert!(err.contains("without `program.json`"), "{err}");
 }
 
+#[test]
+fn packages_carry_cudnn_plans_for_their_gpu() {
+    use wrapir::exec::cuda::{CudnnPlans, ModelSource};
+    let dir = scratch("plans");
+    let made_for = "cudnn 91400 driver 13000 NVIDIA H200 sm90 x132";
+    let plans = CudnnPlans::new(
+        Some(made_for.to_string()),
+        [
+            ("cudnn-conv-0123.json".to_string(), b"{\"a\":1}".to_vec()),
+            ("cudnn-conv-4567.json".to_string(), b"{\"b\":2}".to_vec()),
+        ],
+    );
+    let plain = Bundle::open(&bundle_dir("resnet")).unwrap();
+    assert!(plain.cudnn_plans().unwrap().is_empty(), "a directory carries none");
+    let bundle = plain.with_cudnn_plans(plans.clone());
+    let pkg = dir.join("resnet.wirpkg");
+    let summary = bundle.write_package(&pkg).unwrap();
+    let stored: Vec<&str> = summary
+        .entries
+        .iter()
+        .filter(|e| e.starts_with("cudnn-plans/"))
+        .map(|e| e.as_str())
+        .collect();
+    assert_eq!(
+        stored,
+        ["cudnn-plans/cudnn-conv-0123.json", "cudnn-plans/cudnn-conv-4567.json"]
+    );
+    assert_eq!(summary.metadata.cudnn_plans_for.as_deref(), Some(made_for));
+    // Read back: the same plans, as the model source hands them over.
+    let opened = Bundle::open(&pkg).unwrap();
+    assert_eq!(opened.cudnn_plans().unwrap(), plans);
+    assert_eq!(ModelSource::cudnn_plans(&opened), plans);
+    // A package packed again keeps them; new plans replace them.
+    let again = dir.join("again.wirpkg");
+    opened.write_package(&again).unwrap();
+    assert_eq!(Bundle::open(&again).unwrap().cudnn_plans().unwrap(), plans);
+    let other = CudnnPlans::new(
+        Some("another GPU".into()),
+        [("cudnn-conv-89ab.json".to_string(), b"{}".to_vec())],
+    );
+    let replaced = dir.join("replaced.wirpkg");
+    let summary = Bundle::open(&pkg)
+        .unwrap()
+        .with_cudnn_plans(other.clone())
+        .write_package(&replaced)
+        .unwrap();
+    assert_eq!(
+        summary.entries.iter().filter(|e| e.starts_with("cudnn-plans/")).count(),
+        1
+    );
+    assert_eq!(Bundle::open(&replaced).unwrap().cudnn_plans().unwrap(), other);
+    // Without plans the table of contents does not name them.
+    let bare = dir.join("bare.wirpkg");
+    let summary = Bundle::open(&bundle_dir("resnet"))
+        .unwrap()
+        .write_package(&bare)
+        .unwrap();
+    assert_eq!(summary.metadata.cudnn_plans_for, None);
+    let toc = String::from_utf8_lossy(&std::fs::read(&bare).unwrap()[..4096]).into_owned();
+    assert!(!toc.contains("cudnn"), "{toc}");
+    // `--cudnn-plans` makes them on a GPU: without one it is an error naming the flag's need.
+    if !cfg!(feature = "cuda") {
+        let r = wrapir(&[
+            "pack",
+            s(&bundle_dir("resnet")),
+            "-o",
+            s(&dir.join("gpu.wirpkg")),
+            "--cudnn-plans",
+        ]);
+        r.assert_exit(2);
+        common::assert_contains(&r.stderr, "making the cuDNN plans");
+        common::assert_contains(&r.stderr, "`cuda` feature");
+    }
+}
+
 /// The bytes of a valid package of `softmax`.
 fn softmax_package(dir: &Path) -> Vec<u8> {
     let pkg = dir.join("softmax.wirpkg");

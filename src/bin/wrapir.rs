@@ -253,6 +253,14 @@ enum Command {
         /// The package to write (replaced if it exists).
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// Also carry the model's cuDNN convolution plans for this machine's
+        /// GPU: the model is loaded and run once on CUDA device 0, and the
+        /// plans whose engines compile kernels at run time are stored, so
+        /// that a process on the same GPU model, cuDNN and driver restores
+        /// them instead of compiling (a different GPU or version makes them
+        /// as usual). Needs a build with the `cuda` feature.
+        #[arg(long)]
+        cudnn_plans: bool,
     },
     /// Symbolic size expressions.
     Sym {
@@ -569,13 +577,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             bench_command(&bundle, &args)
         }
-        Command::Pack { bundle, output } => pack(&bundle, &output),
+        Command::Pack {
+            bundle,
+            output,
+            cudnn_plans,
+        } => pack(&bundle, &output, cudnn_plans),
     }
 }
 
 /// `wrapir pack`: writes the bundle as a package and says what it holds.
-fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
-    let bundle = open_bundle(input)?;
+fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
+    let mut bundle = open_bundle(input)?;
+    if cudnn_plans {
+        let plans = wrapir::exec::cuda::make_cudnn_plans(&bundle, 0, wrapir::exec::cuda::CudaPaths::from_env())
+            .with_context(|| format!("making the cuDNN plans of {}", input.display()))?;
+        bundle = bundle.with_cudnn_plans(plans);
+    }
     let summary = bundle.write_package(output)?;
     let m = &summary.metadata;
     let kernels = summary.entries.iter().filter(|e| e.starts_with("kernels/")).count();
@@ -587,7 +604,7 @@ fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
         summary.bytes
     );
     for entry in &summary.entries {
-        if !entry.starts_with("kernels/") {
+        if !entry.starts_with("kernels/") && !entry.starts_with("cudnn-plans/") {
             out += &format!("  {entry}\n");
         }
     }
@@ -606,6 +623,12 @@ fn pack(input: &Path, output: &Path) -> Result<ExitCode> {
     }
     if !m.weights.is_empty() {
         out += &format!("  weights: {} of the graph inputs\n", m.weights.len());
+    }
+    let plans = summary.entries.iter().filter(|e| e.starts_with("cudnn-plans/")).count();
+    if let Some(made_for) = &m.cudnn_plans_for {
+        out += &format!("  cudnn-plans/: {plans} plans compiled at run time, for {made_for}\n");
+    } else if cudnn_plans {
+        out += "  cudnn-plans/: none (no convolution of this model compiles its engine at run time)\n";
     }
     write_output(None, &out)?;
     Ok(ExitCode::SUCCESS)

@@ -47,7 +47,9 @@ mod kernels;
 mod model;
 mod pack;
 pub mod package;
+mod plans;
 pub mod ranks;
+mod source;
 
 pub use crate::exec::images::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use bytes::SharedBytes;
@@ -75,6 +77,9 @@ pub const PROGRAM_TEXT: &str = "program.wir";
 pub const INPUTS: &str = "inputs.safetensors";
 /// The directory of kernel images.
 pub const KERNELS: &str = "kernels";
+/// The directory (or entry prefix) of serialized cuDNN plans
+/// (`cudnn-plans/cudnn-conv-<digest>.json`; see [`Bundle::cudnn_plans`]).
+pub const CUDNN_PLANS: &str = "cudnn-plans";
 
 /// What [`Bundle::open`] opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +116,8 @@ pub struct Bundle {
     meta: BundleMeta,
     info: BundleInfo,
     limits: Limits,
+    /// Plans given by [`Bundle::with_cudnn_plans`], in place of stored ones.
+    cudnn_plans: Option<crate::exec::cuda::CudnnPlans>,
 }
 
 impl Bundle {
@@ -234,6 +241,7 @@ impl Bundle {
             meta: BundleMeta::default(),
             info: BundleInfo::default(),
             limits: *limits,
+            cudnn_plans: None,
         })
     }
 

@@ -20,15 +20,16 @@ pub struct PackSummary {
 impl Bundle {
     /// The entries a package of this bundle holds, in the order it stores
     /// them: the program, `bundle.json`, the safetensors files, then the
-    /// kernel directory's files (sorted) and any other kernel image the
-    /// program loads. A package gives its own entries; a program file gives
-    /// its program (`program.json` or `program.wir`) and the kernel images it
-    /// names that exist next to it.
+    /// kernel directory's files (sorted), any other kernel image the
+    /// program loads, and the cuDNN plans ([`Bundle::cudnn_plans`]) as
+    /// `cudnn-plans/<name>`. A package gives its own entries; a program file
+    /// gives its program (`program.json` or `program.wir`) and the kernel
+    /// images it names that exist next to it.
     pub fn package_entries(&self) -> Result<Vec<(String, SharedBytes)>, BundleError> {
         let mut out: Vec<(String, SharedBytes)> = Vec::new();
         match &self.store {
             Store::Package(p) => {
-                return Ok(p.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                return self.with_plan_entries(p.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect());
             }
             Store::File { .. } => {
                 let entry = if self.source.trim_start().starts_with('{') {
@@ -86,7 +87,7 @@ impl Bundle {
                 Err(e) => return Err(e),
             }
         }
-        Ok(out)
+        self.with_plan_entries(out)
     }
 
     /// The table of contents' metadata for a package of this bundle: its
@@ -121,6 +122,9 @@ impl Bundle {
             cubin_arch: sms.into_iter().collect(),
             cubins,
             weights: info.weights.clone(),
+            cudnn_plans_for: Some(self.cudnn_plans()?)
+                .filter(|plans| !plans.is_empty())
+                .and_then(|plans| plans.made_for),
         })
     }
 

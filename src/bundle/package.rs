@@ -73,6 +73,10 @@ pub struct PackageMetadata {
     pub cubins: BTreeMap<String, String>,
     /// The graph inputs that are the model's weights.
     pub weights: Vec<String>,
+    /// The cuDNN, driver and GPU the package's `cudnn-plans/` entries were
+    /// made for (`None`: it carries none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cudnn_plans_for: Option<String>,
 }
 
 /// A tolerance as the table of contents stores it.

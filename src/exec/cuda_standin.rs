@@ -12,6 +12,7 @@
 use super::compare::BundleMeta;
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
+pub use super::model_source::{CudnnPlans, ModelError, ModelSource};
 use super::random::CudaRngState;
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
@@ -53,6 +54,8 @@ pub struct CudaOptions {
     pub extern_ops: ExternOpLog,
     /// How graph replay treats a recording's device reads.
     pub graph_reads: GraphReads,
+    /// Serialized cuDNN plans supplied by the caller.
+    pub cudnn_plans: CudnnPlans,
 }
 
 impl Default for CudaOptions {
@@ -64,6 +67,7 @@ impl Default for CudaOptions {
             host_fallback: false,
             extern_ops: ExternOpLog,
             graph_reads: GraphReads::Auto,
+            cudnn_plans: CudnnPlans::default(),
         }
     }
 }
@@ -129,6 +133,21 @@ pub struct Prepared {
 /// The GPU of device `ordinal`: [`CudaError::NotBuilt`].
 pub fn device_arch(_ordinal: usize) -> Result<(String, u32), CudaError> {
     Err(CudaError::NotBuilt)
+}
+
+impl From<CudaError> for ModelError {
+    fn from(e: CudaError) -> Self {
+        ModelError::Exec(e.into())
+    }
+}
+
+/// Makes the convolution plans of `source` on a GPU: [`CudaError::NotBuilt`].
+pub fn make_cudnn_plans(
+    _source: &dyn ModelSource,
+    _ordinal: usize,
+    _paths: CudaPaths,
+) -> Result<CudnnPlans, ModelError> {
+    Err(CudaError::NotBuilt.into())
 }
 
 /// Runs `program` on a new backend: [`CudaError::NotBuilt`].

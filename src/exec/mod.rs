@@ -31,6 +31,7 @@ pub mod images;
 pub mod interp;
 mod jagged;
 pub mod meta;
+mod model_source;
 mod ops;
 mod pointwise;
 pub mod random;

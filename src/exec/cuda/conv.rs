@@ -33,7 +33,7 @@
 use super::dnn::{DataType, DnnHandle, TensorDesc};
 use super::dnn_graph::{self, EngineFilter, HeurMode, Role};
 use super::library::{self, Address, LibraryCall};
-use super::{op_key, CudaBackend, CudaTensor};
+use super::{op_key, CudaBackend, CudaTensor, CudnnPlans};
 use crate::exec::conv::{format_strides, is_channels_last, packed_as, ConvParams};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
@@ -337,7 +337,7 @@ pub(super) fn call(
     let plan = match backend.conv.plans.get(&key) {
         Some(p) => Rc::clone(p),
         None => {
-            let p = Rc::new(make_plan(handle, key.clone())?);
+            let p = Rc::new(make_plan(handle, key.clone(), &backend.options.cudnn_plans)?);
             backend.conv.plans.insert(key, Rc::clone(&p));
             backend.conv.made_in_calls += 1;
             p
@@ -387,19 +387,35 @@ pub(super) fn call(
     }))
 }
 
-/// The plan of `key`: restored from the kernel cache when an earlier
-/// process stored it there, else made ([`choose_plan`]) and, when its engine
-/// compiled kernels at run time, stored for later processes. The cache entry
-/// is named by the key and the handle's [`DnnHandle::identity`] (cuDNN,
-/// driver, GPU); a missing, unreadable or refused entry only means the plan
-/// is made again, with the same engine choice.
-fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
-    let entry = handle.device().paths.kernel_cache.as_ref().and_then(|dir| {
-        let identity = handle.identity().ok()?;
-        let d = super::kernels::digest(&[format!("{key:?}").as_bytes(), identity.as_bytes()]);
-        Some(dir.join(format!("cudnn-conv-{:016x}{:016x}.json", d[0], d[1])))
-    });
-    if let Some(json) = entry.as_ref().and_then(|f| std::fs::read(f).ok()) {
+/// The name the plan of `key` made on `handle` has in the kernel cache and
+/// among supplied plans ([`CudnnPlans`]): a digest of the key and the
+/// handle's [`DnnHandle::identity`] (cuDNN, driver, GPU).
+fn plan_name(handle: &DnnHandle, key: &PlanKey) -> Result<String, ExecError> {
+    let identity = handle.identity()?;
+    let d = super::kernels::digest(&[format!("{key:?}").as_bytes(), identity.as_bytes()]);
+    Ok(format!("cudnn-conv-{:016x}{:016x}.json", d[0], d[1]))
+}
+
+/// The plan of `key`: restored from `supplied` or the kernel cache when
+/// either has it (an earlier process stored it there), else made
+/// ([`choose_plan`]) and, when its engine compiled kernels at run time,
+/// stored in the kernel cache for later processes. A missing, unreadable or
+/// refused entry only means the plan is made again, with the same engine
+/// choice.
+fn make_plan(handle: &DnnHandle, key: PlanKey, supplied: &CudnnPlans) -> Result<Plan, ExecError> {
+    let name = plan_name(handle, &key).ok();
+    let entry = handle
+        .device()
+        .paths
+        .kernel_cache
+        .as_ref()
+        .zip(name.as_ref())
+        .map(|(dir, name)| dir.join(name));
+    let stored = name.as_deref().and_then(|n| supplied.get(n)).map(<[u8]>::to_vec);
+    for json in stored
+        .into_iter()
+        .chain(entry.as_ref().and_then(|f| std::fs::read(f).ok()))
+    {
         let _setup = super::driver::setup_lock();
         if let Ok(exec) = dnn_graph::Plan::from_json(handle, &json) {
             return Ok(Plan { key, exec });
@@ -413,6 +429,21 @@ fn make_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
         }
     }
     Ok(plan)
+}
+
+/// The JSON form of every plan `backend` holds whose engine compiles its
+/// kernels at run time (the plans worth shipping; cuDNN serializes only
+/// those), by [`plan_name`], with the identity they were made for.
+pub(super) fn plan_entries(backend: &CudaBackend) -> Result<CudnnPlans, ExecError> {
+    let Some(handle) = backend.dnn.as_ref().or(backend.conv.handles.first()) else {
+        return Ok(CudnnPlans::default());
+    };
+    let mut entries = Vec::new();
+    for plan in backend.conv.plans.values().filter(|p| p.exec.cost.runtime_compiled) {
+        entries.push((plan_name(handle, &plan.key)?, plan.exec.json()?));
+    }
+    entries.sort();
+    Ok(CudnnPlans::new(Some(handle.identity()?), entries))
 }
 
 /// The graph of one convolution node and its plan, chosen as PyTorch's
@@ -576,6 +607,7 @@ impl LibraryCall for ConvCall {
                             alignment: have,
                             ..self.plan.key.clone()
                         },
+                        &backend.options.cudnn_plans,
                     )?);
                     *self.realigned.borrow_mut() = Some(Rc::clone(&p));
                     p
@@ -699,7 +731,7 @@ pub(super) fn prime(
         tf32: false,
         alignment: [x, w, y].map(alignment),
     };
-    let plan = make_plan(handle, key)?;
+    let plan = make_plan(handle, key, &CudnnPlans::default())?;
     if plan.exec.workspace > 0 {
         // A plan that wants workspace still primed the library when it was made.
         return Ok(());
@@ -830,13 +862,15 @@ pub struct PlansAhead {
     pub restored: usize,
 }
 
-/// Makes the plans of `keys` on up to `threads` worker threads, each with
-/// its own stream and cuDNN handle in device `ordinal`'s primary context.
+/// Makes the plans of `keys` (restoring those `supplied` has) on up to
+/// `threads` worker threads, each with its own stream and cuDNN handle in
+/// device `ordinal`'s primary context.
 pub(super) fn make_ahead(
     ordinal: usize,
     paths: &Arc<super::CudaPaths>,
     keys: &PlanKeys,
     threads: usize,
+    supplied: &CudnnPlans,
 ) -> (Vec<MadePlans>, PlansAhead) {
     let started = std::time::Instant::now();
     let threads = threads.min(keys.0.len());
@@ -854,7 +888,7 @@ pub(super) fn make_ahead(
                     let handle = DnnHandle::new(&device).map_err(|e| e.to_string())?;
                     let (mut plans, mut failed) = (Vec::new(), Vec::new());
                     while let Some(key) = keys.0.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                        match make_plan(&handle, key.clone()) {
+                        match make_plan(&handle, key.clone(), supplied) {
                             Ok(p) => plans.push(p),
                             Err(e) => failed.push(e.to_string()),
                         }

@@ -52,7 +52,9 @@ pub use conv::PlansAhead;
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
-pub use model::{DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session};
+pub use model::{
+    make_cudnn_plans, CudnnPlans, DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session,
+};
 pub use nccl::{run_ranks, CudaRankJob, NcclWorld};
 pub use options::{CudaOptions, MathModes};
 pub use prepared::{Prepared, PreparedCache};

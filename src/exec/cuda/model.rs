@@ -28,15 +28,14 @@
 
 use super::conv::{PlanKeys, PlansAhead};
 use super::{to_host, CudaBackend, CudaOptions, CudaPaths, CudaTensor, PreparedCache, SharedKernels};
-use crate::exec::compare::BundleMeta;
-use crate::exec::images::{ImageArch, KernelImageSource, NoKernelImages, SuppliedBytes, SupplyError};
+use crate::exec::images::{NoKernelImages, SupplyError};
 use crate::exec::interp::Plan;
+pub use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
 use crate::exec::safetensors::{decode_raw, raw_tensors, RawTensor};
-use crate::exec::{Backend, ExecError, RunError, Tensor, TensorSpec, Value};
+use crate::exec::{Backend, ExecError, Tensor, TensorSpec, Value};
 use crate::ir::{GraphInput, Program};
 use indexmap::IndexMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,25 +85,6 @@ impl Default for ModelOptions {
             plan_threads: std::thread::available_parallelism().map_or(4, |n| n.get().min(8)),
         }
     }
-}
-
-/// Why a model could not be loaded or run.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// Reading the bundle failed.
-    #[error("{path}: {message}")]
-    Bundle {
-        /// The file or directory.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
-    /// Validating, compiling or running the program failed.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// A call's inputs do not match the program, or the device failed.
-    #[error(transparent)]
-    Exec(#[from] ExecError),
 }
 
 impl From<super::CudaError> for ModelError {
@@ -200,30 +180,6 @@ impl std::fmt::Debug for Model {
     }
 }
 
-/// What a [`Model`] is loaded from, supplied by the caller: a program, its
-/// `bundle.json` metadata, its stored inputs (the weights among them) and its
-/// kernel images. The library's bundles are one (`Model::load` opens a
-/// bundle directory or package and loads from it).
-pub trait ModelSource {
-    /// Where it is, as errors name it (a bundle's path).
-    fn location(&self) -> &Path;
-    /// The program.
-    fn program(&self) -> &Program;
-    /// Its `bundle.json`.
-    fn meta(&self) -> &BundleMeta;
-    /// The names of the graph inputs that are weights, uploaded once.
-    fn weights(&self) -> &[String];
-    /// The stored graph inputs as the bytes of a safetensors file
-    /// (`inputs.safetensors`), `None` when there are none.
-    fn stored_inputs(&self) -> Result<Option<SuppliedBytes>, SupplyError>;
-    /// Where the backends find the kernel images.
-    fn kernel_images(&self) -> Arc<dyn KernelImageSource>;
-    /// Every kernel of the program's kernel table with the architecture of
-    /// the image the CUDA backend would load for it, in table order, or why
-    /// it has none (checked before the weights upload).
-    fn kernel_image_archs(&self) -> Vec<(String, Result<ImageArch, SupplyError>)>;
-}
-
 /// The stored inputs' entry, as errors name it.
 const INPUTS: &str = "inputs.safetensors";
 
@@ -263,6 +219,7 @@ impl Model {
         let mut cuda = CudaOptions {
             kernels: source.kernel_images(),
             paths: options.paths.clone(),
+            cudnn_plans: source.cudnn_plans(),
             ..CudaOptions::for_bundle(NoKernelImages, &meta)
         }
         .preload_for(&program);
@@ -330,7 +287,8 @@ impl Model {
             let planner = match &conv_keys {
                 Some(Ok(keys)) => {
                     let (keys, ordinal, threads) = (keys.clone(), cuda.ordinal, options.plan_threads);
-                    Some(scope.spawn(move || super::conv::make_ahead(ordinal, &paths, &keys, threads)))
+                    let supplied = cuda.cudnn_plans.clone();
+                    Some(scope.spawn(move || super::conv::make_ahead(ordinal, &paths, &keys, threads, &supplied)))
                 }
                 _ => None,
             };
@@ -479,6 +437,31 @@ impl Model {
         out
     }
 
+    /// The serialized cuDNN plans of the model's convolutions whose engines
+    /// compile kernels at run time (those made ahead at load and by calls so
+    /// far, on any idle session), with the cuDNN, driver and GPU they were
+    /// made for: what a package carries (`wrapir pack --cudnn-plans`) so that
+    /// a process on the same GPU and libraries restores them
+    /// ([`CudaOptions::cudnn_plans`]) instead of compiling.
+    pub fn cudnn_plans(&self) -> Result<CudnnPlans, ModelError> {
+        let idle = self
+            .idle
+            .lock()
+            .map_err(|_| ExecError::Unsupported("a thread panicked while holding the model's sessions".into()))?;
+        let mut made_for = None;
+        let mut entries = IndexMap::new();
+        for session in idle.iter() {
+            session.backend.bind()?;
+            let plans = super::conv::plan_entries(&session.backend)?;
+            made_for = made_for.or(plans.made_for.clone());
+            for (name, json) in plans.iter() {
+                entries.entry(name.to_string()).or_insert_with(|| json.to_vec());
+            }
+        }
+        entries.sort_keys();
+        Ok(CudnnPlans::new(made_for, entries))
+    }
+
     /// Bytes of the model's GPU memory in use now, by every process
     /// (`cuMemGetInfo`: total less free). On a GPU the process has to
     /// itself: what it holds, context, libraries, weights, every session's
@@ -498,6 +481,21 @@ impl Model {
             }
         }
     }
+}
+
+/// Loads `source` on device `ordinal` (the libraries and kernel cache
+/// found through `paths`), makes every convolution plan its program needs
+/// ahead and in a warm-up call, and returns [`Model::cudnn_plans`]: the
+/// plans a package of it carries for this GPU.
+pub fn make_cudnn_plans(source: &dyn ModelSource, ordinal: usize, paths: CudaPaths) -> Result<CudnnPlans, ModelError> {
+    let options = ModelOptions {
+        device: ordinal,
+        paths,
+        graphs: false,
+        idle_sessions: 1,
+        ..ModelOptions::default()
+    };
+    Model::from_source(source, &options)?.cudnn_plans()
 }
 
 /// Whether any graph of `program` calls a convolution (the cuDNN primer
@@ -644,7 +642,13 @@ impl Session {
         if shared.conv_keys.len() > 0 {
             let paths = Arc::new(shared.options.paths.clone());
             let threads = shared.model.plan_threads;
-            let (made, _) = super::conv::make_ahead(shared.options.ordinal, &paths, &shared.conv_keys, threads);
+            let (made, _) = super::conv::make_ahead(
+                shared.options.ordinal,
+                &paths,
+                &shared.conv_keys,
+                threads,
+                &shared.options.cudnn_plans,
+            );
             super::conv::adopt_ahead(&mut backend, made);
         }
         Ok(Session::with_backend(shared, backend))

@@ -61,6 +61,10 @@ pub struct CudaOptions {
     /// the reads checked on the device under conditional nodes, or segments
     /// with host reads between them (default [`GraphReads::Auto`]).
     pub graph_reads: super::GraphReads,
+    /// Serialized cuDNN plans for the program's convolutions, supplied by
+    /// the caller (a package's `cudnn-plans/` entries), restored instead of
+    /// made when one has a plan's name (default: none).
+    pub cudnn_plans: super::CudnnPlans,
 }
 
 /// PyTorch's math-mode switches that change library numerics; each library
@@ -141,6 +145,7 @@ impl Default for CudaOptions {
             math: MathModes::default(),
             cuda_rng: crate::exec::random::CudaRngState::default(),
             graph_reads: super::GraphReads::Auto,
+            cudnn_plans: super::CudnnPlans::default(),
         }
     }
 }
