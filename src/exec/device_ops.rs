@@ -322,7 +322,7 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
                         _ => continue,
                     }
                 }
-                Line::DynamicScalar { keypath, .. } if keypath.as_slice() == [KeyEntry::ConvertInt] => {
+                Line::DynamicScalar(d) if d.keypath.as_slice() == [KeyEntry::ConvertInt] => {
                     "torch.ops.aten.where.Scalar".to_string()
                 }
                 Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),

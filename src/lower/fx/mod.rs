@@ -18,7 +18,7 @@ use crate::ir::{
     KernelDef, KernelName, KeyEntry, Layout, Line, Location, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
     TritonMeta,
 };
-use crate::sym::{SymExpr, Symbol};
+use crate::sym::{CmpOp, SymExpr, Symbol};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;

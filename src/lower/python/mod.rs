@@ -607,11 +607,7 @@ impl<'a> Lowering<'a> {
                 }
                 input_asserts.push(body::InputAssert {
                     input: name.clone(),
-                    text: format!(
-                        "assert_size_stride({name}, {}, {})",
-                        shape_tuple(&layout.size),
-                        shape_tuple(&layout.stride)
-                    ),
+                    text: body::assert_size_stride(name, &layout.size, &layout.stride, None),
                 });
             }
         }

@@ -5,7 +5,9 @@ use super::check::{CheckReport, Failure, Verdict};
 use super::claims::{self, Ledger};
 use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
 use crate::fx::{Arg, Op, Placeholder, SymOp, Val};
-use crate::ir::{ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, ProgramInfo, MAIN_GRAPH};
+use crate::ir::{
+    ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, MultiOutput, ProgramInfo, MAIN_GRAPH,
+};
 use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
 use crate::sym::{CmpOp, SymExpr};
@@ -390,11 +392,11 @@ fn same_buffer(info: &ProgramInfo<'_>, graph: &GraphName, a: &BufName, b: &BufNa
     let mut parent: std::collections::HashMap<&BufName, &BufName> = std::collections::HashMap::new();
     for line in &g.lines {
         match line {
-            Line::MultiOutput {
+            Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices,
-            } if indices.is_empty() => {
+            }) if indices.is_empty() => {
                 parent.insert(result, source);
             }
             Line::Reuse { old, new, .. } if g.layout(old).is_some() && g.layout(old) == g.layout(new) => {

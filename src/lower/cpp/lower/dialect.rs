@@ -75,15 +75,15 @@ pub(super) trait DialectOps: Sync {
 
     // ---- scalars read from tensors -----------------------------------------
 
-    /// Reads the integer in `src` (of `layout`, source buffer `source`) into
-    /// `raw` for binding `symbol`.
+    /// Reads the integer in `src` (of `layout`, the local of `item`'s source
+    /// buffer) into `raw` for binding `item`'s symbol.
     fn item_int(
         &self,
         l: &mut Lowering<'_>,
         src: &str,
         layout: &Layout,
         raw: &str,
-        names: (&BufName, &Symbol),
+        item: &DynamicScalar,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
     /// Reads the boolean in `tensor` into the variable `scalar`.
@@ -127,7 +127,7 @@ pub(super) trait DialectOps: Sync {
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
         op: &ExternCall,
-        line: (&BufName, &[Option<BufName>], &BufName, bool),
+        line: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
     /// A scatter fallback with its arguments and keyword arguments built.

@@ -39,31 +39,26 @@ impl Lowering<'_> {
         d.extern_call(self, g, call, out, &results, cx)
     }
 
-    pub(super) fn index_put(
-        &mut self,
-        g: &GraphCtx<'_>,
-        (target, indices, values, accumulate): (&BufName, &[Option<BufName>], &BufName, bool),
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
+    pub(super) fn index_put(&mut self, g: &GraphCtx<'_>, p: &IndexPutFallback, cx: &Cx<'_>) -> Result<(), Error> {
         let op = ExternCall {
             result: None,
             // As the interpreter calls it (`exec::device_ops::extern_uses`).
             op: "torch.ops.aten.index_put_.default".into(),
             args: vec![
-                ArgValue::Buffer(target.clone()),
+                ArgValue::Buffer(p.target.clone()),
                 ArgValue::List(
-                    indices
+                    p.indices
                         .iter()
                         .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer))
                         .collect(),
                 ),
-                ArgValue::Buffer(values.clone()),
-                ArgValue::Bool(accumulate),
+                ArgValue::Buffer(p.values.clone()),
+                ArgValue::Bool(p.accumulate),
             ],
             kwargs: IndexMap::new(),
         };
         let d = self.dialect;
-        d.index_put(self, g, &op, (target, indices, values, accumulate), cx)
+        d.index_put(self, g, &op, p, cx)
     }
 
     pub(super) fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &Cx<'_>) -> Result<(), Error> {

@@ -187,11 +187,14 @@ impl DialectOps for Standalone {
         src: &str,
         layout: &Layout,
         raw: &str,
-        (source, symbol): (&BufName, &Symbol),
+        item: &DynamicScalar,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         if layout.dtype.is_floating() {
-            return Err(l.unsupported(cx, format!("item() of floating tensor `{source}` binding `{symbol}`")));
+            return Err(l.unsupported(
+                cx,
+                format!("item() of floating tensor `{}` binding `{}`", item.source, item.symbol),
+            ));
         }
         l.decl_line(raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
         Ok(())
@@ -305,7 +308,7 @@ impl DialectOps for Standalone {
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
         op: &ExternCall,
-        _line: (&BufName, &[Option<BufName>], &BufName, bool),
+        _line: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         l.extern_call(g, op, None, cx)
