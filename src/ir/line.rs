@@ -458,6 +458,33 @@ pub struct IndexPutFallback {
     pub accumulate: bool,
 }
 
+impl IndexPutFallback {
+    /// The op the line runs, as the interpreter and every back end that
+    /// calls it as an extern op name it.
+    pub const OP: &'static str = "torch.ops.aten.index_put_.default";
+
+    /// The line as the extern call of [`IndexPutFallback::OP`] (target,
+    /// indices with `None` for a full slice, values, accumulate), with no
+    /// result: the op writes `target` in place.
+    pub fn extern_call(&self) -> ExternCall {
+        let indices = self
+            .indices
+            .iter()
+            .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer));
+        ExternCall {
+            result: None,
+            op: Self::OP.into(),
+            args: vec![
+                ArgValue::Buffer(self.target.clone()),
+                ArgValue::List(indices.collect()),
+                ArgValue::Buffer(self.values.clone()),
+                ArgValue::Bool(self.accumulate),
+            ],
+            kwargs: IndexMap::new(),
+        }
+    }
+}
+
 /// Bind a symbol from a one-element tensor's value (`u0 = buf0.item()`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DynamicScalar {

@@ -155,7 +155,7 @@ impl<'p> GraphLowering<'p> {
                 self.out.push(
                     "index_put_",
                     Op::Extern {
-                        target: "torch.ops.aten.index_put_.default".into(),
+                        target: IndexPutFallback::OP.into(),
                         args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(p.accumulate)],
                         kwargs: Kwargs::new(),
                     },

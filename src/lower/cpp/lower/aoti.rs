@@ -386,7 +386,6 @@ impl DialectOps for Aoti {
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        _op: &ExternCall,
         p: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {

@@ -121,12 +121,11 @@ pub(super) trait DialectOps: Sync {
         results: &[String],
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
-    /// An `index_put` fallback (`op`: the op as the interpreter calls it).
+    /// An `index_put` fallback.
     fn index_put(
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        op: &ExternCall,
         line: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;

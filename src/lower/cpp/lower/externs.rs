@@ -39,28 +39,6 @@ impl Lowering<'_> {
         d.extern_call(self, g, call, out, &results, cx)
     }
 
-    pub(super) fn index_put(&mut self, g: &GraphCtx<'_>, p: &IndexPutFallback, cx: &Cx<'_>) -> Result<(), Error> {
-        let op = ExternCall {
-            result: None,
-            // As the interpreter calls it (`exec::device_ops::extern_uses`).
-            op: "torch.ops.aten.index_put_.default".into(),
-            args: vec![
-                ArgValue::Buffer(p.target.clone()),
-                ArgValue::List(
-                    p.indices
-                        .iter()
-                        .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer))
-                        .collect(),
-                ),
-                ArgValue::Buffer(p.values.clone()),
-                ArgValue::Bool(p.accumulate),
-            ],
-            kwargs: IndexMap::new(),
-        };
-        let d = self.dialect;
-        d.index_put(self, g, &op, p, cx)
-    }
-
     pub(super) fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &Cx<'_>) -> Result<(), Error> {
         let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
         args.push(ArgValue::Buffer(s.index.clone()));

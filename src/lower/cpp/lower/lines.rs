@@ -62,7 +62,10 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::IndexPutFallback(p) => self.index_put(g, p, cx),
+            Line::IndexPutFallback(p) => {
+                let d = self.dialect;
+                d.index_put(self, g, p, cx)
+            }
             Line::ScatterFallback(s) => self.scatter(g, s, cx),
             Line::DynamicScalar(item) => {
                 let layout = g.layout(&item.source, cx)?;

@@ -307,11 +307,11 @@ impl DialectOps for Standalone {
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        op: &ExternCall,
-        _line: &IndexPutFallback,
+        p: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        l.extern_call(g, op, None, cx)
+        // As the interpreter calls it (`exec::device_ops::extern_uses`).
+        l.extern_call(g, &p.extern_call(), None, cx)
     }
 
     fn scatter(
