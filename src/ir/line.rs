@@ -535,6 +535,32 @@ pub struct ScatterFallback {
     pub include_self: Option<bool>,
 }
 
+impl ScatterFallback {
+    /// The line as the extern call of its op as the interpreter makes it
+    /// (target, dim, index, src; `reduce=` and `include_self=` when given),
+    /// with no result: the op writes `target` in place.
+    pub fn extern_call(&self) -> ExternCall {
+        let mut kwargs = IndexMap::new();
+        if let Some(r) = &self.reduce {
+            kwargs.insert("reduce".to_string(), ArgValue::Str(r.clone()));
+        }
+        if let Some(i) = self.include_self {
+            kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
+        }
+        ExternCall {
+            result: None,
+            op: self.op.clone(),
+            args: vec![
+                ArgValue::Buffer(self.target.clone()),
+                ArgValue::Expr(SymExpr::Int(self.dim)),
+                ArgValue::Buffer(self.index.clone()),
+                self.src.clone(),
+            ],
+            kwargs,
+        }
+    }
+}
+
 /// The predicate of a conditional.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]

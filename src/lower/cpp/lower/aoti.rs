@@ -415,30 +415,17 @@ impl DialectOps for Aoti {
         Ok(())
     }
 
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let (name, overload) = split_op(&s.op);
+    /// The `_out` form, which writes into the target, passed first; AOTI's
+    /// shim then takes the target again as `self`, as Inductor's
+    /// ScatterFallback passes it.
+    fn scatter_op(&self, op: &str) -> (String, bool) {
+        let (name, overload) = split_op(op);
         let base = name.trim_end_matches('_');
         let op = match overload {
             Some(o) if o != "default" => format!("{base}.{o}"),
             _ => base.to_string(),
         };
-        // The `_out` form writes into the target, passed first; AOTI's shim
-        // then takes the target again as `self`, as Inductor's ScatterFallback passes it.
-        let call = ExternCall {
-            result: None,
-            op,
-            args,
-            kwargs,
-        };
-        l.extern_call(g, &call, Some(&s.target), cx)
+        (op, true)
     }
 
     fn host_kernel_images(&self) -> bool {

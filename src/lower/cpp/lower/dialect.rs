@@ -129,16 +129,9 @@ pub(super) trait DialectOps: Sync {
         line: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
-    /// A scatter fallback with its arguments and keyword arguments built.
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error>;
+    /// The extern op a scatter fallback's `op` (`aten.scatter_.src`, ...)
+    /// runs as, and whether its target is passed as the `out=` tensor.
+    fn scatter_op(&self, op: &str) -> (String, bool);
 
     // ---- direct kernels -----------------------------------------------------
 

@@ -314,24 +314,10 @@ impl DialectOps for Standalone {
         l.extern_call(g, &p.extern_call(), None, cx)
     }
 
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        // The runtime takes the in-place op as the interpreter calls it:
-        // the target first, no result.
-        let call = ExternCall {
-            result: None,
-            op: s.op.clone(),
-            args,
-            kwargs,
-        };
-        self.extern_call(l, g, &call, None, &[], cx)
+    /// The in-place op as the interpreter calls it: the runtime takes the
+    /// target first, and no result.
+    fn scatter_op(&self, op: &str) -> (String, bool) {
+        (op.to_string(), false)
     }
 
     fn host_kernel_images(&self) -> bool {
