@@ -350,17 +350,26 @@ pub enum ArgValue {
 }
 
 impl ArgValue {
-    /// Calls `f` on every buffer named inside the value.
-    pub fn for_each_buffer<'s>(&'s self, f: &mut dyn FnMut(&'s BufName)) {
+    /// Calls `f` on every value inside the value that is not a list, in
+    /// order (the value itself when it is not a list).
+    fn for_each_leaf<'s>(&'s self, f: &mut dyn FnMut(&'s ArgValue)) {
         // An explicit stack: nesting depth costs no call stack.
         let mut stack = vec![self];
         while let Some(v) = stack.pop() {
             match v {
-                ArgValue::Buffer(b) => f(b),
                 ArgValue::List(items) => stack.extend(items.iter().rev()),
-                _ => {}
+                leaf => f(leaf),
             }
         }
+    }
+
+    /// Calls `f` on every buffer named inside the value.
+    pub fn for_each_buffer<'s>(&'s self, f: &mut dyn FnMut(&'s BufName)) {
+        self.for_each_leaf(&mut |v| {
+            if let ArgValue::Buffer(b) = v {
+                f(b)
+            }
+        });
     }
 
     /// How deeply lists nest in the value (0 for a scalar, 1 for a flat list).
@@ -378,14 +387,11 @@ impl ArgValue {
 
     /// Calls `f` on every expression inside the value.
     pub fn for_each_expr(&self, f: &mut dyn FnMut(&SymExpr)) {
-        let mut stack = vec![self];
-        while let Some(v) = stack.pop() {
-            match v {
-                ArgValue::Expr(e) => f(e),
-                ArgValue::List(items) => stack.extend(items.iter().rev()),
-                _ => {}
+        self.for_each_leaf(&mut |v| {
+            if let ArgValue::Expr(e) = v {
+                f(e)
             }
-        }
+        });
     }
 }
 
