@@ -96,6 +96,28 @@ pub fn emitter(target: crate::lower::Target) -> Box<dyn LaunchEmitter> {
     }
 }
 
+/// The launches a text back end prints with `options`, each read back by
+/// `launch`; `unsupported` says which of the back end's errors mean it does
+/// not support the program ([`EmitError::unsupported`]).
+fn printed_launches<O: crate::lower::TextLowering>(
+    lowering: &str,
+    info: &ProgramInfo<'_>,
+    options: &O,
+    unsupported: impl Fn(&O::Error) -> bool,
+    launch: impl Fn(PrintedLaunch) -> Result<EmittedLaunch, String>,
+) -> Result<Vec<EmittedLaunch>, EmitError>
+where
+    O::Error: std::fmt::Display,
+{
+    let printed = options
+        .write_recording_launches_to(info, &mut String::new())
+        .map_err(|e| EmitError::new(lowering, e.to_string(), unsupported(&e)))?;
+    printed
+        .into_iter()
+        .map(|p| launch(p).map_err(|message| EmitError::new(lowering, message, false)))
+        .collect()
+}
+
 /// A lowering could not report its launches.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{lowering}: {message}")]
