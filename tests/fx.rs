@@ -4,8 +4,8 @@ mod common;
 
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, CallArg, DType, Device, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex, Predicate, Program,
-    ProgramBuilder, SigType, TensorMethod, TritonMeta,
+    ArgValue, CallArg, DType, Device, DynamicScalar, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex,
+    Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr};
 
@@ -117,12 +117,12 @@ fn item_to_int() -> Program {
         |p| p.unbacked_symbol("u0", Some(0), Some(1)),
         |g, u0| {
             let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
-            g.line(Line::DynamicScalar {
+            g.line(Line::DynamicScalar(DynamicScalar {
                 symbol: u0,
                 source: x,
                 keypath: path(&[KeyEntry::ConvertInt]),
                 node: None,
-            });
+            }));
             let b0 = g.allocate("buf0", cuda(DType::Float32, vec![SymExpr::add(s("u0"), i(3))]));
             g.output(&b0);
         },

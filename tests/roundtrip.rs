@@ -356,23 +356,25 @@ fn line() -> impl Strategy<Value = Line> {
                 0..3
             )
         )
-            .prop_map(|(result, source, idx)| Line::MultiOutput {
+            .prop_map(|(result, source, idx)| Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices: idx.into_iter().collect()
-            }),
+            })),
         (
             buf(),
             prop::collection::vec(prop::option::of(buf()), 0..3),
             buf(),
             any::<bool>()
         )
-            .prop_map(|(target, indices, values, accumulate)| Line::IndexPutFallback {
-                target,
-                indices,
-                values,
-                accumulate
-            }),
+            .prop_map(
+                |(target, indices, values, accumulate)| Line::IndexPutFallback(IndexPutFallback {
+                    target,
+                    indices,
+                    values,
+                    accumulate
+                })
+            ),
         (
             buf(),
             any::<i64>(),
@@ -393,12 +395,12 @@ fn line() -> impl Strategy<Value = Line> {
                 }
             )),
         (symbol(), buf(), key_path(), prop::option::of(buf())).prop_map(|(symbol, source, keypath, node)| {
-            Line::DynamicScalar {
+            Line::DynamicScalar(DynamicScalar {
                 symbol,
                 source,
                 keypath,
                 node,
-            }
+            })
         }),
         (buf(), prop::collection::vec((symbol(), key_path()), 0..3)).prop_map(|(source, b)| Line::UnbackedSymbolDefs {
             source,
@@ -435,12 +437,12 @@ fn line() -> impl Strategy<Value = Line> {
         Just(Line::ExitDeviceContext),
         text().prop_map(|text| Line::Comment { text }),
         (buf(), dims(), dims(), prop::option::of(text())).prop_map(|(buffer, size, stride, context)| {
-            Line::AssertSizeStride {
+            Line::AssertSizeStride(AssertSizeStride {
                 buffer,
                 size,
                 stride,
                 context,
-            }
+            })
         }),
         (buf(), any::<u32>(), prop::option::of(text())).prop_map(|(buffer, alignment, context)| {
             Line::AssertAlignment {
@@ -796,12 +798,12 @@ fn print_line_forms() {
             "extern_out buf1 = extern_kernels.mm(buf0) result buf9",
         ),
         (
-            Line::DynamicScalar {
+            Line::DynamicScalar(DynamicScalar {
                 symbol: "u0".into(),
                 source: "buf0".into(),
                 keypath: SmallVec::from_vec(vec![KeyEntry::DivideBy(-2)]),
                 node: None,
-            },
+            }),
             "item u0 = buf0//-2",
         ),
     ];

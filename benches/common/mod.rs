@@ -12,8 +12,8 @@ use families::{cuda_f32, matmul_inputs};
 
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall, KernelName, Layout,
-    Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TritonMeta,
+    ArgValue, AssertSizeStride, BufName, CallArg, ConstValue, DType, Device, GraphBuilder, GridType, KernelCall,
+    KernelName, Layout, Line, PrecomputedGridEntry, Program, ProgramBuilder, SigType, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -450,12 +450,12 @@ impl Writer<'_, '_> {
                 self.g
                     .extern_out(&b, "extern_kernels.mm", vec![buf(&cur), buf(&w)], IndexMap::new());
                 self.lines += 1;
-                self.line(Line::AssertSizeStride {
+                self.line(Line::AssertSizeStride(AssertSizeStride {
                     buffer: b.clone(),
                     size: x.size.clone(),
                     stride: x.stride.clone(),
                     context: Some("extern_kernels.mm".into()),
-                });
+                }));
                 self.release_cur();
                 self.set_cur(b);
             }

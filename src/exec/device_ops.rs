@@ -313,7 +313,7 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
             );
             let op = match line {
                 Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.op.clone(),
-                Line::IndexPutFallback { .. } => "torch.ops.aten.index_put_.default".to_string(),
+                Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::OP.to_string(),
                 Line::ScatterFallback(s) => s.op.clone(),
                 Line::Reinterpret { base, alias } => {
                     let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
@@ -322,7 +322,7 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
                         _ => continue,
                     }
                 }
-                Line::DynamicScalar { keypath, .. } if keypath.as_slice() == [KeyEntry::ConvertInt] => {
+                Line::DynamicScalar(d) if d.keypath.as_slice() == [KeyEntry::ConvertInt] => {
                     "torch.ops.aten.where.Scalar".to_string()
                 }
                 Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),

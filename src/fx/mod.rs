@@ -114,18 +114,8 @@ pub enum SymOp {
     Max,
     /// `a ** b` with a natural exponent.
     Pow,
-    /// `a == b`.
-    Eq,
-    /// `a != b`.
-    Ne,
-    /// `a < b`.
-    Lt,
-    /// `a <= b`.
-    Le,
-    /// `a > b`.
-    Gt,
-    /// `a >= b`.
-    Ge,
+    /// A comparison (`a == b`, `a < b`, ...).
+    Cmp(crate::sym::CmpOp),
     /// `a & b` on booleans.
     And,
     /// `a | b` on booleans.
@@ -172,27 +162,9 @@ pub enum Op {
         name: String,
     },
     /// `torch.empty_strided(size, stride, dtype=, device=)`.
-    EmptyStrided {
-        /// Sizes (shared: nodes of one layout may hold one list).
-        size: Args,
-        /// Strides (shared likewise).
-        stride: Args,
-        /// Element type.
-        dtype: DType,
-        /// Device type (FX drops the index).
-        device: DeviceType,
-    },
+    EmptyStrided(EmptyStrided),
     /// `torch.as_strided(base, size, stride, offset)`.
-    AsStrided {
-        /// The viewed tensor.
-        base: NodeId,
-        /// Sizes (shared, as in [`Op::EmptyStrided`]).
-        size: Args,
-        /// Strides (shared likewise).
-        stride: Args,
-        /// Storage offset in elements.
-        offset: Arg,
-    },
+    AsStrided(AsStrided),
     /// One Triton launch (`triton_kernel_wrapper_mutation`); mutates its tensor kwargs.
     TritonKernel {
         /// The kernel.
@@ -278,16 +250,7 @@ pub enum Op {
         message: String,
     },
     /// `assert_size_stride(t, size, stride)`.
-    AssertSizeStride {
-        /// The checked tensor.
-        tensor: NodeId,
-        /// Expected sizes (shared, as in [`Op::EmptyStrided`]).
-        size: Args,
-        /// Expected strides (shared likewise).
-        stride: Args,
-        /// The op that produced the tensor, for the message.
-        context: Option<String>,
-    },
+    AssertSizeStride(AssertSizeStride),
     /// `assert_alignment(t, alignment)`.
     AssertAlignment {
         /// The checked tensor.
@@ -296,27 +259,9 @@ pub enum Op {
         alignment: u32,
     },
     /// `higher_order.cond(pred, true_graph, false_graph, operands)`.
-    Cond {
-        /// A one-element boolean tensor or a symbolic boolean.
-        pred: Arg,
-        /// The `Subgraph` node of the true branch.
-        true_graph: NodeId,
-        /// The `Subgraph` node of the false branch.
-        false_graph: NodeId,
-        /// Operands (tensors, then lifted symbols).
-        operands: Vec<Arg>,
-    },
+    Cond(Cond),
     /// `higher_order.while_loop(cond_graph, body_graph, carried, additional)`.
-    WhileLoop {
-        /// The `Subgraph` node computing the condition.
-        cond_graph: NodeId,
-        /// The `Subgraph` node computing the next carried values.
-        body_graph: NodeId,
-        /// Initial carried values.
-        carried: Vec<Arg>,
-        /// Values passed unchanged to both subgraphs (lifted symbols included).
-        additional: Vec<Arg>,
-    },
+    WhileLoop(WhileLoop),
     /// The graph's result.
     Output {
         /// Returned values.
@@ -324,6 +269,71 @@ pub enum Op {
         /// Return a list even for one value (subgraphs always return lists).
         as_list: bool,
     },
+}
+
+/// `torch.empty_strided(size, stride, dtype=, device=)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmptyStrided {
+    /// Sizes (shared: nodes of one layout may hold one list).
+    pub size: Args,
+    /// Strides (shared likewise).
+    pub stride: Args,
+    /// Element type.
+    pub dtype: DType,
+    /// Device type (FX drops the index).
+    pub device: DeviceType,
+}
+
+/// `torch.as_strided(base, size, stride, offset)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsStrided {
+    /// The viewed tensor.
+    pub base: NodeId,
+    /// Sizes (shared, as in [`Op::EmptyStrided`]).
+    pub size: Args,
+    /// Strides (shared likewise).
+    pub stride: Args,
+    /// Storage offset in elements.
+    pub offset: Arg,
+}
+
+/// `assert_size_stride(t, size, stride)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssertSizeStride {
+    /// The checked tensor.
+    pub tensor: NodeId,
+    /// Expected sizes (shared, as in [`Op::EmptyStrided`]).
+    pub size: Args,
+    /// Expected strides (shared likewise).
+    pub stride: Args,
+    /// The op that produced the tensor, for the message.
+    pub context: Option<String>,
+}
+
+/// `higher_order.cond(pred, true_graph, false_graph, operands)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cond {
+    /// A one-element boolean tensor or a symbolic boolean.
+    pub pred: Arg,
+    /// The `Subgraph` node of the true branch.
+    pub true_graph: NodeId,
+    /// The `Subgraph` node of the false branch.
+    pub false_graph: NodeId,
+    /// Operands (tensors, then lifted symbols).
+    pub operands: Vec<Arg>,
+}
+
+/// `higher_order.while_loop(cond_graph, body_graph, carried, additional)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhileLoop {
+    /// The `Subgraph` node computing the condition.
+    pub cond_graph: NodeId,
+    /// The `Subgraph` node computing the next carried values.
+    pub body_graph: NodeId,
+    /// Initial carried values.
+    pub carried: Vec<Arg>,
+    /// Values passed unchanged to both subgraphs (lifted symbols included).
+    pub additional: Vec<Arg>,
 }
 
 /// One node: a name unique in its graph, what it does, and its declared value.
@@ -353,20 +363,15 @@ impl Node {
         }
         match &self.op {
             Op::Placeholder(_) | Op::Constant { .. } | Op::Subgraph { .. } => {}
-            Op::EmptyStrided { size, stride, .. } => {
-                each(size, f);
-                each(stride, f);
+            Op::EmptyStrided(e) => {
+                each(&e.size, f);
+                each(&e.stride, f);
             }
-            Op::AsStrided {
-                base,
-                size,
-                stride,
-                offset,
-            } => {
-                f(*base);
-                each(size, f);
-                each(stride, f);
-                arg_nodes(offset, f);
+            Op::AsStrided(a) => {
+                f(a.base);
+                each(&a.size, f);
+                each(&a.stride, f);
+                arg_nodes(&a.offset, f);
             }
             Op::TritonKernel { grid, kwargs, .. } => {
                 each(grid, f);
@@ -385,35 +390,23 @@ impl Node {
             Op::Item { tensor, .. } => f(*tensor),
             Op::Sym { args, .. } => each(args, f),
             Op::AssertScalar { cond, .. } => arg_nodes(cond, f),
-            Op::AssertSizeStride {
-                tensor, size, stride, ..
-            } => {
-                f(*tensor);
-                each(size, f);
-                each(stride, f);
+            Op::AssertSizeStride(a) => {
+                f(a.tensor);
+                each(&a.size, f);
+                each(&a.stride, f);
             }
             Op::AssertAlignment { tensor, .. } => f(*tensor),
-            Op::Cond {
-                pred,
-                true_graph,
-                false_graph,
-                operands,
-            } => {
-                arg_nodes(pred, f);
-                f(*true_graph);
-                f(*false_graph);
-                each(operands, f);
+            Op::Cond(c) => {
+                arg_nodes(&c.pred, f);
+                f(c.true_graph);
+                f(c.false_graph);
+                each(&c.operands, f);
             }
-            Op::WhileLoop {
-                cond_graph,
-                body_graph,
-                carried,
-                additional,
-            } => {
-                f(*cond_graph);
-                f(*body_graph);
-                each(carried, f);
-                each(additional, f);
+            Op::WhileLoop(w) => {
+                f(w.cond_graph);
+                f(w.body_graph);
+                each(&w.carried, f);
+                each(&w.additional, f);
             }
             Op::Output { values, .. } => each(values, f),
         }
@@ -648,15 +641,7 @@ pub enum SymEvalError {
 impl From<crate::sym::CmpOp> for SymOp {
     /// The FX operator of a comparison.
     fn from(op: crate::sym::CmpOp) -> Self {
-        use crate::sym::CmpOp;
-        match op {
-            CmpOp::Eq => SymOp::Eq,
-            CmpOp::Ne => SymOp::Ne,
-            CmpOp::Lt => SymOp::Lt,
-            CmpOp::Le => SymOp::Le,
-            CmpOp::Gt => SymOp::Gt,
-            CmpOp::Ge => SymOp::Ge,
-        }
+        SymOp::Cmp(op)
     }
 }
 
@@ -672,12 +657,7 @@ impl SymOp {
             SymOp::Min => "sym_min",
             SymOp::Max => "sym_max",
             SymOp::Pow => "pow_1",
-            SymOp::Eq => "eq",
-            SymOp::Ne => "ne",
-            SymOp::Lt => "lt",
-            SymOp::Le => "le",
-            SymOp::Gt => "gt",
-            SymOp::Ge => "ge",
+            SymOp::Cmp(c) => c.name(),
             SymOp::And => "and_",
             SymOp::Or => "or_",
             SymOp::Not => "sym_not",
@@ -697,12 +677,7 @@ impl SymOp {
             SymOp::Min => Scalar::Int(a.min(b)),
             SymOp::Max => Scalar::Int(a.max(b)),
             SymOp::FloorDiv if b != 0 => Scalar::Int(crate::sym::eval::floor_div(a, b)?),
-            SymOp::Eq => Scalar::Bool(a == b),
-            SymOp::Ne => Scalar::Bool(a != b),
-            SymOp::Lt => Scalar::Bool(a < b),
-            SymOp::Le => Scalar::Bool(a <= b),
-            SymOp::Gt => Scalar::Bool(a > b),
-            SymOp::Ge => Scalar::Bool(a >= b),
+            SymOp::Cmp(c) => Scalar::Bool(c.holds(a, b)),
             _ => return None,
         })
     }
@@ -764,16 +739,9 @@ impl SymOp {
                 let e = u32::try_from(b).map_err(|_| bad())?;
                 Scalar::Int(a.checked_pow(e).ok_or_else(ovf)?)
             }
-            SymOp::Eq | SymOp::Ne | SymOp::Lt | SymOp::Le | SymOp::Gt | SymOp::Ge => {
+            SymOp::Cmp(c) => {
                 let (a, b) = two()?;
-                Scalar::Bool(match self {
-                    SymOp::Eq => a == b,
-                    SymOp::Ne => a != b,
-                    SymOp::Lt => a < b,
-                    SymOp::Le => a <= b,
-                    SymOp::Gt => a > b,
-                    _ => a >= b,
-                })
+                Scalar::Bool(c.holds(a, b))
             }
             SymOp::And => Scalar::Bool(args.iter().all(boolean)),
             SymOp::Or => Scalar::Bool(args.iter().any(boolean)),

@@ -166,32 +166,22 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push_str("self.");
             out.push_str(c);
         }
-        Op::EmptyStrided {
-            size,
-            stride,
-            dtype,
-            device,
-        } => {
+        Op::EmptyStrided(e) => {
             out.push_str("torch.empty_strided(");
-            push_size_stride(out, names, size, stride);
+            push_size_stride(out, names, &e.size, &e.stride);
             out.push_str(", dtype=torch.");
-            out.push_str(dtype.torch_name());
+            out.push_str(e.dtype.torch_name());
             out.push_str(", device='");
-            out.push_str(device.as_str());
+            out.push_str(e.device.as_str());
             out.push_str("')");
         }
-        Op::AsStrided {
-            base,
-            size,
-            stride,
-            offset,
-        } => {
+        Op::AsStrided(a) => {
             out.push_str("torch.as_strided(");
-            out.push_str(n(*base));
+            out.push_str(n(a.base));
             out.push_str(", ");
-            push_size_stride(out, names, size, stride);
+            push_size_stride(out, names, &a.size, &a.stride);
             out.push_str(", ");
-            push_arg(out, names, offset);
+            push_arg(out, names, &a.offset);
             out.push(')');
         }
         Op::TritonKernel { kernel, grid, kwargs } => {
@@ -312,17 +302,12 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             push_py_str(out, message);
             out.push(')');
         }
-        Op::AssertSizeStride {
-            tensor,
-            size,
-            stride,
-            context,
-        } => {
+        Op::AssertSizeStride(a) => {
             out.push_str("assert_size_stride(");
-            out.push_str(n(*tensor));
+            out.push_str(n(a.tensor));
             out.push_str(", ");
-            push_size_stride(out, names, size, stride);
-            if let Some(c) = context {
+            push_size_stride(out, names, &a.size, &a.stride);
+            if let Some(c) = &a.context {
                 out.push_str(", ");
                 push_py_str(out, c);
             }
@@ -335,36 +320,26 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             push_int(out, i64::from(*alignment));
             out.push(')');
         }
-        Op::Cond {
-            pred,
-            true_graph,
-            false_graph,
-            operands,
-        } => {
+        Op::Cond(c) => {
             out.push_str("torch.ops.higher_order.cond(");
-            push_arg(out, names, pred);
+            push_arg(out, names, &c.pred);
             out.push_str(", ");
-            out.push_str(n(*true_graph));
+            out.push_str(n(c.true_graph));
             out.push_str(", ");
-            out.push_str(n(*false_graph));
+            out.push_str(n(c.false_graph));
             out.push_str(", ");
-            push_tuple(out, names, operands);
+            push_tuple(out, names, &c.operands);
             out.push(')');
         }
-        Op::WhileLoop {
-            cond_graph,
-            body_graph,
-            carried,
-            additional,
-        } => {
+        Op::WhileLoop(w) => {
             out.push_str("torch.ops.higher_order.while_loop(");
-            out.push_str(n(*cond_graph));
+            out.push_str(n(w.cond_graph));
             out.push_str(", ");
-            out.push_str(n(*body_graph));
+            out.push_str(n(w.body_graph));
             out.push_str(", ");
-            push_tuple(out, names, carried);
+            push_tuple(out, names, &w.carried);
             out.push_str(", ");
-            push_tuple(out, names, additional);
+            push_tuple(out, names, &w.additional);
             out.push(')');
         }
         Op::Output { values, as_list } => {
@@ -383,12 +358,7 @@ fn binary_token(op: SymOp) -> &'static str {
         SymOp::FloorDiv => "//",
         SymOp::PyMod => "%",
         SymOp::Pow => "**",
-        SymOp::Eq => "==",
-        SymOp::Ne => "!=",
-        SymOp::Lt => "<",
-        SymOp::Le => "<=",
-        SymOp::Gt => ">",
-        SymOp::Ge => ">=",
+        SymOp::Cmp(c) => c.token(),
         SymOp::And => "&",
         SymOp::Or => "|",
         _ => "?",

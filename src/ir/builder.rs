@@ -2,8 +2,8 @@
 
 use super::kernel::{KernelBackend, KernelDef};
 use super::line::{
-    ArgValue, CallArg, Conditional, ExternCall, KernelCall, KeyEntry, KeyPath, Line, MultiIndex, Predicate,
-    TensorMethod, WhileLoop,
+    ArgValue, CallArg, Conditional, ExternCall, KernelCall, KeyEntry, KeyPath, Line, MultiIndex, MultiOutput,
+    Predicate, TensorMethod, WhileLoop,
 };
 use super::program::{BufferDecl, BufferKind, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange};
 use super::types::{BufName, Device, GraphName, KernelName, Layout};
@@ -292,11 +292,11 @@ impl GraphBuilder<'_> {
     /// Extracts an element of a multi-output value into a declared tensor.
     pub fn multi_output(&mut self, result: &str, layout: Layout, source: &BufName, indices: &[MultiIndex]) -> BufName {
         let n = self.declare_tensor(result, layout);
-        self.lines.push(Line::MultiOutput {
+        self.lines.push(Line::MultiOutput(MultiOutput {
             result: n.clone(),
             source: source.clone(),
             indices: indices.iter().cloned().collect(),
-        });
+        }));
         n
     }
 

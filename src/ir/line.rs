@@ -76,41 +76,13 @@ pub enum Line {
         out: BufName,
     },
     /// Extract an element of a multi-output result (`buf3 = buf2[0]`).
-    MultiOutput {
-        /// The extracted value's name.
-        result: BufName,
-        /// The multi-output value.
-        source: BufName,
-        /// Indices from outermost to innermost; empty means the whole value.
-        #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
-        indices: SmallVec<[MultiIndex; 2]>,
-    },
+    MultiOutput(MultiOutput),
     /// `aten.index_put_(target, indices, values, accumulate)` fallback.
-    IndexPutFallback {
-        /// The tensor written in place.
-        target: BufName,
-        /// One index tensor per leading dimension, `None` for a full slice.
-        indices: Vec<Option<BufName>>,
-        /// The values.
-        values: BufName,
-        /// Add instead of overwrite.
-        accumulate: bool,
-    },
+    IndexPutFallback(IndexPutFallback),
     /// `scatter_` / `scatter_reduce_` fallback.
     ScatterFallback(ScatterFallback),
     /// Bind a symbol from a one-element tensor's value (`u0 = buf0.item()`).
-    DynamicScalar {
-        /// The bound symbol.
-        symbol: Symbol,
-        /// The one-element tensor.
-        source: BufName,
-        /// Post-processing of the value: empty, `[ConvertInt]` or `[DivideBy(d)]`.
-        #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
-        keypath: KeyPath,
-        /// The IR node's own name (printed as `<name> = None`), if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        node: Option<BufName>,
-    },
+    DynamicScalar(DynamicScalar),
     /// Bind unbacked symbols from the output of an extern/fallback op.
     UnbackedSymbolDefs {
         /// The op's result (a tensor or a multi-output value).
@@ -135,17 +107,7 @@ pub enum Line {
         text: String,
     },
     /// Check a tensor's sizes and strides (`assert_size_stride`).
-    AssertSizeStride {
-        /// The checked tensor.
-        buffer: BufName,
-        /// Expected sizes.
-        size: SmallVec<[SymExpr; 4]>,
-        /// Expected strides.
-        stride: SmallVec<[SymExpr; 4]>,
-        /// The op that produced it (for the message), if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        context: Option<String>,
-    },
+    AssertSizeStride(AssertSizeStride),
     /// Check a tensor's data pointer alignment (`assert_alignment`).
     AssertAlignment {
         /// The checked tensor.
@@ -232,7 +194,7 @@ impl Line {
             Line::Reuse { new, .. } => Some(new),
             Line::Reinterpret { alias, .. } => Some(alias),
             Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.result.as_ref(),
-            Line::MultiOutput { result, .. } => Some(result),
+            Line::MultiOutput(m) => Some(&m.result),
             Line::Conditional(c) => Some(&c.result),
             Line::WhileLoop(w) => Some(&w.result),
             _ => None,
@@ -261,8 +223,8 @@ impl Line {
             Line::FreeIfNotReused { buffer, .. }
             | Line::Free { buffer }
             | Line::CommBufferFree { buffer }
-            | Line::AssertSizeStride { buffer, .. }
             | Line::AssertAlignment { buffer, .. } => out.push(buffer),
+            Line::AssertSizeStride(a) => out.push(&a.buffer),
             Line::Reuse { old, .. } => out.push(old),
             Line::Reinterpret { base, .. } => out.push(base),
             Line::KernelCall(call) => args(&mut out, call.args.iter().map(|a| &a.value)),
@@ -271,18 +233,13 @@ impl Line {
                 args(&mut out, call.args.iter().chain(call.kwargs.values()));
                 out.push(o);
             }
-            Line::MultiOutput { source, .. }
-            | Line::DynamicScalar { source, .. }
+            Line::MultiOutput(MultiOutput { source, .. })
+            | Line::DynamicScalar(DynamicScalar { source, .. })
             | Line::UnbackedSymbolDefs { source, .. } => out.push(source),
-            Line::IndexPutFallback {
-                target,
-                indices,
-                values,
-                ..
-            } => {
-                out.push(target);
-                out.extend(indices.iter().flatten());
-                out.push(values);
+            Line::IndexPutFallback(p) => {
+                out.push(&p.target);
+                out.extend(p.indices.iter().flatten());
+                out.push(&p.values);
             }
             Line::ScatterFallback(s) => {
                 out.push(&s.target);
@@ -306,7 +263,9 @@ impl Line {
     pub fn binds(&self) -> impl Iterator<Item = &Symbol> + '_ {
         let (many, one) = match self {
             Line::UnbackedSymbolDefs { bindings, .. } => (Some(bindings.keys()), None),
-            Line::DynamicScalar { symbol, .. } | Line::SymbolicCallArg { symbol, .. } => (None, Some(symbol)),
+            Line::DynamicScalar(DynamicScalar { symbol, .. }) | Line::SymbolicCallArg { symbol, .. } => {
+                (None, Some(symbol))
+            }
             _ => (None, None),
         };
         many.into_iter().flatten().chain(one)
@@ -391,17 +350,26 @@ pub enum ArgValue {
 }
 
 impl ArgValue {
-    /// Calls `f` on every buffer named inside the value.
-    pub fn for_each_buffer<'s>(&'s self, f: &mut dyn FnMut(&'s BufName)) {
+    /// Calls `f` on every value inside the value that is not a list, in
+    /// order (the value itself when it is not a list).
+    fn for_each_leaf<'s>(&'s self, f: &mut dyn FnMut(&'s ArgValue)) {
         // An explicit stack: nesting depth costs no call stack.
         let mut stack = vec![self];
         while let Some(v) = stack.pop() {
             match v {
-                ArgValue::Buffer(b) => f(b),
                 ArgValue::List(items) => stack.extend(items.iter().rev()),
-                _ => {}
+                leaf => f(leaf),
             }
         }
+    }
+
+    /// Calls `f` on every buffer named inside the value.
+    pub fn for_each_buffer<'s>(&'s self, f: &mut dyn FnMut(&'s BufName)) {
+        self.for_each_leaf(&mut |v| {
+            if let ArgValue::Buffer(b) = v {
+                f(b)
+            }
+        });
     }
 
     /// How deeply lists nest in the value (0 for a scalar, 1 for a flat list).
@@ -419,14 +387,11 @@ impl ArgValue {
 
     /// Calls `f` on every expression inside the value.
     pub fn for_each_expr(&self, f: &mut dyn FnMut(&SymExpr)) {
-        let mut stack = vec![self];
-        while let Some(v) = stack.pop() {
-            match v {
-                ArgValue::Expr(e) => f(e),
-                ArgValue::List(items) => stack.extend(items.iter().rev()),
-                _ => {}
+        self.for_each_leaf(&mut |v| {
+            if let ArgValue::Expr(e) = v {
+                f(e)
             }
-        }
+        });
     }
 }
 
@@ -474,6 +439,87 @@ pub enum MultiIndex {
     Dict(String),
 }
 
+/// Extract an element of a multi-output result (`buf3 = buf2[0]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MultiOutput {
+    /// The extracted value's name.
+    pub result: BufName,
+    /// The multi-output value.
+    pub source: BufName,
+    /// Indices from outermost to innermost; empty means the whole value.
+    #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+    pub indices: SmallVec<[MultiIndex; 2]>,
+}
+
+/// `aten.index_put_(target, indices, values, accumulate)` fallback.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexPutFallback {
+    /// The tensor written in place.
+    pub target: BufName,
+    /// One index tensor per leading dimension, `None` for a full slice.
+    pub indices: Vec<Option<BufName>>,
+    /// The values.
+    pub values: BufName,
+    /// Add instead of overwrite.
+    pub accumulate: bool,
+}
+
+impl IndexPutFallback {
+    /// The op the line runs, as the interpreter and every back end that
+    /// calls it as an extern op name it.
+    pub const OP: &'static str = "torch.ops.aten.index_put_.default";
+
+    /// The line as the extern call of [`IndexPutFallback::OP`] (target,
+    /// indices with `None` for a full slice, values, accumulate), with no
+    /// result: the op writes `target` in place.
+    pub fn extern_call(&self) -> ExternCall {
+        let indices = self
+            .indices
+            .iter()
+            .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer));
+        ExternCall {
+            result: None,
+            op: Self::OP.into(),
+            args: vec![
+                ArgValue::Buffer(self.target.clone()),
+                ArgValue::List(indices.collect()),
+                ArgValue::Buffer(self.values.clone()),
+                ArgValue::Bool(self.accumulate),
+            ],
+            kwargs: IndexMap::new(),
+        }
+    }
+}
+
+/// Bind a symbol from a one-element tensor's value (`u0 = buf0.item()`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DynamicScalar {
+    /// The bound symbol.
+    pub symbol: Symbol,
+    /// The one-element tensor.
+    pub source: BufName,
+    /// Post-processing of the value: empty, `[ConvertInt]` or `[DivideBy(d)]`.
+    #[serde(default, skip_serializing_if = "SmallVec::is_empty")]
+    pub keypath: KeyPath,
+    /// The IR node's own name (printed as `<name> = None`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<BufName>,
+}
+
+/// Check a tensor's sizes and strides (`assert_size_stride`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssertSizeStride {
+    /// The checked tensor.
+    pub buffer: BufName,
+    /// Expected sizes.
+    pub size: SmallVec<[SymExpr; 4]>,
+    /// Expected strides.
+    pub stride: SmallVec<[SymExpr; 4]>,
+    /// The op that produced it (for the message), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
 /// `scatter_(target, dim, index, src, reduce=...)` / `scatter_reduce_`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ScatterFallback {
@@ -493,6 +539,32 @@ pub struct ScatterFallback {
     /// `include_self=` of scatter_reduce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_self: Option<bool>,
+}
+
+impl ScatterFallback {
+    /// The line as the extern call of its op as the interpreter makes it
+    /// (target, dim, index, src; `reduce=` and `include_self=` when given),
+    /// with no result: the op writes `target` in place.
+    pub fn extern_call(&self) -> ExternCall {
+        let mut kwargs = IndexMap::new();
+        if let Some(r) = &self.reduce {
+            kwargs.insert("reduce".to_string(), ArgValue::Str(r.clone()));
+        }
+        if let Some(i) = self.include_self {
+            kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
+        }
+        ExternCall {
+            result: None,
+            op: self.op.clone(),
+            args: vec![
+                ArgValue::Buffer(self.target.clone()),
+                ArgValue::Expr(SymExpr::Int(self.dim)),
+                ArgValue::Buffer(self.index.clone()),
+                self.src.clone(),
+            ],
+            kwargs,
+        }
+    }
 }
 
 /// The predicate of a conditional.

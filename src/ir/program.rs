@@ -1,7 +1,7 @@
 //! Programs, graphs, and their declaration tables.
 
 use super::kernel::KernelDef;
-use super::line::Line;
+use super::line::{AssertSizeStride, Line};
 use super::types::{BufName, GraphName, KernelName, Layout};
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -131,7 +131,7 @@ impl Graph {
     /// The buffers the graph's own `assert_size_stride` lines check, in order.
     pub fn asserted_buffers(&self) -> impl Iterator<Item = &BufName> {
         self.lines.iter().filter_map(|l| match l {
-            Line::AssertSizeStride { buffer, .. } => Some(buffer),
+            Line::AssertSizeStride(AssertSizeStride { buffer, .. }) => Some(buffer),
             _ => None,
         })
     }

@@ -241,15 +241,7 @@ fn boolean(e: &SymExpr, b: &mut Lookup<'_>) -> Result<bool, EvalError> {
                 let (bx, by) = (boolean(x, b)?, boolean(y, b)?);
                 return Ok((bx == by) == (*op == CmpOp::Eq));
             }
-            let (x, y) = (int(x, b)?, int(y, b)?);
-            Ok(match op {
-                CmpOp::Eq => x == y,
-                CmpOp::Ne => x != y,
-                CmpOp::Lt => x < y,
-                CmpOp::Le => x <= y,
-                CmpOp::Gt => x > y,
-                CmpOp::Ge => x >= y,
-            })
+            Ok(op.holds(int(x, b)?, int(y, b)?))
         }
         E::And(items) => {
             for i in items {

@@ -3,10 +3,11 @@
 use super::cursor::{first_token, is_ident, strip_comment, Cursor};
 use super::ParseError;
 use crate::ir::{
-    ArgValue, BufName, BufferDecl, BufferKind, CallArg, Conditional, ConstValue, CppMeta, DType, Device, ExternCall,
-    Graph, GraphInput, GraphName, GraphOutput, GridType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
-    KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex, PrecomputedGridEntry, Predicate, Program, ScatterFallback,
-    SigType, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
+    ArgValue, AssertSizeStride, BufName, BufferDecl, BufferKind, CallArg, Conditional, ConstValue, CppMeta, DType,
+    Device, DynamicScalar, ExternCall, Graph, GraphInput, GraphName, GraphOutput, GridType, HalideArg, HalideMeta,
+    IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex,
+    MultiOutput, PrecomputedGridEntry, Predicate, Program, ScatterFallback, SigType, SymbolDecl, SymbolKind,
+    TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
 };
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -1221,11 +1222,11 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
                 });
                 c.expect("]", || format!("expected `]` to close {what}"))?;
             }
-            Line::MultiOutput {
+            Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices,
-            }
+            })
         }
         "index_put" => {
             let target = buf_after(c, kw)?;
@@ -1236,12 +1237,12 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             })?;
             c.expect("=", || format!("expected `=` after the indices of `{target}`"))?;
             let values = buf_after(c, "=")?;
-            Line::IndexPutFallback {
+            Line::IndexPutFallback(IndexPutFallback {
                 target,
                 indices,
                 values,
                 accumulate: c.eat_keyword("accumulate"),
-            }
+            })
         }
         "scatter" => {
             c.skip_ws();
@@ -1297,12 +1298,12 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             } else {
                 None
             };
-            Line::DynamicScalar {
+            Line::DynamicScalar(DynamicScalar {
                 symbol: Symbol::new(symbol),
                 source,
                 keypath,
                 node,
-            }
+            })
         }
         "bind" => {
             let source = buf_after(c, kw)?;
@@ -1406,12 +1407,12 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             } else {
                 None
             };
-            Line::AssertSizeStride {
+            Line::AssertSizeStride(AssertSizeStride {
                 buffer,
                 size,
                 stride,
                 context,
-            }
+            })
         }
         "assert_alignment" => {
             let buffer = buf_after(c, kw)?;

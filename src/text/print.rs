@@ -365,6 +365,14 @@ fn arg_value(v: &ArgValue, declared: Declared<'_>) -> String {
     }
 }
 
+/// An assert line's text `s`, then the producing op's name (quoted) when known.
+fn with_context(mut s: String, context: &Option<String>) -> String {
+    if let Some(c) = context {
+        let _ = write!(s, " {}", PyStr(c));
+    }
+    s
+}
+
 fn expr_list(items: &[SymExpr]) -> String {
     let inner: Vec<String> = items.iter().map(|e| e.to_string()).collect();
     format!("[{}]", inner.join(", "))
@@ -426,13 +434,9 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
-        Line::MultiOutput {
-            result,
-            source,
-            indices,
-        } => {
-            let mut s = format!("get {result} = {source}");
-            for i in indices {
+        Line::MultiOutput(m) => {
+            let mut s = format!("get {} = {}", m.result, m.source);
+            for i in &m.indices {
                 match i {
                     MultiIndex::Tuple(v) => {
                         let _ = write!(s, "[tuple {v}]");
@@ -447,18 +451,13 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
-        Line::IndexPutFallback {
-            target,
-            indices,
-            values,
-            accumulate,
-        } => {
-            format!(
-                "index_put {target}[{}] = {values}{}",
-                IndexNames(indices),
-                if *accumulate { " accumulate" } else { "" }
-            )
-        }
+        Line::IndexPutFallback(p) => format!(
+            "index_put {}[{}] = {}{}",
+            p.target,
+            IndexNames(&p.indices),
+            p.values,
+            if p.accumulate { " accumulate" } else { "" }
+        ),
         Line::ScatterFallback(s) => {
             let mut t = format!(
                 "scatter {}({}, {}, {}, {})",
@@ -476,14 +475,9 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             t
         }
-        Line::DynamicScalar {
-            symbol,
-            source,
-            keypath,
-            node,
-        } => {
-            let mut s = format!("item {symbol} = {source}{}", KeyPathText(keypath));
-            if let Some(n) = node {
+        Line::DynamicScalar(d) => {
+            let mut s = format!("item {} = {}{}", d.symbol, d.source, KeyPathText(&d.keypath));
+            if let Some(n) = &d.node {
                 let _ = write!(s, " node {n}");
             }
             s
@@ -534,29 +528,20 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
         Line::EnterDeviceContext { device_index } => format!("device {device_index} {{"),
         Line::ExitDeviceContext => "}".to_string(),
         Line::Comment { text } => format!("comment {}", PyStr(text)),
-        Line::AssertSizeStride {
-            buffer,
-            size,
-            stride,
-            context,
-        } => {
-            let mut s = format!("assert_size_stride {buffer} {} {}", expr_list(size), expr_list(stride));
-            if let Some(c) = context {
-                let _ = write!(s, " {}", PyStr(c));
-            }
-            s
-        }
+        Line::AssertSizeStride(a) => with_context(
+            format!(
+                "assert_size_stride {} {} {}",
+                a.buffer,
+                expr_list(&a.size),
+                expr_list(&a.stride)
+            ),
+            &a.context,
+        ),
         Line::AssertAlignment {
             buffer,
             alignment,
             context,
-        } => {
-            let mut s = format!("assert_alignment {buffer} {alignment}");
-            if let Some(c) = context {
-                let _ = write!(s, " {}", PyStr(c));
-            }
-            s
-        }
+        } => with_context(format!("assert_alignment {buffer} {alignment}"), context),
         Line::RuntimeAssert { cond, message, node } => {
             let mut s = format!("assert {} {}", ParenIfCompound(cond), PyStr(message));
             if let Some(n) = node {

@@ -193,11 +193,11 @@ fn nested_and_whole_multi_outputs() {
     let r = g.extern_alloc_multi("buf0", "torch.ops.mylib.nest.default", vec![buf("arg0_1")]);
     g.multi_output("buf1", f32(&[int(2)]), &r, &[MultiIndex::List(0), MultiIndex::List(1)]);
     g.declare_multi("buf2");
-    g.line(Line::MultiOutput {
+    g.line(Line::MultiOutput(MultiOutput {
         result: "buf2".into(),
         source: "buf0".into(),
         indices: [MultiIndex::List(1)].into_iter().collect(),
-    });
+    }));
     let c = g.multi_output("buf3", f32(&[sym("u0")]), &"buf2".into(), &[MultiIndex::Tuple(0)]);
     g.bind_unbacked(
         &r,

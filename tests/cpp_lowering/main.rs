@@ -10,8 +10,8 @@ mod common;
 use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, CallArg, ConstValue, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
-    MultiIndex, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
+    ArgValue, AssertSizeStride, CallArg, ConstValue, DType, Device, DynamicScalar, GridType, KernelBackend, KernelCall,
+    KeyEntry, Layout, Line, MultiIndex, MultiOutput, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -178,18 +178,18 @@ fn item_program() -> Program {
         },
         |g, _| {
             g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
-            g.line(Line::DynamicScalar {
+            g.line(Line::DynamicScalar(DynamicScalar {
                 symbol: "u0".into(),
                 source: "arg0_1".into(),
                 keypath: [KeyEntry::DivideBy(4)].into_iter().collect(),
                 node: None,
-            });
-            g.line(Line::DynamicScalar {
+            }));
+            g.line(Line::DynamicScalar(DynamicScalar {
                 symbol: "u1".into(),
                 source: "arg0_1".into(),
                 keypath: [KeyEntry::ConvertInt].into_iter().collect(),
                 node: None,
-            });
+            }));
             g.output_expr(sym("u0"));
         },
     )
@@ -256,12 +256,12 @@ fn topk_program() -> Program {
                 alignment: 16,
                 context: None,
             });
-            g.line(Line::AssertSizeStride {
+            g.line(Line::AssertSizeStride(AssertSizeStride {
                 buffer: "buf4".into(),
                 size: [int(2)].into_iter().collect(),
                 stride: [int(1)].into_iter().collect(),
                 context: Some("add".into()),
-            });
+            }));
             g.output(&v);
             g.output(&out);
             g.output(&v);

@@ -198,12 +198,12 @@ fn input_asserts_follow_input_order() {
     }
     g.define_kernel(&k);
     for name in ["arg1_1", "arg3_1"] {
-        g.line(Line::AssertSizeStride {
+        g.line(Line::AssertSizeStride(AssertSizeStride {
             buffer: name.into(),
             size: smallvec![SymExpr::Int(4)],
             stride: smallvec![SymExpr::Int(1)],
             context: Some("explicit".into()),
-        });
+        }));
     }
     g.comment("body");
     g.finish();

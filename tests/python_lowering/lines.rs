@@ -344,12 +344,12 @@ fn extern_and_multi_output_lines() {
             "index_put_and_scatter",
             program(|g| {
                 g.declare_tensor("idx", f32(&[4]));
-                g.line(Line::IndexPutFallback {
+                g.line(Line::IndexPutFallback(IndexPutFallback {
                     target: "arg0_1".into(),
                     indices: vec![Some("arg0_1".into()), None],
                     values: "arg0_1".into(),
                     accumulate: true,
-                });
+                }));
                 g.line(Line::ScatterFallback(ScatterFallback {
                     op: "aten.scatter_.src".into(),
                     target: "arg0_1".into(),
@@ -385,12 +385,12 @@ fn symbol_binding_lines() {
     use KeyEntry::*;
     let item = |keypath: KeyPath, node: Option<&str>| {
         program(|g| {
-            g.line(Line::DynamicScalar {
+            g.line(Line::DynamicScalar(DynamicScalar {
                 symbol: "u0".into(),
                 source: "arg0_1".into(),
                 keypath,
                 node: node.map(Into::into),
-            });
+            }));
         })
     };
     let bind = |entries: &[KeyEntry]| {
@@ -469,12 +469,12 @@ fn symbol_binding_lines() {
         (
             "runtime_assert_let_comment",
             program(|g| {
-                g.line(Line::DynamicScalar {
+                g.line(Line::DynamicScalar(DynamicScalar {
                     symbol: "u0".into(),
                     source: "arg0_1".into(),
                     keypath: path(&[]),
                     node: None,
-                });
+                }));
                 g.line(Line::RuntimeAssert {
                     cond: SymExpr::cmp(CmpOp::Ge, sym("u0"), SymExpr::Int(0)),
                     message: "u0 >= 0".into(),
@@ -503,19 +503,19 @@ fn symbol_binding_lines() {
                 nonzero.stride = smallvec![SymExpr::Int(1), sym("u0")];
                 let b1 = g.extern_alloc("buf1", nonzero, "torch.ops.aten.nonzero.default", vec![buf("arg0_1")]);
                 g.bind_size(&b1, &"u0".into(), 0);
-                g.line(Line::AssertSizeStride {
+                g.line(Line::AssertSizeStride(AssertSizeStride {
                     buffer: b1.clone(),
                     size: smallvec![sym("u0"), SymExpr::Int(1)],
                     stride: smallvec![SymExpr::Int(1), sym("u0")],
                     context: Some("torch.ops.aten.nonzero.default".into()),
-                });
+                }));
                 let b2 = g.allocate("buf2", Layout::contiguous(DType::Float32, cuda(), []));
-                g.line(Line::AssertSizeStride {
+                g.line(Line::AssertSizeStride(AssertSizeStride {
                     buffer: b2.clone(),
                     size: smallvec![],
                     stride: smallvec![],
                     context: None,
-                });
+                }));
                 g.line(Line::AssertAlignment {
                     buffer: "arg0_1".into(),
                     alignment: 16,

@@ -8,9 +8,9 @@ use indexmap::IndexMap;
 use smallvec::smallvec;
 use wrapir::ir::Location;
 use wrapir::ir::{
-    ArgValue, CallArg, DType, Device, ExternCall, GraphBuilder, GridType, HalideArg, HalideMeta, KernelBackend,
-    KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program, ProgramBuilder, ScatterFallback,
-    TensorMethod, TritonMeta,
+    ArgValue, AssertSizeStride, CallArg, DType, Device, DynamicScalar, ExternCall, GraphBuilder, GridType, HalideArg,
+    HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate,
+    Program, ProgramBuilder, ScatterFallback, TensorMethod, TritonMeta,
 };
 use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};

@@ -7,9 +7,9 @@
 mod common;
 
 use wrapir::ir::{
-    validate, ArgValue, BufName, CallArg, Conditional, DType, Device, GraphBuilder, GraphName, GridType, KernelCall,
-    KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, Site, SymbolKind, TensorMethod, TritonMeta,
-    ValidationErrors, ValueRange, MAIN_GRAPH,
+    validate, ArgValue, AssertSizeStride, BufName, CallArg, Conditional, DType, Device, DynamicScalar, GraphBuilder,
+    GraphName, GridType, KernelCall, KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, Site, SymbolKind,
+    TensorMethod, TritonMeta, ValidationErrors, ValueRange, MAIN_GRAPH,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 

@@ -228,8 +228,8 @@ const SYMBOL_CASES: &[Case] = &[
         p.unbacked_symbol("u0", Some(0), None);
         let mut g = p.main();
         let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
-        g.line(Line::DynamicScalar { symbol: Symbol::new("u0"), source: x.clone(), keypath: Default::default(), node: None });
-        g.line(Line::DynamicScalar { symbol: Symbol::new("u0"), source: x, keypath: Default::default(), node: None });
+        g.line(Line::DynamicScalar(DynamicScalar { symbol: Symbol::new("u0"), source: x.clone(), keypath: Default::default(), node: None }));
+        g.line(Line::DynamicScalar(DynamicScalar { symbol: Symbol::new("u0"), source: x, keypath: Default::default(), node: None }));
         g.finish();
     }, &["main:1: symbol u0 is bound twice (first bound at line 0 of graph main)"]),
     ("precomputed symbol rebound to another expression", |p| {
@@ -289,12 +289,12 @@ const SYMBOL_CASES: &[Case] = &[
         p.unbacked_symbol("u0", Some(0), None);
         let mut g = p.main();
         let x = input8(&mut g);
-        g.line(Line::DynamicScalar {
+        g.line(Line::DynamicScalar(DynamicScalar {
             symbol: Symbol::new("u0"),
             source: x,
             keypath: [KeyEntry::CallMethod(TensorMethod::Size), KeyEntry::Index(0)].into_iter().collect(),
             node: None,
-        });
+        }));
         g.finish();
     }, &["main:0: key path `.size()[0]` of symbol u0 is malformed: an item line takes no path, `.to_int()` or `//d`"]),
     ("runtime assert on an integer", |p| {
@@ -398,12 +398,12 @@ const STRUCTURE_CASES: &[Case] = &[
         |p| {
             let mut g = p.main();
             let x = input8(&mut g);
-            g.line(Line::AssertSizeStride {
+            g.line(Line::AssertSizeStride(AssertSizeStride {
                 buffer: x,
                 size: [SymExpr::Int(8), SymExpr::Int(1)].into_iter().collect(),
                 stride: [SymExpr::Int(1)].into_iter().collect(),
                 context: None,
-            });
+            }));
             g.finish();
         },
         &["main:0: assert_size_stride on arg0_1 gives 2 sizes and 1 strides but the buffer has rank 1"],

@@ -69,27 +69,17 @@ pub(super) fn compile_graph(
                 StepKind::Input(inputs.len() - 1)
             }
             Op::Constant { name } => StepKind::Constant(name.clone()),
-            Op::EmptyStrided {
-                size,
-                stride,
-                dtype,
-                device,
-            } => StepKind::EmptyStrided {
-                size: OperandList::Owned(operands(size)?.into()),
-                stride: OperandList::Owned(operands(stride)?.into()),
-                dtype: *dtype,
-                device: *device,
+            Op::EmptyStrided(e) => StepKind::EmptyStrided {
+                size: OperandList::Owned(operands(&e.size)?.into()),
+                stride: OperandList::Owned(operands(&e.stride)?.into()),
+                dtype: e.dtype,
+                device: e.device,
             },
-            Op::AsStrided {
-                base,
-                size,
-                stride,
-                offset,
-            } => StepKind::AsStrided(Box::new(AsStridedStep {
-                base: slot(*base)?,
-                size: operands(size)?,
-                stride: operands(stride)?,
-                offset: operand(offset)?,
+            Op::AsStrided(a) => StepKind::AsStrided(Box::new(AsStridedStep {
+                base: slot(a.base)?,
+                size: operands(&a.size)?,
+                stride: operands(&a.stride)?,
+                offset: operand(&a.offset)?,
             })),
             Op::TritonKernel { kernel, grid, kwargs } => StepKind::Triton {
                 t: Box::new(TritonStep {
@@ -161,42 +151,27 @@ pub(super) fn compile_graph(
                 cond: operand(cond)?,
                 message: message.as_str().into(),
             },
-            Op::AssertSizeStride {
-                tensor,
-                size,
-                stride,
-                context,
-            } => StepKind::AssertSizeStride {
-                tensor: slot(*tensor)?,
-                size: OperandList::Owned(operands(size)?.into()),
-                stride: OperandList::Owned(operands(stride)?.into()),
-                context: context.as_deref().map(Box::from),
+            Op::AssertSizeStride(a) => StepKind::AssertSizeStride {
+                tensor: slot(a.tensor)?,
+                size: OperandList::Owned(operands(&a.size)?.into()),
+                stride: OperandList::Owned(operands(&a.stride)?.into()),
+                context: a.context.as_deref().map(Box::from),
             },
             Op::AssertAlignment { tensor, alignment } => StepKind::AssertAlignment {
                 tensor: slot(*tensor)?,
                 alignment: *alignment,
             },
-            Op::Cond {
-                pred,
-                true_graph,
-                false_graph,
-                operands: ops,
-            } => StepKind::Cond(Box::new(CondStep {
-                pred: operand(pred)?,
-                true_graph: sub(*true_graph)?,
-                false_graph: sub(*false_graph)?,
-                operands: operands(ops)?,
+            Op::Cond(c) => StepKind::Cond(Box::new(CondStep {
+                pred: operand(&c.pred)?,
+                true_graph: sub(c.true_graph)?,
+                false_graph: sub(c.false_graph)?,
+                operands: operands(&c.operands)?,
             })),
-            Op::WhileLoop {
-                cond_graph,
-                body_graph,
-                carried,
-                additional,
-            } => StepKind::While(Box::new(WhileStep {
-                cond_graph: sub(*cond_graph)?,
-                body_graph: sub(*body_graph)?,
-                carried: operands(carried)?,
-                additional: operands(additional)?,
+            Op::WhileLoop(w) => StepKind::While(Box::new(WhileStep {
+                cond_graph: sub(w.cond_graph)?,
+                body_graph: sub(w.body_graph)?,
+                carried: operands(&w.carried)?,
+                additional: operands(&w.additional)?,
             })),
         };
         infos.push(StepInfo {

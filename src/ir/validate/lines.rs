@@ -70,11 +70,11 @@ impl<'a> Validator<'a> {
                     self.define_result(g, at, r, Need::Any);
                 }
             }
-            Line::MultiOutput {
+            Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices,
-            } => {
+            }) => {
                 let need = if indices.is_empty() { Need::Any } else { Need::Multi };
                 self.use_buffer(g, at, source, need, false);
                 for ix in indices {
@@ -98,12 +98,12 @@ impl<'a> Validator<'a> {
                 }
                 self.define_result(g, at, result, Need::Any);
             }
-            Line::IndexPutFallback {
+            Line::IndexPutFallback(IndexPutFallback {
                 target,
                 indices,
                 values,
                 ..
-            } => {
+            }) => {
                 self.use_buffer(g, at, target, Need::Tensor, true);
                 for b in indices.iter().flatten() {
                     self.use_buffer(g, at, b, Need::Tensor, true);
@@ -115,12 +115,12 @@ impl<'a> Validator<'a> {
                 self.use_buffer(g, at, &s.index, Need::Tensor, true);
                 self.use_arg(g, at, &s.src);
             }
-            Line::DynamicScalar {
+            Line::DynamicScalar(DynamicScalar {
                 symbol,
                 source,
                 keypath,
                 ..
-            } => {
+            }) => {
                 self.use_buffer(g, at, source, Need::Tensor, false);
                 let ok = matches!(
                     keypath.as_slice(),
@@ -163,9 +163,9 @@ impl<'a> Validator<'a> {
                 }
             }
             Line::Comment { .. } => {}
-            Line::AssertSizeStride {
+            Line::AssertSizeStride(AssertSizeStride {
                 buffer, size, stride, ..
-            } => {
+            }) => {
                 self.use_buffer(g, at, buffer, Need::Tensor, true);
                 for e in size.iter().chain(stride.iter()) {
                     self.use_expr(g, Some(at), e, at);

@@ -70,7 +70,10 @@
 //! form) and the buffer, symbol or kernel involved.
 
 use super::kernel::{KernelBackend, KernelDef, SigType};
-use super::line::{ArgValue, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex, Predicate, TensorMethod};
+use super::line::{
+    ArgValue, AssertSizeStride, DynamicScalar, IndexPutFallback, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex,
+    MultiOutput, Predicate, TensorMethod,
+};
 use super::location::line_text;
 pub use super::location::Location;
 use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, SymbolKind, ValueRange};

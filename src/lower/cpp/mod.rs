@@ -283,38 +283,30 @@ impl Error {
     }
 }
 
-/// Writes a validated program as C++ into `W`.
-#[derive(Debug)]
-pub struct Writer<W: fmt::Write> {
-    out: W,
-    options: Options,
-}
+/// Writes validated programs as C++ into `W`.
+pub type Writer<W> = super::Writer<W, Options>;
 
-impl<W: fmt::Write> Writer<W> {
-    /// A writer over `out`.
-    pub fn new(out: W, options: Options) -> Self {
-        Writer { out, options }
-    }
+impl super::TextLowering for Options {
+    type Error = Error;
 
-    /// Lowers the program and appends the C++ text to the output.
-    pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
+    /// Lowers the program and appends the C++ text to `out`.
+    fn write_to<W: fmt::Write>(&self, info: &ProgramInfo<'_>, out: &mut W) -> Result<(), Error> {
         check_inlining(info)?;
-        lower::lower(info, &self.options, &mut self.out)
+        lower::lower(info, self, out)
     }
 
-    /// [`Writer::write`], and returns every Triton launch as printed: for each
-    /// call site, the values it passes to the `kernel_args_` of its
-    /// `call_<kernel>` wrapper (constants stripped), and the wrapper's
-    /// `grid_0..2` and scratch sizes with its parameters bound to the call's
-    /// values. Each is recorded from the value the text is printed from.
-    pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
+    /// The C++ text, and for each call site the values it passes to the
+    /// `kernel_args_` of its `call_<kernel>` wrapper (constants stripped),
+    /// and the wrapper's `grid_0..2` and scratch sizes with its parameters
+    /// bound to the call's values. Each is recorded from the value the text
+    /// is printed from.
+    fn write_recording_launches_to<W: fmt::Write>(
+        &self,
+        info: &ProgramInfo<'_>,
+        out: &mut W,
+    ) -> Result<Vec<PrintedLaunch>, Error> {
         check_inlining(info)?;
-        lower::lower_recording_launches(info, &self.options, &mut self.out)
-    }
-
-    /// The output.
-    pub fn finish(self) -> W {
-        self.out
+        lower::lower_recording_launches(info, self, out)
     }
 }
 
@@ -375,12 +367,10 @@ pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String,
 }
 
 /// [`write_string`], and every Triton launch as printed
-/// ([`Writer::write_recording_launches`]).
+/// ([`super::Writer::write_recording_launches`]).
 pub fn write_string_with_launches(
     info: &ProgramInfo<'_>,
     options: &Options,
 ) -> Result<(String, Vec<PrintedLaunch>), Error> {
-    let mut w = Writer::new(String::new(), options.clone());
-    let launches = w.write_recording_launches(info)?;
-    Ok((w.finish(), launches))
+    super::write_string_with_launches(info, options)
 }

@@ -101,12 +101,12 @@ impl<'p> GraphLowering<'p> {
                 let stride: fx::Args = self.exprs_of(&layout.stride)?.into();
                 self.out.push(
                     "assert_size_stride",
-                    Op::AssertSizeStride {
+                    Op::AssertSizeStride(fx::AssertSizeStride {
                         tensor: *id,
                         size,
                         stride,
                         context: None,
-                    },
+                    }),
                     None,
                 );
             }

@@ -114,12 +114,9 @@ impl<'p> GraphLowering<'p> {
                     None,
                 );
             }
-            Line::MultiOutput {
-                result,
-                source,
-                indices,
-            } => {
-                let src = self.buffer(source)?;
+            Line::MultiOutput(m) => {
+                let (result, indices) = (&m.result, &m.indices);
+                let src = self.buffer(&m.source)?;
                 let val = self.val_of(result)?;
                 if indices.is_empty() {
                     // An alias; a multi-output op that really returns one tensor gets its layout.
@@ -145,26 +142,21 @@ impl<'p> GraphLowering<'p> {
                     self.buffers.insert(result.clone(), cur);
                 }
             }
-            Line::IndexPutFallback {
-                target,
-                indices,
-                values,
-                accumulate,
-            } => {
-                let t = self.buffer(target)?;
+            Line::IndexPutFallback(p) => {
+                let t = self.buffer(&p.target)?;
                 let mut idx = Vec::new();
-                for i in indices {
+                for i in &p.indices {
                     idx.push(match i {
                         Some(b) => Arg::Node(self.buffer(b)?),
                         None => Arg::None,
                     });
                 }
-                let v = self.buffer(values)?;
+                let v = self.buffer(&p.values)?;
                 self.out.push(
                     "index_put_",
                     Op::Extern {
-                        target: "torch.ops.aten.index_put_.default".into(),
-                        args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(*accumulate)],
+                        target: IndexPutFallback::OP.into(),
+                        args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(p.accumulate)],
                         kwargs: Kwargs::new(),
                     },
                     None,
@@ -191,12 +183,7 @@ impl<'p> GraphLowering<'p> {
                     None,
                 );
             }
-            Line::DynamicScalar {
-                symbol,
-                source,
-                keypath,
-                ..
-            } => self.dynamic_scalar(symbol, source, keypath)?,
+            Line::DynamicScalar(d) => self.dynamic_scalar(&d.symbol, &d.source, &d.keypath)?,
             Line::UnbackedSymbolDefs { source, bindings } => {
                 if bindings.is_empty() {
                     return Ok(());
@@ -224,12 +211,12 @@ impl<'p> GraphLowering<'p> {
                     operands.push(self.operand(&c.true_graph, i, b)?);
                 }
                 let [t, f] = self.subgraph_pair([&c.true_graph, &c.false_graph], &mut operands)?;
-                let op = Op::Cond {
+                let op = Op::Cond(fx::Cond {
                     pred,
                     true_graph: t,
                     false_graph: f,
                     operands,
-                };
+                });
                 self.push_subgraph_result(&c.result, op)?;
             }
             Line::WhileLoop(w) => {
@@ -242,32 +229,27 @@ impl<'p> GraphLowering<'p> {
                     additional.push(self.operand(&w.body_graph, w.carried.len() + i, b)?);
                 }
                 let [c, b] = self.subgraph_pair([&w.cond_graph, &w.body_graph], &mut additional)?;
-                let op = Op::WhileLoop {
+                let op = Op::WhileLoop(fx::WhileLoop {
                     cond_graph: c,
                     body_graph: b,
                     carried,
                     additional,
-                };
+                });
                 self.push_subgraph_result(&w.result, op)?;
             }
             Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
-            Line::AssertSizeStride {
-                buffer,
-                size,
-                stride,
-                context,
-            } => {
-                let t = self.buffer(buffer)?;
-                let size: fx::Args = self.exprs_of(size)?.into();
-                let stride: fx::Args = self.exprs_of(stride)?.into();
+            Line::AssertSizeStride(a) => {
+                let t = self.buffer(&a.buffer)?;
+                let size: fx::Args = self.exprs_of(&a.size)?.into();
+                let stride: fx::Args = self.exprs_of(&a.stride)?.into();
                 self.out.push_static(
                     "assert_size_stride",
-                    Op::AssertSizeStride {
+                    Op::AssertSizeStride(fx::AssertSizeStride {
                         tensor: t,
                         size,
                         stride,
-                        context: context.clone(),
-                    },
+                        context: a.context.clone(),
+                    }),
                     None,
                 );
             }
@@ -337,12 +319,12 @@ impl<'p> GraphLowering<'p> {
             let val = Some(Val::Tensor(shared));
             return Ok(self.out.push(
                 name,
-                Op::EmptyStrided {
+                Op::EmptyStrided(fx::EmptyStrided {
                     size,
                     stride,
                     dtype: layout.dtype,
                     device: layout.device.kind,
-                },
+                }),
                 val,
             ));
         }
@@ -350,12 +332,12 @@ impl<'p> GraphLowering<'p> {
         let numel = self.expr(&layout.storage_numel_expr())?;
         let flat = self.out.push_static(
             "empty_strided",
-            Op::EmptyStrided {
+            Op::EmptyStrided(fx::EmptyStrided {
                 size: Arc::new([numel]),
                 stride: Arc::new([Arg::Int(1)]),
                 dtype: layout.dtype,
                 device: layout.device.kind,
-            },
+            }),
             None,
         );
         let val = self.shared_layout(layout);
@@ -368,12 +350,12 @@ impl<'p> GraphLowering<'p> {
         let offset = self.expr(&layout.offset)?;
         Ok(self.out.push(
             name,
-            Op::AsStrided {
+            Op::AsStrided(fx::AsStrided {
                 base,
                 size,
                 stride,
                 offset,
-            },
+            }),
             Some(Val::Tensor(layout)),
         ))
     }

@@ -14,11 +14,11 @@
 
 use crate::fx::{self, Arg, KwargNames, Kwargs, Name, NodeId, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, KernelBackend, KernelCall,
-    KernelDef, KernelName, KeyEntry, Layout, Line, Location, MultiIndex, Predicate, Program, ProgramInfo, TensorMethod,
-    TritonMeta,
+    ArgValue, BufName, BufferKind, ConstValue, GraphInput, GraphName, GraphOutput, IndexPutFallback, KernelBackend,
+    KernelCall, KernelDef, KernelName, KeyEntry, Layout, Line, Location, MultiIndex, Predicate, Program, ProgramInfo,
+    TensorMethod, TritonMeta,
 };
-use crate::sym::{SymExpr, Symbol};
+use crate::sym::{CmpOp, SymExpr, Symbol};
 use indexmap::IndexMap;
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;

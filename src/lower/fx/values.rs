@@ -229,7 +229,7 @@ impl<'p> GraphLowering<'p> {
     /// `value`; `message` is the assert's.
     pub(super) fn exact_div(&mut self, value: Arg, d: i64, message: String) -> Res<Arg> {
         let m = self.sym(SymOp::PyMod, smallvec::smallvec![value.clone(), Arg::Int(d)])?;
-        let ok = self.sym(SymOp::Eq, smallvec::smallvec![m, Arg::Int(0)])?;
+        let ok = self.sym(SymOp::Cmp(CmpOp::Eq), smallvec::smallvec![m, Arg::Int(0)])?;
         self.out
             .push_static("_assert_scalar", Op::AssertScalar { cond: ok, message }, None);
         self.sym(SymOp::FloorDiv, smallvec::smallvec![value, Arg::Int(d)])

@@ -64,7 +64,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         let mut in_preamble = true;
         for (index, line) in self.graph.lines.iter().enumerate() {
             let preamble_input = match line {
-                Line::AssertSizeStride { buffer, .. } if in_preamble => input_position(buffer),
+                Line::AssertSizeStride(a) if in_preamble => input_position(&a.buffer),
                 _ => None,
             };
             // Definitions print nothing here, so they do not end the preamble.
@@ -195,13 +195,9 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
             }
             Line::ExternKernelOut { call, out } => code.line(&extern_call(call, Some(out))),
-            Line::MultiOutput {
-                result,
-                source,
-                indices,
-            } => {
-                let mut text = format!("{result} = {source}");
-                for i in indices {
+            Line::MultiOutput(m) => {
+                let mut text = format!("{} = {}", m.result, m.source);
+                for i in &m.indices {
                     match i {
                         MultiIndex::List(i) | MultiIndex::Tuple(i) => text.push_str(&format!("[{i}]")),
                         MultiIndex::Dict(k) => text.push_str(&format!("[{}]", PyStr(k))),
@@ -209,25 +205,16 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
                 code.line(&text);
             }
-            Line::IndexPutFallback {
-                target,
-                indices,
-                values,
-                accumulate,
-            } => {
-                code.line(&format!(
-                    "aten.index_put_({target}, [{}], {values}, {})",
-                    IndexNames(indices),
-                    py_bool(*accumulate)
-                ));
-            }
+            Line::IndexPutFallback(p) => code.line(&format!(
+                "aten.index_put_({}, [{}], {}, {})",
+                p.target,
+                IndexNames(&p.indices),
+                p.values,
+                py_bool(p.accumulate)
+            )),
             Line::ScatterFallback(s) => code.line(&scatter(s)),
-            Line::DynamicScalar {
-                symbol,
-                source,
-                keypath,
-                node,
-            } => {
+            Line::DynamicScalar(d) => {
+                let (symbol, source, keypath) = (&d.symbol, &d.source, &d.keypath);
                 match keypath.as_slice() {
                     [] => code.line(&format!("{symbol} = {source}.item()")),
                     [KeyEntry::ConvertInt] => code.line(&format!("{symbol} = 1 if {source}.item() else 0")),
@@ -248,7 +235,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         })
                     }
                 }
-                if let Some(n) = node {
+                if let Some(n) = &d.node {
                     code.line(&format!("{n} = None"));
                 }
             }
@@ -273,35 +260,17 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.indent -= 1;
             }
             Line::Comment { text } => code.line(&comment(text)),
-            Line::AssertSizeStride {
-                buffer,
-                size,
-                stride,
-                context,
-            } => {
-                let mut text = format!(
-                    "assert_size_stride({buffer}, {}, {}",
-                    shape_tuple(size),
-                    shape_tuple(stride)
-                );
-                if let Some(c) = context {
-                    text.push_str(&format!(", {}", PyStr(c)));
-                }
-                text.push(')');
-                code.line(&text);
+            Line::AssertSizeStride(a) => {
+                code.line(&assert_size_stride(&a.buffer, &a.size, &a.stride, a.context.as_deref()))
             }
             Line::AssertAlignment {
                 buffer,
                 alignment,
                 context,
-            } => {
-                let mut text = format!("assert_alignment({buffer}, {alignment}");
-                if let Some(c) = context {
-                    text.push_str(&format!(", {}", PyStr(c)));
-                }
-                text.push(')');
-                code.line(&text);
-            }
+            } => code.line(&assert_call(
+                format!("assert_alignment({buffer}, {alignment}"),
+                context.as_deref(),
+            )),
             Line::RuntimeAssert { cond, message, node } => {
                 code.line(&format!("if not ({}):", pexpr(cond)));
                 code.indent += 1;
@@ -658,6 +627,33 @@ fn scatter(s: &ScatterFallback) -> String {
     }
     line.push(')');
     line
+}
+
+/// `assert_size_stride(buffer, size, stride)`, with the producing op's name
+/// last when known: what a line prints and what the lowering adds for the
+/// tensor inputs no line checks.
+pub(super) fn assert_size_stride(
+    buffer: &BufName,
+    size: &[SymExpr],
+    stride: &[SymExpr],
+    context: Option<&str>,
+) -> String {
+    let head = format!(
+        "assert_size_stride({buffer}, {}, {}",
+        shape_tuple(size),
+        shape_tuple(stride)
+    );
+    assert_call(head, context)
+}
+
+/// An assert call opened as `head` (its name and arguments so far), closed
+/// with the producing op's name, `context`, as its last argument when known.
+fn assert_call(mut head: String, context: Option<&str>) -> String {
+    if let Some(c) = context {
+        head.push_str(&format!(", {}", PyStr(c)));
+    }
+    head.push(')');
+    head
 }
 
 fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &LineAt<'_>) -> Result<(), Error> {

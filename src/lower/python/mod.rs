@@ -218,61 +218,49 @@ impl From<fmt::Error> for Error {
     }
 }
 
-/// Writes a validated program as Inductor-style Python wrapper code into a
+/// Writes validated programs as Inductor-style Python wrapper code into a
 /// [`fmt::Write`] sink.
-#[derive(Debug)]
-pub struct Writer<W> {
-    out: W,
-    options: Options,
-}
+pub type Writer<W> = super::Writer<W, Options>;
 
-impl<W: fmt::Write> Writer<W> {
-    /// A writer into `out`.
-    pub fn new(out: W, options: Options) -> Self {
-        Writer { out, options }
-    }
+impl super::TextLowering for Options {
+    type Error = Error;
 
     /// Lowers `info`'s program and writes the module. Nothing is written when
     /// lowering fails.
-    pub fn write(&mut self, info: &ProgramInfo<'_>) -> Result<(), Error> {
-        let text = Lowering::new(info, &self.options).module()?;
-        self.out.write_str(&text)?;
+    fn write_to<W: fmt::Write>(&self, info: &ProgramInfo<'_>, out: &mut W) -> Result<(), Error> {
+        let text = Lowering::new(info, self).module()?;
+        out.write_str(&text)?;
         Ok(())
     }
 
-    /// [`Writer::write`], and returns every Triton launch as printed: the
-    /// `kernel.run(...)` arguments, recorded from the values the call is
-    /// printed from (the launcher computes the grid, so none is recorded).
-    pub fn write_recording_launches(&mut self, info: &ProgramInfo<'_>) -> Result<Vec<PrintedLaunch>, Error> {
-        let mut lowering = Lowering::new(info, &self.options);
+    /// The module, and the `kernel.run(...)` arguments, recorded from the
+    /// values the call is printed from (the launcher computes the grid, so
+    /// none is recorded).
+    fn write_recording_launches_to<W: fmt::Write>(
+        &self,
+        info: &ProgramInfo<'_>,
+        out: &mut W,
+    ) -> Result<Vec<PrintedLaunch>, Error> {
+        let mut lowering = Lowering::new(info, self);
         lowering.launches = Some(RefCell::new(Vec::new()));
         let (text, launches) = lowering.module_and_launches()?;
-        self.out.write_str(&text)?;
+        out.write_str(&text)?;
         Ok(launches)
-    }
-
-    /// The sink.
-    pub fn finish(self) -> W {
-        self.out
     }
 }
 
 /// Lowers a validated program to a Python module.
 pub fn write_string(info: &ProgramInfo<'_>, options: &Options) -> Result<String, Error> {
-    let mut w = Writer::new(String::new(), options.clone());
-    w.write(info)?;
-    Ok(w.finish())
+    Lowering::new(info, options).module()
 }
 
 /// [`write_string`], and every Triton launch as printed
-/// ([`Writer::write_recording_launches`]).
+/// ([`super::Writer::write_recording_launches`]).
 pub fn write_string_with_launches(
     info: &ProgramInfo<'_>,
     options: &Options,
 ) -> Result<(String, Vec<PrintedLaunch>), Error> {
-    let mut w = Writer::new(String::new(), options.clone());
-    let launches = w.write_recording_launches(info)?;
-    Ok((w.finish(), launches))
+    super::write_string_with_launches(info, options)
 }
 
 /// Text with indentation (four spaces per level).
@@ -607,11 +595,7 @@ impl<'a> Lowering<'a> {
                 }
                 input_asserts.push(body::InputAssert {
                     input: name.clone(),
-                    text: format!(
-                        "assert_size_stride({name}, {}, {})",
-                        shape_tuple(&layout.size),
-                        shape_tuple(&layout.stride)
-                    ),
+                    text: body::assert_size_stride(name, &layout.size, &layout.stride, None),
                 });
             }
         }

@@ -23,13 +23,9 @@ impl LaunchEmitter for CppLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError::new(self.name(), message, false);
         let options = crate::lower::cpp::Options::for_dialect(self.dialect);
-        let (_, printed) = crate::lower::cpp::write_string_with_launches(info, &options).map_err(|e| {
-            let unsupported = matches!(e, crate::lower::cpp::Error::Unsupported { .. });
-            EmitError::new(self.name(), e.to_string(), unsupported)
-        })?;
-        printed.into_iter().map(|p| cpp_launch(p).map_err(err)).collect()
+        let unsupported = |e: &crate::lower::cpp::Error| matches!(e, crate::lower::cpp::Error::Unsupported { .. });
+        printed_launches(self.name(), info, &options, unsupported, cpp_launch)
     }
 }
 

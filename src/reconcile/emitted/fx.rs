@@ -174,7 +174,6 @@ pub(super) fn fx_expr(g: &crate::fx::Graph, a: &Arg) -> Result<SymExpr, String> 
                 1 => Ok(xs.into_iter().next().unwrap_or(SymExpr::Int(0))),
                 _ => Ok(f(xs)),
             };
-            let cmp = |op: CmpOp, xs: Vec<SymExpr>| two(xs).map(|(a, b)| SymExpr::Cmp(op, a, b));
             match op {
                 SymOp::Sum => nary(xs, SymExpr::Add),
                 SymOp::Mul => nary(xs, SymExpr::Mul),
@@ -194,12 +193,7 @@ pub(super) fn fx_expr(g: &crate::fx::Graph, a: &Arg) -> Result<SymExpr, String> 
                         other => Err(format!("`{}` has a symbolic exponent `{other}`", node.name)),
                     }
                 }
-                SymOp::Eq => cmp(CmpOp::Eq, xs),
-                SymOp::Ne => cmp(CmpOp::Ne, xs),
-                SymOp::Lt => cmp(CmpOp::Lt, xs),
-                SymOp::Le => cmp(CmpOp::Le, xs),
-                SymOp::Gt => cmp(CmpOp::Gt, xs),
-                SymOp::Ge => cmp(CmpOp::Ge, xs),
+                SymOp::Cmp(c) => two(xs).map(|(a, b)| SymExpr::Cmp(*c, a, b)),
                 SymOp::Not => match <[SymExpr; 1]>::try_from(xs) {
                     Ok([x]) => Ok(SymExpr::Not(Box::new(x))),
                     Err(_) => Err(format!("`{}` takes one operand", node.name)),

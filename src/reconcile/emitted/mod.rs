@@ -5,7 +5,9 @@ use super::check::{CheckReport, Failure, Verdict};
 use super::claims::{self, Ledger};
 use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
 use crate::fx::{Arg, Op, Placeholder, SymOp, Val};
-use crate::ir::{ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, ProgramInfo, MAIN_GRAPH};
+use crate::ir::{
+    ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, MultiOutput, ProgramInfo, MAIN_GRAPH,
+};
 use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
 use crate::sym::{CmpOp, SymExpr};
@@ -92,6 +94,28 @@ pub fn emitter(target: crate::lower::Target) -> Box<dyn LaunchEmitter> {
         }),
         Target::Fx => Box::new(FxLaunches::default()),
     }
+}
+
+/// The launches a text back end prints with `options`, each read back by
+/// `launch`; `unsupported` says which of the back end's errors mean it does
+/// not support the program ([`EmitError::unsupported`]).
+fn printed_launches<O: crate::lower::TextLowering>(
+    lowering: &str,
+    info: &ProgramInfo<'_>,
+    options: &O,
+    unsupported: impl Fn(&O::Error) -> bool,
+    launch: impl Fn(PrintedLaunch) -> Result<EmittedLaunch, String>,
+) -> Result<Vec<EmittedLaunch>, EmitError>
+where
+    O::Error: std::fmt::Display,
+{
+    let printed = options
+        .write_recording_launches_to(info, &mut String::new())
+        .map_err(|e| EmitError::new(lowering, e.to_string(), unsupported(&e)))?;
+    printed
+        .into_iter()
+        .map(|p| launch(p).map_err(|message| EmitError::new(lowering, message, false)))
+        .collect()
 }
 
 /// A lowering could not report its launches.
@@ -390,11 +414,11 @@ fn same_buffer(info: &ProgramInfo<'_>, graph: &GraphName, a: &BufName, b: &BufNa
     let mut parent: std::collections::HashMap<&BufName, &BufName> = std::collections::HashMap::new();
     for line in &g.lines {
         match line {
-            Line::MultiOutput {
+            Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices,
-            } if indices.is_empty() => {
+            }) if indices.is_empty() => {
                 parent.insert(result, source);
             }
             Line::Reuse { old, new, .. } if g.layout(old).is_some() && g.layout(old) == g.layout(new) => {

@@ -28,15 +28,10 @@ impl LaunchEmitter for PythonLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let err = |message: String| EmitError::new(self.name(), message, false);
-        let (_, printed) = crate::lower::python::write_string_with_launches(info, &self.options).map_err(|e| {
-            let unsupported = matches!(e, crate::lower::python::Error::HostKernel { .. });
-            EmitError::new(self.name(), e.to_string(), unsupported)
-        })?;
-        printed
-            .into_iter()
-            .map(|p| python_launch(info, p).map_err(err))
-            .collect()
+        let unsupported = |e: &crate::lower::python::Error| matches!(e, crate::lower::python::Error::HostKernel { .. });
+        printed_launches(self.name(), info, &self.options, unsupported, |p| {
+            python_launch(info, p)
+        })
     }
 }
 

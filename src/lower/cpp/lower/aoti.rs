@@ -210,7 +210,7 @@ impl DialectOps for Aoti {
         src: &str,
         layout: &Layout,
         raw: &str,
-        (source, symbol): (&BufName, &Symbol),
+        item: &DynamicScalar,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let (ctype, shim) = match layout.dtype {
@@ -223,7 +223,10 @@ impl DialectOps for Aoti {
             other => {
                 return Err(l.unsupported(
                     cx,
-                    format!("item() of `{source}` ({other}) cannot bind the integer symbol `{symbol}`"),
+                    format!(
+                        "item() of `{}` ({other}) cannot bind the integer symbol `{}`",
+                        item.source, item.symbol
+                    ),
                 ))
             }
         };
@@ -383,13 +386,13 @@ impl DialectOps for Aoti {
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        _op: &ExternCall,
-        (target, indices, values, accumulate): (&BufName, &[Option<BufName>], &BufName, bool),
+        p: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        g.layout(target, cx)?;
+        g.layout(&p.target, cx)?;
         // Handles, `nullptr` for a `None` index (not the `Tensor?[]` form).
-        let handles: Vec<String> = indices
+        let handles: Vec<String> = p
+            .indices
             .iter()
             .map(|i| {
                 i.as_ref()
@@ -405,37 +408,24 @@ impl DialectOps for Aoti {
         // Inductor's IndexPutFallback calls it.
         l.line(format!(
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_index_put_out({t}, {t}, {idx}, {}, {}));",
-            g.local(values),
-            accumulate,
-            t = g.local(target),
+            g.local(&p.values),
+            p.accumulate,
+            t = g.local(&p.target),
         ));
         Ok(())
     }
 
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let (name, overload) = split_op(&s.op);
+    /// The `_out` form, which writes into the target, passed first; AOTI's
+    /// shim then takes the target again as `self`, as Inductor's
+    /// ScatterFallback passes it.
+    fn scatter_op(&self, op: &str) -> (String, bool) {
+        let (name, overload) = split_op(op);
         let base = name.trim_end_matches('_');
         let op = match overload {
             Some(o) if o != "default" => format!("{base}.{o}"),
             _ => base.to_string(),
         };
-        // The `_out` form writes into the target, passed first; AOTI's shim
-        // then takes the target again as `self`, as Inductor's ScatterFallback passes it.
-        let call = ExternCall {
-            result: None,
-            op,
-            args,
-            kwargs,
-        };
-        l.extern_call(g, &call, Some(&s.target), cx)
+        (op, true)
     }
 
     fn host_kernel_images(&self) -> bool {

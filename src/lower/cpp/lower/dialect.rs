@@ -75,15 +75,15 @@ pub(super) trait DialectOps: Sync {
 
     // ---- scalars read from tensors -----------------------------------------
 
-    /// Reads the integer in `src` (of `layout`, source buffer `source`) into
-    /// `raw` for binding `symbol`.
+    /// Reads the integer in `src` (of `layout`, the local of `item`'s source
+    /// buffer) into `raw` for binding `item`'s symbol.
     fn item_int(
         &self,
         l: &mut Lowering<'_>,
         src: &str,
         layout: &Layout,
         raw: &str,
-        names: (&BufName, &Symbol),
+        item: &DynamicScalar,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
     /// Reads the boolean in `tensor` into the variable `scalar`.
@@ -121,25 +121,17 @@ pub(super) trait DialectOps: Sync {
         results: &[String],
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
-    /// An `index_put` fallback (`op`: the op as the interpreter calls it).
+    /// An `index_put` fallback.
     fn index_put(
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        op: &ExternCall,
-        line: (&BufName, &[Option<BufName>], &BufName, bool),
+        line: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error>;
-    /// A scatter fallback with its arguments and keyword arguments built.
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error>;
+    /// The extern op a scatter fallback's `op` (`aten.scatter_.src`, ...)
+    /// runs as, and whether its target is passed as the `out=` tensor.
+    fn scatter_op(&self, op: &str) -> (String, bool);
 
     // ---- direct kernels -----------------------------------------------------
 

@@ -1,6 +1,8 @@
 //! Extern (ATen) ops, index_put and scatter fallbacks: what both dialects
-//! share (the result variables, the op's device, the fallbacks' arguments);
-//! the call itself is the dialect's ([`DialectOps::extern_call`]).
+//! share (the result variables, the op's device; the fallbacks' calls are
+//! the lines' own, `IndexPutFallback::extern_call` and
+//! `ScatterFallback::extern_call`); the call itself is the dialect's
+//! ([`DialectOps::extern_call`], [`DialectOps::index_put`]).
 
 use super::*;
 
@@ -39,45 +41,11 @@ impl Lowering<'_> {
         d.extern_call(self, g, call, out, &results, cx)
     }
 
-    pub(super) fn index_put(
-        &mut self,
-        g: &GraphCtx<'_>,
-        (target, indices, values, accumulate): (&BufName, &[Option<BufName>], &BufName, bool),
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let op = ExternCall {
-            result: None,
-            // As the interpreter calls it (`exec::device_ops::extern_uses`).
-            op: "torch.ops.aten.index_put_.default".into(),
-            args: vec![
-                ArgValue::Buffer(target.clone()),
-                ArgValue::List(
-                    indices
-                        .iter()
-                        .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer))
-                        .collect(),
-                ),
-                ArgValue::Buffer(values.clone()),
-                ArgValue::Bool(accumulate),
-            ],
-            kwargs: IndexMap::new(),
-        };
-        let d = self.dialect;
-        d.index_put(self, g, &op, (target, indices, values, accumulate), cx)
-    }
-
+    /// A scatter fallback: its extern call under the dialect's op name,
+    /// the target passed as `out=` where the dialect calls the `_out` form.
     pub(super) fn scatter(&mut self, g: &GraphCtx<'_>, s: &ScatterFallback, cx: &Cx<'_>) -> Result<(), Error> {
-        let mut args = vec![ArgValue::Buffer(s.target.clone()), ArgValue::Expr(SymExpr::Int(s.dim))];
-        args.push(ArgValue::Buffer(s.index.clone()));
-        args.push(s.src.clone());
-        let mut kwargs = IndexMap::new();
-        if let Some(r) = &s.reduce {
-            kwargs.insert("reduce".to_string(), ArgValue::Str(r.clone()));
-        }
-        if let Some(i) = s.include_self {
-            kwargs.insert("include_self".to_string(), ArgValue::Bool(i));
-        }
-        let d = self.dialect;
-        d.scatter(self, g, s, args, kwargs, cx)
+        let (op, target_out) = self.dialect.scatter_op(&s.op);
+        let call = ExternCall { op, ..s.extern_call() };
+        self.extern_call(g, &call, target_out.then_some(&s.target), cx)
     }
 }

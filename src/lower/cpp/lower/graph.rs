@@ -62,11 +62,11 @@ impl<'a> GraphCtx<'a> {
                 .collect(),
         };
         for (i, line) in graph.lines.iter().enumerate() {
-            let Line::MultiOutput {
+            let Line::MultiOutput(MultiOutput {
                 result,
                 source,
                 indices,
-            } = line
+            }) = line
             else {
                 continue;
             };

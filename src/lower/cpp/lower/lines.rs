@@ -55,33 +55,26 @@ impl<'a> Lowering<'a> {
             Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
             // Elements were declared by the line that produced the multi-output
             // value; the whole of a tensor under a new name is a new reference.
-            Line::MultiOutput { result, source, .. } => {
-                if g.multi_origin(source).is_none() && !g.is_multi(result) {
-                    let (src, dst) = (g.local(source), g.local(result));
+            Line::MultiOutput(m) => {
+                if g.multi_origin(&m.source).is_none() && !g.is_multi(&m.result) {
+                    let (src, dst) = (g.local(&m.source), g.local(&m.result));
                     self.share(&src, &dst);
                 }
                 Ok(())
             }
-            Line::IndexPutFallback {
-                target,
-                indices,
-                values,
-                accumulate,
-            } => self.index_put(g, (target, indices, values, *accumulate), cx),
-            Line::ScatterFallback(s) => self.scatter(g, s, cx),
-            Line::DynamicScalar {
-                symbol,
-                source,
-                keypath,
-                ..
-            } => {
-                let layout = g.layout(source, cx)?;
-                let raw = format!("{symbol}_raw");
-                let src = g.local(source);
+            Line::IndexPutFallback(p) => {
                 let d = self.dialect;
-                d.item_int(self, &src, layout, &raw, (source, symbol), cx)?;
-                let described = format!("{source}.item()");
-                self.bind_symbol(symbol, &raw, keypath, &described, cx)
+                d.index_put(self, g, p, cx)
+            }
+            Line::ScatterFallback(s) => self.scatter(g, s, cx),
+            Line::DynamicScalar(item) => {
+                let layout = g.layout(&item.source, cx)?;
+                let raw = format!("{}_raw", item.symbol);
+                let src = g.local(&item.source);
+                let d = self.dialect;
+                d.item_int(self, &src, layout, &raw, item, cx)?;
+                let described = format!("{}.item()", item.source);
+                self.bind_symbol(&item.symbol, &raw, &item.keypath, &described, cx)
             }
             Line::UnbackedSymbolDefs { source, bindings } => {
                 for (symbol, path) in bindings {
@@ -117,12 +110,8 @@ impl<'a> Lowering<'a> {
                 }
                 Ok(())
             }
-            Line::AssertSizeStride {
-                buffer,
-                size,
-                stride,
-                context,
-            } => {
+            Line::AssertSizeStride(a) => {
+                let (buffer, size, stride) = (&a.buffer, &a.size, &a.stride);
                 let b = g.local(buffer);
                 let mut conds = Vec::new();
                 conds.extend(self.dialect.rank_check(&b, size.len()));
@@ -138,7 +127,7 @@ impl<'a> Lowering<'a> {
                     list(size),
                     list(stride)
                 );
-                if let Some(c) = context {
+                if let Some(c) = &a.context {
                     let _ = write!(msg, " ({c})");
                 }
                 let cond = if conds.is_empty() {

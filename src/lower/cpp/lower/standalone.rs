@@ -187,11 +187,14 @@ impl DialectOps for Standalone {
         src: &str,
         layout: &Layout,
         raw: &str,
-        (source, symbol): (&BufName, &Symbol),
+        item: &DynamicScalar,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         if layout.dtype.is_floating() {
-            return Err(l.unsupported(cx, format!("item() of floating tensor `{source}` binding `{symbol}`")));
+            return Err(l.unsupported(
+                cx,
+                format!("item() of floating tensor `{}` binding `{}`", item.source, item.symbol),
+            ));
         }
         l.decl_line(raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
         Ok(())
@@ -304,31 +307,17 @@ impl DialectOps for Standalone {
         &self,
         l: &mut Lowering<'_>,
         g: &GraphCtx<'_>,
-        op: &ExternCall,
-        _line: (&BufName, &[Option<BufName>], &BufName, bool),
+        p: &IndexPutFallback,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        l.extern_call(g, op, None, cx)
+        // As the interpreter calls it (`exec::device_ops::extern_uses`).
+        l.extern_call(g, &p.extern_call(), None, cx)
     }
 
-    fn scatter(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        s: &ScatterFallback,
-        args: Vec<ArgValue>,
-        kwargs: IndexMap<String, ArgValue>,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        // The runtime takes the in-place op as the interpreter calls it:
-        // the target first, no result.
-        let call = ExternCall {
-            result: None,
-            op: s.op.clone(),
-            args,
-            kwargs,
-        };
-        self.extern_call(l, g, &call, None, &[], cx)
+    /// The in-place op as the interpreter calls it: the runtime takes the
+    /// target first, and no result.
+    fn scatter_op(&self, op: &str) -> (String, bool) {
+        (op.to_string(), false)
     }
 
     fn host_kernel_images(&self) -> bool {
