@@ -606,3 +606,31 @@ proptest! {
         prop_assert!(!print::cpp(&e).is_empty());
     }
 }
+
+/// A chain of minus signs (found by the `sym` and `wir_parse` fuzz targets:
+/// `fuzz/regressions/*minus_chain*`) parses within the depth limit; its
+/// printed forms parse again to the same value, since `-(-x)` is `x`.
+#[test]
+fn minus_chains_print_within_the_depth_limit() {
+    let chain = format!("s0*s2{}s2*s3", "-".repeat(99));
+    let e = parsed(&chain);
+    for printed in [print::python(&e), print::canonical(&e)] {
+        let again = parse(&printed).unwrap_or_else(|err| panic!("{printed:?}: {err:?}"));
+        let b = bindings();
+        assert_eq!(eval_int(&again, &b), eval_int(&e, &b), "{printed}");
+    }
+    check_python("--s0", "s0");
+    check_python("---s0", "(-1)*s0");
+    // Every regression input of the two targets runs clean.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let sym = std::fs::read_to_string(root.join("sym_minus_chain_printed_too_deep.txt")).unwrap();
+    let first = sym.lines().next().unwrap();
+    let e = parsed(first);
+    parse(&print::python(&e)).expect("printed form parses");
+    let wir = std::fs::read_to_string(root.join("wir_parse_minus_chain_printed_too_deep.wir")).unwrap();
+    if let Ok(p) = wrapir::text::parse(&wir) {
+        let printed = wrapir::text::print(&p);
+        let again = wrapir::text::parse(&printed).expect("printed program parses");
+        assert_eq!(wrapir::text::print(&again), printed);
+    }
+}

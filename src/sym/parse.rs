@@ -397,7 +397,8 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// `-x`: a negative literal for integers, else `Mul([-1, x])`.
+    /// `-x`: a negative literal for integers, `y` for `x = Mul([-1, y])`,
+    /// else `Mul([-1, x])`.
     fn negate(&self, x: SymExpr, at: usize) -> Result<Unary, ParseError> {
         match x {
             SymExpr::Int(v) => v
@@ -407,6 +408,15 @@ impl<'a> Parser<'a> {
                     open_product: false,
                 })
                 .ok_or_else(|| self.error_at(at, format!("negating {v} overflows 64 bits"))),
+            // `-(-x)` is `x`: a chain of minus signs stays one level deep,
+            // so its printed form parses within the same depth limit.
+            SymExpr::Mul(factors) if factors.len() == 2 && factors[0] == SymExpr::Int(-1) => {
+                let mut factors = factors;
+                Ok(Unary {
+                    expr: factors.swap_remove(1),
+                    open_product: false,
+                })
+            }
             other => Ok(Unary {
                 expr: SymExpr::Mul(vec![SymExpr::Int(-1), other]),
                 open_product: true,
