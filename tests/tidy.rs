@@ -46,6 +46,19 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
 /// caller.
 const ENV_READERS: &[&str] = &["bin/", "exec/cuda_paths.rs"];
 
+/// Files that do file I/O (`std::fs`, `File`) of their own, each on paths
+/// its caller names, with the reason (ARCHITECTURE.md, "The library does no
+/// file or process I/O of its own"). The CLI and tests are not checked.
+const FILE_IO: &[(&str, &str)] = &[
+    ("bundle/", "opens (memory-maps) the bundles and packages a caller names, writes packages where told"),
+    ("capi/", "the runtime library: opens the bundles and writes the safetensors files its C caller names"),
+    ("exec/cuda_paths.rs", "lists the Python prefixes' `lib` folders that `CudaPaths::from_env` searches"),
+    ("exec/cuda/libraries.rs", "lists `CudaPaths::library_dirs` for the CUDA libraries the loader opens"),
+    ("exec/cuda/kernels/image.rs", "the compiled built-in kernels' cache in `CudaPaths::kernel_cache`"),
+    ("exec/cuda/conv.rs", "the runtime-compiled cuDNN plans' cache in `CudaPaths::kernel_cache`"),
+    ("exec/host_kernels/", "writes a package's CPU kernels into the caller's scratch folder for `dlopen`"),
+];
+
 /// The most lines a source file may have.
 const MAX_LINES: usize = 1000;
 
@@ -271,6 +284,36 @@ fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
         ENV_READERS,
         |reader| readers_used.contains(reader),
         |reader| format!("src/{reader} no longer reads the environment; remove it from ENV_READERS"),
+    ));
+    assert_no_violations(&violations);
+}
+
+#[test]
+fn only_the_listed_files_do_file_io() {
+    let mut violations = Vec::new();
+    let mut used = BTreeSet::new();
+    for (rel, text) in library_files() {
+        if top_module(&rel) == "bin" {
+            continue;
+        }
+        let code = code(&text);
+        let does_io = code.contains("std::fs") || names_crate(&code, "fs") || names_crate(&code, "File");
+        match FILE_IO.iter().find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p))) {
+            Some((p, _)) if does_io => {
+                used.insert(*p);
+            }
+            Some(_) => {}
+            None if does_io => violations.push(format!(
+                "src/{rel} does file I/O; the library takes bytes and sources from its caller \
+                 (only the files in FILE_IO may, each with its reason)"
+            )),
+            None => {}
+        }
+    }
+    violations.extend(stale(
+        FILE_IO,
+        |(p, _)| used.contains(p),
+        |(p, why)| format!("src/{p} ({why}) no longer does file I/O; remove it from FILE_IO"),
     ));
     assert_no_violations(&violations);
 }
