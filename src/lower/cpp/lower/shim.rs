@@ -95,7 +95,9 @@ fn schema_text(name: &str, overload: Option<&str>) -> Option<&'static str> {
 fn parse_schema(text: &str) -> Result<Vec<(&str, Param)>, String> {
     let mut params = Vec::new();
     for p in text.split(',').map(str::trim).filter(|p| *p != "*") {
-        let (ty, name) = p.split_once(' ').ok_or_else(|| format!("schema parameter `{p}` has no name"))?;
+        let (ty, name) = p
+            .split_once(' ')
+            .ok_or_else(|| format!("schema parameter `{p}` has no name"))?;
         let (name, default) = match name.split_once('=') {
             Some((n, d)) => (n, Some(d)),
             None => (name, None),
@@ -330,6 +332,9 @@ mod tests {
         let params = parse_schema(text).expect("parses");
         assert_eq!(params[5], ("dropout_p", Double(0.0)));
         assert_eq!(params.last(), Some(&("scale", OptDouble)));
-        assert_eq!(parse_schema("Tensor[] x"), Err("schema parameter `Tensor[] x`".to_string()));
+        assert_eq!(
+            parse_schema("Tensor[] x"),
+            Err("schema parameter `Tensor[] x`".to_string())
+        );
     }
 }
