@@ -176,9 +176,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push_str("')");
         }
         Op::AsStrided(a) => {
-            out.push_str("torch.as_strided(");
-            out.push_str(n(a.base));
-            out.push_str(", ");
+            push_call_head(out, "torch.as_strided", n(a.base));
             push_size_stride(out, names, &a.size, &a.stride);
             out.push_str(", ");
             push_arg(out, names, &a.offset);
@@ -227,13 +225,12 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push(')');
         }
         Op::SymSize { tensor, dim } | Op::SymStride { tensor, dim } => {
-            out.push_str(if matches!(node.op, Op::SymSize { .. }) {
-                "torch.ops.aten.sym_size.int("
+            let callee = if matches!(node.op, Op::SymSize { .. }) {
+                "torch.ops.aten.sym_size.int"
             } else {
-                "torch.ops.aten.sym_stride.int("
-            });
-            out.push_str(n(*tensor));
-            out.push_str(", ");
+                "torch.ops.aten.sym_stride.int"
+            };
+            push_call_head(out, callee, n(*tensor));
             push_int(out, *dim);
             out.push(')');
         }
@@ -303,9 +300,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push(')');
         }
         Op::AssertSizeStride(a) => {
-            out.push_str("assert_size_stride(");
-            out.push_str(n(a.tensor));
-            out.push_str(", ");
+            push_call_head(out, "assert_size_stride", n(a.tensor));
             push_size_stride(out, names, &a.size, &a.stride);
             if let Some(c) = &a.context {
                 out.push_str(", ");
@@ -314,9 +309,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push(')');
         }
         Op::AssertAlignment { tensor, alignment } => {
-            out.push_str("assert_alignment(");
-            out.push_str(n(*tensor));
-            out.push_str(", ");
+            push_call_head(out, "assert_alignment", n(*tensor));
             push_int(out, i64::from(*alignment));
             out.push(')');
         }
@@ -332,9 +325,7 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push(')');
         }
         Op::WhileLoop(w) => {
-            out.push_str("torch.ops.higher_order.while_loop(");
-            out.push_str(n(w.cond_graph));
-            out.push_str(", ");
+            push_call_head(out, "torch.ops.higher_order.while_loop", n(w.cond_graph));
             out.push_str(n(w.body_graph));
             out.push_str(", ");
             push_tuple(out, names, &w.carried);
@@ -429,6 +420,14 @@ fn push_py_str(out: &mut String, s: &str) {
 }
 
 /// Writes `items` separated by `, `.
+/// `<callee>(<first>, `: a call up to its second argument.
+fn push_call_head(out: &mut String, callee: &str, first: &str) {
+    out.push_str(callee);
+    out.push('(');
+    out.push_str(first);
+    out.push_str(", ");
+}
+
 fn push_joined(out: &mut String, g: &Names<'_>, items: &[Arg]) {
     for (i, x) in items.iter().enumerate() {
         if i > 0 {

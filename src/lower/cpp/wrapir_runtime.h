@@ -690,41 +690,35 @@ struct ExternArg {
     return a;
   }
   static ExternArg none(const char* name = nullptr) { return tagged(Kind::None, name); }
-  static ExternArg of_tensor(const wrapir::Tensor& t, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::Tensor, name);
-    a.tensor = &t;
+  /// An argument of `kind` named `name` whose one value, `value`, is in
+  /// `field`.
+  template <typename T>
+  static ExternArg holding(Kind kind, T ExternArg::*field, T value, const char* name) {
+    ExternArg a = tagged(kind, name);
+    a.*field = value;
     return a;
+  }
+  static ExternArg of_tensor(const wrapir::Tensor& t, const char* name = nullptr) {
+    return holding(Kind::Tensor, &ExternArg::tensor, &t, name);
   }
   static ExternArg of_int(int64_t v, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::Int, name);
-    a.int_value = v;
-    return a;
+    return holding(Kind::Int, &ExternArg::int_value, v, name);
   }
   static ExternArg of_float(double v, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::Float, name);
-    a.float_value = v;
-    return a;
+    return holding(Kind::Float, &ExternArg::float_value, v, name);
   }
   static ExternArg of_bool(bool v, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::Bool, name);
-    a.int_value = v ? 1 : 0;
-    return a;
+    return holding(Kind::Bool, &ExternArg::int_value, int64_t{v ? 1 : 0}, name);
   }
   static ExternArg of_string(const char* v, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::String, name);
-    a.string_value = v;
-    return a;
+    return holding(Kind::String, &ExternArg::string_value, v, name);
   }
   static ExternArg of_dtype(wrapir::DType v, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::DType, name);
-    a.dtype_value = v;
-    return a;
+    return holding(Kind::DType, &ExternArg::dtype_value, v, name);
   }
   /// A device: `index` -1 is the CPU, otherwise a CUDA device index.
   static ExternArg of_device(int64_t index, const char* name = nullptr) {
-    ExternArg a = tagged(Kind::Device, name);
-    a.int_value = index;
-    return a;
+    return holding(Kind::Device, &ExternArg::int_value, index, name);
   }
   static ExternArg of_list(const ExternArg* items, int64_t n, const char* name = nullptr) {
     ExternArg a = tagged(Kind::List, name);

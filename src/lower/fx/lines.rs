@@ -254,26 +254,14 @@ impl<'p> GraphLowering<'p> {
                 );
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
-                let t = self.buffer(buffer)?;
-                self.out.push_static(
-                    "assert_alignment",
-                    Op::AssertAlignment {
-                        tensor: t,
-                        alignment: *alignment,
-                    },
-                    None,
-                );
+                let (tensor, alignment) = (self.buffer(buffer)?, *alignment);
+                self.out
+                    .push_static("assert_alignment", Op::AssertAlignment { tensor, alignment }, None);
             }
             Line::RuntimeAssert { cond, message, .. } => {
-                let c = self.expr(cond)?;
-                self.out.push_static(
-                    "_assert_scalar",
-                    Op::AssertScalar {
-                        cond: c,
-                        message: message.clone(),
-                    },
-                    None,
-                );
+                let (cond, message) = (self.expr(cond)?, message.clone());
+                self.out
+                    .push_static("_assert_scalar", Op::AssertScalar { cond, message }, None);
             }
             // Upstream's FX converter rejects symmetric-memory buffers; here they are an
             // explicit allocator call (the same one Inductor's Python wrapper uses), so

@@ -87,34 +87,40 @@ fn host_image_forwarder(kernel: &KernelName, types: &[&str]) -> String {
             format!("const_cast<void*>(static_cast<const void*>({value}))")
         })
         .collect();
-    let image = crate::ir::host_image_path(kernel.as_str());
     let mut out = String::new();
+    let what = format!("C++ kernel `{kernel}`");
+    let image = forwarder_head(&mut out, &what, "void", kernel, &params.join(", "));
     let _ = writeln!(
         out,
-        "// C++ kernel `{kernel}`: its compiled image {image}, loaded on first use."
-    );
-    let _ = writeln!(out, "static void {kernel}({}) {{", params.join(", "));
-    let _ = writeln!(
-        out,
-        "    static const wrapir::HostKernel image_ = wrapir::host_kernel(WRAPIR_CUBIN_DIR, {}, {}, {});",
-        c_string(&image),
+        "    static const wrapir::HostKernel image_ = wrapir::host_kernel(WRAPIR_CUBIN_DIR, {image}, {}, {});",
         c_string(kernel.as_str()),
         c_string(&types.join(";"))
     );
-    argv_array(&mut out, &argv);
-    let _ = writeln!(out, "    image_.call(args_);");
-    out.push_str("}\n");
+    forwarder_tail(&mut out, &argv, "image_.call(args_);");
     out
 }
 
-/// The `args_` array a forwarder passes to its image's entry (`nullptr`
-/// where there are no arguments: C++ has no empty arrays).
-fn argv_array(out: &mut String, argv: &[String]) {
+/// The opening of a forwarder to `kernel`'s compiled image: a comment
+/// naming it (`what`) and its image, then `static <ret> <kernel>(<params>) {`.
+/// Returns the image's path as a C++ string literal, for the line loading it.
+fn forwarder_head(out: &mut String, what: &str, ret: &str, kernel: &KernelName, params: &str) -> String {
+    let image = crate::ir::host_image_path(kernel.as_str());
+    let _ = writeln!(out, "// {what}: its compiled image {image}, loaded on first use.");
+    let _ = writeln!(out, "static {ret} {kernel}({params}) {{");
+    c_string(&image)
+}
+
+/// The end of a forwarder: the `args_` array it passes to its image's
+/// entry (`nullptr` where there are no arguments: C++ has no empty
+/// arrays), the statement `call` passing it, and the closing brace.
+fn forwarder_tail(out: &mut String, argv: &[String], call: &str) {
     if argv.is_empty() {
         out.push_str("    void** args_ = nullptr;\n");
     } else {
         let _ = writeln!(out, "    void* args_[] = {{{}}};", argv.join(", "));
     }
+    let _ = writeln!(out, "    {call}");
+    out.push_str("}\n");
 }
 
 /// One parameter of a Halide kernel's C declaration: its declaration, its
@@ -135,18 +141,13 @@ struct HalideParamDecl {
 /// types read their value from it), to a `float`/`double` per float scalar;
 /// no user context.
 fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[HalideParamDecl]) -> String {
-    let image = crate::ir::host_image_path(kernel.as_str());
     let decls: Vec<&str> = params.iter().map(|p| p.decl.as_str()).collect();
     let mut out = String::new();
+    let what = format!("Halide kernel `{kernel}` (target {target})");
+    let image = forwarder_head(&mut out, &what, "int", kernel, &decls.join(", "));
     let _ = writeln!(
         out,
-        "// Halide kernel `{kernel}` (target {target}): its compiled image {image}, loaded on first use."
-    );
-    let _ = writeln!(out, "static int {kernel}({}) {{", decls.join(", "));
-    let _ = writeln!(
-        out,
-        "    static const auto entry_ = reinterpret_cast<int (*)(void**)>(wrapir::host_symbol(WRAPIR_CUBIN_DIR, {}, {}));",
-        c_string(&image),
+        "    static const auto entry_ = reinterpret_cast<int (*)(void**)>(wrapir::host_symbol(WRAPIR_CUBIN_DIR, {image}, {}));",
         c_string(&format!("{kernel}_argv"))
     );
     let mut argv = Vec::new();
@@ -168,9 +169,7 @@ fn halide_image_forwarder(kernel: &KernelName, target: &str, params: &[HalidePar
             }
         }
     }
-    argv_array(&mut out, &argv);
-    let _ = writeln!(out, "    return entry_(args_);");
-    out.push_str("}\n");
+    forwarder_tail(&mut out, &argv, "return entry_(args_);");
     out
 }
 

@@ -11,7 +11,7 @@
 use super::*;
 
 /// One schema parameter, by how the shim takes it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Param {
     /// `Tensor`: a handle.
     Tensor,
@@ -63,75 +63,64 @@ pub(super) fn schema_results(name: &str, overload: Option<&str>) -> Option<&'sta
     }
 }
 
-/// The schema of `op` (name without `aten.`, overload), when it is one of these ops.
-fn schema(name: &str, overload: Option<&str>) -> Option<&'static [(&'static str, Param)]> {
-    use Param::*;
+/// The schema parameters of `op` (name without `aten.`, overload) as
+/// PyTorch's `native_functions.yaml` writes them, when it is one of these ops.
+fn schema_text(name: &str, overload: Option<&str>) -> Option<&'static str> {
     match (name, overload.unwrap_or("default")) {
-        // segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
-        //                Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None)
-        ("segment_reduce", "default") => Some(&[
-            ("data", Tensor),
-            ("reduce", Str),
-            ("lengths", OptTensor),
-            ("indices", OptTensor),
-            ("offsets", OptTensor),
-            ("axis", Int(0)),
-            ("unsafe", Bool(false)),
-            ("initial", OptDouble),
-        ]),
-        // convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
-        //             SymInt[] padding, SymInt[] dilation, bool transposed,
-        //             SymInt[] output_padding, SymInt groups)
-        ("convolution", "default") => Some(&[
-            ("input", Tensor),
-            ("weight", Tensor),
-            ("bias", OptTensor),
-            ("stride", IntList),
-            ("padding", IntList),
-            ("dilation", IntList),
-            ("transposed", Bool(false)),
-            ("output_padding", IntList),
-            ("groups", IntRequired),
-        ]),
-        // topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True)
-        ("topk", "default") => Some(&[
-            ("self", Tensor),
-            ("k", IntRequired),
-            ("dim", Int(-1)),
-            ("largest", Bool(true)),
-            ("sorted", Bool(true)),
-        ]),
-        // index.Tensor(Tensor self, Tensor?[] indices)
-        ("index", "Tensor") => Some(&[("self", Tensor), ("indices", OptTensorList)]),
-        // _scaled_dot_product_efficient_attention(Tensor query, Tensor key, Tensor value,
-        //     Tensor? attn_bias, bool compute_log_sumexp, float dropout_p=0.0,
-        //     bool is_causal=False, *, float? scale=None)
-        ("_scaled_dot_product_efficient_attention", "default") => Some(&[
-            ("query", Tensor),
-            ("key", Tensor),
-            ("value", Tensor),
-            ("attn_bias", OptTensor),
-            ("compute_log_sumexp", Bool(false)),
-            ("dropout_p", Double(0.0)),
-            ("is_causal", Bool(false)),
-            ("scale", OptDouble),
-        ]),
-        // _scaled_dot_product_cudnn_attention(Tensor query, Tensor key, Tensor value,
-        //     Tensor? attn_bias, bool compute_log_sumexp, float dropout_p=0.0,
-        //     bool is_causal=False, bool return_debug_mask=False, *, float? scale=None)
-        ("_scaled_dot_product_cudnn_attention", "default") => Some(&[
-            ("query", Tensor),
-            ("key", Tensor),
-            ("value", Tensor),
-            ("attn_bias", OptTensor),
-            ("compute_log_sumexp", Bool(false)),
-            ("dropout_p", Double(0.0)),
-            ("is_causal", Bool(false)),
-            ("return_debug_mask", Bool(false)),
-            ("scale", OptDouble),
-        ]),
+        ("segment_reduce", "default") => Some(
+            "Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor? offsets=None, \
+             int axis=0, bool unsafe=False, Scalar? initial=None",
+        ),
+        ("convolution", "default") => Some(
+            "Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, \
+             bool transposed, SymInt[] output_padding, SymInt groups",
+        ),
+        ("topk", "default") => Some("Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True"),
+        ("index", "Tensor") => Some("Tensor self, Tensor?[] indices"),
+        ("_scaled_dot_product_efficient_attention", "default") => Some(
+            "Tensor query, Tensor key, Tensor value, Tensor? attn_bias, bool compute_log_sumexp, \
+             float dropout_p=0.0, bool is_causal=False, *, float? scale=None",
+        ),
+        ("_scaled_dot_product_cudnn_attention", "default") => Some(
+            "Tensor query, Tensor key, Tensor value, Tensor? attn_bias, bool compute_log_sumexp, \
+             float dropout_p=0.0, bool is_causal=False, bool return_debug_mask=False, *, float? scale=None",
+        ),
         _ => None,
     }
+}
+
+/// The parameters of a schema's text ([`schema_text`]) in order, the `*`
+/// that starts its keyword-only ones passed over; `Err` names a parameter
+/// of a type (or default) the shim calls here do not take.
+fn parse_schema(text: &str) -> Result<Vec<(&str, Param)>, String> {
+    let mut params = Vec::new();
+    for p in text.split(',').map(str::trim).filter(|p| *p != "*") {
+        let (ty, name) = p
+            .split_once(' ')
+            .ok_or_else(|| format!("schema parameter `{p}` has no name"))?;
+        let (name, default) = match name.split_once('=') {
+            Some((n, d)) => (n, Some(d)),
+            None => (name, None),
+        };
+        let bad = || format!("schema parameter `{p}`");
+        let param = match (ty, default) {
+            ("Tensor", None) => Param::Tensor,
+            ("Tensor?", _) => Param::OptTensor,
+            ("str", None) => Param::Str,
+            ("int", Some(d)) => Param::Int(d.parse().map_err(|_| bad())?),
+            ("int" | "SymInt", None) => Param::IntRequired,
+            // A `bool` without a default is passed as `false` when absent.
+            ("bool", None | Some("False")) => Param::Bool(false),
+            ("bool", Some("True")) => Param::Bool(true),
+            ("Scalar?" | "float?", _) => Param::OptDouble,
+            ("float", Some(d)) => Param::Double(d.parse().map_err(|_| bad())?),
+            ("int[]" | "SymInt[]", None) => Param::IntList,
+            ("Tensor?[]", None) => Param::OptTensorList,
+            _ => return Err(bad()),
+        };
+        params.push((name, param));
+    }
+    Ok(params)
 }
 
 impl Lowering<'_> {
@@ -146,10 +135,11 @@ impl Lowering<'_> {
         local: &str,
         cx: &super::Cx<'_>,
     ) -> Result<Option<Vec<String>>, Error> {
-        let Some(params) = schema(name, overload) else {
+        let Some(text) = schema_text(name, overload) else {
             return Ok(None);
         };
         let bad = |message: String| Error::invalid(cx, message);
+        let params = parse_schema(text).map_err(|p| bad(format!("`{}`: {p} is not a shim argument", call.op)))?;
         if call.args.len() > params.len() {
             return Err(bad(format!(
                 "`{}` takes {} arguments, the call passes {} positionally",
@@ -294,5 +284,57 @@ impl Lowering<'_> {
             return Ok("nullptr, 0".into());
         }
         Ok(format!("std::array<int64_t, {n}>{{{}}}.cbegin(), {n}", v.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_schema_parses() {
+        let ops = [
+            ("segment_reduce", None),
+            ("convolution", None),
+            ("topk", None),
+            ("index", Some("Tensor")),
+            ("_scaled_dot_product_efficient_attention", None),
+            ("_scaled_dot_product_cudnn_attention", None),
+        ];
+        for (name, overload) in ops {
+            let text = schema_text(name, overload).expect("a schema");
+            assert!(parse_schema(text).is_ok(), "{name}: {:?}", parse_schema(text));
+        }
+    }
+
+    #[test]
+    fn schema_parameters_carry_their_defaults() {
+        use Param::*;
+        let text = schema_text("segment_reduce", None).expect("a schema");
+        assert_eq!(
+            parse_schema(text),
+            Ok(vec![
+                ("data", Tensor),
+                ("reduce", Str),
+                ("lengths", OptTensor),
+                ("indices", OptTensor),
+                ("offsets", OptTensor),
+                ("axis", Int(0)),
+                ("unsafe", Bool(false)),
+                ("initial", OptDouble),
+            ])
+        );
+        let text = schema_text("topk", None).expect("a schema");
+        let params = parse_schema(text).expect("parses");
+        assert_eq!(params[2], ("dim", Int(-1)));
+        assert_eq!(params[3], ("largest", Bool(true)));
+        let text = schema_text("_scaled_dot_product_efficient_attention", None).expect("a schema");
+        let params = parse_schema(text).expect("parses");
+        assert_eq!(params[5], ("dropout_p", Double(0.0)));
+        assert_eq!(params.last(), Some(&("scale", OptDouble)));
+        assert_eq!(
+            parse_schema("Tensor[] x"),
+            Err("schema parameter `Tensor[] x`".to_string())
+        );
     }
 }
