@@ -19,9 +19,44 @@ fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Arguments, exit code, texts stdout must contain, text stderr must
-/// contain, text neither may contain.
-type Case<'a> = (&'a [&'a str], i32, &'a [&'a str], &'a str, &'a str);
+/// One command line and what it must print.
+struct Case<'a> {
+    args: Vec<&'a str>,
+    code: i32,
+    /// Texts stdout must contain.
+    stdout: &'a [&'a str],
+    /// Text stderr must contain.
+    stderr: &'a str,
+    /// Text neither stream may contain (`""`: no such text).
+    neither: &'a str,
+}
+
+/// A command line that succeeds with these texts on stdout.
+fn ok<'a>(args: &[&'a str], stdout: &'a [&'a str]) -> Case<'a> {
+    Case {
+        args: args.to_vec(),
+        code: 0,
+        stdout,
+        stderr: "",
+        neither: "",
+    }
+}
+
+/// A command line that is refused (exit 2) with `stderr` in its message.
+fn refused<'a>(args: &[&'a str], stderr: &'a str) -> Case<'a> {
+    Case {
+        code: 2,
+        stderr,
+        ..ok(args, &[])
+    }
+}
+
+impl<'a> Case<'a> {
+    /// The same case, where neither stream may contain `text`.
+    fn without(self, text: &'a str) -> Self {
+        Case { neither: text, ..self }
+    }
+}
 
 fn f32s(v: &[f32], size: &[i64]) -> Tensor {
     Tensor::from_vec(v.to_vec(), size).unwrap()
@@ -36,149 +71,90 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
     let mut other = IndexMap::new();
     other.insert("something_else".to_string(), f32s(&[1.0], &[1]));
     std::fs::write(&nonzero_inputs, safetensors::write(&other).unwrap()).unwrap();
-    // (arguments, exit code, texts stdout must contain, text stderr must contain, text neither may contain)
-    let cases: &[Case] = &[
-        (&["run", "fixtures/nonzero.wir"], 0, &["device: meta\n"], "", ""),
-        (
-            &["run", path_str(&cat_mm), "--device", "cpu"],
-            0,
-            &["device: cpu\n"],
-            "",
-            "",
-        ),
-        (
-            &["run", path_str(&cat_mm), "--device", "meta"],
-            0,
-            &["device: meta\n"],
-            "",
-            "",
-        ),
+    let cat_mm = path_str(&cat_mm);
+    let cases = [
+        ok(&["run", "fixtures/nonzero.wir"], &["device: meta\n"]),
+        ok(&["run", cat_mm, "--device", "cpu"], &["device: cpu\n"]),
+        ok(&["run", cat_mm, "--device", "meta"], &["device: meta\n"]),
         // Unbacked symbols that took a bound of their range: one line each.
-        (
+        ok(
             &["run", "fixtures/item_convert_int.wir"],
-            0,
             &[
                 "note: unbacked symbol `u0` has no hint: took its upper bound 50 (set it with --hint u0=N)\n",
                 "note: unbacked symbol `u1` has no hint: took its upper bound 1 (set it with --hint u1=N)\n",
                 "note: unbacked symbol `u2` has no hint: took its upper bound 12 (set it with --hint u2=N)\n",
             ],
-            "",
-            "",
         ),
-        (
+        ok(
             &["run", "fixtures/nonzero.wir", "--hint", "u0=10"],
-            0,
             &["bound symbols: u0 = 10"],
-            "",
-            "note:",
-        ),
+        )
+        .without("note:"),
         // Unknown hint symbols name the symbol and list the program's.
-        (
+        refused(
             &["run", "fixtures/nonzero.wir", "--hint", "zz=3"],
-            2,
-            &[],
             "--hint `zz=3`: the program has no symbol `zz` (its symbols: u0)",
-            "",
         ),
-        (
+        refused(
             &["run", "fixtures/item_convert_int.wir", "--hint", "u9=1"],
-            2,
-            &[],
             "no symbol `u9` (its symbols: u0, u1, u2, triton_poi_fused_mul_slice_0_xnumel)",
-            "",
         ),
-        (
+        refused(
             &["run", "fixtures/pointwise.wir", "--hint", "s0=3"],
-            2,
-            &[],
             "the program has no symbol `s0` (it has no symbols)",
-            "",
         ),
-        (
+        refused(
             &["run", "fixtures/nonzero.wir", "--hint", "u0=x"],
-            2,
-            &[],
             "--hint `u0=x`: `x` is not an integer",
-            "",
         ),
         // Messages name flags, not library functions.
-        (
+        refused(
             &["run", "fixtures/cond_dynamic_branches.wir"],
-            2,
-            &[],
             "needs a value (`--predicate true|false`",
-            "with_predicates",
-        ),
-        (
-            &["run", path_str(&cat_mm), "--device", "cpu", "--predicate", "true"],
-            2,
-            &[],
+        )
+        .without("with_predicates"),
+        refused(
+            &["run", cat_mm, "--device", "cpu", "--predicate", "true"],
             "`--predicate` is for `--device meta`",
-            "",
         ),
-        (
-            &["run", path_str(&cat_mm), "--device", "cpu", "--hint", "s0=1"],
-            2,
-            &[],
+        refused(
+            &["run", cat_mm, "--device", "cpu", "--hint", "s0=1"],
             "`--hint` is for `--device meta`",
-            "",
         ),
-        (
+        refused(
             &["run", "fixtures/pointwise.wir", "--device", "cpu"],
-            2,
-            &[],
             "no inputs were given: pass --inputs FILE.safetensors",
-            "",
         ),
-        (
-            // Inputs are matched as on cpu and cuda.
+        // Inputs are matched as on cpu and cuda.
+        refused(
             &["run", "fixtures/nonzero.wir", "--inputs", path_str(&nonzero_inputs)],
-            2,
-            &[],
             "running fixtures/nonzero.wir on meta: `something_else` is neither a graph input nor a constant",
-            "",
         ),
-        (
-            &[
-                "run",
-                path_str(&cat_mm),
-                "--device",
-                "cpu",
-                "--inputs",
-                path_str(&nonzero_inputs),
-            ],
-            2,
-            &[],
+        refused(
+            &["run", cat_mm, "--device", "cpu", "--inputs", path_str(&nonzero_inputs)],
             "`something_else` is neither a graph input nor a constant",
-            "",
         ),
-        (
-            &[
-                "run",
-                path_str(&cat_mm),
-                "--device",
-                "cpu",
-                "--inputs",
-                path_str(&cat_mm_inputs),
-            ],
-            0,
+        ok(
+            &["run", cat_mm, "--device", "cpu", "--inputs", path_str(&cat_mm_inputs)],
             &["1 outputs match"],
-            "",
-            "",
         ),
-        (
+        refused(
             &["run", "fixtures/nonzero.wir", "--inputs", "no/such/file.safetensors"],
-            2,
-            &[],
             "no/such/file.safetensors",
-            "",
         ),
     ];
     let mut failures = Vec::new();
-    for (args, code, stdout, stderr, neither) in cases {
-        let r = wrapir(args);
+    for Case {
+        args,
+        code,
+        stdout,
+        stderr,
+        neither,
+    } in cases
+    {
+        let r = wrapir(&args);
         let clean = neither.is_empty() || !(r.stdout.contains(neither) || r.stderr.contains(neither));
-        if !r.matches(*code, stdout, stderr) || !clean {
+        if !r.matches(code, stdout, stderr) || !clean {
             failures.push(r.failure(format_args!("{args:?} (want exit {code})")));
         }
     }

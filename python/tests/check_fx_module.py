@@ -21,31 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-
-def ordered_names(reference, prefix):
-    keyed = []
-    for name in reference:
-        m = re.fullmatch(prefix + r"(\d+)", name)
-        if m:
-            keyed.append((int(m.group(1)), name))
-    return [name for _, name in sorted(keyed)]
-
-
-def expected_names(reference):
-    """The reference tensors in the compiled graph's output order: `graph_out<k>` when
-    present, else `out<k>`."""
-    return ordered_names(reference, "graph_out") or ordered_names(reference, "out")
+from wrapir_export.tolerances import close_failure, max_abs_error, reference_names  # noqa: E402
 
 
 def compare(torch, got, reference, tolerance):
     """(ok, reason, max abs error) of outputs against reference tensors."""
-    names = expected_names(reference)
+    names = reference_names(reference)
     if len(got) != len(names):
         return False, f"{len(got)} outputs, expected {len(names)} ({', '.join(names)})", None
     reasons, worst = [], None
@@ -63,23 +49,12 @@ def compare(torch, got, reference, tolerance):
                                f"expected {tuple(want.shape)} {want.dtype}")
                 continue
             value = value.to(want.dtype)
-        floating = want.is_floating_point() or want.is_complex()
         if value.numel():
-            if floating:
-                a, b = (torch.view_as_real(value), torch.view_as_real(want)) if want.is_complex() else (value, want)
-                d = (a.double() - b.double()).abs()
-                d = torch.where(a.isnan() & b.isnan(), torch.zeros_like(d), d).nan_to_num(nan=float("inf"))
-                err = float(d.max())
-            else:
-                err = float((value.long() - want.long()).abs().max()) if want.dtype != torch.bool \
-                    else float((value != want).sum())
+            err = max_abs_error(torch, value, want)
             worst = err if worst is None else max(worst, err)
-        rtol, atol = (tolerance["rtol"], tolerance["atol"]) if floating else (0.0, 0.0)
-        try:
-            torch.testing.assert_close(value, want, rtol=rtol, atol=atol, equal_nan=True)
-        except AssertionError as e:
-            summary = " ".join(line.strip() for line in str(e).splitlines()[:3] if line.strip())
-            reasons.append(f"output {i} ({name}): {summary}")
+        failure = close_failure(torch, value, want, tolerance)
+        if failure is not None:
+            reasons.append(f"output {i} ({name}): {failure}")
     return not reasons, "; ".join(reasons), worst
 
 

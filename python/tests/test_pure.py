@@ -370,6 +370,13 @@ class Tolerances(unittest.TestCase):
         with self.assertRaises(ValueError):
             tolerances.check_math({"tf32": True})
 
+    def test_reference_names_in_output_order(self):
+        self.assertEqual(tolerances.reference_names({"out10": 0, "out2": 0, "out0": 0, "x": 0}),
+                         ["out0", "out2", "out10"])
+        self.assertEqual(tolerances.reference_names({"out0": 0, "graph_out1": 0, "graph_out0": 0}),
+                         ["graph_out0", "graph_out1"])
+        self.assertEqual(tolerances.reference_names({}), [])
+
 
 class BundleParts(unittest.TestCase):
     def test_rng_state_bytes(self):

@@ -119,6 +119,17 @@ class GraphConverter(ControlFlowMixin):
         self.lines = []
         self.view_count = 0
         self.bound_precomputed = set()
+        # Wrapper IR line classes that one method converts whole (no class here is a
+        # subclass of another, so the order does not matter).
+        self.line_handlers = (
+            (W.KernelDefinitionLine, self.kernel_definition),
+            (W.KernelCallLine, self.kernel_call),
+            (W.ExternKernelOutLine, lambda line: self.extern_call(line.node, out=True)),
+            (W.ExternKernelAllocLine, lambda line: self.extern_call(line.node, out=False)),
+            (W.MultiOutputLine, self.multi_output),
+            (W.UnbackedSymbolDefsLine, self.unbacked_defs),
+            (W.CommentLine, lambda line: self.comment(line.line)),
+        )
 
     # ---- expressions ---------------------------------------------------------------------
 
@@ -402,26 +413,15 @@ class GraphConverter(ControlFlowMixin):
             self.buffers[alias] = {"kind": "tensor", "layout": self.layout_json(layout, offset=off)}
             self.emit({"line": "reinterpret", "base": base, "alias": alias})
             return i + 1
-        if isinstance(line, W.KernelDefinitionLine):
-            self.kernel_definition(line)
-            return i + 1
-        if isinstance(line, W.KernelCallLine):
-            self.kernel_call(line)
-            return i + 1
+        for cls, handle in self.line_handlers:
+            if isinstance(line, cls):
+                handle(line)
+                return i + 1
         if isinstance(line, W.SymbolicCallArgLine):
             sym = str(line.arg.inner)
             self.cap.symbols.add(sym)
             self.bound_precomputed.add(sym)
             self.emit({"line": "symbolic_call_arg", "symbol": sym, "expr": self.expr(line.arg.inner_expr)})
-            return i + 1
-        if isinstance(line, W.ExternKernelOutLine):
-            self.extern_call(line.node, out=True)
-            return i + 1
-        if isinstance(line, W.ExternKernelAllocLine):
-            self.extern_call(line.node, out=False)
-            return i + 1
-        if isinstance(line, W.MultiOutputLine):
-            self.multi_output(line)
             return i + 1
         if isinstance(line, W.IndexPutFallbackLine):
             node = line.node
@@ -456,17 +456,11 @@ class GraphConverter(ControlFlowMixin):
                 pass
             self.emit(d)
             return i + 1
-        if isinstance(line, W.UnbackedSymbolDefsLine):
-            self.unbacked_defs(line)
-            return i + 1
         if isinstance(line, W.EnterDeviceContextManagerLine):
             self.emit({"line": "enter_device_context", "device_index": int(line.device_idx)})
             return i + 1
         if isinstance(line, W.ExitDeviceContextManagerLine):
             self.emit({"line": "exit_device_context"})
-            return i + 1
-        if isinstance(line, W.CommentLine):
-            self.comment(line.line)
             return i + 1
         if isinstance(line, (W.EnterSubgraphLine, W.ExitSubgraphLine)):
             raise Unconvertible("subgraph scope outside a conditional or while loop")
@@ -489,6 +483,13 @@ class GraphConverter(ControlFlowMixin):
             raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart")
         raise Unconvertible(f"unknown line object {type(line).__name__}")
 
+    def emit_with_context(self, d, ctx):
+        """Emits line `d` with the context text of Inductor's assertion (a Python literal)
+        when it has one."""
+        if ctx:
+            d["context"] = ast.literal_eval(ctx)
+        self.emit(d)
+
     def comment(self, text):
         for t in comment_texts(text):
             self.emit({"line": "comment", "text": t})
@@ -506,20 +507,14 @@ class GraphConverter(ControlFlowMixin):
         if m:
             name, size, stride, ctx = m.groups()
             self.declare_name(name)
-            d = {"line": "assert_size_stride", "buffer": name, "size": self.tuple_text(size),
-                 "stride": self.tuple_text(stride)}
-            if ctx:
-                d["context"] = ast.literal_eval(ctx)
-            self.emit(d)
+            self.emit_with_context({"line": "assert_size_stride", "buffer": name, "size": self.tuple_text(size),
+                                    "stride": self.tuple_text(stride)}, ctx)
             return i + 1
         m = RE_ALIGN.match(t)
         if m:
             name, align, ctx = m.groups()
             self.declare_name(name)
-            d = {"line": "assert_alignment", "buffer": name, "alignment": int(align)}
-            if ctx:
-                d["context"] = ast.literal_eval(ctx)
-            self.emit(d)
+            self.emit_with_context({"line": "assert_alignment", "buffer": name, "alignment": int(align)}, ctx)
             return i + 1
         m = RE_IFNOT.match(t)
         if m:

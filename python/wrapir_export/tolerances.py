@@ -6,6 +6,8 @@ torch only when an export runs); the constants are plain data.
 
 from __future__ import annotations
 
+import re
+
 # The math-mode switches a case may set (`options["math"]`) and `bundle.json` records.
 MATH_FLAGS = {
     "matmul_allow_tf32": ("cuda.matmul", "allow_tf32"),
@@ -124,6 +126,49 @@ def max_errors(torch, got, want):
         if bool(nz.any()):
             rel_err = max(rel_err, float((d[nz] / e.double().abs()[nz]).max()))
     return abs_err, rel_err
+
+
+def reference_names(reference):
+    """The names of a bundle's reference tensors (`expected.safetensors`,
+    `compiled.safetensors`) in output order: `graph_out<k>` (the compiled graph's
+    outputs) when present, else `out<k>`."""
+
+    def ordered(prefix):
+        keyed = []
+        for name in reference:
+            m = re.fullmatch(prefix + r"(\d+)", name)
+            if m:
+                keyed.append((int(m.group(1)), name))
+        return [name for _, name in sorted(keyed)]
+
+    return ordered("graph_out") or ordered("out")
+
+
+def max_abs_error(torch, got, want):
+    """max |got - want| of two non-empty tensors of one shape and dtype: floating ones
+    in float64 (complex ones part by part; NaN against NaN is 0, NaN against a number
+    inf), integers exactly, bools as the number of elements that differ."""
+    if want.is_floating_point() or want.is_complex():
+        a, b = (torch.view_as_real(got), torch.view_as_real(want)) if want.is_complex() else (got, want)
+        d = (a.double() - b.double()).abs()
+        d = torch.where(a.isnan() & b.isnan(), torch.zeros_like(d), d).nan_to_num(nan=float("inf"))
+        return float(d.max())
+    if want.dtype == torch.bool:
+        return float((got != want).sum())
+    return float((got.long() - want.long()).abs().max())
+
+
+def close_failure(torch, got, want, tolerance):
+    """Why `got` is not `want` (`torch.testing.assert_close`'s first three lines, joined),
+    or None when it is: floating and complex tensors within `tolerance` (`rtol`, `atol`),
+    other dtypes exactly; NaN matches NaN."""
+    floating = want.is_floating_point() or want.is_complex()
+    rtol, atol = (tolerance["rtol"], tolerance["atol"]) if floating else (0.0, 0.0)
+    try:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    except AssertionError as e:
+        return " ".join(line.strip() for line in str(e).splitlines()[:3] if line.strip())
+    return None
 
 
 def float64_reference(torch, fn, inputs, is_module):
