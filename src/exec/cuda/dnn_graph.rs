@@ -80,13 +80,19 @@ impl Desc {
     }
 
     fn set_desc(&self, name: Attr, value: &Desc) -> Result<(), CudaError> {
-        // SAFETY: one descriptor handle, live for the call.
+        self.set_descs(name, &[value])
+    }
+
+    /// Sets attribute `name` to the handles of `values`.
+    fn set_descs(&self, name: Attr, values: &[&Desc]) -> Result<(), CudaError> {
+        let raws: Vec<dnn::cudnnBackendDescriptor_t> = values.iter().map(|d| d.0).collect();
+        // SAFETY: `raws` holds `len` descriptor handles, live for the call.
         unsafe {
             self.set_raw(
                 name,
                 Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                1,
-                (&value.0 as *const dnn::cudnnBackendDescriptor_t).cast(),
+                raws.len() as i64,
+                raws.as_ptr().cast(),
             )
         }
     }
@@ -379,16 +385,8 @@ impl Graph {
         let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         // Operation descriptors are every other entry, after their own
         // descriptor (`push_node`).
-        let ops: Vec<dnn::cudnnBackendDescriptor_t> = self.ops.iter().skip(1).step_by(2).map(|d| d.0).collect();
-        // SAFETY: `ops` holds `len` live descriptor handles.
-        unsafe {
-            graph.set_raw(
-                Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                ops.len() as i64,
-                ops.as_ptr().cast(),
-            )
-        }?;
+        let ops: Vec<&Desc> = self.ops.iter().skip(1).step_by(2).collect();
+        graph.set_descs(Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS, &ops)?;
         let started = std::time::Instant::now();
         let mut cost = PlanCost::default();
         graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
