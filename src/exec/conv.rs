@@ -135,11 +135,7 @@ const MAX_HOST_MACS: u128 = 1 << 34;
 pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let x = a.tensor(0, "input")?;
     let w = a.tensor(1, "weight")?;
-    let bias = match a.get(2, "bias") {
-        Some(Value::Tensor(t)) => Some(t),
-        None => None,
-        Some(v) => return Err(a.err(format!("`bias` must be a tensor or None, got {}", v.kind()))),
-    };
+    let bias = a.opt_tensor(2, "bias")?;
     let dtype = x.dtype();
     if w.dtype() != dtype || bias.is_some_and(|b| b.dtype() != dtype) || !dtype.is_floating() {
         return Err(a.err(format!(

@@ -55,6 +55,15 @@ impl<'a, T> Args<'a, T> {
         }
     }
 
+    /// An optional tensor argument (absent or `None`: `Ok(None)`).
+    pub(crate) fn opt_tensor(&self, i: usize, name: &str) -> Result<Option<&'a T>, ExecError> {
+        match self.get(i, name) {
+            Some(Value::Tensor(t)) => Ok(Some(t)),
+            None => Ok(None),
+            Some(v) => Err(self.err(format!("`{name}` must be a tensor or None, got {}", v.kind()))),
+        }
+    }
+
     pub(crate) fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
         match self.get(i, name) {
             Some(v) => v

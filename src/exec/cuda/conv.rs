@@ -199,11 +199,7 @@ fn is_convolution(op: &str) -> bool {
 fn parse<'c, T: Operand>(a: &crate::exec::ops::Args<'c, T>) -> Result<Conv<'c, T>, ExecError> {
     let input = a.tensor(0, "input")?;
     let weight = a.tensor(1, "weight")?;
-    let bias = match a.get(2, "bias") {
-        Some(Value::Tensor(t)) => Some(t),
-        None => None,
-        Some(v) => return Err(a.err(format!("`bias` must be a tensor or None, got {}", v.kind()))),
-    };
+    let bias = a.opt_tensor(2, "bias")?;
     let (x, w) = (input.layout(), weight.layout());
     let spatial = x.size.len().saturating_sub(2);
     let params = ConvParams::parse(a, spatial)?;

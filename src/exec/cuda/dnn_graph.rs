@@ -45,6 +45,23 @@ impl Desc {
         })
     }
 
+    /// Reads attribute `name` into at most `capacity` elements of type `ty`
+    /// at `values` (null with `capacity` 0: a count query); returns how many
+    /// elements the attribute has (with `capacity` > 0, how many were written).
+    ///
+    /// # Safety
+    /// `values` points at room for `capacity` elements of the C type `ty`
+    /// names (descriptor elements: descriptors created of the kind cuDNN fills).
+    unsafe fn get_raw(&self, name: Attr, ty: Ty, capacity: i64, values: *mut c_void) -> Result<i64, CudaError> {
+        let mut count = 0i64;
+        // SAFETY: the descriptor is live; `count` is a valid out-pointer; the
+        // caller vouches for `values`.
+        check("cudnnBackendGetAttribute", unsafe {
+            dnn::cudnnBackendGetAttribute(self.0, name, ty, capacity, &mut count, values)
+        })?;
+        Ok(count)
+    }
+
     fn set_i64s(&self, name: Attr, values: &[i64]) -> Result<(), CudaError> {
         // SAFETY: `values` holds `len` int64 elements.
         unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT64, values.len() as i64, values.as_ptr().cast()) }
@@ -63,13 +80,19 @@ impl Desc {
     }
 
     fn set_desc(&self, name: Attr, value: &Desc) -> Result<(), CudaError> {
-        // SAFETY: one descriptor handle, live for the call.
+        self.set_descs(name, &[value])
+    }
+
+    /// Sets attribute `name` to the handles of `values`.
+    fn set_descs(&self, name: Attr, values: &[&Desc]) -> Result<(), CudaError> {
+        let raws: Vec<dnn::cudnnBackendDescriptor_t> = values.iter().map(|d| d.0).collect();
+        // SAFETY: `raws` holds `len` descriptor handles, live for the call.
         unsafe {
             self.set_raw(
                 name,
                 Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                1,
-                (&value.0 as *const dnn::cudnnBackendDescriptor_t).cast(),
+                raws.len() as i64,
+                raws.as_ptr().cast(),
             )
         }
     }
@@ -243,8 +266,7 @@ impl Graph {
         }
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &self.tensors[y.0].desc)?;
         op.finalize()?;
-        self.ops.push(pw);
-        self.ops.push(op);
+        self.push_node(pw, op);
         Ok(())
     }
 
@@ -259,8 +281,7 @@ impl Graph {
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &self.tensors[y.0].desc)?;
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &r)?;
         op.finalize()?;
-        self.ops.push(r);
-        self.ops.push(op);
+        self.push_node(r, op);
         Ok(())
     }
 
@@ -275,8 +296,7 @@ impl Graph {
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &self.tensors[c.0].desc)?;
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_DESC, &m)?;
         op.finalize()?;
-        self.ops.push(m);
-        self.ops.push(op);
+        self.push_node(m, op);
         Ok(())
     }
 
@@ -334,9 +354,16 @@ impl Graph {
         op.set_desc(xa, &self.tensors[x.0].desc)?;
         op.set_desc(ya, &self.tensors[y.0].desc)?;
         op.finalize()?;
-        self.ops.push(c);
-        self.ops.push(op);
+        self.push_node(c, op);
         Ok(())
+    }
+
+    /// Keeps a node's own descriptor and its operation descriptor alive with
+    /// the graph, in that order: [`Graph::plan_with`] takes the operations
+    /// as every other entry.
+    fn push_node(&mut self, desc: Desc, op: Desc) {
+        self.ops.push(desc);
+        self.ops.push(op);
     }
 
     /// The operation graph on `handle`, the engine configurations cuDNN's
@@ -356,17 +383,10 @@ impl Graph {
         filter: EngineFilter,
     ) -> Result<Plan, CudaError> {
         let graph = Desc::new(Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
-        // Operation descriptors are every other entry, after their own descriptor.
-        let ops: Vec<dnn::cudnnBackendDescriptor_t> = self.ops.iter().skip(1).step_by(2).map(|d| d.0).collect();
-        // SAFETY: `ops` holds `len` live descriptor handles.
-        unsafe {
-            graph.set_raw(
-                Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                ops.len() as i64,
-                ops.as_ptr().cast(),
-            )
-        }?;
+        // Operation descriptors are every other entry, after their own
+        // descriptor (`push_node`).
+        let ops: Vec<&Desc> = self.ops.iter().skip(1).step_by(2).collect();
+        graph.set_descs(Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS, &ops)?;
         let started = std::time::Instant::now();
         let mut cost = PlanCost::default();
         graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
@@ -444,18 +464,15 @@ impl EngineFilter {
 fn engine_of(config: &Desc) -> Result<Desc, CudaError> {
     let engine = Desc::new(Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR)?;
     let mut raw = engine.0;
-    let mut n = 0i64;
     // SAFETY: one created engine descriptor cuDNN fills from the config.
-    check("cudnnBackendGetAttribute", unsafe {
-        dnn::cudnnBackendGetAttribute(
-            config.0,
+    unsafe {
+        config.get_raw(
             Attr::CUDNN_ATTR_ENGINECFG_ENGINE,
             Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
             1,
-            &mut n,
             (&mut raw as *mut dnn::cudnnBackendDescriptor_t).cast(),
         )
-    })?;
+    }?;
     Ok(engine)
 }
 
@@ -463,18 +480,8 @@ fn engine_of(config: &Desc) -> Result<Desc, CudaError> {
 /// cuDNN may report notes this binding has no variant for.
 fn engine_notes(engine: &Desc, attr: Attr, ty: Ty) -> Result<Vec<i32>, CudaError> {
     let mut notes = [0i32; 16];
-    let mut count = 0i64;
     // SAFETY: `notes` holds 16 enum-sized elements.
-    check("cudnnBackendGetAttribute", unsafe {
-        dnn::cudnnBackendGetAttribute(
-            engine.0,
-            attr,
-            ty,
-            notes.len() as i64,
-            &mut count,
-            notes.as_mut_ptr().cast(),
-        )
-    })?;
+    let count = unsafe { engine.get_raw(attr, ty, notes.len() as i64, notes.as_mut_ptr().cast()) }?;
     Ok(notes[..count.clamp(0, 16) as usize].to_vec())
 }
 
@@ -499,35 +506,29 @@ fn engine_configs(graph: &Desc, mode: HeurMode) -> Result<Vec<Desc>, CudaError> 
     heur.set_desc(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)?;
     heur.set_enum(Attr::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
     heur.finalize()?;
-    let mut count = 0i64;
     // SAFETY: a count query (no elements requested).
-    check("cudnnBackendGetAttribute", unsafe {
-        dnn::cudnnBackendGetAttribute(
-            heur.0,
+    let count = unsafe {
+        heur.get_raw(
             Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
             Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
             0,
-            &mut count,
             std::ptr::null_mut(),
         )
-    })?;
+    }?;
     let wanted = count.clamp(0, 64);
     let mut configs: Vec<Desc> = (0..wanted)
         .map(|_| Desc::new(Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR))
         .collect::<Result<_, _>>()?;
     let mut raws: Vec<dnn::cudnnBackendDescriptor_t> = configs.iter().map(|d| d.0).collect();
-    let mut got = 0i64;
     // SAFETY: `raws` holds `wanted` created engine-config descriptors cuDNN fills.
-    check("cudnnBackendGetAttribute", unsafe {
-        dnn::cudnnBackendGetAttribute(
-            heur.0,
+    let got = unsafe {
+        heur.get_raw(
             Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS,
             Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
             wanted,
-            &mut got,
             raws.as_mut_ptr().cast(),
         )
-    })?;
+    }?;
     configs.truncate(got.clamp(0, wanted) as usize);
     Ok(configs)
 }
@@ -545,18 +546,15 @@ fn execution_plan(handle: &DnnHandle, config: &Desc) -> Result<(Desc, usize), Cu
 /// The workspace bytes a finalized plan needs.
 fn workspace_of(plan: &Desc) -> Result<usize, CudaError> {
     let mut workspace = 0i64;
-    let mut n = 0i64;
     // SAFETY: one int64 element.
-    check("cudnnBackendGetAttribute", unsafe {
-        dnn::cudnnBackendGetAttribute(
-            plan.0,
+    unsafe {
+        plan.get_raw(
             Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
             Ty::CUDNN_TYPE_INT64,
             1,
-            &mut n,
             (&mut workspace as *mut i64).cast(),
         )
-    })?;
+    }?;
     usize::try_from(workspace)
         .map_err(|_| CudaError::Range(format!("cuDNN asked for a workspace of {workspace} bytes")))
 }
@@ -579,35 +577,19 @@ impl Plan {
     /// engines that compile at run time), for [`Plan::from_json`] in a later
     /// process on an identical GPU with the same cuDNN.
     pub(super) fn json(&self) -> Result<Vec<u8>, CudaError> {
-        let mut count = 0i64;
+        let json = Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION;
         // SAFETY: a length query (no elements requested).
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                self.plan.0,
-                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
-                Ty::CUDNN_TYPE_CHAR,
-                0,
-                &mut count,
-                std::ptr::null_mut(),
-            )
-        })?;
+        let count = unsafe { self.plan.get_raw(json, Ty::CUDNN_TYPE_CHAR, 0, std::ptr::null_mut()) }?;
         let len = usize::try_from(count)
             .ok()
             .filter(|&n| n > 0 && n <= 64 << 20)
             .ok_or_else(|| CudaError::Range(format!("cuDNN's plan JSON of {count} bytes")))?;
         let mut text = vec![0u8; len];
-        let mut got = 0i64;
-        // SAFETY: `text` holds `len` chars for cuDNN to fill.
-        check("cudnnBackendGetAttribute", unsafe {
-            dnn::cudnnBackendGetAttribute(
-                self.plan.0,
-                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
-                Ty::CUDNN_TYPE_CHAR,
-                count,
-                &mut got,
-                text.as_mut_ptr().cast(),
-            )
-        })?;
+        // SAFETY: `text` holds `len` (= `count`) chars for cuDNN to fill.
+        let got = unsafe {
+            self.plan
+                .get_raw(json, Ty::CUDNN_TYPE_CHAR, count, text.as_mut_ptr().cast())
+        }?;
         text.truncate(got.clamp(0, count) as usize);
         while text.last() == Some(&0) {
             text.pop();

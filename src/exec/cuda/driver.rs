@@ -82,6 +82,28 @@ impl From<CudaError> for super::super::ExecError {
 
 pub(super) use super::libraries::{keep_driver_loaded, keep_loaded};
 
+/// Checks that the CUDA driver library can be loaded (and keeps it loaded),
+/// before any call into it: cudarc panics on a missing library.
+fn require_driver() -> Result<(), CudaError> {
+    // SAFETY: only tries to open the library (dlopen); loading it runs no
+    // CUDA code.
+    if !keep_driver_loaded() || !unsafe { sys::is_culib_present() } {
+        return Err(CudaError::Library("CUDA driver (libcuda)"));
+    }
+    Ok(())
+}
+
+/// A new event without timing data (the cheap kind, for ordering and
+/// waiting only) on the bound context; the caller destroys it.
+fn untimed_event() -> Result<sys::CUevent, CudaError> {
+    let mut event: sys::CUevent = std::ptr::null_mut();
+    // SAFETY: `event` is a valid out-pointer.
+    unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
+        .result()
+        .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+    Ok(event)
+}
+
 /// Orders CUDA graph captures against the calls that must not run anywhere
 /// in the process while a stream captures, even in thread-local capture
 /// mode: module loads and unloads, library handles created or destroyed,
@@ -148,10 +170,7 @@ pub(super) fn setup_lock() -> PhaseGuard {
 /// The name and SM number (`major * 10 + minor`) of device `ordinal`, asked
 /// of the driver without creating a context (no device memory, no module).
 pub fn device_arch(ordinal: usize) -> Result<(String, u32), CudaError> {
-    // SAFETY: as in `Device::open`: only tries to open the library.
-    if !keep_driver_loaded() || !unsafe { sys::is_culib_present() } {
-        return Err(CudaError::Library("CUDA driver (libcuda)"));
-    }
+    require_driver()?;
     drv::init().map_err(|e| CudaError::driver("cuInit", e))?;
     let ordinal = i32::try_from(ordinal).map_err(|_| CudaError::Range(format!("device ordinal {ordinal}")))?;
     let dev = drv::device::get(ordinal).map_err(|e| CudaError::driver("cuDeviceGet", e))?;
@@ -183,11 +202,7 @@ impl Device {
     /// Opens device `ordinal` (its primary context) and creates a stream;
     /// the libraries it loads later are searched for in `paths`.
     pub(super) fn open(ordinal: usize, paths: Arc<CudaPaths>) -> Result<Arc<Device>, CudaError> {
-        // SAFETY: only tries to open the library (dlopen); loading it runs no
-        // CUDA code. Checked first because cudarc panics on a missing library.
-        if !keep_driver_loaded() || !unsafe { sys::is_culib_present() } {
-            return Err(CudaError::Library("CUDA driver (libcuda)"));
-        }
+        require_driver()?;
         let _setup = setup_lock();
         let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::driver("cuDevicePrimaryCtxRetain", e))?;
         // cudarc's event tracking synchronises the whole context when its
@@ -220,11 +235,7 @@ impl Device {
     /// of this context; 0 is the legacy default stream).
     pub(super) fn order_streams(&self, waiter: sys::CUstream, on: sys::CUstream) -> Result<(), CudaError> {
         self.bind()?;
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: `event` is a valid out-pointer; the context is bound.
-        unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
-            .result()
-            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        let event = untimed_event()?;
         // SAFETY: `event` was just created; both streams belong to the bound
         // context (the caller's contract for `on`). Destroying an event a
         // stream still waits on releases it once the wait is done.
@@ -707,19 +718,58 @@ impl Drop for BlasHandle {
     }
 }
 
+/// Pinned (page-locked) host memory on a device's context, freed on drop.
+#[derive(Debug)]
+struct PinnedHost {
+    ptr: *mut u8,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the memory is owned by this value and reached only through its
+// owner's `&mut self`; it belongs to the device's primary context, which
+// every use binds first.
+unsafe impl Send for PinnedHost {}
+
+impl PinnedHost {
+    /// `bytes` of pinned memory on `device`'s context.
+    fn new(device: &Device, bytes: usize) -> Result<PinnedHost, CudaError> {
+        device.bind()?;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is bound. Freed in `Drop`.
+        unsafe { sys::cuMemHostAlloc(&mut host, bytes, 0) }
+            .result()
+            .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
+        Ok(PinnedHost {
+            ptr: host.cast(),
+            ctx: Arc::clone(&device.ctx),
+        })
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once; its
+        // owner waited for every copy into or out of it first.
+        let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+    }
+}
+
 /// Two pinned host buffers that host-to-device copies go through: bytes are
 /// copied into one while the DMA engine drains the other, so copies run at
 /// the bus's speed rather than pageable memory's, and the host never waits
 /// for a copy it is not about to reuse the buffer of.
 pub(super) struct Staging {
-    buffers: [(*mut u8, sys::CUevent, bool); 2],
+    /// Each buffer, the event recorded after the copies out of it, and
+    /// whether that event is still to be waited for.
+    buffers: [(PinnedHost, sys::CUevent, bool); 2],
     capacity: usize,
     ctx: Arc<CudaContext>,
 }
 
-// SAFETY: the buffers and events are owned by this value and used only
-// through `&mut self`; they belong to the device's primary context, which
-// every use binds first.
+// SAFETY: the events are owned by this value and used only through `&mut
+// self`; they belong to the device's primary context, which every use binds
+// first.
 unsafe impl Send for Staging {}
 
 impl std::fmt::Debug for Staging {
@@ -731,25 +781,16 @@ impl std::fmt::Debug for Staging {
 impl Staging {
     /// Two pinned buffers of `capacity` bytes each (> 0) on `device`'s context.
     pub(super) fn new(device: &Device, capacity: usize) -> Result<Staging, CudaError> {
-        device.bind()?;
+        let capacity = capacity.max(1);
+        let buffers = [PinnedHost::new(device, capacity)?, PinnedHost::new(device, capacity)?];
         let mut staging = Staging {
-            buffers: [(std::ptr::null_mut(), std::ptr::null_mut(), false); 2],
-            capacity: capacity.max(1),
+            buffers: buffers.map(|host| (host, std::ptr::null_mut(), false)),
+            capacity,
             ctx: Arc::clone(&device.ctx),
         };
         for slot in &mut staging.buffers {
-            let mut host: *mut c_void = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; the context is bound. Freed in `Drop`.
-            unsafe { sys::cuMemHostAlloc(&mut host, staging.capacity, 0) }
-                .result()
-                .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
-            slot.0 = host.cast();
-            let mut event: sys::CUevent = std::ptr::null_mut();
-            // SAFETY: as above; destroyed in `Drop`.
-            unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }
-                .result()
-                .map_err(|e| CudaError::driver("cuEventCreate", e))?;
-            slot.1 = event;
+            // Destroyed in `Drop` (the context is bound by `PinnedHost::new`).
+            slot.1 = untimed_event()?;
         }
         Ok(staging)
     }
@@ -759,11 +800,11 @@ impl Staging {
         let mut current = 0usize;
         let mut fill = 0usize;
         let mut pending: Vec<(sys::CUdeviceptr, usize, usize)> = Vec::new();
-        let flush = |buffers: &mut [(*mut u8, sys::CUevent, bool); 2],
+        let flush = |buffers: &mut [(PinnedHost, sys::CUevent, bool); 2],
                      current: usize,
                      pending: &mut Vec<(sys::CUdeviceptr, usize, usize)>|
          -> Result<(), CudaError> {
-            let (host, event, _) = buffers[current];
+            let (host, event) = (buffers[current].0.ptr, buffers[current].1);
             for (dst, at, len) in pending.drain(..) {
                 // SAFETY: `host + at .. + len` lies in the pinned buffer
                 // (filled below); the buffer is not written again before its
@@ -799,7 +840,7 @@ impl Staging {
                 // SAFETY: `fill + len <= capacity` bytes of the pinned buffer,
                 // which no queued copy reads (its event completed or it was never used).
                 unsafe {
-                    std::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.buffers[current].0.add(fill), len)
+                    std::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.buffers[current].0.ptr.add(fill), len)
                 };
                 pending.push((dst + done as u64, fill, len));
                 fill += len;
@@ -816,18 +857,15 @@ impl Staging {
 impl Drop for Staging {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        for (host, event, _) in self.buffers {
+        for &(_, event, _) in &self.buffers {
             if !event.is_null() {
                 // SAFETY: created in `new`; waits for queued copies out of the
-                // buffer before it is freed, then destroys the event once.
+                // buffer before it is freed (when the fields drop, after
+                // this), then destroys the event once.
                 unsafe {
                     let _ = sys::cuEventSynchronize(event);
                     let _ = sys::cuEventDestroy_v2(event);
                 }
-            }
-            if !host.is_null() {
-                // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once.
-                let _ = unsafe { sys::cuMemFreeHost(host.cast()) };
             }
         }
     }
@@ -835,39 +873,22 @@ impl Drop for Staging {
 
 /// A pinned host buffer of 8-byte words that a run of device reads is
 /// copied into with one stream synchronisation for the whole run.
+#[derive(Debug)]
 pub(super) struct PinnedWords {
-    host: *mut [u8; 8],
+    host: PinnedHost,
     words: usize,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: the buffer is owned by this value and used only through `&mut
-// self`; it belongs to the device's primary context, which every use binds.
-unsafe impl Send for PinnedWords {}
-
-impl std::fmt::Debug for PinnedWords {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PinnedWords").field("words", &self.words).finish()
-    }
 }
 
 impl PinnedWords {
     /// A pinned buffer of `words` (> 0) words on `device`'s context.
     pub(super) fn new(device: &Device, words: usize) -> Result<PinnedWords, CudaError> {
-        device.bind()?;
         let words = words.max(1);
         let bytes = words
             .checked_mul(8)
             .ok_or_else(|| CudaError::Range(format!("{words} device reads at once")))?;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; the context is bound. Freed in `Drop`.
-        unsafe { sys::cuMemHostAlloc(&mut host, bytes, 0) }
-            .result()
-            .map_err(|e| CudaError::driver("cuMemHostAlloc", e))?;
         Ok(PinnedWords {
-            host: host.cast(),
+            host: PinnedHost::new(device, bytes)?,
             words,
-            ctx: Arc::clone(&device.ctx),
         })
     }
 
@@ -896,7 +917,7 @@ impl PinnedWords {
         // SAFETY: `host` holds `words` >= `reads.len()` words, owned by `self`
         // (borrowed mutably for the call), and no copy into it is in flight:
         // every call waits for its copies before returning.
-        let out = unsafe { std::slice::from_raw_parts_mut(self.host, reads.len()) };
+        let out = unsafe { std::slice::from_raw_parts_mut(self.host.ptr.cast::<[u8; 8]>(), reads.len()) };
         for (word, (ptr, bytes)) in out.iter_mut().zip(reads) {
             *word = [0; 8];
             // SAFETY: the word is pinned memory of this context with room for
@@ -908,15 +929,6 @@ impl PinnedWords {
         }
         device.synchronize()?;
         Ok(out)
-    }
-}
-
-impl Drop for PinnedWords {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once; every
-        // copy into it was waited for by the call that queued it.
-        let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
     }
 }
 

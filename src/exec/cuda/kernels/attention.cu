@@ -81,6 +81,115 @@ template <> struct Half<true> {
 };
 
 // ---------------------------------------------------------------------------
+// Shared by every kernel: the head's tensors, the online softmax's running
+// max, and how a finished row is written.
+// ---------------------------------------------------------------------------
+
+// The q, k, v and bias (0 when absent) of batch b and query head h, which
+// reads key / value head h / group; T is the element type.
+template <typename T>
+__device__ __forceinline__ void head_inputs(const AttnParams& p, i64 b, i64 h, const T*& Q, const T*& K, const T*& V,
+                                            const T*& Bias) {
+    const i64 hk = h / p.group;
+    Q = reinterpret_cast<const T*>(p.q) + b * p.qs[0] + h * p.qs[1];
+    K = reinterpret_cast<const T*>(p.k) + b * p.ks[0] + hk * p.ks[1];
+    V = reinterpret_cast<const T*>(p.v) + b * p.vs[0] + hk * p.vs[1];
+    Bias = p.bias ? reinterpret_cast<const T*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
+}
+
+// The output (element type T) and log-sum-exp (0 when absent) of batch b, head h.
+template <typename T>
+__device__ __forceinline__ void head_outputs(const AttnParams& p, i64 b, i64 h, T*& Out, float*& Lse) {
+    Out = reinterpret_cast<T*>(p.out) + b * p.os[0] + h * p.os[1];
+    Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
+}
+
+// x reduced over the 4 lanes of a quad (lanes 4 g .. 4 g + 3).
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Raises the running max m (log2 units) to include mx; sets mu, the max the
+// new exponents subtract (0 while every score is -inf: no exp(-inf - -inf)),
+// and returns the factor exp2(m_old - mu) that rescales what was summed so far.
+__device__ __forceinline__ float raise_max(float& m, float mx, float& mu) {
+    const float mnew = fmaxf(m, mx);
+    mu = mnew == (-ATTN_INF) ? 0.f : mnew;
+    const float alpha = exp2f(m - mu);
+    m = mnew;
+    return alpha;
+}
+
+// How a finished row (running max m, sum l) is written: a row whose scores
+// were all -inf is `fill` (NaN with `empty_mode` 0 and keys present, else 0);
+// any other is O * inv.
+struct RowEnd {
+    bool empty;
+    float fill, inv;
+};
+
+__device__ __forceinline__ RowEnd row_end(const AttnParams& p, float m, float l) {
+    RowEnd e;
+    e.empty = m == (-ATTN_INF);
+    e.fill = (e.empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
+    e.inv = e.empty ? 0.f : 1.f / l;
+    return e;
+}
+
+// The row's log-sum-exp (natural log).
+__device__ __forceinline__ float row_lse(const AttnParams& p, const RowEnd& e, float m, float l) {
+    return e.empty ? (p.empty_mode == 0 ? (-ATTN_INF) : ATTN_INF) : (m + log2f(l)) * LN2;
+}
+
+// Log-sum-exp positions [lq, lse_len) among a block's BM rows from q0: +inf.
+template <int BM, int NTH>
+__device__ __forceinline__ void pad_lse(const AttnParams& p, float* Lse, i64 q0, int tid) {
+    for (int r = tid; r < BM; r += NTH) {
+        const i64 row = q0 + r;
+        if (row >= p.lq && row < p.lse_len) Lse[row * p.ls[2]] = ATTN_INF;
+    }
+}
+
+// The tensor-core kernels' accumulator layout: each thread holds two rows
+// (g and g + 8 of its warp's 16), the 4 threads of a quad share them.
+
+// Folds a tile's row maxima mx into the running max m and rescales the
+// running sums l and the output accumulators o (NO n-tiles of 8 columns).
+template <int NO>
+__device__ __forceinline__ void rescale_rows(float (&mx)[2], float (&m)[2], float (&l)[2], float (&o)[NO][4],
+                                             float (&mu)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = quad_max(mx[r]);
+        const float alpha = raise_max(m[r], mx[r], mu[r]);
+        l[r] *= alpha;
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            o[d][2 * r] *= alpha;
+            o[d][2 * r + 1] *= alpha;
+        }
+    }
+}
+
+// Scores s (NS n-tiles, log2 units) to exp2(s - mu), added to the row sums l.
+template <int NS>
+__device__ __forceinline__ void exp_scores(float (&s)[NS][4], const float (&mu)[2], float (&l)[2]) {
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            s[j][c] = exp2f(s[j][c] - mu[c >> 1]);
+            l[c >> 1] += s[j][c];
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // f16 / bf16: tensor cores.
 //
 // MMA_WARPS warps (8 for E <= 64, 4 above), 16 query rows each (MMA_BM =
@@ -194,10 +303,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Waits until at most one committed group is still in flight.
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// Rows [r0, r0 + NROWS) of a [rows][E] matrix (row stride rs, element
-// stride cs) into a shared tile of pitch E + 8; rows at or past `rend` are
-// zero. FAST: cs == 1 and 16-byte aligned rows (cp.async, asynchronous
-// until the next cp_async_wait_all).
 // The query block, batch and head of this block. Blocks start in linear
 // order (x fastest); with `causal` the query block varies slowest and the
 // last ones, which have the most keys, start first.
@@ -213,25 +318,35 @@ __device__ __forceinline__ void block_coords(bool causal, i64& qb, i64& b, i64& 
     h = rest % heads, b = rest / heads;
 }
 
-template <int E, int NROWS, int NTH, bool FAST>
-__device__ __forceinline__ void load_tile(u16* dst, const u16* src, i64 r0, i64 rend, i64 rs, i64 cs, int tid) {
-    constexpr int P = E + 8;
+// Rows [r0, r0 + NROWS) of a [rows][E] matrix of T (row stride rs, element
+// stride cs) into a shared tile of pitch PITCH; rows at or past `rend` are
+// zero. FAST: cs == 1 and 16-byte aligned rows (cp.async, asynchronous until
+// the next cp_async_wait_all).
+template <typename T, int E, int NROWS, int PITCH, int NTH, bool FAST>
+__device__ __forceinline__ void load_rows(T* dst, const T* src, i64 r0, i64 rend, i64 rs, i64 cs, int tid) {
     if (FAST) {
-        constexpr int CPR = E / 8;  // 16-byte chunks a row
+        constexpr int PER = 16 / sizeof(T);  // elements a 16-byte chunk
+        constexpr int CPR = E / PER;         // chunks a row
         for (int i = tid; i < NROWS * CPR; i += NTH) {
-            const int r = i / CPR, c = (i % CPR) * 8;
+            const int r = i / CPR, c = (i % CPR) * PER;
             const i64 row = r0 + r;
             const bool ok = row < rend;
-            cp_async16(smem_addr(dst + r * P + c), ok ? (const void*)(src + row * rs + c) : (const void*)src,
+            cp_async16(smem_addr(dst + r * PITCH + c), ok ? (const void*)(src + row * rs + c) : (const void*)src,
                        ok ? 16 : 0);
         }
     } else {
         for (int i = tid; i < NROWS * E; i += NTH) {
             const int r = i / E, c = i % E;
             const i64 row = r0 + r;
-            dst[r * P + c] = row < rend ? src[row * rs + c * cs] : (u16)0;
+            dst[r * PITCH + c] = row < rend ? src[row * rs + c * cs] : (T)0;
         }
     }
+}
+
+// 16-bit rows into a tile of pitch E + 8.
+template <int E, int NROWS, int NTH, bool FAST>
+__device__ __forceinline__ void load_tile(u16* dst, const u16* src, i64 r0, i64 rend, i64 rs, i64 cs, int tid) {
+    load_rows<u16, E, NROWS, E + 8, NTH, FAST>(dst, src, r0, rend, rs, cs, tid);
 }
 #endif
 
@@ -252,11 +367,8 @@ __device__ void attn_mma(const AttnParams& p) {
     i64 qb, b, h;
     block_coords(p.causal, qb, b, h);
     const i64 q0 = qb * MMA_BM;
-    const i64 hk = h / p.group;
-    const u16* Q = reinterpret_cast<const u16*>(p.q) + b * p.qs[0] + h * p.qs[1];
-    const u16* K = reinterpret_cast<const u16*>(p.k) + b * p.ks[0] + hk * p.ks[1];
-    const u16* V = reinterpret_cast<const u16*>(p.v) + b * p.vs[0] + hk * p.vs[1];
-    const u16* Bias = p.bias ? reinterpret_cast<const u16*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
+    const u16 *Q, *K, *V, *Bias;
+    head_inputs(p, b, h, Q, K, V, Bias);
 
     i64 kv_end = p.lk;
     if (p.causal && q0 + MMA_BM < kv_end) kv_end = q0 + MMA_BM;
@@ -342,30 +454,8 @@ __device__ void attn_mma(const AttnParams& p) {
                 }
             }
             float mu[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float mnew = fmaxf(m[r], mx[r]);
-                mu[r] = mnew == (-ATTN_INF) ? 0.f : mnew;  // no exp(-inf - -inf)
-                const float alpha = exp2f(m[r] - mu[r]);
-                m[r] = mnew;
-                l[r] *= alpha;
-#pragma unroll
-                for (int d = 0; d < NO; ++d) {
-                    o[d][2 * r] *= alpha;
-                    o[d][2 * r + 1] *= alpha;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < NS; ++j) {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float e = exp2f(s[j][c] - mu[c >> 1]);
-                    s[j][c] = e;
-                    l[c >> 1] += e;
-                }
-            }
+            rescale_rows(mx, m, l, o, mu);
+            exp_scores(s, mu, l);
 #pragma unroll
             for (int kk = 0; kk < MMA_BN / 16; ++kk) {
                 unsigned a[4];
@@ -386,23 +476,21 @@ __device__ void attn_mma(const AttnParams& p) {
         __syncthreads();
     }
 
-    u16* Out = reinterpret_cast<u16*>(p.out) + b * p.os[0] + h * p.os[1];
-    float* Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
+    u16* Out;
+    float* Lse;
+    head_outputs(p, b, h, Out, Lse);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        l[r] = quad_sum(l[r]);
         const i64 row = rows[r];
         if (row >= p.lq) continue;
-        const bool empty = m[r] == (-ATTN_INF);
-        const float fill = (empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
-        const float inv = empty ? 0.f : 1.f / l[r];
+        const RowEnd end = row_end(p, m[r], l[r]);
         u16* orow = Out + row * p.os[2];
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
             const int e = d * 8 + t4 * 2;
-            const float v0 = empty ? fill : o[d][2 * r] * inv;
-            const float v1 = empty ? fill : o[d][2 * r + 1] * inv;
+            const float v0 = end.empty ? end.fill : o[d][2 * r] * end.inv;
+            const float v1 = end.empty ? end.fill : o[d][2 * r + 1] * end.inv;
             if (FAST) {
                 // out's last dimension is contiguous and its strides even.
                 *reinterpret_cast<unsigned*>(orow + e) = pack2<BF16>(v0, v1);
@@ -411,16 +499,9 @@ __device__ void attn_mma(const AttnParams& p) {
                 orow[(e + 1) * p.os[3]] = Half<BF16>::from_float(v1);
             }
         }
-        if (Lse && t4 == 0) {
-            Lse[row * p.ls[2]] = empty ? (p.empty_mode == 0 ? (-ATTN_INF) : ATTN_INF) : (m[r] + log2f(l[r])) * LN2;
-        }
+        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m[r], l[r]);
     }
-    if (Lse) {
-        for (int r = tid; r < MMA_BM; r += MMA_NT) {
-            const i64 row = q0 + r;
-            if (row >= p.lq && row < p.lse_len) Lse[row * p.ls[2]] = ATTN_INF;
-        }
-    }
+    if (Lse) pad_lse<MMA_BM, MMA_NT>(p, Lse, q0, tid);
 #else
     __trap();
 #endif
@@ -449,12 +530,9 @@ __device__ void attn_f32(const AttnParams& p) {
 
     const int tid = threadIdx.x, r = tid / F32_TPR, t4 = tid % F32_TPR;
     const i64 b = blockIdx.z, h = blockIdx.y, q0 = (i64)blockIdx.x * F32_BM;
-    const i64 hk = h / p.group;
     const i64 row = q0 + r;
-    const float* Q = reinterpret_cast<const float*>(p.q) + b * p.qs[0] + h * p.qs[1];
-    const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
-    const float* V = reinterpret_cast<const float*>(p.v) + b * p.vs[0] + hk * p.vs[1];
-    const float* Bias = p.bias ? reinterpret_cast<const float*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
+    const float *Q, *K, *V, *Bias;
+    head_inputs(p, b, h, Q, K, V, Bias);
 
     float q[EP], o[EP];
 #pragma unroll
@@ -483,8 +561,7 @@ __device__ void attn_f32(const AttnParams& p) {
             float acc = 0.f;
 #pragma unroll
             for (int i = 0; i < EP; ++i) acc = fmaf(q[i], Ks[n * E + t4 + F32_TPR * i], acc);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            acc = quad_sum(acc);
             const i64 key = kv0 + n;
             const bool ok = key < p.lk && (!p.causal || key <= row);
             float x = acc * sl2;
@@ -492,10 +569,8 @@ __device__ void attn_f32(const AttnParams& p) {
             s[n] = ok ? x : (-ATTN_INF);
             mx = fmaxf(mx, s[n]);
         }
-        const float mnew = fmaxf(m, mx);
-        const float mu = mnew == (-ATTN_INF) ? 0.f : mnew;
-        const float alpha = exp2f(m - mu);
-        m = mnew;
+        float mu;
+        const float alpha = raise_max(m, mx, mu);
         l *= alpha;
 #pragma unroll
         for (int i = 0; i < EP; ++i) o[i] *= alpha;
@@ -509,16 +584,14 @@ __device__ void attn_f32(const AttnParams& p) {
         __syncthreads();
     }
 
-    float* Out = reinterpret_cast<float*>(p.out) + b * p.os[0] + h * p.os[1];
-    float* Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
+    float *Out, *Lse;
+    head_outputs(p, b, h, Out, Lse);
     if (row < p.lq) {
-        const bool empty = m == (-ATTN_INF);
-        const float fill = (empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
-        const float inv = empty ? 0.f : 1.f / l;
+        const RowEnd end = row_end(p, m, l);
 #pragma unroll
-        for (int i = 0; i < EP; ++i) Out[row * p.os[2] + (i64)(t4 + F32_TPR * i) * p.os[3]] = empty ? fill : o[i] * inv;
-        if (Lse && t4 == 0)
-            Lse[row * p.ls[2]] = empty ? (p.empty_mode == 0 ? (-ATTN_INF) : ATTN_INF) : (m + log2f(l)) * LN2;
+        for (int i = 0; i < EP; ++i)
+            Out[row * p.os[2] + (i64)(t4 + F32_TPR * i) * p.os[3]] = end.empty ? end.fill : o[i] * end.inv;
+        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m, l);
     } else if (Lse && t4 == 0 && row < p.lse_len) {
         Lse[row * p.ls[2]] = ATTN_INF;
     }
@@ -601,27 +674,11 @@ __device__ __forceinline__ void mma3xtf32(float c[4], const SplitA& a, unsigned 
     mma1688(c, a.big, bb0, bb1);
 }
 
-// Rows [r0, r0 + NROWS) of a [rows][E] fp32 matrix into a tile of pitch PITCH;
-// rows at or past `rend` are zero. FAST: 16-byte cp.async copies.
+// fp32 rows into a tile of pitch PITCH.
 template <int E, int NROWS, int PITCH, bool FAST, int NTH = TC_NT>
 __device__ __forceinline__ void load_tile_f32(float* dst, const float* src, i64 r0, i64 rend, i64 rs, i64 cs,
                                               int tid) {
-    if (FAST) {
-        constexpr int CPR = E / 4;
-        for (int i = tid; i < NROWS * CPR; i += NTH) {
-            const int r = i / CPR, c = (i % CPR) * 4;
-            const i64 row = r0 + r;
-            const bool ok = row < rend;
-            cp_async16(smem_addr(dst + r * PITCH + c), ok ? (const void*)(src + row * rs + c) : (const void*)src,
-                       ok ? 16 : 0);
-        }
-    } else {
-        for (int i = tid; i < NROWS * E; i += NTH) {
-            const int r = i / E, c = i % E;
-            const i64 row = r0 + r;
-            dst[r * PITCH + c] = row < rend ? src[row * rs + c * cs] : 0.f;
-        }
-    }
+    load_rows<float, E, NROWS, PITCH, NTH, FAST>(dst, src, r0, rend, rs, cs, tid);
 }
 
 // The barrier of one key group (TC_NT threads): named barrier 1 + group,
@@ -658,11 +715,8 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     i64 qb, b, h;
     block_coords(p.causal, qb, b, h);
     const i64 q0 = qb * TC_BM;
-    const i64 hk = h / p.group;
-    const float* Q = reinterpret_cast<const float*>(p.q) + b * p.qs[0] + h * p.qs[1];
-    const float* K = reinterpret_cast<const float*>(p.k) + b * p.ks[0] + hk * p.ks[1];
-    const float* V = reinterpret_cast<const float*>(p.v) + b * p.vs[0] + hk * p.vs[1];
-    const float* Bias = p.bias ? reinterpret_cast<const float*>(p.bias) + b * p.bs[0] + h * p.bs[1] : 0;
+    const float *Q, *K, *V, *Bias;
+    head_inputs(p, b, h, Q, K, V, Bias);
 
     i64 kv_end = p.lk;
     if (p.causal && q0 + TC_BM < kv_end) kv_end = q0 + TC_BM;
@@ -732,29 +786,8 @@ __device__ void attn_f32_tc(const AttnParams& p) {
                 }
             }
             float mu[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float mnew = fmaxf(m[r], mx[r]);
-                mu[r] = mnew == (-ATTN_INF) ? 0.f : mnew;
-                const float alpha = exp2f(m[r] - mu[r]);
-                m[r] = mnew;
-                l[r] *= alpha;
-#pragma unroll
-                for (int d = 0; d < NO; ++d) {
-                    o[d][2 * r] *= alpha;
-                    o[d][2 * r + 1] *= alpha;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < NS; ++j) {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    s[j][c] = exp2f(s[j][c] - mu[c >> 1]);
-                    l[c >> 1] += s[j][c];
-                }
-            }
+            rescale_rows(mx, m, l, o, mu);
+            exp_scores(s, mu, l);
         }
         group_sync<SPLIT>(group);  // every warp is done with Ks
         if (kv0 + BN < kv_end) {
@@ -789,10 +822,7 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         // (fragment order, so the thread of group 0 with the same index reads
         // its own elements); group 0 rescales and adds them.
         cp_async_wait_all();
-        for (int r = 0; r < 2; ++r) {
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        }
+        for (int r = 0; r < 2; ++r) l[r] = quad_sum(l[r]);
         __syncthreads();  // every group is done with Q and its tiles
         float* ml = Qs + (group - 1) * 4 * TC_NT;
         if (group > 0) {
@@ -811,10 +841,8 @@ __device__ void attn_f32_tc(const AttnParams& p) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const float m1 = mo[r * TC_NT + tid], l1 = mo[(2 + r) * TC_NT + tid];
-                const float mnew = fmaxf(m[r], m1);
-                const float mu = mnew == (-ATTN_INF) ? 0.f : mnew;
-                const float a0 = exp2f(m[r] - mu), a1 = exp2f(m1 - mu);
-                m[r] = mnew;
+                float mu;
+                const float a0 = raise_max(m[r], m1, mu), a1 = exp2f(m1 - mu);
                 l[r] = l[r] * a0 + l1 * a1;
 #pragma unroll
                 for (int d = 0; d < NO; ++d) {
@@ -825,36 +853,24 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         }
     }
 
-    float* Out = reinterpret_cast<float*>(p.out) + b * p.os[0] + h * p.os[1];
-    float* Lse = p.lse ? reinterpret_cast<float*>(p.lse) + b * p.ls[0] + h * p.ls[1] : 0;
+    float *Out, *Lse;
+    head_outputs(p, b, h, Out, Lse);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        if (SPLIT == 1) {
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        }
+        if (SPLIT == 1) l[r] = quad_sum(l[r]);
         const i64 row = rows[r];
         if (row >= p.lq) continue;
-        const bool empty = m[r] == (-ATTN_INF);
-        const float fill = (empty && p.lk > 0 && p.empty_mode == 0) ? __int_as_float(0x7fc00000) : 0.f;
-        const float inv = empty ? 0.f : 1.f / l[r];
+        const RowEnd end = row_end(p, m[r], l[r]);
         float* orow = Out + row * p.os[2];
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
             const int e = d * 8 + t4 * 2;
-            orow[e * p.os[3]] = empty ? fill : o[d][2 * r] * inv;
-            orow[(e + 1) * p.os[3]] = empty ? fill : o[d][2 * r + 1] * inv;
+            orow[e * p.os[3]] = end.empty ? end.fill : o[d][2 * r] * end.inv;
+            orow[(e + 1) * p.os[3]] = end.empty ? end.fill : o[d][2 * r + 1] * end.inv;
         }
-        if (Lse && t4 == 0) {
-            Lse[row * p.ls[2]] = empty ? (p.empty_mode == 0 ? (-ATTN_INF) : ATTN_INF) : (m[r] + log2f(l[r])) * LN2;
-        }
+        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m[r], l[r]);
     }
-    if (Lse) {
-        for (int r = tid; r < TC_BM; r += TC_NT) {
-            const i64 row = q0 + r;
-            if (row >= p.lq && row < p.lse_len) Lse[row * p.ls[2]] = ATTN_INF;
-        }
-    }
+    if (Lse) pad_lse<TC_BM, TC_NT>(p, Lse, q0, tid);
 #else
     __trap();
 #endif

@@ -167,21 +167,16 @@ __device__ void segment_reduce(const T* data, i64 outer, i64 len, i64 inner, con
         out[e] = Num<T>::put(acc);
     }
 }
-#define INST_SEGMENT(NAME, T)                                                                                   \
-    extern "C" __global__ void segment_reduce_##NAME##_o64(const T* data, i64 outer, i64 len, i64 inner,         \
-                                                          const i64* segs, int is_offsets, i64 count,           \
-                                                          int check_sum, int red, int has_initial,              \
-                                                          double initial, T* out, int* error) {                 \
-        segment_reduce<T, i64>(data, outer, len, inner, segs, is_offsets, count, check_sum, red, has_initial,   \
-                               initial, out, error);                                                            \
-    }                                                                                                           \
-    extern "C" __global__ void segment_reduce_##NAME##_o32(const T* data, i64 outer, i64 len, i64 inner,         \
-                                                          const int* segs, int is_offsets, i64 count,           \
-                                                          int check_sum, int red, int has_initial,              \
-                                                          double initial, T* out, int* error) {                 \
-        segment_reduce<T, int>(data, outer, len, inner, segs, is_offsets, count, check_sum, red, has_initial,   \
-                               initial, out, error);                                                            \
+// One kernel a value type T and segment-offset type O (`o64`: i64, `o32`: int).
+#define INST_SEGMENT_OFFSETS(NAME, T, OSUFFIX, O)                                                               \
+    extern "C" __global__ void segment_reduce_##NAME##_##OSUFFIX(const T* data, i64 outer, i64 len, i64 inner,   \
+                                                                const O* segs, int is_offsets, i64 count,       \
+                                                                int check_sum, int red, int has_initial,        \
+                                                                double initial, T* out, int* error) {           \
+        segment_reduce<T, O>(data, outer, len, inner, segs, is_offsets, count, check_sum, red, has_initial,     \
+                             initial, out, error);                                                              \
     }
+#define INST_SEGMENT(NAME, T) INST_SEGMENT_OFFSETS(NAME, T, o64, i64) INST_SEGMENT_OFFSETS(NAME, T, o32, int)
 INST_SEGMENT(f32, float)
 INST_SEGMENT(f64, double)
 INST_SEGMENT(f16, f16)
