@@ -139,6 +139,18 @@ impl Drop for TensorDesc {
     }
 }
 
+/// The signature of cuDNN's scaled tensor calls, `y = alpha * x + beta * y`
+/// over two descriptors (`cudnnAddTensor`, `cudnnTransformTensor`).
+type ScaledCall = unsafe fn(
+    dnn::cudnnHandle_t,
+    *const c_void,
+    dnn::cudnnTensorDescriptor_t,
+    *const c_void,
+    *const c_void,
+    dnn::cudnnTensorDescriptor_t,
+    *mut c_void,
+) -> dnn::cudnnStatus_t;
+
 impl DnnHandle {
     /// `c = a + c` with `a` broadcast over `c` (the bias add).
     pub(super) fn add(
@@ -146,20 +158,7 @@ impl DnnHandle {
         a: (&TensorDesc, sys::CUdeviceptr),
         c: (&TensorDesc, sys::CUdeviceptr),
     ) -> Result<(), CudaError> {
-        let (alpha, beta) = (1.0f32, 1.0f32);
-        self.device.bind()?;
-        // SAFETY: descriptors are live and describe the live buffers passed with them.
-        check("cudnnAddTensor", unsafe {
-            dnn::cudnnAddTensor(
-                self.raw,
-                (&alpha as *const f32).cast(),
-                a.0 .0,
-                a.1 as *const c_void,
-                (&beta as *const f32).cast(),
-                c.0 .0,
-                c.1 as *mut c_void,
-            )
-        })
+        self.scaled("cudnnAddTensor", dnn::cudnnAddTensor, (1.0, 1.0), a, c)
     }
 
     /// `y = x` between two layouts of the same sizes.
@@ -168,11 +167,22 @@ impl DnnHandle {
         x: (&TensorDesc, sys::CUdeviceptr),
         y: (&TensorDesc, sys::CUdeviceptr),
     ) -> Result<(), CudaError> {
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        self.scaled("cudnnTransformTensor", dnn::cudnnTransformTensor, (1.0, 0.0), x, y)
+    }
+
+    /// `y = alpha * x + beta * y` by `call` (named `name` in errors).
+    fn scaled(
+        &self,
+        name: &'static str,
+        call: ScaledCall,
+        (alpha, beta): (f32, f32),
+        x: (&TensorDesc, sys::CUdeviceptr),
+        y: (&TensorDesc, sys::CUdeviceptr),
+    ) -> Result<(), CudaError> {
         self.device.bind()?;
         // SAFETY: descriptors are live and describe the live buffers passed with them.
-        check("cudnnTransformTensor", unsafe {
-            dnn::cudnnTransformTensor(
+        check(name, unsafe {
+            call(
                 self.raw,
                 (&alpha as *const f32).cast(),
                 x.0 .0,

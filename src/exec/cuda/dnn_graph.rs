@@ -109,6 +109,26 @@ impl Desc {
         unsafe { self.set_raw(name, Ty::CUDNN_TYPE_FLOAT, 1, (&value as *const f32).cast()) }
     }
 
+    /// Sets attribute `name` to the chars of `text` (as many as it holds).
+    fn set_chars(&self, name: Attr, text: &[u8]) -> Result<(), CudaError> {
+        // SAFETY: `text` holds `len` chars, live for the call.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_CHAR, text.len() as i64, text.as_ptr().cast()) }
+    }
+
+    /// Sets attribute `name` to the addresses `pointers` (cuDNN keeps them;
+    /// nothing is read through them until the descriptor is executed).
+    fn set_pointers(&self, name: Attr, pointers: &[*mut c_void]) -> Result<(), CudaError> {
+        // SAFETY: `pointers` holds `len` pointers, live for the call.
+        unsafe {
+            self.set_raw(
+                name,
+                Ty::CUDNN_TYPE_VOID_PTR,
+                pointers.len() as i64,
+                pointers.as_ptr().cast(),
+            )
+        }
+    }
+
     /// Sets attribute `name` to the live handle `handle`.
     fn set_handle(&self, name: Attr, handle: &DnnHandle) -> Result<(), CudaError> {
         let raw = handle.raw();
@@ -605,15 +625,7 @@ impl Plan {
         // cuDNN reads the text up to its length; a trailing NUL as C strings have it.
         let mut text = json.to_vec();
         text.push(0);
-        // SAFETY: `text` holds `len` chars, live for the call.
-        unsafe {
-            plan.set_raw(
-                Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION,
-                Ty::CUDNN_TYPE_CHAR,
-                text.len() as i64,
-                text.as_ptr().cast(),
-            )
-        }?;
+        plan.set_chars(Attr::CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, &text)?;
         plan.finalize()?;
         let workspace = workspace_of(&plan)?;
         Ok(Plan {
@@ -647,24 +659,11 @@ impl Plan {
     ) -> Result<(), CudaError> {
         let pack = Desc::new(Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
         pack.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
-        // SAFETY: `pointers` holds `len` pointers (one per uid).
-        unsafe {
-            pack.set_raw(
-                Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                Ty::CUDNN_TYPE_VOID_PTR,
-                pointers.len() as i64,
-                pointers.as_ptr().cast(),
-            )
-        }?;
-        // SAFETY: one pointer.
-        unsafe {
-            pack.set_raw(
-                Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                Ty::CUDNN_TYPE_VOID_PTR,
-                1,
-                (&workspace as *const *mut c_void).cast(),
-            )
-        }?;
+        pack.set_pointers(Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, pointers)?;
+        pack.set_pointers(
+            Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+            std::slice::from_ref(&workspace),
+        )?;
         pack.finalize()?;
         // SAFETY: handle, plan and pack are live; the caller vouches for the pointers.
         check("cudnnBackendExecute", unsafe {
