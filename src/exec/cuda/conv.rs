@@ -547,27 +547,10 @@ impl LibraryCall for ConvCall {
     }
 
     fn addresses(&self) -> Vec<Address> {
-        let mut v = vec![
-            Address {
-                ptr: self.x,
-                writes: false,
-            },
-            Address {
-                ptr: self.w,
-                writes: false,
-            },
-            Address {
-                ptr: self.y,
-                writes: true,
-            },
-        ];
-        if self.workspace != 0 {
-            v.push(Address {
-                ptr: self.workspace,
-                writes: true,
-            });
-        }
-        v
+        library::addresses(
+            &[(self.x, false), (self.w, false), (self.y, true)],
+            &[(self.workspace, true)],
+        )
     }
 
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall> {
@@ -665,13 +648,7 @@ impl LibraryCall for DnnCall {
             DnnCall::Transform { x_ptr, y_ptr, .. } => (*x_ptr, *y_ptr),
             DnnCall::Add { a_ptr, c_ptr, .. } => (*a_ptr, *c_ptr),
         };
-        vec![
-            Address {
-                ptr: from,
-                writes: false,
-            },
-            Address { ptr: to, writes: true },
-        ]
+        library::addresses(&[(from, false), (to, true)], &[])
     }
 
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall> {

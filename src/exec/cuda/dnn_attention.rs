@@ -269,19 +269,6 @@ struct SdpaCall {
     causal: bool,
 }
 
-impl SdpaCall {
-    /// The optional addresses present, in [`LibraryCall::addresses`] order.
-    fn slots(&self) -> Vec<(sys::CUdeviceptr, bool)> {
-        let mut v = vec![(self.q, false), (self.k, false), (self.v, false), (self.o, true)];
-        for (ptr, writes) in [(self.stats, true), (self.bias, false), (self.workspace, true)] {
-            if ptr != 0 {
-                v.push((ptr, writes));
-            }
-        }
-        v
-    }
-}
-
 impl LibraryCall for SdpaCall {
     fn op(&self) -> &str {
         OP
@@ -292,10 +279,10 @@ impl LibraryCall for SdpaCall {
     }
 
     fn addresses(&self) -> Vec<Address> {
-        self.slots()
-            .into_iter()
-            .map(|(ptr, writes)| Address { ptr, writes })
-            .collect()
+        library::addresses(
+            &[(self.q, false), (self.k, false), (self.v, false), (self.o, true)],
+            &[(self.stats, true), (self.bias, false), (self.workspace, true)],
+        )
     }
 
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall> {

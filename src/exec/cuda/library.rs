@@ -22,6 +22,16 @@ pub(super) struct Address {
     pub(super) writes: bool,
 }
 
+/// A call's addresses: `operands` in order, then those of `optional` that
+/// are present (not null), each with whether the call may write through it.
+pub(super) fn addresses(operands: &[(sys::CUdeviceptr, bool)], optional: &[(sys::CUdeviceptr, bool)]) -> Vec<Address> {
+    operands
+        .iter()
+        .chain(optional.iter().filter(|(ptr, _)| *ptr != 0))
+        .map(|&(ptr, writes)| Address { ptr, writes })
+        .collect()
+}
+
 /// One library call, ready to run again (see the module documentation).
 pub(super) trait LibraryCall: std::fmt::Debug {
     /// The extern op that made the call (`aten.addmm`, ...), for errors and reports.

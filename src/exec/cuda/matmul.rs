@@ -711,10 +711,7 @@ impl LibraryCall for GemmCall {
 
     fn addresses(&self) -> Vec<Address> {
         let g = &self.gemm;
-        [(g.a.ptr, false), (g.b.ptr, false), (g.c.ptr, true)]
-            .into_iter()
-            .map(|(ptr, writes)| Address { ptr, writes })
-            .collect()
+        library::addresses(&[(g.a.ptr, false), (g.b.ptr, false), (g.c.ptr, true)], &[])
     }
 
     fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
@@ -761,24 +758,7 @@ impl LibraryCall for LtCall {
 
     fn addresses(&self) -> Vec<Address> {
         let p = &self.ptrs;
-        let mut v = vec![
-            Address {
-                ptr: p.a,
-                writes: false,
-            },
-            Address {
-                ptr: p.b,
-                writes: false,
-            },
-            Address { ptr: p.c, writes: true },
-        ];
-        if p.bias != 0 {
-            v.push(Address {
-                ptr: p.bias,
-                writes: false,
-            });
-        }
-        v
+        library::addresses(&[(p.a, false), (p.b, false), (p.c, true)], &[(p.bias, false)])
     }
 
     fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {

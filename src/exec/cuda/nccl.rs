@@ -305,16 +305,7 @@ impl LibraryCall for NcclCall {
     }
 
     fn addresses(&self) -> Vec<Address> {
-        vec![
-            Address {
-                ptr: self.send,
-                writes: false,
-            },
-            Address {
-                ptr: self.recv,
-                writes: true,
-            },
-        ]
+        library::addresses(&[(self.send, false), (self.recv, true)], &[])
     }
 
     fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
