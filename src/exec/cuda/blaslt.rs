@@ -117,19 +117,15 @@ impl Lt {
         bind(&self.device)?;
         if k.bias {
             let bias = ptrs.bias as *const c_void;
-            // SAFETY: the descriptor is live (the plan owns it); the attribute
-            // is a device pointer read from the host value during the call.
-            // Plans are used by one thread (the backend is not `Send`), so
-            // setting it here cannot race another call.
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    plan.desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    (&bias as *const *const c_void).cast(),
-                    std::mem::size_of::<*const c_void>(),
-                )
-            }
-            .map_err(|e| lt_err("cublasLtMatmulDescSetAttribute", e))?;
+            // The descriptor is live (the plan owns it); the attribute is a
+            // device pointer read from the host value during the call. Plans
+            // are used by one thread (the backend is not `Send`), so setting
+            // it here cannot race another call.
+            DESC.set(
+                plan.desc,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                &bias,
+            )?;
         }
         let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
         // SAFETY: the handle, descriptors and algorithm are live; A, B and C
@@ -263,24 +259,33 @@ impl Drop for Parts {
     }
 }
 
-fn set_desc<T>(
-    desc: sys::cublasLtMatmulDesc_t,
-    attr: sys::cublasLtMatmulDescAttributes_t,
-    v: &T,
-) -> Result<(), CudaError> {
-    // SAFETY: `desc` is live; `v` points at a value of the attribute's type and size.
-    unsafe { lt::set_matmul_desc_attribute(desc, attr, (v as *const T).cast(), std::mem::size_of::<T>()) }
-        .map_err(|e| lt_err("cublasLtMatmulDescSetAttribute", e))
+/// A cuBLASLt attribute setter (`descriptor, attribute, value, bytes`) and
+/// the C call it makes, for errors.
+struct Setter<H, A> {
+    call: &'static str,
+    set: unsafe fn(H, A, *const c_void, usize) -> Result<(), lt::CublasError>,
 }
 
-fn set_pref<T>(
-    pref: sys::cublasLtMatmulPreference_t,
-    attr: sys::cublasLtMatmulPreferenceAttributes_t,
-    v: &T,
-) -> Result<(), CudaError> {
-    // SAFETY: `pref` is live; `v` points at a value of the attribute's type and size.
-    unsafe { lt::set_matmul_pref_attribute(pref, attr, (v as *const T).cast(), std::mem::size_of::<T>()) }
-        .map_err(|e| lt_err("cublasLtMatmulPreferenceSetAttribute", e))
+/// Attributes of a matmul descriptor.
+const DESC: Setter<sys::cublasLtMatmulDesc_t, sys::cublasLtMatmulDescAttributes_t> = Setter {
+    call: "cublasLtMatmulDescSetAttribute",
+    set: lt::set_matmul_desc_attribute,
+};
+
+/// Attributes of a matmul preference.
+const PREF: Setter<sys::cublasLtMatmulPreference_t, sys::cublasLtMatmulPreferenceAttributes_t> = Setter {
+    call: "cublasLtMatmulPreferenceSetAttribute",
+    set: lt::set_matmul_pref_attribute,
+};
+
+impl<H, A> Setter<H, A> {
+    /// Sets attribute `attr` of the live descriptor `desc` to `v`, a value
+    /// of the attribute's type.
+    fn set<T>(&self, desc: H, attr: A, v: &T) -> Result<(), CudaError> {
+        // SAFETY: `desc` is live; `v` points at a value of the attribute's type and size.
+        unsafe { (self.set)(desc, attr, (v as *const T).cast(), std::mem::size_of::<T>()) }
+            .map_err(|e| lt_err(self.call, e))
+    }
 }
 
 impl LtPlan {
@@ -300,8 +305,8 @@ impl LtPlan {
                 cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        set_desc(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
-        set_desc(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
         let epilogue = match (key.activation, key.bias) {
             (Activation::None, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             (Activation::None, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
@@ -310,7 +315,7 @@ impl LtPlan {
             (Activation::Gelu, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
             (Activation::Gelu, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
         };
-        set_desc(desc, D::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
         // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
         let layout = |parts: &mut Parts, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
             let (r, c) = if t { (cols, rows) } else { (rows, cols) };
@@ -325,17 +330,17 @@ impl LtPlan {
         let pref = lt::create_matmul_pref().map_err(|e| lt_err("cublasLtMatmulPreferenceCreate", e))?;
         parts.pref = Some(pref);
         if let Some(mask) = key.reduction_mask {
-            set_pref(pref, P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask)?;
+            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask)?;
         }
-        set_pref(
+        PREF.set(
             pref,
             P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
             &(WORKSPACE_BYTES as u64),
         )?;
-        set_pref(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a)?;
-        set_pref(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b)?;
-        set_pref(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c)?;
-        set_pref(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d)?;
+        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a)?;
+        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b)?;
+        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c)?;
+        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d)?;
         let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
         let mut returned: std::ffi::c_int = 0;
         // SAFETY: every descriptor is live; `result` has room for the one
