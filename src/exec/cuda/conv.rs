@@ -30,7 +30,7 @@
 //!   prepared path places them in its arena; every cuDNN call is a
 //!   [`LibraryCall`] that replays and graph-captures.
 
-use super::dnn::{DataType, DnnHandle, TensorDesc};
+use super::dnn::{DataType, DnnHandle, Scaled, TensorDesc};
 use super::dnn_graph::{self, EngineFilter, HeurMode, Role};
 use super::library::{self, Address, LibraryCall};
 use super::{op_key, CudaBackend, CudaTensor, CudnnPlans};
@@ -364,11 +364,12 @@ pub(super) fn call(
         let bias = Rc::new(TensorDesc::new(dt, &size, &bstride)?);
         library::submit(
             backend,
-            Box::new(DnnCall::Add {
-                a: bias,
-                a_ptr: b.data_ptr(),
-                c: Rc::new(TensorDesc::new(dt, &ys, &yst)?),
-                c_ptr: y.data_ptr(),
+            Box::new(DnnCall {
+                op: Scaled::Add,
+                x: bias,
+                x_ptr: b.data_ptr(),
+                y: Rc::new(TensorDesc::new(dt, &ys, &yst)?),
+                y_ptr: y.data_ptr(),
             }),
         )?;
     }
@@ -513,7 +514,8 @@ fn transform(backend: &mut CudaBackend, src: &CudaTensor, dst: &CudaTensor, dt: 
     let ((xs, xst), (ys, yst)) = (pad(src), pad(dst));
     library::submit(
         backend,
-        Box::new(DnnCall::Transform {
+        Box::new(DnnCall {
+            op: Scaled::Transform,
             x: Rc::new(TensorDesc::new(dt, &xs, &xst)?),
             x_ptr: src.data_ptr(),
             y: Rc::new(TensorDesc::new(dt, &ys, &yst)?),
@@ -616,26 +618,19 @@ impl LibraryCall for ConvCall {
 
 /// The other cuDNN calls of a convolution: layout copies and the bias add.
 #[derive(Debug)]
-enum DnnCall {
-    Transform {
-        x: Rc<TensorDesc>,
-        x_ptr: sys::CUdeviceptr,
-        y: Rc<TensorDesc>,
-        y_ptr: sys::CUdeviceptr,
-    },
-    Add {
-        a: Rc<TensorDesc>,
-        a_ptr: sys::CUdeviceptr,
-        c: Rc<TensorDesc>,
-        c_ptr: sys::CUdeviceptr,
-    },
+struct DnnCall {
+    op: Scaled,
+    x: Rc<TensorDesc>,
+    x_ptr: sys::CUdeviceptr,
+    y: Rc<TensorDesc>,
+    y_ptr: sys::CUdeviceptr,
 }
 
 impl LibraryCall for DnnCall {
     fn op(&self) -> &str {
-        match self {
-            DnnCall::Transform { .. } => "aten.convolution (layout copy)",
-            DnnCall::Add { .. } => "aten.convolution (bias add)",
+        match self.op {
+            Scaled::Transform => "aten.convolution (layout copy)",
+            Scaled::Add => "aten.convolution (bias add)",
         }
     }
 
@@ -644,28 +639,17 @@ impl LibraryCall for DnnCall {
     }
 
     fn addresses(&self) -> Vec<Address> {
-        let (from, to) = match self {
-            DnnCall::Transform { x_ptr, y_ptr, .. } => (*x_ptr, *y_ptr),
-            DnnCall::Add { a_ptr, c_ptr, .. } => (*a_ptr, *c_ptr),
-        };
-        library::addresses(&[(from, false), (to, true)], &[])
+        library::addresses(&[(self.x_ptr, false), (self.y_ptr, true)], &[])
     }
 
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall> {
         let at = |i: usize, old: sys::CUdeviceptr| addresses.get(i).copied().unwrap_or(old);
-        Box::new(match self {
-            DnnCall::Transform { x, x_ptr, y, y_ptr } => DnnCall::Transform {
-                x: Rc::clone(x),
-                x_ptr: at(0, *x_ptr),
-                y: Rc::clone(y),
-                y_ptr: at(1, *y_ptr),
-            },
-            DnnCall::Add { a, a_ptr, c, c_ptr } => DnnCall::Add {
-                a: Rc::clone(a),
-                a_ptr: at(0, *a_ptr),
-                c: Rc::clone(c),
-                c_ptr: at(1, *c_ptr),
-            },
+        Box::new(DnnCall {
+            op: self.op,
+            x: Rc::clone(&self.x),
+            x_ptr: at(0, self.x_ptr),
+            y: Rc::clone(&self.y),
+            y_ptr: at(1, self.y_ptr),
         })
     }
 
@@ -674,11 +658,8 @@ impl LibraryCall for DnnCall {
             .dnn
             .as_ref()
             .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
-        match self {
-            DnnCall::Transform { x, x_ptr, y, y_ptr } => h.transform((x, *x_ptr), (y, *y_ptr)),
-            DnnCall::Add { a, a_ptr, c, c_ptr } => h.add((a, *a_ptr), (c, *c_ptr)),
-        }
-        .map_err(|e| ExecError::op(OP, e.to_string()))
+        h.scaled(self.op, (&self.x, self.x_ptr), (&self.y, self.y_ptr))
+            .map_err(|e| ExecError::op(OP, e.to_string()))
     }
 }
 

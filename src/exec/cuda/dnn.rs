@@ -139,46 +139,28 @@ impl Drop for TensorDesc {
     }
 }
 
-/// The signature of cuDNN's scaled tensor calls, `y = alpha * x + beta * y`
-/// over two descriptors (`cudnnAddTensor`, `cudnnTransformTensor`).
-type ScaledCall = unsafe fn(
-    dnn::cudnnHandle_t,
-    *const c_void,
-    dnn::cudnnTensorDescriptor_t,
-    *const c_void,
-    *const c_void,
-    dnn::cudnnTensorDescriptor_t,
-    *mut c_void,
-) -> dnn::cudnnStatus_t;
+/// cuDNN's scaled tensor calls a convolution makes, `y = alpha * x + beta * y`
+/// over two descriptors.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Scaled {
+    /// `y = x + y` with `x` broadcast over `y` (the bias add, `cudnnAddTensor`).
+    Add,
+    /// `y = x` between two layouts of the same sizes (`cudnnTransformTensor`).
+    Transform,
+}
 
 impl DnnHandle {
-    /// `c = a + c` with `a` broadcast over `c` (the bias add).
-    pub(super) fn add(
+    /// Queues `op` from `x` into `y`.
+    pub(super) fn scaled(
         &self,
-        a: (&TensorDesc, sys::CUdeviceptr),
-        c: (&TensorDesc, sys::CUdeviceptr),
-    ) -> Result<(), CudaError> {
-        self.scaled("cudnnAddTensor", dnn::cudnnAddTensor, (1.0, 1.0), a, c)
-    }
-
-    /// `y = x` between two layouts of the same sizes.
-    pub(super) fn transform(
-        &self,
+        op: Scaled,
         x: (&TensorDesc, sys::CUdeviceptr),
         y: (&TensorDesc, sys::CUdeviceptr),
     ) -> Result<(), CudaError> {
-        self.scaled("cudnnTransformTensor", dnn::cudnnTransformTensor, (1.0, 0.0), x, y)
-    }
-
-    /// `y = alpha * x + beta * y` by `call` (named `name` in errors).
-    fn scaled(
-        &self,
-        name: &'static str,
-        call: ScaledCall,
-        (alpha, beta): (f32, f32),
-        x: (&TensorDesc, sys::CUdeviceptr),
-        y: (&TensorDesc, sys::CUdeviceptr),
-    ) -> Result<(), CudaError> {
+        let (name, call, alpha, beta): (_, unsafe fn(_, _, _, _, _, _, _) -> _, f32, f32) = match op {
+            Scaled::Add => ("cudnnAddTensor", dnn::cudnnAddTensor, 1.0, 1.0),
+            Scaled::Transform => ("cudnnTransformTensor", dnn::cudnnTransformTensor, 1.0, 0.0),
+        };
         self.device.bind()?;
         // SAFETY: descriptors are live and describe the live buffers passed with them.
         check(name, unsafe {

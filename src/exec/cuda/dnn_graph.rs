@@ -34,14 +34,15 @@ impl Desc {
         Ok(Desc(raw))
     }
 
-    /// Sets attribute `name` to `count` elements of type `ty` at `values`.
+    /// Sets attribute `name` to `values`, elements of type `ty`.
     ///
     /// # Safety
-    /// `values` points at `count` elements of the C type `ty` names.
-    unsafe fn set_raw(&self, name: Attr, ty: Ty, count: i64, values: *const c_void) -> Result<(), CudaError> {
-        // SAFETY: the descriptor is live; the caller vouches for `values`.
+    /// `T` is the C type `ty` names.
+    unsafe fn set_raw<T>(&self, name: Attr, ty: Ty, values: &[T]) -> Result<(), CudaError> {
+        // SAFETY: the descriptor is live; `values` holds `len` elements of
+        // the type `ty` names (the caller vouches for `T`).
         check("cudnnBackendSetAttribute", unsafe {
-            dnn::cudnnBackendSetAttribute(self.0, name, ty, count, values)
+            dnn::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr().cast())
         })
     }
 
@@ -63,20 +64,18 @@ impl Desc {
     }
 
     fn set_i64s(&self, name: Attr, values: &[i64]) -> Result<(), CudaError> {
-        // SAFETY: `values` holds `len` int64 elements.
-        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT64, values.len() as i64, values.as_ptr().cast()) }
+        // SAFETY: int64 elements.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT64, values) }
     }
 
     fn set_bool(&self, name: Attr, value: bool) -> Result<(), CudaError> {
-        // cuDNN's BOOLEAN is a C `bool` (one byte).
-        let v = value;
-        // SAFETY: one `bool` element.
-        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BOOLEAN, 1, (&v as *const bool).cast()) }
+        // SAFETY: one `bool` element (cuDNN's BOOLEAN is a C `bool`, one byte).
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BOOLEAN, &[value]) }
     }
 
     fn set_dtype(&self, name: Attr, value: DataType) -> Result<(), CudaError> {
         // SAFETY: one `cudnnDataType_t` element.
-        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_DATA_TYPE, 1, (&value as *const DataType).cast()) }
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_DATA_TYPE, &[value]) }
     }
 
     fn set_desc(&self, name: Attr, value: &Desc) -> Result<(), CudaError> {
@@ -86,61 +85,40 @@ impl Desc {
     /// Sets attribute `name` to the handles of `values`.
     fn set_descs(&self, name: Attr, values: &[&Desc]) -> Result<(), CudaError> {
         let raws: Vec<dnn::cudnnBackendDescriptor_t> = values.iter().map(|d| d.0).collect();
-        // SAFETY: `raws` holds `len` descriptor handles, live for the call.
-        unsafe {
-            self.set_raw(
-                name,
-                Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                raws.len() as i64,
-                raws.as_ptr().cast(),
-            )
-        }
+        // SAFETY: descriptor handles, live for the call.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR, &raws) }
     }
 
     /// Sets attribute `name` to one value of a cuDNN enum type.
     fn set_enum<E: BackendEnum>(&self, name: Attr, value: E) -> Result<(), CudaError> {
         // SAFETY: one element of the C enum type `E::TY` names.
-        unsafe { self.set_raw(name, E::TY, 1, (&value as *const E).cast()) }
+        unsafe { self.set_raw(name, E::TY, &[value]) }
     }
 
     /// Sets attribute `name` to one `float`.
     fn set_f32(&self, name: Attr, value: f32) -> Result<(), CudaError> {
         // SAFETY: one `float`.
-        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_FLOAT, 1, (&value as *const f32).cast()) }
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_FLOAT, &[value]) }
     }
 
     /// Sets attribute `name` to the chars of `text` (as many as it holds).
     fn set_chars(&self, name: Attr, text: &[u8]) -> Result<(), CudaError> {
-        // SAFETY: `text` holds `len` chars, live for the call.
-        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_CHAR, text.len() as i64, text.as_ptr().cast()) }
+        // SAFETY: chars.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_CHAR, text) }
     }
 
     /// Sets attribute `name` to the addresses `pointers` (cuDNN keeps them;
     /// nothing is read through them until the descriptor is executed).
     fn set_pointers(&self, name: Attr, pointers: &[*mut c_void]) -> Result<(), CudaError> {
-        // SAFETY: `pointers` holds `len` pointers, live for the call.
-        unsafe {
-            self.set_raw(
-                name,
-                Ty::CUDNN_TYPE_VOID_PTR,
-                pointers.len() as i64,
-                pointers.as_ptr().cast(),
-            )
-        }
+        // SAFETY: `void *` elements.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_VOID_PTR, pointers) }
     }
 
     /// Sets attribute `name` to the live handle `handle`.
     fn set_handle(&self, name: Attr, handle: &DnnHandle) -> Result<(), CudaError> {
         let raw = handle.raw();
         // SAFETY: one live handle.
-        unsafe {
-            self.set_raw(
-                name,
-                Ty::CUDNN_TYPE_HANDLE,
-                1,
-                (&raw as *const dnn::cudnnHandle_t).cast(),
-            )
-        }
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_HANDLE, &[raw]) }
     }
 
     fn finalize(&self) -> Result<(), CudaError> {
