@@ -569,10 +569,7 @@ impl LibraryCall for ConvCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let h = backend
-            .dnn
-            .as_ref()
-            .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
+        let h = library::recorded_handle(backend.dnn.as_ref(), OP, "cuDNN")?;
         let pointers = [self.x, self.w, self.y];
         let have = pointers.map(alignment);
         let plan = if have.iter().zip(&self.plan.key.alignment).all(|(h, want)| h >= want) {
@@ -654,10 +651,7 @@ impl LibraryCall for DnnCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let h = backend
-            .dnn
-            .as_ref()
-            .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
+        let h = library::recorded_handle(backend.dnn.as_ref(), OP, "cuDNN")?;
         h.scaled(self.op, (&self.x, self.x_ptr), (&self.y, self.y_ptr))
             .map_err(|e| ExecError::op(OP, e.to_string()))
     }

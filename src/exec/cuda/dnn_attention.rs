@@ -305,10 +305,7 @@ impl LibraryCall for SdpaCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let handle = backend
-            .dnn
-            .as_ref()
-            .ok_or_else(|| ExecError::op(OP, "no cuDNN handle (the recorded run created one)"))?;
+        let handle = library::recorded_handle(backend.dnn.as_ref(), OP, "cuDNN")?;
         let neg_inf = f32::NEG_INFINITY;
         let mut uids = vec![Q, K, V, O, SCALE];
         let dev = |p: sys::CUdeviceptr| p as *mut c_void;

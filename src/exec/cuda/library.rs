@@ -32,6 +32,12 @@ pub(super) fn addresses(operands: &[(sys::CUdeviceptr, bool)], optional: &[(sys:
         .collect()
 }
 
+/// The handle of `library` a replay runs `op`'s call on: the backend's, which
+/// the recorded run created (an error naming both when there is none).
+pub(super) fn recorded_handle<'h, H>(handle: Option<&'h H>, op: &str, library: &str) -> Result<&'h H, ExecError> {
+    handle.ok_or_else(|| ExecError::op(op, format!("no {library} handle (the recorded run created one)")))
+}
+
 /// One library call, ready to run again (see the module documentation).
 pub(super) trait LibraryCall: std::fmt::Debug {
     /// The extern op that made the call (`aten.addmm`, ...), for errors and reports.

@@ -726,13 +726,9 @@ impl LibraryCall for GemmCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        match &backend.blas {
-            Some(h) => h.gemm(&self.gemm).map_err(|e| ExecError::op(&self.op, e.to_string())),
-            None => Err(ExecError::op(
-                &self.op,
-                "no cuBLAS handle (the recorded run created one)",
-            )),
-        }
+        library::recorded_handle(backend.blas.as_ref(), &self.op, "cuBLAS")?
+            .gemm(&self.gemm)
+            .map_err(|e| ExecError::op(&self.op, e.to_string()))
     }
 }
 
@@ -778,14 +774,8 @@ impl LibraryCall for LtCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        match &backend.lt {
-            Some(lt) => lt
-                .matmul(&self.plan, &self.ptrs, self.alpha, self.beta)
-                .map_err(|e| ExecError::op(&self.op, e.to_string())),
-            None => Err(ExecError::op(
-                &self.op,
-                "no cuBLASLt handle (the recorded run created one)",
-            )),
-        }
+        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
+            .matmul(&self.plan, &self.ptrs, self.alpha, self.beta)
+            .map_err(|e| ExecError::op(&self.op, e.to_string()))
     }
 }
