@@ -532,6 +532,22 @@ pub(super) struct GemmOperand {
     pub(super) batch_stride: i64,
 }
 
+impl GemmOperand {
+    /// The leading dimension cuBLAS is given for this operand when `op(X)`
+    /// is `rows` x `cols`: its own, unless a degenerate size makes it
+    /// meaningless, then the one PyTorch's `cublasAdjustLdLevel3` picks.
+    fn adjusted_ld(&self, rows: i64, cols: i64) -> i64 {
+        if self.transpose {
+            if rows <= 1 {
+                return cols.max(1);
+            }
+        } else if cols <= 1 {
+            return rows.max(1);
+        }
+        self.ld
+    }
+}
+
 /// A column-major `C = alpha * op(A) op(B) + beta * C`, batched.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Gemm {
@@ -566,24 +582,9 @@ impl BlasHandle {
                 blas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let (mut lda, mut ldb, mut ldc) = (g.a.ld, g.b.ld, g.c.ld);
-        if g.n <= 1 {
-            ldc = g.m.max(1);
-        }
-        if g.a.transpose {
-            if g.m <= 1 {
-                lda = g.k.max(1);
-            }
-        } else if g.k <= 1 {
-            lda = g.m.max(1);
-        }
-        if g.b.transpose {
-            if g.k <= 1 {
-                ldb = g.n.max(1);
-            }
-        } else if g.n <= 1 {
-            ldb = g.k.max(1);
-        }
+        let (lda, ldb) = (g.a.adjusted_ld(g.m, g.k), g.b.adjusted_ld(g.k, g.n));
+        // C is never transposed (cuBLAS has no op for it).
+        let ldc = if g.n <= 1 { g.m.max(1) } else { g.c.ld };
         let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
         let (lda, ldb, ldc) = (int(lda, "lda")?, int(ldb, "ldb")?, int(ldc, "ldc")?);
         let (alpha, beta) = (g.alpha, g.beta);
