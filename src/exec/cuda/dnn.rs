@@ -157,6 +157,8 @@ impl DnnHandle {
         x: (&TensorDesc, sys::CUdeviceptr),
         y: (&TensorDesc, sys::CUdeviceptr),
     ) -> Result<(), CudaError> {
+        // Both calls take (handle, alpha, x desc, x, beta, y desc, y): one
+        // function pointer type for either.
         let (name, call, alpha, beta): (_, unsafe fn(_, _, _, _, _, _, _) -> _, f32, f32) = match op {
             Scaled::Add => ("cudnnAddTensor", dnn::cudnnAddTensor, 1.0, 1.0),
             Scaled::Transform => ("cudnnTransformTensor", dnn::cudnnTransformTensor, 1.0, 0.0),
