@@ -71,7 +71,7 @@ impl DialectOps for Standalone {
         }
         if l.options.inline_runtime {
             // `#pragma once` is only meaningful in a header file.
-            out.write_str(&crate::lower::cpp::RUNTIME_HEADER.replacen("#pragma once\n", "", 1))?;
+            out.write_str(&crate::lower::cpp::runtime_header().replacen("#pragma once\n", "", 1))?;
             out.write_char('\n')?;
         } else {
             out.write_str("#include \"wrapir_runtime.h\"\n")?;
