@@ -142,20 +142,8 @@ impl DialectOps for Aoti {
         Ok(())
     }
 
-    fn view(
-        &self,
-        l: &mut Lowering<'_>,
-        base: &str,
-        base_layout: &Layout,
-        layout: &Layout,
-        sizes: &str,
-        strides: &str,
-        offset: &str,
-    ) -> String {
-        let rank = layout.rank();
-        let view = format!(
-            "wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))"
-        );
+    fn view(&self, l: &mut Lowering<'_>, base: &str, base_layout: &Layout, layout: &Layout, geometry: &str) -> String {
+        let view = format!("wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {geometry}))");
         if base_layout.dtype == layout.dtype {
             return view;
         }

@@ -145,19 +145,9 @@ impl DialectOps for Standalone {
         Ok(())
     }
 
-    fn view(
-        &self,
-        l: &mut Lowering<'_>,
-        base: &str,
-        _base_layout: &Layout,
-        layout: &Layout,
-        sizes: &str,
-        strides: &str,
-        offset: &str,
-    ) -> String {
-        let rank = layout.rank();
+    fn view(&self, l: &mut Lowering<'_>, base: &str, _base_layout: &Layout, layout: &Layout, geometry: &str) -> String {
         let dtype = l.use_dtype(layout.dtype);
-        format!("{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})")
+        format!("{base}.reinterpret({geometry}, {dtype})")
     }
 
     fn share(&self, l: &mut Lowering<'_>, src: &str, dst: &str) {
