@@ -218,24 +218,12 @@ impl DialectOps for Aoti {
                 ))
             }
         };
-        if !l.declared(raw) {
-            l.line(format!("{ctype} {raw};"));
-            l.declare(raw);
-        }
-        l.line(format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({src}, &{raw}));"
-        ));
+        read_item(l, src, raw, ctype, shim);
         Ok(())
     }
 
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str) {
-        if !l.declared(scalar) {
-            l.line(format!("bool {scalar};"));
-            l.declare(scalar);
-        }
-        l.line(format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool({tensor}, &{scalar}));"
-        ));
+        read_item(l, tensor, scalar, "bool", "bool");
     }
 
     fn item_arg(
@@ -483,6 +471,18 @@ impl DialectOps for Aoti {
     fn launch_fn(&self) -> &'static str {
         "launchKernel"
     }
+}
+
+/// Reads the scalar in `tensor` into `var` (declared `<ctype> <var>;` first
+/// unless it is in scope) through the shim's `aoti_torch_item_<shim>`.
+fn read_item(l: &mut Lowering<'_>, tensor: &str, var: &str, ctype: &str, shim: &str) {
+    if !l.declared(var) {
+        l.line(format!("{ctype} {var};"));
+        l.declare(var);
+    }
+    l.line(format!(
+        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({tensor}, &{var}));"
+    ));
 }
 
 /// What the AOTI dialect's file starts with: libtorch's C++ wrapper header
