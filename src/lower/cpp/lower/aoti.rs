@@ -226,26 +226,18 @@ impl DialectOps for Aoti {
         read_item(l, tensor, scalar, "bool", "bool");
     }
 
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        dtype: DType,
-        bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error> {
-        let shim = match dtype {
+    fn item_arg(&self, var: &str, dtype: DType) -> Option<String> {
+        let (ctype, shim) = match dtype {
             DType::Float64 => ("double", "float64"),
             DType::Float32 => ("float", "float32"),
             DType::Int64 => ("int64_t", "int64"),
             DType::Int32 => ("int32_t", "int32"),
             DType::Bool => ("bool", "bool"),
-            other => return Err(bad(other)),
+            _ => return None,
         };
-        Ok(write!(
-            l.body,
-            "[&] {{ {} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{}({var}, &v_)); return v_; }}()",
-            shim.0, shim.1
-        )?)
+        Some(format!(
+            "[&] {{ {ctype} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({var}, &v_)); return v_; }}()"
+        ))
     }
 
     fn device_guard(&self, l: &mut Lowering<'_>, index: u32, guarded: bool) {

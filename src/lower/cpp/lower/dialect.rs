@@ -81,15 +81,9 @@ pub(super) trait DialectOps: Sync {
     ) -> Result<(), Error>;
     /// Reads the boolean in `tensor` into the variable `scalar`.
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str);
-    /// A scalar kernel argument read from the one-element tensor `var`
-    /// (appended to the body); `bad` makes the error for an unreadable dtype.
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        dtype: DType,
-        bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error>;
+    /// The expression reading a scalar kernel argument from the one-element
+    /// tensor `var` of `dtype`; `None` when the dialect cannot read `dtype`.
+    fn item_arg(&self, var: &str, dtype: DType) -> Option<String>;
 
     // ---- devices, streams, launches ----------------------------------------
 

@@ -194,14 +194,8 @@ impl DialectOps for Standalone {
         l.decl_line(scalar, "bool", &format!("wrapir::item_bool({tensor}, stream)"));
     }
 
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        _dtype: DType,
-        _bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error> {
-        Ok(write!(l.body, "wrapir::item_double({var}, stream)")?)
+    fn item_arg(&self, var: &str, _dtype: DType) -> Option<String> {
+        Some(format!("wrapir::item_double({var}, stream)"))
     }
 
     fn device_guard(&self, l: &mut Lowering<'_>, index: u32, _guarded: bool) {
