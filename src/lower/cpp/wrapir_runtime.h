@@ -146,7 +146,7 @@ inline int64_t div_mod(int64_t a, int64_t b) {
 
 /// Element types (the same set as wrapir's DType).
 enum class DType : int32_t {
-@DTYPE_ENUMERATORS@
+  // wrapir::ir::DType::ALL in order, written here by wrapir::lower::cpp::runtime_header()
 };
 
 /// Bytes per element.
