@@ -243,7 +243,7 @@ fn header_declares_exactly_the_rust_abi() {
     assert!(rust.structs.len() == 3, "found {:?}", rust.structs.keys());
     check(&rust, &c);
     // The shipped C++ runtime header carries the same declarations.
-    assert!(wrapir::lower::cpp::RUNTIME_HEADER.starts_with(wrapir::lower::cpp::RT_HEADER));
+    assert!(wrapir::lower::cpp::runtime_header().starts_with(wrapir::lower::cpp::RT_HEADER));
 }
 
 #[test]
@@ -310,7 +310,7 @@ fn header_compiles_as_c_and_cpp() {
 fn dtype_codes_are_the_rust_dtype_order() {
     // The runtime's dtype codes are indices in `DType::ALL`; the C++ header's
     // `wrapir::DType` enumerators and the C header's list must follow it.
-    let header = wrapir::lower::cpp::RUNTIME_HEADER;
+    let header = wrapir::lower::cpp::runtime_header();
     let start = header.find("enum class DType : int32_t {").expect("the DType enum");
     let body = &header[start..start + header[start..].find('}').expect("}")];
     let cpp: Vec<String> = body
@@ -349,7 +349,7 @@ fn cpp_call_op_passes_arguments_and_adopts_results() {
     let include = common::cuda_include();
     let dir = std::env::temp_dir().join(format!("wrapir_capi_call_op_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
+    std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::runtime_header()).unwrap();
     std::fs::write(dir.join("probe.cpp"), CALL_OP_PROBE).unwrap();
     let exe = dir.join("probe");
     let out = common::run_tool(

@@ -29,7 +29,7 @@ fn program_of(bundle: &Path) -> wrapir::ir::Program {
 fn every_bundle_package_compiles_against_cuda_h() {
     let include = common::cuda_include();
     let dir = common::scratch("standalone_package", "compiles");
-    std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::RUNTIME_HEADER).unwrap();
+    std::fs::write(dir.join("wrapir_runtime.h"), wrapir::lower::cpp::runtime_header()).unwrap();
     // A precompiled runtime header: each file below then parses only itself.
     // (Without -Werror: g++ warns about `#pragma once` in the header it compiles.
     // A precompiled header g++ cannot use is ignored, and the header parsed.)

@@ -166,6 +166,36 @@ fn name_token(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<String, Par
     }
 }
 
+/// A buffer name after the token `after`.
+fn buf_after(c: &mut Cursor<'_>, after: &str) -> Result<BufName, ParseError> {
+    buf_name(c, || format!("expected a buffer name after `{after}`"))
+}
+
+/// A buffer name after the token `after`, then `sep` (`=`, `->`, `:`, `[`).
+fn buf_then(c: &mut Cursor<'_>, after: &str, sep: &str) -> Result<BufName, ParseError> {
+    let b = buf_after(c, after)?;
+    c.expect(sep, || format!("expected `{sep}` after buffer name `{b}`"))?;
+    Ok(b)
+}
+
+/// The optional `node <buffer>` clause of a line: the FX node it came from.
+fn node_clause(c: &mut Cursor<'_>) -> Result<Option<BufName>, ParseError> {
+    Ok(if c.eat_keyword("node") {
+        Some(buf_after(c, "node")?)
+    } else {
+        None
+    })
+}
+
+/// The optional context string that ends an assertion line.
+fn context_string(c: &mut Cursor<'_>) -> Result<Option<String>, ParseError> {
+    Ok(if c.peek() == Some('\'') {
+        Some(c.string(&"the context string")?)
+    } else {
+        None
+    })
+}
+
 fn buf_name(c: &mut Cursor<'_>, what: impl FnOnce() -> String) -> Result<BufName, ParseError> {
     c.expect_ident(what).map(BufName::new)
 }
@@ -1012,8 +1042,7 @@ impl<'a> Parser<'a> {
                         format!("`buffer` declarations must come before the first line of graph `{name}`"),
                     ));
                 }
-                let b = buf_name(&mut c, || "expected a buffer name after `buffer`".into())?;
-                c.expect(":", || format!("expected `:` after buffer name `{b}`"))?;
+                let b = buf_then(&mut c, "buffer", ":")?;
                 let kind = if c.eat_keyword("multi") {
                     BufferKind::Multi
                 } else {
@@ -1070,7 +1099,6 @@ impl<'a> Parser<'a> {
 
 /// Parses one graph line whose keyword `kw` has been read.
 fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, ParseError> {
-    let buf_after = |c: &mut Cursor<'_>, after: &str| buf_name(c, || format!("expected a buffer name after `{after}`"));
     let line = match kw {
         "alloc" => Line::Allocate {
             buffer: buf_after(c, kw)?,
@@ -1086,8 +1114,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             buffer: buf_after(c, kw)?,
         },
         "reuse" => {
-            let old = buf_after(c, kw)?;
-            c.expect("->", || format!("expected `->` after buffer name `{old}`"))?;
+            let old = buf_then(c, kw, "->")?;
             let new = buf_after(c, "->")?;
             Line::Reuse {
                 old,
@@ -1096,8 +1123,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             }
         }
         "reinterpret" => {
-            let base = buf_after(c, kw)?;
-            c.expect("->", || format!("expected `->` after buffer name `{base}`"))?;
+            let base = buf_then(c, kw, "->")?;
             Line::Reinterpret {
                 base,
                 alias: buf_after(c, "->")?,
@@ -1204,8 +1230,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             }
         }
         "get" => {
-            let result = buf_after(c, kw)?;
-            c.expect("=", || format!("expected `=` after buffer name `{result}`"))?;
+            let result = buf_then(c, kw, "=")?;
             let source = buf_after(c, "=")?;
             let mut indices = SmallVec::new();
             while c.eat("[") {
@@ -1229,8 +1254,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             })
         }
         "index_put" => {
-            let target = buf_after(c, kw)?;
-            c.expect("[", || format!("expected `[` after buffer name `{target}`"))?;
+            let target = buf_then(c, kw, "[")?;
             let indices = comma_list(c, "]", &format_args!("the indices of `{target}`"), |c| {
                 let i = c.expect_ident(|| format!("expected a buffer name or `None` in the indices of `{target}`"))?;
                 Ok(if i == "None" { None } else { Some(BufName::new(i)) })
@@ -1293,11 +1317,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             c.expect("=", || format!("expected `=` after symbol `{symbol}`"))?;
             let source = buf_after(c, "=")?;
             let keypath = key_path(c, &format_args!("`item {symbol}`"))?;
-            let node = if c.eat_keyword("node") {
-                Some(buf_after(c, "node")?)
-            } else {
-                None
-            };
+            let node = node_clause(c)?;
             Line::DynamicScalar(DynamicScalar {
                 symbol: Symbol::new(symbol),
                 source,
@@ -1306,8 +1326,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             })
         }
         "bind" => {
-            let source = buf_after(c, kw)?;
-            c.expect(":", || format!("expected `:` after buffer name `{source}`"))?;
+            let source = buf_then(c, kw, ":")?;
             let mut bindings = IndexMap::new();
             if !c.at_end() {
                 loop {
@@ -1331,8 +1350,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             Line::UnbackedSymbolDefs { source, bindings }
         }
         "cond" => {
-            let result = buf_after(c, kw)?;
-            c.expect("=", || format!("expected `=` after buffer name `{result}`"))?;
+            let result = buf_then(c, kw, "=")?;
             c.expect_keyword("if", || format!("expected `if` in `cond {result}`"))?;
             let what = format_args!("the predicate of `cond {result}`");
             c.skip_ws();
@@ -1359,8 +1377,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             })
         }
         "while" => {
-            let result = buf_after(c, kw)?;
-            c.expect("=", || format!("expected `=` after buffer name `{result}`"))?;
+            let result = buf_then(c, kw, "=")?;
             let cond_graph =
                 GraphName::new(c.expect_ident(|| format!("expected a condition graph in `while {result}`"))?);
             c.expect_keyword("do", || format!("expected `do` after `{cond_graph}`"))?;
@@ -1402,11 +1419,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
                 format!("expected `[` (strides) after the sizes of `assert_size_stride {buffer}`")
             })?;
             let stride = expr_list(c, ']', &format_args!("the strides of `assert_size_stride {buffer}`"))?;
-            let context = if c.peek() == Some('\'') {
-                Some(c.string(&"the context string")?)
-            } else {
-                None
-            };
+            let context = context_string(c)?;
             Line::AssertSizeStride(AssertSizeStride {
                 buffer,
                 size,
@@ -1417,11 +1430,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
         "assert_alignment" => {
             let buffer = buf_after(c, kw)?;
             let alignment = c.integer(&format_args!("an alignment after buffer name `{buffer}`"))?;
-            let context = if c.peek() == Some('\'') {
-                Some(c.string(&"the context string")?)
-            } else {
-                None
-            };
+            let context = context_string(c)?;
             Line::AssertAlignment {
                 buffer,
                 alignment,
@@ -1431,11 +1440,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
         "assert" => {
             let cond = expr_atom(c, &"`assert`")?;
             let message = c.string(&"the message of `assert`")?;
-            let node = if c.eat_keyword("node") {
-                Some(buf_after(c, "node")?)
-            } else {
-                None
-            };
+            let node = node_clause(c)?;
             Line::RuntimeAssert { cond, message, node }
         }
         "comm_alloc" => {

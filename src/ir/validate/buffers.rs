@@ -185,21 +185,18 @@ impl<'a> Validator<'a> {
         storage: Option<usize>,
         at: Option<usize>,
     ) {
-        let Some(st) = storage.and_then(|id| g.storages.get(id)) else {
+        let Some(st) = viewed_storage(g, name, storage) else {
             return;
         };
         if let Some(freed_at) = st.freed_at {
-            if st.owner != *name {
-                let owner = st.owner.clone();
-                self.err(
-                    Self::loc(g, at),
-                    ValidationErrorKind::ViewOutlivesStorage {
-                        buffer: name.clone(),
-                        owner,
-                        freed_at,
-                    },
-                );
-            }
+            self.err(
+                Self::loc(g, at),
+                ValidationErrorKind::ViewOutlivesStorage {
+                    buffer: name.clone(),
+                    owner: st.owner.clone(),
+                    freed_at,
+                },
+            );
         }
     }
 
@@ -231,17 +228,14 @@ impl<'a> Validator<'a> {
     /// `free_if_not_reused ... reused`) but `name` is a view of another
     /// buffer's storage.
     fn check_owns_storage(&mut self, g: &GraphState<'a>, at: usize, name: &BufName, storage: Option<usize>) {
-        if let Some(st) = storage.and_then(|id| g.storages.get(id)) {
-            if st.owner != *name {
-                let owner = st.owner.clone();
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::ReuseOfView {
-                        buffer: name.clone(),
-                        owner,
-                    },
-                );
-            }
+        if let Some(st) = viewed_storage(g, name, storage) {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::ReuseOfView {
+                    buffer: name.clone(),
+                    owner: st.owner.clone(),
+                },
+            );
         }
     }
 
@@ -344,17 +338,7 @@ impl<'a> Validator<'a> {
                     },
                 );
             }
-            if lo.device != ln.device {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::DeviceMismatch {
-                        old: old.clone(),
-                        new: new.clone(),
-                        old_device: lo.device,
-                        new_device: ln.device,
-                    },
-                );
-            }
+            self.check_same_device(g, at, (old, lo), (new, ln));
             // Decided only for constant sizes; syntactically equal storage
             // expressions fit trivially; other symbolic comparisons are accepted.
             if lo.storage_numel_expr() != ln.storage_numel_expr() {
@@ -406,17 +390,7 @@ impl<'a> Validator<'a> {
             };
             let owner = st.as_ref().map(|s| s.owner.clone()).unwrap_or_else(|| base.clone());
             if let Some(cap) = capacity {
-                if cap.device != la.device {
-                    self.err(
-                        Self::at(g, at),
-                        ValidationErrorKind::DeviceMismatch {
-                            old: base.clone(),
-                            new: alias.clone(),
-                            old_device: cap.device,
-                            new_device: la.device,
-                        },
-                    );
-                }
+                self.check_same_device(g, at, (base, cap), (alias, la));
                 let bytes = |l: &Layout| const_storage(l).and_then(|n| n.checked_mul(l.dtype.size_bytes() as i64));
                 if let (Some(needed), Some(available)) = (bytes(la), bytes(cap)) {
                     if needed > available {
@@ -485,5 +459,28 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// Reports a buffer placed on storage of another device: `new` (a
+    /// reuse's new buffer, a view) on `old`'s storage (with its layout: the
+    /// old buffer's, the storage's capacity).
+    fn check_same_device(&mut self, g: &GraphState<'a>, at: usize, old: (&BufName, &Layout), new: (&BufName, &Layout)) {
+        if old.1.device != new.1.device {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::DeviceMismatch {
+                    old: old.0.clone(),
+                    new: new.0.clone(),
+                    old_device: old.1.device,
+                    new_device: new.1.device,
+                },
+            );
+        }
+    }
+
     // -- lines ------------------------------------------------------------------
+}
+
+/// The storage `storage` of `name` when `name` is a view of it: another
+/// buffer owns it.
+fn viewed_storage<'g, 'a>(g: &'g GraphState<'a>, name: &BufName, storage: Option<usize>) -> Option<&'g Storage<'a>> {
+    storage.and_then(|id| g.storages.get(id)).filter(|st| st.owner != *name)
 }

@@ -144,18 +144,31 @@ use crate::ir::{Location, ProgramInfo};
 use crate::lower::launches::PrintedLaunch;
 use std::fmt;
 
-/// The runtime header of the standalone dialect (`wrapir_runtime.h`): the C
-/// ABI of the runtime library ([`RT_HEADER`]) followed by the C++ runtime.
-pub const RUNTIME_HEADER: &str = concat!(include_str!("wrapir_rt.h"), "\n", include_str!("wrapir_runtime.h"));
-
 /// The C header of the runtime library's ABI (`wrapir_rt.h`), for C callers
-/// of `libwrapir_runtime`; [`RUNTIME_HEADER`] includes it.
+/// of `libwrapir_runtime`; [`runtime_header`] starts with it.
 pub const RT_HEADER: &str = include_str!("wrapir_rt.h");
 
-/// The runtime header the standalone dialect includes; write it next to the
-/// generated file as `wrapir_runtime.h` (or set [`Options::inline_runtime`]).
+/// The C++ runtime as stored: its `wrapir::DType` enumerators stand as
+/// [`DTYPE_ENUMERATORS`], written from [`crate::ir::DType::ALL`].
+const RUNTIME_SOURCE: &str = include_str!("wrapir_runtime.h");
+
+/// Where [`RUNTIME_SOURCE`] lists the `wrapir::DType` enumerators.
+const DTYPE_ENUMERATORS: &str = "  // wrapir::ir::DType::ALL in order, written here by wrapir::lower::cpp::runtime_header()\n";
+
+/// The runtime header the standalone dialect includes (`wrapir_runtime.h`):
+/// the C ABI of the runtime library ([`RT_HEADER`]) followed by the C++
+/// runtime, whose `wrapir::DType` lists [`crate::ir::DType::ALL`] in order
+/// (the dtype codes of the ABI). Write it next to the generated file as
+/// `wrapir_runtime.h` (or set [`Options::inline_runtime`]).
 pub fn runtime_header() -> &'static str {
-    RUNTIME_HEADER
+    static HEADER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HEADER.get_or_init(|| {
+        let enumerators = lower::runtime_dtype_enumerators();
+        format!(
+            "{RT_HEADER}\n{}",
+            RUNTIME_SOURCE.replacen(DTYPE_ENUMERATORS, &enumerators, 1)
+        )
+    })
 }
 
 /// Whether `program` uses no CUDA device: no Triton, CUDA C or CUDA Halide

@@ -57,7 +57,7 @@ pub fn package(info: &ProgramInfo<'_>, name: &str) -> Result<Vec<PackageFile>, E
         },
         PackageFile {
             path: "wrapir_runtime.h".to_string(),
-            contents: super::RUNTIME_HEADER.to_string(),
+            contents: super::runtime_header().to_string(),
         },
         PackageFile {
             path: "main.cpp".to_string(),

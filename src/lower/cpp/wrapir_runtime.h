@@ -146,23 +146,7 @@ inline int64_t div_mod(int64_t a, int64_t b) {
 
 /// Element types (the same set as wrapir's DType).
 enum class DType : int32_t {
-  Bool,
-  Int8,
-  Int16,
-  Int32,
-  Int64,
-  Uint8,
-  Float16,
-  Bfloat16,
-  Float32,
-  Float64,
-  Float8E4m3fn,
-  Float8E5m2,
-  Float8E4m3fnuz,
-  Float8E5m2fnuz,
-  Complex32,
-  Complex64,
-  Complex128,
+  // wrapir::ir::DType::ALL in order, written here by wrapir::lower::cpp::runtime_header()
 };
 
 /// Bytes per element.

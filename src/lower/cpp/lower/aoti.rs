@@ -142,20 +142,8 @@ impl DialectOps for Aoti {
         Ok(())
     }
 
-    fn view(
-        &self,
-        l: &mut Lowering<'_>,
-        base: &str,
-        base_layout: &Layout,
-        layout: &Layout,
-        sizes: &str,
-        strides: &str,
-        offset: &str,
-    ) -> String {
-        let rank = layout.rank();
-        let view = format!(
-            "wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {rank}, {sizes}, {strides}, {offset}))"
-        );
+    fn view(&self, l: &mut Lowering<'_>, base: &str, base_layout: &Layout, layout: &Layout, geometry: &str) -> String {
+        let view = format!("wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({base}, {geometry}))");
         if base_layout.dtype == layout.dtype {
             return view;
         }
@@ -230,46 +218,26 @@ impl DialectOps for Aoti {
                 ))
             }
         };
-        if !l.declared(raw) {
-            l.line(format!("{ctype} {raw};"));
-            l.declare(raw);
-        }
-        l.line(format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({src}, &{raw}));"
-        ));
+        read_item(l, src, raw, ctype, shim);
         Ok(())
     }
 
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str) {
-        if !l.declared(scalar) {
-            l.line(format!("bool {scalar};"));
-            l.declare(scalar);
-        }
-        l.line(format!(
-            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_bool({tensor}, &{scalar}));"
-        ));
+        read_item(l, tensor, scalar, "bool", "bool");
     }
 
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        dtype: DType,
-        bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error> {
-        let shim = match dtype {
+    fn item_arg(&self, var: &str, dtype: DType) -> Option<String> {
+        let (ctype, shim) = match dtype {
             DType::Float64 => ("double", "float64"),
             DType::Float32 => ("float", "float32"),
             DType::Int64 => ("int64_t", "int64"),
             DType::Int32 => ("int32_t", "int32"),
             DType::Bool => ("bool", "bool"),
-            other => return Err(bad(other)),
+            _ => return None,
         };
-        Ok(write!(
-            l.body,
-            "[&] {{ {} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{}({var}, &v_)); return v_; }}()",
-            shim.0, shim.1
-        )?)
+        Some(format!(
+            "[&] {{ {ctype} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({var}, &v_)); return v_; }}()"
+        ))
     }
 
     fn device_guard(&self, l: &mut Lowering<'_>, index: u32, guarded: bool) {
@@ -495,6 +463,18 @@ impl DialectOps for Aoti {
     fn launch_fn(&self) -> &'static str {
         "launchKernel"
     }
+}
+
+/// Reads the scalar in `tensor` into `var` (declared `<ctype> <var>;` first
+/// unless it is in scope) through the shim's `aoti_torch_item_<shim>`.
+fn read_item(l: &mut Lowering<'_>, tensor: &str, var: &str, ctype: &str, shim: &str) {
+    if !l.declared(var) {
+        l.line(format!("{ctype} {var};"));
+        l.declare(var);
+    }
+    l.line(format!(
+        "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({tensor}, &{var}));"
+    ));
 }
 
 /// What the AOTI dialect's file starts with: libtorch's C++ wrapper header

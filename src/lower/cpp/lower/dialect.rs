@@ -49,18 +49,11 @@ pub(super) trait DialectOps: Sync {
 
     /// Declares `name` as a new tensor of `layout` (storage offset 0).
     fn allocate(&self, l: &mut Lowering<'_>, name: Var<'_>, layout: &Layout, cx: &Cx<'_>) -> Result<(), Error>;
-    /// A view expression of `base` with `layout` (`sizes`, `strides`: arrays
-    /// already written; `offset`: C++ text); the element size is unchanged.
-    fn view(
-        &self,
-        l: &mut Lowering<'_>,
-        base: &str,
-        base_layout: &Layout,
-        layout: &Layout,
-        sizes: &str,
-        strides: &str,
-        offset: &str,
-    ) -> String;
+    /// A view expression of `base` with `layout`; the element size is
+    /// unchanged. `geometry`: the view's rank, sizes and strides (arrays
+    /// already written) and storage offset, the arguments both runtimes'
+    /// reinterpret calls take in this order.
+    fn view(&self, l: &mut Lowering<'_>, base: &str, base_layout: &Layout, layout: &Layout, geometry: &str) -> String;
     /// Declares `dst` as a new reference to the tensor `src`.
     fn share(&self, l: &mut Lowering<'_>, src: &str, dst: &str);
     /// Declares `dst` holding the tensor `src` (a subgraph input, a loop's
@@ -88,15 +81,9 @@ pub(super) trait DialectOps: Sync {
     ) -> Result<(), Error>;
     /// Reads the boolean in `tensor` into the variable `scalar`.
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str);
-    /// A scalar kernel argument read from the one-element tensor `var`
-    /// (appended to the body); `bad` makes the error for an unreadable dtype.
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        dtype: DType,
-        bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error>;
+    /// The expression reading a scalar kernel argument from the one-element
+    /// tensor `var` of `dtype`; `None` when the dialect cannot read `dtype`.
+    fn item_arg(&self, var: &str, dtype: DType) -> Option<String>;
 
     // ---- devices, streams, launches ----------------------------------------
 

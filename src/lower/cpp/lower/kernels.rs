@@ -84,11 +84,13 @@ impl<'a> Lowering<'a> {
                 if layout.size.iter().any(|s| s.as_int() != Some(1)) {
                     return Err(bad(&format!("tensor `{b}` with more than one element")));
                 }
-                let var = g.local(b);
-                let d = self.dialect;
-                d.item_arg(self, &var, layout.dtype, &|other| {
-                    bad(&format!("tensor `{b}` of dtype {other}"))
-                })
+                match self.dialect.item_arg(&g.local(b), layout.dtype) {
+                    Some(read) => {
+                        out.push_str(&read);
+                        Ok(())
+                    }
+                    None => Err(bad(&format!("tensor `{b}` of dtype {}", layout.dtype))),
+                }
             }
             (false, _) => Err(bad("a value that is not a number")),
         }

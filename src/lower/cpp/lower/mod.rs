@@ -51,6 +51,7 @@ use dialect::DialectOps;
 use graph::*;
 use launch::KernelWrappers;
 use record::*;
+pub(super) use text::runtime_dtype_enumerators;
 use text::*;
 
 /// Where an error is: a line of a graph, made into a [`Location`] only when

@@ -71,7 +71,7 @@ impl DialectOps for Standalone {
         }
         if l.options.inline_runtime {
             // `#pragma once` is only meaningful in a header file.
-            out.write_str(&crate::lower::cpp::RUNTIME_HEADER.replacen("#pragma once\n", "", 1))?;
+            out.write_str(&crate::lower::cpp::runtime_header().replacen("#pragma once\n", "", 1))?;
             out.write_char('\n')?;
         } else {
             out.write_str("#include \"wrapir_runtime.h\"\n")?;
@@ -145,19 +145,9 @@ impl DialectOps for Standalone {
         Ok(())
     }
 
-    fn view(
-        &self,
-        l: &mut Lowering<'_>,
-        base: &str,
-        _base_layout: &Layout,
-        layout: &Layout,
-        sizes: &str,
-        strides: &str,
-        offset: &str,
-    ) -> String {
-        let rank = layout.rank();
+    fn view(&self, l: &mut Lowering<'_>, base: &str, _base_layout: &Layout, layout: &Layout, geometry: &str) -> String {
         let dtype = l.use_dtype(layout.dtype);
-        format!("{base}.reinterpret({rank}, {sizes}, {strides}, {offset}, {dtype})")
+        format!("{base}.reinterpret({geometry}, {dtype})")
     }
 
     fn share(&self, l: &mut Lowering<'_>, src: &str, dst: &str) {
@@ -204,14 +194,8 @@ impl DialectOps for Standalone {
         l.decl_line(scalar, "bool", &format!("wrapir::item_bool({tensor}, stream)"));
     }
 
-    fn item_arg(
-        &self,
-        l: &mut Lowering<'_>,
-        var: &str,
-        _dtype: DType,
-        _bad: &dyn Fn(DType) -> Error,
-    ) -> Result<(), Error> {
-        Ok(write!(l.body, "wrapir::item_double({var}, stream)")?)
+    fn item_arg(&self, var: &str, _dtype: DType) -> Option<String> {
+        Some(format!("wrapir::item_double({var}, stream)"))
     }
 
     fn device_guard(&self, l: &mut Lowering<'_>, index: u32, _guarded: bool) {

@@ -32,8 +32,9 @@ impl<'a> Lowering<'a> {
         let sizes = self.int_array(&layout.size);
         let strides = self.int_array(&layout.stride);
         let offset = self.cexpr(&layout.offset);
+        let geometry = format!("{}, {sizes}, {strides}, {offset}", layout.rank());
         let d = self.dialect;
-        Ok(d.view(self, base, base_layout, layout, &sizes, &strides, &offset))
+        Ok(d.view(self, base, base_layout, layout, &geometry))
     }
 
     /// A new reference to the same tensor (AOTI: a new handle).

@@ -167,6 +167,16 @@ pub(super) fn runtime_dtype(d: DType) -> &'static str {
     }
 }
 
+/// The runtime header's `wrapir::DType` enumerators, one line each in
+/// [`DType::ALL`] order: an enumerator's value is its dtype's code in the
+/// runtime library's C ABI.
+pub(in crate::lower::cpp) fn runtime_dtype_enumerators() -> String {
+    DType::ALL
+        .iter()
+        .map(|&d| format!("  {},\n", runtime_dtype(d)))
+        .collect()
+}
+
 /// A C++ string literal.
 pub(super) fn c_string(s: &str) -> String {
     CString(s).to_string()
