@@ -50,13 +50,34 @@ const ENV_READERS: &[&str] = &["bin/", "exec/cuda_paths.rs"];
 /// its caller names, with the reason (ARCHITECTURE.md, "The library does no
 /// file or process I/O of its own"). The CLI and tests are not checked.
 const FILE_IO: &[(&str, &str)] = &[
-    ("bundle/", "opens (memory-maps) the bundles and packages a caller names, writes packages where told"),
-    ("capi/", "the runtime library: opens the bundles and writes the safetensors files its C caller names"),
-    ("exec/cuda_paths.rs", "lists the Python prefixes' `lib` folders that `CudaPaths::from_env` searches"),
-    ("exec/cuda/libraries.rs", "lists `CudaPaths::library_dirs` for the CUDA libraries the loader opens"),
-    ("exec/cuda/kernels/image.rs", "the compiled built-in kernels' cache in `CudaPaths::kernel_cache`"),
-    ("exec/cuda/conv.rs", "the runtime-compiled cuDNN plans' cache in `CudaPaths::kernel_cache`"),
-    ("exec/host_kernels/", "writes a package's CPU kernels into the caller's scratch folder for `dlopen`"),
+    (
+        "bundle/",
+        "opens (memory-maps) the bundles and packages a caller names, writes packages where told",
+    ),
+    (
+        "capi/",
+        "the runtime library: opens the bundles and writes the safetensors files its C caller names",
+    ),
+    (
+        "exec/cuda_paths.rs",
+        "lists the Python prefixes' `lib` folders that `CudaPaths::from_env` searches",
+    ),
+    (
+        "exec/cuda/libraries.rs",
+        "lists `CudaPaths::library_dirs` for the CUDA libraries the loader opens",
+    ),
+    (
+        "exec/cuda/kernels/image.rs",
+        "the compiled built-in kernels' cache in `CudaPaths::kernel_cache`",
+    ),
+    (
+        "exec/cuda/conv.rs",
+        "the runtime-compiled cuDNN plans' cache in `CudaPaths::kernel_cache`",
+    ),
+    (
+        "exec/host_kernels/",
+        "writes a package's CPU kernels into the caller's scratch folder for `dlopen`",
+    ),
 ];
 
 /// The most lines a source file may have.
@@ -298,7 +319,10 @@ fn only_the_listed_files_do_file_io() {
         }
         let code = code(&text);
         let does_io = code.contains("std::fs") || names_crate(&code, "fs") || names_crate(&code, "File");
-        match FILE_IO.iter().find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p))) {
+        match FILE_IO
+            .iter()
+            .find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p)))
+        {
             Some((p, _)) if does_io => {
                 used.insert(*p);
             }

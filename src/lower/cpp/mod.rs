@@ -153,7 +153,8 @@ pub const RT_HEADER: &str = include_str!("wrapir_rt.h");
 const RUNTIME_SOURCE: &str = include_str!("wrapir_runtime.h");
 
 /// Where [`RUNTIME_SOURCE`] lists the `wrapir::DType` enumerators.
-const DTYPE_ENUMERATORS: &str = "  // wrapir::ir::DType::ALL in order, written here by wrapir::lower::cpp::runtime_header()\n";
+const DTYPE_ENUMERATORS: &str =
+    "  // wrapir::ir::DType::ALL in order, written here by wrapir::lower::cpp::runtime_header()\n";
 
 /// The runtime header the standalone dialect includes (`wrapir_runtime.h`):
 /// the C ABI of the runtime library ([`RT_HEADER`]) followed by the C++
