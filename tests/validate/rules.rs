@@ -3,27 +3,22 @@
 
 use super::*;
 
-#[test]
-fn buffer_rules() {
-    check_file(include_str!("cases/buffers.txt"));
+/// One test per case file: `test_name => "cases/<file>.txt"`.
+macro_rules! case_file_tests {
+    ($($name:ident => $file:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check_file(include_str!($file));
+            }
+        )*
+    };
 }
 
-#[test]
-fn storage_rules() {
-    check_file(include_str!("cases/storage.txt"));
-}
-
-#[test]
-fn symbol_rules() {
-    check_file(include_str!("cases/symbols.txt"));
-}
-
-#[test]
-fn kernel_rules() {
-    check_file(include_str!("cases/kernels.txt"));
-}
-
-#[test]
-fn structure_rules() {
-    check_file(include_str!("cases/structure.txt"));
+case_file_tests! {
+    buffer_rules => "cases/buffers.txt",
+    storage_rules => "cases/storage.txt",
+    symbol_rules => "cases/symbols.txt",
+    kernel_rules => "cases/kernels.txt",
+    structure_rules => "cases/structure.txt",
 }
