@@ -1,239 +1,35 @@
-//! FX lowering: exact printed graphs of small programs built in Rust.
+//! FX lowering: exact printed graphs of small programs, each written as
+//! `.wir` text with the FX graph it must print.
 
-mod common;
-
-use indexmap::IndexMap;
-use wrapir::ir::{
-    ArgValue, CallArg, DType, Device, DynamicScalar, GridType, KernelCall, KeyEntry, Layout, Line, MultiIndex,
-    Predicate, Program, ProgramBuilder, SigType, TensorMethod, TritonMeta,
-};
-use wrapir::sym::{CmpOp, SymExpr};
-
-fn s(name: &str) -> SymExpr {
-    SymExpr::sym(name)
-}
-
-fn i(v: i64) -> SymExpr {
-    SymExpr::Int(v)
-}
-
-fn cuda(dtype: DType, size: Vec<SymExpr>) -> Layout {
-    Layout::contiguous(dtype, Device::cuda(0), size)
-}
-
-fn buf(name: &str) -> ArgValue {
-    ArgValue::Buffer(name.into())
-}
-
-fn path(entries: &[KeyEntry]) -> wrapir::ir::KeyPath {
-    entries.iter().cloned().collect()
-}
-
-/// Lowers `program`; returns a message when the printed graph differs from `expect`.
-fn check(name: &str, program: Program, expect: &str) -> Option<String> {
+/// Parses `input` (a program's text without its `wrapir 1` header) and
+/// lowers it; returns a message when the printed graph differs from `expect`.
+fn check(name: &str, input: &str, expect: &str) -> Option<String> {
+    let program = wrapir::text::parse(&format!("wrapir 1\n{input}")).unwrap_or_else(|e| panic!("{name}: {e}"));
     let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("{name}: invalid program: {e}"));
     let got = wrapir::lower::fx::write_string(&info, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
     (got.trim() != expect.trim()).then(|| format!("=== {name}: printed FX graph differs, got:\n{got}"))
 }
 
-fn nonzero_u0() -> Program {
-    common::main_program(
-        |p| p.unbacked_symbol("u0", Some(0), Some(100)),
-        |g, u0| {
-            let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![i(100)]));
-            let b1 = common::nonzero_of(g, x, &u0);
-            let mut l = cuda(DType::Int64, vec![s("u0"), i(1)]);
-            l.stride = [i(1), s("u0")].into_iter().collect();
-            let b2 = g.multi_output("buf2", l, &b1, &[]);
-            g.runtime_assert(SymExpr::cmp(CmpOp::Ge, s("u0"), i(0)), "u0 >= 0");
-            let b3 = g.allocate("buf3", cuda(DType::Float32, vec![s("u0"), i(1)]));
-            g.output(&b2);
-            g.output(&b3);
-        },
-    )
-}
-
-fn tuple_u1() -> Program {
-    common::main_program(
-        |p| p.unbacked_symbol("u1", Some(0), None),
-        |g, u1| {
-            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-            let b1 = g.extern_alloc_multi(
-                "buf1",
-                "torch.ops.aten._unique2.default",
-                vec![ArgValue::Buffer(x.clone())],
-            );
-            g.bind_unbacked(
-                &b1,
-                &u1,
-                path(&[
-                    KeyEntry::Index(1),
-                    KeyEntry::CallMethod(TensorMethod::Size),
-                    KeyEntry::Index(0),
-                ]),
-            );
-            let b2 = g.multi_output(
-                "buf2",
-                cuda(DType::Float32, vec![s("u1")]),
-                &b1,
-                &[MultiIndex::Tuple(0)],
-            );
-            let b3 = g.multi_output("buf3", cuda(DType::Int64, vec![s("u1")]), &b1, &[MultiIndex::Tuple(1)]);
-            g.output(&b2);
-            g.output(&b3);
-        },
-    )
-}
-
-fn divide_by_two() -> Program {
-    common::main_program(
-        |p| p.unbacked_symbol("u0", Some(0), None),
-        |g, u0| {
-            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![i(8)]));
-            let b1 = g.extern_alloc(
-                "buf1",
-                cuda(DType::Float32, vec![SymExpr::mul(i(2), s("u0"))]),
-                "torch.ops.aten.repeat_interleave.Tensor",
-                vec![ArgValue::Buffer(x)],
-            );
-            g.bind_unbacked(
-                &b1,
-                &u0,
-                path(&[
-                    KeyEntry::CallMethod(TensorMethod::Size),
-                    KeyEntry::Index(0),
-                    KeyEntry::DivideBy(2),
-                ]),
-            );
-            let b2 = g.allocate("buf2", cuda(DType::Float32, vec![s("u0")]));
-            g.output(&b1);
-            g.output(&b2);
-        },
-    )
-}
-
-fn item_to_int() -> Program {
-    common::main_program(
-        |p| p.unbacked_symbol("u0", Some(0), Some(1)),
-        |g, u0| {
-            let x = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
-            g.line(Line::DynamicScalar(DynamicScalar {
-                symbol: u0,
-                source: x,
-                keypath: path(&[KeyEntry::ConvertInt]),
-                node: None,
-            }));
-            let b0 = g.allocate("buf0", cuda(DType::Float32, vec![SymExpr::add(s("u0"), i(3))]));
-            g.output(&b0);
-        },
-    )
-}
-
-fn cond_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    let s0 = p.backed_symbol("s0", Some(4));
-    let _ = s0;
-    let mut t = p.subgraph("true_graph_0");
-    let a = t.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
-    let tb = t.allocate(
-        "true_graph_0_buf0",
-        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]),
-    );
-    t.free(&a);
-    t.output(&tb);
-    t.finish();
-    let mut f = p.subgraph("false_graph_0");
-    let a = f.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
-    let fb = f.extern_alloc(
-        "false_graph_0_buf0",
-        cuda(DType::Float32, vec![i(4)]),
-        "torch.ops.aten.clone.default",
-        vec![ArgValue::Buffer(a)],
-    );
-    f.output(&fb);
-    f.finish();
-    let mut g = p.main();
-    let pred = g.tensor_input("arg0_1", cuda(DType::Bool, vec![]));
-    let x = g.tensor_input("arg1_1", cuda(DType::Float32, vec![i(4)]));
-    let _y = g.tensor_input("arg2_1", cuda(DType::Float32, vec![s("s0")]));
-    g.conditional("buf0", Predicate::Tensor(pred), ("true_graph_0", "false_graph_0"), &[x]);
-    let b1 = g.multi_output(
-        "buf1",
-        cuda(DType::Float32, vec![SymExpr::mul(i(2), s("s0"))]),
-        &"buf0".into(),
-        &[MultiIndex::List(0)],
-    );
-    g.output(&b1);
-    g.finish();
-    p.finish()
-}
-
-fn triton_named() -> Program {
-    common::main_program(
-        |p| {
-            p.backed_symbol("s0", Some(64));
-            let mut sig = IndexMap::new();
-            sig.insert("in_ptr".to_string(), SigType::Pointer(DType::Float32));
-            sig.insert("BLOCK_SIZE".to_string(), SigType::Constexpr);
-            sig.insert("out_ptr".to_string(), SigType::Pointer(DType::Float32));
-            sig.insert("n_elements".to_string(), "i32".parse::<SigType>().unwrap());
-            sig.insert("scale".to_string(), "fp32".parse::<SigType>().unwrap());
-            p.triton_kernel(
-                "add_kernel_0",
-                "",
-                TritonMeta {
-                    signature: sig,
-                    constants: [("BLOCK_SIZE".to_string(), wrapir::ir::ConstValue::Int(16))]
-                        .into_iter()
-                        .collect(),
-                    config: IndexMap::new(),
-                    grid_type: GridType::FixedGrid,
-                    num_warps: 4,
-                    num_stages: 1,
-                    shared_mem: 0,
-                    global_scratch: None,
-                    profile_scratch: None,
-                    extra_launcher_args: vec!["_grid_0".into(), "_grid_1".into(), "_grid_2".into()],
-                    mangled_name: None,
-                    cubin: None,
-                    user_defined: true,
-                },
-            )
-        },
-        |g, k| {
-            let x = g.tensor_input("arg0_1", cuda(DType::Float32, vec![s("s0")]));
-            g.define_kernel(&k);
-            let b0 = g.allocate("buf0", cuda(DType::Float32, vec![s("s0")]));
-            let named = |n: &str, v: ArgValue| CallArg {
-                name: Some(n.into()),
-                value: v,
-            };
-            let grid0 = SymExpr::floor_div(SymExpr::add(s("s0"), i(15)), i(16));
-            g.line(Line::KernelCall(KernelCall {
-                kernel: k.clone(),
-                args: vec![
-                    CallArg::positional(ArgValue::Buffer(x.clone())),
-                    named("_grid_0", ArgValue::Expr(grid0)),
-                    named("n_elements", ArgValue::Expr(s("s0"))),
-                    named("out_ptr", buf("buf0")),
-                    named("scale", ArgValue::Float(0.5)),
-                    named("_grid_1", ArgValue::Expr(i(1))),
-                    named("_grid_2", ArgValue::Expr(i(1))),
-                ],
-                device: Some(Device::cuda(0)),
-            }));
-            g.free(&x);
-            g.output(&b0);
-        },
-    )
-}
-
 #[test]
 fn printed_graphs() {
-    let cases: Vec<(&str, Program, &str)> = vec![
+    let cases: [(&str, &str, &str); 6] = [
         (
             "nonzero_u0",
-            nonzero_u0(),
+            r#"
+symbol u0: unbacked [0, 100]
+
+graph main(arg0_1: b8[100][1]@cuda:0) -> (buf2, buf3) {
+  buffer buf1: multi
+  buffer buf2: i64[u0, 1][1, u0]@cuda:0
+  buffer buf3: f32[u0, 1][1, 1]@cuda:0
+  extern buf1 = torch.ops.aten.nonzero.default(arg0_1)
+  bind buf1: u0 = .size()[0]
+  free arg0_1
+  get buf2 = buf1
+  assert (u0 >= 0) 'u0 >= 0'
+  alloc buf3
+}
+"#,
             r#"
 def forward(self, arg0_1):
     assert_size_stride_1 = assert_size_stride(arg0_1, [100], [1]);  assert_size_stride_1 = None
@@ -247,7 +43,19 @@ def forward(self, arg0_1):
         ),
         (
             "tuple_u1",
-            tuple_u1(),
+            r#"
+symbol u1: unbacked [0, inf]
+
+graph main(arg0_1: f32[8][1]@cuda:0) -> (buf2, buf3) {
+  buffer buf1: multi
+  buffer buf2: f32[u1][1]@cuda:0
+  buffer buf3: i64[u1][1]@cuda:0
+  extern buf1 = torch.ops.aten._unique2.default(arg0_1)
+  bind buf1: u1 = [1].size()[0]
+  get buf2 = buf1[tuple 0]
+  get buf3 = buf1[tuple 1]
+}
+"#,
             r#"
 def forward(self, arg0_1):
     assert_size_stride_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_1 = None
@@ -260,7 +68,17 @@ def forward(self, arg0_1):
         ),
         (
             "divide_by_two",
-            divide_by_two(),
+            r#"
+symbol u0: unbacked [0, inf]
+
+graph main(arg0_1: f32[8][1]@cuda:0) -> (buf1, buf2) {
+  buffer buf1: f32[2*u0][1]@cuda:0
+  buffer buf2: f32[u0][1]@cuda:0
+  extern buf1 = torch.ops.aten.repeat_interleave.Tensor(arg0_1)
+  bind buf1: u0 = .size()[0]//2
+  alloc buf2
+}
+"#,
             r#"
 def forward(self, arg0_1):
     assert_size_stride_1 = assert_size_stride(arg0_1, [8], [1]);  assert_size_stride_1 = None
@@ -276,7 +94,15 @@ def forward(self, arg0_1):
         ),
         (
             "item_to_int",
-            item_to_int(),
+            r#"
+symbol u0: unbacked [0, 1]
+
+graph main(arg0_1: b8[][]@cuda:0) -> (buf0) {
+  buffer buf0: f32[u0 + 3][1]@cuda:0
+  item u0 = arg0_1.to_int()
+  alloc buf0
+}
+"#,
             r#"
 def forward(self, arg0_1):
     assert_size_stride_1 = assert_size_stride(arg0_1, [], []);  assert_size_stride_1 = None
@@ -289,7 +115,27 @@ def forward(self, arg0_1):
         ),
         (
             "cond",
-            cond_program(),
+            r#"
+symbol s0: backed [0, inf] hint 4
+
+graph main(arg0_1: b8[][]@cuda:0, arg1_1: f32[4][1]@cuda:0, arg2_1: f32[s0][1]@cuda:0) -> (buf1) {
+  buffer buf0: multi
+  buffer buf1: f32[2*s0][1]@cuda:0
+  cond buf0 = if arg0_1 then true_graph_0 else false_graph_0 (arg1_1)
+  get buf1 = buf0[list 0]
+}
+
+graph true_graph_0(arg1_1: f32[4][1]@cuda:0) -> (true_graph_0_buf0) {
+  buffer true_graph_0_buf0: f32[2*s0][1]@cuda:0
+  alloc true_graph_0_buf0
+  free arg1_1
+}
+
+graph false_graph_0(arg1_1: f32[4][1]@cuda:0) -> (false_graph_0_buf0) {
+  buffer false_graph_0_buf0: f32[4][1]@cuda:0
+  extern false_graph_0_buf0 = torch.ops.aten.clone.default(arg1_1)
+}
+"#,
             r#"
 def forward(self, arg0_1, arg1_1, arg2_1):
     s0 = torch.ops.aten.sym_size.int(arg2_1, 0)
@@ -318,7 +164,26 @@ class false_graph_0(torch.nn.Module):
         ),
         (
             "triton_named",
-            triton_named(),
+            r#"
+symbol s0: backed [0, inf] hint 64
+
+kernel add_kernel_0: triton {
+  signature in_ptr: *fp32, BLOCK_SIZE: constexpr, out_ptr: *fp32, n_elements: i32, scale: fp32
+  constants BLOCK_SIZE: 16
+  grid FixedGrid
+  num_warps 4
+  extra_launcher_args _grid_0, _grid_1, _grid_2
+  user_defined
+}
+
+graph main(arg0_1: f32[s0][1]@cuda:0) -> (buf0) {
+  buffer buf0: f32[s0][1]@cuda:0
+  define add_kernel_0
+  alloc buf0
+  call add_kernel_0(arg0_1, _grid_0=((s0 + 15) // 16), n_elements=s0, out_ptr=buf0, scale=0.5, _grid_1=1, _grid_2=1) @cuda:0
+  free arg0_1
+}
+"#,
             r#"
 def forward(self, arg0_1):
     s0 = torch.ops.aten.sym_size.int(arg0_1, 0)
@@ -331,6 +196,9 @@ def forward(self, arg0_1):
 "#,
         ),
     ];
-    let failures: Vec<String> = cases.into_iter().filter_map(|(n, p, e)| check(n, p, e)).collect();
+    let failures: Vec<String> = cases
+        .into_iter()
+        .filter_map(|(n, input, e)| check(n, input, e))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
