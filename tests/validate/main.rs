@@ -80,57 +80,11 @@ const POINTWISE_KERNEL: &str = "kernel triton_poi_fused_add_0: triton {
   num_warps 1
 }";
 
-/// One case of a case file: a program's text and the exact diagnostics
-/// validating it gives (none for a valid program).
-struct Case {
-    name: String,
-    input: String,
-    expect: Vec<String>,
-}
-
-/// The cases of a case file (`cases/*.txt`): after `;` comment lines, each
-/// case is a `== name` line, the program's text without its `wrapir 1`
-/// header, then a `-- expect` line and the diagnostics, one a line.
-fn cases(file: &str) -> Vec<Case> {
-    let mut cases: Vec<Case> = Vec::new();
-    let mut in_expect = false;
-    for line in file.lines() {
-        if let Some(name) = line.strip_prefix("== ") {
-            cases.push(Case {
-                name: name.to_string(),
-                input: String::new(),
-                expect: Vec::new(),
-            });
-            in_expect = false;
-            continue;
-        }
-        let Some(case) = cases.last_mut() else {
-            assert!(
-                line.is_empty() || line.starts_with(';'),
-                "text before the first case: {line}"
-            );
-            continue;
-        };
-        if line == "-- expect" {
-            in_expect = true;
-        } else if in_expect {
-            if !line.is_empty() {
-                case.expect.push(line.to_string());
-            }
-        } else {
-            case.input.push_str(line);
-            case.input.push('\n');
-        }
-    }
-    assert!(!cases.is_empty(), "a case file without cases");
-    cases
-}
-
 /// Parses a case's program (with the `wrapir 1` header and a
 /// `{pointwise kernel}` line replaced by [`POINTWISE_KERNEL`]), validates
 /// it and compares its diagnostics ([`render`]) with the expected ones.
-fn check(case: &Case) {
-    let Case { name, input, expect } = case;
+fn check(case: &common::TextCase) {
+    let common::TextCase { name, input, expect } = case;
     let text = format!("wrapir 1\n\n{}", input.replace("{pointwise kernel}", POINTWISE_KERNEL));
     let program = wrapir::text::parse(&text).unwrap_or_else(|e| panic!("case `{name}` does not parse: {e}\n{text}"));
     let got = match validate(&program) {
@@ -140,9 +94,9 @@ fn check(case: &Case) {
     assert_eq!(&got, expect, "case `{name}`:\n{text}");
 }
 
-/// Checks every case of a case file ([`cases`], [`check`]).
+/// Checks every case of a case file ([`common::text_cases`], [`check`]).
 fn check_file(file: &str) {
-    for case in cases(file) {
+    for case in common::text_cases(file) {
         check(&case);
     }
 }
