@@ -490,8 +490,9 @@ pub struct TextCase {
 
 /// The cases of a case file, test data written as text: after `;` comment
 /// lines, each case is a `== name` line, its input, then a `-- expect` line
-/// and the expected lines, one a line (blank ones are skipped). Panics on
-/// text before the first case and on a file without cases.
+/// and the expected lines, one a line (blank lines before the next case are
+/// not part of it). Panics on text before the first case and on a file
+/// without cases.
 pub fn text_cases(file: &str) -> Vec<TextCase> {
     let mut cases: Vec<TextCase> = Vec::new();
     let mut in_expect = false;
@@ -515,12 +516,15 @@ pub fn text_cases(file: &str) -> Vec<TextCase> {
         if line == "-- expect" {
             in_expect = true;
         } else if in_expect {
-            if !line.is_empty() {
-                case.expect.push(line.to_string());
-            }
+            case.expect.push(line.to_string());
         } else {
             case.input.push_str(line);
             case.input.push('\n');
+        }
+    }
+    for case in &mut cases {
+        while case.expect.last().is_some_and(|l| l.is_empty()) {
+            case.expect.pop();
         }
     }
     assert!(!cases.is_empty(), "a case file without cases");
