@@ -103,11 +103,49 @@ fn kernel_call(extra_args: &str) -> String {
 struct Case {
     name: &'static str,
     files: Vec<(&'static str, Vec<u8>)>,
-    args: &'static [&'static str],
+    /// The arguments of `wrapir`, separated by spaces.
+    command: &'static str,
     code: i32,
     contains: &'static [&'static str],
     /// Most bytes of stdout plus stderr.
     max_output: usize,
+}
+
+impl Case {
+    /// `wrapir <command>` exiting `code`: no files written, nothing wanted
+    /// in the output, at most 1000 bytes of it.
+    fn new(name: &'static str, code: i32, command: &'static str) -> Case {
+        Case {
+            name,
+            files: Vec::new(),
+            command,
+            code,
+            contains: &[],
+            max_output: 1000,
+        }
+    }
+
+    /// The same case with `{dir}/p.wir` holding `text` first.
+    fn program(mut self, text: impl AsRef<[u8]>) -> Case {
+        self.files.push(("p.wir", text.as_ref().to_vec()));
+        self
+    }
+
+    /// The same case with `{dir}/x.safetensors` holding `bytes` first.
+    fn inputs(mut self, bytes: impl AsRef<[u8]>) -> Case {
+        self.files.push(("x.safetensors", bytes.as_ref().to_vec()));
+        self
+    }
+
+    /// The same case, its output containing each of `contains`.
+    fn wants(self, contains: &'static [&'static str]) -> Case {
+        Case { contains, ..self }
+    }
+
+    /// The same case, allowing `max_output` bytes of output.
+    fn max_output(self, max_output: usize) -> Case {
+        Case { max_output, ..self }
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -136,277 +174,127 @@ fn cases() -> Vec<Case> {
         "}\n".repeat(20_001)
     );
     vec![
-        Case {
-            // Rejected by validation: `check` and every `run` agree.
-            name: "negative_strides_check",
-            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_strides_run_cpu",
-            files: vec![
-                ("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec()),
-                ("x.safetensors", safetensors_2x2("arg0_1")),
-            ],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["the program is invalid", NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_strides_run_meta",
-            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
-            args: &["run", "{dir}/p.wir", "--device", "meta"],
-            code: 2,
-            contains: &[NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_offset_and_size",
-            files: vec![(
-                "p.wir",
-                b"wrapir 1\n\ngraph main(arg0_1: f32[-2, 2][2, 1]+(-3)@cpu) -> (arg0_1) {\n}\n".to_vec(),
-            )],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
+        // Rejected by validation: `check` and every `run` agree.
+        Case::new("negative_strides_check", 1, "check {dir}/p.wir")
+            .program(NEGATIVE_STRIDES)
+            .wants(&[NEGATIVE_STRIDES_ERROR]),
+        Case::new("negative_strides_run_cpu", 2, "run {dir}/p.wir --device cpu --inputs {dir}/x.safetensors")
+            .program(NEGATIVE_STRIDES)
+            .inputs(safetensors_2x2("arg0_1"))
+            .wants(&["the program is invalid", NEGATIVE_STRIDES_ERROR]),
+        Case::new("negative_strides_run_meta", 2, "run {dir}/p.wir --device meta")
+            .program(NEGATIVE_STRIDES)
+            .wants(&[NEGATIVE_STRIDES_ERROR]),
+        Case::new("negative_offset_and_size", 1, "check {dir}/p.wir")
+            .program(b"wrapir 1\n\ngraph main(arg0_1: f32[-2, 2][2, 1]+(-3)@cpu) -> (arg0_1) {\n}\n")
+            .wants(&[
                 "buffer arg0_1: the size of dimension 0 is -2;",
                 "buffer arg0_1: the storage offset is -3;",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            // Input placement lays a 2x2 input out with the declared strides:
-            // the storage it needs is bounded like any allocation.
-            name: "input_placement_over_memory",
-            files: vec![
-                (
-                    "p.wir",
-                    b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][1099511627776, 1]@cpu) -> (arg0_1) {\n}\n".to_vec(),
-                ),
-                ("x.safetensors", safetensors_2x2("arg0_1")),
-            ],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["input `arg0_1`", "exceeds the limit max_alloc_bytes", "--max-alloc-bytes"],
-            max_output: 1000,
-        },
-        Case {
-            name: "capacity_overflow",
-            files: vec![("p.wir", one_buffer("f32[2305843009213693952][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "cpu"],
-            code: 2,
-            contains: &[
+            ]),
+        // Input placement lays a 2x2 input out with the declared strides:
+        // the storage it needs is bounded like any allocation.
+        Case::new("input_placement_over_memory", 2, "run {dir}/p.wir --device cpu --inputs {dir}/x.safetensors")
+            .program(b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][1099511627776, 1]@cpu) -> (arg0_1) {\n}\n")
+            .inputs(safetensors_2x2("arg0_1"))
+            .wants(&["input `arg0_1`", "exceeds the limit max_alloc_bytes", "--max-alloc-bytes"]),
+        Case::new("capacity_overflow", 2, "run {dir}/p.wir --device cpu")
+            .program(one_buffer("f32[2305843009213693952][1]@cpu"))
+            .wants(&[
                 "node `buf0`: allocating f32 [2305843009213693952] strides [1]: 9223372036854775808 exceeds the limit max_alloc_bytes = ",
                 "(raise it with --max-alloc-bytes)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "allocation_over_memory_cpu",
-            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "cpu"],
-            code: 2,
-            contains: &["allocating f32 [1099511627776] strides [1]: 4398046511104 exceeds the limit max_alloc_bytes = "],
-            max_output: 1000,
-        },
-        Case {
-            name: "allocation_over_memory_meta",
-            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-alloc-bytes", "1000000"],
-            code: 2,
-            contains: &["4398046511104 exceeds the limit max_alloc_bytes = 1000000 (raise it with --max-alloc-bytes)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "run_total_over_limit",
-            files: vec![("p.wir", one_buffer("f32[1000][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-run-bytes", "3999"],
-            code: 2,
-            contains: &["(live bytes of the run): 4000 exceeds the limit max_run_bytes = 3999 (raise it with --max-run-bytes)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "mm_numel_overflow",
-            files: vec![("p.wir", mm.as_bytes().to_vec()), ("x.safetensors", mm_inputs)],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["the result [4294967296, 4294967296] has more elements than fit in 64 bits"],
-            max_output: 1000,
-        },
-        Case {
-            // An op's result follows `--max-alloc-bytes` too, not only the buffers.
-            name: "op_result_over_max_alloc_bytes",
-            files: vec![("p.wir", mm_small.as_bytes().to_vec()), ("x.safetensors", mm_small_inputs)],
-            args: &[
-                "run",
-                "{dir}/p.wir",
-                "--device",
-                "cpu",
-                "--inputs",
-                "{dir}/x.safetensors",
-                "--max-alloc-bytes",
-                "100000000",
-            ],
-            code: 2,
-            contains: &["the result [4096, 4096]", "exceeds the limit max_alloc_bytes = 100000000", "--max-alloc-bytes"],
-            max_output: 1000,
-        },
-        Case {
-            name: "parse_error_past_column_65536",
-            files: vec![("p.wir", format!("wrapir 1\n{}x\n", " ".repeat(65_536)).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &["(line 2, column 65537): unknown item `x`"],
-            max_output: 1000,
-        },
-        Case {
-            name: "list_nested_30000_deep",
-            files: vec![("p.wir", nested_list(30_000).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &[
+            ]),
+        Case::new("allocation_over_memory_cpu", 2, "run {dir}/p.wir --device cpu")
+            .program(one_buffer("f32[1099511627776][1]@cpu"))
+            .wants(&["allocating f32 [1099511627776] strides [1]: 4398046511104 exceeds the limit max_alloc_bytes = "]),
+        Case::new("allocation_over_memory_meta", 2, "run {dir}/p.wir --device meta --max-alloc-bytes 1000000")
+            .program(one_buffer("f32[1099511627776][1]@cpu"))
+            .wants(&["4398046511104 exceeds the limit max_alloc_bytes = 1000000 (raise it with --max-alloc-bytes)"]),
+        Case::new("run_total_over_limit", 2, "run {dir}/p.wir --device meta --max-run-bytes 3999")
+            .program(one_buffer("f32[1000][1]@cpu"))
+            .wants(&["(live bytes of the run): 4000 exceeds the limit max_run_bytes = 3999 (raise it with --max-run-bytes)"]),
+        Case::new("mm_numel_overflow", 2, "run {dir}/p.wir --device cpu --inputs {dir}/x.safetensors")
+            .program(mm)
+            .inputs(mm_inputs)
+            .wants(&["the result [4294967296, 4294967296] has more elements than fit in 64 bits"]),
+        // An op's result follows `--max-alloc-bytes` too, not only the buffers.
+        Case::new("op_result_over_max_alloc_bytes", 2, "run {dir}/p.wir --device cpu --inputs {dir}/x.safetensors --max-alloc-bytes 100000000")
+            .program(mm_small)
+            .inputs(mm_small_inputs)
+            .wants(&["the result [4096, 4096]", "exceeds the limit max_alloc_bytes = 100000000", "--max-alloc-bytes"]),
+        Case::new("parse_error_past_column_65536", 2, "check {dir}/p.wir")
+            .program(format!("wrapir 1\n{}x\n", " ".repeat(65_536)))
+            .wants(&["(line 2, column 65537): unknown item `x`"]),
+        Case::new("list_nested_30000_deep", 2, "check {dir}/p.wir")
+            .program(nested_list(30_000))
+            .wants(&[
                 "(line 5, column 300): list arguments of `torch.ops.aten.foo.default` nested too deep: 257 exceeds the limit max_text_depth = 256 (raise it with --max-depth)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "list_nested_10000_deep_lower_fx",
-            files: vec![("p.wir", nested_list(10_000).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "fx"],
-            code: 2,
-            contains: &["exceeds the limit max_text_depth = 256"],
-            max_output: 1000,
-        },
-        Case {
-            name: "subgraph_chain_5000",
-            files: vec![("p.wir", cond_chain(5000).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
+            ]),
+        Case::new("list_nested_10000_deep_lower_fx", 2, "lower {dir}/p.wir --target fx")
+            .program(nested_list(10_000))
+            .wants(&["exceeds the limit max_text_depth = 256"]),
+        Case::new("subgraph_chain_5000", 1, "check {dir}/p.wir")
+            .program(cond_chain(5000))
+            .wants(&[
                 "error in graph g63, line 0 `cond g63_buf0 = if g63_arg0_1 then g64 else g64 (g63_arg0_1, g63_arg1_1)`: subgraph `g64` is called through a chain of subgraphs too long: 65 exceeds the limit max_subgraph_depth = 64 (raise it with --max-subgraph-depth)",
-            ],
-            max_output: 100_000,
-        },
-        Case {
-            name: "jagged_product_overflow",
-            files: vec![("p.wir", jagged.as_bytes().to_vec()), ("x.safetensors", jagged_inputs)],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["_jagged_to_padded_dense_forward"],
-            max_output: 2000,
-        },
-        Case {
-            name: "while_loop_meta_predicate_true",
-            files: vec![],
-            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true", "--loop-fuel", "1000"],
-            code: 2,
-            contains: &[
+            ])
+            .max_output(100_000),
+        Case::new("jagged_product_overflow", 2, "run {dir}/p.wir --device cpu --inputs {dir}/x.safetensors")
+            .program(jagged)
+            .inputs(jagged_inputs)
+            .wants(&["_jagged_to_padded_dense_forward"])
+            .max_output(2000),
+        Case::new("while_loop_meta_predicate_true", 2, "run fixtures/while_loop.wir --device meta --predicate true --loop-fuel 1000")
+            .wants(&[
                 "node `buf0`: while_loop `while_loop_cond_graph_0`/`while_loop_body_graph_0` iterations: 1001 exceeds the limit loop_fuel = 1000 (raise it with --loop-fuel)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "tuple_index_100000000",
-            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
+            ]),
+        Case::new("tuple_index_100000000", 1, "check {dir}/p.wir")
+            .program(TUPLE_INDEX)
+            .wants(&[
                 "error in graph main, line 1 `get buf2 = buf1[tuple 100000000]`: `buf1` indexed at 100000000: outputs of one value: 100000001 exceeds the limit max_outputs = 65536 (raise it with --max-outputs)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "duplicated_named_arguments",
-            files: vec![("p.wir", kernel_call(&duplicated).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &["x…`: parameter xnumel of kernel triton_poi_fused_add_0 is bound twice\n"],
-            max_output: 1000,
-        },
-        Case {
-            name: "unknown_named_arguments",
-            files: vec![("p.wir", kernel_call(&unknown).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
+            ]),
+        Case::new("duplicated_named_arguments", 1, "check {dir}/p.wir")
+            .program(kernel_call(&duplicated))
+            .wants(&["x…`: parameter xnumel of kernel triton_poi_fused_add_0 is bound twice\n"]),
+        Case::new("unknown_named_arguments", 1, "check {dir}/p.wir")
+            .program(kernel_call(&unknown))
+            .wants(&[
                 "kernel triton_poi_fused_add_0 has no parameter y999\n",
                 "error in program: 6001 more errors not shown (max_diagnostics = 1000; raise it with --max-diagnostics)",
-            ],
-            max_output: 400_000,
-        },
-        Case {
-            name: "shared_branches_depth_20_check",
-            files: vec![("p.wir", cond_chain(20).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
+            ])
+            .max_output(400_000),
+        Case::new("shared_branches_depth_20_check", 1, "check {dir}/p.wir")
+            .program(cond_chain(20))
+            .wants(&[
                 "error    cpp: graph main: the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies: 2097150 exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)",
-            ],
-            max_output: 2000,
-        },
-        Case {
-            name: "shared_branches_depth_20_lower_fx",
-            files: vec![("p.wir", cond_chain(20).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "fx"],
-            code: 0,
-            contains: &["class g19(torch.nn.Module):"],
-            max_output: 100_000,
-        },
-        Case {
-            name: "list_nested_10000_deep_run_meta",
-            files: vec![("p.wir", nested_list(10_000).into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta"],
-            code: 2,
-            contains: &["exceeds the limit max_text_depth = 256"],
-            max_output: 1000,
-        },
-        Case {
-            name: "while_loop_meta_default_fuel",
-            files: vec![],
-            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true"],
-            code: 2,
-            contains: &["iterations: 100001 exceeds the limit loop_fuel = 100000 (raise it with --loop-fuel)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "tuple_index_100000000_lower_cpp",
-            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
-            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
-            code: 2,
-            contains: &["exceeds the limit max_outputs = 65536 (raise it with --max-outputs)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "shared_branches_depth_16_lower_cpp",
-            files: vec![("p.wir", cond_chain(16).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
-            code: 2,
-            contains: &["exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)"],
-            max_output: 2000,
-        },
-        Case {
-            name: "device_blocks_20000_deep_check",
-            files: vec![("p.wir", devices.clone().into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &["`device` blocks in graph `main` nested too deep: 257 exceeds the limit"],
-            max_output: 2000,
-        },
-        Case {
-            name: "device_blocks_20000_deep",
-            files: vec![("p.wir", devices.into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "python"],
-            code: 2,
-            contains: &[
+            ])
+            .max_output(2000),
+        Case::new("shared_branches_depth_20_lower_fx", 0, "lower {dir}/p.wir --target fx")
+            .program(cond_chain(20))
+            .wants(&["class g19(torch.nn.Module):"])
+            .max_output(100_000),
+        Case::new("list_nested_10000_deep_run_meta", 2, "run {dir}/p.wir --device meta")
+            .program(nested_list(10_000))
+            .wants(&["exceeds the limit max_text_depth = 256"]),
+        Case::new("while_loop_meta_default_fuel", 2, "run fixtures/while_loop.wir --device meta --predicate true")
+            .wants(&["iterations: 100001 exceeds the limit loop_fuel = 100000 (raise it with --loop-fuel)"]),
+        Case::new("tuple_index_100000000_lower_cpp", 2, "lower {dir}/p.wir --target cpp")
+            .program(TUPLE_INDEX)
+            .wants(&["exceeds the limit max_outputs = 65536 (raise it with --max-outputs)"]),
+        Case::new("shared_branches_depth_16_lower_cpp", 2, "lower {dir}/p.wir --target cpp")
+            .program(cond_chain(16))
+            .wants(&["exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)"])
+            .max_output(2000),
+        Case::new("device_blocks_20000_deep_check", 2, "check {dir}/p.wir")
+            .program(devices.clone())
+            .wants(&["`device` blocks in graph `main` nested too deep: 257 exceeds the limit"])
+            .max_output(2000),
+        Case::new("device_blocks_20000_deep", 2, "lower {dir}/p.wir --target python")
+            .program(devices)
+            .wants(&[
                 "(line 260, column 1)",
                 "`device` blocks in graph `main` nested too deep: 257 exceeds the limit",
-            ],
-            max_output: 2000,
-        },
+            ])
+            .max_output(2000),
     ]
 }
 
@@ -424,7 +312,11 @@ fn reproducers_are_bounded_errors() {
         for (file, bytes) in &case.files {
             std::fs::write(case_dir.join(file), bytes).unwrap();
         }
-        let args: Vec<String> = case.args.iter().map(|a| a.replace("{dir}", &path(&case_dir))).collect();
+        let args: Vec<String> = case
+            .command
+            .split(' ')
+            .map(|a| a.replace("{dir}", &path(&case_dir)))
+            .collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let started = std::time::Instant::now();
         let run = common::wrapir(&refs);
