@@ -388,6 +388,27 @@ fn evaluation() {
 
 // ---------------------------------------------------------------- parse errors
 
+/// The cases of `cases/sym_parse_errors.txt`: the text between backticks,
+/// then a `^` under the byte the error is at and a part of the message. The
+/// byte offset is that of the character under the caret (the text's length
+/// past its end).
+fn parse_error_cases(file: &str) -> Vec<(String, usize, String)> {
+    let mut cases = Vec::new();
+    let mut lines = file.lines().filter(|l| !l.is_empty() && !l.starts_with(';'));
+    while let Some(quoted) = lines.next() {
+        let text = quoted
+            .strip_prefix('`')
+            .and_then(|t| t.strip_suffix('`'))
+            .unwrap_or_else(|| panic!("not a quoted text: {quoted}"));
+        let caret = lines.next().unwrap_or_else(|| panic!("no caret line after {quoted}"));
+        let (before, part) = caret.split_once("^ ").unwrap_or_else(|| panic!("no `^ `: {caret}"));
+        let column = before.chars().count() - 1;
+        let offset = text.char_indices().nth(column).map_or(text.len(), |(i, _)| i);
+        cases.push((text.to_string(), offset, part.to_string()));
+    }
+    cases
+}
+
 fn check_parse_error(text: &str, offset: usize, message_part: &str) {
     match parse(text) {
         Ok(e) => panic!("`{text}` parsed as {e:?}, expected an error"),
@@ -405,52 +426,8 @@ fn check_parse_error(text: &str, offset: usize, message_part: &str) {
 
 #[test]
 fn parse_errors() {
-    let table = [
-        ("", 0, "expected an expression, found the end"),
-        ("   ", 3, "expected an expression"),
-        ("s0 +", 4, "expected an expression, found the end"),
-        ("(s0", 3, "expected `)`"),
-        ("s0)", 2, "expected an operator or the end"),
-        (
-            "s0 s1",
-            3,
-            "expected an operator or the end of the expression, found identifier `s1`",
-        ),
-        ("s0 / 2", 3, "true division"),
-        ("x = 1", 2, "expected `==`"),
-        ("s0 $ 1", 3, "unexpected character `$`"),
-        ("s0 é", 3, "unexpected character `é`"),
-        ("2x", 1, "after integer literal"),
-        ("1.5", 1, "after integer literal"),
-        ("9223372036854775808", 0, "does not fit in 64 bits"),
-        ("99999999999999999999", 0, "does not fit in 64 bits"),
-        ("-(-9223372036854775808)", 0, "overflows"),
-        ("min(s0)", 0, "`min` takes at least 2 arguments, found 1"),
-        ("max()", 0, "`max` takes at least 2 arguments, found 0"),
-        ("FloorDiv(a, b, c)", 0, "`FloorDiv` takes 2 arguments, found 3"),
-        (
-            "1 + ModularIndexing(x, 4)",
-            4,
-            "`ModularIndexing` takes 3 arguments, found 2",
-        ),
-        ("Not(a, b)", 0, "`Not` takes 1 argument, found 2"),
-        ("foo(1)", 0, "unknown function `foo`"),
-        ("min(s0, 4", 9, "expected `,` or `)`"),
-        ("min(s0,)", 7, "expected an expression"),
-        ("a < b < c", 6, "chained comparisons"),
-        ("s0 ** s1", 6, "exponent"),
-        ("s0 ** -1", 6, "exponent"),
-        ("Pow(s0, s1)", 0, "exponent"),
-        // Found by the `sym` fuzz target: the Python printer writes `x**n` as n
-        // factors, so `s0**22222222` took seconds and 200 MB to print.
-        ("s0**22222222", 4, "at most 64"),
-        ("Pow(s0, 65)", 0, "at most 64"),
-        ("and", 0, "found keyword `and`"),
-        ("s0 and", 6, "expected an expression"),
-        ("not", 3, "expected an expression"),
-    ];
-    for (text, offset, part) in table {
-        check_parse_error(text, offset, part);
+    for (text, offset, part) in parse_error_cases(include_str!("cases/sym_parse_errors.txt")) {
+        check_parse_error(&text, offset, &part);
     }
 }
 
