@@ -412,6 +412,9 @@ fn expr(python_lossless: bool) -> impl Strategy<Value = SymExpr> {
     leaf().prop_recursive(5, 48, 4, move |inner| {
         let bx = |e: SymExpr| Box::new(e);
         let pair = (inner.clone(), inner.clone());
+        // An n-ary node of 2 or 3 operands.
+        let nary =
+            |node: fn(Vec<SymExpr>) -> SymExpr| proptest::collection::vec(inner.clone(), 2..4).prop_map(node).boxed();
         let mut options: Vec<BoxedStrategy<SymExpr>> = vec![
             pair.clone().prop_map(|(a, b)| SymExpr::add(a, b)).boxed(),
             pair.clone().prop_map(|(a, b)| SymExpr::mul(a, b)).boxed(),
@@ -422,24 +425,16 @@ fn expr(python_lossless: bool) -> impl Strategy<Value = SymExpr> {
                 .prop_map(move |(a, b)| SymExpr::CleanDiv(bx(a), bx(b)))
                 .boxed(),
             pair.clone().prop_map(move |(a, b)| SymExpr::Mod(bx(a), bx(b))).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Min)
-                .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Max)
-                .boxed(),
+            nary(SymExpr::Min),
+            nary(SymExpr::Max),
             (inner.clone(), 0u32..4)
                 .prop_map(move |(a, n)| SymExpr::Pow(bx(a), n))
                 .boxed(),
             (cmp_op(), inner.clone(), inner.clone())
                 .prop_map(|(op, a, b)| SymExpr::cmp(op, a, b))
                 .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::And)
-                .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Or)
-                .boxed(),
+            nary(SymExpr::And),
+            nary(SymExpr::Or),
             inner.clone().prop_map(move |a| SymExpr::Not(bx(a))).boxed(),
         ];
         if !python_lossless {
