@@ -210,6 +210,7 @@ struct PathExceptions {
 }
 
 impl PathExceptions {
+    /// The exceptions of `listed`, none used yet.
     fn new(listed: &'static [(&'static str, &'static str)]) -> Self {
         PathExceptions {
             listed,
