@@ -294,22 +294,22 @@ fn check(family: &str, build: fn(usize) -> Program, bound: usize) {
     );
 }
 
-#[test]
-fn runtime_asserts_allocate_a_constant_number_of_times() {
-    check("asserts", asserts, PER_RUN_BOUND);
+/// One test per program family: `test_name => (family, builder, bound)`
+/// ([`check`]).
+macro_rules! family_tests {
+    ($($name:ident => ($family:literal, $build:expr, $bound:expr)),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check($family, $build, $bound);
+            }
+        )*
+    };
 }
 
-#[test]
-fn symbol_arithmetic_and_binds_allocate_a_constant_number_of_times() {
-    check("precomputed", precomputed, PER_RUN_BOUND);
-}
-
-#[test]
-fn allocations_launches_and_frees_allocate_a_constant_number_of_times() {
-    check("buffers", buffers, PER_RUN_BOUND_TENSORS);
-}
-
-#[test]
-fn extern_calls_and_multi_outputs_allocate_a_constant_number_of_times() {
-    check("externs", externs, PER_RUN_BOUND_EXTERNS);
+family_tests! {
+    runtime_asserts_allocate_a_constant_number_of_times => ("asserts", asserts, PER_RUN_BOUND),
+    symbol_arithmetic_and_binds_allocate_a_constant_number_of_times => ("precomputed", precomputed, PER_RUN_BOUND),
+    allocations_launches_and_frees_allocate_a_constant_number_of_times => ("buffers", buffers, PER_RUN_BOUND_TENSORS),
+    extern_calls_and_multi_outputs_allocate_a_constant_number_of_times => ("externs", externs, PER_RUN_BOUND_EXTERNS),
 }

@@ -26,11 +26,10 @@ fn safetensors(header: &str, data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Replaces the bundle's inputs with one tensor `arg0_1` of this dtype
-/// code, shape and byte count (the data all zeros).
-fn inputs(b: &Path, dtype: &str, shape: &str, bytes: usize) {
-    let header = format!(r#"{{"arg0_1":{{"dtype":"{dtype}","shape":{shape},"data_offsets":[0,{bytes}]}}}}"#);
-    std::fs::write(b.join("inputs.safetensors"), safetensors(&header, &vec![0; bytes])).unwrap();
+/// Replaces the bundle's inputs with a safetensors file of this header and
+/// `bytes` zero bytes of data.
+fn write_inputs(b: &Path, header: &str, bytes: usize) {
+    std::fs::write(b.join("inputs.safetensors"), safetensors(header, &vec![0; bytes])).unwrap();
 }
 
 /// Sets the SM number in the cubin's ELF `e_flags` (either ABI layout).
@@ -61,9 +60,48 @@ fn pack(b: &Path) -> PathBuf {
     pkg
 }
 
-/// Breaks the copy of a bundle; returns what the command runs on (the
-/// bundle itself, or a package made from it).
-type Spoil = fn(&Path) -> Option<PathBuf>;
+/// How a case breaks its copy of the bundle.
+#[derive(Clone, Copy)]
+enum Spoil {
+    /// Leaves it as it is.
+    Nothing,
+    /// Writes these bytes to the bundle's file.
+    Write(&'static str, &'static [u8]),
+    /// Replaces the inputs with one tensor `arg0_1` of this dtype code, shape
+    /// and byte count (the data all zeros).
+    Inputs(&'static str, &'static str, usize),
+    /// Replaces the inputs with a safetensors file of this header and byte
+    /// count (the data all zeros).
+    InputsHeader(&'static str, usize),
+    /// Sets the SM number of the cubin ([`patch_arch`]).
+    Arch(u32),
+    /// Points the program at this kernel image path ([`rename_image`]).
+    RenameImage(&'static str),
+    /// Breaks it in code; returns what the command runs on (the bundle
+    /// itself when `None`, or a package made from it).
+    With(fn(&Path) -> Option<PathBuf>),
+}
+
+impl Spoil {
+    /// Breaks the copy `b`; returns what the command runs on (the bundle
+    /// itself when `None`, or a package made from it).
+    fn apply(self, b: &Path) -> Option<PathBuf> {
+        match self {
+            Spoil::Nothing => {}
+            Spoil::Write(file, bytes) => std::fs::write(b.join(file), bytes).unwrap(),
+            Spoil::Inputs(dtype, shape, bytes) => write_inputs(
+                b,
+                &format!(r#"{{"arg0_1":{{"dtype":"{dtype}","shape":{shape},"data_offsets":[0,{bytes}]}}}}"#),
+                bytes,
+            ),
+            Spoil::InputsHeader(header, bytes) => write_inputs(b, header, bytes),
+            Spoil::Arch(sm) => patch_arch(b, sm),
+            Spoil::RenameImage(to) => rename_image(b, to),
+            Spoil::With(spoil) => return spoil(b),
+        }
+        None
+    }
+}
 
 /// One bad bundle or input.
 struct Case {
@@ -100,37 +138,28 @@ fn on_every_device(name: &'static str, spoil: Spoil, contains: &'static [&'stati
 }
 
 fn cases() -> Vec<Case> {
-    let none = |_: &Path| None;
-    let missing: Spoil = |b| {
+    let none = Spoil::Nothing;
+    let missing = Spoil::With(|b| {
         std::fs::remove_file(cubin(b)).unwrap();
         None
-    };
-    let not_elf: Spoil = |b| {
+    });
+    let not_elf = Spoil::With(|b| {
         std::fs::write(cubin(b), b"not an ELF image").unwrap();
         None
-    };
-    let truncated: Spoil = |b| {
+    });
+    let truncated = Spoil::With(|b| {
         let image = std::fs::read(cubin(b)).unwrap();
         std::fs::write(cubin(b), &image[..image.len() / 2]).unwrap();
         None
-    };
-    let truncated_inputs: Spoil = |b| {
+    });
+    let truncated_inputs = Spoil::With(|b| {
         let bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
         std::fs::write(b.join("inputs.safetensors"), &bytes[..100]).unwrap();
         None
-    };
-    let wrong_dtype: Spoil = |b| {
-        inputs(b, "F64", "[32,100]", 25600);
-        None
-    };
-    let wrong_rank: Spoil = |b| {
-        inputs(b, "F32", "[3200]", 12800);
-        None
-    };
-    let wrong_size: Spoil = |b| {
-        inputs(b, "F32", "[32,99]", 12672);
-        None
-    };
+    });
+    let wrong_dtype = Spoil::Inputs("F64", "[32,100]", 25600);
+    let wrong_rank = Spoil::Inputs("F32", "[3200]", 12800);
+    let wrong_size = Spoil::Inputs("F32", "[32,99]", 12672);
     const MISSING: &str = "error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin is absent from the bundle (the kernel metadata names `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin`)";
     const NOT_ELF: &str = "kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: kernel image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin: 16 bytes that are neither a cubin (an ELF file: no `\\x7fELF` magic) nor PTX text";
     const TRUNCATED: &str = "kernel image {b}/kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin: truncated or corrupt: its program headers (6 entries of 56 bytes at byte 34824) end past its 17580 bytes";
@@ -156,7 +185,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "cubin_missing_package".into(),
-            spoil: |b| {
+            spoil: Spoil::With(|b| {
                 std::fs::remove_file(cubin(b)).unwrap();
                 // Packing the directory refuses, naming the absent image ...
                 let pkg = b.with_extension("wirpkg");
@@ -167,7 +196,7 @@ fn cases() -> Vec<Case> {
                 std::fs::create_dir_all(&alone).unwrap();
                 std::fs::copy(b.join("program.json"), alone.join("program.json")).unwrap();
                 Some(pack(&alone.join("program.json")))
-            },
+            }),
             args: CHECK_CUDA,
             code: 1,
             contains: &["its image package entry `kernels/triton_per_fused__softmax_exp_prepare_softmax_online_sub_0.cubin` is absent from the bundle"],
@@ -202,7 +231,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "cubin_truncated_pack_refuses".into(),
-            spoil: |b| {
+            spoil: Spoil::With(|b| {
                 let image = std::fs::read(cubin(b)).unwrap();
                 std::fs::write(cubin(b), &image[..1000]).unwrap();
                 // Packing reads the architecture of every cubin: the truncation is found there.
@@ -210,7 +239,7 @@ fn cases() -> Vec<Case> {
                 let e = wrapir::bundle::Bundle::open(b).unwrap().write_package(&pkg).unwrap_err();
                 assert!(e.to_string().contains("truncated or corrupt"), "{e}");
                 None
-            },
+            }),
             args: CHECK_CUDA,
             code: 1,
             contains: &["truncated or corrupt"],
@@ -224,10 +253,7 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "cubin_patched_to_sm_50".into(),
-            spoil: |b| {
-                patch_arch(b, 50);
-                None
-            },
+            spoil: Spoil::Arch(50),
             args: &["check", "{b}", "--device", "cuda", "--no-translation", "--arch", "9.0"],
             code: 1,
             contains: &["its image is compiled for sm_50 (runs on sm_50 to sm_59), not for the target GPU (sm_90)"],
@@ -248,30 +274,21 @@ fn cases() -> Vec<Case> {
         },
         Case {
             name: "program_names_an_absent_image".into(),
-            spoil: |b| {
-                rename_image(b, "kernels/gone.cubin");
-                None
-            },
+            spoil: Spoil::RenameImage("kernels/gone.cubin"),
             args: CHECK_CUDA,
             code: 1,
             contains: &["error: kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: its image {b}/kernels/gone.cubin is absent from the bundle (the kernel metadata names `kernels/gone.cubin`)"],
         },
         Case {
             name: "program_names_an_absent_image_run".into(),
-            spoil: |b| {
-                rename_image(b, "kernels/gone.cubin");
-                None
-            },
+            spoil: Spoil::RenameImage("kernels/gone.cubin"),
             args: RUN_CUDA,
             code: 2,
             contains: &["its image {b}/kernels/gone.cubin is absent from the bundle"],
         },
         Case {
             name: "program_names_an_image_outside_the_bundle".into(),
-            spoil: |b| {
-                rename_image(b, "../softmax/kernels/k.cubin");
-                None
-            },
+            spoil: Spoil::RenameImage("../softmax/kernels/k.cubin"),
             args: CHECK_CUDA,
             code: 1,
             contains: &["kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: kernel image path `../softmax/kernels/k.cubin` must be relative to the bundle"],
@@ -279,30 +296,21 @@ fn cases() -> Vec<Case> {
         // ---- bundle.json ----
         Case {
             name: "bundle_json_not_json".into(),
-            spoil: |b| {
-                std::fs::write(b.join("bundle.json"), "{\"case\": \"softmax\",").unwrap();
-                None
-            },
+            spoil: Spoil::Write("bundle.json", b"{\"case\": \"softmax\","),
             args: &["check", "{b}"],
             code: 2,
             contains: &["in {b}/bundle.json: "],
         },
         Case {
             name: "bundle_json_wrong_field_type".into(),
-            spoil: |b| {
-                std::fs::write(b.join("bundle.json"), r#"{"tolerance": "tight"}"#).unwrap();
-                None
-            },
+            spoil: Spoil::Write("bundle.json", br#"{"tolerance": "tight"}"#),
             args: RUN_META,
             code: 2,
             contains: &["in {b}/bundle.json: ", "tolerance"],
         },
         Case {
             name: "bundle_json_not_text".into(),
-            spoil: |b| {
-                std::fs::write(b.join("bundle.json"), [0xff, 0xfe, 0]).unwrap();
-                None
-            },
+            spoil: Spoil::Write("bundle.json", &[0xff, 0xfe, 0]),
             args: RUN_CPU,
             code: 2,
             contains: &["{b}/bundle.json is not UTF-8 text"],
@@ -314,65 +322,55 @@ fn cases() -> Vec<Case> {
     .chain([
         Case {
             name: "inputs_dtype_code_does_not_match_bytes".into(),
-            spoil: |b| {
-                // F16 [32, 100] is 6400 bytes, not 12800.
-                inputs(b, "F16", "[32,100]", 12800);
-                None
-            },
+            // F16 [32, 100] is 6400 bytes, not 12800.
+            spoil: Spoil::Inputs("F16", "[32,100]", 12800),
             args: RUN_CPU,
             code: 2,
             contains: &["in {b}/inputs.safetensors: ", "arg0_1"],
         },
         Case {
             name: "inputs_unknown_dtype_code".into(),
-            spoil: |b| {
-                inputs(b, "F31", "[32,100]", 12800);
-                None
-            },
+            spoil: Spoil::Inputs("F31", "[32,100]", 12800),
             args: RUN_META,
             code: 2,
             contains: &["in {b}/inputs.safetensors: ", "F31"],
         },
         Case {
             name: "inputs_offsets_out_of_range".into(),
-            spoil: |b| {
-                let header = r#"{"arg0_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,99999]}}"#;
-                std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
-                None
-            },
+            spoil: Spoil::InputsHeader(
+                r#"{"arg0_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,99999]}}"#,
+                12800,
+            ),
             args: RUN_CPU,
             code: 2,
             contains: &["in {b}/inputs.safetensors: "],
         },
         Case {
             name: "inputs_header_length_huge".into(),
-            spoil: |b| {
+            spoil: Spoil::With(|b| {
                 let mut bytes = std::fs::read(b.join("inputs.safetensors")).unwrap();
                 bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
                 std::fs::write(b.join("inputs.safetensors"), bytes).unwrap();
                 None
-            },
+            }),
             args: RUN_META,
             code: 2,
             contains: &["in {b}/inputs.safetensors: "],
         },
         Case {
             name: "expected_truncated".into(),
-            spoil: |b| {
+            spoil: Spoil::With(|b| {
                 let bytes = std::fs::read(b.join("expected.safetensors")).unwrap();
                 std::fs::write(b.join("expected.safetensors"), &bytes[..bytes.len() - 1]).unwrap();
                 None
-            },
+            }),
             args: RUN_CPU,
             code: 2,
             contains: &["in {b}/expected.safetensors: "],
         },
         Case {
             name: "inputs_flag_file_truncated".into(),
-            spoil: |b| {
-                std::fs::write(b.join("x.safetensors"), [1, 2, 3]).unwrap();
-                None
-            },
+            spoil: Spoil::Write("x.safetensors", &[1, 2, 3]),
             args: &["run", "{b}", "--device", "meta", "--inputs", "{b}/x.safetensors"],
             code: 2,
             contains: &["in {b}/x.safetensors: "],
@@ -385,11 +383,10 @@ fn cases() -> Vec<Case> {
     .chain([
         Case {
             name: "input_wrong_name".into(),
-            spoil: |b| {
-                let header = r#"{"arg9_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,12800]}}"#;
-                std::fs::write(b.join("inputs.safetensors"), safetensors(header, &[0; 12800])).unwrap();
-                None
-            },
+            spoil: Spoil::InputsHeader(
+                r#"{"arg9_1":{"dtype":"F32","shape":[32,100],"data_offsets":[0,12800]}}"#,
+                12800,
+            ),
             args: RUN_CPU,
             code: 2,
             contains: &["`arg9_1` is neither a graph input nor a constant"],
@@ -403,7 +400,7 @@ fn cases() -> Vec<Case> {
 fn check(dir: &Path, case: &Case) -> Result<(), String> {
     let b = dir.join(&case.name);
     common::copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &b);
-    let target = (case.spoil)(&b).unwrap_or_else(|| b.clone());
+    let target = case.spoil.apply(&b).unwrap_or_else(|| b.clone());
     let subst = |s: &str| {
         s.replace("{b}", &target.display().to_string())
             .replace("{dir}", &dir.display().to_string())

@@ -51,6 +51,11 @@ fn refused<'a>(args: &[&'a str], stderr: &'a str) -> Case<'a> {
     }
 }
 
+/// `wrapir run <program> --hint <hint>`, refused with `stderr` in its message.
+fn hint_refused<'a>(program: &'a str, hint: &'a str, stderr: &'a str) -> Case<'a> {
+    refused(&["run", program, "--hint", hint], stderr)
+}
+
 impl<'a> Case<'a> {
     /// The same case, where neither stream may contain `text`.
     fn without(self, text: &'a str) -> Self {
@@ -72,41 +77,35 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
     other.insert("something_else".to_string(), f32s(&[1.0], &[1]));
     std::fs::write(&nonzero_inputs, safetensors::write(&other).unwrap()).unwrap();
     let cat_mm = path_str(&cat_mm);
+    let (nonzero, pointwise) = ("fixtures/nonzero.wir", "fixtures/pointwise.wir");
+    let item_convert_int = "fixtures/item_convert_int.wir";
     let cases = [
-        ok(&["run", "fixtures/nonzero.wir"], &["device: meta\n"]),
+        ok(&["run", nonzero], &["device: meta\n"]),
         ok(&["run", cat_mm, "--device", "cpu"], &["device: cpu\n"]),
         ok(&["run", cat_mm, "--device", "meta"], &["device: meta\n"]),
         // Unbacked symbols that took a bound of their range: one line each.
         ok(
-            &["run", "fixtures/item_convert_int.wir"],
+            &["run", item_convert_int],
             &[
                 "note: unbacked symbol `u0` has no hint: took its upper bound 50 (set it with --hint u0=N)\n",
                 "note: unbacked symbol `u1` has no hint: took its upper bound 1 (set it with --hint u1=N)\n",
                 "note: unbacked symbol `u2` has no hint: took its upper bound 12 (set it with --hint u2=N)\n",
             ],
         ),
-        ok(
-            &["run", "fixtures/nonzero.wir", "--hint", "u0=10"],
-            &["bound symbols: u0 = 10"],
-        )
-        .without("note:"),
+        ok(&["run", nonzero, "--hint", "u0=10"], &["bound symbols: u0 = 10"]).without("note:"),
         // Unknown hint symbols name the symbol and list the program's.
-        refused(
-            &["run", "fixtures/nonzero.wir", "--hint", "zz=3"],
+        hint_refused(
+            nonzero,
+            "zz=3",
             "--hint `zz=3`: the program has no symbol `zz` (its symbols: u0)",
         ),
-        refused(
-            &["run", "fixtures/item_convert_int.wir", "--hint", "u9=1"],
+        hint_refused(
+            item_convert_int,
+            "u9=1",
             "no symbol `u9` (its symbols: u0, u1, u2, triton_poi_fused_mul_slice_0_xnumel)",
         ),
-        refused(
-            &["run", "fixtures/pointwise.wir", "--hint", "s0=3"],
-            "the program has no symbol `s0` (it has no symbols)",
-        ),
-        refused(
-            &["run", "fixtures/nonzero.wir", "--hint", "u0=x"],
-            "--hint `u0=x`: `x` is not an integer",
-        ),
+        hint_refused(pointwise, "s0=3", "the program has no symbol `s0` (it has no symbols)"),
+        hint_refused(nonzero, "u0=x", "--hint `u0=x`: `x` is not an integer"),
         // Messages name flags, not library functions.
         refused(
             &["run", "fixtures/cond_dynamic_branches.wir"],
@@ -122,12 +121,12 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
             "`--hint` is for `--device meta`",
         ),
         refused(
-            &["run", "fixtures/pointwise.wir", "--device", "cpu"],
+            &["run", pointwise, "--device", "cpu"],
             "no inputs were given: pass --inputs FILE.safetensors",
         ),
         // Inputs are matched as on cpu and cuda.
         refused(
-            &["run", "fixtures/nonzero.wir", "--inputs", path_str(&nonzero_inputs)],
+            &["run", nonzero, "--inputs", path_str(&nonzero_inputs)],
             "running fixtures/nonzero.wir on meta: `something_else` is neither a graph input nor a constant",
         ),
         refused(
@@ -139,7 +138,7 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
             &["1 outputs match"],
         ),
         refused(
-            &["run", "fixtures/nonzero.wir", "--inputs", "no/such/file.safetensors"],
+            &["run", nonzero, "--inputs", "no/such/file.safetensors"],
             "no/such/file.safetensors",
         ),
     ];

@@ -1,7 +1,8 @@
 //! Bad input never crashes, hangs or eats the machine: each reproducer of a
 //! fuzz pass (issue 13) is a clear error naming the limit, line, buffer or
-//! symbol, and the test returning at all shows it is bounded. The programs are
-//! generated here (some are megabytes of text).
+//! symbol, and the test returning at all shows it is bounded. The reproducers
+//! are listed in `cases/limits.txt`; their programs are generated here (some
+//! are megabytes of text).
 
 mod common;
 
@@ -35,7 +36,6 @@ fn safetensors_empty(tensors: &[(&str, &[u64])]) -> Vec<u8> {
 
 /// Issue 13, item 1: a negative stride, which validation rejects.
 const NEGATIVE_STRIDES: &str = "wrapir 1\n\ngraph main(arg0_1: f32[2, 2][-1, 2]@cpu) -> (arg0_1) {\n}\n";
-const NEGATIVE_STRIDES_ERROR: &str = "error in graph main: buffer arg0_1: the stride of dimension 0 is -1; sizes, strides and storage offsets must be non-negative (PyTorch tensors have no negative strides)";
 
 fn one_buffer(layout: &str) -> String {
     format!("wrapir 1\n\ngraph main() -> (buf0) {{\n  buffer buf0: {layout}\n  alloc buf0\n}}\n")
@@ -101,313 +101,114 @@ fn kernel_call(extra_args: &str) -> String {
 /// One reproducer: files to write, the command (`{dir}` is the scratch
 /// directory), the exit code and what its output must contain.
 struct Case {
-    name: &'static str,
-    files: Vec<(&'static str, Vec<u8>)>,
-    args: &'static [&'static str],
+    name: String,
+    files: Vec<(String, Vec<u8>)>,
+    /// The arguments of `wrapir`, separated by spaces.
+    command: String,
     code: i32,
-    contains: &'static [&'static str],
+    contains: Vec<String>,
     /// Most bytes of stdout plus stderr.
     max_output: usize,
 }
 
+/// A 4294967296x0 by 0x4294967296 `mm` on the CPU.
+const MM: &str = "wrapir 1\n\ngraph main(arg0_1: f32[4294967296, 0][0, 1]@cpu, arg1_1: f32[0, 4294967296][4294967296, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4294967296, 4294967296][4294967296, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
+/// A 4096x0 by 0x4096 `mm` on the CPU.
+const MM_SMALL: &str = "wrapir 1\n\ngraph main(arg0_1: f32[4096, 0][0, 1]@cpu, arg1_1: f32[0, 4096][4096, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4096, 4096][4096, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
+
+/// A jagged-to-padded conversion whose padded size overflows.
+const JAGGED: &str = "wrapir 1\n\ngraph main(arg0_1: f32[2, 2][2, 1]@cpu, arg1_1: i64[2][1]@cpu) -> (buf0) {\n  buffer buf0: f32[1, 3689348814741910324, 2][7378697629483820648, 2, 1]@cpu\n  extern buf0 = torch.ops.aten._jagged_to_padded_dense_forward.default(arg0_1, [arg1_1], [3689348814741910324], 0.0)\n}\n";
+
+/// The bytes a reproducer's file holds, from its generator's name and
+/// argument in `cases/limits.txt`.
+fn generate(spec: &str) -> Vec<u8> {
+    let (name, arg) = spec.split_once(' ').unwrap_or((spec, ""));
+    let count = || arg.parse::<usize>().unwrap_or_else(|_| panic!("`{spec}`: not a count"));
+    match name {
+        "negative_strides" => NEGATIVE_STRIDES.into(),
+        "negative_offset_and_size" => {
+            b"wrapir 1\n\ngraph main(arg0_1: f32[-2, 2][2, 1]+(-3)@cpu) -> (arg0_1) {\n}\n".to_vec()
+        }
+        "huge_input_strides" => {
+            b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][1099511627776, 1]@cpu) -> (arg0_1) {\n}\n".to_vec()
+        }
+        "one_buffer" => one_buffer(arg).into_bytes(),
+        "safetensors_2x2" => safetensors_2x2(arg),
+        "mm" => MM.into(),
+        "mm_inputs" => safetensors_empty(&[("arg0_1", &[4294967296, 0]), ("arg1_1", &[0, 4294967296])]),
+        "mm_small" => MM_SMALL.into(),
+        "mm_small_inputs" => safetensors_empty(&[("arg0_1", &[4096, 0]), ("arg1_1", &[0, 4096])]),
+        "jagged" => JAGGED.into(),
+        "jagged_inputs" => {
+            let header = r#"{"arg0_1":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"arg1_1":{"dtype":"I64","shape":[2],"data_offsets":[16,32]}}"#;
+            let mut out = (header.len() as u64).to_le_bytes().to_vec();
+            out.extend_from_slice(header.as_bytes());
+            for v in [1f32, 2.0, 3.0, 4.0] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            for v in [0i64, 2] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out
+        }
+        "long_line" => format!("wrapir 1\n{}x\n", " ".repeat(65_536)).into_bytes(),
+        "nested_list" => nested_list(count()).into_bytes(),
+        "cond_chain" => cond_chain(count()).into_bytes(),
+        "tuple_index" => TUPLE_INDEX.into(),
+        "kernel_call_duplicated" => kernel_call(&vec!["xnumel=8"; 7000].join(", ")).into_bytes(),
+        "kernel_call_unknown" => {
+            kernel_call(&(0..7000).map(|i| format!("y{i}=8")).collect::<Vec<_>>().join(", ")).into_bytes()
+        }
+        "device_blocks" => format!(
+            "wrapir 1\n\ngraph main() -> () {{\n{}{}}}\n",
+            "device 0 {\n".repeat(20_000),
+            "}\n".repeat(20_001)
+        )
+        .into_bytes(),
+        _ => panic!("no generator `{name}`"),
+    }
+}
+
+/// The reproducers of `cases/limits.txt` (its header says how one is
+/// written), their files generated.
 fn cases() -> Vec<Case> {
-    let jagged = "wrapir 1\n\ngraph main(arg0_1: f32[2, 2][2, 1]@cpu, arg1_1: i64[2][1]@cpu) -> (buf0) {\n  buffer buf0: f32[1, 3689348814741910324, 2][7378697629483820648, 2, 1]@cpu\n  extern buf0 = torch.ops.aten._jagged_to_padded_dense_forward.default(arg0_1, [arg1_1], [3689348814741910324], 0.0)\n}\n";
-    let jagged_inputs = {
-        let header = r#"{"arg0_1":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"arg1_1":{"dtype":"I64","shape":[2],"data_offsets":[16,32]}}"#;
-        let mut out = (header.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(header.as_bytes());
-        for v in [1f32, 2.0, 3.0, 4.0] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [0i64, 2] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out
-    };
-    let mm = "wrapir 1\n\ngraph main(arg0_1: f32[4294967296, 0][0, 1]@cpu, arg1_1: f32[0, 4294967296][4294967296, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4294967296, 4294967296][4294967296, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
-    let mm_inputs = safetensors_empty(&[("arg0_1", &[4294967296, 0]), ("arg1_1", &[0, 4294967296])]);
-    let mm_small = "wrapir 1\n\ngraph main(arg0_1: f32[4096, 0][0, 1]@cpu, arg1_1: f32[0, 4096][4096, 1]@cpu) -> (buf0) {\n  buffer buf0: f32[4096, 4096][4096, 1]@cpu\n  extern buf0 = extern_kernels.mm(arg0_1, arg1_1)\n}\n";
-    let mm_small_inputs = safetensors_empty(&[("arg0_1", &[4096, 0]), ("arg1_1", &[0, 4096])]);
-    let duplicated = vec!["xnumel=8"; 7000].join(", ");
-    let unknown = (0..7000).map(|i| format!("y{i}=8")).collect::<Vec<_>>().join(", ");
-    let devices = format!(
-        "wrapir 1\n\ngraph main() -> () {{\n{}{}}}\n",
-        "device 0 {\n".repeat(20_000),
-        "}\n".repeat(20_001)
-    );
-    vec![
-        Case {
-            // Rejected by validation: `check` and every `run` agree.
-            name: "negative_strides_check",
-            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_strides_run_cpu",
-            files: vec![
-                ("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec()),
-                ("x.safetensors", safetensors_2x2("arg0_1")),
-            ],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["the program is invalid", NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_strides_run_meta",
-            files: vec![("p.wir", NEGATIVE_STRIDES.as_bytes().to_vec())],
-            args: &["run", "{dir}/p.wir", "--device", "meta"],
-            code: 2,
-            contains: &[NEGATIVE_STRIDES_ERROR],
-            max_output: 1000,
-        },
-        Case {
-            name: "negative_offset_and_size",
-            files: vec![(
-                "p.wir",
-                b"wrapir 1\n\ngraph main(arg0_1: f32[-2, 2][2, 1]+(-3)@cpu) -> (arg0_1) {\n}\n".to_vec(),
-            )],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
-                "buffer arg0_1: the size of dimension 0 is -2;",
-                "buffer arg0_1: the storage offset is -3;",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            // Input placement lays a 2x2 input out with the declared strides:
-            // the storage it needs is bounded like any allocation.
-            name: "input_placement_over_memory",
-            files: vec![
-                (
-                    "p.wir",
-                    b"wrapir 1\n\ngraph main(arg0_1: f32[2, 2][1099511627776, 1]@cpu) -> (arg0_1) {\n}\n".to_vec(),
-                ),
-                ("x.safetensors", safetensors_2x2("arg0_1")),
-            ],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["input `arg0_1`", "exceeds the limit max_alloc_bytes", "--max-alloc-bytes"],
-            max_output: 1000,
-        },
-        Case {
-            name: "capacity_overflow",
-            files: vec![("p.wir", one_buffer("f32[2305843009213693952][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "cpu"],
-            code: 2,
-            contains: &[
-                "node `buf0`: allocating f32 [2305843009213693952] strides [1]: 9223372036854775808 exceeds the limit max_alloc_bytes = ",
-                "(raise it with --max-alloc-bytes)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "allocation_over_memory_cpu",
-            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "cpu"],
-            code: 2,
-            contains: &["allocating f32 [1099511627776] strides [1]: 4398046511104 exceeds the limit max_alloc_bytes = "],
-            max_output: 1000,
-        },
-        Case {
-            name: "allocation_over_memory_meta",
-            files: vec![("p.wir", one_buffer("f32[1099511627776][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-alloc-bytes", "1000000"],
-            code: 2,
-            contains: &["4398046511104 exceeds the limit max_alloc_bytes = 1000000 (raise it with --max-alloc-bytes)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "run_total_over_limit",
-            files: vec![("p.wir", one_buffer("f32[1000][1]@cpu").into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta", "--max-run-bytes", "3999"],
-            code: 2,
-            contains: &["(live bytes of the run): 4000 exceeds the limit max_run_bytes = 3999 (raise it with --max-run-bytes)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "mm_numel_overflow",
-            files: vec![("p.wir", mm.as_bytes().to_vec()), ("x.safetensors", mm_inputs)],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["the result [4294967296, 4294967296] has more elements than fit in 64 bits"],
-            max_output: 1000,
-        },
-        Case {
-            // An op's result follows `--max-alloc-bytes` too, not only the buffers.
-            name: "op_result_over_max_alloc_bytes",
-            files: vec![("p.wir", mm_small.as_bytes().to_vec()), ("x.safetensors", mm_small_inputs)],
-            args: &[
-                "run",
-                "{dir}/p.wir",
-                "--device",
-                "cpu",
-                "--inputs",
-                "{dir}/x.safetensors",
-                "--max-alloc-bytes",
-                "100000000",
-            ],
-            code: 2,
-            contains: &["the result [4096, 4096]", "exceeds the limit max_alloc_bytes = 100000000", "--max-alloc-bytes"],
-            max_output: 1000,
-        },
-        Case {
-            name: "parse_error_past_column_65536",
-            files: vec![("p.wir", format!("wrapir 1\n{}x\n", " ".repeat(65_536)).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &["(line 2, column 65537): unknown item `x`"],
-            max_output: 1000,
-        },
-        Case {
-            name: "list_nested_30000_deep",
-            files: vec![("p.wir", nested_list(30_000).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &[
-                "(line 5, column 300): list arguments of `torch.ops.aten.foo.default` nested too deep: 257 exceeds the limit max_text_depth = 256 (raise it with --max-depth)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "list_nested_10000_deep_lower_fx",
-            files: vec![("p.wir", nested_list(10_000).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "fx"],
-            code: 2,
-            contains: &["exceeds the limit max_text_depth = 256"],
-            max_output: 1000,
-        },
-        Case {
-            name: "subgraph_chain_5000",
-            files: vec![("p.wir", cond_chain(5000).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
-                "error in graph g63, line 0 `cond g63_buf0 = if g63_arg0_1 then g64 else g64 (g63_arg0_1, g63_arg1_1)`: subgraph `g64` is called through a chain of subgraphs too long: 65 exceeds the limit max_subgraph_depth = 64 (raise it with --max-subgraph-depth)",
-            ],
-            max_output: 100_000,
-        },
-        Case {
-            name: "jagged_product_overflow",
-            files: vec![("p.wir", jagged.as_bytes().to_vec()), ("x.safetensors", jagged_inputs)],
-            args: &["run", "{dir}/p.wir", "--device", "cpu", "--inputs", "{dir}/x.safetensors"],
-            code: 2,
-            contains: &["_jagged_to_padded_dense_forward"],
-            max_output: 2000,
-        },
-        Case {
-            name: "while_loop_meta_predicate_true",
-            files: vec![],
-            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true", "--loop-fuel", "1000"],
-            code: 2,
-            contains: &[
-                "node `buf0`: while_loop `while_loop_cond_graph_0`/`while_loop_body_graph_0` iterations: 1001 exceeds the limit loop_fuel = 1000 (raise it with --loop-fuel)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "tuple_index_100000000",
-            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
-                "error in graph main, line 1 `get buf2 = buf1[tuple 100000000]`: `buf1` indexed at 100000000: outputs of one value: 100000001 exceeds the limit max_outputs = 65536 (raise it with --max-outputs)",
-            ],
-            max_output: 1000,
-        },
-        Case {
-            name: "duplicated_named_arguments",
-            files: vec![("p.wir", kernel_call(&duplicated).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &["x…`: parameter xnumel of kernel triton_poi_fused_add_0 is bound twice\n"],
-            max_output: 1000,
-        },
-        Case {
-            name: "unknown_named_arguments",
-            files: vec![("p.wir", kernel_call(&unknown).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
-                "kernel triton_poi_fused_add_0 has no parameter y999\n",
-                "error in program: 6001 more errors not shown (max_diagnostics = 1000; raise it with --max-diagnostics)",
-            ],
-            max_output: 400_000,
-        },
-        Case {
-            name: "shared_branches_depth_20_check",
-            files: vec![("p.wir", cond_chain(20).into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 1,
-            contains: &[
-                "error    cpp: graph main: the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies: 2097150 exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)",
-            ],
-            max_output: 2000,
-        },
-        Case {
-            name: "shared_branches_depth_20_lower_fx",
-            files: vec![("p.wir", cond_chain(20).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "fx"],
-            code: 0,
-            contains: &["class g19(torch.nn.Module):"],
-            max_output: 100_000,
-        },
-        Case {
-            name: "list_nested_10000_deep_run_meta",
-            files: vec![("p.wir", nested_list(10_000).into_bytes())],
-            args: &["run", "{dir}/p.wir", "--device", "meta"],
-            code: 2,
-            contains: &["exceeds the limit max_text_depth = 256"],
-            max_output: 1000,
-        },
-        Case {
-            name: "while_loop_meta_default_fuel",
-            files: vec![],
-            args: &["run", "fixtures/while_loop.wir", "--device", "meta", "--predicate", "true"],
-            code: 2,
-            contains: &["iterations: 100001 exceeds the limit loop_fuel = 100000 (raise it with --loop-fuel)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "tuple_index_100000000_lower_cpp",
-            files: vec![("p.wir", TUPLE_INDEX.as_bytes().to_vec())],
-            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
-            code: 2,
-            contains: &["exceeds the limit max_outputs = 65536 (raise it with --max-outputs)"],
-            max_output: 1000,
-        },
-        Case {
-            name: "shared_branches_depth_16_lower_cpp",
-            files: vec![("p.wir", cond_chain(16).into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "cpp"],
-            code: 2,
-            contains: &["exceeds the limit max_inlined_subgraphs = 4096 (raise it with --max-inlined-subgraphs)"],
-            max_output: 2000,
-        },
-        Case {
-            name: "device_blocks_20000_deep_check",
-            files: vec![("p.wir", devices.clone().into_bytes())],
-            args: &["check", "{dir}/p.wir"],
-            code: 2,
-            contains: &["`device` blocks in graph `main` nested too deep: 257 exceeds the limit"],
-            max_output: 2000,
-        },
-        Case {
-            name: "device_blocks_20000_deep",
-            files: vec![("p.wir", devices.into_bytes())],
-            args: &["lower", "{dir}/p.wir", "--target", "python"],
-            code: 2,
-            contains: &[
-                "(line 260, column 1)",
-                "`device` blocks in graph `main` nested too deep: 257 exceeds the limit",
-            ],
-            max_output: 2000,
-        },
-    ]
+    common::text_cases(include_str!("cases/limits.txt"))
+        .into_iter()
+        .map(|case| {
+            let mut out = Case {
+                name: case.name,
+                files: Vec::new(),
+                command: String::new(),
+                code: -1,
+                contains: case
+                    .expect
+                    .iter()
+                    .map(|w| w.replace("\\n", "\n").replace("\\s", " "))
+                    .collect(),
+                max_output: 1000,
+            };
+            for line in case.input.lines().filter(|l| !l.starts_with(';')) {
+                if let Some(command) = line.strip_prefix("$ wrapir ") {
+                    out.command = command.to_string();
+                } else if let Some(code) = line.strip_prefix("exit ") {
+                    out.code = code.parse().unwrap();
+                } else if let Some(bytes) = line.strip_prefix("output <= ") {
+                    out.max_output = bytes.parse().unwrap();
+                } else {
+                    let (file, spec) = line
+                        .split_once(": ")
+                        .unwrap_or_else(|| panic!("{}: `{line}`", out.name));
+                    out.files.push((file.to_string(), generate(spec)));
+                }
+            }
+            assert!(
+                !out.command.is_empty() && out.code >= 0,
+                "{}: no command or exit code",
+                out.name
+            );
+            out
+        })
+        .collect()
 }
 
 /// Most seconds one reproducer may take in a test build (unoptimised, on a
@@ -419,12 +220,16 @@ fn reproducers_are_bounded_errors() {
     let dir = common::scratch("limits", "reproducers");
     let mut failures = Vec::new();
     for case in cases() {
-        let case_dir = dir.join(case.name);
+        let case_dir = dir.join(&case.name);
         std::fs::create_dir_all(&case_dir).unwrap();
         for (file, bytes) in &case.files {
             std::fs::write(case_dir.join(file), bytes).unwrap();
         }
-        let args: Vec<String> = case.args.iter().map(|a| a.replace("{dir}", &path(&case_dir))).collect();
+        let args: Vec<String> = case
+            .command
+            .split(' ')
+            .map(|a| a.replace("{dir}", &path(&case_dir)))
+            .collect();
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let started = std::time::Instant::now();
         let run = common::wrapir(&refs);
@@ -438,7 +243,7 @@ fn reproducers_are_bounded_errors() {
         if run.code != case.code {
             problems.push(format!("exit {} (want {})", run.code, case.code));
         }
-        for want in case.contains {
+        for want in &case.contains {
             if !output.contains(want) {
                 problems.push(format!("missing `{want}`"));
             }

@@ -26,24 +26,23 @@ fn check_target(target: Target) {
     }
 }
 
-#[test]
-fn python() {
-    check_target(Target::Python);
+/// One snapshot test per back end: `name => Target`.
+macro_rules! snapshot_tests {
+    ($($name:ident => $target:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check_target(Target::$target);
+            }
+        )*
+    };
 }
 
-#[test]
-fn cpp_aoti() {
-    check_target(Target::Cpp);
-}
-
-#[test]
-fn cpp_standalone() {
-    check_target(Target::CppStandalone);
-}
-
-#[test]
-fn fx() {
-    check_target(Target::Fx);
+snapshot_tests! {
+    python => Python,
+    cpp_aoti => Cpp,
+    cpp_standalone => CppStandalone,
+    fx => Fx,
 }
 
 #[test]

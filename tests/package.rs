@@ -293,74 +293,9 @@ fn bad_packages_are_clear_errors() {
             "truncated: 8 bytes, shorter than the 40-byte header",
         ),
         (
-            "header only",
-            good[..40].to_vec(),
-            "truncated: the header says the package is",
-        ),
-        (
-            "toc cut",
-            good[..64].to_vec(),
-            "truncated: the header says the package is",
-        ),
-        (
-            "payload cut",
-            good[..good.len() - 9].to_vec(),
-            "truncated: the header says the package is",
-        ),
-        (
-            "last byte cut",
-            good[..good.len() - 1].to_vec(),
-            "truncated: the header says the package is",
-        ),
-        (
             "trailing bytes",
             [&good[..], b"extra"].concat(),
             "(bytes after its end)",
-        ),
-        (
-            "version 2",
-            handmade(&entry("program.json", 0, 2), b"{}", 2),
-            "package format version 2 is not supported",
-        ),
-        (
-            "version 0",
-            handmade(&entry("program.json", 0, 2), b"{}", 0),
-            "version 0 is not supported",
-        ),
-        (
-            "offset out of range",
-            handmade(&entry("program.json", 8, 2), b"{}", 1),
-            "2 bytes at data offset 8 run past the end",
-        ),
-        (
-            "length out of range",
-            handmade(&entry("program.json", 0, 3), b"{}", 1),
-            "3 bytes at data offset 0 run past the end",
-        ),
-        (
-            "length overflow",
-            handmade(&entry("program.json", 0, u64::MAX), b"{}", 1),
-            "run past the end",
-        ),
-        (
-            "offset overflow",
-            handmade(&entry("program.json", u64::MAX - 7, 1), b"{}", 1),
-            "run past the end",
-        ),
-        (
-            "misaligned offset",
-            handmade(&entry("program.json", 3, 1), b"{}{}", 1),
-            "offset 3 is not a multiple of 8",
-        ),
-        (
-            "parent path",
-            handmade(&entry("../program.json", 0, 2), b"{}", 1),
-            "is not a plain relative path",
-        ),
-        (
-            "absolute path",
-            handmade(&entry("/etc/passwd", 0, 2), b"{}", 1),
-            "is not a plain relative path",
         ),
         (
             "overlap",
@@ -385,17 +320,34 @@ fn bad_packages_are_clear_errors() {
             handmade("{nope", b"", 1),
             "the table of contents is not valid",
         ),
-        (
-            "no program",
-            handmade(&entry("bundle.json", 0, 2), b"{}", 1),
-            "has no `program.json`",
-        ),
-        (
-            "bad program",
-            handmade(&entry("program.json", 0, 2), b"{]", 1),
-            "program.json",
-        ),
     ];
+    // The good package cut short: what is cut, and the length kept.
+    let cuts = [
+        ("header only", 40),
+        ("toc cut", 64),
+        ("payload cut", good.len() - 9),
+        ("last byte cut", good.len() - 1),
+    ];
+    cases.extend(cuts.map(|(what, kept)| (what, good[..kept].to_vec(), "truncated: the header says the package is")));
+    // Packages of one entry: what is wrong, the entry's name, offset and
+    // length, the data, the format version, and the error.
+    #[rustfmt::skip]
+    let one_entry: [(&str, &str, u64, u64, &[u8], u32, &str); 11] = [
+        ("version 2", "program.json", 0, 2, b"{}", 2, "package format version 2 is not supported"),
+        ("version 0", "program.json", 0, 2, b"{}", 0, "version 0 is not supported"),
+        ("offset out of range", "program.json", 8, 2, b"{}", 1, "2 bytes at data offset 8 run past the end"),
+        ("length out of range", "program.json", 0, 3, b"{}", 1, "3 bytes at data offset 0 run past the end"),
+        ("length overflow", "program.json", 0, u64::MAX, b"{}", 1, "run past the end"),
+        ("offset overflow", "program.json", u64::MAX - 7, 1, b"{}", 1, "run past the end"),
+        ("misaligned offset", "program.json", 3, 1, b"{}{}", 1, "offset 3 is not a multiple of 8"),
+        ("parent path", "../program.json", 0, 2, b"{}", 1, "is not a plain relative path"),
+        ("absolute path", "/etc/passwd", 0, 2, b"{}", 1, "is not a plain relative path"),
+        ("no program", "bundle.json", 0, 2, b"{}", 1, "has no `program.json`"),
+        ("bad program", "program.json", 0, 2, b"{]", 1, "program.json"),
+    ];
+    cases.extend(one_entry.map(|(what, name, offset, length, data, version, want)| {
+        (what, handmade(&entry(name, offset, length), data, version), want)
+    }));
     // A table of contents claiming more than a package may hold, and past the file.
     // The good package with the header's 8-byte field at `at` set to `value`.
     let patched = |at: usize, value: u64| {

@@ -124,109 +124,38 @@ fn check(lhs: &str, rhs: &str, fact_items: &[&str], expect: Expect) {
 const S: &[&str] = &["s0 >= 1", "s1 >= 1", "s2 >= 1"];
 const U: &[&str] = &["u0 >= 0", "u0 <= 100", "s0 >= 1", "s1 >= 1"];
 
-#[rustfmt::skip]
-const TABLE: &[(&str, &str, &[&str], Expect)] = &[
-    // products and sums of symbols in different orders
-    ("(+ s0 s1)", "(+ s1 s0)", S, Proven),
-    ("(* s0 (* s1 s2))", "(* (* s2 s0) s1)", S, Proven),
-    ("(+ (+ s0 s1) s2)", "(+ s2 (+ s0 s1))", S, Proven),
-    ("(* 2 (+ s0 s1))", "(+ (* 2 s1) (* 2 s0))", S, Proven),
-    ("(+ (* s0 s1) s0)", "(* s0 (+ s1 1))", S, Proven),
-    ("(+ s0 (* -1 s0))", "0", &[], Proven),
-    ("(+ s0 s0)", "(* 2 s0)", &[], Proven),
-    ("(Pow s0 2)", "(* s0 s0)", &[], Proven),
-    ("(* (+ s0 1) (+ s1 1))", "(+ (+ (* s0 s1) s0) (+ s1 1))", S, Proven),
-    // constant folding with Python and C semantics
-    ("(// 1000 7)", "142", &[], Proven),
-    ("(PythonMod -7 3)", "2", &[], Proven),
-    ("(Mod -7 3)", "-1", &[], Proven),
-    ("(// -7 2)", "-4", &[], Proven),
-    ("(ModularIndexing 1000 10 7)", "2", &[], Proven),
-    // ceil-div forms
-    ("(* -1 (// s0 -128))", "(// (+ s0 127) 128)", S, Proven),
-    ("(* -1 (// (* s0 s1) (* -1 s2)))", "(// (+ (* s0 s1) (+ s2 -1)) s2)", S, Proven),
-    ("(// (+ s0 1) 2)", "(* -1 (// s0 -2))", S, Proven),
-    ("(* -1 (// (* 4 s0) -1024))", "(// (+ (* 4 s0) 1023) 1024)", S, Proven),
-    // nested floor division
-    ("(// (// s0 4) 8)", "(// s0 32)", S, Proven),
-    ("(// (// s0 s1) s2)", "(// s0 (* s1 s2))", S, Proven),
-    ("(// (// (* s0 s1) 2) 3)", "(// (* s1 s0) 6)", S, Proven),
-    ("(// (* 4 s0) 4)", "s0", &[], Proven),
-    ("(// (+ (* 4 s0) 3) 4)", "s0", &[], Proven),
-    ("(// (+ (* 16 s0) 5) 16)", "s0", &[], Proven),
-    ("(// (+ s0 (* 512 s1)) 512)", "(+ s1 (// s0 512))", S, Proven),
-    ("(// (* s0 s1) s1)", "s0", S, Proven),
-    ("(CleanDiv (* 8 s0) 8)", "s0", &[], Proven),
-    ("(// (* 2 s0) 2)", "s0", &[], Proven),
-    ("(CleanDiv (* s0 s1) s1)", "s0", S, Proven),
-    ("(CleanDiv (+ (* 8 s0) 16) 8)", "(+ s0 2)", &[], Proven),
-    ("(// u0 128)", "0", U, Proven),
-    // div/mod identities
-    ("(+ (* 128 (// s0 128)) (PythonMod s0 128))", "s0", &[], Proven),
-    ("(PythonMod (* s0 s1) s1)", "0", S, Proven),
-    ("(PythonMod (+ (* 16 s0) 5) 16)", "5", &[], Proven),
-    ("(Mod s0 s1)", "(PythonMod s0 s1)", S, Proven),
-    ("(PythonMod u0 128)", "u0", U, Proven),
-    ("(Mod u0 128)", "u0", U, Proven),
-    ("(PythonMod (PythonMod s0 64) 8)", "(PythonMod s0 8)", &[], Proven),
-    // ModularIndexing vs floor-div / mod
-    ("(ModularIndexing s0 1 s1)", "(PythonMod s0 s1)", S, Proven),
-    ("(ModularIndexing s0 s1 s2)", "(PythonMod (// s0 s1) s2)", S, Proven),
-    ("(ModularIndexing u0 1 128)", "u0", U, Proven),
-    ("(ModularIndexing u0 128 8)", "0", U, Proven),
-    ("(ModularIndexing (* 4 s0) 4 s1)", "(PythonMod s0 s1)", S, Proven),
-    // precomputed sizes via definitions
-    ("ks0", "(* s1 s0)", &["s0 >= 1", "s1 >= 1", "ks0 := (* s0 s1)"], Proven),
-    ("(// (+ ks0 1023) 1024)", "(* -1 (// (* s0 s1) -1024))", &["s0 >= 1", "s1 >= 1", "ks0 := (* s0 s1)"], Proven),
-    ("(// (+ xnumel 127) 128)", "(// (+ (* 4 s0) 127) 128)", &["s0 >= 1", "xnumel := (* 4 s0)"], Proven),
-    ("(PythonMod ps0 s1)", "0", &["s0 >= 1", "s1 >= 1", "ps0 := (* s1 s0)"], Proven),
-    // min / max with known ranges, comparisons
-    ("(Min u0 128)", "u0", U, Proven),
-    ("(Max s0 0)", "s0", S, Proven),
-    ("(Min s0 s0)", "s0", &[], Proven),
-    ("(< u0 128)", "true", U, Proven),
-    ("(>= s0 1)", "true", S, Proven),
-    ("(And (< s0 s1) (< s1 s2))", "(And (< s1 s2) (< s0 s1))", S, Proven),
-    ("(Or (> s0 s1) (== s0 s1))", "(Or (== s1 s0) (< s1 s0))", S, Proven),
-    // non-equalities
-    ("(// s0 2)", "(// s0 3)", S, Disproved),
-    ("(Mod s0 4)", "s0", S, Disproved),
-    ("(+ s0 1)", "s0", &[], Disproved),
-    ("(* s0 s1)", "(+ s0 s1)", S, Disproved),
-    ("(// (+ s0 127) 128)", "(// s0 128)", S, Disproved),
-    ("(* -1 (// s0 -128))", "(// s0 128)", S, Disproved),
-    ("(Mod -7 3)", "(PythonMod -7 3)", &[], Disproved),
-    ("(PythonMod s0 s1)", "(Mod s0 s1)", &["s1 >= 1"], Disproved),
-    ("(Min s0 s1)", "s0", S, Disproved),
-    ("(Max s0 s1)", "s1", S, Disproved),
-    ("(// (// s0 s1) s2)", "(// s0 (+ s1 s2))", S, Disproved),
-    ("(ModularIndexing s0 2 4)", "(PythonMod s0 4)", S, Disproved),
-    ("ks0", "(* s0 s0)", &["s0 >= 1", "s1 >= 1", "ks0 := (* s0 s1)"], Disproved),
-    ("(// (* s0 s1) s2)", "(* s0 (// s1 s2))", S, Disproved),
-    ("(PythonMod u0 64)", "u0", U, Disproved),
-    ("(Mod u0 128)", "u0", &["u0 >= 0", "u0 <= 200"], Disproved),
-    ("(Pow s0 2)", "(* 2 s0)", S, Disproved),
-    ("(< s0 s1)", "true", S, Disproved),
-    ("(CleanDiv s0 2)", "s0", S, Disproved),
-    ("(Max s0 0)", "s0", &[], Disproved),
-    // true but beyond the rules (or undefined): never proven, never disproved
-    ("(PythonMod (* s0 (+ s0 1)) 2)", "0", S, Unknown),
-    ("(PythonMod (* s0 s0) 4)", "(PythonMod s0 2)", S, Unknown),
-    ("(+ (Max s0 s1) (Min s0 s1))", "(+ s0 s1)", S, Unknown),
-    ("(// s0 0)", "(// s1 0)", &[], Unknown),
-    ("(* (// 1 0) 0)", "0", &[], Unknown),
-    ("(// (* s0 0) 0)", "s0", &[], Unknown),
-    ("(Mod s0 s1)", "(PythonMod s0 s1)", &["s0 >= 5", "s0 <= 3", "s1 >= 1"], Unknown),
-    ("(CleanDiv s0 2)", "(// s0 2)", S, Unknown),
-    ("(< s0 1)", "0", S, Unknown),
-    ("(And (!= s0 0) (> (// 10 s0) 1))", "(And (> (// 10 s0) 1) (!= s0 0))", &[], Unknown),
-];
+/// The rows of `cases/prove.txt`: `<outcome> <lhs> = <rhs>`, then `under`
+/// and the facts (comma-separated, or [`S`] or [`U`] by name), if any.
+fn table_rows(text: &str) -> Vec<(String, String, Vec<String>, Expect)> {
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with(';')) {
+        let (outcome, rest) = line.split_once(' ').unwrap_or_else(|| panic!("no equality: {line}"));
+        let expect = match outcome {
+            "proven" => Proven,
+            "disproved" => Disproved,
+            "unknown" => Unknown,
+            _ => panic!("unknown outcome `{outcome}`: {line}"),
+        };
+        let (equality, facts) = rest.split_once(" under ").unwrap_or((rest, ""));
+        let (lhs, rhs) = equality.split_once(" = ").unwrap_or_else(|| panic!("no ` = `: {line}"));
+        let facts: Vec<String> = match facts.trim() {
+            "" => Vec::new(),
+            "S" => S.iter().map(|f| f.to_string()).collect(),
+            "U" => U.iter().map(|f| f.to_string()).collect(),
+            list => list.split(", ").map(str::to_string).collect(),
+        };
+        rows.push((lhs.trim().to_string(), rhs.trim().to_string(), facts, expect));
+    }
+    rows
+}
 
 #[test]
 fn table() {
-    assert!(TABLE.len() >= 60);
-    for (lhs, rhs, f, expect) in TABLE {
-        check(lhs, rhs, f, *expect);
+    let rows = table_rows(include_str!("cases/prove.txt"));
+    assert!(rows.len() >= 60);
+    for (lhs, rhs, f, expect) in &rows {
+        let f: Vec<&str> = f.iter().map(String::as_str).collect();
+        check(lhs, rhs, &f, *expect);
     }
 }
 

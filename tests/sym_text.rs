@@ -18,6 +18,23 @@ fn parsed(text: &str) -> SymExpr {
     }
 }
 
+/// The lines of a printer's case file (`cases/sym_*.txt`): `<input> =>
+/// <printed form>`, an input between backticks keeping its spaces.
+fn printed_forms(file: &str) -> Vec<(String, String)> {
+    file.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with(';'))
+        .map(|line| {
+            let (input, expect) = line.split_once(" => ").unwrap_or_else(|| panic!("no ` => `: {line}"));
+            let input = input.trim_end();
+            let input = input
+                .strip_prefix('`')
+                .and_then(|i| i.strip_suffix('`'))
+                .unwrap_or(input);
+            (input.to_string(), expect.to_string())
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------- (a) Python
 
 /// Parses `input` and checks the Python printer's output.
@@ -101,45 +118,8 @@ fn python_round_trip() {
         check_python(text, expect);
     }
     // Other spellings: launcher text, sympy function names, canonical forms.
-    let table = [
-        ("-((s0) // -(128))", "(-1)*(s0 // (-128))"),
-        ("-((u0) // -(1024))", "(-1)*(u0 // (-1024))"),
-        ("s0 - 1", "s0 + (-1)"),
-        ("-s0", "(-1)*s0"),
-        ("-s0*s1", "(-1)*s0*s1"),
-        ("s0 - s1", "s0 + ((-1)*s1)"),
-        ("s0 - 2*s1", "s0 + ((-1)*2*s1)"),
-        ("s0 // 4*s1", "(s0 // 4)*s1"),
-        ("(u0 <= 100) and (u0 >= 0)", "u0 <= 100 and u0 >= 0"),
-        ("not u0 >= 0", "not (u0 >= 0)"),
-        ("Eq(s0, 4)", "s0 == 4"),
-        ("Ne(s0, s1)", "s0 != s1"),
-        ("Lt(s0, 4)", "s0 < 4"),
-        ("Le(s0, 4)", "s0 <= 4"),
-        ("Gt(s0, 4)", "s0 > 4"),
-        ("Ge(s0 + 1, 4)", "s0 + 1 >= 4"),
-        ("Eq(2*s0, 8)", "(2*s0) == 8"),
-        ("And(Lt(0, u0), Le(u0, 8))", "0 < u0 and u0 <= 8"),
-        ("Or(Eq(u0, 0), Not(Eq(u1, 0)))", "u0 == 0 or not (u1 == 0)"),
-        ("Min(s0, 4)", "min(s0, 4)"),
-        ("Max(s0, s1, s2)", "max(s0, s1, s2)"),
-        ("FloorDiv(s0 + 3, 4)", "(s0 + 3) // 4"),
-        ("CleanDiv(4*s0, 4)", "(4*s0) // 4"),
-        ("PythonMod(s0, 3)", "s0 % 3"),
-        ("Mod(s0, 3)", "s0 % 3"),
-        ("ModularIndexing(xindex, 16, 8)", "((xindex // 16) % 8)"),
-        ("ModularIndexing(s0, 1, 8)", "(s0 % 8)"),
-        ("ModularIndexing(2*s0, s1, 8)", "(((2*s0) // s1) % 8)"),
-        ("1 + ModularIndexing(x, 4, 8)", "1 + (((x // 4) % 8))"),
-        ("s0**2", "s0*s0"),
-        ("(s0 + 1)**3", "(s0 + 1)*(s0 + 1)*(s0 + 1)"),
-        ("2*s0**2", "2*s0*s0"),
-        ("Pow(s0, 0)", "1"),
-        ("  s0  *  s1  ", "s0*s1"),
-        ("+s0", "s0"),
-        ("-(-5)", "5"),
-    ];
-    for (input, expect) in table {
+    let table = printed_forms(include_str!("cases/sym_python.txt"));
+    for (input, expect) in &table {
         check_python(input, expect);
     }
 }
@@ -155,24 +135,8 @@ fn check_canonical(input: &str, expect: &str) {
 
 #[test]
 fn canonical_spells_lossy_nodes() {
-    let table = [
-        ("CleanDiv(4*s0, 4)", "CleanDiv(4*s0, 4)"),
-        ("PythonMod(s0, 3)", "PythonMod(s0, 3)"),
-        ("ModularIndexing(xindex, 16, 8)", "ModularIndexing(xindex, 16, 8)"),
-        ("1 + ModularIndexing(x, 4, 8)", "1 + ModularIndexing(x, 4, 8)"),
-        ("s0**2", "s0**2"),
-        ("(2*s0)**2", "(2*s0)**2"),
-        ("(-2)**3", "(-2)**3"),
-        ("-(s0*s1)", "(-1)*(s0*s1)"),
-        ("-s0*s1", "(-1)*s0*s1"),
-        ("FloorDiv(s0, 4)", "s0 // 4"),
-        ("Mod(s0, 3)", "s0 % 3"),
-        ("-((s0) // -(128))", "(-1)*(s0 // (-128))"),
-        ("Eq(Lt(s0, 1), True)", "(s0 < 1) == True"),
-        ("Eq(Not(u0 == 0), False)", "(not (u0 == 0)) == False"),
-        ("Lt(Eq(s0, 1), s1)", "(s0 == 1) < s1"),
-    ];
-    for (input, expect) in table {
+    let table = printed_forms(include_str!("cases/sym_canonical.txt"));
+    for (input, expect) in &table {
         check_canonical(input, expect);
     }
 }
@@ -185,51 +149,8 @@ fn check_cpp(input: &str, expect: &str) {
 
 #[test]
 fn cpp_printer() {
-    let table = [
-        ("4*s0", "4L*s0"),
-        ("4*u0", "4L*u0"),
-        ("s0*s1", "s0*s1"),
-        ("0", "0L"),
-        ("-9223372036854775808", "(-1L << 63)"),
-        ("s0 + (-9223372036854775808)", "s0 + ((-1L << 63))"),
-        ("s0 - 1", "s0 + (-1L)"),
-        ("-s0", "(-1L)*s0"),
-        ("u0 <= 100", "u0 <= 100L"),
-        ("0 <= u0", "0L <= u0"),
-        ("u0 >= 0 and u0 <= 100", "u0 >= 0L && u0 <= 100L"),
-        ("u0 == 0 or not (u1 == 0)", "u0 == 0L || !(u1 == 0L)"),
-        ("(u0 == 0 or u1 == 0) and u2 < 4", "(u0 == 0L || u1 == 0L) && u2 < 4L"),
-        ("True", "true"),
-        ("False", "false"),
-        ("s0 // 128", "c10::div_floor_integer(static_cast<int64_t>(s0), static_cast<int64_t>(128L))"),
-        ("CleanDiv(4*s0, 4)", "c10::div_floor_integer(static_cast<int64_t>(4L*s0), static_cast<int64_t>(4L))"),
-        (
-            "1 + (s0 // 2)",
-            "1L + (c10::div_floor_integer(static_cast<int64_t>(s0), static_cast<int64_t>(2L)))",
-        ),
-        (
-            "-((s0) // -(128))",
-            "(-1L)*(c10::div_floor_integer(static_cast<int64_t>(s0), static_cast<int64_t>(-128L)))",
-        ),
-        (
-            "ModularIndexing(x, 4, 8)",
-            "(static_cast<int64_t>(c10::div_floor_integer(static_cast<int64_t>(x), static_cast<int64_t>(4L))) % static_cast<int64_t>(8L))",
-        ),
-        ("ModularIndexing(x, 1, 8)", "(static_cast<int64_t>(x) % static_cast<int64_t>(8L))"),
-        ("PythonMod(s0, 3)", "c10::div_mod(s0, 3L)"),
-        ("PythonMod(s0 + 1, s1)", "c10::div_mod(s0 + 1L, s1)"),
-        ("s0 % 3", "s0 % 3L"),
-        ("2*(s0 % 3)", "2L*(s0 % 3L)"),
-        ("(s0 % 4) == 0", "(s0 % 4L) == 0L"),
-        ("min(s0, 4)", "std::min(static_cast<int64_t>(s0), static_cast<int64_t>(4L))"),
-        ("max(s0 + 1, s1)", "std::max(static_cast<int64_t>(s0 + 1L), static_cast<int64_t>(s1))"),
-        ("min(s0, s1, 4)", "std::min<int64_t>({s0, s1, 4L})"),
-        ("max(s0, s1, 4)", "std::max<int64_t>({s0, s1, 4L})"),
-        ("s0**2", "static_cast<int64_t>(s0*s0)"),
-        ("(s0 + 1)**2", "static_cast<int64_t>((s0 + 1L)*(s0 + 1L))"),
-        ("s0**0", "1L"),
-    ];
-    for (input, expect) in table {
+    let table = printed_forms(include_str!("cases/sym_cpp.txt"));
+    for (input, expect) in &table {
         check_cpp(input, expect);
     }
 }
@@ -388,6 +309,27 @@ fn evaluation() {
 
 // ---------------------------------------------------------------- parse errors
 
+/// The cases of `cases/sym_parse_errors.txt`: the text between backticks,
+/// then a `^` under the byte the error is at and a part of the message. The
+/// byte offset is that of the character under the caret (the text's length
+/// past its end).
+fn parse_error_cases(file: &str) -> Vec<(String, usize, String)> {
+    let mut cases = Vec::new();
+    let mut lines = file.lines().filter(|l| !l.is_empty() && !l.starts_with(';'));
+    while let Some(quoted) = lines.next() {
+        let text = quoted
+            .strip_prefix('`')
+            .and_then(|t| t.strip_suffix('`'))
+            .unwrap_or_else(|| panic!("not a quoted text: {quoted}"));
+        let caret = lines.next().unwrap_or_else(|| panic!("no caret line after {quoted}"));
+        let (before, part) = caret.split_once("^ ").unwrap_or_else(|| panic!("no `^ `: {caret}"));
+        let column = before.chars().count() - 1;
+        let offset = text.char_indices().nth(column).map_or(text.len(), |(i, _)| i);
+        cases.push((text.to_string(), offset, part.to_string()));
+    }
+    cases
+}
+
 fn check_parse_error(text: &str, offset: usize, message_part: &str) {
     match parse(text) {
         Ok(e) => panic!("`{text}` parsed as {e:?}, expected an error"),
@@ -405,52 +347,8 @@ fn check_parse_error(text: &str, offset: usize, message_part: &str) {
 
 #[test]
 fn parse_errors() {
-    let table = [
-        ("", 0, "expected an expression, found the end"),
-        ("   ", 3, "expected an expression"),
-        ("s0 +", 4, "expected an expression, found the end"),
-        ("(s0", 3, "expected `)`"),
-        ("s0)", 2, "expected an operator or the end"),
-        (
-            "s0 s1",
-            3,
-            "expected an operator or the end of the expression, found identifier `s1`",
-        ),
-        ("s0 / 2", 3, "true division"),
-        ("x = 1", 2, "expected `==`"),
-        ("s0 $ 1", 3, "unexpected character `$`"),
-        ("s0 é", 3, "unexpected character `é`"),
-        ("2x", 1, "after integer literal"),
-        ("1.5", 1, "after integer literal"),
-        ("9223372036854775808", 0, "does not fit in 64 bits"),
-        ("99999999999999999999", 0, "does not fit in 64 bits"),
-        ("-(-9223372036854775808)", 0, "overflows"),
-        ("min(s0)", 0, "`min` takes at least 2 arguments, found 1"),
-        ("max()", 0, "`max` takes at least 2 arguments, found 0"),
-        ("FloorDiv(a, b, c)", 0, "`FloorDiv` takes 2 arguments, found 3"),
-        (
-            "1 + ModularIndexing(x, 4)",
-            4,
-            "`ModularIndexing` takes 3 arguments, found 2",
-        ),
-        ("Not(a, b)", 0, "`Not` takes 1 argument, found 2"),
-        ("foo(1)", 0, "unknown function `foo`"),
-        ("min(s0, 4", 9, "expected `,` or `)`"),
-        ("min(s0,)", 7, "expected an expression"),
-        ("a < b < c", 6, "chained comparisons"),
-        ("s0 ** s1", 6, "exponent"),
-        ("s0 ** -1", 6, "exponent"),
-        ("Pow(s0, s1)", 0, "exponent"),
-        // Found by the `sym` fuzz target: the Python printer writes `x**n` as n
-        // factors, so `s0**22222222` took seconds and 200 MB to print.
-        ("s0**22222222", 4, "at most 64"),
-        ("Pow(s0, 65)", 0, "at most 64"),
-        ("and", 0, "found keyword `and`"),
-        ("s0 and", 6, "expected an expression"),
-        ("not", 3, "expected an expression"),
-    ];
-    for (text, offset, part) in table {
-        check_parse_error(text, offset, part);
+    for (text, offset, part) in parse_error_cases(include_str!("cases/sym_parse_errors.txt")) {
+        check_parse_error(&text, offset, &part);
     }
 }
 
@@ -514,6 +412,9 @@ fn expr(python_lossless: bool) -> impl Strategy<Value = SymExpr> {
     leaf().prop_recursive(5, 48, 4, move |inner| {
         let bx = |e: SymExpr| Box::new(e);
         let pair = (inner.clone(), inner.clone());
+        // An n-ary node of 2 or 3 operands.
+        let nary =
+            |node: fn(Vec<SymExpr>) -> SymExpr| proptest::collection::vec(inner.clone(), 2..4).prop_map(node).boxed();
         let mut options: Vec<BoxedStrategy<SymExpr>> = vec![
             pair.clone().prop_map(|(a, b)| SymExpr::add(a, b)).boxed(),
             pair.clone().prop_map(|(a, b)| SymExpr::mul(a, b)).boxed(),
@@ -524,24 +425,16 @@ fn expr(python_lossless: bool) -> impl Strategy<Value = SymExpr> {
                 .prop_map(move |(a, b)| SymExpr::CleanDiv(bx(a), bx(b)))
                 .boxed(),
             pair.clone().prop_map(move |(a, b)| SymExpr::Mod(bx(a), bx(b))).boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Min)
-                .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Max)
-                .boxed(),
+            nary(SymExpr::Min),
+            nary(SymExpr::Max),
             (inner.clone(), 0u32..4)
                 .prop_map(move |(a, n)| SymExpr::Pow(bx(a), n))
                 .boxed(),
             (cmp_op(), inner.clone(), inner.clone())
                 .prop_map(|(op, a, b)| SymExpr::cmp(op, a, b))
                 .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::And)
-                .boxed(),
-            proptest::collection::vec(inner.clone(), 2..4)
-                .prop_map(SymExpr::Or)
-                .boxed(),
+            nary(SymExpr::And),
+            nary(SymExpr::Or),
             inner.clone().prop_map(move |a| SymExpr::Not(bx(a))).boxed(),
         ];
         if !python_lossless {

@@ -202,6 +202,41 @@ fn stale<T>(listed: &[T], used: impl Fn(&T) -> bool, message: impl Fn(&T) -> Str
     listed.iter().filter(|e| !used(e)).map(message).collect()
 }
 
+/// A list of known exceptions by path, `(path, reason)` (a path ending in
+/// `/` covers the folder), and which of them a check has used.
+struct PathExceptions {
+    listed: &'static [(&'static str, &'static str)],
+    used: BTreeSet<&'static str>,
+}
+
+impl PathExceptions {
+    /// The exceptions of `listed`, none used yet.
+    fn new(listed: &'static [(&'static str, &'static str)]) -> Self {
+        PathExceptions {
+            listed,
+            used: BTreeSet::new(),
+        }
+    }
+
+    /// Whether an entry covers `rel` (the path itself, or a folder above
+    /// it); the entry counts as used.
+    fn allows(&mut self, rel: &str) -> bool {
+        let entry = self
+            .listed
+            .iter()
+            .find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p)));
+        if let Some((p, _)) = entry {
+            self.used.insert(p);
+        }
+        entry.is_some()
+    }
+
+    /// The [`stale`] message for each entry no check used, from `message(path, reason)`.
+    fn stale(&self, message: impl Fn(&str, &str) -> String) -> Vec<String> {
+        stale(self.listed, |(p, _)| self.used.contains(p), |(p, why)| message(p, why))
+    }
+}
+
 /// Passes when there are no violations; otherwise fails listing them, one a line.
 #[track_caller]
 fn assert_no_violations(violations: &[String]) {
@@ -312,33 +347,22 @@ fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
 #[test]
 fn only_the_listed_files_do_file_io() {
     let mut violations = Vec::new();
-    let mut used = BTreeSet::new();
+    let mut file_io = PathExceptions::new(FILE_IO);
     for (rel, text) in library_files() {
         if top_module(&rel) == "bin" {
             continue;
         }
         let code = code(&text);
         let does_io = code.contains("std::fs") || names_crate(&code, "fs") || names_crate(&code, "File");
-        match FILE_IO
-            .iter()
-            .find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p)))
-        {
-            Some((p, _)) if does_io => {
-                used.insert(*p);
-            }
-            Some(_) => {}
-            None if does_io => violations.push(format!(
+        if does_io && !file_io.allows(&rel) {
+            violations.push(format!(
                 "src/{rel} does file I/O; the library takes bytes and sources from its caller \
                  (only the files in FILE_IO may, each with its reason)"
-            )),
-            None => {}
+            ));
         }
     }
-    violations.extend(stale(
-        FILE_IO,
-        |(p, _)| used.contains(p),
-        |(p, why)| format!("src/{p} ({why}) no longer does file I/O; remove it from FILE_IO"),
-    ));
+    violations
+        .extend(file_io.stale(|p, why| format!("src/{p} ({why}) no longer does file I/O; remove it from FILE_IO")));
     assert_no_violations(&violations);
 }
 
@@ -350,31 +374,19 @@ fn source_files_stay_under_the_line_limit() {
         rust_files(&root.join(dir), &mut files);
     }
     let mut violations = Vec::new();
-    let mut long_used = BTreeSet::new();
+    let mut long_files = PathExceptions::new(LONG_FILES);
     for path in files {
         let rel = relative(&path, &root);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
         let lines = text.lines().count();
-        if lines <= MAX_LINES {
-            continue;
-        }
-        match LONG_FILES
-            .iter()
-            .find(|(p, _)| rel == *p || (p.ends_with('/') && rel.starts_with(p)))
-        {
-            Some((p, _)) => {
-                long_used.insert(*p);
-            }
-            None => violations.push(format!(
+        if lines > MAX_LINES && !long_files.allows(&rel) {
+            violations.push(format!(
                 "{rel} has {lines} lines (limit {MAX_LINES}): split it along its seams"
-            )),
+            ));
         }
     }
-    violations.extend(stale(
-        LONG_FILES,
-        |(p, _)| long_used.contains(p),
-        |(p, why)| format!("{p} ({why}) is within the limit now; remove it from LONG_FILES"),
-    ));
+    violations
+        .extend(long_files.stale(|p, why| format!("{p} ({why}) is within the limit now; remove it from LONG_FILES")));
     assert_no_violations(&violations);
 }
 

@@ -479,3 +479,54 @@ pub const GXX_WARNINGS: &[&str] = &[
     "-Wno-unused-but-set-variable",
     "-Wno-unknown-pragmas",
 ];
+
+/// One case of a case file ([`text_cases`]): its name, its input (a
+/// program's text) and the lines it must give.
+pub struct TextCase {
+    pub name: String,
+    pub input: String,
+    pub expect: Vec<String>,
+}
+
+/// The cases of a case file, test data written as text: after `;` comment
+/// lines, each case is a `== name` line, its input, then a `-- expect` line
+/// and the expected lines, one a line (blank lines before the next case are
+/// not part of it). Panics on text before the first case and on a file
+/// without cases.
+pub fn text_cases(file: &str) -> Vec<TextCase> {
+    let mut cases: Vec<TextCase> = Vec::new();
+    let mut in_expect = false;
+    for line in file.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            cases.push(TextCase {
+                name: name.to_string(),
+                input: String::new(),
+                expect: Vec::new(),
+            });
+            in_expect = false;
+            continue;
+        }
+        let Some(case) = cases.last_mut() else {
+            assert!(
+                line.is_empty() || line.starts_with(';'),
+                "text before the first case: {line}"
+            );
+            continue;
+        };
+        if line == "-- expect" {
+            in_expect = true;
+        } else if in_expect {
+            case.expect.push(line.to_string());
+        } else {
+            case.input.push_str(line);
+            case.input.push('\n');
+        }
+    }
+    for case in &mut cases {
+        while case.expect.last().is_some_and(|l| l.is_empty()) {
+            case.expect.pop();
+        }
+    }
+    assert!(!cases.is_empty(), "a case file without cases");
+    cases
+}

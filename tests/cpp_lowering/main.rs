@@ -10,11 +10,11 @@ mod common;
 use indexmap::IndexMap;
 use std::process::Command;
 use wrapir::ir::{
-    ArgValue, AssertSizeStride, CallArg, ConstValue, DType, Device, DynamicScalar, GridType, KernelBackend, KernelCall,
-    KeyEntry, Layout, Line, MultiIndex, MultiOutput, Predicate, Program, ProgramBuilder, TensorMethod, TritonMeta,
+    ArgValue, CallArg, ConstValue, DType, Device, GridType, KernelBackend, KernelCall, KeyEntry, Layout, Line,
+    MultiIndex, MultiOutput, Program, ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::cpp::{self, Dialect, IntSuffix, Options};
-use wrapir::sym::{CmpOp, SymExpr};
+use wrapir::sym::SymExpr;
 
 mod compile;
 mod lowering;
@@ -124,242 +124,16 @@ fn check_absent(text: &str, fragment: &str) {
     assert!(!text.contains(fragment), "unexpected `{fragment}` in:\n{text}");
 }
 
+/// Parses a program of `programs/*.wir`, panicking with the error.
+fn program_text(text: &str) -> Program {
+    wrapir::text::parse(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
 struct Case {
     name: &'static str,
     program: fn() -> Program,
     aoti: &'static [&'static str],
     standalone: &'static [&'static str],
-}
-
-fn nonzero_program() -> Program {
-    common::main_program(
-        |p| {
-            p.unbacked_symbol("u0", Some(0), Some(100));
-        },
-        |g, _| {
-            let x = g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), [int(100)]));
-            let nz = g.extern_alloc(
-                "buf2",
-                Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
-                "torch.ops.aten.nonzero.default",
-                vec![buf("arg0_1")],
-            );
-            g.bind_size(&nz, &"u0".into(), 0);
-            g.free(&x);
-            g.runtime_assert(SymExpr::cmp(CmpOp::Le, sym("u0"), int(100)), "Expected u0 <= 100");
-            let view = g.reinterpret(
-                &nz,
-                "buf3",
-                Layout {
-                    dtype: DType::Int64,
-                    device: Device::cuda(0),
-                    size: [sym("u0")].into_iter().collect(),
-                    stride: [int(1)].into_iter().collect(),
-                    offset: int(0),
-                    alloc_numel: None,
-                },
-            );
-            let same = g.reinterpret(
-                &nz,
-                "buf4",
-                Layout::contiguous(DType::Int64, Device::cuda(0), [sym("u0"), int(1)]),
-            );
-            g.free_if_not_reused(&same);
-            g.output(&view);
-        },
-    )
-}
-
-fn item_program() -> Program {
-    common::main_program(
-        |p| {
-            p.unbacked_symbol("u0", Some(0), None);
-            p.unbacked_symbol("u1", Some(0), None);
-        },
-        |g, _| {
-            g.tensor_input("arg0_1", Layout::contiguous(DType::Int64, Device::cuda(0), []));
-            g.line(Line::DynamicScalar(DynamicScalar {
-                symbol: "u0".into(),
-                source: "arg0_1".into(),
-                keypath: [KeyEntry::DivideBy(4)].into_iter().collect(),
-                node: None,
-            }));
-            g.line(Line::DynamicScalar(DynamicScalar {
-                symbol: "u1".into(),
-                source: "arg0_1".into(),
-                keypath: [KeyEntry::ConvertInt].into_iter().collect(),
-                node: None,
-            }));
-            g.output_expr(sym("u0"));
-        },
-    )
-}
-
-fn topk_program() -> Program {
-    common::main_program(
-        |p| {
-            p.unbacked_symbol("u2", Some(0), None);
-            p.unbacked_symbol("u3", Some(0), None);
-        },
-        |g, _| {
-            g.tensor_input("arg0_1", f32(&[int(8)]));
-            let r = g.extern_alloc_multi(
-                "buf1",
-                "torch.ops.aten.topk.default",
-                vec![buf("arg0_1"), ArgValue::Expr(int(2))],
-            );
-            g.bind_unbacked(
-                &r,
-                &"u2".into(),
-                [
-                    KeyEntry::Index(1),
-                    KeyEntry::CallMethod(TensorMethod::Size),
-                    KeyEntry::Index(0),
-                    KeyEntry::DivideBy(2),
-                ]
-                .into_iter()
-                .collect(),
-            );
-            let v = g.multi_output("buf2", f32(&[int(2)]), &r, &[MultiIndex::Tuple(0)]);
-            let i = g.multi_output(
-                "buf3",
-                Layout::contiguous(DType::Int64, Device::cuda(0), [int(2)]),
-                &r,
-                &[MultiIndex::Tuple(1)],
-            );
-            // Bindings attached to the extracted element keep the op-level index.
-            g.bind_unbacked(
-                &i,
-                &"u3".into(),
-                [
-                    KeyEntry::Index(1),
-                    KeyEntry::CallMethod(TensorMethod::Stride),
-                    KeyEntry::Index(0),
-                ]
-                .into_iter()
-                .collect(),
-            );
-            let out = g.allocate("buf4", f32(&[int(2)]));
-            let mut kwargs = IndexMap::new();
-            kwargs.insert("alpha".to_string(), ArgValue::Expr(int(1)));
-            g.extern_out(
-                &out,
-                "extern_kernels.add",
-                vec![buf("buf2"), ArgValue::Float(0.5)],
-                kwargs,
-            );
-            g.line(Line::Comment {
-                text: "Topologically Sorted Source Nodes: [topk]".into(),
-            });
-            g.line(Line::AssertAlignment {
-                buffer: "buf4".into(),
-                alignment: 16,
-                context: None,
-            });
-            g.line(Line::AssertSizeStride(AssertSizeStride {
-                buffer: "buf4".into(),
-                size: [int(2)].into_iter().collect(),
-                stride: [int(1)].into_iter().collect(),
-                context: Some("add".into()),
-            }));
-            g.output(&v);
-            g.output(&out);
-            g.output(&v);
-        },
-    )
-}
-
-fn cond_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
-    for name in ["true_graph_0", "false_graph_0"] {
-        let mut g = p.subgraph(name);
-        g.tensor_input("arg0_1", f32(&[int(40)]));
-        let b = g.allocate("buf0", f32(&[int(40)]));
-        g.call_kernel(&k, [buf("arg0_1"), buf("buf0"), ArgValue::Expr(int(40))]);
-        g.output(&b);
-        g.finish();
-    }
-    let mut g = p.main();
-    g.tensor_input("arg0_1", Layout::contiguous(DType::Bool, Device::cuda(0), []));
-    g.tensor_input("arg1_1", f32(&[int(40)]));
-    g.define_kernel(&k);
-    g.line(Line::EnterDeviceContext { device_index: 0 });
-    g.conditional(
-        "buf0",
-        Predicate::Tensor("arg0_1".into()),
-        ("true_graph_0", "false_graph_0"),
-        &["arg1_1".into()],
-    );
-    let r = g.multi_output("buf1", f32(&[int(40)]), &"buf0".into(), &[MultiIndex::List(0)]);
-    g.line(Line::ExitDeviceContext);
-    g.output(&r);
-    g.finish();
-    p.finish()
-}
-
-fn while_program() -> Program {
-    let mut p = ProgramBuilder::new();
-    {
-        let mut g = p.subgraph("cond_graph_0");
-        g.tensor_input("arg0_1", f32(&[int(4)]));
-        g.tensor_input("arg1_1", f32(&[int(4)]));
-        let r = g.extern_alloc(
-            "buf0",
-            Layout::contiguous(DType::Bool, Device::cuda(0), []),
-            "torch.ops.aten.any.default",
-            vec![buf("arg0_1")],
-        );
-        g.output(&r);
-        g.finish();
-    }
-    {
-        let mut g = p.subgraph("body_graph_0");
-        g.tensor_input("arg0_1", f32(&[int(4)]));
-        g.tensor_input("arg1_1", f32(&[int(4)]));
-        let r = g.extern_alloc(
-            "buf0",
-            f32(&[int(4)]),
-            "torch.ops.aten.sub.Tensor",
-            vec![buf("arg0_1"), buf("arg1_1")],
-        );
-        g.output(&r);
-        g.finish();
-    }
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(4)]));
-    g.tensor_input("arg1_1", f32(&[int(4)]));
-    g.while_loop(
-        "buf2",
-        ("cond_graph_0", "body_graph_0"),
-        &["arg0_1".into()],
-        &["arg1_1".into()],
-    );
-    let r = g.multi_output("buf3", f32(&[int(4)]), &"buf2".into(), &[MultiIndex::List(0)]);
-    g.output(&r);
-    g.finish();
-    p.finish()
-}
-
-fn dynamic_program() -> Program {
-    // Backed size, a precomputed numel and a reuse with a different layout.
-    let mut p = ProgramBuilder::new();
-    p.backed_symbol("s0", Some(8));
-    let xn = p.precomputed_symbol("triton_poi_fused_add_0_xnumel");
-    let k = p.triton_kernel("triton_poi_fused_add_0", "", pointwise_meta(GridType::Grid1D));
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[sym("s0"), int(4)]));
-    g.define_kernel(&k);
-    let b = g.allocate("buf0", f32(&[sym("s0"), int(4)]));
-    g.let_symbol(&xn, SymExpr::mul(int(4), sym("s0")));
-    g.call_kernel(
-        &k,
-        [buf("arg0_1"), buf("buf0"), ArgValue::Expr(SymExpr::Sym(xn.clone()))],
-    );
-    let r = g.reuse(&b, "buf1", f32(&[SymExpr::mul(int(4), sym("s0"))]));
-    g.output(&r);
-    g.finish();
-    p.finish()
 }
 
 const CASES: &[Case] = &[
@@ -428,7 +202,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "nonzero_unbacked_assert_views",
-        program: nonzero_program,
+        program: || program_text(include_str!("programs/nonzero.wir")),
         aoti: &[
             "AtenTensorHandle buf2_handle;",
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_cuda_nonzero(arg0_1, &buf2_handle));",
@@ -456,7 +230,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "item_divide_convert",
-        program: item_program,
+        program: || program_text(include_str!("programs/item.wir")),
         aoti: &[
             "int64_t u0_raw;",
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_int64(arg0_1, &u0_raw));",
@@ -476,7 +250,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "multi_output_extern_out_asserts",
-        program: topk_program,
+        program: || program_text(include_str!("programs/topk.wir")),
         aoti: &[
             "AtenTensorHandle buf2_handle;",
             "AtenTensorHandle buf3_handle;",
@@ -509,7 +283,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "conditional",
-        program: cond_program,
+        program: || program_text(include_str!("programs/cond.wir")),
         aoti: &[
             "AOTICudaGuard device_guard(0);",
             "RAIIAtenTensorHandle buf1;",
@@ -543,7 +317,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "while_loop",
-        program: while_program,
+        program: || program_text(include_str!("programs/while.wir")),
         aoti: &[
             "AtenTensorHandle buf3_handle;",
             "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_assign_tensors_out(arg0_1, &buf3_handle));",
@@ -576,7 +350,7 @@ const CASES: &[Case] = &[
     },
     Case {
         name: "dynamic_reuse",
-        program: dynamic_program,
+        program: || program_text(include_str!("programs/dynamic.wir")),
         aoti: &[
             "auto arg0_1_size = arg0_1.sizes();",
             "int64_t s0 = arg0_1_size[0];",

@@ -65,11 +65,11 @@ fn conditional_form() {
     );
     // The subgraph function follows its kernels; the kernel is defined once; the
     // subgraph repeats the stream import like 2.11.
-    let expected_true = "empty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p\nfrom torch._C import _cuda_getCurrentRawStream as get_raw_stream\n\n\n\ntriton_poi_fused_add_0 = async_compile.triton(";
-    assert!(text.contains(expected_true), "{text}");
-    assert!(text.contains(
-        "''', device_str='cuda')\n\ndef true_graph_0(args):\n    true_graph_0_arg0_1, = args\n    args.clear()\n    assert_size_stride(true_graph_0_arg0_1, (4, ), (1, ))\n    true_graph_0_buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)\n    stream0 = get_raw_stream(0)\n    triton_poi_fused_add_0.run(true_graph_0_arg0_1, true_graph_0_buf0, 4, stream=stream0)\n    return (true_graph_0_buf0, )\nfrom torch._C import _cuda_getCurrentRawStream as get_raw_stream\n\n\ndef false_graph_0(args):"
-    ), "{text}");
+    common::assert_contains(&text, "empty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p\nfrom torch._C import _cuda_getCurrentRawStream as get_raw_stream\n\n\n\ntriton_poi_fused_add_0 = async_compile.triton(");
+    common::assert_contains(
+        &text,
+        "''', device_str='cuda')\n\ndef true_graph_0(args):\n    true_graph_0_arg0_1, = args\n    args.clear()\n    assert_size_stride(true_graph_0_arg0_1, (4, ), (1, ))\n    true_graph_0_buf0 = empty_strided_cuda((4, ), (1, ), torch.float32)\n    stream0 = get_raw_stream(0)\n    triton_poi_fused_add_0.run(true_graph_0_arg0_1, true_graph_0_buf0, 4, stream=stream0)\n    return (true_graph_0_buf0, )\nfrom torch._C import _cuda_getCurrentRawStream as get_raw_stream\n\n\ndef false_graph_0(args):",
+    );
     assert_eq!(text.matches("async_compile.triton(").count(), 1);
 
     let symbolic = lower_ok(&cond_program(Predicate::Expr(SymExpr::cmp(
@@ -178,8 +178,7 @@ fn dynamic_inputs_frame_and_harness() {
             "return (s1, )",
         ]
     );
-    let tail = "\n\ndef get_args():\n    from torch._dynamo.testing import rand_strided\n    arg0_1 = 33\n    arg1_1 = rand_strided((33, 77), (77, 1), device='cuda:0', dtype=torch.float32)\n    arg2_1 = rand_strided((5, 0), (0, 1), device='cuda:0', dtype=torch.int64)\n    return [arg0_1, arg1_1, arg2_1]\n\n\ndef benchmark_compiled_module(args, times=10, repeat=10):\n";
-    assert!(text.contains(tail), "{text}");
+    common::assert_contains(&text, "\n\ndef get_args():\n    from torch._dynamo.testing import rand_strided\n    arg0_1 = 33\n    arg1_1 = rand_strided((33, 77), (77, 1), device='cuda:0', dtype=torch.float32)\n    arg2_1 = rand_strided((5, 0), (0, 1), device='cuda:0', dtype=torch.int64)\n    return [arg0_1, arg1_1, arg2_1]\n\n\ndef benchmark_compiled_module(args, times=10, repeat=10):\n");
     assert!(text.ends_with("compiled_module_main('None', lambda times, repeat: benchmark_compiled_module(args, times=times, repeat=repeat))\n"));
     // No Triton kernels: no triton imports.
     assert!(!text.contains("import triton"));

@@ -9,8 +9,8 @@ use smallvec::smallvec;
 use wrapir::ir::Location;
 use wrapir::ir::{
     ArgValue, AssertSizeStride, CallArg, DType, Device, DynamicScalar, ExternCall, GraphBuilder, GridType, HalideArg,
-    HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate,
-    Program, ProgramBuilder, ScatterFallback, TensorMethod, TritonMeta,
+    HalideMeta, KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program,
+    ProgramBuilder, TensorMethod, TritonMeta,
 };
 use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
@@ -100,6 +100,21 @@ fn check_cases(cases: Vec<(&str, Program, Vec<&str>)>) {
     for (name, p, expect) in cases {
         let got = lines_after_preamble(&p);
         assert_eq!(got, expect, "case `{name}`");
+    }
+}
+
+/// The symbols every program here declares, as [`program`] does, after the
+/// `wrapir 1` header: what a case file's graph follows.
+const CASE_PRELUDE: &str = "wrapir 1\n\nsymbol u0: unbacked [0, inf]\nsymbol ks0: precomputed\n\n";
+
+/// Each case of a case file (`cases/*.txt`, [`common::text_cases`]): a
+/// `main` graph with the `f32[4]` input `arg0_1`, after [`CASE_PRELUDE`],
+/// lowers to exactly its lines after the preamble.
+fn check_file(file: &str) {
+    for case in common::text_cases(file) {
+        let text = format!("{CASE_PRELUDE}{}", case.input);
+        let p = wrapir::text::parse(&text).unwrap_or_else(|e| panic!("case `{}` does not parse: {e}", case.name));
+        assert_eq!(lines_after_preamble(&p), case.expect, "case `{}`", case.name);
     }
 }
 

@@ -1,15 +1,14 @@
-//! The validator: one invalid program per rule (built in Rust) with the exact
-//! diagnostics it must produce, valid programs with what `ProgramInfo` reports
-//! about them, and the `.wir` fixtures (valid ones validate; the diagnostics of
-//! invalid ones are snapshots).
+//! The validator: one invalid program per rule (`.wir` text in the case
+//! files `cases/*.txt`) with the exact diagnostics it must produce, valid programs with what
+//! `ProgramInfo` reports about them, and the `.wir` fixtures (valid ones
+//! validate; the diagnostics of invalid ones are snapshots).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 use wrapir::ir::{
-    validate, ArgValue, AssertSizeStride, BufName, CallArg, Conditional, DType, Device, DynamicScalar, GraphBuilder,
-    GraphName, GridType, KernelCall, KernelName, KeyEntry, Layout, Line, Predicate, ProgramBuilder, Site, SymbolKind,
-    TensorMethod, TritonMeta, ValidationErrors, ValueRange, MAIN_GRAPH,
+    validate, ArgValue, BufName, DType, Device, GraphBuilder, GraphName, GridType, KernelName, KeyEntry, Layout, Line,
+    Predicate, ProgramBuilder, Site, TensorMethod, TritonMeta, ValidationErrors, MAIN_GRAPH,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -54,35 +53,9 @@ fn input8(g: &mut GraphBuilder<'_>) -> BufName {
     g.tensor_input("arg0_1", f32n(8))
 }
 
-/// `main` with input `arg0_1: f32[8]`, the pointwise kernel defined and
-/// `buf0: f32[n]` allocated: the graph, the kernel, the input and `buf0`.
-fn kernel_main(p: &mut ProgramBuilder, n: i64) -> (GraphBuilder<'_>, KernelName, BufName, BufName) {
-    let k = add_kernel(p);
-    let mut g = p.main();
-    let x = input8(&mut g);
-    g.define_kernel(&k);
-    let b = g.allocate("buf0", f32n(n));
-    (g, k, x, b)
-}
-
 /// The pointwise kernel's arguments: `in_ptr0`, `out_ptr0` and `xnumel` 8.
 fn add_args(input: BufName, output: BufName) -> [ArgValue; 3] {
     common::pointwise_args(input, output, 8)
-}
-
-fn named(name: &str, value: ArgValue) -> CallArg {
-    CallArg {
-        name: Some(name.to_string()),
-        value,
-    }
-}
-
-fn raw_call(kernel: &KernelName, args: Vec<CallArg>) -> Line {
-    Line::KernelCall(KernelCall {
-        kernel: kernel.clone(),
-        args,
-        device: Some(Device::cuda(0)),
-    })
 }
 
 /// One error per string: `graph:line: message` (`-` for the line of header
@@ -98,15 +71,45 @@ fn render(errors: &ValidationErrors) -> Vec<String> {
         .collect()
 }
 
-fn check(name: &str, build: fn(&mut ProgramBuilder), expect: &[&str]) {
-    let mut p = ProgramBuilder::new();
-    build(&mut p);
-    let program = p.finish();
+/// What a `{pointwise kernel}` line of a case's program stands for: the
+/// pointwise kernel `triton_poi_fused_add_0` of [`add_kernel`], in text form.
+const POINTWISE_KERNEL: &str = "kernel triton_poi_fused_add_0: triton {
+  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr
+  config XBLOCK: 16
+  grid Grid1D
+  num_warps 1
+}";
+
+/// Parses a case's program (with the `wrapir 1` header and a
+/// `{pointwise kernel}` line replaced by [`POINTWISE_KERNEL`]), validates
+/// it and compares its diagnostics ([`render`]) with the expected ones.
+fn check(case: &common::TextCase) {
+    let common::TextCase { name, input, expect } = case;
+    let text = format!("wrapir 1\n\n{}", input.replace("{pointwise kernel}", POINTWISE_KERNEL));
+    let program = wrapir::text::parse(&text).unwrap_or_else(|e| panic!("case `{name}` does not parse: {e}\n{text}"));
     let got = match validate(&program) {
         Ok(_) => vec![],
         Err(e) => render(&e),
     };
-    assert_eq!(got, expect, "case `{name}`");
+    assert_eq!(&got, expect, "case `{name}`:\n{text}");
 }
 
-type Case = (&'static str, fn(&mut ProgramBuilder), &'static [&'static str]);
+/// Checks every case of a case file ([`common::text_cases`], [`check`]).
+fn check_file(file: &str) {
+    for case in common::text_cases(file) {
+        check(&case);
+    }
+}
+
+/// The `{pointwise kernel}` of the case files is the kernel [`add_kernel`]
+/// declares.
+#[test]
+fn pointwise_kernel_text_is_the_builders() {
+    let mut p = ProgramBuilder::new();
+    add_kernel(&mut p);
+    let printed = wrapir::text::print(&p.finish());
+    assert_eq!(
+        printed,
+        format!("wrapir 1\n\n{POINTWISE_KERNEL}\n\ngraph main() -> () {{\n}}\n")
+    );
+}
