@@ -548,6 +548,19 @@ impl GemmOperand {
     }
 }
 
+impl Gemm {
+    /// `(lda, ldb, ldc)` as PyTorch's `cublasAdjustLdLevel3` gives them to
+    /// cuBLAS: `op(A)` is m x k, `op(B)` k x n, C (never transposed) m x n.
+    pub(super) fn leading_dims(&self) -> (i64, i64, i64) {
+        let ldc = if self.n <= 1 { self.m.max(1) } else { self.c.ld };
+        (
+            self.a.adjusted_ld(self.m, self.k),
+            self.b.adjusted_ld(self.k, self.n),
+            ldc,
+        )
+    }
+}
+
 /// A column-major `C = alpha * op(A) op(B) + beta * C`, batched.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Gemm {
@@ -582,9 +595,7 @@ impl BlasHandle {
                 blas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let (lda, ldb) = (g.a.adjusted_ld(g.m, g.k), g.b.adjusted_ld(g.k, g.n));
-        // C is never transposed (cuBLAS has no op for it).
-        let ldc = if g.n <= 1 { g.m.max(1) } else { g.c.ld };
+        let (lda, ldb, ldc) = g.leading_dims();
         let (m, n, k, batch) = (int(g.m, "m")?, int(g.n, "n")?, int(g.k, "k")?, int(g.batch, "batch")?);
         let (lda, ldb, ldc) = (int(lda, "lda")?, int(ldb, "ldb")?, int(ldc, "ldc")?);
         let (alpha, beta) = (g.alpha, g.beta);

@@ -63,3 +63,19 @@ pub(super) fn submit(backend: &mut CudaBackend, call: Box<dyn LibraryCall>) -> R
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// A call's addresses: every operand in order, then the optional ones
+    /// that are present, each with its write flag; absent ones (null) leave
+    /// no gap, as `rebased` expects.
+    #[test]
+    fn addresses_list_operands_then_the_optional_ones_present() {
+        let got = super::addresses(
+            &[(10, false), (20, true)],
+            &[(0, true), (30, false), (0, false), (40, true)],
+        );
+        let got: Vec<(u64, bool)> = got.iter().map(|a| (a.ptr, a.writes)).collect();
+        assert_eq!(got, [(10, false), (20, true), (30, false), (40, true)]);
+    }
+}

@@ -779,3 +779,53 @@ impl LibraryCall for LtCall {
             .map_err(|e| ExecError::op(&self.op, e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Gemm, GemmOperand};
+    use cudarc::cublas::sys::{cublasMath_t, cudaDataType};
+
+    /// The leading dimensions cuBLAS is given, case by case as PyTorch's
+    /// `cublasAdjustLdLevel3` states them: `ldc = max(m, 1)` when `n <= 1`;
+    /// a transposed A takes `max(k, 1)` when `m <= 1`, an untransposed one
+    /// `max(m, 1)` when `k <= 1`; a transposed B takes `max(n, 1)` when
+    /// `k <= 1`, an untransposed one `max(k, 1)` when `n <= 1`; otherwise
+    /// each operand keeps its own (9 here).
+    #[test]
+    fn degenerate_sizes_take_pytorchs_leading_dimensions() {
+        // (transpose A, transpose B, m, n, k) -> (lda, ldb, ldc)
+        #[rustfmt::skip]
+        let cases: [((bool, bool, i64, i64, i64), (i64, i64, i64)); 8] = [
+            ((false, false, 4, 5, 6), (9, 9, 9)),
+            ((false, false, 4, 1, 6), (9, 6, 4)),
+            ((false, false, 4, 5, 1), (4, 9, 9)),
+            ((true, false, 1, 5, 6), (6, 9, 9)),
+            ((false, false, 1, 5, 6), (9, 9, 9)),
+            ((false, true, 4, 5, 1), (4, 5, 9)),
+            ((true, true, 4, 0, 6), (9, 9, 4)),
+            ((true, true, 0, 0, 0), (1, 1, 1)),
+        ];
+        for ((ta, tb, m, n, k), want) in cases {
+            let operand = |transpose| GemmOperand {
+                ptr: 0,
+                transpose,
+                ld: 9,
+                batch_stride: 0,
+            };
+            let gemm = Gemm {
+                m,
+                n,
+                k,
+                batch: 1,
+                a: operand(ta),
+                b: operand(tb),
+                c: operand(false),
+                alpha: 1.0,
+                beta: 0.0,
+                dtype: cudaDataType::CUDA_R_32F,
+                math: cublasMath_t::CUBLAS_DEFAULT_MATH,
+            };
+            assert_eq!(gemm.leading_dims(), want, "transposes {ta}/{tb}, m {m} n {n} k {k}");
+        }
+    }
+}
