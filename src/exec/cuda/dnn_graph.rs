@@ -39,10 +39,12 @@ impl Desc {
     /// # Safety
     /// `T` is the C type `ty` names.
     unsafe fn set_raw<T>(&self, name: Attr, ty: Ty, values: &[T]) -> Result<(), CudaError> {
-        // SAFETY: the descriptor is live; `values` holds `len` elements of
+        let count = i64::try_from(values.len())
+            .map_err(|_| CudaError::Range(format!("{} elements of a cuDNN attribute", values.len())))?;
+        // SAFETY: the descriptor is live; `values` holds `count` elements of
         // the type `ty` names (the caller vouches for `T`).
         check("cudnnBackendSetAttribute", unsafe {
-            dnn::cudnnBackendSetAttribute(self.0, name, ty, values.len() as i64, values.as_ptr().cast())
+            dnn::cudnnBackendSetAttribute(self.0, name, ty, count, values.as_ptr().cast())
         })
     }
 
