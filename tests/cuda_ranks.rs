@@ -1,5 +1,5 @@
 #![cfg(feature = "cuda")]
-//! Collectives on NCCL (`exec::cuda::run_ranks`): every collective against
+//! Collectives on NCCL (`exec::collective::run_ranks` over `CudaRankJob`s): every collective against
 //! the host communicator's result for the same programs, the prepared path
 //! and CUDA graphs replaying them, and the ways a multi-rank GPU run fails
 //! (two ranks on one GPU, a rank whose GPU does not exist, a collective
@@ -95,14 +95,14 @@ fn collectives_on_nccl_match_the_host_communicator() {
             let jobs = (0..w)
                 .map(|r| CudaRankJob {
                     program: &gpu_programs[r],
-                    options: CudaOptions {
+                    backend: CudaOptions {
                         ordinal: r,
                         ..CudaOptions::from_env()
                     },
                     inputs: &inputs[r],
                 })
                 .collect();
-            let gpu = cuda::run_ranks(ProcessGroups::world(w), jobs, CollectiveOptions::default()).unwrap();
+            let gpu = collective::run_ranks(ProcessGroups::world(w), jobs, CollectiveOptions::default()).unwrap();
             let host_jobs = (0..w)
                 .map(|r| RankJob {
                     program: &host_programs[r],
@@ -197,7 +197,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     let x = inputs_for(0, 4, wrapir::ir::DType::Float32);
     let job = |ordinal: usize| CudaRankJob {
         program: &p,
-        options: CudaOptions {
+        backend: CudaOptions {
             ordinal,
             ..CudaOptions::from_env()
         },
@@ -205,7 +205,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     };
 
     // Two ranks on one GPU: refused before anything starts.
-    let e = cuda::run_ranks(
+    let e = collective::run_ranks(
         ProcessGroups::world(2),
         vec![job(0), job(0)],
         CollectiveOptions::default(),
@@ -217,7 +217,7 @@ fn gpu_rank_errors_are_errors_not_hangs() {
     // join fails at once naming it.
     let missing = gpus();
     let started = Instant::now();
-    let got = cuda::run_ranks(
+    let got = collective::run_ranks(
         ProcessGroups::world(2),
         vec![job(0), job(missing)],
         CollectiveOptions {
@@ -246,11 +246,11 @@ fn gpu_rank_errors_are_errors_not_hangs() {
         "extern buf0 = torch.ops._c10d_functional.all_reduce.default(x, 'band', '0')",
     );
     let xi = inputs_for(0, 4, wrapir::ir::DType::Int64);
-    let got = cuda::run_ranks(
+    let got = collective::run_ranks(
         ProcessGroups::world(1),
         vec![CudaRankJob {
             program: &band,
-            options: CudaOptions::from_env(),
+            backend: CudaOptions::from_env(),
             inputs: &xi,
         }],
         CollectiveOptions::default(),

@@ -363,21 +363,26 @@ impl Prepared {
     }
 }
 
-/// One rank of a [`run_ranks`] run (see the real module).
-pub struct CudaRankJob<'a> {
-    /// The rank's program.
-    pub program: &'a Program,
-    /// Its backend's options.
-    pub options: CudaOptions,
-    /// Its inputs by graph input name.
-    pub inputs: &'a IndexMap<String, Tensor>,
-}
+/// One rank of a multi-rank run on GPUs (see the real module).
+pub type CudaRankJob<'a> = super::collective::RankJob<'a, CudaOptions>;
 
-/// Runs the ranks on GPUs with NCCL: [`CudaError::NotBuilt`].
-pub fn run_ranks(
-    _groups: super::collective::ProcessGroups,
-    _jobs: Vec<CudaRankJob<'_>>,
-    _options: super::collective::CollectiveOptions,
-) -> Result<Vec<Result<RunOutput<Tensor>, RunError>>, ExecError> {
-    Err(CudaError::NotBuilt.into())
+/// Ranks on GPUs: the world is never made ([`CudaError::NotBuilt`]).
+impl super::collective::RankBackend for CudaOptions {
+    type World = std::convert::Infallible;
+
+    fn world(
+        _groups: super::collective::ProcessGroups,
+        _options: super::collective::CollectiveOptions,
+        _jobs: &mut [CudaRankJob<'_>],
+    ) -> Result<Self::World, ExecError> {
+        Err(CudaError::NotBuilt.into())
+    }
+
+    fn abort(world: &Self::World, _message: &str) {
+        match *world {}
+    }
+
+    fn run_rank(world: &Self::World, _rank: usize, _job: CudaRankJob<'_>) -> Result<RunOutput<Tensor>, RunError> {
+        match *world {}
+    }
 }

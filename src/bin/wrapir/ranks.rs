@@ -3,7 +3,7 @@
 
 use super::*;
 use wrapir::bundle::RankSet;
-use wrapir::exec::collective::{run_ranks, CollectiveOptions, RankJob};
+use wrapir::exec::collective::{run_ranks, CollectiveOptions, RankJob, RankResults};
 
 fn open(path: &Path) -> Result<RankSet> {
     RankSet::open(path, &limits()).map_err(|e| anyhow::anyhow!("{e}"))
@@ -87,10 +87,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
     }
 }
 
-type RankResults = Result<
-    Vec<std::result::Result<wrapir::exec::interp::RunOutput<wrapir::exec::Tensor>, wrapir::exec::RunError>>,
-    wrapir::exec::ExecError,
->;
+type RanksRun = std::result::Result<RankResults, wrapir::exec::ExecError>;
 
 /// Every rank on its own thread, the collectives meeting in one host communicator.
 fn run_on_host(
@@ -98,7 +95,7 @@ fn run_on_host(
     programs: &[ir::Program],
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
-) -> Result<RankResults> {
+) -> Result<RanksRun> {
     let scratch = std::env::temp_dir().join(format!("wrapir-rank-kernels-{}", std::process::id()));
     let mut jobs = Vec::with_capacity(programs.len());
     for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(programs).zip(inputs).enumerate() {
@@ -128,7 +125,7 @@ fn run_on_gpus(
     programs: &[ir::Program],
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
-) -> Result<RankResults> {
+) -> Result<RanksRun> {
     use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
     let jobs = set
         .ranks()
@@ -137,18 +134,18 @@ fn run_on_gpus(
         .zip(inputs)
         .enumerate()
         .map(|(rank, ((bundle, program), inputs))| {
-            let mut options = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
-            options.paths = CudaPaths::from_env();
-            options.ordinal = rank;
-            options.host_fallback = args.allow_host_fallback;
+            let mut backend = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
+            backend.paths = CudaPaths::from_env();
+            backend.ordinal = rank;
+            backend.host_fallback = args.allow_host_fallback;
             CudaRankJob {
                 program,
-                options,
+                backend,
                 inputs,
             }
         })
         .collect();
-    Ok(wrapir::exec::cuda::run_ranks(set.groups().clone(), jobs, options))
+    Ok(run_ranks(set.groups().clone(), jobs, options))
 }
 
 /// `wrapir check RANKSET`: each rank's program validated, its collectives

@@ -9,9 +9,12 @@
 //! `band`, `bor`, `bxor` on integers and bool.
 
 use super::rendezvous::{Rendezvous, Signature};
-use super::{check_reduce, is_integral, CollectiveCall, CollectiveOptions, ProcessGroups, Request, OPS};
+use super::{
+    check_reduce, is_integral, CollectiveCall, CollectiveOptions, ProcessGroups, RankBackend, RankJob, Request, OPS,
+};
 use crate::exec::host::{ExternFn, HostBackend};
-use crate::exec::{ExecError, Tensor, Value};
+use crate::exec::interp::RunOutput;
+use crate::exec::{ExecError, RunError, Tensor, Value};
 use indexmap::IndexMap;
 use std::sync::Arc;
 
@@ -81,30 +84,24 @@ impl HostCommunicator {
         args: &[Value<Tensor>],
         kwargs: &IndexMap<String, Value<Tensor>>,
     ) -> Result<Value<Tensor>, ExecError> {
-        let (op, request, group, in_place, input) =
-            match CollectiveCall::parse(self.groups(), key, &|i, kw| args.get(i).or_else(|| kwargs.get(kw)))? {
-                CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
-                CollectiveCall::Collective {
-                    op,
-                    request,
-                    group,
-                    in_place,
-                    input,
-                } => (op, request, group, in_place, input),
-            };
-        let err = |m: String| ExecError::op(&op, m);
-        if let Request::AllReduce { reduce } | Request::ReduceScatter { reduce } = &request {
-            check_reduce(reduce, input.dtype(), "host collectives").map_err(err)?;
+        let arg = |i: usize, kw: &str| args.get(i).or_else(|| kwargs.get(kw));
+        let c = match CollectiveCall::parse(self.groups(), key, &arg)? {
+            CollectiveCall::Wait(t) => return Ok(Value::Tensor(t.clone())),
+            CollectiveCall::Collective(c) => c,
+        };
+        let err = |m: String| ExecError::op(&c.op, m);
+        if let Request::AllReduce { reduce } | Request::ReduceScatter { reduce } = &c.request {
+            check_reduce(reduce, c.input.dtype(), "host collectives").map_err(err)?;
         }
         let signature = Signature {
-            request: request.clone(),
-            dtype: input.dtype(),
-            size: input.size().to_vec(),
+            request: c.request.clone(),
+            dtype: c.input.dtype(),
+            size: c.input.size().to_vec(),
         };
         let max_bytes = self.options.max_bytes;
         let result = self
             .rendezvous
-            .meet(rank, &op, &group, signature, input.clone(), |inputs, members| {
+            .meet(rank, &c.op, &c.group, signature, c.input.clone(), |inputs, members| {
                 let staged = inputs.iter().try_fold(0u64, |acc, t| {
                     acc.checked_add(u64::try_from(t.numel()).ok()?.checked_mul(8)?)
                 });
@@ -113,20 +110,21 @@ impl HostCommunicator {
                         "the group's inputs take more than the {max_bytes} bytes one collective may stage (the allocation limit)"
                     ));
                 }
-                match &request {
+                match &c.request {
                     Request::Broadcast { src } => match members.iter().position(|r| r == src) {
-                        Some(p) => compute(&request, inputs, Some(p)),
+                        Some(p) => compute(&c.request, inputs, Some(p)),
                         None => Err(format!(
-                            "source rank {src} is not in process group `{group}` (ranks {members:?})"
+                            "source rank {src} is not in process group `{}` (ranks {members:?})",
+                            c.group
                         )),
                     },
                     request => compute(request, inputs, None),
                 }
             })
             .map_err(err)?;
-        if in_place {
-            input.copy_from(&result)?;
-            return Ok(Value::Tensor(input.clone()));
+        if c.in_place {
+            c.input.copy_from(&result)?;
+            return Ok(Value::Tensor(c.input.clone()));
         }
         Ok(Value::Tensor(result))
     }
@@ -265,36 +263,30 @@ fn reduce_all(reduce: &str, inputs: &[Tensor]) -> Result<Tensor, String> {
     Tensor::from_f64(dtype, &acc, &size).map_err(e)
 }
 
-/// One rank of a [`run_ranks`] run: its program, its backend (kernels
-/// loaded, limits set) and its inputs.
-pub struct RankJob<'a> {
-    /// The rank's program.
-    pub program: &'a crate::ir::Program,
-    /// The backend it runs on; [`run_ranks`] registers the collectives on it.
-    pub backend: HostBackend,
-    /// Its inputs by graph input name.
-    pub inputs: &'a IndexMap<String, Tensor>,
-}
+impl RankBackend for HostBackend {
+    type World = Arc<HostCommunicator>;
 
-/// Runs every rank's program on its own thread, their collectives meeting in
-/// one [`HostCommunicator`] over `groups`; `jobs[r]` is global rank `r`.
-/// Returns each rank's outputs or error, in rank order. A rank that fails
-/// aborts the others' collectives (they then fail naming it).
-pub fn run_ranks(
-    groups: ProcessGroups,
-    jobs: Vec<RankJob<'_>>,
-    options: CollectiveOptions,
-) -> Result<Vec<Result<crate::exec::interp::RunOutput<Tensor>, crate::exec::RunError>>, ExecError> {
-    super::check_job_count(jobs.len(), groups.world_size)?;
-    let comm = HostCommunicator::new(groups, options)?;
-    let mut jobs = jobs;
-    for (rank, job) in jobs.iter_mut().enumerate() {
-        comm.register(&mut job.backend, rank)?;
+    fn world(
+        groups: ProcessGroups,
+        options: CollectiveOptions,
+        jobs: &mut [RankJob<'_, Self>],
+    ) -> Result<Arc<HostCommunicator>, ExecError> {
+        let comm = HostCommunicator::new(groups, options)?;
+        for (rank, job) in jobs.iter_mut().enumerate() {
+            comm.register(&mut job.backend, rank)?;
+        }
+        Ok(comm)
     }
-    Ok(super::on_rank_threads(jobs, &|m| comm.abort(m), &|_,
-                                                          mut job: RankJob<
-        '_,
-    >| {
+
+    fn abort(world: &Arc<HostCommunicator>, message: &str) {
+        world.abort(message);
+    }
+
+    fn run_rank(
+        _world: &Arc<HostCommunicator>,
+        _rank: usize,
+        mut job: RankJob<'_, Self>,
+    ) -> Result<RunOutput<Tensor>, RunError> {
         crate::exec::host::run_program_on(job.program, &mut job.backend, job.inputs)
-    }))
+    }
 }

@@ -27,10 +27,11 @@
 mod host;
 pub(crate) mod rendezvous;
 
-pub use host::{run_ranks, HostCommunicator, RankJob};
+pub use host::HostCommunicator;
 
-use super::{ExecError, RunError, Value};
-use crate::ir::DType;
+use super::interp::RunOutput;
+use super::{ExecError, RunError, Tensor, Value};
+use crate::ir::{DType, Program};
 use indexmap::IndexMap;
 use std::time::Duration;
 
@@ -158,16 +159,19 @@ impl Request {
 pub(crate) enum CollectiveCall<'a, T> {
     /// `wait_tensor(tensor)`: its argument.
     Wait(&'a T),
-    /// A collective on `group`.
-    Collective {
-        /// The op string (`torch.ops._c10d_functional.<name>.default`).
-        op: String,
-        request: Request,
-        group: String,
-        /// `all_reduce_`, `broadcast_`: the result is written into `input`.
-        in_place: bool,
-        input: &'a T,
-    },
+    /// A collective on a group.
+    Collective(Collective<'a, T>),
+}
+
+/// A collective on `group`.
+pub(crate) struct Collective<'a, T> {
+    /// The op string (`torch.ops._c10d_functional.<name>.default`).
+    pub(crate) op: String,
+    pub(crate) request: Request,
+    pub(crate) group: String,
+    /// `all_reduce_`, `broadcast_`: the result is written into `input`.
+    pub(crate) in_place: bool,
+    pub(crate) input: &'a T,
 }
 
 impl<'a, T> CollectiveCall<'a, T> {
@@ -255,30 +259,80 @@ impl<'a, T> CollectiveCall<'a, T> {
             _ => return Err(err("not a collective".into())),
         };
         let input = tensor(0, "input")?;
-        Ok(CollectiveCall::Collective {
+        Ok(CollectiveCall::Collective(Collective {
             op,
             request,
             group,
             in_place,
             input,
-        })
+        }))
     }
 }
 
-/// Checks that there is one job per rank of a world of `world_size`.
-pub(crate) fn check_job_count(jobs: usize, world_size: usize) -> Result<(), ExecError> {
-    if jobs != world_size {
+/// One rank of a [`run_ranks`] run: its program, what it runs on and its
+/// inputs.
+pub struct RankJob<'a, B> {
+    /// The rank's program.
+    pub program: &'a Program,
+    /// What it runs on ([`RankBackend`]): a host backend (kernels loaded,
+    /// limits set; [`run_ranks`] registers the collectives on it), or with
+    /// feature `cuda` the `CudaOptions` the rank builds its CUDA backend from,
+    /// on its own thread and GPU ([`CudaOptions::ordinal`](crate::exec::cuda::CudaOptions)).
+    pub backend: B,
+    /// Its inputs by graph input name.
+    pub inputs: &'a IndexMap<String, Tensor>,
+}
+
+/// Each rank's outputs (on the host) or error, in rank order.
+pub type RankResults = Vec<Result<RunOutput<Tensor>, RunError>>;
+
+/// What the ranks of a [`run_ranks`] run run on, and the world their
+/// collectives meet in: [`HostBackend`](crate::exec::host::HostBackend)
+/// (one [`HostCommunicator`]) and, with feature `cuda`, `CudaOptions`
+/// (an `NcclWorld`, one GPU per rank).
+pub trait RankBackend: Sized + Send {
+    /// The shared state of one run, which every rank's thread sees.
+    type World: Sync;
+    /// The world of a run of `jobs` over `groups` (checked), the jobs made
+    /// ready to join it.
+    fn world(
+        groups: ProcessGroups,
+        options: CollectiveOptions,
+        jobs: &mut [RankJob<'_, Self>],
+    ) -> Result<Self::World, ExecError>;
+    /// Fails every waiting and later collective of `world` with `message` (a
+    /// rank's program failed: the others must not wait for it).
+    fn abort(world: &Self::World, message: &str);
+    /// Runs `job` as global rank `rank` of `world`, on the calling thread.
+    fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError>;
+}
+
+/// Runs every rank's program on its own thread, their collectives meeting in
+/// one world over `groups` ([`RankBackend`]); `jobs[r]` is global rank `r`.
+/// Returns each rank's outputs or error, in rank order. A rank that fails
+/// aborts the others' collectives (they then fail naming it).
+pub fn run_ranks<B: RankBackend>(
+    groups: ProcessGroups,
+    mut jobs: Vec<RankJob<'_, B>>,
+    options: CollectiveOptions,
+) -> Result<RankResults, ExecError> {
+    if jobs.len() != groups.world_size {
         return Err(ExecError::Input(format!(
-            "{jobs} rank programs for a world of {world_size} ranks"
+            "{} rank programs for a world of {} ranks",
+            jobs.len(),
+            groups.world_size
         )));
     }
-    Ok(())
+    let world = B::world(groups, options, &mut jobs)?;
+    Ok(on_rank_threads(jobs, &|m| B::abort(&world, m), &|rank, job| {
+        B::run_rank(&world, rank, job)
+    }))
 }
 
 /// Runs `run(rank, job)` for every job (`jobs[r]` is global rank `r`) on its
 /// own thread and returns the results in rank order. A rank that fails or
 /// panics calls `abort` with why, so that the others stop waiting for it.
-pub(crate) fn on_rank_threads<J: Send, T: Send>(
+fn on_rank_threads<J: Send, T: Send>(
     jobs: Vec<J>,
     abort: &(dyn Fn(&str) + Sync),
     run: &(dyn Fn(usize, J) -> Result<T, RunError> + Sync),

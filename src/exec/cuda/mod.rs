@@ -55,7 +55,7 @@ pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
 pub use model::{
     make_cudnn_plans, CudnnPlans, DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session,
 };
-pub use nccl::{run_ranks, CudaRankJob, NcclWorld};
+pub use nccl::{CudaRankJob, NcclWorld};
 pub use options::{CudaOptions, MathModes};
 pub use prepared::{Prepared, PreparedCache};
 pub use tensor::CudaTensor;

@@ -1,5 +1,5 @@
 //! Collectives on NCCL: the ranks of a multi-rank program run as threads of
-//! one process, one GPU each ([`run_ranks`]), and their
+//! one process, one GPU each (`collective::run_ranks` with [`CudaRankJob`]s), and their
 //! `torch.ops._c10d_functional` calls are NCCL collectives on each rank's
 //! stream.
 //!
@@ -27,12 +27,12 @@ use super::library::{self, Address, LibraryCall};
 use super::{libraries, CudaBackend, CudaError, CudaOptions, CudaTensor};
 use crate::exec::collective::rendezvous::{Rendezvous, Signature};
 use crate::exec::collective::{
-    check_job_count, check_reduce, on_rank_threads, CollectiveCall, CollectiveOptions, ProcessGroups, Request, OPS,
+    check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, RankBackend, RankJob, Request, OPS,
 };
 use crate::exec::host::op_key;
 use crate::exec::interp::RunOutput;
 use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
-use crate::ir::{DType, Program};
+use crate::ir::DType;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::nccl::sys as nccl;
 use indexmap::IndexMap;
@@ -371,25 +371,19 @@ pub(super) fn call(
         ));
     };
     let arg = |i: usize, kw: &str| call.args.get(i).or_else(|| call.kwargs.get(kw));
-    let (op, request, group, in_place, input) = match CollectiveCall::parse(rank.world.groups(), &key, &arg)? {
+    let c = match CollectiveCall::parse(rank.world.groups(), &key, &arg)? {
         CollectiveCall::Wait(t) => return Ok(Some(Value::Tensor(t.clone()))),
-        CollectiveCall::Collective {
-            op,
-            request,
-            group,
-            in_place,
-            input,
-        } => (op, request, group, in_place, input),
+        CollectiveCall::Collective(c) => c,
     };
-    let err = |m: String| ExecError::op(&op, m);
-    let members = rank.world.groups().members(&group).map_err(err)?;
-    let comm = rank.comms.get(&group).ok_or_else(|| {
+    let err = |m: String| ExecError::op(&c.op, m);
+    let members = rank.world.groups().members(&c.group).map_err(err)?;
+    let comm = rank.comms.get(&c.group).ok_or_else(|| {
         err(format!(
-            "rank {} is not in process group `{group}` (ranks {members:?})",
-            rank.rank
+            "rank {} is not in process group `{}` (ranks {members:?})",
+            rank.rank, c.group
         ))
     })?;
-    let spec = input.spec.clone();
+    let spec = c.input.spec.clone();
     let dtype = nccl_dtype(spec.dtype).ok_or_else(|| err(format!("NCCL has no {} type", spec.dtype)))?;
     let dense = crate::exec::contiguous_strides(&spec.size);
     if spec
@@ -407,11 +401,11 @@ pub(super) fn call(
     let n = comm.size;
     let group_size = i64::try_from(n).map_err(|_| err(format!("a group of {n} ranks")))?;
     let mut out_size = spec.size.clone();
-    let (kind, count) = match &request {
+    let (kind, count) = match &c.request {
         Request::AllReduce { reduce } | Request::ReduceScatter { reduce } => {
             check_reduce(reduce, spec.dtype, "NCCL").map_err(err)?;
             let op = nccl_reduce(reduce, spec.dtype).map_err(err)?;
-            if matches!(request, Request::AllReduce { .. }) {
+            if matches!(c.request, Request::AllReduce { .. }) {
                 (Kind::AllReduce(op), numel)
             } else {
                 let d0 = *spec
@@ -438,7 +432,8 @@ pub(super) fn call(
         Request::Broadcast { src } => {
             let root = members.iter().position(|r| r == src).ok_or_else(|| {
                 err(format!(
-                    "source rank {src} is not in process group `{group}` (ranks {members:?})"
+                    "source rank {src} is not in process group `{}` (ranks {members:?})",
+                    c.group
                 ))
             })?;
             let root = c_int::try_from(root).map_err(|_| err(format!("a root at position {root}")))?;
@@ -446,24 +441,24 @@ pub(super) fn call(
         }
         Request::Join => return Err(err("internal: a join is not a call".into())),
     };
-    let out = if in_place {
-        input.clone()
+    let out = if c.in_place {
+        c.input.clone()
     } else {
         backend.allocate(&TensorSpec::contiguous(spec.dtype, spec.device, &out_size))?
     };
     let signature = Signature {
-        request,
+        request: c.request,
         dtype: spec.dtype,
         size: spec.size.clone(),
     };
     rank.world
         .calls
-        .meet(rank.rank, &op, &group, signature, (), |_, m| Ok(vec![(); m.len()]))
+        .meet(rank.rank, &c.op, &c.group, signature, (), |_, m| Ok(vec![(); m.len()]))
         .map_err(err)?;
     let collective = NcclCall {
-        op: op.clone(),
+        op: c.op.clone(),
         kind,
-        send: input.data_ptr(),
+        send: c.input.data_ptr(),
         recv: out.data_ptr(),
         count,
         dtype,
@@ -473,55 +468,50 @@ pub(super) fn call(
     Ok(Some(Value::Tensor(out)))
 }
 
-/// One rank of a [`run_ranks`] run: its program, the options of its backend
-/// (its GPU: [`CudaOptions::ordinal`]) and its inputs.
-pub struct CudaRankJob<'a> {
-    /// The rank's program.
-    pub program: &'a Program,
-    /// Its backend's options; every rank needs its own GPU.
-    pub options: CudaOptions,
-    /// Its inputs by graph input name.
-    pub inputs: &'a IndexMap<String, Tensor>,
-}
+/// One rank of a [`run_ranks`](crate::exec::collective::run_ranks) run on
+/// GPUs: the options of its backend (its GPU: [`CudaOptions::ordinal`]).
+pub type CudaRankJob<'a> = RankJob<'a, CudaOptions>;
 
-/// Runs every rank's program on its own thread and GPU, their collectives on
-/// NCCL over `groups`; `jobs[r]` is global rank `r`. Returns each rank's
-/// outputs (on the host) or error, in rank order. A rank that fails aborts
-/// the others' waits (they then fail naming it).
-pub fn run_ranks(
-    groups: ProcessGroups,
-    jobs: Vec<CudaRankJob<'_>>,
-    options: CollectiveOptions,
-) -> Result<Vec<Result<RunOutput<Tensor>, RunError>>, ExecError> {
-    check_job_count(jobs.len(), groups.world_size)?;
-    for (i, a) in jobs.iter().enumerate() {
-        if let Some(j) = jobs[..i].iter().position(|b| b.options.ordinal == a.options.ordinal) {
-            return Err(ExecError::Input(format!(
-                "ranks {j} and {i} are both on cuda:{}; NCCL runs each rank on its own GPU",
-                a.options.ordinal
-            )));
+/// Each rank runs on its own thread and GPU, its backend built there from
+/// its options, the collectives on NCCL; the outputs are copied to the host.
+impl RankBackend for CudaOptions {
+    type World = Arc<NcclWorld>;
+
+    fn world(
+        groups: ProcessGroups,
+        options: CollectiveOptions,
+        jobs: &mut [RankJob<'_, Self>],
+    ) -> Result<Arc<NcclWorld>, ExecError> {
+        for (i, a) in jobs.iter().enumerate() {
+            if let Some(j) = jobs[..i].iter().position(|b| b.backend.ordinal == a.backend.ordinal) {
+                return Err(ExecError::Input(format!(
+                    "ranks {j} and {i} are both on cuda:{}; NCCL runs each rank on its own GPU",
+                    a.backend.ordinal
+                )));
+            }
         }
+        // NCCL is loaded once per process, from where the first rank's options say.
+        let paths = jobs.first().map(|j| j.backend.paths.clone()).unwrap_or_default();
+        NcclWorld::new(groups, options, &paths)
     }
-    // NCCL is loaded once per process, from where the first rank's options say.
-    let paths = jobs.first().map(|j| j.options.paths.clone()).unwrap_or_default();
-    let world = NcclWorld::new(groups, options, &paths)?;
-    Ok(on_rank_threads(jobs, &|m| world.abort(m), &|rank, job| {
-        run_rank(&world, rank, job)
-    }))
-}
 
-fn run_rank(world: &Arc<NcclWorld>, rank: usize, job: CudaRankJob<'_>) -> Result<RunOutput<Tensor>, RunError> {
-    let mut backend = CudaBackend::new(job.options).map_err(ExecError::from)?;
-    backend.join_world(world, rank)?;
-    let out = super::run_program_on(job.program, &mut backend, job.inputs)?;
-    let outputs = out
-        .outputs
-        .iter()
-        .map(|v| super::to_host(&mut backend, v))
-        .collect::<Result<Vec<_>, _>>()?;
-    backend.synchronize().map_err(ExecError::from)?;
-    Ok(RunOutput {
-        outputs,
-        symbols: out.symbols,
-    })
+    fn abort(world: &Arc<NcclWorld>, message: &str) {
+        world.abort(message);
+    }
+
+    fn run_rank(world: &Arc<NcclWorld>, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
+        let mut backend = CudaBackend::new(job.backend).map_err(ExecError::from)?;
+        backend.join_world(world, rank)?;
+        let out = super::run_program_on(job.program, &mut backend, job.inputs)?;
+        let outputs = out
+            .outputs
+            .iter()
+            .map(|v| super::to_host(&mut backend, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        backend.synchronize().map_err(ExecError::from)?;
+        Ok(RunOutput {
+            outputs,
+            symbols: out.symbols,
+        })
+    }
 }
