@@ -26,36 +26,7 @@ import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wrapir_export.tolerances import close_failure, max_abs_error, reference_names  # noqa: E402
-
-
-def compare(torch, got, reference, tolerance):
-    """(ok, reason, max abs error) of outputs against reference tensors."""
-    names = reference_names(reference)
-    if len(got) != len(names):
-        return False, f"{len(got)} outputs, expected {len(names)} ({', '.join(names)})", None
-    reasons, worst = [], None
-    for i, (value, name) in enumerate(zip(got, names)):
-        want = reference[name]
-        if value is None:
-            reasons.append(f"output {i} is None, expected {name}")
-            continue
-        if not isinstance(value, torch.Tensor):
-            value = torch.tensor(int(value))
-        value = value.detach().cpu()
-        if tuple(value.shape) != tuple(want.shape) or value.dtype != want.dtype:
-            if not (value.dim() == 0 and want.dim() == 0 and not want.is_floating_point()):
-                reasons.append(f"output {i} ({name}): {tuple(value.shape)} {value.dtype}, "
-                               f"expected {tuple(want.shape)} {want.dtype}")
-                continue
-            value = value.to(want.dtype)
-        if value.numel():
-            err = max_abs_error(torch, value, want)
-            worst = err if worst is None else max(worst, err)
-        failure = close_failure(torch, value, want, tolerance)
-        if failure is not None:
-            reasons.append(f"output {i} ({name}): {failure}")
-    return not reasons, "; ".join(reasons), worst
+from wrapir_export.tolerances import compare_outputs  # noqa: E402
 
 
 def check(bundle, args):
@@ -92,11 +63,12 @@ def check(bundle, args):
         return "FAIL", f"{stage}: {type(e).__name__}: {first}"[:400], None
     got = list(out) if isinstance(out, (list, tuple)) else [out]
     tol = meta.get("tolerance") or {"atol": 2e-2, "rtol": 2e-2}
-    ok, reason, err = compare(torch, got, load_safetensors(os.path.join(bundle, "expected.safetensors")), tol)
+    expected = load_safetensors(os.path.join(bundle, "expected.safetensors"))
+    ok, reason, err = compare_outputs(torch, got, expected, tol, cast_int_scalars=True)
     compiled_path = os.path.join(bundle, "compiled.safetensors")
     if not ok and meta.get("cuda_rng") and os.path.exists(compiled_path):
         ctol = meta.get("compiled_tolerance") or tol
-        ok2, reason2, err2 = compare(torch, got, load_safetensors(compiled_path), ctol)
+        ok2, reason2, err2 = compare_outputs(torch, got, load_safetensors(compiled_path), ctol, cast_int_scalars=True)
         if ok2:
             return "ok", "matches compiled.safetensors (in-graph random numbers)", err2
         reason += f"; against compiled.safetensors: {reason2}"

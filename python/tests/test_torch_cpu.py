@@ -319,5 +319,33 @@ class FxBuilder(unittest.TestCase):
             self.assertEqual(isinstance(a, int), i["kind"] == "symbol")
 
 
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class CompareOutputs(unittest.TestCase):
+    def test_rules(self):
+        from wrapir_export.tolerances import compare_outputs
+
+        tol = {"atol": 1e-3, "rtol": 1e-3}
+        expected = {"graph_out1": torch.tensor(3, dtype=torch.int32), "graph_out0": torch.ones(2)}
+        ok, reason, err = compare_outputs(torch, [torch.ones(2) + 1e-4, torch.tensor(3, dtype=torch.int32)],
+                                          expected, tol)
+        self.assertTrue(ok, reason)
+        self.assertAlmostEqual(err, 1e-4, places=6)
+        # A size returned as a Python int: int64, so cast only where asked.
+        ok, reason, _ = compare_outputs(torch, [torch.ones(2), 3], expected, tol)
+        self.assertFalse(ok)
+        self.assertEqual(reason, "output 1: dtype torch.int64, expected torch.int32")
+        self.assertTrue(compare_outputs(torch, [torch.ones(2), 3], expected, tol, cast_int_scalars=True)[0])
+        self.assertFalse(compare_outputs(torch, [torch.ones(2), 4], expected, tol, cast_int_scalars=True)[0])
+        ok, reason, _ = compare_outputs(torch, [None, "x"], expected, tol)
+        self.assertEqual(reason, "output 0 is None, expected graph_out0 (2,) torch.float32; "
+                                 "output 1 is a str, not a tensor or int")
+        ok, reason, _ = compare_outputs(torch, [torch.ones(3), 3], expected, tol, cast_int_scalars=True)
+        self.assertEqual(reason, "output 0: shape (3,), expected (2,)")
+        ok, reason, _ = compare_outputs(torch, [torch.ones(2) * 2, 3], expected, tol, cast_int_scalars=True)
+        self.assertTrue(reason.startswith("output 0 (graph_out0): Tensor-likes are not close!"), reason)
+        self.assertEqual(compare_outputs(torch, [], expected, tol)[1], "0 outputs, expected 2 (graph_out0, graph_out1)")
+
+
 if __name__ == "__main__":
     unittest.main()

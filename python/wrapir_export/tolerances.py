@@ -171,6 +171,46 @@ def close_failure(torch, got, want, tolerance):
     return None
 
 
+def compare_outputs(torch, got, expected, tolerance, cast_int_scalars=False):
+    """(ok, reason, max abs error) of a lowering's outputs `got` (tensors, or Python
+    ints for sizes) against a bundle's reference tensors `expected` ([`reference_names`]
+    order): floating outputs within `tolerance`, others exactly ([`close_failure`]).
+    `cast_int_scalars`: a 0-d result compared with a 0-d non-floating reference of
+    another dtype is cast to it (the FX module returns sizes as Python ints)."""
+    names = reference_names(expected)
+    if len(got) != len(names):
+        return False, f"{len(got)} outputs, expected {len(names)} ({', '.join(names)})", None
+    reasons = []
+    max_error = None
+    for i, (value, name) in enumerate(zip(got, names)):
+        want = expected[name]
+        if value is None:
+            reasons.append(f"output {i} is None, expected {name} {tuple(want.shape)} {want.dtype}")
+            continue
+        if not isinstance(value, torch.Tensor):
+            try:
+                value = torch.tensor(int(value))
+            except (TypeError, ValueError):
+                reasons.append(f"output {i} is a {type(value).__name__}, not a tensor or int")
+                continue
+        value = value.detach().cpu()
+        if tuple(value.shape) != tuple(want.shape):
+            reasons.append(f"output {i}: shape {tuple(value.shape)}, expected {tuple(want.shape)}")
+            continue
+        if value.dtype != want.dtype:
+            if not (cast_int_scalars and value.dim() == 0 and not want.is_floating_point()):
+                reasons.append(f"output {i}: dtype {value.dtype}, expected {want.dtype}")
+                continue
+            value = value.to(want.dtype)
+        if value.numel() > 0:
+            err = max_abs_error(torch, value, want)
+            max_error = err if max_error is None else max(max_error, err)
+        failure = close_failure(torch, value, want, tolerance)
+        if failure is not None:
+            reasons.append(f"output {i} ({name}): {failure}")
+    return not reasons, "; ".join(reasons), max_error
+
+
 def float64_reference(torch, fn, inputs, is_module):
     """The case's outputs computed in float64 (module and floating inputs cast), or an
     error string when that cannot run."""
