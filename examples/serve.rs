@@ -180,6 +180,28 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// A thread's place at the start barrier: it waits there once, on
+/// [`Arrival::arrive`] or else when dropped, so that a thread whose set-up
+/// fails still lets the others start.
+struct Arrival<'a> {
+    barrier: &'a std::sync::Barrier,
+    arrived: bool,
+}
+
+impl Arrival<'_> {
+    fn arrive(&mut self) {
+        if !std::mem::replace(&mut self.arrived, true) {
+            self.barrier.wait();
+        }
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.arrive();
+    }
+}
+
 /// One thread's calls on device-resident inputs: its own stream and session,
 /// one untimed call first (the session's recording), then `calls` calls,
 /// each timed until the stream has passed it.
@@ -190,24 +212,10 @@ fn device_calls(
     calls: usize,
     ready: &std::sync::Barrier,
 ) -> Result<Vec<Duration>, String> {
-    // Reaches the barrier on every path (see the caller).
-    let mut waited = false;
-    let result = device_calls_after_warm_up(model, bundle, inputs, calls, ready, &mut waited);
-    if !waited {
-        ready.wait();
-    }
-    result
-}
-
-/// [`device_calls`]'s work; sets `waited` once it passed the barrier.
-fn device_calls_after_warm_up(
-    model: &Model,
-    bundle: &std::path::Path,
-    inputs: &IndexMap<String, Tensor>,
-    calls: usize,
-    ready: &std::sync::Barrier,
-    waited: &mut bool,
-) -> Result<Vec<Duration>, String> {
+    let mut arrival = Arrival {
+        barrier: ready,
+        arrived: false,
+    };
     use cudarc::driver::{CudaContext, DevicePtr};
     let ctx = CudaContext::new(0).map_err(|e| e.to_string())?;
     // SAFETY: this thread's buffers are used on its one stream only.
@@ -251,8 +259,7 @@ fn device_calls_after_warm_up(
         Ok(t0.elapsed())
     };
     let warm = call();
-    ready.wait();
-    *waited = true;
+    arrival.arrive();
     warm?;
     let latencies = (0..calls).map(|_| call()).collect();
     drop(keep);
