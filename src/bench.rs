@@ -73,57 +73,44 @@ impl Timing {
     /// Host µs per call with calls queued back to back: the median over
     /// [`Timing::repeats`] of a repeat's time until its last call returns,
     /// per call; the work is drained between repeats (not timed).
-    pub fn queued_us<S, E>(&self, state: &mut S, call: &mut Call<'_, S, E>, drain: &Drain<'_, S, E>) -> Result<f64, E> {
-        self.warm_up(state, call, drain)?;
-        let samples = self.samples_us(state, call, drain, self.repeats, self.iters, false)?;
+    pub fn queued_us<S, E>(&self, w: &mut Workload<'_, S, E>) -> Result<f64, E> {
+        self.warm_up(w)?;
+        let samples = self.samples_us(w, self.repeats, self.iters, false)?;
         Ok(median(samples).unwrap_or(f64::NAN))
     }
 
     /// Host µs of one call alone, the work drained before each: the median
     /// of [`Timing::samples`] calls, free of queue back-pressure.
-    pub fn one_call_us<S, E>(
-        &self,
-        state: &mut S,
-        call: &mut Call<'_, S, E>,
-        drain: &Drain<'_, S, E>,
-    ) -> Result<f64, E> {
-        self.warm_up(state, call, drain)?;
-        let samples = self.samples_us(state, call, drain, self.samples, 1, false)?;
+    pub fn one_call_us<S, E>(&self, w: &mut Workload<'_, S, E>) -> Result<f64, E> {
+        self.warm_up(w)?;
+        let samples = self.samples_us(w, self.samples, 1, false)?;
         Ok(median(samples).unwrap_or(f64::NAN))
     }
 
     /// Wall µs per call with the work included (see [`Latency`]).
-    pub fn latency_us<S, E>(
-        &self,
-        state: &mut S,
-        call: &mut Call<'_, S, E>,
-        drain: &Drain<'_, S, E>,
-    ) -> Result<Latency, E> {
-        self.warm_up(state, call, drain)?;
-        let mut one = self.samples_us(state, call, drain, self.samples, 1, true)?;
+    pub fn latency_us<S, E>(&self, w: &mut Workload<'_, S, E>) -> Result<Latency, E> {
+        self.warm_up(w)?;
+        let mut one = self.samples_us(w, self.samples, 1, true)?;
         one.sort_by(f64::total_cmp);
         Ok(Latency {
             one_us: median(one.clone()).unwrap_or(f64::NAN),
             one_p99_us: percentile(&one, 99),
-            drained_us: median(self.samples_us(state, call, drain, self.repeats, self.iters, true)?)
-                .unwrap_or(f64::NAN),
+            drained_us: median(self.samples_us(w, self.repeats, self.iters, true)?).unwrap_or(f64::NAN),
         })
     }
 
-    fn warm_up<S, E>(&self, state: &mut S, call: &mut Call<'_, S, E>, drain: &Drain<'_, S, E>) -> Result<(), E> {
+    fn warm_up<S, E>(&self, w: &mut Workload<'_, S, E>) -> Result<(), E> {
         for _ in 0..self.warmup {
-            call(state)?;
+            (w.call)(w.state)?;
         }
-        drain(state)
+        (w.drain)(w.state)
     }
 
     /// `samples` timings of µs per call of `calls` calls, the drain inside
     /// the timed span (`timed_drain`) or after it.
     fn samples_us<S, E>(
         &self,
-        state: &mut S,
-        call: &mut Call<'_, S, E>,
-        drain: &Drain<'_, S, E>,
+        w: &mut Workload<'_, S, E>,
         samples: usize,
         calls: usize,
         timed_drain: bool,
@@ -132,18 +119,29 @@ impl Timing {
         for _ in 0..samples {
             let t0 = Instant::now();
             for _ in 0..calls {
-                call(state)?;
+                (w.call)(w.state)?;
             }
             if timed_drain {
-                drain(state)?;
+                (w.drain)(w.state)?;
             }
             per_call.push(t0.elapsed().as_secs_f64() * 1e6 / calls as f64);
             if !timed_drain {
-                drain(state)?;
+                (w.drain)(w.state)?;
             }
         }
         Ok(per_call)
     }
+}
+
+/// What a measurement times: a state (a backend), one call of the work on
+/// it, and the drain that waits until the work it queued is done.
+pub struct Workload<'w, S, E> {
+    /// The state the calls run on.
+    pub state: &'w mut S,
+    /// One call.
+    pub call: &'w mut Call<'w, S, E>,
+    /// The wait for the queued work.
+    pub drain: &'w Drain<'w, S, E>,
 }
 
 /// One call of the measured work on a state (a backend).
@@ -207,21 +205,27 @@ mod tests {
             drains.set(drains.get() + 1);
             Ok(())
         };
+        let mut count = |c: &mut usize| {
+            *c += 1;
+            Ok(())
+        };
         let us = t
-            .queued_us(
-                &mut calls,
-                &mut |c| {
-                    *c += 1;
-                    Ok(())
-                },
-                &drain,
-            )
+            .queued_us(&mut Workload {
+                state: &mut calls,
+                call: &mut count,
+                drain: &drain,
+            })
             .unwrap();
         assert!(us >= 0.0);
         // Warm-up 3, then 2 repeats of 3; a drain after the warm-up and each repeat.
         assert_eq!((calls, drains.get()), (9, 3));
+        let mut fail = |_: &mut usize| Err("failed".to_string());
         let err = t
-            .one_call_us(&mut calls, &mut |_| Err("failed".to_string()), &drain)
+            .one_call_us(&mut Workload {
+                state: &mut calls,
+                call: &mut fail,
+                drain: &drain,
+            })
             .unwrap_err();
         assert_eq!(err, "failed");
     }

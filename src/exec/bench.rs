@@ -13,7 +13,7 @@ use super::cuda::{
     LoadTimings, Prepared, Replay,
 };
 use super::{Backend, ExecError, RunError, Tensor, Value};
-use crate::bench::{Latency, Timing};
+use crate::bench::{Latency, Timing, Workload};
 use crate::ir::Program;
 use crate::sym::Bindings;
 use indexmap::IndexMap;
@@ -220,11 +220,11 @@ pub fn bench_cuda(
     let meta_peak_bytes = meta_peak(program, &first.symbols).map(|p| p.saturating_sub(input_bytes));
     drop(first);
     let sync = |b: &CudaBackend| b.synchronize().map_err(BenchError::Cuda);
-    let interp_us = timing.queued_us(
-        &mut backend,
-        &mut |b| plan.run(b, args.clone(), &constants).map(drop).map_err(BenchError::Run),
-        &sync,
-    )?;
+    let interp_us = timing.queued_us(&mut Workload {
+        state: &mut backend,
+        call: &mut |b| plan.run(b, args.clone(), &constants).map(drop).map_err(BenchError::Run),
+        drain: &sync,
+    })?;
     let interp_bits = output_bits(&first_host)?;
     let direct = match Prepared::record(&mut backend, &plan, args.clone(), &constants) {
         Err(e) => Err(e.to_string()),
@@ -274,9 +274,14 @@ fn direct(
         diverged |= prepared.replay(b)? != Replay::Done;
         Ok(())
     };
-    let queued_us = timing.queued_us(backend, &mut replay, &sync)?;
-    let one_us = timing.one_call_us(backend, &mut replay, &sync)?;
-    let latency = timing.latency_us(backend, &mut replay, &sync)?;
+    let mut workload = Workload {
+        state: &mut *backend,
+        call: &mut replay,
+        drain: &sync,
+    };
+    let queued_us = timing.queued_us(&mut workload)?;
+    let one_us = timing.one_call_us(&mut workload)?;
+    let latency = timing.latency_us(&mut workload)?;
     let launches = kernels - prepared.library_calls();
     backend.set_cuda_rng(rng0)?;
     diverged |= prepared.replay(backend)? != Replay::Done;
@@ -319,7 +324,11 @@ fn graphs(
 ) -> Result<Result<Graphs, String>, BenchError> {
     let sync = |b: &CudaBackend| b.synchronize().map_err(BenchError::Cuda);
     let mut diverged = false;
-    let timed = timing.queued_us(backend, &mut |b| replay_graphs(prepared, b, &mut diverged), &sync);
+    let timed = timing.queued_us(&mut Workload {
+        state: &mut *backend,
+        call: &mut |b| replay_graphs(prepared, b, &mut diverged),
+        drain: &sync,
+    });
     let queued_us = match timed {
         Ok(us) => us,
         Err(e) => return Ok(Err(e.to_string())),
@@ -331,7 +340,11 @@ fn graphs(
     // Divergence in the latency loops is not reported: the verdict stands
     // for the timed calls and the checked replay.
     let mut later = diverged;
-    let latency = timing.latency_us(backend, &mut |b| replay_graphs(prepared, b, &mut later), &sync)?;
+    let latency = timing.latency_us(&mut Workload {
+        state: &mut *backend,
+        call: &mut |b| replay_graphs(prepared, b, &mut later),
+        drain: &sync,
+    })?;
     let device_us = prepared.graph_device_us(backend, timing.samples)?;
     Ok(Ok(Graphs {
         queued_us,

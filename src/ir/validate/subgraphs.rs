@@ -98,12 +98,23 @@ impl<'a> Validator<'a> {
 
     /// The one rule of a need (a symbol bound, a kernel defined) of the
     /// subgraph run at line `at` that `g` has not met there: it goes unmet
-    /// in the main graph, which has no caller to pass it to, and where `g`
-    /// meets it only after `at` (`later`: the line where `g` first meets it,
-    /// from [`Self::prescan`]); otherwise it becomes `g`'s own need.
-    fn need_unmet(g: &mut GraphState<'a>, at: usize, later: impl FnOnce(&GraphState<'a>) -> Option<usize>) -> bool {
+    /// (reported as `unmet`; returns false) in the main graph, which has no
+    /// caller to pass it to, and where `g` meets it only after `at` (`later`:
+    /// the line where `g` first meets it, from [`Self::prescan`]); otherwise
+    /// it becomes `g`'s own need (returns true).
+    fn pass_need(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        later: impl FnOnce(&GraphState<'a>) -> Option<usize>,
+        unmet: impl FnOnce() -> ValidationErrorKind,
+    ) -> bool {
         Self::prescan(g);
-        g.is_main || later(g).is_some_and(|i| i > at)
+        if g.is_main || later(g).is_some_and(|i| i > at) {
+            self.err(Self::at(g, at), unmet());
+            return false;
+        }
+        true
     }
 
     /// Applies what a subgraph needs and provides at the line that runs it.
@@ -112,16 +123,12 @@ impl<'a> Validator<'a> {
             if self.bound_site(g, sym).is_some() || self.unbound_backed.contains(sym) {
                 continue;
             }
-            if Self::need_unmet(g, at, |g| g.later_bindings.get(sym).copied()) {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::SubgraphSymbolNotBound {
-                        graph: sub.clone(),
-                        symbol: sym.clone(),
-                        used_at: *used_at,
-                    },
-                );
-            } else {
+            let unmet = || ValidationErrorKind::SubgraphSymbolNotBound {
+                graph: sub.clone(),
+                symbol: sym.clone(),
+                used_at: *used_at,
+            };
+            if self.pass_need(g, at, |g| g.later_bindings.get(sym).copied(), unmet) {
                 g.external_symbols.entry(sym.clone()).or_insert(Some(at));
             }
         }
@@ -129,16 +136,12 @@ impl<'a> Validator<'a> {
             if g.defined_kernels.contains_key(k) {
                 continue;
             }
-            if Self::need_unmet(g, at, |g| g.later_kernels.get(k).copied()) {
-                self.err(
-                    Self::at(g, at),
-                    ValidationErrorKind::SubgraphKernelNotDefined {
-                        graph: sub.clone(),
-                        kernel: k.clone(),
-                        called_at: *called_at,
-                    },
-                );
-            } else {
+            let unmet = || ValidationErrorKind::SubgraphKernelNotDefined {
+                graph: sub.clone(),
+                kernel: k.clone(),
+                called_at: *called_at,
+            };
+            if self.pass_need(g, at, |g| g.later_kernels.get(k).copied(), unmet) {
                 g.external_kernels.entry(k.clone()).or_insert(at);
             }
         }
