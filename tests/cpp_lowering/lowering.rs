@@ -268,6 +268,19 @@ fn errors_name_the_problem() {
             "C++ kernel `cpp_fused_0` runs on the host, but its argument `arg0_1` is on cuda:0",
         );
     }
+    // item() of a floating tensor binds no integer symbol, in either dialect
+    // (one message, written by the walk, not the dialect).
+    let float_item = wrapir::text::parse(
+        "wrapir 1\nsymbol u0: unbacked [0, inf]\ngraph main(arg0_1: f32[][]@cuda:0) -> (u0) {\n  item u0 = arg0_1\n}\n",
+    )
+    .unwrap();
+    for d in [Dialect::Aoti, Dialect::Standalone] {
+        check_error(
+            float_item.clone(),
+            d,
+            "item() of `arg0_1` (f32) cannot bind the integer symbol `u0`",
+        );
+    }
     // A key path that does not reach an integer.
     let mut p = ProgramBuilder::new();
     p.unbacked_symbol("u0", Some(0), None);

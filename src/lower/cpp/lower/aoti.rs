@@ -192,49 +192,29 @@ impl DialectOps for Aoti {
         format!("reinterpret_cast<uintptr_t>({b}.data_ptr())")
     }
 
-    fn item_int(
-        &self,
-        l: &mut Lowering<'_>,
-        src: &str,
-        layout: &Layout,
-        raw: &str,
-        item: &DynamicScalar,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        let (ctype, shim) = match layout.dtype {
-            DType::Bool => ("bool", "bool"),
-            DType::Int8 => ("int8_t", "int8"),
-            DType::Int16 => ("int16_t", "int16"),
-            DType::Int32 => ("int32_t", "int32"),
-            DType::Int64 => ("int64_t", "int64"),
-            DType::Uint8 => ("uint8_t", "uint8"),
-            other => {
-                return Err(l.unsupported(
-                    cx,
-                    format!(
-                        "item() of `{}` ({other}) cannot bind the integer symbol `{}`",
-                        item.source, item.symbol
-                    ),
-                ))
+    fn item_int(&self, l: &mut Lowering<'_>, src: &str, dtype: DType, raw: &str) -> bool {
+        match item_ctype(dtype) {
+            Some(ctype) if !dtype.is_floating() => {
+                read_item(l, src, raw, ctype, dtype);
+                true
             }
-        };
-        read_item(l, src, raw, ctype, shim);
-        Ok(())
+            _ => false,
+        }
     }
 
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str) {
-        read_item(l, tensor, scalar, "bool", "bool");
+        read_item(l, tensor, scalar, "bool", DType::Bool);
     }
 
     fn item_arg(&self, var: &str, dtype: DType) -> Option<String> {
-        let (ctype, shim) = match dtype {
-            DType::Float64 => ("double", "float64"),
-            DType::Float32 => ("float", "float32"),
-            DType::Int64 => ("int64_t", "int64"),
-            DType::Int32 => ("int32_t", "int32"),
-            DType::Bool => ("bool", "bool"),
-            _ => return None,
-        };
+        // A scalar kernel argument is a 64- or 32-bit number or a bool.
+        if !matches!(
+            dtype,
+            DType::Float64 | DType::Float32 | DType::Int64 | DType::Int32 | DType::Bool
+        ) {
+            return None;
+        }
+        let (ctype, shim) = (item_ctype(dtype)?, dtype.torch_name());
         Some(format!(
             "[&] {{ {ctype} v_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_item_{shim}({var}, &v_)); return v_; }}()"
         ))
@@ -271,15 +251,8 @@ impl DialectOps for Aoti {
         let _ = writeln!(l.body, "{device}, stream{device});");
     }
 
-    fn extern_call(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        call: &ExternCall,
-        out: Option<&BufName>,
-        results: &[String],
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
+    fn extern_call(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>) -> Result<(), Error> {
+        let (g, call, out, results, cx) = (site.g, site.call, site.out, site.results, site.cx);
         let (name, overload) = split_op(&call.op);
         let suffix = op_suffix(&name, overload, out.is_some());
         if python_op::without_c_shim(&name) {
@@ -350,14 +323,9 @@ impl DialectOps for Aoti {
         Ok(())
     }
 
-    fn index_put(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        p: &IndexPutFallback,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        g.layout(&p.target, cx)?;
+    fn index_put(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>, p: &IndexPutFallback) -> Result<(), Error> {
+        let g = site.g;
+        g.layout(&p.target, site.cx)?;
         // Handles, `nullptr` for a `None` index (not the `Tensor?[]` form).
         let handles: Vec<String> = p
             .indices
@@ -465,9 +433,28 @@ impl DialectOps for Aoti {
     }
 }
 
-/// Reads the scalar in `tensor` into `var` (declared `<ctype> <var>;` first
-/// unless it is in scope) through the shim's `aoti_torch_item_<shim>`.
-fn read_item(l: &mut Lowering<'_>, tensor: &str, var: &str, ctype: &str, shim: &str) {
+/// The C type the shim's `aoti_torch_item_<dtype>` (named by
+/// [`DType::torch_name`]) reads an element of `dtype` into, for the dtypes
+/// the wrapper reads.
+fn item_ctype(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::Bool => "bool",
+        DType::Int8 => "int8_t",
+        DType::Int16 => "int16_t",
+        DType::Int32 => "int32_t",
+        DType::Int64 => "int64_t",
+        DType::Uint8 => "uint8_t",
+        DType::Float32 => "float",
+        DType::Float64 => "double",
+        _ => return None,
+    })
+}
+
+/// Reads the scalar in `tensor` (of `dtype`) into `var` (declared
+/// `<ctype> <var>;` first unless it is in scope) through the shim's
+/// `aoti_torch_item_<dtype>`.
+fn read_item(l: &mut Lowering<'_>, tensor: &str, var: &str, ctype: &str, dtype: DType) {
+    let shim = dtype.torch_name();
     if !l.declared(var) {
         l.line(format!("{ctype} {var};"));
         l.declare(var);

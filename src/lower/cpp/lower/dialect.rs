@@ -68,17 +68,9 @@ pub(super) trait DialectOps: Sync {
 
     // ---- scalars read from tensors -----------------------------------------
 
-    /// Reads the integer in `src` (of `layout`, the local of `item`'s source
-    /// buffer) into `raw` for binding `item`'s symbol.
-    fn item_int(
-        &self,
-        l: &mut Lowering<'_>,
-        src: &str,
-        layout: &Layout,
-        raw: &str,
-        item: &DynamicScalar,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error>;
+    /// Declares `raw` holding the integer in the tensor `src` of `dtype`;
+    /// false, writing nothing, when the dialect cannot read `dtype` so.
+    fn item_int(&self, l: &mut Lowering<'_>, src: &str, dtype: DType, raw: &str) -> bool;
     /// Reads the boolean in `tensor` into the variable `scalar`.
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str);
     /// The expression reading a scalar kernel argument from the one-element
@@ -98,24 +90,14 @@ pub(super) trait DialectOps: Sync {
 
     // ---- extern ops ---------------------------------------------------------
 
-    /// An extern op with result variables `results` (and `out`, for `out=` forms).
-    fn extern_call(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        call: &ExternCall,
-        out: Option<&BufName>,
-        results: &[String],
-        cx: &Cx<'_>,
-    ) -> Result<(), Error>;
-    /// An `index_put` fallback.
-    fn index_put(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        line: &IndexPutFallback,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error>;
+    /// An extern op.
+    fn extern_call(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>) -> Result<(), Error>;
+    /// An `index_put` fallback, `site` its extern call
+    /// ([`IndexPutFallback::extern_call`]); by default that call, as the
+    /// interpreter runs it (`exec::device_ops::extern_uses`).
+    fn index_put(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>, _line: &IndexPutFallback) -> Result<(), Error> {
+        self.extern_call(l, site)
+    }
     /// The extern op a scatter fallback's `op` (`aten.scatter_.src`, ...)
     /// runs as, and whether its target is passed as the `out=` tensor.
     fn scatter_op(&self, op: &str) -> (String, bool);
@@ -146,6 +128,17 @@ pub(super) trait DialectOps: Sync {
     fn wrapper_scratch(&self, l: &mut Lowering<'_>, out: &mut String, v: &str, size: u64) -> fmt::Result;
     /// The launch function.
     fn launch_fn(&self) -> &'static str;
+}
+
+/// An extern op being lowered: its graph, the call, its `out=` buffer (for
+/// the `out=` forms), its result variables (one tensor, or one per element
+/// of a multi-output value) and its line.
+pub(super) struct ExternSite<'s> {
+    pub(super) g: &'s GraphCtx<'s>,
+    pub(super) call: &'s ExternCall,
+    pub(super) out: Option<&'s BufName>,
+    pub(super) results: &'s [String],
+    pub(super) cx: &'s Cx<'s>,
 }
 
 /// The operations of `dialect`.

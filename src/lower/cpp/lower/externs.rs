@@ -37,8 +37,15 @@ impl Lowering<'_> {
                 vec![g.local(r)]
             }
         };
+        let site = ExternSite {
+            g,
+            call,
+            out,
+            results: &results,
+            cx,
+        };
         let d = self.dialect;
-        d.extern_call(self, g, call, out, &results, cx)
+        d.extern_call(self, &site)
     }
 
     /// A scatter fallback: its extern call under the dialect's op name,

@@ -63,8 +63,16 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::IndexPutFallback(p) => {
+                let call = p.extern_call();
+                let site = ExternSite {
+                    g,
+                    call: &call,
+                    out: None,
+                    results: &[],
+                    cx,
+                };
                 let d = self.dialect;
-                d.index_put(self, g, p, cx)
+                d.index_put(self, &site, p)
             }
             Line::ScatterFallback(s) => self.scatter(g, s, cx),
             Line::DynamicScalar(item) => {
@@ -72,7 +80,15 @@ impl<'a> Lowering<'a> {
                 let raw = format!("{}_raw", item.symbol);
                 let src = g.local(&item.source);
                 let d = self.dialect;
-                d.item_int(self, &src, layout, &raw, item, cx)?;
+                if !d.item_int(self, &src, layout.dtype, &raw) {
+                    return Err(self.unsupported(
+                        cx,
+                        format!(
+                            "item() of `{}` ({}) cannot bind the integer symbol `{}`",
+                            item.source, layout.dtype, item.symbol
+                        ),
+                    ));
+                }
                 let described = format!("{}.item()", item.source);
                 self.bind_symbol(&item.symbol, &raw, &item.keypath, &described, cx)
             }

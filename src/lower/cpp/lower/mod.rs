@@ -6,10 +6,10 @@
 use super::{Dialect, Error, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
 use crate::ir::{
-    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, DynamicScalar, ExternCall, Graph,
-    GraphInput, GraphName, GraphOutput, IndexPutFallback, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText,
-    Layout, Line, LineAt, Location, MultiIndex, MultiOutput, Predicate, Program, ProgramInfo, ScatterFallback,
-    SymbolKind, TensorMethod, WhileLoop,
+    ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
+    GraphOutput, IndexPutFallback, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, LineAt,
+    Location, MultiIndex, MultiOutput, Predicate, Program, ProgramInfo, ScatterFallback, SymbolKind, TensorMethod,
+    WhileLoop,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};
@@ -47,7 +47,7 @@ mod symbols;
 mod tensors;
 mod text;
 
-use dialect::DialectOps;
+use dialect::{DialectOps, ExternSite};
 use graph::*;
 use launch::KernelWrappers;
 use record::*;

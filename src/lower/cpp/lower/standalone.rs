@@ -171,23 +171,12 @@ impl DialectOps for Standalone {
         format!("{b}.data_ptr()")
     }
 
-    fn item_int(
-        &self,
-        l: &mut Lowering<'_>,
-        src: &str,
-        layout: &Layout,
-        raw: &str,
-        item: &DynamicScalar,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        if layout.dtype.is_floating() {
-            return Err(l.unsupported(
-                cx,
-                format!("item() of floating tensor `{}` binding `{}`", item.source, item.symbol),
-            ));
+    fn item_int(&self, l: &mut Lowering<'_>, src: &str, dtype: DType, raw: &str) -> bool {
+        if dtype.is_floating() {
+            return false;
         }
         l.decl_line(raw, "int64_t", &format!("wrapir::item_int64({src}, stream)"));
-        Ok(())
+        true
     }
 
     fn item_bool(&self, l: &mut Lowering<'_>, tensor: &str, scalar: &str) {
@@ -218,15 +207,8 @@ impl DialectOps for Standalone {
     /// destination as the keyword argument `out` and return nothing), and
     /// the declared layout of a single result when it can be computed
     /// before the call (every symbol it names is bound).
-    fn extern_call(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        call: &ExternCall,
-        out: Option<&BufName>,
-        results: &[String],
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
+    fn extern_call(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>) -> Result<(), Error> {
+        let (g, call, out, results, cx) = (site.g, site.call, site.out, site.results, site.cx);
         let mut device = l.extern_device(g, call, out);
         if device.kind == DeviceType::Cuda && crate::lower::cpp::host_only(l.program) {
             // No tensor names the device (`extern_device`'s CUDA default):
@@ -285,17 +267,6 @@ impl DialectOps for Standalone {
         ));
         l.close("}");
         Ok(())
-    }
-
-    fn index_put(
-        &self,
-        l: &mut Lowering<'_>,
-        g: &GraphCtx<'_>,
-        p: &IndexPutFallback,
-        cx: &Cx<'_>,
-    ) -> Result<(), Error> {
-        // As the interpreter calls it (`exec::device_ops::extern_uses`).
-        l.extern_call(g, &p.extern_call(), None, cx)
     }
 
     /// The in-place op as the interpreter calls it: the runtime takes the
