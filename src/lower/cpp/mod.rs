@@ -202,6 +202,22 @@ pub enum Dialect {
     Standalone,
 }
 
+impl Dialect {
+    /// `aoti dialect` / `standalone dialect`, as errors name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Dialect::Aoti => "aoti dialect",
+            Dialect::Standalone => "standalone dialect",
+        }
+    }
+
+    /// The standalone dialect prints c10's integer helpers as the runtime
+    /// header's and `i64::MIN` as `INT64_MIN`.
+    fn rewrites_c10(self) -> bool {
+        self == Dialect::Standalone
+    }
+}
+
 /// The suffix of 64-bit integer literals: `L` on LP64 platforms (Linux),
 /// `LL` where `long` is 32 bits (Windows) or to match macOS Inductor output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -7,20 +7,8 @@ use super::*;
 pub(super) struct Aoti;
 
 impl DialectOps for Aoti {
-    fn name(&self) -> &'static str {
-        "aoti dialect"
-    }
-
-    fn rewrites_c10(&self) -> bool {
-        false
-    }
-
     fn dtype(&self, f: &mut fmt::Formatter<'_>, d: DType) -> fmt::Result {
         write!(f, "cached_torch_dtype_{}", d.torch_name())
-    }
-
-    fn tensor_type(&self) -> &'static str {
-        "RAIIAtenTensorHandle"
     }
 
     fn entry_start(&self, l: &mut Lowering<'_>, total: usize) {
@@ -102,6 +90,10 @@ impl DialectOps for Aoti {
     fn write_tail(&self, _l: &Lowering<'_>, out: &mut dyn fmt::Write) -> Result<(), Error> {
         out.write_str("} // inductor_entry_impl\n")?;
         Ok(())
+    }
+
+    fn tensor_type(&self) -> &'static str {
+        "RAIIAtenTensorHandle"
     }
 
     fn allocate(&self, l: &mut Lowering<'_>, name: Var<'_>, layout: &Layout, _cx: &Cx<'_>) -> Result<(), Error> {

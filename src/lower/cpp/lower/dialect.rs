@@ -9,15 +9,8 @@ use super::*;
 /// The tensor-handle operations of one dialect. Methods that write take the
 /// lowering and append to its body (or to `out` for file-level text).
 pub(super) trait DialectOps: Sync {
-    /// `aoti dialect` / `standalone dialect`, as errors name it.
-    fn name(&self) -> &'static str;
-    /// The standalone dialect prints c10's integer helpers as the runtime
-    /// header's and `i64::MIN` as `INT64_MIN` ([`CStyle`]).
-    fn rewrites_c10(&self) -> bool;
     /// A dtype as the dialect names it.
     fn dtype(&self, f: &mut fmt::Formatter<'_>, d: DType) -> fmt::Result;
-    /// The C++ type of a tensor variable.
-    fn tensor_type(&self) -> &'static str;
 
     // ---- the entry function -------------------------------------------------
 
@@ -47,6 +40,8 @@ pub(super) trait DialectOps: Sync {
 
     // ---- tensors ------------------------------------------------------------
 
+    /// The C++ type of a tensor variable.
+    fn tensor_type(&self) -> &'static str;
     /// Declares `name` as a new tensor of `layout` (storage offset 0).
     fn allocate(&self, l: &mut Lowering<'_>, name: Var<'_>, layout: &Layout, cx: &Cx<'_>) -> Result<(), Error>;
     /// A view expression of `base` with `layout`; the element size is

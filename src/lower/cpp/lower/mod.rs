@@ -212,7 +212,7 @@ impl<'a> Lowering<'a> {
 
     fn cstyle(&self) -> CStyle {
         CStyle {
-            rewrite_c10: self.dialect.rewrites_c10(),
+            rewrite_c10: self.options.dialect.rewrites_c10(),
             int_suffix: self.options.int_suffix,
         }
     }
@@ -289,7 +289,7 @@ impl<'a> Lowering<'a> {
     fn unsupported(&self, at: impl Into<Location>, what: impl Into<String>) -> Error {
         Error::Unsupported {
             at: at.into(),
-            dialect: self.dialect.name(),
+            dialect: self.options.dialect.name(),
             what: what.into(),
         }
     }

@@ -9,20 +9,8 @@ use super::*;
 pub(super) struct Standalone;
 
 impl DialectOps for Standalone {
-    fn name(&self) -> &'static str {
-        "standalone dialect"
-    }
-
-    fn rewrites_c10(&self) -> bool {
-        true
-    }
-
     fn dtype(&self, f: &mut fmt::Formatter<'_>, d: DType) -> fmt::Result {
         write!(f, "wrapir::DType::{}", runtime_dtype(d))
-    }
-
-    fn tensor_type(&self) -> &'static str {
-        "wrapir::Tensor"
     }
 
     fn entry_start(&self, _l: &mut Lowering<'_>, _total: usize) {}
@@ -113,6 +101,10 @@ impl DialectOps for Standalone {
             "extern \"C\" const char* {entry}_last_error() {{ return wrapir::last_error().c_str(); }}"
         )?;
         Ok(())
+    }
+
+    fn tensor_type(&self) -> &'static str {
+        "wrapir::Tensor"
     }
 
     fn allocate(&self, l: &mut Lowering<'_>, name: Var<'_>, layout: &Layout, cx: &Cx<'_>) -> Result<(), Error> {
