@@ -373,7 +373,7 @@ impl super::collective::RankBackend for CudaOptions {
     fn world(
         _groups: super::collective::ProcessGroups,
         _options: super::collective::CollectiveOptions,
-        _jobs: &mut [CudaRankJob<'_>],
+        _first: &Self,
     ) -> Result<Self::World, ExecError> {
         Err(CudaError::NotBuilt.into())
     }

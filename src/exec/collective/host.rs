@@ -266,27 +266,16 @@ fn reduce_all(reduce: &str, inputs: &[Tensor]) -> Result<Tensor, String> {
 impl RankBackend for HostBackend {
     type World = Arc<HostCommunicator>;
 
-    fn world(
-        groups: ProcessGroups,
-        options: CollectiveOptions,
-        jobs: &mut [RankJob<'_, Self>],
-    ) -> Result<Arc<HostCommunicator>, ExecError> {
-        let comm = HostCommunicator::new(groups, options)?;
-        for (rank, job) in jobs.iter_mut().enumerate() {
-            comm.register(&mut job.backend, rank)?;
-        }
-        Ok(comm)
+    fn world(groups: ProcessGroups, options: CollectiveOptions, _first: &Self) -> Result<Self::World, ExecError> {
+        HostCommunicator::new(groups, options)
     }
 
-    fn abort(world: &Arc<HostCommunicator>, message: &str) {
+    fn abort(world: &Self::World, message: &str) {
         world.abort(message);
     }
 
-    fn run_rank(
-        _world: &Arc<HostCommunicator>,
-        _rank: usize,
-        mut job: RankJob<'_, Self>,
-    ) -> Result<RunOutput<Tensor>, RunError> {
+    fn run_rank(world: &Self::World, rank: usize, mut job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
+        world.register(&mut job.backend, rank)?;
         crate::exec::host::run_program_on(job.program, &mut job.backend, job.inputs)
     }
 }

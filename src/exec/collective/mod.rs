@@ -31,7 +31,7 @@ pub use host::HostCommunicator;
 
 use super::interp::RunOutput;
 use super::{ExecError, RunError, Tensor, Value};
-use crate::ir::{DType, Program};
+use crate::ir::{DType, Device, Program};
 use indexmap::IndexMap;
 use std::time::Duration;
 
@@ -293,17 +293,19 @@ pub type RankResults = Vec<Result<RunOutput<Tensor>, RunError>>;
 pub trait RankBackend: Sized + Send {
     /// The shared state of one run, which every rank's thread sees.
     type World: Sync;
-    /// The world of a run of `jobs` over `groups` (checked), the jobs made
-    /// ready to join it.
-    fn world(
-        groups: ProcessGroups,
-        options: CollectiveOptions,
-        jobs: &mut [RankJob<'_, Self>],
-    ) -> Result<Self::World, ExecError>;
+    /// The world of a run over `groups` (checked); `first` is rank 0's
+    /// backend (where the CUDA world loads NCCL from).
+    fn world(groups: ProcessGroups, options: CollectiveOptions, first: &Self) -> Result<Self::World, ExecError>;
+    /// The device the rank holds alone (its GPU), if any: no two ranks of a
+    /// run may share one.
+    fn device(&self) -> Option<Device> {
+        None
+    }
     /// Fails every waiting and later collective of `world` with `message` (a
     /// rank's program failed: the others must not wait for it).
     fn abort(world: &Self::World, message: &str);
-    /// Runs `job` as global rank `rank` of `world`, on the calling thread.
+    /// Joins `job` to `world` as global rank `rank` and runs it, on the
+    /// calling thread (the rank's own).
     fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError>;
 }
 
@@ -313,7 +315,7 @@ pub trait RankBackend: Sized + Send {
 /// aborts the others' collectives (they then fail naming it).
 pub fn run_ranks<B: RankBackend>(
     groups: ProcessGroups,
-    mut jobs: Vec<RankJob<'_, B>>,
+    jobs: Vec<RankJob<'_, B>>,
     options: CollectiveOptions,
 ) -> Result<RankResults, ExecError> {
     if jobs.len() != groups.world_size {
@@ -323,7 +325,24 @@ pub fn run_ranks<B: RankBackend>(
             groups.world_size
         )));
     }
-    let world = B::world(groups, options, &mut jobs)?;
+    groups
+        .check()
+        .map_err(|e| ExecError::Input(format!("process groups: {e}")))?;
+    for (i, job) in jobs.iter().enumerate() {
+        let Some(device) = job.backend.device() else { continue };
+        if let Some(j) = jobs[..i]
+            .iter()
+            .position(|other| other.backend.device() == Some(device))
+        {
+            return Err(ExecError::Input(format!(
+                "ranks {j} and {i} are both on {device}; each rank runs on a device of its own"
+            )));
+        }
+    }
+    let Some(first) = jobs.first() else {
+        return Err(ExecError::Input("a world of no ranks".into()));
+    };
+    let world = B::world(groups, options, &first.backend)?;
     Ok(on_rank_threads(jobs, &|m| B::abort(&world, m), &|rank, job| {
         B::run_rank(&world, rank, job)
     }))
@@ -380,5 +399,63 @@ pub(crate) fn check_reduce(reduce: &str, dtype: DType, executor: &str) -> Result
         other => Err(format!(
             "reduce op `{other}` on a {dtype} tensor is not supported by {executor}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend that holds a device and runs nothing.
+    struct OnDevice(u32);
+
+    impl RankBackend for OnDevice {
+        type World = ();
+
+        fn world(_groups: ProcessGroups, _options: CollectiveOptions, _first: &Self) -> Result<(), ExecError> {
+            Ok(())
+        }
+
+        fn device(&self) -> Option<Device> {
+            Some(Device::cuda(self.0))
+        }
+
+        fn abort(_world: &(), _message: &str) {}
+
+        fn run_rank(_world: &(), rank: usize, _job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
+            Ok(RunOutput {
+                outputs: vec![Value::Int(rank as i64)],
+                symbols: Default::default(),
+            })
+        }
+    }
+
+    fn run(devices: &[u32], world_size: usize) -> Result<RankResults, ExecError> {
+        let (program, inputs) = (Program::default(), IndexMap::new());
+        let jobs = devices
+            .iter()
+            .map(|&d| RankJob {
+                program: &program,
+                backend: OnDevice(d),
+                inputs: &inputs,
+            })
+            .collect();
+        run_ranks(ProcessGroups::world(world_size), jobs, CollectiveOptions::default())
+    }
+
+    #[test]
+    fn run_ranks_checks_jobs_groups_and_devices_before_any_rank_runs() {
+        let ranks: Vec<i64> = run(&[0, 1, 2], 3)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.unwrap().outputs[0].as_int().unwrap())
+            .collect();
+        assert_eq!(ranks, [0, 1, 2]);
+        let e = run(&[0, 1, 1], 3).unwrap_err().to_string();
+        assert!(e.contains("ranks 1 and 2 are both on cuda:1"), "{e}");
+        let e = run(&[0, 1], 3).unwrap_err().to_string();
+        assert!(e.contains("2 rank programs for a world of 3 ranks"), "{e}");
+        let e = run(&[], 0).unwrap_err().to_string();
+        assert!(e.contains("process groups:"), "{e}");
     }
 }

@@ -32,7 +32,7 @@ use crate::exec::collective::{
 use crate::exec::host::op_key;
 use crate::exec::interp::RunOutput;
 use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
-use crate::ir::DType;
+use crate::ir::{DType, Device};
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::nccl::sys as nccl;
 use indexmap::IndexMap;
@@ -477,29 +477,20 @@ pub type CudaRankJob<'a> = RankJob<'a, CudaOptions>;
 impl RankBackend for CudaOptions {
     type World = Arc<NcclWorld>;
 
-    fn world(
-        groups: ProcessGroups,
-        options: CollectiveOptions,
-        jobs: &mut [RankJob<'_, Self>],
-    ) -> Result<Arc<NcclWorld>, ExecError> {
-        for (i, a) in jobs.iter().enumerate() {
-            if let Some(j) = jobs[..i].iter().position(|b| b.backend.ordinal == a.backend.ordinal) {
-                return Err(ExecError::Input(format!(
-                    "ranks {j} and {i} are both on cuda:{}; NCCL runs each rank on its own GPU",
-                    a.backend.ordinal
-                )));
-            }
-        }
+    fn world(groups: ProcessGroups, options: CollectiveOptions, first: &Self) -> Result<Self::World, ExecError> {
         // NCCL is loaded once per process, from where the first rank's options say.
-        let paths = jobs.first().map(|j| j.backend.paths.clone()).unwrap_or_default();
-        NcclWorld::new(groups, options, &paths)
+        NcclWorld::new(groups, options, &first.paths)
     }
 
-    fn abort(world: &Arc<NcclWorld>, message: &str) {
+    fn device(&self) -> Option<Device> {
+        u32::try_from(self.ordinal).ok().map(Device::cuda)
+    }
+
+    fn abort(world: &Self::World, message: &str) {
         world.abort(message);
     }
 
-    fn run_rank(world: &Arc<NcclWorld>, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
+    fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
         let mut backend = CudaBackend::new(job.backend).map_err(ExecError::from)?;
         backend.join_world(world, rank)?;
         let out = super::run_program_on(job.program, &mut backend, job.inputs)?;
