@@ -275,7 +275,8 @@ class FxPrintout(unittest.TestCase):
         snaps = glob.glob(os.path.join(SNAPSHOTS, "fx@*.snap"))
         self.assertGreater(len(snaps), 20)
         for p in snaps:
-            text = open(p).read().split("---\n", 2)[2]
+            with open(p) as f:
+                text = f.read().split("---\n", 2)[2]
             fwd = fx.parse_printout(text)
             self.assertTrue(fwd.body, p)
             if "class " in text:
