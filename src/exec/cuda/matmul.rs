@@ -25,7 +25,7 @@
 //!   (single GEMMs) and the Lt reduction-scheme mask.
 
 use super::blaslt::{self, Activation, LtKey, LtPlan, LtPointers};
-use super::driver::{Gemm, GemmOperand};
+use super::cublas::{Gemm, GemmOperand};
 use super::library::{self, Address, LibraryCall};
 use super::{kernels, CudaBackend, CudaTensor, MathModes};
 use crate::exec::host::op_key;

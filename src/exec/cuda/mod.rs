@@ -27,6 +27,7 @@ mod attention;
 mod blaslt;
 mod bytes;
 mod conv;
+mod cublas;
 mod dnn;
 mod dnn_attention;
 mod dnn_graph;
@@ -92,7 +93,7 @@ pub struct CudaBackend {
     /// Loaded modules by `cubin` path.
     modules: HashMap<String, Arc<Module>>,
     kernels: HashMap<String, LoadedKernel>,
-    blas: Option<driver::BlasHandle>,
+    blas: Option<cublas::BlasHandle>,
     /// cuBLASLt: handle, persistent workspace and planned matmuls (first `addmm`-style call).
     lt: Option<blaslt::Lt>,
     host: HostBackend,

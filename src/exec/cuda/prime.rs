@@ -8,8 +8,9 @@
 //! A primer that fails reports why and changes nothing else: the model's own
 //! call then meets the same problem and reports it as usual.
 
+use super::cublas::{Gemm, GemmOperand};
 use super::dnn::DnnHandle;
-use super::driver::{setup_lock, CudaError, Device, Gemm, GemmOperand};
+use super::driver::{setup_lock, CudaError, Device};
 use super::CudaPaths;
 use cudarc::cublas::sys as blas_sys;
 use std::sync::Arc;
