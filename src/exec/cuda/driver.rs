@@ -300,16 +300,12 @@ impl Device {
 
     /// Copies `src` to device memory at `dst` and waits for the copy.
     pub(super) fn upload(&self, dst: sys::CUdeviceptr, src: &[u8]) -> Result<(), CudaError> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        // SAFETY: the caller guarantees `dst` points at >= `src.len()` bytes of
-        // live device memory; the host slice stays borrowed until the stream
-        // is synchronised below, so the asynchronous copy never outlives it.
-        unsafe { drv::memcpy_htod_async(dst, src, self.raw_stream()) }
-            .map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))?;
-        self.synchronize()
+        self.copy_and_wait(src.len(), |stream| {
+            // SAFETY: the caller guarantees `dst` points at >= `src.len()` bytes
+            // of live device memory; the host slice stays borrowed until the
+            // stream is synchronised, so the asynchronous copy never outlives it.
+            unsafe { drv::memcpy_htod_async(dst, src, stream) }.map_err(|e| CudaError::driver("cuMemcpyHtoDAsync", e))
+        })
     }
 
     /// Copies each `(dst, src)` to the device through `staging` (see
@@ -339,15 +335,27 @@ impl Device {
     /// Copies `dst.len()` bytes from device memory at `src`, waiting for the
     /// work queued before it.
     pub(super) fn download(&self, dst: &mut [u8], src: sys::CUdeviceptr) -> Result<(), CudaError> {
-        if dst.is_empty() {
+        self.copy_and_wait(dst.len(), |stream| {
+            // SAFETY: the caller guarantees `src` points at >= `dst.len()` bytes
+            // of live device memory; `dst` stays mutably borrowed until the
+            // stream is synchronised.
+            unsafe { drv::memcpy_dtoh_async(dst, src, stream) }.map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))
+        })
+    }
+
+    /// A copy of `bytes` bytes between host and device: nothing when there
+    /// are none; else `copy` queued on the stream (the context bound), then
+    /// the wait for it (and for the work before it).
+    fn copy_and_wait(
+        &self,
+        bytes: usize,
+        copy: impl FnOnce(sys::CUstream) -> Result<(), CudaError>,
+    ) -> Result<(), CudaError> {
+        if bytes == 0 {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: the caller guarantees `src` points at >= `dst.len()` bytes of
-        // live device memory; `dst` stays mutably borrowed until the stream is
-        // synchronised below.
-        unsafe { drv::memcpy_dtoh_async(dst, src, self.raw_stream()) }
-            .map_err(|e| CudaError::driver("cuMemcpyDtoHAsync", e))?;
+        copy(self.raw_stream())?;
         self.synchronize()
     }
 
