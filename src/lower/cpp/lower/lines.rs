@@ -63,6 +63,7 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::IndexPutFallback(p) => {
+                // No result variables: the op writes the target in place.
                 let call = p.extern_call();
                 let site = ExternSite {
                     g,
