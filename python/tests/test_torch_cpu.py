@@ -337,6 +337,10 @@ class CompareOutputs(unittest.TestCase):
         self.assertEqual(reason, "output 1: dtype torch.int64, expected torch.int32")
         self.assertTrue(compare_outputs(torch, [torch.ones(2), 3], expected, tol, cast_int_scalars=True)[0])
         self.assertFalse(compare_outputs(torch, [torch.ones(2), 4], expected, tol, cast_int_scalars=True)[0])
+        # Never cast to a floating reference.
+        floating = {"graph_out0": torch.ones(2), "graph_out1": torch.tensor(3.0)}
+        ok, reason, _ = compare_outputs(torch, [torch.ones(2), 3], floating, tol, cast_int_scalars=True)
+        self.assertEqual(reason, "output 1: dtype torch.int64, expected torch.float32")
         ok, reason, _ = compare_outputs(torch, [None, "x"], expected, tol)
         self.assertEqual(reason, "output 0 is None, expected graph_out0 (2,) torch.float32; "
                                  "output 1 is a str, not a tensor or int")
