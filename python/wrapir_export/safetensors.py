@@ -7,6 +7,7 @@ torch tensors (torch is imported when they are called).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import struct
 
@@ -70,7 +71,9 @@ def tensor_entries(tensors, metadata=None):
             t = torch.view_as_real(t).contiguous()
         else:
             code = dtype_code(t.dtype)
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        # The bytes without NumPy (not a dependency): `t` is a dense host tensor.
+        flat = t.reshape(-1).view(torch.uint8)
+        raw = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
         entries.append((name, code, shape, raw))
     return entries, metadata
 
