@@ -424,7 +424,7 @@ mod tests {
 
         fn run_rank(_world: &(), rank: usize, _job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
             Ok(RunOutput {
-                outputs: vec![Value::Int(rank as i64)],
+                outputs: vec![Value::Int(i64::try_from(rank).expect("a rank fits i64"))],
                 symbols: Default::default(),
             })
         }
