@@ -13,8 +13,8 @@
 //!
 //! Two executors share this module: [`HostCommunicator`] computes the
 //! results on the host (the ranks' tensors meet in memory), and the CUDA
-//! backend's NCCL communicators (`exec::cuda::run_ranks`, feature `cuda`)
-//! enqueue them on each rank's stream. Both parse a call with
+//! backend's NCCL communicators (feature `cuda`) enqueue them on each
+//! rank's stream; [`run_ranks`] runs the ranks on either ([`RankBackend`]). Both parse a call with
 //! [`CollectiveCall::parse`] and make every member of a group agree before
 //! anything runs ([`rendezvous::Rendezvous`]):
 //!

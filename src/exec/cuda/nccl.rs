@@ -367,7 +367,7 @@ pub(super) fn call(
     let Some(rank) = backend.collectives.clone() else {
         return Err(ExecError::op(
             call.op,
-            "a collective runs only in a multi-rank run (`wrapir run RANKSET --device cuda`, `exec::cuda::run_ranks`)",
+            "a collective runs only in a multi-rank run (`wrapir run RANKSET --device cuda`, `exec::collective::run_ranks` with `CudaRankJob`s)",
         ));
     };
     let arg = |i: usize, kw: &str| call.args.get(i).or_else(|| call.kwargs.get(kw));
