@@ -139,13 +139,35 @@ class Exprs(unittest.TestCase):
                 exprs.text_expr(bad)
 
     def test_split_tuple_text(self):
-        self.assertEqual(exprs.split_tuple_text("(s0, 4*s1, )"), ["s0", " 4*s1"])
-        self.assertEqual(exprs.split_tuple_text("(max(s0, 1), 2)"), ["max(s0, 1)", " 2"])
+        self.assertEqual(exprs.split_tuple_text("(s0, 4*s1, )"), ["s0", "4*s1"])
+        self.assertEqual(exprs.split_tuple_text("(max(s0, 1), 2)"), ["max(s0, 1)", "2"])
+        self.assertEqual(exprs.split_tuple_text("(16, )"), ["16"])
         self.assertEqual(exprs.split_tuple_text("()"), [])
-        with self.assertRaises(Unconvertible):
-            exprs.split_tuple_text("(s0 % 4, )")
-        with self.assertRaises(Unconvertible):
-            exprs.split_tuple_text("s0, s1")
+        for bad in ("(s0 % 4, )", "s0, s1", "(s0)", "(s0, (s1, )", "(s0, s1))"):
+            with self.assertRaises(Unconvertible, msg=bad):
+                exprs.split_tuple_text(bad)
+
+    def test_split_tuple_text_nested_parentheses(self):
+        # Issue 39: a dynamic CNN's pooled sizes, whose items hold parentheses of their own.
+        text = ("(3, 64, 1 + (((-1) + s69) // 2), 1 + (((-1) + s70) // 2))")
+        items = exprs.split_tuple_text(text)
+        self.assertEqual(items, ["3", "64", "1 + (((-1) + s69) // 2)", "1 + (((-1) + s70) // 2)"])
+        self.assertEqual([exprs.text_expr(it)[0] for it in items[:2]], [3, 64])
+        self.assertEqual(exprs.text_expr(items[2]), ("1 + (((-1) + s69) // 2)", ["s69"]))
+        stride = "(64*(1 + (((-1) + s69) // 2))*(1 + (((-1) + s70) // 2)), 1, 64*(1 + (((-1) + s70) // 2)), 64)"
+        self.assertEqual(len(exprs.split_tuple_text(stride)), 4)
+
+    def test_call_text_args(self):
+        t = ("assert_size_stride(buf3, (3, 64, 1 + (((-1) + s69) // 2), (1 + s70) // 2), "
+             "((1 + s70) // 2, 1, 64, 8), 'torch.ops.aten.max_pool2d_with_indices.default')")
+        name, args = exprs.call_text_args(t)
+        self.assertEqual(name, "assert_size_stride")
+        self.assertEqual(args, ["buf3", "(3, 64, 1 + (((-1) + s69) // 2), (1 + s70) // 2)",
+                                "((1 + s70) // 2, 1, 64, 8)", "'torch.ops.aten.max_pool2d_with_indices.default'"])
+        self.assertEqual(exprs.split_tuple_text(args[1])[3], "(1 + s70) // 2")
+        for bad in ("assert_size_stride(buf0, (1, ), (1, )", "x = f(1)", "f(a, k=1)", "a.b(1)"):
+            with self.assertRaises(Unconvertible, msg=bad):
+                exprs.call_text_args(bad)
 
     def test_join_terms(self):
         self.assertEqual(exprs.join_terms(["s0", "-s1", "3"], True), "s0 - s1 + 3")
@@ -227,6 +249,23 @@ class Control(unittest.TestCase):
             self.assertIn(t, texts)
         self.assertTrue(control.is_control_text_str("", texts))
         self.assertFalse(control.is_control_text_str("buf1 = buf0", texts))
+
+    def test_switch_texts(self):
+        # torch.cond on PyTorch 2.14+: branches in `node.branches` order, false first.
+        texts = control.switch_texts_for("buf0", "arg0_1", True, ["arg1_1"],
+                                         (("false_graph_0", "false_graph_0"), ("true_graph_0", "true_graph_0")), 1)
+        self.assertEqual(texts, {
+            "buf0_selector = int(arg0_1.item())", "buf0 = [None] * 1", "if buf0_selector == 0:", "else:",
+            "# subgraph: false_graph_0", "false_graph_0_args = [arg1_1,]", "buf0 = false_graph_0(false_graph_0_args)",
+            "# subgraph: true_graph_0", "true_graph_0_args = [arg1_1,]", "buf0 = true_graph_0(true_graph_0_args)"})
+        # Three branches, a size expression as the selector, two operands.
+        texts = control.switch_texts_for("buf1", "s0 > 5", False, ["s0", "arg1_1"],
+                                         (("b0", "g0"), ("b1", "g1"), ("b2", "g2")), 2)
+        for t in ("buf1_selector = int(s0 > 5)", "buf1 = [None] * 2", "if buf1_selector == 0:",
+                  "elif buf1_selector == 1:", "else:", "g2_args = [s0, arg1_1]", "buf1 = g1(g1_args)"):
+            self.assertIn(t, texts)
+        self.assertNotIn("elif buf1_selector == 2:", texts)
+        self.assertFalse(control.is_control_text_str("buf1_selector = int(arg0_1)", texts))
 
     def test_cond_text_patterns(self):
         for t in ("buf2 = [None] * 1", "if arg0_1.item():", "else:", "# subgraph: true_graph_0",

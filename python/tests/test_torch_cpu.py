@@ -31,6 +31,17 @@ except ImportError:  # the pure tests still run
 CPU = {"capture_devices": ("cuda", "cpu"), "progress": False}
 
 
+def torch_version():
+    """(major, minor) of the installed PyTorch, e.g. (2, 15) for `2.15.0+cu132`."""
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(m.group(1)), int(m.group(2)))
+
+
+TORCH_VERSION = torch_version() if torch else None
+
+
 def mm(a, b):
     return a @ b
 
@@ -69,8 +80,19 @@ class CpuExport(unittest.TestCase):
         self.assertTrue(r.ok)
         self.assertEqual(r.kernels, 0)
         p = self.program(r)
-        self.assertEqual([ln["line"] for ln in p["main"]["lines"] if ln["line"] != "comment"],
-                         ["allocate", "extern_kernel_out", "free", "free"])
+        lines = [ln for ln in p["main"]["lines"] if ln["line"] != "comment"]
+        # The graph inputs' size asserts: in the wrapper's prefix (not a line) through 2.11,
+        # typed lines just before the first use from 2.12, grouped from 2.14.
+        sizes = [{"buffer": "arg0_1", "size": [8, 4], "stride": [4, 1]},
+                 {"buffer": "arg1_1", "size": [4, 6], "stride": [6, 1]}]
+        if TORCH_VERSION < (2, 12):
+            asserts = []
+        elif TORCH_VERSION < (2, 14):
+            asserts = [{"line": "assert_size_stride", **s, "context": "input"} for s in sizes]
+        else:
+            asserts = [{"line": "assert_size_stride_grouped", "asserts": sizes, "context": "input"}]
+        self.assertEqual(lines[:len(asserts)], asserts)
+        self.assertEqual([ln["line"] for ln in lines[len(asserts):]], ["allocate", "extern_kernel_out", "free", "free"])
         for f in ("program.json", "inputs.safetensors", "expected.safetensors", "compiled.safetensors",
                   "inductor.py.txt", "inductor.cpp.txt", "bundle.json"):
             self.assertTrue(os.path.exists(os.path.join(r.path, f)), f)

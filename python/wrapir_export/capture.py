@@ -4,7 +4,9 @@ the one wrapper that is kept.
 `install()` registers, for `cuda`, a subclass of Inductor's `PythonWrapperCodegen` (and
 of `SubgraphPythonWrapperCodegen` for `torch.cond` / `while_loop` branches) whose
 `run_wrapper_ir_passes` converts `self.lines` right after memory planning, while
-`V.graph` is still the graph being generated.
+`V.graph` is still the graph being generated. Its `codegen_conditional` (PyTorch <= 2.13),
+`codegen_switch` (2.14+) and `codegen_while_loop` bracket the text Inductor writes for
+control flow with `ControlMarker`s (`control.py`).
 
 Which wrapper is kept: Inductor generates wrappers for more graphs than the one it
 returns. With `max-autotune`, `select_algorithm` compiles benchmark graphs (a
@@ -118,6 +120,12 @@ def make_wrapper_classes():
             self.writeline(MarkerLine(ControlMarker("cond", conditional)))
             super().codegen_conditional(conditional)
             self.writeline(MarkerLine(ControlMarker("cond", conditional, end=True)))
+
+        def codegen_switch(self, node, *args, **kwargs):
+            # PyTorch 2.14+: `torch.cond` (and 2.15's `torch.switch`) lower through `ir.Switch`.
+            self.writeline(MarkerLine(ControlMarker("switch", node)))
+            super().codegen_switch(node, *args, **kwargs)
+            self.writeline(MarkerLine(ControlMarker("switch", node, end=True)))
 
         def codegen_while_loop(self, while_loop, *args, **kwargs):
             # `stack_output` is positional in Inductor 2.11 (a keyword with a default in others).

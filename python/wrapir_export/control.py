@@ -1,9 +1,10 @@
-"""`torch.cond` and `torch.while_loop` in the Python wrapper: Inductor writes them as raw
-text around subgraph calls. The capturing wrapper brackets that text with
-`ControlMarker`s (its `codegen_conditional` / `codegen_while_loop`); this module turns
-one bracket into one `conditional` / `while_loop` line and accepts only the text
-Inductor writes for it, so a change in Inductor's text is an error rather than a
-dropped line.
+"""`torch.cond`, `torch.switch` and `torch.while_loop` in the Python wrapper: Inductor
+writes them as raw text around subgraph calls. The capturing wrapper brackets that text
+with `ControlMarker`s (its `codegen_conditional` / `codegen_switch` /
+`codegen_while_loop`); this module turns one bracket into one `conditional` (PyTorch
+2.11-2.13's `torch.cond`), `switch` (2.14+: `ir.Switch`, for `torch.cond` and
+`torch.switch`) or `while_loop` line and accepts only the text Inductor writes for it,
+so a change in Inductor's text is an error rather than a dropped line.
 """
 
 from __future__ import annotations
@@ -100,6 +101,30 @@ def while_texts_for(name, carried, additional, subgraphs):
     return texts
 
 
+def switch_texts_for(name, selector, selector_is_tensor, operands, branches, outputs):
+    """Every text line Inductor's `codegen_switch` (Python, JIT; PyTorch 2.14+) writes for
+    switch `name`, stripped: the selector (`int(pred.item())` for a tensor, `int(expr)` for
+    a size expression), the result list, `if` / `elif` / `else` on the selector, and each
+    branch's subgraph comment, argument list and call (`codegen_subgraph_call`).
+    `operands` are the operands' references; `branches` is ((IR name, graph name), ...)
+    in `node.branches` order; `outputs` the number of results."""
+    sel = f"{name}_selector"
+    inputs = ", ".join(operands) + ("," if len(operands) == 1 else "")
+    texts = {f"{sel} = int({selector}.item())" if selector_is_tensor else f"{sel} = int({selector})",
+             f"{name} = [None] * {outputs}"}
+    for k, (ir_name, g) in enumerate(branches):
+        if k == 0:
+            texts.add(f"if {sel} == 0:")
+        elif k < len(branches) - 1:
+            texts.add(f"elif {sel} == {k}:")
+        else:
+            texts.add("else:")
+        texts.add(f"# subgraph: {ir_name}")
+        texts.add(f"{g}_args = [{inputs}]")
+        texts.add(f"{name} = {g}({g}_args)")
+    return texts
+
+
 class ControlFlowMixin:
     """`GraphConverter`'s handling of one bracketed conditional / while loop."""
 
@@ -109,6 +134,8 @@ class ControlFlowMixin:
         if start.end:
             raise Unconvertible(f"end of a {start.kind} lowering without its start")
         texts = None
+        if start.kind == "switch":
+            texts = self.switch_texts(start.node)
         if start.kind == "while":
             if start.stack_output:
                 raise Unconvertible(
@@ -149,6 +176,8 @@ class ControlFlowMixin:
                        "true_graph": subgraph_name(node.true_subgraph),
                        "false_graph": subgraph_name(node.false_subgraph),
                        "operands": operands})
+        elif start.kind == "switch":
+            self.emit_switch(node)
         else:
             name = node.get_name()
             carried = []
@@ -171,6 +200,34 @@ class ControlFlowMixin:
         for f in frees:
             self.convert_one([f], 0)
         return j + 1
+
+    def emit_switch(self, node):
+        """One `switch` line for an `ir.Switch` (`torch.cond` on PyTorch 2.14+, where
+        `branches` is [false, true], or an n-way `torch.switch`)."""
+        name = node.get_name()
+        sel = node.selector
+        if isinstance(sel, self.ir.ShapeAsConstantBuffer):
+            selector = {"kind": "expr", "value": self.expr(sel.expr)}
+        else:
+            r = self.ref(sel)
+            if r["kind"] != "buffer":
+                raise Unconvertible(f"selector of switch {name} is `{sel}`, neither a tensor nor an expression")
+            selector = {"kind": "tensor", "value": r["value"]}
+        operands = [self.loop_operand(x, f"operand {k} of switch {name}") for k, x in enumerate(node.operands)]
+        self.buffers[name] = {"kind": "multi"}
+        d = {"line": "switch", "result": name, "selector": selector,
+             "branches": [subgraph_name(b) for b in node.branches], "operands": operands}
+        if getattr(node, "is_cond", False):
+            d["cond"] = True
+        self.emit(d)
+
+    def switch_texts(self, node):
+        """`switch_texts_for` this switch's IR node."""
+        sel = node.selector
+        return switch_texts_for(
+            node.get_name(), sel.codegen_reference(), not isinstance(sel, self.ir.ShapeAsConstantBuffer),
+            [b.codegen_reference() for b in node.operands],
+            [(b.name, subgraph_name(b)) for b in node.branches], len(node.outputs))
 
     def loop_operand(self, x, what):
         """A subgraph operand: a buffer name, or the name of a symbol Inductor passes as

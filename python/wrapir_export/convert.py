@@ -94,7 +94,7 @@ def comment_texts(text):
     return out
 
 
-RE_SIZE = re.compile(r"^assert_size_stride\((\w+), (\(.*?\)), (\(.*?\))(?:, (.+))?\)$")
+RE_SIZE = re.compile(r"^assert_size_stride\(.*\)$")
 RE_ALIGN = re.compile(r"^assert_alignment\((\w+), (\d+)(?:, (.+))?\)$")
 RE_IFNOT = re.compile(r"^if not \((.*)\):$")
 RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
@@ -129,6 +129,15 @@ class GraphConverter(ControlFlowMixin):
             (W.MultiOutputLine, self.multi_output),
             (W.UnbackedSymbolDefsLine, self.unbacked_defs),
             (W.CommentLine, lambda line: self.comment(line.line)),
+        )
+        # Typed asserts of newer Inductors, by class name (absent from older ones):
+        # AssertSizeStrideLine 2.12+, AssertDivByZeroLine 2.13+ (C++ wrappers only),
+        # GroupedAssertSizeStrideLine 2.14+, AssertAlignmentLine 2.15+.
+        self.assert_handlers = (
+            ("AssertSizeStrideLine", self.assert_size_stride),
+            ("GroupedAssertSizeStrideLine", self.assert_size_stride_grouped),
+            ("AssertAlignmentLine", self.assert_alignment),
+            ("AssertDivByZeroLine", self.assert_div_by_zero),
         )
 
     # ---- expressions ---------------------------------------------------------------------
@@ -464,10 +473,11 @@ class GraphConverter(ControlFlowMixin):
             return i + 1
         if isinstance(line, (W.EnterSubgraphLine, W.ExitSubgraphLine)):
             raise Unconvertible("subgraph scope outside a conditional or while loop")
-        if hasattr(W, "AssertSizeStrideLine") and isinstance(line, W.AssertSizeStrideLine):
-            self.emit({"line": "assert_size_stride", "buffer": line.name,
-                       "size": self.tuple_text(line.size), "stride": self.tuple_text(line.stride)})
-            return i + 1
+        for cls_name, handle in self.assert_handlers:
+            cls = getattr(W, cls_name, None)
+            if cls is not None and isinstance(line, cls):
+                handle(line)
+                return i + 1
         # Text Inductor writes as-is.
         from torch._inductor.codegen.common import DeferredLine
 
@@ -480,7 +490,8 @@ class GraphConverter(ControlFlowMixin):
         if isinstance(line, str):
             return self.convert_text(lines, i, line)
         if isinstance(line, W.WrapperLine):
-            raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart")
+            raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart "
+                                f"(PyTorch {self.torch.__version__})")
         raise Unconvertible(f"unknown line object {type(line).__name__}")
 
     def emit_with_context(self, d, ctx):
@@ -489,6 +500,59 @@ class GraphConverter(ControlFlowMixin):
         if ctx:
             d["context"] = ast.literal_eval(ctx)
         self.emit(d)
+
+    # ---- typed asserts (PyTorch 2.12+) ---------------------------------------------------------
+
+    def size_stride(self, name, size, stride):
+        """`buffer` / `size` / `stride` of one size assert; `size` and `stride` are the tuple
+        texts Inductor printed (`codegen_shape_tuple`)."""
+        if not isinstance(name, str) or not re.fullmatch(r"\w+", name):
+            raise Unconvertible(f"size assert on `{name}`, not a buffer name")
+        self.declare_name(name)
+        return {"buffer": name, "size": self.tuple_text(size), "stride": self.tuple_text(stride)}
+
+    def assert_context(self, line):
+        ctx = getattr(line, "op_name", None)
+        if not isinstance(ctx, str):
+            raise Unconvertible(f"assert context {ctx!r} is not a string")
+        return ctx
+
+    def assert_size_stride(self, line):
+        """`assert_size_stride(buf, size, stride, op)`, or with a dtype (2.15)
+        `assert_tensor_metadata(buf, size, stride, dtype, op)`."""
+        d = {"line": "assert_size_stride", **self.size_stride(line.name, line.size, line.stride)}
+        dtype = getattr(line, "dtype", None)
+        if dtype is not None:
+            d["dtype"] = self.dtype(dtype)
+        d["context"] = self.assert_context(line)
+        self.emit(d)
+
+    def assert_size_stride_grouped(self, line):
+        """`assert_size_stride_grouped((a, b), (size_a, size_b), (stride_a, stride_b), op)`: one line."""
+        members = []
+        for k, entry in enumerate(line.asserts):
+            if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+                raise Unconvertible(f"grouped size assert entry {k} is {entry!r}, not (name, size, stride)")
+            members.append(self.size_stride(*entry))
+        if not members:
+            raise Unconvertible("grouped size assert without members")
+        self.emit({"line": "assert_size_stride_grouped", "asserts": members, "context": self.assert_context(line)})
+
+    def assert_alignment(self, line):
+        name = line.name
+        if not isinstance(name, str) or not re.fullmatch(r"\w+", name):
+            raise Unconvertible(f"alignment assert on `{name}`, not a buffer name")
+        align = line.alignment
+        if isinstance(align, bool) or not isinstance(align, int):
+            raise Unconvertible(f"alignment {align!r} is not an integer")
+        self.declare_name(name)
+        self.emit({"line": "assert_alignment", "buffer": name, "alignment": align,
+                   "context": self.assert_context(line)})
+
+    def assert_div_by_zero(self, line):
+        # Only C++ wrappers emit it; the divisor is C++ text, read with the same checks.
+        self.emit({"line": "assert_div_by_zero", "divisor": self.text_expr(str(line.divisor)),
+                   "context": self.assert_context(line)})
 
     def comment(self, text):
         for t in comment_texts(text):
@@ -503,12 +567,15 @@ class GraphConverter(ControlFlowMixin):
         if t.startswith("#"):
             self.comment(t)
             return i + 1
-        m = RE_SIZE.match(t)
-        if m:
-            name, size, stride, ctx = m.groups()
+        if RE_SIZE.match(t):
+            # Parsed as Python: a shape item may hold parentheses and commas of its own.
+            _, args = exprs.call_text_args(t)
+            if len(args) not in (3, 4) or not re.fullmatch(r"\w+", args[0]):
+                raise Unconvertible(f"raw wrapper text `{t}`")
+            name, size, stride = args[:3]
             self.declare_name(name)
             self.emit_with_context({"line": "assert_size_stride", "buffer": name, "size": self.tuple_text(size),
-                                    "stride": self.tuple_text(stride)}, ctx)
+                                    "stride": self.tuple_text(stride)}, args[3] if len(args) == 4 else None)
             return i + 1
         m = RE_ALIGN.match(t)
         if m:

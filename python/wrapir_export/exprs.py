@@ -110,28 +110,40 @@ def text_expr(text):
 
 
 def split_tuple_text(text):
-    """The item texts of a printed shape tuple (`(s0, 4*s1, )`), empty items dropped."""
+    """The item texts of a printed shape tuple (`(s0, 4*s1, )`), stripped, parsed as Python
+    so that nested parentheses (`1 + (((-1) + s69) // 2)`) stay inside their item."""
+    import ast
+
     t = text.strip()
-    if not (t.startswith("(") and t.endswith(")")):
+    try:
+        tree = ast.parse(t, mode="eval").body
+    except SyntaxError as e:
+        raise Unconvertible(f"shape tuple text `{t}` does not parse: {e.msg}")
+    if not (isinstance(tree, ast.Tuple) and t.startswith("(") and t.endswith(")")):
         raise Unconvertible(f"shape tuple text `{t}`")
-    inner = t[1:-1]
-    items, depth, cur = [], 0, ""
-    for ch in inner:
-        if ch == "," and depth == 0:
-            items.append(cur)
-            cur = ""
-            continue
-        depth += ch in "(["
-        depth -= ch in ")]"
-        cur += ch
-    items.append(cur)
     out = []
-    for it in items:
-        if it.strip():
-            if "%" in it:
-                raise Unconvertible(f"`%` in `{it.strip()}` is ambiguous (Mod or PythonMod) in printed text")
-            out.append(it)
+    for elt in tree.elts:
+        it = ast.get_source_segment(t, elt)
+        if "%" in it:
+            raise Unconvertible(f"`%` in `{it}` is ambiguous (Mod or PythonMod) in printed text")
+        out.append(it)
     return out
+
+
+def call_text_args(text):
+    """A raw wrapper line that is one call, `f(a, (b, c), 'x')`: (the function's name, the
+    text of each positional argument). Parsed as Python, so nested parentheses and commas
+    inside an argument stay in that argument; keyword arguments are refused."""
+    import ast
+
+    t = text.strip()
+    try:
+        tree = ast.parse(t, mode="eval").body
+    except SyntaxError as e:
+        raise Unconvertible(f"wrapper text `{t}` does not parse: {e.msg}")
+    if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name)) or tree.keywords:
+        raise Unconvertible(f"wrapper text `{t}` is not a call of a named function with positional arguments")
+    return tree.func.id, [ast.get_source_segment(t, a) for a in tree.args]
 
 
 def symbol_order(name):
