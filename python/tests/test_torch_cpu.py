@@ -82,11 +82,14 @@ class CpuExport(unittest.TestCase):
         p = self.program(r)
         lines = [ln for ln in p["main"]["lines"] if ln["line"] != "comment"]
         # The graph inputs' size asserts: in the wrapper's prefix (not a line) through 2.11,
-        # typed lines just before the first use from 2.12, grouped from 2.14.
+        # typed lines just before the first use from 2.12 (without a context in 2.12,
+        # `input` from 2.13), grouped from 2.14.
         sizes = [{"buffer": "arg0_1", "size": [8, 4], "stride": [4, 1]},
                  {"buffer": "arg1_1", "size": [4, 6], "stride": [6, 1]}]
         if TORCH_VERSION < (2, 12):
             asserts = []
+        elif TORCH_VERSION < (2, 13):
+            asserts = [{"line": "assert_size_stride", **s} for s in sizes]
         elif TORCH_VERSION < (2, 14):
             asserts = [{"line": "assert_size_stride", **s, "context": "input"} for s in sizes]
         else:

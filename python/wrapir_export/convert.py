@@ -511,11 +511,17 @@ class GraphConverter(ControlFlowMixin):
         self.declare_name(name)
         return {"buffer": name, "size": self.tuple_text(size), "stride": self.tuple_text(stride)}
 
-    def assert_context(self, line):
-        ctx = getattr(line, "op_name", None)
+    def with_context(self, d, line):
+        """`d` with the assert's `op_name` as `context` (`input` for graph inputs). 2.12's
+        AssertSizeStrideLine (graph inputs only) has no `op_name` and prints none:
+        `assert_size_stride(arg0_1, (16, 32), (32, 1))`, so neither has the line."""
+        if not hasattr(line, "op_name"):
+            return d
+        ctx = line.op_name
         if not isinstance(ctx, str):
             raise Unconvertible(f"assert context {ctx!r} is not a string")
-        return ctx
+        d["context"] = ctx
+        return d
 
     def assert_size_stride(self, line):
         """`assert_size_stride(buf, size, stride, op)`, or with a dtype (2.15)
@@ -524,8 +530,7 @@ class GraphConverter(ControlFlowMixin):
         dtype = getattr(line, "dtype", None)
         if dtype is not None:
             d["dtype"] = self.dtype(dtype)
-        d["context"] = self.assert_context(line)
-        self.emit(d)
+        self.emit(self.with_context(d, line))
 
     def assert_size_stride_grouped(self, line):
         """`assert_size_stride_grouped((a, b), (size_a, size_b), (stride_a, stride_b), op)`: one line."""
@@ -536,7 +541,7 @@ class GraphConverter(ControlFlowMixin):
             members.append(self.size_stride(*entry))
         if not members:
             raise Unconvertible("grouped size assert without members")
-        self.emit({"line": "assert_size_stride_grouped", "asserts": members, "context": self.assert_context(line)})
+        self.emit(self.with_context({"line": "assert_size_stride_grouped", "asserts": members}, line))
 
     def assert_alignment(self, line):
         name = line.name
@@ -546,13 +551,12 @@ class GraphConverter(ControlFlowMixin):
         if isinstance(align, bool) or not isinstance(align, int):
             raise Unconvertible(f"alignment {align!r} is not an integer")
         self.declare_name(name)
-        self.emit({"line": "assert_alignment", "buffer": name, "alignment": align,
-                   "context": self.assert_context(line)})
+        self.emit(self.with_context({"line": "assert_alignment", "buffer": name, "alignment": align}, line))
 
     def assert_div_by_zero(self, line):
         # Only C++ wrappers emit it; the divisor is C++ text, read with the same checks.
-        self.emit({"line": "assert_div_by_zero", "divisor": self.text_expr(str(line.divisor)),
-                   "context": self.assert_context(line)})
+        self.emit(self.with_context({"line": "assert_div_by_zero", "divisor": self.text_expr(str(line.divisor))},
+                                    line))
 
     def comment(self, text):
         for t in comment_texts(text):
