@@ -219,7 +219,10 @@ fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> R
         .collect();
     let want: Vec<(Vec<i64>, Option<Vec<i64>>, Vec<f64>)> = match expect {
         Expect::Host => {
-            let mut host = HostBackend::new(HostOptions { jagged_zero_fill: true });
+            let mut host = HostBackend::new(HostOptions {
+                jagged_zero_fill: true,
+                ..Default::default()
+            });
             let first = host_args.first().cloned();
             let r = host
                 .call_extern(ExternCall::new(op, &host_args, &host_kwargs))

@@ -89,9 +89,12 @@ fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64]
     let mut host_kwargs: IndexMap<String, Value<Tensor>> =
         kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
     let (dev_args, mut dev_kwargs) = common::copy_call_in(&mut backend, &host_args, &host_kwargs);
-    let want = HostBackend::new(HostOptions { jagged_zero_fill: true })
-        .call_extern(ExternCall::new(op, &host_args, &host_kwargs))
-        .map_err(|e| format!("{what}: host: {e}"))?;
+    let want = HostBackend::new(HostOptions {
+        jagged_zero_fill: true,
+        ..Default::default()
+    })
+    .call_extern(ExternCall::new(op, &host_args, &host_kwargs))
+    .map_err(|e| format!("{what}: host: {e}"))?;
     let Value::Tensor(want) = want else {
         return Err(format!("{what}: host returned {want:?}"));
     };

@@ -176,6 +176,7 @@ fn run_op(
     let plan = lower(&p.finish());
     let mut host = HostBackend::new(HostOptions {
         jagged_zero_fill: zero_fill,
+        ..Default::default()
     });
     let out = plan
         .run(

@@ -9,7 +9,10 @@ use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::DType;
 
 fn host() -> HostBackend {
-    HostBackend::new(HostOptions { jagged_zero_fill: true })
+    HostBackend::new(HostOptions {
+        jagged_zero_fill: true,
+        ..Default::default()
+    })
 }
 
 fn tensor(dtype: DType, size: &[i64], seed: u64) -> Tensor {

@@ -9,7 +9,8 @@ the top graph, one `class <name>(torch.nn.Module)` per subgraph) and builds a
   calls a `launch.TritonKernel` for `K`, which launches the bundle's cubin;
 * extern ops (`extern_kernels.mm`, `torch.ops.aten.*`) call the ATen ops themselves,
   `torch.empty_strided` / `torch.as_strided` / `torch.sym_*` the torch functions;
-* `torch.ops.higher_order.cond` / `while_loop` call `cond` / `while_loop` below, which
+* `torch.ops.higher_order.cond` / `switch` / `while_loop` call `cond` / `switch` /
+  `while_loop` below, which
   run the subgraph modules (submodules of the result);
 * `self.<constant>` reads a program constant (a buffer of the module, from
   `inputs.safetensors`); `assert_size_stride` / `assert_alignment` check as Inductor's
@@ -104,6 +105,15 @@ def cond(pred, true_graph, false_graph, operands):
     return (true_graph if bool(p) else false_graph)(*operands)
 
 
+def switch(index, branches, operands):
+    """`torch.switch` as the FX printout calls it: index `k` runs `branches[k]` below the
+    last index, any other value the last branch (Inductor's wrapper: `if i == 0: ...
+    elif i == k: ... else: ...`)."""
+    k = int(index.item() if hasattr(index, "item") else index)
+    last = len(branches) - 1
+    return branches[k if 0 <= k < last else last](*operands)
+
+
 def while_loop(cond_graph, body_graph, carried, additional):
     """`torch.while_loop` as the FX printout calls it: the body's outputs are the next
     carried values while the cond graph's (one-element) output is true; returns the
@@ -126,8 +136,12 @@ def c_mod(a, b):
     return -r if a < 0 else r
 
 
-def assert_size_stride(t, size, stride, context=None):
-    """Inductor's `assert_size_stride` (sizes exactly; strides where the size is not 1)."""
+def assert_size_stride(t, size, stride, context=None, dtype=None):
+    """Inductor's `assert_size_stride` (sizes exactly; strides where the size is not 1),
+    and with `dtype` its `assert_tensor_metadata` (Inductor 2.15)."""
+    if dtype is not None and t.dtype != dtype:
+        where = f" ({context})" if context else ""
+        raise AssertionError(f"expected dtype {dtype}, got {t.dtype}{where}")
     got_size, got_stride = tuple(t.size()), tuple(t.stride())
     bad = len(got_size) != len(size) or any(
         int(g) != int(e) or (int(gs) != int(es) and int(g) > 1)
@@ -293,6 +307,8 @@ class Builder:
                                                                 "kwargs": kwargs.get("kwargs", {})}, name)
         if dotted == "torch.ops.higher_order.cond":
             return self.call(graph, cond, args, kwargs, name)
+        if dotted == "torch.ops.higher_order.switch":
+            return self.call(graph, switch, args, kwargs, name)
         if dotted == "torch.ops.higher_order.while_loop":
             return self.call(graph, while_loop, args, kwargs, name)
         if dotted == "assert_size_stride":

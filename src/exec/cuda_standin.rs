@@ -56,6 +56,9 @@ pub struct CudaOptions {
     pub graph_reads: GraphReads,
     /// Serialized cuDNN plans supplied by the caller.
     pub cudnn_plans: CudnnPlans,
+    /// Options of the host ops the fallback runs (and the tensor-assert
+    /// switch both backends of a run share).
+    pub host: super::host::HostOptions,
 }
 
 impl Default for CudaOptions {
@@ -67,6 +70,10 @@ impl Default for CudaOptions {
             host_fallback: false,
             extern_ops: ExternOpLog,
             graph_reads: GraphReads::Auto,
+            host: super::host::HostOptions {
+                jagged_zero_fill: true,
+                ..Default::default()
+            },
             cudnn_plans: CudnnPlans::default(),
         }
     }

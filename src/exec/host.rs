@@ -31,6 +31,9 @@ pub struct HostOptions {
     /// (or a `total_L` other than `offsets[-1]`): `false` (default) raises like
     /// ATen's CPU kernel; `true` writes 0 like the CUDA kernel and Inductor's lowering.
     pub jagged_zero_fill: bool,
+    /// Skip the program's tensor asserts (sizes, strides, dtypes,
+    /// alignments; [`Backend::checks_tensor_asserts`]). Default `false`.
+    pub skip_tensor_asserts: bool,
 }
 
 /// Runs programs on the CPU.
@@ -308,6 +311,10 @@ impl Backend for HostBackend {
 
     fn limits(&self) -> crate::Limits {
         self.limits
+    }
+
+    fn checks_tensor_asserts(&self) -> bool {
+        !self.options.skip_tensor_asserts
     }
 }
 

@@ -557,6 +557,16 @@ pub trait Backend {
         Ok(())
     }
 
+    /// Whether a run checks the program's tensor asserts: sizes, strides,
+    /// dtypes (`assert_size_stride`, grouped or not) and alignments. They
+    /// guard against inputs that differ from what Inductor compiled for;
+    /// a caller that already guarantees its inputs may turn them off, as
+    /// Inductor users do where they cost time per step. Symbolic runtime
+    /// asserts (`torch._check`) are always checked. Default `true`.
+    fn checks_tensor_asserts(&self) -> bool {
+        true
+    }
+
     /// Bytes allocated through this backend.
     fn memory(&self) -> MemoryStats {
         MemoryStats::default()

@@ -260,6 +260,8 @@ pub enum Op {
     },
     /// `higher_order.cond(pred, true_graph, false_graph, operands)`.
     Cond(Cond),
+    /// `higher_order.switch(index, [branch, ...], operands)`.
+    Switch(Switch),
     /// `higher_order.while_loop(cond_graph, body_graph, carried, additional)`.
     WhileLoop(WhileLoop),
     /// The graph's result.
@@ -306,6 +308,9 @@ pub struct AssertSizeStride {
     pub size: Args,
     /// Expected strides (shared likewise).
     pub stride: Args,
+    /// The dtype it must have, when checked (Inductor 2.15's
+    /// `assert_tensor_metadata`).
+    pub dtype: Option<DType>,
     /// The op that produced the tensor, for the message.
     pub context: Option<String>,
 }
@@ -319,6 +324,19 @@ pub struct Cond {
     pub true_graph: NodeId,
     /// The `Subgraph` node of the false branch.
     pub false_graph: NodeId,
+    /// Operands (tensors, then lifted symbols).
+    pub operands: Vec<Arg>,
+}
+
+/// `higher_order.switch(index, [branch, ...], operands)`: index `k` runs
+/// `branches[k]` below the last index, any other value the last branch
+/// ([`crate::ir::Switch`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Switch {
+    /// A one-element integer (or boolean) tensor, or a symbolic integer.
+    pub index: Arg,
+    /// The `Subgraph` nodes of the branches, in index order.
+    pub branches: Vec<NodeId>,
     /// Operands (tensors, then lifted symbols).
     pub operands: Vec<Arg>,
 }
@@ -401,6 +419,11 @@ impl Node {
                 f(c.true_graph);
                 f(c.false_graph);
                 each(&c.operands, f);
+            }
+            Op::Switch(sw) => {
+                arg_nodes(&sw.index, f);
+                sw.branches.iter().for_each(|b| f(*b));
+                each(&sw.operands, f);
             }
             Op::WhileLoop(w) => {
                 f(w.cond_graph);

@@ -306,6 +306,10 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
                 out.push_str(", ");
                 push_py_str(out, c);
             }
+            if let Some(d) = a.dtype {
+                out.push_str(", dtype=torch.");
+                out.push_str(d.torch_name());
+            }
             out.push(')');
         }
         Op::AssertAlignment { tensor, alignment } => {
@@ -322,6 +326,20 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push_str(n(c.false_graph));
             out.push_str(", ");
             push_tuple(out, names, &c.operands);
+            out.push(')');
+        }
+        Op::Switch(sw) => {
+            out.push_str("torch.ops.higher_order.switch(");
+            push_arg(out, names, &sw.index);
+            out.push_str(", [");
+            for (k, b) in sw.branches.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(n(*b));
+            }
+            out.push_str("], ");
+            push_tuple(out, names, &sw.operands);
             out.push(')');
         }
         Op::WhileLoop(w) => {

@@ -92,6 +92,9 @@ pub enum Line {
     },
     /// `torch.cond`: run one of two subgraphs on a device predicate.
     Conditional(Conditional),
+    /// `torch.cond` or `torch.switch` as Inductor 2.14 and later lower them
+    /// (`ir.Switch`): run the subgraph a selector picks.
+    Switch(Switch),
     /// `torch.while_loop` over a cond and a body subgraph.
     WhileLoop(WhileLoop),
     /// Enter a device guard.
@@ -106,8 +109,21 @@ pub enum Line {
         /// The text (may be empty).
         text: String,
     },
-    /// Check a tensor's sizes and strides (`assert_size_stride`).
+    /// Check a tensor's sizes and strides (`assert_size_stride`), and its
+    /// dtype where one is given (`assert_tensor_metadata`).
     AssertSizeStride(AssertSizeStride),
+    /// Check several tensors' sizes and strides at once
+    /// (`assert_size_stride_grouped`, Inductor 2.14 and later: the inputs a
+    /// kernel is the first to use).
+    AssertSizeStrideGrouped(AssertSizeStrideGrouped),
+    /// Fail unless an integer divisor is non-zero (Inductor's C++ wrapper,
+    /// 2.13 and later: `AOTI_TORCH_CHECK(d != 0, "Integer <op> by zero")`).
+    AssertDivByZero {
+        /// The divisor.
+        divisor: SymExpr,
+        /// The operation named in the message (`division`, `modulo`, ...).
+        context: String,
+    },
     /// Check a tensor's data pointer alignment (`assert_alignment`).
     AssertAlignment {
         /// The checked tensor.
@@ -172,11 +188,14 @@ impl Line {
             Line::DynamicScalar { .. } => "item",
             Line::UnbackedSymbolDefs { .. } => "bind",
             Line::Conditional(_) => "cond",
+            Line::Switch(_) => "switch",
             Line::WhileLoop(_) => "while",
             Line::EnterDeviceContext { .. } => "device",
             Line::ExitDeviceContext => "end_device",
             Line::Comment { .. } => "comment",
             Line::AssertSizeStride { .. } => "assert_size_stride",
+            Line::AssertSizeStrideGrouped(_) => "assert_size_stride_grouped",
+            Line::AssertDivByZero { .. } => "assert_div_by_zero",
             Line::AssertAlignment { .. } => "assert_alignment",
             Line::RuntimeAssert { .. } => "assert",
             Line::CommBufferAllocate { .. } => "comm_alloc",
@@ -196,6 +215,7 @@ impl Line {
             Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.result.as_ref(),
             Line::MultiOutput(m) => Some(&m.result),
             Line::Conditional(c) => Some(&c.result),
+            Line::Switch(s) => Some(&s.result),
             Line::WhileLoop(w) => Some(&w.result),
             _ => None,
         }
@@ -219,12 +239,14 @@ impl Line {
             | Line::EnterDeviceContext { .. }
             | Line::ExitDeviceContext
             | Line::Comment { .. }
-            | Line::RuntimeAssert { .. } => {}
+            | Line::RuntimeAssert { .. }
+            | Line::AssertDivByZero { .. } => {}
             Line::FreeIfNotReused { buffer, .. }
             | Line::Free { buffer }
             | Line::CommBufferFree { buffer }
             | Line::AssertAlignment { buffer, .. } => out.push(buffer),
             Line::AssertSizeStride(a) => out.push(&a.buffer),
+            Line::AssertSizeStrideGrouped(g) => out.extend(g.asserts.iter().map(|a| &a.buffer)),
             Line::Reuse { old, .. } => out.push(old),
             Line::Reinterpret { base, .. } => out.push(base),
             Line::KernelCall(call) => args(&mut out, call.args.iter().map(|a| &a.value)),
@@ -252,6 +274,12 @@ impl Line {
                 }
                 out.extend(&c.operands);
             }
+            Line::Switch(s) => {
+                if let Predicate::Tensor(b) = &s.selector {
+                    out.push(b);
+                }
+                out.extend(&s.operands);
+            }
             Line::WhileLoop(w) => out.extend(w.carried.iter().chain(&w.additional)),
         }
         out
@@ -271,15 +299,20 @@ impl Line {
         many.into_iter().flatten().chain(one)
     }
 
-    /// The subgraphs the line runs: a cond's branches (true, false), a while
-    /// loop's cond and body graphs; none for other lines.
+    /// The subgraphs the line runs: a cond's branches (true, false), a
+    /// switch's branches in selector order, a while loop's cond and body
+    /// graphs; none for other lines.
     pub fn subgraphs(&self) -> impl Iterator<Item = &GraphName> + '_ {
         let pair = match self {
             Line::Conditional(c) => Some([&c.true_graph, &c.false_graph]),
             Line::WhileLoop(w) => Some([&w.cond_graph, &w.body_graph]),
             _ => None,
         };
-        pair.into_iter().flatten()
+        let branches = match self {
+            Line::Switch(s) => s.branches.as_slice(),
+            _ => &[],
+        };
+        pair.into_iter().flatten().chain(branches)
     }
 
     /// The kernel the line defines or calls.
@@ -515,9 +548,52 @@ pub struct AssertSizeStride {
     pub size: SmallVec<[SymExpr; 4]>,
     /// Expected strides.
     pub stride: SmallVec<[SymExpr; 4]>,
-    /// The op that produced it (for the message), if any.
+    /// The dtype it must have (Inductor 2.15's `assert_tensor_metadata` on
+    /// an extern op's result), if checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<DType>,
+    /// The op that produced it (for the message; `input` for a graph
+    /// input), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+}
+
+/// `assert_size_stride_grouped((a, b), (sa, sb), (ta, tb), op)`: one
+/// message context for several tensors' checks, each as
+/// [`AssertSizeStride`] checks it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AssertSizeStrideGrouped {
+    /// The checks, in the order Inductor lists them.
+    pub asserts: Vec<SizeStrideCheck>,
+    /// The op that produced the tensors (`input` for graph inputs), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+}
+
+/// One tensor's check in an [`AssertSizeStrideGrouped`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SizeStrideCheck {
+    /// The checked tensor.
+    pub buffer: BufName,
+    /// Expected sizes.
+    pub size: SmallVec<[SymExpr; 4]>,
+    /// Expected strides.
+    pub stride: SmallVec<[SymExpr; 4]>,
+}
+
+impl AssertSizeStrideGrouped {
+    /// Each member as a stand-alone check with the group's context: what
+    /// the group checks, one tensor at a time (Inductor's C++ wrapper
+    /// writes a grouped assert this way).
+    pub fn members(&self) -> impl Iterator<Item = AssertSizeStride> + '_ {
+        self.asserts.iter().map(|a| AssertSizeStride {
+            buffer: a.buffer.clone(),
+            size: a.size.clone(),
+            stride: a.stride.clone(),
+            dtype: None,
+            context: self.context.clone(),
+        })
+    }
 }
 
 /// `scatter_(target, dim, index, src, reduce=...)` / `scatter_reduce_`.
@@ -590,6 +666,37 @@ pub struct Conditional {
     pub false_graph: GraphName,
     /// Operands passed to the chosen subgraph, in its input order.
     pub operands: Vec<BufName>,
+}
+
+/// `ir.Switch`: how Inductor 2.14 and later lower `torch.cond` (two
+/// branches, false first) and `torch.switch` (n branches).
+///
+/// The selector is read once as an integer (`int(pred.item())`; a boolean
+/// is 0 or 1); selector `k` runs `branches[k]` for `k` below the last
+/// index, and any other value runs the last branch (Inductor's wrapper
+/// writes `if sel == 0: ... elif sel == k: ... else: ...`; `torch.switch`
+/// clamps the index into range before it reaches Inductor).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Switch {
+    /// The multi-output result (elements extracted by `MultiOutput` lines).
+    pub result: BufName,
+    /// The selector: a one-element integer or boolean tensor, or an expression.
+    pub selector: Predicate,
+    /// The branches in selector order (at least one).
+    pub branches: Vec<GraphName>,
+    /// Operands passed to the chosen branch, in its input order.
+    pub operands: Vec<BufName>,
+    /// Whether this is a `torch.cond` (two branches: false, then true).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cond: bool,
+}
+
+impl Switch {
+    /// The index of the branch selector value `value` runs.
+    pub fn branch_index(&self, value: i64) -> usize {
+        let last = self.branches.len().saturating_sub(1);
+        usize::try_from(value).ok().filter(|k| *k < last).unwrap_or(last)
+    }
 }
 
 /// `torch.while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`.

@@ -128,11 +128,16 @@ impl Graph {
         })
     }
 
-    /// The buffers the graph's own `assert_size_stride` lines check, in order.
+    /// The buffers the graph's own `assert_size_stride` lines (single or
+    /// grouped) check, in order.
     pub fn asserted_buffers(&self) -> impl Iterator<Item = &BufName> {
-        self.lines.iter().filter_map(|l| match l {
-            Line::AssertSizeStride(AssertSizeStride { buffer, .. }) => Some(buffer),
-            _ => None,
+        self.lines.iter().flat_map(|l| {
+            let (one, group) = match l {
+                Line::AssertSizeStride(AssertSizeStride { buffer, .. }) => (Some(buffer), &[][..]),
+                Line::AssertSizeStrideGrouped(g) => (None, g.asserts.as_slice()),
+                _ => (None, &[][..]),
+            };
+            one.into_iter().chain(group.iter().map(|a| &a.buffer))
         })
     }
 

@@ -3,11 +3,11 @@
 use super::cursor::{first_token, is_ident, strip_comment, Cursor};
 use super::ParseError;
 use crate::ir::{
-    ArgValue, AssertSizeStride, BufName, BufferDecl, BufferKind, CallArg, Conditional, ConstValue, CppMeta, DType,
-    Device, DynamicScalar, ExternCall, Graph, GraphInput, GraphName, GraphOutput, GridType, HalideArg, HalideMeta,
-    IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex,
-    MultiOutput, PrecomputedGridEntry, Predicate, Program, ScatterFallback, SigType, SymbolDecl, SymbolKind,
-    TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
+    ArgValue, AssertSizeStride, AssertSizeStrideGrouped, BufName, BufferDecl, BufferKind, CallArg, Conditional,
+    ConstValue, CppMeta, DType, Device, DynamicScalar, ExternCall, Graph, GraphInput, GraphName, GraphOutput, GridType,
+    HalideArg, HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName, KeyEntry, KeyPath,
+    Layout, Line, MultiIndex, MultiOutput, PrecomputedGridEntry, Predicate, Program, ScatterFallback, SigType,
+    SizeStrideCheck, Switch, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
 };
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -299,6 +299,20 @@ fn keyed_list<T>(
 fn string_list(c: &mut Cursor<'_>, what: &dyn fmt::Display) -> Result<Vec<String>, ParseError> {
     c.expect("[", || format!("expected `[` to start {what}"))?;
     comma_list(c, "]", what, |c| c.string(&format_args!("an element of {what}")))
+}
+
+/// `[sizes] [strides]` of a size/stride check on `buffer`.
+fn size_stride(
+    c: &mut Cursor<'_>,
+    buffer: &BufName,
+) -> Result<(SmallVec<[SymExpr; 4]>, SmallVec<[SymExpr; 4]>), ParseError> {
+    c.expect("[", || format!("expected `[` (sizes) after buffer name `{buffer}`"))?;
+    let size = expr_list(c, ']', &format_args!("the sizes of the check of `{buffer}`"))?;
+    c.expect("[", || {
+        format!("expected `[` (strides) after the sizes of the check of `{buffer}`")
+    })?;
+    let stride = expr_list(c, ']', &format_args!("the strides of the check of `{buffer}`"))?;
+    Ok((size, stride))
 }
 
 /// `(a, b, ...)` of buffer names.
@@ -1376,6 +1390,33 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
                 operands,
             })
         }
+        "switch" => {
+            let result = buf_then(c, kw, "=")?;
+            let cond = c.eat_keyword("cond");
+            c.expect_keyword("on", || format!("expected `on` in `switch {result}`"))?;
+            let what = format_args!("the selector of `switch {result}`");
+            c.skip_ws();
+            let spos = c.pos();
+            let selector = match expr_atom(c, &what)? {
+                SymExpr::Sym(s) if declared.contains_key(s.as_str()) && c.pos() == spos + s.as_str().len() => {
+                    Predicate::Tensor(BufName::new(s.as_str()))
+                }
+                e => Predicate::Expr(e),
+            };
+            c.expect("[", || format!("expected `[` (branches) after {what}"))?;
+            let branches = comma_list(c, "]", &format_args!("the branches of `switch {result}`"), |c| {
+                c.expect_ident(|| format!("expected a graph name in the branches of `switch {result}`"))
+                    .map(GraphName::new)
+            })?;
+            let operands = name_list(c, &format_args!("the operands of `switch {result}`"))?;
+            Line::Switch(Switch {
+                result,
+                selector,
+                branches,
+                operands,
+                cond,
+            })
+        }
         "while" => {
             let result = buf_then(c, kw, "=")?;
             let cond_graph =
@@ -1413,19 +1454,43 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
         },
         "assert_size_stride" => {
             let buffer = buf_after(c, kw)?;
-            c.expect("[", || format!("expected `[` (sizes) after buffer name `{buffer}`"))?;
-            let size = expr_list(c, ']', &format_args!("the sizes of `assert_size_stride {buffer}`"))?;
-            c.expect("[", || {
-                format!("expected `[` (strides) after the sizes of `assert_size_stride {buffer}`")
-            })?;
-            let stride = expr_list(c, ']', &format_args!("the strides of `assert_size_stride {buffer}`"))?;
+            let (size, stride) = size_stride(c, &buffer)?;
+            let dtype = if c.eat_keyword("dtype") {
+                c.skip_ws();
+                let pos = c.pos();
+                let name =
+                    c.expect_ident(|| format!("expected a dtype after `dtype` in `assert_size_stride {buffer}`"))?;
+                Some(
+                    name.parse::<DType>()
+                        .map_err(|_| c.error_at(pos, format!("unknown dtype `{name}`")))?,
+                )
+            } else {
+                None
+            };
             let context = context_string(c)?;
             Line::AssertSizeStride(AssertSizeStride {
                 buffer,
                 size,
                 stride,
+                dtype,
                 context,
             })
+        }
+        "assert_size_stride_grouped" => {
+            let what = format_args!("the checks of `assert_size_stride_grouped`");
+            c.expect("(", || format!("expected `(` to start {what}"))?;
+            let asserts = comma_list(c, ")", &what, |c| {
+                let buffer = buf_name(c, || format!("expected a buffer name in {what}"))?;
+                let (size, stride) = size_stride(c, &buffer)?;
+                Ok(SizeStrideCheck { buffer, size, stride })
+            })?;
+            let context = context_string(c)?;
+            Line::AssertSizeStrideGrouped(AssertSizeStrideGrouped { asserts, context })
+        }
+        "assert_div_by_zero" => {
+            let divisor = expr_atom(c, &"the divisor of `assert_div_by_zero`")?;
+            let context = c.string(&"the context of `assert_div_by_zero`")?;
+            Line::AssertDivByZero { divisor, context }
         }
         "assert_alignment" => {
             let buffer = buf_after(c, kw)?;

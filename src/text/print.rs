@@ -512,6 +512,20 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
                 join_names(&c.operands)
             )
         }
+        Line::Switch(sw) => {
+            let selector = match &sw.selector {
+                Predicate::Tensor(b) => b.to_string(),
+                Predicate::Expr(e) => expr_atom(e, declared),
+            };
+            let branches: Vec<&str> = sw.branches.iter().map(|b| b.as_str()).collect();
+            format!(
+                "switch {} = {}on {selector} [{}] ({})",
+                sw.result,
+                if sw.cond { "cond " } else { "" },
+                branches.join(", "),
+                join_names(&sw.operands)
+            )
+        }
         Line::WhileLoop(w) => {
             let mut s = format!(
                 "while {} = {} do {} ({})",
@@ -528,15 +542,32 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
         Line::EnterDeviceContext { device_index } => format!("device {device_index} {{"),
         Line::ExitDeviceContext => "}".to_string(),
         Line::Comment { text } => format!("comment {}", PyStr(text)),
-        Line::AssertSizeStride(a) => with_context(
-            format!(
+        Line::AssertSizeStride(a) => {
+            let mut s = format!(
                 "assert_size_stride {} {} {}",
                 a.buffer,
                 expr_list(&a.size),
                 expr_list(&a.stride)
-            ),
-            &a.context,
-        ),
+            );
+            if let Some(d) = a.dtype {
+                let _ = write!(s, " dtype {d}");
+            }
+            with_context(s, &a.context)
+        }
+        Line::AssertSizeStrideGrouped(group) => {
+            let members: Vec<String> = group
+                .asserts
+                .iter()
+                .map(|a| format!("{} {} {}", a.buffer, expr_list(&a.size), expr_list(&a.stride)))
+                .collect();
+            with_context(
+                format!("assert_size_stride_grouped ({})", members.join(", ")),
+                &group.context,
+            )
+        }
+        Line::AssertDivByZero { divisor, context } => {
+            format!("assert_div_by_zero {} {}", expr_atom(divisor, declared), PyStr(context))
+        }
         Line::AssertAlignment {
             buffer,
             alignment,

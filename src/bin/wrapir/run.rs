@@ -50,6 +50,11 @@ pub(crate) struct RunArgs {
     /// it such an op is an error naming it.
     #[arg(long)]
     pub(crate) allow_host_fallback: bool,
+    /// cpu, cuda: skip the program's tensor asserts (sizes, strides,
+    /// dtypes, alignments), which guard against inputs other than those
+    /// Inductor compiled for. Symbolic runtime asserts are still checked.
+    #[arg(long)]
+    pub(crate) skip_asserts: bool,
 }
 
 /// One reference a run's outputs are compared with.
@@ -82,6 +87,9 @@ struct Inputs {
 pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
     if args.allow_host_fallback && args.device != RunDevice::Cuda {
         bail!("--allow-host-fallback is for `--device cuda` (the other devices have no fallback)");
+    }
+    if args.skip_asserts && args.device == RunDevice::Meta {
+        bail!("--skip-asserts is for `--device cpu` and `--device cuda` (a meta run checks shapes only)");
     }
     if args.device != RunDevice::Meta {
         let device = if args.device == RunDevice::Cpu { "cpu" } else { "cuda" };
@@ -118,7 +126,11 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
         RunDevice::Meta => run_meta(args, &program, &name, &inputs),
         RunDevice::Cpu => {
             let references = references(args, &bundle)?;
-            let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
+            let mut backend = wrapir::exec::host::HostBackend::new(wrapir::exec::host::HostOptions {
+                skip_tensor_asserts: args.skip_asserts,
+                ..Default::default()
+            })
+            .with_limits(limits());
             if let Some(state) = meta.cuda_rng {
                 backend.set_cuda_rng(state);
             }
@@ -394,6 +406,7 @@ fn run_cuda(
 ) -> Result<Vec<Value<Tensor>>> {
     use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
     let mut options = CudaOptions::for_bundle(bundle.kernel_images(), meta);
+    options.host.skip_tensor_asserts = args.skip_asserts;
     options.paths = cuda::CudaPaths::from_env();
     options.host_fallback = args.allow_host_fallback;
     let options = options.preload_for(program);
@@ -560,6 +573,7 @@ pub(crate) fn compare_command(
         rtol,
         atol,
         allow_host_fallback: false,
+        skip_asserts: false,
     };
     let references = references(&args, &bundle)?;
     let references = inductor_reference_for(references, prog, bundle.meta());

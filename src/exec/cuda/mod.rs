@@ -710,6 +710,12 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    /// The host options' `skip_tensor_asserts` (the same switch for both
+    /// backends of a run).
+    fn checks_tensor_asserts(&self) -> bool {
+        !self.options.host.skip_tensor_asserts
+    }
+
     fn memory(&self) -> MemoryStats {
         self.memory.stats()
     }

@@ -137,7 +137,10 @@ impl Default for CudaOptions {
             kernels: Arc::new(NoKernelImages),
             paths: CudaPaths::default(),
             host_fallback: false,
-            host: HostOptions { jagged_zero_fill: true },
+            host: HostOptions {
+                jagged_zero_fill: true,
+                ..Default::default()
+            },
             extern_ops: ExternOpLog::default(),
             preload_blas: false,
             preload_builtins: false,

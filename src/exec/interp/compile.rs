@@ -155,6 +155,7 @@ pub(super) fn compile_graph(
                 tensor: slot(a.tensor)?,
                 size: OperandList::Owned(operands(&a.size)?.into()),
                 stride: OperandList::Owned(operands(&a.stride)?.into()),
+                dtype: a.dtype,
                 context: a.context.as_deref().map(Box::from),
             },
             Op::AssertAlignment { tensor, alignment } => StepKind::AssertAlignment {
@@ -166,6 +167,11 @@ pub(super) fn compile_graph(
                 true_graph: sub(c.true_graph)?,
                 false_graph: sub(c.false_graph)?,
                 operands: operands(&c.operands)?,
+            })),
+            Op::Switch(sw) => StepKind::Switch(Box::new(SwitchStep {
+                index: operand(&sw.index)?,
+                branches: sw.branches.iter().map(|b| sub(*b)).collect::<Result<_, _>>()?,
+                operands: operands(&sw.operands)?,
             })),
             Op::WhileLoop(w) => StepKind::While(Box::new(WhileStep {
                 cond_graph: sub(w.cond_graph)?,
@@ -436,6 +442,10 @@ pub(super) fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize))
         StepKind::Cond(c) => {
             for_each_slot_mut(&mut c.pred, f);
             many(&mut c.operands, f);
+        }
+        StepKind::Switch(sw) => {
+            for_each_slot_mut(&mut sw.index, f);
+            many(&mut sw.operands, f);
         }
         StepKind::While(w) => {
             many(&mut w.carried, f);

@@ -110,6 +110,7 @@ enum StepKind {
         tensor: usize,
         size: OperandList,
         stride: OperandList,
+        dtype: Option<DType>,
         context: Option<Box<str>>,
     },
     AssertAlignment {
@@ -117,6 +118,7 @@ enum StepKind {
         alignment: u32,
     },
     Cond(Box<CondStep>),
+    Switch(Box<SwitchStep>),
     While(Box<WhileStep>),
 }
 
@@ -215,6 +217,15 @@ struct CondStep {
     pred: Operand,
     true_graph: String,
     false_graph: String,
+    operands: Vec<Operand>,
+}
+
+/// `higher_order.switch`: `branches[k]` for index `k` below the last, the
+/// last branch for any other index.
+#[derive(Clone, Debug)]
+struct SwitchStep {
+    index: Operand,
+    branches: Vec<String>,
     operands: Vec<Operand>,
 }
 

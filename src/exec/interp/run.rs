@@ -401,24 +401,29 @@ impl Plan {
                 tensor: t,
                 size,
                 stride,
+                dtype,
                 context,
             } => {
-                let spec = backend.spec(tensor(*t)?);
-                let (size, stride) = (small_ints(self.list(size))?, small_ints(self.list(stride))?);
-                check_sizes_strides(
-                    spec,
-                    spec.dtype,
-                    size.iter().copied().map(Some),
-                    stride.iter().copied().map(Some),
-                )
-                .map_err(|e| match context {
-                    Some(c) => ExecError::Assert(format!("{e} ({c})")),
-                    None => e,
-                })?;
+                if backend.checks_tensor_asserts() {
+                    let spec = backend.spec(tensor(*t)?);
+                    let (size, stride) = (small_ints(self.list(size))?, small_ints(self.list(stride))?);
+                    check_sizes_strides(
+                        spec,
+                        dtype.unwrap_or(spec.dtype),
+                        size.iter().copied().map(Some),
+                        stride.iter().copied().map(Some),
+                    )
+                    .map_err(|e| match context {
+                        Some(c) => ExecError::Assert(format!("{e} ({c})")),
+                        None => e,
+                    })?;
+                }
                 Value::None
             }
             StepKind::AssertAlignment { tensor: t, alignment } => {
-                backend.check_alignment(tensor(*t)?, *alignment)?;
+                if backend.checks_tensor_asserts() {
+                    backend.check_alignment(tensor(*t)?, *alignment)?;
+                }
                 Value::None
             }
             StepKind::Cond(c) => {
@@ -441,6 +446,39 @@ impl Plan {
                 };
                 let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let sub = self.subplan(if p { true_graph } else { false_graph })?;
+                let sub_outer = Envs {
+                    outer,
+                    env,
+                    bound: info.bound_before,
+                }
+                .merged();
+                let mut sub_env = sub.bound.clone();
+                Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env)?)
+            }
+            StepKind::Switch(sw) => {
+                let SwitchStep {
+                    index,
+                    branches,
+                    operands,
+                } = &**sw;
+                let k = match rd(index)? {
+                    Value::Tensor(t) => scalar_index(backend.read_scalar(
+                        &t,
+                        &ScalarRequest {
+                            symbol: None,
+                            decl: None,
+                            multiplier: 1,
+                        },
+                    )?),
+                    other => value_index(&other)?,
+                };
+                let last = branches.len().saturating_sub(1);
+                let chosen = usize::try_from(k).ok().filter(|k| *k < last).unwrap_or(last);
+                let graph = branches
+                    .get(chosen)
+                    .ok_or_else(|| ExecError::Type("a switch without branches".to_string()))?;
+                let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
+                let sub = self.subplan(graph)?;
                 let sub_outer = Envs {
                     outer,
                     env,

@@ -241,6 +241,27 @@ pub(super) fn truthy<T>(v: &Value<T>) -> Result<bool, ExecError> {
     }
 }
 
+/// A switch index as Inductor's wrapper reads it: `int(x)` (a boolean is 0
+/// or 1, a float truncates toward zero).
+pub(super) fn value_index<T>(v: &Value<T>) -> Result<i64, ExecError> {
+    match v {
+        Value::Bool(b) => Ok(i64::from(*b)),
+        Value::Int(i) => Ok(*i),
+        // `as` saturates out-of-range floats, which then pick the last branch.
+        Value::Float(f) => Ok(f.trunc() as i64),
+        other => Err(ExecError::Type(format!("a {} is not a switch index", other.kind()))),
+    }
+}
+
+/// [`value_index`] of a tensor's one element.
+pub(super) fn scalar_index(v: ScalarValue) -> i64 {
+    match v {
+        ScalarValue::Bool(b) => i64::from(b),
+        ScalarValue::Int(i) => i,
+        ScalarValue::Float(f) => f.trunc() as i64,
+    }
+}
+
 pub(super) fn scalar_truthy(v: ScalarValue) -> bool {
     match v {
         ScalarValue::Bool(b) => b,

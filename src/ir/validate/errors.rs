@@ -169,6 +169,12 @@ pub enum ValidationErrorKind {
         /// The expression, printed.
         expr: String,
     },
+    /// A divisor that is a boolean expression, not an integer.
+    #[error("divisor {expr} is a boolean expression, not an integer")]
+    NotInteger {
+        /// The expression, printed.
+        expr: String,
+    },
     /// A malformed key path.
     #[error("key path `{path}` of symbol {symbol} is malformed: {reason}")]
     BadKeyPath {
@@ -485,6 +491,26 @@ pub enum ValidationErrorKind {
         /// Its output count.
         false_outputs: usize,
     },
+    /// A switch without branches, or a cond switch without exactly two.
+    #[error("{} has {found} branches{}", if *cond { "a cond switch" } else { "a switch" }, if *cond { "; a cond has two (false, true)" } else { "; a switch needs at least one" })]
+    SwitchBranchCount {
+        /// Whether the switch is a `torch.cond`.
+        cond: bool,
+        /// The branches given.
+        found: usize,
+    },
+    /// Switch branches returning different numbers of values.
+    #[error("switch branches return different numbers of values: {first} returns {first_outputs}, {graph} returns {outputs}")]
+    SwitchOutputMismatch {
+        /// The first branch.
+        first: GraphName,
+        /// Its output count.
+        first_outputs: usize,
+        /// A branch that disagrees.
+        graph: GraphName,
+        /// Its output count.
+        outputs: usize,
+    },
     /// A loop subgraph returning the wrong number of values.
     #[error("{role} graph {graph} returns {found} values but the loop needs {expected}")]
     LoopOutputMismatch {
@@ -536,6 +562,23 @@ pub enum ValidationErrorKind {
         sizes: usize,
         /// Strides given.
         strides: usize,
+    },
+    /// A dtype check (`assert_tensor_metadata`) that the buffer's declared
+    /// dtype can never pass.
+    #[error("assert_size_stride on {buffer} expects dtype {expected} but the buffer is declared {declared}")]
+    AssertDtypeMismatch {
+        /// The buffer.
+        buffer: BufName,
+        /// The dtype the check expects.
+        expected: DType,
+        /// The buffer's declared dtype.
+        declared: DType,
+    },
+    /// A size/stride check listed twice in one grouped assert.
+    #[error("grouped assert_size_stride checks {buffer} twice")]
+    GroupedAssertRepeats {
+        /// The buffer.
+        buffer: BufName,
     },
     /// An alignment that is not a power of two.
     #[error("alignment {alignment} is not a power of two")]

@@ -149,6 +149,7 @@ impl<'a> Validator<'a> {
                 }
             }
             Line::Conditional(c) => self.conditional(g, at, c),
+            Line::Switch(s) => self.switch(g, at, s),
             Line::WhileLoop(w) => self.while_loop(g, at, w),
             Line::EnterDeviceContext { .. } => {
                 let depth = g.device_stack.len() + 1;
@@ -163,26 +164,30 @@ impl<'a> Validator<'a> {
                 }
             }
             Line::Comment { .. } => {}
-            Line::AssertSizeStride(AssertSizeStride {
-                buffer, size, stride, ..
-            }) => {
-                self.use_buffer(g, at, buffer, Need::Tensor, true);
-                for e in size.iter().chain(stride.iter()) {
-                    self.use_expr(g, Some(at), e, at);
-                }
-                if let Some(l) = g.layout(self.program, buffer) {
-                    if size.len() != l.rank() || stride.len() != l.rank() {
+            Line::AssertSizeStride(a) => self.size_stride_check(g, at, (&a.buffer, &a.size, &a.stride), a.dtype),
+            Line::AssertSizeStrideGrouped(group) => {
+                for (k, a) in group.asserts.iter().enumerate() {
+                    if group.asserts[..k].iter().any(|b| b.buffer == a.buffer) {
                         self.err(
                             Self::at(g, at),
-                            ValidationErrorKind::AssertRankMismatch {
-                                buffer: buffer.clone(),
-                                rank: l.rank(),
-                                sizes: size.len(),
-                                strides: stride.len(),
+                            ValidationErrorKind::GroupedAssertRepeats {
+                                buffer: a.buffer.clone(),
                             },
                         );
                     }
+                    self.size_stride_check(g, at, (&a.buffer, &a.size, &a.stride), None);
                 }
+            }
+            Line::AssertDivByZero { divisor, .. } => {
+                if divisor.is_boolean() {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::NotInteger {
+                            expr: divisor.to_string(),
+                        },
+                    );
+                }
+                self.use_expr(g, Some(at), divisor, at);
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
                 self.use_buffer(g, at, buffer, Need::Tensor, true);
@@ -202,6 +207,47 @@ impl<'a> Validator<'a> {
                 }
                 self.use_expr(g, Some(at), cond, at);
             }
+        }
+    }
+
+    /// One tensor's size/stride (and dtype) check: the buffer is a live
+    /// tensor, the expressions' symbols are bound, the lists match its rank
+    /// and the dtype its declared one.
+    fn size_stride_check(
+        &mut self,
+        g: &mut GraphState<'a>,
+        at: usize,
+        (buffer, size, stride): (&'a BufName, &'a [SymExpr], &'a [SymExpr]),
+        dtype: Option<DType>,
+    ) {
+        self.use_buffer(g, at, buffer, Need::Tensor, true);
+        for e in size.iter().chain(stride.iter()) {
+            self.use_expr(g, Some(at), e, at);
+        }
+        let Some(l) = g.layout(self.program, buffer) else {
+            return;
+        };
+        if size.len() != l.rank() || stride.len() != l.rank() {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::AssertRankMismatch {
+                    buffer: buffer.clone(),
+                    rank: l.rank(),
+                    sizes: size.len(),
+                    strides: stride.len(),
+                },
+            );
+        }
+        if let Some(expected) = dtype.filter(|d| *d != l.dtype) {
+            let declared = l.dtype;
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::AssertDtypeMismatch {
+                    buffer: buffer.clone(),
+                    expected,
+                    declared,
+                },
+            );
         }
     }
 

@@ -71,8 +71,8 @@
 
 use super::kernel::{KernelBackend, KernelDef, SigType};
 use super::line::{
-    ArgValue, AssertSizeStride, DynamicScalar, IndexPutFallback, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex,
-    MultiOutput, Predicate, TensorMethod,
+    ArgValue, DynamicScalar, IndexPutFallback, KernelCall, KeyEntry, KeyPathText, Line, MultiIndex, MultiOutput,
+    Predicate, TensorMethod,
 };
 use super::location::line_text;
 pub use super::location::Location;

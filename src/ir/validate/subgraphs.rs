@@ -1,4 +1,4 @@
-//! Subgraphs: `Conditional` and `WhileLoop`, operands, summaries.
+//! Subgraphs: `Conditional`, `Switch` and `WhileLoop`, operands, summaries.
 
 use super::*;
 
@@ -272,6 +272,78 @@ impl<'a> Validator<'a> {
             self.bind_after(g, at, both);
         }
         self.define_result(g, at, &c.result, Need::Multi);
+    }
+
+    /// A switch: its selector, its operands passed to every branch (each
+    /// checked once, however often it is listed), the branches' output
+    /// counts agreeing with the first branch's, and the symbols every branch
+    /// binds visible after the line.
+    pub(super) fn switch(&mut self, g: &mut GraphState<'a>, at: usize, s: &'a crate::ir::line::Switch) {
+        match &s.selector {
+            Predicate::Tensor(b) => {
+                self.use_buffer(g, at, b, Need::Tensor, true);
+            }
+            Predicate::Expr(e) => self.use_expr(g, Some(at), e, at),
+        }
+        if s.branches.is_empty() || (s.cond && s.branches.len() != 2) {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::SwitchBranchCount {
+                    cond: s.cond,
+                    found: s.branches.len(),
+                },
+            );
+        }
+        let operands: Vec<&BufName> = s.operands.iter().collect();
+        self.use_operands(g, at, s.branches.first(), &operands);
+        let mut distinct: Vec<&GraphName> = Vec::with_capacity(s.branches.len());
+        for b in &s.branches {
+            if !distinct.contains(&b) {
+                distinct.push(b);
+            }
+        }
+        let summaries: Vec<Option<Summary>> = distinct.iter().map(|b| self.subgraph(g, at, b)).collect();
+        for (b, summary) in distinct.iter().zip(&summaries) {
+            if summary.is_some() {
+                self.pass_operands(g, at, b, &operands);
+            }
+        }
+        let outputs = |name: &GraphName| self.program.subgraphs.get(name).map(|sg| sg.outputs.len());
+        if let (Some(first), Some(first_outputs)) = (distinct.first(), distinct.first().and_then(|b| outputs(b))) {
+            for (b, summary) in distinct.iter().zip(&summaries).skip(1) {
+                match outputs(b) {
+                    Some(n) if summary.is_some() && n != first_outputs => self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::SwitchOutputMismatch {
+                            first: (*first).clone(),
+                            first_outputs,
+                            graph: (*b).clone(),
+                            outputs: n,
+                        },
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        for (b, summary) in distinct.iter().zip(&summaries) {
+            if let Some(summary) = summary {
+                self.apply_summary(g, at, b, summary);
+            }
+        }
+        if summaries.iter().all(Option::is_some) {
+            let mut all = summaries.iter().flatten();
+            if let Some(first) = all.next() {
+                let rest: Vec<&Summary> = all.collect();
+                let common: Vec<Symbol> = first
+                    .binds
+                    .iter()
+                    .filter(|sym| rest.iter().all(|r| r.binds.contains(*sym)))
+                    .cloned()
+                    .collect();
+                self.bind_after(g, at, common);
+            }
+        }
+        self.define_result(g, at, &s.result, Need::Multi);
     }
 
     pub(super) fn while_loop(&mut self, g: &mut GraphState<'a>, at: usize, w: &'a crate::ir::line::WhileLoop) {

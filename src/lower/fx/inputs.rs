@@ -105,6 +105,7 @@ impl<'p> GraphLowering<'p> {
                         tensor: *id,
                         size,
                         stride,
+                        dtype: None,
                         context: None,
                     }),
                     None,

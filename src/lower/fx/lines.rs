@@ -219,6 +219,36 @@ impl<'p> GraphLowering<'p> {
                 });
                 self.push_subgraph_result(&c.result, op)?;
             }
+            Line::Switch(sw) => {
+                let selector = match &sw.selector {
+                    Predicate::Tensor(b) => Arg::Node(self.buffer(b)?),
+                    Predicate::Expr(e) => self.expr(e)?,
+                };
+                let mut operands = Vec::new();
+                if let Some(first) = sw.branches.first() {
+                    for (i, b) in sw.operands.iter().enumerate() {
+                        operands.push(self.operand(first, i, b)?);
+                    }
+                }
+                let names: Vec<&GraphName> = sw.branches.iter().collect();
+                let branches = self.subgraph_list(&names, &mut operands)?;
+                // As upstream's FX converter: a cond's switch (branches false,
+                // true) is `higher_order.cond`, any other `higher_order.switch`.
+                let op = match branches.as_slice() {
+                    [f, t] if sw.cond => Op::Cond(fx::Cond {
+                        pred: selector,
+                        true_graph: *t,
+                        false_graph: *f,
+                        operands,
+                    }),
+                    _ => Op::Switch(fx::Switch {
+                        index: selector,
+                        branches,
+                        operands,
+                    }),
+                };
+                self.push_subgraph_result(&sw.result, op)?;
+            }
             Line::WhileLoop(w) => {
                 let mut carried = Vec::new();
                 for (i, b) in w.carried.iter().enumerate() {
@@ -239,19 +269,18 @@ impl<'p> GraphLowering<'p> {
             }
             Line::EnterDeviceContext { .. } | Line::ExitDeviceContext | Line::Comment { .. } => {}
             Line::AssertSizeStride(a) => {
-                let t = self.buffer(&a.buffer)?;
-                let size: fx::Args = self.exprs_of(&a.size)?.into();
-                let stride: fx::Args = self.exprs_of(&a.stride)?.into();
-                self.out.push_static(
-                    "assert_size_stride",
-                    Op::AssertSizeStride(fx::AssertSizeStride {
-                        tensor: t,
-                        size,
-                        stride,
-                        context: a.context.clone(),
-                    }),
-                    None,
-                );
+                self.assert_size_stride(&a.buffer, (&a.size, &a.stride), a.dtype, &a.context)?
+            }
+            Line::AssertSizeStrideGrouped(group) => {
+                for a in &group.asserts {
+                    self.assert_size_stride(&a.buffer, (&a.size, &a.stride), None, &group.context)?;
+                }
+            }
+            Line::AssertDivByZero { divisor, context } => {
+                let nonzero = SymExpr::cmp(crate::sym::CmpOp::Ne, divisor.clone(), SymExpr::Int(0));
+                let (cond, message) = (self.expr(&nonzero)?, format!("Integer {context} by zero"));
+                self.out
+                    .push_static("_assert_scalar", Op::AssertScalar { cond, message }, None);
             }
             Line::AssertAlignment { buffer, alignment, .. } => {
                 let (tensor, alignment) = (self.buffer(buffer)?, *alignment);
@@ -525,6 +554,32 @@ impl<'p> GraphLowering<'p> {
             }
         }
         Ok(cur)
+    }
+
+    /// `assert_size_stride(t, size, stride, context)`, with `dtype=` when
+    /// the check includes the dtype.
+    fn assert_size_stride(
+        &mut self,
+        buffer: &BufName,
+        (size, stride): (&[SymExpr], &[SymExpr]),
+        dtype: Option<crate::ir::DType>,
+        context: &Option<String>,
+    ) -> Res<()> {
+        let tensor = self.buffer(buffer)?;
+        let size: fx::Args = self.exprs_of(size)?.into();
+        let stride: fx::Args = self.exprs_of(stride)?.into();
+        self.out.push_static(
+            "assert_size_stride",
+            Op::AssertSizeStride(fx::AssertSizeStride {
+                tensor,
+                size,
+                stride,
+                dtype,
+                context: context.clone(),
+            }),
+            None,
+        );
+        Ok(())
     }
 }
 

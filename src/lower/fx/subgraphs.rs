@@ -11,11 +11,33 @@ impl<'p> GraphLowering<'p> {
     /// the symbols lifted into them are appended to `operands`, the line's
     /// trailing operands.
     pub(super) fn subgraph_pair(&mut self, names: [&GraphName; 2], operands: &mut Vec<Arg>) -> Res<[NodeId; 2]> {
-        let (graphs, lifted) = self.subgraphs(&names)?;
+        match self.subgraph_list(&names, operands)?.as_slice() {
+            [a, b] => Ok([*a, *b]),
+            _ => Err(ErrorKind::Unsupported(
+                "conditionals and loops take exactly two subgraphs".into(),
+            )),
+        }
+    }
+
+    /// The `Subgraph` nodes of the graphs one line runs, in `names` order (a
+    /// graph named twice is one node), with the symbols they lift appended
+    /// to `operands`.
+    pub(super) fn subgraph_list(&mut self, names: &[&GraphName], operands: &mut Vec<Arg>) -> Res<Vec<NodeId>> {
+        let mut distinct: Vec<&GraphName> = Vec::with_capacity(names.len());
+        for n in names {
+            if !distinct.contains(n) {
+                distinct.push(n);
+            }
+        }
+        let (graphs, lifted) = self.subgraphs(&distinct)?;
         for s in &lifted {
             operands.push(self.symbol(s)?);
         }
-        self.subgraph_nodes(graphs)
+        let ids = self.subgraph_nodes(graphs);
+        Ok(names
+            .iter()
+            .filter_map(|n| distinct.iter().position(|d| d == n).and_then(|k| ids.get(k).copied()))
+            .collect())
     }
 
     /// The node of a `cond` or `while_loop` line, `op`, bound to its result
@@ -56,19 +78,14 @@ impl<'p> GraphLowering<'p> {
         Ok((lowered, union))
     }
 
-    fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Res<[NodeId; 2]> {
+    fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Vec<NodeId> {
         let mut ids = Vec::new();
         for (name, g) in graphs {
             let id = self.out.push(&name, Op::Subgraph { name: name.clone() }, None);
             self.out.subgraphs.insert(name, g);
             ids.push(id);
         }
-        match ids.as_slice() {
-            [a, b] => Ok([*a, *b]),
-            _ => Err(ErrorKind::Unsupported(
-                "conditionals and loops take exactly two subgraphs".into(),
-            )),
-        }
+        ids
     }
 }
 

@@ -6,7 +6,7 @@ use crate::ir::LineAt;
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
     IndexNames, KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr,
-    ScatterFallback, TensorMethod, WhileLoop, MAIN_GRAPH,
+    ScatterFallback, Switch, TensorMethod, WhileLoop, MAIN_GRAPH,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch};
 use crate::sym::print::python as pexpr;
@@ -245,6 +245,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
             }
             Line::Conditional(c) => self.conditional(code, c)?,
+            Line::Switch(sw) => self.switch(code, sw)?,
             Line::WhileLoop(w) => self.while_loop(code, w)?,
             Line::EnterDeviceContext { device_index } => {
                 let kind = self.low.gpu.as_str();
@@ -260,9 +261,33 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.indent -= 1;
             }
             Line::Comment { text } => code.line(&comment(text)),
-            Line::AssertSizeStride(a) => {
-                code.line(&assert_size_stride(&a.buffer, &a.size, &a.stride, a.context.as_deref()))
+            Line::AssertSizeStride(a) => match a.dtype {
+                None => code.line(&assert_size_stride(&a.buffer, &a.size, &a.stride, a.context.as_deref())),
+                // Inductor 2.15's form for a checked dtype.
+                Some(d) => code.line(&assert_call(
+                    format!(
+                        "assert_tensor_metadata({}, {}, {}, torch.{}",
+                        a.buffer,
+                        shape_tuple(&a.size),
+                        shape_tuple(&a.stride),
+                        d.torch_name()
+                    ),
+                    a.context.as_deref(),
+                )),
+            },
+            Line::AssertSizeStrideGrouped(group) => {
+                let tuple = |items: Vec<String>| format!("({})", items.join(", "));
+                let names = tuple(group.asserts.iter().map(|a| a.buffer.to_string()).collect());
+                let sizes = tuple(group.asserts.iter().map(|a| shape_tuple(&a.size)).collect());
+                let strides = tuple(group.asserts.iter().map(|a| shape_tuple(&a.stride)).collect());
+                code.line(&assert_call(
+                    format!("assert_size_stride_grouped({names}, {sizes}, {strides}"),
+                    group.context.as_deref(),
+                ))
             }
+            // Inductor's Python wrapper writes no check for this (Python
+            // raises ZeroDivisionError itself); the C++ wrappers do.
+            Line::AssertDivByZero { .. } => {}
             Line::AssertAlignment {
                 buffer,
                 alignment,
@@ -458,6 +483,37 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         for (i, g) in [&c.true_graph, &c.false_graph].into_iter().enumerate() {
             if i == 1 {
                 code.line("else:");
+            }
+            code.indent += 1;
+            code.blank();
+            code.line(&format!("# subgraph: {g}"));
+            code.line(&format!("{g}_args = {}", args_list(&operands)));
+            code.line(&format!("{result} = {g}({g}_args)"));
+            code.indent -= 1;
+        }
+        Ok(())
+    }
+
+    /// Inductor 2.14's `codegen_switch` text (the form `torch.cond` and
+    /// `torch.switch` take from 2.14 on): the selector read once as an
+    /// integer, then `if sel == 0:` / `elif sel == k:` / `else:`.
+    fn switch(&mut self, code: &mut Code, sw: &Switch) -> Result<(), Error> {
+        let result = &sw.result;
+        let selector = format!("{result}_selector");
+        match &sw.selector {
+            Predicate::Tensor(b) => code.line(&format!("{selector} = int({b}.item())")),
+            Predicate::Expr(e) => code.line(&format!("{selector} = int({})", pexpr(e))),
+        }
+        let outputs = sw.branches.first().map_or(0, |b| self.subgraph(b).outputs.len());
+        code.line(&format!("{result} = [None] * {outputs}"));
+        let operands: Vec<String> = sw.operands.iter().map(|o| o.to_string()).collect();
+        let last = sw.branches.len().saturating_sub(1);
+        for (k, g) in sw.branches.iter().enumerate() {
+            self.subgraph(g);
+            match k {
+                0 => code.line(&format!("if {selector} == 0:")),
+                k if k < last => code.line(&format!("elif {selector} == {k}:")),
+                _ => code.line("else:"),
             }
             code.indent += 1;
             code.blank();

@@ -301,6 +301,10 @@ struct Lowering<'a> {
     /// Device type of each kernel's first call.
     kernel_device: IndexMap<KernelName, DeviceType>,
     halide_import_written: bool,
+    /// Whether any graph has a grouped size/stride assert, a dtype assert
+    /// (their helpers are imported only then, as Inductor 2.14 / 2.15 do).
+    uses_grouped_asserts: bool,
+    uses_metadata_asserts: bool,
     /// Triton launches as printed, when recording (graph bodies hold a shared
     /// reference to the lowering, hence the cell).
     launches: Option<RefCell<Vec<PrintedLaunch>>>,
@@ -311,12 +315,18 @@ impl<'a> Lowering<'a> {
         let program = info.program();
         let mut kernel_device = IndexMap::new();
         let mut gpu = None;
+        let (mut uses_grouped_asserts, mut uses_metadata_asserts) = (false, false);
         for graph in std::iter::once(&program.main).chain(program.subgraphs.values()) {
             for line in &graph.lines {
-                if let Line::KernelCall(call) = line {
-                    if let Some(d) = call.device {
-                        kernel_device.entry(call.kernel.clone()).or_insert(d.kind);
+                match line {
+                    Line::KernelCall(call) => {
+                        if let Some(d) = call.device {
+                            kernel_device.entry(call.kernel.clone()).or_insert(d.kind);
+                        }
                     }
+                    Line::AssertSizeStrideGrouped(_) => uses_grouped_asserts = true,
+                    Line::AssertSizeStride(a) if a.dtype.is_some() => uses_metadata_asserts = true,
+                    _ => {}
                 }
             }
             for decl in graph.buffers.values() {
@@ -341,6 +351,8 @@ impl<'a> Lowering<'a> {
             graphs_written: IndexSet::new(),
             kernel_device,
             halide_import_written: false,
+            uses_grouped_asserts,
+            uses_metadata_asserts,
             launches: None,
         }
     }
@@ -432,6 +444,9 @@ impl<'a> Lowering<'a> {
         ] {
             code.line(l);
         }
+        if self.uses_metadata_asserts {
+            code.line("from torch._inductor.runtime.runtime_utils import assert_tensor_metadata");
+        }
         let any_triton = self
             .info
             .defined_kernels()
@@ -472,6 +487,10 @@ impl<'a> Lowering<'a> {
             "empty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p",
         ] {
             code.line(l);
+            if l.starts_with("assert_size_stride =") && self.uses_grouped_asserts {
+                // Inductor 2.14's alias, written by this module only where used.
+                code.line("assert_size_stride_grouped = torch._C._dynamo.guards.assert_size_stride_grouped");
+            }
         }
     }
 

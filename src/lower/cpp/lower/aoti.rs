@@ -184,6 +184,10 @@ impl DialectOps for Aoti {
         format!("reinterpret_cast<uintptr_t>({b}.data_ptr())")
     }
 
+    fn dtype_of(&self, b: &str) -> String {
+        format!("[&] {{ int32_t dtype_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype({b}, &dtype_)); return dtype_; }}()")
+    }
+
     fn item_int(&self, l: &mut Lowering<'_>, src: &str, dtype: DType, raw: &str) -> bool {
         match item_ctype(dtype) {
             Some(ctype) if !dtype.is_floating() => {

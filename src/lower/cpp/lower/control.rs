@@ -138,6 +138,74 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
+    /// Inductor's C++ `codegen_switch`: the selector read once as an
+    /// integer, then `if (sel == 0) {...} else if (sel == k) {...} else {...}`
+    /// with every branch inlined into the same result variables.
+    pub(super) fn switch(&mut self, g: &GraphCtx<'_>, sw: &'a Switch, cx: &Cx<'_>) -> Result<(), Error> {
+        // Validation checked that the switch has branches and that they all
+        // return as many values as the first (`SwitchOutputMismatch`).
+        let Some(first) = sw.branches.first() else {
+            return Err(Error::invalid(cx, format!("switch `{}` has no branches", sw.result)));
+        };
+        let first = self.subgraph(first);
+        let results = g.flat_vars(&sw.result, 0, cx)?;
+        let ty = self.dialect.tensor_type();
+        for r in &results {
+            self.line(format!("{ty} {r};"));
+            self.declare(r);
+        }
+        let info = self.info;
+        let visible = info.graph(g.name).map_or(&[][..], |gi| gi.binds(self.line_index));
+        for s in visible {
+            if !self.declared(s.as_str()) {
+                self.line(format!("int64_t {s} = 0;"));
+                self.declare(s.as_str());
+            }
+        }
+        let selector = match &sw.selector {
+            Predicate::Tensor(b) => {
+                let layout = g.layout(b, cx)?;
+                let name = g.local(b);
+                let scalar = format!("{name}_scalar");
+                let d = self.dialect;
+                if !d.item_int(self, &name, layout.dtype, &scalar) {
+                    return Err(self.unsupported(
+                        cx,
+                        format!(
+                            "the selector `{b}` of switch `{}` is {}, not an integer tensor",
+                            sw.result, layout.dtype
+                        ),
+                    ));
+                }
+                scalar
+            }
+            Predicate::Expr(e) => format!("static_cast<int64_t>({})", self.cexpr(e)),
+        };
+        let operands = Self::operand_vars(g, first, 0, &sw.operands);
+        let mut targets: Vec<Option<String>> = results.iter().cloned().map(Some).collect();
+        targets.resize(first.outputs.len(), None);
+        let last = sw.branches.len() - 1;
+        for (k, branch) in sw.branches.iter().enumerate() {
+            let head = match k {
+                _ if k == last && k > 0 => "} else {".to_string(),
+                0 => format!("if ({selector} == 0) {{"),
+                _ => format!("}} else if ({selector} == {k}) {{"),
+            };
+            if k == 0 {
+                // A single branch runs unconditionally.
+                self.open(if last == 0 { "{".to_string() } else { head });
+            } else {
+                self.close(&head);
+                // `close` popped the previous branch's scope; open this one's.
+                self.indent += 1;
+                self.scopes.push(Scope::default());
+            }
+            self.inline_subgraph(branch, &operands, &targets, cx)?;
+        }
+        self.close("}");
+        Ok(())
+    }
+
     pub(super) fn while_loop(&mut self, g: &GraphCtx<'_>, w: &'a WhileLoop, cx: &Cx<'_>) -> Result<(), Error> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
         let body = self.subgraph(&w.body_graph);

@@ -60,6 +60,9 @@ pub(super) trait DialectOps: Sync {
     fn rank_check(&self, b: &str, rank: usize) -> Option<String>;
     /// `b`'s data address as an integer.
     fn address(&self, b: &str) -> String;
+    /// `b`'s dtype, comparable with the dialect's dtype names
+    /// ([`DialectOps::dtype`]).
+    fn dtype_of(&self, b: &str) -> String;
 
     // ---- scalars read from tensors -----------------------------------------
 

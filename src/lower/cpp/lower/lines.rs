@@ -100,6 +100,7 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::Conditional(c) => self.conditional(g, c, cx),
+            Line::Switch(sw) => self.switch(g, sw, cx),
             Line::WhileLoop(w) => self.while_loop(g, w, cx),
             Line::EnterDeviceContext { device_index } => {
                 self.blank();
@@ -128,34 +129,20 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::AssertSizeStride(a) => {
-                let (buffer, size, stride) = (&a.buffer, &a.size, &a.stride);
-                let b = g.local(buffer);
-                let mut conds = Vec::new();
-                conds.extend(self.dialect.rank_check(&b, size.len()));
-                for (d, e) in size.iter().enumerate() {
-                    conds.push(format!("{b}.size({d}) == {}", self.cexpr(e)));
+                self.size_stride_check(g, (&a.buffer, &a.size, &a.stride), a.dtype, a.context.as_deref());
+                Ok(())
+            }
+            // Inductor's C++ wrapper writes a grouped assert as its members.
+            Line::AssertSizeStrideGrouped(group) => {
+                for a in &group.asserts {
+                    self.size_stride_check(g, (&a.buffer, &a.size, &a.stride), None, group.context.as_deref());
                 }
-                for (d, e) in stride.iter().enumerate() {
-                    conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
-                }
-                let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
-                let mut msg = format!(
-                    "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
-                    list(size),
-                    list(stride)
-                );
-                if let Some(c) = &a.context {
-                    let _ = write!(msg, " ({c})");
-                }
-                let cond = if conds.is_empty() {
-                    "true".to_string()
-                } else {
-                    conds.join(" && ")
-                };
-                self.line(format!(
-                    "if (!({cond})) {{ throw std::runtime_error({}); }}",
-                    c_string(&msg)
-                ));
+                Ok(())
+            }
+            Line::AssertDivByZero { divisor, context } => {
+                let d = self.cx_expr(divisor);
+                let m = CString(&format!("Integer {context} by zero"));
+                emit!(self, "if (!(({d}) != 0)) {{ throw std::runtime_error({m}); }}");
                 Ok(())
             }
             Line::AssertAlignment {
@@ -201,6 +188,52 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
         }
+    }
+
+    /// One tensor's size/stride check (and its dtype's, when given): a
+    /// `std::runtime_error` naming the buffer, the expected values and the
+    /// producing op.
+    fn size_stride_check(
+        &mut self,
+        g: &GraphCtx<'_>,
+        (buffer, size, stride): (&BufName, &[SymExpr], &[SymExpr]),
+        dtype: Option<DType>,
+        context: Option<&str>,
+    ) {
+        let b = g.local(buffer);
+        let mut conds = Vec::new();
+        conds.extend(self.dialect.rank_check(&b, size.len()));
+        for (d, e) in size.iter().enumerate() {
+            conds.push(format!("{b}.size({d}) == {}", self.cexpr(e)));
+        }
+        for (d, e) in stride.iter().enumerate() {
+            conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
+        }
+        if let Some(dt) = dtype {
+            let (actual, expected) = (self.dialect.dtype_of(&b), self.dtype_name(dt));
+            conds.push(format!("{actual} == {expected}"));
+        }
+        let list = |v: &[SymExpr]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        let mut msg = format!(
+            "assert_size_stride failed for {buffer}: expected size [{}] and stride [{}]",
+            list(size),
+            list(stride)
+        );
+        if let Some(dt) = dtype {
+            let _ = write!(msg, " and dtype {}", dt.torch_name());
+        }
+        if let Some(c) = context {
+            let _ = write!(msg, " ({c})");
+        }
+        let cond = if conds.is_empty() {
+            "true".to_string()
+        } else {
+            conds.join(" && ")
+        };
+        self.line(format!(
+            "if (!({cond})) {{ throw std::runtime_error({}); }}",
+            c_string(&msg)
+        ));
     }
 
     /// `type name = value;` on first declaration in scope, `name = value;` after.

@@ -8,8 +8,8 @@ use crate::ir::MAIN_GRAPH;
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
     GraphOutput, IndexPutFallback, KernelBackend, KernelCall, KernelName, KeyEntry, KeyPathText, Layout, Line, LineAt,
-    Location, MultiIndex, MultiOutput, Predicate, Program, ProgramInfo, ScatterFallback, SymbolKind, TensorMethod,
-    WhileLoop,
+    Location, MultiIndex, MultiOutput, Predicate, Program, ProgramInfo, ScatterFallback, Switch, SymbolKind,
+    TensorMethod, WhileLoop,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, PrintedRange, PrintedScratch};
 use crate::sym::{SymExpr, Symbol};

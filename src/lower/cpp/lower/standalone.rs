@@ -163,6 +163,10 @@ impl DialectOps for Standalone {
         format!("{b}.data_ptr()")
     }
 
+    fn dtype_of(&self, b: &str) -> String {
+        format!("{b}.dtype()")
+    }
+
     fn item_int(&self, l: &mut Lowering<'_>, src: &str, dtype: DType, raw: &str) -> bool {
         if dtype.is_floating() {
             return false;
