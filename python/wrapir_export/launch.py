@@ -18,8 +18,12 @@ from __future__ import annotations
 import os
 import struct
 
+from .kernels import launch_problems, triton_version
+
 # Triton signature type -> the static launcher's argument code (PyTorch's table,
-# except 16-bit floats: passed as their bits, `H`, which is what the kernel reads).
+# except 16-bit floats: passed as their bits, `H`, which is what the kernel reads;
+# PyTorch 2.11-2.14's table says `f` for them, 2.15's the new codes `e` / `y`, and
+# every one of them has `H` for u16).
 TYPE_CODES = {
     "i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
     "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
@@ -107,14 +111,14 @@ class TritonKernel:
         # Triton's scratch parameters, present when its metadata has their sizes.
         self.scratch = [backend.get(k) for k in ("global_scratch", "profile_scratch")]
         self.scratch = [s for s in self.scratch if s is not None]
+        # Launch features of the Triton metadata (any Triton 3.6-3.9 layout; see
+        # `kernels.launch_problems`) that a plain launch cannot honour.
         meta = triton_metadata or {}
-        for key in ("launch_cooperative_grid", "launch_pdl"):
-            if meta.get(key):
-                raise LaunchError(f"kernel {name} needs `{key}`, which the cubin launcher does not do")
-        if int(meta.get("num_ctas", 1) or 1) != 1:
-            raise LaunchError(f"kernel {name} has num_ctas = {meta.get('num_ctas')}; the cubin launcher takes 1")
-        if meta.get("tensordesc_meta"):
-            raise LaunchError(f"kernel {name} takes TMA descriptors, which the cubin launcher cannot pass")
+        version, vtext = triton_version(meta)
+        problems = launch_problems(meta, None, version)
+        if problems:
+            raise LaunchError("; ".join(f"kernel {name}: `{field}` (Triton {vtext}): {why}"
+                                        for field, why in problems))
         self.functions = {}
 
     def __repr__(self):
