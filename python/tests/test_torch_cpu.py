@@ -201,6 +201,90 @@ class CpuExport(unittest.TestCase):
         finally:
             convert.GraphConverter.host_kernel_call = orig
 
+    def test_unknown_line_class_names_it_and_the_torch_version(self):
+        import wrapir_export as we
+        from torch._inductor.codegen import wrapper as W
+        from wrapir_export import convert
+
+        class FutureLine(W.WrapperLine):
+            """A Wrapper IR line class of a later PyTorch."""
+
+        orig = convert.GraphConverter.convert
+
+        def convert_with_a_future_line(self, lines):
+            return orig(self, list(lines) + [FutureLine()])
+
+        convert.GraphConverter.convert = convert_with_a_future_line
+        try:
+            r = self.export(mm, [torch.randn(2, 2), torch.randn(2, 2)], "future", raise_on_error=False)
+        finally:
+            convert.GraphConverter.convert = orig
+        self.assertFalse(r.ok)
+        text = "\n".join(r.errors)
+        self.assertIn("FutureLine has no wrapir counterpart", text)
+        self.assertIn(f"(PyTorch {torch.__version__})", text)
+
+    def test_extern_output_asserts_keep_their_op(self):
+        # nonzero's result: size assert (with its dtype from 2.14: assert_tensor_metadata)
+        # and alignment assert (raw text through 2.14, typed from 2.15), both naming the op.
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            r = self.export(lambda x: torch.nonzero(x > 0).float(), [torch.randn(20)], "nonzero")
+        lines = self.program(r)["main"]["lines"]
+        op = "torch.ops.aten.nonzero.default"
+        size = [ln for ln in lines if ln["line"] == "assert_size_stride" and ln.get("context") == op]
+        self.assertEqual(len(size), 1, lines)
+        self.assertEqual(size[0]["size"], ["u0", 1])
+        self.assertEqual(size[0]["stride"], [1, "u0"])
+        if TORCH_VERSION >= (2, 14):
+            self.assertEqual(size[0]["dtype"], "int64")
+        else:
+            self.assertNotIn("dtype", size[0])
+        align = [ln for ln in lines if ln["line"] == "assert_alignment"]
+        self.assertEqual(align, [{"line": "assert_alignment", "buffer": size[0]["buffer"], "alignment": 16,
+                                  "context": op}])
+
+    def test_cond_capture(self):
+        # torch.cond: a `conditional` line through 2.13, a `switch` (false branch first) from 2.14.
+        def f(x):
+            return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+        r = self.export(f, [torch.randn(4)], "cond")
+        p = self.program(r)
+        (line,) = [ln for ln in p["main"]["lines"] if ln["line"] in ("conditional", "switch")]
+        if TORCH_VERSION < (2, 14):
+            self.assertEqual(line["line"], "conditional")
+            branches = [line["false_graph"], line["true_graph"]]
+        else:
+            self.assertEqual(line["line"], "switch")
+            self.assertIs(line["cond"], True)
+            self.assertEqual(line["selector"]["kind"], "tensor")
+            branches = line["branches"]
+        self.assertEqual(line["operands"], ["arg0_1"])
+        self.assertEqual([b.split("_")[0] for b in branches], ["false", "true"])
+        self.assertEqual(set(branches), set(p["subgraphs"]))
+
+    @unittest.skipIf(torch is None or TORCH_VERSION < (2, 14), "ir.Switch lowering is PyTorch 2.14+")
+    def test_switch_text_change_is_an_error(self):
+        # Text inside the bracket that is not exactly Inductor's (here: one expected text
+        # missing) is refused by name, never dropped.
+        from wrapir_export import control
+
+        def f(x):
+            return torch.cond(x.sum() > 0, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+        orig = control.switch_texts_for
+
+        def without_selector(*args):
+            return {t for t in orig(*args) if "_selector = " not in t}
+
+        control.switch_texts_for = without_selector
+        try:
+            r = self.export(f, [torch.randn(4)], "switch_changed", raise_on_error=False)
+        finally:
+            control.switch_texts_for = orig
+        self.assertFalse(r.ok)
+        self.assertIn("unexpected line inside switch lowering", "\n".join(r.errors))
+
     def test_progress_stages(self):
         import wrapir_export as we
 

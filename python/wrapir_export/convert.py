@@ -492,7 +492,7 @@ class GraphConverter(ControlFlowMixin):
         if isinstance(line, W.WrapperLine):
             raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart "
                                 f"(PyTorch {self.torch.__version__})")
-        raise Unconvertible(f"unknown line object {type(line).__name__}")
+        raise Unconvertible(f"unknown line object {type(line).__name__} (PyTorch {self.torch.__version__})")
 
     def emit_with_context(self, d, ctx):
         """Emits line `d` with the context text of Inductor's assertion (a Python literal)
