@@ -422,6 +422,20 @@ fn line() -> impl Strategy<Value = Line> {
                     operands
                 })
             ),
+        (
+            buf(),
+            prop_oneof![buf().prop_map(Predicate::Tensor), expr().prop_map(Predicate::Expr)],
+            prop::collection::vec(graph_name(), 0..4),
+            names(),
+            any::<bool>()
+        )
+            .prop_map(|(result, selector, branches, operands, cond)| Line::Switch(Switch {
+                result,
+                selector,
+                branches,
+                operands,
+                cond
+            })),
         (buf(), graph_name(), graph_name(), names(), names()).prop_map(
             |(result, cond_graph, body_graph, carried, additional)| {
                 Line::WhileLoop(WhileLoop {
@@ -436,14 +450,36 @@ fn line() -> impl Strategy<Value = Line> {
         any::<u32>().prop_map(|device_index| Line::EnterDeviceContext { device_index }),
         Just(Line::ExitDeviceContext),
         text().prop_map(|text| Line::Comment { text }),
-        (buf(), dims(), dims(), prop::option::of(text())).prop_map(|(buffer, size, stride, context)| {
-            Line::AssertSizeStride(AssertSizeStride {
-                buffer,
-                size,
-                stride,
-                context,
-            })
-        }),
+        (
+            buf(),
+            dims(),
+            dims(),
+            prop::option::of(prop::sample::select(DType::ALL.to_vec())),
+            prop::option::of(text())
+        )
+            .prop_map(|(buffer, size, stride, dtype, context)| {
+                Line::AssertSizeStride(AssertSizeStride {
+                    buffer,
+                    size,
+                    stride,
+                    dtype,
+                    context,
+                })
+            }),
+        (
+            prop::collection::vec((buf(), dims(), dims()), 0..3),
+            prop::option::of(text())
+        )
+            .prop_map(|(members, context)| {
+                Line::AssertSizeStrideGrouped(AssertSizeStrideGrouped {
+                    asserts: members
+                        .into_iter()
+                        .map(|(buffer, size, stride)| SizeStrideCheck { buffer, size, stride })
+                        .collect(),
+                    context,
+                })
+            }),
+        (expr(), text()).prop_map(|(divisor, context)| Line::AssertDivByZero { divisor, context }),
         (buf(), any::<u32>(), prop::option::of(text())).prop_map(|(buffer, alignment, context)| {
             Line::AssertAlignment {
                 buffer,

@@ -32,6 +32,13 @@ const SETUPS: &[MetaSetup] = &[
         predicates: &[true, false],
         fails_with: None,
     },
+    // A switch on a tensor selector: `true` selects branch 1, `false` branch 0.
+    MetaSetup {
+        fixture: "switch_asserts",
+        hints: &[("u0", 3)],
+        predicates: &[true, false],
+        fails_with: None,
+    },
     // A data-dependent loop: `true` would never stop, so run zero iterations.
     MetaSetup {
         fixture: "while_loop",

@@ -454,6 +454,7 @@ impl Writer<'_, '_> {
                     buffer: b.clone(),
                     size: x.size.clone(),
                     stride: x.stride.clone(),
+                    dtype: None,
                     context: Some("extern_kernels.mm".into()),
                 }));
                 self.release_cur();

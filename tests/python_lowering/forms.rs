@@ -201,6 +201,7 @@ fn input_asserts_follow_input_order() {
             buffer: name.into(),
             size: smallvec![SymExpr::Int(4)],
             stride: smallvec![SymExpr::Int(1)],
+            dtype: None,
             context: Some("explicit".into()),
         }));
     }
