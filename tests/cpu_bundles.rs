@@ -1,5 +1,7 @@
 //! Real Inductor CPU programs (`fixtures/inductor/bundles_cpu/{cpp,halide}/<case>/`,
-//! exported from `fixtures/inductor/cases_cpu.py`): the host backend loads
+//! exported from `fixtures/inductor/cases_cpu.py` with PyTorch 2.11, and
+//! `fixtures/inductor/bundles_cpu_2.15/{cpp,halide,control}/` with PyTorch
+//! 2.15, `control` from `cases_cpu_control.py`): the host backend loads
 //! each bundle's compiled C++ or Halide kernels, runs the program on its
 //! inputs and matches eager PyTorch's outputs (within the bundle's tolerance)
 //! and Inductor's compiled outputs (within the tight compiled tolerance) —
@@ -14,8 +16,58 @@ use wrapir::exec::host::{run_program_on, HostBackend};
 use wrapir::exec::host_kernels;
 use wrapir::ir::{KernelBackend, Program};
 
-/// The CPU backends the bundles were exported with (one directory each).
-const BACKENDS: &[&str] = &["cpp", "halide"];
+/// One committed set of CPU bundles: its directory under `fixtures/inductor`,
+/// the kernel backend of its kernels, the PyTorch version that exported it
+/// (as `bundle.json` records it) and the cases it must hold.
+struct BundleSet {
+    dir: &'static str,
+    backend: &'static str,
+    torch: &'static str,
+    cases: &'static [&'static str],
+}
+
+/// The control-flow cases (`cases_cpu_control.py`) of PyTorch 2.15, where
+/// `torch.cond` is a `switch` line and `torch.switch` exists.
+const CONTROL_CASES: &[&str] = &[
+    "cond_tensor_pred",
+    "cond_sym_pred",
+    "while_tensor_carries",
+    "switch_three",
+];
+
+/// Every committed set: the oldest and the newest PyTorch the exporter supports.
+const SETS: &[BundleSet] = &[
+    BundleSet {
+        dir: "bundles_cpu/cpp",
+        backend: "cpp",
+        torch: "2.11.",
+        cases: CASES,
+    },
+    BundleSet {
+        dir: "bundles_cpu/halide",
+        backend: "halide",
+        torch: "2.11.",
+        cases: CASES,
+    },
+    BundleSet {
+        dir: "bundles_cpu_2.15/cpp",
+        backend: "cpp",
+        torch: "2.15.",
+        cases: CASES,
+    },
+    BundleSet {
+        dir: "bundles_cpu_2.15/halide",
+        backend: "halide",
+        torch: "2.15.",
+        cases: CASES,
+    },
+    BundleSet {
+        dir: "bundles_cpu_2.15/control",
+        backend: "cpp",
+        torch: "2.15.",
+        cases: CONTROL_CASES,
+    },
+];
 
 /// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
 const CASES: &[&str] = &[
@@ -38,8 +90,8 @@ const CASES: &[&str] = &[
     "transformer_block",
 ];
 
-fn bundles(backend: &str) -> Vec<PathBuf> {
-    common::bundle_dirs(&format!("fixtures/inductor/bundles_cpu/{backend}"))
+fn bundles(set: &BundleSet) -> Vec<PathBuf> {
+    common::bundle_dirs(&format!("fixtures/inductor/{}", set.dir))
 }
 
 /// The outcome of one bundle: its comparisons with eager and with Inductor's
@@ -69,20 +121,27 @@ fn check(dir: &Path) -> Result<Outcome, String> {
 #[test]
 fn every_cpu_bundle_matches_eager_on_the_host() {
     let mut failures = Vec::new();
-    let mut table = String::from("backend  case                   kernels  max abs err (eager)\n");
-    for backend in BACKENDS {
-        let dirs = bundles(backend);
-        // Host kernels loaded over the backend's bundles (cumsum, for one,
+    let mut table = String::from("set                       case                   kernels  max abs err (eager)\n");
+    for set in SETS {
+        let dirs = bundles(set);
+        // Host kernels loaded over the set's bundles (cumsum, for one,
         // is an extern `aten.cumsum` call on the CPU, with no kernel).
         let mut kernels = 0;
         let names: Vec<String> = dirs.iter().map(|d| common::case_name(d)).collect();
-        for want in CASES {
+        for want in set.cases {
             if !names.iter().any(|n| n == want) {
-                failures.push(format!("{backend}/{want}: no bundle"));
+                failures.push(format!("{}/{want}: no bundle", set.dir));
             }
         }
         for dir in dirs {
-            let name = format!("{backend}/{}", common::case_name(&dir));
+            let name = format!("{}/{}", set.dir, common::case_name(&dir));
+            let exported_by = Bundle::open(&dir).ok().and_then(|b| b.info().provenance.torch.clone());
+            if !exported_by.as_deref().is_some_and(|t| t.starts_with(set.torch)) {
+                failures.push(format!(
+                    "{name}: exported by PyTorch {exported_by:?}, not {}x",
+                    set.torch
+                ));
+            }
             match check(&dir) {
                 Err(e) => failures.push(format!("{name}: {e}")),
                 Ok(o) => {
@@ -95,12 +154,17 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
                         .eager
                         .max_errors()
                         .map_or("-".to_string(), |(a, _)| format!("{a:.3e}"));
-                    table += &format!("{backend:<8} {:<22} {:>7}  {err}\n", common::case_name(&dir), o.kernels);
+                    table += &format!(
+                        "{:<25} {:<22} {:>7}  {err}\n",
+                        set.dir,
+                        common::case_name(&dir),
+                        o.kernels
+                    );
                 }
             }
         }
-        if kernels < CASES.len() {
-            failures.push(format!("{backend}: only {kernels} host kernels loaded in all"));
+        if kernels < set.cases.len() {
+            failures.push(format!("{}: only {kernels} host kernels loaded in all", set.dir));
         }
     }
     println!("{table}");
@@ -109,14 +173,14 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
 
 #[test]
 fn every_kernel_of_a_cpu_bundle_is_of_its_backend() {
-    for backend in BACKENDS {
-        for dir in bundles(backend) {
+    for set in SETS {
+        for dir in bundles(set) {
             let bundle = Bundle::open(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
             for k in bundle.program().kernels.values() {
                 let kind = k.backend.keyword();
                 assert_eq!(
                     kind,
-                    *backend,
+                    set.backend,
                     "{}: kernel {} is a {kind} kernel",
                     dir.display(),
                     k.name

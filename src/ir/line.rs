@@ -692,11 +692,20 @@ pub struct Switch {
 }
 
 impl Switch {
-    /// The index of the branch selector value `value` runs.
+    /// The index of the branch selector value `value` runs
+    /// ([`switch_branch`]).
     pub fn branch_index(&self, value: i64) -> usize {
-        let last = self.branches.len().saturating_sub(1);
-        usize::try_from(value).ok().filter(|k| *k < last).unwrap_or(last)
+        switch_branch(self.branches.len(), value)
     }
+}
+
+/// Which of `branches` branches a switch whose selector is `value` runs: the
+/// one rule every back end and the interpreter share. `value` below the last
+/// index runs that branch; any other value, negative ones included, the last
+/// (Inductor's `if sel == 0: ... elif sel == k: ... else: ...`).
+pub fn switch_branch(branches: usize, value: i64) -> usize {
+    let last = branches.saturating_sub(1);
+    usize::try_from(value).ok().filter(|k| *k < last).unwrap_or(last)
 }
 
 /// `torch.while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)`.

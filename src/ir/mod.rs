@@ -51,9 +51,9 @@ pub use kernel::{
     ScalarType, SigType, TritonMeta,
 };
 pub use line::{
-    write_float, ArgValue, AssertSizeStride, AssertSizeStrideGrouped, CallArg, Conditional, DynamicScalar, ExternCall,
-    IndexNames, IndexPutFallback, KernelCall, KeyEntry, KeyPath, KeyPathText, Line, MultiIndex, MultiOutput, Predicate,
-    PyStr, ScatterFallback, SizeStrideCheck, Switch, TensorMethod, WhileLoop,
+    switch_branch, write_float, ArgValue, AssertSizeStride, AssertSizeStrideGrouped, CallArg, Conditional,
+    DynamicScalar, ExternCall, IndexNames, IndexPutFallback, KernelCall, KeyEntry, KeyPath, KeyPathText, Line,
+    MultiIndex, MultiOutput, Predicate, PyStr, ScatterFallback, SizeStrideCheck, Switch, TensorMethod, WhileLoop,
 };
 pub use location::{line_text, LineAt, Location};
 pub use program::{

@@ -472,10 +472,8 @@ impl Plan {
                     )?),
                     other => value_index(&other)?,
                 };
-                let last = branches.len().saturating_sub(1);
-                let chosen = usize::try_from(k).ok().filter(|k| *k < last).unwrap_or(last);
                 let graph = branches
-                    .get(chosen)
+                    .get(crate::ir::switch_branch(branches.len(), k))
                     .ok_or_else(|| ExecError::Type("a switch without branches".to_string()))?;
                 let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
                 let sub = self.subplan(graph)?;
