@@ -282,6 +282,73 @@ fn a_packed_cpu_bundle_runs_its_kernels() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A package's host kernels are written into a private scratch directory of
+/// unpredictable name and loaded from there: symlinks planted in the
+/// temporary directory (under the names the images once had, and others)
+/// lead nowhere, nothing outside the scratch directory changes, and nothing
+/// is left behind.
+#[test]
+fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
+    let dir = common::scratch("cpu_bundles", "planted_symlinks");
+    let tmp = dir.join("tmp");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let victim = elsewhere.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    // What an attacker could plant: a directory symlink and a file symlink.
+    for name in ["wrapir-host-kernels", "wrapir-host-kernels-1"] {
+        std::os::unix::fs::symlink(&elsewhere, tmp.join(name)).unwrap();
+    }
+    std::os::unix::fs::symlink(&victim, tmp.join("kernels")).unwrap();
+    let package = dir.join("halide.wirpkg");
+    let bundle = "fixtures/inductor/bundles_cpu/halide/small_cnn";
+    let pack = common::wrapir(&["pack", bundle, "-o", package.to_str().unwrap()]);
+    assert_eq!(pack.code, 0, "{}{}", pack.stdout, pack.stderr);
+    let run = common::wrapir_with_env(
+        &["run", package.to_str().unwrap(), "--device", "cpu"],
+        &[("TMPDIR", &tmp)],
+    );
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["kernels", "wrapir-host-kernels", "wrapir-host-kernels-1"],
+        "the run left files behind"
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        1,
+        "the run wrote outside its scratch directory"
+    );
+    // The library refuses a scratch path that exists already (here a planted
+    // directory symlink) rather than writing through it.
+    let opened = Bundle::open(&package).unwrap();
+    let planted = tmp.join("planted");
+    std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+    let err = host_kernels::load_kernels_from(
+        &mut HostBackend::default(),
+        opened.program(),
+        &opened.kernel_images(),
+        Some(&planted),
+    )
+    .unwrap_err()
+    .to_string();
+    common::assert_contains(&err, "cannot create the private scratch directory");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        1,
+        "the library wrote through a symlink"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A host image that is cut short, is not ELF, or was built for another
 /// machine is refused before the dynamic loader maps it (a truncated
 /// shared object used to kill the process with SIGBUS there), naming the

@@ -287,9 +287,15 @@ impl Run {
 /// Runs the `wrapir` binary (`WRAPIR_BIN` when set: a test binary run on
 /// another machine than the one that built it) with `args` in the crate root.
 pub fn wrapir(args: &[&str]) -> Run {
+    wrapir_with_env(args, &[])
+}
+
+/// [`wrapir`] with environment variables set for the process.
+pub fn wrapir_with_env(args: &[&str], env: &[(&str, &Path)]) -> Run {
     let bin = std::env::var_os("WRAPIR_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_wrapir").into());
     let out = std::process::Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root())
         .output()
         .unwrap();

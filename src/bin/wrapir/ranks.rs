@@ -96,14 +96,17 @@ fn run_on_host(
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
 ) -> Result<RanksRun> {
-    let scratch = std::env::temp_dir().join(format!("wrapir-rank-kernels-{}", std::process::id()));
+    // Packaged ranks' host kernels are written to a private scratch directory
+    // to be loaded, removed when the run ends (the loaded objects stay mapped).
+    let scratch = wrapir::exec::host_kernels::ScratchDir::new("wrapir-rank-kernels")
+        .map_err(|e| anyhow::anyhow!("creating a scratch directory: {e}"))?;
     let mut jobs = Vec::with_capacity(programs.len());
     for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(programs).zip(inputs).enumerate() {
         let mut backend = wrapir::exec::host::HostBackend::default().with_limits(limits());
         if let Some(state) = bundle.meta().cuda_rng {
             backend.set_cuda_rng(state);
         }
-        let dir = scratch.join(format!("rank{rank}"));
+        let dir = scratch.path().join(format!("rank{rank}"));
         let loaded =
             wrapir::exec::host_kernels::load_kernels_from(&mut backend, program, &bundle.kernel_images(), Some(&dir));
         loaded.map_err(|e| anyhow::anyhow!("rank {rank} ({}): {e}", bundle.name()))?;
@@ -114,7 +117,7 @@ fn run_on_host(
         });
     }
     let results = run_ranks(set.groups().clone(), jobs, options);
-    let _ = std::fs::remove_dir_all(&scratch);
+    drop(scratch);
     Ok(results)
 }
 

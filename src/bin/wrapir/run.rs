@@ -134,16 +134,17 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             if let Some(state) = meta.cuda_rng {
                 backend.set_cuda_rng(state);
             }
-            // A package's host kernels are written to a scratch directory to be loaded
-            // (removed when the run ends; the loaded objects stay mapped).
-            let scratch = std::env::temp_dir().join(format!("wrapir-host-kernels-{}", std::process::id()));
+            // A package's host kernels are written to a private scratch directory to
+            // be loaded (removed when the run ends; the loaded objects stay mapped).
+            let scratch = wrapir::exec::host_kernels::ScratchDir::new("wrapir-host-kernels")
+                .map_err(|e| anyhow::anyhow!("running {name} on cpu: creating a scratch directory: {e}"))?;
             let loaded = wrapir::exec::host_kernels::load_kernels_from(
                 &mut backend,
                 &program,
                 &bundle.kernel_images(),
-                Some(&scratch),
+                Some(&scratch.path().join("images")),
             );
-            let _ = std::fs::remove_dir_all(&scratch);
+            drop(scratch);
             loaded.map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
             let result = wrapir::exec::host::run_program_on(
                 &program,

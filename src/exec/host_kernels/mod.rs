@@ -30,6 +30,9 @@
 //! names, since a shared object loads only from a file).
 
 mod halide;
+mod scratch;
+
+pub use scratch::ScratchDir;
 
 use super::host::{HostBackend, KernelFn};
 use super::images::KernelImageSource;
@@ -110,10 +113,13 @@ fn is_host_image_kernel(backend: &KernelBackend) -> bool {
 /// (a bundle's `kernel_images()`): images that are files under a directory
 /// ([`KernelImageSource::directory`]: a bundle directory or a program file's
 /// directory) load from there. Images held elsewhere (a package's, in
-/// memory) cannot be loaded as shared objects: with `scratch` (a directory
-/// the caller owns and removes afterwards; it is created), the program's host
-/// images and the Halide runtime are written into `scratch/kernels/` and
-/// loaded from there; without it, a program with host kernels is an error.
+/// memory) cannot be loaded as shared objects: with `scratch`, a path that
+/// must not exist yet (in a directory only this user can write, such as a
+/// [`ScratchDir`]; the caller removes it afterwards), the directory is
+/// created private (0700) and exclusively, the program's host images and the
+/// Halide runtime are written into `scratch/kernels/` as new files (never
+/// through a symlink: see [`ScratchDir`] for the threat model) and loaded from
+/// there; without it, a program with host kernels is an error.
 pub fn load_kernels_from(
     backend: &mut HostBackend,
     program: &Program,
@@ -141,6 +147,14 @@ pub fn load_kernels_from(
             for name in &names {
                 check_image_name(name)?;
             }
+            let dir_error = |path: &Path, e: std::io::Error| HostKernelError::Load {
+                kernel: names[0].to_string(),
+                path: path.to_path_buf(),
+                message: format!("cannot create the private scratch directory: {e}"),
+            };
+            scratch::create_private_dir(dir).map_err(|e| dir_error(dir, e))?;
+            let kernels_dir = dir.join("kernels");
+            scratch::create_private_dir(&kernels_dir).map_err(|e| dir_error(&kernels_dir, e))?;
             for (kernel, file) in files {
                 let load_error = |path: PathBuf, message: String| HostKernelError::Load {
                     kernel: kernel.clone(),
@@ -151,10 +165,8 @@ pub fn load_kernels_from(
                     .image(&file)
                     .map_err(|e| load_error(PathBuf::from(&file), e.to_string()))?;
                 let path = dir.join(&file);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| load_error(parent.to_path_buf(), e.to_string()))?;
-                }
-                std::fs::write(&path, (*bytes).as_ref()).map_err(|e| load_error(path.clone(), e.to_string()))?;
+                scratch::write_new_file(&path, (*bytes).as_ref())
+                    .map_err(|e| load_error(path.clone(), e.to_string()))?;
             }
             load_program_kernels(backend, program, dir)
         }
