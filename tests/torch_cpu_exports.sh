@@ -5,7 +5,8 @@
 #   tests/torch_cpu_exports.sh PYTHON WRAPIR [OUTDIR]
 #
 # PYTHON is an interpreter with torch (and, for the Halide backend, the
-# `halide` package; without it the Halide exports are skipped and said so).
+# `halide` package; without it, or with WRAPIR_SKIP_HALIDE=1, the Halide
+# exports are skipped and said so).
 # Every case of fixtures/inductor/cases_cpu.py is exported with Inductor's C++
 # backend and its Halide backend, and every case of cases_cpu_control.py
 # (cond, switch, while_loop) with the C++ backend; the exporter compares each
@@ -40,7 +41,9 @@ export_set() { # name cases [options...]
 }
 
 export_set cpp fixtures/inductor/cases_cpu.py
-if "$py" -c 'import halide' 2>/dev/null; then
+if [ "${WRAPIR_SKIP_HALIDE:-0}" = 1 ]; then
+  echo "halide: skipped (WRAPIR_SKIP_HALIDE=1)"
+elif "$py" -c 'import halide' 2>/dev/null; then
   export_set halide fixtures/inductor/cases_cpu.py --option cpu_backend=halide
 else
   echo "halide: the halide package is not installed for $py; Halide exports skipped"
