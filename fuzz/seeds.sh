@@ -18,6 +18,10 @@ for f in "$root"/fixtures/*.wir "$root"/fixtures/invalid/*.wir; do
   name="$(basename "$(dirname "$f")")_$(basename "$f")"
   for t in wir_parse validate_lower interp_meta interp_host; do copy "$f" "$t" "$name"; done
 done
+# Regression inputs the fuzz targets found or that issues reported.
+for f in "$root"/fuzz/regressions/*.wir; do
+  for t in wir_parse validate_lower interp_meta interp_host; do copy "$f" "$t" "regression_$(basename "$f")"; done
+done
 for d in "$root"/fixtures/inductor/bundles/*/; do
   b="$(basename "$d")"
   if [ -f "$d/program.json" ]; then

@@ -44,6 +44,11 @@ fn one_buffer(layout: &str) -> String {
 /// Issue 13, item 9: one multi-output index of 10^8.
 const TUPLE_INDEX: &str = "wrapir 1\n\ngraph main(arg0_1: f32[2][1]@cpu) -> (buf2) {\n  buffer buf1: multi\n  buffer buf2: f32[2][1]@cpu\n  extern buf1 = torch.ops.aten.foo.default(arg0_1)\n  get buf2 = buf1[tuple 100000000]\n}\n";
 
+/// A `bind` whose key path indexes a cond's outputs far past the one it has
+/// (issue 35: `check` called it valid, then the C++ lowering aborted
+/// allocating a variable per index).
+const BIND_INDEX: &str = "wrapir 1\n\nsymbol u0: unbacked [0, 100]\n\ngraph main(arg0_1: b8[][]@cpu, arg1_1: f32[4][1]@cpu) -> (buf1) {\n  buffer buf0: multi\n  buffer buf1: f32[4][1]@cpu\n  cond buf0 = if arg0_1 then t else f (arg1_1)\n  bind buf0: u0 = [4611686018427387904].size()[0]\n  get buf1 = buf0[list 0]\n}\n\ngraph t(t_arg0: f32[4][1]@cpu) -> (t_arg0) {\n}\n\ngraph f(f_arg0: f32[4][1]@cpu) -> (f_arg0) {\n}\n";
+
 fn nested_list(depth: usize) -> String {
     format!(
         "wrapir 1\n\ngraph main() -> (buf0) {{\n  buffer buf0: f32[2][1]@cpu\n  extern buf0 = torch.ops.aten.foo.default({}{})\n}}\n",
@@ -155,6 +160,7 @@ fn generate(spec: &str) -> Vec<u8> {
         "nested_list" => nested_list(count()).into_bytes(),
         "cond_chain" => cond_chain(count()).into_bytes(),
         "tuple_index" => TUPLE_INDEX.into(),
+        "bind_index" => BIND_INDEX.into(),
         "kernel_call_duplicated" => kernel_call(&vec!["xnumel=8"; 7000].join(", ")).into_bytes(),
         "kernel_call_unknown" => {
             kernel_call(&(0..7000).map(|i| format!("y{i}=8")).collect::<Vec<_>>().join(", ")).into_bytes()

@@ -175,6 +175,14 @@ impl<'a> Validator<'a> {
                 KeyEntry::Index(n) => {
                     if *n < 0 {
                         reason = Some(format!("index {n} is negative"));
+                    } else {
+                        // An element of a multi-output value: held to the
+                        // outputs limit as a `get` line's index is (the C++
+                        // lowerings declare one variable per output).
+                        let outputs = usize::try_from(*n).unwrap_or(usize::MAX).saturating_add(1);
+                        self.over_limit(g, at, crate::Limit::Outputs, outputs, || {
+                            format!("key path of `{symbol}` indexed at {n}: outputs of one value")
+                        });
                     }
                     at_source = false;
                     i += 1;
