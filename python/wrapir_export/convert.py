@@ -96,6 +96,7 @@ def comment_texts(text):
 
 RE_SIZE = re.compile(r"^assert_size_stride\(.*\)$")
 RE_ALIGN = re.compile(r"^assert_alignment\((\w+), (\d+)(?:, (.+))?\)$")
+STREAM_CONTEXT_LINES = ("EnterDeviceContextManagerWithStreamInfoLine", "ExitDeviceContextManagerWithStreamInfoLine")
 RE_IFNOT = re.compile(r"^if not \((.*)\):$")
 RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
 RE_NONE = re.compile(r"^(\w+) = None$")
@@ -465,6 +466,12 @@ class GraphConverter(ControlFlowMixin):
                 pass
             self.emit(d)
             return i + 1
+        if type(line).__name__ in STREAM_CONTEXT_LINES:
+            # 2.12+: subclasses of the device context lines, for programs with user streams
+            # (more than one); converting them as plain device contexts would drop the streams.
+            raise Unconvertible(f"Wrapper IR line type {type(line).__name__} (a device context with "
+                                f"{getattr(line, 'num_streams', '?')} user streams) has no wrapir counterpart "
+                                f"(PyTorch {self.torch.__version__})")
         if isinstance(line, W.EnterDeviceContextManagerLine):
             self.emit({"line": "enter_device_context", "device_index": int(line.device_idx)})
             return i + 1
