@@ -299,12 +299,16 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
         },
     };
     let cache = ProofCache::new(program_facts(program), options.limits.clone());
+    // The emitted launches of each call, found in one pass (a scan of every
+    // emitted launch per call made `check` quadratic in the launches).
+    let mut by_call: rustc_hash::FxHashMap<(&GraphName, usize), Vec<&EmittedLaunch>> =
+        rustc_hash::FxHashMap::default();
+    for e in &emitted {
+        by_call.entry((&e.graph, e.line)).or_default().push(e);
+    }
     let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
-        let mine: Vec<&EmittedLaunch> = emitted
-            .iter()
-            .filter(|e| e.graph == *graph && e.line == *line)
-            .collect();
-        check_one(info, graph, *line, call, &cache, lowering.as_deref(), &mine)
+        let mine = by_call.get(&(graph, *line)).map_or(&[][..], Vec::as_slice);
+        check_one(info, graph, *line, call, &cache, lowering.as_deref(), mine)
     };
     let entries: Vec<LaunchEntry> = if options.parallel {
         calls.par_iter().map(one).collect()
