@@ -470,5 +470,174 @@ class CompareOutputs(unittest.TestCase):
         self.assertEqual(compare_outputs(torch, [], expected, tol)[1], "0 outputs, expected 2 (graph_out0, graph_out1)")
 
 
+def cpu_bundles(*patterns):
+    """The committed CPU bundle directories matching `patterns` (under fixtures/inductor)."""
+    out = []
+    for p in patterns:
+        out += sorted(glob.glob(os.path.join(REPO, "fixtures", "inductor", p, "")))
+    return out
+
+
+@unittest.skipIf(torch is None or wrapir_binary() is None, "needs torch and a wrapir binary ($WRAPIR or target/)")
+class FxHostKernels(unittest.TestCase):
+    """`fx_module` runs CPU bundles: C++ kernels (`wrapir.call_kernel`) through their
+    `kernels/<kernel>.so` images, Halide kernels through `<kernel>_argv` with
+    `halide_buffer_t`s; each run matches the bundle's eager and Inductor outputs."""
+
+    CPP = ("bundles_cpu/cpp/*", "bundles_cpu_2.15/cpp/*", "bundles_cpu_2.15/control/*")
+    HALIDE = ("bundles_cpu/halide/*", "bundles_cpu_2.15/halide/*")
+
+    def run_and_compare(self, bundles):
+        import wrapir_export as we
+        from wrapir_export.safetensors import load_safetensors
+        from wrapir_export.tolerances import compare_outputs
+
+        with_kernels = 0
+        for b in bundles:
+            with self.subTest(bundle=os.path.relpath(b, REPO)):
+                with open(os.path.join(b, "bundle.json")) as f:
+                    info = json.load(f)
+                code = we.fx.lower_fx(b, wrapir_binary())
+                gm = we.fx_module(b, code=code)
+                if "wrapir.call_kernel(" in code:
+                    with_kernels += 1
+                    self.assertTrue(gm.host_kernels)
+                out = gm(*we.load_inputs(b))
+                out = list(out) if isinstance(out, (list, tuple)) else [out]
+                compared = 0
+                for stem, tol in (("expected", "tolerance"), ("compiled", "compiled_tolerance")):
+                    path = os.path.join(b, f"{stem}.safetensors")
+                    if not os.path.exists(path):
+                        continue
+                    ok, reason, _ = compare_outputs(torch, out, load_safetensors(path), info.get(tol))
+                    self.assertTrue(ok, f"{stem}: {reason}")
+                    compared += 1
+                self.assertGreater(compared, 0)
+        return with_kernels
+
+    def test_cpp_bundles_run_and_match(self):
+        bundles = cpu_bundles(*self.CPP)
+        self.assertGreaterEqual(len(bundles), 17 * 2 + 4)
+        self.assertGreaterEqual(self.run_and_compare(bundles), 16 * 2 + 4)
+
+    def test_halide_bundles_run_and_match(self):
+        bundles = cpu_bundles(*self.HALIDE)
+        self.assertGreaterEqual(len(bundles), 17)
+        self.assertGreaterEqual(self.run_and_compare(bundles), 16)
+
+    def edited_copy(self, d, bundle, edit):
+        import shutil
+
+        dst = os.path.join(d, os.path.basename(os.path.normpath(bundle)))
+        shutil.copytree(bundle, dst)
+        path = os.path.join(dst, "program.json")
+        with open(path) as f:
+            program = json.load(f)
+        edit(program)
+        with open(path, "w") as f:
+            json.dump(program, f)
+        return dst
+
+    def test_signature_mismatch_is_refused_by_name(self):
+        import wrapir_export as we
+
+        kernel = "cpp_fused_add_mul_relu_0"
+
+        def edit(program):
+            program["kernels"][kernel]["backend"]["arg_types"][0] = "const double*"
+
+        with tempfile.TemporaryDirectory() as d:
+            b = self.edited_copy(d, os.path.join(REPO, "fixtures", "inductor", "bundles_cpu", "cpp", "pointwise"), edit)
+            with self.assertRaises(we.fx.FxError) as cm:
+                we.fx_module(b, wrapir=wrapir_binary())
+        self.assertEqual(str(cm.exception),
+                         f"C++ kernel {kernel}: kernels/{kernel}.so was compiled for arguments "
+                         "`const float*;const float*;float*`, the program declares "
+                         "`const double*;const float*;float*`")
+
+    def test_halide_metadata_mismatch_is_refused_by_name(self):
+        import wrapir_export as we
+
+        def edit(program):
+            program["kernels"]["halide_kernel_0"]["backend"]["argtypes"][0]["ctype"] = "double*"
+
+        with tempfile.TemporaryDirectory() as d:
+            b = self.edited_copy(d, os.path.join(REPO, "fixtures", "inductor", "bundles_cpu", "halide", "pointwise"),
+                                 edit)
+            with self.assertRaises(we.fx.FxError) as cm:
+                we.fx_module(b, wrapir=wrapir_binary())
+        self.assertIn("Halide kernel halide_kernel_0: argument 0 (`in_ptr0`): element type torch.float64", str(cm.exception))
+
+    def test_arguments_are_checked(self):
+        import wrapir_export as we
+        from wrapir_export import fx
+
+        b = os.path.join(REPO, "fixtures", "inductor", "bundles_cpu", "cpp", "pointwise_dynamic")
+        gm = we.fx_module(b, wrapir=wrapir_binary())
+        (name, k), = gm.host_kernels.items()
+        self.assertEqual(k.arg_types, ["const float*", "const float*", "float*", "const int64_t"])
+        x, y, out = torch.randn(5), torch.randn(5), torch.empty(5)
+        k([x, y, out, 5])
+        for args, msg in (
+            ([x.double(), y, out, 5], "argument 0 (`const float*`): expected a torch.float32 tensor, got a "
+                                      "torch.float64 tensor"),
+            ([x, 1.0, out, 5], "argument 1 (`const float*`): expected a torch.float32 tensor, got float 1.0"),
+            ([x, y, out, 2.5], "argument 3 (`const int64_t`): expected an integer, got float 2.5"),
+            ([x, y, out, 1 << 63], f"argument 3 (`const int64_t`): {1 << 63} does not fit a signed 64-bit integer"),
+            ([x, y, out], "takes 4 arguments (`arg_types`) but got 3"),
+        ):
+            with self.assertRaises(fx.FxError) as cm:
+                k(args)
+            self.assertEqual(str(cm.exception), f"C++ kernel {name}: {msg}")
+        # A scalar of the C width: int32_t 4 bytes, double 8, bool 1 (as `c_scalar_type`).
+        import ctypes
+
+        self.assertIs(fx.scalar_value(7, "int", ctypes.c_int32, "int32_t", "w"), 7)
+        with self.assertRaises(fx.FxError):
+            fx.scalar_value(1 << 31, "int", ctypes.c_int32, "int32_t", "w")
+        self.assertEqual(fx.scalar_value(torch.tensor(2), "float", ctypes.c_double, "double", "w"), 2.0)
+        with self.assertRaises(fx.FxError):
+            fx.scalar_value(2, "bool", ctypes.c_bool, "bool", "w")
+
+    def test_switch_runs_each_branch(self):
+        import wrapir_export as we
+
+        b = os.path.join(REPO, "fixtures", "inductor", "bundles_cpu_2.15", "control", "switch_three")
+        code = we.fx.lower_fx(b, wrapir_binary())
+        self.assertIn("torch.ops.higher_order.switch(buf0, [branch0_graph_0, branch1_graph_0, branch2_graph_0], "
+                      "(arg0_1,))", code)
+        gm = we.fx_module(b, code=code)
+        x = we.load_inputs(b)[0]
+        branches = [lambda x: x.sin(), lambda x: x.cos() * 2, lambda x: x.exp() - 1]
+        # The selector is clamped to [0, 2] by the program's first kernel (Inductor's lowering).
+        for i, want in ((0, 0), (1, 1), (2, 2), (7, 2), (-3, 0)):
+            with self.subTest(index=i):
+                got = gm(x, torch.tensor(i))
+                torch.testing.assert_close(got, branches[want](x), rtol=1e-5, atol=1e-5)
+
+    def test_assert_size_stride_with_dtype(self):
+        import wrapir_export as we
+        from wrapir_export import fx
+
+        b = os.path.join(REPO, "fixtures", "inductor", "bundles_cpu_2.15", "control", "while_tensor_carries")
+        code = we.fx.lower_fx(b, wrapir_binary())
+        self.assertIn("assert_size_stride(buf1, [], [], 'torch.ops.while_loop', dtype=torch.int64)", code)
+        i, x = we.load_inputs(b)
+        n, y = we.fx_module(b, code=code)(i, x)
+        self.assertEqual(int(n), 5)
+        want = x
+        for _ in range(5):
+            want = want * 2 + 1
+        torch.testing.assert_close(y, want)
+        printout = ("def forward(self, x):\n"
+                    "    a = assert_size_stride(x, [2], [1], 'op', dtype=torch.int64);  a = None\n"
+                    "    return x\n")
+        gm = fx.Builder(torch, {}, {}).build(fx.parse_printout(printout))
+        gm(torch.zeros(2, dtype=torch.int64))
+        with self.assertRaises(AssertionError) as cm:
+            gm(torch.zeros(2))
+        self.assertEqual(str(cm.exception), "expected dtype torch.int64, got torch.float32 (op)")
+
+
 if __name__ == "__main__":
     unittest.main()

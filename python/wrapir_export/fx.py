@@ -7,6 +7,17 @@ the top graph, one `class <name>(torch.nn.Module)` per subgraph) and builds a
 
 * `torch.ops.higher_order.triton_kernel_wrapper_mutation(kernel=K, grid=..., kwargs=...)`
   calls a `launch.TritonKernel` for `K`, which launches the bundle's cubin;
+* `wrapir.call_kernel(K, [args])` (a CPU bundle's kernel; upstream's FX backend calls
+  these through `compiled_kernel_wrapper_mutation`) calls the bundle's host image
+  `kernels/K.so`, loaded with ctypes when the module is built and kept alive by it
+  (`gm.host_kernels`): a C++ kernel (`CppKernel`) has its `wrapir_kernel_signature()`
+  checked against the program's `arg_types` and runs `wrapir_kernel_argv` with the
+  tensors' data pointers and pointers to the scalars' values in their C types; a CPU
+  Halide kernel (`HalideKernel`) has its `K_metadata()` checked against the program's
+  HalideMeta `argtypes` and runs `K_argv` with a `halide_buffer_t` per buffer (shape,
+  stride and offset from the metadata, evaluated with the call's scalars). Every call
+  checks its arguments first (CPU tensors of the declared dtypes; scalars that fit;
+  Halide buffers inside their tensors' storage), as wrapir's host backend does;
 * extern ops (`extern_kernels.mm`, `torch.ops.aten.*`) call the ATen ops themselves,
   `torch.empty_strided` / `torch.as_strided` / `torch.sym_*` the torch functions;
 * `torch.ops.higher_order.cond` / `switch` / `while_loop` call `cond` / `switch` /
@@ -159,8 +170,413 @@ def assert_alignment(t, alignment, context=None):
         raise AssertionError(f"expected alignment {alignment}, got data pointer {t.data_ptr():#x}{where}")
 
 
-def call_kernel(kernel, *args, **kwargs):
-    raise FxError(f"kernel {kernel} is not a Triton kernel; only Triton kernels launch from a bundle")
+# ---- host (CPU) kernels: the bundle's C++ and Halide images ----------------------------------
+
+# C element / scalar types of Inductor's C++ kernels (`host_kernels.c_scalar_type` of an
+# `arg_types` entry, `const` dropped) -> (torch dtype name, ctypes type name, kind). The
+# kind says which Python values a scalar of that type takes; the ctypes type has the C
+# width (`int64_t` 8 bytes, `int32_t` 4, `float` 4, `double` 8, `bool` 1, ...).
+C_TYPES = {
+    "float": ("float32", "c_float", "float"),
+    "double": ("float64", "c_double", "float"),
+    "bool": ("bool", "c_bool", "bool"),
+    "int8_t": ("int8", "c_int8", "int"), "signed char": ("int8", "c_int8", "int"),
+    "uint8_t": ("uint8", "c_uint8", "int"), "unsigned char": ("uint8", "c_uint8", "int"),
+    "int16_t": ("int16", "c_int16", "int"), "short": ("int16", "c_int16", "int"),
+    "uint16_t": ("uint16", "c_uint16", "int"),
+    "int32_t": ("int32", "c_int32", "int"), "int": ("int32", "c_int32", "int"),
+    "uint32_t": ("uint32", "c_uint32", "int"),
+    "int64_t": ("int64", "c_int64", "int"), "long": ("int64", "c_int64", "int"),
+    "long long": ("int64", "c_int64", "int"),
+    "uint64_t": ("uint64", "c_uint64", "int"),
+    "half": ("float16", None, None), "at::Half": ("float16", None, None), "c10::Half": ("float16", None, None),
+    "bfloat16": ("bfloat16", None, None), "at::BFloat16": ("bfloat16", None, None),
+    "c10::BFloat16": ("bfloat16", None, None),
+}
+
+
+def c_type_name(t):
+    """`const int64_t` -> `int64_t` (as `host_kernels.c_scalar_type`)."""
+    import re
+
+    return " ".join(re.sub(r"\bconst\b", "", t).split())
+
+
+def host_image_name_ok(kernel):
+    """A kernel name that can name its image file (letters, digits, `_`: stays inside `kernels/`)."""
+    return bool(kernel) and all(c.isascii() and (c.isalnum() or c == "_") for c in kernel)
+
+
+class CppKernel:
+    """One C++ kernel of a CPU bundle, callable as `kernel(args)` (the FX printout's
+    `wrapir.call_kernel(name, [args])`): `kernels/<name>.so` loaded with ctypes when the
+    module is built, its `wrapir_kernel_signature()` checked against the program's
+    `arg_types`, and each call's arguments checked (a CPU tensor of the dtype its pointer
+    type names; a scalar that fits its C type) before `wrapir_kernel_argv(args)` runs with
+    the tensors' data pointers and pointers to the scalars' values."""
+
+    def __init__(self, name, backend, bundle_dir):
+        import ctypes
+
+        self.__name__ = name
+        self.__qualname__ = name
+        self.name = name
+        self.arg_types = [str(t).strip() for t in backend.get("arg_types") or []]
+        if not host_image_name_ok(name):
+            raise FxError(f"C++ kernel {name!r}: a host kernel's name must be letters, digits and `_`")
+        self.args = []  # per argument: ("tensor", dtype) or ("scalar", ctypes type, kind, C type)
+        for i, t in enumerate(self.arg_types):
+            pointer = t.endswith("*")
+            elem = c_type_name(t[:-1] if pointer else t)
+            info = C_TYPES.get(elem)
+            dtype = getattr(_torch(), info[0], None) if info else None
+            if info is None or dtype is None or (not pointer and info[1] is None):
+                raise FxError(f"C++ kernel {name}: argument {i}: unsupported C type `{t}`")
+            if pointer:
+                self.args.append(("tensor", dtype))
+            else:
+                self.args.append(("scalar", getattr(ctypes, info[1]), info[2], elem))
+        self.path = os.path.join(os.fspath(bundle_dir), "kernels", f"{name}.so")
+        if not os.path.isfile(self.path):
+            raise FxError(f"C++ kernel {name}: its image kernels/{name}.so is not in the bundle")
+        try:
+            # Lazy binding, as wrapir's host backend loads the images (dlopen RTLD_LAZY): a
+            # PyTorch 2.15 image references c10's `torchCheckFail` (a failed TORCH_CHECK in
+            # the headers), which nothing in this process exports; only that path needs it.
+            self.lib = ctypes.CDLL(os.path.abspath(self.path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+        except OSError as e:
+            raise FxError(f"C++ kernel {name}: kernels/{name}.so does not load: {e}") from None
+        try:
+            sig = self.lib.wrapir_kernel_signature
+            entry = self.lib.wrapir_kernel_argv
+        except AttributeError as e:
+            raise FxError(f"C++ kernel {name}: kernels/{name}.so: {e}") from None
+        sig.argtypes = []
+        sig.restype = ctypes.c_char_p
+        compiled = (sig() or b"").decode("utf-8", "replace")
+        declared = ";".join(self.arg_types)
+        if compiled != declared:
+            raise FxError(f"C++ kernel {name}: kernels/{name}.so was compiled for arguments `{compiled}`, "
+                          f"the program declares `{declared}`")
+        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        entry.restype = ctypes.c_int
+        self.entry = entry
+
+    def __repr__(self):
+        return f"CppKernel({self.name})"
+
+    def __call__(self, args, *rest):
+        import ctypes
+
+        torch = _torch()
+        if rest or not isinstance(args, (list, tuple)):
+            raise FxError(f"C++ kernel {self.name}: takes one list of arguments")
+        if len(args) != len(self.args):
+            raise FxError(f"C++ kernel {self.name}: takes {len(self.args)} arguments (`arg_types`) "
+                          f"but got {len(args)}")
+        argv = (ctypes.c_void_p * max(len(args), 1))()
+        keep = []  # the scalars' C values, alive for the call
+        for i, (spec, v) in enumerate(zip(self.args, args)):
+            where = f"C++ kernel {self.name}: argument {i} (`{self.arg_types[i]}`)"
+            if spec[0] == "tensor":
+                dtype = spec[1]
+                if not isinstance(v, torch.Tensor):
+                    raise FxError(f"{where}: expected a {dtype} tensor, got {describe(v)}")
+                if v.dtype != dtype:
+                    raise FxError(f"{where}: expected a {dtype} tensor, got a {v.dtype} tensor")
+                if v.device.type != "cpu":
+                    raise FxError(f"{where}: the tensor is on {v.device}, the kernel runs on the host")
+                argv[i] = v.data_ptr()
+            else:
+                _, ctype, kind, elem = spec
+                c = ctypes.pointer(ctype(scalar_value(v, kind, ctype, elem, where)))
+                keep.append(c)
+                argv[i] = ctypes.cast(c, ctypes.c_void_p)
+        rc = self.entry(argv)
+        if rc != 0:
+            raise FxError(f"C++ kernel {self.name}: the compiled kernel returned {rc}")
+        return None
+
+
+# Halide's C structures (HalideRuntime.h), built when a Halide kernel is first loaded.
+HALIDE_INT, HALIDE_UINT, HALIDE_FLOAT, HALIDE_BFLOAT = 0, 1, 2, 4
+HALIDE_HOST_DIRTY = 1
+HALIDE_TYPES = {"bool": (HALIDE_UINT, 1), "uint8": (HALIDE_UINT, 8), "int8": (HALIDE_INT, 8),
+                "int16": (HALIDE_INT, 16), "int32": (HALIDE_INT, 32), "int64": (HALIDE_INT, 64),
+                "float16": (HALIDE_FLOAT, 16), "bfloat16": (HALIDE_BFLOAT, 16), "float32": (HALIDE_FLOAT, 32),
+                "float64": (HALIDE_FLOAT, 64)}
+_HALIDE_STRUCTS = None
+
+
+def halide_structs():
+    """(halide_type_t, halide_dimension_t, halide_buffer_t, halide_filter_metadata_t) as ctypes."""
+    global _HALIDE_STRUCTS
+    if _HALIDE_STRUCTS is None:
+        import ctypes as c
+
+        class HType(c.Structure):
+            _fields_ = [("code", c.c_uint8), ("bits", c.c_uint8), ("lanes", c.c_uint16)]
+
+        class HDim(c.Structure):
+            _fields_ = [("min", c.c_int32), ("extent", c.c_int32), ("stride", c.c_int32), ("flags", c.c_uint32)]
+
+        class HBuffer(c.Structure):
+            _fields_ = [("device", c.c_uint64), ("device_interface", c.c_void_p), ("host", c.c_void_p),
+                        ("flags", c.c_uint64), ("type", HType), ("dimensions", c.c_int32),
+                        ("dim", c.POINTER(HDim)), ("padding", c.c_void_p)]
+
+        class HArgument(c.Structure):
+            _fields_ = [("name", c.c_char_p), ("kind", c.c_int32), ("dimensions", c.c_int32), ("type", HType),
+                        ("scalar_def", c.c_void_p), ("scalar_min", c.c_void_p), ("scalar_max", c.c_void_p),
+                        ("scalar_estimate", c.c_void_p), ("buffer_estimates", c.c_void_p)]
+
+        class HMetadata(c.Structure):
+            _fields_ = [("version", c.c_int32), ("num_arguments", c.c_int32),
+                        ("arguments", c.POINTER(HArgument)), ("target", c.c_char_p), ("name", c.c_char_p)]
+
+        _HALIDE_STRUCTS = (HType, HDim, HBuffer, HMetadata)
+    return _HALIDE_STRUCTS
+
+
+def size_expr(text):
+    """A HalideMeta size / stride / offset expression (`128L`, `ks0`, `2*ks0 + 1`) as a
+    parsed Python expression (`L` suffixes of integer literals dropped)."""
+    import re
+
+    plain = re.sub(r"(?<![\w.])(\d+)L\b", r"\1", str(text))
+    try:
+        return ast.parse(plain, mode="eval").body
+    except SyntaxError:
+        raise FxError(f"cannot read size expression `{text}`") from None
+
+
+def eval_size(e, env, text):
+    """The integer value of a `size_expr` with the kernel's scalar arguments bound."""
+    if isinstance(e, ast.Constant) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    if isinstance(e, ast.Name):
+        if e.id not in env:
+            raise FxError(f"size expression `{text}`: no value for `{e.id}`")
+        return env[e.id]
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        return -eval_size(e.operand, env, text)
+    if isinstance(e, ast.BinOp) and type(e.op) in (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv):
+        a, b = eval_size(e.left, env, text), eval_size(e.right, env, text)
+        if isinstance(e.op, ast.FloorDiv) and b == 0:
+            raise FxError(f"size expression `{text}` divides by zero")
+        return BINARY[type(e.op)](a, b)
+    raise FxError(f"size expression `{text}`: unsupported form")
+
+
+class HalideKernel:
+    """One Halide kernel of a CPU bundle, callable as `kernel(args)` (the FX printout's
+    `wrapir.call_kernel(name, [args])`, its HalideMeta arguments that alias no other, in
+    order): `kernels/<name>.so` (Halide's `<name>_argv`, with the bundle's
+    `kernels/halide_runtime.so`) loaded when the module is built and its
+    `<name>_metadata()` checked against the program's `argtypes` (names, kinds,
+    dimensions, element types). Each call describes every buffer argument as a
+    `halide_buffer_t` from the metadata's shape, stride and offset expressions evaluated
+    with the call's scalar arguments, after checking that the tensor is a CPU tensor of
+    the argument's dtype and that the buffer lies inside its storage (as wrapir's host
+    backend does)."""
+
+    def __init__(self, name, backend, bundle_dir):
+        import ctypes
+
+        torch = _torch()
+        HType, _, _, HMetadata = halide_structs()
+        self.__name__ = name
+        self.__qualname__ = name
+        self.name = name
+        if not host_image_name_ok(name):
+            raise FxError(f"Halide kernel {name!r}: a host kernel's name must be letters, digits and `_`")
+        argtypes = backend.get("argtypes") or []
+        self.path = os.path.join(os.fspath(bundle_dir), "kernels", f"{name}.so")
+        if not os.path.isfile(self.path):
+            raise FxError(f"Halide kernel {name}: its image kernels/{name}.so is not in the bundle")
+        try:
+            self.lib = ctypes.CDLL(os.path.abspath(self.path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+            meta_fn = getattr(self.lib, f"{name}_metadata")
+            entry = getattr(self.lib, f"{name}_argv")
+        except (OSError, AttributeError) as e:
+            raise FxError(f"Halide kernel {name}: kernels/{name}.so: {e}") from None
+        meta_fn.argtypes = []
+        meta_fn.restype = ctypes.POINTER(HMetadata)
+        m = meta_fn().contents
+        image = [m.arguments[i] for i in range(m.num_arguments)]
+        if len(image) != len(argtypes):
+            raise FxError(f"Halide kernel {name}: the pipeline takes {len(image)} arguments, the program's "
+                          f"metadata lists {len(argtypes)}")
+        self.params = []  # per pipeline argument: dict
+        for i, (a, im) in enumerate(zip(argtypes, image)):
+            aname = a.get("name")
+            where = f"Halide kernel {name}: argument {i} (`{aname}`)"
+            iname = (im.name or b"").decode()
+            if iname != aname:
+                raise FxError(f"{where}: the pipeline's argument {i} is `{iname}`")
+            ity = (im.type.code, im.type.bits, im.type.lanes)
+            ctype = str(a.get("ctype", "")).strip()
+            if a.get("shape") is not None:
+                if im.kind not in (1, 2):
+                    raise FxError(f"{where}: a buffer in the program, a scalar in the pipeline")
+                shape, stride = a["shape"], a.get("stride") or []
+                if len(shape) != len(stride) or im.dimensions != len(shape):
+                    raise FxError(f"{where}: {len(shape)} sizes, {len(stride)} strides, {im.dimensions} "
+                                  "dimensions in the pipeline")
+                info = C_TYPES.get(c_type_name(ctype[:-1])) if ctype.endswith("*") else None
+                dtype = getattr(torch, info[0], None) if info else None
+                want = HALIDE_TYPES.get(info[0]) if info else None
+                if dtype is None or want is None:
+                    raise FxError(f"{where}: unsupported C type `{ctype}`")
+                if want + (1,) != ity:
+                    raise FxError(f"{where}: element type {dtype} (Halide code {want[0]} bits {want[1]}), the "
+                                  f"pipeline has code {ity[0]} bits {ity[1]} lanes {ity[2]}")
+                self.params.append({"name": aname, "buffer": True, "dtype": dtype, "type": ity,
+                                    "shape": [(str(x), size_expr(x)) for x in shape],
+                                    "stride": [(str(x), size_expr(x)) for x in stride],
+                                    "offset": (str(a.get("offset", "0")), size_expr(a.get("offset", "0"))),
+                                    "data_from": a.get("alias_of") or aname})
+            else:
+                if im.kind != 0:
+                    raise FxError(f"{where}: a scalar in the program, a buffer in the pipeline")
+                code, bits, lanes = ity
+                ct = {(HALIDE_UINT, 1): ctypes.c_bool, (HALIDE_INT, 8): ctypes.c_int8,
+                      (HALIDE_INT, 16): ctypes.c_int16, (HALIDE_INT, 32): ctypes.c_int32,
+                      (HALIDE_INT, 64): ctypes.c_int64, (HALIDE_UINT, 8): ctypes.c_uint8,
+                      (HALIDE_UINT, 16): ctypes.c_uint16, (HALIDE_UINT, 32): ctypes.c_uint32,
+                      (HALIDE_UINT, 64): ctypes.c_uint64, (HALIDE_FLOAT, 32): ctypes.c_float,
+                      (HALIDE_FLOAT, 64): ctypes.c_double}.get((code, bits)) if lanes == 1 else None
+                if ct is None:
+                    raise FxError(f"{where}: unsupported scalar type (code {code} bits {bits} lanes {lanes})")
+                kind = "bool" if ct is ctypes.c_bool else "float" if code == HALIDE_FLOAT else "int"
+                self.params.append({"name": aname, "buffer": False, "ctype": ct, "kind": kind,
+                                    "c": ctype})
+        self.call_args = [a.get("name") for a in argtypes if a.get("alias_of") is None]
+        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        entry.restype = ctypes.c_int
+        self.entry = entry
+
+    def __repr__(self):
+        return f"HalideKernel({self.name})"
+
+    def __call__(self, args, *rest):
+        import ctypes
+
+        torch = _torch()
+        _, HDim, HBuffer, _ = halide_structs()
+        if rest or not isinstance(args, (list, tuple)):
+            raise FxError(f"Halide kernel {self.name}: takes one list of arguments")
+        if len(args) != len(self.call_args):
+            raise FxError(f"Halide kernel {self.name}: takes {len(self.call_args)} arguments "
+                          f"({', '.join(self.call_args)}) but got {len(args)}")
+        by_name = dict(zip(self.call_args, args))
+        index = {n: i for i, n in enumerate(self.call_args)}
+        argv = (ctypes.c_void_p * max(len(self.params), 1))()
+        keep = []
+        env = {}
+        for k, p in enumerate(self.params):
+            if p["buffer"]:
+                continue
+            if p["name"] not in by_name:
+                raise FxError(f"Halide kernel {self.name}: no value for `{p['name']}`")
+            where = f"Halide kernel {self.name}: argument {index[p['name']]} (`{p['name']}`)"
+            v = scalar_value(by_name[p["name"]], p["kind"], p["ctype"], p["c"], where)
+            if p["kind"] == "int":
+                env[p["name"]] = v
+            c = ctypes.pointer(p["ctype"](v))
+            keep.append(c)
+            argv[k] = ctypes.cast(c, ctypes.c_void_p)
+        for k, p in enumerate(self.params):
+            if not p["buffer"]:
+                continue
+            src = p["data_from"]
+            if src not in by_name:
+                raise FxError(f"Halide kernel {self.name}: no value for `{src}`")
+            where = f"Halide kernel {self.name}: argument {index[src]} (`{p['name']}`)"
+            t = by_name[src]
+            if not isinstance(t, torch.Tensor):
+                raise FxError(f"{where}: expected a {p['dtype']} tensor, got {describe(t)}")
+            if t.dtype != p["dtype"]:
+                raise FxError(f"{where}: expected a {p['dtype']} tensor, got a {t.dtype} tensor")
+            if t.device.type != "cpu":
+                raise FxError(f"{where}: the tensor is on {t.device}, the kernel runs on the host")
+            ndim = len(p["shape"])
+            dims = (HDim * max(ndim, 1))()
+            reach, empty = 0, False
+            for d, ((stext, se), (ttext, te)) in enumerate(zip(p["shape"], p["stride"])):
+                extent, stride = eval_size(se, env, stext), eval_size(te, env, ttext)
+                if extent < 0 or stride < 0:
+                    raise FxError(f"{where}: size {extent} / stride {stride} in dimension {d}")
+                if extent >= 2 ** 31 or stride >= 2 ** 31:
+                    raise FxError(f"{where}: size {extent} / stride {stride} in dimension {d} exceeds "
+                                  "Halide's 32-bit range")
+                empty |= extent == 0
+                reach += (max(extent, 1) - 1) * stride
+                dims[d].min, dims[d].extent, dims[d].stride, dims[d].flags = 0, extent, stride, 0
+            offset = eval_size(p["offset"][1], env, p["offset"][0])
+            if offset < 0:
+                raise FxError(f"{where}: negative offset {offset}")
+            elem = t.element_size()
+            available = t.untyped_storage().nbytes() // elem - t.storage_offset()
+            end = 0 if empty else offset + reach + 1
+            if end > available:
+                raise FxError(f"Halide kernel {self.name}: buffer `{p['name']}` reaches element {end - 1} but "
+                              f"its tensor's storage holds {available} from the tensor's start")
+            buf = HBuffer()
+            buf.device, buf.device_interface, buf.flags = 0, None, HALIDE_HOST_DIRTY
+            buf.host = t.data_ptr() + (offset * elem if end > 0 else 0)
+            buf.type.code, buf.type.bits, buf.type.lanes = p["type"]
+            buf.dimensions, buf.dim, buf.padding = ndim, dims, None
+            keep.append((dims, buf))
+            argv[k] = ctypes.cast(ctypes.pointer(buf), ctypes.c_void_p)
+        rc = self.entry(argv)
+        if rc != 0:
+            raise FxError(f"Halide kernel {self.name}: the pipeline returned {rc}")
+        return None
+
+
+def describe(v):
+    torch = _torch()
+    if isinstance(v, torch.Tensor):
+        return f"a {v.dtype} tensor"
+    return f"{type(v).__name__} {v!r}"
+
+
+def scalar_value(v, kind, ctype, elem, where):
+    """The Python value of scalar argument `v` for a C `elem` (`kind` int, float or bool),
+    checked to fit (integers: the C type's range)."""
+    import ctypes
+
+    torch = _torch()
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise FxError(f"{where}: expected a {elem}, got {describe(v)}")
+        v = v.item()
+    if hasattr(v, "node") and type(v).__name__ in ("SymInt", "SymFloat", "SymBool"):
+        v = {"SymInt": int, "SymFloat": float, "SymBool": bool}[type(v).__name__](v)
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise FxError(f"{where}: expected a number, got {describe(v)}")
+        return float(v)
+    if isinstance(v, float) or not isinstance(v, int):
+        raise FxError(f"{where}: expected {'a bool' if kind == 'bool' else 'an integer'}, got {describe(v)}")
+    x = int(v)
+    if kind == "bool":
+        if x not in (0, 1):
+            raise FxError(f"{where}: expected a bool, got {x}")
+        return bool(x)
+    bits = ctypes.sizeof(ctype) * 8
+    signed = ctype(-1).value < 0
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    if not lo <= x <= hi:
+        raise FxError(f"{where}: {x} does not fit a {'signed' if signed else 'unsigned'} {bits}-bit integer")
+    return x
+
+
+def _torch():
+    import torch
+
+    return torch
 
 
 # ---- building the GraphModule --------------------------------------------------------------------
@@ -168,10 +584,12 @@ def call_kernel(kernel, *args, **kwargs):
 class Builder:
     """Turns one Forward into a GraphModule (subgraphs first, as submodules)."""
 
-    def __init__(self, torch, kernels, constants):
+    def __init__(self, torch, kernels, constants, host_kernels=None):
         self.torch = torch
         self.kernels = kernels        # name -> TritonKernel
         self.constants = constants    # name -> tensor
+        # name -> CppKernel, or (for a host kernel fx_module does not run) the reason
+        self.host_kernels = host_kernels if host_kernels is not None else {}
 
     def build(self, fwd):
         torch = self.torch
@@ -320,8 +738,15 @@ class Builder:
         if dotted == "wrapir.c_mod":
             return self.call(graph, c_mod, args, kwargs, name)
         if dotted == "wrapir.call_kernel":
-            raise FxError(f"kernel {args[0] if args else '?'!r} is not a Triton kernel; only Triton kernels "
-                          "launch from a bundle")
+            kernel = args[0] if args else kwargs.get("kernel")
+            host = self.host_kernels.get(kernel) if isinstance(kernel, str) else None
+            if host is None:
+                raise FxError(f"kernel {kernel!r} is not a C++ or Halide kernel of the bundle")
+            if isinstance(host, str):
+                raise FxError(host)
+            if len(args) != 2 or kwargs or not isinstance(args[1], list):
+                raise FxError(f"kernel {kernel}: expected `wrapir.call_kernel({kernel!r}, [args])`")
+            return self.call(graph, host, (args[1],), {}, name)
         if chain[0] == "extern_kernels":
             from torch._inductor.select_algorithm import extern_kernels
 
@@ -377,6 +802,24 @@ def bundle_kernels(bundle_dir, program):
     return out
 
 
+def bundle_host_kernels(bundle_dir, program):
+    """name -> CppKernel / HalideKernel for every C++ and CPU Halide kernel of the program
+    (each image loaded and checked against the program now), and name -> the reason for a
+    host kernel that is not run (a CUDA Halide kernel)."""
+    out = {}
+    for name, k in (program.get("kernels") or {}).items():
+        be = k.get("backend") or {}
+        kind = be.get("kind")
+        if kind == "cpp":
+            out[name] = CppKernel(name, be, bundle_dir)
+        elif kind == "halide":
+            if be.get("cuda_device") is not None or "cuda" in str(be.get("target", "")).split("-"):
+                out[name] = f"Halide kernel {name}: a CUDA Halide kernel (target `{be.get('target')}`) is not run"
+            else:
+                out[name] = HalideKernel(name, be, bundle_dir)
+    return out
+
+
 def load_inputs(bundle_dir, device=None):
     """The bundle's graph inputs in `call` order: tensors (from inputs.safetensors, on
     their declared device, or `device`) and Python ints for symbol inputs."""
@@ -422,7 +865,8 @@ def load_constants(bundle_dir, program, device=None):
 
 def fx_module(bundle_dir, *, wrapir=None, code=None, device=None):
     """A `torch.fx.GraphModule` running wrapir's FX lowering of the bundle: Triton kernels
-    launch from the bundle's cubins, extern ops are ATen calls. `code`: the FX printout
+    launch from the bundle's cubins, C++ and CPU Halide kernels run from its host images
+    (`kernels/<kernel>.so`), extern ops are ATen calls. `code`: the FX printout
     (`wrapir lower BUNDLE --target fx`), else wrapir is run (`wrapir`, $WRAPIR or PATH).
     Call it with the bundle's inputs: `gm(*load_inputs(bundle_dir))`."""
     import torch
@@ -432,7 +876,11 @@ def fx_module(bundle_dir, *, wrapir=None, code=None, device=None):
     if code is None:
         code = lower_fx(bundle_dir, wrapir)
     fwd = parse_printout(code)
-    builder = Builder(torch, bundle_kernels(bundle_dir, program), load_constants(bundle_dir, program, device))
+    host_kernels = bundle_host_kernels(bundle_dir, program)
+    builder = Builder(torch, bundle_kernels(bundle_dir, program), load_constants(bundle_dir, program, device),
+                      host_kernels)
     gm = builder.build(fwd)
     gm.bundle_dir = os.fspath(bundle_dir)
+    # The loaded C++ images (the graph's nodes call them too): alive as long as the module.
+    gm.host_kernels = {k: v for k, v in host_kernels.items() if not isinstance(v, str)}
     return gm
