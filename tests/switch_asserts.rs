@@ -90,7 +90,10 @@ fn a_dtype_assert_that_can_never_pass_is_invalid() {
     let text = wrapir::text::print(&fixture()).replace("dtype i64", "dtype i32");
     let program = wrapir::text::parse(&text).unwrap();
     let err = wrapir::ir::validate(&program).unwrap_err().to_string();
-    common::assert_contains(&err, "assert_size_stride on buf5 expects dtype i32 but the buffer is declared i64");
+    common::assert_contains(
+        &err,
+        "assert_size_stride on buf5 expects dtype i32 but the buffer is declared i64",
+    );
 }
 
 #[test]
@@ -102,9 +105,21 @@ fn switch_shapes_are_validated() {
             "[false_graph_0, true_graph_0, switch_branch_0]",
             "a cond switch has 3 branches; a cond has two (false, true)",
         ),
-        ("[switch_branch_0, switch_branch_1, switch_branch_2]", "[]", "a switch has 0 branches"),
-        ("[switch_branch_0, switch_branch_1, switch_branch_2]", "[switch_branch_0, no_such_graph]", "no_such_graph"),
-        ("assert_div_by_zero s0", "assert_div_by_zero (s0 > 2)", "divisor s0 > 2 is a boolean expression"),
+        (
+            "[switch_branch_0, switch_branch_1, switch_branch_2]",
+            "[]",
+            "a switch has 0 branches",
+        ),
+        (
+            "[switch_branch_0, switch_branch_1, switch_branch_2]",
+            "[switch_branch_0, no_such_graph]",
+            "no_such_graph",
+        ),
+        (
+            "assert_div_by_zero s0",
+            "assert_div_by_zero (s0 > 2)",
+            "divisor s0 > 2 is a boolean expression",
+        ),
     ] {
         let program = wrapir::text::parse(&base.replace(from, to)).unwrap();
         let err = wrapir::ir::validate(&program).unwrap_err().to_string();

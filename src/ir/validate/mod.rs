@@ -146,10 +146,13 @@ pub fn validate_with_limits<'p>(
     if !v.errors.is_empty() {
         return Err(ValidationErrors { errors: v.errors });
     }
+    // In the program's order; `swap_remove` (constant time: `shift_remove`
+    // made this quadratic in the number of subgraphs) since the order of
+    // what is left behind does not matter.
     let mut subgraphs = IndexMap::new();
     for name in program.subgraphs.keys() {
-        if let Some(mut info) = v.infos.shift_remove(name) {
-            info.callers = v.callers.shift_remove(name).unwrap_or_default();
+        if let Some(mut info) = v.infos.swap_remove(name) {
+            info.callers = v.callers.swap_remove(name).unwrap_or_default();
             subgraphs.insert(name.clone(), info);
         }
     }
