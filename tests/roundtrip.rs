@@ -885,7 +885,7 @@ fn malformed_inputs() {
         (in_main("  buffer buf0: multi"), "line 4, column 3: buffer `buf0` is declared twice in graph `main`"),
         (in_main("  comment 'abc"), "line 4, column 11: unterminated string in the text of `comment`"),
         (in_main("  comment 'a\\qb'"), "line 4, column 13: unknown escape `\\q` in string"),
-        (in_main("  call k(buf0, (s0) @cuda:0"), "line 4, column 21: expected `,` or `)` in the arguments of the call of `k`"),
+        (in_main("  call k(buf0, (s0) @cuda:0"), "line 4, column 21: invalid expression `(s0) @cuda:0` in the call of `k`: unexpected character `@`"),
         (in_main("  call k(buf0,, 1)"), "line 4, column 15: expected an argument in the call of `k`"),
         (in_main("  call k(torch.float99)"), "line 4, column 16: unknown dtype `torch.float99` in the call of `k`"),
         (in_main("  let ks0 ="), "line 4, column 12: expected an expression in `let ks0`"),
@@ -957,4 +957,34 @@ fn json_keeps_non_finite_floats() {
     let back = wrapir::ir::Program::from_json(&json).expect("reads back");
     assert_eq!(back, program);
     assert_eq!(wrapir::text::print(&back), text);
+}
+
+/// Call arguments as Inductor prints them, starting with a parenthesised
+/// term followed by an operator (issue 35: `(1 + s77)*(1 + s27)` did not
+/// parse), and a parenthesised name that is also a buffer's: an expression.
+#[test]
+fn arguments_that_start_with_a_parenthesised_term() {
+    let text = in_main("  extern buf0 = torch.ops.aten.foo.default(arg0_1, (1 + s77)*(1 + s27), (s27 * 2) // 2, (buf0), ((s27 * 2) // 2))");
+    let program = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    let Line::ExternKernelAlloc(call) = &program.main.lines[0] else {
+        panic!("{:?}", program.main.lines[0])
+    };
+    let exprs: Vec<String> = call.args[1..]
+        .iter()
+        .map(|a| match a {
+            ArgValue::Expr(e) => e.to_string(),
+            other => panic!("{other:?} is not an expression"),
+        })
+        .collect();
+    let want = |s: &str| wrapir::sym::parse(s).unwrap().to_string();
+    assert_eq!(
+        exprs,
+        [
+            want("(1 + s77)*(1 + s27)"),
+            want("(s27 * 2) // 2"),
+            want("buf0"),
+            want("(s27 * 2) // 2")
+        ]
+    );
+    assert_eq!(parse(&print(&program)).unwrap(), program);
 }

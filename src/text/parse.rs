@@ -352,12 +352,10 @@ fn arg_value_at(
             })?;
             return Ok(ArgValue::List(items));
         }
-        Some('(') => {
-            c.eat("(");
-            let (pos, inner) = c.balanced_until(&[')'], what)?;
-            c.expect(")", || format!("expected `)` to close the expression in {what}"))?;
-            return Ok(ArgValue::Expr(parse_expr(c, pos, inner, what)?));
-        }
+        // An expression that starts with a parenthesised term runs on to the
+        // next `,` / `)` / `]` at its level like any other (`(1 + s77)*(1 + s27)`,
+        // as Inductor prints call arguments); a parenthesised name (`(s0)`)
+        // is always an expression, never a buffer.
         _ => {}
     }
     if c.eat("device(") {
