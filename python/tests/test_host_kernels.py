@@ -45,6 +45,51 @@ class HostKernels(unittest.TestCase):
                                text=True)
             self.assertEqual(r.returncode, 0, r.stderr)
 
+    def _build(self, tmp, kernel_source, arg_types):
+        """Compiles `kernel_source` + the entry point with the exporter's flags into a .so."""
+        src = os.path.join(tmp, "k.cpp")
+        with open(src, "w") as f:
+            f.write(kernel_source + host_kernels.cpp_entry_source(arg_types))
+        out = os.path.join(tmp, "k.so")
+        r = subprocess.run([host_kernels.cxx(), *host_kernels.CXXFLAGS, "-o", out, src], capture_output=True,
+                           text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return out
+
+    def test_a_failed_check_is_an_error_not_an_unbound_symbol(self):
+        # PyTorch 2.15's headers call c10::detail::torchCheckFail from a failed TORCH_CHECK:
+        # the image defines it (no libc10), the entry returns 1 and names the failure.
+        import ctypes
+
+        kernel = ('#include <cstdint>\n'
+                  'namespace c10 { namespace detail { [[noreturn]] void torchCheckFail('
+                  'const char*, const char*, uint32_t, const char*); } }\n'
+                  'extern "C" void kernel(float* out, const int64_t n) {\n'
+                  '    if (n < 0) c10::detail::torchCheckFail("kernel", "k.cpp", 3, "n must be >= 0");\n'
+                  '    out[0] = n;\n}\n')
+        with tempfile.TemporaryDirectory() as tmp:
+            so = self._build(tmp, kernel, ["float*", "const int64_t"])
+            self.assertEqual(host_kernels.unresolved_symbols(so), [])
+            host_kernels.check_self_contained(so)
+            lib = ctypes.CDLL(so, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            lib.wrapir_kernel_error.restype = ctypes.c_char_p
+            out = ctypes.c_float(0)
+            for n, rc in ((7, 0), (-1, 1)):
+                value = ctypes.c_int64(n)
+                argv = (ctypes.c_void_p * 2)(ctypes.addressof(out), ctypes.addressof(value))
+                self.assertEqual(lib.wrapir_kernel_argv(argv), rc)
+            self.assertEqual(out.value, 7.0)
+            self.assertEqual(lib.wrapir_kernel_error(), b"n must be >= 0 (kernel at k.cpp:3)")
+
+    def test_an_image_needing_an_unprovided_symbol_is_refused(self):
+        kernel = ('extern "C" float from_libtorch(float);\n'
+                  'extern "C" void kernel(float* out) { out[0] = from_libtorch(out[0]); }\n')
+        with tempfile.TemporaryDirectory() as tmp:
+            so = self._build(tmp, kernel, ["float*"])
+            self.assertEqual(host_kernels.unresolved_symbols(so), ["from_libtorch"])
+            with self.assertRaisesRegex(Unconvertible, "from_libtorch"):
+                host_kernels.check_self_contained(so)
+
     def test_redact_halide_plugin_path(self):
         text = "hl.load_plugin('/opt/venv/lib/python3.11/site-packages/halide/lib64/libautoschedule_adams2019.so')"
         self.assertEqual(redact.redact(text), "hl.load_plugin('<halide>/lib64/libautoschedule_adams2019.so')")

@@ -120,14 +120,61 @@ def check_needed(path):
         raise Unconvertible(f"{os.path.basename(path)} needs {', '.join(bad)}: it would not load without PyTorch")
 
 
+def unresolved_symbols(path):
+    """The undefined, non-weak dynamic symbols of a shared object that no versioned
+    system library provides: the symbols of the C and C++ runtimes carry a version
+    (`expf@GLIBC_2.27`, `_Znam@GLIBCXX_3.4`); an unversioned one (PyTorch 2.15's headers
+    call `c10::detail::torchCheckFail`) would be looked up in libc10 and fail to bind."""
+    out = _run(["nm", "-D", "--undefined-only", path], f"nm of {os.path.basename(path)}")
+    bad = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[-2] == "U" and "@" not in parts[-1]:
+            bad.append(parts[-1])
+    return bad
+
+
+def check_self_contained(path):
+    """`check_needed`, and every symbol the image needs is provided by a library it names."""
+    check_needed(path)
+    bad = unresolved_symbols(path)
+    if bad:
+        raise Unconvertible(f"{os.path.basename(path)} needs symbols no system library provides "
+                            f"({', '.join(bad[:5])}): it would not load without PyTorch")
+
+
 def c_scalar_type(t):
     """The C value type of a scalar argument type (`const int64_t` -> `int64_t`)."""
     t = re.sub(r"\bconst\b", "", t).strip()
     return " ".join(t.split())
 
 
+# PyTorch's headers (2.15 and later) call `c10::detail::torchCheckFail` when a `TORCH_CHECK`
+# in a kernel fails; libc10 defines it, and an image must load without libc10. This
+# definition throws instead, and the entry point turns the exception into a non-zero
+# return and a message (`wrapir_kernel_error`), so a failed check is an error naming the
+# kernel, never an unbound symbol or an exception crossing the C ABI.
+CPP_CHECK_SUPPORT = r'''
+// wrapir: a failed TORCH_CHECK in the kernel, without libc10 (see wrapir_export.host_kernels).
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+namespace c10 {
+namespace detail {
+[[noreturn]] void torchCheckFail(const char* func, const char* file, uint32_t line, const char* msg) {
+    throw std::runtime_error(std::string(msg) + " (" + func + " at " + file + ":" + std::to_string(line) + ")");
+}
+}  // namespace detail
+}  // namespace c10
+static thread_local char wrapir_kernel_error_text[512];
+extern "C" const char *wrapir_kernel_error(void) { return wrapir_kernel_error_text; }
+'''
+
+
 def cpp_entry_source(arg_types):
-    """`wrapir_kernel_argv` and `wrapir_kernel_signature` for a kernel taking `arg_types`."""
+    """`wrapir_kernel_argv`, `wrapir_kernel_signature` and `wrapir_kernel_error` for a
+    kernel taking `arg_types`."""
     args = []
     for i, t in enumerate(arg_types):
         if t.endswith("*"):
@@ -135,11 +182,20 @@ def cpp_entry_source(arg_types):
         else:
             args.append(f"*static_cast<const {c_scalar_type(t)}*>(args[{i}])")
     sig = ";".join(arg_types).replace("\\", "\\\\").replace('"', '\\"')
-    joined = (",\n        ").join(args)
+    joined = (",\n            ").join(args)
     return (
-        "\n// wrapir: one entry point of a fixed C ABI for every kernel (see wrapir_export.host_kernels).\n"
+        CPP_CHECK_SUPPORT
+        + "\n// wrapir: one entry point of a fixed C ABI for every kernel (see wrapir_export.host_kernels).\n"
         'extern "C" int wrapir_kernel_argv(void **args) {\n'
-        f"    kernel({joined});\n"
+        "    try {\n"
+        f"        kernel({joined});\n"
+        "    } catch (const std::exception& e) {\n"
+        '        std::snprintf(wrapir_kernel_error_text, sizeof wrapir_kernel_error_text, "%s", e.what());\n'
+        "        return 1;\n"
+        "    } catch (...) {\n"
+        '        std::snprintf(wrapir_kernel_error_text, sizeof wrapir_kernel_error_text, "%s", "unknown C++ exception");\n'
+        "        return 1;\n"
+        "    }\n"
         "    return 0;\n"
         "}\n"
         f'extern "C" const char *wrapir_kernel_signature(void) {{ return "{sig}"; }}\n'
@@ -163,7 +219,7 @@ def build_cpp_kernel(name, source, arg_types, kdir):
         out = os.path.join(kdir, f"{name}.so")
         includes = [f"-I{d}" for d in torch_include_dirs()]
         _run([cxx(), *CXXFLAGS, *includes, "-o", out, src, "-s"], f"compiling C++ kernel {name}")
-    check_needed(out)
+    check_self_contained(out)
     return f"kernels/{name}.so"
 
 

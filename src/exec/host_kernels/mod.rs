@@ -220,15 +220,24 @@ fn check_image_file(kernel: &str, path: &Path) -> Result<(), HostKernelError> {
 
 fn open(kernel: &str, path: &Path) -> Result<libloading::Library, HostKernelError> {
     check_image_file(kernel, path)?;
+    use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
     // SAFETY: loading runs the object's initialisers. The images are the
     // bundle's own kernels (see the module docs: open only trusted bundles);
     // the exporter builds them without libtorch or an OpenMP runtime, so no
-    // initialiser depends on state this process lacks.
-    unsafe { libloading::Library::new(path) }.map_err(|e| HostKernelError::Load {
-        kernel: kernel.to_string(),
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
+    // initialiser depends on state this process lacks. `RTLD_NOW` binds every
+    // symbol here: one no loaded library provides (a libc10 function, say) is
+    // this load's error naming it, never a failure in the middle of a call.
+    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+        .map(libloading::Library::from)
+        .map_err(|e| HostKernelError::Load {
+            kernel: kernel.to_string(),
+            path: path.to_path_buf(),
+            // The loader's own words (`undefined symbol: ...`) are the source.
+            message: match std::error::Error::source(&e) {
+                Some(source) => format!("{e}: {source}"),
+                None => e.to_string(),
+            },
+        })
 }
 
 fn symbol<T: Copy>(lib: &libloading::Library, kernel: &str, path: &Path, name: &str) -> Result<T, HostKernelError> {
@@ -425,6 +434,9 @@ struct CppKernel {
     name: String,
     args: Vec<ArgKind>,
     entry: ArgvFn,
+    /// `wrapir_kernel_error`, where the image has it: the message of the
+    /// exception (a failed `TORCH_CHECK`) that made the entry return 1.
+    error: Option<unsafe extern "C" fn() -> *const c_char>,
     _lib: Arc<libloading::Library>,
 }
 
@@ -453,10 +465,13 @@ impl CppKernel {
             )));
         }
         let entry: ArgvFn = symbol(&lib, kernel, path, "wrapir_kernel_argv")?;
+        // Images exported before the exporter added it have no error accessor.
+        let error = symbol(&lib, kernel, path, "wrapir_kernel_error").ok();
         Ok(CppKernel {
             name: kernel.to_string(),
             args,
             entry,
+            error,
             _lib: Arc::new(lib),
         })
     }
@@ -494,7 +509,22 @@ impl CppKernel {
             unsafe { (self.entry)(argv.as_mut_ptr()) }
         })?;
         if rc != 0 {
-            return Err(ExecError::op(kernel, format!("the compiled kernel returned {rc}")));
+            let message = match self.error {
+                // SAFETY: `wrapir_kernel_error` returns a pointer to the
+                // image's NUL-terminated thread-local message buffer, which
+                // the failed call on this thread just wrote; it is read
+                // before anything else runs the kernel on this thread.
+                Some(error) => unsafe { CStr::from_ptr(error()) }.to_string_lossy().into_owned(),
+                None => String::new(),
+            };
+            return Err(ExecError::op(
+                kernel,
+                if message.is_empty() {
+                    format!("the compiled kernel returned {rc}")
+                } else {
+                    format!("the compiled kernel failed: {message}")
+                },
+            ));
         }
         Ok(())
     }
