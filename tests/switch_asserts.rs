@@ -153,3 +153,55 @@ fn lowerings_write_each_versions_text() {
         common::assert_contains(&fx, want);
     }
 }
+
+/// torch.export's derived dimensions: input sizes `2*s0 + 1` and `s1 - 3`
+/// bind their symbols, solved, on the host (sizes that no integer symbol
+/// gives are refused by name), and in every lowering; expressions that
+/// determine no symbol are refused in upstream's words.
+#[test]
+fn derived_input_dimensions_are_solved() {
+    let program = common::load(&common::root().join("fixtures/derived_dims.wir"));
+    let mut inputs = IndexMap::new();
+    let x = [-1.0, 2.0, -3.0, 4.0, -5.0, 6.0, -7.0, 8.0, -9.0];
+    inputs.insert(
+        "arg0_1".to_string(),
+        Tensor::from_f64(DType::Float32, &x, &[9]).unwrap(),
+    );
+    inputs.insert(
+        "arg1_1".to_string(),
+        Tensor::from_f64(DType::Float32, &[1.0, 2.0, 3.0, 4.0], &[2, 2]).unwrap(),
+    );
+    let out = run_program(&program, &inputs).unwrap();
+    assert_eq!(values(&out.outputs[0]), x.map(|v: f64| v.max(0.0)));
+    assert_eq!(values(&out.outputs[1]), vec![-1.0, -2.0, -3.0, -4.0]);
+    assert!(matches!(out.outputs[2], Value::Int(4)), "{:?}", out.outputs[2]);
+    assert!(matches!(out.outputs[3], Value::Int(5)), "{:?}", out.outputs[3]);
+    inputs.insert(
+        "arg0_1".to_string(),
+        Tensor::from_f64(DType::Float32, &[0.0; 8], &[8]).unwrap(),
+    );
+    let err = run_program(&program, &inputs).unwrap_err().to_string();
+    common::assert_contains(
+        &err,
+        "size 0 of `arg0_1` is 8, which `2*s0 + 1` equals for no integer `s0`",
+    );
+    let info = wrapir::ir::validate(&program).unwrap();
+    for target in wrapir::lower::Target::ALL {
+        let text = target
+            .write_string(&info)
+            .unwrap_or_else(|e| panic!("{}: {e}", target.name()));
+        assert!(text.contains("s0") && text.contains("s1"), "{}", target.name());
+    }
+    let text = wrapir::text::print(&program);
+    for (to, want) in [
+        ("s0*s0", "Cannot solve input expression s0*s0 for s0"),
+        (
+            "s0 + s1",
+            "Compound input s0 + s1 leaves these symbols undefined: [s0, s1]",
+        ),
+    ] {
+        let bad = wrapir::text::parse(&text.replace("2*s0 + 1", to).replace("s1 + (-3)", to)).unwrap();
+        let err = wrapir::ir::validate(&bad).unwrap_err().to_string();
+        common::assert_contains(&err, want);
+    }
+}

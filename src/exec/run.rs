@@ -216,6 +216,36 @@ fn bind_and_place<I: SuppliedInput, T>(
             bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
         }
     }
+    // Sizes that are expressions (`2*s0 + 1`, a torch.export derived
+    // dimension) bind the one symbol they leave unbound, solved exactly
+    // (`sym::solve`), until no size binds another.
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for (name, layout) in &tensor_inputs {
+            let t = get(name)?;
+            for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
+                if matches!(e, SymExpr::Sym(_)) {
+                    continue;
+                }
+                let free = e.free_symbols();
+                let unbound: Vec<&Symbol> = free.iter().filter(|s| !env.contains_key(*s)).collect();
+                let [s] = unbound.as_slice() else { continue };
+                let Some(affine) = crate::sym::solve::affine_in(e, s) else {
+                    continue;
+                };
+                let rest = crate::sym::eval::eval_int(&affine.rest, &env)
+                    .map_err(|err| ExecError::Input(format!("size {d} of `{name}` (`{e}`): {err}")))?;
+                let value = affine.solve(*v, rest).ok_or_else(|| {
+                    ExecError::Input(format!(
+                        "size {d} of `{name}` is {v}, which `{e}` equals for no integer `{s}`"
+                    ))
+                })?;
+                bind(&mut env, s, value, format!("size {d} of `{name}` (`{e}` = {v})"))?;
+                progress = true;
+            }
+        }
+    }
     for (s, what) in &bound_by {
         let (Some(decl), Some(v)) = (program.symbols.get(s), env.get(s)) else {
             continue;

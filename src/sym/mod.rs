@@ -26,6 +26,7 @@ pub mod egraph;
 pub mod eval;
 pub mod parse;
 pub mod print;
+pub mod solve;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

@@ -169,6 +169,24 @@ pub enum ValidationErrorKind {
         /// The expression, printed.
         expr: String,
     },
+    /// A main-graph input dimension that is not affine in the one symbol it
+    /// leaves unbound (upstream's FX backend's message).
+    #[error("Cannot solve input expression {expr} for {symbol}")]
+    UnsolvableInput {
+        /// The dimension's expression, printed.
+        expr: String,
+        /// The symbol nothing else binds.
+        symbol: Symbol,
+    },
+    /// A main-graph input dimension that leaves several symbols unbound
+    /// (upstream's FX backend's message).
+    #[error("Compound input {expr} leaves these symbols undefined: [{}]", symbols.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))]
+    UnderdeterminedInput {
+        /// The dimension's expression, printed.
+        expr: String,
+        /// The symbols nothing else binds.
+        symbols: Vec<Symbol>,
+    },
     /// A divisor that is a boolean expression, not an integer.
     #[error("divisor {expr} is a boolean expression, not an integer")]
     NotInteger {

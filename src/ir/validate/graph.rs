@@ -135,6 +135,7 @@ impl<'a> Validator<'a> {
         };
         self.check_buffer_table(&mut g);
         self.check_inputs(&mut g);
+        self.check_input_expressions(&g);
         for (i, line) in graph.lines.iter().enumerate() {
             self.check_line(&mut g, i, line);
         }
@@ -341,6 +342,85 @@ impl<'a> Validator<'a> {
                     g.external_symbols.entry(s).or_insert(None);
                 }
             }
+        }
+    }
+
+    /// The main graph's entry binds each backed symbol of its tensor inputs'
+    /// sizes, strides and offsets from a symbol input, a dimension that is
+    /// the symbol itself, or a dimension that is an affine expression of it
+    /// and symbols bound before (`2*s0 + 1`, solved by every back end:
+    /// `sym::solve`). A dimension that determines no symbol this way is an
+    /// error in upstream's words: "Cannot solve input expression ..." when one
+    /// symbol is left but the expression is not affine in it, "Compound input
+    /// ... leaves these symbols undefined" when several are.
+    pub(super) fn check_input_expressions(&mut self, g: &GraphState<'a>) {
+        if !g.is_main {
+            return;
+        }
+        let backed = |s: &Symbol| {
+            self.program
+                .symbols
+                .get(s)
+                .is_some_and(|d| d.kind == SymbolKind::Backed)
+        };
+        let mut known: FxIndexSet<Symbol> = FxIndexSet::default();
+        let mut compound: Vec<&SymExpr> = Vec::new();
+        for input in &g.graph.inputs {
+            match input {
+                GraphInput::Symbol { symbol, .. } => {
+                    known.insert(symbol.clone());
+                }
+                GraphInput::Tensor { name } => {
+                    let Some(l) = g.graph.layout(name) else { continue };
+                    for e in l.size.iter().chain(l.stride.iter()).chain(std::iter::once(&l.offset)) {
+                        match e {
+                            SymExpr::Sym(s) => {
+                                known.insert(s.clone());
+                            }
+                            e if e.as_int().is_none() => compound.push(e),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        let unknown_of = |known: &FxIndexSet<Symbol>, e: &SymExpr| -> Vec<Symbol> {
+            e.free_symbols()
+                .into_iter()
+                .filter(|s| !known.contains(s) && backed(s))
+                .collect()
+        };
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for e in &compound {
+                if let [s] = unknown_of(&known, e).as_slice() {
+                    if crate::sym::solve::affine_in(e, s).is_some() {
+                        known.insert(s.clone());
+                        progress = true;
+                    }
+                }
+            }
+        }
+        let loc = Location::Graph { graph: g.name.clone() };
+        let mut reported: Vec<&SymExpr> = Vec::new();
+        for e in compound {
+            let unknown = unknown_of(&known, e);
+            if unknown.is_empty() || reported.contains(&e) {
+                continue;
+            }
+            reported.push(e);
+            let kind = match unknown.as_slice() {
+                [s] => ValidationErrorKind::UnsolvableInput {
+                    expr: e.to_string(),
+                    symbol: s.clone(),
+                },
+                _ => ValidationErrorKind::UnderdeterminedInput {
+                    expr: e.to_string(),
+                    symbols: unknown,
+                },
+            };
+            self.err(loc.clone(), kind);
         }
     }
 

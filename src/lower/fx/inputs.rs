@@ -82,8 +82,8 @@ impl<'p> GraphLowering<'p> {
                         return Err(ErrorKind::Input {
                             input: name.clone(),
                             message: format!(
-                                "underdetermined input expression `{e}`: symbols {} are all unbound",
-                                many.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                                "Compound input {e} leaves these symbols undefined: [{}]",
+                                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
                             ),
                         })
                     }
@@ -131,10 +131,8 @@ impl<'p> GraphLowering<'p> {
     /// `a*s + rest` with a non-zero integer `a` (the affine case Inductor's
     /// `try_solve` handles for sizes). Emits a divisibility check when `a != 1`.
     pub(super) fn solve(&mut self, e: &SymExpr, s: &Symbol, value: NodeId) -> Result<Arg, String> {
-        let (a, rest) = affine_in(e, s).ok_or_else(|| format!("cannot solve input expression `{e}` for `{s}`"))?;
-        if a == 0 {
-            return Err(format!("cannot solve input expression `{e}` for `{s}`"));
-        }
+        let crate::sym::solve::Affine { coeff: a, rest } =
+            crate::sym::solve::affine_in(e, s).ok_or_else(|| format!("Cannot solve input expression {e} for {s}"))?;
         if a == 1 && rest == SymExpr::Int(0) {
             return Ok(Arg::Node(value));
         }
@@ -145,47 +143,10 @@ impl<'p> GraphLowering<'p> {
         let diff = self
             .sym(SymOp::Sum, smallvec::smallvec![Arg::Node(value), neg])
             .map_err(|k| k.to_string())?;
-        let q = if a == 1 {
-            self.sym(SymOp::FloorDiv, smallvec::smallvec![diff, Arg::Int(a)])
-        } else {
-            self.exact_div(diff, a, format!("`{e}` is not divisible by {a} when solving for `{s}`"))
-        };
-        q.map_err(|k| k.to_string())
-    }
-}
-
-/// `a` and `rest` with `e == a*s + rest` and `s` not in `rest`.
-pub(super) fn affine_in(e: &SymExpr, s: &Symbol) -> Option<(i64, SymExpr)> {
-    match e {
-        SymExpr::Sym(x) if x == s => Some((1, SymExpr::Int(0))),
-        SymExpr::Mul(fs) => {
-            let mut coeff: i64 = 1;
-            let mut seen = false;
-            for f in fs {
-                match f {
-                    SymExpr::Int(v) => coeff = coeff.checked_mul(*v)?,
-                    SymExpr::Sym(x) if x == s && !seen => seen = true,
-                    other if !other.free_symbols().contains(s) => return None,
-                    _ => return None,
-                }
-            }
-            seen.then_some((coeff, SymExpr::Int(0)))
+        if a == 1 {
+            return Ok(diff);
         }
-        SymExpr::Add(ts) => {
-            let mut a = 0i64;
-            let mut rest = SymExpr::Int(0);
-            for t in ts {
-                if t.free_symbols().contains(s) {
-                    let (c, r) = affine_in(t, s)?;
-                    a = a.checked_add(c)?;
-                    rest = SymExpr::add(rest, r);
-                } else {
-                    rest = SymExpr::add(rest, t.clone());
-                }
-            }
-            Some((a, rest))
-        }
-        other if !other.free_symbols().contains(s) => Some((0, other.clone())),
-        _ => None,
+        self.exact_div(diff, a, format!("`{e}` is not divisible by {a} when solving for `{s}`"))
+            .map_err(|k| k.to_string())
     }
 }

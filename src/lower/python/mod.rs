@@ -645,6 +645,7 @@ impl<'a> Lowering<'a> {
     /// true_graph_0_arg1_1`), not from the tensors' sizes.
     fn input_symbol_binds(&self, code: &mut Code, graph: &Graph) {
         let mut bound: IndexSet<Symbol> = IndexSet::new();
+        let mut headers: IndexSet<(&str, &str)> = IndexSet::new();
         for input in &graph.inputs {
             if let GraphInput::Symbol { name, symbol } = input {
                 if bound.insert(symbol.clone()) && name.as_str() != symbol.as_str() {
@@ -658,19 +659,51 @@ impl<'a> Lowering<'a> {
                 GraphInput::Tensor { name } => {
                     let Some(layout) = graph.layout(name) else { continue };
                     for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
-                        let mut declared = false;
                         for (dim, e) in dims.iter().enumerate() {
                             let SymExpr::Sym(s) = e else { continue };
                             if bound.contains(s) || !self.symbol_known_backed(s) {
                                 continue;
                             }
-                            if !declared {
+                            if headers.insert((name.as_str(), what)) {
                                 code.line(&format!("{name}_{what} = {name}.{what}()"));
-                                declared = true;
                             }
                             code.line(&format!("{s} = {name}_{what}[{dim}]"));
                             bound.insert(s.clone());
                         }
+                    }
+                }
+            }
+        }
+        // Sizes and strides that are expressions (`2*s0 + 1`, a torch.export
+        // derived dimension) bind the one backed symbol they leave unbound,
+        // solved (`sym::solve`), until none binds another. Inductor's wrapper
+        // leaves such a symbol to be found elsewhere; this binds it.
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for name in graph.tensor_inputs() {
+                let Some(layout) = graph.layout(name) else { continue };
+                for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
+                    for (dim, e) in dims.iter().enumerate() {
+                        if matches!(e, SymExpr::Sym(_)) {
+                            continue;
+                        }
+                        let free = e.free_symbols();
+                        let unbound: Vec<&Symbol> = free.iter().filter(|s| !bound.contains(*s)).collect();
+                        let [s] = unbound.as_slice() else { continue };
+                        if !self.symbol_known_backed(s) {
+                            continue;
+                        }
+                        let Some(affine) = crate::sym::solve::affine_in(e, s) else {
+                            continue;
+                        };
+                        if headers.insert((name.as_str(), what)) {
+                            code.line(&format!("{name}_{what} = {name}.{what}()"));
+                        }
+                        let value = SymExpr::sym(format!("{name}_{what}[{dim}]"));
+                        code.line(&format!("{s} = {}", crate::sym::print::python(&affine.solution(value))));
+                        bound.insert((*s).clone());
+                        progress = true;
                     }
                 }
             }

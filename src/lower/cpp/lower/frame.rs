@@ -52,6 +52,8 @@ impl<'a> Lowering<'a> {
             self.declare(symbol.as_str());
         }
         // Backed symbols that are plain sizes or strides of a tensor input.
+        let mut layouts = Vec::with_capacity(tensor_inputs.len());
+        let mut headers: Vec<(&str, &str)> = Vec::new();
         for input in &tensor_inputs {
             let layout = if let Some(l) = main.layout(input) {
                 l
@@ -63,25 +65,60 @@ impl<'a> Lowering<'a> {
                     format!("tensor input `{input}` has no tensor layout in the buffer table"),
                 ));
             };
+            layouts.push((input.as_str(), layout));
             for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
-                let mut header = false;
                 for (i, e) in dims.iter().enumerate() {
                     let SymExpr::Sym(s) = e else { continue };
                     if self.declared(s.as_str()) {
                         continue;
                     }
-                    if !header {
+                    if !headers.contains(&(input.as_str(), what)) {
                         d.input_dims(self, input.as_str(), what);
-                        header = true;
+                        headers.push((input.as_str(), what));
                     }
                     d.input_dim(self, s.as_str(), input.as_str(), what, i);
                     self.declare(s.as_str());
                 }
             }
         }
+        // Sizes and strides that are expressions (`2*s0 + 1`) bind the one
+        // symbol they leave unbound, solved (`sym::solve`; the inputs' size
+        // checks then hold the value to the expression), until none binds
+        // another.
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for &(input, layout) in &layouts {
+                for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
+                    for (i, e) in dims.iter().enumerate() {
+                        if matches!(e, SymExpr::Sym(_)) {
+                            continue;
+                        }
+                        let free = e.free_symbols();
+                        let unbound: Vec<&crate::sym::Symbol> =
+                            free.iter().filter(|s| !self.declared(s.as_str())).collect();
+                        let [s] = unbound.as_slice() else { continue };
+                        let Some(affine) = crate::sym::solve::affine_in(e, s) else {
+                            continue;
+                        };
+                        if !headers.contains(&(input, what)) {
+                            d.input_dims(self, input, what);
+                            headers.push((input, what));
+                        }
+                        let value = format!("{input}_{what}_{i}");
+                        d.input_dim(self, &value, input, what, i);
+                        self.declare(&value);
+                        let solved = self.cexpr(&affine.solution(SymExpr::sym(&value)));
+                        self.line(format!("int64_t {s} = {solved};"));
+                        self.declare(s.as_str());
+                        progress = true;
+                    }
+                }
+            }
+        }
         for (s, decl) in &program.symbols {
             if decl.kind == SymbolKind::Backed && !self.declared(s.as_str()) {
-                return Err(Error::invalid(Location::header(None), format!( "cannot bind backed symbol `{s}`: it is neither a symbol input nor a plain size or stride of a tensor input" )));
+                return Err(Error::invalid(Location::header(None), format!( "cannot bind backed symbol `{s}`: it is neither a symbol input nor a size or stride of a tensor input that determines it" )));
             }
         }
         Ok(())
