@@ -569,3 +569,26 @@ fn a_run_draws_from_the_generator_and_advances_it() {
     assert_ne!(runs[1], runs[0]);
     assert_eq!(host.cuda_rng(), CudaRngState { seed: 0, offset: 8 });
 }
+
+/// `aten.permute` (a complex64 permute reaches it as a fallback on the CPU,
+/// upstream's `fallback_tuple_constant_arg`): a view with sizes and strides
+/// reordered, as `torch.permute` gives (worked by hand: the transpose of a
+/// row-major 2x3 tensor has strides [1, 3]); a list that is not a
+/// permutation is refused.
+#[test]
+fn permute_is_a_reordering_view() {
+    let x = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let ints = |v: &[i64]| Value::List(v.iter().map(|i| Value::Int(*i)).collect());
+    let t = tensor(call("torch.ops.aten.permute.default", vec![x.clone(), ints(&[1, 0])], &[]).unwrap());
+    assert_eq!((t.size(), t.stride()), (&[3, 2][..], &[1, 3][..]));
+    assert_eq!(
+        t.contiguous_copy().unwrap().to_f64_vec().unwrap(),
+        vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
+    let same = tensor(call("torch.ops.aten.permute.default", vec![x.clone(), ints(&[-1, -2])], &[]).unwrap());
+    assert_eq!(same.stride(), &[1, 3][..]);
+    for bad in [&[0, 0][..], &[0][..], &[0, 2][..]] {
+        let err = call("torch.ops.aten.permute.default", vec![x.clone(), ints(bad)], &[]).unwrap_err();
+        assert!(err.contains("dims"), "{err}");
+    }
+}

@@ -202,6 +202,7 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.topk", topk),
         ("aten.copy_", copy),
         ("aten.clone", clone),
+        ("aten.permute", permute),
         ("aten.add", pointwise::add),
         ("aten.sub", pointwise::sub),
         ("aten.mul", pointwise::mul),
@@ -962,4 +963,34 @@ fn copy(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
 
 fn clone(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     Ok(Value::Tensor(a.tensor(0, "self")?.contiguous_copy()?))
+}
+
+/// `aten.permute(self, dims)`: a view with the sizes and strides reordered
+/// (`dims` a permutation of the dimensions; negative ones count from the end).
+fn permute(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let dims = a.ints(1, "dims")?;
+    let rank = x.dim();
+    if dims.len() != rank {
+        return Err(a.err(format!(
+            "dims {dims:?} has {} entries for a tensor of rank {rank}",
+            dims.len()
+        )));
+    }
+    let mut seen = vec![false; rank];
+    let mut size = Vec::with_capacity(rank);
+    let mut stride = Vec::with_capacity(rank);
+    for &d in &dims {
+        let k = if d < 0 { d.checked_add(rank as i64) } else { Some(d) };
+        let k = k
+            .and_then(|k| usize::try_from(k).ok())
+            .filter(|k| *k < rank && !seen[*k])
+            .ok_or_else(|| a.err(format!("dims {dims:?} is not a permutation of {rank} dimensions")))?;
+        seen[k] = true;
+        size.push(x.size()[k]);
+        stride.push(x.stride()[k]);
+    }
+    x.view(&size, &stride, x.spec().offset)
+        .map(Value::Tensor)
+        .map_err(|e| a.err(e.to_string()))
 }
