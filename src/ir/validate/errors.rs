@@ -187,6 +187,22 @@ pub enum ValidationErrorKind {
         /// The symbols nothing else binds.
         symbols: Vec<Symbol>,
     },
+    /// An allocation size smaller than the elements its own view reaches.
+    #[error("buffer {buffer} allocates {alloc} elements but its view reaches {needed}")]
+    AllocationTooSmall {
+        /// The buffer.
+        buffer: BufName,
+        /// Its `alloc` size.
+        alloc: i64,
+        /// The elements its sizes, strides and offset reach.
+        needed: i64,
+    },
+    /// An expression that divides by a constant zero.
+    #[error("{expr} divides by zero")]
+    DivisionByZero {
+        /// The expression, printed.
+        expr: String,
+    },
     /// A divisor that is a boolean expression, not an integer.
     #[error("divisor {expr} is a boolean expression, not an integer")]
     NotInteger {

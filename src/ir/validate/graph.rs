@@ -220,7 +220,9 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// Reports every constant part of `l` that is negative (once each).
+    /// Reports every constant part of `l` that is negative (once each), and
+    /// an allocation size (`alloc N`) smaller than the elements the view
+    /// reaches, when both are constants.
     pub(super) fn check_layout_signs(&mut self, loc: Location, name: &BufName, l: &Layout) {
         for (part, value) in negative_layout_parts(l) {
             self.err(
@@ -231,6 +233,22 @@ impl<'a> Validator<'a> {
                     value,
                 },
             );
+        }
+        if let Some(alloc) = l.alloc_numel.as_ref().and_then(|n| n.as_int()) {
+            let view = Layout {
+                alloc_numel: None,
+                ..l.clone()
+            };
+            if let Some(needed) = const_storage(&view).filter(|needed| *needed > alloc && alloc >= 0) {
+                self.err(
+                    loc,
+                    ValidationErrorKind::AllocationTooSmall {
+                        buffer: name.clone(),
+                        alloc,
+                        needed,
+                    },
+                );
+            }
         }
     }
 

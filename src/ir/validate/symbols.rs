@@ -9,6 +9,24 @@ impl<'a> Validator<'a> {
         for s in expr_symbols(e) {
             self.require_symbol(g, line, s, None, order);
         }
+        // A division or modulo by a constant zero fails wherever it is
+        // evaluated (Python raises ZeroDivisionError, C++ is undefined).
+        let mut zero_divisor = false;
+        e.visit(&mut |x| {
+            let divisor = match x {
+                SymExpr::FloorDiv(_, d) | SymExpr::CleanDiv(_, d) | SymExpr::Mod(_, d) | SymExpr::PythonMod(_, d) => d,
+                SymExpr::ModularIndexing(_, d, _) => d,
+                _ => return,
+            };
+            zero_divisor |= crate::sym::eval::eval_int(divisor, &crate::sym::Bindings::new()) == Ok(0);
+        });
+        if zero_divisor {
+            let loc = match line {
+                Some(at) => Self::at(g, at),
+                None => Location::Graph { graph: g.name.clone() },
+            };
+            self.err(loc, ValidationErrorKind::DivisionByZero { expr: e.to_string() });
+        }
     }
 
     /// Requires the symbols of a graph buffer's layout to be bound at line `at`
