@@ -22,6 +22,8 @@ done
 for f in "$root"/fuzz/regressions/*.wir; do
   for t in wir_parse validate_lower interp_meta interp_host; do copy "$f" "$t" "regression_$(basename "$f")"; done
 done
+# The prover's regressions (blow-ups past its limits, hangs) seed the sym target.
+for f in "$root"/fuzz/regressions/sym_*.txt; do copy "$f" sym "regression_$(basename "$f")"; done
 for d in "$root"/fixtures/inductor/bundles/*/; do
   b="$(basename "$d")"
   if [ -f "$d/program.json" ]; then

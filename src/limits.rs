@@ -8,6 +8,7 @@
 //! physical memory and passes it in as the memory limits.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Resource limits of one parse, check, lowering or run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,14 +41,25 @@ pub struct Limits {
     /// subgraph's code at every line that runs it, so nested conditionals
     /// sharing a branch grow exponentially. Default 4,096.
     pub max_inlined_subgraphs: usize,
+    /// Most bytes one file may hold when wrapir reads it: a program file,
+    /// stdin, `bundle.json`, a safetensors file, a kernel image, a package, a
+    /// rank set. Checked before reading (the file's size) and while reading
+    /// (pipes, devices such as `/dev/zero` and files that grow have no
+    /// trustworthy size). Default [`Limits::DEFAULT_FILE_BYTES`].
+    pub max_file_bytes: u64,
     /// The prover's limits (e-nodes, iterations, time), which also bound the
-    /// preprocessing of its facts.
+    /// preprocessing of its facts and every phase of a proof attempt.
     pub prover: crate::sym::egraph::Limits,
 }
 
 impl Limits {
     /// The default memory limits of the library: 16 GiB.
     pub const DEFAULT_MEMORY_BYTES: u64 = 16 << 30;
+
+    /// The default file size limit: 4 GiB (a file that is not a regular
+    /// file is read into memory, so this is also what reading `/dev/zero`
+    /// may cost before it is refused).
+    pub const DEFAULT_FILE_BYTES: u64 = 4 << 30;
 
     /// Both memory limits set to `bytes`.
     pub fn with_memory(self, bytes: u64) -> Self {
@@ -69,6 +81,7 @@ impl Limits {
             Limit::Diagnostics => self.max_diagnostics as u64,
             Limit::Outputs => self.max_outputs as u64,
             Limit::InlinedSubgraphs => self.max_inlined_subgraphs as u64,
+            Limit::FileBytes => self.max_file_bytes,
         }
     }
 
@@ -98,6 +111,7 @@ impl Default for Limits {
             max_diagnostics: 1_000,
             max_outputs: 65_536,
             max_inlined_subgraphs: 4_096,
+            max_file_bytes: Self::DEFAULT_FILE_BYTES,
             prover: crate::sym::egraph::Limits::default(),
         }
     }
@@ -122,6 +136,8 @@ pub enum Limit {
     Outputs,
     /// [`Limits::max_inlined_subgraphs`].
     InlinedSubgraphs,
+    /// [`Limits::max_file_bytes`].
+    FileBytes,
 }
 
 impl Limit {
@@ -136,6 +152,7 @@ impl Limit {
             Limit::Diagnostics => "max_diagnostics",
             Limit::Outputs => "max_outputs",
             Limit::InlinedSubgraphs => "max_inlined_subgraphs",
+            Limit::FileBytes => "max_file_bytes",
         }
     }
 
@@ -150,6 +167,7 @@ impl Limit {
             Limit::Diagnostics => "--max-diagnostics",
             Limit::Outputs => "--max-outputs",
             Limit::InlinedSubgraphs => "--max-inlined-subgraphs",
+            Limit::FileBytes => "--max-file-bytes",
         }
     }
 }
@@ -172,4 +190,113 @@ pub struct LimitExceeded {
     pub max: u64,
     /// What needed it (`allocating buf0 f32[1099511627776][1]`).
     pub what: String,
+}
+
+/// Why a file could not be read: the operating system's error, or the file
+/// holds more than [`Limits::max_file_bytes`].
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Opening or reading failed.
+    #[error("{what} {}: {error}", path.display())]
+    Io {
+        /// What was being done (`opening`, `reading`).
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        error: std::io::Error,
+    },
+    /// The file is larger than the limit (by its size, or by what reading it gave).
+    #[error(transparent)]
+    TooLarge(#[from] LimitExceeded),
+}
+
+impl From<FileError> for std::io::Error {
+    /// The operating system's error as it was; a file over the limit as an
+    /// [`std::io::ErrorKind::FileTooLarge`] error with the limit's message.
+    fn from(e: FileError) -> Self {
+        match e {
+            FileError::Io { error, .. } => error,
+            FileError::TooLarge(limit) => std::io::Error::new(std::io::ErrorKind::FileTooLarge, limit),
+        }
+    }
+}
+
+/// Every file wrapir reads goes through these: the size is checked before
+/// reading (the file's metadata) and while reading (at most `max_bytes + 1`
+/// bytes are ever read, so a file whose size lies, such as `/dev/zero`, a
+/// pipe or a file that grows, costs no more).
+pub mod files {
+    use super::{FileError, Limit, LimitExceeded, Limits};
+    use std::fs::File;
+    use std::io::Read;
+    use std::path::Path;
+
+    /// Opens `path` for reading; an error when it is a regular file larger
+    /// than `max_bytes`. Returns the file and whether it is a regular file
+    /// (whose size the metadata gives; others must be read with [`read_capped`]).
+    pub fn open(path: &Path, max_bytes: u64) -> Result<(File, bool), FileError> {
+        let io = |what, error| FileError::Io {
+            what,
+            path: path.to_path_buf(),
+            error,
+        };
+        let file = File::open(path).map_err(|e| io("opening", e))?;
+        let meta = file.metadata().map_err(|e| io("opening", e))?;
+        let regular = meta.is_file();
+        if regular {
+            check_size(path, meta.len(), max_bytes)?;
+        }
+        Ok((file, regular))
+    }
+
+    /// An error when a file of `len` bytes at `path` exceeds `max_bytes`.
+    pub fn check_size(path: &Path, len: u64, max_bytes: u64) -> Result<(), FileError> {
+        Limits::check(
+            Limit::FileBytes,
+            len,
+            max_bytes,
+            format!("the file {} (bytes)", path.display()),
+        )
+        .map_err(FileError::from)
+    }
+
+    /// Reads all of `reader` (the file at `path`, for errors), at most
+    /// `max_bytes`: reading stops at `max_bytes + 1` bytes with an error.
+    pub fn read_capped(reader: impl Read, path: &Path, max_bytes: u64) -> Result<Vec<u8>, FileError> {
+        let mut bytes = Vec::new();
+        reader
+            .take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(|error| FileError::Io {
+                what: "reading",
+                path: path.to_path_buf(),
+                error,
+            })?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(FileError::TooLarge(LimitExceeded {
+                limit: Limit::FileBytes,
+                value: bytes.len() as u64,
+                max: max_bytes,
+                what: format!("reading {} (bytes read before stopping)", path.display()),
+            }));
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes of the file at `path`, at most `max_bytes` of them.
+    pub fn read(path: &Path, max_bytes: u64) -> Result<Vec<u8>, FileError> {
+        let (file, _) = open(path, max_bytes)?;
+        read_capped(file, path, max_bytes)
+    }
+
+    /// The text of the file at `path` (UTF-8), at most `max_bytes` of it.
+    pub fn read_to_string(path: &Path, max_bytes: u64) -> Result<String, FileError> {
+        let bytes = read(path, max_bytes)?;
+        String::from_utf8(bytes).map_err(|e| FileError::Io {
+            what: "reading",
+            path: path.to_path_buf(),
+            error: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+        })
+    }
 }

@@ -403,3 +403,52 @@ fn oversized_explanations_are_unknown_within_the_limits() {
         other => panic!("expected proven, got {}", other.summary()),
     }
 }
+
+/// Inputs that ran far past the prover's limits (issue 35: `s0 // (0 * 2)`
+/// against `0` ran 14 s and 2.3 GB under a 2 s time limit, `0 == s0` against
+/// `0 * 2 == s0 * 2` 14-30 s): every phase checks the limits, so each attempt
+/// stops near its time limit. None is a wrong proof: the division by zero is
+/// undefined everywhere, so it is `unknown` with the limit that stopped it.
+#[test]
+fn hostile_inputs_stop_within_the_limits() {
+    let parse = |t: &str| wrapir::sym::parse(t).unwrap();
+    let cases = [
+        ("s0 // (0 * 2)", "0"),
+        ("0", "s0 // (0 * 2)"),
+        ("0 == s0", "0 * 2 == s0 * 2"),
+        ("0 * 2 == s0 * 2", "0 == s0"),
+    ];
+    for limits in [
+        Limits::default(),
+        Limits {
+            time_limit: std::time::Duration::from_millis(300),
+            ..Limits::default()
+        },
+        Limits {
+            node_limit: 2_000,
+            ..Limits::default()
+        },
+    ] {
+        for (a, b) in cases {
+            let (pa, pb) = (parse(a), parse(b));
+            let started = std::time::Instant::now();
+            let outcome = prove_eq_with(&pa, &pb, &Facts::default(), &limits);
+            let elapsed = started.elapsed();
+            // The target is 2x the limit; 4x leaves room for a loaded machine.
+            assert!(
+                elapsed < limits.time_limit * 4,
+                "{a} vs {b}: {elapsed:?} under a {:?} limit ({})",
+                limits.time_limit,
+                outcome.summary()
+            );
+            match &outcome {
+                Outcome::Proven(expl) => {
+                    assert!(!a.contains("//") && !b.contains("//"), "{a} vs {b}: proven");
+                    assert_eq!(expl.check_with_egg(), Ok(()));
+                }
+                Outcome::Disproved(c) => panic!("{a} vs {b}: disproved at {c}"),
+                Outcome::Unknown(why) => assert!(why.contains("limit") || why.contains("saturated"), "{why}"),
+            }
+        }
+    }
+}

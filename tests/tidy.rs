@@ -71,12 +71,31 @@ const FILE_IO: &[(&str, &str)] = &[
         "the compiled built-in kernels' cache in `CudaPaths::kernel_cache`",
     ),
     (
-        "exec/cuda/conv.rs",
-        "the runtime-compiled cuDNN plans' cache in `CudaPaths::kernel_cache`",
-    ),
-    (
         "exec/host_kernels/",
         "writes a package's CPU kernels into the caller's scratch folder for `dlopen`",
+    ),
+    (
+        "limits.rs",
+        "`limits::files`: the one reader of files, within `Limits::max_file_bytes`",
+    ),
+];
+
+/// Files that read files other than through `limits::files` (which checks a
+/// file's size before and while reading it against `Limits::max_file_bytes`),
+/// with the reason. The CLI is checked too.
+const UNCAPPED_READERS: &[(&str, &str)] = &[
+    (
+        "bundle/bytes.rs",
+        "maps a regular file that `limits::files::open` opened and sized (and checks the mapping's length)",
+    ),
+    (
+        "exec/host_kernels/scratch.rs",
+        "its unit test reads back the file it wrote",
+    ),
+    ("bin/wrapir.rs", "reads `/proc/meminfo` (the host's memory)"),
+    (
+        "bin/wrapir/bench.rs",
+        "reads `/proc/self/stat` and `/proc/uptime` (start-up time)",
     ),
 ];
 
@@ -363,6 +382,42 @@ fn only_the_listed_files_do_file_io() {
     }
     violations
         .extend(file_io.stale(|p, why| format!("src/{p} ({why}) no longer does file I/O; remove it from FILE_IO")));
+    assert_no_violations(&violations);
+}
+
+#[test]
+fn every_file_read_is_capped() {
+    let mut violations = Vec::new();
+    let mut readers = PathExceptions::new(UNCAPPED_READERS);
+    for (rel, text) in library_files() {
+        if rel == "limits.rs" {
+            continue;
+        }
+        let code = code(&text);
+        let reads = [
+            "fs::read(",
+            "fs::read_to_string(",
+            ".read_to_end(",
+            "Read::read_to_end(",
+            ".read_to_string(",
+            "Mmap::map(",
+            "File::open(",
+        ]
+        .into_iter()
+        .find(|r| code.contains(r));
+        if let Some(read) = reads {
+            if !readers.allows(&rel) {
+                violations.push(format!(
+                    "src/{rel} reads a file with `{read}`: read through `wrapir::limits::files` \
+                     (the size checked against `Limits::max_file_bytes` before and while reading)"
+                ));
+            }
+        }
+    }
+    violations.extend(
+        readers
+            .stale(|p, why| format!("src/{p} ({why}) no longer reads files itself; remove it from UNCAPPED_READERS")),
+    );
     assert_no_violations(&violations);
 }
 

@@ -34,6 +34,7 @@ pub fn limits() -> Limits {
         max_diagnostics: 32,
         max_outputs: 256,
         max_inlined_subgraphs: 64,
+        max_file_bytes: 1 << 20,
         prover: prover_limits(),
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use miette::{miette, LabeledSpan, NamedSource};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use wrapir::ir::{self, Program};
@@ -64,6 +64,9 @@ struct LimitArgs {
     /// Most subgraph bodies the C++ lowerings may inline (one per line that runs a subgraph, nested).
     #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_inlined_subgraphs)]
     max_inlined_subgraphs: usize,
+    /// Most bytes one file read may hold (programs, stdin, bundle files, safetensors, kernel images, packages).
+    #[arg(long, global = true, value_name = "BYTES", default_value_t = wrapir::Limits::default().max_file_bytes)]
+    max_file_bytes: u64,
 }
 
 impl LimitArgs {
@@ -80,6 +83,7 @@ impl LimitArgs {
             max_diagnostics: self.max_diagnostics,
             max_outputs: self.max_outputs,
             max_inlined_subgraphs: self.max_inlined_subgraphs,
+            max_file_bytes: self.max_file_bytes,
             prover: prover_limits_from_env(),
         }
     }
@@ -768,8 +772,9 @@ fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitC
 /// errors are rendered with the offending source line.
 fn open_bundle(path: &Path) -> Result<Bundle> {
     let opened = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
+        let stdin = Path::new("<stdin>");
+        let bytes = wrapir::limits::files::read_capped(std::io::stdin().lock(), stdin, limits().max_file_bytes)?;
+        let s = String::from_utf8(bytes).context("reading stdin: not UTF-8 text")?;
         Bundle::from_text("<stdin>", s, &limits())
     } else {
         Bundle::open_with_limits(path, &limits())

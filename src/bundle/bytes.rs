@@ -30,7 +30,14 @@ impl Backing {
 }
 
 impl SharedBytes {
-    /// Maps the file at `path` read-only.
+    /// Maps the file at `path` read-only, within [`crate::Limits::default`]'s
+    /// [`max_file_bytes`](crate::Limits::max_file_bytes) (see [`SharedBytes::map_within`]).
+    pub fn map(path: &Path) -> Result<SharedBytes, BundleError> {
+        SharedBytes::map_within(path, crate::Limits::default().max_file_bytes)
+    }
+
+    /// Maps the file at `path` read-only; an error when it holds more than
+    /// `max_bytes` ([`crate::Limits::max_file_bytes`]), checked before mapping.
     ///
     /// The mapping reflects the file as it is on disk: wrapir never writes
     /// to a file it maps, and [`super::Bundle::write_package`] replaces a
@@ -39,22 +46,20 @@ impl SharedBytes {
     /// is mapped is outside what any reader can guard against.
     ///
     /// What cannot be mapped because it is not a regular file (a pipe, such
-    /// as a shell's `<(...)`) is read into memory instead.
-    pub fn map(path: &Path) -> Result<SharedBytes, BundleError> {
-        let file = std::fs::File::open(path).map_err(|e| BundleError::io("opening", path, e))?;
-        let regular = file
-            .metadata()
-            .map_err(|e| BundleError::io("opening", path, e))?
-            .is_file();
+    /// as a shell's `<(...)`, or a device such as `/dev/zero`) is read into
+    /// memory instead, at most `max_bytes + 1` bytes of it.
+    pub fn map_within(path: &Path, max_bytes: u64) -> Result<SharedBytes, BundleError> {
+        let (file, regular) = crate::limits::files::open(path, max_bytes)?;
         if !regular {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| BundleError::io("reading", path, e))?;
+            let bytes = crate::limits::files::read_capped(&file, path, max_bytes)?;
             return Ok(SharedBytes::from(bytes));
         }
         // SAFETY: a read-only private mapping; see the function docs for the
         // one hazard (another process truncating the file) that mapping brings.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| BundleError::io("mapping", path, e))?;
         let len = map.len();
+        // The file may have grown since its size was checked.
+        crate::limits::files::check_size(path, len as u64, max_bytes)?;
         Ok(SharedBytes {
             backing: Arc::new(Backing::Mapped(map)),
             range: 0..len,

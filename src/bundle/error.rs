@@ -144,6 +144,19 @@ pub enum BundleError {
         /// What is wrong with its ELF header.
         message: String,
     },
+    /// A file larger than [`crate::Limits::max_file_bytes`] (the message
+    /// names the file, the limit and the flag that raises it).
+    #[error(transparent)]
+    Limit(#[from] crate::LimitExceeded),
+}
+
+impl From<crate::limits::FileError> for BundleError {
+    fn from(e: crate::limits::FileError) -> Self {
+        match e {
+            crate::limits::FileError::Io { what, path, error } => BundleError::Io { what, path, error },
+            crate::limits::FileError::TooLarge(limit) => BundleError::Limit(limit),
+        }
+    }
 }
 
 impl BundleError {

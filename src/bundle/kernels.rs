@@ -13,8 +13,14 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub enum KernelImages {
     /// Files under a directory (a bundle directory, or the directory of a
-    /// program file), read (memory-mapped) when a kernel is first loaded.
-    Directory(PathBuf),
+    /// program file), read (memory-mapped) when a kernel is first loaded,
+    /// each at most `max_file_bytes` ([`crate::Limits::max_file_bytes`]).
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// Most bytes one image file may hold.
+        max_file_bytes: u64,
+    },
     /// Images held in memory by path (a package's entries, mapped with it).
     InMemory(Arc<BTreeMap<String, SharedBytes>>),
 }
@@ -22,17 +28,28 @@ pub enum KernelImages {
 impl Default for KernelImages {
     /// The current directory.
     fn default() -> Self {
-        KernelImages::Directory(PathBuf::from("."))
+        KernelImages::directory(PathBuf::from("."))
     }
 }
 
 impl KernelImages {
+    /// The files under `dir`, within [`crate::Limits::default`]'s
+    /// [`max_file_bytes`](crate::Limits::max_file_bytes).
+    pub fn directory(dir: impl Into<PathBuf>) -> Self {
+        KernelImages::Directory {
+            dir: dir.into(),
+            max_file_bytes: crate::Limits::default().max_file_bytes,
+        }
+    }
+
     /// The image at `path` (as the program names it: a relative path without
     /// `..`). An error names the path and why it cannot be read.
     pub fn image(&self, path: &str) -> Result<SharedBytes, BundleError> {
         let path = normalize(path)?;
         match self {
-            KernelImages::Directory(dir) => SharedBytes::map(&dir.join(path)),
+            KernelImages::Directory { dir, max_file_bytes } => {
+                SharedBytes::map_within(&dir.join(path), *max_file_bytes)
+            }
             KernelImages::InMemory(images) => images.get(path).cloned().ok_or_else(|| BundleError::MissingEntry {
                 bundle: "the package".into(),
                 entry: path.to_string(),
@@ -72,7 +89,7 @@ impl KernelImages {
     /// How the image at `path` is shown to users: its file, or its entry.
     pub fn describe(&self, path: &str) -> String {
         match self {
-            KernelImages::Directory(dir) => dir.join(path).display().to_string(),
+            KernelImages::Directory { dir, .. } => dir.join(path).display().to_string(),
             KernelImages::InMemory(_) => format!("package entry `{path}`"),
         }
     }
@@ -115,7 +132,7 @@ impl KernelImageSource for KernelImages {
 
     fn directory(&self) -> Option<&Path> {
         match self {
-            KernelImages::Directory(dir) => Some(dir),
+            KernelImages::Directory { dir, .. } => Some(dir),
             KernelImages::InMemory(_) => None,
         }
     }
@@ -123,31 +140,31 @@ impl KernelImageSource for KernelImages {
 
 impl From<PathBuf> for KernelImages {
     fn from(dir: PathBuf) -> Self {
-        KernelImages::Directory(dir)
+        KernelImages::directory(dir)
     }
 }
 
 impl From<&Path> for KernelImages {
     fn from(dir: &Path) -> Self {
-        KernelImages::Directory(dir.to_path_buf())
+        KernelImages::directory(dir)
     }
 }
 
 impl From<&PathBuf> for KernelImages {
     fn from(dir: &PathBuf) -> Self {
-        KernelImages::Directory(dir.clone())
+        KernelImages::directory(dir.clone())
     }
 }
 
 impl From<&str> for KernelImages {
     fn from(dir: &str) -> Self {
-        KernelImages::Directory(PathBuf::from(dir))
+        KernelImages::directory(dir)
     }
 }
 
 impl From<String> for KernelImages {
     fn from(dir: String) -> Self {
-        KernelImages::Directory(PathBuf::from(dir))
+        KernelImages::directory(dir)
     }
 }
 

@@ -144,7 +144,7 @@ impl Bundle {
             let store = Store::Directory(path.to_path_buf());
             return Bundle::from_store(path, BundleKind::Directory, store, limits);
         }
-        let bytes = SharedBytes::map(path)?;
+        let bytes = SharedBytes::map_within(path, limits.max_file_bytes)?;
         let is_package =
             bytes.starts_with(&package::MAGIC) || path.extension().is_some_and(|e| e == package::EXTENSION);
         if is_package {
@@ -197,10 +197,12 @@ impl Bundle {
                 entry: PROGRAM_JSON.into(),
             })?;
         let name = store.display(entry);
-        let bytes = store.entry(entry)?.ok_or_else(|| BundleError::MissingEntry {
-            bundle: path.display().to_string(),
-            entry: entry.to_string(),
-        })?;
+        let bytes = store
+            .entry(entry, limits.max_file_bytes)?
+            .ok_or_else(|| BundleError::MissingEntry {
+                bundle: path.display().to_string(),
+                entry: entry.to_string(),
+            })?;
         let text = std::str::from_utf8(&bytes).map_err(|error| BundleError::NotText {
             name: name.clone(),
             error,
@@ -312,7 +314,7 @@ impl Bundle {
 
     /// The bytes of entry `entry` (mapped), `None` when the bundle has none.
     pub fn entry(&self, entry: &str) -> Result<Option<SharedBytes>, BundleError> {
-        self.store.entry(entry)
+        self.store.entry(entry, self.limits.max_file_bytes)
     }
 
     /// The tensors and metadata of the safetensors entry `entry`, `None`
@@ -348,7 +350,10 @@ impl Bundle {
     /// (`CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta())`).
     pub fn kernel_images(&self) -> KernelImages {
         match &self.store {
-            Store::File { dir } | Store::Directory(dir) => KernelImages::Directory(dir.clone()),
+            Store::File { dir } | Store::Directory(dir) => KernelImages::Directory {
+                dir: dir.clone(),
+                max_file_bytes: self.limits.max_file_bytes,
+            },
             Store::Package(p) => {
                 let images: BTreeMap<String, SharedBytes> =
                     p.entries().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -455,13 +460,14 @@ impl Store {
         }
     }
 
-    fn entry(&self, entry: &str) -> Result<Option<SharedBytes>, BundleError> {
+    /// The bytes of `entry`; a file holds at most `max_file_bytes`.
+    fn entry(&self, entry: &str, max_file_bytes: u64) -> Result<Option<SharedBytes>, BundleError> {
         if !self.has(entry) {
             return Ok(None);
         }
         match self {
             Store::File { .. } => Ok(None),
-            Store::Directory(dir) => SharedBytes::map(&dir.join(entry)).map(Some),
+            Store::Directory(dir) => SharedBytes::map_within(&dir.join(entry), max_file_bytes).map(Some),
             Store::Package(p) => Ok(p.entry(entry).cloned()),
         }
     }
@@ -487,7 +493,7 @@ fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program
 /// Reads a safetensors file (memory-mapped) within `limits`; an error names
 /// the file and the tensor.
 pub fn read_safetensors(path: &Path, limits: &Limits) -> Result<Safetensors, BundleError> {
-    let bytes = SharedBytes::map(path)?;
+    let bytes = SharedBytes::map_within(path, limits.max_file_bytes)?;
     crate::exec::safetensors::parse_with_limits(&bytes, limits).map_err(|error| BundleError::Safetensors {
         name: path.display().to_string(),
         error,

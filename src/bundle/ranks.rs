@@ -49,11 +49,7 @@ impl RankSet {
             name: name.clone(),
             message,
         };
-        let text = std::fs::read_to_string(&file).map_err(|error| BundleError::Io {
-            what: "reading",
-            path: file.clone(),
-            error,
-        })?;
+        let text = crate::limits::files::read_to_string(&file, limits.max_file_bytes)?;
         let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| meta(format!("not JSON: {e}")))?;
         let version = json.get("format_version").and_then(serde_json::Value::as_u64);
         if version != Some(RANKS_FORMAT_VERSION) {

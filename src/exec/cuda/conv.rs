@@ -409,10 +409,11 @@ fn make_plan(handle: &DnnHandle, key: PlanKey, supplied: &CudnnPlans) -> Result<
         .zip(name.as_ref())
         .map(|(dir, name)| dir.join(name));
     let stored = name.as_deref().and_then(|n| supplied.get(n)).map(<[u8]>::to_vec);
-    for json in stored
-        .into_iter()
-        .chain(entry.as_ref().and_then(|f| std::fs::read(f).ok()))
-    {
+    for json in stored.into_iter().chain(
+        entry
+            .as_ref()
+            .and_then(|f| crate::limits::files::read(f, crate::Limits::default().max_file_bytes).ok()),
+    ) {
         let _setup = super::driver::setup_lock();
         if let Ok(exec) = dnn_graph::Plan::from_json(handle, &json) {
             return Ok(Plan { key, exec });

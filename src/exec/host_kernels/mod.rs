@@ -214,7 +214,9 @@ fn check_image_file(kernel: &str, path: &Path) -> Result<(), HostKernelError> {
         path: path.to_path_buf(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| load_error(e.to_string()))?;
+    // Within the default file size limit (a symlink to `/dev/zero` is refused, not read forever).
+    let bytes = crate::limits::files::read(path, crate::Limits::default().max_file_bytes)
+        .map_err(|e| load_error(e.to_string()))?;
     crate::exec::images::check_host_image(&bytes).map_err(|e| load_error(format!("not a loadable shared object: {e}")))
 }
 

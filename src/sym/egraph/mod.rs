@@ -35,9 +35,10 @@ pub use rules::rules;
 pub use sample::{eval_value, holds, Counterexample, Value};
 
 use super::{parse, ParseError, SymExpr};
-use egg::{FlatTerm, Id, RecExpr, Runner, StopReason};
+use egg::{ENodeOrVar, FlatTerm, Id, Language, RecExpr, Rewrite, SearchMatches};
 use std::fmt::{self, Write as _};
 use std::time::Duration;
+use std::time::Instant;
 
 /// Seed of the counterexample search (fixed: results are reproducible).
 const SEED: u64 = 0x5EED_0F_5123;
@@ -277,20 +278,11 @@ fn saturate(
         add_fact(&mut egraph, x, y, "assumption")?;
     }
     egraph.rebuild();
-    let runner: Runner<SymLang, SymAnalysis> = Runner::new(SymAnalysis::default())
-        .with_egraph(egraph)
-        .with_node_limit(limits.node_limit)
-        .with_iter_limit(limits.iter_limit)
-        .with_time_limit(deadline.saturating_duration_since(std::time::Instant::now()))
-        .with_hook(move |r| {
-            if r.egraph.find(ida) == r.egraph.find(idb) {
-                Err("sides are equal".to_string())
-            } else {
-                Ok(())
-            }
-        })
-        .run(&rules());
-    let mut egraph = runner.egraph;
+    let budget = Budget { limits, deadline };
+    if let Err(stop) = budget.check(&egraph) {
+        return Err(stop.reason(limits));
+    }
+    let stop = run_rules(&mut egraph, ida, idb, &rules(), &budget);
     if let Some(class) = egraph.classes().find(|c| c.data.conflict) {
         return Err(format!(
             "the facts are contradictory (e-class {} holds `{}` with no consistent value)",
@@ -299,16 +291,17 @@ fn saturate(
         ));
     }
     if egraph.find(ida) != egraph.find(idb) {
-        let nodes = egraph.total_number_of_nodes();
-        return Err(match runner.stop_reason {
-            Some(StopReason::Saturated) => "saturated without proving equality".to_string(),
-            Some(StopReason::IterationLimit(n)) => format!("iteration limit ({n}) reached without proof"),
-            Some(StopReason::NodeLimit(n)) => format!("node limit ({n}) reached without proof ({nodes} e-nodes)"),
-            Some(StopReason::TimeLimit(t)) => format!("time limit ({t:.3}s) reached without proof"),
-            Some(StopReason::Other(o)) => format!("stopped without proof: {o}"),
-            None => "stopped without proof".to_string(),
-        });
+        return Err(stop.reason(limits));
     }
+    // egg shortens explanations by shortest-path searches over every e-node
+    // (BigUint distances; 0.6 s at 20,000 e-nodes in a test build, growing
+    // faster than the e-graph): only small e-graphs get it, so that explaining
+    // stays linear in the e-graph and the outcome does not depend on the clock.
+    let mut egraph = if Budget::nodes(&egraph) > SHORTEN_EXPLANATIONS_UP_TO {
+        egraph.without_explanation_length_optimization()
+    } else {
+        egraph
+    };
     let mut expl = egraph.explain_equivalence(ra, rb);
     // egg's explanation shares subproofs; its flat form (what tests replay)
     // copies them, which can take far longer than saturation did.
@@ -323,6 +316,229 @@ fn saturate(
     let text = expl.get_flat_string();
     Ok(Explanation { steps, text })
 }
+
+/// Why [`run_rules`] stopped.
+#[derive(Debug)]
+enum Stop {
+    /// The sides are in one e-class.
+    Met,
+    /// No rule changes the e-graph any more.
+    Saturated,
+    /// [`Limits::iter_limit`] iterations ran.
+    Iterations(usize),
+    /// The e-graph holds more e-nodes than [`Limits::node_limit`].
+    Nodes(usize),
+    /// [`Limits::time_limit`] passed (the time since the attempt began).
+    Time,
+}
+
+impl Stop {
+    /// The reason of an `unknown` outcome, naming the limit.
+    fn reason(&self, limits: &Limits) -> String {
+        match self {
+            Stop::Met => "stopped without proof".to_string(),
+            Stop::Saturated => "saturated without proving equality".to_string(),
+            Stop::Iterations(n) => format!("iteration limit ({n}) reached without proof"),
+            Stop::Nodes(n) => format!("node limit ({}) reached without proof ({n} e-nodes)", limits.node_limit),
+            Stop::Time => format!(
+                "time limit ({:.3}s) reached without proof",
+                limits.time_limit.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// The limits every phase of one attempt checks: e-nodes and the deadline.
+struct Budget<'l> {
+    limits: &'l Limits,
+    deadline: Instant,
+}
+
+impl Budget<'_> {
+    /// Every e-node the e-graph holds: with explanations enabled egg keeps
+    /// each distinct term a rule instantiated as its own node (unioned with
+    /// the canonical one), which the hash-consed count (`total_size`) leaves
+    /// out. Memory follows this count.
+    fn nodes(egraph: &SymEGraph) -> usize {
+        egraph.nodes().len().max(egraph.total_size())
+    }
+
+    fn check(&self, egraph: &SymEGraph) -> Result<(), Stop> {
+        let nodes = Self::nodes(egraph);
+        if nodes > self.limits.node_limit {
+            return Err(Stop::Nodes(nodes));
+        }
+        self.check_time()
+    }
+
+    fn check_time(&self) -> Result<(), Stop> {
+        if Instant::now() >= self.deadline {
+            return Err(Stop::Time);
+        }
+        Ok(())
+    }
+}
+
+/// A rule's matches are searched up to this many (doubled for every time the
+/// rule was banned); a rule with more is banned for a while instead (egg's
+/// `BackoffScheduler` defaults).
+const MATCH_LIMIT: usize = 1_000;
+/// Iterations a rule with too many matches is banned for (doubled each time).
+const BAN_LENGTH: usize = 5;
+/// Matches applied between two checks of the limits.
+const APPLY_CHUNK: usize = 64;
+/// Most e-nodes one rule application adds (the largest right-hand side,
+/// with room to spare): near the node limit, matches are applied in chunks
+/// that cannot pass it by more than one application.
+const MAX_NODES_PER_APPLICATION: usize = 16;
+
+#[derive(Clone, Copy, Default)]
+struct RuleStats {
+    times_banned: u32,
+    banned_until: usize,
+}
+
+/// Equality saturation with the limits checked inside every phase: after
+/// each rule's search, and after every chunk of applications (egg's `Runner`
+/// checks them only between rules, so one rule's matches could add millions
+/// of e-nodes, and it rebuilds after a limit stops it). Rule scheduling is
+/// egg's backoff: a rule with more matches than its threshold is banned for
+/// some iterations.
+fn run_rules(
+    egraph: &mut SymEGraph,
+    ida: Id,
+    idb: Id,
+    rules: &[Rewrite<SymLang, SymAnalysis>],
+    budget: &Budget,
+) -> Stop {
+    let mut stats = vec![RuleStats::default(); rules.len()];
+    let mut iteration = 0;
+    loop {
+        if egraph.find(ida) == egraph.find(idb) {
+            return Stop::Met;
+        }
+        if let Err(stop) = budget.check(egraph) {
+            return stop;
+        }
+        if iteration >= budget.limits.iter_limit {
+            return Stop::Iterations(iteration);
+        }
+        let (nodes_before, classes_before) = (egraph.total_size(), egraph.number_of_classes());
+        let mut found: Vec<Vec<SearchMatches<SymLang>>> = Vec::with_capacity(rules.len());
+        for (rule, st) in rules.iter().zip(stats.iter_mut()) {
+            if iteration < st.banned_until {
+                found.push(Vec::new());
+                continue;
+            }
+            // egg doubles the threshold without end (a rule banned 11 times
+            // held 2.6 million matches); more matches than the node limit
+            // cannot all add nodes anyway.
+            let threshold = MATCH_LIMIT
+                .checked_shl(st.times_banned)
+                .unwrap_or(usize::MAX)
+                .min(budget.limits.node_limit.max(MATCH_LIMIT));
+            let matches = match search(rule, egraph, threshold.saturating_add(1), budget) {
+                Ok(matches) => matches,
+                Err(stop) => return stop,
+            };
+            let total: usize = matches.iter().map(|m| m.substs.len()).sum();
+            if total > threshold {
+                st.banned_until = iteration + BAN_LENGTH.checked_shl(st.times_banned).unwrap_or(usize::MAX / 2);
+                st.times_banned += 1;
+                found.push(Vec::new());
+            } else {
+                found.push(matches);
+            }
+        }
+        let mut applied = 0usize;
+        let mut stopped = None;
+        'apply: for (rule, matches) in rules.iter().zip(found) {
+            for m in matches {
+                let mut rest = &m.substs[..];
+                while !rest.is_empty() {
+                    let room = budget.limits.node_limit.saturating_sub(Budget::nodes(egraph));
+                    let take = (room / MAX_NODES_PER_APPLICATION).clamp(1, APPLY_CHUNK).min(rest.len());
+                    let chunk = SearchMatches {
+                        eclass: m.eclass,
+                        substs: rest[..take].to_vec(),
+                        ast: m.ast.clone(),
+                    };
+                    rest = &rest[take..];
+                    applied += rule.apply(egraph, std::slice::from_ref(&chunk)).len();
+                    if let Err(stop) = budget.check(egraph) {
+                        stopped = Some(stop);
+                        break 'apply;
+                    }
+                }
+            }
+        }
+        // Congruence closure of what was applied (at most one chunk past the
+        // node limit), so that the sides' classes and explanations are current.
+        egraph.rebuild();
+        iteration += 1;
+        if let Some(stop) = stopped {
+            return if egraph.find(ida) == egraph.find(idb) {
+                Stop::Met
+            } else {
+                stop
+            };
+        }
+        let unchanged =
+            applied == 0 && egraph.total_size() == nodes_before && egraph.number_of_classes() == classes_before;
+        if unchanged {
+            // Nothing applied: saturated, unless banned rules may still apply
+            // (then skip ahead to the first one's return, as egg does).
+            let Some(next) = stats.iter().map(|s| s.banned_until).filter(|&b| b > iteration).min() else {
+                return if egraph.find(ida) == egraph.find(idb) {
+                    Stop::Met
+                } else {
+                    Stop::Saturated
+                };
+            };
+            let delta = next - iteration;
+            for st in stats.iter_mut().filter(|s| s.banned_until > iteration) {
+                st.banned_until -= delta;
+            }
+        }
+    }
+}
+
+/// The matches of `rule`, at most `limit`, searched e-class by e-class with
+/// the deadline checked between classes (one rule's search over an e-graph
+/// of a few thousand nodes took 1.4 s, longer than egg's own checks allow
+/// for: they run between rules). Like egg's own search, only the classes
+/// holding the pattern's root operator are visited.
+fn search<'r>(
+    rule: &'r Rewrite<SymLang, SymAnalysis>,
+    egraph: &SymEGraph,
+    limit: usize,
+    budget: &Budget,
+) -> Result<Vec<SearchMatches<'r, SymLang>>, Stop> {
+    let root = rule.searcher.get_pattern_ast().and_then(|ast| ast.as_ref().last());
+    let classes: Vec<Id> = match root {
+        Some(ENodeOrVar::ENode(node)) => match egraph.classes_for_op(&node.discriminant()) {
+            Some(ids) => ids.collect(),
+            None => return Ok(Vec::new()),
+        },
+        _ => egraph.classes().map(|c| c.id).collect(),
+    };
+    let mut out = Vec::new();
+    let mut left = limit;
+    for id in classes {
+        budget.check_time()?;
+        if let Some(m) = rule.searcher.search_eclass_with_limit(egraph, id, left) {
+            left = left.saturating_sub(m.substs.len());
+            out.push(m);
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Most e-nodes of an e-graph whose explanations egg shortens (see [`saturate`]).
+const SHORTEN_EXPLANATIONS_UP_TO: usize = 4_096;
 
 /// How many flat-explanation terms a proof may take per e-node of
 /// [`Limits::node_limit`] before it is given up as too large to replay.

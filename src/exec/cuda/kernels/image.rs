@@ -231,7 +231,7 @@ pub(in crate::exec::cuda) fn compiled_image(
     });
     if let Some(bytes) = file
         .as_ref()
-        .and_then(|f| std::fs::read(f).ok())
+        .and_then(|f| crate::limits::files::read(f, crate::Limits::default().max_file_bytes).ok())
         .filter(|b| is_cubin(b))
     {
         let image: Arc<[u8]> = Arc::from(bytes);
