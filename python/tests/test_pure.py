@@ -165,6 +165,15 @@ class Exprs(unittest.TestCase):
         self.assertEqual(args, ["buf3", "(3, 64, 1 + (((-1) + s69) // 2), (1 + s70) // 2)",
                                 "((1 + s70) // 2, 1, 64, 8)", "'torch.ops.aten.max_pool2d_with_indices.default'"])
         self.assertEqual(exprs.split_tuple_text(args[1])[3], "(1 + s70) // 2")
+        # PyTorch 2.11's text for small_cnn under dynamic=True: the old regex ended the size at
+        # its first `)`-`, (` and took `(8 + 8*(((-1) + s53) // 2)` for the stride.
+        t = ("assert_size_stride(buf5, (s77, 8, 1 + (((-1) + s53) // 2), 1 + (((-1) + s53) // 2)), "
+             "(8 + 8*(((-1) + s53) // 2)*(((-1) + s53) // 2) + 16*(((-1) + s53) // 2), 1, 8 + 8*(((-1) + s53) // 2), 8), "
+             "'torch.ops.aten.convolution.default')")
+        _, (buf, size, stride, ctx) = exprs.call_text_args(t)
+        self.assertEqual(exprs.split_tuple_text(size), ["s77", "8", "1 + (((-1) + s53) // 2)", "1 + (((-1) + s53) // 2)"])
+        self.assertEqual(exprs.split_tuple_text(stride), [
+            "8 + 8*(((-1) + s53) // 2)*(((-1) + s53) // 2) + 16*(((-1) + s53) // 2)", "1", "8 + 8*(((-1) + s53) // 2)", "8"])
         for bad in ("assert_size_stride(buf0, (1, ), (1, )", "x = f(1)", "f(a, k=1)", "a.b(1)"):
             with self.assertRaises(Unconvertible, msg=bad):
                 exprs.call_text_args(bad)
