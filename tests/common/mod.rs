@@ -380,8 +380,9 @@ pub fn assert_tool_ok(out: &std::process::Output, what: std::fmt::Arguments<'_>)
 /// `nvidia-cuda-runtime-cu12` wheel's include directory. Panics saying how
 /// to install the header when there is none (CI installs the wheel).
 pub fn cuda_include() -> PathBuf {
-    const HOW: &str = "install it with `python3 -m pip install --no-deps nvidia-cuda-runtime-cu12` \
-                       or point WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
+    const HOW: &str = "install it with `python3 -m venv .venv && .venv/bin/pip install --no-deps \
+                       nvidia-cuda-runtime-cu12` (the README's test command) or point \
+                       WRAPIR_CUDA_INCLUDE at a directory containing cuda.h";
     if let Ok(dir) = std::env::var("WRAPIR_CUDA_INCLUDE") {
         let dir = PathBuf::from(dir);
         assert!(
@@ -398,20 +399,27 @@ pub fn cuda_include() -> PathBuf {
     if let Some(dir) = toolkit.into_iter().find(|d| d.join("cuda.h").is_file()) {
         return dir;
     }
-    let probe = run_tool(
-        Command::new("python3").args([
-            "-c",
-            "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
-        ]),
-        "python3",
-        "finding cuda.h in NVIDIA's wheel",
-    );
-    let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
-    assert!(
-        probe.status.success() && dir.join("cuda.h").is_file(),
-        "cuda.h not found; {HOW}"
-    );
-    dir
+    // NVIDIA's wheel, in the checkout's virtual environment (where the
+    // README's test command installs it: stock Pythons refuse installs
+    // into themselves, PEP 668) or in the `python3` on PATH.
+    let venv_python = root().join(".venv/bin/python");
+    let pythons = [venv_python.as_os_str(), std::ffi::OsStr::new("python3")];
+    for python in pythons {
+        let Ok(probe) = Command::new(python)
+            .args([
+                "-c",
+                "import os, nvidia.cuda_runtime as m; print(os.path.join(list(m.__path__)[0], 'include'))",
+            ])
+            .output()
+        else {
+            continue;
+        };
+        let dir = PathBuf::from(String::from_utf8_lossy(&probe.stdout).trim());
+        if probe.status.success() && dir.join("cuda.h").is_file() {
+            return dir;
+        }
+    }
+    panic!("cuda.h not found; {HOW}")
 }
 
 /// A CPU bundle's outputs compared with its references: eager PyTorch's

@@ -98,7 +98,7 @@ fn run_on_host(
 ) -> Result<RanksRun> {
     // Packaged ranks' host kernels are written to a private scratch directory
     // to be loaded, removed when the run ends (the loaded objects stay mapped).
-    let scratch = wrapir::exec::host_kernels::ScratchDir::new("wrapir-rank-kernels")
+    let scratch = wrapir::exec::host_kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-rank-kernels")
         .map_err(|e| anyhow::anyhow!("creating a scratch directory: {e}"))?;
     let mut jobs = Vec::with_capacity(programs.len());
     for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(programs).zip(inputs).enumerate() {

@@ -136,7 +136,7 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             }
             // A package's host kernels are written to a private scratch directory to
             // be loaded (removed when the run ends; the loaded objects stay mapped).
-            let scratch = wrapir::exec::host_kernels::ScratchDir::new("wrapir-host-kernels")
+            let scratch = wrapir::exec::host_kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-host-kernels")
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: creating a scratch directory: {e}"))?;
             let loaded = wrapir::exec::host_kernels::load_kernels_from(
                 &mut backend,

@@ -26,13 +26,8 @@ pub struct ScratchDir {
 }
 
 impl ScratchDir {
-    /// Creates a fresh private directory `<prefix>-<random>` under the
-    /// system's temporary directory.
-    pub fn new(prefix: &str) -> io::Result<ScratchDir> {
-        ScratchDir::new_in(&std::env::temp_dir(), prefix)
-    }
-
-    /// Creates a fresh private directory `<prefix>-<random>` under `parent`.
+    /// Creates a fresh private directory `<prefix>-<random>` under `parent`
+    /// (the caller's temporary directory: the library reads no environment).
     /// A name that exists already (planted or not) is never reused: another
     /// name is tried, a few times.
     pub fn new_in(parent: &Path, prefix: &str) -> io::Result<ScratchDir> {
@@ -88,8 +83,8 @@ mod tests {
 
     #[test]
     fn names_are_fresh_private_and_removed() {
-        let a = ScratchDir::new("wrapir-test").unwrap();
-        let b = ScratchDir::new("wrapir-test").unwrap();
+        let a = ScratchDir::new_in(Path::new("/tmp"), "wrapir-test").unwrap();
+        let b = ScratchDir::new_in(Path::new("/tmp"), "wrapir-test").unwrap();
         assert_ne!(a.path(), b.path());
         let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(a.path()).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o700);
@@ -100,7 +95,7 @@ mod tests {
 
     #[test]
     fn a_planted_symlink_is_never_written_through() {
-        let dir = ScratchDir::new("wrapir-test").unwrap();
+        let dir = ScratchDir::new_in(Path::new("/tmp"), "wrapir-test").unwrap();
         let target = dir.path().join("victim");
         std::fs::write(&target, b"precious").unwrap();
         let link = dir.path().join("image.so");
