@@ -433,9 +433,9 @@ fn run_rules(
             // egg doubles the threshold without end (a rule banned 11 times
             // held 2.6 million matches); more matches than the node limit
             // cannot all add nodes anyway.
+            let doubling = 1usize.checked_shl(st.times_banned).unwrap_or(usize::MAX);
             let threshold = MATCH_LIMIT
-                .checked_shl(st.times_banned)
-                .unwrap_or(usize::MAX)
+                .saturating_mul(doubling)
                 .min(budget.limits.node_limit.max(MATCH_LIMIT));
             let matches = match search(rule, egraph, threshold.saturating_add(1), budget) {
                 Ok(matches) => matches,
@@ -443,7 +443,7 @@ fn run_rules(
             };
             let total: usize = matches.iter().map(|m| m.substs.len()).sum();
             if total > threshold {
-                st.banned_until = iteration + BAN_LENGTH.checked_shl(st.times_banned).unwrap_or(usize::MAX / 2);
+                st.banned_until = iteration.saturating_add(BAN_LENGTH.saturating_mul(doubling));
                 st.times_banned += 1;
                 found.push(Vec::new());
             } else {
