@@ -149,7 +149,7 @@ def c_mod(a, b):
 
 def assert_size_stride(t, size, stride, context=None, dtype=None):
     """Inductor's `assert_size_stride` (sizes exactly; strides where the size is not 1),
-    and with `dtype` its `assert_tensor_metadata` (Inductor 2.15)."""
+    and with `dtype` its `assert_tensor_metadata` (Inductor 2.14+)."""
     if dtype is not None and t.dtype != dtype:
         where = f" ({context})" if context else ""
         raise AssertionError(f"expected dtype {dtype}, got {t.dtype}{where}")

@@ -308,7 +308,7 @@ pub struct AssertSizeStride {
     pub size: Args,
     /// Expected strides (shared likewise).
     pub stride: Args,
-    /// The dtype it must have, when checked (Inductor 2.15's
+    /// The dtype it must have, when checked (Inductor 2.14+'s
     /// `assert_tensor_metadata`).
     pub dtype: Option<DType>,
     /// The op that produced the tensor, for the message.

@@ -548,7 +548,7 @@ pub struct AssertSizeStride {
     pub size: SmallVec<[SymExpr; 4]>,
     /// Expected strides.
     pub stride: SmallVec<[SymExpr; 4]>,
-    /// The dtype it must have (Inductor 2.15's `assert_tensor_metadata` on
+    /// The dtype it must have (Inductor 2.14+'s `assert_tensor_metadata` on
     /// an extern op's result), if checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<DType>,

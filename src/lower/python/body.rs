@@ -263,7 +263,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             Line::Comment { text } => code.line(&comment(text)),
             Line::AssertSizeStride(a) => match a.dtype {
                 None => code.line(&assert_size_stride(&a.buffer, &a.size, &a.stride, a.context.as_deref())),
-                // Inductor 2.15's form for a checked dtype.
+                // Inductor 2.14+'s form for a checked dtype.
                 Some(d) => code.line(&assert_call(
                     format!(
                         "assert_tensor_metadata({}, {}, {}, torch.{}",
