@@ -162,16 +162,17 @@ pub(super) fn compile_graph(
                 tensor: slot(*tensor)?,
                 alignment: *alignment,
             },
-            Op::Cond(c) => StepKind::Cond(Box::new(CondStep {
-                pred: operand(&c.pred)?,
-                true_graph: sub(c.true_graph)?,
-                false_graph: sub(c.false_graph)?,
+            Op::Cond(c) => StepKind::Branch(Box::new(BranchStep {
+                selector: operand(&c.pred)?,
+                branches: vec![sub(c.false_graph)?, sub(c.true_graph)?],
                 operands: operands(&c.operands)?,
+                truthy: true,
             })),
-            Op::Switch(sw) => StepKind::Switch(Box::new(SwitchStep {
-                index: operand(&sw.index)?,
+            Op::Switch(sw) => StepKind::Branch(Box::new(BranchStep {
+                selector: operand(&sw.index)?,
                 branches: sw.branches.iter().map(|b| sub(*b)).collect::<Result<_, _>>()?,
                 operands: operands(&sw.operands)?,
+                truthy: false,
             })),
             Op::WhileLoop(w) => StepKind::While(Box::new(WhileStep {
                 cond_graph: sub(w.cond_graph)?,
@@ -439,13 +440,9 @@ pub(super) fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize))
             many(size.owned_mut(), f);
             many(stride.owned_mut(), f);
         }
-        StepKind::Cond(c) => {
-            for_each_slot_mut(&mut c.pred, f);
-            many(&mut c.operands, f);
-        }
-        StepKind::Switch(sw) => {
-            for_each_slot_mut(&mut sw.index, f);
-            many(&mut sw.operands, f);
+        StepKind::Branch(b) => {
+            for_each_slot_mut(&mut b.selector, f);
+            many(&mut b.operands, f);
         }
         StepKind::While(w) => {
             many(&mut w.carried, f);

@@ -117,8 +117,7 @@ enum StepKind {
         tensor: usize,
         alignment: u32,
     },
-    Cond(Box<CondStep>),
-    Switch(Box<SwitchStep>),
+    Branch(Box<BranchStep>),
     While(Box<WhileStep>),
 }
 
@@ -212,21 +211,17 @@ struct LayoutSym {
     decl: Option<u32>,
 }
 
+/// `higher_order.cond` and `higher_order.switch`: the branch the selector
+/// picks runs on the operands. `branches[k]` for index `k` below the last,
+/// the last for any other (`ir::switch_branch`); a cond's branches are
+/// `[false, true]`, picked by the selector's truth.
 #[derive(Clone, Debug)]
-struct CondStep {
-    pred: Operand,
-    true_graph: String,
-    false_graph: String,
-    operands: Vec<Operand>,
-}
-
-/// `higher_order.switch`: `branches[k]` for index `k` below the last, the
-/// last branch for any other index.
-#[derive(Clone, Debug)]
-struct SwitchStep {
-    index: Operand,
+struct BranchStep {
+    selector: Operand,
     branches: Vec<String>,
     operands: Vec<Operand>,
+    /// Pick by truth (a cond) rather than by integer value (a switch).
+    truthy: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -426,51 +426,24 @@ impl Plan {
                 }
                 Value::None
             }
-            StepKind::Cond(c) => {
-                let CondStep {
-                    pred,
-                    true_graph,
-                    false_graph,
-                    operands,
-                } = &**c;
-                let p = match rd(pred)? {
-                    Value::Tensor(t) => scalar_truthy(backend.read_scalar(
-                        &t,
-                        &ScalarRequest {
-                            symbol: None,
-                            decl: None,
-                            multiplier: 1,
-                        },
-                    )?),
-                    other => truthy(&other)?,
-                };
-                let args = operands.iter().map(rd).collect::<Result<Vec<_>, _>>()?;
-                let sub = self.subplan(if p { true_graph } else { false_graph })?;
-                let sub_outer = Envs {
-                    outer,
-                    env,
-                    bound: info.bound_before,
-                }
-                .merged();
-                let mut sub_env = sub.bound.clone();
-                Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env)?)
-            }
-            StepKind::Switch(sw) => {
-                let SwitchStep {
-                    index,
+            StepKind::Branch(b) => {
+                let BranchStep {
+                    selector,
                     branches,
                     operands,
-                } = &**sw;
-                let k = match rd(index)? {
-                    Value::Tensor(t) => scalar_index(backend.read_scalar(
-                        &t,
-                        &ScalarRequest {
-                            symbol: None,
-                            decl: None,
-                            multiplier: 1,
-                        },
-                    )?),
-                    other => value_index(&other)?,
+                    truthy: by_truth,
+                } = &**b;
+                let request = ScalarRequest {
+                    symbol: None,
+                    decl: None,
+                    multiplier: 1,
+                };
+                // A cond picks by truth (`if pred:`), a switch by index.
+                let k = match (rd(selector)?, by_truth) {
+                    (Value::Tensor(t), true) => i64::from(scalar_truthy(backend.read_scalar(&t, &request)?)),
+                    (Value::Tensor(t), false) => scalar_index(backend.read_scalar(&t, &request)?),
+                    (other, true) => i64::from(truthy(&other)?),
+                    (other, false) => value_index(&other)?,
                 };
                 let graph = branches
                     .get(crate::ir::switch_branch(branches.len(), k))
