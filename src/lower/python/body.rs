@@ -484,12 +484,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             if i == 1 {
                 code.line("else:");
             }
-            code.indent += 1;
-            code.blank();
-            code.line(&format!("# subgraph: {g}"));
-            code.line(&format!("{g}_args = {}", args_list(&operands)));
-            code.line(&format!("{result} = {g}({g}_args)"));
-            code.indent -= 1;
+            branch_call(code, g, result, &operands);
         }
         Ok(())
     }
@@ -515,12 +510,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 k if k < last => code.line(&format!("elif {selector} == {k}:")),
                 _ => code.line("else:"),
             }
-            code.indent += 1;
-            code.blank();
-            code.line(&format!("# subgraph: {g}"));
-            code.line(&format!("{g}_args = {}", args_list(&operands)));
-            code.line(&format!("{result} = {g}({g}_args)"));
-            code.indent -= 1;
+            branch_call(code, g, result, &operands);
         }
         Ok(())
     }
@@ -700,6 +690,17 @@ pub(super) fn assert_size_stride(
         shape_tuple(stride)
     );
     assert_call(head, context)
+}
+
+/// One branch of a cond or switch, indented under its `if`/`else`: Inductor's
+/// `codegen_subgraph` call of branch `g` on `operands` into `result`.
+fn branch_call(code: &mut Code, g: &GraphName, result: &BufName, operands: &[String]) {
+    code.indent += 1;
+    code.blank();
+    code.line(&format!("# subgraph: {g}"));
+    code.line(&format!("{g}_args = {}", args_list(operands)));
+    code.line(&format!("{result} = {g}({g}_args)"));
+    code.indent -= 1;
 }
 
 /// An assert call opened as `head` (its name and arguments so far), closed

@@ -97,18 +97,17 @@ impl<'a> Lowering<'a> {
         scalar
     }
 
-    pub(super) fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
-        // Validation checked that both branches return as many values
-        // (`BranchOutputMismatch`): the true branch's outputs stand for both.
-        let t = self.subgraph(&c.true_graph);
-        let results = g.flat_vars(&c.result, 0, cx)?;
+    /// The variables a cond's or switch's branches all write, `result`'s
+    /// elements, declared before the branches; and the symbols every branch
+    /// binds, declared so they stay visible after the line (what validation
+    /// records as the line's bindings, `GraphInfo::binds`).
+    fn branch_results(&mut self, g: &GraphCtx<'_>, result: &BufName, cx: &Cx<'_>) -> Result<Vec<String>, Error> {
+        let results = g.flat_vars(result, 0, cx)?;
         let ty = self.dialect.tensor_type();
         for r in &results {
             self.line(format!("{ty} {r};"));
             self.declare(r);
         }
-        // Symbols both branches bind stay visible after the conditional: what
-        // validation records as the line's bindings (`GraphInfo::binds`).
         let info = self.info;
         let visible = info.graph(g.name).map_or(&[][..], |gi| gi.binds(self.line_index));
         for s in visible {
@@ -117,6 +116,14 @@ impl<'a> Lowering<'a> {
                 self.declare(s.as_str());
             }
         }
+        Ok(results)
+    }
+
+    pub(super) fn conditional(&mut self, g: &GraphCtx<'_>, c: &'a Conditional, cx: &Cx<'_>) -> Result<(), Error> {
+        // Validation checked that both branches return as many values
+        // (`BranchOutputMismatch`): the true branch's outputs stand for both.
+        let t = self.subgraph(&c.true_graph);
+        let results = self.branch_results(g, &c.result, cx)?;
         let pred = match &c.predicate {
             Predicate::Tensor(b) => {
                 let name = g.local(b);
@@ -148,20 +155,7 @@ impl<'a> Lowering<'a> {
             return Err(Error::invalid(cx, format!("switch `{}` has no branches", sw.result)));
         };
         let first = self.subgraph(first);
-        let results = g.flat_vars(&sw.result, 0, cx)?;
-        let ty = self.dialect.tensor_type();
-        for r in &results {
-            self.line(format!("{ty} {r};"));
-            self.declare(r);
-        }
-        let info = self.info;
-        let visible = info.graph(g.name).map_or(&[][..], |gi| gi.binds(self.line_index));
-        for s in visible {
-            if !self.declared(s.as_str()) {
-                self.line(format!("int64_t {s} = 0;"));
-                self.declare(s.as_str());
-            }
-        }
+        let results = self.branch_results(g, &sw.result, cx)?;
         let selector = match &sw.selector {
             Predicate::Tensor(b) => {
                 let layout = g.layout(b, cx)?;
