@@ -301,8 +301,7 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
     let cache = ProofCache::new(program_facts(program), options.limits.clone());
     // The emitted launches of each call, found in one pass (a scan of every
     // emitted launch per call made `check` quadratic in the launches).
-    let mut by_call: rustc_hash::FxHashMap<(&GraphName, usize), Vec<&EmittedLaunch>> =
-        rustc_hash::FxHashMap::default();
+    let mut by_call: rustc_hash::FxHashMap<(&GraphName, usize), Vec<&EmittedLaunch>> = rustc_hash::FxHashMap::default();
     for e in &emitted {
         by_call.entry((&e.graph, e.line)).or_default().push(e);
     }
