@@ -291,7 +291,8 @@ fn cases() -> Vec<Case> {
             spoil: Spoil::RenameImage("../softmax/kernels/k.cubin"),
             args: CHECK_CUDA,
             code: 1,
-            contains: &["kernel `triton_per_fused__softmax_exp_prepare_softmax_online_sub_0`: kernel image path `../softmax/kernels/k.cubin` must be relative to the bundle"],
+            // Refused by validation, before any image is looked up.
+            contains: &["kernel triton_per_fused__softmax_exp_prepare_softmax_online_sub_0: image path `../softmax/kernels/k.cubin` leaves the bundle"],
         },
         // ---- bundle.json ----
         Case {

@@ -108,10 +108,7 @@ pub(crate) fn normalize(path: &str) -> Result<&str, BundleError> {
 
 /// Whether `path` is a plain relative path (see [`normalize`]).
 pub(crate) fn is_plain_relative(path: &str) -> bool {
-    !path.is_empty()
-        && !path.contains(['\\', '\0'])
-        && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
-        && !Path::new(path).has_root()
+    crate::ir::is_plain_relative_path(path)
 }
 
 /// The images the backends load (`CudaOptions::kernels`, host kernels),

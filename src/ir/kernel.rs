@@ -425,6 +425,16 @@ pub fn host_image_path(kernel: &str) -> String {
     format!("kernels/{kernel}.so")
 }
 
+/// Whether a kernel image path stays inside its bundle: relative, with only
+/// plain components (no `.`, `..`, empty ones, backslashes or NULs). The one
+/// rule the validator, bundles and packages hold image paths to.
+pub fn is_plain_relative_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains(['\\', '\0'])
+        && path.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+        && !std::path::Path::new(path).has_root()
+}
+
 impl HalideMeta {
     /// `true` when the kernel runs on a GPU (takes a trailing stream argument).
     pub fn is_cuda(&self) -> bool {

@@ -46,9 +46,9 @@ pub mod validate;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
-    bind_call_args, ceil_div, ceil_div_expr, host_image_path, ArgBindError, BoundArgs, ConstValue, CppMeta,
-    GridAlgebra, GridError, GridForm, GridType, HalideArg, HalideMeta, KernelBackend, KernelDef, PrecomputedGridEntry,
-    ScalarType, SigType, TritonMeta,
+    bind_call_args, ceil_div, ceil_div_expr, host_image_path, is_plain_relative_path, ArgBindError, BoundArgs,
+    ConstValue, CppMeta, GridAlgebra, GridError, GridForm, GridType, HalideArg, HalideMeta, KernelBackend, KernelDef,
+    PrecomputedGridEntry, ScalarType, SigType, TritonMeta,
 };
 pub use line::{
     switch_branch, write_float, ArgValue, AssertSizeStride, AssertSizeStrideGrouped, CallArg, Conditional,

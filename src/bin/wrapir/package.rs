@@ -4,7 +4,6 @@
 //! the runtime library.
 
 use super::*;
-use std::path::Component;
 use wrapir::bundle::conventions;
 
 /// The shared runtime library's file name.
@@ -40,7 +39,7 @@ pub(crate) fn write_package(
     cubins.extend(host_image_paths(program));
     for path in &cubins {
         let relative = Path::new(path);
-        if !relative.components().all(|c| matches!(c, Component::Normal(_))) {
+        if !wrapir::ir::is_plain_relative_path(path.strip_prefix("./").unwrap_or(path)) {
             bail!("kernel image path `{path}` is not a plain relative path inside the bundle; the package copies images to the same relative paths");
         }
         let bytes = bundle.kernel_image(path)?;

@@ -377,6 +377,14 @@ pub enum ValidationErrorKind {
         /// The line that ended it, if it was defined.
         ended_at: Option<usize>,
     },
+    /// A kernel image path that leaves the program's bundle.
+    #[error("kernel {kernel}: image path `{path}` leaves the bundle (a plain relative path is needed)")]
+    KernelImagePath {
+        /// The kernel.
+        kernel: KernelName,
+        /// Its image path.
+        path: String,
+    },
     /// A kernel name missing from the kernel table.
     #[error("kernel {kernel} is not in the kernel table")]
     UnknownKernel {

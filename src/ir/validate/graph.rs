@@ -5,6 +5,24 @@ use super::*;
 impl<'a> Validator<'a> {
     pub(super) fn check_tables(&mut self) {
         let p = self.program;
+        // A kernel image path names a file of the program's bundle: it must
+        // stay inside it (`pack` refused such a path; `check` let it pass).
+        for (name, def) in &p.kernels {
+            if let KernelBackend::Triton(m) = &def.backend {
+                if let Some(path) = m.cubin.as_deref() {
+                    let plain = path.strip_prefix("./").unwrap_or(path);
+                    if !crate::ir::is_plain_relative_path(plain) {
+                        self.err(
+                            Location::Program,
+                            ValidationErrorKind::KernelImagePath {
+                                kernel: name.clone(),
+                                path: path.to_string(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
         for (sym, decl) in &p.symbols {
             self.check_identifier(&Location::Program, "symbol", sym.as_str());
             if decl.range.is_empty() {
