@@ -981,7 +981,11 @@ fn permute(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError>
     let mut size = Vec::with_capacity(rank);
     let mut stride = Vec::with_capacity(rank);
     for &d in &dims {
-        let k = if d < 0 { d.checked_add(rank as i64) } else { Some(d) };
+        let k = if d < 0 {
+            i64::try_from(rank).ok().and_then(|r| d.checked_add(r))
+        } else {
+            Some(d)
+        };
         let k = k
             .and_then(|k| usize::try_from(k).ok())
             .filter(|k| *k < rank && !seen[*k])

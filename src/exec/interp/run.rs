@@ -441,7 +441,7 @@ impl Plan {
                 // A cond picks by truth (`if pred:`), a switch by index.
                 let k = match (rd(selector)?, by_truth) {
                     (Value::Tensor(t), true) => i64::from(scalar_truthy(backend.read_scalar(&t, &request)?)),
-                    (Value::Tensor(t), false) => scalar_index(backend.read_scalar(&t, &request)?),
+                    (Value::Tensor(t), false) => scalar_index(backend.read_scalar(&t, &request)?)?,
                     (other, true) => i64::from(truthy(&other)?),
                     (other, false) => value_index(&other)?,
                 };

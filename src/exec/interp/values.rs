@@ -242,24 +242,33 @@ pub(super) fn truthy<T>(v: &Value<T>) -> Result<bool, ExecError> {
 }
 
 /// A switch index as Inductor's wrapper reads it: `int(x)` (a boolean is 0
-/// or 1, a float truncates toward zero).
+/// or 1, a float truncates toward zero; a NaN or an infinity, which `int()`
+/// refuses, is an error).
 pub(super) fn value_index<T>(v: &Value<T>) -> Result<i64, ExecError> {
     match v {
         Value::Bool(b) => Ok(i64::from(*b)),
         Value::Int(i) => Ok(*i),
-        // `as` saturates out-of-range floats, which then pick the last branch.
-        Value::Float(f) => Ok(f.trunc() as i64),
+        Value::Float(f) => float_index(*f),
         other => Err(ExecError::Type(format!("a {} is not a switch index", other.kind()))),
     }
 }
 
 /// [`value_index`] of a tensor's one element.
-pub(super) fn scalar_index(v: ScalarValue) -> i64 {
+pub(super) fn scalar_index(v: ScalarValue) -> Result<i64, ExecError> {
     match v {
-        ScalarValue::Bool(b) => i64::from(b),
-        ScalarValue::Int(i) => i,
-        ScalarValue::Float(f) => f.trunc() as i64,
+        ScalarValue::Bool(b) => Ok(i64::from(b)),
+        ScalarValue::Int(i) => Ok(i),
+        ScalarValue::Float(f) => float_index(f),
     }
+}
+
+fn float_index(f: f64) -> Result<i64, ExecError> {
+    if !f.is_finite() {
+        return Err(ExecError::Type(format!("switch index {f} is not a finite number")));
+    }
+    // Finite: `as` saturates a value beyond i64, which then picks the last
+    // branch as any other out-of-range index does.
+    Ok(f.trunc() as i64)
 }
 
 pub(super) fn scalar_truthy(v: ScalarValue) -> bool {
