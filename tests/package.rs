@@ -332,8 +332,9 @@ fn bad_packages_are_clear_errors() {
     // Packages of one entry: what is wrong, the entry's name, offset and
     // length, the data, the format version, and the error.
     #[rustfmt::skip]
-    let one_entry: [(&str, &str, u64, u64, &[u8], u32, &str); 11] = [
-        ("version 2", "program.json", 0, 2, b"{}", 2, "package format version 2 is not supported"),
+    let one_entry: [(&str, &str, u64, u64, &[u8], u32, &str); 12] = [
+        ("version 3", "program.json", 0, 2, b"{}", 3, "package format version 3 is not supported (this wrapir reads versions 1 to 2"),
+        ("version 2 without checksum", "program.json", 0, 2, b"{}", 2, "entry `program.json` has no checksum"),
         ("version 0", "program.json", 0, 2, b"{}", 0, "version 0 is not supported"),
         ("offset out of range", "program.json", 8, 2, b"{}", 1, "2 bytes at data offset 8 run past the end"),
         ("length out of range", "program.json", 0, 3, b"{}", 1, "3 bytes at data offset 0 run past the end"),
@@ -419,8 +420,103 @@ fn bad_packages_are_clear_errors() {
         assert!(err.contains("prefix.wirpkg"), "prefix {cut}: {err}");
     }
     // The CLI names the file and exits 2.
-    std::fs::write(dir.join("v2.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 2)).unwrap();
-    let r = wrapir(&["check", s(&dir.join("v2.wirpkg"))]);
+    std::fs::write(dir.join("v3.wirpkg"), handmade(&entry("program.json", 0, 2), b"{}", 3)).unwrap();
+    let r = wrapir(&["check", s(&dir.join("v3.wirpkg"))]);
     r.assert_exit(2);
-    common::assert_contains(&r.stderr, "v2.wirpkg: package format version 2 is not supported");
+    common::assert_contains(&r.stderr, "v3.wirpkg: package format version 3 is not supported");
+}
+
+/// The span of entry `name` in package `bytes` (its data offset plus the
+/// table of contents' offset, and its length).
+fn entry_span(bytes: &[u8], name: &str) -> (usize, usize) {
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let (toc_len, data_offset) = (u64_at(24), u64_at(32));
+    let manifest: package::Manifest = serde_json::from_slice(&bytes[40..40 + toc_len]).unwrap();
+    let record = manifest.entries.iter().find(|e| e.name == name).unwrap();
+    assert!(
+        record.checksum.as_deref().is_some_and(|c| c.starts_with("xxh3-64:")),
+        "{record:?}"
+    );
+    (data_offset + record.offset as usize, record.length as usize)
+}
+
+#[test]
+fn a_corrupted_entry_is_an_error_naming_it() {
+    let dir = scratch("checksum");
+    let good = softmax_package(&dir);
+    assert_eq!(
+        u32::from_le_bytes(good[8..12].try_into().unwrap()),
+        package::FORMAT_VERSION
+    );
+    let softmax = Bundle::open(&bundle_dir("softmax")).unwrap();
+    let kernel = softmax.cubin_paths()[0].to_string();
+    let kernel = kernel.as_str();
+    // One flipped bit in the middle, the first and the last byte of each entry.
+    for entry in ["program.json", "inputs.safetensors", kernel] {
+        let (start, len) = entry_span(&good, entry);
+        for at in [start, start + len / 2, start + len - 1] {
+            let mut bytes = good.clone();
+            bytes[at] ^= 0x10;
+            let err = match open_bytes(&dir, "flipped.wirpkg", &bytes) {
+                Ok(_) => panic!("{entry}: a flipped byte at {at} opens"),
+                Err(e) => e,
+            };
+            assert!(
+                matches!(&err, BundleError::ChecksumMismatch { entry: e, .. } if e == entry),
+                "{err}"
+            );
+            common::assert_contains(
+                &err.to_string(),
+                &format!("flipped.wirpkg: entry `{entry}` is corrupted"),
+            );
+        }
+    }
+    // The CLI names the entry and exits 2.
+    let (start, len) = entry_span(&good, kernel);
+    let mut bytes = good.clone();
+    bytes[start + len / 3] ^= 1;
+    std::fs::write(dir.join("corrupt.wirpkg"), &bytes).unwrap();
+    let r = wrapir(&["run", s(&dir.join("corrupt.wirpkg")), "--device", "meta"]);
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, &format!("corrupt.wirpkg: entry `{kernel}` is corrupted"));
+    // A malformed checksum is an error naming the entry too.
+    let key = b"\"checksum\": \"xxh3-64:";
+    let at = good.windows(key.len()).position(|w| w == key).unwrap() + key.len() - "xxh3-64:".len();
+    let mut bytes = good.clone();
+    bytes[at..at + 7].copy_from_slice(b"sha-256");
+    let err = open_bytes(&dir, "form.wirpkg", &bytes).unwrap_err().to_string();
+    common::assert_contains(&err, "entry `program.json`: checksum `sha-256:");
+    common::assert_contains(&err, "is not `xxh3-64:` and 16 lowercase hex digits");
+}
+
+#[test]
+fn a_version_1_package_opens_unverified_and_says_so() {
+    let dir = scratch("version1");
+    let program = std::fs::read(bundle_dir("softmax").join("program.json")).unwrap();
+    let toc = format!(
+        r#"{{"entries": [{{"name": "program.json", "offset": 0, "length": {}}}]}}"#,
+        program.len()
+    );
+    let path = dir.join("old.wirpkg");
+    std::fs::write(&path, handmade(&toc, &program, 1)).unwrap();
+    let bundle = Bundle::open(&path).unwrap();
+    assert_eq!(bundle.package_verified(), Some(false));
+    assert_eq!(Bundle::open(&bundle_dir("softmax")).unwrap().package_verified(), None);
+    let r = wrapir(&["print", s(&path)]);
+    r.assert_exit(0);
+    common::assert_contains(&r.stdout, "softmax");
+    common::assert_contains(
+        &r.stderr,
+        &format!(
+            "note: {} is a version-1 package, which records no checksums: its entries are used unverified",
+            path.display()
+        ),
+    );
+    // Packing it again writes the current version, verified.
+    let repacked = dir.join("new.wirpkg");
+    wrapir(&["pack", s(&path), "-o", s(&repacked)]).assert_exit(0);
+    assert_eq!(Bundle::open(&repacked).unwrap().package_verified(), Some(true));
+    let r = wrapir(&["print", s(&repacked)]);
+    r.assert_exit(0);
+    assert!(!r.stderr.contains("note:"), "{}", r.stderr);
 }

@@ -779,7 +779,16 @@ fn open_bundle(path: &Path) -> Result<Bundle> {
     } else {
         Bundle::open_with_limits(path, &limits())
     };
-    opened.map_err(render_bundle_error)
+    let bundle = opened.map_err(render_bundle_error)?;
+    if bundle.package_verified() == Some(false) {
+        eprintln!(
+            "note: {} is a version-1 package, which records no checksums: its entries are used unverified \
+             (`wrapir pack {} -o NEW.wirpkg` writes it with them)",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(bundle)
 }
 
 /// A bundle error for the terminal: a parse error shows the source line.

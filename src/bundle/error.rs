@@ -77,14 +77,29 @@ pub enum BundleError {
         path: PathBuf,
     },
     /// A package of a format version this wrapir does not read.
-    #[error("{}: package format version {found} is not supported (this wrapir reads version {supported}; re-pack the bundle with this wrapir)", path.display())]
+    #[error("{}: package format version {found} is not supported (this wrapir reads versions {oldest} to {supported}; re-pack the bundle with this wrapir)", path.display())]
     UnsupportedVersion {
         /// The file.
         path: PathBuf,
         /// The version in the file.
         found: u32,
-        /// The version this wrapir reads.
+        /// The oldest version this wrapir reads.
+        oldest: u32,
+        /// The version this wrapir writes (the newest it reads).
         supported: u32,
+    },
+    /// A package entry whose bytes do not hash to the checksum its table of
+    /// contents records: the file was corrupted after it was written.
+    #[error("{}: entry `{entry}` is corrupted: its bytes hash to {found}, the table of contents records {recorded} (pack the bundle again, or copy the package again)", path.display())]
+    ChecksumMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The entry.
+        entry: String,
+        /// The checksum the table of contents records (`xxh3-64:...`).
+        recorded: String,
+        /// The checksum of the entry's bytes.
+        found: String,
     },
     /// A malformed, truncated or hostile package: its header, table of
     /// contents or an entry's offsets are wrong.

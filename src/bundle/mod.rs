@@ -302,6 +302,16 @@ impl Bundle {
         }
     }
 
+    /// For a package, whether its entries were verified against their
+    /// checksums when it was opened: `Some(false)` for a version-1 package,
+    /// which records none (say so to the user); `None` for other kinds.
+    pub fn package_verified(&self) -> Option<bool> {
+        match &self.store {
+            Store::Package(p) => Some(p.verified()),
+            _ => None,
+        }
+    }
+
     /// How entry `entry` is shown to users: its file, or `PACKAGE:ENTRY`.
     pub fn display(&self, entry: &str) -> String {
         self.store.display(entry)

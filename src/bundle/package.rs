@@ -4,8 +4,8 @@
 //! ```text
 //! offset  size  field
 //! 0       8     magic  89 77 69 72 70 6b 67 0a  ("\x89wirpkg\n")
-//! 8       4     format version, u32 little-endian (FORMAT_VERSION = 1)
-//! 12      4     flags, u32 little-endian (0; any other value is an error in version 1)
+//! 8       4     format version, u32 little-endian (FORMAT_VERSION = 2)
+//! 12      4     flags, u32 little-endian (0; any other value is an error)
 //! 16      8     file_length, u64 little-endian: the length of the whole file
 //! 24      8     toc_length, u64 little-endian: bytes of the table of contents
 //! 32      8     data_offset, u64 little-endian: where payloads start (a multiple of 8)
@@ -16,7 +16,11 @@
 //!
 //! Every offset and length is checked against the file's length with checked
 //! arithmetic before any entry is touched, entries may not overlap, and entry
-//! names are plain relative paths; a bad, truncated or hostile file is a
+//! names are plain relative paths. From version 2 every entry carries a
+//! checksum ([`CHECKSUM_ALGORITHM`] of its bytes) that is verified when the
+//! package is opened, over the mapped bytes (no copy); a version-1 package
+//! (no checksums) still opens, reported unverified by [`Package::verified`].
+//! A bad, truncated, corrupted or hostile file is a
 //! [`BundleError`] naming the file and what is wrong, never a panic, and
 //! nothing is allocated in proportion to a length the file claims (entries
 //! are views of the mapped file; the table of contents is at most
@@ -31,8 +35,18 @@ use std::path::{Path, PathBuf};
 
 /// The first eight bytes of every package.
 pub const MAGIC: [u8; 8] = *b"\x89wirpkg\n";
-/// The format version this wrapir writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this wrapir writes (and the newest it reads).
+/// Version 2 added a checksum to every entry.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this wrapir reads. A version-1 package has no
+/// checksums: it opens, and [`Package::verified`] says its entries were not
+/// verified.
+pub const OLDEST_VERSION: u32 = 1;
+/// The checksum of every entry from version 2: XXH3 (64-bit, seed 0) of the
+/// entry's bytes, stored as `xxh3-64:` and 16 lowercase hex digits. It
+/// detects corruption (a flipped bit, a truncated copy); it is not a
+/// signature (whoever can write the file can write its checksums too).
+pub const CHECKSUM_ALGORITHM: &str = "xxh3-64";
 /// Bytes of the fixed header before the table of contents.
 pub const HEADER_LEN: u64 = 40;
 /// Alignment of `data_offset` and of every entry's offset.
@@ -97,12 +111,29 @@ pub struct EntryRecord {
     pub offset: u64,
     /// Its length in bytes.
     pub length: u64,
+    /// [`CHECKSUM_ALGORITHM`] of its bytes, `xxh3-64:<16 hex digits>`
+    /// (required from version 2; `None` in a version-1 package).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+}
+
+/// The checksum of `bytes` as a table of contents stores it.
+pub fn checksum(bytes: &[u8]) -> String {
+    format!("{CHECKSUM_ALGORITHM}:{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// Whether `text` has the form [`checksum`] writes.
+fn is_checksum_text(text: &str) -> bool {
+    text.strip_prefix(CHECKSUM_ALGORITHM)
+        .and_then(|t| t.strip_prefix(':'))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
 /// An opened package: the mapped file, its table of contents and its entries.
 #[derive(Clone, Debug)]
 pub struct Package {
     path: PathBuf,
+    version: u32,
     manifest: Manifest,
     entries: IndexMap<String, SharedBytes>,
 }
@@ -137,16 +168,19 @@ impl Package {
             u64::from_le_bytes(b)
         };
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(BundleError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 found: version,
+                oldest: OLDEST_VERSION,
                 supported: FORMAT_VERSION,
             });
         }
         let flags = u32_at(12);
         if flags != 0 {
-            return Err(bad(format!("unknown header flags {flags:#x} (version 1 has none)")));
+            return Err(bad(format!(
+                "unknown header flags {flags:#x} (version {version} has none)"
+            )));
         }
         let declared = u64_at(16);
         if declared != file_len {
@@ -191,6 +225,21 @@ impl Package {
                     "entry name `{name}` is not a plain relative path (no root, `..`, `.`, empty components, backslashes)"
                 )));
             }
+            if version >= 2 {
+                match &e.checksum {
+                    Some(c) if is_checksum_text(c) => {}
+                    Some(c) => {
+                        return Err(bad(format!(
+                            "entry `{name}`: checksum `{c}` is not `{CHECKSUM_ALGORITHM}:` and 16 lowercase hex digits"
+                        )))
+                    }
+                    None => {
+                        return Err(bad(format!(
+                            "entry `{name}` has no checksum (a version-{version} package records one for every entry)"
+                        )))
+                    }
+                }
+            }
             if e.offset % ALIGN != 0 {
                 return Err(bad(format!(
                     "entry `{name}`: offset {} is not a multiple of {ALIGN}",
@@ -223,11 +272,27 @@ impl Package {
                 return Err(bad(format!("entries `{a}` and `{b}` overlap")));
             }
         }
+        if version >= 2 {
+            verify_checksums(path, &manifest, &entries)?;
+        }
         Ok(Package {
             path: path.to_path_buf(),
+            version,
             manifest,
             entries,
         })
+    }
+
+    /// The format version of the file.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Whether every entry was verified against its checksum when the
+    /// package was opened: `false` for a version-1 package, which records
+    /// none (its entries are used unverified; packing it again adds them).
+    pub fn verified(&self) -> bool {
+        self.version >= 2
     }
 
     /// The file.
@@ -251,6 +316,29 @@ impl Package {
     }
 }
 
+/// Hashes every entry (in parallel, over the mapped bytes: nothing is
+/// copied) and compares it with the checksum its record holds (each checked
+/// for form by the caller); the first mismatch in table order is the error.
+fn verify_checksums(
+    path: &Path,
+    manifest: &Manifest,
+    entries: &IndexMap<String, SharedBytes>,
+) -> Result<(), BundleError> {
+    use rayon::prelude::*;
+    let mismatch = manifest.entries.par_iter().find_map_first(|record| {
+        let bytes = entries.get(&record.name)?;
+        let found = checksum(bytes);
+        let recorded = record.checksum.as_deref()?;
+        (found != recorded).then(|| BundleError::ChecksumMismatch {
+            path: path.to_path_buf(),
+            entry: record.name.clone(),
+            recorded: recorded.to_string(),
+            found,
+        })
+    });
+    mismatch.map_or(Ok(()), Err)
+}
+
 /// Writes a package of `entries` (in this order) and `metadata` to `out`;
 /// returns the bytes written. Entry names must be plain relative paths and
 /// distinct (an error names the first that is not).
@@ -260,10 +348,12 @@ pub fn write(
     metadata: &PackageMetadata,
 ) -> Result<u64, String> {
     let align = |n: u64| n.div_ceil(ALIGN) * ALIGN;
+    use rayon::prelude::*;
+    let checksums: Vec<String> = entries.par_iter().map(|(_, bytes)| checksum(bytes)).collect();
     let mut records = Vec::with_capacity(entries.len());
     let mut at = 0u64;
     let mut seen = std::collections::HashSet::new();
-    for (name, bytes) in entries {
+    for ((name, bytes), checksum) in entries.iter().zip(checksums) {
         if !is_plain_relative(name) || !seen.insert(name.as_str()) {
             return Err(format!("entry name `{name}` is not a distinct plain relative path"));
         }
@@ -271,6 +361,7 @@ pub fn write(
             name: name.clone(),
             offset: at,
             length: bytes.len() as u64,
+            checksum: Some(checksum),
         });
         at = align(at + bytes.len() as u64);
     }
