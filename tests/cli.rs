@@ -211,3 +211,118 @@ fn cli_verbs_take_files_directories_and_stdin() {
         "{stdout}"
     );
 }
+
+/// The names in `dir` (sorted), to show that a failed command left nothing behind.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn cli_says_what_it_dropped() {
+    let dir = scratch("dropped");
+    let bundles = common::root().join("fixtures/inductor/bundles");
+    // A bundle without inputs: `pack` says so in one line.
+    let no_inputs = dir.join("no_inputs");
+    common::copy_dir(&bundles.join("cat_mm"), &no_inputs);
+    std::fs::remove_file(no_inputs.join("inputs.safetensors")).unwrap();
+    let pkg = dir.join("no_inputs.wirpkg");
+    let r = wrapir(&["pack", path_str(&no_inputs), "-o", path_str(&pkg)]);
+    r.assert_exit(0);
+    let line = "  no inputs.safetensors: the bundle carries no inputs, so `run` of the package needs --inputs FILE\n";
+    common::assert_contains(&r.stdout, line);
+    let r = wrapir(&[
+        "pack",
+        path_str(&bundles.join("cat_mm")),
+        "-o",
+        path_str(&dir.join("full.wirpkg")),
+    ]);
+    r.assert_exit(0);
+    assert!(!r.stdout.contains("no inputs"), "{}", r.stdout);
+    // A bundle without eager outputs: `run` says the comparison was not made.
+    let no_expected = dir.join("no_expected");
+    common::copy_dir(&bundles.join("cat_mm"), &no_expected);
+    let expected = no_expected.join("expected.safetensors");
+    std::fs::remove_file(&expected).unwrap();
+    let r = wrapir(&["run", path_str(&no_expected), "--device", "cpu"]);
+    r.assert_exit(0);
+    common::assert_contains(
+        &r.stdout,
+        &format!("against eager: absent (no {}), not compared\n", expected.display()),
+    );
+    // An unbacked symbol whose upper bound makes an allocation too large:
+    // the error names the symbol and the hint that avoids it.
+    let nonzero = std::fs::read_to_string(common::root().join("fixtures/nonzero.wir")).unwrap();
+    let huge = nonzero
+        .replace(
+            "symbol u0: unbacked [0, 100]",
+            "symbol u0: unbacked [0, 4611686018427387904]",
+        )
+        .replace("assert (u0 <= 100)", "assert (u0 <= 4611686018427387904)");
+    assert_ne!(huge, nonzero, "fixtures/nonzero.wir changed: update this test");
+    let huge_path = dir.join("nonzero_huge.wir");
+    std::fs::write(&huge_path, huge).unwrap();
+    let r = wrapir(&["run", path_str(&huge_path), "--device", "meta"]);
+    r.assert_exit(2);
+    common::assert_contains(
+        &r.stderr,
+        "unbacked symbol `u0` had no hint and took its upper bound 4611686018427387904, which sizes above may come from: give it a realistic value with --hint u0=N",
+    );
+    let r = wrapir(&["run", path_str(&huge_path), "--device", "meta", "--hint", "u0=7"]);
+    r.assert_exit(0);
+    common::assert_contains(&r.stdout, "bound symbols: u0 = 7");
+}
+
+#[test]
+fn lower_package_leaves_no_half_written_directory() {
+    let dir = scratch("package_dir");
+    let bundle = dir.join("softmax");
+    common::copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &bundle);
+    let lower = |out: &Path| common::lower_package(&bundle, out);
+    // A kernel image that cannot be read fails after the wrapper is written:
+    // neither the package nor its staging directory is left behind.
+    let kernels = bundle.join("kernels");
+    let cubin = listing(&kernels).into_iter().find(|n| n.ends_with(".cubin")).unwrap();
+    let saved = std::fs::read(kernels.join(&cubin)).unwrap();
+    std::fs::remove_file(kernels.join(&cubin)).unwrap();
+    let out = dir.join("pkg");
+    let before = listing(&dir);
+    let r = lower(&out);
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, &cubin);
+    assert_eq!(listing(&dir), before, "a failed package leaves nothing in its parent");
+    // Complete, it is written; written again over itself, it is replaced.
+    std::fs::write(kernels.join(&cubin), &saved).unwrap();
+    lower(&out).assert_exit(0);
+    assert!(out.join("CMakeLists.txt").is_file() && out.join("kernels").join(&cubin).is_file());
+    std::fs::write(out.join("stale.txt"), "from an earlier package").unwrap();
+    lower(&out).assert_exit(0);
+    assert!(!out.join("stale.txt").exists() && out.join("main.cpp").is_file());
+    let mut with_package = [&before[..], &["pkg".to_string()]].concat();
+    with_package.sort();
+    assert_eq!(listing(&dir), with_package);
+    // A failure over an earlier package keeps it whole.
+    std::fs::remove_file(kernels.join(&cubin)).unwrap();
+    let earlier = listing(&out);
+    lower(&out).assert_exit(2);
+    assert_eq!(listing(&out), earlier);
+    std::fs::write(kernels.join(&cubin), &saved).unwrap();
+    // A directory that is not an earlier package, a file and a symlink are refused untouched.
+    let mine = dir.join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "mine").unwrap();
+    let r = lower(&mine);
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "the directory exists and is not an earlier package");
+    assert_eq!(listing(&mine), ["notes.txt"]);
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&mine, &link).unwrap();
+    let r = lower(&link);
+    r.assert_exit(2);
+    common::assert_contains(&r.stderr, "is not a directory (a symlink is not followed)");
+    assert_eq!(listing(&mine), ["notes.txt"]);
+}

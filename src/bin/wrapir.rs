@@ -142,7 +142,9 @@ enum Command {
         /// into this directory instead (the wrapper, the runtime header, a
         /// `main.cpp` that runs it on a safetensors file of inputs, the
         /// program, its kernels, and the runtime library when it lies next
-        /// to this binary); see the README's "Standalone C++ package".
+        /// to this binary); see the README's "Standalone C++ package". It is
+        /// built beside DIR and renamed to DIR when complete; DIR may be
+        /// absent, empty or an earlier package (replaced).
         #[arg(long, value_name = "DIR")]
         package: Option<PathBuf>,
         /// Lower the program exactly as given, without the run-time guards
@@ -627,6 +629,12 @@ fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
     }
     if !m.weights.is_empty() {
         out += &format!("  weights: {} of the graph inputs\n", m.weights.len());
+    }
+    if !summary.entries.iter().any(|e| e == wrapir::bundle::INPUTS) {
+        out += &format!(
+            "  no {}: the bundle carries no inputs, so `run` of the package needs --inputs FILE\n",
+            wrapir::bundle::INPUTS
+        );
     }
     let plans = summary.entries.iter().filter(|e| e.starts_with("cudnn-plans/")).count();
     if let Some(made_for) = &m.cudnn_plans_for {

@@ -9,9 +9,17 @@ use wrapir::bundle::conventions;
 /// The shared runtime library's file name.
 const RUNTIME_LIBRARY: &str = "libwrapir_runtime.so";
 
+/// The files every package directory holds, by which an existing directory
+/// is recognised as an earlier package that may be replaced.
+const PACKAGE_MARKERS: [&str; 3] = ["CMakeLists.txt", "main.cpp", conventions::PROGRAM_JSON];
+
 /// Writes the package of `program` (lowered from `bundle`, opened from
-/// `source`) into `dir`; the program is named after `source`'s file stem
-/// (the bundle directory, the package or program file).
+/// `source`) as directory `dir`; the program is named after `source`'s file
+/// stem (the bundle directory, the package or program file). The package is
+/// built in a private sibling directory and renamed to `dir` when complete,
+/// so an error leaves no half-written `dir` behind (the sibling is removed).
+/// `dir` may be absent, empty, or an earlier package (replaced whole); any
+/// other existing `dir` is an error before anything is written.
 pub(crate) fn write_package(
     bundle: &Bundle,
     source: &Path,
@@ -20,13 +28,105 @@ pub(crate) fn write_package(
     dir: &Path,
 ) -> Result<()> {
     require_runtime_ops(program)?;
+    let existing = check_destination(dir)?;
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let base = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let staging = wrapir::exec::host_kernels::ScratchDir::new_in(&parent, &format!(".{base}.partial"))
+        .with_context(|| format!("creating a temporary directory in {} for the package", parent.display()))?;
+    let report = write_package_files(bundle, source, program, info, staging.path(), dir)?;
+    // The staging directory is private (0700); the package gets the usual mode.
+    std::fs::set_permissions(staging.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .with_context(|| format!("setting the mode of {}", staging.path().display()))?;
+    match existing {
+        Destination::Absent | Destination::Empty => std::fs::rename(staging.path(), dir)
+            .with_context(|| format!("renaming {} to {}", staging.path().display(), dir.display()))?,
+        Destination::EarlierPackage => {
+            // Move the earlier package aside (onto a fresh empty directory,
+            // which `rename` replaces), put the new one in place, then drop
+            // the old one; on failure the earlier package is put back.
+            let old = wrapir::exec::host_kernels::ScratchDir::new_in(&parent, &format!(".{base}.old"))
+                .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
+            std::fs::rename(dir, old.path())
+                .with_context(|| format!("moving the earlier package {} aside", dir.display()))?;
+            if let Err(e) = std::fs::rename(staging.path(), dir) {
+                let restored = std::fs::rename(old.path(), dir);
+                return Err(e).with_context(|| {
+                    format!(
+                        "renaming {} to {}{}",
+                        staging.path().display(),
+                        dir.display(),
+                        if restored.is_ok() {
+                            " (the earlier package is kept)"
+                        } else {
+                            ""
+                        }
+                    )
+                });
+            }
+            drop(old);
+        }
+    }
+    write_output(None, &report)
+}
+
+/// What is at a package's destination before it is written.
+enum Destination {
+    Absent,
+    Empty,
+    EarlierPackage,
+}
+
+/// Where `lower --package` may put a package: an error for a file, a
+/// symlink (not followed) or a directory that holds anything but an earlier
+/// package, naming what is there.
+fn check_destination(dir: &Path) -> Result<Destination> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Destination::Absent),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    if !meta.is_dir() {
+        bail!(
+            "--package {}: it exists and is not a directory (a symlink is not followed); name a new directory",
+            dir.display()
+        );
+    }
+    let mut entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    if entries.next().is_none() {
+        return Ok(Destination::Empty);
+    }
+    if PACKAGE_MARKERS.iter().all(|m| dir.join(m).is_file()) {
+        return Ok(Destination::EarlierPackage);
+    }
+    bail!(
+        "--package {}: the directory exists and is not an earlier package (it lacks {}); name a new or empty directory",
+        dir.display(),
+        PACKAGE_MARKERS.join(", ")
+    )
+}
+
+/// Writes the package's files into `dir` (the staging directory; `shown` is
+/// the directory the user named, for the report); returns the report.
+fn write_package_files(
+    bundle: &Bundle,
+    source: &Path,
+    program: &Program,
+    info: &ir::ProgramInfo<'_>,
+    dir: &Path,
+    shown: &Path,
+) -> Result<String> {
     let name = source
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .filter(|s| s != "-")
         .unwrap_or_else(|| "model".to_string());
     let files = wrapir::lower::cpp::package::package(info, &name)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for f in &files {
         write_output(Some(&dir.join(&f.path)), &f.contents)?;
     }
@@ -52,7 +152,7 @@ pub(crate) fn write_package(
     let target = wrapir::lower::cpp::package::target_name(&name);
     let mut report = format!(
         "package {}: {target}.cpp, main.cpp, wrapir_runtime.h, CMakeLists.txt, program.json, {} kernel image(s)\n",
-        dir.display(),
+        shown.display(),
         cubins.len()
     );
     report += &match copy_runtime_library(dir)? {
@@ -67,8 +167,8 @@ pub(crate) fn write_package(
                 .to_string()
         }
     };
-    report += &format!("build: cmake -B build {0} && cmake --build build; run: build/{target} INPUTS.safetensors OUTPUTS.safetensors [CALLS]\n", dir.display());
-    write_output(None, &report)
+    report += &format!("build: cmake -B build {0} && cmake --build build; run: build/{target} INPUTS.safetensors OUTPUTS.safetensors [CALLS]\n", shown.display());
+    Ok(report)
 }
 
 /// The compiled host kernels a host-only wrapper calls (`kernels/<k>.so`)

@@ -198,7 +198,7 @@ fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> R
         backend = backend.with_predicates(&args.predicate);
     }
     let report = wrapir::exec::meta::run_program_on(program, &mut backend)
-        .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("running {name} on meta: {e}{}", upper_bound_hint(program, &backend)))?;
     let mut out = "device: meta\n".to_string();
     for (k, v) in report.outputs.iter().enumerate() {
         out += &format!("output {k}: {}\n", describe_value(v, &|t| describe_spec(t)));
@@ -219,6 +219,27 @@ fn run_meta(args: &RunArgs, program: &Program, name: &str, inputs: &Inputs) -> R
     out += &format!("peak memory: {} bytes\n", report.memory.peak_bytes);
     write_output(None, &out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// After a failed meta run: the symbols that took their upper bound for want
+/// of a hint (an unbacked symbol's bound is often far above any real value,
+/// and sizes made from it overflow or exceed the limits), each with the
+/// `--hint` that gives it a value; empty when none did.
+fn upper_bound_hint(program: &Program, backend: &wrapir::exec::meta::MetaBackend) -> String {
+    let mut out = String::new();
+    for d in backend.defaulted().iter().filter(|d| d.upper) {
+        let kind = match program.symbols.get(&d.symbol).map(|decl| &decl.kind) {
+            Some(ir::SymbolKind::Unbacked) => "unbacked symbol",
+            Some(ir::SymbolKind::Precomputed) => "precomputed symbol",
+            _ => "symbol",
+        };
+        out += &format!(
+            "\n{kind} `{}` had no hint and took its upper bound {}, which sizes above may come from: \
+             give it a realistic value with --hint {}=N",
+            d.symbol, d.value, d.symbol
+        );
+    }
+    out
 }
 
 /// After a failed cpu or cuda run that had no inputs at all: where they come from.
@@ -245,6 +266,12 @@ fn references(args: &RunArgs, bundle: &Bundle) -> Result<References> {
         None if bundle.has(conventions::EXPECTED) => Some(Reference {
             name: bundle.display(conventions::EXPECTED),
             tensors: bundle.expected()?,
+            tolerance: overridden(meta.tolerance),
+        }),
+        // A bundle without eager outputs: reported as absent, not skipped silently.
+        None if bundle.kind() != BundleKind::ProgramFile => Some(Reference {
+            name: bundle.display(conventions::EXPECTED),
+            tensors: None,
             tolerance: overridden(meta.tolerance),
         }),
         None => None,
@@ -306,7 +333,7 @@ fn compare_with_references(outputs: &[Value<Tensor>], references: &References) -
             continue;
         };
         let Some(expected) = tensors else {
-            out += &format!("against {what}: absent (no {name})\n");
+            out += &format!("against {what}: absent (no {name}), not compared\n");
             continue;
         };
         let comparison =
