@@ -282,11 +282,14 @@ fn a_packed_cpu_bundle_runs_its_kernels() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A package's host kernels are written into a private scratch directory of
-/// unpredictable name and loaded from there: symlinks planted in the
-/// temporary directory (under the names the images once had, and others)
-/// lead nowhere, nothing outside the scratch directory changes, and nothing
-/// is left behind.
+/// A package's host kernels are loaded from anonymous in-memory files (C++
+/// kernels on Linux) or written into a private scratch directory of
+/// unpredictable name (Halide kernels, which find their runtime through a
+/// directory): symlinks planted in the temporary directory (directory and
+/// file symlinks, under the names the images and scratch directories once
+/// had, the process ids the run may get included, and others) lead nowhere,
+/// nothing outside the scratch directory changes, nothing is left behind,
+/// and the runs succeed.
 #[test]
 fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
     let dir = common::scratch("cpu_bundles", "planted_symlinks");
@@ -296,40 +299,89 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
     std::fs::create_dir_all(&elsewhere).unwrap();
     let victim = elsewhere.join("victim");
     std::fs::write(&victim, b"precious").unwrap();
-    // What an attacker could plant: a directory symlink and a file symlink.
-    for name in ["wrapir-host-kernels", "wrapir-host-kernels-1"] {
+    // The old scratch directories were `<prefix>-<pid>`: plant them for the
+    // next process ids (the runs below take some of them), pointing elsewhere.
+    let last_pid: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(std::process::id());
+    let mut dir_links: Vec<String> = vec!["wrapir-host-kernels".into(), "wrapir-rank-kernels".into()];
+    // File symlinks under the names of images, scratch folders and partial packages.
+    let mut file_links: Vec<String> = [
+        "kernels",
+        "images",
+        "halide_runtime.so",
+        "cpp_fused_gelu_0.so",
+        "halide_kernel_0.so",
+    ]
+    .map(String::from)
+    .to_vec();
+    for pid in last_pid..last_pid + 200 {
+        dir_links.push(format!("wrapir-host-kernels-{pid}"));
+        dir_links.push(format!("wrapir-rank-kernels-{pid}"));
+        // `pack` wrote `.<package>.partial-<pid>` beside the package.
+        file_links.push(format!(".cpp.wirpkg.partial-{pid}"));
+        file_links.push(format!(".halide.wirpkg.partial-{pid}"));
+    }
+    for name in &dir_links {
         std::os::unix::fs::symlink(&elsewhere, tmp.join(name)).unwrap();
     }
-    std::os::unix::fs::symlink(&victim, tmp.join("kernels")).unwrap();
-    let package = dir.join("halide.wirpkg");
-    let bundle = "fixtures/inductor/bundles_cpu/halide/small_cnn";
-    let pack = common::wrapir(&["pack", bundle, "-o", package.to_str().unwrap()]);
-    assert_eq!(pack.code, 0, "{}{}", pack.stdout, pack.stderr);
-    let run = common::wrapir_with_env(
-        &["run", package.to_str().unwrap(), "--device", "cpu"],
-        &[("TMPDIR", &tmp)],
-    );
-    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
-    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-    let mut left: Vec<String> = std::fs::read_dir(&tmp)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
-    assert_eq!(
-        left,
-        ["kernels", "wrapir-host-kernels", "wrapir-host-kernels-1"],
-        "the run left files behind"
-    );
-    assert_eq!(
-        std::fs::read_dir(&elsewhere).unwrap().count(),
-        1,
-        "the run wrote outside its scratch directory"
-    );
+    for name in &file_links {
+        std::os::unix::fs::symlink(&victim, tmp.join(name)).unwrap();
+    }
+    let listing = |d: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let mut expected = listing(&tmp);
+    for (case, file) in [("cpp/mm_gelu", "cpp.wirpkg"), ("halide/small_cnn", "halide.wirpkg")] {
+        // The package is written into the shared directory too.
+        let package = tmp.join(file);
+        let bundle = format!("fixtures/inductor/bundles_cpu/{case}");
+        let pack = common::wrapir(&["pack", &bundle, "-o", package.to_str().unwrap()]);
+        assert_eq!(pack.code, 0, "{}{}", pack.stdout, pack.stderr);
+        expected.push(file.to_string());
+        expected.sort();
+        let run = common::wrapir_with_env(
+            &["run", package.to_str().unwrap(), "--device", "cpu"],
+            &[("TMPDIR", &tmp)],
+        );
+        assert_eq!(run.code, 0, "{case}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stdout.contains("against eager: 1 outputs match"),
+            "{case}: {}",
+            run.stdout
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "{case}");
+        assert_eq!(listing(&tmp), expected, "{case}: pack or run left files behind");
+        for name in &dir_links {
+            assert_eq!(std::fs::read_link(tmp.join(name)).unwrap(), elsewhere, "{case}: {name}");
+        }
+        for name in &file_links {
+            assert_eq!(std::fs::read_link(tmp.join(name)).unwrap(), victim, "{case}: {name}");
+        }
+        assert_eq!(
+            listing(&elsewhere),
+            ["victim"],
+            "{case}: the run wrote outside its scratch directory"
+        );
+    }
+    // On Linux a C++ package's kernels load with no scratch directory at all.
+    let cpp = Bundle::open(&tmp.join("cpp.wirpkg")).unwrap();
+    let loaded =
+        host_kernels::load_kernels_from(&mut HostBackend::default(), cpp.program(), &cpp.kernel_images(), None);
+    if cfg!(target_os = "linux") {
+        assert_eq!(loaded.unwrap(), host_kernels::host_kernel_names(cpp.program()).len());
+    } else {
+        common::assert_contains(&loaded.unwrap_err().to_string(), "give a scratch directory");
+    }
     // The library refuses a scratch path that exists already (here a planted
     // directory symlink) rather than writing through it.
-    let opened = Bundle::open(&package).unwrap();
+    let opened = Bundle::open(&tmp.join("halide.wirpkg")).unwrap();
     let planted = tmp.join("planted");
     std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
     let err = host_kernels::load_kernels_from(
@@ -341,11 +393,7 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
     .unwrap_err()
     .to_string();
     common::assert_contains(&err, "cannot create the private scratch directory");
-    assert_eq!(
-        std::fs::read_dir(&elsewhere).unwrap().count(),
-        1,
-        "the library wrote through a symlink"
-    );
+    assert_eq!(listing(&elsewhere), ["victim"], "the library wrote through a symlink");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -37,6 +37,7 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
     ("anyhow", &["bin/"]),
     ("clap", &["bin/"]),
     ("miette", &["bin/"]),
+    ("libc", &["exec/host_kernels/memfd.rs"]),
 ];
 
 /// Files that may read the process environment: the CLI, and the library's

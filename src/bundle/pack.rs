@@ -143,17 +143,30 @@ impl Bundle {
         })
     }
 
-    /// Writes this bundle as a package to the file `path`: to a new file
-    /// beside it, renamed over `path` when complete, so that a reader never
+    /// Writes this bundle as a package to the file `path`: to a new file in
+    /// a private directory beside it (0700, an unpredictable name, created
+    /// exclusively: nothing is written where another user could have put a
+    /// symlink), renamed over `path` when complete, so that a reader never
     /// sees a partial package and mappings of an older file stay intact.
     pub fn write_package(&self, path: &Path) -> Result<PackSummary, BundleError> {
         let file_name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let partial = path.with_file_name(format!(".{file_name}.partial-{}", std::process::id()));
+            .unwrap_or_else(|| "package".into());
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        // Removed on drop, with the partial file when writing fails.
+        let staging = crate::exec::host_kernels::ScratchDir::new_in(parent, &format!(".{file_name}.partial"))
+            .map_err(|e| BundleError::io("creating a private directory in", parent, e))?;
+        let partial = staging.path().join(&file_name);
         let write = || -> Result<PackSummary, BundleError> {
-            let file = std::fs::File::create(&partial).map_err(|e| BundleError::io("creating", &partial, e))?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&partial)
+                .map_err(|e| BundleError::io("creating", &partial, e))?;
             let mut out = std::io::BufWriter::new(file);
             let summary = self.write_package_to(&mut out)?;
             let file = out
@@ -164,9 +177,7 @@ impl Bundle {
             Ok(summary)
         };
         let result = write();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&partial);
-        }
+        drop(staging);
         result
     }
 }

@@ -25,11 +25,15 @@
 //!
 //! Loading a bundle's kernels runs its code (as loading its cubins does):
 //! open only bundles you trust. This module and `exec::cuda` are the library's
-//! exceptions to "no I/O": they open the shared objects a caller names (and
-//! this one writes a package's images into the scratch directory the caller
-//! names, since a shared object loads only from a file).
+//! exceptions to "no I/O": they open the shared objects a caller names. A
+//! package's images are loaded from anonymous in-memory files where the
+//! system has them (`memfd`, Linux; C++ kernels), else written into the
+//! scratch directory the caller names (a shared object loads only from a
+//! file; Halide kernels find their runtime through a directory).
 
 mod halide;
+#[cfg(target_os = "linux")]
+mod memfd;
 mod scratch;
 
 pub use scratch::ScratchDir;
@@ -91,6 +95,25 @@ pub enum HostKernelError {
     },
 }
 
+impl HostKernelError {
+    /// The same error, naming the image as `path` (an image loaded from an
+    /// in-memory file is named by its entry, not its `/proc` path).
+    fn at(self, path: &Path) -> HostKernelError {
+        match self {
+            HostKernelError::Load { kernel, message, .. } => HostKernelError::Load {
+                kernel,
+                path: path.to_path_buf(),
+                message,
+            },
+            HostKernelError::Mismatch { kernel, message, .. } => HostKernelError::Mismatch {
+                kernel,
+                path: path.to_path_buf(),
+                message,
+            },
+        }
+    }
+}
+
 /// The C++ and Halide kernels of `program` that have host images.
 pub fn host_kernel_names(program: &Program) -> Vec<&str> {
     program
@@ -113,13 +136,16 @@ fn is_host_image_kernel(backend: &KernelBackend) -> bool {
 /// (a bundle's `kernel_images()`): images that are files under a directory
 /// ([`KernelImageSource::directory`]: a bundle directory or a program file's
 /// directory) load from there. Images held elsewhere (a package's, in
-/// memory) cannot be loaded as shared objects: with `scratch`, a path that
-/// must not exist yet (in a directory only this user can write, such as a
-/// [`ScratchDir`]; the caller removes it afterwards), the directory is
-/// created private (0700) and exclusively, the program's host images and the
-/// Halide runtime are written into `scratch/kernels/` as new files (never
-/// through a symlink: see [`ScratchDir`] for the threat model) and loaded from
-/// there; without it, a program with host kernels is an error.
+/// memory) load, on Linux and for C++ kernels, from anonymous in-memory
+/// files (`memfd_create`: nothing is written to any file system). Where
+/// that is not possible (another system, no anonymous files, or a Halide
+/// kernel, whose objects find their runtime through a directory): with
+/// `scratch`, a path that must not exist yet (in a directory only this user
+/// can write, such as a [`ScratchDir`]; the caller removes it afterwards),
+/// the directory is created private (0700) and exclusively, the program's
+/// host images and the Halide runtime are written into `scratch/kernels/` as
+/// new files (never through a symlink: see [`ScratchDir`] for the threat
+/// model) and loaded from there; without it, such a program is an error.
 pub fn load_kernels_from(
     backend: &mut HostBackend,
     program: &Program,
@@ -127,6 +153,12 @@ pub fn load_kernels_from(
     scratch: Option<&Path>,
 ) -> Result<usize, HostKernelError> {
     let names = host_kernel_names(program);
+    #[cfg(target_os = "linux")]
+    if images.directory().is_none() && !names.is_empty() && !has_cpu_halide(program) {
+        if let Some(n) = memfd::load_kernels_in_memory(backend, program, images)? {
+            return Ok(n);
+        }
+    }
     match (images.directory(), scratch) {
         (Some(dir), _) => load_program_kernels(backend, program, dir),
         (None, _) if names.is_empty() => Ok(0),
@@ -136,10 +168,7 @@ pub fn load_kernels_from(
             message: "a package's host kernels are loaded from files: give a scratch directory to write them to".into(),
         }),
         (None, Some(dir)) => {
-            let halide = program
-                .kernels
-                .values()
-                .any(|k| matches!(&k.backend, KernelBackend::Halide(m) if !m.is_cuda()));
+            let halide = has_cpu_halide(program);
             let mut files: Vec<(String, String)> = names.iter().map(|k| (k.to_string(), image_path(k))).collect();
             if halide {
                 files.push(("the Halide runtime".into(), HALIDE_RUNTIME.to_string()));
@@ -171,6 +200,15 @@ pub fn load_kernels_from(
             load_program_kernels(backend, program, dir)
         }
     }
+}
+
+/// Whether `program` has a CPU Halide kernel (whose image needs the Halide
+/// runtime beside it in a directory).
+fn has_cpu_halide(program: &Program) -> bool {
+    program
+        .kernels
+        .values()
+        .any(|k| matches!(&k.backend, KernelBackend::Halide(m) if !m.is_cuda()))
 }
 
 /// Loads every C++ and (CPU) Halide kernel of `program` from its image under

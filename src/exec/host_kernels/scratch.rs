@@ -1,5 +1,6 @@
 //! Where a package's host-kernel images are written before they are loaded
-//! (a shared object loads only from a file).
+//! when they cannot be loaded from memory (see `memfd`): a shared object
+//! loads only from a file.
 //!
 //! Threat model: another local user may create files, directories and
 //! symlinks in the shared temporary directory, and may guess names there;
