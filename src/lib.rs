@@ -72,6 +72,8 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+// docs.rs (and `RUSTDOCFLAGS="--cfg docsrs"` on nightly) marks what needs a feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // Every `unsafe` block says why it is sound (also set in Cargo.toml's `[lints]`).
 #![warn(clippy::undocumented_unsafe_blocks)]
 
@@ -85,6 +87,7 @@ pub mod ir;
 pub mod limits;
 pub mod lower;
 pub mod reconcile;
+pub mod runtime;
 #[cfg(feature = "insta")]
 pub mod snapshot;
 pub mod sym;

@@ -21,6 +21,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("exec", &["ir", "sym", "fx", "lower", "text", "bench"]),
     ("bundle", &["ir", "text", "exec"]),
     ("capi", &["ir", "exec", "bundle"]),
+    ("runtime", &["ir", "sym", "exec", "bundle"]),
     ("snapshot", &["ir", "lower"]),
     ("lib", &[]),
 ];

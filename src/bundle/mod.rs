@@ -167,6 +167,23 @@ impl Bundle {
         )
     }
 
+    /// A package held in memory (`name` names it in errors, as a path would;
+    /// nothing is read from or written to a file): the package's format is
+    /// checked and its program parsed within `limits`, as
+    /// [`Bundle::open_with_limits`] does for a package file. Its kernel
+    /// images are in memory ([`KernelImages`] without a directory).
+    pub fn from_package_bytes(
+        name: impl Into<String>,
+        bytes: impl Into<SharedBytes>,
+        limits: &Limits,
+    ) -> Result<Bundle, BundleError> {
+        let path = PathBuf::from(name.into());
+        let bytes: SharedBytes = bytes.into();
+        crate::limits::files::check_size(&path, bytes.len() as u64, limits.max_file_bytes)?;
+        let store = Store::Package(Box::new(package::Package::parse(&path, bytes)?));
+        Bundle::from_store(&path, BundleKind::Package, store, limits)
+    }
+
     /// A bundle of program text given directly (`name` names it in errors,
     /// such as `<stdin>`); kernel images are looked up in the current directory.
     pub fn from_text(

@@ -199,6 +199,50 @@ impl HostBackend {
     pub fn kernel_names(&self) -> Vec<String> {
         self.kernels.keys().cloned().collect()
     }
+
+    /// Checks, before any call, that this backend can run every kernel and
+    /// extern op of `program` (each kernel registered, as a bundle's loaded
+    /// host kernels are; each op registered or built in): the first that it
+    /// cannot is an error naming it, its line, and for a GPU kernel the
+    /// device it needs.
+    pub fn check_runs(&self, program: &crate::ir::Program) -> Result<(), ExecError> {
+        use crate::ir::KernelBackend;
+        for def in program.kernels.values() {
+            let name = def.name.as_str();
+            if self.kernels.contains_key(name) {
+                continue;
+            }
+            let gpu = match &def.backend {
+                KernelBackend::Triton(_) | KernelBackend::CudaC => true,
+                KernelBackend::Halide(m) => m.is_cuda(),
+                KernelBackend::Cpp(_) | KernelBackend::Host => false,
+            };
+            if gpu {
+                return Err(ExecError::Unsupported(format!(
+                    "kernel `{name}` is a CUDA {} kernel: the host backend cannot run it (run the program on a CUDA device)",
+                    def.backend.keyword()
+                )));
+            }
+            return Err(ExecError::UnknownKernel {
+                backend: "host",
+                name: name.to_string(),
+                supported: self.kernel_names(),
+            });
+        }
+        match super::device_ops::extern_uses(program)
+            .into_iter()
+            .find(|u| !self.has_op(&u.op))
+        {
+            Some(u) => Err(ExecError::Unsupported(format!("{u}: the host backend has no such op"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The registered kernels by name: what another backend registers to
+    /// run the same compiled kernels (one load shared by many backends).
+    pub fn kernels(&self) -> impl Iterator<Item = (&str, &KernelFn)> {
+        self.kernels.iter().map(|(name, f)| (name.as_str(), f))
+    }
 }
 
 impl Backend for HostBackend {
@@ -342,7 +386,31 @@ pub fn run_program_on(
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
     let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
+    run_placed(program, &plan, backend, inputs)
+}
+
+/// [`run_program_on`] with `program`'s plan compiled already
+/// ([`super::compile_program`]), on inputs the caller lends: they are matched
+/// and laid out the same way, and a tensor already in its declared layout
+/// (a model's weights, placed once) is used without a copy.
+pub fn run_plan_on(
+    program: &crate::ir::Program,
+    plan: &super::interp::Plan,
+    backend: &mut HostBackend,
+    inputs: &IndexMap<String, &Tensor>,
+) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
+    run_placed(program, plan, backend, inputs)
+}
+
+/// Matches and lays out `inputs`, then runs `plan`.
+fn run_placed<I: super::run::SuppliedInput + std::borrow::Borrow<Tensor>>(
+    program: &crate::ir::Program,
+    plan: &super::interp::Plan,
+    backend: &mut HostBackend,
+    inputs: &IndexMap<String, I>,
+) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
     let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
+        let t: &Tensor = t.borrow();
         if t.spec() == spec {
             return Ok(t.clone());
         }

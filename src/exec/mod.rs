@@ -43,7 +43,7 @@ pub(crate) mod tensor;
 
 pub use args::{ArgIter, ArgList, Kwargs, KwargsIter};
 pub use run::{check_inputs, compile_program, input_symbols, RunError};
-pub use tensor::{Element, Tensor};
+pub use tensor::{Element, OwnedStorage, Tensor};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};
 use crate::sym::Symbol;

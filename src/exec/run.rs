@@ -105,6 +105,18 @@ impl SuppliedInput for super::Tensor {
     }
 }
 
+impl SuppliedInput for &super::Tensor {
+    fn dtype(&self) -> crate::ir::DType {
+        super::Tensor::dtype(self)
+    }
+    fn size(&self) -> &[i64] {
+        super::Tensor::size(self)
+    }
+    fn symbol_value(&self) -> Result<Option<i64>, ExecError> {
+        (**self).symbol_value()
+    }
+}
+
 /// Matches `inputs` (keyed by graph input or constant name; a symbol input
 /// is a one-element integer tensor, and may be left out when an input size
 /// binds its symbol) to `program`'s main graph: checks names, dtypes and

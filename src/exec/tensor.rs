@@ -6,7 +6,9 @@ use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+mod owned;
 mod raw;
+pub use owned::OwnedStorage;
 pub(crate) use raw::RawView;
 
 /// Typed element storage (not re-exported: reachable only through [`Element`]'s sealed supertrait).

@@ -204,6 +204,15 @@ pub fn load_kernels_from(
 
 /// Whether `program` has a CPU Halide kernel (whose image needs the Halide
 /// runtime beside it in a directory).
+/// Whether `program`'s host kernels, when their images are held in memory
+/// (a package's), can only load from files written to a scratch
+/// directory: where the program has CPU Halide kernels (which find their
+/// runtime through `$ORIGIN`), or the system has no anonymous in-memory
+/// files (not Linux). Programs without host kernels need none.
+pub fn needs_scratch(program: &Program) -> bool {
+    !host_kernel_names(program).is_empty() && (has_cpu_halide(program) || !cfg!(target_os = "linux"))
+}
+
 fn has_cpu_halide(program: &Program) -> bool {
     program
         .kernels

@@ -1,0 +1,71 @@
+//! A model on a GPU: the CUDA backend's [`Model`], loaded with the
+//! options [`ModelOptions`] and [`CudaSettings`] give it.
+
+use super::{LoadReport, ModelError, ModelOptions, ModelSource};
+use crate::exec::cuda::{self, CudaPaths, Model};
+use std::time::Instant;
+
+/// The CUDA backend's settings of a [`super::Model`] on a GPU (each as
+/// [`cuda::ModelOptions`] documents it).
+#[derive(Clone, Debug)]
+pub struct CudaSettings {
+    /// Replay recordings through CUDA graphs (default `true`).
+    pub graphs: bool,
+    /// Shape buckets each session keeps recorded (default 8).
+    pub shape_cache: usize,
+    /// Run one call on the bundle's stored inputs while loading (default `true`).
+    pub warm_up: bool,
+    /// Where the CUDA libraries and the kernel cache are (default: the
+    /// loader's paths only, no disk cache; [`CudaPaths::from_env`] reads
+    /// them from the environment).
+    pub paths: CudaPaths,
+    /// Threads that make the convolution plans ahead (default: the machine's
+    /// parallelism, at most 8; 0 leaves each to its first call).
+    pub plan_threads: usize,
+}
+
+impl Default for CudaSettings {
+    fn default() -> Self {
+        let cuda = cuda::ModelOptions::default();
+        CudaSettings {
+            graphs: cuda.graphs,
+            shape_cache: cuda.shape_cache,
+            warm_up: cuda.warm_up,
+            paths: cuda.paths,
+            plan_threads: cuda.plan_threads,
+        }
+    }
+}
+
+/// Loads `source` on CUDA device `ordinal`.
+pub(super) fn load(
+    source: &dyn ModelSource,
+    options: &ModelOptions,
+    ordinal: usize,
+    started: Instant,
+) -> Result<Model, ModelError> {
+    let settings = &options.cuda;
+    let cuda = cuda::ModelOptions {
+        device: ordinal,
+        graphs: settings.graphs,
+        shape_cache: settings.shape_cache,
+        idle_sessions: options.idle_sessions,
+        limits: options.limits,
+        warm_up: settings.warm_up,
+        paths: settings.paths.clone(),
+        plan_threads: settings.plan_threads,
+    };
+    Model::load_from(source, &cuda, started)
+}
+
+/// The device-generic part of `model`'s load report.
+pub(super) fn report(model: &Model) -> LoadReport {
+    let r = model.load_report();
+    LoadReport {
+        device: r.device.clone(),
+        kernels: r.kernels,
+        weights: r.weights,
+        weight_bytes: r.weight_bytes,
+        total: r.total,
+    }
+}
