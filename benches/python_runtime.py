@@ -1,0 +1,152 @@
+"""The `wrapir` Python package against `torch._inductor.aoti_load_package`
+on the CPU, on the same model (`small_cnn` of fixtures/inductor/cases_cpu.py,
+in eval mode, input 2x3x16x16 f32; wrapir runs its committed bundle
+`fixtures/inductor/bundles_cpu/cpp/small_cnn`, exported from PyTorch 2.11).
+
+    python benches/python_runtime.py [--cold N] [--calls N]
+
+needs torch, the `wrapir` package (`pip install ./bindings/python`) and the
+wrapir binary (`WRAPIR`, else target/debug/wrapir, to pack the bundle).
+
+* Cold load: N fresh processes each (default 5), timed from just before the
+  process is started to its first output (the child stamps the wall clock
+  when the output is ready): `import torch`, the load, one call. Also the
+  load and first call alone, as the child times them.
+* Per call: in one process, the median host time of one call (inputs ready
+  on the CPU, outputs back) over --calls calls (default 2000) after 50
+  untimed ones, for eager PyTorch, `torch.compile` (Inductor's default and
+  max-autotune-no-cudagraphs modes), the AOTI package and wrapir.
+
+Prints one table; medians, not means.
+"""
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BUNDLE = REPO / "fixtures" / "inductor" / "bundles_cpu" / "cpp" / "small_cnn"
+sys.path.insert(0, str(REPO / "fixtures" / "inductor"))
+
+CHILD = {
+    "wrapir (bundle directory)": """
+import time, torch, wrapir
+t0 = time.perf_counter()
+m = wrapir.load({path!r})
+t1 = time.perf_counter()
+y = m(torch.randn(2, 3, 16, 16))[0]
+stamp = time.time()
+print(stamp, t1 - t0, time.perf_counter() - t1)
+""",
+    "wrapir (.wirpkg)": """
+import time, torch, wrapir, tempfile
+t0 = time.perf_counter()
+m = wrapir.load({pkg!r}, scratch_dir=tempfile.gettempdir())
+t1 = time.perf_counter()
+y = m(torch.randn(2, 3, 16, 16))[0]
+stamp = time.time()
+print(stamp, t1 - t0, time.perf_counter() - t1)
+""",
+    "AOTI (.pt2)": """
+import time, torch
+t0 = time.perf_counter()
+m = torch._inductor.aoti_load_package({pt2!r})
+t1 = time.perf_counter()
+y = m(torch.randn(2, 3, 16, 16))
+stamp = time.time()
+print(stamp, t1 - t0, time.perf_counter() - t1)
+""",
+}
+
+
+def model():
+    import cases_cpu
+
+    return cases_cpu.small_cnn().eval()
+
+
+def cold(snippet, runs):
+    """(median exec-to-first-output, median load, median first call) in seconds."""
+    totals, loads, firsts = [], [], []
+    for _ in range(runs):
+        start = time.time()
+        out = subprocess.run([sys.executable, "-c", snippet], check=True, capture_output=True, text=True)
+        stamp, load, first = (float(v) for v in out.stdout.split()[-3:])
+        totals.append(stamp - start)
+        loads.append(load)
+        firsts.append(first)
+    return statistics.median(totals), statistics.median(loads), statistics.median(firsts)
+
+
+def per_call(fn, x, calls):
+    """Median seconds of one call of `fn(x)`."""
+    for _ in range(50):
+        fn(x)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    import torch
+
+    import wrapir
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cold", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    wrapir_cli = os.environ.get("WRAPIR") or str(REPO / "target" / "debug" / "wrapir")
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16)
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = os.path.join(tmp, "small_cnn.wirpkg")
+        subprocess.run([wrapir_cli, "pack", str(BUNDLE), "-o", pkg], check=True, capture_output=True)
+        m = model()
+        with torch.no_grad():
+            exported = torch.export.export(m, (x,))
+            t0 = time.perf_counter()
+            pt2 = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "small_cnn.pt2"))
+            compile_s = time.perf_counter() - t0
+        print(f"AOTI package compiled in {compile_s:.1f} s")
+        paths = {"path": str(BUNDLE), "pkg": pkg, "pt2": pt2}
+        rows = []
+        for name, snippet in CHILD.items():
+            total, load, first = cold(snippet.format(**paths), args.cold)
+            rows.append((name, total, load, first))
+        import_torch = cold("import time, torch\nprint(time.time(), 0, 0)", args.cold)[0]
+        print(f"\ncold start, median of {args.cold} fresh processes (`import torch` alone: {import_torch * 1e3:.0f} ms)")
+        print(f"{'runner':28} {'exec to first output':>21} {'load':>10} {'first call':>11}")
+        for name, total, load, first in rows:
+            print(f"{name:28} {total * 1e3:18.0f} ms {load * 1e3:7.1f} ms {first * 1e3:8.2f} ms")
+
+        aoti = torch._inductor.aoti_load_package(pt2)
+        ours = wrapir.load(BUNDLE)
+        with torch.no_grad():
+            want = m(x)
+            torch.testing.assert_close(ours(x)[0], want, rtol=2e-5, atol=2e-5)
+            torch.testing.assert_close(aoti(x), want, rtol=2e-5, atol=2e-5)
+            default = torch.compile(model())
+            autotuned = torch.compile(model(), mode="max-autotune-no-cudagraphs")
+            calls = [
+                ("eager PyTorch", lambda t: m(t)),
+                ("torch.compile (default)", lambda t: default(t)),
+                ("torch.compile (max-autotune-no-cudagraphs)", lambda t: autotuned(t)),
+                ("AOTI (aoti_load_package)", lambda t: aoti(t)),
+                ("wrapir", lambda t: ours(t)),
+            ]
+            print(f"\nper call, median of {args.calls} calls after 50 untimed (one thread, torch threads {torch.get_num_threads()})")
+            for name, fn in calls:
+                print(f"{name:44} {per_call(fn, x, args.calls) * 1e6:9.1f} us")
+
+
+if __name__ == "__main__":
+    main()
