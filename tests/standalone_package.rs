@@ -273,39 +273,12 @@ fn cli_writes_a_complete_package_and_refuses_missing_ops() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The CUDA toolkit's `nvcc`, where CMake's FindCUDAToolkit looks for it.
-fn find_nvcc() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("nvcc")).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let roots = ["CUDAToolkit_ROOT", "CUDA_PATH", "CUDA_HOME"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .map(|r| PathBuf::from(r).join("bin/nvcc"));
-    on_path
-        .into_iter()
-        .chain(roots)
-        .chain(std::iter::once(PathBuf::from("/usr/local/cuda/bin/nvcc")))
-        .find(|p| p.is_file())
-}
-
-fn tool_on_path(name: &str) -> bool {
-    Command::new(name)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
+#[cfg_attr(
+    not(all(wrapir_has_cmake, wrapir_has_nvcc)),
+    ignore = "needs cmake and the CUDA toolkit (nvcc)"
+)]
 fn cmake_project_configures() {
-    if !tool_on_path("cmake") {
-        println!("skipped: cmake not found");
-        return;
-    }
-    if find_nvcc().is_none() {
-        println!("skipped: the CUDA toolkit (nvcc) not found");
-        return;
-    }
     let dir = common::scratch("standalone_package", "cmake");
     let pkg = dir.join("pkg");
     let run = common::lower_package(Path::new("fixtures/inductor/bundles/cat_mm"), &pkg);
