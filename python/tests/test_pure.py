@@ -24,14 +24,14 @@ sys.path.insert(0, PYTHON_DIR)
 
 from wrapir_export import control, exprs, kernels, launch, redact, safetensors  # noqa: E402
 from wrapir_export import bundle as B  # noqa: E402
-from wrapir_export import cases, cli, exporter, fx, ranks, tolerances  # noqa: E402
+from wrapir_export import cases, cli, exporter, fx, names, ranks, tolerances  # noqa: E402
 from wrapir_export.errors import ExportError, Unconvertible  # noqa: E402
 
 MODULES = ["wrapir_export", "wrapir_export.errors", "wrapir_export.redact", "wrapir_export.safetensors",
            "wrapir_export.exprs", "wrapir_export.control", "wrapir_export.convert", "wrapir_export.capture",
            "wrapir_export.kernels", "wrapir_export.tolerances", "wrapir_export.bundle", "wrapir_export.exporter",
            "wrapir_export.cases", "wrapir_export.cli", "wrapir_export.launch", "wrapir_export.fx",
-           "wrapir_export.ranks"]
+           "wrapir_export.ranks", "wrapir_export.names"]
 
 
 class LazyTorch(unittest.TestCase):
@@ -54,6 +54,42 @@ class LazyTorch(unittest.TestCase):
                              capture_output=True, text=True, check=True)
         for flag in ("--cases", "--out", "--only", "--jobs", "--sizes"):
             self.assertIn(flag, out.stdout)
+
+
+class Names(unittest.TestCase):
+    def test_positional_names(self):
+        def f(x, y, *rest, scale=1):
+            return x
+
+        class M:
+            def forward(self, input_ids, mask=None):
+                return input_ids
+
+        self.assertEqual(names.positional_names(f, 2), ["x", "y"])
+        self.assertEqual(names.positional_names(f, 4), ["x", "y", "rest[0]", "rest[1]"])
+        self.assertEqual(names.positional_names(M(), 2), ["input_ids", "mask"])
+        self.assertEqual(names.positional_names(len, 1), ["obj"])
+        self.assertEqual(names.positional_names(object(), 2), ["args[0]", "args[1]"])
+
+    def test_match_inputs_by_data_key(self):
+        leaves = [("x", "kx"), ("pair[0]", "k0"), ("n", None), ("pair[1]", "k1")]
+        # Dynamo's order need not be the user's; the weight and the size are unnamed.
+        got = names.match_inputs(["arg0_1", "arg1_1", "arg2_1", "arg3_1", "s0"], ["kw", "k1", "kx", "k0", None],
+                                  leaves, skip={"arg0_1"})
+        self.assertEqual(got, {"arg1_1": "pair[1]", "arg2_1": "x", "arg3_1": "pair[0]"})
+        # One leaf names one graph input; unrecorded keys name nothing.
+        self.assertEqual(names.match_inputs(["a", "b"], ["kx", "kx"], leaves), {"a": "x"})
+        self.assertEqual(names.match_inputs(["a"], None, leaves), {})
+
+    def test_names_info_fields_are_optional(self):
+        info = B.names_info(signature=["x"], input_names={}, input_tree=None, output_names=["output"],
+                            exp_names=["out0"], output_tree=None)
+        self.assertEqual(info, {"signature": ["x"], "output_names": ["output"]})
+        # Names that do not line up with the stored outputs are left out.
+        info = B.names_info(signature=[], input_names={"arg0_1": "x"}, input_tree="t", output_names=["a", "b"],
+                            exp_names=["out0", "graph_out0"], output_tree="o")
+        self.assertEqual(info, {"signature": [], "input_names": {"arg0_1": "x"}, "input_tree": "t",
+                                "output_tree": "o"})
 
 
 class Ranks(unittest.TestCase):

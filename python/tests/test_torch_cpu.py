@@ -107,6 +107,29 @@ class CpuExport(unittest.TestCase):
         r = self.export(Linear(), [torch.randn(8, 4)], "module")
         self.assertEqual(r.info["module"], "Linear")
         self.assertEqual(list(r.info["weight_names"].values()), ["lin.weight"])
+        # The user's names: `forward(self, x)`, the weight unnamed, one output.
+        self.assertEqual(r.info["signature"], ["x"])
+        weight = r.info["weights"][0]
+        user = [g for g in r.info["graph_inputs"] if g != weight]
+        self.assertEqual(r.info["input_names"], {user[0]: "x"})
+        self.assertEqual(r.info["output_names"], ["output"])
+
+    def test_names_of_nested_inputs_and_outputs(self):
+        def pair_sum(pair, scale):
+            return {"sum": pair[0] + pair[1] * scale, "diff": pair[0] - pair[1]}
+
+        r = self.export(pair_sum, [(torch.randn(4), torch.randn(4)), torch.randn(4)], "names")
+        self.assertTrue(r.ok)
+        self.assertEqual(r.info["signature"], ["pair", "scale"])
+        self.assertEqual(sorted(r.info["input_names"].values()), ["pair[0]", "pair[1]", "scale"])
+        # In the output's own order (a dict keeps its insertion order).
+        self.assertEqual(r.info["output_names"], ["output['sum']", "output['diff']"])
+        import torch.utils._pytree as pytree
+
+        spec = pytree.treespec_loads(r.info["output_tree"])
+        out = pytree.tree_unflatten([1, 2], spec)
+        self.assertEqual(out, {"sum": 1, "diff": 2})
+        self.assertEqual(pytree.treespec_loads(r.info["input_tree"]).num_leaves, 3)
 
     def test_exported_program(self):
         torch.manual_seed(1)

@@ -268,6 +268,23 @@ def bundle_info(torch, *, name, compile_kwargs, input_names, user_inputs, expect
     return info
 
 
+def names_info(*, signature, input_names, input_tree, output_names, exp_names, output_tree):
+    """bundle.json's naming fields (`names.py`): `signature`, `input_names`, `input_tree`,
+    `output_names` (only when one name per stored output `out<k>`), `output_tree`; a
+    field without a value is left out (every one is optional to readers)."""
+    info = {"signature": list(signature)}
+    if input_names:
+        info["input_names"] = dict(input_names)
+    if input_tree is not None:
+        info["input_tree"] = input_tree
+    stored = [n for n in exp_names if n.startswith("out")]
+    if len(output_names) == len(stored):
+        info["output_names"] = list(output_names)
+    if output_tree is not None:
+        info["output_tree"] = output_tree
+    return info
+
+
 def host_kernels_info(program):
     """bundle.json's `host_kernels`: how the C++ and Halide kernel images were built (None
     when the program has none)."""

@@ -20,6 +20,7 @@ import shutil
 import sys
 
 from . import bundle as B
+from . import names as N
 from .capture import SESSION, install
 from .errors import ExportError
 from .tolerances import (MathModes, check_math, compare, compiled_tolerance, eager_tolerance, flatten_outputs,
@@ -342,14 +343,20 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         B.write_program(bundle, program)
         input_names, exp_names, int_outputs, compiled_names = B.write_tensors(
             torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors)
-        weights, weight_names = B.identify_weights(fn, input_names, getattr(mod, "_export_input_keys", None),
-                                                   is_module, errors)
+        input_keys = getattr(mod, "_export_input_keys", None)
+        weights, weight_names = B.identify_weights(fn, input_names, input_keys, is_module, errors)
+        # The user's names: matched against the tensors the compiled call received.
+        signature, leaves, input_tree, output_names, output_tree = N.user_names(torch, fn, run_inputs, expected)
         info = B.bundle_info(
             torch, name=name, compile_kwargs=compile_kwargs, input_names=input_names, user_inputs=len(inputs),
             expected=exp_names, graph_outputs=len(main.graph["outputs"]), int_outputs=int_outputs,
             tolerance=tolerance, tolerance_basis=tolerance_basis, compiled=compiled_names, ctol=ctol, math=math,
             module=module_name, weights=weights, weight_names=weight_names, notes=notes, cuda_rng=cuda_rng,
             constants=B.constant_sources(fn, constant_values, is_module))
+        info.update(B.names_info(signature=signature,
+                                 input_names=N.match_inputs(input_names, input_keys, leaves, skip=set(weights)),
+                                 input_tree=input_tree, output_names=output_names, exp_names=exp_names,
+                                 output_tree=output_tree))
         host = B.host_kernels_info(program)
         if host:
             info["host_kernels"] = host
