@@ -94,3 +94,13 @@ pub mod sym;
 pub mod text;
 
 pub use limits::{Limit, LimitExceeded, Limits};
+
+/// The crate features this build has (`cli`, `cuda`, `insta`), in that order.
+pub const FEATURES: &[&str] = &[
+    #[cfg(feature = "cli")]
+    "cli",
+    #[cfg(feature = "cuda")]
+    "cuda",
+    #[cfg(feature = "insta")]
+    "insta",
+];

@@ -68,9 +68,43 @@ pub enum RunnerOutputError {
         /// Its dtype and sizes.
         got: String,
     },
+    /// An output that is neither a tensor, an integer nor `None`.
+    #[error("output {index} is {kind}: a runner stores tensors and integers only")]
+    NotStorable {
+        /// The output's index.
+        index: usize,
+        /// What it is.
+        kind: String,
+    },
     /// The tensor could not be read.
     #[error(transparent)]
     Exec(#[from] crate::exec::ExecError),
+}
+
+/// A run's outputs as a runner stores them (what [`runner_outputs`] reads
+/// back, and `wrapir run --save-outputs` writes): output `i` as
+/// [`runner_output_name`]`(i)`, an integer output as a 0-d int64 tensor, a
+/// `None` output left out.
+pub fn runner_tensors(
+    outputs: &[crate::exec::Value<crate::exec::Tensor>],
+) -> Result<indexmap::IndexMap<String, crate::exec::Tensor>, RunnerOutputError> {
+    use crate::exec::{Tensor, Value};
+    let mut stored = indexmap::IndexMap::new();
+    for (index, value) in outputs.iter().enumerate() {
+        let tensor = match value {
+            Value::None => continue,
+            Value::Tensor(t) => t.clone(),
+            Value::Int(v) => Tensor::from_vec(vec![*v], &[])?,
+            other => {
+                return Err(RunnerOutputError::NotStorable {
+                    index,
+                    kind: other.kind().to_string(),
+                })
+            }
+        };
+        stored.insert(runner_output_name(index), tensor);
+    }
+    Ok(stored)
 }
 
 /// The outputs of `program` from the tensors another runner stored: output
@@ -237,6 +271,18 @@ mod tests {
         let values = runner_outputs(&program, &stored).unwrap();
         assert!(
             matches!(values.as_slice(), [Value::Tensor(got), Value::Int(7)] if got.to_f64_vec().unwrap() == [1.0, 2.0])
+        );
+        // What a run stores reads back as the same outputs; `None` is left out.
+        let mut outputs = values.clone();
+        outputs.push(Value::None);
+        let written = runner_tensors(&outputs).unwrap();
+        assert_eq!(written.keys().collect::<Vec<_>>(), ["out0", "out1"]);
+        assert_eq!(written["out1"].dtype(), DType::Int64);
+        assert_eq!(runner_outputs(&program, &written).unwrap(), values);
+        let list = runner_tensors(&[Value::List(vec![])]).unwrap_err();
+        assert_eq!(
+            list.to_string(),
+            "output 0 is list: a runner stores tensors and integers only"
         );
     }
 }

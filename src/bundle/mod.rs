@@ -500,13 +500,24 @@ impl Store {
     }
 }
 
-/// Parses program text: JSON when it starts with `{`, else the text form
-/// within `limits`.
+/// Parses program text: JSON when it starts with `{` or its name ends in
+/// `.json` (an empty `.json` file is a JSON error, not a missing `.wir`
+/// header), else the text form within `limits`. A bundle's `bundle.json`
+/// given as the program is an error that says so and names the directory
+/// to give instead.
 fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program, BundleError> {
-    if text.trim_start().starts_with('{') {
-        Program::from_json(text).map_err(|error| BundleError::Json {
-            name: name.to_string(),
-            error,
+    if text.trim_start().starts_with('{') || name.ends_with(".json") {
+        Program::from_json(text).map_err(|error| {
+            if let Some(reason) = bundle_metadata_given(name, text) {
+                return BundleError::NotABundle {
+                    path: PathBuf::from(name),
+                    reason,
+                };
+            }
+            BundleError::Json {
+                name: name.to_string(),
+                error,
+            }
         })
     } else {
         crate::text::parse_with_limits(text, limits).map_err(|error| BundleError::Parse {
@@ -515,6 +526,30 @@ fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program
             error,
         })
     }
+}
+
+/// When a program that does not read is a bundle's metadata (a file named
+/// `bundle.json`, or a JSON object without `format_version` holding
+/// `bundle.json`'s fields): the sentence saying so.
+fn bundle_metadata_given(name: &str, text: &str) -> Option<String> {
+    let named = Path::new(name).file_name().is_some_and(|f| f == BundleMeta::FILE);
+    let fields = || -> Option<bool> {
+        let json: serde_json::Value = serde_json::from_str(text).ok()?;
+        let obj = json.as_object()?;
+        let meta_fields = ["graph_inputs", "tolerance", "torch", "expected", "graph_outputs"];
+        Some(!obj.contains_key("format_version") && meta_fields.iter().any(|f| obj.contains_key(*f)))
+    };
+    if !named && fields() != Some(true) {
+        return None;
+    }
+    let dir = Path::new(name)
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| ".".to_string(), |d| d.display().to_string());
+    Some(format!(
+        "this is a bundle's metadata (`{}`), not a program: pass the bundle directory (`{dir}`) instead",
+        BundleMeta::FILE
+    ))
 }
 
 /// Reads a safetensors file (memory-mapped) within `limits`; an error names

@@ -21,6 +21,16 @@ pub struct LoadTimings {
     pub blas_first_call: std::time::Duration,
 }
 
+/// A CUDA library's version as the library itself reports it
+/// (`exec::cuda::library_versions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LibraryVersion {
+    /// The library (`CUDA driver`, `cuBLAS`, `cuDNN`, `NCCL`).
+    pub library: &'static str,
+    /// Its version (`12.8`, `9.10.2`), or `None` when it was not found.
+    pub version: Option<String>,
+}
+
 /// The raw launch floor measured in this process.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LaunchFloor {

@@ -11,7 +11,7 @@
 
 use super::compare::BundleMeta;
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay};
 pub use super::model_source::{CudnnPlans, ModelError, ModelSource};
 use super::random::CudaRngState;
 use super::{
@@ -139,6 +139,11 @@ pub struct Prepared {
 
 /// The GPU of device `ordinal`: [`CudaError::NotBuilt`].
 pub fn device_arch(_ordinal: usize) -> Result<(String, u32), CudaError> {
+    Err(CudaError::NotBuilt)
+}
+
+/// The CUDA libraries' versions: [`CudaError::NotBuilt`].
+pub fn library_versions(_paths: &CudaPaths) -> Result<Vec<LibraryVersion>, CudaError> {
     Err(CudaError::NotBuilt)
 }
 

@@ -339,3 +339,47 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
     }
     uses
 }
+
+/// One kernel call of a program: where it is and the kernel's backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelUse {
+    /// The graph (`main` for the main graph, as the validator's errors name it).
+    pub graph: String,
+    /// The line's index in [`crate::ir::Graph::lines`], from 0.
+    pub line: usize,
+    /// The line's text form, as diagnostics quote it.
+    pub text: String,
+    /// The kernel.
+    pub kernel: String,
+    /// Its backend's keyword (`triton`, `cpp`, `halide`, `cuda_c`, `host`;
+    /// `None` when the program does not define it).
+    pub backend: Option<&'static str>,
+    /// The host backend runs it from the bundle's image (a C++ or CPU Halide
+    /// kernel, [`crate::exec::host_kernels::is_host_image_kernel`]).
+    pub runs_on_host: bool,
+}
+
+/// Every kernel call of `program`, main graph first, then the subgraphs in
+/// program order, each in line order.
+pub fn kernel_uses(program: &crate::ir::Program) -> Vec<KernelUse> {
+    let graphs = std::iter::once((crate::ir::MAIN_GRAPH.to_string(), &program.main))
+        .chain(program.subgraphs.iter().map(|(name, g)| (name.to_string(), g)));
+    let mut uses = Vec::new();
+    for (name, graph) in graphs {
+        for (index, line) in graph.lines.iter().enumerate() {
+            let crate::ir::Line::KernelCall(call) = line else {
+                continue;
+            };
+            let def = program.kernels.get(&call.kernel);
+            uses.push(KernelUse {
+                graph: name.clone(),
+                line: index,
+                text: crate::text::print_line(line),
+                kernel: call.kernel.to_string(),
+                backend: def.map(|d| d.backend.keyword()),
+                runs_on_host: def.is_some_and(|d| crate::exec::host_kernels::is_host_image_kernel(&d.backend)),
+            });
+        }
+    }
+    uses
+}

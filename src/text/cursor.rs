@@ -77,6 +77,15 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
+    /// The 1-based line and character column of byte offset `pos` of this line.
+    pub(crate) fn position_at(&self, pos: usize) -> super::SourcePosition {
+        let prefix = self.text.get(..pos).unwrap_or(self.text);
+        super::SourcePosition {
+            line: self.line,
+            column: prefix.chars().count() + 1,
+        }
+    }
+
     /// An error at byte offset `pos` of this line.
     pub(crate) fn error_at(&self, pos: usize, message: impl Into<String>) -> ParseError {
         let prefix = self.text.get(..pos).unwrap_or(self.text);

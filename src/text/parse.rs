@@ -1,7 +1,7 @@
 //! The parser of the `.wir` text form.
 
 use super::cursor::{first_token, is_ident, strip_comment, Cursor};
-use super::ParseError;
+use super::{GraphSource, ParseError, SourceMap, SourcePosition};
 use crate::ir::{
     ArgValue, AssertSizeStride, AssertSizeStrideGrouped, BufName, BufferDecl, BufferKind, CallArg, Conditional,
     ConstValue, CppMeta, DType, Device, DynamicScalar, ExternCall, Graph, GraphInput, GraphName, GraphOutput, GridType,
@@ -39,7 +39,7 @@ impl Declared<'_> {
     }
 }
 
-pub(super) fn program(text: &str, limits: &crate::Limits) -> Result<Program, ParseError> {
+pub(super) fn program(text: &str, limits: &crate::Limits) -> Result<(Program, SourceMap), ParseError> {
     Parser {
         max_depth: limits.max_text_depth,
         lines: {
@@ -49,6 +49,7 @@ pub(super) fn program(text: &str, limits: &crate::Limits) -> Result<Program, Par
             lines
         },
         next: 0,
+        source_map: SourceMap::default(),
     }
     .program()
 }
@@ -60,6 +61,8 @@ struct Parser<'a> {
     next: usize,
     /// [`crate::Limits::max_text_depth`]: the deepest nesting of `device` blocks and list arguments.
     max_depth: usize,
+    /// Where each graph and line was read.
+    source_map: SourceMap,
 }
 
 /// A graph output before the buffer table is complete.
@@ -511,7 +514,7 @@ impl<'a> Parser<'a> {
         ParseError { line, column, message }
     }
 
-    fn program(mut self) -> Result<Program, ParseError> {
+    fn program(mut self) -> Result<(Program, SourceMap), ParseError> {
         let mut c = self.next_code_line().ok_or_else(|| ParseError {
             line: 1,
             column: 1,
@@ -557,7 +560,12 @@ impl<'a> Parser<'a> {
                     let name = c
                         .expect_ident(|| "expected a graph name after `graph`".into())?
                         .to_string();
-                    let g = self.graph(&mut c, &name, &program.constants)?;
+                    let mut source = GraphSource {
+                        header: c.position_at(pos),
+                        lines: Vec::new(),
+                    };
+                    let g = self.graph(&mut c, &name, &program.constants, &mut source.lines)?;
+                    self.source_map.graphs.insert(name.clone(), source);
                     if main.is_none() {
                         if name != "main" {
                             return Err(c.error_at(gpos, format!("the first graph must be `main`, found `{name}`")));
@@ -583,7 +591,7 @@ impl<'a> Parser<'a> {
             }
         }
         program.main = main.ok_or_else(|| self.eof_error("missing `graph main`".into()))?;
-        Ok(program)
+        Ok((program, self.source_map))
     }
 
     fn symbol(&mut self, c: &mut Cursor<'a>, program: &mut Program) -> Result<(), ParseError> {
@@ -957,6 +965,7 @@ impl<'a> Parser<'a> {
         c: &mut Cursor<'a>,
         name: &str,
         constants: &IndexMap<BufName, Layout>,
+        positions: &mut Vec<SourcePosition>,
     ) -> Result<Graph, ParseError> {
         let mut g = Graph::default();
         // Names that read as buffers: program constants and this graph's buffer table.
@@ -1033,10 +1042,13 @@ impl<'a> Parser<'a> {
                     "unexpected end of input: graph `{name}` is not closed (missing `}}`)"
                 )));
             };
+            c.skip_ws();
+            let close = c.position_at(c.pos());
             if c.eat("}") {
                 c.finish(&"`}`")?;
                 if open_devices.pop().is_some() {
                     g.lines.push(Line::ExitDeviceContext);
+                    positions.push(close);
                     continue;
                 }
                 break;
@@ -1088,6 +1100,7 @@ impl<'a> Parser<'a> {
                 open_devices.push(c.pos());
             }
             g.lines.push(line);
+            positions.push(c.position_at(kpos));
         }
         let declared = Declared {
             constants,

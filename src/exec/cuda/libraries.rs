@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::LIBRARY_PATH_VAR;
+use super::{LibraryVersion, LIBRARY_PATH_VAR};
 
 /// Libraries opened by [`keep_loaded`] (by cudarc's name), never closed.
 static KEPT_LOADED: Mutex<Vec<(&'static str, Vec<libloading::Library>)>> = Mutex::new(Vec::new());
@@ -168,4 +168,94 @@ pub(super) fn join_background() {
     for t in threads {
         let _ = t.join();
     }
+}
+
+/// The versions of the CUDA driver, cuBLAS, cuDNN and NCCL found on the
+/// loader's paths or in `paths.library_dirs` (as the backend finds them),
+/// each asked of the library through its version function, which needs no
+/// GPU. A library not found has no version. Loads (and keeps loaded) each
+/// library found.
+pub fn library_versions(paths: &super::CudaPaths) -> Result<Vec<LibraryVersion>, super::CudaError> {
+    let int_version = |name: &'static str, symbol: &[u8]| -> Option<i32> {
+        with_kept(name, |lib| {
+            // SAFETY: the symbol has C type `int f(int*)` in every version of
+            // these libraries (cuDriverGetVersion, ncclGetVersion).
+            let f = unsafe { lib.get::<unsafe extern "C" fn(*mut i32) -> i32>(symbol) }.ok()?;
+            let mut v = 0i32;
+            // SAFETY: an out-pointer to a live int; the library is loaded.
+            (unsafe { f(&mut v) } == 0).then_some(v)
+        })
+    };
+    let driver = keep_driver_loaded()
+        .then(|| int_version("cuda", b"cuDriverGetVersion\0"))
+        .flatten()
+        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+    let dirs = &paths.library_dirs;
+    let cublas = keep_loaded("cublas", dirs)
+        .then(|| {
+            with_kept("cublas", |lib| {
+                // SAFETY: `cublasStatus_t cublasGetProperty(libraryPropertyType, int*)`.
+                let f =
+                    unsafe { lib.get::<unsafe extern "C" fn(i32, *mut i32) -> i32>(b"cublasGetProperty\0") }.ok()?;
+                let mut parts = [0i32; 3];
+                for (kind, part) in parts.iter_mut().enumerate() {
+                    // SAFETY: MAJOR_VERSION = 0, MINOR_VERSION = 1, PATCH_LEVEL = 2; a live out-pointer.
+                    if unsafe { f(kind as i32, part) } != 0 {
+                        return None;
+                    }
+                }
+                Some(format!("{}.{}.{}", parts[0], parts[1], parts[2]))
+            })
+        })
+        .flatten();
+    let cudnn = keep_loaded("cudnn", dirs)
+        .then(|| {
+            with_kept("cudnn", |lib| {
+                // SAFETY: `size_t cudnnGetVersion(void)`.
+                let f = unsafe { lib.get::<unsafe extern "C" fn() -> usize>(b"cudnnGetVersion\0") }.ok()?;
+                // SAFETY: a plain query of the loaded library.
+                let v = unsafe { f() };
+                // cuDNN 9: major * 10000 + minor * 100 + patch; cuDNN 8: major * 1000 + minor * 100 + patch.
+                Some(if v >= 90000 {
+                    format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
+                } else {
+                    format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
+                })
+            })
+        })
+        .flatten();
+    let nccl = keep_loaded("nccl", dirs)
+        .then(|| int_version("nccl", b"ncclGetVersion\0"))
+        .flatten()
+        .map(|v| {
+            // NCCL >= 2.9: major * 10000 + minor * 100 + patch.
+            let v = v.max(0);
+            format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
+        });
+    Ok(vec![
+        LibraryVersion {
+            library: "CUDA driver",
+            version: driver,
+        },
+        LibraryVersion {
+            library: "cuBLAS",
+            version: cublas,
+        },
+        LibraryVersion {
+            library: "cuDNN",
+            version: cudnn,
+        },
+        LibraryVersion {
+            library: "NCCL",
+            version: nccl,
+        },
+    ])
+}
+
+/// Calls `f` with the library [`keep_loaded`] kept for `name` (the last one
+/// opened: the library itself, after cuDNN's sub-libraries).
+fn with_kept<T>(name: &str, f: impl FnOnce(&libloading::Library) -> Option<T>) -> Option<T> {
+    let kept = KEPT_LOADED.lock().ok()?;
+    let (_, libs) = kept.iter().find(|(n, _)| *n == name)?;
+    f(libs.last()?)
 }

@@ -48,11 +48,12 @@ mod run;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LoadTimings, Replay};
+pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay};
 pub use conv::PlansAhead;
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
+pub use libraries::library_versions;
 pub use model::{
     make_cudnn_plans, CudnnPlans, DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session,
 };

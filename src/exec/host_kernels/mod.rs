@@ -124,7 +124,9 @@ pub fn host_kernel_names(program: &Program) -> Vec<&str> {
         .collect()
 }
 
-fn is_host_image_kernel(backend: &KernelBackend) -> bool {
+/// Whether the host backend runs a kernel of this backend from a bundle's image:
+/// C++ kernels and CPU Halide pipelines (`kernels/<kernel>.so`).
+pub fn is_host_image_kernel(backend: &KernelBackend) -> bool {
     match backend {
         KernelBackend::Cpp(_) => true,
         KernelBackend::Halide(m) => !m.is_cuda(),

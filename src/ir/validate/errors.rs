@@ -127,6 +127,14 @@ pub enum ValidationErrorKind {
         /// The symbol.
         symbol: Symbol,
     },
+    /// A name in a line's expression that is neither a declared symbol nor
+    /// a buffer of the graph (the text form reads a name missing from the
+    /// buffer table as a symbol, so an undeclared buffer arrives here).
+    #[error("`{name}` is neither a declared symbol (no `symbol {name}: ...`) nor a buffer of this graph (no `buffer {name}: ...`)")]
+    UnknownName {
+        /// The name.
+        name: Symbol,
+    },
     /// A symbol used where it is not bound.
     #[error("symbol {symbol} is used before it is bound{}", match bound_at { Some(i) => format!(" (bound at line {i})"), None => " (nothing in this graph binds it)".to_string() })]
     SymbolNotBound {

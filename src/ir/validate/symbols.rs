@@ -65,10 +65,13 @@ impl<'a> Validator<'a> {
     ) {
         let Some(index) = self.symbol_index(s) else {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
-                self.err(
-                    Self::loc(g, line),
-                    ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() },
-                );
+                // In a line's own expression (not a layout), the name may as
+                // well be a buffer the graph does not declare.
+                let kind = match (line, via_buffer) {
+                    (Some(_), None) => ValidationErrorKind::UnknownName { name: s.clone() },
+                    _ => ValidationErrorKind::UndeclaredSymbol { symbol: s.clone() },
+                };
+                self.err(Self::loc(g, line), kind);
             }
             return;
         };
