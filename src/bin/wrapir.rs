@@ -10,12 +10,18 @@ use wrapir::ir::{self, Program};
 
 #[path = "wrapir/bench.rs"]
 mod bench;
+#[path = "wrapir/diagnostics.rs"]
+mod diagnostics;
+#[path = "wrapir/info.rs"]
+mod info;
 #[path = "wrapir/kernels.rs"]
 mod kernels;
 #[path = "wrapir/package.rs"]
 mod package;
 #[path = "wrapir/run.rs"]
 mod run;
+#[path = "wrapir/version.rs"]
+mod version;
 use bench::{bench_command, BenchArgs};
 use run::exec_host_fallback_hint;
 use run::{run_command, RunArgs};
@@ -24,13 +30,22 @@ use wrapir::bundle::{Bundle, BundleError};
 #[derive(Parser)]
 #[command(
     name = "wrapir",
-    version,
-    about = "PyTorch Inductor wrapper code as typed data: validate, lower, prove"
+    disable_version_flag = true,
+    arg_required_else_help = true,
+    about = "PyTorch Inductor wrapper code as typed data: validate, lower, prove, run",
+    after_help = "`wrapir help VERB` (or `wrapir VERB --help`) explains a verb and its flags."
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
-    #[command(flatten)]
+    command: Option<Command>,
+    /// Print the version and the features built in (with `cuda`, also the
+    /// CUDA driver, cuBLAS, cuDNN and NCCL versions found on this machine).
+    #[arg(short = 'V', long)]
+    version: bool,
+    #[command(
+        flatten,
+        next_help_heading = "Limits (every verb; exceeding one is an error naming it)"
+    )]
     limits: LimitArgs,
 }
 
@@ -124,7 +139,10 @@ fn limits() -> wrapir::Limits {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Lower a program to wrapper code.
+    /// Lower a program to wrapper code: Python, C++, standalone C++ or FX.
+    ///
+    /// No `--device`: a lowering writes code, it runs nothing; the program's
+    /// own devices are written into the code.
     Lower {
         /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
         program: PathBuf,
@@ -154,7 +172,22 @@ enum Command {
         #[arg(long)]
         no_guards: bool,
     },
+    /// Show what a bundle, package or program holds: inputs, outputs, kernels, ops, weights, versions.
+    ///
+    /// Inputs and outputs with the user's names where `bundle.json` records
+    /// them (the exporter does), dtypes and shapes; the symbols with their
+    /// kinds, ranges and hints; the kernels by kind and the device that runs
+    /// each; every extern op once with its calls and the devices that run it
+    /// (as `wrapir ops` lists them); the weights' size; the program and
+    /// package format versions and the PyTorch and Triton versions that
+    /// compiled it. No `--device`: it describes every device.
+    Info {
+        /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
+        program: PathBuf,
+    },
     /// Print a program in the canonical text form (or JSON).
+    ///
+    /// No `--device`: printing runs nothing.
     Print {
         /// A `.json` or `.wir` program, a bundle directory, a `.wirpkg` package, or `-` for stdin.
         program: PathBuf,
@@ -162,9 +195,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a program, reconcile every Triton launch with its kernel, and
-    /// prove the launches each lowering emits (Python, C++ in both dialects,
-    /// FX) equal to the reconciled ones.
+    /// Validate a program and prove its Triton launches and each lowering's launches.
+    ///
+    /// Validates the program, reconciles every Triton launch with its kernel,
+    /// and proves the launches each lowering emits (Python, C++ in both
+    /// dialects, FX) equal to the reconciled ones.
     ///
     /// Prints one line per launch (`proven`, `guarded` with the run-time checks
     /// it needs, or `failed`), then per lowering whether its emitted launch was
@@ -182,12 +217,14 @@ enum Command {
         /// The lowerings whose launches are checked (comma-separated; default all).
         #[arg(long, value_enum, value_delimiter = ',')]
         lowering: Vec<Target>,
-        /// Also list every extern op call (main graph and subgraphs) that this
-        /// backend cannot run, by graph and line; exits 1 when there is one.
-        /// For cuda, also every kernel whose image cannot load: absent from
+        /// Also list every extern op call (main graph and subgraphs) and every
+        /// kernel this backend cannot run, by graph and line; exits 1 when
+        /// there is one. For cpu, a kernel it cannot run is a Triton (GPU) or
+        /// CUDA C kernel (the host runs C++ and Halide kernels). For cuda, also every kernel whose image cannot load: absent from
         /// the bundle, not a cubin or PTX, truncated, no image at all, or
         /// compiled for another GPU architecture than `--arch` (else, in a
-        /// build with the `cuda` feature, the GPU present).
+        /// build with the `cuda` feature, the GPU present). No `meta`: the
+        /// meta backend runs every op and kernel on shapes alone.
         #[arg(long, value_enum)]
         device: Option<CheckDevice>,
         /// With `--device cuda`: the GPU architecture the kernel images must
@@ -199,8 +236,9 @@ enum Command {
         #[arg(long)]
         allow_host_fallback: bool,
     },
-    /// List the extern ops each backend runs, one per line: for cuda the op
-    /// key, what runs it (cuBLAS, cuBLASLt, cuDNN or a built-in kernel) and
+    /// List the extern ops each backend runs.
+    ///
+    /// One per line: for cuda the op key, what runs it (cuBLAS, cuBLASLt, cuDNN or a built-in kernel) and
     /// its dtypes; for cpu the host op registry; meta runs every op on
     /// shapes only. Without `--device`, every backend, grouped.
     Ops {
@@ -211,9 +249,9 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
-    /// Run a program on the meta (shapes only), cpu (host) or cuda (GPU) backend.
+    /// Run a program on the meta, cpu or cuda backend and compare with its references.
     ///
-    /// Prints each output's layout (and values with `--print`), the symbols
+    /// meta runs shapes only, cpu on the host, cuda on the GPU. Prints each output's layout (and values with `--print`), the symbols
     /// bound during the run, and the peak memory (meta). With `--expect`
     /// (cpu, cuda), compares the tensor outputs in order with the tensors of a
     /// safetensors file, in file order (the `graph_out<k>` tensors when the file
@@ -231,11 +269,13 @@ enum Command {
     /// `compiled_tolerance`; reported as absent when the bundle has none).
     /// The run fails (exit 1) when either comparison fails.
     Run(RunArgs),
-    /// Compare outputs another runner wrote (a standalone package's `main`:
-    /// `out<i>` for program output `i`, sizes as 0-d integer tensors) with
-    /// the bundle's references, as `run --device cuda` compares its own
-    /// (eager within `tolerance`, Inductor's within `compiled_tolerance`).
-    /// Exits 1 when a comparison fails.
+    /// Compare outputs another runner wrote with a bundle's references.
+    ///
+    /// The outputs are those of a standalone package's `main`: `out<i>` for
+    /// program output `i`, sizes as 0-d integer tensors. They are compared as
+    /// `run --device cuda` compares its own (eager within `tolerance`,
+    /// Inductor's within `compiled_tolerance`). Exits 1 when a comparison
+    /// fails. No `--device`: the outputs were computed elsewhere.
     Compare {
         /// A bundle directory or `.wirpkg` package.
         bundle: PathBuf,
@@ -248,11 +288,13 @@ enum Command {
         #[arg(long)]
         atol: Option<f64>,
     },
-    /// Write a bundle as one `.wirpkg` file: the program, kernel images,
-    /// inputs (weights included), eager and compiled outputs and
+    /// Write a bundle as one `.wirpkg` package file.
+    ///
+    /// The package holds the program, kernel images, inputs (weights included), eager and compiled outputs and
     /// `bundle.json`, with a table of contents recording the PyTorch and
     /// Triton versions, the tolerances and the cubins' GPU architectures.
-    /// Every command takes the package where it takes the bundle.
+    /// Every command takes the package where it takes the bundle. No
+    /// `--device`: packing runs nothing (except `--cudnn-plans`, on CUDA device 0).
     Pack {
         /// A bundle directory (or a package, or a program file).
         bundle: PathBuf,
@@ -268,13 +310,16 @@ enum Command {
         #[arg(long)]
         cudnn_plans: bool,
     },
-    /// Symbolic size expressions.
+    /// Prove equalities of symbolic size expressions.
+    ///
+    /// No `--device`: the prover works on expressions alone.
     Sym {
         #[command(subcommand)]
         command: SymCommand,
     },
-    /// Time a bundle on the GPU: the interpreter, the prepared direct launch
-    /// path and (with `--graphs`) CUDA graph replay, next to the raw launch
+    /// Time a bundle on the GPU.
+    ///
+    /// Times the interpreter, the prepared direct launch path and (with `--graphs`) CUDA graph replay, next to the raw launch
     /// floor measured in the same process (an empty kernel launched as many
     /// times as the bundle launches kernels, and one graph of those launches).
     ///
@@ -284,7 +329,8 @@ enum Command {
     Bench {
         /// A bundle directory or a `.wirpkg` package (with inputs and kernel images).
         bundle: PathBuf,
-        /// The device (only `cuda`).
+        /// The device: only `cuda` (or its alias `gpu`); the timed paths
+        /// (prepared launches, CUDA graphs) exist on the GPU alone.
         #[arg(long, default_value = "cuda")]
         device: String,
         /// Also time CUDA graph replay.
@@ -340,6 +386,7 @@ enum RunDevice {
     /// Real tensors in host memory.
     Cpu,
     /// A CUDA GPU (needs wrapir built with the `cuda` feature).
+    #[value(alias = "gpu")]
     Cuda,
 }
 
@@ -349,6 +396,7 @@ enum CheckDevice {
     /// The host backend's op registry.
     Cpu,
     /// The CUDA backend's device op table.
+    #[value(alias = "gpu")]
     Cuda,
 }
 
@@ -388,7 +436,12 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
+    let Some(command) = cli.command else {
+        // `arg_required_else_help`: without a verb, only `--version` gets here.
+        write_output(None, &version::report())?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    match command {
         Command::Lower {
             program,
             target,
@@ -408,11 +461,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let source = program;
             let bundle = open_bundle(&source)?;
-            let program = bundle.program().clone();
-            let program = if no_guards { program } else { with_guards(program)? };
+            let program = if no_guards {
+                bundle.program().clone()
+            } else {
+                with_guards(&bundle)?
+            };
             let info = match ir::validate_with_limits(&program, &limits()) {
                 Ok(info) => info,
-                Err(e) => bail!("the program is invalid; run `wrapir check` for details:\n{e}"),
+                Err(e) => bail!(
+                    "the program is invalid; run `wrapir check` for details:\n{}",
+                    diagnostics::render_validation_errors(&bundle, &e)
+                ),
             };
             if let Some(dir) = package {
                 package::write_package(&bundle, &source, &program, &info, &dir)?;
@@ -428,6 +487,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Info { program } => info::info_command(&program),
         Command::Print { program, json } => {
             let bundle = open_bundle(&program)?;
             let program = bundle.program();
@@ -465,7 +525,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let info = match ir::validate_with_limits(program, &limits()) {
                 Ok(info) => info,
                 Err(e) => {
-                    eprintln!("{name}: invalid\n{e}");
+                    eprintln!(
+                        "{name}: invalid\n{}",
+                        diagnostics::render_validation_errors(&bundle, &e)
+                    );
                     return Ok(ExitCode::from(1));
                 }
             };
@@ -570,8 +633,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             graph_reads,
             allow_host_fallback,
         } => {
-            if device != "cuda" {
-                bail!("`bench` times the cuda device only, not `{device}`");
+            if device != "cuda" && device != "gpu" {
+                bail!("`bench` times the cuda device only (prepared launches and CUDA graphs), not `{device}`; pass `--device cuda`");
             }
             let args = BenchArgs {
                 graphs,
@@ -708,8 +771,53 @@ fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback:
     } else {
         format!("{backend}: every extern op call runs ({calls})\n")
     };
+    let kernels_ok = device != CheckDevice::Cpu || host_kernels_report(program, &mut out);
     print!("{out}");
-    missing == 0
+    missing == 0 && kernels_ok
+}
+
+/// `check --device cpu`: one `error in ...` line per kernel call the host
+/// backend cannot run (a Triton, CUDA C or embedder kernel: it runs only C++
+/// and CPU Halide kernels from the bundle's images), then a summary when
+/// the program calls kernels; `false` when any cannot run.
+fn host_kernels_report(program: &Program, out: &mut String) -> bool {
+    let uses = wrapir::exec::device_ops::kernel_uses(program);
+    if uses.is_empty() {
+        return true;
+    }
+    let mut refused = std::collections::BTreeMap::<&str, usize>::new();
+    for u in uses.iter().filter(|u| !u.runs_on_host) {
+        let backend = u.backend.unwrap_or("undefined");
+        *refused.entry(backend).or_default() += 1;
+        let why = match u.backend {
+            Some("triton") => "a Triton kernel runs on the GPU (--device cuda)",
+            Some("cuda_c") => "a CUDA C kernel runs on the GPU",
+            Some("host") => "an embedder's host kernel must be registered from Rust (HostBackend::register_kernel)",
+            Some(_) => "a GPU Halide pipeline runs on the GPU",
+            None => "the program does not define it",
+        };
+        *out += &format!(
+            "error in graph {}, line {} `{}`: the cpu backend cannot run kernel `{}`: {why}\n",
+            u.graph, u.line, u.text, u.kernel
+        );
+    }
+    let calls = uses.len();
+    let failed: usize = refused.values().sum();
+    *out += &if failed == 0 {
+        format!("cpu: every kernel call runs ({calls} of C++ and Halide kernels, from the bundle's images)\n")
+    } else {
+        let kinds: Vec<String> = refused.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let hint = if refused.contains_key("triton") {
+            "; run it with --device cuda"
+        } else {
+            ""
+        };
+        format!(
+            "cpu: {failed} of {calls} kernel calls cannot run ({}){hint}\n",
+            kinds.join(", ")
+        )
+    };
+    failed == 0
 }
 
 /// `wrapir ops`: the extern ops of one backend (`Some`), one per line, or of
@@ -749,15 +857,20 @@ nothing, an op with no declared result gives an opaque value"
 
 /// Reconciles every Triton launch and inserts the run-time guards it needs;
 /// a launch that cannot be reconciled is an error.
-/// [`wrapir::reconcile::guarded`] within this invocation's limits.
-fn with_guards(program: Program) -> Result<Program> {
+/// [`wrapir::reconcile::guarded`] within this invocation's limits, on
+/// `bundle`'s program; validation errors point at its file.
+fn with_guards(bundle: &Bundle) -> Result<Program> {
+    let program = bundle.program().clone();
     use wrapir::reconcile::GuardError;
     let options = wrapir::reconcile::Options {
         limits: limits().prover,
         ..Default::default()
     };
     wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {
-        GuardError::Invalid(e) => anyhow::anyhow!("the program is invalid; run `wrapir check` for details:\n{e}"),
+        GuardError::Invalid(e) => anyhow::anyhow!(
+            "the program is invalid; run `wrapir check` for details:\n{}",
+            diagnostics::render_validation_errors(bundle, &e)
+        ),
         GuardError::Reconcile(report) => {
             anyhow::anyhow!("launch reconciliation failed; run `wrapir check` for details:\n{report}")
         }

@@ -32,7 +32,7 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let opened = open_bundle(bundle)?;
     let name = opened.name().to_string();
-    let program = with_guards(opened.program().clone())?;
+    let program = with_guards(&opened)?;
     let load_program = ms(started);
     let t = Instant::now();
     let inputs = opened.inputs()?.ok_or_else(|| {

@@ -27,7 +27,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             let mut status = ExitCode::SUCCESS;
             for (rank, bundle) in set.ranks().iter().enumerate() {
                 println!("rank {rank} ({}):", bundle.name());
-                let program = with_guards(bundle.program().clone())?;
+                let program = with_guards(bundle)?;
                 let inputs = Inputs {
                     tensors: bundle.inputs()?,
                     source: Some(bundle.display(wrapir::bundle::INPUTS)),
@@ -43,7 +43,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             let mut inputs = Vec::with_capacity(world);
             let mut references_of = Vec::with_capacity(world);
             for bundle in set.ranks() {
-                programs.push(with_guards(bundle.program().clone())?);
+                programs.push(with_guards(bundle)?);
                 inputs.push(bundle.inputs()?.unwrap_or_default());
                 references_of.push(references(args, bundle)?);
             }
@@ -69,7 +69,11 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
                 println!("rank {rank} ({}):", set.ranks()[rank].name());
                 match result {
                     Ok(out) => {
-                        let mut text = describe_host_outputs(&out.outputs, args.print);
+                        let ran_on = match args.device {
+                            RunDevice::Cuda => format!("cuda:{rank}"),
+                            _ => "cpu".to_string(),
+                        };
+                        let mut text = describe_host_outputs(&out.outputs, args.print, &ran_on);
                         text += &describe_symbols(&programs[rank], &out.symbols);
                         write_output(None, &text)?;
                         if compare_with_references(&out.outputs, references)? != ExitCode::SUCCESS {
@@ -162,7 +166,10 @@ pub(crate) fn check_rank_set(path: &Path) -> Result<ExitCode> {
         let info = match ir::validate_with_limits(bundle.program(), &limits()) {
             Ok(info) => info,
             Err(e) => {
-                println!("rank {rank} ({name}): invalid\n{e}");
+                println!(
+                    "rank {rank} ({name}): invalid\n{}",
+                    crate::diagnostics::render_validation_errors(bundle, &e)
+                );
                 ok = false;
                 continue;
             }

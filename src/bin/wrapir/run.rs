@@ -21,8 +21,10 @@ pub(crate) struct RunArgs {
     /// The backend.
     #[arg(long, value_enum, default_value_t = RunDevice::Meta)]
     pub(crate) device: RunDevice,
-    /// Inputs by graph input name (symbol inputs as 0-d integer tensors).
-    /// On meta, only their sizes are used, as hints.
+    /// Inputs by graph input name or by the user's name `bundle.json`
+    /// records (`wrapir info` lists both); symbol inputs as 0-d integer
+    /// tensors. A bundle's weights the file leaves out are taken from the
+    /// bundle. On meta, only their sizes are used, as hints.
     #[arg(long)]
     pub(crate) inputs: Option<PathBuf>,
     /// Expected outputs (cpu, cuda).
@@ -39,6 +41,11 @@ pub(crate) struct RunArgs {
     /// Print output values (cpu, cuda).
     #[arg(long)]
     pub(crate) print: bool,
+    /// cpu, cuda: write the outputs to this safetensors file, output `i` as
+    /// `out<i>` (integer outputs as 0-d int64 tensors), which `wrapir
+    /// compare` reads back.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) save_outputs: Option<PathBuf>,
     /// Relative tolerance for floating outputs (overrides the defaults).
     #[arg(long)]
     pub(crate) rtol: Option<f64>,
@@ -101,17 +108,22 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
         }
     } else if args.expect.is_some() {
         bail!("`--expect` needs `--device cpu`: meta tensors hold no values");
+    } else if args.save_outputs.is_some() {
+        bail!("`--save-outputs` needs `--device cpu` or `--device cuda`: meta tensors hold no values");
     }
     if wrapir::bundle::RankSet::is_rank_set(&args.program) {
+        if args.save_outputs.is_some() {
+            bail!("`--save-outputs` runs one program; give one rank's directory");
+        }
         return ranks::run_rank_set(args);
     }
     let bundle = open_bundle(&args.program)?;
     // Run-time guards from launch reconciliation are checked like any other assert.
-    let program = with_guards(bundle.program().clone())?;
+    let program = with_guards(&bundle)?;
     let name = bundle.name().to_string();
     let inputs = match &args.inputs {
         Some(p) => Inputs {
-            tensors: Some(read_tensors(p)?),
+            tensors: Some(supplied_inputs(&bundle, p)?),
             source: Some(format!("--inputs {}", p.display())),
         },
         None => Inputs {
@@ -151,11 +163,18 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 &mut backend,
                 inputs.tensors.as_ref().unwrap_or(&IndexMap::new()),
             )
-            .map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}{}", no_inputs_hint(&inputs)))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "running {name} on cpu: {e}{}{}",
+                    no_inputs_hint(&inputs),
+                    gpu_kernel_hint(&e, &program)
+                )
+            })?;
             let mut out = "device: cpu\n".to_string();
-            out += &describe_host_outputs(&result.outputs, args.print);
+            out += &describe_host_outputs(&result.outputs, args.print, "cpu");
             out += &describe_symbols(&program, &result.symbols);
             write_output(None, &out)?;
+            save_outputs(args, &result.outputs)?;
             compare_with_references(&result.outputs, &references)
         }
         RunDevice::Cuda => {
@@ -170,9 +189,66 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             let outputs = run_cuda(args, &program, &name, &bundle, &meta, tensors)
                 .map_err(|e| anyhow::anyhow!("{e:#}{}", no_inputs_hint(&inputs)))?;
             let references = inductor_reference_for(references, &program, &meta);
+            save_outputs(args, &outputs)?;
             compare_with_references(&outputs, &references)
         }
     }
+}
+
+/// `--inputs FILE`: its tensors by graph input name (the user's names that
+/// `bundle.json` records are translated), with the bundle's weights and
+/// constants the file leaves out taken from the bundle (reported).
+fn supplied_inputs(bundle: &Bundle, path: &Path) -> Result<IndexMap<String, Tensor>> {
+    let tensors = bundle
+        .info()
+        .by_graph_input(read_tensors(path)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let program = bundle.program();
+    let stored_names: Vec<&str> = bundle
+        .info()
+        .weights
+        .iter()
+        .map(String::as_str)
+        .chain(program.constants.keys().map(|c| c.as_str()))
+        .filter(|name| !tensors.contains_key(*name))
+        .collect();
+    if stored_names.is_empty() {
+        return Ok(tensors);
+    }
+    let Some(stored) = bundle.inputs()? else {
+        return Ok(tensors);
+    };
+    let mut tensors = tensors;
+    let mut taken = 0usize;
+    for name in stored_names {
+        if let Some(t) = stored.get(name) {
+            tensors.insert(name.to_string(), t.clone());
+            taken += 1;
+        }
+    }
+    if taken > 0 {
+        println!(
+            "note: {taken} weights and constants not in {} taken from {}",
+            path.display(),
+            bundle.display(wrapir::bundle::INPUTS)
+        );
+    }
+    Ok(tensors)
+}
+
+/// `--save-outputs FILE`: the outputs as a runner stores them
+/// ([`conventions::runner_tensors`]), written as safetensors.
+fn save_outputs(args: &RunArgs, outputs: &[Value<Tensor>]) -> Result<()> {
+    let Some(path) = &args.save_outputs else {
+        return Ok(());
+    };
+    let stored =
+        conventions::runner_tensors(outputs).with_context(|| format!("saving outputs to {}", path.display()))?;
+    let bytes = wrapir::exec::safetensors::write(&stored)
+        .map_err(|e| anyhow::anyhow!("saving outputs to {}: {e}", path.display()))?;
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    println!("saved {} outputs to {}", stored.len(), path.display());
+    Ok(())
 }
 
 /// `run --device meta`.
@@ -240,6 +316,35 @@ fn upper_bound_hint(program: &Program, backend: &wrapir::exec::meta::MetaBackend
         );
     }
     out
+}
+
+/// After a cpu run failed at a kernel the host backend has none of: what
+/// kind of kernel it is and the device that runs it.
+fn gpu_kernel_hint(e: &wrapir::exec::RunError, program: &Program) -> String {
+    use wrapir::exec::{ExecError, RunError};
+    let RunError::Exec(e) = e else {
+        return String::new();
+    };
+    let mut e = e;
+    while let ExecError::AtNode { source, .. } = e {
+        e = source.as_ref();
+    }
+    let ExecError::UnknownKernel { name, .. } = e else {
+        return String::new();
+    };
+    let backend = program
+        .kernels
+        .iter()
+        .find(|(k, _)| k.as_str() == name)
+        .map(|(_, def)| def.backend.keyword());
+    match backend {
+        Some("triton") => format!(
+            "\n`{name}` is a Triton kernel, which runs on the GPU: run with --device cuda \
+             (`wrapir check --device cpu` lists every kernel the cpu cannot run)"
+        ),
+        Some("cuda_c") => format!("\n`{name}` is a CUDA C kernel, which runs on the GPU: run with --device cuda"),
+        _ => String::new(),
+    }
 }
 
 /// After a failed cpu or cuda run that had no inputs at all: where they come from.
@@ -463,7 +568,8 @@ fn run_cuda(
         .synchronize()
         .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
     let mut out = format!("device: {device}\n");
-    out += &describe_host_outputs(&outputs, args.print);
+    let ran_on = format!("cuda:{}", backend.ordinal());
+    out += &describe_host_outputs(&outputs, args.print, &ran_on);
     out += &describe_symbols(program, &result.symbols);
     for (op, n) in extern_ops.device_ops() {
         out += &format!("cuda op: {op} x{n}\n");
@@ -554,12 +660,24 @@ fn format_values(t: &Tensor) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// `output K: LAYOUT` lines for host outputs, with their values when `print`.
-fn describe_host_outputs(outputs: &[Value<Tensor>], print: bool) -> String {
+/// `output K: LAYOUT` lines for outputs computed on the device `ran_on`
+/// (held in host memory), with their values when `print`. Each names the
+/// device that computed it, and the program's declared device where that
+/// differs (a cuda program run on the cpu backend).
+fn describe_host_outputs(outputs: &[Value<Tensor>], print: bool, ran_on: &str) -> String {
     let mut out = String::new();
     for (k, v) in outputs.iter().enumerate() {
         let text = describe_value(v, &|t| {
-            let mut s = describe_spec(t.spec());
+            let spec = t.spec();
+            let mut s = format!(
+                "tensor {}{:?} stride {:?} offset {} on {ran_on}",
+                spec.dtype, spec.size, spec.stride, spec.offset
+            );
+            let declared = spec.device.to_string();
+            let same_kind = ran_on.split(':').next() == Some(spec.device.kind.as_str());
+            if !same_kind {
+                s += &format!(" (declared {declared})");
+            }
             if print {
                 s += &format!("\n  values: {}", format_values(t));
             }
@@ -598,6 +716,7 @@ pub(crate) fn compare_command(
         hints: Vec::new(),
         predicate: Vec::new(),
         print: false,
+        save_outputs: None,
         rtol,
         atol,
         allow_host_fallback: false,
