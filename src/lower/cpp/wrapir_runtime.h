@@ -27,6 +27,11 @@
 //   device): <cuda.h> is not included and nothing links the driver; the
 //   driver calls below become stand-ins that fail with
 //   CUDA_ERROR_NOT_SUPPORTED.
+// * WRAPIR_PACKAGE_FROM_EXE (defined by a package's CMake project: the
+//   package directory relative to the executable's, such as ".."): the
+//   kernels and the package's files are read from that directory as found
+//   at run time from the executable's own path (wrapir::dir_from_executable),
+//   so a built package keeps working when its folder moves.
 // * Every driver call is checked; a failure throws wrapir::Error naming the call.
 // * Extern (ATen) ops run in wrapir's runtime library (libwrapir_runtime,
 //   whose C ABI, wrapir_rt.h, is pasted in front of this header): the
@@ -76,6 +81,7 @@ inline CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned 
 #endif
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -100,6 +106,37 @@ namespace c10 {
 struct BFloat16;
 struct Half;
 }  // namespace c10
+
+namespace wrapir {
+
+/// The directory of the running executable (read from /proc/self/exe) joined
+/// with `relative` ("" or ".." or "../pkg"): where a relocatable package's
+/// files are, wherever the package was moved. The first call's answer is
+/// kept; "." (the working directory) when the executable's path cannot be read.
+inline const char* dir_from_executable(const char* relative) {
+  static const std::string dir = [relative] {
+    std::string exe(4096, '\0');
+    const ssize_t n = readlink("/proc/self/exe", &exe[0], exe.size());
+    if (n <= 0 || static_cast<size_t>(n) >= exe.size()) return std::string(".");
+    exe.resize(static_cast<size_t>(n));
+    std::string out = exe.substr(0, exe.rfind('/'));
+    if (out.empty()) out = "/";
+    if (relative != nullptr && relative[0] != '\0') out += std::string("/") + relative;
+    return out;
+  }();
+  return dir.c_str();
+}
+
+}  // namespace wrapir
+
+#if defined(WRAPIR_PACKAGE_FROM_EXE)
+#ifndef WRAPIR_CUBIN_DIR
+#define WRAPIR_CUBIN_DIR (::wrapir::dir_from_executable(WRAPIR_PACKAGE_FROM_EXE))
+#endif
+#ifndef WRAPIR_PACKAGE_DIR
+#define WRAPIR_PACKAGE_DIR (::wrapir::dir_from_executable(WRAPIR_PACKAGE_FROM_EXE))
+#endif
+#endif
 
 namespace wrapir {
 
