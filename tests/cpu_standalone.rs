@@ -259,6 +259,7 @@ fn a_cmake_built_package_runs_after_its_folder_moves() {
     let work = common::scratch("cpu_standalone", "relocate");
     let dir = common::root().join("fixtures/inductor/bundles_cpu/cpp/small_cnn");
     let package = work.join("built").join("small_cnn");
+    std::fs::create_dir_all(package.parent().unwrap()).unwrap();
     let lowered = common::lower_package(&dir, &package);
     assert_eq!(lowered.code, 0, "{}", lowered.stderr);
     assert!(

@@ -278,7 +278,10 @@ mod tests {
         let written = runner_tensors(&outputs).unwrap();
         assert_eq!(written.keys().collect::<Vec<_>>(), ["out0", "out1"]);
         assert_eq!(written["out1"].dtype(), DType::Int64);
-        assert_eq!(runner_outputs(&program, &written).unwrap(), values);
+        let read_back = runner_outputs(&program, &written).unwrap();
+        assert!(
+            matches!(read_back.as_slice(), [Value::Tensor(got), Value::Int(7)] if got.to_f64_vec().unwrap() == [1.0, 2.0])
+        );
         let list = runner_tensors(&[Value::List(vec![])]).unwrap_err();
         assert_eq!(
             list.to_string(),

@@ -319,6 +319,14 @@ impl Bundle {
         }
     }
 
+    /// For a package, its file's format version (`None` for other kinds).
+    pub fn package_version(&self) -> Option<u32> {
+        match &self.store {
+            Store::Package(p) => Some(p.version()),
+            _ => None,
+        }
+    }
+
     /// For a package, whether its entries were verified against their
     /// checksums when it was opened: `Some(false)` for a version-1 package,
     /// which records none (say so to the user); `None` for other kinds.

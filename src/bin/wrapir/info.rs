@@ -36,10 +36,14 @@ fn describe_source(bundle: &Bundle, out: &mut String) {
         bundle.name(),
         bundle.program().format_version
     );
-    if let Some(manifest) = bundle.manifest() {
+    if let (Some(manifest), Some(version)) = (bundle.manifest(), bundle.package_version()) {
+        let verified = if bundle.package_verified() == Some(true) {
+            "entries verified against their checksums"
+        } else {
+            "no checksums (re-pack it to have them)"
+        };
         *out += &format!(
-            "  package: format version {}, written by {}\n",
-            wrapir::bundle::package::FORMAT_VERSION,
+            "  package: format version {version} ({verified}), written by {}\n",
             if manifest.writer.is_empty() {
                 "an unnamed writer"
             } else {
