@@ -22,10 +22,12 @@ pub struct Limits {
     /// host's physical memory.
     pub max_run_bytes: u64,
     /// Deepest nesting of the text form and of values in the IR: nested list
-    /// arguments, nested `device` blocks. Default 256.
+    /// arguments, nested `device` blocks. Default 256, at most
+    /// [`Limits::TEXT_DEPTH_CEILING`] (see [`Limits::stack_bytes`]).
     pub max_text_depth: usize,
     /// Longest chain of subgraphs calling subgraphs (`cond`/`while_loop`
-    /// branches and bodies). Default 64.
+    /// branches and bodies). Default 64, at most
+    /// [`Limits::SUBGRAPH_DEPTH_CEILING`] (see [`Limits::stack_bytes`]).
     pub max_subgraph_depth: usize,
     /// Most iterations one `while_loop` may run before the run stops with an
     /// error. Default 100,000.
@@ -60,6 +62,77 @@ impl Limits {
     /// file is read into memory, so this is also what reading `/dev/zero`
     /// may cost before it is refused).
     pub const DEFAULT_FILE_BYTES: u64 = 4 << 30;
+
+    /// The most [`Limits::max_subgraph_depth`] may be. The parsers,
+    /// validation, reconciliation, the lowerings and the backends walk
+    /// nested subgraphs and nested values recursively; a thread running them
+    /// needs [`Limits::stack_bytes`] of stack, which grows with both depth
+    /// limits, and these ceilings keep it within what a thread can be given.
+    /// Real programs nest a few levels.
+    pub const SUBGRAPH_DEPTH_CEILING: usize = 10_000;
+    /// The most [`Limits::max_text_depth`] may be (see
+    /// [`Limits::SUBGRAPH_DEPTH_CEILING`]).
+    pub const TEXT_DEPTH_CEILING: usize = 20_000;
+    /// Stack one level of subgraph nesting may take in the deepest recursive
+    /// walk: 256 KiB. Measured in an unoptimised build (the deepest, `run
+    /// --device meta` of a chain of `cond`s, took about 40 KiB a level;
+    /// `check` and the lowerings less), with a margin of six.
+    pub const STACK_BYTES_PER_SUBGRAPH_LEVEL: u64 = 256 << 10;
+    /// Stack one level of text or value nesting may take (a nested list
+    /// argument): 32 KiB (measured about 4 KiB a level, unoptimised, in the
+    /// parser, the deepest walk).
+    pub const STACK_BYTES_PER_TEXT_LEVEL: u64 = 32 << 10;
+    /// Stack for everything that does not grow with nesting: 16 MiB.
+    pub const BASE_STACK_BYTES: u64 = 16 << 20;
+
+    /// The stack a thread needs to parse, check, lower or run a program
+    /// within these limits: [`Limits::BASE_STACK_BYTES`] plus the per-level
+    /// bytes times each depth limit (about 40 MiB with the defaults, 3.2 GiB
+    /// of address space, touched only as deep as a program goes, at both
+    /// ceilings). Run the library's entry points on a thread of at least
+    /// this much stack (`std::thread::Builder::stack_size`, and rayon's
+    /// `ThreadPoolBuilder::stack_size` for its workers), as the CLI does;
+    /// then no program within the limits can overflow it. An error names a
+    /// depth limit above its ceiling.
+    pub fn stack_bytes(&self) -> Result<usize, AboveCeiling> {
+        let levels = [
+            (
+                Limit::SubgraphDepth,
+                self.max_subgraph_depth,
+                Self::SUBGRAPH_DEPTH_CEILING,
+                Self::STACK_BYTES_PER_SUBGRAPH_LEVEL,
+            ),
+            (
+                Limit::TextDepth,
+                self.max_text_depth,
+                Self::TEXT_DEPTH_CEILING,
+                Self::STACK_BYTES_PER_TEXT_LEVEL,
+            ),
+        ];
+        let mut total = Self::BASE_STACK_BYTES;
+        for (limit, value, ceiling, per_level) in levels {
+            let above = || AboveCeiling {
+                limit,
+                value: value as u64,
+                ceiling: ceiling as u64,
+                per_level,
+            };
+            if value > ceiling {
+                return Err(above());
+            }
+            // Within the ceilings these cannot overflow; checked all the same.
+            total = (value as u64)
+                .checked_mul(per_level)
+                .and_then(|bytes| total.checked_add(bytes))
+                .ok_or_else(above)?;
+        }
+        usize::try_from(total).map_err(|_| AboveCeiling {
+            limit: Limit::SubgraphDepth,
+            value: self.max_subgraph_depth as u64,
+            ceiling: Self::SUBGRAPH_DEPTH_CEILING as u64,
+            per_level: Self::STACK_BYTES_PER_SUBGRAPH_LEVEL,
+        })
+    }
 
     /// Both memory limits set to `bytes`.
     pub fn with_memory(self, bytes: u64) -> Self {
@@ -190,6 +263,23 @@ pub struct LimitExceeded {
     pub max: u64,
     /// What needed it (`allocating buf0 f32[1099511627776][1]`).
     pub what: String,
+}
+
+/// A depth limit set above its ceiling ([`Limits::stack_bytes`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{limit} = {value} is above its ceiling {ceiling}: {} may be at most {ceiling} (each level of nesting may take {per_level} bytes of stack in the recursive walks)",
+    limit.flag()
+)]
+pub struct AboveCeiling {
+    /// The limit.
+    pub limit: Limit,
+    /// Its value.
+    pub value: u64,
+    /// The most it may be.
+    pub ceiling: u64,
+    /// Stack bytes one level of its nesting may take.
+    pub per_level: u64,
 }
 
 /// Why a file could not be read: the operating system's error, or the file

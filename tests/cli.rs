@@ -275,6 +275,7 @@ fn cli_says_what_it_dropped() {
     let r = wrapir(&["run", path_str(&huge_path), "--device", "meta", "--hint", "u0=7"]);
     r.assert_exit(0);
     common::assert_contains(&r.stdout, "bound symbols: u0 = 7");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -325,4 +326,5 @@ fn lower_package_leaves_no_half_written_directory() {
     r.assert_exit(2);
     common::assert_contains(&r.stderr, "is not a directory (a symlink is not followed)");
     assert_eq!(listing(&mine), ["notes.txt"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }

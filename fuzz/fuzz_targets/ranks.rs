@@ -34,6 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let options = CollectiveOptions {
         timeout: std::time::Duration::from_millis(50),
         max_bytes: limits.max_alloc_bytes,
+        stack_bytes: limits.stack_bytes().unwrap_or(wrapir::Limits::BASE_STACK_BYTES as usize),
     };
     let _ = run_ranks(ProcessGroups::world(programs.len()), jobs, options);
 });

@@ -61,10 +61,12 @@ struct LimitArgs {
     /// host's physical memory].
     #[arg(long, global = true, value_name = "BYTES")]
     max_run_bytes: Option<u64>,
-    /// Deepest nesting of the text form: list arguments, `device` blocks.
+    /// Deepest nesting of the text form: list arguments, `device` blocks
+    /// (at most 20,000: the stack is sized for it).
     #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_text_depth)]
     max_depth: usize,
-    /// Longest chain of subgraphs calling subgraphs (`cond`, `while_loop`).
+    /// Longest chain of subgraphs calling subgraphs (`cond`, `while_loop`;
+    /// at most 10,000: the stack is sized for it).
     #[arg(long, global = true, value_name = "N", default_value_t = wrapir::Limits::default().max_subgraph_depth)]
     max_subgraph_depth: usize,
     /// Most iterations one `while_loop` may run.
@@ -425,13 +427,40 @@ impl From<Target> for wrapir::lower::Target {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _ = LIMITS.set(cli.limits.limits());
-    match run(cli) {
+    let limits = cli.limits.limits();
+    let _ = LIMITS.set(limits);
+    let result = on_sized_stack(&limits, move || run(cli));
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Runs `command` on a thread whose stack, and rayon workers' stacks, are
+/// sized for the depth limits ([`wrapir::Limits::stack_bytes`]): the
+/// recursive walks of a program nested as deep as the limits allow never
+/// overflow it. A depth limit above its ceiling is an error naming it.
+fn on_sized_stack(
+    limits: &wrapir::Limits,
+    command: impl FnOnce() -> Result<ExitCode> + Send + 'static,
+) -> Result<ExitCode> {
+    let stack = limits.stack_bytes()?;
+    rayon::ThreadPoolBuilder::new()
+        .stack_size(stack)
+        .build_global()
+        .with_context(|| format!("starting the worker threads with {stack} bytes of stack each"))?;
+    let worker = std::thread::Builder::new()
+        .name("wrapir".into())
+        .stack_size(stack)
+        .spawn(command)
+        .with_context(|| format!("starting a thread with {stack} bytes of stack (for the depth limits)"))?;
+    match worker.join() {
+        Ok(result) => result,
+        // A panic was reported by the thread's hook; end as a panic of the main thread would.
+        Err(panic) => std::panic::resume_unwind(panic),
     }
 }
 

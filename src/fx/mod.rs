@@ -442,8 +442,11 @@ pub struct Graph {
     /// The node arena, indexed by [`NodeId`].
     nodes: Arena,
     order: Vec<NodeId>,
-    /// Subgraphs referenced by `Subgraph` nodes, by name.
-    pub subgraphs: IndexMap<String, Graph>,
+    /// Subgraphs referenced by `Subgraph` nodes, by name. Shared: a graph
+    /// holds its nested subgraphs, and a lowering that reuses one (or keeps
+    /// it in a memo) clones a pointer, not the subtree (cloning subtrees
+    /// made a chain of `n` nested subgraphs cost O(n^2) time and memory).
+    pub subgraphs: IndexMap<String, std::sync::Arc<Graph>>,
     /// Lookup structures that make naming O(1); not part of the graph's value.
     names: NameIndex,
 }

@@ -49,6 +49,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             }
             let options = CollectiveOptions {
                 max_bytes: limits().max_alloc_bytes,
+                stack_bytes: limits().stack_bytes()?,
                 ..Default::default()
             };
             let (results, device) = if args.device == RunDevice::Cuda {

@@ -102,6 +102,10 @@ pub struct CollectiveOptions {
     /// member's elements as 64-bit values). Default
     /// [`crate::Limits::max_alloc_bytes`]'s default.
     pub max_bytes: u64,
+    /// Stack of each rank's thread, whose run walks nested subgraphs
+    /// recursively: [`crate::Limits::stack_bytes`] of the limits the ranks
+    /// run within. Default: that of [`crate::Limits::default`].
+    pub stack_bytes: usize,
 }
 
 impl Default for CollectiveOptions {
@@ -109,6 +113,10 @@ impl Default for CollectiveOptions {
         CollectiveOptions {
             timeout: Duration::from_secs(60),
             max_bytes: crate::Limits::default().max_alloc_bytes,
+            // The default limits are within their ceilings; the base is the fallback all the same.
+            stack_bytes: crate::Limits::default()
+                .stack_bytes()
+                .unwrap_or(crate::Limits::BASE_STACK_BYTES as usize),
         }
     }
 }
@@ -342,17 +350,23 @@ pub fn run_ranks<B: RankBackend>(
     let Some(first) = jobs.first() else {
         return Err(ExecError::Input("a world of no ranks".into()));
     };
+    let stack_bytes = options.stack_bytes;
     let world = B::world(groups, options, &first.backend)?;
-    Ok(on_rank_threads(jobs, &|m| B::abort(&world, m), &|rank, job| {
-        B::run_rank(&world, rank, job)
-    }))
+    Ok(on_rank_threads(
+        jobs,
+        stack_bytes,
+        &|m| B::abort(&world, m),
+        &|rank, job| B::run_rank(&world, rank, job),
+    ))
 }
 
 /// Runs `run(rank, job)` for every job (`jobs[r]` is global rank `r`) on its
-/// own thread and returns the results in rank order. A rank that fails or
-/// panics calls `abort` with why, so that the others stop waiting for it.
+/// own thread (of `stack_bytes` of stack) and returns the results in rank
+/// order. A rank that fails, panics or cannot start calls `abort` with why,
+/// so that the others stop waiting for it.
 fn on_rank_threads<J: Send, T: Send>(
     jobs: Vec<J>,
+    stack_bytes: usize,
     abort: &(dyn Fn(&str) + Sync),
     run: &(dyn Fn(usize, J) -> Result<T, RunError> + Sync),
 ) -> Vec<Result<T, RunError>> {
@@ -361,19 +375,31 @@ fn on_rank_threads<J: Send, T: Send>(
             .into_iter()
             .enumerate()
             .map(|(rank, job)| {
-                scope.spawn(move || {
-                    let r = run(rank, job);
-                    if let Err(e) = &r {
-                        abort(&format!("rank {rank} failed: {e}"));
-                    }
-                    r
-                })
+                std::thread::Builder::new()
+                    .name(format!("rank {rank}"))
+                    .stack_size(stack_bytes)
+                    .spawn_scoped(scope, move || {
+                        let r = run(rank, job);
+                        if let Err(e) = &r {
+                            abort(&format!("rank {rank} failed: {e}"));
+                        }
+                        r
+                    })
             })
             .collect();
         handles
             .into_iter()
             .enumerate()
             .map(|(rank, h)| {
+                let h = match h {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let message =
+                            format!("rank {rank}: cannot start its thread ({stack_bytes} bytes of stack): {e}");
+                        abort(&message);
+                        return Err(RunError::Exec(ExecError::Input(message)));
+                    }
+                };
                 h.join().unwrap_or_else(|_| {
                     abort(&format!("rank {rank} panicked"));
                     Err(RunError::Exec(ExecError::Input(format!("rank {rank} panicked"))))

@@ -5,7 +5,7 @@ use super::*;
 /// Each subgraph lowered once, by name, however many lines run it (lowering
 /// a subgraph depends only on the program and the options): nested
 /// conditionals sharing a branch cost linear, not exponential, time.
-pub(super) type SubgraphMemo = RefCell<HashMap<GraphName, (fx::Graph, Vec<Symbol>)>>;
+pub(super) type SubgraphMemo = RefCell<HashMap<GraphName, (std::sync::Arc<fx::Graph>, Vec<Symbol>)>>;
 
 pub(super) struct GraphLowering<'p> {
     /// What validation established (kernel and subgraph lookups).

@@ -1,9 +1,10 @@
 //! `cond` and `while_loop`: subgraphs lowered once, lifted symbols, operands.
 
 use super::*;
+use std::sync::Arc;
 
 /// Subgraphs lowered for one line, by name, and the symbols lifted into them.
-pub(super) type LoweredSubgraphs = (Vec<(String, fx::Graph)>, Vec<Symbol>);
+pub(super) type LoweredSubgraphs = (Vec<(String, Arc<fx::Graph>)>, Vec<Symbol>);
 
 impl<'p> GraphLowering<'p> {
     /// The two subgraphs of a `cond` or `while_loop` line (`names`: true
@@ -59,8 +60,9 @@ impl<'p> GraphLowering<'p> {
             let (g, lifted) = match cached {
                 Some(hit) => hit,
                 None => {
-                    let lowered = GraphLowering::run(self.info, Some(n), self.options, self.memo)
+                    let (g, lifted) = GraphLowering::run(self.info, Some(n), self.options, self.memo)
                         .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
+                    let lowered = (Arc::new(g), lifted);
                     self.memo.borrow_mut().insert((*n).clone(), lowered.clone());
                     lowered
                 }
@@ -73,12 +75,13 @@ impl<'p> GraphLowering<'p> {
             lowered.push((n.to_string(), g));
         }
         for (_, g) in &mut lowered {
-            normalize_lifted(g, &union);
+            // Copies this graph's own nodes (its subgraphs stay shared) when the memo holds it too.
+            normalize_lifted(Arc::make_mut(g), &union);
         }
         Ok((lowered, union))
     }
 
-    fn subgraph_nodes(&mut self, graphs: Vec<(String, fx::Graph)>) -> Vec<NodeId> {
+    fn subgraph_nodes(&mut self, graphs: Vec<(String, Arc<fx::Graph>)>) -> Vec<NodeId> {
         let mut ids = Vec::new();
         for (name, g) in graphs {
             let id = self.out.push(&name, Op::Subgraph { name: name.clone() }, None);
