@@ -40,7 +40,16 @@ wrapir_bin="$root/target/debug/wrapir"
 if [ -x "$wrapir_bin" ]; then
   for b in cat_mm softmax topk feat_cond_unbacked; do
     "$wrapir_bin" pack "$root/fixtures/inductor/bundles/$b" -o "$corpus/package/$b.wirpkg" >/dev/null
+    # The same package as format version 1 (no checksums verified): mutations
+    # of its entries reach the entry readers instead of the checksum check.
+    cp "$corpus/package/$b.wirpkg" "$corpus/package/${b}_v1.wirpkg"
+    printf '\x01\x00\x00\x00' | dd of="$corpus/package/${b}_v1.wirpkg" bs=1 seek=8 conv=notrunc status=none
   done
+  # Issue 35: a package whose entry was corrupted after packing (one byte of
+  # its last entry flipped) must be an error naming the entry.
+  cp "$corpus/package/softmax.wirpkg" "$corpus/package/regression_corrupted_entry.wirpkg"
+  size=$(stat -c %s "$corpus/package/regression_corrupted_entry.wirpkg")
+  printf '\xff' | dd of="$corpus/package/regression_corrupted_entry.wirpkg" bs=1 seek=$((size - 9)) conv=notrunc status=none
 fi
 
 # sym: line 1 and 2 are the sides, further lines assumptions.
