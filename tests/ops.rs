@@ -143,7 +143,9 @@ fn extern_uses_are_the_fx_lowerings_extern_calls() {
 }
 
 /// `check --device` prints one `error in graph G, line N `...`` line per call
-/// the backend cannot run, a summary, and exits 1 when there is one.
+/// the backend cannot run, a summary, and exits 1 when there is one. On cpu
+/// that includes every kernel call the host backend cannot run (Triton, CUDA
+/// C, embedder kernels: it runs C++ and Halide kernels from their images).
 #[test]
 fn check_device_names_each_op_and_line_it_cannot_run() {
     let mut failures = Vec::new();
@@ -160,7 +162,25 @@ fn check_device_names_each_op_and_line_it_cannot_run() {
             let r = wrapir(&["check", &path, "--device", device, "--no-translation"]);
             let uses = extern_uses(&program);
             let missing: Vec<_> = uses.iter().filter(|u| !runs(&u.op)).collect();
-            let errors: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("error in ")).collect();
+            let errors: Vec<&str> = r
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("error in ") && l.contains(" cannot run op `"))
+                .collect();
+            let kernel_errors: Vec<&str> = r
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("error in ") && l.contains(" cannot run kernel `"))
+                .collect();
+            let kernels = wrapir::exec::device_ops::kernel_uses(&program);
+            let host_refuses: Vec<_> = kernels.iter().filter(|k| device == "cpu" && !k.runs_on_host).collect();
+            let kernels_ok = kernel_errors.len() == host_refuses.len()
+                && host_refuses.iter().zip(&kernel_errors).all(|(k, line)| {
+                    line.starts_with(&format!(
+                        "error in graph {}, line {} `{}`: the cpu backend cannot run kernel `{}`",
+                        k.graph, k.line, k.text, k.kernel
+                    ))
+                });
             let mut ok = errors.len() == missing.len()
                 && missing.iter().zip(&errors).all(|(u, line)| {
                     line.starts_with(&format!("error in graph {}, line {} `{}`: ", u.graph, u.line, u.text))
@@ -172,11 +192,14 @@ fn check_device_names_each_op_and_line_it_cannot_run() {
             } else {
                 format!("{device}: {} of {} ", missing.len(), uses.len())
             };
-            ok &= r.stdout.contains(&summary);
+            ok &= r.stdout.contains(&summary) && kernels_ok;
             // Launch reconciliation may fail on its own (exit 1 either way).
-            ok &= missing.is_empty() || r.code == 1;
+            ok &= (missing.is_empty() && host_refuses.is_empty()) || r.code == 1;
             if !ok {
-                failures.push(r.failure(format_args!("{path} --device {device} (want errors for {missing:?})")));
+                failures.push(r.failure(format_args!(
+                    "{path} --device {device} (want errors for {missing:?} and kernels {:?})",
+                    host_refuses.iter().map(|k| &k.kernel).collect::<Vec<_>>()
+                )));
             }
         }
     }

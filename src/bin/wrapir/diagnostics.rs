@@ -16,8 +16,13 @@ enum Source<'a> {
     Json,
 }
 
+/// Most source lines shown under errors (later errors name their position only).
+const MAX_SNIPPETS: usize = 50;
+
 /// `errors` of `bundle`'s program, one per paragraph: the validator's line
-/// (`error in graph main, line 9 ...`), then where it is in the file.
+/// (`error in graph main, line 9 ...`), then where it is in the file. An
+/// error at the same place as the one before it adds nothing (the place was
+/// just shown), so many errors on one line cost one snippet.
 pub(crate) fn render_validation_errors(bundle: &Bundle, errors: &ValidationErrors) -> String {
     let text = bundle.source();
     let source = if text.trim_start().starts_with('{') || bundle.name().ends_with(".json") {
@@ -32,15 +37,27 @@ pub(crate) fn render_validation_errors(bundle: &Bundle, errors: &ValidationError
     };
     let name = bundle.name();
     let mut out = String::new();
+    let mut snippets = 0usize;
+    let mut previous: Option<&Location> = None;
     for (i, e) in errors.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
         out += &e.to_string();
+        let repeated = previous == Some(&e.location);
+        previous = Some(&e.location);
+        if repeated {
+            continue;
+        }
         match &source {
             Source::Text { text, map } => {
                 if let Some(at) = map.position(&e.location) {
-                    out += &snippet(name, text, at);
+                    if snippets < MAX_SNIPPETS {
+                        snippets += 1;
+                        out += &snippet(name, text, at);
+                    } else {
+                        out += &format!("\n  --> {name}:{}:{}", at.line, at.column);
+                    }
                 }
             }
             Source::Json => {
