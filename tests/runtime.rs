@@ -161,9 +161,13 @@ fn packages_load_from_a_file_and_from_memory() {
     };
     // C++ kernels load from anonymous in-memory files (Linux): nothing is
     // written. Halide kernels load only from files, written where the
-    // caller says.
+    // caller says. Programs of several kernels, with the models of the
+    // earlier packages still loaded, each kernel its own image.
+    let linux = cfg!(target_os = "linux");
+    let mut earlier = Vec::new();
     for (set, case, in_memory) in [
-        ("bundles_cpu/cpp", "layer_norm", cfg!(target_os = "linux")),
+        ("bundles_cpu/cpp", "small_cnn", linux),
+        ("bundles_cpu/cpp", "transformer_block", linux),
         ("bundles_cpu/halide", "softmax", false),
     ] {
         let dir = bundle(set, case);
@@ -183,12 +187,19 @@ fn packages_load_from_a_file_and_from_memory() {
         }
         models.push(Model::load(&path, &with_scratch).unwrap());
         models.push(Model::from_bytes(bytes, &with_scratch).unwrap());
-        for model in models {
-            let inputs = call_inputs(&dir, &model);
+        for model in &models {
+            let inputs = call_inputs(&dir, model);
             judge(&dir, &model.run(&inputs).unwrap()).unwrap_or_else(|e| panic!("{set}/{case}: {e}"));
         }
+        earlier.push((dir, models));
         // The private directory the images were written to is gone once they loaded.
         assert_eq!(std::fs::read_dir(&kernels).unwrap().count(), 0, "{set}/{case}");
+    }
+    // Every model still runs its own kernels.
+    for (dir, models) in &earlier {
+        for model in models {
+            judge(dir, &model.run(&call_inputs(dir, model)).unwrap()).unwrap();
+        }
     }
     let _ = std::fs::remove_dir_all(&scratch);
 }

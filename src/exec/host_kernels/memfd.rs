@@ -13,6 +13,7 @@
 use super::{CppKernel, HostKernelError, KernelFn};
 use crate::exec::host::HostBackend;
 use crate::exec::images::KernelImageSource;
+use crate::exec::{KernelLaunch, Tensor};
 use crate::ir::{KernelBackend, Program};
 use std::fs::File;
 use std::io::{self, Write};
@@ -21,7 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// One image in an anonymous, sealed in-memory file; closed on drop (an
-/// object the loader mapped from it stays mapped).
+/// object the loader mapped from it stays mapped). Kept open for as long as
+/// the object loaded from it: the loader knows an object by the name it was
+/// opened under, `/proc/self/fd/N`, and hands back the object already
+/// loaded under that name when asked for it again, so a closed number
+/// reused by the next image (of this program or of a later one) would load
+/// the earlier kernel in its place.
 struct MemoryImage {
     _file: File,
     path: PathBuf,
@@ -97,8 +103,15 @@ pub(super) fn load_kernels_in_memory(
         else {
             return Ok(None);
         };
-        let f = CppKernel::load(kernel, &image.path, meta).map_err(|e| e.at(&shown))?;
-        loaded.push((kernel.to_string(), Arc::new(f.into_fn())));
+        let f = CppKernel::load(kernel, &image.path, meta)
+            .map_err(|e| e.at(&shown))?
+            .into_fn();
+        // The file lives as long as the kernel (see `MemoryImage`).
+        let kernel_fn: KernelFn = Arc::new(move |launch: &KernelLaunch<'_, Tensor>| {
+            let _open = &image;
+            f(launch)
+        });
+        loaded.push((kernel.to_string(), kernel_fn));
     }
     let n = loaded.len();
     for (kernel, f) in loaded {
