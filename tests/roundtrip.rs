@@ -344,6 +344,11 @@ fn line() -> impl Strategy<Value = Line> {
         (symbol(), expr()).prop_map(|(symbol, expr)| Line::SymbolicCallArg { symbol, expr }),
         extern_call().prop_map(Line::ExternKernelAlloc),
         (extern_call(), buf()).prop_map(|(call, out)| Line::ExternKernelOut { call, out }),
+        (extern_call(), prop::collection::vec(("out[0-9]", buf()), 0..3)).prop_map(|(call, outs)| {
+            // An output keyword is never also one of the call's own keywords.
+            let outs = outs.into_iter().filter(|(k, _)| !call.kwargs.contains_key(k)).collect();
+            Line::ExternKernelMultiOut(ExternMultiOut { call, outs })
+        }),
         (
             buf(),
             buf(),

@@ -276,6 +276,55 @@ class CpuExport(unittest.TestCase):
         self.assertEqual(align, [{"line": "assert_alignment", "buffer": size[0]["buffer"], "alignment": 16,
                                   "context": op}])
 
+    @unittest.skipIf(torch is None or TORCH_VERSION < (2, 15), "ExternKernelMultiOutLine is PyTorch 2.15+")
+    def test_custom_op_multi_out_variant(self):
+        # A custom op with a multi-output `.out` overload (tagged `out`) is called as
+        # `buf1 = op.out(x, 2.0, out0=buf2, out1=buf3)` on outputs allocated before.
+        lib = torch.library.Library("wrapir_multi_out", "FRAGMENT")
+        lib.define("pair(Tensor x, float scale) -> (Tensor, Tensor)")
+        lib.define("pair.out(Tensor x, float scale, *, Tensor(a!) out0, Tensor(b!) out1) "
+                   "-> (Tensor(a!), Tensor(b!))", tags=(torch.Tag.out,))
+
+        def pair_out(x, scale, *, out0, out1):
+            out0.copy_(x * scale)
+            out1.copy_(x + scale)
+            return out0, out1
+
+        lib.impl("pair", lambda x, scale: (x * scale, x + scale), "CompositeExplicitAutograd")
+        lib.impl("pair.out", pair_out, "CompositeExplicitAutograd")
+        lib._register_fake("pair", lambda x, scale: (torch.empty_like(x), torch.empty_like(x)))
+
+        def f(x):
+            a, b = torch.ops.wrapir_multi_out.pair(x.sin(), 2.0)
+            return a.cos() + b
+
+        r = self.export(f, [torch.randn(8, 4)], "multi_out")
+        self.assertTrue(r.ok, r.errors)
+        lines = self.program(r)["main"]["lines"]
+        (call,) = [ln for ln in lines if ln["line"] == "extern_kernel_multi_out"]
+        self.assertEqual(call["op"], "torch.ops.wrapir_multi_out.pair.out")
+        self.assertEqual(call["args"][1], {"kind": "float", "value": 2.0})
+        self.assertEqual(list(call["outs"]), ["out0", "out1"])
+        allocated = [ln["buffer"] for ln in lines if ln["line"] == "allocate"]
+        for out in call["outs"].values():
+            self.assertIn(out, allocated)
+        wrapir = wrapir_binary()
+        if wrapir:
+            check = subprocess.run([wrapir, "check", r.path], capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+            py = subprocess.run([wrapir, "lower", r.path, "--target", "python"], capture_output=True, text=True)
+            self.assertIn("= torch.ops.wrapir_multi_out.pair.out(", py.stdout, py.stderr)
+            self.assertIn(", 2.0, out0=", py.stdout)
+
+    def test_nan_asserts_are_refused_not_dropped(self):
+        from torch._inductor import config as icfg
+
+        with icfg.patch(nan_asserts=True):
+            r = self.export(lambda x: x.sin() + 1, [torch.randn(8)], "nan_asserts", raise_on_error=False)
+        self.assertFalse(r.ok)
+        self.assertIn("`nan_asserts` (NaN/Inf checks of the outputs before `return`) has no wrapir counterpart",
+                      "\n".join(r.errors))
+
     def test_cond_capture(self):
         # torch.cond: a `conditional` line through 2.13, a `switch` (false branch first) from 2.14.
         def f(x):

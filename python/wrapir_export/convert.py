@@ -131,6 +131,8 @@ class GraphConverter(ControlFlowMixin):
             (W.UnbackedSymbolDefsLine, self.unbacked_defs),
             (W.CommentLine, lambda line: self.comment(line.line)),
         )
+        if hasattr(W, "ExternKernelMultiOutLine"):  # 2.15+: a custom op's multi-output .out variant
+            self.line_handlers += ((W.ExternKernelMultiOutLine, self.extern_multi_out),)
         # Typed asserts of newer Inductors, by class name (absent from older ones):
         # AssertSizeStrideLine 2.12+, AssertDivByZeroLine 2.13+ (C++ wrappers only),
         # GroupedAssertSizeStrideLine 2.14+, AssertAlignmentLine 2.15+.
@@ -727,7 +729,7 @@ class GraphConverter(ControlFlowMixin):
 
     # ---- extern calls ------------------------------------------------------------------------
 
-    def extern_call(self, node, out):
+    def extern_call(self, node, out, emit=True):
         ir = self.ir
         op = op_name(node)
         tensor_refs = [self.ref(x) for x in node.inputs]
@@ -752,6 +754,21 @@ class GraphConverter(ControlFlowMixin):
             layout = node.get_output_spec() if hasattr(node, "get_output_spec") else node.layout
             if not isinstance(layout, ir.NoneLayout):
                 d["result"] = self.declare_node(node)
+        if emit:
+            self.emit(d)
+        return d
+
+    def extern_multi_out(self, line):
+        """`buf1 = op.out(x, ..., out0=buf2, out1=buf3)`: the outputs, allocated before, by keyword."""
+        node = line.node
+        d = self.extern_call(node, out=False, emit=False)
+        d["line"] = "extern_kernel_multi_out"
+        outs = {}
+        for name, out_node in zip(node.out_arg_names, node.out_variant_output_nodes):
+            if name in d.get("kwargs", {}) or name in outs:
+                raise Unconvertible(f"`{d['op']}`: output keyword `{name}` given twice")
+            outs[str(name)] = self.declare_node(out_node)
+        d["outs"] = outs
         self.emit(d)
 
     def arg(self, v):
@@ -828,6 +845,13 @@ class GraphConverter(ControlFlowMixin):
 
     def finish(self):
         g = self.graph
+        from torch._inductor import config as icfg
+
+        if getattr(icfg, "nan_asserts", False):
+            # Inductor then checks every tensor output for NaN/Inf in text after the
+            # lines (`generate_return`); exporting without it would drop the check.
+            self.cap.errors.append(f"{self.cap.name}: Inductor's `nan_asserts` (NaN/Inf checks of the outputs "
+                                   f"before `return`) has no wrapir counterpart; export without it")
         inputs = []
         for name, value in g.graph_inputs.items():
             if isinstance(value, self.sympy.Expr):

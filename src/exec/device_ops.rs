@@ -292,7 +292,8 @@ impl std::fmt::Display for ExternUse {
 
 /// Every extern op a run of `program` calls, main graph first, then the
 /// subgraphs in program order, each in line order: the lines that name an
-/// op (`ExternKernelAlloc`, `ExternKernelOut`, `ScatterFallback`), and those
+/// op (`ExternKernelAlloc`, `ExternKernelOut`, `ExternKernelMultiOut`,
+/// `ScatterFallback`), and those
 /// the FX lowering turns into an op call: `IndexPutFallback`
 /// (`aten.index_put_`), a `Reinterpret` that changes the dtype
 /// (`aten.view.dtype`), a `DynamicScalar` with `ConvertInt` (`aten.where`) and
@@ -304,29 +305,27 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
     let mut uses = Vec::new();
     for (name, graph) in graphs {
         for (index, line) in graph.lines.iter().enumerate() {
-            let named = matches!(
-                line,
-                Line::ExternKernelAlloc(_)
-                    | Line::ExternKernelOut { .. }
-                    | Line::IndexPutFallback { .. }
-                    | Line::ScatterFallback(_)
-            );
-            let op = match line {
-                Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.op.clone(),
-                Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::OP.to_string(),
-                Line::ScatterFallback(s) => s.op.clone(),
-                Line::Reinterpret { base, alias } => {
-                    let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
-                    match (dtype(base), dtype(alias)) {
-                        (Some(a), Some(b)) if a != b => "torch.ops.aten.view.dtype".to_string(),
-                        _ => continue,
+            let named = line.extern_call().is_some()
+                || matches!(line, Line::IndexPutFallback { .. } | Line::ScatterFallback(_));
+            let op = if let Some(call) = line.extern_call() {
+                call.op.clone()
+            } else {
+                match line {
+                    Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::OP.to_string(),
+                    Line::ScatterFallback(s) => s.op.clone(),
+                    Line::Reinterpret { base, alias } => {
+                        let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
+                        match (dtype(base), dtype(alias)) {
+                            (Some(a), Some(b)) if a != b => "torch.ops.aten.view.dtype".to_string(),
+                            _ => continue,
+                        }
                     }
+                    Line::DynamicScalar(d) if d.keypath.as_slice() == [KeyEntry::ConvertInt] => {
+                        "torch.ops.aten.where.Scalar".to_string()
+                    }
+                    Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),
+                    _ => continue,
                 }
-                Line::DynamicScalar(d) if d.keypath.as_slice() == [KeyEntry::ConvertInt] => {
-                    "torch.ops.aten.where.Scalar".to_string()
-                }
-                Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),
-                _ => continue,
             };
             uses.push(ExternUse {
                 graph: name.clone(),

@@ -75,6 +75,11 @@ pub enum Line {
         /// The destination.
         out: BufName,
     },
+    /// Call the `.out` variant of a custom op with several results, each
+    /// preallocated and passed by keyword (Inductor 2.15 and later,
+    /// `ExternKernelMultiOutLine`: `buf3 = torch.ops.mylib.pair.out(arg0_1,
+    /// out0=buf1, out1=buf2)`).
+    ExternKernelMultiOut(ExternMultiOut),
     /// Extract an element of a multi-output result (`buf3 = buf2[0]`).
     MultiOutput(MultiOutput),
     /// `aten.index_put_(target, indices, values, accumulate)` fallback.
@@ -182,6 +187,7 @@ impl Line {
             Line::SymbolicCallArg { .. } => "let",
             Line::ExternKernelAlloc(_) => "extern",
             Line::ExternKernelOut { .. } => "extern_out",
+            Line::ExternKernelMultiOut(_) => "extern_multi_out",
             Line::MultiOutput { .. } => "get",
             Line::IndexPutFallback { .. } => "index_put",
             Line::ScatterFallback(_) => "scatter",
@@ -212,7 +218,9 @@ impl Line {
             Line::Allocate { buffer } | Line::CommBufferAllocate { buffer, .. } => Some(buffer),
             Line::Reuse { new, .. } => Some(new),
             Line::Reinterpret { alias, .. } => Some(alias),
-            Line::ExternKernelAlloc(call) | Line::ExternKernelOut { call, .. } => call.result.as_ref(),
+            Line::ExternKernelAlloc(call)
+            | Line::ExternKernelOut { call, .. }
+            | Line::ExternKernelMultiOut(ExternMultiOut { call, .. }) => call.result.as_ref(),
             Line::MultiOutput(m) => Some(&m.result),
             Line::Conditional(c) => Some(&c.result),
             Line::Switch(s) => Some(&s.result),
@@ -254,6 +262,10 @@ impl Line {
             Line::ExternKernelOut { call, out: o } => {
                 args(&mut out, call.args.iter().chain(call.kwargs.values()));
                 out.push(o);
+            }
+            Line::ExternKernelMultiOut(m) => {
+                args(&mut out, m.call.args.iter().chain(m.call.kwargs.values()));
+                out.extend(m.outs.values());
             }
             Line::MultiOutput(MultiOutput { source, .. })
             | Line::DynamicScalar(DynamicScalar { source, .. })
@@ -313,6 +325,17 @@ impl Line {
             _ => &[],
         };
         pair.into_iter().flatten().chain(branches)
+    }
+
+    /// The extern op call of an `extern`, `extern_out` or
+    /// `extern_multi_out` line (without its `out=` tensors).
+    pub fn extern_call(&self) -> Option<&ExternCall> {
+        match self {
+            Line::ExternKernelAlloc(call)
+            | Line::ExternKernelOut { call, .. }
+            | Line::ExternKernelMultiOut(ExternMultiOut { call, .. }) => Some(call),
+            _ => None,
+        }
     }
 
     /// The kernel the line defines or calls.
@@ -457,6 +480,31 @@ impl ExternCall {
         let s = s.strip_prefix("aten.").unwrap_or(s);
         let mut parts = s.split('.');
         parts.next().unwrap_or(s)
+    }
+}
+
+/// A custom op's multi-output `.out` call ([`Line::ExternKernelMultiOut`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExternMultiOut {
+    /// The call without its outputs; `result` names what the op returns
+    /// (Inductor assigns it, and nothing reads it but `get` lines).
+    #[serde(flatten)]
+    pub call: ExternCall,
+    /// The preallocated outputs by keyword, in the op's schema order (passed
+    /// after the call's own keyword arguments).
+    pub outs: IndexMap<String, BufName>,
+}
+
+impl ExternMultiOut {
+    /// The call as the op sees it: its arguments, then its keyword
+    /// arguments with the outputs last (what the Python wrapper prints and
+    /// every back end passes).
+    pub fn call_with_outs(&self) -> ExternCall {
+        let mut call = self.call.clone();
+        for (k, b) in &self.outs {
+            call.kwargs.insert(k.clone(), ArgValue::Buffer(b.clone()));
+        }
+        call
     }
 }
 

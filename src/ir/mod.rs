@@ -52,8 +52,9 @@ pub use kernel::{
 };
 pub use line::{
     switch_branch, write_float, ArgValue, AssertSizeStride, AssertSizeStrideGrouped, CallArg, Conditional,
-    DynamicScalar, ExternCall, IndexNames, IndexPutFallback, KernelCall, KeyEntry, KeyPath, KeyPathText, Line,
-    MultiIndex, MultiOutput, Predicate, PyStr, ScatterFallback, SizeStrideCheck, Switch, TensorMethod, WhileLoop,
+    DynamicScalar, ExternCall, ExternMultiOut, IndexNames, IndexPutFallback, KernelCall, KeyEntry, KeyPath,
+    KeyPathText, Line, MultiIndex, MultiOutput, Predicate, PyStr, ScatterFallback, SizeStrideCheck, Switch,
+    TensorMethod, WhileLoop,
 };
 pub use location::{line_text, LineAt, Location};
 pub use program::{

@@ -4,10 +4,11 @@ use super::cursor::{first_token, is_ident, strip_comment, Cursor};
 use super::{GraphSource, ParseError, SourceMap, SourcePosition};
 use crate::ir::{
     ArgValue, AssertSizeStride, AssertSizeStrideGrouped, BufName, BufferDecl, BufferKind, CallArg, Conditional,
-    ConstValue, CppMeta, DType, Device, DynamicScalar, ExternCall, Graph, GraphInput, GraphName, GraphOutput, GridType,
-    HalideArg, HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName, KeyEntry, KeyPath,
-    Layout, Line, MultiIndex, MultiOutput, PrecomputedGridEntry, Predicate, Program, ScatterFallback, SigType,
-    SizeStrideCheck, Switch, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
+    ConstValue, CppMeta, DType, Device, DynamicScalar, ExternCall, ExternMultiOut, Graph, GraphInput, GraphName,
+    GraphOutput, GridType, HalideArg, HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName,
+    KeyEntry, KeyPath, Layout, Line, MultiIndex, MultiOutput, PrecomputedGridEntry, Predicate, Program,
+    ScatterFallback, SigType, SizeStrideCheck, Switch, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange,
+    WhileLoop, FORMAT_VERSION,
 };
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -1188,7 +1189,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
                 expr: parse_expr(c, pos, text, &what)?,
             }
         }
-        "extern" | "extern_out" => {
+        "extern" | "extern_out" | "extern_multi_out" => {
             c.skip_ws();
             let pos = c.pos();
             let first = c.take_while(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.');
@@ -1233,6 +1234,29 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
                     op: op.to_string(),
                     args,
                     kwargs,
+                })
+            } else if kw == "extern_multi_out" {
+                if !c.eat_keyword("outs") || !c.eat("(") {
+                    return Err(c.error(format!("expected `outs(NAME=BUFFER, ...)` after the call of {what}")));
+                }
+                let mut outs = IndexMap::new();
+                for (name, value) in call_args(c, declared, &format_args!("the outputs of {what}"))? {
+                    let (Some(n), ArgValue::Buffer(b)) = (name, value) else {
+                        return Err(c.error(format!("the outputs of {what} are `NAME=BUFFER` pairs")));
+                    };
+                    if kwargs.contains_key(&n) || outs.contains_key(&n) {
+                        return Err(c.error(format!("keyword argument `{n}` given twice in {what}")));
+                    }
+                    outs.insert(n, b);
+                }
+                Line::ExternKernelMultiOut(ExternMultiOut {
+                    call: ExternCall {
+                        result,
+                        op: op.to_string(),
+                        args,
+                        kwargs,
+                    },
+                    outs,
                 })
             } else {
                 let Some(out) = result else {

@@ -434,6 +434,15 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
+        Line::ExternKernelMultiOut(m) => {
+            let call = &m.call;
+            let outs: Vec<String> = m.outs.iter().map(|(k, b)| format!("{}={b}", name_token(k))).collect();
+            let args = extern_args(&call.args, &call.kwargs, declared);
+            match &call.result {
+                Some(r) => format!("extern_multi_out {r} = {}({args}) outs({})", call.op, outs.join(", ")),
+                None => format!("extern_multi_out {}({args}) outs({})", call.op, outs.join(", ")),
+            }
+        }
         Line::MultiOutput(m) => {
             let mut s = format!("get {} = {}", m.result, m.source);
             for i in &m.indices {

@@ -505,12 +505,7 @@ fn calls_convolution(program: &Program) -> bool {
     std::iter::once(&program.main)
         .chain(program.subgraphs.values())
         .flat_map(|g| &g.lines)
-        .any(|line| match line {
-            crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => {
-                call.op.contains("convolution")
-            }
-            _ => false,
-        })
+        .any(|line| line.extern_call().is_some_and(|call| call.op.contains("convolution")))
 }
 
 /// Uploads `weights` (stored raw) laid out as the program declares them:

@@ -112,10 +112,7 @@ impl CudaOptions {
         let calls = std::iter::once(&program.main)
             .chain(program.subgraphs.values())
             .flat_map(|g| &g.lines)
-            .filter_map(|line| match line {
-                crate::ir::Line::ExternKernelAlloc(call) | crate::ir::Line::ExternKernelOut { call, .. } => Some(call),
-                _ => None,
-            });
+            .filter_map(crate::ir::Line::extern_call);
         for call in calls {
             match crate::exec::device_ops::cuda_op(&call.op).map(|row| row.via) {
                 Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,

@@ -630,6 +630,15 @@ pub enum ValidationErrorKind {
         /// The buffer.
         buffer: BufName,
     },
+    /// A multi-output `.out` call passing an output under a keyword its
+    /// other keyword arguments already use.
+    #[error("`{op}` passes keyword `{keyword}` both as an argument and as an output")]
+    OutKeywordTwice {
+        /// The op.
+        op: String,
+        /// The keyword.
+        keyword: String,
+    },
     /// An alignment that is not a power of two.
     #[error("alignment {alignment} is not a power of two")]
     BadAlignment {

@@ -70,6 +70,26 @@ impl<'a> Validator<'a> {
                     self.define_result(g, at, r, Need::Any);
                 }
             }
+            Line::ExternKernelMultiOut(m) => {
+                for a in m.call.args.iter().chain(m.call.kwargs.values()) {
+                    self.use_arg(g, at, a);
+                }
+                for (keyword, out) in &m.outs {
+                    if m.call.kwargs.contains_key(keyword) {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::OutKeywordTwice {
+                                op: m.call.op.clone(),
+                                keyword: keyword.clone(),
+                            },
+                        );
+                    }
+                    self.use_buffer(g, at, out, Need::Tensor, true);
+                }
+                if let Some(r) = &m.call.result {
+                    self.define_result(g, at, r, Need::Any);
+                }
+            }
             Line::MultiOutput(MultiOutput {
                 result,
                 source,

@@ -3,6 +3,29 @@
 use super::*;
 
 impl<'p> GraphLowering<'p> {
+    /// An extern call with a fresh result (the op's own outputs, if any,
+    /// are among its keyword arguments).
+    fn extern_alloc(&mut self, call: &crate::ir::ExternCall) -> Res<()> {
+        let (args, kwargs) = self.call_args(&call.args, &call.kwargs)?;
+        let (name, val) = match &call.result {
+            Some(r) => (r.to_string(), self.val_of(r)?),
+            None => (extern_node_name(&call.op), None),
+        };
+        let id = self.out.push(
+            &name,
+            Op::Extern {
+                target: call.op.clone(),
+                args,
+                kwargs,
+            },
+            val,
+        );
+        if let Some(r) = &call.result {
+            self.buffers.insert(r.clone(), id);
+        }
+        Ok(())
+    }
+
     pub(super) fn lower_line(&mut self, line: &Line) -> Res<()> {
         match line {
             Line::Allocate { buffer } => {
@@ -82,25 +105,8 @@ impl<'p> GraphLowering<'p> {
                 }
                 self.symbols.insert(symbol.clone(), v);
             }
-            Line::ExternKernelAlloc(call) => {
-                let (args, kwargs) = self.call_args(&call.args, &call.kwargs)?;
-                let (name, val) = match &call.result {
-                    Some(r) => (r.to_string(), self.val_of(r)?),
-                    None => (extern_node_name(&call.op), None),
-                };
-                let id = self.out.push(
-                    &name,
-                    Op::Extern {
-                        target: call.op.clone(),
-                        args,
-                        kwargs,
-                    },
-                    val,
-                );
-                if let Some(r) = &call.result {
-                    self.buffers.insert(r.clone(), id);
-                }
-            }
+            Line::ExternKernelAlloc(call) => self.extern_alloc(call)?,
+            Line::ExternKernelMultiOut(m) => self.extern_alloc(&m.call_with_outs())?,
             Line::ExternKernelOut { call, out } => {
                 let (args, mut kwargs) = self.call_args(&call.args, &call.kwargs)?;
                 kwargs.insert("out", Arg::Node(self.buffer(out)?));

@@ -195,6 +195,13 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 }
             }
             Line::ExternKernelOut { call, out } => code.line(&extern_call(call, Some(out))),
+            Line::ExternKernelMultiOut(m) => {
+                let text = extern_call(&m.call_with_outs(), None);
+                match &m.call.result {
+                    Some(r) => code.line(&format!("{r} = {text}")),
+                    None => code.line(&text),
+                }
+            }
             Line::MultiOutput(m) => {
                 let mut text = format!("{} = {}", m.result, m.source);
                 for i in &m.indices {

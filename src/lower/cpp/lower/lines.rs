@@ -53,6 +53,7 @@ impl<'a> Lowering<'a> {
             }
             Line::ExternKernelAlloc(call) => self.extern_call(g, call, None, cx),
             Line::ExternKernelOut { call, out } => self.extern_call(g, call, Some(out), cx),
+            Line::ExternKernelMultiOut(m) => self.extern_call(g, &m.call_with_outs(), None, cx),
             // Elements were declared by the line that produced the multi-output
             // value; the whole of a tensor under a new name is a new reference.
             Line::MultiOutput(m) => {
