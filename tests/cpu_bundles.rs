@@ -1,7 +1,8 @@
 //! Real Inductor CPU programs (`fixtures/inductor/bundles_cpu/{cpp,halide}/<case>/`,
 //! exported from `fixtures/inductor/cases_cpu.py` with PyTorch 2.11, and
 //! `fixtures/inductor/bundles_cpu_2.15/{cpp,halide,control}/` with PyTorch
-//! 2.15, `control` from `cases_cpu_control.py`): the host backend loads
+//! 2.15, `control` from `cases_cpu_control.py`, `ops` from `cases_cpu_ops.py`):
+//! the host backend loads
 //! each bundle's compiled C++ or Halide kernels, runs the program on its
 //! inputs and matches eager PyTorch's outputs (within the bundle's tolerance)
 //! and Inductor's compiled outputs (within the tight compiled tolerance) —
@@ -67,7 +68,18 @@ const SETS: &[BundleSet] = &[
         torch: "2.15.",
         cases: CONTROL_CASES,
     },
+    BundleSet {
+        dir: "bundles_cpu_2.15/ops",
+        backend: "cpp",
+        torch: "2.15.",
+        cases: OPS_CASES,
+    },
 ];
+
+/// Extern ops of model families outside the zoo (`cases_cpu_ops.py`): a
+/// mixture-of-experts router's `aten.sort.stable` and `aten.topk`, and an
+/// int8 GEMM (`extern_kernels._int_mm`).
+const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear"];
 
 /// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
 const CASES: &[&str] = &[

@@ -3,7 +3,9 @@
 //! `mul` / `add` / `sub` / `div`, safetensors `C64` and the complex32 /
 //! complex128 marker), `segment_reduce` (every reduction, `lengths=` and
 //! `offsets=`, `axis`, `unsafe`, `initial`, accumulation in the data's dtype)
-//! and `randint` (Inductor's seed buffer, PyTorch's CUDA Philox values).
+//! `randint` (Inductor's seed buffer, PyTorch's CUDA Philox values), `sort`
+//! / `sort.stable` / `topk` (NaN largest, ties in index order, integers
+//! exact) and `_int_mm` (int8 GEMM, int32 results).
 //! Expected values are PyTorch's: the bundles' eager outputs where a bundle
 //! has the op, else worked by hand from ATen's definitions (noted per case).
 
@@ -591,4 +593,100 @@ fn permute_is_a_reordering_view() {
         let err = call("torch.ops.aten.permute.default", vec![x.clone(), ints(bad)], &[]).unwrap_err();
         assert!(err.contains("dims"), "{err}");
     }
+}
+
+fn pair(v: Value<Tensor>) -> (Tensor, Vec<i64>) {
+    match v {
+        Value::List(items) => match items.as_slice() {
+            [Value::Tensor(values), Value::Tensor(indices)] => (values.clone(), indices.to_i64_vec().unwrap()),
+            other => panic!("expected (values, indices), got {other:?}"),
+        },
+        other => panic!("expected a pair, got {other:?}"),
+    }
+}
+
+#[test]
+fn sort_orders_nan_last_keeps_ties_in_order_and_integers_exact() {
+    // torch.sort(torch.tensor([3., nan, 1., 3., -inf]), stable=True)
+    //   -> values [-inf, 1, 3, 3, nan], indices [4, 2, 0, 3, 1]
+    let x = f32s(&[3.0, f64::NAN, 1.0, 3.0, f64::NEG_INFINITY], &[5]);
+    let (values, idx) = pair(
+        call(
+            "torch.ops.aten.sort.stable",
+            vec![x.clone()],
+            &[("stable", Value::Bool(true))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(idx, [4, 2, 0, 3, 1]);
+    let v = values.to_f64_vec().unwrap();
+    assert_eq!(&v[..4], &[f64::NEG_INFINITY, 1.0, 3.0, 3.0]);
+    assert!(v[4].is_nan());
+    // descending=True: nan first, ties still in index order -> indices [1, 0, 3, 2, 4]
+    let (_, idx) = pair(
+        call(
+            "torch.ops.aten.sort.stable",
+            vec![x],
+            &[
+                ("stable", Value::Bool(true)),
+                ("dim", Value::Int(0)),
+                ("descending", Value::Bool(true)),
+            ],
+        )
+        .unwrap(),
+    );
+    assert_eq!(idx, [1, 0, 3, 2, 4]);
+    // sort.default takes dim and descending positionally; rows of a matrix along dim 1.
+    let m = f32s(&[2.0, 1.0, 0.0, 5.0, 5.0, 4.0], &[2, 3]);
+    let (values, idx) = pair(
+        call(
+            "torch.ops.aten.sort.default",
+            vec![m, Value::Int(1), Value::Bool(false)],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(values.to_f64_vec().unwrap(), [0.0, 1.0, 2.0, 4.0, 5.0, 5.0]);
+    assert_eq!(idx, [2, 1, 0, 2, 0, 1]);
+    // int64 values beyond 2^53 are ordered exactly (an f64 round trip would tie them).
+    let big = (1i64 << 60) + 1;
+    let ints = Value::Tensor(Tensor::from_i64(DType::Int64, &[big, big - 1, big + 1], &[3]).unwrap());
+    let (values, idx) = pair(
+        call(
+            "torch.ops.aten.sort.stable",
+            vec![ints],
+            &[("stable", Value::Bool(true))],
+        )
+        .unwrap(),
+    );
+    assert_eq!(values.to_i64_vec().unwrap(), [big - 1, big, big + 1]);
+    assert_eq!(idx, [1, 0, 2]);
+    // topk shares the ordering: torch.topk(tensor([1., 3., 3., 2.]), 2) -> ([3, 3], [1, 2])
+    let (values, idx) = pair(
+        call(
+            "torch.ops.aten.topk.default",
+            vec![f32s(&[1.0, 3.0, 3.0, 2.0], &[4]), Value::Int(2)],
+            &[],
+        )
+        .unwrap(),
+    );
+    assert_eq!(values.to_f64_vec().unwrap(), [3.0, 3.0]);
+    assert_eq!(idx, [1, 2]);
+}
+
+#[test]
+fn int_mm_is_an_exact_int8_gemm_with_int32_results() {
+    // torch._int_mm(a, b) for a = [[127, -128], [1, 2]], b = [[127, 1], [-128, 0]]:
+    // [[127*127 + (-128)*(-128), 127], [1*127 + 2*(-128), 1]] = [[32513, 127], [-129, 1]]
+    let a = Value::Tensor(Tensor::from_i64(DType::Int8, &[127, -128, 1, 2], &[2, 2]).unwrap());
+    let b = Value::Tensor(Tensor::from_i64(DType::Int8, &[127, 1, -128, 0], &[2, 2]).unwrap());
+    let out = tensor(call("extern_kernels._int_mm", vec![a.clone(), b.clone()], &[]).unwrap());
+    assert_eq!(out.dtype(), DType::Int32);
+    assert_eq!(out.to_i64_vec().unwrap(), [32513, 127, -129, 1]);
+    // Non-int8 operands and mismatched inner sizes are errors naming the op.
+    let err = call("extern_kernels._int_mm", vec![f32s(&[1.0], &[1, 1]), b], &[]).unwrap_err();
+    assert!(err.contains("_int_mm") && err.contains("int8"), "{err}");
+    let c = Value::Tensor(Tensor::from_i64(DType::Int8, &[1, 2, 3], &[3, 1]).unwrap());
+    let err = call("extern_kernels._int_mm", vec![a, c], &[]).unwrap_err();
+    assert!(err.contains("cannot multiply a 2x2 matrix by a 3x1 one"), "{err}");
 }

@@ -49,6 +49,7 @@ else
   echo "halide: the halide package is not installed for $py; Halide exports skipped"
 fi
 export_set control fixtures/inductor/cases_cpu_control.py
+export_set ops fixtures/inductor/cases_cpu_ops.py
 
 bundles=0
 for b in "$out"/*/*/; do

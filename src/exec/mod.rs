@@ -29,6 +29,7 @@ pub mod device_ops;
 pub mod host;
 pub mod host_kernels;
 pub mod images;
+mod int_gemm;
 pub mod interp;
 mod jagged;
 pub mod meta;
@@ -39,6 +40,7 @@ pub mod random;
 pub(crate) mod run;
 pub mod safetensors;
 mod segment;
+mod sort;
 pub(crate) mod tensor;
 
 pub use args::{ArgIter, ArgList, Kwargs, KwargsIter};

@@ -199,7 +199,9 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.index_put_", index_put),
         ("aten.scatter_", scatter),
         ("aten.scatter_reduce_", scatter_reduce),
-        ("aten.topk", topk),
+        ("aten.topk", super::sort::topk),
+        ("aten.sort", super::sort::sort),
+        ("aten._int_mm", super::int_gemm::int_mm),
         ("aten.copy_", copy),
         ("aten.clone", clone),
         ("aten.permute", permute),
@@ -658,7 +660,7 @@ fn item(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     })
 }
 
-fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
+pub(super) fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
     let r = rank.max(1) as i64;
     let d = if dim < 0 { dim + r } else { dim };
     if d < 0 || d >= r {
@@ -668,7 +670,7 @@ fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
 }
 
 /// (outer, len, inner) sizes around dimension `d`.
-fn split_at(size: &[i64], d: usize) -> (usize, usize, usize) {
+pub(super) fn split_at(size: &[i64], d: usize) -> (usize, usize, usize) {
     let outer: i64 = size[..d].iter().product();
     let inner: i64 = size[d + 1..].iter().product();
     (
@@ -913,45 +915,6 @@ fn scatter_reduce(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Exe
     let reduce = a.string(4, "reduce")?.ok_or_else(|| a.err("missing `reduce`"))?;
     let include_self = a.boolean(5, "include_self", true)?;
     scatter_common(a, Some(reduce), include_self)
-}
-
-fn topk(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    let x = a.tensor(0, "self")?;
-    let k = a.int(1, "k", None)?;
-    let d = norm_dim(a, a.int(2, "dim", Some(-1))?, x.dim())?;
-    let largest = a.boolean(3, "largest", true)?;
-    let shape = x.size().to_vec();
-    let (outer, len, inner) = if x.dim() == 0 { (1, 1, 1) } else { split_at(&shape, d) };
-    if k < 0 || k as usize > len {
-        return Err(a.err(format!("k = {k} is out of range for dimension of size {len}")));
-    }
-    let k = k as usize;
-    let v = x.to_f64_vec()?;
-    let mut vals = vec![0.0; outer * k * inner];
-    let mut idxs = vec![0i64; outer * k * inner];
-    for o in 0..outer {
-        for i in 0..inner {
-            let mut items: Vec<(f64, usize)> = (0..len).map(|j| (v[(o * len + j) * inner + i], j)).collect();
-            // NaN counts as largest, as in torch; ties keep the lower index first.
-            items.sort_by(|p, q| {
-                let ord = p.0.partial_cmp(&q.0).unwrap_or_else(|| p.0.is_nan().cmp(&q.0.is_nan()));
-                let ord = if largest { ord.reverse() } else { ord };
-                ord.then(p.1.cmp(&q.1))
-            });
-            for (r, (val, j)) in items.into_iter().take(k).enumerate() {
-                vals[(o * k + r) * inner + i] = val;
-                idxs[(o * k + r) * inner + i] = j as i64;
-            }
-        }
-    }
-    let mut out_shape = shape.clone();
-    if !out_shape.is_empty() {
-        out_shape[d] = k as i64;
-    }
-    Ok(Value::List(vec![
-        Value::Tensor(Tensor::from_f64(x.dtype(), &vals, &out_shape)?),
-        Value::Tensor(Tensor::from_vec(idxs, &out_shape)?),
-    ]))
 }
 
 fn copy(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
