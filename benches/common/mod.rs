@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod families;
+pub mod subgraphs;
 
 use families::{cuda_f32, matmul_inputs};
 
@@ -618,6 +619,7 @@ pub fn generate(size: Size, seed: u64) -> Generated {
     }
 }
 
+#[allow(unused_imports)] // Not every benchmark times in-process.
 pub use wrapir::bench::median_time;
 
 /// `n` with thousands separators.
