@@ -159,6 +159,85 @@ fn table() {
     }
 }
 
+/// A program's facts grow with the program (a range per symbol, a
+/// definition per precomputed size), and a proof uses only those about its
+/// own symbols (issue 35: `check` was quadratic in the launches, every proof
+/// walking every definition). Every row of the table concludes the same,
+/// with the same proof or counterexample, among thousands of facts about
+/// other symbols, many of them defined from the row's own.
+#[test]
+fn unrelated_facts_change_no_conclusion() {
+    for (lhs, rhs, f, _) in &table_rows(include_str!("cases/prove.txt")) {
+        let f: Vec<&str> = f.iter().map(String::as_str).collect();
+        let (a, b) = (e(lhs), e(rhs));
+        let small = facts(&f);
+        let mut large = small.clone();
+        for i in 0..2_000 {
+            large.define(
+                Symbol::new(format!("ks{}", 1_000 + i)),
+                e(&format!("(+ (* s0 s1) {i})")),
+            );
+            large.restrict(Symbol::new(format!("z{i}")), Some(0), Some(i));
+        }
+        match (prove_eq(&a, &b, &small), prove_eq(&a, &b, &large)) {
+            (Outcome::Proven(x), Outcome::Proven(y)) => assert_eq!(x.flat_string(), y.flat_string(), "{lhs} == {rhs}"),
+            (x @ Outcome::Disproved(_), y @ Outcome::Disproved(_)) => {
+                assert_eq!(x.summary(), y.summary(), "{lhs} == {rhs}")
+            }
+            // The reason may name a clock limit, which a loaded machine reaches at other points.
+            (Outcome::Unknown(_), Outcome::Unknown(_)) => {}
+            (x, y) => panic!(
+                "{lhs} == {rhs}: {} alone, {} among other facts",
+                x.summary(),
+                y.summary()
+            ),
+        }
+    }
+}
+
+/// What [`Facts::relevant_to`] keeps: every condition and equality, the
+/// definitions of the symbols reached (from the claim's symbols, those
+/// facts' symbols and every defined symbol with a bound, through
+/// definitions in turn), the ranges of those reached; an empty range
+/// anywhere.
+#[test]
+fn the_facts_a_claim_depends_on() {
+    let f = facts(&[
+        "s0 >= 1",
+        "s1 >= 1",
+        "u0 >= 0",
+        "u0 <= 9",
+        "ks0 := (* s0 s1)",
+        "ks1 := (+ ks0 1)",
+        "ks2 := (* s0 2)",
+        "ks3 := (* s5 2)",
+        "s1 != 3",
+        "s2 >= 1",
+        "s4 >= 2",
+        "s4 <= 3",
+        "s5 >= 1",
+        "s6 >= 1",
+        "ks4 := (+ s6 1)",
+        "ks4 <= 9",
+    ]);
+    // As a program states them: every declared symbol has a range, if only (None, None).
+    let mut f = f;
+    f.restrict(Symbol::new("ks2"), None, None);
+    let names = |syms: Vec<&Symbol>| syms.iter().map(|s| s.as_str().to_string()).collect::<Vec<_>>();
+    let r = f.relevant_to(&[&e("ks1"), &e("7")]);
+    assert_eq!(names(r.definitions().keys().collect()), ["ks0", "ks1", "ks4"]);
+    assert_eq!(names(r.ranges().map(|(s, _)| s).collect()), ["s0", "s1", "s6", "ks4"]);
+    assert_eq!(r.conditions(), [wrapir::sym::parse("s1 != 3").unwrap()]);
+    let r = f.relevant_to(&[&e("s2")]);
+    assert_eq!(names(r.ranges().map(|(s, _)| s).collect()), ["s1", "s2", "s6", "ks4"]);
+    assert_eq!(names(r.definitions().keys().collect()), ["ks4"]);
+    // Contradictory facts stay contradictory, wherever the empty range is.
+    let mut g = f.clone();
+    g.restrict(Symbol::new("z0"), Some(5), Some(1));
+    assert_eq!(g.relevant_to(&[&e("s0")]).empty_range(), Some(&Symbol::new("z0")));
+    assert!(!prove_eq(&e("s0"), &e("s0"), &g).is_proven());
+}
+
 #[test]
 fn facts_from_program_ranges_and_definitions() {
     use wrapir::ir::{Line, ProgramBuilder};

@@ -1,6 +1,8 @@
 //! Whole-program checking: every Triton launch reconciled, in parallel.
 
-use super::emitted::{validate_emitted, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, Validated};
+use super::emitted::{
+    validate_emitted_with, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, SameTensors, Validated,
+};
 use super::facts::program_facts;
 use super::record::{describe, reconcile_call, Error, ErrorKind, EvidenceVerdict, LaunchRecord, ProofCache};
 use super::Options;
@@ -264,7 +266,7 @@ pub fn check_program(info: &ProgramInfo<'_>, options: &Options) -> CheckReport {
 }
 
 /// [`check_program`], and validates the launches `emitter` emits against
-/// the canonical records ([`validate_emitted`]).
+/// the canonical records ([`super::validate_emitted`]).
 pub fn check_program_against(info: &ProgramInfo<'_>, options: &Options, emitter: &dyn LaunchEmitter) -> CheckReport {
     run(info, options, Some(emitter))
 }
@@ -305,9 +307,24 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
     for e in &emitted {
         by_call.entry((&e.graph, e.line)).or_default().push(e);
     }
+    // Which names denote one tensor, per graph with emitted launches.
+    let mut same_tensors: rustc_hash::FxHashMap<&GraphName, SameTensors<'_>> = rustc_hash::FxHashMap::default();
+    for (graph, _) in by_call.keys() {
+        if !same_tensors.contains_key(graph) {
+            let g = program.graph(Some(*graph).filter(|g| g.as_str() != crate::ir::MAIN_GRAPH));
+            if let Some(g) = g {
+                same_tensors.insert(graph, SameTensors::of(g));
+            }
+        }
+    }
     let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
         let mine = by_call.get(&(graph, *line)).map_or(&[][..], Vec::as_slice);
-        check_one(info, graph, *line, call, &cache, lowering.as_deref(), mine)
+        let emitted = Emitted {
+            lowering: lowering.as_deref(),
+            launches: mine,
+            same_tensors: same_tensors.get(graph),
+        };
+        check_one(info, graph, *line, call, &cache, emitted)
     };
     let entries: Vec<LaunchEntry> = if options.parallel {
         calls.par_iter().map(one).collect()
@@ -335,15 +352,27 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
     }
 }
 
+/// A call's emitted launches, by which lowering, and its graph's merged
+/// buffer names.
+struct Emitted<'e, 'p> {
+    lowering: Option<&'e str>,
+    launches: &'e [&'e EmittedLaunch],
+    same_tensors: Option<&'e SameTensors<'p>>,
+}
+
 fn check_one(
     info: &ProgramInfo<'_>,
     graph: &GraphName,
     line: usize,
     call: &KernelCall,
     cache: &ProofCache,
-    lowering: Option<&str>,
-    emitted: &[&EmittedLaunch],
+    emitted: Emitted<'_, '_>,
 ) -> LaunchEntry {
+    let Emitted {
+        lowering,
+        launches: emitted,
+        same_tensors,
+    } = emitted;
     let mut entry = LaunchEntry {
         graph: graph.clone(),
         line,
@@ -362,7 +391,9 @@ fn check_one(
     let mut reasons: Vec<String> = record.guards.iter().map(|g| g.message.clone()).collect();
     if let Some(lowering) = lowering {
         for e in emitted {
-            match validate_emitted(info, &record, e, cache) {
+            let same =
+                |a: &crate::ir::BufName, b: &crate::ir::BufName| a == b || same_tensors.is_some_and(|t| t.same(a, b));
+            match validate_emitted_with(&record, e, cache, same) {
                 Ok(v) => {
                     reasons.extend(v.guards.iter().map(|g| format!("{lowering} {}", g.message)));
                     entry.validations.push(v);

@@ -6,7 +6,8 @@ use super::claims::{self, Ledger};
 use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
 use crate::fx::{Arg, Op, Placeholder, SymOp, Val};
 use crate::ir::{
-    ArgValue, BufName, ConstValue, GraphName, KernelBackend, KernelName, Line, MultiOutput, ProgramInfo, MAIN_GRAPH,
+    ArgValue, BufName, ConstValue, Graph, GraphName, KernelBackend, KernelName, Line, MultiOutput, ProgramInfo,
+    MAIN_GRAPH,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
@@ -240,6 +241,24 @@ pub fn validate_emitted(
     emitted: &EmittedLaunch,
     cache: &ProofCache,
 ) -> Result<Validated, Mismatch> {
+    let same = |a: &BufName, b: &BufName| {
+        a == b
+            || info
+                .program()
+                .graph(Some(&record.graph).filter(|g| g.as_str() != MAIN_GRAPH))
+                .is_some_and(|g| SameTensors::of(g).same(a, b))
+    };
+    validate_emitted_with(record, emitted, cache, same)
+}
+
+/// [`validate_emitted`] with the rule for buffer names that denote one
+/// tensor given ([`SameTensors::same`] of the record's graph).
+pub(super) fn validate_emitted_with(
+    record: &LaunchRecord,
+    emitted: &EmittedLaunch,
+    cache: &ProofCache,
+    same_buffer: impl Fn(&BufName, &BufName) -> bool,
+) -> Result<Validated, Mismatch> {
     if emitted.kernel != record.kernel {
         return Err(Mismatch::Kernel {
             expected: record.kernel.clone(),
@@ -259,7 +278,7 @@ pub fn validate_emitted(
         };
         match (&canonical, value) {
             (ArgValue::Buffer(a), EmittedValue::Buffer(b)) => {
-                if !same_buffer(info, &record.graph, a, b) {
+                if !same_buffer(a, b) {
                     return Err(differs(None));
                 }
                 out.values_proven += 1;
@@ -397,49 +416,49 @@ fn const_matches(canonical: &ArgValue, k: &ConstValue) -> bool {
     }
 }
 
-/// `true` when two names denote the same tensor: equal names, or names a
-/// lowering may merge: `get b = a` without indices, and `reuse a -> b` where
-/// both have the same layout (the new name is the old tensor).
-fn same_buffer(info: &ProgramInfo<'_>, graph: &GraphName, a: &BufName, b: &BufName) -> bool {
-    if a == b {
-        return true;
-    }
-    let program = info.program();
-    let g = if graph.as_str() == MAIN_GRAPH {
-        Some(&program.main)
-    } else {
-        program.subgraphs.get(graph)
-    };
-    let Some(g) = g else { return false };
-    let mut parent: std::collections::HashMap<&BufName, &BufName> = std::collections::HashMap::new();
-    for line in &g.lines {
-        match line {
-            Line::MultiOutput(MultiOutput {
-                result,
-                source,
-                indices,
-            }) if indices.is_empty() => {
-                parent.insert(result, source);
-            }
-            Line::Reuse { old, new, .. } if g.layout(old).is_some() && g.layout(old) == g.layout(new) => {
-                parent.insert(new, old);
-            }
-            _ => {}
-        }
-    }
-    let root = |start: &BufName| {
-        let mut x = start.clone();
-        // Each name is defined once, so the chain has no cycle; the bound
-        // guards against malformed input anyway.
-        for _ in 0..=parent.len() {
-            match parent.get(&x) {
-                Some(p) => x = (*p).clone(),
-                None => break,
+/// Which buffer names of one graph denote the same tensor: equal names, or
+/// names a lowering may merge: `get b = a` without indices, and
+/// `reuse a -> b` where both have the same layout (the new name is the old
+/// tensor). Worked out in one pass over the graph, so that each question
+/// costs a lookup (asking by scanning the graph made `check` quadratic in
+/// the launches that keep an old name).
+pub(crate) struct SameTensors<'p> {
+    /// Each merged name's first name.
+    root: rustc_hash::FxHashMap<&'p BufName, &'p BufName>,
+}
+
+impl<'p> SameTensors<'p> {
+    /// The merged names of `graph` (a validated graph: a name is defined
+    /// once, before it is used, so each root is final when it is recorded).
+    pub(crate) fn of(graph: &'p Graph) -> SameTensors<'p> {
+        let mut root: rustc_hash::FxHashMap<&'p BufName, &'p BufName> = Default::default();
+        for line in &graph.lines {
+            let (name, merged_with) = match line {
+                Line::MultiOutput(MultiOutput {
+                    result,
+                    source,
+                    indices,
+                }) if indices.is_empty() => (result, source),
+                Line::Reuse { old, new, .. }
+                    if graph.layout(old).is_some() && graph.layout(old) == graph.layout(new) =>
+                {
+                    (new, old)
+                }
+                _ => continue,
+            };
+            let r = root.get(merged_with).copied().unwrap_or(merged_with);
+            if r != name {
+                root.insert(name, r);
             }
         }
-        x
-    };
-    root(a) == root(b)
+        SameTensors { root }
+    }
+
+    /// `true` when `a` and `b` denote the same tensor.
+    pub(crate) fn same(&self, a: &BufName, b: &BufName) -> bool {
+        let root = |x| self.root.get(x).copied().unwrap_or(x);
+        a == b || root(a) == root(b)
+    }
 }
 
 fn describe_emitted(v: &EmittedValue) -> String {

@@ -2,6 +2,7 @@
 
 use super::super::{parse, CmpOp, ParseError, SymExpr, Symbol};
 use indexmap::IndexMap;
+use std::sync::OnceLock;
 
 /// Why an assumption could not be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,12 +32,64 @@ pub enum FactError {
 /// * equalities between other expressions, used the same way;
 /// * other conditions (`s0 >= s1`, `s0 != 3`): not used in proofs, but every
 ///   counterexample must satisfy them.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// A program's facts grow with the program (a range per symbol, a
+/// definition per precomputed size) while one proof needs only those about
+/// its own symbols: [`Facts::relevant_to`] picks them out through an index
+/// built on first use (and dropped by every change), so a proof costs what
+/// its own facts cost, not what the whole program's do.
+#[derive(Clone, Debug, Default)]
 pub struct Facts {
     ranges: IndexMap<Symbol, (Option<i64>, Option<i64>)>,
     definitions: IndexMap<Symbol, SymExpr>,
     equalities: Vec<(SymExpr, SymExpr)>,
     conditions: Vec<SymExpr>,
+    /// Built by [`Facts::relevant_to`]; reset by every change.
+    index: OnceLock<FactIndex>,
+}
+
+impl PartialEq for Facts {
+    fn eq(&self, other: &Self) -> bool {
+        // The index is derived from the rest.
+        self.ranges == other.ranges
+            && self.definitions == other.definitions
+            && self.equalities == other.equalities
+            && self.conditions == other.conditions
+    }
+}
+
+/// Where [`Facts::relevant_to`] starts and what it follows.
+#[derive(Clone, Debug, Default)]
+struct FactIndex {
+    /// The free symbols of each definition's expression, by definition index.
+    definition_symbols: Vec<Vec<Symbol>>,
+    /// The symbols every claim reaches: those of every equality and
+    /// condition, and every defined symbol with a bound.
+    always: Vec<Symbol>,
+    /// The first symbol whose range is empty, if any.
+    empty_range: Option<Symbol>,
+}
+
+impl FactIndex {
+    fn new(facts: &Facts) -> FactIndex {
+        let definition_symbols = facts.definitions.values().map(SymExpr::free_symbols).collect();
+        let mut always: Vec<Symbol> = Vec::new();
+        for (x, y) in &facts.equalities {
+            always.extend(x.free_symbols());
+            always.extend(y.free_symbols());
+        }
+        for c in &facts.conditions {
+            always.extend(c.free_symbols());
+        }
+        // A declared symbol without bounds has the range (None, None): nothing to contradict.
+        let bounded = |s: &&Symbol| facts.range(s) != (None, None);
+        always.extend(facts.definitions.keys().filter(bounded).cloned());
+        FactIndex {
+            definition_symbols,
+            always,
+            empty_range: facts.scan_empty_range().cloned(),
+        }
+    }
 }
 
 impl Facts {
@@ -66,6 +119,7 @@ impl Facts {
     /// e-graph equalities; conjunctions are split; anything else only constrains
     /// counterexamples.
     pub fn add_condition(&mut self, cond: SymExpr) {
+        self.index.take();
         match cond {
             SymExpr::Bool(true) => {}
             SymExpr::And(parts) => {
@@ -91,6 +145,7 @@ impl Facts {
     }
 
     fn bound(&mut self, s: Symbol, op: CmpOp, c: i64) {
+        self.index.take();
         match op {
             CmpOp::Ge => self.restrict(s, Some(c), None),
             CmpOp::Le => self.restrict(s, None, Some(c)),
@@ -118,6 +173,7 @@ impl Facts {
 
     /// Intersects a symbol's range with `[lo, hi]` (`None` = unbounded).
     pub fn restrict(&mut self, sym: Symbol, lo: Option<i64>, hi: Option<i64>) {
+        self.index.take();
         let entry = self.ranges.entry(sym).or_insert((None, None));
         if let Some(l) = lo {
             entry.0 = Some(entry.0.map_or(l, |old| old.max(l)));
@@ -133,6 +189,7 @@ impl Facts {
         if self.definitions.contains_key(&sym) || expr.free_symbols().contains(&sym) {
             return false;
         }
+        self.index.take();
         self.definitions.insert(sym, expr);
         true
     }
@@ -164,10 +221,80 @@ impl Facts {
 
     /// A symbol whose range is empty, if any (the facts are contradictory).
     pub fn empty_range(&self) -> Option<&Symbol> {
+        match self.index.get() {
+            Some(index) => index.empty_range.as_ref(),
+            None => self.scan_empty_range(),
+        }
+    }
+
+    fn scan_empty_range(&self) -> Option<&Symbol> {
         self.ranges
             .iter()
             .find(|(_, (lo, hi))| matches!((lo, hi), (Some(l), Some(h)) if l > h))
             .map(|(s, _)| s)
+    }
+
+    /// The facts a claim about `exprs` may depend on: every equality and
+    /// condition; the definitions of the symbols reached from the
+    /// expressions' and those facts' symbols (through definitions, in
+    /// turn) and of every symbol with a bound; the ranges of the symbols
+    /// reached and any empty range. Order is kept.
+    ///
+    /// What is left out cannot change whether the claim holds: a definition
+    /// of a symbol nothing reaches, with no bound to contradict, defines a
+    /// fresh name (`ks7 == s0*s1` says nothing about `s0` or `s1`), and the
+    /// range of a symbol nothing reaches constrains nothing else. A
+    /// program's facts are ranges and definitions, which grow with the
+    /// program; a claim's own are few. Costs what the facts kept cost (the
+    /// index is built once, on first use, linear in the facts).
+    pub fn relevant_to(&self, exprs: &[&SymExpr]) -> Facts {
+        let index = self.index.get_or_init(|| FactIndex::new(self));
+        let mut reached: Vec<Symbol> = Vec::new();
+        let mut seen: rustc_hash::FxHashSet<Symbol> = Default::default();
+        let seeds = exprs
+            .iter()
+            .flat_map(|e| e.free_symbols())
+            .chain(index.always.iter().cloned());
+        for s in seeds {
+            if seen.insert(s.clone()) {
+                reached.push(s);
+            }
+        }
+        let mut definitions: Vec<usize> = Vec::new();
+        let mut next = 0;
+        while next < reached.len() {
+            let s = reached[next].clone();
+            next += 1;
+            let Some(i) = self.definitions.get_index_of(&s) else {
+                continue;
+            };
+            definitions.push(i);
+            for t in &index.definition_symbols[i] {
+                if seen.insert(t.clone()) {
+                    reached.push(t.clone());
+                }
+            }
+        }
+        let mut ranges: Vec<usize> = reached.iter().filter_map(|s| self.ranges.get_index_of(s)).collect();
+        if let Some(i) = index.empty_range.as_ref().and_then(|s| self.ranges.get_index_of(s)) {
+            ranges.push(i);
+        }
+        ranges.sort_unstable();
+        ranges.dedup();
+        definitions.sort_unstable();
+        Facts {
+            ranges: ranges
+                .into_iter()
+                .filter_map(|i| self.ranges.get_index(i).map(|(s, r)| (s.clone(), *r)))
+                .collect(),
+            definitions: definitions
+                .into_iter()
+                .filter_map(|i| self.definitions.get_index(i).map(|(s, e)| (s.clone(), e.clone())))
+                .collect(),
+            equalities: self.equalities.clone(),
+            conditions: self.conditions.clone(),
+            index: OnceLock::new(),
+        }
     }
 }
 
