@@ -3,7 +3,7 @@ on the CPU, on the same model (`small_cnn` of fixtures/inductor/cases_cpu.py,
 in eval mode, input 2x3x16x16 f32; wrapir runs its committed bundle
 `fixtures/inductor/bundles_cpu/cpp/small_cnn`, exported from PyTorch 2.11).
 
-    python benches/python_runtime.py [--cold N] [--calls N]
+    python benches/python_runtime.py [--cold N] [--calls N] [--pt2 PATH]
 
 needs torch, the `wrapir` package (`pip install ./bindings/python`) and the
 wrapir binary (`WRAPIR`, else target/debug/wrapir, to pack the bundle).
@@ -103,6 +103,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cold", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--pt2", help="the AOTI package: reused where it exists, else compiled and kept there")
     args = parser.parse_args()
     wrapir_cli = os.environ.get("WRAPIR") or str(REPO / "target" / "debug" / "wrapir")
     torch.manual_seed(0)
@@ -111,12 +112,14 @@ def main():
         pkg = os.path.join(tmp, "small_cnn.wirpkg")
         subprocess.run([wrapir_cli, "pack", str(BUNDLE), "-o", pkg], check=True, capture_output=True)
         m = model()
-        with torch.no_grad():
-            exported = torch.export.export(m, (x,))
-            t0 = time.perf_counter()
-            pt2 = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(tmp, "small_cnn.pt2"))
-            compile_s = time.perf_counter() - t0
-        print(f"AOTI package compiled in {compile_s:.1f} s")
+        pt2 = args.pt2 or os.path.join(tmp, "small_cnn.pt2")
+        if not os.path.exists(pt2):
+            with torch.no_grad():
+                exported = torch.export.export(m, (x,))
+                t0 = time.perf_counter()
+                pt2 = torch._inductor.aoti_compile_and_package(exported, package_path=pt2)
+                compile_s = time.perf_counter() - t0
+            print(f"AOTI package compiled in {compile_s:.1f} s")
         paths = {"path": str(BUNDLE), "pkg": pkg, "pt2": pt2}
         rows = []
         for name, snippet in CHILD.items():
