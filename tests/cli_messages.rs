@@ -201,7 +201,9 @@ fn wrong_kinds_of_file_say_what_they_are() {
 #[test]
 fn validation_errors_point_at_the_file() {
     let dir = scratch("validation");
-    // A use after free on file line 7 (the graph's line 1), after comments and blank lines.
+    // A use after free on file line 7 (the graph's line 1) of a buffer freed
+    // on file line 6, after comments and blank lines: the message names file
+    // lines, not the graph's own numbering.
     let wir = dir.join("uaf.wir");
     std::fs::write(
         &wir,
@@ -220,11 +222,20 @@ fn validation_errors_point_at_the_file() {
             &["check", path_str(&wir)],
             1,
             &[],
-            &["graph main, line 1", &at_wir, snippet],
+            &[
+                "error in graph main: buffer arg0_1 is used after it was freed at line 6\n",
+                &at_wir,
+                snippet,
+            ],
         ),
         case(&["lower", path_str(&wir)], 2, &[], &[&at_wir, snippet]),
         case(&["run", path_str(&wir)], 2, &[], &[&at_wir]),
-        case(&["check", path_str(&json)], 1, &[], &[&at_json]),
+        case(
+            &["check", path_str(&json)],
+            1,
+            &[],
+            &["buffer arg0_1 is used after it was freed at `main.lines[0]`", &at_json],
+        ),
     ]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -514,7 +514,7 @@ impl Store {
 /// given as the program is an error that says so and names the directory
 /// to give instead.
 fn parse_program(name: &str, text: &Arc<str>, limits: &Limits) -> Result<Program, BundleError> {
-    if text.trim_start().starts_with('{') || name.ends_with(".json") {
+    if crate::text::is_json_program(name, text) {
         Program::from_json(text).map_err(|error| {
             if let Some(reason) = bundle_metadata_given(name, text) {
                 return BundleError::NotABundle {

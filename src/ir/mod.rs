@@ -63,6 +63,6 @@ pub use program::{
 };
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
-    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, NameRole, ProgramInfo, Site, SymbolBinding,
-    ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
+    validate, validate_with_limits, BufferInfo, Ending, GraphInfo, LineNamer, NameRole, ProgramInfo, Site,
+    SymbolBinding, ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
 };

@@ -6,8 +6,11 @@
 use crate::ir::{Line, Location, Program};
 
 mod cursor;
+mod diagnostics;
 mod parse;
 mod print;
+
+pub use diagnostics::{is_json_program, render_validation_errors};
 
 /// A syntax error in a `.wir` file.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +93,9 @@ impl Default for SourcePosition {
 pub struct SourceMap {
     /// By graph name (`main` first).
     pub graphs: indexmap::IndexMap<String, GraphSource>,
+    /// The keyword of each `symbol`, `constant` and `kernel` declaration, by
+    /// (that keyword, the declared name).
+    pub declarations: indexmap::IndexMap<(&'static str, String), SourcePosition>,
 }
 
 impl SourceMap {
@@ -101,5 +107,19 @@ impl SourceMap {
             Location::Graph { graph } => self.graphs.get(graph.as_str()).map(|g| g.header),
             Location::Line { graph, index, .. } => self.graphs.get(graph.as_str())?.lines.get(*index).copied(),
         }
+    }
+
+    /// The file position of a validation error: its line or graph header;
+    /// for an error in the program's tables, the declaration it is about
+    /// (a subgraph's name: its header).
+    pub fn error_position(&self, error: &crate::ir::ValidationError) -> Option<SourcePosition> {
+        if !matches!(error.location, Location::Program) {
+            return self.position(&error.location);
+        }
+        let (table, name) = error.kind.table_entry()?;
+        if table == "graph" {
+            return self.graphs.get(name).map(|g| g.header);
+        }
+        self.declarations.get(&(table, name.to_string())).copied()
     }
 }

@@ -538,7 +538,14 @@ impl<'a> Parser<'a> {
             c.skip_ws();
             let pos = c.pos();
             match c.ident() {
-                Some("symbol") => self.symbol(&mut c, &mut program)?,
+                Some("symbol") => {
+                    self.symbol(&mut c, &mut program)?;
+                    if let Some((name, _)) = program.symbols.last() {
+                        self.source_map
+                            .declarations
+                            .insert(("symbol", name.to_string()), c.position_at(pos));
+                    }
+                }
                 Some("constant") => {
                     let name = buf_name(&mut c, || "expected a constant name after `constant`".into())?;
                     c.expect(":", || format!("expected `:` after constant name `{name}`"))?;
@@ -547,12 +554,18 @@ impl<'a> Parser<'a> {
                     if program.constants.insert(name.clone(), l).is_some() {
                         return Err(c.error_at(pos, format!("constant `{name}` is declared twice")));
                     }
+                    self.source_map
+                        .declarations
+                        .insert(("constant", name.to_string()), c.position_at(pos));
                 }
                 Some("kernel") => {
                     let k = self.kernel(&mut c)?;
                     if program.kernels.contains_key(&k.name) {
                         return Err(c.error_at(pos, format!("kernel `{}` is defined twice", k.name)));
                     }
+                    self.source_map
+                        .declarations
+                        .insert(("kernel", k.name.to_string()), c.position_at(pos));
                     program.kernels.insert(k.name.clone(), k);
                 }
                 Some("graph") => {

@@ -500,6 +500,8 @@ pub struct TextCase {
     pub name: String,
     pub input: String,
     pub expect: Vec<String>,
+    /// The 1-based line of the case file where its input starts.
+    pub line: usize,
 }
 
 /// The cases of a case file, test data written as text: after `;` comment
@@ -510,12 +512,13 @@ pub struct TextCase {
 pub fn text_cases(file: &str) -> Vec<TextCase> {
     let mut cases: Vec<TextCase> = Vec::new();
     let mut in_expect = false;
-    for line in file.lines() {
+    for (index, line) in file.lines().enumerate() {
         if let Some(name) = line.strip_prefix("== ") {
             cases.push(TextCase {
                 name: name.to_string(),
                 input: String::new(),
                 expect: Vec::new(),
+                line: index + 2,
             });
             in_expect = false;
             continue;

@@ -58,15 +58,24 @@ fn add_args(input: BufName, output: BufName) -> [ArgValue; 3] {
     common::pointwise_args(input, output, 8)
 }
 
-/// One error per string: `graph:line: message` (`-` for the line of header
-/// errors, `program` for table errors).
-fn render(errors: &ValidationErrors) -> Vec<String> {
+/// One error per string, as a person reading the program's file sees it:
+/// `LINE:COLUMN: message`, the file position of the offending line (a
+/// graph's header, a table error's declaration) and the message with the
+/// lines it mentions named by their file lines; `program: message` for an
+/// error about no one place.
+fn render_in_file(errors: &ValidationErrors, map: &wrapir::text::SourceMap) -> Vec<String> {
+    let file_line = |g: &GraphName, index: usize| {
+        let at = map.graphs.get(g.as_str())?.lines.get(index)?;
+        Some(format!("line {}", at.line))
+    };
     errors
         .iter()
         .map(|e| {
-            let graph = e.graph().map(|g| g.to_string()).unwrap_or_else(|| "program".into());
-            let line = e.line().map(|l| l.to_string()).unwrap_or_else(|| "-".into());
-            format!("{graph}:{line}: {}", e.kind)
+            let message = e.kind.naming_lines(e.graph(), &file_line);
+            match map.error_position(e) {
+                Some(at) => format!("{}:{}: {message}", at.line, at.column),
+                None => format!("program: {message}"),
+            }
         })
         .collect()
 }
@@ -80,25 +89,101 @@ const POINTWISE_KERNEL: &str = "kernel triton_poi_fused_add_0: triton {
   num_warps 1
 }";
 
-/// Parses a case's program (with the `wrapir 1` header and a
-/// `{pointwise kernel}` line replaced by [`POINTWISE_KERNEL`]), validates
-/// it and compares its diagnostics ([`render`]) with the expected ones.
-fn check(case: &common::TextCase) {
-    let common::TextCase { name, input, expect } = case;
-    let text = format!("wrapir 1\n\n{}", input.replace("{pointwise kernel}", POINTWISE_KERNEL));
-    let program = wrapir::text::parse(&text).unwrap_or_else(|e| panic!("case `{name}` does not parse: {e}\n{text}"));
-    let got = match validate(&program) {
-        Ok(_) => vec![],
-        Err(e) => render(&e),
-    };
-    assert_eq!(&got, expect, "case `{name}`:\n{text}");
+/// A case's program as a `.wir` file whose lines are the case file's: the
+/// `wrapir 1` header, blank lines down to the case's first line, its text (a
+/// `{pointwise kernel}` line left blank) and [`POINTWISE_KERNEL`] after it
+/// where the case asks for it (items may come in any order).
+fn case_program_text(case: &common::TextCase) -> String {
+    assert!(case.line >= 2, "case `{}` starts on line {}", case.name, case.line);
+    let mut text = format!("wrapir 1{}", "\n".repeat(case.line - 1));
+    let mut kernel = false;
+    for line in case.input.lines() {
+        if line.trim() == "{pointwise kernel}" {
+            kernel = true;
+        } else {
+            text += line;
+        }
+        text.push('\n');
+    }
+    if kernel {
+        text += POINTWISE_KERNEL;
+        text.push('\n');
+    }
+    text
 }
 
-/// Checks every case of a case file ([`common::text_cases`], [`check`]).
-fn check_file(file: &str) {
-    for case in common::text_cases(file) {
-        check(&case);
+/// The limits a case validates under: the defaults, with those its
+/// `; limits NAME = N, ...` line sets (`max_diagnostics`, `max_outputs`).
+fn case_limits(case: &common::TextCase) -> wrapir::Limits {
+    let mut limits = wrapir::Limits::default();
+    for line in case.input.lines() {
+        let Some(settings) = line.strip_prefix("; limits ") else {
+            continue;
+        };
+        for setting in settings.split(',') {
+            let (name, value) = setting
+                .split_once('=')
+                .unwrap_or_else(|| panic!("case `{}`: `{setting}` is not NAME = N", case.name));
+            let value: usize = value
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("case `{}`: {e}", case.name));
+            match name.trim() {
+                "max_diagnostics" => limits.max_diagnostics = value,
+                "max_outputs" => limits.max_outputs = value,
+                other => panic!("case `{}`: no limit `{other}` here", case.name),
+            }
+        }
     }
+    limits
+}
+
+/// Parses a case's program ([`case_program_text`]), validates it and compares
+/// its diagnostics ([`render_in_file`], positions in the case file) with the
+/// expected ones. Its JSON form's errors each name a JSON path where the
+/// text's name a file position.
+fn check(case: &common::TextCase, file: &str) -> Vec<String> {
+    let name = &case.name;
+    let text = case_program_text(case);
+    let limits = case_limits(case);
+    let (program, map) = wrapir::text::parse_with_source_map(&text, &limits)
+        .unwrap_or_else(|e| panic!("{file}: case `{name}` does not parse: {e}\n{text}"));
+    let (got, json_paths, kinds) = match wrapir::ir::validate_with_limits(&program, &limits) {
+        Ok(_) => (vec![], 0, vec![]),
+        Err(e) => {
+            let json = program.to_json();
+            let rendered = wrapir::text::render_validation_errors("p.json", &json, &e, &limits);
+            let kinds = e.iter().map(|e| kind_name(&e.kind)).collect();
+            (
+                render_in_file(&e, &map),
+                rendered.matches("\n  --> p.json: ").count(),
+                kinds,
+            )
+        }
+    };
+    assert_eq!(got, case.expect, "{file}: case `{name}` (line {}):\n{text}", case.line);
+    let positioned = got.iter().filter(|l| !l.starts_with("program: ")).count();
+    assert_eq!(json_paths, positioned, "{file}: case `{name}`: JSON paths");
+    kinds
+}
+
+/// The variant name of an error kind (`DoubleFree`), from its `Debug` form.
+fn kind_name(kind: &wrapir::ir::ValidationErrorKind) -> String {
+    let debug = format!("{kind:?}");
+    debug
+        .split(|c: char| !c.is_alphanumeric() && c != '_')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Checks every case of a case file ([`common::text_cases`], [`check`]);
+/// the kinds of error its cases gave.
+fn check_file(file: &str, text: &str) -> Vec<String> {
+    common::text_cases(text)
+        .iter()
+        .flat_map(|case| check(case, file))
+        .collect()
 }
 
 /// The `{pointwise kernel}` of the case files is the kernel [`add_kernel`]

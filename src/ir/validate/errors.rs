@@ -42,14 +42,148 @@ pub(super) fn kind_name(kind: &SymbolKind) -> &'static str {
     }
 }
 
-pub(super) fn ending_text(buffer: &BufName, at: usize, how: &Ending) -> String {
+fn ending_text(buffer: &BufName, at: &str, how: &Ending) -> String {
     match how {
-        Ending::Freed => format!("buffer {buffer} is used after it was freed at line {at}"),
+        Ending::Freed => format!("buffer {buffer} is used after it was freed at {at}"),
         Ending::MarkedReused => {
-            format!("buffer {buffer} is used after its storage was released for reuse at line {at}")
+            format!("buffer {buffer} is used after its storage was released for reuse at {at}")
         }
         Ending::ReusedBy(new) => {
-            format!("buffer {buffer} is used after its storage was handed to {new} at line {at}")
+            format!("buffer {buffer} is used after its storage was handed to {new} at {at}")
+        }
+    }
+}
+
+/// How a message names a line it mentions: given the line's graph and its
+/// index there, the words for it (`line 61` of a file, `main.lines[9]` of
+/// JSON); `None` keeps the graph's own numbering (`line 9`).
+pub type LineNamer<'n> = &'n dyn Fn(&GraphName, usize) -> Option<String>;
+
+impl ValidationErrorKind {
+    /// The message, with every line it mentions named by `lines` (its
+    /// `Display` is this with the graph's own numbering). `graph` is the
+    /// graph the error is in: the lines a message mentions without naming a
+    /// graph are its lines.
+    pub fn naming_lines(&self, graph: Option<&GraphName>, lines: LineNamer<'_>) -> String {
+        use ValidationErrorKind as K;
+        let here = |i: usize| graph.and_then(|g| lines(g, i)).unwrap_or_else(|| format!("line {i}"));
+        let site = |s: &Site| match s {
+            Site::Line(i) => here(*i),
+            Site::Input(_) => s.to_string(),
+        };
+        match self {
+            K::SymbolNotBound { symbol, bound_at } => format!(
+                "symbol {symbol} is used before it is bound{}",
+                match bound_at {
+                    Some(i) => format!(" (bound at {})", here(*i)),
+                    None => " (nothing in this graph binds it)".to_string(),
+                }
+            ),
+            K::LayoutSymbolNotBound {
+                buffer,
+                symbol,
+                bound_at,
+            } => format!(
+                "the layout of buffer {buffer} mentions symbol {symbol}, which is not bound here{}",
+                match bound_at {
+                    Some(i) => format!(" (bound at {})", here(*i)),
+                    None => String::new(),
+                }
+            ),
+            K::SymbolBoundTwice { symbol, first } => {
+                let first = match first.site {
+                    Site::Line(i) => lines(&first.graph, i).unwrap_or_else(|| first.to_string()),
+                    Site::Input(_) => first.to_string(),
+                };
+                format!("symbol {symbol} is bound twice (first bound at {first})")
+            }
+            K::UsedBeforeDefinition { buffer, defined_at } => format!(
+                "buffer {buffer} is used before it is defined{}",
+                match defined_at {
+                    Some(i) => format!(" (defined at {})", here(*i)),
+                    None => " (no line defines it)".to_string(),
+                }
+            ),
+            K::UseAfterEnd { buffer, ended_at, how } => ending_text(buffer, &here(*ended_at), how),
+            K::DoubleFree { buffer, first_freed_at } => {
+                format!(
+                    "buffer {buffer} is freed twice (first freed at {})",
+                    here(*first_freed_at)
+                )
+            }
+            K::DefinedTwice { buffer, first } => {
+                format!("buffer {buffer} is defined twice (first defined at {})", site(first))
+            }
+            K::ViewOutlivesStorage {
+                buffer,
+                owner,
+                freed_at,
+            } => format!(
+                "view {buffer} is used after the storage it views (owned by {owner}) was freed at {}",
+                here(*freed_at)
+            ),
+            K::OutputNotLive { buffer, ended_at } => format!(
+                "output {buffer} is not live at the end of the graph{}",
+                match ended_at {
+                    Some(i) => format!(" (it ends at {})", here(*i)),
+                    None => " (it is never defined)".to_string(),
+                }
+            ),
+            K::KernelNotDefined { kernel, defined_at } => format!(
+                "kernel {kernel} is called before it is defined{}",
+                match defined_at {
+                    Some(i) => format!(" (defined at {})", here(*i)),
+                    None => " (no line defines it)".to_string(),
+                }
+            ),
+            K::KernelDefinedTwice {
+                kernel,
+                graph: first_graph,
+                first,
+            } => format!(
+                "kernel {kernel} is defined twice (first defined at {})",
+                lines(first_graph, *first).unwrap_or_else(|| format!("line {first} of graph {first_graph}"))
+            ),
+            K::SubgraphSymbolNotBound {
+                graph: subgraph,
+                symbol,
+                used_at,
+            } => format!(
+                "subgraph {subgraph} uses symbol {symbol} ({}), which is not bound here",
+                match used_at {
+                    Some(i) => format!("at {}", lines(subgraph, *i).unwrap_or_else(|| format!("its line {i}"))),
+                    None => "in its inputs".to_string(),
+                }
+            ),
+            K::SubgraphKernelNotDefined {
+                graph: subgraph,
+                kernel,
+                called_at,
+            } => format!(
+                "subgraph {subgraph} calls kernel {kernel} (at {}), which is not defined before this line",
+                lines(subgraph, *called_at).unwrap_or_else(|| format!("its line {called_at}"))
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// The program-table entry an error of the program's tables is about,
+    /// as (`symbol`, `kernel`, `constant` or `graph`, its name): what a
+    /// file position is looked up by when the error has no graph. `None`
+    /// for kinds not about one entry.
+    pub fn table_entry(&self) -> Option<(&'static str, &str)> {
+        use ValidationErrorKind as K;
+        match self {
+            K::EmptyValueRange { symbol, .. }
+            | K::HintOutsideRange { symbol, .. }
+            | K::BackedSymbolNeverBound { symbol } => Some(("symbol", symbol.as_str())),
+            K::KernelImagePath { kernel, .. } => Some(("kernel", kernel.as_str())),
+            K::KernelNameMismatch { key, .. } => Some(("kernel", key.as_str())),
+            // A name clash found in the tables is a constant's.
+            K::NameClash { name, .. } => Some(("constant", name.as_str())),
+            K::NegativeLayout { buffer, .. } => Some(("constant", buffer.as_str())),
+            K::InvalidName { what, name } => Some((if *what == "buffer" { "constant" } else { *what }, name.as_str())),
+            _ => None,
         }
     }
 }
@@ -136,7 +270,7 @@ pub enum ValidationErrorKind {
         name: Symbol,
     },
     /// A symbol used where it is not bound.
-    #[error("symbol {symbol} is used before it is bound{}", match bound_at { Some(i) => format!(" (bound at line {i})"), None => " (nothing in this graph binds it)".to_string() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     SymbolNotBound {
         /// The symbol.
         symbol: Symbol,
@@ -144,7 +278,7 @@ pub enum ValidationErrorKind {
         bound_at: Option<usize>,
     },
     /// A buffer whose layout mentions a symbol that is not bound yet.
-    #[error("the layout of buffer {buffer} mentions symbol {symbol}, which is not bound here{}", match bound_at { Some(i) => format!(" (bound at line {i})"), None => String::new() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     LayoutSymbolNotBound {
         /// The buffer.
         buffer: BufName,
@@ -154,7 +288,7 @@ pub enum ValidationErrorKind {
         bound_at: Option<usize>,
     },
     /// A symbol bound a second time.
-    #[error("symbol {symbol} is bound twice (first bound at {first})")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     SymbolBoundTwice {
         /// The symbol.
         symbol: Symbol,
@@ -254,7 +388,7 @@ pub enum ValidationErrorKind {
         buffer: BufName,
     },
     /// A buffer used before its definition.
-    #[error("buffer {buffer} is used before it is defined{}", match defined_at { Some(i) => format!(" (defined at line {i})"), None => " (no line defines it)".to_string() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     UsedBeforeDefinition {
         /// The buffer.
         buffer: BufName,
@@ -262,7 +396,7 @@ pub enum ValidationErrorKind {
         defined_at: Option<usize>,
     },
     /// A buffer used after it ended.
-    #[error("{}", ending_text(buffer, *ended_at, how))]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     UseAfterEnd {
         /// The buffer.
         buffer: BufName,
@@ -272,7 +406,7 @@ pub enum ValidationErrorKind {
         how: Ending,
     },
     /// A buffer freed twice.
-    #[error("buffer {buffer} is freed twice (first freed at line {first_freed_at})")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     DoubleFree {
         /// The buffer.
         buffer: BufName,
@@ -280,7 +414,7 @@ pub enum ValidationErrorKind {
         first_freed_at: usize,
     },
     /// A buffer defined twice.
-    #[error("buffer {buffer} is defined twice (first defined at {first})")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     DefinedTwice {
         /// The buffer.
         buffer: BufName,
@@ -294,7 +428,7 @@ pub enum ValidationErrorKind {
         buffer: BufName,
     },
     /// A view used after its storage was freed.
-    #[error("view {buffer} is used after the storage it views (owned by {owner}) was freed at line {freed_at}")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     ViewOutlivesStorage {
         /// The view.
         buffer: BufName,
@@ -378,7 +512,7 @@ pub enum ValidationErrorKind {
         strides: usize,
     },
     /// A graph output that is not live at the end.
-    #[error("output {buffer} is not live at the end of the graph{}", match ended_at { Some(i) => format!(" (it ends at line {i})"), None => " (it is never defined)".to_string() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     OutputNotLive {
         /// The buffer.
         buffer: BufName,
@@ -400,7 +534,7 @@ pub enum ValidationErrorKind {
         kernel: KernelName,
     },
     /// A kernel called before its definition line.
-    #[error("kernel {kernel} is called before it is defined{}", match defined_at { Some(i) => format!(" (defined at line {i})"), None => " (no line defines it)".to_string() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     KernelNotDefined {
         /// The kernel.
         kernel: KernelName,
@@ -408,7 +542,7 @@ pub enum ValidationErrorKind {
         defined_at: Option<usize>,
     },
     /// A kernel defined twice.
-    #[error("kernel {kernel} is defined twice (first defined at line {first} of graph {graph})")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     KernelDefinedTwice {
         /// The kernel.
         kernel: KernelName,
@@ -582,7 +716,7 @@ pub enum ValidationErrorKind {
         cycle: Vec<GraphName>,
     },
     /// A subgraph needing a symbol that is not bound at its call.
-    #[error("subgraph {graph} uses symbol {symbol} ({}), which is not bound here", match used_at { Some(i) => format!("at its line {i}"), None => "in its inputs".to_string() })]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     SubgraphSymbolNotBound {
         /// The subgraph.
         graph: GraphName,
@@ -592,7 +726,7 @@ pub enum ValidationErrorKind {
         used_at: Option<usize>,
     },
     /// A subgraph calling a kernel not defined before it runs.
-    #[error("subgraph {graph} calls kernel {kernel} (at its line {called_at}), which is not defined before this line")]
+    #[error("{}", self.naming_lines(None, &|_, _| None))]
     SubgraphKernelNotDefined {
         /// The subgraph.
         graph: GraphName,

@@ -100,7 +100,7 @@ mod subgraphs;
 mod symbols;
 
 use calls::Param;
-pub use errors::{Ending, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
+pub use errors::{Ending, LineNamer, NameRole, ValidationError, ValidationErrorKind, ValidationErrors};
 pub use info::{BufferInfo, GraphInfo, ProgramInfo, Site, SymbolBinding};
 use state::*;
 
