@@ -52,7 +52,7 @@ failed = 0
 for path in sys.argv[1:]:
     name = os.path.basename(path)
     ns = {"torch": Torch(), "extern_kernels": Stub(), "wrapir": Stub(),
-          "assert_size_stride": Stub(), "assert_alignment": Stub(), "device": Stub()}
+          "assert_size_stride": Stub(), "assert_alignment": Stub(), "assert_finite": Stub(), "device": Stub()}
     try:
         exec(compile(open(path).read(), name, "exec"), ns)
         run_forward(type("Top", (Stub,), {"forward": ns["forward"]})())

@@ -371,7 +371,10 @@ fn validation_bounds_nesting_built_in_rust() {
     // Device guards: 300 deep (as JSON or a builder could give) is an error at the 257th.
     let mut program = wrapir::text::parse("wrapir 1\n\ngraph main() -> () {\n}\n").unwrap();
     for _ in 0..300 {
-        program.main.lines.push(Line::EnterDeviceContext { device_index: 0 });
+        program.main.lines.push(Line::EnterDeviceContext {
+            device_index: 0,
+            streams: None,
+        });
     }
     for _ in 0..300 {
         program.main.lines.push(Line::ExitDeviceContext);
@@ -379,7 +382,7 @@ fn validation_bounds_nesting_built_in_rust() {
     let errors = wrapir::ir::validate(&program).unwrap_err();
     assert_eq!(errors.len(), 44, "{errors}");
     assert!(errors.errors[0].to_string().starts_with(
-        "error in graph main, line 256 `device 0 {`: device guards nested too deep: 257 exceeds the limit max_text_depth = 256"
+        "error in graph main, line 256 `device 0 {`: device guards and scopes nested too deep: 257 exceeds the limit max_text_depth = 256"
     ), "{errors}");
     let relaxed = Limits {
         max_text_depth: 300,

@@ -580,7 +580,10 @@ pub fn generate(size: Size, seed: u64) -> Generated {
             g.define_kernel(k);
             lines += 1;
         }
-        g.line(Line::EnterDeviceContext { device_index: 0 });
+        g.line(Line::EnterDeviceContext {
+            device_index: 0,
+            streams: None,
+        });
         lines += 1;
         let mut w = Writer {
             g: &mut g,

@@ -84,7 +84,10 @@ fn s0_above(threshold: i64) -> Predicate {
 fn subgraph(p: &mut ProgramBuilder, name: &str, body: impl FnOnce(&mut GraphBuilder<'_>, &str, &BufName) -> BufName) {
     let mut g = p.subgraph(name);
     let x = g.tensor_input(&format!("{name}_arg0_1"), x_layout());
-    g.line(wrapir::ir::Line::EnterDeviceContext { device_index: 0 });
+    g.line(wrapir::ir::Line::EnterDeviceContext {
+        device_index: 0,
+        streams: None,
+    });
     let out = body(&mut g, name, &x);
     g.line(wrapir::ir::Line::ExitDeviceContext);
     g.output(&out);
@@ -104,7 +107,10 @@ fn main_graph(p: &mut ProgramBuilder, k: &Kernels, body: impl FnOnce(&mut GraphB
     for kernel in [&k.pointwise, &k.in_place, &k.binary, &k.flag] {
         g.define_kernel(kernel);
     }
-    g.line(wrapir::ir::Line::EnterDeviceContext { device_index: 0 });
+    g.line(wrapir::ir::Line::EnterDeviceContext {
+        device_index: 0,
+        streams: None,
+    });
     let out = body(&mut g, input);
     g.line(wrapir::ir::Line::ExitDeviceContext);
     g.output(&out);

@@ -316,14 +316,29 @@ class CpuExport(unittest.TestCase):
             self.assertIn("= torch.ops.wrapir_multi_out.pair.out(", py.stdout, py.stderr)
             self.assertIn(", 2.0, out0=", py.stdout)
 
-    def test_nan_asserts_are_refused_not_dropped(self):
+    def test_nan_asserts_are_typed_lines(self):
+        # `config.nan_asserts`: Inductor checks each tensor input (prefix) and output
+        # (before `return`) for NaN/Inf in text outside its lines; the exporter types them.
         from torch._inductor import config as icfg
 
         with icfg.patch(nan_asserts=True):
-            r = self.export(lambda x: x.sin() + 1, [torch.randn(8)], "nan_asserts", raise_on_error=False)
-        self.assertFalse(r.ok)
-        self.assertIn("`nan_asserts` (NaN/Inf checks of the outputs before `return`) has no wrapir counterpart",
-                      "\n".join(r.errors))
+            r = self.export(lambda x, y: (x.sin() + y, y.cos()), [torch.randn(8), torch.randn(8)], "nan_asserts")
+        self.assertTrue(r.ok, r.errors)
+        p = self.program(r)
+        lines = p["main"]["lines"]
+        checks = [ln["buffer"] for ln in lines if ln["line"] == "assert_finite"]
+        inputs = [i["name"] for i in p["main"]["inputs"] if i["kind"] == "tensor"]
+        outputs = [o["value"] for o in p["main"]["outputs"] if o["kind"] == "buffer"]
+        self.assertEqual(checks, inputs + outputs)
+        self.assertEqual([ln["line"] for ln in lines[:len(inputs)]], ["assert_finite"] * len(inputs))
+        wrapir = wrapir_binary()
+        if wrapir:
+            check = subprocess.run([wrapir, "check", r.path], capture_output=True, text=True)
+            self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+            py = subprocess.run([wrapir, "lower", r.path, "--target", "python"], capture_output=True, text=True)
+            self.assertIn(f"assert not {inputs[0]}.isnan().any().item()", py.stdout, py.stderr)
+            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
     def test_cond_capture(self):
         # torch.cond: a `conditional` line through 2.13, a `switch` (false branch first) from 2.14.

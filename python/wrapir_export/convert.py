@@ -96,7 +96,13 @@ def comment_texts(text):
 
 RE_SIZE = re.compile(r"^assert_size_stride\(.*\)$")
 RE_ALIGN = re.compile(r"^assert_alignment\((\w+), (\d+)(?:, (.+))?\)$")
-STREAM_CONTEXT_LINES = ("EnterDeviceContextManagerWithStreamInfoLine", "ExitDeviceContextManagerWithStreamInfoLine")
+# Scope lines of newer Inductors, by class name (absent from older ones): a user stream
+# (2.12+), a user memory pool (2.14+), a C++ wrapper's kernel-profile block (2.15+).
+SCOPE_LINES = {
+    "EnterCudaStreamContextLine": "enter", "ExitCudaStreamContextLine": "stream",
+    "EnterCudaMemPoolContextLine": "enter", "ExitCudaMemPoolContextLine": "mem_pool",
+    "EnterKernelProfileScopeLine": "enter", "ExitKernelProfileScopeLine": "kernel_profile",
+}
 RE_IFNOT = re.compile(r"^if not \((.*)\):$")
 RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
 RE_NONE = re.compile(r"^(\w+) = None$")
@@ -468,14 +474,16 @@ class GraphConverter(ControlFlowMixin):
                 pass
             self.emit(d)
             return i + 1
-        if type(line).__name__ in STREAM_CONTEXT_LINES:
-            # 2.12+: subclasses of the device context lines, for programs with user streams
-            # (more than one); converting them as plain device contexts would drop the streams.
-            raise Unconvertible(f"Wrapper IR line type {type(line).__name__} (a device context with "
-                                f"{getattr(line, 'num_streams', '?')} user streams) has no wrapir counterpart "
-                                f"(PyTorch {self.torch.__version__})")
+        if type(line).__name__ in SCOPE_LINES:
+            self.scope(line)
+            return i + 1
         if isinstance(line, W.EnterDeviceContextManagerLine):
-            self.emit({"line": "enter_device_context", "device_index": int(line.device_idx)})
+            d = {"line": "enter_device_context", "device_index": int(line.device_idx)}
+            if type(line).__name__ == "EnterDeviceContextManagerWithStreamInfoLine":
+                # 2.12+: a device context for a program with user streams (a subclass of
+                # the plain one): side stream k is the user object it names.
+                d["streams"] = self.device_streams(line)
+            self.emit(d)
             return i + 1
         if isinstance(line, W.ExitDeviceContextManagerLine):
             self.emit({"line": "exit_device_context"})
@@ -502,6 +510,46 @@ class GraphConverter(ControlFlowMixin):
             raise Unconvertible(f"Wrapper IR line type {type(line).__name__} has no wrapir counterpart "
                                 f"(PyTorch {self.torch.__version__})")
         raise Unconvertible(f"unknown line object {type(line).__name__} (PyTorch {self.torch.__version__})")
+
+    def device_streams(self, line):
+        """The `streams` of a device context with stream info: each side stream's user-object
+        index, in stream order (`stream1 = _get_stream_by_index(3)`)."""
+        n = getattr(line, "num_streams", 1)
+        table = getattr(line, "stream_idx_to_user_obj_idx", None) or {}
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise Unconvertible(f"device context with {n!r} streams")
+        objects = []
+        for k in range(1, n):
+            obj = table.get(k)
+            if isinstance(obj, bool) or not isinstance(obj, int) or obj < 0:
+                raise Unconvertible(f"device context: stream {k} has user object {obj!r}, not an index")
+            objects.append(obj)
+        d = {"user_objects": objects}
+        if not getattr(line, "setup_stream_cache", True):
+            d["reads_current_stream"] = False
+        return d
+
+    def scope(self, line):
+        """A stream, memory-pool or kernel-profile scope line."""
+        cls = type(line).__name__
+        kind = SCOPE_LINES[cls]
+        if kind != "enter":
+            self.emit({"line": "exit_scope", "scope": kind})
+            return
+
+        def index(name):
+            v = getattr(line, name, None)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise Unconvertible(f"{cls}: `{name}` is {v!r}, not an index")
+            return v
+
+        if cls == "EnterCudaStreamContextLine":
+            self.emit({"line": "enter_scope", "scope": "stream", "stream": index("stream_idx")})
+        elif cls == "EnterCudaMemPoolContextLine":
+            self.emit({"line": "enter_scope", "scope": "mem_pool", "pool": index("mempool_index"),
+                       "device_index": index("device_index")})
+        else:
+            self.emit({"line": "enter_scope", "scope": "kernel_profile"})
 
     def emit_with_context(self, d, ctx):
         """Emits line `d` with the context text of Inductor's assertion (a Python literal)
@@ -847,11 +895,6 @@ class GraphConverter(ControlFlowMixin):
         g = self.graph
         from torch._inductor import config as icfg
 
-        if getattr(icfg, "nan_asserts", False):
-            # Inductor then checks every tensor output for NaN/Inf in text after the
-            # lines (`generate_return`); exporting without it would drop the check.
-            self.cap.errors.append(f"{self.cap.name}: Inductor's `nan_asserts` (NaN/Inf checks of the outputs "
-                                   f"before `return`) has no wrapir counterpart; export without it")
         inputs = []
         for name, value in g.graph_inputs.items():
             if isinstance(value, self.sympy.Expr):
@@ -878,6 +921,13 @@ class GraphConverter(ControlFlowMixin):
                 outputs.append({"kind": "none"})
             else:
                 self.cap.errors.append(f"{self.cap.name}: output of kind {r['kind']}")
+        if getattr(icfg, "nan_asserts", False):
+            # Inductor checks each tensor input for NaN/Inf in the prefix
+            # (`codegen_input_nan_asserts`) and each tensor output before `return`
+            # (`generate_return`), in text outside the lines: typed here.
+            first = [{"line": "assert_finite", "buffer": inp["name"]} for inp in inputs if inp["kind"] == "tensor"]
+            self.lines[:0] = first
+            self.lines.extend({"line": "assert_finite", "buffer": o["value"]} for o in outputs if o["kind"] == "buffer")
         # Input declarations first, in input order, for readability. Program constants
         # (Inductor's folded / frozen tensors) are declared once, in program.json's
         # `constants`, not as buffers of the graph.

@@ -170,6 +170,15 @@ def assert_alignment(t, alignment, context=None):
         raise AssertionError(f"expected alignment {alignment}, got data pointer {t.data_ptr():#x}{where}")
 
 
+def assert_finite(t):
+    """Inductor's `nan_asserts`: `assert not t.isnan().any().item()`, and the same with `isinf`."""
+    if t.is_floating_point() or t.is_complex():
+        if t.isnan().any().item():
+            raise AssertionError("tensor holds NaN (Inductor's nan_asserts)")
+        if t.isinf().any().item():
+            raise AssertionError("tensor holds Inf (Inductor's nan_asserts)")
+
+
 # ---- host (CPU) kernels: the bundle's C++ and Halide images ----------------------------------
 
 # C element / scalar types of Inductor's C++ kernels (`host_kernels.c_scalar_type` of an
@@ -733,6 +742,8 @@ class Builder:
             return self.call(graph, assert_size_stride, args, kwargs, name)
         if dotted == "assert_alignment":
             return self.call(graph, assert_alignment, args, kwargs, name)
+        if dotted == "assert_finite":
+            return self.call(graph, assert_finite, args, kwargs, name)
         if dotted == "device":
             return self.torch.device(*args, **kwargs)
         if dotted == "wrapir.c_mod":

@@ -220,8 +220,11 @@ pub fn cuda_op(op: &str) -> Option<&'static DeviceOp> {
 /// [`super::host::op_key`] accepts). Without host fallback
 /// (`CudaOptions::host_fallback` off, the default) every other extern op is
 /// an error naming it.
+/// The `torch.ops.streams.*` event ops count as run: they have no device
+/// work when every line runs in program order on one stream
+/// ([`super::stream_ops`]).
 pub fn runs_on_cuda(op: &str) -> bool {
-    cuda_op(op).is_some()
+    cuda_op(op).is_some() || super::stream_ops::is_stream_op(&super::host::op_key(op))
 }
 
 /// Where the CUDA backend runs an extern op, as far as the op's name tells

@@ -410,6 +410,11 @@ impl Backend for MetaBackend {
         Err(ExecError::Unsupported("meta tensors hold no data to copy out".into()))
     }
 
+    /// Meta tensors hold no values: nothing to check.
+    fn check_finite(&mut self, _tensor: &MetaTensor) -> Result<(), ExecError> {
+        Ok(())
+    }
+
     fn hint(&mut self, symbol: &Symbol, decl: Option<&SymbolDecl>) -> Option<i64> {
         self.resolve(symbol, decl)
     }

@@ -41,6 +41,7 @@ pub(crate) mod run;
 pub mod safetensors;
 mod segment;
 mod sort;
+mod stream_ops;
 pub(crate) mod tensor;
 
 pub use args::{ArgIter, ArgList, Kwargs, KwargsIter};
@@ -559,8 +560,17 @@ pub trait Backend {
         Ok(())
     }
 
+    /// Checks that every element of a tensor is finite (Inductor's
+    /// `nan_asserts`). By default the tensor is copied to the host and
+    /// checked there ([`check_finite_host`]); the meta backend, which holds
+    /// no data, has nothing to check.
+    fn check_finite(&mut self, tensor: &Self::Tensor) -> Result<(), ExecError> {
+        check_finite_host(&self.copy_out(tensor)?)
+    }
+
     /// Whether a run checks the program's tensor asserts: sizes, strides,
-    /// dtypes (`assert_size_stride`, grouped or not) and alignments. They
+    /// dtypes (`assert_size_stride`, grouped or not), alignments and
+    /// finiteness (`nan_asserts`). They
     /// guard against inputs that differ from what Inductor compiled for;
     /// a caller that already guarantees its inputs may turn them off, as
     /// Inductor users do where they cost time per step. Symbolic runtime
@@ -628,6 +638,34 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Fails unless every element of a host tensor is finite (Inductor's
+/// `nan_asserts`: `assert not t.isnan().any().item()`, and `isinf`). Only
+/// floating and complex tensors can hold NaN or Inf; others pass.
+pub fn check_finite_host(tensor: &Tensor) -> Result<(), ExecError> {
+    let dtype = tensor.dtype();
+    let values: Vec<f64> = if dtype.is_complex() {
+        tensor
+            .to_complex_vec()?
+            .into_iter()
+            .flat_map(|(re, im)| [re, im])
+            .collect()
+    } else if dtype.is_floating() {
+        tensor.to_f64_vec()?
+    } else {
+        return Ok(());
+    };
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(k) => {
+            let at = if dtype.is_complex() { k / 2 } else { k };
+            Err(ExecError::Assert(format!(
+                "holds {} (element {at} in row-major order; Inductor's nan_asserts)",
+                if values[k].is_nan() { "NaN" } else { "Inf" }
+            )))
         }
     }
 }

@@ -221,7 +221,13 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.randint", super::random::randint),
     ];
     ops.extend(super::attention::builtins());
+    ops.extend(super::stream_ops::STREAM_OPS.map(|key| (key, stream_op as Builtin)));
     ops
+}
+
+/// A `torch.ops.streams.*` op, in program order ([`super::stream_ops`]).
+fn stream_op(a: &Args<'_>, _o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    super::stream_ops::run_in_order(a.op, a.args, a.kwargs)
 }
 
 /// `jagged_to_padded` of argument 0 (named `name`) by the offsets (1) and

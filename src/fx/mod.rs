@@ -258,6 +258,12 @@ pub enum Op {
         /// Alignment in bytes.
         alignment: u32,
     },
+    /// `assert_finite(t)`: every element of `t` is finite (Inductor's
+    /// `nan_asserts`).
+    AssertFinite {
+        /// The checked tensor.
+        tensor: NodeId,
+    },
     /// `higher_order.cond(pred, true_graph, false_graph, operands)`.
     Cond(Cond),
     /// `higher_order.switch(index, [branch, ...], operands)`.
@@ -413,7 +419,7 @@ impl Node {
                 each(&a.size, f);
                 each(&a.stride, f);
             }
-            Op::AssertAlignment { tensor, .. } => f(*tensor),
+            Op::AssertAlignment { tensor, .. } | Op::AssertFinite { tensor } => f(*tensor),
             Op::Cond(c) => {
                 arg_nodes(&c.pred, f);
                 f(c.true_graph);
@@ -457,7 +463,7 @@ const BIND_SET_MIN: usize = 8;
 /// Names the printout uses as bare global callables (`assert_size_stride(...)`):
 /// never node names ([`names::is_reserved`]), or the printed `forward` would
 /// bind them as locals.
-pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "device"];
+pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "assert_finite", "device"];
 
 impl PartialEq for Graph {
     fn eq(&self, other: &Self) -> bool {

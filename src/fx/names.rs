@@ -105,6 +105,7 @@ const RESERVED: &[&str] = &[
     "ascii",
     "assert",
     "assert_alignment",
+    "assert_finite",
     "assert_size_stride",
     "async",
     "await",

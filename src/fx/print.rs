@@ -317,6 +317,11 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             push_int(out, i64::from(*alignment));
             out.push(')');
         }
+        Op::AssertFinite { tensor } => {
+            out.push_str("assert_finite(");
+            out.push_str(n(*tensor));
+            out.push(')');
+        }
         Op::Cond(c) => {
             out.push_str("torch.ops.higher_order.cond(");
             push_arg(out, names, &c.pred);

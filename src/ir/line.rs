@@ -1,5 +1,6 @@
 //! The lines of a wrapper graph: one variant per Wrapper IR line kind.
 
+use super::scope::{DeviceStreams, Scope, ScopeKind};
 use super::types::{BufName, DType, Device, GraphName, KernelName};
 use crate::sym::{SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -106,9 +107,23 @@ pub enum Line {
     EnterDeviceContext {
         /// The device index.
         device_index: u32,
+        /// The user streams the guarded lines may enter (Inductor 2.12 and
+        /// later, `EnterDeviceContextManagerWithStreamInfoLine`); `None` for
+        /// a plain guard.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        streams: Option<DeviceStreams>,
     },
     /// Leave the innermost device guard.
     ExitDeviceContext,
+    /// Enter a scope: the lines up to the matching [`Line::ExitScope`] run on
+    /// a side stream, allocate from a memory pool, or form a kernel-profile
+    /// block.
+    EnterScope(Scope),
+    /// Leave the innermost scope, which must be of this kind.
+    ExitScope {
+        /// The kind of scope closed.
+        scope: ScopeKind,
+    },
     /// A comment, without its `#`/`//` prefix.
     Comment {
         /// The text (may be empty).
@@ -138,6 +153,13 @@ pub enum Line {
         /// The op that produced it (for the message), if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         context: Option<String>,
+    },
+    /// Fail unless every element of a tensor is finite (Inductor's
+    /// `config.nan_asserts`: `assert not buf.isnan().any().item()` and the
+    /// same with `isinf`, for each graph input and each output).
+    AssertFinite {
+        /// The checked tensor.
+        buffer: BufName,
     },
     /// Fail at run time unless `cond` holds.
     RuntimeAssert {
@@ -198,11 +220,14 @@ impl Line {
             Line::WhileLoop(_) => "while",
             Line::EnterDeviceContext { .. } => "device",
             Line::ExitDeviceContext => "end_device",
+            Line::EnterScope(scope) => scope.keyword(),
+            Line::ExitScope { scope } => scope.exit_keyword(),
             Line::Comment { .. } => "comment",
             Line::AssertSizeStride { .. } => "assert_size_stride",
             Line::AssertSizeStrideGrouped(_) => "assert_size_stride_grouped",
             Line::AssertDivByZero { .. } => "assert_div_by_zero",
             Line::AssertAlignment { .. } => "assert_alignment",
+            Line::AssertFinite { .. } => "assert_finite",
             Line::RuntimeAssert { .. } => "assert",
             Line::CommBufferAllocate { .. } => "comm_alloc",
             Line::CommBufferFree { .. } => "comm_free",
@@ -246,13 +271,16 @@ impl Line {
             | Line::SymbolicCallArg { .. }
             | Line::EnterDeviceContext { .. }
             | Line::ExitDeviceContext
+            | Line::EnterScope(_)
+            | Line::ExitScope { .. }
             | Line::Comment { .. }
             | Line::RuntimeAssert { .. }
             | Line::AssertDivByZero { .. } => {}
             Line::FreeIfNotReused { buffer, .. }
             | Line::Free { buffer }
             | Line::CommBufferFree { buffer }
-            | Line::AssertAlignment { buffer, .. } => out.push(buffer),
+            | Line::AssertAlignment { buffer, .. }
+            | Line::AssertFinite { buffer } => out.push(buffer),
             Line::AssertSizeStride(a) => out.push(&a.buffer),
             Line::AssertSizeStrideGrouped(g) => out.extend(g.asserts.iter().map(|a| &a.buffer)),
             Line::Reuse { old, .. } => out.push(old),

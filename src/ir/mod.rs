@@ -41,6 +41,7 @@ mod kernel;
 mod line;
 mod location;
 mod program;
+mod scope;
 mod types;
 pub mod validate;
 
@@ -61,6 +62,7 @@ pub use program::{
     BufferDecl, BufferKind, FormatError, Graph, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange,
     FORMAT_VERSION,
 };
+pub use scope::{DeviceStreams, Scope, ScopeKind};
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
     validate, validate_with_limits, BufferInfo, Ending, GraphInfo, LineNamer, NameRole, ProgramInfo, Site,

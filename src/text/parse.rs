@@ -4,11 +4,11 @@ use super::cursor::{first_token, is_ident, strip_comment, Cursor};
 use super::{GraphSource, ParseError, SourceMap, SourcePosition};
 use crate::ir::{
     ArgValue, AssertSizeStride, AssertSizeStrideGrouped, BufName, BufferDecl, BufferKind, CallArg, Conditional,
-    ConstValue, CppMeta, DType, Device, DynamicScalar, ExternCall, ExternMultiOut, Graph, GraphInput, GraphName,
-    GraphOutput, GridType, HalideArg, HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KernelDef, KernelName,
-    KeyEntry, KeyPath, Layout, Line, MultiIndex, MultiOutput, PrecomputedGridEntry, Predicate, Program,
-    ScatterFallback, SigType, SizeStrideCheck, Switch, SymbolDecl, SymbolKind, TensorMethod, TritonMeta, ValueRange,
-    WhileLoop, FORMAT_VERSION,
+    ConstValue, CppMeta, DType, Device, DeviceStreams, DynamicScalar, ExternCall, ExternMultiOut, Graph, GraphInput,
+    GraphName, GraphOutput, GridType, HalideArg, HalideMeta, IndexPutFallback, KernelBackend, KernelCall, KernelDef,
+    KernelName, KeyEntry, KeyPath, Layout, Line, MultiIndex, MultiOutput, PrecomputedGridEntry, Predicate, Program,
+    ScatterFallback, Scope, ScopeKind, SigType, SizeStrideCheck, Switch, SymbolDecl, SymbolKind, TensorMethod,
+    TritonMeta, ValueRange, WhileLoop, FORMAT_VERSION,
 };
 use crate::sym::{self, SymExpr, Symbol};
 use indexmap::IndexMap;
@@ -1048,7 +1048,8 @@ impl<'a> Parser<'a> {
         // declarations that follow, and at most one line per raw line left.
         g.buffers.reserve(self.buffer_decls_ahead());
         g.lines.reserve(self.lines.len().saturating_sub(self.next));
-        let mut open_devices: Vec<usize> = Vec::new();
+        // The exit line each open block's `}` stands for, innermost last.
+        let mut open_blocks: Vec<Line> = Vec::new();
         let mut in_lines = false;
         loop {
             let Some(mut c) = self.next_code_line() else {
@@ -1060,8 +1061,8 @@ impl<'a> Parser<'a> {
             let close = c.position_at(c.pos());
             if c.eat("}") {
                 c.finish(&"`}`")?;
-                if open_devices.pop().is_some() {
-                    g.lines.push(Line::ExitDeviceContext);
+                if let Some(exit) = open_blocks.pop() {
+                    g.lines.push(exit);
                     positions.push(close);
                     continue;
                 }
@@ -1101,17 +1102,24 @@ impl<'a> Parser<'a> {
                 max_depth: self.max_depth,
             };
             let line = line(&mut c, kw, &declared)?;
-            if matches!(line, Line::EnterDeviceContext { .. }) && kw == "device" {
-                if open_devices.len() >= self.max_depth {
+            // The block forms (`device 0 {`, `stream 1 {`, ...); the bare
+            // `enter_*` forms open no block.
+            let block_exit = match &line {
+                Line::EnterDeviceContext { .. } if kw == "device" => Some(Line::ExitDeviceContext),
+                Line::EnterScope(scope) if kw == scope.keyword() => Some(Line::ExitScope { scope: scope.kind() }),
+                _ => None,
+            };
+            if let Some(exit) = block_exit {
+                if open_blocks.len() >= self.max_depth {
                     let e = crate::Limits::check(
                         crate::Limit::TextDepth,
-                        open_devices.len() as u64 + 1,
+                        open_blocks.len() as u64 + 1,
                         self.max_depth as u64,
-                        format!("`device` blocks in graph `{name}` nested too deep"),
+                        format!("`{kw}` blocks in graph `{name}` nested too deep"),
                     );
                     return Err(c.error_at(kpos, e.err().map(|e| e.to_string()).unwrap_or_default()));
                 }
-                open_devices.push(c.pos());
+                open_blocks.push(exit);
             }
             g.lines.push(line);
             positions.push(c.position_at(kpos));
@@ -1488,15 +1496,40 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
         }
         "device" => {
             let device_index = c.integer(&"a device index after `device`")?;
+            let streams = device_streams(c)?;
             c.expect("{", || {
                 "expected `{` after `device N` (use `enter_device N` for an unmatched guard)".into()
             })?;
-            Line::EnterDeviceContext { device_index }
+            Line::EnterDeviceContext { device_index, streams }
         }
-        "enter_device" => Line::EnterDeviceContext {
-            device_index: c.integer(&"a device index after `enter_device`")?,
-        },
+        "enter_device" => {
+            let device_index = c.integer(&"a device index after `enter_device`")?;
+            let streams = device_streams(c)?;
+            Line::EnterDeviceContext { device_index, streams }
+        }
         "exit_device" => Line::ExitDeviceContext,
+        "stream" | "mem_pool" | "profile_scope" => {
+            let scope = scope_operands(c, kw)?;
+            c.expect("{", || {
+                format!("expected `{{` after `{kw}` (use `enter_{kw}` for an unmatched scope)")
+            })?;
+            Line::EnterScope(scope)
+        }
+        "enter_stream" | "enter_mem_pool" | "enter_profile_scope" => {
+            Line::EnterScope(scope_operands(c, &kw["enter_".len()..])?)
+        }
+        "exit_stream" => Line::ExitScope {
+            scope: ScopeKind::Stream,
+        },
+        "exit_mem_pool" => Line::ExitScope {
+            scope: ScopeKind::MemPool,
+        },
+        "exit_profile_scope" => Line::ExitScope {
+            scope: ScopeKind::KernelProfile,
+        },
+        "assert_finite" => Line::AssertFinite {
+            buffer: buf_after(c, kw)?,
+        },
         "comment" => Line::Comment {
             text: c.string(&"the text of `comment`")?,
         },
@@ -1578,4 +1611,50 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
     };
     c.finish(&format_args!("`{kw}` line"))?;
     Ok(line)
+}
+
+/// A device guard's optional ` streams(3, 5)` and ` reuse_stream_cache`.
+fn device_streams(c: &mut Cursor<'_>) -> Result<Option<DeviceStreams>, ParseError> {
+    if !c.eat_keyword("streams") {
+        return Ok(None);
+    }
+    c.expect("(", || "expected `(` after `streams`".into())?;
+    let mut user_objects = Vec::new();
+    c.skip_ws();
+    if !c.eat(")") {
+        loop {
+            user_objects.push(c.integer(&"a stream's user-object index in `streams(...)`")?);
+            c.skip_ws();
+            if c.eat(")") {
+                break;
+            }
+            c.expect(",", || "expected `,` or `)` in `streams(...)`".into())?;
+        }
+    }
+    let reads_current_stream = !c.eat_keyword("reuse_stream_cache");
+    Ok(Some(DeviceStreams {
+        user_objects,
+        reads_current_stream,
+    }))
+}
+
+/// A scope's operands after its keyword (`stream`, `mem_pool`, `profile_scope`).
+fn scope_operands(c: &mut Cursor<'_>, keyword: &str) -> Result<Scope, ParseError> {
+    Ok(match keyword {
+        "stream" => Scope::Stream {
+            stream: c.integer(&"a stream index after `stream`")?,
+        },
+        "mem_pool" => {
+            let pool = c.integer(&"a pool's user-object index after `mem_pool`")?;
+            if !c.eat_keyword("device") {
+                c.skip_ws();
+                return Err(c.error_at(c.pos(), "expected `device N` after `mem_pool P`".to_string()));
+            }
+            Scope::MemPool {
+                pool,
+                device_index: c.integer(&"a device index after `mem_pool P device`")?,
+            }
+        }
+        _ => Scope::KernelProfile,
+    })
 }

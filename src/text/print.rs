@@ -2,9 +2,9 @@
 
 use super::cursor::is_ident;
 use crate::ir::{
-    write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, Graph, GraphInput, GraphOutput, GridType,
-    IndexNames, KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound, Predicate,
-    Program, PyStr, SymbolKind,
+    write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, DeviceStreams, Graph, GraphInput, GraphOutput,
+    GridType, IndexNames, KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound,
+    Predicate, Program, PyStr, Scope, ScopeKind, SymbolKind,
 };
 use crate::sym::SymExpr;
 use indexmap::IndexMap;
@@ -277,8 +277,12 @@ fn write_graph(out: &mut String, name: &str, g: &Graph) -> std::fmt::Result {
             out.push_str("  ");
         }
         let text = match (line, brace) {
-            (Line::EnterDeviceContext { device_index }, Brace::None) => format!("enter_device {device_index}"),
+            (Line::EnterDeviceContext { device_index, streams }, Brace::None) => {
+                format!("enter_device {device_index}{}", device_streams(streams))
+            }
             (Line::ExitDeviceContext, Brace::None) => "exit_device".to_string(),
+            (Line::EnterScope(scope), Brace::None) => format!("enter_{}", scope_head(scope)),
+            (Line::ExitScope { scope }, Brace::None) => scope.exit_keyword().to_string(),
             _ => line_text(line, declared),
         };
         out.push_str(&text);
@@ -298,24 +302,69 @@ enum Brace {
     None,
 }
 
-/// Pairs each `EnterDeviceContext` with the `ExitDeviceContext` that closes it;
-/// unpaired guards get `Brace::None` (printed in their bare forms).
+/// What a block of the text form is: a device guard or a scope of one kind.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Device,
+    Scope(ScopeKind),
+}
+
+/// Pairs each block-opening line (`EnterDeviceContext`, `EnterScope`) with
+/// the exit of its kind that closes it, innermost first; an exit whose kind
+/// is not the innermost open block's, and an opening that nothing closes,
+/// get `Brace::None` (printed in their bare forms). The pairs nest, so the
+/// parser's `}` (which closes the innermost block it opened) reads back the
+/// same lines.
 fn match_device_guards(lines: &[Line]) -> Vec<Brace> {
     let mut braces = vec![Brace::None; lines.len()];
-    let mut open: Vec<usize> = Vec::new();
+    let mut open: Vec<(usize, BlockKind)> = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        match line {
-            Line::EnterDeviceContext { .. } => open.push(i),
-            Line::ExitDeviceContext => {
-                if let Some(j) = open.pop() {
-                    braces[j] = Brace::Open;
-                    braces[i] = Brace::Close;
-                }
+        let exit = match line {
+            Line::EnterDeviceContext { .. } => {
+                open.push((i, BlockKind::Device));
+                continue;
             }
-            _ => {}
+            Line::EnterScope(scope) => {
+                open.push((i, BlockKind::Scope(scope.kind())));
+                continue;
+            }
+            Line::ExitDeviceContext => BlockKind::Device,
+            Line::ExitScope { scope } => BlockKind::Scope(*scope),
+            _ => continue,
+        };
+        if let Some(&(j, kind)) = open.last() {
+            if kind == exit {
+                open.pop();
+                braces[j] = Brace::Open;
+                braces[i] = Brace::Close;
+            }
         }
     }
     braces
+}
+
+/// ` streams(3, 5)` (and ` reuse_stream_cache`) after a device guard's index;
+/// empty for a plain guard.
+fn device_streams(streams: &Option<DeviceStreams>) -> String {
+    let Some(st) = streams else {
+        return String::new();
+    };
+    let objects: Vec<String> = st.user_objects.iter().map(u32::to_string).collect();
+    let mut s = format!(" streams({})", objects.join(", "));
+    if !st.reads_current_stream {
+        s.push_str(" reuse_stream_cache");
+    }
+    s
+}
+
+/// A scope's keyword and operands (`stream 1`, `mem_pool 3 device 0`,
+/// `profile_scope`), without the block's `{`.
+fn scope_head(scope: &Scope) -> String {
+    match scope {
+        Scope::Stream { stream } => format!("stream {stream}"),
+        Scope::MemPool { pool, device_index } => format!("mem_pool {pool} device {device_index}"),
+        Scope::KernelProfile => "profile_scope".to_string(),
+    }
 }
 
 /// An expression in an argument or output position: integers and plain
@@ -548,8 +597,11 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             }
             s
         }
-        Line::EnterDeviceContext { device_index } => format!("device {device_index} {{"),
-        Line::ExitDeviceContext => "}".to_string(),
+        Line::EnterDeviceContext { device_index, streams } => {
+            format!("device {device_index}{} {{", device_streams(streams))
+        }
+        Line::ExitDeviceContext | Line::ExitScope { .. } => "}".to_string(),
+        Line::EnterScope(scope) => format!("{} {{", scope_head(scope)),
         Line::Comment { text } => format!("comment {}", PyStr(text)),
         Line::AssertSizeStride(a) => {
             let mut s = format!(
@@ -582,6 +634,7 @@ pub(super) fn line_text(line: &Line, declared: Declared<'_>) -> String {
             alignment,
             context,
         } => with_context(format!("assert_alignment {buffer} {alignment}"), context),
+        Line::AssertFinite { buffer } => format!("assert_finite {buffer}"),
         Line::RuntimeAssert { cond, message, node } => {
             let mut s = format!("assert {} {}", ParenIfCompound(cond), PyStr(message));
             if let Some(n) = node {

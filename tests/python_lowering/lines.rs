@@ -17,7 +17,10 @@ fn call_lines() {
         g.tensor_input("arg0_1", f32(&[4]));
         g.define_kernel(&k);
         if guard {
-            g.line(Line::EnterDeviceContext { device_index: 0 });
+            g.line(Line::EnterDeviceContext {
+                device_index: 0,
+                streams: None,
+            });
         }
         g.allocate("buf0", f32(&[4]));
         g.line(Line::KernelCall(KernelCall {

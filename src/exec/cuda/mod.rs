@@ -611,6 +611,11 @@ impl Backend for CudaBackend {
         if let Some(v) = nccl::call(self, &call)? {
             return Ok(v);
         }
+        let key = op_key(call.op);
+        if crate::exec::stream_ops::is_stream_op(&key) {
+            // One stream, program order: nothing to wait for.
+            return crate::exec::stream_ops::run_in_order(call.op, &call.args, &call.kwargs);
+        }
         let on_device = crate::exec::device_ops::cuda_op(call.op).is_some();
         if on_device {
             if let Some(v) = self.run_on_device(&call)? {
@@ -618,7 +623,6 @@ impl Backend for CudaBackend {
                 return Ok(v);
             }
         }
-        let key = op_key(call.op);
         let on_host = self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op);
         if self.options.host_fallback && on_host {
             return self.host_fallback(call);

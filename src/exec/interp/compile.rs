@@ -162,6 +162,10 @@ pub(super) fn compile_graph(
                 tensor: slot(*tensor)?,
                 alignment: *alignment,
             },
+            Op::AssertFinite { tensor } => StepKind::AssertFinite {
+                tensor: slot(*tensor)?,
+                name: graph.node(*tensor).name.as_ref().into(),
+            },
             Op::Cond(c) => StepKind::Branch(Box::new(BranchStep {
                 selector: operand(&c.pred)?,
                 branches: vec![sub(c.false_graph)?, sub(c.true_graph)?],
@@ -425,7 +429,8 @@ pub(super) fn step_reads_mut(kind: &mut StepKind, f: &mut dyn FnMut(&mut usize))
         | StepKind::SymStride { tensor, .. }
         | StepKind::SymStorageOffset { tensor }
         | StepKind::Item { tensor, .. }
-        | StepKind::AssertAlignment { tensor, .. } => f(tensor),
+        | StepKind::AssertAlignment { tensor, .. }
+        | StepKind::AssertFinite { tensor, .. } => f(tensor),
         StepKind::GetItem { source, index } => {
             f(source);
             for_each_slot_mut(index, f);

@@ -117,6 +117,11 @@ enum StepKind {
         tensor: usize,
         alignment: u32,
     },
+    AssertFinite {
+        tensor: usize,
+        /// The checked tensor's node, for the message.
+        name: Box<str>,
+    },
     Branch(Box<BranchStep>),
     While(Box<WhileStep>),
 }

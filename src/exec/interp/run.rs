@@ -426,6 +426,16 @@ impl Plan {
                 }
                 Value::None
             }
+            StepKind::AssertFinite { tensor: t, name } => {
+                if backend.checks_tensor_asserts() {
+                    let t = tensor(*t)?.clone();
+                    backend.check_finite(&t).map_err(|e| match e {
+                        ExecError::Assert(m) => ExecError::Assert(format!("`{name}` {m}")),
+                        other => other,
+                    })?;
+                }
+                Value::None
+            }
             StepKind::Branch(b) => {
                 let BranchStep {
                     selector,

@@ -637,6 +637,34 @@ pub enum ValidationErrorKind {
     /// An enter without an exit.
     #[error("device guard entered here is never exited")]
     UnclosedDeviceGuard,
+    /// A scope opened here is not closed where it must be: before the end
+    /// of its graph, or before the device guard around it.
+    #[error("{scope} scope entered here is never exited (it must close before the end of its graph and before the device guard around it)")]
+    UnclosedScope {
+        /// The scope's kind.
+        scope: ScopeKind,
+    },
+    /// A scope exit that does not close the innermost open block.
+    #[error("{scope} scope exit does not close the innermost open device guard or scope")]
+    UnmatchedScopeExit {
+        /// The kind the exit closes.
+        scope: ScopeKind,
+    },
+    /// A stream scope inside another (Inductor refuses them: "Nested stream
+    /// context switching").
+    #[error("stream {stream} is entered inside another stream scope")]
+    NestedStream {
+        /// The inner scope's stream.
+        stream: u32,
+    },
+    /// A stream scope whose stream the enclosing device guard does not name.
+    #[error("stream {stream} is not one of the {side_streams} side streams of the enclosing device guard")]
+    UnknownStream {
+        /// The scope's stream.
+        stream: u32,
+        /// Side streams of the innermost enclosing device guard (0 without one).
+        side_streams: usize,
+    },
     /// A subgraph name that is not in the subgraph table.
     #[error("subgraph {graph} does not exist")]
     UnknownSubgraph {

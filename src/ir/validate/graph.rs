@@ -141,7 +141,7 @@ impl<'a> Validator<'a> {
             defined_kernels: FxIndexMap::default(),
             own_definitions: FxIndexSet::default(),
             precomputed: FxIndexMap::default(),
-            device_stack: Vec::new(),
+            blocks: Vec::new(),
             reported: FxIndexSet::default(),
             info: GraphInfo {
                 name: name.clone(),
@@ -157,8 +157,12 @@ impl<'a> Validator<'a> {
         for (i, line) in graph.lines.iter().enumerate() {
             self.check_line(&mut g, i, line);
         }
-        for at in std::mem::take(&mut g.device_stack) {
-            self.err(Self::at(&g, at), ValidationErrorKind::UnclosedDeviceGuard);
+        for (at, block) in std::mem::take(&mut g.blocks) {
+            let kind = match block {
+                OpenBlock::Device { .. } => ValidationErrorKind::UnclosedDeviceGuard,
+                OpenBlock::Scope(scope) => ValidationErrorKind::UnclosedScope { scope },
+            };
+            self.err(Self::at(&g, at), kind);
         }
         self.check_outputs(&mut g);
         Summary {

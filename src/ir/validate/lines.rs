@@ -171,17 +171,60 @@ impl<'a> Validator<'a> {
             Line::Conditional(c) => self.conditional(g, at, c),
             Line::Switch(s) => self.switch(g, at, s),
             Line::WhileLoop(w) => self.while_loop(g, at, w),
-            Line::EnterDeviceContext { .. } => {
-                let depth = g.device_stack.len() + 1;
-                self.over_limit(g, at, crate::Limit::TextDepth, depth, || {
-                    "device guards nested too deep".to_string()
-                });
-                g.device_stack.push(at)
+            Line::EnterDeviceContext { streams, .. } => {
+                let side_streams = streams.as_ref().map_or(0, |s| s.user_objects.len());
+                self.open_block(g, at, OpenBlock::Device { side_streams });
             }
             Line::ExitDeviceContext => {
-                if g.device_stack.pop().is_none() {
+                let Some(k) = g
+                    .blocks
+                    .iter()
+                    .rposition(|(_, b)| matches!(b, OpenBlock::Device { .. }))
+                else {
                     self.err(Self::at(g, at), ValidationErrorKind::UnmatchedDeviceExit);
+                    return;
+                };
+                // Scopes opened inside the guard must close before it.
+                for (opened, block) in g.blocks.split_off(k + 1) {
+                    if let OpenBlock::Scope(scope) = block {
+                        self.err(Self::at(g, opened), ValidationErrorKind::UnclosedScope { scope });
+                    }
                 }
+                g.blocks.pop();
+            }
+            Line::EnterScope(scope) => {
+                if let Scope::Stream { stream } = scope {
+                    if g.blocks.iter().any(|(_, b)| *b == OpenBlock::Scope(ScopeKind::Stream)) {
+                        self.err(Self::at(g, at), ValidationErrorKind::NestedStream { stream: *stream });
+                    }
+                    let side_streams = g.blocks.iter().rev().find_map(|(_, b)| match b {
+                        OpenBlock::Device { side_streams } => Some(*side_streams),
+                        OpenBlock::Scope(_) => None,
+                    });
+                    if *stream > 0 && side_streams.unwrap_or(0) < *stream as usize {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::UnknownStream {
+                                stream: *stream,
+                                side_streams: side_streams.unwrap_or(0),
+                            },
+                        );
+                    }
+                }
+                self.open_block(g, at, OpenBlock::Scope(scope.kind()));
+            }
+            Line::ExitScope { scope } => {
+                if g.blocks.last().map(|(_, b)| *b) == Some(OpenBlock::Scope(*scope)) {
+                    g.blocks.pop();
+                } else {
+                    self.err(
+                        Self::at(g, at),
+                        ValidationErrorKind::UnmatchedScopeExit { scope: *scope },
+                    );
+                }
+            }
+            Line::AssertFinite { buffer } => {
+                self.use_buffer(g, at, buffer, Need::Tensor, true);
             }
             Line::Comment { .. } => {}
             Line::AssertSizeStride(a) => self.size_stride_check(g, at, (&a.buffer, &a.size, &a.stride), a.dtype),

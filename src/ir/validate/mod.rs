@@ -77,6 +77,7 @@ use super::line::{
 use super::location::line_text;
 pub use super::location::Location;
 use super::program::{BufferKind, Graph, GraphInput, GraphOutput, Program, SymbolKind, ValueRange};
+use super::scope::{Scope, ScopeKind};
 use super::types::{BufName, DType, Device, GraphName, KernelName, Layout};
 use crate::sym::{Bindings, SymExpr, Symbol};
 use indexmap::{IndexMap, IndexSet};

@@ -131,9 +131,23 @@ pub(super) struct GraphState<'a> {
     pub(super) defined_kernels: FxIndexMap<KernelName, (GraphName, usize)>,
     pub(super) own_definitions: FxIndexSet<KernelName>,
     pub(super) precomputed: FxIndexMap<Symbol, &'a SymExpr>,
-    pub(super) device_stack: Vec<usize>,
+    /// The open device guards and scopes, innermost last: the line each
+    /// was opened by, and what it is.
+    pub(super) blocks: Vec<(usize, OpenBlock)>,
     pub(super) reported: FxIndexSet<String>,
     pub(super) info: GraphInfo,
+}
+
+/// An open device guard or scope ([`GraphState::blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpenBlock {
+    /// A device guard with this many side streams.
+    Device {
+        /// Side streams the guard names (`streams(...)`), 0 for a plain guard.
+        side_streams: usize,
+    },
+    /// A scope of this kind.
+    Scope(crate::ir::ScopeKind),
 }
 
 impl<'a> GraphState<'a> {
@@ -411,6 +425,16 @@ impl<'a> Validator<'a> {
             self.err(Self::at(g, at), ValidationErrorKind::Limit(error));
         }
         true
+    }
+
+    /// Opens a device guard or scope at line `at`, within the nesting limit
+    /// (the text form's depth limit: the two nest as blocks of one text).
+    pub(super) fn open_block(&mut self, g: &mut GraphState<'_>, at: usize, block: OpenBlock) {
+        let depth = g.blocks.len() + 1;
+        self.over_limit(g, at, crate::Limit::TextDepth, depth, || {
+            "device guards and scopes nested too deep".to_string()
+        });
+        g.blocks.push((at, block));
     }
 
     pub(super) fn at(g: &GraphState<'_>, index: usize) -> Location {

@@ -574,6 +574,55 @@ inline double item_double(const Tensor& t, CUstream stream) {
   return f;
 }
 
+/// Throws unless every element of `t` is finite (Inductor's `nan_asserts`,
+/// `aoti_torch_check_inf_and_nan`); `name` names the tensor in the message.
+/// A device tensor's storage span is read to the host (waits for `stream`).
+/// Only floating tensors can hold NaN or Inf: others pass unread.
+inline void check_finite(const Tensor& t, const char* name, CUstream stream) {
+  if (!t.defined()) throw Error(std::string("wrapir::check_finite: ") + name + " is undefined");
+  DType d = t.dtype();
+  int64_t esize = element_size(d);
+  if (d != DType::Float16 && d != DType::Bfloat16 && d != DType::Float32 && d != DType::Float64) return;
+  int64_t numel = t.numel();
+  if (numel == 0) return;
+  // The elements' span (Inductor's strides are never negative).
+  int64_t last = t.storage_offset();
+  for (int64_t k = 0; k < t.dim(); ++k) last += (t.size(k) - 1) * t.stride(k);
+  size_t span = static_cast<size_t>(last - t.storage_offset() + 1) * static_cast<size_t>(esize);
+  CUdeviceptr first = t.storage_ptr() + static_cast<CUdeviceptr>(t.storage_offset() * esize);
+  std::vector<unsigned char> host(span);
+  if (t.is_host()) {
+    std::memcpy(host.data(), reinterpret_cast<const void*>(static_cast<uintptr_t>(first)), span);
+  } else {
+    CU_CHECK(cuMemcpyDtoHAsync(host.data(), first, span, stream));
+    CU_CHECK(cuStreamSynchronize(stream));
+  }
+  std::vector<int64_t> index(static_cast<size_t>(t.dim()), 0);
+  for (int64_t n = 0; n < numel; ++n) {
+    int64_t at = 0;
+    for (int64_t k = 0; k < t.dim(); ++k) at += index[static_cast<size_t>(k)] * t.stride(k);
+    const unsigned char* e = host.data() + at * esize;
+    bool finite;
+    if (d == DType::Float64) {
+      uint64_t bits;
+      std::memcpy(&bits, e, 8);
+      finite = ((bits >> 52) & 0x7ffu) != 0x7ffu;
+    } else if (d == DType::Float32) {
+      uint32_t bits;
+      std::memcpy(&bits, e, 4);
+      finite = ((bits >> 23) & 0xffu) != 0xffu;
+    } else {
+      uint32_t h = static_cast<uint32_t>(e[0] | (e[1] << 8));
+      finite = d == DType::Float16 ? ((h >> 10) & 0x1fu) != 0x1fu : ((h >> 7) & 0xffu) != 0xffu;
+    }
+    if (!finite) throw Error(std::string("wrapir::check_finite: ") + name + " holds NaN or Inf");
+    for (int64_t k = t.dim() - 1; k >= 0; --k) {
+      if (++index[static_cast<size_t>(k)] < t.size(k)) break;
+      index[static_cast<size_t>(k)] = 0;
+    }
+  }
+}
+
 /// Makes the primary context of `device` current on this thread.
 inline void set_device(int device) {
   static std::map<int, CUcontext> contexts;

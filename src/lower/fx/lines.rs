@@ -293,6 +293,14 @@ impl<'p> GraphLowering<'p> {
                 self.out
                     .push_static("assert_alignment", Op::AssertAlignment { tensor, alignment }, None);
             }
+            Line::AssertFinite { buffer } => {
+                let tensor = self.buffer(buffer)?;
+                self.out.push_static("assert_finite", Op::AssertFinite { tensor }, None);
+            }
+            // The graph orders every node; program order is a schedule the
+            // program's stream events allow, so stream, memory-pool and
+            // profile scopes leave no node (upstream's FX converter has none).
+            Line::EnterScope(_) | Line::ExitScope { .. } => {}
             Line::RuntimeAssert { cond, message, .. } => {
                 let (cond, message) = (self.expr(cond)?, message.clone());
                 self.out

@@ -6,7 +6,7 @@ use crate::ir::LineAt;
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
     IndexNames, KernelBackend, KernelCall, KeyEntry, KeyPathText, Layout, Line, MultiIndex, Predicate, PyStr,
-    ScatterFallback, Switch, TensorMethod, WhileLoop, MAIN_GRAPH,
+    ScatterFallback, Scope, ScopeKind, Switch, TensorMethod, WhileLoop, MAIN_GRAPH,
 };
 use crate::lower::launches::{PrintedArg, PrintedLaunch};
 use crate::sym::print::python as pexpr;
@@ -254,12 +254,49 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             Line::Conditional(c) => self.conditional(code, c)?,
             Line::Switch(sw) => self.switch(code, sw)?,
             Line::WhileLoop(w) => self.while_loop(code, w)?,
-            Line::EnterDeviceContext { device_index } => {
+            Line::EnterDeviceContext { device_index, streams } => {
                 let kind = self.low.gpu.as_str();
                 code.line(&format!("with torch.{kind}._DeviceGuard({device_index}):"));
                 code.indent += 1;
                 code.line(&format!("torch.{kind}.set_device({device_index})"));
+                // Inductor 2.12+'s `EnterDeviceContextManagerWithStreamInfoLine`.
+                if let Some(streams) = streams {
+                    if streams.reads_current_stream {
+                        code.line(&format!("default_stream = torch.{kind}.current_stream()"));
+                    }
+                    for (k, object) in streams.user_objects.iter().enumerate() {
+                        code.line(&format!("stream{} = _get_stream_by_index({object})", k + 1));
+                    }
+                }
                 self.guards.push(*device_index);
+            }
+            Line::EnterScope(scope) => match scope {
+                Scope::Stream { stream: 0 } => {
+                    code.line("with default_stream:");
+                    code.indent += 1;
+                }
+                Scope::Stream { stream } => {
+                    code.line(&format!("with stream{stream}:"));
+                    code.indent += 1;
+                }
+                Scope::MemPool { pool, device_index } => {
+                    code.line(&format!(
+                        "with torch.{}.use_mem_pool(get_external_object_by_index({pool}), device={device_index}):",
+                        self.low.gpu.as_str()
+                    ));
+                    code.indent += 1;
+                }
+                // A C++ wrapper's block: the Python wrapper has none.
+                Scope::KernelProfile => {}
+            },
+            Line::ExitScope { scope } => match scope {
+                ScopeKind::Stream | ScopeKind::MemPool => code.indent = code.indent.saturating_sub(1),
+                ScopeKind::KernelProfile => {}
+            },
+            // Inductor's `config.nan_asserts` checks.
+            Line::AssertFinite { buffer } => {
+                code.line(&format!("assert not {buffer}.isnan().any().item()"));
+                code.line(&format!("assert not {buffer}.isinf().any().item()"));
             }
             Line::ExitDeviceContext => {
                 if self.guards.pop().is_none() {

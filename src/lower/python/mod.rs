@@ -305,6 +305,10 @@ struct Lowering<'a> {
     /// (their helpers are imported only then, as Inductor 2.14 / 2.15 do).
     uses_grouped_asserts: bool,
     uses_metadata_asserts: bool,
+    /// Whether a device guard names user streams, and whether a memory-pool
+    /// scope exists (their lookups are imported only then, as Inductor does).
+    uses_user_streams: bool,
+    uses_mem_pools: bool,
     /// Triton launches as printed, when recording (graph bodies hold a shared
     /// reference to the lowering, hence the cell).
     launches: Option<RefCell<Vec<PrintedLaunch>>>,
@@ -316,6 +320,7 @@ impl<'a> Lowering<'a> {
         let mut kernel_device = IndexMap::new();
         let mut gpu = None;
         let (mut uses_grouped_asserts, mut uses_metadata_asserts) = (false, false);
+        let (mut uses_user_streams, mut uses_mem_pools) = (false, false);
         for graph in std::iter::once(&program.main).chain(program.subgraphs.values()) {
             for line in &graph.lines {
                 match line {
@@ -326,6 +331,10 @@ impl<'a> Lowering<'a> {
                     }
                     Line::AssertSizeStrideGrouped(_) => uses_grouped_asserts = true,
                     Line::AssertSizeStride(a) if a.dtype.is_some() => uses_metadata_asserts = true,
+                    Line::EnterDeviceContext {
+                        streams: Some(streams), ..
+                    } if !streams.user_objects.is_empty() => uses_user_streams = true,
+                    Line::EnterScope(crate::ir::Scope::MemPool { .. }) => uses_mem_pools = true,
                     _ => {}
                 }
             }
@@ -353,6 +362,8 @@ impl<'a> Lowering<'a> {
             halide_import_written: false,
             uses_grouped_asserts,
             uses_metadata_asserts,
+            uses_user_streams,
+            uses_mem_pools,
             launches: None,
         }
     }
@@ -446,6 +457,12 @@ impl<'a> Lowering<'a> {
         }
         if self.uses_metadata_asserts {
             code.line("from torch._inductor.runtime.runtime_utils import assert_tensor_metadata");
+        }
+        if self.uses_user_streams {
+            code.line("from torch._dynamo.variables.streams import _get_stream_by_index");
+        }
+        if self.uses_mem_pools {
+            code.line("from torch._dynamo.graph_bytecode_inputs import get_external_object_by_index");
         }
         let any_triton = self
             .info

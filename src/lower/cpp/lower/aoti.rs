@@ -184,6 +184,14 @@ impl DialectOps for Aoti {
         format!("reinterpret_cast<uintptr_t>({b}.data_ptr())")
     }
 
+    /// AOTInductor's own check (`codegen_input_nan_asserts`).
+    fn check_finite(&self, b: &str, name: &str) -> String {
+        format!(
+            "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_check_inf_and_nan({}, {b}));",
+            c_string(name)
+        )
+    }
+
     fn dtype_of(&self, b: &str) -> String {
         format!("[&] {{ int32_t dtype_; AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype({b}, &dtype_)); return dtype_; }}()")
     }

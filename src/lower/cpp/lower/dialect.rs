@@ -60,6 +60,9 @@ pub(super) trait DialectOps: Sync {
     fn rank_check(&self, b: &str, rank: usize) -> Option<String>;
     /// `b`'s data address as an integer.
     fn address(&self, b: &str) -> String;
+    /// The statement that fails unless every element of the tensor `b`
+    /// (the program's buffer `name`) is finite (Inductor's `nan_asserts`).
+    fn check_finite(&self, b: &str, name: &str) -> String;
     /// `b`'s dtype, comparable with the dialect's dtype names
     /// ([`DialectOps::dtype`]).
     fn dtype_of(&self, b: &str) -> String;

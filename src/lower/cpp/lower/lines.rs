@@ -103,7 +103,7 @@ impl<'a> Lowering<'a> {
             Line::Conditional(c) => self.conditional(g, c, cx),
             Line::Switch(sw) => self.switch(g, sw, cx),
             Line::WhileLoop(w) => self.while_loop(g, w, cx),
-            Line::EnterDeviceContext { device_index } => {
+            Line::EnterDeviceContext { device_index, .. } => {
                 self.blank();
                 let guarded = self.scopes.iter().any(|s| s.device_guard);
                 let d = self.dialect;
@@ -114,6 +114,31 @@ impl<'a> Lowering<'a> {
                 Ok(())
             }
             Line::ExitDeviceContext => Ok(()),
+            // The wrapper runs every line in program order on its one stream
+            // (a schedule the program's events allow), allocates from its own
+            // allocator, and declares its variables at function scope: a
+            // scope leaves a comment where it opens.
+            Line::EnterScope(scope) => {
+                match scope {
+                    crate::ir::Scope::Stream { stream } => {
+                        self.line(format!(
+                            "// stream {stream}: run in program order on the wrapper's stream"
+                        ));
+                    }
+                    crate::ir::Scope::MemPool { pool, device_index } => self.line(format!(
+                        "// memory pool {pool} of device {device_index}: allocations below use the wrapper's allocator"
+                    )),
+                    crate::ir::Scope::KernelProfile => {}
+                }
+                Ok(())
+            }
+            Line::ExitScope { .. } => Ok(()),
+            Line::AssertFinite { buffer } => {
+                let b = g.local(buffer);
+                let check = self.dialect.check_finite(&b, buffer.as_str());
+                self.line(check);
+                Ok(())
+            }
             Line::Comment { text } => {
                 if text.is_empty() {
                     self.line("//");

@@ -163,6 +163,10 @@ impl DialectOps for Standalone {
         format!("{b}.data_ptr()")
     }
 
+    fn check_finite(&self, b: &str, name: &str) -> String {
+        format!("wrapir::check_finite({b}, {}, stream);", c_string(name))
+    }
+
     fn dtype_of(&self, b: &str) -> String {
         format!("{b}.dtype()")
     }
