@@ -78,8 +78,12 @@ const SETS: &[BundleSet] = &[
 
 /// Extern ops of model families outside the zoo (`cases_cpu_ops.py`): a
 /// mixture-of-experts router's `aten.sort.stable` and `aten.topk`, and an
-/// int8 GEMM (`extern_kernels._int_mm`).
-const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear"];
+/// int8 GEMM (`extern_kernels._int_mm`), and a KV-cache decode step that
+/// writes its caches in place (`index_copy_` on inputs: judged after the call
+/// against eager's caches, `mutated.safetensors`), a two-layer bidirectional
+/// LSTM (`aten.mkldnn_rnn_layer` per layer and direction) and a GRU (its
+/// cell's GEMMs and kernels: no RNN op).
+const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear", "kv_cache_decode", "lstm", "gru"];
 
 /// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
 const CASES: &[&str] = &[
@@ -110,6 +114,8 @@ fn bundles(set: &BundleSet) -> Vec<PathBuf> {
 /// compiled outputs, or the error that stopped the run.
 struct Outcome {
     comparison: common::BundleComparison,
+    /// The mutated inputs after the run against eager's, when the bundle records any.
+    mutated: Option<wrapir::exec::compare::MutationComparison>,
     kernels: usize,
 }
 
@@ -127,7 +133,13 @@ fn check(dir: &Path) -> Result<Outcome, String> {
         .ok_or("no inputs.safetensors")?;
     let out = run_program_on(&program, &mut backend, &inputs).map_err(|e| e.to_string())?;
     let comparison = common::compare_with_bundle(&bundle, &out.outputs)?;
-    Ok(Outcome { comparison, kernels })
+    // The run left what the program wrote in the input tensors.
+    let mutated = common::compare_mutated_with_bundle(&bundle, &inputs)?;
+    Ok(Outcome {
+        comparison,
+        mutated,
+        kernels,
+    })
 }
 
 #[test]
@@ -159,6 +171,9 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
                 Ok(o) => {
                     if let Some(e) = o.comparison.first_error() {
                         failures.push(format!("{name}: {e}"));
+                    }
+                    if let Some(e) = o.mutated.as_ref().and_then(|m| m.first_error()) {
+                        failures.push(format!("{name}: against eager: {e}"));
                     }
                     kernels += o.kernels;
                     let err = o
@@ -205,6 +220,46 @@ fn every_kernel_of_a_cpu_bundle_is_of_its_backend() {
                 );
             }
         }
+    }
+}
+
+/// The KV-cache decode step writes both caches (`index_copy_` at the
+/// position): the bundle records them, the host run leaves eager's caches in
+/// the input tensors, and a comparison of the caches as they were before the
+/// call fails (the check is not vacuous). `wrapir run` reports each one.
+#[test]
+fn mutated_inputs_are_judged_after_the_call() {
+    let dir = common::root().join("fixtures/inductor/bundles_cpu_2.15/ops/kv_cache_decode");
+    let bundle = Bundle::open(&dir).unwrap();
+    let mutated = bundle.meta().mutated_inputs.clone().expect("recorded");
+    let users: Vec<&str> = mutated
+        .iter()
+        .map(|g| bundle.info().input_names[g.as_str()].as_str())
+        .collect();
+    assert_eq!(users, ["k_cache", "v_cache"]);
+    let o = check(&dir).unwrap();
+    let m = o.mutated.expect("the bundle records mutated inputs");
+    assert_eq!(m.inputs.len(), 2);
+    assert!(m.is_ok(), "{:?}", m.first_error());
+    let before = bundle.inputs().unwrap().unwrap();
+    let stale = common::compare_mutated_with_bundle(&bundle, &before).unwrap().unwrap();
+    assert!(
+        stale.inputs.iter().all(|i| i.mismatch.is_some()),
+        "the caches before the call must differ from eager's after it: {stale:?}"
+    );
+    // A bundle without the record (exported before mutations were recorded) has none.
+    let old = Bundle::open(&common::root().join("fixtures/inductor/bundles_cpu/cpp/softmax")).unwrap();
+    assert_eq!(old.meta().mutated_inputs, None);
+
+    let run = common::wrapir(&["run", dir.to_str().unwrap(), "--device", "cpu"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("mutated inputs against eager: 2 match"),
+        "{}",
+        run.stdout
+    );
+    for (g, user) in mutated.iter().zip(&users) {
+        common::assert_contains(&run.stdout, &format!("  input `{g}` (`{user}`) after the call: "));
     }
 }
 

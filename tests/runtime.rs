@@ -2,7 +2,8 @@
 //! (`fixtures/inductor/bundles_cpu*`, as `tests/cpu_bundles.rs` judges them)
 //! loaded as a model and called with its stored call inputs; one model
 //! called from many threads at once; packages from a file and from memory;
-//! bad inputs and devices as errors naming what is wrong.
+//! mutated inputs coming back in the caller's tensors; bad inputs and
+//! devices as errors naming what is wrong.
 
 mod common;
 
@@ -202,6 +203,68 @@ fn packages_load_from_a_file_and_from_memory() {
         }
     }
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// A KV-cache decode step writes its caches (`index_copy_` on two inputs):
+/// the model names them, and after a call the caller's tensors hold eager's
+/// caches, whether they were in the declared layout (written in place) or
+/// laid out otherwise (a copy, copied back), from a model and a session.
+#[test]
+fn mutated_inputs_come_back_in_the_callers_tensors() {
+    let dir = bundle("bundles_cpu_2.15/ops", "kv_cache_decode");
+    let model = Model::load(&dir, &ModelOptions::default()).unwrap();
+    let b = Bundle::open(&dir).unwrap();
+    let mutated = model.mutated_inputs().to_vec();
+    assert_eq!(mutated, b.meta().mutated_inputs.clone().unwrap());
+    assert_eq!(mutated.len(), 2);
+    let eager = b.mutated().unwrap().unwrap();
+    let judge_caches = |inputs: &IndexMap<String, Tensor>, how: &str| {
+        let c = common::compare_mutated_with_bundle(&b, inputs).unwrap().unwrap();
+        assert!(c.is_ok(), "{how}: {:?}", c.first_error());
+        for name in &mutated {
+            assert!(
+                common::element_bits(&inputs[name]) != common::element_bits(&b.inputs().unwrap().unwrap()[name]),
+                "{how}: `{name}` still holds its value before the call"
+            );
+        }
+    };
+    // In the declared layout: the program's buffers are the caller's tensors.
+    let inputs = call_inputs(&dir, &model);
+    judge(&dir, &model.run(&inputs).unwrap()).unwrap();
+    judge_caches(&inputs, "declared layout");
+    // Laid out otherwise ([T, B, H, D] memory seen as [B, H, T, D]): copied back.
+    let mut strided = call_inputs(&dir, &model);
+    let mut layouts = Vec::new();
+    for name in &mutated {
+        let t = &strided[name];
+        let &[batch, heads, _, dim] = t.size() else {
+            panic!("a cache is 4-d")
+        };
+        let stride = vec![heads * dim, dim, batch * heads * dim, 1];
+        assert_ne!(stride.as_slice(), t.stride());
+        let other = Tensor::zeros_like_spec(&wrapir::exec::TensorSpec {
+            stride: stride.clone(),
+            ..t.spec().clone()
+        })
+        .unwrap();
+        other.copy_from(t).unwrap();
+        strided.insert(name.clone(), other);
+        layouts.push(stride);
+    }
+    let mut session = model.session().unwrap();
+    judge(&dir, &session.run(&strided).unwrap()).unwrap();
+    judge_caches(&strided, "another layout");
+    for (name, stride) in mutated.iter().zip(&layouts) {
+        assert_eq!(
+            strided[name].stride(),
+            stride.as_slice(),
+            "the caller's tensor keeps its layout"
+        );
+        assert_eq!(strided[name].size(), eager[name].size());
+    }
+    // A bundle that does not record mutated inputs names none.
+    let old = Model::load(bundle("bundles_cpu/cpp", "softmax"), &ModelOptions::default()).unwrap();
+    assert!(old.mutated_inputs().is_empty());
 }
 
 #[test]

@@ -31,7 +31,7 @@ MODULES = ["wrapir_export", "wrapir_export.errors", "wrapir_export.redact", "wra
            "wrapir_export.exprs", "wrapir_export.control", "wrapir_export.convert", "wrapir_export.capture",
            "wrapir_export.kernels", "wrapir_export.tolerances", "wrapir_export.bundle", "wrapir_export.exporter",
            "wrapir_export.cases", "wrapir_export.cli", "wrapir_export.launch", "wrapir_export.fx",
-           "wrapir_export.ranks", "wrapir_export.names"]
+           "wrapir_export.ranks", "wrapir_export.names", "wrapir_export.mutations", "wrapir_export.device_check"]
 
 
 class LazyTorch(unittest.TestCase):
@@ -90,6 +90,45 @@ class Names(unittest.TestCase):
                             exp_names=["out0", "graph_out0"], output_tree="o")
         self.assertEqual(info, {"signature": [], "input_names": {"arg0_1": "x"}, "input_tree": "t",
                                 "output_tree": "o"})
+
+
+class DeviceCheck(unittest.TestCase):
+    def test_unrunnable_ops_are_read_from_check_output(self):
+        from wrapir_export import device_check as D
+
+        out = ("0 launches: 0 proven, 0 guarded, 0 failed; 0 proofs (0 from cache)\n"
+               "error in graph main, line 2 `extern buf0 = torch.ops.aten._fft_r2c.default(arg0_1, [1], 0, True)`: "
+               "the cpu backend cannot run op `aten._fft_r2c` (`torch.ops.aten._fft_r2c.default`): it is not in the "
+               "host op registry (see `wrapir ops --device cpu`)\n"
+               "error in graph main, line 5 `extern buf2 = torch.ops.aten._fft_r2c.default(buf1, [1], 0, True)`: "
+               "the cpu backend cannot run op `aten._fft_r2c` (`torch.ops.aten._fft_r2c.default`): it is not in the "
+               "host op registry (see `wrapir ops --device cpu`)\n"
+               "error in graph true_graph_0, line 3 `extern buf0 = torch.ops.aten.foo.default(x)`: "
+               "the cpu backend cannot run op `aten.foo` (`torch.ops.aten.foo.default`): x\n"
+               "cpu: 3 of 4 calls to extern ops cannot run\n")
+        ops = D.parse_unrunnable(out)
+        self.assertEqual(ops, {"aten._fft_r2c": ["graph main, line 2", "graph main, line 5"],
+                               "aten.foo": ["graph true_graph_0, line 3"]})
+        self.assertEqual(D.describe("cpu", "aten._fft_r2c", ops["aten._fft_r2c"]),
+                         "the cpu backend cannot run extern op aten._fft_r2c (2 calls: graph main, line 2; graph main, "
+                         "line 5); `wrapir ops --device cpu` lists the ops it runs")
+        self.assertEqual(D.default_devices({"device": "cpu"}), ("cpu",))
+        self.assertEqual(D.default_devices({"device": "NVIDIA H100"}), ("cuda",))
+
+    def test_without_wrapir_the_check_says_so(self):
+        from wrapir_export import device_check as D
+
+        old = os.environ.pop("WRAPIR", None)
+        old_path = os.environ.get("PATH", "")
+        os.environ["PATH"] = ""
+        try:
+            messages, problems = D.check_bundle(os.path.join(BUNDLES, "cat_mm"), ("cpu",))
+        finally:
+            os.environ["PATH"] = old_path
+            if old is not None:
+                os.environ["WRAPIR"] = old
+        self.assertEqual(messages, [])
+        self.assertIn("no wrapir binary", problems[0])
 
 
 class Ranks(unittest.TestCase):

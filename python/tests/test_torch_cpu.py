@@ -114,6 +114,77 @@ class CpuExport(unittest.TestCase):
         self.assertEqual(r.info["input_names"], {user[0]: "x"})
         self.assertEqual(r.info["output_names"], ["output"])
 
+    def test_mutated_inputs_are_recorded_with_eager_values(self):
+        from wrapir_export.safetensors import load_safetensors
+
+        def step(x, cache, pos):
+            cache.index_copy_(0, pos, x * 2)
+            return cache.sum(0)
+
+        cache = torch.randn(6, 4)
+        r = self.export(step, [torch.randn(1, 4), cache, torch.tensor([3])], "mutated_fn")
+        self.assertTrue(r.ok, r.errors)
+        by_user = {u: g for g, u in r.info["input_names"].items()}
+        self.assertEqual(r.info["mutated_inputs"], [by_user["cache"]])
+        inputs = load_safetensors(os.path.join(r.path, "inputs.safetensors"))
+        after = load_safetensors(os.path.join(r.path, "mutated.safetensors"))
+        g = by_user["cache"]
+        # The stored input is the cache before the call; eager's after it differs in row 3 only.
+        self.assertTrue(torch.equal(inputs[g], cache))
+        changed = (after[g] != inputs[g]).any(dim=1).nonzero().flatten().tolist()
+        self.assertEqual(changed, [3])
+        self.assertTrue(torch.equal(after[g][3], inputs[by_user["x"]][0] * 2))
+
+        # A program that writes no input records none (and writes no file).
+        r = self.export(mm, [torch.randn(2, 3), torch.randn(3, 2)], "unmutated")
+        self.assertEqual(r.info["mutated_inputs"], [])
+        self.assertFalse(os.path.exists(os.path.join(r.path, "mutated.safetensors")))
+
+    def test_mutated_module_buffer_is_recorded_and_restored(self):
+        from wrapir_export.safetensors import load_safetensors
+
+        class Counter(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("total", torch.zeros(3))
+
+            def forward(self, x):
+                self.total.add_(x)
+                return self.total * 2
+
+        m = Counter()
+        x = torch.randn(3)
+        r = self.export(m, [x], "mutated_buffer")
+        self.assertTrue(r.ok, r.errors)
+        [g] = r.info["mutated_inputs"]
+        self.assertEqual(r.info["weight_names"][g], "total")
+        # Eager's buffer after one call; every export run started from zeros (the
+        # compiled run would otherwise see the eager call's sum and add x again).
+        after = load_safetensors(os.path.join(r.path, "mutated.safetensors"))
+        self.assertTrue(torch.allclose(after[g], x))
+        self.assertTrue(torch.equal(m.total, torch.zeros(3)))
+
+    @unittest.skipUnless(os.environ.get("WRAPIR"), "WRAPIR (the wrapir binary) is not set")
+    def test_ops_a_device_cannot_run_are_named_at_export(self):
+        import wrapir_export as we
+
+        def spectrum(x):
+            # aten._fft_r2c: an extern op Inductor leaves to ATen, which the host does not run.
+            return torch.fft.rfft(x).abs() + 1
+
+        x = torch.randn(4, 16)
+        r = self.export(spectrum, [x], "fft_warn")
+        self.assertTrue(r.ok, r.errors)
+        ffts = [w for w in r.warnings if "cannot run extern op aten._fft_r2c" in w]
+        self.assertEqual(len(ffts), 1, r.warnings)
+        self.assertIn("the cpu backend", ffts[0])
+        with self.assertRaises(we.ExportError) as e:
+            self.export(spectrum, [x], "fft_error", unrunnable="error")
+        self.assertIn("aten._fft_r2c", str(e.exception))
+        # A program whose ops the device runs has no such warning.
+        r = self.export(mm, [torch.randn(2, 3), torch.randn(3, 2)], "mm_checked")
+        self.assertFalse([w for w in r.warnings if "cannot run" in w], r.warnings)
+
     def test_names_of_nested_inputs_and_outputs(self):
         def pair_sum(pair, scale):
             return {"sum": pair[0] + pair[1] * scale, "diff": pair[0] - pair[1]}

@@ -171,8 +171,9 @@ def tensor_key(t):
 
 
 def record_calls(mod):
-    """Wraps `mod.call` to record the inputs (cloned) and outputs of its first call while
-    the session records (later calls, such as a CUDA graph recording, only run)."""
+    """Wraps `mod.call` to record the inputs (cloned, before and after) and outputs of its
+    first call while the session records (later calls, such as a CUDA graph recording,
+    only run)."""
     if getattr(mod, "_wrapir_recording", False):
         return
     call = mod.call
@@ -183,7 +184,13 @@ def record_calls(mod):
         if SESSION.enabled and not hasattr(_mod, "_export_inputs"):
             _mod._export_inputs = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
             _mod._export_input_keys = [tensor_key(a) if isinstance(a, torch.Tensor) else None for a in args]
+            # `call` empties `args` (to free the inputs early): hold them to read them after.
+            held = list(args)
             out = _call(args)
+            # The inputs as the call left them: those it writes (`_wrapir_mutated_inputs`)
+            # hold its results there.
+            _mod._export_inputs_after = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in held]
+            del held
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             _mod._export_outputs = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outs]
             return out
@@ -216,9 +223,11 @@ def install_graph_hooks():
         if SESSION.enabled and not isinstance(self, SubgraphLowering) and kept_root(self) is self \
                 and hasattr(mod, "call"):
             if mod not in SESSION.modules:
-                for attr in ("_export_inputs", "_export_input_keys", "_export_outputs"):
+                for attr in ("_export_inputs", "_export_input_keys", "_export_outputs", "_export_inputs_after"):
                     if hasattr(mod, attr):
                         delattr(mod, attr)
+                # The graph inputs the program writes (Inductor's own record, by graph input name).
+                mod._wrapir_mutated_inputs = list(getattr(self, "mutated_inputs", None) or ())
                 record_calls(mod)
                 SESSION.modules.append(mod)
                 try:

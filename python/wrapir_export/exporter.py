@@ -20,6 +20,8 @@ import shutil
 import sys
 
 from . import bundle as B
+from . import device_check as D
+from . import mutations as M
 from . import names as N
 from .capture import SESSION, install
 from .errors import ExportError
@@ -140,7 +142,7 @@ def set_eval(module):
 
 def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, options=None, name=None,
            compile_kwargs=None, math=None, tolerance=None, progress=True, raise_on_error=True,
-           capture_devices=("cuda", "cpu")):
+           capture_devices=("cuda", "cpu"), unrunnable="warn", devices=None, wrapir=None):
     """Exports `fn_or_module` compiled by Inductor as a wrapir bundle in `out_path`.
 
     `fn_or_module`: a function, an `nn.Module` (run in inference mode: `eval()`,
@@ -154,6 +156,10 @@ def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, 
     `math`: math modes to set while exporting (`matmul_allow_tf32`, ...);
     `tolerance`: `{"atol", "rtol"}` replacing the computed eager tolerance.
     `progress`: print each stage to stderr (or a callable(stage, detail)).
+    `unrunnable`: what an extern op a device cannot run is (`device_check.py`): `"warn"`
+    (a warning naming the op and its calls), `"error"` (the export fails), or `"off"`;
+    `devices`: the devices checked (default: the one the program was compiled for,
+    `cpu` or `cuda`); `wrapir`: the wrapir binary that checks (else $WRAPIR or PATH).
 
     Returns an ExportResult; raises ExportError (naming every line or op that could not
     be expressed) when the export fails, unless `raise_on_error=False`.
@@ -177,9 +183,20 @@ def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, 
         progress = stderr_progress(name)
     elif progress is False:
         progress = None
+    if unrunnable not in D.MODES:
+        raise ValueError(f"unrunnable={unrunnable!r}: expected one of {', '.join(D.MODES)}")
     case_options = {"math": math or {}, "tolerance": tolerance}
     outcome = export_bundle(torch, name, fn, make_inputs, kw, out_path, case_options, is_module=is_module,
                             module_name=module_name, progress=progress, capture_devices=capture_devices)
+    if not outcome.errors and unrunnable != "off":
+        if progress is not None:
+            progress("checking ops", "the extern ops each device runs (wrapir check --device)")
+        messages, problems = D.check_bundle(out_path, devices or D.default_devices(outcome.info), wrapir)
+        outcome.warnings += problems
+        if unrunnable == "error":
+            outcome.errors += messages
+        else:
+            outcome.warnings += messages
     if outcome.errors:
         write_errors(out_path, outcome.errors)
         if raise_on_error:
@@ -240,9 +257,14 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     torch.manual_seed(0)
     inputs = list(make_inputs())
     eager_inputs = _clone_all(torch, inputs)
+    # A module's buffers as the call starts: put back before each later run, so that a
+    # program that writes them (a cache kept as a buffer) starts every run the same.
+    state = M.ModuleState(torch, fn, is_module)
     with mode():
         expected = fn(*eager_inputs)
     sync(torch)
+    buffers_after = state.values()
+    state.restore(torch)
     math = math_modes(torch)
 
     # Compile options of the export: no FX graph cache (the wrapper must be generated,
@@ -283,6 +305,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     # starts from the same CUDA generator state, so in-graph random numbers repeat.
     if cuda_rng is not None:
         B.set_cuda_rng_state(torch, cuda_rng)
+    state.restore(torch)
     with icfg.patch(config_patch), mode():
         rerun = _own(torch, compiled(*_clone_all(torch, inputs)))
     sync(torch)
@@ -309,6 +332,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     got_values, _, problems = output_values(torch, result)
     exp_values, exp_ints, exp_problems = output_values(torch, expected)
     errors += [f"compiled: {p}" for p in problems] + [f"eager: {p}" for p in exp_problems]
+    state.restore(torch)
     ref64 = float64_reference(torch, fn, inputs, is_module) if is_module else None
     tolerance, tolerance_basis = eager_tolerance(torch, exp, ref64, options.get("tolerance"))
     compare(torch, errors, "compiled vs eager", got_values, exp_values, tolerance)
@@ -321,6 +345,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     if codes:
         B.write_text(bundle, "inductor.py.txt", codes[0])
     stage("C++ wrapper", "compiling again with cpp_wrapper=True (text only)")
+    state.restore(torch)
     cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, run_kwargs, config_patch, mode)
     if cpp is not None:
         B.write_text(bundle, "inductor.cpp.txt", cpp)
@@ -357,10 +382,37 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
                                  input_names=N.match_inputs(input_names, input_keys, leaves, skip=set(weights)),
                                  input_tree=input_tree, output_names=output_names, exp_names=exp_names,
                                  output_tree=output_tree))
+        info["mutated_inputs"] = record_mutations(
+            torch, bundle, mod, fn, input_names, weight_names, info.get("input_names", {}), eager_inputs,
+            buffers_after, tolerance, errors)
         host = B.host_kernels_info(program)
         if host:
             info["host_kernels"] = host
         B.write_info(bundle, info)
+    state.restore(torch)
     stage("done" if not errors else "failed", f"{len(kernels)} kernels, {len(errors)} errors")
     return ExportResult(bundle, name, len(kernels), notes + [f"not captured: {d}" for d in dropped],
                         errors, info)
+
+
+def record_mutations(torch, bundle, mod, fn, input_names, weight_names, user_names, eager_inputs, buffers_after,
+                     tolerance, errors):
+    """The graph inputs the compiled program writes (`mutations.py`): checks the compiled
+    call's value of each after the call against eager's, writes eager's to
+    `mutated.safetensors` and returns their names for bundle.json's `mutated_inputs`."""
+    from .safetensors import write_safetensors
+
+    mutated = M.mutated_inputs(mod, input_names)
+    signature = N.positional_names(fn, len(eager_inputs))
+    eager = M.eager_values(mutated, user_names=user_names, weight_names=weight_names,
+                           eager_leaves=M.user_leaves(torch, signature, eager_inputs), buffers_after=buffers_after,
+                           errors=errors)
+    compiled = M.compiled_values(torch, mod, input_names, mutated, errors)
+    for g in mutated:
+        if g in eager and g in compiled:
+            who = user_names.get(g) or weight_names.get(g) or g
+            compare(torch, errors, f"mutated input {g} (`{who}`) after the call, compiled vs eager", [compiled[g]],
+                    [eager[g]], tolerance, label="value")
+    if eager:
+        write_safetensors(os.path.join(bundle, M.FILE), eager)
+    return mutated

@@ -274,8 +274,9 @@ def compiled_tolerance(torch, tensors):
     return compiled_tolerance_for(lowest_precision(torch, tensors) or "float32")
 
 
-def compare(torch, errors, what, got, exp, tol):
-    """Appends an error for each output of `got` not within `tol` of `exp`."""
+def compare(torch, errors, what, got, exp, tol, label="output"):
+    """Appends an error for each output of `got` not within `tol` of `exp` (`label`
+    names each one in the message, with its position)."""
     if len(got) != len(exp):
         errors.append(f"{what}: {len(got)} tensors, expected {len(exp)}")
         return
@@ -287,9 +288,9 @@ def compare(torch, errors, what, got, exp, tol):
             # Complex outputs are compared part by part.
             g, e = torch.view_as_real(g), torch.view_as_real(e)
         if g.shape != e.shape or g.dtype != e.dtype:
-            errors.append(f"{what}: output {k}: {tuple(g.shape)} {g.dtype}, expected {tuple(e.shape)} {e.dtype}")
+            errors.append(f"{what}: {label} {k}: {tuple(g.shape)} {g.dtype}, expected {tuple(e.shape)} {e.dtype}")
         elif not torch.allclose(g.float(), e.float(), atol=tol["atol"], rtol=tol["rtol"], equal_nan=True):
             a, r = max_errors(torch, [g], [e])
-            errors.append(f"{what}: output {k} differs beyond atol={tol['atol']:.3g} rtol={tol['rtol']:.3g}: "
+            errors.append(f"{what}: {label} {k} differs beyond atol={tol['atol']:.3g} rtol={tol['rtol']:.3g}: "
                           f"max abs error {a:.3g}, max rel error {r:.3g}, max |expected| "
                           f"{float(e.float().abs().max()) if e.numel() else 0.0:.3g}")

@@ -14,6 +14,8 @@ pub const METADATA: &str = BundleMeta::FILE;
 pub const EXPECTED: &str = BundleMeta::EXPECTED;
 /// Inductor's compiled outputs (same tensor names as [`EXPECTED`]).
 pub const COMPILED: &str = BundleMeta::COMPILED;
+/// Eager PyTorch's values of the mutated inputs after the call.
+pub const MUTATED: &str = BundleMeta::MUTATED;
 
 /// `tolerance` with `rtol` and `atol` replacing its parts when given (a
 /// bundle without a tolerance starts from zero); unchanged when neither is

@@ -11,6 +11,7 @@
 //! | `inputs.safetensors` | the graph inputs (weights included, see `bundle.json`'s `weights`) |
 //! | `expected.safetensors` | eager PyTorch's outputs |
 //! | `compiled.safetensors` | Inductor's compiled outputs |
+//! | `mutated.safetensors` | eager PyTorch's values of the inputs the program writes, after the call (`bundle.json`'s `mutated_inputs`) |
 //! | `bundle.json` | versions, tolerances, math modes, weights ([`BundleMeta`], [`BundleInfo`]) |
 //!
 //! A package holds the same entries under the same names in one file
@@ -237,6 +238,15 @@ impl Bundle {
             };
             bundle.meta = BundleMeta::from_json(text).map_err(|e| meta_error(e.0))?;
             bundle.info = BundleInfo::from_json(text).map_err(meta_error)?;
+            // A mutated input is one of the program's graph inputs.
+            let inputs = &bundle.program.main.inputs;
+            for m in bundle.meta.mutated_inputs.iter().flatten() {
+                if !inputs.iter().any(|i| i.name().as_str() == m) {
+                    return Err(meta_error(format!(
+                        "`mutated_inputs` names `{m}`, which is not a graph input of the program"
+                    )));
+                }
+            }
         }
         Ok(bundle)
     }
@@ -374,6 +384,13 @@ impl Bundle {
     /// Eager PyTorch's outputs (`expected.safetensors`).
     pub fn expected(&self) -> Result<Option<IndexMap<String, Tensor>>, BundleError> {
         Ok(self.tensors(BundleMeta::EXPECTED)?.map(|f| f.tensors))
+    }
+
+    /// Eager PyTorch's values after the call of the graph inputs the
+    /// program writes (`mutated.safetensors`, by graph input name; see
+    /// [`BundleMeta::mutated_inputs`]).
+    pub fn mutated(&self) -> Result<Option<IndexMap<String, Tensor>>, BundleError> {
+        Ok(self.tensors(BundleMeta::MUTATED)?.map(|f| f.tensors))
     }
 
     /// Inductor's compiled outputs (`compiled.safetensors`).

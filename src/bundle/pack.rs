@@ -46,6 +46,7 @@ impl Bundle {
                     INPUTS,
                     BundleMeta::EXPECTED,
                     BundleMeta::COMPILED,
+                    BundleMeta::MUTATED,
                 ] {
                     if let Some(bytes) = self.entry(entry)? {
                         out.push((entry.to_string(), bytes));

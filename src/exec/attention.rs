@@ -29,6 +29,7 @@
 //!   log-sum-exp `+inf` (CUDA flash attention's convention); with no keys
 //!   (`S = 0`) the output is 0.
 
+use super::layout::infer_dense_strides;
 use super::ops::{Args, BuiltinOptions};
 use super::tensor::Tensor;
 use super::{ExecError, TensorSpec, Value};
@@ -282,50 +283,6 @@ fn broadcast_strides<T>(
         })
 }
 
-/// Dense strides for `size` that keep the order of `stride` (ATen's
-/// `infer_dense_strides`, which `empty_like` uses for a tensor that is not
-/// non-overlapping and dense; for one that is, it gives its strides).
-fn infer_dense_strides(size: &[i64], stride: &[i64]) -> Vec<i64> {
-    let n = size.len();
-    // Innermost first; ties and stride-0 dimensions keep their order.
-    let mut perm: Vec<usize> = (0..n).rev().collect();
-    let swap = |d0: usize, d1: usize| -> i32 {
-        let (s0, s1) = (stride[d0], stride[d1]);
-        if s0 == 0 || s1 == 0 {
-            0
-        } else if s0 < s1 {
-            -1
-        } else if s0 > s1 || size[d0] > size[d1] {
-            // Equal strides: the larger dimension goes outward.
-            1
-        } else {
-            0
-        }
-    };
-    for i in 1..n {
-        let mut d1 = i;
-        for d0 in (0..i).rev() {
-            match swap(perm[d0], perm[d1]) {
-                c if c > 0 => {
-                    perm.swap(d0, d1);
-                    d1 = d0;
-                }
-                c if c < 0 => break,
-                _ => {}
-            }
-        }
-    }
-    let mut out = vec![0i64; n];
-    let mut cur = 1i64;
-    for &d in &perm {
-        out[d] = cur;
-        if size[d] > 1 {
-            cur = cur.saturating_mul(size[d]);
-        }
-    }
-    out
-}
-
 /// Dense strides for `size` whose order follows `like`'s strides (innermost
 /// = smallest stride, ties by dimension index): cuDNN attention's
 /// `alloc_with_matching_layout`.
@@ -346,16 +303,19 @@ fn matching_layout(size: &[i64], like: &[i64]) -> Vec<i64> {
 /// * CUDA flash: `empty_like(query)` (the query's strides when it is dense,
 ///   else dense strides in the query's order);
 /// * cuDNN: `[B, H, L, Ev]` dense in the query's stride order;
-/// * CPU flash: `[B, L, H, E]` memory seen as `[B, H, L, E]`.
+/// * CPU flash: as CUDA flash, `empty_like(query)` (PyTorch 2.15's kernel and
+///   meta function: a sequence-first model's query, `[L, B, H, E]` memory,
+///   gives an output laid out the same way; `fixtures/inductor/op_layouts.json`
+///   records PyTorch's layouts).
 pub(crate) fn out_layout<T>(call: &Call<'_, T>, q: &TensorSpec) -> (Vec<i64>, Vec<i64>) {
     let Dims { b: _, h, l, ev, .. } = call.dims;
     let size = vec![call.dims.b, h, l, ev];
     let stride = match call.kind {
-        Kind::Efficient | Kind::FlashCpu => {
+        Kind::Efficient => {
             let (l1, h1, ev1) = (l.max(1), h.max(1), ev.max(1));
             vec![l1 * h1 * ev1, ev1, h1 * ev1, 1]
         }
-        Kind::Flash => infer_dense_strides(&size, &q.stride),
+        Kind::Flash | Kind::FlashCpu => infer_dense_strides(&size, &q.stride),
         Kind::Cudnn => matching_layout(&size, &q.stride),
     };
     (size, stride)

@@ -10,10 +10,16 @@
 //! An integer output (a size the program returns next to its tensors) is
 //! stored as a 0-d int64 tensor listed in `bundle.json`'s `int_outputs`
 //! ([`BundleMeta::int_outputs`]) and compared exactly ([`compare_leaves`]).
+//! The inputs a program writes ([`BundleMeta::mutated_inputs`]) are compared
+//! after the call with eager's values ([`BundleMeta::MUTATED`],
+//! [`compare_mutated`]).
 
 use super::Tensor;
 use crate::ir::DType;
 use indexmap::IndexMap;
+
+mod mutated;
+pub use mutated::{compare_mutated, MutatedCheck, MutationComparison};
 
 /// Floating tolerance: `|got - expected| <= atol + rtol * |expected|`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -201,6 +207,12 @@ pub struct BundleMeta {
     /// (`aten.randint.low_out`) is drawn from; `None`: PyTorch's default
     /// seed at offset 0 (see [`crate::exec::random`]).
     pub cuda_rng: Option<crate::exec::random::CudaRngState>,
+    /// `"mutated_inputs"`: the graph inputs the program writes (a KV cache
+    /// updated in place), whose values after the call are part of its
+    /// result: eager PyTorch's are in [`BundleMeta::MUTATED`]. `None` when
+    /// the file has no such field (bundles exported before mutations were
+    /// recorded); `Some(empty)`: the program writes none of its inputs.
+    pub mutated_inputs: Option<Vec<String>>,
 }
 
 /// A `bundle.json` that cannot be read, naming the field.
@@ -215,6 +227,9 @@ impl BundleMeta {
     pub const EXPECTED: &'static str = "expected.safetensors";
     /// The file name of Inductor's compiled outputs (same tensor names as [`BundleMeta::EXPECTED`]).
     pub const COMPILED: &'static str = "compiled.safetensors";
+    /// The file name of eager PyTorch's values of the mutated inputs after
+    /// the call ([`BundleMeta::mutated_inputs`]), by graph input name.
+    pub const MUTATED: &'static str = "mutated.safetensors";
 
     /// Parses the text of a `bundle.json`. Absent fields take their
     /// defaults; a field that is present but malformed (a tolerance without
@@ -245,23 +260,23 @@ impl BundleMeta {
             None | Some(serde_json::Value::Null) => crate::exec::cuda::MathModes::default(),
             Some(m) => serde_json::from_value(m.clone()).map_err(|e| BundleMetaError(format!("`math`: {e}")))?,
         };
-        let int_outputs = match json.get("int_outputs") {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Array(items)) => Some(
-                items
-                    .iter()
-                    .map(|v| v.as_str().map(str::to_string))
-                    .collect::<Option<Vec<String>>>()
-                    .ok_or_else(|| {
-                        BundleMetaError(format!("`int_outputs` must be a list of tensor names, got {items:?}"))
-                    })?,
-            ),
-            Some(other) => {
-                return Err(BundleMetaError(format!(
-                    "`int_outputs` must be a list of tensor names, got {other}"
-                )))
+        let names = |field: &str, what: &str| -> Result<Option<Vec<String>>, BundleMetaError> {
+            match json.get(field) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::Array(items)) => Ok(Some(
+                    items
+                        .iter()
+                        .map(|v| v.as_str().map(str::to_string))
+                        .collect::<Option<Vec<String>>>()
+                        .ok_or_else(|| BundleMetaError(format!("`{field}` must be a list of {what}, got {items:?}")))?,
+                )),
+                Some(other) => Err(BundleMetaError(format!(
+                    "`{field}` must be a list of {what}, got {other}"
+                ))),
             }
         };
+        let int_outputs = names("int_outputs", "tensor names")?;
+        let mutated_inputs = names("mutated_inputs", "graph input names")?;
         let cuda_rng =
             match json.get("cuda_rng") {
                 None | Some(serde_json::Value::Null) => None,
@@ -276,6 +291,7 @@ impl BundleMeta {
             math,
             int_outputs,
             cuda_rng,
+            mutated_inputs,
         })
     }
 }

@@ -403,12 +403,20 @@ pub fn run_plan_on(
 }
 
 /// Matches and lays out `inputs`, then runs `plan`.
+///
+/// A host run works on the caller's tensors, as a PyTorch call does: an
+/// input already in its declared layout is the program's buffer itself, so
+/// what the program writes into it (a mutated input, such as a KV cache
+/// updated in place) lands there; an input that had to be laid out is a
+/// copy, copied back into the caller's tensor after the run. Either way the
+/// caller's tensors hold what the program left in its inputs.
 fn run_placed<I: super::run::SuppliedInput + std::borrow::Borrow<Tensor>>(
     program: &crate::ir::Program,
     plan: &super::interp::Plan,
     backend: &mut HostBackend,
     inputs: &IndexMap<String, I>,
 ) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
+    let mut copies: Vec<(Tensor, Tensor)> = Vec::new();
     let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
         let t: &Tensor = t.borrow();
         if t.spec() == spec {
@@ -416,7 +424,12 @@ fn run_placed<I: super::run::SuppliedInput + std::borrow::Borrow<Tensor>>(
         }
         let placed = backend.allocate(spec)?;
         placed.copy_from(t)?;
+        copies.push((t.clone(), placed.clone()));
         Ok(placed)
     })?;
-    Ok(plan.run(backend, args, &constants)?)
+    let out = plan.run(backend, args, &constants)?;
+    for (supplied, placed) in &copies {
+        supplied.copy_from(placed)?;
+    }
+    Ok(out)
 }

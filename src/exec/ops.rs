@@ -202,6 +202,7 @@ pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
         ("aten.topk", super::sort::topk),
         ("aten.sort", super::sort::sort),
         ("aten._int_mm", super::int_gemm::int_mm),
+        ("aten.mkldnn_rnn_layer", super::rnn::mkldnn_rnn_layer),
         ("aten.copy_", copy),
         ("aten.clone", clone),
         ("aten.permute", permute),
@@ -930,8 +931,28 @@ fn copy(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     Ok(Value::Tensor(dst.clone()))
 }
 
+/// `aten.clone(self, *, memory_format=None)`: a copy, laid out as
+/// `empty_like` lays it out (`None` or `torch.preserve_format`: a dense
+/// tensor keeps its strides) or contiguous (`torch.contiguous_format`).
 fn clone(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    Ok(Value::Tensor(a.tensor(0, "self")?.contiguous_copy()?))
+    let x = a.tensor(0, "self")?;
+    // `memory_format` is keyword-only.
+    let preserve = match a.get(usize::MAX, "memory_format") {
+        None | Some(Value::None) => true,
+        Some(Value::Str(f)) if f.ends_with("preserve_format") => true,
+        Some(Value::Str(f)) if f.ends_with("contiguous_format") => false,
+        Some(other) => {
+            return Err(a.err(format!(
+                "memory_format {other:?} is not supported (preserve_format or contiguous_format)"
+            )))
+        }
+    };
+    let copy = x.contiguous_copy()?;
+    if !preserve {
+        return Ok(Value::Tensor(copy));
+    }
+    let stride = super::layout::infer_dense_strides(x.size(), x.stride());
+    Ok(Value::Tensor(super::layout::with_strides(copy, stride)?))
 }
 
 /// `aten.permute(self, dims)`: a view with the sizes and strides reordered

@@ -1,6 +1,7 @@
 //! The host's pointwise extern ops (`add`, `sub`, `mul`, `div`, `neg`,
-//! `relu`, `exp`, `sin`, `where`) with broadcasting and PyTorch's result
-//! dtypes; complex operands go to [`super::complex`].
+//! `relu`, `exp`, `sin`, `where`) with broadcasting, PyTorch's result
+//! dtypes and TensorIterator's output layout; complex operands go to
+//! [`super::complex`].
 
 use super::complex;
 use super::ops::{Args, BuiltinOptions};
@@ -152,7 +153,16 @@ fn pointwise(
     } else {
         out.into_iter().map(|v| v.trunc()).collect()
     };
-    Ok(Value::Tensor(Tensor::from_f64(out_dtype, &out, &shape)?))
+    // The output is laid out as TensorIterator lays it out: in the order its
+    // tensor operands' strides agree on (a transposed input gives a transposed output).
+    let layouts: Vec<(&[i64], &[i64])> = ops
+        .iter()
+        .filter_map(|o| o.tensor())
+        .map(|t| (t.size(), t.stride()))
+        .collect();
+    let stride = super::layout::iterator_strides(&shape, &layouts);
+    let out = Tensor::from_f64(out_dtype, &out, &shape)?;
+    Ok(Value::Tensor(super::layout::with_strides(out, stride)?))
 }
 
 pub(crate) fn add(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

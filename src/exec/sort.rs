@@ -107,5 +107,19 @@ pub(super) fn sort(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
     let d = norm_dim(a, a.int(dim_at, "dim", Some(-1))?, x.dim())?;
     let descending = a.boolean(descending_at, "descending", false)?;
     let len = if x.dim() == 0 { 1 } else { split_at(x.size(), d).1 };
-    ordered(a, x, d, len, descending)
+    // Both results are laid out dense in the input's order (ATen's sort meta
+    // function: `infer_dense_strides` of the input); topk's are contiguous.
+    let stride = super::layout::infer_dense_strides(x.size(), x.stride());
+    match ordered(a, x, d, len, descending)? {
+        Value::List(items) => Ok(Value::List(
+            items
+                .into_iter()
+                .map(|v| match v {
+                    Value::Tensor(t) => super::layout::with_strides(t, stride.clone()).map(Value::Tensor),
+                    other => Ok(other),
+                })
+                .collect::<Result<_, _>>()?,
+        )),
+        other => Ok(other),
+    }
 }

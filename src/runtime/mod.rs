@@ -27,6 +27,30 @@
 //! their own. A thread that makes many calls can keep one with
 //! [`Model::session`].
 //!
+//! ## Mutated inputs
+//!
+//! A program may write into its inputs: a KV-cache decode step updates its
+//! caches in place, as the PyTorch function it was compiled from did.
+//! [`Model::mutated_inputs`] names them (`bundle.json`'s `mutated_inputs`,
+//! recorded by the exporter; empty for a bundle exported before they were
+//! recorded, even if its program writes some). Their new values come back
+//! as they would from the PyTorch call:
+//!
+//! * [`Device::Cpu`]: in the caller's tensors. A call works on the tensors
+//!   given: one in its declared layout is the program's buffer itself and is
+//!   written in place; one that had to be laid out is copied back after the
+//!   call. After [`Model::run`] returns, each mutated input's tensor holds
+//!   its new value (clones of a tensor share its storage and see it too).
+//! * [`Device::Cuda`]: in the device buffers the program ran on.
+//!   `exec::cuda::Session::run_device` (feature `cuda`, through
+//!   `Session::as_cuda_mut`) takes the caller's device buffers in place, so
+//!   the writes land in them;
+//!   [`Session::run`] with host tensors uploads copies, and does not copy
+//!   them back (keep the caches on the device with `run_device`).
+//!
+//! A mutated input that is a weight (a module buffer the program writes) is
+//! the model's own and shared by its sessions: every call changes it.
+//!
 //! Inputs are checked as every run checks them: a missing or unknown name,
 //! a dtype or rank other than declared, or a size outside a dynamic
 //! program's declared range is an error naming the input (and the
@@ -159,6 +183,8 @@ pub struct Model {
     inner: Inner,
     device: Device,
     report: LoadReport,
+    /// The graph inputs the program writes (`bundle.json`'s `mutated_inputs`).
+    mutated_inputs: Vec<String>,
 }
 
 enum Inner {
@@ -239,6 +265,7 @@ impl Model {
             inner,
             device: options.device,
             report,
+            mutated_inputs: source.meta().mutated_inputs.clone().unwrap_or_default(),
         })
     }
 
@@ -260,6 +287,13 @@ impl Model {
             #[cfg(feature = "cuda")]
             Inner::Cuda(m) => m.input_names(),
         }
+    }
+
+    /// The graph inputs a call writes (see [Mutated inputs](self#mutated-inputs)),
+    /// in graph input order: `bundle.json`'s `mutated_inputs`, empty when the
+    /// bundle does not record them.
+    pub fn mutated_inputs(&self) -> &[String] {
+        &self.mutated_inputs
     }
 
     /// The program the model runs.
@@ -285,6 +319,8 @@ impl Model {
 
     /// Runs one call with host `inputs`, by graph input name, and returns
     /// the outputs on the host. Safe to call from several threads at once.
+    /// On the CPU, the mutated inputs' tensors hold their new values after
+    /// the call (see [Mutated inputs](self#mutated-inputs)).
     pub fn run(&self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
         match &self.inner {
             Inner::Cpu(m) => m.run(inputs),

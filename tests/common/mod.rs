@@ -467,6 +467,30 @@ pub fn compare_with_bundle(
     Ok(BundleComparison { eager, compiled })
 }
 
+/// Compares the values a run of `bundle`'s program left in its inputs
+/// (`after`, by graph input name) with eager's after the call
+/// (`mutated.safetensors`) for each input `bundle.json` lists in
+/// `mutated_inputs`; `None` when the bundle records none.
+pub fn compare_mutated_with_bundle(
+    bundle: &wrapir::bundle::Bundle,
+    after: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
+) -> Result<Option<wrapir::exec::compare::MutationComparison>, String> {
+    let meta = bundle.meta();
+    let Some(mutated) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) else {
+        return Ok(None);
+    };
+    let eager = bundle
+        .mutated()
+        .map_err(|e| e.to_string())?
+        .ok_or("bundle.json lists mutated inputs, but there is no mutated.safetensors")?;
+    Ok(Some(wrapir::exec::compare::compare_mutated(
+        after,
+        &eager,
+        mutated,
+        meta.tolerance,
+    )))
+}
+
 /// The directory of the runtime library (`libwrapir_runtime.so`, the
 /// `wrapir-runtime` crate): `WRAPIR_RUNTIME_DIR`, else the profile directory
 /// the running test was built into (`target/<profile>`, where

@@ -175,7 +175,10 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             out += &describe_symbols(&program, &result.symbols);
             write_output(None, &out)?;
             save_outputs(args, &result.outputs)?;
-            compare_with_references(&result.outputs, &references)
+            let outputs_ok = compare_with_references(&result.outputs, &references)?;
+            // The host run left the mutated inputs' new values in the input tensors.
+            let mutated_ok = compare_mutated_inputs(args, &bundle, inputs.tensors.as_ref())?;
+            Ok(if mutated_ok { outputs_ok } else { ExitCode::from(1) })
         }
         RunDevice::Cuda => {
             // The bundle's kernel images and the inputs, before any device work.
@@ -190,6 +193,13 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("{e:#}{}", no_inputs_hint(&inputs)))?;
             let references = inductor_reference_for(references, &program, &meta);
             save_outputs(args, &outputs)?;
+            if let Some(m) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) {
+                // The device run's inputs stay on the device; the host run reads them back.
+                println!(
+                    "mutated inputs: {} not compared on cuda (`--device cpu` compares them)",
+                    m.len()
+                );
+            }
             compare_with_references(&outputs, &references)
         }
     }
@@ -485,6 +495,72 @@ fn compare_with_references(outputs: &[Value<Tensor>], references: &References) -
     write_output(None, &out)?;
     eprint!("{err}");
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// After a cpu run on the bundle's own inputs: the inputs the program writes
+/// (`bundle.json`'s `mutated_inputs`), as the run left them, against eager
+/// PyTorch's values after the call (`mutated.safetensors`), one line per
+/// input. Says why when they are not compared; says nothing for a bundle
+/// that does not record mutations (exported before they were recorded).
+/// Returns whether they match.
+fn compare_mutated_inputs(args: &RunArgs, bundle: &Bundle, after: Option<&IndexMap<String, Tensor>>) -> Result<bool> {
+    let meta = bundle.meta();
+    let Some(mutated) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) else {
+        return Ok(true);
+    };
+    let file = bundle.display(conventions::MUTATED);
+    let (Some(after), None) = (after, &args.inputs) else {
+        write_output(
+            None,
+            &format!(
+                "mutated inputs: {} not compared: eager's values in {file} are for the bundle's own inputs\n",
+                mutated.len()
+            ),
+        )?;
+        return Ok(true);
+    };
+    let Some(reference) = bundle.mutated()? else {
+        write_output(None, &format!("mutated inputs: absent (no {file}), not compared\n"))?;
+        return Ok(true);
+    };
+    let tolerance = conventions::with_overrides(meta.tolerance, args.rtol, args.atol);
+    let comparison = wrapir::exec::compare::compare_mutated(after, &reference, mutated, tolerance);
+    let failed = comparison.inputs.iter().filter(|i| i.mismatch.is_some()).count();
+    let tol = match tolerance {
+        Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
+        None => "dtype default tolerances".to_string(),
+    };
+    let mut out = if failed == 0 {
+        format!("mutated inputs against eager: {} match {file} ({tol})\n", mutated.len())
+    } else {
+        format!(
+            "mutated inputs against eager: {failed} of {} differ from {file} ({tol})\n",
+            mutated.len()
+        )
+    };
+    for i in &comparison.inputs {
+        let user = bundle
+            .info()
+            .input_names
+            .get(&i.name)
+            .map(|u| format!(" (`{u}`)"))
+            .unwrap_or_default();
+        let errors = match (i.max_abs, i.max_rel) {
+            (Some(a), Some(r)) => format!("max abs error {}, max rel error {}", error_text(a), error_text(r)),
+            _ => "errors not measured".to_string(),
+        };
+        let verdict = match &i.mismatch {
+            None => "match".to_string(),
+            Some(m) => format!("MISMATCH: {m}"),
+        };
+        out += &format!("  input `{}`{user} after the call: {errors}; {verdict}\n", i.name);
+    }
+    write_output(None, &out)?;
+    if let Some(message) = comparison.first_error() {
+        eprintln!("mismatch against {file} (eager): {message}");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// An error magnitude for reports: `0`, or three significant digits.
