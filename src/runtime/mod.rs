@@ -41,12 +41,13 @@
 //!   written in place; one that had to be laid out is copied back after the
 //!   call. After [`Model::run`] returns, each mutated input's tensor holds
 //!   its new value (clones of a tensor share its storage and see it too).
-//! * [`Device::Cuda`]: in the device buffers the program ran on.
+//! * [`Device::Cuda`]: [`Model::run`] and [`Session::run`] with host
+//!   tensors run on the session's device copies and copy each mutated
+//!   input's new value back into the caller's tensor after the call;
 //!   `exec::cuda::Session::run_device` (feature `cuda`, through
 //!   `Session::as_cuda_mut`) takes the caller's device buffers in place, so
-//!   the writes land in them;
-//!   [`Session::run`] with host tensors uploads copies, and does not copy
-//!   them back (keep the caches on the device with `run_device`).
+//!   the writes land in them and nothing is copied (keep a cache on the
+//!   device this way).
 //!
 //! A mutated input that is a weight (a module buffer the program writes) is
 //! the model's own and shared by its sessions: every call changes it.
@@ -319,8 +320,8 @@ impl Model {
 
     /// Runs one call with host `inputs`, by graph input name, and returns
     /// the outputs on the host. Safe to call from several threads at once.
-    /// On the CPU, the mutated inputs' tensors hold their new values after
-    /// the call (see [Mutated inputs](self#mutated-inputs)).
+    /// The mutated inputs' tensors hold their new values after the call
+    /// (see [Mutated inputs](self#mutated-inputs)).
     pub fn run(&self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
         match &self.inner {
             Inner::Cpu(m) => m.run(inputs),

@@ -151,6 +151,9 @@ struct Shared {
     weights: IndexMap<String, CudaTensor>,
     /// Graph inputs a call supplies (neither weights nor symbol inputs), in order.
     user_inputs: Vec<String>,
+    /// The graph inputs the program writes (`bundle.json`'s `mutated_inputs`):
+    /// [`Session::run`] copies their new values back into the caller's tensors.
+    mutated_inputs: Vec<String>,
     kernels: SharedKernels,
     /// The convolution plans each session makes ahead (empty: none).
     conv_keys: PlanKeys,
@@ -351,6 +354,7 @@ impl Model {
             model: options.clone(),
             weights: laid,
             user_inputs,
+            mutated_inputs: meta.mutated_inputs.clone().unwrap_or_default(),
             conv_keys: conv_keys.and_then(Result::ok).unwrap_or_default(),
         });
         let stored_inputs = stored;
@@ -684,16 +688,19 @@ impl Session {
     }
 
     /// Runs one call with host `inputs` (by graph input name) and copies the
-    /// outputs to the host.
+    /// outputs to the host. The inputs the program writes (the bundle's
+    /// `mutated_inputs`, a KV cache) are written on the session's device
+    /// copies and copied back into the caller's tensors, as a PyTorch call
+    /// leaves them.
     pub fn run(&mut self, inputs: &IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, ModelError> {
         self.backend.bind()?;
-        let buffers = self.upload(inputs)?;
+        let mut buffers = self.upload(inputs)?;
         let outputs = match self.execute_uploaded(&buffers) {
             Err(ModelError::Exec(ExecError::Unsupported(m))) if m.starts_with(UNPREPARABLE) => {
                 // The recording ran the whole call but cannot be replayed:
                 // run it again through the interpreter on fresh copies of the inputs.
                 self.interpret = true;
-                let buffers = self.upload(inputs)?;
+                buffers = self.upload(inputs)?;
                 self.execute_uploaded(&buffers)?
             }
             r => r?,
@@ -702,6 +709,13 @@ impl Session {
             .iter()
             .map(|v| to_host(&mut self.backend, v))
             .collect::<Result<Vec<_>, _>>()?;
+        let shared = Arc::clone(&self.shared);
+        for name in &shared.mutated_inputs {
+            if let (Some(buffer), Some(caller)) = (buffers.get(name), inputs.get(name)) {
+                let value = self.backend.copy_out(buffer)?;
+                caller.copy_from(&value)?;
+            }
+        }
         self.backend.synchronize()?;
         Ok(host)
     }
