@@ -74,7 +74,20 @@ const SETS: &[BundleSet] = &[
         torch: "2.15.",
         cases: OPS_CASES,
     },
+    BundleSet {
+        dir: "bundles_cpu_2.15/features",
+        backend: "cpp",
+        torch: "2.15.",
+        cases: FEATURE_CASES,
+    },
 ];
+
+/// Feature cases of upstream's FX backend tests (`features.py`, its
+/// `test_item` with a float input): `x[1].item()` returned, an
+/// `unbacked_float` symbol `zuf0` that a C++ kernel writes into a 0-d
+/// float64 tensor (eager's Python float is stored as that tensor), static
+/// and dynamic.
+const FEATURE_CASES: &[&str] = &["feat_item_float", "feat_item_float_dynamic"];
 
 /// Extern ops of model families outside the zoo (`cases_cpu_ops.py`): a
 /// mixture-of-experts router's `aten.sort.stable` and `aten.topk`, and an

@@ -566,7 +566,12 @@ fn graph() -> impl Strategy<Value = Graph> {
 
 fn program() -> impl Strategy<Value = Program> {
     let symbol_decl = (
-        prop::sample::select(vec![SymbolKind::Backed, SymbolKind::Unbacked, SymbolKind::Precomputed]),
+        prop::sample::select(vec![
+            SymbolKind::Backed,
+            SymbolKind::Unbacked,
+            SymbolKind::Precomputed,
+            SymbolKind::UnbackedFloat,
+        ]),
         prop::option::of(any::<i64>()),
         prop::option::of(any::<i64>()),
         prop::option::of(any::<i64>()),

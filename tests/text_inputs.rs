@@ -28,7 +28,7 @@ fn malformed_inputs() {
         ("wrapir 1\ngraph main(x: f32[4][1]@gpu) -> () {\n}\n".into(), "line 2, column 25: unknown device `gpu` in the layout of input `x`"),
         ("wrapir 1\ngraph main(x: f32[4, 1]) -> () {\n}\n".into(), "line 2, column 24: expected `[` (strides) after the sizes of input `x`"),
         ("wrapir 1\ngraph main(x: f32[4, (s0][1]@cpu) -> () {\n}\n".into(), "line 2, column 25: unbalanced `]` in the sizes of input `x`"),
-        ("wrapir 1\nsymbol s0: sized\ngraph main() -> () {\n}\n".into(), "line 2, column 12: unknown symbol kind `sized` for `s0` (expected `backed`, `unbacked` or `precomputed`)"),
+        ("wrapir 1\nsymbol s0: sized\ngraph main() -> () {\n}\n".into(), "line 2, column 12: unknown symbol kind `sized` for `s0` (expected `backed`, `unbacked`, `precomputed` or `unbacked_float`)"),
         ("wrapir 1\nsymbol s0: backed\nsymbol s0: backed\ngraph main() -> () {\n}\n".into(), "line 3, column 8: symbol `s0` is declared twice"),
         ("wrapir 1\nsymbol s0: backed [0 inf]\ngraph main() -> () {\n}\n".into(), "line 2, column 22: expected `,` between the bounds of the range of symbol `s0`"),
         ("wrapir 1\ngraph main(x: f32[4, (s0 + 1][1]@cpu) -> () {\n}\n".into(), "line 2, column 29: unbalanced `]` in the sizes of input `x`"),

@@ -50,6 +50,8 @@ else
 fi
 export_set control fixtures/inductor/cases_cpu_control.py
 export_set ops fixtures/inductor/cases_cpu_ops.py
+WRAPIR_CASE_DEVICE=cpu export_set features fixtures/inductor/features.py \
+  --only feat_item_float,feat_item_float_dynamic
 
 bundles=0
 for b in "$out"/*/*/; do

@@ -953,7 +953,7 @@ class GraphConverter(ControlFlowMixin):
                 if s.name == name:
                     sym = s
                     break
-            if sym is not None and kind != "precomputed":
+            if sym is not None and kind not in ("precomputed", "unbacked_float"):
                 vr = shape_env.var_to_range[sym]
                 rng = {}
                 for key, v in (("lo", vr.lower), ("hi", vr.upper)):

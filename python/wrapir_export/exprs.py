@@ -157,9 +157,12 @@ def symbol_order(name):
 
 
 def symbol_kind(name):
-    """`backed` for `s<k>`, `unbacked` for `u<k>`, else `precomputed`."""
+    """`backed` for `s<k>`, `unbacked` for `u<k>`, `unbacked_float` for `zuf<k>` (a float
+    read from a tensor), else `precomputed`."""
     if re.fullmatch(r"s\d+", name):
         return "backed"
     if re.fullmatch(r"u\d+", name):
         return "unbacked"
+    if re.fullmatch(r"zuf\d+", name):
+        return "unbacked_float"
     return "precomputed"

@@ -39,10 +39,12 @@ def flatten_outputs(torch, out):
 
 
 def output_values(torch, out):
-    """The outputs a bundle stores and compares, in output order: every tensor leaf, and
-    every integer leaf (a size returned next to a tensor: `x.shape[0]`, a Python int or
-    bool) as a 0-d int64 tensor. Returns (values, positions of the integers in values,
-    problems): any other leaf (a float, a string) is a problem naming its position."""
+    """The outputs a bundle stores and compares, in output order: every tensor leaf, every
+    integer leaf (a size returned next to a tensor: `x.shape[0]`, a Python int or bool) as
+    a 0-d int64 tensor, and every float leaf (`x[1].item()`: Inductor returns the 0-d
+    float64 tensor its kernel fills) as a 0-d float64 tensor. Returns (values, positions
+    of the integers in values, problems): any other leaf (a string) is a problem naming
+    its position."""
     import torch.utils._pytree as pytree
 
     values, ints, problems = [], [], []
@@ -52,9 +54,11 @@ def output_values(torch, out):
         elif isinstance(x, int):
             ints.append(len(values))
             values.append(torch.tensor(int(x), dtype=torch.int64))
+        elif isinstance(x, float):
+            values.append(torch.tensor(x, dtype=torch.float64))
         else:
             problems.append(f"output leaf {k} is a {type(x).__name__} ({x!r}); bundles hold tensor "
-                            "and integer outputs only")
+                            "integer and float outputs only")
     return values, ints, problems
 
 

@@ -376,6 +376,13 @@ impl Backend for MetaBackend {
     }
 
     fn read_scalar(&mut self, _tensor: &MetaTensor, request: &ScalarRequest<'_>) -> Result<ScalarValue, ExecError> {
+        if request
+            .decl
+            .is_some_and(|d| d.kind == crate::ir::SymbolKind::UnbackedFloat)
+        {
+            // A float never sizes anything: the meta backend has no value for it.
+            return Ok(ScalarValue::Float(f64::NAN));
+        }
         match request.symbol {
             Some(s) => {
                 let v = self.resolve(s, request.decl).ok_or_else(|| {

@@ -231,6 +231,11 @@ pub enum SymbolKind {
     Unbacked,
     /// A named expression (`ps0`, `ks0`, `*_xnumel`); bound by `SymbolicCallArg`.
     Precomputed,
+    /// A float read from a floating tensor (`zuf0 = buf0.item()`, Inductor's
+    /// `zuf<k>`); bound by `DynamicScalar`. Never part of a size or another
+    /// expression: it is passed whole to kernels and extern ops, or returned.
+    /// Its `range` and `hint` are unused.
+    UnbackedFloat,
 }
 
 /// Inclusive bounds on a symbol's value.

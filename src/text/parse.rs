@@ -619,11 +619,12 @@ impl<'a> Parser<'a> {
             Some("backed") => SymbolKind::Backed,
             Some("unbacked") => SymbolKind::Unbacked,
             Some("precomputed") => SymbolKind::Precomputed,
+            Some("unbacked_float") => SymbolKind::UnbackedFloat,
             other => {
                 return Err(c.error_at(
                     kpos,
                     format!(
-                        "unknown symbol kind `{}` for `{name}` (expected `backed`, `unbacked` or `precomputed`)",
+                        "unknown symbol kind `{}` for `{name}` (expected `backed`, `unbacked`, `precomputed` or `unbacked_float`)",
                         other.unwrap_or_else(|| first_token(c.rest_str()))
                     ),
                 ))

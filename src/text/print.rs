@@ -33,6 +33,7 @@ fn write_program(out: &mut String, p: &Program) -> std::fmt::Result {
                 SymbolKind::Backed => "backed",
                 SymbolKind::Unbacked => "unbacked",
                 SymbolKind::Precomputed => "precomputed",
+                SymbolKind::UnbackedFloat => "unbacked_float",
             };
             write!(out, "symbol {name}: {kind}")?;
             if !decl.range.is_unbounded() {

@@ -181,6 +181,7 @@ fn describe_symbols(program: &Program, out: &mut String) {
             SymbolKind::Backed => "backed (from input sizes)",
             SymbolKind::Unbacked => "unbacked (data-dependent)",
             SymbolKind::Precomputed => "precomputed",
+            SymbolKind::UnbackedFloat => "unbacked float (a tensor's value)",
         };
         let hint = decl.hint.map(|h| format!(", hint {h}")).unwrap_or_default();
         *out += &format!("  {s}: {kind}, range {}{hint}\n", decl.range);

@@ -196,6 +196,14 @@ pub(super) fn compile_graph(
         });
         let first_bind = u32::try_from(binds.len()).map_err(|_| too_large())?;
         for s in &node.binds {
+            // A float read from a tensor (`zuf0`) is the node's value, used
+            // whole; it binds no integer.
+            if symbols
+                .get(s)
+                .is_some_and(|d| d.kind == crate::ir::SymbolKind::UnbackedFloat)
+            {
+                continue;
+            }
             let id = u32::try_from(bound.insert_full(s.clone(), 0).0).map_err(|_| too_large())?;
             binds.push(Bind {
                 symbol: s.clone(),

@@ -39,6 +39,7 @@ pub(super) fn kind_name(kind: &SymbolKind) -> &'static str {
         SymbolKind::Backed => "backed",
         SymbolKind::Unbacked => "unbacked",
         SymbolKind::Precomputed => "precomputed",
+        SymbolKind::UnbackedFloat => "unbacked_float",
     }
 }
 
@@ -637,6 +638,14 @@ pub enum ValidationErrorKind {
     /// An enter without an exit.
     #[error("device guard entered here is never exited")]
     UnclosedDeviceGuard,
+    /// A float symbol (`zuf0`) inside an integer expression or a layout.
+    #[error("float symbol {symbol} is used in {place}; a float read from a tensor is only passed whole to kernels and extern ops, or returned")]
+    FloatSymbolMisused {
+        /// The symbol.
+        symbol: Symbol,
+        /// Where (`the expression ...`, `the layout of buffer ...`).
+        place: String,
+    },
     /// A scope opened here is not closed where it must be: before the end
     /// of its graph, or before the device guard around it.
     #[error("{scope} scope entered here is never exited (it must close before the end of its graph and before the device guard around it)")]

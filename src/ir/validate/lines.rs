@@ -158,7 +158,12 @@ impl<'a> Validator<'a> {
                 } else {
                     self.check_key_path(g, at, symbol, keypath, None);
                 }
-                self.bind_symbol(g, at, symbol, SymbolKind::Unbacked, "an item line");
+                // `zuf0 = buf0.item()` binds a float, `u0 = buf0.item()` an integer.
+                let kind = match self.program.symbols.get(symbol).map(|d| &d.kind) {
+                    Some(SymbolKind::UnbackedFloat) => SymbolKind::UnbackedFloat,
+                    _ => SymbolKind::Unbacked,
+                };
+                self.bind_symbol(g, at, symbol, kind, "an item line");
             }
             Line::UnbackedSymbolDefs { source, bindings } => {
                 self.use_buffer(g, at, source, Need::Any, false);

@@ -8,6 +8,17 @@ impl<'a> Validator<'a> {
     pub(super) fn use_expr(&mut self, g: &mut GraphState<'a>, line: Option<usize>, e: &SymExpr, order: usize) {
         for s in expr_symbols(e) {
             self.require_symbol(g, line, s, None, order);
+            // A float symbol is passed whole; inside an integer expression it
+            // has no meaning (Inductor never writes one there).
+            if !matches!(e, SymExpr::Sym(_)) && self.is_float_symbol(s) {
+                self.err(
+                    Self::loc(g, line),
+                    ValidationErrorKind::FloatSymbolMisused {
+                        symbol: s.clone(),
+                        place: format!("the expression `{e}`"),
+                    },
+                );
+            }
         }
         // A division or modulo by a constant zero fails wherever it is
         // evaluated (Python raises ZeroDivisionError, C++ is undefined).
@@ -55,6 +66,14 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// Whether `s` is declared an [`SymbolKind::UnbackedFloat`].
+    pub(super) fn is_float_symbol(&self, s: &Symbol) -> bool {
+        self.program
+            .symbols
+            .get(s)
+            .is_some_and(|d| d.kind == SymbolKind::UnbackedFloat)
+    }
+
     pub(super) fn require_symbol(
         &mut self,
         g: &mut GraphState<'a>,
@@ -63,6 +82,17 @@ impl<'a> Validator<'a> {
         via_buffer: Option<&BufName>,
         order: usize,
     ) {
+        if let (Some(b), true) = (via_buffer, self.is_float_symbol(s)) {
+            if g.reported.insert(format!("float-size {s} {b}")) {
+                self.err(
+                    Self::loc(g, line),
+                    ValidationErrorKind::FloatSymbolMisused {
+                        symbol: s.clone(),
+                        place: format!("the layout of buffer {b}"),
+                    },
+                );
+            }
+        }
         let Some(index) = self.symbol_index(s) else {
             if g.reported.insert(format!("undeclared-symbol {s}")) {
                 // In a line's own expression (not a layout), the name may as

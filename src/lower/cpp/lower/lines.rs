@@ -82,6 +82,25 @@ impl<'a> Lowering<'a> {
                 let raw = format!("{}_raw", item.symbol);
                 let src = g.local(&item.source);
                 let d = self.dialect;
+                let float_symbol = self
+                    .program
+                    .symbols
+                    .get(&item.symbol)
+                    .is_some_and(|decl| decl.kind == SymbolKind::UnbackedFloat);
+                if float_symbol {
+                    // `zuf0 = buf0.item()`: a double, passed whole to kernels.
+                    let Some(read) = d.item_arg(&src, layout.dtype) else {
+                        return Err(self.unsupported(
+                            cx,
+                            format!(
+                                "item() of `{}` ({}) cannot be read as a float",
+                                item.source, layout.dtype
+                            ),
+                        ));
+                    };
+                    self.decl_line(item.symbol.as_str(), "double", &read);
+                    return Ok(());
+                }
                 if !d.item_int(self, &src, layout.dtype, &raw) {
                     return Err(self.unsupported(
                         cx,
