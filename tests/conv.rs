@@ -83,6 +83,95 @@ fn two_d_groups_and_depthwise() {
     );
 }
 
+/// A 2-d grouped convolution with stride, padding, dilation and bias on a
+/// batch of two, summed here element by element: the host's result (its
+/// GEMMs) matches, for a contiguous input and for the same input
+/// channels-last (whose result is channels-last, as ATen's is).
+#[test]
+fn grouped_strided_dilated_batches_match_a_direct_sum_in_either_memory_format() {
+    let (n, c, h, w) = (2usize, 4usize, 7usize, 6usize);
+    let (oc, groups, kh, kw) = (6usize, 2usize, 3usize, 2usize);
+    let (stride, padding, dilation) = ([2usize, 1], [1usize, 0], [1usize, 2]);
+    let (cg, ocg) = (c / groups, oc / groups);
+    let xv: Vec<f64> = (0..n * c * h * w).map(|i| ((i * 7) % 11) as f64 - 5.0).collect();
+    let wv: Vec<f64> = (0..oc * cg * kh * kw).map(|i| ((i * 5) % 7) as f64 - 3.0).collect();
+    let bias: Vec<f64> = (0..oc).map(|i| i as f64 * 0.5).collect();
+    let oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) / stride[0] + 1;
+    let ow = (w + 2 * padding[1] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
+    let mut want = vec![0f64; n * oc * oh * ow];
+    for b in 0..n {
+        for o in 0..oc {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let mut acc = bias[o];
+                    for ic in 0..cg {
+                        let channel = (o / ocg) * cg + ic;
+                        for ky in 0..kh {
+                            for kx in 0..kw {
+                                let iy = (y * stride[0] + ky * dilation[0]) as i64 - padding[0] as i64;
+                                let ix = (xo * stride[1] + kx * dilation[1]) as i64 - padding[1] as i64;
+                                if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                                    continue;
+                                }
+                                let xi = ((b * c + channel) * h + iy as usize) * w + ix as usize;
+                                acc += xv[xi] * wv[((o * cg + ic) * kh + ky) * kw + kx];
+                            }
+                        }
+                    }
+                    want[((b * oc + o) * oh + y) * ow + xo] = acc;
+                }
+            }
+        }
+    }
+    let size = [n as i64, c as i64, h as i64, w as i64];
+    let contiguous = Tensor::from_f64(DType::Float32, &xv, &size).unwrap();
+    // The same values laid out channels innermost.
+    let mut nhwc = vec![0f64; xv.len()];
+    for b in 0..n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    nhwc[((b * h + y) * w + x) * c + ch] = xv[((b * c + ch) * h + y) * w + x];
+                }
+            }
+        }
+    }
+    let cl_stride = [(h * w * c) as i64, 1, (w * c) as i64, c as i64];
+    let channels_last = Tensor::from_f64(DType::Float32, &nhwc, &[n as i64, h as i64, w as i64, c as i64])
+        .unwrap()
+        .view(&size, &cl_stride, 0)
+        .unwrap();
+    let kwargs = [
+        ("stride", ints(&[2, 1])),
+        ("padding", ints(&[1, 0])),
+        ("dilation", ints(&[1, 2])),
+        ("groups", Value::Int(2)),
+    ];
+    for (input, out_stride) in [
+        (contiguous, vec![(oc * oh * ow) as i64, (oh * ow) as i64, ow as i64, 1]),
+        (
+            channels_last,
+            vec![(oh * ow * oc) as i64, 1, (ow * oc) as i64, oc as i64],
+        ),
+    ] {
+        let args = vec![
+            Value::Tensor(input),
+            t(&wv, &[oc as i64, cg as i64, kh as i64, kw as i64]),
+            t(&bias, &[oc as i64]),
+        ];
+        let kwargs: IndexMap<String, Value<Tensor>> = kwargs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let mut host = HostBackend::new(HostOptions::default());
+        let Ok(Value::Tensor(r)) = host.call_extern(ExternCall::new("extern_kernels.convolution", &args, &kwargs))
+        else {
+            panic!("the convolution failed");
+        };
+        assert_eq!(r.size(), &[n as i64, oc as i64, oh as i64, ow as i64]);
+        assert_eq!(r.stride(), out_stride.as_slice());
+        // Integer-valued operands: every sum is exact in f32.
+        assert_eq!(r.to_f64_vec().unwrap(), want);
+    }
+}
+
 #[test]
 fn transposed_with_stride_and_output_padding() {
     let x = t(&[1., 2.], &[1, 1, 2]);

@@ -1,9 +1,11 @@
 //! `aten.convolution`: the arguments and output size every backend shares,
-//! and the host implementation (direct summation in f64, rounded once to
-//! the dtype, in the memory format ATen picks: channels-last when the input or
-//! the weight is; the reference the CUDA backend's cuDNN path is tested against).
+//! and the host implementation (accumulated in f64 and rounded once to the
+//! dtype: the forward convolution as im2col GEMMs, the transposed one by
+//! direct summation; in the memory format ATen picks: channels-last when the
+//! input or the weight is; the reference the CUDA backend's cuDNN path is
+//! tested against).
 
-use super::ops::{Args, BuiltinOptions};
+use super::ops::{Acc, Args, BuiltinOptions};
 use super::{contiguous_strides, ExecError, Tensor, TensorSpec, Value};
 
 /// The non-tensor arguments of a convolution, each spatial list expanded
@@ -163,81 +165,38 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
     let bv = bias.map(|b| b.to_f64_vec()).transpose()?;
     let g = p.groups as usize;
     let (n, cin, cout) = (xs[0] as usize, xs[1] as usize, out_size[1] as usize);
-    let (cin_g, cout_g) = (cin / g, cout / g);
-    let sp_in: Vec<usize> = xs[2..].iter().map(|&v| v as usize).collect();
-    let sp_out: Vec<usize> = out_size[2..].iter().map(|&v| v as usize).collect();
-    let sp_k: Vec<usize> = ws[2..].iter().map(|&v| v as usize).collect();
-    let count = |v: &[usize]| v.iter().product::<usize>();
-    let (in_plane, out_plane, k_plane) = (count(&sp_in), count(&sp_out), count(&sp_k));
-    let mut out = vec![0f64; n * cout * out_plane];
-    let mut kidx = vec![0usize; spatial];
-    let mut oidx = vec![0usize; spatial];
-    // Each (output position, kernel tap) pair maps to at most one input
-    // position: o*s - p + k*d (forward) or (o + p - k*d) / s when divisible
-    // (transposed).
-    let input_at = |o: &[usize], k: &[usize]| -> Option<usize> {
-        let mut flat = 0usize;
-        for d in 0..spatial {
-            let (o, k) = (o[d] as i64, k[d] as i64);
-            let (s, pad, dil) = (p.stride[d], p.padding[d], p.dilation[d]);
-            let i = if p.transposed {
-                let t = o + pad - k * dil;
-                if t < 0 || t % s != 0 {
-                    return None;
-                }
-                t / s
-            } else {
-                o * s - pad + k * dil
-            };
-            if i < 0 || i >= sp_in[d] as i64 {
-                return None;
-            }
-            flat = flat * sp_in[d] + i as usize;
-        }
-        Some(flat)
+    let shape = Shape {
+        n,
+        groups: g,
+        cin,
+        cout,
+        cin_g: cin / g,
+        cout_g: cout / g,
+        sp_in: xs[2..].iter().map(|&v| v as usize).collect(),
+        sp_out: out_size[2..].iter().map(|&v| v as usize).collect(),
+        sp_k: ws[2..].iter().map(|&v| v as usize).collect(),
     };
-    let advance = |idx: &mut [usize], dims: &[usize]| {
-        for d in (0..idx.len()).rev() {
-            idx[d] += 1;
-            if idx[d] < dims[d] {
-                return;
-            }
-            idx[d] = 0;
-        }
-    };
-    for b in 0..n {
-        for oc in 0..cout {
-            let grp = oc / cout_g;
-            oidx.iter_mut().for_each(|v| *v = 0);
-            for op in 0..out_plane {
-                let mut acc = bv.as_ref().map_or(0.0, |bv| bv[oc]);
-                for icg in 0..cin_g {
-                    let ic = grp * cin_g + icg;
-                    // weight [Cout, Cin/g, K] forward; [Cin, Cout/g, K] transposed
-                    let wbase = if p.transposed {
-                        (ic * cout_g + (oc % cout_g)) * k_plane
-                    } else {
-                        (oc * cin_g + icg) * k_plane
-                    };
-                    let xbase = (b * cin + ic) * in_plane;
-                    kidx.iter_mut().for_each(|v| *v = 0);
-                    for kp in 0..k_plane {
-                        if let Some(i) = input_at(&oidx, &kidx) {
-                            acc += xv[xbase + i] * wv[wbase + kp];
-                        }
-                        advance(&mut kidx, &sp_k);
-                    }
-                }
-                out[(b * cout + oc) * out_plane + op] = acc;
-                advance(&mut oidx, &sp_out);
-            }
-        }
-    }
-    let result = Tensor::from_f64(dtype, &out, &out_size)?;
     // The memory format ATen picks (`suggest_memory_format` of the input or
     // weight): channels-last when either is, else contiguous.
     let channels_last = x.size().len() == out_size.len()
         && (is_channels_last(x.size(), x.stride()) || is_channels_last(w.size(), w.stride()));
+    if !p.transposed {
+        let out = im2col_gemm(&p, &shape, &xv, &wv, bv.as_deref(), channels_last);
+        if !channels_last {
+            return Ok(Value::Tensor(Tensor::from_f64(dtype, &out, &out_size)?));
+        }
+        // Written channels innermost: `[N, *spatial, C]`, viewed as `[N, C, *spatial]`.
+        let mut packed_size = vec![out_size[0]];
+        packed_size.extend_from_slice(&out_size[2..]);
+        packed_size.push(out_size[1]);
+        let packed = Tensor::from_f64(dtype, &out, &packed_size)?;
+        return Ok(Value::Tensor(packed.view(
+            &out_size,
+            &channels_last_strides(&out_size),
+            0,
+        )?));
+    }
+    let result = Tensor::from_f64(dtype, &direct(&p, &shape, &xv, &wv, bv.as_deref()), &out_size)?;
     if !channels_last {
         return Ok(Value::Tensor(result));
     }
@@ -251,6 +210,225 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
     let packed = Tensor::zeros_like_spec(&spec)?;
     packed.copy_from(&result)?;
     Ok(Value::Tensor(packed))
+}
+
+/// The sizes of one convolution, as element counts.
+struct Shape {
+    n: usize,
+    groups: usize,
+    cin: usize,
+    cout: usize,
+    /// Input and output channels per group.
+    cin_g: usize,
+    cout_g: usize,
+    /// Spatial sizes of the input, output and kernel.
+    sp_in: Vec<usize>,
+    sp_out: Vec<usize>,
+    sp_k: Vec<usize>,
+}
+
+impl Shape {
+    fn planes(&self) -> (usize, usize, usize) {
+        let count = |v: &[usize]| v.iter().product::<usize>();
+        (count(&self.sp_in), count(&self.sp_out), count(&self.sp_k))
+    }
+}
+
+/// Steps a row-major multi-index `idx` within `dims` to the next position.
+fn advance(idx: &mut [usize], dims: &[usize]) {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < dims[d] {
+            return;
+        }
+        idx[d] = 0;
+    }
+}
+
+/// The flat input position that output position `o` reads through kernel
+/// tap `k`, if inside the input: `o*s - p + k*d` (forward) or `(o + p -
+/// k*d) / s` when divisible (transposed); [`direct`]'s.
+fn input_at(p: &ConvParams, sp_in: &[usize], o: &[usize], k: &[usize]) -> Option<usize> {
+    let mut flat = 0usize;
+    for d in 0..sp_in.len() {
+        let (o, k) = (o[d] as i64, k[d] as i64);
+        let (s, pad, dil) = (p.stride[d], p.padding[d], p.dilation[d]);
+        let i = if p.transposed {
+            let t = o + pad - k * dil;
+            if t < 0 || t % s != 0 {
+                return None;
+            }
+            t / s
+        } else {
+            o * s - pad + k * dil
+        };
+        if i < 0 || i >= sp_in[d] as i64 {
+            return None;
+        }
+        flat = flat * sp_in[d] + i as usize;
+    }
+    Some(flat)
+}
+
+/// Direct summation (the transposed convolution): each output is its bias
+/// plus the sum over its input channels and kernel taps, in f64.
+fn direct(p: &ConvParams, s: &Shape, xv: &[f64], wv: &[f64], bv: Option<&[f64]>) -> Vec<f64> {
+    let (in_plane, out_plane, k_plane) = s.planes();
+    let spatial = s.sp_in.len();
+    let mut out = vec![0f64; s.n * s.cout * out_plane];
+    let mut kidx = vec![0usize; spatial];
+    let mut oidx = vec![0usize; spatial];
+    for b in 0..s.n {
+        for oc in 0..s.cout {
+            let grp = oc / s.cout_g;
+            oidx.iter_mut().for_each(|v| *v = 0);
+            for op in 0..out_plane {
+                let mut acc = bv.map_or(0.0, |bv| bv[oc]);
+                for icg in 0..s.cin_g {
+                    let ic = grp * s.cin_g + icg;
+                    // weight [Cout, Cin/g, K] forward; [Cin, Cout/g, K] transposed
+                    let wbase = if p.transposed {
+                        (ic * s.cout_g + (oc % s.cout_g)) * k_plane
+                    } else {
+                        (oc * s.cin_g + icg) * k_plane
+                    };
+                    let xbase = (b * s.cin + ic) * in_plane;
+                    kidx.iter_mut().for_each(|v| *v = 0);
+                    for kp in 0..k_plane {
+                        if let Some(i) = input_at(p, &s.sp_in, &oidx, &kidx) {
+                            acc += xv[xbase + i] * wv[wbase + kp];
+                        }
+                        advance(&mut kidx, &s.sp_k);
+                    }
+                }
+                out[(b * s.cout + oc) * out_plane + op] = acc;
+                advance(&mut oidx, &s.sp_out);
+            }
+        }
+    }
+    out
+}
+
+/// Per spatial dimension `d`, the input index that output index `o` reads
+/// through kernel tap `k` (`o*stride - padding + k*dilation`), at
+/// `[k * out_d + o]`; -1 where that falls in the padding.
+fn forward_taps(p: &ConvParams, s: &Shape) -> Vec<Vec<i64>> {
+    (0..s.sp_in.len())
+        .map(|d| {
+            let (out_d, in_d) = (s.sp_out[d], s.sp_in[d] as i64);
+            let mut table = Vec::with_capacity(s.sp_k[d] * out_d);
+            for k in 0..s.sp_k[d] as i64 {
+                for o in 0..out_d as i64 {
+                    let i = o * p.stride[d] - p.padding[d] + k * p.dilation[d];
+                    table.push(if (0..in_d).contains(&i) { i } else { -1 });
+                }
+            }
+            table
+        })
+        .collect()
+}
+
+/// Most elements of one im2col tile (8 MiB of f64): the output positions
+/// of a group are taken in tiles of at most this many column elements.
+const COL_TILE_ELEMENTS: usize = 1 << 20;
+
+/// Least multiply-adds of one image worth running the batch's images on
+/// several threads.
+const PARALLEL_MACS: usize = 1 << 20;
+
+/// The forward convolution as GEMMs (im2col): per image and group, the
+/// weights `[Cout/g, Cin/g * K]` times the columns `[Cin/g * K, positions]`
+/// gathered from the input (zeros where a tap falls in the padding),
+/// accumulated in f64 by `matrixmultiply`'s blocked GEMM, plus the bias.
+/// The result is `[N, Cout, *spatial]`, or `[N, *spatial, Cout]` when
+/// `channels_last`. Images run on rayon's threads when each is large enough.
+fn im2col_gemm(p: &ConvParams, s: &Shape, xv: &[f64], wv: &[f64], bv: Option<&[f64]>, channels_last: bool) -> Vec<f64> {
+    let (in_plane, out_plane, k_plane) = s.planes();
+    let image_out = s.cout * out_plane;
+    let mut out = vec![0f64; s.n * image_out];
+    if image_out == 0 {
+        return out;
+    }
+    let rows = s.cin_g * k_plane;
+    let tile = (COL_TILE_ELEMENTS / rows.max(1)).clamp(1, out_plane.max(1));
+    let taps = forward_taps(p, s);
+    let spatial = s.sp_in.len();
+    let image = |b: usize, out: &mut [f64]| {
+        let mut offsets = vec![usize::MAX; k_plane * tile];
+        let mut col = vec![0f64; rows * tile];
+        let mut product = vec![0f64; s.cout_g * tile];
+        let (mut oidx, mut kidx) = (vec![0usize; spatial], vec![0usize; spatial]);
+        let mut t0 = 0;
+        while t0 < out_plane {
+            let width = tile.min(out_plane - t0);
+            // Where each (tap, position) of this tile reads the input plane.
+            kidx.iter_mut().for_each(|v| *v = 0);
+            for kp in 0..k_plane {
+                let mut rest = t0;
+                for d in (0..spatial).rev() {
+                    oidx[d] = rest % s.sp_out[d];
+                    rest /= s.sp_out[d];
+                }
+                for j in 0..width {
+                    let mut flat = 0usize;
+                    let mut inside = true;
+                    for d in 0..spatial {
+                        let i = taps[d][kidx[d] * s.sp_out[d] + oidx[d]];
+                        if i < 0 {
+                            inside = false;
+                            break;
+                        }
+                        flat = flat * s.sp_in[d] + i as usize;
+                    }
+                    offsets[kp * tile + j] = if inside { flat } else { usize::MAX };
+                    advance(&mut oidx, &s.sp_out);
+                }
+                advance(&mut kidx, &s.sp_k);
+            }
+            for grp in 0..s.groups {
+                for icg in 0..s.cin_g {
+                    let plane = &xv[(b * s.cin + grp * s.cin_g + icg) * in_plane..][..in_plane];
+                    for kp in 0..k_plane {
+                        let row = &mut col[(icg * k_plane + kp) * width..][..width];
+                        let offs = &offsets[kp * tile..][..width];
+                        for (c, &o) in row.iter_mut().zip(offs) {
+                            *c = if o == usize::MAX { 0.0 } else { plane[o] };
+                        }
+                    }
+                }
+                let weights = &wv[grp * s.cout_g * rows..][..s.cout_g * rows];
+                let product = &mut product[..s.cout_g * width];
+                if rows == 0 {
+                    product.fill(0.0);
+                } else {
+                    <f64 as Acc>::gemm(s.cout_g, rows, width, weights, &col[..rows * width], product);
+                }
+                for ocg in 0..s.cout_g {
+                    let oc = grp * s.cout_g + ocg;
+                    let bias = bv.map_or(0.0, |bv| bv[oc]);
+                    let values = &product[ocg * width..][..width];
+                    if channels_last {
+                        for (j, v) in values.iter().enumerate() {
+                            out[(t0 + j) * s.cout + oc] = v + bias;
+                        }
+                    } else {
+                        for (d, v) in out[oc * out_plane + t0..][..width].iter_mut().zip(values) {
+                            *d = v + bias;
+                        }
+                    }
+                }
+            }
+            t0 += width;
+        }
+    };
+    let image_macs = image_out.saturating_mul(rows);
+    if s.n > 1 && image_macs >= PARALLEL_MACS {
+        use rayon::prelude::*;
+        out.par_chunks_mut(image_out).enumerate().for_each(|(b, o)| image(b, o));
+    } else {
+        out.chunks_mut(image_out).enumerate().for_each(|(b, o)| image(b, o));
+    }
+    out
 }
 
 /// Channels-last strides of a 4-D/5-D size (`N, C, *spatial` with C innermost).

@@ -295,7 +295,9 @@ fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
 /// operands (PyTorch's CPU kernels multiply f32 in f32 and convert f16 / bf16
 /// operands to f32, accumulate there and round the result once), `f64` for
 /// the others.
-trait Acc: Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> {
+pub(super) trait Acc:
+    Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+{
     const ZERO: Self;
     fn of(v: f64) -> Self;
     fn get(self) -> f64;

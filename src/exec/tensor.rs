@@ -681,29 +681,43 @@ impl Tensor {
             return Ok(out);
         }
         let rank = self.dim();
-        let mut idx = vec![0i64; rank];
         let bad = || {
             ExecError::Input(format!(
                 "layout {:?} / {:?} + {} reaches outside its storage of {len} elements",
                 self.spec.size, self.spec.stride, self.spec.offset
             ))
         };
-        for _ in 0..n {
-            let mut off = Some(self.spec.offset);
-            for d in 0..rank {
-                off = off.and_then(|o| idx[d].checked_mul(self.spec.stride[d]).and_then(|x| o.checked_add(x)));
+        // The lowest and highest offsets the layout reaches (its corner
+        // elements), checked once: every element's offset lies between them.
+        let (size, stride) = (&self.spec.size, &self.spec.stride);
+        let (mut lo, mut hi) = (i128::from(self.spec.offset), i128::from(self.spec.offset));
+        for d in 0..rank {
+            let reach = i128::from(size[d] - 1) * i128::from(stride[d]);
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
             }
-            let off = off
-                .and_then(|o| usize::try_from(o).ok())
-                .filter(|o| *o < len)
-                .ok_or_else(bad)?;
-            out.push(off);
+        }
+        if lo < 0 || hi >= len as i128 {
+            return Err(bad());
+        }
+        // Walked in row-major order: a step of index `d` moves the offset by
+        // its stride, a wrap back by `(size - 1) * stride` (both within
+        // `lo..=hi`, so no arithmetic overflows).
+        let mut idx = vec![0i64; rank];
+        let mut off = self.spec.offset;
+        for _ in 0..n {
+            // In `lo..=hi`, checked above: non-negative and below `len`.
+            out.push(off as usize);
             for d in (0..rank).rev() {
                 idx[d] += 1;
-                if idx[d] < self.spec.size[d] {
+                if idx[d] < size[d] {
+                    off += stride[d];
                     break;
                 }
                 idx[d] = 0;
+                off -= (size[d] - 1) * stride[d];
             }
         }
         Ok(out)
