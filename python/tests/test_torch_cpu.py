@@ -799,3 +799,59 @@ class FxHostKernels(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class ScopeLines(unittest.TestCase):
+    """Inductor's stream, memory-pool and kernel-profile lines (CUDA-only or C++-wrapper-only,
+    so no CPU capture reaches them): the installed PyTorch's own line objects, converted."""
+
+    def converter(self):
+        from torch._inductor.codegen import wrapper as W
+        from wrapir_export.convert import GraphConverter
+
+        conv = GraphConverter.__new__(GraphConverter)  # no graph: only the line methods run
+        conv.W, conv.torch, conv.lines = W, torch, []
+        return conv, W
+
+    def test_names_exist_in_the_pytorch_that_has_them(self):
+        from torch._inductor.codegen import wrapper as W
+        from wrapir_export.convert import SCOPE_LINES
+
+        by_version = {"EnterCudaStreamContextLine": (2, 12), "ExitCudaStreamContextLine": (2, 12),
+                      "EnterCudaMemPoolContextLine": (2, 14), "ExitCudaMemPoolContextLine": (2, 14),
+                      "EnterKernelProfileScopeLine": (2, 15), "ExitKernelProfileScopeLine": (2, 15)}
+        self.assertEqual(set(by_version), set(SCOPE_LINES))
+        for name, since in by_version.items():
+            if TORCH_VERSION >= since:
+                self.assertTrue(hasattr(W, name), f"{name} is gone from PyTorch {torch.__version__}")
+
+    @unittest.skipUnless(TORCH_VERSION and TORCH_VERSION >= (2, 15), "the scope lines are PyTorch 2.15's")
+    def test_scope_lines_convert(self):
+        conv, W = self.converter()
+
+        class Wrapper:  # what the kernel-profile lines' __post_init__ touches
+            computed_sizes = set()
+
+            def push_computed_sizes(self, sizes):
+                pass
+
+            def pop_computed_sizes(self):
+                return set()
+
+        for line in (W.EnterCudaStreamContextLine(stream_idx=1), W.ExitCudaStreamContextLine(),
+                     W.EnterCudaMemPoolContextLine(4, 0), W.ExitCudaMemPoolContextLine(),
+                     W.EnterKernelProfileScopeLine(Wrapper()), W.ExitKernelProfileScopeLine(Wrapper())):
+            conv.scope(line)
+        self.assertEqual(conv.lines, [
+            {"line": "enter_scope", "scope": "stream", "stream": 1},
+            {"line": "exit_scope", "scope": "stream"},
+            {"line": "enter_scope", "scope": "mem_pool", "pool": 4, "device_index": 0},
+            {"line": "exit_scope", "scope": "mem_pool"},
+            {"line": "enter_scope", "scope": "kernel_profile"},
+            {"line": "exit_scope", "scope": "kernel_profile"},
+        ])
+        guard = W.EnterDeviceContextManagerWithStreamInfoLine(0, None, 3, {1: 3, 2: 5}, setup_stream_cache=False)
+        self.assertEqual(conv.device_streams(guard), {"user_objects": [3, 5], "reads_current_stream": False})
+        with self.assertRaises(Exception):
+            conv.device_streams(W.EnterDeviceContextManagerWithStreamInfoLine(0, None, 3, {1: 3}))
