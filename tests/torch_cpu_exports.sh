@@ -13,7 +13,8 @@
 # with eager PyTorch. Then every bundle is checked (`wrapir check`: validation,
 # every Triton launch reconciled, all four lowerings) and run on the host
 # (`wrapir run --device cpu`: against eager and against Inductor's own
-# outputs). Prints one line per bundle and a summary; exits 1 if anything
+# outputs, and a bundle's mutated inputs after the call against eager's).
+# Prints one line per bundle and a summary; exits 1 if anything
 # failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ for b in "$out"/*/*/; do
     failed=1
     continue
   fi
-  echo "ok $name: $(echo "$check" | tail -n 1); $(echo "$run" | grep -E '^against' | cut -d' ' -f1-5 | paste -sd';' -)"
+  echo "ok $name: $(echo "$check" | tail -n 1); $(echo "$run" | grep -E '^(against|mutated inputs against)' | cut -d' ' -f1-5 | paste -sd';' -)"
 done
 echo "PyTorch $version: $bundles bundles exported, checked, lowered and run"
 [ "$bundles" -gt 0 ] || failed=1
