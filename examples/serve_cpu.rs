@@ -19,11 +19,11 @@
 //! cargo run --release --example serve_cpu -- fixtures/inductor/bundles_cpu/cpp/small_cnn --threads 2
 //! ```
 
-use indexmap::IndexMap;
+#[path = "common/serving.rs"]
+mod serving;
+
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-use wrapir::exec::compare::{compare_leaves, output_leaves};
-use wrapir::exec::Tensor;
+use std::time::Instant;
 use wrapir::runtime::{Model, ModelOptions};
 
 fn main() {
@@ -66,77 +66,19 @@ fn run() -> Result<(), String> {
         r.weight_bytes as f64 / 1e6,
         r.total.as_secs_f64() * 1e3
     );
-    let opened = wrapir::bundle::Bundle::open(&bundle).map_err(|e| e.to_string())?;
-    let stored = opened
-        .inputs()
-        .map_err(|e| e.to_string())?
-        .ok_or("the bundle stores no inputs")?;
-    let inputs: IndexMap<String, Tensor> = model
-        .input_names()
-        .iter()
-        .map(|n| {
-            stored
-                .get(n)
-                .map(|t| (n.clone(), t.clone()))
-                .ok_or(format!("input `{n}` is not stored"))
-        })
-        .collect::<Result<_, _>>()?;
+    let inputs = serving::stored_inputs(&bundle, model.input_names())?;
     let first = Instant::now();
     let outputs = model.run(&inputs).map_err(|e| e.to_string())?;
     println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
-    if let Some(expected) = opened.expected().map_err(|e| e.to_string())? {
-        let meta = opened.meta();
-        let comparison = compare_leaves(
-            &output_leaves(&outputs),
-            &expected,
-            meta.int_outputs.as_deref(),
-            meta.tolerance,
-        );
-        match comparison.first_error() {
-            Some(e) => return Err(format!("outputs differ from eager: {e}")),
-            None => println!("outputs match eager"),
-        }
-    }
+    serving::check_against_eager(&bundle, &outputs)?;
     // Every thread makes one untimed call first (its session's); the timed
     // span starts when all of them have.
-    let ready = std::sync::Barrier::new(threads + 1);
-    let mut started = Instant::now();
-    let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                let (model, inputs, ready) = (&model, &inputs, &ready);
-                scope.spawn(move || -> Result<Vec<Duration>, String> {
-                    // Waits on the barrier whatever the warm-up gave, so that no thread waits forever.
-                    let warm = model.run(inputs).map(drop).map_err(|e| e.to_string());
-                    ready.wait();
-                    warm?;
-                    (0..calls)
-                        .map(|_| {
-                            let t0 = Instant::now();
-                            model.run(inputs).map_err(|e| e.to_string())?;
-                            Ok(t0.elapsed())
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        ready.wait();
-        started = Instant::now();
-        workers
-            .into_iter()
-            .map(|w| w.join().map_err(|_| "a worker panicked".to_string())?)
-            .collect::<Result<Vec<Vec<Duration>>, String>>()
-            .map(|v| v.into_iter().flatten().collect())
+    let (latencies, wall) = serving::serve_threads(threads, |ready| {
+        serving::timed_calls(calls, ready, || model.run(&inputs).map(drop).map_err(|e| e.to_string()))
     })?;
-    let wall = started.elapsed();
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1e6;
     println!(
-        "{threads} threads x {calls} calls: p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} calls/s",
-        pct(0.5),
-        pct(0.9),
-        pct(0.99),
-        latencies.len() as f64 / wall.as_secs_f64()
+        "{threads} threads x {calls} calls: {}",
+        serving::percentiles(&latencies, wall)
     );
     Ok(())
 }

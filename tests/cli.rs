@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::wrapir;
+use common::{path_str, wrapir, CliCase};
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::safetensors;
@@ -15,52 +15,19 @@ fn scratch(test: &str) -> PathBuf {
     common::scratch("cli", test)
 }
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// One command line and what it must print.
-struct Case<'a> {
-    args: Vec<&'a str>,
-    code: i32,
-    /// Texts stdout must contain.
-    stdout: &'a [&'a str],
-    /// Text stderr must contain.
-    stderr: &'a str,
-    /// Text neither stream may contain (`""`: no such text).
-    neither: &'a str,
-}
-
 /// A command line that succeeds with these texts on stdout.
-fn ok<'a>(args: &[&'a str], stdout: &'a [&'a str]) -> Case<'a> {
-    Case {
-        args: args.to_vec(),
-        code: 0,
-        stdout,
-        stderr: "",
-        neither: "",
-    }
+fn ok<'a>(args: &[&'a str], stdout: &[&'a str]) -> CliCase<'a> {
+    CliCase::new(args, 0, stdout, &[])
 }
 
 /// A command line that is refused (exit 2) with `stderr` in its message.
-fn refused<'a>(args: &[&'a str], stderr: &'a str) -> Case<'a> {
-    Case {
-        code: 2,
-        stderr,
-        ..ok(args, &[])
-    }
+fn refused<'a>(args: &[&'a str], stderr: &'a str) -> CliCase<'a> {
+    CliCase::new(args, 2, &[], &[stderr])
 }
 
 /// `wrapir run <program> --hint <hint>`, refused with `stderr` in its message.
-fn hint_refused<'a>(program: &'a str, hint: &'a str, stderr: &'a str) -> Case<'a> {
+fn hint_refused<'a>(program: &'a str, hint: &'a str, stderr: &'a str) -> CliCase<'a> {
     refused(&["run", program, "--hint", hint], stderr)
-}
-
-impl<'a> Case<'a> {
-    /// The same case, where neither stream may contain `text`.
-    fn without(self, text: &'a str) -> Self {
-        Case { neither: text, ..self }
-    }
 }
 
 fn f32s(v: &[f32], size: &[i64]) -> Tensor {
@@ -142,22 +109,7 @@ fn cli_names_the_device_flags_and_defaulted_symbols() {
             "no/such/file.safetensors",
         ),
     ];
-    let mut failures = Vec::new();
-    for Case {
-        args,
-        code,
-        stdout,
-        stderr,
-        neither,
-    } in cases
-    {
-        let r = wrapir(&args);
-        let clean = neither.is_empty() || !(r.stdout.contains(neither) || r.stderr.contains(neither));
-        if !r.matches(code, stdout, stderr) || !clean {
-            failures.push(r.failure(format_args!("{args:?} (want exit {code})")));
-        }
-    }
-    common::assert_no_failures(&failures);
+    common::run_cli_cases(cases.into());
 }
 
 #[test]

@@ -4,60 +4,18 @@
 
 mod common;
 
-use common::wrapir;
+use common::{path_str, run_cli_cases as run_cases, wrapir, CliCase};
 use indexmap::IndexMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use wrapir::exec::safetensors;
 
 fn scratch(test: &str) -> PathBuf {
     common::scratch("cli_messages", test)
 }
 
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// One command line and what it must print.
-struct Case<'a> {
-    args: Vec<&'a str>,
-    code: i32,
-    /// Texts stdout must contain.
-    stdout: &'a [&'a str],
-    /// Texts stderr must contain.
-    stderr: &'a [&'a str],
-    /// Text neither stream may contain (`""`: no such text).
-    neither: &'a str,
-}
-
-fn case<'a>(args: &[&'a str], code: i32, stdout: &'a [&'a str], stderr: &'a [&'a str]) -> Case<'a> {
-    Case {
-        args: args.to_vec(),
-        code,
-        stdout,
-        stderr,
-        neither: "",
-    }
-}
-
-impl<'a> Case<'a> {
-    fn without(self, text: &'a str) -> Self {
-        Case { neither: text, ..self }
-    }
-}
-
-fn run_cases(cases: Vec<Case<'_>>) {
-    let mut failures = Vec::new();
-    for c in cases {
-        let r = wrapir(&c.args);
-        let clean = c.neither.is_empty() || !(r.stdout.contains(c.neither) || r.stderr.contains(c.neither));
-        let ok = r.code == c.code
-            && c.stdout.iter().all(|s| r.stdout.contains(s))
-            && c.stderr.iter().all(|s| r.stderr.contains(s));
-        if !ok || !clean {
-            failures.push(r.failure(format_args!("{:?} (want exit {})", c.args, c.code)));
-        }
-    }
-    common::assert_no_failures(&failures);
+/// `args` exiting with `code`, printing `stdout` and `stderr` ([`common::CliCase`]).
+fn case<'a>(args: &[&'a str], code: i32, stdout: &[&'a str], stderr: &[&'a str]) -> CliCase<'a> {
+    CliCase::new(args, code, stdout, stderr)
 }
 
 /// The verbs' lines of `wrapir --help`: two-space indented, one line each.

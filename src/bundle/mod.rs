@@ -44,8 +44,7 @@ pub mod conventions;
 mod error;
 mod info;
 mod kernels;
-#[cfg(feature = "cuda")]
-mod model;
+pub(crate) mod model;
 mod pack;
 pub mod package;
 mod plans;

@@ -220,11 +220,7 @@ impl Model {
     /// [`ModelOptions::device`], opened within [`ModelOptions::limits`].
     pub fn load(path: impl AsRef<Path>, options: &ModelOptions) -> Result<Model, ModelError> {
         let started = Instant::now();
-        let path = path.as_ref();
-        let bundle = Bundle::open_with_limits(path, &options.limits).map_err(|e| ModelError::Bundle {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let bundle = crate::bundle::model::open_for_model(path.as_ref(), &options.limits)?;
         Model::load_from(&bundle, options, started)
     }
 

@@ -284,6 +284,58 @@ impl Run {
     }
 }
 
+/// A path as the `&str` a command line takes (test paths are UTF-8).
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// One command line and what it must print ([`run_cli_cases`]).
+pub struct CliCase<'a> {
+    pub args: Vec<&'a str>,
+    pub code: i32,
+    /// Texts stdout must contain.
+    pub stdout: Vec<&'a str>,
+    /// Texts stderr must contain.
+    pub stderr: Vec<&'a str>,
+    /// Text neither stream may contain (`""`: no such text).
+    pub neither: &'a str,
+}
+
+impl<'a> CliCase<'a> {
+    /// `args` exiting with `code`, printing `stdout` and `stderr`.
+    pub fn new(args: &[&'a str], code: i32, stdout: &[&'a str], stderr: &[&'a str]) -> Self {
+        CliCase {
+            args: args.to_vec(),
+            code,
+            stdout: stdout.to_vec(),
+            stderr: stderr.to_vec(),
+            neither: "",
+        }
+    }
+
+    /// The same case, where neither stream may contain `text`.
+    pub fn without(self, text: &'a str) -> Self {
+        CliCase { neither: text, ..self }
+    }
+}
+
+/// Runs every case with [`wrapir`] and fails once, listing each case whose
+/// run did not give what it wants.
+pub fn run_cli_cases(cases: Vec<CliCase<'_>>) {
+    let mut failures = Vec::new();
+    for c in cases {
+        let r = wrapir(&c.args);
+        let clean = c.neither.is_empty() || !(r.stdout.contains(c.neither) || r.stderr.contains(c.neither));
+        let ok = r.code == c.code
+            && c.stdout.iter().all(|s| r.stdout.contains(s))
+            && c.stderr.iter().all(|s| r.stderr.contains(s));
+        if !ok || !clean {
+            failures.push(r.failure(format_args!("{:?} (want exit {})", c.args, c.code)));
+        }
+    }
+    assert_no_failures(&failures);
+}
+
 /// Runs the `wrapir` binary (`WRAPIR_BIN` when set: a test binary run on
 /// another machine than the one that built it) with `args` in the crate root.
 pub fn wrapir(args: &[&str]) -> Run {
