@@ -86,22 +86,9 @@ fn from_dl_dtype(t: DLDataType) -> Option<DType> {
     if t.lanes != 1 {
         return None;
     }
-    [
-        DType::Bool,
-        DType::Int8,
-        DType::Int16,
-        DType::Int32,
-        DType::Int64,
-        DType::Uint8,
-        DType::Float16,
-        DType::Bfloat16,
-        DType::Float32,
-        DType::Float64,
-        DType::Complex64,
-        DType::Complex128,
-    ]
-    .into_iter()
-    .find(|d| dl_dtype(*d).is_some_and(|x| x.code == t.code && x.bits == t.bits))
+    DType::ALL
+        .into_iter()
+        .find(|d| dl_dtype(*d).is_some_and(|x| x.code == t.code && x.bits == t.bits))
 }
 
 /// Reads the DLPack capsule `capsule` (from an object's `__dlpack__()`) into
