@@ -36,7 +36,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use wrapir::exec::host_kernels::ScratchDir;
+use wrapir::exec::host::kernels::ScratchDir;
 use wrapir::ir::Program;
 
 /// The program shapes.

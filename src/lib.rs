@@ -82,6 +82,7 @@ pub mod bundle;
 #[cfg(feature = "cuda")]
 pub mod capi;
 pub mod exec;
+pub mod format;
 pub mod fx;
 pub mod ir;
 pub mod limits;

@@ -7,10 +7,11 @@ mod common;
 use common::read_tensors as tensors;
 use std::path::{Path, PathBuf};
 use wrapir::bundle::conventions::{self, reference_outputs};
-use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
+use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::meta::{run_program_on, MetaBackend};
 use wrapir::exec::Value;
+use wrapir::format::bundle_json::{BundleMeta, Tolerance};
 use wrapir::fx::Op;
 use wrapir::ir::Program;
 use wrapir::lower::Target;
@@ -96,7 +97,9 @@ fn every_bundle_validates_and_lowers_to_every_target() {
 /// `bundle.json`'s `int_outputs`: the expected tensors that hold integer outputs.
 fn int_outputs(dir: &Path) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(dir.join(conventions::METADATA)).unwrap();
-    wrapir::exec::compare::BundleMeta::from_json(&text).unwrap().int_outputs
+    wrapir::format::bundle_json::BundleMeta::from_json(&text)
+        .unwrap()
+        .int_outputs
 }
 
 /// A meta run's output as the references store it.
@@ -274,7 +277,7 @@ fn bundles_of_host_ops_match_eager_on_cpu() {
         let tolerance = meta.tolerance.unwrap_or(Tolerance { rtol: 2e-2, atol: 2e-2 });
         let inputs = tensors(&dir.join(conventions::INPUTS));
         let expected = tensors(&dir.join(conventions::EXPECTED));
-        let out = match wrapir::exec::host::run_program(&program, &inputs) {
+        let out = match wrapir::exec::run_program(&program, &mut wrapir::exec::host::HostBackend::default(), &inputs) {
             Ok(o) => o,
             Err(e) => {
                 failures.push(format!("{case}: {e}"));

@@ -13,8 +13,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use wrapir::bundle::Bundle;
-use wrapir::exec::host::{run_program_on, HostBackend};
-use wrapir::exec::host_kernels;
+use wrapir::exec::host::kernels as host_kernels;
+use wrapir::exec::host::HostBackend;
+use wrapir::exec::run_program;
 use wrapir::ir::{KernelBackend, Program};
 
 /// One committed set of CPU bundles: its directory under `fixtures/inductor`,
@@ -144,7 +145,7 @@ fn check(dir: &Path) -> Result<Outcome, String> {
         .inputs()
         .map_err(|e| e.to_string())?
         .ok_or("no inputs.safetensors")?;
-    let out = run_program_on(&program, &mut backend, &inputs).map_err(|e| e.to_string())?;
+    let out = run_program(&program, &mut backend, &inputs).map_err(|e| e.to_string())?;
     let comparison = common::compare_with_bundle(&bundle, &out.outputs)?;
     // The run left what the program wrote in the input tensors.
     let mutated = common::compare_mutated_with_bundle(&bundle, &inputs)?;
@@ -172,7 +173,7 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
         }
         for dir in dirs {
             let name = format!("{}/{}", set.dir, common::case_name(&dir));
-            let exported_by = Bundle::open(&dir).ok().and_then(|b| b.info().provenance.torch.clone());
+            let exported_by = Bundle::open(&dir).ok().and_then(|b| b.meta().provenance.torch.clone());
             if !exported_by.as_deref().is_some_and(|t| t.starts_with(set.torch)) {
                 failures.push(format!(
                     "{name}: exported by PyTorch {exported_by:?}, not {}x",
@@ -247,7 +248,7 @@ fn mutated_inputs_are_judged_after_the_call() {
     let mutated = bundle.meta().mutated_inputs.clone().expect("recorded");
     let users: Vec<&str> = mutated
         .iter()
-        .map(|g| bundle.info().input_names[g.as_str()].as_str())
+        .map(|g| bundle.meta().input_names[g.as_str()].as_str())
         .collect();
     assert_eq!(users, ["k_cache", "v_cache"]);
     let o = check(&dir).unwrap();

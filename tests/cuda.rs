@@ -14,10 +14,11 @@ use common::read_tensors as tensors;
 use indexmap::IndexMap;
 use std::path::Path;
 use wrapir::bundle::KernelImages;
-use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
+use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions, CudaPaths};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
+use wrapir::format::bundle_json::{BundleMeta, Tolerance};
 use wrapir::ir::{DType, Device, Program};
 
 /// Runs one bundle on the GPU (host fallback on, so that an op without a

@@ -9,9 +9,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use wrapir::exec::compare::BundleMeta;
 use wrapir::exec::cuda::{place_inputs, CudaBackend, CudaOptions, Prepared, Replay};
 use wrapir::exec::safetensors;
+use wrapir::format::bundle_json::BundleMeta;
 use wrapir::ir::Program;
 
 /// Counts allocations and reallocations (frees are not counted).

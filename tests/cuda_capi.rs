@@ -237,7 +237,7 @@ fn mm_through_the_abi_equals_the_host() {
     wrapir::exec::compare::compare(
         &got,
         &want,
-        Some(wrapir::exec::compare::Tolerance { rtol: 1e-4, atol: 1e-4 }),
+        Some(wrapir::format::bundle_json::Tolerance { rtol: 1e-4, atol: 1e-4 }),
     )
     .unwrap_or_else(|m| panic!("mm through the ABI differs from the host's: {m}"));
     // SAFETY: released once.

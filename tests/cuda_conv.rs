@@ -10,9 +10,10 @@
 mod common;
 
 use indexmap::IndexMap;
-use wrapir::exec::cuda::{CudaBackend, CudaOptions, MathModes};
+use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
+use wrapir::format::bundle_json::MathModes;
 use wrapir::ir::DType;
 
 /// Deterministic values in [-1, 1), exact in `float32`.

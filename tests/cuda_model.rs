@@ -15,9 +15,10 @@ use common::read_tensors as tensors;
 use common::root;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
-use wrapir::exec::compare::{compare_leaves, output_leaves, BundleMeta, Tolerance};
+use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::cuda::{CudaPaths, DeviceInput, Model, ModelOptions};
 use wrapir::exec::{Tensor, Value};
+use wrapir::format::bundle_json::{BundleMeta, Tolerance};
 
 /// The default model options, with the CUDA libraries and the kernel cache
 /// where the environment says (as the CLI finds them).

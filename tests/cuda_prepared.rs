@@ -14,9 +14,9 @@ use common::root;
 use indexmap::IndexMap;
 use std::path::Path;
 use wrapir::bundle::KernelImages;
-use wrapir::exec::compare::BundleMeta;
 use wrapir::exec::cuda::{CudaBackend, CudaOptions, CudaPaths, GraphReads};
 use wrapir::exec::{Backend, Tensor, Value};
+use wrapir::format::bundle_json::BundleMeta;
 use wrapir::ir::{DType, Program};
 
 use wrapir::exec::cuda::{place_inputs, CudaTensor, Prepared, PreparedCache, Replay};
@@ -174,7 +174,7 @@ fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
     .unwrap();
     let first = vec![-1862263915586927219i64, 307676209692372650, -8763487590234822823];
     let mut backend = CudaBackend::new(CudaOptions {
-        cuda_rng: wrapir::exec::random::CudaRngState { seed: 0, offset: 0 },
+        cuda_rng: wrapir::format::bundle_json::CudaRngState { seed: 0, offset: 0 },
         ..CudaOptions::from_env()
     })
     .expect("GPU");
@@ -183,7 +183,7 @@ fn randint_draws_pytorchs_values_and_replays_advance_the_generator() {
         Some(Value::Tensor(t)) => backend.copy_out(t).unwrap().to_i64_vec().unwrap(),
         other => panic!("output {other:?}"),
     };
-    let zero = wrapir::exec::random::CudaRngState { seed: 0, offset: 0 };
+    let zero = wrapir::format::bundle_json::CudaRngState { seed: 0, offset: 0 };
     // The interpreter's three calls from offset 0: PyTorch's first draw, then new numbers.
     let mut want = Vec::new();
     for _ in 0..3 {

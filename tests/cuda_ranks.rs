@@ -168,7 +168,7 @@ fn prepared_replays_and_graphs_hold_the_collectives() {
                         let out = prepared.outputs()[0].as_tensor().unwrap().clone();
                         last = backend.copy_out(&out).unwrap().to_f64_vec().unwrap();
                     }
-                    let direct = cuda::run_program_on(program, &mut backend, inputs).unwrap();
+                    let direct = wrapir::exec::run_program(program, &mut backend, inputs).unwrap();
                     let direct = backend
                         .copy_out(direct.outputs[0].as_tensor().unwrap())
                         .unwrap()

@@ -10,8 +10,10 @@ mod common;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use wrapir::bundle::Bundle;
-use wrapir::exec::host::{run_program_on, HostBackend};
-use wrapir::exec::{host_kernels, ExecError, Tensor, Value};
+use wrapir::exec::host::kernels as host_kernels;
+use wrapir::exec::host::HostBackend;
+use wrapir::exec::run_program;
+use wrapir::exec::{ExecError, Tensor, Value};
 use wrapir::ir::Line;
 
 const OP: &str = "torch.ops.wrapir_test.pair.out";
@@ -91,12 +93,12 @@ fn the_host_runs_a_registered_custom_op_and_matches_eager() {
     let inputs = bundle.inputs().unwrap().expect("inputs.safetensors");
 
     // Not registered: the run stops at the op and names it.
-    let err = run_program_on(&program, &mut backend, &inputs).unwrap_err().to_string();
+    let err = run_program(&program, &mut backend, &inputs).unwrap_err().to_string();
     assert!(err.contains(OP), "{err}");
 
     let calls = Arc::new(Mutex::new(Vec::new()));
     backend.register_op(OP, pair_out(calls.clone()));
-    let out = run_program_on(&program, &mut backend, &inputs).unwrap();
+    let out = run_program(&program, &mut backend, &inputs).unwrap();
     let comparison = common::compare_with_bundle(&bundle, &out.outputs).unwrap();
     assert_eq!(comparison.first_error(), None);
     // The op saw its own two arguments and the outputs as keywords.

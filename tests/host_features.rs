@@ -13,10 +13,12 @@ mod common;
 
 use indexmap::IndexMap;
 use std::sync::Arc;
-use wrapir::exec::compare::{compare, Tolerance};
+use wrapir::exec::compare::compare;
 use wrapir::exec::host::HostBackend;
-use wrapir::exec::random::{philox_at, CudaRngState, DeviceShape, RandintPlan};
+use wrapir::exec::random::{philox_at, DeviceShape, RandintPlan};
 use wrapir::exec::{safetensors, Backend, ExecError, ExternCall, KernelLaunch, Tensor, Value};
+use wrapir::format::bundle_json::CudaRngState;
+use wrapir::format::bundle_json::Tolerance;
 use wrapir::ir::{DType, Program};
 
 fn call_on(
@@ -397,7 +399,7 @@ fn complex_mul_bundle_matches_eager_on_the_host() {
         }),
     );
     let inputs = read(&dir.join("inputs.safetensors"));
-    let run = wrapir::exec::host::run_program_on(&program, &mut host, &inputs).unwrap();
+    let run = wrapir::exec::run_program(&program, &mut host, &inputs).unwrap();
     let Some(Value::Tensor(got)) = run.outputs.first() else {
         panic!("no output")
     };
@@ -556,7 +558,7 @@ fn a_run_draws_from_the_generator_and_advances_it() {
     host.set_cuda_rng(CudaRngState { seed: 0, offset: 0 });
     let mut runs = Vec::new();
     for _ in 0..2 {
-        let out = wrapir::exec::host::run_program_on(&program, &mut host, &IndexMap::new()).unwrap();
+        let out = wrapir::exec::run_program(&program, &mut host, &IndexMap::new()).unwrap();
         let Some(Value::Tensor(t)) = out.outputs.first() else {
             panic!("no output")
         };

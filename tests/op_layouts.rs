@@ -12,7 +12,8 @@
 
 use indexmap::IndexMap;
 use serde_json::Value as Json;
-use wrapir::exec::host::{op_key, HostBackend};
+use wrapir::exec::host::HostBackend;
+use wrapir::exec::op::op_key;
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
 use wrapir::ir::{DType, Device};
 

@@ -1,14 +1,16 @@
 //! Knowing before running: `wrapir ops` (the extern ops each backend runs),
 //! `wrapir check --device` (the calls a backend cannot run, by line), the
 //! program's extern calls against its FX lowering, and the README's table of
-//! CUDA device ops against `CUDA_OPS`. Every expectation is computed from the
+//! CUDA device ops against `cuda_ops()`. Every expectation is computed from the
 //! tables, which other changes extend.
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use wrapir::exec::device_ops::{extern_uses, markdown_table, runs_on_cuda, CUDA_OPS};
-use wrapir::exec::host::{op_key, HostBackend};
+use wrapir::exec::device_ops::{cuda_ops, markdown_table, runs_on_cuda};
+use wrapir::exec::host::HostBackend;
+use wrapir::exec::op::op_key;
+use wrapir::exec::uses::extern_uses;
 use wrapir::ir::Program;
 
 use common::wrapir;
@@ -48,8 +50,9 @@ fn ops_lists_each_backend() {
     let r = wrapir(&["ops", "--device", "cuda"]);
     r.assert_exit(0);
     let lines: Vec<&str> = r.stdout.lines().collect();
-    assert_eq!(lines.len(), CUDA_OPS.len(), "{}", r.stdout);
-    for (line, row) in lines.iter().zip(CUDA_OPS) {
+    let rows = cuda_ops();
+    assert_eq!(lines.len(), rows.len(), "{}", r.stdout);
+    for (line, row) in lines.iter().zip(&rows) {
         let fields: Vec<&str> = line.split("  ").map(str::trim).filter(|f| !f.is_empty()).collect();
         assert_eq!(fields, [row.op, row.via, row.dtypes], "{line}");
     }
@@ -73,7 +76,7 @@ fn ops_lists_each_backend() {
     assert_eq!(headers.len(), 3, "{}", r.stdout);
     assert!(headers[0].starts_with("cuda (") && headers[1].starts_with("cpu (") && headers[2] == "meta:");
     let indented = r.stdout.lines().filter(|l| l.starts_with("  ")).count();
-    assert_eq!(indented, CUDA_OPS.len() + HostBackend::default().op_names().len() + 1);
+    assert_eq!(indented, cuda_ops().len() + HostBackend::default().op_names().len() + 1);
     // --markdown: the README table; not for other devices.
     let r = wrapir(&["ops", "--markdown"]);
     assert_eq!((r.code, r.stdout.as_str()), (0, markdown_table().as_str()));
@@ -82,7 +85,7 @@ fn ops_lists_each_backend() {
     common::assert_contains(&r.stderr, "--markdown prints the cuda table");
 }
 
-/// The README's table of CUDA device ops is `CUDA_OPS`, row for row.
+/// The README's table of CUDA device ops is `cuda_ops()`, row for row.
 #[test]
 fn readme_table_is_cuda_ops() {
     let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
@@ -98,7 +101,7 @@ fn readme_table_is_cuda_ops() {
     assert_eq!(
         &readme[start..stop],
         markdown_table(),
-        "README.md's CUDA op table differs from exec::device_ops::CUDA_OPS; replace the lines between the \
+        "README.md's CUDA op table differs from exec::device_ops::cuda_ops(); replace the lines between the \
          cuda-ops markers with the output of `cargo run -- ops --markdown`"
     );
 }
@@ -172,7 +175,7 @@ fn check_device_names_each_op_and_line_it_cannot_run() {
                 .lines()
                 .filter(|l| l.starts_with("error in ") && l.contains(" cannot run kernel `"))
                 .collect();
-            let kernels = wrapir::exec::device_ops::kernel_uses(&program);
+            let kernels = wrapir::exec::uses::kernel_uses(&program);
             let host_refuses: Vec<_> = kernels.iter().filter(|k| device == "cpu" && !k.runs_on_host).collect();
             let kernels_ok = kernel_errors.len() == host_refuses.len()
                 && host_refuses.iter().zip(&kernel_errors).all(|(k, line)| {

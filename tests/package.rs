@@ -94,7 +94,7 @@ fn the_library_reads_the_same_bundle_from_both() {
         assert_eq!(from_pkg.program(), from_dir.program(), "{name}");
         assert_eq!(from_pkg.source(), from_dir.source(), "{name}");
         assert_eq!(from_pkg.meta(), from_dir.meta(), "{name}");
-        assert_eq!(from_pkg.info(), from_dir.info(), "{name}");
+        assert_eq!(from_pkg.meta(), from_dir.meta(), "{name}");
         assert_eq!(from_pkg.weights(), from_dir.weights(), "{name}");
         for (a, b) in [
             (from_dir.inputs().unwrap(), from_pkg.inputs().unwrap()),
@@ -120,7 +120,7 @@ fn the_library_reads_the_same_bundle_from_both() {
         // The table of contents records what the bundle says.
         let manifest = from_pkg.manifest().unwrap();
         assert_eq!(manifest.metadata, summary.metadata);
-        assert_eq!(manifest.metadata.provenance, from_dir.info().provenance);
+        assert_eq!(manifest.metadata.provenance, from_dir.meta().provenance);
         assert_eq!(manifest.metadata.weights, from_dir.weights());
         assert_eq!(
             manifest.metadata.cubin_arch,
@@ -139,7 +139,7 @@ fn the_library_reads_the_same_bundle_from_both() {
     let bert = Bundle::open(&bundle_dir("bert")).unwrap();
     assert_eq!(bert.weights().len(), 39);
     assert_eq!(
-        bert.info().weight_names["arg3_1"],
+        bert.meta().weight_names["arg3_1"],
         "model.embeddings.word_embeddings.weight"
     );
 }

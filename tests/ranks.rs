@@ -13,8 +13,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use wrapir::bundle::RankSet;
 use wrapir::exec::collective::{run_ranks, CollectiveOptions, ProcessGroups, RankJob};
+use wrapir::exec::host::kernels as host_kernels;
 use wrapir::exec::host::HostBackend;
-use wrapir::exec::{host_kernels, Tensor, Value};
+use wrapir::exec::{Tensor, Value};
 use wrapir::ir::Program;
 
 const CASES: &[&str] = &["sp_mlp", "tp_attention", "tp_mlp"];

@@ -6,8 +6,9 @@ mod common;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::meta::{run_program_on, MetaBackend, MetaReport};
-use wrapir::exec::safetensors::{self, SafetensorsError};
+use wrapir::exec::safetensors;
 use wrapir::exec::{Tensor, Value};
+use wrapir::format::safetensors::SafetensorsError;
 use wrapir::ir::{DType, GraphOutput, Program};
 use wrapir::sym::{eval::eval_int, Bindings, Symbol};
 
@@ -618,7 +619,7 @@ fn cli_compares_with_eager_and_with_inductor() {
     // Inductor's outputs as the host computes them, and a tight tolerance.
     let program = Program::from_json(&std::fs::read_to_string(bundle.join("program.json")).unwrap()).unwrap();
     let inputs = safetensors::parse(&std::fs::read(bundle.join("inputs.safetensors")).unwrap()).unwrap();
-    let out = wrapir::exec::host::run_program(&program, &inputs).unwrap();
+    let out = wrapir::exec::run_program(&program, &mut wrapir::exec::host::HostBackend::default(), &inputs).unwrap();
     let Value::Tensor(out0) = &out.outputs[0] else {
         panic!("not a tensor")
     };
@@ -706,9 +707,14 @@ fn cli_compares_with_eager_and_with_inductor() {
 
 #[test]
 fn bundle_meta_reads_tolerances_and_math() {
-    use wrapir::exec::compare::{BundleMeta, Tolerance};
+    use wrapir::format::bundle_json::{BundleMeta, MathModes, Tolerance};
     let meta = BundleMeta::from_json(r#"{"case": "x"}"#).unwrap();
-    assert_eq!(meta, BundleMeta::default());
+    assert_eq!(meta.provenance.case.as_deref(), Some("x"));
+    let provenance_only = BundleMeta {
+        provenance: meta.provenance.clone(),
+        ..BundleMeta::default()
+    };
+    assert_eq!(meta, provenance_only);
     let meta = BundleMeta::from_json(
         r#"{"tolerance": {"atol": 0.02, "rtol": 0.02}, "compiled_tolerance": {"atol": 1e-6, "rtol": 1e-5},
             "math": {"matmul_allow_tf32": true}}"#,
@@ -716,19 +722,18 @@ fn bundle_meta_reads_tolerances_and_math() {
     .unwrap();
     assert_eq!(meta.tolerance, Some(Tolerance { rtol: 0.02, atol: 0.02 }));
     assert_eq!(meta.compiled_tolerance, Some(Tolerance { rtol: 1e-5, atol: 1e-6 }));
+    // Absent keys keep PyTorch's defaults; the math modes are read in every build.
+    assert_eq!(
+        meta.math,
+        MathModes {
+            matmul_allow_tf32: true,
+            ..MathModes::default()
+        }
+    );
+    let err = BundleMeta::from_json(r#"{"math": {"cudnn_allow_tf32": 1}}"#).unwrap_err();
+    assert!(err.to_string().contains("`math`"), "{err}");
     #[cfg(feature = "cuda")]
     {
-        use wrapir::exec::cuda::MathModes;
-        // Absent keys keep PyTorch's defaults.
-        assert_eq!(
-            meta.math,
-            MathModes {
-                matmul_allow_tf32: true,
-                ..MathModes::default()
-            }
-        );
-        let err = BundleMeta::from_json(r#"{"math": {"cudnn_allow_tf32": 1}}"#).unwrap_err();
-        assert!(err.to_string().contains("`math`"), "{err}");
         let options = wrapir::exec::cuda::CudaOptions::for_bundle(wrapir::bundle::KernelImages::from("b"), &meta);
         assert!(options.math.matmul_allow_tf32 && !options.host_fallback);
     }
@@ -745,7 +750,8 @@ fn bundle_meta_reads_tolerances_and_math() {
 
 #[test]
 fn comparisons_report_the_largest_errors() {
-    use wrapir::exec::compare::{compare_outputs, max_errors, Tolerance};
+    use wrapir::exec::compare::{compare_outputs, max_errors};
+    use wrapir::format::bundle_json::Tolerance;
     let t = |v: &[f64]| Tensor::from_f64(DType::Float32, v, &[v.len() as i64]).unwrap();
     let got = t(&[1.0, 2.0, 0.0, f64::NAN]);
     let want = t(&[1.0, 2.5, 0.0, f64::NAN]);
@@ -845,9 +851,9 @@ fn integer_outputs_are_compared_where_the_reference_stores_them() {
         "output 1 (expected `out1`): an integer output is stored as a one-element integer tensor, the reference holds f32[]"
     );
     // bundle.json's marker.
-    let meta = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": ["out1"]}"#).unwrap();
+    let meta = wrapir::format::bundle_json::BundleMeta::from_json(r#"{"int_outputs": ["out1"]}"#).unwrap();
     assert_eq!(meta.int_outputs, Some(vec!["out1".to_string()]));
-    let err = wrapir::exec::compare::BundleMeta::from_json(r#"{"int_outputs": [1]}"#).unwrap_err();
+    let err = wrapir::format::bundle_json::BundleMeta::from_json(r#"{"int_outputs": [1]}"#).unwrap_err();
     assert!(
         err.to_string().contains("`int_outputs` must be a list of tensor names"),
         "{err}"

@@ -9,7 +9,8 @@
 mod common;
 
 use indexmap::IndexMap;
-use wrapir::exec::host::{run_program, run_program_on, HostBackend, HostOptions};
+use wrapir::exec::host::{HostBackend, HostOptions};
+use wrapir::exec::run_program;
 use wrapir::exec::{Tensor, Value};
 use wrapir::ir::{DType, Program};
 
@@ -48,7 +49,7 @@ fn switch_runs_the_selected_branch_and_the_last_for_any_other_value() {
     let sub = zip(&x, &y, |a, b| a - b);
     // Inductor's wrapper: `if sel == 0` / `elif sel == 1` / `else`.
     for (selector, want) in [(0, &add), (1, &mul), (2, &sub), (7, &sub), (-1, &sub)] {
-        let out = run_program(&program, &inputs(selector, &x, &y)).unwrap();
+        let out = run_program(&program, &mut HostBackend::default(), &inputs(selector, &x, &y)).unwrap();
         assert_eq!(values(&out.outputs[0]), *want, "selector {selector}");
     }
 }
@@ -58,10 +59,10 @@ fn cond_switch_runs_the_false_branch_first() {
     let program = fixture();
     // s0 = 6 > 4: the true branch (relu of y); s0 = 3: the false one (neg of x).
     let (x, y) = ([1.0, -2.0, 3.0, 0.5, 4.0, -1.0], [2.0, -2.0, -1.0, 4.0, 0.5, 3.0]);
-    let out = run_program(&program, &inputs(0, &x, &y)).unwrap();
+    let out = run_program(&program, &mut HostBackend::default(), &inputs(0, &x, &y)).unwrap();
     assert_eq!(values(&out.outputs[1]), vec![2.0, 0.0, 0.0, 4.0, 0.5, 3.0]);
     let (x, y) = ([1.0, -2.0, 3.0], [2.0, -2.0, -1.0]);
-    let out = run_program(&program, &inputs(0, &x, &y)).unwrap();
+    let out = run_program(&program, &mut HostBackend::default(), &inputs(0, &x, &y)).unwrap();
     assert_eq!(values(&out.outputs[1]), vec![-1.0, 2.0, -3.0]);
     assert_eq!(values(&out.outputs[2]), vec![0.5, 1.0, -3.0]);
 }
@@ -73,7 +74,9 @@ fn grouped_and_dtype_asserts_name_the_buffer_and_op() {
     let text = wrapir::text::print(&program).replace("arg3_1 [s0] [1]", "arg3_1 [s0] [2]");
     program = wrapir::text::parse(&text).unwrap();
     let (x, y) = ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0]);
-    let err = run_program(&program, &inputs(0, &x, &y)).unwrap_err().to_string();
+    let err = run_program(&program, &mut HostBackend::default(), &inputs(0, &x, &y))
+        .unwrap_err()
+        .to_string();
     common::assert_contains(&err, "stride of dim 0 is 1, expected 2");
     common::assert_contains(&err, "(input)");
     // The same program runs with tensor asserts off.
@@ -81,7 +84,7 @@ fn grouped_and_dtype_asserts_name_the_buffer_and_op() {
         skip_tensor_asserts: true,
         ..Default::default()
     });
-    let out = run_program_on(&program, &mut host, &inputs(0, &x, &y)).unwrap();
+    let out = run_program(&program, &mut host, &inputs(0, &x, &y)).unwrap();
     assert_eq!(values(&out.outputs[0]), vec![2.0, 3.0, 4.0]);
 }
 
@@ -171,7 +174,7 @@ fn derived_input_dimensions_are_solved() {
         "arg1_1".to_string(),
         Tensor::from_f64(DType::Float32, &[1.0, 2.0, 3.0, 4.0], &[2, 2]).unwrap(),
     );
-    let out = run_program(&program, &inputs).unwrap();
+    let out = run_program(&program, &mut HostBackend::default(), &inputs).unwrap();
     assert_eq!(values(&out.outputs[0]), x.map(|v: f64| v.max(0.0)));
     assert_eq!(values(&out.outputs[1]), vec![-1.0, -2.0, -3.0, -4.0]);
     assert!(matches!(out.outputs[2], Value::Int(4)), "{:?}", out.outputs[2]);
@@ -180,7 +183,9 @@ fn derived_input_dimensions_are_solved() {
         "arg0_1".to_string(),
         Tensor::from_f64(DType::Float32, &[0.0; 8], &[8]).unwrap(),
     );
-    let err = run_program(&program, &inputs).unwrap_err().to_string();
+    let err = run_program(&program, &mut HostBackend::default(), &inputs)
+        .unwrap_err()
+        .to_string();
     common::assert_contains(
         &err,
         "size 0 of `arg0_1` is 8, which `2*s0 + 1` equals for no integer `s0`",

@@ -14,14 +14,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("bench", &[]),
     ("limits", &["sym"]),
     ("ir", &["sym"]),
+    ("format", &["ir"]),
     ("text", &["ir", "sym"]),
     ("fx", &["ir", "sym"]),
     ("lower", &["ir", "sym", "fx"]),
     ("reconcile", &["ir", "sym", "fx", "lower"]),
-    ("exec", &["ir", "sym", "fx", "lower", "text", "bench"]),
-    ("bundle", &["ir", "text", "exec"]),
-    ("capi", &["ir", "exec", "bundle"]),
-    ("runtime", &["ir", "sym", "exec", "bundle"]),
+    ("exec", &["ir", "sym", "fx", "lower", "text", "bench", "format"]),
+    ("bundle", &["ir", "text", "exec", "format"]),
+    ("capi", &["ir", "exec", "bundle", "format"]),
+    ("runtime", &["ir", "sym", "exec", "bundle", "format"]),
     ("snapshot", &["ir", "lower"]),
     ("lib", &[]),
 ];
@@ -31,6 +32,36 @@ const ALLOWED: &[(&str, &[&str])] = &[
 /// would be broken.
 const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 
+/// The sub-layers of `exec`, bottom first: a file of one may name (through
+/// `crate::exec::` or `super::`) the sub-modules of the layers below it and
+/// its own sub-module, never one of its own layer or above. `exec/mod.rs`
+/// (the `Backend` trait, values, errors) and `args.rs` are the floor every
+/// layer stands on; the root's `pub use` lines are the facade, not imports.
+const EXEC_LAYERS: &[(&str, &[&str])] = &[
+    ("core: values, arguments, the extern-op catalogue", &["op"]),
+    (
+        "the interpreter and what a program calls",
+        &["interp", "random", "uses"],
+    ),
+    ("whole-program runs' shared steps", &["run"]),
+    ("the host backend", &["host"]),
+    (
+        "on the host backend: shapes only, ranks, device tables, tensor files, references",
+        &[
+            "meta",
+            "collective",
+            "device_ops",
+            "safetensors",
+            "compare",
+            "model_source",
+            "cuda_paths",
+            "cuda_reports",
+        ],
+    ),
+    ("the CUDA backend (or its stand-in)", &["cuda", "cuda_standin"]),
+    ("measurements over the backends", &["bench"]),
+];
+
 /// Crates only these module path prefixes (relative to `src/`) may name.
 const CRATE_OWNERS: &[(&str, &[&str])] = &[
     ("egg", &["sym/"]),
@@ -38,7 +69,7 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
     ("anyhow", &["bin/"]),
     ("clap", &["bin/"]),
     ("miette", &["bin/"]),
-    ("libc", &["exec/host_kernels/memfd.rs"]),
+    ("libc", &["exec/host/kernels/memfd.rs"]),
 ];
 
 /// Files that may read the process environment: the CLI, and the library's
@@ -73,7 +104,7 @@ const FILE_IO: &[(&str, &str)] = &[
         "the compiled built-in kernels' cache in `CudaPaths::kernel_cache`",
     ),
     (
-        "exec/host_kernels/",
+        "exec/host/kernels/",
         "writes a package's CPU kernels into the caller's scratch folder for `dlopen`",
     ),
     (
@@ -91,7 +122,7 @@ const UNCAPPED_READERS: &[(&str, &str)] = &[
         "maps a regular file that `limits::files::open` opened and sized (and checks the mapping's length)",
     ),
     (
-        "exec/host_kernels/scratch.rs",
+        "exec/host/kernels/scratch.rs",
         "its unit test reads back the file it wrote",
     ),
     ("bin/wrapir.rs", "reads `/proc/meminfo` (the host's memory)"),
@@ -262,6 +293,140 @@ impl PathExceptions {
 #[track_caller]
 fn assert_no_violations(violations: &[String]) {
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// The `exec` sub-modules `code` (of the module at `path`, `["exec", "host",
+/// "ops"]`) names through `crate::exec::` or `super::` paths.
+fn exec_modules(code: &str, path: &[&str]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let starts = rest.starts_with("crate::") || rest.starts_with("super::");
+        let before = code[..i].chars().next_back();
+        if !starts || before.is_some_and(|c| is_ident(c) || c == ':') {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        }
+        // Resolve the path's prefix to absolute segments.
+        let mut abs: Vec<String> = Vec::new();
+        let mut at = i;
+        if code[at..].starts_with("crate::") {
+            at += "crate::".len();
+        } else {
+            let mut base = path.to_vec();
+            while code[at..].starts_with("super::") {
+                base.pop();
+                at += "super::".len();
+            }
+            abs.extend(base.iter().map(|s| s.to_string()));
+        }
+        loop {
+            let name: String = code[at..].chars().take_while(|c| is_ident(*c)).collect();
+            if name.is_empty() || !code[at + name.len()..].starts_with("::") {
+                if !name.is_empty() {
+                    abs.push(name);
+                }
+                break;
+            }
+            at += name.len() + 2;
+            abs.push(name);
+        }
+        if abs.len() >= 2 && abs[0] == "exec" {
+            out.insert(abs[1].clone());
+        } else if abs.len() == 1 && abs[0] == "exec" && bytes.get(at) == Some(&b'{') {
+            for name in crate_modules(&format!("crate::{}", &code[at..])) {
+                out.insert(name);
+            }
+        }
+        i = at.max(i + 1);
+    }
+    out
+}
+
+#[test]
+fn exec_sub_layers_import_only_downward() {
+    let layer_of: BTreeMap<&str, usize> = EXEC_LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (_, names))| names.iter().map(move |n| (*n, k)))
+        .collect();
+    let mut violations = Vec::new();
+    for (rel, text) in library_files() {
+        let Some(inside) = rel.strip_prefix("exec/") else {
+            continue;
+        };
+        let mut path: Vec<&str> = std::iter::once("exec").chain(inside.split('/')).collect();
+        if let Some(last) = path.last_mut() {
+            *last = last.strip_suffix(".rs").unwrap_or(last);
+        }
+        if path.last() == Some(&"mod") {
+            path.pop();
+        }
+        let code = code(&text);
+        // The root's re-exports are its facade.
+        let code = match path.as_slice() {
+            ["exec"] => code
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("pub use"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => code,
+        };
+        let own = path.get(1).copied().unwrap_or("mod");
+        let own = if own == "args" { "mod" } else { own };
+        let own_layer = match own {
+            "mod" => None,
+            m => match layer_of.get(m) {
+                Some(k) => Some(*k),
+                None => {
+                    violations.push(format!("src/{rel}: `exec::{m}` has no row in EXEC_LAYERS"));
+                    continue;
+                }
+            },
+        };
+        for used in exec_modules(&code, &path) {
+            let Some(&used_layer) = layer_of.get(used.as_str()) else {
+                continue; // an item of the root, or `args`
+            };
+            if used == own {
+                continue;
+            }
+            if own_layer.is_none_or(|k| used_layer >= k) {
+                violations.push(format!(
+                    "src/{rel}: `exec::{own}` ({}) must not import `exec::{used}` ({})",
+                    own_layer.map_or("the root", |k| EXEC_LAYERS[k].0),
+                    EXEC_LAYERS[used_layer].0
+                ));
+            }
+        }
+    }
+    assert_no_violations(&violations);
+}
+
+/// The one place `exec` writes an ATen op's name: its entry in the
+/// extern-op catalogue. Every other file names an op by its `ExternOp`.
+const OP_NAMES_HOME: &str = "exec/op/catalogue.rs";
+
+#[test]
+fn exec_names_aten_ops_only_in_the_catalogue() {
+    let mut violations = Vec::new();
+    for (rel, text) in library_files() {
+        if !rel.starts_with("exec/") || rel == OP_NAMES_HOME {
+            continue;
+        }
+        for (n, line) in code(&text).lines().enumerate() {
+            if line.contains("\"aten.") || line.contains("\"torch.ops.aten.") {
+                violations.push(format!(
+                    "src/{rel}:{}: an ATen op's name outside {OP_NAMES_HOME}: {}",
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert_no_violations(&violations);
 }
 
 #[test]

@@ -11,7 +11,8 @@
 mod common;
 
 use indexmap::IndexMap;
-use wrapir::exec::host::{run_program, run_program_on, HostBackend, HostOptions};
+use wrapir::exec::host::{HostBackend, HostOptions};
+use wrapir::exec::run_program;
 use wrapir::exec::{Tensor, Value};
 use wrapir::ir::{DType, Program};
 
@@ -38,7 +39,7 @@ const Y: [f64; 8] = [1.0, 2.0, -3.0, 0.5, 0.0, 4.0, -1.0, 0.25];
 
 #[test]
 fn streams_run_in_program_order() {
-    let out = run_program(&fixture(), &inputs(&X, &Y)).unwrap();
+    let out = run_program(&fixture(), &mut HostBackend::default(), &inputs(&X, &Y)).unwrap();
     // buf2 = sin(x) + y*y and buf3 = -buf2, each rounded to f32 as ATen does.
     let want: Vec<f64> = X
         .iter()
@@ -54,20 +55,24 @@ fn finite_checks_fail_on_nan_or_inf_and_skip_with_the_tensor_asserts() {
     let program = fixture();
     let mut x = X;
     x[3] = f64::NAN;
-    let err = run_program(&program, &inputs(&x, &Y)).unwrap_err().to_string();
+    let err = run_program(&program, &mut HostBackend::default(), &inputs(&x, &Y))
+        .unwrap_err()
+        .to_string();
     common::assert_contains(&err, "holds NaN (element 3 in row-major order");
     common::assert_contains(&err, "`arg0_1` holds NaN");
     // An Inf made by the program: y*y overflows f32.
     let mut y = Y;
     y[5] = 1e30;
-    let err = run_program(&program, &inputs(&X, &y)).unwrap_err().to_string();
+    let err = run_program(&program, &mut HostBackend::default(), &inputs(&X, &y))
+        .unwrap_err()
+        .to_string();
     common::assert_contains(&err, "holds Inf (element 5 in row-major order");
     common::assert_contains(&err, "`buf2` holds Inf");
     let mut host = HostBackend::new(HostOptions {
         skip_tensor_asserts: true,
         ..Default::default()
     });
-    let out = run_program_on(&program, &mut host, &inputs(&x, &Y)).unwrap();
+    let out = run_program(&program, &mut host, &inputs(&x, &Y)).unwrap();
     assert!(values(&out.outputs[0])[3].is_nan());
 }
 
@@ -75,7 +80,9 @@ fn finite_checks_fail_on_nan_or_inf_and_skip_with_the_tensor_asserts() {
 fn stream_ops_take_indices_only() {
     let text = wrapir::text::print(&fixture()).replace("record_event.default(7, 1)", "record_event.default(7, -1)");
     let program = wrapir::text::parse(&text).unwrap();
-    let err = run_program(&program, &inputs(&X, &Y)).unwrap_err().to_string();
+    let err = run_program(&program, &mut HostBackend::default(), &inputs(&X, &Y))
+        .unwrap_err()
+        .to_string();
     common::assert_contains(&err, "argument 1 must be an event, stream or device index");
 }
 

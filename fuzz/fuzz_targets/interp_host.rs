@@ -14,5 +14,5 @@ fuzz_target!(|data: &[u8]| {
         jagged_zero_fill: data.len() % 2 == 0,
     };
     let mut backend = HostBackend::new(options).with_limits(limits);
-    let _ = wrapir::exec::host::run_program_on(&program, &mut backend, &inputs);
+    let _ = wrapir::exec::run_program(&program, &mut backend, &inputs);
 });

@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 use wrapir::bundle::{cubin_arch, image_arch, ImageArch};
 
 fuzz_target!(|data: &[u8]| {
-    let host = wrapir::exec::images::check_host_image(data);
+    let host = wrapir::format::images::check_host_image(data);
     let cubin = cubin_arch(data);
     if cubin.is_ok() {
         assert!(host.is_err(), "a cubin is not a host image");

@@ -744,7 +744,8 @@ fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
 /// backend cannot run (and, with the host fallback allowed, a `note` per op
 /// it would run on the host), then a summary; `false` when any cannot run.
 fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback: bool) -> bool {
-    use wrapir::exec::device_ops::{cuda_support, extern_uses, CudaSupport};
+    use wrapir::exec::device_ops::{cuda_support, CudaSupport};
+    use wrapir::exec::uses::extern_uses;
     let host = wrapir::exec::host::HostBackend::default();
     let uses = extern_uses(program);
     let (backend, list) = match device {
@@ -755,7 +756,7 @@ fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback:
     let mut missing = 0usize;
     let mut on_host = 0usize;
     for u in &uses {
-        let key = wrapir::exec::host::op_key(&u.op);
+        let key = wrapir::exec::op::op_key(&u.op);
         let keyed = ["torch.ops.", "extern_kernels."].iter().any(|p| u.op.starts_with(p));
         let op = if keyed && key != u.op {
             format!("`{key}` (`{}`)", u.op)
@@ -810,7 +811,7 @@ fn check_device_ops(program: &Program, device: CheckDevice, allow_host_fallback:
 /// and CPU Halide kernels from the bundle's images), then a summary when
 /// the program calls kernels; `false` when any cannot run.
 fn host_kernels_report(program: &Program, out: &mut String) -> bool {
-    let uses = wrapir::exec::device_ops::kernel_uses(program);
+    let uses = wrapir::exec::uses::kernel_uses(program);
     if uses.is_empty() {
         return true;
     }
@@ -853,7 +854,7 @@ fn host_kernels_report(program: &Program, out: &mut String) -> bool {
 /// every backend, grouped under a header each (`None`).
 fn ops_listing(device: Option<RunDevice>) -> String {
     let cuda = || {
-        let rows = wrapir::exec::device_ops::CUDA_OPS;
+        let rows = wrapir::exec::device_ops::cuda_ops();
         let w_op = rows.iter().map(|r| r.op.len()).max().unwrap_or(0);
         let w_via = rows.iter().map(|r| r.via.len()).max().unwrap_or(0);
         rows.iter()

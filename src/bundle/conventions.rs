@@ -3,7 +3,7 @@
 //! tolerances are overridden and combined. The CLI and the tests use these
 //! rather than spelling them out.
 
-use crate::exec::compare::{BundleMeta, Tolerance};
+use crate::format::bundle_json::{BundleMeta, Tolerance};
 
 pub use super::{INPUTS, KERNELS, PROGRAM_JSON, PROGRAM_TEXT};
 pub use crate::exec::compare::reference_outputs;
@@ -165,11 +165,12 @@ pub fn inductor_tolerance_on_cuda(
     compiled: Tolerance,
     eager: Option<Tolerance>,
 ) -> Option<Loosened> {
-    use crate::exec::device_ops::{cuda_op, extern_uses};
+    use crate::exec::device_ops::cuda_op;
+    use crate::exec::uses::extern_uses;
     let ops: std::collections::BTreeSet<String> = extern_uses(program)
         .iter()
         .filter(|u| cuda_op(&u.op).is_some_and(|row| !row.same_numerics_as_pytorch()))
-        .map(|u| crate::exec::host::op_key(&u.op))
+        .map(|u| crate::exec::op::op_key(&u.op))
         .collect();
     match (ops.is_empty(), eager) {
         (false, Some(e)) => Some(Loosened {

@@ -68,7 +68,7 @@ pub enum BundleError {
         /// The file or entry.
         name: String,
         /// Why (naming the tensor).
-        error: crate::exec::safetensors::SafetensorsError,
+        error: crate::format::safetensors::SafetensorsError,
     },
     /// A file that is not a wrapir package (its first bytes are not the magic).
     #[error("{}: not a wrapir package (the file does not start with the `.wirpkg` magic bytes)", path.display())]

@@ -3,7 +3,7 @@
 //! [`KernelImageSource`].
 
 use super::{image_arch, BundleError, ImageArch, SharedBytes};
-use crate::exec::images::{KernelImageSource, SuppliedBytes, SupplyError};
+use crate::format::images::{KernelImageSource, SuppliedBytes, SupplyError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

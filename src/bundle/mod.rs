@@ -12,7 +12,7 @@
 //! | `expected.safetensors` | eager PyTorch's outputs |
 //! | `compiled.safetensors` | Inductor's compiled outputs |
 //! | `mutated.safetensors` | eager PyTorch's values of the inputs the program writes, after the call (`bundle.json`'s `mutated_inputs`) |
-//! | `bundle.json` | versions, tolerances, math modes, weights ([`BundleMeta`], [`BundleInfo`]) |
+//! | `bundle.json` | versions, tolerances, math modes, weights ([`BundleMeta`]) |
 //!
 //! A package holds the same entries under the same names in one file
 //! ([`package`], `docs/PACKAGE_FORMAT.md`); [`Bundle::write_package`] writes one.
@@ -21,7 +21,7 @@
 //! memory-mapped ([`SharedBytes`]) and safetensors are decoded in place,
 //! within the [`Limits`] the bundle was opened with.
 //!
-//! This module, `capi`, `exec::cuda` and `exec::host_kernels` are the
+//! This module, `capi`, `exec::cuda` and `exec::host::kernels` are the
 //! library's only file I/O (ARCHITECTURE.md says what each does).
 //!
 //! ```
@@ -29,7 +29,8 @@
 //! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/inductor/bundles/cat_mm");
 //! let bundle = wrapir::bundle::Bundle::open(std::path::Path::new(dir))?;
 //! let inputs = bundle.inputs()?.expect("the bundle has inputs");
-//! let out = wrapir::exec::host::run_program(bundle.program(), &inputs).expect("runs on the host");
+//! let mut host = wrapir::exec::host::HostBackend::default();
+//! let out = wrapir::exec::run_program(bundle.program(), &mut host, &inputs).expect("runs on the host");
 //! let expected = bundle.expected()?.expect("the bundle has eager outputs");
 //! let got = wrapir::exec::compare::output_leaves(&out.outputs);
 //! let meta = bundle.meta();
@@ -42,7 +43,6 @@
 mod bytes;
 pub mod conventions;
 mod error;
-mod info;
 mod kernels;
 pub(crate) mod model;
 mod pack;
@@ -51,17 +51,16 @@ mod plans;
 pub mod ranks;
 mod source;
 
-pub use crate::exec::images::{cubin_arch, image_arch, CubinArch, ImageArch};
+pub use crate::format::images::{cubin_arch, image_arch, CubinArch, ImageArch};
 pub use bytes::SharedBytes;
 pub use error::BundleError;
-pub use info::{BundleInfo, Provenance};
 pub use kernels::KernelImages;
 pub use pack::PackSummary;
 pub use ranks::RankSet;
 
-use crate::exec::compare::BundleMeta;
 use crate::exec::safetensors::Safetensors;
 use crate::exec::Tensor;
+use crate::format::bundle_json::BundleMeta;
 use crate::ir::{KernelBackend, Program};
 use crate::Limits;
 use indexmap::IndexMap;
@@ -114,7 +113,6 @@ pub struct Bundle {
     source: Arc<str>,
     program: Program,
     meta: BundleMeta,
-    info: BundleInfo,
     limits: Limits,
     /// Plans given by [`Bundle::with_cudnn_plans`], in place of stored ones.
     cudnn_plans: Option<crate::exec::cuda::CudnnPlans>,
@@ -236,7 +234,6 @@ impl Bundle {
                 message,
             };
             bundle.meta = BundleMeta::from_json(text).map_err(|e| meta_error(e.0))?;
-            bundle.info = BundleInfo::from_json(text).map_err(meta_error)?;
             // A mutated input is one of the program's graph inputs.
             let inputs = &bundle.program.main.inputs;
             for m in bundle.meta.mutated_inputs.iter().flatten() {
@@ -267,7 +264,6 @@ impl Bundle {
             source,
             program,
             meta: BundleMeta::default(),
-            info: BundleInfo::default(),
             limits: *limits,
             cudnn_plans: None,
         })
@@ -299,20 +295,16 @@ impl Bundle {
         &self.program
     }
 
-    /// `bundle.json`'s tolerances, math modes, integer outputs and generator
-    /// state ([`BundleMeta::default`] when there is no `bundle.json`).
+    /// `bundle.json`: tolerances, math modes, integer outputs, generator
+    /// state, provenance, weights and the user's names of inputs and outputs
+    /// ([`BundleMeta::default`] when there is no `bundle.json`).
     pub fn meta(&self) -> &BundleMeta {
         &self.meta
     }
 
-    /// `bundle.json`'s provenance and weights ([`BundleInfo::default`] when absent).
-    pub fn info(&self) -> &BundleInfo {
-        &self.info
-    }
-
     /// The graph inputs that are the model's weights (`bundle.json`'s `weights`).
     pub fn weights(&self) -> &[String] {
-        &self.info.weights
+        &self.meta.weights
     }
 
     /// The limits it was opened with (tensors are read within them).

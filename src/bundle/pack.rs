@@ -2,7 +2,7 @@
 
 use super::package::{self, PackageMetadata, ToleranceRecord};
 use super::{Bundle, BundleError, SharedBytes, Store, INPUTS, KERNELS, PROGRAM_JSON, PROGRAM_TEXT};
-use crate::exec::compare::{BundleMeta, Tolerance};
+use crate::format::bundle_json::{BundleMeta, Tolerance};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -115,7 +115,7 @@ impl Bundle {
             sms.insert(arch.sm);
             cubins.insert(path.to_string(), arch.to_string());
         }
-        let info = &self.info;
+        let info = &self.meta;
         Ok(PackageMetadata {
             provenance: info.provenance.clone(),
             tolerance: record(self.meta.tolerance),
@@ -159,7 +159,7 @@ impl Bundle {
             _ => Path::new("."),
         };
         // Removed on drop, with the partial file when writing fails.
-        let staging = crate::exec::host_kernels::ScratchDir::new_in(parent, &format!(".{file_name}.partial"))
+        let staging = crate::exec::host::kernels::ScratchDir::new_in(parent, &format!(".{file_name}.partial"))
             .map_err(|e| BundleError::io("creating a private directory in", parent, e))?;
         let partial = staging.path().join(&file_name);
         let write = || -> Result<PackSummary, BundleError> {

@@ -76,7 +76,7 @@ pub struct PackageMetadata {
     /// The bundle's `case`, `torch`, `triton` and `device` (stored as fields
     /// of the metadata itself).
     #[serde(flatten)]
-    pub provenance: super::Provenance,
+    pub provenance: crate::format::bundle_json::Provenance,
     /// The tolerance for comparing with eager PyTorch's outputs.
     pub tolerance: Option<ToleranceRecord>,
     /// The tolerance for comparing with Inductor's compiled outputs.

@@ -1,9 +1,9 @@
 //! A [`Bundle`] as what a deployed model (`exec::cuda::Model`) loads from.
 
 use super::{Bundle, INPUTS};
-use crate::exec::compare::BundleMeta;
 use crate::exec::cuda::{CudnnPlans, ModelSource};
-use crate::exec::images::{ImageArch, KernelImageSource, SuppliedBytes, SupplyError};
+use crate::format::bundle_json::BundleMeta;
+use crate::format::images::{ImageArch, KernelImageSource, SuppliedBytes, SupplyError};
 use crate::ir::Program;
 use std::path::Path;
 use std::sync::Arc;

@@ -340,7 +340,7 @@ unsafe fn host_tensor(desc: &WrapirRtTensorDesc, name: &str) -> Result<Tensor, F
     let spec = unsafe { spec_of(&desc.layout, crate::ir::Device::cpu(), &what) }?;
     let bytes = usize::try_from(desc.storage_bytes)
         .map_err(|_| Failure::argument(format!("{what}: storage of {} bytes", desc.storage_bytes)))?;
-    let need = crate::exec::tensor::storage_elements(&spec)
+    let need = crate::exec::host::tensor::storage_elements(&spec)
         .ok()
         .and_then(|n| n.checked_mul(spec.dtype.size_bytes() as usize))
         .ok_or_else(|| Failure::argument(format!("{what}: its layout's extent overflows")))?;

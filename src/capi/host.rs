@@ -214,6 +214,7 @@ pub(super) unsafe fn call(
     let value = backend
         .call_extern(ExternCall {
             op,
+            family: crate::exec::op::ExternOp::of(op),
             args: (&converted.args).into(),
             kwargs: (&converted.kwargs).into(),
             expected: converted.expected.as_ref(),

@@ -410,6 +410,7 @@ unsafe fn device_call(
         rt.backend.wait_for_stream(stream as u64)?;
         let value = rt.backend.call_extern(ExternCall {
             op,
+            family: crate::exec::op::ExternOp::of(op),
             args: (&converted.args).into(),
             kwargs: (&converted.kwargs).into(),
             expected: converted.expected.as_ref(),

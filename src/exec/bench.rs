@@ -178,7 +178,7 @@ impl CudaBench {
 }
 
 /// Times `program` on a new CUDA backend with `options`, on host `inputs`
-/// keyed as [`super::cuda::run_program_on`] takes them: one interpreted run
+/// keyed as [`super::run_program`] takes them: one interpreted run
 /// first (its outputs are the reference), then the measures of
 /// [`CudaBench`]. Random draws restart from the first run's generator state
 /// for the bit-for-bit checks.
@@ -262,7 +262,7 @@ fn direct(
     backend: &mut CudaBackend,
     prepared: &mut Prepared,
     bench: &BenchOptions,
-    rng0: super::random::CudaRngState,
+    rng0: crate::format::bundle_json::CudaRngState,
     interp_bits: &[u64],
 ) -> Result<Direct, BenchError> {
     let timing = bench.timing;
@@ -319,7 +319,7 @@ fn graphs(
     backend: &mut CudaBackend,
     prepared: &mut Prepared,
     timing: &Timing,
-    rng0: super::random::CudaRngState,
+    rng0: crate::format::bundle_json::CudaRngState,
     direct_bits: &[u64],
 ) -> Result<Result<Graphs, String>, BenchError> {
     let sync = |b: &CudaBackend| b.synchronize().map_err(BenchError::Cuda);

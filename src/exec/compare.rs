@@ -1,52 +1,27 @@
 //! Comparing host tensors with expected values, like
 //! `torch.testing.assert_close`, and what a bundle's `bundle.json` says
-//! about the references a run is compared with ([`BundleMeta`]).
+//! about the references a run is compared with ([`crate::format::bundle_json::BundleMeta`]).
 //!
 //! A bundle carries two references for the same inputs: eager PyTorch's
-//! outputs ([`BundleMeta::EXPECTED`], compared within `tolerance`) and
-//! Inductor's own compiled outputs ([`BundleMeta::COMPILED`], compared within
+//! outputs ([`crate::format::bundle_json::BundleMeta::EXPECTED`], compared within `tolerance`) and
+//! Inductor's own compiled outputs ([`crate::format::bundle_json::BundleMeta::COMPILED`], compared within
 //! `compiled_tolerance`, usually much tighter). [`compare_outputs`] compares
 //! a run's outputs with either and reports the largest errors per output.
 //! An integer output (a size the program returns next to its tensors) is
 //! stored as a 0-d int64 tensor listed in `bundle.json`'s `int_outputs`
-//! ([`BundleMeta::int_outputs`]) and compared exactly ([`compare_leaves`]).
-//! The inputs a program writes ([`BundleMeta::mutated_inputs`]) are compared
-//! after the call with eager's values ([`BundleMeta::MUTATED`],
-//! [`compare_mutated`]).
+//! ([`crate::format::bundle_json::BundleMeta::int_outputs`]) and compared exactly ([`compare_leaves`]).
+//! The inputs a program writes
+//! ([`crate::format::bundle_json::BundleMeta::mutated_inputs`]) are compared
+//! after the call with eager's values
+//! ([`crate::format::bundle_json::BundleMeta::MUTATED`], [`compare_mutated`]).
 
 use super::Tensor;
+use crate::format::bundle_json::Tolerance;
 use crate::ir::DType;
 use indexmap::IndexMap;
 
 mod mutated;
 pub use mutated::{compare_mutated, MutatedCheck, MutationComparison};
-
-/// Floating tolerance: `|got - expected| <= atol + rtol * |expected|`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Tolerance {
-    /// Relative tolerance.
-    pub rtol: f64,
-    /// Absolute tolerance.
-    pub atol: f64,
-}
-
-impl Tolerance {
-    /// `torch.testing.assert_close`'s defaults: f64 (1e-7, 1e-7), f32
-    /// (1.3e-6, 1e-5), f16 (1e-3, 1e-5), bf16 (1.6e-2, 1e-5); fp8 (0.125,
-    /// 1e-5), one step of a 3-bit mantissa. `None` for integers and booleans,
-    /// which must be equal.
-    pub fn default_for(dtype: DType) -> Option<Tolerance> {
-        let (rtol, atol) = match dtype {
-            DType::Float64 => (1e-7, 1e-7),
-            DType::Float32 => (1.3e-6, 1e-5),
-            DType::Float16 => (1e-3, 1e-5),
-            DType::Bfloat16 => (1.6e-2, 1e-5),
-            d if d.is_floating() => (1.25e-1, 1e-5),
-            _ => return None,
-        };
-        Some(Tolerance { rtol, atol })
-    }
-}
 
 /// How a tensor differs from the expected one.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -181,121 +156,6 @@ fn unravel(flat: usize, size: &[i64]) -> Vec<i64> {
     index
 }
 
-/// What a bundle's `bundle.json` says about running and checking it
-/// (`fixtures/inductor/README.md`). Every field is optional in the file.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct BundleMeta {
-    /// `"tolerance": {"atol", "rtol"}`: for the comparison with eager
-    /// PyTorch's outputs ([`BundleMeta::EXPECTED`]); `None`: the dtype defaults.
-    pub tolerance: Option<Tolerance>,
-    /// `"compiled_tolerance": {"atol", "rtol"}`: for the comparison with
-    /// Inductor's compiled outputs ([`BundleMeta::COMPILED`]); `None`: the dtype defaults.
-    pub compiled_tolerance: Option<Tolerance>,
-    /// `"math"`: the math modes the bundle was compiled under (absent keys,
-    /// or no `math` at all: PyTorch's defaults). Read into
-    /// `CudaOptions::math` by `CudaOptions::for_bundle`.
-    #[cfg(feature = "cuda")]
-    pub math: crate::exec::cuda::MathModes,
-    /// `"int_outputs"`: the reference names (`out1`, `graph_out1`) that hold
-    /// an integer output (a size the program returns next to its tensors,
-    /// stored as a 0-d int64 tensor) rather than a tensor output. `None`
-    /// when the file has no such field (bundles exported before integer
-    /// outputs were stored): then only tensor outputs are compared.
-    pub int_outputs: Option<Vec<String>>,
-    /// `"cuda_rng": {"seed", "offset"}`: the CUDA generator's state as the
-    /// compiled call started, which Inductor's seed buffer
-    /// (`aten.randint.low_out`) is drawn from; `None`: PyTorch's default
-    /// seed at offset 0 (see [`crate::exec::random`]).
-    pub cuda_rng: Option<crate::exec::random::CudaRngState>,
-    /// `"mutated_inputs"`: the graph inputs the program writes (a KV cache
-    /// updated in place), whose values after the call are part of its
-    /// result: eager PyTorch's are in [`BundleMeta::MUTATED`]. `None` when
-    /// the file has no such field (bundles exported before mutations were
-    /// recorded); `Some(empty)`: the program writes none of its inputs.
-    pub mutated_inputs: Option<Vec<String>>,
-}
-
-/// A `bundle.json` that cannot be read, naming the field.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("bundle.json: {0}")]
-pub struct BundleMetaError(pub String);
-
-impl BundleMeta {
-    /// The file name of a bundle's metadata.
-    pub const FILE: &'static str = "bundle.json";
-    /// The file name of eager PyTorch's outputs.
-    pub const EXPECTED: &'static str = "expected.safetensors";
-    /// The file name of Inductor's compiled outputs (same tensor names as [`BundleMeta::EXPECTED`]).
-    pub const COMPILED: &'static str = "compiled.safetensors";
-    /// The file name of eager PyTorch's values of the mutated inputs after
-    /// the call ([`BundleMeta::mutated_inputs`]), by graph input name.
-    pub const MUTATED: &'static str = "mutated.safetensors";
-
-    /// Parses the text of a `bundle.json`. Absent fields take their
-    /// defaults; a field that is present but malformed (a tolerance without
-    /// numeric `atol` and `rtol`, a `math` entry that is not a boolean) is an
-    /// error naming it.
-    pub fn from_json(text: &str) -> Result<BundleMeta, BundleMetaError> {
-        let json: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| BundleMetaError(format!("not JSON: {e}")))?;
-        if !json.is_object() {
-            return Err(BundleMetaError("not a JSON object".into()));
-        }
-        let tolerance = |field: &str| -> Result<Option<Tolerance>, BundleMetaError> {
-            match json.get(field) {
-                None | Some(serde_json::Value::Null) => Ok(None),
-                Some(t) => match (
-                    t.get("rtol").and_then(|v| v.as_f64()),
-                    t.get("atol").and_then(|v| v.as_f64()),
-                ) {
-                    (Some(rtol), Some(atol)) => Ok(Some(Tolerance { rtol, atol })),
-                    _ => Err(BundleMetaError(format!(
-                        "`{field}` must be an object with numbers `atol` and `rtol`, got {t}"
-                    ))),
-                },
-            }
-        };
-        #[cfg(feature = "cuda")]
-        let math = match json.get("math") {
-            None | Some(serde_json::Value::Null) => crate::exec::cuda::MathModes::default(),
-            Some(m) => serde_json::from_value(m.clone()).map_err(|e| BundleMetaError(format!("`math`: {e}")))?,
-        };
-        let names = |field: &str, what: &str| -> Result<Option<Vec<String>>, BundleMetaError> {
-            match json.get(field) {
-                None | Some(serde_json::Value::Null) => Ok(None),
-                Some(serde_json::Value::Array(items)) => Ok(Some(
-                    items
-                        .iter()
-                        .map(|v| v.as_str().map(str::to_string))
-                        .collect::<Option<Vec<String>>>()
-                        .ok_or_else(|| BundleMetaError(format!("`{field}` must be a list of {what}, got {items:?}")))?,
-                )),
-                Some(other) => Err(BundleMetaError(format!(
-                    "`{field}` must be a list of {what}, got {other}"
-                ))),
-            }
-        };
-        let int_outputs = names("int_outputs", "tensor names")?;
-        let mutated_inputs = names("mutated_inputs", "graph input names")?;
-        let cuda_rng =
-            match json.get("cuda_rng") {
-                None | Some(serde_json::Value::Null) => None,
-                Some(r) => Some(serde_json::from_value(r.clone()).map_err(|e| {
-                    BundleMetaError(format!("`cuda_rng` must be {{\"seed\": u64, \"offset\": u64}}: {e}"))
-                })?),
-            };
-        Ok(BundleMeta {
-            tolerance: tolerance("tolerance")?,
-            compiled_tolerance: tolerance("compiled_tolerance")?,
-            #[cfg(feature = "cuda")]
-            math,
-            int_outputs,
-            cuda_rng,
-            mutated_inputs,
-        })
-    }
-}
-
 /// One output compared with its reference tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputCheck {
@@ -425,7 +285,7 @@ pub fn compare_outputs(
 
 /// Compares a run's outputs ([`output_leaves`]) with `reference`
 /// ([`reference_outputs`]). With `int_outputs` (the reference names holding
-/// integer outputs, [`BundleMeta::int_outputs`]) every leaf pairs with a
+/// integer outputs, [`crate::format::bundle_json::BundleMeta::int_outputs`]) every leaf pairs with a
 /// reference in order: a tensor with a tensor (as [`compare_outputs`]), an
 /// integer with a one-element integer tensor of the same value. Without it,
 /// integer leaves are skipped and counted in [`Comparison::ints_not_compared`].

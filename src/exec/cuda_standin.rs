@@ -9,15 +9,15 @@
 //! Only the names callers outside the backend use are here; see the real
 //! module's documentation for what each does.
 
-use super::compare::BundleMeta;
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay};
 pub use super::model_source::{CudnnPlans, ModelError, ModelSource};
-use super::random::CudaRngState;
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
 use crate::exec::interp::{Plan, RunOutput};
+use crate::format::bundle_json::BundleMeta;
+use crate::format::bundle_json::CudaRngState;
 use crate::ir::Program;
 use indexmap::IndexMap;
 use std::convert::Infallible;
@@ -45,7 +45,7 @@ pub struct CudaOptions {
     /// The device ordinal.
     pub ordinal: usize,
     /// Where kernel images are found by their `cubin` path, supplied by the caller.
-    pub kernels: std::sync::Arc<dyn super::images::KernelImageSource>,
+    pub kernels: std::sync::Arc<dyn crate::format::images::KernelImageSource>,
     /// Where the CUDA libraries and the kernel cache are.
     pub paths: CudaPaths,
     /// Run extern ops the GPU path does not implement on the host.
@@ -65,7 +65,7 @@ impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
             ordinal: 0,
-            kernels: std::sync::Arc::new(super::images::NoKernelImages),
+            kernels: std::sync::Arc::new(crate::format::images::NoKernelImages),
             paths: CudaPaths::default(),
             host_fallback: false,
             extern_ops: ExternOpLog,
@@ -90,7 +90,10 @@ impl CudaOptions {
     }
 
     /// Options for running a bundle, with kernel images from `kernels`.
-    pub fn for_bundle(kernels: impl super::images::KernelImageSource + 'static, _meta: &BundleMeta) -> CudaOptions {
+    pub fn for_bundle(
+        kernels: impl crate::format::images::KernelImageSource + 'static,
+        _meta: &BundleMeta,
+    ) -> CudaOptions {
         CudaOptions {
             kernels: std::sync::Arc::new(kernels),
             ..CudaOptions::default()
@@ -169,15 +172,6 @@ pub fn run_program(
     _inputs: &IndexMap<String, Tensor>,
 ) -> Result<RunOutput<Tensor>, RunError> {
     Err(ExecError::from(CudaError::NotBuilt).into())
-}
-
-/// Runs `program` on `backend` (never reached: there is no backend).
-pub fn run_program_on(
-    _program: &Program,
-    backend: &mut CudaBackend,
-    _inputs: &IndexMap<String, Tensor>,
-) -> Result<RunOutput<CudaTensor>, RunError> {
-    match backend.never {}
 }
 
 /// The device inputs of `program` (never reached: there is no backend).

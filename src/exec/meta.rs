@@ -7,7 +7,7 @@
 //! Scalar read-backs (`item()`) answer the same way. Every allocation counts
 //! towards [`Backend::memory`], so a run reports the plan's peak bytes.
 
-use super::tensor::{check_bounds, Accounted, MemCounter};
+use super::host::tensor::{check_bounds, Accounted, MemCounter};
 use super::{
     Backend, ExecError, ExpectedLayout, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor,
     TensorSpec, Value,
@@ -187,7 +187,7 @@ impl MetaBackend {
                 })??;
                 Ok(Value::Tensor(tensor))
             }
-            None if super::host::op_name(call.op).ends_with('_') => {
+            None if super::op::op_name(call.op).ends_with('_') => {
                 // In-place ops return their first argument.
                 Ok(call.args.first().cloned().unwrap_or(Value::None))
             }
@@ -438,7 +438,7 @@ impl Backend for MetaBackend {
 /// Storage elements and bytes of a layout.
 #[inline]
 fn storage_of(spec: &TensorSpec) -> Result<(usize, u64), ExecError> {
-    let n = super::tensor::storage_elements(spec)?;
+    let n = super::host::tensor::storage_elements(spec)?;
     Ok((n, (n as u64).checked_mul(spec.dtype.size_bytes()).unwrap_or(u64::MAX)))
 }
 

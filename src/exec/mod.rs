@@ -11,12 +11,9 @@
 //!   jagged <-> padded dense conversions).
 
 mod args;
-mod attention;
 pub mod bench;
 pub mod collective;
 pub mod compare;
-mod complex;
-mod conv;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod cuda_paths;
@@ -27,28 +24,18 @@ mod cuda_reports;
 pub mod cuda;
 pub mod device_ops;
 pub mod host;
-pub mod host_kernels;
-pub mod images;
-mod int_gemm;
 pub mod interp;
-mod jagged;
-mod layout;
 pub mod meta;
 mod model_source;
-mod ops;
-mod pointwise;
+pub mod op;
 pub mod random;
-mod rnn;
 pub(crate) mod run;
 pub mod safetensors;
-mod segment;
-mod sort;
-mod stream_ops;
-pub(crate) mod tensor;
+pub mod uses;
 
 pub use args::{ArgIter, ArgList, Kwargs, KwargsIter};
-pub use run::{check_inputs, compile_program, input_symbols, RunError};
-pub use tensor::{Element, OwnedStorage, Tensor};
+pub use host::tensor::{Element, OwnedStorage, Tensor};
+pub use run::{check_inputs, compile_program, input_symbols, run_plan, run_program, RunError};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};
 use crate::sym::Symbol;
@@ -149,7 +136,7 @@ impl TensorSpec {
 
     /// Number of elements, or `None` on a negative size or overflow.
     pub fn checked_numel(&self) -> Option<i64> {
-        tensor::checked_numel(&self.size)
+        checked_numel(&self.size)
     }
 
     /// Storage elements the layout reaches (0 when any size is 0), or `None`
@@ -215,6 +202,33 @@ pub fn contiguous_strides(size: &[i64]) -> Vec<i64> {
         running = running.saturating_mul(size[i].max(1));
     }
     stride
+}
+
+/// Elements of the storage `spec` needs; an error naming the layout when it
+/// has no valid storage (a negative size or stride, or an overflow).
+#[inline]
+pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {
+    match spec.storage_numel().and_then(|n| usize::try_from(n).ok()) {
+        Some(n) => Ok(n),
+        None => Err(invalid_layout(spec)),
+    }
+}
+
+/// The error of a layout without a storage size (out of line: the meta
+/// backend's allocation path inlines [`storage_elements`]).
+#[cold]
+#[inline(never)]
+fn invalid_layout(spec: &TensorSpec) -> ExecError {
+    ExecError::Input(format!(
+        "invalid layout: sizes {:?}, strides {:?}, offset {} (a negative size, stride or offset, or more elements than fit in 64 bits)",
+        spec.size, spec.stride, spec.offset
+    ))
+}
+
+/// The product of `size`, or `None` on a negative size or overflow.
+pub(crate) fn checked_numel(size: &[i64]) -> Option<i64> {
+    size.iter()
+        .try_fold(1i64, |acc, &s| if s < 0 { None } else { acc.checked_mul(s) })
 }
 
 /// A value in the interpreter: a backend tensor, a scalar, or a container.
@@ -358,6 +372,9 @@ pub struct KernelLaunch<'a, T> {
 pub struct ExternCall<'a, T> {
     /// The op as the program names it.
     pub op: &'a str,
+    /// Its family in the extern-op catalogue ([`op::ExternOp::of`] of
+    /// `op`, resolved once when the plan is compiled).
+    pub family: op::ExternOp,
     /// Positional arguments.
     pub args: ArgList<'a, T>,
     /// Keyword arguments (`out` included for out variants).
@@ -374,6 +391,7 @@ impl<'a, T> ExternCall<'a, T> {
     pub fn new(op: &'a str, args: impl Into<ArgList<'a, T>>, kwargs: impl Into<Kwargs<'a, T>>) -> Self {
         ExternCall {
             op,
+            family: op::ExternOp::of(op),
             args: args.into(),
             kwargs: kwargs.into(),
             expected: None,
@@ -547,6 +565,35 @@ pub trait Backend {
 
     /// Copies a host tensor onto the backend.
     fn copy_in(&mut self, tensor: &Tensor) -> Result<Self::Tensor, ExecError>;
+
+    /// A host input laid out as `spec` (its declared strides, storage offset
+    /// and device) on the backend: how a whole-program run
+    /// ([`run::run_program`]) puts its inputs in place. By default the host
+    /// tensor is copied in, through a host tensor of the declared layout
+    /// when its strides or offset differ.
+    fn place(&mut self, host: &Tensor, spec: &TensorSpec) -> Result<Self::Tensor, ExecError> {
+        if host.stride() == spec.stride.as_slice() && host.spec().offset == spec.offset {
+            return self.copy_in(host);
+        }
+        let laid_out = Tensor::zeros_like_spec(spec)?;
+        laid_out.copy_from(host)?;
+        self.copy_in(&laid_out)
+    }
+
+    /// Whether a whole-program run hands its inputs back after the run
+    /// ([`Backend::return_input`]); by default not.
+    fn returns_inputs(&self) -> bool {
+        false
+    }
+
+    /// After a whole-program run, what the program left in an input that
+    /// [`Backend::place`] put in place as `placed`, handed back to the
+    /// caller's host tensor `supplied` where the backend runs on the caller's
+    /// tensors (the host backend: a mutated input lands where PyTorch's
+    /// would). Called only where [`Backend::returns_inputs`].
+    fn return_input(&mut self, _supplied: &Tensor, _placed: &Self::Tensor) -> Result<(), ExecError> {
+        Ok(())
+    }
 
     /// Copies a backend tensor to the host.
     fn copy_out(&mut self, tensor: &Self::Tensor) -> Result<Tensor, ExecError>;

@@ -3,9 +3,9 @@
 //! feature, so that callers (the CLI, `bundle`) compile the same way in
 //! both.
 
-use crate::exec::compare::BundleMeta;
-use crate::exec::images::{ImageArch, KernelImageSource, SuppliedBytes, SupplyError};
 use crate::exec::{ExecError, RunError};
+use crate::format::bundle_json::BundleMeta;
+use crate::format::images::{ImageArch, KernelImageSource, SuppliedBytes, SupplyError};
 use crate::ir::Program;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};

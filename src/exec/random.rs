@@ -25,28 +25,7 @@
 //! program's other results) differ from the exporting run's.
 
 use super::ExecError;
-
-/// PyTorch's default CUDA seed (`default_rng_seed_val`).
-pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
-
-/// The state of PyTorch's CUDA generator: its seed and Philox offset
-/// (`philox_offset_per_thread`), as `torch.cuda.get_rng_state()` holds them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CudaRngState {
-    /// The seed.
-    pub seed: u64,
-    /// The Philox offset (a multiple of 4).
-    pub offset: u64,
-}
-
-impl Default for CudaRngState {
-    fn default() -> Self {
-        CudaRngState {
-            seed: DEFAULT_SEED,
-            offset: 0,
-        }
-    }
-}
+use crate::format::bundle_json::CudaRngState;
 
 /// The launch shape ATen's distribution kernels use on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +81,7 @@ impl RandintPlan {
     ) -> Result<(RandintPlan, CudaRngState), ExecError> {
         if low >= high {
             return Err(ExecError::op(
-                "aten.randint",
+                crate::exec::op::key::RANDINT,
                 format!("expects `low` to be less than `high`, got low={low} >= high={high}"),
             ));
         }
@@ -188,44 +167,6 @@ pub fn philox_at(seed: u64, subsequence: u64, position: u64) -> [u32; 4] {
         (subsequence >> 32) as u32,
     ];
     philox4x32_10(ctr, [seed as u32, (seed >> 32) as u32])
-}
-
-/// The host's `aten.randint` (`randint.low_out(low, high, size, out=...)`
-/// and `randint.low(low, high, size)`, int64): PyTorch's CUDA values at the
-/// backend's generator state, which the call advances.
-pub(crate) fn randint(
-    a: &super::ops::Args<'_>,
-    o: &super::ops::BuiltinOptions,
-) -> Result<super::Value<super::Tensor>, ExecError> {
-    let low = a.int(0, "low", None)?;
-    let high = a.int(1, "high", None)?;
-    let size = a.ints(2, "size")?;
-    let out = match a.get(usize::MAX, "out") {
-        Some(super::Value::Tensor(t)) => {
-            if t.size() != size.as_slice() {
-                return Err(a.err(format!("`out` has shape {:?}, `size` is {size:?}", t.size())));
-            }
-            t.clone()
-        }
-        Some(v) => return Err(a.err(format!("`out` must be a tensor, got {}", v.kind()))),
-        None => {
-            let n = super::tensor::checked_numel(&size)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| a.err(format!("invalid size {size:?}")))?;
-            let zeros = super::tensor::filled(n, 0i64, o.max_alloc_bytes(), &|| format!("{}: the result", a.op))?;
-            super::Tensor::from_vec(zeros, &size)?
-        }
-    };
-    let mut state = o.rng.lock().map_err(|_| a.err("generator state poisoned by a panic"))?;
-    let (plan, next) = RandintPlan::new(*state, low, high, out.numel() as u64, DeviceShape::default())?;
-    *state = next;
-    let values = plan.values();
-    if out.dtype().is_floating() {
-        out.write_f64(&values.iter().map(|v| *v as f64).collect::<Vec<_>>())?;
-    } else {
-        out.write_i64(&values)?;
-    }
-    Ok(super::Value::Tensor(out))
 }
 
 #[cfg(test)]

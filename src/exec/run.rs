@@ -1,11 +1,15 @@
-//! Whole-program runs shared by [`super::meta::run_program`] and
-//! [`super::host::run_program`]: validate, lower to FX, compile, and turn
-//! declared input layouts into concrete ones.
+//! Whole-program runs: validate, lower to FX, compile, match the inputs and
+//! turn their declared layouts into concrete ones, then run. [`run_program`]
+//! and [`run_plan`] are the one whole-program run of every backend that takes
+//! real inputs (the meta backend makes its own from the declared layouts,
+//! `meta::run_program`).
 
-use super::{ExecError, TensorSpec};
+use super::interp::RunOutput;
+use super::{Backend, ExecError, Tensor, TensorSpec};
 use crate::exec::interp::{compile, Plan};
 use crate::ir::{Layout, Program, ValidationErrors};
 use crate::sym::{eval::eval_int, Bindings, EvalError, SymExpr};
+use indexmap::IndexMap;
 
 /// Why a whole-program run failed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -32,6 +36,64 @@ pub(crate) fn compile_program_with_limits(program: &Program, limits: &crate::Lim
     let info = crate::ir::validate_with_limits(program, limits).map_err(RunError::Invalid)?;
     let graph = crate::lower::fx::lower(&info, &Default::default()).map_err(RunError::Lower)?;
     Ok(compile(&graph, program)?)
+}
+
+/// Runs `program` on `backend`: validates it within the backend's limits,
+/// lowers it to FX, compiles it and runs it with `inputs`, keyed by graph
+/// input name (a symbol input is a one-element integer tensor) or constant
+/// name.
+///
+/// Backed symbols are bound from the sizes of the tensors given; each tensor
+/// is then laid out with its input's declared strides, storage offset and
+/// device ([`Backend::place`]: row-major data such as a safetensors file
+/// holds becomes the strided tensor the program expects). A missing input,
+/// an unknown name, or sizes that contradict the declaration are errors
+/// naming the input.
+pub fn run_program<B: Backend>(
+    program: &Program,
+    backend: &mut B,
+    inputs: &IndexMap<String, Tensor>,
+) -> Result<RunOutput<B::Tensor>, RunError> {
+    let plan = compile_program_with_limits(program, &backend.limits())?;
+    run_placed(program, &plan, backend, inputs)
+}
+
+/// [`run_program`] with `program`'s plan compiled already
+/// ([`compile_program`]), on inputs the caller lends: they are matched and
+/// laid out the same way, and a tensor already in its declared layout (a
+/// model's weights, placed once) is used without a copy where the backend
+/// can ([`Backend::place`]).
+pub fn run_plan<B: Backend>(
+    program: &Program,
+    plan: &Plan,
+    backend: &mut B,
+    inputs: &IndexMap<String, &Tensor>,
+) -> Result<RunOutput<B::Tensor>, RunError> {
+    run_placed(program, plan, backend, inputs)
+}
+
+/// Matches and lays out `inputs` on `backend`, then runs `plan`.
+fn run_placed<B: Backend, I: SuppliedInput + std::borrow::Borrow<Tensor>>(
+    program: &Program,
+    plan: &Plan,
+    backend: &mut B,
+    inputs: &IndexMap<String, I>,
+) -> Result<RunOutput<B::Tensor>, RunError> {
+    // The inputs to hand back after the run, where the backend takes them back.
+    let hands_back = backend.returns_inputs();
+    let mut placed: Vec<(Tensor, B::Tensor)> = Vec::new();
+    let (args, constants) = place_inputs(program, inputs, &mut |_, t, spec| {
+        let on_backend = backend.place(t.borrow(), spec)?;
+        if hands_back {
+            placed.push((t.borrow().clone(), on_backend.clone()));
+        }
+        Ok(on_backend)
+    })?;
+    let out = plan.run(backend, args, &constants)?;
+    for (supplied, on_backend) in &placed {
+        backend.return_input(supplied, on_backend)?;
+    }
+    Ok(out)
 }
 
 /// The concrete layout of `layout` under `env`; `what` names the tensor in

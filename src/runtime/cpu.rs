@@ -2,13 +2,14 @@
 //! Halide kernels loaded once and shared by every session.
 
 use super::{LoadReport, ModelError, ModelOptions, ModelSource};
+use crate::exec::host::kernels::{self as host_kernels, ScratchDir};
 use crate::exec::host::{HostBackend, HostOptions, KernelFn};
-use crate::exec::host_kernels::{self, ScratchDir};
-use crate::exec::images::SupplyError;
 use crate::exec::interp::Plan;
-use crate::exec::random::CudaRngState;
-use crate::exec::safetensors::{decode_raw, raw_tensors};
+use crate::exec::safetensors::decode_raw;
 use crate::exec::{Backend, ExecError, Tensor, Value};
+use crate::format::bundle_json::CudaRngState;
+use crate::format::images::SupplyError;
+use crate::format::safetensors::raw_tensors;
 use crate::ir::{GraphInput, Program};
 use indexmap::IndexMap;
 use std::sync::{Arc, Mutex};
@@ -255,7 +256,7 @@ impl CpuSession {
         for (name, t) in &shared.weights {
             all.insert(name.clone(), t);
         }
-        let out = crate::exec::host::run_plan_on(&shared.program, &shared.plan, &mut self.backend, &all)?;
+        let out = crate::exec::run_plan(&shared.program, &shared.plan, &mut self.backend, &all)?;
         Ok(out.outputs)
     }
 }

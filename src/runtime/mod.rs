@@ -14,7 +14,7 @@
 //! The device is [`ModelOptions::device`]:
 //!
 //! * [`Device::Cpu`] (every build): the host backend, with the bundle's
-//!   compiled C++ and Halide kernels (`exec::host_kernels`) and the host's
+//!   compiled C++ and Halide kernels (`exec::host::kernels`) and the host's
 //!   extern ops. Each [`Session`] is a host backend of its own sharing the
 //!   plan, the weights and the loaded kernels.
 //! * [`Device::Cuda`] (feature `cuda`): the CUDA backend's model

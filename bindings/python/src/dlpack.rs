@@ -183,7 +183,7 @@ unsafe fn read_managed(name: &str, m: &DLManagedTensor, limits: &wrapir::Limits)
         // tensor of `numel` elements of `dtype`, live while `m` is.
         unsafe { std::slice::from_raw_parts(t.data.cast::<u8>().add(offset), bytes) }
     };
-    let raw = wrapir::exec::safetensors::RawTensor {
+    let raw = wrapir::format::safetensors::RawTensor {
         dtype,
         size: shape.to_vec(),
         data,

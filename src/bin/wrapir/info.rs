@@ -51,7 +51,7 @@ fn describe_source(bundle: &Bundle, out: &mut String) {
             }
         );
     }
-    let p = &bundle.info().provenance;
+    let p = &bundle.meta().provenance;
     let known = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".to_string());
     if bundle.kind() != BundleKind::ProgramFile {
         *out += &format!(
@@ -82,7 +82,7 @@ fn layout_text(l: &Layout) -> String {
 /// name, whether it is a weight (and its module name), its layout.
 fn describe_inputs(bundle: &Bundle, out: &mut String) -> Result<()> {
     let program = bundle.program();
-    let info = bundle.info();
+    let info = bundle.meta();
     let graph = &program.main;
     *out += &format!("inputs ({}):\n", graph.inputs.len());
     if !info.signature.is_empty() {
@@ -139,7 +139,7 @@ fn describe_inputs(bundle: &Bundle, out: &mut String) -> Result<()> {
 /// the buffer and its layout (or the size expression).
 fn describe_outputs(bundle: &Bundle, out: &mut String) {
     let program = bundle.program();
-    let info = bundle.info();
+    let info = bundle.meta();
     let graph = &program.main;
     *out += &format!("outputs ({}):\n", graph.outputs.len());
     // The user's names are per stored output, in order: they line up with the
@@ -204,9 +204,7 @@ fn describe_kernels(program: &Program, out: &mut String) {
         let runs_on = match def.backend.keyword() {
             "triton" => "cuda (its image from the bundle)",
             "cpp" => "cpu (its image from the bundle)",
-            "halide" if wrapir::exec::host_kernels::is_host_image_kernel(&def.backend) => {
-                "cpu (its image from the bundle)"
-            }
+            "halide" if wrapir::exec::uses::is_host_image_kernel(&def.backend) => "cpu (its image from the bundle)",
             "halide" => "none (GPU Halide kernels are not run)",
             _ => "none (a kernel the embedder registers)",
         };
@@ -217,7 +215,8 @@ fn describe_kernels(program: &Program, out: &mut String) {
 /// `extern ops (N calls):` each op once, with its calls and the devices
 /// that run it (the tables behind `wrapir ops` and `check --device`).
 fn describe_extern_ops(program: &Program, out: &mut String) {
-    use wrapir::exec::device_ops::{cuda_op, extern_uses};
+    use wrapir::exec::device_ops::cuda_op;
+    use wrapir::exec::uses::extern_uses;
     let uses = extern_uses(program);
     if uses.is_empty() {
         *out += "extern ops: none\n";
@@ -248,7 +247,7 @@ fn describe_extern_ops(program: &Program, out: &mut String) {
         } else {
             devices.join(", ")
         };
-        let key = wrapir::exec::host::op_key(op);
+        let key = wrapir::exec::op::op_key(op);
         *out += &format!("  {key} x{calls}: runs on {devices}\n");
     }
 }

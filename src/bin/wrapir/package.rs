@@ -37,7 +37,7 @@ pub(crate) fn write_package(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let staging = wrapir::exec::host_kernels::ScratchDir::new_in(&parent, &format!(".{base}.partial"))
+    let staging = wrapir::exec::host::kernels::ScratchDir::new_in(&parent, &format!(".{base}.partial"))
         .with_context(|| format!("creating a temporary directory in {} for the package", parent.display()))?;
     let report = write_package_files(bundle, source, program, info, staging.path(), dir)?;
     // The staging directory is private (0700); the package gets the usual mode.
@@ -50,7 +50,7 @@ pub(crate) fn write_package(
             // Move the earlier package aside (onto a fresh empty directory,
             // which `rename` replaces), put the new one in place, then drop
             // the old one; on failure the earlier package is put back.
-            let old = wrapir::exec::host_kernels::ScratchDir::new_in(&parent, &format!(".{base}.old"))
+            let old = wrapir::exec::host::kernels::ScratchDir::new_in(&parent, &format!(".{base}.old"))
                 .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
             std::fs::rename(dir, old.path())
                 .with_context(|| format!("moving the earlier package {} aside", dir.display()))?;
@@ -174,7 +174,7 @@ fn write_package_files(
 /// The compiled host kernels a host-only wrapper calls (`kernels/<k>.so`)
 /// and, when one is a Halide kernel, the Halide runtime they link.
 fn host_image_paths(program: &Program) -> Vec<String> {
-    use wrapir::exec::host_kernels::{host_kernel_names, image_path, HALIDE_RUNTIME};
+    use wrapir::exec::host::kernels::{host_kernel_names, image_path, HALIDE_RUNTIME};
     let mut paths: Vec<String> = host_kernel_names(program).into_iter().map(image_path).collect();
     let halide = program
         .kernels
@@ -234,7 +234,8 @@ pub(crate) fn warn_missing_runtime_ops(program: &Program) {
 /// The calls the standalone wrapper makes in the runtime library that it
 /// cannot run, one line each (graph, line, text, op and op key).
 fn missing_runtime_ops(program: &Program) -> Vec<String> {
-    use wrapir::exec::device_ops::{extern_uses, runs_on_cuda};
+    use wrapir::exec::device_ops::runs_on_cuda;
+    use wrapir::exec::uses::extern_uses;
     let host = wrapir::lower::cpp::host_only(program).then(wrapir::exec::host::HostBackend::default);
     let runs = |op: &str| match &host {
         Some(backend) => backend.has_op(op),
@@ -250,7 +251,7 @@ fn missing_runtime_ops(program: &Program) -> Vec<String> {
                 u.line,
                 u.text,
                 u.op,
-                wrapir::exec::host::op_key(&u.op)
+                wrapir::exec::op::op_key(&u.op)
             )
         })
         .collect()

@@ -103,7 +103,7 @@ fn run_on_host(
 ) -> Result<RanksRun> {
     // Packaged ranks' host kernels are written to a private scratch directory
     // to be loaded, removed when the run ends (the loaded objects stay mapped).
-    let scratch = wrapir::exec::host_kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-rank-kernels")
+    let scratch = wrapir::exec::host::kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-rank-kernels")
         .map_err(|e| anyhow::anyhow!("creating a scratch directory: {e}"))?;
     let mut jobs = Vec::with_capacity(programs.len());
     for (rank, ((bundle, program), inputs)) in set.ranks().iter().zip(programs).zip(inputs).enumerate() {
@@ -113,7 +113,7 @@ fn run_on_host(
         }
         let dir = scratch.path().join(format!("rank{rank}"));
         let loaded =
-            wrapir::exec::host_kernels::load_kernels_from(&mut backend, program, &bundle.kernel_images(), Some(&dir));
+            wrapir::exec::host::kernels::load_kernels_from(&mut backend, program, &bundle.kernel_images(), Some(&dir));
         loaded.map_err(|e| anyhow::anyhow!("rank {rank} ({}): {e}", bundle.name()))?;
         jobs.push(RankJob {
             program,

@@ -4,8 +4,8 @@
 use super::*;
 use indexmap::IndexMap;
 use wrapir::bundle::{conventions, Bundle, BundleKind};
-use wrapir::exec::compare::{BundleMeta, Tolerance};
 use wrapir::exec::{Tensor, Value};
+use wrapir::format::bundle_json::{BundleMeta, Tolerance};
 
 mod ranks;
 pub(crate) use ranks::check_rank_set;
@@ -148,9 +148,9 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             }
             // A package's host kernels are written to a private scratch directory to
             // be loaded (removed when the run ends; the loaded objects stay mapped).
-            let scratch = wrapir::exec::host_kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-host-kernels")
+            let scratch = wrapir::exec::host::kernels::ScratchDir::new_in(&std::env::temp_dir(), "wrapir-host-kernels")
                 .map_err(|e| anyhow::anyhow!("running {name} on cpu: creating a scratch directory: {e}"))?;
-            let loaded = wrapir::exec::host_kernels::load_kernels_from(
+            let loaded = wrapir::exec::host::kernels::load_kernels_from(
                 &mut backend,
                 &program,
                 &bundle.kernel_images(),
@@ -158,7 +158,7 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             );
             drop(scratch);
             loaded.map_err(|e| anyhow::anyhow!("running {name} on cpu: {e}"))?;
-            let result = wrapir::exec::host::run_program_on(
+            let result = wrapir::exec::run_program(
                 &program,
                 &mut backend,
                 inputs.tensors.as_ref().unwrap_or(&IndexMap::new()),
@@ -210,12 +210,12 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
 /// constants the file leaves out taken from the bundle (reported).
 fn supplied_inputs(bundle: &Bundle, path: &Path) -> Result<IndexMap<String, Tensor>> {
     let tensors = bundle
-        .info()
+        .meta()
         .by_graph_input(read_tensors(path)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let program = bundle.program();
     let stored_names: Vec<&str> = bundle
-        .info()
+        .meta()
         .weights
         .iter()
         .map(String::as_str)
@@ -540,7 +540,7 @@ fn compare_mutated_inputs(args: &RunArgs, bundle: &Bundle, after: Option<&IndexM
     };
     for i in &comparison.inputs {
         let user = bundle
-            .info()
+            .meta()
             .input_names
             .get(&i.name)
             .map(|u| format!(" (`{u}`)"))
@@ -633,7 +633,7 @@ fn run_cuda(
         Err(_) => format!("cuda:{}", backend.ordinal()),
     };
     let failed = |e: wrapir::exec::RunError| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e));
-    let result = cuda::run_program_on(program, &mut backend, &inputs).map_err(failed)?;
+    let result = wrapir::exec::run_program(program, &mut backend, &inputs).map_err(failed)?;
     let outputs = result
         .outputs
         .iter()

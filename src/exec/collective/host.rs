@@ -276,6 +276,6 @@ impl RankBackend for HostBackend {
 
     fn run_rank(world: &Self::World, rank: usize, mut job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
         world.register(&mut job.backend, rank)?;
-        crate::exec::host::run_program_on(job.program, &mut job.backend, job.inputs)
+        crate::exec::run_program(job.program, &mut job.backend, job.inputs)
     }
 }

@@ -1,5 +1,5 @@
 //! Fused scaled-dot-product attention on the device: the memory-efficient,
-//! flash and cuDNN attention ops (see [`crate::exec::attention`] for their
+//! flash and cuDNN attention ops (see [`crate::exec::host::attention`] for their
 //! semantics and result layouts) on our own flash-attention kernels
 //! (`kernels/attention.cu`, compiled with NVRTC once per process, compute
 //! capability and head dim, separately from the other built-in kernels).
@@ -13,17 +13,15 @@
 //! is on and are an error naming what the kernels take when it is off.
 
 use super::driver;
-use super::kernels::{KernelSource, Traced, TracedParam};
+use super::kernels::{attention_source as source, Traced, TracedParam, ATTENTION_HEAD_DIMS as HEAD_DIMS};
 use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
-use crate::exec::attention::{self as sdpa, Item, Kind};
-use crate::exec::host::op_key;
+use crate::exec::host::attention::{self as sdpa, Item, Kind};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// The CUDA source of the attention kernels.
-const SOURCE: &str = include_str!("kernels/attention.cu");
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "attention";
 /// Threads per block of the f32 kernels (`NT` in the source).
@@ -38,8 +36,6 @@ const MMA_FAST_PATH: bool = true;
 const F32_BM: i64 = 32;
 /// Keys per tile of the f32 kernels (`F32_BN`).
 const F32_BN: u32 = 32;
-/// Head dims the kernels are instantiated for.
-pub(super) const HEAD_DIMS: [i64; 6] = [16, 32, 64, 80, 96, 128];
 
 /// The kernels' `AttnParams`: every field 8 bytes, in source order.
 #[repr(C)]
@@ -85,32 +81,19 @@ impl AttnParams {
     }
 }
 
-/// [`SOURCE`]'s kernels for head dim `e`: one module per head dim.
-pub(super) fn source(e: i64) -> KernelSource {
-    KernelSource {
-        id: format!("attention_e{e}"),
-        what: "cuda attention kernels",
-        text: format!("#define ATTN_E {e}\n{SOURCE}"),
-    }
-}
-
 /// Runs the attention ops on the device; `Ok(None)` for other ops and for
 /// operands the kernels do not take while the host fallback is on.
 pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let Some(kind) = sdpa::kind_of(&op_key(call.op)) else {
+    let Some(kind) = Kind::of(&call.family) else {
         return Ok(None);
     };
     if kind == Kind::FlashCpu {
         return Ok(None);
     }
-    let a = crate::exec::ops::Args {
-        op: call.op,
-        args: &call.args,
-        kwargs: &call.kwargs,
-    };
+    let a = crate::exec::op::Args::of(call);
     let parsed = sdpa::parse(&a, kind, |t: &CudaTensor| &t.spec)?;
     let dims = parsed.dims;
     let dtype = parsed.q.spec.dtype;

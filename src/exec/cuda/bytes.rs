@@ -1,6 +1,6 @@
 //! Host tensors as the little-endian bytes of device storage, and back.
 
-use crate::exec::tensor::with_dtype;
+use crate::exec::host::tensor::with_dtype;
 use crate::exec::{ExecError, Tensor};
 use crate::ir::DType;
 

@@ -33,8 +33,9 @@
 use super::dnn::{DataType, DnnHandle, Scaled, TensorDesc};
 use super::dnn_graph::{self, EngineFilter, HeurMode, Role};
 use super::library::{self, Address, LibraryCall};
-use super::{op_key, CudaBackend, CudaTensor, CudnnPlans};
-use crate::exec::conv::{format_strides, is_channels_last, packed_as, ConvParams};
+use super::{CudaBackend, CudaTensor, CudnnPlans};
+use crate::exec::host::conv::{format_strides, is_channels_last, packed_as, ConvParams};
+use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
@@ -44,7 +45,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The op's name in errors.
-const OP: &str = "aten.convolution";
+/// The op this module runs (errors name it by its key).
+const OP: &str = crate::exec::op::key::CONVOLUTION;
+/// The op of a convolution's layout copy, as its library call names it.
+static LAYOUT_COPY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("{} (layout copy)", OP));
+/// The op of a convolution's bias add, as its library call names it.
+static BIAS_ADD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("{} (bias add)", OP));
 
 /// Convolution plans of one backend, by shape, layout and parameters.
 #[derive(Default)]
@@ -191,12 +197,12 @@ struct Conv<'c, T> {
 
 /// Whether `op` is a convolution this module runs.
 fn is_convolution(op: &str) -> bool {
-    matches!(op_key(op).as_str(), "aten.convolution" | "aten._convolution")
+    matches!(ExternOp::of(op), ExternOp::Convolution | ExternOp::ConvolutionInternal)
 }
 
 /// Parses and checks a call (operand dtypes, bias size) and derives its
 /// result size and memory format.
-fn parse<'c, T: Operand>(a: &crate::exec::ops::Args<'c, T>) -> Result<Conv<'c, T>, ExecError> {
+fn parse<'c, T: Operand>(a: &crate::exec::op::Args<'c, T>) -> Result<Conv<'c, T>, ExecError> {
     let input = a.tensor(0, "input")?;
     let weight = a.tensor(1, "weight")?;
     let bias = a.opt_tensor(2, "bias")?;
@@ -252,14 +258,10 @@ pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if !is_convolution(call.op) {
+    if !matches!(call.family, ExternOp::Convolution | ExternOp::ConvolutionInternal) {
         return Ok(None);
     }
-    let a = crate::exec::ops::Args {
-        op: call.op,
-        args: &call.args,
-        kwargs: &call.kwargs,
-    };
+    let a = crate::exec::op::Args::of(call);
     let conv = parse(&a)?;
     let (dtype, channels_last) = (conv.dtype, conv.channels_last);
     let Some(dt) = data_type(dtype) else {
@@ -627,8 +629,8 @@ struct DnnCall {
 impl LibraryCall for DnnCall {
     fn op(&self) -> &str {
         match self.op {
-            Scaled::Transform => "aten.convolution (layout copy)",
-            Scaled::Add => "aten.convolution (bias add)",
+            Scaled::Transform => &LAYOUT_COPY,
+            Scaled::Add => &BIAS_ADD,
         }
     }
 
@@ -730,7 +732,7 @@ fn keys_ahead(calls: &[crate::exec::meta::LoggedExtern], tf32: bool) -> PlanKeys
     for call in calls.iter().filter(|c| is_convolution(&c.op)) {
         let kwargs: crate::exec::Kwargs<'_, TensorSpec> = (&call.kwargs).into();
         let args: crate::exec::ArgList<'_, TensorSpec> = call.args.as_slice().into();
-        let a = crate::exec::ops::Args {
+        let a = crate::exec::op::Args {
             op: &call.op,
             args: &args,
             kwargs: &kwargs,

@@ -16,7 +16,8 @@ use super::dnn_graph::{DataType, Graph, Plan, Pointwise, Reduce, Role};
 use super::driver::CudaError;
 use super::library::{self, Address, LibraryCall};
 use super::{CudaBackend, CudaTensor};
-use crate::exec::attention::Call;
+use crate::exec::host::attention::Call;
+use crate::exec::op::{key, target};
 use crate::exec::ExecError;
 use crate::ir::DType;
 use cudarc::driver::sys;
@@ -24,7 +25,8 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::rc::Rc;
 
-const OP: &str = "torch.ops.aten._scaled_dot_product_cudnn_attention.default";
+/// The op as errors name it (`torch.ops.aten._scaled_dot_product_cudnn_attention.default`).
+static OP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| target(key::SDPA_CUDNN, "default"));
 
 const Q: i64 = 1;
 const K: i64 = 2;
@@ -124,7 +126,7 @@ pub(super) fn run(
             let handle = backend
                 .dnn
                 .as_ref()
-                .ok_or_else(|| ExecError::op(OP, "no cuDNN handle"))?;
+                .ok_or_else(|| ExecError::op(&OP, "no cuDNN handle"))?;
             let built = {
                 let _setup = super::driver::setup_lock();
                 build(&key, handle)
@@ -132,7 +134,7 @@ pub(super) fn run(
             let p = match built {
                 Ok(p) => Some(Rc::new(p)),
                 Err(CudaError::Dnn { .. }) => None,
-                Err(e) => return Err(ExecError::op(OP, e.to_string())),
+                Err(e) => return Err(ExecError::op(&OP, e.to_string())),
             };
             backend.sdpa.plans.insert(key.clone(), p.clone());
             p
@@ -271,7 +273,7 @@ struct SdpaCall {
 
 impl LibraryCall for SdpaCall {
     fn op(&self) -> &str {
-        OP
+        &OP
     }
 
     fn library(&self) -> &'static str {
@@ -305,7 +307,7 @@ impl LibraryCall for SdpaCall {
     }
 
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        let handle = library::recorded_handle(backend.dnn.as_ref(), OP, "cuDNN")?;
+        let handle = library::recorded_handle(backend.dnn.as_ref(), &OP, "cuDNN")?;
         let neg_inf = f32::NEG_INFINITY;
         let mut uids = vec![Q, K, V, O, SCALE];
         let dev = |p: sys::CUdeviceptr| p as *mut c_void;
@@ -333,6 +335,6 @@ impl LibraryCall for SdpaCall {
         // ordered on the handle's stream; the by-value scalars live on this
         // frame until `execute` returns, and cuDNN reads them before then.
         unsafe { self.plan.execute(handle, &uids, &ptrs, dev(self.workspace)) }
-            .map_err(|e| ExecError::op(OP, e.to_string()))
+            .map_err(|e| ExecError::op(&OP, e.to_string()))
     }
 }

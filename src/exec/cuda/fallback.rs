@@ -4,7 +4,7 @@
 
 use super::bytes::{host_from_bytes, host_storage_bytes};
 use super::{kernels, CudaBackend, CudaTensor, Storage};
-use crate::exec::host::op_key;
+use crate::exec::op::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, Tensor, Value};
 use indexmap::IndexMap;
 use std::sync::Arc;
@@ -32,6 +32,7 @@ impl CudaBackend {
             .collect::<Result<IndexMap<_, _>, ExecError>>()?;
         let result = self.host.call_extern(ExternCall {
             op: call.op,
+            family: call.family,
             args: (&args).into(),
             kwargs: (&kwargs).into(),
             expected: call.expected,

@@ -27,10 +27,11 @@
 use super::blaslt::{self, Activation, LtKey, LtPlan, LtPointers};
 use super::cublas::{Gemm, GemmOperand};
 use super::library::{self, Address, LibraryCall};
-use super::{kernels, CudaBackend, CudaTensor, MathModes};
-use crate::exec::host::op_key;
-use crate::exec::ops::Args;
+use super::{kernels, CudaBackend, CudaTensor};
+use crate::exec::op::Args;
+use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
+use crate::format::bundle_json::MathModes;
 use crate::ir::DType;
 use cudarc::cublas::sys::{cublasMath_t, cudaDataType};
 use cudarc::cublaslt::sys as lt_sys;
@@ -44,17 +45,12 @@ pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let key = op_key(call.op);
-    let a = Args {
-        op: call.op,
-        args: &call.args,
-        kwargs: &call.kwargs,
-    };
+    let a = Args::of(call);
     let first = (backend.blas.is_none() && backend.lt.is_none()).then(std::time::Instant::now);
-    let result = match key.as_str() {
-        "aten.mm" => mm(backend, call, &a)?,
-        "aten.addmm" => addmm(backend, call, &a, Activation::None)?,
-        "aten._addmm_activation" => {
+    let result = match call.family {
+        ExternOp::Mm => mm(backend, call, &a)?,
+        ExternOp::Addmm => addmm(backend, call, &a, Activation::None)?,
+        ExternOp::AddmmActivation => {
             let act = if a.boolean(5, "use_gelu", false)? {
                 Activation::Gelu
             } else {
@@ -62,9 +58,9 @@ pub(super) fn call(
             };
             addmm(backend, call, &a, act)?
         }
-        "aten.bmm" => baddbmm(backend, call, &a, false)?,
-        "aten.baddbmm" => baddbmm(backend, call, &a, true)?,
-        "aten.addbmm" => addbmm(backend, call, &a)?,
+        ExternOp::Bmm => baddbmm(backend, call, &a, false)?,
+        ExternOp::Baddbmm => baddbmm(backend, call, &a, true)?,
+        ExternOp::Addbmm => addbmm(backend, call, &a)?,
         _ => return Ok(None),
     };
     if let Some(t0) = first {

@@ -58,19 +58,20 @@ pub use model::{
     make_cudnn_plans, CudnnPlans, DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session,
 };
 pub use nccl::{CudaRankJob, NcclWorld};
-pub use options::{CudaOptions, MathModes};
+pub use options::CudaOptions;
 pub use prepared::{Prepared, PreparedCache};
 pub use tensor::CudaTensor;
 
 pub(crate) use bytes::host_from_bytes;
 pub(crate) use launch::SharedKernels;
-pub use run::{place_inputs, run_program, run_program_on, to_host};
+pub use run::{place_inputs, run_program, to_host};
 
 use launch::LoadedKernel;
 use tensor::Storage;
 
-use super::host::{op_key, HostBackend};
-use super::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
+use super::host::tensor::{check_bounds, with_dtype, Accounted, MemCounter};
+use super::host::HostBackend;
+use super::op::{op_key, CudaRoute};
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
@@ -144,7 +145,7 @@ impl Drop for CudaBackend {
 }
 
 /// A generator state as the device copy holds it (little-endian seed, offset).
-fn rng_bytes(state: crate::exec::random::CudaRngState) -> [u8; 16] {
+fn rng_bytes(state: crate::format::bundle_json::CudaRngState) -> [u8; 16] {
     let mut b = [0u8; 16];
     b[..8].copy_from_slice(&state.seed.to_le_bytes());
     b[8..].copy_from_slice(&state.offset.to_le_bytes());
@@ -347,7 +348,7 @@ impl CudaBackend {
             let laid_out = Tensor::zeros_like_spec(&dst.spec)?;
             laid_out.copy_from(src)?;
             let offsets = laid_out.element_offsets()?;
-            let numel = crate::exec::tensor::storage_elements(&dst.spec)?;
+            let numel = crate::exec::host::tensor::storage_elements(&dst.spec)?;
             let bytes = with_dtype!(
                 src.dtype(),
                 T => {
@@ -406,7 +407,7 @@ impl CudaBackend {
     /// draw has run: each draw's kernel reads it and a second kernel
     /// advances it, so replays of a prepared recording (direct or through
     /// a CUDA graph) draw new numbers each call, as PyTorch's generator does.
-    pub fn set_cuda_rng(&mut self, state: crate::exec::random::CudaRngState) -> Result<(), ExecError> {
+    pub fn set_cuda_rng(&mut self, state: crate::format::bundle_json::CudaRngState) -> Result<(), ExecError> {
         self.host.set_cuda_rng(state);
         if let Some(ptr) = self.rng_state {
             self.device.upload(ptr, &rng_bytes(state))?;
@@ -415,7 +416,7 @@ impl CudaBackend {
     }
 
     /// The generator state now (advanced by every draw, replays included).
-    pub fn cuda_rng(&self) -> Result<crate::exec::random::CudaRngState, ExecError> {
+    pub fn cuda_rng(&self) -> Result<crate::format::bundle_json::CudaRngState, ExecError> {
         let Some(ptr) = self.rng_state else {
             return Ok(self.host.cuda_rng());
         };
@@ -426,7 +427,7 @@ impl CudaBackend {
             w.copy_from_slice(&bytes[8 * i..8 * i + 8]);
             u64::from_le_bytes(w)
         };
-        Ok(crate::exec::random::CudaRngState {
+        Ok(crate::format::bundle_json::CudaRngState {
             seed: word(0),
             offset: word(1),
         })
@@ -469,7 +470,7 @@ impl CudaBackend {
 
     /// The extern ops this backend runs: on the GPU, then through the host fallback when it is on.
     pub fn supported_ops(&self) -> Vec<String> {
-        let device = crate::exec::device_ops::CUDA_OPS;
+        let device = crate::exec::device_ops::cuda_ops();
         let mut ops: Vec<String> = device.iter().map(|row| row.op.to_string()).collect();
         if self.options.host_fallback {
             ops.extend(
@@ -486,17 +487,19 @@ impl CudaBackend {
     /// Runs `call` on the device: the GEMM family on cuBLAS / cuBLASLt,
     /// convolution on cuDNN, attention and the other ops on built-in
     /// kernels; `Ok(None)` when none of them takes these operands.
+    /// Runs `call` on the device where its catalogue entry routes it
+    /// (`Ok(None)`: no device implementation takes these operands).
     fn run_on_device(&mut self, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
-        if let Some(v) = matmul::call(self, call)? {
-            return Ok(Some(v));
+        let Some(on) = call.family.on_cuda() else {
+            return Ok(None);
+        };
+        match on.route {
+            CudaRoute::Blas => matmul::call(self, call),
+            CudaRoute::Conv => conv::call(self, call),
+            CudaRoute::Attention => attention::call(self, call),
+            CudaRoute::Kernel => kernels::run_indexing(self, call),
+            CudaRoute::Extra => kernels::run_extra(self, call),
         }
-        if let Some(v) = conv::call(self, call)? {
-            return Ok(Some(v));
-        }
-        if let Some(v) = attention::call(self, call)? {
-            return Ok(Some(v));
-        }
-        kernels::run(self, call)
     }
 
     fn device_of(&self) -> IrDevice {
@@ -611,19 +614,18 @@ impl Backend for CudaBackend {
         if let Some(v) = nccl::call(self, &call)? {
             return Ok(v);
         }
-        let key = op_key(call.op);
-        if crate::exec::stream_ops::is_stream_op(&key) {
+        if crate::exec::op::stream::is_stream_op(&op_key(call.op)) {
             // One stream, program order: nothing to wait for.
-            return crate::exec::stream_ops::run_in_order(call.op, &call.args, &call.kwargs);
+            return crate::exec::op::stream::run_in_order(call.op, &call.args, &call.kwargs);
         }
-        let on_device = crate::exec::device_ops::cuda_op(call.op).is_some();
+        let on_device = call.family.on_cuda().is_some();
         if on_device {
             if let Some(v) = self.run_on_device(&call)? {
                 self.options.extern_ops.record_device(call.op);
                 return Ok(v);
             }
         }
-        let on_host = self.host.op_names().contains(&key) || self.host.op_names().iter().any(|o| o == call.op);
+        let on_host = self.host.has_op(call.op);
         if self.options.host_fallback && on_host {
             return self.host_fallback(call);
         }
@@ -679,7 +681,7 @@ impl Backend for CudaBackend {
             device: self.device_of(),
             ..tensor.spec().clone()
         };
-        let numel = crate::exec::tensor::storage_elements(&spec)?;
+        let numel = crate::exec::host::tensor::storage_elements(&spec)?;
         let bytes = with_dtype!(
             spec.dtype,
             T => {

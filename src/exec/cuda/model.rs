@@ -28,12 +28,13 @@
 
 use super::conv::{PlanKeys, PlansAhead};
 use super::{to_host, CudaBackend, CudaOptions, CudaPaths, CudaTensor, PreparedCache, SharedKernels};
-use crate::exec::images::{NoKernelImages, SupplyError};
 use crate::exec::interp::Plan;
 pub use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
-use crate::exec::safetensors::{decode_raw, raw_tensors, RawTensor};
+use crate::exec::safetensors::decode_raw;
 use crate::exec::{Backend, ExecError, Tensor, TensorSpec, Value};
+use crate::format::images::{NoKernelImages, SupplyError};
+use crate::format::safetensors::{raw_tensors, RawTensor};
 use crate::ir::{GraphInput, Program};
 use indexmap::IndexMap;
 use std::sync::{Arc, Mutex};

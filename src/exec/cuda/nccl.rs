@@ -29,8 +29,8 @@ use crate::exec::collective::rendezvous::{Rendezvous, Signature};
 use crate::exec::collective::{
     check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, RankBackend, RankJob, Request, OPS,
 };
-use crate::exec::host::op_key;
 use crate::exec::interp::RunOutput;
+use crate::exec::op::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
 use crate::ir::{DType, Device};
 use cudarc::driver::sys::CUdeviceptr;
@@ -493,7 +493,7 @@ impl RankBackend for CudaOptions {
     fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
         let mut backend = CudaBackend::new(job.backend).map_err(ExecError::from)?;
         backend.join_world(world, rank)?;
-        let out = super::run_program_on(job.program, &mut backend, job.inputs)?;
+        let out = crate::exec::run_program(job.program, &mut backend, job.inputs)?;
         let outputs = out
             .outputs
             .iter()

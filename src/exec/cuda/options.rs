@@ -5,7 +5,8 @@
 use super::kernels::ExternOpLog;
 use super::CudaPaths;
 use crate::exec::host::HostOptions;
-use crate::exec::images::{KernelImageSource, NoKernelImages};
+use crate::format::bundle_json::MathModes;
+use crate::format::images::{KernelImageSource, NoKernelImages};
 use std::sync::Arc;
 
 /// Options of the CUDA backend.
@@ -24,7 +25,7 @@ pub struct CudaOptions {
     /// the CLI and the runtime library use) reads them from the environment.
     pub paths: CudaPaths,
     /// Run extern ops the GPU path does not implement (no row of
-    /// [`crate::exec::device_ops::CUDA_OPS`], or operands the row refuses) on
+    /// [`crate::exec::device_ops::cuda_ops`], or operands the row refuses) on
     /// the host backend's ops, copying data through host memory, and count
     /// them in [`CudaOptions::extern_ops`]. Default `false`: such an op is an
     /// error naming it, so a run never leaves the device silently (the CLI's
@@ -56,7 +57,7 @@ pub struct CudaOptions {
     /// starts from (a bundle's `cuda_rng`; default PyTorch's default seed at
     /// offset 0); each call advances it as PyTorch's generator advances
     /// (see [`crate::exec::random`]).
-    pub cuda_rng: crate::exec::random::CudaRngState,
+    pub cuda_rng: crate::format::bundle_json::CudaRngState,
     /// How graph replay treats a recording's device reads: one graph with
     /// the reads checked on the device under conditional nodes, or segments
     /// with host reads between them (default [`GraphReads::Auto`]).
@@ -65,32 +66,6 @@ pub struct CudaOptions {
     /// the caller (a package's `cudnn-plans/` entries), restored instead of
     /// made when one has a plan's name (default: none).
     pub cudnn_plans: super::CudnnPlans,
-}
-
-/// PyTorch's math-mode switches that change library numerics; each library
-/// call follows them as PyTorch's own call does. Defaults are PyTorch's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct MathModes {
-    /// `torch.backends.cuda.matmul.allow_tf32` (default `false`): fp32 GEMMs may round inputs to TF32.
-    pub matmul_allow_tf32: bool,
-    /// `torch.backends.cudnn.allow_tf32` (default `true`): fp32 convolutions may use TF32.
-    pub cudnn_allow_tf32: bool,
-    /// `torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction` (default `true`).
-    pub fp16_reduced_precision_reduction: bool,
-    /// `torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction` (default `true`).
-    pub bf16_reduced_precision_reduction: bool,
-}
-
-impl Default for MathModes {
-    fn default() -> Self {
-        MathModes {
-            matmul_allow_tf32: false,
-            cudnn_allow_tf32: true,
-            fp16_reduced_precision_reduction: true,
-            bf16_reduced_precision_reduction: true,
-        }
-    }
 }
 
 impl CudaOptions {
@@ -104,7 +79,7 @@ impl CudaOptions {
     }
 
     /// These options with the start-up work `program` needs started early,
-    /// by what runs its extern ops ([`crate::exec::device_ops::CUDA_OPS`]):
+    /// by what runs its extern ops ([`crate::exec::device_ops::cuda_ops`]):
     /// [`CudaOptions::preload_blas`] for cuBLAS / cuBLASLt ops,
     /// [`CudaOptions::preload_dnn`] for cuDNN ops and
     /// [`CudaOptions::preload_builtins`] for ops on the built-in kernels.
@@ -118,7 +93,7 @@ impl CudaOptions {
                 Some("cuBLAS" | "cuBLASLt") => self.preload_blas = true,
                 Some("cuDNN") => self.preload_dnn = true,
                 // The attention kernels are their own module, compiled per head dim.
-                Some(crate::exec::device_ops::OWN_ATTENTION) => {}
+                Some(crate::exec::op::OWN_ATTENTION) => {}
                 Some(_) => self.preload_builtins = true,
                 None => {}
             }
@@ -143,7 +118,7 @@ impl Default for CudaOptions {
             preload_builtins: false,
             preload_dnn: false,
             math: MathModes::default(),
-            cuda_rng: crate::exec::random::CudaRngState::default(),
+            cuda_rng: crate::format::bundle_json::CudaRngState::default(),
             graph_reads: super::GraphReads::Auto,
             cudnn_plans: super::CudnnPlans::default(),
         }

@@ -1,23 +1,23 @@
 //! Whole-program runs on the CUDA backend.
 
 use super::{CudaBackend, CudaOptions, CudaTensor};
-use crate::exec::compare::BundleMeta;
-use crate::exec::images::KernelImageSource;
 use crate::exec::interp::RunOutput;
-use crate::exec::run::{compile_program, place_inputs as place_host_inputs};
+use crate::exec::run::{compile_program, place_inputs as place_host_inputs, run_program as run};
 use crate::exec::{Backend, ExecError, RunError, Tensor, Value};
+use crate::format::bundle_json::BundleMeta;
+use crate::format::images::KernelImageSource;
 use crate::ir::Program;
 use indexmap::IndexMap;
 
-/// Runs `program` on a new [`CudaBackend`] with `options` and copies the
-/// outputs back to the host (see [`run_program_on`]).
+/// Runs `program` on a new [`CudaBackend`] with `options`
+/// ([`crate::exec::run_program`]) and copies the outputs back to the host.
 pub fn run_program(
     program: &Program,
     options: CudaOptions,
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<RunOutput<Tensor>, RunError> {
     let mut backend = CudaBackend::new(options).map_err(ExecError::from)?;
-    let out = run_program_on(program, &mut backend, inputs)?;
+    let out = run(program, &mut backend, inputs)?;
     let outputs = out
         .outputs
         .iter()
@@ -30,22 +30,8 @@ pub fn run_program(
     })
 }
 
-/// Runs `program` on `backend` with host `inputs` keyed by graph input name
-/// (a symbol input is a one-element integer tensor) or constant name, as
-/// [`crate::exec::host::run_program_on`] does: backed symbols are bound from
-/// the inputs' sizes, each tensor is laid out with its input's declared
-/// strides and storage offset, then copied to the device.
-pub fn run_program_on(
-    program: &Program,
-    backend: &mut CudaBackend,
-    inputs: &IndexMap<String, Tensor>,
-) -> Result<RunOutput<CudaTensor>, RunError> {
-    let (plan, args, constants) = place_inputs(program, backend, inputs)?;
-    Ok(plan.run(backend, args, &constants)?)
-}
-
 /// Compiles `program` and places `inputs` on the device as
-/// [`run_program_on`] does, without running it: returns the plan, the graph
+/// [`crate::exec::run_program`] does, without running it: returns the plan, the graph
 /// inputs in placeholder order and the constants, ready for
 /// [`Plan::run`](crate::exec::interp::Plan::run) or a prepared plan.
 #[allow(clippy::type_complexity)]
@@ -62,14 +48,7 @@ pub fn place_inputs(
     RunError,
 > {
     let plan = compile_program(program)?;
-    let (args, constants) = place_host_inputs(program, inputs, &mut |_, host, spec| {
-        if host.stride() == spec.stride.as_slice() && host.spec().offset == spec.offset {
-            return backend.copy_in(host);
-        }
-        let laid_out = Tensor::zeros_like_spec(spec)?;
-        laid_out.copy_from(host)?;
-        backend.copy_in(&laid_out)
-    })?;
+    let (args, constants) = place_host_inputs(program, inputs, &mut |_, host, spec| backend.place(host, spec))?;
     Ok((plan, args, constants))
 }
 

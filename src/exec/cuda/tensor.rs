@@ -3,7 +3,7 @@
 
 use super::driver::Device;
 use super::CudaError;
-use crate::exec::tensor::Accounted;
+use crate::exec::host::tensor::Accounted;
 use crate::exec::TensorSpec;
 use cudarc::driver::sys;
 use std::sync::Arc;

@@ -105,6 +105,7 @@ pub(super) fn compile_graph(
             },
             Op::Extern { target, args, kwargs } => StepKind::Extern(Box::new(ExternStep {
                 target: target.clone(),
+                family: crate::exec::op::ExternOp::of(target),
                 args: operands(args)?,
                 kwargs: kwmap(kwargs)?,
                 layout: match &node.val {

@@ -196,6 +196,8 @@ struct CallStep {
 #[derive(Clone, Debug)]
 struct ExternStep {
     target: String,
+    /// `target`'s family in the extern-op catalogue, resolved once here.
+    family: crate::exec::op::ExternOp,
     args: Vec<Operand>,
     kwargs: KwOperands,
     /// The declared layout of a tensor result (here, not only in the

@@ -265,6 +265,7 @@ impl Plan {
                 };
                 let result = backend.call_extern(ExternCall {
                     op: &c.target,
+                    family: c.family,
                     args,
                     kwargs,
                     expected,

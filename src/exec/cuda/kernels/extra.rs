@@ -2,16 +2,16 @@
 //! (`aten.view_as_complex`, `aten.view_as_real`, `aten.view.dtype` to a
 //! dtype of the same width or between a complex dtype and its parts: no
 //! kernel, the result aliases its input as in PyTorch), complex `aten.mul` / `add` / `sub` / `div` on two tensors,
-//! `aten.segment_reduce` (semantics in [`crate::exec::segment`]) and
+//! `aten.segment_reduce` (semantics in [`crate::exec::host::segment`]) and
 //! `aten.randint` (PyTorch's CUDA values, [`crate::exec::random`]).
 //! `Ok(None)` for operands these do not take (real-only pointwise ops,
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
 use super::{blocks_for, launch_function, read_i64, scratch, Arg, KernelSource, Nd};
 use crate::exec::cuda::{CudaBackend, CudaTensor};
-use crate::exec::host::op_key;
+use crate::exec::host::segment::{self, Reduction};
+use crate::exec::op::ExternOp;
 use crate::exec::random::{DeviceShape, RandintPlan};
-use crate::exec::segment::{self, Reduction};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
@@ -23,7 +23,7 @@ const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("extra.cu
 /// The module's name among the backend's separately compiled modules.
 const MODULE: &str = "extra";
 
-type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
+type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
 /// These kernels' source.
 pub(super) fn source() -> KernelSource {
@@ -46,33 +46,28 @@ pub(super) fn run(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let a = Args {
-        op: call.op,
-        args: &call.args,
-        kwargs: &call.kwargs,
-    };
-    let key = op_key(call.op);
-    if key == "aten.randint" {
+    let a = Args::of(call);
+    if call.family == ExternOp::Randint {
         return randint(backend, &a);
     }
     if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
         return Ok(None);
     }
-    match key.as_str() {
-        "aten.view_as_complex" => view(&a, |s| s.as_complex()),
-        "aten.view_as_real" => view(&a, |s| s.as_real()),
-        "aten.view" => view_dtype(&a),
-        "aten.add" => complex_binary(backend, &a, 0),
-        "aten.sub" => complex_binary(backend, &a, 1),
-        "aten.mul" => complex_binary(backend, &a, 2),
-        "aten.div" => complex_binary(backend, &a, 3),
-        "aten.segment_reduce" => segment_reduce(backend, &a),
+    match call.family {
+        ExternOp::ViewAsComplex => view(&a, |s| s.as_complex()),
+        ExternOp::ViewAsReal => view(&a, |s| s.as_real()),
+        ExternOp::View => view_dtype(&a),
+        ExternOp::Add => complex_binary(backend, &a, 0),
+        ExternOp::Sub => complex_binary(backend, &a, 1),
+        ExternOp::Mul => complex_binary(backend, &a, 2),
+        ExternOp::Div => complex_binary(backend, &a, 3),
+        ExternOp::SegmentReduce => segment_reduce(backend, &a),
         _ => Ok(None),
     }
 }
 
 fn aliased(x: &CudaTensor, spec: TensorSpec) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    crate::exec::tensor::check_bounds(&spec, x.storage.bytes / spec.dtype.size_bytes().max(1) as usize)?;
+    crate::exec::host::tensor::check_bounds(&spec, x.storage.bytes / spec.dtype.size_bytes().max(1) as usize)?;
     Ok(Some(Value::Tensor(CudaTensor {
         storage: Arc::clone(&x.storage),
         spec,
@@ -135,7 +130,7 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
 fn broadcast_nd(spec: &TensorSpec, shape: &[i64]) -> Option<Nd> {
     Nd::new(
         shape,
-        &crate::exec::pointwise::broadcast_strides(&spec.size, &spec.stride, shape)?,
+        &crate::exec::host::pointwise::broadcast_strides(&spec.size, &spec.stride, shape)?,
     )
 }
 
@@ -157,7 +152,7 @@ fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Op
         _ => return Ok(None),
     };
     let alpha = if op <= 1 { a.float(2, "alpha", 1.0)? } else { 1.0 };
-    let shape = crate::exec::pointwise::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
+    let shape = crate::exec::host::pointwise::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
     let (Some(xd), Some(yd)) = (broadcast_nd(&x.spec, &shape), broadcast_nd(&y.spec, &shape)) else {
         return Ok(None);
     };

@@ -85,11 +85,7 @@ pub(in crate::exec::cuda) struct KernelSource {
 /// the attention kernels for each head dim they take.
 pub(in crate::exec::cuda) fn all_sources() -> Vec<KernelSource> {
     let mut all = vec![super::builtin_source(), super::extra::source()];
-    all.extend(
-        crate::exec::cuda::attention::HEAD_DIMS
-            .iter()
-            .map(|&e| crate::exec::cuda::attention::source(e)),
-    );
+    all.extend(super::ATTENTION_HEAD_DIMS.iter().map(|&e| super::attention_source(e)));
     all
 }
 

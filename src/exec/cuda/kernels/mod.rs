@@ -114,15 +114,21 @@ pub(super) struct Builtins {
     pub(super) load_time: std::time::Duration,
 }
 
-/// Runs `call` on a built-in kernel; `Ok(None)` when no kernel covers it.
-pub(super) fn run(
+/// Runs a call the catalogue routes to the index, scatter, jagged and top-k
+/// kernels (`CudaRoute::Kernel`); `Ok(None)` when no kernel takes its operands.
+pub(super) fn run_indexing(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if let Some(v) = extra::run(backend, call)? {
-        return Ok(Some(v));
-    }
     ops::run(backend, call)
+}
+
+/// Runs a call the catalogue routes to [`extra`] (`CudaRoute::Extra`).
+pub(super) fn run_extra(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    extra::run(backend, call)
 }
 
 /// The built-in kernels' source (see [`image`]).
@@ -131,6 +137,21 @@ fn builtin_source() -> KernelSource {
         id: "builtin".into(),
         what: "cuda built-in kernels",
         text: SOURCE.to_string(),
+    }
+}
+
+/// The flash-attention kernels' source (`exec::cuda::attention` launches them).
+const ATTENTION_SOURCE: &str = include_str!("attention.cu");
+
+/// Head dims the attention kernels are instantiated for.
+pub(in crate::exec::cuda) const ATTENTION_HEAD_DIMS: [i64; 6] = [16, 32, 64, 80, 96, 128];
+
+/// The attention kernels for head dim `e`: one module per head dim.
+pub(in crate::exec::cuda) fn attention_source(e: i64) -> KernelSource {
+    KernelSource {
+        id: format!("attention_e{e}"),
+        what: "cuda attention kernels",
+        text: format!("#define ATTN_E {e}\n{ATTENTION_SOURCE}"),
     }
 }
 

@@ -3,8 +3,8 @@
 
 use super::{blocks_for, dtype_suffix, launch, read_i64, reducible, scratch, Arg, Indices, Nd, MAX_RANK, TILE};
 use crate::exec::cuda::{host_storage_bytes, CudaBackend, CudaTensor};
-use crate::exec::host::op_key;
-use crate::exec::pointwise;
+use crate::exec::host::pointwise;
+use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, Tensor, TensorSpec, Value};
 use crate::ir::DType;
 
@@ -17,7 +17,7 @@ const MODE_AMIN: i32 = 4;
 const MODE_IDENTITY: i32 = 8;
 
 /// Positional-or-keyword access to a call's arguments (the host ops' reader).
-type Args<'c> = crate::exec::ops::Args<'c, CudaTensor>;
+type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
 /// Dispatches `call` by op key; `Ok(None)` when no kernel covers it.
 pub(super) fn run(
@@ -27,29 +27,25 @@ pub(super) fn run(
     if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
         return Ok(None);
     }
-    let a = Args {
-        op: call.op,
-        args: &call.args,
-        kwargs: &call.kwargs,
-    };
-    match op_key(call.op).as_str() {
-        "aten.nonzero" => nonzero(backend, &a),
-        "aten.masked_select" => masked_select(backend, &a),
-        "aten.index" => index_with_mask(backend, &a),
-        "aten._jagged_to_padded_dense_forward" => {
+    let a = Args::of(call);
+    match call.family {
+        ExternOp::Nonzero => nonzero(backend, &a),
+        ExternOp::MaskedSelect => masked_select(backend, &a),
+        ExternOp::Index => index_with_mask(backend, &a),
+        ExternOp::JaggedToPaddedDenseForward => {
             let padding = a.float(3, "padding_value", 0.0)?;
             jagged_to_padded(backend, &a, "values", padding)
         }
-        "aten._padded_dense_to_jagged_backward" => jagged_to_padded(backend, &a, "grad_output", 0.0),
-        "aten._padded_dense_to_jagged_forward" => {
+        ExternOp::PaddedDenseToJaggedBackward => jagged_to_padded(backend, &a, "grad_output", 0.0),
+        ExternOp::PaddedDenseToJaggedForward => {
             let total = a.opt_int(2, "total_L")?;
             padded_to_jagged(backend, &a, "dense", total)
         }
-        "aten._jagged_to_padded_dense_backward" => {
+        ExternOp::JaggedToPaddedDenseBackward => {
             let total = a.int(2, "total_L", None)?;
             padded_to_jagged(backend, &a, "grad_output", Some(total))
         }
-        "aten.scatter_" => {
+        ExternOp::Scatter => {
             let mode = match a.string(4, "reduce")? {
                 None => MODE_ASSIGN,
                 Some("add") => MODE_SUM,
@@ -58,8 +54,8 @@ pub(super) fn run(
             };
             scatter(backend, &a, mode, true)
         }
-        "aten.scatter_add_" => scatter(backend, &a, MODE_SUM, true),
-        "aten.scatter_reduce_" => {
+        ExternOp::ScatterAdd => scatter(backend, &a, MODE_SUM, true),
+        ExternOp::ScatterReduce => {
             let mode = match a.string(4, "reduce")? {
                 Some("sum") => MODE_SUM,
                 Some("prod") => MODE_PROD,
@@ -71,8 +67,8 @@ pub(super) fn run(
             let include_self = a.boolean(5, "include_self", true)?;
             scatter(backend, &a, mode, include_self)
         }
-        "aten.index_put_" => index_put(backend, &a),
-        "aten.topk" => topk(backend, &a),
+        ExternOp::IndexPut => index_put(backend, &a),
+        ExternOp::Topk => topk(backend, &a),
         _ => Ok(None),
     }
 }

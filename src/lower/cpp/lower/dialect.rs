@@ -95,7 +95,7 @@ pub(super) trait DialectOps: Sync {
     fn extern_call(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>) -> Result<(), Error>;
     /// An `index_put` fallback, `site` its extern call
     /// ([`IndexPutFallback::extern_call`]); by default that call, as the
-    /// interpreter runs it (`exec::device_ops::extern_uses`).
+    /// interpreter runs it (`exec::uses::extern_uses`).
     fn index_put(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>, _line: &IndexPutFallback) -> Result<(), Error> {
         self.extern_call(l, site)
     }

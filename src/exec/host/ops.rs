@@ -3,143 +3,14 @@
 use super::jagged::{self, Overflow};
 use super::pointwise;
 use super::tensor::Tensor;
-use super::{ArgList, ExecError, Kwargs, Value};
+use crate::exec::op::ExternOp;
+use crate::exec::{ExecError, Value};
+
+/// An op call's arguments on the host backend.
+pub(crate) type Args<'a> = crate::exec::op::Args<'a, Tensor>;
 use crate::ir::DType;
 
-/// Arguments of one op call, read by position or keyword; shared by every
-/// backend's built-in ops (`T` is the backend's tensor type).
-pub(crate) struct Args<'a, T = Tensor> {
-    pub(crate) op: &'a str,
-    pub(crate) args: &'a ArgList<'a, T>,
-    pub(crate) kwargs: &'a Kwargs<'a, T>,
-}
-
-impl<'a, T> Args<'a, T> {
-    pub(crate) fn get(&self, i: usize, name: &str) -> Option<&'a Value<T>> {
-        self.args
-            .get(i)
-            .or_else(|| self.kwargs.get(name))
-            .filter(|v| !matches!(v, Value::None))
-    }
-
-    pub(crate) fn err(&self, message: impl Into<String>) -> ExecError {
-        ExecError::op(self.op, message)
-    }
-
-    /// The elements of this op's result of `shape`, whose host buffers take
-    /// `bytes_per_element` bytes an element, within the one-allocation
-    /// limit `max_alloc`: the one check of a host op's result size.
-    pub(crate) fn result_elements(
-        &self,
-        shape: &[i64],
-        bytes_per_element: u64,
-        max_alloc: u64,
-    ) -> Result<usize, ExecError> {
-        let n = super::tensor::checked_numel(shape)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| self.err(format!("the result {shape:?} has more elements than fit in 64 bits")))?;
-        crate::Limits::check(
-            crate::Limit::AllocBytes,
-            (n as u64).saturating_mul(bytes_per_element),
-            max_alloc,
-            format!("op `{}`: the result {shape:?}", self.op),
-        )?;
-        Ok(n)
-    }
-
-    pub(crate) fn tensor(&self, i: usize, name: &str) -> Result<&'a T, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Tensor(t)) => Ok(t),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a tensor, got {}", v.kind()))),
-            None => Err(self.err(format!("missing tensor argument `{name}`"))),
-        }
-    }
-
-    /// An optional tensor argument (absent or `None`: `Ok(None)`).
-    pub(crate) fn opt_tensor(&self, i: usize, name: &str) -> Result<Option<&'a T>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Tensor(t)) => Ok(Some(t)),
-            None => Ok(None),
-            Some(v) => Err(self.err(format!("`{name}` must be a tensor or None, got {}", v.kind()))),
-        }
-    }
-
-    pub(crate) fn int(&self, i: usize, name: &str, default: Option<i64>) -> Result<i64, ExecError> {
-        match self.get(i, name) {
-            Some(v) => v
-                .as_int()
-                .ok_or_else(|| self.err(format!("argument `{name}` must be an int, got {}", v.kind()))),
-            None => default.ok_or_else(|| self.err(format!("missing int argument `{name}`"))),
-        }
-    }
-
-    pub(crate) fn opt_int(&self, i: usize, name: &str) -> Result<Option<i64>, ExecError> {
-        match self.get(i, name) {
-            Some(v) => {
-                Ok(Some(v.as_int().ok_or_else(|| {
-                    self.err(format!("argument `{name}` must be an int"))
-                })?))
-            }
-            None => Ok(None),
-        }
-    }
-
-    pub(crate) fn float(&self, i: usize, name: &str, default: f64) -> Result<f64, ExecError> {
-        match self.get(i, name) {
-            Some(v) => v
-                .as_float()
-                .ok_or_else(|| self.err(format!("argument `{name}` must be a number, got {}", v.kind()))),
-            None => Ok(default),
-        }
-    }
-
-    pub(crate) fn boolean(&self, i: usize, name: &str, default: bool) -> Result<bool, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(v) => v
-                .as_int()
-                .map(|x| x != 0)
-                .ok_or_else(|| self.err(format!("argument `{name}` must be a bool"))),
-            None => Ok(default),
-        }
-    }
-
-    pub(crate) fn string(&self, i: usize, name: &str) -> Result<Option<&'a str>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::Str(s)) => Ok(Some(s.as_str())),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a string, got {}", v.kind()))),
-            None => Ok(None),
-        }
-    }
-
-    pub(crate) fn ints(&self, i: usize, name: &str) -> Result<Vec<i64>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::List(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_int()
-                        .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))
-                })
-                .collect(),
-            Some(v) => Ok(vec![v
-                .as_int()
-                .ok_or_else(|| self.err(format!("`{name}` must be a list of ints")))?]),
-            None => Err(self.err(format!("missing int-list argument `{name}`"))),
-        }
-    }
-
-    /// A list argument's items (`None` items kept as `Value::None`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA built-ins
-    pub(crate) fn list(&self, i: usize, name: &str) -> Result<&'a [Value<T>], ExecError> {
-        match self.args.get(i).or_else(|| self.kwargs.get(name)) {
-            Some(Value::List(items)) => Ok(items),
-            Some(v) => Err(self.err(format!("argument `{name}` must be a list, got {}", v.kind()))),
-            None => Err(self.err(format!("missing list argument `{name}`"))),
-        }
-    }
-}
-
-impl<'a> Args<'a, Tensor> {
+impl<'a> crate::exec::op::Args<'a, Tensor> {
     fn tensors(&self, i: usize, name: &str) -> Result<Vec<Tensor>, ExecError> {
         match self.get(i, name) {
             Some(Value::List(items)) => items
@@ -163,11 +34,11 @@ pub(crate) type Builtin = fn(&Args<'_>, &BuiltinOptions) -> Result<Value<Tensor>
 pub(crate) struct BuiltinOptions {
     pub(crate) jagged_overflow: Overflow,
     /// The backend's [`crate::Limits::max_alloc_bytes`], shared with it so
-    /// that [`super::host::HostBackend::with_limits`] reaches ops already
+    /// that [`super::HostBackend::with_limits`] reaches ops already
     /// registered.
     pub(crate) max_alloc_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The CUDA generator state `aten.randint` draws from (shared with the backend).
-    pub(crate) rng: std::sync::Arc<std::sync::Mutex<super::random::CudaRngState>>,
+    pub(crate) rng: std::sync::Arc<std::sync::Mutex<crate::format::bundle_json::CudaRngState>>,
 }
 
 impl BuiltinOptions {
@@ -177,58 +48,59 @@ impl BuiltinOptions {
     }
 }
 
-/// Every built-in op, by registry key.
-pub(crate) fn builtins() -> Vec<(&'static str, Builtin)> {
-    let mut ops: Vec<(&'static str, Builtin)> = vec![
-        ("aten._jagged_to_padded_dense_forward", j2pd),
-        ("aten._padded_dense_to_jagged_forward", pd2j),
-        ("aten._jagged_to_padded_dense_backward", j2pd_backward),
-        ("aten._padded_dense_to_jagged_backward", pd2j_backward),
-        ("wrapir.inverse_offsets", inverse_offsets),
-        ("aten.mm", mm),
-        ("aten.addmm", addmm),
-        ("aten._addmm_activation", addmm_activation),
-        ("aten.baddbmm", baddbmm),
-        ("aten.addbmm", addbmm),
-        ("aten.convolution", super::conv::convolution),
-        ("aten.bmm", bmm),
-        ("aten.nonzero", nonzero),
-        ("aten.masked_select", masked_select),
-        ("aten.item", item),
-        ("aten.cumsum", cumsum),
-        ("aten.index_put_", index_put),
-        ("aten.scatter_", scatter),
-        ("aten.scatter_reduce_", scatter_reduce),
-        ("aten.topk", super::sort::topk),
-        ("aten.sort", super::sort::sort),
-        ("aten._int_mm", super::int_gemm::int_mm),
-        ("aten.mkldnn_rnn_layer", super::rnn::mkldnn_rnn_layer),
-        ("aten.copy_", copy),
-        ("aten.clone", clone),
-        ("aten.permute", permute),
-        ("aten.add", pointwise::add),
-        ("aten.sub", pointwise::sub),
-        ("aten.mul", pointwise::mul),
-        ("aten.div", pointwise::div),
-        ("aten.neg", pointwise::neg),
-        ("aten.relu", pointwise::relu),
-        ("aten.exp", pointwise::exp),
-        ("aten.sin", pointwise::sin),
-        ("aten.where", pointwise::where_),
-        ("aten.view_as_complex", super::complex::view_as_complex),
-        ("aten.view_as_real", super::complex::view_as_real),
-        ("aten.view", super::complex::view),
-        ("aten.segment_reduce", super::segment::segment_reduce),
-        ("aten.randint", super::random::randint),
-    ];
-    ops.extend(super::attention::builtins());
-    ops.extend(super::stream_ops::STREAM_OPS.map(|key| (key, stream_op as Builtin)));
-    ops
+/// The host's built-in implementation of `op` (`None`: the host has none;
+/// the catalogue's `host` column says the same, which a test checks).
+pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
+    use ExternOp as E;
+    Some(match op {
+        E::JaggedToPaddedDenseForward => j2pd,
+        E::PaddedDenseToJaggedForward => pd2j,
+        E::JaggedToPaddedDenseBackward => j2pd_backward,
+        E::PaddedDenseToJaggedBackward => pd2j_backward,
+        E::InverseOffsets => inverse_offsets,
+        E::Mm => mm,
+        E::Addmm => addmm,
+        E::AddmmActivation => addmm_activation,
+        E::Baddbmm => baddbmm,
+        E::Addbmm => addbmm,
+        E::Convolution => super::conv::convolution,
+        E::Bmm => bmm,
+        E::Nonzero => nonzero,
+        E::MaskedSelect => masked_select,
+        E::Item => item,
+        E::Cumsum => cumsum,
+        E::IndexPut => index_put,
+        E::Scatter => scatter,
+        E::ScatterReduce => scatter_reduce,
+        E::Topk => super::sort::topk,
+        E::Sort => super::sort::sort,
+        E::IntMm => super::int_gemm::int_mm,
+        E::MkldnnRnnLayer => super::rnn::mkldnn_rnn_layer,
+        E::Copy => copy,
+        E::Clone => clone,
+        E::Permute => permute,
+        E::Add => pointwise::add,
+        E::Sub => pointwise::sub,
+        E::Mul => pointwise::mul,
+        E::Div => pointwise::div,
+        E::Neg => pointwise::neg,
+        E::Relu => pointwise::relu,
+        E::Exp => pointwise::exp,
+        E::Sin => pointwise::sin,
+        E::Where => pointwise::where_,
+        E::ViewAsComplex => super::complex::view_as_complex,
+        E::ViewAsReal => super::complex::view_as_real,
+        E::View => super::complex::view,
+        E::SegmentReduce => super::segment::segment_reduce,
+        E::Randint => super::random::randint,
+        E::SdpaEfficient | E::SdpaFlash | E::SdpaCudnn | E::SdpaFlashCpu => return super::attention::builtin(op),
+        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::Other => return None,
+    })
 }
 
-/// A `torch.ops.streams.*` op, in program order ([`super::stream_ops`]).
-fn stream_op(a: &Args<'_>, _o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
-    super::stream_ops::run_in_order(a.op, a.args, a.kwargs)
+/// A `torch.ops.streams.*` op, in program order ([`crate::exec::op::stream`]).
+pub(crate) fn stream_op(a: &Args<'_>, _o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    crate::exec::op::stream::run_in_order(a.op, a.args, a.kwargs)
 }
 
 /// `jagged_to_padded` of argument 0 (named `name`) by the offsets (1) and
@@ -776,7 +648,7 @@ fn index_put(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecErro
     let vi = if float { Vec::new() } else { vals.to_i64_vec()? };
     let mut tf = if float { target.to_f64_vec()? } else { Vec::new() };
     let mut ti = if float { Vec::new() } else { target.to_i64_vec()? };
-    let tstride = super::contiguous_strides(target.size());
+    let tstride = crate::exec::contiguous_strides(target.size());
     let mut k = 0usize;
     for p in 0..n_idx {
         for s in 0..slice_n {
@@ -838,7 +710,7 @@ fn scatter_positions(
     if index_shape.len() != rank {
         return Err(a.err(format!("index has rank {} but self has rank {rank}", index_shape.len())));
     }
-    let tstride = super::contiguous_strides(target.size());
+    let tstride = crate::exec::contiguous_strides(target.size());
     let mut coord = vec![0i64; rank];
     for (k, iv) in index.iter().enumerate() {
         let sz = target.size()[dim];

@@ -5,7 +5,7 @@
 //! asks for). Integer tensors are compared as integers, never through `f64`.
 
 use super::ops::{norm_dim, split_at, Args, BuiltinOptions};
-use super::{ExecError, Tensor, Value};
+use crate::exec::{ExecError, Tensor, Value};
 
 /// A tensor's elements as ordering keys: exact integers, or floats.
 enum Keys {

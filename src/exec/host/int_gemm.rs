@@ -4,7 +4,7 @@
 //! with wrap-around, as the int32 accumulators of PyTorch's kernels do.
 
 use super::ops::{Args, BuiltinOptions};
-use super::{ExecError, Tensor, Value};
+use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
 pub(super) fn int_mm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

@@ -12,8 +12,8 @@
 
 use super::{CppKernel, HostKernelError, KernelFn};
 use crate::exec::host::HostBackend;
-use crate::exec::images::KernelImageSource;
 use crate::exec::{KernelLaunch, Tensor};
+use crate::format::images::KernelImageSource;
 use crate::ir::{KernelBackend, Program};
 use std::fs::File;
 use std::io::{self, Write};

@@ -1,6 +1,6 @@
 //! Host tensors: typed storage shared by strided views.
 
-use super::{ExecError, MemoryStats, TensorSpec};
+use crate::exec::{ExecError, MemoryStats, TensorSpec};
 use crate::ir::{DType, Device};
 use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -272,7 +272,7 @@ half_element!(
 /// `$other` for dtypes the host backend does not store (fp8).
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr, $other:expr) => {
-        $crate::exec::tensor::with_dtype!(@arms $dtype, $T, $body, $other;
+        $crate::exec::host::tensor::with_dtype!(@arms $dtype, $T, $body, $other;
             Bool => bool,
             Uint8 => u8,
             Int8 => i8,
@@ -343,32 +343,7 @@ impl Tensor {
     }
 }
 
-/// Elements of the storage `spec` needs; an error naming the layout when it
-/// has no valid storage (a negative size or stride, or an overflow).
-#[inline]
-pub(crate) fn storage_elements(spec: &TensorSpec) -> Result<usize, ExecError> {
-    match spec.storage_numel().and_then(|n| usize::try_from(n).ok()) {
-        Some(n) => Ok(n),
-        None => Err(invalid_layout(spec)),
-    }
-}
-
-/// The error of a layout without a storage size (out of line: the meta
-/// backend's allocation path inlines [`storage_elements`]).
-#[cold]
-#[inline(never)]
-fn invalid_layout(spec: &TensorSpec) -> ExecError {
-    ExecError::Input(format!(
-        "invalid layout: sizes {:?}, strides {:?}, offset {} (a negative size, stride or offset, or more elements than fit in 64 bits)",
-        spec.size, spec.stride, spec.offset
-    ))
-}
-
-/// The product of `size`, or `None` on a negative size or overflow.
-pub(crate) fn checked_numel(size: &[i64]) -> Option<i64> {
-    size.iter()
-        .try_fold(1i64, |acc, &s| if s < 0 { None } else { acc.checked_mul(s) })
-}
+pub(crate) use crate::exec::{checked_numel, storage_elements};
 
 /// `n` copies of `v` for an op's result, or an error naming `what` when the
 /// bytes exceed `max` (the one-allocation limit) or cannot be had (never an abort).
@@ -851,7 +826,7 @@ impl Tensor {
 
     /// `true` when elements are row-major and dense.
     pub fn is_contiguous(&self) -> bool {
-        let expect = super::contiguous_strides(&self.spec.size);
+        let expect = crate::exec::contiguous_strides(&self.spec.size);
         self.spec
             .size
             .iter()

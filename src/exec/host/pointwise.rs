@@ -5,7 +5,8 @@
 
 use super::complex;
 use super::ops::{Args, BuiltinOptions};
-use super::{ExecError, Tensor, Value};
+use crate::exec::op;
+use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
 /// An operand of a pointwise op.
@@ -39,7 +40,7 @@ fn operand<'t>(a: &Args<'t>, i: usize, name: &str) -> Result<Operand<'t>, ExecEr
 /// The broadcast of `shapes` (NumPy's rules), or an error naming them and
 /// the first dimension that differs: the one broadcast of shapes, for the
 /// host's and the CUDA backend's ops.
-pub(crate) fn broadcast_shape<T>(a: &Args<'_, T>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
+pub(crate) fn broadcast_shape<T>(a: &op::Args<'_, T>, shapes: &[&[i64]]) -> Result<Vec<i64>, ExecError> {
     let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
     let mut out = vec![1i64; rank];
     for s in shapes {

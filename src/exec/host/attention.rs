@@ -32,7 +32,8 @@
 use super::layout::infer_dense_strides;
 use super::ops::{Args, BuiltinOptions};
 use super::tensor::Tensor;
-use super::{ExecError, TensorSpec, Value};
+use crate::exec::op::{self, ExternOp};
+use crate::exec::{ExecError, TensorSpec, Value};
 use crate::ir::DType;
 use rayon::prelude::*;
 
@@ -49,25 +50,17 @@ pub(crate) enum Kind {
     FlashCpu,
 }
 
-/// Registry keys of the host ops.
-pub(crate) const EFFICIENT: &str = "aten._scaled_dot_product_efficient_attention";
-/// See [`EFFICIENT`].
-pub(crate) const FLASH: &str = "aten._scaled_dot_product_flash_attention";
-/// See [`EFFICIENT`].
-pub(crate) const CUDNN: &str = "aten._scaled_dot_product_cudnn_attention";
-/// See [`EFFICIENT`].
-pub(crate) const FLASH_CPU: &str = "aten._scaled_dot_product_flash_attention_for_cpu";
-
-/// The op of an op key, if it is one of these.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA backend
-pub(crate) fn kind_of(key: &str) -> Option<Kind> {
-    Some(match key {
-        EFFICIENT => Kind::Efficient,
-        FLASH => Kind::Flash,
-        CUDNN => Kind::Cudnn,
-        FLASH_CPU => Kind::FlashCpu,
-        _ => return None,
-    })
+impl Kind {
+    /// The attention op `op` is, if it is one.
+    pub(crate) fn of(op: &ExternOp) -> Option<Kind> {
+        Some(match op {
+            ExternOp::SdpaEfficient => Kind::Efficient,
+            ExternOp::SdpaFlash => Kind::Flash,
+            ExternOp::SdpaCudnn => Kind::Cudnn,
+            ExternOp::SdpaFlashCpu => Kind::FlashCpu,
+            _ => return None,
+        })
+    }
 }
 
 /// Positional index of keyword-only arguments (never given by position).
@@ -125,7 +118,7 @@ impl<T> Call<'_, T> {
 
 /// Reads and checks the arguments of `kind` (`spec` gives a tensor's layout).
 pub(crate) fn parse<'a, T>(
-    a: &Args<'a, T>,
+    a: &op::Args<'a, T>,
     kind: Kind,
     spec: impl Fn(&T) -> &TensorSpec,
 ) -> Result<Call<'a, T>, ExecError> {
@@ -268,7 +261,7 @@ pub(crate) fn parse<'a, T>(
 
 /// The strides of `spec` broadcast to the 4-d `target` (0 on broadcast dimensions).
 fn broadcast_strides<T>(
-    a: &Args<'_, T>,
+    a: &op::Args<'_, T>,
     what: &str,
     spec: &TensorSpec,
     target: &[i64; 4],
@@ -437,14 +430,14 @@ pub(crate) fn result_items<T>(call: &Call<'_, T>, qdtype: DType) -> Vec<Item> {
     }
 }
 
-/// Registry entries of the host ops.
-pub(crate) fn builtins() -> [(&'static str, super::ops::Builtin); 4] {
-    [
-        (EFFICIENT, efficient),
-        (FLASH, flash),
-        (CUDNN, cudnn),
-        (FLASH_CPU, flash_cpu),
-    ]
+/// The host's implementation of the attention op `op`.
+pub(crate) fn builtin(op: &ExternOp) -> Option<super::ops::Builtin> {
+    Some(match Kind::of(op)? {
+        Kind::Efficient => efficient,
+        Kind::Flash => flash,
+        Kind::Cudnn => cudnn,
+        Kind::FlashCpu => flash_cpu,
+    })
 }
 
 fn efficient(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
@@ -482,7 +475,7 @@ fn host(a: &Args<'_>, kind: Kind) -> Result<Value<Tensor>, ExecError> {
     // The bias as its own row-major values, addressed by broadcast strides of that contiguous copy.
     let bias = match &call.bias {
         Some((t, _)) => {
-            let dense = super::contiguous_strides(t.size());
+            let dense = crate::exec::contiguous_strides(t.size());
             let target = [b, h, l, s];
             let lead = 4 - t.dim();
             let mut st = [0i64; 4];

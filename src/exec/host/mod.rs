@@ -7,15 +7,32 @@
 //! looked up by kernel name. `out=` variants are handled for every op: the
 //! result is copied into `out`.
 
-use super::jagged::Overflow;
-use super::ops::{self, Args, BuiltinOptions};
-use super::tensor::MemCounter;
-use super::{
+pub(crate) mod attention;
+pub(crate) mod complex;
+pub(crate) mod conv;
+pub(crate) mod int_gemm;
+pub(crate) mod jagged;
+pub mod kernels;
+pub(crate) mod layout;
+pub(crate) mod ops;
+pub(crate) mod pointwise;
+mod random;
+mod rnn;
+pub(crate) mod segment;
+pub(crate) mod sort;
+pub(crate) mod tensor;
+
+use crate::exec::op::{op_key, CATALOGUE};
+
+use crate::exec::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
 use indexmap::IndexMap;
+use jagged::Overflow;
+use ops::{Args, BuiltinOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tensor::MemCounter;
 
 /// A user extern op: positional and keyword arguments in, a value out.
 pub type ExternFn =
@@ -46,7 +63,7 @@ pub struct HostBackend {
     op_alloc_limit: Arc<std::sync::atomic::AtomicU64>,
     memory: Arc<MemCounter>,
     /// The CUDA generator state the host's `aten.randint` draws from.
-    rng: Arc<std::sync::Mutex<super::random::CudaRngState>>,
+    rng: Arc<std::sync::Mutex<crate::format::bundle_json::CudaRngState>>,
 }
 
 impl Default for HostBackend {
@@ -62,36 +79,6 @@ impl std::fmt::Debug for HostBackend {
             .field("ops", &self.ops.keys().collect::<Vec<_>>())
             .field("kernels", &self.kernels.keys().collect::<Vec<_>>())
             .finish()
-    }
-}
-
-/// The name part of [`op_key`] (`relu_` for `torch.ops.aten.relu_.default`),
-/// without allocating.
-pub fn op_name(op: &str) -> &str {
-    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
-    if let Some(rest) = s.strip_prefix("extern_kernels.") {
-        return rest.split('.').next().unwrap_or(rest);
-    }
-    let mut parts = s.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(_), Some(name)) => name,
-        (Some(name), None) => name,
-        _ => s,
-    }
-}
-
-/// The registry key of an op: namespace and name without overload
-/// (`torch.ops.aten.nonzero.default` -> `aten.nonzero`, `extern_kernels.mm` -> `aten.mm`).
-pub fn op_key(op: &str) -> String {
-    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
-    if let Some(rest) = s.strip_prefix("extern_kernels.") {
-        return format!("aten.{}", rest.split('.').next().unwrap_or(rest));
-    }
-    let mut parts = s.split('.');
-    match (parts.next(), parts.next()) {
-        (Some(ns), Some(name)) => format!("{ns}.{name}"),
-        (Some(name), None) => name.to_string(),
-        _ => s.to_string(),
     }
 }
 
@@ -118,8 +105,14 @@ impl HostBackend {
             },
             max_alloc_bytes: Arc::clone(&b.op_alloc_limit),
         };
-        for (name, f) in ops::builtins() {
-            let key = name.to_string();
+        // The catalogue's ops the host has built in, and the stream ops
+        // (which every backend runs in program order).
+        let catalogue = CATALOGUE
+            .iter()
+            .filter_map(|entry| ops::builtin(&entry.op).map(|f| (entry.key, f)));
+        let streams = crate::exec::op::stream::STREAM_OPS.map(|key| (key, ops::stream_op as ops::Builtin));
+        for (key, f) in catalogue.chain(streams) {
+            let key = key.to_string();
             let op_name = key.clone();
             let options = builtin_options.clone();
             b.ops.insert(
@@ -157,15 +150,15 @@ impl HostBackend {
 
     /// Sets the CUDA generator state that `aten.randint` (Inductor's seed
     /// buffer) draws from: PyTorch's values at that state (see
-    /// [`super::random`]). Default: PyTorch's default seed, offset 0.
-    pub fn set_cuda_rng(&self, state: super::random::CudaRngState) {
+    /// [`crate::exec::random`]). Default: PyTorch's default seed, offset 0.
+    pub fn set_cuda_rng(&self, state: crate::format::bundle_json::CudaRngState) {
         if let Ok(mut s) = self.rng.lock() {
             *s = state;
         }
     }
 
     /// The generator state now (advanced by every `aten.randint` call).
-    pub fn cuda_rng(&self) -> super::random::CudaRngState {
+    pub fn cuda_rng(&self) -> crate::format::bundle_json::CudaRngState {
         self.rng.lock().map(|s| *s).unwrap_or_default()
     }
 
@@ -193,6 +186,15 @@ impl HostBackend {
     /// The registered op `op` (by the op string, then by its key).
     fn find_op(&self, op: &str) -> Option<&ExternFn> {
         self.ops.get(op).or_else(|| self.ops.get(&op_key(op)))
+    }
+
+    /// The registered op of a call (by the op string, then by its key: for
+    /// an op of the catalogue the key the plan resolved, with no string built).
+    fn find_call_op(&self, call: &ExternCall<'_, Tensor>) -> Option<&ExternFn> {
+        self.ops.get(call.op).or_else(|| match call.family.key() {
+            Some(key) => self.ops.get(key),
+            None => self.ops.get(&op_key(call.op)),
+        })
     }
 
     /// Registered kernel names.
@@ -229,7 +231,7 @@ impl HostBackend {
                 supported: self.kernel_names(),
             });
         }
-        match super::device_ops::extern_uses(program)
+        match crate::exec::uses::extern_uses(program)
             .into_iter()
             .find(|u| !self.has_op(&u.op))
         {
@@ -275,7 +277,7 @@ impl Backend for HostBackend {
     }
 
     fn call_extern(&mut self, call: ExternCall<'_, Tensor>) -> Result<Value<Tensor>, ExecError> {
-        let f = self.find_op(call.op).ok_or_else(|| ExecError::UnknownOp {
+        let f = self.find_call_op(&call).ok_or_else(|| ExecError::UnknownOp {
             backend: "host",
             op: call.op.to_string(),
             supported: self.op_names(),
@@ -337,6 +339,33 @@ impl Backend for HostBackend {
         Ok(tensor.clone())
     }
 
+    /// The input itself when it has its declared layout already (a model's
+    /// weights, placed once), else a copy laid out as declared.
+    fn place(&mut self, host: &Tensor, spec: &TensorSpec) -> Result<Tensor, ExecError> {
+        if host.spec() == spec {
+            return Ok(host.clone());
+        }
+        let placed = self.allocate(spec)?;
+        placed.copy_from(host)?;
+        Ok(placed)
+    }
+
+    /// A host run works on the caller's tensors, as a PyTorch call does: an
+    /// input already in its declared layout is the program's buffer itself,
+    /// so what the program writes into it (a mutated input, such as a KV
+    /// cache updated in place) lands there; an input that had to be laid out
+    /// is a copy, copied back into the caller's tensor here.
+    fn returns_inputs(&self) -> bool {
+        true
+    }
+
+    fn return_input(&mut self, supplied: &Tensor, placed: &Tensor) -> Result<(), ExecError> {
+        if supplied.spec() != placed.spec() {
+            supplied.copy_from(placed)?;
+        }
+        Ok(())
+    }
+
     fn copy_out(&mut self, tensor: &Tensor) -> Result<Tensor, ExecError> {
         Ok(tensor.clone())
     }
@@ -360,76 +389,4 @@ impl Backend for HostBackend {
     fn checks_tensor_asserts(&self) -> bool {
         !self.options.skip_tensor_asserts
     }
-}
-
-/// Runs `program` on a default [`HostBackend`] with `inputs` by graph input
-/// name (see [`run_program_on`]).
-pub fn run_program(
-    program: &crate::ir::Program,
-    inputs: &IndexMap<String, Tensor>,
-) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
-    run_program_on(program, &mut HostBackend::default(), inputs)
-}
-
-/// Runs `program` on `backend`: validates it, lowers it to FX, compiles it and
-/// runs it with `inputs`, keyed by graph input name (a symbol input is a
-/// one-element integer tensor) or constant name.
-///
-/// Backed symbols are bound from the sizes of the tensors given; each tensor
-/// is then laid out with its input's declared strides, storage offset and
-/// device (row-major data such as a safetensors file holds becomes the
-/// strided tensor the program expects). A missing input, an unknown name, or
-/// sizes that contradict the declaration are errors naming the input.
-pub fn run_program_on(
-    program: &crate::ir::Program,
-    backend: &mut HostBackend,
-    inputs: &IndexMap<String, Tensor>,
-) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
-    let plan = super::run::compile_program_with_limits(program, &backend.limits())?;
-    run_placed(program, &plan, backend, inputs)
-}
-
-/// [`run_program_on`] with `program`'s plan compiled already
-/// ([`super::compile_program`]), on inputs the caller lends: they are matched
-/// and laid out the same way, and a tensor already in its declared layout
-/// (a model's weights, placed once) is used without a copy.
-pub fn run_plan_on(
-    program: &crate::ir::Program,
-    plan: &super::interp::Plan,
-    backend: &mut HostBackend,
-    inputs: &IndexMap<String, &Tensor>,
-) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
-    run_placed(program, plan, backend, inputs)
-}
-
-/// Matches and lays out `inputs`, then runs `plan`.
-///
-/// A host run works on the caller's tensors, as a PyTorch call does: an
-/// input already in its declared layout is the program's buffer itself, so
-/// what the program writes into it (a mutated input, such as a KV cache
-/// updated in place) lands there; an input that had to be laid out is a
-/// copy, copied back into the caller's tensor after the run. Either way the
-/// caller's tensors hold what the program left in its inputs.
-fn run_placed<I: super::run::SuppliedInput + std::borrow::Borrow<Tensor>>(
-    program: &crate::ir::Program,
-    plan: &super::interp::Plan,
-    backend: &mut HostBackend,
-    inputs: &IndexMap<String, I>,
-) -> Result<crate::exec::interp::RunOutput<Tensor>, super::RunError> {
-    let mut copies: Vec<(Tensor, Tensor)> = Vec::new();
-    let (args, constants) = super::run::place_inputs(program, inputs, &mut |_, t, spec| {
-        let t: &Tensor = t.borrow();
-        if t.spec() == spec {
-            return Ok(t.clone());
-        }
-        let placed = backend.allocate(spec)?;
-        placed.copy_from(t)?;
-        copies.push((t.clone(), placed.clone()));
-        Ok(placed)
-    })?;
-    let out = plan.run(backend, args, &constants)?;
-    for (supplied, placed) in &copies {
-        supplied.copy_from(placed)?;
-    }
-    Ok(out)
 }

@@ -4,7 +4,7 @@
 use super::{
     arg_error, c_element_dtype, check_positional, check_tensor, open, symbol, ArgvFn, HostKernelError, ScalarKind,
 };
-use crate::exec::tensor::RawView;
+use crate::exec::host::tensor::RawView;
 use crate::exec::{ExecError, KernelLaunch, Tensor, Value};
 use crate::ir::{DType, HalideArg, HalideMeta};
 use crate::sym::{Bindings, Symbol};

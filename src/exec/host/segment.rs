@@ -20,7 +20,8 @@
 
 use super::ops::{Args, BuiltinOptions};
 use super::tensor::checked_numel;
-use super::{ExecError, Tensor, Value};
+use crate::exec::op;
+use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
 /// A segment reduction.
@@ -270,7 +271,7 @@ pub(crate) struct Call<'t, T> {
 }
 
 /// Reads `segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe, initial)`.
-pub(crate) fn parse_call<'t, T>(a: &Args<'t, T>) -> Result<Call<'t, T>, ExecError> {
+pub(crate) fn parse_call<'t, T>(a: &op::Args<'t, T>) -> Result<Call<'t, T>, ExecError> {
     let data = a.tensor(0, "data")?;
     let reduce = a.string(1, "reduce")?.ok_or_else(|| a.err("missing `reduce`"))?;
     let reduction = Reduction::parse(reduce)

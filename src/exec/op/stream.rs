@@ -9,8 +9,7 @@
 //! the schedules those events allow (an op issued later never runs before
 //! one issued earlier), so each is checked and then has nothing left to do.
 
-use super::args::{ArgList, Kwargs};
-use super::{ExecError, Value};
+use crate::exec::{ArgList, ExecError, Kwargs, Value};
 
 /// The ops, as registry keys (`streams.<name>`).
 pub(crate) const STREAM_OPS: [&str; 6] = [

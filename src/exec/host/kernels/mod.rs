@@ -38,10 +38,11 @@ mod scratch;
 
 pub use scratch::ScratchDir;
 
-use super::host::{HostBackend, KernelFn};
-use super::images::KernelImageSource;
 use super::tensor::RawView;
 use super::{ExecError, KernelLaunch, Tensor, Value};
+use super::{HostBackend, KernelFn};
+use crate::exec::uses::is_host_image_kernel;
+use crate::format::images::KernelImageSource;
 use crate::ir::{CppMeta, DType, KernelBackend, Program};
 use halide::HalideKernel;
 use std::ffi::{c_char, c_void, CStr};
@@ -122,16 +123,6 @@ pub fn host_kernel_names(program: &Program) -> Vec<&str> {
         .filter(|k| is_host_image_kernel(&k.backend))
         .map(|k| k.name.as_str())
         .collect()
-}
-
-/// Whether the host backend runs a kernel of this backend from a bundle's image:
-/// C++ kernels and CPU Halide pipelines (`kernels/<kernel>.so`).
-pub fn is_host_image_kernel(backend: &KernelBackend) -> bool {
-    match backend {
-        KernelBackend::Cpp(_) => true,
-        KernelBackend::Halide(m) => !m.is_cuda(),
-        _ => false,
-    }
 }
 
 /// [`load_program_kernels`] from where the caller keeps the kernel images
@@ -266,7 +257,8 @@ fn check_image_file(kernel: &str, path: &Path) -> Result<(), HostKernelError> {
     // Within the default file size limit (a symlink to `/dev/zero` is refused, not read forever).
     let bytes = crate::limits::files::read(path, crate::Limits::default().max_file_bytes)
         .map_err(|e| load_error(e.to_string()))?;
-    crate::exec::images::check_host_image(&bytes).map_err(|e| load_error(format!("not a loadable shared object: {e}")))
+    crate::format::images::check_host_image(&bytes)
+        .map_err(|e| load_error(format!("not a loadable shared object: {e}")))
 }
 
 fn open(kernel: &str, path: &Path) -> Result<libloading::Library, HostKernelError> {

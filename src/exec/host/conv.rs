@@ -6,7 +6,8 @@
 //! tested against).
 
 use super::ops::{Acc, Args, BuiltinOptions};
-use super::{contiguous_strides, ExecError, Tensor, TensorSpec, Value};
+use crate::exec::op;
+use crate::exec::{contiguous_strides, ExecError, Tensor, TensorSpec, Value};
 
 /// The non-tensor arguments of a convolution, each spatial list expanded
 /// to one entry per spatial dimension (a single entry repeats, as in PyTorch).
@@ -20,7 +21,13 @@ pub(crate) struct ConvParams {
     pub(crate) groups: i64,
 }
 
-fn spatial_list<T>(a: &Args<'_, T>, i: usize, name: &str, spatial: usize, default: i64) -> Result<Vec<i64>, ExecError> {
+fn spatial_list<T>(
+    a: &op::Args<'_, T>,
+    i: usize,
+    name: &str,
+    spatial: usize,
+    default: i64,
+) -> Result<Vec<i64>, ExecError> {
     let v = match a.get(i, name) {
         None => vec![default],
         Some(Value::Int(n)) => vec![*n],
@@ -39,7 +46,7 @@ impl ConvParams {
     /// Reads arguments 3.. of `convolution(input, weight, bias, stride,
     /// padding, dilation, transposed, output_padding, groups)` for a
     /// convolution with `spatial` spatial dimensions.
-    pub(crate) fn parse<T>(a: &Args<'_, T>, spatial: usize) -> Result<ConvParams, ExecError> {
+    pub(crate) fn parse<T>(a: &op::Args<'_, T>, spatial: usize) -> Result<ConvParams, ExecError> {
         Ok(ConvParams {
             stride: spatial_list(a, 3, "stride", spatial, 1)?,
             padding: spatial_list(a, 4, "padding", spatial, 0)?,

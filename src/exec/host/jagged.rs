@@ -7,7 +7,7 @@
 //! else is an error rather than an out-of-bounds read.
 
 use super::tensor::{with_dtype, Element, Tensor};
-use super::ExecError;
+use crate::exec::ExecError;
 use crate::ir::DType;
 use rayon::prelude::*;
 

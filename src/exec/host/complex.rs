@@ -11,7 +11,7 @@
 //! product, or fuses it) in the last bit of a part.
 
 use super::ops::{Args, BuiltinOptions};
-use super::{ExecError, Tensor, Value};
+use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
 /// `aten.view_as_complex(self)`.
