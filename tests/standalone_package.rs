@@ -172,7 +172,8 @@ fn main_cpp_and_cmake_lists_name_the_target_and_outputs() {
 #[test]
 fn cli_writes_a_complete_package_and_refuses_missing_ops() {
     let dir = common::scratch("standalone_package", "cli");
-    let pkg = dir.join("softmax_pkg");
+    // In a directory that does not exist yet: its parents are made.
+    let pkg = dir.join("new_parent/softmax_pkg");
     let run = common::lower_package(Path::new("fixtures/inductor/bundles/softmax"), &pkg);
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("build: cmake -B build"), "{}", run.stdout);

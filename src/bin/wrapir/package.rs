@@ -18,8 +18,9 @@ const PACKAGE_MARKERS: [&str; 3] = ["CMakeLists.txt", "main.cpp", conventions::P
 /// stem (the bundle directory, the package or program file). The package is
 /// built in a private sibling directory and renamed to `dir` when complete,
 /// so an error leaves no half-written `dir` behind (the sibling is removed).
-/// `dir` may be absent, empty, or an earlier package (replaced whole); any
-/// other existing `dir` is an error before anything is written.
+/// `dir` may be absent (its missing parents are made), empty, or an earlier
+/// package (replaced whole); any other existing `dir` is an error before
+/// anything is written.
 pub(crate) fn write_package(
     bundle: &Bundle,
     source: &Path,
@@ -37,6 +38,9 @@ pub(crate) fn write_package(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // Missing parents of the folder the user named are made; the package
+    // directory itself is written atomically.
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
     let staging = wrapir::exec::host::kernels::ScratchDir::new_in(&parent, &format!(".{base}.partial"))
         .with_context(|| format!("creating a temporary directory in {} for the package", parent.display()))?;
     let report = write_package_files(bundle, source, program, info, staging.path(), dir)?;
