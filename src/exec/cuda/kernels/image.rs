@@ -322,16 +322,24 @@ pub fn prebuild_kernels(
     Ok((images, version))
 }
 
-/// Writes `bytes` to `file` through a temporary file renamed into place.
+/// Writes `bytes` to `file` through a file in a private scratch directory
+/// beside it (a fresh 0700 directory, the file created with `create_new`,
+/// so nothing planted under a guessable name is followed or overwritten),
+/// renamed into place; the scratch directory is removed afterwards.
 pub(in crate::exec::cuda) fn store(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, file).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    use crate::exec::host_kernels::{write_new_file, ScratchDir};
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::other(format!("{} names no file", file.display())))?;
+    let staging = ScratchDir::new_in(dir, &format!(".{}.partial", name.to_string_lossy()))?;
+    let partial = staging.path().join(name);
+    write_new_file(&partial, bytes)?;
+    std::fs::rename(&partial, file)
 }
 
 /// Compiles `source` with NVRTC and returns its cubin.
@@ -439,5 +447,30 @@ mod tests {
         assert!(is_cubin(&elf));
         assert!(!is_cubin(b"\x7fELF\x02\x01"));
         assert!(!is_cubin(&[b'.'; 100]));
+    }
+
+    #[test]
+    fn store_writes_through_no_planted_name_and_leaves_nothing_behind() {
+        let dir = crate::exec::host_kernels::ScratchDir::new_in(std::path::Path::new("/tmp"), "wrapir-test").unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let file = dir.path().join("cache").join("k-sm90.cubin");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        // The name the cache used to write through first.
+        let planted = file.with_extension(format!("tmp{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        store(&file, b"image").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"image");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut left: Vec<String> = std::fs::read_dir(file.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let planted_name = planted.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(left, ["k-sm90.cubin".to_string(), planted_name]);
+        // Replacing an existing entry works too.
+        store(&file, b"image 2").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"image 2");
     }
 }

@@ -37,6 +37,8 @@ mod memfd;
 mod scratch;
 
 pub use scratch::ScratchDir;
+#[cfg(feature = "cuda")]
+pub(crate) use scratch::write_new_file;
 
 use super::tensor::RawView;
 use super::{ExecError, KernelLaunch, Tensor, Value};

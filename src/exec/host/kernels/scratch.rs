@@ -72,7 +72,7 @@ pub(super) fn create_private_dir(path: &Path) -> io::Result<()> {
 
 /// Writes `bytes` to a new file `path` (0600): an error if anything already
 /// has the name, so a planted symlink is never followed.
-pub(super) fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_new_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     f.write_all(bytes)?;
     f.sync_data()
