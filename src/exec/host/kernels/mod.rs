@@ -36,9 +36,9 @@ mod halide;
 mod memfd;
 mod scratch;
 
-pub use scratch::ScratchDir;
 #[cfg(feature = "cuda")]
 pub(crate) use scratch::write_new_file;
+pub use scratch::ScratchDir;
 
 use super::tensor::RawView;
 use super::{ExecError, KernelLaunch, Tensor, Value};
