@@ -711,3 +711,53 @@ fn one_binding_walk_reports_every_problem() {
         ]
     );
 }
+
+/// The proof cache proves claims up to the names of their symbols: a claim
+/// over other symbols with the same ranges and definitions is a hit, its
+/// proof and counterexample in its own names; other ranges or definitions
+/// are another claim, proven on their own facts.
+#[test]
+fn proofs_are_shared_by_claims_that_differ_only_in_names() {
+    use wrapir::sym::{Facts, Outcome};
+    let facts = Facts::parse(&[
+        "u0 >= 1",
+        "u0 <= 100",
+        "u1 >= 1",
+        "u1 <= 100",
+        "u2 >= 0",
+        "u2 <= 100",
+        "s0 >= 2",
+        "s1 >= 2",
+        "s2 >= 2",
+        "ks0 == s0*s1",
+        "ks1 == s2*s1",
+    ])
+    .expect("facts");
+    let cache = ProofCache::new(facts, Default::default());
+    let prove = |a: &str, b: &str| cache.prove(&expr(a).expect("a"), &expr(b).expect("b"));
+    // Max(x, 1) == x holds for x >= 1 only.
+    let first = prove("Max(u0, 1)", "u0");
+    assert!(first.is_proven(), "{first:?}");
+    assert_eq!((cache.misses(), cache.hits()), (1, 0));
+    let Outcome::Proven(renamed) = prove("Max(u1, 1)", "u1") else {
+        panic!("u1 in [1, 100]: proven")
+    };
+    assert_eq!((cache.misses(), cache.hits()), (1, 1));
+    assert!(renamed.flat_string().contains("u1"), "{}", renamed.flat_string());
+    assert!(!renamed.flat_string().contains("u0"), "{}", renamed.flat_string());
+    // u2 may be 0: another shape, disproved, the counterexample naming u2.
+    let Outcome::Disproved(c) = prove("Max(u2, 1)", "u2") else {
+        panic!("u2 = 0 differs")
+    };
+    assert_eq!(c.to_string(), "u2=0");
+    assert_eq!(cache.misses(), 2);
+    // Definitions travel with their symbols.
+    assert!(prove("ks0", "s0*s1").is_proven());
+    assert!(prove("ks1", "s2*s1").is_proven());
+    assert_eq!(cache.hits(), 2);
+    let Outcome::Disproved(c) = prove("ks1", "s0*s1") else {
+        panic!("ks1 = s2*s1 is not s0*s1")
+    };
+    assert!(c.to_string().contains("s2="), "{c}");
+    assert!(!c.to_string().contains('_'), "{c}");
+}

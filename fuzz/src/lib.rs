@@ -68,6 +68,7 @@ pub fn lower_all(info: &ProgramInfo<'_>) {
     let options = wrapir::reconcile::Options {
         limits: prover_limits(),
         parallel: false,
+        explain: true,
     };
     let _ = wrapir::reconcile::check_program(info, &options);
 }

@@ -564,6 +564,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             use wrapir::reconcile::LaunchEmitter;
             let options = wrapir::reconcile::Options {
                 limits: limits().prover,
+                explain,
                 ..Default::default()
             };
             println!("{name}: valid");
@@ -894,6 +895,7 @@ fn with_guards(bundle: &Bundle) -> Result<Program> {
     use wrapir::reconcile::GuardError;
     let options = wrapir::reconcile::Options {
         limits: limits().prover,
+        explain: false,
         ..Default::default()
     };
     wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {

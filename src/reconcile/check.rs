@@ -4,7 +4,7 @@ use super::emitted::{
     validate_emitted_with, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, SameTensors, Validated,
 };
 use super::facts::program_facts;
-use super::record::{describe, reconcile_call, Error, ErrorKind, EvidenceVerdict, LaunchRecord, ProofCache};
+use super::record::{describe, reconcile_call_with, Error, ErrorKind, EvidenceVerdict, LaunchRecord, ProofCache};
 use super::Options;
 use crate::ir::{GraphName, KernelBackend, KernelCall, KernelName, Line, ProgramInfo};
 use rayon::prelude::*;
@@ -262,16 +262,93 @@ fn explain_entry(out: &mut String, entry: &LaunchEntry) {
 
 /// Reconciles every Triton launch of the program (see the module docs).
 pub fn check_program(info: &ProgramInfo<'_>, options: &Options) -> CheckReport {
-    run(info, options, None)
+    let cache = ProofCache::new(program_facts(info.program()), options.limits.clone()).explaining(options.explain);
+    let entries = reconcile_all(info, &triton_calls(info), &cache, options);
+    report(entries, &cache, (0, 0), None, None)
 }
 
 /// [`check_program`], and validates the launches `emitter` emits against
 /// the canonical records ([`super::validate_emitted`]).
 pub fn check_program_against(info: &ProgramInfo<'_>, options: &Options, emitter: &dyn LaunchEmitter) -> CheckReport {
-    run(info, options, Some(emitter))
+    let cache = ProofCache::new(program_facts(info.program()), options.limits.clone()).explaining(options.explain);
+    let mut base = reconcile_all(info, &triton_calls(info), &cache, options);
+    let emitted = emitter.emitted_launches(info);
+    let (mut entries, emit_error) = validate_all(info, &base, emitter.name(), emitted, &cache, options);
+    // This report is the only one: each entry keeps its canonical record.
+    for (entry, b) in entries.iter_mut().zip(base.iter_mut()) {
+        entry.record = b.record.take();
+    }
+    report(entries, &cache, (0, 0), Some(emitter.name()), emit_error)
 }
 
-fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmitter>) -> CheckReport {
+/// Every Triton launch reconciled once, then each emitter's launches
+/// validated against those records (what [`super::check_lowerings`]
+/// returns: the base report and one per emitter). The lowerings' launches
+/// are worked out while the calls reconcile; all reports share one proof
+/// cache.
+pub(super) fn check_lowerings(
+    info: &ProgramInfo<'_>,
+    options: &Options,
+    emitters: &[&dyn LaunchEmitter],
+) -> (CheckReport, Vec<CheckReport>) {
+    let cache = ProofCache::new(program_facts(info.program()), options.limits.clone()).explaining(options.explain);
+    let calls = triton_calls(info);
+    let emit = || -> Vec<Result<Vec<EmittedLaunch>, EmitError>> {
+        if options.parallel {
+            emitters.par_iter().map(|e| e.emitted_launches(info)).collect()
+        } else {
+            emitters.iter().map(|e| e.emitted_launches(info)).collect()
+        }
+    };
+    let (base, emitted) = if options.parallel {
+        rayon::join(|| reconcile_all(info, &calls, &cache, options), emit)
+    } else {
+        (reconcile_all(info, &calls, &cache, options), emit())
+    };
+    drop(calls);
+    let base = report(base, &cache, (0, 0), None, None);
+    let mut lowerings = Vec::with_capacity(emitters.len());
+    for (e, launches) in emitters.iter().zip(emitted) {
+        let before = (cache.misses(), cache.hits());
+        let (entries, emit_error) = validate_all(info, &base.entries, e.name(), launches, &cache, options);
+        lowerings.push(report(entries, &cache, before, Some(e.name()), emit_error));
+    }
+    (base, lowerings)
+}
+
+/// A report of `entries`; its proof counts are the cache's since `before`
+/// (misses, hits).
+fn report(
+    entries: Vec<LaunchEntry>,
+    cache: &ProofCache,
+    before: (usize, usize),
+    lowering: Option<&str>,
+    emit_error: Option<EmitError>,
+) -> CheckReport {
+    let mut totals = Totals {
+        launches: entries.len(),
+        proofs: cache.misses().saturating_sub(before.0),
+        cached: cache.hits().saturating_sub(before.1),
+        ..Totals::default()
+    };
+    for e in &entries {
+        match e.verdict {
+            Verdict::Proven => totals.proven += 1,
+            Verdict::Guarded(_) => totals.guarded += 1,
+            Verdict::Failed(_) => totals.failed += 1,
+        }
+    }
+    CheckReport {
+        entries,
+        totals,
+        lowering: lowering.map(str::to_string),
+        emit_error,
+    }
+}
+
+/// The Triton calls of the program (graph, line index, call): the main
+/// graph first, then subgraphs in table order.
+fn triton_calls<'p>(info: &ProgramInfo<'p>) -> Vec<(GraphName, usize, &'p KernelCall)> {
     let program = info.program();
     let mut calls: Vec<(GraphName, usize, &KernelCall)> = Vec::new();
     for gi in info.graphs() {
@@ -293,14 +370,62 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
             }
         }
     }
-    let (lowering, emitted, emit_error) = match emitter {
-        None => (None, Vec::new(), None),
-        Some(e) => match e.emitted_launches(info) {
-            Ok(v) => (Some(e.name().to_string()), v, None),
-            Err(err) => (Some(e.name().to_string()), Vec::new(), Some(err)),
-        },
+    calls
+}
+
+/// Each call reconciled: an entry with its canonical record (guarded by the
+/// record's guards), or failed.
+fn reconcile_all(
+    info: &ProgramInfo<'_>,
+    calls: &[(GraphName, usize, &KernelCall)],
+    cache: &ProofCache,
+    options: &Options,
+) -> Vec<LaunchEntry> {
+    let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
+        let mut entry = LaunchEntry {
+            graph: graph.clone(),
+            line: *line,
+            kernel: call.kernel.clone(),
+            record: None,
+            validations: Vec::new(),
+            verdict: Verdict::Proven,
+        };
+        match reconcile_call_with(info.program(), graph, *line, call, cache, options.explain) {
+            Ok(record) => {
+                if !record.guards.is_empty() {
+                    entry.verdict = Verdict::Guarded(record.guards.iter().map(|g| g.message.clone()).collect());
+                }
+                entry.record = Some(record);
+            }
+            Err(e) => entry.verdict = Verdict::Failed(Failure::Reconcile(e)),
+        }
+        entry
     };
-    let cache = ProofCache::new(program_facts(program), options.limits.clone());
+    if options.parallel {
+        calls.par_iter().map(one).collect()
+    } else {
+        calls.iter().map(one).collect()
+    }
+}
+
+/// One lowering's entries: each launch of `base` (reconciled entries, in
+/// order) validated against the launches lowering `lowering` emits for its
+/// call. The entries carry no record (the canonical record is `base`'s
+/// entry at the same index); where the launches could not be worked out,
+/// the error, and entries with the reconciliation's verdicts.
+fn validate_all(
+    info: &ProgramInfo<'_>,
+    base: &[LaunchEntry],
+    lowering: &str,
+    emitted: Result<Vec<EmittedLaunch>, EmitError>,
+    cache: &ProofCache,
+    options: &Options,
+) -> (Vec<LaunchEntry>, Option<EmitError>) {
+    let program = info.program();
+    let (emitted, emit_error) = match emitted {
+        Ok(v) => (v, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
     // The emitted launches of each call, found in one pass (a scan of every
     // emitted launch per call made `check` quadratic in the launches).
     let mut by_call: rustc_hash::FxHashMap<(&GraphName, usize), Vec<&EmittedLaunch>> = rustc_hash::FxHashMap::default();
@@ -317,83 +442,26 @@ fn run(info: &ProgramInfo<'_>, options: &Options, emitter: Option<&dyn LaunchEmi
             }
         }
     }
-    let one = |(graph, line, call): &(GraphName, usize, &KernelCall)| -> LaunchEntry {
-        let mine = by_call.get(&(graph, *line)).map_or(&[][..], Vec::as_slice);
-        let emitted = Emitted {
-            lowering: lowering.as_deref(),
-            launches: mine,
-            same_tensors: same_tensors.get(graph),
+    let one = |b: &LaunchEntry| -> LaunchEntry {
+        let mut entry = LaunchEntry {
+            graph: b.graph.clone(),
+            line: b.line,
+            kernel: b.kernel.clone(),
+            record: None,
+            validations: Vec::new(),
+            verdict: b.verdict.clone(),
         };
-        check_one(info, graph, *line, call, &cache, emitted)
-    };
-    let entries: Vec<LaunchEntry> = if options.parallel {
-        calls.par_iter().map(one).collect()
-    } else {
-        calls.iter().map(one).collect()
-    };
-    let mut totals = Totals {
-        launches: entries.len(),
-        proofs: cache.misses(),
-        cached: cache.hits(),
-        ..Totals::default()
-    };
-    for e in &entries {
-        match e.verdict {
-            Verdict::Proven => totals.proven += 1,
-            Verdict::Guarded(_) => totals.guarded += 1,
-            Verdict::Failed(_) => totals.failed += 1,
-        }
-    }
-    CheckReport {
-        entries,
-        totals,
-        lowering,
-        emit_error,
-    }
-}
-
-/// A call's emitted launches, by which lowering, and its graph's merged
-/// buffer names.
-struct Emitted<'e, 'p> {
-    lowering: Option<&'e str>,
-    launches: &'e [&'e EmittedLaunch],
-    same_tensors: Option<&'e SameTensors<'p>>,
-}
-
-fn check_one(
-    info: &ProgramInfo<'_>,
-    graph: &GraphName,
-    line: usize,
-    call: &KernelCall,
-    cache: &ProofCache,
-    emitted: Emitted<'_, '_>,
-) -> LaunchEntry {
-    let Emitted {
-        lowering,
-        launches: emitted,
-        same_tensors,
-    } = emitted;
-    let mut entry = LaunchEntry {
-        graph: graph.clone(),
-        line,
-        kernel: call.kernel.clone(),
-        record: None,
-        validations: Vec::new(),
-        verdict: Verdict::Proven,
-    };
-    let record = match reconcile_call(info.program(), graph, line, call, cache) {
-        Ok(r) => r,
-        Err(e) => {
-            entry.verdict = Verdict::Failed(Failure::Reconcile(e));
+        let Some(record) = &b.record else { return entry };
+        if emit_error.is_some() {
             return entry;
         }
-    };
-    let mut reasons: Vec<String> = record.guards.iter().map(|g| g.message.clone()).collect();
-    if let Some(lowering) = lowering {
-        for e in emitted {
-            let same =
-                |a: &crate::ir::BufName, b: &crate::ir::BufName| a == b || same_tensors.is_some_and(|t| t.same(a, b));
-            match validate_emitted_with(&record, e, cache, same) {
+        let same_tensors = same_tensors.get(&b.graph);
+        let same =
+            |a: &crate::ir::BufName, x: &crate::ir::BufName| a == x || same_tensors.is_some_and(|t| t.same(a, x));
+        let mine = by_call.get(&(&b.graph, b.line)).map_or(&[][..], Vec::as_slice);
+        let mut reasons: Vec<String> = Vec::new();
+        for e in mine {
+            match validate_emitted_with(record, e, cache, same, options.explain) {
                 Ok(v) => {
                     reasons.extend(v.guards.iter().map(|g| format!("{lowering} {}", g.message)));
                     entry.validations.push(v);
@@ -403,15 +471,21 @@ fn check_one(
                         lowering: lowering.to_string(),
                         mismatch,
                     });
-                    entry.record = Some(record);
                     return entry;
                 }
             }
         }
-    }
-    if !reasons.is_empty() {
-        entry.verdict = Verdict::Guarded(reasons);
-    }
-    entry.record = Some(record);
-    entry
+        if !reasons.is_empty() {
+            let mut all: Vec<String> = record.guards.iter().map(|g| g.message.clone()).collect();
+            all.extend(reasons);
+            entry.verdict = Verdict::Guarded(all);
+        }
+        entry
+    };
+    let entries = if options.parallel {
+        base.par_iter().map(one).collect()
+    } else {
+        base.iter().map(one).collect()
+    };
+    (entries, emit_error)
 }

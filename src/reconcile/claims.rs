@@ -15,15 +15,24 @@ pub(super) struct Ledger<'l> {
     pub(super) guards: &'l mut Vec<Guard>,
     /// The evidence.
     pub(super) evidence: &'l mut Vec<Evidence>,
+    /// Record evidence (its claim and detail text). Without it only guards
+    /// are written: the text of every claim costs more than most proofs.
+    pub(super) explain: bool,
 }
 
 impl Ledger<'_> {
-    fn push(&mut self, claim: String, verdict: EvidenceVerdict, detail: String) {
-        self.evidence.push(Evidence { claim, verdict, detail });
+    fn push(&mut self, claim: impl FnOnce() -> String, verdict: EvidenceVerdict, detail: impl FnOnce() -> String) {
+        if self.explain {
+            self.evidence.push(Evidence {
+                claim: claim(),
+                verdict,
+                detail: detail(),
+            });
+        }
     }
 }
 
-/// The claim `sides.0 == sides.1` (`claim` describes it; the prover is
+/// The claim `sides.0 == sides.1` (`claim()` describes it; the prover is
 /// asked in that order). Proven: evidence, `Ok(true)`. Undecided: guarded
 /// evidence with the prover's reason, and the guard `guard()` (its
 /// condition and message) for `param`, `Ok(false)`. Refuted: the
@@ -31,16 +40,16 @@ impl Ledger<'_> {
 pub(super) fn equal(
     cache: &ProofCache,
     ledger: &mut Ledger<'_>,
-    (claim, param): (String, &str),
+    (claim, param): (impl FnOnce() -> String, &str),
     sides: (&SymExpr, &SymExpr),
     guard: impl FnOnce() -> (SymExpr, String),
 ) -> Result<bool, Counterexample> {
-    match cache.prove(sides.0, sides.1) {
+    match &*cache.prove_shared(sides.0, sides.1) {
         Outcome::Proven(e) => {
-            ledger.push(claim, EvidenceVerdict::Proven, e.flat_string().to_string());
+            ledger.push(claim, EvidenceVerdict::Proven, || e.flat_string().to_string());
             Ok(true)
         }
-        Outcome::Disproved(c) => Err(c),
+        Outcome::Disproved(c) => Err(c.clone()),
         Outcome::Unknown(reason) => {
             let (cond, message) = guard();
             ledger.guards.push(Guard {
@@ -48,13 +57,13 @@ pub(super) fn equal(
                 cond,
                 message,
             });
-            ledger.push(claim, EvidenceVerdict::Guarded, reason);
+            ledger.push(claim, EvidenceVerdict::Guarded, || reason.clone());
             Ok(false)
         }
     }
 }
 
-/// The claim `lo <= value <= hi` (`claim` describes it), settled by the
+/// The claim `lo <= value <= hi` (`claim()` describes it), settled by the
 /// value's bounds, which are those of an `i64` at most (evaluation is
 /// checked 64-bit). Within them: evidence. Outside them entirely: `Err`
 /// with the bounds as text. Else: guarded evidence and a guard for `param`
@@ -62,13 +71,14 @@ pub(super) fn equal(
 pub(super) fn in_range(
     cache: &ProofCache,
     ledger: &mut Ledger<'_>,
-    (claim, param): (String, &str),
+    (claim, param): (impl FnOnce() -> String, &str),
     value: &SymExpr,
     (lo, hi): (i128, i128),
     message: impl FnOnce(&str) -> String,
 ) -> Result<(), String> {
     let raw = cache.bounds(value);
-    let range_text = interval_text(raw);
+    // The text only where it is shown: evidence, errors and guards.
+    let range_text = || interval_text(raw);
     let range = Interval {
         lo: raw.lo.max(Bound::Fin(i64::MIN.into())),
         hi: raw.hi.min(Bound::Fin(i64::MAX.into())),
@@ -76,11 +86,13 @@ pub(super) fn in_range(
     let lo_ok = range.lo >= Bound::Fin(lo);
     let hi_ok = range.hi <= Bound::Fin(hi);
     if lo_ok && hi_ok {
-        ledger.push(claim, EvidenceVerdict::Proven, format!("{value} in {range_text}"));
+        ledger.push(claim, EvidenceVerdict::Proven, || {
+            format!("{value} in {}", range_text())
+        });
         return Ok(());
     }
     if range.hi < Bound::Fin(lo) || range.lo > Bound::Fin(hi) {
-        return Err(range_text);
+        return Err(range_text());
     }
     // A side that may fail has its bound inside the i64 range the value is
     // clamped to, so it converts (u64's maximum is never exceeded).
@@ -100,11 +112,10 @@ pub(super) fn in_range(
         1 => conds.remove(0),
         _ => SymExpr::And(conds),
     };
-    ledger.push(
-        claim,
-        EvidenceVerdict::Guarded,
-        format!("{value} in {range_text}; guard `{cond}`"),
-    );
+    let range_text = range_text();
+    ledger.push(claim, EvidenceVerdict::Guarded, || {
+        format!("{value} in {range_text}; guard `{cond}`")
+    });
     ledger.guards.push(Guard {
         param: param.to_string(),
         message: message(&range_text),

@@ -36,6 +36,7 @@ mod emitted;
 mod facts;
 mod guards;
 mod record;
+mod shape;
 
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
@@ -60,6 +61,11 @@ pub struct Options {
     /// Reconcile launches on rayon's thread pool (default `true`); `false`
     /// runs them one after another (same results, same order).
     pub parallel: bool,
+    /// Record how each claim was settled ([`LaunchRecord::evidence`],
+    /// [`Validated::evidence`]: what `--explain` prints; default `true`).
+    /// `false` records only verdicts and guards, which is much cheaper on
+    /// large programs; the verdicts are the same.
+    pub explain: bool,
 }
 
 impl Default for Options {
@@ -67,6 +73,7 @@ impl Default for Options {
         Options {
             limits: Limits::default(),
             parallel: true,
+            explain: true,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The canonical launch record of one Triton call, and how it is derived.
 
 use super::claims::{self, Ledger};
+use super::shape::{Shape, ShapeKey};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName, Program,
     SigType, TritonMeta, MAIN_GRAPH,
@@ -11,7 +12,7 @@ use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A runtime argument of the launch, in kernel parameter order.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,7 +140,8 @@ pub struct LaunchRecord {
     pub shared_mem: u32,
     /// Conditions to check at run time before launching.
     pub guards: Vec<Guard>,
-    /// How each claim was settled.
+    /// How each claim was settled (empty when checked without
+    /// [`super::Options::explain`]).
     pub evidence: Vec<Evidence>,
 }
 
@@ -353,13 +355,35 @@ fn source_word(s: BakedSource) -> &'static str {
 /// Shared, thread-safe cache of proofs under one set of [`Facts`].
 ///
 /// Identical `(a, b)` pairs are proven once; the cache counts hits and misses.
+/// The ranges of expressions ([`ProofCache::bounds`]) are kept likewise.
+///
+/// Below that, claims are proven up to the names of their symbols
+/// ([`Shape`]): a claim that differs from one proven before only in its
+/// symbols (renamed along with their ranges and definitions) takes that
+/// outcome, its counterexample renamed back.
 #[derive(Debug)]
 pub struct ProofCache {
     facts: Facts,
     limits: Limits,
-    proofs: Mutex<HashMap<(SymExpr, SymExpr), Outcome>>,
+    /// Proof steps of outcomes found by shape are renamed back only when
+    /// explaining.
+    explain: bool,
+    proofs: Mutex<IndexMap<(SymExpr, SymExpr), Arc<Outcome>, rustc_hash::FxBuildHasher>>,
+    shapes: Mutex<IndexMap<ShapeKey, Arc<Outcome>, rustc_hash::FxBuildHasher>>,
+    ranges: Mutex<IndexMap<SymExpr, Interval, rustc_hash::FxBuildHasher>>,
     hits: AtomicUsize,
     misses: AtomicUsize,
+}
+
+/// A borrowed `(a, b)` key: looks a pair up without cloning its sides (it
+/// hashes as the tuple does, each side in order).
+#[derive(Hash)]
+struct PairKey<'k>(&'k SymExpr, &'k SymExpr);
+
+impl indexmap::Equivalent<(SymExpr, SymExpr)> for PairKey<'_> {
+    fn equivalent(&self, key: &(SymExpr, SymExpr)) -> bool {
+        *self.0 == key.0 && *self.1 == key.1
+    }
 }
 
 impl ProofCache {
@@ -368,10 +392,20 @@ impl ProofCache {
         ProofCache {
             facts,
             limits,
-            proofs: Mutex::new(HashMap::new()),
+            explain: true,
+            proofs: Mutex::new(IndexMap::default()),
+            shapes: Mutex::new(IndexMap::default()),
+            ranges: Mutex::new(IndexMap::default()),
             hits: AtomicUsize::new(0),
             misses: AtomicUsize::new(0),
         }
+    }
+
+    /// This cache, keeping proofs' steps (`explain`, the default) or not
+    /// (the outcomes are the same; proven ones may carry an empty proof).
+    pub(super) fn explaining(mut self, explain: bool) -> Self {
+        self.explain = explain;
+        self
     }
 
     /// The facts every proof assumes.
@@ -382,19 +416,58 @@ impl ProofCache {
     /// [`crate::sym::prove_eq`] of `a == b`, from the cache when the same
     /// pair was proven before.
     pub fn prove(&self, a: &SymExpr, b: &SymExpr) -> Outcome {
-        let key = (a.clone(), b.clone());
+        Outcome::clone(&self.prove_shared(a, b))
+    }
+
+    /// [`ProofCache::prove`] without copying the outcome (a proof's
+    /// explanation can be long).
+    pub(super) fn prove_shared(&self, a: &SymExpr, b: &SymExpr) -> Arc<Outcome> {
         // A poisoned lock only means another thread panicked mid-insert; the
         // map itself is still a valid cache.
-        if let Some(o) = self.proofs.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(o) = self
+            .proofs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&PairKey(a, b))
+        {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            return o.clone();
+            return Arc::clone(o);
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        let outcome = prove_eq_with(a, b, &self.facts, &self.limits);
+        let outcome = Arc::new(match Shape::of(a, b, &self.facts) {
+            Some(shape) => {
+                let known = self
+                    .shapes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&shape.key)
+                    .cloned();
+                let renamed = match known {
+                    Some(o) => {
+                        self.hits.fetch_add(1, Ordering::Relaxed);
+                        o
+                    }
+                    None => {
+                        self.misses.fetch_add(1, Ordering::Relaxed);
+                        let (ra, rb) = shape.sides();
+                        let o = Arc::new(prove_eq_with(ra, rb, &shape.facts(), &self.limits));
+                        self.shapes
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(shape.key.clone(), Arc::clone(&o));
+                        o
+                    }
+                };
+                shape.restore(&renamed, self.explain)
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                prove_eq_with(a, b, &self.facts, &self.limits)
+            }
+        });
         self.proofs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, outcome.clone());
+            .insert((a.clone(), b.clone()), Arc::clone(&outcome));
         outcome
     }
 
@@ -409,18 +482,31 @@ impl ProofCache {
     }
 
     /// The range of an integer expression under the facts' symbol ranges
-    /// (defined symbols are replaced by their definitions first).
+    /// (defined symbols are replaced by their definitions first); each
+    /// expression's range is worked out once.
     pub fn bounds(&self, e: &SymExpr) -> Interval {
-        let mut e = e.clone();
+        if let Some(i) = self.ranges.lock().unwrap_or_else(|p| p.into_inner()).get(e) {
+            return *i;
+        }
+        let range = self.bounds_uncached(e);
+        self.ranges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(e.clone(), range);
+        range
+    }
+
+    fn bounds_uncached(&self, e: &SymExpr) -> Interval {
+        let defs = self.facts.definitions();
+        let mut e = std::borrow::Cow::Borrowed(e);
         // Definitions may refer to other defined symbols (`ks1 = 2*ks0`); a few
         // rounds reach the base symbols in practice, and stopping early only
         // loses precision.
         for _ in 0..8 {
-            let defs = self.facts.definitions();
-            if !e.free_symbols().iter().any(|s| defs.contains_key(s)) {
+            if defs.is_empty() || !e.free_symbols().iter().any(|s| defs.contains_key(s)) {
                 break;
             }
-            e = e.substitute(&|s: &Symbol| defs.get(s).cloned());
+            e = std::borrow::Cow::Owned(e.substitute(&|s: &Symbol| defs.get(s).cloned()));
         }
         crate::sym::egraph::bounds(&e, &self.facts)
     }
@@ -434,6 +520,19 @@ pub fn reconcile_call(
     line: usize,
     call: &KernelCall,
     cache: &ProofCache,
+) -> Result<LaunchRecord, Error> {
+    reconcile_call_with(program, graph, line, call, cache, true)
+}
+
+/// [`reconcile_call`]; `explain`: record [`LaunchRecord::evidence`] (else
+/// it stays empty; guards are recorded either way).
+pub(super) fn reconcile_call_with(
+    program: &Program,
+    graph: &GraphName,
+    line: usize,
+    call: &KernelCall,
+    cache: &ProofCache,
+    explain: bool,
 ) -> Result<LaunchRecord, Error> {
     let fail = |kind: ErrorKind| Error {
         kernel: call.kernel.clone(),
@@ -455,6 +554,7 @@ pub fn reconcile_call(
         graph,
         meta,
         cache,
+        explain,
         guards: Vec::new(),
         evidence: Vec::new(),
     };
@@ -534,6 +634,8 @@ struct Reconciler<'a> {
     graph: &'a GraphName,
     meta: &'a TritonMeta,
     cache: &'a ProofCache,
+    /// Record evidence ([`LaunchRecord::evidence`]).
+    explain: bool,
     guards: Vec<Guard>,
     evidence: Vec<Evidence>,
 }
@@ -661,10 +763,11 @@ impl<'a> Reconciler<'a> {
     fn range_check(&mut self, param: &str, ty: &SigType, e: &SymExpr) -> Result<(), ErrorKind> {
         let SigType::Scalar(st) = ty else { return Ok(()) };
         let Some((lo, hi)) = st.int_range() else { return Ok(()) };
-        let claim = format!("{param}: {e} fits {ty}");
+        let claim = || format!("{param}: {e} fits {ty}");
         let mut ledger = Ledger {
             guards: &mut self.guards,
             evidence: &mut self.evidence,
+            explain: self.explain,
         };
         claims::in_range(self.cache, &mut ledger, (claim, param), e, (lo, hi), |range_text| {
             format!("{param}: cannot prove {e} fits {ty} (range {range_text})")
@@ -788,10 +891,11 @@ impl<'a> Reconciler<'a> {
         let Some((e, k)) = target else {
             return Err(mismatch(None));
         };
-        let claim = format!("{param}: {e} == {k}");
+        let claim = || format!("{param}: {e} == {k}");
         let mut ledger = Ledger {
             guards: &mut self.guards,
             evidence: &mut self.evidence,
+            explain: self.explain,
         };
         claims::equal(self.cache, &mut ledger, (claim, param), (e, &k), || {
             (

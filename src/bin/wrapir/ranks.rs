@@ -177,6 +177,7 @@ pub(crate) fn check_rank_set(path: &Path) -> Result<ExitCode> {
         };
         let options = wrapir::reconcile::Options {
             limits: limits().prover,
+            explain: false,
             ..Default::default()
         };
         let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> = wrapir::lower::Target::ALL

@@ -75,8 +75,9 @@ pub struct EmittedRange {
     pub hi: i64,
 }
 
-/// A lowering that can report the launches it emits.
-pub trait LaunchEmitter {
+/// A lowering that can report the launches it emits (`Sync`: `check`
+/// works out several lowerings' launches at once).
+pub trait LaunchEmitter: Sync {
     /// The lowering's name in reports (`fx`).
     fn name(&self) -> &str;
     /// Every Triton launch the lowering emits for the program, each naming the
@@ -226,7 +227,8 @@ pub struct Validated {
     pub grid_proven: Option<bool>,
     /// Equalities that could not be settled: checked at run time.
     pub guards: Vec<Guard>,
-    /// How each claim was settled.
+    /// How each claim was settled (empty when checked without
+    /// [`super::Options::explain`]).
     pub evidence: Vec<Evidence>,
 }
 
@@ -248,16 +250,18 @@ pub fn validate_emitted(
                 .graph(Some(&record.graph).filter(|g| g.as_str() != MAIN_GRAPH))
                 .is_some_and(|g| SameTensors::of(g).same(a, b))
     };
-    validate_emitted_with(record, emitted, cache, same)
+    validate_emitted_with(record, emitted, cache, same, true)
 }
 
 /// [`validate_emitted`] with the rule for buffer names that denote one
-/// tensor given ([`SameTensors::same`] of the record's graph).
+/// tensor given ([`SameTensors::same`] of the record's graph); `explain`:
+/// record [`Validated::evidence`].
 pub(super) fn validate_emitted_with(
     record: &LaunchRecord,
     emitted: &EmittedLaunch,
     cache: &ProofCache,
     same_buffer: impl Fn(&BufName, &BufName) -> bool,
+    explain: bool,
 ) -> Result<Validated, Mismatch> {
     if emitted.kernel != record.kernel {
         return Err(Mismatch::Kernel {
@@ -284,7 +288,7 @@ pub(super) fn validate_emitted_with(
                 out.values_proven += 1;
             }
             (ArgValue::Expr(a), EmittedValue::Expr(b)) => {
-                if prove(cache, param, a, b, &mut out)? {
+                if prove(cache, param, a, b, &mut out, explain)? {
                     out.values_proven += 1;
                 }
             }
@@ -302,7 +306,7 @@ pub(super) fn validate_emitted_with(
     if let Some(grid) = &emitted.grid {
         let mut all = true;
         for (i, (want, got)) in record.grid.iter().zip(grid.iter()).enumerate() {
-            all &= prove(cache, &format!("grid[{i}]"), want, got, &mut out)?;
+            all &= prove(cache, &format!("grid[{i}]"), want, got, &mut out, explain)?;
         }
         out.grid_proven = Some(all);
     }
@@ -328,7 +332,7 @@ pub(super) fn validate_emitted_with(
             match (&canonical.total_bytes, &e.bytes) {
                 (None, None) => out.values_proven += 1,
                 (Some(a), Some(b)) => {
-                    if prove(cache, &param, a, b, &mut out)? {
+                    if prove(cache, &param, a, b, &mut out, explain)? {
                         out.values_proven += 1;
                     }
                 }
@@ -348,18 +352,19 @@ pub(super) fn validate_emitted_with(
         }
     }
     for r in &emitted.ranges {
-        check_range(cache, r, &mut out)?;
+        check_range(cache, r, &mut out, explain)?;
     }
     Ok(out)
 }
 
 /// Settles `lo <= value <= hi` by the value's range under the facts: proven,
 /// refuted (a mismatch), or a guard.
-fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Result<(), Mismatch> {
-    let claim = format!("emitted {}: {} in [{}, {}]", r.what, r.value, r.lo, r.hi);
+fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated, explain: bool) -> Result<(), Mismatch> {
+    let claim = || format!("emitted {}: {} in [{}, {}]", r.what, r.value, r.lo, r.hi);
     let mut ledger = Ledger {
         guards: &mut out.guards,
         evidence: &mut out.evidence,
+        explain,
     };
     let bounds = (i128::from(r.lo), i128::from(r.hi));
     claims::in_range(cache, &mut ledger, (claim, &r.what), &r.value, bounds, |range_text| {
@@ -377,18 +382,34 @@ fn check_range(cache: &ProofCache, r: &EmittedRange, out: &mut Validated) -> Res
     })
 }
 
-/// Proves `canonical == emitted`; `Ok(false)` when only guarded.
+/// Proves `canonical == emitted`; `Ok(false)` when only guarded. An
+/// emitted expression identical to the canonical one is the same
+/// computation, whatever the facts: proven without the prover (most
+/// emitted values are, each launch over its own symbols, so the proof
+/// cache rarely has them).
 fn prove(
     cache: &ProofCache,
     param: &str,
     canonical: &SymExpr,
     emitted: &SymExpr,
     out: &mut Validated,
+    explain: bool,
 ) -> Result<bool, Mismatch> {
-    let claim = format!("emitted {param}: {emitted} == {canonical}");
+    let claim = || format!("emitted {param}: {emitted} == {canonical}");
+    if canonical == emitted {
+        if explain {
+            out.evidence.push(Evidence {
+                claim: claim(),
+                verdict: EvidenceVerdict::Proven,
+                detail: "the emitted expression is the canonical one".to_string(),
+            });
+        }
+        return Ok(true);
+    }
     let mut ledger = Ledger {
         guards: &mut out.guards,
         evidence: &mut out.evidence,
+        explain,
     };
     claims::equal(cache, &mut ledger, (claim, param), (canonical, emitted), || {
         (
@@ -509,18 +530,17 @@ pub enum LoweringVerdict {
 }
 
 /// Reconciles every Triton launch and validates the launches of each emitter.
+/// Each launch is reconciled once; every lowering's launches are validated
+/// against those records (so the lowerings' reports carry no records of
+/// their own: an entry's record is the base report's entry at the same
+/// index).
 pub fn check_lowerings(
     info: &ProgramInfo<'_>,
     options: &super::Options,
     emitters: &[&dyn LaunchEmitter],
 ) -> LoweringsReport {
-    LoweringsReport {
-        base: super::check_program(info, options),
-        lowerings: emitters
-            .iter()
-            .map(|e| super::check_program_against(info, options, *e))
-            .collect(),
-    }
+    let (base, lowerings) = super::check::check_lowerings(info, options, emitters);
+    LoweringsReport { base, lowerings }
 }
 
 impl LoweringsReport {

@@ -34,7 +34,7 @@ pub use lang::{from_rec_expr, to_rec_expr, ConvertError, SymLang};
 pub use rules::rules;
 pub use sample::{eval_value, holds, Counterexample, Value};
 
-use super::{parse, ParseError, SymExpr};
+use super::{parse, ParseError, SymExpr, Symbol};
 use egg::{ENodeOrVar, FlatTerm, Id, Language, RecExpr, Rewrite, SearchMatches};
 use std::fmt::{self, Write as _};
 use std::time::Duration;
@@ -95,6 +95,28 @@ impl Explanation {
     /// The steps as egg flat terms.
     pub fn steps(&self) -> &[FlatTerm<SymLang>] {
         &self.steps
+    }
+
+    /// The same proof with symbols renamed: `rename(s)` for each symbol it
+    /// maps, the rest kept (a proof of a renamed claim, told in the
+    /// original names).
+    pub fn rename_symbols(&self, rename: &dyn Fn(&Symbol) -> Option<Symbol>) -> Explanation {
+        fn term(t: &FlatTerm<SymLang>, rename: &dyn Fn(&Symbol) -> Option<Symbol>) -> FlatTerm<SymLang> {
+            let node = match &t.node {
+                SymLang::Var(v) => match rename(&Symbol::new(v.as_str())) {
+                    Some(s) => SymLang::Var(egg::Symbol::from(s.as_str())),
+                    None => t.node.clone(),
+                },
+                other => other.clone(),
+            };
+            FlatTerm {
+                node,
+                backward_rule: t.backward_rule,
+                forward_rule: t.forward_rule,
+                children: t.children.iter().map(|c| term(c, rename)).collect(),
+            }
+        }
+        Explanation::from_steps(self.steps.iter().map(|t| term(t, rename)).collect())
     }
 
     /// Each step's term as a [`SymExpr`] (binary sums and products, unfolded).

@@ -243,33 +243,66 @@ fn definition_order<'f>(defined: &[&'f Symbol], facts: &'f Facts) -> Vec<&'f Sym
     order
 }
 
-/// `true` when every fact about the bound symbols holds under `b`.
-fn satisfies(facts: &Facts, b: &Bindings) -> bool {
-    for (s, v) in b {
-        let (lo, hi) = facts.range(s);
-        if lo.is_some_and(|l| *v < l) || hi.is_some_and(|h| *v > h) {
-            return false;
+/// The facts of one search with each fact's symbols listed once (a search
+/// tries many assignments; listing them per assignment cost more than
+/// evaluating).
+struct PreparedFacts<'f> {
+    facts: &'f Facts,
+    definitions: Vec<(&'f Symbol, &'f SymExpr, Vec<Symbol>)>,
+    equalities: Vec<(&'f SymExpr, &'f SymExpr, Vec<Symbol>)>,
+    conditions: Vec<(&'f SymExpr, Vec<Symbol>)>,
+}
+
+impl<'f> PreparedFacts<'f> {
+    fn new(facts: &'f Facts) -> Self {
+        PreparedFacts {
+            facts,
+            definitions: facts
+                .definitions()
+                .iter()
+                .map(|(s, e)| (s, e, e.free_symbols()))
+                .collect(),
+            equalities: facts
+                .equalities()
+                .iter()
+                .map(|(x, y)| {
+                    let mut syms = x.free_symbols();
+                    syms.extend(y.free_symbols());
+                    (x, y, syms)
+                })
+                .collect(),
+            conditions: facts.conditions().iter().map(|c| (c, c.free_symbols())).collect(),
         }
     }
-    let bound = |e: &SymExpr| e.free_symbols().iter().all(|s| b.contains_key(s));
-    for (s, e) in facts.definitions() {
-        if let Some(v) = b.get(s) {
-            if bound(e) && eval_int(e, b).ok() != Some(*v) {
+
+    /// `true` when every fact about the bound symbols holds under `b`.
+    fn satisfied_by(&self, b: &Bindings) -> bool {
+        for (s, v) in b {
+            let (lo, hi) = self.facts.range(s);
+            if lo.is_some_and(|l| *v < l) || hi.is_some_and(|h| *v > h) {
                 return false;
             }
         }
-    }
-    for (x, y) in facts.equalities() {
-        if bound(x) && bound(y) && (eval_value(x, b).is_none() || eval_value(x, b) != eval_value(y, b)) {
-            return false;
+        let bound = |syms: &[Symbol]| syms.iter().all(|s| b.contains_key(s));
+        for (s, e, syms) in &self.definitions {
+            if let Some(v) = b.get(*s) {
+                if bound(syms) && eval_int(e, b).ok() != Some(*v) {
+                    return false;
+                }
+            }
         }
-    }
-    for c in facts.conditions() {
-        if bound(c) && holds(c, b) != Some(true) {
-            return false;
+        for (x, y, syms) in &self.equalities {
+            if bound(syms) && (eval_value(x, b).is_none() || eval_value(x, b) != eval_value(y, b)) {
+                return false;
+            }
         }
+        for (c, syms) in &self.conditions {
+            if bound(syms) && holds(c, b) != Some(true) {
+                return false;
+            }
+        }
+        true
     }
-    true
 }
 
 /// Most symbol values one search assigns in all: an expression over very many
@@ -307,6 +340,12 @@ pub(crate) fn search_until(
         free.push((s.clone(), Domain::new(facts.range(s))?));
     }
     let structured = free.iter().map(|(_, d)| d.special.len()).max().unwrap_or(1);
+    let prepared = PreparedFacts::new(facts);
+    // Each defined symbol's definition and the symbols it needs.
+    let defined: Vec<(&Symbol, &SymExpr, Vec<Symbol>)> = defined
+        .into_iter()
+        .filter_map(|s| facts.definitions().get(s).map(|e| (s, e, e.free_symbols())))
+        .collect();
     let mut rng = Rng::new(seed);
     for i in 0..count {
         if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
@@ -326,9 +365,8 @@ pub(crate) fn search_until(
         }
         // Compute defined symbols in dependency order (cycles stay unbound;
         // a definition that fails to evaluate leaves the rest unbound).
-        for s in &defined {
-            let Some(e) = facts.definitions().get(*s) else { continue };
-            if !e.free_symbols().iter().all(|x| bindings.contains_key(x)) {
+        for (s, e, needs) in &defined {
+            if !needs.iter().all(|x| bindings.contains_key(x)) {
                 continue;
             }
             match eval_int(e, &bindings) {
@@ -338,7 +376,7 @@ pub(crate) fn search_until(
                 Err(_) => break,
             }
         }
-        if involved.iter().any(|s| !bindings.contains_key(s)) || !satisfies(facts, &bindings) {
+        if involved.iter().any(|s| !bindings.contains_key(s)) || !prepared.satisfied_by(&bindings) {
             continue;
         }
         let (Some(x), Some(y)) = (eval_value(a, &bindings), eval_value(b, &bindings)) else {
