@@ -895,7 +895,6 @@ fn with_guards(bundle: &Bundle) -> Result<Program> {
     use wrapir::reconcile::GuardError;
     let options = wrapir::reconcile::Options {
         limits: limits().prover,
-        explain: false,
         ..Default::default()
     };
     wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {

@@ -460,8 +460,9 @@ mod tests {
         let planted = file.with_extension(format!("tmp{}", std::process::id()));
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         store(&file, b"image").unwrap();
-        assert_eq!(std::fs::read(&file).unwrap(), b"image");
-        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let read = |p: &std::path::Path| crate::limits::files::read(p, 1 << 20).unwrap();
+        assert_eq!(read(&file), b"image");
+        assert_eq!(read(&victim), b"precious");
         let mut left: Vec<String> = std::fs::read_dir(file.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -471,6 +472,6 @@ mod tests {
         assert_eq!(left, ["k-sm90.cubin".to_string(), planted_name]);
         // Replacing an existing entry works too.
         store(&file, b"image 2").unwrap();
-        assert_eq!(std::fs::read(&file).unwrap(), b"image 2");
+        assert_eq!(read(&file), b"image 2");
     }
 }
