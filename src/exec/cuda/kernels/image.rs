@@ -327,7 +327,7 @@ pub fn prebuild_kernels(
 /// so nothing planted under a guessable name is followed or overwritten),
 /// renamed into place; the scratch directory is removed afterwards.
 pub(in crate::exec::cuda) fn store(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use crate::exec::host_kernels::{write_new_file, ScratchDir};
+    use crate::exec::host::kernels::{write_new_file, ScratchDir};
     let dir = match file.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => std::path::Path::new("."),
@@ -451,7 +451,7 @@ mod tests {
 
     #[test]
     fn store_writes_through_no_planted_name_and_leaves_nothing_behind() {
-        let dir = crate::exec::host_kernels::ScratchDir::new_in(std::path::Path::new("/tmp"), "wrapir-test").unwrap();
+        let dir = crate::exec::host::kernels::ScratchDir::new_in(std::path::Path::new("/tmp"), "wrapir-test").unwrap();
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"precious").unwrap();
         let file = dir.path().join("cache").join("k-sm90.cubin");
