@@ -740,7 +740,6 @@ fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
 }
 
 // ---- `wrapir ops` and `wrapir check --device` ----------------------------------
-
 /// `check --device`: prints one `error in ...` line per extern op call the
 /// backend cannot run (and, with the host fallback allowed, a `note` per op
 /// it would run on the host), then a summary; `false` when any cannot run.
