@@ -306,11 +306,6 @@ class CpuExport(unittest.TestCase):
         orig = convert.GraphConverter.convert
 
         extra = [FutureLine()]
-        if hasattr(W, "EnterDeviceContextManagerWithStreamInfoLine"):  # 2.12+
-            # A device context with user streams: a subclass of the plain device context
-            # line, refused rather than converted as one.
-            extra.append(W.EnterDeviceContextManagerWithStreamInfoLine(
-                device_idx=0, last_seen_device_guard_index=None, num_streams=2, stream_idx_to_user_obj_idx={1: 0}))
 
         def convert_with_a_future_line(self, lines):
             return orig(self, list(lines) + extra)
@@ -324,9 +319,6 @@ class CpuExport(unittest.TestCase):
         text = "\n".join(r.errors)
         self.assertIn("FutureLine has no wrapir counterpart", text)
         self.assertIn(f"(PyTorch {torch.__version__})", text)
-        if len(extra) > 1:
-            self.assertIn("EnterDeviceContextManagerWithStreamInfoLine (a device context with 2 user streams) "
-                          "has no wrapir counterpart", text)
 
     def test_extern_output_asserts_keep_their_op(self):
         # nonzero's result: size assert (with its dtype from 2.14: assert_tensor_metadata)
