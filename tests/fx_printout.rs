@@ -1,7 +1,7 @@
 //! The FX printout runs: every fixture's printed module is executed by
 //! python3 with stub callables (every call returns a stub), `forward` of the
 //! top graph and of every subgraph class called with stub arguments. A node
-//! named like the callable it calls (`assert_size_stride = assert_size_stride(...)`)
+//! named like the callable it calls (`device = device(...)`)
 //! would make that name a local of `forward` and raise `UnboundLocalError`.
 
 mod common;

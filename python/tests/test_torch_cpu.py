@@ -771,7 +771,7 @@ class FxHostKernels(unittest.TestCase):
 
         b = os.path.join(REPO, "fixtures", "inductor", "bundles_cpu_2.15", "control", "while_tensor_carries")
         code = we.fx.lower_fx(b, wrapir_binary())
-        self.assertIn("assert_size_stride(buf1, [], [], 'torch.ops.while_loop', dtype=torch.int64)", code)
+        self.assertIn("(torch._check(buf1.dim() == 0), torch._check(buf1.dtype == torch.int64))", code)
         i, x = we.load_inputs(b)
         n, y = we.fx_module(b, code=code)(i, x)
         self.assertEqual(int(n), 5)
@@ -779,15 +779,36 @@ class FxHostKernels(unittest.TestCase):
         for _ in range(5):
             want = want * 2 + 1
         torch.testing.assert_close(y, want)
-        printout = ("def forward(self, x):\n"
-                    "    a = assert_size_stride(x, [2], [1], 'op', dtype=torch.int64);  a = None\n"
+
+    def test_tensor_asserts_are_torch_checks(self):
+        from wrapir_export import fx
+
+        # The printout's form of assert_size_stride (with a dtype), assert_alignment and
+        # assert_finite, built into upstream's node chains and run.
+        printout = ("def forward(self, x, s0):\n"
+                    "    a = (torch._check(x.dim() == 2), torch._check(torch.ops.aten.sym_size.int(x, 0) == 2), "
+                    "torch._check(torch.ops.aten.sym_size.int(x, 1) == s0), "
+                    "torch._check(torch.ops.aten.sym_stride.int(x, 0) == s0), "
+                    "torch._check((torch.ops.aten.sym_size.int(x, 1) == 1) | (torch.ops.aten.sym_stride.int(x, 1) == 1)), "
+                    "torch._check(x.dtype == torch.float32));  a = None\n"
+                    "    b = torch._check(x.data_ptr() % 16 == 0);  b = None\n"
+                    "    c = (torch._check(not torch.ops.aten.item.default(torch.ops.aten.any.default("
+                    "torch.ops.aten.isnan.default(x)))), torch._check(not torch.ops.aten.item.default("
+                    "torch.ops.aten.any.default(torch.ops.aten.isinf.default(x)))));  c = None\n"
                     "    return x\n")
         gm = fx.Builder(torch, {}, {}).build(fx.parse_printout(printout))
-        gm(torch.zeros(2, dtype=torch.int64))
-        with self.assertRaises(AssertionError) as cm:
-            gm(torch.zeros(2))
-        self.assertEqual(str(cm.exception), "expected dtype torch.int64, got torch.float32 (op)")
-
+        targets = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+        self.assertEqual(targets.count(torch._check), 9)
+        self.assertIn(torch.ops.aten.sym_size.int, targets)
+        self.assertIn("data_ptr", targets)
+        gm(torch.zeros(2, 3), 3)
+        for bad, why in ((torch.zeros(2, 4), "size"), (torch.zeros(3, 2).t(), "stride"),
+                         (torch.zeros(2, 3, dtype=torch.float64), "dtype"),
+                         (torch.tensor([[0.0, float("nan"), 1.0], [0, 0, 0]]), "nan"),
+                         (torch.tensor([[0.0, float("inf"), 1.0], [0, 0, 0]]), "inf"),
+                         (torch.zeros(7)[1:].view(2, 3), "alignment")):
+            with self.subTest(why=why), self.assertRaises(RuntimeError):
+                gm(bad, 3)
 
 if __name__ == "__main__":
     unittest.main()

@@ -24,8 +24,9 @@ the top graph, one `class <name>(torch.nn.Module)` per subgraph) and builds a
   `while_loop` below, which
   run the subgraph modules (submodules of the result);
 * `self.<constant>` reads a program constant (a buffer of the module, from
-  `inputs.safetensors`); `assert_size_stride` / `assert_alignment` check as Inductor's
-  wrapper does; arithmetic on sizes uses `operator`.
+  `inputs.safetensors`); the tensor asserts are `torch._check`s over `sym_size` /
+  `sym_stride`, `t.dim()`, `t.dtype`, `t.data_ptr()` and `isnan` / `isinf`, as upstream's
+  FX backend lowers them; arithmetic on sizes uses `operator`.
 
 The module's `forward` takes the bundle's graph inputs in order (tensors, and Python
 ints for symbol inputs): `gm(*load_inputs(bundle_dir))`. Parsing needs no torch
@@ -141,42 +142,14 @@ def while_loop(cond_graph, body_graph, carried, additional):
         ran = True
 
 
+# Methods a printout calls on a tensor: the operands of the tensor asserts' `torch._check`s.
+TENSOR_METHODS = ("dim", "data_ptr")
+
+
 def c_mod(a, b):
     """Remainder with C (truncating) semantics: Inductor's `Mod`."""
     r = abs(a) % abs(b)
     return -r if a < 0 else r
-
-
-def assert_size_stride(t, size, stride, context=None, dtype=None):
-    """Inductor's `assert_size_stride` (sizes exactly; strides where the size is not 1),
-    and with `dtype` its `assert_tensor_metadata` (Inductor 2.14+)."""
-    if dtype is not None and t.dtype != dtype:
-        where = f" ({context})" if context else ""
-        raise AssertionError(f"expected dtype {dtype}, got {t.dtype}{where}")
-    got_size, got_stride = tuple(t.size()), tuple(t.stride())
-    bad = len(got_size) != len(size) or any(
-        int(g) != int(e) or (int(gs) != int(es) and int(g) > 1)
-        for g, e, gs, es in zip(got_size, size, got_stride, stride))
-    if bad:
-        where = f" ({context})" if context else ""
-        raise AssertionError(f"expected size {tuple(size)} stride {tuple(stride)}, got size {got_size} "
-                             f"stride {got_stride}{where}")
-
-
-def assert_alignment(t, alignment, context=None):
-    """Inductor's `assert_alignment`: the data pointer is a multiple of `alignment` bytes."""
-    if t.data_ptr() % int(alignment):
-        where = f" ({context})" if context else ""
-        raise AssertionError(f"expected alignment {alignment}, got data pointer {t.data_ptr():#x}{where}")
-
-
-def assert_finite(t):
-    """Inductor's `nan_asserts`: `assert not t.isnan().any().item()`, and the same with `isinf`."""
-    if t.is_floating_point() or t.is_complex():
-        if t.isnan().any().item():
-            raise AssertionError("tensor holds NaN (Inductor's nan_asserts)")
-        if t.isinf().any().item():
-            raise AssertionError("tensor holds Inf (Inductor's nan_asserts)")
 
 
 # ---- host (CPU) kernels: the bundle's C++ and Halide images ----------------------------------
@@ -738,12 +711,9 @@ class Builder:
             return self.call(graph, switch, args, kwargs, name)
         if dotted == "torch.ops.higher_order.while_loop":
             return self.call(graph, while_loop, args, kwargs, name)
-        if dotted == "assert_size_stride":
-            return self.call(graph, assert_size_stride, args, kwargs, name)
-        if dotted == "assert_alignment":
-            return self.call(graph, assert_alignment, args, kwargs, name)
-        if dotted == "assert_finite":
-            return self.call(graph, assert_finite, args, kwargs, name)
+        if len(chain) == 2 and chain[0] in env and chain[1] in TENSOR_METHODS:
+            # `t.dim()`, `t.data_ptr()`: the tensor asserts' `torch._check` operands.
+            return graph.create_node("call_method", chain[1], (env[chain[0]], *args), kwargs, name=name)
         if dotted == "device":
             return self.torch.device(*args, **kwargs)
         if dotted == "wrapir.c_mod":

@@ -249,17 +249,20 @@ pub enum Op {
         /// The message on failure.
         message: String,
     },
-    /// `assert_size_stride(t, size, stride)`.
+    /// Inductor's `assert_size_stride(t, size, stride)`: printed as
+    /// upstream's FX backend lowers it, one `torch._check` per comparison
+    /// (rank, sizes, strides, dtype).
     AssertSizeStride(AssertSizeStride),
-    /// `assert_alignment(t, alignment)`.
+    /// Inductor's `assert_alignment(t, alignment)`: printed as
+    /// `torch._check(t.data_ptr() % alignment == 0)`.
     AssertAlignment {
         /// The checked tensor.
         tensor: NodeId,
         /// Alignment in bytes.
         alignment: u32,
     },
-    /// `assert_finite(t)`: every element of `t` is finite (Inductor's
-    /// `nan_asserts`).
+    /// Every element of `t` is finite (Inductor's `nan_asserts`): printed as
+    /// two `torch._check`s over `isnan` / `isinf` (`any`, `item`, `not`).
     AssertFinite {
         /// The checked tensor.
         tensor: NodeId,
@@ -305,7 +308,7 @@ pub struct AsStrided {
     pub offset: Arg,
 }
 
-/// `assert_size_stride(t, size, stride)`.
+/// Inductor's `assert_size_stride(t, size, stride)`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AssertSizeStride {
     /// The checked tensor.
@@ -460,10 +463,10 @@ pub struct Graph {
 /// Below this many symbols, [`Graph::bind_symbol`] scans [`Node::binds`].
 const BIND_SET_MIN: usize = 8;
 
-/// Names the printout uses as bare global callables (`assert_size_stride(...)`):
-/// never node names ([`names::is_reserved`]), or the printed `forward` would
-/// bind them as locals.
-pub const PRINTED_GLOBALS: &[&str] = &["assert_size_stride", "assert_alignment", "assert_finite", "device"];
+/// Names the printout uses as bare global callables (`device(...)`): never
+/// node names ([`names::is_reserved`]), or the printed `forward` would bind
+/// them as locals.
+pub const PRINTED_GLOBALS: &[&str] = &["device"];
 
 impl PartialEq for Graph {
     fn eq(&self, other: &Self) -> bool {

@@ -299,27 +299,28 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             push_py_str(out, message);
             out.push(')');
         }
-        Op::AssertSizeStride(a) => {
-            push_call_head(out, "assert_size_stride", n(a.tensor));
-            push_size_stride(out, names, &a.size, &a.stride);
-            if let Some(c) = &a.context {
-                out.push_str(", ");
-                push_py_str(out, c);
-            }
-            if let Some(d) = a.dtype {
-                out.push_str(", dtype=torch.");
-                out.push_str(d.torch_name());
-            }
-            out.push(')');
-        }
+        // Tensor asserts print as upstream's FX backend lowers them: one
+        // `torch._check` per comparison (built by the FX builder into
+        // `sym_size` / `eq` / `_check` nodes), a tuple when there are several.
+        Op::AssertSizeStride(a) => push_size_stride_checks(out, names, a),
         Op::AssertAlignment { tensor, alignment } => {
-            push_call_head(out, "assert_alignment", n(*tensor));
+            let t = n(*tensor);
+            out.push_str("torch._check(");
+            out.push_str(t);
+            out.push_str(".data_ptr() % ");
             push_int(out, i64::from(*alignment));
-            out.push(')');
+            out.push_str(" == 0)");
         }
         Op::AssertFinite { tensor } => {
-            out.push_str("assert_finite(");
-            out.push_str(n(*tensor));
+            let t = n(*tensor);
+            for (k, op) in ["isnan", "isinf"].into_iter().enumerate() {
+                out.push_str(if k == 0 { "(" } else { ", " });
+                out.push_str("torch._check(not torch.ops.aten.item.default(torch.ops.aten.any.default(torch.ops.aten.");
+                out.push_str(op);
+                out.push_str(".default(");
+                out.push_str(t);
+                out.push_str("))))");
+            }
             out.push(')');
         }
         Op::Cond(c) => {
@@ -473,6 +474,68 @@ fn push_size_stride(out: &mut String, g: &Names<'_>, size: &[Arg], stride: &[Arg
     push_list(out, g, size);
     out.push_str(", ");
     push_list(out, g, stride);
+}
+
+/// An `assert_size_stride` as `torch._check`s, in a tuple: the rank, each
+/// size, each stride where the size is not 1 (Inductor's rule: a stride of a
+/// dimension of size 1 is not checked; where the size is symbolic the check
+/// says so), and the dtype where the line checks it.
+fn push_size_stride_checks(out: &mut String, g: &Names<'_>, a: &super::AssertSizeStride) {
+    let t = g.name(a.tensor);
+    let check = |out: &mut String, first: bool| {
+        out.push_str(if first { "(torch._check(" } else { ", torch._check(" });
+    };
+    check(out, true);
+    out.push_str(t);
+    out.push_str(".dim() == ");
+    push_decimal(out, a.size.len() as u64);
+    out.push(')');
+    let dim_call = |out: &mut String, what: &str, d: usize| {
+        out.push_str("torch.ops.aten.");
+        out.push_str(what);
+        out.push_str(".int(");
+        out.push_str(t);
+        out.push_str(", ");
+        push_decimal(out, d as u64);
+        out.push(')');
+    };
+    for (d, size) in a.size.iter().enumerate() {
+        check(out, false);
+        dim_call(out, "sym_size", d);
+        out.push_str(" == ");
+        push_arg(out, g, size);
+        out.push(')');
+    }
+    for (d, (size, stride)) in a.size.iter().zip(a.stride.iter()).enumerate() {
+        match size {
+            Arg::Int(1) => continue,
+            Arg::Int(_) => {
+                check(out, false);
+                dim_call(out, "sym_stride", d);
+                out.push_str(" == ");
+                push_arg(out, g, stride);
+                out.push(')');
+            }
+            _ => {
+                check(out, false);
+                out.push('(');
+                dim_call(out, "sym_size", d);
+                out.push_str(" == 1) | (");
+                dim_call(out, "sym_stride", d);
+                out.push_str(" == ");
+                push_arg(out, g, stride);
+                out.push_str("))");
+            }
+        }
+    }
+    if let Some(dt) = a.dtype {
+        check(out, false);
+        out.push_str(t);
+        out.push_str(".dtype == torch.");
+        out.push_str(dt.torch_name());
+        out.push(')');
+    }
+    out.push(')');
 }
 
 /// A Python tuple: `()`, `(a,)`, `(a, b)`.
