@@ -110,6 +110,20 @@ fn lowerings_write_each_scope_as_inductor_does() {
         &aoti,
         "AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_check_inf_and_nan(\"arg0_1\", arg0_1));",
     );
+    // Stream ops have no C shim: the AOTI wrapper, on one stream, comments them.
+    common::assert_contains(
+        &aoti,
+        "// streams.wait_event(7, 0): satisfied by program order on the wrapper's stream",
+    );
+    assert!(!aoti.contains("aoti_torch_cuda_streams_"), "{aoti}");
+    for (op, key) in [
+        ("torch.ops.streams.record_event.default", Some("streams.record_event")),
+        ("streams.wait_stream", Some("streams.wait_stream")),
+        ("torch.ops.streams.sync.default", None),
+        ("torch.ops.aten.record_event.default", None),
+    ] {
+        assert_eq!(wrapir::ir::stream_op(op), key, "{op}");
+    }
     let standalone = wrapir::lower::Target::CppStandalone.write_string(&info).unwrap();
     common::assert_contains(&standalone, "wrapir::check_finite(buf2, \"buf2\", stream);");
     let fx = wrapir::lower::Target::Fx.write_string(&info).unwrap();

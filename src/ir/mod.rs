@@ -62,7 +62,7 @@ pub use program::{
     BufferDecl, BufferKind, FormatError, Graph, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange,
     FORMAT_VERSION,
 };
-pub use scope::{DeviceStreams, Scope, ScopeKind};
+pub use scope::{stream_op, DeviceStreams, Scope, ScopeKind, STREAM_OPS};
 pub use types::{BufName, DType, Device, DeviceType, Dims, GraphName, KernelName, Layout, ParenIfCompound};
 pub use validate::{
     validate, validate_with_limits, BufferInfo, Ending, GraphInfo, LineNamer, NameRole, ProgramInfo, Site,

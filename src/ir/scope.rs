@@ -19,6 +19,34 @@ pub struct DeviceStreams {
     pub reads_current_stream: bool,
 }
 
+/// The `torch.ops.streams.*` event and synchronisation ops Inductor 2.12+
+/// keeps as extern calls in programs with user streams, by registry key
+/// (`streams.<name>`). Their arguments are user-object indices (events,
+/// streams) or a device index. They order work between streams and compute
+/// nothing: run in program order on one stream (what every wrapir executor
+/// and C++ wrapper does), each is already satisfied.
+pub const STREAM_OPS: [&str; 6] = [
+    "streams.record_event",
+    "streams.wait_event",
+    "streams.synchronize_event",
+    "streams.synchronize_stream",
+    "streams.synchronize_device",
+    "streams.wait_stream",
+];
+
+/// The registry key (`streams.record_event`) of an extern call's op when it
+/// is one of [`STREAM_OPS`]: `op` as the program names it
+/// (`torch.ops.streams.record_event.default`) or as a key.
+pub fn stream_op(op: &str) -> Option<&'static str> {
+    let s = op.strip_prefix("torch.ops.").unwrap_or(op);
+    let name = s.strip_prefix("streams.")?;
+    let name = name.split('.').next().unwrap_or(name);
+    STREAM_OPS
+        .iter()
+        .copied()
+        .find(|k| k.strip_prefix("streams.") == Some(name))
+}
+
 /// What a [`Line::EnterScope`] opens.
 ///
 /// None of them changes what the program computes: Inductor orders work

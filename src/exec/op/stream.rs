@@ -10,16 +10,7 @@
 //! one issued earlier), so each is checked and then has nothing left to do.
 
 use crate::exec::{ArgList, ExecError, Kwargs, Value};
-
-/// The ops, as registry keys (`streams.<name>`).
-pub(crate) const STREAM_OPS: [&str; 6] = [
-    "streams.record_event",
-    "streams.wait_event",
-    "streams.synchronize_event",
-    "streams.synchronize_stream",
-    "streams.synchronize_device",
-    "streams.wait_stream",
-];
+pub(crate) use crate::ir::STREAM_OPS;
 
 /// Whether `key` (an op's registry key) is one of [`STREAM_OPS`].
 pub(crate) fn is_stream_op(key: &str) -> bool {

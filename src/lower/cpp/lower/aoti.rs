@@ -257,6 +257,9 @@ impl DialectOps for Aoti {
 
     fn extern_call(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>) -> Result<(), Error> {
         let (g, call, out, results, cx) = (site.g, site.call, site.out, site.results, site.cx);
+        if let Some(key) = crate::ir::stream_op(&call.op) {
+            return stream_op_comment(l, site, key);
+        }
         let (name, overload) = split_op(&call.op);
         let suffix = op_suffix(&name, overload, out.is_some());
         if python_op::without_c_shim(&name) {
@@ -470,6 +473,43 @@ fn read_item(l: &mut Lowering<'_>, tensor: &str, var: &str, ctype: &str, dtype: 
 
 /// What the AOTI dialect's file starts with: libtorch's C++ wrapper header
 /// and the kernel loading and launching helpers.
+/// A `torch.ops.streams.*` op: a comment. The wrapper runs every line in
+/// program order on its one stream (stream scopes are comments too), which
+/// satisfies every event the op records, waits for or synchronises; the op
+/// has no C shim (Inductor's JIT C++ wrapper refuses programs with user
+/// streams, and its AOT one calls the CUDA event API on side streams this
+/// wrapper does not have). Its arguments must be literal indices, and it
+/// has no result, as the host and CUDA executors check at run time.
+fn stream_op_comment(l: &mut Lowering<'_>, site: &ExternSite<'_>, key: &str) -> Result<(), Error> {
+    let (call, cx) = (site.call, site.cx);
+    let mut args = Vec::with_capacity(call.args.len());
+    for (k, a) in call.args.iter().enumerate() {
+        match a {
+            crate::ir::ArgValue::Expr(e) if e.as_int().is_some_and(|i| i >= 0) => args.push(e.to_string()),
+            _ => {
+                return Err(l.unsupported(
+                    cx,
+                    format!(
+                        "`{}`: argument {k} is not a literal event, stream or device index",
+                        call.op
+                    ),
+                ))
+            }
+        }
+    }
+    if !site.results.is_empty() || site.out.is_some() || !call.kwargs.is_empty() {
+        return Err(l.unsupported(
+            cx,
+            format!("`{}` with a result, an out= tensor or keyword arguments", call.op),
+        ));
+    }
+    l.line(format!(
+        "// {key}({}): satisfied by program order on the wrapper's stream",
+        args.join(", ")
+    ));
+    Ok(())
+}
+
 const AOTI_PRELUDE: &str = r#"#include <torch/csrc/inductor/cpp_wrapper/cuda.h>
 
 #define CUDA_DRIVER_CHECK(EXPR)                                                    \
