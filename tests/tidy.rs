@@ -39,6 +39,7 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[];
 /// layer stands on; the root's `pub use` lines are the facade, not imports.
 const EXEC_LAYERS: &[(&str, &[&str])] = &[
     ("core: values, arguments, the extern-op catalogue", &["op"]),
+    ("a graph's dependency DAG", &["dag"]),
     (
         "the interpreter and what a program calls",
         &["interp", "random", "uses"],

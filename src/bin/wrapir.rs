@@ -10,6 +10,8 @@ use wrapir::ir::{self, Program};
 
 #[path = "wrapir/bench.rs"]
 mod bench;
+#[path = "wrapir/dag.rs"]
+mod dag;
 #[path = "wrapir/diagnostics.rs"]
 mod diagnostics;
 #[path = "wrapir/info.rs"]
@@ -237,6 +239,11 @@ enum Command {
         /// `run --device cuda --allow-host-fallback` would), listing them.
         #[arg(long)]
         allow_host_fallback: bool,
+        /// Print the dependency DAG of the main graph's nodes (each edge
+        /// with its reason, the critical path and width) instead of
+        /// checking the launches.
+        #[arg(long)]
+        dag: bool,
     },
     /// List the extern ops each backend runs.
     ///
@@ -353,6 +360,11 @@ enum Command {
         /// reads between segment graphs) or `auto` (one graph from 3 reads).
         #[arg(long, default_value = "auto")]
         graph_reads: wrapir::exec::cuda::GraphReads,
+        /// How graph replay orders the operations: `single` (one chain, as
+        /// the program lists them) or `concurrent` (by the program's
+        /// dependency DAG, independent kernels at once; `check --dag` prints it).
+        #[arg(long, default_value = "single")]
+        graph_streams: wrapir::exec::cuda::GraphStreams,
         /// Run the extern ops the device does not implement on the host
         /// (reported; such a bundle's timings include the copies). Without
         /// it such an op is an error naming it.
@@ -536,6 +548,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             device,
             arch,
             allow_host_fallback,
+            dag,
         } => {
             if allow_host_fallback && device != Some(CheckDevice::Cuda) {
                 bail!("--allow-host-fallback is for `--device cuda`");
@@ -568,6 +581,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ..Default::default()
             };
             println!("{name}: valid");
+            if dag {
+                return dag::print_dag(&info);
+            }
             match ir::collectives::collectives(program) {
                 Ok(calls) if calls.is_empty() => {}
                 Ok(calls) => println!(
@@ -661,6 +677,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             repeats,
             no_preload,
             graph_reads,
+            graph_streams,
             allow_host_fallback,
         } => {
             if device != "cuda" && device != "gpu" {
@@ -672,6 +689,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 repeats,
                 preload: !no_preload,
                 graph_reads,
+                graph_streams,
                 allow_host_fallback,
             };
             bench_command(&bundle, &args)
@@ -680,63 +698,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             bundle,
             output,
             cudnn_plans,
-        } => pack(&bundle, &output, cudnn_plans),
+        } => package::pack(&bundle, &output, cudnn_plans),
     }
-}
-
-/// `wrapir pack`: writes the bundle as a package and says what it holds.
-fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
-    let mut bundle = open_bundle(input)?;
-    if cudnn_plans {
-        let plans = wrapir::exec::cuda::make_cudnn_plans(&bundle, 0, wrapir::exec::cuda::CudaPaths::from_env())
-            .with_context(|| format!("making the cuDNN plans of {}", input.display()))?;
-        bundle = bundle.with_cudnn_plans(plans);
-    }
-    let summary = bundle.write_package(output)?;
-    let m = &summary.metadata;
-    let kernels = summary.entries.iter().filter(|e| e.starts_with("kernels/")).count();
-    let mut out = format!(
-        "packed {} into {}: {} entries, {} bytes\n",
-        input.display(),
-        output.display(),
-        summary.entries.len(),
-        summary.bytes
-    );
-    for entry in &summary.entries {
-        if !entry.starts_with("kernels/") && !entry.starts_with("cudnn-plans/") {
-            out += &format!("  {entry}\n");
-        }
-    }
-    let arch: Vec<String> = m.cubin_arch.iter().map(|sm| format!("sm_{sm}")).collect();
-    out += &format!(
-        "  kernels/: {kernels} files, {} cubins loaded by the program{}\n",
-        m.cubins.len(),
-        if arch.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", arch.join(", "))
-        }
-    );
-    if let (Some(torch), Some(triton)) = (&m.provenance.torch, &m.provenance.triton) {
-        out += &format!("  compiled by PyTorch {torch}, Triton {triton}\n");
-    }
-    if !m.weights.is_empty() {
-        out += &format!("  weights: {} of the graph inputs\n", m.weights.len());
-    }
-    if !summary.entries.iter().any(|e| e == wrapir::bundle::INPUTS) {
-        out += &format!(
-            "  no {}: the bundle carries no inputs, so `run` of the package needs --inputs FILE\n",
-            wrapir::bundle::INPUTS
-        );
-    }
-    let plans = summary.entries.iter().filter(|e| e.starts_with("cudnn-plans/")).count();
-    if let Some(made_for) = &m.cudnn_plans_for {
-        out += &format!("  cudnn-plans/: {plans} plans compiled at run time, for {made_for}\n");
-    } else if cudnn_plans {
-        out += "  cudnn-plans/: none (no convolution of this model compiles its engine at run time)\n";
-    }
-    write_output(None, &out)?;
-    Ok(ExitCode::SUCCESS)
 }
 
 // ---- `wrapir ops` and `wrapir check --device` ----------------------------------

@@ -97,6 +97,15 @@ pub struct Direct {
     pub reads: usize,
     /// Bytes of the recording's arena.
     pub arena_bytes: u64,
+    /// Bytes the arena would hold with the single-stream plan
+    /// ([`Prepared::single_stream_arena_bytes`]).
+    pub single_stream_arena_bytes: u64,
+    /// Graph replay orders the operations by the program's dependency DAG
+    /// ([`Prepared::is_concurrent`]).
+    pub concurrent: bool,
+    /// Why concurrent replay was asked for but the recording replays on
+    /// one stream ([`Prepared::single_stream_reason`]).
+    pub single_stream_reason: Option<String>,
     /// Why the program writes its inputs, when it does: each timed call
     /// applies that write again.
     pub writes_inputs: Option<String>,
@@ -300,6 +309,9 @@ fn direct(
         library_calls: prepared.library_calls(),
         reads: prepared.reads(),
         arena_bytes: prepared.arena_bytes(),
+        single_stream_arena_bytes: prepared.single_stream_arena_bytes(),
+        concurrent: prepared.is_concurrent(),
+        single_stream_reason: prepared.single_stream_reason().map(str::to_string),
         writes_inputs,
         queued_us,
         one_us,

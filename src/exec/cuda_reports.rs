@@ -120,3 +120,39 @@ impl std::str::FromStr for GraphReads {
         }
     }
 }
+
+/// How CUDA graph replay orders a recording's operations:
+/// [`CudaOptions::graph_streams`] (`exec::cuda`).
+///
+/// **Single**: one chain, as the program lists them (what Inductor's
+/// wrapper launches on its one stream). **Concurrent**: each operation
+/// depends only on those the program's dependency DAG
+/// ([`crate::exec::dag`]) orders it after, so independent kernels (the
+/// projections of an attention block, a mixture of experts' experts, the
+/// branches of an inception block) run at the same time; the arena is
+/// then planned so that buffers of operations that may overlap never share
+/// memory (it may grow: `Prepared::arena_bytes` against
+/// `Prepared::single_stream_arena_bytes`). Direct (non-graph) replay runs
+/// one stream either way. Default `Single` until measurements on the GPU
+/// say concurrent replay is faster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GraphStreams {
+    /// One chain of operations in program order.
+    #[default]
+    Single,
+    /// Operations ordered by the program's dependency DAG.
+    Concurrent,
+}
+
+impl std::str::FromStr for GraphStreams {
+    type Err = String;
+
+    /// `single` or `concurrent`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "single" => Ok(GraphStreams::Single),
+            "concurrent" => Ok(GraphStreams::Concurrent),
+            other => Err(format!("`{other}`: expected single or concurrent")),
+        }
+    }
+}

@@ -10,7 +10,9 @@
 //! module's documentation for what each does.
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay};
+pub use super::cuda_reports::{
+    GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+};
 pub use super::model_source::{CudnnPlans, ModelError, ModelSource};
 use super::{
     Backend, ExecError, ExternCall, KernelLaunch, RunError, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
@@ -54,6 +56,8 @@ pub struct CudaOptions {
     pub extern_ops: ExternOpLog,
     /// How graph replay treats a recording's device reads.
     pub graph_reads: GraphReads,
+    /// How graph replay orders a recording's operations.
+    pub graph_streams: GraphStreams,
     /// Serialized cuDNN plans supplied by the caller.
     pub cudnn_plans: CudnnPlans,
     /// Options of the host ops the fallback runs (and the tensor-assert
@@ -70,6 +74,7 @@ impl Default for CudaOptions {
             host_fallback: false,
             extern_ops: ExternOpLog,
             graph_reads: GraphReads::Auto,
+            graph_streams: GraphStreams::Single,
             host: super::host::HostOptions {
                 jagged_zero_fill: true,
                 ..Default::default()
@@ -315,6 +320,21 @@ impl Prepared {
 
     /// Bytes of the arena.
     pub fn arena_bytes(&self) -> u64 {
+        match self.never {}
+    }
+
+    /// Bytes of the single-stream plan's arena.
+    pub fn single_stream_arena_bytes(&self) -> u64 {
+        match self.never {}
+    }
+
+    /// Whether graph replay follows the program's dependency DAG.
+    pub fn is_concurrent(&self) -> bool {
+        match self.never {}
+    }
+
+    /// Why a recording asked to replay concurrently replays on one stream.
+    pub fn single_stream_reason(&self) -> Option<&str> {
         match self.never {}
     }
 

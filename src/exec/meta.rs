@@ -486,7 +486,7 @@ pub fn run_program_on(program: &crate::ir::Program, backend: &mut MetaBackend) -
 }
 
 /// [`run_program_on`] with `program` already compiled as `plan`.
-pub(crate) fn run_plan_on(
+pub fn run_plan_on(
     program: &crate::ir::Program,
     plan: &super::interp::Plan,
     backend: &mut MetaBackend,

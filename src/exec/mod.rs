@@ -18,6 +18,7 @@ pub mod compare;
 pub mod cuda;
 mod cuda_paths;
 mod cuda_reports;
+pub mod dag;
 // Without the `cuda` feature: the same names, whose entry points fail.
 #[cfg(not(feature = "cuda"))]
 #[path = "cuda_standin.rs"]
@@ -35,7 +36,9 @@ pub mod uses;
 
 pub use args::{ArgIter, ArgList, Kwargs, KwargsIter};
 pub use host::tensor::{Element, OwnedStorage, Tensor};
-pub use run::{check_inputs, compile_program, input_symbols, run_plan, run_program, RunError};
+pub use run::{
+    check_inputs, compile_program, compile_program_with_dag, input_symbols, run_plan, run_program, RunError,
+};
 
 use crate::ir::{DType, Device, KernelDef, SymbolDecl};
 use crate::sym::Symbol;
@@ -597,6 +600,14 @@ pub trait Backend {
 
     /// Copies a backend tensor to the host.
     fn copy_out(&mut self, tensor: &Self::Tensor) -> Result<Tensor, ExecError>;
+
+    /// Called before each step of the top-level graph runs, with the
+    /// position of its node in the graph's order (how [`dag::Dag`] numbers
+    /// nodes), so that a backend recording the run can tell which node each
+    /// device operation belongs to (the steps of a `cond`'s or loop's
+    /// subgraphs belong to the `cond` or loop). By default nothing.
+    #[inline]
+    fn begin_node(&mut self, _position: usize) {}
 
     /// A value for an unbound symbol, where the backend may substitute one
     /// (the meta backend's hints); `None` otherwise.

@@ -38,6 +38,16 @@ pub(crate) fn compile_program_with_limits(program: &Program, limits: &crate::Lim
     Ok(compile(&graph, program)?)
 }
 
+/// [`compile_program`] with the graph's dependency DAG
+/// ([`crate::exec::dag::Dag`]) attached to the plan ([`Plan::dag`]): what
+/// concurrent CUDA graph replay needs.
+pub fn compile_program_with_dag(program: &Program, limits: &crate::Limits) -> Result<Plan, RunError> {
+    let info = crate::ir::validate_with_limits(program, limits).map_err(RunError::Invalid)?;
+    let graph = crate::lower::fx::lower(&info, &Default::default()).map_err(RunError::Lower)?;
+    let dag = crate::exec::dag::Dag::build(&graph, &program.kernels)?;
+    Ok(compile(&graph, program)?.with_dag(std::sync::Arc::new(dag)))
+}
+
 /// Runs `program` on `backend`: validates it within the backend's limits,
 /// lowers it to FX, compiles it and runs it with `inputs`, keyed by graph
 /// input name (a symbol input is a one-element integer tensor) or constant

@@ -22,6 +22,10 @@ pub struct CudaSettings {
     /// Threads that make the convolution plans ahead (default: the machine's
     /// parallelism, at most 8; 0 leaves each to its first call).
     pub plan_threads: usize,
+    /// How graph replay orders a recording's operations (default
+    /// single stream; `Concurrent` runs independent kernels at once, see
+    /// [`cuda::ModelOptions::graph_streams`]).
+    pub graph_streams: cuda::GraphStreams,
 }
 
 impl Default for CudaSettings {
@@ -33,6 +37,7 @@ impl Default for CudaSettings {
             warm_up: cuda.warm_up,
             paths: cuda.paths,
             plan_threads: cuda.plan_threads,
+            graph_streams: cuda.graph_streams,
         }
     }
 }
@@ -54,6 +59,7 @@ pub(super) fn load(
         warm_up: settings.warm_up,
         paths: settings.paths.clone(),
         plan_threads: settings.plan_threads,
+        graph_streams: settings.graph_streams,
     };
     Model::load_from(source, &cuda, started)
 }

@@ -15,6 +15,7 @@ pub(crate) struct BenchArgs {
     pub(crate) repeats: usize,
     pub(crate) preload: bool,
     pub(crate) graph_reads: wrapir::exec::cuda::GraphReads,
+    pub(crate) graph_streams: wrapir::exec::cuda::GraphStreams,
     pub(crate) allow_host_fallback: bool,
 }
 
@@ -48,6 +49,7 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
     options.paths = CudaPaths::from_env();
     options.host_fallback = args.allow_host_fallback;
     options.graph_reads = args.graph_reads;
+    options.graph_streams = args.graph_streams;
     let bench = BenchOptions {
         timing: wrapir::bench::Timing::new(args.iters, args.repeats),
         graphs: args.graphs,
@@ -142,8 +144,18 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                     "direct_us": d.queued_us, "direct_one_us": d.one_us, "launches": d.launches,
                     "library_calls": d.library_calls, "kernels": d.kernels, "reads": d.reads,
                     "arena_bytes": d.arena_bytes, "direct_equals_interp": d.equals_interp,
+                    "single_stream_arena_bytes": d.single_stream_arena_bytes, "concurrent": d.concurrent,
                 }),
             );
+            if d.concurrent {
+                out += &format!(
+                    "concurrent graph replay: arena {} bytes, single-stream plan {} bytes\n",
+                    d.arena_bytes, d.single_stream_arena_bytes
+                );
+            }
+            if let Some(why) = &d.single_stream_reason {
+                out += &format!("single stream: {why}\n");
+            }
             match &d.graphs {
                 None => {}
                 Some(Ok(g)) => {

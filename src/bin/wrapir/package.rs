@@ -1,7 +1,7 @@
 //! `wrapir lower --target cpp-standalone --package DIR`: a CMake project of
 //! the standalone wrapper (`wrapir::lower::cpp::package`), with the files
 //! the runtime reads at run time and, when it lies next to this binary,
-//! the runtime library.
+//! the runtime library; and `wrapir pack`, a bundle as a `.wirpkg` package.
 
 use super::*;
 use wrapir::bundle::conventions;
@@ -283,4 +283,59 @@ fn copy_runtime_library(dir: &Path) -> Result<Option<PathBuf>> {
 
 fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `wrapir pack`: writes the bundle as a package and says what it holds.
+pub(super) fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
+    let mut bundle = open_bundle(input)?;
+    if cudnn_plans {
+        let plans = wrapir::exec::cuda::make_cudnn_plans(&bundle, 0, wrapir::exec::cuda::CudaPaths::from_env())
+            .with_context(|| format!("making the cuDNN plans of {}", input.display()))?;
+        bundle = bundle.with_cudnn_plans(plans);
+    }
+    let summary = bundle.write_package(output)?;
+    let m = &summary.metadata;
+    let kernels = summary.entries.iter().filter(|e| e.starts_with("kernels/")).count();
+    let mut out = format!(
+        "packed {} into {}: {} entries, {} bytes\n",
+        input.display(),
+        output.display(),
+        summary.entries.len(),
+        summary.bytes
+    );
+    for entry in &summary.entries {
+        if !entry.starts_with("kernels/") && !entry.starts_with("cudnn-plans/") {
+            out += &format!("  {entry}\n");
+        }
+    }
+    let arch: Vec<String> = m.cubin_arch.iter().map(|sm| format!("sm_{sm}")).collect();
+    out += &format!(
+        "  kernels/: {kernels} files, {} cubins loaded by the program{}\n",
+        m.cubins.len(),
+        if arch.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", arch.join(", "))
+        }
+    );
+    if let (Some(torch), Some(triton)) = (&m.provenance.torch, &m.provenance.triton) {
+        out += &format!("  compiled by PyTorch {torch}, Triton {triton}\n");
+    }
+    if !m.weights.is_empty() {
+        out += &format!("  weights: {} of the graph inputs\n", m.weights.len());
+    }
+    if !summary.entries.iter().any(|e| e == wrapir::bundle::INPUTS) {
+        out += &format!(
+            "  no {}: the bundle carries no inputs, so `run` of the package needs --inputs FILE\n",
+            wrapir::bundle::INPUTS
+        );
+    }
+    let plans = summary.entries.iter().filter(|e| e.starts_with("cudnn-plans/")).count();
+    if let Some(made_for) = &m.cudnn_plans_for {
+        out += &format!("  cudnn-plans/: {plans} plans compiled at run time, for {made_for}\n");
+    } else if cudnn_plans {
+        out += "  cudnn-plans/: none (no convolution of this model compiles its engine at run time)\n";
+    }
+    write_output(None, &out)?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -48,7 +48,9 @@ mod run;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
-pub use super::cuda_reports::{GraphReads, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay};
+pub use super::cuda_reports::{
+    GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+};
 pub use conv::PlansAhead;
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;

@@ -71,6 +71,12 @@ pub struct ModelOptions {
     /// (default: the machine's parallelism, at most 8); 0 leaves each plan
     /// to the first call that needs it.
     pub plan_threads: usize,
+    /// How graph replay orders each recording's operations: one chain
+    /// ([`GraphStreams::Single`], the default, which also forces single
+    /// stream), or by the program's dependency DAG so that independent
+    /// kernels run concurrently ([`GraphStreams::Concurrent`]; see
+    /// [`CudaOptions::graph_streams`]).
+    pub graph_streams: super::GraphStreams,
 }
 
 impl Default for ModelOptions {
@@ -84,6 +90,7 @@ impl Default for ModelOptions {
             warm_up: true,
             paths: CudaPaths::default(),
             plan_threads: std::thread::available_parallelism().map_or(4, |n| n.get().min(8)),
+            graph_streams: super::GraphStreams::Single,
         }
     }
 }
@@ -219,7 +226,10 @@ impl Model {
                 message: format!("{INPUTS}: {e}"),
             })?
         };
-        let plan = compile_program_with_limits(&program, &options.limits)?;
+        let plan = match options.graph_streams {
+            super::GraphStreams::Single => compile_program_with_limits(&program, &options.limits)?,
+            super::GraphStreams::Concurrent => crate::exec::compile_program_with_dag(&program, &options.limits)?,
+        };
         let mut cuda = CudaOptions {
             kernels: source.kernel_images(),
             paths: options.paths.clone(),
@@ -228,6 +238,7 @@ impl Model {
         }
         .preload_for(&program);
         cuda.ordinal = options.device;
+        cuda.graph_streams = options.graph_streams;
         // The convolution plans the first call makes, found by a shapes-only run.
         let conv_keys = (options.plan_threads > 0 && calls_convolution(&program))
             .then(|| super::conv::program_keys(&program, &plan, cuda.math.cudnn_allow_tf32));

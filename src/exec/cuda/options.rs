@@ -62,6 +62,11 @@ pub struct CudaOptions {
     /// the reads checked on the device under conditional nodes, or segments
     /// with host reads between them (default [`GraphReads::Auto`]).
     pub graph_reads: super::GraphReads,
+    /// How graph replay orders a recording's operations: one chain, or
+    /// by the program's dependency DAG where the plan has one
+    /// ([`crate::exec::interp::Plan::dag`]; default
+    /// [`super::GraphStreams::Single`]).
+    pub graph_streams: super::GraphStreams,
     /// Serialized cuDNN plans for the program's convolutions, supplied by
     /// the caller (a package's `cudnn-plans/` entries), restored instead of
     /// made when one has a plan's name (default: none).
@@ -120,6 +125,7 @@ impl Default for CudaOptions {
             math: MathModes::default(),
             cuda_rng: crate::format::bundle_json::CudaRngState::default(),
             graph_reads: super::GraphReads::Auto,
+            graph_streams: super::GraphStreams::Single,
             cudnn_plans: super::CudnnPlans::default(),
         }
     }

@@ -47,7 +47,11 @@ pub fn place_inputs(
     ),
     RunError,
 > {
-    let plan = compile_program(program)?;
+    // Concurrent graph replay orders operations by the program's DAG.
+    let plan = match backend.options.graph_streams {
+        super::GraphStreams::Single => compile_program(program)?,
+        super::GraphStreams::Concurrent => crate::exec::compile_program_with_dag(program, &backend.limits())?,
+    };
     let (args, constants) = place_host_inputs(program, inputs, &mut |_, host, spec| backend.place(host, spec))?;
     Ok((plan, args, constants))
 }

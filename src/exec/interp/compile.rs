@@ -36,7 +36,7 @@ pub(super) fn compile_graph(
     let too_large = || ExecError::Input(format!("graph `{name}` is too large to compile"));
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
-    for (id, node) in graph.iter() {
+    for (position, (id, node)) in graph.iter().enumerate() {
         let slot = |n: NodeId| {
             slot_of
                 .get(&n)
@@ -187,6 +187,7 @@ pub(super) fn compile_graph(
             })),
         };
         infos.push(StepInfo {
+            position: u32::try_from(position).map_err(|_| too_large())?,
             node: node.name.to_string(),
             val: node.val.clone(),
             bound_before: u32::try_from(bound.len()).map_err(|_| too_large())?,
@@ -303,6 +304,7 @@ pub(super) fn compile_graph(
         kernels: Arc::clone(kernels),
         bound,
         lits,
+        dag: None,
     })
 }
 

@@ -287,6 +287,9 @@ struct Step {
 /// messages) and its declared value.
 #[derive(Clone, Debug)]
 struct StepInfo {
+    /// The node's position in the graph's order (what
+    /// [`crate::exec::dag::Dag`] numbers nodes by).
+    position: u32,
     node: String,
     val: Option<Val>,
     /// How many of [`Plan::bound`]'s symbols steps before this one bind
@@ -329,6 +332,10 @@ pub struct Plan {
     /// Literal call arguments: `lits[i]` is in slot `slots + i` for the
     /// whole run (see [`intern_call_literals`]).
     lits: Vec<Lit>,
+    /// The dependency DAG of the graph the plan was compiled from, where
+    /// the caller attached it ([`Plan::with_dag`]): what concurrent CUDA
+    /// graph replay orders the recorded operations by.
+    dag: Option<Arc<crate::exec::dag::Dag>>,
 }
 
 /// What a run returns.
@@ -338,6 +345,21 @@ pub struct RunOutput<T> {
     pub outputs: Vec<Value<T>>,
     /// Every symbol bound during the run (main graph), with its value.
     pub symbols: Bindings,
+}
+
+impl Plan {
+    /// The plan with `dag`, the DAG of the graph it was compiled from
+    /// (built from that graph in the same order: its positions are the
+    /// plan's), attached.
+    pub fn with_dag(mut self, dag: Arc<crate::exec::dag::Dag>) -> Plan {
+        self.dag = Some(dag);
+        self
+    }
+
+    /// The dependency DAG attached with [`Plan::with_dag`], if any.
+    pub fn dag(&self) -> Option<&crate::exec::dag::Dag> {
+        self.dag.as_deref()
+    }
 }
 
 /// Compiles `graph` (lowered from `program`) into a plan.

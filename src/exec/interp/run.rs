@@ -27,12 +27,14 @@ impl Plan {
         constants: &IndexMap<String, B::Tensor>,
     ) -> Result<RunOutput<B::Tensor>, ExecError> {
         let mut env = self.bound.clone();
-        let outputs = self.exec(backend, inputs, constants, &Bindings::new(), &mut env)?;
+        let outputs = self.exec(backend, inputs, constants, &Bindings::new(), &mut env, true)?;
         Ok(RunOutput { outputs, symbols: env })
     }
 
     /// Runs the steps. `outer`: the symbols bound outside this (sub)plan;
-    /// `env`: a copy of [`Plan::bound`], whose values the binds write.
+    /// `env`: a copy of [`Plan::bound`], whose values the binds write;
+    /// `top`: this is the top-level graph, whose steps the backend is told
+    /// of ([`Backend::begin_node`]).
     fn exec<B: Backend>(
         &self,
         backend: &mut B,
@@ -40,6 +42,7 @@ impl Plan {
         constants: &IndexMap<String, B::Tensor>,
         outer: &Bindings,
         env: &mut Bindings,
+        top: bool,
     ) -> Result<Vec<Value<B::Tensor>>, ExecError> {
         if inputs.len() != self.inputs.len() {
             return Err(ExecError::Input(format!(
@@ -68,6 +71,9 @@ impl Plan {
             offset: None,
         };
         for (step, info) in self.steps.iter().zip(&self.infos) {
+            if top {
+                backend.begin_node(info.position as usize);
+            }
             let value = self
                 .step(
                     step,
@@ -468,7 +474,7 @@ impl Plan {
                 }
                 .merged();
                 let mut sub_env = sub.bound.clone();
-                Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env)?)
+                Value::List(sub.exec(backend, args, constants, &sub_outer, &mut sub_env, false)?)
             }
             StepKind::While(w) => {
                 let WhileStep {
@@ -501,7 +507,7 @@ impl Plan {
                     iterations += 1;
                     let args: Vec<_> = state.iter().cloned().chain(extra.iter().cloned()).collect();
                     let mut sub_env = cond.bound.clone();
-                    let c = cond.exec(backend, args.clone(), constants, &sub_outer, &mut sub_env)?;
+                    let c = cond.exec(backend, args.clone(), constants, &sub_outer, &mut sub_env, false)?;
                     let go = match c.first() {
                         Some(Value::Tensor(t)) => scalar_truthy(backend.read_scalar(
                             t,
@@ -522,7 +528,7 @@ impl Plan {
                         break;
                     }
                     let mut body_env = body.bound.clone();
-                    let next = body.exec(backend, args, constants, &sub_outer, &mut body_env)?;
+                    let next = body.exec(backend, args, constants, &sub_outer, &mut body_env, false)?;
                     if next.len() != state.len() {
                         return Err(ExecError::Type(format!(
                             "loop body `{body_graph}` returned {} values for {} carried",

@@ -15,6 +15,12 @@
 //!   segments at its device reads; a replay launches the graphs in order and
 //!   performs the reads between them on the host.
 //!
+//! A segment of a concurrent recording ([`super::GraphStreams::Concurrent`])
+//! is built operation by operation, each captured into the graph after the
+//! nodes of the operations it depends on (the program's dependency DAG), so
+//! independent operations run at the same time; the guarded form stays one
+//! chain.
+//!
 //! Either way a replay stops with [`Replay::Diverged`] when a read differs
 //! from the recording (what follows was captured for other values; the caller
 //! records again). The graphs use the recording's buffers (its arena and held
@@ -130,20 +136,73 @@ enum CaptureTarget<'a> {
     },
 }
 
+/// Queues one operation of a graph segment on `stream` (a capture).
+fn queue_op(backend: &CudaBackend, op: &mut Op, stream: sys::CUstream) -> Result<(), ExecError> {
+    match op {
+        Op::Launch(l) => launch(l, stream),
+        Op::Library(call) => call.run(backend),
+        Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
+        Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
+    }
+}
+
 /// Captures `ops` (launches, library calls and memsets) into one graph.
 fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
     capture_with(stream, || {
-        for op in ops.iter_mut() {
-            match op {
-                Op::Launch(l) => launch(l, stream),
-                Op::Library(call) => call.run(backend),
-                Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
-                Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
-            }?;
+        ops.iter_mut().try_for_each(|op| queue_op(backend, op, stream))
+    })
+}
+
+/// Captures the operations `range` of `ops` into one graph: as a chain, or,
+/// with `deps` (each operation's dependencies among all of `ops`, see
+/// [`super::prepared`]'s concurrent plan), each operation after only the
+/// nodes of those it depends on inside the range (the segment boundaries
+/// order the rest), so that independent operations run concurrently.
+fn capture_segment(
+    backend: &CudaBackend,
+    ops: &mut [Op],
+    range: std::ops::Range<usize>,
+    deps: Option<&[Vec<usize>]>,
+) -> Result<Graph, ExecError> {
+    let start = range.start;
+    let Some(deps) = deps else {
+        return capture(backend, &mut ops[range]);
+    };
+    let stream = backend.device.stream.cu_stream();
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the backend's context is bound by the caller.
+    check(unsafe { sys::cuGraphCreate(&mut graph, 0) }, "cuGraphCreate")?;
+    let mut built = || -> Result<(), ExecError> {
+        // The graph nodes each operation ended on.
+        let mut exits: Vec<Vec<sys::CUgraphNode>> = Vec::with_capacity(range.len());
+        for (k, op) in ops[range.clone()].iter_mut().enumerate() {
+            let mut after: Vec<sys::CUgraphNode> = Vec::new();
+            for &d in deps.get(start + k).map(Vec::as_slice).unwrap_or_default() {
+                let Some(local) = d.checked_sub(start) else { continue };
+                for node in exits.get(local).map(Vec::as_slice).unwrap_or_default() {
+                    if !after.contains(node) {
+                        after.push(*node);
+                    }
+                }
+            }
+            let target = CaptureTarget::Into { graph, after: &after };
+            let leaves = capture_into(stream, target, || queue_op(backend, op, stream))?;
+            // An operation that captured nothing passes its dependencies on.
+            exits.push(if leaves.is_empty() { after } else { leaves });
         }
         Ok(())
-    })
+    };
+    match built() {
+        Ok(()) => Graph::instantiate(graph),
+        Err(e) => {
+            // SAFETY: the graph was created above and is not used again.
+            unsafe {
+                let _ = sys::cuGraphDestroy(graph);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Captures what `queue` puts on `stream` (the backend's, its context
@@ -265,15 +324,27 @@ fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Segment
     let mut parts = Vec::new();
     let mut start = 0usize;
     let runs: Vec<_> = read_runs(&prepared.ops).collect();
+    let deps = prepared.deps.as_deref();
     for run in runs {
         if run.start > start {
-            parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..run.start])?));
+            parts.push(Part::Graph(capture_segment(
+                backend,
+                &mut prepared.ops,
+                start..run.start,
+                deps,
+            )?));
         }
         start = run.end;
         parts.push(Part::Reads(run));
     }
-    if prepared.ops.len() > start {
-        parts.push(Part::Graph(capture(backend, &mut prepared.ops[start..])?));
+    let end = prepared.ops.len();
+    if end > start {
+        parts.push(Part::Graph(capture_segment(
+            backend,
+            &mut prepared.ops,
+            start..end,
+            deps,
+        )?));
     }
     Ok(SegmentGraphs {
         form: Form::Segments { parts, why },
@@ -338,11 +409,19 @@ impl Prepared {
     /// first graph replay.
     pub fn graph_form(&self) -> Option<String> {
         let reads = self.reads();
+        let concurrent = if self.is_concurrent() {
+            ", operations ordered by the program's DAG"
+        } else {
+            ""
+        };
         self.graphs.as_ref().map(|g| match &g.form {
+            Form::Guarded(_) if self.is_concurrent() => format!(
+                "one graph, {reads} device-checked reads under conditional IF nodes (one chain: conditional bodies are captured in program order)"
+            ),
             Form::Guarded(_) => format!("one graph, {reads} device-checked reads under conditional IF nodes"),
-            Form::Segments { why: None, .. } => "one graph".to_string(),
+            Form::Segments { why: None, .. } => format!("one graph{concurrent}"),
             Form::Segments { parts, why: Some(why) } => format!(
-                "{} segment graphs, {reads} host reads between them ({why})",
+                "{} segment graphs, {reads} host reads between them ({why}){concurrent}",
                 parts.iter().filter(|p| matches!(p, Part::Graph(_))).count()
             ),
         })

@@ -61,6 +61,7 @@
 //! tensors' storages, which the cache keeps alive while the entry lives).
 
 mod cache;
+mod concurrent;
 mod record;
 
 pub use cache::PreparedCache;
@@ -147,6 +148,10 @@ struct Buffer {
     first: usize,
     /// Last event index that uses it (`usize::MAX`: an output).
     last: usize,
+    /// The operations that use it, by top-level graph node: (node, first
+    /// event, last event), in recording order (what the concurrent memory
+    /// plan keeps apart, [`concurrent`]).
+    uses: Vec<(usize, usize, usize)>,
 }
 
 /// A prepared launch: the parameter array points into `args`, both boxed so
@@ -193,6 +198,13 @@ pub struct Prepared {
     /// Where a run of consecutive device reads is copied with one wait
     /// (made at recording when the recording has such a run).
     pub(super) read_words: Option<PinnedWords>,
+    /// For concurrent graph replay ([`super::GraphStreams::Concurrent`]),
+    /// each operation's dependencies (earlier operations); `None`: one chain.
+    pub(super) deps: Option<Vec<Vec<usize>>>,
+    /// The arena the single-stream plan would need.
+    single_stream_arena_bytes: u64,
+    /// Why a recording asked to replay concurrently replays on one stream.
+    single_stream_why: Option<String>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -263,6 +275,8 @@ impl Prepared {
             events: Vec::new(),
             unreplayable: None,
             external_write: None,
+            node: 0,
+            event_nodes: Vec::new(),
         };
         let out = plan.run(&mut rec, inputs, constants)?;
         if let Some(why) = rec.unreplayable.take() {
@@ -277,7 +291,22 @@ impl Prepared {
                 }
             }
         }
-        let (offsets, arena_bytes) = pack(&rec.buffers);
+        let (mut offsets, single_stream_arena_bytes) = pack(&rec.buffers);
+        let mut arena_bytes = single_stream_arena_bytes;
+        let (mut deps, mut single_stream_why) = (None, None);
+        if rec.inner.options.graph_streams == super::GraphStreams::Concurrent {
+            match plan.dag() {
+                None => single_stream_why = Some("the plan has no dependency DAG".to_string()),
+                Some(dag) => match concurrent::plan(dag, &rec.events, &rec.event_nodes, &rec.buffers) {
+                    Ok(c) => {
+                        offsets = c.offsets;
+                        arena_bytes = c.arena_bytes;
+                        deps = Some(c.deps);
+                    }
+                    Err(why) => single_stream_why = Some(why),
+                },
+            }
+        }
         let arena = if arena_bytes > 0 {
             Some(rec.inner.alloc_storage(arena_bytes as usize)?)
         } else {
@@ -361,6 +390,9 @@ impl Prepared {
             writes_inputs,
             graphs: None,
             read_words,
+            deps,
+            single_stream_arena_bytes,
+            single_stream_why,
         };
         Ok((prepared, out.outputs))
     }
@@ -487,6 +519,39 @@ impl Prepared {
     /// Bytes of the arena holding every buffer the run allocates.
     pub fn arena_bytes(&self) -> u64 {
         self.arena_bytes
+    }
+
+    /// Bytes the arena would hold with the single-stream plan (buffers
+    /// apart only where their recording intervals overlap): against
+    /// [`Prepared::arena_bytes`], what concurrent replay costs in memory.
+    pub fn single_stream_arena_bytes(&self) -> u64 {
+        self.single_stream_arena_bytes
+    }
+
+    /// Whether graph replay orders the operations by the program's
+    /// dependency DAG ([`super::GraphStreams::Concurrent`]) rather than as
+    /// one chain.
+    pub fn is_concurrent(&self) -> bool {
+        self.deps.is_some()
+    }
+
+    /// Operations that a concurrent replay may start before the operation
+    /// recorded just before them finishes (they do not depend on it): 0
+    /// for a chain.
+    pub fn concurrent_ops(&self) -> usize {
+        self.deps.as_ref().map_or(0, |deps| {
+            deps.iter()
+                .enumerate()
+                .filter(|(i, d)| *i > 0 && !d.contains(&(i - 1)))
+                .count()
+        })
+    }
+
+    /// Why a recording made with [`super::GraphStreams::Concurrent`]
+    /// replays as one chain (a plan without a DAG, a recording too large
+    /// for the concurrent memory plan); `None` otherwise.
+    pub fn single_stream_reason(&self) -> Option<&str> {
+        self.single_stream_why.as_deref()
     }
 
     /// The outputs of the latest call: before the first replay, the recorded

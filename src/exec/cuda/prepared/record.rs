@@ -25,11 +25,34 @@ pub(super) struct Recorder<'b> {
     pub(super) unreplayable: Option<String>,
     /// The first operation that may have written an input or constant in place.
     pub(super) external_write: Option<String>,
+    /// The top-level graph node whose step runs now (its position in the
+    /// graph's order, [`Backend::begin_node`]).
+    pub(super) node: usize,
+    /// The node of each event (`event_nodes[i]` belongs to `events[i]`).
+    pub(super) event_nodes: Vec<usize>,
 }
 
 impl Recorder<'_> {
     pub(super) fn now(&self) -> usize {
         self.events.len()
+    }
+
+    /// Records `event` as the current node's.
+    pub(super) fn push_event(&mut self, event: Event) {
+        self.events.push(event);
+        self.event_nodes.push(self.node);
+    }
+
+    /// Notes that the current node uses buffer `index` at event `now`.
+    fn note_use(&mut self, index: usize, now: usize) {
+        let node = self.node;
+        if let Some(b) = self.buffers.get_mut(index) {
+            b.last = b.last.max(now);
+            match b.uses.last_mut() {
+                Some(u) if u.0 == node => u.2 = u.2.max(now),
+                _ => b.uses.push((node, now, now)),
+            }
+        }
     }
 
     pub(super) fn new_buffer(&mut self, storage: &Arc<Storage>) -> Place {
@@ -42,6 +65,7 @@ impl Recorder<'_> {
             bytes: storage.bytes as u64,
             first: self.now(),
             last: self.now(),
+            uses: Vec::new(),
         });
         self.by_storage.insert(Arc::as_ptr(storage), place);
         place
@@ -71,9 +95,7 @@ impl Recorder<'_> {
         let now = self.now();
         match base {
             Place::Buffer { index, .. } => {
-                if let Some(b) = self.buffers.get_mut(index) {
-                    b.last = b.last.max(now);
-                }
+                self.note_use(index, now);
                 Place::Buffer { index, byte }
             }
             Place::External { index, .. } => Place::External { index, byte },
@@ -149,7 +171,7 @@ impl Recorder<'_> {
                     let at = self.place(t, false);
                     let mut raw = [0u8; 8];
                     self.inner.device.download(&mut raw[..bytes], t.data_ptr())?;
-                    self.events.push(Event::Read(ReadRecord { at, bytes, value: raw }));
+                    self.push_event(Event::Read(ReadRecord { at, bytes, value: raw }));
                     Slot::Bytes(self.inner.marshal(name, param, ty, value)?)
                 }
                 _ => Slot::Bytes(self.inner.marshal(name, param, ty, value)?),
@@ -174,10 +196,11 @@ impl Recorder<'_> {
                 bytes,
                 first: self.now(),
                 last: self.now(),
+                uses: vec![(self.node, self.now(), self.now())],
             });
             slots.push(Slot::Address(Place::Buffer { index, byte: 0 }));
         }
-        self.events.push(Event::Launch(LaunchRecord {
+        self.push_event(Event::Launch(LaunchRecord {
             kernel: name.to_string(),
             function,
             grid: (gx, gy, gz),
@@ -254,7 +277,7 @@ impl Recorder<'_> {
                             }
                         }
                     }
-                    self.events.push(Event::Launch(LaunchRecord {
+                    self.push_event(Event::Launch(LaunchRecord {
                         kernel: name,
                         function,
                         grid,
@@ -265,13 +288,13 @@ impl Recorder<'_> {
                     }));
                 }
                 Traced::Zero { ptr, bytes } => match self.place_of_address(ptr, &storages) {
-                    Some(at) => self.events.push(Event::Zero { at, bytes }),
+                    Some(at) => self.push_event(Event::Zero { at, bytes }),
                     None => self.mark_unreplayable(format!("`{op}` zeroes memory outside its operands")),
                 },
                 Traced::Read { ptr, bytes, value } => {
                     self.check_read_after_write();
                     match self.place_of_address(ptr, &storages) {
-                        Some(at) => self.events.push(Event::Read(ReadRecord { at, bytes, value })),
+                        Some(at) => self.push_event(Event::Read(ReadRecord { at, bytes, value })),
                         None => self.mark_unreplayable(format!("`{op}` reads memory outside its operands")),
                     }
                 }
@@ -297,7 +320,7 @@ impl Recorder<'_> {
                             }
                         }
                     }
-                    self.events.push(Event::Library(LibraryRecord { call, places }));
+                    self.push_event(Event::Library(LibraryRecord { call, places }));
                 }
                 Traced::Host(host_op) => {
                     self.mark_unreplayable(format!("extern op `{host_op}` runs through the host fallback"))
@@ -376,7 +399,7 @@ impl Backend for Recorder<'_> {
             self.mark_unreplayable("a read of a value wider than 8 bytes".into());
         } else {
             self.inner.device.download(&mut raw[..bytes], tensor.data_ptr())?;
-            self.events.push(Event::Read(ReadRecord { at, bytes, value: raw }));
+            self.push_event(Event::Read(ReadRecord { at, bytes, value: raw }));
         }
         Ok(value)
     }
@@ -401,5 +424,9 @@ impl Backend for Recorder<'_> {
 
     fn memory(&self) -> MemoryStats {
         self.inner.memory()
+    }
+
+    fn begin_node(&mut self, position: usize) {
+        self.node = position;
     }
 }

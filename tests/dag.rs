@@ -1,0 +1,276 @@
+//! The dependency DAG (`wrapir::exec::dag`): the printed DAG of small
+//! programs (`cases/dag.txt`), and on every committed program, bundle and
+//! CPU bundle: orders that respect it are topological and, run, give the
+//! same results as the program's own order (the host backend, bit for bit,
+//! on the CPU bundles; shapes and dtypes on the meta backend elsewhere).
+
+mod common;
+
+use wrapir::exec::dag::{reorder_graph, Dag};
+
+/// The DAG of a program's text (without its `wrapir 1` header), printed.
+fn printed(name: &str, input: &str) -> String {
+    let program = wrapir::text::parse(&format!("wrapir 1\n{input}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("{name}: invalid program: {e}"));
+    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Dag::build(&graph, &program.kernels)
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .to_string()
+}
+
+#[test]
+fn printed_dags() {
+    let failures: Vec<String> = common::text_cases(include_str!("cases/dag.txt"))
+        .into_iter()
+        .filter_map(|case| {
+            let got = printed(&case.name, &case.input);
+            (got.trim_end() != case.expect.join("\n").trim_end()).then(|| {
+                format!(
+                    "=== {} (line {}): printed DAG differs, got:\n{got}",
+                    case.name, case.line
+                )
+            })
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The orders a program is run in: its own, latest-ready-first (as far from
+/// its own as the edges allow) and three seeded random ones.
+fn orders(dag: &Dag) -> Vec<(String, Vec<usize>)> {
+    let mut out = vec![
+        ("program order".to_string(), (0..dag.len()).collect()),
+        ("latest first".to_string(), dag.latest_first_order()),
+    ];
+    for seed in 1..=3u64 {
+        out.push((format!("seed {seed}"), dag.seeded_order(seed)));
+    }
+    out
+}
+
+/// A value's bits, flattened (tensors element by element).
+fn value_bits(v: &wrapir::exec::Value<wrapir::exec::Tensor>, out: &mut Vec<u64>) {
+    use wrapir::exec::Value;
+    match v {
+        Value::Tensor(t) => {
+            out.push(t.size().len() as u64);
+            out.extend(t.size().iter().map(|s| *s as u64));
+            out.extend(common::element_bits(t));
+        }
+        Value::Int(i) => out.push(*i as u64),
+        Value::Float(f) => out.push(f.to_bits()),
+        Value::Bool(b) => out.push(u64::from(*b)),
+        Value::List(items) => items.iter().for_each(|i| value_bits(i, out)),
+        Value::Dict(items) => items.values().for_each(|i| value_bits(i, out)),
+        other => out.push(format!("{other:?}").len() as u64),
+    }
+}
+
+/// The committed CPU bundles' sets (every directory of bundles under
+/// `fixtures/inductor/bundles_cpu*`).
+fn cpu_bundles() -> Vec<std::path::PathBuf> {
+    let mut dirs = Vec::new();
+    for set in ["bundles_cpu", "bundles_cpu_2.15"] {
+        let root = common::root().join("fixtures/inductor").join(set);
+        let mut kinds: Vec<_> = std::fs::read_dir(&root)
+            .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        kinds.sort();
+        for kind in kinds {
+            let rel = kind.strip_prefix(common::root()).unwrap().to_str().unwrap().to_string();
+            dirs.extend(common::bundle_dirs(&rel));
+        }
+    }
+    dirs
+}
+
+/// The custom op of `bundles_cpu_2.15/custom_ops` (`tests/custom_ops.rs`):
+/// `out0 = x * scale`, `out1 = x + scale`, written in place.
+fn register_pair_out(backend: &mut wrapir::exec::host::HostBackend) {
+    use wrapir::exec::{ExecError, Value};
+    backend.register_op(
+        "torch.ops.wrapir_test.pair.out",
+        std::sync::Arc::new(|args: &[Value<wrapir::exec::Tensor>], kwargs| {
+            let (Some(Value::Tensor(x)), Some(Value::Float(scale))) = (args.first(), args.get(1)) else {
+                return Err(ExecError::Type("pair.out: expected (tensor, float)".into()));
+            };
+            let (Some(Value::Tensor(out0)), Some(Value::Tensor(out1))) = (kwargs.get("out0"), kwargs.get("out1"))
+            else {
+                return Err(ExecError::Type("pair.out: expected out0= and out1= tensors".into()));
+            };
+            let x = x.to_f64_vec()?;
+            out0.write_f64(&x.iter().map(|v| v * scale).collect::<Vec<_>>())?;
+            out1.write_f64(&x.iter().map(|v| v + scale).collect::<Vec<_>>())?;
+            Ok(Value::List(vec![
+                Value::Tensor(out0.clone()),
+                Value::Tensor(out1.clone()),
+            ]))
+        }),
+    );
+}
+
+/// Runs the CPU bundle at `dir` on the host backend in every order of
+/// [`orders`]; returns how many orders differed from the program's, or the
+/// first difference of outputs or of inputs the program writes.
+fn check_cpu_bundle(dir: &std::path::Path) -> Result<usize, String> {
+    use wrapir::exec::host::{kernels as host_kernels, HostBackend};
+    let bundle = wrapir::bundle::Bundle::open(dir).map_err(|e| e.to_string())?;
+    let program = bundle.program().clone();
+    let info = wrapir::ir::validate(&program).map_err(|e| format!("{e:?}"))?;
+    let graph = wrapir::lower::fx::lower(&info, &Default::default()).map_err(|e| e.to_string())?;
+    let dag = Dag::build(&graph, &program.kernels).map_err(|e| e.to_string())?;
+    let mut backend = HostBackend::default();
+    register_pair_out(&mut backend);
+    host_kernels::load_kernels_from(&mut backend, &program, &bundle.kernel_images(), None)
+        .map_err(|e| e.to_string())?;
+    let inputs = bundle
+        .inputs()
+        .map_err(|e| e.to_string())?
+        .ok_or("no inputs.safetensors")?;
+    let mut reference: Option<(Vec<u64>, Vec<u64>)> = None;
+    let mut reordered = 0;
+    for (what, order) in orders(&dag) {
+        let graph = reorder_graph(&graph, &dag, &order).map_err(|e| format!("{what}: {e}"))?;
+        let plan = wrapir::exec::interp::compile(&graph, &program).map_err(|e| format!("{what}: {e}"))?;
+        // Fresh inputs for every run: a program may write its inputs.
+        let fresh: indexmap::IndexMap<String, wrapir::exec::Tensor> = inputs
+            .iter()
+            .map(|(k, t)| (k.clone(), t.contiguous_copy().expect("a copy of an input")))
+            .collect();
+        let refs = fresh.iter().map(|(k, t)| (k.clone(), t)).collect();
+        let out = wrapir::exec::run_plan(&program, &plan, &mut backend, &refs).map_err(|e| format!("{what}: {e}"))?;
+        let mut outputs = Vec::new();
+        out.outputs.iter().for_each(|v| value_bits(v, &mut outputs));
+        let after: Vec<u64> = fresh.values().flat_map(common::element_bits).collect();
+        match &reference {
+            None => reference = Some((outputs, after)),
+            Some((o, a)) => {
+                if *o != outputs {
+                    return Err(format!("{what}: the outputs differ from program order's"));
+                }
+                if *a != after {
+                    return Err(format!("{what}: the inputs after the call differ from program order's"));
+                }
+                if order.iter().enumerate().any(|(k, i)| k != *i) {
+                    reordered += 1;
+                }
+            }
+        }
+    }
+    Ok(reordered)
+}
+
+#[test]
+fn every_cpu_bundle_gives_the_same_bits_in_any_topological_order() {
+    let dirs = cpu_bundles();
+    assert!(dirs.len() >= 60, "only {} CPU bundles found", dirs.len());
+    let mut failures = Vec::new();
+    let mut reordered = 0;
+    for dir in &dirs {
+        match check_cpu_bundle(dir) {
+            Ok(n) => reordered += usize::from(n > 0),
+            Err(e) => failures.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    common::assert_no_failures(&failures);
+    // Not vacuous: most bundles run in other orders than their own.
+    assert!(
+        reordered * 2 > dirs.len(),
+        "only {reordered} of {} bundles ran in an order other than the program's",
+        dirs.len()
+    );
+}
+
+/// Every committed GPU bundle (and every valid `.wir` fixture) runs on the
+/// meta backend in each order of [`orders`], with the outputs (layouts,
+/// integers) of its own order. A program the meta backend cannot run in
+/// its own order (symbols without hints) is skipped; most run.
+#[test]
+fn every_program_runs_on_meta_in_any_topological_order() {
+    use wrapir::exec::meta::{run_plan_on, MetaBackend};
+    let mut programs: Vec<(String, wrapir::ir::Program)> = common::cuda_bundles()
+        .iter()
+        .map(|d| {
+            let b = wrapir::bundle::Bundle::open(d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            (d.display().to_string(), b.program().clone())
+        })
+        .collect();
+    programs.extend(
+        common::fixtures()
+            .iter()
+            .map(|p| (p.display().to_string(), common::load(p))),
+    );
+    let (mut failures, mut ran) = (Vec::new(), 0);
+    for (name, program) in &programs {
+        let Ok(info) = wrapir::ir::validate(program) else {
+            continue;
+        };
+        let Ok(graph) = wrapir::lower::fx::lower(&info, &Default::default()) else {
+            continue;
+        };
+        let dag = match Dag::build(&graph, &program.kernels) {
+            Ok(d) => d,
+            Err(e) => {
+                failures.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let mut reference = None;
+        for (what, order) in orders(&dag) {
+            let run = reorder_graph(&graph, &dag, &order)
+                .and_then(|g| wrapir::exec::interp::compile(&g, program))
+                .map_err(|e| e.to_string())
+                .and_then(|plan| run_plan_on(program, &plan, &mut MetaBackend::new()).map_err(|e| e.to_string()));
+            let got = match (run, &reference) {
+                (Ok(r), _) => {
+                    // Symbols in any binding order.
+                    let mut symbols: Vec<String> = r.symbols.iter().map(|(s, v)| format!("{s}={v}")).collect();
+                    symbols.sort();
+                    format!("{:?} {symbols:?}", r.outputs)
+                }
+                // Not runnable on shapes alone in its own order: skipped.
+                (Err(_), None) => break,
+                (Err(e), Some(_)) => {
+                    failures.push(format!("{name}: {what}: {e}"));
+                    break;
+                }
+            };
+            match &reference {
+                None => {
+                    reference = Some(got);
+                    ran += 1;
+                }
+                Some(want) if *want != got => failures.push(format!("{name}: {what}: outputs differ:\n{got}\n{want}")),
+                Some(_) => {}
+            }
+        }
+    }
+    common::assert_no_failures(&failures);
+    assert!(
+        ran * 3 > programs.len() * 2,
+        "only {ran} of {} programs ran",
+        programs.len()
+    );
+}
+
+/// `wrapir check --dag` prints the DAG after validation (and checks no
+/// launches); the printout is `Dag`'s.
+#[test]
+fn check_dag_prints_the_dag() {
+    let file = "fixtures/cat_reinterpret_reuse.wir";
+    let run = common::wrapir(&["check", "--dag", file]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let program = common::load(&common::root().join(file));
+    let info = wrapir::ir::validate(&program).unwrap();
+    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap();
+    let dag = Dag::build(&graph, &program.kernels).unwrap();
+    assert_eq!(run.stdout, format!("{file}: valid\n{dag}"));
+    // The two launches into slices of one buffer stay ordered; the reused
+    // buffer's last reader (node 12 reads buf3) precedes the writer of its
+    // new name (node 14 writes buf5).
+    common::assert_contains(&run.stdout, "6 -> 8    RAW storage of `buf0` through `buf2`");
+    assert!(dag.predecessors(14).contains(&12), "{dag}");
+    common::assert_contains(&run.stdout, "critical path 3 work nodes, width 2");
+}
