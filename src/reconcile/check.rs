@@ -1,10 +1,11 @@
 //! Whole-program checking: every Triton launch reconciled, in parallel.
 
+use super::cache::ProofCache;
 use super::emitted::{
     validate_emitted_with, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, SameTensors, Validated,
 };
 use super::facts::program_facts;
-use super::record::{describe, reconcile_call_with, Error, ErrorKind, EvidenceVerdict, LaunchRecord, ProofCache};
+use super::record::{describe, reconcile_call_with, Error, ErrorKind, EvidenceVerdict, LaunchRecord};
 use super::Options;
 use crate::ir::{GraphName, KernelBackend, KernelCall, KernelName, Line, ProgramInfo};
 use rayon::prelude::*;

@@ -4,7 +4,8 @@
 //! evidence; a refuted one is the caller's error; one that can be neither
 //! proven nor refuted becomes guarded evidence and a run-time [`Guard`].
 
-use super::record::{interval_text, Evidence, EvidenceVerdict, Guard, ProofCache};
+use super::cache::ProofCache;
+use super::record::{interval_text, Evidence, EvidenceVerdict, Guard};
 use crate::sym::egraph::{Bound, Counterexample, Interval};
 use crate::sym::{CmpOp, Outcome, SymExpr};
 

@@ -30,6 +30,7 @@
 //! reported through [`LaunchEmitter`]: [`PythonLaunches`], [`CppLaunches`]
 //! (both dialects) and [`FxLaunches`]) with [`validate_emitted`].
 
+mod cache;
 mod check;
 mod claims;
 mod emitted;
@@ -38,6 +39,7 @@ mod guards;
 mod record;
 mod shape;
 
+pub use cache::ProofCache;
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
     check_lowerings, emitter, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
@@ -46,8 +48,8 @@ pub use emitted::{
 pub use facts::program_facts;
 pub use guards::{guarded, insert_guards, GuardError};
 pub use record::{
-    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache,
-    RuntimeArg, Scratch, ScratchKind,
+    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, RuntimeArg,
+    Scratch, ScratchKind,
 };
 
 use crate::sym::egraph::Limits;

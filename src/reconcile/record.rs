@@ -1,18 +1,16 @@
 //! The canonical launch record of one Triton call, and how it is derived.
 
+use super::cache::ProofCache;
 use super::claims::{self, Ledger};
-use super::shape::{Shape, ShapeKey};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName, Program,
     SigType, TritonMeta, MAIN_GRAPH,
 };
-use crate::sym::egraph::{prove_eq_with, Bound, Counterexample, Interval, Limits};
-use crate::sym::{CmpOp, Facts, Outcome, SymExpr, Symbol};
+use crate::sym::egraph::{Bound, Counterexample, Interval};
+use crate::sym::{CmpOp, SymExpr};
 use indexmap::IndexMap;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// A runtime argument of the launch, in kernel parameter order.
 #[derive(Clone, Debug, PartialEq)]
@@ -349,166 +347,6 @@ fn source_word(s: BakedSource) -> &'static str {
         BakedSource::Constants => "constant",
         BakedSource::Config => "config value",
         BakedSource::Call => "constexpr",
-    }
-}
-
-/// Shared, thread-safe cache of proofs under one set of [`Facts`].
-///
-/// Identical `(a, b)` pairs are proven once; the cache counts hits and misses.
-/// The ranges of expressions ([`ProofCache::bounds`]) are kept likewise.
-///
-/// Below that, claims are proven up to the names of their symbols
-/// ([`Shape`]): a claim that differs from one proven before only in its
-/// symbols (renamed along with their ranges and definitions) takes that
-/// outcome, its counterexample renamed back.
-#[derive(Debug)]
-pub struct ProofCache {
-    facts: Facts,
-    limits: Limits,
-    /// Proof steps of outcomes found by shape are renamed back only when
-    /// explaining.
-    explain: bool,
-    proofs: Mutex<IndexMap<(SymExpr, SymExpr), Arc<Outcome>, rustc_hash::FxBuildHasher>>,
-    shapes: Mutex<IndexMap<ShapeKey, Arc<Outcome>, rustc_hash::FxBuildHasher>>,
-    ranges: Mutex<IndexMap<SymExpr, Interval, rustc_hash::FxBuildHasher>>,
-    hits: AtomicUsize,
-    misses: AtomicUsize,
-}
-
-/// A borrowed `(a, b)` key: looks a pair up without cloning its sides (it
-/// hashes as the tuple does, each side in order).
-#[derive(Hash)]
-struct PairKey<'k>(&'k SymExpr, &'k SymExpr);
-
-impl indexmap::Equivalent<(SymExpr, SymExpr)> for PairKey<'_> {
-    fn equivalent(&self, key: &(SymExpr, SymExpr)) -> bool {
-        *self.0 == key.0 && *self.1 == key.1
-    }
-}
-
-impl ProofCache {
-    /// An empty cache for proofs under `facts`.
-    pub fn new(facts: Facts, limits: Limits) -> Self {
-        ProofCache {
-            facts,
-            limits,
-            explain: true,
-            proofs: Mutex::new(IndexMap::default()),
-            shapes: Mutex::new(IndexMap::default()),
-            ranges: Mutex::new(IndexMap::default()),
-            hits: AtomicUsize::new(0),
-            misses: AtomicUsize::new(0),
-        }
-    }
-
-    /// This cache, keeping proofs' steps (`explain`, the default) or not
-    /// (the outcomes are the same; proven ones may carry an empty proof).
-    pub(super) fn explaining(mut self, explain: bool) -> Self {
-        self.explain = explain;
-        self
-    }
-
-    /// The facts every proof assumes.
-    pub fn facts(&self) -> &Facts {
-        &self.facts
-    }
-
-    /// [`crate::sym::prove_eq`] of `a == b`, from the cache when the same
-    /// pair was proven before.
-    pub fn prove(&self, a: &SymExpr, b: &SymExpr) -> Outcome {
-        Outcome::clone(&self.prove_shared(a, b))
-    }
-
-    /// [`ProofCache::prove`] without copying the outcome (a proof's
-    /// explanation can be long).
-    pub(super) fn prove_shared(&self, a: &SymExpr, b: &SymExpr) -> Arc<Outcome> {
-        // A poisoned lock only means another thread panicked mid-insert; the
-        // map itself is still a valid cache.
-        if let Some(o) = self
-            .proofs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&PairKey(a, b))
-        {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Arc::clone(o);
-        }
-        let outcome = Arc::new(match Shape::of(a, b, &self.facts) {
-            Some(shape) => {
-                let known = self
-                    .shapes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&shape.key)
-                    .cloned();
-                let renamed = match known {
-                    Some(o) => {
-                        self.hits.fetch_add(1, Ordering::Relaxed);
-                        o
-                    }
-                    None => {
-                        self.misses.fetch_add(1, Ordering::Relaxed);
-                        let (ra, rb) = shape.sides();
-                        let o = Arc::new(prove_eq_with(ra, rb, &shape.facts(), &self.limits));
-                        self.shapes
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(shape.key.clone(), Arc::clone(&o));
-                        o
-                    }
-                };
-                shape.restore(&renamed, self.explain)
-            }
-            None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-                prove_eq_with(a, b, &self.facts, &self.limits)
-            }
-        });
-        self.proofs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((a.clone(), b.clone()), Arc::clone(&outcome));
-        outcome
-    }
-
-    /// Proofs answered from the cache.
-    pub fn hits(&self) -> usize {
-        self.hits.load(Ordering::Relaxed)
-    }
-
-    /// Proofs computed.
-    pub fn misses(&self) -> usize {
-        self.misses.load(Ordering::Relaxed)
-    }
-
-    /// The range of an integer expression under the facts' symbol ranges
-    /// (defined symbols are replaced by their definitions first); each
-    /// expression's range is worked out once.
-    pub fn bounds(&self, e: &SymExpr) -> Interval {
-        if let Some(i) = self.ranges.lock().unwrap_or_else(|p| p.into_inner()).get(e) {
-            return *i;
-        }
-        let range = self.bounds_uncached(e);
-        self.ranges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(e.clone(), range);
-        range
-    }
-
-    fn bounds_uncached(&self, e: &SymExpr) -> Interval {
-        let defs = self.facts.definitions();
-        let mut e = std::borrow::Cow::Borrowed(e);
-        // Definitions may refer to other defined symbols (`ks1 = 2*ks0`); a few
-        // rounds reach the base symbols in practice, and stopping early only
-        // loses precision.
-        for _ in 0..8 {
-            if defs.is_empty() || !e.free_symbols().iter().any(|s| defs.contains_key(s)) {
-                break;
-            }
-            e = std::borrow::Cow::Owned(e.substitute(&|s: &Symbol| defs.get(s).cloned()));
-        }
-        crate::sym::egraph::bounds(&e, &self.facts)
     }
 }
 

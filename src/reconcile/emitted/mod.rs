@@ -1,9 +1,10 @@
 //! Translation validation: what a lowering emits for each launch, proven equal
 //! to the canonical [`LaunchRecord`].
 
+use super::cache::ProofCache;
 use super::check::{CheckReport, Failure, Verdict};
 use super::claims::{self, Ledger};
-use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ProofCache, ScratchKind};
+use super::record::{describe, Evidence, EvidenceVerdict, Guard, LaunchRecord, ScratchKind};
 use crate::fx::{Arg, Op, Placeholder, SymOp, Val};
 use crate::ir::{
     ArgValue, BufName, ConstValue, Graph, GraphName, KernelBackend, KernelName, Line, MultiOutput, ProgramInfo,

@@ -226,6 +226,35 @@ pub fn prove_eq(a: &SymExpr, b: &SymExpr, facts: &Facts) -> Outcome {
 
 /// [`prove_eq`] with explicit limits.
 pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -> Outcome {
+    attempt_eq(a, b, facts, limits).outcome
+}
+
+/// One attempt of [`prove_eq_with`]: its outcome, and whether the
+/// wall-clock limit cut it short.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// What the attempt established.
+    pub outcome: Outcome,
+    /// The outcome is [`Outcome::Unknown`] and the time limit had passed
+    /// when the attempt ended: some phase (sampling, saturation, the second
+    /// sampling) stopped at the deadline, so on a less loaded machine the
+    /// same claim might have been settled. A proof or counterexample is
+    /// never time-limited: both are final whatever the clock said.
+    pub time_limited: bool,
+}
+
+/// [`prove_eq_with`], telling also whether the time limit cut the attempt
+/// short ([`Attempt::time_limited`]): callers that cache outcomes retry
+/// those before keeping them.
+pub fn attempt_eq(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -> Attempt {
+    let started = Instant::now();
+    let outcome = prove_eq_until(a, b, facts, limits, started + limits.time_limit);
+    let time_limited = matches!(outcome, Outcome::Unknown(_)) && started.elapsed() >= limits.time_limit;
+    Attempt { outcome, time_limited }
+}
+
+/// [`prove_eq_with`] against `deadline` (the start plus the time limit).
+fn prove_eq_until(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits, deadline: Instant) -> Outcome {
     // Only the facts about the sides' symbols: a program's facts grow with
     // the program, and every phase below walks the facts it is given.
     let facts = &facts.relevant_to(&[a, b]);
@@ -253,9 +282,8 @@ pub fn prove_eq_with(a: &SymExpr, b: &SymExpr, facts: &Facts, limits: &Limits) -
     {
         return Outcome::Proven(reflexive(&ra));
     }
-    // The time limit bounds the whole attempt: sampling, building the
-    // e-graph from the facts, saturation and sampling again.
-    let deadline = std::time::Instant::now() + limits.time_limit;
+    // The time limit bounds the whole attempt (`deadline`): sampling,
+    // building the e-graph from the facts, saturation and sampling again.
     if let Some(c) = sample::search_until(a, b, facts, limits.samples_before, SEED, Some(deadline)) {
         return Outcome::Disproved(c);
     }
