@@ -12,6 +12,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(inputs) = wrapir_fuzz::host_inputs(&program, &hints) else { return };
     let options = HostOptions {
         jagged_zero_fill: data.len() % 2 == 0,
+        ..HostOptions::default()
     };
     let mut backend = HostBackend::new(options).with_limits(limits);
     let _ = wrapir::exec::run_program(&program, &mut backend, &inputs);

@@ -71,6 +71,12 @@ pub fn lower_all(info: &ProgramInfo<'_>) {
         explain: true,
     };
     let _ = wrapir::reconcile::check_program(info, &options);
+    // What `wrapir check` runs: each launch reconciled once, every
+    // lowering's launches validated against those records, one proof cache.
+    let emitters: Vec<Box<dyn wrapir::reconcile::LaunchEmitter>> =
+        wrapir::lower::Target::ALL.iter().map(|&t| wrapir::reconcile::emitter(t)).collect();
+    let refs: Vec<&dyn wrapir::reconcile::LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
+    let _ = wrapir::reconcile::check_lowerings(info, &options, &refs).render(true);
 }
 
 /// The value each symbol takes in a generated run: the declared hint clamped
