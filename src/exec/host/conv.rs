@@ -161,6 +161,8 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
         }
     }
     let (xs, ws) = (x.size(), w.size());
+    // `output_size` refused negative sizes of the input, the weight and the
+    // output, and groups below 1: each `as u128` converts a non-negative i64.
     let out_numel: u128 = out_size.iter().map(|&n| n as u128).product();
     let kernel: u128 = ws.iter().skip(1).map(|&n| n as u128).product();
     if out_numel.saturating_mul(kernel) > MAX_HOST_MACS {
@@ -170,8 +172,11 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
     }
     let (xv, wv) = (x.to_f64_vec()?, w.to_f64_vec()?);
     let bv = bias.map(|b| b.to_f64_vec()).transpose()?;
-    let g = p.groups as usize;
-    let (n, cin, cout) = (xs[0] as usize, xs[1] as usize, out_size[1] as usize);
+    // Non-negative (above); a size this host's `usize` cannot hold is an error.
+    let index = |v: i64| usize::try_from(v).map_err(|_| a.err(format!("size {v} does not fit this host's usize")));
+    let indices = |vs: &[i64]| vs.iter().map(|&v| index(v)).collect::<Result<Vec<usize>, ExecError>>();
+    let g = index(p.groups)?;
+    let (n, cin, cout) = (index(xs[0])?, index(xs[1])?, index(out_size[1])?);
     let shape = Shape {
         n,
         groups: g,
@@ -179,9 +184,9 @@ pub(super) fn convolution(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tens
         cout,
         cin_g: cin / g,
         cout_g: cout / g,
-        sp_in: xs[2..].iter().map(|&v| v as usize).collect(),
-        sp_out: out_size[2..].iter().map(|&v| v as usize).collect(),
-        sp_k: ws[2..].iter().map(|&v| v as usize).collect(),
+        sp_in: indices(&xs[2..])?,
+        sp_out: indices(&out_size[2..])?,
+        sp_k: indices(&ws[2..])?,
     };
     // The memory format ATen picks (`suggest_memory_format` of the input or
     // weight): channels-last when either is, else contiguous.
@@ -322,6 +327,7 @@ fn direct(p: &ConvParams, s: &Shape, xv: &[f64], wv: &[f64], bv: Option<&[f64]>)
 fn forward_taps(p: &ConvParams, s: &Shape) -> Vec<Vec<i64>> {
     (0..s.sp_in.len())
         .map(|d| {
+            // Sizes that came from non-negative i64s (`convolution`): back without loss.
             let (out_d, in_d) = (s.sp_out[d], s.sp_in[d] as i64);
             let mut table = Vec::with_capacity(s.sp_k[d] * out_d);
             for k in 0..s.sp_k[d] as i64 {
