@@ -137,17 +137,19 @@ pub fn host_inputs(program: &Program, hints: &Bindings) -> Option<IndexMap<Strin
                 let layout = program.main.layout(name)?;
                 tensor(name.as_str(), layout)?;
             }
-            GraphInput::Symbol { .. } => {}
+            GraphInput::Symbol { .. } | GraphInput::SymExpr { .. } => {}
         }
     }
     for (name, layout) in &program.constants {
         tensor(name.as_str(), layout)?;
     }
     for input in &program.main.inputs {
-        if let GraphInput::Symbol { name, symbol } = input {
-            let v = *env.get(symbol).unwrap_or(&2);
-            out.insert(name.as_str().to_string(), Tensor::from_i64(DType::Int64, &[v], &[]).ok()?);
-        }
+        let v = match input {
+            GraphInput::Symbol { symbol, .. } => *env.get(symbol).unwrap_or(&2),
+            GraphInput::SymExpr { expr, .. } => wrapir::sym::eval::eval_int(expr, &env).ok()?,
+            GraphInput::Tensor { .. } => continue,
+        };
+        out.insert(input.name().as_str().to_string(), Tensor::from_i64(DType::Int64, &[v], &[]).ok()?);
     }
     Some(out)
 }

@@ -169,7 +169,8 @@ class ControlFlowMixin:
                 predicate = {"kind": "expr", "value": self.expr(pred.expr)}
             else:
                 predicate = {"kind": "tensor", "value": self.ref(pred)["value"]}
-            operands = [self.ref(x)["value"] for x in node.operands]
+            operands = [self.loop_operand(x, f"operand {k} of cond {node.get_name()}")
+                        for k, x in enumerate(node.operands)]
             res = node.get_name()
             self.buffers[res] = {"kind": "multi"}
             self.emit({"line": "conditional", "result": res, "predicate": predicate,
@@ -239,7 +240,24 @@ class ControlFlowMixin:
         if r["kind"] == "expr" and isinstance(e, self.sympy.Symbol):
             self.cap.symbols.add(e.name)
             return e.name
-        raise Unconvertible(f"{what} is `{x}`, neither a buffer nor a plain symbol")
+        if r["kind"] == "expr" and isinstance(e, self.sympy.Expr) and e.is_integer is True:
+            # A size expression (`2*s0 + 1`): named by a precomputed symbol bound
+            # just before the call, which the operand passes.
+            return self.operand_symbol(e)
+        raise Unconvertible(f"{what} is `{x}`, neither a buffer nor an integer expression")
+
+    def operand_symbol(self, e):
+        """A fresh precomputed symbol (`wrapir_operand0`) bound to `e` by a
+        `symbolic_call_arg` line here: the name a subgraph operand passes."""
+        taken = self.cap.symbols
+        k = 0
+        while f"wrapir_operand{k}" in taken:
+            k += 1
+        name = f"wrapir_operand{k}"
+        self.cap.symbols.add(name)
+        self.bound_precomputed.add(name)
+        self.emit({"line": "symbolic_call_arg", "symbol": name, "expr": self.expr(e)})
+        return name
 
     def while_texts(self, node):
         """`while_texts_for` this loop's IR node."""

@@ -899,7 +899,14 @@ class GraphConverter(ControlFlowMixin):
         for name, value in g.graph_inputs.items():
             if isinstance(value, self.sympy.Expr):
                 if not value.is_Symbol:
-                    self.cap.errors.append(f"{self.cap.name}: input {name} is the compound expression `{value}`")
+                    # A compound input (`2*s0 + 1`: a branch closing over a size
+                    # expression): its value is the expression, whose symbols the
+                    # graph solves (main) or takes from its caller (a subgraph).
+                    if value.is_integer is not True:
+                        self.cap.errors.append(
+                            f"{self.cap.name}: input {name} is the non-integer expression `{value}`")
+                        continue
+                    inputs.append({"kind": "sym_expr", "name": name, "expr": self.expr(value)})
                     continue
                 self.cap.symbols.add(value.name)
                 inputs.append({"kind": "symbol", "name": name, "symbol": value.name})

@@ -523,6 +523,11 @@ pub fn run_plan_on(
                     .ok_or_else(|| ExecError::Input(format!("input `{name}`: {}", unbound(symbol))))?;
                 inputs.push(Value::Int(v));
             }
+            GraphInput::SymExpr { name, expr } => {
+                let v = crate::sym::eval::eval_int(expr, &env)
+                    .map_err(|e| ExecError::Input(format!("input `{name}` (`{expr}`): {e}")))?;
+                inputs.push(Value::Int(v));
+            }
         }
     }
     let mut constants = indexmap::IndexMap::new();

@@ -301,33 +301,73 @@ fn bind_and_place<I: SuppliedInput, T>(
         }
     }
     // Sizes that are expressions (`2*s0 + 1`, a torch.export derived
-    // dimension) bind the one symbol they leave unbound, solved exactly
-    // (`sym::solve`), until no size binds another.
+    // dimension) and integer inputs that are (`GraphInput::SymExpr`) bind
+    // the one symbol they leave unbound, solved exactly (`sym::solve`),
+    // until no equation binds another.
+    let mut equations: Vec<(String, &SymExpr, i64)> = Vec::new();
+    for (name, layout) in &tensor_inputs {
+        let t = get(name)?;
+        for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
+            if !matches!(e, SymExpr::Sym(_)) {
+                equations.push((format!("size {d} of `{name}`"), e, *v));
+            }
+        }
+    }
+    for input in &program.main.inputs {
+        let GraphInput::SymExpr { name, expr } = input else {
+            continue;
+        };
+        let Some(t) = inputs.get(name.as_str()) else {
+            return Err(ExecError::Input(format!("integer input `{name}` (`{expr}`) was not supplied")).into());
+        };
+        let Some(v) = t.symbol_value()? else {
+            return Err(ExecError::Input(format!(
+                "integer input `{name}` must be a one-element integer tensor, got {}{:?}",
+                t.dtype(),
+                t.size()
+            ))
+            .into());
+        };
+        equations.push((format!("integer input `{name}`"), expr, v));
+    }
     let mut progress = true;
     while progress {
         progress = false;
-        for (name, layout) in &tensor_inputs {
-            let t = get(name)?;
-            for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
-                if matches!(e, SymExpr::Sym(_)) {
-                    continue;
-                }
-                let free = e.free_symbols();
-                let unbound: Vec<&Symbol> = free.iter().filter(|s| !env.contains_key(*s)).collect();
-                let [s] = unbound.as_slice() else { continue };
-                let Some(affine) = crate::sym::solve::affine_in(e, s) else {
-                    continue;
-                };
-                let rest = crate::sym::eval::eval_int(&affine.rest, &env)
-                    .map_err(|err| ExecError::Input(format!("size {d} of `{name}` (`{e}`): {err}")))?;
-                let value = affine.solve(*v, rest).ok_or_else(|| {
-                    ExecError::Input(format!(
-                        "size {d} of `{name}` is {v}, which `{e}` equals for no integer `{s}`"
-                    ))
-                })?;
-                bind(&mut env, s, value, format!("size {d} of `{name}` (`{e}` = {v})"))?;
-                progress = true;
-            }
+        for (what, e, v) in &equations {
+            let free = e.free_symbols();
+            let unbound: Vec<&Symbol> = free.iter().filter(|s| !env.contains_key(*s)).collect();
+            let [s] = unbound.as_slice() else { continue };
+            let Some(affine) = crate::sym::solve::affine_in(e, s) else {
+                continue;
+            };
+            let rest = crate::sym::eval::eval_int(&affine.rest, &env)
+                .map_err(|err| ExecError::Input(format!("{what} (`{e}`): {err}")))?;
+            let value = affine
+                .solve(*v, rest)
+                .ok_or_else(|| ExecError::Input(format!("{what} is {v}, which `{e}` equals for no integer `{s}`")))?;
+            bind(&mut env, s, value, format!("{what} (`{e}` = {v})"))?;
+            progress = true;
+        }
+    }
+    // An integer input's value must be its expression's (a size's is checked
+    // when the tensor is placed).
+    for input in &program.main.inputs {
+        let GraphInput::SymExpr { name, expr } = input else {
+            continue;
+        };
+        let Some((_, _, v)) = equations
+            .iter()
+            .find(|(w, _, _)| *w == format!("integer input `{name}`"))
+        else {
+            continue;
+        };
+        let want = crate::sym::eval::eval_int(expr, &env)
+            .map_err(|err| ExecError::Input(format!("integer input `{name}` (`{expr}`): {err}")))?;
+        if want != *v {
+            return Err(ExecError::Input(format!(
+                "integer input `{name}` is {v}, but `{expr}` is {want} for the symbols the other inputs bind"
+            ))
+            .into());
         }
     }
     for (s, what) in &bound_by {
@@ -369,6 +409,11 @@ fn bind_and_place<I: SuppliedInput, T>(
             GraphInput::Symbol { symbol, .. } => {
                 // Bound above, from this input or from a size.
                 args.push(super::Value::Int(env.get(symbol).copied().unwrap_or_default()));
+            }
+            GraphInput::SymExpr { expr, .. } => {
+                // Checked above against the symbols it binds.
+                let v = crate::sym::eval::eval_int(expr, &env).map_err(|e| ExecError::Input(e.to_string()))?;
+                args.push(super::Value::Int(v));
             }
             GraphInput::Tensor { .. } => {
                 let Some((name, layout)) = tensors.next() else {

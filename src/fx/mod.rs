@@ -25,7 +25,7 @@ pub use kwargs::{KwargNames, Kwargs};
 pub use name::Name;
 
 use crate::ir::{DType, Device, DeviceType, KernelName, Layout};
-use crate::sym::Symbol;
+use crate::sym::{SymExpr, Symbol};
 use arena::Arena;
 use index::NameIndex;
 use indexmap::IndexMap;
@@ -144,6 +144,9 @@ pub enum Placeholder {
     Tensor(Arc<Layout>),
     /// A symbolic integer input binding a symbol.
     Symbol(Symbol),
+    /// An integer input equal to an expression of symbols (a compound graph
+    /// input, `2*s0 + 1`).
+    Integer(SymExpr),
 }
 
 /// What a node does.

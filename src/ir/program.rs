@@ -124,7 +124,7 @@ impl Graph {
     pub fn tensor_inputs(&self) -> impl Iterator<Item = &BufName> {
         self.inputs.iter().filter_map(|i| match i {
             GraphInput::Tensor { name } => Some(name),
-            GraphInput::Symbol { .. } => None,
+            GraphInput::Symbol { .. } | GraphInput::SymExpr { .. } => None,
         })
     }
 
@@ -166,14 +166,32 @@ pub enum GraphInput {
         /// The symbol it binds.
         symbol: Symbol,
     },
+    /// An integer input whose value is an expression of symbols
+    /// (`2*s0 + 1`): Inductor's compound graph input, a branch closing over a
+    /// size expression. In a subgraph its symbols come from the caller, as a
+    /// tensor input's do; in `main` it binds the one symbol no other input
+    /// determines by solving, as a tensor input's compound dimension does
+    /// (affine only: "Cannot solve input expression ..." otherwise).
+    SymExpr {
+        /// The input's name in the argument list.
+        name: BufName,
+        /// Its value.
+        expr: SymExpr,
+    },
 }
 
 impl GraphInput {
     /// The input's name in the argument list.
     pub fn name(&self) -> &BufName {
         match self {
-            GraphInput::Tensor { name } | GraphInput::Symbol { name, .. } => name,
+            GraphInput::Tensor { name } | GraphInput::Symbol { name, .. } | GraphInput::SymExpr { name, .. } => name,
         }
+    }
+
+    /// Whether the input is an integer (a symbol or an expression of
+    /// symbols), which a caller passes as a symbol.
+    pub fn is_integer(&self) -> bool {
+        !matches!(self, GraphInput::Tensor { .. })
     }
 }
 

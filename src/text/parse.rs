@@ -992,10 +992,20 @@ impl<'a> Parser<'a> {
                 let input = buf_name(c, || format!("expected an input name in graph `{name}`"))?;
                 let input_kind = if c.eat(":") {
                     if c.eat_keyword("sym") {
-                        let s = c.expect_ident(|| format!("expected a symbol after `sym` for input `{input}`"))?;
-                        GraphInput::Symbol {
-                            name: input.clone(),
-                            symbol: Symbol::new(s),
+                        // A symbol (`sym s0`) or an expression of symbols
+                        // (`sym 2*s0 + 1`), up to the next `,` or `)`.
+                        c.skip_ws();
+                        let what = format_args!("input `{input}`");
+                        let (pos, text) = c.balanced_until(&[',', ')'], &what)?;
+                        match parse_expr(c, pos, text.trim_end(), &what)? {
+                            SymExpr::Sym(symbol) => GraphInput::Symbol {
+                                name: input.clone(),
+                                symbol,
+                            },
+                            expr => GraphInput::SymExpr {
+                                name: input.clone(),
+                                expr,
+                            },
                         }
                     } else {
                         let kind = if c.eat_keyword("multi") {

@@ -241,6 +241,7 @@ fn write_graph(out: &mut String, name: &str, g: &Graph) -> std::fmt::Result {
                 None => name.to_string(),
             },
             GraphInput::Symbol { name, symbol } => format!("{name}: sym {symbol}"),
+            GraphInput::SymExpr { name, expr } => format!("{name}: sym {expr}"),
         })
         .collect();
     let outputs: Vec<String> = g

@@ -93,6 +93,9 @@ fn describe_inputs(bundle: &Bundle, out: &mut String) -> Result<()> {
             GraphInput::Symbol { name, symbol } => {
                 *out += &format!("  {name}: the value of symbol {symbol}\n");
             }
+            GraphInput::SymExpr { name, expr } => {
+                *out += &format!("  {name}: the integer {expr}\n");
+            }
             GraphInput::Tensor { name } => {
                 let mut label = name.to_string();
                 if let Some(user) = info.input_names.get(name.as_str()) {

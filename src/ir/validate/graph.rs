@@ -89,6 +89,7 @@ impl<'a> Validator<'a> {
                 GraphInput::Symbol { symbol, .. } => {
                     entry.insert(symbol.clone());
                 }
+                GraphInput::SymExpr { expr, .. } => entry.extend(expr.free_symbols()),
                 GraphInput::Tensor { name } => {
                     if let Some(l) = p.main.layout(name) {
                         entry.extend(layout_symbols(l));
@@ -326,6 +327,16 @@ impl<'a> Validator<'a> {
                         });
                     }
                 }
+                // Its symbols: solved at main's entry (`check_input_expressions`),
+                // required from the caller in a subgraph (below).
+                GraphInput::SymExpr { expr, .. } => {
+                    for s in expr.free_symbols() {
+                        if !self.program.symbols.contains_key(&s) && g.reported.insert(format!("undeclared-symbol {s}"))
+                        {
+                            self.err(loc.clone(), ValidationErrorKind::UndeclaredSymbol { symbol: s });
+                        }
+                    }
+                }
                 GraphInput::Tensor { name } => {
                     let kind = g.graph.buffers.get(name).map(|d| d.kind.clone());
                     match kind {
@@ -357,12 +368,18 @@ impl<'a> Validator<'a> {
                 }
             }
         }
-        // Symbols tensor inputs mention: bound at main's entry, required from the
-        // caller for subgraphs.
+        // Symbols tensor inputs and integer expression inputs mention: bound
+        // at main's entry, required from the caller for subgraphs.
         for (i, input) in g.graph.inputs.iter().enumerate() {
-            let GraphInput::Tensor { name } = input else { continue };
-            let Some(l) = g.graph.layout(name) else { continue };
-            for s in layout_symbols(l) {
+            let (name, symbols) = match input {
+                GraphInput::Tensor { name } => {
+                    let Some(l) = g.graph.layout(name) else { continue };
+                    (name, layout_symbols(l))
+                }
+                GraphInput::SymExpr { name, expr } => (name, expr.free_symbols().into_iter().collect()),
+                GraphInput::Symbol { .. } => continue,
+            };
+            for s in symbols {
                 let Some((sym_index, _, decl)) = self.program.symbols.get_full(&s) else {
                     continue;
                 };
@@ -394,9 +411,10 @@ impl<'a> Validator<'a> {
     }
 
     /// The main graph's entry binds each backed symbol of its tensor inputs'
-    /// sizes, strides and offsets from a symbol input, a dimension that is
-    /// the symbol itself, or a dimension that is an affine expression of it
-    /// and symbols bound before (`2*s0 + 1`, solved by every back end:
+    /// sizes, strides and offsets and of its integer expression inputs from a
+    /// symbol input, a dimension that is the symbol itself, or a dimension or
+    /// integer input that is an affine expression of it and symbols bound
+    /// before (`2*s0 + 1`, solved by every back end:
     /// `sym::solve`). A dimension that determines no symbol this way is an
     /// error in upstream's words: "Cannot solve input expression ..." when one
     /// symbol is left but the expression is not affine in it, "Compound input
@@ -418,6 +436,13 @@ impl<'a> Validator<'a> {
                 GraphInput::Symbol { symbol, .. } => {
                     known.insert(symbol.clone());
                 }
+                GraphInput::SymExpr { expr, .. } => match expr {
+                    SymExpr::Sym(s) => {
+                        known.insert(s.clone());
+                    }
+                    e if e.as_int().is_none() => compound.push(e),
+                    _ => {}
+                },
                 GraphInput::Tensor { name } => {
                     let Some(l) = g.graph.layout(name) else { continue };
                     for e in l.size.iter().chain(l.stride.iter()).chain(std::iter::once(&l.offset)) {

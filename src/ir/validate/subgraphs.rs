@@ -62,7 +62,7 @@ impl<'a> Validator<'a> {
             );
         }
         for (i, (input, op)) in graph.inputs.iter().zip(operands).enumerate() {
-            if let GraphInput::Symbol { .. } = input {
+            if input.is_integer() {
                 let sym = Symbol::new(op.as_str());
                 if self.program.symbols.contains_key(&sym) {
                     self.require_symbol(g, Some(at), &sym, None, at);
@@ -89,7 +89,7 @@ impl<'a> Validator<'a> {
     ) {
         let inputs = sub.and_then(|s| self.program.subgraphs.get(s)).map(|gr| &gr.inputs);
         for (i, op) in operands.iter().enumerate() {
-            let is_symbol = matches!(inputs.and_then(|v| v.get(i)), Some(GraphInput::Symbol { .. }));
+            let is_symbol = inputs.and_then(|v| v.get(i)).is_some_and(GraphInput::is_integer);
             if !is_symbol {
                 self.use_buffer(g, at, op, Need::Tensor, true);
             }

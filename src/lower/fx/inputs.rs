@@ -5,6 +5,7 @@ use super::*;
 impl<'p> GraphLowering<'p> {
     pub(super) fn inputs(&mut self) -> Res<()> {
         let mut tensor_inputs = Vec::new();
+        let mut integer_inputs = Vec::new();
         for input in &self.ir.inputs {
             match input {
                 GraphInput::Tensor { name } => {
@@ -26,6 +27,12 @@ impl<'p> GraphLowering<'p> {
                     );
                     self.out.bind_symbol(id, symbol.clone());
                     self.symbols.insert(symbol.clone(), Arg::Node(id));
+                }
+                GraphInput::SymExpr { name, expr } => {
+                    let id = self
+                        .out
+                        .push(name.as_str(), Op::Placeholder(Placeholder::Integer(expr.clone())), None);
+                    integer_inputs.push((name.clone(), id, expr));
                 }
             }
         }
@@ -89,6 +96,30 @@ impl<'p> GraphLowering<'p> {
                     }
                 }
             }
+        }
+        // Integer inputs that are expressions (`2*s0 + 1`) solve for the one
+        // symbol the inputs above left unbound, as upstream's FX backend
+        // does; in a subgraph, symbols they leave otherwise are the caller's
+        // (lifted when read), in main validation has refused them.
+        for (name, id, expr) in integer_inputs {
+            let unknown: Vec<Symbol> = expr
+                .free_symbols()
+                .into_iter()
+                .filter(|s| !self.symbols.contains_key(s))
+                .collect();
+            let [s] = unknown.as_slice() else { continue };
+            if crate::sym::solve::affine_in(expr, s).is_none() && self.is_subgraph {
+                continue;
+            }
+            let value = self.solve(expr, s, id).map_err(|message| ErrorKind::Input {
+                input: name.clone(),
+                message,
+            })?;
+            if let Arg::Node(n) = value {
+                self.out.try_rename(n, s.as_str());
+                self.out.bind_symbol(n, s.clone());
+            }
+            self.symbols.insert(s.clone(), value);
         }
         if self.options.assert_inputs {
             // Inputs the program already checks with its own `assert_size_stride` line are not checked twice.

@@ -13,7 +13,7 @@ impl<'p> GraphLowering<'p> {
             .subgraphs
             .get(sub)
             .and_then(|g| g.inputs.get(index))
-            .is_some_and(|i| matches!(i, GraphInput::Symbol { .. }));
+            .is_some_and(GraphInput::is_integer);
         if takes_symbol {
             self.symbol(&Symbol::new(b.as_str()))
         } else {

@@ -672,7 +672,7 @@ impl<'a> Lowering<'a> {
         }
         for input in &graph.inputs {
             match input {
-                GraphInput::Symbol { .. } => {}
+                GraphInput::Symbol { .. } | GraphInput::SymExpr { .. } => {}
                 GraphInput::Tensor { name } => {
                     let Some(layout) = graph.layout(name) else { continue };
                     for (what, dims) in [("size", &layout.size), ("stride", &layout.stride)] {
@@ -724,6 +724,23 @@ impl<'a> Lowering<'a> {
                     }
                 }
             }
+            // Integer inputs that are expressions (a branch closing over
+            // `2*s0 + 1`) likewise, from the input's value.
+            for input in &graph.inputs {
+                let GraphInput::SymExpr { name, expr } = input else {
+                    continue;
+                };
+                let free = expr.free_symbols();
+                let unbound: Vec<&Symbol> = free.iter().filter(|s| !bound.contains(*s)).collect();
+                let [s] = unbound.as_slice() else { continue };
+                let Some(affine) = crate::sym::solve::affine_in(expr, s) else {
+                    continue;
+                };
+                let value = SymExpr::sym(name.as_str());
+                code.line(&format!("{s} = {}", crate::sym::print::python(&affine.solution(value))));
+                bound.insert((*s).clone());
+                progress = true;
+            }
         }
     }
 
@@ -760,6 +777,20 @@ impl<'a> Lowering<'a> {
                     let v = hints.get(symbol).ok_or_else(|| Error::MissingHint {
                         symbol: symbol.clone(),
                         input: name.clone(),
+                    })?;
+                    code.line(&format!("{name} = {v}"));
+                }
+                GraphInput::SymExpr { name, expr } => {
+                    let v = crate::sym::eval::eval_int(expr, &hints).map_err(|_| {
+                        let symbol = expr
+                            .free_symbols()
+                            .into_iter()
+                            .find(|s| !hints.contains_key(s))
+                            .unwrap_or_else(|| Symbol::new(name.as_str()));
+                        Error::MissingHint {
+                            symbol,
+                            input: name.clone(),
+                        }
                     })?;
                     code.line(&format!("{name} = {v}"));
                 }

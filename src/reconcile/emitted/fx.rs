@@ -153,6 +153,7 @@ pub(super) fn fx_expr(g: &crate::fx::Graph, a: &Arg) -> Result<SymExpr, String> 
     };
     match &node.op {
         Op::Placeholder(Placeholder::Symbol(s)) => Ok(SymExpr::Sym(s.clone())),
+        Op::Placeholder(Placeholder::Integer(e)) => Ok(e.clone()),
         Op::SymSize { tensor, dim: d } => dim(&layout_of(*tensor)?.size, *d, *tensor),
         Op::SymStride { tensor, dim: d } => dim(&layout_of(*tensor)?.stride, *d, *tensor),
         Op::SymStorageOffset { tensor } => Ok(layout_of(*tensor)?.offset.clone()),

@@ -15,7 +15,7 @@ impl<'a> Lowering<'a> {
             .iter()
             .enumerate()
             .map(|(i, o)| match sub.inputs.get(offset + i) {
-                Some(GraphInput::Symbol { .. }) => o.to_string(),
+                Some(GraphInput::Symbol { .. } | GraphInput::SymExpr { .. }) => o.to_string(),
                 _ => g.local(o),
             })
             .collect()
@@ -54,6 +54,12 @@ impl<'a> Lowering<'a> {
                     ))
                 }
                 GraphInput::Symbol { .. } => {}
+                // Its symbols are the caller's, in scope already; the value
+                // passed is theirs by construction (validation requires the
+                // operand to be a symbol of the caller).
+                GraphInput::SymExpr { name: n, .. } => {
+                    self.line(format!("// integer input `{n}` of subgraph `{name}`: `{operand}`"));
+                }
             }
         }
         self.graph_lines(&ctx)?;

@@ -14,6 +14,7 @@ impl<'a> Lowering<'a> {
         let mut tensor_index = 0usize;
         let mut scalar_index = 0usize;
         let mut handle_index = 0usize;
+        let mut integer_inputs: Vec<(&str, &SymExpr)> = Vec::new();
         let inputs = main
             .inputs
             .iter()
@@ -32,6 +33,12 @@ impl<'a> Lowering<'a> {
                     } else {
                         self.declare(symbol.as_str());
                     }
+                }
+                Some(GraphInput::SymExpr { name, expr }) => {
+                    d.symbol_input(self, name.as_str(), scalar_index, handle_index);
+                    self.declare(name.as_str());
+                    scalar_index += 1;
+                    integer_inputs.push((name.as_str(), expr));
                 }
                 other => {
                     let name = match other {
@@ -114,6 +121,19 @@ impl<'a> Lowering<'a> {
                         progress = true;
                     }
                 }
+            }
+            // Integer inputs that are expressions, from the input's value.
+            for &(input, e) in &integer_inputs {
+                let free = e.free_symbols();
+                let unbound: Vec<&crate::sym::Symbol> = free.iter().filter(|s| !self.declared(s.as_str())).collect();
+                let [s] = unbound.as_slice() else { continue };
+                let Some(affine) = crate::sym::solve::affine_in(e, s) else {
+                    continue;
+                };
+                let solved = self.cexpr(&affine.solution(SymExpr::sym(input)));
+                self.line(format!("int64_t {s} = {solved};"));
+                self.declare(s.as_str());
+                progress = true;
             }
         }
         for (s, decl) in &program.symbols {
