@@ -242,8 +242,8 @@ pub(super) fn node_effects(
         Op::Placeholder(crate::fx::Placeholder::Tensor(_)) | Op::Constant { .. } => {
             smallvec::smallvec![Storage::External]
         }
-        // A symbol input is an integer: no storage.
-        Op::Placeholder(crate::fx::Placeholder::Symbol(_)) => Storages::new(),
+        // A symbol or integer input is an integer: no storage.
+        Op::Placeholder(crate::fx::Placeholder::Symbol(_) | crate::fx::Placeholder::Integer(_)) => Storages::new(),
         Op::Subgraph { .. } | Op::Output { .. } => Storages::new(),
         Op::EmptyStrided(_) => fresh(),
         Op::AsStrided(a) => footprints.of(a.base).into(),
