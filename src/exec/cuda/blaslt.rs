@@ -97,6 +97,20 @@ impl Lt {
 
     /// Queues `plan` on the device's stream: `D = C = epilogue(alpha * op(A) op(B) + beta * C)`.
     pub(super) fn matmul(&self, plan: &LtPlan, ptrs: &LtPointers, alpha: f32, beta: f32) -> Result<(), CudaError> {
+        self.matmul_in(plan, ptrs, alpha, beta, self.workspace)
+    }
+
+    /// [`Lt::matmul`] with `workspace` (a live device allocation of
+    /// [`WORKSPACE_BYTES`] ordered on the stream) instead of the persistent
+    /// one: a concurrent graph's matmuls that may overlap each get one.
+    pub(super) fn matmul_in(
+        &self,
+        plan: &LtPlan,
+        ptrs: &LtPointers,
+        alpha: f32,
+        beta: f32,
+        workspace: drv_sys::CUdeviceptr,
+    ) -> Result<(), CudaError> {
         let k = &plan.key;
         let checks = [
             (ptrs.a, k.align_a, "A"),
@@ -132,7 +146,8 @@ impl Lt {
         // (= D) are device allocations ordered on this stream whose extents
         // the caller checked against the layouts; alpha and beta are host f32
         // values (CUDA_R_32F scale type) living until the call returns; the
-        // workspace holds WORKSPACE_BYTES, the size the preference allowed.
+        // workspace (the persistent one or the caller's, see `matmul_in`)
+        // holds WORKSPACE_BYTES, the size the preference allowed.
         unsafe {
             lt::matmul(
                 self.handle,
@@ -148,7 +163,7 @@ impl Lt {
                 ptrs.c as *mut c_void,
                 plan.c,
                 &plan.algo,
-                self.workspace as *mut c_void,
+                workspace as *mut c_void,
                 WORKSPACE_BYTES,
                 stream,
             )

@@ -59,7 +59,7 @@ pub(super) struct BlasHandle {
 
 /// PyTorch's default cuBLAS workspace (`CUBLAS_WORKSPACE_CONFIG` unset):
 /// `:4096:8` (32 MiB) from compute capability 9.0, `:4096:2:16:8` before.
-fn blas_workspace_bytes(major: i32) -> usize {
+pub(super) fn blas_workspace_bytes(major: i32) -> usize {
     if major >= 9 {
         4096 * 1024 * 8
     } else {
@@ -128,6 +128,36 @@ impl BlasHandle {
     /// math mode set, then `cublasSgemm` / `cublasGemmEx` for one matrix and
     /// `cublasSgemmStridedBatched` / `cublasGemmStridedBatchedEx` for batches
     /// (fp32 accumulation, `CUBLAS_GEMM_DEFAULT_TENSOR_OP`).
+    /// [`BlasHandle::gemm`] with `workspace` (a live device allocation of
+    /// `bytes`, at least the handle's own size, ordered on the handle's
+    /// stream) as the handle's workspace for this call, the handle's own
+    /// set back after it: a concurrent graph's GEMMs that may overlap each
+    /// get one of their own (`cublasSetWorkspace` is a host setting; a
+    /// capture keeps the address the call was made with).
+    pub(super) fn gemm_in(&self, g: &Gemm, workspace: sys::CUdeviceptr, bytes: usize) -> Result<(), CudaError> {
+        let set = |ptr: sys::CUdeviceptr, bytes: usize| {
+            // SAFETY: `raw` is live; `ptr` is a live allocation of `bytes`
+            // ordered on the handle's stream (the caller's, or the handle's own).
+            unsafe { blas_sys::cublasSetWorkspace_v2(self.raw, ptr as *mut c_void, bytes) }
+                .result()
+                .map_err(|e| CudaError::blas("cublasSetWorkspace", e))
+        };
+        self.device.bind()?;
+        let own_bytes = self.device_workspace_bytes()?;
+        set(workspace, bytes)?;
+        let result = self.gemm(g);
+        let restored = set(self.workspace, own_bytes);
+        result.and(restored)
+    }
+
+    /// The size of the handle's own workspace.
+    fn device_workspace_bytes(&self) -> Result<usize, CudaError> {
+        let major = self
+            .device
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        Ok(blas_workspace_bytes(major))
+    }
+
     pub(super) fn gemm(&self, g: &Gemm) -> Result<(), CudaError> {
         let int = |v: i64, what: &str| {
             i32::try_from(v).map_err(|_| CudaError::Range(format!("GEMM {what} {v} does not fit cuBLAS's int")))

@@ -52,6 +52,27 @@ pub(super) trait LibraryCall: std::fmt::Debug {
     fn rebased(&self, addresses: &[sys::CUdeviceptr]) -> Box<dyn LibraryCall>;
     /// Queues the call on the backend's stream (handles the backend keeps).
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError>;
+
+    /// [`LibraryCall::run`] with `workspaces` instead of the handles' own
+    /// workspaces (concurrent graph replay: calls that may overlap must not
+    /// share one). By default the call uses no handle workspace (its
+    /// workspace, if any, is an allocation of the run), and runs as is.
+    fn run_in(&self, backend: &CudaBackend, workspaces: &LaneWorkspaces) -> Result<(), ExecError> {
+        let _ = workspaces;
+        self.run(backend)
+    }
+}
+
+/// The workspaces of one concurrency lane for the libraries whose handles
+/// hold one (cuBLAS's, cuBLASLt's): device allocations at least the size of
+/// the handles' own. An address of 0: the lane has none for that library
+/// (no call of it runs on the lane).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LaneWorkspaces {
+    /// cuBLAS's workspace and its bytes.
+    pub(super) blas: (sys::CUdeviceptr, usize),
+    /// cuBLASLt's workspace ([`super::blaslt::WORKSPACE_BYTES`]).
+    pub(super) lt: sys::CUdeviceptr,
 }
 
 /// Runs `call` on `backend` and, while the prepared path records, keeps it

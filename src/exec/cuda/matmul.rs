@@ -726,6 +726,16 @@ impl LibraryCall for GemmCall {
             .gemm(&self.gemm)
             .map_err(|e| ExecError::op(&self.op, e.to_string()))
     }
+
+    fn run_in(&self, backend: &CudaBackend, workspaces: &library::LaneWorkspaces) -> Result<(), ExecError> {
+        let (ptr, bytes) = workspaces.blas;
+        if ptr == 0 {
+            return Err(ExecError::op(&self.op, "no cuBLAS workspace for this call's lane"));
+        }
+        library::recorded_handle(backend.blas.as_ref(), &self.op, "cuBLAS")?
+            .gemm_in(&self.gemm, ptr, bytes)
+            .map_err(|e| ExecError::op(&self.op, e.to_string()))
+    }
 }
 
 /// A planned cuBLASLt matmul as a replayable library call (the workspace is
@@ -772,6 +782,15 @@ impl LibraryCall for LtCall {
     fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
         library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
             .matmul(&self.plan, &self.ptrs, self.alpha, self.beta)
+            .map_err(|e| ExecError::op(&self.op, e.to_string()))
+    }
+
+    fn run_in(&self, backend: &CudaBackend, workspaces: &library::LaneWorkspaces) -> Result<(), ExecError> {
+        if workspaces.lt == 0 {
+            return Err(ExecError::op(&self.op, "no cuBLASLt workspace for this call's lane"));
+        }
+        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
+            .matmul_in(&self.plan, &self.ptrs, self.alpha, self.beta, workspaces.lt)
             .map_err(|e| ExecError::op(&self.op, e.to_string()))
     }
 }

@@ -28,7 +28,7 @@
 
 mod guarded;
 
-use super::prepared::{check_reads, launch, read_runs, Op, Prepared};
+use super::prepared::{check_reads, launch, read_runs, Concurrency, Op, Prepared};
 use super::{CudaBackend, Storage};
 use super::{GraphReads, LaunchFloor, Replay};
 use crate::exec::ExecError;
@@ -155,19 +155,31 @@ fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
 }
 
 /// Captures the operations `range` of `ops` into one graph: as a chain, or,
-/// with `deps` (each operation's dependencies among all of `ops`, see
-/// [`super::prepared`]'s concurrent plan), each operation after only the
-/// nodes of those it depends on inside the range (the segment boundaries
-/// order the rest), so that independent operations run concurrently.
+/// with `concurrency` (each operation's dependencies among all of `ops` and
+/// its library-workspace lane, see [`super::prepared`]'s concurrent plan),
+/// each operation after only the nodes of those it depends on inside the
+/// range (the segment boundaries order the rest), so that independent
+/// operations run concurrently, each library call with its lane's workspace.
 fn capture_segment(
     backend: &CudaBackend,
     ops: &mut [Op],
     range: std::ops::Range<usize>,
-    deps: Option<&[Vec<usize>]>,
+    concurrency: Option<&Concurrency>,
 ) -> Result<Graph, ExecError> {
     let start = range.start;
-    let Some(deps) = deps else {
+    let Some(concurrency) = concurrency else {
         return capture(backend, &mut ops[range]);
+    };
+    let deps = &concurrency.deps;
+    let queue = |k: usize, op: &mut Op, stream: sys::CUstream| -> Result<(), ExecError> {
+        let lane = concurrency.lanes.get(start + k).copied().map_or(0, usize::from);
+        match (op, lane.checked_sub(1)) {
+            (Op::Library(call), Some(l)) => match concurrency.workspaces.get(l) {
+                Some(ws) => call.run_in(backend, ws),
+                None => Err(ExecError::op(call.op(), format!("no workspaces for lane {lane}"))),
+            },
+            (op, _) => queue_op(backend, op, stream),
+        }
     };
     let stream = backend.device.stream.cu_stream();
     let mut graph: sys::CUgraph = std::ptr::null_mut();
@@ -187,7 +199,7 @@ fn capture_segment(
                 }
             }
             let target = CaptureTarget::Into { graph, after: &after };
-            let leaves = capture_into(stream, target, || queue_op(backend, op, stream))?;
+            let leaves = capture_into(stream, target, || queue(k, op, stream))?;
             // An operation that captured nothing passes its dependencies on.
             exits.push(if leaves.is_empty() { after } else { leaves });
         }
@@ -324,7 +336,7 @@ fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Segment
     let mut parts = Vec::new();
     let mut start = 0usize;
     let runs: Vec<_> = read_runs(&prepared.ops).collect();
-    let deps = prepared.deps.as_deref();
+    let deps = prepared.concurrency.as_ref();
     for run in runs {
         if run.start > start {
             parts.push(Part::Graph(capture_segment(

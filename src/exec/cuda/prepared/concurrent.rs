@@ -8,9 +8,16 @@
 //! operations of one node stay a chain; the first depends on the last
 //! operation of each node its node depends on (through nodes without
 //! operations, such as allocations and views, to the operations before
-//! them). The cuBLAS and cuBLASLt calls stay ordered among themselves: they
-//! share the handle's workspace. Device reads are segment boundaries (see
+//! them). Device reads are segment boundaries (see
 //! [`crate::exec::cuda::graph`]), so nothing crosses them.
+//!
+//! Library workspaces: cuBLAS and cuBLASLt calls use their handle's
+//! workspace, so two that may overlap must not share one. Each such call
+//! gets a lane: lane 0 uses the handles' own workspaces, lanes 1 to
+//! [`MAX_LANES`]` - 1` workspaces of their own (allocated with the
+//! recording); a call takes the first lane whose last call happens before
+//! it, and when every lane is busy it goes on lane 0 after that lane's last
+//! call (a dependency added).
 //!
 //! Memory: two buffers may share arena bytes only when every operation
 //! that uses one happens before every operation that uses the other (a
@@ -20,7 +27,11 @@
 //! single-stream plan packs by recording intervals.
 
 use super::{Buffer, Event, ARENA_ALIGN};
+use crate::exec::cuda::library::LaneWorkspaces;
+use crate::exec::cuda::{CudaBackend, Storage};
 use crate::exec::dag::Dag;
+use crate::exec::ExecError;
+use std::sync::Arc;
 
 /// The most (graph nodes x nodes that use buffers) bits of ancestry the
 /// concurrent plan keeps (32 MiB); a larger recording replays on one stream.
@@ -30,15 +41,76 @@ const MAX_REACH_BITS: usize = 1 << 28;
 /// them); a recording with more replays on one stream.
 const MAX_BUFFERS: usize = 20_000;
 
+/// The most library-workspace lanes (each beyond the first holds its own
+/// cuBLAS workspace, 32 MiB from compute capability 9.0).
+pub(super) const MAX_LANES: usize = 4;
+
 /// What a recording needs for concurrent replay.
 #[derive(Debug)]
 pub(super) struct ConcurrentPlan {
     /// For each operation, the earlier operations it depends on.
     pub(super) deps: Vec<Vec<usize>>,
+    /// For each operation, its library-workspace lane (0 for all but
+    /// cuBLAS and cuBLASLt calls).
+    pub(super) lanes: Vec<u8>,
     /// The arena offset of each buffer.
     pub(super) offsets: Vec<u64>,
     /// The arena's bytes.
     pub(super) arena_bytes: u64,
+}
+
+/// A recording's concurrent replay: what graph capture follows.
+#[derive(Debug)]
+pub(in crate::exec::cuda) struct Concurrency {
+    /// For each operation, the earlier operations it depends on.
+    pub(in crate::exec::cuda) deps: Vec<Vec<usize>>,
+    /// For each operation, its library-workspace lane.
+    pub(in crate::exec::cuda) lanes: Vec<u8>,
+    /// The workspaces of lanes 1 and up (`workspaces[l - 1]` is lane `l`'s).
+    pub(in crate::exec::cuda) workspaces: Vec<LaneWorkspaces>,
+    /// The allocations behind `workspaces`, held as long as the recording.
+    _held: Vec<Arc<Storage>>,
+}
+
+impl Concurrency {
+    /// Allocates the workspaces of the lanes `plan` uses beyond the first,
+    /// for the libraries whose calls run on them.
+    pub(super) fn new(
+        backend: &mut CudaBackend,
+        plan: ConcurrentPlan,
+        events: &[Event],
+    ) -> Result<Concurrency, ExecError> {
+        let ConcurrentPlan { deps, lanes, .. } = plan;
+        let count = lanes.iter().copied().max().map_or(0, usize::from);
+        let (major, _) = backend.compute_capability()?;
+        let blas_bytes = crate::exec::cuda::cublas::blas_workspace_bytes(major);
+        let mut workspaces = vec![LaneWorkspaces::default(); count];
+        let mut held = Vec::new();
+        for (lane, ws) in workspaces.iter_mut().enumerate() {
+            let on_lane = |library: &str| {
+                events
+                    .iter()
+                    .zip(&lanes)
+                    .any(|(e, l)| usize::from(*l) == lane + 1 && handle_workspace_library(e) == Some(library))
+            };
+            if on_lane("cuBLAS") {
+                let s = backend.alloc_storage(blas_bytes)?;
+                ws.blas = (s.ptr, blas_bytes);
+                held.push(s);
+            }
+            if on_lane("cuBLASLt") {
+                let s = backend.alloc_storage(crate::exec::cuda::blaslt::WORKSPACE_BYTES)?;
+                ws.lt = s.ptr;
+                held.push(s);
+            }
+        }
+        Ok(Concurrency {
+            deps,
+            lanes,
+            workspaces,
+            _held: held,
+        })
+    }
 }
 
 /// The concurrent plan of a recording, or why it replays on one stream.
@@ -60,18 +132,69 @@ pub(super) fn plan(
     if buffers.iter().flat_map(|b| &b.uses).any(|u| u.0 >= dag.len()) {
         return Err("a buffer's use is outside the program's DAG".into());
     }
-    let deps = event_deps(dag, events, event_nodes);
+    let mut deps = event_deps(dag, event_nodes);
     let reach = Reach::new(dag, buffers)?;
+    let lanes = assign_lanes(events, event_nodes, &reach, &mut deps);
     let (offsets, arena_bytes) = pack(buffers, &reach);
     Ok(ConcurrentPlan {
         deps,
+        lanes,
         offsets,
         arena_bytes,
     })
 }
 
+/// A call that uses its library handle's workspace, and which library.
+pub(super) fn handle_workspace_library(event: &Event) -> Option<&'static str> {
+    match event {
+        Event::Library(l) => Some(l.call.library()).filter(|lib| matches!(*lib, "cuBLAS" | "cuBLASLt")),
+        _ => None,
+    }
+}
+
+/// Each operation's library-workspace lane (see the module
+/// documentation); adds the dependencies that serialize a call when every
+/// lane is busy.
+fn assign_lanes(events: &[Event], event_nodes: &[usize], reach: &Reach, deps: &mut [Vec<usize>]) -> Vec<u8> {
+    let mut lanes = vec![0u8; events.len()];
+    // The last call on each lane.
+    let mut last_on: Vec<usize> = Vec::new();
+    let happens_before = |f: usize, e: usize| {
+        let (nf, ne) = (event_nodes[f], event_nodes[e]);
+        // One node's operations are a chain.
+        if nf == ne {
+            f < e
+        } else {
+            reach.before(nf, ne)
+        }
+    };
+    for (e, event) in events.iter().enumerate() {
+        if handle_workspace_library(event).is_none() {
+            continue;
+        }
+        let lane = match (0..last_on.len()).find(|&l| happens_before(last_on[l], e)) {
+            Some(l) => l,
+            None if last_on.len() < MAX_LANES => {
+                last_on.push(e);
+                last_on.len() - 1
+            }
+            None => {
+                // Every lane busy: after lane 0's last call.
+                if !deps[e].contains(&last_on[0]) {
+                    deps[e].push(last_on[0]);
+                }
+                0
+            }
+        };
+        last_on[lane] = e;
+        // `lane < MAX_LANES`, which fits a byte.
+        lanes[e] = lane as u8;
+    }
+    lanes
+}
+
 /// Each operation's dependencies (see the module documentation).
-fn event_deps(dag: &Dag, events: &[Event], event_nodes: &[usize]) -> Vec<Vec<usize>> {
+fn event_deps(dag: &Dag, event_nodes: &[usize]) -> Vec<Vec<usize>> {
     let n = dag.len();
     let mut last_event: Vec<Option<usize>> = vec![None; n];
     for (e, &node) in event_nodes.iter().enumerate() {
@@ -96,15 +219,9 @@ fn event_deps(dag: &Dag, events: &[Event], event_nodes: &[usize]) -> Vec<Vec<usi
         };
         exits.push(exit);
     }
-    let shares_blas_workspace = |e: &Event| match e {
-        Event::Library(l) => matches!(l.call.library(), "cuBLAS" | "cuBLASLt"),
-        _ => false,
-    };
-    let mut last_blas: Option<usize> = None;
-    let mut deps = Vec::with_capacity(events.len());
-    for (e, event) in events.iter().enumerate() {
-        let node = event_nodes[e];
-        let mut d: Vec<usize> = if e > 0 && event_nodes[e - 1] == node {
+    let mut deps = Vec::with_capacity(event_nodes.len());
+    for (e, &node) in event_nodes.iter().enumerate() {
+        let d: Vec<usize> = if e > 0 && event_nodes[e - 1] == node {
             vec![e - 1]
         } else {
             let mut all: Vec<usize> = dag
@@ -117,14 +234,6 @@ fn event_deps(dag: &Dag, events: &[Event], event_nodes: &[usize]) -> Vec<Vec<usi
             all.dedup();
             all
         };
-        if shares_blas_workspace(event) {
-            if let Some(b) = last_blas {
-                if !d.contains(&b) {
-                    d.push(b);
-                }
-            }
-            last_blas = Some(e);
-        }
         deps.push(d);
     }
     deps
@@ -238,4 +347,101 @@ fn pack(buffers: &[Buffer], reach: &Reach) -> (Vec<u64>, u64) {
         placed.push(i);
     }
     (offsets, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two kernels that read one input and write a buffer each (nodes 3
+    /// and 5), then an add of both (node 6): the DAG of
+    /// `tests/cases/dag.txt`'s `two_independent_branches`.
+    fn two_branches() -> Dag {
+        let text = "wrapir 1
+kernel k: cpp {
+  arg_types 'const float*', 'float*'
+}
+
+graph main(arg0_1: f32[16][1]@cpu) -> (buf2) {
+  buffer buf0: f32[16][1]@cpu
+  buffer buf1: f32[16][1]@cpu
+  buffer buf2: f32[16][1]@cpu
+  define k
+  alloc buf0
+  call k(arg0_1, buf0) @cpu
+  alloc buf1
+  call k(arg0_1, buf1) @cpu
+  extern buf2 = torch.ops.aten.add.Tensor(buf0, buf1)
+  free buf0
+  free buf1
+}
+";
+        let program = crate::text::parse(text).expect("parses");
+        let info = crate::ir::validate(&program).expect("valid");
+        let graph = crate::lower::fx::lower(&info, &Default::default()).expect("lowers");
+        let dag = Dag::build(&graph, &program.kernels).expect("a DAG");
+        assert_eq!(dag.nodes()[3].what, "call k");
+        assert_eq!(dag.nodes()[5].what, "call k");
+        assert_eq!(dag.nodes()[6].what, "extern torch.ops.aten.add.Tensor");
+        dag
+    }
+
+    fn buffer(bytes: u64, uses: &[(usize, usize)]) -> Buffer {
+        Buffer {
+            _storage: None,
+            bytes,
+            first: uses.first().map_or(0, |u| u.1),
+            last: uses.last().map_or(0, |u| u.1),
+            uses: uses.iter().map(|&(node, e)| (node, e, e)).collect(),
+        }
+    }
+
+    /// The kernels of the two branches (events 0 and 1) depend on nothing
+    /// the other does; the add (event 2) on both; a second operation of
+    /// one node follows the first.
+    #[test]
+    fn operations_depend_only_on_what_the_dag_orders_them_after() {
+        let dag = two_branches();
+        assert_eq!(event_deps(&dag, &[3, 5, 6]), [vec![], vec![], vec![0, 1]]);
+        assert_eq!(event_deps(&dag, &[3, 5, 5, 6]), [vec![], vec![], vec![1], vec![0, 2]]);
+    }
+
+    /// The branches' buffers, live at disjoint events in the recording,
+    /// share memory in the single-stream plan but not in the concurrent
+    /// one; the add's buffer, whose uses all follow the first branch's,
+    /// may share the first branch's memory; an output shares nothing.
+    #[test]
+    fn buffers_of_independent_nodes_never_share_memory() {
+        let dag = two_branches();
+        let buffers = [
+            buffer(1024, &[(3, 0), (6, 2)]),
+            buffer(1024, &[(5, 1), (6, 2)]),
+            buffer(1024, &[(6, 2)]),
+        ];
+        let reach = Reach::new(&dag, &buffers).expect("small");
+        assert!(reach.before(3, 6) && reach.before(5, 6));
+        assert!(!reach.before(3, 5) && !reach.before(5, 3) && !reach.before(6, 3));
+        assert!(interfere(&buffers[0], &buffers[1], &reach));
+        // Buffer 2 is used by node 6 alone, as are the others' last uses.
+        assert!(interfere(&buffers[0], &buffers[2], &reach));
+
+        let only_first = [
+            buffer(1024, &[(3, 0)]),
+            buffer(1024, &[(5, 1)]),
+            buffer(1024, &[(6, 2)]),
+        ];
+        let reach = Reach::new(&dag, &only_first).expect("small");
+        let (offsets, bytes) = pack(&only_first, &reach);
+        assert_ne!(offsets[0], offsets[1], "concurrent branches apart");
+        assert_eq!(offsets[2], offsets[0], "the add's buffer reuses the first branch's");
+        assert_eq!(bytes, 2048);
+        // The single-stream plan packs all three into one place.
+        let (single, single_bytes) = super::super::pack(&only_first);
+        assert_eq!((single, single_bytes), (vec![0, 0, 0], 1024));
+
+        let mut output = buffer(1024, &[(3, 0)]);
+        output.last = usize::MAX;
+        let later = buffer(1024, &[(6, 2)]);
+        assert!(interfere(&output, &later, &reach));
+    }
 }

@@ -65,6 +65,7 @@ mod concurrent;
 mod record;
 
 pub use cache::PreparedCache;
+pub(super) use concurrent::Concurrency;
 use record::{tensors_of, Recorder};
 
 use super::driver::PinnedWords;
@@ -199,8 +200,9 @@ pub struct Prepared {
     /// (made at recording when the recording has such a run).
     pub(super) read_words: Option<PinnedWords>,
     /// For concurrent graph replay ([`super::GraphStreams::Concurrent`]),
-    /// each operation's dependencies (earlier operations); `None`: one chain.
-    pub(super) deps: Option<Vec<Vec<usize>>>,
+    /// each operation's dependencies (earlier operations) and library
+    /// workspace lane; `None`: one chain.
+    pub(super) concurrency: Option<concurrent::Concurrency>,
     /// The arena the single-stream plan would need.
     single_stream_arena_bytes: u64,
     /// Why a recording asked to replay concurrently replays on one stream.
@@ -293,15 +295,15 @@ impl Prepared {
         }
         let (mut offsets, single_stream_arena_bytes) = pack(&rec.buffers);
         let mut arena_bytes = single_stream_arena_bytes;
-        let (mut deps, mut single_stream_why) = (None, None);
+        let (mut concurrency, mut single_stream_why) = (None, None);
         if rec.inner.options.graph_streams == super::GraphStreams::Concurrent {
             match plan.dag() {
                 None => single_stream_why = Some("the plan has no dependency DAG".to_string()),
                 Some(dag) => match concurrent::plan(dag, &rec.events, &rec.event_nodes, &rec.buffers) {
-                    Ok(c) => {
-                        offsets = c.offsets;
+                    Ok(mut c) => {
+                        offsets = std::mem::take(&mut c.offsets);
                         arena_bytes = c.arena_bytes;
-                        deps = Some(c.deps);
+                        concurrency = Some(concurrent::Concurrency::new(&mut *rec.inner, c, &rec.events)?);
                     }
                     Err(why) => single_stream_why = Some(why),
                 },
@@ -390,7 +392,7 @@ impl Prepared {
             writes_inputs,
             graphs: None,
             read_words,
-            deps,
+            concurrency,
             single_stream_arena_bytes,
             single_stream_why,
         };
@@ -532,15 +534,16 @@ impl Prepared {
     /// dependency DAG ([`super::GraphStreams::Concurrent`]) rather than as
     /// one chain.
     pub fn is_concurrent(&self) -> bool {
-        self.deps.is_some()
+        self.concurrency.is_some()
     }
 
     /// Operations that a concurrent replay may start before the operation
     /// recorded just before them finishes (they do not depend on it): 0
     /// for a chain.
     pub fn concurrent_ops(&self) -> usize {
-        self.deps.as_ref().map_or(0, |deps| {
-            deps.iter()
+        self.concurrency.as_ref().map_or(0, |c| {
+            c.deps
+                .iter()
                 .enumerate()
                 .filter(|(i, d)| *i > 0 && !d.contains(&(i - 1)))
                 .count()
