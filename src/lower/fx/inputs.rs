@@ -66,24 +66,11 @@ impl<'p> GraphLowering<'p> {
                 )
                 .chain(std::iter::once((TensorMethod::StorageOffset, 0, &layout.offset)));
             for (method, dim, e) in entries {
-                let unknown: Vec<Symbol> = e
-                    .free_symbols()
-                    .into_iter()
-                    .filter(|s| !self.symbols.contains_key(s))
-                    .collect();
-                match unknown.as_slice() {
+                match self.unbound_symbols(e).as_slice() {
                     [] => {}
                     [s] => {
                         let read = self.read_dim(*id, method, dim);
-                        let value = self.solve(e, s, read).map_err(|message| ErrorKind::Input {
-                            input: name.clone(),
-                            message,
-                        })?;
-                        if let Arg::Node(n) = value {
-                            self.out.try_rename(n, s.as_str());
-                            self.out.bind_symbol(n, s.clone());
-                        }
-                        self.symbols.insert(s.clone(), value);
+                        self.bind_solved(name, e, s, read)?;
                     }
                     many => {
                         return Err(ErrorKind::Input {
@@ -102,24 +89,12 @@ impl<'p> GraphLowering<'p> {
         // does; in a subgraph, symbols they leave otherwise are the caller's
         // (lifted when read), in main validation has refused them.
         for (name, id, expr) in integer_inputs {
-            let unknown: Vec<Symbol> = expr
-                .free_symbols()
-                .into_iter()
-                .filter(|s| !self.symbols.contains_key(s))
-                .collect();
-            let [s] = unknown.as_slice() else { continue };
+            let unbound = self.unbound_symbols(expr);
+            let [s] = unbound.as_slice() else { continue };
             if crate::sym::solve::affine_in(expr, s).is_none() && self.is_subgraph {
                 continue;
             }
-            let value = self.solve(expr, s, id).map_err(|message| ErrorKind::Input {
-                input: name.clone(),
-                message,
-            })?;
-            if let Arg::Node(n) = value {
-                self.out.try_rename(n, s.as_str());
-                self.out.bind_symbol(n, s.clone());
-            }
-            self.symbols.insert(s.clone(), value);
+            self.bind_solved(&name, expr, s, id)?;
         }
         if self.options.assert_inputs {
             // Inputs the program already checks with its own `assert_size_stride` line are not checked twice.
@@ -143,6 +118,28 @@ impl<'p> GraphLowering<'p> {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The symbols of `e` no input has bound yet.
+    fn unbound_symbols(&self, e: &SymExpr) -> Vec<Symbol> {
+        e.free_symbols()
+            .into_iter()
+            .filter(|s| !self.symbols.contains_key(s))
+            .collect()
+    }
+
+    /// Binds `s` by solving `e == value` (the value node of input `input`).
+    fn bind_solved(&mut self, input: &BufName, e: &SymExpr, s: &Symbol, value: NodeId) -> Res<()> {
+        let solved = self.solve(e, s, value).map_err(|message| ErrorKind::Input {
+            input: input.clone(),
+            message,
+        })?;
+        if let Arg::Node(n) = solved {
+            self.out.try_rename(n, s.as_str());
+            self.out.bind_symbol(n, s.clone());
+        }
+        self.symbols.insert(s.clone(), solved);
         Ok(())
     }
 
