@@ -11,45 +11,84 @@ use crate::ir::{KernelBackend, KernelDef, KernelName};
 use indexmap::IndexMap;
 use smallvec::SmallVec;
 
-/// Storages, a few inline.
-pub(super) type Storages = SmallVec<[Storage; 2]>;
+/// The bytes of a storage a view spans; `None`: anywhere in it (unknown,
+/// or an access that is not confined to its view).
+pub(super) type Extent = Option<Span>;
+
+/// Bytes of a storage: within `[start, end)` and, with a `pitch`
+/// `(p, lo, hi)`, only bytes `b` with `lo <= b % p < hi` (a slice of the
+/// rows of a buffer: a column block of a matrix, some channels of a
+/// channels-last image, one input's channels of a concatenation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+    start: u64,
+    end: u64,
+    pitch: Option<(u64, u64, u64)>,
+}
+
+impl Span {
+    /// Whether two spans of one storage may share a byte.
+    pub(super) fn overlaps(&self, other: &Span) -> bool {
+        if !(self.start < other.end && other.start < self.end) {
+            return false;
+        }
+        match (self.pitch, other.pitch) {
+            (Some((p, lo, hi)), Some((q, lo2, hi2))) if p == q => lo < hi2 && lo2 < hi,
+            _ => true,
+        }
+    }
+}
+
+/// Where a value may lie: storages, each with the bytes of it the value
+/// spans; a few inline.
+pub(super) type Storages = SmallVec<[(Storage, Extent); 2]>;
+
+/// One storage access: the storage, the bytes touched, and the argument
+/// (node) it goes through, if any.
+pub(super) type Touch = (Storage, Extent, Option<NodeId>);
 
 /// What a node reads and writes, and why (for the edges' reasons).
 #[derive(Clone, Debug, Default)]
 pub(super) struct Effects {
-    /// Storages read, each with the argument (node) it was read through.
-    pub(super) reads: Vec<(Storage, Option<NodeId>)>,
-    /// Storages written, likewise.
-    pub(super) writes: Vec<(Storage, Option<NodeId>)>,
+    /// Storages read.
+    pub(super) reads: Vec<Touch>,
+    /// Storages written.
+    pub(super) writes: Vec<Touch>,
     /// The node does device work (a launch, a library or extern call, a
     /// device read): what the summary's critical path and width count.
     pub(super) work: bool,
 }
 
+/// `footprint`'s places; with `exact` false (an access that may reach past
+/// its view), each whole storage.
+fn places(footprint: &[(Storage, Extent)], exact: bool) -> impl Iterator<Item = (Storage, Extent)> + '_ {
+    footprint.iter().map(move |(s, x)| (*s, if exact { *x } else { None }))
+}
+
 impl Effects {
-    fn read(&mut self, footprint: &[Storage], via: Option<NodeId>) {
-        self.reads.extend(footprint.iter().map(|s| (*s, via)));
+    fn read(&mut self, footprint: &[(Storage, Extent)], exact: bool, via: Option<NodeId>) {
+        self.reads.extend(places(footprint, exact).map(|(s, x)| (s, x, via)));
     }
 
-    fn write(&mut self, footprint: &[Storage], via: Option<NodeId>) {
-        self.writes.extend(footprint.iter().map(|s| (*s, via)));
+    fn write(&mut self, footprint: &[(Storage, Extent)], exact: bool, via: Option<NodeId>) {
+        self.writes.extend(places(footprint, exact).map(|(s, x)| (s, x, via)));
     }
 
     /// Reads and writes every storage `arg` reaches.
-    fn read_write_arg(&mut self, arg: &Arg, footprints: &Footprints) {
+    fn read_write_arg(&mut self, arg: &Arg, footprints: &Footprints, exact: bool) {
         arg.for_each_node(&mut |n| {
             let f = footprints.of(n);
-            self.read(f, Some(n));
-            self.write(f, Some(n));
+            self.read(f, exact, Some(n));
+            self.write(f, exact, Some(n));
         });
     }
 
-    fn read_arg(&mut self, arg: &Arg, footprints: &Footprints) {
-        arg.for_each_node(&mut |n| self.read(footprints.of(n), Some(n)));
+    fn read_arg(&mut self, arg: &Arg, footprints: &Footprints, exact: bool) {
+        arg.for_each_node(&mut |n| self.read(footprints.of(n), exact, Some(n)));
     }
 }
 
-/// The footprint of each node's value: the storages it may alias (empty for
+/// The footprint of each node's value: where it may lie (empty for
 /// integers, symbols and nodes without a value).
 pub(super) struct Footprints {
     by_node: Vec<Storages>,
@@ -62,7 +101,7 @@ impl Footprints {
         }
     }
 
-    pub(super) fn of(&self, n: NodeId) -> &[Storage] {
+    pub(super) fn of(&self, n: NodeId) -> &[(Storage, Extent)] {
         self.by_node.get(n.index()).map(|s| s.as_slice()).unwrap_or(&[])
     }
 
@@ -72,19 +111,99 @@ impl Footprints {
         }
     }
 
-    /// The union of the footprints of every node `args` reach.
-    fn union<'a>(&self, args: impl IntoIterator<Item = &'a Arg>) -> Storages {
+    /// The union of the footprints of every node `args` reach (with
+    /// `exact` false, whole storages).
+    fn union<'a>(&self, args: impl IntoIterator<Item = &'a Arg>, exact: bool) -> Storages {
         let mut out = Storages::new();
         for a in args {
             a.for_each_node(&mut |n| {
-                for s in self.of(n) {
-                    if !out.contains(s) {
-                        out.push(*s);
+                for p in places(self.of(n), exact) {
+                    if !out.contains(&p) {
+                        out.push(p);
                     }
                 }
             });
         }
         out
+    }
+}
+
+/// The bytes an `as_strided` view with literal sizes, strides and offset
+/// spans (`as_strided`'s offset is absolute in the storage, in elements of
+/// the view's dtype); `None` when one is not a literal, a size or stride is
+/// negative, or the arithmetic overflows. An empty view spans no bytes.
+fn strided_extent(a: &crate::fx::AsStrided, element_bytes: u64) -> Extent {
+    let int = |x: &Arg| match x {
+        Arg::Int(v) => u64::try_from(*v).ok(),
+        _ => None,
+    };
+    let offset = int(&a.offset)?;
+    if a.size.len() != a.stride.len() {
+        return None;
+    }
+    let mut dims = Vec::with_capacity(a.size.len());
+    for (size, stride) in a.size.iter().zip(a.stride.iter()) {
+        let (size, stride) = (int(size)?, int(stride)?);
+        if size == 0 {
+            return Some(Span {
+                start: 0,
+                end: 0,
+                pitch: None,
+            });
+        }
+        if size > 1 {
+            dims.push((size, stride));
+        }
+    }
+    let mut last = 0u64;
+    for (size, stride) in &dims {
+        last = last.checked_add((size - 1).checked_mul(*stride)?)?;
+    }
+    let start = offset.checked_mul(element_bytes)?;
+    let end = offset.checked_add(last)?.checked_add(1)?.checked_mul(element_bytes)?;
+    Some(Span {
+        start,
+        end,
+        pitch: row_pitch(&mut dims, offset).and_then(|(p, lo, hi)| {
+            Some((
+                p.checked_mul(element_bytes)?,
+                lo.checked_mul(element_bytes)?,
+                hi.checked_mul(element_bytes)?,
+            ))
+        }),
+    })
+}
+
+/// For a view whose innermost dimensions (merged where contiguous) are one
+/// contiguous run of `w` elements and whose other strides are multiples of
+/// a pitch `p`: `(p, lo, lo + w)` with `lo = offset % p`, when the run does
+/// not wrap (every element `e` of the view has `lo <= e % p < lo + w`).
+/// `dims` are (size, stride) pairs of sizes above 1.
+fn row_pitch(dims: &mut [(u64, u64)], offset: u64) -> Option<(u64, u64, u64)> {
+    dims.sort_by_key(|d| d.1);
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(dims.len());
+    for &(size, stride) in dims.iter() {
+        match merged.last_mut() {
+            Some(inner) if Some(stride) == inner.1.checked_mul(inner.0) => inner.0 = inner.0.checked_mul(size)?,
+            _ => merged.push((size, stride)),
+        }
+    }
+    let (&(w, 1), outer) = merged.split_first()? else {
+        return None;
+    };
+    let p = outer.iter().map(|d| d.1).reduce(gcd)?;
+    if p == 0 {
+        return None;
+    }
+    let lo = offset % p;
+    (lo.checked_add(w)? <= p).then_some((p, lo, lo + w))
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -188,6 +307,18 @@ fn kernel_reads_only(def: Option<&KernelDef>, position: Option<usize>, name: Opt
     }
 }
 
+/// Whether a kernel touches only the elements of the views it is given
+/// (Inductor's own Triton, C++ and Halide kernels index their arguments by
+/// their layouts); a user-defined Triton kernel, CUDA C or host kernel may
+/// compute any address in the storages it gets.
+fn stays_in_its_views(def: Option<&KernelDef>) -> bool {
+    match def.map(|d| &d.backend) {
+        Some(KernelBackend::Triton(meta)) => !meta.user_defined,
+        Some(KernelBackend::Cpp(_)) | Some(KernelBackend::Halide(_)) => true,
+        Some(KernelBackend::CudaC) | Some(KernelBackend::Host) | None => false,
+    }
+}
+
 /// What a subgraph run by a `cond`, `switch` or `while_loop` may do beyond
 /// its operands, over all its nodes and nested subgraphs.
 #[derive(Clone, Copy, Debug, Default)]
@@ -236,25 +367,43 @@ pub(super) fn node_effects(
     footprints: &mut Footprints,
 ) -> Effects {
     let node = graph.node(id);
-    let fresh = || -> Storages { smallvec::smallvec![Storage::Node(position)] };
+    let fresh = || -> Storages { smallvec::smallvec![(Storage::Node(position), None)] };
     let mut e = Effects::default();
     let footprint: Storages = match &node.op {
         Op::Placeholder(crate::fx::Placeholder::Tensor(_)) | Op::Constant { .. } => {
-            smallvec::smallvec![Storage::External]
+            smallvec::smallvec![(Storage::External, None)]
         }
         // A symbol or integer input is an integer: no storage.
         Op::Placeholder(crate::fx::Placeholder::Symbol(_) | crate::fx::Placeholder::Integer(_)) => Storages::new(),
         Op::Subgraph { .. } | Op::Output { .. } => Storages::new(),
         Op::EmptyStrided(_) => fresh(),
-        Op::AsStrided(a) => footprints.of(a.base).into(),
+        Op::AsStrided(a) => {
+            // The view's bytes where its layout is literal; anywhere in the
+            // base's storages otherwise (`as_strided` is not confined to
+            // its base's view).
+            let element_bytes = match &node.val {
+                Some(crate::fx::Val::Tensor(layout)) => Some(layout.dtype.size_bytes()),
+                _ => None,
+            };
+            let extent = element_bytes.and_then(|b| strided_extent(a, b));
+            footprints
+                .of(a.base)
+                .iter()
+                .map(|(s, _)| match s {
+                    Storage::Node(_) => (*s, extent),
+                    _ => (*s, None),
+                })
+                .collect()
+        }
         Op::TritonKernel { kernel, kwargs, .. } => {
             let def = kernels.get(kernel);
             e.work = true;
+            let exact = stays_in_its_views(def);
             for (name, arg) in kwargs.iter() {
                 if kernel_reads_only(def, None, Some(name.as_str())) {
-                    e.read_arg(arg, footprints);
+                    e.read_arg(arg, footprints, exact);
                 } else {
-                    e.read_write_arg(arg, footprints);
+                    e.read_write_arg(arg, footprints, exact);
                 }
             }
             Storages::new()
@@ -262,18 +411,19 @@ pub(super) fn node_effects(
         Op::KernelCall { kernel, args, kwargs } => {
             let def = kernels.get(kernel);
             e.work = true;
+            let exact = stays_in_its_views(def);
             for (i, arg) in args.iter().enumerate() {
                 if kernel_reads_only(def, Some(i), None) {
-                    e.read_arg(arg, footprints);
+                    e.read_arg(arg, footprints, exact);
                 } else {
-                    e.read_write_arg(arg, footprints);
+                    e.read_write_arg(arg, footprints, exact);
                 }
             }
             for (name, arg) in kwargs.iter() {
                 if kernel_reads_only(def, None, Some(name.as_str())) {
-                    e.read_arg(arg, footprints);
+                    e.read_arg(arg, footprints, exact);
                 } else {
-                    e.read_write_arg(arg, footprints);
+                    e.read_write_arg(arg, footprints, exact);
                 }
             }
             Storages::new()
@@ -285,7 +435,7 @@ pub(super) fn node_effects(
         Op::GetItem { source, .. } | Op::InnerTensor { source, .. } => footprints.of(*source).into(),
         Op::Item { tensor, .. } | Op::AssertFinite { tensor } => {
             e.work = true;
-            e.read(footprints.of(*tensor), Some(*tensor));
+            e.read(footprints.of(*tensor), true, Some(*tensor));
             Storages::new()
         }
         Op::Cond(c) => {
@@ -298,8 +448,8 @@ pub(super) fn node_effects(
                 footprints,
                 &mut e,
             );
-            let mut f = footprints.union(&c.operands);
-            f.push(Storage::Node(position));
+            let mut f = footprints.union(&c.operands, false);
+            f.push((Storage::Node(position), None));
             f
         }
         Op::Switch(sw) => {
@@ -312,8 +462,8 @@ pub(super) fn node_effects(
                 footprints,
                 &mut e,
             );
-            let mut f = footprints.union(&sw.operands);
-            f.push(Storage::Node(position));
+            let mut f = footprints.union(&sw.operands, false);
+            f.push((Storage::Node(position), None));
             f
         }
         Op::WhileLoop(w) => {
@@ -327,8 +477,8 @@ pub(super) fn node_effects(
                 footprints,
                 &mut e,
             );
-            let mut f = footprints.union(&operands);
-            f.push(Storage::Node(position));
+            let mut f = footprints.union(&operands, false);
+            f.push((Storage::Node(position), None));
             f
         }
     };
@@ -347,45 +497,47 @@ fn extern_effects(
 ) -> Storages {
     let access = extern_access(target);
     e.work = access != ExternAccess::View;
-    let mut result: Storages = smallvec::smallvec![Storage::Node(position)];
+    // A known op touches the elements of its tensors' views only.
+    let exact = access != ExternAccess::Unknown;
+    let mut result: Storages = smallvec::smallvec![(Storage::Node(position), None)];
     match access {
         ExternAccess::Fresh | ExternAccess::Random => {
-            args.iter().for_each(|a| e.read_arg(a, footprints));
-            kwargs.values().for_each(|a| e.read_write_arg(a, footprints));
+            args.iter().for_each(|a| e.read_arg(a, footprints, exact));
+            kwargs.values().for_each(|a| e.read_write_arg(a, footprints, exact));
             if access == ExternAccess::Random {
-                e.reads.push((Storage::Random, None));
-                e.writes.push((Storage::Random, None));
+                e.reads.push((Storage::Random, None, None));
+                e.writes.push((Storage::Random, None, None));
             }
         }
         ExternAccess::View => {
             // No bytes touched; later accesses through the result reach the
-            // arguments' storages.
-            result = footprints.union(args.iter().chain(kwargs.values()));
+            // arguments' bytes (a view of a view spans the same bytes).
+            result = footprints.union(args.iter().chain(kwargs.values()), true);
         }
         ExternAccess::InPlace => {
             let mut rest = args.iter();
             if let Some(first) = rest.next() {
-                e.read_write_arg(first, footprints);
-                result = footprints.union([first]);
+                e.read_write_arg(first, footprints, exact);
+                result = footprints.union([first], true);
             }
-            rest.for_each(|a| e.read_arg(a, footprints));
-            kwargs.values().for_each(|a| e.read_write_arg(a, footprints));
+            rest.for_each(|a| e.read_arg(a, footprints, exact));
+            kwargs.values().for_each(|a| e.read_write_arg(a, footprints, exact));
         }
         ExternAccess::Unknown => {
             args.iter().chain(kwargs.values()).for_each(|a| {
-                e.read_write_arg(a, footprints);
+                e.read_write_arg(a, footprints, exact);
             });
-            for s in footprints.union(args.iter().chain(kwargs.values())) {
-                if !result.contains(&s) {
-                    result.push(s);
+            for p in footprints.union(args.iter().chain(kwargs.values()), false) {
+                if !result.contains(&p) {
+                    result.push(p);
                 }
             }
-            e.writes.push((Storage::World, None));
+            e.writes.push((Storage::World, None, None));
         }
     }
     // A view's result is written by nobody here.
     if access != ExternAccess::View {
-        e.write(&[Storage::Node(position)], None);
+        e.write(&[(Storage::Node(position), None)], true, None);
     }
     result
 }
@@ -403,8 +555,8 @@ fn control_effects<'a>(
     e: &mut Effects,
 ) {
     e.work = true;
-    predicates.into_iter().for_each(|p| e.read_arg(p, footprints));
-    operands.iter().for_each(|a| e.read_write_arg(a, footprints));
+    predicates.into_iter().for_each(|p| e.read_arg(p, footprints, false));
+    operands.iter().for_each(|a| e.read_write_arg(a, footprints, false));
     let mut all = Beyond::default();
     for n in subgraph_nodes {
         let sub = match &graph.node(*n).op {
@@ -423,14 +575,134 @@ fn control_effects<'a>(
         }
     }
     if all.external {
-        e.reads.push((Storage::External, None));
-        e.writes.push((Storage::External, None));
+        e.reads.push((Storage::External, None, None));
+        e.writes.push((Storage::External, None, None));
     }
     if all.random {
-        e.reads.push((Storage::Random, None));
-        e.writes.push((Storage::Random, None));
+        e.reads.push((Storage::Random, None, None));
+        e.writes.push((Storage::Random, None, None));
     }
     if all.unknown {
-        e.writes.push((Storage::World, None));
+        e.writes.push((Storage::World, None, None));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn view(size: &[i64], stride: &[i64], offset: i64) -> crate::fx::AsStrided {
+        crate::fx::AsStrided {
+            base: crate::fx::Graph::new().push(
+                "x",
+                Op::Output {
+                    values: vec![],
+                    as_list: false,
+                },
+                None,
+            ),
+            size: size.iter().map(|v| Arg::Int(*v)).collect(),
+            stride: stride.iter().map(|v| Arg::Int(*v)).collect(),
+            offset: Arg::Int(offset),
+        }
+    }
+
+    /// Every byte of every element a view reaches.
+    fn bytes(size: &[i64], stride: &[i64], offset: i64, element: u64) -> BTreeSet<u64> {
+        let mut out = BTreeSet::new();
+        let total: i64 = size.iter().product();
+        for mut flat in 0..total {
+            let mut e = offset;
+            for (s, st) in size.iter().zip(stride).rev() {
+                e += (flat % s) * st;
+                flat /= s;
+            }
+            for b in 0..element {
+                out.insert(e as u64 * element + b);
+            }
+        }
+        out
+    }
+
+    /// The spans of small views of every shape (up to 3 dimensions, sizes
+    /// and strides 0 to 4, offsets 0 to 7, elements of 1 and 4 bytes) are
+    /// sound: whenever two views share a byte, their spans overlap.
+    #[test]
+    fn spans_overlap_wherever_views_share_a_byte() {
+        let mut views = Vec::new();
+        for rank in 1..=3usize {
+            let choices = 5i64.pow(2 * rank as u32);
+            for code in 0..choices {
+                let (mut size, mut stride, mut c) = (Vec::new(), Vec::new(), code);
+                for _ in 0..rank {
+                    size.push(c % 5);
+                    c /= 5;
+                    stride.push(c % 5);
+                    c /= 5;
+                }
+                for offset in [0, 1, 3, 6] {
+                    views.push((size.clone(), stride.clone(), offset));
+                }
+            }
+        }
+        // A deterministic sample of pairs (every 97th view against every 89th).
+        let mut checked = 0;
+        for element in [1u64, 4] {
+            // Only the views the pairs below use.
+            let spans: Vec<Option<(Extent, BTreeSet<u64>)>> = views
+                .iter()
+                .enumerate()
+                .map(|(k, (s, st, o))| {
+                    (k % 97 == 0 || k % 89 == 0)
+                        .then(|| (strided_extent(&view(s, st, *o), element), bytes(s, st, *o, element)))
+                })
+                .collect();
+            for i in (0..spans.len()).step_by(97) {
+                for j in (0..spans.len()).step_by(89) {
+                    let (Some((a, ba)), Some((b, bb))) = (&spans[i], &spans[j]) else {
+                        continue;
+                    };
+                    let shared = ba.intersection(bb).next().is_some();
+                    let said = match (a, b) {
+                        (Some(x), Some(y)) => x.overlaps(y),
+                        _ => true,
+                    };
+                    assert!(
+                        !shared || said,
+                        "{:?} and {:?}: share a byte, spans {a:?} {b:?}",
+                        views[i],
+                        views[j]
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
+
+    /// Column blocks of a matrix and channel blocks of a channels-last
+    /// image are apart; blocks that share columns, or a block that wraps
+    /// past a row, are not.
+    #[test]
+    fn column_and_channel_blocks_are_apart() {
+        let span = |size: &[i64], stride: &[i64], offset: i64| strided_extent(&view(size, stride, offset), 4).unwrap();
+        // cat along dim 1 of a [16, 32] buffer: [16, 12] at column 0, [16, 20] at 12.
+        assert!(!span(&[16, 12], &[32, 1], 0).overlaps(&span(&[16, 20], &[32, 1], 12)));
+        assert!(span(&[16, 13], &[32, 1], 0).overlaps(&span(&[16, 20], &[32, 1], 12)));
+        // NHWC [2, 4, 4, 8] concatenation of 3 + 5 channels.
+        let (a, b) = (
+            span(&[2, 4, 4, 3], &[128, 32, 8, 1], 0),
+            span(&[2, 4, 4, 5], &[128, 32, 8, 1], 3),
+        );
+        assert!(!a.overlaps(&b));
+        // NCHW [2, 8, 4, 4] concatenation of 3 + 5 channels: contiguous per image.
+        let (a, b) = (
+            span(&[2, 3, 4, 4], &[128, 16, 4, 1], 0),
+            span(&[2, 5, 4, 4], &[128, 16, 4, 1], 48),
+        );
+        assert!(!a.overlaps(&b));
+        // A run wrapping past its row has no pitch.
+        assert_eq!(span(&[4, 6], &[8, 1], 5).pitch, None);
     }
 }

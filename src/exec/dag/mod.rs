@@ -11,9 +11,16 @@
 //!   (`as_strided`, a reinterpret, a reuse of a freed buffer's memory, a
 //!   view op) shares its base's, the graph's inputs and constants are one
 //!   storage (they may alias each other), an extern op's result is fresh
-//!   unless the op returns a view or works in place. Granularity is the
-//!   whole storage: two nodes that touch disjoint slices of one buffer are
-//!   still ordered when one writes;
+//!   unless the op returns a view or works in place. Accesses to a node's
+//!   storage (not to the inputs' and constants') are by bytes where known:
+//!   a view with literal sizes, strides and offset spans a range of bytes,
+//!   and a block of every row (a column block, some channels) where its
+//!   innermost elements are one contiguous run and its other strides a
+//!   multiple of a pitch ([`effects`]); Inductor's own kernels, C++ and
+//!   Halide kernels and the catalogue's ops touch only the views they are
+//!   given, so slices of one buffer written by different nodes (a
+//!   concatenation) are independent where their bytes are apart. Other
+//!   kernels and unknown ops touch whole storages;
 //! * they touch the random state (ops that draw random numbers), or one is
 //!   a barrier: an op the catalogue does not know (custom ops, collectives,
 //!   stream events, in-place overloads), or a `cond`/`switch`/`while_loop`
@@ -170,6 +177,7 @@ impl Dag {
         let mut nodes = Vec::with_capacity(order.len());
         let mut footprints = effects::Footprints::new(order.iter().map(|i| i.index() + 1).max().unwrap_or(0));
         let mut tracks: HashMap<Storage, Track> = HashMap::default();
+        let mut sliced: HashMap<Storage, Vec<(usize, effects::Extent, bool)>> = HashMap::default();
         let mut binders: IndexMap<Symbol, Vec<usize>> = IndexMap::new();
         let mut last_input: Option<usize> = None;
         for (i, id) in order.iter().enumerate() {
@@ -195,16 +203,19 @@ impl Dag {
             }
             let mut e = effects::node_effects(graph, *id, i, kernels, &mut footprints);
             // Every node that does device work is ordered against the barriers.
-            if e.work && !e.writes.iter().any(|(s, _)| *s == Storage::World) {
-                e.reads.push((Storage::World, None));
+            if e.work && !e.writes.iter().any(|(s, _, _)| *s == Storage::World) {
+                e.reads.push((Storage::World, None, None));
             }
             let via = |n: Option<NodeId>| n.and_then(|n| position.get(&n).copied());
-            for (s, through) in &e.reads {
+            // Shared storages (inputs and constants, the random state, the
+            // barriers' world): the last writer and the readers since.
+            let shared = |s: &Storage| !matches!(s, Storage::Node(_));
+            for (s, _, through) in e.reads.iter().filter(|t| shared(&t.0)) {
                 if let Some(w) = tracks.get(s).and_then(|t| t.writer) {
                     b.add(w, i, storage_reason(Access::Raw, *s, via(*through)));
                 }
             }
-            for (s, through) in &e.writes {
+            for (s, _, through) in e.writes.iter().filter(|t| shared(&t.0)) {
                 let t = tracks.entry(*s).or_default();
                 if let Some(w) = t.writer {
                     b.add(w, i, storage_reason(Access::Waw, *s, via(*through)));
@@ -214,10 +225,41 @@ impl Dag {
                 }
                 t.writer = Some(i);
             }
-            for (s, _) in &e.reads {
+            for (s, _, _) in e.reads.iter().filter(|t| shared(&t.0)) {
                 let t = tracks.entry(*s).or_default();
                 if t.readers.last() != Some(&i) {
                     t.readers.push(i);
+                }
+            }
+            // A node's storage (an allocation's, a fresh result's): every
+            // access since its last whole write, with the bytes touched;
+            // two conflict where the bytes overlap and one writes.
+            let touches = || {
+                let reads = e.reads.iter().map(|t| (t, false));
+                reads
+                    .chain(e.writes.iter().map(|t| (t, true)))
+                    .filter(|((s, _, _), _)| !shared(s))
+            };
+            for ((s, extent, through), write) in touches() {
+                for &(m, other, other_write) in sliced.get(s).map(Vec::as_slice).unwrap_or_default() {
+                    if (write || other_write) && overlap(*extent, other) {
+                        let access = match (other_write, write) {
+                            (true, false) => Access::Raw,
+                            (false, true) => Access::War,
+                            _ => Access::Waw,
+                        };
+                        b.add(m, i, storage_reason(access, *s, via(*through)));
+                    }
+                }
+            }
+            for ((s, extent, _), write) in touches() {
+                let list = sliced.entry(*s).or_default();
+                if write && extent.is_none() {
+                    // A whole write: every later conflicting access follows it.
+                    list.clear();
+                }
+                if !list.contains(&(i, *extent, write)) && !list.contains(&(i, None, true)) {
+                    list.push((i, *extent, write));
                 }
             }
             for s in &node.binds {
@@ -355,6 +397,14 @@ impl Builder {
     /// An edge between two nodes in their order.
     fn add_between(&mut self, a: usize, b: usize, reason: Reason) {
         self.add(a.min(b), a.max(b), reason)
+    }
+}
+
+/// Two spans of one storage may share a byte (`None`: anywhere).
+fn overlap(a: effects::Extent, b: effects::Extent) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x.overlaps(&y),
+        _ => true,
     }
 }
 
