@@ -827,6 +827,25 @@ class ScopeLines(unittest.TestCase):
         conv.W, conv.torch, conv.lines = W, torch, []
         return conv, W
 
+    def test_compound_operand_is_a_precomputed_symbol(self):
+        # A subgraph operand that is a size expression (a branch closing over
+        # `2*s0 + 1`) is passed as a fresh precomputed symbol bound just before.
+        import sympy
+        from torch._inductor import ir
+        from wrapir_export.convert import Capture
+
+        conv, _ = self.converter()
+        conv.sympy, conv.ir, conv.bound_precomputed = sympy, ir, set()
+        conv.graph = type("Graph", (), {"sizevars": None})()  # no precomputed sizes
+        conv.cap = Capture("g", False)
+        conv.cap.symbols.add("wrapir_operand0")
+        s0 = sympy.Symbol("s0", integer=True, positive=True)
+        name = conv.loop_operand(ir.ShapeAsConstantBuffer(expr=2 * s0 + 1), "operand 1 of cond buf0")
+        self.assertEqual(name, "wrapir_operand1")
+        self.assertEqual(conv.lines, [{"line": "symbolic_call_arg", "symbol": "wrapir_operand1",
+                                       "expr": "1 + 2*s0"}])
+        self.assertEqual(conv.loop_operand(ir.ShapeAsConstantBuffer(expr=s0), "operand"), "s0")
+
     def test_names_exist_in_the_pytorch_that_has_them(self):
         from torch._inductor.codegen import wrapper as W
         from wrapir_export.convert import SCOPE_LINES
