@@ -30,7 +30,8 @@
 //! `SCALE_MAX_RSS_MIB=8192` (a run whose resident set passes it is killed
 //! and reported likewise), `SCALE_WRITE_TO=DIR` (only write the programs
 //! there, as `<shape>_<size>.wir`, for profiling one verb by hand; existing
-//! files are not overwritten).
+//! files are not overwritten), `SCALE_BIN=PATH` (the `wrapir` binary to
+//! time instead of this build's, e.g. a copy of an older build).
 
 mod common;
 
@@ -312,7 +313,7 @@ fn fmt_time(d: Duration) -> String {
 }
 
 fn main() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wrapir"));
+    let bin = std::env::var_os("SCALE_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_wrapir")), PathBuf::from);
     let sizes: Vec<usize> = env_list("SCALE_SIZES")
         .map(|v| v.iter().filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![20_000, 200_000, 2_000_000]);

@@ -488,5 +488,11 @@ fn validate_all(
     } else {
         base.iter().map(one).collect()
     };
+    drop((by_call, same_tensors));
+    // Freed on rayon's threads: one launch at a time, a million-line
+    // program's emitted launches take a second to free.
+    if options.parallel {
+        emitted.into_par_iter().for_each(drop);
+    }
     (entries, emit_error)
 }

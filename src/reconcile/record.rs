@@ -147,16 +147,22 @@ impl LaunchRecord {
     /// The canonical value of a parameter: a runtime argument, a baked-in value
     /// (as an argument value) or an extra launcher argument.
     pub fn param_value(&self, param: &str) -> Option<ArgValue> {
+        self.param_value_ref(param).map(std::borrow::Cow::into_owned)
+    }
+
+    /// [`LaunchRecord::param_value`], borrowing a runtime argument's value
+    /// (translation validation asks for every emitted parameter).
+    pub(super) fn param_value_ref(&self, param: &str) -> Option<std::borrow::Cow<'_, ArgValue>> {
         if let Some(a) = self.args.iter().find(|a| a.param == param) {
-            return Some(a.value.clone());
+            return Some(std::borrow::Cow::Borrowed(&a.value));
         }
         if let Some(b) = self.baked.iter().find(|b| b.param == param) {
-            return Some(const_to_arg(&b.value));
+            return Some(std::borrow::Cow::Owned(const_to_arg(&b.value)));
         }
         self.launcher_args
             .iter()
             .find(|(n, _)| n == param)
-            .map(|(_, e)| ArgValue::Expr(e.clone()))
+            .map(|(_, e)| std::borrow::Cow::Owned(ArgValue::Expr(e.clone())))
     }
 }
 

@@ -13,6 +13,7 @@ use crate::ir::{
 use crate::lower::launches::{PrintedArg, PrintedLaunch, ScratchPointer};
 use crate::sym::egraph::Counterexample;
 use crate::sym::{CmpOp, SymExpr};
+use rayon::prelude::*;
 
 mod cpp;
 mod fx;
@@ -112,13 +113,24 @@ fn printed_launches<O: crate::lower::TextLowering>(
 where
     O::Error: std::fmt::Display,
 {
+    // Only the launches are wanted: the text goes nowhere (a 1M-line
+    // program's C++ file is a few hundred megabytes, four lowerings at once).
     let printed = options
-        .write_recording_launches_to(info, &mut String::new())
+        .write_recording_launches_to(info, &mut Discard)
         .map_err(|e| EmitError::new(lowering, e.to_string(), unsupported(&e)))?;
     printed
         .into_iter()
         .map(|p| launch(p).map_err(|message| EmitError::new(lowering, message, false)))
         .collect()
+}
+
+/// A text sink that keeps nothing.
+struct Discard;
+
+impl std::fmt::Write for Discard {
+    fn write_str(&mut self, _: &str) -> std::fmt::Result {
+        Ok(())
+    }
 }
 
 /// A lowering could not report its launches.
@@ -272,16 +284,16 @@ pub(super) fn validate_emitted_with(
     }
     let mut out = Validated::default();
     for (param, value) in &emitted.args {
-        let Some(canonical) = record.param_value(param) else {
+        let Some(canonical) = record.param_value_ref(param) else {
             return Err(Mismatch::UnknownParam { param: param.clone() });
         };
         let differs = |counterexample| Mismatch::Value {
             param: param.clone(),
-            expected: describe(&canonical),
+            expected: describe(canonical.as_ref()),
             found: describe_emitted(value),
             counterexample,
         };
-        match (&canonical, value) {
+        match (canonical.as_ref(), value) {
             (ArgValue::Buffer(a), EmittedValue::Buffer(b)) => {
                 if !same_buffer(a, b) {
                     return Err(differs(None));
@@ -618,76 +630,29 @@ impl LoweringsReport {
         for e in self.lowerings.iter().filter_map(|r| r.emit_error.as_ref()) {
             let _ = writeln!(out, "{}", e.report_line());
         }
-        let (mut proven, mut guarded, mut failed) = (0usize, 0usize, 0usize);
-        for (i, entry) in self.base.entries.iter().enumerate() {
-            let at = format!("{}:{} {}", entry.graph, entry.line, entry.kernel);
-            let mut worst = match &entry.verdict {
-                Verdict::Proven => 0,
-                Verdict::Guarded(_) => 1,
-                Verdict::Failed(_) => 2,
-            };
-            match &entry.verdict {
-                Verdict::Proven => {
-                    let n = entry.record.as_ref().map_or(0, |r| r.args.len());
-                    let _ = writeln!(out, "proven   {at} ({n} arg{})", if n == 1 { "" } else { "s" });
-                }
-                Verdict::Guarded(reasons) => {
-                    let _ = writeln!(out, "guarded  {at}: {}", reasons.join("; "));
-                }
-                Verdict::Failed(f) => {
-                    let _ = writeln!(out, "failed   {at}: {f}");
-                }
-            }
-            for (l, report) in self.lowerings.iter().enumerate() {
-                let name = report.lowering.as_deref().unwrap_or("?");
-                let verdict = self.verdict(l, i);
-                let text = match &verdict {
-                    LoweringVerdict::Proven => {
-                        let vs = report
-                            .entries
-                            .get(i)
-                            .map(|e| e.validations.as_slice())
-                            .unwrap_or_default();
-                        let values: usize = vs.iter().map(|v| v.values_proven).sum();
-                        let grid = if vs.iter().all(|v| v.grid_proven == Some(true)) {
-                            ", grid"
-                        } else {
-                            ""
-                        };
-                        format!("proven ({values} value{}{grid})", if values == 1 { "" } else { "s" })
-                    }
-                    LoweringVerdict::Guarded(g) => format!("guarded: {}", g.join("; ")),
-                    LoweringVerdict::Failed(m) => format!("failed: {m}"),
-                    LoweringVerdict::Unchecked => "not checked".to_string(),
-                };
-                worst = worst.max(match verdict {
-                    LoweringVerdict::Proven | LoweringVerdict::Unchecked => 0,
-                    LoweringVerdict::Guarded(_) => 1,
-                    LoweringVerdict::Failed(_) => 2,
-                });
-                let _ = writeln!(out, "    {name:<15} {text}");
-                if explain {
-                    if let Some(e) = report.entries.get(i) {
-                        for ev in e.validations.iter().flat_map(|v| v.evidence.iter()) {
-                            let word = match ev.verdict {
-                                EvidenceVerdict::Proven => "proven",
-                                EvidenceVerdict::Guarded => "unknown",
-                            };
-                            let _ = writeln!(out, "        {word} {}", ev.claim);
-                            for line in ev.detail.lines() {
-                                let _ = writeln!(out, "          {line}");
-                            }
-                        }
-                    }
-                }
-            }
-            match worst {
-                0 => proven += 1,
-                1 => guarded += 1,
-                _ => failed += 1,
-            }
-        }
+        // Launches in chunks on rayon's threads, joined in order (the same
+        // text as one pass: each launch's lines depend on it alone).
+        const CHUNK: usize = 4096;
         let n = self.base.entries.len();
+        let chunks: Vec<(String, [usize; 3])> = (0..n.div_ceil(CHUNK))
+            .into_par_iter()
+            .map(|c| {
+                let mut text = String::new();
+                let mut counts = [0usize; 3];
+                for i in c * CHUNK..n.min((c + 1) * CHUNK) {
+                    counts[self.render_launch(i, explain, &mut text)] += 1;
+                }
+                (text, counts)
+            })
+            .collect();
+        out.reserve(chunks.iter().map(|(t, _)| t.len()).sum::<usize>() + 128);
+        let [mut proven, mut guarded, mut failed] = [0usize; 3];
+        for (text, [p, g, f]) in chunks {
+            out.push_str(&text);
+            proven += p;
+            guarded += g;
+            failed += f;
+        }
         let names: Vec<&str> = self
             .lowerings
             .iter()
@@ -704,5 +669,90 @@ impl LoweringsReport {
             }
         );
         out
+    }
+
+    /// Appends launch `i`'s lines (its verdict, then one line per lowering,
+    /// with `explain` each lowering's evidence) to `out`; returns 0, 1 or 2
+    /// for a launch proven, guarded or failed overall.
+    fn render_launch(&self, i: usize, explain: bool, out: &mut String) -> usize {
+        use std::fmt::Write as _;
+        let entry = &self.base.entries[i];
+        let at = format!("{}:{} {}", entry.graph, entry.line, entry.kernel);
+        let mut worst = match &entry.verdict {
+            Verdict::Proven => 0,
+            Verdict::Guarded(_) => 1,
+            Verdict::Failed(_) => 2,
+        };
+        match &entry.verdict {
+            Verdict::Proven => {
+                let n = entry.record.as_ref().map_or(0, |r| r.args.len());
+                let _ = writeln!(out, "proven   {at} ({n} arg{})", if n == 1 { "" } else { "s" });
+            }
+            Verdict::Guarded(reasons) => {
+                let _ = writeln!(out, "guarded  {at}: {}", reasons.join("; "));
+            }
+            Verdict::Failed(f) => {
+                let _ = writeln!(out, "failed   {at}: {f}");
+            }
+        }
+        for (l, report) in self.lowerings.iter().enumerate() {
+            let name = report.lowering.as_deref().unwrap_or("?");
+            let verdict = self.verdict(l, i);
+            let _ = write!(out, "    {name:<15} ");
+            match &verdict {
+                LoweringVerdict::Proven => {
+                    let vs = report
+                        .entries
+                        .get(i)
+                        .map(|e| e.validations.as_slice())
+                        .unwrap_or_default();
+                    let values: usize = vs.iter().map(|v| v.values_proven).sum();
+                    let grid = if vs.iter().all(|v| v.grid_proven == Some(true)) {
+                        ", grid"
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(
+                        out,
+                        "proven ({values} value{}{grid})",
+                        if values == 1 { "" } else { "s" }
+                    );
+                }
+                LoweringVerdict::Guarded(g) => {
+                    out.push_str("guarded: ");
+                    for (k, reason) in g.iter().enumerate() {
+                        if k > 0 {
+                            out.push_str("; ");
+                        }
+                        out.push_str(reason);
+                    }
+                    out.push('\n');
+                }
+                LoweringVerdict::Failed(m) => {
+                    let _ = writeln!(out, "failed: {m}");
+                }
+                LoweringVerdict::Unchecked => out.push_str("not checked\n"),
+            }
+            worst = worst.max(match verdict {
+                LoweringVerdict::Proven | LoweringVerdict::Unchecked => 0,
+                LoweringVerdict::Guarded(_) => 1,
+                LoweringVerdict::Failed(_) => 2,
+            });
+            if explain {
+                if let Some(e) = report.entries.get(i) {
+                    for ev in e.validations.iter().flat_map(|v| v.evidence.iter()) {
+                        let word = match ev.verdict {
+                            EvidenceVerdict::Proven => "proven",
+                            EvidenceVerdict::Guarded => "unknown",
+                        };
+                        let _ = writeln!(out, "        {word} {}", ev.claim);
+                        for line in ev.detail.lines() {
+                            let _ = writeln!(out, "          {line}");
+                        }
+                    }
+                }
+            }
+        }
+        worst
     }
 }

@@ -356,6 +356,124 @@ fn const_node(c: Const) -> SymLang {
     }
 }
 
+/// What [`SymAnalysis`] derives for one node from its children's data,
+/// without the folded node's pattern: the e-graph's `make`, and
+/// [`super::bounds`], which walks an expression bottom-up without building
+/// an e-graph (no rewrite runs there, and merging a folded class with its
+/// literal changes neither's data, so the result is the e-graph's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Derived {
+    /// The folded value.
+    pub(super) constant: Option<Const>,
+    /// [`ClassData::range`].
+    pub(super) range: Interval,
+    /// [`ClassData::total`].
+    pub(super) total: bool,
+    /// [`ClassData::multiple_of`].
+    pub(super) multiple_of: u64,
+}
+
+impl Derived {
+    fn int(&self) -> Option<i64> {
+        match self.constant {
+            Some(Const::Int(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn divisible_by(&self, d: i64) -> bool {
+        d != 0 && (self.multiple_of == 0 || self.multiple_of % d.unsigned_abs() == 0)
+    }
+}
+
+/// [`Derived`] data of `enode`, its children's from `child`, symbols'
+/// ranges from `ranges`.
+pub(super) fn derive(
+    enode: &SymLang,
+    child: &dyn Fn(Id) -> Derived,
+    ranges: &HashMap<egg::Symbol, Interval>,
+) -> Derived {
+    let folded = fold(enode, &|id| child(id).constant);
+    let all_total = enode.children().iter().all(|c| child(*c).total);
+    let nonzero = |id: &Id| !child(*id).range.contains(0);
+    let (range, total, multiple_of) = match enode {
+        SymLang::Num(v) => (Interval::point(*v), true, v.unsigned_abs()),
+        SymLang::Bool(_) => (Interval::TOP, true, 1),
+        SymLang::Var(s) => (ranges.get(s).copied().unwrap_or(Interval::TOP), true, 1),
+        SymLang::Add([a, b]) => (
+            child(*a).range.add(child(*b).range),
+            all_total,
+            gcd(child(*a).multiple_of, child(*b).multiple_of),
+        ),
+        SymLang::Mul([a, b]) => {
+            let (ma, mb) = (child(*a).multiple_of, child(*b).multiple_of);
+            (
+                child(*a).range.mul(child(*b).range),
+                all_total,
+                ma.checked_mul(mb).unwrap_or(ma.max(mb)),
+            )
+        }
+        SymLang::FloorDiv([a, b]) => (child(*a).range.floor_div(child(*b).range), all_total && nonzero(b), 1),
+        SymLang::CleanDiv([a, b]) => {
+            // Defined only where exact: total when a literal divisor is known to divide.
+            let exact = child(*b).int().is_some_and(|v| child(*a).divisible_by(v));
+            (
+                child(*a).range.floor_div(child(*b).range),
+                all_total && nonzero(b) && exact,
+                1,
+            )
+        }
+        SymLang::Mod([a, b]) => (child(*a).range.c_mod(child(*b).range), all_total && nonzero(b), 1),
+        SymLang::PythonMod([a, b]) => (child(*a).range.python_mod(child(*b).range), all_total && nonzero(b), 1),
+        SymLang::ModularIndexing([x, dd, m]) => (
+            child(*x).range.floor_div(child(*dd).range).python_mod(child(*m).range),
+            all_total && nonzero(dd) && nonzero(m),
+            1,
+        ),
+        SymLang::Min([a, b]) => (
+            child(*a).range.min(child(*b).range),
+            all_total,
+            gcd(child(*a).multiple_of, child(*b).multiple_of),
+        ),
+        SymLang::Max([a, b]) => (
+            child(*a).range.max(child(*b).range),
+            all_total,
+            gcd(child(*a).multiple_of, child(*b).multiple_of),
+        ),
+        SymLang::Pow([a, n]) => {
+            let range = match child(*n).int().and_then(|v| u32::try_from(v).ok()) {
+                Some(k) => child(*a).range.pow(k),
+                None => Interval::TOP,
+            };
+            (range, all_total, 1)
+        }
+        SymLang::Eq(_)
+        | SymLang::Ne(_)
+        | SymLang::Lt(_)
+        | SymLang::Le(_)
+        | SymLang::Gt(_)
+        | SymLang::Ge(_)
+        | SymLang::And(_)
+        | SymLang::Or(_)
+        | SymLang::Not(_) => (Interval::TOP, all_total, 1),
+    };
+    let range = match folded {
+        Some(Const::Int(v)) => range.intersect(Interval::point(v)),
+        _ => range,
+    };
+    let multiple_of = match folded {
+        Some(Const::Int(v)) => v.unsigned_abs(),
+        _ => multiple_of,
+    };
+    let total = total || folded.is_some();
+    Derived {
+        constant: folded,
+        range,
+        total,
+        multiple_of,
+    }
+}
+
 impl Analysis<SymLang> for SymAnalysis {
     type Data = ClassData;
 
@@ -381,74 +499,20 @@ impl Analysis<SymLang> for SymAnalysis {
             pat.add(ENodeOrVar::ENode(node));
             (c, pat)
         });
-        let all_total = enode.children().iter().all(|c| d(c).total);
-        let nonzero = |id: &Id| !d(id).range.contains(0);
-        let (range, total, multiple_of) = match enode {
-            SymLang::Num(v) => (Interval::point(*v), true, v.unsigned_abs()),
-            SymLang::Bool(_) => (Interval::TOP, true, 1),
-            SymLang::Var(s) => (egraph.analysis.ranges.get(s).copied().unwrap_or(Interval::TOP), true, 1),
-            SymLang::Add([a, b]) => (
-                d(a).range.add(d(b).range),
-                all_total,
-                gcd(d(a).multiple_of, d(b).multiple_of),
-            ),
-            SymLang::Mul([a, b]) => {
-                let (ma, mb) = (d(a).multiple_of, d(b).multiple_of);
-                (
-                    d(a).range.mul(d(b).range),
-                    all_total,
-                    ma.checked_mul(mb).unwrap_or(ma.max(mb)),
-                )
-            }
-            SymLang::FloorDiv([a, b]) => (d(a).range.floor_div(d(b).range), all_total && nonzero(b), 1),
-            SymLang::CleanDiv([a, b]) => {
-                // Defined only where exact: total when a literal divisor is known to divide.
-                let exact = d(b).int().is_some_and(|v| d(a).divisible_by(v));
-                (d(a).range.floor_div(d(b).range), all_total && nonzero(b) && exact, 1)
-            }
-            SymLang::Mod([a, b]) => (d(a).range.c_mod(d(b).range), all_total && nonzero(b), 1),
-            SymLang::PythonMod([a, b]) => (d(a).range.python_mod(d(b).range), all_total && nonzero(b), 1),
-            SymLang::ModularIndexing([x, dd, m]) => (
-                d(x).range.floor_div(d(dd).range).python_mod(d(m).range),
-                all_total && nonzero(dd) && nonzero(m),
-                1,
-            ),
-            SymLang::Min([a, b]) => (
-                d(a).range.min(d(b).range),
-                all_total,
-                gcd(d(a).multiple_of, d(b).multiple_of),
-            ),
-            SymLang::Max([a, b]) => (
-                d(a).range.max(d(b).range),
-                all_total,
-                gcd(d(a).multiple_of, d(b).multiple_of),
-            ),
-            SymLang::Pow([a, n]) => {
-                let range = match d(n).int().and_then(|v| u32::try_from(v).ok()) {
-                    Some(k) => d(a).range.pow(k),
-                    None => Interval::TOP,
-                };
-                (range, all_total, 1)
-            }
-            SymLang::Eq(_)
-            | SymLang::Ne(_)
-            | SymLang::Lt(_)
-            | SymLang::Le(_)
-            | SymLang::Gt(_)
-            | SymLang::Ge(_)
-            | SymLang::And(_)
-            | SymLang::Or(_)
-            | SymLang::Not(_) => (Interval::TOP, all_total, 1),
-        };
-        let range = match folded {
-            Some(Const::Int(v)) => range.intersect(Interval::point(v)),
-            _ => range,
-        };
-        let multiple_of = match folded {
-            Some(Const::Int(v)) => v.unsigned_abs(),
-            _ => multiple_of,
-        };
-        let total = total || folded.is_some();
+        let derived = derive(
+            enode,
+            &|id: Id| {
+                let data = d(&id);
+                Derived {
+                    constant: data.constant.as_ref().map(|(c, _)| *c),
+                    range: data.range,
+                    total: data.total,
+                    multiple_of: data.multiple_of,
+                }
+            },
+            &egraph.analysis.ranges,
+        );
+        let (range, total, multiple_of) = (derived.range, derived.total, derived.multiple_of);
         ClassData {
             constant,
             range,

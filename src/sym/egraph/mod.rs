@@ -734,15 +734,61 @@ pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
             .ranges
             .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
     }
-    let mut egraph = SymEGraph::new(analysis);
-    let id = egraph.add_expr(&rec);
-    egraph.rebuild();
-    egraph[id].data.range
+    // The analysis's data bottom-up over the expression's nodes (children
+    // come first in a `RecExpr`): what an e-graph of the expression alone
+    // would hold for its root, without building one (see `analysis::derive`).
+    let mut data: Vec<analysis::Derived> = Vec::with_capacity(rec.as_ref().len());
+    for node in rec.as_ref() {
+        let d = analysis::derive(node, &|id: Id| data[usize::from(id)], &analysis.ranges);
+        data.push(d);
+    }
+    data.last().map_or(Interval::TOP, |d| d.range)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`bounds`] walks the expression; an e-graph of it (what it built
+    /// before) holds the same range at the root, folded constants, shared
+    /// subterms and undefined divisions included.
+    #[test]
+    fn bounds_are_the_e_graph_analysis_of_the_expression() {
+        let facts =
+            Facts::parse(&["s0 >= 1", "s0 <= 4096", "u0 >= 0", "u0 <= 100", "u1 >= -5", "u1 <= 7"]).expect("facts");
+        for text in [
+            "s0",
+            "7",
+            "2*3 + 6",
+            "(s0*s1 + 1023) // 1024",
+            "(u0 + 7) // 8 + (u0 + 7) // 8",
+            "-((u1 + 3) // -4)",
+            "s0 // 0",
+            "s0 // (u1 - u1)",
+            "Max(u0, 3) % 8",
+            "Min(u1, 2*u0) - 3",
+            "ModularIndexing(u0, 4, 8)",
+            "u0 ** 3",
+            "u1 ** 2 + 2 ** 10",
+            "CleanDiv(8*u0, 4)",
+            "u0 < 3 and not s0 >= 2",
+            "9223372036854775807 + 1",
+        ] {
+            let e = parse(text).expect("parses");
+            let rec = to_rec_expr(&e).expect("converts");
+            let mut analysis = SymAnalysis::default();
+            for s in e.free_symbols() {
+                let (lo, hi) = facts.range(&s);
+                analysis
+                    .ranges
+                    .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+            }
+            let mut egraph = SymEGraph::new(analysis);
+            let id = egraph.add_expr(&rec);
+            egraph.rebuild();
+            assert_eq!(bounds(&e, &facts), egraph[id].data.range, "{text}");
+        }
+    }
 
     /// The shortcut for identical sides gives the proof saturation gives.
     #[test]
