@@ -696,3 +696,53 @@ fn launch_floor_captures_and_unloads() {
     let floor = wrapir::exec::cuda::launch_floor(&mut backend, 20, 2).expect("launch floor");
     assert!(floor.launch_us > 0.0 && floor.graph_us > 0.0, "{floor:?}");
 }
+
+/// Inductor 2.12+'s user streams, memory pools and kernel-profile blocks
+/// and its `nan_asserts`, on the GPU (`fixtures/user_streams.wir` with ops
+/// the device implements): the `torch.ops.streams.*` event ops run in
+/// program order on the one stream, the outputs equal the host backend's
+/// bit for bit, and a NaN input is refused by the finite check, naming the
+/// buffer.
+#[test]
+fn stream_scopes_and_finite_checks_run_on_cuda() {
+    let text = std::fs::read_to_string(common::root().join("fixtures/user_streams.wir"))
+        .unwrap()
+        .replace(
+            "torch.ops.aten.sin.default(arg0_1)",
+            "torch.ops.aten.mul.Tensor(arg0_1, arg0_1)",
+        )
+        .replace(
+            "torch.ops.aten.neg.default(buf2)",
+            "torch.ops.aten.add.Tensor(buf2, buf2)",
+        );
+    let program = wrapir::text::parse(&text).unwrap();
+    let x: Vec<f64> = (0..8).map(|i| f64::from(i) * 0.75 - 2.5).collect();
+    let mut inputs = IndexMap::new();
+    inputs.insert(
+        "arg0_1".to_string(),
+        Tensor::from_f64(DType::Float32, &x, &[8]).unwrap(),
+    );
+    inputs.insert(
+        "arg1_1".to_string(),
+        Tensor::from_f64(DType::Float32, &x, &[8]).unwrap(),
+    );
+    let host = wrapir::exec::run_program(&program, &mut HostBackend::new(HostOptions::default()), &inputs).unwrap();
+    let cuda = run_program(&program, CudaOptions::from_env(), &inputs).unwrap();
+    assert_eq!(host.outputs.len(), 2);
+    for (i, (h, c)) in host.outputs.iter().zip(&cuda.outputs).enumerate() {
+        let (Value::Tensor(h), Value::Tensor(c)) = (h, c) else {
+            panic!("output {i} is not a tensor")
+        };
+        assert_eq!(h.to_f64_vec().unwrap(), c.to_f64_vec().unwrap(), "output {i}");
+    }
+    let mut nan = x.clone();
+    nan[3] = f64::NAN;
+    inputs.insert(
+        "arg1_1".to_string(),
+        Tensor::from_f64(DType::Float32, &nan, &[8]).unwrap(),
+    );
+    let err = run_program(&program, CudaOptions::from_env(), &inputs)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("arg1_1"), "{err}");
+}
