@@ -143,6 +143,10 @@ pub struct Graphs {
     /// The device floor: device µs of one replay, timed with events around
     /// the graph on an idle stream (median); `None` for segments.
     pub device_us: Option<f64>,
+    /// Each operation's isolated device time, summed, and the longest
+    /// chain of dependent operations at those times (the critical-path
+    /// bound; [`Prepared::critical_path`]); `None` with device reads.
+    pub critical_path: Option<crate::exec::cuda::CriticalPath>,
     /// Some replay read another value than when recorded.
     pub diverged: bool,
     /// A replay's outputs equal the direct path's bit for bit.
@@ -358,11 +362,14 @@ fn graphs(
         drain: &sync,
     })?;
     let device_us = prepared.graph_device_us(backend, timing.samples)?;
+    // Last: each operation alone, leaving the arena as no full call would.
+    let critical_path = prepared.critical_path(backend, timing.samples)?;
     Ok(Ok(Graphs {
         queued_us,
         graphs: captured,
         form: prepared.graph_form().unwrap_or_default(),
         device_us,
+        critical_path,
         diverged,
         equals_direct: graph_bits == direct_bits,
         latency,

@@ -156,3 +156,18 @@ impl std::str::FromStr for GraphStreams {
         }
     }
 }
+
+/// The device time of a recording's operations one by one, and its
+/// critical-path bound (`Prepared::critical_path`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CriticalPath {
+    /// The sum of every operation's isolated device µs (what one stream
+    /// needs at least).
+    pub sum_us: f64,
+    /// The longest chain of dependent operations (the program's DAG; one
+    /// chain for a recording that is not concurrent), each at its isolated
+    /// device µs: what concurrent replay needs at least.
+    pub critical_us: f64,
+    /// Operations timed.
+    pub ops: usize,
+}

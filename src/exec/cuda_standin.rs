@@ -11,7 +11,7 @@
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{
-    GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+    CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
 };
 pub use super::model_source::{CudnnPlans, ModelError, ModelSource};
 use super::{
@@ -370,6 +370,15 @@ impl Prepared {
 
     /// Device µs of one graph replay.
     pub fn graph_device_us(&self, _backend: &CudaBackend, _samples: usize) -> Result<Option<f64>, ExecError> {
+        match self.never {}
+    }
+
+    /// Each operation's isolated device time and the critical-path bound.
+    pub fn critical_path(
+        &mut self,
+        _backend: &CudaBackend,
+        _samples: usize,
+    ) -> Result<Option<CriticalPath>, ExecError> {
         match self.never {}
     }
 

@@ -177,6 +177,19 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                             lat - dev
                         );
                     }
+                    if let Some(c) = g.critical_path {
+                        out += &format!(
+                            "operations one by one ({} timed with events): {:.2} us summed, critical-path bound {:.2} us ({:.2}x)\n",
+                            c.ops,
+                            c.sum_us,
+                            c.critical_us,
+                            c.sum_us / c.critical_us.max(f64::MIN_POSITIVE)
+                        );
+                        extend(
+                            &mut json,
+                            json!({"ops_sum_us": c.sum_us, "critical_path_us": c.critical_us}),
+                        );
+                    }
                     extend(
                         &mut json,
                         json!({

@@ -49,7 +49,7 @@ mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{
-    GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+    CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
 };
 pub use conv::PlansAhead;
 pub use driver::{device_arch, CudaError};

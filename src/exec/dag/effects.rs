@@ -333,7 +333,7 @@ pub(super) struct Beyond {
 
 /// [`Beyond`] of `graph` and every graph nested in it (each subgraph
 /// looked at once, however many nodes run it).
-pub(super) fn beyond(graph: &Graph, kernels: &IndexMap<KernelName, KernelDef>) -> Beyond {
+pub(super) fn beyond(graph: &Graph) -> Beyond {
     let mut out = Beyond::default();
     for (_, node) in graph.iter() {
         match &node.op {
@@ -349,7 +349,7 @@ pub(super) fn beyond(graph: &Graph, kernels: &IndexMap<KernelName, KernelDef>) -
         }
     }
     for sub in graph.subgraphs.values() {
-        let b = beyond(sub, kernels);
+        let b = beyond(sub);
         out.unknown |= b.unknown;
         out.random |= b.random;
         out.external |= b.external;
@@ -441,7 +441,6 @@ pub(super) fn node_effects(
         Op::Cond(c) => {
             control_effects(
                 graph,
-                kernels,
                 [&c.pred],
                 &[c.true_graph, c.false_graph],
                 &c.operands,
@@ -453,30 +452,14 @@ pub(super) fn node_effects(
             f
         }
         Op::Switch(sw) => {
-            control_effects(
-                graph,
-                kernels,
-                [&sw.index],
-                &sw.branches,
-                &sw.operands,
-                footprints,
-                &mut e,
-            );
+            control_effects(graph, [&sw.index], &sw.branches, &sw.operands, footprints, &mut e);
             let mut f = footprints.union(&sw.operands, false);
             f.push((Storage::Node(position), None));
             f
         }
         Op::WhileLoop(w) => {
             let operands: Vec<Arg> = w.carried.iter().chain(&w.additional).cloned().collect();
-            control_effects(
-                graph,
-                kernels,
-                [],
-                &[w.cond_graph, w.body_graph],
-                &operands,
-                footprints,
-                &mut e,
-            );
+            control_effects(graph, [], &[w.cond_graph, w.body_graph], &operands, footprints, &mut e);
             let mut f = footprints.union(&operands, false);
             f.push((Storage::Node(position), None));
             f
@@ -547,7 +530,6 @@ fn extern_effects(
 /// may alias them), and whatever its subgraphs do beyond them.
 fn control_effects<'a>(
     graph: &Graph,
-    kernels: &IndexMap<KernelName, KernelDef>,
     predicates: impl IntoIterator<Item = &'a Arg>,
     subgraph_nodes: &[NodeId],
     operands: &[Arg],
@@ -565,7 +547,7 @@ fn control_effects<'a>(
         };
         match sub {
             Some(g) => {
-                let b = beyond(g, kernels);
+                let b = beyond(g);
                 all.unknown |= b.unknown;
                 all.random |= b.random;
                 all.external |= b.external;

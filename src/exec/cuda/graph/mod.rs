@@ -29,8 +29,8 @@
 mod guarded;
 
 use super::prepared::{check_reads, launch, read_runs, Concurrency, Op, Prepared};
+use super::{CriticalPath, GraphReads, LaunchFloor, Replay};
 use super::{CudaBackend, Storage};
-use super::{GraphReads, LaunchFloor, Replay};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
 use std::sync::Arc;
@@ -461,6 +461,49 @@ impl Prepared {
             times.push(events.time(stream, || graph.launch(stream))?);
         }
         Ok(Some(median(times)))
+    }
+}
+
+impl Prepared {
+    /// Each operation (launch, library call, memset) queued alone and timed
+    /// with events around it on an idle stream (median of `samples`), and
+    /// the bound those times give: their sum, and the longest chain of
+    /// dependent operations. `None` for a recording with device reads. The
+    /// operations write what they write again (as a replay does).
+    pub fn critical_path(&mut self, backend: &CudaBackend, samples: usize) -> Result<Option<CriticalPath>, ExecError> {
+        if self.reads() > 0 {
+            return Ok(None);
+        }
+        let stream = backend.device.stream.cu_stream();
+        backend.synchronize()?;
+        let events = Events::new()?;
+        let mut times = Vec::with_capacity(self.ops.len());
+        for op in self.ops.iter_mut() {
+            let mut samples_us = Vec::with_capacity(samples.max(1));
+            for _ in 0..samples.max(1) {
+                samples_us.push(events.time(stream, || queue_op(backend, op, stream))?);
+            }
+            times.push(median(samples_us));
+        }
+        // Longest chain: operations are in a topological order of their
+        // dependencies (each depends on earlier ones only).
+        let mut finish = vec![0f64; times.len()];
+        for (i, t) in times.iter().enumerate() {
+            let before = match self.concurrency.as_ref() {
+                Some(c) => c
+                    .deps
+                    .get(i)
+                    .map(|d| d.iter().filter_map(|j| finish.get(*j)).fold(0f64, |a, b| a.max(*b)))
+                    .unwrap_or(0.0),
+                None => i.checked_sub(1).and_then(|j| finish.get(j)).copied().unwrap_or(0.0),
+            };
+            finish[i] = before + t;
+        }
+        Ok(Some(CriticalPath {
+            sum_us: times.iter().sum(),
+            critical_us: finish.iter().fold(0f64, |a, b| a.max(*b)),
+            ops: times.len(),
+        }))
     }
 }
 
