@@ -177,7 +177,7 @@ impl Dag {
         let mut nodes = Vec::with_capacity(order.len());
         let mut footprints = effects::Footprints::new(order.iter().map(|i| i.index() + 1).max().unwrap_or(0));
         let mut tracks: HashMap<Storage, Track> = HashMap::default();
-        let mut sliced: HashMap<Storage, Vec<(usize, effects::Extent, bool)>> = HashMap::default();
+        let mut sliced: HashMap<Storage, Since> = HashMap::default();
         let mut binders: IndexMap<Symbol, Vec<usize>> = IndexMap::new();
         let mut last_input: Option<usize> = None;
         for (i, id) in order.iter().enumerate() {
@@ -232,7 +232,8 @@ impl Dag {
                 }
             }
             // A node's storage (an allocation's, a fresh result's): every
-            // access since its last whole write, with the bytes touched;
+            // access since its last whole write, with the bytes touched
+            // (writes and reads apart: a read need only look at writes);
             // two conflict where the bytes overlap and one writes.
             let touches = || {
                 let reads = e.reads.iter().map(|t| (t, false));
@@ -241,25 +242,32 @@ impl Dag {
                     .filter(|((s, _, _), _)| !shared(s))
             };
             for ((s, extent, through), write) in touches() {
-                for &(m, other, other_write) in sliced.get(s).map(Vec::as_slice).unwrap_or_default() {
-                    if (write || other_write) && overlap(*extent, other) {
-                        let access = match (other_write, write) {
-                            (true, false) => Access::Raw,
-                            (false, true) => Access::War,
-                            _ => Access::Waw,
-                        };
+                let Some(since) = sliced.get(s) else { continue };
+                for &(m, other) in &since.writes {
+                    if overlap(*extent, other) {
+                        let access = if write { Access::Waw } else { Access::Raw };
                         b.add(m, i, storage_reason(access, *s, via(*through)));
+                    }
+                }
+                if write {
+                    for &(m, other) in &since.reads {
+                        if overlap(*extent, other) {
+                            b.add(m, i, storage_reason(Access::War, *s, via(*through)));
+                        }
                     }
                 }
             }
             for ((s, extent, _), write) in touches() {
-                let list = sliced.entry(*s).or_default();
+                let since = sliced.entry(*s).or_default();
                 if write && extent.is_none() {
                     // A whole write: every later conflicting access follows it.
-                    list.clear();
+                    since.writes.clear();
+                    since.reads.clear();
                 }
-                if !list.contains(&(i, *extent, write)) && !list.contains(&(i, None, true)) {
-                    list.push((i, *extent, write));
+                let list = if write { &mut since.writes } else { &mut since.reads };
+                if list.last() != Some(&(i, *extent)) && !since.writes.contains(&(i, None)) {
+                    let list = if write { &mut since.writes } else { &mut since.reads };
+                    list.push((i, *extent));
                 }
             }
             for s in &node.binds {
@@ -376,6 +384,13 @@ impl Dag {
 struct Track {
     writer: Option<usize>,
     readers: Vec<usize>,
+}
+
+/// A node's storage's accesses since its last whole write: (node, bytes).
+#[derive(Default)]
+struct Since {
+    writes: Vec<(usize, effects::Extent)>,
+    reads: Vec<(usize, effects::Extent)>,
 }
 
 /// The edges found so far, one per ordered pair.
