@@ -381,8 +381,15 @@ pub(super) fn node_effects(
             // The view's bytes where its layout is literal; anywhere in the
             // base's storages otherwise (`as_strided` is not confined to
             // its base's view).
-            let element_bytes = match &node.val {
-                Some(crate::fx::Val::Tensor(layout)) => Some(layout.dtype.size_bytes()),
+            // Only where the view and its base declare one dtype: the
+            // backends' `as_strided` keeps the base's (a reuse that changes
+            // the dtype would touch the base's elements).
+            let dtype = |v: &Option<crate::fx::Val>| match v {
+                Some(crate::fx::Val::Tensor(layout)) => Some(layout.dtype),
+                _ => None,
+            };
+            let element_bytes = match (dtype(&node.val), dtype(&graph.node(a.base).val)) {
+                (Some(d), Some(base)) if d == base => Some(d.size_bytes()),
                 _ => None,
             };
             let extent = element_bytes.and_then(|b| strided_extent(a, b));
