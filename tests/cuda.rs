@@ -698,33 +698,59 @@ fn launch_floor_captures_and_unloads() {
 }
 
 /// Inductor 2.12+'s user streams, memory pools and kernel-profile blocks
-/// and its `nan_asserts`, on the GPU (`fixtures/user_streams.wir` with ops
-/// the device implements): the `torch.ops.streams.*` event ops run in
-/// program order on the one stream, the outputs equal the host backend's
-/// bit for bit, and a NaN input is refused by the finite check, naming the
-/// buffer.
+/// and its `nan_asserts`, on the GPU: the `torch.ops.streams.*` event ops
+/// run in program order on the one stream, the outputs (cuBLAS GEMMs of
+/// small integers, exact in any accumulation order) equal the host
+/// backend's bit for bit, and a NaN input is refused by the finite check,
+/// naming the buffer.
 #[test]
 fn stream_scopes_and_finite_checks_run_on_cuda() {
-    let text = std::fs::read_to_string(common::root().join("fixtures/user_streams.wir"))
-        .unwrap()
-        .replace(
-            "torch.ops.aten.sin.default(arg0_1)",
-            "torch.ops.aten.mul.Tensor(arg0_1, arg0_1)",
-        )
-        .replace(
-            "torch.ops.aten.neg.default(buf2)",
-            "torch.ops.aten.add.Tensor(buf2, buf2)",
-        );
-    let program = wrapir::text::parse(&text).unwrap();
-    let x: Vec<f64> = (0..8).map(|i| f64::from(i) * 0.75 - 2.5).collect();
+    let text = "wrapir 1
+
+graph main(arg0_1: f32[4, 4][4, 1]@cuda:0, arg1_1: f32[4, 4][4, 1]@cuda:0) -> (buf2, buf3) {
+  buffer buf0: f32[4, 4][4, 1]@cuda:0
+  buffer buf1: f32[4, 4][4, 1]@cuda:0
+  buffer buf2: f32[4, 4][4, 1]@cuda:0
+  buffer buf3: f32[4, 4][4, 1]@cuda:0
+  assert_finite arg0_1
+  assert_finite arg1_1
+  device 0 streams(3, 5) {
+    stream 1 {
+      alloc buf0
+      extern_out buf0 = extern_kernels.mm(arg0_1, arg1_1)
+      extern torch.ops.streams.record_event.default(7, 1)
+    }
+    stream 2 {
+      alloc buf1
+      extern_out buf1 = extern_kernels.mm(arg1_1, arg0_1)
+      extern torch.ops.streams.record_event.default(8, 2)
+    }
+    extern torch.ops.streams.wait_event.default(7, 0)
+    extern torch.ops.streams.wait_event.default(8, 0)
+    mem_pool 4 device 0 {
+      alloc buf2
+      extern_out buf2 = extern_kernels.mm(buf0, buf1)
+    }
+    profile_scope {
+      alloc buf3
+      extern_out buf3 = extern_kernels.mm(buf2, arg0_1)
+    }
+  }
+  assert_finite buf2
+  assert_finite buf3
+}
+";
+    let program = wrapir::text::parse(text).unwrap();
+    let x: Vec<f64> = (0..16).map(|i| f64::from(i % 5 - 2)).collect();
+    let y: Vec<f64> = (0..16).map(|i| f64::from((i * 3) % 5 - 2)).collect();
     let mut inputs = IndexMap::new();
     inputs.insert(
         "arg0_1".to_string(),
-        Tensor::from_f64(DType::Float32, &x, &[8]).unwrap(),
+        Tensor::from_f64(DType::Float32, &x, &[4, 4]).unwrap(),
     );
     inputs.insert(
         "arg1_1".to_string(),
-        Tensor::from_f64(DType::Float32, &x, &[8]).unwrap(),
+        Tensor::from_f64(DType::Float32, &y, &[4, 4]).unwrap(),
     );
     let host = wrapir::exec::run_program(&program, &mut HostBackend::new(HostOptions::default()), &inputs).unwrap();
     let cuda = run_program(&program, CudaOptions::from_env(), &inputs).unwrap();
@@ -735,11 +761,11 @@ fn stream_scopes_and_finite_checks_run_on_cuda() {
         };
         assert_eq!(h.to_f64_vec().unwrap(), c.to_f64_vec().unwrap(), "output {i}");
     }
-    let mut nan = x.clone();
+    let mut nan = y.clone();
     nan[3] = f64::NAN;
     inputs.insert(
         "arg1_1".to_string(),
-        Tensor::from_f64(DType::Float32, &nan, &[8]).unwrap(),
+        Tensor::from_f64(DType::Float32, &nan, &[4, 4]).unwrap(),
     );
     let err = run_program(&program, CudaOptions::from_env(), &inputs)
         .unwrap_err()
