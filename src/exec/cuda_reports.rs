@@ -166,7 +166,9 @@ pub struct CriticalPath {
     pub sum_us: f64,
     /// The longest chain of dependent operations (the program's DAG; one
     /// chain for a recording that is not concurrent), each at its isolated
-    /// device µs: what concurrent replay needs at least.
+    /// device µs. An isolated time includes the operation's launch
+    /// overhead, so on an H100 this lay above the concurrent replay's
+    /// device time: an estimate of the critical path, not a lower bound.
     pub critical_us: f64,
     /// Operations timed.
     pub ops: usize,

@@ -179,7 +179,7 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                     }
                     if let Some(c) = g.critical_path {
                         out += &format!(
-                            "operations one by one ({} timed with events): {:.2} us summed, critical-path bound {:.2} us ({:.2}x)\n",
+                            "operations one by one ({} timed with events, launch overhead included): {:.2} us summed, longest dependent chain {:.2} us ({:.2}x)\n",
                             c.ops,
                             c.sum_us,
                             c.critical_us,

@@ -467,7 +467,7 @@ impl Prepared {
 impl Prepared {
     /// Each operation (launch, library call, memset) queued alone and timed
     /// with events around it on an idle stream (median of `samples`), and
-    /// the bound those times give: their sum, and the longest chain of
+    /// what those times give: their sum, and the longest chain of
     /// dependent operations. `None` for a recording with device reads. The
     /// operations write what they write again (as a replay does).
     pub fn critical_path(&mut self, backend: &CudaBackend, samples: usize) -> Result<Option<CriticalPath>, ExecError> {
