@@ -289,14 +289,12 @@ fn bind_and_place<I: SuppliedInput, T>(
                 ))
                 .into());
             };
-            let Some(v) = t.symbol_value()? else {
-                return Err(ExecError::Input(format!(
-                    "symbol input `{name}` must be a one-element integer tensor, got {}{:?}",
-                    t.dtype(),
-                    t.size()
-                ))
-                .into());
-            };
+            let v = one_integer(
+                t.symbol_value()?,
+                &format!("symbol input `{name}`"),
+                t.dtype(),
+                t.size(),
+            )?;
             bind(&mut env, symbol, v, format!("symbol input `{name}`"))?;
         }
     }
@@ -305,6 +303,7 @@ fn bind_and_place<I: SuppliedInput, T>(
     // the one symbol they leave unbound, solved exactly (`sym::solve`),
     // until no equation binds another.
     let mut equations: Vec<(String, &SymExpr, i64)> = Vec::new();
+    let mut integer_inputs = Vec::new();
     for (name, layout) in &tensor_inputs {
         let t = get(name)?;
         for (d, (e, v)) in layout.size.iter().zip(t.size()).enumerate() {
@@ -320,15 +319,10 @@ fn bind_and_place<I: SuppliedInput, T>(
         let Some(t) = inputs.get(name.as_str()) else {
             return Err(ExecError::Input(format!("integer input `{name}` (`{expr}`) was not supplied")).into());
         };
-        let Some(v) = t.symbol_value()? else {
-            return Err(ExecError::Input(format!(
-                "integer input `{name}` must be a one-element integer tensor, got {}{:?}",
-                t.dtype(),
-                t.size()
-            ))
-            .into());
-        };
-        equations.push((format!("integer input `{name}`"), expr, v));
+        let what = format!("integer input `{name}`");
+        let v = one_integer(t.symbol_value()?, &what, t.dtype(), t.size())?;
+        integer_inputs.push((name, expr, v));
+        equations.push((what, expr, v));
     }
     let mut progress = true;
     while progress {
@@ -351,16 +345,7 @@ fn bind_and_place<I: SuppliedInput, T>(
     }
     // An integer input's value must be its expression's (a size's is checked
     // when the tensor is placed).
-    for input in &program.main.inputs {
-        let GraphInput::SymExpr { name, expr } = input else {
-            continue;
-        };
-        let Some((_, _, v)) = equations
-            .iter()
-            .find(|(w, _, _)| *w == format!("integer input `{name}`"))
-        else {
-            continue;
-        };
+    for (name, expr, v) in &integer_inputs {
         let want = crate::sym::eval::eval_int(expr, &env)
             .map_err(|err| ExecError::Input(format!("integer input `{name}` (`{expr}`): {err}")))?;
         if want != *v {
@@ -428,4 +413,14 @@ fn bind_and_place<I: SuppliedInput, T>(
         constants.insert(name.to_string(), placed(name.as_str(), layout)?);
     }
     Ok((args, constants, env))
+}
+
+/// The value of an integer graph input (`what`), which must be a
+/// one-element integer tensor (`value` is its `symbol_value`).
+fn one_integer(value: Option<i64>, what: &str, dtype: crate::ir::DType, size: &[i64]) -> Result<i64, ExecError> {
+    value.ok_or_else(|| {
+        ExecError::Input(format!(
+            "{what} must be a one-element integer tensor, got {dtype}{size:?}"
+        ))
+    })
 }
