@@ -14,7 +14,7 @@
 //! the source at first use), and a unit test fails while any is stale.
 
 use std::path::PathBuf;
-use wrapir::exec::cuda::{prebuild_kernels, CudaPaths};
+use wrapir::runtime::cuda::{prebuild_kernels, CudaPaths};
 
 fn main() {
     if let Err(e) = run() {

@@ -23,8 +23,8 @@ mod serving;
 use indexmap::IndexMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use wrapir::exec::cuda::{CudaPaths, DeviceInput, Model, ModelOptions, Session};
 use wrapir::exec::Tensor;
+use wrapir::runtime::cuda::{CudaPaths, DeviceInput, Model, ModelOptions, Session};
 
 fn main() {
     if let Err(e) = run() {

@@ -36,37 +36,31 @@
 //!
 //! ## Running an exported Inductor bundle on a GPU (feature `cuda`)
 //!
-//! (Without the feature the same code compiles, and `run_program` returns
-//! an error saying the feature is missing.)
+//! (Without the feature the same code compiles, and loading on a GPU
+//! returns an error saying the feature is missing.)
 //!
 //! A bundle (`fixtures/inductor/README.md`) holds `program.json`, the kernels'
 //! cubins, `inputs.safetensors`, eager PyTorch's `expected.safetensors` and
-//! `bundle.json` (tolerances, the math modes of the compile). Extern ops the
-//! device does not implement are errors unless `host_fallback` is on:
+//! `bundle.json` (tolerances, the math modes of the compile):
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use wrapir::bundle::Bundle;
 //! use wrapir::exec::compare::{compare_leaves, output_leaves};
-//! use wrapir::exec::cuda;
+//! use wrapir::runtime::{Device, Model, ModelOptions};
 //!
 //! // A bundle directory or a `.wirpkg` package made by `wrapir pack`.
-//! let bundle = Bundle::open(std::path::Path::new("fixtures/inductor/bundles/softmax"))?;
-//! let program = bundle.program();
-//! let inputs = bundle.inputs()?.unwrap_or_default();
-//! let expected = bundle.expected()?.unwrap_or_default();
-//! let meta = bundle.meta();
-//! let options = cuda::CudaOptions {
-//!     host_fallback: false, // the default: an op with no device implementation is an error naming it
-//!     // the CUDA libraries and the kernel cache where the environment says (as the CLI)
-//!     paths: cuda::CudaPaths::from_env(),
-//!     // kernel images from the bundle, math modes from bundle.json
-//!     ..cuda::CudaOptions::for_bundle(bundle.kernel_images(), meta)
-//! };
-//! let out = cuda::run_program(program, options, &inputs)?;   // validates, lowers to FX, runs
+//! let path = std::path::Path::new("fixtures/inductor/bundles/softmax");
+//! let bundle = Bundle::open(path)?;
+//! let model = Model::load(path, &ModelOptions { device: Device::Cuda(0), ..ModelOptions::default() })?;
+//! // The inputs each call supplies (the weights are the model's own).
+//! let stored = bundle.inputs()?.unwrap_or_default();
+//! let inputs = model.input_names().iter().filter_map(|n| Some((n.clone(), stored.get(n)?.clone()))).collect();
+//! let outputs = model.run(&inputs)?;
 //! // Tensors, and integer outputs where the bundle stores them (`int_outputs`).
-//! let got = output_leaves(&out.outputs);
-//! let comparison = compare_leaves(&got, &expected, meta.int_outputs.as_deref(), meta.tolerance);
+//! let meta = bundle.meta();
+//! let expected = bundle.expected()?.unwrap_or_default();
+//! let comparison = compare_leaves(&output_leaves(&outputs), &expected, meta.int_outputs.as_deref(), meta.tolerance);
 //! assert!(comparison.is_ok(), "{:?}", comparison.first_error());
 //! # Ok(())
 //! # }

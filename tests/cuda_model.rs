@@ -1,5 +1,5 @@
 #![cfg(feature = "cuda")]
-//! `wrapir::exec::cuda::Model` on real bundles (GPU only): one load, many
+//! `wrapir::runtime::cuda::Model` on real bundles (GPU only): one load, many
 //! calls, from one thread and from several at once; results equal eager
 //! within the bundle's tolerance and, call after call and thread against
 //! thread, equal each other bit for bit (the same kernels and library calls
@@ -16,9 +16,9 @@ use common::root;
 use indexmap::IndexMap;
 use std::path::{Path, PathBuf};
 use wrapir::exec::compare::{compare_leaves, output_leaves};
-use wrapir::exec::cuda::{CudaPaths, DeviceInput, Model, ModelOptions};
 use wrapir::exec::{Tensor, Value};
 use wrapir::format::bundle_json::{BundleMeta, Tolerance};
+use wrapir::runtime::cuda::{CudaPaths, DeviceInput, Model, ModelOptions};
 
 /// The default model options, with the CUDA libraries and the kernel cache
 /// where the environment says (as the CLI finds them).
@@ -346,7 +346,7 @@ fn runtime_compiled_convolution_plans_are_restored_from_the_kernel_cache() {
 #[test]
 fn a_package_carries_the_cudnn_plans_of_its_gpu() {
     use wrapir::bundle::Bundle;
-    use wrapir::exec::cuda::{make_cudnn_plans, CudnnPlans};
+    use wrapir::runtime::{cuda::make_cudnn_plans, CudnnPlans};
     let name = "mobilenet_v3";
     let dir = bundle(name);
     let no_cache = CudaPaths {

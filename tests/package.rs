@@ -166,7 +166,7 @@ fn program_files_open_and_pack() {
 
 #[test]
 fn packages_carry_cudnn_plans_for_their_gpu() {
-    use wrapir::exec::cuda::{CudnnPlans, ModelSource};
+    use wrapir::runtime::{CudnnPlans, ModelSource};
     let dir = scratch("plans");
     let made_for = "cudnn 91400 driver 13000 NVIDIA H200 sm90 x132";
     let plans = CudnnPlans::new(

@@ -22,7 +22,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("exec", &["ir", "sym", "fx", "lower", "text", "bench", "format"]),
     ("bundle", &["ir", "text", "exec", "format"]),
     ("capi", &["ir", "exec", "bundle", "format"]),
-    ("runtime", &["ir", "sym", "exec", "bundle", "format"]),
+    ("runtime", &["ir", "sym", "exec", "bundle", "format", "bench"]),
     ("snapshot", &["ir", "lower"]),
     ("lib", &[]),
 ];
@@ -59,8 +59,10 @@ const EXEC_LAYERS: &[(&str, &[&str])] = &[
             "cuda_reports",
         ],
     ),
-    ("the CUDA backend (or its stand-in)", &["cuda", "cuda_standin"]),
-    ("measurements over the backends", &["bench"]),
+    (
+        "the CUDA backend (feature `cuda`; its products are `runtime::cuda`)",
+        &["cuda"],
+    ),
 ];
 
 /// Crates only these module path prefixes (relative to `src/`) may name.

@@ -359,12 +359,12 @@ enum Command {
         /// (checked on the device under conditional nodes), `segments` (host
         /// reads between segment graphs) or `auto` (one graph from 3 reads).
         #[arg(long, default_value = "auto")]
-        graph_reads: wrapir::exec::cuda::GraphReads,
+        graph_reads: wrapir::runtime::cuda::GraphReads,
         /// How graph replay orders the operations: `single` (one chain, as
         /// the program lists them) or `concurrent` (by the program's
         /// dependency DAG, independent kernels at once; `check --dag` prints it).
         #[arg(long, default_value = "single")]
-        graph_streams: wrapir::exec::cuda::GraphStreams,
+        graph_streams: wrapir::runtime::cuda::GraphStreams,
         /// Run the extern ops the device does not implement on the host
         /// (reported; such a bundle's timings include the copies). Without
         /// it such an op is an error naming it.

@@ -115,7 +115,7 @@ pub struct Bundle {
     meta: BundleMeta,
     limits: Limits,
     /// Plans given by [`Bundle::with_cudnn_plans`], in place of stored ones.
-    cudnn_plans: Option<crate::exec::cuda::CudnnPlans>,
+    cudnn_plans: Option<crate::exec::model_source::CudnnPlans>,
 }
 
 impl Bundle {

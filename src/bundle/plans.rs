@@ -4,7 +4,7 @@
 //! instead of compiling their engines.
 
 use super::{Bundle, BundleError, SharedBytes, Store, CUDNN_PLANS};
-use crate::exec::cuda::CudnnPlans;
+use crate::exec::model_source::CudnnPlans;
 
 impl Bundle {
     /// This bundle with `plans` in place of the cuDNN plans it stores: what

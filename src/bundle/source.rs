@@ -1,7 +1,7 @@
-//! A [`Bundle`] as what a deployed model (`exec::cuda::Model`) loads from.
+//! A [`Bundle`] as what a deployed model (`runtime::Model`, `runtime::cuda::Model`) loads from.
 
 use super::{Bundle, INPUTS};
-use crate::exec::cuda::{CudnnPlans, ModelSource};
+use crate::exec::model_source::{CudnnPlans, ModelSource};
 use crate::format::bundle_json::BundleMeta;
 use crate::format::images::{ImageArch, KernelImageSource, SuppliedBytes, SupplyError};
 use crate::ir::Program;

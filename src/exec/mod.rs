@@ -11,23 +11,21 @@
 //!   jagged <-> padded dense conversions).
 
 mod args;
-pub mod bench;
 pub mod collective;
 pub mod compare;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
-mod cuda_paths;
-mod cuda_reports;
+// The CUDA backend's settings and reports, plain data in every build (the
+// runtime's stand-in for builds without the feature names them too).
+pub(crate) mod cuda_paths;
+pub(crate) mod cuda_reports;
 pub mod dag;
-// Without the `cuda` feature: the same names, whose entry points fail.
-#[cfg(not(feature = "cuda"))]
-#[path = "cuda_standin.rs"]
-pub mod cuda;
 pub mod device_ops;
 pub mod host;
 pub mod interp;
 pub mod meta;
-mod model_source;
+pub(crate) mod model_source;
 pub mod op;
 pub mod random;
 pub(crate) mod run;

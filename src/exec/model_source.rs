@@ -1,7 +1,6 @@
-//! What a deployed model (`exec::cuda::Model`) is loaded from and how
-//! loading fails: the same names in builds with and without the `cuda`
-//! feature, so that callers (the CLI, `bundle`) compile the same way in
-//! both.
+//! What a deployed model (`runtime::Model`, `runtime::cuda::Model`) is
+//! loaded from and how loading fails, in every build: `bundle` (below the
+//! runtime) supplies a [`ModelSource`], the runtime loads from it.
 
 use crate::exec::{ExecError, RunError};
 use crate::format::bundle_json::BundleMeta;

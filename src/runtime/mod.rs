@@ -18,7 +18,7 @@
 //!   extern ops. Each [`Session`] is a host backend of its own sharing the
 //!   plan, the weights and the loaded kernels.
 //! * [`Device::Cuda`] (feature `cuda`): the CUDA backend's model
-//!   ([`exec::cuda::Model`](crate::exec::cuda::Model)): weights on the
+//!   ([`cuda::Model`]): weights on the
 //!   device, one stream, arena and set of recordings per session. A build
 //!   without the feature answers a CUDA request with an error saying so.
 //!
@@ -44,7 +44,7 @@
 //! * [`Device::Cuda`]: [`Model::run`] and [`Session::run`] with host
 //!   tensors run on the session's device copies and copy each mutated
 //!   input's new value back into the caller's tensor after the call;
-//!   `exec::cuda::Session::run_device` (feature `cuda`, through
+//!   `cuda::Session::run_device` (feature `cuda`, through
 //!   `Session::as_cuda_mut`) takes the caller's device buffers in place, so
 //!   the writes land in them and nothing is copied (keep a cache on the
 //!   device this way).
@@ -70,11 +70,18 @@
 //! # }
 //! ```
 
+pub mod bench;
 mod cpu;
 #[cfg(feature = "cuda")]
-mod cuda;
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
+pub mod cuda;
+// Without the `cuda` feature: the few names callers use in both builds,
+// whose entry points fail.
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_standin.rs"]
+pub mod cuda;
 
-pub use crate::exec::cuda::{ModelError, ModelSource};
+pub use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
 
 use crate::bundle::{Bundle, SharedBytes};
 use crate::exec::{Tensor, Value};
@@ -191,7 +198,7 @@ pub struct Model {
 enum Inner {
     Cpu(cpu::CpuModel),
     #[cfg(feature = "cuda")]
-    Cuda(crate::exec::cuda::Model),
+    Cuda(cuda::Model),
 }
 
 // `Model` is shared by the threads that call it; a session moves to one.
@@ -256,7 +263,7 @@ impl Model {
                 (Inner::Cuda(model), report)
             }
             #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => return Err(crate::exec::cuda::CudaError::NotBuilt.into()),
+            Device::Cuda(_) => return Err(cuda::CudaError::NotBuilt.into()),
         };
         Ok(Model {
             inner,
@@ -330,7 +337,7 @@ impl Model {
     /// full load report, serialized cuDNN plans and device memory.
     #[cfg(feature = "cuda")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
-    pub fn as_cuda(&self) -> Option<&crate::exec::cuda::Model> {
+    pub fn as_cuda(&self) -> Option<&cuda::Model> {
         match &self.inner {
             Inner::Cuda(m) => Some(m),
             Inner::Cpu(_) => None,
@@ -347,7 +354,7 @@ pub struct Session {
 enum SessionInner {
     Cpu(cpu::CpuSession),
     #[cfg(feature = "cuda")]
-    Cuda(Box<crate::exec::cuda::Session>),
+    Cuda(Box<cuda::Session>),
 }
 
 impl std::fmt::Debug for Session {
@@ -373,11 +380,11 @@ impl Session {
     }
 
     /// The CUDA backend's session behind this one, when the model runs on a
-    /// GPU: [`run_device`](crate::exec::cuda::Session::run_device) takes
+    /// GPU: [`run_device`](cuda::Session::run_device) takes
     /// the caller's device buffers in place.
     #[cfg(feature = "cuda")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
-    pub fn as_cuda_mut(&mut self) -> Option<&mut crate::exec::cuda::Session> {
+    pub fn as_cuda_mut(&mut self) -> Option<&mut cuda::Session> {
         match &mut self.inner {
             SessionInner::Cuda(s) => Some(s),
             SessionInner::Cpu(_) => None,

@@ -1,12 +1,12 @@
 //! `wrapir bench`: opens the bundle, times it on the GPU
-//! ([`wrapir::exec::bench::bench_cuda`]) and prints the measures with this
+//! ([`wrapir::runtime::bench::bench_cuda`]) and prints the measures with this
 //! process's start-up.
 
 use super::*;
 use serde_json::json;
 use std::time::Instant;
-use wrapir::exec::bench::{bench_cuda, BenchError, BenchOptions, CudaBench};
-use wrapir::exec::cuda::{CudaOptions, CudaPaths};
+use wrapir::runtime::bench::{bench_cuda, BenchError, BenchOptions, CudaBench};
+use wrapir::runtime::cuda::CudaPaths;
 
 /// The options of `wrapir bench`.
 pub(crate) struct BenchArgs {
@@ -14,8 +14,8 @@ pub(crate) struct BenchArgs {
     pub(crate) iters: usize,
     pub(crate) repeats: usize,
     pub(crate) preload: bool,
-    pub(crate) graph_reads: wrapir::exec::cuda::GraphReads,
-    pub(crate) graph_streams: wrapir::exec::cuda::GraphStreams,
+    pub(crate) graph_reads: wrapir::runtime::cuda::GraphReads,
+    pub(crate) graph_streams: wrapir::runtime::cuda::GraphStreams,
     pub(crate) allow_host_fallback: bool,
 }
 
@@ -45,17 +45,16 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
     })?;
     let read_inputs = ms(t);
     super::kernels::require_kernel_images(&opened, true)?;
-    let mut options = CudaOptions::for_bundle(opened.kernel_images(), opened.meta());
-    options.paths = CudaPaths::from_env();
-    options.host_fallback = args.allow_host_fallback;
-    options.graph_reads = args.graph_reads;
-    options.graph_streams = args.graph_streams;
     let bench = BenchOptions {
         timing: wrapir::bench::Timing::new(args.iters, args.repeats),
         graphs: args.graphs,
         preload: args.preload,
+        paths: CudaPaths::from_env(),
+        host_fallback: args.allow_host_fallback,
+        graph_reads: args.graph_reads,
+        graph_streams: args.graph_streams,
     };
-    let report = bench_cuda(&program, &inputs, options, &bench).map_err(|e| match e {
+    let report = bench_cuda(&opened, &program, &inputs, &bench).map_err(|e| match e {
         BenchError::Place(e) => anyhow::anyhow!("placing the inputs of {name}: {e}"),
         BenchError::Run(e) => anyhow::anyhow!("running {name}: {e}{}", exec_host_fallback_hint(&e)),
         other => anyhow::anyhow!("{other}"),

@@ -28,7 +28,7 @@ fn target_gpu(arch: Option<u32>) -> Result<(String, u32), String> {
     if let Some(sm) = arch {
         return Ok(("the target GPU".to_string(), sm));
     }
-    wrapir::exec::cuda::device_arch(0).map_err(|e| e.to_string())
+    wrapir::runtime::cuda::device_arch(0).map_err(|e| e.to_string())
 }
 
 /// `check --device cuda`: one `error: kernel ...` line per kernel whose image

@@ -289,7 +289,7 @@ fn write_bytes(path: &Path, bytes: &[u8]) -> Result<()> {
 pub(super) fn pack(input: &Path, output: &Path, cudnn_plans: bool) -> Result<ExitCode> {
     let mut bundle = open_bundle(input)?;
     if cudnn_plans {
-        let plans = wrapir::exec::cuda::make_cudnn_plans(&bundle, 0, wrapir::exec::cuda::CudaPaths::from_env())
+        let plans = wrapir::runtime::cuda::make_cudnn_plans(&bundle, 0, wrapir::runtime::cuda::CudaPaths::from_env())
             .with_context(|| format!("making the cuDNN plans of {}", input.display()))?;
         bundle = bundle.with_cudnn_plans(plans);
     }

@@ -127,6 +127,7 @@ fn run_on_host(
 }
 
 /// Rank `r` on GPU `r`, on its own thread, the collectives on NCCL.
+#[cfg(feature = "cuda")]
 fn run_on_gpus(
     args: &RunArgs,
     set: &RankSet,
@@ -154,6 +155,18 @@ fn run_on_gpus(
         })
         .collect();
     Ok(run_ranks(set.groups().clone(), jobs, options))
+}
+
+/// Ranks on GPUs in a build without the `cuda` feature: an error saying so.
+#[cfg(not(feature = "cuda"))]
+fn run_on_gpus(
+    _args: &RunArgs,
+    _set: &RankSet,
+    _programs: &[ir::Program],
+    _inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
+    _options: CollectiveOptions,
+) -> Result<RanksRun> {
+    Ok(Err(wrapir::runtime::cuda::CudaError::NotBuilt.into()))
 }
 
 /// `wrapir check RANKSET`: each rank's program validated, its collectives

@@ -576,6 +576,7 @@ fn error_text(x: f64) -> String {
 
 /// Explains a cuda run's error when an op had no device implementation and
 /// the host fallback was off: names the op and `--allow-host-fallback`.
+#[cfg(feature = "cuda")]
 fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
     match e {
         wrapir::exec::RunError::Exec(e) => exec_host_fallback_hint(e),
@@ -583,7 +584,7 @@ fn host_fallback_hint(e: &wrapir::exec::RunError) -> String {
     }
 }
 
-/// [`host_fallback_hint`] for an execution error.
+/// `host_fallback_hint` for an execution error.
 pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String {
     use wrapir::exec::ExecError;
     while let ExecError::AtNode { source, .. } = e {
@@ -605,6 +606,7 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
 /// prints the device, the outputs, the symbols bound and the extern ops that
 /// ran on the device and (with `--allow-host-fallback`) on the host; returns
 /// the outputs.
+#[cfg(feature = "cuda")]
 fn run_cuda(
     args: &RunArgs,
     program: &Program,
@@ -655,6 +657,24 @@ fn run_cuda(
     }
     write_output(None, &out)?;
     Ok(outputs)
+}
+
+/// `run --device cuda` in a build without the `cuda` feature: after the
+/// checks that need no GPU, an error saying so.
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _args: &RunArgs,
+    _program: &Program,
+    name: &str,
+    bundle: &Bundle,
+    _meta: &BundleMeta,
+    _inputs: IndexMap<String, Tensor>,
+) -> Result<Vec<Value<Tensor>>> {
+    super::kernels::require_kernel_images(bundle, true)?;
+    bail!(
+        "running {name} on cuda: opening the GPU: {}",
+        wrapir::runtime::cuda::CudaError::NotBuilt
+    )
 }
 
 /// Parses `--hint SYMBOL=VALUE`; the symbol must be one of the program's.

@@ -8,8 +8,8 @@ pub(crate) fn report() -> String {
         env!("CARGO_PKG_VERSION"),
         wrapir::FEATURES.join(", ")
     );
-    let paths = wrapir::exec::cuda::CudaPaths::from_env();
-    out += &match wrapir::exec::cuda::library_versions(&paths) {
+    let paths = wrapir::runtime::cuda::CudaPaths::from_env();
+    out += &match wrapir::runtime::cuda::library_versions(&paths) {
         Ok(found) => {
             let found: Vec<String> = found
                 .into_iter()

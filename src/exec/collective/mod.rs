@@ -285,7 +285,7 @@ pub struct RankJob<'a, B> {
     /// What it runs on ([`RankBackend`]): a host backend (kernels loaded,
     /// limits set; [`run_ranks`] registers the collectives on it), or with
     /// feature `cuda` the `CudaOptions` the rank builds its CUDA backend from,
-    /// on its own thread and GPU ([`CudaOptions::ordinal`](crate::exec::cuda::CudaOptions)).
+    /// on its own thread and GPU (`CudaOptions::ordinal`).
     pub backend: B,
     /// Its inputs by graph input name.
     pub inputs: &'a IndexMap<String, Tensor>,

@@ -13,7 +13,8 @@
 //! is on and are an error naming what the kernels take when it is off.
 
 use super::driver;
-use super::kernels::{attention_source as source, Traced, TracedParam, ATTENTION_HEAD_DIMS as HEAD_DIMS};
+use super::kernels::{attention_source as source, ATTENTION_HEAD_DIMS as HEAD_DIMS};
+use super::library::{Traced, TracedParam};
 use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
 use crate::exec::host::attention::{self as sdpa, Item, Kind};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};

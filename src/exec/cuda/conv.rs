@@ -64,7 +64,7 @@ pub(super) struct ConvCache {
 
 impl ConvCache {
     /// Plans made by calls rather than ahead.
-    pub(super) fn made_in_calls(&self) -> usize {
+    pub(crate) fn made_in_calls(&self) -> usize {
         self.made_in_calls
     }
 }
@@ -434,7 +434,7 @@ fn make_plan(handle: &DnnHandle, key: PlanKey, supplied: &CudnnPlans) -> Result<
 /// The JSON form of every plan `backend` holds whose engine compiles its
 /// kernels at run time (the plans worth shipping; cuDNN serializes only
 /// those), by [`plan_name`], with the identity they were made for.
-pub(super) fn plan_entries(backend: &CudaBackend) -> Result<CudnnPlans, ExecError> {
+pub(crate) fn plan_entries(backend: &CudaBackend) -> Result<CudnnPlans, ExecError> {
     let Some(handle) = backend.dnn.as_ref().or(backend.conv.handles.first()) else {
         return Ok(CudnnPlans::default());
     };
@@ -698,10 +698,10 @@ pub(super) fn prime(
 /// The convolution plans a program's first call would make, found before
 /// it runs ([`keys_ahead`]).
 #[derive(Clone, Debug, Default)]
-pub(super) struct PlanKeys(Vec<PlanKey>);
+pub(crate) struct PlanKeys(Vec<PlanKey>);
 
 impl PlanKeys {
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 }
@@ -710,7 +710,7 @@ impl PlanKeys {
 /// call with TF32 allowed or not, from a shapes-only run of it (declared
 /// input layouts, the program's hints for unbacked sizes); why not, where
 /// that run fails (e.g. a data-dependent branch).
-pub(super) fn program_keys(
+pub(crate) fn program_keys(
     program: &crate::ir::Program,
     plan: &crate::exec::interp::Plan,
     tf32: bool,
@@ -769,7 +769,7 @@ fn keys_ahead(calls: &[crate::exec::meta::LoggedExtern], tf32: bool) -> PlanKeys
 }
 
 /// Plans made on a worker thread, with the handle that made them.
-pub(super) struct MadePlans {
+pub(crate) struct MadePlans {
     /// Kept for as long as its plans (their engines' compiled kernels may be
     /// the handle's).
     handle: DnnHandle,
@@ -816,7 +816,7 @@ pub struct PlansAhead {
 /// Makes the plans of `keys` (restoring those `supplied` has) on up to
 /// `threads` worker threads, each with its own stream and cuDNN handle in
 /// device `ordinal`'s primary context.
-pub(super) fn make_ahead(
+pub(crate) fn make_ahead(
     ordinal: usize,
     paths: &Arc<super::CudaPaths>,
     keys: &PlanKeys,
@@ -875,7 +875,7 @@ pub(super) fn make_ahead(
 }
 
 /// Gives `backend` the plans made ahead (a plan it already has stays).
-pub(super) fn adopt_ahead(backend: &mut CudaBackend, made: Vec<MadePlans>) {
+pub(crate) fn adopt_ahead(backend: &mut CudaBackend, made: Vec<MadePlans>) {
     for m in made {
         for plan in m.plans {
             backend

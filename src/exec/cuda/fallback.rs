@@ -3,7 +3,7 @@
 //! [`super::CudaOptions::host_fallback`] is).
 
 use super::bytes::{host_from_bytes, host_storage_bytes};
-use super::{kernels, CudaBackend, CudaTensor, Storage};
+use super::{library, CudaBackend, CudaTensor, Storage};
 use crate::exec::op::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, Tensor, Value};
 use indexmap::IndexMap;
@@ -17,7 +17,7 @@ impl CudaBackend {
     pub(super) fn host_fallback(&mut self, call: ExternCall<'_, CudaTensor>) -> Result<Value<CudaTensor>, ExecError> {
         self.options.extern_ops.record_host(call.op);
         if let Some(trace) = self.trace.as_mut() {
-            trace.push(kernels::Traced::Host(call.op.to_string()));
+            trace.push(library::Traced::Host(call.op.to_string()));
         }
         let mut staged: Vec<Staged> = Vec::new();
         let args = call

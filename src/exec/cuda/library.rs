@@ -8,10 +8,16 @@
 //! the prepared path records; the recorder re-points the addresses at the
 //! arena ([`LibraryCall::rebased`]) and a replay (or a graph capture) calls
 //! [`LibraryCall::run`] again with no planning, hashing or allocation.
+//!
+//! The trace a recording is made from ([`Traced`]) holds those calls with
+//! the other device operations the backend queued (allocations, launches,
+//! zeroing, host reads) while [`CudaBackend::trace`] is on.
 
+use super::tensor::Storage;
 use super::CudaBackend;
 use crate::exec::ExecError;
 use cudarc::driver::sys;
+use std::sync::Arc;
 
 /// A device address a library call passes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,9 +86,47 @@ pub(super) struct LaneWorkspaces {
 pub(super) fn submit(backend: &mut CudaBackend, call: Box<dyn LibraryCall>) -> Result<(), ExecError> {
     call.run(backend)?;
     if let Some(trace) = backend.trace.as_mut() {
-        trace.push(super::kernels::Traced::Library(call));
+        trace.push(Traced::Library(call));
     }
     Ok(())
+}
+
+/// One parameter of a traced launch: its words (each parameter of the
+/// built-in kernels is a whole number of 8-byte words) and which of them are
+/// device addresses.
+#[derive(Clone, Debug)]
+pub(super) struct TracedParam {
+    pub(super) words: Vec<u64>,
+    pub(super) pointers: Vec<usize>,
+}
+
+/// A device operation of a built-in op, kept while the backend traces (see
+/// [`CudaBackend::trace`]) so that the prepared path can replay the op.
+#[derive(Debug)]
+pub(super) enum Traced {
+    /// A device allocation (result or scratch).
+    Alloc(Arc<Storage>),
+    /// A kernel launch.
+    Launch {
+        name: String,
+        function: sys::CUfunction,
+        grid: (u32, u32, u32),
+        block: u32,
+        shared_mem: u32,
+        params: Vec<TracedParam>,
+    },
+    /// `bytes` bytes at `ptr` set to zero.
+    Zero { ptr: sys::CUdeviceptr, bytes: usize },
+    /// A read of `bytes` bytes at `ptr` by the host, and what it read.
+    Read {
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        value: [u8; 8],
+    },
+    /// A library call (cuBLAS, cuBLASLt, cuDNN).
+    Library(Box<dyn LibraryCall>),
+    /// The op went to the host fallback.
+    Host(String),
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 mod attention;
 mod blaslt;
 mod bytes;
-mod conv;
+pub(crate) mod conv;
 mod cublas;
 mod dnn;
 mod dnn_attention;
@@ -34,16 +34,15 @@ mod dnn_graph;
 mod driver;
 mod fallback;
 mod graph;
-mod kernels;
+pub(crate) mod kernels;
 mod launch;
 mod libraries;
 mod library;
 mod matmul;
-mod model;
 mod nccl;
 mod options;
 mod prepared;
-mod prime;
+pub(crate) mod prime;
 mod run;
 mod tensor;
 
@@ -51,14 +50,11 @@ pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{
     CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
 };
-pub use conv::PlansAhead;
+pub use super::model_source::CudnnPlans;
 pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
-pub use kernels::{prebuild_kernels, ExternOpLog, PrebuiltImage};
+pub use kernels::ExternOpLog;
 pub use libraries::library_versions;
-pub use model::{
-    make_cudnn_plans, CudnnPlans, DeviceInput, LoadReport, Model, ModelError, ModelOptions, ModelSource, Session,
-};
 pub use nccl::{CudaRankJob, NcclWorld};
 pub use options::CudaOptions;
 pub use prepared::{Prepared, PreparedCache};
@@ -105,7 +101,7 @@ pub struct CudaBackend {
     builtins: kernels::Builtins,
     timings: LoadTimings,
     /// While the prepared path records a built-in op: its device operations.
-    trace: Option<Vec<kernels::Traced>>,
+    trace: Option<Vec<library::Traced>>,
     /// Fused attention plans by shape (dropped before the cuDNN handle).
     sdpa: dnn_attention::SdpaCache,
     /// The cuDNN handle, created at the first convolution or cuDNN attention.
@@ -291,6 +287,11 @@ impl CudaBackend {
             }),
             spec,
         })
+    }
+
+    /// Convolution plans this backend made in calls (not ahead of them).
+    pub(crate) fn conv_plans_made_in_calls(&self) -> usize {
+        self.conv.made_in_calls()
     }
 
     /// Where this backend's start-up work went so far (see [`LoadTimings`]).
@@ -511,7 +512,7 @@ impl CudaBackend {
     fn alloc_storage(&mut self, bytes: usize) -> Result<Arc<Storage>, ExecError> {
         let storage = self.untraced_storage(bytes)?;
         if let Some(trace) = self.trace.as_mut() {
-            trace.push(kernels::Traced::Alloc(Arc::clone(&storage)));
+            trace.push(library::Traced::Alloc(Arc::clone(&storage)));
         }
         Ok(storage)
     }
@@ -532,7 +533,7 @@ impl CudaBackend {
         let n = bytes.min(value.len());
         self.device.download(&mut value[..n], ptr)?;
         if let Some(trace) = self.trace.as_mut() {
-            trace.push(kernels::Traced::Read { ptr, bytes: n, value });
+            trace.push(library::Traced::Read { ptr, bytes: n, value });
         }
         Ok(value)
     }
@@ -542,7 +543,7 @@ impl CudaBackend {
     fn zero(&mut self, ptr: sys::CUdeviceptr, bytes: usize) -> Result<(), ExecError> {
         self.device.zero(ptr, bytes)?;
         if let Some(trace) = self.trace.as_mut() {
-            trace.push(kernels::Traced::Zero { ptr, bytes });
+            trace.push(library::Traced::Zero { ptr, bytes });
         }
         Ok(())
     }

@@ -18,11 +18,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Primers started by [`start`].
-pub(super) struct Primers(Vec<(&'static str, JoinHandle<Result<Duration, String>>)>);
+pub(crate) struct Primers(Vec<(&'static str, JoinHandle<Result<Duration, String>>)>);
 
 /// Starts a primer thread for cuBLAS (`blas`) and for cuDNN (`dnn`) on
 /// device `ordinal`.
-pub(super) fn start(ordinal: usize, paths: &Arc<CudaPaths>, blas: bool, dnn: bool) -> Primers {
+pub(crate) fn start(ordinal: usize, paths: &Arc<CudaPaths>, blas: bool, dnn: bool) -> Primers {
     let mut threads = Vec::new();
     let mut spawn = |name: &'static str, work: fn(&Arc<Device>) -> Result<(), String>| {
         let paths = Arc::clone(paths);
@@ -47,7 +47,7 @@ pub(super) fn start(ordinal: usize, paths: &Arc<CudaPaths>, blas: bool, dnn: boo
 
 impl Primers {
     /// Waits for every primer: its library and how long it took, or why it failed.
-    pub(super) fn wait(mut self) -> Vec<(&'static str, Result<Duration, String>)> {
+    pub(crate) fn wait(mut self) -> Vec<(&'static str, Result<Duration, String>)> {
         std::mem::take(&mut self.0)
             .into_iter()
             .map(|(name, t)| {

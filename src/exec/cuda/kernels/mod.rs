@@ -34,6 +34,7 @@ pub use image::{prebuild_kernels, PrebuiltImage};
 pub(super) use ops::{copy_strided, gemm_activation};
 
 use super::driver::Module;
+use super::library::{Traced, TracedParam};
 use super::{CudaBackend, CudaPaths, CudaTensor, Storage};
 use crate::exec::{ExecError, ExternCall, Value};
 use crate::ir::DType;
@@ -332,44 +333,6 @@ fn nd_words(nd: &Nd) -> Vec<u64> {
         .chain(nd_i64_words(&nd.stride))
         .chain([nd.rank as u64])
         .collect()
-}
-
-/// One parameter of a traced launch: its words (each parameter of the
-/// built-in kernels is a whole number of 8-byte words) and which of them are
-/// device addresses.
-#[derive(Clone, Debug)]
-pub(super) struct TracedParam {
-    pub(super) words: Vec<u64>,
-    pub(super) pointers: Vec<usize>,
-}
-
-/// A device operation of a built-in op, kept while the backend traces (see
-/// [`CudaBackend::trace`]) so that the prepared path can replay the op.
-#[derive(Debug)]
-pub(super) enum Traced {
-    /// A device allocation (result or scratch).
-    Alloc(Arc<Storage>),
-    /// A kernel launch.
-    Launch {
-        name: String,
-        function: sys::CUfunction,
-        grid: (u32, u32, u32),
-        block: u32,
-        shared_mem: u32,
-        params: Vec<TracedParam>,
-    },
-    /// `bytes` bytes at `ptr` set to zero.
-    Zero { ptr: sys::CUdeviceptr, bytes: usize },
-    /// A read of `bytes` bytes at `ptr` by the host, and what it read.
-    Read {
-        ptr: sys::CUdeviceptr,
-        bytes: usize,
-        value: [u8; 8],
-    },
-    /// A library call (cuBLAS, cuBLASLt, cuDNN).
-    Library(Box<dyn super::library::LibraryCall>),
-    /// The op went to the host fallback.
-    Host(String),
 }
 
 /// The kernel-name suffix of a dtype.

@@ -3,7 +3,7 @@
 //! (see the module documentation of [`super`]).
 
 use super::{Buffer, Event, LaunchRecord, LibraryRecord, Place, ReadRecord, Slot};
-use crate::exec::cuda::kernels::Traced;
+use crate::exec::cuda::library::Traced;
 use crate::exec::cuda::{op_key, CudaBackend, CudaTensor, Storage};
 use crate::exec::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, TensorSpec, Value,

@@ -26,10 +26,13 @@
 //! session, advancing per session, not across them as one PyTorch process
 //! would.
 
-use super::conv::{PlanKeys, PlansAhead};
-use super::{to_host, CudaBackend, CudaOptions, CudaPaths, CudaTensor, PreparedCache, SharedKernels};
+use crate::exec::cuda::conv::{self, PlanKeys, PlansAhead};
+use crate::exec::cuda::{
+    prime, to_host, CudaBackend, CudaError, CudaOptions, CudaPaths, CudaTensor, GraphStreams, PreparedCache,
+    SharedKernels,
+};
 use crate::exec::interp::Plan;
-pub use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
+use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
 use crate::exec::safetensors::decode_raw;
 use crate::exec::{Backend, ExecError, Tensor, TensorSpec, Value};
@@ -76,7 +79,7 @@ pub struct ModelOptions {
     /// stream), or by the program's dependency DAG so that independent
     /// kernels run concurrently ([`GraphStreams::Concurrent`]; see
     /// [`CudaOptions::graph_streams`]).
-    pub graph_streams: super::GraphStreams,
+    pub graph_streams: GraphStreams,
 }
 
 impl Default for ModelOptions {
@@ -90,13 +93,13 @@ impl Default for ModelOptions {
             warm_up: true,
             paths: CudaPaths::default(),
             plan_threads: std::thread::available_parallelism().map_or(4, |n| n.get().min(8)),
-            graph_streams: super::GraphStreams::Single,
+            graph_streams: GraphStreams::Single,
         }
     }
 }
 
-impl From<super::CudaError> for ModelError {
-    fn from(e: super::CudaError) -> Self {
+impl From<CudaError> for ModelError {
+    fn from(e: CudaError) -> Self {
         ModelError::Exec(e.into())
     }
 }
@@ -146,7 +149,7 @@ impl LoadReport {
     }
 }
 
-/// How [`super::Prepared::record`]'s error for a run that cannot be replayed starts.
+/// How [`crate::exec::cuda::Prepared::record`]'s error for a run that cannot be replayed starts.
 const UNPREPARABLE: &str = "the run cannot be prepared";
 
 /// What every session shares.
@@ -195,6 +198,16 @@ impl std::fmt::Debug for Model {
 const INPUTS: &str = "inputs.safetensors";
 
 impl Model {
+    /// Loads the bundle directory or package at `path` (what loading does:
+    /// [`Model`]): opens it within [`ModelOptions::limits`] and checks that
+    /// its cubins can run on the device. [`Model::from_source`] loads from
+    /// anything else that supplies a program, weights and kernel images.
+    pub fn load(path: impl AsRef<std::path::Path>, options: &ModelOptions) -> Result<Model, ModelError> {
+        let started = Instant::now();
+        let bundle = crate::bundle::model::open_for_model(path.as_ref(), &options.limits)?;
+        Model::load_from(&bundle, options, started)
+    }
+
     /// Loads the model `source` supplies (see the module documentation):
     /// checks that its kernel images can run on the device.
     pub fn from_source(source: &dyn ModelSource, options: &ModelOptions) -> Result<Model, ModelError> {
@@ -227,8 +240,8 @@ impl Model {
             })?
         };
         let plan = match options.graph_streams {
-            super::GraphStreams::Single => compile_program_with_limits(&program, &options.limits)?,
-            super::GraphStreams::Concurrent => crate::exec::compile_program_with_dag(&program, &options.limits)?,
+            GraphStreams::Single => compile_program_with_limits(&program, &options.limits)?,
+            GraphStreams::Concurrent => crate::exec::compile_program_with_dag(&program, &options.limits)?,
         };
         let mut cuda = CudaOptions {
             kernels: source.kernel_images(),
@@ -241,11 +254,11 @@ impl Model {
         cuda.graph_streams = options.graph_streams;
         // The convolution plans the first call makes, found by a shapes-only run.
         let conv_keys = (options.plan_threads > 0 && calls_convolution(&program))
-            .then(|| super::conv::program_keys(&program, &plan, cuda.math.cudnn_allow_tf32));
+            .then(|| conv::program_keys(&program, &plan, cuda.math.cudnn_allow_tf32));
         let mut backend = CudaBackend::new(cuda.clone())?;
         // cuBLAS's and cuDNN's one-time start-up, on threads of their own
         // while the weights and kernel images load.
-        let primers = super::prime::start(
+        let primers = prime::start(
             cuda.ordinal,
             &Arc::new(cuda.paths.clone()),
             cuda.preload_blas,
@@ -303,7 +316,7 @@ impl Model {
                 Some(Ok(keys)) => {
                     let (keys, ordinal, threads) = (keys.clone(), cuda.ordinal, options.plan_threads);
                     let supplied = cuda.cudnn_plans.clone();
-                    Some(scope.spawn(move || super::conv::make_ahead(ordinal, &paths, &keys, threads, &supplied)))
+                    Some(scope.spawn(move || conv::make_ahead(ordinal, &paths, &keys, threads, &supplied)))
                 }
                 _ => None,
             };
@@ -340,7 +353,7 @@ impl Model {
         backend.adopt_kernels(&images);
         let mut conv_plans = match (planned, &conv_keys) {
             (Some((made, report)), _) => {
-                super::conv::adopt_ahead(&mut backend, made);
+                conv::adopt_ahead(&mut backend, made);
                 Some(report)
             }
             (None, Some(Err(why))) => Some(PlansAhead {
@@ -395,7 +408,7 @@ impl Model {
             _ => None,
         };
         if let (Some(p), Some(_)) = (conv_plans.as_mut(), warm_up) {
-            p.made_by_warm_up = Some(first.backend.conv.made_in_calls());
+            p.made_by_warm_up = Some(first.backend.conv_plans_made_in_calls());
         }
         let device_memory_in_use = first.backend.device_memory_in_use()?;
         let report = LoadReport {
@@ -468,7 +481,7 @@ impl Model {
         let mut entries = IndexMap::new();
         for session in idle.iter() {
             session.backend.bind()?;
-            let plans = super::conv::plan_entries(&session.backend)?;
+            let plans = conv::plan_entries(&session.backend)?;
             made_for = made_for.or(plans.made_for.clone());
             for (name, json) in plans.iter() {
                 entries.entry(name.to_string()).or_insert_with(|| json.to_vec());
@@ -653,14 +666,14 @@ impl Session {
         if shared.conv_keys.len() > 0 {
             let paths = Arc::new(shared.options.paths.clone());
             let threads = shared.model.plan_threads;
-            let (made, _) = super::conv::make_ahead(
+            let (made, _) = conv::make_ahead(
                 shared.options.ordinal,
                 &paths,
                 &shared.conv_keys,
                 threads,
                 &shared.options.cudnn_plans,
             );
-            super::conv::adopt_ahead(&mut backend, made);
+            conv::adopt_ahead(&mut backend, made);
         }
         Ok(Session::with_backend(shared, backend))
     }

@@ -1,12 +1,12 @@
-//! A model on a GPU: the CUDA backend's [`Model`], loaded with the
-//! options [`ModelOptions`] and [`CudaSettings`] give it.
+//! A [`crate::runtime::Model`] on a GPU: the CUDA [`Model`], loaded with
+//! the options [`ModelOptions`] and [`CudaSettings`] give it.
 
-use super::{LoadReport, ModelError, ModelOptions, ModelSource};
-use crate::exec::cuda::{self, CudaPaths, Model};
+use super::{CudaPaths, GraphStreams, Model, ModelError, ModelSource};
+use crate::runtime::{LoadReport, ModelOptions};
 use std::time::Instant;
 
-/// The CUDA backend's settings of a [`super::Model`] on a GPU (each as
-/// [`cuda::ModelOptions`] documents it).
+/// The CUDA settings of a [`crate::runtime::Model`] on a GPU (each as
+/// [`super::ModelOptions`] documents it).
 #[derive(Clone, Debug)]
 pub struct CudaSettings {
     /// Replay recordings through CUDA graphs (default `true`).
@@ -24,13 +24,13 @@ pub struct CudaSettings {
     pub plan_threads: usize,
     /// How graph replay orders a recording's operations (default
     /// single stream; `Concurrent` runs independent kernels at once, see
-    /// [`cuda::ModelOptions::graph_streams`]).
-    pub graph_streams: cuda::GraphStreams,
+    /// [`super::ModelOptions::graph_streams`]).
+    pub graph_streams: GraphStreams,
 }
 
 impl Default for CudaSettings {
     fn default() -> Self {
-        let cuda = cuda::ModelOptions::default();
+        let cuda = super::ModelOptions::default();
         CudaSettings {
             graphs: cuda.graphs,
             shape_cache: cuda.shape_cache,
@@ -43,14 +43,14 @@ impl Default for CudaSettings {
 }
 
 /// Loads `source` on CUDA device `ordinal`.
-pub(super) fn load(
+pub(crate) fn load(
     source: &dyn ModelSource,
     options: &ModelOptions,
     ordinal: usize,
     started: Instant,
 ) -> Result<Model, ModelError> {
     let settings = &options.cuda;
-    let cuda = cuda::ModelOptions {
+    let cuda = super::ModelOptions {
         device: ordinal,
         graphs: settings.graphs,
         shape_cache: settings.shape_cache,
@@ -65,7 +65,7 @@ pub(super) fn load(
 }
 
 /// The device-generic part of `model`'s load report.
-pub(super) fn report(model: &Model) -> LoadReport {
+pub(crate) fn report(model: &Model) -> LoadReport {
     let r = model.load_report();
     LoadReport {
         device: r.device.clone(),
