@@ -24,7 +24,7 @@ pub struct PreparedCache {
 /// What of one input a recording depends on. A tensor is known by the device
 /// memory it lives in (address and size), not by its `Storage` handle: a
 /// caller's buffer borrowed afresh on every call
-/// ([`crate::exec::cuda::Session::run_device`]) is the same input as long as
+/// (`runtime::cuda::Session::run_device`) is the same input as long as
 /// it is the same memory, and the recording holds the storages it saw, so no
 /// other allocation can take their addresses while it lives.
 #[derive(Clone, Debug, PartialEq)]
