@@ -510,3 +510,54 @@ fn stdin_is_read_within_the_file_limit() {
         "{stderr}"
     );
 }
+
+/// Every input the `sym` fuzz target found or an issue reported
+/// (`fuzz/regressions/sym_*.txt`: the sides, then the assumptions) ends
+/// within the prover's limits, as the target asserts. Among them the facts
+/// `u >= 43, u == u + 1`, under which interval propagation around the
+/// e-class of `u` never converged inside egg's `rebuild` (no limit reached
+/// it). Each runs on a thread of its own, so a hang fails the test instead
+/// of stalling the suite.
+#[test]
+fn sym_regressions_end_within_the_prover_limits() {
+    use std::time::Duration;
+    use wrapir::sym::{egraph, parse, Facts};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("sym_")))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    let limits = egraph::Limits {
+        node_limit: 500,
+        iter_limit: 4,
+        time_limit: Duration::from_millis(200),
+        samples_before: 8,
+        samples_after: 16,
+    };
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = text.lines();
+            let a = lines.next().unwrap_or("0").to_string();
+            let b = lines.next().unwrap_or("0").to_string();
+            let assumptions: Vec<&str> = lines.take(16).collect();
+            let outcome = match (parse(&a), parse(&b), Facts::parse(&assumptions)) {
+                (Ok(ea), Ok(eb), Ok(facts)) => {
+                    let _ = egraph::bounds(&ea, &facts);
+                    Some(egraph::prove_eq_with(&ea, &eb, &facts, &limits).summary())
+                }
+                _ => None,
+            };
+            let _ = done_tx.send(outcome);
+        });
+        // 4x the time limit is the fuzz target's bound; a test build gets more.
+        match done_rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(outcome) => eprintln!("{}: {outcome:?}", file.display()),
+            Err(_) => panic!("{}: the prover ran past 20 s under a 200 ms limit", file.display()),
+        }
+    }
+}

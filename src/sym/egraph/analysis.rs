@@ -262,7 +262,20 @@ pub struct ClassData {
     pub multiple_of: u64,
     /// Two members disagree (contradictory facts, or a bug): no verdict may be drawn.
     pub conflict: bool,
+    /// Times merges have narrowed `range` (at most [`NARROWINGS`]).
+    pub narrowed: u16,
 }
+
+/// Most times one e-class's range narrows. Interval propagation around a
+/// cycle of e-classes need not converge: under the fact `u == u + 1` the
+/// class of `u` holds `u + 1`, so each pass raises its lower bound by one,
+/// 2^127 passes before the range is empty, all inside egg's `rebuild`, which
+/// no time limit reaches. A range that stops narrowing stays a sound
+/// over-approximation (the class's values lie in it), and every other datum
+/// changes a bounded number of times (a constant and definedness once, the
+/// divisor by at least doubling, the conflict flag once), so every
+/// `rebuild` ends.
+pub const NARROWINGS: u16 = 64;
 
 impl ClassData {
     /// The folded integer, if any.
@@ -519,6 +532,7 @@ impl Analysis<SymLang> for SymAnalysis {
             total,
             multiple_of,
             conflict: range.is_empty(),
+            narrowed: 0,
         }
     }
 
@@ -543,9 +557,19 @@ impl Analysis<SymLang> for SymAnalysis {
             }
             (x, y) => x.or(y),
         };
-        let range = a.range.intersect(b.range);
+        let mut range = a.range.intersect(b.range);
         if range.is_empty() {
             conflict = true;
+        }
+        // Narrowing stops after NARROWINGS times: `a`'s range is still sound
+        // for the merged class (its members equal `b`'s).
+        let mut narrowed = a.narrowed;
+        if range != a.range {
+            if a.narrowed >= NARROWINGS {
+                range = a.range;
+            } else {
+                narrowed += 1;
+            }
         }
         let merged = ClassData {
             constant,
@@ -553,6 +577,7 @@ impl Analysis<SymLang> for SymAnalysis {
             total: a.total || b.total,
             multiple_of: lcm(a.multiple_of, b.multiple_of),
             conflict,
+            narrowed,
         };
         let a_changed = merged != before_a;
         let b_changed = merged.constant.as_ref().map(|c| c.0) != b.constant.as_ref().map(|c| c.0)
