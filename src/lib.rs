@@ -45,8 +45,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use wrapir::bundle::judge::{judge_run, After, JudgeOptions, References};
 //! use wrapir::bundle::Bundle;
-//! use wrapir::exec::compare::{compare_leaves, output_leaves};
 //! use wrapir::runtime::{Device, Model, ModelOptions};
 //!
 //! // A bundle directory or a `.wirpkg` package made by `wrapir pack`.
@@ -57,11 +57,11 @@
 //! let stored = bundle.inputs()?.unwrap_or_default();
 //! let inputs = model.input_names().iter().filter_map(|n| Some((n.clone(), stored.get(n)?.clone()))).collect();
 //! let outputs = model.run(&inputs)?;
-//! // Tensors, and integer outputs where the bundle stores them (`int_outputs`).
-//! let meta = bundle.meta();
-//! let expected = bundle.expected()?.unwrap_or_default();
-//! let comparison = compare_leaves(&output_leaves(&outputs), &expected, meta.int_outputs.as_deref(), meta.tolerance);
-//! assert!(comparison.is_ok(), "{:?}", comparison.first_error());
+//! // Against eager PyTorch's and Inductor's outputs, at the bundle's
+//! // tolerances (integer outputs too, where the bundle stores them).
+//! let references = References::of(&bundle, &JudgeOptions { on_cuda: true, ..JudgeOptions::default() })?;
+//! let judgement = judge_run(&bundle, &references, &outputs, After::Device)?;
+//! assert!(judgement.first_error().is_none(), "{:?}", judgement.first_error());
 //! # Ok(())
 //! # }
 //! ```

@@ -43,6 +43,7 @@
 mod bytes;
 pub mod conventions;
 mod error;
+pub mod judge;
 mod kernels;
 pub(crate) mod model;
 mod pack;

@@ -498,24 +498,20 @@ impl BundleComparison {
 }
 
 /// Compares `outputs` (a run's outputs of `bundle`'s program) with the
-/// bundle's references ([`BundleComparison`]).
+/// bundle's references ([`BundleComparison`]), as the library judges a run
+/// (`wrapir::bundle::judge`).
 pub fn compare_with_bundle(
     bundle: &wrapir::bundle::Bundle,
     outputs: &[wrapir::exec::Value<wrapir::exec::Tensor>],
 ) -> Result<BundleComparison, String> {
-    use wrapir::exec::compare::{compare_leaves, output_leaves};
-    let meta = bundle.meta();
-    let expected = bundle
-        .expected()
-        .map_err(|e| e.to_string())?
+    use wrapir::bundle::judge::{judge_run, After, References};
+    let references = References::of(bundle, &Default::default()).map_err(|e| e.to_string())?;
+    let judgement = judge_run(bundle, &references, outputs, After::Device).map_err(|e| e.to_string())?;
+    let eager = judgement
+        .against("eager")
+        .and_then(|v| v.comparison.clone())
         .ok_or("no expected.safetensors")?;
-    let got = output_leaves(outputs);
-    let ints = meta.int_outputs.as_deref();
-    let eager = compare_leaves(&got, &expected, ints, meta.tolerance);
-    let compiled = bundle
-        .compiled()
-        .map_err(|e| e.to_string())?
-        .map(|c| compare_leaves(&got, &c, ints, meta.compiled_tolerance));
+    let compiled = judgement.against("inductor").and_then(|v| v.comparison.clone());
     Ok(BundleComparison { eager, compiled })
 }
 
@@ -527,20 +523,14 @@ pub fn compare_mutated_with_bundle(
     bundle: &wrapir::bundle::Bundle,
     after: &indexmap::IndexMap<String, wrapir::exec::Tensor>,
 ) -> Result<Option<wrapir::exec::compare::MutationComparison>, String> {
-    let meta = bundle.meta();
-    let Some(mutated) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) else {
-        return Ok(None);
-    };
-    let eager = bundle
-        .mutated()
-        .map_err(|e| e.to_string())?
-        .ok_or("bundle.json lists mutated inputs, but there is no mutated.safetensors")?;
-    Ok(Some(wrapir::exec::compare::compare_mutated(
-        after,
-        &eager,
-        mutated,
-        meta.tolerance,
-    )))
+    use wrapir::bundle::judge::{judge_run, After, MutatedVerdict, References};
+    let references = References::of(bundle, &Default::default()).map_err(|e| e.to_string())?;
+    let judgement = judge_run(bundle, &references, &[], After::Host(after)).map_err(|e| e.to_string())?;
+    match judgement.mutated {
+        MutatedVerdict::NotRecorded => Ok(None),
+        MutatedVerdict::Compared { comparison, .. } => Ok(Some(comparison)),
+        _ => Err("bundle.json lists mutated inputs, but there is no mutated.safetensors".to_string()),
+    }
 }
 
 /// The directory of the runtime library (`libwrapir_runtime.so`, the

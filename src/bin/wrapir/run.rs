@@ -3,7 +3,8 @@
 
 use super::*;
 use indexmap::IndexMap;
-use wrapir::bundle::{conventions, Bundle, BundleKind};
+use wrapir::bundle::judge::{judge_run, After, JudgeOptions, Judgement, MutatedVerdict, References};
+use wrapir::bundle::{conventions, Bundle};
 use wrapir::exec::{Tensor, Value};
 use wrapir::format::bundle_json::{BundleMeta, Tolerance};
 
@@ -64,26 +65,6 @@ pub(crate) struct RunArgs {
     pub(crate) skip_asserts: bool,
 }
 
-/// One reference a run's outputs are compared with.
-struct Reference {
-    /// The file or entry, as shown.
-    name: String,
-    /// Its tensors; `None`: the bundle has no such file (reported as absent).
-    tensors: Option<IndexMap<String, Tensor>>,
-    tolerance: Option<Tolerance>,
-}
-
-/// The references a run's outputs are compared with.
-struct References {
-    /// Eager PyTorch's outputs (`--expect`, or a bundle's `expected.safetensors`).
-    eager: Option<Reference>,
-    /// For a bundle or package: Inductor's compiled outputs (`compiled.safetensors`, which may be absent).
-    compiled: Option<Reference>,
-    /// Which reference tensors hold integer outputs (`bundle.json`'s
-    /// `int_outputs`; `None`: integer outputs are not compared).
-    int_outputs: Option<Vec<String>>,
-}
-
 /// The inputs of a run and where they came from.
 struct Inputs {
     tensors: Option<IndexMap<String, Tensor>>,
@@ -137,7 +118,7 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
     match args.device {
         RunDevice::Meta => run_meta(args, &program, &name, &inputs),
         RunDevice::Cpu => {
-            let references = references(args, &bundle)?;
+            let references = references(args, &bundle, false)?;
             let mut backend = wrapir::exec::host::HostBackend::new(wrapir::exec::host::HostOptions {
                 skip_tensor_asserts: args.skip_asserts,
                 ..Default::default()
@@ -175,15 +156,20 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             out += &describe_symbols(&program, &result.symbols);
             write_output(None, &out)?;
             save_outputs(args, &result.outputs)?;
-            let outputs_ok = compare_with_references(&result.outputs, &references)?;
             // The host run left the mutated inputs' new values in the input tensors.
-            let mutated_ok = compare_mutated_inputs(args, &bundle, inputs.tensors.as_ref())?;
+            let after = match (&inputs.tensors, &args.inputs) {
+                (Some(tensors), None) => After::Host(tensors),
+                _ => After::Supplied,
+            };
+            let judgement = judge_run(&bundle, &references, &result.outputs, after)?;
+            let outputs_ok = print_output_verdicts(&result.outputs, &judgement)?;
+            let mutated_ok = print_mutated_verdict(&bundle, &judgement)?;
             Ok(if mutated_ok { outputs_ok } else { ExitCode::from(1) })
         }
         RunDevice::Cuda => {
             // The bundle's kernel images and the inputs, before any device work.
             super::kernels::require_kernel_images(&bundle, false)?;
-            let references = references(args, &bundle)?;
+            let references = references(args, &bundle, true)?;
             if let Some(tensors) = &inputs.tensors {
                 wrapir::exec::check_inputs(&program, tensors)
                     .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
@@ -191,16 +177,11 @@ pub(crate) fn run_command(args: &RunArgs) -> Result<ExitCode> {
             let tensors = inputs.tensors.clone().unwrap_or_default();
             let outputs = run_cuda(args, &program, &name, &bundle, &meta, tensors)
                 .map_err(|e| anyhow::anyhow!("{e:#}{}", no_inputs_hint(&inputs)))?;
-            let references = inductor_reference_for(references, &program, &meta);
+            report_loosened(&references);
             save_outputs(args, &outputs)?;
-            if let Some(m) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) {
-                // The device run's inputs stay on the device; the host run reads them back.
-                println!(
-                    "mutated inputs: {} not compared on cuda (`--device cpu` compares them)",
-                    m.len()
-                );
-            }
-            compare_with_references(&outputs, &references)
+            let judgement = judge_run(&bundle, &references, &outputs, After::Device)?;
+            print_mutated_verdict(&bundle, &judgement)?;
+            print_output_verdicts(&outputs, &judgement)
         }
     }
 }
@@ -366,98 +347,62 @@ fn no_inputs_hint(inputs: &Inputs) -> &'static str {
     }
 }
 
-/// The references of a cpu or cuda run: `--expect` or the bundle's eager
-/// outputs, and a bundle's (or package's) compiled outputs; `--rtol` /
-/// `--atol` override the tolerance of both.
-fn references(args: &RunArgs, bundle: &Bundle) -> Result<References> {
-    let meta = bundle.meta();
-    let overridden = |tolerance: Option<Tolerance>| conventions::with_overrides(tolerance, args.rtol, args.atol);
-    let eager = match &args.expect {
-        Some(path) => Some(Reference {
-            name: path.display().to_string(),
-            tensors: Some(read_tensors(path)?),
-            tolerance: overridden(meta.tolerance),
-        }),
-        None if bundle.has(conventions::EXPECTED) => Some(Reference {
-            name: bundle.display(conventions::EXPECTED),
-            tensors: bundle.expected()?,
-            tolerance: overridden(meta.tolerance),
-        }),
-        // A bundle without eager outputs: reported as absent, not skipped silently.
-        None if bundle.kind() != BundleKind::ProgramFile => Some(Reference {
-            name: bundle.display(conventions::EXPECTED),
-            tensors: None,
-            tolerance: overridden(meta.tolerance),
-        }),
+/// The references of a cpu or cuda run ([`References::of`]): `--expect`
+/// or the bundle's eager outputs, and a bundle's (or package's) compiled
+/// outputs; `--rtol` / `--atol` override the tolerance of both. On cuda,
+/// says on stdout when the comparison with Inductor's outputs uses the
+/// eager tolerance.
+fn references(args: &RunArgs, bundle: &Bundle, on_cuda: bool) -> Result<References> {
+    let expect = match &args.expect {
+        Some(path) => Some((path.display().to_string(), read_tensors(path)?)),
         None => None,
     };
-    let compiled = match bundle.kind() {
-        BundleKind::ProgramFile => None,
-        BundleKind::Directory | BundleKind::Package => Some(Reference {
-            name: bundle.display(conventions::COMPILED),
-            tensors: bundle.compiled()?,
-            tolerance: overridden(meta.compiled_tolerance),
-        }),
+    let options = JudgeOptions {
+        expect,
+        rtol: args.rtol,
+        atol: args.atol,
+        on_cuda,
     };
-    Ok(References {
-        eager,
-        compiled,
-        int_outputs: meta.int_outputs.clone(),
-    })
+    Ok(References::of(bundle, &options)?)
 }
 
-/// The references of a cuda run, with the comparison against Inductor's
-/// outputs at the eager tolerance (when looser) where the run cannot compute
-/// what Inductor computed: when an extern op runs on wrapir's own kernels
-/// rather than PyTorch's library (attention). Says why on stdout.
-fn inductor_reference_for(mut references: References, program: &Program, meta: &BundleMeta) -> References {
-    let Some(tight) = references.compiled.as_ref().and_then(|r| r.tolerance) else {
-        return references;
-    };
-    let eager = references.eager.as_ref().and_then(|r| r.tolerance).or(meta.tolerance);
-    if let (Some(loosened), Some(compiled)) = (
-        conventions::inductor_tolerance_on_cuda(program, tight, eager),
-        references.compiled.as_mut(),
-    ) {
-        compiled.tolerance = Some(loosened.tolerance);
+/// On cuda: says on stdout when the comparison with Inductor's outputs
+/// uses the eager tolerance, because ops run on wrapir's own kernels
+/// rather than PyTorch's library (attention).
+fn report_loosened(references: &References) {
+    if let Some(loosened) = &references.loosened {
         println!(
             "note: {} {} on wrapir's own kernels, not PyTorch's library, so the comparison with Inductor's outputs uses the eager tolerance",
             loosened.ops.join(", "),
             if loosened.ops.len() == 1 { "runs" } else { "run" },
         );
     }
-    references
 }
 
-/// Compares `outputs` with each reference, printing per reference a summary
-/// line and the largest errors of every output (a mismatch also goes to
-/// stderr); exit 1 when any comparison fails.
-fn compare_with_references(outputs: &[Value<Tensor>], references: &References) -> Result<ExitCode> {
-    let got = wrapir::exec::compare::output_leaves(outputs);
+/// The tolerance of a report line.
+fn tolerance_text(tolerance: Option<Tolerance>) -> String {
+    match tolerance {
+        Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
+        None => "dtype default tolerances".to_string(),
+    }
+}
+
+/// Prints the judgement of `outputs` against each reference: a summary
+/// line and the largest errors of every output per reference (a mismatch
+/// also goes to stderr); exit 1 when any comparison fails.
+fn print_output_verdicts(outputs: &[Value<Tensor>], judgement: &Judgement) -> Result<ExitCode> {
+    let got = wrapir::exec::compare::output_leaves(outputs).len();
     let mut ok = true;
     let mut out = String::new();
     let mut err = String::new();
-    let refs = [("eager", &references.eager), ("inductor", &references.compiled)];
-    for (what, reference) in refs {
-        let Some(Reference {
-            name,
-            tensors,
-            tolerance,
-        }) = reference
-        else {
-            continue;
-        };
-        let Some(expected) = tensors else {
+    for verdict in &judgement.outputs {
+        let (what, name) = (verdict.what, &verdict.name);
+        let Some(comparison) = &verdict.comparison else {
             out += &format!("against {what}: absent (no {name}), not compared\n");
             continue;
         };
-        let comparison =
-            wrapir::exec::compare::compare_leaves(&got, expected, references.int_outputs.as_deref(), *tolerance);
-        let compared = got.len() - comparison.ints_not_compared;
-        let tol = match tolerance {
-            Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
-            None => "dtype default tolerances".to_string(),
-        };
+        let compared = got - comparison.ints_not_compared;
+        let tol = tolerance_text(verdict.tolerance);
         let failed = comparison.outputs.iter().filter(|o| o.mismatch.is_some()).count();
         out += &match comparison.count_mismatch {
             Some((n, m)) => format!(
@@ -497,46 +442,45 @@ fn compare_with_references(outputs: &[Value<Tensor>], references: &References) -
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// After a cpu run on the bundle's own inputs: the inputs the program writes
-/// (`bundle.json`'s `mutated_inputs`), as the run left them, against eager
-/// PyTorch's values after the call (`mutated.safetensors`), one line per
-/// input. Says why when they are not compared; says nothing for a bundle
-/// that does not record mutations (exported before they were recorded).
-/// Returns whether they match.
-fn compare_mutated_inputs(args: &RunArgs, bundle: &Bundle, after: Option<&IndexMap<String, Tensor>>) -> Result<bool> {
-    let meta = bundle.meta();
-    let Some(mutated) = meta.mutated_inputs.as_ref().filter(|m| !m.is_empty()) else {
-        return Ok(true);
+/// Prints the judgement of the inputs the program writes
+/// (`bundle.json`'s `mutated_inputs`) against eager PyTorch's values after
+/// the call (`mutated.safetensors`), one line per input, or why they were
+/// not compared; nothing for a bundle that does not record mutations
+/// (exported before they were recorded). Returns whether they match.
+fn print_mutated_verdict(bundle: &Bundle, judgement: &Judgement) -> Result<bool> {
+    let (file, tolerance, comparison) = match &judgement.mutated {
+        MutatedVerdict::NotRecorded => return Ok(true),
+        MutatedVerdict::Supplied { count, file } => {
+            write_output(
+                None,
+                &format!(
+                    "mutated inputs: {count} not compared: eager's values in {file} are for the bundle's own inputs\n"
+                ),
+            )?;
+            return Ok(true);
+        }
+        MutatedVerdict::OnDevice { count } => {
+            // The device run's inputs stay on the device; the host run reads them back.
+            println!("mutated inputs: {count} not compared on cuda (`--device cpu` compares them)");
+            return Ok(true);
+        }
+        MutatedVerdict::Absent { file } => {
+            write_output(None, &format!("mutated inputs: absent (no {file}), not compared\n"))?;
+            return Ok(true);
+        }
+        MutatedVerdict::Compared {
+            file,
+            tolerance,
+            comparison,
+        } => (file, *tolerance, comparison),
     };
-    let file = bundle.display(conventions::MUTATED);
-    let (Some(after), None) = (after, &args.inputs) else {
-        write_output(
-            None,
-            &format!(
-                "mutated inputs: {} not compared: eager's values in {file} are for the bundle's own inputs\n",
-                mutated.len()
-            ),
-        )?;
-        return Ok(true);
-    };
-    let Some(reference) = bundle.mutated()? else {
-        write_output(None, &format!("mutated inputs: absent (no {file}), not compared\n"))?;
-        return Ok(true);
-    };
-    let tolerance = conventions::with_overrides(meta.tolerance, args.rtol, args.atol);
-    let comparison = wrapir::exec::compare::compare_mutated(after, &reference, mutated, tolerance);
+    let count = comparison.inputs.len();
     let failed = comparison.inputs.iter().filter(|i| i.mismatch.is_some()).count();
-    let tol = match tolerance {
-        Some(t) => format!("rtol {}, atol {}", t.rtol, t.atol),
-        None => "dtype default tolerances".to_string(),
-    };
+    let tol = tolerance_text(tolerance);
     let mut out = if failed == 0 {
-        format!("mutated inputs against eager: {} match {file} ({tol})\n", mutated.len())
+        format!("mutated inputs against eager: {count} match {file} ({tol})\n")
     } else {
-        format!(
-            "mutated inputs against eager: {failed} of {} differ from {file} ({tol})\n",
-            mutated.len()
-        )
+        format!("mutated inputs against eager: {failed} of {count} differ from {file} ({tol})\n")
     };
     for i in &comparison.inputs {
         let user = bundle
@@ -818,7 +762,8 @@ pub(crate) fn compare_command(
         allow_host_fallback: false,
         skip_asserts: false,
     };
-    let references = references(&args, &bundle)?;
-    let references = inductor_reference_for(references, prog, bundle.meta());
-    compare_with_references(&values, &references)
+    let references = references(&args, &bundle, true)?;
+    report_loosened(&references);
+    let judgement = judge_run(&bundle, &references, &values, After::Device)?;
+    print_output_verdicts(&values, &judgement)
 }
