@@ -772,3 +772,161 @@ graph main(arg0_1: f32[4, 4][4, 1]@cuda:0, arg1_1: f32[4, 4][4, 1]@cuda:0) -> (b
         .to_string();
     assert!(err.contains("arg1_1"), "{err}");
 }
+
+/// `aten.sort` on the device against the host's (PyTorch's order: NaN
+/// largest, ties by index, which PyTorch's CUDA sort gives for every line
+/// Inductor leaves to it): values and indices bit for bit, with the
+/// layouts ATen's sort meta function gives (the input's strides when dense,
+/// `infer_dense_strides` otherwise), on strided inputs, lines that are no
+/// power of two, an inner dimension, i64 keys beyond 2^53, and empty and 0-d
+/// tensors.
+#[test]
+fn sort_matches_the_host_order_and_layouts() {
+    use DType::*;
+    let nan = f64::NAN;
+    // Values with many ties (eight levels) and NaNs.
+    let tied = |n: usize, seed: u64| -> Vec<f64> {
+        common::uniform_values(n, seed)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| if i % 97 == 5 { nan } else { (v * 4.0).round() })
+            .collect()
+    };
+    let strided = |dtype, values: &[f64], size: &[i64], stride: &[i64]| {
+        let base = Tensor::from_f64(dtype, values, &[values.len() as i64]).unwrap();
+        base.view(size, stride, 0).unwrap()
+    };
+    let big: Vec<i64> = (0..40).map(|i| (1i64 << 60) + (i * 7919) % 13 - 6).collect();
+    type Case = (
+        &'static str,
+        &'static str,
+        Tensor,
+        Vec<(&'static str, Value<Tensor>)>,
+        Vec<Value<Tensor>>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "stable ascending, ties and NaN, 4 lines of 1000",
+            "torch.ops.aten.sort.stable",
+            Tensor::from_f64(Float32, &tied(4000, 1), &[4, 1000]).unwrap(),
+            vec![("stable", Value::Bool(true)), ("dim", Value::Int(-1))],
+            vec![],
+        ),
+        (
+            "default descending (positional), ties and NaN",
+            "torch.ops.aten.sort.default",
+            Tensor::from_f64(Float16, &tied(1500, 2), &[3, 500]).unwrap(),
+            vec![],
+            vec![Value::Int(1), Value::Bool(true)],
+        ),
+        (
+            "column-major input along dim 0: results column-major",
+            "torch.ops.aten.sort.stable",
+            strided(Float32, &tied(2100, 3), &[700, 3], &[1, 700]),
+            vec![("stable", Value::Bool(false)), ("dim", Value::Int(0))],
+            vec![],
+        ),
+        (
+            "middle dimension of 33 with an inner dimension, bf16 descending",
+            "torch.ops.aten.sort.stable",
+            Tensor::from_f64(Bfloat16, &tied(2 * 33 * 5, 4), &[2, 33, 5]).unwrap(),
+            vec![("dim", Value::Int(1)), ("descending", Value::Bool(true))],
+            vec![],
+        ),
+        (
+            "every other column (not dense): infer_dense_strides",
+            "torch.ops.aten.sort.default",
+            strided(Float64, &tied(600, 5), &[3, 100], &[200, 2]),
+            vec![],
+            vec![],
+        ),
+        (
+            "i64 keys beyond 2^53",
+            "torch.ops.aten.sort.default",
+            Tensor::from_i64(Int64, &big, &[40]).unwrap(),
+            vec![],
+            vec![],
+        ),
+        (
+            "bool",
+            "torch.ops.aten.sort.stable",
+            Tensor::from_f64(Bool, &[1., 0., 1., 1., 0., 0., 1.], &[7]).unwrap(),
+            vec![("stable", Value::Bool(true))],
+            vec![],
+        ),
+        (
+            "int8, one element",
+            "aten.sort",
+            Tensor::from_f64(Int8, &[-3.], &[1]).unwrap(),
+            vec![],
+            vec![],
+        ),
+        (
+            "0-d",
+            "aten.sort",
+            Tensor::from_f64(Float32, &[2.5], &[]).unwrap(),
+            vec![],
+            vec![],
+        ),
+        (
+            "empty line",
+            "aten.sort",
+            Tensor::from_f64(Float32, &[], &[3, 0]).unwrap(),
+            vec![],
+            vec![],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, op, x, kwargs, rest) in cases {
+        let result = (|| -> Result<(), String> {
+            let mut args = vec![Value::Tensor(x.clone())];
+            args.extend(rest);
+            let kwargs: IndexMap<String, Value<Tensor>> = kwargs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let want = HostBackend::new(HostOptions::default())
+                .call_extern(ExternCall::new(op, &args, &kwargs))
+                .map_err(|e| format!("host: {e}"))?;
+            let options = CudaOptions {
+                host_fallback: false,
+                ..CudaOptions::from_env()
+            };
+            let log = options.extern_ops.clone();
+            let mut backend = CudaBackend::new(options).map_err(|e| format!("no GPU: {e}"))?;
+            let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, &args, &kwargs);
+            let got = backend
+                .call_extern(ExternCall::new(op, &dev_args, &dev_kwargs))
+                .map_err(|e| e.to_string())?;
+            if !log.host_ops().is_empty() {
+                return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
+            }
+            let (Value::List(got), Value::List(want)) = (got, want) else {
+                return Err("sort returned no (values, indices) pair".into());
+            };
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (Value::Tensor(g), Value::Tensor(w)) = (g, w) else {
+                    return Err(format!("result {k} is not a tensor"));
+                };
+                let g = backend.copy_out(g).map_err(|e| e.to_string())?;
+                let layout = |t: &Tensor| (t.dtype(), t.size().to_vec(), t.stride().to_vec());
+                if layout(&g) != layout(w) {
+                    return Err(format!(
+                        "result {k}: layout {:?}, the host's {:?}",
+                        layout(&g),
+                        layout(w)
+                    ));
+                }
+                if common::element_bits(&g) != common::element_bits(w) {
+                    return Err(format!(
+                        "result {k}: {:?}, the host's {:?}",
+                        g.to_f64_vec().unwrap(),
+                        w.to_f64_vec().unwrap()
+                    ));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -2,8 +2,9 @@
 //! The GEMM family on the CUDA backend (cuBLAS / cuBLASLt) against the host
 //! ops: `mm`, `bmm`, `addmm` (every bias shape, alpha / beta, `out=`),
 //! `_addmm_activation` (relu, gelu), `baddbmm`, `addbmm`, with transposed
-//! and strided operands, in f32, f16 and bf16; and prepared / CUDA-graph
-//! replays bit-equal to the direct run.
+//! and strided operands, in f32, f16 and bf16; the int8 `_int_mm` on
+//! cuBLASLt, exact; and prepared / CUDA-graph replays bit-equal to the
+//! direct run.
 //!
 //! Needs a GPU: `cargo test --features cuda --test cuda_gemm`.
 
@@ -43,6 +44,8 @@ fn host_tensor(dtype: DType, size: &[i64], stride: Option<&[i64]>, seed: u64) ->
 
 fn tolerance(dtype: DType) -> f64 {
     match dtype {
+        // Integer GEMMs (`_int_mm`) are exact.
+        DType::Int32 => 0.0,
         DType::Float32 => 1e-4,
         DType::Float16 => 4e-3,
         _ => 3e-2,
@@ -265,6 +268,59 @@ fn mm_bmm_baddbmm_addbmm_strided() {
         run("torch.ops.aten.addbmm.default", args, None);
     }
     common::assert_no_failures(&failures);
+}
+
+/// `_int_mm` on cuBLASLt equals the host's exact int32 sums for row- and
+/// column-major operands (the transposes `cublasCommonArgs` picks) and
+/// `out=`; the sizes PyTorch's CUDA op refuses are errors naming the rule.
+#[test]
+fn int_mm_row_and_column_major_operands_and_out() {
+    // int8 values over the whole range, laid out by `stride` in a storage of their extent.
+    let int8 = |size: &[i64], stride: &[i64], seed: u64| -> A {
+        let extent: i64 = 1 + size.iter().zip(stride).map(|(s, st)| (s - 1).max(0) * st).sum::<i64>();
+        let v: Vec<i64> = (0..extent as u64)
+            .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) % 256) as i64 - 128)
+            .collect();
+        let base = Tensor::from_i64(DType::Int8, &v, &[extent]).unwrap();
+        A::T(base.view(size, stride, 0).unwrap())
+    };
+    let op = "extern_kernels._int_mm";
+    let (m, k, n) = (32, 64, 48);
+    let row_x = || int8(&[m, k], &[k, 1], 1);
+    let col_x = || int8(&[m, k], &[1, m], 1);
+    let row_y = || int8(&[k, n], &[n, 1], 2);
+    let col_y = || int8(&[k, n], &[1, k], 2);
+    let mut failures = Vec::new();
+    for (x, y, out) in [
+        (row_x(), row_y(), None),
+        (row_x(), col_y(), None),
+        (col_x(), row_y(), None),
+        (col_x(), col_y(), None),
+        (row_x(), col_y(), Some((&[m, n][..], &[n, 1][..]))),
+    ] {
+        if let Err(e) = check(op, &[x, y], &[], out) {
+            failures.push(e);
+        }
+    }
+    // PyTorch's CUDA `_int_mm` refuses 16 rows or fewer, and sizes not multiples of 8.
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).expect("a GPU");
+    for (x, y, want) in [
+        (int8(&[16, 64], &[64, 1], 1), row_y(), "more than 16"),
+        (
+            int8(&[32, 60], &[60, 1], 1),
+            int8(&[60, 48], &[48, 1], 2),
+            "multiple of 8",
+        ),
+        (row_x(), int8(&[64, 44], &[44, 1], 2), "multiple of 8"),
+    ] {
+        let host: Vec<Value<Tensor>> = [x, y].iter().map(host_value).collect();
+        let (args, kwargs) = common::copy_call_in(&mut backend, &host, &IndexMap::new());
+        match backend.call_extern(ExternCall::new(op, &args, &kwargs)) {
+            Err(e) if e.to_string().contains(want) && e.to_string().contains("_int_mm") => {}
+            other => failures.push(format!("expected an error containing `{want}`, got {other:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn i(v: i64) -> SymExpr {

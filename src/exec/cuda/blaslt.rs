@@ -6,7 +6,9 @@
 //! transposes, dtype, epilogue, pointer alignments, math modes) and kept by
 //! the backend; running it is one `cublasLtMatmul` with the plan's
 //! algorithm and the backend's workspace, so the prepared path and CUDA
-//! graphs repeat it without planning.
+//! graphs repeat it without planning. An int8 GEMM (`aten._int_mm`) has a
+//! plan of its own ([`Int8Plan`]: descriptors only, as PyTorch's
+//! `at::cuda::blas::int8_gemm` passes no algorithm and no workspace).
 
 use super::driver::{CudaError, Device};
 use cudarc::cublaslt::{result as lt, sys};
@@ -51,6 +53,7 @@ pub(super) struct Lt {
     workspace: drv_sys::CUdeviceptr,
     device: Arc<Device>,
     plans: HashMap<LtKey, Rc<LtPlan>>,
+    int8_plans: HashMap<Int8Key, Rc<Int8Plan>>,
 }
 
 impl Lt {
@@ -76,6 +79,7 @@ impl Lt {
             workspace,
             device: Arc::clone(device),
             plans: HashMap::new(),
+            int8_plans: HashMap::new(),
         })
     }
 
@@ -172,10 +176,63 @@ impl Lt {
     }
 }
 
+impl Lt {
+    /// The int8 plan for `key`, made on first use.
+    pub(super) fn int8_plan(&mut self, key: &Int8Key) -> Result<Rc<Int8Plan>, CudaError> {
+        if let Some(p) = self.int8_plans.get(key) {
+            return Ok(Rc::clone(p));
+        }
+        bind(&self.device)?;
+        let plan = Rc::new(Int8Plan::new(key)?);
+        self.int8_plans.insert(*key, Rc::clone(&plan));
+        Ok(plan)
+    }
+
+    /// Queues `plan` on the device's stream: `C = A B` in int32, as
+    /// `int8_gemm` calls `cublasLtMatmul`: int32 `alpha = 1`, `beta = 0`,
+    /// no algorithm (cuBLASLt chooses) and no workspace.
+    pub(super) fn int8_matmul(&self, plan: &Int8Plan, ptrs: &LtPointers) -> Result<(), CudaError> {
+        if ptrs.bias != 0 {
+            return Err(CudaError::Range("an int8 GEMM takes no bias".into()));
+        }
+        bind(&self.device)?;
+        let (alpha, beta) = (1i32, 0i32);
+        let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
+        // SAFETY: the handle and the plan's descriptors are live; A and B
+        // (int8) and C (= D, int32) are device allocations ordered on this
+        // stream whose extents the caller checked against the layouts; alpha
+        // and beta are host i32 values (the CUDA_R_32I scale type) living
+        // until the call returns; a null algorithm lets cuBLASLt choose one
+        // and a null workspace of 0 bytes asks for none, as PyTorch passes.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                (&alpha as *const i32).cast(),
+                (&beta as *const i32).cast(),
+                ptrs.a as *const c_void,
+                plan.a,
+                ptrs.b as *const c_void,
+                plan.b,
+                ptrs.c as *const c_void,
+                plan.c,
+                ptrs.c as *mut c_void,
+                plan.c,
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                0,
+                stream,
+            )
+        }
+        .map_err(|e| lt_err("cublasLtMatmul", e))
+    }
+}
+
 impl Drop for Lt {
     fn drop(&mut self) {
         // Plans reference the handle only through calls; drop them first.
         self.plans.clear();
+        self.int8_plans.clear();
         let _ = bind(&self.device);
         let _setup = super::driver::setup_lock();
         // SAFETY: created once in `new`, destroyed once, here.
@@ -385,6 +442,80 @@ impl LtPlan {
 }
 
 impl Drop for LtPlan {
+    fn drop(&mut self) {
+        // SAFETY: the plan owns these descriptors (created once in `new`) and
+        // destroys each once; no call using them is pending on the host side.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for l in [self.a, self.b, self.c] {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+        }
+    }
+}
+
+/// The column-major problem of an int8 GEMM (`at::cuda::blas::int8_gemm`):
+/// `op(A)` is `m x k` (A stored `k x m` when transposed), `op(B)` `k x n`,
+/// C `m x n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Int8Key {
+    pub(super) trans_a: bool,
+    pub(super) trans_b: bool,
+    pub(super) m: u64,
+    pub(super) n: u64,
+    pub(super) k: u64,
+    pub(super) lda: i64,
+    pub(super) ldb: i64,
+    pub(super) ldc: i64,
+}
+
+/// An int8 GEMM's descriptors as `int8_gemm` makes them: compute
+/// `CUBLAS_COMPUTE_32I` with `CUDA_R_32I` scales, A and B `CUDA_R_8I`, C
+/// `CUDA_R_32I`. No algorithm is planned: PyTorch passes none ("heuristics
+/// don't seem to work for int8"); integer sums are exact, so the one
+/// cuBLASLt picks does not change the result.
+#[derive(Debug)]
+pub(super) struct Int8Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    c: sys::cublasLtMatrixLayout_t,
+}
+
+impl Int8Plan {
+    fn new(key: &Int8Key) -> Result<Int8Plan, CudaError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        use sys::cudaDataType::{CUDA_R_32I, CUDA_R_8I};
+        let mut parts = Parts::default();
+        let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32I, CUDA_R_32I)
+            .map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
+        parts.desc = Some(desc);
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
+        let mut layout = |ty, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
+            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
+            let l = lt::create_matrix_layout(ty, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))?;
+            parts.layouts.push(l);
+            Ok(l)
+        };
+        let a = layout(CUDA_R_8I, key.m, key.k, key.lda, key.trans_a)?;
+        let b = layout(CUDA_R_8I, key.k, key.n, key.ldb, key.trans_b)?;
+        let c = layout(CUDA_R_32I, key.m, key.n, key.ldc, false)?;
+        // The plan takes the descriptors.
+        parts.desc = None;
+        parts.layouts.clear();
+        Ok(Int8Plan { desc, a, b, c })
+    }
+}
+
+impl Drop for Int8Plan {
     fn drop(&mut self) {
         // SAFETY: the plan owns these descriptors (created once in `new`) and
         // destroys each once; no call using them is pending on the host side.

@@ -1,5 +1,5 @@
 //! The GEMM family (`mm`, `bmm`, `addmm`, `_addmm_activation`, `baddbmm`,
-//! `addbmm`) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
+//! `addbmm`; the int8 `_int_mm` in [`super::int_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
 //! them (`aten/src/ATen/native/cuda/Blas.cpp`), so that results are equal:
 //!
 //! * Layouts follow `cublasCommonArgs` / `prepare_matrix_for_cublas` (2-D)
@@ -61,6 +61,7 @@ pub(super) fn call(
         ExternOp::Bmm => baddbmm(backend, call, &a, false)?,
         ExternOp::Baddbmm => baddbmm(backend, call, &a, true)?,
         ExternOp::Addbmm => addbmm(backend, call, &a)?,
+        ExternOp::IntMm => super::int_mm::int_mm(backend, call, &a)?,
         _ => return Ok(None),
     };
     if let Some(t0) = first {
@@ -108,7 +109,7 @@ fn math_mode(math: &MathModes, dtype: DType, batched: bool) -> cublasMath_t {
 
 /// A matrix: the last two dimensions of a tensor, at `ptr`.
 #[derive(Clone, Copy, Debug)]
-struct Mat {
+pub(super) struct Mat {
     ptr: CUdeviceptr,
     rows: i64,
     cols: i64,
@@ -117,7 +118,7 @@ struct Mat {
 }
 
 impl Mat {
-    fn of(t: &CudaTensor) -> Mat {
+    pub(super) fn of(t: &CudaTensor) -> Mat {
         let (s, st) = (&t.spec.size, &t.spec.stride);
         let r = s.len();
         Mat {
@@ -139,7 +140,7 @@ impl Mat {
 }
 
 /// PyTorch's `is_contiguous` (dimensions of size 1 ignored; empty tensors are contiguous).
-fn is_contiguous(size: &[i64], stride: &[i64]) -> bool {
+pub(super) fn is_contiguous(size: &[i64], stride: &[i64]) -> bool {
     if size.contains(&0) {
         return true;
     }
@@ -188,18 +189,18 @@ fn cublas_layout(m: &Mat) -> Option<bool> {
 
 /// `cublasCommonArgs`: the column-major problem for `c = mat1 @ mat2`.
 #[derive(Clone, Copy, Debug)]
-struct Common {
+pub(super) struct Common {
     /// The result is row-major (computed as `C^T = B^T A^T`).
-    transpose_result: bool,
-    m: i64,
-    n: i64,
-    k: i64,
-    a: GemmOperand,
-    b: GemmOperand,
-    c: GemmOperand,
+    pub(super) transpose_result: bool,
+    pub(super) m: i64,
+    pub(super) n: i64,
+    pub(super) k: i64,
+    pub(super) a: GemmOperand,
+    pub(super) b: GemmOperand,
+    pub(super) c: GemmOperand,
 }
 
-fn common(mat1: &Mat, mat2: &Mat, c: &Mat) -> Option<Common> {
+pub(super) fn common(mat1: &Mat, mat2: &Mat, c: &Mat) -> Option<Common> {
     let tr = cublas_layout(c)?;
     let (ma, mb) = if tr { (mat2, mat1) } else { (mat1, mat2) };
     let (mut ta, mut tb) = (cublas_layout(ma)?, cublas_layout(mb)?);
@@ -304,7 +305,7 @@ fn expand_strides(a: &CallArgs<'_>, bias: &TensorSpec, shape: &[i64]) -> Result<
     Ok(strides)
 }
 
-fn matrix_arg(a: &CallArgs<'_>, i: usize, name: &str, rank: usize) -> Result<CudaTensor, ExecError> {
+pub(super) fn matrix_arg(a: &CallArgs<'_>, i: usize, name: &str, rank: usize) -> Result<CudaTensor, ExecError> {
     let t = a.tensor(i, name)?;
     if t.spec.size.len() != rank {
         return Err(a.err(format!("`{name}` has rank {}, expected {rank}", t.spec.size.len())));
@@ -321,7 +322,7 @@ fn same_dtype(a: &CallArgs<'_>, x: &CudaTensor, y: &CudaTensor, what: &str) -> R
 
 /// The result: `out=` (checked against `shape` and `dtype`) or a new tensor
 /// (the declared layout when it matches, else contiguous); true for `out=`.
-fn result_tensor(
+pub(super) fn result_tensor(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
     a: &CallArgs<'_>,
@@ -351,7 +352,7 @@ fn result_tensor(
     }
 }
 
-fn done(c: CudaTensor, returns_out: bool) -> Option<Value<CudaTensor>> {
+pub(super) fn done(c: CudaTensor, returns_out: bool) -> Option<Value<CudaTensor>> {
     Some(if returns_out { Value::None } else { Value::Tensor(c) })
 }
 

@@ -34,6 +34,7 @@ mod dnn_graph;
 mod driver;
 mod fallback;
 mod graph;
+mod int_mm;
 pub(crate) mod kernels;
 mod launch;
 mod libraries;

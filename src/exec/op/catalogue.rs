@@ -28,7 +28,7 @@ pub const VIEW: &str = "view (aliases its input)";
 /// (cuDNN, FlashAttention or the memory-efficient CUTLASS kernels).
 pub const OWN_ATTENTION: &str = "flash-attention kernel";
 
-/// wrapir's NVRTC kernels for index, scatter, jagged, top-k, segment,
+/// wrapir's NVRTC kernels for index, scatter, jagged, top-k, sort, segment,
 /// random and complex ops, which compute what ATen's kernels compute.
 const KERNEL: &str = "built-in kernel";
 
@@ -41,7 +41,7 @@ pub enum CudaRoute {
     Conv,
     /// The attention ops (`exec::cuda::attention`).
     Attention,
-    /// The built-in index, scatter, jagged and top-k kernels (`exec::cuda::kernels::ops`).
+    /// The built-in index, scatter, jagged, top-k and sort kernels (`exec::cuda::kernels::ops`).
     Kernel,
     /// Views, complex pointwise ops, segment reductions and random numbers
     /// (`exec::cuda::kernels::extra`).
@@ -161,6 +161,8 @@ catalogue! {
     Baddbmm(BADDBMM) = "aten.baddbmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
     /// `aten.addbmm`.
     Addbmm(ADDBMM) = "aten.addbmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
+    /// `aten._int_mm`: int8 x int8 with int32 results.
+    IntMm(INT_MM) = "aten._int_mm", host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
     /// `aten.convolution`.
     Convolution(CONVOLUTION) = "aten.convolution", host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     /// `aten.nonzero`.
@@ -187,6 +189,8 @@ catalogue! {
     IndexPut(INDEX_PUT) = "aten.index_put_", host: true, cuda: cuda(Kernel, KERNEL, "all");
     /// `aten.topk`.
     Topk(TOPK) = "aten.topk", host: true, cuda: cuda(Kernel, KERNEL, "all");
+    /// `aten.sort`.
+    Sort(SORT) = "aten.sort", host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool (stable order)");
     /// `aten.segment_reduce`.
     SegmentReduce(SEGMENT_REDUCE) = "aten.segment_reduce", host: true, cuda: cuda(Extra, KERNEL, "f32, f64, f16, bf16");
     /// `aten.randint` (PyTorch's CUDA values on every backend).
@@ -219,10 +223,6 @@ catalogue! {
     Item(ITEM) = "aten.item", host: true, cuda: None;
     /// `aten.cumsum`.
     Cumsum(CUMSUM) = "aten.cumsum", host: true, cuda: None;
-    /// `aten.sort`.
-    Sort(SORT) = "aten.sort", host: true, cuda: None;
-    /// `aten._int_mm`.
-    IntMm(INT_MM) = "aten._int_mm", host: true, cuda: None;
     /// `aten.mkldnn_rnn_layer`: one layer and direction of an LSTM.
     MkldnnRnnLayer(MKLDNN_RNN_LAYER) = "aten.mkldnn_rnn_layer", host: true, cuda: None;
     /// `aten.copy_`.

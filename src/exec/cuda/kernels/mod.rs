@@ -2,7 +2,8 @@
 //! that cuBLAS does not cover: boolean-mask compaction (`nonzero`,
 //! `masked_select`, `index.Tensor` with a mask), the jagged <-> padded dense
 //! conversions and their backward ops, `scatter_` / `scatter_reduce_` /
-//! `scatter_add_`, `index_put_` and `topk`.
+//! `scatter_add_`, `index_put_` and `topk`; `sort` has a module of its own
+//! (`sort.rs`, `sort.cu`).
 //!
 //! The CUDA source (`builtin.cu`, templates instantiated per dtype or per
 //! element width) is compiled to a cubin with NVRTC once per compute
@@ -26,6 +27,7 @@
 mod extra;
 mod image;
 mod ops;
+mod sort;
 
 pub(super) use image::{digest, load_module, store, KernelSource};
 pub use image::{prebuild_kernels, PrebuiltImage};

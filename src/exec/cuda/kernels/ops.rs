@@ -69,6 +69,7 @@ pub(super) fn run(
         }
         ExternOp::IndexPut => index_put(backend, &a),
         ExternOp::Topk => topk(backend, &a),
+        ExternOp::Sort => super::sort::sort(backend, call),
         _ => Ok(None),
     }
 }

@@ -132,4 +132,20 @@ pub(super) static IMAGES: &[Prebuilt] = &[
         size: 310024,
         deflated: include_bytes!("extra-sm90.cubin.deflate"),
     },
+    Prebuilt {
+        id: "sort",
+        major: 8,
+        minor: 0,
+        digest: [0xd4ee54afcc39863d, 0xe1a8514872a526a2],
+        size: 644648,
+        deflated: include_bytes!("sort-sm80.cubin.deflate"),
+    },
+    Prebuilt {
+        id: "sort",
+        major: 9,
+        minor: 0,
+        digest: [0x56542560adf4d89e, 0xd937674a9d424f21],
+        size: 664808,
+        deflated: include_bytes!("sort-sm90.cubin.deflate"),
+    },
 ];
