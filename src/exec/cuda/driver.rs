@@ -703,12 +703,15 @@ mod tests {
         let a = setup_lock();
         let b = setup_lock(); // would deadlock if setups excluded each other
         let captured = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&captured);
+        let ended = Arc::new(AtomicBool::new(false));
+        let (flag, end) = (Arc::clone(&captured), Arc::clone(&ended));
         let capture = std::thread::spawn(move || {
             let _c = capture_lock();
             flag.store(true, Ordering::SeqCst);
             let _d = capture_lock(); // captures share
             std::thread::sleep(Duration::from_millis(50));
+            // Set while both guards are held: a setup that starts later sees it.
+            end.store(true, Ordering::SeqCst);
         });
         std::thread::sleep(Duration::from_millis(50));
         assert!(!captured.load(Ordering::SeqCst), "a capture started during a setup");
@@ -725,7 +728,8 @@ mod tests {
         // The capture holds the phase for 50 ms: a setup now waits for it.
         let t0 = std::time::Instant::now();
         let _s = setup_lock();
-        assert!(capture.is_finished(), "a setup started during a capture");
+        // (Not `is_finished`: the thread may still be exiting after its guards dropped.)
+        assert!(ended.load(Ordering::SeqCst), "a setup started during a capture");
         assert!(t0.elapsed() > Duration::from_millis(10));
         capture.join().unwrap();
     }
