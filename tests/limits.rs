@@ -526,7 +526,11 @@ fn sym_regressions_end_within_the_prover_limits() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("sym_")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("sym_"))
+        })
         .collect();
     files.sort();
     assert!(files.len() >= 8, "{files:?}");
