@@ -361,8 +361,10 @@ enum Command {
         #[arg(long, default_value = "auto")]
         graph_reads: wrapir::runtime::cuda::GraphReads,
         /// How graph replay orders the operations: `single` (one chain, as
-        /// the program lists them) or `concurrent` (by the program's
-        /// dependency DAG, independent kernels at once; `check --dag` prints it).
+        /// the program lists them), `concurrent` (by the program's
+        /// dependency DAG, independent kernels at once; `check --dag` prints it)
+        /// or `auto` (each graph segment both ways, timed, the faster kept;
+        /// the serving API's default).
         #[arg(long, default_value = "single")]
         graph_streams: wrapir::runtime::cuda::GraphStreams,
         /// Run the extern ops the device does not implement on the host

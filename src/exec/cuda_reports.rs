@@ -132,9 +132,14 @@ impl std::str::FromStr for GraphReads {
 /// branches of an inception block) run at the same time; the arena is
 /// then planned so that buffers of operations that may overlap never share
 /// memory (it may grow: `Prepared::arena_bytes` against
-/// `Prepared::single_stream_arena_bytes`). Direct (non-graph) replay runs
-/// one stream either way. Default `Single` until measurements on the GPU
-/// say concurrent replay is faster.
+/// `Prepared::single_stream_arena_bytes`). **Auto**: recorded as for
+/// `Concurrent`, then each graph segment is captured both ways when it is
+/// first replayed, both are timed on the device, and the concurrent graph
+/// is kept only where it is measurably faster (`Prepared::stream_choices`
+/// says what was measured and chosen); a recording that writes its inputs
+/// is not replayed for timing and stays one chain. Direct (non-graph)
+/// replay runs one stream either way. The backend's default is `Single`;
+/// the serving API (`Model`) defaults to `Auto`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GraphStreams {
     /// One chain of operations in program order.
@@ -142,34 +147,72 @@ pub enum GraphStreams {
     Single,
     /// Operations ordered by the program's dependency DAG.
     Concurrent,
+    /// Concurrent per graph segment where measured faster, else one chain.
+    Auto,
+}
+
+impl GraphStreams {
+    /// Whether the recording is planned for concurrent replay (its
+    /// operations get their DAG dependencies and the arena keeps buffers of
+    /// operations that may overlap apart): `Concurrent` and `Auto`.
+    pub fn plans_concurrency(self) -> bool {
+        matches!(self, GraphStreams::Concurrent | GraphStreams::Auto)
+    }
 }
 
 impl std::str::FromStr for GraphStreams {
     type Err = String;
 
-    /// `single` or `concurrent`.
+    /// `single`, `concurrent` or `auto`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "single" => Ok(GraphStreams::Single),
             "concurrent" => Ok(GraphStreams::Concurrent),
-            other => Err(format!("`{other}`: expected single or concurrent")),
+            "auto" => Ok(GraphStreams::Auto),
+            other => Err(format!("`{other}`: expected single, concurrent or auto")),
         }
     }
+}
+
+/// What [`GraphStreams::Auto`] measured for one graph segment and chose.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StreamChoice {
+    /// Operations in the segment.
+    pub ops: usize,
+    /// Device µs of one replay of the segment as one chain (median).
+    pub single_us: f64,
+    /// Device µs of one replay of the segment ordered by the DAG (median).
+    pub concurrent_us: f64,
+    /// Whether the concurrent graph was kept: it was faster than the chain
+    /// by more than the noise margin ([`StreamChoice::MARGIN`]).
+    pub concurrent: bool,
+}
+
+impl StreamChoice {
+    /// The concurrent graph is kept only below this fraction of the
+    /// chain's time, so that noise never picks a slower graph.
+    pub const MARGIN: f64 = 0.98;
 }
 
 /// The device time of a recording's operations one by one, and its
 /// critical-path bound (`Prepared::critical_path`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CriticalPath {
-    /// The sum of every operation's isolated device µs (what one stream
-    /// needs at least).
+    /// The sum of every operation's device µs (what one stream needs at
+    /// least). Each operation is timed as a graph of
+    /// [`CriticalPath::REPEATS`] copies of itself replayed back to back,
+    /// divided by the copies: its device time inside a graph, without the
+    /// launch and event overhead of timing it alone.
     pub sum_us: f64,
     /// The longest chain of dependent operations (the program's DAG; one
-    /// chain for a recording that is not concurrent), each at its isolated
-    /// device µs. An isolated time includes the operation's launch
-    /// overhead, so on an H100 this lay above the concurrent replay's
-    /// device time: an estimate of the critical path, not a lower bound.
+    /// chain for a recording that is not concurrent), each at its device
+    /// µs as above: the critical-path bound of concurrent replay.
     pub critical_us: f64,
     /// Operations timed.
     pub ops: usize,
+}
+
+impl CriticalPath {
+    /// Copies of an operation in the graph that times it.
+    pub const REPEATS: usize = 16;
 }

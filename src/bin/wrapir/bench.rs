@@ -178,8 +178,9 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                     }
                     if let Some(c) = g.critical_path {
                         out += &format!(
-                            "operations one by one ({} timed with events, launch overhead included): {:.2} us summed, longest dependent chain {:.2} us ({:.2}x)\n",
+                            "operations one by one ({} timed with events, each as a graph of {} copies): {:.2} us summed, longest dependent chain (critical-path bound) {:.2} us ({:.2}x)\n",
                             c.ops,
+                            wrapir::runtime::cuda::CriticalPath::REPEATS,
                             c.sum_us,
                             c.critical_us,
                             c.sum_us / c.critical_us.max(f64::MIN_POSITIVE)

@@ -48,9 +48,10 @@ pub fn place_inputs(
     RunError,
 > {
     // Concurrent graph replay orders operations by the program's DAG.
-    let plan = match backend.options.graph_streams {
-        super::GraphStreams::Single => compile_program(program)?,
-        super::GraphStreams::Concurrent => crate::exec::compile_program_with_dag(program, &backend.limits())?,
+    let plan = if backend.options.graph_streams.plans_concurrency() {
+        crate::exec::compile_program_with_dag(program, &backend.limits())?
+    } else {
+        compile_program(program)?
     };
     let (args, constants) = place_host_inputs(program, inputs, &mut |_, host, spec| backend.place(host, spec))?;
     Ok((plan, args, constants))

@@ -74,11 +74,12 @@ pub struct ModelOptions {
     /// (default: the machine's parallelism, at most 8); 0 leaves each plan
     /// to the first call that needs it.
     pub plan_threads: usize,
-    /// How graph replay orders each recording's operations: one chain
-    /// ([`GraphStreams::Single`], the default, which also forces single
-    /// stream), or by the program's dependency DAG so that independent
-    /// kernels run concurrently ([`GraphStreams::Concurrent`]; see
-    /// [`CudaOptions::graph_streams`]).
+    /// How graph replay orders each recording's operations: by the
+    /// program's dependency DAG where that was measured faster on this
+    /// device, segment by segment, else one chain ([`GraphStreams::Auto`],
+    /// the default); always one chain ([`GraphStreams::Single`], which also
+    /// forces single stream); or always by the DAG
+    /// ([`GraphStreams::Concurrent`]). See [`CudaOptions::graph_streams`].
     pub graph_streams: GraphStreams,
 }
 
@@ -93,7 +94,7 @@ impl Default for ModelOptions {
             warm_up: true,
             paths: CudaPaths::default(),
             plan_threads: std::thread::available_parallelism().map_or(4, |n| n.get().min(8)),
-            graph_streams: GraphStreams::Single,
+            graph_streams: GraphStreams::Auto,
         }
     }
 }
@@ -239,9 +240,10 @@ impl Model {
                 message: format!("{INPUTS}: {e}"),
             })?
         };
-        let plan = match options.graph_streams {
-            GraphStreams::Single => compile_program_with_limits(&program, &options.limits)?,
-            GraphStreams::Concurrent => crate::exec::compile_program_with_dag(&program, &options.limits)?,
+        let plan = if options.graph_streams.plans_concurrency() {
+            crate::exec::compile_program_with_dag(&program, &options.limits)?
+        } else {
+            compile_program_with_limits(&program, &options.limits)?
         };
         let mut cuda = CudaOptions {
             kernels: source.kernel_images(),

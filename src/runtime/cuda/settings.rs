@@ -22,9 +22,9 @@ pub struct CudaSettings {
     /// Threads that make the convolution plans ahead (default: the machine's
     /// parallelism, at most 8; 0 leaves each to its first call).
     pub plan_threads: usize,
-    /// How graph replay orders a recording's operations (default
-    /// single stream; `Concurrent` runs independent kernels at once, see
-    /// [`super::ModelOptions::graph_streams`]).
+    /// How graph replay orders a recording's operations (default `Auto`:
+    /// independent kernels at once where measured faster; `Single` forces
+    /// one stream; see [`super::ModelOptions::graph_streams`]).
     pub graph_streams: GraphStreams,
 }
 

@@ -27,10 +27,11 @@
 //! inputs), so their results are those of the direct replay, bit for bit.
 
 mod guarded;
+mod timing;
 
 use super::prepared::{check_reads, launch, read_runs, Concurrency, Op, Prepared};
-use super::{CriticalPath, GraphReads, LaunchFloor, Replay};
 use super::{CudaBackend, Storage};
+use super::{GraphReads, GraphStreams, LaunchFloor, Replay, StreamChoice};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
 use std::sync::Arc;
@@ -112,6 +113,8 @@ enum Form {
 #[derive(Debug)]
 pub(super) struct SegmentGraphs {
     form: Form,
+    /// What [`GraphStreams::Auto`] measured and chose, per segment it chose for.
+    choices: Vec<StreamChoice>,
 }
 
 impl SegmentGraphs {
@@ -326,7 +329,12 @@ fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Segment
         };
         if why.is_none() {
             match guarded::capture_guarded(backend, &mut prepared.ops) {
-                Ok(g) => return Ok(SegmentGraphs { form: Form::Guarded(g) }),
+                Ok(g) => {
+                    return Ok(SegmentGraphs {
+                        form: Form::Guarded(g),
+                        choices: Vec::new(),
+                    })
+                }
                 // The driver refused the one graph (a library call it would not
                 // capture into a conditional body): segments, saying why.
                 Err(e) => why = Some(format!("one graph failed: {e}")),
@@ -334,32 +342,36 @@ fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Segment
         }
     }
     let mut parts = Vec::new();
+    let mut choices = Vec::new();
     let mut start = 0usize;
     let runs: Vec<_> = read_runs(&prepared.ops).collect();
     let deps = prepared.concurrency.as_ref();
+    // Auto replays each segment to time it: only where a replay may repeat.
+    let choose = backend.options.graph_streams == GraphStreams::Auto && prepared.writes_inputs().is_none();
+    let mut segment = |range: std::ops::Range<usize>, ops: &mut [Op]| -> Result<Part, ExecError> {
+        let concurrent = capture_segment(backend, ops, range.clone(), deps)?;
+        if !(choose && deps.is_some()) {
+            return Ok(Part::Graph(concurrent));
+        }
+        let single = capture_segment(backend, ops, range.clone(), None)?;
+        let choice = timing::choose(backend, &single, &concurrent, range.len())?;
+        choices.push(choice);
+        Ok(Part::Graph(if choice.concurrent { concurrent } else { single }))
+    };
     for run in runs {
         if run.start > start {
-            parts.push(Part::Graph(capture_segment(
-                backend,
-                &mut prepared.ops,
-                start..run.start,
-                deps,
-            )?));
+            parts.push(segment(start..run.start, &mut prepared.ops)?);
         }
         start = run.end;
         parts.push(Part::Reads(run));
     }
     let end = prepared.ops.len();
     if end > start {
-        parts.push(Part::Graph(capture_segment(
-            backend,
-            &mut prepared.ops,
-            start..end,
-            deps,
-        )?));
+        parts.push(segment(start..end, &mut prepared.ops)?);
     }
     Ok(SegmentGraphs {
         form: Form::Segments { parts, why },
+        choices,
     })
 }
 
@@ -421,10 +433,10 @@ impl Prepared {
     /// first graph replay.
     pub fn graph_form(&self) -> Option<String> {
         let reads = self.reads();
-        let concurrent = if self.is_concurrent() {
-            ", operations ordered by the program's DAG"
-        } else {
-            ""
+        let concurrent = match self.graphs.as_ref().map(|g| g.choices.as_slice()) {
+            Some(choices) if !choices.is_empty() => auto_form(choices),
+            _ if self.is_concurrent() => ", operations ordered by the program's DAG".to_string(),
+            _ => String::new(),
         };
         self.graphs.as_ref().map(|g| match &g.form {
             Form::Guarded(_) if self.is_concurrent() => format!(
@@ -438,122 +450,24 @@ impl Prepared {
             ),
         })
     }
-
-    /// Device µs of one replay of the captured graphs, timed with events
-    /// around it on an idle stream (median of `samples`): the device floor
-    /// of the recording's work. Only where the recording is one graph
-    /// (`None` for segments, whose host reads sit between the graphs, and
-    /// before the first graph replay).
-    pub fn graph_device_us(&self, backend: &CudaBackend, samples: usize) -> Result<Option<f64>, ExecError> {
-        let graph = match self.graphs.as_ref().map(|g| &g.form) {
-            Some(Form::Guarded(g)) => g.graph(),
-            Some(Form::Segments { parts, why: None }) if parts.len() == 1 => match parts.first() {
-                Some(Part::Graph(g)) => g,
-                _ => return Ok(None),
-            },
-            _ => return Ok(None),
-        };
-        let stream = backend.device.stream.cu_stream();
-        backend.synchronize()?;
-        let events = Events::new()?;
-        let mut times = Vec::with_capacity(samples.max(1));
-        for _ in 0..samples.max(1) {
-            times.push(events.time(stream, || graph.launch(stream))?);
-        }
-        Ok(Some(median(times)))
-    }
 }
 
-impl Prepared {
-    /// Each operation (launch, library call, memset) queued alone and timed
-    /// with events around it on an idle stream (median of `samples`), and
-    /// what those times give: their sum, and the longest chain of
-    /// dependent operations. `None` for a recording with device reads. The
-    /// operations write what they write again (as a replay does).
-    pub fn critical_path(&mut self, backend: &CudaBackend, samples: usize) -> Result<Option<CriticalPath>, ExecError> {
-        if self.reads() > 0 {
-            return Ok(None);
-        }
-        let stream = backend.device.stream.cu_stream();
-        backend.synchronize()?;
-        let events = Events::new()?;
-        let mut times = Vec::with_capacity(self.ops.len());
-        for op in self.ops.iter_mut() {
-            let mut samples_us = Vec::with_capacity(samples.max(1));
-            for _ in 0..samples.max(1) {
-                samples_us.push(events.time(stream, || queue_op(backend, op, stream))?);
-            }
-            times.push(median(samples_us));
-        }
-        // Longest chain: operations are in a topological order of their
-        // dependencies (each depends on earlier ones only).
-        let mut finish = vec![0f64; times.len()];
-        for (i, t) in times.iter().enumerate() {
-            let before = match self.concurrency.as_ref() {
-                Some(c) => c
-                    .deps
-                    .get(i)
-                    .map(|d| d.iter().filter_map(|j| finish.get(*j)).fold(0f64, |a, b| a.max(*b)))
-                    .unwrap_or(0.0),
-                None => i.checked_sub(1).and_then(|j| finish.get(j)).copied().unwrap_or(0.0),
+/// What [`GraphStreams::Auto`] chose, for [`Prepared::graph_form`]: per
+/// segment, the order kept and both device times.
+fn auto_form(choices: &[StreamChoice]) -> String {
+    let each: Vec<String> = choices
+        .iter()
+        .map(|c| {
+            let (kept, other, other_name) = if c.concurrent {
+                ("ordered by the program's DAG", c.single_us, "as one chain")
+            } else {
+                ("one chain", c.concurrent_us, "ordered by the DAG")
             };
-            finish[i] = before + t;
-        }
-        Ok(Some(CriticalPath {
-            sum_us: times.iter().sum(),
-            critical_us: finish.iter().fold(0f64, |a, b| a.max(*b)),
-            ops: times.len(),
-        }))
-    }
-}
-
-/// Two timing events, destroyed on drop.
-struct Events {
-    start: sys::CUevent,
-    end: sys::CUevent,
-}
-
-impl Events {
-    fn new() -> Result<Events, ExecError> {
-        let mut events = Events {
-            start: std::ptr::null_mut(),
-            end: std::ptr::null_mut(),
-        };
-        for e in [&mut events.start, &mut events.end] {
-            // SAFETY: a valid out-pointer; the context is bound by the caller.
-            check(unsafe { sys::cuEventCreate(e, 0) }, "cuEventCreate")?;
-        }
-        Ok(events)
-    }
-
-    /// Device µs between events recorded before and after `queue` on `stream`.
-    fn time(&self, stream: sys::CUstream, queue: impl FnOnce() -> Result<(), ExecError>) -> Result<f64, ExecError> {
-        // SAFETY: both events belong to the stream's (bound) context.
-        check(unsafe { sys::cuEventRecord(self.start, stream) }, "cuEventRecord")?;
-        queue()?;
-        // SAFETY: as above.
-        check(unsafe { sys::cuEventRecord(self.end, stream) }, "cuEventRecord")?;
-        // SAFETY: `end` was recorded above.
-        check(unsafe { sys::cuEventSynchronize(self.end) }, "cuEventSynchronize")?;
-        let mut ms = 0f32;
-        // SAFETY: both events have completed; `ms` is a valid out-pointer.
-        let result = unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end) };
-        check(result, "cuEventElapsedTime")?;
-        Ok(f64::from(ms) * 1e3)
-    }
-}
-
-impl Drop for Events {
-    fn drop(&mut self) {
-        for e in [self.start, self.end] {
-            if !e.is_null() {
-                // SAFETY: created once in `new`, destroyed once here.
-                unsafe {
-                    let _ = sys::cuEventDestroy_v2(e);
-                }
-            }
-        }
-    }
+            let kept_us = if c.concurrent { c.concurrent_us } else { c.single_us };
+            format!("{kept} ({kept_us:.2} us; {other:.2} us {other_name})")
+        })
+        .collect();
+    format!(", measured (auto): {}", each.join("; "))
 }
 
 const EMPTY_KERNEL: &str = r#"extern "C" __global__ void empty_k(float* p, int n) { if (threadIdx.x == 0 && blockIdx.x == (1u << 30)) p[0] = n; }"#;

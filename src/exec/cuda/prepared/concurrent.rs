@@ -26,7 +26,7 @@
 //! lowest offset clear of every buffer they interfere with, as the
 //! single-stream plan packs by recording intervals.
 
-use super::{Buffer, Event, ARENA_ALIGN};
+use super::{Buffer, Event};
 use crate::exec::cuda::library::LaneWorkspaces;
 use crate::exec::cuda::{CudaBackend, Storage};
 use crate::exec::dag::Dag;
@@ -316,37 +316,10 @@ fn interfere(x: &Buffer, y: &Buffer, reach: &Reach) -> bool {
     unused_output(x) || unused_output(y) || !(all_before(x, y, reach) || all_before(y, x, reach))
 }
 
-/// Offsets for `buffers` in one arena, interfering buffers apart (largest
-/// first, each at the lowest offset that fits). Returns the offsets and the
-/// arena size.
+/// Offsets for `buffers` in one arena, interfering buffers apart. Returns
+/// the offsets and the arena size.
 fn pack(buffers: &[Buffer], reach: &Reach) -> (Vec<u64>, u64) {
-    let round = |b: u64| b.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-    let mut order: Vec<usize> = (0..buffers.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(buffers[i].bytes), i));
-    let mut offsets = vec![0u64; buffers.len()];
-    let mut placed: Vec<usize> = Vec::new();
-    let mut total = 0u64;
-    for i in order {
-        let b = &buffers[i];
-        let size = round(b.bytes.max(1));
-        let mut clashes: Vec<(u64, u64)> = placed
-            .iter()
-            .filter(|&&j| interfere(b, &buffers[j], reach))
-            .map(|&j| (offsets[j], offsets[j] + round(buffers[j].bytes.max(1))))
-            .collect();
-        clashes.sort_unstable();
-        let mut at = 0u64;
-        for (lo, hi) in clashes {
-            if at + size <= lo {
-                break;
-            }
-            at = at.max(hi);
-        }
-        offsets[i] = at;
-        total = total.max(at + size);
-        placed.push(i);
-    }
-    (offsets, total)
+    super::pack_apart(buffers, |x, y| interfere(x, y, reach))
 }
 
 #[cfg(test)]

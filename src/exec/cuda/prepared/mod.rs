@@ -199,7 +199,8 @@ pub struct Prepared {
     /// Where a run of consecutive device reads is copied with one wait
     /// (made at recording when the recording has such a run).
     pub(super) read_words: Option<PinnedWords>,
-    /// For concurrent graph replay ([`super::GraphStreams::Concurrent`]),
+    /// For concurrent graph replay ([`super::GraphStreams::Concurrent`],
+    /// [`super::GraphStreams::Auto`]),
     /// each operation's dependencies (earlier operations) and library
     /// workspace lane; `None`: one chain.
     pub(super) concurrency: Option<concurrent::Concurrency>,
@@ -220,9 +221,15 @@ impl std::fmt::Debug for Prepared {
 }
 
 /// Offsets for `buffers` in one arena: buffers whose event intervals overlap
-/// get disjoint byte ranges (largest first, each at the lowest offset that
-/// fits). Returns the offsets and the arena size.
+/// get disjoint byte ranges. Returns the offsets and the arena size.
 fn pack(buffers: &[Buffer]) -> (Vec<u64>, u64) {
+    pack_apart(buffers, |x, y| x.first <= y.last && y.first <= x.last)
+}
+
+/// Offsets for `buffers` in one arena, buffers that `clash` at disjoint byte
+/// ranges (largest first, each at the lowest offset that fits, every size
+/// rounded to [`ARENA_ALIGN`]). Returns the offsets and the arena size.
+fn pack_apart(buffers: &[Buffer], clash: impl Fn(&Buffer, &Buffer) -> bool) -> (Vec<u64>, u64) {
     let round = |b: u64| b.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
     let mut order: Vec<usize> = (0..buffers.len()).collect();
     order.sort_by_key(|&i| (std::cmp::Reverse(buffers[i].bytes), i));
@@ -234,7 +241,7 @@ fn pack(buffers: &[Buffer]) -> (Vec<u64>, u64) {
         let size = round(b.bytes.max(1));
         let mut clashes: Vec<(u64, u64)> = placed
             .iter()
-            .filter(|&&j| buffers[j].first <= b.last && b.first <= buffers[j].last)
+            .filter(|&&j| clash(b, &buffers[j]))
             .map(|&j| (offsets[j], offsets[j] + round(buffers[j].bytes.max(1))))
             .collect();
         clashes.sort_unstable();
@@ -296,7 +303,7 @@ impl Prepared {
         let (mut offsets, single_stream_arena_bytes) = pack(&rec.buffers);
         let mut arena_bytes = single_stream_arena_bytes;
         let (mut concurrency, mut single_stream_why) = (None, None);
-        if rec.inner.options.graph_streams == super::GraphStreams::Concurrent {
+        if rec.inner.options.graph_streams.plans_concurrency() {
             match plan.dag() {
                 None => single_stream_why = Some("the plan has no dependency DAG".to_string()),
                 Some(dag) => match concurrent::plan(dag, &rec.events, &rec.event_nodes, &rec.buffers) {
