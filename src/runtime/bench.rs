@@ -208,5 +208,11 @@ pub fn bench_cuda(
     inputs: &IndexMap<String, Tensor>,
     bench: &BenchOptions,
 ) -> Result<CudaBench, BenchError> {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (bundle, program, inputs, bench);
+        Err(BenchError::Open(CudaError::NotBuilt))
+    }
+    #[cfg(feature = "cuda")]
     super::cuda::bench(bundle, program, inputs, bench)
 }

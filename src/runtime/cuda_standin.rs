@@ -1,19 +1,16 @@
 //! The runtime's CUDA names in a build without the `cuda` feature: the few
-//! that callers use in both builds (the CLI, [`crate::runtime::bench`]).
+//! that callers use in both builds (the CLI, [`crate::runtime::bench`]'s
+//! reports).
 //! Nothing here runs: every entry point returns [`CudaError::NotBuilt`]
 //! and no result is ever made up. See the real module (`runtime/cuda/`)
 //! for what each does.
 
-use crate::bundle::Bundle;
 pub use crate::exec::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use crate::exec::cuda_reports::{
     CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice,
 };
 use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
-use crate::exec::{ExecError, Tensor};
-use crate::ir::Program;
-use crate::runtime::bench::{BenchError, BenchOptions, CudaBench};
-use indexmap::IndexMap;
+use crate::exec::ExecError;
 
 /// Why the CUDA backend cannot run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -55,14 +52,4 @@ pub fn make_cudnn_plans(
     _paths: CudaPaths,
 ) -> Result<CudnnPlans, ModelError> {
     Err(CudaError::NotBuilt.into())
-}
-
-/// Benchmarks `program` on a GPU: [`BenchError::Open`] with [`CudaError::NotBuilt`].
-pub(crate) fn bench(
-    _bundle: &Bundle,
-    _program: &Program,
-    _inputs: &IndexMap<String, Tensor>,
-    _bench: &BenchOptions,
-) -> Result<CudaBench, BenchError> {
-    Err(BenchError::Open(CudaError::NotBuilt))
 }

@@ -129,8 +129,8 @@ fn run_on_host(
     Ok(results)
 }
 
-/// Rank `r` on GPU `r`, on its own thread, the collectives on NCCL.
-#[cfg(feature = "cuda")]
+/// Rank `r` on GPU `r`, on its own thread, the collectives on NCCL; in a
+/// build without the `cuda` feature, an error saying so.
 fn run_on_gpus(
     args: &RunArgs,
     set: &RankSet,
@@ -138,38 +138,34 @@ fn run_on_gpus(
     inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
     options: CollectiveOptions,
 ) -> Result<RanksRun> {
-    use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
-    let jobs = set
-        .ranks()
-        .iter()
-        .zip(programs)
-        .zip(inputs)
-        .enumerate()
-        .map(|(rank, ((bundle, program), inputs))| {
-            let mut backend = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
-            backend.paths = CudaPaths::from_env();
-            backend.ordinal = rank;
-            backend.host_fallback = args.allow_host_fallback;
-            CudaRankJob {
-                program,
-                backend,
-                inputs,
-            }
-        })
-        .collect();
-    Ok(run_ranks(set.groups().clone(), jobs, options))
-}
-
-/// Ranks on GPUs in a build without the `cuda` feature: an error saying so.
-#[cfg(not(feature = "cuda"))]
-fn run_on_gpus(
-    _args: &RunArgs,
-    _set: &RankSet,
-    _programs: &[ir::Program],
-    _inputs: &[indexmap::IndexMap<String, wrapir::exec::Tensor>],
-    _options: CollectiveOptions,
-) -> Result<RanksRun> {
-    Ok(Err(wrapir::runtime::cuda::CudaError::NotBuilt.into()))
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (args, set, programs, inputs, options);
+        Ok(Err(wrapir::runtime::cuda::CudaError::NotBuilt.into()))
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
+        let jobs = set
+            .ranks()
+            .iter()
+            .zip(programs)
+            .zip(inputs)
+            .enumerate()
+            .map(|(rank, ((bundle, program), inputs))| {
+                let mut backend = CudaOptions::for_bundle(bundle.kernel_images(), bundle.meta());
+                backend.paths = CudaPaths::from_env();
+                backend.ordinal = rank;
+                backend.host_fallback = args.allow_host_fallback;
+                CudaRankJob {
+                    program,
+                    backend,
+                    inputs,
+                }
+            })
+            .collect();
+        Ok(run_ranks(set.groups().clone(), jobs, options))
+    }
 }
 
 /// `wrapir check RANKSET`: each rank's program validated, its collectives

@@ -549,8 +549,8 @@ pub(crate) fn exec_host_fallback_hint(mut e: &wrapir::exec::ExecError) -> String
 /// `run --device cuda`: runs on the GPU with the bundle's math modes and
 /// prints the device, the outputs, the symbols bound and the extern ops that
 /// ran on the device and (with `--allow-host-fallback`) on the host; returns
-/// the outputs.
-#[cfg(feature = "cuda")]
+/// the outputs. In a build without the `cuda` feature: after the checks
+/// that need no GPU, an error saying so.
 fn run_cuda(
     args: &RunArgs,
     program: &Program,
@@ -559,66 +559,61 @@ fn run_cuda(
     meta: &BundleMeta,
     inputs: IndexMap<String, Tensor>,
 ) -> Result<Vec<Value<Tensor>>> {
-    use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
-    let mut options = CudaOptions::for_bundle(bundle.kernel_images(), meta);
-    options.host.skip_tensor_asserts = args.skip_asserts;
-    options.paths = cuda::CudaPaths::from_env();
-    options.host_fallback = args.allow_host_fallback;
-    let options = options.preload_for(program);
-    let extern_ops = options.extern_ops.clone();
-    // Kernels the backend cannot launch from an image, before the device opens.
-    super::kernels::require_kernel_images(bundle, true)?;
-    let mut backend =
-        CudaBackend::new(options).map_err(|e| anyhow::anyhow!("running {name} on cuda: opening the GPU: {e}"))?;
-    // Every image loads (checked for this GPU's architecture) before the first launch.
-    backend
-        .preload_kernels(program)
-        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
-    let device = match backend.device_name() {
-        Ok(gpu) => format!("cuda:{} ({gpu})", backend.ordinal()),
-        Err(_) => format!("cuda:{}", backend.ordinal()),
-    };
-    let failed = |e: wrapir::exec::RunError| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e));
-    let result = wrapir::exec::run_program(program, &mut backend, &inputs).map_err(failed)?;
-    let outputs = result
-        .outputs
-        .iter()
-        .map(|v| cuda::to_host(&mut backend, v))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| failed(e.into()))?;
-    backend
-        .synchronize()
-        .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
-    let mut out = format!("device: {device}\n");
-    let ran_on = format!("cuda:{}", backend.ordinal());
-    out += &describe_host_outputs(&outputs, args.print, &ran_on);
-    out += &describe_symbols(program, &result.symbols);
-    for (op, n) in extern_ops.device_ops() {
-        out += &format!("cuda op: {op} x{n}\n");
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (args, program, meta, inputs);
+        super::kernels::require_kernel_images(bundle, true)?;
+        bail!(
+            "running {name} on cuda: opening the GPU: {}",
+            wrapir::runtime::cuda::CudaError::NotBuilt
+        )
     }
-    for (op, n) in extern_ops.host_ops() {
-        out += &format!("host fallback: {op} x{n}\n");
+    #[cfg(feature = "cuda")]
+    {
+        use wrapir::exec::cuda::{self, CudaBackend, CudaOptions};
+        let mut options = CudaOptions::for_bundle(bundle.kernel_images(), meta);
+        options.host.skip_tensor_asserts = args.skip_asserts;
+        options.paths = cuda::CudaPaths::from_env();
+        options.host_fallback = args.allow_host_fallback;
+        let options = options.preload_for(program);
+        let extern_ops = options.extern_ops.clone();
+        // Kernels the backend cannot launch from an image, before the device opens.
+        super::kernels::require_kernel_images(bundle, true)?;
+        let mut backend =
+            CudaBackend::new(options).map_err(|e| anyhow::anyhow!("running {name} on cuda: opening the GPU: {e}"))?;
+        // Every image loads (checked for this GPU's architecture) before the first launch.
+        backend
+            .preload_kernels(program)
+            .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+        let device = match backend.device_name() {
+            Ok(gpu) => format!("cuda:{} ({gpu})", backend.ordinal()),
+            Err(_) => format!("cuda:{}", backend.ordinal()),
+        };
+        let failed =
+            |e: wrapir::exec::RunError| anyhow::anyhow!("running {name} on cuda: {e}{}", host_fallback_hint(&e));
+        let result = wrapir::exec::run_program(program, &mut backend, &inputs).map_err(failed)?;
+        let outputs = result
+            .outputs
+            .iter()
+            .map(|v| cuda::to_host(&mut backend, v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| failed(e.into()))?;
+        backend
+            .synchronize()
+            .map_err(|e| anyhow::anyhow!("running {name} on cuda: {e}"))?;
+        let mut out = format!("device: {device}\n");
+        let ran_on = format!("cuda:{}", backend.ordinal());
+        out += &describe_host_outputs(&outputs, args.print, &ran_on);
+        out += &describe_symbols(program, &result.symbols);
+        for (op, n) in extern_ops.device_ops() {
+            out += &format!("cuda op: {op} x{n}\n");
+        }
+        for (op, n) in extern_ops.host_ops() {
+            out += &format!("host fallback: {op} x{n}\n");
+        }
+        write_output(None, &out)?;
+        Ok(outputs)
     }
-    write_output(None, &out)?;
-    Ok(outputs)
-}
-
-/// `run --device cuda` in a build without the `cuda` feature: after the
-/// checks that need no GPU, an error saying so.
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(
-    _args: &RunArgs,
-    _program: &Program,
-    name: &str,
-    bundle: &Bundle,
-    _meta: &BundleMeta,
-    _inputs: IndexMap<String, Tensor>,
-) -> Result<Vec<Value<Tensor>>> {
-    super::kernels::require_kernel_images(bundle, true)?;
-    bail!(
-        "running {name} on cuda: opening the GPU: {}",
-        wrapir::runtime::cuda::CudaError::NotBuilt
-    )
 }
 
 /// Parses `--hint SYMBOL=VALUE`; the symbol must be one of the program's.

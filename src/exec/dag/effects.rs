@@ -86,6 +86,23 @@ impl Effects {
     fn read_arg(&mut self, arg: &Arg, footprints: &Footprints, exact: bool) {
         arg.for_each_node(&mut |n| self.read(footprints.of(n), exact, Some(n)));
     }
+
+    /// A kernel's argument at `position` or named `name`: read, or read
+    /// and written unless the kernel only reads it ([`kernel_reads_only`]).
+    fn kernel_arg(
+        &mut self,
+        def: Option<&KernelDef>,
+        at: (Option<usize>, Option<&str>),
+        arg: &Arg,
+        footprints: &Footprints,
+    ) {
+        let exact = stays_in_its_views(def);
+        if kernel_reads_only(def, at.0, at.1) {
+            self.read_arg(arg, footprints, exact);
+        } else {
+            self.read_write_arg(arg, footprints, exact);
+        }
+    }
 }
 
 /// The footprint of each node's value: where it may lie (empty for
@@ -405,33 +422,19 @@ pub(super) fn node_effects(
         Op::TritonKernel { kernel, kwargs, .. } => {
             let def = kernels.get(kernel);
             e.work = true;
-            let exact = stays_in_its_views(def);
             for (name, arg) in kwargs.iter() {
-                if kernel_reads_only(def, None, Some(name.as_str())) {
-                    e.read_arg(arg, footprints, exact);
-                } else {
-                    e.read_write_arg(arg, footprints, exact);
-                }
+                e.kernel_arg(def, (None, Some(name.as_str())), arg, footprints);
             }
             Storages::new()
         }
         Op::KernelCall { kernel, args, kwargs } => {
             let def = kernels.get(kernel);
             e.work = true;
-            let exact = stays_in_its_views(def);
             for (i, arg) in args.iter().enumerate() {
-                if kernel_reads_only(def, Some(i), None) {
-                    e.read_arg(arg, footprints, exact);
-                } else {
-                    e.read_write_arg(arg, footprints, exact);
-                }
+                e.kernel_arg(def, (Some(i), None), arg, footprints);
             }
             for (name, arg) in kwargs.iter() {
-                if kernel_reads_only(def, None, Some(name.as_str())) {
-                    e.read_arg(arg, footprints, exact);
-                } else {
-                    e.read_write_arg(arg, footprints, exact);
-                }
+                e.kernel_arg(def, (None, Some(name.as_str())), arg, footprints);
             }
             Storages::new()
         }

@@ -88,7 +88,12 @@ macro_rules! catalogue {
         /// [`ExternOp::Other`]: the call's op string names it.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum ExternOp {
-            $($(#[$doc])* $variant,)*
+            $(
+                #[doc = concat!("`", $key, "`.")]
+                #[doc = ""]
+                $(#[$doc])*
+                $variant,
+            )*
             /// An op the catalogue does not know (`mylib.fused`): it runs
             /// where a user registered it, by the call's op string.
             Other,
@@ -149,100 +154,61 @@ const fn cuda(route: CudaRoute, via: &'static str, dtypes: &'static str) -> Opti
 use CudaRoute::{Attention, Blas, Conv, Extra, Kernel};
 
 catalogue! {
-    /// `aten.mm`.
     Mm(MM) = "aten.mm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
-    /// `aten.bmm`.
     Bmm(BMM) = "aten.bmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
-    /// `aten.addmm`.
     Addmm(ADDMM) = "aten.addmm", host: true, cuda: cuda(Blas, "cuBLASLt", FLOAT);
-    /// `aten._addmm_activation` (bias, then ReLU or GELU).
+    /// Bias, then ReLU or GELU.
     AddmmActivation(ADDMM_ACTIVATION) = "aten._addmm_activation", host: true, cuda: cuda(Blas, "cuBLASLt", FLOAT);
-    /// `aten.baddbmm`.
     Baddbmm(BADDBMM) = "aten.baddbmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
-    /// `aten.addbmm`.
     Addbmm(ADDBMM) = "aten.addbmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
-    /// `aten._int_mm`: int8 x int8 with int32 results.
+    /// Int8 x int8 with int32 results.
     IntMm(INT_MM) = "aten._int_mm", host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
-    /// `aten.convolution`.
     Convolution(CONVOLUTION) = "aten.convolution", host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
-    /// `aten.nonzero`.
     Nonzero(NONZERO) = "aten.nonzero", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.masked_select`.
     MaskedSelect(MASKED_SELECT) = "aten.masked_select", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.index` (a boolean mask index on the device).
+    /// A boolean mask index on the device.
     Index(INDEX) = "aten.index", host: false, cuda: cuda(Kernel, KERNEL, "all (boolean mask index)");
-    /// `aten._jagged_to_padded_dense_forward`.
     JaggedToPaddedDenseForward(JAGGED_TO_PADDED_DENSE_FORWARD) = "aten._jagged_to_padded_dense_forward", host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
-    /// `aten._jagged_to_padded_dense_backward`.
     JaggedToPaddedDenseBackward(JAGGED_TO_PADDED_DENSE_BACKWARD) = "aten._jagged_to_padded_dense_backward", host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
-    /// `aten._padded_dense_to_jagged_forward`.
     PaddedDenseToJaggedForward(PADDED_DENSE_TO_JAGGED_FORWARD) = "aten._padded_dense_to_jagged_forward", host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
-    /// `aten._padded_dense_to_jagged_backward`.
     PaddedDenseToJaggedBackward(PADDED_DENSE_TO_JAGGED_BACKWARD) = "aten._padded_dense_to_jagged_backward", host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
-    /// `aten.scatter_`.
     Scatter(SCATTER) = "aten.scatter_", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.scatter_add_`.
     ScatterAdd(SCATTER_ADD) = "aten.scatter_add_", host: false, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.scatter_reduce_`.
     ScatterReduce(SCATTER_REDUCE) = "aten.scatter_reduce_", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.index_put_`.
     IndexPut(INDEX_PUT) = "aten.index_put_", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.topk`.
     Topk(TOPK) = "aten.topk", host: true, cuda: cuda(Kernel, KERNEL, "all");
-    /// `aten.sort`.
     Sort(SORT) = "aten.sort", host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool (stable order)");
-    /// `aten.segment_reduce`.
     SegmentReduce(SEGMENT_REDUCE) = "aten.segment_reduce", host: true, cuda: cuda(Extra, KERNEL, "f32, f64, f16, bf16");
-    /// `aten.randint` (PyTorch's CUDA values on every backend).
+    /// PyTorch's CUDA values on every backend.
     Randint(RANDINT) = "aten.randint", host: true, cuda: cuda(Extra, KERNEL, "i64 (PyTorch's Philox values)");
-    /// `aten.view_as_complex`.
     ViewAsComplex(VIEW_AS_COMPLEX) = "aten.view_as_complex", host: true, cuda: cuda(Extra, VIEW, "f32, f64, f16");
-    /// `aten.view_as_real`.
     ViewAsReal(VIEW_AS_REAL) = "aten.view_as_real", host: true, cuda: cuda(Extra, VIEW, "c64, c128, c32");
-    /// `aten.view` (`view(dtype)`).
+    /// `view(dtype)`.
     View(VIEW) = "aten.view", host: true, cuda: cuda(Extra, VIEW, "view(dtype): same width, or complex <-> its parts");
-    /// `aten.mul`.
     Mul(MUL) = "aten.mul", host: true, cuda: cuda(Extra, KERNEL, COMPLEX);
-    /// `aten.add`.
     Add(ADD) = "aten.add", host: true, cuda: cuda(Extra, KERNEL, COMPLEX);
-    /// `aten.sub`.
     Sub(SUB) = "aten.sub", host: true, cuda: cuda(Extra, KERNEL, COMPLEX);
-    /// `aten.div`.
     Div(DIV) = "aten.div", host: true, cuda: cuda(Extra, KERNEL, COMPLEX);
-    /// `aten._scaled_dot_product_efficient_attention`.
     SdpaEfficient(SDPA_EFFICIENT) = "aten._scaled_dot_product_efficient_attention", host: true, cuda: cuda(Attention, OWN_ATTENTION, FLOAT);
-    /// `aten._scaled_dot_product_flash_attention`.
     SdpaFlash(SDPA_FLASH) = "aten._scaled_dot_product_flash_attention", host: true, cuda: cuda(Attention, OWN_ATTENTION, FLOAT);
-    /// `aten._scaled_dot_product_cudnn_attention`.
     SdpaCudnn(SDPA_CUDNN) = "aten._scaled_dot_product_cudnn_attention", host: true, cuda: cuda(Attention, "cuDNN", "f16, bf16 (f32: flash-attention kernel)");
-    /// `aten._scaled_dot_product_flash_attention_for_cpu`.
     SdpaFlashCpu(SDPA_FLASH_CPU) = "aten._scaled_dot_product_flash_attention_for_cpu", host: true, cuda: None;
-    /// `wrapir.inverse_offsets`: the row of each jagged value (wrapir's own op).
+    /// The row of each jagged value (wrapir's own op).
     InverseOffsets(INVERSE_OFFSETS) = "wrapir.inverse_offsets", host: true, cuda: None;
-    /// `aten.item`.
     Item(ITEM) = "aten.item", host: true, cuda: None;
-    /// `aten.cumsum`.
     Cumsum(CUMSUM) = "aten.cumsum", host: true, cuda: None;
-    /// `aten.mkldnn_rnn_layer`: one layer and direction of an LSTM.
+    /// One layer and direction of an LSTM.
     MkldnnRnnLayer(MKLDNN_RNN_LAYER) = "aten.mkldnn_rnn_layer", host: true, cuda: None;
-    /// `aten.copy_`.
     Copy(COPY) = "aten.copy_", host: true, cuda: None;
-    /// `aten.clone`.
     Clone(CLONE) = "aten.clone", host: true, cuda: None;
-    /// `aten.permute`.
     Permute(PERMUTE) = "aten.permute", host: true, cuda: None;
-    /// `aten.neg`.
     Neg(NEG) = "aten.neg", host: true, cuda: None;
-    /// `aten.relu`.
     Relu(RELU) = "aten.relu", host: true, cuda: None;
-    /// `aten.exp`.
     Exp(EXP) = "aten.exp", host: true, cuda: None;
-    /// `aten.sin`.
     Sin(SIN) = "aten.sin", host: true, cuda: None;
-    /// `aten.where`.
     Where(WHERE) = "aten.where", host: true, cuda: None;
-    /// `aten._convolution`: run by neither backend, named so that the CUDA
-    /// backend's cuDNN plans are made ahead for it as for `aten.convolution`.
+    /// Run by neither backend, named so that the CUDA backend's cuDNN plans
+    /// are made ahead for it as for `aten.convolution`.
     ConvolutionInternal(CONVOLUTION_INTERNAL) = "aten._convolution", host: false, cuda: None;
 }
 

@@ -725,15 +725,7 @@ pub fn prove_text_with(
 /// expression has no e-graph form.
 pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
     let Ok(rec) = to_rec_expr(e) else { return Interval::TOP };
-    let mut analysis = SymAnalysis::default();
-    // Only the expression's own symbols matter (no rewrites run here); copying
-    // every fact's range made each call cost O(symbols in the program).
-    for s in e.free_symbols() {
-        let (lo, hi) = facts.range(&s);
-        analysis
-            .ranges
-            .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
-    }
+    let analysis = analysis_of(e, facts);
     // The analysis's data bottom-up over the expression's nodes (children
     // come first in a `RecExpr`): what an e-graph of the expression alone
     // would hold for its root, without building one (see `analysis::derive`).
@@ -743,6 +735,20 @@ pub fn bounds(e: &SymExpr, facts: &Facts) -> Interval {
         data.push(d);
     }
     data.last().map_or(Interval::TOP, |d| d.range)
+}
+
+/// An analysis with the ranges of `e`'s own symbols under `facts`: only
+/// they matter where no rewrites run (copying every fact's range made each
+/// [`bounds`] call cost O(symbols in the program)).
+fn analysis_of(e: &SymExpr, facts: &Facts) -> SymAnalysis {
+    let mut analysis = SymAnalysis::default();
+    for s in e.free_symbols() {
+        let (lo, hi) = facts.range(&s);
+        analysis
+            .ranges
+            .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
+    }
+    analysis
 }
 
 #[cfg(test)]
@@ -776,14 +782,7 @@ mod tests {
         ] {
             let e = parse(text).expect("parses");
             let rec = to_rec_expr(&e).expect("converts");
-            let mut analysis = SymAnalysis::default();
-            for s in e.free_symbols() {
-                let (lo, hi) = facts.range(&s);
-                analysis
-                    .ranges
-                    .insert(egg::Symbol::from(s.as_str()), Interval::from_opt(lo, hi));
-            }
-            let mut egraph = SymEGraph::new(analysis);
+            let mut egraph = SymEGraph::new(analysis_of(&e, &facts));
             let id = egraph.add_expr(&rec);
             egraph.rebuild();
             assert_eq!(bounds(&e, &facts), egraph[id].data.range, "{text}");
