@@ -17,6 +17,7 @@ use super::kernels::{attention_source as source, ATTENTION_HEAD_DIMS as HEAD_DIM
 use super::library::{Traced, TracedParam};
 use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
 use crate::exec::host::attention::{self as sdpa, Item, Kind};
+use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 use cudarc::driver::sys;
@@ -82,18 +83,26 @@ impl AttnParams {
     }
 }
 
+/// The attention op `op` is, when it runs on the device (every kind but the
+/// CPU flash op): the one test of both [`call`] and [`runs`].
+fn device_kind(op: ExternOp) -> Option<Kind> {
+    Kind::of(&op).filter(|k| *k != Kind::FlashCpu)
+}
+
+/// Whether this module runs `op` (the catalogue's `CudaRoute::Attention` ops).
+pub(super) fn runs(op: ExternOp) -> bool {
+    device_kind(op).is_some()
+}
+
 /// Runs the attention ops on the device; `Ok(None)` for other ops and for
 /// operands the kernels do not take while the host fallback is on.
 pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let Some(kind) = Kind::of(&call.family) else {
+    let Some(kind) = device_kind(call.family) else {
         return Ok(None);
     };
-    if kind == Kind::FlashCpu {
-        return Ok(None);
-    }
     let a = crate::exec::op::Args::of(call);
     let parsed = sdpa::parse(&a, kind, |t: &CudaTensor| &t.spec)?;
     let dims = parsed.dims;

@@ -253,12 +253,19 @@ impl<T: Operand> Conv<'_, T> {
     }
 }
 
+/// Whether this module runs `op`: `aten.convolution` (the catalogue's
+/// `CudaRoute::Conv`) and `aten._convolution`, which the catalogue routes
+/// nowhere (its cuDNN plans are made ahead as for `aten.convolution`).
+pub(super) fn runs(op: ExternOp) -> bool {
+    matches!(op, ExternOp::Convolution | ExternOp::ConvolutionInternal)
+}
+
 /// Runs `call` when it is a convolution cuDNN can take; `Ok(None)` otherwise.
 pub(super) fn call(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if !matches!(call.family, ExternOp::Convolution | ExternOp::ConvolutionInternal) {
+    if !runs(call.family) {
         return Ok(None);
     }
     let a = crate::exec::op::Args::of(call);

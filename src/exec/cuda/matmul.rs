@@ -40,30 +40,49 @@ use std::rc::Rc;
 
 type CallArgs<'c> = Args<'c, CudaTensor>;
 
-/// Runs `call` when it is a GEMM-family op the libraries can take; `Ok(None)` otherwise.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let a = Args::of(call);
-    let first = (backend.blas.is_none() && backend.lt.is_none()).then(std::time::Instant::now);
-    let result = match call.family {
-        ExternOp::Mm => mm(backend, call, &a)?,
-        ExternOp::Addmm => addmm(backend, call, &a, Activation::None)?,
-        ExternOp::AddmmActivation => {
+/// A GEMM-family op's function.
+type GemmFn =
+    fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &CallArgs<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+
+/// The function of each family this module runs: the one table that both
+/// [`call`] and [`runs`] read.
+fn op_fn(op: ExternOp) -> Option<GemmFn> {
+    let f: GemmFn = match op {
+        ExternOp::Mm => mm,
+        ExternOp::Addmm => |b, c, a| addmm(b, c, a, Activation::None),
+        ExternOp::AddmmActivation => |b, c, a| {
             let act = if a.boolean(5, "use_gelu", false)? {
                 Activation::Gelu
             } else {
                 Activation::Relu
             };
-            addmm(backend, call, &a, act)?
-        }
-        ExternOp::Bmm => baddbmm(backend, call, &a, false)?,
-        ExternOp::Baddbmm => baddbmm(backend, call, &a, true)?,
-        ExternOp::Addbmm => addbmm(backend, call, &a)?,
-        ExternOp::IntMm => super::int_mm::int_mm(backend, call, &a)?,
-        _ => return Ok(None),
+            addmm(b, c, a, act)
+        },
+        ExternOp::Bmm => |b, c, a| baddbmm(b, c, a, false),
+        ExternOp::Baddbmm => |b, c, a| baddbmm(b, c, a, true),
+        ExternOp::Addbmm => addbmm,
+        ExternOp::IntMm => super::int_mm::int_mm,
+        _ => return None,
     };
+    Some(f)
+}
+
+/// Whether this module runs `op` (the catalogue's `CudaRoute::Blas` ops).
+pub(super) fn runs(op: ExternOp) -> bool {
+    op_fn(op).is_some()
+}
+
+/// Runs `call` when it is a GEMM-family op the libraries can take; `Ok(None)` otherwise.
+pub(super) fn call(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let Some(run) = op_fn(call.family) else {
+        return Ok(None);
+    };
+    let a = Args::of(call);
+    let first = (backend.blas.is_none() && backend.lt.is_none()).then(std::time::Instant::now);
+    let result = run(backend, call, &a)?;
     if let Some(t0) = first {
         if backend.blas.is_some() || backend.lt.is_some() {
             backend.timings.blas_first_call += t0.elapsed();

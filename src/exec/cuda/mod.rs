@@ -494,7 +494,7 @@ impl CudaBackend {
     /// Runs `call` on the device where its catalogue entry routes it
     /// (`Ok(None)`: no device implementation takes these operands).
     fn run_on_device(&mut self, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
-        let Some(on) = call.family.on_cuda() else {
+        let Some(on) = call.family.on_cuda().filter(|on| route_runs(on.route, call.family)) else {
             return Ok(None);
         };
         match on.route {
@@ -752,4 +752,60 @@ fn describe_operands(call: &ExternCall<'_, CudaTensor>) -> String {
         }
     }
     parts.join(", ")
+}
+
+/// Whether the part of the backend that `route` names runs `op`: each
+/// module's own table, the one its dispatch reads.
+fn route_runs(route: CudaRoute, op: super::op::ExternOp) -> bool {
+    match route {
+        CudaRoute::Blas => matmul::runs(op),
+        CudaRoute::Conv => conv::runs(op),
+        CudaRoute::Attention => attention::runs(op),
+        CudaRoute::Kernel => kernels::runs_indexing(op),
+        CudaRoute::Extra => kernels::runs_extra(op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The catalogue's CUDA claims against the backend's dispatch, no GPU needed.
+
+    use super::route_runs;
+    use crate::exec::op::{CudaRoute, CATALOGUE};
+
+    /// Every op the catalogue says runs on the device is in the table of the
+    /// module its route names (`wrapir ops` claims nothing the dispatch
+    /// would send to the host), and no module runs an op the catalogue routes
+    /// elsewhere.
+    #[test]
+    fn every_claimed_cuda_op_has_a_function_on_its_route() {
+        let routes = [
+            CudaRoute::Blas,
+            CudaRoute::Conv,
+            CudaRoute::Attention,
+            CudaRoute::Kernel,
+            CudaRoute::Extra,
+        ];
+        for entry in CATALOGUE {
+            if let Some(on) = entry.cuda {
+                assert!(
+                    route_runs(on.route, entry.op),
+                    "`{}`: the catalogue says {:?} runs it ({}), but that module has no function for it",
+                    entry.key,
+                    on.route,
+                    on.via
+                );
+            }
+            for route in routes {
+                if route_runs(route, entry.op) {
+                    assert!(
+                        entry.cuda.is_none_or(|on| on.route == route),
+                        "`{}` has a function on {route:?} but the catalogue routes it to {:?}",
+                        entry.key,
+                        entry.cuda.map(|on| on.route)
+                    );
+                }
+            }
+        }
+    }
 }

@@ -8,8 +8,10 @@
 //!
 //! The host backend's built-ins, the CUDA backend's device dispatch,
 //! [`crate::exec::device_ops::cuda_ops`] (`wrapir ops`) and
-//! `wrapir check --device` are views of [`CATALOGUE`]; a test without a
-//! GPU checks that they agree.
+//! `wrapir check --device` are views of [`CATALOGUE`]; tests without a
+//! GPU check that they agree: the host's built-ins are its host column, and
+//! (with the `cuda` feature) every CUDA claim has a function in the table of
+//! the backend module its route names, the table that module's dispatch reads.
 
 /// The `dtypes` of the GEMM, convolution and attention rows.
 const FLOAT: &str = "f32, f16, bf16";

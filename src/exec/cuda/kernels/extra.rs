@@ -41,29 +41,47 @@ fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) ->
     launch_function(backend, f, name, blocks, args)
 }
 
-/// Dispatches `call` by op key; `Ok(None)` when these kernels do not take it.
+/// An op's function here.
+type OpFn = fn(&mut CudaBackend, &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+
+/// The function of each family these kernels run: the one table that both
+/// [`run`] and [`runs`] read.
+fn op_fn(op: ExternOp) -> Option<OpFn> {
+    let f: OpFn = match op {
+        ExternOp::Randint => randint,
+        ExternOp::ViewAsComplex => |_, a| view(a, |s| s.as_complex()),
+        ExternOp::ViewAsReal => |_, a| view(a, |s| s.as_real()),
+        ExternOp::View => |_, a| view_dtype(a),
+        ExternOp::Add => |b, a| complex_binary(b, a, 0),
+        ExternOp::Sub => |b, a| complex_binary(b, a, 1),
+        ExternOp::Mul => |b, a| complex_binary(b, a, 2),
+        ExternOp::Div => |b, a| complex_binary(b, a, 3),
+        ExternOp::SegmentReduce => segment_reduce,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Whether these kernels run `op` (the catalogue's `CudaRoute::Extra` ops).
+pub(super) fn runs(op: ExternOp) -> bool {
+    op_fn(op).is_some()
+}
+
+/// Dispatches `call` by op family; `Ok(None)` when these kernels do not take
+/// it. `randint` takes `out=` (Inductor's seed buffer); the others leave an
+/// `out=` call to the host.
 pub(super) fn run(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
 ) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    let a = Args::of(call);
-    if call.family == ExternOp::Randint {
-        return randint(backend, &a);
-    }
-    if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
+    let Some(f) = op_fn(call.family) else {
+        return Ok(None);
+    };
+    let out = call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None));
+    if out && call.family != ExternOp::Randint {
         return Ok(None);
     }
-    match call.family {
-        ExternOp::ViewAsComplex => view(&a, |s| s.as_complex()),
-        ExternOp::ViewAsReal => view(&a, |s| s.as_real()),
-        ExternOp::View => view_dtype(&a),
-        ExternOp::Add => complex_binary(backend, &a, 0),
-        ExternOp::Sub => complex_binary(backend, &a, 1),
-        ExternOp::Mul => complex_binary(backend, &a, 2),
-        ExternOp::Div => complex_binary(backend, &a, 3),
-        ExternOp::SegmentReduce => segment_reduce(backend, &a),
-        _ => Ok(None),
-    }
+    f(backend, &Args::of(call))
 }
 
 fn aliased(x: &CudaTensor, spec: TensorSpec) -> Result<Option<Value<CudaTensor>>, ExecError> {

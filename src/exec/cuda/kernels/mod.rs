@@ -126,6 +126,16 @@ pub(super) fn run_indexing(
     ops::run(backend, call)
 }
 
+/// Whether the index, scatter, jagged, top-k and sort kernels run `op`.
+pub(super) fn runs_indexing(op: crate::exec::op::ExternOp) -> bool {
+    ops::runs(op)
+}
+
+/// Whether [`extra`] runs `op`.
+pub(super) fn runs_extra(op: crate::exec::op::ExternOp) -> bool {
+    extra::runs(op)
+}
+
 /// Runs a call the catalogue routes to [`extra`] (`CudaRoute::Extra`).
 pub(super) fn run_extra(
     backend: &mut CudaBackend,

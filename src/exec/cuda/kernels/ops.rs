@@ -19,43 +19,41 @@ const MODE_IDENTITY: i32 = 8;
 /// Positional-or-keyword access to a call's arguments (the host ops' reader).
 type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
-/// Dispatches `call` by op key; `Ok(None)` when no kernel covers it.
-pub(super) fn run(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
-    if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
-        return Ok(None);
-    }
-    let a = Args::of(call);
-    match call.family {
-        ExternOp::Nonzero => nonzero(backend, &a),
-        ExternOp::MaskedSelect => masked_select(backend, &a),
-        ExternOp::Index => index_with_mask(backend, &a),
-        ExternOp::JaggedToPaddedDenseForward => {
+/// A built-in op's function.
+type OpFn =
+    fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+
+/// The function of each family these kernels run: the one table that both
+/// [`run`] and [`runs`] read.
+fn op_fn(op: ExternOp) -> Option<OpFn> {
+    let f: OpFn = match op {
+        ExternOp::Nonzero => |b, _, a| nonzero(b, a),
+        ExternOp::MaskedSelect => |b, _, a| masked_select(b, a),
+        ExternOp::Index => |b, _, a| index_with_mask(b, a),
+        ExternOp::JaggedToPaddedDenseForward => |b, _, a| {
             let padding = a.float(3, "padding_value", 0.0)?;
-            jagged_to_padded(backend, &a, "values", padding)
-        }
-        ExternOp::PaddedDenseToJaggedBackward => jagged_to_padded(backend, &a, "grad_output", 0.0),
-        ExternOp::PaddedDenseToJaggedForward => {
+            jagged_to_padded(b, a, "values", padding)
+        },
+        ExternOp::PaddedDenseToJaggedBackward => |b, _, a| jagged_to_padded(b, a, "grad_output", 0.0),
+        ExternOp::PaddedDenseToJaggedForward => |b, _, a| {
             let total = a.opt_int(2, "total_L")?;
-            padded_to_jagged(backend, &a, "dense", total)
-        }
-        ExternOp::JaggedToPaddedDenseBackward => {
+            padded_to_jagged(b, a, "dense", total)
+        },
+        ExternOp::JaggedToPaddedDenseBackward => |b, _, a| {
             let total = a.int(2, "total_L", None)?;
-            padded_to_jagged(backend, &a, "grad_output", Some(total))
-        }
-        ExternOp::Scatter => {
+            padded_to_jagged(b, a, "grad_output", Some(total))
+        },
+        ExternOp::Scatter => |b, _, a| {
             let mode = match a.string(4, "reduce")? {
                 None => MODE_ASSIGN,
                 Some("add") => MODE_SUM,
                 Some("multiply") => MODE_PROD,
                 Some(r) => return Err(a.err(format!("unknown scatter reduction `{r}` (expected add or multiply)"))),
             };
-            scatter(backend, &a, mode, true)
-        }
-        ExternOp::ScatterAdd => scatter(backend, &a, MODE_SUM, true),
-        ExternOp::ScatterReduce => {
+            scatter(b, a, mode, true)
+        },
+        ExternOp::ScatterAdd => |b, _, a| scatter(b, a, MODE_SUM, true),
+        ExternOp::ScatterReduce => |b, _, a| {
             let mode = match a.string(4, "reduce")? {
                 Some("sum") => MODE_SUM,
                 Some("prod") => MODE_PROD,
@@ -65,12 +63,32 @@ pub(super) fn run(
                 _ => return Ok(None),
             };
             let include_self = a.boolean(5, "include_self", true)?;
-            scatter(backend, &a, mode, include_self)
-        }
-        ExternOp::IndexPut => index_put(backend, &a),
-        ExternOp::Topk => topk(backend, &a),
-        ExternOp::Sort => super::sort::sort(backend, call),
-        _ => Ok(None),
+            scatter(b, a, mode, include_self)
+        },
+        ExternOp::IndexPut => |b, _, a| index_put(b, a),
+        ExternOp::Topk => |b, _, a| topk(b, a),
+        ExternOp::Sort => |b, c, _| super::sort::sort(b, c),
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Whether these kernels run `op` (the catalogue's `CudaRoute::Kernel` ops).
+pub(super) fn runs(op: ExternOp) -> bool {
+    op_fn(op).is_some()
+}
+
+/// Dispatches `call` by op family; `Ok(None)` when no kernel covers it.
+pub(super) fn run(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
+        return Ok(None);
+    }
+    match op_fn(call.family) {
+        Some(f) => f(backend, call, &Args::of(call)),
+        None => Ok(None),
     }
 }
 
