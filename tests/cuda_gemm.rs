@@ -3,8 +3,9 @@
 //! ops: `mm`, `bmm`, `addmm` (every bias shape, alpha / beta, `out=`),
 //! `_addmm_activation` (relu, gelu), `baddbmm`, `addbmm`, with transposed
 //! and strided operands, in f32, f16 and bf16; the int8 `_int_mm` on
-//! cuBLASLt, exact; and prepared / CUDA-graph replays bit-equal to the
-//! direct run.
+//! cuBLASLt, exact; the fp8 `_scaled_mm` with tensor-wise scales on
+//! cuBLASLt against exact sums; and prepared / CUDA-graph replays
+//! bit-equal to the direct run.
 //!
 //! Needs a GPU: `cargo test --features cuda --test cuda_gemm`.
 
@@ -317,6 +318,109 @@ fn int_mm_row_and_column_major_operands_and_out() {
         let (args, kwargs) = common::copy_call_in(&mut backend, &host, &IndexMap::new());
         match backend.call_extern(ExternCall::new(op, &args, &kwargs)) {
             Err(e) if e.to_string().contains(want) && e.to_string().contains("_int_mm") => {}
+            other => failures.push(format!("expected an error containing `{want}`, got {other:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `_scaled_mm` with one f32 scale per operand on cuBLASLt (H100 or any
+/// sm_89+ GPU): fp8 operands holding small integers (their products and
+/// sums exact in every output dtype), `self` row-major, `mat2`
+/// column-major, scales whose product is 1, with and without fast
+/// accumulation, equal to the exact sums; what cuBLASLt or this backend does
+/// not take is an error naming the rule.
+#[test]
+fn scaled_mm_tensorwise_fp8_equals_exact_sums() {
+    use DType::*;
+    let mut backend = CudaBackend::new(CudaOptions::from_env()).expect("a GPU");
+    let (m, k, n) = (32usize, 64usize, 48usize);
+    // float8_e4m3fn bits of -2, -1, 0, 1, 2.
+    let code = |v: i64| [0xc0, 0xb8, 0x00, 0x38, 0x40][(v + 2) as usize];
+    let ints = |count: usize, seed: u64| -> Vec<i64> {
+        (0..count as u64)
+            .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) % 5) as i64 - 2)
+            .collect()
+    };
+    let (xv, yv) = (ints(m * k, 1), ints(k * n, 2)); // row-major [m, k] and [k, n]
+    let x_bits: Vec<i64> = xv.iter().map(|v| code(*v)).collect();
+    // `mat2` column-major: its storage is [n, k], element (p, j) at j * k + p.
+    let y_bits: Vec<i64> = (0..n)
+        .flat_map(|j| (0..k).map(move |p| (p, j)))
+        .map(|(p, j)| code(yv[p * n + j]))
+        .collect();
+    let x_host = Tensor::from_i64(Uint8, &x_bits, &[m as i64, k as i64]).unwrap();
+    let y_host = Tensor::from_i64(Uint8, &y_bits, &[n as i64, k as i64])
+        .unwrap()
+        .view(&[k as i64, n as i64], &[1, k as i64], 0)
+        .unwrap();
+    let no_kwargs = IndexMap::new();
+    // The bytes read as fp8 (`view(dtype)` of the same width: a device view).
+    let mut fp8 = |t: &Tensor, dtype: DType| -> CudaTensor {
+        let d = backend.copy_in(t).unwrap();
+        let args = vec![Value::Tensor(d), Value::DType(dtype)];
+        match backend.call_extern(ExternCall::new("torch.ops.aten.view.dtype", &args, &no_kwargs)) {
+            Ok(Value::Tensor(t)) => t,
+            other => panic!("view(dtype): {other:?}"),
+        }
+    };
+    let (x, y) = (fp8(&x_host, Float8E4m3fn), fp8(&y_host, Float8E4m3fn));
+    let (x5, y5) = (fp8(&x_host, Float8E5m2), fp8(&y_host, Float8E5m2));
+    let y_row = fp8(
+        &Tensor::from_i64(Uint8, &x_bits[..k * n], &[k as i64, n as i64]).unwrap(),
+        Float8E4m3fn,
+    );
+    let mut scalar = |v: f64, size: &[i64]| {
+        let count = size.iter().product::<i64>() as usize;
+        backend
+            .copy_in(&Tensor::from_f64(Float32, &vec![v; count], size).unwrap())
+            .unwrap()
+    };
+    let (sa, sb) = (scalar(0.5, &[]), scalar(2.0, &[]));
+    let row_scales = scalar(0.5, &[m as i64, 1]);
+    let want: Vec<f64> = (0..m)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .map(|(i, j)| (0..k).map(|p| (xv[i * k + p] * yv[p * n + j]) as f64).sum())
+        .collect();
+    let op = "extern_kernels._scaled_mm";
+    let t = |c: &CudaTensor| Value::Tensor(c.clone());
+    let mut failures = Vec::new();
+    for out_dtype in [Float32, Bfloat16, Float16] {
+        for fast in [false, true] {
+            let args = vec![t(&x), t(&y), t(&sa), t(&sb)];
+            let kwargs: IndexMap<String, Value<CudaTensor>> = [
+                ("out_dtype".to_string(), Value::DType(out_dtype)),
+                ("use_fast_accum".to_string(), Value::Bool(fast)),
+            ]
+            .into_iter()
+            .collect();
+            let what = format!("{out_dtype}, fast accumulation {fast}");
+            match backend.call_extern(ExternCall::new(op, &args, &kwargs)) {
+                Ok(Value::Tensor(r)) => {
+                    let r = backend.copy_out(&r).unwrap();
+                    let layout = (r.dtype(), r.size().to_vec(), r.stride().to_vec());
+                    if layout != (out_dtype, vec![m as i64, n as i64], vec![n as i64, 1]) {
+                        failures.push(format!("{what}: result {layout:?}"));
+                    } else if r.to_f64_vec().unwrap() != want {
+                        failures.push(format!("{what}: values differ from the exact sums"));
+                    }
+                }
+                other => failures.push(format!("{what}: {other:?}")),
+            }
+        }
+    }
+    let bf16 = || -> IndexMap<String, Value<CudaTensor>> {
+        [("out_dtype".to_string(), Value::DType(Bfloat16))]
+            .into_iter()
+            .collect()
+    };
+    for (args, want) in [
+        (vec![t(&x), t(&y), t(&row_scales), t(&sb)], "tensor-wise"),
+        (vec![t(&x), t(&y_row), t(&sa), t(&sb)], "row-major by column-major"),
+        (vec![t(&x5), t(&y5), t(&sa), t(&sb)], "two float8_e5m2"),
+    ] {
+        match backend.call_extern(ExternCall::new(op, &args, &bf16())) {
+            Err(e) if e.to_string().contains(want) => {}
             other => failures.push(format!("expected an error containing `{want}`, got {other:?}")),
         }
     }

@@ -8,7 +8,9 @@
 //! algorithm and the backend's workspace, so the prepared path and CUDA
 //! graphs repeat it without planning. An int8 GEMM (`aten._int_mm`) has a
 //! plan of its own ([`Int8Plan`]: descriptors only, as PyTorch's
-//! `at::cuda::blas::int8_gemm` passes no algorithm and no workspace).
+//! `at::cuda::blas::int8_gemm` passes no algorithm and no workspace), and
+//! so does an fp8 GEMM with tensor-wise scales (`aten._scaled_mm`,
+//! [`Fp8Plan`], as `at::cuda::blas::scaled_gemm` makes it).
 
 use super::driver::{CudaError, Device};
 use cudarc::cublaslt::{result as lt, sys};
@@ -54,6 +56,7 @@ pub(super) struct Lt {
     device: Arc<Device>,
     plans: HashMap<LtKey, Rc<LtPlan>>,
     int8_plans: HashMap<Int8Key, Rc<Int8Plan>>,
+    fp8_plans: HashMap<Fp8Key, Rc<Fp8Plan>>,
 }
 
 impl Lt {
@@ -80,6 +83,7 @@ impl Lt {
             device: Arc::clone(device),
             plans: HashMap::new(),
             int8_plans: HashMap::new(),
+            fp8_plans: HashMap::new(),
         })
     }
 
@@ -228,11 +232,79 @@ impl Lt {
     }
 }
 
+impl Lt {
+    /// The fp8 plan for `key`, made on first use with the scale pointers of
+    /// `ptrs` set, as PyTorch sets them before asking the heuristic;
+    /// `Ok(None)` when the heuristic returns no algorithm (PyTorch's error).
+    pub(super) fn fp8_plan(&mut self, key: &Fp8Key, ptrs: &Fp8Pointers) -> Result<Option<Rc<Fp8Plan>>, CudaError> {
+        if let Some(p) = self.fp8_plans.get(key) {
+            return Ok(Some(Rc::clone(p)));
+        }
+        bind(&self.device)?;
+        let Some(plan) = Fp8Plan::new(self.handle, key, ptrs)? else {
+            return Ok(None);
+        };
+        let plan = Rc::new(plan);
+        self.fp8_plans.insert(*key, Rc::clone(&plan));
+        Ok(Some(plan))
+    }
+
+    /// Queues `plan` on the device's stream with `workspace` (the persistent
+    /// one, or a concurrent lane's of [`WORKSPACE_BYTES`]): `D = scale_a *
+    /// scale_b * A B` as `at::cuda::blas::scaled_gemm` calls `cublasLtMatmul`
+    /// (f32 `alpha = 1`, `beta = 0`, C the result).
+    pub(super) fn fp8_matmul(
+        &self,
+        plan: &Fp8Plan,
+        ptrs: &Fp8Pointers,
+        workspace: Option<drv_sys::CUdeviceptr>,
+    ) -> Result<(), CudaError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        bind(&self.device)?;
+        // The descriptor is live (the plan owns it); the attributes are device
+        // pointers read from the host values during the call. Plans are used
+        // by one thread (the backend is not `Send`), so this cannot race.
+        let (scale_a, scale_b) = (ptrs.scale_a as *const c_void, ptrs.scale_b as *const c_void);
+        DESC.set(plan.desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a)?;
+        DESC.set(plan.desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b)?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
+        // SAFETY: the handle, descriptors and algorithm are live; A and B
+        // (fp8), the scales (one f32 each) and D (= C, unread with beta 0)
+        // are device allocations ordered on this stream whose extents the
+        // caller checked against the layouts; alpha and beta are host f32
+        // values living until the call returns; the workspace holds
+        // WORKSPACE_BYTES, the size the preference allowed.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                (&alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                ptrs.a as *const c_void,
+                plan.a,
+                ptrs.b as *const c_void,
+                plan.b,
+                ptrs.d as *const c_void,
+                plan.c,
+                ptrs.d as *mut c_void,
+                plan.d,
+                &plan.algo,
+                workspace.unwrap_or(self.workspace) as *mut c_void,
+                WORKSPACE_BYTES,
+                stream,
+            )
+        }
+        .map_err(|e| lt_err("cublasLtMatmul", e))
+    }
+}
+
 impl Drop for Lt {
     fn drop(&mut self) {
         // Plans reference the handle only through calls; drop them first.
         self.plans.clear();
         self.int8_plans.clear();
+        self.fp8_plans.clear();
         let _ = bind(&self.device);
         let _setup = super::driver::setup_lock();
         // SAFETY: created once in `new`, destroyed once, here.
@@ -522,6 +594,133 @@ impl Drop for Int8Plan {
         unsafe {
             let _ = lt::destroy_matmul_desc(self.desc);
             for l in [self.a, self.b, self.c] {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+        }
+    }
+}
+
+/// The column-major problem of an fp8 GEMM (`at::cuda::blas::scaled_gemm`,
+/// tensor-wise scales): types of A, B (fp8), C (unread; PyTorch's choice of
+/// its type) and D (the result), transposes, sizes, leading dimensions and
+/// the fast-accumulation switch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Fp8Key {
+    pub(super) a_type: sys::cudaDataType,
+    pub(super) b_type: sys::cudaDataType,
+    pub(super) c_type: sys::cudaDataType,
+    pub(super) d_type: sys::cudaDataType,
+    pub(super) trans_a: bool,
+    pub(super) trans_b: bool,
+    pub(super) m: u64,
+    pub(super) n: u64,
+    pub(super) k: u64,
+    pub(super) lda: i64,
+    pub(super) ldb: i64,
+    pub(super) ldd: i64,
+    pub(super) fast_accum: bool,
+}
+
+/// Device addresses of one fp8 GEMM.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fp8Pointers {
+    pub(super) a: drv_sys::CUdeviceptr,
+    pub(super) b: drv_sys::CUdeviceptr,
+    pub(super) d: drv_sys::CUdeviceptr,
+    /// One f32 each: A's and B's scales.
+    pub(super) scale_a: drv_sys::CUdeviceptr,
+    pub(super) scale_b: drv_sys::CUdeviceptr,
+}
+
+/// A planned fp8 GEMM: compute `CUBLAS_COMPUTE_32F`, f32 scales, the
+/// A/B scale pointers, `CUBLASLT_MATMUL_DESC_FAST_ACCUM`, and the
+/// heuristic's first algorithm within [`WORKSPACE_BYTES`], as `scaled_gemm`.
+#[derive(Debug)]
+pub(super) struct Fp8Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    c: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+impl Fp8Plan {
+    fn new(handle: sys::cublasLtHandle_t, key: &Fp8Key, ptrs: &Fp8Pointers) -> Result<Option<Fp8Plan>, CudaError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        use sys::cublasLtMatmulPreferenceAttributes_t as P;
+        let mut parts = Parts::default();
+        let desc = lt::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
+        parts.desc = Some(desc);
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
+        let (scale_a, scale_b) = (ptrs.scale_a as *const c_void, ptrs.scale_b as *const c_void);
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a)?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b)?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &i8::from(key.fast_accum))?;
+        let mut layout = |ty, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
+            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
+            let l = lt::create_matrix_layout(ty, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))?;
+            parts.layouts.push(l);
+            Ok(l)
+        };
+        let a = layout(key.a_type, key.m, key.k, key.lda, key.trans_a)?;
+        let b = layout(key.b_type, key.k, key.n, key.ldb, key.trans_b)?;
+        let c = layout(key.c_type, key.m, key.n, key.ldd, false)?;
+        let d = layout(key.d_type, key.m, key.n, key.ldd, false)?;
+        let pref = lt::create_matmul_pref().map_err(|e| lt_err("cublasLtMatmulPreferenceCreate", e))?;
+        parts.pref = Some(pref);
+        PREF.set(
+            pref,
+            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &(WORKSPACE_BYTES as u64),
+        )?;
+        let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
+        let mut returned: std::ffi::c_int = 0;
+        // SAFETY: every descriptor is live; `result` has room for the one
+        // requested algorithm and `returned` receives the count.
+        status("cublasLtMatmulAlgoGetHeuristic", unsafe {
+            sys::cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, pref, 1, result.as_mut_ptr(), &mut returned)
+        })?;
+        if returned == 0 {
+            return Ok(None);
+        }
+        // SAFETY: zero-initialised plain data, filled by the heuristic (returned >= 1).
+        let result = unsafe { result.assume_init() };
+        status("cublasLtMatmulAlgoGetHeuristic", result.state)?;
+        // The plan takes the descriptors; the preference is no longer needed.
+        parts.desc = None;
+        parts.layouts.clear();
+        drop(parts);
+        Ok(Some(Fp8Plan {
+            desc,
+            a,
+            b,
+            c,
+            d,
+            algo: result.algo,
+        }))
+    }
+}
+
+impl Drop for Fp8Plan {
+    fn drop(&mut self) {
+        // SAFETY: the plan owns these descriptors (created once in `new`) and
+        // destroys each once; no call using them is pending on the host side.
+        unsafe {
+            let _ = lt::destroy_matmul_desc(self.desc);
+            for l in [self.a, self.b, self.c, self.d] {
                 let _ = lt::destroy_matrix_layout(l);
             }
         }

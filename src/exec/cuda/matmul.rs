@@ -1,5 +1,6 @@
 //! The GEMM family (`mm`, `bmm`, `addmm`, `_addmm_activation`, `baddbmm`,
-//! `addbmm`; the int8 `_int_mm` in [`super::int_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
+//! `addbmm`; the int8 `_int_mm` in [`super::int_mm`], the fp8 `_scaled_mm`
+//! in [`super::scaled_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
 //! them (`aten/src/ATen/native/cuda/Blas.cpp`), so that results are equal:
 //!
 //! * Layouts follow `cublasCommonArgs` / `prepare_matrix_for_cublas` (2-D)
@@ -62,6 +63,7 @@ fn op_fn(op: ExternOp) -> Option<GemmFn> {
         ExternOp::Baddbmm => |b, c, a| baddbmm(b, c, a, true),
         ExternOp::Addbmm => addbmm,
         ExternOp::IntMm => super::int_mm::int_mm,
+        ExternOp::ScaledMm => super::scaled_mm::scaled_mm,
         _ => return None,
     };
     Some(f)

@@ -45,6 +45,7 @@ mod options;
 mod prepared;
 pub(crate) mod prime;
 mod run;
+mod scaled_mm;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};

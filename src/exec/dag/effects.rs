@@ -281,6 +281,7 @@ fn extern_access(target: &str) -> ExternAccess {
         | Cumsum
         | Sort
         | IntMm
+        | ScaledMm
         | MkldnnRnnLayer
         | Clone
         | Neg

@@ -165,6 +165,8 @@ catalogue! {
     Addbmm(ADDBMM) = "aten.addbmm", host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
     /// Int8 x int8 with int32 results.
     IntMm(INT_MM) = "aten._int_mm", host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
+    /// `aten._scaled_mm`: fp8 x fp8 with tensor-wise scales.
+    ScaledMm(SCALED_MM) = "aten._scaled_mm", host: false, cuda: cuda(Blas, "cuBLASLt", "f8e4m3fn, f8e5m2 -> f32, f16, bf16 (tensor-wise scales, sm_89+)");
     Convolution(CONVOLUTION) = "aten.convolution", host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     Nonzero(NONZERO) = "aten.nonzero", host: true, cuda: cuda(Kernel, KERNEL, "all");
     MaskedSelect(MASKED_SELECT) = "aten.masked_select", host: true, cuda: cuda(Kernel, KERNEL, "all");
