@@ -228,16 +228,17 @@ mod tests {
         };
         let tight = Tolerance { rtol: 1e-5, atol: 1e-6 };
         let eager = Tolerance { rtol: 1e-3, atol: 1e-8 };
-        let sdpa = program("torch.ops.aten._scaled_dot_product_efficient_attention.default");
+        use crate::exec::op::{key, target};
+        let sdpa = program(&target(key::SDPA_EFFICIENT, "default"));
         assert_eq!(
             inductor_tolerance_on_cuda(&sdpa, tight, Some(eager)),
             Some(Loosened {
                 tolerance: Tolerance { rtol: 1e-3, atol: 1e-6 },
-                ops: vec!["aten._scaled_dot_product_efficient_attention".to_string()],
+                ops: vec![key::SDPA_EFFICIENT.to_string()],
             })
         );
         assert_eq!(inductor_tolerance_on_cuda(&sdpa, tight, None), None);
-        let mm = program("extern_kernels.mm");
+        let mm = program(&format!("extern_kernels.{}", crate::exec::op::op_name(key::MM)));
         assert_eq!(inductor_tolerance_on_cuda(&mm, tight, Some(eager)), None);
     }
 

@@ -1,6 +1,5 @@
 //! The runtime's CUDA names in a build without the `cuda` feature: the few
-//! that callers use in both builds (the CLI, [`crate::runtime::bench`]'s
-//! reports).
+//! that callers use in both builds (the CLI).
 //! Nothing here runs: every entry point returns [`CudaError::NotBuilt`]
 //! and no result is ever made up. See the real module (`runtime/cuda/`)
 //! for what each does.

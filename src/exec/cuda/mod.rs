@@ -34,7 +34,6 @@ mod dnn_graph;
 mod driver;
 mod fallback;
 mod graph;
-mod int_mm;
 pub(crate) mod kernels;
 mod launch;
 mod libraries;
@@ -45,7 +44,6 @@ mod options;
 mod prepared;
 pub(crate) mod prime;
 mod run;
-mod scaled_mm;
 mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};

@@ -6,7 +6,6 @@
 //!   threads, each session a backend with its own stream, arena and
 //!   recordings ([`crate::runtime::Model`] wraps it with the CPU's);
 //! * [`make_cudnn_plans`]: the convolution plans a package carries for its GPU;
-//! * `bench`: [`crate::runtime::bench::bench_cuda`]'s measurements;
 //! * [`prebuild_kernels`]: the backend's own kernel images, compiled ahead
 //!   for the images committed with the crate;
 //! * the device's and libraries' identity ([`device_arch`],
@@ -16,7 +15,6 @@
 //! its callers use in both builds (`runtime/cuda_standin.rs`): its entry
 //! points return [`CudaError::NotBuilt`]; nothing else.
 
-mod bench;
 mod model;
 mod settings;
 
@@ -29,7 +27,6 @@ pub use crate::exec::cuda::{
 pub use model::{make_cudnn_plans, DeviceInput, LoadReport, Model, ModelOptions, Session};
 pub use settings::CudaSettings;
 
-pub(crate) use bench::bench;
 pub(crate) use settings::{load, report};
 
 use crate::exec::model_source::{ModelError, ModelSource};

@@ -26,10 +26,11 @@
 //! driver; the caller falls back to segments without one, or when the
 //! driver refuses to capture a segment into a conditional body.
 
+use super::captured::Guarded;
 use super::{capture_into, check, CaptureTarget, Graph};
 use crate::exec::cuda::launch::LoadedKernel;
 use crate::exec::cuda::prepared::Op;
-use crate::exec::cuda::{CudaBackend, Replay, Storage};
+use crate::exec::cuda::{CudaBackend, Replay};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
 use std::ffi::c_void;
@@ -107,15 +108,6 @@ END:
   ret;
 }
 "#;
-
-/// A recording's one graph and its status word.
-#[derive(Debug)]
-pub(super) struct Guarded {
-    graph: Graph,
-    status: Arc<Storage>,
-    /// The check kernel's module, kept loaded while the graph lives.
-    _kernel: LoadedKernel,
-}
 
 /// Why this driver cannot replay a recording with reads as one graph, if it cannot.
 pub(super) fn unsupported() -> Option<String> {

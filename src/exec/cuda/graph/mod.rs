@@ -26,6 +26,7 @@
 //! records again). The graphs use the recording's buffers (its arena and held
 //! inputs), so their results are those of the direct replay, bit for bit.
 
+pub(super) mod captured;
 mod guarded;
 mod timing;
 
@@ -33,99 +34,10 @@ use super::prepared::{check_reads, launch, read_runs, Concurrency, Op, Prepared}
 use super::{CudaBackend, Storage};
 use super::{GraphReads, GraphStreams, LaunchFloor, Replay, StreamChoice};
 use crate::exec::ExecError;
+use captured::{check, Form, Graph, Part, SegmentGraphs};
 use cudarc::driver::sys;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A checked driver call.
-fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(ExecError::op("cuda", format!("{call} failed: {r:?}")))
-    }
-}
-
-/// One instantiated graph; destroyed on drop.
-#[derive(Debug)]
-struct Graph {
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: both handles were created once by `Graph::instantiate` and
-        // are destroyed once, here; the owner synchronises before dropping.
-        unsafe {
-            let _ = sys::cuGraphExecDestroy(self.exec);
-            let _ = sys::cuGraphDestroy(self.graph);
-        }
-    }
-}
-
-impl Graph {
-    /// Instantiates the complete graph `graph`, taking it over (it is
-    /// destroyed here when instantiation fails).
-    fn instantiate(graph: sys::CUgraph) -> Result<Graph, ExecError> {
-        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: `graph` is a complete graph of the bound context; `exec` is
-        // a valid out-pointer.
-        let result = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
-        let inst = check(result, "cuGraphInstantiate");
-        if let Err(e) = inst {
-            // SAFETY: the graph is ours (see above) and not used again.
-            unsafe {
-                let _ = sys::cuGraphDestroy(graph);
-            }
-            return Err(e);
-        }
-        Ok(Graph { graph, exec })
-    }
-
-    /// Queues one replay on `stream`.
-    fn launch(&self, stream: sys::CUstream) -> Result<(), ExecError> {
-        // SAFETY: the graph was instantiated on the stream's context and its
-        // buffers (arena, held inputs) live as long as its owner.
-        check(unsafe { sys::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
-    }
-}
-
-/// What a segment is on replay.
-#[derive(Debug)]
-enum Part {
-    Graph(Graph),
-    /// A run of consecutive device reads: the recording's ops at these indices.
-    Reads(std::ops::Range<usize>),
-}
-
-/// How a recording replays through graphs.
-#[derive(Debug)]
-enum Form {
-    /// One graph (see [`guarded`]).
-    Guarded(guarded::Guarded),
-    /// Plain graphs between host reads, and why not one graph when the
-    /// recording has reads.
-    Segments { parts: Vec<Part>, why: Option<String> },
-}
-
-/// The captured graphs of one recording.
-#[derive(Debug)]
-pub(super) struct SegmentGraphs {
-    form: Form,
-    /// What [`GraphStreams::Auto`] measured and chose, per segment it chose for.
-    choices: Vec<StreamChoice>,
-}
-
-impl SegmentGraphs {
-    /// Graphs captured (segments with at least one launch).
-    pub(super) fn graphs(&self) -> usize {
-        match &self.form {
-            Form::Guarded(_) => 1,
-            Form::Segments { parts, .. } => parts.iter().filter(|p| matches!(p, Part::Graph(_))).count(),
-        }
-    }
-}
 
 /// Where a capture puts what it captures.
 enum CaptureTarget<'a> {

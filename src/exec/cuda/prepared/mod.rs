@@ -195,7 +195,7 @@ pub struct Prepared {
     pub(super) recorded_outputs: Option<Vec<Value<CudaTensor>>>,
     /// Why the recording may write its inputs or constants, if it may.
     writes_inputs: Option<String>,
-    pub(super) graphs: Option<super::graph::SegmentGraphs>,
+    pub(super) graphs: Option<super::graph::captured::SegmentGraphs>,
     /// Where a run of consecutive device reads is copied with one wait
     /// (made at recording when the recording has such a run).
     pub(super) read_words: Option<PinnedWords>,

@@ -4,8 +4,12 @@
 //! [`crate::bench::Timing`]. Whether replays equal the interpreter bit for
 //! bit is checked on the outputs. The caller prints the [`CudaBench`].
 //!
-//! The reports are plain data in every build; in a build without the
-//! `cuda` feature [`bench_cuda`] returns [`BenchError::Open`] saying so.
+//! The options and reports are plain data in every build; the measuring,
+//! on the CUDA backend, is `bench/cuda.rs`. In a build without the `cuda`
+//! feature [`bench_cuda`] returns [`BenchError::Open`] saying so.
+
+#[cfg(feature = "cuda")]
+mod cuda;
 
 use super::cuda::{
     CriticalPath, CudaError, CudaPaths, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LoadTimings,
@@ -214,5 +218,5 @@ pub fn bench_cuda(
         Err(BenchError::Open(CudaError::NotBuilt))
     }
     #[cfg(feature = "cuda")]
-    super::cuda::bench(bundle, program, inputs, bench)
+    cuda::measure(bundle, program, inputs, bench)
 }

@@ -10,10 +10,10 @@
 //! nor column-major) goes to the host fallback (`Ok(None)`), as the other
 //! GEMMs' do.
 
-use super::blaslt::{self, Int8Key, Int8Plan, LtPointers};
-use super::library::{self, Address, LibraryCall};
-use super::matmul::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
-use super::{CudaBackend, CudaTensor};
+use super::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
+use crate::exec::cuda::blaslt::{self, Int8Key, Int8Plan, LtPointers};
+use crate::exec::cuda::library::{self, Address, LibraryCall};
+use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::op::Args;
 use crate::exec::{ExecError, ExternCall, Value};
 use crate::ir::DType;

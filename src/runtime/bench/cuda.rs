@@ -1,17 +1,17 @@
-//! The measuring of [`crate::runtime::bench::bench_cuda`] on the CUDA backend.
+//! [`super::bench_cuda`]'s measuring on the CUDA backend.
 
+use super::{BenchError, BenchOptions, CudaBench, Direct, Graphs};
 use crate::bench::{Timing, Workload};
 use crate::bundle::Bundle;
 use crate::exec::cuda::{launch_floor, place_inputs, to_host, CudaBackend, CudaOptions, CudaTensor, Prepared, Replay};
 use crate::exec::{Backend, ExecError, Tensor, Value};
 use crate::ir::Program;
-use crate::runtime::bench::{BenchError, BenchOptions, CudaBench, Direct, Graphs};
 use crate::sym::Bindings;
 use indexmap::IndexMap;
 use std::time::Instant;
 
-/// [`crate::runtime::bench::bench_cuda`] with the `cuda` feature.
-pub(crate) fn bench(
+/// [`super::bench_cuda`] (see there).
+pub(super) fn measure(
     bundle: &Bundle,
     program: &Program,
     inputs: &IndexMap<String, Tensor>,

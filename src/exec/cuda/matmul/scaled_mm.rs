@@ -13,10 +13,10 @@
 //! (PyTorch runs them on its CUTLASS kernels), a bias, `scale_result`, and
 //! fp8 outputs.
 
-use super::blaslt::{self, Fp8Key, Fp8Plan, Fp8Pointers};
-use super::library::{self, Address, LibraryCall};
-use super::matmul::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
-use super::{CudaBackend, CudaTensor};
+use super::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
+use crate::exec::cuda::blaslt::{self, Fp8Key, Fp8Plan, Fp8Pointers};
+use crate::exec::cuda::library::{self, Address, LibraryCall};
+use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::op::Args;
 use crate::exec::{ExecError, ExternCall, Value};
 use crate::ir::DType;

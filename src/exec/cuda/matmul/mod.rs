@@ -1,6 +1,6 @@
 //! The GEMM family (`mm`, `bmm`, `addmm`, `_addmm_activation`, `baddbmm`,
-//! `addbmm`; the int8 `_int_mm` in [`super::int_mm`], the fp8 `_scaled_mm`
-//! in [`super::scaled_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
+//! `addbmm`; the int8 `_int_mm` in [`int_mm`], the fp8 `_scaled_mm`
+//! in [`scaled_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
 //! them (`aten/src/ATen/native/cuda/Blas.cpp`), so that results are equal:
 //!
 //! * Layouts follow `cublasCommonArgs` / `prepare_matrix_for_cublas` (2-D)
@@ -24,6 +24,9 @@
 //!   `matmul_allow_tf32`, and the fp16 / bf16 reduced-precision-reduction
 //!   switches as `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`
 //!   (single GEMMs) and the Lt reduction-scheme mask.
+
+mod int_mm;
+mod scaled_mm;
 
 use super::blaslt::{self, Activation, LtKey, LtPlan, LtPointers};
 use super::cublas::{Gemm, GemmOperand};
@@ -62,8 +65,8 @@ fn op_fn(op: ExternOp) -> Option<GemmFn> {
         ExternOp::Bmm => |b, c, a| baddbmm(b, c, a, false),
         ExternOp::Baddbmm => |b, c, a| baddbmm(b, c, a, true),
         ExternOp::Addbmm => addbmm,
-        ExternOp::IntMm => super::int_mm::int_mm,
-        ExternOp::ScaledMm => super::scaled_mm::scaled_mm,
+        ExternOp::IntMm => int_mm::int_mm,
+        ExternOp::ScaledMm => scaled_mm::scaled_mm,
         _ => return None,
     };
     Some(f)
