@@ -182,7 +182,7 @@ impl Failure {
 impl From<ExecError> for Failure {
     fn from(e: ExecError) -> Self {
         let status = match &e {
-            ExecError::Op { op, .. } if op == "cuda" => WRAPIR_RT_ERR_DEVICE,
+            ExecError::Device(_) => WRAPIR_RT_ERR_DEVICE,
             ExecError::Input(_) | ExecError::Type(_) => WRAPIR_RT_ERR_ARGUMENT,
             _ => WRAPIR_RT_ERR_OP,
         };

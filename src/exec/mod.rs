@@ -495,6 +495,15 @@ pub enum ExecError {
     /// Something the backend cannot do.
     #[error("{0}")]
     Unsupported(String),
+    /// The device failed or refused (a driver call, a device the build or
+    /// machine lacks): what the C ABI reports as a device error.
+    #[error("op `cuda`: {0}")]
+    Device(String),
+    /// A CUDA run that cannot be recorded for replay (it reads values on
+    /// the host mid-run, e.g. extern ops on the host fallback): the caller
+    /// runs the interpreter instead.
+    #[error("the run cannot be prepared: {0}")]
+    Unpreparable(String),
     /// A limit of [`crate::Limits`] was exceeded.
     #[error(transparent)]
     Limit(#[from] crate::LimitExceeded),

@@ -21,10 +21,7 @@ pub enum CudaError {
 
 impl From<CudaError> for ExecError {
     fn from(e: CudaError) -> Self {
-        ExecError::Op {
-            op: "cuda".into(),
-            message: e.to_string(),
-        }
+        ExecError::Device(e.to_string())
     }
 }
 

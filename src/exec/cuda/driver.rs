@@ -74,10 +74,7 @@ impl CudaError {
 
 impl From<CudaError> for super::super::ExecError {
     fn from(e: CudaError) -> Self {
-        super::super::ExecError::Op {
-            op: "cuda".into(),
-            message: e.to_string(),
-        }
+        super::super::ExecError::Device(e.to_string())
     }
 }
 

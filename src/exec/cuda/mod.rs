@@ -400,7 +400,7 @@ impl CudaBackend {
         let staging = self
             .staging
             .as_mut()
-            .ok_or_else(|| ExecError::op("cuda", "no staging buffers"))?;
+            .ok_or_else(|| ExecError::Device("no staging buffers".into()))?;
         self.device.upload_staged(staging, &list)?;
         Ok(())
     }

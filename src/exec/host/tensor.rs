@@ -357,11 +357,11 @@ pub(crate) fn filled<T: Clone>(n: usize, v: T, max: u64, what: &dyn Fn() -> Stri
     Ok(out)
 }
 
-/// `n` zeroed elements, or an error when the memory cannot be had (never an abort).
-fn zeroed<T: Element>(n: usize) -> Result<Vec<T>, ExecError> {
+/// `n` zeroed elements, or `too_large()` when the memory cannot be had
+/// (never an abort).
+fn zeroed<T: Element>(n: usize, too_large: impl FnOnce() -> ExecError) -> Result<Vec<T>, ExecError> {
     let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| ExecError::Unsupported(String::new()))?;
+    v.try_reserve_exact(n).map_err(|_| too_large())?;
     v.resize(n, T::from_i64(0));
     Ok(v)
 }
@@ -407,11 +407,12 @@ impl Tensor {
             c.reserve(bytes, &what)?;
         }
         // A complex tensor stores its parts: two elements of the part dtype per element.
+        let too_large = || ExecError::Unsupported(format!("{}: {bytes} bytes could not be allocated", what()));
         let data = match n.checked_mul(lanes(spec.dtype)) {
             Some(parts) => {
-                with_dtype!(storage_dtype(spec.dtype), T => zeroed::<T>(parts).map(T::wrap), Err(unsupported_dtype(spec.dtype)))
+                with_dtype!(storage_dtype(spec.dtype), T => zeroed::<T>(parts, &too_large).map(T::wrap), Err(unsupported_dtype(spec.dtype)))
             }
-            None => Err(ExecError::Unsupported(String::new())),
+            None => Err(too_large()),
         };
         let data = match data {
             Ok(d) => d,
@@ -419,12 +420,7 @@ impl Tensor {
                 if let Some(c) = &counter {
                     c.sub(bytes);
                 }
-                return Err(match e {
-                    ExecError::Unsupported(m) if m.is_empty() => {
-                        ExecError::Unsupported(format!("{}: {bytes} bytes could not be allocated", what()))
-                    }
-                    e => e,
-                });
+                return Err(e);
             }
         };
         Ok(Self::with_storage(data, bytes, counter, spec.clone()))

@@ -36,8 +36,8 @@ mod body;
 mod kernels;
 
 use crate::ir::{
-    BufName, BufferKind, DType, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line,
-    LineAt, Location, Program, ProgramInfo,
+    BufName, BufferKind, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line, LineAt,
+    Location, Program, ProgramInfo,
 };
 use crate::lower::launches::PrintedLaunch;
 use crate::sym::{EvalError, SymExpr, Symbol};
@@ -150,34 +150,6 @@ pub enum Error {
         path: String,
         /// Why.
         reason: &'static str,
-        /// The line.
-        at: Location,
-    },
-    /// `ExitDeviceContext` without an open guard.
-    #[error("{at}: device guard closed while none is open")]
-    UnbalancedDeviceGuard {
-        /// The line.
-        at: Location,
-    },
-    /// A graph ends inside a device guard.
-    #[error("graph `{graph}` ends with {open} device guard(s) still open")]
-    UnclosedDeviceGuard {
-        /// The graph (`main` for the main graph).
-        graph: String,
-        /// How many are open.
-        open: usize,
-    },
-    /// A reuse between buffers of different dtypes.
-    #[error("{at}: `{new}` reuses `{old}` but their dtypes differ ({old_dtype} vs {new_dtype})")]
-    ReuseDTypeMismatch {
-        /// The old buffer.
-        old: BufName,
-        /// The new buffer.
-        new: BufName,
-        /// Old dtype.
-        old_dtype: DType,
-        /// New dtype.
-        new_dtype: DType,
         /// The line.
         at: Location,
     },

@@ -150,9 +150,6 @@ impl LoadReport {
     }
 }
 
-/// How [`crate::exec::cuda::Prepared::record`]'s error for a run that cannot be replayed starts.
-const UNPREPARABLE: &str = "the run cannot be prepared";
-
 /// What every session shares.
 struct Shared {
     program: Program,
@@ -723,7 +720,7 @@ impl Session {
         self.backend.bind()?;
         let mut buffers = self.upload(inputs)?;
         let outputs = match self.execute_uploaded(&buffers) {
-            Err(ModelError::Exec(ExecError::Unsupported(m))) if m.starts_with(UNPREPARABLE) => {
+            Err(ModelError::Exec(ExecError::Unpreparable(_))) => {
                 // The recording ran the whole call but cannot be replayed:
                 // run it again through the interpreter on fresh copies of the inputs.
                 self.interpret = true;
@@ -778,7 +775,7 @@ impl Session {
             .buckets
             .get(bucket)
             .map(|(_, b)| b.clone())
-            .ok_or_else(|| ExecError::op("cuda", "shape bucket vanished"))?;
+            .ok_or_else(|| ExecError::Device("shape bucket vanished".into()))?;
         for (name, dst) in &buffers {
             let host = inputs
                 .get(name)
@@ -857,7 +854,7 @@ impl Session {
 
     /// Runs the plan: replays the bucket's recording, records it on its
     /// first call, or interprets when the program cannot be prepared (after
-    /// the first such call, which fails with [`UNPREPARABLE`]).
+    /// the first such call, which fails with [`ExecError::Unpreparable`]).
     fn execute(
         &mut self,
         args: Vec<Value<CudaTensor>>,
@@ -870,9 +867,9 @@ impl Session {
                 .run(&mut self.backend, &shared.plan, &args, constants, shared.model.graphs)
             {
                 Ok(p) => Ok(p.outputs().to_vec()),
-                Err(ExecError::Unsupported(m)) if m.starts_with(UNPREPARABLE) => {
+                Err(e @ ExecError::Unpreparable(_)) => {
                     self.interpret = true;
-                    Err(ExecError::Unsupported(m).into())
+                    Err(e.into())
                 }
                 Err(e) => Err(e.into()),
             };

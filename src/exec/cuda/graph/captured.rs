@@ -15,7 +15,7 @@ pub(super) fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(ExecError::op("cuda", format!("{call} failed: {r:?}")))
+        Err(ExecError::Device(format!("{call} failed: {r:?}")))
     }
 }
 

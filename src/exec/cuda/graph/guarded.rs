@@ -167,7 +167,7 @@ fn queue(backend: &CudaBackend, ops: &mut [Op]) -> Result<(), ExecError> {
             Op::Launch(l) => crate::exec::cuda::prepared::launch(l, stream),
             Op::Library(call) => call.run(backend),
             Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
-            Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a guarded segment")),
+            Op::Read { .. } => Err(ExecError::Device("a device read inside a guarded segment".into())),
         }?;
     }
     Ok(())
@@ -199,7 +199,7 @@ pub(super) fn capture_guarded(backend: &CudaBackend, ops: &mut [Op]) -> Result<G
     let mut index = 0u32;
     while let Some((read, tail)) = std::mem::take(&mut rest).split_first_mut() {
         let Op::Read { ptr, bytes, value } = read else {
-            return Err(ExecError::op("cuda", "a guarded segment split at a launch"));
+            return Err(ExecError::Device("a guarded segment split at a launch".into()));
         };
         let next = tail.iter().position(is_read).unwrap_or(tail.len());
         let (segment, later) = tail.split_at_mut(next);
@@ -244,7 +244,7 @@ pub(super) fn capture_guarded(backend: &CudaBackend, ops: &mut [Op]) -> Result<G
         index = index
             .checked_add(1)
             .filter(|&i| i != NO_DIVERGENCE)
-            .ok_or_else(|| ExecError::op("cuda", "too many device reads for one graph"))?;
+            .ok_or_else(|| ExecError::Device("too many device reads for one graph".into()))?;
     }
     let graph = Graph::instantiate(std::mem::replace(&mut building.graph, std::ptr::null_mut()))?;
     Ok(Guarded {

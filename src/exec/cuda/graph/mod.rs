@@ -57,7 +57,7 @@ fn queue_op(backend: &CudaBackend, op: &mut Op, stream: sys::CUstream) -> Result
         Op::Launch(l) => launch(l, stream),
         Op::Library(call) => call.run(backend),
         Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
-        Op::Read { .. } => Err(ExecError::op("cuda", "a device read inside a graph segment")),
+        Op::Read { .. } => Err(ExecError::Device("a device read inside a graph segment".into())),
     }
 }
 
@@ -294,7 +294,7 @@ pub(super) fn replay(prepared: &mut Prepared, backend: &CudaBackend) -> Result<R
         .device
         .ctx
         .bind_to_thread()
-        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+        .map_err(|e| ExecError::Device(format!("cuCtxSetCurrent: {e}")))?;
     if prepared.graphs.is_none() {
         prepared.graphs = Some(capture_all(prepared, backend)?);
     }
@@ -424,7 +424,7 @@ pub fn launch_floor(backend: &mut CudaBackend, kernels: usize, repeats: usize) -
         .device
         .ctx
         .bind_to_thread()
-        .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+        .map_err(|e| ExecError::Device(format!("cuCtxSetCurrent: {e}")))?;
     let mut launch_loop = |count: usize| -> Result<(), ExecError> {
         for _ in 0..count {
             // SAFETY: `function` is in `module`, alive for this function;

@@ -138,6 +138,6 @@ impl PreparedCache {
         self.entries
             .get(i)
             .map(|(_, p)| p)
-            .ok_or_else(|| ExecError::op("cuda", "prepared cache entry vanished"))
+            .ok_or_else(|| ExecError::Device("prepared cache entry vanished".into()))
     }
 }

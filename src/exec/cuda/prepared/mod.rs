@@ -289,7 +289,7 @@ impl Prepared {
         };
         let out = plan.run(&mut rec, inputs, constants)?;
         if let Some(why) = rec.unreplayable.take() {
-            return Err(ExecError::Unsupported(format!("the run cannot be prepared: {why}")));
+            return Err(ExecError::Unpreparable(why.to_string()));
         }
         let mut out_tensors = Vec::new();
         out.outputs.iter().for_each(|v| tensors_of(v, &mut out_tensors));
@@ -596,7 +596,7 @@ impl Prepared {
         device
             .ctx
             .bind_to_thread()
-            .map_err(|e| ExecError::op("cuda", format!("cuCtxSetCurrent: {e}")))?;
+            .map_err(|e| ExecError::Device(format!("cuCtxSetCurrent: {e}")))?;
         let stream = device.stream.cu_stream();
         let mut read = 0usize;
         let mut i = 0usize;
@@ -649,12 +649,12 @@ pub(super) fn check_reads(
         _ => None,
     };
     if !reads.iter().all(|op| matches!(op, Op::Read { .. })) {
-        return Err(ExecError::op("cuda", "a device read run holds another operation"));
+        return Err(ExecError::Device("a device read run holds another operation".into()));
     }
     match (reads, words) {
         ([one], _) => {
             let Some((ptr, bytes, value)) = recorded(one) else {
-                return Err(ExecError::op("cuda", "a device read run holds another operation"));
+                return Err(ExecError::Device("a device read run holds another operation".into()));
             };
             Ok((!read_matches(backend, ptr, bytes, &value)?).then_some(0))
         }
@@ -671,7 +671,7 @@ pub(super) fn check_reads(
         _ => {
             for (k, op) in reads.iter().enumerate() {
                 let Some((ptr, bytes, value)) = recorded(op) else {
-                    return Err(ExecError::op("cuda", "a device read run holds another operation"));
+                    return Err(ExecError::Device("a device read run holds another operation".into()));
                 };
                 if !read_matches(backend, ptr, bytes, &value)? {
                     return Ok(Some(k));

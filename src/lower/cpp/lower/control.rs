@@ -155,11 +155,9 @@ impl<'a> Lowering<'a> {
     /// integer, then `if (sel == 0) {...} else if (sel == k) {...} else {...}`
     /// with every branch inlined into the same result variables.
     pub(super) fn switch(&mut self, g: &GraphCtx<'_>, sw: &'a Switch, cx: &Cx<'_>) -> Result<(), Error> {
-        // Validation checked that the switch has branches and that they all
-        // return as many values as the first (`SwitchOutputMismatch`).
-        let Some(first) = sw.branches.first() else {
-            return Err(Error::invalid(cx, format!("switch `{}` has no branches", sw.result)));
-        };
+        // Invariant: validation checked that the switch has branches and that
+        // they all return as many values as the first (`SwitchOutputMismatch`).
+        let first = sw.branches.first().expect("validated: a switch has branches");
         let first = self.subgraph(first);
         let results = self.branch_results(g, &sw.result, cx)?;
         let selector = match &sw.selector {

@@ -79,7 +79,8 @@ impl<'a> GraphCtx<'a> {
             for index in indices {
                 match index {
                     MultiIndex::List(k) | MultiIndex::Tuple(k) => {
-                        steps.push(usize::try_from(*k).map_err(|_| Error::invalid(cx.location(), format!( "negative multi-output index {k} extracting `{result}` from `{source}`" )))?)
+                        // Invariant: `validate` rejects a negative multi-output index (`NegativeIndex`).
+                        steps.push(usize::try_from(*k).expect("validated: multi-output indices are non-negative"))
                     }
                     MultiIndex::Dict(key) => {
                         return Err(Error::Unsupported {

@@ -26,10 +26,8 @@ impl<'a> Lowering<'a> {
                 }
             }
             [KeyEntry::ConvertInt] => self.decl_line(s, "int64_t", &format!("{raw} ? 1 : 0")),
+            // `validate` rejects a divisor that is not positive (`BadKeyPath`).
             [KeyEntry::DivideBy(d)] => {
-                if *d == 0 {
-                    return Err(Error::invalid(cx, format!("`{s}` is bound through a division by 0")));
-                }
                 let msg = format!("{s}: {described} = ");
                 let tail_msg = format!(" is not divisible by {d}");
                 self.line(format!(
@@ -70,7 +68,8 @@ impl<'a> Lowering<'a> {
                 }
                 match rest.split_first() {
                     Some((KeyEntry::Index(i), tail)) if is_list(&at) => {
-                        let i = usize::try_from(*i).map_err(|_| Error::invalid(cx, format!("negative index {i} in the key path of `{symbol}`")))?;
+                        // Invariant: `validate` rejects a negative key path index (`BadKeyPath`).
+                        let i = usize::try_from(*i).expect("validated: key path indices are non-negative");
                         at.push(i);
                         rest = tail;
                     }
