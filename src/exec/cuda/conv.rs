@@ -197,7 +197,7 @@ struct Conv<'c, T> {
 
 /// Whether `op` is a convolution this module runs.
 fn is_convolution(op: &str) -> bool {
-    matches!(ExternOp::of(op), ExternOp::Convolution | ExternOp::ConvolutionInternal)
+    runs(ExternOp::of(op))
 }
 
 /// Parses and checks a call (operand dtypes, bias size) and derives its
@@ -256,7 +256,7 @@ impl<T: Operand> Conv<'_, T> {
 /// Whether this module runs `op`: `aten.convolution` (the catalogue's
 /// `CudaRoute::Conv`) and `aten._convolution`, which the catalogue routes
 /// nowhere (its cuDNN plans are made ahead as for `aten.convolution`).
-pub(super) fn runs(op: ExternOp) -> bool {
+pub(crate) fn runs(op: ExternOp) -> bool {
     matches!(op, ExternOp::Convolution | ExternOp::ConvolutionInternal)
 }
 

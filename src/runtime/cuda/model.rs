@@ -33,6 +33,7 @@ use crate::exec::cuda::{
 };
 use crate::exec::interp::Plan;
 use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
+use crate::exec::op::ExternOp;
 use crate::exec::run::{compile_program_with_limits, place_inputs, SuppliedInput};
 use crate::exec::safetensors::decode_raw;
 use crate::exec::{Backend, ExecError, Tensor, TensorSpec, Value};
@@ -533,7 +534,10 @@ fn calls_convolution(program: &Program) -> bool {
     std::iter::once(&program.main)
         .chain(program.subgraphs.values())
         .flat_map(|g| &g.lines)
-        .any(|line| line.extern_call().is_some_and(|call| call.op.contains("convolution")))
+        .any(|line| {
+            line.extern_call()
+                .is_some_and(|call| conv::runs(ExternOp::of(&call.op)))
+        })
 }
 
 /// Uploads `weights` (stored raw) laid out as the program declares them:
