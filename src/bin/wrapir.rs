@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use miette::{miette, LabeledSpan, NamedSource};
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -505,7 +506,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let source = program;
             let bundle = open_bundle(&source)?;
             let program = if no_guards {
-                bundle.program().clone()
+                Cow::Borrowed(bundle.program())
             } else {
                 with_guards(&bundle)?
             };
@@ -857,14 +858,15 @@ nothing, an op with no declared result gives an opaque value"
 /// a launch that cannot be reconciled is an error.
 /// [`wrapir::reconcile::guarded`] within this invocation's limits, on
 /// `bundle`'s program; validation errors point at its file.
-fn with_guards(bundle: &Bundle) -> Result<Program> {
-    let program = bundle.program().clone();
+/// The bundle's program with the run-time guards its launches need
+/// (`reconcile::guarded`'s policy), copied only when some launch needs one.
+fn with_guards(bundle: &Bundle) -> Result<Cow<'_, Program>> {
     use wrapir::reconcile::GuardError;
     let options = wrapir::reconcile::Options {
         limits: limits().prover,
         ..Default::default()
     };
-    wrapir::reconcile::guarded(program, &limits(), &options).map_err(|e| match e {
+    let report = wrapir::reconcile::reconciled(bundle.program(), &limits(), &options).map_err(|e| match e {
         GuardError::Invalid(e) => anyhow::anyhow!(
             "the program is invalid; run `wrapir check` for details:\n{}",
             diagnostics::render_validation_errors(bundle, &e)
@@ -872,7 +874,13 @@ fn with_guards(bundle: &Bundle) -> Result<Program> {
         GuardError::Reconcile(report) => {
             anyhow::anyhow!("launch reconciliation failed; run `wrapir check` for details:\n{report}")
         }
-    })
+    })?;
+    if !wrapir::reconcile::needs_guards(&report) {
+        return Ok(Cow::Borrowed(bundle.program()));
+    }
+    let mut program = bundle.program().clone();
+    wrapir::reconcile::insert_guards_in(&mut program, &report);
+    Ok(Cow::Owned(program))
 }
 
 fn sym_prove(a: &str, b: &str, assume: &[String], explain: bool) -> Result<ExitCode> {

@@ -46,7 +46,7 @@ pub use emitted::{
     EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
 };
 pub use facts::program_facts;
-pub use guards::{guarded, insert_guards, GuardError};
+pub use guards::{guarded, insert_guards, insert_guards_in, needs_guards, reconciled, GuardError};
 pub use record::{
     reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, RuntimeArg,
     Scratch, ScratchKind,

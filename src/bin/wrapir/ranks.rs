@@ -43,7 +43,7 @@ pub(crate) fn run_rank_set(args: &RunArgs) -> Result<ExitCode> {
             let mut inputs = Vec::with_capacity(world);
             let mut references_of = Vec::with_capacity(world);
             for bundle in set.ranks() {
-                programs.push(with_guards(bundle)?);
+                programs.push(with_guards(bundle)?.into_owned());
                 inputs.push(bundle.inputs()?.unwrap_or_default());
                 // Ranks are compared as given (no loosening on cuda) and their mutated inputs not judged.
                 references_of.push(references(args, bundle, false)?);
