@@ -53,7 +53,7 @@ pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
             call.op.clone()
         } else {
             match line {
-                Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::OP.to_string(),
+                Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::op(),
                 Line::ScatterFallback(s) => s.op.clone(),
                 Line::Reinterpret { base, alias } => {
                     let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);

@@ -306,7 +306,10 @@ mod tests {
     #[test]
     fn sanitizes_like_torch_fx() {
         assert_eq!(sanitize("buf0"), "buf0");
-        assert_eq!(sanitize("aten.add.Tensor"), "aten_add_Tensor");
+        assert_eq!(
+            sanitize(&format!("{}.Tensor", crate::ir::op::key::ADD)),
+            "aten_add_Tensor"
+        );
         assert_eq!(sanitize("a..b"), "a_b");
         assert_eq!(sanitize(""), "_unnamed");
         assert_eq!(sanitize("0x"), "_0x");
@@ -340,7 +343,7 @@ mod tests {
         assert_eq!(push("max"), "max_1");
         assert_eq!(push("assert_size_stride"), "assert_size_stride_1");
         assert_eq!(push("assert_size_stride"), "assert_size_stride_2");
-        assert_eq!(push("aten.add"), "aten_add");
-        assert_eq!(push("aten.add"), "aten_add_1");
+        assert_eq!(push(crate::ir::op::key::ADD), "aten_add");
+        assert_eq!(push(crate::ir::op::key::ADD), "aten_add_1");
     }
 }

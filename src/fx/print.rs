@@ -1,6 +1,7 @@
 //! torch.fx-style code for a [`Graph`].
 
 use super::{Arg, Graph, Kwargs, NodeId, Op, SymOp};
+use crate::ir::op::{key, primitive};
 use crate::ir::{write_float, PyStr};
 use rustc_hash::FxHashMap;
 use std::fmt::Write;
@@ -225,17 +226,21 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push(')');
         }
         Op::SymSize { tensor, dim } | Op::SymStride { tensor, dim } => {
-            let callee = if matches!(node.op, Op::SymSize { .. }) {
-                "torch.ops.aten.sym_size.int"
+            let op = if matches!(node.op, Op::SymSize { .. }) {
+                primitive::SYM_SIZE
             } else {
-                "torch.ops.aten.sym_stride.int"
+                primitive::SYM_STRIDE
             };
-            push_call_head(out, callee, n(*tensor));
+            push_target(out, op, "int");
+            out.push('(');
+            out.push_str(n(*tensor));
+            out.push_str(", ");
             push_int(out, *dim);
             out.push(')');
         }
         Op::SymStorageOffset { tensor } => {
-            out.push_str("torch.ops.aten.sym_storage_offset.default(");
+            push_target(out, primitive::SYM_STORAGE_OFFSET, "default");
+            out.push('(');
             out.push_str(n(*tensor));
             out.push(')');
         }
@@ -251,7 +256,8 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             out.push_str(attr);
         }
         Op::Item { tensor, .. } => {
-            out.push_str("torch.ops.aten.item.default(");
+            push_target(out, key::ITEM, "default");
+            out.push('(');
             out.push_str(n(*tensor));
             out.push(')');
         }
@@ -293,7 +299,8 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
             }
         }
         Op::AssertScalar { cond, message } => {
-            out.push_str("torch.ops.aten._assert_scalar.default(");
+            push_target(out, primitive::ASSERT_SCALAR, "default");
+            out.push('(');
             push_arg(out, names, cond);
             out.push_str(", ");
             push_py_str(out, message);
@@ -313,11 +320,13 @@ fn write_node(out: &mut String, keys: &mut KeyText, g: &Graph, names: &Names<'_>
         }
         Op::AssertFinite { tensor } => {
             let t = n(*tensor);
-            for (k, op) in ["isnan", "isinf"].into_iter().enumerate() {
+            for (k, op) in [primitive::ISNAN, primitive::ISINF].into_iter().enumerate() {
                 out.push_str(if k == 0 { "(" } else { ", " });
-                out.push_str("torch._check(not torch.ops.aten.item.default(torch.ops.aten.any.default(torch.ops.aten.");
-                out.push_str(op);
-                out.push_str(".default(");
+                out.push_str("torch._check(not ");
+                for op in [key::ITEM, primitive::ANY, op] {
+                    push_target(out, op, "default");
+                    out.push('(');
+                }
                 out.push_str(t);
                 out.push_str("))))");
             }
@@ -491,9 +500,8 @@ fn push_size_stride_checks(out: &mut String, g: &Names<'_>, a: &super::AssertSiz
     push_decimal(out, a.size.len() as u64);
     out.push(')');
     let dim_call = |out: &mut String, what: &str, d: usize| {
-        out.push_str("torch.ops.aten.");
-        out.push_str(what);
-        out.push_str(".int(");
+        push_target(out, what, "int");
+        out.push('(');
         out.push_str(t);
         out.push_str(", ");
         push_decimal(out, d as u64);
@@ -501,7 +509,7 @@ fn push_size_stride_checks(out: &mut String, g: &Names<'_>, a: &super::AssertSiz
     };
     for (d, size) in a.size.iter().enumerate() {
         check(out, false);
-        dim_call(out, "sym_size", d);
+        dim_call(out, primitive::SYM_SIZE, d);
         out.push_str(" == ");
         push_arg(out, g, size);
         out.push(')');
@@ -511,7 +519,7 @@ fn push_size_stride_checks(out: &mut String, g: &Names<'_>, a: &super::AssertSiz
             Arg::Int(1) => continue,
             Arg::Int(_) => {
                 check(out, false);
-                dim_call(out, "sym_stride", d);
+                dim_call(out, primitive::SYM_STRIDE, d);
                 out.push_str(" == ");
                 push_arg(out, g, stride);
                 out.push(')');
@@ -519,9 +527,9 @@ fn push_size_stride_checks(out: &mut String, g: &Names<'_>, a: &super::AssertSiz
             _ => {
                 check(out, false);
                 out.push('(');
-                dim_call(out, "sym_size", d);
+                dim_call(out, primitive::SYM_SIZE, d);
                 out.push_str(" == 1) | (");
-                dim_call(out, "sym_stride", d);
+                dim_call(out, primitive::SYM_STRIDE, d);
                 out.push_str(" == ");
                 push_arg(out, g, stride);
                 out.push_str("))");
@@ -646,4 +654,13 @@ mod tests {
         assert!(is_plain("triton_poi_fused_add_0 ünï".as_bytes()));
         assert!(!is_plain(b"it's a kernel name"));
     }
+}
+
+/// `torch.ops.<key>.<overload>`: the op `key` names (an `ir::op` registry
+/// key), as FX calls it.
+fn push_target(out: &mut String, key: &str, overload: &str) {
+    out.push_str("torch.ops.");
+    out.push_str(key);
+    out.push('.');
+    out.push_str(overload);
 }

@@ -575,10 +575,12 @@ pub struct IndexPutFallback {
 
 impl IndexPutFallback {
     /// The op the line runs, as the interpreter and every back end that
-    /// calls it as an extern op name it.
-    pub const OP: &'static str = "torch.ops.aten.index_put_.default";
+    /// calls it as an extern op name it (`torch.ops.aten.index_put_.default`).
+    pub fn op() -> String {
+        super::op::target(super::op::key::INDEX_PUT, "default")
+    }
 
-    /// The line as the extern call of [`IndexPutFallback::OP`] (target,
+    /// The line as the extern call of [`IndexPutFallback::op`] (target,
     /// indices with `None` for a full slice, values, accumulate), with no
     /// result: the op writes `target` in place.
     pub fn extern_call(&self) -> ExternCall {
@@ -588,7 +590,7 @@ impl IndexPutFallback {
             .map(|i| i.clone().map_or(ArgValue::None, ArgValue::Buffer));
         ExternCall {
             result: None,
-            op: Self::OP.into(),
+            op: Self::op(),
             args: vec![
                 ArgValue::Buffer(self.target.clone()),
                 ArgValue::List(indices.collect()),

@@ -40,6 +40,7 @@ pub mod collectives;
 mod kernel;
 mod line;
 mod location;
+pub mod op;
 mod program;
 mod scope;
 mod types;

@@ -1,11 +1,13 @@
-//! What every backend's extern ops share: the catalogue of op families
-//! ([`ExternOp`], [`CATALOGUE`]), an op call's arguments read by position or
+//! What every backend's extern ops share: the catalogue of what runs each
+//! op family ([`CATALOGUE`]; the families themselves, [`ExternOp`], are
+//! named in `ir::op`), an op call's arguments read by position or
 //! keyword ([`Args`]), and the registry key of an op string ([`op_key`]).
 
 mod catalogue;
 pub(crate) mod stream;
 
-pub use catalogue::{key, op_key, op_name, target, CudaRoute, Entry, ExternOp, OnCuda, CATALOGUE, OWN_ATTENTION, VIEW};
+pub use crate::ir::op::{key, op_key, op_name, target, ExternOp};
+pub use catalogue::{CudaRoute, Entry, OnCuda, CATALOGUE, OWN_ATTENTION, VIEW};
 
 use super::{ArgList, ExecError, Kwargs, Value};
 

@@ -1,6 +1,7 @@
 //! One IR line as FX nodes: allocations, views, frees, extern calls, asserts, unbacked symbols and key paths.
 
 use super::*;
+use crate::ir::op::{key, target};
 
 impl<'p> GraphLowering<'p> {
     /// An extern call with a fresh result (the op's own outputs, if any,
@@ -81,7 +82,7 @@ impl<'p> GraphLowering<'p> {
                         self.out.push(
                             alias.as_str(),
                             Op::Extern {
-                                target: "torch.ops.aten.view.dtype".into(),
+                                target: target(key::VIEW, "dtype").into(),
                                 args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
                                 kwargs: Kwargs::new(),
                             },
@@ -161,7 +162,7 @@ impl<'p> GraphLowering<'p> {
                 self.out.push(
                     "index_put_",
                     Op::Extern {
-                        target: IndexPutFallback::OP.into(),
+                        target: IndexPutFallback::op().into(),
                         args: vec![Arg::Node(t), Arg::List(idx), Arg::Node(v), Arg::Bool(p.accumulate)],
                         kwargs: Kwargs::new(),
                     },
@@ -428,7 +429,7 @@ impl<'p> GraphLowering<'p> {
                 let as_int = self.out.push(
                     "where",
                     Op::Extern {
-                        target: "torch.ops.aten.where.Scalar".into(),
+                        target: target(key::WHERE, "Scalar").into(),
                         args: vec![Arg::Node(t), Arg::Int(1), Arg::Int(0)],
                         kwargs: Kwargs::new(),
                     },

@@ -2,6 +2,7 @@
 
 use super::kernels::comment;
 use super::{device_repr, shape_tuple, Code, Error, Lowering, StreamBinding};
+use crate::ir::op::key;
 use crate::ir::LineAt;
 use crate::ir::{
     write_float, ArgValue, BufName, CallArg, Conditional, DeviceType, ExternCall, Graph, GraphName, GraphOutput,
@@ -167,7 +168,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     )
                 };
                 if base_layout.dtype != layout.dtype {
-                    view = format!("aten.view.dtype({view}, torch.{})", layout.dtype.torch_name());
+                    view = format!("{}.dtype({view}, torch.{})", key::VIEW, layout.dtype.torch_name());
                 }
                 code.line(&format!("{alias} = {view}  # alias"));
             }
@@ -201,7 +202,8 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.line(&text);
             }
             Line::IndexPutFallback(p) => code.line(&format!(
-                "aten.index_put_({}, [{}], {}, {})",
+                "{}({}, [{}], {}, {})",
+                key::INDEX_PUT,
                 p.target,
                 IndexNames(&p.indices),
                 p.values,
@@ -693,7 +695,8 @@ fn scatter(s: &ScatterFallback) -> String {
         arg(&s.src),
     ];
     let mut line = format!("{}({}", s.op, inputs.join(","));
-    if s.op.starts_with("aten.scatter_reduce") {
+    // `aten.scatter_reduce_` and the out-of-place `aten.scatter_reduce.two`.
+    if s.op.starts_with(key::SCATTER_REDUCE.trim_end_matches('_')) {
         if let Some(r) = &s.reduce {
             line.push_str(&format!(", reduce={}", PyStr(r)));
         }
