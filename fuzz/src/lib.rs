@@ -158,3 +158,15 @@ pub fn host_inputs(program: &Program, hints: &Bindings) -> Option<IndexMap<Strin
 pub fn sym(name: &str) -> Symbol {
     Symbol::new(name)
 }
+
+/// CPU time (user plus system) of the calling thread so far, from
+/// `/proc/thread-self/stat` (Linux; clock ticks at the usual 100 Hz, so
+/// 10 ms resolution); `None` elsewhere. Targets that bound a run's time
+/// check this beside the wall clock: a fuzzer at low priority on a loaded
+/// machine can wait past a wall-clock bound without running.
+pub fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks.checked_mul(10)?))
+}
