@@ -230,6 +230,38 @@ class CpuExport(unittest.TestCase):
         self.assertTrue(all(v["kind"] == "backed" for v in p["symbols"].values()))
         self.assertEqual(r.info["compile_kwargs"], {"dynamic": True})
 
+    def test_dynamic_cnn_keeps_every_assert(self):
+        # torch.compile(cnn, dynamic=True): Inductor checks each convolution's result with
+        # sizes such as `1 + (((-1) + s69) // 2)` (nested parentheses); the exporter parses
+        # every one (Python's own grammar) and keeps it, as it keeps the static ones.
+        import re
+
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3, stride=2, padding=1), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
+        with torch.no_grad():
+            r = self.export(net, [torch.randn(2, 3, 17, 15)], "dyn_cnn", dynamic=True)
+        self.assertTrue(r.ok, r.errors)
+        with open(os.path.join(r.path, "inductor.py.txt")) as f:
+            text = f.read()
+        # The corpus: every result assert of Inductor's wrapper (`assert_size_stride` up to
+        # 2.14, `assert_tensor_metadata` with the dtype from 2.15).
+        checks = ("assert_size_stride", "assert_tensor_metadata")
+        corpus = re.findall(r"^\s*(?:%s)\((buf\w+), (.*)$" % "|".join(checks), text, re.M)
+        nested = [args for _, args in corpus if "(((-1) + s" in args]
+        self.assertTrue(nested, "no nested-parenthesis size: the case no longer covers what it tests\n" + text)
+        kept = [line for line in self.program(r)["main"]["lines"]
+                if line.get("line") in checks and line["buffer"].startswith("buf")]
+        self.assertEqual(sorted(b for b, _ in corpus), sorted(line["buffer"] for line in kept),
+                         json.dumps(self.program(r)["main"]["lines"], indent=1))
+        # Each kept assert names its symbolic sizes as text the IR parses (no unparsed tails).
+        for line in kept:
+            for e in line["size"] + line["stride"]:
+                self.assertNotIn(")(", str(e))
+        self.assertFalse([w for w in r.warnings if "assert" in w], r.warnings)
+
     def test_max_autotune_modes(self):
         for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], mode, mode=mode)
