@@ -85,6 +85,41 @@ fn ops_lists_each_backend() {
     common::assert_contains(&r.stderr, "--markdown prints the cuda table");
 }
 
+/// `docs/OPS.md` is the coverage table `wrapir ops --all --markdown` prints
+/// (every op Inductor can leave as an extern call, with each backend's
+/// status); the plain table is `wrapir ops --all`.
+#[test]
+fn docs_ops_is_the_coverage_table() {
+    use wrapir::exec::coverage::{coverage, markdown};
+    let doc = std::fs::read_to_string(common::root().join("docs/OPS.md")).unwrap();
+    assert!(
+        doc == markdown(&coverage()),
+        "docs/OPS.md differs from the coverage table; regenerate it with `cargo run -- ops --all --markdown > docs/OPS.md`"
+    );
+    let r = wrapir(&["ops", "--all", "--markdown"]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, doc.as_str()));
+    let r = wrapir(&["ops", "--all"]);
+    r.assert_exit(0);
+    let sort = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("aten.sort "))
+        .expect("a row for aten.sort");
+    assert!(
+        sort.contains("host code") && sort.contains("own kernel (built-in kernel)"),
+        "{sort}"
+    );
+    let cudnn_rnn = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("aten._cudnn_rnn "))
+        .expect("a row for aten._cudnn_rnn");
+    assert!(cudnn_rnn.contains("refused: not implemented"), "{cudnn_rnn}");
+    common::assert_contains(&r.stdout, " ops Inductor can leave as extern calls: ");
+    let r = wrapir(&["ops", "--all", "--device", "cpu"]);
+    assert_eq!(r.code, 2);
+}
+
 /// The README's table of CUDA device ops is `cuda_ops()`, row for row.
 #[test]
 fn readme_table_is_cuda_ops() {

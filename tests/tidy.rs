@@ -59,6 +59,7 @@ const EXEC_LAYERS: &[(&str, &[&str])] = &[
             "cuda_reports",
         ],
     ),
+    ("the extern-op coverage table, over the device tables", &["coverage"]),
     (
         "the CUDA backend (feature `cuda`; its products are `runtime::cuda`)",
         &["cuda"],

@@ -19,6 +19,8 @@ mod diagnostics;
 mod info;
 #[path = "wrapir/kernels.rs"]
 mod kernels;
+#[path = "wrapir/ops.rs"]
+mod ops;
 #[path = "wrapir/package.rs"]
 mod package;
 #[path = "wrapir/run.rs"]
@@ -250,14 +252,21 @@ enum Command {
     ///
     /// One per line: for cuda the op key, what runs it (cuBLAS, cuBLASLt, cuDNN or a built-in kernel) and
     /// its dtypes; for cpu the host op registry; meta runs every op on
-    /// shapes only. Without `--device`, every backend, grouped.
+    /// shapes only. Without `--device`, every backend, grouped. With `--all`,
+    /// every op Inductor can leave as an extern call and what cpu and cuda
+    /// do with it (implemented, and how, or refused, and why).
     Ops {
         /// Only this backend.
         #[arg(long, value_enum)]
         device: Option<RunDevice>,
-        /// Print the cuda table as the README's Markdown table.
+        /// Print the cuda table as the README's Markdown table (with
+        /// `--all`: the coverage table as docs/OPS.md).
         #[arg(long)]
         markdown: bool,
+        /// Every op Inductor 2.11 and 2.15 can leave as an extern call, with
+        /// each backend's status.
+        #[arg(long, conflicts_with = "device")]
+        all: bool,
     },
     /// Run a program on the meta, cpu or cuda backend and compare with its references.
     ///
@@ -654,15 +663,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Ops { device, markdown } => {
-            if markdown {
-                if !matches!(device, None | Some(RunDevice::Cuda)) {
-                    bail!("--markdown prints the cuda table; leave out --device or give `--device cuda`");
-                }
-                write_output(None, &wrapir::exec::device_ops::markdown_table())?;
-            } else {
-                write_output(None, &ops_listing(device))?;
-            }
+        Command::Ops { device, markdown, all } => {
+            write_output(None, &ops::output(device, markdown, all)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sym {
@@ -817,41 +819,6 @@ fn host_kernels_report(program: &Program, out: &mut String) -> bool {
         )
     };
     failed == 0
-}
-
-/// `wrapir ops`: the extern ops of one backend (`Some`), one per line, or of
-/// every backend, grouped under a header each (`None`).
-fn ops_listing(device: Option<RunDevice>) -> String {
-    let cuda = || {
-        let rows = wrapir::exec::device_ops::cuda_ops();
-        let w_op = rows.iter().map(|r| r.op.len()).max().unwrap_or(0);
-        let w_via = rows.iter().map(|r| r.via.len()).max().unwrap_or(0);
-        rows.iter()
-            .map(|r| format!("{:<w_op$}  {:<w_via$}  {}", r.op, r.via, r.dtypes))
-            .collect::<Vec<_>>()
-    };
-    let cpu = || wrapir::exec::host::HostBackend::default().op_names();
-    let meta = || {
-        vec![
-            "every extern op, shapes only: a result takes its declared layout, an `out=` or in-place op writes \
-nothing, an op with no declared result gives an opaque value"
-                .to_string(),
-        ]
-    };
-    let lines = |v: Vec<String>, indent: &str| v.iter().map(|l| format!("{indent}{l}\n")).collect::<String>();
-    match device {
-        Some(RunDevice::Cuda) => lines(cuda(), ""),
-        Some(RunDevice::Cpu) => lines(cpu(), ""),
-        Some(RunDevice::Meta) => lines(meta(), ""),
-        None => format!(
-            "cuda (on the device; any other op is an error unless --allow-host-fallback runs it on the host):\n{}\
-             cpu (the host op registry):\n{}\
-             meta:\n{}",
-            lines(cuda(), "  "),
-            lines(cpu(), "  "),
-            lines(meta(), "  ")
-        ),
-    }
 }
 
 /// Reconciles every Triton launch and inserts the run-time guards it needs;

@@ -13,6 +13,7 @@
 mod args;
 pub mod collective;
 pub mod compare;
+pub mod coverage;
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
