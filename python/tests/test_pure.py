@@ -177,8 +177,11 @@ class Safetensors(unittest.TestCase):
     def test_dtype_codes(self):
         self.assertEqual(safetensors.dtype_code("torch.float32"), "F32")
         self.assertEqual(safetensors.dtype_code("complex64"), "C64")
+        # fp8 under the codes wrapir's reader takes (`format::safetensors::dtype_from_name`).
+        self.assertEqual(safetensors.dtype_code("torch.float8_e4m3fn"), "F8_E4M3")
+        self.assertEqual(safetensors.dtype_code("float8_e5m2"), "F8_E5M2")
         with self.assertRaises(Unconvertible):
-            safetensors.dtype_code("float8_e4m3fn")
+            safetensors.dtype_code("float4_e2m1fn_x2")
 
     def test_reads_every_committed_bundle(self):
         files = glob.glob(os.path.join(BUNDLES, "*", "*.safetensors"))

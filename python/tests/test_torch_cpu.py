@@ -262,6 +262,20 @@ class CpuExport(unittest.TestCase):
                 self.assertNotIn(")(", str(e))
         self.assertFalse([w for w in r.warnings if "assert" in w], r.warnings)
 
+    def test_fp8_tensors_round_trip_through_safetensors(self):
+        # `_scaled_mm` programs take fp8 inputs: written under F8_E4M3 / F8_E5M2, read back
+        # bit for bit.
+        from wrapir_export.safetensors import load_safetensors, write_safetensors
+
+        x = torch.randn(4, 8)
+        tensors = {"a": x.to(torch.float8_e4m3fn), "b": x.to(torch.float8_e5m2)}
+        path = os.path.join(self.dir, "fp8.safetensors")
+        write_safetensors(path, tensors)
+        back = load_safetensors(path)
+        for name, t in tensors.items():
+            self.assertEqual(back[name].dtype, t.dtype)
+            self.assertTrue(torch.equal(back[name].view(torch.uint8), t.view(torch.uint8)), name)
+
     def test_max_autotune_modes(self):
         for mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             r = self.export(mm, [torch.randn(8, 4), torch.randn(4, 6)], mode, mode=mode)

@@ -22,6 +22,9 @@ COMPLEX_MARKER = "wrapir.complex."
 CODES = {
     "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64",
     "F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64", "C64": "complex64",
+    # fp8 (`torch._scaled_mm` operands): one byte an element, the codes wrapir's reader takes.
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
 }
 _BY_NAME = {v: k for k, v in CODES.items()}
 
