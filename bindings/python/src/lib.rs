@@ -121,37 +121,89 @@ impl Model {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let names = self.inner.input_names();
-        if args.len() > names.len() {
-            return Err(PyTypeError::new_err(format!(
-                "the model takes {} inputs ({}), {} were given",
-                names.len(),
-                names.join(", "),
-                args.len()
-            )));
-        }
-        let mut inputs: IndexMap<String, Tensor> = IndexMap::new();
-        for (name, value) in names.iter().zip(args.iter()) {
-            inputs.insert(name.clone(), self.input(name, &value)?);
-        }
-        if let Some(kwargs) = kwargs {
-            for (key, value) in kwargs.iter() {
-                let name: String = key.extract()?;
-                if inputs.contains_key(&name) {
-                    return Err(PyTypeError::new_err(format!("input `{name}` was given twice")));
-                }
-                let tensor = self.input(&name, &value)?;
-                inputs.insert(name, tensor);
-            }
-        }
+        let inputs = self.named_inputs(args, kwargs, &mut |name, value| self.input(name, value))?;
         let model = &*self.inner;
         let outputs = py.detach(|| model.run(&inputs)).map_err(to_py)?;
         drop(inputs);
         let list = PyList::empty(py);
         for value in outputs {
-            list.append(to_python(py, value)?)?;
+            list.append(to_python(py, value, &mut |py, t| dlpack::capsule_of(py, t))?)?;
         }
         Ok(list)
+    }
+
+    /// Runs one call on CUDA tensors in place, without a copy (a model on a
+    /// CUDA device). `args` and `kwargs` are DLPack capsules of CUDA tensors
+    /// on the model's device (`kDLCUDA`), as [`Model::call`] takes them;
+    /// `stream` is the caller's current `CUstream` of that device (PyTorch's
+    /// `torch.cuda.current_stream(device).cuda_stream`; 0: the legacy
+    /// default stream): the inputs are read after its work so far, and it
+    /// waits for the outputs. Each capsule's tensor is held until the call's
+    /// work is queued; a tensor the program writes (the bundle's mutated
+    /// inputs) is written in place. Returns the outputs as [`Model::call`]
+    /// does, tensors as `kDLCUDA` capsules of device memory of their own.
+    #[pyo3(signature = (stream, *args, **kwargs))]
+    fn call_device<'py>(
+        &self,
+        py: Python<'py>,
+        stream: u64,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        #[cfg(feature = "cuda")]
+        {
+            let (Some(cuda), wrapir::runtime::Device::Cuda(ordinal)) = (self.inner.as_cuda(), self.inner.device())
+            else {
+                return Err(PyValueError::new_err(format!(
+                    "the model runs on {}; it reads CPU tensors (use .cpu())",
+                    self.inner.device()
+                )));
+            };
+            let mut lent = Vec::new();
+            let inputs = self.named_inputs(args, kwargs, &mut |name, value| {
+                let capsule = value.cast::<PyCapsule>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "input `{name}`: a call on CUDA tensors takes tensors only, not {}",
+                        value.get_type().name().map_or("this".into(), |n| n.to_string())
+                    ))
+                })?;
+                let (tensor, view) = dlpack::cuda_input(name, capsule)?;
+                lent.push(tensor);
+                if view.device != ordinal {
+                    return Err(PyValueError::new_err(format!(
+                        "input `{name}` is on cuda:{}; the model runs on cuda:{ordinal}",
+                        view.device
+                    )));
+                }
+                Ok(wrapir::runtime::cuda::DeviceInput {
+                    ptr: view.ptr,
+                    bytes: view.bytes,
+                    spec: view.spec,
+                })
+            })?;
+            // SAFETY: each input is the view of a live CUDA tensor of the
+            // model's device (checked above) reaching `bytes` bytes from
+            // `ptr`, lent by its producer until `lent` drops, after the call
+            // has queued its work; the caller (the package's `__init__.py`)
+            // records each tensor's use on `stream`, so the caching allocator
+            // does not reuse its memory before `stream` has passed the call.
+            // `stream` is the caller's current stream of the model's device:
+            // PyTorch's streams live as long as the process.
+            let outputs = py.detach(|| unsafe { cuda.run_device(&inputs, stream) });
+            drop(lent);
+            let list = PyList::empty(py);
+            for value in outputs.map_err(to_py)? {
+                list.append(to_python(py, value, &mut |py, t| {
+                    dlpack::device_capsule_of(py, t, ordinal)
+                })?)?;
+            }
+            Ok(list)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (py, stream, args, kwargs);
+            Err(Error::new_err("this build of wrapir has no CUDA"))
+        }
     }
 
     fn __repr__(&self) -> String {
@@ -164,6 +216,40 @@ impl Model {
 }
 
 impl Model {
+    /// The call's inputs by name: `args` positional in
+    /// [`Model::input_names`] order, then `kwargs`, each read by `read`.
+    fn named_inputs<T>(
+        &self,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+        read: &mut dyn FnMut(&str, &Bound<'_, PyAny>) -> PyResult<T>,
+    ) -> PyResult<IndexMap<String, T>> {
+        let names = self.inner.input_names();
+        if args.len() > names.len() {
+            return Err(PyTypeError::new_err(format!(
+                "the model takes {} inputs ({}), {} were given",
+                names.len(),
+                names.join(", "),
+                args.len()
+            )));
+        }
+        let mut inputs: IndexMap<String, T> = IndexMap::new();
+        for (name, value) in names.iter().zip(args.iter()) {
+            inputs.insert(name.clone(), read(name, &value)?);
+        }
+        if let Some(kwargs) = kwargs {
+            for (key, value) in kwargs.iter() {
+                let name: String = key.extract()?;
+                if inputs.contains_key(&name) {
+                    return Err(PyTypeError::new_err(format!("input `{name}` was given twice")));
+                }
+                let tensor = read(&name, &value)?;
+                inputs.insert(name, tensor);
+            }
+        }
+        Ok(inputs)
+    }
+
     /// One input: a DLPack capsule (copied into a host tensor) or an int (a
     /// symbol input's value).
     fn input(&self, name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {
@@ -180,10 +266,15 @@ impl Model {
     }
 }
 
-/// An output as Python's: a tensor as a DLPack capsule, a number as one.
-fn to_python(py: Python<'_>, value: Value<Tensor>) -> PyResult<Bound<'_, PyAny>> {
+/// An output as Python's: a tensor as a DLPack capsule (made by `capsule`),
+/// a number as one.
+fn to_python<'py, T>(
+    py: Python<'py>,
+    value: Value<T>,
+    capsule: &mut dyn FnMut(Python<'py>, T) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
-        Value::Tensor(t) => dlpack::capsule_of(py, t)?,
+        Value::Tensor(t) => capsule(py, t)?,
         Value::Int(v) => v.into_pyobject(py)?.into_any(),
         Value::Float(v) => v.into_pyobject(py)?.into_any(),
         Value::Bool(v) => pyo3::types::PyBool::new(py, v).to_owned().into_any(),
@@ -192,7 +283,7 @@ fn to_python(py: Python<'_>, value: Value<Tensor>) -> PyResult<Bound<'_, PyAny>>
         Value::List(items) => {
             let list = PyList::empty(py);
             for item in items {
-                list.append(to_python(py, item)?)?;
+                list.append(to_python(py, item, capsule)?)?;
             }
             list.into_any()
         }
@@ -212,6 +303,7 @@ fn _wrapir(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add("Error", m.py().get_type::<Error>())?;
     m.add("DEVICE_CPU", dlpack::DEVICE_CPU)?;
+    m.add("DEVICE_CUDA", dlpack::DEVICE_CUDA)?;
     m.add("CUDA", cfg!(feature = "cuda"))?;
     Ok(())
 }

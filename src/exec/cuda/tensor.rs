@@ -83,3 +83,35 @@ impl CudaTensor {
         self.storage.ptr + self.spec.offset.max(0) as u64 * self.spec.dtype.size_bytes()
     }
 }
+
+impl super::CudaBackend {
+    /// A copy of `t`'s view in an allocation of its own that holds just the
+    /// elements the view reaches (the same sizes and strides, storage offset
+    /// 0), queued on the backend's stream after the work before it: what a
+    /// caller keeps of a session's output, whose memory the session's next
+    /// call reuses.
+    pub(crate) fn copy_view(&mut self, t: &CudaTensor) -> Result<CudaTensor, crate::exec::ExecError> {
+        let spec = TensorSpec {
+            offset: 0,
+            ..t.spec.clone()
+        };
+        let out = crate::exec::Backend::allocate(self, &spec)?;
+        let bytes = out.storage.bytes;
+        if bytes > 0 {
+            self.device.bind()?;
+            // SAFETY: `out` was just allocated on this stream with `bytes`
+            // bytes; the source view reaches `bytes` bytes from its element 0
+            // (the same sizes and strides; strides are non-negative, as
+            // `storage_numel` requires), inside its allocation (views are
+            // bounds-checked when made), alive while `t` is, and read on this
+            // stream in order with its other uses.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(out.storage.ptr, t.data_ptr(), bytes, self.device.cu_stream()) }
+                .result()
+                .map_err(|e| CudaError::Driver {
+                    call: "cuMemcpyDtoDAsync",
+                    message: e.to_string(),
+                })?;
+        }
+        Ok(out)
+    }
+}

@@ -24,7 +24,7 @@ pub use crate::exec::cuda::{
     device_arch, library_versions, CriticalPath, CudaError, CudaPaths, GraphReads, GraphStreams, LaunchFloor,
     LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR,
 };
-pub use model::{make_cudnn_plans, DeviceInput, LoadReport, Model, ModelOptions, Session};
+pub use model::{make_cudnn_plans, DeviceInput, DeviceOutput, LoadReport, Model, ModelOptions, Session};
 pub use settings::CudaSettings;
 
 pub(crate) use settings::{load, report};
