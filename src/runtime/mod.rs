@@ -45,7 +45,9 @@
 //!   tensors run on the session's device copies and copy each mutated
 //!   input's new value back into the caller's tensor after the call;
 //!   `cuda::Session::run_device` (feature `cuda`, through
-//!   `Session::as_cuda_mut`) takes the caller's device buffers in place, so
+//!   `Session::as_cuda_mut`) and `cuda::Model::run_device` (through
+//!   `Model::as_cuda`; outputs of the caller's own, as the Python package
+//!   uses it for CUDA tensors) take the caller's device buffers in place, so
 //!   the writes land in them and nothing is copied (keep a cache on the
 //!   device this way).
 //!
