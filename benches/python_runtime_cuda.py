@@ -38,10 +38,10 @@ For each model:
   installed.
 * Per call: in one process, the median host time of one call over
   `--calls` calls after 50 untimed ones, each ended by
-  `torch.cuda.synchronize()`. wrapir's Python API takes and returns host
-  tensors (it copies inputs to the device and outputs back), so AOTI is
-  timed both ways: device tensors in and out, and host tensors in and out
-  (`x.cuda()`, `.cpu()`), the latter doing the same copies as wrapir.
+  `torch.cuda.synchronize()`. Both runners are timed both ways: device
+  tensors in and out (wrapir reads CUDA tensors in place through DLPack and
+  returns CUDA tensors), and host tensors in and out (wrapir copies inputs
+  to the device and outputs back; AOTI through `x.cuda()`, `.cpu()`).
 
 wrapir's outputs are compared with the bundle's `expected.safetensors`
 (its tolerance), AOTI's with the eager module's. The summary table is
@@ -238,7 +238,14 @@ def main():
                 got = ours(*host_inputs)
                 for g, e in zip(got, expected):
                     torch.testing.assert_close(g, e, rtol=tol["rtol"], atol=tol["atol"])
-                calls = {"wrapir (host tensors in and out)": (lambda *a: ours(*a), host_inputs)}
+                ours_dev_inputs = [x.cuda() for x in host_inputs]
+                got_dev = ours(*ours_dev_inputs)
+                for g, h in zip(got_dev, got):
+                    assert g.device.type == "cuda" and torch.equal(g.cpu(), h), "device tensors differ from host tensors"
+                calls = {
+                    "wrapir (device tensors in and out)": (lambda *a: ours(*a), ours_dev_inputs),
+                    "wrapir (host tensors in and out)": (lambda *a: ours(*a), host_inputs),
+                }
                 if aoti is not None:
                     want = as_list(module(*dev_inputs))
                     for g, e in zip(as_list(aoti(*dev_inputs)), want):
