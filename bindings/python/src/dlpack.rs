@@ -227,7 +227,9 @@ unsafe fn cuda_view(t: &DLTensor) -> Result<CudaView, String> {
         .ok_or_else(|| "its address plus byte offset overflows".to_string())?;
     let elem = dtype.size_bytes();
     if ptr % elem != 0 {
-        return Err(format!("its address {ptr:#x} is not aligned to its {elem}-byte elements"));
+        return Err(format!(
+            "its address {ptr:#x} is not aligned to its {elem}-byte elements"
+        ));
     }
     let spec = wrapir::exec::TensorSpec {
         dtype,
@@ -258,7 +260,8 @@ unsafe fn cuda_view(t: &DLTensor) -> Result<CudaView, String> {
 pub fn cuda_input(name: &str, capsule: &Bound<'_, PyCapsule>) -> PyResult<(Lent, CudaView)> {
     let lent = take_capsule(name, capsule)?;
     // SAFETY: `lent` holds the producer's live `DLManagedTensor`.
-    let view = unsafe { cuda_view(lent.tensor()) }.map_err(|e| PyValueError::new_err(format!("input `{name}`: {e}")))?;
+    let view =
+        unsafe { cuda_view(lent.tensor()) }.map_err(|e| PyValueError::new_err(format!("input `{name}`: {e}")))?;
     Ok((lent, view))
 }
 
