@@ -39,6 +39,11 @@ fn to_py(e: ModelError) -> PyErr {
     }
 }
 
+/// The alignment, in bytes, of a CUDA input's data that the model's kernels
+/// assume (Inductor's `ALIGNMENT`, Triton's pointer divisibility).
+#[cfg(feature = "cuda")]
+const INPUT_ALIGNMENT: u64 = 16;
+
 /// A loaded model (`wrapir.load`): call it with tensors. Safe to call from
 /// several Python threads at once; the GIL is released while it runs.
 #[pyclass(frozen, module = "wrapir._wrapir")]
@@ -96,6 +101,13 @@ impl Model {
     #[getter]
     fn input_names(&self) -> Vec<String> {
         self.inner.input_names().to_vec()
+    }
+
+    /// The names of the inputs a call writes (the bundle's
+    /// `mutated_inputs`; empty when it does not record them).
+    #[getter]
+    fn mutated_inputs(&self) -> Vec<String> {
+        self.inner.mutated_inputs().to_vec()
     }
 
     /// The device the model runs on (`cpu`, `cuda:N`).
@@ -173,6 +185,16 @@ impl Model {
                     return Err(PyValueError::new_err(format!(
                         "input `{name}` is on cuda:{}; the model runs on cuda:{ordinal}",
                         view.device
+                    )));
+                }
+                // Inductor's kernels assume their inputs aligned (Triton's
+                // pointer divisibility); one that is not would fault on the
+                // device and end the process's CUDA context.
+                if view.bytes > 0 && view.ptr % INPUT_ALIGNMENT != 0 {
+                    return Err(PyValueError::new_err(format!(
+                        "input `{name}`: its data at {:#x} is not {INPUT_ALIGNMENT}-byte aligned, as the \
+                         model's kernels assume (pass a copy: `.clone()`)",
+                        view.ptr
                     )));
                 }
                 Ok(wrapir::runtime::cuda::DeviceInput {

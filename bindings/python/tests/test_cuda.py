@@ -11,7 +11,8 @@ device, equal bit for bit to the host path's, within the bundle's tolerance
 of its expected outputs, in memory of their own (not the inputs', and not
 reused by the next call). The calls are ordered on the caller's stream (an
 input written there just before the call is what the call reads), a view
-with a storage offset is read where it starts, and bad inputs (another
+with a storage offset is read where it starts (copied first when not
+aligned as the kernels assume), and bad inputs (another
 device, other strides, a CPU model given CUDA tensors) are clear errors.
 `test_per_call_host_time` prints the per-call host time of both paths.
 
@@ -147,13 +148,21 @@ class CudaTensors(unittest.TestCase):
         (name,) = model.input_names
         real = bundle.inputs[name]
         (want,) = model(real)
-        # The input at a storage offset inside a larger buffer.
-        big = torch.full((real.numel() + 3,), float("nan"), device="cuda")
-        big[3:] = real.cuda().reshape(-1)
-        view = big[3:].view(real.shape)
-        self.assertEqual(view.storage_offset(), 3)
-        (got,) = model(view)
-        self.assertTrue(torch.equal(got.cpu(), want))
+        # The input at a storage offset inside a larger buffer: 4 floats in
+        # (16 bytes: aligned, read in place), and 3 (not aligned as the
+        # kernels assume: copied first, as Inductor does).
+        for offset in (4, 3):
+            big = torch.full((real.numel() + offset,), float("nan"), device="cuda")
+            big[offset:] = real.cuda().reshape(-1)
+            view = big[offset:].view(real.shape)
+            self.assertEqual(view.storage_offset(), offset)
+            (got,) = model(view)
+            self.assertTrue(torch.equal(got.cpu(), want), f"offset {offset}")
+        # The compiled part refuses a misaligned view outright.
+        capsule = torch.utils.dlpack.to_dlpack(view)
+        stream = torch.cuda.current_stream().cuda_stream
+        with self.assertRaisesRegex(ValueError, "16-byte aligned"):
+            model._model.call_device(stream, capsule)
 
     def test_mixed_cpu_and_cuda_inputs(self):
         bundle = Bundle("layer_norm")

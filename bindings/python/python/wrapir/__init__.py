@@ -26,7 +26,9 @@ come back as CUDA tensors of their own (each copied once on the device from
 the model's working memory; freed, when PyTorch lets them go, after the work
 queued on that stream). A program that writes its inputs (a KV-cache
 update; ``bundle.json``'s ``mutated_inputs``) writes the caller's CUDA
-tensors themselves. CPU tensors in such a call are moved to the device
+tensors themselves. An input whose data is not 16-byte aligned, as the
+kernels assume, is copied first (as Inductor does; a written one is copied
+back after the call). CPU tensors in such a call are moved to the device
 first; a call with only CPU tensors (or NumPy arrays) runs as on the CPU:
 inputs copied to the device, outputs copied back to host tensors. A CUDA
 tensor on another device is a ``ValueError``.
@@ -86,10 +88,16 @@ def _capsule(name, value):
     raise TypeError(f"input `{name}`: expected a tensor, an array or an int, not {type(value).__name__}")
 
 
-def _device_capsule(name, value, torch, device, stream):
+#: The alignment of a CUDA input's data the model's kernels assume (Inductor's).
+_ALIGNMENT = 16
+
+
+def _device_capsule(name, value, torch, device, stream, mutated, copy_back):
     """A DLPack capsule of CUDA tensor ``value`` on ``device`` (a CPU tensor
     or array moved there first), used in place by a device call on
-    ``stream``."""
+    ``stream``. A tensor whose data is not aligned as the kernels assume is
+    copied, as Inductor copies it; when the call writes it (``mutated``),
+    ``(tensor, copy)`` goes to ``copy_back``."""
     if not isinstance(value, torch.Tensor):
         if hasattr(value, "__array_interface__"):
             import numpy
@@ -108,6 +116,11 @@ def _device_capsule(name, value, torch, device, stream):
         value = value.resolve_conj()
     if value.is_neg():
         value = value.resolve_neg()
+    if value.data_ptr() % _ALIGNMENT:
+        aligned = value.clone()
+        if name in mutated:
+            copy_back.append((value, aligned))
+        value = aligned
     # The model reads the memory on its own stream, ordered after `stream`;
     # recorded so that PyTorch's caching allocator does not hand it out
     # again before `stream` has passed the call (when it was made on another).
@@ -197,9 +210,12 @@ class Model:
         """A call on CUDA tensors, in place (see the module documentation)."""
         device = torch.device("cuda", self._ordinal)
         stream = torch.cuda.current_stream(device)
-        capsules = [_device_capsule(n, v, torch, device, stream) for n, v in zip(names, args)]
-        named = {k: _device_capsule(k, v, torch, device, stream) for k, v in kwargs.items()}
+        mutated, copy_back = self._model.mutated_inputs, []
+        capsules = [_device_capsule(n, v, torch, device, stream, mutated, copy_back) for n, v in zip(names, args)]
+        named = {k: _device_capsule(k, v, torch, device, stream, mutated, copy_back) for k, v in kwargs.items()}
         outputs = self._model.call_device(stream.cuda_stream, *capsules, **named)
+        for tensor, copy in copy_back:
+            tensor.copy_(copy)
         where = (_wrapir.DEVICE_CUDA, self._ordinal)
         return [_output(v, where) for v in outputs]
 
