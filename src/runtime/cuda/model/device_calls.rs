@@ -2,7 +2,7 @@
 //! ([`Model::run_device`]): the outputs copied, device to device, into
 //! allocations of the caller's own ([`DeviceOutput`]).
 
-use super::{DeviceInput, Model, Session, UNPREPARABLE};
+use super::{DeviceInput, Model, Session};
 use crate::exec::cuda::CudaTensor;
 use crate::exec::model_source::ModelError;
 use crate::exec::{ExecError, TensorSpec, Value};
@@ -60,7 +60,7 @@ impl Session {
             // interprets from now on. Run the call again that way, unless the
             // program writes its inputs (a second run would apply the writes
             // twice: the error is returned, and the next call interprets).
-            Err(ModelError::Exec(ExecError::Unsupported(m))) if m.starts_with(UNPREPARABLE) && may_rerun => {
+            Err(ModelError::Exec(ExecError::Unpreparable(_))) if may_rerun => {
                 // SAFETY: as above.
                 unsafe { self.run_device(inputs, stream) }?;
             }
