@@ -1,14 +1,16 @@
 //! Back ends. Each takes a validated [`crate::ir::ProgramInfo`] and has the same
-//! surface: `Options`, an `Error` type, a `Writer` over `fmt::Write` (the
-//! text back ends' is this module's [`Writer`] with their options), and a
-//! `write_string` entry point.
+//! surface: `Options`, a `Writer` over `fmt::Write` (the text back ends' is
+//! this module's [`Writer`] with their options), and a `write_string` entry
+//! point; all fail with the one [`Error`] (where, and an [`ErrorKind`]).
 
 pub mod cpp;
+mod error;
 pub mod fx;
 pub mod launches;
 pub mod python;
 pub mod target;
 
+pub use error::{Error, ErrorKind};
 pub use target::Target;
 
 use crate::ir::ProgramInfo;

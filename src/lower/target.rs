@@ -17,20 +17,6 @@ pub enum Target {
     Fx,
 }
 
-/// Why a back end could not lower a program: its own error.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// [`crate::lower::python::Error`].
-    #[error(transparent)]
-    Python(#[from] super::python::Error),
-    /// [`crate::lower::cpp::Error`].
-    #[error(transparent)]
-    Cpp(#[from] super::cpp::Error),
-    /// [`crate::lower::fx::Error`].
-    #[error(transparent)]
-    Fx(#[from] super::fx::Error),
-}
-
 impl Target {
     /// Every back end, in report and snapshot order.
     pub const ALL: [Target; 4] = [Target::Python, Target::Cpp, Target::CppStandalone, Target::Fx];
@@ -60,7 +46,7 @@ impl Target {
     }
 
     /// Lowers `info` with this back end's default options.
-    pub fn write_string(self, info: &ProgramInfo<'_>) -> Result<String, Error> {
+    pub fn write_string(self, info: &ProgramInfo<'_>) -> Result<String, super::Error> {
         Ok(match self.cpp_dialect() {
             Some(dialect) => {
                 let options = super::cpp::Options {

@@ -288,7 +288,7 @@ fn errors_name_the_culprit() {
         );
     });
     let err = lower(&bad_path, &Options::default()).unwrap_err();
-    assert!(matches!(err, Error::UnsupportedKeyPath { .. }), "{err}");
+    assert!(matches!(err.kind, ErrorKind::UnsupportedKeyPath { .. }), "{err}");
     assert!(err.to_string().contains("`u0`"), "{err}");
 
     // An unmatched guard exit never reaches the lowering: validation rejects it
@@ -312,10 +312,10 @@ fn errors_name_the_culprit() {
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
     assert_eq!(
         err,
-        Error::MissingHint {
+        Error::of(ErrorKind::MissingHint {
             symbol: s0,
             input: "arg0_1".into()
-        }
+        })
     );
 
     // CUDA C kernels take the stream as a trailing positional argument, which
@@ -341,10 +341,10 @@ fn errors_name_the_culprit() {
     let err = lower(&positional_after_named, &Options::default()).unwrap_err();
     assert_eq!(
         err,
-        Error::PositionalAfterNamed {
-            kernel: k,
-            at: err_location(&positional_after_named, 1)
-        }
+        Error::new(
+            err_location(&positional_after_named, 1),
+            ErrorKind::PositionalAfterNamed { kernel: k }
+        )
     );
     assert!(err.to_string().starts_with("graph main, line 1 `call k("), "{err}");
 
@@ -354,7 +354,10 @@ fn errors_name_the_culprit() {
     g.define_kernel(&k);
     g.finish();
     let err = lower(&p.finish(), &Options::default()).unwrap_err();
-    assert_eq!(err, Error::SourceContainsTripleQuote { kernel: "k".into() });
+    assert_eq!(
+        err,
+        Error::of(ErrorKind::SourceContainsTripleQuote { kernel: "k".into() })
+    );
 }
 
 /// Every fixture lowers (or fails with a clear error only if the fixture is

@@ -12,7 +12,7 @@ use wrapir::ir::{
     HalideMeta, KernelBackend, KernelCall, KeyEntry, KeyPath, Layout, Line, MultiIndex, Predicate, Program,
     ProgramBuilder, TensorMethod, TritonMeta,
 };
-use wrapir::lower::python::{write_string, CallForm, Error, Options, StreamBinding};
+use wrapir::lower::python::{write_string, CallForm, Error, ErrorKind, Options, StreamBinding};
 use wrapir::sym::{CmpOp, SymExpr};
 
 mod forms;

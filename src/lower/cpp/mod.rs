@@ -54,7 +54,7 @@
 //!   lower --package` refuses such a program up front. Extern ops on the
 //!   CPU run in the runtime's host context (`device` -1, the host backend's
 //!   ops); on devices other than CUDA and the CPU they are
-//!   [`Error::Unsupported`]. A program that uses no CUDA device
+//!   [`ErrorKind::NotSupported`]. A program that uses no CUDA device
 //!   ([`host_only`]) defines `WRAPIR_HOST_ONLY` before the runtime header:
 //!   no `cuda.h`, no driver, size outputs made in host memory.
 //!   [`package::package`] writes a CMake project around the wrapper.
@@ -114,7 +114,7 @@
 //!   compiled value (`constants`, else `config`). FixedGrid's
 //!   `extra_launcher_args` (`_grid_0..2`) give the grid.
 //!
-//! Not lowered (an [`Error::Unsupported`] names the line): dict multi-output
+//! Not lowered (an [`ErrorKind::NotSupported`] names the line): dict multi-output
 //! indices, symbol inputs of subgraphs, buffers on devices other than CPU and
 //! CUDA in the standalone dialect. Ops outside the `aten` namespace map to
 //! `aoti_torch_<device>_<namespace>_<op>` in AOTI, which libtorch does not
@@ -275,43 +275,7 @@ impl Options {
     }
 }
 
-/// Why a program could not be lowered to C++.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// Writing to the output failed.
-    #[error("formatting error while writing C++")]
-    Fmt(#[from] fmt::Error),
-    /// The program uses something this lowering does not support.
-    #[error("{at}: not supported by the C++ lowering ({dialect}): {what}")]
-    Unsupported {
-        /// Where: the line (graph, index, text), a graph's header, or the
-        /// program (a kernel's launch wrapper, named in `what`).
-        at: Location,
-        /// The dialect.
-        dialect: &'static str,
-        /// What is not supported.
-        what: String,
-    },
-    /// The program is inconsistent in a way the lowering cannot write.
-    #[error("{at}: {message}")]
-    Invalid {
-        /// Where: the line (graph, index, text), a graph's header, or the
-        /// program (a kernel's launch wrapper, named in `message`).
-        at: Location,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-impl Error {
-    /// An [`Error::Invalid`] at `at`.
-    pub fn invalid(at: impl Into<Location>, message: impl Into<String>) -> Error {
-        Error::Invalid {
-            at: at.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use crate::lower::{Error, ErrorKind};
 
 /// Writes validated programs as C++ into `W`.
 pub type Writer<W> = super::Writer<W, Options>;

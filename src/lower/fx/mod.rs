@@ -53,82 +53,19 @@ impl Default for Options {
     }
 }
 
-/// Why a program could not be lowered to FX. Names the graph and line.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{at}: {kind}")]
-pub struct Error {
-    /// Where: the line at fault (graph, index, text), or the graph.
-    pub at: Location,
-    /// What went wrong.
-    pub kind: ErrorKind,
-}
-
-/// The kinds of FX lowering errors.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ErrorKind {
-    /// A buffer name with no live value at this point.
-    #[error("buffer `{0}` has no value here (never defined, or already freed)")]
-    UnknownBuffer(BufName),
-    /// A symbol used before any line binds it.
-    #[error("symbol `{0}` is used before it is bound")]
-    UnboundSymbol(Symbol),
-    /// A buffer whose declaration is not what the line needs (kernels and
-    /// subgraphs come from validation, which checked the tables).
-    #[error("{what} `{name}` is not defined in the program")]
-    Undefined {
-        /// `buffer declaration` or `tensor buffer declaration`.
-        what: &'static str,
-        /// Its name.
-        name: String,
-    },
-    /// Arguments of a kernel call that do not match its parameters.
-    #[error("call of kernel `{kernel}`: {message}")]
-    KernelArgs {
-        /// The kernel.
-        kernel: String,
-        /// What does not match.
-        message: String,
-    },
-    /// A key path that cannot be followed.
-    #[error("key path of symbol `{symbol}`: {message}")]
-    KeyPath {
-        /// The symbol being bound.
-        symbol: Symbol,
-        /// What is wrong.
-        message: String,
-    },
-    /// A graph input whose size expression cannot be solved for its symbol.
-    #[error("input `{input}`: {message}")]
-    Input {
-        /// The input.
-        input: BufName,
-        /// What is wrong.
-        message: String,
-    },
-    /// A line kind FX cannot express.
-    #[error("{0}")]
-    Unsupported(String),
-    /// Constant folding failed (overflow, division by zero).
-    #[error("evaluating `{expr}`: {message}")]
-    Fold {
-        /// The expression.
-        expr: String,
-        /// Why.
-        message: String,
-    },
-}
+pub use crate::lower::{Error, ErrorKind};
 
 /// Lowers the main graph (and, nested, every subgraph it runs).
 pub fn lower(info: &ProgramInfo<'_>, options: &Options) -> Result<fx::Graph, Error> {
     let memo = SubgraphMemo::default();
     let (graph, lifted) = GraphLowering::run(info, None, options, &memo)?;
     if let Some(s) = lifted.first() {
-        return Err(Error {
-            at: Location::Graph {
+        return Err(Error::new(
+            Location::Graph {
                 graph: GraphName::new(crate::ir::MAIN_GRAPH),
             },
-            kind: ErrorKind::UnboundSymbol(s.clone()),
-        });
+            ErrorKind::UnboundSymbol(s.clone()),
+        ));
     }
     Ok(graph)
 }

@@ -158,10 +158,8 @@ impl<'p> GraphLowering<'p> {
             layouts: HashMap::default(),
             layout_args: HashMap::default(),
         };
-        l.lower_all().map_err(|kind| Error {
-            at: Location::in_program(program, name, l.line),
-            kind,
-        })?;
+        l.lower_all()
+            .map_err(|kind| Error::new(Location::in_program(program, name, l.line), kind))?;
         Ok((l.out, l.lifted))
     }
 

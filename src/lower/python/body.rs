@@ -1,7 +1,7 @@
 //! The lines of one graph's function body.
 
 use super::kernels::comment;
-use super::{device_repr, shape_tuple, Code, Error, Lowering, StreamBinding};
+use super::{device_repr, shape_tuple, Code, Error, ErrorKind, Lowering, StreamBinding};
 use crate::ir::op::key;
 use crate::ir::LineAt;
 use crate::ir::{
@@ -104,10 +104,10 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
     fn layout(&self, buffer: &BufName, at: &LineAt<'_>) -> Result<&'l Layout, Error> {
         match self.graph.buffers.get(buffer).map(|d| &d.kind) {
             Some(crate::ir::BufferKind::Tensor(l)) => Ok(l),
-            Some(crate::ir::BufferKind::Multi) => Err(Error::NotATensor {
-                buffer: buffer.clone(),
-                at: at.location(),
-            }),
+            Some(crate::ir::BufferKind::Multi) => Err(Error::new(
+                at.location(),
+                ErrorKind::NotATensor { buffer: buffer.clone() },
+            )),
             // Invariant: `validate` rejects a line naming a buffer that is
             // neither declared by its graph nor a program constant.
             None => Ok(self
@@ -224,12 +224,14 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         code.line(&format!("{symbol} = {symbol}_undivided // {d}"));
                     }
                     _ => {
-                        return Err(Error::UnsupportedKeyPath {
-                            symbol: symbol.clone(),
-                            path: KeyPathText(keypath).to_string(),
-                            reason: "an item() value takes no key, `.to_int()` or `//d` only",
-                            at: at.location(),
-                        })
+                        return Err(Error::new(
+                            at.location(),
+                            ErrorKind::UnsupportedKeyPath {
+                                symbol: symbol.clone(),
+                                path: KeyPathText(keypath).to_string(),
+                                reason: "an item() value takes no key, `.to_int()` or `//d` only",
+                            },
+                        ))
                     }
                 }
                 if let Some(n) = &d.node {
@@ -345,11 +347,13 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 group,
             } => {
                 if comm_kind != "symm_mem" {
-                    return Err(Error::UnsupportedCommBuffer {
-                        buffer: buffer.clone(),
-                        comm_kind: comm_kind.clone(),
-                        at: at.location(),
-                    });
+                    return Err(Error::new(
+                        at.location(),
+                        ErrorKind::UnsupportedCommBuffer {
+                            buffer: buffer.clone(),
+                            comm_kind: comm_kind.clone(),
+                        },
+                    ));
                 }
                 let layout = self.layout(buffer, &at)?;
                 let device_index = layout.device.index.unwrap_or(0);
@@ -390,13 +394,19 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                     None => Ok(0),
                 }
             }
-            Some(_) => Err(Error::NoStreamDevice {
-                kernel: call.kernel.clone(),
-                at: at.location(),
-            }),
-            None => self.guards.last().copied().ok_or_else(|| Error::NoStreamDevice {
-                kernel: call.kernel.clone(),
-                at: at.location(),
+            Some(_) => Err(Error::new(
+                at.location(),
+                ErrorKind::NoStreamDevice {
+                    kernel: call.kernel.clone(),
+                },
+            )),
+            None => self.guards.last().copied().ok_or_else(|| {
+                Error::new(
+                    at.location(),
+                    ErrorKind::NoStreamDevice {
+                        kernel: call.kernel.clone(),
+                    },
+                )
             }),
         }
     }
@@ -417,17 +427,17 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             if a.name.is_some() {
                 named_seen = true;
             } else if named_seen {
-                return Err(Error::PositionalAfterNamed {
-                    kernel: kernel.clone(),
-                    at: at.location(),
-                });
+                return Err(Error::new(
+                    at.location(),
+                    ErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
+                ));
             }
         }
         if named_seen && trailing_positional {
-            return Err(Error::PositionalAfterNamed {
-                kernel: kernel.clone(),
-                at: at.location(),
-            });
+            return Err(Error::new(
+                at.location(),
+                ErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
+            ));
         }
         let args = |wrap_pointers: bool| -> Vec<String> {
             call.args
@@ -490,10 +500,10 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.line(&format!("{kernel}.{kernel}({})", items.join(", ")));
             }
             KernelBackend::Host => {
-                return Err(Error::HostKernel {
-                    kernel: kernel.clone(),
-                    at: at.location(),
-                })
+                return Err(Error::new(
+                    at.location(),
+                    ErrorKind::HostKernel { kernel: kernel.clone() },
+                ))
             }
         }
         Ok(())
@@ -750,12 +760,14 @@ fn assert_call(mut head: String, context: Option<&str>) -> String {
 
 fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &LineAt<'_>) -> Result<(), Error> {
     if d <= 0 {
-        return Err(Error::UnsupportedKeyPath {
-            symbol: symbol.clone(),
-            path: KeyPathText(path).to_string(),
-            reason: "the divisor must be positive",
-            at: at.location(),
-        });
+        return Err(Error::new(
+            at.location(),
+            ErrorKind::UnsupportedKeyPath {
+                symbol: symbol.clone(),
+                path: KeyPathText(path).to_string(),
+                reason: "the divisor must be positive",
+            },
+        ));
     }
     Ok(())
 }
@@ -770,11 +782,15 @@ fn unbacked_binding(
     path: &[KeyEntry],
     at: &LineAt<'_>,
 ) -> Result<(), Error> {
-    let unsupported = |reason: &'static str| Error::UnsupportedKeyPath {
-        symbol: symbol.clone(),
-        path: KeyPathText(path).to_string(),
-        reason,
-        at: at.location(),
+    let unsupported = |reason: &'static str| {
+        Error::new(
+            at.location(),
+            ErrorKind::UnsupportedKeyPath {
+                symbol: symbol.clone(),
+                path: KeyPathText(path).to_string(),
+                reason,
+            },
+        )
     };
     let mut expr = source.to_string();
     let mut i = 0;

@@ -1,6 +1,6 @@
 //! Kernel definitions in the module header.
 
-use super::{Code, Error};
+use super::{Code, Error, ErrorKind};
 use crate::ir::LineAt;
 use crate::ir::{ConstValue, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelDef, PyStr};
 use std::fmt::Write;
@@ -9,9 +9,9 @@ use std::fmt::Write;
 /// `name = async_compile.<backend>(...)`.
 pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, at: LineAt<'_>) -> Result<(), Error> {
     if def.source.contains("'''") {
-        return Err(Error::SourceContainsTripleQuote {
+        return Err(Error::of(ErrorKind::SourceContainsTripleQuote {
             kernel: def.name.clone(),
-        });
+        }));
     }
     code.blank();
     code.blank();
@@ -38,10 +38,10 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
         }
         KernelBackend::CudaC => format!("{name} = async_compile.cuda(r'''{source}''', 'so', aot_compile=False)"),
         KernelBackend::Host => {
-            return Err(Error::HostKernel {
-                kernel: name.clone(),
-                at: at.location(),
-            })
+            return Err(Error::new(
+                at.location(),
+                ErrorKind::HostKernel { kernel: name.clone() },
+            ))
         }
     };
     // Multi-line text: written as-is (the source must not be indented).

@@ -99,96 +99,7 @@ impl Default for Options {
     }
 }
 
-/// Why a program could not be lowered to Python.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
-    /// A line needs a tensor layout but the buffer is a multi-output value.
-    #[error("{at}: buffer `{buffer}` is a multi-output value, but this line needs a tensor layout")]
-    NotATensor {
-        /// The buffer.
-        buffer: BufName,
-        /// The line.
-        at: Location,
-    },
-    /// Host kernels are supplied by an embedder and have no Python form.
-    #[error("{at}: kernel `{kernel}` is a host kernel, which has no Python wrapper form")]
-    HostKernel {
-        /// The kernel.
-        kernel: KernelName,
-        /// The line.
-        at: Location,
-    },
-    /// The kernel source would end the `'''` string literal it is printed in.
-    #[error("kernel `{kernel}`: its source contains `'''`, which would end the Python string literal around it")]
-    SourceContainsTripleQuote {
-        /// The kernel.
-        kernel: KernelName,
-    },
-    /// A GPU kernel call has no device to take a stream from.
-    #[error("{at}: call of kernel `{kernel}` needs a GPU stream, but neither the call nor an enclosing device guard names a GPU device")]
-    NoStreamDevice {
-        /// The kernel.
-        kernel: KernelName,
-        /// The call.
-        at: Location,
-    },
-    /// A kernel call passes a positional argument (or, for Halide on CUDA and
-    /// CUDA C kernels, the trailing stream) after a named one.
-    #[error("{at}: call of kernel `{kernel}` has a positional argument after a named one, which Python rejects")]
-    PositionalAfterNamed {
-        /// The kernel.
-        kernel: KernelName,
-        /// The call.
-        at: Location,
-    },
-    /// A key path that has no Python form.
-    #[error("{at}: key path `{path}` binding `{symbol}` is not supported: {reason}")]
-    UnsupportedKeyPath {
-        /// The bound symbol.
-        symbol: Symbol,
-        /// The key path in text form.
-        path: String,
-        /// Why.
-        reason: &'static str,
-        /// The line.
-        at: Location,
-    },
-    /// A communication buffer kind other than `symm_mem`.
-    #[error("{at}: communication buffer `{buffer}` has kind `{comm_kind}`; only `symm_mem` has a Python form")]
-    UnsupportedCommBuffer {
-        /// The buffer.
-        buffer: BufName,
-        /// Its kind.
-        comm_kind: String,
-        /// The line.
-        at: Location,
-    },
-    /// The benchmark harness needs a concrete size for an input.
-    #[error("benchmark harness: input `{input}` needs a value for symbol `{symbol}`, which has no hint (declare a hint or set `benchmark_harness: false`)")]
-    MissingHint {
-        /// The symbol.
-        symbol: Symbol,
-        /// The input.
-        input: BufName,
-    },
-    /// The benchmark harness could not evaluate an input's layout at the hints.
-    #[error("benchmark harness: cannot evaluate the layout of input `{input}` at the symbols' hints: {source}")]
-    HarnessEval {
-        /// The input.
-        input: BufName,
-        /// The evaluation error.
-        source: EvalError,
-    },
-    /// The output sink failed.
-    #[error("the output sink failed")]
-    Format,
-}
-
-impl From<fmt::Error> for Error {
-    fn from(_: fmt::Error) -> Self {
-        Error::Format
-    }
-}
+pub use crate::lower::{Error, ErrorKind};
 
 /// Writes validated programs as Inductor-style Python wrapper code into a
 /// [`fmt::Write`] sink.
@@ -593,10 +504,10 @@ impl<'a> Lowering<'a> {
                     continue;
                 }
                 let Some(layout) = graph.layout(name) else {
-                    return Err(Error::NotATensor {
-                        buffer: name.clone(),
-                        at: Location::header(graph_name),
-                    });
+                    return Err(Error::new(
+                        Location::header(graph_name),
+                        ErrorKind::NotATensor { buffer: name.clone() },
+                    ));
                 };
                 if layout.size.contains(&SymExpr::Int(0)) {
                     continue;
@@ -746,9 +657,11 @@ impl<'a> Lowering<'a> {
         for input in &main.inputs {
             match input {
                 GraphInput::Symbol { name, symbol } => {
-                    let v = hints.get(symbol).ok_or_else(|| Error::MissingHint {
-                        symbol: symbol.clone(),
-                        input: name.clone(),
+                    let v = hints.get(symbol).ok_or_else(|| {
+                        Error::of(ErrorKind::MissingHint {
+                            symbol: symbol.clone(),
+                            input: name.clone(),
+                        })
                     })?;
                     code.line(&format!("{name} = {v}"));
                 }
@@ -759,17 +672,16 @@ impl<'a> Lowering<'a> {
                             .into_iter()
                             .find(|s| !hints.contains_key(s))
                             .unwrap_or_else(|| Symbol::new(name.as_str()));
-                        Error::MissingHint {
+                        Error::of(ErrorKind::MissingHint {
                             symbol,
                             input: name.clone(),
-                        }
+                        })
                     })?;
                     code.line(&format!("{name} = {v}"));
                 }
                 GraphInput::Tensor { name } => {
-                    let layout = main.layout(name).ok_or_else(|| Error::NotATensor {
-                        buffer: name.clone(),
-                        at: Location::header(None),
+                    let layout = main.layout(name).ok_or_else(|| {
+                        Error::new(Location::header(None), ErrorKind::NotATensor { buffer: name.clone() })
                     })?;
                     code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
                 }
@@ -807,14 +719,14 @@ fn rand_strided(input: &BufName, layout: &crate::ir::Layout, hints: &crate::sym:
     let eval = |e: &SymExpr| -> Result<String, Error> {
         match crate::sym::eval::eval_int(e, hints) {
             Ok(v) => Ok(v.to_string()),
-            Err(EvalError::Unbound { symbol }) => Err(Error::MissingHint {
+            Err(EvalError::Unbound { symbol }) => Err(Error::of(ErrorKind::MissingHint {
                 symbol,
                 input: input.clone(),
-            }),
-            Err(source) => Err(Error::HarnessEval {
+            })),
+            Err(source) => Err(Error::of(ErrorKind::HarnessEval {
                 input: input.clone(),
                 source,
-            }),
+            })),
         }
     };
     let size: Vec<String> = layout.size.iter().map(eval).collect::<Result<_, _>>()?;

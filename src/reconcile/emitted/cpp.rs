@@ -24,7 +24,7 @@ impl LaunchEmitter for CppLaunches {
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
         let options = crate::lower::cpp::Options::for_dialect(self.dialect);
-        let unsupported = |e: &crate::lower::cpp::Error| matches!(e, crate::lower::cpp::Error::Unsupported { .. });
+        let unsupported = |e: &crate::lower::Error| matches!(e.kind, crate::lower::ErrorKind::NotSupported { .. });
         printed_launches(self.name(), info, &options, unsupported, cpp_launch)
     }
 }

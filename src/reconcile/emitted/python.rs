@@ -28,7 +28,7 @@ impl LaunchEmitter for PythonLaunches {
     }
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
-        let unsupported = |e: &crate::lower::python::Error| matches!(e, crate::lower::python::Error::HostKernel { .. });
+        let unsupported = |e: &crate::lower::Error| matches!(e.kind, crate::lower::ErrorKind::HostKernel { .. });
         printed_launches(self.name(), info, &self.options, unsupported, |p| {
             python_launch(info, p)
         })

@@ -83,13 +83,11 @@ impl<'a> GraphCtx<'a> {
                         steps.push(usize::try_from(*k).expect("validated: multi-output indices are non-negative"))
                     }
                     MultiIndex::Dict(key) => {
-                        return Err(Error::Unsupported {
-                            at: cx.location(),
-                            dialect: "both dialects",
-                            what: format!(
+                        return Err({
+                            Error::new(cx.location(), ErrorKind::NotSupported { dialect: "both dialects", what: format!(
                                 "extracting `{result}` from `{source}` by the dict key {}: C++ receives multi-outputs as a flat list of handles",
                                 c_string(key)
-                            ),
+                            ) })
                         })
                     }
                 }

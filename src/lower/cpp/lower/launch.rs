@@ -6,7 +6,7 @@ use crate::ir::{
     ArgValue, ConstValue, DType, GridAlgebra, GridError, KernelCall, KernelName, Location, ScalarType, SigType,
     TritonMeta,
 };
-use crate::lower::cpp::Error;
+use crate::lower::cpp::{Error, ErrorKind};
 use crate::lower::launches::{PrintedRange, PrintedScratch, ScratchPointer};
 use crate::sym::SymExpr;
 use smallvec::SmallVec;
@@ -54,11 +54,15 @@ pub(super) fn wrapper_params(kernel: &KernelName, meta: &TritonMeta) -> Result<V
             SigType::Scalar(s) => ParamKind::Scalar(*s),
             SigType::Constexpr => continue,
             SigType::Other(t) => {
-                return Err(Error::Unsupported {
+                return Err({
                     // A wrapper belongs to the program's kernel table, not to a line.
-                    at: Location::Program,
-                    dialect: "both dialects",
-                    what: format!("kernel `{kernel}`: parameter `{name}` of signature type `{t}`"),
+                    Error::new(
+                        Location::Program,
+                        ErrorKind::NotSupported {
+                            dialect: "both dialects",
+                            what: format!("kernel `{kernel}`: parameter `{name}` of signature type `{t}`"),
+                        },
+                    )
                 });
             }
         };

@@ -3,7 +3,7 @@
 //! once; what differs between the dialects goes through [`DialectOps`]
 //! (`dialect.rs`), implemented once per dialect (`aoti.rs`, `standalone.rs`).
 
-use super::{Dialect, Error, IntSuffix, Options};
+use super::{Dialect, Error, ErrorKind, IntSuffix, Options};
 use crate::ir::MAIN_GRAPH;
 use crate::ir::{
     ArgValue, BufName, BufferKind, Conditional, DType, Device, DeviceType, ExternCall, Graph, GraphInput, GraphName,
@@ -287,10 +287,14 @@ impl<'a> Lowering<'a> {
     }
 
     fn unsupported(&self, at: impl Into<Location>, what: impl Into<String>) -> Error {
-        Error::Unsupported {
-            at: at.into(),
-            dialect: self.options.dialect.name(),
-            what: what.into(),
+        {
+            Error::new(
+                at.into(),
+                ErrorKind::NotSupported {
+                    dialect: self.options.dialect.name(),
+                    what: what.into(),
+                },
+            )
         }
     }
 }
