@@ -318,9 +318,12 @@ fn malformed_safetensors_are_clear_errors() {
             "byte 7 at element 1 is not a boolean",
         ),
         (
-            "fp8",
-            file(r#"{"q":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}}"#, &[0; 2]),
-            "dtype f8e4m3fn is not supported by host tensors",
+            "fnuz fp8",
+            file(
+                r#"{"q":{"dtype":"F8_E4M3FNUZ","shape":[2],"data_offsets":[0,2]}}"#,
+                &[0; 2],
+            ),
+            "dtype f8e4m3fnuz is not supported by host tensors",
         ),
         (
             "bad metadata",

@@ -17,8 +17,9 @@
 //! by spaces to a multiple of 8 bytes (the crate's writer reorders tensors by
 //! dtype and name, which would lose the order references pair outputs by).
 //!
-//! `F8_E4M3`, `F8_E5M2`, `F8_E4M3FNUZ` and `F8_E5M2FNUZ` are recognised but host
-//! [`Tensor`]s cannot hold them, so they are reported as
+//! `F8_E4M3` and `F8_E5M2` are read and written (host [`Tensor`]s hold
+//! fp8 as its bits); `F8_E4M3FNUZ` and `F8_E5M2FNUZ` are recognised but host
+//! tensors cannot hold them, so they are reported as
 //! [`SafetensorsError::UnsupportedDType`]; codes wrapir has no dtype for
 //! (`U16`, `U32`, `U64`, `F4`, `F6_*`, `F8_E8M0`) as
 //! [`SafetensorsError::UnsupportedCode`].
@@ -245,6 +246,24 @@ macro_rules! little_endian {
 
 little_endian!(u8, i8, i16, i32, i64, f32, f64, f16, bf16);
 
+/// fp8 elements: one byte, their bits.
+macro_rules! fp8_little_endian {
+    ($($t:ident),*) => {$(
+        impl LittleEndian for crate::exec::host::tensor::$t {
+            const SIZE: usize = 1;
+            fn from_le(bytes: &[u8]) -> Self {
+                // `chunks_exact(1)` hands out one byte.
+                crate::exec::host::tensor::$t(bytes.first().copied().unwrap_or(0))
+            }
+            fn put_le(self, out: &mut Vec<u8>) {
+                out.push(self.0);
+            }
+        }
+    )*};
+}
+
+fp8_little_endian!(F8E4m3fn, F8E5m2);
+
 impl LittleEndian for bool {
     const SIZE: usize = 1;
     fn from_le(bytes: &[u8]) -> Self {
@@ -258,6 +277,46 @@ impl LittleEndian for bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fp8 tensors are read and written as their bits, and read as values.
+    #[test]
+    fn fp8_tensors_round_trip() {
+        use crate::exec::host::tensor::{F8E4m3fn, F8E5m2};
+        let mut m = IndexMap::new();
+        let bits = [0x38u8, 0xc0, 0x7e, 0x7f, 0x80, 0x01];
+        m.insert(
+            "a".to_string(),
+            Tensor::from_vec(bits.map(F8E4m3fn).to_vec(), &[2, 3]).unwrap(),
+        );
+        m.insert(
+            "b".to_string(),
+            Tensor::from_vec(bits.map(F8E5m2).to_vec(), &[6]).unwrap(),
+        );
+        let back = parse(&write(&m).unwrap()).unwrap();
+        assert_eq!(back["a"].dtype(), crate::ir::DType::Float8E4m3fn);
+        assert_eq!(back["b"].dtype(), crate::ir::DType::Float8E5m2);
+        assert_eq!(
+            back["a"]
+                .to_vec::<F8E4m3fn>()
+                .unwrap()
+                .iter()
+                .map(|x| x.0)
+                .collect::<Vec<_>>(),
+            bits
+        );
+        assert_eq!(
+            back["b"]
+                .to_vec::<F8E5m2>()
+                .unwrap()
+                .iter()
+                .map(|x| x.0)
+                .collect::<Vec<_>>(),
+            bits
+        );
+        let values = back["a"].to_f64_vec().unwrap();
+        assert_eq!(&values[..3], &[1.0, -2.0, 448.0]);
+        assert!(values[3].is_nan());
+    }
 
     #[test]
     fn tensors_are_held_to_the_allocation_limit() {

@@ -26,6 +26,21 @@ macro_rules! le_bytes {
 }
 le_bytes!(u8, i8, i16, i32, i64, f32, f64, half::f16, half::bf16);
 
+/// fp8 elements: one byte, their bits.
+macro_rules! fp8_le_bytes {
+    ($($t:ident),*) => {$(
+        impl LeBytes for crate::exec::host::tensor::$t {
+            fn put(&self, out: &mut Vec<u8>) {
+                out.push(self.0);
+            }
+            fn get(bytes: &[u8]) -> Self {
+                crate::exec::host::tensor::$t(bytes.first().copied().unwrap_or(0))
+            }
+        }
+    )*};
+}
+fp8_le_bytes!(F8E4m3fn, F8E5m2);
+
 impl LeBytes for bool {
     fn put(&self, out: &mut Vec<u8>) {
         out.push(u8::from(*self));

@@ -6,8 +6,10 @@ use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+mod fp8;
 mod owned;
 mod raw;
+pub use fp8::{F8E4m3fn, F8E5m2};
 pub use owned::OwnedStorage;
 pub(crate) use raw::RawView;
 
@@ -25,6 +27,8 @@ pub enum Data {
     BF16(Vec<bf16>),
     F32(Vec<f32>),
     F64(Vec<f64>),
+    F8E4M3(Vec<F8E4m3fn>),
+    F8E5M2(Vec<F8E5m2>),
 }
 
 /// Counts live and peak bytes of storages that report to it, and holds the
@@ -268,8 +272,28 @@ half_element!(
     bf16, Bfloat16, BF16;
 );
 
+/// An fp8 element type ([`fp8`]): conversions through `f64`.
+macro_rules! fp8_element {
+    ($($t:ty, $dtype:ident, $variant:ident;)*) => {
+        $(element!(
+            $t,
+            $dtype,
+            $variant,
+            |x: $t| x.to_f64(),
+            <$t>::from_f64,
+            |x: $t| x.to_f64() as i64,
+            |v: i64| <$t>::from_f64(v as f64)
+        );)*
+    };
+}
+
+fp8_element!(
+    F8E4m3fn, Float8E4m3fn, F8E4M3;
+    F8E5m2, Float8E5m2, F8E5M2;
+);
+
 /// Runs `$body` with `$T` bound to the element type of `$dtype`, or evaluates
-/// `$other` for dtypes the host backend does not store (fp8).
+/// `$other` for dtypes the host backend does not store (complex, the fnuz fp8 kinds).
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr, $other:expr) => {
         $crate::exec::host::tensor::with_dtype!(@arms $dtype, $T, $body, $other;
@@ -283,6 +307,8 @@ macro_rules! with_dtype {
             Bfloat16 => half::bf16,
             Float32 => f32,
             Float64 => f64,
+            Float8E4m3fn => $crate::exec::host::tensor::F8E4m3fn,
+            Float8E5m2 => $crate::exec::host::tensor::F8E5m2,
         )
     };
     (@arms $dtype:expr, $T:ident, $body:expr, $other:expr; $($variant:ident => $ty:ty,)*) => {
@@ -338,6 +364,8 @@ impl Tensor {
             Data::BF16(v) => element_bytes(v),
             Data::F32(v) => element_bytes(v),
             Data::F64(v) => element_bytes(v),
+            Data::F8E4M3(v) => element_bytes(v),
+            Data::F8E5M2(v) => element_bytes(v),
         };
         Ok(Some(f(bytes)))
     }
@@ -864,6 +892,8 @@ fn data_len(d: &Data) -> usize {
         Data::BF16(v) => v.len(),
         Data::F32(v) => v.len(),
         Data::F64(v) => v.len(),
+        Data::F8E4M3(v) => v.len(),
+        Data::F8E5M2(v) => v.len(),
     }
 }
 
@@ -879,6 +909,8 @@ fn data_ptr(d: &Data) -> usize {
         Data::BF16(v) => v.as_ptr() as usize,
         Data::F32(v) => v.as_ptr() as usize,
         Data::F64(v) => v.as_ptr() as usize,
+        Data::F8E4M3(v) => v.as_ptr() as usize,
+        Data::F8E5M2(v) => v.as_ptr() as usize,
     }
 }
 

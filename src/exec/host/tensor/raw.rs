@@ -21,6 +21,8 @@ fn data_raw(d: &mut Data) -> (*mut u8, usize) {
         Data::BF16(v) => raw(v),
         Data::F32(v) => raw(v),
         Data::F64(v) => raw(v),
+        Data::F8E4M3(v) => raw(v),
+        Data::F8E5M2(v) => raw(v),
     }
 }
 
