@@ -271,6 +271,32 @@ fn mm_bmm_baddbmm_addbmm_strided() {
     common::assert_no_failures(&failures);
 }
 
+/// `extern_kernels.bias_addmm` (Inductor's max-autotune wrapper): a
+/// row-broadcast bias's first row as the 1-D cuBLASLt epilogue bias, a
+/// one-row bias, and a full bias, with keyword alpha / beta, equal to the
+/// host's `addmm` within the dtype's tolerance.
+#[test]
+fn bias_addmm_takes_the_first_row_of_a_broadcast_bias() {
+    let op = "extern_kernels.bias_addmm";
+    let mut failures = Vec::new();
+    for dtype in DTYPES {
+        let (m, k, n) = (24, 40, 16);
+        let mat1 = A::T(host_tensor(dtype, &[m, k], None, 1));
+        let mat2 = A::T(host_tensor(dtype, &[k, n], None, 2));
+        for (inp, beta) in [
+            (host_tensor(dtype, &[m, n], Some(&[0, 1]), 3), 1.0),
+            (host_tensor(dtype, &[1, n], None, 4), 1.0),
+            (host_tensor(dtype, &[m, n], None, 5), 0.5),
+        ] {
+            let kwargs = [("alpha", A::F(0.75)), ("beta", A::F(beta))];
+            if let Err(e) = check(op, &[A::T(inp), mat1.clone(), mat2.clone()], &kwargs, None) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// `_int_mm` on cuBLASLt equals the host's exact int32 sums for row- and
 /// column-major operands (the transposes `cublasCommonArgs` picks) and
 /// `out=`; the sizes PyTorch's CUDA op refuses are errors naming the rule.

@@ -692,3 +692,48 @@ fn int_mm_is_an_exact_int8_gemm_with_int32_results() {
     let err = call("extern_kernels._int_mm", vec![a, c], &[]).unwrap_err();
     assert!(err.contains("cannot multiply a 2x2 matrix by a 3x1 one"), "{err}");
 }
+
+/// `extern_kernels.bias_addmm` (Inductor's max-autotune wrapper): `addmm` of
+/// `inp[0]` for a row-broadcast (stride 0) or one-row `inp`, else of `inp`,
+/// with keyword `alpha` / `beta`; the same values as `addmm`.
+#[test]
+fn bias_addmm_is_addmm_of_the_first_row() {
+    let row = Tensor::from_f64(DType::Float32, &[0.5, -1.0, 2.0], &[3]).unwrap();
+    let expanded = row.view(&[2, 3], &[0, 1], 0).unwrap();
+    let mat1 = f32s(&[1., 2., 3., 4.], &[2, 2]);
+    let mat2 = f32s(&[1., 0., -1., 2., 1., 0.5], &[2, 3]);
+    let kwargs = [("alpha", Value::Float(2.0)), ("beta", Value::Float(0.5))];
+    let want = tensor(
+        call(
+            "extern_kernels.addmm",
+            vec![Value::Tensor(row.clone()), mat1.clone(), mat2.clone()],
+            &kwargs,
+        )
+        .unwrap(),
+    );
+    for inp in [expanded, row.view(&[1, 3], &[3, 1], 0).unwrap(), want.clone()] {
+        let got = tensor(
+            call(
+                "extern_kernels.bias_addmm",
+                vec![Value::Tensor(inp.clone()), mat1.clone(), mat2.clone()],
+                &kwargs,
+            )
+            .unwrap(),
+        );
+        // A full-size `inp` is added as it is.
+        let expected = if inp.size() == [2, 3] && inp.stride() != [0, 1] {
+            tensor(
+                call(
+                    "extern_kernels.addmm",
+                    vec![Value::Tensor(inp), mat1.clone(), mat2.clone()],
+                    &kwargs,
+                )
+                .unwrap(),
+            )
+        } else {
+            want.clone()
+        };
+        assert_eq!(got.to_f64_vec().unwrap(), expected.to_f64_vec().unwrap());
+        assert_eq!(got.size(), &[2, 3]);
+    }
+}

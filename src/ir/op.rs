@@ -70,6 +70,9 @@ extern_ops! {
     AddmmActivation(ADDMM_ACTIVATION) = "aten._addmm_activation";
     Baddbmm(BADDBMM) = "aten.baddbmm";
     Addbmm(ADDBMM) = "aten.addbmm";
+    /// `extern_kernels.bias_addmm`: Inductor's wrapper (max-autotune on CUDA)
+    /// that calls `addmm` on the first row of a row-broadcast bias.
+    BiasAddmm(BIAS_ADDMM) = "aten.bias_addmm";
     /// Int8 x int8 with int32 results.
     IntMm(INT_MM) = "aten._int_mm";
     /// `aten._scaled_mm`: fp8 x fp8 with tensor-wise scales.

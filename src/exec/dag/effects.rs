@@ -258,6 +258,7 @@ fn extern_access(target: &str) -> ExternAccess {
         | AddmmActivation
         | Baddbmm
         | Addbmm
+        | BiasAddmm
         | Convolution
         | Nonzero
         | MaskedSelect

@@ -63,6 +63,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::AddmmActivation => addmm_activation,
         E::Baddbmm => baddbmm,
         E::Addbmm => addbmm,
+        E::BiasAddmm => bias_addmm,
         E::Convolution => super::conv::convolution,
         E::Bmm => bmm,
         E::Nonzero => nonzero,
@@ -447,6 +448,27 @@ fn gemm_with_bias(
 
 fn addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     gemm_with_bias(a, o, Activation::None, false, false)
+}
+
+/// `extern_kernels.bias_addmm(inp, mat1, mat2, *, out, alpha, beta)`:
+/// Inductor's wrapper (`torch/_inductor/kernel/mm.py`), `addmm` of `inp[0]`
+/// when `inp` is a row broadcast (stride 0) or one row, else of `inp`.
+fn bias_addmm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let inp = a.tensor(0, "inp")?;
+    let (size, stride) = (inp.size(), inp.stride());
+    let first_row = matches!((size.first(), stride.first()), (Some(&s), Some(&st)) if (st == 0 && s != 0) || s == 1);
+    let row;
+    let bias = if first_row {
+        row = inp.view(&size[1..], &stride[1..], inp.spec().offset)?;
+        &row
+    } else {
+        inp
+    };
+    let (x, y) = (a.tensor(1, "mat1")?, a.tensor(2, "mat2")?);
+    // `alpha` and `beta` are keyword-only.
+    let beta = a.float(usize::MAX, "beta", 1.0)?;
+    let alpha = a.float(usize::MAX, "alpha", 1.0)?;
+    gemm_op(a, o, x, y, Some(bias), beta, alpha, Activation::None, false, false)
 }
 
 fn addmm_activation(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

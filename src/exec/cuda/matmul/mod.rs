@@ -65,6 +65,7 @@ fn op_fn(op: ExternOp) -> Option<GemmFn> {
         ExternOp::Bmm => |b, c, a| baddbmm(b, c, a, false),
         ExternOp::Baddbmm => |b, c, a| baddbmm(b, c, a, true),
         ExternOp::Addbmm => addbmm,
+        ExternOp::BiasAddmm => bias_addmm,
         ExternOp::IntMm => int_mm::int_mm,
         ExternOp::ScaledMm => scaled_mm::scaled_mm,
         _ => return None,
@@ -401,6 +402,31 @@ fn addmm(
     let alpha = a.float(4, "alpha", 1.0)?;
     same_dtype(a, &bias, &x, "`self` and `mat1`")?;
     addmm_common(backend, call, a, Some(bias), x, y, beta, alpha, act)
+}
+
+/// `extern_kernels.bias_addmm(inp, mat1, mat2, *, out, alpha, beta)`:
+/// Inductor's wrapper (`torch/_inductor/kernel/mm.py`), `addmm` of `inp[0]`
+/// (a view) when `inp` is a row broadcast (stride 0) or one row, else of
+/// `inp`: the 1-D bias takes PyTorch's cuBLASLt epilogue path.
+fn bias_addmm(
+    backend: &mut CudaBackend,
+    call: &ExternCall<'_, CudaTensor>,
+    a: &CallArgs<'_>,
+) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    let inp = a.tensor(0, "inp")?.clone();
+    let (size, stride) = (&inp.spec.size, &inp.spec.stride);
+    let first_row = matches!((size.first(), stride.first()), (Some(&s), Some(&st)) if (st == 0 && s != 0) || s == 1);
+    let bias = if first_row {
+        backend.view(&inp, &size[1..], &stride[1..], inp.spec.offset)?
+    } else {
+        inp.clone()
+    };
+    let (x, y) = (matrix_arg(a, 1, "mat1", 2)?, matrix_arg(a, 2, "mat2", 2)?);
+    // `alpha` and `beta` are keyword-only.
+    let beta = a.float(usize::MAX, "beta", 1.0)?;
+    let alpha = a.float(usize::MAX, "alpha", 1.0)?;
+    same_dtype(a, &bias, &x, "`inp` and `mat1`")?;
+    addmm_common(backend, call, a, Some(bias), x, y, beta, alpha, Activation::None)
 }
 
 /// `addmm_out_cuda_impl`: `out = act(beta * bias + alpha * x @ y)`.
