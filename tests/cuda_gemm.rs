@@ -393,7 +393,12 @@ fn scaled_mm_tensorwise_fp8_equals_exact_sums() {
     let (x, y) = (fp8(&x_host, Float8E4m3fn), fp8(&y_host, Float8E4m3fn));
     let (x5, y5) = (fp8(&x_host, Float8E5m2), fp8(&y_host, Float8E5m2));
     let y_row = fp8(
-        &Tensor::from_i64(Uint8, &x_bits[..k * n], &[k as i64, n as i64]).unwrap(),
+        &Tensor::from_i64(
+            Uint8,
+            &yv.iter().map(|v| code(*v)).collect::<Vec<_>>(),
+            &[k as i64, n as i64],
+        )
+        .unwrap(),
         Float8E4m3fn,
     );
     let mut scalar = |v: f64, size: &[i64]| {
