@@ -29,8 +29,8 @@
 //!   log-sum-exp `+inf` (CUDA flash attention's convention); with no keys
 //!   (`S = 0`) the output is 0.
 
+use super::builtin::{Args, BuiltinOptions};
 use super::layout::infer_dense_strides;
-use super::ops::{Args, BuiltinOptions};
 use super::tensor::Tensor;
 use crate::exec::op::{self, ExternOp};
 use crate::exec::{ExecError, TensorSpec, Value};
@@ -266,7 +266,7 @@ fn broadcast_strides<T>(
     spec: &TensorSpec,
     target: &[i64; 4],
 ) -> Result<[i64; 4], ExecError> {
-    super::pointwise::broadcast_strides(&spec.size, &spec.stride, target)
+    super::broadcast::broadcast_strides(&spec.size, &spec.stride, target)
         .and_then(|s| <[i64; 4]>::try_from(s).ok())
         .ok_or_else(|| {
             a.err(format!(
@@ -431,7 +431,7 @@ pub(crate) fn result_items<T>(call: &Call<'_, T>, qdtype: DType) -> Vec<Item> {
 }
 
 /// The host's implementation of the attention op `op`.
-pub(crate) fn builtin(op: &ExternOp) -> Option<super::ops::Builtin> {
+pub(crate) fn builtin(op: &ExternOp) -> Option<super::builtin::Builtin> {
     Some(match Kind::of(op)? {
         Kind::Efficient => efficient,
         Kind::Flash => flash,

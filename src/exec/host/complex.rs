@@ -10,7 +10,7 @@
 //! division for `/`, so a `complex64` result may differ from CUDA's (which rounds each
 //! product, or fuses it) in the last bit of a part.
 
-use super::ops::{Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
 use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
@@ -119,7 +119,7 @@ pub(crate) fn binary(
             Operand::Scalar(..) => None,
         })
         .collect();
-    let shape = super::pointwise::broadcast_shape(a, &shapes)?;
+    let shape = super::broadcast::broadcast_shape(a, &shapes)?;
     let dtype = result_dtype(&[&x, &y]);
     let n = a.result_elements(&shape, dtype.size_bytes(), o.max_alloc_bytes())?;
     let (xs, ys) = (values(&x, &shape, n)?, values(&y, &shape, n)?);

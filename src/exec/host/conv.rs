@@ -5,7 +5,8 @@
 //! input or the weight is; the reference the CUDA backend's cuDNN path is
 //! tested against).
 
-use super::ops::{Acc, Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
+use super::gemm::Acc;
 use crate::exec::op;
 use crate::exec::{contiguous_strides, ExecError, Tensor, TensorSpec, Value};
 

@@ -3,7 +3,7 @@
 //! compute for int8 GEMMs), exact: products are summed in 32-bit integers
 //! with wrap-around, as the int32 accumulators of PyTorch's kernels do.
 
-use super::ops::{Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
 use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 

@@ -8,8 +8,11 @@
 //! result is copied into `out`.
 
 pub(crate) mod attention;
+pub(crate) mod broadcast;
+mod builtin;
 pub(crate) mod complex;
 pub(crate) mod conv;
+mod gemm;
 pub(crate) mod int_gemm;
 pub(crate) mod jagged;
 pub mod kernels;
@@ -27,9 +30,9 @@ use crate::exec::op::{op_key, CATALOGUE};
 use crate::exec::{
     Backend, ExecError, ExternCall, KernelLaunch, MemoryStats, ScalarRequest, ScalarValue, Tensor, TensorSpec, Value,
 };
+use builtin::{Args, BuiltinOptions};
 use indexmap::IndexMap;
 use jagged::Overflow;
-use ops::{Args, BuiltinOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tensor::MemCounter;

@@ -1,52 +1,14 @@
 //! The host backend's built-in extern ops.
 
+use super::builtin::{norm_dim, split_at};
+pub(crate) use super::builtin::{Args, Builtin, BuiltinOptions};
+use super::gemm::{matmul, Acc};
 use super::jagged::{self, Overflow};
 use super::pointwise;
 use super::tensor::Tensor;
 use crate::exec::op::ExternOp;
 use crate::exec::{ExecError, Value};
-
-/// An op call's arguments on the host backend.
-pub(crate) type Args<'a> = crate::exec::op::Args<'a, Tensor>;
 use crate::ir::DType;
-
-impl<'a> crate::exec::op::Args<'a, Tensor> {
-    fn tensors(&self, i: usize, name: &str) -> Result<Vec<Tensor>, ExecError> {
-        match self.get(i, name) {
-            Some(Value::List(items)) => items
-                .iter()
-                .map(|v| match v {
-                    Value::Tensor(t) => Ok(t.clone()),
-                    other => Err(self.err(format!("`{name}` must be a list of tensors, found {}", other.kind()))),
-                })
-                .collect(),
-            Some(Value::Tensor(t)) => Ok(vec![t.clone()]),
-            _ => Err(self.err(format!("missing tensor-list argument `{name}`"))),
-        }
-    }
-}
-
-/// A built-in op.
-pub(crate) type Builtin = fn(&Args<'_>, &BuiltinOptions) -> Result<Value<Tensor>, ExecError>;
-
-/// Options the built-ins read.
-#[derive(Clone, Debug)]
-pub(crate) struct BuiltinOptions {
-    pub(crate) jagged_overflow: Overflow,
-    /// The backend's [`crate::Limits::max_alloc_bytes`], shared with it so
-    /// that [`super::HostBackend::with_limits`] reaches ops already
-    /// registered.
-    pub(crate) max_alloc_bytes: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// The CUDA generator state `aten.randint` draws from (shared with the backend).
-    pub(crate) rng: std::sync::Arc<std::sync::Mutex<crate::format::bundle_json::CudaRngState>>,
-}
-
-impl BuiltinOptions {
-    /// The most bytes one result may take.
-    pub(crate) fn max_alloc_bytes(&self) -> u64 {
-        self.max_alloc_bytes.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
 
 /// The host's built-in implementation of `op` (`None`: the host has none;
 /// the catalogue's `host` column says the same, which a test checks).
@@ -162,101 +124,6 @@ fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
     let offsets = a.tensor(0, "offsets")?;
     let total = a.opt_int(1, "total_L")?;
     Ok(Value::Tensor(jagged::inverse_offsets_tensor(a.op, offsets, total)?))
-}
-
-/// Accumulation types of the host GEMMs: `f32` for f32, f16 and bf16
-/// operands (PyTorch's CPU kernels multiply f32 in f32 and convert f16 / bf16
-/// operands to f32, accumulate there and round the result once), `f64` for
-/// the others.
-pub(super) trait Acc:
-    Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
-{
-    const ZERO: Self;
-    fn of(v: f64) -> Self;
-    fn get(self) -> f64;
-    fn tanh(self) -> Self;
-    fn is_nan(self) -> bool;
-    /// `c = a @ b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`
-    /// (lengths checked by the caller).
-    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
-}
-
-/// Row strides of a row-major `[rows, cols]` matrix for `matrixmultiply`
-/// (`cols` fits: the matrix exists in memory).
-fn row_stride(cols: usize) -> isize {
-    isize::try_from(cols).unwrap_or(isize::MAX)
-}
-
-/// Whether row-major `a` (`m x k`), `b` (`k x n`) and `c` (`m x n`) hold
-/// their elements: the one guard of both `gemm`s' raw-pointer calls, with
-/// checked products (a wrapped product would pass a short slice).
-fn gemm_fits<T>(m: usize, k: usize, n: usize, a: &[T], b: &[T], c: &[T]) -> bool {
-    let holds = |len: usize, r: usize, s: usize| r.checked_mul(s).is_some_and(|need| len >= need);
-    holds(a.len(), m, k) && holds(b.len(), k, n) && holds(c.len(), m, n)
-}
-
-/// `Acc` for a float type, whose GEMM is `matrixmultiply`'s `$gemm`.
-macro_rules! impl_acc {
-    ($t:ty, $gemm:path) => {
-        // For `f64` the conversions are the identity.
-        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-        impl Acc for $t {
-            const ZERO: Self = 0.0;
-            fn of(v: f64) -> Self {
-                v as $t
-            }
-            fn get(self) -> f64 {
-                f64::from(self)
-            }
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
-            }
-            fn gemm(m: usize, k: usize, n: usize, a: &[$t], b: &[$t], c: &mut [$t]) {
-                if !gemm_fits(m, k, n, a, b, c) {
-                    return;
-                }
-                // SAFETY: `a`, `b` and `c` hold at least `m*k`, `k*n` and
-                // `m*n` elements (`gemm_fits`), row-major with the unit
-                // column strides and row strides given, and `c` does not
-                // overlap them (it is `&mut`).
-                unsafe {
-                    $gemm(
-                        m,
-                        k,
-                        n,
-                        1.0,
-                        a.as_ptr(),
-                        row_stride(k),
-                        1,
-                        b.as_ptr(),
-                        row_stride(n),
-                        1,
-                        0.0,
-                        c.as_mut_ptr(),
-                        row_stride(n),
-                        1,
-                    )
-                }
-            }
-        }
-    };
-}
-
-impl_acc!(f32, matrixmultiply::sgemm);
-impl_acc!(f64, matrixmultiply::dgemm);
-
-/// `[m, k] @ [k, n]` on row-major data, accumulated in `F` (the `matrixmultiply` crate's
-/// blocked, vectorised GEMM).
-fn matmul<F: Acc>(a: &[F], b: &[F], m: usize, k: usize, n: usize) -> Vec<F> {
-    // `gemm_op` checked that `m * n` (and the batch's result) fits and was allocatable.
-    let mut out = vec![F::ZERO; m * n];
-    if m > 0 && n > 0 {
-        F::gemm(m, k, n, a, b, &mut out);
-    }
-    out
 }
 
 /// The epilogue activation of `_addmm_activation`.
@@ -532,7 +399,7 @@ fn masked_select(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exec
     if mask.dtype() != DType::Bool {
         return Err(a.err(format!("`mask` must be a bool tensor, got {}", mask.dtype())));
     }
-    let shape = pointwise::broadcast_shape(a, &[x.size(), mask.size()])?;
+    let shape = super::broadcast::broadcast_shape(a, &[x.size(), mask.size()])?;
     let keep = mask.expand(&shape)?.to_i64_vec()?;
     let xe = x.expand(&shape)?;
     let n = keep.iter().filter(|k| **k != 0).count();
@@ -561,26 +428,6 @@ fn item(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
         d if d.is_floating() => Value::Float(x.to_f64_vec()?[0]),
         _ => Value::Int(x.to_i64_vec()?[0]),
     })
-}
-
-pub(super) fn norm_dim(a: &Args<'_>, dim: i64, rank: usize) -> Result<usize, ExecError> {
-    let r = rank.max(1) as i64;
-    let d = if dim < 0 { dim + r } else { dim };
-    if d < 0 || d >= r {
-        return Err(a.err(format!("dimension {dim} out of range for rank {rank}")));
-    }
-    Ok(d as usize)
-}
-
-/// (outer, len, inner) sizes around dimension `d`.
-pub(super) fn split_at(size: &[i64], d: usize) -> (usize, usize, usize) {
-    let outer: i64 = size[..d].iter().product();
-    let inner: i64 = size[d + 1..].iter().product();
-    (
-        outer as usize,
-        size.get(d).copied().unwrap_or(1) as usize,
-        inner as usize,
-    )
 }
 
 fn cumsum(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {

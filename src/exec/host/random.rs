@@ -1,7 +1,7 @@
 //! The host's `aten.randint`: PyTorch's CUDA values
 //! ([`crate::exec::random`]) at the backend's generator state.
 
-use super::ops::{Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
 use super::tensor::{self, Tensor};
 use crate::exec::random::{DeviceShape, RandintPlan};
 use crate::exec::{ExecError, Value};

@@ -25,7 +25,7 @@
 //! what the decomposition passes; anything else is an error naming it.
 //! Computed in `f64`, each result rounded to its dtype once.
 
-use super::ops::{Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
 use super::{ExecError, Tensor, TensorSpec, Value};
 use crate::ir::DType;
 

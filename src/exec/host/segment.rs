@@ -18,7 +18,7 @@
 //!
 //! `indices=` is unsupported, as in ATen.
 
-use super::ops::{Args, BuiltinOptions};
+use super::builtin::{Args, BuiltinOptions};
 use super::tensor::checked_numel;
 use crate::exec::op;
 use crate::exec::{ExecError, Tensor, Value};

@@ -4,7 +4,7 @@
 //! is one of the orders an unstable `sort` may give and the one `stable=True`
 //! asks for). Integer tensors are compared as integers, never through `f64`.
 
-use super::ops::{norm_dim, split_at, Args, BuiltinOptions};
+use super::builtin::{norm_dim, split_at, Args, BuiltinOptions};
 use crate::exec::{ExecError, Tensor, Value};
 
 /// A tensor's elements as ordering keys: exact integers, or floats.

@@ -148,7 +148,7 @@ fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
 fn broadcast_nd(spec: &TensorSpec, shape: &[i64]) -> Option<Nd> {
     Nd::new(
         shape,
-        &crate::exec::host::pointwise::broadcast_strides(&spec.size, &spec.stride, shape)?,
+        &crate::exec::host::broadcast::broadcast_strides(&spec.size, &spec.stride, shape)?,
     )
 }
 
@@ -170,7 +170,7 @@ fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Op
         _ => return Ok(None),
     };
     let alpha = if op <= 1 { a.float(2, "alpha", 1.0)? } else { 1.0 };
-    let shape = crate::exec::host::pointwise::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
+    let shape = crate::exec::host::broadcast::broadcast_shape(a, &[&x.spec.size, &y.spec.size])?;
     let (Some(xd), Some(yd)) = (broadcast_nd(&x.spec, &shape), broadcast_nd(&y.spec, &shape)) else {
         return Ok(None);
     };

@@ -3,7 +3,7 @@
 
 use super::{blocks_for, dtype_suffix, launch, read_i64, reducible, scratch, Arg, Indices, Nd, MAX_RANK, TILE};
 use crate::exec::cuda::{host_storage_bytes, CudaBackend, CudaTensor};
-use crate::exec::host::pointwise;
+use crate::exec::host::broadcast;
 use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, Tensor, TensorSpec, Value};
 use crate::ir::DType;
@@ -178,7 +178,7 @@ fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
 
 /// The strides of `spec` broadcast to `shape` (0 on broadcast dimensions).
 fn broadcast_strides(a: &Args<'_>, what: &str, spec: &TensorSpec, shape: &[i64]) -> Result<Vec<i64>, ExecError> {
-    pointwise::broadcast_strides(&spec.size, &spec.stride, shape).ok_or_else(|| {
+    broadcast::broadcast_strides(&spec.size, &spec.stride, shape).ok_or_else(|| {
         a.err(format!(
             "`{what}` of shape {:?} cannot broadcast to {shape:?}",
             spec.size
@@ -186,9 +186,9 @@ fn broadcast_strides(a: &Args<'_>, what: &str, spec: &TensorSpec, shape: &[i64])
     })
 }
 
-/// The broadcast of two shapes ([`pointwise::broadcast_shape`]).
+/// The broadcast of two shapes ([`broadcast::broadcast_shape`]).
 fn broadcast_shape(a: &Args<'_>, x: &[i64], y: &[i64]) -> Result<Vec<i64>, ExecError> {
-    pointwise::broadcast_shape(a, &[x, y])
+    broadcast::broadcast_shape(a, &[x, y])
 }
 
 /// Copies the rows of `src` picked by compaction hits into a new `[n, *rest]` tensor.
