@@ -219,8 +219,9 @@ fn encode<T: LittleEndian>(t: &Tensor, out: &mut Vec<u8>) -> Result<(), super::E
     Ok(())
 }
 
-/// Little-endian byte conversion of host element types.
-trait LittleEndian: Element {
+/// Little-endian byte conversion of host element types: the one home of
+/// it (safetensors files, and the CUDA backend's device copies).
+pub(crate) trait LittleEndian: Element {
     const SIZE: usize;
     /// `bytes` has exactly `SIZE` bytes (from `chunks_exact`).
     fn from_le(bytes: &[u8]) -> Self;
