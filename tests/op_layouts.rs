@@ -57,6 +57,11 @@ const NOT_ALLOCATING: &[(&str, &str)] = &[
         "no ATen op of this name in PyTorch to record a layout from (FBGEMM's)",
     ),
     ("wrapir.inverse_offsets", "wrapir's own op, no PyTorch counterpart"),
+    (
+        "aten.bias_addmm",
+        "Inductor's Python wrapper of `addmm` (`extern_kernels.bias_addmm`), not an ATen op: called with `out=` on a \
+         buffer Inductor allocated; `addmm`'s layouts have cases",
+    ),
 ];
 
 /// Namespaces of host ops that return no tensor, with the reason.
