@@ -4,8 +4,9 @@ use super::cache::ProofCache;
 use super::emitted::{
     validate_emitted_with, EmitError, EmittedLaunch, LaunchEmitter, Mismatch, SameTensors, Validated,
 };
+use super::evidence::EvidenceVerdict;
 use super::facts::program_facts;
-use super::record::{describe, reconcile_call_with, Error, ErrorKind, EvidenceVerdict, LaunchRecord};
+use super::record::{describe, reconcile_call_with, Error, ErrorKind, LaunchRecord};
 use super::Options;
 use crate::ir::{GraphName, KernelBackend, KernelCall, KernelName, Line, ProgramInfo};
 use rayon::prelude::*;

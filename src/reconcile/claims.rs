@@ -5,7 +5,7 @@
 //! proven nor refuted becomes guarded evidence and a run-time [`Guard`].
 
 use super::cache::ProofCache;
-use super::record::{interval_text, Evidence, EvidenceVerdict, Guard};
+use super::evidence::{interval_text, Evidence, EvidenceVerdict, Guard};
 use crate::sym::egraph::{Bound, Counterexample, Interval};
 use crate::sym::{CmpOp, Outcome, SymExpr};
 

@@ -34,22 +34,25 @@ mod cache;
 mod check;
 mod claims;
 mod emitted;
+mod evidence;
 mod facts;
 mod guards;
+mod lowerings;
 mod record;
 mod shape;
 
 pub use cache::ProofCache;
 pub use check::{check_program, check_program_against, CheckReport, Failure, LaunchEntry, Totals, Verdict};
 pub use emitted::{
-    check_lowerings, emitter, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch,
-    EmittedValue, FxLaunches, LaunchEmitter, LoweringVerdict, LoweringsReport, Mismatch, PythonLaunches, Validated,
+    emitter, validate_emitted, CppLaunches, EmitError, EmittedLaunch, EmittedRange, EmittedScratch, EmittedValue,
+    FxLaunches, LaunchEmitter, Mismatch, PythonLaunches, Validated,
 };
+pub use evidence::{Evidence, EvidenceVerdict, Guard};
 pub use facts::program_facts;
 pub use guards::{guarded, insert_guards, insert_guards_in, needs_guards, reconciled, GuardError};
+pub use lowerings::{check_lowerings, LoweringVerdict, LoweringsReport};
 pub use record::{
-    reconcile_call, Baked, BakedSource, Error, ErrorKind, Evidence, EvidenceVerdict, Guard, LaunchRecord, RuntimeArg,
-    Scratch, ScratchKind,
+    reconcile_call, Baked, BakedSource, Error, ErrorKind, LaunchRecord, RuntimeArg, Scratch, ScratchKind,
 };
 
 use crate::sym::egraph::Limits;

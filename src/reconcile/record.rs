@@ -2,11 +2,12 @@
 
 use super::cache::ProofCache;
 use super::claims::{self, Ledger};
+use super::evidence::{Evidence, Guard};
 use crate::ir::{
     ArgValue, BufName, BufferKind, ConstValue, DType, GraphName, KernelBackend, KernelCall, KernelName, Program,
     SigType, TritonMeta, MAIN_GRAPH,
 };
-use crate::sym::egraph::{Bound, Counterexample, Interval};
+use crate::sym::egraph::Counterexample;
 use crate::sym::{CmpOp, SymExpr};
 use indexmap::IndexMap;
 use std::collections::HashMap;
@@ -77,38 +78,6 @@ pub struct Scratch {
     /// Bytes to allocate (`bytes_per_cta * grid_x * grid_y * grid_z`); `None`
     /// when `bytes_per_cta` is 0 and a null pointer is passed.
     pub total_bytes: Option<SymExpr>,
-}
-
-/// A condition the back ends and the interpreter must check before the launch,
-/// because reconciliation could neither prove nor refute it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Guard {
-    /// The parameter concerned.
-    pub param: String,
-    /// The boolean condition that must hold.
-    pub cond: SymExpr,
-    /// What it means (`xnumel: cannot prove s0 == 1`).
-    pub message: String,
-}
-
-/// How one claim of a reconciliation was settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EvidenceVerdict {
-    /// Proven (by the prover or by ranges).
-    Proven,
-    /// Neither proven nor refuted: guarded at run time.
-    Guarded,
-}
-
-/// One settled claim, for `--explain`-style output.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Evidence {
-    /// What was claimed (`xnumel: s0 == 1`, `n_elements: s0 fits i32`).
-    pub claim: String,
-    /// How it was settled.
-    pub verdict: EvidenceVerdict,
-    /// The proof (one step per line), the ranges used, or why it is unknown.
-    pub detail: String,
 }
 
 /// The canonical launch of one Triton call.
@@ -806,15 +775,6 @@ pub(super) fn describe(v: &ArgValue) -> String {
         ArgValue::Buffer(b) => format!("buffer `{b}`"),
         other => Text(other).to_string(),
     }
-}
-
-pub(super) fn interval_text(i: Interval) -> String {
-    let b = |x: Bound| match x {
-        Bound::NegInf => "-inf".to_string(),
-        Bound::PosInf => "inf".to_string(),
-        Bound::Fin(v) => v.to_string(),
-    };
-    format!("[{}, {}]", b(i.lo), b(i.hi))
 }
 
 /// The launch grid from the grid type, the chosen config and the parameter values.
