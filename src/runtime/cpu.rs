@@ -84,15 +84,7 @@ impl CpuModel {
         drop(scratch);
         loader.check_runs(&program).map_err(|e| bundle_err(e.to_string()))?;
         let (weights, weight_bytes) = place_weights(source, &program, &mut loader, &options.limits)?;
-        let user_inputs = program
-            .main
-            .inputs
-            .iter()
-            .filter_map(|i| match i {
-                GraphInput::Tensor { name } if !weights.contains_key(name.as_str()) => Some(name.to_string()),
-                _ => None,
-            })
-            .collect();
+        let user_inputs = super::call_inputs(&program, &weights);
         let shared = Arc::new(Shared {
             kernels: loader.kernels().map(|(n, f)| (n.to_string(), Arc::clone(f))).collect(),
             program,

@@ -393,3 +393,18 @@ impl Session {
         }
     }
 }
+
+/// The graph inputs each call of a model of `program` supplies, in the
+/// program's order: its tensor inputs other than the `weights` the model
+/// holds (symbol inputs follow from the sizes).
+fn call_inputs<T>(program: &Program, weights: &IndexMap<String, T>) -> Vec<String> {
+    program
+        .main
+        .inputs
+        .iter()
+        .filter_map(|i| match i {
+            crate::ir::GraphInput::Tensor { name } if !weights.contains_key(name.as_str()) => Some(name.to_string()),
+            _ => None,
+        })
+        .collect()
+}

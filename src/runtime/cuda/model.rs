@@ -365,15 +365,7 @@ impl Model {
             }),
             _ => None,
         };
-        let user_inputs = program
-            .main
-            .inputs
-            .iter()
-            .filter_map(|i| match i {
-                GraphInput::Tensor { name } if !laid.contains_key(name.as_str()) => Some(name.to_string()),
-                _ => None,
-            })
-            .collect();
+        let user_inputs = crate::runtime::call_inputs(&program, &laid);
         let shared = Arc::new(Shared {
             kernels: backend.shared_kernels(),
             program,
