@@ -528,3 +528,24 @@ class BundleParts(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class InductorExternOps(unittest.TestCase):
+    def test_the_committed_table_is_the_merge_of_the_committed_lists(self):
+        # src/exec/inductor_ops.tsv (behind `wrapir ops --all`) is generated from the
+        # per-version lists that fixtures/inductor/inductor_fallbacks.py read from Inductor.
+        import importlib.util
+
+        fixtures = os.path.join(REPO, "fixtures", "inductor")
+        spec = importlib.util.spec_from_file_location(
+            "inductor_fallbacks", os.path.join(fixtures, "inductor_fallbacks.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        lists = sorted(glob.glob(os.path.join(fixtures, "inductor_fallbacks_*.json")))
+        self.assertGreaterEqual(len(lists), 2)
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "ops.tsv")
+            module.merge(lists, out)
+            with open(out) as f, open(os.path.join(REPO, "src", "exec", "inductor_ops.tsv")) as g:
+                self.assertEqual(f.read(), g.read(), "regenerate src/exec/inductor_ops.tsv with "
+                                 "inductor_fallbacks.py --merge (fixtures/inductor/README.md)")
