@@ -35,8 +35,10 @@ for d in "$root"/fixtures/inductor/bundles/*/; do
   done
 done
 
-# package: small bundles packed with the wrapir binary, when one is built.
-wrapir_bin="$root/target/debug/wrapir"
+# package: small bundles packed with the wrapir binary, when one is built
+# (WRAPIR names another one, e.g. a release build elsewhere). Without one the
+# package target starts from an empty corpus and stays at its header checks.
+wrapir_bin="${WRAPIR:-$root/target/debug/wrapir}"
 if [ -x "$wrapir_bin" ]; then
   for b in cat_mm softmax topk feat_cond_unbacked; do
     "$wrapir_bin" pack "$root/fixtures/inductor/bundles/$b" -o "$corpus/package/$b.wirpkg" >/dev/null
