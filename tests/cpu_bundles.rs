@@ -92,12 +92,13 @@ const FEATURE_CASES: &[&str] = &["feat_item_float", "feat_item_float_dynamic"];
 
 /// Extern ops of model families outside the zoo (`cases_cpu_ops.py`): a
 /// mixture-of-experts router's `aten.sort.stable` and `aten.topk`, and an
-/// int8 GEMM (`extern_kernels._int_mm`), and a KV-cache decode step that
+/// int8 GEMM (`extern_kernels._int_mm`), an fp8 GEMM with tensor-wise
+/// scales (`extern_kernels._scaled_mm`, fp8 inputs), a KV-cache decode step that
 /// writes its caches in place (`index_copy_` on inputs: judged after the call
 /// against eager's caches, `mutated.safetensors`), a two-layer bidirectional
 /// LSTM (`aten.mkldnn_rnn_layer` per layer and direction) and a GRU (its
 /// cell's GEMMs and kernels: no RNN op).
-const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear", "kv_cache_decode", "lstm", "gru"];
+const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear", "fp8_linear", "kv_cache_decode", "lstm", "gru"];
 
 /// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
 const CASES: &[&str] = &[

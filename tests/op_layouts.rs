@@ -83,6 +83,8 @@ fn dtype(name: &str) -> DType {
         "int8" => DType::Int8,
         "uint8" => DType::Uint8,
         "bool" => DType::Bool,
+        "float8_e4m3fn" => DType::Float8E4m3fn,
+        "float8_e5m2" => DType::Float8E5m2,
         other => panic!("dtype {other}"),
     }
 }

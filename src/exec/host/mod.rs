@@ -21,6 +21,7 @@ pub(crate) mod ops;
 pub(crate) mod pointwise;
 mod random;
 mod rnn;
+mod scaled_mm;
 pub(crate) mod segment;
 pub(crate) mod sort;
 pub(crate) mod tensor;

@@ -120,7 +120,7 @@ catalogue! {
     Addbmm(ADDBMM), host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
     BiasAddmm(BIAS_ADDMM), host: true, cuda: cuda(Blas, "cuBLASLt", FLOAT);
     IntMm(INT_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
-    ScaledMm(SCALED_MM), host: false, cuda: cuda(Blas, "cuBLASLt", "f8e4m3fn, f8e5m2 -> f32, f16, bf16 (tensor-wise scales, sm_89+)");
+    ScaledMm(SCALED_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "f8e4m3fn, f8e5m2 -> f32, f16, bf16 (tensor-wise scales, sm_89+)");
     Convolution(CONVOLUTION), host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     Nonzero(NONZERO), host: true, cuda: cuda(Kernel, KERNEL, "all");
     MaskedSelect(MASKED_SELECT), host: true, cuda: cuda(Kernel, KERNEL, "all");
