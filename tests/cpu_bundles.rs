@@ -98,7 +98,14 @@ const FEATURE_CASES: &[&str] = &["feat_item_float", "feat_item_float_dynamic"];
 /// against eager's caches, `mutated.safetensors`), a two-layer bidirectional
 /// LSTM (`aten.mkldnn_rnn_layer` per layer and direction) and a GRU (its
 /// cell's GEMMs and kernels: no RNN op).
-const OPS_CASES: &[&str] = &["moe_router_sort", "int8_linear", "fp8_linear", "kv_cache_decode", "lstm", "gru"];
+const OPS_CASES: &[&str] = &[
+    "moe_router_sort",
+    "int8_linear",
+    "fp8_linear",
+    "kv_cache_decode",
+    "lstm",
+    "gru",
+];
 
 /// Cases every backend must have (the exporter's case list, `cases_cpu.py`).
 const CASES: &[&str] = &[

@@ -52,7 +52,9 @@ pub(super) fn scaled_mm(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor
         Some(v) => return Err(a.err(format!("`out_dtype` must be a dtype, got {}", v.kind()))),
     };
     if !matches!(out_dtype, DType::Float32 | DType::Float16 | DType::Bfloat16) {
-        return Err(a.err(format!("an {out_dtype} result is not supported (f32, f16 and bf16 are)")));
+        return Err(a.err(format!(
+            "an {out_dtype} result is not supported (f32, f16 and bf16 are)"
+        )));
     }
     a.result_elements(&[m, n], 8, o.max_alloc_bytes())?;
     // Sizes of tensors that exist: non-negative, each fits in memory.
