@@ -8,7 +8,8 @@
 //! as the host's, [`crate::exec::host::int_gemm`]), so the result is
 //! PyTorch's bit for bit. An operand PyTorch would copy first (neither row-
 //! nor column-major) goes to the host fallback (`Ok(None)`), as the other
-//! GEMMs' do.
+//! GEMMs' do, and so do two column-major operands, which cuBLASLt's int8
+//! GEMM does not support.
 
 use super::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
 use crate::exec::cuda::blaslt::{self, Int8Key, Int8Plan, LtPointers};
@@ -59,6 +60,14 @@ pub(super) fn int_mm(
             "the result's strides {:?} are not contiguous, which PyTorch's CUDA `_int_mm` requires",
             c.spec.stride
         )));
+    }
+    // cuBLASLt's int8 GEMM refuses both operands column-major
+    // (`CUBLAS_STATUS_NOT_SUPPORTED` from `cublasLtMatmul` on an H100, for
+    // the transposes `cublasCommonArgs` gives that case): the host fallback
+    // takes it, as it takes operands PyTorch would copy first.
+    let column_major = |t: &CudaTensor| t.spec.size[1] > 1 && t.spec.stride[1] != 1;
+    if column_major(&x) && column_major(&y) {
+        return Ok(None);
     }
     let Some(cm) = common(&Mat::of(&x), &Mat::of(&y), &Mat::of(&c)) else {
         return Ok(None);
