@@ -527,3 +527,33 @@ fn minus_chains_print_within_the_depth_limit() {
         assert_eq!(wrapir::text::print(&again), printed);
     }
 }
+
+/// A chain of `*`, `//` and `%` builds one tree level per operator without
+/// any nesting in its text, and the printers parenthesise each level, so a
+/// long chain (found by the `sym` fuzz target:
+/// `fuzz/regressions/sym_mod_chain_printed_too_deep.txt`, 120 operators)
+/// printed a form nested past the parser's limit. Trees deeper than
+/// `MAX_TREE_DEPTH` are an error; every tree up to it prints forms that parse.
+#[test]
+fn operator_chains_stay_within_the_tree_depth_limit() {
+    use wrapir::sym::parse::MAX_TREE_DEPTH;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let sym = std::fs::read_to_string(root.join("sym_mod_chain_printed_too_deep.txt")).unwrap();
+    let err = parse(sym.lines().next().unwrap()).unwrap_err();
+    assert!(err.message.contains("deeper than"), "{err}");
+    // The longest chain accepted, of each operator, prints forms that parse
+    // to the same tree (canonical) and value (Python).
+    for op in [" % ", " // "] {
+        let at_limit = format!("s0{}", format!("{op}(s1 + 3)").repeat(MAX_TREE_DEPTH - 2));
+        let e = parsed(&at_limit);
+        for printed in [print::python(&e), print::canonical(&e)] {
+            let again = parse(&printed).unwrap_or_else(|err| panic!("{printed:?}: {err:?}"));
+            let b = bindings();
+            assert_eq!(eval_int(&again, &b), eval_int(&e, &b), "{printed}");
+        }
+        let past = format!("s0{}", format!("{op}(s1 + 3)").repeat(MAX_TREE_DEPTH + 1));
+        assert!(parse(&past).is_err(), "{op}: {} operators parsed", MAX_TREE_DEPTH + 1);
+    }
+    // A product is one n-ary node however long: 1,000 factors parse.
+    assert!(parse(&format!("s0{}", "*(s1 + 3)".repeat(1000))).is_ok());
+}

@@ -49,6 +49,14 @@ use super::{CmpOp, SymExpr};
 /// Deepest nesting of parentheses, calls and prefix operators accepted.
 pub const MAX_DEPTH: usize = 100;
 
+/// Deepest expression tree accepted. A chain of `*`, `//` and `%` parses
+/// without nesting but builds one tree level per operator, and the printers
+/// parenthesise each level (at most two parentheses or prefixes a level:
+/// `((x // d) % m)`, `not (x)`), so trees up to this depth print within
+/// [`MAX_DEPTH`] and every printed form parses again (a chain of 120 `%`s
+/// did not). It also bounds the recursion of printing and dropping a tree.
+pub const MAX_TREE_DEPTH: usize = 40;
+
 /// A syntax error in an expression.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("cannot parse expression `{text}` at byte {offset}: {message}")]
@@ -72,6 +80,12 @@ pub fn parse(text: &str) -> Result<SymExpr, ParseError> {
         depth: 0,
     };
     let e = p.expr()?;
+    if tree_deeper_than(&e, MAX_TREE_DEPTH) {
+        return Err(p.error_at(
+            0,
+            format!("expression tree deeper than {MAX_TREE_DEPTH} levels (a chain of `*`, `//` and `%` builds one level per operator)"),
+        ));
+    }
     match p.peek() {
         Tok::End => Ok(e),
         _ => Err(p.error_here(format!(
@@ -369,14 +383,25 @@ impl<'a> Parser<'a> {
         let first = self.unary()?;
         let mut acc = first.expr;
         let mut open_product = first.open_product;
+        // Each operator that wraps `acc` adds a tree level: stop at the
+        // tree limit before building more (see `MAX_TREE_DEPTH`).
+        let mut levels = 0usize;
         loop {
+            if levels > MAX_TREE_DEPTH {
+                return Err(self.error_here(format!(
+                    "expression tree deeper than {MAX_TREE_DEPTH} levels (a chain of `*`, `//` and `%` builds one level per operator)"
+                )));
+            }
             match self.peek() {
                 Tok::Star => {
                     self.bump();
                     let rhs = self.unary()?.expr;
                     match &mut acc {
                         SymExpr::Mul(factors) if open_product => factors.push(rhs),
-                        _ => acc = SymExpr::Mul(vec![acc, rhs]),
+                        _ => {
+                            acc = SymExpr::Mul(vec![acc, rhs]);
+                            levels += 1;
+                        }
                     }
                     open_product = true;
                 }
@@ -384,12 +409,14 @@ impl<'a> Parser<'a> {
                     self.bump();
                     let rhs = self.unary()?.expr;
                     acc = SymExpr::floor_div(acc, rhs);
+                    levels += 1;
                     open_product = false;
                 }
                 Tok::Percent => {
                     self.bump();
                     let rhs = self.unary()?.expr;
                     acc = SymExpr::Mod(Box::new(acc), Box::new(rhs));
+                    levels += 1;
                     open_product = false;
                 }
                 _ => return Ok(acc),
@@ -653,4 +680,17 @@ mod tests {
         assert!(parse("-(-9223372036854775808)").is_err());
         assert!(parse("99999999999999999999").is_err());
     }
+}
+
+/// Whether `e`'s tree has more than `limit` levels, walked with an explicit
+/// stack (no recursion, whatever the depth).
+fn tree_deeper_than(e: &SymExpr, limit: usize) -> bool {
+    let mut stack = vec![(e, 1usize)];
+    while let Some((node, depth)) = stack.pop() {
+        if depth > limit {
+            return true;
+        }
+        stack.extend(node.children().into_iter().map(|c| (c, depth + 1)));
+    }
+    false
 }
