@@ -230,7 +230,9 @@ def main():
                 how = f"signal {-e.returncode}" if e.returncode < 0 else f"exit {e.returncode}"
                 aoti_failed = f"a fresh process loading AOTI's package died ({how}); stderr: {(e.stderr or '')[-300:]}"
                 print(f"{name}: {aoti_failed}", flush=True)
-            print(f"{name}: cold rows done", flush=True)
+            # Printed now as well: an in-process failure below must not lose them.
+            for runner, (total, load, first) in rows.items():
+                print(f"{name}: {runner}: exec to first output {total * 1e3:.0f} ms, load {load * 1e3:.1f} ms, first call {first * 1e3:.2f} ms", flush=True)
 
             ours = wrapir.load(pkg, device="cuda")
             aoti = None if aoti_failed else torch._inductor.aoti_load_package(pt2)
