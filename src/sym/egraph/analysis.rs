@@ -132,7 +132,9 @@ impl Interval {
         let (Some(dlo), dhi) = (d.lo.fin(), d.hi) else {
             return Interval::TOP;
         };
-        if dlo < 1 {
+        // An empty divisor range (contradictory facts: `dhi < dlo`, possibly
+        // 0) says nothing to divide by; the fuzzer found `dhi == 0` here.
+        if dlo < 1 || d.is_empty() {
             return Interval::TOP;
         }
         let lo = match self.lo {
