@@ -252,8 +252,9 @@ primitive_element!(
     f64, Float64, F64;
 );
 
-/// A `half` element type: conversions through `f64`.
-macro_rules! half_element {
+/// A floating element type stored in fewer bits than `f32` (`half`'s `f16`
+/// and `bf16`, [`fp8`]'s): conversions through `f64`.
+macro_rules! narrow_float_element {
     ($($t:ty, $dtype:ident, $variant:ident;)*) => {
         $(element!(
             $t,
@@ -267,27 +268,9 @@ macro_rules! half_element {
     };
 }
 
-half_element!(
+narrow_float_element!(
     f16, Float16, F16;
     bf16, Bfloat16, BF16;
-);
-
-/// An fp8 element type ([`fp8`]): conversions through `f64`.
-macro_rules! fp8_element {
-    ($($t:ty, $dtype:ident, $variant:ident;)*) => {
-        $(element!(
-            $t,
-            $dtype,
-            $variant,
-            |x: $t| x.to_f64(),
-            <$t>::from_f64,
-            |x: $t| x.to_f64() as i64,
-            |v: i64| <$t>::from_f64(v as f64)
-        );)*
-    };
-}
-
-fp8_element!(
     F8E4m3fn, Float8E4m3fn, F8E4M3;
     F8E5m2, Float8E5m2, F8E5M2;
 );
