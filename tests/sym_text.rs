@@ -557,3 +557,17 @@ fn operator_chains_stay_within_the_tree_depth_limit() {
     // A product is one n-ary node however long: 1,000 factors parse.
     assert!(parse(&format!("s0{}", "*(s1 + 3)".repeat(1000))).is_ok());
 }
+
+/// Python writes `x**n` as `n` copies of `x`, so nested powers print
+/// exponentially long: an expression that would print to more than
+/// `MAX_PRINTED_TERMS` terms is a parse error (the `sym` fuzz target's
+/// out-of-memory input, `fuzz/regressions/sym_oom_nested_pow_printed.txt`).
+#[test]
+fn nested_powers_that_print_past_the_limit_are_errors() {
+    use wrapir::sym::parse::MAX_PRINTED_TERMS;
+    assert!(parse("((x**30)**30)**30").is_ok());
+    let err = parse("((((x**30)**30)**30)**30)**30").unwrap_err();
+    assert!(err.message.contains(&MAX_PRINTED_TERMS.to_string()), "{err}");
+    let printed = print::python(&parsed("((x**30)**30)**30"));
+    assert_eq!(printed.matches('x').count(), 27_000);
+}

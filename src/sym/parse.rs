@@ -57,6 +57,12 @@ pub const MAX_DEPTH: usize = 100;
 /// did not). It also bounds the recursion of printing and dropping a tree.
 pub const MAX_TREE_DEPTH: usize = 40;
 
+/// Most terms an expression may print to. Inductor's Python form writes
+/// `x**n` as `n` copies of `x` joined by `*`, so nested powers print
+/// exponentially long (`((x**30)**30)**30` is 27,000 copies); an expression
+/// over this is an error rather than gigabytes of printed text.
+pub const MAX_PRINTED_TERMS: u64 = 1 << 20;
+
 /// A syntax error in an expression.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("cannot parse expression `{text}` at byte {offset}: {message}")]
@@ -80,6 +86,12 @@ pub fn parse(text: &str) -> Result<SymExpr, ParseError> {
         depth: 0,
     };
     let e = p.expr()?;
+    if printed_terms(&e) > MAX_PRINTED_TERMS {
+        return Err(p.error_at(
+            0,
+            format!("expression would print to more than {MAX_PRINTED_TERMS} terms (Python writes `x**n` as n copies of `x`)"),
+        ));
+    }
     if tree_deeper_than(&e, MAX_TREE_DEPTH) {
         return Err(p.error_at(
             0,
@@ -693,4 +705,32 @@ fn tree_deeper_than(e: &SymExpr, limit: usize) -> bool {
         stack.extend(node.children().into_iter().map(|c| (c, depth + 1)));
     }
     false
+}
+
+/// The terms `e` prints to in the Python form, where `Pow(x, n)` is `n`
+/// copies of `x` (saturating), counted with an explicit stack (no
+/// recursion, whatever the depth).
+fn printed_terms(e: &SymExpr) -> u64 {
+    // Post-order: each node's count once its children's are known.
+    let mut counts: Vec<u64> = Vec::new();
+    let mut stack: Vec<(&SymExpr, bool)> = vec![(e, false)];
+    while let Some((node, expanded)) = stack.pop() {
+        let children = node.children();
+        if !expanded {
+            stack.push((node, true));
+            stack.extend(children.iter().rev().map(|c| (*c, false)));
+            continue;
+        }
+        let from_children: Vec<u64> = counts.split_off(counts.len().saturating_sub(children.len()));
+        let count = match node {
+            SymExpr::Pow(_, n) => from_children
+                .first()
+                .copied()
+                .unwrap_or(1)
+                .saturating_mul(u64::from(*n).max(1)),
+            _ => from_children.iter().fold(1u64, |a, c| a.saturating_add(*c)),
+        };
+        counts.push(count);
+    }
+    counts.pop().unwrap_or(1)
 }
