@@ -18,10 +18,21 @@ pub(super) fn check(call: &'static str, status: dnn::cudnnStatus_t) -> Result<()
     }
     // SAFETY: cudnnGetErrorString returns a static NUL-terminated string for any status.
     let text = unsafe { std::ffi::CStr::from_ptr(dnn::cudnnGetErrorString(status)) };
-    Err(CudaError::Dnn {
-        call,
-        status: format!("{status:?} ({})", text.to_string_lossy()),
-    })
+    let mut status = format!("{status:?} ({})", text.to_string_lossy());
+    let mut last = [0 as std::ffi::c_char; 512];
+    // SAFETY: cuDNN writes at most `last.len()` bytes, NUL-terminated, into the buffer.
+    unsafe { dnn::cudnnGetLastErrorString(last.as_mut_ptr(), last.len()) };
+    // SAFETY: the buffer was zeroed and cuDNN NUL-terminates what it writes.
+    let last = unsafe { std::ffi::CStr::from_ptr(last.as_ptr()) }.to_string_lossy();
+    if !last.is_empty() {
+        status.push_str(&format!(": {last}"));
+    }
+    if status.contains("SUBLIBRARY") {
+        for failure in libraries::sublibrary_failures() {
+            status.push_str(&format!("; could not open {failure}"));
+        }
+    }
+    Err(CudaError::Dnn { call, status })
 }
 
 fn int(v: i64, what: &str) -> Result<i32, CudaError> {

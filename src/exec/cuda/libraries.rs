@@ -50,7 +50,15 @@ pub(super) fn keep_loaded(name: &'static str, dirs: &[PathBuf]) -> bool {
         // SAFETY: loading a CUDA library runs its initialisers, which cudarc
         // runs anyway when it opens the same library.
         if let Ok(lib) = unsafe { libloading::Library::new(candidate) } {
-            kept.push((name, vec![lib]));
+            // Found on the loader's paths, or already loaded by someone else
+            // (PyTorch, in a Python process): its sub-libraries still come
+            // from the directory it was loaded from.
+            let mut libs = match loaded_from(candidate) {
+                Some(dir) => siblings_first(name, &dir),
+                None => Vec::new(),
+            };
+            libs.push(lib);
+            kept.push((name, libs));
             return true;
         }
     }
@@ -77,10 +85,11 @@ pub(super) fn keep_loaded(name: &'static str, dirs: &[PathBuf]) -> bool {
 }
 
 /// cuDNN 9 is a small front library that opens its sub-libraries
-/// (`libcudnn_graph`, `libcudnn_cnn`, ...) by name at run time; from a
-/// directory the loader does not search, they are opened here by path
-/// first (global, so that they resolve each other), in rounds until no
-/// more open.
+/// (`libcudnn_graph`, `libcudnn_cnn`, ...) by name at run time; they are
+/// opened here by path first, from the directory the front library came
+/// from (global, so that they resolve each other), in rounds until no
+/// more open. Those that still fail are kept with the loader's reason
+/// ([`sublibrary_failures`]) for the error cuDNN gives later.
 fn siblings_first(name: &str, dir: &Path) -> Vec<libloading::Library> {
     let mut libs = Vec::new();
     if name != "cudnn" {
@@ -98,35 +107,63 @@ fn siblings_first(name: &str, dir: &Path) -> Vec<libloading::Library> {
         })
         .collect();
     pending.sort();
+    let mut failures = Vec::new();
     loop {
         let before = pending.len();
+        failures.clear();
         pending.retain(|path| {
             // SAFETY: as in `keep_loaded`: cuDNN's own libraries, which it
             // would open itself at first use.
             match unsafe { open_global(path) } {
-                Some(lib) => {
+                Ok(lib) => {
                     libs.push(lib);
                     false
                 }
-                None => true,
+                Err(e) => {
+                    failures.push(format!("{}: {e}", path.display()));
+                    true
+                }
             }
         });
         if pending.is_empty() || pending.len() == before {
+            if let Ok(mut kept) = SUBLIBRARY_FAILURES.lock() {
+                kept.extend(failures);
+            }
             return libs;
         }
     }
+}
+
+/// cuDNN sub-libraries that [`siblings_first`] could not open, with the
+/// loader's reason: cuDNN itself says only `SUBLIBRARY_LOADING_FAILED`.
+static SUBLIBRARY_FAILURES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The loader's reasons for the cuDNN sub-libraries that would not open
+/// (empty when all did, or none was tried).
+pub(super) fn sublibrary_failures() -> Vec<String> {
+    SUBLIBRARY_FAILURES.lock().map(|f| f.clone()).unwrap_or_default()
+}
+
+/// The directory the already-loaded library `file_name` (a soname such as
+/// `libcudnn.so.9`) was mapped from, read from `/proc/self/maps`.
+fn loaded_from(file_name: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let path = Path::new(line.split_whitespace().nth(5)?);
+        let name = path.file_name()?.to_str()?;
+        (name == file_name || name.starts_with(&format!("{file_name}.")))
+            .then(|| path.parent().map(Path::to_path_buf))?
+    })
 }
 
 /// Opens `path` with its symbols global and bound lazily.
 ///
 /// # Safety
 /// Runs the library's initialisers.
-unsafe fn open_global(path: &Path) -> Option<libloading::Library> {
+unsafe fn open_global(path: &Path) -> Result<libloading::Library, libloading::Error> {
     use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_LAZY};
     // SAFETY: forwarded to the caller.
-    unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_GLOBAL) }
-        .ok()
-        .map(Into::into)
+    unsafe { Library::open(Some(path), RTLD_LAZY | RTLD_GLOBAL) }.map(Into::into)
 }
 
 /// The message for a library that [`keep_loaded`] could not find in the

@@ -135,6 +135,7 @@ pub(super) fn plan(
     let mut deps = event_deps(dag, event_nodes);
     let reach = Reach::new(dag, buffers)?;
     let lanes = assign_lanes(events, event_nodes, &reach, &mut deps);
+    reduce_transitively(&mut deps);
     let (offsets, arena_bytes) = pack(buffers, &reach);
     Ok(ConcurrentPlan {
         deps,
@@ -237,6 +238,50 @@ fn event_deps(dag: &Dag, event_nodes: &[usize]) -> Vec<Vec<usize>> {
         deps.push(d);
     }
     deps
+}
+
+/// Drops each dependency that another dependency of the same operation
+/// already implies (a path from it through that other one): the order is
+/// the same, with fewer graph edges, and each edge a graph node waits on
+/// is a join the driver pays for at every replay. Operations are in a
+/// topological order (each depends on earlier ones only). Past
+/// [`MAX_REACH_BITS`] bits of ancestry the dependencies stay as they are.
+fn reduce_transitively(deps: &mut [Vec<usize>]) {
+    let n = deps.len();
+    let words = n.div_ceil(64);
+    if n.checked_mul(words.saturating_mul(64))
+        .is_none_or(|bits| bits > MAX_REACH_BITS)
+    {
+        return;
+    }
+    // `ancestors[e * words..]`: every operation with a path to `e`.
+    let mut ancestors = vec![0u64; n * words];
+    for e in 0..n {
+        let mut mine = vec![0u64; words];
+        let mut kept = Vec::new();
+        let mut direct = std::mem::take(&mut deps[e]);
+        // Latest first: a dependency can only be implied by a later one.
+        direct.sort_unstable_by(|a, b| b.cmp(a));
+        direct.dedup();
+        for d in direct {
+            if d >= e {
+                // Not an earlier operation: kept as it was, nothing inferred.
+                kept.push(d);
+                continue;
+            }
+            if mine[d / 64] >> (d % 64) & 1 == 1 {
+                continue;
+            }
+            kept.push(d);
+            mine[d / 64] |= 1 << (d % 64);
+            for (m, a) in mine.iter_mut().zip(&ancestors[d * words..(d + 1) * words]) {
+                *m |= a;
+            }
+        }
+        kept.sort_unstable();
+        ancestors[e * words..(e + 1) * words].copy_from_slice(&mine);
+        deps[e] = kept;
+    }
 }
 
 /// Which graph nodes that use buffers come before which: for every node,
@@ -377,6 +422,19 @@ graph main(arg0_1: f32[16][1]@cpu) -> (buf2) {
         let dag = two_branches();
         assert_eq!(event_deps(&dag, &[3, 5, 6]), [vec![], vec![], vec![0, 1]]);
         assert_eq!(event_deps(&dag, &[3, 5, 5, 6]), [vec![], vec![], vec![1], vec![0, 2]]);
+    }
+
+    /// A dependency another one implies is dropped; the order (every
+    /// path) stays: 0 -> 1 -> 2 and 0 -> 2 keeps 1 -> 2 only; a diamond
+    /// keeps both sides; 4 depends on 3 and, through it, on everything.
+    #[test]
+    fn implied_dependencies_are_dropped_and_paths_kept() {
+        let mut deps = vec![vec![], vec![0], vec![0, 1], vec![1, 2, 0], vec![3, 0, 2], vec![1]];
+        reduce_transitively(&mut deps);
+        assert_eq!(deps, [vec![], vec![0], vec![1], vec![2], vec![3], vec![1]]);
+        let mut diamond = vec![vec![], vec![0], vec![0], vec![1, 2, 0]];
+        reduce_transitively(&mut diamond);
+        assert_eq!(diamond, [vec![], vec![0], vec![0], vec![1, 2]]);
     }
 
     /// The branches' buffers, live at disjoint events in the recording,
