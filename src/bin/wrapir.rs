@@ -377,6 +377,11 @@ enum Command {
         /// the serving API's default).
         #[arg(long, default_value = "single")]
         graph_streams: wrapir::runtime::cuda::GraphStreams,
+        /// With `--graph-streams concurrent` or `auto`: the most branches a
+        /// graph runs at once (operations laid on at most this many chains;
+        /// 1: one chain captured operation by operation; 0: as the DAG allows).
+        #[arg(long, default_value_t = 0)]
+        graph_branches: usize,
         /// Run the extern ops the device does not implement on the host
         /// (reported; such a bundle's timings include the copies). Without
         /// it such an op is an error naming it.
@@ -686,6 +691,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             no_preload,
             graph_reads,
             graph_streams,
+            graph_branches,
             allow_host_fallback,
         } => {
             if device != "cuda" && device != "gpu" {
@@ -698,6 +704,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 preload: !no_preload,
                 graph_reads,
                 graph_streams,
+                graph_branches,
                 allow_host_fallback,
             };
             bench_command(&bundle, &args)

@@ -16,6 +16,7 @@ pub(crate) struct BenchArgs {
     pub(crate) preload: bool,
     pub(crate) graph_reads: wrapir::runtime::cuda::GraphReads,
     pub(crate) graph_streams: wrapir::runtime::cuda::GraphStreams,
+    pub(crate) graph_branches: usize,
     pub(crate) allow_host_fallback: bool,
 }
 
@@ -53,6 +54,7 @@ pub(crate) fn bench_command(bundle: &Path, args: &BenchArgs) -> Result<ExitCode>
         host_fallback: args.allow_host_fallback,
         graph_reads: args.graph_reads,
         graph_streams: args.graph_streams,
+        graph_branches: args.graph_branches,
     };
     let report = bench_cuda(&opened, &program, &inputs, &bench).map_err(|e| match e {
         BenchError::Place(e) => anyhow::anyhow!("placing the inputs of {name}: {e}"),

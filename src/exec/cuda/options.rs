@@ -67,6 +67,13 @@ pub struct CudaOptions {
     /// ([`crate::exec::interp::Plan::dag`]; default
     /// [`super::GraphStreams::Single`]).
     pub graph_streams: super::GraphStreams,
+    /// The most branches a concurrent graph replay runs at once (see
+    /// [`super::GraphStreams::Concurrent`]): the operations are laid on at
+    /// most this many chains, each following its own predecessor, which
+    /// costs concurrency where the DAG is wider and saves the joins between
+    /// chains; 1 is one chain captured operation by operation (default 0:
+    /// as many as the DAG allows).
+    pub graph_branches: usize,
     /// Serialized cuDNN plans for the program's convolutions, supplied by
     /// the caller (a package's `cudnn-plans/` entries), restored instead of
     /// made when one has a plan's name (default: none).
@@ -126,6 +133,7 @@ impl Default for CudaOptions {
             cuda_rng: crate::format::bundle_json::CudaRngState::default(),
             graph_reads: super::GraphReads::Auto,
             graph_streams: super::GraphStreams::Single,
+            graph_branches: 0,
             cudnn_plans: super::CudnnPlans::default(),
         }
     }

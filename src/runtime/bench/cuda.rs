@@ -22,6 +22,7 @@ pub(super) fn measure(
     options.host_fallback = bench.host_fallback;
     options.graph_reads = bench.graph_reads;
     options.graph_streams = bench.graph_streams;
+    options.graph_branches = bench.graph_branches;
     let timing = bench.timing;
     let extern_ops = options.extern_ops.clone();
     let options = if bench.preload {

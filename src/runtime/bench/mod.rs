@@ -39,6 +39,9 @@ pub struct BenchOptions {
     pub graph_reads: GraphReads,
     /// How graph replay orders a recording's operations.
     pub graph_streams: GraphStreams,
+    /// The most branches a concurrent graph runs at once (0: no limit;
+    /// `CudaOptions::graph_branches`).
+    pub graph_branches: usize,
 }
 
 /// Why a benchmark stopped.

@@ -119,6 +119,7 @@ pub(super) fn plan(
     events: &[Event],
     event_nodes: &[usize],
     buffers: &[Buffer],
+    branches: usize,
 ) -> Result<ConcurrentPlan, String> {
     if event_nodes.len() != events.len() || event_nodes.iter().any(|n| *n >= dag.len()) {
         return Err("the recording's operations do not match the program's DAG".into());
@@ -136,6 +137,10 @@ pub(super) fn plan(
     let reach = Reach::new(dag, buffers)?;
     let lanes = assign_lanes(events, event_nodes, &reach, &mut deps);
     reduce_transitively(&mut deps);
+    if branches > 0 {
+        limit_branches(&mut deps, branches);
+        reduce_transitively(&mut deps);
+    }
     let (offsets, arena_bytes) = pack(buffers, &reach);
     Ok(ConcurrentPlan {
         deps,
@@ -281,6 +286,34 @@ fn reduce_transitively(deps: &mut [Vec<usize>]) {
         kept.sort_unstable();
         ancestors[e * words..(e + 1) * words].copy_from_slice(&mine);
         deps[e] = kept;
+    }
+}
+
+/// Lays the operations on at most `branches` chains, in order: an
+/// operation continues the chain of its latest dependency that ends a
+/// chain, else starts a free chain, else follows the chain that has ended
+/// longest ago; it then depends on that chain's last operation. Only
+/// dependencies are added, so every order the DAG requires stays.
+fn limit_branches(deps: &mut [Vec<usize>], branches: usize) {
+    let mut tails: Vec<Option<usize>> = vec![None; branches.max(1)];
+    for e in 0..deps.len() {
+        let mine = &mut deps[e];
+        let continues = (0..tails.len())
+            .filter(|c| tails[*c].is_some_and(|t| mine.contains(&t)))
+            .max_by_key(|c| tails[*c]);
+        let chain = continues
+            .or_else(|| tails.iter().position(Option::is_none))
+            .or_else(|| (0..tails.len()).min_by_key(|c| tails[*c]))
+            .unwrap_or(0);
+        if let Some(tail) = tails.get(chain).copied().flatten() {
+            if !mine.contains(&tail) {
+                mine.push(tail);
+                mine.sort_unstable();
+            }
+        }
+        if let Some(slot) = tails.get_mut(chain) {
+            *slot = Some(e);
+        }
     }
 }
 
@@ -435,6 +468,26 @@ graph main(arg0_1: f32[16][1]@cpu) -> (buf2) {
         let mut diamond = vec![vec![], vec![0], vec![0], vec![1, 2, 0]];
         reduce_transitively(&mut diamond);
         assert_eq!(diamond, [vec![], vec![0], vec![0], vec![1, 2]]);
+    }
+
+    /// One branch is one chain; two keep the two independent operations of
+    /// a diamond apart and join them, and a third independent operation
+    /// follows the chain that ended longest ago.
+    #[test]
+    fn branches_are_limited_by_chaining() {
+        let diamond = || vec![vec![], vec![0], vec![0], vec![1, 2]];
+        let mut one = diamond();
+        limit_branches(&mut one, 1);
+        reduce_transitively(&mut one);
+        assert_eq!(one, [vec![], vec![0], vec![1], vec![2]]);
+        let mut two = diamond();
+        limit_branches(&mut two, 2);
+        reduce_transitively(&mut two);
+        assert_eq!(two, [vec![], vec![0], vec![0], vec![1, 2]]);
+        // Three independent operations on two chains: the third follows the first.
+        let mut three = vec![vec![], vec![], vec![]];
+        limit_branches(&mut three, 2);
+        assert_eq!(three, [vec![], vec![], vec![0]]);
     }
 
     /// The branches' buffers, live at disjoint events in the recording,

@@ -306,7 +306,13 @@ impl Prepared {
         if rec.inner.options.graph_streams.plans_concurrency() {
             match plan.dag() {
                 None => single_stream_why = Some("the plan has no dependency DAG".to_string()),
-                Some(dag) => match concurrent::plan(dag, &rec.events, &rec.event_nodes, &rec.buffers) {
+                Some(dag) => match concurrent::plan(
+                    dag,
+                    &rec.events,
+                    &rec.event_nodes,
+                    &rec.buffers,
+                    rec.inner.options.graph_branches,
+                ) {
                     Ok(mut c) => {
                         offsets = std::mem::take(&mut c.offsets);
                         arena_bytes = c.arena_bytes;
