@@ -33,34 +33,33 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 BUNDLE = REPO / "fixtures" / "inductor" / "bundles_cpu" / "cpp" / "small_cnn"
 sys.path.insert(0, str(REPO / "fixtures" / "inductor"))
 
+
+def child(imports, load, call, read=None):
+    """A child's script: after `import time, <imports>` (and `x = <read>`
+    when given), it times `load` (the model, `m`) and the first `call`, and
+    prints the wall-clock time after it, the load's seconds and the call's
+    (what `cold` reads)."""
+    x = "" if read is None else f"x = {read}\n"
+    return f"""
+import time, {imports}
+{x}t0 = time.perf_counter()
+m = {load}
+t1 = time.perf_counter()
+y = {call}
+stamp = time.time()
+print(stamp, t1 - t0, time.perf_counter() - t1)
+"""
+
+
+#: Each runtime's child script; `{path}`, `{pkg}` and `{pt2}` are filled in.
 CHILD = {
-    "wrapir (bundle directory)": """
-import time, torch, wrapir
-t0 = time.perf_counter()
-m = wrapir.load({path!r})
-t1 = time.perf_counter()
-y = m(torch.randn(2, 3, 16, 16))[0]
-stamp = time.time()
-print(stamp, t1 - t0, time.perf_counter() - t1)
-""",
-    "wrapir (.wirpkg)": """
-import time, torch, wrapir, tempfile
-t0 = time.perf_counter()
-m = wrapir.load({pkg!r}, scratch_dir=tempfile.gettempdir())
-t1 = time.perf_counter()
-y = m(torch.randn(2, 3, 16, 16))[0]
-stamp = time.time()
-print(stamp, t1 - t0, time.perf_counter() - t1)
-""",
-    "AOTI (.pt2)": """
-import time, torch
-t0 = time.perf_counter()
-m = torch._inductor.aoti_load_package({pt2!r})
-t1 = time.perf_counter()
-y = m(torch.randn(2, 3, 16, 16))
-stamp = time.time()
-print(stamp, t1 - t0, time.perf_counter() - t1)
-""",
+    "wrapir (bundle directory)": child("torch, wrapir", "wrapir.load({path!r})", "m(torch.randn(2, 3, 16, 16))[0]"),
+    "wrapir (.wirpkg)": child(
+        "torch, wrapir, tempfile",
+        "wrapir.load({pkg!r}, scratch_dir=tempfile.gettempdir())",
+        "m(torch.randn(2, 3, 16, 16))[0]",
+    ),
+    "AOTI (.pt2)": child("torch", "torch._inductor.aoti_load_package({pt2!r})", "m(torch.randn(2, 3, 16, 16))"),
 }
 
 

@@ -65,28 +65,16 @@ sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "fixtures" / "inductor"))
 sys.path.insert(0, str(REPO / "benches"))
 
-from python_runtime import cold  # noqa: E402  (the CPU benchmark's fresh-process timer)
+from python_runtime import child, cold  # noqa: E402  (the CPU benchmark's child script and fresh-process timer)
 
-# A child: reads its inputs, loads, calls once; prints `stamp load_s
-# first_call_s` (`cold`).
-CHILD = """
-import time, {imports}
-x = {read}
-t0 = time.perf_counter()
-m = {load}
-t1 = time.perf_counter()
-y = {call}
-stamp = time.time()
-print(stamp, t1 - t0, time.perf_counter() - t1)
-"""
-
-CHILD_WRAPIR = CHILD.format(
+# The children read their inputs first; `{inputs}`, `{npy}`, `{pkg}` and `{pt2}` are filled in.
+CHILD_WRAPIR = child(
     imports="torch, wrapir", read="torch.load({inputs!r})", load='wrapir.load({pkg!r}, device="cuda")', call="m(*x)"
 )
-CHILD_WRAPIR_NUMPY = CHILD.format(
+CHILD_WRAPIR_NUMPY = child(
     imports="numpy, wrapir", read="[numpy.load({npy!r})]", load='wrapir.load({pkg!r}, device="cuda")', call="m(*x)"
 )
-CHILD_AOTI = CHILD.format(
+CHILD_AOTI = child(
     imports="torch",
     read="[t.cuda() for t in torch.load({inputs!r})]",
     load="torch._inductor.aoti_load_package({pt2!r})",

@@ -21,40 +21,26 @@
 mod serving;
 
 use indexmap::IndexMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use wrapir::exec::Tensor;
 use wrapir::runtime::cuda::{CudaPaths, DeviceInput, Model, ModelOptions, Session};
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    serving::exit_on_error(run);
 }
 
 fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let mut bundle: Option<PathBuf> = None;
-    let (mut threads, mut calls) = (4usize, 200usize);
     let mut device_inputs = false;
     let mut plan_threads = None;
-    while let Some(a) = args.next() {
-        let mut number = |flag: &str| -> Result<usize, String> {
-            args.next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{flag} takes a number"))
-        };
-        match a.as_str() {
-            "--threads" => threads = number("--threads")?.max(1),
-            "--calls" => calls = number("--calls")?.max(1),
+    let usage = "usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs] [--plan-threads N]";
+    let serving::ServeArgs { bundle, threads, calls } = serving::serve_args(usage, |flag, number| {
+        match flag {
             "--device-inputs" => device_inputs = true,
-            "--plan-threads" => plan_threads = Some(number("--plan-threads")?),
-            _ if bundle.is_none() => bundle = Some(PathBuf::from(a)),
-            _ => return Err(format!("unexpected argument `{a}`")),
+            "--plan-threads" => plan_threads = Some(number()?),
+            _ => return Ok(false),
         }
-    }
-    let bundle = bundle.ok_or("usage: serve BUNDLE [--threads N] [--calls N] [--device-inputs] [--plan-threads N]")?;
+        Ok(true)
+    })?;
     // The CUDA libraries and the kernel cache where the environment says, as the CLI finds them.
     let defaults = ModelOptions::default();
     let options = ModelOptions {
@@ -96,11 +82,9 @@ fn run() -> Result<(), String> {
             p.failed.first().map_or(String::new(), |f| format!(", {} failed: {f}", p.failed.len()))
         );
     }
-    let inputs = serving::stored_inputs(&bundle, model.input_names())?;
-    let first = Instant::now();
-    let outputs = model.run(&inputs).map_err(|e| e.to_string())?;
-    println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
-    serving::check_against_eager(&bundle, &outputs)?;
+    let inputs = serving::first_call(&bundle, model.input_names(), |inputs| {
+        model.run(inputs).map_err(|e| e.to_string())
+    })?;
     // Every thread makes one untimed call first (a session's first call
     // records its plan and captures its graph); the timed span starts when
     // all of them have, so calls/s is the steady state.

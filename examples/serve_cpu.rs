@@ -22,35 +22,17 @@
 #[path = "common/serving.rs"]
 mod serving;
 
-use std::path::PathBuf;
-use std::time::Instant;
 use wrapir::runtime::{Model, ModelOptions};
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("error: {e}");
-        std::process::exit(1);
-    }
+    serving::exit_on_error(run);
 }
 
 fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let mut bundle: Option<PathBuf> = None;
-    let (mut threads, mut calls) = (4usize, 200usize);
-    while let Some(a) = args.next() {
-        let mut number = |flag: &str| -> Result<usize, String> {
-            args.next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{flag} takes a number"))
-        };
-        match a.as_str() {
-            "--threads" => threads = number("--threads")?.max(1),
-            "--calls" => calls = number("--calls")?.max(1),
-            _ if bundle.is_none() => bundle = Some(PathBuf::from(a)),
-            _ => return Err(format!("unexpected argument `{a}`")),
-        }
-    }
-    let bundle = bundle.ok_or("usage: serve_cpu BUNDLE_OR_PACKAGE [--threads N] [--calls N]")?;
+    let serving::ServeArgs { bundle, threads, calls } = serving::serve_args(
+        "usage: serve_cpu BUNDLE_OR_PACKAGE [--threads N] [--calls N]",
+        |_, _| Ok(false),
+    )?;
     let options = ModelOptions {
         scratch_dir: Some(std::env::temp_dir()),
         ..ModelOptions::default()
@@ -66,11 +48,9 @@ fn run() -> Result<(), String> {
         r.weight_bytes as f64 / 1e6,
         r.total.as_secs_f64() * 1e3
     );
-    let inputs = serving::stored_inputs(&bundle, model.input_names())?;
-    let first = Instant::now();
-    let outputs = model.run(&inputs).map_err(|e| e.to_string())?;
-    println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
-    serving::check_against_eager(&bundle, &outputs)?;
+    let inputs = serving::first_call(&bundle, model.input_names(), |inputs| {
+        model.run(inputs).map_err(|e| e.to_string())
+    })?;
     // Every thread makes one untimed call first (its session's); the timed
     // span starts when all of them have.
     let (latencies, wall) = serving::serve_threads(threads, |ready| {

@@ -1,13 +1,73 @@
-//! What the serving examples share (`serve_cpu.rs`, `serve.rs`): the
-//! bundle's stored inputs and eager reference, threads that make timed
-//! calls from a common start, and latency percentiles.
+//! What the serving examples share (`serve_cpu.rs`, `serve.rs`): their
+//! command line, the bundle's stored inputs and eager reference, threads
+//! that make timed calls from a common start, and latency percentiles.
 
 use indexmap::IndexMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::{Tensor, Value};
+
+/// Runs an example's `run`: its error is printed and the process exits with status 1.
+pub fn exit_on_error(run: fn() -> Result<(), String>) {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// A serving example's command line: `BUNDLE [--threads N] [--calls N]`.
+pub struct ServeArgs {
+    pub bundle: PathBuf,
+    /// Threads (default 4).
+    pub threads: usize,
+    /// Calls a thread (default 200).
+    pub calls: usize,
+}
+
+/// Reads the command line: the common flags, and those `extra` takes (it
+/// is given the flag and a reader of the number after it; false: not one of
+/// its flags); `usage` when no bundle is named.
+pub fn serve_args(
+    usage: &str,
+    mut extra: impl FnMut(&str, &mut dyn FnMut() -> Result<usize, String>) -> Result<bool, String>,
+) -> Result<ServeArgs, String> {
+    let mut args = std::env::args().skip(1);
+    let mut bundle: Option<PathBuf> = None;
+    let (mut threads, mut calls) = (4usize, 200usize);
+    while let Some(a) = args.next() {
+        let mut number = || -> Result<usize, String> {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{a} takes a number"))
+        };
+        match a.as_str() {
+            "--threads" => threads = number()?.max(1),
+            "--calls" => calls = number()?.max(1),
+            flag if extra(flag, &mut number)? => {}
+            _ if bundle.is_none() => bundle = Some(PathBuf::from(&a)),
+            _ => return Err(format!("unexpected argument `{a}`")),
+        }
+    }
+    let bundle = bundle.ok_or(usage)?;
+    Ok(ServeArgs { bundle, threads, calls })
+}
+
+/// The bundle's stored inputs for `names` after one timed call `run` of
+/// them, whose outputs are checked against the bundle's eager reference.
+pub fn first_call(
+    bundle: &Path,
+    names: &[String],
+    run: impl FnOnce(&IndexMap<String, Tensor>) -> Result<Vec<Value<Tensor>>, String>,
+) -> Result<IndexMap<String, Tensor>, String> {
+    let inputs = stored_inputs(bundle, names)?;
+    let first = Instant::now();
+    let outputs = run(&inputs)?;
+    println!("first call {:.2} ms", first.elapsed().as_secs_f64() * 1e3);
+    check_against_eager(bundle, &outputs)?;
+    Ok(inputs)
+}
 
 /// The bundle's stored tensors for `names` (a model's inputs), in order.
 pub fn stored_inputs(bundle: &Path, names: &[String]) -> Result<IndexMap<String, Tensor>, String> {

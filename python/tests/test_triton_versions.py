@@ -33,17 +33,23 @@ from wrapir_export.errors import Unconvertible  # noqa: E402
 
 NAME = "triton_poi_fused_addmm_relu_0"
 
-# Triton 3.6.0: fixtures/inductor/bundles/addmm_relu/kernels/triton_poi_fused_addmm_relu_0.json,
-# field `triton_metadata` (the cache's <kernel>.json, as exported).
-META_36 = {
-    "hash": "c9847041f2f7225db3b57a724b311d60109ed33c8b898a0ea7543ef3d67c524f",
-    "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+# backends/nvidia/compiler.py `CUDAOptions` as `CUDABackend.parse_options` fills
+# them for sm_90 (the fields `extern_libs` and on follow): the same in 3.6 and 3.7.
+CUDA_OPTIONS_SM90 = {
     "num_warps": 4, "num_ctas": 1, "num_stages": 1, "warp_size": 32, "maxnreg": None, "ptx_version": None,
     "ptx_options": None, "ir_override": None, "enable_fp_fusion": True, "enable_reflect_ftz": True,
     "launch_cooperative_grid": False, "launch_pdl": False,
     "supported_fp8_dtypes": ["fp8e4b15", "fp8e4nv", "fp8e5"], "deprecated_fp8_dot_operand_dtypes": ["fp8e4b15"],
     "default_dot_input_precision": "tf32", "allowed_dot_input_precisions": ["tf32", "tf32x3", "ieee", "bf16x3", "bf16x6"],
     "max_num_imprecise_acc_default": 1073741824,
+}
+
+# Triton 3.6.0: fixtures/inductor/bundles/addmm_relu/kernels/triton_poi_fused_addmm_relu_0.json,
+# field `triton_metadata` (the cache's <kernel>.json, as exported).
+META_36 = {
+    "hash": "c9847041f2f7225db3b57a724b311d60109ed33c8b898a0ea7543ef3d67c524f",
+    "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+    **CUDA_OPTIONS_SM90,
     "extern_libs": [["libdevice", "/opt/torch/.venv/lib/python3.12/site-packages/triton/backends/nvidia/lib/libdevice.10.bc"]],
     "debug": True, "backend_name": "cuda", "sanitize_overflow": False, "arch": "sm90", "instrumentation_mode": "",
     "triton_version": "3.6.0", "tensordesc_meta": [], "shared": 0, "tmem_size": 0,
@@ -58,12 +64,7 @@ META_37 = {
     "target": {"backend": "cuda", "arch": 90, "warp_size": 32},  # GPUTarget, JSON-dumped as a dict
     # backends/nvidia/compiler.py `CUDAOptions` (fields unchanged from 3.6; only the
     # `enable_iisan` property is new) as `CUDABackend.parse_options` fills them for sm_90
-    "num_warps": 4, "num_ctas": 1, "num_stages": 1, "warp_size": 32, "maxnreg": None, "ptx_version": None,
-    "ptx_options": None, "ir_override": None, "enable_fp_fusion": True, "enable_reflect_ftz": True,
-    "launch_cooperative_grid": False, "launch_pdl": False,
-    "supported_fp8_dtypes": ["fp8e4b15", "fp8e4nv", "fp8e5"], "deprecated_fp8_dot_operand_dtypes": ["fp8e4b15"],
-    "default_dot_input_precision": "tf32", "allowed_dot_input_precisions": ["tf32", "tf32x3", "ieee", "bf16x3", "bf16x6"],
-    "max_num_imprecise_acc_default": 1073741824,
+    **CUDA_OPTIONS_SM90,
     "extern_libs": [["libdevice", "<site-packages>/triton/backends/nvidia/lib/libdevice.10.bc"]],
     "debug": True, "backend_name": "cuda", "sanitize_overflow": False, "arch": "sm90",
     "instrumentation_mode": "",  # "consan" / "iisan" (3.7 adds iisan: compile-time only)

@@ -112,13 +112,27 @@ impl std::str::FromStr for GraphReads {
 
     /// `auto`, `one-graph` or `segments`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(GraphReads::Auto),
-            "one-graph" => Ok(GraphReads::OneGraph),
-            "segments" => Ok(GraphReads::Segments),
-            other => Err(format!("`{other}`: expected auto, one-graph or segments")),
-        }
+        let names = [
+            ("auto", GraphReads::Auto),
+            ("one-graph", GraphReads::OneGraph),
+            ("segments", GraphReads::Segments),
+        ];
+        named(s, &names)
     }
+}
+
+/// The value named `s` among `names` (command-line names and their
+/// values); otherwise an error listing the names.
+fn named<T: Copy>(s: &str, names: &[(&str, T)]) -> Result<T, String> {
+    if let Some((_, value)) = names.iter().find(|(name, _)| *name == s) {
+        return Ok(*value);
+    }
+    let list: Vec<&str> = names.iter().map(|(name, _)| *name).collect();
+    let expected = match list.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => list.join(", "),
+    };
+    Err(format!("`{s}`: expected {expected}"))
 }
 
 /// How CUDA graph replay orders a recording's operations:
@@ -165,12 +179,12 @@ impl std::str::FromStr for GraphStreams {
 
     /// `single`, `concurrent` or `auto`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "single" => Ok(GraphStreams::Single),
-            "concurrent" => Ok(GraphStreams::Concurrent),
-            "auto" => Ok(GraphStreams::Auto),
-            other => Err(format!("`{other}`: expected single, concurrent or auto")),
-        }
+        let names = [
+            ("single", GraphStreams::Single),
+            ("concurrent", GraphStreams::Concurrent),
+            ("auto", GraphStreams::Auto),
+        ];
+        named(s, &names)
     }
 }
 
@@ -215,4 +229,24 @@ pub struct CriticalPath {
 impl CriticalPath {
     /// Copies of an operation in the graph that times it.
     pub const REPEATS: usize = 16;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GraphReads, GraphStreams};
+
+    /// The command-line names parse; another is an error listing them.
+    #[test]
+    fn graph_choices_parse_from_their_names() {
+        assert_eq!("one-graph".parse::<GraphReads>(), Ok(GraphReads::OneGraph));
+        assert_eq!(
+            "graph".parse::<GraphReads>(),
+            Err("`graph`: expected auto, one-graph or segments".to_string())
+        );
+        assert_eq!("concurrent".parse::<GraphStreams>(), Ok(GraphStreams::Concurrent));
+        assert_eq!(
+            "".parse::<GraphStreams>(),
+            Err("``: expected single, concurrent or auto".to_string())
+        );
+    }
 }

@@ -140,6 +140,36 @@ impl DType {
         }
     }
 
+    /// The element type as DLPack's `DLDataType` code and bits (`kDLInt` 0,
+    /// `kDLUInt` 1, `kDLFloat` 2, `kDLBfloat` 4, `kDLComplex` 5, `kDLBool`
+    /// 6), for the dtypes wrapir exchanges through DLPack.
+    pub fn dlpack_type(self) -> Option<(u8, u8)> {
+        let code = match self {
+            DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 => 0,
+            DType::Uint8 => 1,
+            DType::Float16 | DType::Float32 | DType::Float64 => 2,
+            DType::Bfloat16 => 4,
+            DType::Complex64 | DType::Complex128 => 5,
+            DType::Bool => 6,
+            _ => return None,
+        };
+        // Whole bytes (bool too), at most 16 of them.
+        let bits = u8::try_from(self.size_bytes() * 8).ok()?;
+        Some((code, bits))
+    }
+
+    /// The element type as Halide's `halide_type_t` code and bits
+    /// (`halide_type_of<T>()`): DLPack's integer and float codes, which
+    /// `halide_type_code_t` shares, and bool as a 1-bit uint; Halide has no
+    /// complex type.
+    pub fn halide_type(self) -> Option<(u8, u8)> {
+        match self {
+            DType::Bool => Some((1, 1)),
+            DType::Complex32 | DType::Complex64 | DType::Complex128 => None,
+            d => d.dlpack_type(),
+        }
+    }
+
     /// The short name used in wrapir's text form and in Inductor's FX metadata (`f32`).
     pub fn short_name(self) -> &'static str {
         match self {

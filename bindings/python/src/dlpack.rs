@@ -57,31 +57,9 @@ struct DLManagedTensor {
 const CAPSULE: &CStr = c"dltensor";
 const USED_CAPSULE: &CStr = c"used_dltensor";
 
-/// DLPack's type codes (`kDLInt`, `kDLUInt`, `kDLFloat`, `kDLBfloat`, `kDLComplex`, `kDLBool`).
-const INT: u8 = 0;
-const UINT: u8 = 1;
-const FLOAT: u8 = 2;
-const BFLOAT: u8 = 4;
-const COMPLEX: u8 = 5;
-const BOOL: u8 = 6;
-
-/// The DLPack type of `dtype`, when DLPack has one and wrapir stores it.
+/// The DLPack type of `dtype` ([`DType::dlpack_type`]).
 fn dl_dtype(dtype: DType) -> Option<DLDataType> {
-    let (code, bits) = match dtype {
-        DType::Bool => (BOOL, 8),
-        DType::Int8 => (INT, 8),
-        DType::Int16 => (INT, 16),
-        DType::Int32 => (INT, 32),
-        DType::Int64 => (INT, 64),
-        DType::Uint8 => (UINT, 8),
-        DType::Float16 => (FLOAT, 16),
-        DType::Bfloat16 => (BFLOAT, 16),
-        DType::Float32 => (FLOAT, 32),
-        DType::Float64 => (FLOAT, 64),
-        DType::Complex64 => (COMPLEX, 64),
-        DType::Complex128 => (COMPLEX, 128),
-        _ => return None,
-    };
+    let (code, bits) = dtype.dlpack_type()?;
     Some(DLDataType { code, bits, lanes: 1 })
 }
 

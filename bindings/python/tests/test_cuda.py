@@ -24,7 +24,6 @@ Run from this directory on the GPU machine, with the CUDA wheel installed
 import json
 import pathlib
 import sys
-import threading
 import time
 import unittest
 
@@ -37,6 +36,8 @@ sys.path.insert(0, str(REPO / "python"))
 
 from wrapir_export.safetensors import load_safetensors  # noqa: E402
 from wrapir_export.tolerances import compare_outputs  # noqa: E402
+
+from threads import failures_on_threads  # noqa: E402
 
 BUNDLES = REPO / "fixtures" / "inductor" / "bundles"
 #: Convolutions with weights (cuDNN), a view as output, dynamic sizes, several inputs.
@@ -59,6 +60,15 @@ class Bundle:
     def judge(self, test, outputs):
         ok, reason, _ = compare_outputs(torch, outputs, self.expected, self.meta["tolerance"])
         test.assertTrue(ok, f"{self.dir.name}: {reason}")
+
+
+def resnet_on_device(**options):
+    """The `resnet` bundle's model loaded on the GPU (with `options`) and its
+    one stored input (host)."""
+    bundle = Bundle("resnet")
+    model = wrapir.load(bundle.dir, device="cuda", **options)
+    (name,) = model.input_names
+    return model, bundle.inputs[name]
 
 
 def storage_range(t):
@@ -107,10 +117,8 @@ class CudaTensors(unittest.TestCase):
                         self.assertTrue(torch.equal(a, d))
 
     def test_outputs_outlive_later_calls(self):
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda", idle_sessions=1)
-        (name,) = model.input_names
-        x = bundle.inputs[name].cuda()
+        model, x = resnet_on_device(idle_sessions=1)
+        x = x.cuda()
         (first,) = model(x)
         want = first.clone()
         # Later calls on the same (only) session, with other inputs, leave it as it was.
@@ -124,10 +132,8 @@ class CudaTensors(unittest.TestCase):
         self.assertTrue(torch.equal(second, want))
 
     def test_the_call_is_ordered_on_the_current_stream(self):
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda")
-        (name,) = model.input_names
-        real = bundle.inputs[name].cuda()
+        model, real = resnet_on_device()
+        real = real.cuda()
         (want,) = model(real)
         torch.cuda.synchronize()
         stream = torch.cuda.Stream()
@@ -143,10 +149,7 @@ class CudaTensors(unittest.TestCase):
         self.assertTrue(torch.equal(host, want.cpu()))
 
     def test_a_view_is_read_where_it_starts(self):
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda")
-        (name,) = model.input_names
-        real = bundle.inputs[name]
+        model, real = resnet_on_device()
         (want,) = model(real)
         # The input at a storage offset inside a larger buffer: 4 floats in
         # (16 bytes: aligned, read in place), and 3 (not aligned as the
@@ -175,44 +178,31 @@ class CudaTensors(unittest.TestCase):
         self.assertTrue(torch.equal(got[0].cpu(), want[0]))
 
     def test_many_threads_on_streams_of_their_own(self):
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda")
-        (name,) = model.input_names
-        x = bundle.inputs[name].cuda()
+        model, x = resnet_on_device()
+        x = x.cuda()
         (want,) = model(x)
         torch.cuda.synchronize()
-        failures = []
 
         def work():
-            try:
-                stream = torch.cuda.Stream()
-                with torch.cuda.stream(stream):
-                    for _ in range(20):
-                        (y,) = model(x)
-                        if not torch.equal(y, want):
-                            failures.append("an output differs")
-                stream.synchronize()
-            except Exception as e:  # reported below
-                failures.append(repr(e))
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(20):
+                    (y,) = model(x)
+                    if not torch.equal(y, want):
+                        raise AssertionError("an output differs")
+            stream.synchronize()
 
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(failures, [])
+        self.assertEqual(failures_on_threads(work, 4), [])
 
     def test_bad_inputs_are_clear_errors(self):
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda")
-        (name,) = model.input_names
-        x = bundle.inputs[name].cuda()
+        model, x = resnet_on_device()
+        x = x.cuda()
         # Strides other than the program's: named.
         strided = x.transpose(-1, -2).contiguous().transpose(-1, -2)
         with self.assertRaisesRegex(ValueError, "strides"):
             model(strided)
         with self.assertRaisesRegex(TypeError, "int"):
-            model(**{name: x}, extra=3)  # an int in a call with CUDA tensors
+            model(**{model.input_names[0]: x}, extra=3)  # an int in a call with CUDA tensors
         if torch.cuda.device_count() > 1:
             with self.assertRaisesRegex(ValueError, "cuda:1"):
                 model(x.to("cuda:1"))
@@ -227,10 +217,7 @@ class CudaTensors(unittest.TestCase):
     def test_per_call_host_time(self):
         """Prints the host time of one call, host tensors against CUDA tensors
         (no synchronisation between calls: what the caller's thread spends)."""
-        bundle = Bundle("resnet")
-        model = wrapir.load(bundle.dir, device="cuda")
-        (name,) = model.input_names
-        host = bundle.inputs[name]
+        model, host = resnet_on_device()
         dev = host.cuda()
         rows = {}
         for label, x in (("host tensors in and out", host), ("CUDA tensors in and out", dev)):

@@ -13,7 +13,6 @@ package: `pip install .`).
 import json
 import pathlib
 import sys
-import threading
 import unittest
 
 import torch
@@ -25,6 +24,8 @@ sys.path.insert(0, str(REPO / "python"))
 
 from wrapir_export.safetensors import load_safetensors  # noqa: E402
 from wrapir_export.tolerances import compare_outputs  # noqa: E402
+
+from threads import failures_on_threads  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "inductor"
 #: (set, case): C++ and Halide kernels, weights, dynamic sizes, several outputs.
@@ -129,23 +130,14 @@ class Models(unittest.TestCase):
         model = wrapir.load(bundle.dir)
         args = [bundle.inputs[n] for n in model.input_names]
         want = model(*args)
-        failures = []
 
         def worker():
-            try:
-                for _ in range(5):
-                    got = model(*args)
-                    for a, b in zip(got, want):
-                        torch.testing.assert_close(a, b, rtol=0, atol=0)
-            except Exception as e:  # reported below
-                failures.append(repr(e))
+            for _ in range(5):
+                got = model(*args)
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a, b, rtol=0, atol=0)
 
-        threads = [threading.Thread(target=worker) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertEqual(failures, [])
+        self.assertEqual(failures_on_threads(worker, 6), [])
 
     def test_dynamic_sizes_inside_and_outside_their_ranges(self):
         bundle = Bundle("bundles_cpu/cpp", "pointwise_dynamic")

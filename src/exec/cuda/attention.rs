@@ -16,6 +16,7 @@ use super::driver;
 use super::kernels::{attention_source as source, ATTENTION_HEAD_DIMS as HEAD_DIMS};
 use super::library::{Traced, TracedParam};
 use super::{CudaBackend, CudaTensor, DEFAULT_SHARED_LIMIT};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::host::attention::{self as sdpa, Item, Kind};
 use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
@@ -84,22 +85,15 @@ impl AttnParams {
 }
 
 /// The attention op `op` is, when it runs on the device (every kind but the
-/// CPU flash op): the one test of both [`call`] and [`runs`].
-fn device_kind(op: ExternOp) -> Option<Kind> {
+/// CPU flash op; the catalogue's `CudaRoute::Attention` ops): the one test
+/// of both [`call`] and the backend's route check.
+pub(super) fn device_kind(op: ExternOp) -> Option<Kind> {
     Kind::of(&op).filter(|k| *k != Kind::FlashCpu)
-}
-
-/// Whether this module runs `op` (the catalogue's `CudaRoute::Attention` ops).
-pub(super) fn runs(op: ExternOp) -> bool {
-    device_kind(op).is_some()
 }
 
 /// Runs the attention ops on the device; `Ok(None)` for other ops and for
 /// operands the kernels do not take while the host fallback is on.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     let Some(kind) = device_kind(call.family) else {
         return Ok(None);
     };

@@ -55,7 +55,7 @@ pub(super) struct Lt {
     workspace: drv_sys::CUdeviceptr,
     device: Arc<Device>,
     plans: HashMap<LtKey, Rc<LtPlan>>,
-    int8_plans: HashMap<Int8Key, Rc<Int8Plan>>,
+    int8_plans: HashMap<LtShape, Rc<Int8Plan>>,
     fp8_plans: HashMap<Fp8Key, Rc<Fp8Plan>>,
 }
 
@@ -136,7 +136,6 @@ impl Lt {
         if (ptrs.bias != 0) != k.bias {
             return Err(CudaError::Range("cuBLASLt bias pointer does not match the plan".into()));
         }
-        bind(&self.device)?;
         if k.bias {
             let bias = ptrs.bias as *const c_void;
             // The descriptor is live (the plan owns it); the attribute is a
@@ -144,51 +143,32 @@ impl Lt {
             // are used by one thread (the backend is not `Send`), so setting
             // it here cannot race another call.
             DESC.set(
-                plan.desc,
+                plan.descriptors.desc,
                 sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                 &bias,
             )?;
         }
-        let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
-        // SAFETY: the handle, descriptors and algorithm are live; A, B and C
-        // (= D) are device allocations ordered on this stream whose extents
-        // the caller checked against the layouts; alpha and beta are host f32
-        // values (CUDA_R_32F scale type) living until the call returns; the
-        // workspace (the persistent one or the caller's, see `matmul_in`)
-        // holds WORKSPACE_BYTES, the size the preference allowed.
-        unsafe {
-            lt::matmul(
-                self.handle,
-                plan.desc,
-                (&alpha as *const f32).cast(),
-                (&beta as *const f32).cast(),
-                ptrs.a as *const c_void,
-                plan.a,
-                ptrs.b as *const c_void,
-                plan.b,
-                ptrs.c as *const c_void,
-                plan.c,
-                ptrs.c as *mut c_void,
-                plan.c,
-                &plan.algo,
-                workspace as *mut c_void,
-                WORKSPACE_BYTES,
-                stream,
-            )
-        }
-        .map_err(|e| lt_err("cublasLtMatmul", e))
+        // A, B and C (= D) are device allocations the caller checked; the
+        // workspace is the persistent one or the caller's (see `matmul_in`).
+        self.launch(
+            &plan.descriptors,
+            Scales::of(&alpha, &beta),
+            [ptrs.a, ptrs.b, ptrs.c],
+            Some(&plan.algo),
+            Some(workspace),
+        )
     }
 }
 
 impl Lt {
-    /// The int8 plan for `key`, made on first use.
-    pub(super) fn int8_plan(&mut self, key: &Int8Key) -> Result<Rc<Int8Plan>, CudaError> {
-        if let Some(p) = self.int8_plans.get(key) {
+    /// The int8 plan for `shape`, made on first use.
+    pub(super) fn int8_plan(&mut self, shape: &LtShape) -> Result<Rc<Int8Plan>, CudaError> {
+        if let Some(p) = self.int8_plans.get(shape) {
             return Ok(Rc::clone(p));
         }
         bind(&self.device)?;
-        let plan = Rc::new(Int8Plan::new(key)?);
-        self.int8_plans.insert(*key, Rc::clone(&plan));
+        let plan = Rc::new(Int8Plan::new(shape)?);
+        self.int8_plans.insert(*shape, Rc::clone(&plan));
         Ok(plan)
     }
 
@@ -199,36 +179,12 @@ impl Lt {
         if ptrs.bias != 0 {
             return Err(CudaError::Range("an int8 GEMM takes no bias".into()));
         }
-        bind(&self.device)?;
         let (alpha, beta) = (1i32, 0i32);
-        let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
-        // SAFETY: the handle and the plan's descriptors are live; A and B
-        // (int8) and C (= D, int32) are device allocations ordered on this
-        // stream whose extents the caller checked against the layouts; alpha
-        // and beta are host i32 values (the CUDA_R_32I scale type) living
-        // until the call returns; a null algorithm lets cuBLASLt choose one
-        // and a null workspace of 0 bytes asks for none, as PyTorch passes.
-        unsafe {
-            lt::matmul(
-                self.handle,
-                plan.desc,
-                (&alpha as *const i32).cast(),
-                (&beta as *const i32).cast(),
-                ptrs.a as *const c_void,
-                plan.a,
-                ptrs.b as *const c_void,
-                plan.b,
-                ptrs.c as *const c_void,
-                plan.c,
-                ptrs.c as *mut c_void,
-                plan.c,
-                std::ptr::null(),
-                std::ptr::null_mut(),
-                0,
-                stream,
-            )
-        }
-        .map_err(|e| lt_err("cublasLtMatmul", e))
+        // A and B (int8) and C (= D, int32) are device allocations the
+        // caller checked; alpha and beta are the CUDA_R_32I scale type's
+        // i32; no algorithm lets cuBLASLt choose one and no workspace is
+        // passed, as PyTorch passes.
+        self.launch(&plan.0, Scales::of(&alpha, &beta), [ptrs.a, ptrs.b, ptrs.c], None, None)
     }
 }
 
@@ -236,7 +192,7 @@ impl Lt {
     /// The fp8 plan for `key`, made on first use with the scale pointers of
     /// `ptrs` set, as PyTorch sets them before asking the heuristic;
     /// `Ok(None)` when the heuristic returns no algorithm (PyTorch's error).
-    pub(super) fn fp8_plan(&mut self, key: &Fp8Key, ptrs: &Fp8Pointers) -> Result<Option<Rc<Fp8Plan>>, CudaError> {
+    pub(super) fn fp8_plan(&mut self, key: &Fp8Key, ptrs: &LtPointers) -> Result<Option<Rc<Fp8Plan>>, CudaError> {
         if let Some(p) = self.fp8_plans.get(key) {
             return Ok(Some(Rc::clone(p)));
         }
@@ -256,47 +212,98 @@ impl Lt {
     pub(super) fn fp8_matmul(
         &self,
         plan: &Fp8Plan,
-        ptrs: &Fp8Pointers,
+        ptrs: &LtPointers,
         workspace: Option<drv_sys::CUdeviceptr>,
     ) -> Result<(), CudaError> {
-        use sys::cublasLtMatmulDescAttributes_t as D;
-        bind(&self.device)?;
-        // The descriptor is live (the plan owns it); the attributes are device
-        // pointers read from the host values during the call. Plans are used
-        // by one thread (the backend is not `Send`), so this cannot race.
-        let (scale_a, scale_b) = (ptrs.scale_a as *const c_void, ptrs.scale_b as *const c_void);
-        DESC.set(plan.desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a)?;
-        DESC.set(plan.desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b)?;
+        set_scale_pointers(plan.descriptors.desc, ptrs)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
+        // A and B (fp8), the scales (one f32 each) and D (= C, unread with
+        // beta 0) are device allocations the caller checked.
+        self.launch(
+            &plan.descriptors,
+            Scales::of(&alpha, &beta),
+            [ptrs.a, ptrs.b, ptrs.c],
+            Some(&plan.algo),
+            Some(workspace.unwrap_or(self.workspace)),
+        )
+    }
+
+    /// Queues one `cublasLtMatmul` of `descriptors` on the device's stream:
+    /// A and B at `[a, b, c]`'s first two addresses, C and D (in place) at
+    /// the third; `algo` (None: cuBLASLt chooses) and `workspace` (None:
+    /// none; else a live allocation of [`WORKSPACE_BYTES`]).
+    fn launch(
+        &self,
+        descriptors: &Descriptors,
+        scales: Scales<'_>,
+        [a, b, c]: [drv_sys::CUdeviceptr; 3],
+        algo: Option<&sys::cublasLtMatmulAlgo_t>,
+        workspace: Option<drv_sys::CUdeviceptr>,
+    ) -> Result<(), CudaError> {
+        bind(&self.device)?;
         let stream = self.device.stream.cu_stream() as sys::cudaStream_t;
-        // SAFETY: the handle, descriptors and algorithm are live; A and B
-        // (fp8), the scales (one f32 each) and D (= C, unread with beta 0)
-        // are device allocations ordered on this stream whose extents the
-        // caller checked against the layouts; alpha and beta are host f32
-        // values living until the call returns; the workspace holds
-        // WORKSPACE_BYTES, the size the preference allowed.
+        let d = descriptors;
+        let (workspace, bytes) = match workspace {
+            Some(w) => (w as *mut c_void, WORKSPACE_BYTES),
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: the handle, descriptors and algorithm are live; A, B and
+        // C (= D) are device allocations ordered on this stream whose
+        // extents the caller checked against the layouts; alpha and beta
+        // point at host values of the descriptor's scale type living until
+        // the call returns; the workspace holds `bytes`, the size the
+        // preference allowed (none for no workspace).
         unsafe {
             lt::matmul(
                 self.handle,
-                plan.desc,
-                (&alpha as *const f32).cast(),
-                (&beta as *const f32).cast(),
-                ptrs.a as *const c_void,
-                plan.a,
-                ptrs.b as *const c_void,
-                plan.b,
-                ptrs.d as *const c_void,
-                plan.c,
-                ptrs.d as *mut c_void,
-                plan.d,
-                &plan.algo,
-                workspace.unwrap_or(self.workspace) as *mut c_void,
-                WORKSPACE_BYTES,
+                d.desc,
+                scales.alpha,
+                scales.beta,
+                a as *const c_void,
+                d.a,
+                b as *const c_void,
+                d.b,
+                c as *const c_void,
+                d.c,
+                c as *mut c_void,
+                d.d,
+                algo.map_or(std::ptr::null(), |a| a as *const _),
+                workspace,
+                bytes,
                 stream,
             )
         }
         .map_err(|e| lt_err("cublasLtMatmul", e))
     }
+}
+
+/// Host pointers to `alpha` and `beta`, values of a descriptor's scale type.
+#[derive(Clone, Copy)]
+struct Scales<'v> {
+    alpha: *const c_void,
+    beta: *const c_void,
+    _values: std::marker::PhantomData<&'v ()>,
+}
+
+impl<'v> Scales<'v> {
+    fn of<T>(alpha: &'v T, beta: &'v T) -> Scales<'v> {
+        Scales {
+            alpha: (alpha as *const T).cast(),
+            beta: (beta as *const T).cast(),
+            _values: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Sets the A and B scale pointers of an fp8 matmul's live descriptor.
+fn set_scale_pointers(desc: sys::cublasLtMatmulDesc_t, ptrs: &LtPointers) -> Result<(), CudaError> {
+    use sys::cublasLtMatmulDescAttributes_t as D;
+    // The descriptor is live (its plan owns it); the attributes are device
+    // pointers read from the host values during the call. Plans are used by
+    // one thread (the backend is not `Send`), so this cannot race.
+    let (scale_a, scale_b) = (ptrs.scale_a as *const c_void, ptrs.scale_b as *const c_void);
+    DESC.set(desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a)?;
+    DESC.set(desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b)
 }
 
 impl Drop for Lt {
@@ -329,6 +336,22 @@ pub(super) enum Activation {
     Gelu,
 }
 
+/// The column-major problem of a matmul: `op(A)` is `m x k` (A stored
+/// `k x m` when transposed), `op(B)` `k x n`, C (and D) `m x n`, with their
+/// leading dimensions. An int8 GEMM's plan depends on nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct LtShape {
+    pub(super) trans_a: bool,
+    pub(super) trans_b: bool,
+    pub(super) m: u64,
+    pub(super) n: u64,
+    pub(super) k: u64,
+    pub(super) lda: i64,
+    pub(super) ldb: i64,
+    /// C's and D's.
+    pub(super) ldc: i64,
+}
+
 /// Everything a plan depends on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct LtKey {
@@ -337,14 +360,7 @@ pub(super) struct LtKey {
     pub(super) compute: sys::cublasComputeType_t,
     /// `CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK`, when set.
     pub(super) reduction_mask: Option<u32>,
-    pub(super) trans_a: bool,
-    pub(super) trans_b: bool,
-    pub(super) m: u64,
-    pub(super) n: u64,
-    pub(super) k: u64,
-    pub(super) lda: i64,
-    pub(super) ldb: i64,
-    pub(super) ldc: i64,
+    pub(super) shape: LtShape,
     pub(super) activation: Activation,
     /// A bias vector of `m` elements is added in the epilogue.
     pub(super) bias: bool,
@@ -355,51 +371,145 @@ pub(super) struct LtKey {
     pub(super) align_d: u32,
 }
 
-/// Device addresses of one Lt matmul.
+/// Device addresses of one Lt matmul (float, int8 or fp8).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct LtPointers {
     pub(super) a: drv_sys::CUdeviceptr,
     pub(super) b: drv_sys::CUdeviceptr,
-    /// C and D (the result, in place).
+    /// C and D (the result, in place; an fp8 GEMM's D, C unread).
     pub(super) c: drv_sys::CUdeviceptr,
-    /// 0 without bias.
+    /// The epilogue's bias vector; 0 without bias.
     pub(super) bias: drv_sys::CUdeviceptr,
+    /// An fp8 GEMM's A and B scales (one f32 each); 0 for the others.
+    pub(super) scale_a: drv_sys::CUdeviceptr,
+    pub(super) scale_b: drv_sys::CUdeviceptr,
 }
 
 /// A planned matmul: descriptor, layouts and the heuristic's first algorithm.
 #[derive(Debug)]
 pub(super) struct LtPlan {
     pub(super) key: LtKey,
+    descriptors: Descriptors,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+/// The descriptors of one matmul: the matmul descriptor and the layouts of
+/// A, B, C and D (D's is C's unless the types differ). Each is destroyed
+/// once, when this is dropped, also when a plan fails half made.
+#[derive(Debug)]
+struct Descriptors {
     desc: sys::cublasLtMatmulDesc_t,
     a: sys::cublasLtMatrixLayout_t,
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
-    algo: sys::cublasLtMatmulAlgo_t,
+    d: sys::cublasLtMatrixLayout_t,
 }
 
-/// Owns descriptors while a plan is being made (destroyed if it fails).
-#[derive(Default)]
-struct Parts {
-    desc: Option<sys::cublasLtMatmulDesc_t>,
-    layouts: Vec<sys::cublasLtMatrixLayout_t>,
-    pref: Option<sys::cublasLtMatmulPreference_t>,
+impl Descriptors {
+    /// A matmul descriptor (`compute` type, `scale` scales, the shape's
+    /// transposes) and the layouts as stored of A and B (`types[0]`,
+    /// `types[1]`), C (`types[2]`) and D (`d_type`, or C's layout).
+    fn new(
+        compute: sys::cublasComputeType_t,
+        scale: sys::cudaDataType,
+        shape: &LtShape,
+        types: [sys::cudaDataType; 3],
+        d_type: Option<sys::cudaDataType>,
+    ) -> Result<Descriptors, CudaError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        let desc = lt::create_matmul_desc(compute, scale).map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
+        let null = std::ptr::null_mut();
+        let mut made = Descriptors {
+            desc,
+            a: null,
+            b: null,
+            c: null,
+            d: null,
+        };
+        let op = |t: bool| {
+            if t {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(shape.trans_a))?;
+        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(shape.trans_b))?;
+        // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
+        let layout = |ty, rows: u64, cols: u64, ld: i64, t: bool| {
+            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
+            lt::create_matrix_layout(ty, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))
+        };
+        let s = shape;
+        made.a = layout(types[0], s.m, s.k, s.lda, s.trans_a)?;
+        made.b = layout(types[1], s.k, s.n, s.ldb, s.trans_b)?;
+        made.c = layout(types[2], s.m, s.n, s.ldc, false)?;
+        made.d = match d_type {
+            Some(ty) => layout(ty, s.m, s.n, s.ldc, false)?,
+            None => made.c,
+        };
+        Ok(made)
+    }
+
+    /// The heuristic's first algorithm for these descriptors within
+    /// [`WORKSPACE_BYTES`], with the preferences `prefer` sets; `None` when
+    /// it returns none.
+    fn heuristic(
+        &self,
+        handle: sys::cublasLtHandle_t,
+        prefer: impl FnOnce(sys::cublasLtMatmulPreference_t) -> Result<(), CudaError>,
+    ) -> Result<Option<sys::cublasLtMatmulAlgo_t>, CudaError> {
+        use sys::cublasLtMatmulPreferenceAttributes_t as P;
+        let pref = Preference(lt::create_matmul_pref().map_err(|e| lt_err("cublasLtMatmulPreferenceCreate", e))?);
+        PREF.set(
+            pref.0,
+            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &(WORKSPACE_BYTES as u64),
+        )?;
+        prefer(pref.0)?;
+        let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
+        let mut returned: std::ffi::c_int = 0;
+        let (desc, a, b, c, d) = (self.desc, self.a, self.b, self.c, self.d);
+        // SAFETY: every descriptor is live; `result` has room for the one
+        // requested algorithm and `returned` receives the count.
+        status("cublasLtMatmulAlgoGetHeuristic", unsafe {
+            sys::cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, pref.0, 1, result.as_mut_ptr(), &mut returned)
+        })?;
+        if returned == 0 {
+            return Ok(None);
+        }
+        // SAFETY: zero-initialised plain data, filled by the heuristic (returned >= 1).
+        let result = unsafe { result.assume_init() };
+        status("cublasLtMatmulAlgoGetHeuristic", result.state)?;
+        Ok(Some(result.algo))
+    }
 }
 
-impl Drop for Parts {
+impl Drop for Descriptors {
     fn drop(&mut self) {
         // SAFETY: each descriptor was created once and is owned only here
-        // (moved out by `LtPlan::new` on success), so it is destroyed once.
+        // (null: not made; D's layout may be C's, destroyed with it), so
+        // each is destroyed once; no call using them is pending on the host
+        // side.
         unsafe {
-            if let Some(d) = self.desc.take() {
-                let _ = lt::destroy_matmul_desc(d);
-            }
-            for l in self.layouts.drain(..) {
-                let _ = lt::destroy_matrix_layout(l);
-            }
-            if let Some(p) = self.pref.take() {
-                let _ = lt::destroy_matmul_pref(p);
+            let _ = lt::destroy_matmul_desc(self.desc);
+            let d = (self.d != self.c).then_some(self.d);
+            for l in [Some(self.a), Some(self.b), Some(self.c), d].into_iter().flatten() {
+                if !l.is_null() {
+                    let _ = lt::destroy_matrix_layout(l);
+                }
             }
         }
+    }
+}
+
+/// A matmul preference, destroyed once when dropped.
+struct Preference(sys::cublasLtMatmulPreference_t);
+
+impl Drop for Preference {
+    fn drop(&mut self) {
+        // SAFETY: created once in `Descriptors::heuristic`, owned only here.
+        let _ = unsafe { lt::destroy_matmul_pref(self.0) };
     }
 }
 
@@ -438,19 +548,8 @@ impl LtPlan {
     fn new(handle: sys::cublasLtHandle_t, key: &LtKey) -> Result<Option<LtPlan>, CudaError> {
         use sys::cublasLtMatmulDescAttributes_t as D;
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
-        let mut parts = Parts::default();
-        let desc = lt::create_matmul_desc(key.compute, sys::cudaDataType::CUDA_R_32F)
-            .map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
-        parts.desc = Some(desc);
-        let op = |t: bool| {
-            if t {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
+        let types = [key.dtype; 3];
+        let descriptors = Descriptors::new(key.compute, sys::cudaDataType::CUDA_R_32F, &key.shape, types, None)?;
         let epilogue = match (key.activation, key.bias) {
             (Activation::None, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             (Activation::None, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
@@ -459,86 +558,22 @@ impl LtPlan {
             (Activation::Gelu, false) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
             (Activation::Gelu, true) => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
         };
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
-        // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
-        let layout = |parts: &mut Parts, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
-            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
-            let l =
-                lt::create_matrix_layout(key.dtype, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))?;
-            parts.layouts.push(l);
-            Ok(l)
-        };
-        let a = layout(&mut parts, key.m, key.k, key.lda, key.trans_a)?;
-        let b = layout(&mut parts, key.k, key.n, key.ldb, key.trans_b)?;
-        let c = layout(&mut parts, key.m, key.n, key.ldc, false)?;
-        let pref = lt::create_matmul_pref().map_err(|e| lt_err("cublasLtMatmulPreferenceCreate", e))?;
-        parts.pref = Some(pref);
-        if let Some(mask) = key.reduction_mask {
-            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask)?;
-        }
-        PREF.set(
-            pref,
-            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &(WORKSPACE_BYTES as u64),
-        )?;
-        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a)?;
-        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b)?;
-        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c)?;
-        PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d)?;
-        let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
-        let mut returned: std::ffi::c_int = 0;
-        // SAFETY: every descriptor is live; `result` has room for the one
-        // requested algorithm and `returned` receives the count.
-        status("cublasLtMatmulAlgoGetHeuristic", unsafe {
-            sys::cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, 1, result.as_mut_ptr(), &mut returned)
+        DESC.set(descriptors.desc, D::CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue)?;
+        let algo = descriptors.heuristic(handle, |pref| {
+            if let Some(mask) = key.reduction_mask {
+                PREF.set(pref, P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask)?;
+            }
+            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a)?;
+            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b)?;
+            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c)?;
+            PREF.set(pref, P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d)
         })?;
-        if returned == 0 {
-            return Ok(None);
-        }
-        // SAFETY: zero-initialised plain data, filled by the heuristic (returned >= 1).
-        let result = unsafe { result.assume_init() };
-        status("cublasLtMatmulAlgoGetHeuristic", result.state)?;
-        // The plan takes the descriptors; the preference is no longer needed.
-        parts.desc = None;
-        parts.layouts.clear();
-        drop(parts);
-        Ok(Some(LtPlan {
+        Ok(algo.map(|algo| LtPlan {
             key: key.clone(),
-            desc,
-            a,
-            b,
-            c,
-            algo: result.algo,
+            descriptors,
+            algo,
         }))
     }
-}
-
-impl Drop for LtPlan {
-    fn drop(&mut self) {
-        // SAFETY: the plan owns these descriptors (created once in `new`) and
-        // destroys each once; no call using them is pending on the host side.
-        unsafe {
-            let _ = lt::destroy_matmul_desc(self.desc);
-            for l in [self.a, self.b, self.c] {
-                let _ = lt::destroy_matrix_layout(l);
-            }
-        }
-    }
-}
-
-/// The column-major problem of an int8 GEMM (`at::cuda::blas::int8_gemm`):
-/// `op(A)` is `m x k` (A stored `k x m` when transposed), `op(B)` `k x n`,
-/// C `m x n`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) struct Int8Key {
-    pub(super) trans_a: bool,
-    pub(super) trans_b: bool,
-    pub(super) m: u64,
-    pub(super) n: u64,
-    pub(super) k: u64,
-    pub(super) lda: i64,
-    pub(super) ldb: i64,
-    pub(super) ldc: i64,
 }
 
 /// An int8 GEMM's descriptors as `int8_gemm` makes them: compute
@@ -547,89 +582,29 @@ pub(super) struct Int8Key {
 /// don't seem to work for int8"); integer sums are exact, so the one
 /// cuBLASLt picks does not change the result.
 #[derive(Debug)]
-pub(super) struct Int8Plan {
-    desc: sys::cublasLtMatmulDesc_t,
-    a: sys::cublasLtMatrixLayout_t,
-    b: sys::cublasLtMatrixLayout_t,
-    c: sys::cublasLtMatrixLayout_t,
-}
+pub(super) struct Int8Plan(Descriptors);
 
 impl Int8Plan {
-    fn new(key: &Int8Key) -> Result<Int8Plan, CudaError> {
-        use sys::cublasLtMatmulDescAttributes_t as D;
+    fn new(shape: &LtShape) -> Result<Int8Plan, CudaError> {
         use sys::cudaDataType::{CUDA_R_32I, CUDA_R_8I};
-        let mut parts = Parts::default();
-        let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32I, CUDA_R_32I)
-            .map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
-        parts.desc = Some(desc);
-        let op = |t: bool| {
-            if t {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
-        let mut layout = |ty, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
-            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
-            let l = lt::create_matrix_layout(ty, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))?;
-            parts.layouts.push(l);
-            Ok(l)
-        };
-        let a = layout(CUDA_R_8I, key.m, key.k, key.lda, key.trans_a)?;
-        let b = layout(CUDA_R_8I, key.k, key.n, key.ldb, key.trans_b)?;
-        let c = layout(CUDA_R_32I, key.m, key.n, key.ldc, false)?;
-        // The plan takes the descriptors.
-        parts.desc = None;
-        parts.layouts.clear();
-        Ok(Int8Plan { desc, a, b, c })
+        let compute = sys::cublasComputeType_t::CUBLAS_COMPUTE_32I;
+        let types = [CUDA_R_8I, CUDA_R_8I, CUDA_R_32I];
+        Ok(Int8Plan(Descriptors::new(compute, CUDA_R_32I, shape, types, None)?))
     }
 }
 
-impl Drop for Int8Plan {
-    fn drop(&mut self) {
-        // SAFETY: the plan owns these descriptors (created once in `new`) and
-        // destroys each once; no call using them is pending on the host side.
-        unsafe {
-            let _ = lt::destroy_matmul_desc(self.desc);
-            for l in [self.a, self.b, self.c] {
-                let _ = lt::destroy_matrix_layout(l);
-            }
-        }
-    }
-}
-
-/// The column-major problem of an fp8 GEMM (`at::cuda::blas::scaled_gemm`,
-/// tensor-wise scales): types of A, B (fp8), C (unread; PyTorch's choice of
-/// its type) and D (the result), transposes, sizes, leading dimensions and
-/// the fast-accumulation switch.
+/// The problem of an fp8 GEMM (`at::cuda::blas::scaled_gemm`, tensor-wise
+/// scales): types of A, B (fp8), C (unread; PyTorch's choice of its type)
+/// and D (the result), the shape (`ldc` is C's and D's) and the
+/// fast-accumulation switch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct Fp8Key {
     pub(super) a_type: sys::cudaDataType,
     pub(super) b_type: sys::cudaDataType,
     pub(super) c_type: sys::cudaDataType,
     pub(super) d_type: sys::cudaDataType,
-    pub(super) trans_a: bool,
-    pub(super) trans_b: bool,
-    pub(super) m: u64,
-    pub(super) n: u64,
-    pub(super) k: u64,
-    pub(super) lda: i64,
-    pub(super) ldb: i64,
-    pub(super) ldd: i64,
+    pub(super) shape: LtShape,
     pub(super) fast_accum: bool,
-}
-
-/// Device addresses of one fp8 GEMM.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Fp8Pointers {
-    pub(super) a: drv_sys::CUdeviceptr,
-    pub(super) b: drv_sys::CUdeviceptr,
-    pub(super) d: drv_sys::CUdeviceptr,
-    /// One f32 each: A's and B's scales.
-    pub(super) scale_a: drv_sys::CUdeviceptr,
-    pub(super) scale_b: drv_sys::CUdeviceptr,
 }
 
 /// A planned fp8 GEMM: compute `CUBLAS_COMPUTE_32F`, f32 scales, the
@@ -637,92 +612,29 @@ pub(super) struct Fp8Pointers {
 /// heuristic's first algorithm within [`WORKSPACE_BYTES`], as `scaled_gemm`.
 #[derive(Debug)]
 pub(super) struct Fp8Plan {
-    desc: sys::cublasLtMatmulDesc_t,
-    a: sys::cublasLtMatrixLayout_t,
-    b: sys::cublasLtMatrixLayout_t,
-    c: sys::cublasLtMatrixLayout_t,
-    d: sys::cublasLtMatrixLayout_t,
+    descriptors: Descriptors,
     algo: sys::cublasLtMatmulAlgo_t,
 }
 
 impl Fp8Plan {
-    fn new(handle: sys::cublasLtHandle_t, key: &Fp8Key, ptrs: &Fp8Pointers) -> Result<Option<Fp8Plan>, CudaError> {
-        use sys::cublasLtMatmulDescAttributes_t as D;
-        use sys::cublasLtMatmulPreferenceAttributes_t as P;
-        let mut parts = Parts::default();
-        let desc = lt::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+    fn new(handle: sys::cublasLtHandle_t, key: &Fp8Key, ptrs: &LtPointers) -> Result<Option<Fp8Plan>, CudaError> {
+        let compute = sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+        let types = [key.a_type, key.b_type, key.c_type];
+        let descriptors = Descriptors::new(
+            compute,
             sys::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(|e| lt_err("cublasLtMatmulDescCreate", e))?;
-        parts.desc = Some(desc);
-        let op = |t: bool| {
-            if t {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &op(key.trans_a))?;
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_TRANSB, &op(key.trans_b))?;
-        let (scale_a, scale_b) = (ptrs.scale_a as *const c_void, ptrs.scale_b as *const c_void);
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a)?;
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b)?;
-        DESC.set(desc, D::CUBLASLT_MATMUL_DESC_FAST_ACCUM, &i8::from(key.fast_accum))?;
-        let mut layout = |ty, rows: u64, cols: u64, ld: i64, t: bool| -> Result<_, CudaError> {
-            let (r, c) = if t { (cols, rows) } else { (rows, cols) };
-            let l = lt::create_matrix_layout(ty, r, c, ld).map_err(|e| lt_err("cublasLtMatrixLayoutCreate", e))?;
-            parts.layouts.push(l);
-            Ok(l)
-        };
-        let a = layout(key.a_type, key.m, key.k, key.lda, key.trans_a)?;
-        let b = layout(key.b_type, key.k, key.n, key.ldb, key.trans_b)?;
-        let c = layout(key.c_type, key.m, key.n, key.ldd, false)?;
-        let d = layout(key.d_type, key.m, key.n, key.ldd, false)?;
-        let pref = lt::create_matmul_pref().map_err(|e| lt_err("cublasLtMatmulPreferenceCreate", e))?;
-        parts.pref = Some(pref);
-        PREF.set(
-            pref,
-            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &(WORKSPACE_BYTES as u64),
+            &key.shape,
+            types,
+            Some(key.d_type),
         )?;
-        let mut result = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::zeroed();
-        let mut returned: std::ffi::c_int = 0;
-        // SAFETY: every descriptor is live; `result` has room for the one
-        // requested algorithm and `returned` receives the count.
-        status("cublasLtMatmulAlgoGetHeuristic", unsafe {
-            sys::cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, pref, 1, result.as_mut_ptr(), &mut returned)
-        })?;
-        if returned == 0 {
-            return Ok(None);
-        }
-        // SAFETY: zero-initialised plain data, filled by the heuristic (returned >= 1).
-        let result = unsafe { result.assume_init() };
-        status("cublasLtMatmulAlgoGetHeuristic", result.state)?;
-        // The plan takes the descriptors; the preference is no longer needed.
-        parts.desc = None;
-        parts.layouts.clear();
-        drop(parts);
-        Ok(Some(Fp8Plan {
-            desc,
-            a,
-            b,
-            c,
-            d,
-            algo: result.algo,
-        }))
-    }
-}
-
-impl Drop for Fp8Plan {
-    fn drop(&mut self) {
-        // SAFETY: the plan owns these descriptors (created once in `new`) and
-        // destroys each once; no call using them is pending on the host side.
-        unsafe {
-            let _ = lt::destroy_matmul_desc(self.desc);
-            for l in [self.a, self.b, self.c, self.d] {
-                let _ = lt::destroy_matrix_layout(l);
-            }
-        }
+        set_scale_pointers(descriptors.desc, ptrs)?;
+        let fast_accum = i8::from(key.fast_accum);
+        DESC.set(
+            descriptors.desc,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+            &fast_accum,
+        )?;
+        let algo = descriptors.heuristic(handle, |_| Ok(()))?;
+        Ok(algo.map(|algo| Fp8Plan { descriptors, algo }))
     }
 }

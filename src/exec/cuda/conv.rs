@@ -34,6 +34,7 @@ use super::dnn::{DataType, DnnHandle, Scaled, TensorDesc};
 use super::dnn_graph::{self, EngineFilter, HeurMode, Role};
 use super::library::{self, Address, LibraryCall};
 use super::{CudaBackend, CudaTensor, CudnnPlans};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::host::conv::{format_strides, is_channels_last, packed_as, ConvParams};
 use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
@@ -261,10 +262,7 @@ pub(crate) fn runs(op: ExternOp) -> bool {
 }
 
 /// Runs `call` when it is a convolution cuDNN can take; `Ok(None)` otherwise.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     if !runs(call.family) {
         return Ok(None);
     }
@@ -460,7 +458,7 @@ fn choose_plan(handle: &DnnHandle, key: PlanKey) -> Result<Plan, ExecError> {
     let mut g = dnn_graph::Graph::default();
     let mut tensor = |uid: i64, dims_strides: &[i64], alignment: i64| {
         let (dims, strides) = dims_strides.split_at(dims_strides.len() / 2);
-        g.tensor_aligned(uid, dt, dims, strides, Role::Memory, alignment)
+        g.tensor(uid, dt, dims, strides, Role::MemoryAligned(alignment))
     };
     let x = tensor(UIDS[0], &key.x, key.alignment[0])?;
     let w = tensor(UIDS[1], &key.w, key.alignment[1])?;

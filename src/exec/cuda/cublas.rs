@@ -183,109 +183,46 @@ impl BlasHandle {
         let compute = blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
         let algo = blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP;
         let (pa, pb, pc) = (g.a.ptr, g.b.ptr, g.c.ptr);
+        let (sa, sb, sc) = (g.a.batch_stride, g.b.batch_stride, g.c.batch_stride);
+        // The operands: f32 pointers for the S calls; for the Ex calls untyped
+        // pointers, each of the data type `dt`.
+        let (fa, fb, fc) = (pa as *const f32, pb as *const f32, pc as *mut f32);
+        let (a, b, c, dt) = (pa as *const c_void, pb as *const c_void, pc as *mut c_void, g.dtype);
+        let (alpha_p, beta_p) = ((&alpha as *const f32).cast(), (&beta as *const f32).cast());
+        let h = self.raw;
         // SAFETY (all four calls): the handle is live; A, B and C are live
         // device allocations ordered on the handle's stream whose extents the
         // caller checked against m, n, k, the leading dimensions and batch
         // strides; alpha and beta are host f32 values, as fp32 accumulation
         // expects, living until the call returns (cuBLAS reads host scalars
         // before returning).
+        // Each call on one line (cuBLAS's argument order), so that the four read side by side.
         match (batch == 1, f32_data) {
             // SAFETY: as stated above the match, for cublasSgemm.
+            #[rustfmt::skip]
             (true, true) => unsafe {
-                blas::sgemm(
-                    self.raw,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    &alpha,
-                    pa as *const f32,
-                    lda,
-                    pb as *const f32,
-                    ldb,
-                    &beta,
-                    pc as *mut f32,
-                    ldc,
-                )
+                blas::sgemm(h, ta, tb, m, n, k, &alpha, fa, lda, fb, ldb, &beta, fc, ldc)
             }
             .map_err(|e| CudaError::blas("cublasSgemm", e)),
             // SAFETY: as stated above the match, for cublasGemmEx.
+            #[rustfmt::skip]
             (true, false) => unsafe {
-                blas::gemm_ex(
-                    self.raw,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    (&alpha as *const f32).cast(),
-                    pa as *const c_void,
-                    g.dtype,
-                    lda,
-                    pb as *const c_void,
-                    g.dtype,
-                    ldb,
-                    (&beta as *const f32).cast(),
-                    pc as *mut c_void,
-                    g.dtype,
-                    ldc,
-                    compute,
-                    algo,
-                )
+                blas::gemm_ex(h, ta, tb, m, n, k, alpha_p, a, dt, lda, b, dt, ldb, beta_p, c, dt, ldc,
+                    compute, algo)
             }
             .map_err(|e| CudaError::blas("cublasGemmEx", e)),
             // SAFETY: as stated above the match, for cublasSgemmStridedBatched.
+            #[rustfmt::skip]
             (false, true) => unsafe {
-                blas::sgemm_strided_batched(
-                    self.raw,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    &alpha,
-                    pa as *const f32,
-                    lda,
-                    g.a.batch_stride,
-                    pb as *const f32,
-                    ldb,
-                    g.b.batch_stride,
-                    &beta,
-                    pc as *mut f32,
-                    ldc,
-                    g.c.batch_stride,
-                    batch,
-                )
+                blas::sgemm_strided_batched(h, ta, tb, m, n, k, &alpha, fa, lda, sa, fb, ldb, sb, &beta, fc, ldc, sc,
+                    batch)
             }
             .map_err(|e| CudaError::blas("cublasSgemmStridedBatched", e)),
             // SAFETY: as stated above the match, for cublasGemmStridedBatchedEx.
+            #[rustfmt::skip]
             (false, false) => unsafe {
-                blas::gemm_strided_batched_ex(
-                    self.raw,
-                    ta,
-                    tb,
-                    m,
-                    n,
-                    k,
-                    (&alpha as *const f32).cast(),
-                    pa as *const c_void,
-                    g.dtype,
-                    lda,
-                    g.a.batch_stride,
-                    pb as *const c_void,
-                    g.dtype,
-                    ldb,
-                    g.b.batch_stride,
-                    (&beta as *const f32).cast(),
-                    pc as *mut c_void,
-                    g.dtype,
-                    ldc,
-                    g.c.batch_stride,
-                    batch,
-                    compute,
-                    algo,
-                )
+                blas::gemm_strided_batched_ex(h, ta, tb, m, n, k, alpha_p, a, dt, lda, sa, b, dt, ldb, sb, beta_p, c, dt, ldc, sc,
+                    batch, compute, algo)
             }
             .map_err(|e| CudaError::blas("cublasGemmStridedBatchedEx", e)),
         }

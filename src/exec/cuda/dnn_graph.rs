@@ -166,8 +166,10 @@ struct Tensor {
 /// What a graph tensor is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Role {
-    /// Device memory passed at execution.
+    /// Device memory passed at execution, 16-byte aligned.
     Memory,
+    /// Device memory passed at execution, aligned to this many bytes.
+    MemoryAligned(i64),
     /// An intermediate no memory holds.
     Virtual,
     /// A host scalar passed by value at execution.
@@ -188,8 +190,8 @@ pub(super) struct Graph {
 pub(super) struct T(usize);
 
 impl Graph {
-    /// Adds a tensor with 16-byte aligned memory; `uid` 0 gives a virtual
-    /// tensor a fresh id.
+    /// Adds a tensor (memory aligned as `role` says, else to 16 bytes);
+    /// `uid` 0 gives a virtual tensor a fresh id.
     pub(super) fn tensor(
         &mut self,
         uid: i64,
@@ -198,19 +200,10 @@ impl Graph {
         strides: &[i64],
         role: Role,
     ) -> Result<T, CudaError> {
-        self.tensor_aligned(uid, dtype, dims, strides, role, 16)
-    }
-
-    /// Adds a tensor whose memory is aligned to `alignment` bytes.
-    pub(super) fn tensor_aligned(
-        &mut self,
-        uid: i64,
-        dtype: DataType,
-        dims: &[i64],
-        strides: &[i64],
-        role: Role,
-        alignment: i64,
-    ) -> Result<T, CudaError> {
+        let alignment = match role {
+            Role::MemoryAligned(bytes) => bytes,
+            Role::Memory | Role::Virtual | Role::ByValue => 16,
+        };
         let uid = if uid == 0 {
             self.next_virtual_uid += 1;
             1_000_000 + self.next_virtual_uid

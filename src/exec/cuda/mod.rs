@@ -80,6 +80,11 @@ use driver::{Device, Module};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// What a device implementation of an extern op answers: the op's value, or
+/// `None` when it does not take these operands (the host fallback then runs
+/// the call).
+type DeviceResult = Result<Option<Value<CudaTensor>>, ExecError>;
+
 /// Bytes of each of a backend's two pinned staging buffers.
 const STAGING_BYTES: usize = 8 << 20;
 
@@ -492,7 +497,7 @@ impl CudaBackend {
     /// kernels; `Ok(None)` when none of them takes these operands.
     /// Runs `call` on the device where its catalogue entry routes it
     /// (`Ok(None)`: no device implementation takes these operands).
-    fn run_on_device(&mut self, call: &ExternCall<'_, CudaTensor>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    fn run_on_device(&mut self, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
         let Some(on) = call.family.on_cuda().filter(|on| route_runs(on.route, call.family)) else {
             return Ok(None);
         };
@@ -757,9 +762,9 @@ fn describe_operands(call: &ExternCall<'_, CudaTensor>) -> String {
 /// module's own table, the one its dispatch reads.
 fn route_runs(route: CudaRoute, op: super::op::ExternOp) -> bool {
     match route {
-        CudaRoute::Blas => matmul::runs(op),
+        CudaRoute::Blas => matmul::op_fn(op).is_some(),
         CudaRoute::Conv => conv::runs(op),
-        CudaRoute::Attention => attention::runs(op),
+        CudaRoute::Attention => attention::device_kind(op).is_some(),
         CudaRoute::Kernel => kernels::runs_indexing(op),
         CudaRoute::Extra => kernels::runs_extra(op),
     }

@@ -29,6 +29,7 @@ use crate::exec::collective::rendezvous::{Rendezvous, Signature};
 use crate::exec::collective::{
     check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, RankBackend, RankJob, Request, OPS,
 };
+use crate::exec::cuda::DeviceResult;
 use crate::exec::interp::RunOutput;
 use crate::exec::op::op_key;
 use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
@@ -356,10 +357,7 @@ impl LibraryCall for NcclCall {
 }
 
 /// Runs `call` when it is a collective: `Ok(None)` for any other op.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     let key = op_key(call.op);
     if !OPS.contains(&key.as_str()) {
         return Ok(None);

@@ -755,6 +755,13 @@ fn analysis_of(e: &SymExpr, facts: &Facts) -> SymAnalysis {
 mod tests {
     use super::*;
 
+    /// `text` parsed, and as the e-graph's expression.
+    fn parsed(text: &str) -> (SymExpr, RecExpr<SymLang>) {
+        let e = parse(text).expect("parses");
+        let rec = to_rec_expr(&e).expect("converts");
+        (e, rec)
+    }
+
     /// [`bounds`] walks the expression; an e-graph of it (what it built
     /// before) holds the same range at the root, folded constants, shared
     /// subterms and undefined divisions included.
@@ -780,8 +787,7 @@ mod tests {
             "u0 < 3 and not s0 >= 2",
             "9223372036854775807 + 1",
         ] {
-            let e = parse(text).expect("parses");
-            let rec = to_rec_expr(&e).expect("converts");
+            let (e, rec) = parsed(text);
             let mut egraph = SymEGraph::new(analysis_of(&e, &facts));
             let id = egraph.add_expr(&rec);
             egraph.rebuild();
@@ -803,8 +809,7 @@ mod tests {
             "s0 // 0",
             "Max(u0, 3) % 8",
         ] {
-            let e = parse(text).expect("parses");
-            let r = to_rec_expr(&e).expect("converts");
+            let (e, r) = parsed(text);
             let deadline = Instant::now() + Duration::from_secs(60);
             let slow = saturate(&r, &r, &facts, &Limits::default(), deadline).expect("saturation meets");
             let fast = reflexive(&r);

@@ -7,7 +7,8 @@
 //! `Ok(None)` for operands these do not take (real-only pointwise ops,
 //! scalars, non-contiguous segment inputs, dtypes without a kernel).
 
-use super::{blocks_for, launch_function, read_i64, scratch, Arg, KernelSource, Nd};
+use super::{blocks_for, read_i64, scratch, Arg, Nd, OwnModule};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::host::segment::{self, Reduction};
 use crate::exec::op::ExternOp;
@@ -17,36 +18,22 @@ use crate::ir::DType;
 use cudarc::driver::sys;
 use std::sync::Arc;
 
-/// The CUDA source of these kernels, after the definitions every built-in
-/// source shares (`prelude.cuh`).
-const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("extra.cu"));
-/// The module's name among the backend's separately compiled modules.
-const MODULE: &str = "extra";
+/// These kernels' module (`extra.cu` after the shared `prelude.cuh`).
+pub(super) const MODULE: OwnModule = OwnModule {
+    name: "extra",
+    what: "cuda built-in kernels (extra.cu)",
+    source: concat!(include_str!("prelude.cuh"), include_str!("extra.cu")),
+};
 
 type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
-/// These kernels' source.
-pub(super) fn source() -> KernelSource {
-    KernelSource {
-        id: MODULE.into(),
-        what: "cuda built-in kernels (extra.cu)",
-        text: SOURCE.to_string(),
-    }
-}
-
-fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
-    let f = backend
-        .builtins
-        .extra_function(&backend.device, MODULE, &source, name)?;
-    launch_function(backend, f, name, blocks, args)
-}
-
 /// An op's function here.
-type OpFn = fn(&mut CudaBackend, &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+pub(super) type OpFn = fn(&mut CudaBackend, &Args<'_>) -> DeviceResult;
 
-/// The function of each family these kernels run: the one table that both
-/// [`run`] and [`runs`] read.
-fn op_fn(op: ExternOp) -> Option<OpFn> {
+/// The function of each family these kernels run (the catalogue's
+/// `CudaRoute::Extra` ops): the one table that both [`run`] and the
+/// backend's route check read.
+pub(super) fn op_fn(op: ExternOp) -> Option<OpFn> {
     let f: OpFn = match op {
         ExternOp::Randint => randint,
         ExternOp::ViewAsComplex => |_, a| view(a, |s| s.as_complex()),
@@ -62,18 +49,10 @@ fn op_fn(op: ExternOp) -> Option<OpFn> {
     Some(f)
 }
 
-/// Whether these kernels run `op` (the catalogue's `CudaRoute::Extra` ops).
-pub(super) fn runs(op: ExternOp) -> bool {
-    op_fn(op).is_some()
-}
-
 /// Dispatches `call` by op family; `Ok(None)` when these kernels do not take
 /// it. `randint` takes `out=` (Inductor's seed buffer); the others leave an
 /// `out=` call to the host.
-pub(super) fn run(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     let Some(f) = op_fn(call.family) else {
         return Ok(None);
     };
@@ -84,7 +63,7 @@ pub(super) fn run(
     f(backend, &Args::of(call))
 }
 
-fn aliased(x: &CudaTensor, spec: TensorSpec) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn aliased(x: &CudaTensor, spec: TensorSpec) -> DeviceResult {
     crate::exec::host::tensor::check_bounds(&spec, x.storage.bytes / spec.dtype.size_bytes().max(1) as usize)?;
     Ok(Some(Value::Tensor(CudaTensor {
         storage: Arc::clone(&x.storage),
@@ -92,10 +71,7 @@ fn aliased(x: &CudaTensor, spec: TensorSpec) -> Result<Option<Value<CudaTensor>>
     })))
 }
 
-fn view(
-    a: &Args<'_>,
-    f: fn(&TensorSpec) -> Result<TensorSpec, ExecError>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn view(a: &Args<'_>, f: fn(&TensorSpec) -> Result<TensorSpec, ExecError>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let spec = f(&x.spec).map_err(|e| a.err(e.to_string()))?;
     aliased(x, spec)
@@ -104,7 +80,7 @@ fn view(
 /// `view(dtype)`: to a dtype of the same width (the same bytes), or between
 /// a complex dtype and its part dtype (the last dimension, of stride 1,
 /// doubles or halves).
-fn view_dtype(a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn view_dtype(a: &Args<'_>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let Some(Value::DType(to)) = a.get(1, "dtype") else {
         return Ok(None);
@@ -152,7 +128,7 @@ fn broadcast_nd(spec: &TensorSpec, shape: &[i64]) -> Option<Nd> {
     )
 }
 
-fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> DeviceResult {
     let (Some(Value::Tensor(x)), Some(Value::Tensor(y))) = (a.get(0, "self"), a.get(1, "other")) else {
         return Ok(None);
     };
@@ -181,7 +157,7 @@ fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> Result<Op
     let n = spec.numel();
     let result = backend.allocate(&spec)?;
     if n > 0 {
-        launch(
+        MODULE.launch(
             backend,
             name,
             blocks_for(n),
@@ -211,7 +187,7 @@ fn is_contiguous(spec: &TensorSpec) -> bool {
         .all(|(s, (a, b))| *s <= 1 || a == b)
 }
 
-fn segment_reduce(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn segment_reduce(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let call = segment::parse_call(a)?;
     let suffix = match call.data.spec.dtype {
         DType::Float32 => "f32",
@@ -247,7 +223,7 @@ fn segment_reduce(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Valu
     let flag = scratch(backend, 8)?;
     backend.zero(flag.ptr, 8)?;
     let i64_of = |v: usize| i64::try_from(v).map_err(|_| a.err("sizes out of range"));
-    launch(
+    MODULE.launch(
         backend,
         &format!("segment_reduce_{suffix}_{index}"),
         blocks_for(n),
@@ -298,7 +274,7 @@ fn device_shape(backend: &CudaBackend, op: &str) -> Result<DeviceShape, ExecErro
 /// `randint.low_out(low, high, size, out=...)` / `randint.low(low, high,
 /// size)` into int64: PyTorch's values at the backend's generator state
 /// (held by its host backend, shared with the host fallback), advanced.
-fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let low = a.int(0, "low", None)?;
     let high = a.int(1, "high", None)?;
     let size = a.ints(2, "size")?;
@@ -326,7 +302,7 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
         // (not an operand) in the recorded launches.
         let state = backend.rng_state_ptr()?;
         let i64_of = |v: u64| i64::try_from(v).map_err(|_| a.err("launch shape out of range"));
-        launch(
+        MODULE.launch(
             backend,
             "randint_i64",
             blocks_for(n),
@@ -341,7 +317,7 @@ fn randint(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaT
                 Arg::I64(i64_of(plan.threads)?),
             ],
         )?;
-        launch(backend, "rng_advance", 1, vec![Arg::Bits(state), Arg::Bits(increment)])?;
+        MODULE.launch(backend, "rng_advance", 1, vec![Arg::Bits(state), Arg::Bits(increment)])?;
     }
     // With `out=` the result is written there and the call returns nothing,
     // as every `out=` op does (the host's convention).

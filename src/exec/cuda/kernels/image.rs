@@ -84,7 +84,11 @@ pub(in crate::exec::cuda) struct KernelSource {
 /// Every source the backend may compile: the built-in ops, `extra.cu`, and
 /// the attention kernels for each head dim they take.
 pub(in crate::exec::cuda) fn all_sources() -> Vec<KernelSource> {
-    let mut all = vec![super::builtin_source(), super::extra::source(), super::sort::source()];
+    let mut all = vec![
+        super::builtin_source(),
+        super::extra::MODULE.source(),
+        super::sort::MODULE.source(),
+    ];
     all.extend(super::ATTENTION_HEAD_DIMS.iter().map(|&e| super::attention_source(e)));
     all
 }

@@ -38,7 +38,8 @@ pub(super) use ops::{copy_strided, gemm_activation};
 use super::driver::Module;
 use super::library::{Traced, TracedParam};
 use super::{CudaBackend, CudaPaths, CudaTensor, Storage};
-use crate::exec::{ExecError, ExternCall, Value};
+use crate::exec::cuda::DeviceResult;
+use crate::exec::{ExecError, ExternCall};
 use crate::ir::DType;
 use cudarc::driver::sys;
 use std::collections::{BTreeMap, HashMap};
@@ -119,28 +120,22 @@ pub(super) struct Builtins {
 
 /// Runs a call the catalogue routes to the index, scatter, jagged and top-k
 /// kernels (`CudaRoute::Kernel`); `Ok(None)` when no kernel takes its operands.
-pub(super) fn run_indexing(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run_indexing(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     ops::run(backend, call)
 }
 
 /// Whether the index, scatter, jagged, top-k and sort kernels run `op`.
 pub(super) fn runs_indexing(op: crate::exec::op::ExternOp) -> bool {
-    ops::runs(op)
+    ops::op_fn(op).is_some()
 }
 
 /// Whether [`extra`] runs `op`.
 pub(super) fn runs_extra(op: crate::exec::op::ExternOp) -> bool {
-    extra::runs(op)
+    extra::op_fn(op).is_some()
 }
 
 /// Runs a call the catalogue routes to [`extra`] (`CudaRoute::Extra`).
-pub(super) fn run_extra(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run_extra(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     extra::run(backend, call)
 }
 
@@ -150,6 +145,38 @@ fn builtin_source() -> KernelSource {
         id: "builtin".into(),
         what: "cuda built-in kernels",
         text: SOURCE.to_string(),
+    }
+}
+
+/// A module of built-in kernels compiled on its own (NVRTC), apart from
+/// the built-in module: `extra.cu`, `sort.cu`.
+pub(super) struct OwnModule {
+    /// The module's name among the backend's separately compiled modules
+    /// (and its source's id).
+    name: &'static str,
+    /// The kernels' name in errors.
+    what: &'static str,
+    /// The complete source text.
+    source: &'static str,
+}
+
+impl OwnModule {
+    /// The module's source (see [`image`]).
+    fn source(&self) -> KernelSource {
+        KernelSource {
+            id: self.name.into(),
+            what: self.what,
+            text: self.source.to_string(),
+        }
+    }
+
+    /// Launches the module's function `name` (loading the module first) as
+    /// [`launch_function`] does.
+    fn launch(&self, backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
+        let f = backend
+            .builtins
+            .extra_function(&backend.device, self.name, &|| self.source(), name)?;
+        launch_function(backend, f, name, blocks, args)
     }
 }
 

@@ -2,6 +2,7 @@
 //! allocation and launches.
 
 use super::{blocks_for, dtype_suffix, launch, read_i64, reducible, scratch, Arg, Indices, Nd, MAX_RANK, TILE};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{host_storage_bytes, CudaBackend, CudaTensor};
 use crate::exec::host::broadcast;
 use crate::exec::op::ExternOp;
@@ -20,12 +21,12 @@ const MODE_IDENTITY: i32 = 8;
 type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
 /// A built-in op's function.
-type OpFn =
-    fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+pub(super) type OpFn = fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &Args<'_>) -> DeviceResult;
 
-/// The function of each family these kernels run: the one table that both
-/// [`run`] and [`runs`] read.
-fn op_fn(op: ExternOp) -> Option<OpFn> {
+/// The function of each family these kernels run (the catalogue's
+/// `CudaRoute::Kernel` ops): the one table that both [`run`] and the
+/// backend's route check read.
+pub(super) fn op_fn(op: ExternOp) -> Option<OpFn> {
     let f: OpFn = match op {
         ExternOp::Nonzero => |b, _, a| nonzero(b, a),
         ExternOp::MaskedSelect => |b, _, a| masked_select(b, a),
@@ -73,16 +74,8 @@ fn op_fn(op: ExternOp) -> Option<OpFn> {
     Some(f)
 }
 
-/// Whether these kernels run `op` (the catalogue's `CudaRoute::Kernel` ops).
-pub(super) fn runs(op: ExternOp) -> bool {
-    op_fn(op).is_some()
-}
-
 /// Dispatches `call` by op family; `Ok(None)` when no kernel covers it.
-pub(super) fn run(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn run(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     if call.kwargs.get("out").is_some_and(|v| !matches!(v, Value::None)) {
         return Ok(None);
     }
@@ -146,7 +139,7 @@ fn compact(
     Ok(Some((hits, total)))
 }
 
-fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn nonzero(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let Some(md) = nd_of(&x.spec) else { return Ok(None) };
     let rank = x.spec.size.len() as i64;
@@ -228,7 +221,7 @@ fn gather(
     Ok(Some(out))
 }
 
-fn masked_select(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn masked_select(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let mask = a.tensor(1, "mask")?;
     if !matches!(mask.spec.dtype, DType::Bool | DType::Uint8) {
@@ -251,7 +244,7 @@ fn masked_select(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value
 }
 
 /// `self[mask]` for one boolean mask over the leading dimensions.
-fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn index_with_mask(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let [Value::Tensor(mask)] = a.list(1, "indices")? else {
         return Ok(None);
@@ -302,12 +295,7 @@ fn offsets_of(a: &Args<'_>) -> Result<Option<(u64, &'static str, i64)>, ExecErro
     Ok(Some((o.data_ptr(), suffix, o.spec.size[0] - 1)))
 }
 
-fn jagged_to_padded(
-    backend: &mut CudaBackend,
-    a: &Args<'_>,
-    values_name: &str,
-    padding: f64,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn jagged_to_padded(backend: &mut CudaBackend, a: &Args<'_>, values_name: &str, padding: f64) -> DeviceResult {
     let values = a.tensor(0, values_name)?;
     let Some((offsets, osuffix, b)) = offsets_of(a)? else {
         return Ok(None);
@@ -360,12 +348,7 @@ fn jagged_to_padded(
     Ok(Some(Value::Tensor(out)))
 }
 
-fn padded_to_jagged(
-    backend: &mut CudaBackend,
-    a: &Args<'_>,
-    dense_name: &str,
-    total: Option<i64>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn padded_to_jagged(backend: &mut CudaBackend, a: &Args<'_>, dense_name: &str, total: Option<i64>) -> DeviceResult {
     let dense = a.tensor(0, dense_name)?;
     let Some((offsets, osuffix, b)) = offsets_of(a)? else {
         return Ok(None);
@@ -434,12 +417,7 @@ fn error_flag(backend: &mut CudaBackend) -> Result<std::sync::Arc<crate::exec::c
     Ok(flag)
 }
 
-fn scatter(
-    backend: &mut CudaBackend,
-    a: &Args<'_>,
-    mode: i32,
-    include_self: bool,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn scatter(backend: &mut CudaBackend, a: &Args<'_>, mode: i32, include_self: bool) -> DeviceResult {
     let target = a.tensor(0, "self")?;
     let rank = target.spec.size.len();
     let dim = a.int(1, "dim", None)?;
@@ -538,7 +516,7 @@ fn rank0_nd() -> Nd {
     }
 }
 
-fn index_put(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn index_put(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let target = a.tensor(0, "self")?;
     let items = a.list(1, "indices")?;
     let values = a.tensor(2, "values")?;
@@ -625,7 +603,7 @@ fn index_put(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<Cud
     Ok(Some(Value::Tensor(target.clone())))
 }
 
-fn topk(backend: &mut CudaBackend, a: &Args<'_>) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn topk(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let x = a.tensor(0, "self")?;
     let k = a.int(1, "k", None)?;
     let rank = x.spec.size.len();

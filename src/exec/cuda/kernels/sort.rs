@@ -8,41 +8,24 @@
 //! is non-overlapping and dense, else `infer_dense_strides` of them. Any
 //! strides are read; `out=` variants go to the host fallback (`Ok(None)`).
 
-use super::{blocks_for, dtype_suffix, launch_function, scratch, Arg, KernelSource, Nd};
+use super::{blocks_for, dtype_suffix, scratch, Arg, Nd, OwnModule};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
-use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
+use crate::exec::{Backend, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 
-/// The CUDA source of these kernels, after the definitions every built-in
-/// source shares (`prelude.cuh`).
-const SOURCE: &str = concat!(include_str!("prelude.cuh"), include_str!("sort.cu"));
-/// The module's name among the backend's separately compiled modules.
-const MODULE: &str = "sort";
+/// These kernels' module (`sort.cu` after the shared `prelude.cuh`).
+pub(super) const MODULE: OwnModule = OwnModule {
+    name: "sort",
+    what: "cuda sort kernels (sort.cu)",
+    source: concat!(include_str!("prelude.cuh"), include_str!("sort.cu")),
+};
 
 type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
-/// These kernels' source.
-pub(super) fn source() -> KernelSource {
-    KernelSource {
-        id: MODULE.into(),
-        what: "cuda sort kernels (sort.cu)",
-        text: SOURCE.to_string(),
-    }
-}
-
-fn launch(backend: &mut CudaBackend, name: &str, blocks: u32, args: Vec<Arg>) -> Result<(), ExecError> {
-    let f = backend
-        .builtins
-        .extra_function(&backend.device, MODULE, &source, name)?;
-    launch_function(backend, f, name, blocks, args)
-}
-
 /// `aten.sort(self, dim=-1, descending=False)` and `aten.sort.stable(self,
 /// *, stable, dim=-1, descending=False)`: (values, int64 indices).
-pub(super) fn sort(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn sort(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     if ["out", "values", "indices"]
         .iter()
         .any(|k| call.kwargs.get(*k).is_some_and(|v| !matches!(v, Value::None)))
@@ -114,33 +97,37 @@ pub(super) fn sort(
         .and_then(|n| n.checked_mul(8))
         .ok_or_else(too_long)?;
     let slots = scratch(backend, slots_bytes)?;
-    launch(
+    MODULE.launch(
         backend,
         "sort_init",
         blocks_for(rows * p2),
         vec![Arg::Ptr(slots.ptr), Arg::I64(rows * p2), Arg::I64(p2)],
     )?;
+    // The arguments `sort_step` and `sort_write` start with: the input and
+    // its layout, the slots, and the lines' geometry.
+    let line_args = |more: Vec<Arg>| {
+        let mut args = vec![
+            Arg::Ptr(x.data_ptr()),
+            Arg::Nd(xd),
+            Arg::Ptr(slots.ptr),
+            Arg::I64(rows),
+            Arg::I64(p2),
+            Arg::I64(len),
+            Arg::I64(inner),
+        ];
+        args.extend(more);
+        args
+    };
     let step = format!("sort_step_{suffix}");
     let mut k = 2;
     while k <= p2 {
         let mut j = k / 2;
         while j > 0 {
-            launch(
+            MODULE.launch(
                 backend,
                 &step,
                 blocks_for(rows * (p2 / 2)),
-                vec![
-                    Arg::Ptr(x.data_ptr()),
-                    Arg::Nd(xd),
-                    Arg::Ptr(slots.ptr),
-                    Arg::I64(rows),
-                    Arg::I64(p2),
-                    Arg::I64(len),
-                    Arg::I64(inner),
-                    Arg::I64(j),
-                    Arg::I64(k),
-                    Arg::I32(i32::from(descending)),
-                ],
+                line_args(vec![Arg::I64(j), Arg::I64(k), Arg::I32(i32::from(descending))]),
             )?;
             j /= 2;
         }
@@ -150,23 +137,16 @@ pub(super) fn sort(
     let (Some(vd), Some(id)) = (Nd::new(size, &values.spec.stride), Nd::new(size, &indices.spec.stride)) else {
         return Ok(None);
     };
-    launch(
+    MODULE.launch(
         backend,
         &format!("sort_write_{suffix}"),
         blocks_for(rows * len),
-        vec![
-            Arg::Ptr(x.data_ptr()),
-            Arg::Nd(xd),
-            Arg::Ptr(slots.ptr),
-            Arg::I64(rows),
-            Arg::I64(p2),
-            Arg::I64(len),
-            Arg::I64(inner),
+        line_args(vec![
             Arg::Ptr(values.data_ptr()),
             Arg::Nd(vd),
             Arg::Ptr(indices.data_ptr()),
             Arg::Nd(id),
-        ],
+        ]),
     )?;
     Ok(Some(pair(values, indices)))
 }

@@ -11,22 +11,15 @@
 //! GEMMs' do, and so do two column-major operands, which cuBLASLt's int8
 //! GEMM does not support.
 
-use super::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
-use crate::exec::cuda::blaslt::{self, Int8Key, Int8Plan, LtPointers};
-use crate::exec::cuda::library::{self, Address, LibraryCall};
+use super::call::{self, BlasCall};
+use super::{common, done, is_contiguous, matrix_arg, result_tensor, CallArgs, Mat};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
-use crate::exec::op::Args;
-use crate::exec::{ExecError, ExternCall, Value};
+use crate::exec::ExternCall;
 use crate::ir::DType;
-use cudarc::driver::sys::CUdeviceptr;
-use std::rc::Rc;
 
 /// `_int_mm` on cuBLASLt (`out=` as Inductor calls it, or a new contiguous result).
-pub(super) fn int_mm(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-    a: &Args<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn int_mm(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>, a: &CallArgs<'_>) -> DeviceResult {
     let (x, y) = (matrix_arg(a, 0, "self", 2)?, matrix_arg(a, 1, "mat2", 2)?);
     for (name, t) in [("self", &x), ("mat2", &y)] {
         if t.spec.dtype != DType::Int8 {
@@ -72,79 +65,9 @@ pub(super) fn int_mm(
     let Some(cm) = common(&Mat::of(&x), &Mat::of(&y), &Mat::of(&c)) else {
         return Ok(None);
     };
-    let dim = |v: i64, what: &str| u64::try_from(v).map_err(|_| a.err(format!("cuBLASLt {what} = {v} is negative")));
-    let key = Int8Key {
-        trans_a: cm.a.transpose,
-        trans_b: cm.b.transpose,
-        m: dim(cm.m, "m")?,
-        n: dim(cm.n, "n")?,
-        k: dim(cm.k, "k")?,
-        lda: cm.a.ld,
-        ldb: cm.b.ld,
-        ldc: cm.c.ld,
-    };
-    if backend.lt.is_none() {
-        backend.lt = Some(blaslt::Lt::new(&backend.device)?);
-    }
-    let Some(lt) = backend.lt.as_mut() else {
-        return Err(a.err("cuBLASLt is not loaded"));
-    };
-    let plan = lt.int8_plan(&key).map_err(|e| a.err(e.to_string()))?;
-    let ptrs = LtPointers {
-        a: cm.a.ptr,
-        b: cm.b.ptr,
-        c: cm.c.ptr,
-        bias: 0,
-    };
-    library::submit(
-        backend,
-        Box::new(Int8Call {
-            op: call.op.to_string(),
-            plan,
-            ptrs,
-        }),
-    )?;
+    let shape = call::lt_shape(&cm, call.op)?;
+    let plan = call::lt(backend)?.int8_plan(&shape).map_err(|e| a.err(e.to_string()))?;
+    let ptrs = call::lt_pointers(&cm);
+    call::submit(backend, call.op, BlasCall::Int8 { plan, ptrs })?;
     Ok(done(c, returns_out))
-}
-
-/// A planned int8 cuBLASLt matmul as a replayable library call (no
-/// workspace, so calls on concurrent lanes share nothing: the default `run_in`).
-#[derive(Debug)]
-struct Int8Call {
-    op: String,
-    plan: Rc<Int8Plan>,
-    ptrs: LtPointers,
-}
-
-impl LibraryCall for Int8Call {
-    fn op(&self) -> &str {
-        &self.op
-    }
-
-    fn library(&self) -> &'static str {
-        "cuBLASLt"
-    }
-
-    fn addresses(&self) -> Vec<Address> {
-        let p = &self.ptrs;
-        library::addresses(&[(p.a, false), (p.b, false), (p.c, true)], &[])
-    }
-
-    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
-        let mut ptrs = self.ptrs;
-        if let [a, b, c] = *addresses {
-            (ptrs.a, ptrs.b, ptrs.c) = (a, b, c);
-        }
-        Box::new(Int8Call {
-            op: self.op.clone(),
-            plan: Rc::clone(&self.plan),
-            ptrs,
-        })
-    }
-
-    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
-            .int8_matmul(&self.plan, &self.ptrs)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
 }

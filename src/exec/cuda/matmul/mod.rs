@@ -25,32 +25,33 @@
 //!   switches as `CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION`
 //!   (single GEMMs) and the Lt reduction-scheme mask.
 
+mod call;
 mod int_mm;
 mod scaled_mm;
 
-use super::blaslt::{self, Activation, LtKey, LtPlan, LtPointers};
+use super::blaslt::{self, Activation, LtKey, LtPointers};
 use super::cublas::{Gemm, GemmOperand};
-use super::library::{self, Address, LibraryCall};
 use super::{kernels, CudaBackend, CudaTensor};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::op::Args;
 use crate::exec::op::ExternOp;
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::format::bundle_json::MathModes;
 use crate::ir::DType;
+use call::BlasCall;
 use cudarc::cublas::sys::{cublasMath_t, cudaDataType};
 use cudarc::cublaslt::sys as lt_sys;
 use cudarc::driver::sys::CUdeviceptr;
-use std::rc::Rc;
 
 type CallArgs<'c> = Args<'c, CudaTensor>;
 
 /// A GEMM-family op's function.
-type GemmFn =
-    fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &CallArgs<'_>) -> Result<Option<Value<CudaTensor>>, ExecError>;
+pub(super) type GemmFn = fn(&mut CudaBackend, &ExternCall<'_, CudaTensor>, &CallArgs<'_>) -> DeviceResult;
 
-/// The function of each family this module runs: the one table that both
-/// [`call`] and [`runs`] read.
-fn op_fn(op: ExternOp) -> Option<GemmFn> {
+/// The function of each family this module runs (the catalogue's
+/// `CudaRoute::Blas` ops): the one table that both [`call`] and the
+/// backend's route check read.
+pub(super) fn op_fn(op: ExternOp) -> Option<GemmFn> {
     let f: GemmFn = match op {
         ExternOp::Mm => mm,
         ExternOp::Addmm => |b, c, a| addmm(b, c, a, Activation::None),
@@ -73,16 +74,8 @@ fn op_fn(op: ExternOp) -> Option<GemmFn> {
     Some(f)
 }
 
-/// Whether this module runs `op` (the catalogue's `CudaRoute::Blas` ops).
-pub(super) fn runs(op: ExternOp) -> bool {
-    op_fn(op).is_some()
-}
-
 /// Runs `call` when it is a GEMM-family op the libraries can take; `Ok(None)` otherwise.
-pub(super) fn call(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) -> DeviceResult {
     let Some(run) = op_fn(call.family) else {
         return Ok(None);
     };
@@ -381,11 +374,7 @@ pub(super) fn done(c: CudaTensor, returns_out: bool) -> Option<Value<CudaTensor>
     Some(if returns_out { Value::None } else { Value::Tensor(c) })
 }
 
-fn mm(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-    a: &CallArgs<'_>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn mm(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>, a: &CallArgs<'_>) -> DeviceResult {
     let (x, y) = (matrix_arg(a, 0, "self", 2)?, matrix_arg(a, 1, "mat2", 2)?);
     addmm_common(backend, call, a, None, x, y, 0.0, 1.0, Activation::None)
 }
@@ -395,7 +384,7 @@ fn addmm(
     call: &ExternCall<'_, CudaTensor>,
     a: &CallArgs<'_>,
     act: Activation,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+) -> DeviceResult {
     let bias = a.tensor(0, "self")?.clone();
     let (x, y) = (matrix_arg(a, 1, "mat1", 2)?, matrix_arg(a, 2, "mat2", 2)?);
     let beta = a.float(3, "beta", 1.0)?;
@@ -408,11 +397,7 @@ fn addmm(
 /// Inductor's wrapper (`torch/_inductor/kernel/mm.py`), `addmm` of `inp[0]`
 /// (a view) when `inp` is a row broadcast (stride 0) or one row, else of
 /// `inp`: the 1-D bias takes PyTorch's cuBLASLt epilogue path.
-fn bias_addmm(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-    a: &CallArgs<'_>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn bias_addmm(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>, a: &CallArgs<'_>) -> DeviceResult {
     let inp = a.tensor(0, "inp")?.clone();
     let (size, stride) = (&inp.spec.size, &inp.spec.stride);
     let first_row = matches!((size.first(), stride.first()), (Some(&s), Some(&st)) if (st == 0 && s != 0) || s == 1);
@@ -441,7 +426,7 @@ fn addmm_common(
     beta: f64,
     alpha: f64,
     act: Activation,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+) -> DeviceResult {
     same_dtype(a, &x, &y, "operand")?;
     let dtype = x.spec.dtype;
     let (m, k, n) = (x.spec.size[0], x.spec.size[1], y.spec.size[1]);
@@ -546,22 +531,12 @@ fn addmm_lt(
         DType::Bfloat16 if !math.bf16_reduced_precision_reduction => Some(no_reduced),
         _ => None,
     };
-    let dim = |v: i64, what: &str| {
-        u64::try_from(v).map_err(|_| ExecError::op(op, format!("cuBLASLt {what} = {v} is negative")))
-    };
     let bias_ptr = if vector { bias.data_ptr() } else { 0 };
     let key = LtKey {
         dtype: lt_type,
         compute,
         reduction_mask,
-        trans_a: cm.a.transpose,
-        trans_b: cm.b.transpose,
-        m: dim(cm.m, "m")?,
-        n: dim(cm.n, "n")?,
-        k: dim(cm.k, "k")?,
-        lda: cm.a.ld,
-        ldb: cm.b.ld,
-        ldc: cm.c.ld,
+        shape: call::lt_shape(cm, op)?,
         activation: act,
         bias: vector,
         align_a: blaslt::alignment(cm.a.ptr),
@@ -569,31 +544,28 @@ fn addmm_lt(
         align_c: blaslt::alignment(cm.c.ptr),
         align_d: blaslt::alignment(bias_ptr),
     };
-    if backend.lt.is_none() {
-        backend.lt = Some(blaslt::Lt::new(&backend.device)?);
-    }
-    let Some(lt) = backend.lt.as_mut() else {
-        return Ok(false);
-    };
+    let lt = call::lt(backend)?;
     let Some(plan) = lt.plan(&key).map_err(|e| ExecError::op(op, e.to_string()))? else {
         return Ok(false);
     };
     if !vector {
         kernels::copy_strided(backend, bias, bias_strides, c)?;
     }
-    let call = LtCall {
-        op: op.to_string(),
-        plan,
-        ptrs: LtPointers {
-            a: cm.a.ptr,
-            b: cm.b.ptr,
-            c: cm.c.ptr,
-            bias: bias_ptr,
-        },
-        alpha: alpha as f32,
-        beta: if vector { 0.0 } else { 1.0 },
+    let ptrs = LtPointers {
+        bias: bias_ptr,
+        ..call::lt_pointers(cm)
     };
-    library::submit(backend, Box::new(call))?;
+    let (alpha, beta) = (alpha as f32, if vector { 0.0 } else { 1.0 });
+    call::submit(
+        backend,
+        op,
+        BlasCall::Lt {
+            plan,
+            ptrs,
+            alpha,
+            beta,
+        },
+    )?;
     Ok(true)
 }
 
@@ -627,13 +599,7 @@ fn submit_gemm(
         dtype: data,
         math: math_mode(&backend.options.math, dtype, batch > 1),
     };
-    library::submit(
-        backend,
-        Box::new(GemmCall {
-            op: op.to_string(),
-            gemm,
-        }),
-    )
+    call::submit(backend, op, BlasCall::Gemm(gemm))
 }
 
 /// `bmm` (`with_bias` false) and `baddbmm`: one strided-batched GEMM (a
@@ -643,7 +609,7 @@ fn baddbmm(
     call: &ExternCall<'_, CudaTensor>,
     a: &CallArgs<'_>,
     with_bias: bool,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+) -> DeviceResult {
     let (bias, i0, names) = if with_bias {
         (Some(a.tensor(0, "self")?.clone()), 1, ["batch1", "batch2"])
     } else {
@@ -687,11 +653,7 @@ fn baddbmm(
 
 /// `addbmm`: the bias copied into the result, then one GEMM per batch
 /// accumulating into it (`beta` for the first, 1 after), as `addbmm_impl_`.
-fn addbmm(
-    backend: &mut CudaBackend,
-    call: &ExternCall<'_, CudaTensor>,
-    a: &CallArgs<'_>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+fn addbmm(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>, a: &CallArgs<'_>) -> DeviceResult {
     let bias = a.tensor(0, "self")?.clone();
     let (x, y) = (matrix_arg(a, 1, "batch1", 3)?, matrix_arg(a, 2, "batch2", 3)?);
     let beta = a.float(3, "beta", 1.0)?;
@@ -738,112 +700,6 @@ fn addbmm(
         submit_gemm(backend, call.op, cm, 1, alpha, if i == 0 { beta } else { 1.0 }, dtype)?;
     }
     Ok(done(c, returns_out))
-}
-
-/// A cuBLAS GEMM as a replayable library call.
-#[derive(Debug)]
-struct GemmCall {
-    op: String,
-    gemm: Gemm,
-}
-
-impl LibraryCall for GemmCall {
-    fn op(&self) -> &str {
-        &self.op
-    }
-
-    fn library(&self) -> &'static str {
-        "cuBLAS"
-    }
-
-    fn addresses(&self) -> Vec<Address> {
-        let g = &self.gemm;
-        library::addresses(&[(g.a.ptr, false), (g.b.ptr, false), (g.c.ptr, true)], &[])
-    }
-
-    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
-        let mut gemm = self.gemm;
-        if let [a, b, c] = *addresses {
-            (gemm.a.ptr, gemm.b.ptr, gemm.c.ptr) = (a, b, c);
-        }
-        Box::new(GemmCall {
-            op: self.op.clone(),
-            gemm,
-        })
-    }
-
-    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        library::recorded_handle(backend.blas.as_ref(), &self.op, "cuBLAS")?
-            .gemm(&self.gemm)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
-
-    fn run_in(&self, backend: &CudaBackend, workspaces: &library::LaneWorkspaces) -> Result<(), ExecError> {
-        let (ptr, bytes) = workspaces.blas;
-        if ptr == 0 {
-            return Err(ExecError::op(&self.op, "no cuBLAS workspace for this call's lane"));
-        }
-        library::recorded_handle(backend.blas.as_ref(), &self.op, "cuBLAS")?
-            .gemm_in(&self.gemm, ptr, bytes)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
-}
-
-/// A planned cuBLASLt matmul as a replayable library call (the workspace is
-/// the backend's persistent one, so it is not among the addresses).
-#[derive(Debug)]
-struct LtCall {
-    op: String,
-    plan: Rc<LtPlan>,
-    ptrs: LtPointers,
-    alpha: f32,
-    beta: f32,
-}
-
-impl LibraryCall for LtCall {
-    fn op(&self) -> &str {
-        &self.op
-    }
-
-    fn library(&self) -> &'static str {
-        "cuBLASLt"
-    }
-
-    fn addresses(&self) -> Vec<Address> {
-        let p = &self.ptrs;
-        library::addresses(&[(p.a, false), (p.b, false), (p.c, true)], &[(p.bias, false)])
-    }
-
-    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
-        let mut ptrs = self.ptrs;
-        match *addresses {
-            [a, b, c] => (ptrs.a, ptrs.b, ptrs.c) = (a, b, c),
-            [a, b, c, bias] => (ptrs.a, ptrs.b, ptrs.c, ptrs.bias) = (a, b, c, bias),
-            _ => {}
-        }
-        Box::new(LtCall {
-            op: self.op.clone(),
-            plan: Rc::clone(&self.plan),
-            ptrs,
-            alpha: self.alpha,
-            beta: self.beta,
-        })
-    }
-
-    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
-            .matmul(&self.plan, &self.ptrs, self.alpha, self.beta)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
-
-    fn run_in(&self, backend: &CudaBackend, workspaces: &library::LaneWorkspaces) -> Result<(), ExecError> {
-        if workspaces.lt == 0 {
-            return Err(ExecError::op(&self.op, "no cuBLASLt workspace for this call's lane"));
-        }
-        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
-            .matmul_in(&self.plan, &self.ptrs, self.alpha, self.beta, workspaces.lt)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
 }
 
 #[cfg(test)]

@@ -13,16 +13,14 @@
 //! (PyTorch runs them on its CUTLASS kernels), a bias, `scale_result`, and
 //! fp8 outputs.
 
-use super::{common, done, is_contiguous, matrix_arg, result_tensor, Mat};
-use crate::exec::cuda::blaslt::{self, Fp8Key, Fp8Plan, Fp8Pointers};
-use crate::exec::cuda::library::{self, Address, LibraryCall};
+use super::call::{self, BlasCall};
+use super::{common, done, is_contiguous, matrix_arg, result_tensor, CallArgs, Mat};
+use crate::exec::cuda::blaslt::{Fp8Key, LtPointers};
+use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
-use crate::exec::op::Args;
-use crate::exec::{ExecError, ExternCall, Value};
+use crate::exec::{ExternCall, Value};
 use crate::ir::DType;
 use cudarc::cublaslt::sys::cudaDataType;
-use cudarc::driver::sys::CUdeviceptr;
-use std::rc::Rc;
 
 /// cuBLASLt's type of an fp8 operand.
 fn fp8_type(d: DType) -> Option<cudaDataType> {
@@ -47,8 +45,8 @@ fn out_type(d: DType) -> Option<cudaDataType> {
 pub(super) fn scaled_mm(
     backend: &mut CudaBackend,
     call: &ExternCall<'_, CudaTensor>,
-    a: &Args<'_, CudaTensor>,
-) -> Result<Option<Value<CudaTensor>>, ExecError> {
+    a: &CallArgs<'_>,
+) -> DeviceResult {
     let (x, y) = (matrix_arg(a, 0, "self", 2)?, matrix_arg(a, 1, "mat2", 2)?);
     let (scale_a, scale_b) = (a.tensor(2, "scale_a")?.clone(), a.tensor(3, "scale_b")?.clone());
     let (Some(xt), Some(yt)) = (fp8_type(x.spec.dtype), fp8_type(y.spec.dtype)) else {
@@ -118,108 +116,29 @@ pub(super) fn scaled_mm(
     } else {
         (&scale_a, &scale_b, xt, yt)
     };
-    let dim = |v: i64, what: &str| u64::try_from(v).map_err(|_| a.err(format!("cuBLASLt {what} = {v} is negative")));
     let key = Fp8Key {
         a_type: ta,
         b_type: tb,
         // C is unread (beta 0); PyTorch gives it the result's type.
         c_type: dt,
         d_type: dt,
-        trans_a: cm.a.transpose,
-        trans_b: cm.b.transpose,
-        m: dim(cm.m, "m")?,
-        n: dim(cm.n, "n")?,
-        k: dim(cm.k, "k")?,
-        lda: cm.a.ld,
-        ldb: cm.b.ld,
-        ldd: cm.c.ld,
+        shape: call::lt_shape(&cm, call.op)?,
         fast_accum,
     };
-    let ptrs = Fp8Pointers {
-        a: cm.a.ptr,
-        b: cm.b.ptr,
-        d: cm.c.ptr,
+    let ptrs = LtPointers {
         scale_a: sa.data_ptr(),
         scale_b: sb.data_ptr(),
+        ..call::lt_pointers(&cm)
     };
-    if backend.lt.is_none() {
-        backend.lt = Some(blaslt::Lt::new(&backend.device)?);
-    }
-    let Some(lt) = backend.lt.as_mut() else {
-        return Err(a.err("cuBLASLt is not loaded"));
-    };
-    let Some(plan) = lt.fp8_plan(&key, &ptrs).map_err(|e| a.err(e.to_string()))? else {
+    let Some(plan) = call::lt(backend)?
+        .fp8_plan(&key, &ptrs)
+        .map_err(|e| a.err(e.to_string()))?
+    else {
         return Err(a.err(
             "cuBLASLt has no fp8 algorithm for these operands on this device (fp8 GEMMs need compute capability \
              8.9 or newer)",
         ));
     };
-    library::submit(
-        backend,
-        Box::new(Fp8Call {
-            op: call.op.to_string(),
-            plan,
-            ptrs,
-        }),
-    )?;
+    call::submit(backend, call.op, BlasCall::Fp8 { plan, ptrs })?;
     Ok(done(c, returns_out))
-}
-
-/// A planned fp8 cuBLASLt matmul as a replayable library call.
-#[derive(Debug)]
-struct Fp8Call {
-    op: String,
-    plan: Rc<Fp8Plan>,
-    ptrs: Fp8Pointers,
-}
-
-impl LibraryCall for Fp8Call {
-    fn op(&self) -> &str {
-        &self.op
-    }
-
-    fn library(&self) -> &'static str {
-        "cuBLASLt"
-    }
-
-    fn addresses(&self) -> Vec<Address> {
-        let p = &self.ptrs;
-        library::addresses(
-            &[
-                (p.a, false),
-                (p.b, false),
-                (p.d, true),
-                (p.scale_a, false),
-                (p.scale_b, false),
-            ],
-            &[],
-        )
-    }
-
-    fn rebased(&self, addresses: &[CUdeviceptr]) -> Box<dyn LibraryCall> {
-        let mut ptrs = self.ptrs;
-        if let [a, b, d, sa, sb] = *addresses {
-            (ptrs.a, ptrs.b, ptrs.d, ptrs.scale_a, ptrs.scale_b) = (a, b, d, sa, sb);
-        }
-        Box::new(Fp8Call {
-            op: self.op.clone(),
-            plan: Rc::clone(&self.plan),
-            ptrs,
-        })
-    }
-
-    fn run(&self, backend: &CudaBackend) -> Result<(), ExecError> {
-        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
-            .fp8_matmul(&self.plan, &self.ptrs, None)
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
-
-    fn run_in(&self, backend: &CudaBackend, workspaces: &library::LaneWorkspaces) -> Result<(), ExecError> {
-        if workspaces.lt == 0 {
-            return Err(ExecError::op(&self.op, "no cuBLASLt workspace for this call's lane"));
-        }
-        library::recorded_handle(backend.lt.as_ref(), &self.op, "cuBLASLt")?
-            .fp8_matmul(&self.plan, &self.ptrs, Some(workspaces.lt))
-            .map_err(|e| ExecError::op(&self.op, e.to_string()))
-    }
 }

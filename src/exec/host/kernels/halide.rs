@@ -24,23 +24,10 @@ struct HalideType {
 const HALIDE_INT: u8 = 0;
 const HALIDE_UINT: u8 = 1;
 const HALIDE_FLOAT: u8 = 2;
-const HALIDE_BFLOAT: u8 = 4;
 
-/// The Halide type of a dtype (`halide_type_of<T>()`; bool is a 1-bit uint).
+/// The Halide type of a dtype ([`DType::halide_type`]).
 fn halide_type(d: DType) -> Option<HalideType> {
-    let (code, bits) = match d {
-        DType::Bool => (HALIDE_UINT, 1),
-        DType::Uint8 => (HALIDE_UINT, 8),
-        DType::Int8 => (HALIDE_INT, 8),
-        DType::Int16 => (HALIDE_INT, 16),
-        DType::Int32 => (HALIDE_INT, 32),
-        DType::Int64 => (HALIDE_INT, 64),
-        DType::Float16 => (HALIDE_FLOAT, 16),
-        DType::Bfloat16 => (HALIDE_BFLOAT, 16),
-        DType::Float32 => (HALIDE_FLOAT, 32),
-        DType::Float64 => (HALIDE_FLOAT, 64),
-        _ => return None,
-    };
+    let (code, bits) = d.halide_type()?;
     Some(HalideType { code, bits, lanes: 1 })
 }
 
@@ -478,7 +465,7 @@ mod tests {
         assert_eq!(
             halide_type(DType::Bfloat16),
             Some(HalideType {
-                code: HALIDE_BFLOAT,
+                code: 4, // halide_type_bfloat
                 bits: 16,
                 lanes: 1
             })

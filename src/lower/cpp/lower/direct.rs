@@ -5,8 +5,7 @@
 
 use super::{c_float, c_string, device_index, Cx, GraphCtx, Lowering};
 use crate::ir::{
-    ArgValue, CallArg, CppMeta, DType, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef,
-    KernelName,
+    ArgValue, CallArg, CppMeta, DeviceType, HalideArg, HalideMeta, KernelBackend, KernelCall, KernelDef, KernelName,
 };
 use crate::lower::cpp::Error;
 use std::fmt::Write as _;
@@ -45,28 +44,6 @@ static inline halide_buffer_t wrapir_halide_buffer(uint64_t address, int64_t off
     return b;
 }
 "#;
-
-/// Halide's `halide_type_code_t` and bit width of an element type.
-fn halide_type(d: DType) -> Option<(u8, u8)> {
-    const INT: u8 = 0;
-    const UINT: u8 = 1;
-    const FLOAT: u8 = 2;
-    const BFLOAT: u8 = 4;
-    Some(match d {
-        DType::Bool => (UINT, 1),
-        DType::Int8 => (INT, 8),
-        DType::Int16 => (INT, 16),
-        DType::Int32 => (INT, 32),
-        DType::Int64 => (INT, 64),
-        DType::Uint8 => (UINT, 8),
-        DType::Float16 => (FLOAT, 16),
-        DType::Bfloat16 => (BFLOAT, 16),
-        DType::Float32 => (FLOAT, 32),
-        DType::Float64 => (FLOAT, 64),
-        DType::Float8E4m3fn | DType::Float8E5m2 | DType::Float8E4m3fnuz | DType::Float8E5m2fnuz => return None,
-        DType::Complex32 | DType::Complex64 | DType::Complex128 => return None,
-    })
-}
 
 /// The standalone dialect's definition of C++ kernel `kernel`: a function
 /// with the kernel's signature (`types`, the program's `arg_types`) that
@@ -405,7 +382,9 @@ impl<'a> Lowering<'a> {
                     )))
                 }
             }
-            let (code, bits) = halide_type(layout.dtype)
+            let (code, bits) = layout
+                .dtype
+                .halide_type()
                 .ok_or_else(|| self.unsupported(cx, format!("Halide buffer `{b}` of dtype {}", layout.dtype)))?;
             let stride = arg.stride.clone().unwrap_or_default();
             if stride.len() != shape.len() {
