@@ -34,6 +34,9 @@ def unpack_case(entry):
 def load_cases(path):
     spec = importlib.util.spec_from_file_location("wrapir_inductor_cases", path)
     mod = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as an import would: Dynamo looks up the module of the
+    # functions it traces by name (FlexAttention's score_mod, traced even in eager).
+    sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     return mod.CASES
 
