@@ -105,19 +105,21 @@ pub enum GraphReads {
 impl GraphReads {
     /// The fewest device reads for which [`GraphReads::Auto`] makes one graph.
     pub const AUTO_MIN_READS: usize = 3;
+
+    /// Each choice's command-line name.
+    pub const NAMES: [(&'static str, GraphReads); 3] = [
+        ("auto", GraphReads::Auto),
+        ("one-graph", GraphReads::OneGraph),
+        ("segments", GraphReads::Segments),
+    ];
 }
 
 impl std::str::FromStr for GraphReads {
     type Err = String;
 
-    /// `auto`, `one-graph` or `segments`.
+    /// One of [`GraphReads::NAMES`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let names = [
-            ("auto", GraphReads::Auto),
-            ("one-graph", GraphReads::OneGraph),
-            ("segments", GraphReads::Segments),
-        ];
-        named(s, &names)
+        named(s, &Self::NAMES)
     }
 }
 
@@ -165,6 +167,15 @@ pub enum GraphStreams {
     Auto,
 }
 
+impl std::str::FromStr for GraphStreams {
+    type Err = String;
+
+    /// One of [`GraphStreams::NAMES`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        named(s, &Self::NAMES)
+    }
+}
+
 impl GraphStreams {
     /// Whether the recording is planned for concurrent replay (its
     /// operations get their DAG dependencies and the arena keeps buffers of
@@ -172,20 +183,13 @@ impl GraphStreams {
     pub fn plans_concurrency(self) -> bool {
         matches!(self, GraphStreams::Concurrent | GraphStreams::Auto)
     }
-}
 
-impl std::str::FromStr for GraphStreams {
-    type Err = String;
-
-    /// `single`, `concurrent` or `auto`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let names = [
-            ("single", GraphStreams::Single),
-            ("concurrent", GraphStreams::Concurrent),
-            ("auto", GraphStreams::Auto),
-        ];
-        named(s, &names)
-    }
+    /// Each choice's command-line name.
+    pub const NAMES: [(&'static str, GraphStreams); 3] = [
+        ("single", GraphStreams::Single),
+        ("concurrent", GraphStreams::Concurrent),
+        ("auto", GraphStreams::Auto),
+    ];
 }
 
 /// What [`GraphStreams::Auto`] measured for one graph segment and chose.

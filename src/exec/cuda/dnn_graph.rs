@@ -255,12 +255,10 @@ impl Graph {
             Attr::CUDNN_ATTR_OPERATION_POINTWISE_TDESC,
         ];
         for (slot, t) in slots.iter().zip(inputs) {
-            op.set_desc(*slot, &self.tensors[t.0].desc)?;
+            op.set_desc(*slot, self.desc(*t))?;
         }
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &self.tensors[y.0].desc)?;
-        op.finalize()?;
-        self.push_node(pw, op);
-        Ok(())
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, self.desc(y))?;
+        self.push_node(pw, op)
     }
 
     /// A reduction node `y = reduce(x)` over the dimensions where `y` has size 1.
@@ -270,12 +268,10 @@ impl Graph {
         r.set_dtype(Attr::CUDNN_ATTR_REDUCTION_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
         r.finalize()?;
         let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR)?;
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, &self.tensors[x.0].desc)?;
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, &self.tensors[y.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_XDESC, self.desc(x))?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_YDESC, self.desc(y))?;
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_REDUCTION_DESC, &r)?;
-        op.finalize()?;
-        self.push_node(r, op);
-        Ok(())
+        self.push_node(r, op)
     }
 
     /// A batched matmul node `c = a b` with fp32 compute.
@@ -284,13 +280,11 @@ impl Graph {
         m.set_dtype(Attr::CUDNN_ATTR_MATMUL_COMP_TYPE, DataType::CUDNN_DATA_FLOAT)?;
         m.finalize()?;
         let op = Desc::new(Kind::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &self.tensors[a.0].desc)?;
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &self.tensors[b.0].desc)?;
-        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &self.tensors[c.0].desc)?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_ADESC, self.desc(a))?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_BDESC, self.desc(b))?;
+        op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, self.desc(c))?;
         op.set_desc(Attr::CUDNN_ATTR_OPERATION_MATMUL_DESC, &m)?;
-        op.finalize()?;
-        self.push_node(m, op);
-        Ok(())
+        self.push_node(m, op)
     }
 
     /// A convolution node with fp32 compute, cross-correlation, padding on
@@ -343,20 +337,25 @@ impl Graph {
         op.set_f32(alpha, 1.0)?;
         op.set_f32(beta, 0.0)?;
         op.set_desc(desc, &c)?;
-        op.set_desc(wa, &self.tensors[w.0].desc)?;
-        op.set_desc(xa, &self.tensors[x.0].desc)?;
-        op.set_desc(ya, &self.tensors[y.0].desc)?;
-        op.finalize()?;
-        self.push_node(c, op);
-        Ok(())
+        op.set_desc(wa, self.desc(w))?;
+        op.set_desc(xa, self.desc(x))?;
+        op.set_desc(ya, self.desc(y))?;
+        self.push_node(c, op)
     }
 
-    /// Keeps a node's own descriptor and its operation descriptor alive with
-    /// the graph, in that order: [`Graph::plan_with`] takes the operations
-    /// as every other entry.
-    fn push_node(&mut self, desc: Desc, op: Desc) {
+    /// The descriptor of graph tensor `t`.
+    fn desc(&self, t: T) -> &Desc {
+        &self.tensors[t.0].desc
+    }
+
+    /// Finalizes a node's operation descriptor `op` and keeps the node's own
+    /// descriptor and `op` alive with the graph, in that order:
+    /// [`Graph::plan_with`] takes the operations as every other entry.
+    fn push_node(&mut self, desc: Desc, op: Desc) -> Result<(), CudaError> {
+        op.finalize()?;
         self.ops.push(desc);
         self.ops.push(op);
+        Ok(())
     }
 
     /// The operation graph on `handle`, the engine configurations cuDNN's
