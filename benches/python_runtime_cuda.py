@@ -169,6 +169,11 @@ def main():
     parser.add_argument("--cold", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--keep-pt2", help="where AOTI's packages are kept (reused when present)")
+    parser.add_argument(
+        "--no-aoti",
+        action="store_true",
+        help="wrapir's rows only (where AOTI's packages do not load: no compile, no AOTI rows)",
+    )
     args = parser.parse_args()
     if not wrapir.CUDA:
         sys.exit("this wrapir wheel was built without the cuda feature (maturin build --features cuda)")
@@ -191,11 +196,14 @@ def main():
             if not os.path.exists(pkg):
                 summary.append((name, f"skipped: {pkg} missing (see the build steps at the top)"))
                 continue
-            try:
-                pt2, module, dev_inputs, compile_s = aoti_package(name, keep)
-            except Exception as e:  # a model whose packages (torchvision, transformers) are missing
-                summary.append((name, f"skipped: AOTI package: {type(e).__name__}: {e}"[:200]))
-                continue
+            if args.no_aoti:
+                pt2, module, dev_inputs, compile_s = None, None, None, None
+            else:
+                try:
+                    pt2, module, dev_inputs, compile_s = aoti_package(name, keep)
+                except Exception as e:  # a model whose packages (torchvision, transformers) are missing
+                    summary.append((name, f"skipped: AOTI package: {type(e).__name__}: {e}"[:200]))
+                    continue
             if compile_s is not None:
                 print(f"{name}: AOTI package compiled in {compile_s:.1f} s", flush=True)
             host_inputs, expected, tol = bundle_inputs_and_expected(name)
@@ -211,9 +219,10 @@ def main():
             # AOTI's loader has crashed a fresh process (SIGSEGV in
             # aoti_load_package): the row says so, and AOTI is then not loaded
             # in this process (it would take the benchmark down with it).
-            aoti_failed = None
+            aoti_failed = "not run (--no-aoti)" if args.no_aoti else None
             try:
-                rows["AOTI (.pt2)"] = cold(CHILD_AOTI.format(**paths), args.cold)
+                if not args.no_aoti:
+                    rows["AOTI (.pt2)"] = cold(CHILD_AOTI.format(**paths), args.cold)
             except subprocess.CalledProcessError as e:
                 how = f"signal {-e.returncode}" if e.returncode < 0 else f"exit {e.returncode}"
                 aoti_failed = f"a fresh process loading AOTI's package died ({how}); stderr: {(e.stderr or '')[-300:]}"
@@ -222,6 +231,11 @@ def main():
             for runner, (total, load, first) in rows.items():
                 print(f"{name}: {runner}: exec to first output {total * 1e3:.0f} ms, load {load * 1e3:.1f} ms, first call {first * 1e3:.2f} ms", flush=True)
 
+            # PyTorch's cuDNN first, as in a process that ran torch's own
+            # convolutions before loading wrapir's package (cuDNN is then
+            # loaded from PyTorch's directory, not found by wrapir).
+            torch.nn.functional.conv2d(torch.ones(1, 1, 4, 4, device="cuda"), torch.ones(1, 1, 3, 3, device="cuda"))
+            torch.cuda.synchronize()
             ours = wrapir.load(pkg, device="cuda")
             aoti = None if aoti_failed else torch._inductor.aoti_load_package(pt2)
             with torch.no_grad():
