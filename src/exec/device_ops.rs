@@ -160,7 +160,7 @@ mod tests {
             let (entry, on) = entry;
             let expected = match on.route {
                 CudaRoute::Blas => matches!(on.via, "cuBLAS" | "cuBLASLt"),
-                CudaRoute::Conv => on.via == "cuDNN",
+                CudaRoute::Conv | CudaRoute::Rnn => on.via == "cuDNN",
                 CudaRoute::Attention => matches!(on.via, OWN_ATTENTION | "cuDNN"),
                 CudaRoute::Kernel => on.via == "built-in kernel",
                 CudaRoute::Extra => matches!(on.via, "built-in kernel" | VIEW),

@@ -113,6 +113,9 @@ extern_ops! {
     Cumsum(CUMSUM) = "aten.cumsum";
     /// One layer and direction of an LSTM.
     MkldnnRnnLayer(MKLDNN_RNN_LAYER) = "aten.mkldnn_rnn_layer";
+    /// cuDNN's RNN forward (LSTM, GRU, tanh and ReLU RNNs): every layer and
+    /// direction in one call.
+    CudnnRnn(CUDNN_RNN) = "aten._cudnn_rnn";
     Copy(COPY) = "aten.copy_";
     Clone(CLONE) = "aten.clone";
     Permute(PERMUTE) = "aten.permute";

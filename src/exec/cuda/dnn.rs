@@ -143,6 +143,45 @@ impl TensorDesc {
     }
 }
 
+impl TensorDesc {
+    /// A descriptor cuDNN fills in (`cudnnGetRNNWeightParams`' matrix and
+    /// bias descriptors).
+    pub(super) fn blank() -> Result<TensorDesc, CudaError> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("cudnnCreateTensorDescriptor", unsafe {
+            dnn::cudnnCreateTensorDescriptor(&mut raw)
+        })?;
+        Ok(TensorDesc(raw))
+    }
+
+    /// The raw descriptor, for calls outside this module (the RNN API).
+    pub(super) fn raw(&self) -> dnn::cudnnTensorDescriptor_t {
+        self.0
+    }
+
+    /// The sizes the descriptor holds (at most 8 dimensions).
+    pub(super) fn sizes(&self) -> Result<Vec<i64>, CudaError> {
+        const MAX: usize = 8;
+        let (mut dtype, mut rank) = (DataType::CUDNN_DATA_FLOAT, 0i32);
+        let (mut dims, mut strides) = ([0i32; MAX], [0i32; MAX]);
+        // SAFETY: the descriptor is live; both arrays hold `MAX` entries, the
+        // count requested.
+        check("cudnnGetTensorNdDescriptor", unsafe {
+            dnn::cudnnGetTensorNdDescriptor(
+                self.0,
+                MAX as i32,
+                &mut dtype,
+                &mut rank,
+                dims.as_mut_ptr(),
+                strides.as_mut_ptr(),
+            )
+        })?;
+        let rank = usize::try_from(rank).unwrap_or(0).min(MAX);
+        Ok(dims[..rank].iter().map(|&d| i64::from(d)).collect())
+    }
+}
+
 impl Drop for TensorDesc {
     fn drop(&mut self) {
         // SAFETY: created once, destroyed once.

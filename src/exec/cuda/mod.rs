@@ -43,6 +43,7 @@ mod nccl;
 mod options;
 mod prepared;
 pub(crate) mod prime;
+mod rnn;
 mod run;
 mod tensor;
 
@@ -507,6 +508,7 @@ impl CudaBackend {
             CudaRoute::Attention => attention::call(self, call),
             CudaRoute::Kernel => kernels::run_indexing(self, call),
             CudaRoute::Extra => kernels::run_extra(self, call),
+            CudaRoute::Rnn => rnn::call(self, call),
         }
     }
 
@@ -767,6 +769,7 @@ fn route_runs(route: CudaRoute, op: super::op::ExternOp) -> bool {
         CudaRoute::Attention => attention::device_kind(op).is_some(),
         CudaRoute::Kernel => kernels::runs_indexing(op),
         CudaRoute::Extra => kernels::runs_extra(op),
+        CudaRoute::Rnn => rnn::runs(op),
     }
 }
 
@@ -789,6 +792,7 @@ mod tests {
             CudaRoute::Attention,
             CudaRoute::Kernel,
             CudaRoute::Extra,
+            CudaRoute::Rnn,
         ];
         for entry in CATALOGUE {
             if let Some(on) = entry.cuda {

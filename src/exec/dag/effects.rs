@@ -292,6 +292,10 @@ fn extern_access(target: &str) -> ExternAccess {
         | Where => ExternAccess::Fresh,
         // Named so that cuDNN plans are made for it; neither backend runs it.
         ConvolutionInternal | Other => ExternAccess::Unknown,
+        // Its fifth result is its `weight_buf` argument when one is given
+        // (PyTorch returns the buffer it ran on): an alias `Fresh` does not
+        // describe, so it orders as an unknown op.
+        CudnnRnn => ExternAccess::Unknown,
     }
 }
 

@@ -58,7 +58,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::SegmentReduce => super::segment::segment_reduce,
         E::Randint => super::random::randint,
         E::SdpaEfficient | E::SdpaFlash | E::SdpaCudnn | E::SdpaFlashCpu => return super::attention::builtin(op),
-        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::Other => return None,
+        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::CudnnRnn | E::Other => return None,
     })
 }
 

@@ -50,6 +50,8 @@ pub enum CudaRoute {
     /// Views, complex pointwise ops, segment reductions and random numbers
     /// (`exec::cuda::kernels::extra`).
     Extra,
+    /// cuDNN's recurrent layers (`exec::cuda::rnn`).
+    Rnn,
 }
 
 /// How the CUDA backend runs an op on the device.
@@ -109,7 +111,7 @@ const fn cuda(route: CudaRoute, via: &'static str, dtypes: &'static str) -> Opti
     Some(OnCuda { route, via, dtypes })
 }
 
-use CudaRoute::{Attention, Blas, Conv, Extra, Kernel};
+use CudaRoute::{Attention, Blas, Conv, Extra, Kernel, Rnn};
 
 catalogue! {
     Mm(MM), host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
@@ -152,6 +154,7 @@ catalogue! {
     Item(ITEM), host: true, cuda: None;
     Cumsum(CUMSUM), host: true, cuda: None;
     MkldnnRnnLayer(MKLDNN_RNN_LAYER), host: true, cuda: None;
+    CudnnRnn(CUDNN_RNN), host: false, cuda: cuda(Rnn, "cuDNN", "f32, f16, bf16, f64 (LSTM, GRU, tanh/ReLU RNN; inference, unpacked)");
     Copy(COPY), host: true, cuda: None;
     Clone(CLONE), host: true, cuda: None;
     Permute(PERMUTE), host: true, cuda: None;
