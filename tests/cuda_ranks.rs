@@ -1,5 +1,5 @@
 #![cfg(feature = "cuda")]
-//! Collectives on NCCL (`exec::collective::run_ranks` over `CudaRankJob`s): every collective against
+//! Collectives on NCCL (`exec::collective::run_ranks` over `runtime::cuda::CudaRankJob`s): every collective against
 //! the host communicator's result for the same programs, the prepared path
 //! and CUDA graphs replaying them, and the ways a multi-rank GPU run fails
 //! (two ranks on one GPU, a rank whose GPU does not exist, a collective
@@ -13,10 +13,11 @@ mod common;
 use indexmap::IndexMap;
 use std::time::{Duration, Instant};
 use wrapir::exec::collective::{self, CollectiveOptions, ProcessGroups, RankJob};
-use wrapir::exec::cuda::{self, CudaBackend, CudaOptions, CudaPaths, CudaRankJob, NcclWorld, PreparedCache};
+use wrapir::exec::cuda::{self, CudaBackend, CudaOptions, CudaPaths, NcclWorld, PreparedCache};
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{Backend, Tensor};
 use wrapir::ir::Program;
+use wrapir::runtime::cuda::CudaRankJob;
 
 fn program(text: &str) -> Program {
     wrapir::text::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"))

@@ -145,7 +145,8 @@ fn run_on_gpus(
     }
     #[cfg(feature = "cuda")]
     {
-        use wrapir::exec::cuda::{CudaOptions, CudaPaths, CudaRankJob};
+        use wrapir::exec::cuda::{CudaOptions, CudaPaths};
+        use wrapir::runtime::cuda::CudaRankJob;
         let jobs = set
             .ranks()
             .iter()

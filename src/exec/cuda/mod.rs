@@ -56,7 +56,7 @@ pub use driver::{device_arch, CudaError};
 pub use graph::launch_floor;
 pub use kernels::ExternOpLog;
 pub use libraries::library_versions;
-pub use nccl::{CudaRankJob, NcclWorld};
+pub use nccl::NcclWorld;
 pub use options::CudaOptions;
 pub use prepared::{Prepared, PreparedCache};
 pub use tensor::CudaTensor;

@@ -1,5 +1,6 @@
 //! Collectives on NCCL: the ranks of a multi-rank program run as threads of
-//! one process, one GPU each (`collective::run_ranks` with [`CudaRankJob`]s), and their
+//! one process, one GPU each (`collective::run_ranks` with the runtime's
+//! `CudaRankJob`s, `runtime::cuda`), and their
 //! `torch.ops._c10d_functional` calls are NCCL collectives on each rank's
 //! stream.
 //!
@@ -24,16 +25,13 @@
 //! among others).
 
 use super::library::{self, Address, LibraryCall};
-use super::{libraries, CudaBackend, CudaError, CudaOptions, CudaTensor};
+use super::{libraries, CudaBackend, CudaError, CudaTensor};
 use crate::exec::collective::rendezvous::{Rendezvous, Signature};
-use crate::exec::collective::{
-    check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, RankBackend, RankJob, Request, OPS,
-};
+use crate::exec::collective::{check_reduce, CollectiveCall, CollectiveOptions, ProcessGroups, Request, OPS};
 use crate::exec::cuda::DeviceResult;
-use crate::exec::interp::RunOutput;
 use crate::exec::op::op_key;
-use crate::exec::{Backend, ExecError, ExternCall, RunError, Tensor, TensorSpec, Value};
-use crate::ir::{DType, Device};
+use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
+use crate::ir::DType;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::nccl::sys as nccl;
 use indexmap::IndexMap;
@@ -464,43 +462,4 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
     };
     library::submit(backend, Box::new(collective))?;
     Ok(Some(Value::Tensor(out)))
-}
-
-/// One rank of a [`run_ranks`](crate::exec::collective::run_ranks) run on
-/// GPUs: the options of its backend (its GPU: [`CudaOptions::ordinal`]).
-pub type CudaRankJob<'a> = RankJob<'a, CudaOptions>;
-
-/// Each rank runs on its own thread and GPU, its backend built there from
-/// its options, the collectives on NCCL; the outputs are copied to the host.
-impl RankBackend for CudaOptions {
-    type World = Arc<NcclWorld>;
-
-    fn world(groups: ProcessGroups, options: CollectiveOptions, first: &Self) -> Result<Self::World, ExecError> {
-        // NCCL is loaded once per process, from where the first rank's options say.
-        NcclWorld::new(groups, options, &first.paths)
-    }
-
-    fn device(&self) -> Option<Device> {
-        u32::try_from(self.ordinal).ok().map(Device::cuda)
-    }
-
-    fn abort(world: &Self::World, message: &str) {
-        world.abort(message);
-    }
-
-    fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
-        let mut backend = CudaBackend::new(job.backend).map_err(ExecError::from)?;
-        backend.join_world(world, rank)?;
-        let out = crate::exec::run_program(job.program, &mut backend, job.inputs)?;
-        let outputs = out
-            .outputs
-            .iter()
-            .map(|v| super::to_host(&mut backend, v))
-            .collect::<Result<Vec<_>, _>>()?;
-        backend.synchronize().map_err(ExecError::from)?;
-        Ok(RunOutput {
-            outputs,
-            symbols: out.symbols,
-        })
-    }
 }

@@ -8,6 +8,9 @@
 //! * [`make_cudnn_plans`]: the convolution plans a package carries for its GPU;
 //! * [`prebuild_kernels`]: the backend's own kernel images, compiled ahead
 //!   for the images committed with the crate;
+//! * [`CudaRankJob`]: the ranks of a multi-rank run, each on its own thread
+//!   and GPU, their collectives on NCCL
+//!   ([`crate::exec::collective::run_ranks`]);
 //! * the device's and libraries' identity ([`device_arch`],
 //!   [`library_versions`]) and the settings and reports those name.
 //!
@@ -16,6 +19,7 @@
 //! points return [`CudaError::NotBuilt`]; nothing else.
 
 mod model;
+mod ranks;
 mod settings;
 
 pub use crate::exec::cuda::conv::PlansAhead;
@@ -25,6 +29,7 @@ pub use crate::exec::cuda::{
     LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR,
 };
 pub use model::{make_cudnn_plans, DeviceInput, DeviceOutput, LoadReport, Model, ModelOptions, Session};
+pub use ranks::CudaRankJob;
 pub use settings::CudaSettings;
 
 pub(crate) use settings::{load, report};
