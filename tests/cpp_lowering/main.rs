@@ -282,6 +282,16 @@ const CASES: &[Case] = &[
         ],
     },
     Case {
+        name: "size_one_strides",
+        program: || program_text(include_str!("programs/size_one_strides.wir")),
+        aoti: &[
+            "if (!(arg0_1.size(0) == s0 && arg0_1.size(1) == 32L && arg0_1.size(2) == 1L && arg0_1.size(3) == 1L && (arg0_1.size(0) <= 1 || arg0_1.stride(0) == 32L) && arg0_1.stride(1) == 1L)) { throw std::runtime_error(\"assert_size_stride failed for arg0_1: expected size [s0, 32, 1, 1] and stride [32, 1, 32, 32] (convolution)\"); }",
+        ],
+        standalone: &[
+            "if (!(arg0_1.dim() == 4 && arg0_1.size(0) == s0 && arg0_1.size(1) == 32L && arg0_1.size(2) == 1L && arg0_1.size(3) == 1L && (arg0_1.size(0) <= 1 || arg0_1.stride(0) == 32L) && arg0_1.stride(1) == 1L)) { throw std::runtime_error(\"assert_size_stride failed for arg0_1: expected size [s0, 32, 1, 1] and stride [32, 1, 32, 32] (convolution)\"); }",
+        ],
+    },
+    Case {
         name: "conditional",
         program: || program_text(include_str!("programs/cond.wir")),
         aoti: &[

@@ -237,7 +237,8 @@ impl<'a> Lowering<'a> {
 
     /// One tensor's size/stride check (and its dtype's, when given): a
     /// `std::runtime_error` naming the buffer, the expected values and the
-    /// producing op.
+    /// producing op. Strides are checked where the size is above 1, as
+    /// PyTorch's `assert_size_stride` and the interpreter check them.
     fn size_stride_check(
         &mut self,
         g: &GraphCtx<'_>,
@@ -251,8 +252,15 @@ impl<'a> Lowering<'a> {
         for (d, e) in size.iter().enumerate() {
             conds.push(format!("{b}.size({d}) == {}", self.cexpr(e)));
         }
+        // As PyTorch's `assert_size_stride`: a dimension of size 0 or 1 has
+        // no stride to check (any value addresses the same elements).
         for (d, e) in stride.iter().enumerate() {
-            conds.push(format!("{b}.stride({d}) == {}", self.cexpr(e)));
+            let check = format!("{b}.stride({d}) == {}", self.cexpr(e));
+            match size.get(d).and_then(SymExpr::as_int) {
+                Some(n) if n <= 1 => {}
+                Some(_) => conds.push(check),
+                None => conds.push(format!("({b}.size({d}) <= 1 || {check})")),
+            }
         }
         if let Some(dt) = dtype {
             let (actual, expected) = (self.dialect.dtype_of(&b), self.dtype_name(dt));
