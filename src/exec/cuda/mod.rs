@@ -63,7 +63,7 @@ pub use tensor::CudaTensor;
 
 pub(crate) use bytes::host_from_bytes;
 pub(crate) use launch::SharedKernels;
-pub use run::{place_inputs, run_program, to_host};
+pub use run::{place_inputs, run_program, run_to_host, to_host};
 
 use launch::LoadedKernel;
 use tensor::Storage;

@@ -17,11 +17,21 @@ pub fn run_program(
     inputs: &IndexMap<String, Tensor>,
 ) -> Result<RunOutput<Tensor>, RunError> {
     let mut backend = CudaBackend::new(options).map_err(ExecError::from)?;
-    let out = run(program, &mut backend, inputs)?;
+    run_to_host(program, &mut backend, inputs)
+}
+
+/// Runs `program` on `backend` ([`crate::exec::run_program`]), copies the
+/// outputs back to the host and waits for the backend's stream.
+pub fn run_to_host(
+    program: &Program,
+    backend: &mut CudaBackend,
+    inputs: &IndexMap<String, Tensor>,
+) -> Result<RunOutput<Tensor>, RunError> {
+    let out = run(program, backend, inputs)?;
     let outputs = out
         .outputs
         .iter()
-        .map(|v| to_host(&mut backend, v))
+        .map(|v| to_host(backend, v))
         .collect::<Result<Vec<_>, _>>()?;
     backend.synchronize().map_err(ExecError::from)?;
     Ok(RunOutput {

@@ -5,7 +5,7 @@
 //! the collectives, which the backend's collective calls use).
 
 use crate::exec::collective::{CollectiveOptions, ProcessGroups, RankBackend, RankJob};
-use crate::exec::cuda::{to_host, CudaBackend, CudaOptions, NcclWorld};
+use crate::exec::cuda::{run_to_host, CudaBackend, CudaOptions, NcclWorld};
 use crate::exec::interp::RunOutput;
 use crate::exec::{ExecError, RunError, Tensor};
 use crate::ir::Device;
@@ -36,16 +36,6 @@ impl RankBackend for CudaOptions {
     fn run_rank(world: &Self::World, rank: usize, job: RankJob<'_, Self>) -> Result<RunOutput<Tensor>, RunError> {
         let mut backend = CudaBackend::new(job.backend).map_err(ExecError::from)?;
         backend.join_world(world, rank)?;
-        let out = crate::exec::run_program(job.program, &mut backend, job.inputs)?;
-        let outputs = out
-            .outputs
-            .iter()
-            .map(|v| to_host(&mut backend, v))
-            .collect::<Result<Vec<_>, _>>()?;
-        backend.synchronize().map_err(ExecError::from)?;
-        Ok(RunOutput {
-            outputs,
-            symbols: out.symbols,
-        })
+        run_to_host(job.program, &mut backend, job.inputs)
     }
 }
