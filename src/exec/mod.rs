@@ -136,6 +136,16 @@ impl TensorSpec {
         }
     }
 
+    /// Row-major and dense, as PyTorch's `is_contiguous` (dimensions of
+    /// size 1 may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let dense = contiguous_strides(&self.size);
+        self.size
+            .iter()
+            .zip(self.stride.iter().zip(&dense))
+            .all(|(s, (a, b))| *s <= 1 || a == b)
+    }
+
     /// Number of elements, or `None` on a negative size or overflow.
     pub fn checked_numel(&self) -> Option<i64> {
         checked_numel(&self.size)

@@ -4,15 +4,10 @@
 //! (`aten/src/ATen/native/cudnn/RNN.cpp`, `_cudnn_rnn`) runs it in
 //! inference.
 //!
-//! `_cudnn_rnn(input, weight, weight_stride0, weight_buf, hx, cx, mode,
-//! hidden_size, proj_size, num_layers, batch_first, dropout, train,
-//! bidirectional, batch_sizes, dropout_state) -> (output, hy, cy, reserve,
-//! weight_buf)`:
+//! The call's arguments are read and checked by `exec::op::rnn` (what it
+//! takes and refuses is documented there); this module makes the cuDNN
+//! call:
 //!
-//! * `mode` is cuDNN's (`0` ReLU RNN, `1` tanh RNN, `2` LSTM, `3` GRU);
-//!   `weight` lists, per layer and direction (layer-major), `w_ih`, `w_hh`
-//!   and, when `weight_stride0` is 4, `b_ih`, `b_hh` (PyTorch's gate order,
-//!   which is cuDNN's: i, f, g, o and r, z, n).
 //! * The descriptor as PyTorch sets it: double bias (zero biases without
 //!   them), linear input, padded I/O, the input's data type with f32 math
 //!   for f16 and bf16, math type tensor-op for f16, FMA for the rest when
@@ -35,18 +30,15 @@
 //!   The input is made sequence-major contiguous first, as PyTorch's
 //!   `input.transpose(0, 1).contiguous()` does.
 //!
-//! Refused with an error naming the argument: `train` (the training
-//! forward, whose reserve space feeds the backward pass), `proj_size`
-//! (LSTM projections), packed sequences (`batch_sizes`), `cx` outside an
-//! LSTM, non-contiguous `hx`/`cx` (PyTorch refuses them too), operands of
-//! other dtypes or devices. The one cuDNN call ([`RnnCall`]) is a
-//! [`LibraryCall`] that the prepared path and CUDA graphs replay; the
-//! weight copies are the built-in strided-copy kernel.
+//! The one cuDNN call ([`RnnCall`]) is a [`LibraryCall`] that the prepared
+//! path and CUDA graphs replay; the weight copies are the built-in
+//! strided-copy kernel.
 
 use super::dnn::{check, DataType, DnnHandle, TensorDesc};
 use super::library::{self, Address, LibraryCall};
 use super::{kernels, CudaBackend, CudaTensor};
 use crate::exec::host::conv::packed_as;
+use crate::exec::op::rnn::{parse, Cell, CudnnRnn};
 use crate::exec::op::{Args, ExternOp};
 use crate::exec::{contiguous_strides, Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
@@ -67,43 +59,13 @@ pub(crate) fn runs(op: ExternOp) -> bool {
     op == ExternOp::CudnnRnn
 }
 
-/// An RNN cell kind, by cuDNN's `cudnnRNNMode_t` value (PyTorch's `mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cell {
-    Relu,
-    Tanh,
-    Lstm,
-    Gru,
-}
-
-impl Cell {
-    fn of(mode: i64) -> Option<Cell> {
-        Some(match mode {
-            0 => Cell::Relu,
-            1 => Cell::Tanh,
-            2 => Cell::Lstm,
-            3 => Cell::Gru,
-            _ => return None,
-        })
-    }
-
-    fn cudnn(self) -> dnn::cudnnRNNMode_t {
-        match self {
-            Cell::Relu => dnn::cudnnRNNMode_t::CUDNN_RNN_RELU,
-            Cell::Tanh => dnn::cudnnRNNMode_t::CUDNN_RNN_TANH,
-            Cell::Lstm => dnn::cudnnRNNMode_t::CUDNN_LSTM,
-            Cell::Gru => dnn::cudnnRNNMode_t::CUDNN_GRU,
-        }
-    }
-
-    /// Gates per matrix (cuDNN's linear layers are twice this: input and
-    /// recurrent).
-    fn gates(self) -> i64 {
-        match self {
-            Cell::Relu | Cell::Tanh => 1,
-            Cell::Lstm => 4,
-            Cell::Gru => 3,
-        }
+/// cuDNN's mode of a cell kind.
+fn mode(cell: Cell) -> dnn::cudnnRNNMode_t {
+    match cell {
+        Cell::Relu => dnn::cudnnRNNMode_t::CUDNN_RNN_RELU,
+        Cell::Tanh => dnn::cudnnRNNMode_t::CUDNN_RNN_TANH,
+        Cell::Lstm => dnn::cudnnRNNMode_t::CUDNN_LSTM,
+        Cell::Gru => dnn::cudnnRNNMode_t::CUDNN_GRU,
     }
 }
 
@@ -117,153 +79,10 @@ fn data_type(d: DType) -> Option<DataType> {
     }
 }
 
-/// A checked `_cudnn_rnn` call.
-struct Rnn<'c> {
-    input: &'c CudaTensor,
-    weights: Vec<&'c CudaTensor>,
-    weight_stride0: usize,
-    weight_buf: Option<&'c CudaTensor>,
-    hx: &'c CudaTensor,
-    cx: Option<&'c CudaTensor>,
-    cell: Cell,
-    hidden: i64,
-    layers: i64,
-    directions: i64,
-    /// `layers * directions` (checked).
-    rows: i64,
-    batch_first: bool,
-    /// Sequence length, batch and input features.
-    steps: i64,
-    batch: i64,
-    features: i64,
-}
+type Rnn<'c> = CudnnRnn<'c, CudaTensor>;
 
 fn int(a: &Args<'_, CudaTensor>, v: i64, what: &str) -> Result<i32, ExecError> {
     i32::try_from(v).map_err(|_| a.err(format!("{what} {v} does not fit cuDNN's int")))
-}
-
-fn parse<'c>(a: &Args<'c, CudaTensor>) -> Result<Rnn<'c>, ExecError> {
-    let input = a.tensor(0, "input")?;
-    let weights = a
-        .list(1, "weight")?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| match v {
-            Value::Tensor(t) => Ok(t),
-            v => Err(a.err(format!("`weight[{i}]` must be a tensor, got {}", v.kind()))),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let weight_stride0 = a.int(2, "weight_stride0", None)?;
-    let weight_buf = a.opt_tensor(3, "weight_buf")?;
-    let hx = a.tensor(4, "hx")?;
-    let cx = a.opt_tensor(5, "cx")?;
-    let mode = a.int(6, "mode", None)?;
-    let hidden = a.int(7, "hidden_size", None)?;
-    let proj = a.int(8, "proj_size", Some(0))?;
-    let layers = a.int(9, "num_layers", None)?;
-    let batch_first = a.boolean(10, "batch_first", false)?;
-    let dropout = a.float(11, "dropout", 0.0)?;
-    let train = a.boolean(12, "train", false)?;
-    let bidirectional = a.boolean(13, "bidirectional", false)?;
-    let batch_sizes = match a.get(14, "batch_sizes") {
-        Some(_) => a.ints(14, "batch_sizes")?,
-        None => Vec::new(),
-    };
-    let cell = Cell::of(mode).ok_or_else(|| {
-        a.err(format!(
-            "`mode` {mode} is not one of cuDNN's RNN modes (0 ReLU, 1 tanh, 2 LSTM, 3 GRU)"
-        ))
-    })?;
-    if train {
-        return Err(a.err(format!(
-            "`train=True` (the training forward, whose reserve space feeds the backward pass{}) is not supported: inference only",
-            if dropout > 0.0 { ", with dropout" } else { "" }
-        )));
-    }
-    if proj != 0 {
-        return Err(a.err(format!("`proj_size` {proj} (LSTM projections) is not supported")));
-    }
-    if !batch_sizes.is_empty() {
-        return Err(a.err("packed sequences (`batch_sizes`) are not supported"));
-    }
-    if cx.is_some() && cell != Cell::Lstm {
-        return Err(a.err("`cx` is given for a non-LSTM RNN (PyTorch: illegal defined cx)"));
-    }
-    if hidden <= 0 || layers <= 0 {
-        return Err(a.err(format!(
-            "`hidden_size` {hidden} and `num_layers` {layers} must be positive"
-        )));
-    }
-    if input.spec.size.len() != 3 {
-        return Err(a.err(format!("`input` must have rank 3, got sizes {:?}", input.spec.size)));
-    }
-    let s = &input.spec.size;
-    let (steps, batch, features) = if batch_first {
-        (s[1], s[0], s[2])
-    } else {
-        (s[0], s[1], s[2])
-    };
-    if steps == 0 || batch == 0 || features == 0 {
-        return Err(a.err(format!("`input` {s:?} is empty")));
-    }
-    let directions = if bidirectional { 2 } else { 1 };
-    let rows = layers
-        .checked_mul(directions)
-        .ok_or_else(|| a.err(format!("`num_layers` {layers} is too large")))?;
-    let stride0 = usize::try_from(weight_stride0)
-        .ok()
-        .filter(|s| matches!(s, 2 | 4))
-        .ok_or_else(|| {
-            a.err(format!(
-                "`weight_stride0` {weight_stride0}: expected 4 (weights and biases) or 2 (weights), per layer and direction"
-            ))
-        })?;
-    if usize::try_from(rows).ok().and_then(|r| r.checked_mul(stride0)) != Some(weights.len()) {
-        return Err(a.err(format!(
-            "`weight` has {} tensors, expected {rows} layers and directions x {stride0}",
-            weights.len()
-        )));
-    }
-    let dtype = input.spec.dtype;
-    let device = input.spec.device;
-    let operands = std::iter::once(("hx".to_string(), hx))
-        .chain(cx.map(|c| ("cx".to_string(), c)))
-        .chain(weight_buf.map(|w| ("weight_buf".to_string(), w)))
-        .chain(weights.iter().enumerate().map(|(i, w)| (format!("weight[{i}]"), *w)));
-    for (name, t) in operands {
-        if t.spec.dtype != dtype || t.spec.device != device {
-            return Err(a.err(format!(
-                "`{name}` is {} on {}, `input` {dtype} on {device}: all operands must match",
-                t.spec.dtype, t.spec.device
-            )));
-        }
-    }
-    let state = [rows, batch, hidden];
-    for (name, t) in std::iter::once(("hx", hx)).chain(cx.map(|c| ("cx", c))) {
-        if t.spec.size != state {
-            return Err(a.err(format!("`{name}` must have sizes {state:?}, got {:?}", t.spec.size)));
-        }
-        if !packed_as(&t.spec.size, &t.spec.stride, &contiguous_strides(&t.spec.size)) {
-            return Err(a.err(format!("`{name}` is not contiguous (strides {:?})", t.spec.stride)));
-        }
-    }
-    Ok(Rnn {
-        input,
-        weights,
-        weight_stride0: stride0,
-        weight_buf,
-        hx,
-        cx,
-        cell,
-        hidden,
-        layers,
-        directions,
-        rows,
-        batch_first,
-        steps,
-        batch,
-        features,
-    })
 }
 
 /// PyTorch's `get_algo` for the forward pass on a GPU of compute
@@ -400,7 +219,7 @@ pub(super) fn call(
         return Ok(None);
     }
     let a = Args::of(call);
-    let r = parse(&a)?;
+    let r = parse(&a, |t: &CudaTensor| &t.spec)?;
     let dtype = r.input.spec.dtype;
     let Some(dt) = data_type(dtype) else {
         return Ok(None);
@@ -433,11 +252,7 @@ pub(super) fn call(
     };
     let algo = algorithm(&r, dtype, device);
     let (steps, batch) = (int(&a, r.steps, "sequence length")?, int(&a, r.batch, "batch")?);
-    let out_features = r
-        .hidden
-        .checked_mul(r.directions)
-        .ok_or_else(|| a.err(format!("`hidden_size` {} is too large", r.hidden)))?;
-    let rows = r.rows;
+    let out_features = r.out_features;
     if backend.dnn.is_none() {
         backend.dnn = Some(DnnHandle::new(&backend.device)?);
     }
@@ -454,7 +269,7 @@ pub(super) fn call(
         dnn::cudnnSetRNNDescriptor_v8(
             raw,
             algo,
-            r.cell.cudnn(),
+            mode(r.cell),
             dnn::cudnnRNNBiasMode_t::CUDNN_RNN_DOUBLE_BIAS,
             if r.directions == 2 {
                 dnn::cudnnDirectionMode_t::CUDNN_BIDIRECTIONAL
@@ -473,7 +288,7 @@ pub(super) fn call(
             PADDED_IO_ENABLED,
         )
     })?;
-    let state = [rows, r.batch, r.hidden];
+    let state = r.state_size();
     let descs = Rc::new(Descriptors {
         x: DataDesc::new(dt, steps, batch, int(&a, r.features, "input size")?)?,
         y: DataDesc::new(dt, steps, batch, int(&a, out_features, "output size")?)?,
@@ -535,12 +350,7 @@ pub(super) fn call(
         .unwrap_or(weight_bytes);
     // The input, sequence-major and contiguous.
     let seq_size = [r.steps, r.batch, r.features];
-    let st = &r.input.spec.stride;
-    let seq_stride = if r.batch_first {
-        vec![st[1], st[0], st[2]]
-    } else {
-        st.clone()
-    };
+    let seq_stride = r.sequence_major_strides(&r.input.spec);
     let dense = contiguous_strides(&seq_size);
     let x = if packed_as(&seq_size, &seq_stride, &dense) {
         backend.view(r.input, &seq_size, &dense, r.input.spec.offset)?
@@ -578,18 +388,9 @@ pub(super) fn call(
         }),
     )?;
     drop(workspace);
-    let output = if r.batch_first {
-        // PyTorch's `output.transpose_(0, 1)`.
-        let (n, t) = (r.batch, r.steps);
-        backend.view(
-            &y,
-            &[n, t, out_features],
-            &[out_features, n.saturating_mul(out_features), 1],
-            0,
-        )?
-    } else {
-        y
-    };
+    // PyTorch's layout (transposed for `batch_first`).
+    let (size, stride) = r.output_layout();
+    let output = backend.view(&y, &size, &stride, 0)?;
     Ok(Some(Value::List(vec![
         Value::Tensor(output),
         Value::Tensor(hy),
@@ -617,32 +418,15 @@ fn pack_weights(
     let base = buf.data_ptr();
     let rows = usize::try_from(r.rows).unwrap_or(0);
     for row in 0..rows {
-        let layer_input = if row < usize::try_from(r.directions).unwrap_or(1) {
-            r.features
-        } else {
-            r.hidden * r.directions
-        };
-        // (index in the row, first linear id, bias, PyTorch's sizes).
-        let parts = [
-            (0usize, 0i64, false, vec![gates * r.hidden, layer_input]),
-            (1, gates, false, vec![gates * r.hidden, r.hidden]),
-            (2, 0, true, vec![gates * r.hidden]),
-            (3, gates, true, vec![gates * r.hidden]),
-        ];
-        for (j, first, bias, size) in parts {
+        // (index in the row, first linear id, bias); the sizes were checked
+        // by `parse`.
+        let parts = [(0usize, 0i64, false), (1, gates, false), (2, 0, true), (3, gates, true)];
+        for (j, first, bias) in parts {
             if j >= r.weight_stride0 {
                 continue;
             }
             let index = row * r.weight_stride0 + j;
             let w = r.weights[index];
-            if w.spec.size != size {
-                return Err(a.err(format!(
-                    "`weight[{index}]` must have sizes {size:?} (layer {}, direction {}), got {:?}",
-                    row / r.directions as usize,
-                    row % r.directions as usize,
-                    w.spec.size
-                )));
-            }
             // Each gate's place in the weight space; consecutive, in order.
             let mut start = None;
             let mut next = None;

@@ -833,12 +833,7 @@ impl Tensor {
 
     /// `true` when elements are row-major and dense.
     pub fn is_contiguous(&self) -> bool {
-        let expect = crate::exec::contiguous_strides(&self.spec.size);
-        self.spec
-            .size
-            .iter()
-            .zip(self.spec.stride.iter().zip(&expect))
-            .all(|(s, (a, b))| *s <= 1 || a == b)
+        self.spec.is_contiguous()
     }
 
     /// Byte address of the first element, for alignment checks.

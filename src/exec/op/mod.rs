@@ -4,6 +4,7 @@
 //! keyword ([`Args`]), and the registry key of an op string ([`op_key`]).
 
 mod catalogue;
+pub(crate) mod rnn;
 pub(crate) mod stream;
 
 pub use crate::ir::op::{key, op_key, op_name, target, ExternOp};

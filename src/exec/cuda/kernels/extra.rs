@@ -179,14 +179,6 @@ fn complex_binary(backend: &mut CudaBackend, a: &Args<'_>, op: i32) -> DeviceRes
     Ok(Some(Value::Tensor(result)))
 }
 
-fn is_contiguous(spec: &TensorSpec) -> bool {
-    let dense = crate::exec::contiguous_strides(&spec.size);
-    spec.size
-        .iter()
-        .zip(spec.stride.iter().zip(&dense))
-        .all(|(s, (a, b))| *s <= 1 || a == b)
-}
-
 fn segment_reduce(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
     let call = segment::parse_call(a)?;
     let suffix = match call.data.spec.dtype {
@@ -201,7 +193,7 @@ fn segment_reduce(backend: &mut CudaBackend, a: &Args<'_>) -> DeviceResult {
         DType::Int32 => "o32",
         _ => return Ok(None),
     };
-    if !is_contiguous(&call.data.spec) || !is_contiguous(&call.segs.spec) {
+    if !call.data.spec.is_contiguous() || !call.segs.spec.is_contiguous() {
         return Ok(None);
     }
     let split =
