@@ -1156,6 +1156,19 @@ impl<'a> Parser<'a> {
 }
 
 /// Parses one graph line whose keyword `kw` has been read.
+/// A `cond` predicate or `switch` selector: a declared buffer written alone
+/// (a tensor), else an expression atom.
+fn predicate(c: &mut Cursor<'_>, declared: &Declared<'_>, what: &dyn fmt::Display) -> Result<Predicate, ParseError> {
+    c.skip_ws();
+    let pos = c.pos();
+    Ok(match expr_atom(c, what)? {
+        SymExpr::Sym(s) if declared.contains_key(s.as_str()) && c.pos() == pos + s.as_str().len() => {
+            Predicate::Tensor(BufName::new(s.as_str()))
+        }
+        e => Predicate::Expr(e),
+    })
+}
+
 fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, ParseError> {
     let line = match kw {
         "alloc" => Line::Allocate {
@@ -1434,14 +1447,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             let result = buf_then(c, kw, "=")?;
             c.expect_keyword("if", || format!("expected `if` in `cond {result}`"))?;
             let what = format_args!("the predicate of `cond {result}`");
-            c.skip_ws();
-            let ppos = c.pos();
-            let predicate = match expr_atom(c, &what)? {
-                SymExpr::Sym(s) if declared.contains_key(s.as_str()) && c.pos() == ppos + s.as_str().len() => {
-                    Predicate::Tensor(BufName::new(s.as_str()))
-                }
-                e => Predicate::Expr(e),
-            };
+            let predicate = predicate(c, declared, &what)?;
             c.expect_keyword("then", || format!("expected `then` after {what}"))?;
             let true_graph =
                 GraphName::new(c.expect_ident(|| format!("expected a graph name after `then` in `cond {result}`"))?);
@@ -1462,14 +1468,7 @@ fn line(c: &mut Cursor<'_>, kw: &str, declared: &Declared<'_>) -> Result<Line, P
             let cond = c.eat_keyword("cond");
             c.expect_keyword("on", || format!("expected `on` in `switch {result}`"))?;
             let what = format_args!("the selector of `switch {result}`");
-            c.skip_ws();
-            let spos = c.pos();
-            let selector = match expr_atom(c, &what)? {
-                SymExpr::Sym(s) if declared.contains_key(s.as_str()) && c.pos() == spos + s.as_str().len() => {
-                    Predicate::Tensor(BufName::new(s.as_str()))
-                }
-                e => Predicate::Expr(e),
-            };
+            let selector = predicate(c, declared, &what)?;
             c.expect("[", || format!("expected `[` (branches) after {what}"))?;
             let branches = comma_list(c, "]", &format_args!("the branches of `switch {result}`"), |c| {
                 c.expect_ident(|| format!("expected a graph name in the branches of `switch {result}`"))

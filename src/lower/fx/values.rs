@@ -28,6 +28,9 @@ impl<'p> GraphLowering<'p> {
             .any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
     }
 
+    /// The node of buffer `b`'s live value. The error is kept, not a
+    /// validator rule re-checked: validation lets a subgraph read a program
+    /// constant, whose `get_attr` node only the main graph has here.
     pub(super) fn buffer(&self, b: &BufName) -> Res<NodeId> {
         self.buffers
             .get(b)
@@ -35,6 +38,10 @@ impl<'p> GraphLowering<'p> {
             .ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
     }
 
+    /// The layout of tensor buffer `b` (a declared tensor or a constant).
+    /// The error is kept, not shown redundant: the table a name is looked up
+    /// in here is not the one the validator resolved it in (see
+    /// [`GraphLowering::val_of`] for a valid program that reaches it there).
     pub(super) fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
         match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Ok(l),
@@ -85,6 +92,11 @@ impl<'p> GraphLowering<'p> {
         Ok((size, stride))
     }
 
+    /// The value a line's result `b` has: its declared layout, or a
+    /// multi-output value. The error is kept, not a validator rule
+    /// re-checked: validation lets a line define a constant's name, which
+    /// the graph's table does not declare (the C++ lowerings refuse that
+    /// program too).
     pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
         Ok(match self.decls.get(b.as_str()).copied() {
             Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
@@ -103,6 +115,9 @@ impl<'p> GraphLowering<'p> {
             return Ok(a.clone());
         }
         if !self.is_subgraph {
+            // Kept, not proven redundant: this lowering binds symbols by its
+            // own walk (input sizes it solves, key paths), which the
+            // validator's binding rules are not shown to match everywhere.
             return Err(ErrorKind::UnboundSymbol(s.clone()));
         }
         // A subgraph reads a parent symbol: lift it into a trailing placeholder.

@@ -224,14 +224,8 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         code.line(&format!("{symbol} = {symbol}_undivided // {d}"));
                     }
                     _ => {
-                        return Err(Error::new(
-                            at.location(),
-                            ErrorKind::UnsupportedKeyPath {
-                                symbol: symbol.clone(),
-                                path: KeyPathText(keypath).to_string(),
-                                reason: "an item() value takes no key, `.to_int()` or `//d` only",
-                            },
-                        ))
+                        let reason = "an item() value takes no key, `.to_int()` or `//d` only";
+                        return Err(unsupported_key_path(&at, symbol, keypath, reason));
                     }
                 }
                 if let Some(n) = &d.node {
@@ -760,16 +754,22 @@ fn assert_call(mut head: String, context: Option<&str>) -> String {
 
 fn check_divisor(symbol: &Symbol, path: &[KeyEntry], d: i64, at: &LineAt<'_>) -> Result<(), Error> {
     if d <= 0 {
-        return Err(Error::new(
-            at.location(),
-            ErrorKind::UnsupportedKeyPath {
-                symbol: symbol.clone(),
-                path: KeyPathText(path).to_string(),
-                reason: "the divisor must be positive",
-            },
-        ));
+        return Err(unsupported_key_path(at, symbol, path, "the divisor must be positive"));
     }
     Ok(())
+}
+
+/// The error for the key path `path` of `symbol` that this lowering does not
+/// write, and why.
+fn unsupported_key_path(at: &LineAt<'_>, symbol: &Symbol, path: &[KeyEntry], reason: &'static str) -> Error {
+    Error::new(
+        at.location(),
+        ErrorKind::UnsupportedKeyPath {
+            symbol: symbol.clone(),
+            path: KeyPathText(path).to_string(),
+            reason,
+        },
+    )
 }
 
 /// One unbacked binding: `u0 = buf1.size(0)`, `u1 = buf1[1].stride(0)`,
@@ -782,16 +782,7 @@ fn unbacked_binding(
     path: &[KeyEntry],
     at: &LineAt<'_>,
 ) -> Result<(), Error> {
-    let unsupported = |reason: &'static str| {
-        Error::new(
-            at.location(),
-            ErrorKind::UnsupportedKeyPath {
-                symbol: symbol.clone(),
-                path: KeyPathText(path).to_string(),
-                reason,
-            },
-        )
-    };
+    let unsupported = |reason: &'static str| unsupported_key_path(at, symbol, path, reason);
     let mut expr = source.to_string();
     let mut i = 0;
     let mut last: Option<&KeyEntry> = None;

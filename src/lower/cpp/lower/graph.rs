@@ -195,6 +195,9 @@ impl<'a> GraphCtx<'a> {
         }
     }
 
+    /// The declared tensor layout of `b`. The error is kept, not a
+    /// validator rule re-checked: validation lets a line define a
+    /// constant's name, which no graph's table declares.
     pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
         self.graph.layout(b).ok_or_else(|| {
             Error::invalid(
@@ -205,7 +208,9 @@ impl<'a> GraphCtx<'a> {
     }
 
     /// The variable of `b` passed as one extern-op argument: a tensor, never
-    /// a multi-output value (its elements are separate variables).
+    /// a multi-output value (its elements are separate variables). The
+    /// error is kept: validation lets a multi-output value be an argument
+    /// (the Python and FX lowerings pass it whole).
     pub(super) fn tensor_arg(&self, b: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
         if self.is_multi(b) {
             return Err(Error::invalid(
