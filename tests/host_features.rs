@@ -5,7 +5,8 @@
 //! `offsets=`, `axis`, `unsafe`, `initial`, accumulation in the data's dtype)
 //! `randint` (Inductor's seed buffer, PyTorch's CUDA Philox values), `sort`
 //! / `sort.stable` / `topk` (NaN largest, ties in index order, integers
-//! exact) and `_int_mm` (int8 GEMM, int32 results).
+//! exact), `_int_mm` (int8 GEMM, int32 results) and `_cudnn_rnn` (cuDNN's
+//! RNN, run on the host for CUDA programs).
 //! Expected values are PyTorch's: the bundles' eager outputs where a bundle
 //! has the op, else worked by hand from ATen's definitions (noted per case).
 
@@ -736,4 +737,100 @@ fn bias_addmm_is_addmm_of_the_first_row() {
         assert_eq!(got.to_f64_vec().unwrap(), expected.to_f64_vec().unwrap());
         assert_eq!(got.size(), &[2, 3]);
     }
+}
+
+// ------------------------------------------------------------- _cudnn_rnn
+
+/// `aten._cudnn_rnn` on the host against eager PyTorch: the committed CPU
+/// bundles of a two-layer bidirectional LSTM and a two-layer GRU (batch
+/// first, `nn.LSTM` / `nn.GRU` with zero initial states) hold the modules'
+/// weights in `_flat_weights` order and eager's outputs (`out`, the last
+/// layer's final hidden state); the same weights through `_cudnn_rnn` give
+/// them, with the output transposed as PyTorch's CUDA kernel returns it.
+/// Eager ran in f32 (oneDNN, ATen's cells), the host in f64 rounded once:
+/// within 1e-5.
+#[test]
+fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
+    let root = common::root().join("fixtures/inductor/bundles_cpu_2.15/ops");
+    for (case, mode, bidirectional, weights) in [("lstm", 2, true, 16), ("gru", 3, false, 8)] {
+        let inputs = read(&root.join(case).join("inputs.safetensors"));
+        let expected = read(&root.join(case).join("expected.safetensors"));
+        let x = inputs[&format!("arg{weights}_1")].clone();
+        let (n, layers, d, h) = (x.size()[0], 2i64, if bidirectional { 2 } else { 1 }, 16i64);
+        let zeros = || f32s(&vec![0.0; (layers * d * n * h) as usize], &[layers * d, n, h]);
+        let args = vec![
+            Value::Tensor(x.clone()),
+            Value::List(
+                (0..weights)
+                    .map(|i| Value::Tensor(inputs[&format!("arg{i}_1")].clone()))
+                    .collect(),
+            ),
+            Value::Int(4),
+            // The host returns the buffer as it is (cuDNN's packed weights on a GPU).
+            f32s(&[0.0; 4], &[4]),
+            zeros(),
+            if mode == 2 { zeros() } else { Value::None },
+            Value::Int(mode),
+            Value::Int(h),
+            Value::Int(0),
+            Value::Int(layers),
+            Value::Bool(true),
+            Value::Float(0.0),
+            Value::Bool(false),
+            Value::Bool(bidirectional),
+            Value::List(vec![]),
+            Value::None,
+        ];
+        let Value::List(got) = call("aten._cudnn_rnn.default", args, &[]).unwrap() else {
+            panic!("{case}: not a list")
+        };
+        let got: Vec<Tensor> = got.into_iter().map(tensor).collect();
+        let f = d * h;
+        let t = x.size()[1];
+        assert_eq!(got[0].size(), [n, t, f], "{case}");
+        assert_eq!(got[0].stride(), [f, n * f, 1], "{case}: PyTorch's transposed output");
+        assert_eq!(got[1].size(), [layers * d, n, h], "{case}");
+        let cy = if mode == 2 { vec![layers * d, n, h] } else { vec![0] };
+        assert_eq!(got[2].size(), cy.as_slice(), "{case}");
+        assert_eq!(
+            (got[3].size(), got[3].dtype()),
+            (&[0i64][..], wrapir::ir::DType::Uint8),
+            "{case}"
+        );
+        assert_eq!(got[4].size(), [4], "{case}");
+        let last_h = got[1].to_f64_vec().unwrap()[((layers * d - 1) * n * h) as usize..].to_vec();
+        for (what, g, w) in [
+            ("output", got[0].to_f64_vec().unwrap(), &expected["out0"]),
+            ("h[-1]", last_h, &expected["out1"]),
+        ] {
+            let w = w.to_f64_vec().unwrap();
+            let worst = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            assert!(g.len() == w.len() && worst <= 1e-5, "{case} {what}: max error {worst}");
+        }
+    }
+    // Without `weight_buf` the fifth result would be cuDNN's packing: refused.
+    let e = call(
+        "aten._cudnn_rnn.default",
+        vec![
+            f32s(&[0.0; 6], &[1, 2, 3]),
+            Value::List(vec![f32s(&[0.0; 12], &[4, 3]), f32s(&[0.0; 16], &[4, 4])]),
+            Value::Int(2),
+            Value::None,
+            f32s(&[0.0; 8], &[1, 2, 4]),
+            Value::None,
+            Value::Int(1),
+            Value::Int(4),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Bool(false),
+            Value::Float(0.0),
+            Value::Bool(false),
+            Value::Bool(false),
+            Value::List(vec![]),
+            Value::None,
+        ],
+        &[],
+    )
+    .unwrap_err();
+    common::assert_contains(&e, "weight_buf");
 }

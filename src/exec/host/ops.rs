@@ -40,6 +40,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::IntMm => super::int_gemm::int_mm,
         E::ScaledMm => super::scaled_mm::scaled_mm,
         E::MkldnnRnnLayer => super::rnn::mkldnn_rnn_layer,
+        E::CudnnRnn => super::rnn::cudnn_rnn,
         E::Copy => copy,
         E::Clone => clone,
         E::Permute => permute,
@@ -58,7 +59,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::SegmentReduce => super::segment::segment_reduce,
         E::Randint => super::random::randint,
         E::SdpaEfficient | E::SdpaFlash | E::SdpaCudnn | E::SdpaFlashCpu => return super::attention::builtin(op),
-        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::CudnnRnn | E::Other => return None,
+        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::Other => return None,
     })
 }
 

@@ -154,7 +154,7 @@ catalogue! {
     Item(ITEM), host: true, cuda: None;
     Cumsum(CUMSUM), host: true, cuda: None;
     MkldnnRnnLayer(MKLDNN_RNN_LAYER), host: true, cuda: None;
-    CudnnRnn(CUDNN_RNN), host: false, cuda: cuda(Rnn, "cuDNN", "f32, f16, bf16, f64 (LSTM, GRU, tanh/ReLU RNN; inference, unpacked)");
+    CudnnRnn(CUDNN_RNN), host: true, cuda: cuda(Rnn, "cuDNN", "f32, f16, bf16, f64 (LSTM, GRU, tanh/ReLU RNN; inference, unpacked)");
     Copy(COPY), host: true, cuda: None;
     Clone(CLONE), host: true, cuda: None;
     Permute(PERMUTE), host: true, cuda: None;

@@ -105,6 +105,7 @@ impl<T> CudnnRnn<'_, T> {
     }
 
     /// The input's strides in sequence-major order (`[T, N, I]`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // the CUDA backend's input copy
     pub(crate) fn sequence_major_strides(&self, input: &TensorSpec) -> Vec<i64> {
         let st = &input.stride;
         if self.batch_first {
