@@ -49,6 +49,10 @@ const NOT_ALLOCATING: &[(&str, &str)] = &[
         "a CUDA op: PyTorch on the CPU cannot run it",
     ),
     (
+        "aten._cudnn_rnn",
+        "a CUDA op: PyTorch on the CPU cannot run it (its layouts, from RNN.cpp, are asserted in host_features and cuda_rnn)",
+    ),
+    (
         "aten._jagged_to_padded_dense_backward",
         "no ATen op of this name in PyTorch to record a layout from (FBGEMM's)",
     ),
