@@ -7,8 +7,8 @@
 //! documented equations; both in f64 on the same (dtype-exact) values.
 //! Also: the results' sizes and strides (PyTorch's `_cudnn_rnn`: `output`
 //! transposed for `batch_first`, an empty `cy` without `cx`, an empty
-//! `uint8` reserve, the weight space as a 1-d buffer of every weight and
-//! bias), a second call on the returned `weight_buf` (cuDNN's packed
+//! `uint8` reserve, the weight space as a 1-d buffer holding every weight
+//! and bias), a second call on the returned `weight_buf` (cuDNN's packed
 //! weights used as they are) giving the same bits, and the refusals.
 //!
 //! Tolerances, as the largest difference over the result's scale
@@ -60,6 +60,9 @@ struct Case {
     biases: bool,
     /// Random initial states (else zeros, as `nn.LSTM` passes without them).
     initial: bool,
+    /// An LSTM given `cx` (without it cuDNN starts from a zero cell state
+    /// and returns no `cy`).
+    cx: bool,
     dtype: DType,
     tf32: bool,
     steps: usize,
@@ -77,6 +80,7 @@ fn case(name: &'static str, cell: Cell) -> Case {
         batch_first: false,
         biases: true,
         initial: true,
+        cx: true,
         dtype: DType::Float32,
         tf32: false,
         steps: 5,
@@ -361,7 +365,8 @@ fn inputs(c: &Case) -> Inputs {
             })
             .collect()
     };
-    let (h0, c0) = (state(50), state(70));
+    let h0 = state(50);
+    let c0 = if c.cx { state(70) } else { vec![vec![0.0; n * hd]; rows] };
     let weights = weights(c);
     let dt = |v: &[f64], size: &[i64]| Value::Tensor(Tensor::from_f64(c.dtype, v, size).unwrap());
     // The input in the case's layout: [T, N, I] or [N, T, I], contiguous.
@@ -384,7 +389,7 @@ fn inputs(c: &Case) -> Inputs {
         Value::Int(if c.biases { 4 } else { 2 }),
         Value::None,
         dt(&h0.concat(), &state_size),
-        if c.cell == Cell::Lstm {
+        if c.cell == Cell::Lstm && c.cx {
             dt(&c0.concat(), &state_size)
         } else {
             Value::None
@@ -468,13 +473,13 @@ fn check(c: &Case) -> Result<(), String> {
             d * (gh * input + gh * hd + 2 * gh)
         })
         .sum();
-    let cy_size = if c.cell == Cell::Lstm { state.clone() } else { vec![0] };
+    let with_cy = c.cell == Cell::Lstm && c.cx;
+    let cy_size = if with_cy { state.clone() } else { vec![0] };
     let want_layouts = [
         (out_size.clone(), out_stride, c.dtype),
         (state.clone(), strides(&state), c.dtype),
         (cy_size.clone(), strides(&cy_size), c.dtype),
         (vec![0], vec![1], DType::Uint8),
-        (vec![weight_numel], vec![1], c.dtype),
     ];
     for (i, (g, (size, stride, dtype))) in got.iter().zip(&want_layouts).enumerate() {
         let s = g.spec();
@@ -484,6 +489,15 @@ fn check(c: &Case) -> Result<(), String> {
                 s.dtype, s.size, s.stride
             ));
         }
+    }
+    // The weight space: 1-d, of cuDNN's size (which may pad between
+    // matrices, so at least every weight and both biases).
+    let w = got[4].spec();
+    if w.size.len() != 1 || w.stride != [1] || w.dtype != c.dtype || w.size[0] < weight_numel {
+        return Err(format!(
+            "weight_buf: {}{:?} strides {:?}, expected a 1-d {} buffer of at least {weight_numel} elements",
+            w.dtype, w.size, w.stride, c.dtype
+        ));
     }
     // Values.
     let (out, hy, cy) = reference(c, &inp.x_seq, &inp.weights, &inp.h0, &inp.c0);
@@ -508,7 +522,7 @@ fn check(c: &Case) -> Result<(), String> {
         ("output", host(&mut b, &got[0])?, want_out),
         ("hy", host(&mut b, &got[1])?, hy.concat()),
     ];
-    if c.cell == Cell::Lstm {
+    if with_cy {
         checks.push(("cy", host(&mut b, &got[2])?, cy.concat()));
     }
     for (what, g, w) in checks {
@@ -540,6 +554,10 @@ fn lstm_gru_and_rnns_match_the_references_with_pytorchs_layouts() {
             batch: 2,
             tf32: true,
             ..case("lstm no biases, hidden 256 (standard algorithm), TF32", Cell::Lstm)
+        },
+        Case {
+            cx: false,
+            ..case("lstm without cx (zero cell state, no cy)", Cell::Lstm)
         },
         Case {
             layers: 2,
