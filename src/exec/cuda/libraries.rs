@@ -147,7 +147,8 @@ pub(super) fn sublibrary_failures() -> Vec<String> {
 /// The directory the already-loaded library `file_name` (a soname such as
 /// `libcudnn.so.9`) was mapped from, read from `/proc/self/maps`.
 fn loaded_from(file_name: &str) -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let maps =
+        crate::limits::files::read_to_string(Path::new("/proc/self/maps"), crate::Limits::DEFAULT_FILE_BYTES).ok()?;
     maps.lines().find_map(|line| {
         let path = Path::new(line.split_whitespace().nth(5)?);
         let name = path.file_name()?.to_str()?;
