@@ -835,6 +835,17 @@ pub enum ValidationErrorKind {
         /// The index.
         index: i64,
     },
+    /// An index past the values a `cond`, `switch` or `while_loop` result
+    /// holds (its subgraphs' outputs).
+    #[error("index {index} into {value} is past its {outputs} value(s) (the outputs of the subgraphs that made it)")]
+    IndexPastOutputs {
+        /// The control-flow result.
+        value: BufName,
+        /// The index.
+        index: i64,
+        /// How many values it holds.
+        outputs: usize,
+    },
 }
 
 /// One broken rule, with where it is broken.

@@ -135,6 +135,7 @@ impl<'a> Validator<'a> {
             line_bound: FxIndexSet::default(),
             prescanned: false,
             later_bindings: FxIndexMap::default(),
+            multi_outputs: FxHashMap::default(),
             later_definitions: FxIndexMap::default(),
             later_kernels: FxIndexMap::default(),
             external_symbols: FxIndexMap::default(),

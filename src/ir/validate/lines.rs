@@ -116,6 +116,22 @@ impl<'a> Validator<'a> {
                         }
                     }
                 }
+                // The first index selects one of a control-flow result's
+                // values: it must name one the subgraphs return.
+                if let (Some(MultiIndex::List(i) | MultiIndex::Tuple(i)), Some(&outputs)) =
+                    (indices.first(), g.multi_outputs.get(source))
+                {
+                    if usize::try_from(*i).is_ok_and(|i| i >= outputs) {
+                        self.err(
+                            Self::at(g, at),
+                            ValidationErrorKind::IndexPastOutputs {
+                                value: source.clone(),
+                                index: *i,
+                                outputs,
+                            },
+                        );
+                    }
+                }
                 self.define_result(g, at, result, Need::Any);
             }
             Line::IndexPutFallback(IndexPutFallback {

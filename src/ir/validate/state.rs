@@ -124,6 +124,9 @@ pub(super) struct GraphState<'a> {
     /// `later_*` are filled (by [`Validator::prescan`]) only when first needed.
     pub(super) prescanned: bool,
     pub(super) later_bindings: FxIndexMap<Symbol, usize>,
+    /// The number of values each `cond`, `switch` and `while_loop` result
+    /// holds (its subgraphs' outputs), which a `get` must index below.
+    pub(super) multi_outputs: FxHashMap<BufName, usize>,
     pub(super) later_definitions: FxIndexMap<BufName, usize>,
     pub(super) later_kernels: FxIndexMap<KernelName, usize>,
     pub(super) external_symbols: FxIndexMap<Symbol, Option<usize>>,

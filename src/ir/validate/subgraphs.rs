@@ -271,6 +271,9 @@ impl<'a> Validator<'a> {
             let both: Vec<Symbol> = t.binds.iter().filter(|s| f.binds.contains(*s)).cloned().collect();
             self.bind_after(g, at, both);
         }
+        if let Some(tg) = self.program.subgraphs.get(&c.true_graph) {
+            g.multi_outputs.insert(c.result.clone(), tg.outputs.len());
+        }
         self.define_result(g, at, &c.result, Need::Multi);
     }
 
@@ -310,6 +313,7 @@ impl<'a> Validator<'a> {
         }
         let outputs = |name: &GraphName| self.program.subgraphs.get(name).map(|sg| sg.outputs.len());
         if let (Some(first), Some(first_outputs)) = (distinct.first(), distinct.first().and_then(|b| outputs(b))) {
+            g.multi_outputs.insert(s.result.clone(), first_outputs);
             for (b, summary) in distinct.iter().zip(&summaries).skip(1) {
                 match outputs(b) {
                     Some(n) if summary.is_some() && n != first_outputs => self.err(
@@ -363,6 +367,7 @@ impl<'a> Validator<'a> {
             let syms: Vec<Symbol> = s.binds.iter().cloned().collect();
             self.bind_after(g, at, syms);
         }
+        g.multi_outputs.insert(w.result.clone(), w.carried.len());
         self.define_result(g, at, &w.result, Need::Multi);
     }
 }
