@@ -1,7 +1,8 @@
 //! Real Inductor CPU programs (`fixtures/inductor/bundles_cpu/{cpp,halide}/<case>/`,
 //! exported from `fixtures/inductor/cases_cpu.py` with PyTorch 2.11, and
 //! `fixtures/inductor/bundles_cpu_2.15/{cpp,halide,control}/` with PyTorch
-//! 2.15, `control` from `cases_cpu_control.py`, `ops` from `cases_cpu_ops.py`):
+//! 2.15, `control` from `cases_cpu_control.py`, `ops` from `cases_cpu_ops.py`;
+//! `families/` in both from `families.py`):
 //! the host backend loads
 //! each bundle's compiled C++ or Halide kernels, runs the program on its
 //! inputs and matches eager PyTorch's outputs (within the bundle's tolerance)
@@ -81,6 +82,47 @@ const SETS: &[BundleSet] = &[
         torch: "2.15.",
         cases: FEATURE_CASES,
     },
+    BundleSet {
+        dir: "bundles_cpu/families",
+        backend: "cpp",
+        torch: "2.11.",
+        cases: FAMILY_CASES,
+    },
+    BundleSet {
+        dir: "bundles_cpu_2.15/families",
+        backend: "cpp",
+        torch: "2.15.",
+        cases: FAMILY_CASES,
+    },
+];
+
+/// Model families outside the zoo (`families.py`, the model-family sweep
+/// `sweep.py`), small with random weights: timm's ViT, ConvNeXt-V2 and
+/// MLP-Mixer, torchaudio's wav2vec2 and Conformer (a key padding mask), an
+/// LSTM and a GRU, our own top-k mixture of experts (`nonzero` dispatch:
+/// unbacked sizes), a nested jagged tensor, a KV-cache decode step (mutated
+/// inputs), int8 and fp8 GEMMs, and a CNN and a transformer block compiled
+/// with `dynamic=True`. The sweep's other families are not committed:
+/// EfficientNet-V2, MobileViT and LR-ASPP pass but their bundles are over
+/// 1 MB; Hugging Face's Mixtral calls `aten.histc` and transformers' own
+/// `grouped_mm_fallback` op, which the host lacks; FlexAttention on the CPU
+/// needs Inductor's vectorised kernels, which the exporter's portable ones
+/// (`cpp.simdlen = 0`) leave out.
+const FAMILY_CASES: &[&str] = &[
+    "timm_vit",
+    "timm_convnextv2",
+    "timm_mixer",
+    "wav2vec2",
+    "conformer",
+    "lstm",
+    "gru",
+    "moe_topk",
+    "jagged_mlp",
+    "kv_cache_decode",
+    "int8_linear",
+    "fp8_linear",
+    "cnn_dynamic",
+    "transformer_dynamic",
 ];
 
 /// Feature cases of upstream's FX backend tests (`features.py`, its
