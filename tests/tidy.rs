@@ -131,10 +131,6 @@ const UNCAPPED_READERS: &[(&str, &str)] = &[
     ),
     ("bin/wrapir.rs", "reads `/proc/meminfo` (the host's memory)"),
     (
-        "exec/cuda/libraries.rs",
-        "reads `/proc/self/maps` (the directory the loader mapped cuDNN from)",
-    ),
-    (
         "bin/wrapir/bench.rs",
         "reads `/proc/self/stat` and `/proc/uptime` (start-up time)",
     ),
