@@ -97,21 +97,24 @@ const SETS: &[BundleSet] = &[
 ];
 
 /// Model families outside the zoo (`families.py`, the model-family sweep
-/// `sweep.py`), small with random weights: timm's ViT, ConvNeXt-V2 and
-/// MLP-Mixer, torchaudio's wav2vec2 and Conformer (a key padding mask), an
-/// LSTM and a GRU, our own top-k mixture of experts (`nonzero` dispatch:
-/// unbacked sizes), a nested jagged tensor, a KV-cache decode step (mutated
-/// inputs), int8 and fp8 GEMMs, and a CNN and a transformer block compiled
-/// with `dynamic=True`. The sweep's other families are not committed:
-/// EfficientNet-V2, MobileViT and LR-ASPP pass but their bundles are over
-/// 1 MB; Hugging Face's Mixtral calls `aten.histc` and transformers' own
-/// `grouped_mm_fallback` op, which the host lacks; FlexAttention on the CPU
-/// needs Inductor's vectorised kernels, which the exporter's portable ones
+/// `sweep.py`), small with random weights: timm's ViT, ConvNeXt-V2,
+/// EfficientNet-V2, MLP-Mixer and MobileViT, torchaudio's wav2vec2 and
+/// Conformer (a key padding mask), an LSTM and a GRU, our own top-k mixture
+/// of experts (`nonzero` dispatch: unbacked sizes), a nested jagged tensor, a
+/// KV-cache decode step (mutated inputs), int8 and fp8 GEMMs, torchvision's
+/// LR-ASPP segmentation, and a CNN and a transformer block compiled with
+/// `dynamic=True`. The sweep's other cases do not run on the CPU: Hugging
+/// Face's Mixtral calls `aten.histc` and transformers' own
+/// `grouped_mm_fallback` op, which the host lacks (and with its eager experts
+/// loop Dynamo breaks it into 11 graphs); FlexAttention on the CPU needs
+/// Inductor's vectorised kernels, which the exporter's portable ones
 /// (`cpp.simdlen = 0`) leave out.
 const FAMILY_CASES: &[&str] = &[
     "timm_vit",
     "timm_convnextv2",
+    "timm_efficientnetv2",
     "timm_mixer",
+    "timm_mobilevit",
     "wav2vec2",
     "conformer",
     "lstm",
@@ -121,6 +124,7 @@ const FAMILY_CASES: &[&str] = &[
     "kv_cache_decode",
     "int8_linear",
     "fp8_linear",
+    "segmentation_lraspp",
     "cnn_dynamic",
     "transformer_dynamic",
 ];
