@@ -56,6 +56,28 @@ class HostKernels(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return out
 
+    def test_images_hold_no_paths_of_the_exporting_machine(self):
+        # A header's __FILE__ (PyTorch's assertion messages) names the directory it was
+        # included from: the exporter maps its directories to fixed names.
+        with tempfile.TemporaryDirectory() as tmp:
+            inc = os.path.join(tmp, "site", "torch", "include")
+            os.makedirs(inc)
+            with open(os.path.join(inc, "where.h"), "w") as f:
+                f.write('inline const char* where() { return __FILE__; }\n')
+            src = os.path.join(tmp, "k.cpp")
+            with open(src, "w") as f:
+                f.write('#include "where.h"\nextern "C" const char* kernel_where() { return where(); }\n'
+                        'extern "C" const char* kernel_file() { return __FILE__; }\n')
+            out = os.path.join(tmp, "k.so")
+            maps = host_kernels.path_maps({tmp: ".", os.path.join(tmp, "site", "torch"): "torch"})
+            r = subprocess.run([host_kernels.cxx(), *host_kernels.CXXFLAGS, *maps, f"-I{inc}", "-o", out, src],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out, "rb") as f:
+                image = f.read()
+            self.assertNotIn(tmp.encode(), image)
+            self.assertIn(b"torch/include/where.h", image)
+
     def test_a_failed_check_is_an_error_not_an_unbound_symbol(self):
         # PyTorch 2.15's headers call c10::detail::torchCheckFail from a failed TORCH_CHECK:
         # the image defines it (no libc10), the entry returns 1 and names the failure.

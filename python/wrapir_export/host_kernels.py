@@ -208,6 +208,13 @@ def torch_include_dirs():
     return include_paths()
 
 
+def path_maps(prefixes):
+    """`-ffile-prefix-map` flags that write each directory of `prefixes` ({directory: name})
+    into an image under its fixed name: `__FILE__` in PyTorch's headers (assertion
+    messages) would otherwise put this machine's paths into every kernel image."""
+    return [f"-ffile-prefix-map={d}={n}" for d, n in prefixes.items()]
+
+
 def build_cpp_kernel(name, source, arg_types, kdir):
     """Compiles C++ kernel `name` into `kdir/<name>.so`; returns its path relative to the bundle."""
     os.makedirs(kdir, exist_ok=True)
@@ -218,7 +225,10 @@ def build_cpp_kernel(name, source, arg_types, kdir):
             f.write(cpp_entry_source(arg_types))
         out = os.path.join(kdir, f"{name}.so")
         includes = [f"-I{d}" for d in torch_include_dirs()]
-        _run([cxx(), *CXXFLAGS, *includes, "-o", out, src, "-s"], f"compiling C++ kernel {name}")
+        import torch
+
+        maps = path_maps({tmp: ".", os.path.dirname(torch.__file__): "torch"})
+        _run([cxx(), *CXXFLAGS, *maps, *includes, "-o", out, src, "-s"], f"compiling C++ kernel {name}")
     check_self_contained(out)
     return f"kernels/{name}.so"
 
