@@ -57,6 +57,11 @@ class CheckReport(unittest.TestCase):
     def test_every_unrunnable_op_is_named_once(self):
         self.assertEqual(sweep.unrunnable_ops(CHECK_REPORT), ["aten.sort.stable", "extern_kernels._int_mm"])
 
+    def test_the_exporters_device_warnings_name_the_op(self):
+        warning = ("warning: the cpu backend cannot run extern op aten.histc (1 call: graph main, line 40); "
+                   "`wrapir ops --device cpu` lists the ops it runs")
+        self.assertEqual(sweep.unrunnable_ops(warning), ["aten.histc"])
+
     def test_the_first_error_line_is_the_reason(self):
         self.assertTrue(sweep.first_error("note: x\n" + CHECK_REPORT).startswith("error in graph main, line 4"))
         self.assertEqual(sweep.first_error("a\nlast words\n"), "last words")
