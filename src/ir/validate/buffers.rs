@@ -51,6 +51,15 @@ impl<'a> Validator<'a> {
         if !self.declared(g, at, name, r) {
             return false;
         }
+        if r == BufRef::Constant {
+            // The lowerings declare a constant once, from the program's
+            // table: a line's result of that name would be a second tensor.
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::DefinesConstant { buffer: name.clone() },
+            );
+            return false;
+        }
         if !self.kind_ok(g, at, name, r, need) {
             return false;
         }

@@ -835,6 +835,12 @@ pub enum ValidationErrorKind {
         /// The index.
         index: i64,
     },
+    /// A line whose result is a program constant's name.
+    #[error("{buffer} is a program constant: no line may define it (a line's result needs a buffer of its graph)")]
+    DefinesConstant {
+        /// The constant.
+        buffer: BufName,
+    },
     /// An index past the values a `cond`, `switch` or `while_loop` result
     /// holds (its subgraphs' outputs).
     #[error("index {index} into {value} is past its {outputs} value(s) (the outputs of the subgraphs that made it)")]
