@@ -40,7 +40,8 @@ struct Replayed {
     choices: usize,
 }
 
-fn replay(dir: &Path, streams: GraphStreams) -> Replayed {
+/// The bundle in `dir` recorded on a backend that replays graphs as `streams` says.
+fn record(dir: &Path, streams: GraphStreams) -> (CudaBackend, Prepared) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let program =
         Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program.json")).expect("program");
@@ -59,8 +60,13 @@ fn replay(dir: &Path, streams: GraphStreams) -> Replayed {
     })
     .expect("GPU");
     let (plan, args, consts) = place_inputs(&program, &mut backend, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let (mut prepared, _) =
-        Prepared::record(&mut backend, &plan, args, &consts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (prepared, _) = Prepared::record(&mut backend, &plan, args, &consts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (backend, prepared)
+}
+
+fn replay(dir: &Path, streams: GraphStreams) -> Replayed {
+    let name = dir.file_name().unwrap().to_string_lossy().to_string();
+    let (mut backend, mut prepared) = record(dir, streams);
     let mut calls = Vec::new();
     for call in 0..3 {
         let done = prepared
@@ -148,4 +154,51 @@ fn auto_replay_equals_single_stream_and_measures_every_segment() {
         eprintln!("{name}: {}", auto.form);
     }
     common::assert_no_failures(&failures);
+}
+
+/// The critical-path profile `wrapir bench` prints: the chain that sets the
+/// bound is a chain of the recording's operations in replay order, its
+/// steps' times add up to the bound, it is shorter than the whole program
+/// where the DAG has parallel branches, and the chain replayed alone takes
+/// device time.
+#[test]
+fn critical_path_names_its_chain() {
+    for name in ["llama", "resnet"] {
+        let dir = root().join("fixtures/inductor/bundles").join(name);
+        let (backend, mut prepared) = record(&dir, GraphStreams::Concurrent);
+        assert_eq!(prepared.replay_graphs(&backend).expect("replay"), Replay::Done);
+        let c = prepared
+            .critical_path(&backend, 3)
+            .expect("timing")
+            .expect("no device reads");
+        assert!(!c.chain.is_empty(), "{name}: empty chain");
+        assert!(
+            c.chain.windows(2).all(|w| w[0].op < w[1].op),
+            "{name}: chain out of order: {:?}",
+            c.chain
+        );
+        let total: f64 = c.chain.iter().map(|s| s.us).sum();
+        assert!(
+            (total - c.critical_us).abs() <= 1e-9 * total.max(1.0),
+            "{name}: {total} vs {}",
+            c.critical_us
+        );
+        assert!(c.critical_us <= c.sum_us + 1e-9, "{name}: bound above the sum");
+        assert!(c.chain_replay_us > 0.0, "{name}: chain replay took no time");
+        assert!(c.chain.iter().all(|s| !s.what.is_empty()), "{name}: unnamed step");
+        if prepared.concurrent_ops() > 0 {
+            assert!(
+                c.chain.len() < c.ops,
+                "{name}: concurrent DAG but the chain is every operation"
+            );
+        }
+        eprintln!(
+            "{name}: {} of {} operations on the critical path, bound {:.2} us, chain alone {:.2} us, sum {:.2} us",
+            c.chain.len(),
+            c.ops,
+            c.critical_us,
+            c.chain_replay_us,
+            c.sum_us
+        );
+    }
 }

@@ -213,8 +213,10 @@ impl StreamChoice {
 }
 
 /// The device time of a recording's operations one by one, and its
-/// critical-path bound (`Prepared::critical_path`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// critical-path bound (`Prepared::critical_path`), with the chain that
+/// sets the bound: what a profile of concurrent replay needs to say where
+/// the time goes.
+#[derive(Clone, Debug, PartialEq)]
 pub struct CriticalPath {
     /// The sum of every operation's device µs (what one stream needs at
     /// least). Each operation is timed as a graph of
@@ -228,6 +230,26 @@ pub struct CriticalPath {
     pub critical_us: f64,
     /// Operations timed.
     pub ops: usize,
+    /// The operations of that longest chain, in order.
+    pub chain: Vec<ChainStep>,
+    /// The chain's operations alone, captured in order as one graph and
+    /// replayed (median µs): the bound plus what each dependency costs the
+    /// device between two operations (the next one cannot start before the
+    /// previous one's last block ends). Concurrent replay above this is
+    /// what the operations off the chain take from the chain (SMs, memory
+    /// bandwidth) or could not hide.
+    pub chain_replay_us: f64,
+}
+
+/// One operation of the critical path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainStep {
+    /// Its index among the recording's operations (replay order).
+    pub op: usize,
+    /// What it is: the kernel's name, or the extern op and its library.
+    pub what: String,
+    /// Its device µs, timed as in [`CriticalPath::sum_us`].
+    pub us: f64,
 }
 
 impl CriticalPath {

@@ -6,7 +6,8 @@
 
 pub use crate::exec::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use crate::exec::cuda_reports::{
-    CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice,
+    ChainStep, CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+    StreamChoice,
 };
 use crate::exec::model_source::{CudnnPlans, ModelError, ModelSource};
 use crate::exec::ExecError;

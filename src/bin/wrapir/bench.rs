@@ -178,7 +178,7 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                             lat - dev
                         );
                     }
-                    if let Some(c) = g.critical_path {
+                    if let Some(c) = &g.critical_path {
                         out += &format!(
                             "operations one by one ({} timed with events, each as a graph of {} copies): {:.2} us summed, longest dependent chain (critical-path bound) {:.2} us ({:.2}x)\n",
                             c.ops,
@@ -187,9 +187,16 @@ fn render(name: &str, r: &CudaBench, startup: &Startup, first_output_ms: f64, be
                             c.critical_us,
                             c.sum_us / c.critical_us.max(f64::MIN_POSITIVE)
                         );
+                        out += &critical_path_profile(c, g.device_us);
+                        let chain: Vec<_> = c
+                            .chain
+                            .iter()
+                            .map(|s| json!({"op": s.op, "what": s.what, "us": s.us}))
+                            .collect();
                         extend(
                             &mut json,
-                            json!({"ops_sum_us": c.sum_us, "critical_path_us": c.critical_us}),
+                            json!({"ops_sum_us": c.sum_us, "critical_path_us": c.critical_us,
+                                   "chain_replay_us": c.chain_replay_us, "critical_chain": chain}),
                         );
                     }
                     extend(
@@ -286,4 +293,37 @@ fn process_age_ms() -> Option<f64> {
         .parse()
         .ok()?;
     Some((uptime - start_ticks / USER_HZ) * 1e3)
+}
+
+/// Where the device time of a graph replay goes past the critical-path
+/// bound: the chain's operations alone replayed as one graph (the bound plus
+/// what each dependency costs), the rest (`device_us` over that) what the
+/// operations off the chain took from it, and the chain's longest steps.
+fn critical_path_profile(c: &wrapir::runtime::cuda::CriticalPath, device_us: Option<f64>) -> String {
+    let steps = c.chain.len();
+    let edges = steps.saturating_sub(1).max(1) as f64;
+    let mut out = format!(
+        "critical path: {steps} of {} operations; alone, as one graph: {:.2} us ({:+.2} us over the bound, {:.3} us per dependency)\n",
+        c.ops,
+        c.chain_replay_us,
+        c.chain_replay_us - c.critical_us,
+        (c.chain_replay_us - c.critical_us) / edges
+    );
+    if let Some(dev) = device_us {
+        out += &format!(
+            "replay over the bound: {:+.2} us = {:+.2} us dependencies along the chain {:+.2} us the operations off the chain did not hide\n",
+            dev - c.critical_us,
+            c.chain_replay_us - c.critical_us,
+            dev - c.chain_replay_us
+        );
+    }
+    let mut longest: Vec<_> = c.chain.iter().collect();
+    longest.sort_by(|a, b| b.us.total_cmp(&a.us));
+    let top: Vec<String> = longest
+        .iter()
+        .take(5)
+        .map(|s| format!("#{} {} {:.2} us", s.op, s.what, s.us))
+        .collect();
+    out += &format!("critical path's longest steps: {}\n", top.join("; "));
+    out
 }

@@ -49,7 +49,8 @@ mod tensor;
 
 pub use super::cuda_paths::{CudaPaths, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR};
 pub use super::cuda_reports::{
-    CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice,
+    ChainStep, CriticalPath, GraphReads, GraphStreams, LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay,
+    StreamChoice,
 };
 pub use super::model_source::CudnnPlans;
 pub use driver::{device_arch, CudaError};

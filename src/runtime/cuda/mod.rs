@@ -25,8 +25,8 @@ mod settings;
 pub use crate::exec::cuda::conv::PlansAhead;
 pub use crate::exec::cuda::kernels::{prebuild_kernels, PrebuiltImage};
 pub use crate::exec::cuda::{
-    device_arch, library_versions, CriticalPath, CudaError, CudaPaths, GraphReads, GraphStreams, LaunchFloor,
-    LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR,
+    device_arch, library_versions, ChainStep, CriticalPath, CudaError, CudaPaths, GraphReads, GraphStreams,
+    LaunchFloor, LibraryCost, LibraryVersion, LoadTimings, Replay, StreamChoice, KERNEL_CACHE_VAR, LIBRARY_PATH_VAR,
 };
 pub use model::{make_cudnn_plans, DeviceInput, DeviceOutput, LoadReport, Model, ModelOptions, Session};
 pub use ranks::CudaRankJob;

@@ -10,7 +10,7 @@
 
 use super::{capture_with, check, median, queue_op, Form, Graph, Part};
 use crate::exec::cuda::prepared::{Op, Prepared};
-use crate::exec::cuda::{CriticalPath, CudaBackend, StreamChoice};
+use crate::exec::cuda::{ChainStep, CriticalPath, CudaBackend, StreamChoice};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
 
@@ -170,23 +170,62 @@ impl Prepared {
             times.push(median(samples_us) / CriticalPath::REPEATS as f64);
         }
         // Longest chain: operations are in a topological order of their
-        // dependencies (each depends on earlier ones only).
+        // dependencies (each depends on earlier ones only). `before[i]`: the
+        // dependency that finishes last, the chain's previous step.
         let mut finish = vec![0f64; times.len()];
+        let mut before: Vec<Option<usize>> = vec![None; times.len()];
         for (i, t) in times.iter().enumerate() {
-            let before = match self.concurrency.as_ref() {
-                Some(c) => c
-                    .deps
-                    .get(i)
-                    .map(|d| d.iter().filter_map(|j| finish.get(*j)).fold(0f64, |a, b| a.max(*b)))
-                    .unwrap_or(0.0),
-                None => i.checked_sub(1).and_then(|j| finish.get(j)).copied().unwrap_or(0.0),
+            let last = match self.concurrency.as_ref() {
+                Some(c) => c.deps.get(i).and_then(|d| {
+                    d.iter()
+                        .filter(|j| **j < i)
+                        .copied()
+                        .max_by(|a, b| finish[*a].total_cmp(&finish[*b]))
+                }),
+                None => i.checked_sub(1),
             };
-            finish[i] = before + t;
+            before[i] = last;
+            finish[i] = last.map_or(0.0, |j| finish[j]) + t;
+        }
+        let mut at = (0..finish.len()).max_by(|a, b| finish[*a].total_cmp(&finish[*b]));
+        let mut chain = Vec::new();
+        while let Some(i) = at {
+            chain.push(ChainStep {
+                op: i,
+                what: describe(&self.ops[i]),
+                us: times[i],
+            });
+            at = before[i];
+        }
+        chain.reverse();
+        // The chain alone, as one graph in its order.
+        let graph = capture_with(stream, || {
+            chain
+                .iter()
+                .try_for_each(|step| queue_op(backend, &mut self.ops[step.op], stream))
+        })?;
+        graph.launch(stream)?;
+        let mut samples_us = Vec::with_capacity(samples.max(1));
+        for _ in 0..samples.max(1) {
+            samples_us.push(events.time(stream, || graph.launch(stream))?);
         }
         Ok(Some(CriticalPath {
             sum_us: times.iter().sum(),
-            critical_us: finish.iter().fold(0f64, |a, b| a.max(*b)),
+            critical_us: chain.iter().map(|s| s.us).sum(),
             ops: times.len(),
+            chain,
+            chain_replay_us: median(samples_us),
         }))
+    }
+}
+
+/// What an operation is, for a profile: the kernel's name, the extern op
+/// and its library, or a memset's size.
+fn describe(op: &Op) -> String {
+    match op {
+        Op::Launch(l) => l.kernel.clone(),
+        Op::Library(call) => format!("{} ({})", call.op(), call.library()),
+        Op::Zero { bytes, .. } => format!("zero {bytes} bytes"),
+        Op::Read { bytes, .. } => format!("read {bytes} bytes"),
     }
 }
