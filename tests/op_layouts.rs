@@ -5,19 +5,21 @@
 //! case, an op's inputs (sizes, strides, storage offset, dtype, values) and
 //! the sizes, strides and dtype of every tensor eager PyTorch returned; each
 //! case runs on the host backend with inputs laid out the same way and must
-//! give the same layouts. Every extern op the host backend implements has a
+//! give the same layouts; where the case records PyTorch's output values
+//! (`values=` in the script: histograms, transformers' grouped GEMM) the host's
+//! must equal them within the case's `atol` (0: exactly). Every extern op the
+//! host backend implements has a
 //! case, or is listed in `NOT_ALLOCATING` (or its namespace in
 //! `NOT_ALLOCATING_NAMESPACES`) with the reason its output layout is not its
 //! own choice.
 
-use indexmap::IndexMap;
-use serde_json::Value as Json;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::op::op_key;
-use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
-use wrapir::ir::{DType, Device};
+use wrapir::exec::{Backend, ExternCall};
 
 mod common;
+#[path = "common/op_cases.rs"]
+mod op_cases;
 
 /// Host ops whose output layout is not theirs to choose, so no case records
 /// one: in-place ops return their argument, views are given their strides
@@ -71,107 +73,17 @@ const NOT_ALLOCATING: &[(&str, &str)] = &[
 /// Namespaces of host ops that return no tensor, with the reason.
 const NOT_ALLOCATING_NAMESPACES: &[(&str, &str)] = &[("streams.", "stream and event ops: they return no tensor")];
 
-fn fixture() -> Json {
-    let path = common::root().join("fixtures/inductor/op_layouts.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn dtype(name: &str) -> DType {
-    match name {
-        "float32" => DType::Float32,
-        "float64" => DType::Float64,
-        "bfloat16" => DType::Bfloat16,
-        "int64" => DType::Int64,
-        "int32" => DType::Int32,
-        "int8" => DType::Int8,
-        "uint8" => DType::Uint8,
-        "bool" => DType::Bool,
-        "float8_e4m3fn" => DType::Float8E4m3fn,
-        "float8_e5m2" => DType::Float8E5m2,
-        other => panic!("dtype {other}"),
-    }
-}
-
-fn ints(v: &Json) -> Vec<i64> {
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).collect()
-}
-
-/// A host tensor with the recorded sizes, strides, offset and dtype,
-/// holding the recorded values.
-fn tensor(t: &Json) -> Tensor {
-    let dt = dtype(t["dtype"].as_str().unwrap());
-    let size = ints(&t["size"]);
-    let spec = TensorSpec {
-        dtype: dt,
-        device: Device::cpu(),
-        size: size.clone(),
-        stride: ints(&t["stride"]),
-        offset: t["offset"].as_i64().unwrap(),
-    };
-    let placed = Tensor::zeros_like_spec(&spec).unwrap();
-    let values: Vec<f64> = t["values"]
-        .as_array()
-        .expect("values recorded")
-        .iter()
-        .map(|v| v.as_f64().or_else(|| v.as_bool().map(f64::from)).unwrap())
-        .collect();
-    placed
-        .copy_from(&Tensor::from_f64(dt, &values, &size).unwrap())
-        .unwrap();
-    placed
-}
-
-fn value(a: &Json) -> Value<Tensor> {
-    let (kind, v) = a.as_object().unwrap().iter().next().unwrap();
-    match kind.as_str() {
-        "tensor" => Value::Tensor(tensor(v)),
-        "int" => Value::Int(v.as_i64().unwrap()),
-        "float" => Value::Float(v.as_f64().unwrap()),
-        "bool" => Value::Bool(v.as_bool().unwrap()),
-        "none" => Value::None,
-        "str" => Value::Str(v.as_str().unwrap().to_string()),
-        "dtype" => Value::DType(dtype(v.as_str().unwrap())),
-        "list" => Value::List(v.as_array().unwrap().iter().map(value).collect()),
-        other => panic!("argument kind {other}"),
-    }
-}
-
-/// Every tensor of a result, in order (as the fixture lists them).
-fn tensors(v: &Value<Tensor>, out: &mut Vec<Tensor>) {
-    match v {
-        Value::Tensor(t) => out.push(t.clone()),
-        Value::List(items) => items.iter().for_each(|i| tensors(i, out)),
-        _ => {}
-    }
-}
-
-/// The name Inductor calls `op` by (`aten.mm` -> `torch.ops.aten.mm.default`).
-fn call_name(op: &str) -> String {
-    if op.matches('.').count() == 1 {
-        format!("torch.ops.{op}.default")
-    } else {
-        format!("torch.ops.{op}")
-    }
-}
-
 #[test]
 fn host_ops_give_pytorchs_output_layouts() {
-    let fixture = fixture();
+    let fixture = op_cases::fixture();
     let cases = fixture["cases"].as_array().unwrap();
     let mut failures = Vec::new();
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let op = case["op"].as_str().unwrap();
-        let args: Vec<Value<Tensor>> = case["args"].as_array().unwrap().iter().map(value).collect();
-        let kwargs: IndexMap<String, Value<Tensor>> = case["kwargs"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| (k.clone(), value(v)))
-            .collect();
+        let (call, args, kwargs) = op_cases::call(case);
         let mut host = HostBackend::default();
-        let result = match host.call_extern(ExternCall::new(&call_name(op), &args, &kwargs)) {
+        let result = match host.call_extern(ExternCall::new(&call, &args, &kwargs)) {
             Ok(r) => r,
             Err(e) => {
                 failures.push(format!("{name} ({op}): {e}"));
@@ -179,7 +91,7 @@ fn host_ops_give_pytorchs_output_layouts() {
             }
         };
         let mut got = Vec::new();
-        tensors(&result, &mut got);
+        op_cases::tensors(&result, &mut got);
         let want = case["outputs"].as_array().unwrap();
         if got.len() != want.len() {
             failures.push(format!(
@@ -190,35 +102,41 @@ fn host_ops_give_pytorchs_output_layouts() {
             continue;
         }
         for (k, (g, w)) in got.iter().zip(want).enumerate() {
-            let (size, stride, dt) = (
-                ints(&w["size"]),
-                ints(&w["stride"]),
-                dtype(w["dtype"].as_str().unwrap()),
+            failures.extend(
+                op_cases::differences(g, w)
+                    .into_iter()
+                    .map(|d| format!("{name} ({op}) output {k}: {d}")),
             );
-            if g.size() != size.as_slice() || g.stride() != stride.as_slice() || g.dtype() != dt {
-                failures.push(format!(
-                    "{name} ({op}) output {k}: {}{:?} strides {:?}, PyTorch gives {dt}{size:?} strides {stride:?}",
-                    g.dtype(),
-                    g.size(),
-                    g.stride()
-                ));
-            }
         }
     }
     common::assert_no_failures(&failures);
     assert!(cases.len() >= 40, "only {} cases", cases.len());
+    let with_values = cases
+        .iter()
+        .filter(|c| {
+            c["outputs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|o| o.get("values").is_some())
+        })
+        .count();
+    assert!(with_values >= 8, "only {with_values} cases record values");
 }
 
 #[test]
 fn every_host_op_has_a_layout_case_or_a_reason() {
-    let fixture = fixture();
+    let fixture = op_cases::fixture();
     let covered: Vec<String> = fixture["cases"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| op_key(&call_name(c["op"].as_str().unwrap())))
+        .map(|c| op_key(&op_cases::call_name(c["op"].as_str().unwrap())))
         .collect();
-    let exempt: Vec<String> = NOT_ALLOCATING.iter().map(|(op, _)| op_key(&call_name(op))).collect();
+    let exempt: Vec<String> = NOT_ALLOCATING
+        .iter()
+        .map(|(op, _)| op_key(&op_cases::call_name(op)))
+        .collect();
     let host = HostBackend::default();
     let mut missing = Vec::new();
     for op in host.op_names() {
@@ -232,7 +150,7 @@ fn every_host_op_has_a_layout_case_or_a_reason() {
     }
     for (op, _) in NOT_ALLOCATING {
         assert!(
-            host.has_op(&call_name(op)),
+            host.has_op(&op_cases::call_name(op)),
             "{op} is exempt but the host does not implement it"
         );
     }

@@ -77,6 +77,11 @@ extern_ops! {
     IntMm(INT_MM) = "aten._int_mm";
     /// `aten._scaled_mm`: fp8 x fp8 with tensor-wise scales.
     ScaledMm(SCALED_MM) = "aten._scaled_mm";
+    /// Transformers' own op (`transformers::grouped_mm_fallback`, the
+    /// `grouped_mm` experts of its mixture-of-experts models under
+    /// `torch.compile` when `torch._grouped_mm` does not apply): one `mm`
+    /// per group of rows into a zeroed result.
+    GroupedMmFallback(GROUPED_MM_FALLBACK) = "transformers.grouped_mm_fallback";
     Convolution(CONVOLUTION) = "aten.convolution";
     Nonzero(NONZERO) = "aten.nonzero";
     MaskedSelect(MASKED_SELECT) = "aten.masked_select";
@@ -92,6 +97,8 @@ extern_ops! {
     IndexPut(INDEX_PUT) = "aten.index_put_";
     Topk(TOPK) = "aten.topk";
     Sort(SORT) = "aten.sort";
+    /// A histogram of equal-width bins (`torch.histc`).
+    Histc(HISTC) = "aten.histc";
     SegmentReduce(SEGMENT_REDUCE) = "aten.segment_reduce";
     /// PyTorch's CUDA values on every backend.
     Randint(RANDINT) = "aten.randint";

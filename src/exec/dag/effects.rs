@@ -280,6 +280,8 @@ fn extern_access(target: &str) -> ExternAccess {
         | InverseOffsets
         | Item
         | Cumsum
+        | Histc
+        | GroupedMmFallback
         | Sort
         | IntMm
         | ScaledMm

@@ -13,6 +13,8 @@ mod builtin;
 pub(crate) mod complex;
 pub(crate) mod conv;
 mod gemm;
+mod grouped_mm;
+mod histc;
 pub(crate) mod int_gemm;
 pub(crate) mod jagged;
 pub mod kernels;

@@ -32,6 +32,8 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::MaskedSelect => masked_select,
         E::Item => item,
         E::Cumsum => cumsum,
+        E::Histc => super::histc::histc,
+        E::GroupedMmFallback => super::grouped_mm::grouped_mm_fallback,
         E::IndexPut => index_put,
         E::Scatter => scatter,
         E::ScatterReduce => scatter_reduce,
@@ -130,7 +132,7 @@ fn inverse_offsets(a: &Args<'_>, _: &BuiltinOptions) -> Result<Value<Tensor>, Ex
 
 /// The epilogue activation of `_addmm_activation`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Activation {
+pub(super) enum Activation {
     None,
     Relu,
     /// GELU, tanh approximation.
@@ -215,7 +217,7 @@ fn dim(a: &Args<'_>, v: i64) -> Result<usize, ExecError> {
 /// f32, f16 and bf16 multiply and accumulate in f32 (f16 / bf16 converted, as
 /// PyTorch's CPU kernels do), the others in f64; every result element is rounded once.
 #[allow(clippy::too_many_arguments)]
-fn gemm_op(
+pub(super) fn gemm_op(
     a: &Args<'_>,
     o: &BuiltinOptions,
     x: &Tensor,

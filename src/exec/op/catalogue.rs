@@ -32,8 +32,8 @@ pub const VIEW: &str = "view (aliases its input)";
 /// (cuDNN, FlashAttention or the memory-efficient CUTLASS kernels).
 pub const OWN_ATTENTION: &str = "flash-attention kernel";
 
-/// wrapir's NVRTC kernels for index, scatter, jagged, top-k, sort, segment,
-/// random and complex ops, which compute what ATen's kernels compute.
+/// wrapir's NVRTC kernels for index, scatter, jagged, top-k, sort, histogram,
+/// segment, random and complex ops, which compute what ATen's kernels compute.
 const KERNEL: &str = "built-in kernel";
 
 /// Which part of the CUDA backend runs an op on the device.
@@ -45,7 +45,7 @@ pub enum CudaRoute {
     Conv,
     /// The attention ops (`exec::cuda::attention`).
     Attention,
-    /// The built-in index, scatter, jagged, top-k and sort kernels (`exec::cuda::kernels::ops`).
+    /// The built-in index, scatter, jagged, top-k, sort and histogram kernels (`exec::cuda::kernels::ops`).
     Kernel,
     /// Views, complex pointwise ops, segment reductions and random numbers
     /// (`exec::cuda::kernels::extra`).
@@ -123,6 +123,7 @@ catalogue! {
     BiasAddmm(BIAS_ADDMM), host: true, cuda: cuda(Blas, "cuBLASLt", FLOAT);
     IntMm(INT_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
     ScaledMm(SCALED_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "f8e4m3fn, f8e5m2 -> f32, f16, bf16 (tensor-wise scales, sm_89+)");
+    GroupedMmFallback(GROUPED_MM_FALLBACK), host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
     Convolution(CONVOLUTION), host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     Nonzero(NONZERO), host: true, cuda: cuda(Kernel, KERNEL, "all");
     MaskedSelect(MASKED_SELECT), host: true, cuda: cuda(Kernel, KERNEL, "all");
@@ -137,6 +138,7 @@ catalogue! {
     IndexPut(INDEX_PUT), host: true, cuda: cuda(Kernel, KERNEL, "all");
     Topk(TOPK), host: true, cuda: cuda(Kernel, KERNEL, "all");
     Sort(SORT), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool (stable order)");
+    Histc(HISTC), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, i64, i32, i16, i8, u8 (PyTorch's CUDA binning)");
     SegmentReduce(SEGMENT_REDUCE), host: true, cuda: cuda(Extra, KERNEL, "f32, f64, f16, bf16");
     Randint(RANDINT), host: true, cuda: cuda(Extra, KERNEL, "i64 (PyTorch's Philox values)");
     ViewAsComplex(VIEW_AS_COMPLEX), host: true, cuda: cuda(Extra, VIEW, "f32, f64, f16");

@@ -81,13 +81,14 @@ pub(in crate::exec::cuda) struct KernelSource {
     pub text: String,
 }
 
-/// Every source the backend may compile: the built-in ops, `extra.cu`, and
-/// the attention kernels for each head dim they take.
+/// Every source the backend may compile: the built-in ops, `extra.cu`,
+/// `sort.cu`, `histc.cu`, and the attention kernels for each head dim they take.
 pub(in crate::exec::cuda) fn all_sources() -> Vec<KernelSource> {
     let mut all = vec![
         super::builtin_source(),
         super::extra::MODULE.source(),
         super::sort::MODULE.source(),
+        super::histc::MODULE.source(),
     ];
     all.extend(super::ATTENTION_HEAD_DIMS.iter().map(|&e| super::attention_source(e)));
     all

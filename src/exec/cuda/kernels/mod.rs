@@ -2,8 +2,8 @@
 //! that cuBLAS does not cover: boolean-mask compaction (`nonzero`,
 //! `masked_select`, `index.Tensor` with a mask), the jagged <-> padded dense
 //! conversions and their backward ops, `scatter_` / `scatter_reduce_` /
-//! `scatter_add_`, `index_put_` and `topk`; `sort` has a module of its own
-//! (`sort.rs`, `sort.cu`).
+//! `scatter_add_`, `index_put_` and `topk`; `sort` and `histc` have modules
+//! of their own (`sort.rs`, `sort.cu`; `histc.rs`, `histc.cu`).
 //!
 //! The CUDA source (`builtin.cu`, templates instantiated per dtype or per
 //! element width) is compiled to a cubin with NVRTC once per compute
@@ -25,6 +25,7 @@
 //!   out-of-range indices are an error after the kernel.
 
 mod extra;
+mod histc;
 mod image;
 mod ops;
 mod sort;

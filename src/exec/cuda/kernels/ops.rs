@@ -69,6 +69,7 @@ pub(super) fn op_fn(op: ExternOp) -> Option<OpFn> {
         ExternOp::IndexPut => |b, _, a| index_put(b, a),
         ExternOp::Topk => |b, _, a| topk(b, a),
         ExternOp::Sort => |b, c, _| super::sort::sort(b, c),
+        ExternOp::Histc => |b, c, _| super::histc::histc(b, c),
         _ => return None,
     };
     Some(f)

@@ -1,6 +1,7 @@
 //! The GEMM family (`mm`, `bmm`, `addmm`, `_addmm_activation`, `baddbmm`,
 //! `addbmm`; the int8 `_int_mm` in [`int_mm`], the fp8 `_scaled_mm`
-//! in [`scaled_mm`]) on cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
+//! in [`scaled_mm`]; transformers' `grouped_mm_fallback` in [`grouped`]) on
+//! cuBLAS and cuBLASLt, called as PyTorch's CUDA kernels call
 //! them (`aten/src/ATen/native/cuda/Blas.cpp`), so that results are equal:
 //!
 //! * Layouts follow `cublasCommonArgs` / `prepare_matrix_for_cublas` (2-D)
@@ -26,6 +27,7 @@
 //!   (single GEMMs) and the Lt reduction-scheme mask.
 
 mod call;
+mod grouped;
 mod int_mm;
 mod scaled_mm;
 
@@ -69,6 +71,7 @@ pub(super) fn op_fn(op: ExternOp) -> Option<GemmFn> {
         ExternOp::BiasAddmm => bias_addmm,
         ExternOp::IntMm => int_mm::int_mm,
         ExternOp::ScaledMm => scaled_mm::scaled_mm,
+        ExternOp::GroupedMmFallback => grouped::grouped_mm_fallback,
         _ => return None,
     };
     Some(f)

@@ -133,6 +133,22 @@ pub(super) static IMAGES: &[Prebuilt] = &[
         deflated: include_bytes!("extra-sm90.cubin.deflate"),
     },
     Prebuilt {
+        id: "histc",
+        major: 8,
+        minor: 0,
+        digest: [0x026c402854a545f7, 0x4d0ed3b95a768208],
+        size: 259872,
+        deflated: include_bytes!("histc-sm80.cubin.deflate"),
+    },
+    Prebuilt {
+        id: "histc",
+        major: 9,
+        minor: 0,
+        digest: [0x30bda047cde746c8, 0xf524436b98d96937],
+        size: 267952,
+        deflated: include_bytes!("histc-sm90.cubin.deflate"),
+    },
+    Prebuilt {
         id: "sort",
         major: 8,
         minor: 0,
