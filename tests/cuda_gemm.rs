@@ -259,6 +259,18 @@ fn mm_bmm_baddbmm_addbmm_strided() {
                 run("extern_kernels.baddbmm", args, Some((&[b, m, n], &[m * n, 1, m])));
             }
         }
+        // A KV-cache decode step's query: one row per batch, its row
+        // stride 0 (an expand), and a row expanded to `m` rows: no valid
+        // leading dimension, so ATen (and the device) GEMM a contiguous copy.
+        for (rows, seed) in [(1, 31), (m, 32)] {
+            let q = host_tensor(dtype, &[b, rows, k], Some(&[k, 0, 1]), seed);
+            run("extern_kernels.bmm", vec![A::T(q.clone()), A::T(y3t.clone())], None);
+            run(
+                "extern_kernels.bmm",
+                vec![A::T(q), A::T(host_tensor(dtype, &[b, k, n], None, 33))],
+                Some((&[b, rows, n], &[rows * n, n, 1])),
+            );
+        }
         let args = vec![
             A::T(host_tensor(dtype, &[m, n], None, 30)),
             A::T(x3.clone()),

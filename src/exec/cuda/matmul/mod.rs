@@ -268,17 +268,58 @@ fn batch_layout(t: &CudaTensor, tr: bool, m: i64, n: i64) -> Option<(bool, i64)>
     None
 }
 
+/// A batched GEMM operand as `prepare_batch_matrix_for_cublas` passes it:
+/// as it is where cuBLAS can read it in place (or where the result's layout
+/// leaves the GEMM to the host anyway), else a contiguous copy, as ATen's
+/// `tensor.clone(at::MemoryFormat::Contiguous)` (for example a batch of
+/// single rows expanded with a stride of 0, which is no valid leading
+/// dimension). `first`: the left operand (`batch1`).
+fn batch_operand(
+    backend: &mut CudaBackend,
+    t: &CudaTensor,
+    c: &CudaTensor,
+    first: bool,
+) -> Result<CudaTensor, ExecError> {
+    let (rs, rz) = (&c.spec.stride, &c.spec.size);
+    let Some(tr) = result_transposed(rs, rz) else {
+        return Ok(t.clone());
+    };
+    // The operand's (m, n) in `batch_layout`'s terms: cuBLAS's A is
+    // `batch2` when the result is transposed.
+    let (sz, lead) = (&t.spec.size, if tr { 1 } else { 2 });
+    let as_a = first != tr;
+    // A's (m, k) and B's (k, n), k the contracted size.
+    let (m, n) = if as_a {
+        (rz[if tr { 2 } else { 1 }], sz[lead])
+    } else {
+        (sz[3 - lead], rz[lead])
+    };
+    if batch_layout(t, tr, m, n).is_some() {
+        return Ok(t.clone());
+    }
+    let dense = backend.allocate(&TensorSpec::contiguous(t.spec.dtype, backend.device_of(), sz))?;
+    kernels::copy_strided(backend, t, &t.spec.stride, &dense)?;
+    Ok(dense)
+}
+
+/// Whether a batched GEMM's result is written row-major (`C^T = B^T A^T`),
+/// as `baddbmm_out_cuda_impl` decides; `None` when ATen would compute into
+/// a copy of the result.
+fn result_transposed(rs: &[i64], rz: &[i64]) -> Option<bool> {
+    if rs[1] == 1 && (rz[2] == 1 || rs[2] >= rz[1].max(1)) {
+        Some(false)
+    } else if rs[2] == 1 && (rz[1] == 1 || rs[1] >= rz[2].max(1)) {
+        Some(true)
+    } else {
+        None
+    }
+}
+
 /// `baddbmm_out_cuda_impl`'s problem for `c = b1 @ b2` (3-D each), or `None`
 /// when PyTorch would copy an operand or the result.
 fn batched(b1: &CudaTensor, b2: &CudaTensor, c: &CudaTensor) -> Option<Common> {
     let (rs, rz) = (&c.spec.stride, &c.spec.size);
-    let tr = if rs[1] == 1 && (rz[2] == 1 || rs[2] >= rz[1].max(1)) {
-        false
-    } else if rs[2] == 1 && (rz[1] == 1 || rs[1] >= rz[2].max(1)) {
-        true
-    } else {
-        return None;
-    };
+    let tr = result_transposed(rs, rz)?;
     let lead = if tr { 1 } else { 2 };
     let (m, n) = (rz[if tr { 2 } else { 1 }], rz[lead]);
     let (x1, x2) = if tr { (b2, b1) } else { (b1, b2) };
@@ -642,6 +683,10 @@ fn baddbmm(
     if c.spec.numel() == 0 {
         return Ok(done(c, returns_out));
     }
+    let (x, y) = (
+        batch_operand(backend, &x, &c, true)?,
+        batch_operand(backend, &y, &c, false)?,
+    );
     let Some(cm) = batched(&x, &y, &c) else {
         return Ok(None);
     };
