@@ -324,6 +324,28 @@ class Kernels(unittest.TestCase):
         self.assertEqual(merged["k"]["_triton_meta"], {"a": 1})
 
 
+class CallArgRebinding(unittest.TestCase):
+    def test_a_numel_symbol_assigned_again_gets_a_fresh_name(self):
+        # Inductor assigns `triton_..._xnumel` before each launch of the kernel (a mixture
+        # of experts launches one kernel per expert with its own data-dependent size);
+        # wrapir binds a symbol once, so later bindings are renamed and later uses follow.
+        from types import SimpleNamespace
+        from wrapir_export.convert import GraphConverter
+        conv = SimpleNamespace(call_arg_names={}, cap=SimpleNamespace(symbols=set()))
+        arg = SimpleNamespace(inner="k_xnumel")
+        names = []
+        for _ in range(3):
+            names.append(GraphConverter.rebind_call_arg(conv, "k_xnumel"))
+            conv.cap.symbols.add(names[-1])
+            self.assertEqual(GraphConverter.call_arg_name(conv, arg), names[-1])
+        self.assertEqual(names, ["k_xnumel", "k_xnumel_1", "k_xnumel_2"])
+        # A fresh name skips one another symbol already has.
+        conv.cap.symbols.add("k_xnumel_3")
+        self.assertEqual(GraphConverter.rebind_call_arg(conv, "k_xnumel"), "k_xnumel_4")
+        # A symbol never bound by a call-argument line keeps its own name.
+        self.assertEqual(GraphConverter.call_arg_name(conv, SimpleNamespace(inner="s0")), "s0")
+
+
 class Control(unittest.TestCase):
     def test_while_texts(self):
         texts = control.while_texts_for("buf0", ["arg0_1"], ["s77"], (("cond_sub", "while_loop_cond_graph_0"),

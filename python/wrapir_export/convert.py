@@ -126,6 +126,10 @@ class GraphConverter(ControlFlowMixin):
         self.lines = []
         self.view_count = 0
         self.bound_precomputed = set()
+        # A kernel's numel symbol (`triton_..._xnumel`) is assigned again before each launch of
+        # that kernel (a Python rebinding; AOTI assigns the declared int64_t again); wrapir's
+        # symbols are bound once, so each later binding gets a fresh name: sym -> current name.
+        self.call_arg_names = {}
         # Wrapper IR line classes that one method converts whole (no class here is a
         # subclass of another, so the order does not matter).
         self.line_handlers = (
@@ -159,8 +163,9 @@ class GraphConverter(ControlFlowMixin):
         if isinstance(e, int):
             return e
         if isinstance(e, self.W.SymbolicCallArg):
-            self.note_symbol(str(e.inner))
-            return str(e.inner)
+            name = self.call_arg_name(e)
+            self.note_symbol(name)
+            return name
         if isinstance(e, str):
             return self.text_expr(e)
         if not isinstance(e, sympy.Basic):
@@ -184,6 +189,22 @@ class GraphConverter(ControlFlowMixin):
         for ident in idents:
             self.note_symbol(ident)
         return value
+
+    def call_arg_name(self, arg):
+        """The name a `SymbolicCallArg` stands for now (its latest binding)."""
+        return self.call_arg_names.get(str(arg.inner), str(arg.inner))
+
+    def rebind_call_arg(self, sym):
+        """The name for a new binding of the call argument `sym`: `sym` itself the first time,
+        then `sym_1`, `sym_2`, ... (a name no other symbol has), which later uses then read."""
+        if sym not in self.call_arg_names:
+            self.call_arg_names[sym] = sym
+            return sym
+        k = 1
+        while f"{sym}_{k}" in self.cap.symbols:
+            k += 1
+        self.call_arg_names[sym] = f"{sym}_{k}"
+        return self.call_arg_names[sym]
 
     def note_symbol(self, name):
         self.cap.symbols.add(name)
@@ -436,7 +457,7 @@ class GraphConverter(ControlFlowMixin):
                 handle(line)
                 return i + 1
         if isinstance(line, W.SymbolicCallArgLine):
-            sym = str(line.arg.inner)
+            sym = self.rebind_call_arg(str(line.arg.inner))
             self.cap.symbols.add(sym)
             self.bound_precomputed.add(sym)
             self.emit({"line": "symbolic_call_arg", "symbol": sym, "expr": self.expr(line.arg.inner_expr)})
@@ -740,8 +761,9 @@ class GraphConverter(ControlFlowMixin):
     def kernel_arg(self, a, ty, raw):
         torch, sympy, W = self.torch, self.sympy, self.W
         if isinstance(a, W.SymbolicCallArg):
-            self.cap.symbols.add(str(a.inner))
-            return {"kind": "expr", "value": str(a.inner)}
+            name = self.call_arg_name(a)
+            self.cap.symbols.add(name)
+            return {"kind": "expr", "value": name}
         if isinstance(a, str):
             if raw is not None and isinstance(raw, self.ir.IRNode) and not re.fullmatch(r"\w+", a):
                 return self.ref(raw)
