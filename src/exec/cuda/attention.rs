@@ -8,7 +8,9 @@
 //! capability 8.0 and later), f32 as 3xTF32 on tensor cores (m16n8k8, the
 //! fp32-accurate split PyTorch's memory-efficient attention uses; FMA before
 //! compute capability 8.0); head dims 16, 32, 64, 80, 96 and 128
-//! with value head dim equal to the query's. Other head dims or dtypes (and
+//! with value head dim equal to the query's, a smaller head dim run on the
+//! next of those with its operands zero-padded. Larger head dims, unequal
+//! ones or other dtypes (and
 //! f16/bf16 before compute capability 8.0) go to the host fallback when it
 //! is on and are an error naming what the kernels take when it is off.
 
@@ -119,16 +121,27 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
             )
         }
     };
-    if !HEAD_DIMS.contains(&dims.e) || dims.ev != dims.e {
+    // A head dim the kernels are not built for runs on the next one up,
+    // its operands zero-padded (a zero column adds nothing to a dot
+    // product, and the output's padding columns are dropped); the scale
+    // stays the one of the real head dim.
+    let Some(kernel_e) = HEAD_DIMS
+        .iter()
+        .copied()
+        .find(|e| *e >= dims.e)
+        .filter(|_| dims.ev == dims.e && dims.e > 0)
+    else {
         return refuse(
             backend,
             format!(
-                "the attention kernels take head dims {HEAD_DIMS:?} with equal query and value head dims, \
+                "the attention kernels take head dims up to {} with equal query and value head dims, \
                  got {} and {}",
-                dims.e, dims.ev
+                HEAD_DIMS[HEAD_DIMS.len() - 1],
+                dims.e,
+                dims.ev
             ),
         );
-    }
+    };
     if kind == Kind::Cudnn && matches!(dtype, DType::Float16 | DType::Bfloat16) {
         let (out, lse) = allocate_results(backend, &parsed, dtype)?;
         if super::dnn_attention::run(backend, &parsed, &out, &lse)? {
@@ -150,6 +163,11 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
             )
         }
     };
+    let dims = sdpa::Dims {
+        e: kernel_e,
+        ev: kernel_e,
+        ..dims
+    };
     let (bm, _, _) = shared_layout(family, dims.e, 1);
     let grid_x = u32::try_from((dims.l + bm - 1) / bm)
         .ok()
@@ -167,20 +185,34 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
 
     let (out, lse) = allocate_results(backend, &parsed, dtype)?;
     let layout = sdpa::lse_layout(&parsed, dtype);
-    let (q, k, v) = (&parsed.q.spec, &parsed.k.spec, &parsed.v.spec);
+    let padded = if kernel_e == parsed.dims.e {
+        None
+    } else {
+        Some([
+            padded_head(backend, parsed.q, kernel_e, true)?,
+            padded_head(backend, parsed.k, kernel_e, true)?,
+            padded_head(backend, parsed.v, kernel_e, true)?,
+            padded_head(backend, &out, kernel_e, false)?,
+        ])
+    };
+    let [q_t, k_t, v_t, out_t] = match &padded {
+        Some([q, k, v, o]) => [q, k, v, o],
+        None => [parsed.q, parsed.k, parsed.v, &out],
+    };
+    let (q, k, v) = (&q_t.spec, &k_t.spec, &v_t.spec);
     let four = |s: &[i64]| [s[0], s[1], s[2], s[3]];
     let mut params = AttnParams {
-        q: parsed.q.data_ptr(),
-        k: parsed.k.data_ptr(),
-        v: parsed.v.data_ptr(),
+        q: q_t.data_ptr(),
+        k: k_t.data_ptr(),
+        v: v_t.data_ptr(),
         bias: parsed.bias.map_or(0, |(t, _)| t.data_ptr()),
-        out: out.data_ptr(),
+        out: out_t.data_ptr(),
         lse: if layout.len > 0 { lse.data_ptr() } else { 0 },
         qs: four(&q.stride),
         ks: four(&k.stride),
         vs: four(&v.stride),
         bs: parsed.bias.map_or([0; 4], |(_, s)| s),
-        os: four(&out.spec.stride),
+        os: four(&out_t.spec.stride),
         ls: layout.rows,
         heads: dims.h,
         group: if dims.hk > 0 { dims.h / dims.hk } else { 1 },
@@ -200,7 +232,7 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
                 .iter()
                 .zip([params.q, params.k, params.v])
                 .all(|(spec, ptr)| rows_aligned(spec, ptr, row_elems, 16))
-            && (family != Family::Half || rows_aligned(&out.spec, params.out, 2, 4));
+            && (family != Family::Half || rows_aligned(&out_t.spec, params.out, 2, 4));
         let kernel = match family {
             Family::F32TensorCores if split == 2 => "f32tc_s2",
             Family::F32TensorCores => "f32tc",
@@ -213,7 +245,34 @@ pub(super) fn call(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
         };
         launch(backend, &name, dims.e, grid, threads, shared, &mut params)?;
     }
+    if let Some([.., padded_out]) = &padded {
+        // The real head dim's columns of the padded output, in the op's layout.
+        let columns = backend.view(padded_out, &out.spec.size, &padded_out.spec.stride, 0)?;
+        super::kernels::copy_strided(backend, &columns, &columns.spec.stride, &out)?;
+    }
     results(backend, &parsed, dtype, out, lse).map(Some)
+}
+
+/// A contiguous copy of the 4-D `t` with its last dimension widened to `e`
+/// (an operand, `copy` true: `t` in the first columns, zeros after them), or
+/// a contiguous tensor of that shape to write an output into (`copy` false).
+fn padded_head(backend: &mut CudaBackend, t: &CudaTensor, e: i64, copy: bool) -> Result<CudaTensor, ExecError> {
+    let mut size = t.spec.size.clone();
+    if let Some(last) = size.last_mut() {
+        *last = e;
+    }
+    let padded = backend.allocate(&TensorSpec::contiguous(t.spec.dtype, backend.device_of(), &size))?;
+    if copy {
+        let bytes = u64::try_from(padded.spec.numel())
+            .ok()
+            .and_then(|n| n.checked_mul(t.spec.dtype.size_bytes()))
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| ExecError::op("attention", format!("padded operand {size:?} is too large")))?;
+        backend.zero(padded.data_ptr(), bytes)?;
+        let columns = backend.view(&padded, &t.spec.size, &padded.spec.stride, 0)?;
+        super::kernels::copy_strided(backend, t, &t.spec.stride, &columns)?;
+    }
+    Ok(padded)
 }
 
 /// The output and log-sum-exp tensors of an attention op, in the layouts
