@@ -132,6 +132,17 @@ pub enum ErrorKind {
         /// The evaluation error.
         source: EvalError,
     },
+    /// C++: a multi-output value passed whole as an extern op's argument.
+    /// The C++ lowerings hold a multi-output value's tensors as separate
+    /// variables, one per output (as Inductor's C++ wrapper receives them),
+    /// and have no variable for the value itself; Inductor never passes one
+    /// (its consumers name the extracted elements), while the Python and FX
+    /// lowerings can pass the tuple.
+    #[error("multi-output value `{buffer}` is passed whole as an extern argument, which the C++ lowerings cannot express (they hold its outputs as separate tensors, not the value)")]
+    MultiOutputArgument {
+        /// The multi-output value.
+        buffer: BufName,
+    },
     /// C++: the program uses something the C++ lowering does not support.
     #[error("not supported by the C++ lowering ({dialect}): {what}")]
     NotSupported {

@@ -23,6 +23,20 @@ fn standalone_output_compiles_against_cuda_h() {
         std::fs::write(&path, text).unwrap();
         sources.push(path);
     }
+    // Every small valid program of `cases/lower.txt` the standalone dialect
+    // lowers (the others' refusals are checked by `tests/lower.rs`).
+    for (i, case) in common::text_cases(include_str!("../cases/lower.txt"))
+        .iter()
+        .enumerate()
+    {
+        let program =
+            wrapir::text::parse(&format!("wrapir 1\n{}", case.input)).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        if let Ok(text) = lower(&program, &Options::for_dialect(Dialect::Standalone)) {
+            let path = dir.join(format!("lower_case_{i}.cpp"));
+            std::fs::write(&path, text).unwrap();
+            sources.push(path);
+        }
+    }
     let inline = Options {
         inline_runtime: true,
         ..Options::for_dialect(Dialect::Standalone)

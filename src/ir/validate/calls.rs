@@ -70,7 +70,13 @@ impl ParamType<'_> {
 impl<'a> Validator<'a> {
     pub(super) fn kernel_call(&mut self, g: &mut GraphState<'a>, at: usize, call: &'a KernelCall) {
         for a in &call.args {
-            self.use_arg(g, at, &a.value);
+            match &a.value {
+                // A kernel takes a tensor's data pointer: a multi-output value has none.
+                ArgValue::Buffer(b) => {
+                    self.use_buffer(g, at, b, Need::Tensor, true);
+                }
+                other => self.use_arg(g, at, other),
+            }
         }
         let program = self.program;
         let Some((kernel_index, def)) = self

@@ -116,21 +116,8 @@ impl<'a> Validator<'a> {
                         }
                     }
                 }
-                // The first index selects one of a control-flow result's
-                // values: it must name one the subgraphs return.
-                if let (Some(MultiIndex::List(i) | MultiIndex::Tuple(i)), Some(&outputs)) =
-                    (indices.first(), g.multi_outputs.get(source))
-                {
-                    if usize::try_from(*i).is_ok_and(|i| i >= outputs) {
-                        self.err(
-                            Self::at(g, at),
-                            ValidationErrorKind::IndexPastOutputs {
-                                value: source.clone(),
-                                index: *i,
-                                outputs,
-                            },
-                        );
-                    }
+                if let Some(MultiIndex::List(i) | MultiIndex::Tuple(i)) = indices.first() {
+                    self.index_in_outputs(g, at, source, *i);
                 }
                 self.define_result(g, at, result, Need::Any);
             }
@@ -185,6 +172,9 @@ impl<'a> Validator<'a> {
                 self.use_buffer(g, at, source, Need::Any, false);
                 let rank = g.layout(self.program, source).map(Layout::rank);
                 for (s, path) in bindings {
+                    if let Some(KeyEntry::Index(i)) = path.first() {
+                        self.index_in_outputs(g, at, source, *i);
+                    }
                     self.check_key_path(g, at, s, path, rank);
                     self.bind_symbol(g, at, s, SymbolKind::Unbacked, "a bind line");
                 }
@@ -336,4 +326,24 @@ impl<'a> Validator<'a> {
     }
 
     // -- kernels ----------------------------------------------------------------
+}
+
+impl<'a> Validator<'a> {
+    /// Index `i` of a `get` line or a key path into `source`: when `source`
+    /// is a control-flow result, the index must name one of the values its
+    /// subgraphs return.
+    fn index_in_outputs(&mut self, g: &mut GraphState<'a>, at: usize, source: &BufName, i: i64) {
+        if let Some(&outputs) = g.multi_outputs.get(source) {
+            if usize::try_from(i).is_ok_and(|i| i >= outputs) {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::IndexPastOutputs {
+                        value: source.clone(),
+                        index: i,
+                        outputs,
+                    },
+                );
+            }
+        }
+    }
 }

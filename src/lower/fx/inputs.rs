@@ -1,6 +1,7 @@
 //! Graph inputs: placeholders, constants, symbols solved from input layouts, input asserts.
 
 use super::*;
+use rustc_hash::FxHashSet as HashSet;
 
 impl<'p> GraphLowering<'p> {
     pub(super) fn inputs(&mut self) -> Res<()> {
@@ -36,19 +37,31 @@ impl<'p> GraphLowering<'p> {
                 }
             }
         }
-        // Constants are `self.<name>` attributes, created up front like FX's get_attr.
-        if !self.is_subgraph {
-            for name in self.program.constants.keys() {
-                let val = self
-                    .program
-                    .constants
-                    .get(name)
-                    .map(|l| Val::Tensor(self.shared_layout(l)));
-                let id = self
-                    .out
-                    .push(name.as_str(), Op::Constant { name: name.to_string() }, val);
-                self.buffers.insert(name.clone(), id);
+        // Constants are `self.<name>` attributes, created up front like FX's
+        // get_attr: every one in main, those a subgraph names in a subgraph
+        // (a branch or loop body reads them as main does; its own buffers
+        // shadow them).
+        let (program, ir) = (self.program, self.ir);
+        let named: Option<HashSet<&BufName>> = (self.is_subgraph && !program.constants.is_empty()).then(|| {
+            let outputs = ir.outputs.iter().filter_map(|o| match o {
+                GraphOutput::Buffer(b) => Some(b),
+                _ => None,
+            });
+            ir.lines.iter().flat_map(Line::uses).chain(outputs).collect()
+        });
+        for (name, layout) in &program.constants {
+            let here = match &named {
+                None => true,
+                Some(named) => named.contains(name) && !self.decls.contains_key(name.as_str()),
+            };
+            if !here {
+                continue;
             }
+            let val = Some(Val::Tensor(self.shared_layout(layout)));
+            let id = self
+                .out
+                .push(name.as_str(), Op::Constant { name: name.to_string() }, val);
+            self.buffers.insert(name.clone(), id);
         }
         // Bind symbols from input sizes, strides and offsets.
         for (name, id, layout) in &tensor_inputs {

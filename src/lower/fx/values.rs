@@ -28,9 +28,10 @@ impl<'p> GraphLowering<'p> {
             .any(|o| matches!(o, GraphOutput::Buffer(x) if x == b))
     }
 
-    /// The node of buffer `b`'s live value. The error is kept, not a
-    /// validator rule re-checked: validation lets a subgraph read a program
-    /// constant, whose `get_attr` node only the main graph has here.
+    /// The node of buffer `b`'s live value. The error is kept, not shown
+    /// redundant: this lowering tracks live values by its own walk (frees,
+    /// reuses, views, a subgraph's constants), which the validator's
+    /// liveness rules are not shown to match everywhere.
     pub(super) fn buffer(&self, b: &BufName) -> Res<NodeId> {
         self.buffers
             .get(b)

@@ -24,7 +24,12 @@ impl LaunchEmitter for CppLaunches {
 
     fn emitted_launches(&self, info: &ProgramInfo<'_>) -> Result<Vec<EmittedLaunch>, EmitError> {
         let options = crate::lower::cpp::Options::for_dialect(self.dialect);
-        let unsupported = |e: &crate::lower::Error| matches!(e.kind, crate::lower::ErrorKind::NotSupported { .. });
+        let unsupported = |e: &crate::lower::Error| {
+            matches!(
+                e.kind,
+                crate::lower::ErrorKind::NotSupported { .. } | crate::lower::ErrorKind::MultiOutputArgument { .. }
+            )
+        };
         printed_launches(self.name(), info, &options, unsupported, cpp_launch)
     }
 }

@@ -31,7 +31,7 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let graph = self.subgraph(name);
-        let ctx = GraphCtx::new(graph, Some(name))?;
+        let ctx = GraphCtx::new(graph, Some(name), &self.info.program().constants)?;
         self.line(format!("// subgraph: {name}"));
         // Validation checked the operand count (`OperandCountMismatch`).
         for (input, operand) in graph.inputs.iter().zip(operands) {
@@ -79,9 +79,20 @@ impl<'a> Lowering<'a> {
             let GraphOutput::Buffer(b) = out else {
                 return Err(self.unsupported(cx, format!("a non-tensor output of subgraph `{name}`")));
             };
+            if ctx.is_multi(b) {
+                return Err(self.unsupported(
+                    cx,
+                    format!("output `{b}` of subgraph `{name}` is a multi-output value, not one tensor"),
+                ));
+            }
             let local = ctx.local(b);
             self.line(format!("{target}.reset();"));
             match moved.get(&local) {
+                // A constant stays the whole function's: the target shares it.
+                None if ctx.is_constant(b) => {
+                    let d = self.dialect;
+                    d.assign_shared(self, target, &local);
+                }
                 None => {
                     self.line(format!("{target} = std::move({local});"));
                     moved.insert(local, target.clone());

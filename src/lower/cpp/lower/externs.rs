@@ -17,7 +17,7 @@ impl Lowering<'_> {
         }
         candidates
             .iter()
-            .find_map(|b| g.graph.layout(b).map(|l| l.device))
+            .find_map(|b| g.tensor_layout(b).map(|l| l.device))
             .unwrap_or(Device::cuda(0))
     }
 

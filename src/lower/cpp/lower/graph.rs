@@ -15,6 +15,9 @@ use super::*;
 /// op's one output is written straight into `buf2`, as Inductor prints it.
 pub(super) struct GraphCtx<'a> {
     pub(super) graph: &'a Graph,
+    /// The program's constants: variables of the whole function, read by
+    /// every graph under their own names (subgraphs are inlined).
+    pub(super) constants: &'a IndexMap<BufName, Layout>,
     /// `None` for main.
     pub(super) name: Option<&'a GraphName>,
     pub(super) prefix: String,
@@ -45,10 +48,15 @@ pub(super) fn index_prefix(path: &[KeyEntry]) -> Vec<usize> {
 }
 
 impl<'a> GraphCtx<'a> {
-    pub(super) fn new(graph: &'a Graph, name: Option<&'a GraphName>) -> Result<Self, Error> {
+    pub(super) fn new(
+        graph: &'a Graph,
+        name: Option<&'a GraphName>,
+        constants: &'a IndexMap<BufName, Layout>,
+    ) -> Result<Self, Error> {
         let prefix = name.map(|n| format!("{n}_")).unwrap_or_default();
         let mut ctx = GraphCtx {
             graph,
+            constants,
             name,
             prefix,
             elements: HashMap::default(),
@@ -178,9 +186,16 @@ impl<'a> GraphCtx<'a> {
         }
     }
 
-    /// The C++ variable of a buffer: subgraph buffers get the graph's name in front.
+    /// Whether `b` names a program constant here (no buffer of the graph's
+    /// own table shadows it).
+    pub(super) fn is_constant(&self, b: &BufName) -> bool {
+        !self.constants.is_empty() && !self.graph.buffers.contains_key(b) && self.constants.contains_key(b)
+    }
+
+    /// The C++ variable of a buffer: subgraph buffers get the graph's name in
+    /// front; a constant is the whole function's variable of its own name.
     pub(super) fn local(&self, b: &BufName) -> String {
-        if self.prefix.is_empty() || b.as_str().starts_with(&self.prefix) {
+        if self.prefix.is_empty() || b.as_str().starts_with(&self.prefix) || self.is_constant(b) {
             b.to_string()
         } else {
             format!("{}{}", self.prefix, b)
@@ -190,16 +205,26 @@ impl<'a> GraphCtx<'a> {
     /// [`GraphCtx::local`] as a value that prints it.
     pub(super) fn var<'x>(&'x self, b: &'x BufName) -> Var<'x> {
         Var {
-            prefix: &self.prefix,
+            prefix: if self.is_constant(b) { "" } else { &self.prefix },
             name: b.as_str(),
         }
     }
 
-    /// The declared tensor layout of `b`. The error is kept, not a
-    /// validator rule re-checked: validation lets a line define a
-    /// constant's name, which no graph's table declares.
+    /// The layout of `b` when it is a tensor: declared in the graph's table,
+    /// or a program constant.
+    pub(super) fn tensor_layout(&self, b: &BufName) -> Option<&'a Layout> {
+        match self.graph.buffers.get(b) {
+            Some(_) => self.graph.layout(b),
+            None => self.constants.get(b),
+        }
+    }
+
+    /// The tensor layout of `b`: its declaration in the graph's table, or a
+    /// program constant's. The error is kept: validation lets a line that
+    /// needs a layout name a multi-output value (`Need::Any`: an extern
+    /// argument, a scatter source), which has none.
     pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
-        self.graph.layout(b).ok_or_else(|| {
+        self.tensor_layout(b).ok_or_else(|| {
             Error::invalid(
                 cx.location(),
                 format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
@@ -208,15 +233,13 @@ impl<'a> GraphCtx<'a> {
     }
 
     /// The variable of `b` passed as one extern-op argument: a tensor, never
-    /// a multi-output value (its elements are separate variables). The
-    /// error is kept: validation lets a multi-output value be an argument
-    /// (the Python and FX lowerings pass it whole).
+    /// a multi-output value (its elements are separate variables, so the
+    /// value itself has none). The error is a limitation, not a re-check:
+    /// validation lets a multi-output value be an argument (the Python and
+    /// FX lowerings pass it whole); Inductor never passes one.
     pub(super) fn tensor_arg(&self, b: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
         if self.is_multi(b) {
-            return Err(Error::invalid(
-                cx,
-                format!("multi-output value `{b}` passed as an extern argument"),
-            ));
+            return Err(Error::new(cx, ErrorKind::MultiOutputArgument { buffer: b.clone() }));
         }
         Ok(self.local(b))
     }
@@ -286,13 +309,19 @@ impl<'a> GraphCtx<'a> {
         for path in tree.into_iter().flat_map(|t| t.keys()) {
             match path.as_slice() {
                 [i] => len = len.max(i + 1),
+                // A subgraph output that is itself a multi-output value
+                // (validation allows it; Inductor's control flow returns
+                // flat tensors).
                 _ => {
-                    return Err(Error::invalid(
+                    return Err(Error::new(
                         cx.location(),
-                        format!(
-                            "`{root}{}` is not one output of the subgraph: `{root}` is a flat list of tensors",
-                            path_text(path)
-                        ),
+                        ErrorKind::NotSupported {
+                            dialect: "both dialects",
+                            what: format!(
+                                "extracting `{root}{}`: a subgraph output that is a multi-output value (C++ receives a subgraph's outputs as one tensor each)",
+                                path_text(path)
+                            ),
+                        },
                     ))
                 }
             }

@@ -115,7 +115,7 @@ fn lower_body(l: &mut Lowering<'_>) -> Result<(String, KernelWrappers), Error> {
     let program = l.program;
     l.indent = 1;
     l.entry_prologue()?;
-    let main = GraphCtx::new(&program.main, None)?;
+    let main = GraphCtx::new(&program.main, None, &program.constants)?;
     l.graph_lines(&main)?;
     l.entry_outputs(&main)?;
     let body = std::mem::take(&mut l.body);

@@ -88,7 +88,7 @@ impl Lowering<'_> {
         Ok(match a {
             ArgValue::Buffer(b) => format!(
                 "PyCapsule_New(reinterpret_cast<void*>({}.get()), NULL, NULL)",
-                g.local(b)
+                g.tensor_arg(b, cx)?
             ),
             ArgValue::None => {
                 self.line("Py_INCREF(Py_None);");

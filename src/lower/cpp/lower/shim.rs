@@ -169,7 +169,7 @@ impl Lowering<'_> {
                     let mut elems = Vec::with_capacity(items.len());
                     for item in items {
                         elems.push(match item {
-                            ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.local(b)),
+                            ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.tensor_arg(b, cx)?),
                             ArgValue::None => "nullptr".to_string(),
                             other => {
                                 return Err(bad(format!(
@@ -187,7 +187,9 @@ impl Lowering<'_> {
                 }
                 (Param::Double(_), Some(ArgValue::Float(f))) => c_float(*f),
                 (Param::Double(d), None) => c_float(*d),
-                (Param::OptTensor, Some(ArgValue::Buffer(b))) => format!("&temporary_reference({}.get())", g.local(b)),
+                (Param::OptTensor, Some(ArgValue::Buffer(b))) => {
+                    format!("&temporary_reference({}.get())", g.tensor_arg(b, cx)?)
+                }
                 (Param::OptTensor | Param::OptDouble, None) => "nullptr".into(),
                 (Param::Int(_), Some(v)) => self.shim_arg(g, v, cx)?,
                 (Param::Int(d), None) => format!("{d}L"),
@@ -233,29 +235,25 @@ impl Lowering<'_> {
         let all_tensors = items.iter().all(|i| matches!(i, ArgValue::Buffer(_)));
         let tensors_or_none = items.iter().all(|i| matches!(i, ArgValue::Buffer(_) | ArgValue::None));
         if n > 0 && all_tensors {
-            let v: Vec<String> = items
-                .iter()
-                .filter_map(|i| {
-                    if let ArgValue::Buffer(b) = i {
-                        Some(format!("{}.get()", g.local(b)))
-                    } else {
-                        None
-                    }
-                })
-                .collect();
+            let mut v: Vec<String> = Vec::with_capacity(n);
+            for i in items {
+                if let ArgValue::Buffer(b) = i {
+                    v.push(format!("{}.get()", g.tensor_arg(b, cx)?));
+                }
+            }
             return Ok(format!(
                 "std::array<AtenTensorHandle, {n}>{{{}}}.cbegin(), {n}",
                 v.join(", ")
             ));
         }
         if n > 0 && tensors_or_none {
-            let v: Vec<String> = items
-                .iter()
-                .map(|i| match i {
-                    ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.local(b)),
+            let mut v: Vec<String> = Vec::with_capacity(n);
+            for i in items {
+                v.push(match i {
+                    ArgValue::Buffer(b) => format!("&temporary_reference({}.get())", g.tensor_arg(b, cx)?),
                     _ => "nullptr".to_string(),
-                })
-                .collect();
+                });
+            }
             return Ok(format!(
                 "std::array<const AtenTensorHandle*, {n}>{{{}}}.data(), {n}",
                 v.join(", ")
