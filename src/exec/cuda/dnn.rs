@@ -31,6 +31,9 @@ pub(super) fn check(call: &'static str, status: dnn::cudnnStatus_t) -> Result<()
         for failure in libraries::sublibrary_failures() {
             status.push_str(&format!("; could not open {failure}"));
         }
+        if let Some(why) = libraries::second_cudnn() {
+            status.push_str(&format!("; {why}"));
+        }
     }
     Err(CudaError::Dnn { call, status })
 }

@@ -147,13 +147,50 @@ pub(super) fn sublibrary_failures() -> Vec<String> {
 /// The directory the already-loaded library `file_name` (a soname such as
 /// `libcudnn.so.9`) was mapped from, read from `/proc/self/maps`.
 fn loaded_from(file_name: &str) -> Option<PathBuf> {
-    let maps =
-        crate::limits::files::read_to_string(Path::new("/proc/self/maps"), crate::Limits::DEFAULT_FILE_BYTES).ok()?;
-    maps.lines().find_map(|line| {
-        let path = Path::new(line.split_whitespace().nth(5)?);
-        let name = path.file_name()?.to_str()?;
-        (name == file_name || name.starts_with(&format!("{file_name}.")))
-            .then(|| path.parent().map(Path::to_path_buf))?
+    mapped_dirs(file_name).into_iter().next()
+}
+
+/// Every directory a library named `file_name` (or `file_name.*`) is mapped
+/// from in this process, in the order `/proc/self/maps` lists them, each once.
+fn mapped_dirs(file_name: &str) -> Vec<PathBuf> {
+    let Ok(maps) =
+        crate::limits::files::read_to_string(Path::new("/proc/self/maps"), crate::Limits::DEFAULT_FILE_BYTES)
+    else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5).map(Path::new) else {
+            continue;
+        };
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name == file_name || name.starts_with(&format!("{file_name}.")) {
+            if let Some(dir) = path.parent().filter(|d| !dirs.iter().any(|x| x == d)) {
+                dirs.push(dir.to_path_buf());
+            }
+        }
+    }
+    dirs
+}
+
+/// Why cuDNN could not open its sub-libraries when two cuDNN front
+/// libraries are mapped in this process (a PyTorch process whose own cuDNN
+/// was loaded before wrapir's was found under another name): a front
+/// library opens its sub-libraries by soname, which the loader answers with
+/// the copies already loaded, of the other version. `None` with one.
+pub(super) fn second_cudnn() -> Option<String> {
+    let dirs = mapped_dirs("libcudnn.so");
+    (dirs.len() > 1).then(|| {
+        let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        format!(
+            "this process has two cuDNN libraries loaded (from {}), and cuDNN's sub-libraries come from \
+             whichever was loaded first; wrapir opens cuDNN as `libcudnn.so` first, which here names another \
+             copy than the one already loaded. Remove the unversioned `libcudnn.so` link of the copy not loaded \
+             first, so that the name finds none and wrapir takes the loaded one as `libcudnn.so.9`",
+            dirs.join(" and ")
+        )
     })
 }
 
