@@ -119,19 +119,46 @@ impl Drop for DnnHandle {
     }
 }
 
-/// A strided tensor descriptor.
-#[derive(Debug)]
-pub(super) struct TensorDesc(dnn::cudnnTensorDescriptor_t);
+/// An owned cuDNN descriptor type `$name` holding a `$raw`:
+/// `$name::create()` makes one with `$create` (cuDNN's defaults until a
+/// setter fills it in), and dropping it calls `$destroy`.
+macro_rules! cudnn_descriptor {
+    ($(#[$doc:meta])* $vis:vis struct $name:ident($raw:ty), $create:ident, $destroy:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        $vis struct $name($raw);
+
+        impl $name {
+            fn create() -> Result<$name, $crate::exec::cuda::driver::CudaError> {
+                let mut raw = std::ptr::null_mut();
+                // SAFETY: `raw` is a valid out-pointer.
+                $crate::exec::cuda::dnn::check(stringify!($create), unsafe { cudarc::cudnn::sys::$create(&mut raw) })?;
+                Ok($name(raw))
+            }
+        }
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: created once (by `create`), destroyed once.
+                let _ = unsafe { cudarc::cudnn::sys::$destroy(self.0) };
+            }
+        }
+    };
+}
+pub(super) use cudnn_descriptor;
+
+cudnn_descriptor! {
+    /// A strided tensor descriptor.
+    pub(super) struct TensorDesc(dnn::cudnnTensorDescriptor_t),
+    cudnnCreateTensorDescriptor,
+    cudnnDestroyTensorDescriptor
+}
 
 impl TensorDesc {
     pub(super) fn new(dtype: DataType, size: &[i64], stride: &[i64]) -> Result<TensorDesc, CudaError> {
         let (dims, strides) = (ints(size, "tensor size")?, ints(stride, "tensor stride")?);
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateTensorDescriptor", unsafe {
-            dnn::cudnnCreateTensorDescriptor(&mut raw)
-        })?;
-        let desc = TensorDesc(raw);
+        let desc = TensorDesc::create()?;
+        let raw = desc.0;
         // SAFETY: the descriptor is live; both arrays hold `dims.len()` entries.
         check("cudnnSetTensorNdDescriptor", unsafe {
             dnn::cudnnSetTensorNdDescriptor(
@@ -150,12 +177,7 @@ impl TensorDesc {
     /// A descriptor cuDNN fills in (`cudnnGetRNNWeightParams`' matrix and
     /// bias descriptors).
     pub(super) fn blank() -> Result<TensorDesc, CudaError> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateTensorDescriptor", unsafe {
-            dnn::cudnnCreateTensorDescriptor(&mut raw)
-        })?;
-        Ok(TensorDesc(raw))
+        TensorDesc::create()
     }
 
     /// The raw descriptor, for calls outside this module (the RNN API).
@@ -182,13 +204,6 @@ impl TensorDesc {
         })?;
         let rank = usize::try_from(rank).unwrap_or(0).min(MAX);
         Ok(dims[..rank].iter().map(|&d| i64::from(d)).collect())
-    }
-}
-
-impl Drop for TensorDesc {
-    fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
-        let _ = unsafe { dnn::cudnnDestroyTensorDescriptor(self.0) };
     }
 }
 

@@ -34,7 +34,7 @@
 //! path and CUDA graphs replay; the weight copies are the built-in
 //! strided-copy kernel.
 
-use super::dnn::{check, DataType, DnnHandle, TensorDesc};
+use super::dnn::{check, cudnn_descriptor, DataType, DnnHandle, TensorDesc};
 use super::library::{self, Address, LibraryCall};
 use super::{kernels, CudaBackend, CudaTensor};
 use crate::exec::host::conv::packed_as;
@@ -121,56 +121,42 @@ fn algorithm(r: &Rnn<'_>, dtype: DType, (major, minor, sms): (i32, i32, i32)) ->
     A::CUDNN_RNN_ALGO_STANDARD
 }
 
-/// A dropout descriptor of probability 0 (PyTorch's `set_no_dropout`).
-#[derive(Debug)]
-struct DropoutDesc(dnn::cudnnDropoutDescriptor_t);
+cudnn_descriptor! {
+    /// A dropout descriptor of probability 0 (PyTorch's `set_no_dropout`).
+    struct DropoutDesc(dnn::cudnnDropoutDescriptor_t),
+    cudnnCreateDropoutDescriptor,
+    cudnnDestroyDropoutDescriptor
+}
 
 impl DropoutDesc {
     fn none(handle: &DnnHandle) -> Result<DropoutDesc, ExecError> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateDropoutDescriptor", unsafe {
-            dnn::cudnnCreateDropoutDescriptor(&mut raw)
-        })?;
-        let desc = DropoutDesc(raw);
+        let desc = DropoutDesc::create()?;
         // SAFETY: live descriptor and handle; no state is needed at probability 0.
         check("cudnnSetDropoutDescriptor", unsafe {
-            dnn::cudnnSetDropoutDescriptor(raw, handle.raw(), 0.0, std::ptr::null_mut(), 0, 0)
+            dnn::cudnnSetDropoutDescriptor(desc.0, handle.raw(), 0.0, std::ptr::null_mut(), 0, 0)
         })?;
         Ok(desc)
     }
 }
 
-impl Drop for DropoutDesc {
-    fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
-        let _ = unsafe { dnn::cudnnDestroyDropoutDescriptor(self.0) };
-    }
+cudnn_descriptor! {
+    /// An RNN descriptor.
+    struct RnnDesc(dnn::cudnnRNNDescriptor_t),
+    cudnnCreateRNNDescriptor,
+    cudnnDestroyRNNDescriptor
 }
 
-/// An RNN descriptor.
-#[derive(Debug)]
-struct RnnDesc(dnn::cudnnRNNDescriptor_t);
-
-impl Drop for RnnDesc {
-    fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
-        let _ = unsafe { dnn::cudnnDestroyRNNDescriptor(self.0) };
-    }
+cudnn_descriptor! {
+    /// A sequence data descriptor (sequence-major, unpacked, every sequence full length).
+    struct DataDesc(dnn::cudnnRNNDataDescriptor_t),
+    cudnnCreateRNNDataDescriptor,
+    cudnnDestroyRNNDataDescriptor
 }
-
-/// A sequence data descriptor (sequence-major, unpacked, every sequence full length).
-#[derive(Debug)]
-struct DataDesc(dnn::cudnnRNNDataDescriptor_t);
 
 impl DataDesc {
     fn new(dtype: DataType, steps: i32, batch: i32, vector: i32) -> Result<DataDesc, ExecError> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("cudnnCreateRNNDataDescriptor", unsafe {
-            dnn::cudnnCreateRNNDataDescriptor(&mut raw)
-        })?;
-        let desc = DataDesc(raw);
+        let desc = DataDesc::create()?;
+        let raw = desc.0;
         let lengths = vec![steps; usize::try_from(batch).unwrap_or(0)];
         // SAFETY: live descriptor; `lengths` holds `batch` entries; no padding fill.
         check("cudnnSetRNNDataDescriptor", unsafe {
@@ -186,13 +172,6 @@ impl DataDesc {
             )
         })?;
         Ok(desc)
-    }
-}
-
-impl Drop for DataDesc {
-    fn drop(&mut self) {
-        // SAFETY: created once, destroyed once.
-        let _ = unsafe { dnn::cudnnDestroyRNNDataDescriptor(self.0) };
     }
 }
 
@@ -258,16 +237,11 @@ pub(super) fn call(
     }
     let handle = backend.dnn.as_ref().ok_or_else(|| a.err("no cuDNN handle"))?;
     let dropout = DropoutDesc::none(handle)?;
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: `raw` is a valid out-pointer.
-    check("cudnnCreateRNNDescriptor", unsafe {
-        dnn::cudnnCreateRNNDescriptor(&mut raw)
-    })?;
-    let rnn = RnnDesc(raw);
+    let rnn = RnnDesc::create()?;
     // SAFETY: live descriptors; every value is one of the enums' or a checked int.
     check("cudnnSetRNNDescriptor_v8", unsafe {
         dnn::cudnnSetRNNDescriptor_v8(
-            raw,
+            rnn.0,
             algo,
             mode(r.cell),
             dnn::cudnnRNNBiasMode_t::CUDNN_RNN_DOUBLE_BIAS,

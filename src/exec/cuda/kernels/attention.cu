@@ -155,6 +155,15 @@ __device__ __forceinline__ void pad_lse(const AttnParams& p, float* Lse, i64 q0,
     }
 }
 
+// The end of the keys that a block of BM query rows from q0 reads: every
+// key, or with `causal` none past the block's last row.
+template <int BM>
+__device__ __forceinline__ i64 kv_limit(const AttnParams& p, i64 q0) {
+    i64 kv_end = p.lk;
+    if (p.causal && q0 + BM < kv_end) kv_end = q0 + BM;
+    return kv_end;
+}
+
 // The tensor-core kernels' accumulator layout: each thread holds two rows
 // (g and g + 8 of its warp's 16), the 4 threads of a quad share them.
 
@@ -187,6 +196,73 @@ __device__ __forceinline__ void exp_scores(float (&s)[NS][4], const float (&mu)[
             l[c >> 1] += s[j][c];
         }
     }
+}
+
+// The thread's two rows before the first key tile: accumulators o zero,
+// running maxima -inf, sums 0.
+template <int NO>
+__device__ __forceinline__ void start_rows(float (&o)[NO][4], float (&m)[2], float (&l)[2]) {
+#pragma unroll
+    for (int d = 0; d < NO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    m[0] = m[1] = (-ATTN_INF);
+    l[0] = l[1] = 0.f;
+}
+
+// A key tile's scores s (keys from kv0, NS n-tiles) in log2 units: scaled
+// by sl2, plus the bias (elements of T, read as floats by Conv::to_float),
+// and -inf for masked keys (past lk; with `causal`, past the row); with
+// `need_mask` false the caller knows no key of the tile is masked. Raises
+// the row maxima mx to the tile's.
+template <typename Conv, int NS, typename T>
+__device__ __forceinline__ void mask_scores(float (&s)[NS][4], float (&mx)[2], const AttnParams& p, const T* Bias,
+                                            const i64 (&rows)[2], i64 kv0, int t4, float sl2, bool need_mask) {
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const i64 row = rows[c >> 1];
+            const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
+            const bool ok = !need_mask || (col < p.lk && (!p.causal || col <= row));
+            float x = s[j][c] * sl2;
+            if (ok && Bias && row < p.lq) x += Conv::to_float(Bias[row * p.bs[2] + col * p.bs[3]]) * LOG2E;
+            s[j][c] = ok ? x : (-ATTN_INF);
+            mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
+        }
+    }
+}
+
+// f32 bias elements, for `mask_scores`.
+struct F32 {
+    static __device__ __forceinline__ float to_float(float x) { return x; }
+};
+
+// Writes the thread's two finished rows of the block (BM rows from q0, NTH
+// threads) of batch b, head h: the output (elements of T, columns e and
+// e + 1 written by `store(row pointer, e, v0, v1)`), the log-sum-exp and
+// its padding. REDUCE: the sums l are still per thread (summed over the
+// quad here).
+template <typename T, int BM, int NTH, bool REDUCE, int NO, typename Store>
+__device__ __forceinline__ void finish_rows(const AttnParams& p, i64 b, i64 h, i64 q0, int tid, int t4,
+                                            const i64 (&rows)[2], const float (&o)[NO][4], const float (&m)[2],
+                                            float (&l)[2], Store store) {
+    T* Out;
+    float* Lse;
+    head_outputs(p, b, h, Out, Lse);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (REDUCE) l[r] = quad_sum(l[r]);
+        const i64 row = rows[r];
+        if (row >= p.lq) continue;
+        const RowEnd end = row_end(p, m[r], l[r]);
+        T* orow = Out + row * p.os[2];
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            const int e = d * 8 + t4 * 2;
+            store(orow, e, end.empty ? end.fill : o[d][2 * r] * end.inv, end.empty ? end.fill : o[d][2 * r + 1] * end.inv);
+        }
+        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m[r], l[r]);
+    }
+    if (Lse) pad_lse<BM, NTH>(p, Lse, q0, tid);
 }
 
 // ---------------------------------------------------------------------------
@@ -239,26 +315,23 @@ __device__ __forceinline__ void exp_scores(float (&s)[NS][4], const float (&mu)[
 #define MMA_BM (MMA_WARPS * 16)
 
 #if __CUDA_ARCH__ >= 800
+// C += A B on mma.sync m16n8k16 with f32 accumulators; TYPE: the PTX name
+// of A's and B's 16-bit element type.
+#define MMA16816(TYPE)                                                                         \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, " \
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                    \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                              \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
 template <bool BF16>
-__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1);
-
-template <>
-__device__ __forceinline__ void mma16816<false>(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    if (BF16) {
+        MMA16816("bf16");
+    } else {
+        MMA16816("f16");
+    }
 }
-
-template <>
-__device__ __forceinline__ void mma16816<true>(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#undef MMA16816
 
 // Two floats as a packed pair of the 16-bit type: `lo` in the low half.
 template <bool BF16> __device__ __forceinline__ unsigned pack2(float lo, float hi);
@@ -303,19 +376,23 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Waits until at most one committed group is still in flight.
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// The query block, batch and head of this block. Blocks start in linear
-// order (x fastest); with `causal` the query block varies slowest and the
-// last ones, which have the most keys, start first.
-__device__ __forceinline__ void block_coords(bool causal, i64& qb, i64& b, i64& h) {
+// The first query row (q0: the query block times BM rows), batch and head
+// of this block. Blocks start in linear order (x fastest); with `causal` the
+// query block varies slowest and the last ones, which have the most keys,
+// start first.
+template <int BM>
+__device__ __forceinline__ i64 block_coords(bool causal, i64& b, i64& h) {
+    i64 qb;
     if (!causal) {
         qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-        return;
+    } else {
+        const i64 heads = gridDim.y, batch_heads = (i64)gridDim.y * gridDim.z;
+        const i64 lin = blockIdx.x + (i64)gridDim.x * (blockIdx.y + (i64)gridDim.y * blockIdx.z);
+        qb = gridDim.x - 1 - lin / batch_heads;
+        const i64 rest = lin % batch_heads;
+        h = rest % heads, b = rest / heads;
     }
-    const i64 heads = gridDim.y, batch_heads = (i64)gridDim.y * gridDim.z;
-    const i64 lin = blockIdx.x + (i64)gridDim.x * (blockIdx.y + (i64)gridDim.y * blockIdx.z);
-    qb = gridDim.x - 1 - lin / batch_heads;
-    const i64 rest = lin % batch_heads;
-    h = rest % heads, b = rest / heads;
+    return qb * BM;
 }
 
 // Rows [r0, r0 + NROWS) of a [rows][E] matrix of T (row stride rs, element
@@ -364,14 +441,11 @@ __device__ void attn_mma(const AttnParams& p) {
     u16* Vs = Ks + 2 * TILE;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    i64 qb, b, h;
-    block_coords(p.causal, qb, b, h);
-    const i64 q0 = qb * MMA_BM;
+    i64 b, h;
+    const i64 q0 = block_coords<MMA_BM>(p.causal, b, h);
     const u16 *Q, *K, *V, *Bias;
     head_inputs(p, b, h, Q, K, V, Bias);
-
-    i64 kv_end = p.lk;
-    if (p.causal && q0 + MMA_BM < kv_end) kv_end = q0 + MMA_BM;
+    const i64 kv_end = kv_limit<MMA_BM>(p, q0);
 
     load_tile<E, MMA_BM, MMA_NT, FAST>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], tid);
     if (kv_end > 0) {
@@ -387,11 +461,8 @@ __device__ void attn_mma(const AttnParams& p) {
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) ldsm_x4(qf[kk], smem_addr(Qs + (wr + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8));
 
-    float o[NO][4];
-#pragma unroll
-    for (int d = 0; d < NO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-    float m[2] = {(-ATTN_INF), (-ATTN_INF)};
-    float l[2] = {0.f, 0.f};
+    float o[NO][4], m[2], l[2];
+    start_rows(o, m, l);
     const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
     const float sl2 = (float)p.scale * LOG2E;
     // Per-lane shared offsets (elements) of the ldmatrix rows, tile-relative.
@@ -429,20 +500,7 @@ __device__ void attn_mma(const AttnParams& p) {
             float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
             const bool need_mask = kv0 + MMA_BN > p.lk || (p.causal && kv0 + MMA_BN - 1 > q0 + wr);
             if (need_mask || Bias) {
-#pragma unroll
-                for (int j = 0; j < NS; ++j) {
-#pragma unroll
-                    for (int c = 0; c < 4; ++c) {
-                        const i64 row = rows[c >> 1];
-                        const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
-                        const bool ok = col < p.lk && (!p.causal || col <= row);
-                        float x = s[j][c] * sl2;
-                        if (ok && Bias && row < p.lq)
-                            x += Half<BF16>::to_float(Bias[row * p.bs[2] + col * p.bs[3]]) * LOG2E;
-                        s[j][c] = ok ? x : (-ATTN_INF);
-                        mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
-                    }
-                }
+                mask_scores<Half<BF16>>(s, mx, p, Bias, rows, kv0, t4, sl2, true);
             } else {
 #pragma unroll
                 for (int j = 0; j < NS; ++j) {
@@ -476,32 +534,16 @@ __device__ void attn_mma(const AttnParams& p) {
         __syncthreads();
     }
 
-    u16* Out;
-    float* Lse;
-    head_outputs(p, b, h, Out, Lse);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] = quad_sum(l[r]);
-        const i64 row = rows[r];
-        if (row >= p.lq) continue;
-        const RowEnd end = row_end(p, m[r], l[r]);
-        u16* orow = Out + row * p.os[2];
-#pragma unroll
-        for (int d = 0; d < NO; ++d) {
-            const int e = d * 8 + t4 * 2;
-            const float v0 = end.empty ? end.fill : o[d][2 * r] * end.inv;
-            const float v1 = end.empty ? end.fill : o[d][2 * r + 1] * end.inv;
-            if (FAST) {
-                // out's last dimension is contiguous and its strides even.
-                *reinterpret_cast<unsigned*>(orow + e) = pack2<BF16>(v0, v1);
-            } else {
-                orow[e * p.os[3]] = Half<BF16>::from_float(v0);
-                orow[(e + 1) * p.os[3]] = Half<BF16>::from_float(v1);
-            }
-        }
-        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m[r], l[r]);
-    }
-    if (Lse) pad_lse<MMA_BM, MMA_NT>(p, Lse, q0, tid);
+    finish_rows<u16, MMA_BM, MMA_NT, true>(p, b, h, q0, tid, t4, rows, o, m, l,
+                                           [&](u16* orow, int e, float v0, float v1) {
+                                               if (FAST) {
+                                                   // out's last dimension is contiguous and its strides even.
+                                                   *reinterpret_cast<unsigned*>(orow + e) = pack2<BF16>(v0, v1);
+                                               } else {
+                                                   orow[e * p.os[3]] = Half<BF16>::from_float(v0);
+                                                   orow[(e + 1) * p.os[3]] = Half<BF16>::from_float(v1);
+                                               }
+                                           });
 #else
     __trap();
 #endif
@@ -542,8 +584,7 @@ __device__ void attn_f32(const AttnParams& p) {
     }
     float m = (-ATTN_INF), l = 0.f;
     const float sl2 = (float)p.scale * LOG2E;
-    i64 kv_end = p.lk;
-    if (p.causal && q0 + F32_BM < kv_end) kv_end = q0 + F32_BM;
+    const i64 kv_end = kv_limit<F32_BM>(p, q0);
 
     for (i64 kv0 = 0; kv0 < kv_end; kv0 += F32_BN) {
         for (int i = tid; i < F32_BN * E; i += NT) {
@@ -712,14 +753,11 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     float* Ks = Qs + TC_BM * QP + group * 2 * BN * QP;
     float* Vs = Ks + BN * QP;
 
-    i64 qb, b, h;
-    block_coords(p.causal, qb, b, h);
-    const i64 q0 = qb * TC_BM;
+    i64 b, h;
+    const i64 q0 = block_coords<TC_BM>(p.causal, b, h);
     const float *Q, *K, *V, *Bias;
     head_inputs(p, b, h, Q, K, V, Bias);
-
-    i64 kv_end = p.lk;
-    if (p.causal && q0 + TC_BM < kv_end) kv_end = q0 + TC_BM;
+    i64 kv_end = kv_limit<TC_BM>(p, q0);
     // This group's key tiles.
     const i64 tiles = (kv_end + BN - 1) / BN;
     const i64 kv_begin = tiles * group / SPLIT * BN;
@@ -728,11 +766,8 @@ __device__ void attn_f32_tc(const AttnParams& p) {
     load_tile_f32<E, TC_BM, QP, FAST, TC_NT * SPLIT>(Qs, Q, q0, p.lq, p.qs[2], p.qs[3], threadIdx.x);
 
     const int wr = warp * 16;
-    float o[NO][4];
-#pragma unroll
-    for (int d = 0; d < NO; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-    float m[2] = {(-ATTN_INF), (-ATTN_INF)};
-    float l[2] = {0.f, 0.f};
+    float o[NO][4], m[2], l[2];
+    start_rows(o, m, l);
     const i64 rows[2] = {q0 + wr + g, q0 + wr + g + 8};
     const float sl2 = (float)p.scale * LOG2E;
     const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * QP + 4 * (lane >> 4);
@@ -772,19 +807,7 @@ __device__ void attn_f32_tc(const AttnParams& p) {
             }
             float mx[2] = {(-ATTN_INF), (-ATTN_INF)};
             const bool need_mask = kv0 + BN > p.lk || (p.causal && kv0 + BN - 1 > q0 + wr);
-#pragma unroll
-            for (int j = 0; j < NS; ++j) {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const i64 row = rows[c >> 1];
-                    const i64 col = kv0 + j * 8 + t4 * 2 + (c & 1);
-                    const bool ok = !need_mask || (col < p.lk && (!p.causal || col <= row));
-                    float x = s[j][c] * sl2;
-                    if (ok && Bias && row < p.lq) x += Bias[row * p.bs[2] + col * p.bs[3]] * LOG2E;
-                    s[j][c] = ok ? x : (-ATTN_INF);
-                    mx[c >> 1] = fmaxf(mx[c >> 1], s[j][c]);
-                }
-            }
+            mask_scores<F32>(s, mx, p, Bias, rows, kv0, t4, sl2, need_mask);
             float mu[2];
             rescale_rows(mx, m, l, o, mu);
             exp_scores(s, mu, l);
@@ -853,55 +876,30 @@ __device__ void attn_f32_tc(const AttnParams& p) {
         }
     }
 
-    float *Out, *Lse;
-    head_outputs(p, b, h, Out, Lse);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        if (SPLIT == 1) l[r] = quad_sum(l[r]);
-        const i64 row = rows[r];
-        if (row >= p.lq) continue;
-        const RowEnd end = row_end(p, m[r], l[r]);
-        float* orow = Out + row * p.os[2];
-#pragma unroll
-        for (int d = 0; d < NO; ++d) {
-            const int e = d * 8 + t4 * 2;
-            orow[e * p.os[3]] = end.empty ? end.fill : o[d][2 * r] * end.inv;
-            orow[(e + 1) * p.os[3]] = end.empty ? end.fill : o[d][2 * r + 1] * end.inv;
-        }
-        if (Lse && t4 == 0) Lse[row * p.ls[2]] = row_lse(p, end, m[r], l[r]);
-    }
-    if (Lse) pad_lse<TC_BM, TC_NT>(p, Lse, q0, tid);
+    finish_rows<float, TC_BM, TC_NT, SPLIT == 1>(p, b, h, q0, tid, t4, rows, o, m, l,
+                                                 [&](float* orow, int e, float v0, float v1) {
+                                                     orow[e * p.os[3]] = v0;
+                                                     orow[(e + 1) * p.os[3]] = v1;
+                                                 });
 #else
     __trap();
 #endif
 }
 
-#define ATTN_INSTANCES(E)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(NT) attn_f32_e##E(AttnParams p) { attn_f32<E>(p); }         \
-    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_f16_e##E(AttnParams p) {                        \
-        attn_mma<false, E, false>(p);                                                                         \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_bf16_e##E(AttnParams p) {                       \
-        attn_mma<true, E, false>(p);                                                                          \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_f16_fast_e##E(AttnParams p) {                   \
-        attn_mma<false, E, true>(p);                                                                          \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(MMA_NT) attn_bf16_fast_e##E(AttnParams p) {                  \
-        attn_mma<true, E, true>(p);                                                                           \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_e##E(AttnParams p) {                       \
-        attn_f32_tc<E, false, 1>(p);                                                                          \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(TC_NT) attn_f32tc_fast_e##E(AttnParams p) {                  \
-        attn_f32_tc<E, true, 1>(p);                                                                           \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(2 * TC_NT) attn_f32tc_s2_e##E(AttnParams p) {                \
-        attn_f32_tc<E, false, 2>(p);                                                                          \
-    }                                                                                                         \
-    extern "C" __global__ void __launch_bounds__(2 * TC_NT) attn_f32tc_s2_fast_e##E(AttnParams p) {           \
-        attn_f32_tc<E, true, 2>(p);                                                                           \
-    }
+// One kernel entry point: NAME, at most NTH threads a block, running BODY.
+#define ATTN_KERNEL(NAME, NTH, BODY) \
+    extern "C" __global__ void __launch_bounds__(NTH) NAME(AttnParams p) { BODY(p); }
+
+#define ATTN_INSTANCES(E)                                                  \
+    ATTN_KERNEL(attn_f32_e##E, NT, attn_f32<E>)                            \
+    ATTN_KERNEL(attn_f16_e##E, MMA_NT, (attn_mma<false, E, false>))        \
+    ATTN_KERNEL(attn_bf16_e##E, MMA_NT, (attn_mma<true, E, false>))        \
+    ATTN_KERNEL(attn_f16_fast_e##E, MMA_NT, (attn_mma<false, E, true>))    \
+    ATTN_KERNEL(attn_bf16_fast_e##E, MMA_NT, (attn_mma<true, E, true>))    \
+    ATTN_KERNEL(attn_f32tc_e##E, TC_NT, (attn_f32_tc<E, false, 1>))        \
+    ATTN_KERNEL(attn_f32tc_fast_e##E, TC_NT, (attn_f32_tc<E, true, 1>))    \
+    ATTN_KERNEL(attn_f32tc_s2_e##E, 2 * TC_NT, (attn_f32_tc<E, false, 2>)) \
+    ATTN_KERNEL(attn_f32tc_s2_fast_e##E, 2 * TC_NT, (attn_f32_tc<E, true, 2>))
 
 // One head dim per compilation: the host prepends `#define ATTN_E <E>`.
 #define ATTN_INSTANCES_FOR(E) ATTN_INSTANCES(E)
