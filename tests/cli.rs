@@ -164,16 +164,6 @@ fn cli_verbs_take_files_directories_and_stdin() {
     );
 }
 
-/// The names in `dir` (sorted), to show that a failed command left nothing behind.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn cli_says_what_it_dropped() {
     let dir = scratch("dropped");
@@ -239,15 +229,22 @@ fn lower_package_leaves_no_half_written_directory() {
     // A kernel image that cannot be read fails after the wrapper is written:
     // neither the package nor its staging directory is left behind.
     let kernels = bundle.join("kernels");
-    let cubin = listing(&kernels).into_iter().find(|n| n.ends_with(".cubin")).unwrap();
+    let cubin = common::listing(&kernels)
+        .into_iter()
+        .find(|n| n.ends_with(".cubin"))
+        .unwrap();
     let saved = std::fs::read(kernels.join(&cubin)).unwrap();
     std::fs::remove_file(kernels.join(&cubin)).unwrap();
     let out = dir.join("pkg");
-    let before = listing(&dir);
+    let before = common::listing(&dir);
     let r = lower(&out);
     r.assert_exit(2);
     common::assert_contains(&r.stderr, &cubin);
-    assert_eq!(listing(&dir), before, "a failed package leaves nothing in its parent");
+    assert_eq!(
+        common::listing(&dir),
+        before,
+        "a failed package leaves nothing in its parent"
+    );
     // Complete, it is written; written again over itself, it is replaced.
     std::fs::write(kernels.join(&cubin), &saved).unwrap();
     lower(&out).assert_exit(0);
@@ -257,12 +254,12 @@ fn lower_package_leaves_no_half_written_directory() {
     assert!(!out.join("stale.txt").exists() && out.join("main.cpp").is_file());
     let mut with_package = [&before[..], &["pkg".to_string()]].concat();
     with_package.sort();
-    assert_eq!(listing(&dir), with_package);
+    assert_eq!(common::listing(&dir), with_package);
     // A failure over an earlier package keeps it whole.
     std::fs::remove_file(kernels.join(&cubin)).unwrap();
-    let earlier = listing(&out);
+    let earlier = common::listing(&out);
     lower(&out).assert_exit(2);
-    assert_eq!(listing(&out), earlier);
+    assert_eq!(common::listing(&out), earlier);
     std::fs::write(kernels.join(&cubin), &saved).unwrap();
     // A directory that is not an earlier package, a file and a symlink are refused untouched.
     let mine = dir.join("mine");
@@ -271,12 +268,12 @@ fn lower_package_leaves_no_half_written_directory() {
     let r = lower(&mine);
     r.assert_exit(2);
     common::assert_contains(&r.stderr, "the directory exists and is not an earlier package");
-    assert_eq!(listing(&mine), ["notes.txt"]);
+    assert_eq!(common::listing(&mine), ["notes.txt"]);
     let link = dir.join("link");
     std::os::unix::fs::symlink(&mine, &link).unwrap();
     let r = lower(&link);
     r.assert_exit(2);
     common::assert_contains(&r.stderr, "is not a directory (a symlink is not followed)");
-    assert_eq!(listing(&mine), ["notes.txt"]);
+    assert_eq!(common::listing(&mine), ["notes.txt"]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -464,15 +464,7 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
     for name in &file_links {
         std::os::unix::fs::symlink(&victim, tmp.join(name)).unwrap();
     }
-    let listing = |d: &Path| {
-        let mut names: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
-    let mut expected = listing(&tmp);
+    let mut expected = common::listing(&tmp);
     for (case, file) in [("cpp/mm_gelu", "cpp.wirpkg"), ("halide/small_cnn", "halide.wirpkg")] {
         // The package is written into the shared directory too.
         let package = tmp.join(file);
@@ -492,7 +484,7 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
             run.stdout
         );
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious", "{case}");
-        assert_eq!(listing(&tmp), expected, "{case}: pack or run left files behind");
+        assert_eq!(common::listing(&tmp), expected, "{case}: pack or run left files behind");
         for name in &dir_links {
             assert_eq!(std::fs::read_link(tmp.join(name)).unwrap(), elsewhere, "{case}: {name}");
         }
@@ -500,7 +492,7 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
             assert_eq!(std::fs::read_link(tmp.join(name)).unwrap(), victim, "{case}: {name}");
         }
         assert_eq!(
-            listing(&elsewhere),
+            common::listing(&elsewhere),
             ["victim"],
             "{case}: the run wrote outside its scratch directory"
         );
@@ -528,7 +520,11 @@ fn a_package_run_writes_only_into_its_own_private_scratch_directory() {
     .unwrap_err()
     .to_string();
     common::assert_contains(&err, "cannot create the private scratch directory");
-    assert_eq!(listing(&elsewhere), ["victim"], "the library wrote through a symlink");
+    assert_eq!(
+        common::listing(&elsewhere),
+        ["victim"],
+        "the library wrote through a symlink"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

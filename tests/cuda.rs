@@ -18,7 +18,7 @@ use wrapir::exec::compare::{compare_leaves, output_leaves};
 use wrapir::exec::cuda::{run_program, CudaBackend, CudaOptions, CudaPaths};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, TensorSpec, Value};
-use wrapir::format::bundle_json::{BundleMeta, Tolerance};
+use wrapir::format::bundle_json::{BundleMeta, MathModes, Tolerance};
 use wrapir::ir::{DType, Device, Program};
 
 /// Runs one bundle on the GPU (host fallback on, so that an op without a
@@ -82,11 +82,7 @@ fn every_bundle_matches_eager_on_cuda() {
 /// Round trips through device memory keep values, strides and offsets.
 #[test]
 fn copies_round_trip_strided_views() {
-    let mut backend = CudaBackend::new(CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    })
-    .unwrap();
+    let (mut backend, _) = common::device_only_backend(MathModes::default()).unwrap();
     let cases: [(DType, &[f64]); 4] = [
         (DType::Float32, &[1.5, -2.0, 3.25, 0.0, 7.0, 8.0]),
         (DType::Bfloat16, &[1.0, 2.0, -3.0, 4.0, 0.5, 6.0]),
@@ -112,11 +108,7 @@ fn copies_round_trip_strided_views() {
 /// A view outside its allocation is an error, not an out-of-bounds pointer.
 #[test]
 fn views_are_bounds_checked() {
-    let mut backend = CudaBackend::new(CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    })
-    .unwrap();
+    let (mut backend, _) = common::device_only_backend(MathModes::default()).unwrap();
     let spec = TensorSpec::contiguous(DType::Float32, Device::cuda(0), &[4]);
     let t = backend.allocate(&spec).unwrap();
     let err = backend.view(&t, &[4], &[1], 1).unwrap_err();
@@ -193,12 +185,7 @@ enum Expect {
 fn check_op(op: &str, args: &[Arg], kwargs: &[(&str, Arg)], expect: Expect) -> Result<(), String> {
     let in_place = op.trim_end_matches(".default").trim_end_matches(".two").ends_with('_');
     // No host fallback: an op the device does not run is an error here.
-    let options = CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    let mut backend = CudaBackend::new(options).unwrap();
+    let (mut backend, log) = common::device_only_backend(MathModes::default()).unwrap();
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
     let host_kwargs: IndexMap<String, Value<Tensor>> =
         kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
@@ -885,12 +872,8 @@ fn sort_matches_the_host_order_and_layouts() {
             let want = HostBackend::new(HostOptions::default())
                 .call_extern(ExternCall::new(op, &args, &kwargs))
                 .map_err(|e| format!("host: {e}"))?;
-            let options = CudaOptions {
-                host_fallback: false,
-                ..CudaOptions::from_env()
-            };
-            let log = options.extern_ops.clone();
-            let mut backend = CudaBackend::new(options).map_err(|e| format!("no GPU: {e}"))?;
+            let (mut backend, log) =
+                common::device_only_backend(MathModes::default()).map_err(|e| format!("no GPU: {e}"))?;
             let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, &args, &kwargs);
             let got = backend
                 .call_extern(ExternCall::new(op, &dev_args, &dev_kwargs))

@@ -428,11 +428,7 @@ int main(void) {
         .arg(&exe)
         .output()
         .expect("cc runs");
-    assert!(
-        out.status.success(),
-        "linking failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::assert_tool_ok(&out, format_args!("linking failed"));
     let run = Command::new(&exe).output().expect("the probe runs");
     let _ = std::fs::remove_dir_all(&work);
     assert!(

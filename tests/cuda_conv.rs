@@ -10,7 +10,6 @@
 mod common;
 
 use indexmap::IndexMap;
-use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::format::bundle_json::MathModes;
@@ -127,16 +126,10 @@ fn run_case(c: &Case, dtype: DType, tf32: bool, use_out: bool) -> Result<f64, St
     let Value::Tensor(want) = want else {
         return Err("host gave no tensor".into());
     };
-    let options = CudaOptions {
-        host_fallback: false,
-        math: MathModes {
-            cudnn_allow_tf32: tf32,
-            ..MathModes::default()
-        },
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    let mut backend = CudaBackend::new(options).map_err(|e| e.to_string())?;
+    let (mut backend, log) = common::device_only_backend(MathModes {
+        cudnn_allow_tf32: tf32,
+        ..MathModes::default()
+    })?;
     let (dargs, mut dkwargs) = common::copy_call_in(&mut backend, &args, &kwargs);
     let out = if use_out {
         let o = backend

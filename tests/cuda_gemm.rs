@@ -15,6 +15,7 @@ use indexmap::IndexMap;
 use wrapir::exec::cuda::{place_inputs, CudaBackend, CudaOptions, CudaTensor, Prepared, Replay};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
+use wrapir::format::bundle_json::MathModes;
 use wrapir::ir::{ArgValue, DType, Device, Layout, ProgramBuilder};
 use wrapir::sym::SymExpr;
 
@@ -83,12 +84,8 @@ fn describe(args: &[A], kwargs: &[(&str, A)]) -> String {
 /// with `out=` laid out by `out_stride`; compares within the dtype's tolerance.
 fn check(op: &str, args: &[A], kwargs: &[(&str, A)], out: Option<(&[i64], &[i64])>) -> Result<(), String> {
     let what = format!("{op}({})", describe(args, kwargs));
-    let options = CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    let mut backend = CudaBackend::new(options).map_err(|e| format!("{what}: no GPU: {e}"))?;
+    let (mut backend, log) =
+        common::device_only_backend(MathModes::default()).map_err(|e| format!("{what}: no GPU: {e}"))?;
     let host_args: Vec<Value<Tensor>> = args.iter().map(host_value).collect();
     let mut host_kwargs: IndexMap<String, Value<Tensor>> =
         kwargs.iter().map(|(k, v)| (k.to_string(), host_value(v))).collect();
@@ -591,12 +588,7 @@ fn program(dtype: DType) -> (wrapir::ir::Program, IndexMap<String, Tensor>) {
 fn prepared_and_graph_replays_equal_the_direct_run() {
     for dtype in DTYPES {
         let (program, inputs) = program(dtype);
-        let options = CudaOptions {
-            host_fallback: false,
-            ..CudaOptions::from_env()
-        };
-        let log = options.extern_ops.clone();
-        let mut backend = CudaBackend::new(options).expect("GPU");
+        let (mut backend, log) = common::device_only_backend(MathModes::default()).expect("GPU");
         let (plan, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
         let direct = plan.run(&mut backend, args.clone(), &consts).expect("direct run");
         let want = bits(&mut backend, &direct.outputs);

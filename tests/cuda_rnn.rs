@@ -24,7 +24,7 @@
 mod common;
 
 use indexmap::IndexMap;
-use wrapir::exec::cuda::{CudaBackend, CudaOptions, CudaTensor};
+use wrapir::exec::cuda::{CudaBackend, CudaTensor};
 use wrapir::exec::host::{HostBackend, HostOptions};
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::format::bundle_json::MathModes;
@@ -325,16 +325,11 @@ fn tolerance(c: &Case) -> f64 {
 /// A backend with cuDNN's TF32 allowed or not, and the log of the ops it
 /// ran on the device.
 fn backend_logged(tf32: bool) -> (CudaBackend, wrapir::exec::cuda::ExternOpLog) {
-    let options = CudaOptions {
-        host_fallback: false,
-        math: MathModes {
-            cudnn_allow_tf32: tf32,
-            ..MathModes::default()
-        },
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    (CudaBackend::new(options).expect("a CUDA device"), log)
+    common::device_only_backend(MathModes {
+        cudnn_allow_tf32: tf32,
+        ..MathModes::default()
+    })
+    .expect("a CUDA device")
 }
 
 fn backend(tf32: bool) -> CudaBackend {

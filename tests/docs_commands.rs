@@ -114,11 +114,7 @@ fn run_blocks(blocks: &[&Block], dir: &Path, path: &str) -> Vec<String> {
                 .current_dir(dir)
                 .output()
                 .expect("python3 runs");
-            assert!(
-                made.status.success(),
-                "python3 -m venv: {}",
-                String::from_utf8_lossy(&made.stderr)
-            );
+            common::assert_tool_ok(&made, format_args!("python3 -m venv"));
             path = format!("{}:{path}", dir.join("venv/bin").display());
         }
         for cmd in cmds {

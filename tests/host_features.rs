@@ -704,33 +704,16 @@ fn bias_addmm_is_addmm_of_the_first_row() {
     let mat1 = f32s(&[1., 2., 3., 4.], &[2, 2]);
     let mat2 = f32s(&[1., 0., -1., 2., 1., 0.5], &[2, 3]);
     let kwargs = [("alpha", Value::Float(2.0)), ("beta", Value::Float(0.5))];
-    let want = tensor(
-        call(
-            "extern_kernels.addmm",
-            vec![Value::Tensor(row.clone()), mat1.clone(), mat2.clone()],
-            &kwargs,
-        )
-        .unwrap(),
-    );
+    // `op(inp, mat1, mat2, alpha=2, beta=0.5)`.
+    let run = |op: &str, inp: Tensor| {
+        tensor(call(op, vec![Value::Tensor(inp), mat1.clone(), mat2.clone()], &kwargs).unwrap())
+    };
+    let want = run("extern_kernels.addmm", row.clone());
     for inp in [expanded, row.view(&[1, 3], &[3, 1], 0).unwrap(), want.clone()] {
-        let got = tensor(
-            call(
-                "extern_kernels.bias_addmm",
-                vec![Value::Tensor(inp.clone()), mat1.clone(), mat2.clone()],
-                &kwargs,
-            )
-            .unwrap(),
-        );
+        let got = run("extern_kernels.bias_addmm", inp.clone());
         // A full-size `inp` is added as it is.
         let expected = if inp.size() == [2, 3] && inp.stride() != [0, 1] {
-            tensor(
-                call(
-                    "extern_kernels.addmm",
-                    vec![Value::Tensor(inp), mat1.clone(), mat2.clone()],
-                    &kwargs,
-                )
-                .unwrap(),
-            )
+            run("extern_kernels.addmm", inp)
         } else {
             want.clone()
         };

@@ -100,30 +100,21 @@ fn docs_ops_is_the_coverage_table() {
     assert_eq!((r.code, r.stdout.as_str()), (0, doc.as_str()));
     let r = wrapir(&["ops", "--all"]);
     r.assert_exit(0);
-    let sort = r
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("aten.sort "))
-        .expect("a row for aten.sort");
-    assert!(
-        sort.contains("host code") && sort.contains("own kernel (built-in kernel)"),
-        "{sort}"
-    );
-    let cudnn_rnn = r
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("aten._cudnn_rnn "))
-        .expect("a row for aten._cudnn_rnn");
-    assert!(
-        cudnn_rnn.contains("host code") && cudnn_rnn.contains("vendor library (cuDNN)"),
-        "{cudnn_rnn}"
-    );
-    let backward = r
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("aten._cudnn_rnn_backward "))
-        .expect("a row for aten._cudnn_rnn_backward");
-    assert!(backward.contains("refused: not implemented"), "{backward}");
+    // Each op's row holds what each backend does with it.
+    for (op, want) in [
+        ("aten.sort", &["host code", "own kernel (built-in kernel)"][..]),
+        ("aten._cudnn_rnn", &["host code", "vendor library (cuDNN)"]),
+        ("aten._cudnn_rnn_backward", &["refused: not implemented"]),
+    ] {
+        let row = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{op} ")))
+            .unwrap_or_else(|| panic!("no row for {op}"));
+        for w in want {
+            assert!(row.contains(w), "{op}: `{w}` not in {row}");
+        }
+    }
     common::assert_contains(&r.stdout, " ops Inductor can leave as extern calls: ");
     let r = wrapir(&["ops", "--all", "--device", "cpu"]);
     assert_eq!(r.code, 2);
@@ -151,7 +142,9 @@ fn readme_table_is_cuda_ops() {
 }
 
 /// `extern_uses` finds every extern op a run calls: the same ops, as often,
-/// as the FX lowering the interpreter runs (main graph and subgraphs).
+/// as the FX lowering the interpreter runs (main graph and subgraphs), for
+/// every fixture program and every committed bundle (CUDA, CPU, rank sets)
+/// that the FX lowering lowers.
 #[test]
 fn extern_uses_are_the_fx_lowerings_extern_calls() {
     fn fx_externs(g: &wrapir::fx::Graph, out: &mut Vec<String>) {
@@ -164,9 +157,17 @@ fn extern_uses_are_the_fx_lowerings_extern_calls() {
             fx_externs(sub, out);
         }
     }
-    let mut checked = 0;
+    let mut programs: Vec<(String, Program)> = common::fixtures()
+        .iter()
+        .map(|p| (common::name(p), common::load(p)))
+        .collect();
+    for p in common::committed_bundle_programs() {
+        let program = Program::from_json(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        programs.push((p.display().to_string(), program));
+    }
+    let (mut checked, mut calls) = (0, 0);
     let mut failures = Vec::new();
-    for (name, program) in programs() {
+    for (name, program) in programs {
         let Ok(info) = wrapir::ir::validate(&program) else {
             continue;
         };
@@ -184,8 +185,12 @@ fn extern_uses_are_the_fx_lowerings_extern_calls() {
             ));
         }
         checked += 1;
+        calls += found.len();
     }
-    assert!(checked > 30, "only {checked} programs lowered");
+    assert!(
+        checked > 200 && calls > 500,
+        "only {checked} programs ({calls} op calls) lowered"
+    );
     common::assert_no_failures(&failures);
 }
 

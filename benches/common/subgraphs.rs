@@ -136,6 +136,36 @@ fn take_result(g: &mut GraphBuilder<'_>, name: &str, result: &BufName, replaced:
     b
 }
 
+/// A subgraph computing `x + x` (the `binary` kernel).
+fn doubling_subgraph(p: &mut ProgramBuilder, k: &Kernels, name: &str) {
+    subgraph(p, name, |g, gname, x| {
+        let y = g.allocate(&format!("{gname}_buf0"), x_layout());
+        g.call_kernel(&k.binary, [buf(x), buf(x), buf(&y), numel()]);
+        y
+    });
+}
+
+/// The main graph running `sites` subgraph sites one after another, each
+/// on the previous one's result: `site(g, i, name, input)` writes site
+/// `i`'s line, whose multi-output `name` (`buf{2i}`) it returns; element 0
+/// becomes `buf{2i + 1}`, the next site's input (the site's own input freed
+/// once the graph owns it).
+fn main_chain(
+    p: &mut ProgramBuilder,
+    k: &Kernels,
+    sites: usize,
+    mut site: impl FnMut(&mut GraphBuilder<'_>, usize, &str, &BufName) -> BufName,
+) {
+    main_graph(p, k, |g, input| {
+        let mut cur = input;
+        for i in 0..sites {
+            let result = site(g, i, &format!("buf{}", 2 * i), &cur);
+            cur = take_result(g, &format!("buf{}", 2 * i + 1), &result, (i > 0).then_some(&cur));
+        }
+        cur
+    });
+}
+
 /// `units` sibling subgraph sites in the main graph (one `while_loop` in
 /// four, the rest `cond`s), each running its own two subgraphs.
 pub fn wide(units: usize) -> Program {
@@ -162,34 +192,22 @@ pub fn wide(units: usize) -> Program {
                 g.call_kernel(&k.in_place, [buf(&y), buf(x), numel()]);
                 y
             });
-            subgraph(&mut p, &format!("false_graph_{i}"), |g, name, x| {
-                let y = g.allocate(&format!("{name}_buf0"), x_layout());
-                g.call_kernel(&k.binary, [buf(x), buf(x), buf(&y), numel()]);
-                y
-            });
+            doubling_subgraph(&mut p, &k, &format!("false_graph_{i}"));
         }
     }
-    main_graph(&mut p, &k, |g, input| {
-        let mut cur = input;
-        let mut owned = false;
-        for i in 0..units {
-            let result = if i % 4 == 3 {
-                let graphs = (
-                    &*format!("while_loop_cond_graph_{i}"),
-                    &*format!("while_loop_body_graph_{i}"),
-                );
-                g.while_loop(&format!("buf{}", 2 * i), graphs, std::slice::from_ref(&cur), &[])
-            } else {
-                let graphs = (&*format!("true_graph_{i}"), &*format!("false_graph_{i}"));
-                // 64 (the hint of s0) > 32 and > 48, not > 64: both branches run.
-                let predicate = s0_above([32, 48, 64][i % 4]);
-                g.conditional(&format!("buf{}", 2 * i), predicate, graphs, std::slice::from_ref(&cur))
-            };
-            let next = take_result(g, &format!("buf{}", 2 * i + 1), &result, owned.then_some(&cur));
-            cur = next;
-            owned = true;
+    main_chain(&mut p, &k, units, |g, i, name, cur| {
+        if i % 4 == 3 {
+            let graphs = (
+                &*format!("while_loop_cond_graph_{i}"),
+                &*format!("while_loop_body_graph_{i}"),
+            );
+            g.while_loop(name, graphs, std::slice::from_ref(cur), &[])
+        } else {
+            let graphs = (&*format!("true_graph_{i}"), &*format!("false_graph_{i}"));
+            // 64 (the hint of s0) > 32 and > 48, not > 64: both branches run.
+            let predicate = s0_above([32, 48, 64][i % 4]);
+            g.conditional(name, predicate, graphs, std::slice::from_ref(cur))
         }
-        cur
     });
     p.finish()
 }
@@ -211,28 +229,12 @@ pub fn deep(chains: usize, depth: usize) -> Program {
                 let result = g.conditional(&format!("{gname}_buf1"), s0_above(16), graphs, std::slice::from_ref(&y));
                 take_result(g, &format!("{gname}_buf2"), &result, Some(&y))
             });
-            subgraph(&mut p, &name(c, "f", d), |g, gname, x| {
-                let y = g.allocate(&format!("{gname}_buf0"), x_layout());
-                g.call_kernel(&k.binary, [buf(x), buf(x), buf(&y), numel()]);
-                y
-            });
+            doubling_subgraph(&mut p, &k, &name(c, "f", d));
         }
     }
-    main_graph(&mut p, &k, |g, input| {
-        let mut cur = input;
-        let mut owned = false;
-        for c in 0..chains {
-            let graphs = (&*name(c, "t", 1), &*name(c, "f", 1));
-            let result = g.conditional(
-                &format!("buf{}", 2 * c),
-                s0_above(16),
-                graphs,
-                std::slice::from_ref(&cur),
-            );
-            cur = take_result(g, &format!("buf{}", 2 * c + 1), &result, owned.then_some(&cur));
-            owned = true;
-        }
-        cur
+    main_chain(&mut p, &k, chains, |g, c, buffer, cur| {
+        let graphs = (&*name(c, "t", 1), &*name(c, "f", 1));
+        g.conditional(buffer, s0_above(16), graphs, std::slice::from_ref(cur))
     });
     p.finish()
 }

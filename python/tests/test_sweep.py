@@ -72,27 +72,26 @@ class CheckerLines(unittest.TestCase):
     PYTHON = r"^(ok|FAIL|n/a)\s+{} \[python\]"
     OTHER = r"^(ok|FAIL|n/a)\s+{}\b"
 
+    def check(self, status, out, pattern, expect):
+        """The checker's verdict for `out` (exit `status`) on the line `pattern` matches is `expect`."""
+        self.assertEqual(sweep.Sweep.checker_result(status, out, pattern), expect)
+
     def test_check_python_lines(self):
-        out = "ok   lstm [python] max error 1.2e-06\n\nsummary\n"
-        self.assertEqual(sweep.Sweep.checker_result(0, out, self.PYTHON.format("lstm")), ("ok", None))
-        out = "FAIL gru [python] max error 3: call: RuntimeError: boom\n"
-        self.assertEqual(sweep.Sweep.checker_result(1, out, self.PYTHON.format("gru")),
-                         ("FAIL", "call: RuntimeError: boom"))
+        self.check(0, "ok   lstm [python] max error 1.2e-06\n\nsummary\n", self.PYTHON.format("lstm"), ("ok", None))
+        self.check(1, "FAIL gru [python] max error 3: call: RuntimeError: boom\n", self.PYTHON.format("gru"),
+                   ("FAIL", "call: RuntimeError: boom"))
 
     def test_check_fx_module_and_standalone_lines(self):
-        out = "FAIL moe_topk: build: no op\nsummary: 0 ok, 1 failed, 1 bundles\n"
-        self.assertEqual(sweep.Sweep.checker_result(1, out, self.OTHER.format("moe_topk")), ("FAIL", "build: no op"))
+        self.check(1, "FAIL moe_topk: build: no op\nsummary: 0 ok, 1 failed, 1 bundles\n",
+                   self.OTHER.format("moe_topk"), ("FAIL", "build: no op"))
         # A case whose name is a prefix of another's is not confused with it.
-        out = "ok   lstm_big builds yes\n"
-        self.assertEqual(sweep.Sweep.checker_result(0, out, self.OTHER.format("lstm")), ("ok", None))
-        out = "n/a  int8_linear builds no: the runtime has no device implementation of _int_mm\n"
-        self.assertEqual(sweep.Sweep.checker_result(0, out, self.OTHER.format("int8_linear")),
-                         ("n/a", "the runtime has no device implementation of _int_mm"))
+        self.check(0, "ok   lstm_big builds yes\n", self.OTHER.format("lstm"), ("ok", None))
+        self.check(0, "n/a  int8_linear builds no: the runtime has no device implementation of _int_mm\n",
+                   self.OTHER.format("int8_linear"), ("n/a", "the runtime has no device implementation of _int_mm"))
 
     def test_a_checker_without_a_line_is_judged_by_its_exit(self):
-        self.assertEqual(sweep.Sweep.checker_result(None, "x\ntimed out after 5 s", "^(ok) c"),
-                         ("FAIL", "timed out after 5 s"))
-        self.assertEqual(sweep.Sweep.checker_result(2, "usage: error: bad\n", "^(ok) c"), ("FAIL", "usage: error: bad"))
+        self.check(None, "x\ntimed out after 5 s", "^(ok) c", ("FAIL", "timed out after 5 s"))
+        self.check(2, "usage: error: bad\n", "^(ok) c", ("FAIL", "usage: error: bad"))
 
 
 class Tables(unittest.TestCase):

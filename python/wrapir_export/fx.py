@@ -189,7 +189,55 @@ def host_image_name_ok(kernel):
     return bool(kernel) and all(c.isascii() and (c.isalnum() or c == "_") for c in kernel)
 
 
-class CppKernel:
+class HostKernel:
+    """What a C++ and a Halide kernel of a CPU bundle share: the name (one that can name
+    its image file), the image `kernels/<name>.so` opened with ctypes, the entry point
+    taking a `void**` of arguments, and the check that a call passes one list of
+    arguments of the expected length. `KIND` names the kernel's kind in errors."""
+
+    KIND = ""
+
+    def __init__(self, name, bundle_dir):
+        self.__name__ = name
+        self.__qualname__ = name
+        self.name = name
+        if not host_image_name_ok(name):
+            raise FxError(f"{self.KIND} kernel {name!r}: a host kernel's name must be letters, digits and `_`")
+        self.path = os.path.join(os.fspath(bundle_dir), "kernels", f"{name}.so")
+        if not os.path.isfile(self.path):
+            raise FxError(f"{self.KIND} kernel {name}: its image kernels/{name}.so is not in the bundle")
+
+    def open_image(self):
+        """The image, bound lazily as wrapir's host backend loads it (dlopen RTLD_LAZY): a
+        PyTorch 2.15 image references c10's `torchCheckFail` (a failed TORCH_CHECK in the
+        headers), which nothing in this process exports; only that path needs it."""
+        import ctypes
+
+        try:
+            return ctypes.CDLL(os.path.abspath(self.path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+        except OSError as e:
+            raise FxError(f"{self.KIND} kernel {self.name}: kernels/{self.name}.so does not load: {e}") from None
+
+    def set_entry(self, entry):
+        """`entry(void** args) -> int` is the kernel's call."""
+        import ctypes
+
+        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        entry.restype = ctypes.c_int
+        self.entry = entry
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name})"
+
+    def check_arguments(self, args, rest, count, which):
+        """A call passes one list of `count` arguments (`which` describes them)."""
+        if rest or not isinstance(args, (list, tuple)):
+            raise FxError(f"{self.KIND} kernel {self.name}: takes one list of arguments")
+        if len(args) != count:
+            raise FxError(f"{self.KIND} kernel {self.name}: takes {count} arguments ({which}) but got {len(args)}")
+
+
+class CppKernel(HostKernel):
     """One C++ kernel of a CPU bundle, callable as `kernel(args)` (the FX printout's
     `wrapir.call_kernel(name, [args])`): `kernels/<name>.so` loaded with ctypes when the
     module is built, its `wrapir_kernel_signature()` checked against the program's
@@ -197,15 +245,13 @@ class CppKernel:
     type names; a scalar that fits its C type) before `wrapir_kernel_argv(args)` runs with
     the tensors' data pointers and pointers to the scalars' values."""
 
+    KIND = "C++"
+
     def __init__(self, name, backend, bundle_dir):
         import ctypes
 
-        self.__name__ = name
-        self.__qualname__ = name
-        self.name = name
+        super().__init__(name, bundle_dir)
         self.arg_types = [str(t).strip() for t in backend.get("arg_types") or []]
-        if not host_image_name_ok(name):
-            raise FxError(f"C++ kernel {name!r}: a host kernel's name must be letters, digits and `_`")
         self.args = []  # per argument: ("tensor", dtype) or ("scalar", ctypes type, kind, C type)
         for i, t in enumerate(self.arg_types):
             pointer = t.endswith("*")
@@ -218,16 +264,7 @@ class CppKernel:
                 self.args.append(("tensor", dtype))
             else:
                 self.args.append(("scalar", getattr(ctypes, info[1]), info[2], elem))
-        self.path = os.path.join(os.fspath(bundle_dir), "kernels", f"{name}.so")
-        if not os.path.isfile(self.path):
-            raise FxError(f"C++ kernel {name}: its image kernels/{name}.so is not in the bundle")
-        try:
-            # Lazy binding, as wrapir's host backend loads the images (dlopen RTLD_LAZY): a
-            # PyTorch 2.15 image references c10's `torchCheckFail` (a failed TORCH_CHECK in
-            # the headers), which nothing in this process exports; only that path needs it.
-            self.lib = ctypes.CDLL(os.path.abspath(self.path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
-        except OSError as e:
-            raise FxError(f"C++ kernel {name}: kernels/{name}.so does not load: {e}") from None
+        self.lib = self.open_image()
         try:
             sig = self.lib.wrapir_kernel_signature
             entry = self.lib.wrapir_kernel_argv
@@ -240,22 +277,13 @@ class CppKernel:
         if compiled != declared:
             raise FxError(f"C++ kernel {name}: kernels/{name}.so was compiled for arguments `{compiled}`, "
                           f"the program declares `{declared}`")
-        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        entry.restype = ctypes.c_int
-        self.entry = entry
-
-    def __repr__(self):
-        return f"CppKernel({self.name})"
+        self.set_entry(entry)
 
     def __call__(self, args, *rest):
         import ctypes
 
         torch = _torch()
-        if rest or not isinstance(args, (list, tuple)):
-            raise FxError(f"C++ kernel {self.name}: takes one list of arguments")
-        if len(args) != len(self.args):
-            raise FxError(f"C++ kernel {self.name}: takes {len(self.args)} arguments (`arg_types`) "
-                          f"but got {len(args)}")
+        self.check_arguments(args, rest, len(self.args), "`arg_types`")
         argv = (ctypes.c_void_p * max(len(args), 1))()
         keep = []  # the scalars' C values, alive for the call
         for i, (spec, v) in enumerate(zip(self.args, args)):
@@ -350,7 +378,7 @@ def eval_size(e, env, text):
     raise FxError(f"size expression `{text}`: unsupported form")
 
 
-class HalideKernel:
+class HalideKernel(HostKernel):
     """One Halide kernel of a CPU bundle, callable as `kernel(args)` (the FX printout's
     `wrapir.call_kernel(name, [args])`, its HalideMeta arguments that alias no other, in
     order): `kernels/<name>.so` (Halide's `<name>_argv`, with the bundle's
@@ -362,25 +390,20 @@ class HalideKernel:
     the argument's dtype and that the buffer lies inside its storage (as wrapir's host
     backend does)."""
 
+    KIND = "Halide"
+
     def __init__(self, name, backend, bundle_dir):
         import ctypes
 
         torch = _torch()
         HType, _, _, HMetadata = halide_structs()
-        self.__name__ = name
-        self.__qualname__ = name
-        self.name = name
-        if not host_image_name_ok(name):
-            raise FxError(f"Halide kernel {name!r}: a host kernel's name must be letters, digits and `_`")
+        super().__init__(name, bundle_dir)
         argtypes = backend.get("argtypes") or []
-        self.path = os.path.join(os.fspath(bundle_dir), "kernels", f"{name}.so")
-        if not os.path.isfile(self.path):
-            raise FxError(f"Halide kernel {name}: its image kernels/{name}.so is not in the bundle")
+        self.lib = self.open_image()
         try:
-            self.lib = ctypes.CDLL(os.path.abspath(self.path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
             meta_fn = getattr(self.lib, f"{name}_metadata")
             entry = getattr(self.lib, f"{name}_argv")
-        except (OSError, AttributeError) as e:
+        except AttributeError as e:
             raise FxError(f"Halide kernel {name}: kernels/{name}.so: {e}") from None
         meta_fn.argtypes = []
         meta_fn.restype = ctypes.POINTER(HMetadata)
@@ -434,23 +457,14 @@ class HalideKernel:
                 self.params.append({"name": aname, "buffer": False, "ctype": ct, "kind": kind,
                                     "c": ctype})
         self.call_args = [a.get("name") for a in argtypes if a.get("alias_of") is None]
-        entry.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        entry.restype = ctypes.c_int
-        self.entry = entry
-
-    def __repr__(self):
-        return f"HalideKernel({self.name})"
+        self.set_entry(entry)
 
     def __call__(self, args, *rest):
         import ctypes
 
         torch = _torch()
         _, HDim, HBuffer, _ = halide_structs()
-        if rest or not isinstance(args, (list, tuple)):
-            raise FxError(f"Halide kernel {self.name}: takes one list of arguments")
-        if len(args) != len(self.call_args):
-            raise FxError(f"Halide kernel {self.name}: takes {len(self.call_args)} arguments "
-                          f"({', '.join(self.call_args)}) but got {len(args)}")
+        self.check_arguments(args, rest, len(self.call_args), ", ".join(self.call_args))
         by_name = dict(zip(self.call_args, args))
         index = {n: i for i, n in enumerate(self.call_args)}
         argv = (ctypes.c_void_p * max(len(self.params), 1))()

@@ -296,24 +296,11 @@ mod tests {
         let back = parse(&write(&m).unwrap()).unwrap();
         assert_eq!(back["a"].dtype(), crate::ir::DType::Float8E4m3fn);
         assert_eq!(back["b"].dtype(), crate::ir::DType::Float8E5m2);
-        assert_eq!(
-            back["a"]
-                .to_vec::<F8E4m3fn>()
-                .unwrap()
-                .iter()
-                .map(|x| x.0)
-                .collect::<Vec<_>>(),
-            bits
-        );
-        assert_eq!(
-            back["b"]
-                .to_vec::<F8E5m2>()
-                .unwrap()
-                .iter()
-                .map(|x| x.0)
-                .collect::<Vec<_>>(),
-            bits
-        );
+        fn bytes<T: crate::exec::host::tensor::Element>(t: &Tensor, bits: fn(T) -> u8) -> Vec<u8> {
+            t.to_vec::<T>().unwrap().into_iter().map(bits).collect()
+        }
+        assert_eq!(bytes(&back["a"], |x: F8E4m3fn| x.0), bits);
+        assert_eq!(bytes(&back["b"], |x: F8E5m2| x.0), bits);
         let values = back["a"].to_f64_vec().unwrap();
         assert_eq!(&values[..3], &[1.0, -2.0, 448.0]);
         assert!(values[3].is_nan());

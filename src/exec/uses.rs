@@ -3,7 +3,6 @@
 //! line, so that a caller (`wrapir check --device`, `HostBackend::check_runs`,
 //! the packer) can tell which of them a backend lacks.
 
-use super::op::{key, target};
 use crate::ir::KernelBackend;
 
 /// One extern-op call of a program: where it is and what it calls.
@@ -17,11 +16,7 @@ pub struct ExternUse {
     pub text: String,
     /// The op as the run calls it (`extern_kernels.mm`, `torch.ops.aten.index_put_.default`).
     pub op: String,
-    /// The line is an op call in every lowering (extern lines, index_put
-    /// and scatter fallbacks: the calls a standalone C++ wrapper makes in
-    /// wrapir's runtime library); `false` for the calls only the FX
-    /// lowering makes (a dtype-changing reinterpret, `ConvertInt`,
-    /// communication buffers), which the C++ wrappers do themselves.
+    /// The line is an op call in every lowering ([`crate::ir::LineOp::named`]).
     pub named: bool,
 }
 
@@ -36,45 +31,22 @@ impl std::fmt::Display for ExternUse {
 }
 
 /// Every extern op a run of `program` calls, main graph first, then the
-/// subgraphs in program order, each in line order: the lines that name an
-/// op (`ExternKernelAlloc`, `ExternKernelOut`, `ExternKernelMultiOut`,
-/// `ScatterFallback`), and those
-/// the FX lowering turns into an op call: `IndexPutFallback`
-/// (`aten.index_put_`), a `Reinterpret` that changes the dtype
-/// (`aten.view.dtype`), a `DynamicScalar` with `ConvertInt` (`aten.where`) and
-/// `CommBufferAllocate` (the symmetric-memory allocator).
+/// subgraphs in program order, each in line order: the lines whose
+/// [`Line::runtime_op`](crate::ir::Line::runtime_op) is an op, the rule the
+/// FX lowering (whose graph the interpreter runs) takes its op calls from.
 pub fn extern_uses(program: &crate::ir::Program) -> Vec<ExternUse> {
-    use crate::ir::{KeyEntry, Line};
     let mut uses = Vec::new();
     for (name, graph, index, line) in lines(program) {
-        let named =
-            line.extern_call().is_some() || matches!(line, Line::IndexPutFallback { .. } | Line::ScatterFallback(_));
-        let op = if let Some(call) = line.extern_call() {
-            call.op.clone()
-        } else {
-            match line {
-                Line::IndexPutFallback { .. } => crate::ir::IndexPutFallback::op(),
-                Line::ScatterFallback(s) => s.op.clone(),
-                Line::Reinterpret { base, alias } => {
-                    let dtype = |b| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
-                    match (dtype(base), dtype(alias)) {
-                        (Some(a), Some(b)) if a != b => target(key::VIEW, "dtype"),
-                        _ => continue,
-                    }
-                }
-                Line::DynamicScalar(d) if d.keypath.as_slice() == [KeyEntry::ConvertInt] => {
-                    target(key::WHERE, "Scalar")
-                }
-                Line::CommBufferAllocate { .. } => crate::lower::fx::COMM_ALLOCATOR.to_string(),
-                _ => continue,
-            }
+        let dtype = |b: &crate::ir::BufName| graph.layout(b).or_else(|| program.constants.get(b)).map(|l| l.dtype);
+        let Some(call) = line.runtime_op(dtype) else {
+            continue;
         };
         uses.push(ExternUse {
             graph: name.to_string(),
             line: index,
             text: crate::text::print_line(line),
-            op,
-            named,
+            op: call.op,
+            named: call.named,
         });
     }
     uses

@@ -39,6 +39,7 @@ mod builder;
 pub mod collectives;
 mod kernel;
 mod line;
+mod line_op;
 mod location;
 pub mod op;
 mod program;
@@ -58,6 +59,7 @@ pub use line::{
     KeyPathText, Line, MultiIndex, MultiOutput, Predicate, PyStr, ScatterFallback, SizeStrideCheck, Switch,
     TensorMethod, WhileLoop,
 };
+pub use line_op::LineOp;
 pub use location::{line_text, LineAt, Location};
 pub use program::{
     BufferDecl, BufferKind, FormatError, Graph, GraphInput, GraphOutput, Program, SymbolDecl, SymbolKind, ValueRange,

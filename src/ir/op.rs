@@ -156,6 +156,10 @@ pub mod primitive {
     pub const ISINF: &str = "aten.isinf";
 }
 
+/// The allocator of symmetric-memory (communication) buffers, as Inductor's
+/// Python wrapper calls it.
+pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
+
 /// The op string of one overload of the op whose registry key is `key`
 /// (`torch.ops.aten.view.dtype` for [`key::VIEW`] and `dtype`), as programs
 /// and the FX lowering name it.

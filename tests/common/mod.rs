@@ -76,9 +76,48 @@ pub fn bundle_dirs(rel: &str) -> Vec<PathBuf> {
     v
 }
 
+/// Every committed bundle's `program.json` under `fixtures/inductor/bundles*`
+/// (CUDA, CPU and rank-set bundles, at any depth), sorted.
+pub fn committed_bundle_programs() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.file_name().is_some_and(|n| n == "program.json") {
+                out.push(path);
+            }
+        }
+    }
+    let inductor = root().join("fixtures/inductor");
+    let mut v = Vec::new();
+    for entry in std::fs::read_dir(&inductor).unwrap_or_else(|e| panic!("{}: {e}", inductor.display())) {
+        let path = entry.unwrap_or_else(|e| panic!("{}: {e}", inductor.display())).path();
+        if path.is_dir()
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("bundles"))
+        {
+            walk(&path, &mut v);
+        }
+    }
+    v.sort();
+    v
+}
+
 /// The committed CUDA bundles, `fixtures/inductor/bundles/*`.
 pub fn cuda_bundles() -> Vec<PathBuf> {
     bundle_dirs("fixtures/inductor/bundles")
+}
+
+/// The names in `dir`, sorted (to show that a failed command left nothing behind).
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Reads a safetensors file, panicking with the path and the error (tests only).
@@ -135,6 +174,23 @@ pub fn copy_call_in<B: wrapir::exec::Backend>(
     let args = args.iter().map(&mut copy).collect();
     let kwargs = kwargs.iter().map(|(k, v)| (k.clone(), copy(v))).collect();
     (args, kwargs)
+}
+
+/// A CUDA backend that runs every extern op on the device (no host
+/// fallback: an op the device does not run is an error) with the math modes
+/// `math`, and the log of the ops it ran there.
+#[cfg(feature = "cuda")]
+pub fn device_only_backend(
+    math: wrapir::format::bundle_json::MathModes,
+) -> Result<(wrapir::exec::cuda::CudaBackend, wrapir::exec::cuda::ExternOpLog), String> {
+    let options = wrapir::exec::cuda::CudaOptions {
+        host_fallback: false,
+        math,
+        ..wrapir::exec::cuda::CudaOptions::from_env()
+    };
+    let log = options.extern_ops.clone();
+    let backend = wrapir::exec::cuda::CudaBackend::new(options).map_err(|e| e.to_string())?;
+    Ok((backend, log))
 }
 
 /// The bits of a host tensor's elements, for bit-for-bit comparison:

@@ -154,13 +154,18 @@ pub(super) fn mkldnn_rnn_layer(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value
     let output = Tensor::from_f64(input.dtype(), &out, &out_size)?;
     let hy = Tensor::from_f64(hx.dtype(), &hs, hx.size())?;
     let cy = Tensor::from_f64(cx.dtype(), &cs, cx.size())?;
-    let workspace = Tensor::zeros_like_spec(&TensorSpec::contiguous(DType::Uint8, device, &[0]))?;
-    Ok(Value::List(vec![
-        Value::Tensor(output),
-        Value::Tensor(hy),
-        Value::Tensor(cy),
-        Value::Tensor(workspace),
-    ]))
+    results([output, hy, cy, empty_bytes(device)?])
+}
+
+/// The empty `uint8` tensor an RNN op returns for its workspace or reserve
+/// (the host needs none).
+fn empty_bytes(device: crate::ir::Device) -> Result<Tensor, ExecError> {
+    Tensor::zeros_like_spec(&TensorSpec::contiguous(DType::Uint8, device, &[0]))
+}
+
+/// An op's tensor results, as the list value it returns.
+fn results<const N: usize>(tensors: [Tensor; N]) -> Result<Value<Tensor>, ExecError> {
+    Ok(Value::List(tensors.into_iter().map(Value::Tensor).collect()))
 }
 
 /// `values` of a `[A, B, F]` tensor laid out as `[B, A, F]` (row-major)
@@ -323,12 +328,5 @@ pub(super) fn cudnn_rnn(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor
         Some(c) => Tensor::from_f64(c.dtype(), &cy, &state)?,
         None => Tensor::zeros_like_spec(&TensorSpec::contiguous(r.hx.dtype(), device, &[0]))?,
     };
-    let reserve = Tensor::zeros_like_spec(&TensorSpec::contiguous(DType::Uint8, device, &[0]))?;
-    Ok(Value::List(vec![
-        Value::Tensor(output),
-        Value::Tensor(hy),
-        Value::Tensor(cy),
-        Value::Tensor(reserve),
-        Value::Tensor(weight_buf.clone()),
-    ]))
+    results([output, hy, cy, empty_bytes(device)?, weight_buf.clone()])
 }

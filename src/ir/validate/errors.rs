@@ -72,13 +72,15 @@ impl ValidationErrorKind {
             Site::Line(i) => here(*i),
             Site::Input(_) => s.to_string(),
         };
+        // ` (WHAT at LINE)` where there is a line, else `otherwise`.
+        let line_note = |what: &str, at: &Option<usize>, otherwise: &str| match at {
+            Some(i) => format!(" ({what} at {})", here(*i)),
+            None => otherwise.to_string(),
+        };
         match self {
             K::SymbolNotBound { symbol, bound_at } => format!(
                 "symbol {symbol} is used before it is bound{}",
-                match bound_at {
-                    Some(i) => format!(" (bound at {})", here(*i)),
-                    None => " (nothing in this graph binds it)".to_string(),
-                }
+                line_note("bound", bound_at, " (nothing in this graph binds it)")
             ),
             K::LayoutSymbolNotBound {
                 buffer,
@@ -86,10 +88,7 @@ impl ValidationErrorKind {
                 bound_at,
             } => format!(
                 "the layout of buffer {buffer} mentions symbol {symbol}, which is not bound here{}",
-                match bound_at {
-                    Some(i) => format!(" (bound at {})", here(*i)),
-                    None => String::new(),
-                }
+                line_note("bound", bound_at, "")
             ),
             K::SymbolBoundTwice { symbol, first } => {
                 let first = match first.site {
@@ -100,10 +99,7 @@ impl ValidationErrorKind {
             }
             K::UsedBeforeDefinition { buffer, defined_at } => format!(
                 "buffer {buffer} is used before it is defined{}",
-                match defined_at {
-                    Some(i) => format!(" (defined at {})", here(*i)),
-                    None => " (no line defines it)".to_string(),
-                }
+                line_note("defined", defined_at, " (no line defines it)")
             ),
             K::UseAfterEnd { buffer, ended_at, how } => ending_text(buffer, &here(*ended_at), how),
             K::DoubleFree { buffer, first_freed_at } => {
@@ -125,17 +121,11 @@ impl ValidationErrorKind {
             ),
             K::OutputNotLive { buffer, ended_at } => format!(
                 "output {buffer} is not live at the end of the graph{}",
-                match ended_at {
-                    Some(i) => format!(" (it ends at {})", here(*i)),
-                    None => " (it is never defined)".to_string(),
-                }
+                line_note("it ends", ended_at, " (it is never defined)")
             ),
             K::KernelNotDefined { kernel, defined_at } => format!(
                 "kernel {kernel} is called before it is defined{}",
-                match defined_at {
-                    Some(i) => format!(" (defined at {})", here(*i)),
-                    None => " (no line defines it)".to_string(),
-                }
+                line_note("defined", defined_at, " (no line defines it)")
             ),
             K::KernelDefinedTwice {
                 kernel,

@@ -1,7 +1,6 @@
 //! One IR line as FX nodes: allocations, views, frees, extern calls, asserts, unbacked symbols and key paths.
 
 use super::*;
-use crate::ir::op::{key, target};
 
 impl<'p> GraphLowering<'p> {
     /// An extern call with a fresh result (the op's own outputs, if any,
@@ -25,6 +24,13 @@ impl<'p> GraphLowering<'p> {
             self.buffers.insert(r.clone(), id);
         }
         Ok(())
+    }
+
+    /// The extern op `line` calls when it runs ([`Line::runtime_op`] with
+    /// this graph's declarations): what decides whether a reinterpret or a
+    /// dynamic scalar is an op call, and which.
+    fn runtime_op(&self, line: &Line) -> Option<crate::ir::LineOp> {
+        line.runtime_op(|b| self.layout_of(b).ok().map(|l| l.dtype))
     }
 
     pub(super) fn lower_line(&mut self, line: &Line) -> Res<()> {
@@ -68,28 +74,25 @@ impl<'p> GraphLowering<'p> {
             Line::Reinterpret { base, alias } => {
                 let base_id = self.buffer(base)?;
                 let layout = self.layout_of(alias)?;
-                let base_dtype = match self.out.node(base_id).val.as_ref() {
-                    Some(Val::Tensor(l)) => Some(l.dtype),
-                    _ => None,
-                };
-                let id = match base_dtype {
-                    Some(d) if d != layout.dtype => {
+                let id = match self.runtime_op(line) {
+                    // Another dtype: a view of the base's dtype, then `aten.view.dtype`.
+                    Some(view_dtype) => {
                         let view_name = format!("{alias}_view");
                         let mut view_layout = layout.clone();
-                        view_layout.dtype = d;
+                        view_layout.dtype = self.layout_of(base)?.dtype;
                         let view = self.as_strided(&view_name, base_id, Arc::new(view_layout))?;
                         let val = Some(Val::Tensor(self.shared_layout(layout)));
                         self.out.push(
                             alias.as_str(),
                             Op::Extern {
-                                target: target(key::VIEW, "dtype").into(),
+                                target: view_dtype.op,
                                 args: vec![Arg::Node(view), Arg::DType(layout.dtype)],
                                 kwargs: Kwargs::new(),
                             },
                             val,
                         )
                     }
-                    _ => {
+                    None => {
                         let val = self.shared_layout(layout);
                         self.as_strided(alias.as_str(), base_id, val)?
                     }
@@ -190,7 +193,10 @@ impl<'p> GraphLowering<'p> {
                     None,
                 );
             }
-            Line::DynamicScalar(d) => self.dynamic_scalar(&d.symbol, &d.source, &d.keypath)?,
+            Line::DynamicScalar(d) => {
+                let op = self.runtime_op(line);
+                self.dynamic_scalar(&d.symbol, &d.source, &d.keypath, op)?
+            }
             Line::UnbackedSymbolDefs { source, bindings } => {
                 if bindings.is_empty() {
                     return Ok(());
@@ -326,7 +332,7 @@ impl<'p> GraphLowering<'p> {
                 let id = self.out.push(
                     buffer.as_str(),
                     Op::Extern {
-                        target: COMM_ALLOCATOR.to_string(),
+                        target: crate::ir::op::COMM_ALLOCATOR.to_string(),
                         args: vec![Arg::List(size), Arg::List(stride)],
                         kwargs,
                     },
@@ -410,10 +416,18 @@ impl<'p> GraphLowering<'p> {
         id
     }
 
-    pub(super) fn dynamic_scalar(&mut self, symbol: &Symbol, source: &BufName, keypath: &[KeyEntry]) -> Res<()> {
+    /// `symbol = source.item()` along `keypath`; `op`: the line's
+    /// [`Line::runtime_op`] (`aten.where.Scalar` for `.to_int()`).
+    pub(super) fn dynamic_scalar(
+        &mut self,
+        symbol: &Symbol,
+        source: &BufName,
+        keypath: &[KeyEntry],
+        op: Option<crate::ir::LineOp>,
+    ) -> Res<()> {
         let t = self.buffer(source)?;
-        let value = match keypath {
-            [] => {
+        let value = match (keypath, op) {
+            ([], _) => {
                 let id = self.out.push(
                     symbol.as_str(),
                     Op::Item {
@@ -425,11 +439,11 @@ impl<'p> GraphLowering<'p> {
                 );
                 Arg::Node(id)
             }
-            [KeyEntry::ConvertInt] => {
+            ([KeyEntry::ConvertInt], Some(to_int)) => {
                 let as_int = self.out.push(
                     "where",
                     Op::Extern {
-                        target: target(key::WHERE, "Scalar").into(),
+                        target: to_int.op,
                         args: vec![Arg::Node(t), Arg::Int(1), Arg::Int(0)],
                         kwargs: Kwargs::new(),
                     },
@@ -445,7 +459,7 @@ impl<'p> GraphLowering<'p> {
                     None,
                 ))
             }
-            [KeyEntry::DivideBy(d)] => {
+            ([KeyEntry::DivideBy(d)], _) => {
                 let raw = self.out.push(
                     &format!("{symbol}_undivided"),
                     Op::Item {
@@ -461,7 +475,7 @@ impl<'p> GraphLowering<'p> {
                 }
                 q
             }
-            other => {
+            (other, _) => {
                 return Err(ErrorKind::KeyPath {
                     symbol: symbol.clone(),
                     message: format!(

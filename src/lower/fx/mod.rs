@@ -36,9 +36,6 @@ mod values;
 
 use state::*;
 
-/// The allocator of symmetric-memory (communication) buffers, as Inductor's Python wrapper calls it.
-pub const COMM_ALLOCATOR: &str = "torch._C._distributed_c10d._SymmetricMemory.empty_strided_p2p";
-
 /// Options of the FX lowering.
 #[derive(Clone, Debug)]
 pub struct Options {

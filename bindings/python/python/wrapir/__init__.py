@@ -63,18 +63,24 @@ def _torch():
     return torch
 
 
+def _plain(tensor):
+    """``tensor`` detached, with a lazy conjugation or negation applied (a tensor
+    with either bit set cannot be exported through DLPack)."""
+    tensor = tensor.detach()
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    return tensor
+
+
 def _capsule(name, value):
     """A DLPack capsule of a dense CPU copy-free view of ``value`` (a tensor or array)."""
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise ValueError(f"input `{name}` is on {value.device}; the model reads CPU tensors (use .cpu())")
-        value = value.detach()
-        if value.is_conj():
-            value = value.resolve_conj()
-        if value.is_neg():
-            value = value.resolve_neg()
-        return value.contiguous().__dlpack__()
+        return _plain(value).contiguous().__dlpack__()
     if hasattr(value, "__array_interface__"):
         import numpy
 
@@ -111,11 +117,7 @@ def _device_capsule(name, value, torch, device, stream, mutated, copy_back):
         value = value.to(device)
     elif value.device != device:
         raise ValueError(f"input `{name}` is on {value.device}; the model runs on {device} (move it with .to({str(device)!r}))")
-    value = value.detach()
-    if value.is_conj():
-        value = value.resolve_conj()
-    if value.is_neg():
-        value = value.resolve_neg()
+    value = _plain(value)
     if value.data_ptr() % _ALIGNMENT:
         aligned = value.clone()
         if name in mutated:
