@@ -102,13 +102,13 @@ const SETS: &[BundleSet] = &[
 /// Conformer (a key padding mask), an LSTM and a GRU, our own top-k mixture
 /// of experts (`nonzero` dispatch: unbacked sizes), a nested jagged tensor, a
 /// KV-cache decode step (mutated inputs), int8 and fp8 GEMMs, torchvision's
-/// LR-ASPP segmentation, and a CNN and a transformer block compiled with
-/// `dynamic=True`. The sweep's other cases do not run on the CPU: Hugging
-/// Face's Mixtral calls `aten.histc` and transformers' own
-/// `grouped_mm_fallback` op, which the host lacks (and with its eager experts
-/// loop Dynamo breaks it into 11 graphs); FlexAttention on the CPU needs
-/// Inductor's vectorised kernels, which the exporter's portable ones
-/// (`cpp.simdlen = 0`) leave out.
+/// LR-ASPP segmentation, a CNN and a transformer block compiled with
+/// `dynamic=True`, and Hugging Face's Mixtral with transformers' default
+/// `grouped_mm` experts (`aten.histc` counts the tokens per expert,
+/// transformers' own `grouped_mm_fallback` op multiplies them). The sweep's
+/// other cases do not run on the CPU: with its eager experts loop Dynamo
+/// breaks Mixtral into 11 graphs; FlexAttention's CPU kernel is Inductor's
+/// vectorised template, which calls ATen's thread pool and allocator.
 const FAMILY_CASES: &[&str] = &[
     "timm_vit",
     "timm_convnextv2",
@@ -120,6 +120,7 @@ const FAMILY_CASES: &[&str] = &[
     "lstm",
     "gru",
     "moe_topk",
+    "hf_mixtral",
     "jagged_mlp",
     "kv_cache_decode",
     "int8_linear",

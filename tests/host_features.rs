@@ -817,3 +817,68 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
     .unwrap_err();
     common::assert_contains(&e, "weight_buf");
 }
+
+// ------------------------------------------------------- kernels' vector ISA
+
+/// A C++ kernel compiled for a vector ISA (its `isa` in program.json: the
+/// exporter's `cpu_isa`) loads only on a CPU that has it, checked with
+/// `cpuid` before the image is mapped: a copy of a committed CPU bundle whose
+/// kernels claim an ISA no wrapir knows, or one this CPU lacks, is refused by
+/// `wrapir run --device cpu` naming the bundle's image, the ISA and the
+/// CPU's features, and `wrapir check --device cpu` names the kernel too; a
+/// claim the CPU meets runs (the images are the baseline's, which any CPU
+/// with the claimed ISA runs).
+#[test]
+fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
+    use wrapir::exec::host::kernels::isa;
+    let dir = common::scratch("host_features", "isa");
+    let source = common::root().join("fixtures/inductor/bundles_cpu_2.15/cpp/softmax");
+    let claim = |name: &str, isa: &str| -> std::path::PathBuf {
+        let b = dir.join(name);
+        common::copy_dir(&source, &b);
+        let path = b.join("program.json");
+        let mut program: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut claimed = 0;
+        for kernel in program["kernels"].as_object_mut().unwrap().values_mut() {
+            if kernel["backend"]["kind"] == "cpp" {
+                kernel["backend"]["isa"] = serde_json::json!(isa);
+                claimed += 1;
+            }
+        }
+        assert!(claimed > 0, "the softmax bundle has C++ kernels");
+        std::fs::write(&path, serde_json::to_string(&program).unwrap()).unwrap();
+        b
+    };
+    // An ISA this CPU lacks (AVX-512 on most machines; else a CPU with it runs
+    // the AVX2 and AVX-512 claims and only the unknown one is refused).
+    let lacking = ["avx2", "avx512"].into_iter().find(|i| isa::check_isa(i).is_err());
+    let mut refused = vec![("unknown", "avx10")];
+    refused.extend(lacking.map(|i| ("lacking", i)));
+    for (name, claimed) in refused {
+        let b = claim(name, claimed);
+        let bundle = b.to_str().unwrap();
+        let run = common::wrapir(&["run", bundle, "--device", "cpu"]);
+        assert_ne!(run.code, 0, "{name}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(&format!("{bundle}/kernels/")) && run.stderr.contains(&format!("`{claimed}`")),
+            "{name}: {}",
+            run.stderr
+        );
+        if name == "lacking" {
+            assert!(run.stderr.contains("its vector features"), "{}", run.stderr);
+        }
+        let check = common::wrapir(&["check", bundle, "--device", "cpu"]);
+        assert_ne!(check.code, 0, "{name}: {}", check.stdout);
+        assert!(
+            check.stdout.contains("cannot load kernel") && check.stdout.contains(&format!("`{claimed}`")),
+            "{name}: {}",
+            check.stdout
+        );
+    }
+    for met in ["avx2", "avx512"].into_iter().filter(|i| isa::check_isa(i).is_ok()) {
+        let b = claim(&format!("met_{met}"), met);
+        let run = common::wrapir(&["run", b.to_str().unwrap(), "--device", "cpu"]);
+        assert_eq!(run.code, 0, "{met}: {}{}", run.stdout, run.stderr);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

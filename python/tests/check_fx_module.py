@@ -46,6 +46,10 @@ def check(bundle, args):
         code = open(path).read()
     stage = "build"
     try:
+        from wrapir_export.bundle import import_op_libraries
+
+        # The libraries that define the program's custom ops (bundle.json's `op_libraries`).
+        import_op_libraries(meta)
         gm = fx_module(bundle, wrapir=args.wrapir, code=code)
         stage = "inputs"
         inputs = load_inputs(bundle)

@@ -112,6 +112,20 @@ class HostKernels(unittest.TestCase):
             with self.assertRaisesRegex(Unconvertible, "from_libtorch"):
                 host_kernels.check_self_contained(so)
 
+    def test_cpu_isa_names_are_checked_and_scoped(self):
+        # The baseline needs no PyTorch: no flags, simdlen 0, outside any context.
+        self.assertEqual(host_kernels.current_isa(), "baseline")
+        self.assertEqual(host_kernels.isa_flags("baseline"), [])
+        self.assertEqual(host_kernels.inductor_config("baseline"), {"cpp.simdlen": 0})
+        with host_kernels.target_isa("baseline"):
+            self.assertEqual(host_kernels.current_isa(), "baseline")
+        # An ISA wrapir's loader does not know is refused before anything is compiled.
+        with self.assertRaises(ValueError) as e:
+            host_kernels.target_isa("avx10")
+        self.assertIn("baseline, avx2, avx512", str(e.exception))
+        # The names are the loader's (`exec::host::kernels::isa::ISAS` in Rust).
+        self.assertEqual(sorted(host_kernels.CPU_ISAS), ["avx2", "avx512", "baseline"])
+
     def test_redact_halide_plugin_path(self):
         text = "hl.load_plugin('/opt/venv/lib/python3.11/site-packages/halide/lib64/libautoschedule_adams2019.so')"
         self.assertEqual(redact.redact(text), "hl.load_plugin('<halide>/lib64/libautoschedule_adams2019.so')")

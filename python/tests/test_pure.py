@@ -483,9 +483,14 @@ class Driver(unittest.TestCase):
         args = cli.parser().parse_args(["--cases", "c.py", "--out", "o", "--mode", "max-autotune", "--dynamic",
                                         "--option", "freezing=True"])
         self.assertEqual(cli.overrides_of(args), {"mode": "max-autotune", "dynamic": True,
-                                                  "options": {"freezing": True}, "export_program": False})
+                                                  "options": {"freezing": True}, "export_program": False,
+                                                  "cpu_isa": None})
         self.assertEqual(cli.passthrough_of(args), ["--mode", "max-autotune", "--dynamic", "--option",
                                                     "freezing=True"])
+        # The vector ISA of the CPU kernels reaches the shards.
+        args = cli.parser().parse_args(["--cases", "c.py", "--cpu-isa", "avx2"])
+        self.assertEqual(cli.overrides_of(args)["cpu_isa"], "avx2")
+        self.assertEqual(cli.passthrough_of(args), ["--cpu-isa", "avx2"])
 
     def test_missing_case_file_case(self):
         with tempfile.TemporaryDirectory() as d:

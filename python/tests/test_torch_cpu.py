@@ -320,6 +320,46 @@ class CpuExport(unittest.TestCase):
         with open(os.path.join(r.path, "bundle.json")) as f:
             self.assertIn("cpp", json.load(f)["host_kernels"])
 
+    def test_vector_isa_kernels_record_their_isa(self):
+        # `cpu_isa="avx2"`: Inductor vectorises for AVX2, every C++ kernel's metadata and
+        # bundle.json say so (the loader checks the CPU), and the bundle runs where it can.
+        from torch._inductor import cpu_vec_isa
+
+        if "VecAVX2" not in [type(i).__name__ for i in cpu_vec_isa.valid_vec_isa_list()]:
+            self.skipTest("this CPU has no AVX2")
+
+        def f(x, w):  # a layer norm: vectorised code without Sleef's transcendental functions
+            return torch.nn.functional.layer_norm(x, (16,), w)
+
+        r = self.export(f, [torch.randn(8, 16), torch.randn(16)], "avx2", cpu_isa="avx2")
+        self.assertTrue(r.ok, r.errors)
+        kernels = list(self.program(r)["kernels"].values())
+        self.assertTrue(kernels)
+        self.assertTrue(all(k["backend"].get("isa") == "avx2" for k in kernels), kernels)
+        self.assertTrue(any("Vectorized" in k["source"] for k in kernels))
+        with open(os.path.join(r.path, "bundle.json")) as f:
+            cpp = json.load(f)["host_kernels"]["cpp"]
+        self.assertEqual(cpp["isa"], "avx2")
+        self.assertIn("-mavx2", cpp["flags"])
+        wrapir = wrapir_binary()
+        if wrapir:
+            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+    def test_python_custom_ops_record_their_library(self):
+        # An op of `torch.library.custom_op` is named in bundle.json's `op_libraries` with
+        # the module that defines it, for the lowerings' harnesses to import.
+        @torch.library.custom_op("wrapir_lib::twice", mutates_args=())
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        twice.register_fake(lambda x: torch.empty_like(x))
+
+        r = self.export(lambda x: torch.ops.wrapir_lib.twice(x.sin()).cos(), [torch.randn(8)], "custom_lib")
+        self.assertTrue(r.ok, r.errors)
+        with open(os.path.join(r.path, "bundle.json")) as f:
+            self.assertEqual(json.load(f).get("op_libraries"), {"wrapir_lib::twice": __name__})
+
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we
         from wrapir_export import convert

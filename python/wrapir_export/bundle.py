@@ -285,6 +285,57 @@ def names_info(*, signature, input_names, input_tree, output_names, exp_names, o
     return info
 
 
+# Namespaces of PyTorch's own ops: every other namespace an extern call names belongs to a
+# library (a custom op), which a process must import before it can call the op.
+TORCH_NAMESPACES = {"aten", "prims", "inductor", "_c10d_functional", "c10d_functional", "_dtensor", "streams",
+                    "higher_order", "quantized", "_quantized", "mkldnn", "onednn", "mkl", "profiler"}
+
+
+def op_libraries(program):
+    """bundle.json's `op_libraries`: for each custom op the program calls
+    (`torch.ops.<ns>.<name>...`, `<ns>` not PyTorch's own), the Python module whose import
+    registers it (`torch.library.custom_op`'s function's module, e.g. transformers'
+    `grouped_mm_fallback` -> `transformers.integrations.moe`), so that a process running a
+    lowering of the program (`check_python.py`, `check_fx_module.py`) can import it first.
+    Ops registered otherwise (a `torch.library.Library` of C++ kernels) are not listed."""
+    from torch._library import custom_ops
+
+    ops = set()
+
+    def walk(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k == "op" and isinstance(v, str) and v.startswith("torch.ops."):
+                    ops.add(v)
+                else:
+                    walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(program)
+    out = {}
+    for op in sorted(ops):
+        parts = op.split(".")
+        if len(parts) < 4 or parts[2] in TORCH_NAMESPACES:
+            continue
+        qualname = f"{parts[2]}::{parts[3]}"
+        opdef = custom_ops.OPDEFS.get(qualname)
+        module = getattr(getattr(opdef, "_init_fn", None), "__module__", None)
+        if module:
+            out[qualname] = module
+    return out
+
+
+def import_op_libraries(meta):
+    """Imports the modules of bundle.json's `op_libraries` (the custom ops' definitions),
+    so that `torch.ops.<ns>.<name>` resolves in this process."""
+    import importlib
+
+    for module in sorted(set((meta.get("op_libraries") or {}).values())):
+        importlib.import_module(module)
+
+
 def host_kernels_info(program):
     """bundle.json's `host_kernels`: how the C++ and Halide kernel images were built (None
     when the program has none)."""
@@ -295,7 +346,8 @@ def host_kernels_info(program):
         return None
     info = {}
     if "cpp" in kinds:
-        info["cpp"] = {"compiler": H.compiler_version(), "flags": H.CXXFLAGS, "entry": "wrapir_kernel_argv"}
+        info["cpp"] = {"compiler": H.compiler_version(), "flags": H.CXXFLAGS + H.isa_flags(H.current_isa()),
+                       "isa": H.current_isa(), "entry": "wrapir_kernel_argv"}
     if "halide" in kinds:
         import halide
 

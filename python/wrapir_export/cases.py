@@ -1,7 +1,7 @@
 """Case files and the driver that exports them (in one process, or sharded over several).
 
 A case file defines `CASES = {name: (fn, make_inputs, compile_kwargs[, options])}`;
-`options` (see `unpack_case`) may hold `lazy_module`, `math` and `tolerance`.
+`options` (see `unpack_case`) may hold `lazy_module`, `math`, `tolerance` and `cpu_isa`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import traceback
 
-CASE_OPTIONS = {"lazy_module", "math", "tolerance"}
+CASE_OPTIONS = {"lazy_module", "math", "tolerance", "cpu_isa"}
 
 
 def unpack_case(entry):
@@ -20,7 +20,9 @@ def unpack_case(entry):
 
     Options: `"lazy_module": True` (`fn()` builds the module when the case is exported);
     `"math": {flag: bool}` (math modes of `MATH_FLAGS`, set for the whole export of the
-    case); `"tolerance": {"atol": x, "rtol": y}` (overrides the eager tolerance)."""
+    case); `"tolerance": {"atol": x, "rtol": y}` (overrides the eager tolerance);
+    `"cpu_isa": "avx2"` (the vector ISA of its CPU kernels, `host_kernels.CPU_ISAS`: for
+    programs Inductor generates only vectorised, such as FlexAttention's CPU template)."""
     if len(entry) == 3:
         fn, make_inputs, kw = entry
         return fn, make_inputs, kw, {}
@@ -127,6 +129,8 @@ def run_one(cases, name, out_dir, overrides=None, quiet=False, bundle=None):
     tb = None
     try:
         fn, make_inputs, kw, options = unpack_case(cases[name])
+        if (overrides or {}).get("cpu_isa") is not None:
+            options["cpu_isa"] = overrides["cpu_isa"]
         errors = export_case(name, fn, make_inputs, apply_overrides(kw, overrides), out_dir, options,
                              progress=_progress(name, quiet), bundle=bundle,
                              export_program=bool((overrides or {}).get("export_program")))

@@ -51,13 +51,16 @@ def parser(prog=None):
                     help="a torch.compile option for every case (repeatable; e.g. freezing=True)")
     ap.add_argument("--export-program", action="store_true",
                     help="compile every case through torch.export.export(...) (an ExportedProgram)")
+    ap.add_argument("--cpu-isa", default=None, choices=["baseline", "avx2", "avx512"],
+                    help="vector ISA of every CPU case's C++ kernels (default: the case's, else baseline "
+                         "x86-64); the bundle records it and wrapir refuses it on a CPU without it")
     ap.add_argument("--quiet", action="store_true", help="do not print each export stage to stderr")
     return ap
 
 
 def overrides_of(args):
     return {"mode": args.mode, "dynamic": args.dynamic, "options": dict(args.option),
-            "export_program": args.export_program}
+            "export_program": args.export_program, "cpu_isa": args.cpu_isa}
 
 
 def passthrough_of(args):
@@ -70,6 +73,8 @@ def passthrough_of(args):
         out += ["--option", f"{k}={v!r}"]
     if args.export_program:
         out.append("--export-program")
+    if args.cpu_isa is not None:
+        out += ["--cpu-isa", args.cpu_isa]
     if args.quiet:
         out.append("--quiet")
     return out

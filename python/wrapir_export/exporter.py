@@ -30,9 +30,10 @@ from .tolerances import (MathModes, check_math, compare, compiled_tolerance, eag
 
 
 # Inductor settings of every export that make its CPU kernels portable host images
-# (`host_kernels`): no C++ vectorisation (its ISA would be the exporting machine's), one
-# thread (no OpenMP runtime to load), Halide kernels for the baseline x86-64 target. They do
-# not touch CUDA programs.
+# (`host_kernels`): no C++ vectorisation (its ISA would be the exporting machine's) unless the
+# export names a vector ISA (`cpu_isa`, which then sets `cpp.simdlen`), one thread (no OpenMP
+# runtime to load), Halide kernels for the baseline x86-64 target. They do not touch CUDA
+# programs.
 HOST_CONFIG = {"cpp.simdlen": 0, "cpp.threads": 1, "halide.cpu_target": "x86-64-linux"}
 
 
@@ -142,7 +143,7 @@ def set_eval(module):
 
 def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, options=None, name=None,
            compile_kwargs=None, math=None, tolerance=None, progress=True, raise_on_error=True,
-           capture_devices=("cuda", "cpu"), unrunnable="warn", devices=None, wrapir=None):
+           capture_devices=("cuda", "cpu"), unrunnable="warn", devices=None, wrapir=None, cpu_isa="baseline"):
     """Exports `fn_or_module` compiled by Inductor as a wrapir bundle in `out_path`.
 
     `fn_or_module`: a function, an `nn.Module` (run in inference mode: `eval()`,
@@ -155,6 +156,9 @@ def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, 
     `options={"freezing": True}`); `compile_kwargs` adds others.
     `math`: math modes to set while exporting (`matmul_allow_tf32`, ...);
     `tolerance`: `{"atol", "rtol"}` replacing the computed eager tolerance.
+    `cpu_isa`: the vector ISA of a CPU program's C++ kernels (`"baseline"`: x86-64 without
+    vectorisation, runs on any x86-64 CPU; `"avx2"`, `"avx512"`: Inductor vectorises for it,
+    program.json records it, and wrapir refuses to load the kernels on a CPU without it).
     `progress`: print each stage to stderr (or a callable(stage, detail)).
     `unrunnable`: what an extern op a device cannot run is (`device_check.py`): `"warn"`
     (a warning naming the op and its calls), `"error"` (the export fails), or `"off"`;
@@ -185,7 +189,7 @@ def export(fn_or_module, example_inputs, out_path, *, dynamic=False, mode=None, 
         progress = None
     if unrunnable not in D.MODES:
         raise ValueError(f"unrunnable={unrunnable!r}: expected one of {', '.join(D.MODES)}")
-    case_options = {"math": math or {}, "tolerance": tolerance}
+    case_options = {"math": math or {}, "tolerance": tolerance, "cpu_isa": cpu_isa}
     outcome = export_bundle(torch, name, fn, make_inputs, kw, out_path, case_options, is_module=is_module,
                             module_name=module_name, progress=progress, capture_devices=capture_devices)
     if not outcome.errors and unrunnable != "off":
@@ -215,10 +219,12 @@ def write_errors(bundle, errors, tb=None):
 
 def export_bundle(torch, name, fn, make_inputs, compile_kwargs, bundle, options, *, is_module, module_name,
                   progress=None, capture_devices=("cuda", "cpu")):
-    """The export of one case (`options`: `math`, `tolerance`); returns an ExportResult
-    whose `errors` list every failure (empty: the bundle is complete)."""
+    """The export of one case (`options`: `math`, `tolerance`, `cpu_isa`); returns an
+    ExportResult whose `errors` list every failure (empty: the bundle is complete)."""
+    from . import host_kernels as H
+
     install(capture_devices)
-    with MathModes(torch, options.get("math")):
+    with MathModes(torch, options.get("math")), H.target_isa(options.get("cpu_isa") or "baseline"):
         if is_module:
             set_eval(fn)
         try:
@@ -271,7 +277,10 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     # so that it is captured), one compile thread; with CUDA graphs, no graph partitions
     # (Inductor would move the cudagraph-safe parts of `call` into partition functions;
     # the same kernels and lines stay in `call` without them).
-    config_patch = {"fx_graph_cache": False, "compile_threads": 1, **HOST_CONFIG}
+    from . import host_kernels as H
+
+    config_patch = {"fx_graph_cache": False, "compile_threads": 1, **HOST_CONFIG,
+                    **H.inductor_config(H.current_isa())}
     notes_extra = []
     if "freezing" in (compile_kwargs.get("options") or {}):
         # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
@@ -321,6 +330,10 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         errors.append(f"expected one compiled graph, got {len(mains)} (graph breaks?)")
     if len(modules) != 1:
         errors.append(f"expected one wrapper module, got {len(modules)}")
+    try:
+        H.check_picked_isa(H.current_isa())
+    except Exception as e:  # the kernels would need another ISA than the one recorded
+        errors.append(str(e))
     if dropped:
         notes_extra.append(f"{len(dropped)} wrappers of graphs Inductor compiled only to benchmark them were "
                            "not captured")
@@ -388,6 +401,9 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         host = B.host_kernels_info(program)
         if host:
             info["host_kernels"] = host
+        libraries = B.op_libraries(program)
+        if libraries:
+            info["op_libraries"] = libraries
         B.write_info(bundle, info)
     state.restore(torch)
     stage("done" if not errors else "failed", f"{len(kernels)} kernels, {len(errors)} errors")

@@ -4,7 +4,10 @@ Python: Inductor's C++ kernels (`async_compile.cpp_pybinding`) and its Halide ke
 
 Every image is built for the baseline x86-64 ISA (no `-march=native`; Inductor's C++
 vectorisation is turned off while exporting, see `exporter.HOST_CONFIG`) so that it runs on
-any x86-64 Linux machine:
+any x86-64 Linux machine, unless the export names a vector ISA (`target_isa`, the exporter's
+`cpu_isa`): then Inductor vectorises for it and its C++ kernels are compiled with that ISA's
+macros and flags (Inductor's own, `cpu_vec_isa.py`), and program.json's `isa` names it, which
+wrapir's host backend checks the running CPU has before it loads the image:
 
 * a C++ kernel `<kernel>` becomes `kernels/<kernel>.so`: Inductor's source (which includes
   `torch/csrc/inductor/cpp_prefix.h`, compiled here against the installed PyTorch's headers;
@@ -37,6 +40,80 @@ CXXFLAGS = ["-std=c++17", "-O2", "-DNDEBUG", "-march=x86-64", "-mtune=generic", 
             "-fno-strict-aliasing", "-fno-finite-math-only", "-fno-unsafe-math-optimizations",
             "-ffp-contract=off", "-Wl,-Bsymbolic", "-w"]
 HALIDE_TARGET = "x86-64-linux"
+
+# The vector ISAs an export may build its C++ kernels for: Inductor's `cpp.simdlen` and the
+# `cpu_vec_isa` class it must pick for it (`None`: the baseline, no vectorisation). wrapir's
+# loader knows the same names (`exec::host::kernels::isa`).
+CPU_ISAS = {"baseline": (0, None), "avx2": (256, "VecAVX2"), "avx512": (512, "VecAVX512")}
+_TARGET = {"isa": "baseline"}
+
+
+def check_cpu_isa(name):
+    """`name` if it is one of `CPU_ISAS` that this machine can build and run (its kernels
+    are run while exporting), else ValueError naming what this machine has."""
+    if name not in CPU_ISAS:
+        raise ValueError(f"cpu_isa={name!r}: expected one of {', '.join(CPU_ISAS)}")
+    cls = CPU_ISAS[name][1]
+    if cls is not None:
+        from torch._inductor import cpu_vec_isa
+
+        have = [type(i).__name__ for i in cpu_vec_isa.valid_vec_isa_list()]
+        if cls not in have:
+            raise ValueError(f"cpu_isa={name!r}: this machine's CPU (or compiler) cannot build {cls}; "
+                             f"Inductor finds {', '.join(have) or 'no vector ISA'}")
+    return name
+
+
+def inductor_config(name):
+    """Inductor's settings for kernels of ISA `name`: `cpp.simdlen`."""
+    return {"cpp.simdlen": CPU_ISAS[check_cpu_isa(name)][0]}
+
+
+class target_isa:
+    """A context in which C++ kernels are compiled for ISA `name` (`CPU_ISAS`)."""
+
+    def __init__(self, name):
+        self.name = check_cpu_isa(name)
+
+    def __enter__(self):
+        self.saved = _TARGET["isa"]
+        _TARGET["isa"] = self.name
+        return self
+
+    def __exit__(self, *exc):
+        _TARGET["isa"] = self.saved
+        return False
+
+
+def current_isa():
+    """The ISA C++ kernels are compiled for now (`baseline` outside `target_isa`)."""
+    return _TARGET["isa"]
+
+
+def isa_flags(name):
+    """The compiler flags of ISA `name`: Inductor's arch flags and `-D` of its macros."""
+    cls = CPU_ISAS[name][1]
+    if cls is None:
+        return []
+    from torch._inductor import cpu_vec_isa
+
+    isa = getattr(cpu_vec_isa, cls)()
+    return isa.build_arch_flags().split() + [f"-D{m}" for m in isa.build_macro()]
+
+
+def check_picked_isa(name):
+    """After compiling: Inductor vectorised for `name`'s class (with a `cpp.simdlen` two
+    classes share, such as 512 for AVX-512 and AMX, it may pick another), else an error."""
+    cls = CPU_ISAS[name][1]
+    if cls is None:
+        return
+    from torch._inductor import config, cpu_vec_isa
+
+    with config.patch(inductor_config(name)):
+        picked = type(cpu_vec_isa.pick_vec_isa()).__name__
+    if picked != cls:
+        raise Unconvertible(f"cpu_isa={name!r}: Inductor vectorised for {picked}, not {cls}; "
+                            f"its kernels would need that ISA")
 HALIDE_RUNTIME = "halide_runtime.so"
 # Shared objects a host kernel image must not need (it must load without PyTorch).
 FORBIDDEN_NEEDED = ("libtorch", "libc10", "libpython", "libgomp", "libiomp", "libomp")
@@ -149,9 +226,9 @@ def c_scalar_type(t):
     return " ".join(t.split())
 
 
-# PyTorch's headers (2.15 and later) call `c10::detail::torchCheckFail` when a `TORCH_CHECK`
-# in a kernel fails; libc10 defines it, and an image must load without libc10. This
-# definition throws instead, and the entry point turns the exception into a non-zero
+# PyTorch's headers call `c10::detail::torchCheckFail` when a `TORCH_CHECK` in a kernel fails
+# (2.15's scalar kernels with a C string, 2.11's vectorised ones with a `std::string`); libc10
+# defines both, and an image must load without libc10. These definitions throw instead, and the entry point turns the exception into a non-zero
 # return and a message (`wrapir_kernel_error`), so a failed check is an error naming the
 # kernel, never an unbound symbol or an exception crossing the C ABI.
 CPP_CHECK_SUPPORT = r'''
@@ -164,6 +241,9 @@ namespace c10 {
 namespace detail {
 [[noreturn]] void torchCheckFail(const char* func, const char* file, uint32_t line, const char* msg) {
     throw std::runtime_error(std::string(msg) + " (" + func + " at " + file + ":" + std::to_string(line) + ")");
+}
+[[noreturn]] void torchCheckFail(const char* func, const char* file, uint32_t line, const std::string& msg) {
+    torchCheckFail(func, file, line, msg.c_str());
 }
 }  // namespace detail
 }  // namespace c10
@@ -228,7 +308,8 @@ def build_cpp_kernel(name, source, arg_types, kdir):
         import torch
 
         maps = path_maps({tmp: ".", os.path.dirname(torch.__file__): "torch"})
-        _run([cxx(), *CXXFLAGS, *maps, *includes, "-o", out, src, "-s"], f"compiling C++ kernel {name}")
+        _run([cxx(), *CXXFLAGS, *isa_flags(current_isa()), *maps, *includes, "-o", out, src, "-s"],
+             f"compiling C++ kernel {name}")
     check_self_contained(out)
     return f"kernels/{name}.so"
 

@@ -420,6 +420,8 @@ def host_kernel(name, kind, k, kdir_abs, errors):
             arg_types, source = H.parse_cpp_definition(body)
             H.build_cpp_kernel(name, source, arg_types, kdir_abs)
             backend = {"kind": "cpp", "arg_types": arg_types}
+            if H.current_isa() != "baseline":
+                backend["isa"] = H.current_isa()
         else:
             meta, source = H.parse_halide_definition(body)
             H.build_halide_kernel(name, meta, source, kdir_abs)

@@ -809,6 +809,20 @@ fn host_kernels_report(program: &Program, out: &mut String) -> bool {
             u.graph, u.line, u.text, u.kernel
         );
     }
+    // C++ kernels compiled for a vector ISA this CPU lacks: refused when loaded.
+    for def in program.kernels.values() {
+        if let wrapir::ir::KernelBackend::Cpp(wrapir::ir::CppMeta { isa: Some(isa), .. }) = &def.backend {
+            let n = uses.iter().filter(|u| u.kernel == def.name.as_str()).count();
+            if let (Err(why), true) = (wrapir::exec::host::kernels::isa::check_isa(isa), n > 0) {
+                *refused.entry("cpp (vector ISA)").or_default() += n;
+                *out += &format!(
+                    "error: the cpu backend cannot load kernel `{}` ({}): {why}\n",
+                    def.name.as_str(),
+                    wrapir::exec::host::kernels::image_path(def.name.as_str())
+                );
+            }
+        }
+    }
     let calls = uses.len();
     let failed: usize = refused.values().sum();
     *out += &if failed == 0 {

@@ -745,6 +745,7 @@ impl<'a> Parser<'a> {
         let mut argtypes = Vec::new();
         // C++ fields.
         let mut arg_types = Vec::new();
+        let mut isa = None;
 
         loop {
             let Some(mut c) = self.next_code_line() else {
@@ -923,6 +924,7 @@ impl<'a> Parser<'a> {
                     }
                     argtypes.push(arg);
                 }
+                ("cpp", "isa") => isa = Some(c.string(&what)?),
                 ("cpp", "arg_types") => loop {
                     arg_types.push(c.string(&format_args!("a type in {what}"))?);
                     if !c.eat(",") {
@@ -963,7 +965,7 @@ impl<'a> Parser<'a> {
                 scheduler_flags,
                 cuda_device,
             }),
-            "cpp" => KernelBackend::Cpp(CppMeta { arg_types }),
+            "cpp" => KernelBackend::Cpp(CppMeta { arg_types, isa }),
             "cuda_c" => KernelBackend::CudaC,
             _ => KernelBackend::Host,
         };

@@ -199,6 +199,9 @@ fn write_kernel(out: &mut String, name: &KernelName, k: &KernelDef) -> std::fmt:
                 let types: Vec<String> = m.arg_types.iter().map(|t| PyStr(t).to_string()).collect();
                 writeln!(out, "  arg_types {}", types.join(", "))?;
             }
+            if let Some(isa) = &m.isa {
+                writeln!(out, "  isa {}", PyStr(isa))?;
+            }
         }
         KernelBackend::CudaC | KernelBackend::Host => {}
     }

@@ -300,6 +300,7 @@ pub fn nonzero_of(
 pub fn cpp_backend(arg_types: &[&str]) -> wrapir::ir::KernelBackend {
     wrapir::ir::KernelBackend::Cpp(wrapir::ir::CppMeta {
         arg_types: arg_types.iter().map(|t| t.to_string()).collect(),
+        isa: None,
     })
 }
 

@@ -1,7 +1,9 @@
 //! Compiled host kernels: Inductor's C++ and Halide kernels as the shared
 //! objects a CPU bundle carries (`kernels/<kernel>.so`, made by the
-//! exporter's `wrapir_export.host_kernels` for the baseline x86-64 ISA), loaded
-//! once with `libloading` and registered as [`HostBackend`] kernels.
+//! exporter's `wrapir_export.host_kernels` for the baseline x86-64 ISA, or
+//! for the vector ISA a C++ kernel's metadata names, which [`isa`] checks
+//! this CPU has before the image is loaded), loaded once with `libloading`
+//! and registered as [`HostBackend`] kernels.
 //!
 //! The images have a fixed C ABI, `int entry(void **args)`:
 //!
@@ -32,6 +34,7 @@
 //! file; Halide kernels find their runtime through a directory).
 
 mod halide;
+pub mod isa;
 #[cfg(target_os = "linux")]
 mod memfd;
 mod scratch;
@@ -498,6 +501,14 @@ impl CppKernel {
             .enumerate()
             .map(|(i, t)| parse_arg_type(t).ok_or_else(|| mismatch(format!("argument {i}: unsupported C type `{t}`"))))
             .collect::<Result<Vec<_>, _>>()?;
+        // Before the image is mapped: its initialisers may run the ISA's instructions.
+        if let Some(required) = &meta.isa {
+            isa::check_isa(required).map_err(|message| HostKernelError::Load {
+                kernel: kernel.to_string(),
+                path: path.to_path_buf(),
+                message,
+            })?;
+        }
         let lib = open(kernel, path)?;
         let signature: unsafe extern "C" fn() -> *const c_char = symbol(&lib, kernel, path, "wrapir_kernel_signature")?;
         // SAFETY: the exporter's `wrapir_kernel_signature` returns a pointer
