@@ -724,6 +724,50 @@ fn bias_addmm_is_addmm_of_the_first_row() {
 
 // ------------------------------------------------------------- _cudnn_rnn
 
+/// The RNN of a `_cudnn_rnn` call: cell (`mode`: 1 tanh RNN, 2 LSTM,
+/// 3 GRU), biases, sizes and layout.
+struct Rnn {
+    mode: i64,
+    bias: bool,
+    hidden: i64,
+    layers: i64,
+    batch_first: bool,
+    bidirectional: bool,
+}
+
+impl Rnn {
+    /// `_cudnn_rnn`'s 16 arguments in PyTorch's order for an inference call
+    /// (no projection, no dropout, no packed batch sizes, no dropout state).
+    fn args(
+        &self,
+        x: Value<Tensor>,
+        weights: Vec<Value<Tensor>>,
+        weight_buf: Value<Tensor>,
+        hx: Value<Tensor>,
+        cx: Value<Tensor>,
+    ) -> Vec<Value<Tensor>> {
+        vec![
+            x,
+            Value::List(weights),
+            // Weights per layer and direction.
+            Value::Int(if self.bias { 4 } else { 2 }),
+            weight_buf,
+            hx,
+            cx,
+            Value::Int(self.mode),
+            Value::Int(self.hidden),
+            Value::Int(0),
+            Value::Int(self.layers),
+            Value::Bool(self.batch_first),
+            Value::Float(0.0),
+            Value::Bool(false),
+            Value::Bool(self.bidirectional),
+            Value::List(vec![]),
+            Value::None,
+        ]
+    }
+}
+
 /// `aten._cudnn_rnn` on the host against eager PyTorch: the committed CPU
 /// bundles of a two-layer bidirectional LSTM and a two-layer GRU (batch
 /// first, `nn.LSTM` / `nn.GRU` with zero initial states) hold the modules'
@@ -741,29 +785,24 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
         let x = inputs[&format!("arg{weights}_1")].clone();
         let (n, layers, d, h) = (x.size()[0], 2i64, if bidirectional { 2 } else { 1 }, 16i64);
         let zeros = || f32s(&vec![0.0; (layers * d * n * h) as usize], &[layers * d, n, h]);
-        let args = vec![
+        let rnn = Rnn {
+            mode,
+            bias: true,
+            hidden: h,
+            layers,
+            batch_first: true,
+            bidirectional,
+        };
+        let args = rnn.args(
             Value::Tensor(x.clone()),
-            Value::List(
-                (0..weights)
-                    .map(|i| Value::Tensor(inputs[&format!("arg{i}_1")].clone()))
-                    .collect(),
-            ),
-            Value::Int(4),
+            (0..weights)
+                .map(|i| Value::Tensor(inputs[&format!("arg{i}_1")].clone()))
+                .collect(),
             // The host returns the buffer as it is (cuDNN's packed weights on a GPU).
             f32s(&[0.0; 4], &[4]),
             zeros(),
             if mode == 2 { zeros() } else { Value::None },
-            Value::Int(mode),
-            Value::Int(h),
-            Value::Int(0),
-            Value::Int(layers),
-            Value::Bool(true),
-            Value::Float(0.0),
-            Value::Bool(false),
-            Value::Bool(bidirectional),
-            Value::List(vec![]),
-            Value::None,
-        ];
+        );
         let Value::List(got) = call("aten._cudnn_rnn.default", args, &[]).unwrap() else {
             panic!("{case}: not a list")
         };
@@ -792,29 +831,22 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
         }
     }
     // Without `weight_buf` the fifth result would be cuDNN's packing: refused.
-    let e = call(
-        "aten._cudnn_rnn.default",
-        vec![
-            f32s(&[0.0; 6], &[1, 2, 3]),
-            Value::List(vec![f32s(&[0.0; 12], &[4, 3]), f32s(&[0.0; 16], &[4, 4])]),
-            Value::Int(2),
-            Value::None,
-            f32s(&[0.0; 8], &[1, 2, 4]),
-            Value::None,
-            Value::Int(1),
-            Value::Int(4),
-            Value::Int(0),
-            Value::Int(1),
-            Value::Bool(false),
-            Value::Float(0.0),
-            Value::Bool(false),
-            Value::Bool(false),
-            Value::List(vec![]),
-            Value::None,
-        ],
-        &[],
-    )
-    .unwrap_err();
+    let tanh = Rnn {
+        mode: 1,
+        bias: false,
+        hidden: 4,
+        layers: 1,
+        batch_first: false,
+        bidirectional: false,
+    };
+    let args = tanh.args(
+        f32s(&[0.0; 6], &[1, 2, 3]),
+        vec![f32s(&[0.0; 12], &[4, 3]), f32s(&[0.0; 16], &[4, 4])],
+        Value::None,
+        f32s(&[0.0; 8], &[1, 2, 4]),
+        Value::None,
+    );
+    let e = call("aten._cudnn_rnn.default", args, &[]).unwrap_err();
     common::assert_contains(&e, "weight_buf");
 }
 
