@@ -914,3 +914,36 @@ fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `aten._grouped_mm`'s refusals are PyTorch's: a bias, int64 offsets, a
+/// 2-D operand without offsets, another output dtype; each names the op.
+/// (Its values and layouts, every form, are `tests/op_layouts.rs`'s.)
+#[test]
+fn grouped_mm_refuses_what_pytorch_refuses() {
+    let op = "torch.ops.aten._grouped_mm.default";
+    let a = f32s(&[0.0; 8 * 4], &[8, 4]);
+    let b = f32s(&[0.0; 2 * 4 * 4], &[2, 4, 4]);
+    let offs = |dtype| Value::Tensor(Tensor::from_i64(dtype, &[4, 8], &[2]).unwrap());
+    let cases: Vec<(Vec<Value<Tensor>>, Vec<(&str, Value<Tensor>)>, &str)> = vec![
+        (
+            vec![a.clone(), b.clone(), offs(DType::Int32)],
+            vec![("bias", f32s(&[0.0; 8], &[2, 4]))],
+            "bias is not supported",
+        ),
+        (vec![a.clone(), b.clone(), offs(DType::Int64)], vec![], "1-D int32"),
+        (
+            vec![a.clone(), f32s(&[0.0; 16], &[4, 4])],
+            vec![],
+            "ranks 2 and 2 without offs",
+        ),
+        (
+            vec![a, b, offs(DType::Int32)],
+            vec![("out_dtype", Value::DType(DType::Bfloat16))],
+            "output dtype",
+        ),
+    ];
+    for (args, kwargs, want) in cases {
+        let e = call(op, args, &kwargs).unwrap_err();
+        assert!(e.contains("_grouped_mm") && e.contains(want), "{e}");
+    }
+}

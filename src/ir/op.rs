@@ -82,6 +82,8 @@ extern_ops! {
     /// `torch.compile` when `torch._grouped_mm` does not apply): one `mm`
     /// per group of rows into a zeroed result.
     GroupedMmFallback(GROUPED_MM_FALLBACK) = "transformers.grouped_mm_fallback";
+    /// Groups of GEMMs by offsets (`torch._grouped_mm`, `F.grouped_mm`).
+    GroupedMm(GROUPED_MM) = "aten._grouped_mm";
     Convolution(CONVOLUTION) = "aten.convolution";
     Nonzero(NONZERO) = "aten.nonzero";
     MaskedSelect(MASKED_SELECT) = "aten.masked_select";

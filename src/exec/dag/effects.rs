@@ -282,6 +282,7 @@ fn extern_access(target: &str) -> ExternAccess {
         | Cumsum
         | Histc
         | GroupedMmFallback
+        | GroupedMm
         | Sort
         | IntMm
         | ScaledMm

@@ -34,6 +34,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::Cumsum => cumsum,
         E::Histc => super::histc::histc,
         E::GroupedMmFallback => super::grouped_mm::grouped_mm_fallback,
+        E::GroupedMm => super::grouped_mm::grouped_mm,
         E::IndexPut => index_put,
         E::Scatter => scatter,
         E::ScatterReduce => scatter_reduce,

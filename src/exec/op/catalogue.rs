@@ -124,6 +124,7 @@ catalogue! {
     IntMm(INT_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "i8 x i8 -> i32");
     ScaledMm(SCALED_MM), host: true, cuda: cuda(Blas, "cuBLASLt", "f8e4m3fn, f8e5m2 -> f32, f16, bf16 (tensor-wise scales, sm_89+)");
     GroupedMmFallback(GROUPED_MM_FALLBACK), host: true, cuda: cuda(Blas, "cuBLAS", FLOAT);
+    GroupedMm(GROUPED_MM), host: true, cuda: cuda(Blas, "cuBLAS", "bf16, f16, f32 (2-D x 3-D: a GEMM per group, PyTorch's fallback path)");
     Convolution(CONVOLUTION), host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     Nonzero(NONZERO), host: true, cuda: cuda(Kernel, KERNEL, "all");
     MaskedSelect(MASKED_SELECT), host: true, cuda: cuda(Kernel, KERNEL, "all");

@@ -1,6 +1,8 @@
-//! The groups of rows of `transformers::grouped_mm_fallback`, shared by
-//! every backend: which rows of the input (and of the result) each group's
-//! `mm` covers.
+//! The groups of rows of `transformers::grouped_mm_fallback` and
+//! `aten._grouped_mm`, shared by every backend: which rows of the input (and
+//! of the result) each group's `mm` covers, and the layout of
+//! `_grouped_mm`'s result. ATen's fallback slices `offs[g - 1]..offs[g]`
+//! (`at::slice`: the same bounds as the Python slices below).
 //!
 //! Transformers' op (`transformers/integrations/moe.py`,
 //! `_grouped_mm_fallback`) is, in eager Python:
@@ -97,12 +99,41 @@ pub(crate) fn check_operands(
     Ok(())
 }
 
+/// The strides PyTorch gives a grouped GEMM's result of `shape`
+/// (`create_grouped_gemm_output_tensor`): row-major, the last dimension's
+/// row length rounded up to 16 bytes.
+pub(crate) fn grouped_mm_strides(shape: &[i64], element_bytes: u64) -> Vec<i64> {
+    let align = i64::try_from((16 / element_bytes.max(1)).max(1)).unwrap_or(1);
+    let mut strides = vec![1i64; shape.len()];
+    let mut step = 1i64;
+    for d in (0..shape.len()).rev() {
+        strides[d] = step;
+        let len = if d + 1 == shape.len() {
+            shape[d].saturating_add(align - 1) / align * align
+        } else {
+            shape[d]
+        };
+        step = step.saturating_mul(len.max(1));
+    }
+    strides
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn spans(offs: &[i64], rows: i64) -> Vec<(usize, i64, i64)> {
         group_rows(offs, rows).iter().map(|g| (g.group, g.from, g.to)).collect()
+    }
+
+    #[test]
+    fn grouped_results_pad_their_rows_to_16_bytes() {
+        // torch._grouped_mm of bf16 [10, 16] by [3, 16, 20] (transposed): strides (24, 1);
+        // a batch [3, 5, 20]: (120, 24, 1).
+        assert_eq!(grouped_mm_strides(&[10, 20], 2), [24, 1]);
+        assert_eq!(grouped_mm_strides(&[3, 5, 20], 2), [120, 24, 1]);
+        assert_eq!(grouped_mm_strides(&[10, 24], 2), [24, 1]);
+        assert_eq!(grouped_mm_strides(&[4, 6], 4), [8, 1]);
     }
 
     #[test]

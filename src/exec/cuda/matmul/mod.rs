@@ -72,6 +72,7 @@ pub(super) fn op_fn(op: ExternOp) -> Option<GemmFn> {
         ExternOp::IntMm => int_mm::int_mm,
         ExternOp::ScaledMm => scaled_mm::scaled_mm,
         ExternOp::GroupedMmFallback => grouped::grouped_mm_fallback,
+        ExternOp::GroupedMm => grouped::grouped_mm,
         _ => return None,
     };
     Some(f)
