@@ -91,8 +91,9 @@ pub enum ErrorKind {
         /// The kernel.
         kernel: KernelName,
     },
-    /// Python: a kernel call passes a positional argument (or, for Halide on
-    /// CUDA and CUDA C kernels, the trailing stream) after a named one.
+    /// Python: a call of a Halide kernel on CUDA with a named argument: the
+    /// stream it takes last is positional, which Python rejects after a
+    /// named one.
     #[error("call of kernel `{kernel}` has a positional argument after a named one, which Python rejects")]
     PositionalAfterNamed {
         /// The kernel.

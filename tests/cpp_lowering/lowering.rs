@@ -252,22 +252,6 @@ fn errors_name_the_problem() {
         Dialect::Standalone,
         "extern op `torch.ops.aten.nonzero.default` on xpu:0: the runtime runs extern ops on CUDA devices and the host",
     );
-    // A C++ (host) kernel given a device buffer.
-    let mut p = ProgramBuilder::new();
-    let k = p.kernel("cpp_fused_0", common::cpp_backend(&["float*"]), "");
-    let mut g = p.main();
-    g.tensor_input("arg0_1", f32(&[int(4)]));
-    g.define_kernel(&k);
-    g.call_kernel(&k, [buf("arg0_1")]);
-    g.finish();
-    let host_kernel = p.finish();
-    for d in [Dialect::Aoti, Dialect::Standalone] {
-        check_error(
-            host_kernel.clone(),
-            d,
-            "C++ kernel `cpp_fused_0` runs on the host, but its argument `arg0_1` is on cuda:0",
-        );
-    }
     // item() of a floating tensor binds no integer symbol, in either dialect
     // (one message, written by the walk, not the dialect).
     let float_item = wrapir::text::parse(

@@ -318,10 +318,34 @@ fn errors_name_the_culprit() {
         })
     );
 
-    // CUDA C kernels take the stream as a trailing positional argument, which
-    // may not follow a named one.
+    // A Halide kernel on CUDA takes the stream as a trailing positional
+    // argument, which may not follow a named one.
+    let halide_cuda = KernelBackend::Halide(HalideMeta {
+        argtypes: vec![
+            HalideArg {
+                ctype: "float*".into(),
+                name: "in_ptr0".into(),
+                shape: Some(vec!["4L".into()]),
+                stride: Some(vec!["1L".into()]),
+                offset: Some("0".into()),
+                alias_of: None,
+            },
+            HalideArg {
+                ctype: "long".into(),
+                name: "ks0".into(),
+                shape: None,
+                stride: None,
+                offset: None,
+                alias_of: None,
+            },
+        ],
+        target: "host-cuda-cuda_capability_86-strict_float-no_runtime-no_asserts".into(),
+        scheduler: Some("Anderson2021".into()),
+        scheduler_flags: IndexMap::new(),
+        cuda_device: Some(0),
+    });
     let mut p = ProgramBuilder::new();
-    let k = p.kernel("k", KernelBackend::CudaC, "extern \"C\" void k(float* x, int n) {}");
+    let k = p.kernel("k", halide_cuda, "");
     let mut g = p.main();
     let x = g.tensor_input("arg0_1", f32(&[4]));
     g.define_kernel(&k);
@@ -330,7 +354,7 @@ fn errors_name_the_culprit() {
         args: vec![
             CallArg::positional(ArgValue::Buffer(x)),
             CallArg {
-                name: Some("n".into()),
+                name: Some("ks0".into()),
                 value: ArgValue::Expr(SymExpr::Int(4)),
             },
         ],

@@ -11,10 +11,15 @@ fn memory_lines() {
 fn call_lines() {
     let with_kernel = |backend: KernelBackend, device: Option<Device>, guard: bool| {
         let named = matches!(backend, KernelBackend::Triton(_));
+        // A C++ kernel runs on the host: its tensors are on the CPU.
+        let layout = match backend {
+            KernelBackend::Cpp(_) => Layout::contiguous(DType::Float32, Device::cpu(), [SymExpr::Int(4)]),
+            _ => f32(&[4]),
+        };
         let mut p = ProgramBuilder::new();
         let k = p.kernel("k0", backend, TRITON_SRC);
         let mut g = p.main();
-        g.tensor_input("arg0_1", f32(&[4]));
+        g.tensor_input("arg0_1", layout.clone());
         g.define_kernel(&k);
         if guard {
             g.line(Line::EnterDeviceContext {
@@ -22,7 +27,7 @@ fn call_lines() {
                 streams: None,
             });
         }
-        g.allocate("buf0", f32(&[4]));
+        g.allocate("buf0", layout);
         g.line(Line::KernelCall(KernelCall {
             kernel: k.clone(),
             args: vec![
@@ -99,7 +104,11 @@ fn call_lines() {
         (
             "cpp",
             with_kernel(common::cpp_backend(&["const float*", "float*", "int64_t"]), None, false),
-            vec![alloc, "k0(arg0_1, buf0, 4)", "return (buf0, )"],
+            vec![
+                "buf0 = empty_strided_cpu((4, ), (1, ), torch.float32)",
+                "k0(arg0_1, buf0, 4)",
+                "return (buf0, )",
+            ],
         ),
         (
             "cuda_c",

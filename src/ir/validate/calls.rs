@@ -30,6 +30,49 @@ impl<'a> Validator<'a> {
     }
 }
 
+impl<'a> Validator<'a> {
+    /// What a C++, CUDA C or host kernel's call must be: positional (they are
+    /// called as C functions, by position, in every wrapper and on the host),
+    /// and for a C++ kernel, which runs on the host, its tensors on the CPU.
+    fn host_call_rules(&mut self, g: &mut GraphState<'a>, at: usize, call: &KernelCall, def: &KernelDef) {
+        let backend = match &def.backend {
+            KernelBackend::Cpp(_) => "C++",
+            KernelBackend::CudaC => "CUDA C",
+            KernelBackend::Host => "host",
+            KernelBackend::Triton(_) | KernelBackend::Halide(_) => return,
+        };
+        if let Some(param) = call.args.iter().find_map(|a| a.name.as_ref()) {
+            self.err(
+                Self::at(g, at),
+                ValidationErrorKind::NamedArgument {
+                    kernel: call.kernel.clone(),
+                    backend,
+                    param: param.clone(),
+                },
+            );
+        }
+        if !matches!(def.backend, KernelBackend::Cpp(_)) {
+            return;
+        }
+        for a in &call.args {
+            let ArgValue::Buffer(b) = &a.value else { continue };
+            if let Some(l) = g
+                .layout(self.program, b)
+                .filter(|l| l.device.kind != crate::ir::DeviceType::Cpu)
+            {
+                self.err(
+                    Self::at(g, at),
+                    ValidationErrorKind::HostKernelDevice {
+                        kernel: call.kernel.clone(),
+                        buffer: b.clone(),
+                        device: l.device,
+                    },
+                );
+            }
+        }
+    }
+}
+
 /// A kernel parameter as the checker sees it.
 pub(super) struct Param<'a> {
     pub(super) name: String,
@@ -92,6 +135,7 @@ impl<'a> Validator<'a> {
             );
             return;
         };
+        self.host_call_rules(g, at, call, def);
         if !g.defined_kernels.contains_key(&call.kernel) {
             Self::prescan(g);
             let later = g.later_kernels.get(&call.kernel).copied().filter(|&i| i > at);

@@ -570,6 +570,26 @@ pub enum ValidationErrorKind {
         /// The parameter.
         param: String,
     },
+    /// A named argument of a kernel called by position (C++, CUDA C, host).
+    #[error("kernel {kernel} is a {backend} kernel, called with positional arguments only, but gets `{param}=`")]
+    NamedArgument {
+        /// The kernel.
+        kernel: KernelName,
+        /// Its backend.
+        backend: &'static str,
+        /// The name given.
+        param: String,
+    },
+    /// A tensor argument of a C++ kernel (it runs on the host) on another device.
+    #[error("kernel {kernel} is a C++ kernel, which runs on the host, but its argument {buffer} is on {device}")]
+    HostKernelDevice {
+        /// The kernel.
+        kernel: KernelName,
+        /// The argument.
+        buffer: BufName,
+        /// Its device.
+        device: Device,
+    },
     /// A positional argument after a named one.
     #[error("a positional argument of kernel {kernel} follows a named one")]
     PositionalAfterNamed {

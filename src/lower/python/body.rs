@@ -410,24 +410,13 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         // Validation checked that the kernel is in the table and that a
         // `KernelDefinition` line defines it before this call.
         let def = self.low.info.line_kernel(kernel);
-        // Python rejects a positional argument after a keyword argument.
-        let trailing_positional = match &def.backend {
-            KernelBackend::Halide(meta) => meta.is_cuda(),
-            KernelBackend::CudaC => true,
-            _ => false,
-        };
-        let mut named_seen = false;
-        for a in &call.args {
-            if a.name.is_some() {
-                named_seen = true;
-            } else if named_seen {
-                return Err(Error::new(
-                    at.location(),
-                    ErrorKind::PositionalAfterNamed { kernel: kernel.clone() },
-                ));
-            }
-        }
-        if named_seen && trailing_positional {
+        // Validation rejects a positional argument after a named one
+        // (`PositionalAfterNamed`) and any named argument of a C++, CUDA C or
+        // host kernel (`NamedArgument`); a Halide kernel on CUDA takes the
+        // stream as a trailing positional argument, which Python rejects
+        // after a named one.
+        let trailing_stream = matches!(&def.backend, KernelBackend::Halide(meta) if meta.is_cuda());
+        if trailing_stream && call.args.iter().any(|a| a.name.is_some()) {
             return Err(Error::new(
                 at.location(),
                 ErrorKind::PositionalAfterNamed { kernel: kernel.clone() },

@@ -171,27 +171,6 @@ impl<'a> Lowering<'a> {
         }
     }
 
-    pub(super) fn positional_only<'c>(
-        &self,
-        call: &'c KernelCall,
-        backend: &str,
-        cx: &Cx<'_>,
-    ) -> Result<Vec<&'c ArgValue>, Error> {
-        call.args
-            .iter()
-            .map(|a| match &a.name {
-                None => Ok(&a.value),
-                Some(n) => Err(Error::invalid(
-                    cx,
-                    format!(
-                        "{backend} kernel `{}` takes positional arguments only, but gets `{n}=`",
-                        call.kernel
-                    ),
-                )),
-            })
-            .collect()
-    }
-
     /// A scalar argument in C++ form.
     pub(super) fn scalar_arg(
         &self,
@@ -235,42 +214,39 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
-        let args = self.positional_only(call, "C++", cx)?;
-        if args.len() != meta.arg_types.len() {
-            return Err(Error::invalid(
+        // Validation: a C++ kernel takes positional arguments only
+        // (`NamedArgument`), as many as its `arg_types` when it has them
+        // (`ArityMismatch`), a tensor on the CPU for each pointer
+        // (`PointerArgNotBuffer`, `HostKernelDevice`).
+        if meta.arg_types.is_empty() && !call.args.is_empty() {
+            return Err(self.unsupported(
                 cx,
-                format!(
-                    "C++ kernel `{kernel}` takes {} arguments (`arg_types`) but gets {}",
-                    meta.arg_types.len(),
-                    args.len()
-                ),
+                format!("C++ kernel `{kernel}` has no `arg_types`, which its C++ declaration is written from"),
             ));
         }
-        let mut printed = Vec::with_capacity(args.len());
-        for (i, (ty, value)) in meta.arg_types.iter().zip(&args).enumerate() {
+        let args = call.args.iter().map(|a| &a.value);
+        let mut printed = Vec::with_capacity(meta.arg_types.len());
+        for (i, (ty, value)) in meta.arg_types.iter().zip(args).enumerate() {
             let ty = ty.trim();
-            if ty.ends_with('*') {
-                let ArgValue::Buffer(b) = value else {
-                    return Err(Error::invalid(
-                        cx,
-                        format!("argument {i} of C++ kernel `{kernel}` has pointer type `{ty}` but is not a tensor"),
-                    ));
-                };
-                let device = g.layout(b, cx)?.device;
-                if device.kind != DeviceType::Cpu {
-                    return Err(Error::invalid(
-                        cx,
-                        format!("C++ kernel `{kernel}` runs on the host, but its argument `{b}` is on {device}"),
-                    ));
-                }
+            if let (true, ArgValue::Buffer(b)) = (ty.ends_with('*'), value) {
                 printed.push(format!("({ty})({}.data_ptr())", g.local(b)));
-            } else {
-                if matches!(value, ArgValue::Buffer(_)) {
-                    return Err(Error::invalid(
-                        cx,
-                        format!("argument {i} of C++ kernel `{kernel}` has scalar type `{ty}` but is a tensor"),
-                    ));
+            } else if let ArgValue::Buffer(b) = value {
+                // A 0-d tensor for a scalar parameter (validation allows no
+                // other tensor there): its value, read at the call.
+                let layout = g.layout(b, cx)?;
+                match self.dialect.item_arg(&g.local(b), layout.dtype) {
+                    Some(read) => printed.push(format!("static_cast<{ty}>({read})")),
+                    None => {
+                        return Err(self.unsupported(
+                            cx,
+                            format!(
+                                "argument {i} of C++ kernel `{kernel}`: a 0-d tensor `{b}` of dtype {} for a scalar parameter",
+                                layout.dtype
+                            ),
+                        ))
+                    }
                 }
+            } else {
                 printed.push(self.scalar_arg(kernel, i, value, cx)?);
             }
         }
@@ -490,7 +466,8 @@ impl<'a> Lowering<'a> {
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
         let what = if cuda { "CUDA C" } else { "host" };
-        let args = self.positional_only(call, what, cx)?;
+        // Validation: these kernels take positional arguments only (`NamedArgument`).
+        let args: Vec<&ArgValue> = call.args.iter().map(|a| &a.value).collect();
         let mut types = Vec::with_capacity(args.len() + 1);
         let mut printed = Vec::with_capacity(args.len() + 1);
         for (i, value) in args.iter().enumerate() {

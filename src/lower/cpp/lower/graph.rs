@@ -30,6 +30,9 @@ pub(super) struct GraphCtx<'a> {
     pub(super) parts: HashMap<BufName, (BufName, Vec<usize>)>,
     /// The graph's multi-output buffers (usually few or none).
     pub(super) multi: HashSet<&'a str>,
+    /// `get` results naming an element an earlier `get` extracted -> that
+    /// earlier result: a new reference to its variable, made at the line.
+    pub(super) copies: HashMap<BufName, BufName>,
 }
 
 /// `[0][1]` for a path (`` for the whole value).
@@ -62,6 +65,7 @@ impl<'a> GraphCtx<'a> {
             elements: HashMap::default(),
             extracted: HashMap::default(),
             parts: HashMap::default(),
+            copies: HashMap::default(),
             multi: graph
                 .buffers
                 .iter()
@@ -117,7 +121,13 @@ impl<'a> GraphCtx<'a> {
                 ctx.parts.insert(result.clone(), (root, path));
                 continue;
             }
-            ctx.add_element(&root, path.clone(), Some(result.clone()), &cx)?;
+            // The same element extracted again (two names for one tensor,
+            // as a Python wrapper may read `buf0[0]` twice).
+            if let Some(Some(first)) = ctx.elements.get(&root).and_then(|t| t.get(&path)) {
+                ctx.copies.insert(result.clone(), first.clone());
+                continue;
+            }
+            ctx.add_element(&root, path.clone(), result.clone(), &cx)?;
             ctx.extracted.insert(result.clone(), (root, path));
         }
         // Elements reached only by unbacked bindings still need a variable; a
@@ -141,41 +151,34 @@ impl<'a> GraphCtx<'a> {
         Ok(ctx)
     }
 
-    /// Records element `path` of `root`; a path may not be extracted twice nor
-    /// be both a tensor and a list.
+    /// Records element `path` of `root`, extracted as `buffer` (the caller
+    /// has made a second extraction of one path a copy of the first). A
+    /// path both a tensor and a list of further values (`buf1[0]` and
+    /// `buf1[0][1]` both extracted) is a limitation: validation cannot know
+    /// an extern op's result structure, and the C++ lowerings declare one
+    /// variable per tensor of it.
     pub(super) fn add_element(
         &mut self,
         root: &BufName,
         path: Vec<usize>,
-        buffer: Option<BufName>,
+        buffer: BufName,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let tree = self.elements.entry(root.clone()).or_default();
-        let describe = |b: &Option<BufName>| b.as_ref().map_or("a binding".to_string(), |b| format!("`{b}`"));
-        if let Some(existing) = tree.get(&path) {
-            return Err(Error::invalid(
+        if let Some(other) = tree.keys().find(|k| k.starts_with(&path) || path.starts_with(k)) {
+            return Err(Error::new(
                 cx.location(),
-                format!(
-                    "element `{root}{}` is extracted twice ({} and {})",
-                    path_text(&path),
-                    describe(existing),
-                    describe(&buffer)
-                ),
+                ErrorKind::NotSupported {
+                    dialect: "both dialects",
+                    what: format!(
+                        "`{root}{}` (`{buffer}`) and `{root}{}` both extracted: one is inside the other, so one of them is not a tensor",
+                        path_text(&path),
+                        path_text(other),
+                    ),
+                },
             ));
         }
-        if let Some((other, b)) = tree.iter().find(|(k, _)| k.starts_with(&path) || path.starts_with(k)) {
-            return Err(Error::invalid(
-                cx.location(),
-                format!(
-                    "`{root}{}` ({}) and `{root}{}` ({}) cannot both be tensors: one is inside the other",
-                    path_text(&path),
-                    describe(&buffer),
-                    path_text(other),
-                    describe(b)
-                ),
-            ));
-        }
-        tree.insert(path, buffer);
+        tree.insert(path, Some(buffer));
         Ok(())
     }
 

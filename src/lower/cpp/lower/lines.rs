@@ -57,7 +57,10 @@ impl<'a> Lowering<'a> {
             // Elements were declared by the line that produced the multi-output
             // value; the whole of a tensor under a new name is a new reference.
             Line::MultiOutput(m) => {
-                if g.multi_origin(&m.source).is_none() && !g.is_multi(&m.result) {
+                if let Some(first) = g.copies.get(&m.result) {
+                    let (src, dst) = (g.local(first), g.local(&m.result));
+                    self.share(&src, &dst);
+                } else if g.multi_origin(&m.source).is_none() && !g.is_multi(&m.result) {
                     let (src, dst) = (g.local(&m.source), g.local(&m.result));
                     self.share(&src, &dst);
                 }

@@ -73,8 +73,23 @@ impl<'a> Lowering<'a> {
                         at.push(i);
                         rest = tail;
                     }
+                    // The path stops at a part of the value that other
+                    // lines index further (`.size()[0]` of a value whose
+                    // `[0]` is extracted, `[0]` with `[0][5]` also bound),
+                    // which has no one variable; validation cannot know an
+                    // extern op's result structure.
                     _ => {
-                        return Err(Error::invalid(cx, format!( "the key path `{}` of `{symbol}` does not lead to a tensor of multi-output `{root}` (stops at `{root}{}`)", KeyPathText(path), path_text(&at) )))
+                        return Err(Error::new(
+                            cx,
+                            ErrorKind::NotSupported {
+                                dialect: "both dialects",
+                                what: format!(
+                                    "the key path `{}` of `{symbol}` stops at `{root}{}`, which other lines index further: not one tensor",
+                                    KeyPathText(path),
+                                    path_text(&at)
+                                ),
+                            },
+                        ))
                     }
                 }
             }
