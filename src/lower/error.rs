@@ -53,6 +53,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
             ErrorKind::HarnessEval { source, .. } => Some(source),
+            ErrorKind::Limit(source) => Some(source),
             _ => None,
         }
     }
@@ -170,7 +171,10 @@ pub enum ErrorKind {
         /// Its name.
         name: String,
     },
-    /// FX: arguments of a kernel call that do not match its parameters.
+    /// FX and C++: arguments of a kernel call that do not match its
+    /// parameters in a way validation does not check (a value for a
+    /// parameter `constants` fixes, a Halide call against its arguments
+    /// without aliases, a scalar parameter given no number).
     #[error("call of kernel `{kernel}`: {message}")]
     KernelArgs {
         /// The kernel.
@@ -205,6 +209,10 @@ pub enum ErrorKind {
         /// Why.
         message: String,
     },
+    /// A limit was exceeded (the C++ lowerings' inlined subgraph bodies,
+    /// `Limit::InlinedSubgraphs`).
+    #[error("{0}")]
+    Limit(crate::LimitExceeded),
     /// The output sink failed.
     #[error("the output sink failed")]
     Format,

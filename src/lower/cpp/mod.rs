@@ -115,8 +115,15 @@
 //!   `extra_launcher_args` (`_grid_0..2`) give the grid.
 //!
 //! Not lowered (an [`ErrorKind::NotSupported`] names the line): dict multi-output
-//! indices, symbol inputs of subgraphs, buffers on devices other than CPU and
-//! CUDA in the standalone dialect. Ops outside the `aten` namespace map to
+//! indices; a subgraph output that is itself a multi-output value, an
+//! element extracted together with a value inside it, a key path stopping
+//! at such a part (a multi-output value is one variable per tensor); symbol
+//! inputs of subgraphs; buffers on devices other than CPU and CUDA in the
+//! standalone dialect; a C++ kernel without `arg_types` given arguments, a
+//! CUDA C or host kernel given a value that is neither a tensor nor a
+//! number or called with differing argument kinds (their C declarations are
+//! written from them). A multi-output value passed whole as an extern
+//! argument is [`ErrorKind::MultiOutputArgument`]. Ops outside the `aten` namespace map to
 //! `aoti_torch_<device>_<namespace>_<op>` in AOTI, which libtorch does not
 //! provide.
 //!
@@ -350,7 +357,7 @@ fn check_inlining(info: &ProgramInfo<'_>) -> Result<(), Error> {
         max as u64,
         "the C++ wrapper inlines a subgraph at every line that runs it: inlined subgraph bodies",
     )
-    .map_err(|e| Error::invalid(Location::header(None), e.to_string()))
+    .map_err(|e| Error::new(Location::header(None), ErrorKind::Limit(e)))
 }
 
 /// Lowers a validated program to C++ text.

@@ -332,7 +332,6 @@ impl DialectOps for Aoti {
 
     fn index_put(&self, l: &mut Lowering<'_>, site: &ExternSite<'_>, p: &IndexPutFallback) -> Result<(), Error> {
         let g = site.g;
-        g.layout(&p.target, site.cx)?;
         // Handles, `nullptr` for a `None` index (not the `Tensor?[]` form).
         let handles: Vec<String> = p
             .indices

@@ -63,16 +63,10 @@ impl<'a> Lowering<'a> {
             }
         }
         self.graph_lines(&ctx)?;
-        if graph.outputs.len() < targets.len() {
-            return Err(Error::invalid(
-                cx,
-                format!(
-                    "subgraph `{name}` returns {} values, {} are needed",
-                    graph.outputs.len(),
-                    targets.len()
-                ),
-            ));
-        }
+        // Validation: a subgraph returns as many values as its line needs
+        // (`BranchOutputMismatch`, `SwitchOutputMismatch`,
+        // `LoopOutputMismatch`), and every extracted index is one of them
+        // (`IndexPastOutputs`), so `targets` is never longer.
         let mut moved: HashMap<String, String> = HashMap::default();
         for (out, target) in graph.outputs.iter().zip(targets) {
             let Some(target) = target else { continue };
@@ -173,7 +167,7 @@ impl<'a> Lowering<'a> {
         let results = self.branch_results(g, &sw.result, cx)?;
         let selector = match &sw.selector {
             Predicate::Tensor(b) => {
-                let layout = g.layout(b, cx)?;
+                let layout = g.layout(b);
                 let name = g.local(b);
                 let scalar = format!("{name}_scalar");
                 let d = self.dialect;
@@ -219,18 +213,9 @@ impl<'a> Lowering<'a> {
         let carried: Vec<String> = w.carried.iter().map(|b| g.local(b)).collect();
         let body = self.subgraph(&w.body_graph);
         let additional = Self::operand_vars(g, body, w.carried.len(), &w.additional);
+        // Validation: every index into the result is below the carried
+        // count (`IndexPastOutputs`), so there is one result per carried value.
         let results = g.flat_vars(&w.result, carried.len(), cx)?;
-        if results.len() != carried.len() {
-            return Err(Error::invalid(
-                cx,
-                format!(
-                    "`{}` has {} carried values but {} are extracted",
-                    w.result,
-                    carried.len(),
-                    results.len()
-                ),
-            ));
-        }
         // The results hold the carried values from the start.
         for (r, c) in results.iter().zip(&carried) {
             let d = self.dialect;

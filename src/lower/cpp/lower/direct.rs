@@ -164,10 +164,8 @@ impl<'a> Lowering<'a> {
             KernelBackend::Halide(meta) => self.halide_call(g, call, meta, cx),
             KernelBackend::CudaC => self.extern_function_call(g, call, true, cx),
             KernelBackend::Host => self.extern_function_call(g, call, false, cx),
-            KernelBackend::Triton(_) => Err(Error::invalid(
-                cx,
-                format!("Triton kernel `{}` is launched, not called directly", call.kernel),
-            )),
+            // The caller (`kernel_call`) launches Triton kernels itself.
+            KernelBackend::Triton(_) => unreachable!("Triton kernel `{}` is launched, not called", call.kernel),
         }
     }
 
@@ -183,19 +181,20 @@ impl<'a> Lowering<'a> {
             ArgValue::Expr(e) => Ok(self.cexpr(e)),
             ArgValue::Float(v) => Ok(c_float(*v)),
             ArgValue::Bool(b) => Ok(b.to_string()),
-            _ => Err(Error::invalid(
-                cx,
-                format!("argument {index} of kernel `{kernel}` is not a number"),
-            )),
+            // Reachable: validation lets any value that is not a tensor
+            // stand for a scalar parameter (a string, `None`, a list).
+            _ => Err(kernel_args(cx, kernel, format!("argument {index} is not a number"))),
         }
     }
 
     /// Records a kernel's file-level text; a second, different text is an error.
     pub(super) fn declare_direct(&mut self, kernel: &KernelName, text: String, cx: &Cx<'_>) -> Result<(), Error> {
         match self.direct_decls.get(kernel) {
-            Some(existing) if *existing != text => Err(Error::invalid(
+            // A CUDA C or host kernel's declaration is written from its
+            // arguments (validation knows no parameters of theirs).
+            Some(existing) if *existing != text => Err(self.unsupported(
                 cx,
-                format!("kernel `{kernel}` is called with argument types that differ from an earlier call"),
+                format!("kernel `{kernel}` is called with argument types that differ from an earlier call (one C declaration)"),
             )),
             Some(_) => Ok(()),
             None => {
@@ -233,7 +232,7 @@ impl<'a> Lowering<'a> {
             } else if let ArgValue::Buffer(b) = value {
                 // A 0-d tensor for a scalar parameter (validation allows no
                 // other tensor there): its value, read at the call.
-                let layout = g.layout(b, cx)?;
+                let layout = g.layout(b);
                 match self.dialect.item_arg(&g.local(b), layout.dtype) {
                     Some(read) => printed.push(format!("static_cast<{ty}>({read})")),
                     None => {
@@ -275,7 +274,10 @@ impl<'a> Lowering<'a> {
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
         let kernel = &call.kernel;
-        let invalid = |message: String| Error::invalid(cx, message);
+        // Reachable: validation binds a call against every argument of
+        // `argtypes`, aliases included, and checks no sizes against strides
+        // nor devices; the lowering binds the arguments that are not aliases.
+        let invalid = |message: String| kernel_args(cx, kernel, message);
         // Call arguments bind the arguments that are not aliases, in order or by name.
         let outer: Vec<&HalideArg> = meta.argtypes.iter().filter(|a| a.alias_of.is_none()).collect();
         let mut bound: Vec<Option<&ArgValue>> = vec![None; outer.len()];
@@ -289,19 +291,16 @@ impl<'a> Lowering<'a> {
                 Some(n) => outer
                     .iter()
                     .position(|a| a.name == *n)
-                    .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` has no argument `{n}`")))?,
+                    .ok_or_else(|| invalid(format!("the Halide kernel has no argument `{n}`")))?,
             };
             let entry = bound.get_mut(slot).ok_or_else(|| {
                 invalid(format!(
-                    "Halide kernel `{kernel}` takes {} arguments but gets more",
+                    "the Halide kernel takes {} arguments but gets more",
                     outer.len()
                 ))
             })?;
             if entry.replace(value).is_some() {
-                return Err(invalid(format!(
-                    "Halide kernel `{kernel}` argument `{}` is given twice",
-                    outer[slot].name
-                )));
+                return Err(invalid(format!("argument `{}` is given twice", outer[slot].name)));
             }
         }
         let value_of = |name: &str| -> Result<&ArgValue, Error> {
@@ -309,7 +308,7 @@ impl<'a> Lowering<'a> {
                 .iter()
                 .position(|a| a.name == name)
                 .and_then(|i| bound[i])
-                .ok_or_else(|| invalid(format!("Halide kernel `{kernel}` call is missing argument `{name}`")))
+                .ok_or_else(|| invalid(format!("argument `{name}` is missing")))
         };
         let device_index = meta.cuda_device;
         let cuda = meta.is_cuda();
@@ -323,10 +322,7 @@ impl<'a> Lowering<'a> {
             let value = value_of(arg.alias_of.as_deref().unwrap_or(&arg.name))?;
             let Some(shape) = &arg.shape else {
                 if matches!(value, ArgValue::Buffer(_)) {
-                    return Err(invalid(format!(
-                        "Halide scalar argument `{}` of `{kernel}` gets a tensor",
-                        arg.name
-                    )));
+                    return Err(invalid(format!("Halide scalar argument `{}` gets a tensor", arg.name)));
                 }
                 let v = self.scalar_arg(kernel, params.len(), value, cx)?;
                 self.line(format!("const {} {}_value_ = {v};", arg.ctype, arg.name));
@@ -343,16 +339,16 @@ impl<'a> Lowering<'a> {
             };
             let ArgValue::Buffer(b) = value else {
                 return Err(invalid(format!(
-                    "Halide buffer argument `{}` of `{kernel}` gets a value that is not a tensor",
+                    "Halide buffer argument `{}` gets a value that is not a tensor",
                     arg.name
                 )));
             };
-            let layout = g.layout(b, cx)?;
+            let layout = g.layout(b);
             match (cuda, layout.device.kind) {
                 (true, DeviceType::Cuda) | (false, DeviceType::Cpu) => {}
                 _ => {
                     return Err(invalid(format!(
-                        "Halide kernel `{kernel}` runs on {}, but its argument `{b}` is on {}",
+                        "the Halide kernel runs on {}, but its argument `{b}` is on {}",
                         if cuda { "CUDA" } else { "the host" },
                         layout.device
                     )))
@@ -365,7 +361,7 @@ impl<'a> Lowering<'a> {
             let stride = arg.stride.clone().unwrap_or_default();
             if stride.len() != shape.len() {
                 return Err(invalid(format!(
-                    "Halide argument `{}` of `{kernel}` has {} sizes but {} strides",
+                    "Halide argument `{}` has {} sizes but {} strides",
                     arg.name,
                     shape.len(),
                     stride.len()
@@ -473,7 +469,6 @@ impl<'a> Lowering<'a> {
         for (i, value) in args.iter().enumerate() {
             match value {
                 ArgValue::Buffer(b) => {
-                    g.layout(b, cx)?;
                     types.push("void*");
                     printed.push(format!("(void*)({}.data_ptr())", g.local(b)));
                 }
@@ -489,8 +484,9 @@ impl<'a> Lowering<'a> {
                     types.push("bool");
                     printed.push(self.scalar_arg(kernel, i, value, cx)?);
                 }
+                // Its C declaration is written from the arguments.
                 _ => {
-                    return Err(Error::invalid(
+                    return Err(self.unsupported(
                         cx,
                         format!("argument {i} of {what} kernel `{kernel}` is neither a tensor nor a number"),
                     ))
@@ -516,4 +512,16 @@ impl<'a> Lowering<'a> {
         ));
         Ok(())
     }
+}
+
+/// [`ErrorKind::KernelArgs`]: a call's arguments that do not match what
+/// `kernel` takes.
+pub(super) fn kernel_args(cx: &Cx<'_>, kernel: &KernelName, message: String) -> Error {
+    Error::new(
+        cx,
+        crate::lower::ErrorKind::KernelArgs {
+            kernel: kernel.to_string(),
+            message,
+        },
+    )
 }

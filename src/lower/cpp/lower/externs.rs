@@ -32,10 +32,7 @@ impl Lowering<'_> {
         let results: Vec<String> = match &call.result {
             None => vec![],
             Some(r) if g.is_multi(r) => g.leaf_vars(r),
-            Some(r) => {
-                g.layout(r, cx)?;
-                vec![g.local(r)]
-            }
+            Some(r) => vec![g.local(r)],
         };
         let site = ExternSite {
             g,

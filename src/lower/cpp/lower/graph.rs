@@ -109,12 +109,10 @@ impl<'a> GraphCtx<'a> {
                 None if ctx.is_multi(source) => (source.clone(), Vec::new()),
                 // A whole tensor under a new name: an alias, printed at the line.
                 None if steps.is_empty() => continue,
-                None => {
-                    return Err(Error::invalid(
-                        cx.location(),
-                        format!("indexing into `{source}`, which is not a multi-output value"),
-                    ))
-                }
+                // Invariant: `validate` requires the source of a `get` with
+                // indices to be a multi-output value (`NotMulti`), which is a
+                // part or a multi-output buffer of this graph's table.
+                None => unreachable!("validated: `get {result}` indexes into a multi-output value"),
             };
             path.extend(steps);
             if ctx.is_multi(result) {
@@ -182,13 +180,6 @@ impl<'a> GraphCtx<'a> {
         Ok(())
     }
 
-    pub(super) fn label(&self) -> String {
-        match self.name {
-            Some(n) => n.to_string(),
-            None => "main".to_string(),
-        }
-    }
-
     /// Whether `b` names a program constant here (no buffer of the graph's
     /// own table shadows it).
     pub(super) fn is_constant(&self, b: &BufName) -> bool {
@@ -222,17 +213,14 @@ impl<'a> GraphCtx<'a> {
         }
     }
 
-    /// The tensor layout of `b`: its declaration in the graph's table, or a
-    /// program constant's. The error is kept: validation lets a line that
-    /// needs a layout name a multi-output value (`Need::Any`: an extern
-    /// argument, a scatter source), which has none.
-    pub(super) fn layout(&self, b: &BufName, cx: &Cx<'_>) -> Result<&'a Layout, Error> {
-        self.tensor_layout(b).ok_or_else(|| {
-            Error::invalid(
-                cx.location(),
-                format!("`{b}` is not declared as a tensor in graph `{}`", self.label()),
-            )
-        })
+    /// The tensor layout of `b`, which validation makes a tensor wherever a
+    /// line needs its layout: allocations, views, reuses, kernel arguments,
+    /// `index_put` targets, `item` sources and selectors name tensors
+    /// (`Need::Tensor`), and an extern op's result that is not a
+    /// multi-output value is a tensor of the graph's table.
+    pub(super) fn layout(&self, b: &BufName) -> &'a Layout {
+        self.tensor_layout(b)
+            .expect("validated: a line needing a layout names a tensor of the graph or a program constant")
     }
 
     /// The variable of `b` passed as one extern-op argument: a tensor, never

@@ -56,14 +56,14 @@ impl<'a> Lowering<'a> {
         style: CStyle,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
+        // Reachable: validation does not check the parameters `constants`
+        // fixes (they may still be passed), nor a scalar parameter's value
+        // that is not a tensor.
         let bad = |what: &str| {
-            Error::invalid(
+            direct::kernel_args(
                 cx,
-                format!(
-                    "kernel `{kernel}` parameter `{}` ({}) gets {what}",
-                    param.name,
-                    param.kind_text()
-                ),
+                kernel,
+                format!("parameter `{}` ({}) gets {what}", param.name, param.kind_text()),
             )
         };
         // Writes the argument at the end of the body.
@@ -80,7 +80,7 @@ impl<'a> Lowering<'a> {
             // A one-element tensor for a scalar parameter: its value, read
             // at the call (Inductor's `t.item()` / `aoti_torch_item_*`).
             (false, ArgValue::Buffer(b)) => {
-                let layout = g.layout(b, cx)?;
+                let layout = g.layout(b);
                 if layout.size.iter().any(|s| s.as_int() != Some(1)) {
                     return Err(bad(&format!("tensor `{b}` with more than one element")));
                 }
@@ -89,7 +89,13 @@ impl<'a> Lowering<'a> {
                         out.push_str(&read);
                         Ok(())
                     }
-                    None => Err(bad(&format!("tensor `{b}` of dtype {}", layout.dtype))),
+                    None => Err(self.unsupported(
+                        cx,
+                        format!(
+                            "kernel `{kernel}` parameter `{}`: reading a 0-d tensor `{b}` of dtype {}",
+                            param.name, layout.dtype
+                        ),
+                    )),
                 }
             }
             (false, _) => Err(bad("a value that is not a number")),

@@ -89,6 +89,10 @@ pub(super) fn bind_call_args<'c>(
     cx: &Cx<'_>,
 ) -> Result<Vec<(Param, &'c ArgValue)>, Error> {
     let names = meta.call_params();
+    // Kept: validation binds the same way (`bind_call_args`) but checks no
+    // literal against the value `constants` or the config bakes in
+    // (`check_baked_arg`), and its arity and missing-argument checks are not
+    // shown to cover every wrapper parameter.
     let invalid = |message: String| Error::invalid(cx, message);
     let bound = meta
         .bind_args(&call.args)
@@ -264,6 +268,9 @@ struct GridBuilder<'m> {
 const U32_MAX: i64 = u32::MAX as i64;
 
 impl GridBuilder<'_> {
+    /// Kept, reachable: validation does not evaluate launch grids, so a
+    /// grid operand that is no runtime parameter, integer constant or config
+    /// value reaches the lowering.
     fn err(&self, message: String) -> Error {
         Error::invalid(Location::Program, format!("kernel `{}`: {message}", self.kernel))
     }

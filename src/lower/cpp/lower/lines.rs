@@ -81,7 +81,7 @@ impl<'a> Lowering<'a> {
             }
             Line::ScatterFallback(s) => self.scatter(g, s, cx),
             Line::DynamicScalar(item) => {
-                let layout = g.layout(&item.source, cx)?;
+                let layout = g.layout(&item.source);
                 let raw = format!("{}_raw", item.symbol);
                 let src = g.local(&item.source);
                 let d = self.dialect;

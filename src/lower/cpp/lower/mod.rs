@@ -79,6 +79,7 @@ pub(super) fn lower_recording_launches(
     let recorded = recorded.unwrap_or_default();
     let mut launches = Vec::with_capacity(recorded.calls.len());
     for call in recorded.calls {
+        // Internal: a wrapper is written for every kernel a recorded call launches.
         let wrapper = recorded.wrappers.get(&call.kernel).ok_or_else(|| {
             Error::invalid(
                 call.location(program),

@@ -107,7 +107,7 @@ impl Lowering<'_> {
                 local.to_string()
             }
             other => {
-                return Err(Error::invalid(
+                return Err(self.unsupported(
                     cx,
                     format!("argument {other:?} has no Python form for `custom_op_wrapper`"),
                 ))

@@ -44,6 +44,8 @@ impl RecordedCall {
         let subst = |e: &SymExpr| e.substitute(&|s: &Symbol| bound.get(s.as_str()).cloned());
         let mut args = Vec::with_capacity(w.kernel_args.len());
         for p in &w.kernel_args {
+            // Internal: every wrapper parameter is one the call site passes
+            // (both come from `launch::bind_call_args`).
             let v = value(p).ok_or_else(|| {
                 Error::invalid(
                     self.location(program),

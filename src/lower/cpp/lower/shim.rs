@@ -138,6 +138,9 @@ impl Lowering<'_> {
         let Some(text) = schema_text(name, overload) else {
             return Ok(None);
         };
+        // Kept, reachable: the IR carries no op schemas, so validation
+        // cannot hold a call against its shim's (an unknown keyword, a
+        // missing argument, a value of the wrong kind for a parameter).
         let bad = |message: String| Error::invalid(cx, message);
         let params = parse_schema(text).map_err(|p| bad(format!("`{}`: {p} is not a shim argument", call.op)))?;
         if call.args.len() > params.len() {

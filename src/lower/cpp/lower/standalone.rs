@@ -256,7 +256,7 @@ impl DialectOps for Standalone {
             l.line(format!("wrapir::Tensor* const results_[] = {{{}}};", ptrs.join(", ")));
         }
         let expected = match call.result.as_ref().filter(|r| !g.is_multi(r)) {
-            Some(r) => l.expected_layout(g, r, cx)?,
+            Some(r) => l.expected_layout(g, r),
             None => "nullptr".to_string(),
         };
         l.line(format!(
@@ -324,8 +324,8 @@ impl Lowering<'_> {
     /// A pointer to `buffer`'s declared layout as a `WrapirRtLayout`, or
     /// `nullptr` when it names a symbol not bound yet (an unbacked size the
     /// op itself determines).
-    fn expected_layout(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &Cx<'_>) -> Result<String, Error> {
-        let layout = g.layout(buffer, cx)?;
+    fn expected_layout(&mut self, g: &GraphCtx<'_>, buffer: &BufName) -> String {
+        let layout = g.layout(buffer);
         let exprs = layout
             .size
             .iter()
@@ -333,7 +333,7 @@ impl Lowering<'_> {
             .chain(std::iter::once(&layout.offset));
         let symbols: Vec<_> = exprs.flat_map(|e| e.free_symbols()).collect();
         if symbols.iter().any(|s| !self.declared(s.as_str())) {
-            return Ok("nullptr".to_string());
+            return "nullptr".to_string();
         }
         let sizes = self.int_array_name(&layout.size);
         let strides = self.int_array_name(&layout.stride);
@@ -344,7 +344,7 @@ impl Lowering<'_> {
             "const WrapirRtLayout {name} = wrapir::layout({dtype}, {}, {sizes}, {strides}, {offset});",
             layout.rank()
         ));
-        Ok(format!("&{name}"))
+        format!("&{name}")
     }
 
     /// One `wrapir::ExternArg` (lists get their items in a named array first).

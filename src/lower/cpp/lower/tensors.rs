@@ -4,7 +4,7 @@ use super::*;
 
 impl<'a> Lowering<'a> {
     pub(super) fn allocate(&mut self, g: &GraphCtx<'_>, buffer: &BufName, cx: &Cx<'_>) -> Result<(), Error> {
-        let layout = g.layout(buffer, cx)?;
+        let layout = g.layout(buffer);
         if layout.offset != SymExpr::Int(0) {
             return Err(self.unsupported(cx, format!("allocating `{buffer}` with a storage offset")));
         }
@@ -59,8 +59,8 @@ impl<'a> Lowering<'a> {
         note: &str,
         cx: &Cx<'_>,
     ) -> Result<(), Error> {
-        let src_layout = g.layout(src, cx)?;
-        let dst_layout = g.layout(dst, cx)?;
+        let src_layout = g.layout(src);
+        let dst_layout = g.layout(dst);
         let (s, d) = (g.local(src), g.local(dst));
         if Self::same_layout(src_layout, dst_layout) {
             if moved {
