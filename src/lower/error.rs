@@ -68,12 +68,6 @@ impl From<fmt::Error> for Error {
 /// What a lowering could not do.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ErrorKind {
-    /// Python: a line needs a tensor layout but the buffer is a multi-output value.
-    #[error("buffer `{buffer}` is a multi-output value, but this line needs a tensor layout")]
-    NotATensor {
-        /// The buffer.
-        buffer: BufName,
-    },
     /// Python: host kernels are supplied by an embedder and have no Python form.
     #[error("kernel `{kernel}` is a host kernel, which has no Python wrapper form")]
     HostKernel {
@@ -162,15 +156,6 @@ pub enum ErrorKind {
     /// FX: a symbol used before any line binds it.
     #[error("symbol `{0}` is used before it is bound")]
     UnboundSymbol(Symbol),
-    /// FX: a buffer whose declaration is not what the line needs (kernels
-    /// and subgraphs come from validation, which checked the tables).
-    #[error("{what} `{name}` is not defined in the program")]
-    Undefined {
-        /// `buffer declaration` or `tensor buffer declaration`.
-        what: &'static str,
-        /// Its name.
-        name: String,
-    },
     /// FX and C++: arguments of a kernel call that do not match its
     /// parameters in a way validation does not check (a value for a
     /// parameter `constants` fixes, a Halide call against its arguments

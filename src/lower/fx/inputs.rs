@@ -10,7 +10,7 @@ impl<'p> GraphLowering<'p> {
         for input in &self.ir.inputs {
             match input {
                 GraphInput::Tensor { name } => {
-                    let decl = self.layout_of(name)?;
+                    let decl = self.layout_of(name);
                     let layout = decl.clone();
                     let shared = self.shared_layout(decl);
                     let val = Some(Val::Tensor(shared.clone()));

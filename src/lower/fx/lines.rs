@@ -8,7 +8,7 @@ impl<'p> GraphLowering<'p> {
     fn extern_alloc(&mut self, call: &crate::ir::ExternCall) -> Res<()> {
         let (args, kwargs) = self.call_args(&call.args, &call.kwargs)?;
         let (name, val) = match &call.result {
-            Some(r) => (r.to_string(), self.val_of(r)?),
+            Some(r) => (r.to_string(), Some(self.val_of(r))),
             None => (extern_node_name(&call.op), None),
         };
         let id = self.out.push(
@@ -30,13 +30,13 @@ impl<'p> GraphLowering<'p> {
     /// this graph's declarations): what decides whether a reinterpret or a
     /// dynamic scalar is an op call, and which.
     fn runtime_op(&self, line: &Line) -> Option<crate::ir::LineOp> {
-        line.runtime_op(|b| self.layout_of(b).ok().map(|l| l.dtype))
+        line.runtime_op(|b| self.tensor_layout(b).map(|l| l.dtype))
     }
 
     pub(super) fn lower_line(&mut self, line: &Line) -> Res<()> {
         match line {
             Line::Allocate { buffer } => {
-                let layout = self.layout_of(buffer)?;
+                let layout = self.layout_of(buffer);
                 let id = self.allocate(buffer.as_str(), layout)?;
                 self.buffers.insert(buffer.clone(), id);
             }
@@ -50,7 +50,7 @@ impl<'p> GraphLowering<'p> {
             }
             Line::Reuse { old, new, delete_old } => {
                 let old_id = self.buffer(old)?;
-                let new_layout = self.layout_of(new)?;
+                let new_layout = self.layout_of(new);
                 let same = match self.out.node(old_id).val.as_ref() {
                     Some(Val::Tensor(l)) => {
                         l.size == new_layout.size
@@ -73,13 +73,13 @@ impl<'p> GraphLowering<'p> {
             }
             Line::Reinterpret { base, alias } => {
                 let base_id = self.buffer(base)?;
-                let layout = self.layout_of(alias)?;
+                let layout = self.layout_of(alias);
                 let id = match self.runtime_op(line) {
                     // Another dtype: a view of the base's dtype, then `aten.view.dtype`.
                     Some(view_dtype) => {
                         let view_name = format!("{alias}_view");
                         let mut view_layout = layout.clone();
-                        view_layout.dtype = self.layout_of(base)?.dtype;
+                        view_layout.dtype = self.layout_of(base).dtype;
                         let view = self.as_strided(&view_name, base_id, Arc::new(view_layout))?;
                         let val = Some(Val::Tensor(self.shared_layout(layout)));
                         self.out.push(
@@ -127,7 +127,7 @@ impl<'p> GraphLowering<'p> {
             Line::MultiOutput(m) => {
                 let (result, indices) = (&m.result, &m.indices);
                 let src = self.buffer(&m.source)?;
-                let val = self.val_of(result)?;
+                let val = Some(self.val_of(result));
                 if indices.is_empty() {
                     // An alias; a multi-output op that really returns one tensor gets its layout.
                     if matches!(self.out.node(src).val, Some(Val::Multi) | None) {
@@ -321,7 +321,7 @@ impl<'p> GraphLowering<'p> {
                 comm_kind,
                 group,
             } => {
-                let layout = self.layout_of(buffer)?.clone();
+                let layout = self.layout_of(buffer).clone();
                 let size = self.exprs_of(&layout.size)?;
                 let stride = self.exprs_of(&layout.stride)?;
                 let mut kwargs = Kwargs::new();

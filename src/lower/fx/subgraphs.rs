@@ -44,7 +44,7 @@ impl<'p> GraphLowering<'p> {
     /// The node of a `cond` or `while_loop` line, `op`, bound to its result
     /// buffer.
     pub(super) fn push_subgraph_result(&mut self, result: &BufName, op: Op) -> Res<()> {
-        let val = self.val_of(result)?;
+        let val = Some(self.val_of(result));
         let id = self.out.push(result.as_str(), op, val);
         self.buffers.insert(result.clone(), id);
         Ok(())

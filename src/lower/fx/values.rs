@@ -39,21 +39,22 @@ impl<'p> GraphLowering<'p> {
             .ok_or_else(|| ErrorKind::UnknownBuffer(b.clone()))
     }
 
-    /// The layout of tensor buffer `b` (a declared tensor or a constant).
-    /// The error is kept, not shown redundant: the table a name is looked up
-    /// in here is not the one the validator resolved it in (see
-    /// [`GraphLowering::val_of`] for a valid program that reaches it there).
-    pub(super) fn layout_of(&self, b: &BufName) -> Res<&'p Layout> {
+    /// The layout of `b` when it is a tensor: declared in the graph's table
+    /// (which shadows the constants, as in validation), or a constant.
+    pub(super) fn tensor_layout(&self, b: &BufName) -> Option<&'p Layout> {
         match self.decls.get(b.as_str()).copied() {
-            Some(BufferKind::Tensor(l)) => Ok(l),
-            _ => match self.program.constants.get(b) {
-                Some(l) => Ok(l),
-                None => Err(ErrorKind::Undefined {
-                    what: "tensor buffer declaration",
-                    name: b.to_string(),
-                }),
-            },
+            Some(BufferKind::Tensor(l)) => Some(l),
+            Some(BufferKind::Multi) => None,
+            None => self.program.constants.get(b),
         }
+    }
+
+    /// The layout of tensor buffer `b`, which validation makes a tensor
+    /// wherever a line asks: tensor inputs, allocations, reuses, views and
+    /// communication buffers name tensors (`Need::Tensor`).
+    pub(super) fn layout_of(&self, b: &BufName) -> &'p Layout {
+        self.tensor_layout(b)
+            .expect("validated: a line needing a layout names a tensor of the graph or a constant")
     }
 
     /// `layout` as a shared value: one `Arc` per distinct layout of the
@@ -94,21 +95,14 @@ impl<'p> GraphLowering<'p> {
     }
 
     /// The value a line's result `b` has: its declared layout, or a
-    /// multi-output value. The error is kept, not a validator rule
-    /// re-checked: validation lets a line define a constant's name, which
-    /// the graph's table does not declare (the C++ lowerings refuse that
-    /// program too).
-    pub(super) fn val_of(&mut self, b: &BufName) -> Res<Option<Val>> {
-        Ok(match self.decls.get(b.as_str()).copied() {
-            Some(BufferKind::Tensor(l)) => Some(Val::Tensor(self.shared_layout(l))),
-            Some(BufferKind::Multi) => Some(Val::Multi),
-            None => {
-                return Err(ErrorKind::Undefined {
-                    what: "buffer declaration",
-                    name: b.to_string(),
-                })
-            }
-        })
+    /// multi-output value. Validation declares every line's result in its
+    /// graph's table (a constant's name is no line's result).
+    pub(super) fn val_of(&mut self, b: &BufName) -> Val {
+        match self.decls.get(b.as_str()).copied() {
+            Some(BufferKind::Tensor(l)) => Val::Tensor(self.shared_layout(l)),
+            Some(BufferKind::Multi) => Val::Multi,
+            None => unreachable!("validated: the result `{b}` of a line is declared by its graph"),
+        }
     }
 
     pub(super) fn symbol(&mut self, s: &Symbol) -> Res<Arg> {

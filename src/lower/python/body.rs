@@ -101,28 +101,27 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
         Ok(())
     }
 
-    fn layout(&self, buffer: &BufName, at: &LineAt<'_>) -> Result<&'l Layout, Error> {
+    /// The layout of `buffer`, a tensor: the lines that ask (allocations,
+    /// reuses, views, communication buffers) name tensors (`Need::Tensor`).
+    fn layout(&self, buffer: &BufName) -> &'l Layout {
         match self.graph.buffers.get(buffer).map(|d| &d.kind) {
-            Some(crate::ir::BufferKind::Tensor(l)) => Ok(l),
-            Some(crate::ir::BufferKind::Multi) => Err(Error::new(
-                at.location(),
-                ErrorKind::NotATensor { buffer: buffer.clone() },
-            )),
-            // Invariant: `validate` rejects a line naming a buffer that is
-            // neither declared by its graph nor a program constant.
-            None => Ok(self
+            Some(crate::ir::BufferKind::Tensor(l)) => l,
+            // Invariant: `validate` rejects a multi-output value where a line
+            // needs a tensor (`NotATensor`) and a line naming a buffer that
+            // is neither declared by its graph nor a program constant.
+            _ => self
                 .low
                 .program
                 .constants
                 .get(buffer)
-                .expect("validated: every buffer a line names is declared or a constant")),
+                .expect("validated: a line needing a layout names a tensor or a constant"),
         }
     }
 
     fn line(&mut self, code: &mut Code, line: &Line, at: LineAt<'_>) -> Result<(), Error> {
         match line {
             Line::Allocate { buffer } => {
-                let layout = self.layout(buffer, &at)?;
+                let layout = self.layout(buffer);
                 code.line(&format!("{buffer} = {}", allocation(layout)));
             }
             Line::FreeIfNotReused { buffer, is_reused } => {
@@ -133,8 +132,8 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
             Line::Free { buffer } => code.line(&format!("del {buffer}")),
             Line::Reuse { old, new, delete_old } => {
                 // `validate` rejects a reuse between dtypes (`ReuseDtypeMismatch`).
-                let old_layout = self.layout(old, &at)?;
-                let new_layout = self.layout(new, &at)?;
+                let old_layout = self.layout(old);
+                let new_layout = self.layout(new);
                 let del = if *delete_old && !self.outputs.contains(old) {
                     format!("; del {old}")
                 } else {
@@ -152,8 +151,8 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                 code.line(&format!("{new} = {value}{del}  # reuse"));
             }
             Line::Reinterpret { base, alias } => {
-                let base_layout = self.layout(base, &at)?;
-                let layout = self.layout(alias, &at)?;
+                let base_layout = self.layout(base);
+                let layout = self.layout(alias);
                 let same = base_layout.size == layout.size
                     && base_layout.stride == layout.stride
                     && base_layout.offset == layout.offset;
@@ -349,7 +348,7 @@ impl<'l, 'a> GraphLowering<'l, 'a> {
                         },
                     ));
                 }
-                let layout = self.layout(buffer, &at)?;
+                let layout = self.layout(buffer);
                 let device_index = layout.device.index.unwrap_or(0);
                 code.line(&format!(
                     "{buffer} = empty_strided_p2p({}, {}, torch.{}, torch.device(\"{}:{device_index}\"), group_name={}, alloc_id={})",

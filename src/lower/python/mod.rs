@@ -37,7 +37,7 @@ mod kernels;
 
 use crate::ir::{
     BufName, BufferKind, Device, DeviceType, Graph, GraphInput, GraphName, KernelBackend, KernelName, Line, LineAt,
-    Location, Program, ProgramInfo,
+    Program, ProgramInfo,
 };
 use crate::lower::launches::PrintedLaunch;
 use crate::sym::{EvalError, SymExpr, Symbol};
@@ -503,12 +503,9 @@ impl<'a> Lowering<'a> {
                 if asserted.contains(name) {
                     continue;
                 }
-                let Some(layout) = graph.layout(name) else {
-                    return Err(Error::new(
-                        Location::header(graph_name),
-                        ErrorKind::NotATensor { buffer: name.clone() },
-                    ));
-                };
+                // Invariant: validation declares a tensor input a tensor of
+                // its graph's table (`UndeclaredBuffer`, `NotATensor`).
+                let layout = graph.layout(name).expect("validated: a tensor input is a tensor");
                 if layout.size.contains(&SymExpr::Int(0)) {
                     continue;
                 }
@@ -680,9 +677,8 @@ impl<'a> Lowering<'a> {
                     code.line(&format!("{name} = {v}"));
                 }
                 GraphInput::Tensor { name } => {
-                    let layout = main.layout(name).ok_or_else(|| {
-                        Error::new(Location::header(None), ErrorKind::NotATensor { buffer: name.clone() })
-                    })?;
+                    // Invariant: validation declares a tensor input a tensor of main's table.
+                    let layout = main.layout(name).expect("validated: a tensor input is a tensor");
                     code.line(&format!("{name} = {}", rand_strided(name, layout, &hints)?));
                 }
             }
