@@ -13,6 +13,9 @@ pub(super) struct GraphLowering<'p> {
     pub(super) program: &'p Program,
     pub(super) memo: &'p SubgraphMemo,
     pub(super) ir: &'p crate::ir::Graph,
+    /// What validation established about this graph (the symbols each
+    /// line binds).
+    pub(super) graph_info: Option<&'p crate::ir::GraphInfo>,
     pub(super) is_subgraph: bool,
     pub(super) options: &'p Options,
     pub(super) out: fx::Graph,
@@ -132,6 +135,7 @@ impl<'p> GraphLowering<'p> {
             program,
             memo,
             ir,
+            graph_info: info.graph(name),
             is_subgraph: name.is_some(),
             options,
             // About one node per line, and a few per input.

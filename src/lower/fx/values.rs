@@ -109,6 +109,17 @@ impl<'p> GraphLowering<'p> {
         if let Some(a) = self.symbols.get(s) {
             return Ok(a.clone());
         }
+        // A symbol the subgraphs of an earlier line of this graph bind
+        // (validation makes it visible after that line): FX returns values
+        // from a subgraph only through its outputs.
+        let before = self.line.unwrap_or(self.ir.lines.len());
+        if let Some(at) = (0..before).find(|&i| {
+            self.ir.lines[i].subgraphs().next().is_some() && self.graph_info.is_some_and(|gi| gi.binds(i).contains(s))
+        }) {
+            return Err(ErrorKind::Unsupported(format!(
+                "symbol `{s}` is bound inside the subgraphs line {at} runs and used after it; the FX graph takes values out of a subgraph only through its outputs (return `{s}` from each)"
+            )));
+        }
         if !self.is_subgraph {
             // Kept, not proven redundant: this lowering binds symbols by its
             // own walk (input sizes it solves, key paths), which the

@@ -479,9 +479,35 @@ impl<'a> Lowering<'a> {
         code.blank();
         code.line(&format!("def {name}(args):"));
         code.indent = 1;
+        let escaping = self.escaping_symbols(name, graph);
+        if !escaping.is_empty() {
+            code.line(&format!("global {}", escaping.join(", ")));
+        }
         self.graph_function_body(code, Some(name), graph)?;
         code.indent = 0;
         Ok(())
+    }
+
+    /// The symbols subgraph `name`'s own lines bind that stay visible after
+    /// a line running it (validation's `GraphInfo::binds`: a symbol both
+    /// branches of a `cond` bind, one a while loop's cond graph binds). A
+    /// Python function's assignments are its locals, so these are module
+    /// globals, read by the caller after the call.
+    fn escaping_symbols<'g>(&self, name: &GraphName, graph: &'g Graph) -> Vec<&'g str> {
+        let callers = self.info.graph(Some(name)).map_or(&[][..], |gi| gi.callers());
+        let visible: IndexSet<&Symbol> = callers
+            .iter()
+            .filter_map(|(caller, line)| {
+                let caller = (caller.as_str() != crate::ir::MAIN_GRAPH).then_some(caller);
+                self.info.graph(caller).map(|gi| gi.binds(*line))
+            })
+            .flatten()
+            .collect();
+        let own: IndexSet<&Symbol> = graph.lines.iter().flat_map(Line::binds).collect();
+        own.into_iter()
+            .filter(|s| visible.contains(s))
+            .map(|s| s.as_str())
+            .collect()
     }
 
     /// Argument unpacking, symbol binds, input asserts, the lines, the return.
