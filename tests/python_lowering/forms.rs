@@ -399,3 +399,15 @@ fn fixtures_lower_and_compile() {
         py_compile(&text);
     }
 }
+
+/// Every small valid program of `cases/lower.txt` lowers to a module Python
+/// compiles (the lines each must hold are checked by `tests/lower.rs`).
+#[test]
+fn lowering_cases_compile() {
+    for case in common::text_cases(include_str!("../cases/lower.txt")) {
+        let program =
+            wrapir::text::parse(&format!("wrapir 1\n{}", case.input)).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let text = lower(&program, &Options::default()).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        py_compile(&text);
+    }
+}
