@@ -4,7 +4,7 @@
 //! a zeroed, contiguous `[S, N]` result of the input's dtype.
 
 use super::builtin::{Args, BuiltinOptions};
-use super::ops::{gemm_op, Activation};
+use super::gemm_ops::{gemm_op, Activation};
 use crate::exec::op::grouped::{check_operands, group_rows, grouped_mm_strides};
 use crate::exec::{ExecError, Tensor, Value};
 

@@ -13,6 +13,7 @@ mod builtin;
 pub(crate) mod complex;
 pub(crate) mod conv;
 mod gemm;
+mod gemm_ops;
 mod grouped_mm;
 mod histc;
 pub(crate) mod int_gemm;
