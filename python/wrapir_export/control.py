@@ -35,6 +35,24 @@ CONTROL_TEXT = [
 ]
 
 
+def describe(line):
+    """A short description of a Wrapper IR line for error messages."""
+    if isinstance(line, str):
+        return repr(line)
+    t = type(line).__name__
+    for attr in ("kernel_name", "line", "name"):
+        v = getattr(line, attr, None)
+        if isinstance(v, str):
+            return f"{t} {v[:80]!r}"
+    node = getattr(line, "node", None)
+    if node is not None and hasattr(node, "get_name"):
+        try:
+            return f"{t} {node.get_name()}"
+        except Exception:
+            pass
+    return t
+
+
 def line_text(line):
     """The text of a raw text line (a str or a DeferredLine), else None."""
     from torch._inductor.codegen.common import DeferredLine
@@ -156,8 +174,6 @@ class ControlFlowMixin:
             elif isinstance(ln, W.NullLine) or is_control_text(ln, W, texts):
                 pass
             else:
-                from .convert import describe
-
                 raise Unconvertible(f"unexpected line inside {start.kind} lowering: {describe(ln)}")
             j += 1
         if depth != 0:

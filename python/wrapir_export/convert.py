@@ -13,7 +13,7 @@ import ast
 import re
 
 from . import exprs
-from .control import ControlFlowMixin, ControlMarker, line_text
+from .control import ControlFlowMixin, ControlMarker, describe, line_text
 from .errors import Unconvertible
 from .redact import redact
 
@@ -61,24 +61,6 @@ def op_name(node):
     if not name:
         raise Unconvertible(f"extern node {node.get_name()} has no kernel name")
     return name
-
-
-def describe(line):
-    """A short description of a Wrapper IR line for error messages."""
-    if isinstance(line, str):
-        return repr(line)
-    t = type(line).__name__
-    for attr in ("kernel_name", "line", "name"):
-        v = getattr(line, attr, None)
-        if isinstance(v, str):
-            return f"{t} {v[:80]!r}"
-    node = getattr(line, "node", None)
-    if node is not None and hasattr(node, "get_name"):
-        try:
-            return f"{t} {node.get_name()}"
-        except Exception:
-            pass
-    return t
 
 
 def comment_texts(text):
