@@ -381,6 +381,22 @@ class CpuExport(unittest.TestCase):
         finally:
             convert.GraphConverter.host_kernel_call = orig
 
+    def test_graph_breaks_are_refused_with_dynamo_reasons(self):
+        # A data-dependent loop (as transformers' eager experts run) splits the function
+        # into several graphs: the export names why, from Dynamo's own break reasons.
+        def f(x):
+            y = x.sin()
+            for i in torch.nonzero(x > 0).flatten().tolist():
+                y = y + i
+            return y.cos()
+
+        r = self.export(f, [torch.randn(6)], "breaks", raise_on_error=False)
+        self.assertFalse(r.ok)
+        msg = " ".join(r.errors)
+        self.assertIn("expected one compiled graph, got", msg)
+        self.assertIn("Dynamo's graph breaks:", msg)
+        self.assertIn("fullgraph=True", msg)
+
     def test_unknown_line_class_names_it_and_the_torch_version(self):
         import wrapir_export as we
         from torch._inductor.codegen import wrapper as W

@@ -247,6 +247,31 @@ def _own(torch, out):
     return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, out)
 
 
+def _graph_breaks(torch):
+    """Dynamo's count of graph breaks by reason (its `counters["graph_break"]`), cleared
+    before the export's compile so that it holds this export's breaks only."""
+    from torch._dynamo.utils import counters
+
+    return counters["graph_break"]
+
+
+def _one_graph_error(torch, graphs):
+    """Why a function Dynamo compiled into several graphs cannot be one bundle, with the
+    reasons Dynamo gave for each break (a bundle is one graph: the Python between graphs
+    is not Inductor's output, so wrapir has nothing to run it from)."""
+    breaks = sorted(_graph_breaks(torch).items(), key=lambda kv: -kv[1])
+    if breaks:
+        shown = "; ".join(f"{' '.join(str(r).split())[:300]} (x{n})" for r, n in breaks[:3])
+        more = f"; and {len(breaks) - 3} other reasons" if len(breaks) > 3 else ""
+        why = f" Dynamo's graph breaks: {shown}{more}."
+    else:
+        why = " Dynamo recorded no graph-break reason (a recompilation, or a second call site?)."
+    return (f"expected one compiled graph, got {graphs}: a bundle holds one graph, and the Python "
+            f"Dynamo runs between graphs is not part of Inductor's output.{why} Remove the breaks "
+            "(`torch.compile(..., fullgraph=True)` stops at the first one and says where), e.g. "
+            "a loop over a data-dependent number of items written as one batched operation.")
+
+
 def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_module, module_name, progress):
     from torch._inductor import config as icfg
 
@@ -297,6 +322,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     SESSION.enabled = True
     try:
         torch._dynamo.reset()
+        _graph_breaks(torch).clear()
         compiled = torch.compile(fn, **run_kwargs)
         run_inputs = _clone_all(torch, inputs)
         # The CUDA generator's state as the compiled call starts: Inductor's seed buffer
@@ -327,7 +353,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         errors += c.errors
     mains = [c for c in caps if not c.is_subgraph]
     if len(mains) != 1:
-        errors.append(f"expected one compiled graph, got {len(mains)} (graph breaks?)")
+        errors.append(_one_graph_error(torch, len(mains)))
     if len(modules) != 1:
         errors.append(f"expected one wrapper module, got {len(modules)}")
     try:
