@@ -255,14 +255,31 @@ def _graph_breaks(torch):
     return counters["graph_break"]
 
 
+def _break_summary(msg):
+    """One graph-break reason of Dynamo's, short: its first line and where in the user's
+    code it broke (Dynamo's "Caused by:" line, else the last frame of its user stack)."""
+    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip()]
+    head = lines[0][:240] if lines else "?"
+    where = next((ln[len("Caused by:"):].strip() for ln in lines if ln.startswith("Caused by:")), None)
+    if where is None:
+        frames = [ln for ln in lines if ln.startswith("File \"")]
+        where = frames[-1] if frames else None
+    return f"{head} [at {where[:240]}]" if where else head
+
+
 def _one_graph_error(torch, graphs):
     """Why a function Dynamo compiled into several graphs cannot be one bundle, with the
-    reasons Dynamo gave for each break (a bundle is one graph: the Python between graphs
-    is not Inductor's output, so wrapir has nothing to run it from)."""
-    breaks = sorted(_graph_breaks(torch).items(), key=lambda kv: -kv[1])
-    if breaks:
-        shown = "; ".join(f"{' '.join(str(r).split())[:300]} (x{n})" for r, n in breaks[:3])
-        more = f"; and {len(breaks) - 3} other reasons" if len(breaks) > 3 else ""
+    reasons Dynamo gave for its breaks, the same reason at the same place counted once
+    (a bundle is one graph: the Python between graphs is not Inductor's output, so
+    wrapir has nothing to run it from)."""
+    import collections
+
+    reasons = collections.Counter()
+    for msg, n in _graph_breaks(torch).items():
+        reasons[_break_summary(msg)] += n
+    if reasons:
+        shown = "; ".join(f"{r} (x{n})" for r, n in reasons.most_common(3))
+        more = f"; and {len(reasons) - 3} other reasons" if len(reasons) > 3 else ""
         why = f" Dynamo's graph breaks: {shown}{more}."
     else:
         why = " Dynamo recorded no graph-break reason (a recompilation, or a second call site?)."
