@@ -74,6 +74,8 @@ const CRATE_OWNERS: &[(&str, &[&str])] = &[
     ("clap", &["bin/"]),
     ("miette", &["bin/"]),
     ("libc", &["exec/host/kernels/memfd.rs"]),
+    ("libloading", &["exec/host/kernels/", "exec/cuda/libraries.rs"]),
+    ("miniz_oxide", &["exec/cuda/kernels/image.rs"]),
 ];
 
 /// Files that may read the process environment: the CLI, and the library's
@@ -480,41 +482,51 @@ fn modules_import_only_what_the_architecture_allows() {
     assert_no_violations(&violations);
 }
 
+/// A cycle of `graph` (each node to the nodes it names), as the path that
+/// closes it, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        m: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| s == m) {
+            let mut found = stack[i..].to_vec();
+            found.push(m.to_string());
+            return Some(found);
+        }
+        if !done.insert(m.to_string()) {
+            return None;
+        }
+        stack.push(m.to_string());
+        let found = graph
+            .get(m)
+            .into_iter()
+            .flatten()
+            .find_map(|next| visit(next, graph, stack, done));
+        stack.pop();
+        found
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|m| visit(m, graph, &mut Vec::new(), &mut done))
+}
+
 /// The allowed dependencies (exceptions aside) form no cycle: each module
 /// depends only on modules below it.
 #[test]
 fn the_allowed_dependencies_are_layered() {
-    let allowed: BTreeMap<&str, &[&str]> = ALLOWED.iter().copied().collect();
-    fn visit<'a>(
-        m: &'a str,
-        allowed: &BTreeMap<&'a str, &'a [&'a str]>,
-        path: &mut Vec<&'a str>,
-        done: &mut BTreeSet<&'a str>,
-    ) -> Result<(), String> {
-        if let Some(i) = path.iter().position(|p| *p == m) {
-            return Err(format!("cycle: {} -> {m}", path[i..].join(" -> ")));
-        }
-        if !done.insert(m) {
-            return Ok(());
-        }
-        path.push(m);
-        for dep in allowed.get(m).copied().unwrap_or_default() {
-            visit(dep, allowed, path, done)?;
-        }
-        path.pop();
-        Ok(())
-    }
-    let mut done = BTreeSet::new();
-    for m in allowed.keys() {
-        let mut path = Vec::new();
-        if let Err(e) = visit(m, &allowed, &mut path, &mut done) {
-            panic!("{e}");
-        }
+    let graph = ALLOWED
+        .iter()
+        .map(|(m, deps)| (m.to_string(), deps.iter().map(|d| d.to_string()).collect()))
+        .collect();
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("cycle: {}", cycle.join(" -> "));
     }
 }
 
 #[test]
-fn only_their_owners_name_egg_cudarc_and_the_cli_crates() {
+fn only_their_owners_name_the_crates_they_own() {
     let mut violations = Vec::new();
     let mut readers_used = BTreeSet::new();
     for (rel, text) in library_files() {
@@ -636,4 +648,182 @@ fn the_import_parser_reads_paths_and_groups() {
     assert!(names_crate("use egg::Id;", "egg"));
     assert!(!names_crate("use my_egg::Id;", "egg"));
     assert_eq!(code("// crate::exec\nlet a = 1;"), "\nlet a = 1;");
+    let at = ["exec".to_string(), "cuda".to_string(), "graph".to_string()];
+    let got = named_paths("use super::{prepared::{self, Op}, Replay};\nsuper::super::run(x);", &at);
+    let want = [
+        "exec::cuda::prepared",
+        "exec::cuda::prepared::Op",
+        "exec::cuda::Replay",
+        "exec::run",
+    ];
+    assert_eq!(got.iter().map(|p| p.join("::")).collect::<Vec<_>>(), want);
+}
+
+/// The module path of each library file (`exec/cuda/mod.rs` is
+/// `["exec", "cuda"]`), with the files a parent names by `#[path = "…"]`
+/// under the name the parent gives them. The binaries are crates of their own.
+fn module_paths(files: &[(String, String)]) -> BTreeMap<String, Vec<String>> {
+    let mut paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (rel, _) in files {
+        if top_module(rel) == "bin" {
+            continue;
+        }
+        let mut path: Vec<String> = rel.split('/').map(str::to_string).collect();
+        if let Some(last) = path.last_mut() {
+            *last = last.strip_suffix(".rs").unwrap_or(last).to_string();
+        }
+        if matches!(path.last().map(String::as_str), Some("mod" | "lib")) {
+            path.pop();
+        }
+        paths.insert(rel.clone(), path);
+    }
+    for (rel, text) in files {
+        let Some(parent) = paths.get(rel).cloned() else {
+            continue;
+        };
+        let dir = rel.rsplit_once('/').map_or("", |(d, _)| d);
+        let mut lines = text.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            let Some(target) = line.strip_prefix("#[path = \"").and_then(|l| l.strip_suffix("\"]")) else {
+                continue;
+            };
+            let module = lines
+                .find(|l| !l.starts_with("#["))
+                .and_then(|l| l.trim_start_matches("pub ").strip_prefix("mod "))
+                .and_then(|l| l.strip_suffix(';'));
+            if let Some(module) = module {
+                let file = if dir.is_empty() {
+                    target.to_string()
+                } else {
+                    format!("{dir}/{target}")
+                };
+                let mut path = parent.clone();
+                path.push(module.to_string());
+                paths.insert(file, path);
+            }
+        }
+    }
+    paths
+}
+
+/// The absolute paths `code` (of the module at `path`) names through
+/// `crate::`, `super::` or `self::`, groups expanded:
+/// `use super::{a::B, c}` names `…::a::B` and `…::c`.
+fn named_paths(code: &str, path: &[String]) -> Vec<Vec<String>> {
+    /// The use-tree at the start of `s` below `prefix`, into `out`; returns
+    /// how many bytes it read.
+    fn tree(s: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+        let depth = prefix.len();
+        let mut at = 0;
+        loop {
+            at += s[at..].len() - s[at..].trim_start().len();
+            if let Some(group) = s[at..].strip_prefix('{') {
+                at += 1;
+                let mut read = 0;
+                loop {
+                    read += group[read..].len() - group[read..].trim_start().len();
+                    if group[read..].starts_with('}') || group[read..].is_empty() {
+                        read += 1;
+                        break;
+                    }
+                    read += tree(&group[read..], prefix, out);
+                    read += group[read..].len() - group[read..].trim_start().len();
+                    if group[read..].starts_with(',') {
+                        read += 1;
+                    }
+                }
+                at += read;
+                break;
+            }
+            let name: String = s[at..].chars().take_while(|c| is_ident(*c)).collect();
+            if name.is_empty() {
+                break;
+            }
+            at += name.len();
+            if name != "self" {
+                prefix.push(name);
+            }
+            if !s[at..].starts_with("::") {
+                out.push(prefix.clone());
+                break;
+            }
+            at += 2;
+        }
+        prefix.truncate(depth);
+        at.min(s.len())
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let before = code[..i].chars().next_back();
+        let root = ["crate::", "super::", "self::"]
+            .into_iter()
+            .find(|r| rest.starts_with(r));
+        let Some(root) = root.filter(|_| !before.is_some_and(|c| is_ident(c) || c == ':')) else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let mut prefix: Vec<String> = match root {
+            "crate::" => Vec::new(),
+            _ => path.to_vec(),
+        };
+        let mut at = i + root.len();
+        if root == "super::" {
+            prefix.pop();
+            while code[at..].starts_with("super::") {
+                prefix.pop();
+                at += "super::".len();
+            }
+        }
+        at += tree(&code[at..], &mut prefix, &mut out);
+        i = at.max(i + 1);
+    }
+    out
+}
+
+/// No module imports a sibling that imports it back, directly or through
+/// others: in every folder of `src`, the sub-modules' imports of each other
+/// (a sub-folder counted as one, its files together; the folder's own
+/// `mod.rs`, the parent its children stand on, apart) form no cycle.
+#[test]
+fn no_module_imports_a_sibling_that_imports_it_back() {
+    let files = library_files();
+    let paths = module_paths(&files);
+    let modules: BTreeSet<&[String]> = paths
+        .values()
+        .flat_map(|p| (1..=p.len()).map(move |k| &p[..k]))
+        .collect();
+    // (parent folder) -> (sibling -> siblings it names).
+    let mut edges: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (rel, text) in &files {
+        let Some(path) = paths.get(rel) else { continue };
+        // A file's unit tests are not its structure.
+        let code = code(text);
+        let code = code.split("#[cfg(test)]\nmod tests").next().unwrap_or(&code);
+        for used in named_paths(code, path) {
+            let d = path.iter().zip(&used).take_while(|(a, b)| a == b).count();
+            if d < path.len() && d < used.len() && modules.contains(&used[..=d]) {
+                let parent = path[..d].to_vec();
+                edges
+                    .entry(parent)
+                    .or_default()
+                    .entry(path[d].clone())
+                    .or_default()
+                    .insert(used[d].clone());
+            }
+        }
+    }
+    let violations: Vec<String> = edges
+        .iter()
+        .filter_map(|(parent, graph)| {
+            let cycle = find_cycle(graph)?;
+            Some(format!(
+                "src/{}: an import circle: {}",
+                parent.join("/"),
+                cycle.join(" -> ")
+            ))
+        })
+        .collect();
+    assert_no_violations(&violations);
 }

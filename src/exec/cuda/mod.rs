@@ -42,6 +42,7 @@ mod matmul;
 mod nccl;
 mod options;
 mod prepared;
+mod prepared_cache;
 pub(crate) mod prime;
 mod rnn;
 mod run;
@@ -59,7 +60,8 @@ pub use kernels::ExternOpLog;
 pub use libraries::library_versions;
 pub use nccl::NcclWorld;
 pub use options::CudaOptions;
-pub use prepared::{Prepared, PreparedCache};
+pub use prepared::Prepared;
+pub use prepared_cache::PreparedCache;
 pub use tensor::CudaTensor;
 
 pub(crate) use bytes::host_from_bytes;

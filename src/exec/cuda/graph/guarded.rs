@@ -26,9 +26,9 @@
 //! driver; the caller falls back to segments without one, or when the
 //! driver refuses to capture a segment into a conditional body.
 
-use super::captured::Guarded;
 use super::{capture_into, check, CaptureTarget, Graph};
 use crate::exec::cuda::launch::LoadedKernel;
+use crate::exec::cuda::prepared::captured::Guarded;
 use crate::exec::cuda::prepared::Op;
 use crate::exec::cuda::{CudaBackend, Replay};
 use crate::exec::ExecError;

@@ -26,15 +26,14 @@
 //! records again). The graphs use the recording's buffers (its arena and held
 //! inputs), so their results are those of the direct replay, bit for bit.
 
-pub(super) mod captured;
 mod guarded;
 mod timing;
 
+use super::prepared::captured::{check, Form, Graph, Part, SegmentGraphs};
 use super::prepared::{check_reads, launch, read_runs, Concurrency, Op, Prepared};
 use super::{CudaBackend, Storage};
 use super::{GraphReads, GraphStreams, LaunchFloor, Replay, StreamChoice};
 use crate::exec::ExecError;
-use captured::{check, Form, Graph, Part, SegmentGraphs};
 use cudarc::driver::sys;
 use std::sync::Arc;
 use std::time::Instant;

@@ -28,7 +28,7 @@
 //! The recording is valid for the input layouts it was made with and the
 //! device values it read: a replay reads the same values again and, when one
 //! differs, stops and reports [`Replay::Diverged`], so that the caller records
-//! again ([`PreparedCache`] does). A built-in op whose read-back differs
+//! again ([`PreparedCache`](super::PreparedCache) does). A built-in op whose read-back differs
 //! (another nonzero count, an out-of-range index) diverges the same way: the
 //! new recording then has the new sizes, or fails with the op's own error.
 //! Programs whose run needs the host between launches for more than reading
@@ -57,14 +57,13 @@
 //! their addresses into every launch: a replay reads (and may write) exactly
 //! those tensors. To run on new input values, write them into the same device
 //! tensors (e.g. [`super::CudaBackend::overwrite`]) and replay; passing other
-//! tensors to [`PreparedCache::run`] makes a new recording (keyed by the
+//! tensors to [`PreparedCache::run`](super::PreparedCache::run) makes a new recording (keyed by the
 //! tensors' storages, which the cache keeps alive while the entry lives).
 
-mod cache;
+pub(super) mod captured;
 mod concurrent;
 mod record;
 
-pub use cache::PreparedCache;
 pub(super) use concurrent::Concurrency;
 use record::{tensors_of, Recorder};
 
@@ -195,7 +194,7 @@ pub struct Prepared {
     pub(super) recorded_outputs: Option<Vec<Value<CudaTensor>>>,
     /// Why the recording may write its inputs or constants, if it may.
     writes_inputs: Option<String>,
-    pub(super) graphs: Option<super::graph::captured::SegmentGraphs>,
+    pub(super) graphs: Option<captured::SegmentGraphs>,
     /// Where a run of consecutive device reads is copied with one wait
     /// (made at recording when the recording has such a run).
     pub(super) read_words: Option<PinnedWords>,

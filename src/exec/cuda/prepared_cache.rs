@@ -1,7 +1,7 @@
 //! [`PreparedCache`]: the recordings of one plan, by the inputs' layouts and
 //! the device values each read.
 
-use super::Prepared;
+use super::prepared::Prepared;
 use crate::exec::cuda::Replay;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
 use crate::exec::interp::Plan;
@@ -105,7 +105,7 @@ impl PreparedCache {
                 continue;
             }
             let r = if graphs {
-                crate::exec::cuda::graph::replay(prepared, backend)?
+                super::graph::replay(prepared, backend)?
             } else {
                 prepared.replay(backend)?
             };

@@ -1,8 +1,6 @@
-//! What graph replay captured of a recording, owned by `graph/` and kept
-//! with the [`Prepared`](crate::exec::cuda::Prepared) recording it replays:
-//! the instantiated graphs and their form. Below the capture code, this
-//! names nothing of `prepared/`, so the recording can hold it without an
-//! import circle.
+//! What graph replay (`graph/`, above `prepared/`) captured of a recording,
+//! kept with the [`Prepared`](crate::exec::cuda::Prepared) recording it
+//! replays: the instantiated graphs and their form.
 
 use crate::exec::cuda::launch::LoadedKernel;
 use crate::exec::cuda::{Storage, StreamChoice};
@@ -11,7 +9,7 @@ use cudarc::driver::sys;
 use std::sync::Arc;
 
 /// A checked driver call.
-pub(super) fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
+pub(in crate::exec::cuda) fn check(r: sys::CUresult, call: &str) -> Result<(), ExecError> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -40,7 +38,7 @@ impl Drop for Graph {
 impl Graph {
     /// Instantiates the complete graph `graph`, taking it over (it is
     /// destroyed here when instantiation fails).
-    pub(super) fn instantiate(graph: sys::CUgraph) -> Result<Graph, ExecError> {
+    pub(in crate::exec::cuda) fn instantiate(graph: sys::CUgraph) -> Result<Graph, ExecError> {
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `graph` is a complete graph of the bound context; `exec` is
         // a valid out-pointer.
@@ -57,7 +55,7 @@ impl Graph {
     }
 
     /// Queues one replay on `stream`.
-    pub(super) fn launch(&self, stream: sys::CUstream) -> Result<(), ExecError> {
+    pub(in crate::exec::cuda) fn launch(&self, stream: sys::CUstream) -> Result<(), ExecError> {
         // SAFETY: the graph was instantiated on the stream's context and its
         // buffers (arena, held inputs) live as long as its owner.
         check(unsafe { sys::cuGraphLaunch(self.exec, stream) }, "cuGraphLaunch")
@@ -85,15 +83,15 @@ pub(in crate::exec::cuda) enum Form {
 /// The captured graphs of one recording.
 #[derive(Debug)]
 pub(in crate::exec::cuda) struct SegmentGraphs {
-    pub(super) form: Form,
+    pub(in crate::exec::cuda) form: Form,
     /// What [`GraphStreams::Auto`](crate::exec::cuda::GraphStreams::Auto)
     /// measured and chose, per segment it chose for.
-    pub(super) choices: Vec<StreamChoice>,
+    pub(in crate::exec::cuda) choices: Vec<StreamChoice>,
 }
 
 impl SegmentGraphs {
     /// Graphs captured (segments with at least one launch).
-    pub(super) fn graphs(&self) -> usize {
+    pub(in crate::exec::cuda) fn graphs(&self) -> usize {
         match &self.form {
             Form::Guarded(_) => 1,
             Form::Segments { parts, .. } => parts.iter().filter(|p| matches!(p, Part::Graph(_))).count(),
@@ -104,8 +102,8 @@ impl SegmentGraphs {
 /// A recording's one graph and its status word.
 #[derive(Debug)]
 pub(in crate::exec::cuda) struct Guarded {
-    pub(super) graph: Graph,
-    pub(super) status: Arc<Storage>,
+    pub(in crate::exec::cuda) graph: Graph,
+    pub(in crate::exec::cuda) status: Arc<Storage>,
     /// The check kernel's module, kept loaded while the graph lives.
-    pub(super) _kernel: LoadedKernel,
+    pub(in crate::exec::cuda) _kernel: LoadedKernel,
 }
