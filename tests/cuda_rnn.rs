@@ -378,10 +378,17 @@ fn inputs(c: &Case) -> Inputs {
         dt(&x_seq.concat(), &[t as i64, n as i64, i as i64])
     };
     let state_size = [rows as i64, n as i64, hd as i64];
-    let args = vec![
+    let rnn = common::CudnnRnn {
+        mode: c.cell as i64,
+        bias: c.biases,
+        hidden: hd as i64,
+        layers: c.layers as i64,
+        batch_first: c.batch_first,
+        bidirectional: c.bidirectional,
+    };
+    let args = rnn.args(
         x,
-        Value::List(weights.iter().map(|(v, s)| dt(v, s)).collect()),
-        Value::Int(if c.biases { 4 } else { 2 }),
+        weights.iter().map(|(v, s)| dt(v, s)).collect(),
         Value::None,
         dt(&h0.concat(), &state_size),
         if c.cell == Cell::Lstm && c.cx {
@@ -389,17 +396,7 @@ fn inputs(c: &Case) -> Inputs {
         } else {
             Value::None
         },
-        Value::Int(c.cell as i64),
-        Value::Int(hd as i64),
-        Value::Int(0),
-        Value::Int(c.layers as i64),
-        Value::Bool(c.batch_first),
-        Value::Float(0.0),
-        Value::Bool(false),
-        Value::Bool(c.bidirectional),
-        Value::List(vec![]),
-        Value::None,
-    ];
+    );
     Inputs {
         x_seq,
         h0,

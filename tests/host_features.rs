@@ -724,50 +724,6 @@ fn bias_addmm_is_addmm_of_the_first_row() {
 
 // ------------------------------------------------------------- _cudnn_rnn
 
-/// The RNN of a `_cudnn_rnn` call: cell (`mode`: 1 tanh RNN, 2 LSTM,
-/// 3 GRU), biases, sizes and layout.
-struct Rnn {
-    mode: i64,
-    bias: bool,
-    hidden: i64,
-    layers: i64,
-    batch_first: bool,
-    bidirectional: bool,
-}
-
-impl Rnn {
-    /// `_cudnn_rnn`'s 16 arguments in PyTorch's order for an inference call
-    /// (no projection, no dropout, no packed batch sizes, no dropout state).
-    fn args(
-        &self,
-        x: Value<Tensor>,
-        weights: Vec<Value<Tensor>>,
-        weight_buf: Value<Tensor>,
-        hx: Value<Tensor>,
-        cx: Value<Tensor>,
-    ) -> Vec<Value<Tensor>> {
-        vec![
-            x,
-            Value::List(weights),
-            // Weights per layer and direction.
-            Value::Int(if self.bias { 4 } else { 2 }),
-            weight_buf,
-            hx,
-            cx,
-            Value::Int(self.mode),
-            Value::Int(self.hidden),
-            Value::Int(0),
-            Value::Int(self.layers),
-            Value::Bool(self.batch_first),
-            Value::Float(0.0),
-            Value::Bool(false),
-            Value::Bool(self.bidirectional),
-            Value::List(vec![]),
-            Value::None,
-        ]
-    }
-}
-
 /// `aten._cudnn_rnn` on the host against eager PyTorch: the committed CPU
 /// bundles of a two-layer bidirectional LSTM and a two-layer GRU (batch
 /// first, `nn.LSTM` / `nn.GRU` with zero initial states) hold the modules'
@@ -785,7 +741,7 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
         let x = inputs[&format!("arg{weights}_1")].clone();
         let (n, layers, d, h) = (x.size()[0], 2i64, if bidirectional { 2 } else { 1 }, 16i64);
         let zeros = || f32s(&vec![0.0; (layers * d * n * h) as usize], &[layers * d, n, h]);
-        let rnn = Rnn {
+        let rnn = common::CudnnRnn {
             mode,
             bias: true,
             hidden: h,
@@ -831,7 +787,7 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
         }
     }
     // Without `weight_buf` the fifth result would be cuDNN's packing: refused.
-    let tanh = Rnn {
+    let tanh = common::CudnnRnn {
         mode: 1,
         bias: false,
         hidden: 4,

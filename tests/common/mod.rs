@@ -670,3 +670,48 @@ pub fn text_cases(file: &str) -> Vec<TextCase> {
     assert!(!cases.is_empty(), "a case file without cases");
     cases
 }
+
+/// The RNN of an `aten._cudnn_rnn` call: cell (`mode`, cuDNN's: 0 ReLU RNN,
+/// 1 tanh RNN, 2 LSTM, 3 GRU), biases, sizes and layout.
+pub struct CudnnRnn {
+    pub mode: i64,
+    pub bias: bool,
+    pub hidden: i64,
+    pub layers: i64,
+    pub batch_first: bool,
+    pub bidirectional: bool,
+}
+
+impl CudnnRnn {
+    /// `_cudnn_rnn`'s 16 arguments in PyTorch's order for an inference call
+    /// (no projection, no dropout, no packed batch sizes, no dropout state).
+    pub fn args<T>(
+        &self,
+        x: wrapir::exec::Value<T>,
+        weights: Vec<wrapir::exec::Value<T>>,
+        weight_buf: wrapir::exec::Value<T>,
+        hx: wrapir::exec::Value<T>,
+        cx: wrapir::exec::Value<T>,
+    ) -> Vec<wrapir::exec::Value<T>> {
+        use wrapir::exec::Value;
+        vec![
+            x,
+            Value::List(weights),
+            // Weights per layer and direction.
+            Value::Int(if self.bias { 4 } else { 2 }),
+            weight_buf,
+            hx,
+            cx,
+            Value::Int(self.mode),
+            Value::Int(self.hidden),
+            Value::Int(0),
+            Value::Int(self.layers),
+            Value::Bool(self.batch_first),
+            Value::Float(0.0),
+            Value::Bool(false),
+            Value::Bool(self.bidirectional),
+            Value::List(vec![]),
+            Value::None,
+        ]
+    }
+}

@@ -321,24 +321,7 @@ fn errors_name_the_culprit() {
     // A Halide kernel on CUDA takes the stream as a trailing positional
     // argument, which may not follow a named one.
     let halide_cuda = KernelBackend::Halide(HalideMeta {
-        argtypes: vec![
-            HalideArg {
-                ctype: "float*".into(),
-                name: "in_ptr0".into(),
-                shape: Some(vec!["4L".into()]),
-                stride: Some(vec!["1L".into()]),
-                offset: Some("0".into()),
-                alias_of: None,
-            },
-            HalideArg {
-                ctype: "long".into(),
-                name: "ks0".into(),
-                shape: None,
-                stride: None,
-                offset: None,
-                alias_of: None,
-            },
-        ],
+        argtypes: halide_args(&["in_ptr0", "ks0"]),
         target: "host-cuda-cuda_capability_86-strict_float-no_runtime-no_asserts".into(),
         scheduler: Some("Anderson2021".into()),
         scheduler_flags: IndexMap::new(),

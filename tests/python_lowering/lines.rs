@@ -49,21 +49,7 @@ fn call_lines() {
     };
     let halide = |cuda_device| {
         KernelBackend::Halide(HalideMeta {
-            argtypes: ["in_ptr0", "out_ptr0", "ks0"]
-                .into_iter()
-                .map(|n| {
-                    // Buffers are pointers with a shape; `ks0` is a scalar size argument.
-                    let scalar = n == "ks0";
-                    HalideArg {
-                        ctype: if scalar { "long" } else { "float*" }.into(),
-                        name: n.into(),
-                        shape: (!scalar).then(|| vec!["4L".into()]),
-                        stride: (!scalar).then(|| vec!["1L".into()]),
-                        offset: (!scalar).then(|| "0".into()),
-                        alias_of: None,
-                    }
-                })
-                .collect(),
+            argtypes: halide_args(&["in_ptr0", "out_ptr0", "ks0"]),
             target: "host-strict_float-no_runtime-no_asserts".into(),
             scheduler: Some("Adams2019".into()),
             scheduler_flags: [("parallelism".to_string(), wrapir::ir::ConstValue::Int(8))]
@@ -132,14 +118,7 @@ fn kernel_definitions() {
         let h = p.kernel(
             "halide_kernel_0",
             KernelBackend::Halide(HalideMeta {
-                argtypes: vec![HalideArg {
-                    ctype: "long".into(),
-                    name: "ks0".into(),
-                    shape: None,
-                    stride: None,
-                    offset: None,
-                    alias_of: None,
-                }],
+                argtypes: halide_args(&["ks0"]),
                 target: "host".into(),
                 scheduler: None,
                 scheduler_flags: Default::default(),

@@ -42,6 +42,25 @@ fn triton_meta() -> TritonMeta {
     )
 }
 
+/// A Halide kernel's arguments by name: `ks0`, `ks1`, ... scalar sizes
+/// (`long`), every other name a `float*` buffer of 4 elements.
+fn halide_args(names: &[&str]) -> Vec<HalideArg> {
+    names
+        .iter()
+        .map(|&n| {
+            let scalar = n.starts_with("ks");
+            HalideArg {
+                ctype: if scalar { "long" } else { "float*" }.into(),
+                name: n.into(),
+                shape: (!scalar).then(|| vec!["4L".into()]),
+                stride: (!scalar).then(|| vec!["1L".into()]),
+                offset: (!scalar).then(|| "0".into()),
+                alias_of: None,
+            }
+        })
+        .collect()
+}
+
 const TRITON_SRC: &str = "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass";
 
 fn lower(p: &Program, options: &Options) -> Result<String, Error> {
