@@ -785,7 +785,8 @@ fn named_paths(code: &str, path: &[String]) -> Vec<Vec<String>> {
 /// No module imports a sibling that imports it back, directly or through
 /// others: in every folder of `src`, the sub-modules' imports of each other
 /// (a sub-folder counted as one, its files together; the folder's own
-/// `mod.rs`, the parent its children stand on, apart) form no cycle.
+/// `mod.rs`, the parent its children stand on, apart) form no cycle. A
+/// name reached through the parent's re-export counts as the parent's.
 #[test]
 fn no_module_imports_a_sibling_that_imports_it_back() {
     let files = library_files();
