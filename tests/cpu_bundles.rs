@@ -105,10 +105,12 @@ const SETS: &[BundleSet] = &[
 /// LR-ASPP segmentation, a CNN and a transformer block compiled with
 /// `dynamic=True`, and Hugging Face's Mixtral with transformers' default
 /// `grouped_mm` experts (`aten.histc` counts the tokens per expert,
-/// transformers' own `grouped_mm_fallback` op multiplies them). The sweep's
-/// other cases do not run on the CPU: with its eager experts loop Dynamo
-/// breaks Mixtral into 11 graphs; FlexAttention's CPU kernel is Inductor's
-/// vectorised template, which calls ATen's thread pool and allocator.
+/// transformers' own `grouped_mm_fallback` op multiplies them), and
+/// FlexAttention (Inductor's vectorised CPU template, its images built for
+/// AVX2 with serial stand-ins for ATen's thread ids and allocator and the
+/// template's own micro-GEMM: `wrapir_export.cpu_templates`). The sweep's
+/// other case does not run on the CPU: with its eager experts loop Dynamo
+/// breaks Mixtral into 11 graphs.
 const FAMILY_CASES: &[&str] = &[
     "timm_vit",
     "timm_convnextv2",
@@ -126,6 +128,7 @@ const FAMILY_CASES: &[&str] = &[
     "int8_linear",
     "fp8_linear",
     "segmentation_lraspp",
+    "flex_attention",
     "cnn_dynamic",
     "transformer_dynamic",
 ];
@@ -211,6 +214,19 @@ fn check(dir: &Path) -> Result<Outcome, String> {
     })
 }
 
+/// The vector ISA a C++ kernel of the bundle in `dir` was built for that this
+/// CPU lacks (FlexAttention's AVX2 images), if any.
+fn isa_this_cpu_lacks(dir: &Path) -> Option<String> {
+    let bundle = Bundle::open(dir).ok()?;
+    bundle.program().kernels.values().find_map(|k| match &k.backend {
+        KernelBackend::Cpp(meta) => meta
+            .isa
+            .clone()
+            .filter(|isa| host_kernels::isa::check_isa(isa).is_err()),
+        _ => None,
+    })
+}
+
 #[test]
 fn every_cpu_bundle_matches_eager_on_the_host() {
     let mut failures = Vec::new();
@@ -234,6 +250,19 @@ fn every_cpu_bundle_matches_eager_on_the_host() {
                     "{name}: exported by PyTorch {exported_by:?}, not {}x",
                     set.torch
                 ));
+            }
+            if let Some(isa) = isa_this_cpu_lacks(&dir) {
+                // Its images cannot run here: loading them must be refused, naming the ISA.
+                match check(&dir) {
+                    Err(e) if e.contains(&format!("`{isa}` vector ISA")) => {
+                        println!("{name}: not run, this CPU lacks {isa} (refused: {e})");
+                    }
+                    other => failures.push(format!(
+                        "{name}: needs {isa}, which this CPU lacks, but was not refused for it: {:?}",
+                        other.err()
+                    )),
+                }
+                continue;
             }
             match check(&dir) {
                 Err(e) => failures.push(format!("{name}: {e}")),
@@ -342,6 +371,44 @@ fn wrapir_run_on_cpu_matches_eager() {
         assert_eq!(run.code, 0, "{bundle}: {}{}", run.stdout, run.stderr);
         assert!(run.stdout.starts_with("device: cpu\n"), "{}", run.stdout);
         assert!(run.stdout.contains("against eager: 1 outputs match"), "{}", run.stdout);
+    }
+}
+
+/// FlexAttention's C++ kernels were generated for AVX2: the Python lowering
+/// compiles them under Inductor's `cpp.simdlen` of that ISA (Inductor would
+/// otherwise build the AVX2 source with this CPU's widest vectors), and a
+/// kernel of an ISA no `cpp.simdlen` selects is an error naming both.
+#[test]
+fn python_lowering_compiles_vector_isa_kernels_for_their_isa() {
+    for set in ["bundles_cpu", "bundles_cpu_2.15"] {
+        let dir = common::root()
+            .join("fixtures/inductor")
+            .join(set)
+            .join("families/flex_attention");
+        let mut program = Bundle::open(&dir).unwrap().program().clone();
+        let info = wrapir::ir::validate(&program).unwrap();
+        let py = wrapir::lower::python::write_string(&info, &Default::default()).unwrap();
+        let cpp_kernels = program
+            .kernels
+            .values()
+            .filter(|k| matches!(k.backend, KernelBackend::Cpp(_)))
+            .count();
+        assert_eq!(
+            py.matches("with torch._inductor.config.patch({'cpp.simdlen': 256}):  # its image's ISA, avx2\n    cpp_")
+                .count(),
+            cpp_kernels,
+            "{set}:\n{py}"
+        );
+        let name = program.kernels.keys().next().unwrap().clone();
+        if let Some(KernelBackend::Cpp(meta)) = program.kernels.get_mut(&name).map(|k| &mut k.backend) {
+            meta.isa = Some("neon".into());
+        }
+        let info = wrapir::ir::validate(&program).unwrap();
+        let e = wrapir::lower::python::write_string(&info, &Default::default()).unwrap_err();
+        common::assert_contains(
+            &e.to_string(),
+            &format!("C++ kernel `{name}` was compiled for vector ISA `neon`"),
+        );
     }
 }
 

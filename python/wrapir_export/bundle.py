@@ -346,7 +346,7 @@ def host_kernels_info(program):
         return None
     info = {}
     if "cpp" in kinds:
-        info["cpp"] = {"compiler": H.compiler_version(), "flags": H.CXXFLAGS + H.isa_flags(H.current_isa()),
+        info["cpp"] = {"compiler": H.compiler_version(), "flags": H.CXXFLAGS + [H.cpp_std_flag()] + H.isa_flags(H.current_isa()),
                        "isa": H.current_isa(), "entry": "wrapir_kernel_argv"}
     if "halide" in kinds:
         import halide

@@ -20,6 +20,7 @@ import shutil
 import sys
 
 from . import bundle as B
+from . import cpu_templates as CT
 from . import device_check as D
 from . import mutations as M
 from . import names as N
@@ -329,6 +330,15 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         # only when it is set then), before torch.compile's options apply.
         config_patch["freezing"] = bool(compile_kwargs["options"]["freezing"])
     run_kwargs = compile_kwargs
+
+    def run_mode():
+        # Inductor compiles and runs the program: inference mode for modules, and its CPU
+        # FlexAttention template as the kernel images run it (`cpu_templates`).
+        stack = contextlib.ExitStack()
+        stack.enter_context(mode())
+        stack.enter_context(CT.host_templates())
+        return stack
+
     if uses_cudagraphs(torch, compile_kwargs):
         config_patch["graph_partition"] = False
         run_kwargs = without_cudagraphs(torch, compile_kwargs)
@@ -346,7 +356,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         # (`aten.randint.low_out`) is drawn from it, and wrapir replays the same draw.
         cuda_rng = B.cuda_rng_state(torch)
         stage("tracing", f"torch.compile({', '.join(f'{k}={v!r}' for k, v in compile_kwargs.items())})")
-        with icfg.patch(config_patch), mode():
+        with icfg.patch(config_patch), run_mode():
             result = _own(torch, compiled(*run_inputs))
         sync(torch)
     finally:
@@ -358,7 +368,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     if cuda_rng is not None:
         B.set_cuda_rng_state(torch, cuda_rng)
     state.restore(torch)
-    with icfg.patch(config_patch), mode():
+    with icfg.patch(config_patch), run_mode():
         rerun = _own(torch, compiled(*_clone_all(torch, inputs)))
     sync(torch)
     caps = list(SESSION.captures)
@@ -397,12 +407,14 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     ctol = compiled_tolerance(torch, exp + [t for t in graph_inputs if isinstance(t, torch.Tensor)])
     compare(torch, errors, "compiled rerun vs first run", output_values(torch, rerun)[0], got_values, ctol)
 
+    if any(CT.uses_host_templates(c) for c in codes):
+        notes_extra.append(CT.NOTE)
     # Inductor's own wrappers.
     if codes:
         B.write_text(bundle, "inductor.py.txt", codes[0])
     stage("C++ wrapper", "compiling again with cpp_wrapper=True (text only)")
     state.restore(torch)
-    cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, run_kwargs, config_patch, mode)
+    cpp, cpp_error = B.cpp_wrapper_text(torch, fn, inputs, run_kwargs, config_patch, run_mode)
     if cpp is not None:
         B.write_text(bundle, "inductor.cpp.txt", cpp)
     elif all(t.device.type == "cpu" for t in inputs if isinstance(t, torch.Tensor)):

@@ -36,7 +36,7 @@ from .errors import Unconvertible
 # The baseline x86-64 ISA and Inductor's own numerics flags for its C++ kernels (strict IEEE
 # arithmetic: no fast-math, no contraction into FMAs). `-Bsymbolic`: the entry point calls
 # this object's own `kernel`, never another object's of the same name.
-CXXFLAGS = ["-std=c++17", "-O2", "-DNDEBUG", "-march=x86-64", "-mtune=generic", "-fPIC", "-shared",
+CXXFLAGS = ["-O2", "-DNDEBUG", "-march=x86-64", "-mtune=generic", "-fPIC", "-shared",
             "-fno-strict-aliasing", "-fno-finite-math-only", "-fno-unsafe-math-optimizations",
             "-ffp-contract=off", "-Wl,-Bsymbolic", "-w"]
 HALIDE_TARGET = "x86-64-linux"
@@ -295,8 +295,24 @@ def path_maps(prefixes):
     return [f"-ffile-prefix-map={d}={n}" for d, n in prefixes.items()]
 
 
+def cpp_std_flag():
+    """The C++ standard Inductor compiles its kernels with (2.11: C++17, 2.15: C++20, whose
+    ATen headers need it), as a `-std=` flag."""
+    try:
+        from torch._inductor.cpp_builder import _get_cpp_std_cflag
+
+        return f"-{_get_cpp_std_cflag()[0]}"
+    except (ImportError, AttributeError, IndexError):
+        return "-std=c++17"
+
+
 def build_cpp_kernel(name, source, arg_types, kdir):
-    """Compiles C++ kernel `name` into `kdir/<name>.so`; returns its path relative to the bundle."""
+    """Compiles C++ kernel `name` into `kdir/<name>.so`; returns its path relative to the
+    bundle. A kernel that calls the ATen entry points of Inductor's CPU templates gets
+    `cpu_templates.ATEN_STAND_INS` linked in; any other symbol no system library provides
+    is an error naming it."""
+    from . import cpu_templates
+
     os.makedirs(kdir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="wrapir-cpp-") as tmp:
         src = os.path.join(tmp, f"{name}.cpp")
@@ -308,8 +324,17 @@ def build_cpp_kernel(name, source, arg_types, kdir):
         import torch
 
         maps = path_maps({tmp: ".", os.path.dirname(torch.__file__): "torch"})
-        _run([cxx(), *CXXFLAGS, *isa_flags(current_isa()), *maps, *includes, "-o", out, src, "-s"],
-             f"compiling C++ kernel {name}")
+        flags = [cxx(), *CXXFLAGS, cpp_std_flag(), *isa_flags(current_isa()), *maps, *includes]
+        obj = os.path.join(tmp, f"{name}.o")
+        _run([*flags, "-c", "-o", obj, src], f"compiling C++ kernel {name}")
+        _run([*flags, "-o", out, obj, "-s"], f"linking C++ kernel {name}")
+        if unresolved_symbols(out):
+            stand_ins = os.path.join(tmp, "aten_stand_ins.cpp")
+            with open(stand_ins, "w") as f:
+                f.write(cpu_templates.ATEN_STAND_INS)
+            stand_ins_obj = os.path.join(tmp, "aten_stand_ins.o")
+            _run([*flags, "-fno-rtti", "-c", "-o", stand_ins_obj, stand_ins], f"compiling ATen stand-ins for {name}")
+            _run([*flags, "-o", out, obj, stand_ins_obj, "-s"], f"linking C++ kernel {name} with ATen stand-ins")
     check_self_contained(out)
     return f"kernels/{name}.so"
 
