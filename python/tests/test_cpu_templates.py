@@ -96,7 +96,9 @@ class InstalledInductor(unittest.TestCase):
         with CT.host_templates():
             self.assertNotIn("is_same_v<scalar_t, at::Half>", module.FLEX_ATTENTION_TEMPLATE)
             self.assertTrue(CT.uses_host_templates(module.FLEX_ATTENTION_TEMPLATE))
-            self.assertIn("at::get_num_threads()", module.INIT_PARAMS)
+            # 2.15 declares the thread count in INIT_PARAMS, 2.11 in the attention template.
+            declarations = getattr(module, "INIT_PARAMS", module.FLEX_ATTENTION_TEMPLATE)
+            self.assertIn("int64_t num_thread = at::get_num_threads();", declarations)
         self.assertEqual(module.FLEX_ATTENTION_TEMPLATE, before)
 
     def test_flex_attention_exports_a_self_contained_image(self):
@@ -129,6 +131,37 @@ class InstalledInductor(unittest.TestCase):
                 run = subprocess.run([wrapir, "run", path, "--device", "cpu"], capture_output=True, text=True)
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
                 self.assertIn("against inductor: 1 outputs match", run.stdout)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class CommittedBundles(unittest.TestCase):
+    """The committed FlexAttention bundles (2.11 and 2.15) through `fx_module`: its images
+    loaded with ctypes into this PyTorch process run the template serially on their own
+    stand-ins and equal Inductor's compiled outputs."""
+
+    def test_fx_module_runs_the_committed_flex_attention_bundles(self):
+        if not has_avx2():
+            self.skipTest("this CPU has no AVX2")
+        wrapir = wrapir_binary()
+        if not wrapir:
+            self.skipTest("WRAPIR is not set")
+        import wrapir_export as we
+        from wrapir_export.safetensors import load_safetensors
+        from wrapir_export.tolerances import compare_outputs
+
+        root = os.path.join(os.path.dirname(PYTHON_DIR), "fixtures", "inductor")
+        for rel in ("bundles_cpu/families/flex_attention", "bundles_cpu_2.15/families/flex_attention"):
+            with self.subTest(bundle=rel):
+                b = os.path.join(root, rel)
+                with open(os.path.join(b, "bundle.json")) as f:
+                    info = json.load(f)
+                gm = we.fx_module(b, code=we.fx.lower_fx(b, wrapir))
+                self.assertTrue(gm.host_kernels)
+                out = gm(*we.load_inputs(b))
+                out = list(out) if isinstance(out, (list, tuple)) else [out]
+                expected = load_safetensors(os.path.join(b, "compiled.safetensors"))
+                ok, reason, _ = compare_outputs(torch, out, expected, info["compiled_tolerance"])
+                self.assertTrue(ok, reason)
 
 
 if __name__ == "__main__":
