@@ -811,11 +811,12 @@ fn cudnn_rnn_on_the_host_matches_eager_lstm_and_gru() {
 /// A C++ kernel compiled for a vector ISA (its `isa` in program.json: the
 /// exporter's `cpu_isa`) loads only on a CPU that has it, checked with
 /// `cpuid` before the image is mapped: a copy of a committed CPU bundle whose
-/// kernels claim an ISA no wrapir knows, or one this CPU lacks, is refused by
-/// `wrapir run --device cpu` naming the bundle's image, the ISA and the
-/// CPU's features, and `wrapir check --device cpu` names the kernel too; a
-/// claim the CPU meets runs (the images are the baseline's, which any CPU
-/// with the claimed ISA runs).
+/// kernels claim an ISA this CPU lacks is refused by `wrapir run --device
+/// cpu` naming the bundle's image, the ISA and the CPU's features, and
+/// `wrapir check --device cpu` names the kernel too; one claiming an ISA no
+/// wrapir knows is refused where program.json is read; a claim the CPU meets
+/// runs (the images are the baseline's, which any CPU with the claimed ISA
+/// runs).
 #[test]
 fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
     use wrapir::exec::host::kernels::isa;
@@ -839,10 +840,20 @@ fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
     };
     // An ISA this CPU lacks (AVX-512 on most machines; else a CPU with it runs
     // the AVX2 and AVX-512 claims and only the unknown one is refused).
-    let lacking = ["avx2", "avx512"].into_iter().find(|i| isa::check_isa(i).is_err());
-    let mut refused = vec![("unknown", "avx10")];
-    refused.extend(lacking.map(|i| ("lacking", i)));
-    for (name, claimed) in refused {
+    let isas = || wrapir::ir::VecIsa::ALL.into_iter();
+    // An ISA no wrapir knows: refused where program.json is read, naming it.
+    let unknown = claim("unknown", "avx10");
+    for verb in ["run", "check"] {
+        let out = common::wrapir(&[verb, unknown.to_str().unwrap(), "--device", "cpu"]);
+        assert_ne!(out.code, 0, "{verb}: {}", out.stdout);
+        assert!(
+            out.stderr.contains("program.json") && out.stderr.contains("avx10") && out.stderr.contains("avx512"),
+            "{verb}: {}",
+            out.stderr
+        );
+    }
+    if let Some(claimed) = isas().find(|i| isa::check_isa(*i).is_err()).map(|i| i.name()) {
+        let name = "lacking";
         let b = claim(name, claimed);
         let bundle = b.to_str().unwrap();
         let run = common::wrapir(&["run", bundle, "--device", "cpu"]);
@@ -852,9 +863,7 @@ fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
             "{name}: {}",
             run.stderr
         );
-        if name == "lacking" {
-            assert!(run.stderr.contains("its vector features"), "{}", run.stderr);
-        }
+        assert!(run.stderr.contains("its vector features"), "{}", run.stderr);
         let check = common::wrapir(&["check", bundle, "--device", "cpu"]);
         assert_ne!(check.code, 0, "{name}: {}", check.stdout);
         assert!(
@@ -863,7 +872,7 @@ fn kernels_built_for_a_vector_isa_the_cpu_lacks_are_refused() {
             check.stdout
         );
     }
-    for met in ["avx2", "avx512"].into_iter().filter(|i| isa::check_isa(i).is_ok()) {
+    for met in isas().filter(|i| isa::check_isa(*i).is_ok()).map(|i| i.name()) {
         let b = claim(&format!("met_{met}"), met);
         let run = common::wrapir(&["run", b.to_str().unwrap(), "--device", "cpu"]);
         assert_eq!(run.code, 0, "{met}: {}{}", run.stdout, run.stderr);

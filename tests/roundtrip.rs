@@ -239,7 +239,10 @@ fn kernel(name: String) -> impl Strategy<Value = KernelDef> {
     let backend = prop_oneof![
         triton_meta().prop_map(KernelBackend::Triton),
         halide_meta().prop_map(KernelBackend::Halide),
-        (prop::collection::vec(text(), 0..3), prop::option::of(text()))
+        (
+            prop::collection::vec(text(), 0..3),
+            prop::option::of(prop::sample::select(wrapir::ir::VecIsa::ALL.to_vec()))
+        )
             .prop_map(|(arg_types, isa)| KernelBackend::Cpp(CppMeta { arg_types, isa })),
         Just(KernelBackend::CudaC),
         Just(KernelBackend::Host),

@@ -813,7 +813,7 @@ fn host_kernels_report(program: &Program, out: &mut String) -> bool {
     for def in program.kernels.values() {
         if let wrapir::ir::KernelBackend::Cpp(wrapir::ir::CppMeta { isa: Some(isa), .. }) = &def.backend {
             let n = uses.iter().filter(|u| u.kernel == def.name.as_str()).count();
-            if let (Err(why), true) = (wrapir::exec::host::kernels::isa::check_isa(isa), n > 0) {
+            if let (Err(why), true) = (wrapir::exec::host::kernels::isa::check_isa(*isa), n > 0) {
                 *refused.entry("cpp (vector ISA)").or_default() += n;
                 *out += &format!(
                     "error: the cpu backend cannot load kernel `{}` ({}): {why}\n",

@@ -59,11 +59,11 @@ pub struct CppMeta {
     /// C types of the arguments (`const float*`, `int64_t`), in call order.
     #[serde(default)]
     pub arg_types: Vec<String>,
-    /// The vector ISA the kernel's image was compiled for (`avx2`,
-    /// `avx512`: Inductor's vectorised C++ for that ISA, which the CPU that
-    /// loads it must have); `None`: the baseline x86-64 ISA.
+    /// The vector ISA the kernel's image was compiled for (Inductor's
+    /// vectorised C++ for that ISA, which the CPU that loads it must have);
+    /// `None`: the baseline x86-64 ISA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub isa: Option<String>,
+    pub isa: Option<super::VecIsa>,
 }
 
 /// A Triton kernel parameter's type, from `triton_meta["signature"]`.

@@ -46,6 +46,7 @@ mod program;
 mod scope;
 mod types;
 pub mod validate;
+mod vec_isa;
 
 pub use builder::{GraphBuilder, ProgramBuilder};
 pub use kernel::{
@@ -71,3 +72,4 @@ pub use validate::{
     validate, validate_with_limits, BufferInfo, Ending, GraphInfo, LineNamer, NameRole, ProgramInfo, Site,
     SymbolBinding, ValidationError, ValidationErrorKind, ValidationErrors, MAIN_GRAPH,
 };
+pub use vec_isa::VecIsa;

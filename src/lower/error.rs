@@ -74,15 +74,6 @@ pub enum ErrorKind {
         /// The kernel.
         kernel: KernelName,
     },
-    /// Python: a C++ kernel compiled for a vector ISA that no `cpp.simdlen`
-    /// of Inductor selects.
-    #[error("C++ kernel `{kernel}` was compiled for vector ISA `{isa}`, which no `cpp.simdlen` of Inductor selects (expected avx2 or avx512)")]
-    UnknownCppIsa {
-        /// The kernel.
-        kernel: KernelName,
-        /// Its `isa`.
-        isa: String,
-    },
     /// Python: the kernel source would end the `'''` string literal it is printed in.
     #[error("kernel `{kernel}`: its source contains `'''`, which would end the Python string literal around it")]
     SourceContainsTripleQuote {

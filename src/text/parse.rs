@@ -924,7 +924,11 @@ impl<'a> Parser<'a> {
                     }
                     argtypes.push(arg);
                 }
-                ("cpp", "isa") => isa = Some(c.string(&what)?),
+                ("cpp", "isa") => {
+                    let pos = c.pos();
+                    let text = c.string(&what)?;
+                    isa = Some(text.parse().map_err(|e| c.error_at(pos, format!("{e} in {what}")))?);
+                }
                 ("cpp", "arg_types") => loop {
                     arg_types.push(c.string(&format_args!("a type in {what}"))?);
                     if !c.eat(",") {

@@ -200,7 +200,7 @@ fn write_kernel(out: &mut String, name: &KernelName, k: &KernelDef) -> std::fmt:
                 writeln!(out, "  arg_types {}", types.join(", "))?;
             }
             if let Some(isa) = &m.isa {
-                writeln!(out, "  isa {}", PyStr(isa))?;
+                writeln!(out, "  isa {}", PyStr(isa.name()))?;
             }
         }
         KernelBackend::CudaC | KernelBackend::Host => {}

@@ -35,20 +35,15 @@ pub(super) fn definition(code: &mut Code, def: &KernelDef, device: DeviceType, a
                 "{name} = async_compile.cpp_pybinding([{}], '''{source}''')",
                 types.join(", ")
             );
-            match meta.isa.as_deref() {
+            match meta.isa {
                 None => compile,
                 // Inductor compiles the source for the ISA `cpp.simdlen` picks
                 // (by default the best this CPU has); the source was generated
                 // for its image's ISA, whose vector width it assumes.
-                Some(isa) => {
-                    let simdlen = cpp_simdlen(isa).ok_or_else(|| {
-                        Error::of(ErrorKind::UnknownCppIsa {
-                            kernel: name.clone(),
-                            isa: isa.to_string(),
-                        })
-                    })?;
-                    format!("with torch._inductor.config.patch({{'cpp.simdlen': {simdlen}}}):  # its image's ISA, {isa}\n    {compile}")
-                }
+                Some(isa) => format!(
+                    "with torch._inductor.config.patch({{'cpp.simdlen': {}}}):  # its image's ISA, {isa}\n    {compile}",
+                    isa.simdlen()
+                ),
             }
         }
         KernelBackend::CudaC => format!("{name} = async_compile.cuda(r'''{source}''', 'so', aot_compile=False)"),
@@ -107,17 +102,6 @@ fn source_block(source: &str) -> String {
         "\n".to_string()
     } else {
         format!("\n{trimmed}\n")
-    }
-}
-
-/// Inductor's `cpp.simdlen` for a C++ kernel's vector ISA (`CppMeta::isa`,
-/// the exporter's `host_kernels.CPU_ISAS`): the bit width that makes its
-/// `pick_vec_isa` choose that ISA.
-fn cpp_simdlen(isa: &str) -> Option<u32> {
-    match isa {
-        "avx2" => Some(256),
-        "avx512" => Some(512),
-        _ => None,
     }
 }
 

@@ -6,16 +6,11 @@
 //! FlexAttention's CPU kernel, exist only vectorised); such a kernel's
 //! metadata names the ISA (`CppMeta::isa`), and its image executes that
 //! ISA's instructions, possibly in its initialisers, so the host backend
-//! checks the CPU's features (`cpuid`) before it loads the image. The
-//! features of each ISA are those Inductor compiles it with
-//! (`torch/_inductor/cpu_vec_isa.py`: `VecAVX2` `-mavx2 -mfma -mf16c`,
-//! `VecAVX512` `-mavx512f -mavx512dq -mavx512vl -mavx512bw -mfma`).
+//! checks the CPU's features (`cpuid`) before it loads the image. The ISAs
+//! and the features each needs are `ir::VecIsa`'s (an unknown one is refused
+//! where the program is read).
 
-/// Every ISA an image may name, with the CPU features it needs.
-pub const ISAS: &[(&str, &[&str])] = &[
-    ("avx2", &["avx2", "fma", "f16c"]),
-    ("avx512", &["avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"]),
-];
+use crate::ir::VecIsa;
 
 /// The vector features named in messages, in order of age.
 const REPORTED: &[&str] = &[
@@ -49,14 +44,8 @@ pub fn cpu_has(feature: &str) -> bool {
 /// `Ok` when a CPU whose features `has` reports runs images compiled for
 /// `isa`; else why not, naming the ISA, the features it needs and those
 /// the CPU lacks and has.
-pub fn check_isa_with(isa: &str, has: &dyn Fn(&str) -> bool) -> Result<(), String> {
-    let Some((_, needs)) = ISAS.iter().find(|(name, _)| *name == isa) else {
-        let known: Vec<&str> = ISAS.iter().map(|(name, _)| *name).collect();
-        return Err(format!(
-            "compiled for the vector ISA `{isa}`, which this wrapir does not know (it knows {})",
-            known.join(", ")
-        ));
-    };
+pub fn check_isa_with(isa: VecIsa, has: &dyn Fn(&str) -> bool) -> Result<(), String> {
+    let needs = isa.cpu_features();
     let missing: Vec<&str> = needs.iter().copied().filter(|f| !has(f)).collect();
     if missing.is_empty() {
         return Ok(());
@@ -80,7 +69,7 @@ pub fn check_isa_with(isa: &str, has: &dyn Fn(&str) -> bool) -> Result<(), Strin
 }
 
 /// [`check_isa_with`] this CPU.
-pub fn check_isa(isa: &str) -> Result<(), String> {
+pub fn check_isa(isa: VecIsa) -> Result<(), String> {
     check_isa_with(isa, &cpu_has)
 }
 
@@ -89,10 +78,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_isa_the_cpu_lacks_or_no_one_knows_is_refused_naming_both() {
+    fn an_isa_the_cpu_lacks_is_refused_naming_both() {
         // A CPU with AVX but no AVX2, FMA or F16C.
         let old = |f: &str| matches!(f, "sse4.2" | "avx");
-        let e = check_isa_with("avx2", &old).unwrap_err();
+        let e = check_isa_with(VecIsa::Avx2, &old).unwrap_err();
         assert!(
             e.contains("`avx2` vector ISA (needs avx2, fma, f16c)")
                 && e.contains("no avx2, fma, f16c")
@@ -101,19 +90,19 @@ mod tests {
         );
         // One with AVX2 but no AVX-512.
         let avx2 = |f: &str| matches!(f, "sse4.2" | "avx" | "avx2" | "fma" | "f16c");
-        assert_eq!(check_isa_with("avx2", &avx2), Ok(()));
-        let e = check_isa_with("avx512", &avx2).unwrap_err();
+        assert_eq!(check_isa_with(VecIsa::Avx2, &avx2), Ok(()));
+        let e = check_isa_with(VecIsa::Avx512, &avx2).unwrap_err();
         assert!(e.contains("no avx512f, avx512dq, avx512vl, avx512bw"), "{e}");
-        let e = check_isa_with("amx", &avx2).unwrap_err();
-        assert!(
-            e.contains("vector ISA `amx`") && e.contains("knows avx2, avx512"),
-            "{e}"
+        // An ISA no wrapir knows never gets here: reading the program refuses it.
+        assert_eq!(
+            "amx".parse::<VecIsa>(),
+            Err("unknown vector ISA `amx` (known: avx2, avx512)".to_string())
         );
     }
 
     #[test]
     fn this_cpu_is_checked_by_cpuid() {
         let has_avx2 = ["avx2", "fma", "f16c"].iter().all(|f| cpu_has(f));
-        assert_eq!(check_isa("avx2").is_ok(), has_avx2);
+        assert_eq!(check_isa(VecIsa::Avx2).is_ok(), has_avx2);
     }
 }

@@ -503,7 +503,7 @@ impl CppKernel {
             .collect::<Result<Vec<_>, _>>()?;
         // Before the image is mapped: its initialisers may run the ISA's instructions.
         if let Some(required) = &meta.isa {
-            isa::check_isa(required).map_err(|message| HostKernelError::Load {
+            isa::check_isa(*required).map_err(|message| HostKernelError::Load {
                 kernel: kernel.to_string(),
                 path: path.to_path_buf(),
                 message,
