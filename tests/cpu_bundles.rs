@@ -108,7 +108,10 @@ const SETS: &[BundleSet] = &[
 /// transformers' own `grouped_mm_fallback` op multiplies them), and
 /// FlexAttention (Inductor's vectorised CPU template, its images built for
 /// AVX2 with serial stand-ins for ATen's thread ids and allocator and the
-/// template's own micro-GEMM: `wrapir_export.cpu_templates`). The sweep's
+/// template's own micro-GEMM: `wrapir_export.cpu_templates`), and object
+/// detection: Faster R-CNN's second stage (`torchvision.roi_align`) and its
+/// post-processing (a boolean mask index, `torchvision.nms`: unbacked
+/// sizes), torchvision's CPU kernels on the host. The sweep's
 /// other case does not run on the CPU: with its eager experts loop Dynamo
 /// breaks Mixtral into 11 graphs.
 const FAMILY_CASES: &[&str] = &[
@@ -131,6 +134,8 @@ const FAMILY_CASES: &[&str] = &[
     "flex_attention",
     "cnn_dynamic",
     "transformer_dynamic",
+    "roi_heads",
+    "box_postprocess",
 ];
 
 /// Feature cases of upstream's FX backend tests (`features.py`, its

@@ -112,6 +112,8 @@ class GraphConverter(ControlFlowMixin):
         # that kernel (a Python rebinding; AOTI assigns the declared int64_t again); wrapir's
         # symbols are bound once, so each later binding gets a fresh name: sym -> current name.
         self.call_arg_names = {}
+        # Unbacked symbols an `unbacked_symbol_defs` line has bound (see `unbacked_defs`).
+        self.unbacked_bound = set()
         # Wrapper IR line classes that one method converts whole (no class here is a
         # subclass of another, so the order does not matter).
         self.line_handlers = (
@@ -889,9 +891,18 @@ class GraphConverter(ControlFlowMixin):
             self.declare_name(src)
         bindings = {}
         for sym, path in b.items():
+            if sym.name in self.unbacked_bound:
+                # Inductor binds an unbacked symbol again where another op's output has the
+                # same data-dependent size (three `x[mask]` of one mask: `u0 = buf4.size(0)`
+                # after `u0 = buf1.size(0)`), in Python a rebinding to the same value.
+                # wrapir's symbols are bound once: the first binding stands, and the size
+                # assert Inductor writes after the op checks the later output against it.
+                continue
+            self.unbacked_bound.add(sym.name)
             self.cap.symbols.add(sym.name)
             bindings[sym.name] = self.keypath(path)
-        self.emit({"line": "unbacked_symbol_defs", "source": src, "bindings": bindings})
+        if bindings:
+            self.emit({"line": "unbacked_symbol_defs", "source": src, "bindings": bindings})
 
     # ---- whole graph --------------------------------------------------------------------------
 

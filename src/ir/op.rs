@@ -133,6 +133,12 @@ extern_ops! {
     Exp(EXP) = "aten.exp";
     Sin(SIN) = "aten.sin";
     Where(WHERE) = "aten.where";
+    /// torchvision's RoIAlign (`torchvision.ops.roi_align`): bilinear
+    /// samples of each region, averaged per output bin.
+    RoiAlign(ROI_ALIGN) = "torchvision.roi_align";
+    /// torchvision's non-maximum suppression (`torchvision.ops.nms`): the
+    /// indices of the kept boxes, a data-dependent count.
+    Nms(NMS) = "torchvision.nms";
     /// Run by neither backend, named so that the CUDA backend's cuDNN plans
     /// are made ahead for it as for `aten.convolution`.
     ConvolutionInternal(CONVOLUTION_INTERNAL) = "aten._convolution";

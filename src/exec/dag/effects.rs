@@ -292,7 +292,9 @@ fn extern_access(target: &str) -> ExternAccess {
         | Relu
         | Exp
         | Sin
-        | Where => ExternAccess::Fresh,
+        | Where
+        | RoiAlign
+        | Nms => ExternAccess::Fresh,
         // Named so that cuDNN plans are made for it; neither backend runs it.
         ConvolutionInternal | Other => ExternAccess::Unknown,
         // Its fifth result is its `weight_buf` argument when one is given

@@ -12,6 +12,7 @@ pub(crate) mod broadcast;
 mod builtin;
 pub(crate) mod complex;
 pub(crate) mod conv;
+mod detection;
 mod gemm;
 mod gemm_ops;
 mod grouped_mm;

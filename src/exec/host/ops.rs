@@ -30,6 +30,7 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::Bmm => gemm_ops::bmm,
         E::Nonzero => nonzero,
         E::MaskedSelect => masked_select,
+        E::Index => index,
         E::Item => item,
         E::Cumsum => cumsum,
         E::Histc => super::histc::histc,
@@ -61,8 +62,10 @@ pub(crate) fn builtin(op: &ExternOp) -> Option<Builtin> {
         E::View => super::complex::view,
         E::SegmentReduce => super::segment::segment_reduce,
         E::Randint => super::random::randint,
+        E::RoiAlign => super::detection::roi_align,
+        E::Nms => super::detection::nms,
         E::SdpaEfficient | E::SdpaFlash | E::SdpaCudnn | E::SdpaFlashCpu => return super::attention::builtin(op),
-        E::Index | E::ScatterAdd | E::ConvolutionInternal | E::Other => return None,
+        E::ScatterAdd | E::ConvolutionInternal | E::Other => return None,
     })
 }
 
@@ -190,6 +193,51 @@ fn masked_select(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, Exec
         let v: Vec<T> = xe.to_vec::<T>()?;
         let picked: Vec<T> = v.into_iter().zip(&keep).filter(|(_, k)| **k != 0).map(|(e, _)| e).collect();
         Tensor::from_vec(picked, &[len])?
+    }, return Err(a.err(format!("dtype {} is not supported", x.dtype()))));
+    Ok(Value::Tensor(t))
+}
+
+/// `index.Tensor(self, indices)` with one boolean mask over `self`'s leading
+/// dimensions (`x[mask]`, the form Inductor leaves to ATen: the count is
+/// data-dependent): the rows where the mask is set, in row-major order, as a
+/// contiguous `[count, *self.shape[mask.dim():]]` of `self`'s dtype (ATen's
+/// layout for it, whatever `self`'s strides). Integer index tensors, and
+/// masks elsewhere than first, are refused by name: Inductor gathers those in
+/// its own kernels.
+fn index(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
+    let x = a.tensor(0, "self")?;
+    let indices = a.list(1, "indices")?;
+    let mask = match indices {
+        [Value::Tensor(m)] if matches!(m.dtype(), DType::Bool | DType::Uint8) => m,
+        _ => {
+            return Err(a.err(
+                "the host takes one boolean mask over the leading dimensions (`x[mask]`); other advanced \
+                 indexing is not built in",
+            ))
+        }
+    };
+    let k = mask.dim();
+    if k > x.dim() || mask.size() != &x.size()[..k] {
+        return Err(a.err(format!(
+            "the mask {:?} does not match the indexed tensor's leading dimensions {:?}",
+            mask.size(),
+            x.size()
+        )));
+    }
+    let keep = mask.to_i64_vec()?;
+    let count = keep.iter().filter(|v| **v != 0).count();
+    let rest = &x.size()[k..];
+    let mut shape = vec![i64::try_from(count).map_err(|_| a.err("too many rows"))?];
+    shape.extend_from_slice(rest);
+    a.result_elements(&shape, x.dtype().size_bytes(), o.max_alloc_bytes())?;
+    let row: usize = rest.iter().map(|&d| d as usize).product();
+    let t = super::tensor::with_dtype!(x.dtype(), T => {
+        let v: Vec<T> = x.to_vec::<T>()?;
+        let mut picked: Vec<T> = Vec::with_capacity(count * row);
+        for (r, _) in keep.iter().enumerate().filter(|(_, k)| **k != 0) {
+            picked.extend_from_slice(&v[r * row..(r + 1) * row]);
+        }
+        Tensor::from_vec(picked, &shape)?
     }, return Err(a.err(format!("dtype {} is not supported", x.dtype()))));
     Ok(Value::Tensor(t))
 }

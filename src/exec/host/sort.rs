@@ -7,6 +7,12 @@
 use super::builtin::{norm_dim, split_at, Args, BuiltinOptions};
 use crate::exec::{ExecError, Tensor, Value};
 
+/// PyTorch's ascending order of two floats: NaN after every number (and
+/// equal to NaN).
+pub(super) fn float_order(p: f64, q: f64) -> std::cmp::Ordering {
+    p.partial_cmp(&q).unwrap_or_else(|| p.is_nan().cmp(&q.is_nan()))
+}
+
 /// A tensor's elements as ordering keys: exact integers, or floats.
 enum Keys {
     Int(Vec<i64>),
@@ -26,10 +32,7 @@ impl Keys {
     fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
         match self {
             Keys::Int(v) => v[a].cmp(&v[b]),
-            Keys::Float(v) => {
-                let (p, q) = (v[a], v[b]);
-                p.partial_cmp(&q).unwrap_or_else(|| p.is_nan().cmp(&q.is_nan()))
-            }
+            Keys::Float(v) => float_order(v[a], v[b]),
         }
     }
 

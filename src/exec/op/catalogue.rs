@@ -128,7 +128,7 @@ catalogue! {
     Convolution(CONVOLUTION), host: true, cuda: cuda(Conv, "cuDNN", FLOAT);
     Nonzero(NONZERO), host: true, cuda: cuda(Kernel, KERNEL, "all");
     MaskedSelect(MASKED_SELECT), host: true, cuda: cuda(Kernel, KERNEL, "all");
-    Index(INDEX), host: false, cuda: cuda(Kernel, KERNEL, "all (boolean mask index)");
+    Index(INDEX), host: true, cuda: cuda(Kernel, KERNEL, "all (boolean mask index)");
     JaggedToPaddedDenseForward(JAGGED_TO_PADDED_DENSE_FORWARD), host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
     JaggedToPaddedDenseBackward(JAGGED_TO_PADDED_DENSE_BACKWARD), host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
     PaddedDenseToJaggedForward(PADDED_DENSE_TO_JAGGED_FORWARD), host: true, cuda: cuda(Kernel, KERNEL, JAGGED);
@@ -166,6 +166,8 @@ catalogue! {
     Exp(EXP), host: true, cuda: None;
     Sin(SIN), host: true, cuda: None;
     Where(WHERE), host: true, cuda: None;
+    RoiAlign(ROI_ALIGN), host: true, cuda: None;
+    Nms(NMS), host: true, cuda: None;
     ConvolutionInternal(CONVOLUTION_INTERNAL), host: false, cuda: None;
 }
 
