@@ -441,6 +441,28 @@ class CpuExport(unittest.TestCase):
         self.assertEqual(align, [{"line": "assert_alignment", "buffer": size[0]["buffer"], "alignment": 16,
                                   "context": op}])
 
+    def test_an_unbacked_symbol_inductor_binds_again_is_bound_once(self):
+        # Three `x[mask]` of one mask: Inductor binds u0 after each (`u0 = buf1.size(0)`, then
+        # `u0 = buf4.size(0)`, ...). The bundle binds it once; the later outputs' size
+        # asserts check them against it, and wrapir runs the program.
+        def f(a, b, c):
+            keep = a > 0
+            return a[keep], b[keep], c[keep] * 2
+
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            r = self.export(f, [torch.randn(16), torch.randn(16, 4), torch.randn(16)], "rebound")
+        self.assertTrue(r.ok, r.errors)
+        lines = self.program(r)["main"]["lines"]
+        defs = [ln for ln in lines if ln["line"] == "unbacked_symbol_defs"]
+        self.assertEqual([list(d["bindings"]) for d in defs], [["u0"]], defs)
+        sizes = [ln["size"][0] for ln in lines if ln["line"] == "assert_size_stride"
+                 and ln.get("context") == "torch.ops.aten.index.Tensor"]
+        self.assertEqual(sizes, ["u0"] * 3, lines)
+        wrapir = wrapir_binary()
+        if wrapir:
+            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
     @unittest.skipIf(torch is None or TORCH_VERSION < (2, 15), "ExternKernelMultiOutLine is PyTorch 2.15+")
     def test_custom_op_multi_out_variant(self):
         # A custom op with a multi-output `.out` overload (tagged `out`) is called as

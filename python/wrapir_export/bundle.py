@@ -297,7 +297,12 @@ def op_libraries(program):
     registers it (`torch.library.custom_op`'s function's module, e.g. transformers'
     `grouped_mm_fallback` -> `transformers.integrations.moe`), so that a process running a
     lowering of the program (`check_python.py`, `check_fx_module.py`) can import it first.
-    Ops registered otherwise (a `torch.library.Library` of C++ kernels) are not listed."""
+    An op of a C++ library (no `custom_op` definition) is listed under the Python package
+    of its namespace's name when this process has imported it: torchvision's C++ ops
+    (`torchvision::nms`) are registered by `import torchvision`. Other C++ ops are not
+    listed."""
+    import sys
+
     from torch._library import custom_ops
 
     ops = set()
@@ -322,6 +327,8 @@ def op_libraries(program):
         qualname = f"{parts[2]}::{parts[3]}"
         opdef = custom_ops.OPDEFS.get(qualname)
         module = getattr(getattr(opdef, "_init_fn", None), "__module__", None)
+        if module is None and opdef is None and parts[2] in sys.modules:
+            module = parts[2]
         if module:
             out[qualname] = module
     return out
