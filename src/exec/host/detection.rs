@@ -327,30 +327,19 @@ pub(super) fn roi_align(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor
         aligned,
     };
     let dims = (batch, channels);
+    if n == 0 {
+        // torchvision returns its empty result before reading a region.
+        return Ok(Value::Tensor(Tensor::from_f64(input.dtype(), &[], &shape)?));
+    }
+    let max_alloc = o.max_alloc_bytes();
     let out = match input.dtype() {
         DType::Float32 => {
-            let v = roi_align_values(
-                a,
-                &input.to_vec::<f32>()?,
-                &rois.to_vec()?,
-                dims,
-                spatial_scale,
-                &p,
-                o.max_alloc_bytes(),
-            )?;
-            Tensor::from_vec(if n == 0 { Vec::new() } else { v }, &shape)?
+            let (x, r) = (input.to_vec::<f32>()?, rois.to_vec::<f32>()?);
+            Tensor::from_vec(roi_align_values(a, &x, &r, dims, spatial_scale, &p, max_alloc)?, &shape)?
         }
         _ => {
-            let v = roi_align_values(
-                a,
-                &input.to_vec::<f64>()?,
-                &rois.to_vec()?,
-                dims,
-                spatial_scale,
-                &p,
-                o.max_alloc_bytes(),
-            )?;
-            Tensor::from_vec(if n == 0 { Vec::new() } else { v }, &shape)?
+            let (x, r) = (input.to_vec::<f64>()?, rois.to_vec::<f64>()?);
+            Tensor::from_vec(roi_align_values(a, &x, &r, dims, spatial_scale, &p, max_alloc)?, &shape)?
         }
     };
     Ok(Value::Tensor(out))
