@@ -7,11 +7,15 @@
 //! - `wide`: many sibling `cond`/`while_loop` subgraphs
 //!   (`common::subgraphs::wide`);
 //! - `deep`: chains of `cond`s nested to the default `max_subgraph_depth`
-//!   (`common::subgraphs::deep`).
+//!   (`common::subgraphs::deep`);
+//! - `aliases`, `symbol-turns`, `slices`: programs whose dependency DAG
+//!   once grew quadratically (`common::dag_shapes`: chained custom ops,
+//!   `item`s and `cond`s in turn, launches into slices of one buffer);
+//!   not run unless named in `SCALE_SHAPES`.
 //!
 //! Each program is written to a private scratch directory and run through
 //! `wrapir check`, `print`, `lower --target` python, cpp, cpp-standalone
-//! and fx, and `run --device meta`, one process at a time; each measure is
+//! and fx, `run --device meta` and `check --dag`, one process at a time; each measure is
 //! the median wall time of `SCALE_REPEATS` runs (default 3, at a million
 //! lines and more `SCALE_LARGE_REPEATS`, default 1), their median CPU time
 //! (user plus system, from `wait4`: the figure to compare on a shared
@@ -26,7 +30,7 @@
 //!
 //! Run with `cargo bench --bench scale`. Environment (all optional):
 //! `SCALE_SIZES=20000,200000` (lines), `SCALE_SHAPES=launches,wide,deep`,
-//! `SCALE_VERBS=check,print,python,cpp,cpp-standalone,fx,meta`,
+//! `SCALE_VERBS=check,print,python,cpp,cpp-standalone,fx,meta,dag`,
 //! `SCALE_REPEATS=3`, `SCALE_LARGE_REPEATS=1` (runs at a million lines and
 //! more), `SCALE_TIMEOUT_S=600` (a run past it is killed and
 //! reported; the larger sizes of that verb are skipped),
@@ -52,16 +56,31 @@ enum Shape {
     Launches,
     Wide,
     Deep,
+    Aliases,
+    SymbolTurns,
+    Slices,
 }
 
 impl Shape {
-    const ALL: [Shape; 3] = [Shape::Launches, Shape::Wide, Shape::Deep];
+    /// The shapes run unless `SCALE_SHAPES` names others.
+    const DEFAULT: [Shape; 3] = [Shape::Launches, Shape::Wide, Shape::Deep];
+    const ALL: [Shape; 6] = [
+        Shape::Launches,
+        Shape::Wide,
+        Shape::Deep,
+        Shape::Aliases,
+        Shape::SymbolTurns,
+        Shape::Slices,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Shape::Launches => "launches",
             Shape::Wide => "wide",
             Shape::Deep => "deep",
+            Shape::Aliases => "aliases",
+            Shape::SymbolTurns => "symbol-turns",
+            Shape::Slices => "slices",
         }
     }
 
@@ -72,6 +91,9 @@ impl Shape {
             Shape::Launches => common::generate(common::Size::lines(units), 7).program,
             Shape::Wide => common::subgraphs::wide(units),
             Shape::Deep => common::subgraphs::deep(units, wrapir::Limits::default().max_subgraph_depth),
+            Shape::Aliases => common::dag_shapes::aliases(units),
+            Shape::SymbolTurns => common::dag_shapes::symbol_turns(units),
+            Shape::Slices => common::dag_shapes::slices(units),
         }
     }
 
@@ -81,12 +103,13 @@ impl Shape {
             Shape::Launches => 20_000,
             Shape::Wide => 1_000,
             Shape::Deep => 20,
+            Shape::Aliases | Shape::SymbolTurns | Shape::Slices => 1_000,
         }
     }
 }
 
 /// The verbs: the CLI's arguments before the program's path.
-const VERBS: [(&str, &[&str]); 7] = [
+const VERBS: [(&str, &[&str]); 8] = [
     ("check", &["check"]),
     ("print", &["print"]),
     ("python", &["lower", "--target", "python"]),
@@ -95,6 +118,7 @@ const VERBS: [(&str, &[&str]); 7] = [
     ("fx", &["lower", "--target", "fx"]),
     // Every while loop's predicate is false (the generated `cond`s' are symbolic).
     ("meta", &["run", "--device", "meta", "--predicate", "false"]),
+    ("dag", &["check", "--dag"]),
 ];
 
 /// Arguments every run takes: the C++ wrappers inline every subgraph once,
@@ -336,7 +360,7 @@ fn main() {
             .into_iter()
             .filter(|s| v.iter().any(|n| n == s.name()))
             .collect(),
-        None => Shape::ALL.to_vec(),
+        None => Shape::DEFAULT.to_vec(),
     };
     let verbs: Vec<(&str, &[&str])> = match env_list("SCALE_VERBS") {
         Some(v) => VERBS.into_iter().filter(|(n, _)| v.iter().any(|x| x == n)).collect(),

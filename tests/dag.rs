@@ -274,3 +274,148 @@ fn check_dag_prints_the_dag() {
     assert!(dag.predecessors(14).contains(&12), "{dag}");
     common::assert_contains(&run.stdout, "critical path 3 work nodes, width 3");
 }
+
+/// A Triton kernel of Inductor's (`in_ptr0` read, `out_ptr0` written).
+const COPY_KERNEL: &str = "kernel k_copy: triton {\n  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr\n  config XBLOCK: 16\n  grid Grid1D\n  num_warps 1\n  source\n\"\"\"\n@triton.jit\ndef k_copy(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n\"\"\"\n}\n";
+
+/// The DAG of a program's text (with its `wrapir 1` header).
+fn dag_of(text: &str) -> Dag {
+    let program = wrapir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
+    let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("invalid program: {e}"));
+    let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap();
+    Dag::build(&graph, &program.kernels).unwrap()
+}
+
+/// Long chains build the DAG in linear time and memory (the test returning
+/// at all shows it; these took minutes and gigabytes before): 20,000
+/// unknown ops each on the previous result, whose footprint (the storages
+/// the result may alias) grew by one storage a link; and 20,000 `item`s
+/// and `cond`s in turn, each `cond` once ordered against every binder by
+/// an edge of its own (n^2 edges), now through the runs between them.
+#[test]
+fn long_chains_build_a_dag_of_linear_size() {
+    let n = 20_000;
+    let mut chain = String::from("wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cpu) -> (buf19999) {\n");
+    for k in 0..n {
+        chain += &format!("  buffer buf{k}: f32[4][1]@cpu\n");
+    }
+    for k in 0..n {
+        let arg = if k == 0 {
+            "arg0_1".to_string()
+        } else {
+            format!("buf{}", k - 1)
+        };
+        chain += &format!("  extern buf{k} = torch.ops.mylib.foo.default({arg})\n");
+    }
+    chain += "}\n";
+    let summary = dag_of(&chain).summary();
+    assert_eq!((summary.work, summary.critical_path), (n, n), "{summary}");
+    assert!(summary.edges < 2 * summary.nodes, "{summary}");
+
+    let mut turns = String::from("wrapir 1\n\n");
+    for k in 0..n {
+        turns += &format!("symbol u{k}: unbacked [0, 50]\n");
+    }
+    turns += "\ngraph main(arg0_1: i64[][]@cpu, arg1_1: b8[][]@cpu, arg2_1: f32[4][1]@cpu) -> (arg2_1) {\n";
+    for k in 0..n {
+        turns += &format!("  buffer c{k}: multi\n");
+    }
+    for k in 0..n {
+        turns += &format!("  item u{k} = arg0_1 node b{k}\n  cond c{k} = if arg1_1 then t else t (arg2_1)\n");
+    }
+    turns += "}\n\ngraph t(t_arg0: f32[4][1]@cpu) -> (t_arg0) {\n}\n";
+    let dag = dag_of(&turns);
+    let summary = dag.summary();
+    assert_eq!(summary.critical_path, 2 * n, "{summary}");
+    assert!(summary.edges < 4 * summary.nodes, "{summary}");
+}
+
+/// Every `item` precedes every later `cond` and follows every earlier one,
+/// through the runs of binders and control flow between them (edges join
+/// neighbouring runs only): checked on all pairs of a small program.
+#[test]
+fn binders_and_control_flow_stay_ordered_pairwise() {
+    let kinds = ["item", "item", "cond", "cond", "cond", "item", "cond", "item", "item"];
+    let mut text = String::from("wrapir 1\n\n");
+    for k in 0..kinds.len() {
+        text += &format!("symbol u{k}: unbacked [0, 50]\n");
+    }
+    // The `cond`s run on a buffer of the graph's own, the `item`s read an
+    // input: only the symbol rule orders one against the other.
+    text += "\ngraph main(arg0_1: i64[][]@cpu, arg1_1: b8[][]@cpu) -> (x) {\n  buffer x: f32[4][1]@cpu\n";
+    for (k, _) in kinds.iter().enumerate().filter(|(_, kind)| **kind == "cond") {
+        text += &format!("  buffer c{k}: multi\n");
+    }
+    text += "  alloc x\n";
+    for (k, kind) in kinds.iter().enumerate() {
+        text += &match *kind {
+            "item" => format!("  item u{k} = arg0_1 node b{k}\n"),
+            _ => format!("  cond c{k} = if arg1_1 then t else t (x)\n"),
+        };
+    }
+    text += "}\n\ngraph t(t_arg0: f32[4][1]@cpu) -> (t_arg0) {\n}\n";
+    let dag = dag_of(&text);
+    let reach = reachability(&dag);
+    let position = |name: &str| dag.nodes().iter().position(|n| n.name == name).unwrap();
+    for (a, ka) in kinds.iter().enumerate() {
+        for (b, kb) in kinds.iter().enumerate().skip(a + 1) {
+            let name = |k: usize, kind: &str| {
+                if kind == "item" {
+                    format!("u{k}")
+                } else {
+                    format!("c{k}")
+                }
+            };
+            let (pa, pb) = (position(&name(a, ka)), position(&name(b, kb)));
+            if ka != kb {
+                assert!(reach[pa][pb], "{} before {}:\n{dag}", name(a, ka), name(b, kb));
+            }
+        }
+    }
+}
+
+/// `reach[i][j]`: a path leads from node `i` to node `j`.
+fn reachability(dag: &Dag) -> Vec<Vec<bool>> {
+    let n = dag.len();
+    let mut reach = vec![vec![false; n]; n];
+    for j in 0..n {
+        for &p in dag.predecessors(j) {
+            reach[p][j] = true;
+            for i in 0..n {
+                if reach[i][p] {
+                    reach[i][j] = true;
+                }
+            }
+        }
+    }
+    reach
+}
+
+/// A `cond` over more operand storages than a footprint lists merges them
+/// into one alias class: a write through its result still follows an
+/// earlier read of one operand (the read counted against the class).
+#[test]
+fn merged_alias_classes_keep_their_accesses() {
+    let n = 70;
+    let mut text =
+        format!("wrapir 1\n\n{COPY_KERNEL}\ngraph main(arg0_1: b8[][]@cuda:0, arg1_1: f32[4][1]@cuda:0) -> (r) {{\n");
+    for k in 0..n {
+        text += &format!("  buffer b{k}: f32[4][1]@cuda:0\n");
+    }
+    text += "  buffer c: multi\n  buffer g: f32[4][1]@cuda:0\n  buffer r: f32[4][1]@cuda:0\n  define k_copy\n";
+    for k in 0..n {
+        text += &format!("  alloc b{k}\n  call k_copy(in_ptr0=arg1_1, out_ptr0=b{k}, xnumel=4) @cuda:0\n");
+    }
+    let operands: Vec<String> = (0..n).map(|k| format!("b{k}")).collect();
+    text += &format!("  cond c = if arg0_1 then t else t ({})\n", operands.join(", "));
+    text += "  get g = c[list 0]\n  alloc r\n";
+    text += "  call k_copy(in_ptr0=b3, out_ptr0=r, xnumel=4) @cuda:0\n";
+    text += "  call k_copy(in_ptr0=arg1_1, out_ptr0=g, xnumel=4) @cuda:0\n}\n";
+    let params: Vec<String> = (0..n).map(|k| format!("t{k}: f32[4][1]@cuda:0")).collect();
+    text += &format!("\ngraph t({}) -> (t3) {{\n}}\n", params.join(", "));
+    let dag = dag_of(&text);
+    let last = dag.len() - 2; // the write through `g`; the output is last
+    let read = last - 1; // the read of `b3`
+    assert!(dag.nodes()[last].what.starts_with("triton"), "{dag}");
+    assert!(dag.predecessors(last).contains(&read), "{dag}");
+}

@@ -94,6 +94,33 @@ fn cond_chain_leaf(n: usize) -> String {
     s + "\ngraph leaf(leaf_arg0_1: b8[][]@cpu, leaf_arg1_1: f32[2][1]@cpu) -> (leaf_arg1_1) {\n}\n"
 }
 
+/// `n` `cond`s in the main graph, each running one subgraph `t` of `n`
+/// launches: every lowering and the DAG handle `t` once, however many
+/// lines run it (the validator cloned `t`'s summary, the FX lowering `t`,
+/// and the DAG walked `t`, at every `cond`: n^2).
+fn shared_subgraph(n: usize) -> String {
+    let mut s =
+        format!("wrapir 1\n\n{KERNEL}\ngraph main(arg0_1: b8[][]@cuda:0, arg1_1: f32[8][1]@cuda:0) -> (arg1_1) {{\n");
+    for k in 0..n {
+        let _ = writeln!(s, "  buffer c{k}: multi");
+    }
+    s += "  define triton_poi_fused_add_0\n";
+    for k in 0..n {
+        let _ = writeln!(s, "  cond c{k} = if arg0_1 then t else t (arg1_1)");
+    }
+    s += "}\n\ngraph t(t_arg0: f32[8][1]@cuda:0) -> (t_arg0) {\n";
+    for k in 0..n {
+        let _ = writeln!(s, "  buffer t_b{k}: f32[8][1]@cuda:0");
+    }
+    for k in 0..n {
+        let _ = writeln!(
+            s,
+            "  alloc t_b{k}\n  call triton_poi_fused_add_0(in_ptr0=t_arg0, out_ptr0=t_b{k}, xnumel=8) @cuda:0\n  free t_b{k}"
+        );
+    }
+    s + "}\n"
+}
+
 const KERNEL: &str = r#"kernel triton_poi_fused_add_0: triton {
   signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr
   config XBLOCK: 16
@@ -178,6 +205,7 @@ fn generate(spec: &str) -> Vec<u8> {
         "nested_list" => nested_list(count()).into_bytes(),
         "cond_chain" => cond_chain(count()).into_bytes(),
         "cond_chain_leaf" => cond_chain_leaf(count()).into_bytes(),
+        "shared_subgraph" => shared_subgraph(count()).into_bytes(),
         "tuple_index" => TUPLE_INDEX.into(),
         "bind_index" => BIND_INDEX.into(),
         "kernel_call_duplicated" => kernel_call(&vec!["xnumel=8"; 7000].join(", ")).into_bytes(),

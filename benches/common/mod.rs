@@ -6,6 +6,7 @@
 //! comments and `assert_size_stride` checks.
 #![allow(dead_code)]
 
+pub mod dag_shapes;
 pub mod families;
 pub mod subgraphs;
 

@@ -77,6 +77,39 @@ pub fn lower_all(info: &ProgramInfo<'_>) {
         wrapir::lower::Target::ALL.iter().map(|&t| wrapir::reconcile::emitter(t)).collect();
     let refs: Vec<&dyn wrapir::reconcile::LaunchEmitter> = emitters.iter().map(|e| e.as_ref()).collect();
     let _ = wrapir::reconcile::check_lowerings(info, &options, &refs).render(true);
+    dag_all(info);
+}
+
+/// The dependency DAG of a valid program's FX graph (what `wrapir check
+/// --dag` prints and concurrent replay orders by): it builds (the
+/// lowering defines every value before its use), prints, the graph's own
+/// order and the DAG's orders are topological, and the graph reordered by
+/// one compiles wherever the graph does.
+pub fn dag_all(info: &ProgramInfo<'_>) {
+    use wrapir::exec::dag::{reorder_graph, Dag};
+    let Ok(graph) = wrapir::lower::fx::lower(info, &Default::default()) else { return };
+    let program = info.program();
+    let dag = match Dag::build(&graph, &program.kernels) {
+        Ok(dag) => dag,
+        Err(e) => panic!("the DAG of a valid program's FX graph does not build: {e}"),
+    };
+    let _ = dag.to_string();
+    let identity: Vec<usize> = (0..dag.len()).collect();
+    assert!(dag.is_topological(&identity), "the graph's own order is not topological in its DAG");
+    let compiles = wrapir::exec::interp::compile(&graph, program).is_ok();
+    for order in [dag.latest_first_order(), dag.seeded_order(dag.len() as u64)] {
+        assert!(dag.is_topological(&order), "a DAG order is not topological: {order:?}");
+        let reordered = match reorder_graph(&graph, &dag, &order) {
+            Ok(g) => g,
+            Err(e) => panic!("a topological order does not reorder the graph: {e}"),
+        };
+        let again = wrapir::exec::interp::compile(&reordered, program);
+        assert!(
+            !compiles || again.is_ok(),
+            "the graph compiles, reordered by its DAG it does not: {:?}",
+            again.err()
+        );
+    }
 }
 
 /// The value each symbol takes in a generated run: the declared hint clamped

@@ -49,15 +49,9 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            ErrorKind::HarnessEval { source, .. } => Some(source),
-            ErrorKind::Limit(source) => Some(source),
-            _ => None,
-        }
-    }
-}
+/// No `source`: every kind's message includes its cause's (a source too
+/// would print it twice in a chain of causes, as `wrapir` prints errors).
+impl std::error::Error for Error {}
 
 impl From<fmt::Error> for Error {
     fn from(_: fmt::Error) -> Self {

@@ -9,7 +9,16 @@ use crate::exec::op::ExternOp;
 use crate::fx::{Arg, Graph, Kwargs, NodeId, Op};
 use crate::ir::{KernelBackend, KernelDef, KernelName};
 use indexmap::IndexMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
+
+/// Most node storages one footprint lists. A value that may alias more (an
+/// unknown op's or a `cond`'s result aliases every operand's storages, so a
+/// chain of them aliases every storage before it) has their storages merged
+/// into one alias class ([`Footprints`]), which accesses then treat as one
+/// storage: more edges, never fewer, and footprints (and the accesses
+/// through them) stay bounded instead of growing with the chain.
+const MAX_FOOTPRINT: usize = 64;
 
 /// The bytes of a storage a view spans; `None`: anywhere in it (unknown,
 /// or an access that is not confined to its view).
@@ -19,7 +28,7 @@ pub(super) type Extent = Option<Span>;
 /// `(p, lo, hi)`, only bytes `b` with `lo <= b % p < hi` (a slice of the
 /// rows of a buffer: a column block of a matrix, some channels of a
 /// channels-last image, one input's channels of a concatenation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct Span {
     start: u64,
     end: u64,
@@ -27,6 +36,16 @@ pub(super) struct Span {
 }
 
 impl Span {
+    /// The first byte.
+    pub(super) fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// One past the last byte.
+    pub(super) fn end(&self) -> u64 {
+        self.end
+    }
+
     /// Whether two spans of one storage may share a byte.
     pub(super) fn overlaps(&self, other: &Span) -> bool {
         if !(self.start < other.end && other.start < self.end) {
@@ -106,15 +125,30 @@ impl Effects {
 }
 
 /// The footprint of each node's value: where it may lie (empty for
-/// integers, symbols and nodes without a value).
+/// integers, symbols and nodes without a value), and the alias classes of
+/// node storages: a footprint of more than [`MAX_FOOTPRINT`] node storages
+/// merges them into one class, named by one of them (its representative).
+/// Footprints list storages as they were when recorded; [`Self::resolve`]
+/// gives the class a storage is in now.
 pub(super) struct Footprints {
     by_node: Vec<Storages>,
+    /// A merged node storage's class (by position): the storage it was
+    /// merged into (a representative, or one that was merged further).
+    merged_into: HashMap<usize, usize>,
+    /// Merges since [`Self::take_merges`]: (storage, its representative).
+    merges: Vec<(usize, usize)>,
+    /// Each subgraph's [`Beyond`], by address ([`beyond`]): a subgraph run
+    /// by n nodes is looked at once, not n times.
+    beyond: HashMap<usize, Beyond>,
 }
 
 impl Footprints {
     pub(super) fn new(arena_len: usize) -> Self {
         Footprints {
             by_node: vec![Storages::new(); arena_len],
+            merged_into: HashMap::default(),
+            merges: Vec::new(),
+            beyond: HashMap::default(),
         }
     }
 
@@ -122,24 +156,86 @@ impl Footprints {
         self.by_node.get(n.index()).map(|s| s.as_slice()).unwrap_or(&[])
     }
 
+    /// The storage that stands for `s`'s alias class (`s` unless merged).
+    pub(super) fn resolve(&mut self, s: Storage) -> Storage {
+        let Storage::Node(mut p) = s else { return s };
+        let start = p;
+        while let Some(&next) = self.merged_into.get(&p) {
+            p = next;
+        }
+        // Path compression: the chain walked points at the representative.
+        let mut q = start;
+        while let Some(next) = self.merged_into.get(&q).copied() {
+            if next != p {
+                self.merged_into.insert(q, p);
+            }
+            q = next;
+        }
+        Storage::Node(p)
+    }
+
+    /// The merges since the last call: (storage, the representative its
+    /// accesses now count against).
+    pub(super) fn take_merges(&mut self) -> Vec<(usize, usize)> {
+        std::mem::take(&mut self.merges)
+    }
+
     fn set(&mut self, n: NodeId, storages: Storages) {
+        let storages = self.bounded(storages);
         if let Some(slot) = self.by_node.get_mut(n.index()) {
             *slot = storages;
         }
     }
 
-    /// The union of the footprints of every node `args` reach (with
-    /// `exact` false, whole storages).
-    fn union<'a>(&self, args: impl IntoIterator<Item = &'a Arg>, exact: bool) -> Storages {
+    /// `storages` with its node storages (as classes) merged into one
+    /// whole class when there are more than [`MAX_FOOTPRINT`].
+    fn bounded(&mut self, storages: Storages) -> Storages {
+        let nodes = storages.iter().filter(|(s, _)| matches!(s, Storage::Node(_))).count();
+        if nodes <= MAX_FOOTPRINT {
+            return storages;
+        }
         let mut out = Storages::new();
-        for a in args {
-            a.for_each_node(&mut |n| {
-                for p in places(self.of(n), exact) {
-                    if !out.contains(&p) {
-                        out.push(p);
+        let mut rep = None;
+        for (s, x) in storages {
+            match self.resolve(s) {
+                Storage::Node(p) => match rep {
+                    None => rep = Some(p),
+                    Some(r) if r != p => {
+                        self.merged_into.insert(p, r);
+                        self.merges.push((p, r));
+                    }
+                    Some(_) => {}
+                },
+                other => {
+                    if !out.contains(&(other, x)) {
+                        out.push((other, x));
                     }
                 }
-            });
+            }
+        }
+        if let Some(r) = rep {
+            out.push((Storage::Node(r), None));
+        }
+        out
+    }
+
+    /// The union of the footprints of every node `args` reach (with
+    /// `exact` false, whole storages), each storage as its class.
+    fn union<'a>(&mut self, args: impl IntoIterator<Item = &'a Arg>, exact: bool) -> Storages {
+        let mut nodes = Vec::new();
+        for a in args {
+            a.for_each_node(&mut |n| nodes.push(n));
+        }
+        let mut out = Storages::new();
+        let mut seen: HashSet<(Storage, Extent)> = HashSet::default();
+        for n in nodes {
+            for k in 0..self.of(n).len() {
+                let (s, x) = self.of(n)[k];
+                let p = (self.resolve(s), if exact { x } else { None });
+                if seen.insert(p) {
+                    out.push(p);
+                }
+            }
         }
         out
     }
@@ -360,8 +456,13 @@ pub(super) struct Beyond {
 }
 
 /// [`Beyond`] of `graph` and every graph nested in it (each subgraph
-/// looked at once, however many nodes run it).
-pub(super) fn beyond(graph: &Graph) -> Beyond {
+/// looked at once, however many nodes run it: `memo` holds each graph's,
+/// by address, for as long as the graphs are borrowed).
+pub(super) fn beyond(graph: &Graph, memo: &mut HashMap<usize, Beyond>) -> Beyond {
+    let key = graph as *const Graph as usize;
+    if let Some(b) = memo.get(&key) {
+        return *b;
+    }
     let mut out = Beyond::default();
     for (_, node) in graph.iter() {
         match &node.op {
@@ -377,11 +478,12 @@ pub(super) fn beyond(graph: &Graph) -> Beyond {
         }
     }
     for sub in graph.subgraphs.values() {
-        let b = beyond(sub);
+        let b = beyond(sub, memo);
         out.unknown |= b.unknown;
         out.random |= b.random;
         out.external |= b.external;
     }
+    memo.insert(key, out);
     out
 }
 
@@ -496,7 +598,7 @@ fn extern_effects(
     args: &[Arg],
     kwargs: &Kwargs,
     position: usize,
-    footprints: &Footprints,
+    footprints: &mut Footprints,
     e: &mut Effects,
 ) -> Storages {
     let access = extern_access(target);
@@ -531,11 +633,8 @@ fn extern_effects(
             args.iter().chain(kwargs.values()).for_each(|a| {
                 e.read_write_arg(a, footprints, exact);
             });
-            for p in footprints.union(args.iter().chain(kwargs.values()), false) {
-                if !result.contains(&p) {
-                    result.push(p);
-                }
-            }
+            // The union holds no storage of this node's (not defined yet).
+            result.extend(footprints.union(args.iter().chain(kwargs.values()), false));
             e.writes.push((Storage::World, None, None));
         }
     }
@@ -554,7 +653,7 @@ fn control_effects<'a>(
     predicates: impl IntoIterator<Item = &'a Arg>,
     subgraph_nodes: &[NodeId],
     operands: &[Arg],
-    footprints: &Footprints,
+    footprints: &mut Footprints,
     e: &mut Effects,
 ) {
     e.work = true;
@@ -568,7 +667,7 @@ fn control_effects<'a>(
         };
         match sub {
             Some(g) => {
-                let b = beyond(g);
+                let b = beyond(g, &mut footprints.beyond);
                 all.unknown |= b.unknown;
                 all.random |= b.random;
                 all.external |= b.external;

@@ -47,6 +47,7 @@
 //! same storage as the later one, so every use of the old buffer precedes
 //! the new one's first write.
 
+mod accesses;
 mod effects;
 mod order;
 mod print;
@@ -202,6 +203,24 @@ impl Dag {
                 last_input = Some(i);
             }
             let mut e = effects::node_effects(graph, *id, i, kernels, &mut footprints);
+            // Storages merged into one alias class: their accesses so far
+            // count against the class (the smaller list appended to the
+            // larger), and this node's touches reach the classes.
+            for (member, rep) in footprints.take_merges() {
+                let Some(mut from) = sliced.remove(&Storage::Node(member)) else {
+                    continue;
+                };
+                let into = sliced.entry(Storage::Node(rep)).or_default();
+                if from.writes.len() + from.reads.len() > into.writes.len() + into.reads.len() {
+                    std::mem::swap(&mut from, into);
+                }
+                into.writes.append(&mut from.writes);
+                into.reads.append(&mut from.reads);
+                into.whole_writer = into.whole_writer.or(from.whole_writer);
+            }
+            for t in e.reads.iter_mut().chain(e.writes.iter_mut()) {
+                t.0 = footprints.resolve(t.0);
+            }
             // Every node that does device work is ordered against the barriers.
             if e.work && !e.writes.iter().any(|(s, _, _)| *s == Storage::World) {
                 e.reads.push((Storage::World, None, None));
@@ -243,18 +262,14 @@ impl Dag {
             };
             for ((s, extent, through), write) in touches() {
                 let Some(since) = sliced.get(s) else { continue };
-                for &(m, other) in &since.writes {
-                    if overlap(*extent, other) {
-                        let access = if write { Access::Waw } else { Access::Raw };
-                        b.add(m, i, storage_reason(access, *s, via(*through)));
-                    }
-                }
+                let access = if write { Access::Waw } else { Access::Raw };
+                since.writes.overlapping(*extent, |m| {
+                    b.add(m, i, storage_reason(access, *s, via(*through)));
+                });
                 if write {
-                    for &(m, other) in &since.reads {
-                        if overlap(*extent, other) {
-                            b.add(m, i, storage_reason(Access::War, *s, via(*through)));
-                        }
-                    }
+                    since.reads.overlapping(*extent, |m| {
+                        b.add(m, i, storage_reason(Access::War, *s, via(*through)));
+                    });
                 }
             }
             for ((s, extent, _), write) in touches() {
@@ -263,11 +278,12 @@ impl Dag {
                     // A whole write: every later conflicting access follows it.
                     since.writes.clear();
                     since.reads.clear();
-                }
-                let list = if write { &mut since.writes } else { &mut since.reads };
-                if list.last() != Some(&(i, *extent)) && !since.writes.contains(&(i, None)) {
+                    since.writes.push(i, None);
+                    since.whole_writer = Some(i);
+                } else if since.whole_writer != Some(i) {
+                    // (Whatever else this node touches, its whole write covers.)
                     let list = if write { &mut since.writes } else { &mut since.reads };
-                    list.push((i, *extent));
+                    list.push(i, *extent);
                 }
             }
             for s in &node.binds {
@@ -280,18 +296,42 @@ impl Dag {
                 work: e.work,
             });
         }
-        // Symbols: the readers of bindings against every binder of what they read.
+        // Symbols: the readers of bindings against every binder of what they
+        // read. A `cond`/`switch`/`while_loop` is ordered against every
+        // binder: in the order, the binders and these nodes form runs of
+        // one kind (binders; control flow; a node of both kinds is a run of
+        // its own), and each node of a run follows every node of the run
+        // before. Every binder and control-flow node in different runs are
+        // then ordered through the runs between them, as if each pair had
+        // its edge, with edges between neighbouring runs only (a binder
+        // and a `cond` in turn, n times, give 2n edges, not n^2).
+        let mut previous_run: Vec<usize> = Vec::new();
+        let mut run: Vec<usize> = Vec::new();
+        let mut run_kind = (false, false);
         for (i, id) in order.iter().enumerate() {
             let node = graph.node(*id);
             let reads_all = matches!(node.op, Op::Cond(_) | Op::Switch(_) | Op::WhileLoop(_));
             let reads_layout = matches!(node.op, Op::Extern { .. } | Op::GetItem { .. });
-            if reads_all {
-                for (s, at) in &binders {
-                    for &p in at {
-                        b.add_between(p, i, Reason::Symbol(s.clone()));
+            let kind = (!node.binds.is_empty(), reads_all);
+            if kind != (false, false) {
+                if kind != run_kind || kind == (true, true) {
+                    previous_run = std::mem::take(&mut run);
+                    run_kind = kind;
+                }
+                for &p in &previous_run {
+                    // The symbol a binder of the pair binds.
+                    let binder = if graph.node(order[p]).binds.is_empty() {
+                        *id
+                    } else {
+                        order[p]
+                    };
+                    if let Some(s) = graph.node(binder).binds.first() {
+                        b.add(p, i, Reason::Symbol(s.clone()));
                     }
                 }
-            } else if reads_layout {
+                run.push(i);
+            }
+            if reads_layout {
                 if let Some(Val::Tensor(layout)) = &node.val {
                     let exprs = layout.size.iter().chain(layout.stride.iter()).chain([&layout.offset]);
                     for s in exprs.flat_map(|e| e.free_symbols()) {
@@ -386,11 +426,14 @@ struct Track {
     readers: Vec<usize>,
 }
 
-/// A node's storage's accesses since its last whole write: (node, bytes).
+/// A node's storage's accesses since its last whole write, by bytes.
 #[derive(Default)]
 struct Since {
-    writes: Vec<(usize, effects::Extent)>,
-    reads: Vec<(usize, effects::Extent)>,
+    writes: accesses::Accesses,
+    reads: accesses::Accesses,
+    /// The node whose whole write began these lists (what else it touches
+    /// there, its whole write covers).
+    whole_writer: Option<usize>,
 }
 
 /// The edges found so far, one per ordered pair.
@@ -412,14 +455,6 @@ impl Builder {
     /// An edge between two nodes in their order.
     fn add_between(&mut self, a: usize, b: usize, reason: Reason) {
         self.add(a.min(b), a.max(b), reason)
-    }
-}
-
-/// Two spans of one storage may share a byte (`None`: anywhere).
-fn overlap(a: effects::Extent, b: effects::Extent) -> bool {
-    match (a, b) {
-        (Some(x), Some(y)) => x.overlaps(&y),
-        _ => true,
     }
 }
 

@@ -129,9 +129,9 @@ pub fn validate_with_limits<'p>(
         if name.as_str() != MAIN_GRAPH && !v.summaries.contains_key(name) {
             v.stack.push(name.clone());
             v.summaries.insert(name.clone(), SummaryState::InProgress);
-            let summary = v.check_graph(name, graph, false);
+            let mut summary = v.check_graph(name, graph, false);
             v.stack.pop();
-            v.infos.insert(name.clone(), summary.info.clone());
+            v.infos.insert(name.clone(), summary.take_info());
             v.summaries.insert(name.clone(), SummaryState::Done(summary));
         }
     }

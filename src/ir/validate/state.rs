@@ -17,6 +17,22 @@ pub(super) struct Summary {
     pub(super) info: GraphInfo,
 }
 
+impl Summary {
+    /// Moves the graph's info out (into the validator's `infos`), leaving
+    /// an empty one: a summary is cloned at every line that runs its
+    /// graph, and the info (every buffer and line) is the graph's size.
+    pub(super) fn take_info(&mut self) -> GraphInfo {
+        let empty = GraphInfo {
+            name: self.info.name.clone(),
+            buffers: IndexMap::new(),
+            line_binds: Vec::new(),
+            outputs: IndexSet::new(),
+            callers: Vec::new(),
+        };
+        std::mem::replace(&mut self.info, empty)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(super) enum SummaryState {
     InProgress,

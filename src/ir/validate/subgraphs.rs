@@ -39,9 +39,9 @@ impl<'a> Validator<'a> {
         }
         self.summaries.insert(name.clone(), SummaryState::InProgress);
         self.stack.push(name.clone());
-        let summary = self.check_graph(name, graph, false);
+        let mut summary = self.check_graph(name, graph, false);
         self.stack.pop();
-        self.infos.insert(name.clone(), summary.info.clone());
+        self.infos.insert(name.clone(), summary.take_info());
         self.summaries.insert(name.clone(), SummaryState::Done(summary.clone()));
         Some(summary)
     }

@@ -5,7 +5,19 @@ use super::*;
 /// Each subgraph lowered once, by name, however many lines run it (lowering
 /// a subgraph depends only on the program and the options): nested
 /// conditionals sharing a branch cost linear, not exponential, time.
-pub(super) type SubgraphMemo = RefCell<HashMap<GraphName, (std::sync::Arc<fx::Graph>, Vec<Symbol>)>>;
+pub(super) type SubgraphMemo = RefCell<SubgraphMemos>;
+
+/// The lowered subgraphs ([`SubgraphMemo`]).
+#[derive(Default)]
+pub(super) struct SubgraphMemos {
+    /// Each subgraph as lowered, with the symbols it lifts.
+    pub(super) lowered: HashMap<GraphName, (std::sync::Arc<fx::Graph>, Vec<Symbol>)>,
+    /// Each subgraph with its lifted-symbol placeholders in the order of a
+    /// list of lifted symbols (`normalize_lifted`): shared by the lines
+    /// that run it with that list (a copy each made n lines running one
+    /// subgraph of m lines cost n * m).
+    pub(super) normalized: HashMap<(GraphName, Vec<Symbol>), std::sync::Arc<fx::Graph>>,
+}
 
 pub(super) struct GraphLowering<'p> {
     /// What validation established (kernel and subgraph lookups).

@@ -56,14 +56,14 @@ impl<'p> GraphLowering<'p> {
         let mut lowered = Vec::new();
         let mut union: Vec<Symbol> = Vec::new();
         for n in names {
-            let cached = self.memo.borrow().get(*n).cloned();
+            let cached = self.memo.borrow().lowered.get(*n).cloned();
             let (g, lifted) = match cached {
                 Some(hit) => hit,
                 None => {
                     let (g, lifted) = GraphLowering::run(self.info, Some(n), self.options, self.memo)
                         .map_err(|e| ErrorKind::Unsupported(format!("in subgraph: {e}")))?;
                     let lowered = (Arc::new(g), lifted);
-                    self.memo.borrow_mut().insert((*n).clone(), lowered.clone());
+                    self.memo.borrow_mut().lowered.insert((*n).clone(), lowered.clone());
                     lowered
                 }
             };
@@ -72,13 +72,24 @@ impl<'p> GraphLowering<'p> {
                     union.push(s);
                 }
             }
-            lowered.push((n.to_string(), g));
+            lowered.push((*n, g));
         }
-        for (_, g) in &mut lowered {
-            // Copies this graph's own nodes (its subgraphs stay shared) when the memo holds it too.
-            normalize_lifted(Arc::make_mut(g), &union);
+        let mut out = Vec::with_capacity(lowered.len());
+        for (n, mut g) in lowered {
+            let key = (n.clone(), union.clone());
+            let hit = self.memo.borrow().normalized.get(&key).cloned();
+            let g = match hit {
+                Some(hit) => hit,
+                None => {
+                    // Copies this graph's own nodes (its subgraphs stay shared) when the memo holds it too.
+                    normalize_lifted(Arc::make_mut(&mut g), &union);
+                    self.memo.borrow_mut().normalized.insert(key, g.clone());
+                    g
+                }
+            };
+            out.push((n.to_string(), g));
         }
-        Ok((lowered, union))
+        Ok((out, union))
     }
 
     fn subgraph_nodes(&mut self, graphs: Vec<(String, Arc<fx::Graph>)>) -> Vec<NodeId> {
