@@ -5,7 +5,10 @@
 //! on the CPU bundles; shapes and dtypes on the meta backend elsewhere).
 
 mod common;
+#[path = "../benches/common/dag_shapes.rs"]
+mod dag_shapes;
 
+use dag_shapes::COPY_KERNEL;
 use wrapir::exec::dag::{reorder_graph, Dag};
 
 /// The DAG of a program's text (without its `wrapir 1` header), printed.
@@ -275,13 +278,14 @@ fn check_dag_prints_the_dag() {
     common::assert_contains(&run.stdout, "critical path 3 work nodes, width 3");
 }
 
-/// A Triton kernel of Inductor's (`in_ptr0` read, `out_ptr0` written).
-const COPY_KERNEL: &str = "kernel k_copy: triton {\n  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr\n  config XBLOCK: 16\n  grid Grid1D\n  num_warps 1\n  source\n\"\"\"\n@triton.jit\ndef k_copy(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n\"\"\"\n}\n";
-
 /// The DAG of a program's text (with its `wrapir 1` header).
 fn dag_of(text: &str) -> Dag {
-    let program = wrapir::text::parse(text).unwrap_or_else(|e| panic!("{e}"));
-    let info = wrapir::ir::validate(&program).unwrap_or_else(|e| panic!("invalid program: {e}"));
+    dag_of_program(&wrapir::text::parse(text).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// The DAG of a program.
+fn dag_of_program(program: &wrapir::ir::Program) -> Dag {
+    let info = wrapir::ir::validate(program).unwrap_or_else(|e| panic!("invalid program: {e}"));
     let graph = wrapir::lower::fx::lower(&info, &Default::default()).unwrap();
     Dag::build(&graph, &program.kernels).unwrap()
 }
@@ -291,43 +295,29 @@ fn dag_of(text: &str) -> Dag {
 /// unknown ops each on the previous result, whose footprint (the storages
 /// the result may alias) grew by one storage a link; and 20,000 `item`s
 /// and `cond`s in turn, each `cond` once ordered against every binder by
-/// an edge of its own (n^2 edges), now through the runs between them.
+/// an edge of its own (n^2 edges), now through the runs between them; and
+/// 20,000 launches, each into its own slice of one buffer (each access once
+/// compared with every earlier one), independent of each other. The
+/// programs are the scale benchmark's (`dag_shapes`).
 #[test]
 fn long_chains_build_a_dag_of_linear_size() {
     let n = 20_000;
-    let mut chain = String::from("wrapir 1\n\ngraph main(arg0_1: f32[4][1]@cpu) -> (buf19999) {\n");
-    for k in 0..n {
-        chain += &format!("  buffer buf{k}: f32[4][1]@cpu\n");
-    }
-    for k in 0..n {
-        let arg = if k == 0 {
-            "arg0_1".to_string()
-        } else {
-            format!("buf{}", k - 1)
-        };
-        chain += &format!("  extern buf{k} = torch.ops.mylib.foo.default({arg})\n");
-    }
-    chain += "}\n";
-    let summary = dag_of(&chain).summary();
+    let summary = dag_of_program(&dag_shapes::aliases(n)).summary();
     assert_eq!((summary.work, summary.critical_path), (n, n), "{summary}");
     assert!(summary.edges < 2 * summary.nodes, "{summary}");
 
-    let mut turns = String::from("wrapir 1\n\n");
-    for k in 0..n {
-        turns += &format!("symbol u{k}: unbacked [0, 50]\n");
-    }
-    turns += "\ngraph main(arg0_1: i64[][]@cpu, arg1_1: b8[][]@cpu, arg2_1: f32[4][1]@cpu) -> (arg2_1) {\n";
-    for k in 0..n {
-        turns += &format!("  buffer c{k}: multi\n");
-    }
-    for k in 0..n {
-        turns += &format!("  item u{k} = arg0_1 node b{k}\n  cond c{k} = if arg1_1 then t else t (arg2_1)\n");
-    }
-    turns += "}\n\ngraph t(t_arg0: f32[4][1]@cpu) -> (t_arg0) {\n}\n";
-    let dag = dag_of(&turns);
+    let dag = dag_of_program(&dag_shapes::symbol_turns(n));
     let summary = dag.summary();
     assert_eq!(summary.critical_path, 2 * n, "{summary}");
     assert!(summary.edges < 4 * summary.nodes, "{summary}");
+
+    let summary = dag_of_program(&dag_shapes::slices(n)).summary();
+    assert_eq!(
+        (summary.work, summary.critical_path, summary.width),
+        (n, 1, n),
+        "{summary}"
+    );
+    assert!(summary.edges < 2 * summary.nodes, "{summary}");
 }
 
 /// Every `item` precedes every later `cond` and follows every earlier one,

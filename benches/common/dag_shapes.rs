@@ -12,6 +12,9 @@
 
 use wrapir::ir::Program;
 
+/// A Triton kernel of Inductor's (`in_ptr0` read, `out_ptr0` written).
+pub const COPY_KERNEL: &str = "kernel k_copy: triton {\n  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr\n  config XBLOCK: 16\n  grid Grid1D\n  num_warps 1\n  source\n\"\"\"\n@triton.jit\ndef k_copy(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n\"\"\"\n}\n";
+
 fn parse(text: &str) -> Program {
     wrapir::text::parse(text).unwrap_or_else(|e| panic!("a generated DAG program does not parse: {e}"))
 }
@@ -57,9 +60,7 @@ pub fn symbol_turns(n: usize) -> Program {
 /// `n` launches of an Inductor kernel, each into its own slice of one buffer.
 pub fn slices(n: usize) -> Program {
     let n = n.max(1);
-    let mut s = String::from(
-        "wrapir 1\n\nkernel k_copy: triton {\n  signature in_ptr0: *fp32, out_ptr0: *fp32, xnumel: i32, XBLOCK: constexpr\n  config XBLOCK: 16\n  grid Grid1D\n  num_warps 1\n  source\n\"\"\"\n@triton.jit\ndef k_copy(in_ptr0, out_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n\"\"\"\n}\n\n",
-    );
+    let mut s = format!("wrapir 1\n\n{COPY_KERNEL}\n");
     s += &format!(
         "graph main(arg0_1: f32[4][1]@cuda:0) -> (buf0) {{\n  buffer buf0: f32[{}][1]@cuda:0\n",
         4 * n
