@@ -90,9 +90,22 @@ fn min<T: Real>(a: T, b: T) -> T {
     }
 }
 
-/// The dtypes the host computes these ops in, or an error naming the op's
+/// torchvision's check that the op's two tensor arguments share a dtype,
+/// then the dtypes the host computes these ops in, or an error naming the
 /// argument.
-fn float_dtype(a: &Args<'_>, name: &str, dtype: DType, torchvision_takes: &str) -> Result<(), ExecError> {
+fn float_dtypes(
+    a: &Args<'_>,
+    (name, tensor): (&str, &Tensor),
+    (other_name, other): (&str, &Tensor),
+    torchvision_takes: &str,
+) -> Result<(), ExecError> {
+    let dtype = tensor.dtype();
+    if dtype != other.dtype() {
+        return Err(a.err(format!(
+            "{name} should have the same type as {other_name} ({dtype} and {})",
+            other.dtype()
+        )));
+    }
     if matches!(dtype, DType::Float32 | DType::Float64) {
         return Ok(());
     }
@@ -100,6 +113,20 @@ fn float_dtype(a: &Args<'_>, name: &str, dtype: DType, torchvision_takes: &str) 
         "`{name}` is {dtype}: the host runs this op in float32 or float64 (torchvision's CPU kernel takes \
          {torchvision_takes})"
     )))
+}
+
+/// One axis of a sampling point at `v` in `[-1, size]` on a plane `size`
+/// pixels long: its lower and upper pixel and its clamped coordinate
+/// (below 0 at 0, past the last pixel on it), as torchvision's
+/// `bilinear_interpolate` clamps `y` and `x`.
+fn sample_axis<T: Real>(v: T, size: i64) -> (i64, i64, T) {
+    let v = if v <= T::ZERO { T::ZERO } else { v };
+    let low = to_int(v);
+    if low >= size - 1 {
+        (size - 1, size - 1, T::of((size - 1) as f64))
+    } else {
+        (low, low + 1, v)
+    }
 }
 
 /// One sampling point: the four pixels around it (offsets in a channel's
@@ -145,35 +172,14 @@ fn sampling_points<T: Real>(
                 let yy = start_h + T::of(ph as f64) * bin_h + T::of(iy as f64 + 0.5) * bin_h / T::of(grid_h as f64);
                 for ix in 0..grid_w {
                     let xx = start_w + T::of(pw as f64) * bin_w + T::of(ix as f64 + 0.5) * bin_w / T::of(grid_w as f64);
-                    let (mut y, mut x) = (yy, xx);
-                    let (yf, xf) = (y.to_f64(), x.to_f64());
+                    let (yf, xf) = (yy.to_f64(), xx.to_f64());
                     // Written as "not in range", so that NaN lands here.
                     if !(yf >= -1.0 && yf <= height as f64 && xf >= -1.0 && xf <= width as f64) {
                         out.push(empty);
                         continue;
                     }
-                    if y <= T::ZERO {
-                        y = T::ZERO;
-                    }
-                    if x <= T::ZERO {
-                        x = T::ZERO;
-                    }
-                    let (mut y_low, mut x_low) = (to_int(y), to_int(x));
-                    let (y_high, x_high);
-                    if y_low >= height - 1 {
-                        y_low = height - 1;
-                        y_high = y_low;
-                        y = T::of(y_low as f64);
-                    } else {
-                        y_high = y_low + 1;
-                    }
-                    if x_low >= width - 1 {
-                        x_low = width - 1;
-                        x_high = x_low;
-                        x = T::of(x_low as f64);
-                    } else {
-                        x_high = x_low + 1;
-                    }
+                    let (y_low, y_high, y) = sample_axis(yy, height);
+                    let (x_low, x_high, x) = sample_axis(xx, width);
                     let ly = y - T::of(y_low as f64);
                     let lx = x - T::of(x_low as f64);
                     // `T hy = 1. - ly`: the difference in double, then rounded to T.
@@ -298,14 +304,7 @@ pub(super) fn roi_align(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor
     if rois.dim() != 2 || rois.size()[1] != 5 {
         return Err(a.err(format!("rois must have shape as Tensor[K, 5], got {:?}", rois.size())));
     }
-    if input.dtype() != rois.dtype() {
-        return Err(a.err(format!(
-            "input should have the same type as rois ({} and {})",
-            input.dtype(),
-            rois.dtype()
-        )));
-    }
-    float_dtype(a, "input", input.dtype(), "float32, float64 and float16")?;
+    float_dtypes(a, ("input", input), ("rois", rois), "float32, float64 and float16")?;
     let shape = [rois.size()[0], input.size()[1], pooled_height, pooled_width];
     if pooled_height < 0 || pooled_width < 0 {
         return Err(a.err(format!("the pooled size {pooled_height} x {pooled_width} is negative")));
@@ -406,14 +405,7 @@ pub(super) fn nms(a: &Args<'_>, _o: &BuiltinOptions) -> Result<Value<Tensor>, Ex
             scores.size()[0]
         )));
     }
-    if dets.dtype() != scores.dtype() {
-        return Err(a.err(format!(
-            "dets should have the same type as scores ({} and {})",
-            dets.dtype(),
-            scores.dtype()
-        )));
-    }
-    float_dtype(a, "dets", dets.dtype(), "float32 and float64")?;
+    float_dtypes(a, ("dets", dets), ("scores", scores), "float32 and float64")?;
     // Scores compared as f64: exact for both dtypes.
     let score_values = scores.to_f64_vec()?;
     let keep = match dets.dtype() {
