@@ -223,8 +223,7 @@ fn cli_says_what_it_dropped() {
 #[test]
 fn lower_package_leaves_no_half_written_directory() {
     let dir = scratch("package_dir");
-    let bundle = dir.join("softmax");
-    common::copy_dir(&common::root().join("fixtures/inductor/bundles/softmax"), &bundle);
+    let bundle = common::copy_bundle("softmax", &dir);
     let lower = |out: &Path| common::lower_package(&bundle, out);
     // A kernel image that cannot be read fails after the wrapper is written:
     // neither the package nor its staging directory is left behind.

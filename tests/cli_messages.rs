@@ -257,8 +257,7 @@ fn runs_name_the_device_that_ran_and_save_their_outputs() {
 fn info_shows_inputs_outputs_kernels_ops_and_versions() {
     let dir = scratch("info");
     // A copy of cat_mm whose bundle.json names its inputs and outputs, as the exporter writes them.
-    let bundle = dir.join("cat_mm");
-    common::copy_dir(&common::root().join("fixtures/inductor/bundles/cat_mm"), &bundle);
+    let bundle = common::copy_bundle("cat_mm", &dir);
     let meta_path = bundle.join("bundle.json");
     let mut meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&meta_path).unwrap()).unwrap();
     meta["signature"] = serde_json::json!(["a", "b", "pair"]);

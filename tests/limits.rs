@@ -551,16 +551,11 @@ fn sym_regressions_end_within_the_prover_limits() {
     use std::time::Duration;
     use wrapir::sym::{egraph, parse, Facts};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("sym_"))
-        })
+    let files: Vec<PathBuf> = common::listing(&root)
+        .into_iter()
+        .filter(|n| n.starts_with("sym_"))
+        .map(|n| root.join(n))
         .collect();
-    files.sort();
     assert!(files.len() >= 8, "{files:?}");
     let limits = egraph::Limits {
         node_limit: 500,

@@ -580,28 +580,10 @@ fn cli_compares_cpu_outputs_with_expected() {
 
 // ---- two references: eager and Inductor's compiled outputs -------------------
 
-/// Copies a committed bundle into a scratch directory.
-fn copy_bundle(name: &str, to: &Path) {
-    fn copy_dir(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let entry = entry.unwrap();
-            let target = to.join(entry.file_name());
-            if entry.path().is_dir() {
-                copy_dir(&entry.path(), &target);
-            } else {
-                std::fs::copy(entry.path(), target).unwrap();
-            }
-        }
-    }
-    copy_dir(&common::root().join("fixtures/inductor/bundles").join(name), to);
-}
-
 #[test]
 fn cli_compares_with_eager_and_with_inductor() {
     let dir = scratch("two-references");
-    let bundle = dir.join("cat_mm");
-    copy_bundle("cat_mm", &bundle);
+    let bundle = common::copy_bundle("cat_mm", &dir);
     let b = path_str(&bundle);
     let compiled = bundle.join("compiled.safetensors");
     let _ = std::fs::remove_file(&compiled);

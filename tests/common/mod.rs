@@ -460,6 +460,14 @@ pub fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
+/// Copies the committed bundle `fixtures/inductor/bundles/<name>` into
+/// `dir` (as `dir/<name>`), for a test that edits it; returns the copy.
+pub fn copy_bundle(name: &str, dir: &Path) -> PathBuf {
+    let copy = dir.join(name);
+    copy_dir(&root().join("fixtures/inductor/bundles").join(name), &copy);
+    copy
+}
+
 /// Runs an external tool a test needs (`python3`, `g++`: CI installs them,
 /// so a missing one fails the test rather than skipping it). Panics naming
 /// the tool and what needed it when it is not installed or cannot start.
