@@ -256,6 +256,27 @@ pub enum SymbolKind {
     UnbackedFloat,
 }
 
+impl SymbolKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [SymbolKind; 4] = [
+        SymbolKind::Backed,
+        SymbolKind::Unbacked,
+        SymbolKind::Precomputed,
+        SymbolKind::UnbackedFloat,
+    ];
+
+    /// Its name in program files and messages (`backed`, `unbacked_float`),
+    /// as `program.json` spells it too.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SymbolKind::Backed => "backed",
+            SymbolKind::Unbacked => "unbacked",
+            SymbolKind::Precomputed => "precomputed",
+            SymbolKind::UnbackedFloat => "unbacked_float",
+        }
+    }
+}
+
 /// Inclusive bounds on a symbol's value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ValueRange {

@@ -615,20 +615,15 @@ impl<'a> Parser<'a> {
         c.expect(":", || format!("expected `:` after symbol name `{name}`"))?;
         c.skip_ws();
         let kpos = c.pos();
-        let kind = match c.ident() {
-            Some("backed") => SymbolKind::Backed,
-            Some("unbacked") => SymbolKind::Unbacked,
-            Some("precomputed") => SymbolKind::Precomputed,
-            Some("unbacked_float") => SymbolKind::UnbackedFloat,
-            other => {
-                return Err(c.error_at(
-                    kpos,
-                    format!(
-                        "unknown symbol kind `{}` for `{name}` (expected `backed`, `unbacked`, `precomputed` or `unbacked_float`)",
-                        other.unwrap_or_else(|| first_token(c.rest_str()))
-                    ),
-                ))
-            }
+        let word = c.ident();
+        let Some(kind) = word.and_then(|w| SymbolKind::ALL.into_iter().find(|k| k.name() == w)) else {
+            return Err(c.error_at(
+                kpos,
+                format!(
+                    "unknown symbol kind `{}` for `{name}` (expected `backed`, `unbacked`, `precomputed` or `unbacked_float`)",
+                    word.unwrap_or_else(|| first_token(c.rest_str()))
+                ),
+            ));
         };
         let mut range = ValueRange::default();
         if c.eat("[") {

@@ -4,7 +4,7 @@ use super::cursor::is_ident;
 use crate::ir::{
     write_float, ArgValue, BufName, BufferDecl, BufferKind, ConstValue, DeviceStreams, Graph, GraphInput, GraphOutput,
     GridType, IndexNames, KernelBackend, KernelDef, KernelName, KeyPathText, Line, MultiIndex, ParenIfCompound,
-    Predicate, Program, PyStr, Scope, ScopeKind, SymbolKind,
+    Predicate, Program, PyStr, Scope, ScopeKind,
 };
 use crate::sym::SymExpr;
 use indexmap::IndexMap;
@@ -29,13 +29,7 @@ fn write_program(out: &mut String, p: &Program) -> std::fmt::Result {
     if !p.symbols.is_empty() {
         out.push('\n');
         for (name, decl) in &p.symbols {
-            let kind = match decl.kind {
-                SymbolKind::Backed => "backed",
-                SymbolKind::Unbacked => "unbacked",
-                SymbolKind::Precomputed => "precomputed",
-                SymbolKind::UnbackedFloat => "unbacked_float",
-            };
-            write!(out, "symbol {name}: {kind}")?;
+            write!(out, "symbol {name}: {}", decl.kind.name())?;
             if !decl.range.is_unbounded() {
                 write!(out, " {}", decl.range)?;
             }

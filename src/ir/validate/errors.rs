@@ -34,15 +34,6 @@ impl fmt::Display for NameRole {
     }
 }
 
-pub(super) fn kind_name(kind: &SymbolKind) -> &'static str {
-    match kind {
-        SymbolKind::Backed => "backed",
-        SymbolKind::Unbacked => "unbacked",
-        SymbolKind::Precomputed => "precomputed",
-        SymbolKind::UnbackedFloat => "unbacked_float",
-    }
-}
-
 fn ending_text(buffer: &BufName, at: &str, how: &Ending) -> String {
     match how {
         Ending::Freed => format!("buffer {buffer} is used after it was freed at {at}"),
@@ -287,7 +278,7 @@ pub enum ValidationErrorKind {
         first: SymbolBinding,
     },
     /// A symbol bound by a line (or input) that does not bind symbols of its kind.
-    #[error("symbol {symbol} is declared {} but bound by {binder}", kind_name(kind))]
+    #[error("symbol {symbol} is declared {} but bound by {binder}", kind.name())]
     WrongSymbolKind {
         /// The symbol.
         symbol: Symbol,
