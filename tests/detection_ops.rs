@@ -78,6 +78,15 @@ fn other_dtypes_and_shapes_are_refused_by_name() {
         tensor(DType::Float16, &[0.0; 5], &[1, 5]),
     );
     assert!(half.unwrap_err().contains("float32 or float64"));
+    let mixed = roi_align(
+        tensor(DType::Float32, &[1.0; 16], &[1, 1, 4, 4]),
+        tensor(DType::Float64, &[0.0; 5], &[1, 5]),
+    );
+    let e = mixed.unwrap_err();
+    assert!(
+        e.contains("input should have the same type as rois (f32 and f64)"),
+        "{e}"
+    );
     let rois = roi_align(
         tensor(DType::Float32, &[1.0; 16], &[1, 1, 4, 4]),
         tensor(DType::Float32, &[0.0; 4], &[1, 4]),
@@ -88,6 +97,13 @@ fn other_dtypes_and_shapes_are_refused_by_name() {
     let e = call(NMS, vec![boxes, scores, Value::Float(0.5)]).unwrap_err();
     assert!(
         e.contains("torchvision.nms") && e.contains("boxes should have 4 elements in dimension 1, got 3"),
+        "{e}"
+    );
+    let boxes = tensor(DType::Float32, &[0.0, 0.0, 1.0, 1.0], &[1, 4]);
+    let scores = tensor(DType::Float64, &[0.5], &[1]);
+    let e = call(NMS, vec![boxes, scores, Value::Float(0.5)]).unwrap_err();
+    assert!(
+        e.contains("dets should have the same type as scores (f32 and f64)"),
         "{e}"
     );
     let values = tensor(DType::Float32, &[1.0, 2.0, 3.0], &[3]);
