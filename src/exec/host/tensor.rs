@@ -306,6 +306,29 @@ macro_rules! with_dtype {
 }
 pub(crate) use with_dtype;
 
+/// Evaluates `$body` with `$v` bound to the elements a [`Data`] (or a
+/// reference to one) holds, whichever type they have: one home for the
+/// storage types' list where code is the same for every type.
+macro_rules! with_data {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            $crate::exec::host::tensor::Data::Bool($v) => $body,
+            $crate::exec::host::tensor::Data::U8($v) => $body,
+            $crate::exec::host::tensor::Data::I8($v) => $body,
+            $crate::exec::host::tensor::Data::I16($v) => $body,
+            $crate::exec::host::tensor::Data::I32($v) => $body,
+            $crate::exec::host::tensor::Data::I64($v) => $body,
+            $crate::exec::host::tensor::Data::F16($v) => $body,
+            $crate::exec::host::tensor::Data::BF16($v) => $body,
+            $crate::exec::host::tensor::Data::F32($v) => $body,
+            $crate::exec::host::tensor::Data::F64($v) => $body,
+            $crate::exec::host::tensor::Data::F8E4M3($v) => $body,
+            $crate::exec::host::tensor::Data::F8E5M2($v) => $body,
+        }
+    };
+}
+pub(crate) use with_data;
+
 /// A strided tensor in host memory. Clones share storage (like torch views).
 #[derive(Clone, Debug)]
 pub struct Tensor {
@@ -336,20 +359,7 @@ impl Tensor {
             .data
             .read()
             .map_err(|_| ExecError::Input("tensor storage poisoned by a panic".into()))?;
-        let bytes = match &*data {
-            Data::Bool(v) => element_bytes(v),
-            Data::U8(v) => element_bytes(v),
-            Data::I8(v) => element_bytes(v),
-            Data::I16(v) => element_bytes(v),
-            Data::I32(v) => element_bytes(v),
-            Data::I64(v) => element_bytes(v),
-            Data::F16(v) => element_bytes(v),
-            Data::BF16(v) => element_bytes(v),
-            Data::F32(v) => element_bytes(v),
-            Data::F64(v) => element_bytes(v),
-            Data::F8E4M3(v) => element_bytes(v),
-            Data::F8E5M2(v) => element_bytes(v),
-        };
+        let bytes = with_data!(&*data, v => element_bytes(v));
         Ok(Some(f(bytes)))
     }
 }
@@ -859,37 +869,11 @@ pub(crate) fn storage_dtype(dtype: DType) -> DType {
 }
 
 fn data_len(d: &Data) -> usize {
-    match d {
-        Data::Bool(v) => v.len(),
-        Data::U8(v) => v.len(),
-        Data::I8(v) => v.len(),
-        Data::I16(v) => v.len(),
-        Data::I32(v) => v.len(),
-        Data::I64(v) => v.len(),
-        Data::F16(v) => v.len(),
-        Data::BF16(v) => v.len(),
-        Data::F32(v) => v.len(),
-        Data::F64(v) => v.len(),
-        Data::F8E4M3(v) => v.len(),
-        Data::F8E5M2(v) => v.len(),
-    }
+    with_data!(d, v => v.len())
 }
 
 fn data_ptr(d: &Data) -> usize {
-    match d {
-        Data::Bool(v) => v.as_ptr() as usize,
-        Data::U8(v) => v.as_ptr() as usize,
-        Data::I8(v) => v.as_ptr() as usize,
-        Data::I16(v) => v.as_ptr() as usize,
-        Data::I32(v) => v.as_ptr() as usize,
-        Data::I64(v) => v.as_ptr() as usize,
-        Data::F16(v) => v.as_ptr() as usize,
-        Data::BF16(v) => v.as_ptr() as usize,
-        Data::F32(v) => v.as_ptr() as usize,
-        Data::F64(v) => v.as_ptr() as usize,
-        Data::F8E4M3(v) => v.as_ptr() as usize,
-        Data::F8E5M2(v) => v.as_ptr() as usize,
-    }
+    with_data!(d, v => v.as_ptr() as usize)
 }
 
 /// Checks that every element of `spec` lies inside a storage of `len` elements.

@@ -1,7 +1,7 @@
 //! Raw views of host tensors for compiled kernels: element addresses inside
 //! storages locked for the duration of a call.
 
-use super::{check_bounds, Data, Storage, Tensor};
+use super::{check_bounds, with_data, Data, Storage, Tensor};
 use crate::exec::ExecError;
 use std::sync::Arc;
 
@@ -10,20 +10,7 @@ fn data_raw(d: &mut Data) -> (*mut u8, usize) {
     fn raw<T>(v: &mut [T]) -> (*mut u8, usize) {
         (v.as_mut_ptr().cast::<u8>(), v.len())
     }
-    match d {
-        Data::Bool(v) => raw(v),
-        Data::U8(v) => raw(v),
-        Data::I8(v) => raw(v),
-        Data::I16(v) => raw(v),
-        Data::I32(v) => raw(v),
-        Data::I64(v) => raw(v),
-        Data::F16(v) => raw(v),
-        Data::BF16(v) => raw(v),
-        Data::F32(v) => raw(v),
-        Data::F64(v) => raw(v),
-        Data::F8E4M3(v) => raw(v),
-        Data::F8E5M2(v) => raw(v),
-    }
+    with_data!(d, v => raw(v))
 }
 
 /// Where a tensor's elements are, for a compiled kernel: the address of its
