@@ -20,7 +20,7 @@ set -u
 cd "$(dirname "$0")/.."
 MODE=${1:?usage: gpu_tests.sh build|run DIR}
 DIR=${2:?usage: gpu_tests.sh build|run DIR}
-TARGETS=${TARGETS:-cuda cuda_prepared cuda_concurrent cuda_gemm cuda_conv cuda_rnn cuda_moe cuda_attention cuda_errors cuda_alloc cuda_model cuda_capi cuda_ranks}
+TARGETS=${TARGETS:-cuda cuda_prepared cuda_concurrent cuda_gemm cuda_conv cuda_rnn cuda_moe cuda_detection cuda_attention cuda_errors cuda_alloc cuda_model cuda_capi cuda_ranks}
 
 case "$MODE" in
 build)

@@ -33,7 +33,8 @@ pub const VIEW: &str = "view (aliases its input)";
 pub const OWN_ATTENTION: &str = "flash-attention kernel";
 
 /// wrapir's NVRTC kernels for index, scatter, jagged, top-k, sort, histogram,
-/// segment, random and complex ops, which compute what ATen's kernels compute.
+/// detection, segment, random and complex ops, which compute what ATen's (or
+/// torchvision's) kernels compute.
 const KERNEL: &str = "built-in kernel";
 
 /// Which part of the CUDA backend runs an op on the device.
@@ -45,7 +46,8 @@ pub enum CudaRoute {
     Conv,
     /// The attention ops (`exec::cuda::attention`).
     Attention,
-    /// The built-in index, scatter, jagged, top-k, sort and histogram kernels (`exec::cuda::kernels::ops`).
+    /// The built-in index, scatter, jagged, top-k, sort, histogram and
+    /// detection kernels (`exec::cuda::kernels::ops`).
     Kernel,
     /// Views, complex pointwise ops, segment reductions and random numbers
     /// (`exec::cuda::kernels::extra`).
@@ -140,6 +142,8 @@ catalogue! {
     Topk(TOPK), host: true, cuda: cuda(Kernel, KERNEL, "all");
     Sort(SORT), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool (stable order)");
     Histc(HISTC), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64, i64, i32, i16, i8, u8 (PyTorch's CUDA binning)");
+    RoiAlign(ROI_ALIGN), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64 (torchvision's CUDA kernel)");
+    Nms(NMS), host: true, cuda: cuda(Kernel, KERNEL, "f32, f64 (stable score order, greedy pass on the device)");
     SegmentReduce(SEGMENT_REDUCE), host: true, cuda: cuda(Extra, KERNEL, "f32, f64, f16, bf16");
     Randint(RANDINT), host: true, cuda: cuda(Extra, KERNEL, "i64 (PyTorch's Philox values)");
     ViewAsComplex(VIEW_AS_COMPLEX), host: true, cuda: cuda(Extra, VIEW, "f32, f64, f16");
@@ -166,8 +170,6 @@ catalogue! {
     Exp(EXP), host: true, cuda: None;
     Sin(SIN), host: true, cuda: None;
     Where(WHERE), host: true, cuda: None;
-    RoiAlign(ROI_ALIGN), host: true, cuda: None;
-    Nms(NMS), host: true, cuda: None;
     ConvolutionInternal(CONVOLUTION_INTERNAL), host: false, cuda: None;
 }
 

@@ -82,13 +82,14 @@ pub(in crate::exec::cuda) struct KernelSource {
 }
 
 /// Every source the backend may compile: the built-in ops, `extra.cu`,
-/// `sort.cu`, `histc.cu`, and the attention kernels for each head dim they take.
+/// `sort.cu`, `histc.cu`, `detection.cu`, and the attention kernels for each head dim they take.
 pub(in crate::exec::cuda) fn all_sources() -> Vec<KernelSource> {
     let mut all = vec![
         super::builtin_source(),
         super::extra::MODULE.source(),
         super::sort::MODULE.source(),
         super::histc::MODULE.source(),
+        super::detection::MODULE.source(),
     ];
     all.extend(super::ATTENTION_HEAD_DIMS.iter().map(|&e| super::attention_source(e)));
     all

@@ -2,8 +2,9 @@
 //! that cuBLAS does not cover: boolean-mask compaction (`nonzero`,
 //! `masked_select`, `index.Tensor` with a mask), the jagged <-> padded dense
 //! conversions and their backward ops, `scatter_` / `scatter_reduce_` /
-//! `scatter_add_`, `index_put_` and `topk`; `sort` and `histc` have modules
-//! of their own (`sort.rs`, `sort.cu`; `histc.rs`, `histc.cu`).
+//! `scatter_add_`, `index_put_` and `topk`; `sort`, `histc` and
+//! torchvision's detection ops have modules of their own (`sort.rs`,
+//! `sort.cu`; `histc.rs`, `histc.cu`; `detection.rs`, `detection.cu`).
 //!
 //! The CUDA source (`builtin.cu`, templates instantiated per dtype or per
 //! element width) is compiled to a cubin with NVRTC once per compute
@@ -24,6 +25,7 @@
 //!   not deterministic in their rounding order (as in PyTorch's default mode);
 //!   out-of-range indices are an error after the kernel.
 
+mod detection;
 mod extra;
 mod histc;
 mod image;
@@ -150,7 +152,7 @@ fn builtin_source() -> KernelSource {
 }
 
 /// A module of built-in kernels compiled on its own (NVRTC), apart from
-/// the built-in module: `extra.cu`, `sort.cu`.
+/// the built-in module: `extra.cu`, `sort.cu`, `histc.cu`, `detection.cu`.
 pub(super) struct OwnModule {
     /// The module's name among the backend's separately compiled modules
     /// (and its source's id).

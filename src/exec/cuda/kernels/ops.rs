@@ -70,6 +70,8 @@ pub(super) fn op_fn(op: ExternOp) -> Option<OpFn> {
         ExternOp::Topk => |b, _, a| topk(b, a),
         ExternOp::Sort => |b, c, _| super::sort::sort(b, c),
         ExternOp::Histc => |b, c, _| super::histc::histc(b, c),
+        ExternOp::RoiAlign => |b, c, _| super::detection::roi_align(b, c),
+        ExternOp::Nms => |b, c, _| super::detection::nms(b, c),
         _ => return None,
     };
     Some(f)

@@ -11,7 +11,7 @@
 use super::{blocks_for, dtype_suffix, scratch, Arg, Nd, OwnModule};
 use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
-use crate::exec::{Backend, ExternCall, TensorSpec, Value};
+use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 
 /// These kernels' module (`sort.cu` after the shared `prelude.cuh`).
@@ -42,9 +42,6 @@ pub(super) fn sort(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
     };
     let dim = a.int(dim_at, "dim", Some(-1))?;
     let descending = a.boolean(descending_at, "descending", false)?;
-    let Some(suffix) = dtype_suffix(x.spec.dtype) else {
-        return Ok(None);
-    };
     let size = &x.spec.size;
     let rank = size.len();
     // A 0-d tensor sorts as one element along dimension 0 or -1.
@@ -60,6 +57,24 @@ pub(super) fn sort(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
             Some(d as usize)
         }
     };
+    Ok(sorted(backend, &a, x, d, descending)?.map(|(values, indices)| pair(values, indices)))
+}
+
+/// `x` sorted along dimension `d` (`None`: a 0-d tensor), ascending or
+/// descending, in the stable order: (values, int64 indices), laid out as
+/// [`sort`] lays them out; `None` when the kernels do not take `x` (its
+/// dtype, more than 8 dimensions). Errors name `a`'s op.
+pub(super) fn sorted(
+    backend: &mut CudaBackend,
+    a: &Args<'_>,
+    x: &CudaTensor,
+    d: Option<usize>,
+    descending: bool,
+) -> Result<Option<(CudaTensor, CudaTensor)>, ExecError> {
+    let Some(suffix) = dtype_suffix(x.spec.dtype) else {
+        return Ok(None);
+    };
+    let size = &x.spec.size;
     let Some(xd) = Nd::new(size, &x.spec.stride) else {
         return Ok(None);
     };
@@ -84,7 +99,7 @@ pub(super) fn sort(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
     };
     let rows = outer * inner;
     if rows == 0 || len == 0 {
-        return Ok(Some(pair(values, indices)));
+        return Ok(Some((values, indices)));
     }
     let too_long = || a.err(format!("a line of {len} elements is too long to sort"));
     let p2 = u64::try_from(len)
@@ -148,7 +163,7 @@ pub(super) fn sort(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>)
             Arg::Nd(id),
         ]),
     )?;
-    Ok(Some(pair(values, indices)))
+    Ok(Some((values, indices)))
 }
 
 fn pair(values: CudaTensor, indices: CudaTensor) -> Value<CudaTensor> {

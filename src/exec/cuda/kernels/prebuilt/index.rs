@@ -117,6 +117,22 @@ pub(super) static IMAGES: &[Prebuilt] = &[
         deflated: include_bytes!("builtin-sm90.cubin.deflate"),
     },
     Prebuilt {
+        id: "detection",
+        major: 8,
+        minor: 0,
+        digest: [0xd0347df61746824b, 0x59265a85ab0a6562],
+        size: 77992,
+        deflated: include_bytes!("detection-sm80.cubin.deflate"),
+    },
+    Prebuilt {
+        id: "detection",
+        major: 9,
+        minor: 0,
+        digest: [0xd3d67f5839f3b60c, 0xb0cd63f9963b23e1],
+        size: 82000,
+        deflated: include_bytes!("detection-sm90.cubin.deflate"),
+    },
+    Prebuilt {
         id: "extra",
         major: 8,
         minor: 0,
