@@ -28,6 +28,7 @@
 use super::builtin::{Args, BuiltinOptions};
 use super::sort::float_order;
 use super::tensor::Element;
+use crate::exec::op::detection::{nms_threshold, DetectionDevice, RoiAlignCall};
 use crate::exec::{ExecError, Tensor, Value};
 use crate::ir::DType;
 
@@ -88,31 +89,6 @@ fn min<T: Real>(a: T, b: T) -> T {
     } else {
         a
     }
-}
-
-/// torchvision's check that the op's two tensor arguments share a dtype,
-/// then the dtypes the host computes these ops in, or an error naming the
-/// argument.
-fn float_dtypes(
-    a: &Args<'_>,
-    (name, tensor): (&str, &Tensor),
-    (other_name, other): (&str, &Tensor),
-    torchvision_takes: &str,
-) -> Result<(), ExecError> {
-    let dtype = tensor.dtype();
-    if dtype != other.dtype() {
-        return Err(a.err(format!(
-            "{name} should have the same type as {other_name} ({dtype} and {})",
-            other.dtype()
-        )));
-    }
-    if matches!(dtype, DType::Float32 | DType::Float64) {
-        return Ok(());
-    }
-    Err(a.err(format!(
-        "`{name}` is {dtype}: the host runs this op in float32 or float64 (torchvision's CPU kernel takes \
-         {torchvision_takes})"
-    )))
 }
 
 /// One axis of a sampling point at `v` in `[-1, size]` on a plane `size`
@@ -293,29 +269,20 @@ fn roi_align_values<T: Real>(
 pub(super) fn roi_align(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let input = a.tensor(0, "input")?;
     let rois = a.tensor(1, "rois")?;
-    let spatial_scale = a.float(2, "spatial_scale", 1.0)?;
-    let pooled_height = a.int(3, "pooled_height", None)?;
-    let pooled_width = a.int(4, "pooled_width", None)?;
-    let sampling_ratio = a.int(5, "sampling_ratio", Some(-1))?;
-    let aligned = a.boolean(6, "aligned", false)?;
-    if input.dim() != 4 {
-        return Err(a.err(format!("`input` must be [N, C, H, W], got {:?}", input.size())));
-    }
-    if rois.dim() != 2 || rois.size()[1] != 5 {
-        return Err(a.err(format!("rois must have shape as Tensor[K, 5], got {:?}", rois.size())));
-    }
-    float_dtypes(a, ("input", input), ("rois", rois), "float32, float64 and float16")?;
-    let shape = [rois.size()[0], input.size()[1], pooled_height, pooled_width];
-    if pooled_height < 0 || pooled_width < 0 {
-        return Err(a.err(format!("the pooled size {pooled_height} x {pooled_width} is negative")));
-    }
-    let sampling_ratio = i64::from(
-        i32::try_from(sampling_ratio).map_err(|_| a.err(format!("sampling_ratio {sampling_ratio} overflows int")))?,
-    );
+    let call = RoiAlignCall::checked(a, input.spec(), rois.spec(), DetectionDevice::Host)?;
+    let RoiAlignCall {
+        spatial_scale,
+        pooled_height,
+        pooled_width,
+        aligned,
+        shape,
+        ..
+    } = call;
+    let sampling_ratio = i64::from(call.sampling_ratio);
     let n = a.result_elements(&shape, 8, o.max_alloc_bytes())?;
     let [batch, channels, height, width] = [0, 1, 2, 3].map(|d| input.size()[d] as usize);
-    if n > 0 && height * width == 0 {
-        return Err(a.err(format!("`input` {:?} has no pixels to pool", input.size())));
+    if n > 0 {
+        call.check_pixels(a, input.spec())?;
     }
     let p = Pooling {
         height,
@@ -385,27 +352,7 @@ fn nms_keep<T: Real>(boxes: &[T], scores: &[f64], iou_threshold: f64) -> Vec<i64
 pub(super) fn nms(a: &Args<'_>, _o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let dets = a.tensor(0, "dets")?;
     let scores = a.tensor(1, "scores")?;
-    let iou_threshold = a.float(2, "iou_threshold", 0.0)?;
-    if dets.dim() != 2 {
-        return Err(a.err(format!("boxes should be a 2d tensor, got {}D", dets.dim())));
-    }
-    if dets.size()[1] != 4 {
-        return Err(a.err(format!(
-            "boxes should have 4 elements in dimension 1, got {}",
-            dets.size()[1]
-        )));
-    }
-    if scores.dim() != 1 {
-        return Err(a.err(format!("scores should be a 1d tensor, got {}D", scores.dim())));
-    }
-    if dets.size()[0] != scores.size()[0] {
-        return Err(a.err(format!(
-            "boxes and scores should have same number of elements in dimension 0, got {} and {}",
-            dets.size()[0],
-            scores.size()[0]
-        )));
-    }
-    float_dtypes(a, ("dets", dets), ("scores", scores), "float32 and float64")?;
+    let iou_threshold = nms_threshold(a, dets.spec(), scores.spec(), DetectionDevice::Host)?;
     // Scores compared as f64: exact for both dtypes.
     let score_values = scores.to_f64_vec()?;
     let keep = match dets.dtype() {

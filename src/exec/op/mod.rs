@@ -4,6 +4,7 @@
 //! keyword ([`Args`]), and the registry key of an op string ([`op_key`]).
 
 mod catalogue;
+pub(crate) mod detection;
 pub(crate) mod grouped;
 pub(crate) mod rnn;
 pub(crate) mod stream;

@@ -17,9 +17,9 @@
 //!   order; their count is read back (one synchronisation, as `nonzero`'s).
 //!   The result is a contiguous int64 `[kept]`.
 //!
-//! They take float32 and float64, as the host backend
-//! ([`crate::exec::host`]'s `detection`) does (torchvision also takes
-//! float16). What torchvision leaves undefined is an error, as on the host:
+//! The arguments are checked as the host backend checks them
+//! ([`crate::exec::op::detection`]): float32 and float64 (torchvision also
+//! takes float16). What torchvision leaves undefined is an error, as on the host:
 //! a region whose batch index is outside the input's batch (found by the
 //! kernel, reported after it), an input without pixels; and, so that no
 //! call runs unboundedly long, a region whose sampling grid has more than
@@ -29,6 +29,7 @@
 use super::{blocks_for, scratch, Arg, Nd, OwnModule};
 use crate::exec::cuda::DeviceResult;
 use crate::exec::cuda::{CudaBackend, CudaTensor};
+use crate::exec::op::detection::{nms_threshold, DetectionDevice, RoiAlignCall};
 use crate::exec::{Backend, ExecError, ExternCall, TensorSpec, Value};
 use crate::ir::DType;
 
@@ -50,15 +51,12 @@ const ROI_GRID_TOO_LARGE: u64 = 1;
 
 type Args<'c> = crate::exec::op::Args<'c, CudaTensor>;
 
-/// The kernel-name suffix of the dtypes these kernels take, or an error
-/// naming the argument.
-fn suffix(a: &Args<'_>, name: &str, dtype: DType) -> Result<&'static str, ExecError> {
+/// The kernel-name suffix of a dtype the shared checks let through
+/// (float32, float64).
+fn suffix(dtype: DType) -> &'static str {
     match dtype {
-        DType::Float32 => Ok("f32"),
-        DType::Float64 => Ok("f64"),
-        _ => Err(a.err(format!(
-            "`{name}` is {dtype}: the cuda backend runs this op in float32 or float64"
-        ))),
+        DType::Float32 => "f32",
+        _ => "f64",
     }
 }
 
@@ -80,38 +78,18 @@ pub(super) fn roi_align(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTen
     let a = Args::of(call);
     let input = a.tensor(0, "input")?;
     let rois = a.tensor(1, "rois")?;
-    let spatial_scale = a.float(2, "spatial_scale", 1.0)?;
-    let pooled_height = a.int(3, "pooled_height", None)?;
-    let pooled_width = a.int(4, "pooled_width", None)?;
-    let sampling_ratio = a.int(5, "sampling_ratio", Some(-1))?;
-    let aligned = a.boolean(6, "aligned", false)?;
     let (x, r) = (&input.spec, &rois.spec);
-    if x.size.len() != 4 {
-        return Err(a.err(format!("`input` must be [N, C, H, W], got {:?}", x.size)));
-    }
-    if r.size.len() != 2 || r.size[1] != 5 {
-        return Err(a.err(format!("rois must have shape as Tensor[K, 5], got {:?}", r.size)));
-    }
-    if x.dtype != r.dtype {
-        return Err(a.err(format!(
-            "input should have the same type as rois ({} and {})",
-            x.dtype, r.dtype
-        )));
-    }
-    let sfx = suffix(&a, "input", x.dtype)?;
-    if pooled_height < 0 || pooled_width < 0 {
-        return Err(a.err(format!("the pooled size {pooled_height} x {pooled_width} is negative")));
-    }
-    let sampling_ratio = int32(&a, "sampling_ratio", sampling_ratio)?;
+    let checked = RoiAlignCall::checked(&a, x, r, DetectionDevice::Cuda)?;
+    let sfx = suffix(x.dtype);
     let (ph, pw) = (
-        int32(&a, "pooled_height", pooled_height)?,
-        int32(&a, "pooled_width", pooled_width)?,
+        int32(&a, "pooled_height", checked.pooled_height)?,
+        int32(&a, "pooled_width", checked.pooled_width)?,
     );
     for (d, name) in [(1, "channels"), (2, "height"), (3, "width")] {
         int32(&a, &format!("the input's {name}"), x.size[d])?;
     }
     let regions = r.size[0];
-    let shape = [regions, x.size[1], pooled_height, pooled_width];
+    let shape = checked.shape;
     let total = shape
         .iter()
         .try_fold(1i64, |n, &d| n.checked_mul(d))
@@ -122,9 +100,7 @@ pub(super) fn roi_align(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTen
         // torchvision returns its empty result before reading a region.
         return Ok(Some(Value::Tensor(out)));
     }
-    if x.size[2] == 0 || x.size[3] == 0 {
-        return Err(a.err(format!("`input` {:?} has no pixels to pool", x.size)));
-    }
+    checked.check_pixels(&a, x)?;
     let (Some(xd), Some(rd)) = (Nd::new(&x.size, &x.stride), Nd::new(&r.size, &r.stride)) else {
         return Ok(None);
     };
@@ -139,11 +115,11 @@ pub(super) fn roi_align(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTen
             Arg::Nd(xd),
             Arg::Ptr(rois.data_ptr()),
             Arg::Nd(rd),
-            real_arg(x.dtype, spatial_scale),
+            real_arg(x.dtype, checked.spatial_scale),
             Arg::I32(ph),
             Arg::I32(pw),
-            Arg::I32(sampling_ratio),
-            Arg::I32(i32::from(aligned)),
+            Arg::I32(checked.sampling_ratio),
+            Arg::I32(i32::from(checked.aligned)),
             Arg::I64(MAX_GRID_POINTS),
             Arg::I64(total),
             Arg::Ptr(out.data_ptr()),
@@ -157,7 +133,8 @@ pub(super) fn roi_align(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTen
         if failed & 1 == ROI_GRID_TOO_LARGE {
             return Err(a.err(format!(
                 "region {n}'s sampling grid has more than {MAX_GRID_POINTS} points a bin (sampling_ratio \
-                 {sampling_ratio}, pooled size {pooled_height} x {pooled_width})"
+                 {}, pooled size {} x {})",
+                checked.sampling_ratio, checked.pooled_height, checked.pooled_width
             )));
         }
         let at = rois.data_ptr() + u64::try_from(n * r.stride[0]).unwrap_or(0) * x.dtype.size_bytes();
@@ -179,33 +156,9 @@ pub(super) fn nms(backend: &mut CudaBackend, call: &ExternCall<'_, CudaTensor>) 
     let a = Args::of(call);
     let dets = a.tensor(0, "dets")?;
     let scores = a.tensor(1, "scores")?;
-    let iou_threshold = a.float(2, "iou_threshold", 0.0)?;
     let (d, s) = (&dets.spec, &scores.spec);
-    if d.size.len() != 2 {
-        return Err(a.err(format!("boxes should be a 2d tensor, got {}D", d.size.len())));
-    }
-    if d.size[1] != 4 {
-        return Err(a.err(format!(
-            "boxes should have 4 elements in dimension 1, got {}",
-            d.size[1]
-        )));
-    }
-    if s.size.len() != 1 {
-        return Err(a.err(format!("scores should be a 1d tensor, got {}D", s.size.len())));
-    }
-    if d.size[0] != s.size[0] {
-        return Err(a.err(format!(
-            "boxes and scores should have same number of elements in dimension 0, got {} and {}",
-            d.size[0], s.size[0]
-        )));
-    }
-    if d.dtype != s.dtype {
-        return Err(a.err(format!(
-            "dets should have the same type as scores ({} and {})",
-            d.dtype, s.dtype
-        )));
-    }
-    let sfx = suffix(&a, "dets", d.dtype)?;
+    let iou_threshold = nms_threshold(&a, d, s, DetectionDevice::Cuda)?;
+    let sfx = suffix(d.dtype);
     let n = d.size[0];
     if n == 0 {
         let empty = TensorSpec::contiguous(DType::Int64, backend.device_of(), &[0]);
