@@ -463,6 +463,30 @@ class CpuExport(unittest.TestCase):
             run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
+    def test_slices_and_selects_of_unbacked_sizes_bind_their_symbols(self):
+        # Inductor writes the length of a slice of an unbacked size (`keep[:3]`,
+        # `keep[-2:]`, `keep[::2]`) and the offset of a select at a negative index of one
+        # (`keep[-1]`) as Python statements of its own (`u1_start = 0 if 0 >= 0 else
+        # max(0, u0)` ...). Each becomes one let line of a size expression, and wrapir runs
+        # the program against eager.
+        def f(x):
+            keep = torch.nonzero(x > 0.5).squeeze(1)
+            return x[keep[:3]] * 2, x[keep[-2:]], x[keep[::2]] + 1, keep[-1] * 3
+
+        x = torch.rand(32)
+        x[5] = 0.9  # keep[-1] exists
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            r = self.export(f, [x], "unbacked_slices")
+        self.assertTrue(r.ok, r.errors)
+        lines = self.program(r)["main"]["lines"]
+        lets = [ln for ln in lines if ln["line"] == "symbolic_call_arg" and ln["symbol"].startswith("u")]
+        self.assertGreaterEqual(len(lets), 3, lines)
+        wrapir = wrapir_binary()
+        if wrapir:
+            for cmd in (["check", r.path], ["run", r.path, "--device", "cpu"]):
+                run = subprocess.run([wrapir, *cmd], capture_output=True, text=True)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
     @unittest.skipIf(torch is None or TORCH_VERSION < (2, 15), "ExternKernelMultiOutLine is PyTorch 2.15+")
     def test_custom_op_multi_out_variant(self):
         # A custom op with a multi-output `.out` overload (tagged `out`) is called as

@@ -28,6 +28,7 @@ import traceback
 
 from .control import ControlMarker
 from .convert import Capture, GraphConverter
+from .symbol_statements import SymbolStatement
 
 
 class Session:
@@ -115,6 +116,15 @@ def make_wrapper_classes():
                 cap.errors.append(f"{name}: exporter error {type(e).__name__}: {e}\n{traceback.format_exc()}")
             SESSION.captures.append(cap)
             SESSION.stage("capturing", f"{name}: {len(lines)} Wrapper IR lines, {len(cap.errors)} not expressible")
+
+        def codegen_dynamic_slice_size(self, node, *args, **kwargs):
+            self.writeline(MarkerLine(SymbolStatement("slice_size", node)))
+            super().codegen_dynamic_slice_size(node, *args, **kwargs)
+
+        def codegen_dynamic_select_index(self, node, *args, **kwargs):
+            clamp = args[0] if args else kwargs.get("clamp", getattr(node, "clamp", False))
+            self.writeline(MarkerLine(SymbolStatement("select_offset", node, clamp)))
+            super().codegen_dynamic_select_index(node, *args, **kwargs)
 
         def codegen_conditional(self, conditional):
             self.writeline(MarkerLine(ControlMarker("cond", conditional)))

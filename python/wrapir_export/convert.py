@@ -16,6 +16,7 @@ from . import exprs
 from .control import ControlFlowMixin, ControlMarker, describe, line_text
 from .errors import Unconvertible
 from .redact import redact
+from .symbol_statements import SymbolStatement, symbol_value
 
 
 class Capture:
@@ -387,6 +388,8 @@ class GraphConverter(ControlFlowMixin):
             return i + 1
         if isinstance(line, ControlMarker):
             return self.convert_control(lines, i)
+        if isinstance(line, SymbolStatement):
+            return self.symbol_statement(lines, i)
         if isinstance(line, W.NullLine):
             return i + 1
         if isinstance(line, W.AllocateLine):
@@ -625,6 +628,25 @@ class GraphConverter(ControlFlowMixin):
             self.emit({"line": "comment", "text": t})
 
     # ---- text lines --------------------------------------------------------------------------
+
+    def symbol_statement(self, lines, i):
+        """A symbol Inductor computes with statements of its own (`symbol_statements.py`):
+        one `symbolic_call_arg` line, then the statements' text skipped."""
+        stmt = lines[i]
+        sym = stmt.symbol()
+        value = symbol_value(stmt, self.graph.sizevars, self.sympy)
+        self.cap.symbols.add(sym)
+        self.cap.symbol_info[sym] = {"kind": "precomputed"}
+        self.bound_precomputed.add(sym)
+        self.emit({"line": "symbolic_call_arg", "symbol": sym, "expr": self.expr(value)})
+        j = i + 1
+        for name in stmt.text_names():
+            text = line_text(lines[j]) if j < len(lines) else None
+            if not isinstance(text, str) or not text.strip().startswith(f"{name} = "):
+                raise Unconvertible(f"`{sym}`: expected Inductor's statement `{name} = ...` here, found "
+                                    f"{describe(lines[j]) if j < len(lines) else 'the end'}")
+            j += 1
+        return j
 
     def convert_text(self, lines, i, text):
         t = text.strip()
