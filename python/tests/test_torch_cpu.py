@@ -495,6 +495,28 @@ class CpuExport(unittest.TestCase):
                 run = subprocess.run([wrapir, *cmd], capture_output=True, text=True)
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
+    def test_an_output_rebuilt_after_the_graph_is_judged_by_the_graphs_own(self):
+        # `x[i]` at a 0-d index tensor `i` computed in the graph is `x.select(0, i.item())`:
+        # a view of the input at a data-dependent offset, which AOTAutograd rebuilds after
+        # Inductor's `call` (the graph returns `i`'s storage, int64). The program's output
+        # is judged against the graph's own (`graph_out<k>`), not eager's float.
+        def f(x):
+            keep = torch.nonzero(x > 0.5).squeeze(1)
+            return x * 2, x[keep[-1]]
+
+        x = torch.rand(16)
+        x[3] = 0.9
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            r = self.export(f, [x], "rebuilt_output")
+        self.assertTrue(r.ok, r.errors)
+        self.assertIn("graph_out1", r.info["expected"])
+        self.assertTrue([w for w in r.warnings if w.startswith("output 1: the compiled graph returns torch.int64 []")],
+                        r.warnings)
+        wrapir = wrapir_binary()
+        if wrapir:
+            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
     @unittest.skipIf(torch is None or TORCH_VERSION < (2, 15), "ExternKernelMultiOutLine is PyTorch 2.15+")
     def test_custom_op_multi_out_variant(self):
         # A custom op with a multi-output `.out` overload (tagged `out`) is called as

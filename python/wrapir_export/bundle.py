@@ -195,9 +195,10 @@ def write_program(bundle, program):
         f.write("\n")
 
 
-def write_tensors(torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors):
+def write_tensors(torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors, notes):
     """inputs / expected / compiled safetensors. Returns (input names, expected names,
-    integer output names, compiled names)."""
+    integer output names, compiled names); a note for each output the graph returns as
+    another dtype or shape than the function."""
     graph_inputs = getattr(mod, "_export_inputs", None)
     input_names = [i["name"] for i in main.graph["inputs"]]
     tensors = {}
@@ -221,7 +222,18 @@ def write_tensors(torch, bundle, main, mod, constant_values, exp_values, exp_int
     graph_outputs = getattr(mod, "_export_outputs", None) or []
     graph_values, graph_ints, graph_problems = output_values(torch, graph_outputs)
     errors += [f"graph: {p}" for p in graph_problems]
-    if len(graph_values) != len(exp_values) or graph_ints != exp_ints:
+    # The graph's own outputs are the references where they are not the user's: another
+    # count (AOTAutograd drops or adds outputs), or another dtype or shape at one position
+    # (an output AOTAutograd rebuilds after the graph, such as `x[i]` at a data-dependent
+    # 0-d index `i`: a view of the input `x`, which the graph returns as `i`'s storage).
+    rebuilt = [k for k, (g, e) in enumerate(zip(graph_values, exp_values))
+               if (g.dtype, tuple(g.shape)) != (e.dtype, tuple(e.shape))]
+    for k in rebuilt:
+        g, e = graph_values[k], exp_values[k]
+        notes.append(f"output {k}: the compiled graph returns {g.dtype} {list(g.shape)} where the function "
+                     f"returns {e.dtype} {list(e.shape)} (AOTAutograd rebuilds it after the graph); the bundle "
+                     f"returns the graph's output and is judged against it (graph_out{k})")
+    if len(graph_values) != len(exp_values) or graph_ints != exp_ints or rebuilt:
         for k, t in enumerate(graph_values):
             exp_tensors[f"graph_out{k}"] = t
         int_outputs += [f"graph_out{k}" for k in graph_ints]

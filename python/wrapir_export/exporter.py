@@ -435,7 +435,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         notes += notes_extra
         B.write_program(bundle, program)
         input_names, exp_names, int_outputs, compiled_names = B.write_tensors(
-            torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors)
+            torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors, notes)
         input_keys = getattr(mod, "_export_input_keys", None)
         weights, weight_names = B.identify_weights(fn, input_names, input_keys, is_module, errors)
         # The user's names: matched against the tensors the compiled call received.
