@@ -495,6 +495,23 @@ class CpuExport(unittest.TestCase):
                 run = subprocess.run([wrapir, *cmd], capture_output=True, text=True)
                 self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
+    def test_slice_bounds_of_unknown_sign_select_their_branch_when_run(self):
+        # `x[n:]` and `x[:n]` with `n` read from a tensor: Inductor's statements branch on
+        # `n >= 0` at run time; the let line selects the branch with the exact integer form,
+        # and the program matches eager with a negative and with a positive `n`.
+        def f(x, p):
+            n = p.item()
+            return x[n:] * 2, x[:n] + 1
+
+        wrapir = wrapir_binary()
+        for n in (-5, 5):
+            with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
+                r = self.export(f, [torch.rand(16), torch.tensor(n)], f"unknown_sign_{n + 5}")
+            self.assertTrue(r.ok, r.errors)
+            if wrapir:
+                run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
+                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
     def test_an_output_rebuilt_after_the_graph_is_judged_by_the_graphs_own(self):
         # `x[i]` at a 0-d index tensor `i` computed in the graph is `x.select(0, i.item())`:
         # a view of the input at a data-dependent offset, which AOTAutograd rebuilds after

@@ -13,10 +13,11 @@ Inductor's wrapper writes them as text, not as typed Wrapper IR lines::
 The capturing wrapper (`capture.py`) puts a `SymbolStatement` marker holding the IR node
 before that text. The converter reads the node's fields (sympy expressions), not the text:
 each statement becomes one `symbolic_call_arg` line binding the symbol to a size
-expression, with every `x if c else y` decided from what Inductor's size variables know
-(`c` on constants, or on symbols whose ranges decide it). A condition they do not decide
-(a slice bound of unknown sign) has no size expression: that statement is refused, naming
-the symbol. The text lines that follow the marker are then skipped by name.
+expression. Each `x if c else y` (`c` is the sign of an integer bound or index) is the
+branch Inductor's size variables decide (constants, or symbols whose ranges decide it);
+where they do not (a bound read from a tensor, `n = p.item(); x[n:]`), it is the exact
+integer form `x + min(1, max(0, -b)) * (y - x)` of the bound `b`. The text lines that
+follow the marker are then skipped by name.
 """
 
 from __future__ import annotations
@@ -64,31 +65,29 @@ def symbol_value(stmt, sizevars, sympy):
 
     n, sym = stmt.node, stmt.symbol()
 
-    def decided(x, what):
+    def by_sign(x, if_nonneg, if_neg):
+        """`if_nonneg if x >= 0 else if_neg` for an integer `x`: the branch where the size
+        variables decide the sign, else both, selected by `min(1, max(0, -x))` (1 exactly
+        when `x < 0`)."""
         sign = _sign(x, sizevars, sympy)
-        if sign is None:
-            raise Unconvertible(
-                f"`{sym}`: the sign of {what} `{x}` is not known when the program is compiled, so "
-                f"Inductor's `... if {x} >= 0 else ...` has no size expression (wrapir binds "
-                f"symbols to size expressions)")
-        return sign
+        if sign is not None:
+            return if_nonneg if sign else if_neg
+        return if_nonneg + sympy.Min(1, sympy.Max(0, -x)) * (if_neg - if_nonneg)
 
     if stmt.kind == "slice_size":
         size = n.size
 
-        def clamp(x, what):
+        def clamp(x):
             # Python slicing: a negative bound counts from the end; both clamp to [0, size].
-            if decided(x, what):
-                return sympy.Max(0, sympy.Min(x, size))
-            return sympy.Max(0, sympy.Min(x + size, size))
+            return by_sign(x, sympy.Max(0, sympy.Min(x, size)), sympy.Max(0, sympy.Min(x + size, size)))
 
-        start, end, step = clamp(n.start, "the slice's start"), clamp(n.end, "the slice's end"), n.step
+        start, end, step = clamp(n.start), clamp(n.end), n.step
         if step == 1:
             return sympy.Max(0, end - start)
         if not (isinstance(step, int) or getattr(step, "is_Integer", False)) or int(step) < 1:
             raise Unconvertible(f"`{sym}`: slice step `{step}` is not a positive integer constant")
         return sympy.Max(0, FloorDiv(end - start + step - 1, step))
-    index = n.index if decided(n.index, "the select index") else n.index + n.size
+    index = by_sign(n.index, n.index, n.index + n.size)
     if stmt.clamp:
         index = sympy.Max(0, sympy.Min(n.size, index))
     return n.base_offset + n.base_dim_stride * index
