@@ -8,9 +8,9 @@
 //!   (`common::subgraphs::wide`);
 //! - `deep`: chains of `cond`s nested to the default `max_subgraph_depth`
 //!   (`common::subgraphs::deep`);
-//! - `aliases`, `symbol-turns`, `slices`: programs whose dependency DAG
+//! - `aliases`, `symbol-turns`, `symbol-runs`, `slices`: programs whose dependency DAG
 //!   once grew quadratically (`common::dag_shapes`: chained custom ops,
-//!   `item`s and `cond`s in turn, launches into slices of one buffer);
+//!   `item`s and `cond`s in turn, runs of `item`s and `cond`s, launches into slices of one buffer);
 //!   not run unless named in `SCALE_SHAPES`.
 //!
 //! Each program is written to a private scratch directory and run through
@@ -58,18 +58,20 @@ enum Shape {
     Deep,
     Aliases,
     SymbolTurns,
+    SymbolRuns,
     Slices,
 }
 
 impl Shape {
     /// The shapes run unless `SCALE_SHAPES` names others.
     const DEFAULT: [Shape; 3] = [Shape::Launches, Shape::Wide, Shape::Deep];
-    const ALL: [Shape; 6] = [
+    const ALL: [Shape; 7] = [
         Shape::Launches,
         Shape::Wide,
         Shape::Deep,
         Shape::Aliases,
         Shape::SymbolTurns,
+        Shape::SymbolRuns,
         Shape::Slices,
     ];
 
@@ -80,6 +82,7 @@ impl Shape {
             Shape::Deep => "deep",
             Shape::Aliases => "aliases",
             Shape::SymbolTurns => "symbol-turns",
+            Shape::SymbolRuns => "symbol-runs",
             Shape::Slices => "slices",
         }
     }
@@ -93,6 +96,7 @@ impl Shape {
             Shape::Deep => common::subgraphs::deep(units, wrapir::Limits::default().max_subgraph_depth),
             Shape::Aliases => common::dag_shapes::aliases(units),
             Shape::SymbolTurns => common::dag_shapes::symbol_turns(units),
+            Shape::SymbolRuns => common::dag_shapes::symbol_runs(units),
             Shape::Slices => common::dag_shapes::slices(units),
         }
     }
@@ -103,7 +107,7 @@ impl Shape {
             Shape::Launches => 20_000,
             Shape::Wide => 1_000,
             Shape::Deep => 20,
-            Shape::Aliases | Shape::SymbolTurns | Shape::Slices => 1_000,
+            Shape::Aliases | Shape::SymbolTurns | Shape::SymbolRuns | Shape::Slices => 1_000,
         }
     }
 }

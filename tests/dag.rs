@@ -311,6 +311,15 @@ fn long_chains_build_a_dag_of_linear_size() {
     assert_eq!(summary.critical_path, 2 * n, "{summary}");
     assert!(summary.edges < 4 * summary.nodes, "{summary}");
 
+    // n binders, n `cond`s (on buffers of their own), n binders: every
+    // pair ordered by an edge of its own took n^2 edges; joined through one
+    // binder a run, the `cond`s stay independent of each other (one depth:
+    // the width), the critical path an item, the joining item, a `cond`, the
+    // joining item and an item.
+    let summary = dag_of_program(&dag_shapes::symbol_runs(n)).summary();
+    assert!(summary.edges < 4 * summary.nodes, "{summary}");
+    assert_eq!((summary.width, summary.critical_path), (n, 5), "{summary}");
+
     let summary = dag_of_program(&dag_shapes::slices(n)).summary();
     assert_eq!(
         (summary.work, summary.critical_path, summary.width),
@@ -326,42 +335,110 @@ fn long_chains_build_a_dag_of_linear_size() {
 #[test]
 fn binders_and_control_flow_stay_ordered_pairwise() {
     let kinds = ["item", "item", "cond", "cond", "cond", "item", "cond", "item", "item"];
+    assert_binders_and_control_flow_ordered(&kinds);
+}
+
+/// Long runs of binders and control flow are joined through one binder
+/// (`Reason::Join`): still every `item` precedes every later `cond` and
+/// follows every earlier one (all pairs checked), the `cond`s of a run stay
+/// independent of each other, and the `item`s of a run all but the joining
+/// ones (the first, after a long run of `cond`s; the last, before one). Runs of 1 to 40 nodes of either kind, at and past the longest run
+/// joined pair by pair (16).
+#[test]
+fn long_runs_of_binders_and_control_flow_stay_ordered_pairwise() {
+    let runs: [(&str, usize); 9] = [
+        ("item", 40),
+        ("cond", 40),
+        ("item", 17),
+        ("cond", 1),
+        ("item", 16),
+        ("cond", 17),
+        ("item", 1),
+        ("cond", 16),
+        ("item", 20),
+    ];
+    let kinds: Vec<&str> = runs
+        .iter()
+        .flat_map(|(kind, n)| std::iter::repeat_n(*kind, *n))
+        .collect();
+    let (dag, reach, position) = assert_binders_and_control_flow_ordered(&kinds);
+    // Within a run: `cond`s pairwise independent, `item`s too but for the
+    // (at most two) each run of `item`s is joined through.
+    let mut start = 0;
+    for (kind, n) in runs {
+        let members: Vec<usize> = (start..start + n).map(|k| position[k]).collect();
+        let ordered_pairs = members
+            .iter()
+            .flat_map(|a| members.iter().map(move |b| (*a, *b)))
+            .filter(|(a, b)| reach[*a][*b])
+            .count();
+        let most = if kind == "cond" { 0 } else { 2 * (n - 1) };
+        assert!(
+            ordered_pairs <= most,
+            "{n} {kind}s from {start}: {ordered_pairs} ordered pairs\n{dag}"
+        );
+        start += n;
+    }
+}
+
+/// Builds the program of `kinds` (`item`: an `item` binding `u<k>`,
+/// `cond`: a `cond` on a buffer of the graph's own) and checks that every
+/// `item` and `cond` of different kinds are ordered by a path; returns the
+/// DAG, its reachability and each unit's node position.
+fn assert_binders_and_control_flow_ordered(kinds: &[&str]) -> (Dag, Vec<Vec<bool>>, Vec<usize>) {
     let mut text = String::from("wrapir 1\n\n");
     for k in 0..kinds.len() {
         text += &format!("symbol u{k}: unbacked [0, 50]\n");
     }
-    // The `cond`s run on a buffer of the graph's own, the `item`s read an
-    // input: only the symbol rule orders one against the other.
-    text += "\ngraph main(arg0_1: i64[][]@cpu, arg1_1: b8[][]@cpu) -> (x) {\n  buffer x: f32[4][1]@cpu\n";
-    for (k, _) in kinds.iter().enumerate().filter(|(_, kind)| **kind == "cond") {
-        text += &format!("  buffer c{k}: multi\n");
+    // Each `cond` runs on a buffer of the graph's own, the `item`s read an
+    // input: only the symbol rule orders one against the other (and
+    // nothing orders two `cond`s).
+    text += "\ngraph main(arg0_1: i64[][]@cpu, arg1_1: b8[][]@cpu) -> (arg1_1) {\n";
+    let conds = || kinds.iter().enumerate().filter(|(_, kind)| **kind == "cond");
+    for (k, _) in conds() {
+        text += &format!("  buffer x{k}: f32[4][1]@cpu\n  buffer c{k}: multi\n");
     }
-    text += "  alloc x\n";
+    for (k, _) in conds() {
+        text += &format!("  alloc x{k}\n");
+    }
     for (k, kind) in kinds.iter().enumerate() {
         text += &match *kind {
             "item" => format!("  item u{k} = arg0_1 node b{k}\n"),
-            _ => format!("  cond c{k} = if arg1_1 then t else t (x)\n"),
+            _ => format!("  cond c{k} = if arg1_1 then t else t (x{k})\n"),
         };
     }
     text += "}\n\ngraph t(t_arg0: f32[4][1]@cpu) -> (t_arg0) {\n}\n";
     let dag = dag_of(&text);
     let reach = reachability(&dag);
-    let position = |name: &str| dag.nodes().iter().position(|n| n.name == name).unwrap();
-    for (a, ka) in kinds.iter().enumerate() {
-        for (b, kb) in kinds.iter().enumerate().skip(a + 1) {
-            let name = |k: usize, kind: &str| {
-                if kind == "item" {
-                    format!("u{k}")
-                } else {
-                    format!("c{k}")
-                }
-            };
-            let (pa, pb) = (position(&name(a, ka)), position(&name(b, kb)));
-            if ka != kb {
-                assert!(reach[pa][pb], "{} before {}:\n{dag}", name(a, ka), name(b, kb));
+    let name = |k: usize| {
+        if kinds[k] == "item" {
+            format!("u{k}")
+        } else {
+            format!("c{k}")
+        }
+    };
+    let position: Vec<usize> = (0..kinds.len())
+        .map(|k| {
+            let name = name(k);
+            dag.nodes()
+                .iter()
+                .position(|n| n.name == name)
+                .unwrap_or_else(|| panic!("no node `{name}`:\n{dag}"))
+        })
+        .collect();
+    for a in 0..kinds.len() {
+        for b in a + 1..kinds.len() {
+            if kinds[a] != kinds[b] {
+                assert!(
+                    reach[position[a]][position[b]],
+                    "{} before {}:\n{dag}",
+                    name(a),
+                    name(b)
+                );
             }
         }
     }
+    (dag, reach, position)
 }
 
 /// `reach[i][j]`: a path leads from node `i` to node `j`.

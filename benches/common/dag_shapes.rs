@@ -7,6 +7,10 @@
 //! - [`symbol_turns`]: `n` times an `item` binding an unbacked symbol,
 //!   then a `cond` (each `cond` is ordered against every binder: one edge
 //!   per pair, n^2, before the runs between them carried the order);
+//! - [`symbol_runs`]: `n` `item`s binding unbacked symbols, then `n`
+//!   independent `cond`s, then `n` `item`s again (every `cond` follows every binder
+//!   before it and precedes every one after it: one edge per pair, n^2,
+//!   before a run of many joined at one of its binders);
 //! - [`slices`]: `n` Triton launches, each writing its own slice of one
 //!   buffer (every access compared with every earlier one of the buffer's).
 
@@ -52,6 +56,34 @@ pub fn symbol_turns(n: usize) -> Program {
     }
     for k in 0..n {
         s += &format!("  item u{k} = arg0_1 node b{k}\n  cond c{k} = if arg1_1 then t else t (arg2_1)\n");
+    }
+    s += "}\n\ngraph t(t_arg0: f32[4][1]@cuda:0) -> (t_arg0) {\n}\n";
+    parse(&s)
+}
+
+/// `n` `item`s binding `u0`..`u<n-1>`, `n` `cond`s, each on a buffer of its
+/// own (independent of each other), then `n` `item`s binding
+/// `u<n>`..`u<2n-1>`.
+pub fn symbol_runs(n: usize) -> Program {
+    let mut s = String::from("wrapir 1\n\n");
+    for k in 0..2 * n {
+        s += &format!("symbol u{k}: unbacked [0, 50]\n");
+    }
+    s += "\ngraph main(arg0_1: i64[][]@cuda:0, arg1_1: b8[][]@cuda:0, arg2_1: f32[4][1]@cuda:0) -> (arg2_1) {\n";
+    for k in 0..n {
+        s += &format!("  buffer x{k}: f32[4][1]@cuda:0\n  buffer c{k}: multi\n");
+    }
+    for k in 0..n {
+        s += &format!("  alloc x{k}\n");
+    }
+    for k in 0..n {
+        s += &format!("  item u{k} = arg0_1 node b{k}\n");
+    }
+    for k in 0..n {
+        s += &format!("  cond c{k} = if arg1_1 then t else t (x{k})\n");
+    }
+    for k in n..2 * n {
+        s += &format!("  item u{k} = arg0_1 node b{k}\n");
     }
     s += "}\n\ngraph t(t_arg0: f32[4][1]@cuda:0) -> (t_arg0) {\n}\n";
     parse(&s)

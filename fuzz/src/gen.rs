@@ -7,8 +7,8 @@
 use arbitrary::{Result, Unstructured};
 use indexmap::IndexMap;
 use wrapir::ir::{
-    ArgValue, BufName, Conditional, DType, Device, GridType, KernelName, Layout, Line, MultiIndex, Predicate,
-    Program, ProgramBuilder, SigType, TritonMeta,
+    ArgValue, BufName, Conditional, DType, Device, DynamicScalar, GridType, KernelName, Layout, Line, MultiIndex,
+    Predicate, Program, ProgramBuilder, SigType, TritonMeta,
 };
 use wrapir::sym::{CmpOp, SymExpr, Symbol};
 
@@ -29,6 +29,12 @@ const EXTERN_OPS: &[&str] = &[
 ];
 const OUT_OPS: &[&str] = &["extern_kernels.mm", "extern_kernels.addmm", "extern_kernels.bmm"];
 const MULTI_OPS: &[&str] = &["torch.ops.aten.topk.default", "torch.ops.mylib.split_by_mask.default"];
+
+/// Unbacked symbols a program's `item` lines may bind.
+const ITEM_SYMBOLS: usize = 48;
+/// The longest run of `item` or `cond` lines one choice writes (past the
+/// DAG's longest run joined pair by pair, 16).
+const MAX_RUN: usize = 24;
 
 struct Gen<'u, 'a> {
     u: &'u mut Unstructured<'a>,
@@ -147,6 +153,15 @@ pub fn program(u: &mut Unstructured<'_>) -> Result<Program> {
             g.symbols.push(s);
         }
     }
+    // Unbacked symbols for runs of `item` lines (each bound once, from a
+    // one-element input): long runs of binders next to runs of `cond`s are
+    // what the dependency DAG joins through one binder.
+    let item_symbols: Vec<Symbol> = if g.u.ratio(1, 3)? {
+        (0..ITEM_SYMBOLS).map(|i| p.unbacked_symbol(&format!("v{i}"), Some(0), Some(16))).collect()
+    } else {
+        Vec::new()
+    };
+    let mut next_item = 0usize;
     let nkernels = g.u.int_in_range(0..=2)?;
     let kernels: Vec<_> = (0..nkernels).map(|i| g.kernel(&mut p, i)).collect::<Result<_>>()?;
 
@@ -184,6 +199,12 @@ pub fn program(u: &mut Unstructured<'_>) -> Result<Program> {
             m.symbol_input(s.as_str(), s);
         }
     }
+    let item_source = if item_symbols.is_empty() {
+        None
+    } else {
+        let device = g.device()?;
+        Some(m.tensor_input("item_src", Layout::contiguous(DType::Int64, device, Vec::new())))
+    };
     let mut defined = vec![false; kernels.len()];
     let mut next = 0usize;
     let fresh = |next: &mut usize| {
@@ -192,7 +213,7 @@ pub fn program(u: &mut Unstructured<'_>) -> Result<Program> {
     };
     let nlines = g.u.int_in_range(0..=12)?;
     for _ in 0..nlines {
-        match g.u.int_in_range(0..=12)? {
+        match g.u.int_in_range(0..=14)? {
             0 => {
                 let l = g.layout()?;
                 live.push(m.allocate(&fresh(&mut next), l));
@@ -296,6 +317,36 @@ pub fn program(u: &mut Unstructured<'_>) -> Result<Program> {
                     operands: vec![operand],
                 }));
                 live.push(m.multi_output(&fresh(&mut next), branch_layout.clone(), &result, &[MultiIndex::Tuple(0)]));
+            }
+            12 if item_source.is_some() => {
+                // A run of `item`s, each binding the next unbound symbol.
+                let run = g.u.int_in_range(1..=MAX_RUN)?;
+                for _ in 0..run {
+                    let (Some(source), Some(symbol)) = (&item_source, item_symbols.get(next_item)) else { break };
+                    next_item += 1;
+                    m.line(Line::DynamicScalar(DynamicScalar {
+                        symbol: symbol.clone(),
+                        source: source.clone(),
+                        keypath: Default::default(),
+                        node: None,
+                    }));
+                    g.symbols.push(symbol.clone());
+                }
+            }
+            13 if with_cond && !live.is_empty() => {
+                // A run of `cond`s on one operand, their results unused.
+                let operand = g.u.choose(&live)?.clone();
+                let run = g.u.int_in_range(1..=MAX_RUN)?;
+                for _ in 0..run {
+                    let result = m.declare_multi(&fresh(&mut next));
+                    m.line(Line::Conditional(Conditional {
+                        result,
+                        predicate: Predicate::Expr(g.cond()?),
+                        true_graph: wrapir::ir::GraphName::new("true_graph_0"),
+                        false_graph: wrapir::ir::GraphName::new("false_graph_0"),
+                        operands: vec![operand.clone()],
+                    }));
+                }
             }
             _ => {
                 if !live.is_empty() && g.u.ratio(1, 2)? {

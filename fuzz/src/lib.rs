@@ -96,6 +96,7 @@ pub fn dag_all(info: &ProgramInfo<'_>) {
     let _ = dag.to_string();
     let identity: Vec<usize> = (0..dag.len()).collect();
     assert!(dag.is_topological(&identity), "the graph's own order is not topological in its DAG");
+    symbol_order(&graph, &dag);
     let compiles = wrapir::exec::interp::compile(&graph, program).is_ok();
     for order in [dag.latest_first_order(), dag.seeded_order(dag.len() as u64)] {
         assert!(dag.is_topological(&order), "a DAG order is not topological: {order:?}");
@@ -109,6 +110,68 @@ pub fn dag_all(info: &ProgramInfo<'_>) {
             "the graph compiles, reordered by its DAG it does not: {:?}",
             again.err()
         );
+    }
+}
+
+/// The DAG's symbol rule, checked pair by pair on DAGs of up to 2,048
+/// nodes (the DAG joins runs of binders and control flow, so most pairs
+/// are ordered through other nodes): every binder and every `cond`,
+/// `switch` or `while_loop` are ordered by a path, and an extern or
+/// `getitem` whose declared layout reads a symbol is ordered against the
+/// symbol's binders.
+fn symbol_order(graph: &wrapir::fx::Graph, dag: &wrapir::exec::dag::Dag) {
+    use wrapir::fx::{Op, Val};
+    let n = dag.len();
+    if n > 2048 {
+        return;
+    }
+    // reach[i]: the nodes a path from `i` leads to, as bits.
+    let words = n.div_ceil(64);
+    let mut reach = vec![vec![0u64; words]; n];
+    for i in (0..n).rev() {
+        for &s in dag.successors(i) {
+            let (head, tail) = reach.split_at_mut(s);
+            let row = &mut head[i];
+            row[s / 64] |= 1 << (s % 64);
+            for (w, t) in row.iter_mut().zip(tail[0].iter()) {
+                *w |= *t;
+            }
+        }
+    }
+    let ordered = |a: usize, b: usize| {
+        let (a, b) = (a.min(b), a.max(b));
+        reach[a][b / 64] & (1 << (b % 64)) != 0
+    };
+    let node = |i: usize| graph.node(dag.nodes()[i].id);
+    let control = |i: usize| matches!(node(i).op, Op::Cond(_) | Op::Switch(_) | Op::WhileLoop(_));
+    let binders: Vec<usize> = (0..n).filter(|&i| !node(i).binds.is_empty()).collect();
+    for i in (0..n).filter(|&i| control(i)) {
+        for &b in binders.iter().filter(|&&b| b != i) {
+            assert!(
+                ordered(b, i),
+                "binder `{}` and control flow `{}` are not ordered in the DAG",
+                dag.nodes()[b].name,
+                dag.nodes()[i].name
+            );
+        }
+    }
+    for i in 0..n {
+        let reader = node(i);
+        if !matches!(reader.op, Op::Extern { .. } | Op::GetItem { .. }) {
+            continue;
+        }
+        let Some(Val::Tensor(layout)) = &reader.val else { continue };
+        let exprs = layout.size.iter().chain(layout.stride.iter()).chain([&layout.offset]);
+        for s in exprs.flat_map(|e| e.free_symbols()) {
+            for &b in binders.iter().filter(|&&b| b != i && node(b).binds.contains(&s)) {
+                assert!(
+                    ordered(b, i),
+                    "`{}` binds `{s}`, which `{}`'s layout reads, and they are not ordered in the DAG",
+                    dag.nodes()[b].name,
+                    dag.nodes()[i].name
+                );
+            }
+        }
     }
 }
 

@@ -105,6 +105,13 @@ pub enum Reason {
     },
     /// One binds the symbol, the other reads the bindings.
     Symbol(Symbol),
+    /// Both bind symbols, in one long run of binders next to a long run of
+    /// `cond`/`switch`/`while_loop` nodes (which are ordered against every
+    /// binder): the later node is the binder through which the run's order
+    /// against that control flow passes (the run's last binder, or the
+    /// first after the control flow), so that n binders and n `cond`s take
+    /// 2n edges rather than one per pair. The symbol is the earlier node's.
+    Join(Symbol),
     /// Both are graph inputs.
     InputOrder,
 }
@@ -304,10 +311,19 @@ impl Dag {
         // before. Every binder and control-flow node in different runs are
         // then ordered through the runs between them, as if each pair had
         // its edge, with edges between neighbouring runs only (a binder
-        // and a `cond` in turn, n times, give 2n edges, not n^2).
+        // and a `cond` in turn, n times, give 2n edges, not n^2). Where
+        // both runs are long, a binder joins them ([`Reason::Join`]): the
+        // last binder of a long run of binders follows the others and the
+        // control flow after the run follows it; the first binder after a
+        // long run of control flow follows the run and the binders after it
+        // follow it (n binders, then n `cond`s, give 2n edges, not n^2; the
+        // `cond`s stay independent of each other).
         let mut previous_run: Vec<usize> = Vec::new();
         let mut run: Vec<usize> = Vec::new();
         let mut run_kind = (false, false);
+        // The binder the current run is joined through, when one is.
+        let mut join: Option<usize> = None;
+        let symbol_of = |p: usize| graph.node(order[p]).binds.first().cloned();
         for (i, id) in order.iter().enumerate() {
             let node = graph.node(*id);
             let reads_all = matches!(node.op, Op::Cond(_) | Op::Switch(_) | Op::WhileLoop(_));
@@ -316,17 +332,46 @@ impl Dag {
             if kind != (false, false) {
                 if kind != run_kind || kind == (true, true) {
                     previous_run = std::mem::take(&mut run);
+                    join = None;
+                    if previous_run.len() > FULL_JOIN_MAX && run_kind == (true, false) {
+                        // A long run of binders before control flow: its last
+                        // binder follows the others.
+                        if let Some((&last, others)) = previous_run.split_last() {
+                            for &p in others {
+                                if let Some(s) = symbol_of(p) {
+                                    b.add(p, last, Reason::Join(s));
+                                }
+                            }
+                            join = Some(last);
+                        }
+                    }
                     run_kind = kind;
                 }
-                for &p in &previous_run {
-                    // The symbol a binder of the pair binds.
-                    let binder = if graph.node(order[p]).binds.is_empty() {
-                        *id
-                    } else {
-                        order[p]
-                    };
-                    if let Some(s) = graph.node(binder).binds.first() {
-                        b.add(p, i, Reason::Symbol(s.clone()));
+                match join {
+                    Some(j) if j < i => {
+                        // A node of a run joined through the binder `j` (the
+                        // last of the run before, or the first of this one).
+                        let reason = match symbol_of(j) {
+                            Some(s) if kind.0 && !kind.1 && run.first() == Some(&j) => Some(Reason::Join(s)),
+                            s => s.map(Reason::Symbol),
+                        };
+                        if let Some(reason) = reason {
+                            b.add(j, i, reason);
+                        }
+                    }
+                    _ => {
+                        for &p in &previous_run {
+                            // The symbol a binder of the pair binds.
+                            let binder = if graph.node(order[p]).binds.is_empty() { i } else { p };
+                            if let Some(s) = symbol_of(binder) {
+                                b.add(p, i, Reason::Symbol(s));
+                            }
+                        }
+                        if run.is_empty() && kind == (true, false) && previous_run.len() > FULL_JOIN_MAX {
+                            // The first binder after a long run of control
+                            // flow: the binders after it follow it.
+                            join = Some(i);
+                        }
                     }
                 }
                 run.push(i);
@@ -418,6 +463,12 @@ impl Dag {
         }
     }
 }
+
+/// The longest run of binders or control flow whose nodes each get an edge
+/// from every node of the next run; a longer one is joined through one
+/// binder ([`Reason::Join`]), so that the symbol edges stay under
+/// `FULL_JOIN_MAX` per node.
+const FULL_JOIN_MAX: usize = 16;
 
 /// A storage's accesses so far: its last writer and the readers since.
 #[derive(Default)]

@@ -46,6 +46,7 @@ impl Dag {
                 format!("{access} {}{via}", self.storage_name(*storage))
             }
             Reason::Symbol(s) => format!("symbol `{s}` bound, read"),
+            Reason::Join(s) => format!("symbol `{s}` bound, joined with the binders of its run"),
             Reason::InputOrder => "input order".into(),
         }
     }
