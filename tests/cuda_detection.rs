@@ -27,7 +27,6 @@ mod op_cases;
 use indexmap::IndexMap;
 use std::path::Path;
 use wrapir::bundle::Bundle;
-use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::host::kernels as host_kernels;
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{
@@ -43,23 +42,11 @@ type Kwargs = IndexMap<String, Value<Tensor>>;
 
 /// `op` on the device (host fallback off): its result, copied out.
 fn on_device(op: &str, args: &[Value<Tensor>], kwargs: &Kwargs) -> Result<Tensor, String> {
-    let options = CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    let mut backend = CudaBackend::new(options).map_err(|e| format!("no GPU: {e}"))?;
-    let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, args, kwargs);
-    let result = backend
-        .call_extern(ExternCall::new(op, &dev_args, &dev_kwargs))
-        .map_err(|e| e.to_string())?;
-    if !log.host_ops().is_empty() {
-        return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
+    let mut out = common::extern_on_device(op, args, kwargs)?;
+    match (out.pop(), out.is_empty()) {
+        (Some(t), true) => Ok(t),
+        _ => Err(format!("{op} returned {} tensors, not one", out.len() + 1)),
     }
-    let Value::Tensor(t) = result else {
-        return Err(format!("{op} returned {}, not one tensor", result.kind()));
-    };
-    backend.copy_out(&t).map_err(|e| e.to_string())
 }
 
 fn on_host(op: &str, args: &[Value<Tensor>], kwargs: &Kwargs) -> Result<Tensor, String> {

@@ -16,54 +16,15 @@ mod common;
 mod op_cases;
 
 use indexmap::IndexMap;
-use wrapir::exec::cuda::{CudaBackend, CudaOptions};
 use wrapir::exec::host::HostBackend;
 use wrapir::exec::{Backend, ExternCall, Tensor, Value};
 use wrapir::ir::DType;
-
-/// `op` on the device (host fallback off): its result tensors, copied out.
-fn on_device(
-    op: &str,
-    args: &[Value<Tensor>],
-    kwargs: &IndexMap<String, Value<Tensor>>,
-) -> Result<Vec<Tensor>, String> {
-    let options = CudaOptions {
-        host_fallback: false,
-        ..CudaOptions::from_env()
-    };
-    let log = options.extern_ops.clone();
-    let mut backend = CudaBackend::new(options).map_err(|e| format!("no GPU: {e}"))?;
-    let (dev_args, dev_kwargs) = common::copy_call_in(&mut backend, args, kwargs);
-    let result = backend
-        .call_extern(ExternCall::new(op, &dev_args, &dev_kwargs))
-        .map_err(|e| e.to_string())?;
-    if !log.host_ops().is_empty() {
-        return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
-    }
-    let mut out = Vec::new();
-    let mut device = Vec::new();
-    collect(&result, &mut device);
-    for t in &device {
-        out.push(backend.copy_out(t).map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
-
-fn collect<T: Clone>(v: &Value<T>, out: &mut Vec<T>) {
-    match v {
-        Value::Tensor(t) => out.push(t.clone()),
-        Value::List(items) => items.iter().for_each(|i| collect(i, out)),
-        _ => {}
-    }
-}
 
 fn on_host(op: &str, args: &[Value<Tensor>], kwargs: &IndexMap<String, Value<Tensor>>) -> Vec<Tensor> {
     let result = HostBackend::default()
         .call_extern(ExternCall::new(op, args, kwargs))
         .unwrap_or_else(|e| panic!("host {op}: {e}"));
-    let mut out = Vec::new();
-    collect(&result, &mut out);
-    out
+    common::tensors_of(&result)
 }
 
 fn t(dtype: DType, values: &[f64], size: &[i64]) -> Value<Tensor> {
@@ -94,7 +55,7 @@ fn recorded_histc_and_grouped_mm_cases_match_pytorch() {
         }
         ran += 1;
         let (call, args, kwargs) = op_cases::call(case);
-        match on_device(&call, &args, &kwargs) {
+        match common::extern_on_device(&call, &args, &kwargs) {
             Ok(got) => {
                 let want = case["outputs"].as_array().unwrap();
                 if got.len() != want.len() {
@@ -177,7 +138,7 @@ fn histc_takes_integers_and_pytorchs_cuda_range_rules() {
             Value::Tensor(x) => x.dtype(),
             _ => unreachable!(),
         };
-        match on_device(op, &[x, int(bins), int(min), int(max)], &none) {
+        match common::extern_on_device(op, &[x, int(bins), int(min), int(max)], &none) {
             Ok(got) => {
                 let g = &got[0];
                 if g.dtype() != dtype || g.size() != [bins] || g.stride() != [1] {
@@ -192,10 +153,10 @@ fn histc_takes_integers_and_pytorchs_cuda_range_rules() {
     }
     common::assert_no_failures(&failures);
     let nan = t(Float32, &[1.0, f64::NAN, 2.0], &[3]);
-    let e = on_device(op, &[nan, int(4), int(0), int(0)], &none).unwrap_err();
+    let e = common::extern_on_device(op, &[nan, int(4), int(0), int(0)], &none).unwrap_err();
     assert!(e.contains("histc") && e.contains("not finite"), "{e}");
     let half = t(Float16, &[1.0, 2.0], &[2]);
-    let e = on_device(op, &[half, int(4), int(0), int(3)], &none).unwrap_err();
+    let e = common::extern_on_device(op, &[half, int(4), int(0), int(3)], &none).unwrap_err();
     assert!(e.contains("histc"), "{e}");
 }
 
@@ -213,7 +174,7 @@ fn larger_inputs_agree_with_the_host() {
         Value::Float(-0.5),
         Value::Float(1.5),
     ];
-    let got = on_device("torch.ops.aten.histc.default", &args, &none).unwrap();
+    let got = common::extern_on_device("torch.ops.aten.histc.default", &args, &none).unwrap();
     let want = on_host("torch.ops.aten.histc.default", &args, &none);
     assert_eq!(got[0].to_f64_vec().unwrap(), want[0].to_f64_vec().unwrap());
 
@@ -234,7 +195,7 @@ fn larger_inputs_agree_with_the_host() {
     let offs = Value::Tensor(Tensor::from_i64(DType::Int32, &[5, 5, 20, 33, 33, 50, 60, 60], &[8]).unwrap());
     let args = [input, weight, offs];
     let op = "torch.ops.transformers.grouped_mm_fallback.default";
-    let got = on_device(op, &args, &none).unwrap();
+    let got = common::extern_on_device(op, &args, &none).unwrap();
     let want = on_host(op, &args, &none);
     assert_eq!((got[0].size(), got[0].stride()), (want[0].size(), want[0].stride()));
     let (g, w) = (got[0].to_f64_vec().unwrap(), want[0].to_f64_vec().unwrap());

@@ -193,6 +193,50 @@ pub fn device_only_backend(
     Ok((backend, log))
 }
 
+/// Every tensor of `v`, in order (a list's items in turn).
+pub fn tensors_of<T: Clone>(v: &wrapir::exec::Value<T>) -> Vec<T> {
+    fn collect<T: Clone>(v: &wrapir::exec::Value<T>, out: &mut Vec<T>) {
+        match v {
+            wrapir::exec::Value::Tensor(t) => out.push(t.clone()),
+            wrapir::exec::Value::List(items) => items.iter().for_each(|i| collect(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    collect(v, &mut out);
+    out
+}
+
+/// `op` called once on a CUDA backend that runs it on the device (no host
+/// fallback; options otherwise from the environment), the call's tensors
+/// copied in: every tensor of its result, copied out. An error if the op
+/// failed or ran on the host.
+#[cfg(feature = "cuda")]
+pub fn extern_on_device(
+    op: &str,
+    args: &[wrapir::exec::Value<wrapir::exec::Tensor>],
+    kwargs: &indexmap::IndexMap<String, wrapir::exec::Value<wrapir::exec::Tensor>>,
+) -> Result<Vec<wrapir::exec::Tensor>, String> {
+    use wrapir::exec::Backend;
+    let options = wrapir::exec::cuda::CudaOptions {
+        host_fallback: false,
+        ..wrapir::exec::cuda::CudaOptions::from_env()
+    };
+    let log = options.extern_ops.clone();
+    let mut backend = wrapir::exec::cuda::CudaBackend::new(options).map_err(|e| format!("no GPU: {e}"))?;
+    let (dev_args, dev_kwargs) = copy_call_in(&mut backend, args, kwargs);
+    let result = backend
+        .call_extern(wrapir::exec::ExternCall::new(op, &dev_args, &dev_kwargs))
+        .map_err(|e| e.to_string())?;
+    if !log.host_ops().is_empty() {
+        return Err(format!("ran on the host fallback: {:?}", log.host_ops()));
+    }
+    tensors_of(&result)
+        .iter()
+        .map(|t| backend.copy_out(t).map_err(|e| e.to_string()))
+        .collect()
+}
+
 /// The bits of a host tensor's elements, for bit-for-bit comparison:
 /// floating elements widened to f64 exactly, integers to i64, complex
 /// elements as their parts.
