@@ -361,6 +361,22 @@ class CpuExport(unittest.TestCase):
         with open(os.path.join(r.path, "bundle.json")) as f:
             self.assertEqual(json.load(f).get("op_libraries"), {"wrapir_lib::twice": __name__})
 
+    def test_nested_compile_region_is_refused_naming_it(self):
+        import wrapir_export as we
+
+        @torch.compiler.nested_compile_region
+        def block(x):
+            return torch.sin(x) @ x.t()
+
+        def f(x):
+            return block(x) + block(x + 1)
+
+        with self.assertRaises(we.ExportError) as ctx:
+            self.export(f, [torch.rand(8, 8)], "nested_region")
+        first = str(ctx.exception).splitlines()[0]
+        self.assertIn("torch.compiler.nested_compile_region", first)
+        self.assertIn("compile without the decorator", first)
+
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we
         from wrapir_export import convert

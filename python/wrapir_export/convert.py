@@ -16,7 +16,7 @@ from . import exprs
 from .control import ControlFlowMixin, ControlMarker, describe, line_text
 from .errors import Unconvertible
 from .redact import redact
-from .symbol_statements import SymbolStatement, symbol_value
+from .symbol_statements import InvokeSubgraphMarker, SymbolStatement, symbol_value
 
 
 class Capture:
@@ -390,6 +390,8 @@ class GraphConverter(ControlFlowMixin):
             return self.convert_control(lines, i)
         if isinstance(line, SymbolStatement):
             return self.symbol_statement(lines, i)
+        if isinstance(line, InvokeSubgraphMarker):
+            raise Unconvertible(line.refusal())
         if isinstance(line, W.NullLine):
             return i + 1
         if isinstance(line, W.AllocateLine):
