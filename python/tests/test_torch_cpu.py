@@ -72,6 +72,13 @@ class CpuExport(unittest.TestCase):
 
         return we.export(fn, inputs, os.path.join(self.dir, name), **CPU, **kw)
 
+    def wrapir_succeeds(self, *args):
+        """Runs the wrapir binary with `args`, where there is one, and asserts it exits 0."""
+        wrapir = wrapir_binary()
+        if wrapir:
+            run = subprocess.run([wrapir, *args], capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
     def program(self, r):
         with open(os.path.join(r.path, "program.json")) as f:
             return json.load(f)
@@ -342,10 +349,7 @@ class CpuExport(unittest.TestCase):
             cpp = json.load(f)["host_kernels"]["cpp"]
         self.assertEqual(cpp["isa"], "avx2")
         self.assertIn("-mavx2", cpp["flags"])
-        wrapir = wrapir_binary()
-        if wrapir:
-            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
-            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_python_custom_ops_record_their_library(self):
         # An op of `torch.library.custom_op` is named in bundle.json's `op_libraries` with
@@ -475,10 +479,7 @@ class CpuExport(unittest.TestCase):
         sizes = [ln["size"][0] for ln in lines if ln["line"] == "assert_size_stride"
                  and ln.get("context") == "torch.ops.aten.index.Tensor"]
         self.assertEqual(sizes, ["u0"] * 3, lines)
-        wrapir = wrapir_binary()
-        if wrapir:
-            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
-            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_slices_and_selects_of_unbacked_sizes_bind_their_symbols(self):
         # Inductor writes the length of a slice of an unbacked size (`keep[:3]`,
@@ -505,11 +506,8 @@ class CpuExport(unittest.TestCase):
         if TORCH_VERSION < (2, 12):
             # 2.15 sizes these slices without statements (`min(3, u0)` in the layouts).
             self.assertEqual(len(statements), 3, text)
-        wrapir = wrapir_binary()
-        if wrapir:
-            for cmd in (["check", r.path], ["run", r.path, "--device", "cpu"]):
-                run = subprocess.run([wrapir, *cmd], capture_output=True, text=True)
-                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.wrapir_succeeds("check", r.path)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_slice_bounds_of_unknown_sign_select_their_branch_when_run(self):
         # `x[n:]` and `x[:n]` with `n` read from a tensor: Inductor's statements branch on
@@ -519,14 +517,11 @@ class CpuExport(unittest.TestCase):
             n = p.item()
             return x[n:] * 2, x[:n] + 1
 
-        wrapir = wrapir_binary()
         for n in (-5, 5):
             with torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True):
                 r = self.export(f, [torch.rand(16), torch.tensor(n)], f"unknown_sign_{n + 5}")
             self.assertTrue(r.ok, r.errors)
-            if wrapir:
-                run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
-                self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_an_output_rebuilt_after_the_graph_is_judged_by_the_graphs_own(self):
         # `x[i]` at a 0-d index tensor `i` computed in the graph is `x.select(0, i.item())`:
@@ -545,10 +540,7 @@ class CpuExport(unittest.TestCase):
         self.assertIn("graph_out1", r.info["expected"])
         self.assertTrue([w for w in r.warnings if w.startswith("output 1: the compiled graph returns torch.int64 []")],
                         r.warnings)
-        wrapir = wrapir_binary()
-        if wrapir:
-            run = subprocess.run([wrapir, "run", r.path, "--device", "cpu"], capture_output=True, text=True)
-            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     @unittest.skipIf(torch is None or TORCH_VERSION < (2, 15), "ExternKernelMultiOutLine is PyTorch 2.15+")
     def test_custom_op_multi_out_variant(self):
