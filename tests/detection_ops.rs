@@ -112,6 +112,21 @@ fn other_dtypes_and_shapes_are_refused_by_name() {
     assert!(e.contains("one boolean mask"), "{e}");
 }
 
+/// A mask over no rows of a tensor whose trailing sizes multiply past any
+/// count: an error naming the sizes, not an overflow.
+#[test]
+fn a_mask_over_rows_too_large_to_count_is_an_error() {
+    let huge = 1i64 << 40;
+    let values = match Tensor::from_f64(DType::Float32, &[], &[0, huge, huge]) {
+        Ok(t) => Value::Tensor(t),
+        // The tensor itself refuses sizes like these: nothing to index.
+        Err(e) => return eprintln!("tensor refused: {e}"),
+    };
+    let mask = tensor(DType::Bool, &[], &[0]);
+    let e = call(INDEX, vec![values, Value::List(vec![mask])]).unwrap_err();
+    assert!(e.contains("too many elements"), "{e}");
+}
+
 #[test]
 fn nms_of_no_boxes_is_an_empty_int64_index() {
     let boxes = tensor(DType::Float32, &[], &[0, 4]);

@@ -230,7 +230,12 @@ fn index(a: &Args<'_>, o: &BuiltinOptions) -> Result<Value<Tensor>, ExecError> {
     let mut shape = vec![i64::try_from(count).map_err(|_| a.err("too many rows"))?];
     shape.extend_from_slice(rest);
     a.result_elements(&shape, x.dtype().size_bytes(), o.max_alloc_bytes())?;
-    let row: usize = rest.iter().map(|&d| d as usize).product();
+    // A row's element count, checked: `self` may hold no rows and still
+    // declare trailing sizes whose product overflows.
+    let row = rest
+        .iter()
+        .try_fold(1usize, |n, &d| usize::try_from(d).ok().and_then(|d| n.checked_mul(d)))
+        .ok_or_else(|| a.err(format!("the rows of {:?} have too many elements", x.size())))?;
     let t = super::tensor::with_dtype!(x.dtype(), T => {
         let v: Vec<T> = x.to_vec::<T>()?;
         let mut picked: Vec<T> = Vec::with_capacity(count * row);
