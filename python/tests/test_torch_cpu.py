@@ -1018,6 +1018,51 @@ if __name__ == "__main__":
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
+@unittest.skipUnless(torch, "PyTorch is not installed")
+class UpstreamFixes(unittest.TestCase):
+    def test_lstm_decomposition_states_take_eager_shapes(self):
+        # `aten.lstm.input`'s decomposition is what Inductor compiles for non-CPU devices; on
+        # `meta` tensors it takes that path. With the fix applied its final states have the
+        # shapes (and on the CPU the values) of eager's LSTM, bidirectional and two layers.
+        from torch._decomp import decomposition_table
+        from wrapir_export import upstream_fixes as UF
+        torch.manual_seed(0)
+        lstm = torch.nn.LSTM(6, 5, num_layers=2, bidirectional=True, batch_first=True)
+        x = torch.randn(3, 4, 6)
+        h0 = torch.zeros(4, 3, 5)
+        eager_out, (eager_h, eager_c) = lstm(x, (h0, h0))
+        dec = decomposition_table[torch.ops.aten.lstm.input]
+
+        def run(device):
+            with torch.no_grad():
+                weights = [w.detach().to(device) for w in lstm._flat_weights]
+                args = (x.to(device), [h0.to(device), h0.to(device)], weights, True, 2, 0.0, False, True, True)
+                return dec(*args)
+
+        broken = UF.lstm_states_have_extra_dim(torch)
+        notes = []
+        with UF.applied(torch, notes):
+            out, h, c = run("meta")
+        self.assertEqual(notes, [UF.LSTM_NOTE] if broken else [])
+        self.assertEqual((tuple(out.shape), tuple(h.shape), tuple(c.shape)),
+                         (tuple(eager_out.shape), tuple(eager_h.shape), tuple(eager_c.shape)))
+        if broken:
+            _, h_unfixed, _ = run("meta")
+            self.assertEqual(h_unfixed.dim(), 4, "the probe found a bug the decomposition does not have")
+        # Values: one layer, one direction, on the CPU, against eager's LSTM of the same weights.
+        from torch._decomp import decompositions as D
+        one = torch.nn.LSTM(6, 5)
+        seq_first = x.transpose(0, 1).contiguous()
+        with torch.no_grad():
+            _, (want_h, want_c) = one(seq_first)
+            with UF.applied(torch, []):
+                zeros = torch.zeros(3, 5)
+                _, (got_h, got_c) = D.one_layer_lstm(seq_first, (zeros, zeros), list(one._flat_weights), True)
+        self.assertEqual(tuple(got_h.shape), (3, 5))
+        torch.testing.assert_close(got_h, want_h[0])
+        torch.testing.assert_close(got_c, want_c[0])
+
+
 class ScopeLines(unittest.TestCase):
     """Inductor's stream, memory-pool and kernel-profile lines (CUDA-only or C++-wrapper-only,
     so no CPU capture reaches them): the installed PyTorch's own line objects, converted."""

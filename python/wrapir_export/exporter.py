@@ -24,6 +24,7 @@ from . import cpu_templates as CT
 from . import device_check as D
 from . import mutations as M
 from . import names as N
+from . import upstream_fixes as UF
 from .capture import SESSION, install
 from .errors import ExportError
 from .tolerances import (MathModes, check_math, compare, compiled_tolerance, eager_tolerance, flatten_outputs,
@@ -325,6 +326,8 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
     config_patch = {"fx_graph_cache": False, "compile_threads": 1, **HOST_CONFIG,
                     **H.inductor_config(H.current_isa())}
     notes_extra = []
+    # The upstream fixes applied (each run of the program notes them again: kept once).
+    fixes = []
     if "freezing" in (compile_kwargs.get("options") or {}):
         # Dynamo reads Inductor's `freezing` while tracing (parameters become constants
         # only when it is set then), before torch.compile's options apply.
@@ -337,6 +340,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         stack = contextlib.ExitStack()
         stack.enter_context(mode())
         stack.enter_context(CT.host_templates())
+        stack.enter_context(UF.applied(torch, fixes))
         return stack
 
     if uses_cudagraphs(torch, compile_kwargs):
@@ -432,7 +436,7 @@ def _export(torch, name, fn, make_inputs, compile_kwargs, bundle, options, is_mo
         stage("writing", bundle)
         main = mains[0]
         program, kernels, notes, constant_values = B.assemble_program(caps, main, modules, bundle, errors)
-        notes += notes_extra
+        notes += list(dict.fromkeys(fixes)) + notes_extra
         B.write_program(bundle, program)
         input_names, exp_names, int_outputs, compiled_names = B.write_tensors(
             torch, bundle, main, mod, constant_values, exp_values, exp_ints, got_values, errors, notes)
