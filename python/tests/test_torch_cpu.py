@@ -365,9 +365,17 @@ class CpuExport(unittest.TestCase):
         with open(os.path.join(r.path, "bundle.json")) as f:
             self.assertEqual(json.load(f).get("op_libraries"), {"wrapir_lib::twice": __name__})
 
-    def test_nested_compile_region_is_refused_naming_it(self):
-        import wrapir_export as we
+    def region_calls(self, p, op):
+        """The lines of `p`'s main graph that call `op` (a kernel or an extern op), and the
+        buffers each names."""
+        calls = [ln for ln in p["main"]["lines"] if ln.get("kernel") == op and ln["line"] == "kernel_call"
+                 or ln.get("op") == op]
+        return calls, [set(re.findall(r'"value": "(\w+)"', json.dumps(c))) for c in calls]
 
+    def test_nested_compile_region_called_twice_is_spliced_at_each_call(self):
+        # `torch.compiler.nested_compile_region` (Inductor's invoke_subgraph: one function,
+        # called at each use): the region's lines run in place at each call, its kernel
+        # defined once and launched once per call, each call with buffers of its own.
         @torch.compiler.nested_compile_region
         def block(x):
             return torch.sin(x) @ x.t()
@@ -375,11 +383,67 @@ class CpuExport(unittest.TestCase):
         def f(x):
             return block(x) + block(x + 1)
 
-        with self.assertRaises(we.ExportError) as ctx:
-            self.export(f, [torch.rand(8, 8)], "nested_region")
-        first = str(ctx.exception).splitlines()[0]
-        self.assertIn("torch.compiler.nested_compile_region", first)
-        self.assertIn("compile without the decorator", first)
+        r = self.export(f, [torch.rand(8, 8)], "nested_region")
+        self.assertTrue(r.ok, r.errors)
+        p = self.program(r)
+        self.assertNotIn("subgraphs", p)
+        lines = p["main"]["lines"]
+        sin = [k for k in p["kernels"] if "sin" in k]
+        self.assertEqual(len(sin), 1, list(p["kernels"]))
+        defs = [ln for ln in lines if ln == {"line": "kernel_definition", "kernel": sin[0]}]
+        self.assertEqual(len(defs), 1)
+        launches, named = self.region_calls(p, sin[0])
+        self.assertEqual(len(launches), 2)
+        mms, mm_named = self.region_calls(p, "extern_kernels.mm")
+        self.assertEqual(len(mms), 2)
+        # The two calls share no buffer: the first reads the input, the second `x + 1`.
+        self.assertFalse(named[0] & named[1], named)
+        self.assertFalse(mm_named[0] & mm_named[1], mm_named)
+        # What the region leaves live (`sin(x)`) dies at the end of each call.
+        freed = {ln["buffer"] for ln in lines if ln["line"] == "free"}
+        sines = [call["args"][1]["value"]["value"] for call in launches]
+        self.assertTrue(set(sines) <= freed, (sines, freed))
+        self.wrapir_succeeds("check", r.path)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
+
+    def test_nested_compile_region_with_two_outputs_feeding_a_matmul(self):
+        # A region returning two tensors, called on the graph's input and then on its own
+        # outputs, weights passed in; the second call's outputs feed a matmul.
+        @torch.compiler.nested_compile_region
+        def pair(x, w):
+            h = torch.nn.functional.gelu(x @ w)
+            return h.sin(), h * x.sum()
+
+        def f(x, w1, w2, v):
+            a, b = pair(x, w1)
+            c, d = pair(a + b, w2)
+            return (c - d) @ v
+
+        inputs = [torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8), torch.randn(8, 3)]
+        r = self.export(f, inputs, "nested_region_pair")
+        self.assertTrue(r.ok, r.errors)
+        p = self.program(r)
+        self.assertNotIn("subgraphs", p)
+        mms, named = self.region_calls(p, "extern_kernels.mm")
+        self.assertEqual(len(mms), 3)  # one per call, then `(c - d) @ v`
+        self.assertFalse(named[0] & named[1], named)
+        self.wrapir_succeeds("check", r.path)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
+
+    def test_nested_compile_region_with_dynamic_shapes(self):
+        # Under dynamic=True the region takes the sizes as symbol inputs: the caller's own.
+        @torch.compiler.nested_compile_region
+        def normalized(x):
+            return x / x.norm(dim=-1, keepdim=True)
+
+        r = self.export(lambda x: normalized(x) + normalized(x * 2), [torch.randn(5, 8)], "nested_region_dyn",
+                        dynamic=True)
+        self.assertTrue(r.ok, r.errors)
+        p = self.program(r)
+        self.assertNotIn("subgraphs", p)
+        self.assertTrue(any(k["kind"] == "backed" for k in p["symbols"].values()), p["symbols"])
+        self.wrapir_succeeds("check", r.path)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we

@@ -160,13 +160,14 @@ def assemble_program(caps, main, modules, bundle, errors):
     constants = {}
     constant_values = {}
     for c in caps:
-        symbols.update(c.symbol_info)
+        if not c.inlined:  # a spliced region's symbols are its callers' (renamed where it binds them)
+            symbols.update(c.symbol_info)
         constants.update(c.constants)
         constant_values.update(c.constant_values)
     kernels = fill_kernels(kernels_all, modules, os.path.join(bundle, "kernels"), errors)
     notes = []
     for c in caps:
-        if c.graph is not None:
+        if c.graph is not None and not c.inlined:
             name_call_args(c.graph["lines"], kernels, notes)
     program = {"format_version": FORMAT_VERSION}
     if symbols:
@@ -176,7 +177,7 @@ def assemble_program(caps, main, modules, bundle, errors):
     if kernels:
         program["kernels"] = kernels
     program["main"] = main.graph
-    subs = {c.name: c.graph for c in caps if c.is_subgraph and c.graph is not None}
+    subs = {c.name: c.graph for c in caps if c.is_subgraph and c.graph is not None and not c.inlined}
     if subs:
         program["subgraphs"] = subs
     # The module's own attribute is the value its `call` reads; the capture's is the same.

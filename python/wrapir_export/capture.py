@@ -28,7 +28,8 @@ import traceback
 
 from .control import ControlMarker
 from .convert import Capture, GraphConverter
-from .symbol_statements import InvokeSubgraphMarker, SymbolStatement
+from .regions import InvokeSubgraphMarker
+from .symbol_statements import SymbolStatement
 
 
 class Session:
@@ -110,6 +111,7 @@ def make_wrapper_classes():
             cap.line_count = len(lines)
             try:
                 conv = GraphConverter(self, cap)
+                conv.earlier_kernels = {k: v for c in SESSION.captures for k, v in c.kernels.items()}
                 conv.convert(lines)
                 conv.finish()
             except Exception as e:
@@ -127,10 +129,15 @@ def make_wrapper_classes():
             super().codegen_dynamic_select_index(node, *args, **kwargs)
 
         def codegen_invoke_subgraph(self, invoke_subgraph, *args, **kwargs):
-            # `torch.compiler.nested_compile_region`: no wrapir line kind yet (the
-            # converter refuses the marker, naming the region).
-            self.writeline(MarkerLine(InvokeSubgraphMarker(invoke_subgraph)))
+            # `torch.compiler.nested_compile_region`: the converter splices the region's
+            # graph in at each call (`regions.py`). Its capture is the latest one of its
+            # name: the first call generates (and captures) the region's function.
+            start = InvokeSubgraphMarker(invoke_subgraph)
+            self.writeline(MarkerLine(start))
             super().codegen_invoke_subgraph(invoke_subgraph, *args, **kwargs)
+            name = invoke_subgraph.subgraph.graph.name
+            start.capture = next((c for c in reversed(SESSION.captures) if c.name == name), None)
+            self.writeline(MarkerLine(InvokeSubgraphMarker(invoke_subgraph, end=True)))
 
         def codegen_conditional(self, conditional):
             self.writeline(MarkerLine(ControlMarker("cond", conditional)))

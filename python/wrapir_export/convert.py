@@ -16,7 +16,8 @@ from . import exprs
 from .control import ControlFlowMixin, ControlMarker, describe, line_text
 from .errors import Unconvertible
 from .redact import redact
-from .symbol_statements import InvokeSubgraphMarker, SymbolStatement, symbol_value
+from .regions import InvokeSubgraphMarker, RegionMixin
+from .symbol_statements import SymbolStatement, symbol_value
 
 
 class Capture:
@@ -33,6 +34,7 @@ class Capture:
         self.constant_values = {}  # name -> the constant tensor (`V.graph.constants`)
         self.errors = []           # conversion errors (strings)
         self.line_count = 0        # Wrapper IR lines seen
+        self.inlined = False       # a nested compile region's graph, spliced into its callers
 
 
 class BufRef:
@@ -91,7 +93,7 @@ RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
 RE_NONE = re.compile(r"^(\w+) = None$")
 
 
-class GraphConverter(ControlFlowMixin):
+class GraphConverter(ControlFlowMixin, RegionMixin):
     """Converts the lines of the graph being generated (`V.graph`) to wrapir JSON."""
 
     def __init__(self, wrapper, capture):
@@ -115,6 +117,11 @@ class GraphConverter(ControlFlowMixin):
         self.call_arg_names = {}
         # Unbacked symbols an `unbacked_symbol_defs` line has bound (see `unbacked_defs`).
         self.unbacked_bound = set()
+        # The kernels of the graphs converted before this one (`capture.py` sets them): a
+        # kernel Inductor defined for one of them may be called here without a definition.
+        self.earlier_kernels = {}
+        # Spliced calls of nested compile regions (`regions.py`): call -> {output index: name}.
+        self.region_calls = {}
         # Wrapper IR line classes that one method converts whole (no class here is a
         # subclass of another, so the order does not matter).
         self.line_handlers = (
@@ -391,7 +398,9 @@ class GraphConverter(ControlFlowMixin):
         if isinstance(line, SymbolStatement):
             return self.symbol_statement(lines, i)
         if isinstance(line, InvokeSubgraphMarker):
-            raise Unconvertible(line.refusal())
+            return self.convert_region(lines, i)
+        if self.region_call_remnant(line):
+            return i + 1
         if isinstance(line, W.NullLine):
             return i + 1
         if isinstance(line, W.AllocateLine):
@@ -751,7 +760,7 @@ class GraphConverter(ControlFlowMixin):
     def host_kernel_call(self, line):
         """A direct call of a C++ or Halide kernel: positional arguments in the kernel's order."""
         name = line.kernel_name
-        kind = self.cap.kernels.get(name, {}).get("_kind")
+        kind = (self.cap.kernels.get(name) or self.earlier_kernels.get(name) or {}).get("_kind")
         if kind not in ("cpp", "halide"):
             raise Unconvertible(f"non-Triton kernel call `{name}` of a {kind or 'undefined'} kernel")
         raw_args = line.raw_args if line.raw_args is not None else [None] * len(line.call_args)

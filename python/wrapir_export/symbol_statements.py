@@ -44,20 +44,6 @@ class SymbolStatement:
         return [f"{s}_start", f"{s}_end", s] if self.kind == "slice_size" else [s]
 
 
-class InvokeSubgraphMarker:
-    """A marker in the captured lines: Inductor's `ir.InvokeSubgraph` (a
-    `torch.compiler.nested_compile_region` call), which wrapir has no line kind for."""
-
-    def __init__(self, node):
-        self.node = node
-
-    def refusal(self):
-        sub = getattr(getattr(self.node, "subgraph", None), "name", None) or "a subgraph"
-        return (f"`{self.node.get_name()}` calls {sub}, a `torch.compiler.nested_compile_region` (Inductor's "
-                f"invoke_subgraph): wrapir has no line kind for it yet; compile without the decorator "
-                f"(Inductor then inlines the region)")
-
-
 def _sign(x, sizevars, sympy):
     """`True` when `x >= 0` is known, `False` when `x < 0` is known, else `None`."""
     if isinstance(x, int) or getattr(x, "is_Integer", False):
