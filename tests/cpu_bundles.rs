@@ -30,12 +30,14 @@ struct BundleSet {
 }
 
 /// The control-flow cases (`cases_cpu_control.py`) of PyTorch 2.15, where
-/// `torch.cond` is a `switch` line and `torch.switch` exists.
+/// `torch.cond` is a `switch` line and `torch.switch` exists, and a nested
+/// compile region called twice (spliced in at each call by the exporter).
 const CONTROL_CASES: &[&str] = &[
     "cond_tensor_pred",
     "cond_sym_pred",
     "while_tensor_carries",
     "switch_three",
+    "nested_region",
 ];
 
 /// Every committed set: the oldest and the newest PyTorch the exporter supports.

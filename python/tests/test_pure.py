@@ -24,14 +24,15 @@ sys.path.insert(0, PYTHON_DIR)
 
 from wrapir_export import control, exprs, kernels, launch, redact, safetensors  # noqa: E402
 from wrapir_export import bundle as B  # noqa: E402
-from wrapir_export import cases, cli, exporter, fx, names, ranks, tolerances  # noqa: E402
+from wrapir_export import cases, cli, exporter, fx, names, ranks, regions, tolerances  # noqa: E402
 from wrapir_export.errors import ExportError, Unconvertible  # noqa: E402
 
 MODULES = ["wrapir_export", "wrapir_export.errors", "wrapir_export.redact", "wrapir_export.safetensors",
            "wrapir_export.exprs", "wrapir_export.control", "wrapir_export.convert", "wrapir_export.capture",
            "wrapir_export.kernels", "wrapir_export.tolerances", "wrapir_export.bundle", "wrapir_export.exporter",
            "wrapir_export.cases", "wrapir_export.cli", "wrapir_export.launch", "wrapir_export.fx",
-           "wrapir_export.ranks", "wrapir_export.names", "wrapir_export.mutations", "wrapir_export.device_check"]
+           "wrapir_export.ranks", "wrapir_export.names", "wrapir_export.mutations", "wrapir_export.device_check",
+           "wrapir_export.regions"]
 
 
 class LazyTorch(unittest.TestCase):
@@ -204,6 +205,34 @@ class Redact(unittest.TestCase):
         self.assertEqual(redact.redact("/home/me/src/wrapir/fixtures/inductor/cases.py:12"),
                          "fixtures/inductor/cases.py:12")
         self.assertEqual(redact.redact("no paths"), "no paths")
+
+
+class Regions(unittest.TestCase):
+    def test_renamed_replaces_buffer_names_and_symbols_in_expressions(self):
+        line = {"line": "kernel_call", "kernel": "buf0", "args": [
+            {"value": {"kind": "buffer", "value": "buf0"}}, {"value": {"kind": "expr", "value": "2*ps0 + ps01"}}]}
+        out = regions.renamed(line, {"buf0": "buf7_buf0"}, {"ps0": "ps0_buf7"})
+        self.assertEqual(out["args"][0]["value"]["value"], "buf7_buf0")
+        # Whole names only: `ps01` is another symbol.
+        self.assertEqual(out["args"][1]["value"]["value"], "2*ps0_buf7 + ps01")
+        self.assertEqual(line["args"][0]["value"]["value"], "buf0")  # a copy, the region's lines unchanged
+        comment = {"line": "comment", "text": "buf0"}
+        self.assertEqual(regions.renamed(comment, {"buf0": "x"}, {}), comment)
+
+    def test_left_live_frees_what_the_region_does_not_and_its_outputs_do_not_hold(self):
+        tensor = {"kind": "tensor", "layout": {}}
+        lines = [{"line": "allocate", "buffer": "a"}, {"line": "allocate", "buffer": "b"},
+                 {"line": "allocate", "buffer": "c"}, {"line": "reinterpret", "base": "c", "alias": "c_view"},
+                 {"line": "free", "buffer": "a"}, {"line": "allocate", "buffer": "d"},
+                 {"line": "reuse", "old": "d", "new": "e", "delete_old": True}]
+        buffers = {n: tensor for n in ("a", "b", "c", "c_view", "d", "e")}
+        # `b` is an output, `c_view` too (it holds `c`'s storage); `a` is freed, `d` reused as `e`.
+        self.assertEqual(regions.left_live(lines, buffers, {"b", "c_view"}), ["e"])
+
+    def test_region_texts_are_inductors(self):
+        self.assertEqual(regions.region_texts("buf0", ["arg0_1"], "repeated_subgraph0", "repeated_subgraph0", 1), {
+            "buf0 = [None] * 1", "# subgraph: repeated_subgraph0",
+            "repeated_subgraph0_args = [arg0_1,]", "buf0 = repeated_subgraph0(repeated_subgraph0_args)"})
 
 
 class Exprs(unittest.TestCase):
