@@ -445,6 +445,25 @@ class CpuExport(unittest.TestCase):
         self.wrapir_succeeds("check", r.path)
         self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
+    def test_nested_compile_region_binding_a_data_dependent_size_called_twice(self):
+        # `x[x > 0]` binds an unbacked size in the region; each call binds its own (the second
+        # under a fresh `u<k>` with the region's range): wrapir's symbols are bound once.
+        @torch.compiler.nested_compile_region
+        def positive_sum(x):
+            return x[x > 0].sum() * 2
+
+        with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+            r = self.export(lambda x: positive_sum(x) + positive_sum(x * 2 - 1), [torch.randn(16)],
+                            "nested_region_unbacked")
+        self.assertTrue(r.ok, r.errors)
+        p = self.program(r)
+        bound = [s for ln in p["main"]["lines"] if ln["line"] == "unbacked_symbol_defs" for s in ln["bindings"]]
+        self.assertEqual(len(bound), 2)
+        self.assertEqual(len(set(bound)), 2, bound)
+        self.assertEqual([p["symbols"][s]["range"] for s in bound], [{"lo": 0, "hi": 16}] * 2)
+        self.wrapir_succeeds("check", r.path)
+        self.wrapir_succeeds("run", r.path, "--device", "cpu")
+
     def test_unconvertible_names_the_line(self):
         import wrapir_export as we
         from wrapir_export import convert

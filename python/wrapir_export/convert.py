@@ -122,6 +122,8 @@ class GraphConverter(ControlFlowMixin, RegionMixin):
         self.earlier_kernels = {}
         # Spliced calls of nested compile regions (`regions.py`): call -> {output index: name}.
         self.region_calls = {}
+        # Another binding's name for an unbacked symbol a region binds -> the symbol.
+        self.symbol_origins = {}
         # Wrapper IR line classes that one method converts whole (no class here is a
         # subclass of another, so the order does not matter).
         self.line_handlers = (
@@ -1004,8 +1006,9 @@ class GraphConverter(ControlFlowMixin, RegionMixin):
             kind = exprs.symbol_kind(name)
             info = {"kind": kind}
             sym = None
+            origin = self.symbol_origins.get(name, name)
             for s in list(shape_env.var_to_range.keys()):
-                if s.name == name:
+                if s.name == origin:
                     sym = s
                     break
             if sym is not None and kind not in ("precomputed", "unbacked_float"):

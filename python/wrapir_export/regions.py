@@ -24,8 +24,8 @@ splices a copy of the region's converted lines in its place:
   dropped; an output that is one of the region's inputs, or a buffer returned twice,
   is a `reinterpret` alias of it under that name), so two calls never share a buffer;
 - the symbols the region binds for its own use (precomputed sizes, a kernel's numel)
-  get a name of their own for this call; an unbacked symbol the region binds is bound
-  once, so a region that binds one can be called once per graph;
+  get a name of their own for this call, and so does an unbacked symbol it binds that
+  an earlier call bound (the next free `u<k>`, with the range of the region's symbol);
 - the region's `free` of its own inputs is dropped (in Inductor's function that
   deletes a local name; the caller frees its buffers after the call, as it does);
 - a kernel the graph already defines is not defined again;
@@ -162,7 +162,12 @@ class RegionMixin:
             j += 1
         if j == len(lines):
             raise Unconvertible(f"call `{call}` of {REGION} ({region}) without its end")
-        self.splice_region(node, call, region, start.capture)
+        try:
+            self.splice_region(node, call, region, start.capture)
+        except Unconvertible as e:
+            # One error for the call: its `MultiOutput` and `free` lines are dropped.
+            self.cap.errors.append(f"{self.cap.name}: line {i} ({describe(start)}): {e}")
+            self.region_calls[call] = None
         # The operands the caller frees once they are in the argument list: after the call.
         for f in frees:
             self.convert_one([f], 0)
@@ -189,7 +194,7 @@ class RegionMixin:
                 continue
             outer = self.loop_operand(operand, f"operand {k} of {what}")
             mine, theirs = graph["buffers"].get(inner, {}).get("layout"), self.buffers.get(outer, {}).get("layout")
-            if mine is None or theirs is None or any(mine[f] != theirs[f] for f in ("dtype", "size", "stride")):
+            if mine is None or theirs is None or any(mine.get(f) != theirs.get(f) for f in ("dtype", "device", "size", "stride")):
                 raise Unconvertible(f"{what}: operand {k} `{outer}` has the layout {theirs}, the region's input "
                                     f"{inner} {mine}")
             names[inner] = outer
@@ -235,8 +240,9 @@ class RegionMixin:
                         fresh = f"{s}_{call}_{k}"
                     symbols[s] = fresh
                 elif s in bound:
-                    raise Unconvertible(f"{what} binding the unbacked symbol `{s}`, which this graph binds already "
-                                        "(a region that binds one can be called once per graph)")
+                    # An unbacked symbol an earlier call bound: this call's value may differ.
+                    symbols[s] = self.fresh_unbacked(s, set(symbols.values()) | cap.symbols)
+                    self.symbol_origins[symbols[s]] = s
 
         defined = {ln["kernel"] for ln in self.lines if ln.get("line") == "kernel_definition"}
         self.emit({"line": "comment", "text": f"{region} (nested_compile_region) inlined: call {call}"})
@@ -264,12 +270,23 @@ class RegionMixin:
         self.unbacked_bound.update(s for ln in graph["lines"] for s in binding_symbols(ln) if s not in symbols)
         self.region_calls[call] = results
 
+    def fresh_unbacked(self, s, taken):
+        """A name for another binding of the unbacked symbol `s` (`u3`, `zuf1`): the next
+        index of its kind after every symbol the shape environment, this graph and `taken`
+        have."""
+        prefix = "zuf" if s.startswith("zuf") else "u"
+        names = {str(v) for v in self.graph.sizevars.shape_env.var_to_range} | self.cap.symbols | taken
+        used = [int(n[len(prefix):]) for n in names if re.fullmatch(rf"{prefix}\d+", n)]
+        return f"{prefix}{max(used, default=-1) + 1}"
+
     def region_call_remnant(self, line):
         """Whether `line` is the caller's line for a spliced call's result (its
         `MultiOutput`, its `free`), which the splice replaces."""
         W = self.W
         if isinstance(line, W.MultiOutputLine) and line.arg_name in self.region_calls:
             results = self.region_calls[line.arg_name]
+            if results is None:  # the call was not spliced (its error is reported)
+                return True
             idx = [(getattr(ty, "__name__", str(ty)), k) for ty, k in line.indices]
             if len(idx) != 1 or idx[0][0] not in ("list", "tuple") or results.get(int(idx[0][1])) != line.result_name:
                 raise Unconvertible(f"`{line.result_name}` = `{line.arg_name}`{idx}: not an output the call of "
