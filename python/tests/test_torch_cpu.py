@@ -1100,7 +1100,6 @@ if __name__ == "__main__":
     unittest.main()
 
 
-@unittest.skipIf(torch is None, "torch is not installed")
 @unittest.skipUnless(torch, "PyTorch is not installed")
 class UpstreamFixes(unittest.TestCase):
     def test_lstm_decomposition_states_take_eager_shapes(self):
@@ -1146,6 +1145,7 @@ class UpstreamFixes(unittest.TestCase):
         torch.testing.assert_close(got_c, want_c[0])
 
 
+@unittest.skipIf(torch is None, "torch is not installed")
 class ScopeLines(unittest.TestCase):
     """Inductor's stream, memory-pool and kernel-profile lines (CUDA-only or C++-wrapper-only,
     so no CPU capture reaches them): the installed PyTorch's own line objects, converted."""
