@@ -194,7 +194,8 @@ class RegionMixin:
                 continue
             outer = self.loop_operand(operand, f"operand {k} of {what}")
             mine, theirs = graph["buffers"].get(inner, {}).get("layout"), self.buffers.get(outer, {}).get("layout")
-            if mine is None or theirs is None or any(mine.get(f) != theirs.get(f) for f in ("dtype", "device", "size", "stride")):
+            fields = ("dtype", "device", "size", "stride")
+            if mine is None or theirs is None or any(mine.get(f) != theirs.get(f) for f in fields):
                 raise Unconvertible(f"{what}: operand {k} `{outer}` has the layout {theirs}, the region's input "
                                     f"{inner} {mine}")
             names[inner] = outer
