@@ -446,11 +446,12 @@ class CpuExport(unittest.TestCase):
         self.wrapir_succeeds("run", r.path, "--device", "cpu")
 
     def test_nested_compile_region_binding_a_data_dependent_size_called_twice(self):
-        # `x[x > 0]` binds an unbacked size in the region; each call binds its own (the second
+        # `nonzero` binds an unbacked size in the region, the slice `[:4]` a size computed from
+        # it (a let line); each call binds its own (the unbacked one from the second call on
         # under a fresh `u<k>` with the region's range): wrapir's symbols are bound once.
         @torch.compiler.nested_compile_region
         def positive_sum(x):
-            return x[x > 0].sum() * 2
+            return x[torch.nonzero(x > 0).squeeze(1)[:4]].sum() * 2
 
         with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
             r = self.export(lambda x: positive_sum(x) + positive_sum(x * 2 - 1), [torch.randn(16)],
@@ -461,6 +462,13 @@ class CpuExport(unittest.TestCase):
         self.assertEqual(len(bound), 2)
         self.assertEqual(len(set(bound)), 2, bound)
         self.assertEqual([p["symbols"][s]["range"] for s in bound], [{"lo": 0, "hi": 16}] * 2)
+        # The slice's length: a statement Inductor 2.11 writes in the region (a let line per
+        # call, each binding a name of its own); 2.15 folds it into the sizes.
+        lets = [ln["symbol"] for ln in p["main"]["lines"] if ln["line"] == "symbolic_call_arg"]
+        self.assertEqual(len(set(lets)), len(lets), lets)
+        self.assertEqual([p["symbols"][s]["kind"] for s in lets], ["precomputed"] * len(lets))
+        if TORCH_VERSION <= (2, 11):
+            self.assertEqual(len(lets), 2)
         self.wrapir_succeeds("check", r.path)
         self.wrapir_succeeds("run", r.path, "--device", "cpu")
 

@@ -234,7 +234,9 @@ class RegionMixin:
         symbols = {}  # the region's own symbols -> this call's
         for ln in graph["lines"]:
             for s in binding_symbols(ln):
-                if symbol_kind(s) == "precomputed":
+                # The kind the region's graph gave it: a slice's length bound by a let line
+                # is precomputed whatever its name (`u2 = max(0, min(10, u1))`).
+                if cap.symbol_info.get(s, {}).get("kind", symbol_kind(s)) == "precomputed":
                     fresh, k = f"{s}_{call}", 0
                     while fresh in self.cap.symbols or fresh in symbols.values():
                         k += 1
