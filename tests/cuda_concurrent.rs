@@ -19,7 +19,7 @@ use wrapir::bundle::KernelImages;
 use wrapir::exec::cuda::{
     place_inputs, CudaBackend, CudaOptions, CudaPaths, GraphReads, GraphStreams, Prepared, Replay,
 };
-use wrapir::exec::{Backend, Value};
+use wrapir::exec::{Backend, Tensor, Value};
 use wrapir::format::bundle_json::BundleMeta;
 use wrapir::ir::Program;
 
@@ -40,8 +40,16 @@ struct Replayed {
     choices: usize,
 }
 
-/// The bundle in `dir` recorded on a backend that replays graphs as `streams` says.
+/// The bundle in `dir` recorded on a backend that replays graphs as `streams` says
+/// (and the device reads of a recording as segments, the form concurrent
+/// segments apply to).
 fn record(dir: &Path, streams: GraphStreams) -> (CudaBackend, Prepared) {
+    record_with(dir, streams, GraphReads::Segments)
+}
+
+/// The bundle in `dir` recorded on a backend that replays graphs as
+/// `streams` and `reads` say.
+fn record_with(dir: &Path, streams: GraphStreams, reads: GraphReads) -> (CudaBackend, Prepared) {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
     let program =
         Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program.json")).expect("program");
@@ -53,9 +61,7 @@ fn record(dir: &Path, streams: GraphStreams) -> (CudaBackend, Prepared) {
     let mut backend = CudaBackend::new(CudaOptions {
         paths: CudaPaths::from_env(),
         graph_streams: streams,
-        // Segments: the form concurrent replay applies to where a
-        // recording reads device values.
-        graph_reads: GraphReads::Segments,
+        graph_reads: reads,
         ..CudaOptions::for_bundle(KernelImages::from(dir), &meta)
     })
     .expect("GPU");
@@ -65,8 +71,12 @@ fn record(dir: &Path, streams: GraphStreams) -> (CudaBackend, Prepared) {
 }
 
 fn replay(dir: &Path, streams: GraphStreams) -> Replayed {
+    replay_with(dir, streams, GraphReads::Segments)
+}
+
+fn replay_with(dir: &Path, streams: GraphStreams, reads: GraphReads) -> Replayed {
     let name = dir.file_name().unwrap().to_string_lossy().to_string();
-    let (mut backend, mut prepared) = record(dir, streams);
+    let (mut backend, mut prepared) = record_with(dir, streams, reads);
     let mut calls = Vec::new();
     for call in 0..3 {
         let done = prepared
@@ -154,6 +164,114 @@ fn auto_replay_equals_single_stream_and_measures_every_segment() {
         eprintln!("{name}: {}", auto.form);
     }
     common::assert_no_failures(&failures);
+}
+
+/// Bundles whose recordings read device values (an `item()`, `cond` and
+/// `while_loop` predicates, compactions' counts, a router's token counts
+/// per expert).
+const READS: &[&str] = &[
+    "item_slice",
+    "cond_branches",
+    "feat_while_loop",
+    "nonzero",
+    "feat_cond_unbacked",
+    "masked_select",
+    "moe_router_sort",
+    "moe_topk",
+    "hf_mixtral",
+];
+
+/// The mixtures of experts among [`READS`]: each expert's work waits for
+/// its token count only, so their counts are checked together.
+const MOE: &[&str] = &["moe_topk", "hf_mixtral"];
+
+/// The checks of a one-graph form (`one graph, R device-checked reads in C checks ...`).
+fn checks(form: &str) -> Option<usize> {
+    let rest = form.split(" reads in ").nth(1)?;
+    rest.split(' ').next()?.parse().ok()
+}
+
+/// Recordings that read device values replay as one graph whose levels
+/// (what depends on no read, and what each group of reads gates) are
+/// captured by the program's DAG ([`GraphReads::OneGraph`] with
+/// [`GraphStreams::Concurrent`]): bit for bit what one chain gives, call
+/// after call; a mixture of experts checks its experts' counts in fewer
+/// checks than it has reads; and [`GraphStreams::Auto`] measures the two
+/// one-graph forms and keeps one, with the same results.
+#[test]
+fn one_graph_ordered_by_the_dag_equals_one_chain_with_device_reads() {
+    let mut failures = Vec::new();
+    for name in READS {
+        let dir = root().join("fixtures/inductor/bundles").join(name);
+        let chain = replay_with(&dir, GraphStreams::Single, GraphReads::OneGraph);
+        let ordered = replay_with(&dir, GraphStreams::Concurrent, GraphReads::OneGraph);
+        let auto = replay_with(&dir, GraphStreams::Auto, GraphReads::OneGraph);
+        for (mode, r) in [("by the DAG", &ordered), ("auto", &auto)] {
+            if r.calls != chain.calls {
+                failures.push(format!("{name}: one graph {mode} differs from one chain: {}", r.form));
+            }
+        }
+        let why = ordered.why_single.clone().unwrap_or_default();
+        if !ordered.form.starts_with("one graph, ") {
+            failures.push(format!("{name}: not one graph: {}", ordered.form));
+        } else if why.is_empty() && !ordered.form.contains("ordered by the program's DAG") {
+            failures.push(format!("{name}: one graph not ordered by the DAG: {}", ordered.form));
+        }
+        if why.is_empty() && !auto.form.contains("measured (auto)") {
+            failures.push(format!("{name}: auto measured nothing: {}", auto.form));
+        }
+        let (c, a) = (checks(&chain.form), checks(&ordered.form));
+        if MOE.contains(name) && !matches!((c, a), (Some(c), Some(a)) if a < c) {
+            failures.push(format!(
+                "{name}: the experts' counts are not checked together: {} / {}",
+                chain.form, ordered.form
+            ));
+        }
+        eprintln!(
+            "{name}: chain: {}\n  by the DAG: {}\n  auto: {}{why}",
+            chain.form, ordered.form, auto.form
+        );
+    }
+    common::assert_no_failures(&failures);
+}
+
+/// In the one graph ordered by the DAG, a read that sees another value
+/// than recorded stops the replay ([`Replay::Diverged`]) at that read
+/// (`item_slice` reads its input's `item()`), and writing the recorded
+/// value back replays again.
+#[test]
+fn one_graph_ordered_by_the_dag_diverges_at_a_changed_read() {
+    let dir = root().join("fixtures/inductor/bundles/item_slice");
+    let program =
+        Program::from_json(&std::fs::read_to_string(dir.join("program.json")).expect("program.json")).expect("program");
+    let inputs = read_tensors(&dir.join("inputs.safetensors"));
+    let meta = BundleMeta::from_json(&std::fs::read_to_string(dir.join(BundleMeta::FILE)).unwrap_or_default())
+        .unwrap_or_default();
+    let mut backend = CudaBackend::new(CudaOptions {
+        paths: CudaPaths::from_env(),
+        graph_streams: GraphStreams::Concurrent,
+        graph_reads: GraphReads::OneGraph,
+        ..CudaOptions::for_bundle(KernelImages::from(dir.as_path()), &meta)
+    })
+    .expect("GPU");
+    let (plan, args, consts) = place_inputs(&program, &mut backend, &inputs).expect("inputs");
+    let Some(Value::Tensor(input)) = args.first().cloned() else {
+        panic!("arg0_1 is not a tensor")
+    };
+    let (mut prepared, _) = Prepared::record(&mut backend, &plan, args, &consts).expect("records");
+    assert_eq!(prepared.replay_graphs(&backend).expect("replay"), Replay::Done);
+    let form = prepared.graph_form().unwrap_or_default();
+    assert!(form.contains("ordered by the program's DAG"), "{form}");
+    let recorded = inputs.get("arg0_1").expect("arg0_1");
+    let value = recorded.to_i64_vec().expect("an integer scalar")[0];
+    let other = Tensor::from_vec(vec![if value > 1 { value - 1 } else { value + 1 }], recorded.size()).expect("scalar");
+    backend.overwrite(&input, &other).expect("overwrite");
+    assert_eq!(
+        prepared.replay_graphs(&backend).expect("replay"),
+        Replay::Diverged { read: 0 }
+    );
+    backend.overwrite(&input, recorded).expect("overwrite");
+    assert_eq!(prepared.replay_graphs(&backend).expect("replay"), Replay::Done);
 }
 
 /// The critical-path profile `wrapir bench` prints: the chain that sets the

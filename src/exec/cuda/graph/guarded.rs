@@ -1,35 +1,51 @@
-//! One CUDA graph for a recording that reads device values: each read is
-//! checked on the device, and the rest of the recording runs under a
-//! conditional IF node that the check opens.
+//! One CUDA graph for a recording that reads device values: the reads are
+//! checked on the device, and what depends on them runs under conditional
+//! IF nodes that the checks open.
 //!
 //! A recording is a trace of one path: it holds, at each device read (an
 //! unbacked size, a `cond` or `while_loop` predicate, `item()`), the value the
-//! recorded run read, and what follows was recorded for that value. The
-//! graph is a chain:
+//! recorded run read, and what follows was recorded for that value. Each
+//! operation gets a *level*: 0 when it depends (through the recording's
+//! dependencies) on no read; otherwise the *check group* of the latest reads
+//! it depends on. A read's group is one past the level of the operations
+//! whose results it reads (reads chained to each other share a group). The
+//! graph is:
 //!
 //! ```text
-//! reset status, segment 0 -> check 0 -> IF { segment 1 } -> check 1 -> IF { segment 2 } ...
+//! reset status ──> check 1 -> IF { level 1 } -> check 2 -> IF { level 2 } ...
+//! level 0 ───────┘ (each check after the operations its reads read)
 //! ```
 //!
-//! `check k` (a one-thread kernel) compares the bytes at the read's address
-//! with the recorded ones. While the status word says "no divergence" and the
-//! bytes match, it opens its IF node (`cudaGraphSetConditional`); at the first
-//! mismatch it writes `k` into the status word, and it and every later check
-//! keep their IF nodes closed. The host launches the graph once and reads
-//! the status word once, after the graph: "no divergence" means every
-//! segment ran ([`Replay::Done`]); `k` means the recording's read `k` saw
-//! another value ([`Replay::Diverged`]): as in segment replay, everything
-//! before it wrote only the arena, and the caller records again.
+//! `check g` (a one-thread kernel) compares the bytes at each of its reads'
+//! addresses with the recorded ones. While the status word says "no
+//! divergence" and every read matches, it opens its IF node
+//! (`cudaGraphSetConditional`); at the first mismatch it writes that read's
+//! index into the status word, and it and every later check keep their IF
+//! nodes closed. The host launches the graph once and reads the status word
+//! once, after the graph: "no divergence" means every level ran
+//! ([`Replay::Done`]); `k` means the recording's read `k` saw another value
+//! ([`Replay::Diverged`]) and the caller records again.
 //!
-//! Reads with nothing between them are consecutive checks; only the last
-//! one before a segment opens an IF node. Conditional nodes need a CUDA 12.4
-//! driver; the caller falls back to segments without one, or when the
-//! driver refuses to capture a segment into a conditional body.
+//! The dependencies are the program's DAG where the recording has a
+//! concurrent plan ([`Concurrency`]) and writes none of its inputs: level 0
+//! and each IF body are then captured operation by operation, each after
+//! only what it depends on, and the checks of a mixture of experts' token
+//! counts (all read from the router's output) are one check before one IF
+//! node holding every expert, side by side. Otherwise each operation
+//! depends on the one before (one chain: each run of reads is one group,
+//! and everything after it waits for its check). A recording that writes
+//! its inputs keeps the chain: recording again after a divergence runs the
+//! program from its start, so no operation after a read in recording order
+//! may have run unchecked.
+//!
+//! Conditional nodes need a CUDA 12.4 driver; the caller falls back to
+//! segments without one, or when the driver refuses to capture an operation
+//! into a conditional body.
 
-use super::{capture_into, check, CaptureTarget, Graph};
+use super::{capture_into, check, queue_on_lane, CaptureTarget, Graph};
 use crate::exec::cuda::launch::LoadedKernel;
 use crate::exec::cuda::prepared::captured::Guarded;
-use crate::exec::cuda::prepared::Op;
+use crate::exec::cuda::prepared::{Concurrency, Op};
 use crate::exec::cuda::{CudaBackend, Replay};
 use crate::exec::ExecError;
 use cudarc::driver::sys;
@@ -44,27 +60,32 @@ const NO_DIVERGENCE: u32 = u32::MAX;
 const CONDITIONAL_DRIVER: i32 = 12040;
 
 /// Name of the check kernel in [`GUARD_PTX`].
-const CHECK_KERNEL: &str = "wrapir_check_read";
+const CHECK_KERNEL: &str = "wrapir_check_reads";
+
+/// Bytes of one entry of a check's table: the read's address (u64), the
+/// recorded bytes (u64, little-endian, zero-extended), the byte count (u32,
+/// 1 to 8) and the read's index among the recording's reads (u32).
+const ENTRY_BYTES: usize = 24;
 
 /// The check kernel, as PTX (JIT-compiled by the driver for any GPU).
-/// Parameters: the read's address, its byte count (1 to 8), the recorded
-/// bytes (little-endian, zero-extended), the read's index, the status word,
-/// the IF node's handle and whether there is one. `cudaGraphSetConditional`
-/// is the device runtime's built-in that sets a conditional handle.
+/// Parameters: the table of the reads it checks (entries of
+/// [`ENTRY_BYTES`], in recording order), their count, the status word, the
+/// IF node's handle and whether there is one. One thread compares each
+/// read's bytes with the recorded ones until the first mismatch, whose
+/// index it writes into the status word. `cudaGraphSetConditional` is the
+/// device runtime's built-in that sets a conditional handle.
 const GUARD_PTX: &str = r#".version 7.8
 .target sm_70
 .address_size 64
 .extern .func cudaGraphSetConditional(.param .b64 handle, .param .b32 value);
-.visible .entry wrapir_check_read(.param .u64 p_ptr, .param .u32 p_bytes, .param .u64 p_expected, .param .u32 p_index,
-    .param .u64 p_status, .param .u64 p_handle, .param .u32 p_has_handle)
+.visible .entry wrapir_check_reads(.param .u64 p_table, .param .u32 p_count, .param .u64 p_status,
+    .param .u64 p_handle, .param .u32 p_has_handle)
 {
-  .reg .pred %p<5>;
-  .reg .b32 %r<10>;
-  .reg .b64 %rd<12>;
-  ld.param.u64 %rd1, [p_ptr];
-  ld.param.u32 %r1, [p_bytes];
-  ld.param.u64 %rd2, [p_expected];
-  ld.param.u32 %r2, [p_index];
+  .reg .pred %p<6>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<14>;
+  ld.param.u64 %rd1, [p_table];
+  ld.param.u32 %r1, [p_count];
   ld.param.u64 %rd3, [p_status];
   ld.param.u64 %rd4, [p_handle];
   ld.param.u32 %r8, [p_has_handle];
@@ -73,13 +94,24 @@ const GUARD_PTX: &str = r#".version 7.8
   ld.volatile.global.u32 %r3, [%rd3];
   setp.ne.u32 %p1, %r3, 0xFFFFFFFF;
   @%p1 bra DONE;
+  mov.u32 %r9, 0;
+ENTRY:
+  setp.ge.u32 %p5, %r9, %r1;
+  @%p5 bra DONE;
+  mul.wide.u32 %rd9, %r9, 24;
+  add.u64 %rd10, %rd1, %rd9;
+  ld.global.u64 %rd11, [%rd10];
+  ld.global.u64 %rd2, [%rd10+8];
+  ld.global.u32 %r10, [%rd10+16];
+  ld.global.u32 %r2, [%rd10+20];
+  cvta.to.global.u64 %rd11, %rd11;
   mov.u64 %rd5, 0;
   mov.u32 %r4, 0;
 GATHER:
-  setp.ge.u32 %p2, %r4, %r1;
+  setp.ge.u32 %p2, %r4, %r10;
   @%p2 bra COMPARE;
   cvt.u64.u32 %rd6, %r4;
-  add.u64 %rd7, %rd1, %rd6;
+  add.u64 %rd7, %rd11, %rd6;
   ld.volatile.global.u8 %r5, [%rd7];
   cvt.u64.u32 %rd8, %r5;
   shl.b32 %r6, %r4, 3;
@@ -88,8 +120,9 @@ GATHER:
   add.u32 %r4, %r4, 1;
   bra GATHER;
 COMPARE:
+  add.u32 %r9, %r9, 1;
   setp.eq.u64 %p3, %rd5, %rd2;
-  @%p3 bra DONE;
+  @%p3 bra ENTRY;
   st.volatile.global.u32 [%rd3], %r2;
   mov.u32 %r3, %r2;
 DONE:
@@ -159,26 +192,110 @@ impl Drop for Building {
     }
 }
 
-/// Queues `ops` (no reads among them) on the backend's stream.
-fn queue(backend: &CudaBackend, ops: &mut [Op]) -> Result<(), ExecError> {
-    let stream = backend.device.stream.cu_stream();
-    for op in ops.iter_mut() {
-        match op {
-            Op::Launch(l) => crate::exec::cuda::prepared::launch(l, stream),
-            Op::Library(call) => call.run(backend),
-            Op::Zero { ptr, bytes } => backend.device.zero(*ptr, *bytes).map_err(ExecError::from),
-            Op::Read { .. } => Err(ExecError::Device("a device read inside a guarded segment".into())),
-        }?;
+/// Each operation's level (see the module documentation): for an
+/// operation, the highest check group among the reads it depends on (0 for
+/// none); for a read, its check group: one past the level of the operations
+/// it depends on, and at least that of the reads it depends on (a read
+/// chained to another is checked with it). `deps[i]` are the operations
+/// `i` depends on; dependencies on later operations are ignored.
+pub(super) fn levels(is_read: &[bool], deps: &[Vec<usize>]) -> Vec<u32> {
+    let mut level = vec![0u32; is_read.len()];
+    for i in 0..is_read.len() {
+        let read = is_read[i];
+        let mut l = u32::from(read);
+        for &d in deps.get(i).map(Vec::as_slice).unwrap_or_default() {
+            if d >= i {
+                continue;
+            }
+            let need = if read && !is_read[d] {
+                level[d].saturating_add(1)
+            } else {
+                level[d]
+            };
+            l = l.max(need);
+        }
+        level[i] = l;
     }
-    Ok(())
+    level
 }
 
-/// Builds and instantiates the one graph of `ops` (see the module documentation).
-pub(super) fn capture_guarded(backend: &CudaBackend, ops: &mut [Op]) -> Result<Guarded, ExecError> {
+/// The dependencies of a recording's operations: the program's DAG where
+/// `concurrency` gives it, else each operation after the one before (one chain).
+fn dependencies(ops: &[Op], concurrency: Option<&Concurrency>) -> Vec<Vec<usize>> {
+    match concurrency {
+        Some(c) => (0..ops.len())
+            .map(|i| c.deps.get(i).cloned().unwrap_or_default())
+            .collect(),
+        None => (0..ops.len()).map(|i| i.checked_sub(1).into_iter().collect()).collect(),
+    }
+}
+
+/// The union of the graph nodes `exits` of the operations `deps` that
+/// `keep` selects, without repeats.
+fn exit_nodes(deps: &[usize], exits: &[Vec<sys::CUgraphNode>], keep: impl Fn(usize) -> bool) -> Vec<sys::CUgraphNode> {
+    let mut nodes: Vec<sys::CUgraphNode> = Vec::new();
+    for &d in deps.iter().filter(|d| keep(**d)) {
+        for node in exits.get(d).map(Vec::as_slice).unwrap_or_default() {
+            if !nodes.contains(node) {
+                nodes.push(*node);
+            }
+        }
+    }
+    nodes
+}
+
+/// Builds and instantiates the one graph of `ops` (see the module
+/// documentation): ordered by the program's DAG with `concurrency`, as one
+/// chain without.
+pub(super) fn capture_guarded(
+    backend: &CudaBackend,
+    ops: &mut [Op],
+    concurrency: Option<&Concurrency>,
+) -> Result<Guarded, ExecError> {
     let kernel = backend.check_kernel()?;
     let status = backend.untraced_storage(4)?;
     let stream = backend.device.stream.cu_stream();
     let ctx = backend.device.ctx.cu_ctx();
+    let is_read: Vec<bool> = ops.iter().map(|op| matches!(op, Op::Read { .. })).collect();
+    let deps = dependencies(ops, concurrency);
+    let level = levels(&is_read, &deps);
+    let groups = level
+        .iter()
+        .zip(&is_read)
+        .filter(|(_, r)| **r)
+        .map(|(l, _)| *l)
+        .max()
+        .unwrap_or(0);
+    // Each group's table of reads, in recording order.
+    let mut tables: Vec<Vec<u8>> = vec![Vec::new(); groups as usize];
+    let mut index = 0u32;
+    for (i, op) in ops.iter().enumerate() {
+        let Op::Read { ptr, bytes, value } = op else { continue };
+        let n = (*bytes).min(8);
+        let mut expected = [0u8; 8];
+        expected[..n].copy_from_slice(&value[..n]);
+        let table = level[i]
+            .checked_sub(1)
+            .and_then(|g| tables.get_mut(g as usize))
+            .ok_or_else(|| ExecError::Device("a device read outside every check group".into()))?;
+        table.extend_from_slice(&ptr.to_le_bytes());
+        table.extend_from_slice(&expected);
+        // `n <= 8`.
+        table.extend_from_slice(&(n as u32).to_le_bytes());
+        table.extend_from_slice(&index.to_le_bytes());
+        index = index
+            .checked_add(1)
+            .filter(|&i| i != NO_DIVERGENCE)
+            .ok_or_else(|| ExecError::Device("too many device reads for one graph".into()))?;
+    }
+    let mut held = Vec::with_capacity(tables.len());
+    for table in &tables {
+        let storage = backend.untraced_storage(table.len().max(ENTRY_BYTES))?;
+        if !table.is_empty() {
+            backend.device.upload(storage.ptr, table)?;
+        }
+        held.push(storage);
+    }
     let mut building = Building {
         graph: std::ptr::null_mut(),
     };
@@ -186,24 +303,49 @@ pub(super) fn capture_guarded(backend: &CudaBackend, ops: &mut [Op]) -> Result<G
     // (the caller's `replay` bound it).
     check(unsafe { sys::cuGraphCreate(&mut building.graph, 0) }, "cuGraphCreate")?;
     let graph = building.graph;
-    let is_read = |op: &Op| matches!(op, Op::Read { .. });
-    let first = ops.iter().position(is_read).unwrap_or(ops.len());
-    let (head, mut rest) = ops.split_at_mut(first);
     let status_ptr = status.ptr;
-    let mut after = capture_into(stream, CaptureTarget::Into { graph, after: &[] }, || {
+    let reset = capture_into(stream, CaptureTarget::Into { graph, after: &[] }, || {
         // SAFETY: `status` holds 4 bytes of device memory on this stream's context.
         let result = unsafe { sys::cuMemsetD32Async(status_ptr, NO_DIVERGENCE, 1, stream) };
-        check(result, "cuMemsetD32Async")?;
-        queue(backend, head)
+        check(result, "cuMemsetD32Async")
     })?;
-    let mut index = 0u32;
-    while let Some((read, tail)) = std::mem::take(&mut rest).split_first_mut() {
-        let Op::Read { ptr, bytes, value } = read else {
-            return Err(ExecError::Device("a guarded segment split at a launch".into()));
-        };
-        let next = tail.iter().position(is_read).unwrap_or(tail.len());
-        let (segment, later) = tail.split_at_mut(next);
-        let handle = if segment.is_empty() {
+    // The graph nodes each operation ended on (in the graph of its level).
+    let mut exits: Vec<Vec<sys::CUgraphNode>> = vec![Vec::new(); ops.len()];
+    let n = ops.len();
+    let mut capture_level = |into: sys::CUgraph, l: u32, exits: &mut Vec<Vec<sys::CUgraphNode>>| {
+        for i in 0..n {
+            if level[i] != l || is_read[i] {
+                continue;
+            }
+            let after = exit_nodes(&deps[i], exits, |d| d < i && level[d] == l && !is_read[d]);
+            let target = CaptureTarget::Into {
+                graph: into,
+                after: &after,
+            };
+            let leaves = capture_into(stream, target, || {
+                queue_on_lane(backend, concurrency, i, &mut ops[i], stream)
+            })?;
+            // An operation that captured nothing passes its dependencies on.
+            exits[i] = if leaves.is_empty() { after } else { leaves };
+        }
+        Ok::<(), ExecError>(())
+    };
+    capture_level(graph, 0, &mut exits)?;
+    let top = |d: usize| level[d] == 0 && !is_read[d];
+    let mut prev = reset;
+    for g in 1..=groups {
+        let (level, is_read) = (&level, &is_read);
+        let members = |want_read: bool| (0..n).filter(move |&i| level[i] == g && is_read[i] == want_read);
+        let mut after_check = prev.clone();
+        for r in members(true) {
+            for node in exit_nodes(&deps[r], &exits, top) {
+                if !after_check.contains(&node) {
+                    after_check.push(node);
+                }
+            }
+        }
+        let body_ops: Vec<usize> = members(false).collect();
+        let handle = if body_ops.is_empty() {
             None
         } else {
             let mut h: sys::CUgraphConditionalHandle = 0;
@@ -213,72 +355,56 @@ pub(super) fn capture_guarded(backend: &CudaBackend, ops: &mut [Op]) -> Result<G
             check(result, "cuGraphConditionalHandleCreate")?;
             Some(h)
         };
-        let mut expected = [0u8; 8];
-        let n = (*bytes).min(8);
-        expected[..n].copy_from_slice(&value[..n]);
-        let checked = add_check(
-            graph,
-            &after,
-            &kernel,
-            *ptr,
-            n,
-            u64::from_le_bytes(expected),
-            index,
-            status_ptr,
-            handle,
-        )?;
-        after = vec![checked];
+        let (table, count) = match (held.get(g as usize - 1), tables.get(g as usize - 1)) {
+            (Some(storage), Some(bytes)) => (storage.ptr, bytes.len() / ENTRY_BYTES),
+            _ => (0, 0),
+        };
+        let checked = add_check(graph, &after_check, &kernel, table, count, status_ptr, handle)?;
+        prev = vec![checked];
         if let Some(h) = handle {
-            let (node, body) = add_if(graph, checked, h, ctx)?;
-            capture_into(
-                stream,
-                CaptureTarget::Into {
-                    graph: body,
-                    after: &[],
-                },
-                || queue(backend, segment),
-            )?;
-            after = vec![node];
+            let mut after_if = vec![checked];
+            for &i in &body_ops {
+                for node in exit_nodes(&deps[i], &exits, top) {
+                    if !after_if.contains(&node) {
+                        after_if.push(node);
+                    }
+                }
+            }
+            let (node, body) = add_if(graph, &after_if, h, ctx)?;
+            capture_level(body, g, &mut exits)?;
+            prev = vec![node];
         }
-        rest = later;
-        index = index
-            .checked_add(1)
-            .filter(|&i| i != NO_DIVERGENCE)
-            .ok_or_else(|| ExecError::Device("too many device reads for one graph".into()))?;
     }
     let graph = Graph::instantiate(std::mem::replace(&mut building.graph, std::ptr::null_mut()))?;
     Ok(Guarded {
         graph,
         status,
+        checks: groups as usize,
+        ordered_by_dag: concurrency.is_some(),
+        _tables: held,
         _kernel: kernel,
     })
 }
 
-/// Adds a check node after `after`.
-#[allow(clippy::too_many_arguments)]
+/// Adds a check node after `after`: it checks the `count` reads of `table`.
 fn add_check(
     graph: sys::CUgraph,
     after: &[sys::CUgraphNode],
     kernel: &LoadedKernel,
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-    expected: u64,
-    index: u32,
+    table: sys::CUdeviceptr,
+    count: usize,
     status: sys::CUdeviceptr,
     handle: Option<sys::CUgraphConditionalHandle>,
 ) -> Result<sys::CUgraphNode, ExecError> {
-    let mut ptr = ptr;
-    let mut bytes = u32::try_from(bytes.min(8)).unwrap_or(8);
-    let mut expected = expected;
-    let mut index = index;
+    let mut table = table;
+    let mut count =
+        u32::try_from(count).map_err(|_| ExecError::Device("too many device reads for one check".into()))?;
     let mut status = status;
     let mut has_handle = u32::from(handle.is_some());
     let mut handle = handle.unwrap_or(0);
-    let mut params: [*mut c_void; 7] = [
-        (&mut ptr as *mut u64).cast(),
-        (&mut bytes as *mut u32).cast(),
-        (&mut expected as *mut u64).cast(),
-        (&mut index as *mut u32).cast(),
+    let mut params: [*mut c_void; 5] = [
+        (&mut table as *mut u64).cast(),
+        (&mut count as *mut u32).cast(),
         (&mut status as *mut u64).cast(),
         (&mut handle as *mut u64).cast(),
         (&mut has_handle as *mut u32).cast(),
@@ -299,10 +425,10 @@ fn add_check(
     Ok(node)
 }
 
-/// Adds an IF node after `after`, opened by `handle`; returns it and its body graph.
+/// Adds an IF node after the nodes `after`, opened by `handle`; returns it and its body graph.
 fn add_if(
     graph: sys::CUgraph,
-    after: sys::CUgraphNode,
+    after: &[sys::CUgraphNode],
     handle: sys::CUgraphConditionalHandle,
     ctx: sys::CUcontext,
 ) -> Result<(sys::CUgraphNode, sys::CUgraph), ExecError> {
@@ -318,9 +444,18 @@ fn add_if(
         ctx,
     };
     let mut node: sys::CUgraphNode = std::ptr::null_mut();
-    // SAFETY: `graph` is being built on the bound context and `after` is one
-    // of its nodes; `params` describes one IF node of that context.
-    let result = unsafe { sys::cuGraphAddNode_v2(&mut node, graph, &after, std::ptr::null(), 1, &mut params) };
+    // SAFETY: `graph` is being built on the bound context and `after` are
+    // its nodes; `params` describes one IF node of that context.
+    let result = unsafe {
+        sys::cuGraphAddNode_v2(
+            &mut node,
+            graph,
+            after.as_ptr(),
+            std::ptr::null(),
+            after.len(),
+            &mut params,
+        )
+    };
     check(result, "cuGraphAddNode (conditional)")?;
     // SAFETY: the node was added with the conditional member set, and the
     // driver filled `phGraph_out` with its one body graph, valid while the
@@ -360,5 +495,63 @@ impl Guarded {
     /// The instantiated graph (for timing its device work).
     pub(super) fn graph(&self) -> &Graph {
         &self.graph
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::levels;
+
+    /// `(is_read, deps)` per operation -> levels.
+    fn check(ops: &[(bool, &[usize])], want: &[u32]) {
+        let is_read: Vec<bool> = ops.iter().map(|(r, _)| *r).collect();
+        let deps: Vec<Vec<usize>> = ops.iter().map(|(_, d)| d.to_vec()).collect();
+        assert_eq!(levels(&is_read, &deps), want);
+    }
+
+    #[test]
+    fn a_chain_puts_each_run_of_reads_in_its_own_group() {
+        // A B R R C D R E, each after the one before.
+        let chain: Vec<(bool, Vec<usize>)> = [false, false, true, true, false, false, true, false]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (*r, i.checked_sub(1).into_iter().collect()))
+            .collect();
+        let ops: Vec<(bool, &[usize])> = chain.iter().map(|(r, d)| (*r, d.as_slice())).collect();
+        check(&ops, &[0, 0, 1, 1, 1, 1, 2, 2]);
+    }
+
+    #[test]
+    fn independent_experts_share_one_check_and_work_not_after_a_read_stays_ungated() {
+        // Router 0; expert e: count launch, read, work (x4); a reduction of
+        // the router's output that no read orders; the sum of the experts.
+        let ops: &[(bool, &[usize])] = &[
+            (false, &[]),
+            (false, &[0]),
+            (true, &[1]),
+            (false, &[2]),
+            (false, &[0]),
+            (true, &[4]),
+            (false, &[5, 3]),
+            (false, &[0]),
+            (false, &[6]),
+        ];
+        check(ops, &[0, 0, 1, 1, 0, 1, 1, 0, 1]);
+    }
+
+    #[test]
+    fn a_read_of_gated_work_opens_the_next_group_and_chained_reads_share_one() {
+        let ops: &[(bool, &[usize])] = &[
+            (false, &[]),
+            (true, &[0]),
+            (true, &[1]),
+            (false, &[2]),
+            (true, &[3]),
+            (false, &[4, 0]),
+            (true, &[]),
+            // A later dependency is ignored.
+            (false, &[9]),
+        ];
+        check(ops, &[0, 1, 1, 1, 2, 2, 1, 0]);
     }
 }

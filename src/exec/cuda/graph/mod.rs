@@ -4,9 +4,9 @@
 //! backend's stream, in one of two forms:
 //!
 //! * **One graph** ([`guarded`]): where the recording reads device values
-//!   (unbacked symbols, `cond` and `while_loop` predicates, `item()`), each
-//!   read is checked on the device and the rest of the recording runs under a
-//!   conditional IF node; a replay is one `cuGraphLaunch` and one read of a
+//!   (unbacked symbols, `cond` and `while_loop` predicates, `item()`), the
+//!   reads are checked on the device and what depends on them runs under
+//!   conditional IF nodes; a replay is one `cuGraphLaunch` and one read of a
 //!   status word at its end. A recording without reads is one plain graph.
 //! * **Segments**: without conditional nodes (a driver older than CUDA 12.4,
 //!   [`super::CudaOptions::graph_reads`] asking for segments or a recording
@@ -18,8 +18,8 @@
 //! A segment of a concurrent recording ([`super::GraphStreams::Concurrent`])
 //! is built operation by operation, each captured into the graph after the
 //! nodes of the operations it depends on (the program's dependency DAG), so
-//! independent operations run at the same time; the guarded form stays one
-//! chain.
+//! independent operations run at the same time; so are the levels of the
+//! guarded form (see [`guarded`]).
 //!
 //! Either way a replay stops with [`Replay::Diverged`] when a read differs
 //! from the recording (what follows was captured for other values; the caller
@@ -60,6 +60,29 @@ fn queue_op(backend: &CudaBackend, op: &mut Op, stream: sys::CUstream) -> Result
     }
 }
 
+/// Queues the recording's operation `index` (`op`) on `stream` (a
+/// capture): a library call on its lane's workspace where `concurrency`
+/// gives it a lane beyond the first.
+fn queue_on_lane(
+    backend: &CudaBackend,
+    concurrency: Option<&Concurrency>,
+    index: usize,
+    op: &mut Op,
+    stream: sys::CUstream,
+) -> Result<(), ExecError> {
+    let lane = concurrency
+        .and_then(|c| c.lanes.get(index))
+        .copied()
+        .map_or(0, usize::from);
+    match (op, lane.checked_sub(1)) {
+        (Op::Library(call), Some(l)) => match concurrency.and_then(|c| c.workspaces.get(l)) {
+            Some(ws) => call.run_in(backend, ws),
+            None => Err(ExecError::op(call.op(), format!("no workspaces for lane {lane}"))),
+        },
+        (op, _) => queue_op(backend, op, stream),
+    }
+}
+
 /// Captures `ops` (launches, library calls and memsets) into one graph.
 fn capture(backend: &CudaBackend, ops: &mut [Op]) -> Result<Graph, ExecError> {
     let stream = backend.device.stream.cu_stream();
@@ -81,20 +104,11 @@ fn capture_segment(
     concurrency: Option<&Concurrency>,
 ) -> Result<Graph, ExecError> {
     let start = range.start;
-    let Some(concurrency) = concurrency else {
+    let Some(deps) = concurrency.map(|c| &c.deps) else {
         return capture(backend, &mut ops[range]);
     };
-    let deps = &concurrency.deps;
-    let queue = |k: usize, op: &mut Op, stream: sys::CUstream| -> Result<(), ExecError> {
-        let lane = concurrency.lanes.get(start + k).copied().map_or(0, usize::from);
-        match (op, lane.checked_sub(1)) {
-            (Op::Library(call), Some(l)) => match concurrency.workspaces.get(l) {
-                Some(ws) => call.run_in(backend, ws),
-                None => Err(ExecError::op(call.op(), format!("no workspaces for lane {lane}"))),
-            },
-            (op, _) => queue_op(backend, op, stream),
-        }
-    };
+    let queue =
+        |k: usize, op: &mut Op, stream: sys::CUstream| queue_on_lane(backend, concurrency, start + k, op, stream);
     let stream = backend.device.stream.cu_stream();
     let mut graph: sys::CUgraph = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the backend's context is bound by the caller.
@@ -224,6 +238,36 @@ fn capture_leaves(stream: sys::CUstream) -> Result<Vec<sys::CUgraphNode>, ExecEr
     Ok(unsafe { std::slice::from_raw_parts(deps, count) }.to_vec())
 }
 
+/// Captures `prepared` as one guarded graph: ordered by the program's DAG
+/// where the recording has a concurrent plan and writes no input (a
+/// diverged replay is recorded again from the start, so every operation
+/// after a read must wait for its check; see [`super::prepared`]), else as
+/// one chain. [`GraphStreams::Auto`] captures both and keeps the faster by
+/// device time; where the driver refuses the DAG-ordered graph, the chain.
+fn capture_one_graph(prepared: &mut Prepared, backend: &CudaBackend) -> Result<SegmentGraphs, ExecError> {
+    let writes_inputs = prepared.writes_inputs().is_some();
+    let dag = prepared.concurrency.as_ref().filter(|_| !writes_inputs);
+    let mut choices = Vec::new();
+    let one = match dag.map(|c| guarded::capture_guarded(backend, &mut prepared.ops, Some(c))) {
+        None | Some(Err(_)) => guarded::capture_guarded(backend, &mut prepared.ops, None)?,
+        Some(Ok(ordered)) if backend.options.graph_streams == GraphStreams::Auto => {
+            let chain = guarded::capture_guarded(backend, &mut prepared.ops, None)?;
+            let choice = timing::choose(backend, chain.graph(), ordered.graph(), prepared.ops.len())?;
+            choices.push(choice);
+            if choice.concurrent {
+                ordered
+            } else {
+                chain
+            }
+        }
+        Some(Ok(ordered)) => ordered,
+    };
+    Ok(SegmentGraphs {
+        form: Form::Guarded(one),
+        choices,
+    })
+}
+
 /// Captures the graphs of `prepared`: one guarded graph where the options
 /// and driver allow, else segments.
 fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<SegmentGraphs, ExecError> {
@@ -239,13 +283,8 @@ fn capture_all(prepared: &mut Prepared, backend: &CudaBackend) -> Result<Segment
             GraphReads::Auto | GraphReads::OneGraph => guarded::unsupported(),
         };
         if why.is_none() {
-            match guarded::capture_guarded(backend, &mut prepared.ops) {
-                Ok(g) => {
-                    return Ok(SegmentGraphs {
-                        form: Form::Guarded(g),
-                        choices: Vec::new(),
-                    })
-                }
+            match capture_one_graph(prepared, backend) {
+                Ok(one) => return Ok(one),
                 // The driver refused the one graph (a library call it would not
                 // capture into a conditional body): segments, saying why.
                 Err(e) => why = Some(format!("one graph failed: {e}")),
@@ -350,10 +389,18 @@ impl Prepared {
             _ => String::new(),
         };
         self.graphs.as_ref().map(|g| match &g.form {
-            Form::Guarded(_) if self.is_concurrent() => format!(
-                "one graph, {reads} device-checked reads under conditional IF nodes (one chain: conditional bodies are captured in program order)"
-            ),
-            Form::Guarded(_) => format!("one graph, {reads} device-checked reads under conditional IF nodes"),
+            Form::Guarded(one) => {
+                let order = match (g.choices.is_empty(), one.ordered_by_dag) {
+                    (false, _) => concurrent.clone(),
+                    (true, true) => ", operations ordered by the program's DAG".to_string(),
+                    (true, false) if self.is_concurrent() => ", one chain".to_string(),
+                    (true, false) => String::new(),
+                };
+                format!(
+                    "one graph, {reads} device-checked reads in {} checks under conditional IF nodes{order}",
+                    one.checks
+                )
+            }
             Form::Segments { why: None, .. } => format!("one graph{concurrent}"),
             Form::Segments { parts, why: Some(why) } => format!(
                 "{} segment graphs, {reads} host reads between them ({why}){concurrent}",

@@ -104,6 +104,12 @@ impl SegmentGraphs {
 pub(in crate::exec::cuda) struct Guarded {
     pub(in crate::exec::cuda) graph: Graph,
     pub(in crate::exec::cuda) status: Arc<Storage>,
+    /// Check nodes (groups of reads checked together).
+    pub(in crate::exec::cuda) checks: usize,
+    /// Whether operations are ordered by the program's DAG (else one chain).
+    pub(in crate::exec::cuda) ordered_by_dag: bool,
+    /// The checks' tables of reads, on the device.
+    pub(in crate::exec::cuda) _tables: Vec<Arc<Storage>>,
     /// The check kernel's module, kept loaded while the graph lives.
     pub(in crate::exec::cuda) _kernel: LoadedKernel,
 }
