@@ -127,6 +127,13 @@ pub(super) enum Traced {
     Library(Box<dyn LibraryCall>),
     /// The op went to the host fallback.
     Host(String),
+    /// The operations traced from here to the next [`Traced::Join`] each
+    /// depend on what the op traced before this mark, not on each other:
+    /// the op guarantees they touch disjoint bytes (a grouped GEMM's GEMMs,
+    /// each into its own rows), so concurrent replay may overlap them.
+    Fork,
+    /// Ends a [`Traced::Fork`]: what follows depends on every operation since it.
+    Join,
 }
 
 #[cfg(test)]

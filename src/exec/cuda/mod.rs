@@ -558,6 +558,19 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Marks the start (`true`) or end (`false`) of operations that depend
+    /// only on what came before the start, not on each other (see
+    /// [`library::Traced::Fork`]); traced for the prepared path.
+    fn independent_operations(&mut self, start: bool) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.push(if start {
+                library::Traced::Fork
+            } else {
+                library::Traced::Join
+            });
+        }
+    }
+
     fn storage_bytes(spec: &TensorSpec) -> Result<usize, ExecError> {
         if spec.size.len() != spec.stride.len() {
             return Err(ExecError::Input(format!(

@@ -140,8 +140,18 @@ fn rows_by_group(
     if bytes > 0 {
         backend.zero(out.storage.ptr, bytes)?;
     }
+    // Each GEMM writes its own group's rows and reads the input and weights:
+    // where the groups are disjoint (ascending offsets; a replay reads the
+    // same offsets or diverges), concurrent replay may overlap them.
+    let disjoint = groups.windows(2).all(|w| w[0].to <= w[1].from);
+    if disjoint {
+        backend.independent_operations(true);
+    }
     for cm in &plans {
         submit_gemm(backend, call.op, cm, 1, 1.0, 0.0, dtype)?;
+    }
+    if disjoint {
+        backend.independent_operations(false);
     }
     Ok(Some(Value::Tensor(out)))
 }

@@ -118,10 +118,11 @@ pub(super) fn plan(
     dag: &Dag,
     events: &[Event],
     event_nodes: &[usize],
+    intra: &[Option<Vec<usize>>],
     buffers: &[Buffer],
     branches: usize,
 ) -> Result<ConcurrentPlan, String> {
-    if event_nodes.len() != events.len() || event_nodes.iter().any(|n| *n >= dag.len()) {
+    if event_nodes.len() != events.len() || intra.len() != events.len() || event_nodes.iter().any(|n| *n >= dag.len()) {
         return Err("the recording's operations do not match the program's DAG".into());
     }
     if buffers.len() > MAX_BUFFERS {
@@ -133,9 +134,10 @@ pub(super) fn plan(
     if buffers.iter().flat_map(|b| &b.uses).any(|u| u.0 >= dag.len()) {
         return Err("a buffer's use is outside the program's DAG".into());
     }
-    let mut deps = event_deps(dag, event_nodes);
+    let within = within_node(event_nodes, intra);
+    let mut deps = event_deps(dag, event_nodes, &within);
     let reach = Reach::new(dag, buffers)?;
-    let lanes = assign_lanes(events, event_nodes, &reach, &mut deps);
+    let lanes = assign_lanes(events, event_nodes, &within, &reach, &mut deps);
     reduce_transitively(&mut deps);
     if branches > 0 {
         limit_branches(&mut deps, branches);
@@ -161,15 +163,20 @@ pub(super) fn handle_workspace_library(event: &Event) -> Option<&'static str> {
 /// Each operation's library-workspace lane (see the module
 /// documentation); adds the dependencies that serialize a call when every
 /// lane is busy.
-fn assign_lanes(events: &[Event], event_nodes: &[usize], reach: &Reach, deps: &mut [Vec<usize>]) -> Vec<u8> {
+fn assign_lanes(
+    events: &[Event],
+    event_nodes: &[usize],
+    within: &[Vec<usize>],
+    reach: &Reach,
+    deps: &mut [Vec<usize>],
+) -> Vec<u8> {
     let mut lanes = vec![0u8; events.len()];
     // The last call on each lane.
     let mut last_on: Vec<usize> = Vec::new();
     let happens_before = |f: usize, e: usize| {
         let (nf, ne) = (event_nodes[f], event_nodes[e]);
-        // One node's operations are a chain.
         if nf == ne {
-            f < e
+            before_in_node(within, f, e)
         } else {
             reach.before(nf, ne)
         }
@@ -199,46 +206,99 @@ fn assign_lanes(events: &[Event], event_nodes: &[usize], reach: &Reach, deps: &m
     lanes
 }
 
-/// Each operation's dependencies (see the module documentation).
-fn event_deps(dag: &Dag, event_nodes: &[usize]) -> Vec<Vec<usize>> {
+/// Each operation's dependencies among the earlier operations of its own
+/// node: those `intra` gives (an op's fork, [`super::record`]), else the
+/// node's operation just before it (one node's operations are a chain).
+fn within_node(event_nodes: &[usize], intra: &[Option<Vec<usize>>]) -> Vec<Vec<usize>> {
+    (0..event_nodes.len())
+        .map(|e| match intra.get(e).and_then(Option::as_ref) {
+            Some(d) => d
+                .iter()
+                .copied()
+                .filter(|&x| x < e && event_nodes[x] == event_nodes[e])
+                .collect(),
+            None => e
+                .checked_sub(1)
+                .filter(|&p| event_nodes[p] == event_nodes[e])
+                .into_iter()
+                .collect(),
+        })
+        .collect()
+}
+
+/// Whether operation `f` comes before `e` of the same node (a path of
+/// [`within_node`] dependencies).
+fn before_in_node(within: &[Vec<usize>], f: usize, e: usize) -> bool {
+    if f >= e {
+        return false;
+    }
+    let mut stack = vec![e];
+    let mut seen = vec![false; e - f + 1];
+    while let Some(x) = stack.pop() {
+        for &d in within.get(x).map(Vec::as_slice).unwrap_or_default() {
+            if d == f {
+                return true;
+            }
+            if d > f && !std::mem::replace(&mut seen[d - f], true) {
+                stack.push(d);
+            }
+        }
+    }
+    false
+}
+
+/// Each operation's dependencies (see the module documentation): its
+/// dependencies `within` its node, or, for an operation with none there,
+/// the operations that end the nodes its node depends on.
+fn event_deps(dag: &Dag, event_nodes: &[usize], within: &[Vec<usize>]) -> Vec<Vec<usize>> {
     let n = dag.len();
-    let mut last_event: Vec<Option<usize>> = vec![None; n];
+    // The operations that end each node: those no later operation of the
+    // node depends on.
+    let mut depended = vec![false; event_nodes.len()];
+    for d in within.iter().flatten() {
+        if let Some(x) = depended.get_mut(*d) {
+            *x = true;
+        }
+    }
+    let mut leaves: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (e, &node) in event_nodes.iter().enumerate() {
-        last_event[node] = Some(e);
+        if !depended[e] {
+            leaves[node].push(e);
+        }
     }
     // The operations that end each node, or for a node without any, those
     // that end the nodes it depends on. Positions are a topological order.
     let mut exits: Vec<Vec<usize>> = Vec::with_capacity(n);
-    for i in 0..n {
-        let exit = match last_event[i] {
-            Some(e) => vec![e],
-            None => {
-                let mut all: Vec<usize> = dag
-                    .predecessors(i)
-                    .iter()
-                    .flat_map(|p| exits[*p].iter().copied())
-                    .collect();
-                all.sort_unstable();
-                all.dedup();
-                all
-            }
+    for (i, own) in leaves.into_iter().enumerate() {
+        let exit = if own.is_empty() {
+            let mut all: Vec<usize> = dag
+                .predecessors(i)
+                .iter()
+                .flat_map(|p| exits[*p].iter().copied())
+                .collect();
+            all.sort_unstable();
+            all.dedup();
+            all
+        } else {
+            own
         };
         exits.push(exit);
     }
     let mut deps = Vec::with_capacity(event_nodes.len());
     for (e, &node) in event_nodes.iter().enumerate() {
-        let d: Vec<usize> = if e > 0 && event_nodes[e - 1] == node {
-            vec![e - 1]
-        } else {
-            let mut all: Vec<usize> = dag
-                .predecessors(node)
-                .iter()
-                .flat_map(|p| exits[*p].iter().copied())
-                .filter(|x| *x < e)
-                .collect();
-            all.sort_unstable();
-            all.dedup();
-            all
+        let d: Vec<usize> = match within.get(e) {
+            Some(w) if !w.is_empty() => w.clone(),
+            _ => {
+                let mut all: Vec<usize> = dag
+                    .predecessors(node)
+                    .iter()
+                    .flat_map(|p| exits[*p].iter().copied())
+                    .filter(|x| *x < e)
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                all
+            }
         };
         deps.push(d);
     }
@@ -453,8 +513,51 @@ graph main(arg0_1: f32[16][1]@cpu) -> (buf2) {
     #[test]
     fn operations_depend_only_on_what_the_dag_orders_them_after() {
         let dag = two_branches();
-        assert_eq!(event_deps(&dag, &[3, 5, 6]), [vec![], vec![], vec![0, 1]]);
-        assert_eq!(event_deps(&dag, &[3, 5, 5, 6]), [vec![], vec![], vec![1], vec![0, 2]]);
+        let deps = |nodes: &[usize], intra: &[Option<Vec<usize>>]| event_deps(&dag, nodes, &within_node(nodes, intra));
+        assert_eq!(deps(&[3, 5, 6], &[None, None, None]), [vec![], vec![], vec![0, 1]]);
+        assert_eq!(
+            deps(&[3, 5, 5, 6], &[None, None, None, None]),
+            [vec![], vec![], vec![1], vec![0, 2]]
+        );
+    }
+
+    /// An op's fork: node 5 zeroes (event 1), forks three GEMMs (2, 3, 4)
+    /// that each depend on the zeroing only, joins, and a last operation (5)
+    /// depends on all three; node 6's operation depends on node 3's and on
+    /// node 5's last. Without the last operation, node 6 depends on every
+    /// GEMM. Within the node, the GEMMs are unordered with each other.
+    #[test]
+    fn a_fork_leaves_its_operations_unordered_with_each_other() {
+        let dag = two_branches();
+        let fork = Some(vec![1]);
+        let intra = [
+            None,
+            None,
+            fork.clone(),
+            fork.clone(),
+            fork.clone(),
+            Some(vec![2, 3, 4]),
+            None,
+        ];
+        let nodes = [3, 5, 5, 5, 5, 5, 6];
+        let within = within_node(&nodes, &intra);
+        assert_eq!(
+            event_deps(&dag, &nodes, &within),
+            [vec![], vec![], vec![1], vec![1], vec![1], vec![2, 3, 4], vec![0, 5]]
+        );
+        assert!(before_in_node(&within, 1, 5) && before_in_node(&within, 2, 5));
+        assert!(!before_in_node(&within, 2, 3) && !before_in_node(&within, 3, 4));
+        let nodes = [3, 5, 5, 5, 5, 6];
+        let intra = [None, None, fork.clone(), fork.clone(), fork, None];
+        let within = within_node(&nodes, &intra);
+        assert_eq!(event_deps(&dag, &nodes, &within)[5], [0, 2, 3, 4]);
+        // A fork at a node's start: its operations take the node's own dependencies.
+        let nodes = [3, 5, 6, 6];
+        let intra = [None, None, Some(vec![]), Some(vec![])];
+        assert_eq!(
+            event_deps(&dag, &nodes, &within_node(&nodes, &intra)),
+            [vec![], vec![], vec![0, 1], vec![0, 1]]
+        );
     }
 
     /// A dependency another one implies is dropped; the order (every

@@ -285,6 +285,9 @@ impl Prepared {
             external_write: None,
             node: 0,
             event_nodes: Vec::new(),
+            intra: Vec::new(),
+            fork: None,
+            joined: None,
         };
         let out = plan.run(&mut rec, inputs, constants)?;
         if let Some(why) = rec.unreplayable.take() {
@@ -309,6 +312,7 @@ impl Prepared {
                     dag,
                     &rec.events,
                     &rec.event_nodes,
+                    &rec.intra,
                     &rec.buffers,
                     rec.inner.options.graph_branches,
                 ) {

@@ -30,6 +30,22 @@ pub(super) struct Recorder<'b> {
     pub(super) node: usize,
     /// The node of each event (`event_nodes[i]` belongs to `events[i]`).
     pub(super) event_nodes: Vec<usize>,
+    /// Each event's dependencies among its node's earlier events where an
+    /// op's [`Traced::Fork`] says so; `None`: the node's event before it.
+    pub(super) intra: Vec<Option<Vec<usize>>>,
+    /// The op's open fork, if any.
+    pub(super) fork: Option<Fork>,
+    /// What the next event depends on after a fork was joined.
+    pub(super) joined: Option<Vec<usize>>,
+}
+
+/// Operations of one op that depend on what came before the fork only.
+pub(super) struct Fork {
+    /// What each operation of the fork depends on (empty: the node's own
+    /// dependencies, for a fork at the node's start).
+    base: Vec<usize>,
+    /// The fork's events so far.
+    events: Vec<usize>,
 }
 
 impl Recorder<'_> {
@@ -39,8 +55,56 @@ impl Recorder<'_> {
 
     /// Records `event` as the current node's.
     pub(super) fn push_event(&mut self, event: Event) {
+        let e = self.events.len();
+        let intra = match self.fork.as_mut() {
+            Some(fork) => {
+                fork.events.push(e);
+                Some(fork.base.clone())
+            }
+            None => self.joined.take(),
+        };
         self.events.push(event);
         self.event_nodes.push(self.node);
+        self.intra.push(intra);
+    }
+
+    /// Opens a fork ([`Traced::Fork`]): the events until [`Self::join`]
+    /// depend on what the next event would have depended on.
+    fn fork(&mut self) {
+        self.join();
+        let previous_in_node = self
+            .event_nodes
+            .last()
+            .filter(|n| **n == self.node)
+            .map(|_| self.events.len() - 1);
+        let base = self
+            .joined
+            .take()
+            .unwrap_or_else(|| previous_in_node.into_iter().collect());
+        self.fork = Some(Fork {
+            base,
+            events: Vec::new(),
+        });
+    }
+
+    /// Closes the open fork, if any: the next event depends on all of its
+    /// events, and every buffer the node used during it counts as used
+    /// throughout it (its events may run in any order).
+    fn join(&mut self) {
+        let Some(fork) = self.fork.take() else { return };
+        let (Some(&first), Some(&last)) = (fork.events.first(), fork.events.last()) else {
+            self.joined = Some(fork.base).filter(|b| !b.is_empty());
+            return;
+        };
+        let node = self.node;
+        for b in &mut self.buffers {
+            if let Some(u) = b.uses.last_mut().filter(|u| u.0 == node && u.2 >= first) {
+                u.1 = u.1.min(first);
+                u.2 = u.2.max(last);
+                b.last = b.last.max(last);
+            }
+        }
+        self.joined = Some(fork.events);
     }
 
     /// Notes that the current node uses buffer `index` at event `now`.
@@ -325,8 +389,11 @@ impl Recorder<'_> {
                 Traced::Host(host_op) => {
                     self.mark_unreplayable(format!("extern op `{host_op}` runs through the host fallback"))
                 }
+                Traced::Fork => self.fork(),
+                Traced::Join => self.join(),
             }
         }
+        self.join();
         for t in &written {
             if matches!(self.place(t, false), Place::External { .. }) {
                 self.note_external_write(|| format!("extern op `{op}` writes an input or constant"));
@@ -427,6 +494,8 @@ impl Backend for Recorder<'_> {
     }
 
     fn begin_node(&mut self, position: usize) {
+        self.join();
+        self.joined = None;
         self.node = position;
     }
 }
