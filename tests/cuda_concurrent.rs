@@ -166,22 +166,12 @@ fn auto_replay_equals_single_stream_and_measures_every_segment() {
     common::assert_no_failures(&failures);
 }
 
-/// Bundles whose recordings read device values (an `item()`, `cond` and
-/// `while_loop` predicates, compactions' counts, a router's token counts
-/// per expert).
-const READS: &[&str] = &[
-    "item_slice",
-    "cond_branches",
-    "feat_while_loop",
-    "nonzero",
-    "feat_cond_unbacked",
-    "masked_select",
-    "moe_router_sort",
-    "moe_topk",
-    "hf_mixtral",
-];
+/// Bundles whose recordings read device values beyond
+/// [`common::DEVICE_READ_BUNDLES`]: a router's sort, and a router's token
+/// counts per expert.
+const MORE_READS: &[&str] = &["moe_router_sort", "moe_topk", "hf_mixtral"];
 
-/// The mixtures of experts among [`READS`]: each expert's work waits for
+/// The mixtures of experts among [`MORE_READS`]: each expert's work waits for
 /// its token count only, so their counts are checked together.
 const MOE: &[&str] = &["moe_topk", "hf_mixtral"];
 
@@ -201,7 +191,7 @@ fn checks(form: &str) -> Option<usize> {
 #[test]
 fn one_graph_ordered_by_the_dag_equals_one_chain_with_device_reads() {
     let mut failures = Vec::new();
-    for name in READS {
+    for name in common::DEVICE_READ_BUNDLES.iter().chain(MORE_READS) {
         let dir = root().join("fixtures/inductor/bundles").join(name);
         let chain = replay_with(&dir, GraphStreams::Single, GraphReads::OneGraph);
         let ordered = replay_with(&dir, GraphStreams::Concurrent, GraphReads::OneGraph);

@@ -252,14 +252,7 @@ fn a_changed_device_read_records_again() {
 /// bit for bit, call after call.
 #[test]
 fn recordings_with_device_reads_replay_as_one_graph_or_segments() {
-    for name in [
-        "item_slice",
-        "cond_branches",
-        "feat_while_loop",
-        "nonzero",
-        "feat_cond_unbacked",
-        "masked_select",
-    ] {
+    for name in common::DEVICE_READ_BUNDLES {
         let dir = root().join("fixtures/inductor/bundles").join(name);
         let (program, inputs) = load_bundle(&dir);
         for mode in [GraphReads::OneGraph, GraphReads::Segments, GraphReads::Auto] {

@@ -6,6 +6,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use wrapir::ir::Program;
 
+/// Committed CUDA bundles whose recordings read device values: an
+/// `item()`, `cond` and `while_loop` predicates, compactions' counts, an
+/// unbacked size.
+pub const DEVICE_READ_BUNDLES: &[&str] = &[
+    "item_slice",
+    "cond_branches",
+    "feat_while_loop",
+    "nonzero",
+    "feat_cond_unbacked",
+    "masked_select",
+];
+
 /// The crate root: `CARGO_MANIFEST_DIR` at run time when set (test binaries
 /// built here and run from a copy of the tree elsewhere, as the GPU tests
 /// are), else the directory they were built in.
