@@ -219,6 +219,81 @@ pub(super) fn levels(is_read: &[bool], deps: &[Vec<usize>]) -> Vec<u32> {
     level
 }
 
+/// Operations with their dependencies among the operations of the same graph.
+type Placed = Vec<(usize, Vec<usize>)>;
+
+/// What the one graph holds, by operation index (see the module documentation).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Layout {
+    /// The operations of level 0 (reads aside), in recording order.
+    pub(super) top: Placed,
+    /// Check group `g + 1` at `groups[g]`.
+    pub(super) groups: Vec<GroupLayout>,
+}
+
+/// One check group: its check node and the IF node it opens.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct GroupLayout {
+    /// The reads it checks, in recording order.
+    pub(super) reads: Vec<usize>,
+    /// The level-0 operations the check waits for (besides the check or
+    /// IF node before it).
+    pub(super) check_after: Vec<usize>,
+    /// The IF body's operations (none: no IF node), in recording order.
+    pub(super) body: Placed,
+    /// The level-0 operations the IF node waits for (besides its check).
+    pub(super) if_after: Vec<usize>,
+}
+
+/// The [`Layout`] of operations given which are reads and their
+/// dependencies (as [`levels`] takes them).
+pub(super) fn layout(is_read: &[bool], deps: &[Vec<usize>]) -> Layout {
+    let level = levels(is_read, deps);
+    let groups = level
+        .iter()
+        .zip(is_read)
+        .filter(|(_, r)| **r)
+        .map(|(l, _)| *l as usize)
+        .max()
+        .unwrap_or(0);
+    let mut top = Vec::new();
+    let mut out: Vec<GroupLayout> = (0..groups)
+        .map(|_| GroupLayout {
+            reads: Vec::new(),
+            check_after: Vec::new(),
+            body: Vec::new(),
+            if_after: Vec::new(),
+        })
+        .collect();
+    let at_level_zero = |d: usize| level[d] == 0 && !is_read[d];
+    for i in 0..is_read.len() {
+        let d = deps.get(i).map(Vec::as_slice).unwrap_or_default();
+        let earlier = d.iter().copied().filter(|&x| x < i);
+        let l = level[i] as usize;
+        let Some(group) = l.checked_sub(1).and_then(|g| out.get_mut(g)) else {
+            top.push((i, earlier.filter(|&x| at_level_zero(x)).collect()));
+            continue;
+        };
+        let waits_on = if is_read[i] {
+            &mut group.check_after
+        } else {
+            &mut group.if_after
+        };
+        for x in earlier.clone().filter(|&x| at_level_zero(x)) {
+            if !waits_on.contains(&x) {
+                waits_on.push(x);
+            }
+        }
+        if is_read[i] {
+            group.reads.push(i);
+        } else {
+            let same: Vec<usize> = earlier.filter(|&x| level[x] as usize == l && !is_read[x]).collect();
+            group.body.push((i, same));
+        }
+    }
+    Layout { top, groups: out }
+}
+
 /// The dependencies of a recording's operations: the program's DAG where
 /// `concurrency` gives it, else each operation after the one before (one chain).
 fn dependencies(ops: &[Op], concurrency: Option<&Concurrency>) -> Vec<Vec<usize>> {
@@ -230,11 +305,10 @@ fn dependencies(ops: &[Op], concurrency: Option<&Concurrency>) -> Vec<Vec<usize>
     }
 }
 
-/// The union of the graph nodes `exits` of the operations `deps` that
-/// `keep` selects, without repeats.
-fn exit_nodes(deps: &[usize], exits: &[Vec<sys::CUgraphNode>], keep: impl Fn(usize) -> bool) -> Vec<sys::CUgraphNode> {
+/// The union of the graph nodes `exits` of the operations `deps`, without repeats.
+fn exit_nodes(deps: &[usize], exits: &[Vec<sys::CUgraphNode>]) -> Vec<sys::CUgraphNode> {
     let mut nodes: Vec<sys::CUgraphNode> = Vec::new();
-    for &d in deps.iter().filter(|d| keep(**d)) {
+    for &d in deps {
         for node in exits.get(d).map(Vec::as_slice).unwrap_or_default() {
             if !nodes.contains(node) {
                 nodes.push(*node);
@@ -257,44 +331,43 @@ pub(super) fn capture_guarded(
     let stream = backend.device.stream.cu_stream();
     let ctx = backend.device.ctx.cu_ctx();
     let is_read: Vec<bool> = ops.iter().map(|op| matches!(op, Op::Read { .. })).collect();
-    let deps = dependencies(ops, concurrency);
-    let level = levels(&is_read, &deps);
-    let groups = level
-        .iter()
-        .zip(&is_read)
-        .filter(|(_, r)| **r)
-        .map(|(l, _)| *l)
-        .max()
-        .unwrap_or(0);
-    // Each group's table of reads, in recording order.
-    let mut tables: Vec<Vec<u8>> = vec![Vec::new(); groups as usize];
+    let plan = layout(&is_read, &dependencies(ops, concurrency));
+    // Each group's table of reads, on the device; a read's index is its
+    // position among the recording's reads.
+    let mut read_index = vec![0u32; ops.len()];
     let mut index = 0u32;
     for (i, op) in ops.iter().enumerate() {
-        let Op::Read { ptr, bytes, value } = op else { continue };
-        let n = (*bytes).min(8);
-        let mut expected = [0u8; 8];
-        expected[..n].copy_from_slice(&value[..n]);
-        let table = level[i]
-            .checked_sub(1)
-            .and_then(|g| tables.get_mut(g as usize))
-            .ok_or_else(|| ExecError::Device("a device read outside every check group".into()))?;
-        table.extend_from_slice(&ptr.to_le_bytes());
-        table.extend_from_slice(&expected);
-        // `n <= 8`.
-        table.extend_from_slice(&(n as u32).to_le_bytes());
-        table.extend_from_slice(&index.to_le_bytes());
-        index = index
-            .checked_add(1)
-            .filter(|&i| i != NO_DIVERGENCE)
-            .ok_or_else(|| ExecError::Device("too many device reads for one graph".into()))?;
+        if matches!(op, Op::Read { .. }) {
+            read_index[i] = index;
+            index = index
+                .checked_add(1)
+                .filter(|&i| i != NO_DIVERGENCE)
+                .ok_or_else(|| ExecError::Device("too many device reads for one graph".into()))?;
+        }
     }
-    let mut held = Vec::with_capacity(tables.len());
-    for table in &tables {
+    let mut tables = Vec::with_capacity(plan.groups.len());
+    for group in &plan.groups {
+        let mut table = Vec::with_capacity(group.reads.len() * ENTRY_BYTES);
+        for &r in &group.reads {
+            let Some(Op::Read { ptr, bytes, value }) = ops.get(r) else {
+                return Err(ExecError::Device(
+                    "a check group holds an operation that is not a read".into(),
+                ));
+            };
+            let n = (*bytes).min(8);
+            let mut expected = [0u8; 8];
+            expected[..n].copy_from_slice(&value[..n]);
+            table.extend_from_slice(&ptr.to_le_bytes());
+            table.extend_from_slice(&expected);
+            // `n <= 8`.
+            table.extend_from_slice(&(n as u32).to_le_bytes());
+            table.extend_from_slice(&read_index[r].to_le_bytes());
+        }
         let storage = backend.untraced_storage(table.len().max(ENTRY_BYTES))?;
         if !table.is_empty() {
-            backend.device.upload(storage.ptr, table)?;
+            backend.device.upload(storage.ptr, &table)?;
         }
-        held.push(storage);
+        tables.push((storage, group.reads.len()));
     }
     let mut building = Building {
         graph: std::ptr::null_mut(),
@@ -311,41 +384,32 @@ pub(super) fn capture_guarded(
     })?;
     // The graph nodes each operation ended on (in the graph of its level).
     let mut exits: Vec<Vec<sys::CUgraphNode>> = vec![Vec::new(); ops.len()];
-    let n = ops.len();
-    let mut capture_level = |into: sys::CUgraph, l: u32, exits: &mut Vec<Vec<sys::CUgraphNode>>| {
-        for i in 0..n {
-            if level[i] != l || is_read[i] {
-                continue;
-            }
-            let after = exit_nodes(&deps[i], exits, |d| d < i && level[d] == l && !is_read[d]);
+    let mut capture_ops = |into: sys::CUgraph, placed: &Placed, exits: &mut Vec<Vec<sys::CUgraphNode>>| {
+        for (i, deps) in placed {
+            let after = exit_nodes(deps, exits);
             let target = CaptureTarget::Into {
                 graph: into,
                 after: &after,
             };
-            let leaves = capture_into(stream, target, || {
-                queue_on_lane(backend, concurrency, i, &mut ops[i], stream)
-            })?;
+            let op = ops
+                .get_mut(*i)
+                .ok_or_else(|| ExecError::Device("a graph level holds an operation past the recording".into()))?;
+            let leaves = capture_into(stream, target, || queue_on_lane(backend, concurrency, *i, op, stream))?;
             // An operation that captured nothing passes its dependencies on.
-            exits[i] = if leaves.is_empty() { after } else { leaves };
+            exits[*i] = if leaves.is_empty() { after } else { leaves };
         }
         Ok::<(), ExecError>(())
     };
-    capture_level(graph, 0, &mut exits)?;
-    let top = |d: usize| level[d] == 0 && !is_read[d];
+    capture_ops(graph, &plan.top, &mut exits)?;
     let mut prev = reset;
-    for g in 1..=groups {
-        let (level, is_read) = (&level, &is_read);
-        let members = |want_read: bool| (0..n).filter(move |&i| level[i] == g && is_read[i] == want_read);
+    for (group, (table, count)) in plan.groups.iter().zip(&tables) {
         let mut after_check = prev.clone();
-        for r in members(true) {
-            for node in exit_nodes(&deps[r], &exits, top) {
-                if !after_check.contains(&node) {
-                    after_check.push(node);
-                }
+        for node in exit_nodes(&group.check_after, &exits) {
+            if !after_check.contains(&node) {
+                after_check.push(node);
             }
         }
-        let body_ops: Vec<usize> = members(false).collect();
-        let handle = if body_ops.is_empty() {
+        let handle = if group.body.is_empty() {
             None
         } else {
             let mut h: sys::CUgraphConditionalHandle = 0;
@@ -355,23 +419,13 @@ pub(super) fn capture_guarded(
             check(result, "cuGraphConditionalHandleCreate")?;
             Some(h)
         };
-        let (table, count) = match (held.get(g as usize - 1), tables.get(g as usize - 1)) {
-            (Some(storage), Some(bytes)) => (storage.ptr, bytes.len() / ENTRY_BYTES),
-            _ => (0, 0),
-        };
-        let checked = add_check(graph, &after_check, &kernel, table, count, status_ptr, handle)?;
+        let checked = add_check(graph, &after_check, &kernel, table.ptr, *count, status_ptr, handle)?;
         prev = vec![checked];
         if let Some(h) = handle {
             let mut after_if = vec![checked];
-            for &i in &body_ops {
-                for node in exit_nodes(&deps[i], &exits, top) {
-                    if !after_if.contains(&node) {
-                        after_if.push(node);
-                    }
-                }
-            }
+            after_if.extend(exit_nodes(&group.if_after, &exits));
             let (node, body) = add_if(graph, &after_if, h, ctx)?;
-            capture_level(body, g, &mut exits)?;
+            capture_ops(body, &group.body, &mut exits)?;
             prev = vec![node];
         }
     }
@@ -379,9 +433,9 @@ pub(super) fn capture_guarded(
     Ok(Guarded {
         graph,
         status,
-        checks: groups as usize,
+        checks: plan.groups.len(),
         ordered_by_dag: concurrency.is_some(),
-        _tables: held,
+        _tables: tables.into_iter().map(|(storage, _)| storage).collect(),
         _kernel: kernel,
     })
 }
@@ -500,7 +554,7 @@ impl Guarded {
 
 #[cfg(test)]
 mod tests {
-    use super::levels;
+    use super::{layout, levels, GroupLayout, Layout};
 
     /// `(is_read, deps)` per operation -> levels.
     fn check(ops: &[(bool, &[usize])], want: &[u32]) {
@@ -553,5 +607,57 @@ mod tests {
             (false, &[9]),
         ];
         check(ops, &[0, 1, 1, 1, 2, 2, 1, 0]);
+    }
+
+    fn group(reads: &[usize], check_after: &[usize], body: &[(usize, &[usize])], if_after: &[usize]) -> GroupLayout {
+        GroupLayout {
+            reads: reads.to_vec(),
+            check_after: check_after.to_vec(),
+            body: body.iter().map(|(i, d)| (*i, d.to_vec())).collect(),
+            if_after: if_after.to_vec(),
+        }
+    }
+
+    /// The experts of `independent_experts_...`: level 0 is the router, the
+    /// two count launches and the unordered reduction; one check of both
+    /// counts waits for the count launches; one IF node holds both experts'
+    /// work and their sum, each after what it depends on inside the body.
+    #[test]
+    fn experts_lay_out_as_one_check_and_one_body() {
+        let deps: Vec<Vec<usize>> = vec![
+            vec![],
+            vec![0],
+            vec![1],
+            vec![2],
+            vec![0],
+            vec![4],
+            vec![5, 3],
+            vec![0],
+            vec![6],
+        ];
+        let is_read = [false, false, true, false, false, true, false, false, false];
+        assert_eq!(
+            layout(&is_read, &deps),
+            Layout {
+                top: vec![(0, vec![]), (1, vec![0]), (4, vec![0]), (7, vec![0])],
+                groups: vec![group(&[2, 5], &[1, 4], &[(3, &[]), (6, &[3]), (8, &[6])], &[])],
+            }
+        );
+    }
+
+    /// A gated operation that also needs level-0 work makes its IF node wait
+    /// for it; a read of gated work is the next group's, checked after the
+    /// IF node before it; a group without work opens no IF node.
+    #[test]
+    fn later_groups_wait_for_their_level_zero_operands() {
+        let deps: Vec<Vec<usize>> = vec![vec![], vec![0], vec![1], vec![2, 0], vec![3], vec![0]];
+        let is_read = [false, false, true, false, true, false];
+        assert_eq!(
+            layout(&is_read, &deps),
+            Layout {
+                top: vec![(0, vec![]), (1, vec![0]), (5, vec![0])],
+                groups: vec![group(&[2], &[1], &[(3, &[])], &[0]), group(&[4], &[], &[], &[])],
+            }
+        );
     }
 }
