@@ -57,6 +57,23 @@ class LazyTorch(unittest.TestCase):
             self.assertIn(flag, out.stdout)
 
 
+class DeviceCopies(unittest.TestCase):
+    def test_a_copy_between_devices_is_refused_by_name(self):
+        # The text Inductor 2.11-2.15 writes for an `ir.DeviceCopy` (`codegen_device_copy`)
+        # and 2.15's wait for a device-to-host copy (`sync_d2h_copy`).
+        from wrapir_export.convert import GraphConverter
+        from wrapir_export.errors import Unconvertible
+
+        conv = GraphConverter.__new__(GraphConverter)  # no graph: only the text method runs
+        for text in ["buf1.copy_(arg0_1, False)", "buf3.copy_(buf2, True)", "_d2h_event_buf4 = torch.Event()",
+                     "_d2h_event_buf4.record()", "_d2h_event_buf4.synchronize()"]:
+            with self.assertRaises(Unconvertible) as ctx:
+                conv.convert_text([text], 0, text)
+            message = str(ctx.exception)
+            self.assertIn("a copy between devices", message)
+            self.assertIn(text, message)
+
+
 class Names(unittest.TestCase):
     def test_positional_names(self):
         def f(x, y, *rest, scale=1):

@@ -91,6 +91,13 @@ SCOPE_LINES = {
 RE_IFNOT = re.compile(r"^if not \((.*)\):$")
 RE_RAISE = re.compile(r"^raise RuntimeError\((.*)\)$")
 RE_NONE = re.compile(r"^(\w+) = None$")
+# Inductor's copy of a tensor to another device (`codegen_device_copy`, an `ir.DeviceCopy`),
+# and 2.15's wait for a device-to-host copy (`sync_d2h_copy`).
+RE_DEVICE_COPY = re.compile(r"^(\w+)\.copy_\((\w+), (True|False|\w+)\)$")
+RE_D2H_EVENT = re.compile(r"^_d2h_event_(\w+)(?: = torch\.Event\(\)|\.record\(\)|\.synchronize\(\))$")
+DEVICE_COPY_REFUSAL = ("a copy between devices (Inductor's DeviceCopy, `{text}`): wrapir has no line kind for "
+                       "it yet; move the tensors to the program's device before the compiled call, or return "
+                       "them and move them after it")
 
 
 class GraphConverter(ControlFlowMixin, RegionMixin):
@@ -700,6 +707,8 @@ class GraphConverter(ControlFlowMixin, RegionMixin):
                 j += 1
             self.emit(d)
             return j
+        if RE_DEVICE_COPY.match(t) or RE_D2H_EVENT.match(t):
+            raise Unconvertible(DEVICE_COPY_REFUSAL.format(text=t))
         m = RE_NONE.match(t)
         if m and self.lines and self.lines[-1].get("line") in ("runtime_assert", "dynamic_scalar") \
                 and "node" not in self.lines[-1]:
