@@ -198,11 +198,11 @@ impl Drop for Building {
 /// it depends on, and at least that of the reads it depends on (a read
 /// chained to another is checked with it). `deps[i]` are the operations
 /// `i` depends on; dependencies on later operations are ignored.
-pub(super) fn levels(is_read: &[bool], deps: &[Vec<usize>]) -> Vec<u32> {
-    let mut level = vec![0u32; is_read.len()];
+pub(super) fn levels(is_read: &[bool], deps: &[Vec<usize>]) -> Vec<usize> {
+    let mut level = vec![0usize; is_read.len()];
     for i in 0..is_read.len() {
         let read = is_read[i];
-        let mut l = u32::from(read);
+        let mut l = usize::from(read);
         for &d in deps.get(i).map(Vec::as_slice).unwrap_or_default() {
             if d >= i {
                 continue;
@@ -253,7 +253,7 @@ pub(super) fn layout(is_read: &[bool], deps: &[Vec<usize>]) -> Layout {
         .iter()
         .zip(is_read)
         .filter(|(_, r)| **r)
-        .map(|(l, _)| *l as usize)
+        .map(|(l, _)| *l)
         .max()
         .unwrap_or(0);
     let mut top = Vec::new();
@@ -269,7 +269,7 @@ pub(super) fn layout(is_read: &[bool], deps: &[Vec<usize>]) -> Layout {
     for i in 0..is_read.len() {
         let d = deps.get(i).map(Vec::as_slice).unwrap_or_default();
         let earlier = d.iter().copied().filter(|&x| x < i);
-        let l = level[i] as usize;
+        let l = level[i];
         let Some(group) = l.checked_sub(1).and_then(|g| out.get_mut(g)) else {
             top.push((i, earlier.filter(|&x| at_level_zero(x)).collect()));
             continue;
@@ -287,7 +287,7 @@ pub(super) fn layout(is_read: &[bool], deps: &[Vec<usize>]) -> Layout {
         if is_read[i] {
             group.reads.push(i);
         } else {
-            let same: Vec<usize> = earlier.filter(|&x| level[x] as usize == l && !is_read[x]).collect();
+            let same: Vec<usize> = earlier.filter(|&x| level[x] == l && !is_read[x]).collect();
             group.body.push((i, same));
         }
     }
@@ -557,7 +557,7 @@ mod tests {
     use super::{layout, levels, GroupLayout, Layout};
 
     /// `(is_read, deps)` per operation -> levels.
-    fn check(ops: &[(bool, &[usize])], want: &[u32]) {
+    fn check(ops: &[(bool, &[usize])], want: &[usize]) {
         let is_read: Vec<bool> = ops.iter().map(|(r, _)| *r).collect();
         let deps: Vec<Vec<usize>> = ops.iter().map(|(_, d)| d.to_vec()).collect();
         assert_eq!(levels(&is_read, &deps), want);
